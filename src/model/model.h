@@ -1,0 +1,97 @@
+/* model/model: architectures (llama, qwen3, qwen35) read from GGUF metadata, their tensor
+ * tables, and the loaded model. Facts: ../shared/ref/formats.md §2.
+ *
+ * The model never multiplies by a frozen weight itself: it describes every frozen projection
+ * (nl_proj_desc) and proj/ owns the resident bytes and the products. Small per-layer vectors
+ * (norm weights, conv kernel, gates) are copied to F32 at load. */
+#ifndef NL_MODEL_H
+#define NL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+
+typedef enum { NL_ARCH_LLAMA = 0, NL_ARCH_QWEN3 = 1, NL_ARCH_QWEN35 = 2, NL_ARCH_COUNT } nl_arch;
+
+const char *nl_arch_name(nl_arch a);          /* "llama", "qwen3", "qwen35" */
+int nl_arch_from_name(const char *s);         /* -1 when unknown */
+
+/* Projection kinds: what a frozen weight is inside its layer. The short names are the CLI's
+ * --targets names (q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output). */
+typedef enum {
+    NL_P_Q = 0, NL_P_K, NL_P_V, NL_P_O, NL_P_GATE, NL_P_UP, NL_P_DOWN,
+    NL_P_QKV, NL_P_Z, NL_P_ALPHA, NL_P_BETA, NL_P_OUT, /* qwen35 GDN layers */
+    NL_P_OUTPUT, /* vocabulary head (may be the tied token embedding) */
+    NL_P_EMBED,  /* token embedding, used for row gathers only */
+    NL_P_KIND_COUNT
+} nl_proj_kind;
+const char *nl_proj_kind_name(nl_proj_kind k);
+
+/* Precision classes of the policy (DESIGN §2). */
+typedef enum { NL_CLASS_ATTN = 0, NL_CLASS_MLP, NL_CLASS_RECURRENT, NL_CLASS_HEAD, NL_CLASS_EMBED, NL_CLASS_COUNT } nl_proj_class;
+const char *nl_proj_class_name(nl_proj_class c);
+
+typedef struct {
+    const char *name;            /* GGUF tensor name, e.g. "blk.3.attn_q.weight" */
+    int layer;                   /* -1 for output / embedding */
+    nl_proj_kind kind;
+    nl_proj_class cls;
+    int64_t n_in, n_out;         /* K = ggml ne0, N = ggml ne1; W is row-major [N][K] */
+    const nl_gguf_tensor *w;     /* borrowed from the model's gguf */
+} nl_proj_desc;
+
+typedef struct {
+    int n_vocab, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, n_rot, n_ctx_train;
+    float rope_base, rope_freq_scale, rms_eps;
+    int rope_neox;               /* 0: rotate (2i, 2i+1) (llama); 1: (i, i + n_rot/2) */
+    /* qwen35 gated delta-net */
+    int ssm_d_conv;              /* K, conv kernel */
+    int ssm_d_state;             /* dk = head_k_dim */
+    int ssm_n_group;             /* Hk = key heads */
+    int ssm_dt_rank;             /* Hv = value heads */
+    int ssm_d_inner;             /* Hv * dv */
+    int full_attn_interval;
+} nl_hparams;
+
+typedef struct {
+    bool recurrent;              /* qwen35 GDN layer */
+    /* projection ids (index into nl_model.projs), -1 when absent */
+    int p[NL_P_KIND_COUNT];
+    /* F32 copies (owned): */
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm;              /* ffn_norm = post_attention_norm in qwen35 */
+    float *ssm_conv;             /* [conv_dim][K] */
+    float *ssm_dt_bias, *ssm_a;  /* [Hv] */
+    float *ssm_norm;             /* [dv] */
+} nl_layer;
+
+typedef struct nl_model {
+    char *path;
+    nl_gguf *gguf;               /* owned */
+    nl_arch arch;
+    nl_hparams hp;
+    bool tied_head;              /* output uses token_embd.weight */
+    float *output_norm;          /* [n_embd] */
+    float *rope_freqs;           /* [n_rot/2] or NULL */
+    int p_embed, p_output;       /* proj ids */
+    nl_layer *layers;            /* [n_layer] */
+    nl_proj_desc *projs;         /* every frozen projection, including embed and output */
+    int n_projs;
+    struct nl_tokenizer *tok;    /* owned; NULL if the GGUF has no vocab */
+} nl_model;
+
+/* Load and validate (every required key and tensor shape; errors name the key or the tensor
+ * and both shapes). NULL + nl_last_error() on failure. */
+nl_model *nl_model_load(const char *path);
+/* Same over an already opened GGUF (takes ownership of g, also on failure). */
+nl_model *nl_model_from_gguf(nl_gguf *g);
+void nl_model_free(nl_model *m);
+
+/* Projection id of (layer, kind) or -1. */
+int nl_model_proj(const nl_model *m, int layer, nl_proj_kind kind);
+
+/* Synthetic models (mkmodel). Presets: "tiny", "small", "llama3.2-1b", "qwen3-0.6b",
+ * "qwen35-0.8b". type: NL_TYPE_F32/F16/Q8_0 for the projection weights. Deterministic in seed. */
+int nl_mkmodel(nl_arch arch, const char *preset, int type, uint64_t seed, const char *out_path);
+
+#endif

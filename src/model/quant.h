@@ -1,0 +1,43 @@
+/* model/quant: the ggml tensor types nightlora reads and writes, as ONE traits table
+ * (block size, block bytes, to_float, from_float). Adding a type is adding a row.
+ * Facts: ../shared/ref/formats.md §1 (block layouts, reference quantizers). */
+#ifndef NL_QUANT_H
+#define NL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum nl_type {
+    NL_TYPE_F32 = 0, NL_TYPE_F16 = 1, NL_TYPE_Q4_0 = 2, NL_TYPE_Q8_0 = 8,
+    NL_TYPE_Q4_K = 12, NL_TYPE_Q6_K = 14, NL_TYPE_BF16 = 30,
+    NL_TYPE_COUNT = 43, /* ggml's id space */
+};
+
+typedef struct {
+    const char *name;    /* "f32", "q8_0", ... (lower case, as the CLI spells them) */
+    int blck;            /* elements per block */
+    size_t bytes;        /* bytes per block */
+    /* n must be a multiple of blck. NULL when the direction is not supported. */
+    void (*to_float)(const void *src, float *dst, int64_t n);
+    void (*from_float)(const float *src, void *dst, int64_t n);
+} nl_type_traits;
+
+/* NULL for a type id nightlora does not handle (or out of range). */
+const nl_type_traits *nl_type_get(int type);
+/* ggml's name for any id (even unsupported ones, e.g. "q5_k"); "unknown" past the range. */
+const char *nl_type_name(int type);
+/* Parse "f32", "F16", "q8_0", ... ; -1 when unknown. */
+int nl_type_from_name(const char *name);
+/* Bytes of one row of ne0 elements; 0 if ne0 is not a multiple of the block size. */
+size_t nl_row_bytes(int type, int64_t ne0);
+
+float nl_f16_to_f32(uint16_t h);
+uint16_t nl_f32_to_f16(float f);   /* round to nearest even, like F16C */
+float nl_bf16_to_f32(uint16_t h);
+uint16_t nl_f32_to_bf16(float f);  /* ggml's rounding, NaN kept quiet */
+
+/* Q8_0 block, exposed for the kernels (proj/). */
+typedef struct { uint16_t d; int8_t qs[32]; } nl_block_q8_0;
+typedef struct { uint16_t d; uint8_t qs[16]; } nl_block_q4_0;
+
+#endif

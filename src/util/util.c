@@ -1,0 +1,101 @@
+#include "util/util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char err_slot[1024];
+
+int nl_err(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_slot, sizeof err_slot, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int nl_err_prefix(const char *fmt, ...) {
+    char prefix[512], old[sizeof err_slot];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err_slot, sizeof old);
+    snprintf(err_slot, sizeof err_slot, "%s: %s", prefix, old);
+    return -1;
+}
+
+const char *nl_last_error(void) { return err_slot[0] ? err_slot : "unknown error"; }
+void nl_clear_error(void) { err_slot[0] = 0; }
+
+void *nl_malloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) nl_err("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+void *nl_calloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) nl_err("out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+char *nl_strndup(const char *s, size_t n) {
+    char *p = nl_malloc(n + 1);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+char *nl_strdup(const char *s) { return nl_strndup(s, strlen(s)); }
+
+char *nl_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        nl_err("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        nl_err("%s: out of memory", path);
+        return NULL;
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                nl_err("%s: out of memory", path);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        fclose(f);
+        nl_err("%s: read error at offset %zu", path, n);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+double nl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,49 @@
+/* util: the error slot and small helpers every room uses.
+ *
+ * Functions in the library return an int status (0 = ok, negative = error) or NULL, and put
+ * a one-line message in a thread-local slot: nl_err("%s: offset %llu: expected ...", ...).
+ * The CLI prints nl_last_error() and exits non-zero. Nothing in the library calls exit(). */
+#ifndef NL_UTIL_H
+#define NL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define NL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define NL_PRINTF(a, b)
+#endif
+
+/* Set the error slot; always returns -1 so callers can `return nl_err(...)`. */
+int nl_err(const char *fmt, ...) NL_PRINTF(1, 2);
+/* Prefix the current message: "prefix: old message". Returns -1. */
+int nl_err_prefix(const char *fmt, ...) NL_PRINTF(1, 2);
+const char *nl_last_error(void);
+void nl_clear_error(void);
+
+/* Allocation that records an error on failure (returns NULL then). */
+void *nl_malloc(size_t n);
+void *nl_calloc(size_t n, size_t size);
+char *nl_strdup(const char *s);
+char *nl_strndup(const char *s, size_t n);
+
+/* Whole-file read (NUL-terminated extra byte); NULL + error on failure. */
+char *nl_read_file(const char *path, size_t *len);
+
+/* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
+static inline int nl_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
+    if (a != 0 && b > UINT64_MAX / a) return -1;
+    *out = a * b;
+    return 0;
+}
+static inline int nl_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
+    if (b > UINT64_MAX - a) return -1;
+    *out = a + b;
+    return 0;
+}
+
+/* Monotonic wall-clock seconds. */
+double nl_now(void);
+
+#endif

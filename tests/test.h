@@ -1,0 +1,48 @@
+/* Minimal test harness: CHECK records a failure and continues; the program prints
+ * "N passed, M failed" and exits non-zero on any failure. */
+#ifndef NL_TEST_H
+#define NL_TEST_H
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int nl_t_pass, nl_t_fail;
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (cond) nl_t_pass++;                                                      \
+        else {                                                                      \
+            nl_t_fail++;                                                            \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                           \
+    } while (0)
+
+#define CHECKF(cond, ...)                                               \
+    do {                                                                \
+        if (cond) nl_t_pass++;                                          \
+        else {                                                          \
+            nl_t_fail++;                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                               \
+            fputc('\n', stderr);                                        \
+        }                                                               \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol) \
+    CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %g)", (double)(a), (double)(b), (double)(tol))
+
+static inline int nl_t_done(void) {
+    printf("%d passed, %d failed\n", nl_t_pass, nl_t_fail);
+    return nl_t_fail ? 1 : 0;
+}
+
+/* Deterministic test RNG (xorshift64*), uniform in [-1, 1). */
+static unsigned long long nl_t_rng_state = 0x9E3779B97F4A7C15ULL;
+static inline double nl_t_rand(void) {
+    unsigned long long x = nl_t_rng_state;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    nl_t_rng_state = x;
+    return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+#endif

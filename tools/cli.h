@@ -1,0 +1,23 @@
+/* The command line: one function per sub-command, each in its own tools/cmd_*.c file.
+ * A command returns the process exit status; errors are printed as "nightlora: <message>". */
+#ifndef NL_CLI_H
+#define NL_CLI_H
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv); /* argv[0] is the sub-command name */
+    const char *usage;
+} nl_cli_command;
+
+/* Print "nightlora <cmd>: <nl_last_error()>" and return 1. */
+int nl_cli_fail(const char *cmd);
+
+/* Minimal flag parsing over argv: "--name value" or "--name=value". Returns the value or
+ * NULL; `flag_present` answers boolean flags. Unknown flags are reported by nl_cli_check. */
+const char *nl_cli_opt(int argc, char **argv, const char *name);
+int nl_cli_flag(int argc, char **argv, const char *name);
+/* Every "--x" in argv must be in the NULL-terminated list `known` (names without "--");
+ * `boolean` lists those that take no value. Returns 0, or prints an error and returns 1. */
+int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean);
+
+#endif

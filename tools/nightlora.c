@@ -1,0 +1,106 @@
+/* nightlora: the command-line tool, thin over the library. DESIGN.md §5 is its contract. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util/util.h"
+
+int nl_cli_fail(const char *cmd) {
+    fprintf(stderr, "nightlora %s: %s\n", cmd, nl_last_error());
+    return 1;
+}
+
+static int flag_match(const char *arg, const char *name, const char **value) {
+    if (arg[0] != '-' || arg[1] != '-') return 0;
+    size_t n = strlen(name);
+    if (strncmp(arg + 2, name, n) != 0) return 0;
+    if (arg[2 + n] == 0) { *value = NULL; return 1; }
+    if (arg[2 + n] == '=') { *value = arg + 3 + n; return 1; }
+    return 0;
+}
+
+const char *nl_cli_opt(int argc, char **argv, const char *name) {
+    const char *found = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (flag_match(argv[i], name, &v)) {
+            if (v) found = v;
+            else if (i + 1 < argc) found = argv[++i];
+        }
+    }
+    return found;
+}
+
+int nl_cli_flag(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (flag_match(argv[i], name, &v)) return 1;
+    }
+    return 0;
+}
+
+static int in_list(const char *name, size_t n, const char *const *list) {
+    for (; list && *list; list++)
+        if (strlen(*list) == n && strncmp(*list, name, n) == 0) return 1;
+    return 0;
+}
+
+int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] != '-') {
+            fprintf(stderr, "nightlora %s: unexpected argument '%s'\n", cmd, a);
+            return 1;
+        }
+        const char *eq = strchr(a + 2, '=');
+        size_t n = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        if (in_list(a + 2, n, boolean)) continue;
+        if (!in_list(a + 2, n, known)) {
+            fprintf(stderr, "nightlora %s: unknown option '%s' (see 'nightlora help %s')\n", cmd, a, cmd);
+            return 1;
+        }
+        if (!eq) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "nightlora %s: option '%s' needs a value\n", cmd, a);
+                return 1;
+            }
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* Sub-commands: each lives in tools/cmd_<name>.c. */
+#define NL_COMMANDS(X) \
+    /* X(name, function, usage) */
+
+#define NL_DECLARE(name, fn, usage) int fn(int argc, char **argv);
+NL_COMMANDS(NL_DECLARE)
+
+static const nl_cli_command commands[] = {
+#define NL_ENTRY(name, fn, usage) {name, fn, usage},
+    NL_COMMANDS(NL_ENTRY)
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: nightlora <command> [options]\n\ncommands:\n");
+    for (const nl_cli_command *c = commands; c->name; c++) fprintf(f, "  %s\n", c->usage);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        if (argc >= 3) {
+            for (const nl_cli_command *c = commands; c->name; c++)
+                if (!strcmp(c->name, argv[2])) { printf("usage: %s\n", c->usage); return 0; }
+        }
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (const nl_cli_command *c = commands; c->name; c++)
+        if (!strcmp(c->name, argv[1])) return c->run(argc - 1, argv + 1);
+    fprintf(stderr, "nightlora: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
