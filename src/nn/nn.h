@@ -1,0 +1,53 @@
+/* nn/: fused nodes, each a *_forward / *_backward pair on activations (row-major, FP32).
+ * Nodes never touch a frozen weight matrix: the layer code calls proj/ for those. Frozen
+ * vectors (norm weights, conv kernels) are inputs, never differentiated. Every pair has a
+ * float64 finite-difference gradient test (tests/test_nn*.c).
+ *
+ * Shapes: T tokens; [T][n] means T rows of n floats. */
+#ifndef NL_NN_H
+#define NL_NN_H
+
+#include <stdint.h>
+
+/* ---- RMSNorm: y = w ⊙ x / sqrt(mean(x²) + eps), per row of n.
+ * rstd[T] (1/ρ per row) is saved for backward; may be NULL. y may alias x. */
+void nl_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int T, int n, float eps);
+/* dx[T][n] = (overwritten). Needs the forward input x and rstd. */
+void nl_rmsnorm_backward(float *dx, const float *dy, const float *x, const float *w, const float *rstd, int T, int n);
+
+/* ---- RoPE, in place on x[T][n_heads][head_dim] at positions pos[T].
+ * neox = 0: rotate (2i, 2i+1) (llama NORM); neox = 1: (i, i + n_rot/2). Dims >= n_rot pass.
+ * theta_i = pos * base^(-2i/n_rot) * freq_scale / freq_factors[i] (factors may be NULL). */
+typedef struct {
+    int head_dim, n_rot, neox;
+    float base, freq_scale;
+    const float *freq_factors; /* [n_rot/2] or NULL (borrowed) */
+} nl_rope;
+void nl_rope_forward(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos);
+void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int32_t *pos); /* rotation by -θ */
+
+/* ---- Causal GQA attention, flash-style (O(T·d) memory, never a T×S matrix for all heads).
+ * q[T][Hq][d]; k, v[S][Hkv][d] with S >= T: the first S-T keys are the past (KV cache); query
+ * t attends to keys 0 .. S-T+t. Query head h uses kv head h / (Hq/Hkv).
+ * out[T][Hq][d]; lse[T][Hq] = logsumexp of the scaled scores (saved for backward; may be NULL). */
+void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                          int T, int S, int Hq, int Hkv, int d, float scale);
+/* Self-attention backward (S == T). dq, dk, dv overwritten. */
+void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                           const float *lse, const float *q, const float *k, const float *v,
+                           int T, int Hq, int Hkv, int d, float scale);
+
+/* ---- SwiGLU: h = silu(a) ⊙ b, n elements. */
+void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n);
+void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
+
+/* ---- Sigmoid output gate (qwen35 attention): out = o ⊙ σ(g). */
+void nl_gate_forward(float *out, const float *o, const float *g, int64_t n);
+void nl_gate_backward(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
+
+/* ---- Softmax cross-entropy over one chunk of logits z[T][V]; targets[t] < 0 = not a target.
+ * Returns the SUM of -log p(target) over targets. If want_grad, z is overwritten with
+ * dz = (softmax(z) - onehot) * inv_n on target rows and 0 elsewhere. */
+double nl_xent_chunk(float *z, const int32_t *targets, int T, int V, float inv_n, int want_grad);
+
+#endif
