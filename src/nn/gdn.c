@@ -152,6 +152,23 @@ static inline void row_scale_acc(float *restrict d, float alpha, float *restrict
     }
 }
 
+/* d = α x (out of place);  acc += s d */
+static inline void row_scale_acc_from(float *restrict d, const float *restrict x, float alpha,
+                                      float *restrict acc, float s, int n) {
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = alpha * x[c + l];
+            d[c + l] = v;
+            acc[c + l] += s * v;
+        }
+    for (; c < n; c++) {
+        float v = alpha * x[c];
+        d[c] = v;
+        acc[c] += s * v;
+    }
+}
+
 /* d += a x;  acc += s d */
 static inline void row_axpy_acc(float *restrict d, float a, const float *restrict x,
                                 float *restrict acc, float s, int n) {
@@ -193,13 +210,18 @@ static inline float row_bwd2(float *restrict d, float a, const float *restrict x
     return r;
 }
 
-/* One token of one value head, in place on S[dk][dv]: S = α S + k uᵀ with u = β (v − (αS)ᵀk);
- * o = scale Sᵀ q. r_out (v − p) is kept for backward when non-NULL. p is [dv] scratch. */
-static void gdn_step(float *restrict S, const float *k, const float *v, const float *q, float alpha,
-                     float beta, float scale, int dk, int dv, float *restrict p, float *restrict u,
-                     float *r_out, float *restrict o) {
+/* One token of one value head: S = α S_prev + k uᵀ with u = β (v − (αS_prev)ᵀk); o = scale Sᵀ q.
+ * S_prev == S (in place) or a separate [dk][dv] (backward keeps every state of a chunk); both
+ * paths do the same arithmetic. r_out (v − p) is kept for backward when non-NULL. p: [dv] scratch. */
+static void gdn_step(float *S, const float *S_prev, const float *k, const float *v, const float *q,
+                     float alpha, float beta, float scale, int dk, int dv, float *restrict p,
+                     float *restrict u, float *r_out, float *restrict o) {
     for (int c = 0; c < dv; c++) p[c] = 0.0f;
-    for (int i = 0; i < dk; i++) row_scale_acc(S + (size_t)i * dv, alpha, p, k[i], dv);
+    if (S_prev == S)
+        for (int i = 0; i < dk; i++) row_scale_acc(S + (size_t)i * dv, alpha, p, k[i], dv);
+    else
+        for (int i = 0; i < dk; i++)
+            row_scale_acc_from(S + (size_t)i * dv, S_prev + (size_t)i * dv, alpha, p, k[i], dv);
     for (int c = 0; c < dv; c++) {
         float r = v[c] - p[c];
         if (r_out) r_out[c] = r;
@@ -250,7 +272,8 @@ static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b
         }
 }
 
-/* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] scratch receives q̂, k̂, silu(v).
+/* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] receives q̂, k̂, silu(v); it
+ * may equal cpre (the transform is elementwise per head segment).
  * Sstate: [Hv][dk][dv] read and updated, or NULL (zero start; Shead scratch [dk*dv] used).
  * ck: checkpoint array or NULL. work: [3*dv]. */
 static void forward_core(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *cpre,
@@ -277,7 +300,7 @@ static void forward_core(const nl_gdn_shape *s, const nl_gdn_weights *w, float *
                 memcpy(ck + ((size_t)(t / CH - 1) * Hv + j) * hs, S, sizeof(float) * hs);
             size_t gi = (size_t)t * Hv + j;
             float *o = y + (size_t)t * Hv * dv + (size_t)j * dv;
-            gdn_step(S, row + Hk * dk + (size_t)kh * dk, row + 2 * Hk * dk + (size_t)j * dv,
+            gdn_step(S, S, row + Hk * dk + (size_t)kh * dk, row + 2 * Hk * dk + (size_t)j * dv,
                      row + (size_t)kh * dk, expf(g[gi]), beta[gi], scale, dk, dv, p, u, NULL, o);
             gated_norm(o, z + (size_t)t * Hv * dv + (size_t)j * dv, w->norm, dv, s->eps);
         }
@@ -293,22 +316,22 @@ int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, con
     if (state && (!state->S || (s->K > 1 && !state->conv))) return nl_err("gdn: state without buffers");
     int cd = nl_gdn_conv_dim(s), Hv = s->Hv, K = s->K;
     size_t hs = (size_t)s->dk * s->dv;
-    /* scratch: cpre, xs [T][cd]; beta, g [T][Hv]; zero history [(K-1)][cd] when no state;
-     * one head state when no state; 3*dv work */
+    /* scratch: cpre [T][cd] (turned into q̂, k̂, silu(v) in place); beta, g [T][Hv]; zero
+     * history [(K-1)][cd] when no state; one head state when no state; 3*dv work; wt [K][cd] */
     size_t n_tc = (size_t)T * cd, n_g = (size_t)T * Hv;
     size_t n_hist = state ? 0 : (size_t)(K - 1) * cd, n_S = state ? 0 : hs;
     size_t n_wt = (size_t)K * cd;
-    size_t n = 2 * n_tc + 2 * n_g + n_hist + n_S + 3 * (size_t)s->dv + n_wt;
+    size_t n = n_tc + 2 * n_g + n_hist + n_S + 3 * (size_t)s->dv + n_wt;
     float *buf = nl_malloc(sizeof(float) * n);
     if (!buf) return -1;
-    float *cpre = buf, *xs = cpre + n_tc, *beta = xs + n_tc, *g = beta + n_g, *hist = g + n_g;
+    float *cpre = buf, *beta = cpre + n_tc, *g = beta + n_g, *hist = g + n_g;
     float *Shead = hist + n_hist, *work = Shead + n_S, *wt = work + 3 * (size_t)s->dv;
     if (!state) memset(hist, 0, sizeof(float) * n_hist);
     const float *h = state ? state->conv : hist;
     conv_forward(cpre, mixed, h, w->conv, T, cd, K, wt);
     if (state && K > 1) conv_state_update(state->conv, mixed, T, cd, K);
     gates(s, w, b, a, T, beta, g, NULL);
-    forward_core(s, w, y, cpre, xs, z, beta, g, T, state ? state->S : NULL, Shead, NULL, work);
+    forward_core(s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, Shead, NULL, work);
     free(buf);
     return 0;
 }
@@ -460,8 +483,7 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
                 silu_l2(Q + (size_t)i * dk, cp + qoff, dk, s->eps);
                 silu_l2(Kc + (size_t)i * dk, cp + koff, dk, s->eps);
                 for (int c = 0; c < dv; c++) V[(size_t)i * dv + c] = siluf(cp[voff + c]);
-                memcpy(St + (size_t)(i + 1) * hs, St + (size_t)i * hs, sizeof(float) * hs);
-                gdn_step(St + (size_t)(i + 1) * hs, Kc + (size_t)i * dk,
+                gdn_step(St + (size_t)(i + 1) * hs, St + (size_t)i * hs, Kc + (size_t)i * dk,
                          V + (size_t)i * dv, Q + (size_t)i * dk, expf(cache->g[gi]), cache->beta[gi],
                          scale, dk, dv, p, U + (size_t)i * dv, R + (size_t)i * dv, o);
                 gated_norm_backward(DO + (size_t)i * dv, dz + t * vd + (size_t)j * dv, o,
