@@ -298,7 +298,10 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     if (!cfg) cfg = &def;
     const nl_proj_backend *be = cfg->backend_impl ? cfg->backend_impl : nl_proj_backend_find(cfg->backend);
     if (!be) {
-        nl_err("proj: unknown backend \"%s\" (known:%s)", cfg->backend, " ref");
+        char known[128] = "";
+        for (int i = 0; backends[i]; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), " %s", backends[i]->name);
+        nl_err("proj: unknown backend \"%s\" (known:%s)", cfg->backend, known);
         return NULL;
     }
     nl_proj_service *s = nl_calloc(1, sizeof *s);
@@ -581,6 +584,7 @@ int nl_proj_exec(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, 
     nl_proj_entry *e = &s->e[id];
     const size_t n_in = (size_t)(dir == NL_FWD ? e->res.n_in : e->res.n_out);
     const size_t n_out = (size_t)(dir == NL_FWD ? e->res.n_out : e->res.n_in);
+    if (T == 0) return 0;
     if (!s->buckets) {
         if (!s->be->supports(s->be_ctx, &e->res, dir, T)) {
             s->wst.routed_tokens += (uint64_t)T;

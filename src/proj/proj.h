@@ -44,7 +44,12 @@ const nl_proj_backend *nl_proj_backend_find(const char *name);
 typedef struct {
     const char *backend;  /* "ref" (default) or "host" */
     int n_threads;        /* service worker threads (0 = 1) */
-    int wire_f16;         /* FP16 wire mode (host backend) */
+    /* FP16 wire (NPU-faithful mode), done by the service around any backend: each input row
+     * is scaled by a power of two so max|x| lands in [2^11, 2^12) and rounded to FP16; the
+     * outputs are rounded to FP16 and unscaled in FP32. A row whose output is non-finite or
+     * >= 60000 is resent with a further 2^-8 (at most 3 times), then computed by ref on the
+     * original weight. Counted in nl_proj_stats.retries / fallbacks. */
+    int wire_f16;
     int verbose;
     /* Resident precision of the projection weights (DESIGN §2), applied once at nl_proj_add:
      *   "auto" (default, NULL): recurrent -> f16; attn, mlp, head -> q8_0; embed keeps its type
@@ -79,7 +84,8 @@ int nl_proj_wait(nl_proj_service *s);
 /* submit + wait */
 int nl_proj_run(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, float *y);
 
-/* Gather rows of W (embedding lookup) through the same dequantizer: out[i][K] = W[rows[i]]. */
+/* Gather rows of W (embedding lookup) through the same dequantizer: out[i][K] = W[rows[i]].
+ * Reads only the resident bytes: allowed while a request is in flight. */
 int nl_proj_get_rows(nl_proj_service *s, int id, const int32_t *rows, int n, float *out);
 
 /* ---- counters ---------------------------------------------------------------------------- */
