@@ -502,6 +502,60 @@ static void test_planner(void) {
     tw_free(&a); tw_free(&m); tw_free(&emb);
 }
 
+/* The host backend through the service: policy-converted weights, planner, buckets, wire. */
+static void test_host_service(void) {
+    nl_t_rng_state = 21;
+    const int types[5] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_Q8_0, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+    const int classes[5] = {NL_CLASS_ATTN, NL_CLASS_RECURRENT, NL_CLASS_MLP, NL_CLASS_MLP, NL_CLASS_HEAD};
+    for (int wire = 0; wire < 2; wire++) {
+        nl_proj_config c = {0};
+        c.backend = "host";
+        c.n_threads = 2;
+        c.wire_f16 = wire;
+        nl_proj_service *s = nl_proj_service_new(&c);
+        CHECKF(s != NULL, "%s", nl_last_error());
+        if (!s) return;
+        tw w[5];
+        for (int i = 0; i < 5; i++) {
+            tw_make(&w[i], types[i], 512, 19, 0.5f);
+            nl_proj_weight v = tw_view(&w[i], "blk.0.w", classes[i]);
+            CHECK(nl_proj_add(s, &v) == i);
+        }
+        const int bk[2] = {4, 8};
+        CHECK(nl_proj_plan(s, bk, 2) == 0);
+        char buf[128];
+        nl_proj_plan_format_summary(s, buf, sizeof buf);
+        nl_proj_plan_totals tot;
+        nl_proj_plan_get_totals(s, &tot);
+        CHECK(tot.checks == 20);
+        /* every failure must be an unsupported type, never an error above its bound */
+        for (int i = 0; i < tot.checks; i++) {
+            const nl_proj_check *k = nl_proj_plan_get_check(s, i);
+            CHECKF(k->passed || !k->supported, "wire %d %s dir %d T %d err %g bound %g", wire,
+                   nl_type_name(nl_proj_get(s, k->id)->type), k->dir, k->T, k->rel_err, k->bound);
+        }
+        for (int i = 0; i < 5; i++)
+            for (int d = 0; d < 2; d++) {
+                const int T = 11;
+                const int64_t in = d ? 19 : 512, out = d ? 512 : 19;
+                float *x = rand_vec((size_t)(T * in), 1.0f), *y = malloc(sizeof(float) * (size_t)(T * out));
+                double *yd = malloc(sizeof(double) * (size_t)(T * out));
+                CHECK(nl_proj_run(s, i, (nl_dir)d, x, T, y) == 0);
+                ref64(&w[i], (nl_dir)d, x, T, yd);
+                double num = 0, den = 0;
+                for (int64_t j = 0; j < T * out; j++) {
+                    num += (y[j] - yd[j]) * (y[j] - yd[j]);
+                    den += yd[j] * yd[j];
+                }
+                CHECKF(sqrt(num / den) < 3e-2, "host wire %d type %s dir %d: rel err %g", wire,
+                       nl_type_name(types[i]), d, sqrt(num / den));
+                free(x); free(y); free(yd);
+            }
+        nl_proj_service_free(s);
+        for (int i = 0; i < 5; i++) tw_free(&w[i]);
+    }
+}
+
 /* ---- the FP16 wire ---------------------------------------------------------------------- */
 
 static void test_wire(void) {
@@ -591,6 +645,7 @@ int main(void) {
     test_queue_and_counters();
     test_threads_identical();
     test_planner();
+    test_host_service();
     test_wire();
     return nl_t_done();
 }

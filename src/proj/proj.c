@@ -18,6 +18,7 @@
 
 static const nl_proj_backend *const backends[] = {
     &nl_proj_backend_ref,
+    &nl_proj_backend_host,
     NULL,
 };
 

@@ -37,7 +37,8 @@ typedef struct nl_proj_backend {
 
 typedef struct nl_proj_service nl_proj_service;
 
-extern const nl_proj_backend nl_proj_backend_ref;
+extern const nl_proj_backend nl_proj_backend_ref;   /* ref.c: FP32 reference, every type */
+extern const nl_proj_backend nl_proj_backend_host;  /* host.c: resident-type SIMD kernels */
 /* The backend registered under `name` ("ref", ...), or NULL. */
 const nl_proj_backend *nl_proj_backend_find(const char *name);
 
