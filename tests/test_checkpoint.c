@@ -61,6 +61,21 @@ static int same_state(const nl_ckpt *a, const nl_ckpt *b) {
 
 static char dir[256];
 
+/* The real POSIX layer with fsync stubbed out: these tests check the commit logic, and real
+ * fsyncs on a busy shared disk make the ~200 commits take seconds. test_round_trip keeps the
+ * real layer. */
+static nl_io fast;
+static int no_fsync(void *ctx, int fd) {
+    (void)ctx;
+    (void)fd;
+    return 0;
+}
+static int no_fsync_dir(void *ctx, const char *d) {
+    (void)ctx;
+    (void)d;
+    return 0;
+}
+
 static void path_of(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "%s/%s", dir, name);
 }
@@ -102,6 +117,7 @@ static unsigned char *slurp(const char *name, size_t *len) {
 static void spit(const char *name, const void *data, size_t len) {
     char p[512];
     path_of(p, sizeof p, name);
+    unlink(p); /* a fresh file: truncating one in place makes ext4 flush it (slow) */
     FILE *f = fopen(p, "wb");
     fwrite(data, 1, len, f);
     fclose(f);
@@ -247,17 +263,17 @@ static void test_prune(void) {
     state s;
     for (uint64_t st = 1; st <= 4; st++) {
         make_state(&s, st * 10, NP, NULL);
-        CHECK(nl_ckpt_commit(dir, &s.ck, NULL) == 0);
+        CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
     }
     CHECK(count_files() == 2 && exists("commit-40.nlck") && exists("commit-30.nlck"));
     /* a commit at a lower step (abandoned timeline): the later ones go, the older one stays */
     make_state(&s, 35, NP, NULL);
-    CHECK(nl_ckpt_commit(dir, &s.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
     CHECK(count_files() == 2 && exists("commit-35.nlck") && exists("commit-30.nlck"));
     /* re-commit of the same step replaces it */
     make_state(&s, 35, NP, NULL);
     s.params[0] = 99;
-    CHECK(nl_ckpt_commit(dir, &s.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
     nl_ckpt out;
     CHECK(nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, NULL, 0, NULL) == 0);
     CHECK(out.step == 35 && out.params[0] == 99);
@@ -266,7 +282,7 @@ static void test_prune(void) {
     spit("commit-07.nlck", "x", 1);
     spit("notes.txt", "x", 1);
     make_state(&s, 50, NP, NULL);
-    CHECK(nl_ckpt_commit(dir, &s.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
     CHECK(exists("commit-07.nlck") && exists("notes.txt") && exists("commit-35.nlck") &&
           !exists("commit-30.nlck"));
 }
@@ -281,11 +297,11 @@ static void test_commit_faults(void) {
     make_state(&next, 6, NP, NULL);
     /* how many I/O calls does a clean commit make from the {4, 5} state? */
     clear_dir();
-    CHECK(nl_ckpt_commit(dir, &older.ck, NULL) == 0 && nl_ckpt_commit(dir, &prev.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &older.ck, &fast) == 0 && nl_ckpt_commit(dir, &prev.ck, &fast) == 0);
     size_t plen;
     unsigned char *pbytes = slurp("commit-5.nlck", &plen);
     nl_io_fault f;
-    nl_io_fault_init(&f, NULL, -1, 0, 0);
+    nl_io_fault_init(&f, &fast, -1, 0, 0);
     CHECK(nl_ckpt_commit(dir, &next.ck, &f.io) == 0);
     long ncalls = f.calls;
     CHECKF(ncalls >= 10, "%ld calls", ncalls); /* open, 7 writes, fsync, close, rename, fsync dir, unlink */
@@ -294,9 +310,9 @@ static void test_commit_faults(void) {
             int ok_returns = 0, bad = 0;
             for (long k = 0; k < ncalls; k++) {
                 clear_dir();
-                CHECK(nl_ckpt_commit(dir, &older.ck, NULL) == 0);
-                CHECK(nl_ckpt_commit(dir, &prev.ck, NULL) == 0);
-                nl_io_fault_init(&f, NULL, k, errs[e], sticky);
+                CHECK(nl_ckpt_commit(dir, &older.ck, &fast) == 0);
+                CHECK(nl_ckpt_commit(dir, &prev.ck, &fast) == 0);
+                nl_io_fault_init(&f, &fast, k, errs[e], sticky);
                 int rc = nl_ckpt_commit(dir, &next.ck, &f.io);
                 if (f.failed == 0) bad++; /* the k-th call must exist */
                 if (rc == 0) ok_returns++;
@@ -343,16 +359,16 @@ static void test_load_faults(void) {
     state a, b;
     make_state(&a, 7, NP, NULL);
     make_state(&b, 8, NP, NULL);
-    CHECK(nl_ckpt_commit(dir, &a.ck, NULL) == 0 && nl_ckpt_commit(dir, &b.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &a.ck, &fast) == 0 && nl_ckpt_commit(dir, &b.ck, &fast) == 0);
     nl_io_fault f;
-    nl_io_fault_init(&f, NULL, -1, 0, 0);
+    nl_io_fault_init(&f, &fast, -1, 0, 0);
     nl_ckpt out;
     CHECK(nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, NULL, 0, &f.io) == 0);
     nl_ckpt_free(&out);
     long ncalls = f.calls;
     int bad = 0, fell_back = 0;
     for (long k = 0; k < ncalls; k++) {
-        nl_io_fault_init(&f, NULL, k, EIO, 0);
+        nl_io_fault_init(&f, &fast, k, EIO, 0);
         char warn[512];
         int rc = nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, warn, sizeof warn, &f.io);
         if (rc == 0 && out.step == 7) {
@@ -376,7 +392,7 @@ static void test_truncation_and_flips(void) {
     state a, b;
     make_state(&a, 6, NP, NULL);
     make_state(&b, 7, NP, NULL);
-    CHECK(nl_ckpt_commit(dir, &a.ck, NULL) == 0 && nl_ckpt_commit(dir, &b.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &a.ck, &fast) == 0 && nl_ckpt_commit(dir, &b.ck, &fast) == 0);
     size_t len;
     unsigned char *good = slurp("commit-7.nlck", &len);
     char p7[512];
@@ -445,7 +461,7 @@ static void test_untrusted_lengths(void) {
     clear_dir();
     state a;
     make_state(&a, 2, NP, NULL);
-    CHECK(nl_ckpt_commit(dir, &a.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &a.ck, &fast) == 0);
     size_t len;
     unsigned char *g = slurp("commit-2.nlck", &len);
     char p[512];
@@ -478,7 +494,7 @@ static void test_wrong_hashes(void) {
     clear_dir();
     state a;
     make_state(&a, 11, NP, NULL);
-    CHECK(nl_ckpt_commit(dir, &a.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &a.ck, &fast) == 0);
     nl_ckpt out;
     CHECK(nl_ckpt_load_latest(dir, 0xC0FFEE, 0x111, NP, &out, NULL, 0, NULL) == -1);
     CHECK(strstr(nl_last_error(), "different model") && strstr(nl_last_error(), "model hash") &&
@@ -492,12 +508,15 @@ static void test_wrong_hashes(void) {
     state b;
     make_state(&b, 12, NP, NULL);
     b.ck.config_hash = 0x333;
-    CHECK(nl_ckpt_commit(dir, &b.ck, NULL) == 0);
+    CHECK(nl_ckpt_commit(dir, &b.ck, &fast) == 0);
     CHECK(nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, NULL, 0, NULL) == -1);
     CHECK(strstr(nl_last_error(), "config hash"));
 }
 
 int main(void) {
+    fast = *nl_io_posix();
+    fast.fsync = no_fsync;
+    fast.fsync_dir = no_fsync_dir;
     snprintf(dir, sizeof dir, "/tmp/nl_test_ckpt_XXXXXX");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
