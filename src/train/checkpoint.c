@@ -448,6 +448,11 @@ static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
         goto done;
     }
     uint64_t want;
+    if (n_params > SIZE_MAX / sizeof(float)) { /* 32-bit hosts */
+        nl_err("%s: offset 56: n_params %llu too large for this host", path,
+               (unsigned long long)n_params);
+        goto done;
+    }
     if (file_bytes(n_cursor, n_rng, n_params, &want) || want != size) {
         nl_err("%s: size %llu bytes but the header (n_params %llu) implies %llu: truncated or "
                "corrupt",
