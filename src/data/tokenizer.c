@@ -274,7 +274,7 @@ static void scan_llama3(const uint32_t *cp, const uint32_t *fl, size_t a, size_t
         uint32_t f2 = c == ' ' ? FLAT(pos + 1) : f;
         if (!(f2 & not_punct) && f) {
             pos += c == ' ';
-            while (!(f2 & not_punct) && f2) f2 = FLAT(++pos);
+            while (!(f2 & not_punct) && f2) { pos++; f2 = FLAT(pos); }
             while (CPAT(pos) == '\r' || CPAT(pos) == '\n') pos++;
             EMIT(pos); continue;
         }
