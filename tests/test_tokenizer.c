@@ -590,8 +590,8 @@ static void test_cli(void) {
 }
 
 /* ---- 11. speed ---- */
-static void test_speed(void) {
-    nl_tokenizer *t = open_vocab("gpt-2", NULL);
+static void test_speed(const char *vocab) {
+    nl_tokenizer *t = open_vocab(vocab, NULL);
     if (!t) return;
     size_t il;
     char *inp = nl_read_file(TOKDIR "ggml-vocab-qwen35.gguf.inp", &il);
@@ -607,7 +607,7 @@ static void test_speed(void) {
     int rc = nl_tokenize(t, big, n, false, true, &ids, &nid);
     double dt = nl_now() - t0;
     CHECKF(rc == 0, "%s", nl_last_error());
-    printf("speed: %zu bytes -> %d tokens in %.3f s\n", n, nid, dt);
+    printf("speed %-13s %zu bytes -> %d tokens in %.3f s\n", vocab, n, nid, dt);
     CHECKF(dt < 5.0, "100 KB took %.2f s", dt); /* goal well under 1 s; loose for sanitizer builds */
     char *bk = NULL;
     size_t bl = 0;
@@ -619,7 +619,38 @@ static void test_speed(void) {
     nl_tokenizer_free(t);
 }
 
-int main(void) {
+/* Developer mode for tests/data/tokenizer/regex_diff.py: read lines "PRE<TAB>HEX(text)" from
+ * stdin, print the byte lengths of the pieces nl_pretokenize cuts, one line per input. */
+static int pretok_filter(void) {
+    static char line[1 << 16];
+    while (fgets(line, sizeof line, stdin)) {
+        char *tab = strchr(line, '\t');
+        if (!tab) { printf("ERR\n"); continue; }
+        *tab = 0;
+        char *hex = tab + 1;
+        size_t hl = strcspn(hex, "\r\n"), n = hl / 2;
+        char *buf = malloc(n + 1);
+        if (!buf) return 1;
+        for (size_t i = 0; i < n; i++) {
+            unsigned v = 0;
+            sscanf(hex + 2 * i, "%2x", &v);
+            buf[i] = (char)v;
+        }
+        size_t *lens = NULL;
+        int np = 0;
+        if (nl_pretokenize(line, buf, n, &lens, &np)) printf("ERR %s\n", nl_last_error());
+        else {
+            for (int i = 0; i < np; i++) printf(i ? " %zu" : "%zu", lens[i]);
+            printf("\n");
+        }
+        free(lens);
+        free(buf);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--pretok")) return pretok_filter();
     test_unicode();
     test_splits();
     test_splits2();
@@ -632,6 +663,7 @@ int main(void) {
     test_spm();
     test_bad_vocab();
     test_cli();
-    test_speed();
+    test_speed("gpt-2");
+    test_speed("deepseek-llm"); /* 2400 user-defined tokens to look for */
     return nl_t_done();
 }
