@@ -18,8 +18,10 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g);
 void nl_tokenizer_free(nl_tokenizer *t);
 
 /* Encode `len` bytes of UTF-8. add_special: BOS/EOS as the vocab says; parse_special: match
- * control/user-defined token text (chat templates need it). *ids is malloc'd (caller frees).
- * Invalid UTF-8 is an error naming the byte offset. */
+ * control (and unknown) token text (chat templates need it). USER_DEFINED tokens are matched
+ * whatever parse_special says, as llama.cpp does (mpt's runs of spaces, deepseek's <|EOT|>).
+ * *ids is malloc'd (caller frees). Invalid UTF-8 is an error naming the byte offset.
+ * A tokenizer is read-only after construction: concurrent calls are safe. */
 int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_special,
                 bool parse_special, int32_t **ids, int *n_ids);
 
