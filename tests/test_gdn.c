@@ -205,6 +205,19 @@ static void test_forward_shapes(void) {
         double err = 0;
         for (size_t i = 0; i < ny; i++) err = fmax(err, fabs(y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
         CHECKF(err <= 2e-5, "forward shape %d: max rel err %.3g", si, err);
+        /* streamed in pieces of 4 (K = 1 needs no conv history: state.conv may be NULL) */
+        float *y2 = malloc(sizeof(float) * ny), *S = calloc((size_t)p[1] * p[2] * p[3], sizeof(float));
+        float *hist = p[4] > 1 ? calloc((size_t)(p[4] - 1) * F.cd, sizeof(float)) : NULL;
+        nl_gdn_state st = {hist, S};
+        int vd = p[1] * p[3];
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int n = T - t0 < 4 ? T - t0 : 4;
+            CHECK(nl_gdn_forward(&F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
+                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * p[1], F.a + (size_t)t0 * p[1], n,
+                                 &st) == 0);
+        }
+        CHECKF(memcmp(y, y2, sizeof(float) * ny) == 0, "shape %d: streamed y differs", si);
+        free(y2); free(S); free(hist);
         free(y); free(yr);
         fix_free(&F);
     }
@@ -274,10 +287,10 @@ static double fd(fix *F, double *x, size_t i, const double *rvec, double *ybuf) 
     return (lp - lm) / (2 * h);
 }
 
-static void test_backward(int tiled, int T) {
+static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled, int T) {
     fix F;
-    fix_init(&F, 2, 4, 5, 3, 4, tiled, T);
-    int cd = F.cd, Hv = 4, dv = 3, vd = Hv * dv;
+    fix_init(&F, Hk, Hv, dk, dv, K, tiled, T);
+    int cd = F.cd, vd = Hv * dv;
     size_t ny = (size_t)T * vd;
     double *rvec = malloc(sizeof(double) * ny), *ybuf = malloc(sizeof(double) * ny);
     float *dy = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
@@ -326,6 +339,8 @@ static void test_backward(int tiled, int T) {
     fix_free(&F);
 }
 
+static void test_backward(int tiled, int T) { test_backward_shape(2, 4, 5, 3, 4, tiled, T); }
+
 /* ---------------- (d) cache size ---------------- */
 
 static void test_cache_size(void) {
@@ -350,7 +365,8 @@ static void test_cache_size(void) {
     nl_gdn_shape bad = s;
     bad.Hv = 3;
     CHECK(nl_gdn_cache_bytes(&bad, 10) == 0);
-    CHECK(nl_gdn_backward_work_bytes(&q) > 17ull * 4 * 128 * 128);
+    CHECK(nl_gdn_backward_work_bytes(&q) == 4ull * (18 * 128 * 128 + 34 * 128 + 68 * 128));
+    CHECK(nl_gdn_backward_work_bytes(&s) == 4ull * (18 * 5 * 3 + 34 * 5 + 68 * 3));
 }
 
 /* ---------------- errors ---------------- */
@@ -395,6 +411,8 @@ int main(void) {
     test_backward(0, 16);
     test_backward(1, 17);
     test_backward(0, 32);
+    test_backward_shape(1, 2, 11, 10, 3, 1, 20); /* dk, dv > 8: the 8-wide kernel blocks + tails */
+    test_backward_shape(3, 3, 4, 6, 1, 0, 18);   /* K = 1, Hk == Hv */
     test_cache_size();
     test_errors();
     return nl_t_done();

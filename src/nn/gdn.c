@@ -96,44 +96,30 @@ static float silu_l2(float *dst, const float *src, int n, float eps) {
     return nrm;
 }
 
-/* Causal depthwise conv: cpre[t][ch] = sum_i w[ch][i] * m_{t-K+1+i}[ch], where positions < 0
- * come from hist[(K-1)][cd] (oldest first; hist[K-1+pos]). hist may not be NULL (zeros). */
+/* out[c] += a[c] * x[c] over n (8-wide blocks + tail). */
+static inline void row_fma(float *restrict out, const float *restrict a, const float *restrict x, int n) {
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) out[c + l] += a[c + l] * x[c + l];
+    for (; c < n; c++) out[c] += a[c] * x[c];
+}
+
+/* Causal depthwise conv: cpre[t][ch] = sum_i w[ch][i] * m_{t-K+1+i}[ch] (summed i = 0..K-1),
+ * where positions < 0 come from hist[(K-1)][cd] (oldest first; hist[K-1+pos]).
+ * wt[K][cd] is scratch for the transposed kernel, so every inner loop is contiguous. */
 static void conv_forward(float *cpre, const float *mixed, const float *hist, const float *w, int T,
-                         int cd, int K) {
-    const float *rows[64];
-    const float **rp = rows;
-    const float **heap = NULL;
-    if (K > 64) {
-        heap = malloc(sizeof *heap * (size_t)K);
-        rp = heap; /* K <= 4096 checked; on failure fall back to a slower per-element path */
-    }
+                         int cd, int K, float *wt) {
+    for (int ch = 0; ch < cd; ch++)
+        for (int i = 0; i < K; i++) wt[(size_t)i * cd + ch] = w[(size_t)ch * K + i];
     for (int t = 0; t < T; t++) {
         float *out = cpre + (size_t)t * cd;
-        if (rp) {
-            for (int i = 0; i < K; i++) {
-                int pos = t - K + 1 + i;
-                rp[i] = pos >= 0 ? mixed + (size_t)pos * cd : hist + (size_t)(K - 1 + pos) * cd;
-            }
-            for (int ch = 0; ch < cd; ch++) {
-                const float *wc = w + (size_t)ch * K;
-                float acc = 0.0f;
-                for (int i = 0; i < K; i++) acc += wc[i] * rp[i][ch];
-                out[ch] = acc;
-            }
-        } else {
-            for (int ch = 0; ch < cd; ch++) {
-                const float *wc = w + (size_t)ch * K;
-                float acc = 0.0f;
-                for (int i = 0; i < K; i++) {
-                    int pos = t - K + 1 + i;
-                    const float *r = pos >= 0 ? mixed + (size_t)pos * cd : hist + (size_t)(K - 1 + pos) * cd;
-                    acc += wc[i] * r[ch];
-                }
-                out[ch] = acc;
-            }
+        memset(out, 0, sizeof(float) * (size_t)cd);
+        for (int i = 0; i < K; i++) {
+            int pos = t - K + 1 + i;
+            const float *r = pos >= 0 ? mixed + (size_t)pos * cd : hist + (size_t)(K - 1 + pos) * cd;
+            row_fma(out, wt + (size_t)i * cd, r, cd);
         }
     }
-    free(heap);
 }
 
 /* The conv history after T more inputs: the last K-1 of (hist ++ mixed). In place, ascending:
@@ -146,38 +132,103 @@ static void conv_state_update(float *hist, const float *mixed, int T, int cd, in
     }
 }
 
-/* One token of one value head: dst = α src + k uᵀ with u = β (v − αsrcᵀk); o = scale dstᵀ q.
- * dst may equal src (in place). r_out (v − p) and u_out [dv] are kept for backward when non-NULL.
- * p is [dv] scratch. */
-static void gdn_step(float *dst, const float *src, const float *k, const float *v, const float *q,
+/* Row kernels over dv, written as 8-wide blocks plus a scalar tail: gcc -O2 (the "very cheap"
+ * vectoriser) turns fixed 8-element inner loops into SIMD, but not loops of unknown length.
+ * No pointer arguments alias. */
+
+/* d = α d;  acc += s d */
+static inline void row_scale_acc(float *restrict d, float alpha, float *restrict acc, float s, int n) {
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) {
+            float x = alpha * d[c + l];
+            d[c + l] = x;
+            acc[c + l] += s * x;
+        }
+    for (; c < n; c++) {
+        float x = alpha * d[c];
+        d[c] = x;
+        acc[c] += s * x;
+    }
+}
+
+/* d = α x (out of place);  acc += s d */
+static inline void row_scale_acc_from(float *restrict d, const float *restrict x, float alpha,
+                                      float *restrict acc, float s, int n) {
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = alpha * x[c + l];
+            d[c + l] = v;
+            acc[c + l] += s * v;
+        }
+    for (; c < n; c++) {
+        float v = alpha * x[c];
+        d[c] = v;
+        acc[c] += s * v;
+    }
+}
+
+/* d += a x;  acc += s d */
+static inline void row_axpy_acc(float *restrict d, float a, const float *restrict x,
+                                float *restrict acc, float s, int n) {
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = d[c + l] + a * x[c + l];
+            d[c + l] = v;
+            acc[c + l] += s * v;
+        }
+    for (; c < n; c++) {
+        float v = d[c] + a * x[c];
+        d[c] = v;
+        acc[c] += s * v;
+    }
+}
+
+/* Backward pass 2 on one row: d' = d + a x; returns <d', y>; *xy = <x, y>; d = α d'. */
+static inline float row_bwd2(float *restrict d, float a, const float *restrict x,
+                             const float *restrict y, float alpha, float *xy, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = d[c + l] + a * x[c + l];
+            acc[l] += v * y[c + l];
+            acx[l] += x[c + l] * y[c + l];
+            d[c + l] = alpha * v;
+        }
+    float r = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    float rx = ((acx[0] + acx[4]) + (acx[1] + acx[5])) + ((acx[2] + acx[6]) + (acx[3] + acx[7]));
+    for (; c < n; c++) {
+        float v = d[c] + a * x[c];
+        r += v * y[c];
+        rx += x[c] * y[c];
+        d[c] = alpha * v;
+    }
+    *xy = rx;
+    return r;
+}
+
+/* One token of one value head: S = α S_prev + k uᵀ with u = β (v − (αS_prev)ᵀk); o = scale Sᵀ q.
+ * S_prev == S (in place) or a separate [dk][dv] (backward keeps every state of a chunk); both
+ * paths do the same arithmetic. r_out (v − p) is kept for backward when non-NULL. p: [dv] scratch. */
+static void gdn_step(float *S, const float *S_prev, const float *k, const float *v, const float *q,
                      float alpha, float beta, float scale, int dk, int dv, float *restrict p,
                      float *restrict u, float *r_out, float *restrict o) {
     for (int c = 0; c < dv; c++) p[c] = 0.0f;
-    for (int i = 0; i < dk; i++) {
-        float *d = dst + (size_t)i * dv;
-        const float *sr = src + (size_t)i * dv;
-        float ki = k[i];
-        for (int c = 0; c < dv; c++) {
-            float x = alpha * sr[c];
-            d[c] = x;
-            p[c] += ki * x;
-        }
-    }
+    if (S_prev == S)
+        for (int i = 0; i < dk; i++) row_scale_acc(S + (size_t)i * dv, alpha, p, k[i], dv);
+    else
+        for (int i = 0; i < dk; i++)
+            row_scale_acc_from(S + (size_t)i * dv, S_prev + (size_t)i * dv, alpha, p, k[i], dv);
     for (int c = 0; c < dv; c++) {
         float r = v[c] - p[c];
         if (r_out) r_out[c] = r;
         u[c] = beta * r;
         o[c] = 0.0f;
     }
-    for (int i = 0; i < dk; i++) {
-        float *restrict d = dst + (size_t)i * dv;
-        float ki = k[i], qi = q[i];
-        for (int c = 0; c < dv; c++) {
-            float x = d[c] + ki * u[c];
-            d[c] = x;
-            o[c] += qi * x;
-        }
-    }
+    for (int i = 0; i < dk; i++) row_axpy_acc(S + (size_t)i * dv, k[i], u, o, q[i], dv);
     for (int c = 0; c < dv; c++) o[c] *= scale;
 }
 
@@ -221,7 +272,8 @@ static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b
         }
 }
 
-/* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] scratch receives q̂, k̂, silu(v).
+/* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] receives q̂, k̂, silu(v); it
+ * may equal cpre (the transform is elementwise per head segment).
  * Sstate: [Hv][dk][dv] read and updated, or NULL (zero start; Shead scratch [dk*dv] used).
  * ck: checkpoint array or NULL. work: [3*dv]. */
 static void forward_core(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *cpre,
@@ -264,21 +316,22 @@ int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, con
     if (state && (!state->S || (s->K > 1 && !state->conv))) return nl_err("gdn: state without buffers");
     int cd = nl_gdn_conv_dim(s), Hv = s->Hv, K = s->K;
     size_t hs = (size_t)s->dk * s->dv;
-    /* scratch: cpre, xs [T][cd]; beta, g [T][Hv]; zero history [(K-1)][cd] when no state;
-     * one head state when no state; 3*dv work */
+    /* scratch: cpre [T][cd] (turned into q̂, k̂, silu(v) in place); beta, g [T][Hv]; zero
+     * history [(K-1)][cd] when no state; one head state when no state; 3*dv work; wt [K][cd] */
     size_t n_tc = (size_t)T * cd, n_g = (size_t)T * Hv;
     size_t n_hist = state ? 0 : (size_t)(K - 1) * cd, n_S = state ? 0 : hs;
-    size_t n = 2 * n_tc + 2 * n_g + n_hist + n_S + 3 * (size_t)s->dv;
+    size_t n_wt = (size_t)K * cd;
+    size_t n = n_tc + 2 * n_g + n_hist + n_S + 3 * (size_t)s->dv + n_wt;
     float *buf = nl_malloc(sizeof(float) * n);
     if (!buf) return -1;
-    float *cpre = buf, *xs = cpre + n_tc, *beta = xs + n_tc, *g = beta + n_g, *hist = g + n_g;
-    float *Shead = hist + n_hist, *work = Shead + n_S;
+    float *cpre = buf, *beta = cpre + n_tc, *g = beta + n_g, *hist = g + n_g;
+    float *Shead = hist + n_hist, *work = Shead + n_S, *wt = work + 3 * (size_t)s->dv;
     if (!state) memset(hist, 0, sizeof(float) * n_hist);
     const float *h = state ? state->conv : hist;
-    conv_forward(cpre, mixed, h, w->conv, T, cd, K);
+    conv_forward(cpre, mixed, h, w->conv, T, cd, K, wt);
     if (state && K > 1) conv_state_update(state->conv, mixed, T, cd, K);
     gates(s, w, b, a, T, beta, g, NULL);
-    forward_core(s, w, y, cpre, xs, z, beta, g, T, state ? state->S : NULL, Shead, NULL, work);
+    forward_core(s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, Shead, NULL, work);
     free(buf);
     return 0;
 }
@@ -373,12 +426,13 @@ int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *
     if (!y || !mixed || !z || !b || !a) return nl_err("gdn: NULL activation pointer");
     int cd = nl_gdn_conv_dim(s), K = s->K;
     size_t n_tc = (size_t)T * cd, n_hist = (size_t)(K - 1) * cd, hs = (size_t)s->dk * s->dv;
-    float *buf = nl_malloc(sizeof(float) * (n_tc + n_hist + hs + 3 * (size_t)s->dv));
+    float *buf = nl_malloc(sizeof(float) * (n_tc + n_hist + hs + 3 * (size_t)s->dv + (size_t)K * cd));
     if (!buf) return -1;
     float *xs = buf, *hist = xs + n_tc, *Shead = hist + n_hist, *work = Shead + hs;
+    float *wt = work + 3 * (size_t)s->dv;
     memset(hist, 0, sizeof(float) * n_hist);
     cache->T = 0;
-    conv_forward(cache->cpre, mixed, hist, w->conv, T, cd, K);
+    conv_forward(cache->cpre, mixed, hist, w->conv, T, cd, K, wt);
     memcpy(cache->z, z, sizeof(float) * (size_t)T * s->Hv * s->dv);
     gates(s, w, b, a, T, cache->beta, cache->g, cache->dgda);
     forward_core(s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, Shead, cache->ck,
@@ -447,13 +501,8 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
                 for (int c = 0; c < dv; c++) du[c] = 0.0f;
                 /* dS += scale q doᵀ; dq̂ += scale S_t do; dk̂ += dS u; du = dSᵀ k̂ */
                 for (int r = 0; r < dk; r++) {
-                    float *restrict d = dS + (size_t)r * dv;
-                    const float cq = scale * q[r], kr = k[r];
-                    for (int c = 0; c < dv; c++) {
-                        float x = d[c] + cq * dov[c];
-                        d[c] = x;
-                        du[c] += kr * x;
-                    }
+                    float *d = dS + (size_t)r * dv;
+                    row_axpy_acc(d, scale * q[r], dov, du, k[r], dv);
                     dq[r] += scale * dot(Snew + (size_t)r * dv, dov, dv);
                     dkv[r] += dot(d, u, dv);
                 }
@@ -467,13 +516,9 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
                 /* dS' = dS + k̂ dpᵀ; dk̂ += α S_{t−1} dp; dα = <dS', S_{t−1}>; dS = α dS' */
                 double dalpha = 0.0;
                 for (int r = 0; r < dk; r++) {
-                    float *restrict d = dS + (size_t)r * dv;
-                    const float *so = Sold + (size_t)r * dv;
-                    const float kr = k[r];
-                    for (int c = 0; c < dv; c++) d[c] += kr * dp[c];
-                    dkv[r] += alpha * dot(so, dp, dv);
-                    dalpha += dot(d, so, dv);
-                    for (int c = 0; c < dv; c++) d[c] *= alpha;
+                    float sodp;
+                    dalpha += row_bwd2(dS + (size_t)r * dv, k[r], dp, Sold + (size_t)r * dv, alpha, &sodp, dv);
+                    dkv[r] += alpha * sodp;
                 }
                 da[gi] = (float)(dalpha * alpha) * cache->dgda[gi];
                 db[gi] = dbeta * beta * (1.0f - beta);

@@ -33,8 +33,11 @@ typedef struct {
 } nl_gdn_state;
 
 /* Forward over T tokens. mixed[T][conv_dim] (attn_qkv output), z[T][Hv*dv], b[T][Hv],
- * a[T][Hv] -> y[T][Hv*dv] (the input of ssm_out). state may be NULL (start from zeros, and
- * nothing is returned); otherwise it is read and updated. */
+ * a[T][Hv] -> y[T][Hv*dv] (the input of ssm_out); y must not alias an input. state may be NULL
+ * (start from zeros, and nothing is returned); otherwise it is read and updated, so calls on
+ * consecutive pieces of a sequence give the same y as one call (bit for bit). T = 0 is a no-op.
+ * Allocates about 4*T*conv_dim bytes of scratch for the call (feed long prompts in pieces to
+ * bound it). Single-threaded; cost O(T*Hv*dk*dv). */
 int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
                    const float *z, const float *b, const float *a, int T, nl_gdn_state *state);
 
@@ -58,8 +61,8 @@ typedef struct nl_gdn_cache nl_gdn_cache; /* opaque; one data allocation */
  * data, plus a fixed header of < 200 bytes): 4 * (T*(conv_dim + Hv*dv + 3*Hv)
  * + ((T-1)/16) * Hv*dk*dv). Returns 0 for an invalid shape, T < 1 or overflow. */
 uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T);
-/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache:
- * 4 * (17*dk*dv + dk*dv + 16*(2*dk + 4*dv) + 2*dv + dk) roughly, independent of T. */
+/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache, independent
+ * of T: 4 * (18*dk*dv + 34*dk + 68*dv) (a chunk's 17 states, dS, per-token vectors). */
 uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s);
 
 /* A cache able to hold up to T_max tokens; NULL + nl_err on failure. */
@@ -69,7 +72,8 @@ void nl_gdn_cache_free(nl_gdn_cache *c);
 uint64_t nl_gdn_cache_size(const nl_gdn_cache *c);
 
 /* As nl_gdn_forward from the zero state, saving into cache (T <= its T_max; shape must equal
- * the cache's). The inputs may be freed afterwards: the cache is self-contained. */
+ * the cache's). The inputs may be freed afterwards: the cache is self-contained. Scratch as
+ * nl_gdn_forward. */
 int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
                          const float *mixed, const float *z, const float *b, const float *a,
                          int T, nl_gdn_cache *cache);
