@@ -143,7 +143,17 @@ static void test_tiny_models(void) {
                 CHECK(strcmp(toks->arr_str[bos], a == NL_ARCH_LLAMA ? "<|begin_of_text|>" : "<|endoftext|>") == 0);
                 CHECK(strcmp(toks->arr_str[eot], a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0);
                 int64_t ty;
-                CHECK(nl_gguf_arr_i64(tt, bos, &ty) == 0 && ty == 3 && nl_gguf_arr_i64(tt, 511, &ty) == 0 && ty == 5);
+                CHECK(nl_gguf_arr_i64(tt, bos, &ty) == 0 && ty == 3);
+                /* layout: bytes and merges NORMAL, then the CONTROL tokens, then UNUSED */
+                int stage = 0, layout_ok = 1, n_control = 0;
+                for (uint64_t i = 0; i < tt->arr_n; i++) {
+                    nl_gguf_arr_i64(tt, i, &ty);
+                    int st = ty == 1 ? 0 : ty == 3 ? 1 : ty == 5 ? 2 : 9;
+                    layout_ok &= st >= stage && st != 9 && (i >= 256 || st == 0);
+                    stage = st;
+                    n_control += ty == 3;
+                }
+                CHECK(layout_ok && n_control == (a == NL_ARCH_LLAMA ? 5 : 3));
                 bool add_bos;
                 CHECK(nl_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) == 0 && add_bos == (a == NL_ARCH_LLAMA));
                 /* every merge "l r": both halves and their concatenation are tokens */
@@ -392,7 +402,21 @@ static void test_errors(void) {
     remove(B);
 }
 
+static void test_cli(void) {
+    int rc = system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type f16 --seed 9 > /dev/null");
+    CHECK(rc == 0);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F16, 9, "test_model_lib.gguf") == 0);
+    CHECK(same_file("test_model_cli.gguf", "test_model_lib.gguf"));
+    CHECK(system(NL_CLI " mkmodel --arch gpt2 --preset tiny --out test_model_cli.gguf 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --preset tiny --out test_model_cli.gguf --type q4_0 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --preset qwen3-0.6b --out test_model_cli.gguf 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --out test_model_cli.gguf 2> /dev/null") != 0);
+    remove("test_model_cli.gguf");
+    remove("test_model_lib.gguf");
+}
+
 int main(void) {
+    test_cli();
     test_tiny_models();
     test_determinism();
     test_presets();

@@ -163,7 +163,21 @@ static const char corpus[] =
     "Questions and answers are part of the lesson as well. What is the capital of France? "
     "Paris is the capital of France. How many days are in a week? There are seven days in a "
     "week. Which season comes after summer? Autumn comes after summer, and then the winter "
-    "returns with its long nights and short days.\n";
+    "returns with its long nights and short days.\n"
+    "The market in the town square opened early on Saturday. Farmers brought their vegetables, "
+    "their bread and their cheese, and the children ran between the tables looking for sweets. "
+    "An old man sold honey in small glass jars, and he told everyone who stopped that his bees "
+    "were the hardest working bees in the whole country. People smiled, bought a jar or two, "
+    "and went on with their shopping. Later in the afternoon the musicians started to play, "
+    "and the square filled with people who were talking, eating and dancing together.\n"
+    "Writing good software is a lot like keeping a garden. You plant small things, you water "
+    "them every day, and you pull out the weeds before they grow too large. A test that fails "
+    "is not a problem; it is a message that something needs attention. The best programs are "
+    "written by people who read their own code again the next morning and ask whether a "
+    "stranger would understand it. Simple names, short functions and clear comments make the "
+    "work easier for everyone who comes after.\n"
+    "Remember to drink water, to sleep at night, and to call your friends. Learning takes "
+    "time, and every expert was once a beginner who kept going when the work was hard.\n";
 
 /* GPT-2 byte-to-unicode mapping (formats.md §5): printable bytes keep their code point, the 68
  * others map to U+0100, U+0101, ... in increasing byte order. */
