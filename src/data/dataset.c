@@ -599,8 +599,8 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         if (tb_bos(L->tok, &b) || tb_json_text(L, &b, fv, choices ? 0 : 1)) goto done;
         break;
     case NL_LINE_MESSAGES: {
-        int n_msgs, n_asst;
-        bool last_asst;
+        int n_msgs = 0, n_asst = 0;
+        bool last_asst = false;
         if (parse_messages(L, fv, &msgs, &n_msgs, &n_asst, &last_asst)) goto done;
         if (choices && last_asst) {
             lerr(L, fv->offset, "with \"choices\", the conversation must not end with an assistant message");
