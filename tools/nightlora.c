@@ -73,7 +73,8 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
 
 /* Sub-commands: each lives in tools/cmd_<name>.c. */
 #define NL_COMMANDS(X) \
-    /* X(name, function, usage) */
+    /* X(name, function, usage) */ \
+    X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special]")
 
 #define NL_DECLARE(name, fn, usage) int fn(int argc, char **argv);
 NL_COMMANDS(NL_DECLARE)
