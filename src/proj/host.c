@@ -137,6 +137,8 @@ struct host_ctx {
     int T;
     float *y;
     int bf16;
+    uint16_t *xb; /* T×K BF16 copy of the FWD activations (bf16 compute) */
+    size_t xb_cap;
 };
 
 static void *worker(void *p) {
@@ -193,6 +195,7 @@ static void host_free(void *ctx) {
     if (c->scr)
         for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
     free(c->scr);
+    free(c->xb);
     free(c->threads);
     free(c->wargs);
     free(c);
@@ -350,7 +353,7 @@ static void task_fwd(host_ctx *c, int tid) {
                         }
                     }
                 }
-                ks->gemm_bf16_fwd(c->T, kc, c->x + k0, K, s->Bp, s->S, c->y + n0, N, ncols, k0 > 0);
+                ks->gemm_bf16_fwd(c->T, kc, c->xb + k0, K, s->Bp, s->S, c->y + n0, N, ncols, k0 > 0);
             } else {
                 /* B[p][j] = W[n0+j][k0+p] */
                 for (int j = 0; j < NL_HOST_NP; j++) {
@@ -365,6 +368,13 @@ static void task_fwd(host_ctx *c, int tid) {
             }
         }
     }
+}
+
+/* bf16 FWD, first phase: the activations to BF16 once (rows split across threads). */
+static void task_cvt(host_ctx *c, int tid) {
+    const int64_t K = c->w->n_in;
+    const int t0 = (int)((int64_t)c->T * tid / c->nth), t1 = (int)((int64_t)c->T * (tid + 1) / c->nth);
+    for (int t = t0; t < t1; t++) c->ks->to_bf16(c->x + (size_t)t * K, (int)K, c->xb + (size_t)t * K);
 }
 
 /* BWD: output panels of k, chunks of n. */
@@ -431,6 +441,17 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     c->T = T;
     c->y = y;
     c->bf16 = bf16_active(c) && nl_host_type_int(w->type);
+    if (c->bf16 && dir == NL_FWD) {
+        const size_t need = (size_t)T * (size_t)w->n_in;
+        if (need > c->xb_cap) {
+            free(c->xb);
+            c->xb_cap = 0;
+            c->xb = aligned_alloc(64, (need * 2 + 63) / 64 * 64);
+            if (!c->xb) return nl_err("host: %s: out of memory (%zu bytes)", w->name ? w->name : "?", need * 2);
+            c->xb_cap = need;
+        }
+        run_all(c, task_cvt);
+    }
     run_all(c, dir == NL_FWD ? task_fwd : task_bwd);
     return 0;
 }

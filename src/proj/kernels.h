@@ -65,12 +65,14 @@ typedef struct nl_host_kernels {
     void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
                      int64_t ldc, int ncols, int accumulate);
 
-    /* bf16 FWD on integer weights. A: m rows of kc floats (stride lda), rounded to BF16 here;
-     * kc is a multiple of 32. B: kc/2 rows of NP pairs (uint32: low half = even p, high half
-     * = odd p; BF16 of the integer q). S: kc/32 rows of NP block scales.
-     * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} bf16(A[i][p]) · q[p][j]). */
-    void (*gemm_bf16_fwd)(int m, int kc, const float *A, int64_t lda, const uint32_t *B,
+    /* bf16 FWD on integer weights. A: m rows of BF16 activations (stride lda elements, even),
+     * kc a multiple of 32. B: kc/2 rows of NP pairs (uint32: low half = even p, high half =
+     * odd p; BF16 of the integer q). S: kc/32 rows of NP block scales.
+     * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} A[i][p] · q[p][j]). */
+    void (*gemm_bf16_fwd)(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
                           const float *S, float *C, int64_t ldc, int ncols, int accumulate);
+    /* dst[i] = BF16 of src[i], round to nearest even, i < n (bf16 sets only). */
+    void (*to_bf16)(const float *src, int n, uint16_t *dst);
     /* bf16 BWD on integer weights, the block scale folded into the activations:
      * C[i][j] (=|+=) Σ_p bf16(A[i][p] · D_j[p]) · q[p][j] with D_j = D0 for j < 32 and D1 for
      * j ≥ 32 (the two Q8_0 blocks a 64-column panel spans). kc rows of A are read (p ≥ kc is

@@ -120,9 +120,9 @@ AI void to_bf16_row(const float *a, const float *d, int n, uint16_t *dst) {
     }
 }
 
-AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B, const float *S,
+AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, int64_t lda2, const uint32_t *B, const float *S,
                      float *C, int64_t ldc, int ncols, int accumulate) {
-    /* a: mr rows of NL_HOST_KC/2 pairs; B/S point at this 32-column half of the panel. */
+    /* a: mr rows of BF16 pairs, lda2 pairs apart; B/S point at this 32-column half of the panel. */
     __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -138,7 +138,7 @@ AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B,
 #pragma GCC unroll 6
             for (int i = 0; i < MR; i++) {
                 if (i >= mr) break;
-                const __m512bh av = as_bh(_mm512_set1_epi32((int)a[i * (NL_HOST_KC / 2) + p2]));
+                const __m512bh av = as_bh(_mm512_set1_epi32((int)a[i * lda2 + p2]));
                 t[i][0] = _mm512_dpbf16_ps(t[i][0], av, b0);
                 t[i][1] = _mm512_dpbf16_ps(t[i][1], av, b1);
             }
@@ -155,13 +155,12 @@ AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B,
     store_tile(acc, mr, 2, C, ldc, ncols, accumulate);
 }
 
-static void z_gemm_bf16_fwd(int m, int kc, const float *A, int64_t lda, const uint32_t *B,
+static void z_gemm_bf16_fwd(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
                             const float *S, float *C, int64_t ldc, int ncols, int accumulate) {
-    uint32_t abuf[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
+    const int64_t lda2 = lda / 2; /* in pairs */
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
-        for (int i = 0; i < mr; i++)
-            to_bf16_row(A + (i0 + i) * lda, NULL, kc, (uint16_t *)(abuf + i * (NL_HOST_KC / 2)));
+        const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);
         for (int h = 0; h < 2; h++) {
             const int nc = ncols - 32 * h;
             if (nc <= 0) break;
@@ -169,15 +168,21 @@ static void z_gemm_bf16_fwd(int m, int kc, const float *A, int64_t lda, const ui
             const uint32_t *b = B + 32 * h;
             const float *s = S + 32 * h;
             switch (mr) {
-            case 6: ukr_bf16_fwd(6, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 5: ukr_bf16_fwd(5, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 4: ukr_bf16_fwd(4, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 3: ukr_bf16_fwd(3, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 2: ukr_bf16_fwd(2, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            default: ukr_bf16_fwd(1, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            case 6: ukr_bf16_fwd(6, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 5: ukr_bf16_fwd(5, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 4: ukr_bf16_fwd(4, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 3: ukr_bf16_fwd(3, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 2: ukr_bf16_fwd(2, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            default: ukr_bf16_fwd(1, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
             }
         }
     }
+}
+
+static void z_to_bf16(const float *src, int n, uint16_t *dst) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32) to_bf16_row(src + i, NULL, 32, dst + i);
+    for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
 AI void ukr_bf16_bwd(const int mr, int kp, const uint32_t *a0, const uint32_t *a1,
@@ -239,5 +244,6 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gemm_f32 = z_gemm_f32,
     .gemm_bf16_fwd = z_gemm_bf16_fwd,
     .gemm_bf16_bwd = z_gemm_bf16_bwd,
+    .to_bf16 = z_to_bf16,
 };
 #endif
