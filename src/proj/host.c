@@ -1,4 +1,4 @@
-/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0/Q4_K weights used in
+/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_K/Q6_K) weights used in
  * place, CPU SIMD kernels chosen at run time, a small persistent thread pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
  * (contract: kernels.h). */
@@ -284,19 +284,12 @@ const char *nl_proj_host_compute(const void *ctx) {
 
 /* ---- weights ---- */
 
-static int blck_of(int type) { return type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0 ? 32 : type == NL_TYPE_Q4_K ? 256 : 1; }
-
-static size_t row_bytes(int type, int64_t k) {
-    switch (type) {
-    case NL_TYPE_F32: return (size_t)k * 4;
-    case NL_TYPE_F16:
-    case NL_TYPE_BF16: return (size_t)k * 2;
-    case NL_TYPE_Q8_0: return (size_t)(k / 32) * 34;
-    case NL_TYPE_Q4_0: return (size_t)(k / 32) * 18;
-    case NL_TYPE_Q4_K: return (size_t)(k / 256) * 144;
-    default: return 0;
-    }
+static int blck_of(int type) {
+    const nl_type_traits *tr = nl_type_get(type);
+    return tr ? tr->blck : 1;
 }
+
+static size_t row_bytes(int type, int64_t k) { return nl_row_bytes(type, k); }
 
 static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
     (void)ctx;

@@ -31,7 +31,7 @@ extern const nl_proj_backend nl_proj_backend_host;
  * ones that have not been configured explicitly): "f32" (FP32 activations and weights, FMA)
  * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
  * block scales are applied in FP32; activations are rounded to BF16). "auto" (or NULL) = bf16
- * where the CPU has AVX512_BF16, else f32. Weights with no integer form (F16, F32, BF16, Q4_K)
+ * where the CPU has AVX512_BF16, else f32. Weights with no integer form (F16, F32, BF16, Q4_K, Q6_K)
  * always run the f32 path. Returns 0, or -1 + nl_err for an unknown mode. */
 int nl_proj_host_set_compute(const char *mode);
 
