@@ -2,13 +2,18 @@
  * F16 weights, f32 and bf16 compute, against OpenBLAS SGEMM on dequantized FP32 copies of the
  * same weights (when built with NL_HAVE_OPENBLAS). Not a test.
  *
- *   bench_proj [-t threads (2)] [-T tokens (64 and 512)] [-r reps (best of, 3)]
+ *   bench_proj [-t threads (2)] [-T tokens (64 and 512)] [-r reps (best of, 3)] [-c 1]
+ *
+ * -c 1 times with the process CPU clock divided by the thread count instead of the wall clock:
+ * steadier on a shared machine (other tenants' time slices are not counted), meaningful with
+ * -t 1 (OpenBLAS threads spin-wait, which the CPU clock would count).
  *
  * FLOPs of one projection = 2·T·N·K. Times are the best of `reps` runs after one warm-up. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model/quant.h"
@@ -68,13 +73,22 @@ typedef struct {
     double t_host, t_blas, flops;
 } acc;
 
+static int use_cpu_clock, n_threads = 2;
+static double now(void) {
+    if (!use_cpu_clock) return nl_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec) / n_threads;
+}
+
 int main(int argc, char **argv) {
-    int n_threads = 2, reps = 3, Ts[2] = {64, 512}, nT = 2;
+    int reps = 3, Ts[2] = {64, 512}, nT = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) n_threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) use_cpu_clock = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-T")) { Ts[0] = atoi(argv[i + 1]); nT = 1; }
-        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1]\n", argv[0]); return 2; }
     }
     if (n_threads < 1 || reps < 1 || Ts[0] < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
 #ifdef NL_HAVE_OPENBLAS
@@ -89,7 +103,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    printf("host kernels %s, %d threads, best of %d%s\n", nl_proj_host_kernels(ctx[0]), n_threads, reps,
+    printf("host kernels %s, %d threads, best of %d, %s clock%s\n", nl_proj_host_kernels(ctx[0]), n_threads, reps, use_cpu_clock ? "CPU" : "wall",
 #ifdef NL_HAVE_OPENBLAS
            ", vs OpenBLAS SGEMM on FP32 copies"
 #else
@@ -123,12 +137,12 @@ int main(int argc, char **argv) {
                     for (int m = 0; m < nmodes; m++) {
                         double th = 1e30;
                         for (int r = 0; r <= reps; r++) {
-                            double t0 = nl_now();
+                            double t0 = now();
                             if (nl_proj_backend_host.run(ctx[m], &pw, (nl_dir)d, x, T, y)) {
                                 fprintf(stderr, "run: %s\n", nl_last_error());
                                 return 1;
                             }
-                            double dt = nl_now() - t0;
+                            double dt = now() - t0;
                             if (r > 0 && dt < th) th = dt;
                         }
                         th_m[m] = th;
@@ -137,12 +151,12 @@ int main(int argc, char **argv) {
 #ifdef NL_HAVE_OPENBLAS
                     tb = 1e30;
                     for (int r = 0; r <= reps; r++) {
-                        double t0 = nl_now();
+                        double t0 = now();
                         if (d == 0)
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, wf, K, 0.0f, y, N);
                         else
                             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, K, N, 1.0f, x, N, wf, K, 0.0f, y, K);
-                        double dt = nl_now() - t0;
+                        double dt = now() - t0;
                         if (r > 0 && dt < tb) tb = dt;
                     }
                     usleep(20000); /* let OpenBLAS's spinning threads go to sleep */

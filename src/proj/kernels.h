@@ -71,6 +71,15 @@ typedef struct nl_host_kernels {
      * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} A[i][p] · q[p][j]). */
     void (*gemm_bf16_fwd)(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
                           const float *S, float *C, int64_t ldc, int ncols, int accumulate);
+    /* dst[c*ldd + r] = src[r*lds + c] for r < rows (a multiple of 16), c < cols: the FWD
+     * panel transpose (f32 values or BF16 pairs). NULL = host.c's scalar loop. */
+    void (*transpose32)(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
+                        int cols);
+    /* dst[i] = BF16 of the integer q[i], exact, i < n (a multiple of 16; bf16 sets only). */
+    void (*i8_to_bf16)(const int8_t *q, int n, uint16_t *dst);
+    /* dst[i] = BF16(q0[i]) | BF16(q1[i]) << 16, exact, i < n (a multiple of 16): the BWD
+     * pairs of two consecutive rows of W (bf16 sets only). */
+    void (*i8_pairs_to_bf16)(const int8_t *q0, const int8_t *q1, int n, uint32_t *dst);
     /* dst[i] = BF16 of src[i], round to nearest even, i < n (bf16 sets only). */
     void (*to_bf16)(const float *src, int n, uint16_t *dst);
     /* bf16 BWD on integer weights, the block scale folded into the activations:

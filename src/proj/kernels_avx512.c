@@ -29,6 +29,60 @@ static void z_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     }
 }
 
+/* 16×16 32-bit transposes: interleave row pairs (32-bit), then row quads (64-bit), then
+ * swap 128-bit lanes (4×4 lane transpose) — column 4L+c ends in output row 4L+c. */
+static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
+                          int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        int c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) {
+            __m512i a[16], b[16];
+            for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_si512((const void *)(src + (r0 + i) * lds + c0));
+            for (int i = 0; i < 16; i += 2) {
+                b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+                b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+            }
+            for (int g = 0; g < 16; g += 4) {
+                a[g + 0] = _mm512_unpacklo_epi64(b[g + 0], b[g + 2]);
+                a[g + 1] = _mm512_unpackhi_epi64(b[g + 0], b[g + 2]);
+                a[g + 2] = _mm512_unpacklo_epi64(b[g + 1], b[g + 3]);
+                a[g + 3] = _mm512_unpackhi_epi64(b[g + 1], b[g + 3]);
+            }
+            /* a[4g + c], lane L = column 4L+c, rows 4g..4g+3 */
+            for (int c = 0; c < 4; c++) {
+                const __m512i x0 = a[c], x1 = a[4 + c], x2 = a[8 + c], x3 = a[12 + c];
+                const __m512i y0 = _mm512_shuffle_i32x4(x0, x1, 0x44), y1 = _mm512_shuffle_i32x4(x0, x1, 0xEE);
+                const __m512i y2 = _mm512_shuffle_i32x4(x2, x3, 0x44), y3 = _mm512_shuffle_i32x4(x2, x3, 0xEE);
+                _mm512_storeu_si512((void *)(dst + (c0 + 0 + c) * ldd + r0), _mm512_shuffle_i32x4(y0, y2, 0x88));
+                _mm512_storeu_si512((void *)(dst + (c0 + 4 + c) * ldd + r0), _mm512_shuffle_i32x4(y0, y2, 0xDD));
+                _mm512_storeu_si512((void *)(dst + (c0 + 8 + c) * ldd + r0), _mm512_shuffle_i32x4(y1, y3, 0x88));
+                _mm512_storeu_si512((void *)(dst + (c0 + 12 + c) * ldd + r0), _mm512_shuffle_i32x4(y1, y3, 0xDD));
+            }
+        }
+        for (; c0 < cols; c0++)
+            for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
+    }
+}
+
+static void z_i8_to_bf16(const int8_t *q, int n, uint16_t *dst) {
+    for (int i = 0; i < n; i += 16) {
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
+        const __m512i h = _mm512_srli_epi32(_mm512_castps_si512(f), 16); /* exact: |q| < 256 */
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(h));
+    }
+}
+
+static void z_i8_pairs_to_bf16(const int8_t *q0, const int8_t *q1, int n, uint32_t *dst) {
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
+    for (int i = 0; i < n; i += 16) {
+        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q0 + i))));
+        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q1 + i))));
+        const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(f0), 16); /* exact: |q| < 256 */
+        const __m512i hi = _mm512_and_si512(_mm512_castps_si512(f1), hi_mask);
+        _mm512_storeu_si512((void *)(dst + i), _mm512_or_si512(lo, hi));
+    }
+}
+
 static __mmask16 col_mask(int ncols, int r) {
     int v = ncols - 16 * r;
     return v >= 16 ? (__mmask16)0xffff : v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1);
@@ -245,5 +299,8 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gemm_bf16_fwd = z_gemm_bf16_fwd,
     .gemm_bf16_bwd = z_gemm_bf16_bwd,
     .to_bf16 = z_to_bf16,
+    .transpose32 = z_transpose32,
+    .i8_to_bf16 = z_i8_to_bf16,
+    .i8_pairs_to_bf16 = z_i8_pairs_to_bf16,
 };
 #endif
