@@ -239,6 +239,25 @@ static void z_to_bf16(const float *src, int n, uint16_t *dst) {
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
+/* One activation row for the BWD kernel: a0 = bf16(x·D0), a1 = bf16(x·D1), zero-padded to a
+ * multiple of 32 (one pass over x). */
+AI void prep_bwd_row(const float *x, const float *D0, const float *D1, int n, uint16_t *a0,
+                     uint16_t *a1) {
+    int p = 0;
+    for (; p + 32 <= n; p += 32) {
+        const __m512 lo = _mm512_loadu_ps(x + p), hi = _mm512_loadu_ps(x + p + 16);
+        bh512 u0, u1;
+        u0.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D0 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D0 + p)));
+        u1.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D1 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D1 + p)));
+        _mm512_storeu_si512((void *)(a0 + p), u0.i);
+        _mm512_storeu_si512((void *)(a1 + p), u1.i);
+    }
+    if (p < n) {
+        to_bf16_row(x + p, D0 + p, n - p, a0 + p);
+        to_bf16_row(x + p, D1 + p, n - p, a1 + p);
+    }
+}
+
 AI void ukr_bf16_bwd(const int mr, int kp, const uint32_t *a0, const uint32_t *a1,
                      const uint32_t *B, float *C, int64_t ldc, int ncols, int accumulate) {
     __m512 acc[MR][4];
@@ -274,10 +293,9 @@ static void z_gemm_bf16_bwd(int m, int kc, const float *A, int64_t lda, const fl
     const int kp = (kc + 1) / 2;
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
-        for (int i = 0; i < mr; i++) {
-            to_bf16_row(A + (i0 + i) * lda, D0, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)));
-            to_bf16_row(A + (i0 + i) * lda, D1, kc, (uint16_t *)(a1 + i * (NL_HOST_KC / 2)));
-        }
+        for (int i = 0; i < mr; i++)
+            prep_bwd_row(A + (i0 + i) * lda, D0, D1, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)),
+                         (uint16_t *)(a1 + i * (NL_HOST_KC / 2)));
         float *c = C + i0 * ldc;
         switch (mr) {
         case 6: ukr_bf16_bwd(6, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
