@@ -2,6 +2,7 @@
  * place, CPU SIMD kernels chosen at run time, a small persistent thread pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
  * (contract: kernels.h). */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,11 @@ static int bf16_active(const host_ctx *c) {
 
 const char *nl_proj_host_compute(const void *ctx) {
     return ctx && bf16_active(ctx) ? "bf16" : "f32";
+}
+
+double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red) {
+    if (ctx && bf16_active(ctx) && nl_host_type_int(type)) return 1e-2;
+    return 2e-6 * (1.0 + log2((double)(n_red > 1 ? n_red : 1)));
 }
 
 /* ---- weights ---- */

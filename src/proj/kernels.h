@@ -12,9 +12,13 @@
  *   BWD  Y[T][K] = X[T][N]·W    output panels of NP columns k, chunks of KC rows n: the tile
  *                               W[n0..+KC][k0..+NP] is dequantized once into B[n][k].
  * Both directions decode W with the same block decoder (value = (float)q · d for Q8_0/Q4_0,
- * the F16 value for F16), so the effective weights are bit-identical in both directions.
+ * the F16 value for F16, model/quant's to_float for other block types), so in f32 compute a
+ * one-hot input gives the dequantized column (FWD) / row (BWD) bit for bit. In bf16 compute
+ * (Q8_0/Q4_0 only) FWD still does (Σ bf16(x)·q)·d, so one-hot FWD is exact; BWD folds d into
+ * the activation before its BF16 rounding (bf16(x·d)·q), so one-hot BWD equals the
+ * dequantized row within 2⁻⁸ relative (the BF16 rounding of d).
  * Threads split the OUTPUT panels, never the reduction: every output element is the same
- * FMA chain whatever the thread count or T. */
+ * FMA chain whatever the thread count or T (a row of Y does not depend on the other rows). */
 #ifndef NL_PROJ_KERNELS_H
 #define NL_PROJ_KERNELS_H
 
@@ -44,6 +48,10 @@ const char *nl_proj_host_kernels(const void *ctx);
 const char *nl_proj_host_compute(const void *ctx);
 /* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon") runs here. */
 int nl_proj_host_cpu_has(const char *name);
+/* The error bound a context meets for a weight of `type` with reduction length n_red (K for
+ * FWD, N for BWD), relative to Σ|x·w| of each output element (tests/test_host.c checks it):
+ * 1e-2 where bf16 compute applies to the type, else 2e-6·(1 + log2 n_red). For a planner. */
+double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
 
 /* ---- Part 2: kernel sets (internal to proj/) ------------------------------------------- */
 
