@@ -242,9 +242,11 @@ static void z_to_bf16(const float *src, int n, uint16_t *dst) {
 /* One activation row for the BWD kernel: a0 = bf16(x·D0), a1 = bf16(x·D1), zero-padded to a
  * multiple of 32 (one pass over x). */
 AI void prep_bwd_row(const float *x, const float *D0, const float *D1, int n, uint16_t *a0,
-                     uint16_t *a1) {
+                     uint16_t *a1, const float *next) {
     int p = 0;
     for (; p + 32 <= n; p += 32) {
+        _mm_prefetch((const char *)(next + p), _MM_HINT_T0); /* the row MR rows below */
+        _mm_prefetch((const char *)(next + p + 16), _MM_HINT_T0);
         const __m512 lo = _mm512_loadu_ps(x + p), hi = _mm512_loadu_ps(x + p + 16);
         bh512 u0, u1;
         u0.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D0 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D0 + p)));
@@ -295,7 +297,8 @@ static void z_gemm_bf16_bwd(int m, int kc, const float *A, int64_t lda, const fl
         const int mr = m - i0 < MR ? m - i0 : MR;
         for (int i = 0; i < mr; i++)
             prep_bwd_row(A + (i0 + i) * lda, D0, D1, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)),
-                         (uint16_t *)(a1 + i * (NL_HOST_KC / 2)));
+                         (uint16_t *)(a1 + i * (NL_HOST_KC / 2)),
+                         A + (i0 + i + (i0 + i + MR < m ? MR : 0)) * lda);
         float *c = C + i0 * ldc;
         switch (mr) {
         case 6: ukr_bf16_bwd(6, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
