@@ -133,8 +133,13 @@ AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *
 static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
                        int64_t ldc, int ncols, int accumulate) {
     int i = 0;
-    for (; i + MR <= m; i += MR)
+    for (; i + MR <= m; i += MR) {
+        /* the next block's activation rows, while this block computes */
+        const int nr = m - i - MR < MR ? m - i - MR : MR;
+        for (int r = 0; r < nr; r++)
+            for (int p = 0; p < kc; p += 16) _mm_prefetch((const char *)(A + (i + MR + r) * lda + p), _MM_HINT_T0);
         ukr_f32(MR, kc, A + i * lda, lda, B, C + i * ldc, ldc, ncols, accumulate);
+    }
     const float *a = A + i * lda;
     float *c = C + i * ldc;
     switch (m - i) {
@@ -215,6 +220,9 @@ static void z_gemm_bf16_fwd(int m, int kc, const uint16_t *A, int64_t lda, const
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
         const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);
+        const int nr = m - i0 - MR < MR ? m - i0 - MR : MR;
+        for (int r = 0; r < nr; r++)
+            for (int p = 0; p < kc; p += 32) _mm_prefetch((const char *)(A + (i0 + MR + r) * lda + p), _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
             const int nc = ncols - 32 * h;
             if (nc <= 0) break;
