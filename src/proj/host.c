@@ -407,10 +407,10 @@ static void task_bwd(host_ctx *c, int tid) {
                 int8_t q[2][64];
                 for (int i = 0; i < nc; i += 2) {
                     for (int h = 0; h < 2; h++) {
-                        const uint8_t *row = W + (size_t)(n0 + i + h) * rb;
+                        const uint8_t *row = i + h < nc ? W + (size_t)(n0 + i + h) * rb : NULL;
                         for (int b = 0; b < 2; b++) {
                             float d = 0.0f;
-                            if (i + h < nc && b < nblk)
+                            if (row && b < nblk)
                                 nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q[h] + 32 * b, &d);
                             else
                                 memset(q[h] + 32 * b, 0, 32);
