@@ -3,6 +3,7 @@
  * same weights (when built with NL_HAVE_OPENBLAS). Not a test.
  *
  *   bench_proj [-t threads (2)] [-T tokens (64 and 512)] [-r reps (best of, 3)] [-c 1]
+ *              [-k kernels (auto | scalar | avx2 | avx512 | neon)]
  *
  * -c 1 times with the process CPU clock divided by the thread count instead of the wall clock:
  * steadier on a shared machine (other tenants' time slices are not counted), meaningful with
@@ -82,23 +83,25 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
+    const char *kernels = "auto";
     int reps = 3, Ts[2] = {64, 512}, nT = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) n_threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-k")) kernels = argv[i + 1];
         else if (!strcmp(argv[i], "-c")) use_cpu_clock = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-T")) { Ts[0] = atoi(argv[i + 1]); nT = 1; }
-        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1] [-k kernels]\n", argv[0]); return 2; }
     }
     if (n_threads < 1 || reps < 1 || Ts[0] < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
 #ifdef NL_HAVE_OPENBLAS
     openblas_set_num_threads(n_threads);
 #endif
     const char *modes[2] = {"f32", "bf16"};
-    const int nmodes = nl_proj_host_cpu_has("avx512bf16") ? 2 : 1;
+    const int nmodes = nl_proj_host_cpu_has("avx512bf16") && (!strcmp(kernels, "auto") || !strcmp(kernels, "avx512")) ? 2 : 1;
     void *ctx[2] = {NULL, NULL};
     for (int m = 0; m < nmodes; m++) {
-        if (nl_proj_backend_host.init(&ctx[m], n_threads) || nl_proj_host_configure(ctx[m], NULL, modes[m])) {
+        if (nl_proj_backend_host.init(&ctx[m], n_threads) || nl_proj_host_configure(ctx[m], kernels, modes[m])) {
             fprintf(stderr, "host init: %s\n", nl_last_error());
             return 1;
         }

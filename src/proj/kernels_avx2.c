@@ -88,7 +88,9 @@ AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, f
         }
     } else {
         float tmp[16];
-        for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) { /* constant bounds keep acc in registers */
+            if (i >= mr) break;
             float *c = C + i * ldc;
             _mm256_storeu_ps(tmp, acc[i][0]);
             _mm256_storeu_ps(tmp + 8, acc[i][1]);

@@ -55,15 +55,19 @@ AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, f
         }
     }
     float tmp[16];
-    for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) { /* constant bounds keep acc in registers */
+        if (i >= mr) break;
         float *c = C + i * ldc;
         if (ncols >= 16) {
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 float32x4_t v = acc[i][r];
                 if (accumulate) v = vaddq_f32(vld1q_f32(c + 4 * r), v);
                 vst1q_f32(c + 4 * r, v);
             }
         } else {
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++) vst1q_f32(tmp + 4 * r, acc[i][r]);
             for (int j = 0; j < ncols; j++) c[j] = accumulate ? c[j] + tmp[j] : tmp[j];
         }
