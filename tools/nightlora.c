@@ -74,7 +74,8 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
 /* Sub-commands: each lives in tools/cmd_<name>.c. */
 #define NL_COMMANDS(X) \
     /* X(name, function, usage) */ \
-    X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b --out M.gguf [--type f32|f16|q8_0] [--seed S]")
+    X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b --out M.gguf [--type f32|f16|q8_0] [--seed S]") \
+    X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special]")
 
 #define NL_DECLARE(name, fn, usage) int fn(int argc, char **argv);
 NL_COMMANDS(NL_DECLARE)
