@@ -3,6 +3,7 @@
  * (missing key, wrong shape, unknown arch, ...) give the specific error. */
 #include <sys/stat.h>
 
+#include "data/tokenizer.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -173,6 +174,37 @@ static void test_tiny_models(void) {
                     bad += !(fl && fr && fm);
                 }
                 CHECKF(bad == 0, "%d bad merges", bad);
+            }
+            /* the tokenizer built from the synthetic vocabulary */
+            CHECKF(m->tok != NULL, "%s: no tokenizer", what);
+            if (m->tok) {
+                CHECK(nl_tokenizer_n_vocab(m->tok) == 512);
+                CHECK(nl_tokenizer_add_bos(m->tok) == (a == NL_ARCH_LLAMA));
+                int32_t eot = nl_token_eot(m->tok);
+                size_t pl;
+                const char *piece = nl_token_piece(m->tok, eot, &pl);
+                CHECK(piece && strcmp(piece, a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0 && nl_token_is_control(m->tok, eot));
+                const char *text = "The night shift on the farm began, and the model learns.";
+                int32_t *ids = NULL;
+                int n = 0;
+                CHECK(nl_tokenize(m->tok, text, strlen(text), false, false, &ids, &n) == 0);
+                /* merges compress the text well below one token per byte, and decode back exactly */
+                CHECKF(n > 0 && n < (int)strlen(text) / 2, "%s: %d tokens for %zu bytes", what, n, strlen(text));
+                char back[256] = "";
+                size_t bl = 0;
+                for (int i = 0; i < n; i++) {
+                    const char *pc = nl_token_piece(m->tok, ids[i], &pl);
+                    if (pc && bl + pl < sizeof back) { memcpy(back + bl, pc, pl); bl += pl; }
+                }
+                back[bl] = 0;
+                CHECK(strcmp(back, text) == 0);
+                free(ids);
+                const char *chat = a == NL_ARCH_LLAMA ? "<|start_header_id|>user<|end_header_id|>" : "<|im_start|>user";
+                CHECK(nl_tokenize(m->tok, chat, strlen(chat), false, true, &ids, &n) == 0);
+                CHECK(n >= 2 && nl_token_is_control(m->tok, ids[0]));
+                free(ids);
+                const char *tpl = nl_tokenizer_chat_template(m->tok);
+                CHECK(tpl && strstr(tpl, a == NL_ARCH_LLAMA ? "<|start_header_id|>" : "<|im_start|>"));
             }
             nl_model_free(m);
             if (types[ti] != NL_TYPE_F32) remove(path);

@@ -12,15 +12,6 @@
 #include "model/quant.h"
 #include "util/util.h"
 
-/* TODO(tokenizer): data/tokenizer.c has not landed on main yet; set to 1 (and drop the stubs
- * below) after `git merge main` brings it. Until then models load with tok = NULL. */
-#define NL_MODEL_HAVE_TOKENIZER 0
-#if !NL_MODEL_HAVE_TOKENIZER
-#define nl_tokenizer_from_gguf(g) ((void)(g), (nl_tokenizer *)NULL)
-#define nl_tokenizer_free(t) ((void)(t))
-#define nl_tokenizer_n_vocab(t) ((void)(t), 0)
-#endif
-
 static const char *const arch_names[NL_ARCH_COUNT] = {"llama", "qwen3", "qwen35"};
 
 const char *nl_arch_name(nl_arch a) { return (a >= 0 && a < NL_ARCH_COUNT) ? arch_names[a] : "unknown"; }
@@ -440,7 +431,7 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
         m->p_output = m->n_projs++;
     }
 
-    if (nl_gguf_get(g, "tokenizer.ggml.model") && NL_MODEL_HAVE_TOKENIZER) {
+    if (nl_gguf_get(g, "tokenizer.ggml.model")) {
         m->tok = nl_tokenizer_from_gguf(g);
         if (!m->tok) { nl_err_prefix("%s", g->path); goto fail; }
         if (nl_tokenizer_n_vocab(m->tok) > hp->n_vocab) {
