@@ -31,4 +31,8 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
 struct nl_model;
 int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
 
+#include "eval/eval.h"
+/* "label: N examples, ... loss, ppl, accuracy" on stdout. */
+void nl_cli_print_eval(const char *label, const nl_eval_result *r);
+
 #endif

@@ -1,11 +1,14 @@
 /* Inference commands: logits, generate, merge. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
+#include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
 #include "util/util.h"
@@ -171,5 +174,49 @@ int nl_cmd_merge(int argc, char **argv) {
     if (rc == 0) fprintf(stderr, "merged %d adapted projections into %s\n", a->n, out);
     nl_adapter_free(a);
     nl_model_free(m);
+    return rc;
+}
+
+int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n) {
+    if (raw) return nl_tokenize(m->tok, prompt, strlen(prompt), true, false, ids, n);
+    return nl_chat_prompt_tokens(m->tok, template_name, prompt, strlen(prompt), ids, n);
+}
+
+void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
+    double loss = nl_eval_loss(r);
+    printf("%s: %d examples, %lld target tokens, loss %.4f, ppl %.3f", label, r->n_examples,
+           (long long)r->n_targets, loss, exp(loss));
+    if (r->n_items) printf(", accuracy %.1f%% (%d/%d)", 100.0 * r->n_correct / r->n_items, r->n_correct, r->n_items);
+    printf("\n");
+}
+
+int nl_cmd_eval(int argc, char **argv) {
+    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "template", "ctx", NULL};
+    static const char *const boolean[] = {"verbose", NULL};
+    if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
+    const char *model = nl_cli_opt(argc, argv, "model"), *data = nl_cli_opt(argc, argv, "data");
+    if (!model || !data) {
+        fprintf(stderr, "nightlora eval: --model and --data are required\n");
+        return 2;
+    }
+    nl_proj_config cfg;
+    if (nl_cli_proj_config("eval", argc, argv, &cfg)) return 2;
+    nl_session s;
+    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("eval");
+    nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab};
+    nl_dataset ds;
+    int rc = 1;
+    if (nl_dataset_load(data, s.m->tok, &dopt, &ds) == 0) {
+        const char *c = nl_cli_opt(argc, argv, "ctx");
+        int ctx = c ? atoi(c) : s.m->hp.n_ctx_train;
+        nl_eval_result r;
+        if (nl_eval_dataset(&s.rt, &ds, ctx > 0 ? ctx : 4096, &r) == 0) {
+            nl_cli_print_eval(data, &r);
+            rc = 0;
+        }
+        nl_dataset_free(&ds);
+    }
+    if (rc) nl_cli_fail("eval");
+    nl_session_close(&s);
     return rc;
 }

@@ -8,6 +8,8 @@
 
 #include "model/gguf.h"
 #include "model/quant.h"
+#include "nn/lora.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 static const char *const kind_names[] = {
@@ -72,15 +74,6 @@ static nl_adapter *layout(const nl_model *m, const int *projs, const int *ranks,
     return a;
 }
 
-/* splitmix64 over (seed, index): a stateless stream for the initial A values. */
-static double init_uniform(uint64_t seed, uint64_t i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ULL + i + 0x632BE59BD9B4E019ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
-}
-
 nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed) {
     uint32_t mask;
     if (nl_parse_targets(targets, &mask)) return NULL;
@@ -102,14 +95,11 @@ nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, flo
     free(projs);
     free(ranks);
     if (!a) return NULL;
-    /* A: uniform(-1/sqrt(n_in), 1/sqrt(n_in)) (PEFT's kaiming-uniform bound); B = 0, so a fresh
-     * adapter leaves the model's outputs unchanged. */
-    for (int i = 0; i < a->n; i++) {
-        float *A = nl_lora_A(a, i);
-        size_t cnt = (size_t)a->t[i].rank * (size_t)a->t[i].n_in;
-        double bound = 1.0 / sqrt((double)a->t[i].n_in);
-        for (size_t j = 0; j < cnt; j++) A[j] = (float)(bound * init_uniform(seed, a->t[i].off_a + j));
-    }
+    /* A: PEFT's kaiming-uniform; B = 0, so a fresh adapter leaves the model's outputs unchanged.
+     * Each tensor's values come from a key of (seed, projection index). */
+    for (int i = 0; i < a->n; i++)
+        nl_lora_init(nl_lora_A(a, i), nl_lora_B(a, i), a->t[i].rank, (int)a->t[i].n_in, (int)a->t[i].n_out,
+                     nl_rng_key_add(nl_rng_key(seed), (uint64_t)a->t[i].proj));
     return a;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/lora.h"
 #include "util/util.h"
 
 int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
@@ -101,44 +102,19 @@ void nl_seq_state_free(nl_seq_state *st, const nl_model *m) {
     memset(st, 0, sizeof *st);
 }
 
-/* y[T][n_out] += s · B (A x): the adapter's branch at inference (no dropout). */
-static void lora_add(const nl_adapter *a, int e, const float *x, int T, float *y) {
-    const nl_lora_tensor *t = &a->t[e];
-    const float *A = nl_lora_A(a, e), *B = nl_lora_B(a, e);
-    float s = nl_adapter_scale(a, e);
-    int r = t->rank;
-    int64_t K = t->n_in, N = t->n_out;
-    float *u = malloc((size_t)r * sizeof *u);
-    if (!u) return;
-    for (int tk = 0; tk < T; tk++) {
-        const float *xt = x + (size_t)tk * K;
-        for (int j = 0; j < r; j++) {
-            const float *Aj = A + (size_t)j * K;
-            float acc = 0.0f;
-            for (int64_t i = 0; i < K; i++) acc += Aj[i] * xt[i];
-            u[j] = s * acc;
-        }
-        float *yt = y + (size_t)tk * N;
-        for (int64_t o = 0; o < N; o++) {
-            const float *Bo = B + (size_t)o * r;
-            float acc = 0.0f;
-            for (int j = 0; j < r; j++) acc += Bo[j] * u[j];
-            yt[o] += acc;
-        }
-    }
-    free(u);
-}
-
 int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y) {
     if (p < 0) return nl_err("internal: projection missing");
     const nl_adapter *a = rt->adapter;
     int e = a ? a->by_proj[p] : -1;
+    if (nl_rt_pace(rt)) return -1;
     if (nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
     float *ly = NULL;
     if (e >= 0) {
         /* The LoRA branch runs on the CPU while the base product is in flight. */
-        ly = nl_calloc((size_t)T * (size_t)rt->m->projs[p].n_out, sizeof(float));
-        if (ly) lora_add(a, e, x, T, ly);
+        const nl_lora_tensor *t = &a->t[e];
+        nl_lora L = {.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank, .scale = nl_adapter_scale(a, e)};
+        ly = nl_calloc((size_t)T * (size_t)t->n_out, sizeof(float));
+        if (ly && nl_lora_apply(&L, nl_lora_A(a, e), nl_lora_B(a, e), ly, x, T)) { free(ly); ly = NULL; }
     }
     int rc = nl_proj_wait(rt->svc);
     if (rc == 0 && e >= 0) {

@@ -21,7 +21,13 @@ typedef struct nl_runtime {
     const nl_adapter *adapter;  /* borrowed, may be NULL */
     nl_rope rope;
     nl_gdn_shape gdn;
+    /* Pacing hook, called before every service request (thermal/battery pauses); may be
+     * NULL. A non-zero return aborts the computation with that status. */
+    int (*pace)(void *user);
+    void *pace_user;
 } nl_runtime;
+
+static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pace_user) : 0; }
 
 /* Register every projection of m with the service (a tied head and the embedding share one
  * resident weight). */

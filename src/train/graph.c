@@ -112,24 +112,26 @@ static void cache_free(layer_cache *c) {
 
 /* ---- projections with their LoRA branch ---- */
 
-static nl_lora_key lora_key(const nl_graph *g, int layer, int kind) {
-    return (nl_lora_key){.seed = g->seed, .step = (uint64_t)g->step, .layer = (uint64_t)layer,
-                         .proj = (uint64_t)kind, .token0 = (uint64_t)g->tok_base};
+/* The LoRA node's view of adapter entry e, with its dropout key for (layer, kind). */
+static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
+    const nl_lora_tensor *t = &g->ad->t[e];
+    return (nl_lora){.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank,
+                     .scale = nl_adapter_scale(g->ad, e), .dropout = g->dropout,
+                     .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind)};
 }
 
 /* y[T][N] = W x + LoRA; u_save[T][r] receives the LoRA u (when adapted). */
 static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
-    if (nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
+    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
     float *ly = NULL;
     int rc = 0;
     if (e >= 0) {
         /* CPU: the LoRA branch, while the base product is in flight */
-        nl_lora_key key = lora_key(g, layer, kind);
-        ly = nl_calloc((size_t)T * (size_t)g->ad->t[e].n_out, sizeof(float));
-        if (!ly) rc = -1;
-        else nl_lora_forward(g->ad, e, &key, g->dropout, x, T, u_save, ly);
+        nl_lora L = lora_of(g, e, layer, kind);
+        ly = nl_calloc((size_t)T * (size_t)L.n_out, sizeof(float));
+        if (!ly || nl_lora_forward(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ly, u_save, x, T, g->tok_base)) rc = -1;
     }
     if (nl_proj_wait(rt->svc)) rc = -1;
     if (rc == 0 && ly) {
@@ -145,14 +147,16 @@ static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, in
 static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
-    if (nl_proj_submit(rt->svc, rt->svc_id[p], NL_BWD, dy, T, dx)) return -1;
+    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_BWD, dy, T, dx)) return -1;
     float *ldx = NULL;
     int rc = 0;
     if (e >= 0) {
-        nl_lora_key key = lora_key(g, layer, kind);
-        ldx = nl_calloc((size_t)T * (size_t)g->ad->t[e].n_in, sizeof(float));
-        if (!ldx) rc = -1;
-        else nl_lora_backward(g->ad, e, &key, g->dropout, x, u, dy, T, ldx, g->grads);
+        /* dx is being written by the service: the LoRA part goes to its own buffer */
+        nl_lora L = lora_of(g, e, layer, kind);
+        ldx = nl_calloc((size_t)T * (size_t)L.n_in, sizeof(float));
+        if (!ldx || nl_lora_backward(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ldx, g->grads + g->ad->t[e].off_a,
+                                     g->grads + g->ad->t[e].off_b, dy, x, u, T, g->tok_base))
+            rc = -1;
     }
     if (nl_proj_wait(rt->svc)) rc = -1;
     if (rc == 0 && ldx) {
