@@ -85,6 +85,9 @@ int nl_gguf_arr_i64(const nl_gguf_kv *kv, uint64_t i, int64_t *out);
 int nl_gguf_arr_f64(const nl_gguf_kv *kv, uint64_t i, double *out);
 
 const char *nl_gguf_vtype_name(int type);
+/* Block geometry of a ggml type id known to the container (a private table, independent of
+ * quant.c): 0 ok, -1 unknown id. Either out pointer may be NULL. */
+int nl_gguf_type_info(int type, int *blck, size_t *blck_bytes);
 
 /* ---- writer ---- */
 typedef struct nl_gguf_writer nl_gguf_writer;
@@ -107,6 +110,12 @@ int nl_gguf_copy_kvs(nl_gguf_writer *w, const nl_gguf *g);
  * until write). Tensors are written in the order added. */
 int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims,
                        const int64_t *ne, const void *data, bool borrow);
+/* Add a tensor whose bytes are produced at write time: fill(user, index, dst, nbytes) writes
+ * nbytes into dst (a buffer the writer owns for that one call) and returns 0, or -1 + error.
+ * Lets a producer stream large models without holding every tensor in memory. */
+typedef int (*nl_gguf_fill_fn)(void *user, int tensor_index, void *dst, uint64_t nbytes);
+int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n_dims,
+                            const int64_t *ne, nl_gguf_fill_fn fill, void *user);
 /* Write the file (to path.tmp, fsync, rename). */
 int nl_gguf_write(nl_gguf_writer *w, const char *path);
 

@@ -26,7 +26,8 @@ typedef struct {
 const nl_type_traits *nl_type_get(int type);
 /* ggml's name for any id (even unsupported ones, e.g. "q5_k"); "unknown" past the range. */
 const char *nl_type_name(int type);
-/* Parse "f32", "F16", "q8_0", ... ; -1 when unknown. */
+/* Parse "f32", "F16", "q8_0", ... (any ggml name, case-insensitive; the id of an unsupported
+ * type like "q5_k" is returned too, so check nl_type_get); -1 when unknown. */
 int nl_type_from_name(const char *name);
 /* Bytes of one row of ne0 elements; 0 if ne0 is not a multiple of the block size. */
 size_t nl_row_bytes(int type, int64_t ne0);

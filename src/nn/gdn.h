@@ -33,9 +33,56 @@ typedef struct {
 } nl_gdn_state;
 
 /* Forward over T tokens. mixed[T][conv_dim] (attn_qkv output), z[T][Hv*dv], b[T][Hv],
- * a[T][Hv] -> y[T][Hv*dv] (the input of ssm_out). state may be NULL (start from zeros, and
- * nothing is returned); otherwise it is read and updated. */
+ * a[T][Hv] -> y[T][Hv*dv] (the input of ssm_out); y must not alias an input. state may be NULL
+ * (start from zeros, and nothing is returned); otherwise it is read and updated, so calls on
+ * consecutive pieces of a sequence give the same y as one call (bit for bit). T = 0 is a no-op.
+ * Allocates about 4*T*conv_dim bytes of scratch for the call (feed long prompts in pieces to
+ * bound it). Single-threaded; cost O(T*Hv*dk*dv). */
 int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
                    const float *z, const float *b, const float *a, int T, nl_gdn_state *state);
+
+/* ---- Training (sequences start from the zero state; no incoming state).
+ *
+ * nl_gdn_forward_train computes the same y as nl_gdn_forward(state = NULL), bit for bit, and
+ * saves into a cache what nl_gdn_backward needs:
+ *   cpre[T][conv_dim]   the conv output before SiLU (q/k/v, their L2 norms and SiLU' are
+ *                       recomputed from it; the conv backward needs only the kernel)
+ *   z[T][Hv*dv]         the output-gate input
+ *   beta, g, dgda[T][Hv] β = σ(b), g = A·softplus(a+dt_bias), dg/da = A·σ(a+dt_bias)
+ *   S checkpoints       the FP32 state S[Hv][dk][dv] before tokens 16, 32, ..., i.e.
+ *                       (T-1)/16 of them (the state before token 0 is zero and not stored)
+ * The outputs o and the per-token states are NOT saved: backward recomputes each 16-token chunk
+ * forward from its checkpoint, then walks it backward (last chunk first), carrying dS. */
+#define NL_GDN_CHUNK 16
+
+typedef struct nl_gdn_cache nl_gdn_cache; /* opaque; one data allocation */
+
+/* Bytes of the saved activations for T tokens (what a cache for T_max = T allocates for its
+ * data, plus a fixed header of < 200 bytes): 4 * (T*(conv_dim + Hv*dv + 3*Hv)
+ * + ((T-1)/16) * Hv*dk*dv). Returns 0 for an invalid shape, T < 1 or overflow. */
+uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T);
+/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache, independent
+ * of T: 4 * (18*dk*dv + 34*dk + 68*dv) (a chunk's 17 states, dS, per-token vectors). */
+uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s);
+
+/* A cache able to hold up to T_max tokens; NULL + nl_err on failure. */
+nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max);
+void nl_gdn_cache_free(nl_gdn_cache *c);
+/* Bytes of the cache's data allocation (== nl_gdn_cache_bytes(shape, T_max)). */
+uint64_t nl_gdn_cache_size(const nl_gdn_cache *c);
+
+/* As nl_gdn_forward from the zero state, saving into cache (T <= its T_max; shape must equal
+ * the cache's). The inputs may be freed afterwards: the cache is self-contained. Scratch as
+ * nl_gdn_forward. */
+int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                         const float *mixed, const float *z, const float *b, const float *a,
+                         int T, nl_gdn_cache *cache);
+
+/* Backward of the last nl_gdn_forward_train on this cache (T must equal its T).
+ * dy[T][Hv*dv] -> dmixed[T][conv_dim], dz[T][Hv*dv], db[T][Hv], da[T][Hv] (all overwritten).
+ * Only w->conv and w->norm are read (the gate derivatives are in the cache). Frozen weights
+ * get no gradient. Cost about 3x the forward recurrence. */
+int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
+                    const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
 #endif

@@ -1,0 +1,263 @@
+/* model/quant: one traits table for the ggml tensor types nightlora reads and writes.
+ *
+ * Every block formula here follows ../shared/ref/formats.md §1 (the reference dequantizers and
+ * quantizers of ggml), so bytes written here load in llama.cpp and bytes read here mean what
+ * llama.cpp means. Quantizers are the reference (non-SIMD) ones: deterministic, bit-exact. */
+#include "model/quant.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Scalar conversions                                                                        */
+
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+float nl_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    if (exp == 0x1f) /* inf / nan: keep the payload in the top mantissa bits */
+        return bits_f32(sign | 0x7f800000u | (mant << 13));
+    if (exp == 0) {
+        /* zero or subnormal: mant * 2^-24, exact in f32 */
+        float v = (float)mant * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13)); /* rebias 15 -> 127 */
+}
+
+/* Round to nearest, ties to even, like the F16C instruction (vcvtps2ph, imm 0): overflow to
+ * inf, subnormal results rounded correctly, NaN quieted with its top payload bits kept. */
+uint16_t nl_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t ax = x & 0x7fffffffu;
+    uint32_t e = ax >> 23;            /* biased f32 exponent */
+    uint32_t mant = ax & 0x7fffff;
+    if (e == 0xff) {
+        if (mant == 0) return sign | 0x7c00;
+        return sign | 0x7e00 | (uint16_t)(mant >> 13);
+    }
+    if (e > 142) return sign | 0x7c00;  /* >= 2^16: inf */
+    if (e >= 113) {
+        /* normal half: exponent e-112, 10 mantissa bits, round on the 13 dropped bits.
+         * A carry out of the mantissa moves to the exponent (and 65520.. to inf): correct. */
+        uint32_t h = ((e - 112) << 10) | (mant >> 13);
+        uint32_t rem = mant & 0x1fff;
+        if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+        return sign | (uint16_t)h;
+    }
+    if (e < 102) return sign; /* < 2^-25: rounds to (signed) zero; 2^-25 itself ties to 0 */
+    /* subnormal half: value = m * 2^(e-150) with the implicit bit, in units of 2^-24 */
+    uint32_t m = mant | 0x800000;
+    uint32_t shift = 126 - e; /* 14..24 */
+    uint32_t h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++; /* may become 0x400, the least normal */
+    return sign | (uint16_t)h;
+}
+
+float nl_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t nl_f32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64); /* quiet NaN */
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);               /* nearest even */
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Row converters (n elements, n a multiple of the block size)                               */
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+static void f32_to_float(const void *src, float *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+static void f32_from_float(const float *src, void *dst, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof(float));
+}
+
+static void f16_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = nl_f16_to_f32(rd16(s + 2 * i));
+}
+static void f16_from_float(const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) wr16(d + 2 * i, nl_f32_to_f16(src[i]));
+}
+
+static void bf16_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *s = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = nl_bf16_to_f32(rd16(s + 2 * i));
+}
+static void bf16_from_float(const float *src, void *dst, int64_t n) {
+    uint8_t *d = dst;
+    for (int64_t i = 0; i < n; i++) wr16(d + 2 * i, nl_f32_to_bf16(src[i]));
+}
+
+/* Q8_0: 32 elements, { f16 d; int8 qs[32]; } = 34 bytes; y = qs*d. Byte access (not the
+ * struct) so that unaligned GGUF mappings are fine. */
+static void q8_0_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 34) {
+        float d = nl_f16_to_f32(rd16(b));
+        for (int j = 0; j < 32; j++) dst[i * 32 + j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+/* Reference quantizer: amax = max|v|, d = amax/127, q = roundf(v * (1/d)) (ggml multiplies by
+ * the reciprocal, computed once from the unrounded d; d itself is stored as f16). */
+static void q8_0_from_float(const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / 32; i++, b += 34) {
+        const float *x = src + i * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, nl_f32_to_f16(d));
+        for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    }
+}
+
+/* Q4_0: 32 elements, { f16 d; uint8 qs[16]; } = 18 bytes; low nibble of qs[j] is element j,
+ * high nibble element j+16; y = (q-8)*d. */
+static void q4_0_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 18) {
+        float d = nl_f16_to_f32(rd16(b));
+        float *y = dst + i * 32;
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)((b[2 + j] & 0x0f) - 8) * d;
+            y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+/* Reference quantizer: max = the signed element of largest |v| (first one on ties),
+ * d = max/-8, q = MIN(15, (int8)(v/d + 8.5)) so that max maps to q = 0 exactly. */
+static void q4_0_from_float(const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / 32; i++, b += 18) {
+        const float *x = src + i * 32;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, nl_f32_to_f16(d));
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int8_t)(x[j] * id + 8.5f);
+            int q1 = (int8_t)(x[j + 16] * id + 8.5f);
+            if (q0 > 15) q0 = 15;
+            if (q1 > 15) q1 = 15;
+            b[2 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
+/* Q4_K: 256 elements, { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]; } = 144 bytes.
+ * 8 sub-blocks of 32 with 6-bit scale and min packed in `scales`. */
+static void q4_k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+static void q4_k_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 256; i++, b += 144) {
+        const float d = nl_f16_to_f32(rd16(b));
+        const float dmin = nl_f16_to_f32(rd16(b + 2));
+        const uint8_t *scales = b + 4, *q = b + 16;
+        float *y = dst + i * 256;
+        for (int is = 0; is < 8; is += 2, q += 32) {
+            int sc, m;
+            q4_k_scale_min(is, scales, &sc, &m);
+            const float d1 = d * (float)sc, m1 = dmin * (float)m;
+            q4_k_scale_min(is + 1, scales, &sc, &m);
+            const float d2 = d * (float)sc, m2 = dmin * (float)m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (float)(q[l] & 0x0f) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+/* Q6_K: 256 elements, { uint8 ql[128]; uint8 qh[64]; int8 scales[16]; f16 d; } = 210 bytes.
+ * 6-bit q = 4 low bits from ql | 2 high bits from qh, minus 32; y = d*scale*q. */
+static void q6_k_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 256; i++, b += 210) {
+        const float d = nl_f16_to_f32(rd16(b + 208));
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float *y = dst + i * 256;
+        for (int half = 0; half < 2; half++, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The table: one row per supported type, indexed by ggml id.                                */
+
+static const nl_type_traits traits[NL_TYPE_COUNT] = {
+    [NL_TYPE_F32] = {"f32", 1, 4, f32_to_float, f32_from_float},
+    [NL_TYPE_F16] = {"f16", 1, 2, f16_to_float, f16_from_float},
+    [NL_TYPE_Q4_0] = {"q4_0", 32, 18, q4_0_to_float, q4_0_from_float},
+    [NL_TYPE_Q8_0] = {"q8_0", 32, 34, q8_0_to_float, q8_0_from_float},
+    [NL_TYPE_Q4_K] = {"q4_k", 256, 144, q4_k_to_float, NULL},
+    [NL_TYPE_Q6_K] = {"q6_k", 256, 210, q6_k_to_float, NULL},
+    [NL_TYPE_BF16] = {"bf16", 1, 2, bf16_to_float, bf16_from_float},
+};
+
+/* ggml's names for every id (lower case). Removed ids keep the name they had. */
+static const char *const names[NL_TYPE_COUNT] = {
+    "f32", "f16", "q4_0", "q4_1", "q4_2", "q4_3", "q5_0", "q5_1", "q8_0", "q8_1",
+    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q8_k", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
+    "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64", "iq1_m",
+    "bf16", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8", "tq1_0", "tq2_0", "iq4_nl_4_4", "iq4_nl_4_8",
+    "iq4_nl_8_8", "mxfp4", "nvfp4", "q1_0", "q2_0",
+};
+
+const nl_type_traits *nl_type_get(int type) {
+    if (type < 0 || type >= NL_TYPE_COUNT || traits[type].name == NULL) return NULL;
+    return &traits[type];
+}
+
+const char *nl_type_name(int type) {
+    if (type < 0 || type >= NL_TYPE_COUNT) return "unknown";
+    return names[type];
+}
+
+int nl_type_from_name(const char *name) {
+    if (!name) return -1;
+    for (int t = 0; t < NL_TYPE_COUNT; t++) {
+        const char *a = names[t], *b = name;
+        while (*a && *b && *a == tolower((unsigned char)*b)) a++, b++;
+        if (!*a && !*b) return t;
+    }
+    return -1;
+}
+
+size_t nl_row_bytes(int type, int64_t ne0) {
+    const nl_type_traits *tt = nl_type_get(type);
+    if (!tt || ne0 < 0 || ne0 % tt->blck != 0) return 0;
+    return (size_t)(ne0 / tt->blck) * tt->bytes;
+}

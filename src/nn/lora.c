@@ -1,0 +1,168 @@
+/* nn/lora: the fused LoRA branch (contract and math in lora.h).
+ *
+ * Tokens are processed in blocks of TB rows. Per call, Aᵀ [n_in][r] and Bᵀ [r][n_out] are packed
+ * once so every rank-r product is a plain row-major GEMM (nl_gemm_acc) with unit-stride inner
+ * loops. With dropout, the mask of a token block is regenerated from the RNG into scratch and
+ * discarded at the end of the block: x ⊙ m never outlives the call. */
+#include "nn/lora.h"
+#include "nn/vecmath.h"
+#include "util/rng.h"
+#include "util/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define TB 32 /* token rows per block */
+
+uint64_t nl_lora_dropout_key(uint64_t seed, uint64_t step, int layer, int proj) {
+    /* last word: a domain tag so these keys never collide with other uses of the same seed */
+    return nl_rng_key4(seed, step, (uint64_t)(int64_t)layer, (uint64_t)(int64_t)proj, 0x4C6F5241446F7074ULL);
+}
+
+static int check(const nl_lora *L, const char *what) {
+    if (L->rank <= 0 || L->n_in <= 0 || L->n_out <= 0)
+        return nl_err("lora %s: bad shape n_in=%d n_out=%d rank=%d", what, L->n_in, L->n_out, L->rank);
+    if (!(L->dropout >= 0.0f && L->dropout < 1.0f))
+        return nl_err("lora %s: dropout %g not in [0, 1)", what, (double)L->dropout);
+    return 0;
+}
+
+/* An element is kept iff its 32 random bits are >= p·2^32 (probability 1 − p). */
+static uint32_t keep_threshold(float p) {
+    double t = floor((double)p * 4294967296.0 + 0.5);
+    return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+}
+
+/* m[nb][n_in] for token rows tok .. tok+nb-1. Value c of the token's key gives elements 2c
+ * (low 32 bits) and 2c+1 (high 32 bits). */
+static void make_mask(const nl_lora *L, int64_t tok, int nb, float *m) {
+    const int K = L->n_in;
+    const uint32_t thr = keep_threshold(L->dropout);
+    const float inv = 1.0f / (1.0f - L->dropout);
+    for (int b = 0; b < nb; b++) {
+        const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)(tok + b));
+        float *mr = m + (int64_t)b * K;
+        int i = 0;
+        for (; i + 2 <= K; i += 2) {
+            const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
+            mr[i] = (uint32_t)v >= thr ? inv : 0.0f;
+            mr[i + 1] = (uint32_t)(v >> 32) >= thr ? inv : 0.0f;
+        }
+        if (i < K) mr[i] = (uint32_t)nl_rng_u64(kt, (uint64_t)(i >> 1)) >= thr ? inv : 0.0f;
+    }
+}
+
+void nl_lora_dropout_mask(const nl_lora *L, int64_t token, float *m) {
+    if (L->dropout <= 0.0f) {
+        for (int i = 0; i < L->n_in; i++) m[i] = 1.0f;
+        return;
+    }
+    make_mask(L, token, 1, m);
+}
+
+static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k][i] */
+    for (int k = 0; k < r; k++)
+        for (int i = 0; i < K; i++) AT[(int64_t)i * r + k] = A[(int64_t)k * K + i];
+}
+
+/* xm[nb][K] = x ⊙ m (m written into mbuf), or a pointer to x when there is no dropout. */
+static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok, int nb, float *mbuf, float *xm) {
+    if (!drop) return x;
+    const int64_t n = (int64_t)nb * L->n_in;
+    make_mask(L, tok, nb, mbuf);
+    for (int64_t i = 0; i < n; i++) xm[i] = x[i] * mbuf[i];
+    return xm;
+}
+
+static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
+                    int64_t tok0, int drop, const char *what) {
+    if (check(L, what)) return -1;
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    drop = drop && L->dropout > 0.0f;
+    const size_t nAT = (size_t)K * r, nBT = (size_t)r * N, nx = drop ? 2 * (size_t)TB * K : 0;
+    float *buf = malloc(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r));
+    if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
+    float *AT = buf, *BT = AT + nAT, *mb = BT + nBT, *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
+    pack_AT(AT, A, r, K);
+    pack_AT(BT, B, N, r); /* BT[k][o] = B[o][k] */
+    for (int t0 = 0; t0 < T; t0 += TB) {
+        const int nb = T - t0 < TB ? T - t0 : TB;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0 + t0, nb, mb, xm);
+        float *ur = u ? u + (int64_t)t0 * r : ub;
+        for (int i = 0; i < nb * r; i++) ur[i] = 0.0f;
+        nl_gemm_acc(ur, r, xb, K, AT, r, nb, r, K);
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        nl_gemm_acc(y + (int64_t)t0 * N, N, su, r, BT, N, nb, N, r);
+    }
+    free(buf);
+    return 0;
+}
+
+int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
+                    int T, int64_t tok0) {
+    return lora_fwd(L, A, B, y, u, x, T, tok0, 1, "forward");
+}
+
+int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T) {
+    return lora_fwd(L, A, B, y, NULL, x, T, 0, 0, "apply");
+}
+
+int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
+                     const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+    if (check(L, "backward")) return -1;
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    const int drop = L->dropout > 0.0f;
+    const size_t nAT = u ? 0 : (size_t)K * r;
+    const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
+    const size_t nsmall = 4 * (size_t)TB * r;      /* du, duT, recomputed u, s·u */
+    float *buf = malloc(sizeof(float) * (nAT + nx + nsmall + (size_t)N * TB));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+    float *AT = buf, *mb = AT + nAT, *xm = mb + (drop ? (size_t)TB * K : 0), *tmp = xm + (drop ? (size_t)TB * K : 0);
+    float *du = tmp + (drop ? (size_t)TB * K : 0), *duT = du + (size_t)TB * r, *ub = duT + (size_t)TB * r;
+    float *su = ub + (size_t)TB * r, *dyT = su + (size_t)TB * r;
+    if (!u) pack_AT(AT, A, r, K);
+    for (int t0 = 0; t0 < T; t0 += TB) {
+        const int nb = T - t0 < TB ? T - t0 : TB;
+        const float *dyb = dy + (int64_t)t0 * N;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0 + t0, nb, mb, xm);
+        const float *ur = u ? u + (int64_t)t0 * r : ub;
+        if (!u) {
+            for (int i = 0; i < nb * r; i++) ub[i] = 0.0f;
+            nl_gemm_acc(ub, r, xb, K, AT, r, nb, r, K);
+        }
+        /* du = s · dy · B   [nb][r] */
+        for (int i = 0; i < nb * r; i++) du[i] = 0.0f;
+        nl_gemm_acc(du, r, dyb, N, B, r, nb, r, N);
+        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
+        /* dB += dyᵀ · (s·u)   [N][r] */
+        for (int b = 0; b < nb; b++)
+            for (int o = 0; o < N; o++) dyT[(int64_t)o * TB + b] = dyb[(int64_t)b * N + o];
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        nl_gemm_acc(dB, r, dyT, TB, su, r, N, r, nb);
+        /* dA += duᵀ · (m ⊙ x)   [r][K] */
+        for (int b = 0; b < nb; b++)
+            for (int k = 0; k < r; k++) duT[k * TB + b] = du[b * r + k];
+        nl_gemm_acc(dA, K, duT, TB, xb, K, r, K, nb);
+        /* dx += (du · A) ⊙ m   [nb][K] */
+        if (dx) {
+            float *dxb = dx + (int64_t)t0 * K;
+            if (!drop) {
+                nl_gemm_acc(dxb, K, du, r, A, K, nb, K, r);
+            } else {
+                const int64_t n = (int64_t)nb * K;
+                for (int64_t i = 0; i < n; i++) tmp[i] = 0.0f;
+                nl_gemm_acc(tmp, K, du, r, A, K, nb, K, r);
+                for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key) {
+    const float bound = 1.0f / sqrtf((float)n_in);
+    const int64_t na = (int64_t)rank * n_in, nbv = (int64_t)n_out * rank;
+    for (int64_t c = 0; c < na; c++) A[c] = (2.0f * nl_rng_uniform(key, (uint64_t)c) - 1.0f) * bound;
+    for (int64_t c = 0; c < nbv; c++) B[c] = 0.0f;
+}

@@ -1,0 +1,59 @@
+/* nn/lora: the LoRA branch of one adapted projection, as a fused node.
+ *
+ *   y[T][n_out] += s · (m ⊙ x) · Aᵀ · Bᵀ,   u = (m ⊙ x) · Aᵀ  [T][r]
+ *
+ * A [r][n_in] row-major (= GGUF lora_a {n_in, r} = PEFT lora_A.weight), B [n_out][r]
+ * (= GGUF lora_b {r, n_out} = PEFT lora_B.weight), s = alpha / r. m is the inverted-dropout
+ * mask (each element 0 with probability p, else 1/(1−p)); p = 0 means no mask at all (no RNG
+ * call, no copy: the fast path, bit-identical to nl_lora_apply).
+ *
+ * The mask is never stored: element i of token row t is a pure function of
+ * (key, tok0 + t, i) through the counter-based RNG (util/rng.h), so the backward (or a
+ * recompute after resume) regenerates exactly the forward's mask. The caller makes `key`
+ * from (seed, step, layer, projection) with nl_lora_dropout_key and chooses tok0 so that
+ * every token row of the step has its own index (e.g. micro_batch · T_max + first row).
+ *
+ * Backward (../shared/ref/backward.md "Projection with LoRA"), with du = s · dy · B [T][r]:
+ *   dx += (du · A) ⊙ m,   dB += s · dyᵀ · u,   dA += duᵀ · (m ⊙ x)
+ * dA/dB/dx ACCUMULATE (gradient accumulation across micro-batches; dx also receives the
+ * frozen projection's dy·W from proj/). Cost: about 2·T·r·(n_in + n_out) flops forward,
+ * twice that backward; the rank-r products run through a register-blocked GEMM.
+ *
+ * Functions return 0, or -1 with nl_last_error() set (bad p, out of memory for scratch). */
+#ifndef NL_LORA_H
+#define NL_LORA_H
+
+#include <stdint.h>
+
+typedef struct {
+    int n_in, n_out, rank; /* K, N, r */
+    float scale;           /* s = alpha / rank */
+    float dropout;         /* p in [0, 1) */
+    uint64_t key;          /* dropout key (nl_lora_dropout_key); unused when dropout == 0 */
+} nl_lora;
+
+/* Key for the masks of one (seed, optimizer step, layer, projection). */
+uint64_t nl_lora_dropout_key(uint64_t seed, uint64_t step, int layer, int proj);
+
+/* m[n_in] for token index `token`: 0 or 1/(1−p); all 1 when p == 0. For tests/inspection. */
+void nl_lora_dropout_mask(const nl_lora *L, int64_t token, float *m);
+
+/* Training forward: y[T][n_out] += s·u·Bᵀ. u[T][r] is written (save it for backward) or may be
+ * NULL (then the backward recomputes it). x[T][n_in]; token rows are tok0 .. tok0+T-1. */
+int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
+                    int T, int64_t tok0);
+
+/* Backward for the same (L, x, T, tok0) as the forward. u from the forward, or NULL to recompute.
+ * dx[T][n_in] += (du·A) ⊙ m (dx may be NULL: not needed, e.g. the first layer's input);
+ * dA[r][n_in] += duᵀ·(m ⊙ x); dB[n_out][r] += s·dyᵀ·u. */
+int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
+                     const float *dy, const float *x, const float *u, int T, int64_t tok0);
+
+/* Inference: y[T][n_out] += s · (x·Aᵀ)·Bᵀ, dropout off whatever L->dropout says. */
+int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T);
+
+/* PEFT-style init: A[r][n_in] ~ U(−1/sqrt(n_in), 1/sqrt(n_in)) (kaiming-uniform with a = √5),
+ * B = 0 (so the adapter starts as the identity). A's element c is uniform value c of `key`. */
+void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
+
+#endif

@@ -1,0 +1,65 @@
+/* nn/rope: rotary position embedding, in place on x[T][n_heads][head_dim].
+ * Pair i (i < n_rot/2) at position p is rotated by θ_i = p · base^(-2i/n_rot) · freq_scale / ff[i]:
+ *   out0 = x0 cos θ − x1 sin θ,  out1 = x0 sin θ + x1 cos θ
+ * NORM (neox = 0, llama) pairs (2i, 2i+1); NEOX (neox = 1, qwen3/qwen35 text) pairs
+ * (i, i + n_rot/2). Dims >= n_rot pass through. The backward is the rotation by −θ (a rotation
+ * is orthogonal, so its transpose is its inverse).
+ * Facts: ../shared/ref/formats.md §3 "RoPE", backward.md "RoPE".
+ *
+ * cos/sin are computed once per (token, pair) in double (θ reaches ~1e5 rad at long positions;
+ * a float θ would lose ~1e-2 rad there) and shared by all heads of the token. */
+#include "nn/nn.h"
+
+#include <math.h>
+
+#define ROPE_CHUNK 64 /* pairs per cos/sin table: bounded stack use for any n_rot */
+
+static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
+    const int half = r->n_rot / 2;
+    const int hd = r->head_dim;
+    double invf[ROPE_CHUNK];
+    float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+    for (int c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
+        const int nc = half - c0 < ROPE_CHUNK ? half - c0 : ROPE_CHUNK;
+        for (int j = 0; j < nc; j++) {
+            int i = c0 + j;
+            double f = pow((double)r->base, -2.0 * (double)i / (double)r->n_rot) * (double)r->freq_scale;
+            if (r->freq_factors) f /= (double)r->freq_factors[i];
+            invf[j] = f;
+        }
+        for (int t = 0; t < T; t++) {
+            for (int j = 0; j < nc; j++) {
+                double th = (double)pos[t] * invf[j];
+                cs[j] = (float)cos(th);
+                sn[j] = (float)(sign * sin(th));
+            }
+            float *xt = x + (int64_t)t * n_heads * hd;
+            for (int h = 0; h < n_heads; h++) {
+                float *xh = xt + (int64_t)h * hd;
+                if (r->neox) {
+                    float *a = xh + c0, *b = xh + c0 + half;
+                    for (int j = 0; j < nc; j++) {
+                        float x0 = a[j], x1 = b[j];
+                        a[j] = x0 * cs[j] - x1 * sn[j];
+                        b[j] = x0 * sn[j] + x1 * cs[j];
+                    }
+                } else {
+                    float *a = xh + 2 * c0;
+                    for (int j = 0; j < nc; j++) {
+                        float x0 = a[2 * j], x1 = a[2 * j + 1];
+                        a[2 * j] = x0 * cs[j] - x1 * sn[j];
+                        a[2 * j + 1] = x0 * sn[j] + x1 * cs[j];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void nl_rope_forward(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos) {
+    rope_apply(r, x, T, n_heads, pos, 1.0);
+}
+
+void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int32_t *pos) {
+    rope_apply(r, dx, T, n_heads, pos, -1.0);
+}

@@ -1,0 +1,96 @@
+/* nn/vecmath.h (private to nn/): small inline vector helpers written so that gcc -O2
+ * vectorises them without -ffast-math.
+ *
+ * Why the odd shapes: gcc 12 at -O2 uses the "very cheap" vectoriser cost model, which only
+ * vectorises a loop whose trip count is a known multiple of the vector width. A body written
+ * as a fixed 8-lane inner loop ("for (l = 0; l < 8; l++)") is vectorised by the SLP pass at
+ * any -O level, and an 8-lane partial-sum array lets a float reduction vectorise without
+ * reassociation flags (the summation order is fixed, so results are deterministic). */
+#ifndef NL_NN_VECMATH_H
+#define NL_NN_VECMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define NL_LANES 8
+
+/* C[M][N] += A[M][K] · B[K][N], row-major with row strides ldc/lda/ldb (nn/gemm.c). C must not
+ * overlap A or B. Used for the attention blocks and the LoRA rank-r products. Internal to
+ * nn/ (not part of the nn.h contract). */
+void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb,
+                 int M, int N, int K);
+
+/* Σ a[i]·b[i] with 8 partial sums (order fixed: deterministic, independent of threads). */
+static inline float nl_vdot(const float *a, const float *b, int n) {
+    float acc[NL_LANES] = {0};
+    int i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) acc[l] += a[i + l] * b[i + l];
+    float tail = 0.0f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+/* y[i] += a·x[i] */
+static inline void nl_vaxpy(float *restrict y, float a, const float *restrict x, int n) {
+    int i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) y[i + l] += a * x[i + l];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* y[i] *= a */
+static inline void nl_vscale(float *y, float a, int n) {
+    int i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) y[i + l] *= a;
+    for (; i < n; i++) y[i] *= a;
+}
+
+/* exp(x) in float, branch-free so that it vectorises: Cody-Waite range reduction
+ * x = n·ln2 + r (|r| <= ln2/2, n by the 1.5·2^23 rounding trick), a degree-7 polynomial for
+ * e^r (Taylor-like coefficients of the classic Cephes expf), and 2^n built in the exponent
+ * bits. Max relative error about 1e-7 on [-87, 88]. Results: x < -87.3 (and -inf) -> 0 (no
+ * denormals); x > 88.0 -> +inf; NaN -> +inf (callers never pass NaN on purpose). */
+static inline float nl_fexp(float x) {
+    float t = x * 1.44269504088896341f + 12582912.0f;
+    float n = t - 12582912.0f;
+    float r = x - n * 0.693145751953125f - n * 1.42860682030941723e-06f;
+    float p = 1.98756915e-4f;
+    p = p * r + 1.39819337e-3f;
+    p = p * r + 8.33345205e-3f;
+    p = p * r + 4.16657962e-2f;
+    p = p * r + 1.66666657e-1f;
+    p = p * r + 5.0e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t tb;
+    memcpy(&tb, &t, 4);
+    int32_t e = (tb - 0x4B400000) + 127; /* biased exponent of 2^n (garbage when |x| huge) */
+    int32_t lo = ~((e - 1) >> 31);       /* all ones iff e >= 1 (no underflow) */
+    int32_t hi = (e - 255) >> 31;        /* all ones iff e < 255 (no overflow) */
+    int32_t eb = (e & lo & hi) << 23;
+    float sc;
+    memcpy(&sc, &eb, 4);
+    float y = p * sc;
+    int32_t yb;
+    memcpy(&yb, &y, 4);
+    yb = (yb & lo & hi) | (0x7F800000 & ~hi);
+    memcpy(&y, &yb, 4);
+    return y;
+}
+
+/* y[i] = exp(x[i]) (y may alias x) */
+static inline void nl_vexp(float *y, const float *x, int n) {
+    int i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES) {
+        float tmp[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) tmp[l] = nl_fexp(x[i + l]);
+        for (int l = 0; l < NL_LANES; l++) y[i + l] = tmp[l];
+    }
+    for (; i < n; i++) y[i] = nl_fexp(x[i]);
+}
+
+/* σ(x) = 1 / (1 + e^{-x}); exact limits 0 and 1 for large |x| (e^{-x} -> inf or 0). */
+static inline float nl_fsigmoid(float x) { return 1.0f / (1.0f + nl_fexp(-x)); }
+
+#endif

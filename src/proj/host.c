@@ -1,0 +1,444 @@
+/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0/Q4_K weights used in
+ * place, CPU SIMD kernels chosen at run time, a small persistent thread pool.
+ * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
+ * (contract: kernels.h). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include "proj/kernels.h"
+#include "util/util.h"
+
+enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1 };
+
+static int g_compute = MODE_AUTO; /* process default, set by nl_proj_host_set_compute */
+
+/* ---- CPU features ---- */
+
+static int cpu_avx2(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return 0; /* F16C */
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_avx512(void) {
+#if defined(__x86_64__)
+    return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_avx512bf16(void) {
+#if defined(__x86_64__)
+    if (!cpu_avx512()) return 0;
+    unsigned a, b, c, d;
+    /* CPUID.(EAX=7,ECX=1):EAX bit 5 = AVX512_BF16 */
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
+    return (a >> 5) & 1;
+#else
+    return 0;
+#endif
+}
+
+int nl_proj_host_cpu_has(const char *name) {
+    if (!name) return 0;
+    if (!strcmp(name, "scalar")) return 1;
+    if (!strcmp(name, "avx2")) return cpu_avx2();
+    if (!strcmp(name, "avx512")) return cpu_avx512();
+    if (!strcmp(name, "avx512bf16")) return cpu_avx512bf16();
+#if defined(__aarch64__)
+    if (!strcmp(name, "neon")) return 1;
+#endif
+    return 0;
+}
+
+static const nl_host_kernels *kernels_by_name(const char *name) {
+    if (!strcmp(name, "auto")) {
+#if defined(__x86_64__)
+        if (cpu_avx512()) return &nl_host_kernels_avx512;
+        if (cpu_avx2()) return &nl_host_kernels_avx2;
+#elif defined(__aarch64__)
+        return &nl_host_kernels_neon;
+#endif
+        return &nl_host_kernels_scalar;
+    }
+    if (!strcmp(name, "scalar")) return &nl_host_kernels_scalar;
+#if defined(__x86_64__)
+    if (!strcmp(name, "avx2") && cpu_avx2()) return &nl_host_kernels_avx2;
+    if (!strcmp(name, "avx512") && cpu_avx512()) return &nl_host_kernels_avx512;
+#elif defined(__aarch64__)
+    if (!strcmp(name, "neon")) return &nl_host_kernels_neon;
+#endif
+    return NULL;
+}
+
+static int parse_mode(const char *mode) {
+    if (!mode || !strcmp(mode, "auto")) return MODE_AUTO;
+    if (!strcmp(mode, "f32")) return MODE_F32;
+    if (!strcmp(mode, "bf16")) return MODE_BF16;
+    return -2;
+}
+
+int nl_proj_host_set_compute(const char *mode) {
+    int m = parse_mode(mode);
+    if (m == -2) return nl_err("host: unknown compute mode '%s' (expected f32, bf16 or auto)", mode);
+    if (m == MODE_BF16 && !cpu_avx512bf16())
+        return nl_err("host: compute bf16 needs AVX512_BF16, which this CPU lacks");
+    g_compute = m;
+    return 0;
+}
+
+/* ---- context and thread pool ---- */
+
+typedef struct {
+    float *B;       /* KC × NP packed f32 panel */
+    uint32_t *Bp;   /* KC/2 × NP packed bf16 pairs */
+    float *S;       /* KC/32 × NP block scales (bf16 FWD) */
+    float *D0, *D1; /* KC per-row scales (bf16 BWD) */
+    float *row;     /* KC floats of decode scratch */
+    void *mem;
+} scratch;
+
+typedef struct host_ctx host_ctx;
+typedef void (*task_fn)(host_ctx *c, int tid);
+
+typedef struct {
+    host_ctx *c;
+    int tid;
+} worker_arg;
+
+struct host_ctx {
+    const nl_host_kernels *ks;
+    int compute; /* MODE_*: AUTO follows g_compute */
+    int nth;
+    scratch *scr;
+    pthread_t *threads;
+    worker_arg *wargs;
+    int n_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_go, cv_done;
+    uint64_t gen;
+    int pending, quit;
+    task_fn fn;
+    /* the job */
+    const nl_proj_weight *w;
+    nl_dir dir;
+    const float *x;
+    int T;
+    float *y;
+    int bf16;
+};
+
+static void *worker(void *p) {
+    worker_arg *wa = p;
+    host_ctx *c = wa->c;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (c->gen == seen && !c->quit) pthread_cond_wait(&c->cv_go, &c->mu);
+        if (c->quit) {
+            pthread_mutex_unlock(&c->mu);
+            return NULL;
+        }
+        seen = c->gen;
+        task_fn fn = c->fn;
+        pthread_mutex_unlock(&c->mu);
+        fn(c, wa->tid);
+        pthread_mutex_lock(&c->mu);
+        if (--c->pending == 0) pthread_cond_signal(&c->cv_done);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static void run_all(host_ctx *c, task_fn fn) {
+    if (c->nth > 1) {
+        pthread_mutex_lock(&c->mu);
+        c->fn = fn;
+        c->pending = c->nth - 1;
+        c->gen++;
+        pthread_cond_broadcast(&c->cv_go);
+        pthread_mutex_unlock(&c->mu);
+    }
+    fn(c, 0);
+    if (c->nth > 1) {
+        pthread_mutex_lock(&c->mu);
+        while (c->pending) pthread_cond_wait(&c->cv_done, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static void host_free(void *ctx) {
+    host_ctx *c = ctx;
+    if (!c) return;
+    if (c->n_started) {
+        pthread_mutex_lock(&c->mu);
+        c->quit = 1;
+        pthread_cond_broadcast(&c->cv_go);
+        pthread_mutex_unlock(&c->mu);
+        for (int i = 0; i < c->n_started; i++) pthread_join(c->threads[i], NULL);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv_go);
+    pthread_cond_destroy(&c->cv_done);
+    if (c->scr)
+        for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
+    free(c->scr);
+    free(c->threads);
+    free(c->wargs);
+    free(c);
+}
+
+static int host_init(void **out, int n_threads) {
+    *out = NULL;
+    if (n_threads < 1) n_threads = 1;
+    if (n_threads > 256) return nl_err("host: n_threads %d out of range (1..256)", n_threads);
+    host_ctx *c = nl_calloc(1, sizeof *c);
+    if (!c) return -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv_go, NULL);
+    pthread_cond_init(&c->cv_done, NULL);
+    c->ks = kernels_by_name("auto");
+    c->compute = MODE_AUTO;
+    c->nth = n_threads;
+    c->scr = nl_calloc((size_t)n_threads, sizeof *c->scr);
+    c->threads = nl_calloc((size_t)n_threads, sizeof *c->threads);
+    c->wargs = nl_calloc((size_t)n_threads, sizeof *c->wargs);
+    if (!c->scr || !c->threads || !c->wargs) goto fail;
+    const size_t nB = (size_t)NL_HOST_KC * NL_HOST_NP, nBp = nB / 2, nS = nB / 32;
+    const size_t total = (nB + nBp + nS + 3 * NL_HOST_KC + 64) * 4;
+    for (int i = 0; i < n_threads; i++) {
+        scratch *s = &c->scr[i];
+        s->mem = aligned_alloc(64, (total + 63) / 64 * 64);
+        if (!s->mem) {
+            nl_err("host: out of memory (%zu bytes of scratch)", total);
+            goto fail;
+        }
+        float *f = s->mem;
+        s->B = f;
+        s->Bp = (uint32_t *)(f + nB);
+        s->S = f + nB + nBp;
+        s->D0 = s->S + nS;
+        s->D1 = s->D0 + NL_HOST_KC;
+        s->row = s->D1 + NL_HOST_KC;
+    }
+    for (int i = 1; i < n_threads; i++) {
+        c->wargs[i].c = c;
+        c->wargs[i].tid = i;
+        if (pthread_create(&c->threads[i - 1], NULL, worker, &c->wargs[i])) {
+            nl_err("host: cannot start worker thread %d", i);
+            goto fail;
+        }
+        c->n_started++;
+    }
+    *out = c;
+    return 0;
+fail:
+    host_free(c);
+    return -1;
+}
+
+int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute) {
+    host_ctx *c = ctx;
+    if (!c) return nl_err("host: configure: no context");
+    const nl_host_kernels *ks = c->ks;
+    if (kernels) {
+        ks = kernels_by_name(kernels);
+        if (!ks) return nl_err("host: kernel set '%s' is unknown or not supported by this CPU", kernels);
+    }
+    int m = c->compute;
+    if (compute) {
+        m = parse_mode(compute);
+        if (m == -2) return nl_err("host: unknown compute mode '%s' (expected f32, bf16 or auto)", compute);
+    }
+    if (m == MODE_BF16 && !(ks->has_bf16 && cpu_avx512bf16()))
+        return nl_err("host: compute bf16 needs the avx512 kernel set on a CPU with AVX512_BF16");
+    c->ks = ks;
+    c->compute = m;
+    return 0;
+}
+
+const char *nl_proj_host_kernels(const void *ctx) { return ctx ? ((const host_ctx *)ctx)->ks->name : "none"; }
+
+static int bf16_active(const host_ctx *c) {
+    int m = c->compute == MODE_AUTO ? g_compute : c->compute;
+    int can = c->ks->has_bf16 && cpu_avx512bf16();
+    return m == MODE_AUTO ? can : (m == MODE_BF16 && can);
+}
+
+const char *nl_proj_host_compute(const void *ctx) {
+    return ctx && bf16_active(ctx) ? "bf16" : "f32";
+}
+
+/* ---- weights ---- */
+
+static int blck_of(int type) { return type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0 ? 32 : type == NL_TYPE_Q4_K ? 256 : 1; }
+
+static size_t row_bytes(int type, int64_t k) {
+    switch (type) {
+    case NL_TYPE_F32: return (size_t)k * 4;
+    case NL_TYPE_F16:
+    case NL_TYPE_BF16: return (size_t)k * 2;
+    case NL_TYPE_Q8_0: return (size_t)(k / 32) * 34;
+    case NL_TYPE_Q4_0: return (size_t)(k / 32) * 18;
+    case NL_TYPE_Q4_K: return (size_t)(k / 256) * 144;
+    default: return 0;
+    }
+}
+
+static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
+    (void)ctx;
+    if (!w || !w->data || T < 1 || (dir != NL_FWD && dir != NL_BWD)) return 0;
+    if (!nl_host_type_ok(w->type)) return 0;
+    if (w->n_in < 1 || w->n_out < 1 || w->n_in > (1 << 30) || w->n_out > (1 << 30)) return 0;
+    return w->n_in % blck_of(w->type) == 0;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static uint16_t bf16_of_int(int q) {
+    float f = (float)q;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)(u >> 16); /* exact: |q| < 256 */
+}
+
+/* FWD: output panels of n, chunks of k. */
+static void task_fwd(host_ctx *c, int tid) {
+    const nl_proj_weight *w = c->w;
+    const nl_host_kernels *ks = c->ks;
+    scratch *s = &c->scr[tid];
+    const int64_t K = w->n_in, N = w->n_out;
+    const size_t rb = row_bytes(w->type, K);
+    const uint8_t *W = w->data;
+    const int64_t np = (N + NL_HOST_NP - 1) / NL_HOST_NP;
+    const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t n0 = p * NL_HOST_NP;
+        const int ncols = (int)min64(NL_HOST_NP, N - n0);
+        for (int64_t k0 = 0; k0 < K; k0 += NL_HOST_KC) {
+            const int kc = (int)min64(NL_HOST_KC, K - k0);
+            if (c->bf16) {
+                /* B[p/2][j] = (q[n0+j][k0+p], q[n0+j][k0+p+1]); S[b][j] = d of block b */
+                const int nb = kc / 32;
+                uint16_t *bh = (uint16_t *)s->Bp;
+                for (int j = 0; j < NL_HOST_NP; j++) {
+                    if (j >= ncols) {
+                        for (int pp = 0; pp < kc; pp++) bh[(pp / 2) * 2 * NL_HOST_NP + 2 * j + (pp & 1)] = 0;
+                        for (int b = 0; b < nb; b++) s->S[b * NL_HOST_NP + j] = 0;
+                        continue;
+                    }
+                    const uint8_t *row = W + (size_t)(n0 + j) * rb;
+                    const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
+                    for (int b = 0; b < nb; b++) {
+                        int8_t q[32];
+                        float d;
+                        nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q, &d);
+                        s->S[b * NL_HOST_NP + j] = d;
+                        for (int e = 0; e < 32; e++) {
+                            const int pp = 32 * b + e;
+                            bh[(pp / 2) * 2 * NL_HOST_NP + 2 * j + (pp & 1)] = bf16_of_int(q[e]);
+                        }
+                    }
+                }
+                ks->gemm_bf16_fwd(c->T, kc, c->x + k0, K, s->Bp, s->S, c->y + n0, N, ncols, k0 > 0);
+            } else {
+                /* B[p][j] = W[n0+j][k0+p] */
+                for (int j = 0; j < NL_HOST_NP; j++) {
+                    if (j < ncols) {
+                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, s->row);
+                        for (int pp = 0; pp < kc; pp++) s->B[pp * NL_HOST_NP + j] = s->row[pp];
+                    } else {
+                        for (int pp = 0; pp < kc; pp++) s->B[pp * NL_HOST_NP + j] = 0.0f;
+                    }
+                }
+                ks->gemm_f32(c->T, kc, c->x + k0, K, s->B, c->y + n0, N, ncols, k0 > 0);
+            }
+        }
+    }
+}
+
+/* BWD: output panels of k, chunks of n. */
+static void task_bwd(host_ctx *c, int tid) {
+    const nl_proj_weight *w = c->w;
+    const nl_host_kernels *ks = c->ks;
+    scratch *s = &c->scr[tid];
+    const int64_t K = w->n_in, N = w->n_out;
+    const size_t rb = row_bytes(w->type, K);
+    const uint8_t *W = w->data;
+    const int64_t np = (K + NL_HOST_NP - 1) / NL_HOST_NP;
+    const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t k0 = p * NL_HOST_NP;
+        const int ncols = (int)min64(NL_HOST_NP, K - k0);
+        for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
+            const int nc = (int)min64(NL_HOST_KC, N - n0);
+            if (c->bf16) {
+                /* B[i/2][j] half (i&1) = q[n0+i][k0+j]; D0/D1[i] = d of the panel's blocks */
+                uint16_t *bh = (uint16_t *)s->Bp;
+                const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
+                const int nblk = (ncols + 31) / 32; /* 1 or 2; K is a multiple of 32 */
+                for (int i = 0; i < nc; i++) {
+                    const uint8_t *row = W + (size_t)(n0 + i) * rb;
+                    uint16_t *dst = bh + (size_t)(i / 2) * 2 * NL_HOST_NP + (i & 1);
+                    for (int b = 0; b < 2; b++) {
+                        int8_t q[32];
+                        float d = 0.0f;
+                        if (b < nblk)
+                            nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q, &d);
+                        else
+                            memset(q, 0, sizeof q);
+                        (b ? s->D1 : s->D0)[i] = d;
+                        for (int e = 0; e < 32; e++) dst[2 * (32 * b + e)] = bf16_of_int(q[e]);
+                    }
+                }
+                if (nc & 1) /* zero the odd half of the last pair row */
+                    for (int j = 0; j < NL_HOST_NP; j++) bh[(size_t)(nc / 2) * 2 * NL_HOST_NP + 2 * j + 1] = 0;
+                ks->gemm_bf16_bwd(c->T, nc, c->x + n0, N, s->D0, s->D1, s->Bp, c->y + k0, K, ncols, n0 > 0);
+            } else {
+                /* B[i][j] = W[n0+i][k0+j] */
+                for (int i = 0; i < nc; i++) {
+                    float *b = s->B + (size_t)i * NL_HOST_NP;
+                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, b);
+                    for (int j = ncols; j < NL_HOST_NP; j++) b[j] = 0.0f;
+                }
+                ks->gemm_f32(c->T, nc, c->x + n0, N, s->B, c->y + k0, K, ncols, n0 > 0);
+            }
+        }
+    }
+}
+
+static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y) {
+    host_ctx *c = ctx;
+    if (!c) return nl_err("host: run: no context");
+    if (!host_supports(ctx, w, dir, T < 1 ? 1 : T))
+        return nl_err("host: %s: unsupported weight (type %d, %lldx%lld)", w && w->name ? w->name : "?",
+                      w ? w->type : -1, w ? (long long)w->n_out : 0LL, w ? (long long)w->n_in : 0LL);
+    if (T < 1) return T == 0 ? 0 : nl_err("host: %s: T = %d", w->name ? w->name : "?", T);
+    if (!x || !y) return nl_err("host: %s: NULL input or output", w->name ? w->name : "?");
+    c->w = w;
+    c->dir = dir;
+    c->x = x;
+    c->T = T;
+    c->y = y;
+    c->bf16 = bf16_active(c) && nl_host_type_int(w->type);
+    run_all(c, dir == NL_FWD ? task_fwd : task_bwd);
+    return 0;
+}
+
+const nl_proj_backend nl_proj_backend_host = {
+    .name = "host",
+    .init = host_init,
+    .supports = host_supports,
+    .run = host_run,
+    .free = host_free,
+};

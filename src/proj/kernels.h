@@ -1,0 +1,107 @@
+/* proj/kernels: the `host` backend's CPU kernels (DESIGN.md §2).
+ *
+ * Part 1 is the public knob of the host backend (the service wires --compute to it).
+ * Part 2 is the internal contract between host.c (tiling, packing, threads) and one kernel
+ * set per instruction set: kernels_scalar.c, kernels_avx2.c, kernels_avx512.c (x86-64, built
+ * with their -m flags and chosen at run time from cpuid) and kernels_neon.c (aarch64).
+ *
+ * How a projection runs (W is N×K row-major and is never transposed or copied whole):
+ *   FWD  Y[T][N] = X[T][K]·Wᵀ   output panels of NL_HOST_NP columns n, reduction chunks of
+ *                               NL_HOST_KC k: the tile W[n0..+NP][k0..+KC] is dequantized ONCE
+ *                               into a scratch panel B[k][n] and then used for all T rows.
+ *   BWD  Y[T][K] = X[T][N]·W    output panels of NP columns k, chunks of KC rows n: the tile
+ *                               W[n0..+KC][k0..+NP] is dequantized once into B[n][k].
+ * Both directions decode W with the same block decoder (value = (float)q · d for Q8_0/Q4_0,
+ * the F16 value for F16), so the effective weights are bit-identical in both directions.
+ * Threads split the OUTPUT panels, never the reduction: every output element is the same
+ * FMA chain whatever the thread count or T. */
+#ifndef NL_PROJ_KERNELS_H
+#define NL_PROJ_KERNELS_H
+
+#include <stdint.h>
+
+#include "model/quant.h"
+#include "proj/proj.h"
+
+/* ---- Part 1: host backend knobs -------------------------------------------------------- */
+
+extern const nl_proj_backend nl_proj_backend_host;
+
+/* Process-wide default compute mode for host contexts created afterwards (and for running
+ * ones that have not been configured explicitly): "f32" (FP32 activations and weights, FMA)
+ * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
+ * block scales are applied in FP32; activations are rounded to BF16). "auto" (or NULL) = bf16
+ * where the CPU has AVX512_BF16, else f32. Weights with no integer form (F16, F32, BF16, Q4_K)
+ * always run the f32 path. Returns 0, or -1 + nl_err for an unknown mode. */
+int nl_proj_host_set_compute(const char *mode);
+
+/* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
+ * "avx2", "avx512" or "neon" (NULL = keep); compute as above (NULL = keep). Asking for a set
+ * this CPU lacks, or bf16 without AVX512_BF16, is an error (-1 + nl_err). */
+int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute);
+/* The kernel set and compute mode a context uses now, e.g. "avx512" and "bf16". */
+const char *nl_proj_host_kernels(const void *ctx);
+const char *nl_proj_host_compute(const void *ctx);
+/* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon") runs here. */
+int nl_proj_host_cpu_has(const char *name);
+
+/* ---- Part 2: kernel sets (internal to proj/) ------------------------------------------- */
+
+#define NL_HOST_NP 64  /* output columns per packed panel */
+#define NL_HOST_KC 256 /* reduction elements per packed chunk (multiple of 32 and of 256) */
+
+typedef struct nl_host_kernels {
+    const char *name;
+    int has_bf16; /* gemm_bf16_* present */
+
+    /* Row decoders into f32 (exact: F16 widening, (float)q*d for Q8_0). n / nblocks elements
+     * or blocks; dst holds n or 32*nblocks floats. */
+    void (*dq_f16)(const uint16_t *src, float *dst, int n);
+    void (*dq_q8_0)(const nl_block_q8_0 *src, float *dst, int nblocks);
+
+    /* C[i][j] (= or += when accumulate) Σ_p A[i*lda + p] · B[p*NP + j]
+     * for i < m, p < kc, j < ncols (≤ NP). B is a packed panel, NP floats a row, zero-padded
+     * past ncols. Each C element is one FMA chain in p order (p = 0 first). */
+    void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
+                     int64_t ldc, int ncols, int accumulate);
+
+    /* bf16 FWD on integer weights. A: m rows of kc floats (stride lda), rounded to BF16 here;
+     * kc is a multiple of 32. B: kc/2 rows of NP pairs (uint32: low half = even p, high half
+     * = odd p; BF16 of the integer q). S: kc/32 rows of NP block scales.
+     * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} bf16(A[i][p]) · q[p][j]). */
+    void (*gemm_bf16_fwd)(int m, int kc, const float *A, int64_t lda, const uint32_t *B,
+                          const float *S, float *C, int64_t ldc, int ncols, int accumulate);
+    /* bf16 BWD on integer weights, the block scale folded into the activations:
+     * C[i][j] (=|+=) Σ_p bf16(A[i][p] · D_j[p]) · q[p][j] with D_j = D0 for j < 32 and D1 for
+     * j ≥ 32 (the two Q8_0 blocks a 64-column panel spans). kc rows of A are read (p ≥ kc is
+     * zero); B has (kc+1)/2 rows of NP pairs (pairs along p). */
+    void (*gemm_bf16_bwd)(int m, int kc, const float *A, int64_t lda, const float *D0,
+                          const float *D1, const uint32_t *B, float *C, int64_t ldc, int ncols,
+                          int accumulate);
+} nl_host_kernels;
+
+extern const nl_host_kernels nl_host_kernels_scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+extern const nl_host_kernels nl_host_kernels_avx2;
+extern const nl_host_kernels nl_host_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const nl_host_kernels nl_host_kernels_neon;
+#endif
+
+/* Shared scalar helpers (kernels_scalar.c). */
+float nl_host_f16_to_f32(uint16_t h);
+uint16_t nl_host_f32_to_bf16(float f); /* round to nearest even (like VCVTNEPS2BF16) */
+/* Decode one 32-element block of an integer type (Q8_0, Q4_0) to q[32] and its scale d;
+ * value = (float)q[i] * d. */
+void nl_host_decode_int_block(int type, const void *block, int8_t *q, float *d);
+/* Decode elements [k0, k0+n) of one row of `type` (any supported type; k0 need not be
+ * block-aligned) into dst using the set's fast row decoders where there are some. */
+void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64_t k0, int n,
+                     float *dst);
+/* 1 if host.c can decode this weight type. */
+int nl_host_type_ok(int type);
+/* 1 for types with an integer (q, d) form usable by the bf16 kernels (32-element blocks). */
+int nl_host_type_int(int type);
+
+#endif

@@ -1,0 +1,99 @@
+/* proj/kernels_avx2: AVX2 + FMA + F16C kernel set (f32 compute only). Built with -mavx2 -mfma
+ * -mf16c; host.c only calls in after cpuid says so. 16 ymm registers: 6 rows of T × 2 vectors
+ * (16 columns) of accumulators, four such strips per 64-column panel. */
+#if defined(__x86_64__) && defined(__AVX2__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "proj/kernels.h"
+
+#define MR 6
+#define AI __attribute__((always_inline)) static inline
+
+static void y_dq_f16(const uint16_t *src, float *dst, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = nl_host_f16_to_f32(src[i]);
+}
+
+static void y_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
+    for (int b = 0; b < nblocks; b++) {
+        const __m256 d = _mm256_set1_ps(nl_host_f16_to_f32(src[b].d));
+        for (int j = 0; j < 32; j += 8) {
+            __m128i q8;
+            memcpy(&q8, src[b].qs + j, 8); /* low 8 bytes used */
+            const __m256i q = _mm256_cvtepi8_epi32(q8);
+            _mm256_storeu_ps(dst + 32 * b + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
+AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C,
+            int64_t ldc, int ncols, int accumulate) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        const float *b = B + (size_t)p * NL_HOST_NP;
+        const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i >= mr) break;
+            const __m256 a = _mm256_broadcast_ss(A + i * lda + p);
+            acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+        }
+    }
+    if (ncols >= 16) {
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i >= mr) break;
+            float *c = C + i * ldc;
+            __m256 v0 = acc[i][0], v1 = acc[i][1];
+            if (accumulate) {
+                v0 = _mm256_add_ps(_mm256_loadu_ps(c), v0);
+                v1 = _mm256_add_ps(_mm256_loadu_ps(c + 8), v1);
+            }
+            _mm256_storeu_ps(c, v0);
+            _mm256_storeu_ps(c + 8, v1);
+        }
+    } else {
+        float tmp[16];
+        for (int i = 0; i < mr; i++) {
+            float *c = C + i * ldc;
+            _mm256_storeu_ps(tmp, acc[i][0]);
+            _mm256_storeu_ps(tmp + 8, acc[i][1]);
+            for (int j = 0; j < ncols; j++) c[j] = accumulate ? c[j] + tmp[j] : tmp[j];
+        }
+    }
+}
+
+static void y_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
+                       int64_t ldc, int ncols, int accumulate) {
+    for (int s = 0; s < NL_HOST_NP / 16 && 16 * s < ncols; s++) {
+        const float *b = B + 16 * s;
+        const int nc = ncols - 16 * s;
+        int i = 0;
+        for (; i + MR <= m; i += MR) ukr(MR, kc, A + i * lda, lda, b, C + i * ldc + 16 * s, ldc, nc, accumulate);
+        const float *a = A + i * lda;
+        float *c = C + i * ldc + 16 * s;
+        switch (m - i) {
+        case 1: ukr(1, kc, a, lda, b, c, ldc, nc, accumulate); break;
+        case 2: ukr(2, kc, a, lda, b, c, ldc, nc, accumulate); break;
+        case 3: ukr(3, kc, a, lda, b, c, ldc, nc, accumulate); break;
+        case 4: ukr(4, kc, a, lda, b, c, ldc, nc, accumulate); break;
+        case 5: ukr(5, kc, a, lda, b, c, ldc, nc, accumulate); break;
+        default: break;
+        }
+    }
+}
+
+const nl_host_kernels nl_host_kernels_avx2 = {
+    .name = "avx2",
+    .has_bf16 = 0,
+    .dq_f16 = y_dq_f16,
+    .dq_q8_0 = y_dq_q8_0,
+    .gemm_f32 = y_gemm_f32,
+};
+#endif

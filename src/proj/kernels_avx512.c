@@ -1,0 +1,243 @@
+/* proj/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
+ * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; host.c only
+ * calls in after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
+ * FP32 accumulators for gemm_f32 and gemm_bf16_bwd; 6 × 2 vectors (+ 6 × 2 per-block partial
+ * sums) for gemm_bf16_fwd. */
+#if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+#include <string.h>
+
+#include "proj/kernels.h"
+
+#define MR 6
+#define AI __attribute__((always_inline)) static inline
+
+static void z_dq_f16(const uint16_t *src, float *dst, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    for (; i < n; i++) dst[i] = nl_host_f16_to_f32(src[i]);
+}
+
+static void z_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
+    for (int b = 0; b < nblocks; b++) {
+        const __m512 d = _mm512_set1_ps(nl_host_f16_to_f32(src[b].d));
+        __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)src[b].qs));
+        __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src[b].qs + 16)));
+        _mm512_storeu_ps(dst + 32 * b, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d));
+        _mm512_storeu_ps(dst + 32 * b + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d));
+    }
+}
+
+static __mmask16 col_mask(int ncols, int r) {
+    int v = ncols - 16 * r;
+    return v >= 16 ? (__mmask16)0xffff : v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1);
+}
+
+/* C (=|+=) acc, rows < mr, vectors < nv, masked to ncols. */
+AI void store_tile(__m512 acc[MR][4], int mr, int nv, float *C, int64_t ldc, int ncols,
+                   int accumulate) {
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (i >= mr) break;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= nv) break;
+            const __mmask16 k = col_mask(ncols, r);
+            float *c = C + i * ldc + 16 * r;
+            __m512 v = acc[i][r];
+            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c), v);
+            _mm512_mask_storeu_ps(c, k, v);
+        }
+    }
+}
+
+AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C,
+                int64_t ldc, int ncols, int accumulate) {
+    __m512 acc[MR][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        const float *b = B + (size_t)p * NL_HOST_NP;
+        const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        const __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i >= mr) break;
+            const __m512 a = _mm512_set1_ps(A[i * lda + p]);
+            acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+            acc[i][2] = _mm512_fmadd_ps(a, b2, acc[i][2]);
+            acc[i][3] = _mm512_fmadd_ps(a, b3, acc[i][3]);
+        }
+    }
+    store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
+}
+
+static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
+                       int64_t ldc, int ncols, int accumulate) {
+    int i = 0;
+    for (; i + MR <= m; i += MR)
+        ukr_f32(MR, kc, A + i * lda, lda, B, C + i * ldc, ldc, ncols, accumulate);
+    const float *a = A + i * lda;
+    float *c = C + i * ldc;
+    switch (m - i) {
+    case 1: ukr_f32(1, kc, a, lda, B, c, ldc, ncols, accumulate); break;
+    case 2: ukr_f32(2, kc, a, lda, B, c, ldc, ncols, accumulate); break;
+    case 3: ukr_f32(3, kc, a, lda, B, c, ldc, ncols, accumulate); break;
+    case 4: ukr_f32(4, kc, a, lda, B, c, ldc, ncols, accumulate); break;
+    case 5: ukr_f32(5, kc, a, lda, B, c, ldc, ncols, accumulate); break;
+    default: break;
+    }
+}
+
+/* ---------------- AVX512_BF16 ---------------- */
+
+typedef union { __m512i i; __m512bh h; } bh512;
+
+AI __m512bh as_bh(__m512i v) {
+    bh512 u;
+    u.i = v;
+    return u.h;
+}
+
+/* row of n floats (optionally times d) → n bf16 (padded with zeros to a multiple of 32). */
+AI void to_bf16_row(const float *a, const float *d, int n, uint16_t *dst) {
+    for (int p = 0; p < n; p += 32) {
+        const int lo_n = n - p >= 16 ? 16 : n - p, hi_n = n - p - 16 >= 16 ? 16 : n - p - 16;
+        const __mmask16 klo = (__mmask16)(lo_n >= 16 ? 0xffff : (1u << lo_n) - 1);
+        const __mmask16 khi = hi_n <= 0 ? 0 : (__mmask16)(hi_n >= 16 ? 0xffff : (1u << hi_n) - 1);
+        __m512 lo = _mm512_maskz_loadu_ps(klo, a + p), hi = _mm512_maskz_loadu_ps(khi, a + p + 16);
+        if (d) {
+            lo = _mm512_mul_ps(lo, _mm512_maskz_loadu_ps(klo, d + p));
+            hi = _mm512_mul_ps(hi, _mm512_maskz_loadu_ps(khi, d + p + 16));
+        }
+        bh512 u;
+        u.h = _mm512_cvtne2ps_pbh(hi, lo);
+        _mm512_storeu_si512((void *)(dst + p), u.i);
+    }
+}
+
+AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B, const float *S,
+                     float *C, int64_t ldc, int ncols, int accumulate) {
+    /* a: mr rows of NL_HOST_KC/2 pairs; B/S point at this 32-column half of the panel. */
+    __m512 acc[MR][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int blk = 0; blk < kc / 32; blk++) {
+        __m512 t[MR][2];
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) t[i][0] = t[i][1] = _mm512_setzero_ps();
+        for (int pp = 0; pp < 16; pp++) {
+            const int p2 = blk * 16 + pp;
+            const uint32_t *b = B + (size_t)p2 * NL_HOST_NP;
+            const __m512bh b0 = as_bh(_mm512_loadu_si512((const void *)b));
+            const __m512bh b1 = as_bh(_mm512_loadu_si512((const void *)(b + 16)));
+#pragma GCC unroll 6
+            for (int i = 0; i < MR; i++) {
+                if (i >= mr) break;
+                const __m512bh av = as_bh(_mm512_set1_epi32((int)a[i * (NL_HOST_KC / 2) + p2]));
+                t[i][0] = _mm512_dpbf16_ps(t[i][0], av, b0);
+                t[i][1] = _mm512_dpbf16_ps(t[i][1], av, b1);
+            }
+        }
+        const __m512 s0 = _mm512_loadu_ps(S + (size_t)blk * NL_HOST_NP);
+        const __m512 s1 = _mm512_loadu_ps(S + (size_t)blk * NL_HOST_NP + 16);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i >= mr) break;
+            acc[i][0] = _mm512_fmadd_ps(t[i][0], s0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(t[i][1], s1, acc[i][1]);
+        }
+    }
+    store_tile(acc, mr, 2, C, ldc, ncols, accumulate);
+}
+
+static void z_gemm_bf16_fwd(int m, int kc, const float *A, int64_t lda, const uint32_t *B,
+                            const float *S, float *C, int64_t ldc, int ncols, int accumulate) {
+    uint32_t abuf[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
+    for (int i0 = 0; i0 < m; i0 += MR) {
+        const int mr = m - i0 < MR ? m - i0 : MR;
+        for (int i = 0; i < mr; i++)
+            to_bf16_row(A + (i0 + i) * lda, NULL, kc, (uint16_t *)(abuf + i * (NL_HOST_KC / 2)));
+        for (int h = 0; h < 2; h++) {
+            const int nc = ncols - 32 * h;
+            if (nc <= 0) break;
+            float *c = C + i0 * ldc + 32 * h;
+            const uint32_t *b = B + 32 * h;
+            const float *s = S + 32 * h;
+            switch (mr) {
+            case 6: ukr_bf16_fwd(6, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            case 5: ukr_bf16_fwd(5, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            case 4: ukr_bf16_fwd(4, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            case 3: ukr_bf16_fwd(3, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            case 2: ukr_bf16_fwd(2, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            default: ukr_bf16_fwd(1, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            }
+        }
+    }
+}
+
+AI void ukr_bf16_bwd(const int mr, int kp, const uint32_t *a0, const uint32_t *a1,
+                     const uint32_t *B, float *C, int64_t ldc, int ncols, int accumulate) {
+    __m512 acc[MR][4];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int p2 = 0; p2 < kp; p2++) {
+        const uint32_t *b = B + (size_t)p2 * NL_HOST_NP;
+        const __m512bh b0 = as_bh(_mm512_loadu_si512((const void *)b));
+        const __m512bh b1 = as_bh(_mm512_loadu_si512((const void *)(b + 16)));
+        const __m512bh b2 = as_bh(_mm512_loadu_si512((const void *)(b + 32)));
+        const __m512bh b3 = as_bh(_mm512_loadu_si512((const void *)(b + 48)));
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            if (i >= mr) break;
+            const __m512bh x0 = as_bh(_mm512_set1_epi32((int)a0[i * (NL_HOST_KC / 2) + p2]));
+            const __m512bh x1 = as_bh(_mm512_set1_epi32((int)a1[i * (NL_HOST_KC / 2) + p2]));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x0, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x0, b1);
+            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], x1, b2);
+            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], x1, b3);
+        }
+    }
+    store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
+}
+
+static void z_gemm_bf16_bwd(int m, int kc, const float *A, int64_t lda, const float *D0,
+                            const float *D1, const uint32_t *B, float *C, int64_t ldc, int ncols,
+                            int accumulate) {
+    uint32_t a0[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
+    uint32_t a1[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
+    const int kp = (kc + 1) / 2;
+    for (int i0 = 0; i0 < m; i0 += MR) {
+        const int mr = m - i0 < MR ? m - i0 : MR;
+        for (int i = 0; i < mr; i++) {
+            to_bf16_row(A + (i0 + i) * lda, D0, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)));
+            to_bf16_row(A + (i0 + i) * lda, D1, kc, (uint16_t *)(a1 + i * (NL_HOST_KC / 2)));
+        }
+        float *c = C + i0 * ldc;
+        switch (mr) {
+        case 6: ukr_bf16_bwd(6, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        case 5: ukr_bf16_bwd(5, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        case 4: ukr_bf16_bwd(4, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        case 3: ukr_bf16_bwd(3, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        case 2: ukr_bf16_bwd(2, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        default: ukr_bf16_bwd(1, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        }
+    }
+}
+
+const nl_host_kernels nl_host_kernels_avx512 = {
+    .name = "avx512",
+    .has_bf16 = 1,
+    .dq_f16 = z_dq_f16,
+    .dq_q8_0 = z_dq_q8_0,
+    .gemm_f32 = z_gemm_f32,
+    .gemm_bf16_fwd = z_gemm_bf16_fwd,
+    .gemm_bf16_bwd = z_gemm_bf16_bwd,
+};
+#endif

@@ -1,0 +1,419 @@
+/* Tests for nn/gdn: forward vs a float64 reference written here from formats.md §3, streaming
+ * (one call == token by token == chunks), backward vs float64 central differences of the
+ * reference, cache size accounting, and argument errors.
+ *
+ * Tolerances (float library vs double reference, values O(1)):
+ *   forward y:          |y - y_ref| <= 2e-5 * max(1, |y_ref|)
+ *   streaming:          exactly equal (same per-token arithmetic in every split)
+ *   backward:           |g - g_fd| <= 1e-4 * max(1, max|g_fd| of that input) + 1e-4 * |g_fd|
+ *                       (central differences on the double reference, h = 1e-5) */
+#include "nn/gdn.h"
+
+#include "test.h"
+#include "util/util.h"
+
+/* ---------------- float64 reference, straight from the formulas ---------------- */
+
+typedef struct {
+    const double *conv, *dt_bias, *A, *norm;
+} refw;
+
+static double r_sig(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double r_silu(double x) { return x * r_sig(x); }
+static double r_softplus(double x) { return x > 20.0 ? x : log(1.0 + exp(x)); }
+
+/* hist[(K-1)][cd] (oldest first) and S[Hv][dk][dv] are the incoming state (may be NULL = zeros);
+ * they are updated when non-NULL. */
+static void ref_forward(const nl_gdn_shape *s, const refw *w, double *y, const double *mixed,
+                        const double *z, const double *b, const double *a, int T, double *hist,
+                        double *S_io) {
+    int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, K = s->K, cd = nl_gdn_conv_dim(s);
+    double eps = s->eps;
+    /* full input sequence with the history in front: rows -(K-1) .. T-1 */
+    double *seq = calloc((size_t)(T + K - 1) * cd, sizeof(double));
+    if (hist) memcpy(seq, hist, sizeof(double) * (size_t)(K - 1) * cd);
+    memcpy(seq + (size_t)(K - 1) * cd, mixed, sizeof(double) * (size_t)T * cd);
+    double *S = calloc((size_t)Hv * dk * dv, sizeof(double));
+    if (S_io) memcpy(S, S_io, sizeof(double) * (size_t)Hv * dk * dv);
+    double *c = malloc(sizeof(double) * cd), *Sp = malloc(sizeof(double) * dk * dv);
+    double *u = malloc(sizeof(double) * dv), *o = malloc(sizeof(double) * dv);
+    for (int t = 0; t < T; t++) {
+        for (int ch = 0; ch < cd; ch++) {
+            double acc = 0;
+            for (int i = 0; i < K; i++) acc += w->conv[ch * K + i] * seq[(size_t)(t + i) * cd + ch];
+            c[ch] = r_silu(acc);
+        }
+        for (int h = 0; h < 2 * Hk; h++) { /* l2norm of each q and k head */
+            double ss = 0;
+            for (int i = 0; i < dk; i++) ss += c[h * dk + i] * c[h * dk + i];
+            double n = sqrt(ss);
+            if (n < eps) n = eps;
+            for (int i = 0; i < dk; i++) c[h * dk + i] /= n;
+        }
+        for (int j = 0; j < Hv; j++) {
+            int kh = s->kv_tiled ? j % Hk : j / (Hv / Hk);
+            const double *q = c + kh * dk, *k = c + Hk * dk + kh * dk, *v = c + 2 * Hk * dk + j * dv;
+            double beta = r_sig(b[t * Hv + j]);
+            double g = w->A[j] * r_softplus(a[t * Hv + j] + w->dt_bias[j]);
+            double *Sj = S + (size_t)j * dk * dv;
+            for (int i = 0; i < dk * dv; i++) Sp[i] = exp(g) * Sj[i];
+            for (int cc = 0; cc < dv; cc++) {
+                double pr = 0;
+                for (int i = 0; i < dk; i++) pr += Sp[i * dv + cc] * k[i];
+                u[cc] = beta * (v[cc] - pr);
+            }
+            for (int i = 0; i < dk; i++)
+                for (int cc = 0; cc < dv; cc++) Sj[i * dv + cc] = Sp[i * dv + cc] + k[i] * u[cc];
+            double ss = 0;
+            for (int cc = 0; cc < dv; cc++) {
+                double acc = 0;
+                for (int i = 0; i < dk; i++) acc += Sj[i * dv + cc] * q[i];
+                o[cc] = acc / sqrt((double)dk);
+                ss += o[cc] * o[cc];
+            }
+            double rs = 1.0 / sqrt(ss / dv + eps);
+            for (int cc = 0; cc < dv; cc++) {
+                int ix = t * Hv * dv + j * dv + cc;
+                y[ix] = o[cc] * rs * w->norm[cc] * r_silu(z[ix]);
+            }
+        }
+    }
+    if (hist) memcpy(hist, seq + (size_t)T * cd, sizeof(double) * (size_t)(K - 1) * cd);
+    if (S_io) memcpy(S_io, S, sizeof(double) * (size_t)Hv * dk * dv);
+    free(seq); free(S); free(c); free(Sp); free(u); free(o);
+}
+
+/* ---------------- fixtures ---------------- */
+
+typedef struct {
+    nl_gdn_shape s;
+    int cd, T;
+    float *conv, *dt, *A, *norm;   /* weights */
+    double *dconv, *ddt, *dA, *dnorm;
+    float *mixed, *z, *b, *a;      /* inputs */
+    double *dmixed, *dz, *db, *da;
+} fix;
+
+static void fill(float *f, double *d, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) {
+        double x = lo + (hi - lo) * 0.5 * (nl_t_rand() + 1.0);
+        f[i] = (float)x;
+        d[i] = (double)f[i]; /* the reference sees exactly the float inputs */
+    }
+}
+
+static void fix_init(fix *F, int Hk, int Hv, int dk, int dv, int K, int tiled, int T) {
+    memset(F, 0, sizeof *F);
+    F->s = (nl_gdn_shape){.Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .eps = 1e-6f, .kv_tiled = tiled};
+    F->cd = nl_gdn_conv_dim(&F->s);
+    F->T = T;
+    int cd = F->cd;
+#define ALLOC2(f, d, n) (f = malloc(sizeof(float) * (n)), d = malloc(sizeof(double) * (n)))
+    ALLOC2(F->conv, F->dconv, (size_t)cd * K);
+    ALLOC2(F->dt, F->ddt, Hv);
+    ALLOC2(F->A, F->dA, Hv);
+    ALLOC2(F->norm, F->dnorm, dv);
+    ALLOC2(F->mixed, F->dmixed, (size_t)T * cd);
+    ALLOC2(F->z, F->dz, (size_t)T * Hv * dv);
+    ALLOC2(F->b, F->db, (size_t)T * Hv);
+    ALLOC2(F->a, F->da, (size_t)T * Hv);
+    fill(F->conv, F->dconv, (size_t)cd * K, -0.8, 0.8);
+    fill(F->dt, F->ddt, Hv, -1.0, 1.0);
+    fill(F->A, F->dA, Hv, -1.5, -0.2);
+    fill(F->norm, F->dnorm, dv, 0.5, 1.5);
+    fill(F->mixed, F->dmixed, (size_t)T * cd, -1.5, 1.5);
+    fill(F->z, F->dz, (size_t)T * Hv * dv, -2.0, 2.0);
+    fill(F->b, F->db, (size_t)T * Hv, -2.0, 2.0);
+    fill(F->a, F->da, (size_t)T * Hv, -2.0, 2.0);
+}
+
+static void fix_free(fix *F) {
+    free(F->conv); free(F->dconv); free(F->dt); free(F->ddt); free(F->A); free(F->dA);
+    free(F->norm); free(F->dnorm); free(F->mixed); free(F->dmixed); free(F->z); free(F->dz);
+    free(F->b); free(F->db); free(F->a); free(F->da);
+}
+
+static nl_gdn_weights fw(const fix *F) {
+    return (nl_gdn_weights){.conv = F->conv, .dt_bias = F->dt, .A = F->A, .norm = F->norm};
+}
+static refw rw(const fix *F) { return (refw){F->dconv, F->ddt, F->dA, F->dnorm}; }
+
+/* ---------------- (a) forward vs reference ---------------- */
+
+static void test_forward(int tiled, int with_state) {
+    fix F;
+    int T = 37;
+    fix_init(&F, 2, 4, 5, 3, 4, tiled, T);
+    int cd = F.cd, Hv = 4, dk = 5, dv = 3, K = 4;
+    size_t ny = (size_t)T * Hv * dv, nh = (size_t)(K - 1) * cd, nS = (size_t)Hv * dk * dv;
+    float *y = malloc(sizeof(float) * ny);
+    double *yr = malloc(sizeof(double) * ny);
+    float *hist = malloc(sizeof(float) * nh), *S = malloc(sizeof(float) * nS);
+    double *dh = malloc(sizeof(double) * nh), *dS = malloc(sizeof(double) * nS);
+    if (with_state) { /* a random incoming state */
+        fill(hist, dh, nh, -1.5, 1.5);
+        fill(S, dS, nS, -0.5, 0.5);
+    }
+    nl_gdn_weights w = fw(&F);
+    refw r = rw(&F);
+    nl_gdn_state st = {hist, S};
+    int rc = nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, with_state ? &st : NULL);
+    CHECK(rc == 0);
+    ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, with_state ? dh : NULL, with_state ? dS : NULL);
+    double err = 0;
+    for (size_t i = 0; i < ny; i++) {
+        double e = fabs(y[i] - yr[i]) / fmax(1.0, fabs(yr[i]));
+        if (e > err) err = e;
+    }
+    CHECKF(err <= 2e-5, "forward tiled=%d state=%d: max rel err %.3g", tiled, with_state, err);
+    if (getenv("NL_TEST_VERBOSE")) printf("forward tiled=%d state=%d: max rel err %.3g\n", tiled, with_state, err);
+    if (with_state) {
+        double es = 0, eh = 0;
+        for (size_t i = 0; i < nS; i++) es = fmax(es, fabs(S[i] - dS[i]) / fmax(1.0, fabs(dS[i])));
+        for (size_t i = 0; i < nh; i++) eh = fmax(eh, fabs(hist[i] - dh[i]));
+        CHECKF(es <= 2e-5, "final S err %.3g", es);
+        CHECKF(eh == 0, "final conv history err %.3g", eh);
+    }
+    /* the training forward gives the same y bit for bit (zero start only) */
+    if (!with_state) {
+        nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T + 3);
+        float *y2 = malloc(sizeof(float) * ny);
+        CHECK(c && nl_gdn_forward_train(&F.s, &w, y2, F.mixed, F.z, F.b, F.a, T, c) == 0);
+        CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
+        free(y2);
+        nl_gdn_cache_free(c);
+    }
+    free(y); free(yr); free(hist); free(S); free(dh); free(dS);
+    fix_free(&F);
+}
+
+/* A shape where Hk == Hv and K == 1 (no conv history), and one with dk, dv > 8 (dot tails). */
+static void test_forward_shapes(void) {
+    int shapes[][6] = {{3, 3, 4, 6, 1, 0}, {1, 2, 19, 11, 3, 1}};
+    for (int si = 0; si < 2; si++) {
+        int *p = shapes[si];
+        fix F;
+        int T = 21;
+        fix_init(&F, p[0], p[1], p[2], p[3], p[4], p[5], T);
+        size_t ny = (size_t)T * p[1] * p[3];
+        float *y = malloc(sizeof(float) * ny);
+        double *yr = malloc(sizeof(double) * ny);
+        nl_gdn_weights w = fw(&F);
+        refw r = rw(&F);
+        CHECK(nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+        ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, NULL, NULL);
+        double err = 0;
+        for (size_t i = 0; i < ny; i++) err = fmax(err, fabs(y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
+        CHECKF(err <= 2e-5, "forward shape %d: max rel err %.3g", si, err);
+        /* streamed in pieces of 4 (K = 1 needs no conv history: state.conv may be NULL) */
+        float *y2 = malloc(sizeof(float) * ny), *S = calloc((size_t)p[1] * p[2] * p[3], sizeof(float));
+        float *hist = p[4] > 1 ? calloc((size_t)(p[4] - 1) * F.cd, sizeof(float)) : NULL;
+        nl_gdn_state st = {hist, S};
+        int vd = p[1] * p[3];
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int n = T - t0 < 4 ? T - t0 : 4;
+            CHECK(nl_gdn_forward(&F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
+                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * p[1], F.a + (size_t)t0 * p[1], n,
+                                 &st) == 0);
+        }
+        CHECKF(memcmp(y, y2, sizeof(float) * ny) == 0, "shape %d: streamed y differs", si);
+        free(y2); free(S); free(hist);
+        free(y); free(yr);
+        fix_free(&F);
+    }
+}
+
+/* ---------------- (b) streaming ---------------- */
+
+static void test_streaming(int tiled) {
+    fix F;
+    int T = 37;
+    fix_init(&F, 2, 4, 5, 3, 4, tiled, T);
+    int cd = F.cd, Hv = 4, dk = 5, dv = 3, K = 4, vd = Hv * dv;
+    size_t ny = (size_t)T * vd, nh = (size_t)(K - 1) * cd, nS = (size_t)Hv * dk * dv;
+    nl_gdn_weights w = fw(&F);
+    float *y[3], *hist[3], *S[3];
+    int steps[3] = {T, 1, 5};
+    for (int m = 0; m < 3; m++) {
+        y[m] = malloc(sizeof(float) * ny);
+        hist[m] = calloc(nh, sizeof(float));
+        S[m] = calloc(nS, sizeof(float));
+        nl_gdn_state st = {hist[m], S[m]};
+        int ok = 1;
+        for (int t0 = 0; t0 < T; t0 += steps[m]) {
+            int n = T - t0 < steps[m] ? T - t0 : steps[m];
+            ok &= nl_gdn_forward(&F.s, &w, y[m] + (size_t)t0 * vd, F.mixed + (size_t)t0 * cd,
+                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * Hv, F.a + (size_t)t0 * Hv, n,
+                                 &st) == 0;
+        }
+        CHECK(ok);
+    }
+    float *y0 = malloc(sizeof(float) * ny);
+    CHECK(nl_gdn_forward(&F.s, &w, y0, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+    CHECKF(memcmp(y0, y[0], sizeof(float) * ny) == 0, "state=NULL vs zero state differ");
+    for (int m = 1; m < 3; m++) {
+        CHECKF(memcmp(y[0], y[m], sizeof(float) * ny) == 0, "y: one call vs steps of %d differ", steps[m]);
+        CHECKF(memcmp(S[0], S[m], sizeof(float) * nS) == 0, "S: one call vs steps of %d differ", steps[m]);
+        CHECKF(memcmp(hist[0], hist[m], sizeof(float) * nh) == 0, "conv: one call vs steps of %d differ",
+               steps[m]);
+    }
+    /* and the streamed final conv history is the last K-1 inputs */
+    CHECK(memcmp(hist[0], F.mixed + (size_t)(T - K + 1) * cd, sizeof(float) * nh) == 0);
+    for (int m = 0; m < 3; m++) { free(y[m]); free(hist[m]); free(S[m]); }
+    free(y0);
+    fix_free(&F);
+}
+
+/* ---------------- (c) backward vs central differences ---------------- */
+
+static double ref_loss(const fix *F, const double *rvec, double *ybuf) {
+    refw r = rw(F);
+    ref_forward(&F->s, &r, ybuf, F->dmixed, F->dz, F->db, F->da, F->T, NULL, NULL);
+    size_t ny = (size_t)F->T * F->s.Hv * F->s.dv;
+    double L = 0;
+    for (size_t i = 0; i < ny; i++) L += rvec[i] * ybuf[i];
+    return L;
+}
+
+/* Central difference of L with respect to x[i] (the double copy the reference reads). */
+static double fd(fix *F, double *x, size_t i, const double *rvec, double *ybuf) {
+    const double h = 1e-5;
+    double x0 = x[i];
+    x[i] = x0 + h;
+    double lp = ref_loss(F, rvec, ybuf);
+    x[i] = x0 - h;
+    double lm = ref_loss(F, rvec, ybuf);
+    x[i] = x0;
+    return (lp - lm) / (2 * h);
+}
+
+static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled, int T) {
+    fix F;
+    fix_init(&F, Hk, Hv, dk, dv, K, tiled, T);
+    int cd = F.cd, vd = Hv * dv;
+    size_t ny = (size_t)T * vd;
+    double *rvec = malloc(sizeof(double) * ny), *ybuf = malloc(sizeof(double) * ny);
+    float *dy = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
+    for (size_t i = 0; i < ny; i++) {
+        dy[i] = (float)nl_t_rand();
+        rvec[i] = dy[i];
+    }
+    nl_gdn_weights w = fw(&F);
+    nl_gdn_cache *c = nl_gdn_cache_new(&F.s, 40);
+    float *gm = malloc(sizeof(float) * (size_t)T * cd), *gz = malloc(sizeof(float) * ny);
+    float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
+    CHECK(c != NULL);
+    CHECK(nl_gdn_forward_train(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
+    CHECK(nl_gdn_backward(&F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+    struct {
+        const char *name;
+        double *x;
+        const float *g;
+        size_t n;
+    } in[4] = {{"mixed", F.dmixed, gm, (size_t)T * cd}, {"z", F.dz, gz, ny},
+               {"b", F.db, gb, (size_t)T * Hv}, {"a", F.da, ga, (size_t)T * Hv}};
+    for (int v = 0; v < 4; v++) {
+        double *ref = malloc(sizeof(double) * in[v].n), gmax = 0, err = 0;
+        for (size_t i = 0; i < in[v].n; i++) {
+            ref[i] = fd(&F, in[v].x, i, rvec, ybuf);
+            gmax = fmax(gmax, fabs(ref[i]));
+        }
+        size_t worst = 0;
+        int bad = 0;
+        for (size_t i = 0; i < in[v].n; i++) {
+            double e = fabs(in[v].g[i] - ref[i]);
+            if (e > 1e-4 * fmax(1.0, gmax) + 1e-4 * fabs(ref[i])) bad++;
+            if (e > err) err = e, worst = i;
+        }
+        CHECKF(bad == 0, "d%s tiled=%d T=%d: %d bad, max err %.3g at %zu (%.6g vs %.6g), max|g| %.3g",
+               in[v].name, tiled, T, bad, err, worst, (double)in[v].g[worst], ref[worst], gmax);
+        /* (at T = 1 da is exactly 0: the decay only scales the zero initial state) */
+        if (!(v == 3 && T == 1))
+            CHECKF(gmax > 1e-3, "d%s: reference gradient is ~0 (test would be vacuous)", in[v].name);
+        if (getenv("NL_TEST_VERBOSE"))
+            printf("d%-5s tiled=%d T=%2d: max err %.3g, max|g| %.3g\n", in[v].name, tiled, T, err, gmax);
+        free(ref);
+    }
+    nl_gdn_cache_free(c);
+    free(rvec); free(ybuf); free(dy); free(y); free(gm); free(gz); free(gb); free(ga);
+    fix_free(&F);
+}
+
+static void test_backward(int tiled, int T) { test_backward_shape(2, 4, 5, 3, 4, tiled, T); }
+
+/* ---------------- (d) cache size ---------------- */
+
+static void test_cache_size(void) {
+    nl_gdn_shape s = {.Hk = 2, .Hv = 4, .dk = 5, .dv = 3, .K = 4, .eps = 1e-6f, .kv_tiled = 1};
+    uint64_t cd = 2 * 2 * 5 + 4 * 3, per_tok = cd + 4 * 3 + 3 * 4, hs = 4 * 5 * 3;
+    for (int T = 1; T <= 70; T++) {
+        uint64_t want = 4 * (T * per_tok + (uint64_t)((T - 1) / 16) * hs);
+        CHECKF(nl_gdn_cache_bytes(&s, T) == want, "T=%d: %llu vs %llu", T,
+               (unsigned long long)nl_gdn_cache_bytes(&s, T), (unsigned long long)want);
+    }
+    /* checkpoints: none up to 16 tokens, one more every 16 after */
+    CHECK(nl_gdn_cache_bytes(&s, 16) - nl_gdn_cache_bytes(&s, 15) == 4 * per_tok);
+    CHECK(nl_gdn_cache_bytes(&s, 17) - nl_gdn_cache_bytes(&s, 16) == 4 * (per_tok + hs));
+    CHECK(nl_gdn_cache_bytes(&s, 33) - nl_gdn_cache_bytes(&s, 17) == 4 * (16 * per_tok + hs));
+    nl_gdn_cache *c = nl_gdn_cache_new(&s, 37);
+    CHECK(c && nl_gdn_cache_size(c) == nl_gdn_cache_bytes(&s, 37));
+    nl_gdn_cache_free(c);
+    /* the qwen35-0.8b layer at T = 512: 31 checkpoints of 1 MiB dominate */
+    nl_gdn_shape q = {.Hk = 16, .Hv = 16, .dk = 128, .dv = 128, .K = 4, .eps = 1e-6f, .kv_tiled = 1};
+    CHECK(nl_gdn_cache_bytes(&q, 512) == 4ull * (512ull * (6144 + 2048 + 48) + 31ull * 16 * 128 * 128));
+    CHECK(nl_gdn_cache_bytes(&s, 0) == 0);
+    nl_gdn_shape bad = s;
+    bad.Hv = 3;
+    CHECK(nl_gdn_cache_bytes(&bad, 10) == 0);
+    CHECK(nl_gdn_backward_work_bytes(&q) == 4ull * (18 * 128 * 128 + 34 * 128 + 68 * 128));
+    CHECK(nl_gdn_backward_work_bytes(&s) == 4ull * (18 * 5 * 3 + 34 * 5 + 68 * 3));
+}
+
+/* ---------------- errors ---------------- */
+
+static void test_errors(void) {
+    fix F;
+    fix_init(&F, 2, 4, 5, 3, 4, 1, 20);
+    nl_gdn_weights w = fw(&F);
+    float *y = malloc(sizeof(float) * 20 * 12), *dm = malloc(sizeof(float) * 20 * F.cd);
+    float *dz = malloc(sizeof(float) * 20 * 12), *db = malloc(sizeof(float) * 80), *da = malloc(sizeof(float) * 80);
+    nl_gdn_shape bad = F.s;
+    bad.Hv = 3;
+    CHECK(nl_gdn_forward(&bad, &w, y, F.mixed, F.z, F.b, F.a, 20, NULL) == -1);
+    CHECK(strstr(nl_last_error(), "multiple") != NULL);
+    CHECK(nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, 0, NULL) == 0);
+    CHECK(nl_gdn_cache_new(&F.s, 0) == NULL);
+    nl_gdn_cache *c = nl_gdn_cache_new(&F.s, 10);
+    CHECK(c != NULL);
+    CHECK(nl_gdn_backward(&F.s, &w, c, y, 10, dm, dz, db, da) == -1); /* no forward yet */
+    CHECK(nl_gdn_forward_train(&F.s, &w, y, F.mixed, F.z, F.b, F.a, 20, c) == -1);
+    CHECK(strstr(nl_last_error(), "at most 10") != NULL);
+    CHECK(nl_gdn_forward_train(&F.s, &w, y, F.mixed, F.z, F.b, F.a, 10, c) == 0);
+    CHECK(nl_gdn_backward(&F.s, &w, c, y, 9, dm, dz, db, da) == -1);
+    nl_gdn_shape other = F.s;
+    other.kv_tiled = 0;
+    CHECK(nl_gdn_backward(&other, &w, c, y, 10, dm, dz, db, da) == -1);
+    CHECK(nl_gdn_backward(&F.s, &w, c, y, 10, dm, dz, db, da) == 0);
+    nl_gdn_cache_free(c);
+    free(y); free(dm); free(dz); free(db); free(da);
+    fix_free(&F);
+}
+
+int main(void) {
+    for (int tiled = 0; tiled <= 1; tiled++) {
+        test_forward(tiled, 0);
+        test_forward(tiled, 1);
+        test_streaming(tiled);
+        test_backward(tiled, 35);
+    }
+    test_forward_shapes();
+    test_backward(1, 1);
+    test_backward(0, 16);
+    test_backward(1, 17);
+    test_backward(0, 32);
+    test_backward_shape(1, 2, 11, 10, 3, 1, 20); /* dk, dv > 8: the 8-wide kernel blocks + tails */
+    test_backward_shape(3, 3, 4, 6, 1, 0, 18);   /* K = 1, Hk == Hv */
+    test_cache_size();
+    test_errors();
+    return nl_t_done();
+}

@@ -1,0 +1,345 @@
+/* test_host: the `host` projection backend against a float64 reference built from the
+ * dequantized weights, for every kernel set this CPU runs (scalar, avx2, avx512 / neon) and both
+ * compute modes (f32, bf16), FWD and BWD, odd shapes; one-hot bit-identity in both directions;
+ * 1/2/4 threads bit-identical; results independent of T.
+ *
+ * Error bound per output element: |y - ref| <= tol · Σ|x·w| (the sum of the absolute products
+ * of that dot product), tol = 2e-6·(1 + log2 of the length) for f32 compute (FP32 rounding of
+ * a summation chain), 1e-2 for bf16 (activations rounded to BF16: 2⁻⁹ relative per product). */
+#include <stdint.h>
+#include <string.h>
+
+#include "model/quant.h"
+#include "proj/kernels.h"
+#include "proj/proj.h"
+#include "test.h"
+#include "util/util.h"
+
+/* ---- independent decoders (fp32 results, in the order formats.md gives) ---- */
+
+static float t_f16(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return (float)(s ? -v : v);
+}
+
+/* A random half in ±[2^-6, 4) (normal, finite), or ±0 now and then. */
+static uint16_t rand_f16(int emin, int emax) {
+    double r = nl_t_rand();
+    unsigned e = (unsigned)(emin + (int)((r + 1) * 0.5 * (emax - emin + 1)));
+    if (e > (unsigned)emax) e = (unsigned)emax;
+    unsigned m = (unsigned)((nl_t_rand() + 1) * 512) & 1023;
+    unsigned s = nl_t_rand() < 0 ? 0x8000u : 0;
+    return (uint16_t)(s | (e << 10) | m);
+}
+
+static size_t t_row_bytes(int type, int K) {
+    switch (type) {
+    case NL_TYPE_F16: return (size_t)K * 2;
+    case NL_TYPE_Q8_0: return (size_t)K / 32 * 34;
+    case NL_TYPE_Q4_0: return (size_t)K / 32 * 18;
+    case NL_TYPE_Q4_K: return (size_t)K / 256 * 144;
+    default: return 0;
+    }
+}
+
+static void rand_weight(int type, int N, int K, uint8_t *w) {
+    size_t n = t_row_bytes(type, K) * (size_t)N;
+    if (type == NL_TYPE_F16) {
+        for (size_t i = 0; i < n / 2; i++) {
+            uint16_t h = (i % 29 == 3) ? 0 : rand_f16(9, 16); /* ±[2^-6, 4) */
+            memcpy(w + 2 * i, &h, 2);
+        }
+    } else if (type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0) {
+        size_t bb = type == NL_TYPE_Q8_0 ? 34 : 18;
+        for (size_t b = 0; b < n / bb; b++) {
+            uint16_t d = rand_f16(5, 9); /* ±[2^-10, 2^-5) */
+            memcpy(w + b * bb, &d, 2);
+            for (size_t j = 2; j < bb; j++)
+                w[b * bb + j] = type == NL_TYPE_Q8_0 ? (uint8_t)(int8_t)(int)(nl_t_rand() * 127.5)
+                                                     : (uint8_t)((nl_t_rand() + 1) * 128);
+        }
+    } else { /* Q4_K */
+        for (size_t b = 0; b < n / 144; b++) {
+            uint16_t d = rand_f16(5, 9) & 0x7fff, dm = rand_f16(5, 9) & 0x7fff;
+            memcpy(w + b * 144, &d, 2);
+            memcpy(w + b * 144 + 2, &dm, 2);
+            for (size_t j = 4; j < 144; j++) w[b * 144 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
+        }
+    }
+}
+
+static void t_dequant_row(int type, const uint8_t *row, int K, float *out) {
+    if (type == NL_TYPE_F16) {
+        for (int k = 0; k < K; k++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * k, 2);
+            out[k] = t_f16(h);
+        }
+    } else if (type == NL_TYPE_Q8_0) {
+        for (int b = 0; b < K / 32; b++) {
+            uint16_t h;
+            memcpy(&h, row + 34 * b, 2);
+            float d = t_f16(h);
+            for (int j = 0; j < 32; j++) out[32 * b + j] = (float)(int8_t)row[34 * b + 2 + j] * d;
+        }
+    } else if (type == NL_TYPE_Q4_0) {
+        for (int b = 0; b < K / 32; b++) {
+            uint16_t h;
+            memcpy(&h, row + 18 * b, 2);
+            float d = t_f16(h);
+            for (int j = 0; j < 16; j++) {
+                out[32 * b + j] = (float)((row[18 * b + 2 + j] & 15) - 8) * d;
+                out[32 * b + j + 16] = (float)((row[18 * b + 2 + j] >> 4) - 8) * d;
+            }
+        }
+    } else {
+        for (int b = 0; b < K / 256; b++) {
+            const uint8_t *blk = row + 144 * b, *sc = blk + 4, *q = blk + 16;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            float d = t_f16(h);
+            memcpy(&h, blk + 2, 2);
+            float dmin = t_f16(h);
+            float *y = out + 256 * b;
+            for (int j = 0; j < 8; j++) {
+                int s, m;
+                if (j < 4) {
+                    s = sc[j] & 63;
+                    m = sc[j + 4] & 63;
+                } else {
+                    s = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+                    m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+                }
+                float dd = d * (float)s, mm = dmin * (float)m;
+                for (int l = 0; l < 32; l++) {
+                    int qv = (j & 1) ? q[32 * (j / 2) + l] >> 4 : q[32 * (j / 2) + l] & 15;
+                    y[32 * j + l] = dd * (float)qv - mm;
+                }
+            }
+        }
+    }
+}
+
+/* ---- harness ---- */
+
+typedef struct {
+    const char *kernels, *compute;
+} mode;
+
+static void *new_ctx(int n_threads, const char *kernels, const char *compute) {
+    void *ctx = NULL;
+    if (nl_proj_backend_host.init(&ctx, n_threads) != 0) return NULL;
+    if (nl_proj_host_configure(ctx, kernels, compute) != 0) {
+        fprintf(stderr, "configure %s/%s: %s\n", kernels, compute, nl_last_error());
+        nl_proj_backend_host.free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static double max_err_ratio; /* worst |err| / bound seen, for the log */
+
+/* Run one shape in one mode, compare with the float64 reference. */
+static void check_shape(void *ctx, int bf16, int type, int N, int K, int T, nl_dir dir) {
+    uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
+    float *wd = malloc(sizeof(float) * (size_t)N * K);
+    const int nin = dir == NL_FWD ? K : N, nout = dir == NL_FWD ? N : K;
+    float *x = malloc(sizeof(float) * (size_t)T * nin), *y = malloc(sizeof(float) * (size_t)T * nout);
+    rand_weight(type, N, K, w);
+    for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
+    for (int i = 0; i < T * nin; i++) x[i] = (float)(nl_t_rand() * 3.0);
+    for (int i = 0; i < T * nout; i++) y[i] = NAN; /* must be overwritten */
+    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
+    CHECK(nl_proj_backend_host.supports(ctx, &pw, dir, T) == 1);
+    CHECK(nl_proj_backend_host.run(ctx, &pw, dir, x, T, y) == 0);
+    const double tol = bf16 ? 1e-2 : 2e-6 * (1 + log2((double)nin));
+    int bad = 0;
+    for (int t = 0; t < T && bad < 3; t++)
+        for (int o = 0; o < nout && bad < 3; o++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < nin; i++) {
+                double wv = dir == NL_FWD ? wd[(size_t)o * K + i] : wd[(size_t)i * K + o];
+                ref += (double)x[(size_t)t * nin + i] * wv;
+                mag += fabs((double)x[(size_t)t * nin + i] * wv);
+            }
+            double err = fabs((double)y[(size_t)t * nout + o] - ref), bound = tol * mag + 1e-30;
+            if (err / bound > max_err_ratio) max_err_ratio = err / bound;
+            if (!(err <= bound)) {
+                bad++;
+                fprintf(stderr, "%s/%s type %d %s N=%d K=%d T=%d: y[%d][%d] = %.9g, ref %.9g, bound %.3g\n",
+                        nl_proj_host_kernels(ctx), nl_proj_host_compute(ctx), type,
+                        dir == NL_FWD ? "fwd" : "bwd", N, K, T, t, o, y[(size_t)t * nout + o], ref, bound);
+            }
+        }
+    CHECK(bad == 0);
+    free(w);
+    free(wd);
+    free(x);
+    free(y);
+}
+
+static void test_accuracy(const mode *m) {
+    void *ctx = new_ctx(2, m->kernels, m->compute);
+    CHECK(ctx != NULL);
+    if (!ctx) return;
+    const int bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16");
+    static const int Ts[] = {1, 3, 17, 64, 65};
+    static const int q8[][2] = {{7, 32}, {67, 96}, {131, 544}}; /* N, K */
+    static const int f16[][2] = {{1, 1}, {67, 37}, {65, 300}};
+    static const int q4k[][2] = {{5, 256}, {67, 512}};
+    for (int d = 0; d < 2; d++)
+        for (int ti = 0; ti < 5; ti++) {
+            const int T = Ts[ti];
+            for (int s = 0; s < 3; s++) {
+                check_shape(ctx, bf16, NL_TYPE_Q8_0, q8[s][0], q8[s][1], T, (nl_dir)d);
+                check_shape(ctx, 0, NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d);
+            }
+            check_shape(ctx, bf16, NL_TYPE_Q4_0, 33, 160, T, (nl_dir)d);
+            for (int s = 0; s < 2; s++) check_shape(ctx, 0, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d);
+        }
+    nl_proj_backend_host.free(ctx);
+}
+
+/* One-hot rows: FWD of e_k is column k of the dequantized W, BWD of e_n is row n, bit for bit
+ * (compared as floats, so ±0 count as equal). In bf16 BWD the scale is folded into the
+ * activation and rounded to BF16, so there the row is only equal within 2⁻⁸. */
+static void test_one_hot(const mode *m, int type, int N, int K) {
+    void *ctx = new_ctx(2, m->kernels, m->compute);
+    CHECK(ctx != NULL);
+    if (!ctx) return;
+    const int bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16") && (type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0);
+    uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
+    float *wd = malloc(sizeof(float) * (size_t)N * K);
+    rand_weight(type, N, K, w);
+    for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
+    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
+    /* FWD: T = K rows, row t = e_t */
+    float *x = calloc((size_t)K * (K > N ? K : N), sizeof(float));
+    float *y = malloc(sizeof(float) * (size_t)K * (K > N ? K : N));
+    for (int t = 0; t < K; t++) x[(size_t)t * K + t] = 1.0f;
+    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x, K, y) == 0);
+    int bad = 0;
+    for (int t = 0; t < K; t++)
+        for (int n = 0; n < N; n++) bad += y[(size_t)t * N + n] != wd[(size_t)n * K + t];
+    CHECKF(bad == 0, "%s/%s type %d fwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
+           nl_proj_host_compute(ctx), type, bad);
+    /* BWD: T = N rows, row t = e_t */
+    memset(x, 0, sizeof(float) * (size_t)N * N);
+    for (int t = 0; t < N; t++) x[(size_t)t * N + t] = 1.0f;
+    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_BWD, x, N, y) == 0);
+    bad = 0;
+    for (int t = 0; t < N; t++)
+        for (int k = 0; k < K; k++) {
+            float got = y[(size_t)t * K + k], want = wd[(size_t)t * K + k];
+            bad += bf16 ? !(fabsf(got - want) <= fabsf(want) * (1.0f / 256)) : got != want;
+        }
+    CHECKF(bad == 0, "%s/%s type %d bwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
+           nl_proj_host_compute(ctx), type, bad);
+    free(w);
+    free(wd);
+    free(x);
+    free(y);
+    nl_proj_backend_host.free(ctx);
+}
+
+/* 1, 2 and 4 threads give the same bits; row t of a T-row run equals a 1-row run of row t. */
+static void test_threads(const mode *m, int type) {
+    const int N = 200, K = type == NL_TYPE_Q4_K ? 512 : 320, T = 17;
+    uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
+    rand_weight(type, N, K, w);
+    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
+    float *x = malloc(sizeof(float) * T * (K > N ? K : N));
+    for (int i = 0; i < T * (K > N ? K : N); i++) x[i] = (float)nl_t_rand();
+    for (int d = 0; d < 2; d++) {
+        const int nout = d == NL_FWD ? N : K, nin = d == NL_FWD ? K : N;
+        float *y[3];
+        static const int nth[3] = {1, 2, 4};
+        for (int i = 0; i < 3; i++) {
+            y[i] = malloc(sizeof(float) * T * nout);
+            void *ctx = new_ctx(nth[i], m->kernels, m->compute);
+            CHECK(ctx != NULL);
+            if (ctx) {
+                CHECK(nl_proj_backend_host.run(ctx, &pw, (nl_dir)d, x, T, y[i]) == 0);
+                if (i == 0) { /* T invariance */
+                    float *y1 = malloc(sizeof(float) * nout);
+                    int bad = 0;
+                    for (int t = 0; t < T; t += 4) {
+                        CHECK(nl_proj_backend_host.run(ctx, &pw, (nl_dir)d, x + (size_t)t * nin, 1, y1) == 0);
+                        bad += memcmp(y1, y[0] + (size_t)t * nout, sizeof(float) * nout) != 0;
+                    }
+                    CHECKF(bad == 0, "%s/%s type %d dir %d: T=1 differs from T=%d", m->kernels, m->compute, type, d, T);
+                    free(y1);
+                }
+                nl_proj_backend_host.free(ctx);
+            }
+        }
+        CHECKF(memcmp(y[0], y[1], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 2 threads", m->kernels, m->compute, type);
+        CHECKF(memcmp(y[0], y[2], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 4 threads", m->kernels, m->compute, type);
+        for (int i = 0; i < 3; i++) free(y[i]);
+    }
+    free(w);
+    free(x);
+}
+
+/* bf16 mode really runs a different path than f32 (a test that can fail if the mode is ignored). */
+static void test_bf16_differs(void) {
+    const int N = 64, K = 256, T = 8;
+    uint8_t *w = malloc(t_row_bytes(NL_TYPE_Q8_0, K) * N);
+    rand_weight(NL_TYPE_Q8_0, N, K, w);
+    nl_proj_weight pw = {.name = "w", .type = NL_TYPE_Q8_0, .n_in = K, .n_out = N, .data = w};
+    float x[8 * 256], y0[8 * 64], y1[8 * 64];
+    for (int i = 0; i < T * K; i++) x[i] = (float)nl_t_rand();
+    void *a = new_ctx(1, "avx512", "f32"), *b = new_ctx(1, "avx512", "bf16");
+    CHECK(a && b);
+    if (a && b) {
+        CHECK(nl_proj_backend_host.run(a, &pw, NL_FWD, x, T, y0) == 0);
+        CHECK(nl_proj_backend_host.run(b, &pw, NL_FWD, x, T, y1) == 0);
+        CHECK(memcmp(y0, y1, sizeof y0) != 0);
+    }
+    if (a) nl_proj_backend_host.free(a);
+    if (b) nl_proj_backend_host.free(b);
+    free(w);
+}
+
+static void test_errors(void) {
+    void *ctx = new_ctx(1, "scalar", "f32");
+    CHECK(ctx != NULL);
+    uint8_t w[34 * 2] = {0};
+    nl_proj_weight pw = {.name = "w", .type = NL_TYPE_Q8_0, .n_in = 48, .n_out = 1, .data = w};
+    CHECK(nl_proj_backend_host.supports(ctx, &pw, NL_FWD, 4) == 0); /* K not a block multiple */
+    float x[64], y[64];
+    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x, 1, y) == -1);
+    pw.n_in = 32;
+    pw.type = NL_TYPE_Q6_K;
+    CHECK(nl_proj_backend_host.supports(ctx, &pw, NL_FWD, 4) == 0);
+    CHECK(nl_proj_host_configure(ctx, "bogus", NULL) == -1);
+    CHECK(nl_proj_host_configure(ctx, NULL, "fp8") == -1);
+    CHECK(nl_proj_host_set_compute("fp8") == -1);
+    nl_proj_backend_host.free(ctx);
+}
+
+int main(void) {
+    mode modes[8];
+    int nm = 0;
+    modes[nm++] = (mode){"scalar", "f32"};
+    if (nl_proj_host_cpu_has("avx2")) modes[nm++] = (mode){"avx2", "f32"};
+    if (nl_proj_host_cpu_has("avx512")) modes[nm++] = (mode){"avx512", "f32"};
+    if (nl_proj_host_cpu_has("avx512bf16")) modes[nm++] = (mode){"avx512", "bf16"};
+    if (nl_proj_host_cpu_has("neon")) modes[nm++] = (mode){"neon", "f32"};
+    for (int i = 0; i < nm; i++) {
+        printf("kernels %s, compute %s\n", modes[i].kernels, modes[i].compute);
+        max_err_ratio = 0;
+        test_accuracy(&modes[i]);
+        printf("  worst error / bound = %.3g\n", max_err_ratio);
+        test_one_hot(&modes[i], NL_TYPE_Q8_0, 67, 96);
+        test_one_hot(&modes[i], NL_TYPE_Q4_0, 33, 64);
+        test_one_hot(&modes[i], NL_TYPE_F16, 65, 71);
+        test_one_hot(&modes[i], NL_TYPE_Q4_K, 9, 256);
+        test_threads(&modes[i], NL_TYPE_Q8_0);
+        test_threads(&modes[i], NL_TYPE_F16);
+    }
+    if (nl_proj_host_cpu_has("avx512bf16")) test_bf16_differs();
+    test_errors();
+    return nl_t_done();
+}

@@ -1,0 +1,289 @@
+/* nn/ nodes: RMSNorm, RoPE, SwiGLU, sigmoid gate, cross-entropy, and the fast exp they use.
+ * Every forward is compared with a float64 reference written here from the formulas
+ * (../shared/ref/formats.md §3); every backward with float64 central finite differences of a
+ * random linear functional Σ w·out of that reference. Sizes are odd on purpose. */
+#include "nn/nn.h"
+#include "nn/vecmath.h"
+#include "test.h"
+
+#include <stdint.h>
+
+#define FD_H 1e-5
+
+static void fill(float *p, int64_t n, double amp) {
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
+}
+static double *to_d(const float *p, int64_t n) {
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = p[i];
+    return d;
+}
+/* max |a − b| / max(max |b|, floor): a scale-aware error */
+static double rel_err(const float *a, const double *b, int64_t n, double floor) {
+    double e = 0, m = floor;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > e) e = d;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return e / m;
+}
+static double dotd(const double *a, const float *w, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * (double)w[i];
+    return s;
+}
+
+/* Central finite differences of L(x) = Σ w·f(x) for a double function f with n_x inputs and
+ * n_y outputs; g[j] = dL/dx_j. ctx is passed through. */
+typedef void (*ref_fn)(double *y, const double *x, void *ctx);
+static void fd_grad(double *g, ref_fn f, void *ctx, const float *x0, int64_t nx, const float *w, int64_t ny) {
+    double *x = to_d(x0, nx), *y = malloc(sizeof(double) * (size_t)ny);
+    for (int64_t j = 0; j < nx; j++) {
+        const double keep = x[j];
+        x[j] = keep + FD_H;
+        f(y, x, ctx);
+        const double lp = dotd(y, w, ny);
+        x[j] = keep - FD_H;
+        f(y, x, ctx);
+        const double lm = dotd(y, w, ny);
+        x[j] = keep;
+        g[j] = (lp - lm) / (2 * FD_H);
+    }
+    free(x);
+    free(y);
+}
+
+/* ---------------------------------------------------------------- fast exp / sigmoid */
+static void test_fexp(void) {
+    double worst = 0;
+    for (double x = -87.0; x < 88.0; x += 0.0137) {
+        const float xf = (float)x;
+        const double ref = exp((double)xf);
+        const double e = fabs(nl_fexp(xf) - ref) / ref;
+        if (e > worst) worst = e;
+    }
+    CHECKF(worst < 3e-7, "fexp max rel err %g", worst);
+    CHECK(nl_fexp(-100.0f) == 0.0f);
+    CHECK(nl_fexp(-1e30f) == 0.0f);
+    CHECK(nl_fexp(-INFINITY) == 0.0f);
+    CHECK(isinf(nl_fexp(100.0f)) && nl_fexp(100.0f) > 0);
+    CHECK(nl_fexp(0.0f) == 1.0f);
+    /* the vector path agrees with the scalar one, tails included */
+    float x[21], y[21];
+    for (int i = 0; i < 21; i++) x[i] = (float)(20 * nl_t_rand());
+    nl_vexp(y, x, 21);
+    int same = 1;
+    for (int i = 0; i < 21; i++) same &= y[i] == nl_fexp(x[i]);
+    CHECK(same);
+    CHECK(nl_fsigmoid(-200.0f) == 0.0f && nl_fsigmoid(200.0f) == 1.0f);
+    CHECK_NEAR(nl_fsigmoid(0.7f), 1.0 / (1.0 + exp(-0.7)), 1e-7);
+}
+
+/* ---------------------------------------------------------------- RMSNorm */
+typedef struct { int T, n; float eps; const float *w; } norm_ctx;
+static void norm_ref(double *y, const double *x, void *vc) {
+    const norm_ctx *c = vc;
+    for (int t = 0; t < c->T; t++) {
+        double ss = 0;
+        for (int i = 0; i < c->n; i++) ss += x[t * c->n + i] * x[t * c->n + i];
+        const double r = 1.0 / sqrt(ss / c->n + c->eps);
+        for (int i = 0; i < c->n; i++) y[t * c->n + i] = c->w[i] * x[t * c->n + i] * r;
+    }
+}
+static void test_rmsnorm(void) {
+    const int T = 7, n = 13;
+    const int64_t N = T * n;
+    float x[7 * 13], w[13], y[7 * 13], rstd[7], dy[7 * 13], dx[7 * 13];
+    fill(x, N, 1.5);
+    fill(w, n, 1.0);
+    fill(dy, N, 1.0);
+    norm_ctx c = {T, n, 1e-5f, w};
+    double yr[7 * 13], g[7 * 13], *xd = to_d(x, N);
+    norm_ref(yr, xd, &c);
+    nl_rmsnorm_forward(y, rstd, x, w, T, n, c.eps);
+    CHECKF(rel_err(y, yr, N, 1e-6) < 2e-6, "rmsnorm fwd err %g", rel_err(y, yr, N, 1e-6));
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += xd[t * n + i] * xd[t * n + i];
+        CHECK_NEAR(rstd[t], 1.0 / sqrt(ss / n + c.eps), 1e-6 / sqrt(ss / n));
+    }
+    /* in place (y aliases x) gives the same */
+    float xi[7 * 13];
+    memcpy(xi, x, sizeof x);
+    nl_rmsnorm_forward(xi, NULL, xi, w, T, n, c.eps);
+    CHECK(memcmp(xi, y, sizeof y) == 0);
+    nl_rmsnorm_backward(dx, dy, x, w, rstd, T, n);
+    fd_grad(g, norm_ref, &c, x, N, dy, N);
+    CHECKF(rel_err(dx, g, N, 1e-6) < 1e-4, "rmsnorm bwd err %g", rel_err(dx, g, N, 1e-6));
+    free(xd);
+}
+
+/* ---------------------------------------------------------------- RoPE */
+typedef struct { const nl_rope *r; int T, H; const int32_t *pos; } rope_ctx;
+static void rope_ref(double *y, const double *x, void *vc) {
+    const rope_ctx *c = vc;
+    const nl_rope *r = c->r;
+    const int hd = r->head_dim, half = r->n_rot / 2;
+    memcpy(y, x, sizeof(double) * (size_t)c->T * c->H * hd);
+    for (int t = 0; t < c->T; t++)
+        for (int h = 0; h < c->H; h++)
+            for (int i = 0; i < half; i++) {
+                double th = c->pos[t] * pow(r->base, -2.0 * i / r->n_rot) * r->freq_scale;
+                if (r->freq_factors) th /= r->freq_factors[i];
+                const int64_t base = ((int64_t)t * c->H + h) * hd;
+                const int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
+                const double x0 = x[base + i0], x1 = x[base + i1];
+                y[base + i0] = x0 * cos(th) - x1 * sin(th);
+                y[base + i1] = x0 * sin(th) + x1 * cos(th);
+            }
+}
+static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scale) {
+    enum { T = 7, H = 3, HD = 10 };
+    const int64_t N = T * H * HD;
+    const int32_t pos[T] = {0, 1, 2, 5, 17, 301, 4099};
+    nl_rope r = {HD, n_rot, neox, 10000.0f, freq_scale, ff};
+    rope_ctx c = {&r, T, H, pos};
+    float x[N], y[N], dy[N];
+    double yr[N], g[N];
+    fill(x, N, 1.0);
+    fill(dy, N, 1.0);
+    double *xd = to_d(x, N);
+    rope_ref(yr, xd, &c);
+    memcpy(y, x, sizeof x);
+    nl_rope_forward(&r, y, T, H, pos);
+    CHECKF(rel_err(y, yr, N, 1e-6) < 2e-6, "rope fwd neox=%d n_rot=%d err %g", neox, n_rot, rel_err(y, yr, N, 1e-6));
+    /* dims past n_rot untouched, bit-exact */
+    int pass = 1;
+    for (int64_t i = 0; i < N; i++)
+        if (i % HD >= n_rot) pass &= y[i] == x[i];
+    CHECK(pass);
+    fd_grad(g, rope_ref, &c, x, N, dy, N);
+    nl_rope_backward(&r, dy, T, H, pos);
+    CHECKF(rel_err(dy, g, N, 1e-6) < 1e-5, "rope bwd neox=%d n_rot=%d err %g", neox, n_rot, rel_err(dy, g, N, 1e-6));
+    free(xd);
+}
+static void test_rope(void) {
+    const float ff[5] = {1.0f, 1.5f, 2.0f, 8.0f, 8.0f};
+    test_rope_case(0, 10, NULL, 1.0f);
+    test_rope_case(1, 10, NULL, 1.0f);
+    test_rope_case(0, 6, NULL, 1.0f); /* partial rotary */
+    test_rope_case(1, 6, NULL, 0.5f);
+    test_rope_case(0, 10, ff, 1.0f); /* llama-3 style freq factors */
+    test_rope_case(1, 4, ff, 0.25f);
+    /* NORM and NEOX really differ (a test that mixed them up would pass both otherwise) */
+    float a[10], b[10];
+    for (int i = 0; i < 10; i++) a[i] = b[i] = (float)(i + 1);
+    const int32_t p = 3;
+    nl_rope rn = {10, 10, 0, 10000.0f, 1.0f, NULL}, rx = {10, 10, 1, 10000.0f, 1.0f, NULL};
+    nl_rope_forward(&rn, a, 1, 1, &p);
+    nl_rope_forward(&rx, b, 1, 1, &p);
+    CHECK(memcmp(a, b, sizeof a) != 0);
+}
+
+/* ---------------------------------------------------------------- SwiGLU and the gate */
+typedef struct { int64_t n; int which; } ew_ctx; /* which: 0 swiglu, 1 gate */
+static double sigd(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* x = [a | b] (2n) -> y[n] */
+static void ew_ref(double *y, const double *x, void *vc) {
+    const ew_ctx *c = vc;
+    for (int64_t i = 0; i < c->n; i++) {
+        const double a = x[i], b = x[c->n + i];
+        y[i] = c->which == 0 ? a * sigd(a) * b : a * sigd(b);
+    }
+}
+static void test_elementwise(void) {
+    enum { N = 37 };
+    for (int which = 0; which < 2; which++) {
+        float x[2 * N], y[N], dy[N], da[N], db[N];
+        double yr[N], g[2 * N];
+        fill(x, 2 * N, 4.0);
+        fill(dy, N, 1.0);
+        ew_ctx c = {N, which};
+        double *xd = to_d(x, 2 * N);
+        ew_ref(yr, xd, &c);
+        if (which == 0) nl_swiglu_forward(y, x, x + N, N);
+        else nl_gate_forward(y, x, x + N, N);
+        CHECKF(rel_err(y, yr, N, 1e-6) < 1e-6, "%s fwd err %g", which ? "gate" : "swiglu", rel_err(y, yr, N, 1e-6));
+        if (which == 0) nl_swiglu_backward(da, db, dy, x, x + N, N);
+        else nl_gate_backward(da, db, dy, x, x + N, N);
+        fd_grad(g, ew_ref, &c, x, 2 * N, dy, N);
+        CHECKF(rel_err(da, g, N, 1e-6) < 1e-5, "%s bwd da err %g", which ? "gate" : "swiglu", rel_err(da, g, N, 1e-6));
+        CHECKF(rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", which ? "gate" : "swiglu", rel_err(db, g + N, N, 1e-6));
+        /* in place: output over an input */
+        float xa[2 * N];
+        memcpy(xa, x, sizeof x);
+        if (which == 0) nl_swiglu_forward(xa, xa, xa + N, N);
+        else nl_gate_forward(xa, xa, xa + N, N);
+        CHECK(memcmp(xa, y, sizeof y) == 0);
+        free(xd);
+    }
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+typedef struct { int T, V; const int32_t *tg; double inv_n; } xent_ctx;
+static void xent_ref(double *y, const double *z, void *vc) { /* y[0] = inv_n · Σ CE */
+    const xent_ctx *c = vc;
+    double s = 0;
+    for (int t = 0; t < c->T; t++) {
+        if (c->tg[t] < 0) continue;
+        double m = -INFINITY, e = 0;
+        for (int j = 0; j < c->V; j++) m = fmax(m, z[t * c->V + j]);
+        for (int j = 0; j < c->V; j++) e += exp(z[t * c->V + j] - m);
+        s += m + log(e) - z[t * c->V + c->tg[t]];
+    }
+    y[0] = s * c->inv_n;
+}
+static void test_xent(void) {
+    enum { T = 7, V = 29 };
+    const int32_t tg[T] = {3, -1, 0, 28, 11, -1, 5};
+    float z[T * V], z0[T * V];
+    fill(z0, T * V, 3.0);
+    const float inv_n = 1.0f / 5;
+    xent_ctx c = {T, V, tg, 1.0};
+    double ref, *zd = to_d(z0, T * V);
+    xent_ref(&ref, zd, &c);
+    memcpy(z, z0, sizeof z);
+    double v = nl_xent_chunk(z, tg, T, V, inv_n, 0);
+    CHECK_NEAR(v, ref, 1e-5 * fabs(ref));
+    CHECK(memcmp(z, z0, sizeof z) == 0); /* no grad: logits untouched */
+    v = nl_xent_chunk(z, tg, T, V, inv_n, 1);
+    CHECK_NEAR(v, ref, 1e-5 * fabs(ref));
+    double g[T * V];
+    const float one = 1.0f;
+    c.inv_n = inv_n;
+    fd_grad(g, xent_ref, &c, z0, T * V, &one, 1);
+    CHECKF(rel_err(z, g, T * V, 1e-6) < 1e-4, "xent grad err %g", rel_err(z, g, T * V, 1e-6));
+    int zero = 1;
+    for (int j = 0; j < V; j++) zero &= z[1 * V + j] == 0.0f && z[5 * V + j] == 0.0f;
+    CHECK(zero); /* non-target rows */
+    /* stability: huge logits (exp would overflow without the max shift) */
+    for (int i = 0; i < T * V; i++) z[i] = z0[i] + 1000.0f, zd[i] = z[i];
+    xent_ref(&ref, zd, &(xent_ctx){T, V, tg, 1.0});
+    v = nl_xent_chunk(z, tg, T, V, inv_n, 1);
+    CHECK(isfinite(v));
+    CHECK_NEAR(v, ref, 1e-4 * fabs(ref));
+    int finite = 1;
+    for (int i = 0; i < T * V; i++) finite &= isfinite(z[i]);
+    CHECK(finite);
+    /* longer rows than the internal exp chunk */
+    enum { V2 = 2500 };
+    float *zz = malloc(sizeof(float) * 2 * V2);
+    fill(zz, 2 * V2, 5.0);
+    const int32_t tg2[2] = {2499, 1};
+    double *zzd = to_d(zz, 2 * V2), r2;
+    xent_ref(&r2, zzd, &(xent_ctx){2, V2, tg2, 1.0});
+    CHECK_NEAR(nl_xent_chunk(zz, tg2, 2, V2, 1.0f, 0), r2, 1e-5 * fabs(r2));
+    free(zz);
+    free(zzd);
+    free(zd);
+}
+
+int main(void) {
+    test_fexp();
+    test_rmsnorm();
+    test_rope();
+    test_elementwise();
+    test_xent();
+    return nl_t_done();
+}

@@ -1,0 +1,240 @@
+/* nn/attention: the flash-style kernel against a naive float64 reference that materialises the
+ * full score matrix. Forward (out and lse) with GQA and with a KV-cache past (S > T); backward
+ * against float64 central finite differences at small sizes and against the float64 analytic
+ * backward (itself checked by finite differences) at sizes that cross the block boundaries. */
+#include "nn/nn.h"
+#include "test.h"
+
+#include <stdint.h>
+
+static void fill(float *p, int64_t n, double amp) {
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
+}
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double e = 0, m = 1e-6;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > e) e = d;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return e / m;
+}
+
+typedef struct { int T, S, Hq, Hkv, d; double c; } shape;
+
+/* Naive reference. q[T][Hq][d], k/v[S][Hkv][d]; P[h][t][s] (probabilities, 0 where masked) is
+ * returned for the analytic backward when P != NULL. */
+static void attn_ref(double *out, double *lse, double *P, const double *q, const double *k, const double *v, const shape *s) {
+    const int T = s->T, S = s->S, Hq = s->Hq, Hkv = s->Hkv, d = s->d, past = S - T;
+    double *row = malloc(sizeof(double) * S);
+    for (int h = 0; h < Hq; h++) {
+        const int kh = h / (Hq / Hkv);
+        for (int t = 0; t < T; t++) {
+            const double *qt = q + ((int64_t)t * Hq + h) * d;
+            double m = -INFINITY;
+            for (int j = 0; j <= past + t; j++) {
+                const double *kj = k + ((int64_t)j * Hkv + kh) * d;
+                double sc = 0;
+                for (int i = 0; i < d; i++) sc += qt[i] * kj[i];
+                row[j] = sc * s->c;
+                m = fmax(m, row[j]);
+            }
+            double z = 0;
+            for (int j = 0; j <= past + t; j++) z += exp(row[j] - m);
+            if (lse) lse[(int64_t)t * Hq + h] = m + log(z);
+            double *o = out + ((int64_t)t * Hq + h) * d;
+            for (int i = 0; i < d; i++) o[i] = 0;
+            for (int j = 0; j < S; j++) {
+                const double p = j <= past + t ? exp(row[j] - m) / z : 0.0;
+                if (P) P[((int64_t)h * T + t) * S + j] = p;
+                if (p == 0.0) continue;
+                const double *vj = v + ((int64_t)j * Hkv + kh) * d;
+                for (int i = 0; i < d; i++) o[i] += p * vj[i];
+            }
+        }
+    }
+    free(row);
+}
+
+/* Analytic float64 backward from the materialised P (S == T). */
+static void attn_ref_bwd(double *dq, double *dk, double *dv, const double *dout, const double *q, const double *k,
+                         const double *v, const shape *s) {
+    const int T = s->T, Hq = s->Hq, Hkv = s->Hkv, d = s->d;
+    double *out = malloc(sizeof(double) * (size_t)T * Hq * d), *P = malloc(sizeof(double) * (size_t)Hq * T * T);
+    double *ds = malloc(sizeof(double) * T);
+    attn_ref(out, NULL, P, q, k, v, s);
+    memset(dq, 0, sizeof(double) * (size_t)T * Hq * d);
+    memset(dk, 0, sizeof(double) * (size_t)T * Hkv * d);
+    memset(dv, 0, sizeof(double) * (size_t)T * Hkv * d);
+    for (int h = 0; h < Hq; h++) {
+        const int kh = h / (Hq / Hkv);
+        for (int t = 0; t < T; t++) {
+            const double *dot = dout + ((int64_t)t * Hq + h) * d, *ot = out + ((int64_t)t * Hq + h) * d;
+            const double *qt = q + ((int64_t)t * Hq + h) * d;
+            double D = 0;
+            for (int i = 0; i < d; i++) D += dot[i] * ot[i];
+            for (int j = 0; j <= t; j++) {
+                const double p = P[((int64_t)h * T + t) * T + j];
+                const double *vj = v + ((int64_t)j * Hkv + kh) * d;
+                double dp = 0;
+                for (int i = 0; i < d; i++) dp += dot[i] * vj[i];
+                ds[j] = p * (dp - D);
+                double *dvj = dv + ((int64_t)j * Hkv + kh) * d;
+                for (int i = 0; i < d; i++) dvj[i] += p * dot[i];
+            }
+            double *dqt = dq + ((int64_t)t * Hq + h) * d;
+            for (int j = 0; j <= t; j++) {
+                const double *kj = k + ((int64_t)j * Hkv + kh) * d;
+                double *dkj = dk + ((int64_t)j * Hkv + kh) * d;
+                for (int i = 0; i < d; i++) {
+                    dqt[i] += s->c * ds[j] * kj[i];
+                    dkj[i] += s->c * ds[j] * qt[i];
+                }
+            }
+        }
+    }
+    free(out);
+    free(P);
+    free(ds);
+}
+
+static double *to_d(const float *p, int64_t n) {
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = p[i];
+    return d;
+}
+
+/* random inputs of a shape; returns q, k, v (float) */
+static void make_qkv(const shape *s, float **q, float **k, float **v) {
+    const int64_t nq = (int64_t)s->T * s->Hq * s->d, nk = (int64_t)s->S * s->Hkv * s->d;
+    *q = malloc(sizeof(float) * nq);
+    *k = malloc(sizeof(float) * nk);
+    *v = malloc(sizeof(float) * nk);
+    fill(*q, nq, 1.5);
+    fill(*k, nk, 1.5);
+    fill(*v, nk, 1.0);
+}
+
+static void check_forward(const shape *s, const char *name) {
+    float *q, *k, *v;
+    make_qkv(s, &q, &k, &v);
+    const int64_t nq = (int64_t)s->T * s->Hq * s->d, nk = (int64_t)s->S * s->Hkv * s->d, nl = (int64_t)s->T * s->Hq;
+    float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl);
+    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
+    double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
+    attn_ref(outr, lser, NULL, qd, kd, vd, s);
+    nl_attention_forward(out, lse, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c);
+    CHECKF(rel_err(out, outr, nq) < 3e-6, "%s: out err %g", name, rel_err(out, outr, nq));
+    CHECKF(rel_err(lse, lser, nl) < 3e-6, "%s: lse err %g", name, rel_err(lse, lser, nl));
+    /* lse may be NULL, same output bits */
+    float *out2 = malloc(sizeof(float) * nq);
+    nl_attention_forward(out2, NULL, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c);
+    CHECK(memcmp(out, out2, sizeof(float) * nq) == 0);
+    free(q), free(k), free(v), free(out), free(out2), free(lse), free(qd), free(kd), free(vd), free(outr), free(lser);
+}
+
+/* Backward: float kernel vs float64 analytic; when fd, also both vs central differences of
+ * L = Σ dout·out(q, k, v). */
+static void check_backward(const shape *s, int fd, const char *name) {
+    float *q, *k, *v;
+    make_qkv(s, &q, &k, &v);
+    const int T = s->T;
+    const int64_t nq = (int64_t)T * s->Hq * s->d, nk = (int64_t)T * s->Hkv * s->d, nl = (int64_t)T * s->Hq;
+    float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *dout = malloc(sizeof(float) * nq);
+    float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
+    fill(dout, nq, 1.0);
+    nl_attention_forward(out, lse, q, k, v, T, T, s->Hq, s->Hkv, s->d, (float)s->c);
+    /* poison the outputs: they must be overwritten, not accumulated into */
+    for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
+    for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
+    nl_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, T, s->Hq, s->Hkv, s->d, (float)s->c);
+    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk), *dod = to_d(dout, nq);
+    double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
+    attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
+    CHECKF(rel_err(dq, dqr, nq) < 2e-5, "%s: dq err %g", name, rel_err(dq, dqr, nq));
+    CHECKF(rel_err(dk, dkr, nk) < 2e-5, "%s: dk err %g", name, rel_err(dk, dkr, nk));
+    CHECKF(rel_err(dv, dvr, nk) < 2e-5, "%s: dv err %g", name, rel_err(dv, dvr, nk));
+    if (fd) {
+        const double h = 1e-5;
+        double *o = malloc(sizeof(double) * nq);
+        double *bufs[3] = {qd, kd, vd};
+        const int64_t ns[3] = {nq, nk, nk};
+        const float *got[3] = {dq, dk, dv};
+        const double *ana[3] = {dqr, dkr, dvr};
+        for (int which = 0; which < 3; which++) {
+            double *g = malloc(sizeof(double) * ns[which]), *x = bufs[which];
+            for (int64_t j = 0; j < ns[which]; j++) {
+                const double keep = x[j];
+                double lp = 0, lm = 0;
+                x[j] = keep + h;
+                attn_ref(o, NULL, NULL, qd, kd, vd, s);
+                for (int64_t i = 0; i < nq; i++) lp += o[i] * dod[i];
+                x[j] = keep - h;
+                attn_ref(o, NULL, NULL, qd, kd, vd, s);
+                for (int64_t i = 0; i < nq; i++) lm += o[i] * dod[i];
+                x[j] = keep;
+                g[j] = (lp - lm) / (2 * h);
+            }
+            double e_ana = 0, m = 1e-6;
+            for (int64_t j = 0; j < ns[which]; j++) {
+                e_ana = fmax(e_ana, fabs(ana[which][j] - g[j]));
+                m = fmax(m, fabs(g[j]));
+            }
+            CHECKF(e_ana / m < 1e-7, "%s: analytic reference vs FD (%d) err %g", name, which, e_ana / m);
+            CHECKF(rel_err(got[which], g, ns[which]) < 2e-5, "%s: kernel vs FD (%d) err %g", name, which,
+                   rel_err(got[which], g, ns[which]));
+            free(g);
+        }
+        free(o);
+    }
+    free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
+    free(qd), free(kd), free(vd), free(dod), free(dqr), free(dkr), free(dvr);
+}
+
+/* Layout: the kernel must read head h of token t at q[(t·Hq + h)·d]; build a case where only
+ * one (token, head) differs between two inputs and check only that head's outputs move. */
+static void test_layout(void) {
+    shape s = {5, 5, 4, 2, 6, 0.5};
+    float *q, *k, *v;
+    make_qkv(&s, &q, &k, &v);
+    const int64_t nq = 5 * 4 * 6;
+    float a[5 * 4 * 6], b[5 * 4 * 6];
+    nl_attention_forward(a, NULL, q, k, v, 5, 5, 4, 2, 6, 0.5f);
+    /* change kv head 1 of key 2: only query heads 2, 3 at tokens >= 2 may change */
+    for (int i = 0; i < 6; i++) k[(2 * 2 + 1) * 6 + i] += 0.5f, v[(2 * 2 + 1) * 6 + i] -= 0.5f;
+    nl_attention_forward(b, NULL, q, k, v, 5, 5, 4, 2, 6, 0.5f);
+    int ok = 1;
+    for (int t = 0; t < 5; t++)
+        for (int h = 0; h < 4; h++) {
+            const int should = t >= 2 && h >= 2;
+            const int moved = memcmp(a + (t * 4 + h) * 6, b + (t * 4 + h) * 6, 6 * sizeof(float)) != 0;
+            ok &= should == moved;
+        }
+    CHECK(ok);
+    (void)nq;
+    free(q), free(k), free(v);
+}
+
+int main(void) {
+    const shape gqa = {7, 7, 6, 2, 10, 1.0 / sqrt(10.0)};
+    const shape mha = {7, 7, 3, 3, 10, 0.37};
+    const shape past = {7, 12, 6, 2, 10, 1.0 / sqrt(10.0)};
+    const shape past_mha = {5, 9, 2, 2, 13, 0.5};
+    const shape longt = {300, 300, 2, 1, 16, 0.25};
+    const shape long_past = {300, 333, 4, 2, 12, 0.3};
+    const shape mid = {70, 70, 4, 2, 9, 0.4}; /* crosses the 32-query and 64-key blocks */
+    check_forward(&gqa, "gqa");
+    check_forward(&mha, "mha");
+    check_forward(&past, "past");
+    check_forward(&past_mha, "past_mha");
+    check_forward(&mid, "mid");
+    check_forward(&longt, "long");
+    check_forward(&long_past, "long_past");
+    check_backward(&gqa, 1, "gqa");
+    check_backward(&mha, 1, "mha");
+    check_backward(&(shape){1, 1, 2, 1, 3, 0.7}, 1, "T=1");
+    check_backward(&mid, 0, "mid");
+    check_backward(&longt, 0, "long");
+    test_layout();
+    return nl_t_done();
+}
