@@ -56,6 +56,7 @@ static void fd_grad(double *g, ref_fn f, void *ctx, const float *x0, int64_t nx,
 
 /* ---------------------------------------------------------------- fast exp / sigmoid */
 static void test_fexp(void) {
+    int nz = 0;
     double worst = 0;
     for (double x = -87.0; x < 88.0; x += 0.0137) {
         const float xf = (float)x;
@@ -66,6 +67,9 @@ static void test_fexp(void) {
     CHECKF(worst < 3e-7, "fexp max rel err %g", worst);
     CHECK(nl_fexp(-100.0f) == 0.0f);
     CHECK(nl_fexp(-1e30f) == 0.0f);
+    for (float x = -2e7f; x < -1e5f; x *= 0.999f) nz += nl_fexp(x) != 0.0f; /* t < 0 region etc. */
+    CHECK(nz == 0);
+    CHECK(nl_fexp(-1e9f) == 0.0f);
     CHECK(nl_fexp(-INFINITY) == 0.0f);
     CHECK(isinf(nl_fexp(100.0f)) && nl_fexp(100.0f) > 0);
     CHECK(nl_fexp(0.0f) == 1.0f);

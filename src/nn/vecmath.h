@@ -65,9 +65,12 @@ static inline float nl_fexp(float x) {
     p = p * r * r + r + 1.0f;
     int32_t tb;
     memcpy(&tb, &t, 4);
-    int32_t e = (tb - 0x4B400000) + 127; /* biased exponent of 2^n (garbage when |x| huge) */
-    int32_t lo = ~((e - 1) >> 31);       /* all ones iff e >= 1 (no underflow) */
-    int32_t hi = (e - 255) >> 31;        /* all ones iff e < 255 (no overflow) */
+    /* biased exponent of 2^n (meaningless when |x| is huge: the masks below take over). t < 0
+     * only when x < -8.7e6, where the answer is 0; masking the sign keeps the int math in range. */
+    int32_t e = ((tb & 0x7FFFFFFF) - 0x4B400000) + 127;
+    int32_t neg = tb >> 31;                 /* all ones iff t < 0 */
+    int32_t lo = ~((e - 1) >> 31) & ~neg;   /* all ones iff e >= 1 and t >= 0 (no underflow) */
+    int32_t hi = ((e - 255) >> 31) | neg;   /* all ones iff e < 255 or t < 0 (no overflow) */
     int32_t eb = (e & lo & hi) << 23;
     float sc;
     memcpy(&sc, &eb, 4);

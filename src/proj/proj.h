@@ -10,6 +10,7 @@
 #define NL_PROJ_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { NL_FWD = 0, NL_BWD = 1 } nl_dir;
@@ -34,15 +35,39 @@ typedef struct nl_proj_backend {
     void (*free)(void *ctx);
 } nl_proj_backend;
 
-extern const nl_proj_backend nl_proj_backend_ref;
-
 typedef struct nl_proj_service nl_proj_service;
+
+extern const nl_proj_backend nl_proj_backend_ref;   /* ref.c: FP32 reference, every type */
+extern const nl_proj_backend nl_proj_backend_host;  /* host.c: resident-type SIMD kernels */
+/* The backend registered under `name` ("ref", ...), or NULL. */
+const nl_proj_backend *nl_proj_backend_find(const char *name);
 
 typedef struct {
     const char *backend;  /* "ref" (default) or "host" */
     int n_threads;        /* service worker threads (0 = 1) */
-    int wire_f16;         /* FP16 wire mode (host backend) */
+    /* FP16 wire (NPU-faithful mode), done by the service around any backend: each input row
+     * is scaled by a power of two so max|x| lands in [2^11, 2^12) and rounded to FP16; the
+     * outputs are rounded to FP16 and unscaled in FP32. A row whose output is non-finite or
+     * >= 60000 is resent with a further 2^-8 (at most 3 times), then computed by ref on the
+     * original weight. Counted in nl_proj_stats.retries / fallbacks. */
+    int wire_f16;
     int verbose;
+    /* Resident precision of the projection weights (DESIGN §2), applied once at nl_proj_add:
+     *   "auto" (default, NULL): recurrent -> f16; attn, mlp, head -> q8_0; embed keeps its type
+     *   "f32" | "f16" | "bf16" | "q8_0" | "q4_0": every class but embed
+     * precision_map overrides per class or tensor-name glob (* and ?), comma separated:
+     *   "recurrent=f32,mlp=f16,blk.0.*=keep"   classes: attn mlp recurrent head embed;
+     *   "keep" = the GGUF type. Globs win over classes; the last matching entry wins.
+     * Whatever the target, a quantized GGUF tensor (q8_0, q4_0, q4_k, q6_k) is never
+     * re-quantized or narrowed to 16 bits (only expanded to exact f32 when asked), and a tensor
+     * already in its target type is used in place (zero copy). */
+    const char *precision;
+    const char *precision_map;
+    /* Use this backend instead of looking `backend` up (tests, out-of-tree backends). */
+    const nl_proj_backend *backend_impl;
+    /* Misuse (a second submit before wait) aborts through assert() instead of returning an
+     * error: for debug runs. */
+    int strict;
 } nl_proj_config;
 
 nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg);
@@ -60,7 +85,68 @@ int nl_proj_wait(nl_proj_service *s);
 /* submit + wait */
 int nl_proj_run(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, float *y);
 
-/* Gather rows of W (embedding lookup) through the same dequantizer: out[i][K] = W[rows[i]]. */
+/* Gather rows of W (embedding lookup) through the same dequantizer: out[i][K] = W[rows[i]].
+ * Reads only the resident bytes: allowed while a request is in flight. */
 int nl_proj_get_rows(nl_proj_service *s, int id, const int32_t *rows, int n, float *out);
+
+/* ---- counters ---------------------------------------------------------------------------- */
+typedef struct {
+    uint64_t requests[2];      /* per nl_dir */
+    uint64_t tokens[2];        /* rows of X submitted, per nl_dir */
+    double busy_s[2];          /* wall seconds the service spent computing, per nl_dir */
+    uint64_t retries;          /* FP16 wire: rows sent again with a further 2^-8 */
+    uint64_t fallbacks;        /* FP16 wire: rows that never fit, computed by ref */
+    uint64_t routed_tokens;    /* rows computed by ref because the planner routed them */
+    uint64_t padded_tokens;    /* zero rows added to fill a token bucket */
+} nl_proj_stats;
+void nl_proj_get_stats(const nl_proj_service *s, nl_proj_stats *out);
+
+/* ---- resident memory ------------------------------------------------------------------------ */
+/* Bytes of resident weight data of class `cls` (nl_proj_class) in type `type`; -1 = any.
+ * In-place weights count their GGUF bytes; bytes shared by two projections count once. */
+uint64_t nl_proj_resident_bytes(const nl_proj_service *s, int cls, int type);
+/* Bytes the service allocated for converted copies (0 when everything is in place). */
+uint64_t nl_proj_converted_bytes(const nl_proj_service *s);
+/* "attn Q8_0 1.20 GB, mlp Q8_0 2.72 GB, recurrent F16 2.02 GB, embed Q6_K 0.41 GB" into buf
+ * (always NUL-terminated); returns the length it needed (like snprintf). */
+int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap);
+
+/* ---- planner (planner.c) ------------------------------------------------------------------ */
+/* For every (projection, direction, bucket) run the backend once on deterministic random input
+ * and compare it with ref on the ORIGINAL weight (relative Frobenius error, bound per resident
+ * type: f32 1e-5, f16/bf16 1e-2, q8_0 2e-2, q6_k 5e-2, q4_0/q4_k 1e-1; at least 1e-2 with the
+ * FP16 wire). A failing or unsupported triple is routed to ref on the original weight for the
+ * rest of the run. Afterwards every request is split / zero-padded onto the buckets.
+ * buckets NULL or n_buckets 0: {16, 64, 256}. Embedding projections (row gathers) are skipped.
+ * Not while a request is in flight. Counters are left as they were. */
+int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets);
+
+typedef struct {
+    int id;                /* projection */
+    nl_dir dir;
+    int T;                 /* bucket */
+    int supported;         /* backend->supports said yes */
+    double rel_err;        /* measured (NAN when not run) */
+    double bound;
+    int passed;            /* else routed to ref */
+} nl_proj_check;
+typedef struct { int checks, passed, routed; } nl_proj_plan_totals;
+void nl_proj_plan_get_totals(const nl_proj_service *s, nl_proj_plan_totals *out);
+int nl_proj_plan_check_count(const nl_proj_service *s);
+const nl_proj_check *nl_proj_plan_get_check(const nl_proj_service *s, int i);
+/* "N checks, N passed, M routed to CPU" into buf; returns the length needed. */
+int nl_proj_plan_format_summary(const nl_proj_service *s, char *buf, size_t cap);
+/* One line per check (name, dir, T, type, error, bound, verdict); malloc'd, caller frees. */
+char *nl_proj_plan_format_table(const nl_proj_service *s);
+
+/* ---- a small persistent thread pool (shared by backends that split outputs) -------------- */
+typedef struct nl_proj_pool nl_proj_pool;
+/* n_threads - 1 workers are started; the caller of nl_proj_pool_run is worker 0. */
+nl_proj_pool *nl_proj_pool_new(int n_threads);
+int nl_proj_pool_size(const nl_proj_pool *p);
+/* Runs fn(arg, task, n_tasks) for every task in [0, n_tasks): task i on worker i % size.
+ * Returns when all are done. Tasks must write disjoint outputs. */
+void nl_proj_pool_run(nl_proj_pool *p, int n_tasks, void (*fn)(void *arg, int task, int n_tasks), void *arg);
+void nl_proj_pool_free(nl_proj_pool *p);
 
 #endif

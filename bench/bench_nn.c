@@ -1,0 +1,64 @@
+/* bench_nn: wall-clock of the hot nn/ nodes (not a test). Prints ms per call.
+ *   attention forward / backward at T=512, Hq=16, Hkv=8, d=128 (Llama-3.2-1B-like layer)
+ *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05
+ * Usage: bench_nn [reps] */
+#include "nn/lora.h"
+#include "nn/nn.h"
+#include "util/util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void fill(float *p, size_t n, unsigned *s) {
+    for (size_t i = 0; i < n; i++) {
+        *s = *s * 1664525u + 1013904223u;
+        p[i] = (float)((*s >> 8) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+}
+
+int main(int argc, char **argv) {
+    const int reps = argc > 1 ? atoi(argv[1]) : 3;
+    const int T = 512, Hq = 16, Hkv = 8, d = 128;
+    const size_t nq = (size_t)T * Hq * d, nk = (size_t)T * Hkv * d;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4), *lse = malloc((size_t)T * Hq * 4);
+    float *dout = malloc(nq * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4);
+    unsigned s = 1;
+    fill(q, nq, &s), fill(k, nk, &s), fill(v, nk, &s), fill(dout, nq, &s);
+    const float scale = 1.0f / sqrtf((float)d);
+    const double flop_f = 4.0 * Hq * d * (T * (T + 1) / 2.0); /* QK + PV over the causal half */
+    double best_f = 1e30, best_b = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = nl_now();
+        nl_attention_forward(o, lse, q, k, v, T, T, Hq, Hkv, d, scale);
+        double t1 = nl_now();
+        nl_attention_backward(dq, dk, dv, dout, o, lse, q, k, v, T, Hq, Hkv, d, scale);
+        double t2 = nl_now();
+        if (t1 - t0 < best_f) best_f = t1 - t0;
+        if (t2 - t1 < best_b) best_b = t2 - t1;
+    }
+    printf("attention T=%d Hq=%d Hkv=%d d=%d: forward %.1f ms (%.1f GFLOP/s), backward %.1f ms (%.1f GFLOP/s)\n", T, Hq,
+           Hkv, d, best_f * 1e3, flop_f / best_f * 1e-9, best_b * 1e3, 2.5 * flop_f / best_b * 1e-9);
+
+    const int K = 2048, N = 2048, R = 16;
+    float *x = malloc((size_t)T * K * 4), *y = calloc((size_t)T * N, 4), *A = malloc((size_t)R * K * 4);
+    float *B = malloc((size_t)N * R * 4), *u = malloc((size_t)T * R * 4), *dy = malloc((size_t)T * N * 4);
+    float *dx = calloc((size_t)T * K, 4), *dA = calloc((size_t)R * K, 4), *dB = calloc((size_t)N * R, 4);
+    fill(x, (size_t)T * K, &s), fill(A, (size_t)R * K, &s), fill(B, (size_t)N * R, &s), fill(dy, (size_t)T * N, &s);
+    nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4)};
+    best_f = best_b = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = nl_now();
+        if (nl_lora_forward(&L, A, B, y, u, x, T, 0)) return 1;
+        double t1 = nl_now();
+        if (nl_lora_backward(&L, A, B, dx, dA, dB, dy, x, u, T, 0)) return 1;
+        double t2 = nl_now();
+        if (t1 - t0 < best_f) best_f = t1 - t0;
+        if (t2 - t1 < best_b) best_b = t2 - t1;
+    }
+    const double lf = 2.0 * T * R * (K + N);
+    printf("lora T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n", T, K,
+           N, R, best_f * 1e3, lf / best_f * 1e-9, best_b * 1e3, 2 * lf / best_b * 1e-9);
+    printf("(checksum %g)\n", (double)o[123] + dq[77] + dk[5] + dv[9] + y[3] + dx[4] + dA[5] + dB[6]);
+    return 0;
+}

@@ -1,0 +1,597 @@
+/* train/checkpoint: atomic commit/resume of adapter + optimizer state. See checkpoint.h. */
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+/* ------------------------------------------------------------------ hashing */
+
+#define K1 0x9E3779B97F4A7C15ull /* odd multipliers: multiplication by them is a bijection */
+#define K2 0xBF58476D1CE4E5B9ull
+#define K3 0x94D049BB133111EBull
+
+static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static inline uint64_t load_le64(const uint8_t *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+           (uint64_t)p[7] << 56;
+}
+
+/* Bijective 64-bit mixer (xor-shift / multiply rounds). */
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= K2;
+    x ^= x >> 27;
+    x *= K3;
+    x ^= x >> 31;
+    return x;
+}
+
+/* One lane round; for a fixed word it is a bijection of the lane, and for a fixed lane a
+ * bijection of the word, so a change in one word always survives to the end. */
+static inline uint64_t lane_round(uint64_t lane, uint64_t w) {
+    return rotl64(lane + w * K1, 29) * K2;
+}
+
+void nl_hasher_init(nl_hasher *h, uint64_t seed) {
+    for (int i = 0; i < 4; i++) h->lane[i] = seed ^ (K3 * (uint64_t)(i + 1));
+    h->total = 0;
+    h->seed = seed;
+    h->nbuf = 0;
+}
+
+static void stripe(nl_hasher *h, const uint8_t *p) {
+    h->lane[0] = lane_round(h->lane[0], load_le64(p));
+    h->lane[1] = lane_round(h->lane[1], load_le64(p + 8));
+    h->lane[2] = lane_round(h->lane[2], load_le64(p + 16));
+    h->lane[3] = lane_round(h->lane[3], load_le64(p + 24));
+}
+
+void nl_hasher_update(nl_hasher *h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    h->total += n;
+    if (h->nbuf) {
+        size_t take = 32 - h->nbuf < n ? 32 - h->nbuf : n;
+        memcpy(h->buf + h->nbuf, p, take);
+        h->nbuf += (uint32_t)take;
+        p += take;
+        n -= take;
+        if (h->nbuf < 32) return;
+        stripe(h, h->buf);
+        h->nbuf = 0;
+    }
+    for (; n >= 32; p += 32, n -= 32) stripe(h, p);
+    memcpy(h->buf, p, n);
+    h->nbuf = (uint32_t)n;
+}
+
+uint64_t nl_hasher_final(const nl_hasher *h) {
+    uint64_t x = mix64(h->total ^ h->seed);
+    for (int i = 0; i < 4; i++) x = (x ^ mix64(h->lane[i])) * K1;
+    const uint8_t *p = h->buf;
+    uint32_t n = h->nbuf;
+    for (; n >= 8; p += 8, n -= 8) x = rotl64(x ^ (load_le64(p) * K2), 27) * K3 + K1;
+    if (n) {
+        uint64_t w = 0;
+        for (uint32_t i = 0; i < n; i++) w |= (uint64_t)p[i] << (8 * i);
+        x = rotl64(x ^ (w * K2), 23) * K3 + K2;
+    }
+    return mix64(x);
+}
+
+uint64_t nl_hash64(const void *data, size_t n, uint64_t seed) {
+    nl_hasher h;
+    nl_hasher_init(&h, seed);
+    nl_hasher_update(&h, data, n);
+    return nl_hasher_final(&h);
+}
+
+/* pread the whole range or fail. */
+static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int nl_file_hash64(const char *path, uint64_t *out) {
+    enum { HEAD = 1 << 20, TAIL = 1 << 20, BLK = 4096, NBLK = 256 };
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nl_err("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return nl_err("%s: cannot stat: %s", path, strerror(e));
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    uint8_t *buf = nl_malloc(HEAD);
+    if (!buf) {
+        close(fd);
+        return -1;
+    }
+    nl_hasher h;
+    nl_hasher_init(&h, 0x66696c6568617368ull);
+    uint8_t sz[8];
+    for (int i = 0; i < 8; i++) sz[i] = (uint8_t)(size >> (8 * i));
+    nl_hasher_update(&h, sz, 8);
+    int rc = 0;
+    uint64_t off = 0;
+    if (size <= (uint64_t)HEAD + TAIL + (uint64_t)BLK * NBLK) {
+        for (off = 0; off < size && rc == 0; off += HEAD) {
+            size_t n = size - off < HEAD ? (size_t)(size - off) : HEAD;
+            rc = pread_all(fd, buf, n, off);
+            if (rc == 0) nl_hasher_update(&h, buf, n);
+        }
+    } else {
+        rc = pread_all(fd, buf, HEAD, 0);
+        if (rc == 0) nl_hasher_update(&h, buf, HEAD);
+        for (int i = 0; i < NBLK && rc == 0; i++) {
+            off = (size - BLK) / (NBLK - 1) * (uint64_t)i;
+            rc = pread_all(fd, buf, BLK, off);
+            if (rc == 0) nl_hasher_update(&h, buf, BLK);
+        }
+        off = size - TAIL;
+        if (rc == 0) rc = pread_all(fd, buf, TAIL, off);
+        if (rc == 0) nl_hasher_update(&h, buf, TAIL);
+    }
+    int e = errno;
+    free(buf);
+    close(fd);
+    if (rc != 0)
+        return nl_err("%s: read error near offset %llu: %s", path, (unsigned long long)off,
+                      e ? strerror(e) : "unexpected end of file");
+    *out = nl_hasher_final(&h);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ format helpers */
+
+enum { HDR = 96 };
+static const char MAGIC[8] = {'N', 'L', 'C', 'K', 'P', 'T', 0, 0};
+
+static int host_is_le(void) {
+    const uint16_t x = 1;
+    return *(const uint8_t *)&x == 1;
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Total file size implied by the counts, or -1 on overflow. */
+static int file_bytes(uint64_t n_cursor, uint64_t n_rng, uint64_t n_params, uint64_t *out) {
+    uint64_t words, arr, t;
+    if (nl_add_ok(n_cursor, n_rng, &words) || nl_mul_ok(words, 8, &words)) return -1;
+    if (nl_mul_ok(n_params, 12, &arr)) return -1;
+    if (nl_add_ok(HDR + 8, words, &t) || nl_add_ok(t, arr, &t)) return -1;
+    *out = t;
+    return 0;
+}
+
+static int ckpt_name(char *buf, size_t cap, const char *dir, uint64_t step) {
+    int n = snprintf(buf, cap, "%s/commit-%llu.nlck", dir, (unsigned long long)step);
+    if (n < 0 || (size_t)n >= cap) return nl_err("%s: checkpoint path too long", dir);
+    return 0;
+}
+
+/* Parse "commit-<digits>.nlck" (canonical decimal, no leading zeros). 0 ok, -1 not ours. */
+static int parse_name(const char *name, uint64_t *step) {
+    if (strncmp(name, "commit-", 7) != 0) return -1;
+    const char *p = name + 7;
+    uint64_t v = 0;
+    const char *d = p;
+    while (*p >= '0' && *p <= '9') {
+        if (nl_mul_ok(v, 10, &v) || nl_add_ok(v, (uint64_t)(*p - '0'), &v)) return -1;
+        p++;
+    }
+    if (p == d || (d[0] == '0' && p - d > 1) || strcmp(p, ".nlck") != 0) return -1;
+    *step = v;
+    return 0;
+}
+
+/* Steps of every commit file in dir, sorted descending. Returns count, 0 when the directory
+ * does not exist, -1 on error. *steps is malloc'd (NULL when count is 0). */
+static int cmp_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+static long list_commits(const char *dir, uint64_t **steps) {
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return nl_err("%s: cannot list checkpoint directory: %s", dir, strerror(errno));
+    }
+    long n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        uint64_t s;
+        if (parse_name(e->d_name, &s) != 0) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *ns = realloc(*steps, (size_t)cap * sizeof *ns);
+            if (!ns) {
+                closedir(d);
+                free(*steps);
+                *steps = NULL;
+                return nl_err("out of memory listing %s", dir);
+            }
+            *steps = ns;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n > 1) qsort(*steps, (size_t)n, sizeof **steps, cmp_desc);
+    return n;
+}
+
+/* ------------------------------------------------------------------ commit */
+
+typedef struct {
+    const nl_io *io;
+    int fd;
+    const char *path;
+    uint64_t off;
+    nl_hasher h;
+} writer;
+
+static int w_bytes(writer *w, const void *data, size_t n, int hash) {
+    const uint8_t *p = data;
+    if (hash) nl_hasher_update(&w->h, data, n);
+    while (n) {
+        size_t chunk = n < (1u << 20) ? n : (1u << 20);
+        ssize_t r = w->io->write(w->io->ctx, w->fd, p, chunk);
+        if (r <= 0) {
+            const char *why = r == 0 ? "wrote 0 bytes" : strerror(errno);
+            return nl_err("%s: write at offset %llu failed: %s", w->path,
+                          (unsigned long long)w->off, why);
+        }
+        p += r;
+        n -= (size_t)r;
+        w->off += (uint64_t)r;
+    }
+    return 0;
+}
+
+static int w_u64s(writer *w, const uint64_t *a, uint32_t n) {
+    /* host is little-endian (checked), so the array bytes are the file bytes */
+    return n ? w_bytes(w, a, (size_t)n * 8, 1) : 0;
+}
+
+static int w_floats(writer *w, const float *a, uint64_t n) {
+    return n ? w_bytes(w, a, (size_t)n * sizeof(float), 1) : 0;
+}
+
+int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io) {
+    if (!io) io = nl_io_posix();
+    if (!host_is_le()) return nl_err("checkpoint: big-endian hosts are not supported");
+    if (ck->n_cursor > NL_CKPT_MAX_WORDS || ck->n_rng > NL_CKPT_MAX_WORDS)
+        return nl_err("checkpoint: n_cursor %u / n_rng %u over the limit %d", ck->n_cursor,
+                      ck->n_rng, NL_CKPT_MAX_WORDS);
+    if ((ck->n_cursor && !ck->cursor) || (ck->n_rng && !ck->rng) ||
+        (ck->n_params && (!ck->params || !ck->m || !ck->v)))
+        return nl_err("checkpoint: missing array");
+    uint64_t total;
+    if (file_bytes(ck->n_cursor, ck->n_rng, ck->n_params, &total) ||
+        ck->n_params > SIZE_MAX / sizeof(float))
+        return nl_err("checkpoint: n_params %llu too large", (unsigned long long)ck->n_params);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return nl_err("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
+
+    char tmp[4096], fin[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s/ckpt.tmp", dir);
+    if (n < 0 || (size_t)n >= sizeof tmp) return nl_err("%s: checkpoint path too long", dir);
+    if (ckpt_name(fin, sizeof fin, dir, ck->step)) return -1;
+
+    uint8_t hdr[HDR] = {0};
+    memcpy(hdr, MAGIC, 8);
+    put32(hdr + 8, NL_CKPT_VERSION);
+    put32(hdr + 12, HDR);
+    put64(hdr + 16, ck->config_hash);
+    put64(hdr + 24, ck->model_hash);
+    put64(hdr + 32, ck->step);
+    put64(hdr + 40, ck->epoch);
+    put64(hdr + 48, ck->index);
+    put64(hdr + 56, ck->n_params);
+    put32(hdr + 64, ck->n_cursor);
+    put32(hdr + 68, ck->n_rng);
+    put32(hdr + 72, ck->rank);
+    uint32_t ab;
+    memcpy(&ab, &ck->alpha, 4);
+    put32(hdr + 76, ab);
+
+    writer w = {io, -1, tmp, 0, {{0}, 0, 0, {0}, 0}};
+    nl_hasher_init(&w.h, NL_CKPT_HASH_SEED);
+    w.fd = io->open(io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (w.fd < 0) return nl_err("%s: cannot create: %s", tmp, strerror(errno));
+    int rc = w_bytes(&w, hdr, HDR, 1);
+    if (!rc) rc = w_u64s(&w, ck->cursor, ck->n_cursor);
+    if (!rc) rc = w_u64s(&w, ck->rng, ck->n_rng);
+    if (!rc) rc = w_floats(&w, ck->params, ck->n_params);
+    if (!rc) rc = w_floats(&w, ck->m, ck->n_params);
+    if (!rc) rc = w_floats(&w, ck->v, ck->n_params);
+    if (!rc) {
+        uint8_t sum[8];
+        put64(sum, nl_hasher_final(&w.h));
+        rc = w_bytes(&w, sum, 8, 0);
+    }
+    if (!rc && w.off != total) rc = nl_err("%s: internal size mismatch", tmp);
+    if (!rc && io->fsync(io->ctx, w.fd) != 0)
+        rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
+    int close_rc = io->close(io->ctx, w.fd); /* the descriptor is released either way */
+    if (!rc && close_rc != 0) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
+    if (!rc && io->rename(io->ctx, tmp, fin) != 0)
+        rc = nl_err("%s: rename to %s failed: %s", tmp, fin, strerror(errno));
+    if (rc) {
+        /* nothing durable changed: drop the partial temp file, keep the error message */
+        io->unlink(io->ctx, tmp);
+        return -1;
+    }
+    if (io->fsync_dir(io->ctx, dir) != 0)
+        return nl_err("%s: fsync of the directory after writing %s failed: %s", dir, fin,
+                      strerror(errno));
+
+    /* The new commit is durable; prune. Keep it and the newest older one. Failures here
+     * leave an extra file behind, which the next commit retries; they are not errors. */
+    uint64_t *steps;
+    long cnt = list_commits(dir, &steps);
+    int kept_prev = 0;
+    for (long i = 0; i < cnt; i++) {
+        if (steps[i] == ck->step) continue;
+        if (steps[i] < ck->step && !kept_prev && NL_CKPT_KEEP >= 2) {
+            kept_prev = 1;
+            continue;
+        }
+        char old[4096];
+        if (ckpt_name(old, sizeof old, dir, steps[i]) == 0) io->unlink(io->ctx, old);
+    }
+    free(steps);
+    nl_clear_error();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ load */
+
+enum { LOAD_OK = 0, LOAD_CORRUPT = -1, LOAD_MISMATCH = -2 };
+
+static int r_bytes(const nl_io *io, int fd, void *buf, size_t n) {
+    uint8_t *p = buf;
+    while (n) {
+        size_t chunk = n < (1u << 20) ? n : (1u << 20);
+        ssize_t r = io->read(io->ctx, fd, p, chunk);
+        if (r < 0) return -1;
+        if (r == 0) {
+            errno = 0;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+void nl_ckpt_free(nl_ckpt *ck) {
+    if (!ck) return;
+    free(ck->cursor);
+    free(ck->rng);
+    free(ck->params);
+    free(ck->m);
+    free(ck->v);
+    memset(ck, 0, sizeof *ck);
+}
+
+/* Returns LOAD_OK, LOAD_CORRUPT (bad/truncated/unreadable file) or LOAD_MISMATCH (a verified
+ * file for another model/config); nl_err holds the reason, naming the file. */
+static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
+                    uint64_t n_expect, nl_ckpt *out, const nl_io *io) {
+    memset(out, 0, sizeof *out);
+    if (!host_is_le()) return nl_err("checkpoint: big-endian hosts are not supported");
+    int fd = io->open(io->ctx, path, O_RDONLY, 0);
+    if (fd < 0) {
+        nl_err("%s: cannot open: %s", path, strerror(errno));
+        return LOAD_CORRUPT;
+    }
+    int rc = LOAD_CORRUPT;
+    uint64_t size;
+    uint8_t hdr[HDR];
+    if (io->size(io->ctx, fd, &size) != 0) {
+        nl_err("%s: cannot stat: %s", path, strerror(errno));
+        goto done;
+    }
+    if (size < HDR + 8) {
+        nl_err("%s: truncated: %llu bytes, a checkpoint has at least %d", path,
+               (unsigned long long)size, HDR + 8);
+        goto done;
+    }
+    if (r_bytes(io, fd, hdr, HDR) != 0) {
+        nl_err("%s: read error in the header: %s", path, errno ? strerror(errno) : "short read");
+        goto done;
+    }
+    if (memcmp(hdr, MAGIC, 8) != 0) {
+        nl_err("%s: offset 0: not a nightlora checkpoint (bad magic)", path);
+        goto done;
+    }
+    uint32_t ver = get32(hdr + 8), hbytes = get32(hdr + 12);
+    if (ver != NL_CKPT_VERSION || hbytes != HDR) {
+        nl_err("%s: offset 8: version %u / header %u bytes, expected version %d / %d bytes",
+               path, ver, hbytes, NL_CKPT_VERSION, HDR);
+        goto done;
+    }
+    uint64_t n_params = load_le64(hdr + 56);
+    uint32_t n_cursor = get32(hdr + 64), n_rng = get32(hdr + 68);
+    if (n_cursor > NL_CKPT_MAX_WORDS || n_rng > NL_CKPT_MAX_WORDS) {
+        nl_err("%s: offset 64: n_cursor %u / n_rng %u over the limit %d", path, n_cursor, n_rng,
+               NL_CKPT_MAX_WORDS);
+        goto done;
+    }
+    uint64_t want;
+    if (n_params > SIZE_MAX / sizeof(float)) { /* 32-bit hosts */
+        nl_err("%s: offset 56: n_params %llu too large for this host", path,
+               (unsigned long long)n_params);
+        goto done;
+    }
+    if (file_bytes(n_cursor, n_rng, n_params, &want) || want != size) {
+        nl_err("%s: size %llu bytes but the header (n_params %llu) implies %llu: truncated or "
+               "corrupt",
+               path, (unsigned long long)size, (unsigned long long)n_params,
+               (unsigned long long)want);
+        goto done;
+    }
+    /* size is real (fstat), and want == size, so these allocations are bounded by the file */
+    nl_hasher h;
+    nl_hasher_init(&h, NL_CKPT_HASH_SEED);
+    nl_hasher_update(&h, hdr, HDR);
+    out->n_cursor = n_cursor;
+    out->n_rng = n_rng;
+    out->n_params = n_params;
+    out->cursor = nl_calloc(n_cursor ? n_cursor : 1, 8);
+    out->rng = nl_calloc(n_rng ? n_rng : 1, 8);
+    size_t fb = (size_t)n_params * sizeof(float);
+    out->params = nl_malloc(fb);
+    out->m = nl_malloc(fb);
+    out->v = nl_malloc(fb);
+    if (!out->cursor || !out->rng || !out->params || !out->m || !out->v) {
+        nl_err_prefix("%s", path);
+        goto done;
+    }
+    struct {
+        void *p;
+        size_t n;
+    } parts[5] = {{out->cursor, (size_t)n_cursor * 8},
+                  {out->rng, (size_t)n_rng * 8},
+                  {out->params, fb},
+                  {out->m, fb},
+                  {out->v, fb}};
+    uint64_t off = HDR;
+    for (int i = 0; i < 5; i++) {
+        if (r_bytes(io, fd, parts[i].p, parts[i].n) != 0) {
+            nl_err("%s: read error near offset %llu: %s", path, (unsigned long long)off,
+                   errno ? strerror(errno) : "short read");
+            goto done;
+        }
+        nl_hasher_update(&h, parts[i].p, parts[i].n);
+        off += parts[i].n;
+    }
+    uint8_t sum[8];
+    if (r_bytes(io, fd, sum, 8) != 0) {
+        nl_err("%s: read error at offset %llu: %s", path, (unsigned long long)off,
+               errno ? strerror(errno) : "short read");
+        goto done;
+    }
+    uint64_t stored = load_le64(sum), computed = nl_hasher_final(&h);
+    if (stored != computed) {
+        nl_err("%s: checksum mismatch (stored %016llx, computed %016llx): corrupt", path,
+               (unsigned long long)stored, (unsigned long long)computed);
+        goto done;
+    }
+    out->config_hash = load_le64(hdr + 16);
+    out->model_hash = load_le64(hdr + 24);
+    out->step = load_le64(hdr + 32);
+    out->epoch = load_le64(hdr + 40);
+    out->index = load_le64(hdr + 48);
+    out->rank = get32(hdr + 72);
+    uint32_t ab = get32(hdr + 76);
+    memcpy(&out->alpha, &ab, 4);
+    rc = LOAD_MISMATCH;
+    if (out->model_hash != model_hash) {
+        nl_err("%s: made for a different model: model hash %016llx in the checkpoint, "
+               "%016llx expected",
+               path, (unsigned long long)out->model_hash, (unsigned long long)model_hash);
+        goto done;
+    }
+    if (out->config_hash != config_hash) {
+        nl_err("%s: made with a different training configuration: config hash %016llx in the "
+               "checkpoint, %016llx expected",
+               path, (unsigned long long)out->config_hash, (unsigned long long)config_hash);
+        goto done;
+    }
+    if (n_expect && n_params != n_expect) {
+        nl_err("%s: holds %llu adapter parameters, %llu expected", path,
+               (unsigned long long)n_params, (unsigned long long)n_expect);
+        goto done;
+    }
+    rc = LOAD_OK;
+done:
+    io->close(io->ctx, fd);
+    if (rc != LOAD_OK) nl_ckpt_free(out);
+    return rc;
+}
+
+int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_hash,
+                      uint64_t n_params, nl_ckpt *out, const nl_io *io) {
+    return load_one(path, config_hash, model_hash, n_params, out, io ? io : nl_io_posix()) ==
+                   LOAD_OK
+               ? 0
+               : -1;
+}
+
+/* Append "; <formatted>" (or just it when buf is empty) to a bounded buffer. */
+static void NL_PRINTF(3, 4) appendf(char *buf, size_t cap, const char *fmt, ...) {
+    if (!buf || !cap) return;
+    size_t len = strlen(buf);
+    if (len + 3 >= cap) return;
+    if (len) {
+        memcpy(buf + len, "; ", 3);
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_hash,
+                        uint64_t n_params, nl_ckpt *out, char *warning, size_t cap,
+                        const nl_io *io) {
+    if (!io) io = nl_io_posix();
+    memset(out, 0, sizeof *out);
+    if (warning && cap) warning[0] = 0;
+    uint64_t *steps;
+    long cnt = list_commits(dir, &steps);
+    if (cnt < 0) return -1;
+    if (cnt == 0) return 1;
+    char skipped[2048] = "";
+    for (long i = 0; i < cnt; i++) {
+        char path[4096];
+        if (ckpt_name(path, sizeof path, dir, steps[i])) break;
+        int rc = load_one(path, config_hash, model_hash, n_params, out, io);
+        if (rc == LOAD_OK) {
+            free(steps);
+            if (skipped[0]) {
+                appendf(warning, cap, "%s; resuming from %s", skipped, path);
+            }
+            nl_clear_error();
+            return 0;
+        }
+        if (rc == LOAD_MISMATCH) {
+            free(steps);
+            return -1;
+        }
+        appendf(skipped, sizeof skipped, "%s", nl_last_error());
+    }
+    free(steps);
+    return nl_err("%s: no checkpoint verifies: %s", dir, skipped);
+}

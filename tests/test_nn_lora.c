@@ -1,0 +1,255 @@
+/* nn/lora and util/rng: the LoRA node against a float64 reference (with the same dropout mask,
+ * regenerated through nl_lora_dropout_mask), its backward against float64 central finite
+ * differences, mask reproducibility, p = 0 fast path identity; the counter-based RNG's
+ * determinism and distributions. */
+#include "nn/lora.h"
+#include "util/rng.h"
+#include "test.h"
+
+#include <stdint.h>
+
+static void fill(float *p, int64_t n, double amp) {
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
+}
+static double rel_err(const float *a, const double *b, int64_t n) {
+    double e = 0, m = 1e-6;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > e) e = d;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return e / m;
+}
+
+/* ------------------------------------------------------------------------- RNG */
+static void test_rng(void) {
+    const uint64_t k1 = nl_rng_key4(42, 1, 2, 3, 4), k1b = nl_rng_key4(42, 1, 2, 3, 4);
+    CHECK(k1 == k1b);
+    CHECK(nl_rng_key4(42, 2, 1, 3, 4) != k1); /* order matters */
+    CHECK(nl_rng_key4(43, 1, 2, 3, 4) != k1);
+    CHECK(nl_rng_key_add(nl_rng_key_add(nl_rng_key_add(nl_rng_key_add(nl_rng_key(42), 1), 2), 3), 4) == k1);
+    CHECK(nl_rng_u64(k1, 7) == nl_rng_u64(k1, 7));
+    CHECK(nl_rng_u64(k1, 7) != nl_rng_u64(k1, 8));
+    /* splitmix64 reference value: the stream of seed 0 starts 0xE220A8397B1DCDAF */
+    CHECK(nl_rng_mix64(0x9E3779B97F4A7C15ULL) == 0xE220A8397B1DCDAFULL);
+    enum { N = 20000 };
+    float *u = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N);
+    nl_rng_fill_uniform(u, N, k1, 100);
+    nl_rng_fill_normal(g, N, k1, 100);
+    double su = 0, sg = 0, sg2 = 0;
+    int in01 = 1, same = 1;
+    for (int i = 0; i < N; i++) {
+        in01 &= u[i] >= 0.0f && u[i] < 1.0f;
+        su += u[i];
+        sg += g[i];
+        sg2 += (double)g[i] * g[i];
+        if (i % 997 == 0) same &= u[i] == nl_rng_uniform(k1, 100 + (uint64_t)i) && g[i] == nl_rng_normal(k1, 100 + (uint64_t)i);
+    }
+    CHECK(in01);
+    CHECK(same);
+    CHECK_NEAR(su / N, 0.5, 0.01);  /* sd of the mean ≈ 0.002 */
+    CHECK_NEAR(sg / N, 0.0, 0.03);  /* ≈ 0.007 */
+    CHECK_NEAR(sg2 / N, 1.0, 0.05); /* ≈ 0.01 */
+    free(u);
+    free(g);
+}
+
+/* ------------------------------------------------------------------------- LoRA reference */
+typedef struct { int T, K, N, r; double s; const float *m; } lora_shape; /* m[T][K] mask */
+
+/* y = y0 + s · ((m⊙x) Aᵀ) Bᵀ; also u when u != NULL */
+static void lora_ref(double *y, double *u, const double *y0, const double *x, const double *A, const double *B,
+                     const lora_shape *c) {
+    double *ur = malloc(sizeof(double) * c->r);
+    for (int t = 0; t < c->T; t++) {
+        for (int k = 0; k < c->r; k++) {
+            double a = 0;
+            for (int i = 0; i < c->K; i++) a += A[k * c->K + i] * (c->m[t * c->K + i] * x[t * c->K + i]);
+            ur[k] = a;
+            if (u) u[t * c->r + k] = a;
+        }
+        for (int o = 0; o < c->N; o++) {
+            double a = 0;
+            for (int k = 0; k < c->r; k++) a += ur[k] * B[o * c->r + k];
+            y[t * c->N + o] = (y0 ? y0[t * c->N + o] : 0.0) + c->s * a;
+        }
+    }
+    free(ur);
+}
+
+static double *to_d(const float *p, int64_t n) {
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = p[i];
+    return d;
+}
+
+static void test_mask(void) {
+    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1)};
+    float *m1 = malloc(sizeof(float) * 5000), *m2 = malloc(sizeof(float) * 5000), *m3 = malloc(sizeof(float) * 5000);
+    nl_lora_dropout_mask(&L, 17, m1);
+    nl_lora_dropout_mask(&L, 17, m2);
+    nl_lora_dropout_mask(&L, 18, m3);
+    CHECK(memcmp(m1, m2, sizeof(float) * 5000) == 0); /* same key -> same mask */
+    CHECK(memcmp(m1, m3, sizeof(float) * 5000) != 0); /* another token -> another mask */
+    int zeros = 0, vals = 1;
+    const float inv = 1.0f / (1.0f - 0.3f);
+    for (int i = 0; i < 5000; i++) {
+        zeros += m1[i] == 0.0f;
+        vals &= m1[i] == 0.0f || m1[i] == inv;
+    }
+    CHECK(vals);
+    CHECKF(zeros > 1350 && zeros < 1650, "dropped %d of 5000 at p = 0.3", zeros); /* sd ≈ 32 */
+    /* another step / layer / projection -> another mask */
+    nl_lora L2 = L;
+    L2.key = nl_lora_dropout_key(7, 12, 3, 1);
+    nl_lora_dropout_mask(&L2, 17, m2);
+    CHECK(memcmp(m1, m2, sizeof(float) * 5000) != 0);
+    L2.key = nl_lora_dropout_key(7, 11, 3, 2);
+    nl_lora_dropout_mask(&L2, 17, m2);
+    CHECK(memcmp(m1, m2, sizeof(float) * 5000) != 0);
+    L2.dropout = 0.0f;
+    nl_lora_dropout_mask(&L2, 17, m2);
+    int ones = 1;
+    for (int i = 0; i < 5000; i++) ones &= m2[i] == 1.0f;
+    CHECK(ones);
+    free(m1), free(m2), free(m3);
+}
+
+/* Forward vs reference, then backward vs finite differences, for one (shape, p). */
+static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
+    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3)};
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
+    float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+    float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
+    float *m = malloc(sizeof(float) * nx);
+    fill(x, nx, 1.0);
+    fill(A, na, 0.5);
+    fill(B, nb, 0.5);
+    fill(y0, ny, 1.0);
+    for (int t = 0; t < T; t++) nl_lora_dropout_mask(&L, tok0 + t, m + (int64_t)t * K);
+    lora_shape c = {T, K, N, r, L.scale, m};
+    double *xd = to_d(x, nx), *Ad = to_d(A, na), *Bd = to_d(B, nb), *y0d = to_d(y0, ny);
+    double *yr = malloc(sizeof(double) * ny), *ur = malloc(sizeof(double) * T * r);
+    lora_ref(yr, ur, y0d, xd, Ad, Bd, &c);
+    memcpy(y, y0, sizeof(float) * ny);
+    CHECK(nl_lora_forward(&L, A, B, y, u, x, T, tok0) == 0);
+    CHECKF(rel_err(y, yr, ny) < 2e-6, "lora fwd T=%d K=%d N=%d r=%d p=%g err %g", T, K, N, r, p, rel_err(y, yr, ny));
+    CHECKF(rel_err(u, ur, T * r) < 2e-6, "lora u err %g", rel_err(u, ur, T * r));
+
+    /* token rows processed in two calls (tok0 offsets) reproduce one call bit for bit */
+    float *y2 = malloc(sizeof(float) * ny), *u2 = malloc(sizeof(float) * T * r);
+    memcpy(y2, y0, sizeof(float) * ny);
+    const int T1 = T / 2;
+    CHECK(nl_lora_forward(&L, A, B, y2, u2, x, T1, tok0) == 0);
+    CHECK(nl_lora_forward(&L, A, B, y2 + (int64_t)T1 * N, u2 + (int64_t)T1 * r, x + (int64_t)T1 * K, T - T1, tok0 + T1) == 0);
+    CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
+    CHECK(memcmp(u, u2, sizeof(float) * T * r) == 0);
+
+    /* backward: L = Σ dy·y; gradients accumulate onto nonzero buffers */
+    float *dy = malloc(sizeof(float) * ny), *dx = malloc(sizeof(float) * nx), *dA = malloc(sizeof(float) * na);
+    float *dB = malloc(sizeof(float) * nb), *dx0 = malloc(sizeof(float) * nx), *dA0 = malloc(sizeof(float) * na);
+    float *dB0 = malloc(sizeof(float) * nb);
+    fill(dy, ny, 1.0);
+    fill(dx0, nx, 1.0);
+    fill(dA0, na, 1.0);
+    fill(dB0, nb, 1.0);
+    memcpy(dx, dx0, sizeof(float) * nx);
+    memcpy(dA, dA0, sizeof(float) * na);
+    memcpy(dB, dB0, sizeof(float) * nb);
+    CHECK(nl_lora_backward(&L, A, B, dx, dA, dB, dy, x, u, T, tok0) == 0);
+    const double h = 1e-5;
+    double *yp = malloc(sizeof(double) * ny);
+    double *bufs[3] = {xd, Ad, Bd};
+    const int64_t ns[3] = {nx, na, nb};
+    const float *got[3] = {dx, dA, dB}, *base[3] = {dx0, dA0, dB0};
+    for (int which = 0; which < 3; which++) {
+        double *g = malloc(sizeof(double) * ns[which]), *v = bufs[which];
+        float *diff = malloc(sizeof(float) * ns[which]);
+        for (int64_t j = 0; j < ns[which]; j++) {
+            const double keep = v[j];
+            double lp = 0, lm = 0;
+            v[j] = keep + h;
+            lora_ref(yp, NULL, NULL, xd, Ad, Bd, &c);
+            for (int64_t i = 0; i < ny; i++) lp += yp[i] * dy[i];
+            v[j] = keep - h;
+            lora_ref(yp, NULL, NULL, xd, Ad, Bd, &c);
+            for (int64_t i = 0; i < ny; i++) lm += yp[i] * dy[i];
+            v[j] = keep;
+            g[j] = (lp - lm) / (2 * h);
+            diff[j] = got[which][j] - base[which][j]; /* what the call added */
+        }
+        CHECKF(rel_err(diff, g, ns[which]) < 5e-5, "lora bwd (%d) T=%d K=%d p=%g err %g", which, T, K, p,
+               rel_err(diff, g, ns[which]));
+        free(g);
+        free(diff);
+    }
+    /* u = NULL (recompute) gives the same bits; dx = NULL skips dx */
+    float *dxb = malloc(sizeof(float) * nx), *dAb = malloc(sizeof(float) * na), *dBb = malloc(sizeof(float) * nb);
+    memcpy(dxb, dx0, sizeof(float) * nx);
+    memcpy(dAb, dA0, sizeof(float) * na);
+    memcpy(dBb, dB0, sizeof(float) * nb);
+    CHECK(nl_lora_backward(&L, A, B, dxb, dAb, dBb, dy, x, NULL, T, tok0) == 0);
+    CHECK(memcmp(dxb, dx, sizeof(float) * nx) == 0);
+    CHECK(memcmp(dAb, dA, sizeof(float) * na) == 0);
+    CHECK(memcmp(dBb, dB, sizeof(float) * nb) == 0);
+    memcpy(dAb, dA0, sizeof(float) * na);
+    memcpy(dBb, dB0, sizeof(float) * nb);
+    CHECK(nl_lora_backward(&L, A, B, NULL, dAb, dBb, dy, x, u, T, tok0) == 0);
+    CHECK(memcmp(dAb, dA, sizeof(float) * na) == 0);
+
+    /* p = 0: the forward is the inference path, bit for bit */
+    if (p == 0.0f) {
+        memcpy(y2, y0, sizeof(float) * ny);
+        CHECK(nl_lora_apply(&L, A, B, y2, x, T) == 0);
+        CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
+    } else {
+        /* apply ignores dropout: it equals the forward of the same adapter with p = 0 */
+        nl_lora L0 = L;
+        L0.dropout = 0.0f;
+        float *y3 = malloc(sizeof(float) * ny);
+        memcpy(y2, y0, sizeof(float) * ny);
+        memcpy(y3, y0, sizeof(float) * ny);
+        CHECK(nl_lora_apply(&L, A, B, y2, x, T) == 0);
+        CHECK(nl_lora_forward(&L0, A, B, y3, NULL, x, T, tok0) == 0);
+        CHECK(memcmp(y2, y3, sizeof(float) * ny) == 0);
+        CHECK(memcmp(y, y3, sizeof(float) * ny) != 0); /* and dropout did something */
+        free(y3);
+    }
+    free(x), free(A), free(B), free(y), free(y0), free(u), free(m), free(xd), free(Ad), free(Bd), free(y0d);
+    free(yr), free(ur), free(y2), free(u2), free(dy), free(dx), free(dA), free(dB), free(dx0), free(dA0), free(dB0);
+    free(yp), free(dxb), free(dAb), free(dBb);
+}
+
+static void test_errors_and_init(void) {
+    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0};
+    float A[8] = {0}, B[6] = {0}, x[4] = {0}, y[3] = {0};
+    CHECK(nl_lora_forward(&L, A, B, y, NULL, x, 1, 0) == -1); /* p = 1 is invalid */
+    L.dropout = 0.0f;
+    L.rank = 0;
+    CHECK(nl_lora_apply(&L, A, B, y, x, 1) == -1);
+    enum { R = 3, K = 50, N = 7 };
+    float a1[R * K], a2[R * K], b[N * R];
+    for (int i = 0; i < N * R; i++) b[i] = 1.0f;
+    nl_lora_init(a1, b, R, K, N, nl_rng_key4(9, 1, 2, 3, 4));
+    nl_lora_init(a2, b, R, K, N, nl_rng_key4(9, 1, 2, 3, 4));
+    CHECK(memcmp(a1, a2, sizeof a1) == 0);
+    int ok = 1, distinct = 0;
+    for (int i = 0; i < R * K; i++) {
+        ok &= fabsf(a1[i]) <= 1.0f / sqrtf((float)K);
+        distinct += i > 0 && a1[i] != a1[i - 1];
+    }
+    for (int i = 0; i < N * R; i++) ok &= b[i] == 0.0f;
+    CHECK(ok);
+    CHECK(distinct > R * K - 5);
+}
+
+int main(void) {
+    test_rng();
+    test_mask();
+    check_lora(7, 13, 11, 3, 0.0f, 0);
+    check_lora(7, 13, 11, 3, 0.25f, 40);
+    check_lora(37, 21, 9, 5, 0.5f, 1000); /* more rows than one token block */
+    check_lora(37, 21, 9, 5, 0.0f, 0);
+    test_errors_and_init();
+    return nl_t_done();
+}

@@ -1,0 +1,408 @@
+/* train/pacing (+ train/signals): exact pause/resume points and hysteresis on scripted
+ * heating/cooling with a fake clock; file and sysfs providers, bad contents; the stop flag
+ * raised by a real in-process signal. */
+#include <errno.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "train/pacing.h"
+#include "train/signals.h"
+#include "util/util.h"
+
+/* ---------------------------------------------------------------- fakes */
+
+typedef struct {
+    double t;
+    int sleeps;
+    int raise_on_sleep; /* raise SIGINT on this sleep (1-based), 0 = never */
+    void (*hook)(int sleeps); /* called after each sleep (the world changes meanwhile) */
+} fake_clock;
+static double fk_now(void *c) { return ((fake_clock *)c)->t; }
+static void fk_sleep(void *c, double s) {
+    fake_clock *f = c;
+    f->t += s;
+    f->sleeps++;
+    if (f->raise_on_sleep && f->sleeps == f->raise_on_sleep) raise(SIGINT);
+    if (f->hook) f->hook(f->sleeps);
+}
+
+typedef struct {
+    int n;
+    const int *status; /* -1 = unavailable */
+    const float *batt; /* < -100 = unavailable */
+    int reads;         /* readings taken so far (one per pacer reading) */
+} script;
+static int sc_status(void *c, int *s) {
+    script *sc = c;
+    int i = sc->reads < sc->n ? sc->reads : sc->n - 1;
+    if (sc->status[i] < 0) return 1;
+    *s = sc->status[i];
+    return 0;
+}
+static int sc_batt(void *c, float *t) {
+    script *sc = c;
+    int i = sc->reads < sc->n ? sc->reads : sc->n - 1;
+    sc->reads++; /* the pacer reads status first, then battery: one reading = one step */
+    if (sc->batt[i] < -100) return 1;
+    *t = sc->batt[i];
+    return 0;
+}
+
+static char logs[16][128];
+static int n_logs;
+static void cap_log(void *ctx, const char *m) {
+    (void)ctx;
+    if (n_logs < 16) snprintf(logs[n_logs], sizeof logs[0], "%s", m);
+    n_logs++;
+}
+
+static void setup(nl_pacer *p, fake_clock *fc, script *sc, double check_interval) {
+    nl_pacer_cfg cfg;
+    nl_pacer_defaults(&cfg);
+    cfg.check_interval_s = check_interval;
+    cfg.poll_interval_s = 10.0;
+    cfg.now = fk_now;
+    cfg.sleep = fk_sleep;
+    cfg.clock_ctx = fc;
+    cfg.log = cap_log;
+    nl_thermal_provider src = {sc_status, sc_batt, NULL, sc, "script"};
+    n_logs = 0;
+    CHECK(nl_pacer_init(p, &cfg, &src) == 0);
+    CHECK(src.ctx == NULL); /* ownership taken */
+}
+
+/* ---------------------------------------------------------------- policy */
+
+static void test_battery_hysteresis(void) {
+    static const float batt[] = {35, 39, 39.9f, 40.0f, 39.5f, 38.5f, 38.0f, 39.0f, 39.9f, 40.5f, 36};
+    static const int st[] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    script sc = {11, st, batt, 0};
+    fake_clock fc = {100.0, 0, 0, NULL};
+    nl_pacer p;
+    setup(&p, &fc, &sc, 0);
+    /* reads after each check: running checks read once; a paused check reads until cool */
+    int expect_reads[] = {1, 2, 3, 7, 8, 9, 11};
+    int ok = 1;
+    for (int i = 0; i < 7; i++) {
+        int rc = nl_pacer_check(&p);
+        if (rc != 0 || sc.reads != expect_reads[i]) {
+            ok = 0;
+            fprintf(stderr, "check %d: rc %d reads %d (want %d)\n", i, rc, sc.reads, expect_reads[i]);
+        }
+    }
+    CHECK(ok);
+    CHECK(p.n_pauses == 2);
+    CHECK(p.paused_seconds == 40.0);
+    CHECK(fc.t == 140.0 && fc.sleeps == 4);
+    CHECK(n_logs == 4);
+    CHECK(strcmp(logs[0], "paused: battery 40.0 °C") == 0);
+    CHECK(strcmp(logs[1], "resumed after 30.0 s") == 0);
+    CHECK(strcmp(logs[2], "paused: battery 40.5 °C") == 0);
+    CHECK(strcmp(logs[3], "resumed after 10.0 s") == 0);
+    nl_pacer_free(&p);
+}
+
+static void test_status_and_battery(void) {
+    static const int st[] = {0, 1, 2, 1, 1, 3, 2, 0, 1};
+    static const float batt[] = {30, 30, 30, 39, 38, 41, 30, 30, 39.5f};
+    script sc = {9, st, batt, 0};
+    fake_clock fc = {0, 0, 0, NULL};
+    nl_pacer p;
+    setup(&p, &fc, &sc, 0);
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 1);
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 2);
+    /* status 2 pauses; (1, 39) is not cool (battery above 38); (1, 38) is */
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 5);
+    /* (3, 41) pauses; (2, 30) not cool (status); (0, 30) cool */
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 8);
+    /* (1, 39.5): within both hysteresis bands, keeps running */
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 9);
+    CHECK(p.n_pauses == 2 && p.paused_seconds == 40.0);
+    CHECK(n_logs == 4);
+    CHECK(strcmp(logs[0], "paused: thermal status 2") == 0);
+    CHECK(strcmp(logs[1], "resumed after 20.0 s") == 0);
+    CHECK(strcmp(logs[2], "paused: thermal status 3, battery 41.0 °C") == 0);
+    CHECK(strcmp(logs[3], "resumed after 20.0 s") == 0);
+    CHECK(p.have_status && p.status == 1 && p.have_battery && p.battery_c == 39.5f);
+    nl_pacer_free(&p);
+}
+
+static void test_intervals_and_off(void) {
+    static const int st[] = {0};
+    static const float batt[] = {30};
+    script sc = {1, st, batt, 0};
+    fake_clock fc = {5, 0, 0, NULL};
+    nl_pacer p;
+    setup(&p, &fc, &sc, 1.0);
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 1);
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 1); /* within the check interval */
+    fc.t += 0.999;
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 1);
+    fc.t += 0.001;
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 2);
+    nl_pacer_free(&p);
+
+    static const int hot[] = {6};
+    static const float hb[] = {60};
+    script sh = {1, hot, hb, 0};
+    nl_pacer_cfg cfg;
+    nl_pacer_defaults(&cfg);
+    cfg.enabled = 0; /* --thermal off */
+    nl_thermal_provider src = {sc_status, sc_batt, NULL, &sh, "script"};
+    CHECK(nl_pacer_init(&p, &cfg, &src) == 0);
+    CHECK(nl_pacer_check(&p) == 0 && sh.reads == 0);
+    nl_pacer_free(&p);
+
+    /* bad configurations */
+    nl_pacer_defaults(&cfg);
+    cfg.resume_battery_c = 41;
+    CHECK(nl_pacer_init(&p, &cfg, NULL) == -1 && strstr(nl_last_error(), "resume"));
+    nl_pacer_defaults(&cfg);
+    cfg.poll_interval_s = 0;
+    CHECK(nl_pacer_init(&p, &cfg, NULL) == -1);
+    /* no provider: never pauses */
+    nl_pacer_defaults(&cfg);
+    CHECK(nl_pacer_init(&p, &cfg, NULL) == 0 && nl_pacer_check(&p) == 0);
+    nl_pacer_free(&p);
+}
+
+/* ---------------------------------------------------------------- signals */
+
+static void test_signals(void) {
+    struct sigaction before, after;
+    sigaction(SIGINT, NULL, &before);
+    CHECK(nl_signals_install() == 0);
+    CHECK(nl_stop_requested() == 0);
+    raise(SIGTERM);
+    CHECK(nl_stop_requested() == SIGTERM);
+    CHECK(nl_stop_poll(NULL) == SIGTERM);
+    nl_stop_clear();
+    CHECK(nl_stop_requested() == 0);
+
+    /* a stop request ends a pause: the 2nd sleep raises SIGINT */
+    static const int st[] = {-1};
+    static const float batt[] = {45};
+    script sc = {1, st, batt, 0};
+    fake_clock fc = {0, 0, 2, NULL};
+    nl_pacer p;
+    nl_pacer_cfg cfg;
+    nl_pacer_defaults(&cfg);
+    cfg.poll_interval_s = 10;
+    cfg.now = fk_now;
+    cfg.sleep = fk_sleep;
+    cfg.clock_ctx = &fc;
+    cfg.log = cap_log;
+    cfg.should_stop = nl_stop_poll;
+    nl_thermal_provider src = {sc_status, sc_batt, NULL, &sc, "script"};
+    n_logs = 0;
+    CHECK(nl_pacer_init(&p, &cfg, &src) == 0);
+    CHECK(nl_pacer_check(&p) == 1);
+    CHECK(nl_stop_requested() == SIGINT);
+    CHECK(p.paused_seconds == 20.0 && p.n_pauses == 1);
+    CHECK(n_logs == 2 && strcmp(logs[1], "stop requested while paused after 20.0 s") == 0);
+    nl_pacer_free(&p);
+
+    nl_signals_restore();
+    sigaction(SIGINT, NULL, &after);
+    CHECK(after.sa_handler == before.sa_handler);
+    nl_stop_clear();
+    nl_stop_request(SIGUSR1);
+    CHECK(nl_stop_requested() == SIGUSR1);
+    nl_stop_clear();
+
+    /* a second signal kills (default action) */
+    pid_t pid = fork();
+    if (pid == 0) {
+        nl_signals_install();
+        raise(SIGINT);
+        if (nl_stop_requested() != SIGINT) _exit(3);
+        raise(SIGINT);
+        _exit(0); /* should not get here */
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "child status %d", status);
+}
+
+/* ---------------------------------------------------------------- providers */
+
+static char root[256];
+
+static void put(const char *rel, const char *content) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", root, rel);
+    /* mkdir -p of the parent */
+    for (char *s = p + strlen(root) + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    FILE *f = fopen(p, "w");
+    fputs(content, f);
+    fclose(f);
+}
+
+static void path(char *buf, size_t cap, const char *rel) { snprintf(buf, cap, "%s/%s", root, rel); }
+
+static void test_files(void) {
+    char sf[512], bf[512];
+    path(sf, sizeof sf, "status");
+    path(bf, sizeof bf, "batt");
+    put("status", "2\n");
+    put("batt", "38.5\n");
+    nl_thermal_provider pr;
+    CHECK(nl_thermal_files(&pr, sf, bf) == 0);
+    int s = -1;
+    float t = 0;
+    CHECK(pr.thermal_status(pr.ctx, &s) == 0 && s == 2);
+    CHECK(pr.battery_temp_c(pr.ctx, &t) == 0 && t == 38.5f);
+    /* contents change between readings: read every time */
+    put("status", "0");
+    CHECK(pr.thermal_status(pr.ctx, &s) == 0 && s == 0);
+    nl_thermal_free(&pr);
+    CHECK(nl_thermal_files(&pr, NULL, bf) == 0);
+    CHECK(pr.thermal_status(pr.ctx, &s) == 1);
+    nl_thermal_free(&pr);
+
+    const char *bad_status[] = {"abc", "7", "-1", "", "2 3", "2.5", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad_status / sizeof *bad_status; i++) {
+        put("status", bad_status[i]);
+        CHECKF(nl_thermal_files(&pr, sf, NULL) == -1 && strstr(nl_last_error(), sf) &&
+                   strstr(nl_last_error(), "0..6"),
+               "'%s': %s", bad_status[i], nl_last_error());
+    }
+    const char *bad_batt[] = {"warm", "", "1e400", "38,5", "nan", "400"};
+    for (size_t i = 0; i < sizeof bad_batt / sizeof *bad_batt; i++) {
+        put("batt", bad_batt[i]);
+        CHECKF(nl_thermal_files(&pr, NULL, bf) == -1 && strstr(nl_last_error(), bf) &&
+                   strstr(nl_last_error(), "°C"),
+               "'%s': %s", bad_batt[i], nl_last_error());
+    }
+    char missing[512];
+    path(missing, sizeof missing, "no/such/file");
+    CHECK(nl_thermal_files(&pr, missing, NULL) == -1 && strstr(nl_last_error(), missing));
+
+    /* a file that goes bad during the run stops the check with the file named */
+    put("batt", "30");
+    CHECK(nl_thermal_open(&pr, "auto", NULL, bf) == 0);
+    nl_pacer p;
+    nl_pacer_cfg cfg;
+    nl_pacer_defaults(&cfg);
+    cfg.check_interval_s = 0;
+    CHECK(nl_pacer_init(&p, &cfg, &pr) == 0);
+    CHECK(nl_pacer_check(&p) == 0);
+    put("batt", "hot!");
+    CHECK(nl_pacer_check(&p) == -1 && strstr(nl_last_error(), bf) && strstr(nl_last_error(), "hot!"));
+    nl_pacer_free(&p);
+
+    CHECK(nl_thermal_open(&pr, "off", sf, bf) == 0 && pr.thermal_status(pr.ctx, &s) == 1 &&
+          pr.battery_temp_c(pr.ctx, &t) == 1);
+    nl_thermal_free(&pr);
+    CHECK(nl_thermal_open(&pr, "sometimes", NULL, NULL) == -1 && strstr(nl_last_error(), "sometimes"));
+}
+
+/* the battery cools by 1 °C per poll: 39.5 (not cool), 38.5, 37.5 (cool) */
+static void cool_battery(int sleeps) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", 405 - 10 * sleeps);
+    put("sys1/sys/class/power_supply/BAT1/temp", v);
+}
+
+static void test_sysfs(void) {
+    char r[512];
+    path(r, sizeof r, "sys1");
+    nl_thermal_provider pr;
+    int s;
+    float t;
+    /* nothing there: both unavailable */
+    CHECK(nl_thermal_sysfs(&pr, r) == 0);
+    CHECK(pr.thermal_status(pr.ctx, &s) == 1 && pr.battery_temp_c(pr.ctx, &t) == 1);
+    nl_thermal_free(&pr);
+
+    put("sys1/sys/class/power_supply/AC/type", "Mains\n");
+    put("sys1/sys/class/power_supply/AC/temp", "999\n");
+    put("sys1/sys/class/power_supply/BAT1/type", "Battery\n");
+    put("sys1/sys/class/power_supply/BAT1/temp", "405\n");
+    put("sys1/sys/class/thermal/thermal_zone0/temp", "50000\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_0_type", "active\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_0_temp", "40000\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_1_type", "passive\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_1_temp", "60000\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_2_type", "hot\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_2_temp", "85000\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_3_type", "critical\n");
+    put("sys1/sys/class/thermal/thermal_zone0/trip_point_3_temp", "95000\n");
+    put("sys1/sys/class/thermal/thermal_zone1/temp", "45000\n");
+    put("sys1/sys/class/thermal/thermal_zone10/temp", "garbage\n");
+    put("sys1/sys/class/thermal/cooling_device0/type", "fan\n");
+    CHECK(nl_thermal_sysfs(&pr, r) == 0);
+    CHECK(strstr(pr.desc, "BAT1/temp") && strstr(pr.desc, "3 thermal zones"));
+    CHECK(pr.battery_temp_c(pr.ctx, &t) == 0 && t == 40.5f);
+    /* zone0: 50 °C >= passive 60 - 10 -> 1 ; zone1: 45 °C, fixed thresholds -> 0 */
+    CHECK(pr.thermal_status(pr.ctx, &s) == 0 && s == 1);
+    const struct {
+        const char *z0, *z1;
+        int want;
+    } cases[] = {{"49999", "45000", 0}, {"60000", "45000", 2}, {"84999", "45000", 2},
+                 {"85000", "45000", 4}, {"95000", "45000", 6}, {"20000", "64999", 0},
+                 {"20000", "65000", 1}, {"20000", "75000", 2}, {"20000", "85000", 3},
+                 {"20000", "95000", 4}, {"250000", "45000", 0} /* broken sensor ignored */};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        put("sys1/sys/class/thermal/thermal_zone0/temp", cases[i].z0);
+        put("sys1/sys/class/thermal/thermal_zone1/temp", cases[i].z1);
+        if (pr.thermal_status(pr.ctx, &s) != 0 || s != cases[i].want) {
+            bad++;
+            fprintf(stderr, "zone temps %s/%s: status %d want %d\n", cases[i].z0, cases[i].z1, s,
+                    cases[i].want);
+        }
+    }
+    CHECK(bad == 0);
+    /* end to end: battery 40.5 °C pauses, cooling to 37.9 resumes */
+    put("sys1/sys/class/thermal/thermal_zone0/temp", "30000");
+    put("sys1/sys/class/thermal/thermal_zone1/temp", "30000");
+    nl_pacer p;
+    nl_pacer_cfg cfg;
+    nl_pacer_defaults(&cfg);
+    fake_clock fc = {0, 0, 0, NULL};
+    cfg.now = fk_now;
+    cfg.sleep = fk_sleep;
+    cfg.clock_ctx = &fc;
+    cfg.log = cap_log;
+    n_logs = 0;
+    fc.hook = cool_battery;
+    CHECK(nl_pacer_init(&p, &cfg, &pr) == 0);
+    put("sys1/sys/class/power_supply/BAT1/temp", "405");
+    CHECK(nl_pacer_check(&p) == 0);
+    CHECK(fc.sleeps == 3 && p.paused_seconds == 15.0 && p.n_pauses == 1);
+    CHECK(n_logs == 2 && strcmp(logs[0], "paused: battery 40.5 °C") == 0 &&
+          strcmp(logs[1], "resumed after 15.0 s") == 0);
+    nl_pacer_free(&p);
+
+    /* the Android name wins over a scan */
+    put("sys1/sys/class/power_supply/battery/temp", "312\n");
+    CHECK(nl_thermal_sysfs(&pr, r) == 0);
+    CHECK(pr.battery_temp_c(pr.ctx, &t) == 0 && fabsf(t - 31.2f) < 1e-5f);
+    put("sys1/sys/class/power_supply/battery/temp", "n/a\n"); /* unreadable later: unavailable */
+    CHECK(pr.battery_temp_c(pr.ctx, &t) == 1);
+    nl_thermal_free(&pr);
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/nl_test_pacing_XXXXXX");
+    if (!mkdtemp(root)) return 1;
+    test_battery_hysteresis();
+    test_status_and_battery();
+    test_intervals_and_off();
+    test_signals();
+    test_files();
+    test_sysfs();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    return nl_t_done();
+}

@@ -1,0 +1,651 @@
+/* proj/: the ref backend against float64, one-hot identities, get_rows, the precision policy
+ * (conversion, in place, sharing, resident bytes), one request in flight, counters, thread
+ * count independence, the planner (routing, buckets) and every branch of the FP16 wire. */
+#include <signal.h>
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/model.h"
+#include "model/quant.h"
+#include "proj/proj.h"
+#include "test.h"
+#include "util/util.h"
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int type;
+    int64_t K, N;
+    void *data;   /* GGUF-like bytes */
+    float *wf;    /* [N][K] dequantized through the traits table */
+} tw;
+
+static void tw_make(tw *w, int type, int64_t K, int64_t N, float scale) {
+    w->type = type;
+    w->K = K;
+    w->N = N;
+    size_t rb = nl_row_bytes(type, K);
+    w->data = calloc((size_t)N, rb);
+    w->wf = malloc(sizeof(float) * (size_t)(N * K));
+    const nl_type_traits *tt = nl_type_get(type);
+    if (tt->from_float) {
+        float *row = malloc(sizeof(float) * (size_t)K);
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t k = 0; k < K; k++) row[k] = (float)nl_t_rand() * scale;
+            tt->from_float(row, (uint8_t *)w->data + n * rb, K);
+        }
+        free(row);
+    } else {
+        /* k-quants: random codes and scales, sane f16 super-block scales */
+        uint8_t *p = w->data;
+        for (size_t i = 0; i < (size_t)N * rb; i++) p[i] = (uint8_t)((nl_t_rand() + 1.0) * 127.9);
+        for (size_t blk = 0; blk < (size_t)N * rb / tt->bytes; blk++) {
+            uint8_t *b = p + blk * tt->bytes;
+            if (type == NL_TYPE_Q4_K) {
+                uint16_t d = nl_f32_to_f16(scale * 0.01f * (float)(1.0 + nl_t_rand()));
+                uint16_t dm = nl_f32_to_f16(scale * 0.005f * (float)(1.0 + nl_t_rand()));
+                b[0] = (uint8_t)d; b[1] = (uint8_t)(d >> 8); b[2] = (uint8_t)dm; b[3] = (uint8_t)(dm >> 8);
+            } else {
+                uint16_t d = nl_f32_to_f16(scale * 0.001f * (float)(1.0 + nl_t_rand()));
+                b[208] = (uint8_t)d; b[209] = (uint8_t)(d >> 8);
+            }
+        }
+    }
+    for (int64_t n = 0; n < N; n++) tt->to_float((uint8_t *)w->data + n * rb, w->wf + n * K, K);
+}
+
+static void tw_free(tw *w) { free(w->data); free(w->wf); }
+
+static nl_proj_weight tw_view(const tw *w, const char *name, int cls) {
+    nl_proj_weight v = {name, w->type, w->K, w->N, w->data, cls};
+    return v;
+}
+
+static float *rand_vec(size_t n, float scale) {
+    float *v = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) v[i] = (float)nl_t_rand() * scale;
+    return v;
+}
+
+/* float64 reference from the dequantized matrix */
+static void ref64(const tw *w, nl_dir dir, const float *x, int T, double *y) {
+    for (int t = 0; t < T; t++) {
+        if (dir == NL_FWD)
+            for (int64_t n = 0; n < w->N; n++) {
+                double a = 0;
+                for (int64_t k = 0; k < w->K; k++) a += (double)x[t * w->K + k] * w->wf[n * w->K + k];
+                y[t * w->N + n] = a;
+            }
+        else
+            for (int64_t k = 0; k < w->K; k++) {
+                double a = 0;
+                for (int64_t n = 0; n < w->N; n++) a += (double)x[t * w->N + n] * w->wf[n * w->K + k];
+                y[t * w->K + k] = a;
+            }
+    }
+}
+
+static double max_rel(const float *y, const double *yd, size_t n) {
+    double m = 0, ymax = 0;
+    for (size_t i = 0; i < n; i++) ymax = fmax(ymax, fabs(yd[i]));
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(y[i] - yd[i]) / (ymax > 0 ? ymax : 1));
+    return m;
+}
+
+static nl_proj_service *svc(const char *precision, const char *map, int threads, int wire) {
+    nl_proj_config c = {0};
+    c.n_threads = threads;
+    c.precision = precision;
+    c.precision_map = map;
+    c.wire_f16 = wire;
+    nl_proj_service *s = nl_proj_service_new(&c);
+    CHECKF(s != NULL, "%s", nl_last_error());
+    return s;
+}
+
+static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+
+/* ---- ref vs float64, one-hot identities, get_rows ----------------------------------------- */
+
+static void test_ref_all_types(void) {
+    nl_proj_service *s = svc(NULL, "*=keep", 3, 0);
+    for (int ti = 0; ti < 7; ti++) {
+        const int type = all_types[ti];
+        const int blck = nl_type_get(type)->blck;
+        const int64_t K = blck == 1 ? 37 : blck == 32 ? 96 : 512;
+        const int64_t N = 7 + 2 * ti;
+        const int T = 5;
+        tw w;
+        tw_make(&w, type, K, N, 0.5f);
+        nl_proj_weight v = tw_view(&w, "blk.0.attn_q.weight", NL_CLASS_ATTN);
+        int id = nl_proj_add(s, &v);
+        CHECKF(id >= 0, "%s", nl_last_error());
+        CHECK(nl_proj_get(s, id)->type == type && nl_proj_get(s, id)->data == w.data);
+
+        for (int d = 0; d < 2; d++) {
+            const nl_dir dir = (nl_dir)d;
+            const int64_t in = d ? N : K, out = d ? K : N;
+            float *x = rand_vec((size_t)(T * in), 1.0f);
+            float *y = malloc(sizeof(float) * (size_t)(T * out));
+            double *yd = malloc(sizeof(double) * (size_t)(T * out));
+            CHECK(nl_proj_run(s, id, dir, x, T, y) == 0);
+            ref64(&w, dir, x, T, yd);
+            double e = max_rel(y, yd, (size_t)(T * out));
+            CHECKF(e < 1e-6, "type %s dir %d: max rel err %g", nl_type_name(type), d, e);
+
+            /* one-hot rows: BWD gives the dequantized row n0, FWD the dequantized column k0 */
+            memset(x, 0, sizeof(float) * (size_t)(T * in));
+            int bad = 0;
+            for (int t = 0; t < T; t++) x[t * in + (t * 3 + 1) % in] = 1.0f;
+            CHECK(nl_proj_run(s, id, dir, x, T, y) == 0);
+            for (int t = 0; t < T; t++) {
+                const int64_t hot = (t * 3 + 1) % in;
+                for (int64_t o = 0; o < out; o++) {
+                    float want = d ? w.wf[hot * K + o] : w.wf[o * K + hot];
+                    bad += y[t * out + o] != want; /* exact (±0 compare equal) */
+                }
+            }
+            CHECKF(bad == 0, "type %s dir %d: one-hot differs in %d", nl_type_name(type), d, bad);
+            free(x); free(y); free(yd);
+        }
+
+        /* get_rows: the same dequantizer */
+        int32_t rows[4] = {(int32_t)N - 1, 0, 2, 2};
+        float *g = malloc(sizeof(float) * (size_t)(4 * K));
+        CHECK(nl_proj_get_rows(s, id, rows, 4, g) == 0);
+        int bad = 0;
+        for (int i = 0; i < 4; i++) bad += memcmp(g + i * K, w.wf + rows[i] * K, sizeof(float) * (size_t)K) != 0;
+        CHECK(bad == 0);
+        int32_t oob = (int32_t)N;
+        CHECK(nl_proj_get_rows(s, id, &oob, 1, g) == -1);
+        CHECK(strstr(nl_last_error(), "out of range") != NULL);
+        free(g);
+        tw_free(&w); /* the service only borrows: don't run this id again */
+    }
+    nl_proj_service_free(s);
+}
+
+/* ---- precision policy ------------------------------------------------------------------------ */
+
+static void test_policy(void) {
+    nl_t_rng_state = 99;
+    tw a, r, e, h16, q8, q4k, big, odd, q8r;
+    tw_make(&a, NL_TYPE_F32, 64, 9, 1.0f);
+    tw_make(&r, NL_TYPE_F32, 64, 5, 1.0f);
+    tw_make(&e, NL_TYPE_F32, 64, 11, 1.0f);
+    tw_make(&h16, NL_TYPE_F16, 64, 3, 1.0f);
+    tw_make(&q8, NL_TYPE_Q8_0, 64, 7, 1.0f);
+    tw_make(&q4k, NL_TYPE_Q4_K, 256, 3, 1.0f);
+    tw_make(&big, NL_TYPE_F32, 32, 2, 1.0f);
+    ((float *)big.data)[5] = 1e5f; /* beyond F16 range */
+    tw_make(&odd, NL_TYPE_F32, 48, 2, 1.0f); /* K not a multiple of 32 */
+    tw_make(&q8r, NL_TYPE_Q8_0, 32, 4, 1.0f);
+
+    nl_proj_service *s = svc("auto", NULL, 1, 0);
+    nl_proj_weight v;
+    v = tw_view(&a, "blk.0.attn_q.weight", NL_CLASS_ATTN);
+    int ia = nl_proj_add(s, &v);
+    v = tw_view(&r, "blk.0.attn_qkv.weight", NL_CLASS_RECURRENT);
+    int ir = nl_proj_add(s, &v);
+    v = tw_view(&e, "token_embd.weight", NL_CLASS_EMBED);
+    int ie = nl_proj_add(s, &v);
+    v = tw_view(&e, "token_embd.weight", NL_CLASS_HEAD); /* tied head */
+    int ih = nl_proj_add(s, &v);
+    int ih2 = nl_proj_add(s, &v);                          /* same source, same target: shared */
+    v = tw_view(&h16, "blk.1.attn_gate.weight", NL_CLASS_RECURRENT);
+    int i16 = nl_proj_add(s, &v);
+    v = tw_view(&q8, "blk.1.ffn_up.weight", NL_CLASS_MLP);
+    int iq8 = nl_proj_add(s, &v);
+    v = tw_view(&q4k, "blk.1.ffn_down.weight", NL_CLASS_MLP);
+    int iq4 = nl_proj_add(s, &v);
+    v = tw_view(&big, "blk.2.ssm_out.weight", NL_CLASS_RECURRENT);
+    int ibig = nl_proj_add(s, &v);
+    v = tw_view(&odd, "blk.2.attn_k.weight", NL_CLASS_ATTN);
+    int iodd = nl_proj_add(s, &v);
+    v = tw_view(&q8r, "blk.2.ssm_alpha.weight", NL_CLASS_RECURRENT);
+    int iq8r = nl_proj_add(s, &v);
+    CHECK(ia >= 0 && ir >= 0 && ie >= 0 && ih >= 0 && ih2 >= 0 && i16 >= 0 && iq8 >= 0 && iq4 >= 0 && ibig >= 0 &&
+          iodd >= 0 && iq8r >= 0);
+    CHECK(nl_proj_count(s) == 11);
+
+    CHECK(nl_proj_get(s, ia)->type == NL_TYPE_Q8_0 && nl_proj_get(s, ia)->data != a.data);
+    CHECK(nl_proj_get(s, ir)->type == NL_TYPE_F16);
+    CHECK(nl_proj_get(s, ie)->type == NL_TYPE_F32 && nl_proj_get(s, ie)->data == e.data); /* embed: in place */
+    CHECK(nl_proj_get(s, ih)->type == NL_TYPE_Q8_0);
+    CHECK(nl_proj_get(s, ih2)->data == nl_proj_get(s, ih)->data);                          /* converted once */
+    CHECK(nl_proj_get(s, i16)->type == NL_TYPE_F16 && nl_proj_get(s, i16)->data == h16.data); /* zero copy */
+    CHECK(nl_proj_get(s, iq8)->type == NL_TYPE_Q8_0 && nl_proj_get(s, iq8)->data == q8.data);
+    CHECK(nl_proj_get(s, iq4)->type == NL_TYPE_Q4_K && nl_proj_get(s, iq4)->data == q4k.data); /* no requant */
+    CHECK(nl_proj_get(s, ibig)->type == NL_TYPE_F32 && nl_proj_get(s, ibig)->data == big.data); /* F16 overflow */
+    CHECK(nl_proj_get(s, iodd)->type == NL_TYPE_F32);                                       /* K % 32 != 0 */
+    CHECK(nl_proj_get(s, iq8r)->type == NL_TYPE_Q8_0 && nl_proj_get(s, iq8r)->data == q8r.data); /* no narrowing */
+    CHECK(strcmp(nl_proj_get(s, ia)->name, "blk.0.attn_q.weight") == 0);
+    CHECK(nl_proj_get(s, ia)->cls == NL_CLASS_ATTN);
+
+    /* the converted bytes are exactly the reference quantizer's */
+    {
+        size_t rb = nl_row_bytes(NL_TYPE_Q8_0, 64);
+        uint8_t *want = malloc(rb * 9);
+        for (int n = 0; n < 9; n++) nl_type_get(NL_TYPE_Q8_0)->from_float(a.wf + n * 64, want + n * rb, 64);
+        CHECK(memcmp(want, nl_proj_get(s, ia)->data, rb * 9) == 0);
+        free(want);
+        uint8_t h[2 * 64 * 5];
+        nl_type_get(NL_TYPE_F16)->from_float(r.wf, h, 64 * 5);
+        CHECK(memcmp(h, nl_proj_get(s, ir)->data, sizeof h) == 0);
+    }
+
+    /* resident bytes: in place == GGUF bytes; shared counted once */
+    CHECK(nl_proj_resident_bytes(s, NL_CLASS_RECURRENT, NL_TYPE_F16) == (uint64_t)(2 * 64 * 5 + 2 * 64 * 3));
+    CHECK(nl_proj_resident_bytes(s, NL_CLASS_MLP, NL_TYPE_Q8_0) == (uint64_t)(68 * 7));
+    CHECK(nl_proj_resident_bytes(s, NL_CLASS_MLP, NL_TYPE_Q4_K) == (uint64_t)(144 * 3));
+    CHECK(nl_proj_resident_bytes(s, NL_CLASS_EMBED, -1) == (uint64_t)(4 * 64 * 11));
+    CHECK(nl_proj_resident_bytes(s, NL_CLASS_HEAD, NL_TYPE_Q8_0) == (uint64_t)(68 * 11));
+    CHECK(nl_proj_resident_bytes(s, NL_CLASS_ATTN, -1) == (uint64_t)(68 * 9 + 4 * 48 * 2));
+    CHECK(nl_proj_converted_bytes(s) == (uint64_t)(68 * 9 + 2 * 64 * 5 + 68 * 11));
+    uint64_t all = nl_proj_resident_bytes(s, -1, -1), sum = 0;
+    for (int c = 0; c < NL_CLASS_COUNT; c++) sum += nl_proj_resident_bytes(s, c, -1);
+    CHECK(all == sum);
+    char buf[512];
+    int n = nl_proj_format_resident(s, buf, sizeof buf);
+    CHECK(n > 0 && (size_t)n == strlen(buf));
+    CHECKF(strstr(buf, "attn F32 384 B, Q8_0 612 B, mlp Q8_0 476 B, Q4_K 432 B") != NULL, "%s", buf);
+    CHECKF(strstr(buf, "recurrent F32 256 B, F16 1.02 kB, Q8_0 136 B, head Q8_0 748 B") != NULL, "%s", buf);
+    CHECKF(strstr(buf, "embed F32 2.82 kB") != NULL, "%s", buf);
+    char small[8];
+    CHECK(nl_proj_format_resident(s, small, sizeof small) == n && strlen(small) == 7);
+    nl_proj_service_free(s);
+
+    /* global precision and the map: globs win over classes, the last match wins */
+    s = svc("f32", "mlp=f16, blk.0.* = q8_0 ,recurrent=keep,blk.0.attn_q*=bf16", 1, 0);
+    v = tw_view(&a, "blk.0.attn_q.weight", NL_CLASS_ATTN);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_BF16);
+    v = tw_view(&a, "blk.0.ffn_up.weight", NL_CLASS_MLP);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_Q8_0);
+    v = tw_view(&a, "blk.3.ffn_up.weight", NL_CLASS_MLP);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F16);
+    v = tw_view(&h16, "blk.3.attn_k.weight", NL_CLASS_ATTN);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32);       /* widened */
+    v = tw_view(&q8, "blk.3.attn_v.weight", NL_CLASS_ATTN);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32);       /* exact expansion */
+    v = tw_view(&r, "blk.3.attn_qkv.weight", NL_CLASS_RECURRENT);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->data == r.data);            /* keep */
+    v = tw_view(&q4k, "blk.0.ffn_down.weight", NL_CLASS_MLP);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_Q4_K);      /* q8_0 asked: no requant */
+    nl_proj_service_free(s);
+
+    /* bad configs and weights */
+    nl_proj_config c = {0};
+    c.precision = "q5_k";
+    CHECK(nl_proj_service_new(&c) == NULL && strstr(nl_last_error(), "q5_k") != NULL);
+    c.precision = NULL;
+    c.precision_map = "mlp";
+    CHECK(nl_proj_service_new(&c) == NULL && strstr(nl_last_error(), "mlp") != NULL);
+    c.precision_map = "mlp=q4_k"; /* no quantizer */
+    CHECK(nl_proj_service_new(&c) == NULL);
+    c.precision_map = NULL;
+    c.backend = "npu";
+    CHECK(nl_proj_service_new(&c) == NULL && strstr(nl_last_error(), "npu") != NULL);
+    s = svc(NULL, NULL, 1, 0);
+    v = tw_view(&a, "x", NL_CLASS_ATTN);
+    v.type = 13; /* q5_k */
+    CHECK(nl_proj_add(s, &v) == -1 && strstr(nl_last_error(), "q5_k") != NULL);
+    v = tw_view(&q8, "x", NL_CLASS_ATTN);
+    v.n_in = 40;
+    CHECK(nl_proj_add(s, &v) == -1);
+    v = tw_view(&a, "x", NL_CLASS_ATTN);
+    v.data = NULL;
+    CHECK(nl_proj_add(s, &v) == -1);
+    CHECK(nl_proj_get(s, 0) == NULL && nl_proj_count(s) == 0);
+    nl_proj_service_free(s);
+
+    tw_free(&a); tw_free(&r); tw_free(&e); tw_free(&h16); tw_free(&q8); tw_free(&q4k);
+    tw_free(&big); tw_free(&odd); tw_free(&q8r);
+}
+
+/* ---- queue, counters, threads ------------------------------------------------------------- */
+
+static void test_queue_and_counters(void) {
+    nl_t_rng_state = 7;
+    tw w;
+    tw_make(&w, NL_TYPE_Q8_0, 96, 13, 1.0f);
+    nl_proj_service *s = svc(NULL, NULL, 2, 0);
+    nl_proj_weight v = tw_view(&w, "blk.0.ffn_gate.weight", NL_CLASS_MLP);
+    int id = nl_proj_add(s, &v);
+    float *x = rand_vec(9 * 96, 1.0f), *y = malloc(sizeof(float) * 9 * 96), *y2 = malloc(sizeof(float) * 9 * 96);
+
+    CHECK(nl_proj_wait(s) == -1); /* nothing in flight */
+    CHECK(nl_proj_submit(s, id, NL_FWD, x, 9, y) == 0);
+    CHECK(nl_proj_submit(s, id, NL_FWD, x, 9, y2) == -1);
+    CHECK(strstr(nl_last_error(), "in flight") != NULL);
+    CHECK(nl_proj_add(s, &v) == -1); /* no registration mid-request either */
+    CHECK(nl_proj_wait(s) == 0);
+    CHECK(nl_proj_wait(s) == -1);
+    CHECK(nl_proj_run(s, id, NL_FWD, x, 9, y2) == 0);
+    CHECK(memcmp(y, y2, sizeof(float) * 9 * 13) == 0);
+    CHECK(nl_proj_submit(s, 5, NL_FWD, x, 9, y) == -1);          /* bad id: nothing in flight */
+    CHECK(nl_proj_submit(s, id, NL_BWD, x, 4, y) == 0);          /* x is 4 x 13 here */
+    CHECK(nl_proj_wait(s) == 0);
+    CHECK(nl_proj_run(s, id, NL_BWD, x, 0, y) == 0);             /* empty request */
+
+    nl_proj_stats st;
+    nl_proj_get_stats(s, &st);
+    CHECK(st.requests[NL_FWD] == 2 && st.requests[NL_BWD] == 2);
+    CHECK(st.tokens[NL_FWD] == 18 && st.tokens[NL_BWD] == 4);
+    CHECK(st.busy_s[NL_FWD] > 0 && st.busy_s[NL_BWD] > 0);
+    CHECK(st.retries == 0 && st.fallbacks == 0 && st.routed_tokens == 0 && st.padded_tokens == 0);
+
+    /* freeing with a request in flight waits for it */
+    CHECK(nl_proj_submit(s, id, NL_FWD, x, 9, y) == 0);
+    nl_proj_service_free(s);
+
+    /* strict mode: the second submit is a programming error and asserts */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        nl_proj_config c = {0};
+        c.strict = 1;
+        nl_proj_service *ss = nl_proj_service_new(&c);
+        int i = nl_proj_add(ss, &v);
+        nl_proj_submit(ss, i, NL_FWD, x, 9, y);
+        nl_proj_submit(ss, i, NL_FWD, x, 9, y2);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d", status);
+
+    free(x); free(y); free(y2);
+    tw_free(&w);
+}
+
+static void test_threads_identical(void) {
+    nl_t_rng_state = 31;
+    const int types[3] = {NL_TYPE_Q8_0, NL_TYPE_F16, NL_TYPE_Q4_K};
+    for (int ti = 0; ti < 3; ti++) {
+        const int64_t K = types[ti] == NL_TYPE_Q4_K ? 768 : 672, N = 37;
+        const int T = 11;
+        tw w;
+        tw_make(&w, types[ti], K, N, 1.0f);
+        float *xf = rand_vec((size_t)(T * K), 1.0f), *xb = rand_vec((size_t)(T * N), 1.0f);
+        float *yf[3], *yb[3];
+        const int th[3] = {1, 2, 4};
+        for (int i = 0; i < 3; i++) {
+            nl_proj_service *s = svc(NULL, "*=keep", th[i], 0);
+            nl_proj_weight v = tw_view(&w, "w", NL_CLASS_ATTN);
+            int id = nl_proj_add(s, &v);
+            yf[i] = malloc(sizeof(float) * (size_t)(T * N));
+            yb[i] = malloc(sizeof(float) * (size_t)(T * K));
+            CHECK(nl_proj_run(s, id, NL_FWD, xf, T, yf[i]) == 0);
+            CHECK(nl_proj_run(s, id, NL_BWD, xb, T, yb[i]) == 0);
+            nl_proj_service_free(s);
+        }
+        for (int i = 1; i < 3; i++) {
+            CHECKF(memcmp(yf[0], yf[i], sizeof(float) * (size_t)(T * N)) == 0, "fwd %s threads %d", nl_type_name(types[ti]), th[i]);
+            CHECKF(memcmp(yb[0], yb[i], sizeof(float) * (size_t)(T * K)) == 0, "bwd %s threads %d", nl_type_name(types[ti]), th[i]);
+        }
+        double *yd = malloc(sizeof(double) * (size_t)(T * K));
+        ref64(&w, NL_BWD, xb, T, yd);
+        CHECK(max_rel(yb[0], yd, (size_t)(T * K)) < 1e-6);
+        for (int i = 0; i < 3; i++) { free(yf[i]); free(yb[i]); }
+        free(yd); free(xf); free(xb);
+        tw_free(&w);
+    }
+}
+
+/* ---- planner ------------------------------------------------------------------------------ */
+
+/* A test backend around ref: wrong by 10% in BWD, unsupported for T > 4, and it records
+ * every T it was asked to run. */
+static int fake_seen_bad_T;
+static int fake_init(void **ctx, int n) { return nl_proj_backend_ref.init(ctx, n); }
+static void fake_free(void *ctx) { nl_proj_backend_ref.free(ctx); }
+static int fake_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
+    (void)ctx; (void)w; (void)dir;
+    return T <= 4;
+}
+static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y) {
+    if (T != 2 && T != 4) fake_seen_bad_T++;
+    if (nl_proj_backend_ref.run(ctx, w, dir, x, T, y)) return -1;
+    if (dir == NL_BWD)
+        for (int64_t i = 0; i < (int64_t)T * w->n_in; i++) y[i] *= 1.1f;
+    return 0;
+}
+static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free};
+
+static void test_planner(void) {
+    nl_t_rng_state = 5;
+    tw a, m, emb;
+    tw_make(&a, NL_TYPE_F32, 64, 9, 1.0f);
+    tw_make(&m, NL_TYPE_Q4_0, 32, 7, 1.0f);
+    tw_make(&emb, NL_TYPE_F16, 64, 5, 1.0f);
+    char buf[128];
+
+    /* ref backend: trivially all-pass, also with converted weights (a -> Q8_0) */
+    nl_proj_service *s = svc(NULL, NULL, 2, 0);
+    nl_proj_weight va = tw_view(&a, "blk.0.attn_q.weight", NL_CLASS_ATTN);
+    nl_proj_weight vm = tw_view(&m, "blk.0.ffn_up.weight", NL_CLASS_MLP);
+    nl_proj_weight ve = tw_view(&emb, "token_embd.weight", NL_CLASS_EMBED);
+    nl_proj_add(s, &va);
+    nl_proj_add(s, &vm);
+    nl_proj_add(s, &ve);
+    const int bk[3] = {4, 2, 4};
+    CHECK(nl_proj_plan(s, bk, 3) == 0);
+    nl_proj_plan_format_summary(s, buf, sizeof buf);
+    CHECKF(strcmp(buf, "8 checks, 8 passed, 0 routed to CPU") == 0, "%s", buf);
+    for (int i = 0; i < nl_proj_plan_check_count(s); i++) {
+        const nl_proj_check *c = nl_proj_plan_get_check(s, i);
+        if (c->id == 0) CHECKF(c->rel_err > 1e-4 && c->rel_err < 2e-2, "q8_0 conversion err %g", c->rel_err);
+        if (c->id == 1) CHECK(c->rel_err == 0);
+    }
+    CHECK(nl_proj_plan_get_check(s, 8) == NULL);
+    char *tab = nl_proj_plan_format_table(s);
+    CHECK(tab && strstr(tab, "blk.0.attn_q.weight") && strstr(tab, "q8_0") && strstr(tab, "ok"));
+    free(tab);
+    nl_proj_service_free(s);
+
+    /* fake backend: BWD is wrong (routed), T > 4 unsupported (routed), FWD on T <= 4 passes */
+    nl_proj_config c = {0};
+    c.backend_impl = &fake_backend;
+    c.precision_map = "*=keep";
+    c.n_threads = 2;
+    s = nl_proj_service_new(&c);
+    CHECK(s != NULL);
+    int ia = nl_proj_add(s, &va);
+    nl_proj_add(s, &vm);
+    nl_proj_add(s, &ve);
+    const int bk2[3] = {8, 2, 4};
+    CHECK(nl_proj_plan(s, bk2, 3) == 0);
+    nl_proj_plan_totals tot;
+    nl_proj_plan_get_totals(s, &tot);
+    CHECK(tot.checks == 12 && tot.passed == 4 && tot.routed == 8);
+    nl_proj_plan_format_summary(s, buf, sizeof buf);
+    CHECKF(strcmp(buf, "12 checks, 4 passed, 8 routed to CPU") == 0, "%s", buf);
+    tab = nl_proj_plan_format_table(s);
+    CHECK(tab && strstr(tab, "unsupported") && strstr(tab, "above bound"));
+    free(tab);
+    for (int i = 0; i < tot.checks; i++) {
+        const nl_proj_check *k = nl_proj_plan_get_check(s, i);
+        CHECK(k->passed == (k->dir == NL_FWD && k->T <= 4));
+        if (k->dir == NL_BWD && k->T <= 4) CHECK(k->rel_err > 0.05 && k->rel_err < 0.2);
+    }
+    /* requests after planning: T = 13 -> 8 (routed to ref) + 4 + 1 padded to 2 */
+    nl_proj_stats st0, st1;
+    nl_proj_get_stats(s, &st0);
+    float *x = rand_vec(13 * 64, 1.0f), *y = malloc(sizeof(float) * 13 * 64);
+    double *yd = malloc(sizeof(double) * 13 * 64);
+    fake_seen_bad_T = 0;
+    CHECK(nl_proj_run(s, ia, NL_FWD, x, 13, y) == 0);
+    CHECK(fake_seen_bad_T == 0);
+    ref64(&a, NL_FWD, x, 13, yd);
+    CHECK(max_rel(y, yd, 13 * 9) < 1e-6);
+    nl_proj_get_stats(s, &st1);
+    CHECK(st1.routed_tokens - st0.routed_tokens == 8);
+    CHECK(st1.padded_tokens - st0.padded_tokens == 1);
+    /* BWD routed to ref everywhere: exact, the fake never runs */
+    CHECK(nl_proj_run(s, ia, NL_BWD, x, 13, y) == 0);
+    ref64(&a, NL_BWD, x, 13, yd);
+    CHECK(max_rel(y, yd, 13 * 64) < 1e-6);
+    CHECK(fake_seen_bad_T == 0);
+    nl_proj_get_stats(s, &st1);
+    CHECK(st1.routed_tokens - st0.routed_tokens == 8 + 13);
+    CHECK(st1.retries == 0 && st1.fallbacks == 0);
+    /* a projection added after the plan is not validated: ref */
+    int late = nl_proj_add(s, &va);
+    CHECK(nl_proj_run(s, late, NL_FWD, x, 3, y) == 0);
+    nl_proj_get_stats(s, &st0);
+    CHECK(st0.routed_tokens - st1.routed_tokens == 3);
+    nl_proj_service_free(s);
+
+    free(x); free(y); free(yd);
+    tw_free(&a); tw_free(&m); tw_free(&emb);
+}
+
+/* The host backend through the service: policy-converted weights, planner, buckets, wire. */
+static void test_host_service(void) {
+    nl_t_rng_state = 21;
+    const int types[5] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_Q8_0, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+    const int classes[5] = {NL_CLASS_ATTN, NL_CLASS_RECURRENT, NL_CLASS_MLP, NL_CLASS_MLP, NL_CLASS_HEAD};
+    for (int wire = 0; wire < 2; wire++) {
+        nl_proj_config c = {0};
+        c.backend = "host";
+        c.n_threads = 2;
+        c.wire_f16 = wire;
+        nl_proj_service *s = nl_proj_service_new(&c);
+        CHECKF(s != NULL, "%s", nl_last_error());
+        if (!s) return;
+        tw w[5];
+        for (int i = 0; i < 5; i++) {
+            tw_make(&w[i], types[i], 512, 19, 0.5f);
+            nl_proj_weight v = tw_view(&w[i], "blk.0.w", classes[i]);
+            CHECK(nl_proj_add(s, &v) == i);
+        }
+        const int bk[2] = {4, 8};
+        CHECK(nl_proj_plan(s, bk, 2) == 0);
+        char buf[128];
+        nl_proj_plan_format_summary(s, buf, sizeof buf);
+        nl_proj_plan_totals tot;
+        nl_proj_plan_get_totals(s, &tot);
+        CHECK(tot.checks == 20);
+        /* every failure must be an unsupported type, never an error above its bound */
+        for (int i = 0; i < tot.checks; i++) {
+            const nl_proj_check *k = nl_proj_plan_get_check(s, i);
+            CHECKF(k->passed || !k->supported, "wire %d %s dir %d T %d err %g bound %g", wire,
+                   nl_type_name(nl_proj_get(s, k->id)->type), k->dir, k->T, k->rel_err, k->bound);
+        }
+        for (int i = 0; i < 5; i++)
+            for (int d = 0; d < 2; d++) {
+                const int T = 11;
+                const int64_t in = d ? 19 : 512, out = d ? 512 : 19;
+                float *x = rand_vec((size_t)(T * in), 1.0f), *y = malloc(sizeof(float) * (size_t)(T * out));
+                double *yd = malloc(sizeof(double) * (size_t)(T * out));
+                CHECK(nl_proj_run(s, i, (nl_dir)d, x, T, y) == 0);
+                ref64(&w[i], (nl_dir)d, x, T, yd);
+                double num = 0, den = 0;
+                for (int64_t j = 0; j < T * out; j++) {
+                    num += (y[j] - yd[j]) * (y[j] - yd[j]);
+                    den += yd[j] * yd[j];
+                }
+                CHECKF(sqrt(num / den) < 3e-2, "host wire %d type %s dir %d: rel err %g", wire,
+                       nl_type_name(types[i]), d, sqrt(num / den));
+                free(x); free(y); free(yd);
+            }
+        nl_proj_service_free(s);
+        for (int i = 0; i < 5; i++) tw_free(&w[i]);
+    }
+}
+
+/* ---- the FP16 wire ---------------------------------------------------------------------- */
+
+static void test_wire(void) {
+    nl_t_rng_state = 11;
+    nl_proj_stats st;
+    /* 1. tiny gradients: every input underflows FP16 unscaled; scaled, the result is accurate */
+    {
+        tw w;
+        tw_make(&w, NL_TYPE_F32, 64, 9, 1.0f);
+        nl_proj_service *s = svc(NULL, "*=keep", 1, 1);
+        nl_proj_weight v = tw_view(&w, "blk.0.attn_o.weight", NL_CLASS_ATTN);
+        int id = nl_proj_add(s, &v);
+        const int T = 3;
+        float *x = rand_vec((size_t)T * 9, 2e-9f), *y = malloc(sizeof(float) * T * 64);
+        double *yd = malloc(sizeof(double) * T * 64);
+        int under = 0;
+        for (int i = 0; i < T * 9; i++) under += nl_f16_to_f32(nl_f32_to_f16(x[i])) == 0.0f;
+        CHECK(under == T * 9);
+        CHECK(nl_proj_run(s, id, NL_BWD, x, T, y) == 0);
+        ref64(&w, NL_BWD, x, T, yd);
+        double e = max_rel(y, yd, (size_t)T * 64);
+        CHECKF(e < 2e-3 && e > 0, "wire rel err %g", e);
+        float *xf = rand_vec((size_t)T * 64, 3e-8f);
+        CHECK(nl_proj_run(s, id, NL_FWD, xf, T, y) == 0);
+        ref64(&w, NL_FWD, xf, T, yd);
+        CHECKF(max_rel(y, yd, (size_t)T * 9) < 2e-3, "fwd wire rel err %g", max_rel(y, yd, (size_t)T * 9));
+        nl_proj_get_stats(s, &st);
+        CHECK(st.retries == 0 && st.fallbacks == 0);
+        nl_proj_service_free(s);
+        free(x); free(xf); free(y); free(yd);
+        tw_free(&w);
+    }
+    /* 2. a row that overflows once and fits on the retry; 3. a row that never fits */
+    {
+        float W[3][32];
+        for (int n = 0; n < 3; n++)
+            for (int k = 0; k < 32; k++) W[n][k] = n == 0 ? 0.9375f : 0.01f * (float)(k - n);
+        float Wb[3][32];
+        memcpy(Wb, W, sizeof W);
+        Wb[0][7] = 1e30f; /* overflows FP16 whatever the scale */
+        nl_proj_service *s = svc(NULL, "*=keep", 2, 1);
+        nl_proj_weight v = {"blk.0.ffn_down.weight", NL_TYPE_F32, 32, 3, W, NL_CLASS_MLP};
+        int id = nl_proj_add(s, &v);
+        v.data = Wb;
+        int idb = nl_proj_add(s, &v);
+        float x[2][32], y[2][3];
+        for (int k = 0; k < 32; k++) {
+            x[0][k] = 1.0f; /* row 0: max 1 -> scaled to 2048 -> y0 = 61440: finite in FP16 but >= 60000 */
+            x[1][k] = 0.001f * (float)(k - 16); /* row 1: fits at once */
+        }
+        CHECK(nl_proj_run(s, id, NL_FWD, &x[0][0], 2, &y[0][0]) == 0);
+        nl_proj_get_stats(s, &st);
+        CHECKF(st.retries == 1 && st.fallbacks == 0, "retries %llu fallbacks %llu", (unsigned long long)st.retries,
+               (unsigned long long)st.fallbacks);
+        CHECK(y[0][0] == 30.0f);
+        double want = 0;
+        for (int k = 0; k < 32; k++) want += (double)x[1][k] * W[1][k];
+        CHECK_NEAR(y[1][1], want, fabs(want) * 2e-3);
+
+        CHECK(nl_proj_run(s, idb, NL_FWD, &x[0][0], 2, &y[0][0]) == 0);
+        nl_proj_get_stats(s, &st);
+        /* row 0 of idb: three retries, then ref; row 1 also hits 1e30 * 0.007 -> also never fits */
+        CHECKF(st.retries == 1 + 3 + 3 && st.fallbacks == 2, "retries %llu fallbacks %llu",
+               (unsigned long long)st.retries, (unsigned long long)st.fallbacks);
+        double y00 = 0;
+        for (int k = 0; k < 32; k++) y00 += (double)Wb[0][k];
+        CHECK(isfinite(y[0][0]) && fabs(y[0][0] - y00) <= 1e-6 * y00);
+        CHECK(isfinite(y[1][0]));
+        /* BWD through the wire as well: column 7 of idb never fits, the rest is exact */
+        float g[1][3] = {{1.0f, 0, 0}}, gx[1][32];
+        CHECK(nl_proj_run(s, idb, NL_BWD, &g[0][0], 1, &gx[0][0]) == 0);
+        CHECK(gx[0][7] == 1e30f && gx[0][5] == 0.9375f);
+        nl_proj_get_stats(s, &st);
+        CHECK(st.retries == 10 && st.fallbacks == 3);
+        g[0][1] = 0.5f;
+        CHECK(nl_proj_run(s, id, NL_BWD, &g[0][0], 1, &gx[0][0]) == 0);
+        CHECK_NEAR(gx[0][5], 0.9375 + 0.5 * 0.01 * 4, 1e-3);
+        nl_proj_get_stats(s, &st);
+        CHECK(st.retries == 10 && st.fallbacks == 3 && st.requests[NL_BWD] == 2 && st.requests[NL_FWD] == 2);
+        nl_proj_service_free(s);
+    }
+}
+
+int main(void) {
+    test_ref_all_types();
+    test_policy();
+    test_queue_and_counters();
+    test_threads_identical();
+    test_planner();
+    test_host_service();
+    test_wire();
+    return nl_t_done();
+}
