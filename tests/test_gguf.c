@@ -147,7 +147,9 @@ static uint8_t *make_file(const char *path, uint32_t align, size_t *len, uint8_t
     nl_gguf_set_str(w, "general.name", "first");
     nl_gguf_set_str(w, "general.name", "replaced"); /* setting twice replaces */
     if (align) nl_gguf_set_u32(w, "general.alignment", align);
+    nl_gguf_set_u32(w, "a.removed", 1);
     nl_gguf_set_u32(w, "a.u32", 42);
+    CHECK(nl_gguf_remove_key(w, "a.removed") == 0 && nl_gguf_remove_key(w, "a.removed") == 1);
     nl_gguf_set_i32(w, "a.i32", -7);
     nl_gguf_set_u64(w, "a.u64", 1ull << 40);
     nl_gguf_set_f32(w, "a.f32", 1e-6f);
@@ -236,7 +238,7 @@ static void test_round_trip(uint32_t align) {
         CHECK(strcmp(kv->arr_str[0], "hello") == 0 && kv->arr_str[1][0] == 0 && strcmp(kv->arr_str[2], "w\xc3\xb6rld") == 0);
         CHECK(kv->arr_str_len[2] == 6 && strcmp(kv->arr_str[3], "a b") == 0);
     }
-    CHECK(nl_gguf_get(g, "missing") == NULL);
+    CHECK(nl_gguf_get(g, "missing") == NULL && nl_gguf_get(g, "a.removed") == NULL);
     CHECK(g->n_tensors == N_T);
     size_t boff = 0;
     uint64_t expect_off = 0;

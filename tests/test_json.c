@@ -165,7 +165,9 @@ static void test_values(void) {
         {"-9223372036854775808", -9223372036854775808.0, 1, INT64_MIN},
         {"9223372036854775808", 9223372036854775808.0, 0, 0},
         {"123456789012345678901234567890", 1.2345678901234568e29, 0, 0},
-        {"0.1", 0.1, 0, 0}, {"2.2250738585072014e-308", 2.2250738585072014e-308, 0, 0},
+        {"0.1", 0.1, 0, 0}, {"999999999999999999", 1e18, 1, 999999999999999999LL},
+        {"-123456789012345678", -123456789012345678.0, 1, -123456789012345678LL},
+        {"1234567890123456789", 1234567890123456789.0, 1, 1234567890123456789LL}, {"2.2250738585072014e-308", 2.2250738585072014e-308, 0, 0},
     };
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         nl_json *n = nl_json_parse(nums[i].t, strlen(nums[i].t), NULL);
@@ -332,6 +334,64 @@ static void test_escape_roundtrip(void) {
     free(buf);
 }
 
+/* Deterministic mutation fuzzing (run under ASan by `make test SANITIZE=1`). Properties that
+ * must hold for any input: a failure has an offset within the input and a message; leading
+ * whitespace shifts a failure's offset by exactly one; trailing whitespace never changes
+ * the verdict; every strict prefix of a container or string document is an error. */
+static void test_fuzz(void) {
+    static const char *seeds[] = {
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"h\\u00e9llo\\n\"}], \"x\": [1, -2.5e3, true, null]}",
+        "[\"\\uD83D\\uDE00\", \"\xc3\xa9\xe2\x82\xac\", 0, -0.0, 1E+9, {\"a\": {\"b\": []}}]",
+        "{\"tokens\": [1, 2, 3], \"loss_mask\": [0, 1, 1]}",
+    };
+    static const char alphabet[] = "{}[]\",:\\-+.eE0123456789 \tntrufalsx\x80\xc3\xed\xf4\x00\x1f";
+    char buf[256], tmp[258];
+    int bad = 0, iters = 30000;
+    for (int it = 0; it < iters; it++) {
+        const char *sd = seeds[it % 3];
+        size_t len = strlen(sd);
+        memcpy(buf, sd, len);
+        int edits = 1 + (int)((nl_t_rand() + 1) * 2);
+        for (int e = 0; e < edits && len > 0; e++) {
+            size_t at = (size_t)((nl_t_rand() + 1) * 0.5 * (double)len) % len;
+            char c = alphabet[(size_t)((nl_t_rand() + 1) * 0.5 * (sizeof alphabet - 1)) % (sizeof alphabet - 1)];
+            double op = nl_t_rand();
+            if (op < -0.3) buf[at] = c;
+            else if (op < 0.3 && len < sizeof buf - 1) {
+                memmove(buf + at + 1, buf + at, len - at);
+                buf[at] = c;
+                len++;
+            } else {
+                memmove(buf + at, buf + at + 1, len - at - 1);
+                len--;
+            }
+        }
+        nl_json_error e1, e2, e3;
+        nl_json *v = nl_json_parse(buf, len, &e1);
+        if (!v && (e1.offset > len || !e1.msg[0])) bad++;
+        tmp[0] = ' ';
+        memcpy(tmp + 1, buf, len);
+        nl_json *w = nl_json_parse(tmp, len + 1, &e2);
+        if ((v == NULL) != (w == NULL) || (!v && e2.offset != e1.offset + 1)) bad++;
+        memcpy(tmp, buf, len);
+        tmp[len] = '\n';
+        nl_json *x = nl_json_parse(tmp, len + 1, &e3);
+        if ((v == NULL) != (x == NULL)) bad++;
+        nl_json_free(v);
+        nl_json_free(w);
+        nl_json_free(x);
+    }
+    CHECKF(bad == 0, "%d fuzz property violations", bad);
+    int prefix_ok = 1;
+    for (int k = 0; k < 3; k++)
+        for (size_t n = 0; n < strlen(seeds[k]); n++) {
+            nl_json *v = nl_json_parse(seeds[k], n, NULL);
+            if (v) prefix_ok = 0;
+            nl_json_free(v);
+        }
+    CHECK(prefix_ok);
+}
+
 int main(void) {
     test_valid();
     test_invalid();
@@ -340,5 +400,6 @@ int main(void) {
     test_linecol();
     test_large_and_dups();
     test_escape_roundtrip();
+    test_fuzz();
     return nl_t_done();
 }

@@ -261,6 +261,18 @@ static int parse_number(parser *p, nl_json *v) {
         while (i < p->len && s[i] >= '0' && s[i] <= '9') i++;
     }
     size_t n = i - start;
+    v->type = NL_JSON_NUMBER;
+    if (integral && int_end - start - (neg ? 1 : 0) <= 18) {
+        /* Fast path (token id lists): at most 18 digits fit int64 exactly, and the int64 ->
+         * double conversion is correctly rounded, like strtod. */
+        int64_t acc = 0;
+        for (size_t k = start + (neg ? 1 : 0); k < int_end; k++) acc = acc * 10 + (s[k] - '0');
+        v->u.num.i = neg ? -acc : acc;
+        v->u.num.d = neg ? (acc ? -(double)acc : -0.0) : (double)acc;
+        v->u.num.is_int = true;
+        p->pos = i;
+        return 0;
+    }
     /* strtod needs a terminated copy (bytes after len must never be read). */
     char small[64];
     char *tmp = n < sizeof small ? small : malloc(n + 1);
@@ -273,7 +285,6 @@ static int parse_number(parser *p, nl_json *v) {
     double d = strtod(tmp, NULL);
     if (tmp != small) free(tmp);
     if (isinf(d)) return fail(p, start, "number out of range for a double");
-    v->type = NL_JSON_NUMBER;
     v->u.num.d = d;
     v->u.num.i = 0;
     v->u.num.is_int = false;

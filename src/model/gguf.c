@@ -752,6 +752,18 @@ int nl_gguf_set_arr_str(nl_gguf_writer *w, const char *key, const char *const *s
     return set_arr_str_len(w, key, strs, NULL, n);
 }
 
+int nl_gguf_remove_key(nl_gguf_writer *w, const char *key) {
+    for (size_t i = 0; w && key && i < w->n_kv; i++)
+        if (strcmp(w->kv[i].key, key) == 0) {
+            free(w->kv[i].key);
+            free(w->kv[i].val);
+            memmove(&w->kv[i], &w->kv[i + 1], (w->n_kv - i - 1) * sizeof *w->kv);
+            w->n_kv--;
+            return 0;
+        }
+    return 1;
+}
+
 int nl_gguf_copy_kvs(nl_gguf_writer *w, const nl_gguf *g) {
     for (int64_t i = 0; i < g->n_kv; i++) {
         const nl_gguf_kv *kv = &g->kv[i];

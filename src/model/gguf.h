@@ -104,6 +104,8 @@ int nl_gguf_set_str(nl_gguf_writer *w, const char *key, const char *v);
 /* Numeric array: `data` holds n little-endian elements of elem_type (copied). */
 int nl_gguf_set_arr(nl_gguf_writer *w, const char *key, int elem_type, const void *data, uint64_t n);
 int nl_gguf_set_arr_str(nl_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+/* Remove a key: 0 removed, 1 absent. */
+int nl_gguf_remove_key(nl_gguf_writer *w, const char *key);
 /* Copy every KV of a reader into the writer (for merge / adapters). */
 int nl_gguf_copy_kvs(nl_gguf_writer *w, const nl_gguf *g);
 /* Add a tensor; `data` (nbytes of `type`) is copied unless `borrow` (then it must stay valid

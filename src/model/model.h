@@ -93,5 +93,8 @@ int nl_model_proj(const nl_model *m, int layer, nl_proj_kind kind);
 /* Synthetic models (mkmodel). Presets: "tiny", "small", "llama3.2-1b", "qwen3-0.6b",
  * "qwen35-0.8b". type: NL_TYPE_F32/F16/Q8_0 for the projection weights. Deterministic in seed. */
 int nl_mkmodel(nl_arch arch, const char *preset, int type, uint64_t seed, const char *out_path);
+/* The hyper-parameters a preset gives (what nl_mkmodel writes); -1 + error for an unknown
+ * preset or one meant for another architecture. */
+int nl_mkmodel_hparams(nl_arch arch, const char *preset, nl_hparams *hp);
 
 #endif

@@ -1,7 +1,8 @@
-/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0/Q4_K weights used in
+/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_K/Q6_K) weights used in
  * place, CPU SIMD kernels chosen at run time, a small persistent thread pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
  * (contract: kernels.h). */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,7 @@ typedef struct {
     float *S;       /* KC/32 × NP block scales (bf16 FWD) */
     float *D0, *D1; /* KC per-row scales (bf16 BWD) */
     float *row;     /* KC floats of decode scratch */
+    float *tile;    /* NP × KC rows of W before the FWD transpose (f32 or BF16) */
     void *mem;
 } scratch;
 
@@ -137,6 +139,8 @@ struct host_ctx {
     int T;
     float *y;
     int bf16;
+    uint16_t *xb; /* T×K BF16 copy of the FWD activations (bf16 compute) */
+    size_t xb_cap;
 };
 
 static void *worker(void *p) {
@@ -193,6 +197,7 @@ static void host_free(void *ctx) {
     if (c->scr)
         for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
     free(c->scr);
+    free(c->xb);
     free(c->threads);
     free(c->wargs);
     free(c);
@@ -215,7 +220,7 @@ static int host_init(void **out, int n_threads) {
     c->wargs = nl_calloc((size_t)n_threads, sizeof *c->wargs);
     if (!c->scr || !c->threads || !c->wargs) goto fail;
     const size_t nB = (size_t)NL_HOST_KC * NL_HOST_NP, nBp = nB / 2, nS = nB / 32;
-    const size_t total = (nB + nBp + nS + 3 * NL_HOST_KC + 64) * 4;
+    const size_t total = (2 * nB + nBp + nS + 3 * NL_HOST_KC + 64) * 4;
     for (int i = 0; i < n_threads; i++) {
         scratch *s = &c->scr[i];
         s->mem = aligned_alloc(64, (total + 63) / 64 * 64);
@@ -230,6 +235,7 @@ static int host_init(void **out, int n_threads) {
         s->D0 = s->S + nS;
         s->D1 = s->D0 + NL_HOST_KC;
         s->row = s->D1 + NL_HOST_KC;
+        s->tile = s->row + NL_HOST_KC + 48; /* stays 64-byte aligned */
     }
     for (int i = 1; i < n_threads; i++) {
         c->wargs[i].c = c;
@@ -279,21 +285,19 @@ const char *nl_proj_host_compute(const void *ctx) {
     return ctx && bf16_active(ctx) ? "bf16" : "f32";
 }
 
+double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red) {
+    if (ctx && bf16_active(ctx) && nl_host_type_int(type)) return 1e-2;
+    return 2e-6 * (1.0 + log2((double)(n_red > 1 ? n_red : 1)));
+}
+
 /* ---- weights ---- */
 
-static int blck_of(int type) { return type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0 ? 32 : type == NL_TYPE_Q4_K ? 256 : 1; }
-
-static size_t row_bytes(int type, int64_t k) {
-    switch (type) {
-    case NL_TYPE_F32: return (size_t)k * 4;
-    case NL_TYPE_F16:
-    case NL_TYPE_BF16: return (size_t)k * 2;
-    case NL_TYPE_Q8_0: return (size_t)(k / 32) * 34;
-    case NL_TYPE_Q4_0: return (size_t)(k / 32) * 18;
-    case NL_TYPE_Q4_K: return (size_t)(k / 256) * 144;
-    default: return 0;
-    }
+static int blck_of(int type) {
+    const nl_type_traits *tr = nl_type_get(type);
+    return tr ? tr->blck : 1;
 }
+
+static size_t row_bytes(int type, int64_t k) { return nl_row_bytes(type, k); }
 
 static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
     (void)ctx;
@@ -305,11 +309,14 @@ static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) 
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static uint16_t bf16_of_int(int q) {
-    float f = (float)q;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)(u >> 16); /* exact: |q| < 256 */
+static void transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst,
+                        int64_t ldd, int rows, int cols) {
+    if (ks->transpose32) {
+        ks->transpose32(src, lds, dst, ldd, rows, cols);
+        return;
+    }
+    for (int r = 0; r < rows; r++)
+        for (int cc = 0; cc < cols; cc++) dst[(int64_t)cc * ldd + r] = src[(int64_t)r * lds + cc];
 }
 
 /* FWD: output panels of n, chunks of k. */
@@ -322,49 +329,58 @@ static void task_fwd(host_ctx *c, int tid) {
     const uint8_t *W = w->data;
     const int64_t np = (N + NL_HOST_NP - 1) / NL_HOST_NP;
     const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t n0 = p * NL_HOST_NP;
-        const int ncols = (int)min64(NL_HOST_NP, N - n0);
-        for (int64_t k0 = 0; k0 < K; k0 += NL_HOST_KC) {
-            const int kc = (int)min64(NL_HOST_KC, K - k0);
+    /* chunk-outer: the activation chunk X[T][k0..+KC] stays in L2 while this thread's panels
+     * go by; Y[T][panel] takes the partial sums (chunk 0 stores, later chunks add). */
+    for (int64_t k0 = 0; k0 < K; k0 += NL_HOST_KC) {
+        const int kc = (int)min64(NL_HOST_KC, K - k0);
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t n0 = p * NL_HOST_NP;
+            const int ncols = (int)min64(NL_HOST_NP, N - n0);
             if (c->bf16) {
-                /* B[p/2][j] = (q[n0+j][k0+p], q[n0+j][k0+p+1]); S[b][j] = d of block b */
+                /* tile[j][p] = BF16 of q[n0+j][k0+p]; S[b][j] = d of block b; then
+                 * B[p/2][j] = (tile[j][p], tile[j][p+1]) as one 32-bit pair */
                 const int nb = kc / 32;
-                uint16_t *bh = (uint16_t *)s->Bp;
+                uint16_t *tile = (uint16_t *)s->tile;
+                const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
                 for (int j = 0; j < NL_HOST_NP; j++) {
+                    uint16_t *tr = tile + (size_t)j * NL_HOST_KC;
                     if (j >= ncols) {
-                        for (int pp = 0; pp < kc; pp++) bh[(pp / 2) * 2 * NL_HOST_NP + 2 * j + (pp & 1)] = 0;
+                        memset(tr, 0, (size_t)kc * 2);
                         for (int b = 0; b < nb; b++) s->S[b * NL_HOST_NP + j] = 0;
                         continue;
                     }
                     const uint8_t *row = W + (size_t)(n0 + j) * rb;
-                    const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
                     for (int b = 0; b < nb; b++) {
                         int8_t q[32];
                         float d;
                         nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q, &d);
                         s->S[b * NL_HOST_NP + j] = d;
-                        for (int e = 0; e < 32; e++) {
-                            const int pp = 32 * b + e;
-                            bh[(pp / 2) * 2 * NL_HOST_NP + 2 * j + (pp & 1)] = bf16_of_int(q[e]);
-                        }
+                        ks->i8_to_bf16(q, 32, tr + 32 * b);
                     }
                 }
-                ks->gemm_bf16_fwd(c->T, kc, c->x + k0, K, s->Bp, s->S, c->y + n0, N, ncols, k0 > 0);
+                transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc / 2);
+                ks->gemm_bf16_fwd(c->T, kc, c->xb + k0, K, s->Bp, s->S, c->y + n0, N, ncols, k0 > 0);
             } else {
-                /* B[p][j] = W[n0+j][k0+p] */
+                /* tile[j][p] = W[n0+j][k0+p], then B[p][j] = tile[j][p] */
                 for (int j = 0; j < NL_HOST_NP; j++) {
-                    if (j < ncols) {
-                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, s->row);
-                        for (int pp = 0; pp < kc; pp++) s->B[pp * NL_HOST_NP + j] = s->row[pp];
-                    } else {
-                        for (int pp = 0; pp < kc; pp++) s->B[pp * NL_HOST_NP + j] = 0.0f;
-                    }
+                    float *tr = s->tile + (size_t)j * NL_HOST_KC;
+                    if (j < ncols)
+                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, tr);
+                    else
+                        memset(tr, 0, (size_t)kc * 4);
                 }
+                transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, NL_HOST_NP, kc);
                 ks->gemm_f32(c->T, kc, c->x + k0, K, s->B, c->y + n0, N, ncols, k0 > 0);
             }
         }
     }
+}
+
+/* bf16 FWD, first phase: the activations to BF16 once (rows split across threads). */
+static void task_cvt(host_ctx *c, int tid) {
+    const int64_t K = c->w->n_in;
+    const int t0 = (int)((int64_t)c->T * tid / c->nth), t1 = (int)((int64_t)c->T * (tid + 1) / c->nth);
+    for (int t = t0; t < t1; t++) c->ks->to_bf16(c->x + (size_t)t * K, (int)K, c->xb + (size_t)t * K);
 }
 
 /* BWD: output panels of k, chunks of n. */
@@ -377,32 +393,32 @@ static void task_bwd(host_ctx *c, int tid) {
     const uint8_t *W = w->data;
     const int64_t np = (K + NL_HOST_NP - 1) / NL_HOST_NP;
     const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t k0 = p * NL_HOST_NP;
-        const int ncols = (int)min64(NL_HOST_NP, K - k0);
-        for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
-            const int nc = (int)min64(NL_HOST_KC, N - n0);
+    /* chunk-outer, as in task_fwd */
+    for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
+        const int nc = (int)min64(NL_HOST_KC, N - n0);
+        for (int64_t p = p0; p < p1; p++) {
+            const int64_t k0 = p * NL_HOST_NP;
+            const int ncols = (int)min64(NL_HOST_NP, K - k0);
             if (c->bf16) {
-                /* B[i/2][j] half (i&1) = q[n0+i][k0+j]; D0/D1[i] = d of the panel's blocks */
-                uint16_t *bh = (uint16_t *)s->Bp;
+                /* B[i/2][j] = (q[n0+i][k0+j], q[n0+i+1][k0+j]); D0/D1[i] = d of the panel's
+                 * two blocks (D1 = 0 and q = 0 past ncols; the odd row past nc is zero) */
                 const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
                 const int nblk = (ncols + 31) / 32; /* 1 or 2; K is a multiple of 32 */
-                for (int i = 0; i < nc; i++) {
-                    const uint8_t *row = W + (size_t)(n0 + i) * rb;
-                    uint16_t *dst = bh + (size_t)(i / 2) * 2 * NL_HOST_NP + (i & 1);
-                    for (int b = 0; b < 2; b++) {
-                        int8_t q[32];
-                        float d = 0.0f;
-                        if (b < nblk)
-                            nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q, &d);
-                        else
-                            memset(q, 0, sizeof q);
-                        (b ? s->D1 : s->D0)[i] = d;
-                        for (int e = 0; e < 32; e++) dst[2 * (32 * b + e)] = bf16_of_int(q[e]);
+                int8_t q[2][64];
+                for (int i = 0; i < nc; i += 2) {
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t *row = i + h < nc ? W + (size_t)(n0 + i + h) * rb : NULL;
+                        for (int b = 0; b < 2; b++) {
+                            float d = 0.0f;
+                            if (row && b < nblk)
+                                nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q[h] + 32 * b, &d);
+                            else
+                                memset(q[h] + 32 * b, 0, 32);
+                            if (i + h < nc) (b ? s->D1 : s->D0)[i + h] = d;
+                        }
                     }
+                    ks->i8_pairs_to_bf16(q[0], q[1], NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
                 }
-                if (nc & 1) /* zero the odd half of the last pair row */
-                    for (int j = 0; j < NL_HOST_NP; j++) bh[(size_t)(nc / 2) * 2 * NL_HOST_NP + 2 * j + 1] = 0;
                 ks->gemm_bf16_bwd(c->T, nc, c->x + n0, N, s->D0, s->D1, s->Bp, c->y + k0, K, ncols, n0 > 0);
             } else {
                 /* B[i][j] = W[n0+i][k0+j] */
@@ -431,6 +447,17 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     c->T = T;
     c->y = y;
     c->bf16 = bf16_active(c) && nl_host_type_int(w->type);
+    if (c->bf16 && dir == NL_FWD) {
+        const size_t need = (size_t)T * (size_t)w->n_in;
+        if (need > c->xb_cap) {
+            free(c->xb);
+            c->xb_cap = 0;
+            c->xb = aligned_alloc(64, (need * 2 + 63) / 64 * 64);
+            if (!c->xb) return nl_err("host: %s: out of memory (%zu bytes)", w->name ? w->name : "?", need * 2);
+            c->xb_cap = need;
+        }
+        run_all(c, task_cvt);
+    }
     run_all(c, dir == NL_FWD ? task_fwd : task_bwd);
     return 0;
 }

@@ -12,9 +12,13 @@
  *   BWD  Y[T][K] = X[T][N]·W    output panels of NP columns k, chunks of KC rows n: the tile
  *                               W[n0..+KC][k0..+NP] is dequantized once into B[n][k].
  * Both directions decode W with the same block decoder (value = (float)q · d for Q8_0/Q4_0,
- * the F16 value for F16), so the effective weights are bit-identical in both directions.
+ * the F16 value for F16, model/quant's to_float for other block types), so in f32 compute a
+ * one-hot input gives the dequantized column (FWD) / row (BWD) bit for bit. In bf16 compute
+ * (Q8_0/Q4_0 only) FWD still does (Σ bf16(x)·q)·d, so one-hot FWD is exact; BWD folds d into
+ * the activation before its BF16 rounding (bf16(x·d)·q), so one-hot BWD equals the
+ * dequantized row within 2⁻⁸ relative (the BF16 rounding of d).
  * Threads split the OUTPUT panels, never the reduction: every output element is the same
- * FMA chain whatever the thread count or T. */
+ * FMA chain whatever the thread count or T (a row of Y does not depend on the other rows). */
 #ifndef NL_PROJ_KERNELS_H
 #define NL_PROJ_KERNELS_H
 
@@ -31,7 +35,7 @@ extern const nl_proj_backend nl_proj_backend_host;
  * ones that have not been configured explicitly): "f32" (FP32 activations and weights, FMA)
  * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
  * block scales are applied in FP32; activations are rounded to BF16). "auto" (or NULL) = bf16
- * where the CPU has AVX512_BF16, else f32. Weights with no integer form (F16, F32, BF16, Q4_K)
+ * where the CPU has AVX512_BF16, else f32. Weights with no integer form (F16, F32, BF16, Q4_K, Q6_K)
  * always run the f32 path. Returns 0, or -1 + nl_err for an unknown mode. */
 int nl_proj_host_set_compute(const char *mode);
 
@@ -44,6 +48,10 @@ const char *nl_proj_host_kernels(const void *ctx);
 const char *nl_proj_host_compute(const void *ctx);
 /* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon") runs here. */
 int nl_proj_host_cpu_has(const char *name);
+/* The error bound a context meets for a weight of `type` with reduction length n_red (K for
+ * FWD, N for BWD), relative to Σ|x·w| of each output element (tests/test_host.c checks it):
+ * 1e-2 where bf16 compute applies to the type, else 2e-6·(1 + log2 n_red). For a planner. */
+double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
 
 /* ---- Part 2: kernel sets (internal to proj/) ------------------------------------------- */
 
@@ -65,12 +73,23 @@ typedef struct nl_host_kernels {
     void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
                      int64_t ldc, int ncols, int accumulate);
 
-    /* bf16 FWD on integer weights. A: m rows of kc floats (stride lda), rounded to BF16 here;
-     * kc is a multiple of 32. B: kc/2 rows of NP pairs (uint32: low half = even p, high half
-     * = odd p; BF16 of the integer q). S: kc/32 rows of NP block scales.
-     * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} bf16(A[i][p]) · q[p][j]). */
-    void (*gemm_bf16_fwd)(int m, int kc, const float *A, int64_t lda, const uint32_t *B,
+    /* bf16 FWD on integer weights. A: m rows of BF16 activations (stride lda elements, even),
+     * kc a multiple of 32. B: kc/2 rows of NP pairs (uint32: low half = even p, high half =
+     * odd p; BF16 of the integer q). S: kc/32 rows of NP block scales.
+     * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} A[i][p] · q[p][j]). */
+    void (*gemm_bf16_fwd)(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
                           const float *S, float *C, int64_t ldc, int ncols, int accumulate);
+    /* dst[c*ldd + r] = src[r*lds + c] for r < rows (a multiple of 16), c < cols: the FWD
+     * panel transpose (f32 values or BF16 pairs). NULL = host.c's scalar loop. */
+    void (*transpose32)(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
+                        int cols);
+    /* dst[i] = BF16 of the integer q[i], exact, i < n (a multiple of 16; bf16 sets only). */
+    void (*i8_to_bf16)(const int8_t *q, int n, uint16_t *dst);
+    /* dst[i] = BF16(q0[i]) | BF16(q1[i]) << 16, exact, i < n (a multiple of 16): the BWD
+     * pairs of two consecutive rows of W (bf16 sets only). */
+    void (*i8_pairs_to_bf16)(const int8_t *q0, const int8_t *q1, int n, uint32_t *dst);
+    /* dst[i] = BF16 of src[i], round to nearest even, i < n (bf16 sets only). */
+    void (*to_bf16)(const float *src, int n, uint16_t *dst);
     /* bf16 BWD on integer weights, the block scale folded into the activations:
      * C[i][j] (=|+=) Σ_p bf16(A[i][p] · D_j[p]) · q[p][j] with D_j = D0 for j < 32 and D1 for
      * j ≥ 32 (the two Q8_0 blocks a 64-column panel spans). kc rows of A are read (p ≥ kc is

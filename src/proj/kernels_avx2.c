@@ -29,6 +29,34 @@ static void y_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     }
 }
 
+/* 8×8 32-bit transposes (unpack, shuffle, 128-bit lane swap); dst[c*ldd + r] = src[r*lds + c]. */
+static void y_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
+                          int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+        int c0 = 0;
+        for (; c0 + 8 <= cols; c0 += 8) {
+            __m256 r[8], t[8], u[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps((const float *)(src + (r0 + i) * lds + c0));
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int g = 0; g < 8; g += 4) {
+                u[g + 0] = _mm256_shuffle_ps(t[g + 0], t[g + 2], 0x44);
+                u[g + 1] = _mm256_shuffle_ps(t[g + 0], t[g + 2], 0xEE);
+                u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+                u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+            }
+            for (int c = 0; c < 4; c++) {
+                _mm256_storeu_ps((float *)(dst + (c0 + c) * ldd + r0), _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
+                _mm256_storeu_ps((float *)(dst + (c0 + c + 4) * ldd + r0), _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+            }
+        }
+        for (; c0 < cols; c0++)
+            for (int i = 0; i < 8; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
+    }
+}
+
 AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C,
             int64_t ldc, int ncols, int accumulate) {
     __m256 acc[MR][2];
@@ -60,7 +88,9 @@ AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, f
         }
     } else {
         float tmp[16];
-        for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) { /* constant bounds keep acc in registers */
+            if (i >= mr) break;
             float *c = C + i * ldc;
             _mm256_storeu_ps(tmp, acc[i][0]);
             _mm256_storeu_ps(tmp + 8, acc[i][1]);
@@ -95,5 +125,6 @@ const nl_host_kernels nl_host_kernels_avx2 = {
     .dq_f16 = y_dq_f16,
     .dq_q8_0 = y_dq_q8_0,
     .gemm_f32 = y_gemm_f32,
+    .transpose32 = y_transpose32,
 };
 #endif

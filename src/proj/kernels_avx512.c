@@ -29,6 +29,60 @@ static void z_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     }
 }
 
+/* 16×16 32-bit transposes: interleave row pairs (32-bit), then row quads (64-bit), then
+ * swap 128-bit lanes (4×4 lane transpose) — column 4L+c ends in output row 4L+c. */
+static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
+                          int cols) {
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        int c0 = 0;
+        for (; c0 + 16 <= cols; c0 += 16) {
+            __m512i a[16], b[16];
+            for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_si512((const void *)(src + (r0 + i) * lds + c0));
+            for (int i = 0; i < 16; i += 2) {
+                b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+                b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+            }
+            for (int g = 0; g < 16; g += 4) {
+                a[g + 0] = _mm512_unpacklo_epi64(b[g + 0], b[g + 2]);
+                a[g + 1] = _mm512_unpackhi_epi64(b[g + 0], b[g + 2]);
+                a[g + 2] = _mm512_unpacklo_epi64(b[g + 1], b[g + 3]);
+                a[g + 3] = _mm512_unpackhi_epi64(b[g + 1], b[g + 3]);
+            }
+            /* a[4g + c], lane L = column 4L+c, rows 4g..4g+3 */
+            for (int c = 0; c < 4; c++) {
+                const __m512i x0 = a[c], x1 = a[4 + c], x2 = a[8 + c], x3 = a[12 + c];
+                const __m512i y0 = _mm512_shuffle_i32x4(x0, x1, 0x44), y1 = _mm512_shuffle_i32x4(x0, x1, 0xEE);
+                const __m512i y2 = _mm512_shuffle_i32x4(x2, x3, 0x44), y3 = _mm512_shuffle_i32x4(x2, x3, 0xEE);
+                _mm512_storeu_si512((void *)(dst + (c0 + 0 + c) * ldd + r0), _mm512_shuffle_i32x4(y0, y2, 0x88));
+                _mm512_storeu_si512((void *)(dst + (c0 + 4 + c) * ldd + r0), _mm512_shuffle_i32x4(y0, y2, 0xDD));
+                _mm512_storeu_si512((void *)(dst + (c0 + 8 + c) * ldd + r0), _mm512_shuffle_i32x4(y1, y3, 0x88));
+                _mm512_storeu_si512((void *)(dst + (c0 + 12 + c) * ldd + r0), _mm512_shuffle_i32x4(y1, y3, 0xDD));
+            }
+        }
+        for (; c0 < cols; c0++)
+            for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
+    }
+}
+
+static void z_i8_to_bf16(const int8_t *q, int n, uint16_t *dst) {
+    for (int i = 0; i < n; i += 16) {
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
+        const __m512i h = _mm512_srli_epi32(_mm512_castps_si512(f), 16); /* exact: |q| < 256 */
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(h));
+    }
+}
+
+static void z_i8_pairs_to_bf16(const int8_t *q0, const int8_t *q1, int n, uint32_t *dst) {
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
+    for (int i = 0; i < n; i += 16) {
+        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q0 + i))));
+        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q1 + i))));
+        const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(f0), 16); /* exact: |q| < 256 */
+        const __m512i hi = _mm512_and_si512(_mm512_castps_si512(f1), hi_mask);
+        _mm512_storeu_si512((void *)(dst + i), _mm512_or_si512(lo, hi));
+    }
+}
+
 static __mmask16 col_mask(int ncols, int r) {
     int v = ncols - 16 * r;
     return v >= 16 ? (__mmask16)0xffff : v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1);
@@ -79,8 +133,13 @@ AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *
 static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
                        int64_t ldc, int ncols, int accumulate) {
     int i = 0;
-    for (; i + MR <= m; i += MR)
+    for (; i + MR <= m; i += MR) {
+        /* the next block's activation rows, while this block computes */
+        const int nr = m - i - MR < MR ? m - i - MR : MR;
+        for (int r = 0; r < nr; r++)
+            for (int p = 0; p < kc; p += 16) _mm_prefetch((const char *)(A + (i + MR + r) * lda + p), _MM_HINT_T0);
         ukr_f32(MR, kc, A + i * lda, lda, B, C + i * ldc, ldc, ncols, accumulate);
+    }
     const float *a = A + i * lda;
     float *c = C + i * ldc;
     switch (m - i) {
@@ -120,9 +179,9 @@ AI void to_bf16_row(const float *a, const float *d, int n, uint16_t *dst) {
     }
 }
 
-AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B, const float *S,
+AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, int64_t lda2, const uint32_t *B, const float *S,
                      float *C, int64_t ldc, int ncols, int accumulate) {
-    /* a: mr rows of NL_HOST_KC/2 pairs; B/S point at this 32-column half of the panel. */
+    /* a: mr rows of BF16 pairs, lda2 pairs apart; B/S point at this 32-column half of the panel. */
     __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -138,7 +197,7 @@ AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B,
 #pragma GCC unroll 6
             for (int i = 0; i < MR; i++) {
                 if (i >= mr) break;
-                const __m512bh av = as_bh(_mm512_set1_epi32((int)a[i * (NL_HOST_KC / 2) + p2]));
+                const __m512bh av = as_bh(_mm512_set1_epi32((int)a[i * lda2 + p2]));
                 t[i][0] = _mm512_dpbf16_ps(t[i][0], av, b0);
                 t[i][1] = _mm512_dpbf16_ps(t[i][1], av, b1);
             }
@@ -155,13 +214,15 @@ AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, const uint32_t *B,
     store_tile(acc, mr, 2, C, ldc, ncols, accumulate);
 }
 
-static void z_gemm_bf16_fwd(int m, int kc, const float *A, int64_t lda, const uint32_t *B,
+static void z_gemm_bf16_fwd(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
                             const float *S, float *C, int64_t ldc, int ncols, int accumulate) {
-    uint32_t abuf[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
+    const int64_t lda2 = lda / 2; /* in pairs */
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
-        for (int i = 0; i < mr; i++)
-            to_bf16_row(A + (i0 + i) * lda, NULL, kc, (uint16_t *)(abuf + i * (NL_HOST_KC / 2)));
+        const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);
+        const int nr = m - i0 - MR < MR ? m - i0 - MR : MR;
+        for (int r = 0; r < nr; r++)
+            for (int p = 0; p < kc; p += 32) _mm_prefetch((const char *)(A + (i0 + MR + r) * lda + p), _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
             const int nc = ncols - 32 * h;
             if (nc <= 0) break;
@@ -169,14 +230,41 @@ static void z_gemm_bf16_fwd(int m, int kc, const float *A, int64_t lda, const ui
             const uint32_t *b = B + 32 * h;
             const float *s = S + 32 * h;
             switch (mr) {
-            case 6: ukr_bf16_fwd(6, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 5: ukr_bf16_fwd(5, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 4: ukr_bf16_fwd(4, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 3: ukr_bf16_fwd(3, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            case 2: ukr_bf16_fwd(2, kc, abuf, b, s, c, ldc, nc, accumulate); break;
-            default: ukr_bf16_fwd(1, kc, abuf, b, s, c, ldc, nc, accumulate); break;
+            case 6: ukr_bf16_fwd(6, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 5: ukr_bf16_fwd(5, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 4: ukr_bf16_fwd(4, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 3: ukr_bf16_fwd(3, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            case 2: ukr_bf16_fwd(2, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
+            default: ukr_bf16_fwd(1, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
             }
         }
+    }
+}
+
+static void z_to_bf16(const float *src, int n, uint16_t *dst) {
+    int i = 0;
+    for (; i + 32 <= n; i += 32) to_bf16_row(src + i, NULL, 32, dst + i);
+    for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
+}
+
+/* One activation row for the BWD kernel: a0 = bf16(x·D0), a1 = bf16(x·D1), zero-padded to a
+ * multiple of 32 (one pass over x). */
+AI void prep_bwd_row(const float *x, const float *D0, const float *D1, int n, uint16_t *a0,
+                     uint16_t *a1, const float *next) {
+    int p = 0;
+    for (; p + 32 <= n; p += 32) {
+        _mm_prefetch((const char *)(next + p), _MM_HINT_T0); /* the row MR rows below */
+        _mm_prefetch((const char *)(next + p + 16), _MM_HINT_T0);
+        const __m512 lo = _mm512_loadu_ps(x + p), hi = _mm512_loadu_ps(x + p + 16);
+        bh512 u0, u1;
+        u0.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D0 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D0 + p)));
+        u1.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D1 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D1 + p)));
+        _mm512_storeu_si512((void *)(a0 + p), u0.i);
+        _mm512_storeu_si512((void *)(a1 + p), u1.i);
+    }
+    if (p < n) {
+        to_bf16_row(x + p, D0 + p, n - p, a0 + p);
+        to_bf16_row(x + p, D1 + p, n - p, a1 + p);
     }
 }
 
@@ -215,10 +303,10 @@ static void z_gemm_bf16_bwd(int m, int kc, const float *A, int64_t lda, const fl
     const int kp = (kc + 1) / 2;
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
-        for (int i = 0; i < mr; i++) {
-            to_bf16_row(A + (i0 + i) * lda, D0, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)));
-            to_bf16_row(A + (i0 + i) * lda, D1, kc, (uint16_t *)(a1 + i * (NL_HOST_KC / 2)));
-        }
+        for (int i = 0; i < mr; i++)
+            prep_bwd_row(A + (i0 + i) * lda, D0, D1, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)),
+                         (uint16_t *)(a1 + i * (NL_HOST_KC / 2)),
+                         A + (i0 + i + (i0 + i + MR < m ? MR : 0)) * lda);
         float *c = C + i0 * ldc;
         switch (mr) {
         case 6: ukr_bf16_bwd(6, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
@@ -239,5 +327,9 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gemm_f32 = z_gemm_f32,
     .gemm_bf16_fwd = z_gemm_bf16_fwd,
     .gemm_bf16_bwd = z_gemm_bf16_bwd,
+    .to_bf16 = z_to_bf16,
+    .transpose32 = z_transpose32,
+    .i8_to_bf16 = z_i8_to_bf16,
+    .i8_pairs_to_bf16 = z_i8_pairs_to_bf16,
 };
 #endif

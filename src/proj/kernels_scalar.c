@@ -1,5 +1,7 @@
 /* proj/kernels_scalar: the portable kernel set (any CPU) and the block decoders every set
- * shares. Block layouts: ../../shared/ref/formats.md §1. */
+ * shares. Block layouts: ../../shared/ref/formats.md §1. F16, Q8_0 and Q4_0 have their own
+ * decoders here (the values equal model/quant's to_float bit for bit: exact widening and
+ * (float)q*d); every other block type goes through model/quant's to_float. */
 #include <string.h>
 
 #include "proj/kernels.h"
@@ -32,8 +34,12 @@ uint16_t nl_host_f32_to_bf16(float f) {
 }
 
 int nl_host_type_ok(int type) {
-    return type == NL_TYPE_F32 || type == NL_TYPE_F16 || type == NL_TYPE_BF16 ||
-           type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0 || type == NL_TYPE_Q4_K;
+    if (type == NL_TYPE_F32 || type == NL_TYPE_F16 || type == NL_TYPE_BF16 || type == NL_TYPE_Q8_0 ||
+        type == NL_TYPE_Q4_0)
+        return 1;
+    /* any other block type model/quant decodes (Q4_K, Q6_K): its to_float, block by block */
+    const nl_type_traits *tr = nl_type_get(type);
+    return tr && tr->to_float && tr->blck > 1 && tr->blck <= 256;
 }
 
 int nl_host_type_int(int type) { return type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0; }
@@ -53,36 +59,6 @@ void nl_host_decode_int_block(int type, const void *block, int8_t *q, float *d) 
     }
 }
 
-/* Q4_K: 256 elements, 144 bytes { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }. */
-static void scale_min_k4(int j, const uint8_t *sc, uint8_t *s, uint8_t *m) {
-    if (j < 4) {
-        *s = sc[j] & 63;
-        *m = sc[j + 4] & 63;
-    } else {
-        *s = (uint8_t)((sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4));
-        *m = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-    }
-}
-
-static void decode_q4_k(const uint8_t *blk, float *y) {
-    uint16_t hd, hm;
-    memcpy(&hd, blk, 2);
-    memcpy(&hm, blk + 2, 2);
-    const float d = nl_host_f16_to_f32(hd), dmin = nl_host_f16_to_f32(hm);
-    const uint8_t *scales = blk + 4, *q = blk + 16;
-    for (int is = 0; is < 8; is += 2) {
-        uint8_t s, m;
-        scale_min_k4(is, scales, &s, &m);
-        const float d1 = d * s, m1 = dmin * m;
-        scale_min_k4(is + 1, scales, &s, &m);
-        const float d2 = d * s, m2 = dmin * m;
-        for (int l = 0; l < 32; l++) y[l] = d1 * (float)(q[l] & 0xf) - m1;
-        for (int l = 0; l < 32; l++) y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
-        y += 64;
-        q += 32;
-    }
-}
-
 /* One block (blck elements) of a block type into out. */
 static void decode_block(const nl_host_kernels *ks, int type, const uint8_t *blk, float *out) {
     if (type == NL_TYPE_Q8_0) {
@@ -93,7 +69,7 @@ static void decode_block(const nl_host_kernels *ks, int type, const uint8_t *blk
         nl_host_decode_int_block(type, blk, q, &d);
         for (int i = 0; i < 32; i++) out[i] = (float)q[i] * d;
     } else {
-        decode_q4_k(blk, out);
+        nl_type_get(type)->to_float(blk, out, nl_type_get(type)->blck);
     }
 }
 
@@ -111,8 +87,9 @@ void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64
         return;
     default: break;
     }
-    const int blck = type == NL_TYPE_Q4_K ? 256 : 32;
-    const size_t bytes = type == NL_TYPE_Q8_0 ? 34 : type == NL_TYPE_Q4_0 ? 18 : 144;
+    const nl_type_traits *tr = nl_type_get(type);
+    const int blck = tr->blck;
+    const size_t bytes = tr->bytes;
     if (type == NL_TYPE_Q8_0 && k0 % 32 == 0 && n % 32 == 0) {
         ks->dq_q8_0((const nl_block_q8_0 *)(r + (size_t)(k0 / 32) * bytes), dst, n / 32);
         return;

@@ -8,6 +8,7 @@
 #include "nn/gdn.h"
 #include "nn/lora.h"
 #include "nn/nn.h"
+#include "train/budget.h"
 #include "util/util.h"
 
 /* ---- one layer's saved intermediates, carved out of one allocation ---- */
@@ -404,17 +405,17 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     float *dx = xs + (size_t)(nL + 1) * n;
     for (int t = 0; t < T; t++) pos[t] = t;
     if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, xs)) goto done;
-    /* Keep the intermediates of the LAST layers first: their backward runs first, so the
-     * memory they hold is released earliest. */
-    uint64_t budget = want_grad ? g->act_budget : 0, used = 0;
+    /* Which layers keep their intermediates: train/budget's plan (later layers first). */
+    unsigned char *keep = nl_calloc((size_t)nL, 1);
+    uint64_t *lb = nl_malloc((size_t)nL * sizeof *lb);
+    if (!keep || !lb) { free(keep); free(lb); goto done; }
+    for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
+    nl_act_plan plan;
+    int prc = nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan);
+    free(lb);
+    if (prc) { free(keep); goto done; }
     g->n_kept = g->n_recomputed = 0;
-    char *keep = nl_calloc((size_t)nL, 1);
-    if (!keep) goto done;
-    for (int l = nL - 1; l >= 0; l--) {
-        uint64_t b = nl_graph_layer_bytes(g, l, T);
-        if (used + b <= budget) { keep[l] = 1; used += b; }
-    }
-    g->peak_cache_bytes = used;
+    g->peak_cache_bytes = plan.peak_bytes;
     for (int l = 0; l < nL; l++) {
         layer_cache c;
         if (cache_alloc(g, l, T, &c)) { free(keep); goto done; }

@@ -1,6 +1,7 @@
 /* The training loop; see trainer.h. */
 #include "train/trainer.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,9 +13,12 @@
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"
+#include "train/budget.h"
 #include "train/checkpoint.h"
 #include "train/graph.h"
 #include "train/optim.h"
+#include "train/pacing.h"
+#include "train/signals.h"
 #include "util/util.h"
 
 void nl_train_defaults(nl_train_opts *o) {
@@ -51,10 +55,40 @@ typedef struct {
     float *grads, *mom, *vel;
     FILE *log;
     int ds_loaded, pk_loaded;
+    nl_pacer pacer;
+    int pacer_ok;
+    int stop_in_pause;      /* a stop was requested while paused: abort the step */
 } trainer;
+
+#define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
+
+static int pace_hook(void *user) {
+    trainer *t = user;
+    int r = nl_pacer_check(&t->pacer);
+    if (r == 1) { t->stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
+    return r;
+}
+
+static void pace_log(void *user, const char *msg) {
+    FILE *f = user;
+    if (f) fprintf(f, "%s\n", msg);
+}
+
+/* A fresh run must not silently replace the commits of another run. */
+static int dir_has_commits(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "commit-", 7)) found = 1;
+    closedir(d);
+    return found;
+}
 
 static void trainer_free(trainer *t) {
     if (t->log && t->log != stdout) fclose(t->log);
+    if (t->pacer_ok) nl_pacer_free(&t->pacer);
     nl_batcher_free(t->bt);
     if (t->pk_loaded) nl_packing_free(&t->pk);
     if (t->ds_loaded) nl_dataset_free(&t->ds);
@@ -82,17 +116,6 @@ static uint64_t config_hash(const nl_train_opts *o, const nl_adapter *ad, uint64
     const char *tmpl = o->chat_template ? o->chat_template : "";
     nl_hasher_update(&h, tmpl, strlen(tmpl));
     return nl_hasher_final(&h);
-}
-
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -148,6 +171,24 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     t.svc = nl_proj_service_new(&o->proj);
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
+    {
+        nl_thermal_provider prov;
+        if (nl_thermal_open(&prov, o->thermal ? o->thermal : "auto", o->thermal_status_file, o->battery_temp_file)) goto done;
+        nl_pacer_cfg pc;
+        nl_pacer_defaults(&pc);
+        pc.enabled = !(o->thermal && !strcmp(o->thermal, "off")) || o->thermal_status_file || o->battery_temp_file;
+        pc.log = pace_log;
+        pc.log_ctx = o->progress;
+        pc.should_stop = nl_stop_poll;
+        if (nl_pacer_init(&t.pacer, &pc, &prov)) goto done;
+        t.pacer_ok = 1;
+        t.rt.pace = pace_hook;
+        t.rt.pace_user = &t;
+    }
+    if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
+        nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
+        goto done;
+    }
 
     nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t.m->hp.n_vocab};
     if (nl_dataset_load(o->data, t.m->tok, &dopt, &t.ds)) goto done;
@@ -194,9 +235,10 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         t.log = fopen(o->log_json, o->resume ? "a" : "w");
         if (!t.log) { nl_err("%s: cannot open for writing: %s", o->log_json, strerror(errno)); goto done; }
     }
-    uint64_t avail = mem_available();
-    uint64_t budget = o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : UINT64_MAX;
-    if (avail && budget > avail / 2) budget = avail / 2;
+    /* activation budget = min(--act-budget-mb, MemAvailable less a reserve for everything else) */
+    uint64_t budget = nl_act_budget_bytes(o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : 0,
+                                          nl_mem_available_bytes(), (uint64_t)512 << 20);
+    if (o->act_budget_mb == 0) budget = 0;
     nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = t.grads, .dropout = o->dropout, .seed = o->seed,
                   .act_budget = budget};
     nl_schedule sched = {.kind = o->cosine ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = o->lr, .warmup_steps = o->warmup};
@@ -209,10 +251,14 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     int first_step = step, steps_this_run = 0;
     double run_start = nl_now();
     int64_t run_tokens = 0;
+    nl_signals_install();
+    nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
     while (step < total) {
         const int *idx;
         int nseq;
+        prev_cursor = nl_batcher_cursor(t.bt);
         if (nl_batcher_next(t.bt, &idx, &nseq)) goto done;
+        double paused0 = t.pacer.paused_seconds;
         double t0 = nl_now();
         nl_proj_stats st0;
         nl_proj_get_stats(t.svc, &st0);
@@ -231,10 +277,25 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
             double ls;
             int r = nl_graph_seq(&g, sq->ids, rows, sq->n_tokens, inv_n, &ls);
             free(rows);
+            if (r && t.stop_in_pause) break;
             if (r) goto done;
             loss_sum += ls;
             g.tok_base += sq->n_tokens;
             n_tokens += sq->n_tokens;
+        }
+        if (t.stop_in_pause) {
+            /* Stopped inside a pause: this step is abandoned; the state is that of the last
+             * finished step, and the data cursor goes back to this batch. */
+            if (nl_batcher_seek(t.bt, prev_cursor)) goto done;
+            res->stopped = 1;
+            if (o->checkpoint_dir && step > 0) {
+                nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
+                              .epoch = (uint64_t)prev_cursor.epoch, .index = (uint64_t)prev_cursor.index,
+                              .rank = (uint32_t)t.ad->rank, .alpha = t.ad->alpha, .n_params = np,
+                              .params = t.ad->params, .m = t.mom, .v = t.vel};
+                if (nl_ckpt_commit(o->checkpoint_dir, &ck, NULL)) goto done;
+            }
+            break;
         }
         double loss = n_targets ? loss_sum / (double)n_targets : 0.0;
         if (!isfinite(loss)) {
@@ -263,7 +324,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         if (step == first_step + 1) res->first_loss = loss;
         res->last_loss = loss;
         int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == total);
-        int stop = o->stop_after > 0 && steps_this_run >= o->stop_after;
+        int stop = (o->stop_after > 0 && steps_this_run >= o->stop_after) || nl_stop_requested();
         if (o->checkpoint_dir && stop) commit = 1;
         if (commit) {
             nl_data_cursor cur = nl_batcher_cursor(t.bt);
@@ -275,23 +336,25 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         if (t.log) {
             fprintf(t.log, "{\"step\": %d, \"loss\": %.6f, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
                            "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.6g, \"grad_norm\": %.6g}\n",
-                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, 0.0, aw.lr, gnorm);
+                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, t.pacer.paused_seconds - paused0, aw.lr, gnorm);
             fflush(t.log);
         }
         if (o->progress) {
             double el = nl_now() - run_start, tps = el > 0 ? (double)run_tokens / el : 0.0;
             char eta[32];
             fmt_eta(el / steps_this_run * (total - step), eta, sizeof eta);
-            fprintf(o->progress, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s  running%s\n", step, total, loss, tps, eta,
-                    commit ? "  (committed)" : "");
+            fprintf(o->progress, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, total, loss, tps, eta,
+                    t.pacer.paused_seconds > paused0 ? "paused" : "running", commit ? "  (committed)" : "");
         }
         if (stop) { res->stopped = 1; break; }
     }
     if (nl_adapter_save(t.ad, t.m, o->out)) goto done;
+    res->paused_seconds = t.pacer.paused_seconds;
     res->steps_done = step;
     res->total_steps = total;
     rc = 0;
 done:
+    nl_signals_restore();
     res->seconds = nl_now() - t_start;
     trainer_free(&t);
     return rc;

@@ -1,0 +1,204 @@
+/* data/dataset: JSONL training/eval data -> token sequences with per-token loss targets,
+ * chat templates (ChatML, Llama-3) without a Jinja engine, and the length-class packing and
+ * deterministic, resumable batch order the trainer walks.
+ *
+ * ---- Lines ----
+ * Each non-blank line of the file is one JSON object (strict RFC 8259, see json.h) in one of
+ * four formats. target[i] = 1 means ids[i] is a loss target predicted from ids[0..i);
+ * target[0] is always 0 (nothing precedes it). "BOS" below means: the tokenizer's BOS id,
+ * added only when nl_tokenizer_add_bos() says so.
+ *
+ *  {"prompt": P, "completion": C}
+ *      BOS + tok(P) + tok(C) + EOS. P and C are tokenized SEPARATELY and concatenated (so the
+ *      completion's tokens are the ones a model emits after the prompt, whatever the text at
+ *      the seam), neither with special-token parsing. Targets: tok(C) and the EOS (the
+ *      tokenizer's EOS, or EOT when it has no EOS). C must not be empty; P may be.
+ *  {"messages": [{"role": R, "content": S}, ...]}
+ *      The chat template (below), BOS first. R is "system", "user" or "assistant". Targets:
+ *      every assistant content token and that turn's end-of-turn token (<|im_end|> /
+ *      <|eot_id|>); never the template's own header tokens or the "\n" after <|im_end|>.
+ *      At least one assistant message is required (unless the line has choices).
+ *  {"text": S}
+ *      BOS + tok(S); every token is a target except the first. No EOS is appended.
+ *  {"tokens": [ids...], "loss_mask": [0|1...]}
+ *      Taken as is: no BOS, ids in [0, n_vocab). target[i] = loss_mask[i] for i >= 1;
+ *      loss_mask[0] is ignored; without loss_mask every token but the first is a target.
+ *      loss_mask must have exactly as many entries as tokens.
+ * Any other key is an error (a typo such as "completon" is caught, not ignored), as is a
+ * line with keys of two formats. Every line must end up with at least one target token.
+ *
+ * ---- Labelled multiple choice ----
+ * Any line may add "choices": [c0, c1, ...] (at least 2; strings, or for a tokens line
+ * arrays of token ids) and "answer": the correct choice, given as a 0-based index or as a
+ * string equal to one of the choices. A prompt line with choices may give "completion"
+ * instead of (or as well as, if they agree) "answer": it must equal one of the choices.
+ * Such a line is an evaluation item: its context ("prompt") is
+ *      prompt line:   BOS + tok(P)
+ *      messages line: the rendered conversation + the generation prompt (the conversation
+ *                     must not end with an assistant message)
+ *      text line:     BOS + tok(S)
+ *      tokens line:   the tokens (loss_mask is not allowed)
+ * each choice is tok(choice) tokenized separately as a continuation (nothing appended), and
+ * the example's sequence is context + the correct choice with targets on the choice only
+ * (so ids[0..n_prompt) is the context). Accuracy = the choice with the highest summed
+ * log-likelihood after the context.
+ *
+ * ---- Errors ----
+ * Every error reads "file:line:column: message" (column = 1-based byte column in the line of
+ * the offending JSON value) and loading stops with -1. A file with no examples is an error.
+ * A UTF-8 byte order mark at the start of the file is skipped; "\r\n" line ends are fine.
+ *
+ * ---- Chat templates ----
+ *  chatml (Qwen2/3/3.5): per message "<|im_start|>{role}\n{content}<|im_end|>\n",
+ *          generation prompt "<|im_start|>assistant\n".
+ *  llama3: per message "<|start_header_id|>{role}<|end_header_id|>\n\n{trim(content)}<|eot_id|>",
+ *          generation prompt "<|start_header_id|>assistant<|end_header_id|>\n\n"; BOS from the
+ *          tokenizer (add_bos). trim = leading/trailing ASCII whitespace.
+ * The template's marker tokens are emitted by id (looked up by text in the vocabulary, which
+ * must have them); the text between markers is tokenized without special-token parsing, so
+ * the result equals tokenizing the rendered text with parse_special except that user text
+ * can never inject a control token, and message content is tokenized on its own (exactly as
+ * a model would generate it after the header). Chosen by name ("chatml", "llama3") or, with
+ * no name / "auto", from the GGUF's tokenizer.chat_template text: contains "<|im_start|>" ->
+ * chatml, "<|start_header_id|>" -> llama3; anything else is an error asking for a name. The
+ * Qwen3 HF "thinking off" block is not inserted (llama.cpp's own chatml does not either).
+ *
+ * ---- Packing ----
+ * One example per sequence (attention is plain causal, so examples are never packed
+ * together). nl_pack gives each example its length class (the smallest bucket >= its length;
+ * max_ctx acts as the last bucket) and applies the overlong policy. nl_batcher walks the
+ * sequences in a per-epoch order (file order, or a shuffle that depends only on
+ * (seed, epoch)) and cuts batches of at most batch_tokens tokens (a longer sequence is a batch
+ * by itself). Its cursor (epoch, index) is all a checkpoint needs to resume exactly. */
+#ifndef NL_DATASET_H
+#define NL_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/tokenizer.h"
+
+typedef enum {
+    NL_LINE_PROMPT = 0,   /* prompt + completion */
+    NL_LINE_MESSAGES,
+    NL_LINE_TEXT,
+    NL_LINE_TOKENS,
+} nl_line_format;
+
+typedef struct {
+    int32_t *ids;          /* n_tokens token ids */
+    uint8_t *target;       /* n_tokens flags: 1 = ids[i] is a loss target; target[0] == 0 */
+    int n_tokens;
+    int n_targets;         /* count of target[i] == 1 */
+    int line;              /* 1-based line in the source file */
+    nl_line_format format;
+    /* Labelled multiple choice (n_choices == 0: none). The context is ids[0..n_prompt). */
+    int n_prompt;
+    int n_choices;
+    int32_t **choice_ids;  /* n_choices arrays */
+    int *choice_len;       /* their lengths (>= 1) */
+    int answer;            /* index of the correct choice; -1 when n_choices == 0 */
+} nl_example;
+
+typedef struct {
+    char *path;            /* label used in errors (owned) */
+    nl_example *ex;        /* n examples in file order (owned) */
+    int n;
+    int64_t n_tokens, n_targets; /* totals */
+} nl_dataset;
+
+typedef struct {
+    const char *chat_template; /* NULL or "auto": from the tokenizer; "chatml"; "llama3" */
+    int n_vocab;               /* id range for tokens lines when tok == NULL (0: unchecked) */
+} nl_data_opts;
+
+/* Load a JSONL file. tok may be NULL, then only tokens lines are accepted (ids checked against
+ * opts->n_vocab when > 0). opts may be NULL (defaults). On error: -1, error slot set,
+ * *out left empty. */
+int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opts *opts,
+                    nl_dataset *out);
+/* Same over a caller's buffer; `label` stands for the file name in errors. */
+int nl_dataset_load_buffer(const char *buf, size_t len, const char *label,
+                           const nl_tokenizer *tok, const nl_data_opts *opts, nl_dataset *out);
+void nl_dataset_free(nl_dataset *ds);
+
+/* ---- chat templates ---- */
+typedef enum { NL_TMPL_NONE = 0, NL_TMPL_CHATML, NL_TMPL_LLAMA3 } nl_chat_tmpl;
+
+typedef struct {
+    const char *role;      /* "system", "user" or "assistant" (NUL-terminated) */
+    const char *content;   /* UTF-8, content_len bytes */
+    size_t content_len;
+} nl_chat_msg;
+
+/* Pick a template: `name` ("chatml", "llama3"; NULL/""/"auto" = detect) wins over the
+ * detection from `gguf_template` (tokenizer.chat_template text, may be NULL). */
+int nl_chat_template_pick(const char *name, const char *gguf_template, nl_chat_tmpl *out);
+const char *nl_chat_template_name(nl_chat_tmpl t);
+
+/* The template as text (no BOS), for display and tests. *text is malloc'd, NUL-terminated. */
+int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
+                   char **text, size_t *text_len);
+
+/* Tokens of a conversation (BOS if the tokenizer adds one), with targets on assistant content
+ * and its end-of-turn token (target may be NULL). *ids / *target are malloc'd. */
+int nl_chat_tokenize(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs,
+                     bool add_generation_prompt, int32_t **ids, uint8_t **target, int *n_ids);
+
+/* For `nightlora generate`: one user message + the generation prompt, as tokens, with the
+ * template picked as nl_chat_template_pick(tmpl_name, tokenizer's template). */
+int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user,
+                          size_t user_len, int32_t **ids, int *n_ids);
+
+/* ---- packing and batch order ---- */
+typedef enum { NL_OVERLONG_TRUNCATE = 0, NL_OVERLONG_REFUSE } nl_overlong;
+
+typedef struct {
+    const int32_t *ids;    /* borrowed from the dataset */
+    const uint8_t *target; /* borrowed */
+    int n_tokens;          /* <= max_ctx (after truncation) */
+    int n_targets;
+    int bucket;            /* length class: smallest bucket >= n_tokens */
+    int example;           /* index into the dataset */
+} nl_seq;
+
+typedef struct {
+    nl_seq *seq;           /* owned; in file order */
+    int n;
+    int n_truncated;       /* examples cut to max_ctx */
+    int n_dropped;         /* examples left with no target after truncation (not in seq) */
+} nl_packing;
+
+/* buckets: ascending lengths (values > max_ctx are ignored; max_ctx is always the last
+ * class). REFUSE: an example longer than max_ctx is an error "file:line:1: ...". TRUNCATE:
+ * keep its first max_ctx tokens; if no target remains it is dropped and counted. Error if
+ * no sequence remains. */
+int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx,
+            nl_overlong policy, nl_packing *out);
+void nl_packing_free(nl_packing *p);
+
+typedef struct {
+    int64_t epoch;         /* 0-based */
+    int64_t index;         /* position in that epoch's order of the next sequence */
+} nl_data_cursor;
+
+/* The order of epoch `epoch`: perm[k] = sequence index at position k (n entries). Identity
+ * when !shuffle; otherwise a Fisher-Yates shuffle driven by a counter-based hash of
+ * (seed, epoch, k), so it is the same on every run and machine. */
+void nl_data_order(int n, uint64_t seed, int64_t epoch, bool shuffle, int *perm);
+
+typedef struct nl_batcher nl_batcher;
+
+/* Walks `p` (borrowed; must outlive the batcher). batch_tokens >= 1. */
+nl_batcher *nl_batcher_new(const nl_packing *p, uint64_t seed, bool shuffle, int batch_tokens);
+void nl_batcher_free(nl_batcher *b);
+/* Resume at a cursor saved by nl_batcher_cursor (index <= n). */
+int nl_batcher_seek(nl_batcher *b, nl_data_cursor cur);
+nl_data_cursor nl_batcher_cursor(const nl_batcher *b);
+/* Next batch: *seq_idx points at *n_seq indices into p->seq (valid until the next call).
+ * A batch never spans two epochs; after the last batch of an epoch the cursor is
+ * (epoch + 1, 0). */
+int nl_batcher_next(nl_batcher *b, const int **seq_idx, int *n_seq);
+
+#endif

@@ -1,0 +1,472 @@
+/* model/model + mkmodel: synthetic tiny models of every arch/type load back with the expected
+ * hyper-parameters and projections; generation is deterministic in the seed; malformed models
+ * (missing key, wrong shape, unknown arch, ...) give the specific error. */
+#include <sys/stat.h>
+
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "test.h"
+#include "util/util.h"
+
+static int has(const char *s) { return strstr(nl_last_error(), s) != NULL; }
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = nl_read_file(a, &la), *y = nl_read_file(b, &lb);
+    int same = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static void check_hparams_equal(const nl_hparams *a, const nl_hparams *b, const char *what) {
+    CHECKF(a->n_vocab == b->n_vocab && a->n_embd == b->n_embd && a->n_layer == b->n_layer && a->n_ff == b->n_ff, "%s dims", what);
+    CHECKF(a->n_head == b->n_head && a->n_head_kv == b->n_head_kv && a->head_dim == b->head_dim && a->n_rot == b->n_rot, "%s heads", what);
+    CHECKF(a->n_ctx_train == b->n_ctx_train && a->rope_base == b->rope_base && a->rms_eps == b->rms_eps, "%s rope/eps", what);
+    CHECKF(a->rope_freq_scale == b->rope_freq_scale && a->rope_neox == b->rope_neox, "%s rope mode", what);
+    CHECKF(a->ssm_d_conv == b->ssm_d_conv && a->ssm_d_state == b->ssm_d_state && a->ssm_n_group == b->ssm_n_group &&
+               a->ssm_dt_rank == b->ssm_dt_rank && a->ssm_d_inner == b->ssm_d_inner && a->full_attn_interval == b->full_attn_interval,
+           "%s ssm", what);
+}
+
+static void test_tiny_models(void) {
+    const int types[3] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_Q8_0};
+    for (int a = 0; a < NL_ARCH_COUNT; a++)
+        for (int ti = 0; ti < 3; ti++) {
+            char path[64], what[64];
+            snprintf(path, sizeof path, "test_model_%s_%s.gguf", nl_arch_name((nl_arch)a), nl_type_name(types[ti]));
+            snprintf(what, sizeof what, "%s/%s", nl_arch_name((nl_arch)a), nl_type_name(types[ti]));
+            CHECKF(nl_mkmodel((nl_arch)a, "tiny", types[ti], 7, path) == 0, "%s: %s", what, nl_last_error());
+            if (types[ti] == NL_TYPE_F32) CHECKF(file_size(path) > 0 && file_size(path) <= 2 * 1024 * 1024, "%s: %ld bytes", what, file_size(path));
+            nl_model *m = nl_model_load(path);
+            CHECKF(m != NULL, "%s: %s", what, nl_last_error());
+            if (!m) continue;
+            nl_hparams want;
+            CHECK(nl_mkmodel_hparams((nl_arch)a, "tiny", &want) == 0);
+            check_hparams_equal(&m->hp, &want, what);
+            const nl_hparams *hp = &m->hp;
+            CHECK((int)m->arch == a && m->tied_head && m->hp.n_embd == 64 && m->hp.n_vocab == 512);
+            CHECK(hp->rope_neox == (a != NL_ARCH_LLAMA));
+            CHECK(m->rope_freqs == NULL);
+            int n_recurrent = 0, expect_projs = 2;
+            for (int il = 0; il < hp->n_layer; il++) {
+                const nl_layer *L = &m->layers[il];
+                n_recurrent += L->recurrent;
+                expect_projs += L->recurrent ? 8 : 7;
+                CHECK(L->attn_norm && L->ffn_norm && L->attn_norm[0] == 1.0f && L->ffn_norm[hp->n_embd - 1] == 1.0f);
+                if (a == NL_ARCH_QWEN35) {
+                    CHECKF(L->recurrent == (il % 2 == 0), "%s layer %d recurrent", what, il); /* interval 2 */
+                } else {
+                    CHECK(!L->recurrent);
+                }
+                if (L->recurrent) {
+                    int Hv = hp->ssm_dt_rank, conv_dim = 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+                    CHECK(L->ssm_conv && L->ssm_dt_bias && L->ssm_a && L->ssm_norm && !L->q_norm);
+                    int ok = 1;
+                    for (int h = 0; h < Hv; h++) ok &= L->ssm_a[h] <= -1.0f && L->ssm_a[h] >= -16.0f && fabsf(L->ssm_dt_bias[h]) < 1.0f;
+                    CHECK(ok);
+                    double s2 = 0;
+                    for (int i = 0; i < conv_dim * hp->ssm_d_conv; i++) s2 += (double)L->ssm_conv[i] * L->ssm_conv[i];
+                    s2 = sqrt(s2 / (conv_dim * hp->ssm_d_conv));
+                    CHECKF(s2 > 0.1 && s2 < 0.3, "conv std %g", s2);
+                    CHECK(L->ssm_norm[0] == 1.0f);
+                    for (int k = NL_P_QKV; k <= NL_P_OUT; k++) CHECK(L->p[k] >= 0);
+                    CHECK(L->p[NL_P_Q] == -1 && L->p[NL_P_O] == -1);
+                } else {
+                    for (int k = NL_P_Q; k <= NL_P_O; k++) CHECK(L->p[k] >= 0);
+                    CHECK(L->p[NL_P_QKV] == -1);
+                    CHECK((L->q_norm != NULL) == (a != NL_ARCH_LLAMA));
+                }
+                for (int k = NL_P_GATE; k <= NL_P_DOWN; k++) CHECK(L->p[k] >= 0);
+            }
+            CHECK(n_recurrent == (a == NL_ARCH_QWEN35 ? 2 : 0));
+            CHECKF(m->n_projs == expect_projs, "%s: %d projs, expected %d", what, m->n_projs, expect_projs);
+            /* every projection: shape, class and type as written */
+            for (int p = 0; p < m->n_projs; p++) {
+                const nl_proj_desc *d = &m->projs[p];
+                CHECK(d->w && d->w->ne[0] == d->n_in && d->w->ne[1] == d->n_out && d->w->type == types[ti]);
+                nl_proj_class want_cls = d->kind <= NL_P_O ? NL_CLASS_ATTN : d->kind <= NL_P_DOWN ? NL_CLASS_MLP
+                                       : d->kind <= NL_P_OUT ? NL_CLASS_RECURRENT : d->kind == NL_P_OUTPUT ? NL_CLASS_HEAD : NL_CLASS_EMBED;
+                CHECK(d->cls == want_cls);
+                if (d->layer >= 0) CHECK(nl_model_proj(m, d->layer, d->kind) == p);
+            }
+            const nl_proj_desc *e = &m->projs[m->p_embed], *o = &m->projs[m->p_output];
+            CHECK(e->kind == NL_P_EMBED && e->layer == -1 && e->n_in == 64 && e->n_out == 512 && strcmp(e->name, "token_embd.weight") == 0);
+            CHECK(o->kind == NL_P_OUTPUT && o->cls == NL_CLASS_HEAD && o->w == e->w); /* tied */
+            CHECK(nl_model_proj(m, -1, NL_P_OUTPUT) == m->p_output && nl_model_proj(m, 99, NL_P_Q) == -1);
+            int l0 = a == NL_ARCH_QWEN35 ? 1 : 0; /* an attention layer */
+            const nl_proj_desc *q = &m->projs[m->layers[l0].p[NL_P_Q]];
+            CHECK(q->n_in == 64 && q->n_out == (a == NL_ARCH_QWEN35 ? 2 * 64 : 64) && q->layer == l0);
+            const nl_proj_desc *k = &m->projs[m->layers[l0].p[NL_P_K]];
+            CHECK(k->n_out == 32 && k->cls == NL_CLASS_ATTN);
+            const nl_proj_desc *dn = &m->projs[m->layers[l0].p[NL_P_DOWN]];
+            CHECK(dn->n_in == 160 && dn->n_out == 64 && dn->cls == NL_CLASS_MLP);
+            if (a == NL_ARCH_QWEN35) {
+                const nl_proj_desc *qkv = &m->projs[m->layers[0].p[NL_P_QKV]];
+                CHECK(qkv->n_out == 2 * 2 * 16 + 4 * 16 && qkv->cls == NL_CLASS_RECURRENT && strcmp(qkv->name, "blk.0.attn_qkv.weight") == 0);
+                CHECK(m->projs[m->layers[2].p[NL_P_ALPHA]].n_out == 4 && m->projs[m->layers[2].p[NL_P_OUT]].n_in == 64);
+            }
+            /* weights look like N(0, 0.02) after dequantization */
+            if (types[ti] != NL_TYPE_Q8_0 || 1) {
+                const nl_proj_desc *up = &m->projs[m->layers[0].p[NL_P_UP]];
+                int64_t n = up->n_in * up->n_out;
+                float *buf = malloc((size_t)n * sizeof *buf);
+                nl_type_get(up->w->type)->to_float(up->w->data, buf, n);
+                double s = 0, s2 = 0;
+                for (int64_t i = 0; i < n; i++) s += buf[i], s2 += (double)buf[i] * buf[i];
+                double mean = s / n, sd = sqrt(s2 / n - mean * mean);
+                CHECKF(fabs(mean) < 0.002 && sd > 0.018 && sd < 0.022, "%s: mean %g sd %g", what, mean, sd);
+                free(buf);
+            }
+            /* vocabulary keys */
+            const nl_gguf *g = m->gguf;
+            const char *s;
+            CHECK(nl_gguf_get_str(g, "tokenizer.ggml.model", &s) == 0 && strcmp(s, "gpt2") == 0);
+            CHECK(nl_gguf_get_str(g, "tokenizer.ggml.pre", &s) == 0 &&
+                  strcmp(s, a == NL_ARCH_LLAMA ? "llama-bpe" : a == NL_ARCH_QWEN3 ? "qwen2" : "qwen35") == 0);
+            CHECK(nl_gguf_get_str(g, "tokenizer.chat_template", &s) == 0 &&
+                  strstr(s, a == NL_ARCH_LLAMA ? "<|start_header_id|>" : "<|im_start|>") != NULL);
+            const nl_gguf_kv *toks = nl_gguf_get(g, "tokenizer.ggml.tokens"), *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
+            const nl_gguf_kv *mg = nl_gguf_get(g, "tokenizer.ggml.merges");
+            CHECK(toks && toks->arr_n == 512 && tt && tt->arr_n == 512 && mg && mg->arr_n > 100);
+            if (toks && tt && mg && toks->arr_n == 512) {
+                CHECK(strcmp(toks->arr_str[' '], "\xc4\xa0") == 0 && strcmp(toks->arr_str['\n'], "\xc4\x8a") == 0); /* Ġ, Ċ */
+                CHECK(strcmp(toks->arr_str['A'], "A") == 0 && strcmp(toks->arr_str[0], "\xc4\x80") == 0);      /* U+0100 */
+                uint32_t bos, eot;
+                CHECK(nl_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &bos) == 0 && nl_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &eot) == 0);
+                CHECK(strcmp(toks->arr_str[bos], a == NL_ARCH_LLAMA ? "<|begin_of_text|>" : "<|endoftext|>") == 0);
+                CHECK(strcmp(toks->arr_str[eot], a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0);
+                int64_t ty;
+                CHECK(nl_gguf_arr_i64(tt, bos, &ty) == 0 && ty == 3);
+                /* layout: bytes and merges NORMAL, then the CONTROL tokens, then UNUSED */
+                int stage = 0, layout_ok = 1, n_control = 0;
+                for (uint64_t i = 0; i < tt->arr_n; i++) {
+                    nl_gguf_arr_i64(tt, i, &ty);
+                    int st = ty == 1 ? 0 : ty == 3 ? 1 : ty == 5 ? 2 : 9;
+                    layout_ok &= st >= stage && st != 9 && (i >= 256 || st == 0);
+                    stage = st;
+                    n_control += ty == 3;
+                }
+                CHECK(layout_ok && n_control == (a == NL_ARCH_LLAMA ? 5 : 3));
+                bool add_bos;
+                CHECK(nl_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) == 0 && add_bos == (a == NL_ARCH_LLAMA));
+                /* every merge "l r": both halves and their concatenation are tokens */
+                int bad = 0;
+                for (uint64_t i = 0; i < mg->arr_n; i++) {
+                    char buf[128];
+                    const char *sp = strchr(mg->arr_str[i] + 1, ' ');
+                    if (!sp) { bad++; continue; }
+                    size_t ll = (size_t)(sp - mg->arr_str[i]);
+                    int fl = 0, fr = 0, fm = 0;
+                    snprintf(buf, sizeof buf, "%.*s%s", (int)ll, mg->arr_str[i], sp + 1);
+                    for (uint64_t t = 0; t < toks->arr_n; t++) {
+                        fl |= strlen(toks->arr_str[t]) == ll && strncmp(toks->arr_str[t], mg->arr_str[i], ll) == 0;
+                        fr |= strcmp(toks->arr_str[t], sp + 1) == 0;
+                        fm |= strcmp(toks->arr_str[t], buf) == 0;
+                    }
+                    bad += !(fl && fr && fm);
+                }
+                CHECKF(bad == 0, "%d bad merges", bad);
+            }
+            nl_model_free(m);
+            if (types[ti] != NL_TYPE_F32) remove(path);
+        }
+}
+
+static void test_determinism(void) {
+    CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 123, "test_model_det_a.gguf") == 0);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 123, "test_model_det_b.gguf") == 0);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 124, "test_model_det_c.gguf") == 0);
+    CHECK(same_file("test_model_det_a.gguf", "test_model_det_b.gguf"));
+    CHECK(file_size("test_model_det_a.gguf") == file_size("test_model_det_c.gguf"));
+    CHECK(!same_file("test_model_det_a.gguf", "test_model_det_c.gguf"));
+    remove("test_model_det_a.gguf");
+    remove("test_model_det_b.gguf");
+    remove("test_model_det_c.gguf");
+}
+
+static void test_presets(void) {
+    nl_hparams hp;
+    CHECK(nl_mkmodel_hparams(NL_ARCH_LLAMA, "llama3.2-1b", &hp) == 0);
+    CHECK(hp.n_embd == 2048 && hp.n_layer == 16 && hp.n_head == 32 && hp.n_head_kv == 8 && hp.head_dim == 64 && hp.n_ff == 8192);
+    CHECK(hp.n_vocab == 128256 && hp.rope_base == 500000.0f && hp.rms_eps == 1e-5f && hp.n_ctx_train == 131072 && hp.n_rot == 64);
+    CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN3, "qwen3-0.6b", &hp) == 0);
+    CHECK(hp.n_embd == 1024 && hp.n_layer == 28 && hp.n_head == 16 && hp.n_head_kv == 8 && hp.head_dim == 128 && hp.n_ff == 3072);
+    CHECK(hp.n_vocab == 151936 && hp.rope_base == 1e6f && hp.rms_eps == 1e-6f && hp.n_ctx_train == 40960 && hp.rope_neox == 1);
+    CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN35, "qwen35-0.8b", &hp) == 0);
+    CHECK(hp.n_embd == 1024 && hp.n_layer == 24 && hp.n_head == 8 && hp.n_head_kv == 2 && hp.head_dim == 256 && hp.n_rot == 64);
+    CHECK(hp.n_ff == 3584 && hp.n_vocab == 248320 && hp.rope_base == 1e7f && hp.full_attn_interval == 4 && hp.n_ctx_train == 262144);
+    CHECK(hp.ssm_n_group == 16 && hp.ssm_dt_rank == 16 && hp.ssm_d_state == 128 && hp.ssm_d_inner == 2048 && hp.ssm_d_conv == 4);
+    CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN35, "small", &hp) == 0);
+    CHECK(hp.n_layer == 8 && hp.full_attn_interval == 4 && hp.ssm_n_group == 4 && hp.ssm_dt_rank == 8 && hp.ssm_d_state == 48);
+    /* small: 10-30 M parameters */
+    for (int a = 0; a < NL_ARCH_COUNT; a++) {
+        CHECK(nl_mkmodel_hparams((nl_arch)a, "small", &hp) == 0);
+        double E = hp.n_embd, per_attn = E * hp.head_dim * hp.n_head * (a == NL_ARCH_QWEN35 ? 3 : 2) + 2 * E * hp.head_dim * hp.n_head_kv;
+        double kd = (double)hp.ssm_n_group * hp.ssm_d_state, vd = hp.ssm_d_inner;
+        double per_gdn = E * (2 * kd + vd) + E * vd + 2 * E * hp.ssm_dt_rank + vd * E, ffn = 3 * E * hp.n_ff;
+        double total = E * hp.n_vocab;
+        for (int il = 0; il < hp.n_layer; il++)
+            total += ffn + ((a == NL_ARCH_QWEN35 && (il + 1) % hp.full_attn_interval) ? per_gdn : per_attn);
+        CHECKF(total >= 10e6 && total <= 30e6, "%s small: %.1f M params", nl_arch_name((nl_arch)a), total / 1e6);
+    }
+    CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN3, "llama3.2-1b", &hp) == -1 && has("--arch llama"));
+    CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN3, "huge", &hp) == -1 && has("unknown preset 'huge'"));
+    CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q4_0, 1, "test_model_never.gguf") == -1 && has("q4_0"));
+    CHECK(file_size("test_model_never.gguf") < 0);
+}
+
+/* ---- malformed models, rewritten from a good one */
+typedef struct {
+    const char *drop_key;
+    const char *drop_tensor;
+    const char *replace_tensor; /* with the given type / shape (zeros) */
+    int r_type;
+    int64_t r_ne[2];
+    int r_ndims;
+    void (*mod)(nl_gguf_writer *w);
+    const char *add_vec; /* an extra F32 {64} tensor */
+} rewrite_t;
+
+static int rewrite(const char *src, const char *dst, const rewrite_t *r) {
+    nl_gguf *g = nl_gguf_open(src);
+    if (!g) return -1;
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    nl_gguf_copy_kvs(w, g);
+    if (r->drop_key) nl_gguf_remove_key(w, r->drop_key);
+    if (r->mod) r->mod(w);
+    void *zeros = NULL;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        if (r->drop_tensor && strcmp(t->name, r->drop_tensor) == 0) continue;
+        if (r->replace_tensor && strcmp(t->name, r->replace_tensor) == 0) {
+            int blck;
+            size_t bb;
+            nl_gguf_type_info(r->r_type, &blck, &bb);
+            size_t nb = (size_t)(r->r_ne[0] / blck) * bb * (size_t)(r->r_ndims > 1 ? r->r_ne[1] : 1);
+            zeros = calloc(1, nb);
+            nl_gguf_add_tensor(w, t->name, r->r_type, r->r_ndims, r->r_ne, zeros, false);
+            continue;
+        }
+        nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, true);
+    }
+    float extra[64] = {0};
+    int64_t ne64 = 64;
+    if (r->add_vec) nl_gguf_add_tensor(w, r->add_vec, NL_TYPE_F32, 1, &ne64, extra, false);
+    int rc = nl_gguf_write(w, dst);
+    nl_gguf_writer_free(w);
+    nl_gguf_close(g);
+    free(zeros);
+    return rc;
+}
+
+static void mod_arch_gptneox(nl_gguf_writer *w) { nl_gguf_set_str(w, "general.architecture", "gpt-neox"); }
+static void mod_linear_rope(nl_gguf_writer *w) {
+    nl_gguf_set_str(w, "llama.rope.scaling.type", "linear");
+    nl_gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f);
+}
+static void mod_yarn_rope(nl_gguf_writer *w) {
+    nl_gguf_set_str(w, "llama.rope.scaling.type", "yarn");
+    nl_gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f);
+}
+static void mod_interval3(nl_gguf_writer *w) { nl_gguf_set_u32(w, "qwen35.full_attention_interval", 3); }
+static void mod_interval3_flags(nl_gguf_writer *w) {
+    nl_gguf_set_u32(w, "qwen35.full_attention_interval", 3);
+    uint8_t flags[4] = {1, 0, 1, 0};
+    nl_gguf_set_arr(w, "qwen35.attention.recurrent_layers", NL_GGUF_BOOL, flags, 4);
+}
+static void mod_eps_as_string(nl_gguf_writer *w) { nl_gguf_set_str(w, "qwen3.attention.layer_norm_rms_epsilon", "tiny"); }
+static void mod_ff_array(nl_gguf_writer *w) {
+    uint32_t ff[2] = {160, 160};
+    nl_gguf_set_arr(w, "qwen3.feed_forward_length", NL_GGUF_UINT32, ff, 2);
+    nl_gguf_remove_key(w, "qwen3.attention.key_length");
+    nl_gguf_remove_key(w, "qwen3.attention.value_length");
+    nl_gguf_remove_key(w, "qwen3.rope.dimension_count");
+    nl_gguf_remove_key(w, "qwen3.rope.freq_base");
+    nl_gguf_remove_key(w, "qwen3.vocab_size");
+}
+
+static void test_errors(void) {
+    const char *L = "test_model_llama_f32.gguf", *Q3 = "test_model_qwen3_f32.gguf", *Q35 = "test_model_qwen35_f32.gguf";
+    const char *B = "test_model_bad.gguf";
+    nl_model *m;
+
+    rewrite_t r1 = {.drop_key = "llama.attention.layer_norm_rms_epsilon"};
+    CHECK(rewrite(L, B, &r1) == 0);
+    CHECK(nl_model_load(B) == NULL && has(B) && has("missing required key 'llama.attention.layer_norm_rms_epsilon'"));
+    rewrite_t r1b = {.drop_key = "qwen35.ssm.state_size"};
+    CHECK(rewrite(Q35, B, &r1b) == 0);
+    CHECK(nl_model_load(B) == NULL && has("missing required key 'qwen35.ssm.state_size'"));
+    rewrite_t r1c = {.drop_key = "general.architecture"};
+    CHECK(rewrite(Q3, B, &r1c) == 0);
+    CHECK(nl_model_load(B) == NULL && has("missing required key 'general.architecture'"));
+    rewrite_t r1d = {.mod = mod_eps_as_string};
+    CHECK(rewrite(Q3, B, &r1d) == 0);
+    CHECK(nl_model_load(B) == NULL && has("qwen3.attention.layer_norm_rms_epsilon") && has("string") && has("float32"));
+
+    rewrite_t r2 = {.replace_tensor = "blk.1.attn_k.weight", .r_type = NL_TYPE_F32, .r_ne = {64, 48}, .r_ndims = 2};
+    CHECK(rewrite(L, B, &r2) == 0);
+    CHECKF(nl_model_load(B) == NULL && has(B) && has("tensor 'blk.1.attn_k.weight' has shape {64, 48}, expected {64, 32}"), "%s",
+           nl_last_error());
+    rewrite_t r2b = {.replace_tensor = "blk.0.ssm_norm.weight", .r_type = NL_TYPE_F32, .r_ne = {16, 2}, .r_ndims = 2};
+    CHECK(rewrite(Q35, B, &r2b) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("tensor 'blk.0.ssm_norm.weight' has shape {16, 2}, expected {16}"), "%s", nl_last_error());
+    rewrite_t r2c = {.replace_tensor = "output_norm.weight", .r_type = 6 /* q5_0 */, .r_ne = {64}, .r_ndims = 1};
+    CHECK(rewrite(Q3, B, &r2c) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("output_norm.weight") && has("q5_0"), "%s", nl_last_error());
+
+    rewrite_t r3 = {.drop_tensor = "blk.0.ffn_up.weight"};
+    CHECK(rewrite(Q3, B, &r3) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("missing tensor 'blk.0.ffn_up.weight' (expected shape {64, 160})"), "%s", nl_last_error());
+
+    rewrite_t r4 = {.mod = mod_arch_gptneox};
+    CHECK(rewrite(L, B, &r4) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("unsupported architecture 'gpt-neox'") && has("llama, qwen3, qwen35"), "%s", nl_last_error());
+
+    /* a bias tensor nightlora's graph would ignore is refused */
+    rewrite_t r5 = {.add_vec = "blk.1.attn_output.bias"};
+    CHECK(rewrite(L, B, &r5) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("'blk.1.attn_output.bias' is not supported"), "%s", nl_last_error());
+
+    /* explicit output head: not tied */
+    {
+        nl_gguf *g = nl_gguf_open(L);
+        nl_gguf_writer *w = nl_gguf_writer_new();
+        nl_gguf_copy_kvs(w, g);
+        for (int64_t i = 0; i < g->n_tensors; i++)
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+        const nl_gguf_tensor *te = nl_gguf_tensor_find(g, "token_embd.weight");
+        nl_gguf_add_tensor(w, "output.weight", te->type, 2, te->ne, te->data, true);
+        float ff[8] = {1, 1, 2, 4, 8, 16, 32, 32};
+        int64_t ne8 = 8;
+        nl_gguf_add_tensor(w, "rope_freqs.weight", NL_TYPE_F32, 1, &ne8, ff, false);
+        uint16_t h[64];
+        for (int i = 0; i < 64; i++) h[i] = nl_f32_to_f16(0.5f + (float)i / 64);
+        int64_t ne64 = 64;
+        nl_gguf_add_tensor(w, "blk.0.attn_norm.weight", NL_TYPE_F16, 1, &ne64, h, false); /* duplicate: refused */
+        CHECK(has("duplicate"));
+        CHECK(nl_gguf_write(w, B) == 0);
+        nl_gguf_writer_free(w);
+        nl_gguf_close(g);
+        m = nl_model_load(B);
+        CHECKF(m != NULL, "%s", nl_last_error());
+        if (m) {
+            CHECK(!m->tied_head && strcmp(m->projs[m->p_output].name, "output.weight") == 0 && m->projs[m->p_output].w != m->projs[m->p_embed].w);
+            CHECK(m->rope_freqs && m->rope_freqs[0] == 1 && m->rope_freqs[7] == 32);
+            CHECK(m->n_projs == 2 + 7 * 2);
+            nl_model_free(m);
+        }
+    }
+    /* F16 norm vector converted to F32 */
+    rewrite_t r6 = {.replace_tensor = "blk.1.attn_norm.weight", .r_type = NL_TYPE_F16, .r_ne = {64}, .r_ndims = 1};
+    CHECK(rewrite(L, B, &r6) == 0);
+    m = nl_model_load(B);
+    CHECKF(m && m->layers[1].attn_norm[5] == 0.0f && m->layers[0].attn_norm[5] == 1.0f, "%s", nl_last_error());
+    nl_model_free(m);
+    /* rope scaling */
+    rewrite_t r7 = {.mod = mod_linear_rope};
+    CHECK(rewrite(L, B, &r7) == 0);
+    m = nl_model_load(B);
+    CHECK(m && m->hp.rope_freq_scale == 0.25f);
+    nl_model_free(m);
+    rewrite_t r7b = {.mod = mod_yarn_rope};
+    CHECK(rewrite(L, B, &r7b) == 0);
+    m = nl_model_load(B);
+    CHECK(m && m->hp.rope_freq_scale == 1.0f);
+    nl_model_free(m);
+    /* qwen35 layer kinds: interval 3 contradicts the tensors; explicit flags override it */
+    rewrite_t r8 = {.mod = mod_interval3};
+    CHECK(rewrite(Q35, B, &r8) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("missing tensor 'blk.1.attn_qkv.weight'"), "%s", nl_last_error());
+    rewrite_t r8b = {.mod = mod_interval3_flags};
+    CHECK(rewrite(Q35, B, &r8b) == 0);
+    m = nl_model_load(B);
+    CHECKF(m && m->layers[0].recurrent && !m->layers[1].recurrent && m->layers[2].recurrent && !m->layers[3].recurrent &&
+               m->hp.full_attn_interval == 3, "%s", nl_last_error());
+    nl_model_free(m);
+    /* per-layer arrays (uniform) and defaults: head_dim = n_embd/n_head, n_rot = head_dim,
+     * freq_base 10000, vocab from the token list */
+    rewrite_t r9 = {.mod = mod_ff_array};
+    CHECK(rewrite(Q3, B, &r9) == 0);
+    m = nl_model_load(B);
+    CHECKF(m && m->hp.n_ff == 160 && m->hp.head_dim == 16 && m->hp.n_rot == 16 && m->hp.rope_base == 10000.0f && m->hp.n_vocab == 512,
+           "%s", nl_last_error());
+    nl_model_free(m);
+    CHECK(nl_model_load("/nonexistent/m.gguf") == NULL && has("/nonexistent/m.gguf"));
+    remove(B);
+}
+
+static void test_cli(void) {
+    int rc = system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type f16 --seed 9 > /dev/null");
+    CHECK(rc == 0);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F16, 9, "test_model_lib.gguf") == 0);
+    CHECK(same_file("test_model_cli.gguf", "test_model_lib.gguf"));
+    CHECK(system(NL_CLI " mkmodel --arch gpt2 --preset tiny --out test_model_cli.gguf 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --preset tiny --out test_model_cli.gguf --type q4_0 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --preset qwen3-0.6b --out test_model_cli.gguf 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --out test_model_cli.gguf 2> /dev/null") != 0);
+    remove("test_model_cli.gguf");
+    remove("test_model_lib.gguf");
+}
+
+/* Random single-byte corruption of the metadata and tensor infos must never crash the loader
+ * (ASan build checks every access); a model that still loads must be self-consistent. */
+static void test_fuzz(void) {
+    CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 5, "test_model_fuzz.gguf") == 0);
+    size_t len;
+    uint8_t *good = (uint8_t *)nl_read_file("test_model_fuzz.gguf", &len);
+    nl_gguf *g0 = nl_gguf_open_buffer(good, len, "fuzz");
+    CHECK(g0 != NULL);
+    if (!g0) { free(good); return; }
+    /* the KVs before the token list, and the tensor-info block */
+    size_t kv_end = 0, ti_start = 0, ti_end = (size_t)g0->data_offset;
+    for (size_t i = 0; i + 21 < len && !kv_end; i++)
+        if (memcmp(good + i, "tokenizer.ggml.tokens", 21) == 0) kv_end = i;
+    for (size_t i = len > 0 ? ti_end : 0; i-- > 0 && !ti_start;)
+        if (i + 17 < len && memcmp(good + i, "token_embd.weight", 17) == 0) ti_start = i - 8;
+    nl_gguf_close(g0);
+    CHECK(kv_end > 0 && ti_start > kv_end);
+    int loaded = 0;
+    uint8_t *c = malloc(len);
+    for (int it = 0; it < 600; it++) {
+        memcpy(c, good, len);
+        double u = nl_t_rand() * 0.5 + 0.5;
+        size_t pos = it % 2 ? (size_t)(u * (double)kv_end) : ti_start + (size_t)(u * (double)(ti_end - ti_start));
+        if (pos >= len) pos = len - 1;
+        c[pos] = (uint8_t)((nl_t_rand() * 0.5 + 0.5) * 256);
+        nl_gguf *g = nl_gguf_open_buffer(c, len, "fuzz");
+        nl_model *m = g ? nl_model_from_gguf(g) : NULL;
+        if (m) {
+            loaded++;
+            int ok = 1;
+            for (int p = 0; p < m->n_projs; p++) ok &= m->projs[p].w->ne[0] == m->projs[p].n_in && m->projs[p].w->ne[1] == m->projs[p].n_out;
+            CHECK(ok);
+            nl_model_free(m);
+        } else {
+            CHECK(has("fuzz"));
+        }
+    }
+    printf("model fuzz: %d of 600 corrupted files still loaded\n", loaded);
+    free(c);
+    free(good);
+    remove("test_model_fuzz.gguf");
+}
+
+int main(void) {
+    test_cli();
+    test_fuzz();
+    test_tiny_models();
+    test_determinism();
+    test_presets();
+    test_errors();
+    remove("test_model_llama_f32.gguf");
+    remove("test_model_qwen3_f32.gguf");
+    remove("test_model_qwen35_f32.gguf");
+    return nl_t_done();
+}
