@@ -8,6 +8,8 @@
 #include "util/util.h"
 
 static char tmpdir[256];
+/* FP32 resident weights: the adapter-vs-merge comparison must not see quantization noise. */
+static const nl_proj_config f32cfg = {.backend = "ref", .n_threads = 1, .precision = "f32"};
 
 static void make_model(nl_arch arch, int type, char *path) {
     snprintf(path, 512, "%s/%s-%d.gguf", tmpdir, nl_arch_name(arch), type);
@@ -78,10 +80,10 @@ static void test_adapters(const char *path, const char *tag) {
     for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 53 + 5) % V);
     float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V), *merged = malloc(sizeof(float) * T * V);
     nl_session s;
-    CHECK(nl_session_open(&s, path, NULL, NULL) == 0);
+    CHECK(nl_session_open(&s, path, NULL, &f32cfg) == 0);
     CHECK(nl_session_logits(&s, tok, T, base) == 0);
     nl_session_close(&s);
-    CHECK(nl_session_open(&s, path, apath, NULL) == 0);
+    CHECK(nl_session_open(&s, path, apath, &f32cfg) == 0);
     CHECK(s.adapter && s.adapter->n == a->n);
     CHECK(nl_session_logits(&s, tok, T, with) == 0);
     nl_session_close(&s);
@@ -98,10 +100,10 @@ static void test_adapters(const char *path, const char *tag) {
     snprintf(mpath, sizeof mpath, "%s/%s-merged.gguf", tmpdir, tag);
     CHECK(nl_adapter_save(a, m, apath) == 0);
     CHECK(nl_merge(m, a, NL_TYPE_F32, mpath) == 0);
-    CHECK(nl_session_open(&s, path, apath, NULL) == 0);
+    CHECK(nl_session_open(&s, path, apath, &f32cfg) == 0);
     CHECK(nl_session_logits(&s, tok, T, with) == 0);
     nl_session_close(&s);
-    CHECK(nl_session_open(&s, mpath, NULL, NULL) == 0);
+    CHECK(nl_session_open(&s, mpath, NULL, &f32cfg) == 0);
     CHECK(nl_session_logits(&s, tok, T, merged) == 0);
     nl_session_close(&s);
     double d = max_rel_diff(with, merged, (size_t)T * V), moved = max_rel_diff(with, base, (size_t)T * V);

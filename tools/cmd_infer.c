@@ -77,8 +77,8 @@ int nl_cmd_logits(int argc, char **argv) {
     }
     nl_proj_config cfg;
     if (nl_cli_proj_config("logits", argc, argv, &cfg)) return 2;
-    int32_t *ids;
-    int T;
+    int32_t *ids = NULL;
+    int T = 0;
     if (parse_ids(tokens, &ids, &T)) return nl_cli_fail("logits");
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) { free(ids); return nl_cli_fail("logits"); }
