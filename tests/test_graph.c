@@ -11,6 +11,9 @@
 #include "util/util.h"
 
 static char tmpdir[256];
+#ifndef DROP
+#define DROP 0.25f
+#endif
 
 static double loss_of(nl_graph *g, const int32_t *tok, const int32_t *tgt, int T) {
     double s;
@@ -29,7 +32,7 @@ static void test_arch(nl_arch arch) {
     /* non-zero B so that gradients reach A */
     for (int i = 0; i < ad->n; i++) {
         float *B = nl_lora_B(ad, i);
-        for (int64_t j = 0; j < ad->t[i].n_out * ad->t[i].rank; j++) B[j] = (float)(0.2 * nl_t_rand());
+        for (int64_t j = 0; j < ad->t[i].n_out * ad->t[i].rank; j++) B[j] = (float)(0.1 * nl_t_rand());
     }
     s.rt.adapter = ad;
     enum { T = 21 };
@@ -40,7 +43,7 @@ static void test_arch(nl_arch arch) {
         tgt[t] = t % 4 == 1 ? -1 : (int32_t)((t * 31 + 7) % V);
     }
     float *g_keep = calloc(ad->n_params, sizeof(float)), *g_rec = calloc(ad->n_params, sizeof(float));
-    nl_graph g = {.rt = &s.rt, .ad = ad, .grads = g_keep, .dropout = 0.25f, .seed = 9, .step = 3,
+    nl_graph g = {.rt = &s.rt, .ad = ad, .grads = g_keep, .dropout = DROP, .seed = 9, .step = 3,
                   .act_budget = UINT64_MAX};
     double l1, l2;
     CHECK(nl_graph_seq(&g, tok, tgt, T, 1.0f, &l1) == 0);
@@ -59,7 +62,7 @@ static void test_arch(nl_arch arch) {
     CHECK(nl_head_loss(&s.rt, h, tgt, T, &li, NULL) == 0);
     CHECK_NEAR(l0, li, 1e-5 * fabs(li));
     free(h);
-    g.dropout = 0.25f;
+    g.dropout = DROP;
     /* Directional finite differences: for every LoRA tensor (A and B separately), perturb the
      * whole tensor along a random direction v and compare (L(p+εv) − L(p−εv)) / 2ε with g·v.
      * A whole-tensor direction keeps the signal far above the float32 rounding of the loss. */
@@ -71,7 +74,7 @@ static void test_arch(nl_arch arch) {
         for (int which = 0; which < 2; which++) {
             size_t off = which ? ad->t[i].off_b : ad->t[i].off_a;
             size_t cnt = (size_t)ad->t[i].rank * (size_t)(which ? ad->t[i].n_out : ad->t[i].n_in);
-            double gv = 0.0, eps = 2e-2;
+            double gv = 0.0, eps = 3e-3;
             for (size_t j = 0; j < cnt; j++) {
                 dir[j] = (float)nl_t_rand();
                 gv += (double)dir[j] * g_keep[off + j];
