@@ -3,6 +3,8 @@
 #ifndef NL_CLI_H
 #define NL_CLI_H
 
+#include <stdint.h>
+
 typedef struct {
     const char *name;
     int (*run)(int argc, char **argv); /* argv[0] is the sub-command name */
@@ -19,5 +21,18 @@ int nl_cli_flag(int argc, char **argv, const char *name);
 /* Every "--x" in argv must be in the NULL-terminated list `known` (names without "--");
  * `boolean` lists those that take no value. Returns 0, or prints an error and returns 1. */
 int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean);
+
+/* Shared projection-service flags (--backend, --threads, --wire, --verbose). 0 ok, else usage error printed. */
+#include "proj/proj.h"
+int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg);
+
+/* Tokenize a user prompt for generation: through the model's chat template unless raw
+ * (template_name overrides the GGUF's). ids malloc'd. */
+struct nl_model;
+int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
+
+#include "eval/eval.h"
+/* "label: N examples, ... loss, ppl, accuracy" on stdout. */
+void nl_cli_print_eval(const char *label, const nl_eval_result *r);
 
 #endif

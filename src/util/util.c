@@ -18,13 +18,20 @@ int nl_err(const char *fmt, ...) {
 }
 
 int nl_err_prefix(const char *fmt, ...) {
-    char prefix[512], old[sizeof err_slot];
+    char old[sizeof err_slot];
     va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
     memcpy(old, err_slot, sizeof old);
-    snprintf(err_slot, sizeof err_slot, "%s: %s", prefix, old);
+    va_start(ap, fmt);
+    int n = vsnprintf(err_slot, sizeof err_slot, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n + 2 < sizeof err_slot) {
+        /* append ": old", cut to the slot */
+        size_t room = sizeof err_slot - (size_t)n;
+        err_slot[n] = ':';
+        err_slot[n + 1] = ' ';
+        memcpy(err_slot + n + 2, old, room - 2);
+        err_slot[sizeof err_slot - 1] = 0;
+    }
     return -1;
 }
 

@@ -1,0 +1,196 @@
+/* Inference session, sampling, generation and merge; see session.h. */
+#include "eval/session.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/tokenizer.h"
+#include "model/quant.h"
+#include "util/util.h"
+
+int nl_session_open(nl_session *s, const char *model_path, const char *adapter_path, const nl_proj_config *cfg) {
+    memset(s, 0, sizeof *s);
+    nl_proj_config def = {.backend = "ref", .n_threads = 1};
+    s->m = nl_model_load(model_path);
+    if (!s->m) return -1;
+    if (adapter_path) {
+        s->adapter = nl_adapter_load(s->m, adapter_path);
+        if (!s->adapter) goto fail;
+    }
+    s->svc = nl_proj_service_new(cfg ? cfg : &def);
+    if (!s->svc) goto fail;
+    if (nl_runtime_init(&s->rt, s->m, s->svc)) goto fail;
+    s->rt.adapter = s->adapter;
+    return 0;
+fail:
+    nl_session_close(s);
+    return -1;
+}
+
+void nl_session_close(nl_session *s) {
+    nl_runtime_free(&s->rt);
+    if (s->svc) nl_proj_service_free(s->svc);
+    nl_adapter_free(s->adapter);
+    if (s->m) nl_model_free(s->m);
+    memset(s, 0, sizeof *s);
+}
+
+int nl_session_logits(nl_session *s, const int32_t *tokens, int T, float *logits) {
+    float *h = nl_malloc((size_t)T * s->m->hp.n_embd * sizeof(float));
+    if (!h) return -1;
+    int rc = nl_forward(&s->rt, NULL, tokens, T, h);
+    if (rc == 0) rc = nl_head_logits(&s->rt, h, T, logits);
+    free(h);
+    return rc;
+}
+
+typedef struct { float p; int32_t id; } prob_id;
+
+static int cmp_prob_desc(const void *a, const void *b) {
+    const prob_id *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id - y->id; /* ties by id: deterministic */
+}
+
+int32_t nl_sample(const float *logits, int V, float temp, float top_p, double u) {
+    int32_t best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temp <= 0.0f) return best;
+    prob_id *pi = malloc((size_t)V * sizeof *pi);
+    if (!pi) return best;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        pi[i].p = expf((logits[i] - logits[best]) / temp);
+        pi[i].id = i;
+        sum += pi[i].p;
+    }
+    qsort(pi, (size_t)V, sizeof *pi, cmp_prob_desc);
+    /* nucleus: the smallest prefix whose mass reaches top_p */
+    int n = V;
+    if (top_p > 0.0f && top_p < 1.0f) {
+        double c = 0.0;
+        for (int i = 0; i < V; i++) {
+            c += pi[i].p / sum;
+            if (c >= top_p) { n = i + 1; break; }
+        }
+    }
+    double mass = 0.0;
+    for (int i = 0; i < n; i++) mass += pi[i].p;
+    double target = u * mass, c = 0.0;
+    int32_t id = pi[n - 1].id;
+    for (int i = 0; i < n; i++) {
+        c += pi[i].p;
+        if (c > target) { id = pi[i].id; break; }
+    }
+    free(pi);
+    return id;
+}
+
+/* splitmix64 -> [0,1): the sampler's stream, keyed by (seed, step). */
+static double sample_uniform(uint64_t seed, uint64_t step) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (step + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sample_params *p,
+                void (*on_token)(void *user, int32_t id), void *user, int32_t **out, int *n_out) {
+    const nl_model *m = s->m;
+    int V = m->hp.n_vocab, E = m->hp.n_embd;
+    if (n_prompt < 1) return nl_err("generate: empty prompt");
+    int n_ctx = n_prompt + p->n_predict;
+    if (n_ctx > m->hp.n_ctx_train && m->hp.n_ctx_train > 0) n_ctx = m->hp.n_ctx_train;
+    if (n_prompt >= n_ctx) return nl_err("generate: prompt of %d tokens fills the context (%d)", n_prompt, n_ctx);
+    nl_seq_state st;
+    if (nl_seq_state_init(&st, m, n_ctx)) return -1;
+    float *h = nl_malloc((size_t)n_prompt * E * sizeof(float));
+    float *logits = nl_malloc((size_t)V * sizeof(float));
+    int32_t *gen = nl_malloc((size_t)(p->n_predict + 1) * sizeof(int32_t));
+    int rc = -1, ng = 0;
+    if (!h || !logits || !gen) goto done;
+    if (nl_forward(&s->rt, &st, prompt, n_prompt, h)) goto done;
+    if (nl_head_logits(&s->rt, h + (size_t)(n_prompt - 1) * E, 1, logits)) goto done;
+    int32_t eos = m->tok ? nl_token_eos(m->tok) : -1, eot = m->tok ? nl_token_eot(m->tok) : -1;
+    for (ng = 0; ng < p->n_predict; ng++) {
+        int32_t id = nl_sample(logits, V, p->temp, p->top_p, sample_uniform(p->seed, (uint64_t)ng));
+        gen[ng] = id;
+        if (on_token) on_token(user, id);
+        if (p->stop_at_eog && (id == eos || id == eot)) { ng++; break; }
+        if (st.n_past >= n_ctx) { ng++; break; }
+        if (nl_forward(&s->rt, &st, &id, 1, h)) goto done;
+        if (nl_head_logits(&s->rt, h, 1, logits)) goto done;
+    }
+    rc = 0;
+done:
+    if (rc == 0 && out) { *out = gen; gen = NULL; }
+    if (n_out) *n_out = ng;
+    free(gen);
+    free(h);
+    free(logits);
+    nl_seq_state_free(&st, m);
+    return rc;
+}
+
+int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path) {
+    const nl_gguf *g = m->gguf;
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    if (!w) return -1;
+    int rc = nl_gguf_copy_kvs(w, g);
+    if (rc == 0 && a && m->tied_head && a->by_proj[m->p_output] >= 0)
+        rc = nl_err("merge: the adapter adapts the tied output head, which shares token_embd.weight; merging it would change the embedding too");
+    void **owned = nl_calloc((size_t)g->n_tensors + 1, sizeof(void *));
+    if (!owned) rc = -1;
+    for (int64_t i = 0; i < g->n_tensors && rc == 0; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        int p = -1;
+        for (int j = 0; j < m->n_projs; j++)
+            if (m->projs[j].w == t && m->projs[j].kind != NL_P_EMBED) p = j;
+        /* The tied head shares token_embd: an adapter on "output" cannot be merged into it
+         * without changing the embedding too. */
+        int e = (a && p >= 0) ? a->by_proj[p] : -1;
+        int out_type = (p >= 0 && type >= 0) ? type : t->type;
+        if (e < 0 && out_type == t->type) {
+            rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, true);
+            continue;
+        }
+        const nl_type_traits *src = nl_type_get(t->type), *dst = nl_type_get(out_type);
+        if (!src || !src->to_float) { rc = nl_err("merge: cannot read tensor '%s' of type %s", t->name, nl_type_name(t->type)); break; }
+        if (!dst || !dst->from_float) { rc = nl_err("merge: cannot write type %s", nl_type_name(out_type)); break; }
+        int64_t K = t->ne[0], N = t->ne[1] * t->ne[2] * t->ne[3];
+        if (K % dst->blck) { rc = nl_err("merge: tensor '%s' row of %lld is not a multiple of %s blocks", t->name, (long long)K, dst->name); break; }
+        float *wf = nl_malloc((size_t)K * N * sizeof(float));
+        void *q = nl_malloc(nl_row_bytes(out_type, K) * (size_t)N);
+        if (!wf || !q) { free(wf); free(q); rc = -1; break; }
+        src->to_float(t->data, wf, K * N);
+        if (e >= 0) {
+            const float *A = nl_lora_A(a, e), *B = nl_lora_B(a, e);
+            int r = a->t[e].rank;
+            float s = nl_adapter_scale(a, e);
+            for (int64_t o = 0; o < N; o++)
+                for (int j = 0; j < r; j++) {
+                    float c = s * B[o * r + j];
+                    const float *Aj = A + (size_t)j * K;
+                    float *wo = wf + (size_t)o * K;
+                    for (int64_t i2 = 0; i2 < K; i2++) wo[i2] += c * Aj[i2];
+                }
+        }
+        dst->from_float(wf, q, K * N);
+        free(wf);
+        owned[i] = q;
+        rc = nl_gguf_add_tensor(w, t->name, out_type, (int)t->n_dims, t->ne, q, true);
+    }
+    if (rc == 0 && type >= 0) {
+        uint32_t ft = type == NL_TYPE_F32 ? 0 : type == NL_TYPE_F16 ? 1 : type == NL_TYPE_Q8_0 ? 7 : type == NL_TYPE_Q4_0 ? 2 : type == NL_TYPE_BF16 ? 32 : 0;
+        rc = nl_gguf_set_u32(w, "general.file_type", ft);
+    }
+    if (rc == 0) rc = nl_gguf_write(w, out_path);
+    if (owned)
+        for (int64_t i = 0; i < g->n_tensors; i++) free(owned[i]);
+    free(owned);
+    nl_gguf_writer_free(w);
+    return rc;
+}

@@ -1,0 +1,48 @@
+/* eval/session: a loaded model + optional adapter + projection service + runtime, for the
+ * inference commands (logits, generate, eval) and the merge. */
+#ifndef NL_SESSION_H
+#define NL_SESSION_H
+
+#include <stdint.h>
+
+#include "model/adapter.h"
+#include "model/model.h"
+#include "nn/forward.h"
+#include "proj/proj.h"
+
+typedef struct {
+    nl_model *m;
+    nl_adapter *adapter;      /* may be NULL */
+    nl_proj_service *svc;
+    nl_runtime rt;
+} nl_session;
+
+/* adapter_path may be NULL; cfg may be NULL (ref backend, 1 thread). */
+int nl_session_open(nl_session *s, const char *model_path, const char *adapter_path, const nl_proj_config *cfg);
+void nl_session_close(nl_session *s);
+
+/* Full-sequence forward: logits[T][n_vocab]. */
+int nl_session_logits(nl_session *s, const int32_t *tokens, int T, float *logits);
+
+typedef struct {
+    int n_predict;            /* tokens to generate */
+    float temp;               /* 0 = greedy */
+    float top_p;              /* 1 = off */
+    uint64_t seed;
+    int stop_at_eog;          /* stop at EOS / end of turn */
+} nl_sample_params;
+
+/* Prefill `prompt`, then decode token by token with the KV cache / GDN state. Each generated id
+ * is passed to on_token (may be NULL); out/n_out (may be NULL) receive them too (malloc'd). */
+int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sample_params *p,
+                void (*on_token)(void *user, int32_t id), void *user, int32_t **out, int *n_out);
+
+/* Pick the next token from logits[V]: greedy when temp == 0, else softmax(logits/temp) with
+ * nucleus top_p, using a uniform u in [0,1). */
+int32_t nl_sample(const float *logits, int V, float temp, float top_p, double u);
+
+/* Write base + merged adapter (W + s·B·A for every adapted projection) as GGUF. type < 0: keep
+ * each tensor's type; else projections are written in `type`. */
+int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path);
+
+#endif

@@ -1,0 +1,59 @@
+/* model/adapter: LoRA adapters as llama.cpp loads them (formats.md §4).
+ *
+ * For a base projection W {n_in, n_out} (row-major [n_out][n_in]) named "<base>":
+ *   "<base>.lora_a" {n_in, r}  = A, row-major [r][n_in]
+ *   "<base>.lora_b" {r, n_out} = B, row-major [n_out][r]
+ *   y = W x + (alpha / r) · B (A x)
+ * All A and B live in ONE contiguous F32 buffer (params), so an optimizer step, a checkpoint and
+ * a write are single loops over it; the same layout holds the gradients and AdamW moments. */
+#ifndef NL_ADAPTER_H
+#define NL_ADAPTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct {
+    int proj;              /* index into nl_model.projs */
+    int rank;
+    int64_t n_in, n_out;
+    size_t off_a, off_b;   /* offsets (floats) of A and B inside params */
+} nl_lora_tensor;
+
+typedef struct nl_adapter {
+    nl_arch arch;
+    float alpha;
+    int rank;
+    int n;                 /* adapted projections */
+    nl_lora_tensor *t;
+    int *by_proj;          /* [model->n_projs]: entry index or -1 */
+    int n_model_projs;
+    float *params;         /* owned, n_params floats */
+    size_t n_params;
+} nl_adapter;
+
+static inline float *nl_lora_A(const nl_adapter *a, int i) { return a->params + a->t[i].off_a; }
+static inline float *nl_lora_B(const nl_adapter *a, int i) { return a->params + a->t[i].off_b; }
+/* Scale applied to B(Ax): alpha / r, or 1 when alpha == 0 (llama.cpp's rule). */
+static inline float nl_adapter_scale(const nl_adapter *a, int i) {
+    return a->alpha != 0.0f ? a->alpha / (float)a->t[i].rank : 1.0f;
+}
+
+/* A fresh adapter on the projections whose kind is in `targets` (a comma list of kind names:
+ * q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output, or "all" = every linear projection of every
+ * layer). A ~ Kaiming-uniform-like from the counter RNG keyed by seed, B = 0 (PEFT's init). */
+nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed);
+/* Load a llama.cpp LoRA GGUF and validate it against the model (arch, names, shapes, rank). */
+nl_adapter *nl_adapter_load(const nl_model *m, const char *path);
+/* Write as llama.cpp LoRA GGUF (F32 tensors), atomically. */
+int nl_adapter_save(const nl_adapter *a, const nl_model *m, const char *path);
+/* Write `values` (laid out like params, e.g. gradients) as tensors named like the adapter's. */
+int nl_adapter_save_values(const nl_adapter *a, const nl_model *m, const float *values, const char *path);
+void nl_adapter_free(nl_adapter *a);
+
+/* Parse a --targets list into a bitmask over nl_proj_kind; -1 + error on an unknown name. */
+int nl_parse_targets(const char *targets, uint32_t *mask);
+
+#endif

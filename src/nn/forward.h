@@ -1,0 +1,64 @@
+/* nn/forward: one model forward per architecture, composed from the nodes of nn/ and the
+ * projection service. Shared by inference (logits, generate, eval) and training.
+ *
+ * Every frozen-weight product goes through proj/ (nl_proj_submit/wait); while a request is in
+ * flight the CPU computes that projection's LoRA branch. */
+#ifndef NL_FORWARD_H
+#define NL_FORWARD_H
+
+#include <stdint.h>
+
+#include "model/adapter.h"
+#include "model/model.h"
+#include "nn/gdn.h"
+#include "nn/nn.h"
+#include "proj/proj.h"
+
+typedef struct nl_runtime {
+    const nl_model *m;          /* borrowed */
+    nl_proj_service *svc;       /* borrowed */
+    int *svc_id;                /* [m->n_projs]: model projection -> service id (owned) */
+    const nl_adapter *adapter;  /* borrowed, may be NULL */
+    nl_rope rope;
+    nl_gdn_shape gdn;
+    /* Pacing hook, called before every service request (thermal/battery pauses); may be
+     * NULL. A non-zero return aborts the computation with that status. */
+    int (*pace)(void *user);
+    void *pace_user;
+} nl_runtime;
+
+static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pace_user) : 0; }
+
+/* Register every projection of m with the service (a tied head and the embedding share one
+ * resident weight). */
+int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc);
+void nl_runtime_free(nl_runtime *rt);
+
+/* Decoding state of one sequence: per attention layer a KV cache [n_ctx][Hkv][head_dim] for K
+ * and V; per GDN layer its conv window and recurrent state. */
+typedef struct {
+    int n_ctx, n_past;
+    float **k, **v;             /* [n_layer], NULL for recurrent layers */
+    nl_gdn_state *gdn;          /* [n_layer], zeroed arrays for recurrent layers */
+} nl_seq_state;
+
+int nl_seq_state_init(nl_seq_state *st, const nl_model *m, int n_ctx);
+void nl_seq_state_reset(nl_seq_state *st, const nl_model *m);
+void nl_seq_state_free(nl_seq_state *st, const nl_model *m);
+
+/* Run tokens[T] at positions st->n_past .. n_past+T-1 (st may be NULL: a fresh sequence, no
+ * cache kept). hidden[T][n_embd] receives the last layer's output (before the final norm). */
+int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, float *hidden);
+
+/* Final norm + vocabulary projection of T rows: logits[T][n_vocab]. */
+int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits);
+
+/* Sum of target cross-entropies over targets[T] (< 0 = not a target), head in token chunks so
+ * the full T×V logits never exist. If row_loss != NULL it receives each row's -log p (0 for
+ * non-targets). */
+int nl_head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *sum, float *row_loss);
+
+/* y[T][n_out] = W x (+ LoRA) through the service for model projection p. */
+int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y);
+
+#endif

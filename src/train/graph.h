@@ -1,0 +1,43 @@
+/* train/graph: the fixed training graph of each architecture (llama, qwen3, qwen35): forward
+ * storing what backward needs, the head + loss in token chunks, and the backward in reverse,
+ * with every frozen-weight product through the projection service (FWD for forward and
+ * recompute, BWD for input gradients) and the LoRA branches computed on the CPU while the
+ * base request is in flight.
+ *
+ * Activation budget: every layer's input x_l is always kept (T×n_embd floats); a layer's
+ * intermediates are kept only while the budget allows, otherwise they are dropped after its
+ * forward and recomputed from x_l (through the service) just before its backward. */
+#ifndef NL_GRAPH_H
+#define NL_GRAPH_H
+
+#include <stdint.h>
+
+#include "model/adapter.h"
+#include "nn/forward.h"
+
+typedef struct {
+    nl_runtime *rt;           /* borrowed; rt->adapter must be `ad` */
+    nl_adapter *ad;           /* the trainable adapter (borrowed) */
+    float *grads;             /* [ad->n_params]: backward ACCUMULATES here (borrowed) */
+    float dropout;            /* LoRA dropout probability */
+    uint64_t seed;
+    int64_t step;             /* optimizer step: part of the dropout key */
+    int64_t tok_base;         /* token offset of this sequence inside the step (dropout key) */
+    uint64_t act_budget;      /* bytes of layer intermediates that may stay resident */
+    /* stats of the last call */
+    int n_kept, n_recomputed;
+    uint64_t peak_cache_bytes;
+} nl_graph;
+
+/* Bytes of one layer's intermediates for T tokens (what the budget counts). */
+uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T);
+
+/* Forward + head + backward of one sequence. targets[t] is the token predicted at row t (< 0:
+ * not a target). Gradients of the loss sum·inv_n are accumulated into g->grads; *loss_sum
+ * gets the un-normalised sum of target cross-entropies. */
+int nl_graph_seq(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, float inv_n, double *loss_sum);
+
+/* Forward + head loss only (no gradients, dropout as configured): for MeZO and checks. */
+int nl_graph_loss(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, double *loss_sum);
+
+#endif

@@ -1,0 +1,164 @@
+/* Inference path: decode == prefill on every arch, adapters (B = 0 is exact, rank-1 == merge),
+ * sampling. Models are made by mkmodel (tiny preset). */
+#include <unistd.h>
+
+#include "test.h"
+#include "eval/session.h"
+#include "model/quant.h"
+#include "util/util.h"
+
+static char tmpdir[256];
+/* FP32 resident weights: the adapter-vs-merge comparison must not see quantization noise. */
+static const nl_proj_config f32cfg = {.backend = "ref", .n_threads = 1, .precision = "f32"};
+
+static void make_model(nl_arch arch, int type, char *path) {
+    snprintf(path, 512, "%s/%s-%d.gguf", tmpdir, nl_arch_name(arch), type);
+    if (nl_mkmodel(arch, "tiny", type, 7, path)) {
+        fprintf(stderr, "mkmodel: %s\n", nl_last_error());
+        exit(1);
+    }
+}
+
+static double max_rel_diff(const float *a, const float *b, size_t n) {
+    double maxd = 0.0, maxv = 1e-6;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > maxd) maxd = d;
+        if (fabs((double)a[i]) > maxv) maxv = fabs((double)a[i]);
+    }
+    return maxd / maxv;
+}
+
+/* The logits of a full-sequence forward equal those of token-by-token decoding (KV cache and
+ * GDN state), and of a prefill in two pieces. */
+static void test_decode_equals_prefill(const char *path) {
+    nl_session s;
+    CHECK(nl_session_open(&s, path, NULL, NULL) == 0);
+    enum { T = 19 };
+    int V = s.m->hp.n_vocab, E = s.m->hp.n_embd;
+    int32_t tok[T];
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 37 + 11) % V);
+    float *full = malloc(sizeof(float) * T * V), *step = malloc(sizeof(float) * T * V), *h = malloc(sizeof(float) * T * E);
+    CHECK(nl_session_logits(&s, tok, T, full) == 0);
+    nl_seq_state st;
+    CHECK(nl_seq_state_init(&st, s.m, 64) == 0);
+    for (int t = 0; t < T; t++) {
+        CHECK(nl_forward(&s.rt, &st, &tok[t], 1, h) == 0);
+        CHECK(nl_head_logits(&s.rt, h, 1, step + (size_t)t * V) == 0);
+    }
+    double d = max_rel_diff(full, step, (size_t)T * V);
+    CHECKF(d < 1e-4, "%s: decode vs prefill rel diff %g", path, d);
+    /* prefill 7 then 12 */
+    nl_seq_state_reset(&st, s.m);
+    CHECK(nl_forward(&s.rt, &st, tok, 7, h) == 0);
+    CHECK(nl_head_logits(&s.rt, h, 7, step) == 0);
+    CHECK(nl_forward(&s.rt, &st, tok + 7, T - 7, h) == 0);
+    CHECK(nl_head_logits(&s.rt, h, T - 7, step + (size_t)7 * V) == 0);
+    d = max_rel_diff(full, step, (size_t)T * V);
+    CHECKF(d < 1e-4, "%s: two-piece prefill rel diff %g", path, d);
+    /* logits are not degenerate: different positions differ */
+    CHECK(max_rel_diff(full, full + V, (size_t)V) > 1e-3);
+    nl_seq_state_free(&st, s.m);
+    free(full); free(step); free(h);
+    nl_session_close(&s);
+}
+
+/* An adapter with B = 0 leaves logits bit-identical; a rank-1 adapter with random B equals
+ * merge + plain forward. */
+static void test_adapters(const char *path, const char *tag) {
+    char apath[512], mpath[512];
+    snprintf(apath, sizeof apath, "%s/%s-zero.gguf", tmpdir, tag);
+    nl_model *m = nl_model_load(path);
+    CHECK(m != NULL);
+    if (!m) return;
+    nl_adapter *a = nl_adapter_new(m, "all", 1, 2.0f, 3);
+    CHECK(a != NULL);
+    CHECK(nl_adapter_save(a, m, apath) == 0);
+    enum { T = 9 };
+    int V = m->hp.n_vocab;
+    int32_t tok[T];
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 53 + 5) % V);
+    float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V), *merged = malloc(sizeof(float) * T * V);
+    nl_session s;
+    CHECK(nl_session_open(&s, path, NULL, &f32cfg) == 0);
+    CHECK(nl_session_logits(&s, tok, T, base) == 0);
+    nl_session_close(&s);
+    CHECK(nl_session_open(&s, path, apath, &f32cfg) == 0);
+    CHECK(s.adapter && s.adapter->n == a->n);
+    CHECK(nl_session_logits(&s, tok, T, with) == 0);
+    nl_session_close(&s);
+    CHECK(memcmp(base, with, sizeof(float) * T * V) == 0);
+
+    /* random B on every projection except the tied head (merge can't split a tied tensor) */
+    nl_adapter_free(a);
+    a = nl_adapter_new(m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out", 1, 2.0f, 3);
+    for (int i = 0; i < a->n; i++) {
+        float *B = nl_lora_B(a, i);
+        for (int64_t j = 0; j < a->t[i].n_out; j++) B[j] = (float)(0.5 * nl_t_rand());
+    }
+    snprintf(apath, sizeof apath, "%s/%s-r1.gguf", tmpdir, tag);
+    snprintf(mpath, sizeof mpath, "%s/%s-merged.gguf", tmpdir, tag);
+    CHECK(nl_adapter_save(a, m, apath) == 0);
+    CHECK(nl_merge(m, a, NL_TYPE_F32, mpath) == 0);
+    CHECK(nl_session_open(&s, path, apath, &f32cfg) == 0);
+    CHECK(nl_session_logits(&s, tok, T, with) == 0);
+    nl_session_close(&s);
+    CHECK(nl_session_open(&s, mpath, NULL, &f32cfg) == 0);
+    CHECK(nl_session_logits(&s, tok, T, merged) == 0);
+    nl_session_close(&s);
+    double d = max_rel_diff(with, merged, (size_t)T * V), moved = max_rel_diff(with, base, (size_t)T * V);
+    CHECKF(d < 1e-4, "%s: adapter vs merged rel diff %g", tag, d);
+    CHECKF(moved > 1e-3, "%s: the adapter changed nothing (%g)", tag, moved);
+    nl_adapter_free(a);
+    nl_model_free(m);
+    free(base); free(with); free(merged);
+}
+
+static void test_adapter_errors(const char *llama_path, const char *qwen_path) {
+    char apath[512];
+    snprintf(apath, sizeof apath, "%s/llama-for-qwen.gguf", tmpdir);
+    nl_model *ml = nl_model_load(llama_path), *mq = nl_model_load(qwen_path);
+    nl_adapter *a = nl_adapter_new(ml, "q", 2, 4.0f, 1);
+    CHECK(nl_adapter_save(a, ml, apath) == 0);
+    CHECK(nl_adapter_load(mq, apath) == NULL);
+    CHECK(strstr(nl_last_error(), "llama") && strstr(nl_last_error(), "qwen3"));
+    CHECK(nl_adapter_load(ml, "/nonexistent.gguf") == NULL);
+    CHECK(nl_adapter_new(ml, "q,bogus", 2, 4.0f, 1) == NULL);
+    CHECK(strstr(nl_last_error(), "bogus") != NULL);
+    nl_adapter_free(a);
+    nl_model_free(ml);
+    nl_model_free(mq);
+}
+
+static void test_sampling(void) {
+    float l[5] = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+    CHECK(nl_sample(l, 5, 0.0f, 1.0f, 0.5) == 1);
+    /* top_p tiny keeps only the best */
+    CHECK(nl_sample(l, 5, 1.0f, 0.01f, 0.99) == 1);
+    /* u near 1 with full nucleus picks from the tail, u = 0 the head */
+    CHECK(nl_sample(l, 5, 1.0f, 1.0f, 0.0) == 1);
+    CHECK(nl_sample(l, 5, 1.0f, 1.0f, 0.999999) == 2);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_infer_%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", tmpdir);
+    if (system(cmd)) return 1;
+    char paths[3][512];
+    const nl_arch archs[3] = {NL_ARCH_LLAMA, NL_ARCH_QWEN3, NL_ARCH_QWEN35};
+    for (int i = 0; i < 3; i++) {
+        make_model(archs[i], NL_TYPE_F32, paths[i]);
+        test_decode_equals_prefill(paths[i]);
+        test_adapters(paths[i], nl_arch_name(archs[i]));
+    }
+    /* quantized weights through the same path */
+    char q8[512];
+    make_model(NL_ARCH_QWEN35, NL_TYPE_Q8_0, q8);
+    test_decode_equals_prefill(q8);
+    test_adapter_errors(paths[0], paths[1]);
+    test_sampling();
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) return 1;
+    return nl_t_done();
+}

@@ -1,0 +1,222 @@
+/* Inference commands: logits, generate, merge. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "eval/eval.h"
+#include "eval/session.h"
+#include "model/quant.h"
+#include "util/util.h"
+
+/* Shared service flags: --backend ref|host, --threads N, --precision, --wire. */
+int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->backend = nl_cli_opt(argc, argv, "backend");
+    if (!cfg->backend) cfg->backend = "ref";
+    const char *t = nl_cli_opt(argc, argv, "threads");
+    cfg->n_threads = t ? atoi(t) : 1;
+    if (cfg->n_threads < 1 || cfg->n_threads > 256) {
+        fprintf(stderr, "nightlora %s: --threads %s: expected 1..256\n", cmd, t);
+        return 1;
+    }
+    const char *wire = nl_cli_opt(argc, argv, "wire");
+    if (wire && strcmp(wire, "f16") && strcmp(wire, "f32")) {
+        fprintf(stderr, "nightlora %s: --wire %s: expected f32 or f16\n", cmd, wire);
+        return 1;
+    }
+    cfg->wire_f16 = wire && !strcmp(wire, "f16");
+    cfg->verbose = nl_cli_flag(argc, argv, "verbose");
+    return 0;
+}
+
+/* Parse "1 2 3" or "1,2,3" into ids. */
+static int parse_ids(const char *s, int32_t **ids, int *n) {
+    int cap = 16, k = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return nl_err("out of memory");
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno || x < 0 || x > INT32_MAX) {
+            free(v);
+            return nl_err("--tokens: expected non-negative integers, got '%.20s' at character %d", p, (int)(p - s));
+        }
+        if (k == cap) {
+            cap *= 2;
+            int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
+            if (!nv) { free(v); return nl_err("out of memory"); }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        p = end;
+    }
+    if (k == 0) { free(v); return nl_err("--tokens: no token ids given"); }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+int nl_cmd_logits(int argc, char **argv) {
+    static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "threads", "wire", NULL};
+    static const char *const boolean[] = {"verbose", NULL};
+    if (nl_cli_check("logits", argc, argv, known, boolean)) return 2;
+    const char *model = nl_cli_opt(argc, argv, "model"), *tokens = nl_cli_opt(argc, argv, "tokens"),
+               *out = nl_cli_opt(argc, argv, "out");
+    if (!model || !tokens || !out) {
+        fprintf(stderr, "nightlora logits: --model, --tokens and --out are required\n");
+        return 2;
+    }
+    nl_proj_config cfg;
+    if (nl_cli_proj_config("logits", argc, argv, &cfg)) return 2;
+    int32_t *ids = NULL;
+    int T = 0;
+    if (parse_ids(tokens, &ids, &T)) return nl_cli_fail("logits");
+    nl_session s;
+    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) { free(ids); return nl_cli_fail("logits"); }
+    int V = s.m->hp.n_vocab, rc = 1;
+    float *logits = nl_malloc((size_t)T * V * sizeof(float));
+    FILE *f = NULL;
+    if (logits && nl_session_logits(&s, ids, T, logits) == 0) {
+        f = fopen(out, "wb");
+        if (!f) nl_err("%s: cannot open for writing: %s", out, strerror(errno));
+        else if (fwrite(logits, sizeof(float), (size_t)T * V, f) != (size_t)T * V || fclose(f) != 0) {
+            f = NULL;
+            nl_err("%s: write failed: %s", out, strerror(errno));
+        } else {
+            f = NULL;
+            rc = 0;
+            fprintf(stderr, "wrote %d x %d float32 logits to %s\n", T, V, out);
+        }
+    }
+    if (f) fclose(f);
+    if (rc) nl_cli_fail("logits");
+    free(logits);
+    free(ids);
+    nl_session_close(&s);
+    return rc;
+}
+
+static void print_token(void *user, int32_t id) {
+    const nl_tokenizer *t = user;
+    size_t len;
+    const char *p = t ? nl_token_piece(t, id, &len) : NULL;
+    if (p) fwrite(p, 1, len, stdout);
+    else printf("[%d]", id);
+    fflush(stdout);
+}
+
+int nl_cmd_generate(int argc, char **argv) {
+    static const char *const known[] = {"model", "adapter", "prompt", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "template", NULL};
+    static const char *const boolean[] = {"raw", "verbose", NULL};
+    if (nl_cli_check("generate", argc, argv, known, boolean)) return 2;
+    const char *model = nl_cli_opt(argc, argv, "model"), *prompt = nl_cli_opt(argc, argv, "prompt");
+    if (!model || !prompt) {
+        fprintf(stderr, "nightlora generate: --model and --prompt are required\n");
+        return 2;
+    }
+    nl_proj_config cfg;
+    if (nl_cli_proj_config("generate", argc, argv, &cfg)) return 2;
+    nl_sample_params sp = {.n_predict = 32, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
+    const char *v;
+    if ((v = nl_cli_opt(argc, argv, "n"))) sp.n_predict = atoi(v);
+    if ((v = nl_cli_opt(argc, argv, "temp"))) sp.temp = strtof(v, NULL);
+    if ((v = nl_cli_opt(argc, argv, "top-p"))) sp.top_p = strtof(v, NULL);
+    if ((v = nl_cli_opt(argc, argv, "seed"))) sp.seed = strtoull(v, NULL, 10);
+    if (sp.n_predict < 1 || sp.n_predict > 1000000 || sp.temp < 0 || sp.top_p <= 0 || sp.top_p > 1) {
+        fprintf(stderr, "nightlora generate: expected --n >= 1, --temp >= 0, 0 < --top-p <= 1\n");
+        return 2;
+    }
+    nl_session s;
+    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("generate");
+    int rc = 1;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!s.m->tok) {
+        nl_err("%s: the model has no tokenizer vocabulary", model);
+    } else if (nl_cli_render_prompt(s.m, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n) == 0) {
+        printf("%s", nl_cli_flag(argc, argv, "raw") ? prompt : "");
+        rc = nl_generate(&s, ids, n, &sp, print_token, s.m->tok, NULL, NULL) ? 1 : 0;
+        printf("\n");
+    }
+    if (rc) nl_cli_fail("generate");
+    free(ids);
+    nl_session_close(&s);
+    return rc;
+}
+
+int nl_cmd_merge(int argc, char **argv) {
+    static const char *const known[] = {"model", "adapter", "out", "type", NULL};
+    if (nl_cli_check("merge", argc, argv, known, NULL)) return 2;
+    const char *model = nl_cli_opt(argc, argv, "model"), *adapter = nl_cli_opt(argc, argv, "adapter"),
+               *out = nl_cli_opt(argc, argv, "out"), *type = nl_cli_opt(argc, argv, "type");
+    if (!model || !adapter || !out) {
+        fprintf(stderr, "nightlora merge: --model, --adapter and --out are required\n");
+        return 2;
+    }
+    int t = -1;
+    if (type && (t = nl_type_from_name(type)) < 0) {
+        fprintf(stderr, "nightlora merge: --type %s: expected f32, f16, bf16, q8_0 or q4_0\n", type);
+        return 2;
+    }
+    nl_model *m = nl_model_load(model);
+    if (!m) return nl_cli_fail("merge");
+    nl_adapter *a = nl_adapter_load(m, adapter);
+    int rc = (!a || nl_merge(m, a, t, out)) ? nl_cli_fail("merge") : 0;
+    if (rc == 0) fprintf(stderr, "merged %d adapted projections into %s\n", a->n, out);
+    nl_adapter_free(a);
+    nl_model_free(m);
+    return rc;
+}
+
+int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n) {
+    if (raw) return nl_tokenize(m->tok, prompt, strlen(prompt), true, false, ids, n);
+    return nl_chat_prompt_tokens(m->tok, template_name, prompt, strlen(prompt), ids, n);
+}
+
+void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
+    double loss = nl_eval_loss(r);
+    printf("%s: %d examples, %lld target tokens, loss %.4f, ppl %.3f", label, r->n_examples,
+           (long long)r->n_targets, loss, exp(loss));
+    if (r->n_items) printf(", accuracy %.1f%% (%d/%d)", 100.0 * r->n_correct / r->n_items, r->n_correct, r->n_items);
+    printf("\n");
+}
+
+int nl_cmd_eval(int argc, char **argv) {
+    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "template", "ctx", NULL};
+    static const char *const boolean[] = {"verbose", NULL};
+    if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
+    const char *model = nl_cli_opt(argc, argv, "model"), *data = nl_cli_opt(argc, argv, "data");
+    if (!model || !data) {
+        fprintf(stderr, "nightlora eval: --model and --data are required\n");
+        return 2;
+    }
+    nl_proj_config cfg;
+    if (nl_cli_proj_config("eval", argc, argv, &cfg)) return 2;
+    nl_session s;
+    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("eval");
+    nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab};
+    nl_dataset ds;
+    int rc = 1;
+    if (nl_dataset_load(data, s.m->tok, &dopt, &ds) == 0) {
+        const char *c = nl_cli_opt(argc, argv, "ctx");
+        int ctx = c ? atoi(c) : s.m->hp.n_ctx_train;
+        nl_eval_result r;
+        if (nl_eval_dataset(&s.rt, &ds, ctx > 0 ? ctx : 4096, &r) == 0) {
+            nl_cli_print_eval(data, &r);
+            rc = 0;
+        }
+        nl_dataset_free(&ds);
+    }
+    if (rc) nl_cli_fail("eval");
+    nl_session_close(&s);
+    return rc;
+}

@@ -1,0 +1,109 @@
+/* nightlora train: DESIGN.md §5. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "train/trainer.h"
+#include "util/util.h"
+
+static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "nightlora train: --%s %s: expected a number in [%g, %g]\n", flag, v, lo, hi);
+        return 1;
+    }
+    *out = x;
+    return 0;
+}
+
+int nl_cmd_train(int argc, char **argv) {
+    static const char *const known[] = {
+        "model", "data", "out", "rank", "alpha", "dropout", "lr", "steps", "epochs", "batch-tokens",
+        "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire",
+        "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
+        "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
+        "ctx", "on-long", "template", "stop-after", NULL};
+    static const char *const boolean[] = {"resume", "no-shuffle", "quiet", "verbose", NULL};
+    if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    o.model = nl_cli_opt(argc, argv, "model");
+    o.data = nl_cli_opt(argc, argv, "data");
+    o.out = nl_cli_opt(argc, argv, "out");
+    if (!o.model || !o.data || !o.out) {
+        fprintf(stderr, "nightlora train: --model, --data and --out are required\n");
+        return 2;
+    }
+    if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
+    o.proj.precision = nl_cli_opt(argc, argv, "precision");
+    o.proj.precision_map = nl_cli_opt(argc, argv, "precision-map");
+    o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
+    o.targets = nl_cli_opt(argc, argv, "targets");
+    o.chat_template = nl_cli_opt(argc, argv, "template");
+    o.checkpoint_dir = nl_cli_opt(argc, argv, "checkpoint-dir");
+    o.resume = nl_cli_flag(argc, argv, "resume");
+    o.shuffle = !nl_cli_flag(argc, argv, "no-shuffle");
+    o.log_json = nl_cli_opt(argc, argv, "log-json");
+    o.dump_grads = nl_cli_opt(argc, argv, "dump-grads");
+    o.thermal_status_file = nl_cli_opt(argc, argv, "thermal-status-file");
+    o.battery_temp_file = nl_cli_opt(argc, argv, "battery-temp-file");
+    if (nl_cli_flag(argc, argv, "quiet")) o.progress = NULL;
+    const char *v;
+    double x;
+    if ((v = nl_cli_opt(argc, argv, "thermal"))) {
+        if (strcmp(v, "auto") && strcmp(v, "off")) {
+            fprintf(stderr, "nightlora train: --thermal %s: expected auto or off\n", v);
+            return 2;
+        }
+        o.thermal = v;
+    }
+    if ((v = nl_cli_opt(argc, argv, "schedule"))) {
+        if (strcmp(v, "cosine") && strcmp(v, "constant")) {
+            fprintf(stderr, "nightlora train: --schedule %s: expected cosine or constant\n", v);
+            return 2;
+        }
+        o.cosine = !strcmp(v, "cosine");
+    }
+    if ((v = nl_cli_opt(argc, argv, "on-long"))) {
+        if (strcmp(v, "truncate") && strcmp(v, "refuse")) {
+            fprintf(stderr, "nightlora train: --on-long %s: expected truncate or refuse\n", v);
+            return 2;
+        }
+        o.refuse_long = !strcmp(v, "refuse");
+    }
+    if (o.init_adapter && (nl_cli_opt(argc, argv, "rank") || nl_cli_opt(argc, argv, "alpha") || nl_cli_opt(argc, argv, "targets"))) {
+        fprintf(stderr, "nightlora train: --init-adapter takes rank, alpha and targets from the adapter; drop --rank/--alpha/--targets\n");
+        return 2;
+    }
+#define NUM(flag, lo, hi, dst, cast)                                   \
+    if ((v = nl_cli_opt(argc, argv, flag))) {                          \
+        if (parse_num(flag, v, lo, hi, &x)) return 2;                  \
+        dst = (cast)x;                                                 \
+    }
+    NUM("rank", 1, 4096, o.rank, int)
+    NUM("alpha", -1e6, 1e6, o.alpha, float)
+    NUM("dropout", 0, 0.99, o.dropout, float)
+    NUM("lr", 1e-12, 10, o.lr, double)
+    NUM("steps", 1, 1e9, o.steps, int)
+    NUM("epochs", 1e-6, 1e6, o.epochs, double)
+    NUM("batch-tokens", 1, 1e9, o.batch_tokens, int)
+    NUM("commit-every", 1, 1e9, o.commit_every, int)
+    NUM("act-budget-mb", 0, 1e9, o.act_budget_mb, int64_t)
+    NUM("seed", 0, 1.8e19, o.seed, uint64_t)
+    NUM("warmup", 0, 1e9, o.warmup, int)
+    NUM("clip", 0, 1e9, o.clip, double)
+    NUM("weight-decay", 0, 10, o.weight_decay, double)
+    NUM("ctx", 2, 1e7, o.max_ctx, int)
+    NUM("stop-after", 1, 1e9, o.stop_after, int)
+#undef NUM
+    if ((v = nl_cli_opt(argc, argv, "seed"))) o.seed = strtoull(v, NULL, 10);
+    nl_train_result r;
+    if (nl_train(&o, &r)) return nl_cli_fail("train");
+    if (o.progress)
+        fprintf(o.progress, "%s after %d/%d steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s); adapter written to %s\n",
+                r.stopped ? "stopped" : "done", r.steps_done, r.total_steps, r.first_loss, r.last_loss,
+                (long long)r.tokens, r.seconds, r.service_seconds, o.out);
+    return 0;
+}
