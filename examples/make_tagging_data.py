@@ -18,7 +18,7 @@ TAGS = {
                 "Birthday gift for {w}"]),
     "shopping": (["milk", "eggs", "bread", "coffee", "rice", "apples", "soap", "batteries"],
                  ["Buy {w} and more {w2}", "We are out of {w}", "Get {w} on the way home", "Order {w} online",
-                  "Add {w} to the list"]),
+                  "Add {w} to the list", "Pick up {w} at the store on {d}", "Is {w} on sale {d}?"]),
     "travel": (["flight", "hotel", "train", "passport", "boarding pass", "rental car", "visa", "luggage"],
                ["Check in for the {w} on {d}", "Book the {w} for {d}", "The {w} leaves at {t}", "Renew the {w} before {d}",
                 "Confirm the {w} to Lisbon"]),
@@ -43,7 +43,7 @@ def main():
     rng = random.Random(20261129)
     seen = set()
     rows = []
-    while len(rows) < 560:
+    while len(rows) < 560:  # every tag has more than 112 distinct notes
         tag = LABELS[len(rows) % len(LABELS)]
         text = note(rng, tag)
         if text in seen:
