@@ -11,6 +11,7 @@
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
+#include "proj/kernels.h"
 #include "util/util.h"
 
 /* Shared service flags: --backend ref|host, --threads N, --precision, --wire. */
@@ -31,6 +32,17 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
     }
     cfg->wire_f16 = wire && !strcmp(wire, "f16");
     cfg->verbose = nl_cli_flag(argc, argv, "verbose");
+    cfg->precision = nl_cli_opt(argc, argv, "precision");
+    cfg->precision_map = nl_cli_opt(argc, argv, "precision-map");
+    const char *compute = nl_cli_opt(argc, argv, "compute");
+    if (compute && nl_proj_host_set_compute(compute)) {
+        fprintf(stderr, "nightlora %s: --compute %s: expected f32, bf16 or auto\n", cmd, compute);
+        return 1;
+    }
+    if (!nl_proj_backend_find(cfg->backend)) {
+        fprintf(stderr, "nightlora %s: --backend %s: expected ref or host\n", cmd, cfg->backend);
+        return 1;
+    }
     return 0;
 }
 
@@ -66,7 +78,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
 }
 
 int nl_cmd_logits(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "threads", "wire", NULL};
+    static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "threads", "wire", "precision", "precision-map", "compute", NULL};
     static const char *const boolean[] = {"verbose", NULL};
     if (nl_cli_check("logits", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *tokens = nl_cli_opt(argc, argv, "tokens"),
@@ -108,6 +120,7 @@ int nl_cmd_logits(int argc, char **argv) {
 static void print_token(void *user, int32_t id) {
     const nl_tokenizer *t = user;
     size_t len;
+    if (t && nl_token_is_control(t, id)) return; /* end of turn etc.: not text */
     const char *p = t ? nl_token_piece(t, id, &len) : NULL;
     if (p) fwrite(p, 1, len, stdout);
     else printf("[%d]", id);
@@ -115,7 +128,7 @@ static void print_token(void *user, int32_t id) {
 }
 
 int nl_cmd_generate(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "prompt", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "template", NULL};
+    static const char *const known[] = {"model", "adapter", "prompt", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
     static const char *const boolean[] = {"raw", "verbose", NULL};
     if (nl_cli_check("generate", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *prompt = nl_cli_opt(argc, argv, "prompt");
@@ -191,7 +204,7 @@ void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
 }
 
 int nl_cmd_eval(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "template", "ctx", NULL};
+    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", NULL};
     static const char *const boolean[] = {"verbose", NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *data = nl_cli_opt(argc, argv, "data");

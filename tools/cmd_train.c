@@ -21,7 +21,7 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, doub
 int nl_cmd_train(int argc, char **argv) {
     static const char *const known[] = {
         "model", "data", "out", "rank", "alpha", "dropout", "lr", "steps", "epochs", "batch-tokens",
-        "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire",
+        "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
         "ctx", "on-long", "template", "stop-after", NULL};
@@ -37,8 +37,6 @@ int nl_cmd_train(int argc, char **argv) {
         return 2;
     }
     if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
-    o.proj.precision = nl_cli_opt(argc, argv, "precision");
-    o.proj.precision_map = nl_cli_opt(argc, argv, "precision-map");
     o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
     o.targets = nl_cli_opt(argc, argv, "targets");
     o.chat_template = nl_cli_opt(argc, argv, "template");

@@ -22,6 +22,8 @@ int nl_session_open(nl_session *s, const char *model_path, const char *adapter_p
     if (!s->svc) goto fail;
     if (nl_runtime_init(&s->rt, s->m, s->svc)) goto fail;
     s->rt.adapter = s->adapter;
+    /* the planner validates every (projection, direction, bucket) of the backend against ref */
+    if (nl_proj_plan(s->svc, NULL, 0)) goto fail;
     return 0;
 fail:
     nl_session_close(s);

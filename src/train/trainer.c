@@ -171,6 +171,18 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     t.svc = nl_proj_service_new(&o->proj);
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
+    if (nl_proj_plan(t.svc, NULL, 0)) goto done;
+    if (o->progress) {
+        char line[256], mem[512];
+        nl_proj_plan_format_summary(t.svc, line, sizeof line);
+        nl_proj_format_resident(t.svc, mem, sizeof mem);
+        fprintf(o->progress, "service: %s backend, %s; resident %s\n", o->proj.backend ? o->proj.backend : "ref", line, mem);
+        if (o->proj.verbose) {
+            char *table = nl_proj_plan_format_table(t.svc);
+            if (table) fputs(table, o->progress);
+            free(table);
+        }
+    }
     {
         nl_thermal_provider prov;
         if (nl_thermal_open(&prov, o->thermal ? o->thermal : "auto", o->thermal_status_file, o->battery_temp_file)) goto done;
