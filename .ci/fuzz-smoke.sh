@@ -34,7 +34,13 @@ if ! have_libfuzzer; then
 fi
 
 echo "fuzz-smoke: building the harnesses (make fuzz)"
-make fuzz FUZZ_CC="$CC" || { echo "fuzz-smoke: build failed"; exit 1; }
+log=$(mktemp)
+if ! make fuzz FUZZ_CC="$CC" >"$log" 2>&1; then
+    tail -40 "$log"
+    echo "fuzz-smoke: build failed"
+    exit 1
+fi
+rm -f "$log"
 
 fail=0
 for src in fuzz/fuzz_*.c; do
@@ -43,9 +49,15 @@ for src in fuzz/fuzz_*.c; do
     work=build-fuzz/smoke/$short
     rm -rf "$work"
     mkdir -p "$work/corpus" "$work/artifacts"
+    case $short in
+        tok_gguf | adapter) dict=fuzz/dict/gguf.dict ;;
+        *) dict=fuzz/dict/$short.dict ;;
+    esac
+    opts=()
+    [ -f "$dict" ] && opts+=("-dict=$dict")
     dirs=("$work/corpus" "fuzz/corpus/$short")
     [ -d "fuzz/crashes/$short" ] && dirs+=("fuzz/crashes/$short")
-    ./build-fuzz/"$name" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    ./build-fuzz/"$name" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${opts[@]}" \
         -artifact_prefix="$work/artifacts/" "${dirs[@]}" >"$work/log" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")

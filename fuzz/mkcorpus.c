@@ -69,6 +69,39 @@ static char *vocab_gguf(const char *model, const char *pre, bool llama3, size_t 
     return gguf_bytes(w, n);
 }
 
+/* Mini vocabularies (a few hundred bytes): small inputs for the fuzzer to grow from, so the
+ * merged corpus is not all 5 KB copies of the full seed vocabularies. */
+static void seeds_mini_vocab(void) {
+    static const char *const bpe[] = {"a", "b", "c", "\xC4\xA0", "ab", "\xC4\xA0" "a", "<|im_end|>", "<s>"};
+    static const int32_t bpe_ty[] = {1, 1, 1, 1, 1, 1, 3, 3};
+    static const char *const merges[] = {"a b", "\xC4\xA0 a"};
+    static const char *const spm[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "ab", "<0x41>"};
+    static const int32_t spm_ty[] = {2, 3, 3, 1, 1, 1, 1, 6};
+    static const float spm_sc[] = {0, 0, 0, -1, -2, -3, -0.5f, 0};
+    for (int k = 0; k < 2; k++) {
+        nl_gguf_writer *w = nl_gguf_writer_new();
+        nl_gguf_set_str(w, "tokenizer.ggml.model", k ? "llama" : "gpt2");
+        if (k) {
+            nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", spm, 8);
+            nl_gguf_set_arr(w, "tokenizer.ggml.token_type", NL_GGUF_INT32, spm_ty, 8);
+            nl_gguf_set_arr(w, "tokenizer.ggml.scores", NL_GGUF_FLOAT32, spm_sc, 8);
+            nl_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", true);
+        } else {
+            nl_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
+            nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", bpe, 8);
+            nl_gguf_set_arr(w, "tokenizer.ggml.token_type", NL_GGUF_INT32, bpe_ty, 8);
+            nl_gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 2);
+            nl_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 7);
+            nl_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+        }
+        size_t n;
+        char *b = gguf_bytes(w, &n);
+        put("tok_gguf", k ? "mini-spm.gguf" : "mini-gpt2.gguf", "", 0, b, n);
+        put("gguf", k ? "mini-spm.gguf" : "mini-gpt2.gguf", "", 0, b, n);
+        free(b);
+    }
+}
+
 static void seeds_gguf(void) {
     /* every value type */
     nl_gguf_writer *w = nl_gguf_writer_new();
@@ -349,6 +382,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     seeds_gguf();
+    seeds_mini_vocab();
     seeds_json(td);
     seeds_dataset(td);
     seeds_tokenize(td);
