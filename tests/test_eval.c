@@ -65,8 +65,8 @@ static ids_t text_ids(const nl_tokenizer *tok, const char *s, int with_bos) {
 
 static ids_t concat(ids_t a, const int32_t *b, int nb) {
     ids_t r = {malloc(sizeof(int32_t) * (size_t)(a.n + nb + 1)), a.n + nb};
-    memcpy(r.v, a.v, sizeof(int32_t) * (size_t)a.n);
-    memcpy(r.v + a.n, b, sizeof(int32_t) * (size_t)nb);
+    if (a.n) memcpy(r.v, a.v, sizeof(int32_t) * (size_t)a.n);
+    if (nb) memcpy(r.v + a.n, b, sizeof(int32_t) * (size_t)nb);
     return r;
 }
 
