@@ -97,7 +97,7 @@ typedef struct { double loss_sum; int64_t n_targets; int n_items, n_correct, n_e
 /* `nightlora eval` on `data`: its exit status and output (stdout + stderr). */
 static int run_cli(const char *model, const char *data, char *out, size_t cap) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' eval --model '%s' --data '%s' 2>&1", NL_CLI, model, data);
+    snprintf(cmd, sizeof cmd, "'%s' eval --backend ref --threads 1 --model '%s' --data '%s' 2>&1", NL_CLI, model, data);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t n = fread(out, 1, cap - 1, p);
