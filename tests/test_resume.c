@@ -423,6 +423,46 @@ static void test_signal_in_pause(void) {
     finish_and_compare(ck, out, log, "signal in pause");
 }
 
+/* Two runs on one checkpoint directory: the second is refused at once while the first holds
+ * it (paused by the thermal status so that it surely does), and the first then finishes
+ * bit-identically. */
+static void test_dir_lock(void) {
+    char ck[512], out[512], out2[512], log[512], err[512], err2[512];
+    snprintf(ck, sizeof ck, "%s/ck_lock", tmp);
+    snprintf(out, sizeof out, "%s/lock.gguf", tmp);
+    snprintf(out2, sizeof out2, "%s/lock2.gguf", tmp);
+    snprintf(log, sizeof log, "%s/lock.jsonl", tmp);
+    snprintf(err, sizeof err, "%s/lock.err", tmp);
+    snprintf(err2, sizeof err2, "%s/lock2.err", tmp);
+    write_status("3\n");
+    args a;
+    base_args(&a, out, ck, log);
+    for (int i = 0; i < a.n; i++)
+        if (!strcmp(a.v[i], "off")) a.v[i] = "auto";
+    arg(&a, "--thermal-status-file"); arg(&a, status_file);
+    arg(&a, "--pacing-poll-ms"); arg(&a, "10");
+    pid_t pid = spawn(&a, err);
+    double t0 = nl_now();
+    while (!file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) sleep_s(0.002);
+    args b;
+    base_args(&b, out2, ck, NULL);
+    arg(&b, "--resume");
+    int rc2 = run(&b, err2);
+    CHECKF(rc2 == 1 && file_has(err2, "in use by another training run"), "second run: rc %d", rc2);
+    char pidtxt[32];
+    snprintf(pidtxt, sizeof pidtxt, "(pid %d)", (int)pid);
+    CHECK(file_has(err2, pidtxt));
+    write_status("0\n");
+    int rc = wait_rc(pid);
+    CHECKF(rc == 0, "first run exited %d", rc);
+    CHECK(same_file(ref_out, out));
+    steplog L;
+    read_log(log, &L);
+    CHECK(same_log(&REF, &L, "locked run"));
+    /* the lock went with the process: a resume now gets the directory */
+    CHECK(run(&b, err2) == 0 && same_file(ref_out, out2));
+}
+
 /* A fresh run into a directory with commits is refused; the commits stay as they were. */
 static void test_refuse_fresh(void) {
     char ck[512], out[512], err[512], cfile[600];
@@ -467,6 +507,7 @@ int main(void) {
         test_signal(SIGINT);
         test_signal(SIGTERM);
         test_signal_in_pause();
+        test_dir_lock();
     }
     if (!nl_t_fail) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

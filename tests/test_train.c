@@ -528,6 +528,9 @@ static void *pacing_thread(void *arg) {
     pacing_ctx *c = arg;
     double t0 = nl_now();
     while (log_lines(c->log) < 2 && nl_now() - t0 < 20) sleep_s(0.002);
+    /* a garbled reading first: a warning, not the end of the run */
+    write_status(c->status, "hot\n");
+    sleep_s(0.05);
     write_status(c->status, "3\n");
     c->wrote_hot = 1;
     sleep_s(c->hot_s);
@@ -545,7 +548,7 @@ static void test_pacing(const char *model, const char *data) {
     unlink(log);
     nl_train_opts o;
     defaults(&o, model, data, out0);
-    o.steps = 30;
+    o.steps = 40;
     CHECK(train(&o, NULL) == 0);
     FILE *prog = tmpfile();
     o.out = out;
@@ -575,6 +578,7 @@ static void test_pacing(const char *model, const char *data) {
     CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
     fclose(prog);
     CHECK(strstr(text, "paused: thermal status 3") && strstr(text, "resumed after"));
+    CHECK(strstr(text, "warning: pacing: ") && strstr(text, "training on without this reading"));
     CHECK(strstr(text, "  paused\n") && strstr(text, "  running\n") && strstr(text, " tok/s  ETA "));
     printf("pacing: paused %.2f s over %d step(s)\n", r.paused_seconds, paused_steps);
     free(text);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +65,7 @@ typedef struct {
     int pacer_ok;
     int stop_in_pause;      /* a stop was requested while paused: abort the step */
     int pace_failing;       /* the last pacer reading failed (warned once per outage) */
+    int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
 } trainer;
 
 #define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
@@ -102,6 +105,7 @@ static int dir_has_commits(const char *dir) {
 }
 
 static void trainer_free(trainer *t) {
+    if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
     if (t->log && t->log != stdout) fclose(t->log);
     if (t->pacer_ok) nl_pacer_free(&t->pacer);
     nl_batcher_free(t->bt);
@@ -114,6 +118,45 @@ static void trainer_free(trainer *t) {
     free(t->grads);
     free(t->mom);
     free(t->vel);
+}
+
+/* One run per checkpoint directory: two runs committing into the same directory (a scheduler
+ * starting tonight's run while last night's still goes) would interleave their commits. An
+ * flock on DIR/lock, taken before any work and held until the end; the kernel drops it when
+ * the process dies, so a killed run never leaves a stale lock. The file holds the pid for the
+ * message. DIR is created (one level) if missing. */
+static int lock_dir(const char *dir, int *fd_out) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    size_t n = strlen(dir) + 6;
+    char *path = nl_malloc(n);
+    if (!path) return -1;
+    snprintf(path, n, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        nl_err("%s: cannot create: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[24] = "";
+        ssize_t r = read(fd, pid, sizeof pid - 1);
+        pid[r > 0 ? r : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            nl_err("%s is in use by another training run (pid %s): wait for it to end, or stop it (SIGINT commits and exits)", dir, pid[0] ? pid : "?");
+        else
+            nl_err("%s: cannot lock: %s", path, strerror(e));
+        free(path);
+        return -1;
+    }
+    free(path);
+    char pid[24];
+    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pl, 0) != pl) { /* the pid is only for the message */ }
+    *fd_out = fd;
+    return 0;
 }
 
 /* ---- files ------------------------------------------------------------------------------ */
@@ -436,7 +479,7 @@ static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int 
 }
 
 int nl_train(const nl_train_opts *o, nl_train_result *res) {
-    trainer t = {.o = o};
+    trainer t = {.o = o, .lock_fd = -1};
     memset(res, 0, sizeof *res);
     int rc = -1;
     double t_start = nl_now();
@@ -451,6 +494,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
     if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
+    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
 
     t.m = nl_model_load(o->model);
     if (!t.m) goto done;
