@@ -478,13 +478,6 @@ static void test_refusals(const char *model, const char *data) {
                "%s: rc %d, message: %s", cases[c].what, rc, e);
         if (c == 1) printf("refused resume: %s\n", e);
     }
-    /* without run.json the commit's hashes still refuse */
-    unlink(runjson);
-    {
-        nl_train_opts b = o;
-        b.lr = 1e-3;
-        CHECK(nl_train(&b, &r) == -1 && strstr(nl_last_error(), "different training configuration"));
-    }
     /* a fresh run into the directory */
     o.resume = 0;
     CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "already holds commits"));
@@ -493,12 +486,32 @@ static void test_refusals(const char *model, const char *data) {
     CHECK(after && len0 == len1 && !memcmp(before, after, len0));
     free(before);
     free(after);
-    /* the right settings still resume, to the end */
+    /* the right settings still resume, to the end; another backend only warns (its numerics
+     * differ from the run so far) */
     o.resume = 1;
+    o.proj.backend = "host";
+    FILE *prog = tmpfile();
+    o.progress = prog;
     CHECK(train(&o, &r) == 0 && r.steps_done == 5 && !r.stopped);
+    long sz = ftell(prog);
+    char *text = calloc(1, (size_t)sz + 1);
+    rewind(prog);
+    CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
+    fclose(prog);
+    CHECKF(strstr(text, "warning: resuming with other numerics (backend ref there, host now)") && strstr(text, "resumed from ") &&
+           strstr(text, "at step 2/5"), "progress: %s", text);
+    free(text);
     steplog L;
     read_log(log, &L);
     CHECK(L.n == 5 && L.bad == 0);
+    o.progress = NULL;
+    /* without run.json the commit's hashes still refuse */
+    unlink(runjson);
+    {
+        nl_train_opts b = o;
+        b.lr = 1e-3;
+        CHECK(nl_train(&b, &r) == -1 && strstr(nl_last_error(), "different training configuration"));
+    }
 }
 
 /* ---- pacing ---- */

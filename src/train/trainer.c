@@ -707,7 +707,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
                     paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
             fflush(o->progress);
         }
-        if (stop) { res->stopped = 1; break; }
+        if (stop) { res->stopped = step < total; break; } /* a stop at the last step is the end */
     }
     if (nl_adapter_save(t.ad, t.m, o->out)) goto done;
     res->paused_seconds = t.pacer.paused_seconds;
