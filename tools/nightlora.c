@@ -80,6 +80,8 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
     X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl --out adapter.gguf [--rank 16 --alpha 32 --dropout 0.05 --lr 2e-4 --steps N | --epochs E] [--batch-tokens 4096 --targets q,k,v,o,gate,up,down,...] [--init-adapter A.gguf] [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --wire f32|f16] [--checkpoint-dir DIR --commit-every N --resume --act-budget-mb MB --seed S] [--thermal auto|off --thermal-status-file F --battery-temp-file F] [--log-json FILE --dump-grads G.gguf]") \
     X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf --out merged.gguf [--type f32|f16|q8_0]") \
     X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special]") \
+    X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|auto --wire f32|f16] [--verbose] [--json]") \
+    X("bench", nl_cmd_bench, "bench proj|step --model M.gguf ... [--json]   proj: [--threads N --tokens 64,512 --reps R --compute f32|bf16|auto --precision P]") \
     X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b --out M.gguf [--type f32|f16|q8_0] [--seed S]") \
     /* end of the list */
 
