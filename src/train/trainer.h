@@ -38,7 +38,7 @@ typedef struct {
     const char *thermal;                 /* "auto" | "off" */
     const char *thermal_status_file, *battery_temp_file;
     const char *log_json;                /* one JSON object per optimizer step (see below) */
-    const char *dump_grads;              /* first step's dA/dB as GGUF */
+    const char *dump_grads;              /* step 1's dA/dB (before clipping) as GGUF; not on a resumed run */
     int stop_after;                      /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
     double pacing_poll_s;                /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
     FILE *progress;                      /* progress lines (stderr); NULL = quiet */
@@ -61,7 +61,12 @@ typedef struct {
  * Before any work: o->out (and o->dump_grads) must be creatable (its temp file is created and
  * removed), a fresh run refuses a checkpoint dir that holds commits, and --resume refuses
  * commits made with another model or other trajectory settings, naming each difference
- * ("lr 0.0002 there, 0.001 now"); the settings are kept readable in DIR/run.json.
+ * ("lr 0.0002 there, 0.001 now"); the settings are kept readable in DIR/run.json. A resume
+ * with another backend / precision / wire only warns (no longer bit-identical). One run at a
+ * time per checkpoint dir: an flock on DIR/lock (dropped by the kernel if the process dies).
+ *
+ * Pacing: a thermal reading that fails mid-run (a host app's file missing or garbled) is a
+ * warning, once per outage, and the run goes on; a bad file at start-up is an error.
  *
  * --log-json: one line per optimizer step, written before that step's commit:
  *   {"step", "loss" (%.17g: exact), "tokens", "targets", "seconds", "service_seconds",
