@@ -24,7 +24,7 @@ int nl_cmd_train(int argc, char **argv) {
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", NULL};
     static const char *const boolean[] = {"resume", "no-shuffle", "quiet", "verbose", NULL};
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
@@ -75,6 +75,10 @@ int nl_cmd_train(int argc, char **argv) {
         fprintf(stderr, "nightlora train: --init-adapter takes rank, alpha and targets from the adapter; drop --rank/--alpha/--targets\n");
         return 2;
     }
+    if (nl_cli_opt(argc, argv, "steps") && nl_cli_opt(argc, argv, "epochs")) {
+        fprintf(stderr, "nightlora train: give --steps or --epochs, not both\n");
+        return 2;
+    }
 #define NUM(flag, lo, hi, dst, cast)                                   \
     if ((v = nl_cli_opt(argc, argv, flag))) {                          \
         if (parse_num(flag, v, lo, hi, &x)) return 2;                  \
@@ -95,6 +99,8 @@ int nl_cmd_train(int argc, char **argv) {
     NUM("weight-decay", 0, 10, o.weight_decay, double)
     NUM("ctx", 2, 1e7, o.max_ctx, int)
     NUM("stop-after", 1, 1e9, o.stop_after, int)
+    NUM("pacing-poll-ms", 1, 1e7, o.pacing_poll_s, double) /* testing only; not in the usage */
+    o.pacing_poll_s /= 1000.0;
 #undef NUM
     if ((v = nl_cli_opt(argc, argv, "seed"))) o.seed = strtoull(v, NULL, 10);
     nl_train_result r;

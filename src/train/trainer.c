@@ -4,11 +4,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/json.h"
 #include "eval/eval.h"
 #include "model/adapter.h"
 #include "model/model.h"
@@ -58,6 +64,8 @@ typedef struct {
     nl_pacer pacer;
     int pacer_ok;
     int stop_in_pause;      /* a stop was requested while paused: abort the step */
+    int pace_failing;       /* the last pacer reading failed (warned once per outage) */
+    int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
 } trainer;
 
 #define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
@@ -66,6 +74,16 @@ static int pace_hook(void *user) {
     trainer *t = user;
     int r = nl_pacer_check(&t->pacer);
     if (r == 1) { t->stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
+    if (r < 0) {
+        /* A reading that fails (a host app's status file missing or half-written for a moment)
+         * must not end an overnight run: warn once per outage, train on, read again at the
+         * next check. An unavailable reading never blocks (pacing.h), so this is the same
+         * rule. A bad file at start-up is still an error (nl_thermal_open). */
+        if (!t->pace_failing && t->o->progress) fprintf(t->o->progress, "warning: pacing: %s; training on without this reading\n", nl_last_error());
+        t->pace_failing = 1;
+        return 0;
+    }
+    t->pace_failing = 0;
     return r;
 }
 
@@ -87,6 +105,7 @@ static int dir_has_commits(const char *dir) {
 }
 
 static void trainer_free(trainer *t) {
+    if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
     if (t->log && t->log != stdout) fclose(t->log);
     if (t->pacer_ok) nl_pacer_free(&t->pacer);
     nl_batcher_free(t->bt);
@@ -101,21 +120,322 @@ static void trainer_free(trainer *t) {
     free(t->vel);
 }
 
-/* Everything that changes the training trajectory goes into the config hash, so a checkpoint
- * from another configuration is refused at resume. */
-static uint64_t config_hash(const nl_train_opts *o, const nl_adapter *ad, uint64_t data_hash, int total_steps) {
+/* One run per checkpoint directory: two runs committing into the same directory (a scheduler
+ * starting tonight's run while last night's still goes) would interleave their commits. An
+ * flock on DIR/lock, taken before any work and held until the end; the kernel drops it when
+ * the process dies, so a killed run never leaves a stale lock. The file holds the pid for the
+ * message. DIR is created (one level) if missing. */
+static int lock_dir(const char *dir, int *fd_out) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    size_t n = strlen(dir) + 6;
+    char *path = nl_malloc(n);
+    if (!path) return -1;
+    snprintf(path, n, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        nl_err("%s: cannot create: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[24] = "";
+        ssize_t r = read(fd, pid, sizeof pid - 1);
+        pid[r > 0 ? r : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            nl_err("%s is in use by another training run (pid %s): wait for it to end, or stop it (SIGINT commits and exits)", dir, pid[0] ? pid : "?");
+        else
+            nl_err("%s: cannot lock: %s", path, strerror(e));
+        free(path);
+        return -1;
+    }
+    free(path);
+    char pid[24];
+    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pl, 0) != pl) { /* the pid is only for the message */ }
+    *fd_out = fd;
+    return 0;
+}
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+/* Write a whole file atomically: PATH.tmp, fsync, rename. */
+static int write_file_atomic(const char *path, const char *buf, size_t len) {
+    size_t pl = strlen(path);
+    char *tmp = nl_malloc(pl + 5);
+    if (!tmp) return -1;
+    memcpy(tmp, path, pl);
+    memcpy(tmp + pl, ".tmp", 5);
+    int rc = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) rc = nl_err("%s: cannot create: %s", tmp, strerror(errno));
+    else {
+        if (len && fwrite(buf, 1, len, f) != len) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
+        if (!rc && fflush(f) != 0) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
+        if (!rc && fsync(fileno(f)) != 0) rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
+        if (fclose(f) != 0 && !rc) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
+        if (!rc && rename(tmp, path) != 0) rc = nl_err("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        if (rc) unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* An output written at the END of a long run (the adapter, the gradient dump) is checked
+ * before the run starts: the writers create PATH.tmp and rename it onto PATH, so create and
+ * remove that temp file now. `flag` names the option in the message. */
+static int probe_output(const char *flag, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return nl_err("--%s %s: is a directory, expected a file path", flag, path);
+    size_t pl = strlen(path);
+    char *tmp = nl_malloc(pl + 5);
+    if (!tmp) return -1;
+    memcpy(tmp, path, pl);
+    memcpy(tmp + pl, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    int rc = 0;
+    if (!f) rc = nl_err("--%s %s: cannot write there (creating %s failed: %s); nothing was trained", flag, path, tmp, strerror(errno));
+    else {
+        fclose(f);
+        unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
+ * step), so the steps the resumed run replays are not logged twice and a line half-written
+ * by a killed run disappears. Written back atomically. A missing file is fine. */
+static int log_keep_steps(const char *path, int keep_step) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    size_t len;
+    char *buf = nl_read_file(path, &len);
+    if (!buf) return -1;
+    char *out = nl_malloc(len + 1);
+    if (!out) { free(buf); return -1; }
+    size_t n = 0;
+    for (char *p = buf; p < buf + len;) {
+        char *eol = memchr(p, '\n', (size_t)(buf + len - p));
+        if (!eol) break; /* no newline: written by a killed run */
+        nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
+        int64_t s;
+        if (j && nl_json_int64(nl_json_get(j, "step"), &s) == 0 && s >= 1 && s <= keep_step) {
+            memcpy(out + n, p, (size_t)(eol - p) + 1);
+            n += (size_t)(eol - p) + 1;
+        }
+        nl_json_free(j);
+        p = eol + 1;
+    }
+    nl_clear_error();
+    int rc = write_file_atomic(path, out, n);
+    free(out);
+    free(buf);
+    return rc;
+}
+
+/* ---- the run's description -------------------------------------------------------------
+ * Every setting that changes the training trajectory is one key = value string; the config
+ * hash stored in every commit is the hash of those strings (the model has its own hash in the
+ * commit), and DIR/run.json keeps them readable so that a refused resume can name what
+ * differs. Settings that change the numerics but not the configuration (backend, resident
+ * precision, FP16 wire) are recorded too: a resume that changes them only warns, since its
+ * result can no longer be bit-identical to an uninterrupted run. The thread count, the
+ * activation budget and pacing never change a result and are not recorded. */
+enum { KV_CONFIG, KV_NUMERICS, KV_INFO };
+typedef struct {
+    const char *key;
+    int kind;
+    char val[200];
+} run_kv;
+#define RUN_MAX_KV 32
+typedef struct {
+    run_kv kv[RUN_MAX_KV];
+    int n;
+} run_desc;
+
+static void NL_PRINTF(4, 5) desc_add(run_desc *d, const char *key, int kind, const char *fmt, ...) {
+    if (d->n >= RUN_MAX_KV) return;
+    run_kv *kv = &d->kv[d->n++];
+    kv->key = key;
+    kv->kind = kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kv->val, sizeof kv->val, fmt, ap);
+    va_end(ap);
+}
+
+static const char *desc_get(const run_desc *d, const char *key) {
+    for (int i = 0; i < d->n; i++)
+        if (!strcmp(d->kv[i].key, key)) return d->kv[i].val;
+    return "";
+}
+
+/* The shortest decimal text that reads back as exactly x (as a float when is_float): exact
+ * for the hash, readable in run.json ("0.0002", not "0.00020000000000000001"). */
+static const char *fmt_num(char *buf, size_t cap, double x, int is_float) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        double y = strtod(buf, NULL);
+        if (is_float ? (float)y == (float)x : y == x) break;
+    }
+    return buf;
+}
+
+/* Content hash of the packed sequences (ids and targets): what the run trains on, whatever
+ * the file looks like (the tokenizer is covered by the model hash). */
+static uint64_t packing_hash(const nl_packing *pk) {
+    nl_hasher h;
+    nl_hasher_init(&h, 0x6e6c64617461ull);
+    for (int i = 0; i < pk->n; i++) {
+        int32_t n = pk->seq[i].n_tokens;
+        nl_hasher_update(&h, &n, sizeof n);
+        nl_hasher_update(&h, pk->seq[i].ids, (size_t)n * sizeof(int32_t));
+        nl_hasher_update(&h, pk->seq[i].target, (size_t)n);
+    }
+    return nl_hasher_final(&h);
+}
+
+static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int total, int max_ctx, run_desc *d) {
+    const nl_train_opts *o = t->o;
+    const nl_adapter *ad = t->ad;
+    memset(d, 0, sizeof *d);
+    desc_add(d, "model", KV_CONFIG, "%016llx", (unsigned long long)model_hash);
+    desc_add(d, "data", KV_CONFIG, "%016llx", (unsigned long long)data_hash);
+    /* targets: the kinds adapted, the tensor count and a short hash of the exact list */
+    char kinds[160] = "";
+    size_t kl = 0;
+    for (int k = 0; k < NL_P_KIND_COUNT; k++) {
+        int any = 0;
+        for (int i = 0; i < ad->n && !any; i++) any = t->m->projs[ad->t[i].proj].kind == (nl_proj_kind)k;
+        if (any && kl < sizeof kinds)
+            kl += (size_t)snprintf(kinds + kl, sizeof kinds - kl, "%s%s", kl ? "," : "", nl_proj_kind_name((nl_proj_kind)k));
+    }
+    nl_hasher h;
+    nl_hasher_init(&h, 0x6e6c7467ull);
+    for (int i = 0; i < ad->n; i++) nl_hasher_update(&h, &ad->t[i].proj, sizeof ad->t[i].proj);
+    desc_add(d, "targets", KV_CONFIG, "%s (%d tensors, #%08x)", kinds, ad->n, (unsigned)(nl_hasher_final(&h) >> 32));
+    desc_add(d, "rank", KV_CONFIG, "%d", ad->rank);
+    char nb[40];
+    desc_add(d, "alpha", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, ad->alpha, 1));
+    /* a fresh adapter follows from (model, targets, rank, seed); a loaded one is hashed */
+    if (o->init_adapter)
+        desc_add(d, "init", KV_CONFIG, "adapter %016llx", (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
+    else
+        desc_add(d, "init", KV_CONFIG, "fresh");
+    desc_add(d, "steps", KV_CONFIG, "%d", total);
+    desc_add(d, "batch_tokens", KV_CONFIG, "%d", o->batch_tokens);
+    desc_add(d, "lr", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->lr, 0));
+    desc_add(d, "schedule", KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
+    desc_add(d, "warmup", KV_CONFIG, "%d", o->warmup);
+    desc_add(d, "dropout", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->dropout, 1));
+    desc_add(d, "clip", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->clip, 0));
+    desc_add(d, "weight_decay", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->weight_decay, 0));
+    desc_add(d, "ctx", KV_CONFIG, "%d", max_ctx);
+    desc_add(d, "on_long", KV_CONFIG, "%s", o->refuse_long ? "refuse" : "truncate");
+    desc_add(d, "shuffle", KV_CONFIG, "%d", o->shuffle ? 1 : 0);
+    desc_add(d, "seed", KV_CONFIG, "%llu", (unsigned long long)o->seed);
+    desc_add(d, "template", KV_CONFIG, "%s", o->chat_template ? o->chat_template : "auto");
+    desc_add(d, "backend", KV_NUMERICS, "%s", o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref");
+    desc_add(d, "precision", KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
+    desc_add(d, "precision_map", KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
+    desc_add(d, "wire", KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
+    desc_add(d, "model_path", KV_INFO, "%s", o->model);
+    desc_add(d, "data_path", KV_INFO, "%s", o->data);
+}
+
+/* The config hash of a commit: the trajectory settings, the model excepted (it has its own). */
+static uint64_t desc_config_hash(const run_desc *d) {
     nl_hasher h;
     nl_hasher_init(&h, 0x6e6c636667ull);
-    int32_t iv[] = {ad->rank, o->batch_tokens, o->warmup, o->cosine, o->max_ctx, o->refuse_long, o->shuffle, total_steps, ad->n};
-    double dv[] = {ad->alpha, o->dropout, o->lr, o->clip, o->weight_decay};
-    nl_hasher_update(&h, iv, sizeof iv);
-    nl_hasher_update(&h, dv, sizeof dv);
-    nl_hasher_update(&h, &o->seed, sizeof o->seed);
-    nl_hasher_update(&h, &data_hash, sizeof data_hash);
-    for (int i = 0; i < ad->n; i++) nl_hasher_update(&h, &ad->t[i].proj, sizeof ad->t[i].proj);
-    const char *tmpl = o->chat_template ? o->chat_template : "";
-    nl_hasher_update(&h, tmpl, strlen(tmpl));
+    for (int i = 0; i < d->n; i++) {
+        if (d->kv[i].kind != KV_CONFIG || !strcmp(d->kv[i].key, "model")) continue;
+        nl_hasher_update(&h, d->kv[i].key, strlen(d->kv[i].key) + 1);
+        nl_hasher_update(&h, d->kv[i].val, strlen(d->kv[i].val) + 1);
+    }
     return nl_hasher_final(&h);
+}
+
+static char *run_json_path(const char *dir) {
+    size_t n = strlen(dir) + 10;
+    char *p = nl_malloc(n);
+    if (p) snprintf(p, n, "%s/run.json", dir);
+    return p;
+}
+
+static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
+    size_t l = strlen(s);
+    if (*n + l + 1 > *cap) {
+        size_t nc = (*n + l + 1) * 2;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return nl_err("out of memory");
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *n, s, l + 1);
+    *n += l;
+    return 0;
+}
+
+/* DIR/run.json: one JSON object, every value a string. */
+static int desc_write(const run_desc *d, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (int i = 0; i < d->n && !rc; i++) {
+        rc = buf_raw(&buf, &n, &cap, i ? ",\n  " : "{\n  ");
+        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].key, strlen(d->kv[i].key));
+        if (!rc) rc = buf_raw(&buf, &n, &cap, ": ");
+        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].val, strlen(d->kv[i].val));
+    }
+    if (!rc) rc = buf_raw(&buf, &n, &cap, "\n}\n");
+    char *path = rc ? NULL : run_json_path(dir);
+    if (!rc) rc = path ? write_file_atomic(path, buf, n) : -1;
+    free(path);
+    free(buf);
+    return rc;
+}
+
+/* Compare `d` with DIR/run.json. kind KV_CONFIG: append "key A there, B now; ..." for every
+ * differing setting to msg. Returns the number of differences, or -1 when there is no readable
+ * run.json (nothing to compare). */
+static int desc_compare(const run_desc *d, const char *dir, int kind, char *msg, size_t cap) {
+    char *path = run_json_path(dir);
+    if (!path) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) { free(path); return -1; }
+    size_t len;
+    char *buf = nl_read_file(path, &len);
+    free(path);
+    if (!buf) return -1;
+    nl_json *j = nl_json_parse(buf, len, NULL);
+    free(buf);
+    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return -1; }
+    int nd = 0;
+    size_t ml = strlen(msg);
+    for (int i = 0; i < d->n; i++) {
+        if (d->kv[i].kind != kind) continue;
+        const nl_json *v = nl_json_get(j, d->kv[i].key);
+        const char *was = nl_json_is_string(v) ? v->u.str.s : "(not recorded)";
+        if (!strcmp(was, d->kv[i].val)) continue;
+        const char *sep = nd++ ? "; " : "";
+        if (ml >= cap) continue;
+        if (!strcmp(d->kv[i].key, "model") || !strcmp(d->kv[i].key, "data")) {
+            char pk[16];
+            snprintf(pk, sizeof pk, "%s_path", d->kv[i].key);
+            const nl_json *pv = nl_json_get(j, pk);
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s (hash %s) there, %s (hash %s) now", sep, d->kv[i].key,
+                                   nl_json_is_string(pv) ? pv->u.str.s : "?", was, desc_get(d, pk), d->kv[i].val);
+        } else {
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s there, %s now", sep, d->kv[i].key, was, d->kv[i].val);
+        }
+    }
+    nl_json_free(j);
+    return nd;
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -129,12 +449,13 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 static int count_total_steps(trainer *t) {
     const nl_train_opts *o = t->o;
     if (o->steps > 0) return o->steps;
-    /* walk the batcher through ceil(epochs) epochs, counting batches */
+    /* walk the batcher through ceil(epochs) epochs, counting batches (with shuffling an
+     * epoch's batch count depends on its order) */
     nl_batcher *b = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
     if (!b) return -1;
     int whole = (int)floor(o->epochs), total = 0;
     double frac = o->epochs - whole;
-    for (int e = 0; e <= whole && e < 100000; e++) {
+    for (int e = 0; e < whole + (frac > 0) && e < 100000; e++) {
         int in_epoch = 0;
         const int *idx;
         int n;
@@ -150,8 +471,15 @@ static int count_total_steps(trainer *t) {
     return total > 0 ? total : 1;
 }
 
+static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int step, nl_data_cursor cur) {
+    nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
+                  .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
+                  .alpha = t->ad->alpha, .n_params = t->ad->n_params, .params = t->ad->params, .m = t->mom, .v = t->vel};
+    return nl_ckpt_commit(t->o->checkpoint_dir, &ck, NULL);
+}
+
 int nl_train(const nl_train_opts *o, nl_train_result *res) {
-    trainer t = {.o = o};
+    trainer t = {.o = o, .lock_fd = -1};
     memset(res, 0, sizeof *res);
     int rc = -1;
     double t_start = nl_now();
@@ -159,8 +487,14 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     if (o->batch_tokens < 1) return nl_err("--batch-tokens %d: expected >= 1", o->batch_tokens);
     if (o->dropout < 0 || o->dropout >= 1) return nl_err("--dropout %g: expected 0 <= p < 1", o->dropout);
     if (!(o->lr > 0)) return nl_err("--lr %g: expected > 0", o->lr);
+    if (o->steps < 0) return nl_err("--steps %d: expected >= 1", o->steps);
+    if (o->steps == 0 && !(o->epochs > 0)) return nl_err("--epochs %g: expected > 0", o->epochs);
     if (o->commit_every < 1) return nl_err("--commit-every %d: expected >= 1", o->commit_every);
     if (o->resume && !o->checkpoint_dir) return nl_err("--resume needs --checkpoint-dir");
+    /* what is written at the end must be writable now, not after a night of training */
+    if (probe_output("out", o->out)) return -1;
+    if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
+    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
 
     t.m = nl_model_load(o->model);
     if (!t.m) goto done;
@@ -189,6 +523,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         nl_pacer_cfg pc;
         nl_pacer_defaults(&pc);
         pc.enabled = !(o->thermal && !strcmp(o->thermal, "off")) || o->thermal_status_file || o->battery_temp_file;
+        if (o->pacing_poll_s > 0) pc.check_interval_s = pc.poll_interval_s = o->pacing_poll_s;
         pc.log = pace_log;
         pc.log_ctx = o->progress;
         pc.should_stop = nl_stop_poll;
@@ -220,15 +555,24 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     t.vel = nl_calloc(np, sizeof(float));
     if (!t.grads || !t.mom || !t.vel) goto done;
 
-    uint64_t data_hash = 0, model_hash = 0;
-    if (nl_file_hash64(o->data, &data_hash) || nl_file_hash64(o->model, &model_hash)) goto done;
-    uint64_t cfg_hash = config_hash(o, t.ad, data_hash, total);
+    uint64_t model_hash = 0;
+    if (nl_file_hash64(o->model, &model_hash)) goto done;
+    run_desc desc;
+    build_desc(&t, model_hash, packing_hash(&t.pk), total, max_ctx, &desc);
+    uint64_t cfg_hash = desc_config_hash(&desc);
     int step = 0;
     if (o->resume) {
         nl_ckpt ck;
         char warn[512];
         int r = nl_ckpt_load_latest(o->checkpoint_dir, cfg_hash, model_hash, np, &ck, warn, sizeof warn, NULL);
-        if (r < 0) goto done;
+        if (r < 0) {
+            /* name what differs when the run's description is there to compare with */
+            char why[1536];
+            int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
+            if (n > 0 && (size_t)n < sizeof why && desc_compare(&desc, o->checkpoint_dir, KV_CONFIG, why, sizeof why) > 0)
+                nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
+            goto done;
+        }
         if (warn[0] && o->progress) fprintf(o->progress, "warning: %s\n", warn);
         if (r == 0) {
             memcpy(t.ad->params, ck.params, np * sizeof(float));
@@ -237,13 +581,20 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
             step = (int)ck.step;
             nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
             nl_ckpt_free(&ck);
+            if (step > total) { nl_err("%s: the newest commit is at step %d, beyond this run's %d steps", o->checkpoint_dir, step, total); goto done; }
             if (nl_batcher_seek(t.bt, cur)) goto done;
+            char diff[1024] = "";
+            if (desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, diff, sizeof diff) > 0 && o->progress)
+                fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
             if (o->progress) fprintf(o->progress, "resumed from %s at step %d/%d\n", o->checkpoint_dir, step, total);
         } else if (o->progress) {
             fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
         }
     }
+    if (o->checkpoint_dir && desc_write(&desc, o->checkpoint_dir)) goto done;
     if (o->log_json) {
+        /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
+        if (o->resume && log_keep_steps(o->log_json, step)) goto done;
         t.log = fopen(o->log_json, o->resume ? "a" : "w");
         if (!t.log) { nl_err("%s: cannot open for writing: %s", o->log_json, strerror(errno)); goto done; }
     }
@@ -257,18 +608,20 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     nl_adamw aw;
     nl_adamw_defaults(&aw);
     aw.weight_decay = o->weight_decay;
-    if (o->progress)
-        fprintf(o->progress, "training %s on %s: %d examples, %d sequences, %d steps, %d adapted projections (%zu parameters, rank %d)\n",
-                o->model, o->data, t.ds.n, t.pk.n, total, t.ad->n, np, t.ad->rank);
+    if (o->progress) {
+        fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
+                             "%d steps, %d adapted projections (%zu parameters, rank %d)\n",
+                o->model, o->data, t.ds.n, t.pk.n, t.pk.n_truncated, max_ctx, t.pk.n_dropped, total, t.ad->n, np, t.ad->rank);
+        fflush(o->progress);
+    }
     int first_step = step, steps_this_run = 0;
     double run_start = nl_now();
     int64_t run_tokens = 0;
-    nl_signals_install();
-    nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
+    if (nl_signals_install()) goto done;
     while (step < total) {
         const int *idx;
         int nseq;
-        prev_cursor = nl_batcher_cursor(t.bt);
+        nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
         if (nl_batcher_next(t.bt, &idx, &nseq)) goto done;
         double paused0 = t.pacer.paused_seconds;
         double t0 = nl_now();
@@ -300,13 +653,8 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
              * finished step, and the data cursor goes back to this batch. */
             if (nl_batcher_seek(t.bt, prev_cursor)) goto done;
             res->stopped = 1;
-            if (o->checkpoint_dir && step > 0) {
-                nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
-                              .epoch = (uint64_t)prev_cursor.epoch, .index = (uint64_t)prev_cursor.index,
-                              .rank = (uint32_t)t.ad->rank, .alpha = t.ad->alpha, .n_params = np,
-                              .params = t.ad->params, .m = t.mom, .v = t.vel};
-                if (nl_ckpt_commit(o->checkpoint_dir, &ck, NULL)) goto done;
-            }
+            if (o->checkpoint_dir && step > first_step && commit_state(&t, cfg_hash, model_hash, step, prev_cursor)) goto done;
+            if (o->progress) fprintf(o->progress, "stopped at step %d/%d%s\n", step, total, o->checkpoint_dir && step > first_step ? " (committed)" : "");
             break;
         }
         double loss = n_targets ? loss_sum / (double)n_targets : 0.0;
@@ -314,7 +662,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
             nl_err("step %d: the loss is not finite (%g); stopping, the last commit is kept", step + 1, loss);
             goto done;
         }
-        if (o->dump_grads && step == first_step && first_step == 0) {
+        if (o->dump_grads && step == 0) {
             if (nl_adapter_save_values(t.ad, t.m, t.grads, o->dump_grads)) goto done;
         }
         double gnorm = nl_grad_clip(t.grads, np, o->clip);
@@ -331,34 +679,35 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         nl_proj_stats st1;
         nl_proj_get_stats(t.svc, &st1);
         double svc_s = (st1.busy_s[0] + st1.busy_s[1]) - (st0.busy_s[0] + st0.busy_s[1]);
+        double paused_s = t.pacer.paused_seconds - paused0;
         res->service_seconds += svc_s;
         res->tokens += n_tokens;
         if (step == first_step + 1) res->first_loss = loss;
         res->last_loss = loss;
-        int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == total);
         int stop = (o->stop_after > 0 && steps_this_run >= o->stop_after) || nl_stop_requested();
-        if (o->checkpoint_dir && stop) commit = 1;
-        if (commit) {
-            nl_data_cursor cur = nl_batcher_cursor(t.bt);
-            nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
-                          .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t.ad->rank,
-                          .alpha = t.ad->alpha, .n_params = np, .params = t.ad->params, .m = t.mom, .v = t.vel};
-            if (nl_ckpt_commit(o->checkpoint_dir, &ck, NULL)) goto done;
-        }
+        int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == total || stop);
+        /* The log line goes out BEFORE the commit (and is made durable with it): a kill in
+         * between leaves a line for an uncommitted step, which the resume drops and replays;
+         * the other order could lose the line of a committed step for good. */
         if (t.log) {
-            fprintf(t.log, "{\"step\": %d, \"loss\": %.6f, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
-                           "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.6g, \"grad_norm\": %.6g}\n",
-                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, t.pacer.paused_seconds - paused0, aw.lr, gnorm);
-            fflush(t.log);
+            fprintf(t.log, "{\"step\": %d, \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
+                           "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g}\n",
+                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, paused_s, aw.lr, gnorm);
+            if (fflush(t.log) != 0 || (commit && fsync(fileno(t.log)) != 0)) {
+                nl_err("%s: write failed: %s", o->log_json, strerror(errno));
+                goto done;
+            }
         }
+        if (commit && commit_state(&t, cfg_hash, model_hash, step, nl_batcher_cursor(t.bt))) goto done;
         if (o->progress) {
             double el = nl_now() - run_start, tps = el > 0 ? (double)run_tokens / el : 0.0;
             char eta[32];
             fmt_eta(el / steps_this_run * (total - step), eta, sizeof eta);
             fprintf(o->progress, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, total, loss, tps, eta,
-                    t.pacer.paused_seconds > paused0 ? "paused" : "running", commit ? "  (committed)" : "");
+                    paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
+            fflush(o->progress);
         }
-        if (stop) { res->stopped = 1; break; }
+        if (stop) { res->stopped = step < total; break; } /* a stop at the last step is the end */
     }
     if (nl_adapter_save(t.ad, t.m, o->out)) goto done;
     res->paused_seconds = t.pacer.paused_seconds;

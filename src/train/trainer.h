@@ -37,9 +37,10 @@ typedef struct {
     nl_proj_config proj;
     const char *thermal;                 /* "auto" | "off" */
     const char *thermal_status_file, *battery_temp_file;
-    const char *log_json;                /* one JSON object per optimizer step */
-    const char *dump_grads;              /* first step's dA/dB as GGUF */
+    const char *log_json;                /* one JSON object per optimizer step (see below) */
+    const char *dump_grads;              /* step 1's dA/dB (before clipping) as GGUF; not on a resumed run */
     int stop_after;                      /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
+    double pacing_poll_s;                /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
     FILE *progress;                      /* progress lines (stderr); NULL = quiet */
 } nl_train_opts;
 
@@ -54,6 +55,29 @@ typedef struct {
     int stopped;                         /* stopped early by a signal / stop_after */
 } nl_train_result;
 
+/* Train; 0 (the adapter written to o->out, also after a stop) or -1 (nl_err; whatever was
+ * committed stays committed).
+ *
+ * Before any work: o->out (and o->dump_grads) must be creatable (its temp file is created and
+ * removed), a fresh run refuses a checkpoint dir that holds commits, and --resume refuses
+ * commits made with another model or other trajectory settings, naming each difference
+ * ("lr 0.0002 there, 0.001 now"); the settings are kept readable in DIR/run.json. A resume
+ * with another backend / precision / wire only warns (no longer bit-identical). One run at a
+ * time per checkpoint dir: an flock on DIR/lock (dropped by the kernel if the process dies).
+ *
+ * Pacing: a thermal reading that fails mid-run (a host app's file missing or garbled) is a
+ * warning, once per outage, and the run goes on; a bad file at start-up is an error.
+ *
+ * --log-json: one line per optimizer step, written before that step's commit:
+ *   {"step", "loss" (%.17g: exact), "tokens", "targets", "seconds", "service_seconds",
+ *    "paused_seconds", "lr", "grad_norm"}
+ * A fresh run truncates the file. A resumed run first keeps only the complete lines with
+ * step <= the commit it resumes from, then appends: the steps it replays after the commit are
+ * logged once, and the file of an interrupted-and-resumed run reads like that of an
+ * uninterrupted one (timings aside).
+ *
+ * Stops: SIGINT/SIGTERM (or stop_after) end the run at the next step boundary with a commit;
+ * a stop while paused abandons the step in progress and commits the last finished one. */
 int nl_train(const nl_train_opts *o, nl_train_result *res);
 
 #endif
