@@ -17,7 +17,15 @@
  *    progress says so, paused_seconds > 0) and resumes within the poll interval, and the
  *    adapter equals an unpaused run's;
  *  - an unwritable --out is refused before any training; truncated / dropped examples are
- *    reported at start. */
+ *    reported at start;
+ *  - --method mezo: the trainer's steps equal nl_mezo_step called directly on the same batches
+ *    (adapter bytes, loss, projected_grad in the log); the run is deterministic;
+ *  - energy: with a fake RAPL tree whose counter a thread advances, every log line has joules
+ *    > 0 and joules_per_token = joules / tokens, and the start-up line names the counters; with
+ *    no counter the start-up line says why and no line has "joules";
+ *  - memory preflight (--mem-limit-mb): the estimate is printed; under a too-small limit the run
+ *    is refused before training, naming --act-budget-mb / --ctx / --precision values, and with
+ *    each suggested value it runs (under the same limit). */
 #include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -30,6 +38,7 @@
 #include "eval/session.h"
 #include "model/quant.h"
 #include "train/graph.h"
+#include "train/mezo.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 #include "util/util.h"
@@ -646,6 +655,265 @@ static void test_startup(const char *model, const char *data) {
     free(text);
 }
 
+
+/* ---- MeZO ---- */
+
+static void test_mezo(const char *model, const char *data) {
+    char out[512], out2[512], log[512];
+    path_of(out, sizeof out, "mezo.gguf");
+    path_of(out2, sizeof out2, "mezo2.gguf");
+    path_of(log, sizeof log, "mezo.jsonl");
+    nl_train_opts o;
+    defaults(&o, model, data, out);
+    o.method = "mezo";
+    o.mezo_eps = 1e-3;
+    o.lr = 1e-3;
+    o.steps = 3;
+    o.warmup = 1;
+    o.log_json = log;
+    nl_train_result r;
+    CHECK(train(&o, &r) == 0 && r.steps_done == 3);
+    o.out = out2;
+    o.log_json = NULL;
+    CHECK(train(&o, NULL) == 0 && same_file(out, out2)); /* deterministic */
+    /* the same three steps, directly */
+    nl_session s;
+    CHECK(nl_session_open(&s, model, NULL, NULL) == 0);
+    nl_adapter *ad = nl_adapter_new(s.m, NULL, o.rank, o.alpha, o.seed);
+    nl_dataset ds;
+    nl_packing pk;
+    static const int bk[] = {16, 64, 256, 1024, 4096};
+    CHECK(ad && nl_dataset_load(data, s.m->tok, NULL, &ds) == 0);
+    CHECK(nl_pack(&ds, bk, 5, s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096, NL_OVERLONG_TRUNCATE, &pk) == 0);
+    nl_batcher *b = nl_batcher_new(&pk, o.seed, o.shuffle, o.batch_tokens);
+    s.rt.adapter = ad;
+    nl_graph g = {.rt = &s.rt, .ad = ad, .grads = NULL, .dropout = o.dropout, .seed = o.seed};
+    nl_schedule sch = {.kind = NL_LR_COSINE, .lr = o.lr, .warmup_steps = 1};
+    steplog L;
+    read_log(log, &L);
+    CHECK(L.n == 3);
+    size_t len;
+    char *text = slurp(log, &len);
+    int ok = 1;
+    for (int st = 1; st <= 3 && b; st++) {
+        const int *idx;
+        int n;
+        CHECK(nl_batcher_next(b, &idx, &n) == 0);
+        nl_mezo_cfg c;
+        nl_mezo_defaults(&c);
+        c.eps = 1e-3;
+        c.lr = nl_lr_at(&sch, st, 3);
+        c.seed = o.seed;
+        nl_mezo_result mr;
+        CHECK(nl_mezo_step(&g, &c, st, pk.seq, idx, n, &mr) == 0);
+        CHECKF(L.loss[st - 1] == mr.loss, "step %d: logged loss %.17g, direct %.17g", st, L.loss[st - 1], mr.loss);
+        char want[64];
+        snprintf(want, sizeof want, "\"projected_grad\": %.17g", mr.proj_grad);
+        ok &= text && strstr(text, want) != NULL;
+    }
+    CHECKF(ok, "projected_grad in the log differs from nl_mezo_step's");
+    free(text);
+    nl_adapter *a = nl_adapter_load(s.m, out);
+    CHECKF(a && a->n_params == ad->n_params && !memcmp(a->params, ad->params, ad->n_params * sizeof(float)),
+           "MeZO adapter differs from three direct nl_mezo_step calls");
+    /* and MeZO moved it */
+    nl_adapter *fresh = nl_adapter_new(s.m, NULL, o.rank, o.alpha, o.seed);
+    CHECK(fresh && memcmp(fresh->params, ad->params, ad->n_params * sizeof(float)) != 0);
+    nl_adapter_free(fresh);
+    nl_adapter_free(a);
+    nl_batcher_free(b);
+    nl_packing_free(&pk);
+    nl_dataset_free(&ds);
+    s.rt.adapter = NULL;
+    nl_adapter_free(ad);
+    nl_session_close(&s);
+    /* --dump-grads has nothing to dump under MeZO */
+    o.dump_grads = log;
+    CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "MeZO"));
+}
+
+/* ---- energy ---- */
+
+typedef struct {
+    char path[700];
+    volatile int stop;
+} rapl_ctx;
+
+static void *rapl_thread(void *arg) {
+    rapl_ctx *c = arg;
+    long long uj = 1000000;
+    while (!c->stop) {
+        uj += 2000; /* 2 mJ a millisecond: 2 W */
+        char t[720];
+        snprintf(t, sizeof t, "%s.tmp", c->path);
+        FILE *f = fopen(t, "w");
+        if (f) { fprintf(f, "%lld\n", uj); fclose(f); rename(t, c->path); }
+        sleep_s(0.001);
+    }
+    return NULL;
+}
+
+static char *progress_text(FILE *prog) {
+    fflush(prog);
+    long sz = ftell(prog);
+    char *text = calloc(1, (size_t)sz + 1);
+    rewind(prog);
+    if (fread(text, 1, (size_t)sz, prog) != (size_t)sz) text[0] = 0;
+    fclose(prog);
+    return text;
+}
+
+static void test_energy(const char *model, const char *data) {
+    char root[512], dir[600], out[512], log[512], cmd[3000];
+    path_of(root, sizeof root, "fake_sys");
+    snprintf(dir, sizeof dir, "%s/sys/class/powercap/intel-rapl:0", root);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && echo package-0 > %s/name && echo 1000000 > %s/energy_uj && echo 262143328850 > %s/max_energy_range_uj",
+             dir, dir, dir, dir);
+    CHECK(system(cmd) == 0);
+    path_of(out, sizeof out, "energy.gguf");
+    path_of(log, sizeof log, "energy.jsonl");
+    rapl_ctx c = {.stop = 0};
+    snprintf(c.path, sizeof c.path, "%s/energy_uj", dir);
+    pthread_t th;
+    pthread_create(&th, NULL, rapl_thread, &c);
+    nl_train_opts o;
+    defaults(&o, model, data, out);
+    o.steps = 3;
+    o.log_json = log;
+    o.energy_root = root;
+    o.progress = tmpfile();
+    int rc = train(&o, NULL);
+    c.stop = 1;
+    pthread_join(th, NULL);
+    CHECK(rc == 0);
+    char *text = progress_text(o.progress);
+    CHECKF(strstr(text, "energy: RAPL package counters (RAPL package-0)"), "progress: %s", text);
+    free(text);
+    char *b = slurp(log, NULL);
+    int lines = 0, good = 0, positive = 0;
+    for (char *p = b; p && *p;) {
+        char *eol = strchr(p, '\n');
+        if (!eol) break;
+        nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
+        double jl, jpt, tok;
+        lines++;
+        if (!num(j, "joules", &jl) && !num(j, "joules_per_token", &jpt) && !num(j, "tokens", &tok))
+        {
+            /* the fake counter moves every ms; a step on a loaded machine may see no tick */
+            good += jl >= 0 && fabs(jpt - jl / tok) <= 1e-5 * jpt;
+            positive += jl > 0;
+        }
+        nl_json_free(j);
+        p = eol + 1;
+    }
+    free(b);
+    CHECKF(lines == 3 && good == 3 && positive >= 1, "%d lines, %d with joules >= 0 and joules_per_token = joules/tokens, %d > 0",
+           lines, good, positive);
+    /* no counter under this root: said so at start-up, no joules in the log */
+    path_of(root, sizeof root, "empty_sys");
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", root);
+    CHECK(system(cmd) == 0);
+    o.energy_root = root;
+    o.progress = tmpfile();
+    CHECK(train(&o, NULL) == 0);
+    text = progress_text(o.progress);
+    CHECKF(strstr(text, "energy counters not available: ") && strstr(text, "powercap"), "progress: %s", text);
+    free(text);
+    b = slurp(log, NULL);
+    CHECK(b && !strstr(b, "joules"));
+    free(b);
+}
+
+/* ---- memory preflight ---- */
+
+/* The value after `flag ` in msg (-1: absent). */
+static double suggested(const char *msg, const char *flag) {
+    const char *p = strstr(msg, flag);
+    return p ? atof(p + strlen(flag) + 1) : -1;
+}
+
+static void test_memory(const char *model_q8) {
+    char data[512], out[512], f32[512];
+    path_of(data, sizeof data, "longmem.jsonl");
+    path_of(out, sizeof out, "mem.gguf");
+    path_of(f32, sizeof f32, "f32.gguf");
+    FILE *f = fopen(data, "w");
+    fprintf(f, "{\"tokens\": [");
+    for (int i = 0; i < 1000; i++) fprintf(f, "%s%d", i ? ", " : "", 5 + (i * 37) % 400);
+    fprintf(f, "]}\n");
+    for (int k = 0; k < 3; k++) {
+        fprintf(f, "{\"tokens\": [");
+        for (int i = 0; i < 20; i++) fprintf(f, "%s%d", i ? ", " : "", 5 + (i * 7 + k) % 400);
+        fprintf(f, "]}\n");
+    }
+    fclose(f);
+    /* the estimate is printed */
+    nl_train_opts o;
+    defaults(&o, model_q8, data, out);
+    o.steps = 1;
+    o.batch_tokens = 2048;
+    o.act_budget_mb = 1024;
+    o.mem_limit_mb = 1000;
+    o.progress = tmpfile();
+    CHECK(train(&o, NULL) == 0);
+    char *text = progress_text(o.progress);
+    CHECKF(strstr(text, "memory: needs ") && strstr(text, "for 1000 tokens") && strstr(text, "allowed (--mem-limit-mb)"), "%s", text);
+    free(text);
+    /* too small a limit, with a large explicit budget: refused, quickly, with suggestions */
+    int refused = 0;
+    for (double lim = 12; lim >= 3; lim -= 3.5) { /* 12, 8.5, 5 */
+        unlink(out);
+        defaults(&o, model_q8, data, out);
+        o.steps = 1;
+        o.batch_tokens = 2048;
+        o.act_budget_mb = 1024;
+        o.mem_limit_mb = lim;
+        nl_train_result r;
+        double t0 = nl_now();
+        int rc = nl_train(&o, &r);
+        if (rc == 0) continue;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", nl_last_error());
+        CHECKF(strstr(msg, "not enough memory: needs ") && strstr(msg, "allowed by --mem-limit-mb") && strstr(msg, "nothing was trained"),
+               "limit %g: %s", lim, msg);
+        CHECK(nl_now() - t0 < 2 && r.steps_done == 0);
+        struct stat st;
+        CHECK(stat(out, &st) != 0);
+        double ab = suggested(msg, "--act-budget-mb"), ctx = suggested(msg, "--ctx");
+        if (!refused) printf("limit %g MB: %s\n", lim, msg);
+        refused++;
+        CHECKF(ab >= 0 || ctx >= 2, "limit %g: no suggestion: %s", lim, msg);
+        if (ab >= 0) {
+            o.act_budget_mb = (int64_t)ab;
+            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --act-budget-mb %g does not run", lim, ab);
+            o.act_budget_mb = 1024;
+        }
+        if (ctx >= 2) {
+            o.max_ctx = (int)ctx;
+            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --ctx %g does not run", lim, ctx);
+        }
+    }
+    CHECKF(refused >= 3, "only %d limits were refused", refused);
+    /* the precision suggestion: f32 weights that q8_0 would make fit */
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F32, 5, f32) == 0);
+    char notes[512];
+    path_of(notes, sizeof notes, "notes.jsonl");
+    defaults(&o, f32, notes, out);
+    o.steps = 1;
+    o.proj.precision = "f32";
+    o.mem_limit_mb = 0.8;
+    nl_train_result r;
+    CHECK(nl_train(&o, &r) == -1);
+    const char *e = nl_last_error();
+    CHECKF(strstr(e, "--precision q8_0"), "%s", e);
+    o.proj.precision = "q8_0";
+    CHECKF(train(&o, &r) == 0, "the suggested --precision q8_0 does not run");
+    /* nothing fits: said so, with the least it would need */
+    o.proj.precision = "f32";
+    o.mem_limit_mb = 0.25;
+    CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "no --act-budget-mb, --ctx or --precision makes it fit"));
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/nl_test_train_%d", (int)getpid());
     char cmd[600];
@@ -668,6 +936,9 @@ int main(void) {
     test_schedule(model, data);
     test_refusals(model, data);
     test_startup(model, data);
+    test_mezo(model, data);
+    test_energy(model, data);
+    test_memory(model);
     double t2 = nl_now();
     test_pacing(model, data);
     printf("determinism %.1f s, flags %.1f s, pacing %.1f s\n", t1 - t0, t2 - t1, nl_now() - t2);

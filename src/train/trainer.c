@@ -545,7 +545,7 @@ static int nonfinite_error(const trainer *t, int step, int last_commit, double l
     else snprintf(kept, sizeof kept, "%s", t->o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
     if (find_nonfinite(t, grads, where, sizeof where))
         return nl_err("step %d: non-finite values (loss %g): first in the %s; stopping, %s, no adapter written "
-                      "(lower --lr, check the --init-adapter, or raise --clip)", step, loss, where, kept);
+                      "(try a lower --lr; check the --init-adapter and the data)", step, loss, where, kept);
     return nl_err("step %d: the loss is not finite (%g) while every LoRA parameter%s is finite (the base model's "
                   "activations overflow?); stopping, %s, no adapter written", step, loss, grads ? " and gradient" : "", kept);
 }
@@ -607,10 +607,11 @@ static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint6
     e->total = e->weights + e->state + e->inputs + e->kept + e->scratch + e->head;
 }
 
+/* Binary units, like --mem-limit-mb and --act-budget-mb (MB there = MiB). */
 static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
-    if (b >= 1000000000ull) snprintf(buf, cap, "%.2f GB", (double)b / 1e9);
-    else if (b >= 1000000ull) snprintf(buf, cap, "%.2f MB", (double)b / 1e6);
-    else if (b >= 1000ull) snprintf(buf, cap, "%.1f kB", (double)b / 1e3);
+    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (1ull << 30));
+    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (1ull << 20));
+    else if (b >= (1ull << 10)) snprintf(buf, cap, "%.1f KiB", (double)b / (1ull << 10));
     else snprintf(buf, cap, "%llu B", (unsigned long long)b);
 }
 
@@ -756,6 +757,10 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
     if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
+    if (o->chat_template && o->chat_template[0] && strcmp(o->chat_template, "auto")) {
+        nl_chat_tmpl tm;
+        if (nl_chat_template_pick(o->chat_template, NULL, &tm)) return nl_err_prefix("--template %s", o->chat_template);
+    }
     if (o->dump_grads && t.mezo) return nl_err("--dump-grads: MeZO computes no gradients (use --method backprop)");
     if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
 
@@ -990,6 +995,8 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
             }
             if (!failed) {
                 loss = n_targets ? loss_sum / (double)n_targets : 0.0;
+                if (o->poison_step == step + 1 && o->poison_tensor >= 0 && o->poison_tensor < t.ad->n)
+                    t.grads[t.ad->t[o->poison_tensor].off_b] = NAN;
                 size_t bad;
                 if (!isfinite(loss) || !all_finite(t.grads, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
                 if (o->dump_grads && step == 0) {
