@@ -7,7 +7,7 @@ else
 BUILD ?= build
 endif
 
-.PHONY: all build demo test clean
+.PHONY: all build demo test clean fuzz
 
 all: build
 
@@ -21,5 +21,11 @@ demo: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# libFuzzer harnesses (fuzz/fuzz_*.c) with clang + ASan/UBSan into build-fuzz/ (docs/fuzzing.md).
+FUZZ_CC ?= clang
+fuzz:
+	@cmake -S . -B build-fuzz -DNL_FUZZ=ON -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target fuzzers
+
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz

@@ -127,9 +127,8 @@ static int tensor_to_f32(const char *path, const nl_gguf_tensor *t, float *out) 
     return 0;
 }
 
-nl_adapter *nl_adapter_load(const nl_model *m, const char *path) {
-    nl_gguf *g = nl_gguf_open(path);
-    if (!g) return NULL;
+/* Validate and copy out an opened adapter GGUF; closes g in every case. `path` labels errors. */
+static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
     nl_adapter *a = NULL;
     int *projs = NULL, *ranks = NULL, *ia = NULL, *ib = NULL;
     const char *s;
@@ -223,6 +222,16 @@ fail:
     nl_adapter_free(a);
     nl_gguf_close(g);
     return NULL;
+}
+
+nl_adapter *nl_adapter_load(const nl_model *m, const char *path) {
+    nl_gguf *g = nl_gguf_open(path);
+    return g ? load_gguf(m, g, path) : NULL;
+}
+
+nl_adapter *nl_adapter_load_buffer(const nl_model *m, const void *buf, size_t len, const char *label) {
+    nl_gguf *g = nl_gguf_open_buffer(buf, len, label);
+    return g ? load_gguf(m, g, label) : NULL;
 }
 
 static int save_impl(const nl_adapter *a, const nl_model *m, const float *values, const char *path) {

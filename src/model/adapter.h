@@ -47,6 +47,9 @@ static inline float nl_adapter_scale(const nl_adapter *a, int i) {
 nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed);
 /* Load a llama.cpp LoRA GGUF and validate it against the model (arch, names, shapes, rank). */
 nl_adapter *nl_adapter_load(const nl_model *m, const char *path);
+/* Same over a caller's buffer (fuzzing, tests); `label` names it in errors. The buffer is only
+ * read during the call (the adapter owns copies of every value). */
+nl_adapter *nl_adapter_load_buffer(const nl_model *m, const void *buf, size_t len, const char *label);
 /* Write as llama.cpp LoRA GGUF (F32 tensors), atomically. */
 int nl_adapter_save(const nl_adapter *a, const nl_model *m, const char *path);
 /* Write `values` (laid out like params, e.g. gradients) as tensors named like the adapter's. */

@@ -205,6 +205,10 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     kv->key = rd_str(c, &klen, what);
     if (!kv->key) return -1;
     if (klen == 0) return nl_err("%s: offset %" PRIu64 ": KV %" PRId64 " has an empty key, expected a non-empty string", c->label, at, i);
+    /* Keys are looked up as C strings: one with a NUL inside could never be found, and two
+     * differing only after the NUL would look like duplicates. */
+    if (strlen(kv->key) != klen)
+        return nl_err("%s: offset %" PRIu64 ": KV %" PRId64 " key contains a NUL byte, expected a key without NUL", c->label, at, i);
     uint32_t t;
     snprintf(what, sizeof what, "value type of KV %" PRId64 " '%.64s'", i, kv->key);
     at = c->pos;
