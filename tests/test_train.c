@@ -778,7 +778,8 @@ static void test_energy(const char *model, const char *data) {
     pthread_create(&th, NULL, rapl_thread, &c);
     nl_train_opts o;
     defaults(&o, model, data, out);
-    o.steps = 3;
+    o.steps = 6; /* six steps of ~100 tokens: some fake-counter tick lands inside one even under load */
+    o.batch_tokens = 100;
     o.log_json = log;
     o.energy_root = root;
     o.progress = tmpfile();
@@ -807,7 +808,7 @@ static void test_energy(const char *model, const char *data) {
         p = eol + 1;
     }
     free(b);
-    CHECKF(lines == 3 && good == 3 && positive >= 1, "%d lines, %d with joules >= 0 and joules_per_token = joules/tokens, %d > 0",
+    CHECKF(lines == 6 && good == 6 && positive >= 1, "%d lines, %d with joules >= 0 and joules_per_token = joules/tokens, %d > 0",
            lines, good, positive);
     /* no counter under this root: said so at start-up, no joules in the log */
     path_of(root, sizeof root, "empty_sys");

@@ -587,7 +587,7 @@ static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint6
     memset(e, 0, sizeof *e);
     e->T = T;
     e->weights = weights;
-    e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 2 : 4);
+    e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
     uint64_t maxl, kept;
     int nk;
     act_plan(g, T, 0, &kept, &maxl, &nk);

@@ -90,7 +90,7 @@ typedef struct {
  * Memory preflight, before the first step (after the model, adapter and data are loaded,
  * before the start-up check of the service): the estimate
  *   resident weights (the service's resident bytes, converted copies included)
- *   + adapter state (params, grads, AdamW m and v: 4 floats a parameter; MeZO: 2)
+ *   + adapter state (params, grads, AdamW m and v: 4 floats a parameter; MeZO: 3)
  *   + stored layer inputs for the longest sequence ((n_layer+1) x T x n_embd floats)
  *   + the layer intermediates kept under the activation budget + one layer's recompute
  *     scratch (nl_graph_layer_bytes)
