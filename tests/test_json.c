@@ -318,7 +318,8 @@ static void test_large_and_dups(void) {
     nl_json_free(v);
     free(s);
     double dt = nl_now() - t0;
-    CHECKF(dt < 2.0, "large parses took %.2f s", dt);
+    /* a guard against quadratic behaviour (linear takes ~0.1 s), not a timing test */
+    CHECKF(dt < 30.0, "large parses took %.2f s", dt);
 }
 
 static void test_escape_roundtrip(void) {

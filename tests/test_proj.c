@@ -502,6 +502,122 @@ static void test_planner(void) {
     tw_free(&a); tw_free(&m); tw_free(&emb);
 }
 
+/* The planner at sizes where it compares sampled columns + probes instead of every output.
+ * A backend around ref that corrupts what the globals say: one output column (or every column
+ * with bad_col = -1, or the last row with bad_col = -2) of one direction, scaled by bad_scale,
+ * or set to NaN. */
+static int bad_dir, bad_col, bad_nan;
+static double bad_scale;
+static int colbad_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y) {
+    if (nl_proj_backend_ref.run(ctx, w, dir, x, T, y)) return -1;
+    if ((int)dir != bad_dir) return 0;
+    const int64_t n_out = dir == NL_FWD ? w->n_out : w->n_in;
+    for (int t = 0; t < T; t++)
+        for (int64_t c = 0; c < n_out; c++) {
+            const int hit = bad_col == -1 || c == bad_col || (bad_col == -2 && t == T - 1);
+            if (hit) y[t * n_out + c] = bad_nan ? NAN : (float)(y[t * n_out + c] * bad_scale);
+        }
+    return 0;
+}
+static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free};
+
+/* Plan one projection with colbad; returns the largest and smallest rel_err of direction dir
+ * (over the buckets {2, 4}) and whether every check of that direction failed / passed. */
+static void plan_colbad(const tw *w, int threads, int dir, double *lo, double *hi, int *all_fail, int *all_pass) {
+    nl_proj_config c = {0};
+    c.backend_impl = &colbad_backend;
+    c.precision_map = "*=keep";
+    c.n_threads = threads;
+    nl_proj_service *s = nl_proj_service_new(&c);
+    nl_proj_weight v = tw_view(w, "blk.0.ffn_up.weight", NL_CLASS_MLP);
+    CHECK(s && nl_proj_add(s, &v) == 0);
+    const int bk[2] = {2, 4};
+    CHECK(nl_proj_plan(s, bk, 2) == 0);
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    *all_fail = *all_pass = 1;
+    for (int i = 0; i < nl_proj_plan_check_count(s); i++) {
+        const nl_proj_check *k = nl_proj_plan_get_check(s, i);
+        if ((int)k->dir != dir) continue;
+        *lo = fmin(*lo, k->rel_err);
+        *hi = fmax(*hi, k->rel_err);
+        if (isnan(k->rel_err)) *lo = *hi = NAN;
+        if (k->passed) *all_fail = 0;
+        else *all_pass = 0;
+    }
+    nl_proj_service_free(s);
+}
+
+static void test_planner_sampled(void) {
+    nl_t_rng_state = 77;
+    /* K·N = 320000 > 2^18 and both n_out > 64: the sampled + probe comparison, FWD and BWD */
+    tw w;
+    tw_make(&w, NL_TYPE_F32, 320, 1000, 1.0f);
+    double lo, hi;
+    int fail, pass;
+    /* a correct backend passes with a float-rounding error (f32 bound 1e-5) */
+    bad_dir = -1;
+    for (int d = 0; d < 2; d++) {
+        plan_colbad(&w, 2, d, &lo, &hi, &fail, &pass);
+        CHECKF(pass && hi < 1e-6, "dir %d: correct backend rel err %g", d, hi);
+    }
+    /* every output 1 + 3e-4: the estimate is the full Frobenius error, 3e-4 */
+    bad_col = -1;
+    bad_scale = 1.0 + 3e-4;
+    bad_nan = 0;
+    for (int d = 0; d < 2; d++) {
+        bad_dir = d;
+        plan_colbad(&w, 2, d, &lo, &hi, &fail, &pass);
+        CHECKF(fail && fabs(lo - 3e-4) < 3e-6 && fabs(hi - 3e-4) < 3e-6, "dir %d: uniform error %g..%g", d, lo, hi);
+    }
+    /* ONE column wrong by 1%, anywhere (mostly columns no sample holds): caught in every bucket.
+     * Its full Frobenius error is about 1e-2/sqrt(n_out) (3e-4 FWD, 6e-4 BWD) >> 1e-5. */
+    const int cols[] = {0, 1, 63, 64, 137, 319, 500, 998, 999};
+    bad_scale = 1.01;
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+            const int n_out = d == NL_FWD ? 1000 : 320;
+            if (cols[i] >= n_out) continue;
+            bad_dir = d;
+            bad_col = cols[i];
+            plan_colbad(&w, 2, d, &lo, &hi, &fail, &pass);
+            /* at least about the full error (probes); at most 1e-2 (when it is a sampled
+             * column, the sampled comparison gives it weight 1/PLAN_S: stricter) */
+            const double expect = 1e-2 / sqrt((double)n_out);
+            CHECKF(fail && lo > expect / 4 && hi <= 1e-2, "dir %d col %d: rel err %g..%g (about %g)", d,
+                   cols[i], lo, hi, expect);
+            /* the other direction is untouched */
+            plan_colbad(&w, 2, !d, &lo, &hi, &fail, &pass);
+            CHECK(pass);
+        }
+    /* a NaN in one column, or a wrong last row of the bucket */
+    bad_nan = 1;
+    bad_col = 555;
+    bad_dir = NL_FWD;
+    plan_colbad(&w, 2, NL_FWD, &lo, &hi, &fail, &pass);
+    CHECK(fail && isnan(lo));
+    bad_nan = 0;
+    bad_col = -2;
+    bad_scale = 0.9;
+    for (int d = 0; d < 2; d++) {
+        bad_dir = d;
+        plan_colbad(&w, 2, d, &lo, &hi, &fail, &pass);
+        CHECKF(fail && lo > 1e-2, "dir %d: wrong last row, rel err %g", d, lo);
+    }
+    /* the planner's numbers do not depend on the thread count */
+    bad_col = 137;
+    bad_scale = 1.01;
+    for (int d = 0; d < 2; d++) {
+        bad_dir = d;
+        double lo1, hi1, lo3, hi3;
+        plan_colbad(&w, 1, d, &lo1, &hi1, &fail, &pass);
+        plan_colbad(&w, 3, d, &lo3, &hi3, &fail, &pass);
+        CHECK(lo1 == lo3 && hi1 == hi3);
+    }
+    bad_dir = -1;
+    tw_free(&w);
+}
+
 /* The host backend through the service: policy-converted weights, planner, buckets, wire. */
 static void test_host_service(void) {
     nl_t_rng_state = 21;
@@ -645,6 +761,7 @@ int main(void) {
     test_queue_and_counters();
     test_threads_identical();
     test_planner();
+    test_planner_sampled();
     test_host_service();
     test_wire();
     return nl_t_done();

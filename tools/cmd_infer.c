@@ -1,5 +1,6 @@
 /* Inference commands: logits, generate, merge. */
 #include <errno.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,12 @@
 /* Shared service flags: --backend ref|host, --threads N, --precision, --wire. */
 int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
+    /* defaults: the host backend on every core (the planner checks it against ref first) */
     cfg->backend = nl_cli_opt(argc, argv, "backend");
-    if (!cfg->backend) cfg->backend = "ref";
+    if (!cfg->backend) cfg->backend = "host";
     const char *t = nl_cli_opt(argc, argv, "threads");
-    cfg->n_threads = t ? atoi(t) : 1;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->n_threads = t ? atoi(t) : (int)(ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 1);
     if (cfg->n_threads < 1 || cfg->n_threads > 256) {
         fprintf(stderr, "nightlora %s: --threads %s: expected 1..256\n", cmd, t);
         return 1;
@@ -221,9 +224,21 @@ int nl_cmd_eval(int argc, char **argv) {
     int rc = 1;
     if (nl_dataset_load(data, s.m->tok, &dopt, &ds) == 0) {
         const char *c = nl_cli_opt(argc, argv, "ctx");
-        int ctx = c ? atoi(c) : s.m->hp.n_ctx_train;
+        /* as in training: the model's context, capped at 4096 unless --ctx says otherwise */
+        int ctx = c ? atoi(c) : (s.m->hp.n_ctx_train > 0 && s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096);
+        if (ctx < 2) {
+            fprintf(stderr, "nightlora eval: --ctx %s: expected >= 2\n", c);
+            nl_dataset_free(&ds);
+            nl_session_close(&s);
+            return 2;
+        }
+        if (cfg.verbose) {
+            char line[256];
+            nl_proj_plan_format_summary(s.svc, line, sizeof line);
+            fprintf(stderr, "service: %s backend, %s\n", cfg.backend, line);
+        }
         nl_eval_result r;
-        if (nl_eval_dataset(&s.rt, &ds, ctx > 0 ? ctx : 4096, &r) == 0) {
+        if (nl_eval_dataset(&s.rt, &ds, ctx, &r) == 0) {
             nl_cli_print_eval(data, &r);
             rc = 0;
         }

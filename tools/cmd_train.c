@@ -24,7 +24,7 @@ int nl_cmd_train(int argc, char **argv) {
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", NULL};
     static const char *const boolean[] = {"resume", "no-shuffle", "quiet", "verbose", NULL};
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
@@ -71,8 +71,25 @@ int nl_cmd_train(int argc, char **argv) {
         }
         o.refuse_long = !strcmp(v, "refuse");
     }
-    if (o.init_adapter && (nl_cli_opt(argc, argv, "rank") || nl_cli_opt(argc, argv, "alpha") || nl_cli_opt(argc, argv, "targets"))) {
-        fprintf(stderr, "nightlora train: --init-adapter takes rank, alpha and targets from the adapter; drop --rank/--alpha/--targets\n");
+    if (o.init_adapter && (nl_cli_opt(argc, argv, "alpha") || nl_cli_opt(argc, argv, "targets"))) {
+        fprintf(stderr, "nightlora train: --init-adapter takes rank, alpha and targets from the adapter; drop --alpha/--targets\n");
+        return 2;
+    }
+    if ((v = nl_cli_opt(argc, argv, "method"))) {
+        if (strcmp(v, "backprop") && strcmp(v, "mezo")) {
+            fprintf(stderr, "nightlora train: --method %s: expected backprop or mezo\n", v);
+            return 2;
+        }
+        o.method = v;
+        /* MeZO's update lr·g·z has norm ≈ lr·|g|·sqrt(n): its default lr is the paper's LoRA one */
+        if (!strcmp(v, "mezo")) o.lr = 1e-4;
+    }
+    if (nl_cli_opt(argc, argv, "mezo-eps") && !(o.method && !strcmp(o.method, "mezo"))) {
+        fprintf(stderr, "nightlora train: --mezo-eps needs --method mezo\n");
+        return 2;
+    }
+    if (nl_cli_opt(argc, argv, "steps") && nl_cli_opt(argc, argv, "epochs")) {
+        fprintf(stderr, "nightlora train: give --steps or --epochs, not both\n");
         return 2;
     }
 #define NUM(flag, lo, hi, dst, cast)                                   \
@@ -95,8 +112,13 @@ int nl_cmd_train(int argc, char **argv) {
     NUM("weight-decay", 0, 10, o.weight_decay, double)
     NUM("ctx", 2, 1e7, o.max_ctx, int)
     NUM("stop-after", 1, 1e9, o.stop_after, int)
+    NUM("pacing-poll-ms", 1, 1e7, o.pacing_poll_s, double) /* testing only; not in the usage */
+    NUM("mezo-eps", 1e-12, 1, o.mezo_eps, double)
+    NUM("mem-limit-mb", 1e-3, 1e12, o.mem_limit_mb, double)
+    o.pacing_poll_s /= 1000.0;
 #undef NUM
     if ((v = nl_cli_opt(argc, argv, "seed"))) o.seed = strtoull(v, NULL, 10);
+    if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
     nl_train_result r;
     if (nl_train(&o, &r)) return nl_cli_fail("train");
     if (o.progress)

@@ -77,9 +77,11 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
     X("eval", nl_cmd_eval, "eval --model M.gguf [--adapter A.gguf] --data test.jsonl [--template chatml|llama3] [--backend ref|host --threads N]") \
     X("generate", nl_cmd_generate, "generate --model M.gguf [--adapter A.gguf] --prompt TEXT [--n N --temp T --top-p P --seed S --raw --template NAME]") \
     X("logits", nl_cmd_logits, "logits --model M.gguf [--adapter A.gguf] --tokens \"1 2 3\" --out L.f32") \
-    X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl --out adapter.gguf [--rank 16 --alpha 32 --dropout 0.05 --lr 2e-4 --steps N | --epochs E] [--batch-tokens 4096 --targets q,k,v,o,gate,up,down,...] [--init-adapter A.gguf] [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --wire f32|f16] [--checkpoint-dir DIR --commit-every N --resume --act-budget-mb MB --seed S] [--thermal auto|off --thermal-status-file F --battery-temp-file F] [--log-json FILE --dump-grads G.gguf]") \
-    X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf --out merged.gguf [--type f32|f16|q8_0]") \
+    X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl --out adapter.gguf [--rank 16 --alpha 32 --dropout 0.05 --lr 2e-4 --steps N | --epochs E] [--batch-tokens 4096 --targets q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output|all] [--init-adapter A.gguf] [--schedule cosine|constant --warmup N --clip 1.0 --weight-decay W] [--ctx N --on-long truncate|refuse --template chatml|llama3 --no-shuffle] [--backend host|ref --threads N --precision auto|f32|f16|bf16|q8_0|q4_0 --precision-map class=type,... --compute f32|bf16|auto --wire f32|f16] [--checkpoint-dir DIR --commit-every N --resume --act-budget-mb MB --seed S] [--thermal auto|off --thermal-status-file F --battery-temp-file F] [--log-json FILE --dump-grads G.gguf --quiet --verbose] [--method backprop|mezo --mezo-eps 1e-3 (mezo: default --lr 1e-4)] [--mem-limit-mb MB]") \
+    X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0]") \
     X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special]") \
+    X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|auto --wire f32|f16] [--verbose] [--json]") \
+    X("bench", nl_cmd_bench, "bench proj|step --model M.gguf ... [--json]   proj: [--threads N --tokens 64,512 --reps R --compute f32|bf16|auto --precision P]") \
     X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b --out M.gguf [--type f32|f16|q8_0] [--seed S]") \
     /* end of the list */
 

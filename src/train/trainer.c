@@ -4,21 +4,31 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
+#include "data/json.h"
 #include "eval/eval.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"
 #include "train/budget.h"
+#include "model/quant.h"
 #include "train/checkpoint.h"
+#include "train/energy.h"
 #include "train/graph.h"
+#include "train/mezo.h"
 #include "train/optim.h"
 #include "train/pacing.h"
 #include "train/signals.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 void nl_train_defaults(nl_train_opts *o) {
@@ -39,6 +49,8 @@ void nl_train_defaults(nl_train_opts *o) {
     o->proj.n_threads = 1;
     o->thermal = "auto";
     o->progress = stderr;
+    o->method = "backprop";
+    o->mezo_eps = 1e-3;
 }
 
 static const int buckets[] = {16, 64, 256, 1024, 4096};
@@ -53,11 +65,16 @@ typedef struct {
     nl_packing pk;
     nl_batcher *bt;
     float *grads, *mom, *vel;
+    float *zeros;           /* MeZO: the (unused) AdamW moments written in commits */
+    int mezo;
+    nl_energy *en;
     FILE *log;
     int ds_loaded, pk_loaded;
     nl_pacer pacer;
     int pacer_ok;
     int stop_in_pause;      /* a stop was requested while paused: abort the step */
+    int pace_failing;       /* the last pacer reading failed (warned once per outage) */
+    int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
 } trainer;
 
 #define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
@@ -66,6 +83,16 @@ static int pace_hook(void *user) {
     trainer *t = user;
     int r = nl_pacer_check(&t->pacer);
     if (r == 1) { t->stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
+    if (r < 0) {
+        /* A reading that fails (a host app's status file missing or half-written for a moment)
+         * must not end an overnight run: warn once per outage, train on, read again at the
+         * next check. An unavailable reading never blocks (pacing.h), so this is the same
+         * rule. A bad file at start-up is still an error (nl_thermal_open). */
+        if (!t->pace_failing && t->o->progress) fprintf(t->o->progress, "warning: pacing: %s; training on without this reading\n", nl_last_error());
+        t->pace_failing = 1;
+        return 0;
+    }
+    t->pace_failing = 0;
     return r;
 }
 
@@ -87,6 +114,7 @@ static int dir_has_commits(const char *dir) {
 }
 
 static void trainer_free(trainer *t) {
+    if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
     if (t->log && t->log != stdout) fclose(t->log);
     if (t->pacer_ok) nl_pacer_free(&t->pacer);
     nl_batcher_free(t->bt);
@@ -99,23 +127,328 @@ static void trainer_free(trainer *t) {
     free(t->grads);
     free(t->mom);
     free(t->vel);
+    free(t->zeros);
+    nl_energy_close(t->en);
 }
 
-/* Everything that changes the training trajectory goes into the config hash, so a checkpoint
- * from another configuration is refused at resume. */
-static uint64_t config_hash(const nl_train_opts *o, const nl_adapter *ad, uint64_t data_hash, int total_steps) {
+/* One run per checkpoint directory: two runs committing into the same directory (a scheduler
+ * starting tonight's run while last night's still goes) would interleave their commits. An
+ * flock on DIR/lock, taken before any work and held until the end; the kernel drops it when
+ * the process dies, so a killed run never leaves a stale lock. The file holds the pid for the
+ * message. DIR is created (one level) if missing. */
+static int lock_dir(const char *dir, int *fd_out) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    size_t n = strlen(dir) + 6;
+    char *path = nl_malloc(n);
+    if (!path) return -1;
+    snprintf(path, n, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        nl_err("%s: cannot create: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[24] = "";
+        ssize_t r = read(fd, pid, sizeof pid - 1);
+        pid[r > 0 ? r : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            nl_err("%s is in use by another training run (pid %s): wait for it to end, or stop it (SIGINT commits and exits)", dir, pid[0] ? pid : "?");
+        else
+            nl_err("%s: cannot lock: %s", path, strerror(e));
+        free(path);
+        return -1;
+    }
+    free(path);
+    char pid[24];
+    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pl, 0) != pl) { /* the pid is only for the message */ }
+    *fd_out = fd;
+    return 0;
+}
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+/* Write a whole file atomically: PATH.tmp, fsync, rename. */
+static int write_file_atomic(const char *path, const char *buf, size_t len) {
+    size_t pl = strlen(path);
+    char *tmp = nl_malloc(pl + 5);
+    if (!tmp) return -1;
+    memcpy(tmp, path, pl);
+    memcpy(tmp + pl, ".tmp", 5);
+    int rc = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) rc = nl_err("%s: cannot create: %s", tmp, strerror(errno));
+    else {
+        if (len && fwrite(buf, 1, len, f) != len) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
+        if (!rc && fflush(f) != 0) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
+        if (!rc && fsync(fileno(f)) != 0) rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
+        if (fclose(f) != 0 && !rc) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
+        if (!rc && rename(tmp, path) != 0) rc = nl_err("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        if (rc) unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* An output written at the END of a long run (the adapter, the gradient dump) is checked
+ * before the run starts: the writers create PATH.tmp and rename it onto PATH, so create and
+ * remove that temp file now. `flag` names the option in the message. */
+static int probe_output(const char *flag, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return nl_err("--%s %s: is a directory, expected a file path", flag, path);
+    size_t pl = strlen(path);
+    char *tmp = nl_malloc(pl + 5);
+    if (!tmp) return -1;
+    memcpy(tmp, path, pl);
+    memcpy(tmp + pl, ".tmp", 5);
+    FILE *f = fopen(tmp, "wb");
+    int rc = 0;
+    if (!f) rc = nl_err("--%s %s: cannot write there (creating %s failed: %s); nothing was trained", flag, path, tmp, strerror(errno));
+    else {
+        fclose(f);
+        unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
+ * step), so the steps the resumed run replays are not logged twice and a line half-written
+ * by a killed run disappears. Written back atomically. A missing file is fine. */
+static int log_keep_steps(const char *path, int keep_step) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    size_t len;
+    char *buf = nl_read_file(path, &len);
+    if (!buf) return -1;
+    char *out = nl_malloc(len + 1);
+    if (!out) { free(buf); return -1; }
+    size_t n = 0;
+    for (char *p = buf; p < buf + len;) {
+        char *eol = memchr(p, '\n', (size_t)(buf + len - p));
+        if (!eol) break; /* no newline: written by a killed run */
+        nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
+        int64_t s;
+        if (j && nl_json_int64(nl_json_get(j, "step"), &s) == 0 && s >= 1 && s <= keep_step) {
+            memcpy(out + n, p, (size_t)(eol - p) + 1);
+            n += (size_t)(eol - p) + 1;
+        }
+        nl_json_free(j);
+        p = eol + 1;
+    }
+    nl_clear_error();
+    int rc = write_file_atomic(path, out, n);
+    free(out);
+    free(buf);
+    return rc;
+}
+
+/* ---- the run's description -------------------------------------------------------------
+ * Every setting that changes the training trajectory is one key = value string; the config
+ * hash stored in every commit is the hash of those strings (the model has its own hash in the
+ * commit), and DIR/run.json keeps them readable so that a refused resume can name what
+ * differs. Settings that change the numerics but not the configuration (backend, resident
+ * precision, FP16 wire) are recorded too: a resume that changes them only warns, since its
+ * result can no longer be bit-identical to an uninterrupted run. The thread count, the
+ * activation budget and pacing never change a result and are not recorded. */
+enum { KV_CONFIG, KV_NUMERICS, KV_INFO };
+typedef struct {
+    const char *key;
+    int kind;
+    char val[200];
+} run_kv;
+#define RUN_MAX_KV 32
+typedef struct {
+    run_kv kv[RUN_MAX_KV];
+    int n;
+} run_desc;
+
+static void NL_PRINTF(4, 5) desc_add(run_desc *d, const char *key, int kind, const char *fmt, ...) {
+    if (d->n >= RUN_MAX_KV) return;
+    run_kv *kv = &d->kv[d->n++];
+    kv->key = key;
+    kv->kind = kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kv->val, sizeof kv->val, fmt, ap);
+    va_end(ap);
+}
+
+static const char *desc_get(const run_desc *d, const char *key) {
+    for (int i = 0; i < d->n; i++)
+        if (!strcmp(d->kv[i].key, key)) return d->kv[i].val;
+    return "";
+}
+
+/* The shortest decimal text that reads back as exactly x (as a float when is_float): exact
+ * for the hash, readable in run.json ("0.0002", not "0.00020000000000000001"). */
+static const char *fmt_num(char *buf, size_t cap, double x, int is_float) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        double y = strtod(buf, NULL);
+        if (is_float ? (float)y == (float)x : y == x) break;
+    }
+    return buf;
+}
+
+/* Content hash of the packed sequences (ids and targets): what the run trains on, whatever
+ * the file looks like (the tokenizer is covered by the model hash). */
+static uint64_t packing_hash(const nl_packing *pk) {
+    nl_hasher h;
+    nl_hasher_init(&h, 0x6e6c64617461ull);
+    for (int i = 0; i < pk->n; i++) {
+        int32_t n = pk->seq[i].n_tokens;
+        nl_hasher_update(&h, &n, sizeof n);
+        nl_hasher_update(&h, pk->seq[i].ids, (size_t)n * sizeof(int32_t));
+        nl_hasher_update(&h, pk->seq[i].target, (size_t)n);
+    }
+    return nl_hasher_final(&h);
+}
+
+static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int total, int max_ctx, run_desc *d) {
+    const nl_train_opts *o = t->o;
+    const nl_adapter *ad = t->ad;
+    memset(d, 0, sizeof *d);
+    desc_add(d, "model", KV_CONFIG, "%016llx", (unsigned long long)model_hash);
+    desc_add(d, "data", KV_CONFIG, "%016llx", (unsigned long long)data_hash);
+    /* targets: the kinds adapted, the tensor count and a short hash of the exact list */
+    char kinds[160] = "";
+    size_t kl = 0;
+    for (int k = 0; k < NL_P_KIND_COUNT; k++) {
+        int any = 0;
+        for (int i = 0; i < ad->n && !any; i++) any = t->m->projs[ad->t[i].proj].kind == (nl_proj_kind)k;
+        if (any && kl < sizeof kinds)
+            kl += (size_t)snprintf(kinds + kl, sizeof kinds - kl, "%s%s", kl ? "," : "", nl_proj_kind_name((nl_proj_kind)k));
+    }
+    nl_hasher h;
+    nl_hasher_init(&h, 0x6e6c7467ull);
+    for (int i = 0; i < ad->n; i++) nl_hasher_update(&h, &ad->t[i].proj, sizeof ad->t[i].proj);
+    desc_add(d, "targets", KV_CONFIG, "%s (%d tensors, #%08x)", kinds, ad->n, (unsigned)(nl_hasher_final(&h) >> 32));
+    desc_add(d, "rank", KV_CONFIG, "%d", ad->rank);
+    char nb[40];
+    desc_add(d, "alpha", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, ad->alpha, 1));
+    /* a fresh adapter follows from (model, targets, rank, seed); a loaded one is hashed */
+    if (o->init_adapter)
+        desc_add(d, "init", KV_CONFIG, "adapter %016llx", (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
+    else
+        desc_add(d, "init", KV_CONFIG, "fresh");
+    desc_add(d, "method", KV_CONFIG, "%s", t->mezo ? "mezo" : "backprop");
+    if (t->mezo) desc_add(d, "mezo_eps", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->mezo_eps, 0));
+    desc_add(d, "steps", KV_CONFIG, "%d", total);
+    desc_add(d, "batch_tokens", KV_CONFIG, "%d", o->batch_tokens);
+    desc_add(d, "lr", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->lr, 0));
+    desc_add(d, "schedule", KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
+    desc_add(d, "warmup", KV_CONFIG, "%d", o->warmup);
+    desc_add(d, "dropout", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->dropout, 1));
+    desc_add(d, "clip", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->clip, 0));
+    desc_add(d, "weight_decay", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->weight_decay, 0));
+    desc_add(d, "ctx", KV_CONFIG, "%d", max_ctx);
+    desc_add(d, "on_long", KV_CONFIG, "%s", o->refuse_long ? "refuse" : "truncate");
+    desc_add(d, "shuffle", KV_CONFIG, "%d", o->shuffle ? 1 : 0);
+    desc_add(d, "seed", KV_CONFIG, "%llu", (unsigned long long)o->seed);
+    desc_add(d, "template", KV_CONFIG, "%s", o->chat_template ? o->chat_template : "auto");
+    desc_add(d, "backend", KV_NUMERICS, "%s", o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref");
+    desc_add(d, "precision", KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
+    desc_add(d, "precision_map", KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
+    desc_add(d, "wire", KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
+    desc_add(d, "model_path", KV_INFO, "%s", o->model);
+    desc_add(d, "data_path", KV_INFO, "%s", o->data);
+}
+
+/* The config hash of a commit: the trajectory settings, the model excepted (it has its own). */
+static uint64_t desc_config_hash(const run_desc *d) {
     nl_hasher h;
     nl_hasher_init(&h, 0x6e6c636667ull);
-    int32_t iv[] = {ad->rank, o->batch_tokens, o->warmup, o->cosine, o->max_ctx, o->refuse_long, o->shuffle, total_steps, ad->n};
-    double dv[] = {ad->alpha, o->dropout, o->lr, o->clip, o->weight_decay};
-    nl_hasher_update(&h, iv, sizeof iv);
-    nl_hasher_update(&h, dv, sizeof dv);
-    nl_hasher_update(&h, &o->seed, sizeof o->seed);
-    nl_hasher_update(&h, &data_hash, sizeof data_hash);
-    for (int i = 0; i < ad->n; i++) nl_hasher_update(&h, &ad->t[i].proj, sizeof ad->t[i].proj);
-    const char *tmpl = o->chat_template ? o->chat_template : "";
-    nl_hasher_update(&h, tmpl, strlen(tmpl));
+    for (int i = 0; i < d->n; i++) {
+        if (d->kv[i].kind != KV_CONFIG || !strcmp(d->kv[i].key, "model")) continue;
+        nl_hasher_update(&h, d->kv[i].key, strlen(d->kv[i].key) + 1);
+        nl_hasher_update(&h, d->kv[i].val, strlen(d->kv[i].val) + 1);
+    }
     return nl_hasher_final(&h);
+}
+
+static char *run_json_path(const char *dir) {
+    size_t n = strlen(dir) + 10;
+    char *p = nl_malloc(n);
+    if (p) snprintf(p, n, "%s/run.json", dir);
+    return p;
+}
+
+static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
+    size_t l = strlen(s);
+    if (*n + l + 1 > *cap) {
+        size_t nc = (*n + l + 1) * 2;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return nl_err("out of memory");
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *n, s, l + 1);
+    *n += l;
+    return 0;
+}
+
+/* DIR/run.json: one JSON object, every value a string. */
+static int desc_write(const run_desc *d, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (int i = 0; i < d->n && !rc; i++) {
+        rc = buf_raw(&buf, &n, &cap, i ? ",\n  " : "{\n  ");
+        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].key, strlen(d->kv[i].key));
+        if (!rc) rc = buf_raw(&buf, &n, &cap, ": ");
+        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].val, strlen(d->kv[i].val));
+    }
+    if (!rc) rc = buf_raw(&buf, &n, &cap, "\n}\n");
+    char *path = rc ? NULL : run_json_path(dir);
+    if (!rc) rc = path ? write_file_atomic(path, buf, n) : -1;
+    free(path);
+    free(buf);
+    return rc;
+}
+
+/* Compare `d` with DIR/run.json. kind KV_CONFIG: append "key A there, B now; ..." for every
+ * differing setting to msg. Returns the number of differences, or -1 when there is no readable
+ * run.json (nothing to compare). */
+static int desc_compare(const run_desc *d, const char *dir, int kind, char *msg, size_t cap) {
+    char *path = run_json_path(dir);
+    if (!path) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) { free(path); return -1; }
+    size_t len;
+    char *buf = nl_read_file(path, &len);
+    free(path);
+    if (!buf) return -1;
+    nl_json *j = nl_json_parse(buf, len, NULL);
+    free(buf);
+    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return -1; }
+    int nd = 0;
+    size_t ml = strlen(msg);
+    for (int i = 0; i < d->n; i++) {
+        if (d->kv[i].kind != kind) continue;
+        const nl_json *v = nl_json_get(j, d->kv[i].key);
+        const char *was = nl_json_is_string(v) ? v->u.str.s : "(not recorded)";
+        if (!strcmp(was, d->kv[i].val)) continue;
+        const char *sep = nd++ ? "; " : "";
+        if (ml >= cap) continue;
+        if (!strcmp(d->kv[i].key, "model") || !strcmp(d->kv[i].key, "data")) {
+            char pk[16];
+            snprintf(pk, sizeof pk, "%s_path", d->kv[i].key);
+            const nl_json *pv = nl_json_get(j, pk);
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s (hash %s) there, %s (hash %s) now", sep, d->kv[i].key,
+                                   nl_json_is_string(pv) ? pv->u.str.s : "?", was, desc_get(d, pk), d->kv[i].val);
+        } else {
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s there, %s now", sep, d->kv[i].key, was, d->kv[i].val);
+        }
+    }
+    nl_json_free(j);
+    return nd;
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -129,12 +462,13 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 static int count_total_steps(trainer *t) {
     const nl_train_opts *o = t->o;
     if (o->steps > 0) return o->steps;
-    /* walk the batcher through ceil(epochs) epochs, counting batches */
+    /* walk the batcher through ceil(epochs) epochs, counting batches (with shuffling an
+     * epoch's batch count depends on its order) */
     nl_batcher *b = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
     if (!b) return -1;
     int whole = (int)floor(o->epochs), total = 0;
     double frac = o->epochs - whole;
-    for (int e = 0; e <= whole && e < 100000; e++) {
+    for (int e = 0; e < whole + (frac > 0) && e < 100000; e++) {
         int in_epoch = 0;
         const int *idx;
         int n;
@@ -150,17 +484,285 @@ static int count_total_steps(trainer *t) {
     return total > 0 ? total : 1;
 }
 
+static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int step, nl_data_cursor cur) {
+    const float *m = t->mezo ? t->zeros : t->mom, *v = t->mezo ? t->zeros : t->vel;
+    nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
+                  .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
+                  .alpha = t->ad->alpha, .n_params = t->ad->n_params, .params = t->ad->params,
+                  .m = (float *)m, .v = (float *)v};
+    return nl_ckpt_commit(t->o->checkpoint_dir, &ck, t->o->ckpt_io);
+}
+
+/* A failed commit ends the run: say which step, which call (the checkpoint layer's message
+ * names the file and the call: write, fsync, close, rename, directory fsync) and what is kept. */
+static void commit_error(int step, int last_commit) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", nl_last_error());
+    if (last_commit > 0)
+        nl_err("step %d: commit failed: %s; training stopped: the previous commit (step %d) is kept, --resume continues from it",
+               step, why, last_commit);
+    else
+        nl_err("step %d: commit failed: %s; training stopped (nothing committed yet)", step, why);
+}
+
+/* ---- non-finite values ------------------------------------------------------------------- */
+
+static int all_finite(const float *x, size_t n, size_t *bad) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) { *bad = i; return 0; }
+    return 1;
+}
+
+/* The first LoRA tensor (adapter order; A before B; the parameter before its gradient) holding
+ * a non-finite value, described into buf ("parameter blk.1.attn_q.lora_b[5] = nan"); 0 when
+ * there is none. grads may be NULL (MeZO). */
+static int find_nonfinite(const trainer *t, const float *grads, char *buf, size_t cap) {
+    const nl_adapter *ad = t->ad;
+    for (int i = 0; i < ad->n; i++) {
+        const nl_lora_tensor *lt = &ad->t[i];
+        const char *nm = t->m->projs[lt->proj].name;
+        size_t bl = strlen(nm);
+        if (bl > 7 && !strcmp(nm + bl - 7, ".weight")) bl -= 7;
+        for (int part = 0; part < 2; part++) {
+            size_t off = part ? lt->off_b : lt->off_a, n = (size_t)lt->rank * (size_t)(part ? lt->n_out : lt->n_in), bad;
+            for (int isg = 0; isg < 2; isg++) {
+                const float *x = isg ? grads : ad->params;
+                if (!x || all_finite(x + off, n, &bad)) continue;
+                snprintf(buf, cap, "%s %.*s.lora_%c[%zu] = %g", isg ? "gradient of" : "parameter", (int)bl, nm,
+                         part ? 'b' : 'a', bad, (double)x[off + bad]);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Stop on a non-finite loss / gradient: name the step and the first tensor. */
+static int nonfinite_error(const trainer *t, int step, int last_commit, double loss, const float *grads) {
+    char where[256];
+    char kept[96];
+    if (t->o->checkpoint_dir && last_commit > 0) snprintf(kept, sizeof kept, "the last commit (step %d) is kept", last_commit);
+    else snprintf(kept, sizeof kept, "%s", t->o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
+    if (find_nonfinite(t, grads, where, sizeof where))
+        return nl_err("step %d: non-finite values (loss %g): first in the %s; stopping, %s, no adapter written "
+                      "(try a lower --lr; check the --init-adapter and the data)", step, loss, where, kept);
+    return nl_err("step %d: the loss is not finite (%g) while every LoRA parameter%s is finite (the base model's "
+                  "activations overflow?); stopping, %s, no adapter written", step, loss, grads ? " and gradient" : "", kept);
+}
+
+/* ---- memory preflight -------------------------------------------------------------------- */
+
+#define HEAD_CHUNK_EST 256   /* tokens per head chunk the graph uses at most (logits + grad) */
+#define MB (1024.0 * 1024.0)
+
+typedef struct {
+    uint64_t weights, state, inputs, kept, scratch, head, total;
+    int T;
+    int n_kept;
+} mem_est;
+
+/* The activation plan for T tokens under `budget`: kept bytes and the largest layer. */
+static void act_plan(nl_graph *g, int T, uint64_t budget, uint64_t *kept, uint64_t *maxl, int *n_kept) {
+    int nL = g->rt->m->hp.n_layer;
+    uint64_t lb[512];
+    unsigned char keep[512];
+    *kept = *maxl = 0;
+    *n_kept = 0;
+    if (nL > 512) nL = 512; /* no such model; keeps the arrays on the stack */
+    for (int l = 0; l < nL; l++) {
+        lb[l] = nl_graph_layer_bytes(g, l, T);
+        if (lb[l] > *maxl) *maxl = lb[l];
+    }
+    nl_act_plan plan;
+    if (nl_act_plan_layers(lb, nL, budget, keep, &plan) == 0) { *kept = plan.kept_bytes; *n_kept = plan.n_kept; }
+}
+
+/* The run's memory for the longest sequence T with `weights` resident bytes. budget: the
+ * activation budget in bytes, or UINT64_MAX-1 for "the default": whatever the limit leaves
+ * (avail - the rest - reserve). */
+#define BUDGET_DEFAULT (UINT64_MAX - 1)
+static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t budget, int64_t avail, uint64_t reserve,
+                         mem_est *e) {
+    const nl_hparams *hp = &t->m->hp;
+    memset(e, 0, sizeof *e);
+    e->T = T;
+    e->weights = weights;
+    e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
+    uint64_t maxl, kept;
+    int nk;
+    act_plan(g, T, 0, &kept, &maxl, &nk);
+    e->scratch = maxl;
+    int C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST;
+    e->head = 2ull * (uint64_t)C * (uint64_t)hp->n_vocab * sizeof(float);
+    if (t->mezo) {
+        /* forward only: the current layer input and output, one layer's intermediates */
+        e->inputs = 2ull * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
+    } else {
+        e->inputs = (uint64_t)(hp->n_layer + 1) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
+        uint64_t fixed = e->weights + e->state + e->inputs + e->scratch + e->head;
+        if (budget == BUDGET_DEFAULT)
+            budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
+        act_plan(g, T, budget, &e->kept, &maxl, &e->n_kept);
+    }
+    e->total = e->weights + e->state + e->inputs + e->kept + e->scratch + e->head;
+}
+
+/* Binary units, like --mem-limit-mb and --act-budget-mb (MB there = MiB). */
+static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
+    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (1ull << 30));
+    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (1ull << 20));
+    else if (b >= (1ull << 10)) snprintf(buf, cap, "%.1f KiB", (double)b / (1ull << 10));
+    else snprintf(buf, cap, "%llu B", (unsigned long long)b);
+}
+
+/* Resident weight bytes if every projection but the embedding were at `type` (what
+ * --precision <type> gives): the service's rule (proj.h) applied to the GGUF tensors: the
+ * embedding keeps its type, a quantized tensor is never re-quantized, a row length that is not
+ * a multiple of the target's block keeps its type; one copy per (source, resident type). */
+static uint64_t weights_at(const nl_model *m, int type) {
+    uint64_t b = 0;
+    for (int i = 0; i < m->n_projs; i++) {
+        const nl_proj_desc *d = &m->projs[i];
+        int src = d->w->type, tgt = type;
+        if (d->cls == NL_CLASS_EMBED) tgt = src;
+        else if (src != NL_TYPE_F32 && src != NL_TYPE_F16 && src != NL_TYPE_BF16) tgt = src;
+        else if (d->n_in % nl_type_get(tgt)->blck) tgt = src;
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++) {
+            const nl_proj_desc *e = &m->projs[j];
+            int es = e->w->type, et = type;
+            if (e->cls == NL_CLASS_EMBED) et = es;
+            else if (es != NL_TYPE_F32 && es != NL_TYPE_F16 && es != NL_TYPE_BF16) et = es;
+            else if (e->n_in % nl_type_get(et)->blck) et = es;
+            dup = e->w->data == d->w->data && et == tgt;
+        }
+        if (!dup) b += (uint64_t)nl_row_bytes(tgt, d->n_in) * (uint64_t)d->n_out;
+    }
+    return b;
+}
+
+static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
+    char w[32], s[32], in[32], k[32], sc[32], h[32], tot[32];
+    fmt_bytes(tot, sizeof tot, e->total);
+    fmt_bytes(w, sizeof w, e->weights);
+    fmt_bytes(s, sizeof s, e->state);
+    fmt_bytes(in, sizeof in, e->inputs);
+    fmt_bytes(k, sizeof k, e->kept);
+    fmt_bytes(sc, sizeof sc, e->scratch);
+    fmt_bytes(h, sizeof h, e->head);
+    if (mezo)
+        snprintf(buf, cap, "%s (weights %s, adapter %s, activations %s + layer scratch %s for %d tokens, head %s)", tot, w, s, in, sc,
+                 e->T, h);
+    else
+        snprintf(buf, cap, "%s (weights %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute scratch %s "
+                           "for %d tokens, head %s)", tot, w, s, in, e->n_kept, k, sc, e->T, h);
+}
+
+/* Check the estimate against the limit; on refusal name what would fit. Sets *budget_out (the
+ * activation budget to use). */
+static int mem_preflight(trainer *t, nl_graph *g, int T, int64_t avail, int from_limit, uint64_t *budget_out) {
+    const nl_train_opts *o = t->o;
+    uint64_t weights = nl_proj_resident_bytes(t->svc, -1, -1);
+    uint64_t reserve = from_limit ? 0 : (uint64_t)512 << 20;
+    uint64_t budget = o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT;
+    mem_est e;
+    mem_estimate(t, g, T, weights, budget, avail, reserve, &e);
+    char est[512], av[32];
+    fmt_est(est, sizeof est, &e, t->mezo);
+    if (avail >= 0) fmt_bytes(av, sizeof av, (uint64_t)avail);
+    if (o->progress)
+        fprintf(o->progress, "memory: needs %s; %s%s\n", est, avail >= 0 ? av : "available memory unknown: not checked",
+                avail < 0 ? "" : from_limit ? " allowed (--mem-limit-mb)" : " available (MemAvailable)");
+    /* the budget the graph gets: what the estimate assumed (explicit, or what is left) */
+    if (budget == BUDGET_DEFAULT) {
+        uint64_t fixed = e.total - e.kept;
+        budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
+    }
+    *budget_out = budget;
+    if (avail < 0 || e.total <= (uint64_t)avail) return 0;
+
+    /* It does not fit: compute what would. */
+    char sug[3][96];
+    int ns = 0;
+    uint64_t A = (uint64_t)avail;
+    int explicit_budget = o->act_budget_mb > 0;
+    uint64_t fixed = e.total - e.kept;
+    if (!t->mezo && explicit_budget && fixed <= A) {
+        /* the kept layers are what overflow: a budget of what is left (recompute the rest) */
+        snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)", (unsigned long long)((A - fixed) >> 20));
+    }
+    /* the longest context that fits with the same other settings */
+    {
+        int lo = 1, hi = T - 1, best = 0;
+        while (lo <= hi) {
+            int mid = lo + (hi - lo) / 2;
+            mem_est x;
+            mem_estimate(t, g, mid, weights, budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
+                         avail, reserve, &x);
+            if (x.total <= A) { best = mid; lo = mid + 1; }
+            else hi = mid - 1;
+        }
+        if (best >= 32) best -= best % 16;
+        if (best >= 2) snprintf(sug[ns++], sizeof sug[0], "--ctx %d", best);
+    }
+    /* a smaller resident precision (the embedding keeps its type) */
+    static const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0};
+    for (int k = 0; k < 2; k++) {
+        uint64_t w2 = weights_at(t->m, types[k]);
+        if (w2 >= weights) continue;
+        mem_est x;
+        mem_estimate(t, g, T, w2, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
+        if (x.total <= A) {
+            snprintf(sug[ns++], sizeof sug[0], "--precision %s", nl_type_name(types[k]));
+            break;
+        }
+    }
+    char need[32];
+    fmt_bytes(need, sizeof need, e.total);
+    const char *what = from_limit ? "allowed by --mem-limit-mb" : "available";
+    if (ns == 0) {
+        mem_est x;
+        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->m, NL_TYPE_Q4_0) < weights ? weights_at(t->m, NL_TYPE_Q4_0) : weights, 0,
+                     avail, reserve, &x);
+        char least[32];
+        fmt_bytes(least, sizeof least, x.total);
+        return nl_err("not enough memory: needs %s, %s %s; no --act-budget-mb, --ctx or --precision makes it fit "
+                      "(even --ctx 16 --act-budget-mb 0 --precision q4_0 needs %s): nothing was trained",
+                      need, av, what, least);
+    }
+    return nl_err("not enough memory: needs %s, %s %s: use %s%s%s%s%s; nothing was trained", need, av, what, sug[0],
+                  ns > 1 ? (ns > 2 ? ", " : ", or ") : "", ns > 1 ? sug[1] : "", ns > 2 ? ", or " : "", ns > 2 ? sug[2] : "");
+}
+
 int nl_train(const nl_train_opts *o, nl_train_result *res) {
-    trainer t = {.o = o};
+    trainer t = {.o = o, .lock_fd = -1};
     memset(res, 0, sizeof *res);
     int rc = -1;
     double t_start = nl_now();
+    /* what there is before we take any: the model's conversions come out of it */
+    int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * MB) : nl_mem_available_bytes();
     if (!o->model || !o->data || !o->out) return nl_err("train: --model, --data and --out are required");
+    if (o->method && strcmp(o->method, "backprop") && strcmp(o->method, "mezo"))
+        return nl_err("--method %s: expected backprop or mezo", o->method);
+    t.mezo = o->method && !strcmp(o->method, "mezo");
+    if (t.mezo && !(o->mezo_eps > 0 && isfinite(o->mezo_eps))) return nl_err("--mezo-eps %g: expected a finite value > 0", o->mezo_eps);
+    if (o->mem_limit_mb < 0 || !isfinite(o->mem_limit_mb)) return nl_err("--mem-limit-mb %g: expected > 0", o->mem_limit_mb);
     if (o->batch_tokens < 1) return nl_err("--batch-tokens %d: expected >= 1", o->batch_tokens);
     if (o->dropout < 0 || o->dropout >= 1) return nl_err("--dropout %g: expected 0 <= p < 1", o->dropout);
     if (!(o->lr > 0)) return nl_err("--lr %g: expected > 0", o->lr);
+    if (o->steps < 0) return nl_err("--steps %d: expected >= 1", o->steps);
+    if (o->steps == 0 && !(o->epochs > 0)) return nl_err("--epochs %g: expected > 0", o->epochs);
     if (o->commit_every < 1) return nl_err("--commit-every %d: expected >= 1", o->commit_every);
     if (o->resume && !o->checkpoint_dir) return nl_err("--resume needs --checkpoint-dir");
+    /* what is written at the end must be writable now, not after a night of training */
+    if (probe_output("out", o->out)) return -1;
+    if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
+    if (o->chat_template && o->chat_template[0] && strcmp(o->chat_template, "auto")) {
+        nl_chat_tmpl tm;
+        if (nl_chat_template_pick(o->chat_template, NULL, &tm)) return nl_err_prefix("--template %s", o->chat_template);
+    }
+    if (o->dump_grads && t.mezo) return nl_err("--dump-grads: MeZO computes no gradients (use --method backprop)");
+    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
 
     t.m = nl_model_load(o->model);
     if (!t.m) goto done;
@@ -168,9 +770,46 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     if (o->init_adapter) t.ad = nl_adapter_load(t.m, o->init_adapter);
     else t.ad = nl_adapter_new(t.m, o->targets, o->rank, o->alpha, o->seed);
     if (!t.ad) goto done;
+    if (o->init_adapter && o->init_rank > 0 && t.ad->rank != o->init_rank) {
+        nl_err("--init-adapter %s has rank %d, --rank %d was asked: drop --rank (the adapter's rank is used) or start "
+               "a fresh adapter without --init-adapter", o->init_adapter, t.ad->rank, o->init_rank);
+        goto done;
+    }
+    if (o->init_adapter) {
+        char where[256];
+        if (find_nonfinite(&t, NULL, where, sizeof where)) {
+            nl_err("--init-adapter %s: non-finite value: %s", o->init_adapter, where);
+            goto done;
+        }
+    }
     t.svc = nl_proj_service_new(&o->proj);
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
+    if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
+        nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
+        goto done;
+    }
+
+    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t.m->hp.n_vocab};
+    if (nl_dataset_load(o->data, t.m->tok, &dopt, &t.ds)) goto done;
+    t.ds_loaded = 1;
+    int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t.m->hp.n_ctx_train > 0 && t.m->hp.n_ctx_train < 4096 ? t.m->hp.n_ctx_train : 4096);
+    if (nl_pack(&t.ds, buckets, (int)(sizeof buckets / sizeof *buckets), max_ctx,
+                o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t.pk)) goto done;
+    t.pk_loaded = 1;
+    if (t.pk.n == 0) {
+        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, t.ds.n, t.pk.n_dropped);
+        goto done;
+    }
+    int max_T = 1;
+    for (int i = 0; i < t.pk.n; i++)
+        if (t.pk.seq[i].n_tokens > max_T) max_T = t.pk.seq[i].n_tokens;
+    nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed};
+    uint64_t budget;
+    if (mem_preflight(&t, &g, max_T, avail, o->mem_limit_mb > 0, &budget)) goto done;
+    if (o->act_budget_mb == 0) budget = 0;
+    g.act_budget = budget;
+
     if (nl_proj_plan(t.svc, NULL, 0)) goto done;
     if (o->progress) {
         char line[256], mem[512];
@@ -189,6 +828,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         nl_pacer_cfg pc;
         nl_pacer_defaults(&pc);
         pc.enabled = !(o->thermal && !strcmp(o->thermal, "off")) || o->thermal_status_file || o->battery_temp_file;
+        if (o->pacing_poll_s > 0) pc.check_interval_s = pc.poll_interval_s = o->pacing_poll_s;
         pc.log = pace_log;
         pc.log_ctx = o->progress;
         pc.should_stop = nl_stop_poll;
@@ -197,168 +837,242 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         t.rt.pace = pace_hook;
         t.rt.pace_user = &t;
     }
-    if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
-        nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
-        goto done;
+    /* energy: a counter where the machine has one, else say why not (never an estimate) */
+    t.en = nl_energy_open(o->energy_root);
+    if (!t.en) goto done;
+    if (nl_energy_available(t.en)) {
+        if (nl_energy_start_sampler(t.en, 0.5)) goto done;
+        if (o->progress)
+            fprintf(o->progress, "energy: %s counters (%s)\n",
+                    nl_energy_kind_of(t.en) == NL_ENERGY_RAPL ? "RAPL package" : "battery", nl_energy_source(t.en));
+    } else if (o->progress) {
+        fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t.en));
     }
 
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t.m->hp.n_vocab};
-    if (nl_dataset_load(o->data, t.m->tok, &dopt, &t.ds)) goto done;
-    t.ds_loaded = 1;
-    int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t.m->hp.n_ctx_train > 0 && t.m->hp.n_ctx_train < 4096 ? t.m->hp.n_ctx_train : 4096);
-    if (nl_pack(&t.ds, buckets, (int)(sizeof buckets / sizeof *buckets), max_ctx,
-                o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t.pk)) goto done;
-    t.pk_loaded = 1;
     int total = count_total_steps(&t);
     if (total < 0) goto done;
     t.bt = nl_batcher_new(&t.pk, o->seed, o->shuffle, o->batch_tokens);
     if (!t.bt) goto done;
 
     size_t np = t.ad->n_params;
-    t.grads = nl_calloc(np, sizeof(float));
-    t.mom = nl_calloc(np, sizeof(float));
-    t.vel = nl_calloc(np, sizeof(float));
-    if (!t.grads || !t.mom || !t.vel) goto done;
+    if (t.mezo) {
+        t.zeros = nl_calloc(np ? np : 1, sizeof(float));
+        if (!t.zeros) goto done;
+    } else {
+        t.grads = nl_calloc(np, sizeof(float));
+        t.mom = nl_calloc(np, sizeof(float));
+        t.vel = nl_calloc(np, sizeof(float));
+        if (!t.grads || !t.mom || !t.vel) goto done;
+    }
+    g.grads = t.grads;
 
-    uint64_t data_hash = 0, model_hash = 0;
-    if (nl_file_hash64(o->data, &data_hash) || nl_file_hash64(o->model, &model_hash)) goto done;
-    uint64_t cfg_hash = config_hash(o, t.ad, data_hash, total);
+    uint64_t model_hash = 0;
+    if (nl_file_hash64(o->model, &model_hash)) goto done;
+    run_desc desc;
+    build_desc(&t, model_hash, packing_hash(&t.pk), total, max_ctx, &desc);
+    uint64_t cfg_hash = desc_config_hash(&desc);
     int step = 0;
     if (o->resume) {
         nl_ckpt ck;
         char warn[512];
         int r = nl_ckpt_load_latest(o->checkpoint_dir, cfg_hash, model_hash, np, &ck, warn, sizeof warn, NULL);
-        if (r < 0) goto done;
+        if (r < 0) {
+            /* name what differs when the run's description is there to compare with */
+            char why[1536];
+            int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
+            if (n > 0 && (size_t)n < sizeof why && desc_compare(&desc, o->checkpoint_dir, KV_CONFIG, why, sizeof why) > 0)
+                nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
+            goto done;
+        }
         if (warn[0] && o->progress) fprintf(o->progress, "warning: %s\n", warn);
         if (r == 0) {
             memcpy(t.ad->params, ck.params, np * sizeof(float));
-            memcpy(t.mom, ck.m, np * sizeof(float));
-            memcpy(t.vel, ck.v, np * sizeof(float));
+            if (!t.mezo) {
+                memcpy(t.mom, ck.m, np * sizeof(float));
+                memcpy(t.vel, ck.v, np * sizeof(float));
+            }
             step = (int)ck.step;
             nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
             nl_ckpt_free(&ck);
+            if (step > total) { nl_err("%s: the newest commit is at step %d, beyond this run's %d steps", o->checkpoint_dir, step, total); goto done; }
             if (nl_batcher_seek(t.bt, cur)) goto done;
+            char diff[1024] = "";
+            if (desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, diff, sizeof diff) > 0 && o->progress)
+                fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
             if (o->progress) fprintf(o->progress, "resumed from %s at step %d/%d\n", o->checkpoint_dir, step, total);
         } else if (o->progress) {
             fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
         }
     }
+    if (o->checkpoint_dir && desc_write(&desc, o->checkpoint_dir)) goto done;
     if (o->log_json) {
+        /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
+        if (o->resume && log_keep_steps(o->log_json, step)) goto done;
         t.log = fopen(o->log_json, o->resume ? "a" : "w");
         if (!t.log) { nl_err("%s: cannot open for writing: %s", o->log_json, strerror(errno)); goto done; }
     }
-    /* activation budget = min(--act-budget-mb, MemAvailable less a reserve for everything else) */
-    uint64_t budget = nl_act_budget_bytes(o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : 0,
-                                          nl_mem_available_bytes(), (uint64_t)512 << 20);
-    if (o->act_budget_mb == 0) budget = 0;
-    nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = t.grads, .dropout = o->dropout, .seed = o->seed,
-                  .act_budget = budget};
     nl_schedule sched = {.kind = o->cosine ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = o->lr, .warmup_steps = o->warmup};
     nl_adamw aw;
     nl_adamw_defaults(&aw);
     aw.weight_decay = o->weight_decay;
-    if (o->progress)
-        fprintf(o->progress, "training %s on %s: %d examples, %d sequences, %d steps, %d adapted projections (%zu parameters, rank %d)\n",
-                o->model, o->data, t.ds.n, t.pk.n, total, t.ad->n, np, t.ad->rank);
-    int first_step = step, steps_this_run = 0;
+    nl_mezo_cfg mz;
+    nl_mezo_defaults(&mz);
+    mz.eps = o->mezo_eps;
+    mz.weight_decay = o->weight_decay;
+    mz.seed = o->seed;
+    if (o->progress) {
+        fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
+                             "%d steps, %d adapted projections (%zu parameters, rank %d)%s\n",
+                o->model, o->data, t.ds.n, t.pk.n, t.pk.n_truncated, max_ctx, t.pk.n_dropped, total, t.ad->n, np, t.ad->rank,
+                t.mezo ? ", MeZO (two forwards a step, no backward)" : "");
+        fflush(o->progress);
+    }
+    int first_step = step, steps_this_run = 0, last_commit = step;
     double run_start = nl_now();
     int64_t run_tokens = 0;
-    nl_signals_install();
-    nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
+    int energy_failing = 0;
+    if (nl_signals_install()) goto done;
     while (step < total) {
         const int *idx;
         int nseq;
-        prev_cursor = nl_batcher_cursor(t.bt);
+        nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
         if (nl_batcher_next(t.bt, &idx, &nseq)) goto done;
         double paused0 = t.pacer.paused_seconds;
         double t0 = nl_now();
+        double j0 = 0;
+        int have_j = nl_energy_available(t.en) && !energy_failing && nl_energy_read(t.en, &j0) == 0;
         nl_proj_stats st0;
         nl_proj_get_stats(t.svc, &st0);
         int64_t n_targets = 0, n_tokens = 0;
         for (int i = 0; i < nseq; i++) n_targets += t.pk.seq[idx[i]].n_targets;
-        memset(t.grads, 0, np * sizeof(float));
-        g.step = step + 1;
-        g.tok_base = 0;
-        double loss_sum = 0.0;
-        float inv_n = n_targets ? 1.0f / (float)n_targets : 0.0f;
-        for (int i = 0; i < nseq; i++) {
-            const nl_seq *sq = &t.pk.seq[idx[i]];
-            int32_t *rows = nl_malloc((size_t)sq->n_tokens * sizeof *rows);
-            if (!rows) goto done;
-            nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows);
-            double ls;
-            int r = nl_graph_seq(&g, sq->ids, rows, sq->n_tokens, inv_n, &ls);
-            free(rows);
-            if (r && t.stop_in_pause) break;
-            if (r) goto done;
-            loss_sum += ls;
-            g.tok_base += sq->n_tokens;
-            n_tokens += sq->n_tokens;
+        double loss = 0.0, gnorm = 0.0, pgrad = 0.0;
+        int failed = 0;
+        if (t.mezo) {
+            /* MeZO: the step updates the params itself; on any error they are as before */
+            mz.lr = nl_lr_at(&sched, step + 1, total);
+            aw.lr = mz.lr;
+            nl_mezo_result mr;
+            if (nl_mezo_step(&g, &mz, step + 1, t.pk.seq, idx, nseq, &mr)) {
+                if (!t.stop_in_pause) {
+                    /* the loss was not finite (the params are back at θ): name the tensor */
+                    if (strstr(nl_last_error(), "not finite")) nonfinite_error(&t, step + 1, last_commit, NAN, NULL);
+                    goto done;
+                }
+                failed = 1;
+            } else {
+                loss = mr.loss;
+                pgrad = mr.proj_grad;
+                n_tokens = mr.n_tokens;
+                /* the norm of the gradient estimate g·z */
+                uint64_t key = nl_mezo_key(o->seed, step + 1);
+                double zz = 0;
+                for (size_t i = 0; i < np; i++) {
+                    double z = nl_rng_normal(key, (uint64_t)i);
+                    zz += z * z;
+                }
+                gnorm = fabs(pgrad) * sqrt(zz);
+                if (!all_finite(t.ad->params, np, &(size_t){0})) { nonfinite_error(&t, step + 1, last_commit, loss, NULL); goto done; }
+            }
+        } else {
+            memset(t.grads, 0, np * sizeof(float));
+            g.step = step + 1;
+            g.tok_base = 0;
+            double loss_sum = 0.0;
+            float inv_n = n_targets ? 1.0f / (float)n_targets : 0.0f;
+            for (int i = 0; i < nseq; i++) {
+                const nl_seq *sq = &t.pk.seq[idx[i]];
+                int32_t *rows = nl_malloc((size_t)sq->n_tokens * sizeof *rows);
+                if (!rows) goto done;
+                nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows);
+                double ls;
+                int r = nl_graph_seq(&g, sq->ids, rows, sq->n_tokens, inv_n, &ls);
+                free(rows);
+                if (r && t.stop_in_pause) { failed = 1; break; }
+                if (r) goto done;
+                loss_sum += ls;
+                g.tok_base += sq->n_tokens;
+                n_tokens += sq->n_tokens;
+            }
+            if (!failed) {
+                loss = n_targets ? loss_sum / (double)n_targets : 0.0;
+                if (o->poison_step == step + 1 && o->poison_tensor >= 0 && o->poison_tensor < t.ad->n)
+                    t.grads[t.ad->t[o->poison_tensor].off_b] = NAN;
+                size_t bad;
+                if (!isfinite(loss) || !all_finite(t.grads, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
+                if (o->dump_grads && step == 0) {
+                    if (nl_adapter_save_values(t.ad, t.m, t.grads, o->dump_grads)) goto done;
+                }
+                gnorm = nl_grad_clip(t.grads, np, o->clip);
+                if (!isfinite(gnorm)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
+                aw.lr = nl_lr_at(&sched, step + 1, total);
+                if (nl_adamw_step(t.ad->params, t.grads, t.mom, t.vel, np, &aw, step + 1)) goto done;
+                if (!all_finite(t.ad->params, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
+            }
         }
-        if (t.stop_in_pause) {
+        if (failed) {
             /* Stopped inside a pause: this step is abandoned; the state is that of the last
              * finished step, and the data cursor goes back to this batch. */
             if (nl_batcher_seek(t.bt, prev_cursor)) goto done;
             res->stopped = 1;
-            if (o->checkpoint_dir && step > 0) {
-                nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
-                              .epoch = (uint64_t)prev_cursor.epoch, .index = (uint64_t)prev_cursor.index,
-                              .rank = (uint32_t)t.ad->rank, .alpha = t.ad->alpha, .n_params = np,
-                              .params = t.ad->params, .m = t.mom, .v = t.vel};
-                if (nl_ckpt_commit(o->checkpoint_dir, &ck, NULL)) goto done;
+            if (o->checkpoint_dir && step > first_step && commit_state(&t, cfg_hash, model_hash, step, prev_cursor)) {
+                commit_error(step, last_commit);
+                goto done;
             }
+            if (o->progress) fprintf(o->progress, "stopped at step %d/%d%s\n", step, total, o->checkpoint_dir && step > first_step ? " (committed)" : "");
             break;
         }
-        double loss = n_targets ? loss_sum / (double)n_targets : 0.0;
-        if (!isfinite(loss)) {
-            nl_err("step %d: the loss is not finite (%g); stopping, the last commit is kept", step + 1, loss);
-            goto done;
-        }
-        if (o->dump_grads && step == first_step && first_step == 0) {
-            if (nl_adapter_save_values(t.ad, t.m, t.grads, o->dump_grads)) goto done;
-        }
-        double gnorm = nl_grad_clip(t.grads, np, o->clip);
-        if (!isfinite(gnorm)) {
-            nl_err("step %d: the gradient norm is not finite; stopping, the last commit is kept", step + 1);
-            goto done;
-        }
-        aw.lr = nl_lr_at(&sched, step + 1, total);
-        if (nl_adamw_step(t.ad->params, t.grads, t.mom, t.vel, np, &aw, step + 1)) goto done;
         step++;
         steps_this_run++;
         run_tokens += n_tokens;
         double dt = nl_now() - t0;
+        double j1 = 0;
+        if (have_j && nl_energy_read(t.en, &j1) != 0) {
+            have_j = 0;
+            energy_failing = 1;
+            if (o->progress) fprintf(o->progress, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
+        }
         nl_proj_stats st1;
         nl_proj_get_stats(t.svc, &st1);
         double svc_s = (st1.busy_s[0] + st1.busy_s[1]) - (st0.busy_s[0] + st0.busy_s[1]);
+        double paused_s = t.pacer.paused_seconds - paused0;
         res->service_seconds += svc_s;
         res->tokens += n_tokens;
         if (step == first_step + 1) res->first_loss = loss;
         res->last_loss = loss;
-        int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == total);
         int stop = (o->stop_after > 0 && steps_this_run >= o->stop_after) || nl_stop_requested();
-        if (o->checkpoint_dir && stop) commit = 1;
-        if (commit) {
-            nl_data_cursor cur = nl_batcher_cursor(t.bt);
-            nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
-                          .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t.ad->rank,
-                          .alpha = t.ad->alpha, .n_params = np, .params = t.ad->params, .m = t.mom, .v = t.vel};
-            if (nl_ckpt_commit(o->checkpoint_dir, &ck, NULL)) goto done;
-        }
+        int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == total || stop);
+        /* The log line goes out BEFORE the commit (and is made durable with it): a kill in
+         * between leaves a line for an uncommitted step, which the resume drops and replays;
+         * the other order could lose the line of a committed step for good. */
         if (t.log) {
-            fprintf(t.log, "{\"step\": %d, \"loss\": %.6f, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
-                           "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.6g, \"grad_norm\": %.6g}\n",
-                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, t.pacer.paused_seconds - paused0, aw.lr, gnorm);
-            fflush(t.log);
+            fprintf(t.log, "{\"step\": %d, \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
+                           "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
+                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, paused_s, aw.lr, gnorm);
+            if (t.mezo) fprintf(t.log, ", \"projected_grad\": %.17g", pgrad);
+            if (have_j)
+                fprintf(t.log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - j0, n_tokens ? (j1 - j0) / (double)n_tokens : 0.0);
+            fputs("}\n", t.log);
+            if (fflush(t.log) != 0 || (commit && fsync(fileno(t.log)) != 0)) {
+                nl_err("%s: write failed: %s", o->log_json, strerror(errno));
+                goto done;
+            }
+        }
+        if (commit) {
+            if (commit_state(&t, cfg_hash, model_hash, step, nl_batcher_cursor(t.bt))) {
+                commit_error(step, last_commit);
+                goto done;
+            }
+            last_commit = step;
         }
         if (o->progress) {
             double el = nl_now() - run_start, tps = el > 0 ? (double)run_tokens / el : 0.0;
             char eta[32];
             fmt_eta(el / steps_this_run * (total - step), eta, sizeof eta);
             fprintf(o->progress, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, total, loss, tps, eta,
-                    t.pacer.paused_seconds > paused0 ? "paused" : "running", commit ? "  (committed)" : "");
+                    paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
+            fflush(o->progress);
         }
-        if (stop) { res->stopped = 1; break; }
+        if (stop) { res->stopped = step < total; break; } /* a stop at the last step is the end */
     }
     if (nl_adapter_save(t.ad, t.m, o->out)) goto done;
     res->paused_seconds = t.pacer.paused_seconds;

@@ -9,10 +9,13 @@
 #include <stdio.h>
 
 #include "proj/proj.h"
+#include "train/io.h"
 
 typedef struct {
     const char *model, *data, *out;      /* required */
     const char *init_adapter;            /* start from an adapter (rank, alpha, targets from it) */
+    int init_rank;                       /* with init_adapter: the rank asked for (--rank); 0 = the file's.
+                                          * An adapter of another rank is refused. */
     const char *targets;                 /* --targets list (default: every linear projection) */
     const char *chat_template;           /* override the GGUF's */
     int rank;                            /* 16 */
@@ -37,10 +40,27 @@ typedef struct {
     nl_proj_config proj;
     const char *thermal;                 /* "auto" | "off" */
     const char *thermal_status_file, *battery_temp_file;
-    const char *log_json;                /* one JSON object per optimizer step */
-    const char *dump_grads;              /* first step's dA/dB as GGUF */
+    const char *log_json;                /* one JSON object per optimizer step (see below) */
+    const char *dump_grads;              /* step 1's dA/dB (before clipping) as GGUF; not on a resumed run */
     int stop_after;                      /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
+    double pacing_poll_s;                /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
     FILE *progress;                      /* progress lines (stderr); NULL = quiet */
+    /* The optimizer: "backprop" (default, NULL: forward + backward + AdamW) or "mezo"
+     * (train/mezo.h: two forwards per step, SGD on a projected gradient, no backward, no AdamW
+     * moments; dropout is off in its forwards). MeZO wants a much smaller lr than AdamW: the
+     * CLI's default with --method mezo is 1e-4 (the paper's LoRA setting), against 2e-4 for
+     * AdamW, and often 1e-5..1e-4 is right; clip does not apply. */
+    const char *method;
+    double mezo_eps;                     /* MeZO perturbation scale (1e-3) */
+    /* Memory preflight (see nl_train): the memory the run may use, in MB (fractions allowed);
+     * 0 = MemAvailable at start-up. */
+    double mem_limit_mb;
+    /* testing hooks */
+    const nl_io *ckpt_io;                /* commits go through this I/O layer (NULL: POSIX) */
+    const char *energy_root;             /* root of the sysfs tree for energy counters (NULL: "/") */
+    int poison_step, poison_tensor;      /* at step poison_step (1-based; 0 = off), after the backward,
+                                          * gradient element 0 of adapter tensor poison_tensor's lora_b
+                                          * becomes NaN (the non-finite check's test) */
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
@@ -54,6 +74,53 @@ typedef struct {
     int stopped;                         /* stopped early by a signal / stop_after */
 } nl_train_result;
 
+/* Train; 0 (the adapter written to o->out, also after a stop) or -1 (nl_err; whatever was
+ * committed stays committed).
+ *
+ * Before any work: o->out (and o->dump_grads) must be creatable (its temp file is created and
+ * removed), a fresh run refuses a checkpoint dir that holds commits, and --resume refuses
+ * commits made with another model or other trajectory settings, naming each difference
+ * ("lr 0.0002 there, 0.001 now"); the settings are kept readable in DIR/run.json. A resume
+ * with another backend / precision / wire only warns (no longer bit-identical). One run at a
+ * time per checkpoint dir: an flock on DIR/lock (dropped by the kernel if the process dies).
+ *
+ * Pacing: a thermal reading that fails mid-run (a host app's file missing or garbled) is a
+ * warning, once per outage, and the run goes on; a bad file at start-up is an error.
+ *
+ * Memory preflight, before the first step (after the model, adapter and data are loaded,
+ * before the start-up check of the service): the estimate
+ *   resident weights (the service's resident bytes, converted copies included)
+ *   + adapter state (params, grads, AdamW m and v: 4 floats a parameter; MeZO: 3)
+ *   + stored layer inputs for the longest sequence ((n_layer+1) x T x n_embd floats)
+ *   + the layer intermediates kept under the activation budget + one layer's recompute
+ *     scratch (nl_graph_layer_bytes)
+ *   + the head chunk (256 tokens x n_vocab floats, logits and their gradient)
+ * is printed ("memory: needs ...") and compared with MemAvailable at start-up (or
+ * mem_limit_mb). The default activation budget is what is left after the rest (less a 512 MB
+ * reserve under MemAvailable). A run that cannot fit stops before training, naming settings
+ * that would fit, each computed: "--act-budget-mb N (recompute)", "--ctx N", "--precision q".
+ *
+ * Non-finite values: after each step's backward (MeZO: each step) the loss, the gradients and
+ * the parameters are checked; the run stops, keeping the last commit, naming the step and the
+ * first LoRA tensor (in adapter order) whose parameter or gradient is not finite.
+ *
+ * A failed commit (ENOSPC, EIO at write/fsync/close/rename/directory fsync) stops the run with
+ * an error naming the step and the failed call; the previous commit stays loadable.
+ *
+ * --log-json: one line per optimizer step, written before that step's commit:
+ *   {"step", "loss" (%.17g: exact), "tokens", "targets", "seconds", "service_seconds",
+ *    "paused_seconds", "lr", "grad_norm"}
+ * with MeZO also "projected_grad" (g = (L+ - L-)/(2 eps)); "loss" is then (L+ + L-)/2, the
+ * batch loss at the unperturbed params up to O(eps^2), and "grad_norm" the norm of the
+ * gradient estimate |g| * |z|. Where an energy counter exists (train/energy.h), also
+ * "joules" (used during the step, commit excluded) and "joules_per_token"; never estimated.
+ * A fresh run truncates the file. A resumed run first keeps only the complete lines with
+ * step <= the commit it resumes from, then appends: the steps it replays after the commit are
+ * logged once, and the file of an interrupted-and-resumed run reads like that of an
+ * uninterrupted one (timings aside).
+ *
+ * Stops: SIGINT/SIGTERM (or stop_after) end the run at the next step boundary with a commit;
+ * a stop while paused abandons the step in progress and commits the last finished one. */
 int nl_train(const nl_train_opts *o, nl_train_result *res);
 
 #endif

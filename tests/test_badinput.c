@@ -1,0 +1,357 @@
+/* Bad input to `nightlora train`, as the user sees it: every case runs the real CLI (NL_CLI)
+ * and checks the exit status and the words of the message (docs/bad-input.md is the table of
+ * these cases); the NaN-gradient case runs nl_train with its testing hook. Each message is
+ * printed so the table can be checked against it. Cases:
+ *   empty data file; an example over the context (--on-long refuse: refused with file:line;
+ *   truncate: trained, reported); empty completion; wrong JSON types; a line that is not JSON;
+ *   unknown --template; non-UTF-8 bytes; a lone surrogate escape; a missing data file;
+ *   an adapter for another architecture, for another model size of the same architecture;
+ *   --init-adapter with a different --rank (and the same rank: runs); an adapter whose
+ *   lora_a / lora_b ranks disagree; an --init-adapter holding a NaN; a NaN gradient at step 3
+ *   (stops naming step and tensor, keeps commit 2, writes no adapter); unwritable --out,
+ *   --checkpoint-dir and --log-json (refused before training); a truncated model file (GGUF
+ *   error with the offset). */
+#include <errno.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "model/adapter.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "train/trainer.h"
+#include "util/util.h"
+
+static char tmp[256], model[512], data[512], errf[512], out[512];
+
+static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *slurp(const char *path) {
+    size_t l = 0;
+    char *b = nl_read_file(path, &l);
+    nl_clear_error();
+    return b;
+}
+
+static int exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Run `nightlora train --model M --data D --out O --steps 2 --batch-tokens 64 --rank 4
+ * --thermal off <extra...>` (--rank 4 only when extra has no --rank);
+ * returns the exit status; stderr in errf. */
+static int train_cli(const char *m, const char *d, const char *o, const char *const *extra) {
+    const char *v[48];
+    int n = 0;
+    v[n++] = NL_CLI;
+    v[n++] = "train";
+    v[n++] = "--model"; v[n++] = m;
+    v[n++] = "--data"; v[n++] = d;
+    v[n++] = "--out"; v[n++] = o;
+    v[n++] = "--steps"; v[n++] = "2";
+    v[n++] = "--batch-tokens"; v[n++] = "64";
+    int has_rank = 0;
+    for (int i = 0; extra && extra[i]; i++) has_rank |= !strcmp(extra[i], "--rank");
+    if (!has_rank) { v[n++] = "--rank"; v[n++] = "4"; }
+    v[n++] = "--thermal"; v[n++] = "off";
+    for (int i = 0; extra && extra[i] && n < 46; i++) v[n++] = extra[i];
+    v[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *e = freopen(errf, "w", stderr);
+        FILE *so = freopen("/dev/null", "w", stdout);
+        (void)e;
+        (void)so;
+        execv(v[0], (char *const *)v);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The "nightlora train: ..." line of the last run (or ""). */
+static void last_error(char *buf, size_t cap) {
+    char *b = slurp(errf);
+    buf[0] = 0;
+    const char *p = b ? strstr(b, "nightlora train: ") : NULL;
+    if (p) {
+        size_t l = strcspn(p, "\n");
+        snprintf(buf, cap, "%.*s", (int)l, p);
+    }
+    free(b);
+}
+
+/* A case: exit status `want_rc`, and each needle in the error line (or in stderr when
+ * want_rc == 0). Prints the message. */
+static void expect(const char *what, int rc, int want_rc, const char *n1, const char *n2, const char *n3) {
+    char msg[2048];
+    last_error(msg, sizeof msg);
+    char *all = slurp(errf);
+    const char *hay = want_rc ? msg : (all ? all : "");
+    int ok = rc == want_rc && (!n1 || strstr(hay, n1)) && (!n2 || strstr(hay, n2)) && (!n3 || strstr(hay, n3));
+    CHECKF(ok, "%s: exit %d (expected %d): %s", what, rc, want_rc, want_rc ? msg : all);
+    printf("%-34s exit %d  %s\n", what, rc, want_rc ? msg : "(ran)");
+    free(all);
+    if (want_rc) CHECKF(!exists(out), "%s: an adapter was written", what);
+    unlink(out);
+}
+
+static void test_data_errors(void) {
+    char p[512];
+    path_of(p, sizeof p, "empty.jsonl");
+    write_text(p, "");
+    expect("empty data file", train_cli(model, p, out, NULL), 1, p, "no examples", NULL);
+    path_of(p, sizeof p, "blank.jsonl");
+    write_text(p, "\n  \n\n");
+    expect("only blank lines", train_cli(model, p, out, NULL), 1, "no examples", NULL, NULL);
+
+    /* an example over the context */
+    path_of(p, sizeof p, "long.jsonl");
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"text\": \"");
+    for (int i = 0; i < 200; i++) fprintf(f, "the night shift on the farm ");
+    fprintf(f, "\"}\n{\"text\": \"a short one\"}\n");
+    fclose(f);
+    const char *refuse[] = {"--ctx", "64", "--on-long", "refuse", NULL};
+    expect("example over --ctx, --on-long refuse", train_cli(model, p, out, refuse), 1, "long.jsonl:1:", "more than the context of 64", NULL);
+    const char *trunc[] = {"--ctx", "64", "--on-long", "truncate", NULL};
+    expect("example over --ctx, --on-long truncate", train_cli(model, p, out, trunc), 0, "(1 truncated to 64 tokens", NULL, NULL);
+    /* a prompt that fills the context: nothing of the completion is left */
+    path_of(p, sizeof p, "longprompt.jsonl");
+    f = fopen(p, "w");
+    fprintf(f, "{\"prompt\": \"");
+    for (int i = 0; i < 200; i++) fprintf(f, "word ");
+    fprintf(f, "\", \"completion\": \" tag\"}\n");
+    fclose(f);
+    expect("prompt fills the context", train_cli(model, p, out, trunc), 1, "no example has a target token within the context of 64", NULL, NULL);
+
+    path_of(p, sizeof p, "emptycompl.jsonl");
+    write_text(p, "{\"prompt\": \"Note: milk\", \"completion\": \" shopping\"}\n{\"prompt\": \"hi\", \"completion\": \"\"}\n");
+    expect("empty completion", train_cli(model, p, out, NULL), 1, "emptycompl.jsonl:2:", "\"completion\" is empty", NULL);
+
+    path_of(p, sizeof p, "types.jsonl");
+    write_text(p, "{\"prompt\": 5, \"completion\": \"x\"}\n");
+    expect("wrong JSON type", train_cli(model, p, out, NULL), 1, "types.jsonl:1:", "\"prompt\" must be a string, found number", NULL);
+    path_of(p, sizeof p, "types2.jsonl");
+    write_text(p, "{\"tokens\": [1, \"two\", 3]}\n");
+    expect("wrong JSON type in tokens", train_cli(model, p, out, NULL), 1, "types2.jsonl:1:", NULL, NULL);
+    path_of(p, sizeof p, "notjson.jsonl");
+    write_text(p, "{\"text\": \"fine\"}\n{\"text\": \"unterminated}\n");
+    expect("a line that is not JSON", train_cli(model, p, out, NULL), 1, "notjson.jsonl:2:", NULL, NULL);
+
+    const char *tmpl[] = {"--template", "alpaca", NULL};
+    expect("unknown --template", train_cli(model, data, out, tmpl), 1, "--template alpaca: unknown chat template", "chatml, llama3", NULL);
+
+    path_of(p, sizeof p, "latin1.jsonl");
+    write_text(p, "{\"prompt\": \"caf\xe9\", \"completion\": \" x\"}\n");
+    expect("non-UTF-8 text", train_cli(model, p, out, NULL), 1, "latin1.jsonl:1:", "invalid UTF-8 byte 0xE9", NULL);
+    path_of(p, sizeof p, "surrogate.jsonl");
+    write_text(p, "{\"text\": \"ok \\ud800 x\"}\n");
+    expect("lone surrogate escape", train_cli(model, p, out, NULL), 1, "surrogate.jsonl:1:", "surrogate", NULL);
+    path_of(p, sizeof p, "missing.jsonl");
+    expect("missing data file", train_cli(model, p, out, NULL), 1, "missing.jsonl", NULL, NULL);
+}
+
+/* An adapter whose first lora_b has rank 3 while its lora_a has rank 4. */
+static int write_rank_mismatch(const char *good, const char *bad) {
+    nl_gguf *g = nl_gguf_open(good);
+    if (!g) return -1;
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = nl_gguf_copy_kvs(w, g);
+    int done = 0;
+    for (int64_t i = 0; i < g->n_tensors && !rc; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        size_t len = strlen(t->name);
+        if (!done && len > 7 && !strcmp(t->name + len - 7, ".lora_b")) {
+            int64_t ne[2] = {t->ne[0] - 1, t->ne[1]}; /* {r-1, n_out}: the first r-1 columns */
+            float *d = malloc((size_t)(ne[0] * ne[1]) * sizeof(float));
+            for (int64_t o = 0; o < ne[1]; o++)
+                for (int64_t k = 0; k < ne[0]; k++) d[o * ne[0] + k] = ((const float *)t->data)[o * t->ne[0] + k];
+            rc = nl_gguf_add_tensor(w, t->name, NL_TYPE_F32, 2, ne, d, false);
+            free(d);
+            done = 1;
+        } else {
+            rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, false);
+        }
+    }
+    if (!rc) rc = nl_gguf_write(w, bad);
+    nl_gguf_writer_free(w);
+    nl_gguf_close(g);
+    return rc;
+}
+
+/* A copy of `good` with one value set in the first lora_b (NaN, or a huge finite number). */
+static int write_poisoned(const char *good, const char *bad, float value) {
+    nl_gguf *g = nl_gguf_open(good);
+    if (!g) return -1;
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = nl_gguf_copy_kvs(w, g);
+    int done = 0;
+    for (int64_t i = 0; i < g->n_tensors && !rc; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        size_t len = strlen(t->name);
+        float *d = malloc(t->nbytes);
+        memcpy(d, t->data, t->nbytes);
+        if (!done && len > 7 && !strcmp(t->name + len - 7, ".lora_b")) {
+            size_t n = t->nbytes / sizeof(float);
+            for (size_t k = 0; k < n; k++) d[k] = value;
+            done = 1;
+        }
+        rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, d, false);
+        free(d);
+    }
+    if (!rc) rc = nl_gguf_write(w, bad);
+    nl_gguf_writer_free(w);
+    nl_gguf_close(g);
+    return rc;
+}
+
+static void test_adapter_errors(void) {
+    char good[512], llama[512], llama_ad[512], small[512], small_ad[512], bad[512];
+    path_of(good, sizeof good, "good_adapter.gguf");
+    CHECK(train_cli(model, data, good, NULL) == 0);
+    /* another architecture */
+    path_of(llama, sizeof llama, "llama.gguf");
+    path_of(llama_ad, sizeof llama_ad, "llama_adapter.gguf");
+    CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q8_0, 3, llama) == 0);
+    CHECK(train_cli(llama, data, llama_ad, NULL) == 0);
+    const char *a1[] = {"--init-adapter", llama_ad, NULL};
+    expect("adapter for another architecture", train_cli(model, data, out, a1), 1, "adapter is for architecture 'llama' but the model is 'qwen3'", NULL, NULL);
+    /* same architecture, another size */
+    path_of(small, sizeof small, "small.gguf");
+    path_of(small_ad, sizeof small_ad, "small_adapter.gguf");
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "small", NL_TYPE_Q8_0, 3, small) == 0);
+    const char *sm[] = {"--targets", "q", "--steps", "1", NULL};
+    CHECK(train_cli(small, data, small_ad, sm) == 0);
+    const char *a2[] = {"--init-adapter", small_ad, NULL};
+    expect("adapter for another model size", train_cli(model, data, out, a2), 1, "small_adapter.gguf", "do not fit base", NULL);
+    /* --rank against the adapter's */
+    const char *r8[] = {"--init-adapter", good, "--rank", "8", NULL};
+    expect("--init-adapter with another --rank", train_cli(model, data, out, r8), 1, "has rank 4, --rank 8 was asked", "drop --rank", NULL);
+    const char *r4[] = {"--init-adapter", good, NULL}; /* --rank 4 (train_cli's) = the adapter's */
+    expect("--init-adapter with the same --rank", train_cli(model, data, out, r4), 0, "training ", NULL, NULL);
+    /* lora_a rank 4, lora_b rank 3 */
+    path_of(bad, sizeof bad, "rank_mismatch.gguf");
+    CHECK(write_rank_mismatch(good, bad) == 0);
+    const char *a3[] = {"--init-adapter", bad, NULL};
+    expect("lora_a / lora_b ranks disagree", train_cli(model, data, out, a3), 1, "rank_mismatch.gguf", "do not fit base",
+           "expected lora_a {");
+    /* a NaN in the adapter */
+    path_of(bad, sizeof bad, "nan_adapter.gguf");
+    CHECK(write_poisoned(good, bad, NAN) == 0);
+    expect("--init-adapter holding a NaN", train_cli(model, data, out, a3), 1, "non-finite value: parameter blk.0.", ".lora_b[0] = nan", NULL);
+    /* huge but finite values: the forward overflows, the run stops at step 1 naming a tensor */
+    path_of(bad, sizeof bad, "huge_adapter.gguf");
+    CHECK(write_poisoned(good, bad, 3e38f) == 0);
+    expect("--init-adapter that overflows", train_cli(model, data, out, a3), 1, "step 1: ", "non-finite", "no adapter written");
+}
+
+/* NaN in a gradient at step 3 (testing hook): stop naming the step and the tensor, keep
+ * commit 2, write no adapter; --resume (without the poison) then finishes. */
+static void test_nan_gradient(void) {
+    char ck[512], c2[600], c3[600];
+    path_of(ck, sizeof ck, "ck_nan");
+    snprintf(c2, sizeof c2, "%s/commit-2.nlck", ck);
+    snprintf(c3, sizeof c3, "%s/commit-3.nlck", ck);
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    o.model = model;
+    o.data = data;
+    o.out = out;
+    o.steps = 4;
+    o.batch_tokens = 48;
+    o.rank = 4;
+    o.thermal = "off";
+    o.progress = NULL;
+    o.checkpoint_dir = ck;
+    o.poison_step = 3;
+    o.poison_tensor = 5;
+    nl_train_result r;
+    int rc = nl_train(&o, &r);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", nl_last_error());
+    /* the tensor's name, from the same adapter layout */
+    nl_model *m = nl_model_load(model);
+    nl_adapter *ad = m ? nl_adapter_new(m, NULL, 4, 32.0f, 42) : NULL;
+    char want[256] = "?";
+    if (ad) {
+        const char *nm = m->projs[ad->t[5].proj].name;
+        snprintf(want, sizeof want, "gradient of %.*s.lora_b[0] = nan", (int)(strlen(nm) - 7), nm);
+    }
+    CHECKF(rc == -1 && strstr(msg, "step 3: non-finite values") && strstr(msg, want) && strstr(msg, "the last commit (step 2) is kept"),
+           "message: %s (expected '%s')", msg, want);
+    printf("%-34s %s\n", "NaN gradient at step 3", msg);
+    CHECK(exists(c2) && !exists(c3) && !exists(out));
+    nl_adapter_free(ad);
+    nl_model_free(m);
+    o.poison_step = 0;
+    o.resume = 1;
+    CHECKF(nl_train(&o, &r) == 0 && r.steps_done == 4 && exists(out), "%s", nl_last_error());
+    unlink(out);
+}
+
+static void test_path_errors(void) {
+    const char *none[] = {NULL};
+    expect("unwritable --out", train_cli(model, data, "/nonexistent-dir/adapter.gguf", none), 1, "--out /nonexistent-dir/adapter.gguf",
+           "cannot write there", "nothing was trained");
+    char file[512], ckd[600], log[600];
+    path_of(file, sizeof file, "a_file");
+    write_text(file, "x");
+    snprintf(ckd, sizeof ckd, "%s/ck", file);
+    const char *c1[] = {"--checkpoint-dir", ckd, NULL};
+    expect("unwritable --checkpoint-dir", train_cli(model, data, out, c1), 1, ckd, "cannot create the checkpoint directory", "Not a directory");
+    snprintf(log, sizeof log, "%s/log.jsonl", file);
+    const char *l1[] = {"--log-json", log, NULL};
+    expect("unwritable --log-json", train_cli(model, data, out, l1), 1, log, "cannot open for writing", NULL);
+    /* a truncated model file */
+    char trunc[512];
+    path_of(trunc, sizeof trunc, "truncated.gguf");
+    char *b = slurp(model);
+    struct stat st;
+    CHECK(b && stat(model, &st) == 0);
+    FILE *f = fopen(trunc, "wb");
+    fwrite(b, 1, (size_t)st.st_size * 2 / 3, f);
+    fclose(f);
+    free(b);
+    expect("truncated model file", train_cli(trunc, data, out, NULL), 1, "truncated.gguf: offset ", "past the end of the file", NULL);
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/nl_test_badinput_%d", (int)getpid());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", tmp, tmp);
+    if (system(cmd)) return 1;
+    path_of(model, sizeof model, "q3.gguf");
+    path_of(data, sizeof data, "notes.jsonl");
+    path_of(errf, sizeof errf, "stderr.txt");
+    path_of(out, sizeof out, "out.gguf");
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
+    fclose(f);
+    double t0 = nl_now();
+    test_data_errors();
+    test_adapter_errors();
+    test_nan_gradient();
+    test_path_errors();
+    printf("%.1f s\n", nl_now() - t0);
+    if (!nl_t_fail) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd)) return 1;
+    } else {
+        fprintf(stderr, "files kept in %s\n", tmp);
+    }
+    return nl_t_done();
+}

@@ -1,0 +1,306 @@
+/* Faults at commit time, end to end through nl_train (tiny qwen3, 4 steps, a commit every
+ * step, shuffle and dropout on):
+ *  - the checkpoint I/O of the run goes through nl_io_fault (o.ckpt_io); for EVERY call k of
+ *    the third commit (open, each write, fsync, close, rename, directory fsync, the unlink
+ *    that prunes commit 1), with ENOSPC and EIO, a one-off and a sticky fault (a dead disk):
+ *      · a failure the commit must report stops the run with an error that names the step
+ *        and the failed call (and the errno text); no adapter is written;
+ *      · a failed prune (unlink of an old commit) is no error: the run ends normally;
+ *      · the previous commit (step 2) still loads with the normal I/O;
+ *      · --resume with the normal I/O ends bit-identical (adapter bytes and logged losses) to
+ *        an uninterrupted run;
+ *  - a TRUNCATED newest commit (the bit-flipped one is in test_resume): the resume warns,
+ *    naming the file, uses the previous commit and still ends bit-identical. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "data/json.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "train/checkpoint.h"
+#include "train/io.h"
+#include "train/trainer.h"
+#include "util/util.h"
+
+static char tmp[256], model[512], data[512];
+
+/* ---- a recording I/O layer: the name of every call, in order ---- */
+
+#define MAXCALLS 4096
+typedef struct {
+    nl_io io;
+    const nl_io *base;
+    long n;
+    const char *name[MAXCALLS];
+} recorder;
+
+#define REC(r, nm) do { recorder *r_ = (r); if (r_->n < MAXCALLS) r_->name[r_->n] = nm; r_->n++; } while (0)
+static int rc_open(void *c, const char *p, int fl, int mode) { recorder *r = c; REC(r, "open"); return r->base->open(r->base->ctx, p, fl, mode); }
+static ssize_t rc_read(void *c, int fd, void *b, size_t n) { recorder *r = c; REC(r, "read"); return r->base->read(r->base->ctx, fd, b, n); }
+static ssize_t rc_write(void *c, int fd, const void *b, size_t n) { recorder *r = c; REC(r, "write"); return r->base->write(r->base->ctx, fd, b, n); }
+static int rc_size(void *c, int fd, uint64_t *s) { recorder *r = c; REC(r, "size"); return r->base->size(r->base->ctx, fd, s); }
+static int rc_fsync(void *c, int fd) { recorder *r = c; REC(r, "fsync"); return r->base->fsync(r->base->ctx, fd); }
+static int rc_close(void *c, int fd) { recorder *r = c; REC(r, "close"); return r->base->close(r->base->ctx, fd); }
+static int rc_rename(void *c, const char *a, const char *b) { recorder *r = c; REC(r, "rename"); return r->base->rename(r->base->ctx, a, b); }
+static int rc_unlink(void *c, const char *p) { recorder *r = c; REC(r, "unlink"); return r->base->unlink(r->base->ctx, p); }
+static int rc_fsync_dir(void *c, const char *d) { recorder *r = c; REC(r, "fsync_dir"); return r->base->fsync_dir(r->base->ctx, d); }
+
+static void recorder_init(recorder *r) {
+    memset(r, 0, sizeof *r);
+    r->io = (nl_io){rc_open, rc_read, rc_write, rc_size, rc_fsync, rc_close, rc_rename, rc_unlink, rc_fsync_dir, r};
+    r->base = nl_io_posix();
+}
+
+/* ---- helpers ---- */
+
+static char *slurp(const char *path, size_t *len) {
+    size_t l = 0;
+    char *b = nl_read_file(path, &l);
+    if (len) *len = l;
+    return b;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    nl_clear_error();
+    int r = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return r;
+}
+
+static int exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* The logged (step, loss, grad_norm) triples, as text: exact (%.17g in the log). */
+static int log_sig(const char *path, char *out, size_t cap) {
+    size_t len;
+    char *b = slurp(path, &len);
+    if (!b) return -1;
+    size_t o = 0;
+    out[0] = 0;
+    int n = 0;
+    for (char *p = b; p < b + len;) {
+        char *eol = memchr(p, '\n', (size_t)(b + len - p));
+        if (!eol) break;
+        nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
+        int64_t s;
+        const nl_json *lo = nl_json_get(j, "loss"), *gn = nl_json_get(j, "grad_norm");
+        if (j && !nl_json_int64(nl_json_get(j, "step"), &s) && nl_json_is_number(lo) && nl_json_is_number(gn) && o < cap)
+            o += (size_t)snprintf(out + o, cap - o, "%lld %.17g %.17g\n", (long long)s, lo->u.num.d, gn->u.num.d);
+        nl_json_free(j);
+        n++;
+        p = eol + 1;
+    }
+    free(b);
+    return n;
+}
+
+static void opts(nl_train_opts *o, const char *out, const char *ck, const char *log) {
+    nl_train_defaults(o);
+    o->model = model;
+    o->data = data;
+    o->out = out;
+    o->steps = 4;
+    o->batch_tokens = 48;
+    o->rank = 4;
+    o->alpha = 8.0f;
+    o->dropout = 0.1f;
+    o->lr = 3e-3;
+    o->thermal = "off";
+    o->progress = NULL;
+    o->checkpoint_dir = ck;
+    o->commit_every = 1;
+    o->log_json = log;
+}
+
+static void rm_rf(const char *p) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", p);
+    if (system(cmd)) {}
+}
+
+static char ref_out[512], ref_log[512], ref_sig[8192];
+
+static void reference(void) {
+    char ck[512];
+    snprintf(ref_out, sizeof ref_out, "%s/ref.gguf", tmp);
+    snprintf(ref_log, sizeof ref_log, "%s/ref.jsonl", tmp);
+    snprintf(ck, sizeof ck, "%s/ck_ref", tmp);
+    nl_train_opts o;
+    opts(&o, ref_out, ck, ref_log);
+    nl_train_result r;
+    int rc = nl_train(&o, &r);
+    CHECKF(rc == 0 && r.steps_done == 4, "reference: %s", nl_last_error());
+    CHECK(log_sig(ref_log, ref_sig, sizeof ref_sig) == 4);
+}
+
+/* The calls made by the commits of steps 1..k (a clean run stopped after k steps). */
+static long calls_through(int k, recorder *rec) {
+    char ck[512], out[512], log[512];
+    snprintf(ck, sizeof ck, "%s/ck_count%d", tmp, k);
+    snprintf(out, sizeof out, "%s/count%d.gguf", tmp, k);
+    snprintf(log, sizeof log, "%s/count%d.jsonl", tmp, k);
+    recorder_init(rec);
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    o.stop_after = k;
+    o.ckpt_io = &rec->io;
+    nl_train_result r;
+    int rc = nl_train(&o, &r);
+    CHECKF(rc == 0 && r.steps_done == k, "count run %d: %s", k, nl_last_error());
+    return rec->n;
+}
+
+/* What the error of a failed call must say (checkpoint.c's wording), by call. */
+static const char *call_words(const char *name) {
+    if (!strcmp(name, "open")) return "cannot create";
+    if (!strcmp(name, "write")) return "write";
+    if (!strcmp(name, "fsync")) return "fsync failed";
+    if (!strcmp(name, "close")) return "close failed";
+    if (!strcmp(name, "rename")) return "rename";
+    if (!strcmp(name, "fsync_dir")) return "fsync of the directory";
+    return "?";
+}
+
+static void test_commit_faults(void) {
+    recorder r2, r3;
+    long c2 = calls_through(2, &r2), c3 = calls_through(3, &r3);
+    CHECKF(c3 > c2 + 5, "commit 3 made %ld calls", c3 - c2);
+    int n_cases = 0, n_fail = 0, n_prune = 0;
+    int seen_unlink = 0, seen_fsync_dir = 0, seen_rename = 0;
+    for (long k = c2; k < c3 && k < MAXCALLS; k++) {
+        const char *call = r3.name[k];
+        int prune = !strcmp(call, "unlink"); /* a clean commit unlinks only old commits */
+        seen_unlink |= prune;
+        seen_fsync_dir |= !strcmp(call, "fsync_dir");
+        seen_rename |= !strcmp(call, "rename");
+        for (int sticky = 0; sticky < 2; sticky++) {
+            int err = (k + sticky) % 2 ? EIO : ENOSPC;
+            char ck[512], out[512], log[512], what[128], prev[600];
+            snprintf(what, sizeof what, "call %ld (%s, %s, %s)", k - c2, call, strerror(err), sticky ? "sticky" : "once");
+            snprintf(ck, sizeof ck, "%s/ck_fault", tmp);
+            snprintf(out, sizeof out, "%s/fault.gguf", tmp);
+            snprintf(log, sizeof log, "%s/fault.jsonl", tmp);
+            rm_rf(ck);
+            unlink(out);
+            nl_io_fault f;
+            nl_io_fault_init(&f, NULL, k, err, sticky);
+            nl_train_opts o;
+            opts(&o, out, ck, log);
+            o.ckpt_io = &f.io;
+            nl_train_result res;
+            int rc = nl_train(&o, &res);
+            n_cases++;
+            const char *e = nl_last_error();
+            if (prune && !sticky) {
+                /* pruning is best effort: the run goes on and ends normally */
+                n_prune++;
+                CHECKF(rc == 0 && same_file(out, ref_out), "%s: rc %d (%s)", what, rc, e);
+                continue;
+            }
+            n_fail++;
+            /* a sticky fault at a prune kills the NEXT commit (step 4) instead */
+            const char *step = prune ? "step 4: commit failed" : "step 3: commit failed";
+            const char *words = prune ? "cannot create" : call_words(call);
+            CHECKF(rc == -1 && strstr(e, step) && strstr(e, words) && strstr(e, strerror(err)) &&
+                   strstr(e, prune ? "previous commit (step 3) is kept" : "previous commit (step 2) is kept"),
+                   "%s: rc %d, message: %s", what, rc, e);
+            if (k == c2 + 3 && !sticky) printf("commit fault: %s\n", e);
+            CHECKF(!exists(out), "%s: an adapter was written after a failed commit", what);
+            /* the previous commit loads with the normal I/O */
+            snprintf(prev, sizeof prev, "%s/commit-%d.nlck", ck, prune ? 3 : 2);
+            {
+                /* read the header's hashes, then load with them: must verify */
+                size_t len;
+                char *b = slurp(prev, &len);
+                uint64_t ch = 0, mh = 0;
+                if (b && len >= 32) { memcpy(&ch, b + 16, 8); memcpy(&mh, b + 24, 8); }
+                free(b);
+                nl_ckpt v;
+                int ok = nl_ckpt_load_file(prev, ch, mh, 0, &v, NULL) == 0 && v.step == (uint64_t)(prune ? 3 : 2);
+                CHECKF(ok, "%s: the previous commit %s does not load: %s", what, prev, nl_last_error());
+                nl_ckpt_free(&v);
+            }
+            /* resume with the normal I/O: bit-identical to the uninterrupted run */
+            o.ckpt_io = NULL;
+            o.resume = 1;
+            rc = nl_train(&o, &res);
+            char sig[8192];
+            CHECKF(rc == 0 && res.steps_done == 4, "%s: resume: %s", what, nl_last_error());
+            CHECKF(same_file(out, ref_out), "%s: resumed adapter differs from the uninterrupted run", what);
+            CHECKF(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig), "%s: resumed log differs:\n%s", what, sig);
+        }
+    }
+    CHECK(seen_unlink && seen_fsync_dir && seen_rename);
+    printf("commit faults: %ld calls in commit 3, %d runs (%d stopped with an error, %d failed prunes that did not matter)\n",
+           c3 - c2, n_cases, n_fail, n_prune);
+}
+
+/* A truncated newest commit: warned about, the previous one used, same end. */
+static void test_truncated_commit(void) {
+    char ck[512], out[512], log[512], cfile[600];
+    snprintf(ck, sizeof ck, "%s/ck_trunc", tmp);
+    snprintf(out, sizeof out, "%s/trunc.gguf", tmp);
+    snprintf(log, sizeof log, "%s/trunc.jsonl", tmp);
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    o.stop_after = 3;
+    nl_train_result r;
+    CHECK(nl_train(&o, &r) == 0 && r.steps_done == 3);
+    snprintf(cfile, sizeof cfile, "%s/commit-3.nlck", ck);
+    struct stat st;
+    CHECK(stat(cfile, &st) == 0);
+    CHECK(truncate(cfile, st.st_size - 100) == 0);
+    FILE *prog = tmpfile();
+    o.progress = prog;
+    o.stop_after = 0;
+    o.resume = 1;
+    CHECKF(nl_train(&o, &r) == 0 && r.steps_done == 4, "%s", nl_last_error());
+    fflush(prog);
+    long sz = ftell(prog);
+    char *text = calloc(1, (size_t)sz + 1);
+    rewind(prog);
+    CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
+    fclose(prog);
+    CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck") && strstr(text, "at step 2/4"), "progress: %s", text);
+    free(text);
+    char sig[8192];
+    CHECK(same_file(out, ref_out));
+    CHECK(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig));
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/nl_test_faults_%d", (int)getpid());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", tmp, tmp);
+    if (system(cmd)) return 1;
+    snprintf(model, sizeof model, "%s/q3.gguf", tmp);
+    snprintf(data, sizeof data, "%s/notes.jsonl", tmp);
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
+    static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
+                                  "Send the report to the team", "Refill at the physio", "Renew the passport"};
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 10; i++)
+        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 6], i % 3 ? " please" : "", tags[(i * 3) % 5]);
+    fclose(f);
+    double t0 = nl_now();
+    reference();
+    test_commit_faults();
+    test_truncated_commit();
+    printf("%.1f s\n", nl_now() - t0);
+    if (!nl_t_fail) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        if (system(cmd)) return 1;
+    } else {
+        fprintf(stderr, "files kept in %s\n", tmp);
+    }
+    return nl_t_done();
+}

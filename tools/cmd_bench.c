@@ -1,0 +1,289 @@
+/* nightlora bench: benchmarks on a real model. `bench proj` is here; `bench step` lives in
+ * tools/cmd_bench_step.c (a weak default below stands in when that file is not built).
+ *
+ * bench proj: for each distinct (projection shape, resident type) of the model (the precision
+ * policy applied, as a run would hold them), each direction and each T of --tokens: the time
+ * of one product through the host backend (best of --reps after a warm-up; compute mode from
+ * --compute) and through ref on the same resident weight (ref only for T <= 64, best of
+ * max(1, reps/3), no warm-up: it is slow), and the relative Frobenius difference of the two.
+ * FLOPs of one product = 2·T·N·K. --json: one JSON array, an object per row. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "data/json.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "nn/forward.h"
+#include "proj/kernels.h"
+#include "proj/proj.h"
+#include "util/util.h"
+
+int nl_cmd_bench_step(int argc, char **argv) __attribute__((weak));
+int nl_cmd_bench_step(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "bench step: not built\n");
+    return 2;
+}
+
+#define REF_MAX_T 64
+#define MAX_TOKENS 16
+
+/* "64,512" -> ts[]; 0 ok, -1 bad. */
+static int parse_tokens(const char *s, int *ts, int *n) {
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 65536 || *n == MAX_TOKENS) return -1;
+        ts[(*n)++] = (int)v;
+        p = end;
+        if (*p == ',') {
+            p++;
+            if (!*p) return -1;
+        } else if (*p) {
+            return -1;
+        }
+    }
+    return *n ? 0 : -1;
+}
+
+static uint64_t mix(uint64_t *st) {
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Best wall time of `reps` runs (after `warm` untimed ones); < 0 on error. */
+static double time_run(const nl_proj_backend *be, void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x,
+                       int T, float *y, int warm, int reps) {
+    for (int r = 0; r < warm; r++)
+        if (be->run(ctx, w, dir, x, T, y)) return -1;
+    double best = INFINITY;
+    for (int r = 0; r < reps; r++) {
+        double t0 = nl_now();
+        if (be->run(ctx, w, dir, x, T, y)) return -1;
+        double dt = nl_now() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
+}
+
+static void json_str(const char *s) {
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (nl_json_escape(&buf, &n, &cap, s, strlen(s)) == 0) fwrite(buf, 1, n, stdout);
+    else fputs("null", stdout);
+    free(buf);
+}
+
+static void json_num(double v) {
+    if (isfinite(v)) printf("%.6g", v);
+    else fputs("null", stdout);
+}
+
+/* One distinct (K, N, resident type): its first projection and the kinds sharing it. */
+typedef struct {
+    int sid;
+    int64_t K, N;
+    int type;
+    int count;
+    char label[64];       /* "gate/up" */
+} bench_shape;
+
+static int cmd_bench_proj(int argc, char **argv) {
+    static const char *const known[] = {"model", "threads", "tokens", "reps", "compute", "precision", "precision-map", NULL};
+    static const char *const boolean[] = {"json", NULL};
+    if (nl_cli_check("bench proj", argc, argv, known, boolean)) return 2;
+    const char *model = nl_cli_opt(argc, argv, "model");
+    if (!model) {
+        fprintf(stderr, "nightlora bench proj: --model is required (see 'nightlora help bench')\n");
+        return 2;
+    }
+    int ts[MAX_TOKENS], n_t = 2;
+    ts[0] = 64;
+    ts[1] = 512;
+    const char *tok = nl_cli_opt(argc, argv, "tokens");
+    if (tok && parse_tokens(tok, ts, &n_t)) {
+        fprintf(stderr, "nightlora bench proj: --tokens %s: expected a comma-separated list of 1..65536 (at most %d)\n",
+                tok, MAX_TOKENS);
+        return 2;
+    }
+    int reps = 3;
+    const char *rs = nl_cli_opt(argc, argv, "reps");
+    if (rs) {
+        char *end;
+        long v = strtol(rs, &end, 10);
+        if (end == rs || *end || v < 1 || v > 1000) {
+            fprintf(stderr, "nightlora bench proj: --reps %s: expected 1..1000\n", rs);
+            return 2;
+        }
+        reps = (int)v;
+    }
+    const int ref_reps = reps / 3 > 1 ? reps / 3 : 1;
+    nl_proj_config cfg;
+    if (nl_cli_proj_config("bench proj", argc, argv, &cfg)) return 2;
+    cfg.backend = "ref"; /* the service only holds the resident weights here; the backends are timed directly */
+    const int json = nl_cli_flag(argc, argv, "json");
+
+    nl_model *m = nl_model_load(model);
+    if (!m) return nl_cli_fail("bench proj");
+    nl_proj_service *svc = nl_proj_service_new(&cfg);
+    nl_runtime rt;
+    memset(&rt, 0, sizeof rt);
+    void *hctx = NULL, *rctx = NULL;
+    bench_shape *sh = NULL;
+    float *x = NULL, *y = NULL, *yr = NULL;
+    int rc = 1, n_sh = 0;
+    if (!svc || nl_runtime_init(&rt, m, svc)) goto done;
+    if (nl_proj_backend_host.init(&hctx, cfg.n_threads)) {
+        hctx = NULL;
+        goto done;
+    }
+    if (nl_proj_backend_ref.init(&rctx, cfg.n_threads)) {
+        rctx = NULL;
+        goto done;
+    }
+
+    /* distinct (K, N, resident type), in model order; embeddings are row gathers, not products */
+    sh = nl_calloc((size_t)m->n_projs, sizeof *sh);
+    if (!sh) goto done;
+    int64_t max_io = 0;
+    for (int i = 0; i < m->n_projs; i++) {
+        const nl_proj_weight *w = nl_proj_get(svc, rt.svc_id[i]);
+        if (m->projs[i].kind == NL_P_EMBED || w->cls == NL_CLASS_EMBED) continue;
+        const char *kind = nl_proj_kind_name(m->projs[i].kind);
+        int j = 0;
+        while (j < n_sh && !(sh[j].K == w->n_in && sh[j].N == w->n_out && sh[j].type == w->type)) j++;
+        if (j == n_sh) {
+            sh[j].sid = rt.svc_id[i];
+            sh[j].K = w->n_in;
+            sh[j].N = w->n_out;
+            sh[j].type = w->type;
+            n_sh++;
+        }
+        sh[j].count++;
+        /* add the kind to the label once ("gate/up") */
+        char pat[24];
+        snprintf(pat, sizeof pat, "/%s/", kind);
+        char padded[80];
+        snprintf(padded, sizeof padded, "/%s/", sh[j].label);
+        if (!strstr(padded, pat) && strlen(sh[j].label) + strlen(kind) + 2 < sizeof sh[j].label) {
+            if (sh[j].label[0]) strcat(sh[j].label, "/");
+            strcat(sh[j].label, kind);
+        }
+        if (w->n_in > max_io) max_io = w->n_in;
+        if (w->n_out > max_io) max_io = w->n_out;
+    }
+    int t_max = 0;
+    for (int i = 0; i < n_t; i++)
+        if (ts[i] > t_max) t_max = ts[i];
+    x = nl_malloc(sizeof(float) * (size_t)t_max * (size_t)max_io);
+    y = nl_malloc(sizeof(float) * (size_t)t_max * (size_t)max_io);
+    yr = nl_malloc(sizeof(float) * (size_t)(t_max < REF_MAX_T ? t_max : REF_MAX_T) * (size_t)max_io);
+    if (!x || !y || !yr) goto done;
+    uint64_t st = 0x62656E6368ull;
+    for (size_t i = 0; i < (size_t)t_max * (size_t)max_io; i++)
+        x[i] = (float)((double)(mix(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+
+    if (json) {
+        printf("[");
+    } else {
+        printf("bench proj: %s %s, host kernels %s compute %s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
+               nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx), cfg.n_threads,
+               cfg.n_threads == 1 ? "" : "s", reps, ref_reps, REF_MAX_T);
+        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %10s %8s %8s %9s\n", "proj", "count", "K x N", "type", "dir", "T",
+               "host ms", "GFLOP/s", "ref ms", "GFLOP/s", "speedup", "rel diff");
+    }
+    int first = 1;
+    for (int s = 0; s < n_sh; s++) {
+        const nl_proj_weight *w = nl_proj_get(svc, sh[s].sid);
+        for (int ti = 0; ti < n_t; ti++)
+            for (int d = 0; d < 2; d++) {
+                const int T = ts[ti];
+                const nl_dir dir = (nl_dir)d;
+                const size_t n_out = (size_t)(dir == NL_FWD ? w->n_out : w->n_in);
+                const double flops = 2.0 * T * (double)w->n_in * (double)w->n_out;
+                if (!nl_proj_backend_host.supports(hctx, w, dir, T)) {
+                    nl_err("host backend does not support %s %s", nl_type_name(w->type), dir ? "bwd" : "fwd");
+                    goto done;
+                }
+                const double th = time_run(&nl_proj_backend_host, hctx, w, dir, x, T, y, 1, reps);
+                if (th < 0) goto done;
+                double tr = NAN, diff = NAN;
+                if (T <= REF_MAX_T) {
+                    tr = time_run(&nl_proj_backend_ref, rctx, w, dir, x, T, yr, 0, ref_reps);
+                    if (tr < 0) goto done;
+                    diff = rel_diff(y, yr, (size_t)T * n_out);
+                }
+                if (json) {
+                    printf("%s\n {\"proj\": ", first ? "" : ",");
+                    json_str(sh[s].label);
+                    printf(", \"count\": %d, \"k\": %lld, \"n\": %lld, \"type\": \"%s\", \"dir\": \"%s\", \"T\": %d, "
+                           "\"threads\": %d, \"compute\": \"%s\", \"host_ms\": ",
+                           sh[s].count, (long long)w->n_in, (long long)w->n_out, nl_type_name(w->type),
+                           d ? "bwd" : "fwd", T, cfg.n_threads, nl_proj_host_compute(hctx));
+                    json_num(th * 1e3);
+                    printf(", \"host_gflops\": ");
+                    json_num(flops / th * 1e-9);
+                    printf(", \"ref_ms\": ");
+                    json_num(tr * 1e3);
+                    printf(", \"ref_gflops\": ");
+                    json_num(flops / tr * 1e-9);
+                    printf(", \"rel_diff\": ");
+                    json_num(diff);
+                    printf("}");
+                } else {
+                    char shape[32];
+                    snprintf(shape, sizeof shape, "%lldx%lld", (long long)w->n_in, (long long)w->n_out);
+                    printf("%-14s %5d %12s %-5s %-3s %5d %10.3f %8.1f", sh[s].label, sh[s].count, shape,
+                           nl_type_name(w->type), d ? "bwd" : "fwd", T, th * 1e3, flops / th * 1e-9);
+                    if (isfinite(tr))
+                        printf(" %10.3f %8.2f %7.1fx %9.1e\n", tr * 1e3, flops / tr * 1e-9, tr / th, diff);
+                    else
+                        printf(" %10s %8s %8s %9s\n", "-", "-", "-", "-");
+                }
+                fflush(stdout);
+                first = 0;
+            }
+    }
+    if (json) printf("\n]\n");
+    rc = 0;
+
+done:
+    if (rc) nl_cli_fail("bench proj");
+    free(x);
+    free(y);
+    free(yr);
+    free(sh);
+    if (hctx) nl_proj_backend_host.free(hctx);
+    if (rctx) nl_proj_backend_ref.free(rctx);
+    nl_runtime_free(&rt);
+    if (svc) nl_proj_service_free(svc);
+    nl_model_free(m);
+    return rc;
+}
+
+int nl_cmd_bench(int argc, char **argv) {
+    const char *sub = argc >= 2 ? argv[1] : NULL;
+    if (sub && !strcmp(sub, "proj")) return cmd_bench_proj(argc - 1, argv + 1);
+    if (sub && !strcmp(sub, "step")) return nl_cmd_bench_step(argc - 1, argv + 1);
+    fprintf(stderr, "nightlora bench: expected a benchmark, 'proj' or 'step'%s%s%s (see 'nightlora help bench')\n",
+            sub ? ", not '" : "", sub ? sub : "", sub ? "'" : "");
+    return 2;
+}
