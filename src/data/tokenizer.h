@@ -63,7 +63,9 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *spec);
 
 /* Concatenated pieces of ids (control tokens give their text). For SPM with a space prefix,
  * the one space the tokenizer prefixed (at the start and after each special token) is
- * removed again, so nl_detokenize(nl_tokenize(x)) == x. *text is malloc'd, NUL-terminated. */
+ * removed again, so nl_detokenize(nl_tokenize(x)) == x — except that a SentencePiece vocab
+ * cannot tell U+2581 (its space mark) already in x from a space: those come back as spaces
+ * (inherent to SentencePiece; llama.cpp does the same). *text is malloc'd, NUL-terminated. */
 int nl_detokenize(const nl_tokenizer *t, const int32_t *ids, int n_ids, char **text, size_t *len);
 
 /* Pre-tokenizer split alone (no special tokens, no byte mapping): the byte lengths of the
