@@ -57,7 +57,7 @@ for src in fuzz/fuzz_*.c; do
     [ -f "$dict" ] && opts+=("-dict=$dict")
     dirs=("$work/corpus" "fuzz/corpus/$short")
     [ -d "fuzz/crashes/$short" ] && dirs+=("fuzz/crashes/$short")
-    ./build-fuzz/"$name" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${opts[@]}" \
+    ./build-fuzz/"$name" -seed="${FUZZ_SEED:-1}" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${opts[@]}" \
         -artifact_prefix="$work/artifacts/" "${dirs[@]}" >"$work/log" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log")
