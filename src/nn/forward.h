@@ -25,6 +25,10 @@ typedef struct nl_runtime {
      * NULL. A non-zero return aborts the computation with that status. */
     int (*pace)(void *user);
     void *pace_user;
+    /* Synchronous mode (benchmarks): wait for each service request before computing the LoRA
+     * branch on the CPU, instead of computing it while the request is in flight. Results are
+     * bit-identical either way; only the overlap changes. */
+    int sync;
 } nl_runtime;
 
 static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pace_user) : 0; }

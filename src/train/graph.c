@@ -111,6 +111,28 @@ static void cache_free(layer_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* ---- timing (bench step) ---- */
+
+static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm",
+                                                     "rope", "act", "xent", "add", "other"};
+const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
+
+static double tic(const nl_graph *g) { return g->prof ? nl_now() : 0.0; }
+/* Charges the time since t0 to class k; returns now (the next interval's start). */
+static double toc(nl_graph *g, int k, double t0) {
+    if (!g->prof) return 0.0;
+    double t = nl_now();
+    g->prof->s[k] += t - t0;
+    return t;
+}
+
+#define TIMED(g, k, stmt)          \
+    do {                           \
+        double t_ = tic(g);        \
+        stmt;                      \
+        toc((g), (k), t_);         \
+    } while (0)
+
 /* ---- projections with their LoRA branch ---- */
 
 /* The LoRA node's view of adapter entry e, with its dropout key for (layer, kind). */
@@ -125,21 +147,35 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
 static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
+    double t = tic(g);
     if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
-    float *ly = NULL;
+    if (g->prof) g->prof->requests++;
     int rc = 0;
-    if (e >= 0) {
+    if (rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        rc = nl_proj_wait(rt->svc);
+        t = toc(g, NL_GP_WAIT, t);
+    }
+    float *ly = NULL;
+    if (e >= 0 && rc == 0) {
         /* CPU: the LoRA branch, while the base product is in flight */
         nl_lora L = lora_of(g, e, layer, kind);
         ly = nl_calloc((size_t)T * (size_t)L.n_out, sizeof(float));
+        t = toc(g, NL_GP_OTHER, t);
         if (!ly || nl_lora_forward(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ly, u_save, x, T, g->tok_base)) rc = -1;
+        t = toc(g, NL_GP_LORA_FWD, t);
     }
-    if (nl_proj_wait(rt->svc)) rc = -1;
+    if (!rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        if (nl_proj_wait(rt->svc)) rc = -1;
+        t = toc(g, NL_GP_WAIT, t);
+    }
     if (rc == 0 && ly) {
         size_t n = (size_t)T * (size_t)g->ad->t[e].n_out;
         for (size_t i = 0; i < n; i++) y[i] += ly[i];
     }
     free(ly);
+    toc(g, NL_GP_ADD, t);
     return rc;
 }
 
@@ -148,23 +184,37 @@ static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, in
 static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
+    double t = tic(g);
     if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_BWD, dy, T, dx)) return -1;
-    float *ldx = NULL;
+    if (g->prof) g->prof->requests++;
     int rc = 0;
-    if (e >= 0) {
+    if (rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        rc = nl_proj_wait(rt->svc);
+        t = toc(g, NL_GP_WAIT, t);
+    }
+    float *ldx = NULL;
+    if (e >= 0 && rc == 0) {
         /* dx is being written by the service: the LoRA part goes to its own buffer */
         nl_lora L = lora_of(g, e, layer, kind);
         ldx = nl_calloc((size_t)T * (size_t)L.n_in, sizeof(float));
+        t = toc(g, NL_GP_OTHER, t);
         if (!ldx || nl_lora_backward(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ldx, g->grads + g->ad->t[e].off_a,
                                      g->grads + g->ad->t[e].off_b, dy, x, u, T, g->tok_base))
             rc = -1;
+        t = toc(g, NL_GP_LORA_BWD, t);
     }
-    if (nl_proj_wait(rt->svc)) rc = -1;
+    if (!rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        if (nl_proj_wait(rt->svc)) rc = -1;
+        t = toc(g, NL_GP_WAIT, t);
+    }
     if (rc == 0 && ldx) {
         size_t n = (size_t)T * (size_t)g->ad->t[e].n_in;
         for (size_t i = 0; i < n; i++) dx[i] += ldx[i];
     }
     free(ldx);
+    toc(g, NL_GP_ADD, t);
     return rc;
 }
 
@@ -195,13 +245,13 @@ static int mixer_attn_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     if (tproj_fwd(g, l, NL_P_K, L->p[NL_P_K], c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (tproj_fwd(g, l, NL_P_V, L->p[NL_P_V], c->hn, T, c->v, c->lu[NL_P_V])) return -1;
     if (L->q_norm) {
-        nl_rmsnorm_forward(c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps);
-        nl_rmsnorm_forward(c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps);
+        TIMED(g, NL_GP_NORM, nl_rmsnorm_forward(c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        TIMED(g, NL_GP_NORM, nl_rmsnorm_forward(c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
     }
-    nl_rope_forward(&g->rt->rope, c->q, T, H, pos);
-    nl_rope_forward(&g->rt->rope, c->k, T, Hkv, pos);
-    nl_attention_forward(c->o, c->lse, c->q, c->k, c->v, T, T, H, Hkv, hd, 1.0f / sqrtf((float)hd));
-    if (gated) nl_gate_forward(c->og, c->o, c->gate, (int64_t)qn);
+    TIMED(g, NL_GP_ROPE, nl_rope_forward(&g->rt->rope, c->q, T, H, pos));
+    TIMED(g, NL_GP_ROPE, nl_rope_forward(&g->rt->rope, c->k, T, Hkv, pos));
+    TIMED(g, NL_GP_ATTN_FWD, nl_attention_forward(c->o, c->lse, c->q, c->k, c->v, T, T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    if (gated) TIMED(g, NL_GP_ACT, nl_gate_forward(c->og, c->o, c->gate, (int64_t)qn));
     (void)kvn;
     return tproj_fwd(g, l, NL_P_O, L->p[NL_P_O], c->og, T, out, c->lu[NL_P_O]);
 }
@@ -220,14 +270,14 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
           *dqg = dv + kvn, *tmp = dqg + 2 * qn;
     int rc = -1;
     if (tproj_bwd(g, l, NL_P_O, L->p[NL_P_O], dout, c->og, c->lu[NL_P_O], T, dog)) goto done;
-    if (gated) nl_gate_backward(d_o, dgate, dog, c->o, c->gate, (int64_t)qn);
+    if (gated) TIMED(g, NL_GP_ACT, nl_gate_backward(d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
     else memcpy(d_o, dog, qn * sizeof(float));
-    nl_attention_backward(dq, dk, dv, d_o, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd, 1.0f / sqrtf((float)hd));
-    nl_rope_backward(&g->rt->rope, dq, T, H, pos);
-    nl_rope_backward(&g->rt->rope, dk, T, Hkv, pos);
+    TIMED(g, NL_GP_ATTN_BWD, nl_attention_backward(dq, dk, dv, d_o, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    TIMED(g, NL_GP_ROPE, nl_rope_backward(&g->rt->rope, dq, T, H, pos));
+    TIMED(g, NL_GP_ROPE, nl_rope_backward(&g->rt->rope, dk, T, Hkv, pos));
     if (L->q_norm) {
-        nl_rmsnorm_backward(dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd);
-        nl_rmsnorm_backward(dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd);
+        TIMED(g, NL_GP_NORM, nl_rmsnorm_backward(dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+        TIMED(g, NL_GP_NORM, nl_rmsnorm_backward(dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
     }
     const float *dqin = dq;
     if (gated) {
@@ -239,9 +289,9 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     }
     if (tproj_bwd(g, l, NL_P_Q, L->p[NL_P_Q], dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, tmp)) goto done;
-    vadd(dhn, tmp, (size_t)T * E);
+    TIMED(g, NL_GP_ADD, vadd(dhn, tmp, (size_t)T * E));
     if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, tmp)) goto done;
-    vadd(dhn, tmp, (size_t)T * E);
+    TIMED(g, NL_GP_ADD, vadd(dhn, tmp, (size_t)T * E));
     rc = 0;
 done:
     free(buf);
@@ -285,11 +335,11 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
     if (tproj_bwd(g, l, NL_P_QKV, L->p[NL_P_QKV], dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tmp)) goto done;
-    vadd(dhn, tmp, t * E);
+    TIMED(g, NL_GP_ADD, vadd(dhn, tmp, t * E));
     if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tmp)) goto done;
-    vadd(dhn, tmp, t * E);
+    TIMED(g, NL_GP_ADD, vadd(dhn, tmp, t * E));
     if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tmp)) goto done;
-    vadd(dhn, tmp, t * E);
+    TIMED(g, NL_GP_ADD, vadd(dhn, tmp, t * E));
     rc = 0;
 done:
     free(buf);
@@ -302,21 +352,21 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    nl_rmsnorm_forward(c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps);
+    TIMED(g, NL_GP_NORM, nl_rmsnorm_forward(c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
     float *mo = nl_malloc(n * sizeof(float));
     if (!mo) return -1;
     int rc = L->recurrent ? mixer_gdn_fwd(g, l, T, c, mo) : mixer_attn_fwd(g, l, pos, T, c, mo);
     if (rc == 0) {
-        for (size_t i = 0; i < n; i++) c->xmid[i] = x_in[i] + mo[i];
-        nl_rmsnorm_forward(c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps);
+        TIMED(g, NL_GP_ADD, for (size_t i = 0; i < n; i++) c->xmid[i] = x_in[i] + mo[i]);
+        TIMED(g, NL_GP_NORM, nl_rmsnorm_forward(c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
         rc = tproj_fwd(g, l, NL_P_GATE, L->p[NL_P_GATE], c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = tproj_fwd(g, l, NL_P_UP, L->p[NL_P_UP], c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            nl_swiglu_forward(c->h, c->g, c->u, (int64_t)nf);
+            TIMED(g, NL_GP_ACT, nl_swiglu_forward(c->h, c->g, c->u, (int64_t)nf));
             rc = tproj_fwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], c->h, T, mo, c->lu[NL_P_DOWN]);
         }
         if (rc == 0)
-            for (size_t i = 0; i < n; i++) x_out[i] = c->xmid[i] + mo[i];
+            TIMED(g, NL_GP_ADD, for (size_t i = 0; i < n; i++) x_out[i] = c->xmid[i] + mo[i]);
     }
     free(mo);
     return rc;
@@ -334,17 +384,17 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     int rc = -1;
     /* MLP: x_out = xmid + down(swiglu(gate(hn2), up(hn2))) */
     if (tproj_bwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], dx, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    nl_swiglu_backward(dg, du, dh, c->g, c->u, (int64_t)nf);
+    TIMED(g, NL_GP_ACT, nl_swiglu_backward(dg, du, dh, c->g, c->u, (int64_t)nf));
     if (tproj_bwd(g, l, NL_P_GATE, L->p[NL_P_GATE], dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_UP, L->p[NL_P_UP], du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
-    vadd(dhn, tmp, n);
-    nl_rmsnorm_backward(dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd);
-    vadd(dxmid, dx, n);
+    TIMED(g, NL_GP_ADD, vadd(dhn, tmp, n));
+    TIMED(g, NL_GP_NORM, nl_rmsnorm_backward(dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
+    TIMED(g, NL_GP_ADD, vadd(dxmid, dx, n));
     /* mixer: xmid = x_in + mixer(attn_norm(x_in)) */
     rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dhn) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dhn);
     if (rc) goto done;
-    nl_rmsnorm_backward(dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd);
-    vadd(dx, dxmid, n);
+    TIMED(g, NL_GP_NORM, nl_rmsnorm_backward(dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
+    TIMED(g, NL_GP_ADD, vadd(dx, dxmid, n));
 done:
     free(buf);
     return rc;
@@ -363,7 +413,7 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     float *hn = nl_malloc((2 * n + (size_t)T + (size_t)C * V + (size_t)C * (r ? r : 1)) * sizeof(float));
     if (!hn) return -1;
     float *dhn = hn + n, *rstd = dhn + n, *z = rstd + T, *u = z + (size_t)C * V;
-    nl_rmsnorm_forward(hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps);
+    TIMED(g, NL_GP_NORM, nl_rmsnorm_forward(hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     memset(dhn, 0, n * sizeof(float));
     *loss_sum = 0.0;
     int rc = 0;
@@ -375,12 +425,12 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
         g->tok_base = saved + t0;
         rc = tproj_fwd(g, L, NL_P_OUTPUT, p, hn + (size_t)t0 * E, nc, z, r ? u : NULL);
         if (rc == 0) {
-            *loss_sum += nl_xent_chunk(z, targets + t0, nc, V, inv_n, want_grad);
+            TIMED(g, NL_GP_XENT, *loss_sum += nl_xent_chunk(z, targets + t0, nc, V, inv_n, want_grad));
             if (want_grad) rc = tproj_bwd(g, L, NL_P_OUTPUT, p, z, hn + (size_t)t0 * E, r ? u : NULL, nc, dhn + (size_t)t0 * E);
         }
         g->tok_base = saved;
     }
-    if (rc == 0 && want_grad) nl_rmsnorm_backward(dx, dhn, x, m->output_norm, rstd, T, E);
+    if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, nl_rmsnorm_backward(dx, dhn, x, m->output_norm, rstd, T, E));
     free(hn);
     return rc;
 }

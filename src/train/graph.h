@@ -15,6 +15,29 @@
 #include "model/adapter.h"
 #include "nn/forward.h"
 
+/* Optional per-call timing of the main thread (bench step): wall seconds by node class.
+ * Accumulates; the caller zeroes it. */
+enum {
+    NL_GP_WAIT = 0,   /* blocked in nl_proj_wait (the service is the critical path) */
+    NL_GP_LORA_FWD,   /* LoRA forward branches (overlapped with the request unless rt->sync) */
+    NL_GP_LORA_BWD,   /* LoRA backward (dx, dA, dB) */
+    NL_GP_ATTN_FWD,   /* attention core forward (scores, softmax, PV) */
+    NL_GP_ATTN_BWD,
+    NL_GP_NORM,       /* RMSNorm forward/backward (layer, q/k and final norms) */
+    NL_GP_ROPE,
+    NL_GP_ACT,        /* SwiGLU and gates, forward and backward */
+    NL_GP_XENT,       /* softmax cross-entropy of the head chunks */
+    NL_GP_ADD,        /* residual adds, LoRA adds, copies */
+    NL_GP_OTHER,      /* submits, allocation, embedding rows, planning */
+    NL_GP_COUNT
+};
+typedef struct {
+    double s[NL_GP_COUNT];
+    uint64_t requests;        /* service requests submitted */
+} nl_graph_prof;
+/* "wait", "lora_fwd", ... */
+const char *nl_graph_prof_name(int k);
+
 typedef struct {
     nl_runtime *rt;           /* borrowed; rt->adapter must be `ad` */
     nl_adapter *ad;           /* the trainable adapter (borrowed) */
@@ -24,6 +47,7 @@ typedef struct {
     int64_t step;             /* optimizer step: part of the dropout key */
     int64_t tok_base;         /* token offset of this sequence inside the step (dropout key) */
     uint64_t act_budget;      /* bytes of layer intermediates that may stay resident */
+    nl_graph_prof *prof;      /* NULL = no timing */
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;
