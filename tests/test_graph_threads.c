@@ -1,4 +1,5 @@
-/* Training graph with the runtime's CPU node pool: 1, 2 and 3 threads give bit-identical losses
+/* The dropout mask against its scalar definition (the mask code has a SIMD path). Training
+ * graph with the runtime's CPU node pool: 1, 2 and 3 threads give bit-identical losses
  * and gradients (the nodes split outputs, never a reduction); the synchronous mode gives the same
  * bits as the overlapped one; keeping the scratch arena across calls (keep_scratch) changes
  * nothing; and the parallel path really ran (shapes above the hand-off threshold). */
@@ -8,12 +9,38 @@
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"
+#include "nn/lora.h"
+#include "util/rng.h"
 #include "model/quant.h"
 #include "proj/kernels.h"
 #include "train/graph.h"
 #include "util/util.h"
 
 static char tmpdir[256];
+
+/* The (possibly SIMD) dropout mask equals its scalar definition: element 2c / 2c+1 of token t is
+ * kept iff the low / high 32 bits of value c of key_add(key, t) are >= round(p·2^32). */
+static void test_mask_definition(void) {
+    const int Ks[] = {1, 2, 15, 16, 17, 33, 1000, 1024, 3071};
+    for (int ki = 0; ki < (int)(sizeof Ks / sizeof Ks[0]); ki++) {
+        const int K = Ks[ki];
+        nl_lora L = {.n_in = K, .n_out = 3, .rank = 2, .scale = 1.0f, .dropout = 0.3f, .key = nl_lora_dropout_key(5, 6, 7, 1)};
+        float *m = malloc(sizeof(float) * (size_t)K);
+        int ok = 1;
+        for (int64_t tok = 0; tok < 5; tok++) {
+            nl_lora_dropout_mask(&L, tok * 977, m);
+            const uint64_t kt = nl_rng_key_add(L.key, (uint64_t)(tok * 977));
+            const uint32_t thr = (uint32_t)floor(0.3 * 4294967296.0 + 0.5);
+            for (int i = 0; i < K; i++) {
+                const uint64_t v = nl_rng_u64(kt, (uint64_t)(i / 2));
+                const uint32_t w = i % 2 ? (uint32_t)(v >> 32) : (uint32_t)v;
+                ok &= m[i] == (w >= thr ? 1.0f / 0.7f : 0.0f);
+            }
+        }
+        CHECKF(ok, "dropout mask differs from its scalar definition at K = %d", K);
+        free(m);
+    }
+}
 
 static void run_case(nl_arch arch, const char *preset, int T) {
     char path[512];
@@ -95,6 +122,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "mkdir -p %s", tmpdir);
     if (system(cmd)) return 1;
     CHECK(nl_proj_host_set_compute("f32") == 0);
+    test_mask_definition();
     /* "small" shapes put norms, SwiGLU, attention and cross-entropy above the pool's hand-off
      * threshold; T = 101 makes every split uneven */
     run_case(NL_ARCH_QWEN3, "small", 101);

@@ -111,7 +111,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     else budget = nl_act_budget_bytes(0, nl_mem_available_bytes(), (uint64_t)512 << 20);
     nl_graph_prof prof;
     nl_graph g = {.rt = &rt, .ad = b->ad, .grads = b->grads, .dropout = 0.05f, .seed = 1, .step = 1,
-                  .act_budget = budget, .prof = &prof};
+                  .act_budget = budget, .prof = &prof, .keep_scratch = 1};
     int n = b->warmup + b->reps;
     double *wall = nl_calloc((size_t)n, sizeof *wall);
     nl_graph_prof *profs = nl_calloc((size_t)n, sizeof *profs);
@@ -164,6 +164,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     r->peak_rss = nl_peak_rss_bytes();
     rc = 0;
 done_free:
+    nl_graph_free(&g);
     free(wall);
     free(profs);
     free(svc_s);

@@ -33,16 +33,52 @@ static uint32_t keep_threshold(float p) {
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 16 mask elements per step: 8 consecutive counters' splitmix64 values in one zmm; read as 16
+ * uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c, 2c+1 in order.
+ * Integer arithmetic only: the same bits as the scalar loop. */
+__attribute__((target("avx512f,avx512dq"))) static int mask_row_avx512(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
+    const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
+    const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
+    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL), c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
+    const __m512i vthr = _mm512_set1_epi32((int)thr);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    /* z_c = kt + (c + 1)·γ for c = 0..7, then += 8γ per step */
+    __m512i z = _mm512_add_epi64(_mm512_set1_epi64((long long)kt), _mm512_mullo_epi64(lane, gamma));
+    int i = 0;
+    for (; i + 16 <= K; i += 16) {
+        __m512i v = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
+        v = _mm512_mullo_epi64(v, c1);
+        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 27));
+        v = _mm512_mullo_epi64(v, c2);
+        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
+        const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vthr);
+        _mm512_storeu_ps(mr + i, _mm512_maskz_mov_ps(keep, vinv));
+        z = _mm512_add_epi64(z, step);
+    }
+    return i;
+}
+static int have_avx512dq(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"); }
+#endif
+
 /* m[nb][n_in] for token rows tok .. tok+nb-1. Value c of the token's key gives elements 2c
  * (low 32 bits) and 2c+1 (high 32 bits). */
 static void make_mask(const nl_lora *L, int64_t tok, int nb, float *m) {
     const int K = L->n_in;
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
+#if defined(__x86_64__)
+    const int wide = have_avx512dq();
+#endif
     for (int b = 0; b < nb; b++) {
         const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)(tok + b));
         float *mr = m + (int64_t)b * K;
         int i = 0;
+#if defined(__x86_64__)
+        if (wide) i = mask_row_avx512(kt, K, thr, inv, mr);
+#endif
         for (; i + 2 <= K; i += 2) {
             const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
             mr[i] = (uint32_t)v >= thr ? inv : 0.0f;
