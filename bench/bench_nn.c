@@ -1,14 +1,26 @@
 /* bench_nn: wall-clock of the hot nn/ nodes (not a test). Prints ms per call.
  *   attention forward / backward at T=512, Hq=16, Hkv=8, d=128 (Llama-3.2-1B-like layer)
  *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05
- * Usage: bench_nn [reps] */
+ *   gemm (nn/gemm.c) on the attention and LoRA block shapes
+ * Usage: bench_nn [reps]
+ * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): steady on a shared
+ * machine, where other tenants' time slices would inflate the wall clock. */
 #include "nn/lora.h"
 #include "nn/nn.h"
+#include "nn/vecmath.h"
 #include "util/util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+static double now_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+#define nl_now now_cpu
 
 static void fill(float *p, size_t n, unsigned *s) {
     for (size_t i = 0; i < n; i++) {
@@ -59,6 +71,25 @@ int main(int argc, char **argv) {
     const double lf = 2.0 * T * R * (K + N);
     printf("lora T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n", T, K,
            N, R, best_f * 1e3, lf / best_f * 1e-9, best_b * 1e3, 2 * lf / best_b * 1e-9);
+    /* gemm shapes: {M, N, K, transposed A} */
+    static const int gs[][4] = {{32, 512, 128, 0}, {64, 128, 512, 0}, {512, 128, 64, 1}, {32, 16, 2048, 0},
+                                {32, 2048, 16, 0}, {2048, 16, 32, 1}, {16, 2048, 32, 1}};
+    float *ga = malloc(4u << 20), *gb = malloc(4u << 20), *gc = calloc(1u << 20, 4);
+    fill(ga, 1u << 20, &s), fill(gb, 1u << 20, &s);
+    for (int i = 0; i < (int)(sizeof gs / sizeof gs[0]); i++) {
+        const int M = gs[i][0], N = gs[i][1], Kk = gs[i][2], tn = gs[i][3];
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t0 = nl_now();
+            for (int it = 0; it < 20; it++) {
+                if (tn) nl_gemm_tn(gc, N, ga, M, gb, N, M, N, Kk, 1);
+                else nl_gemm(gc, N, ga, Kk, gb, N, M, N, Kk, 1);
+            }
+            double t = (nl_now() - t0) / 20;
+            if (t < best) best = t;
+        }
+        printf("gemm%s M=%d N=%d K=%d: %.1f us (%.1f GFLOP/s)\n", tn ? "_tn" : "   ", M, N, Kk, best * 1e6, 2.0 * M * N * Kk / best * 1e-9);
+    }
     printf("(checksum %g)\n", (double)o[123] + dq[77] + dk[5] + dv[9] + y[3] + dx[4] + dA[5] + dB[6]);
     return 0;
 }

@@ -1,20 +1,25 @@
-/* nn/attention: causal GQA attention, flash-style.
+/* nn/attention: causal GQA attention in query blocks.
  *
  * Shapes: q[T][Hq][d]; k, v[S][Hkv][d] (S >= T, the first S-T keys are the past);
  * out[T][Hq][d]; lse[T][Hq]. Query t attends keys 0 .. S-T+t. Query head h reads kv head
  * h / (Hq/Hkv). Scores are c·q·k with c = scale.
  *
- * Forward, per (query head, block of BQ queries): walk key blocks of BK keys with the online
- * softmax (running max m, running sum l, unnormalised output acc), so only a BQ×BK score
- * block ever exists; lse = m + log l is saved for backward.
- * Backward (S == T), per (query head, key block): recompute p = exp(c·q·k − lse) block by
- * block for every query block that sees the key block, and with D_t = do_t·o_t
- *   ds = p ⊙ (do·vᵀ − D),  dq += c·ds·K,  dk += c·dsᵀ·Q,  dv += pᵀ·dO
- * dk/dv of a key block accumulate in a BK×d scratch and are added into dk/dv once, so GQA
- * sums over the query heads that share a kv head. Facts: ../shared/ref/backward.md.
+ * Work is organised per kv head g (so a caller can split kv heads over threads: every output a
+ * kv head writes — its query heads' out/lse/dq and its own dk/dv columns — belongs to it
+ * alone). Per kv head, Kᵀ (and Vᵀ for the backward) is packed once into a d×S panel; then per
+ * query head of the group and block of BQ queries [q0, q0+nq), with kend = S-T+q0+nq the keys
+ * any of them sees:
+ *   forward:  s = c·Q·Kᵀ [nq][kend] (one GEMM), exact row max and p = exp(s − max) (masked
+ *             past the causal limit), O = P·V (one GEMM), rows scaled by 1/Σp,
+ *             lse = max + log Σp. No online rescaling: the whole visible row is in the block.
+ *   backward: p = exp(c·q·k − lse), dp = dO·Vᵀ, D_t = do_t·o_t, ds = p ⊙ (dp − D)·c,
+ *             dQ = ds·K (stored), dK += dsᵀ·Q, dV += pᵀ·dO (GEMMs with a transposed A, no
+ *             copies). dK/dV of a kv head sum its query heads in increasing h order.
+ * Facts: ../shared/ref/backward.md.
  *
- * Memory: O((BQ + BK)·d) scratch per call, one allocation. The products are small GEMMs on
- * strided rows (nl_gemm_acc, gemm.c). */
+ * Memory: O(d·S + BQ·S) scratch per call (one allocation): per head O(T·d), never T×T.
+ * Very short query blocks against a long past (decoding) skip the packing and take dot
+ * products straight from the cache. The GEMMs are nn/gemm.c (deterministic FMA chains). */
 #include "nn/nn.h"
 #include "nn/vecmath.h"
 #include "util/util.h"
@@ -22,168 +27,204 @@
 #include <math.h>
 #include <stdlib.h>
 
-#define BQ 32 /* queries per block */
-#define BK 64 /* keys per block */
-
-/* dst[i][j] = src row j (stride lds), element i: the transpose of an nk×d row block into a
- * d×BK panel, so scores are a plain GEMM with unit-stride inner loops. */
-static void pack_t(float *dst, const float *src, int64_t lds, int nk, int d) {
-    for (int j = 0; j < nk; j++) {
-        const float *s = src + (int64_t)j * lds;
-        for (int i = 0; i < d; i++) dst[(int64_t)i * BK + j] = s[i];
-    }
-}
+#define BQ 48 /* queries per block: 8 row tiles of the GEMM; causal waste BQ/2 keys per query */
+#define SMALL_T 4 /* up to this many queries: no packing (decoding) */
 
 static void fill_nan(float *p, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] = NAN;
 }
 
-void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          int T, int S, int Hq, int Hkv, int d, float scale) {
+/* dst[i][j] = src row j (stride lds), element i, for j < n: Kᵀ as a d×ldd panel. */
+static void pack_t(float *dst, int64_t ldd, const float *src, int64_t lds, int n, int d) {
+    enum { JB = 8 };
+    int j0 = 0;
+    for (; j0 + JB <= n; j0 += JB) {
+        const float *s = src + (int64_t)j0 * lds;
+        for (int i = 0; i < d; i++) {
+            float *o = dst + (int64_t)i * ldd + j0;
+            for (int j = 0; j < JB; j++) o[j] = s[(int64_t)j * lds + i];
+        }
+    }
+    for (; j0 < n; j0++)
+        for (int i = 0; i < d; i++) dst[(int64_t)i * ldd + j0] = src[(int64_t)j0 * lds + i];
+}
+
+/* Row of n scores: sr *= c, returns the max over the first nv (nv >= 1) and zeroes [nv, n). */
+static float row_scale_max(float *sr, int nv, int n, float c) {
+    float mx[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) mx[l] = -INFINITY;
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) {
+            const float x = sr[j + l] * c;
+            sr[j + l] = x;
+            mx[l] = x > mx[l] ? x : mx[l];
+        }
+    float m = -INFINITY;
+    for (; j < nv; j++) {
+        sr[j] *= c;
+        m = sr[j] > m ? sr[j] : m;
+    }
+    for (int l = 0; l < NL_LANES; l++) m = mx[l] > m ? mx[l] : m;
+    for (j = nv; j < n; j++) sr[j] = 0.0f;
+    return m;
+}
+
+/* sr[j] = exp(sr[j] − m) for j < nv; returns Σ (8 partial sums, fixed order). */
+static float row_exp_sum(float *sr, int nv, float m) {
+    float acc[NL_LANES] = {0};
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES) {
+        float t[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) t[l] = nl_fexp(sr[j + l] - m);
+        for (int l = 0; l < NL_LANES; l++) {
+            sr[j + l] = t[l];
+            acc[l] += t[l];
+        }
+    }
+    float tail = 0.0f;
+    for (; j < nv; j++) {
+        sr[j] = nl_fexp(sr[j] - m);
+        tail += sr[j];
+    }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+/* Backward row: p = exp(s·c − L) into sr, ds = p·(dp − D)·c into dpr, for j < nv; both 0 in
+ * [nv, n). */
+static void row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, float D) {
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES) {
+        float p[NL_LANES], ds[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) p[l] = nl_fexp(sr[j + l] * c - L);
+        for (int l = 0; l < NL_LANES; l++) ds[l] = p[l] * (dpr[j + l] - D) * c;
+        for (int l = 0; l < NL_LANES; l++) {
+            sr[j + l] = p[l];
+            dpr[j + l] = ds[l];
+        }
+    }
+    for (; j < nv; j++) {
+        const float p = nl_fexp(sr[j] * c - L);
+        sr[j] = p;
+        dpr[j] = p * (dpr[j] - D) * c;
+    }
+    for (j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
+}
+
+void nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+                                int Hq, int Hkv, int d, float scale, int g0, int g1) {
     const int group = Hq / Hkv;
     const int past = S - T;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
-    /* scratch: kT[d][BK], s[BQ][BK], acc[BQ][d], m[BQ], l[BQ] */
-    float *buf = malloc(sizeof(float) * ((size_t)d * BK + BQ * BK + (size_t)BQ * d + 2 * BQ));
+    const int packed = T > SMALL_T;
+    const int64_t lds = S; /* row stride of the score block and of the Kᵀ panel */
+    const size_t n_kT = packed ? (size_t)d * (size_t)S : 0, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)S;
+    float *buf = malloc(sizeof(float) * (n_kT + n_s + 1));
     if (!buf) {
-        nl_err("attention forward: out of memory for scratch (d = %d)", d);
-        fill_nan(out, (int64_t)T * Hq * d);
-        if (lse) fill_nan(lse, (int64_t)T * Hq);
+        nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S);
+        for (int g = g0; g < g1; g++)
+            for (int t = 0; t < T; t++)
+                for (int hh = 0; hh < group; hh++) {
+                    const int h = g * group + hh;
+                    fill_nan(out + (int64_t)t * ldq + (int64_t)h * d, d);
+                    if (lse) lse[(int64_t)t * Hq + h] = NAN;
+                }
         return;
     }
-    float *kT = buf, *s = kT + (size_t)d * BK, *acc = s + BQ * BK, *mx = acc + (size_t)BQ * d, *l = mx + BQ;
-
-    for (int h = 0; h < Hq; h++) {
-        const int kvh = h / group;
-        const float *kh = k + (int64_t)kvh * d, *vh = v + (int64_t)kvh * d;
-        for (int q0 = 0; q0 < T; q0 += BQ) {
-            const int nq = T - q0 < BQ ? T - q0 : BQ;
-            const float *qb = q + (int64_t)q0 * ldq + (int64_t)h * d;
-            for (int i = 0; i < nq * d; i++) acc[i] = 0.0f;
-            for (int i = 0; i < nq; i++) {
-                mx[i] = -INFINITY;
-                l[i] = 0.0f;
-            }
-            const int kend = past + q0 + nq; /* keys [0, kend) are seen by some query here */
-            for (int k0 = 0; k0 < kend; k0 += BK) {
-                const int nk = kend - k0 < BK ? kend - k0 : BK;
-                pack_t(kT, kh + (int64_t)k0 * ldk, ldk, nk, d);
-                for (int i = 0; i < nq * BK; i++) s[i] = 0.0f;
-                nl_gemm_acc(s, BK, qb, (int)ldq, kT, BK, nq, nk, d);
-                for (int i = 0; i < nq; i++) {
-                    float *sr = s + i * BK;
-                    int nv = past + q0 + i + 1 - k0; /* causal: keys k0 .. k0+nv-1 visible */
-                    if (nv > nk) nv = nk;
-                    if (nv <= 0) {
-                        for (int j = 0; j < nk; j++) sr[j] = 0.0f;
-                        continue;
-                    }
-                    float bm = -INFINITY;
-                    for (int j = 0; j < nv; j++) {
-                        sr[j] *= scale;
-                        bm = sr[j] > bm ? sr[j] : bm;
-                    }
-                    const float mnew = bm > mx[i] ? bm : mx[i];
-                    if (mnew > mx[i] && l[i] > 0.0f) {
-                        /* rescale what was accumulated under the old max */
-                        const float corr = nl_fexp(mx[i] - mnew);
-                        l[i] *= corr;
-                        nl_vscale(acc + (int64_t)i * d, corr, d);
-                    }
-                    mx[i] = mnew;
-                    for (int j = 0; j < nv; j++) sr[j] -= mnew;
-                    nl_vexp(sr, sr, nv);
-                    float sum = 0.0f;
-                    for (int j = 0; j < nv; j++) sum += sr[j];
-                    l[i] += sum;
-                    for (int j = nv; j < nk; j++) sr[j] = 0.0f;
+    float *kT = buf, *s = buf + n_kT;
+    for (int g = g0; g < g1; g++) {
+        const float *kg = k + (int64_t)g * d, *vg = v + (int64_t)g * d;
+        if (packed) pack_t(kT, lds, kg, ldk, S, d);
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            for (int q0 = 0; q0 < T; q0 += BQ) {
+                const int nq = T - q0 < BQ ? T - q0 : BQ;
+                const int kend = past + q0 + nq;
+                const float *qb = q + (int64_t)q0 * ldq + (int64_t)h * d;
+                if (packed) {
+                    nl_gemm(s, (int)lds, qb, (int)ldq, kT, (int)lds, nq, kend, d, 0);
+                } else {
+                    for (int i = 0; i < nq; i++)
+                        for (int j = 0; j < kend; j++) s[i * lds + j] = nl_vdot(qb + i * ldq, kg + j * ldk, d);
                 }
-                nl_gemm_acc(acc, d, s, BK, vh + (int64_t)k0 * ldk, (int)ldk, nq, d, nk);
-            }
-            for (int i = 0; i < nq; i++) {
-                float *o = out + (int64_t)(q0 + i) * ldq + (int64_t)h * d;
-                const float inv = 1.0f / l[i];
-                const float *a = acc + (int64_t)i * d;
-                for (int j = 0; j < d; j++) o[j] = a[j] * inv;
-                if (lse) lse[(int64_t)(q0 + i) * Hq + h] = mx[i] + logf(l[i]);
+                float mx[BQ], sum[BQ];
+                for (int i = 0; i < nq; i++) {
+                    float *sr = s + i * lds;
+                    const int nv = past + q0 + i + 1;
+                    mx[i] = row_scale_max(sr, nv, kend, scale);
+                    sum[i] = row_exp_sum(sr, nv, mx[i]);
+                }
+                float *ob = out + (int64_t)q0 * ldq + (int64_t)h * d;
+                nl_gemm(ob, (int)ldq, s, (int)lds, vg, (int)ldk, nq, d, kend, 0);
+                for (int i = 0; i < nq; i++) {
+                    nl_vscale(ob + i * ldq, 1.0f / sum[i], d);
+                    if (lse) lse[(int64_t)(q0 + i) * Hq + h] = mx[i] + logf(sum[i]);
+                }
             }
         }
     }
     free(buf);
 }
 
-void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const float *lse, const float *q, const float *k, const float *v,
-                           int T, int Hq, int Hkv, int d, float scale) {
+void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq,
+                          int Hkv, int d, float scale) {
+    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, Hkv);
+}
+
+void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                                 const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
+                                 int g0, int g1) {
     const int group = Hq / Hkv;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
-    for (int64_t i = 0; i < (int64_t)T * ldq; i++) dq[i] = 0.0f;
-    for (int64_t i = 0; i < (int64_t)T * ldk; i++) dk[i] = dv[i] = 0.0f;
-    /* scratch: kT, vT [d][BK]; dka, dva [BK][d]; s, dp [BQ][BK]; pT, dsT [BK][BQ]; D[BQ] */
-    const size_t nd = (size_t)d * BK;
-    float *buf = malloc(sizeof(float) * (4 * nd + 4 * BQ * BK + BQ));
+    const int64_t lds = T;
+    const size_t n_t = (size_t)d * (size_t)T, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)T;
+    float *buf = malloc(sizeof(float) * (2 * n_t + 2 * n_s + 1));
     if (!buf) {
-        nl_err("attention backward: out of memory for scratch (d = %d)", d);
-        fill_nan(dq, (int64_t)T * ldq);
-        fill_nan(dk, (int64_t)T * ldk);
-        fill_nan(dv, (int64_t)T * ldk);
+        nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T);
+        for (int g = g0; g < g1; g++)
+            for (int t = 0; t < T; t++) {
+                fill_nan(dk + (int64_t)t * ldk + (int64_t)g * d, d);
+                fill_nan(dv + (int64_t)t * ldk + (int64_t)g * d, d);
+                for (int hh = 0; hh < group; hh++) fill_nan(dq + (int64_t)t * ldq + (int64_t)(g * group + hh) * d, d);
+            }
         return;
     }
-    float *kT = buf, *vT = kT + nd, *dka = vT + nd, *dva = dka + nd;
-    float *s = dva + nd, *dp = s + BQ * BK, *pT = dp + BQ * BK, *dsT = pT + BQ * BK, *D = dsT + BQ * BK;
-
-    for (int h = 0; h < Hq; h++) {
-        const int kvh = h / group;
-        const int64_t hoff = (int64_t)h * d, kvoff = (int64_t)kvh * d;
-        for (int k0 = 0; k0 < T; k0 += BK) {
-            const int nk = T - k0 < BK ? T - k0 : BK;
-            const float *kb = k + (int64_t)k0 * ldk + kvoff, *vb = v + (int64_t)k0 * ldk + kvoff;
-            pack_t(kT, kb, ldk, nk, d);
-            pack_t(vT, vb, ldk, nk, d);
-            for (size_t i = 0; i < (size_t)nk * d; i++) dka[i] = dva[i] = 0.0f;
-            for (int q0 = (k0 / BQ) * BQ; q0 < T; q0 += BQ) {
+    float *kT = buf, *vT = kT + n_t, *s = vT + n_t, *dp = s + n_s;
+    for (int g = g0; g < g1; g++) {
+        const int64_t kvoff = (int64_t)g * d;
+        const float *kg = k + kvoff, *vg = v + kvoff;
+        float *dkg = dk + kvoff, *dvg = dv + kvoff;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < d; i++) dkg[t * ldk + i] = dvg[t * ldk + i] = 0.0f;
+        pack_t(kT, lds, kg, ldk, T, d);
+        pack_t(vT, lds, vg, ldk, T, d);
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            const int64_t hoff = (int64_t)h * d;
+            for (int q0 = 0; q0 < T; q0 += BQ) {
                 const int nq = T - q0 < BQ ? T - q0 : BQ;
-                const float *qb = q + (int64_t)q0 * ldq + hoff;
-                const float *dob = dout + (int64_t)q0 * ldq + hoff;
-                for (int i = 0; i < nq; i++) D[i] = nl_vdot(dob + (int64_t)i * ldq, out + (int64_t)(q0 + i) * ldq + hoff, d);
-                for (int i = 0; i < nq * BK; i++) s[i] = dp[i] = 0.0f;
-                nl_gemm_acc(s, BK, qb, (int)ldq, kT, BK, nq, nk, d);   /* q·k */
-                nl_gemm_acc(dp, BK, dob, (int)ldq, vT, BK, nq, nk, d); /* do·v */
+                const int kend = q0 + nq;
+                const float *qb = q + (int64_t)q0 * ldq + hoff, *dob = dout + (int64_t)q0 * ldq + hoff;
+                nl_gemm(s, (int)lds, qb, (int)ldq, kT, (int)lds, nq, kend, d, 0);   /* q·k */
+                nl_gemm(dp, (int)lds, dob, (int)ldq, vT, (int)lds, nq, kend, d, 0); /* do·v */
+                /* D with the same chain as a dp element: where o = v exactly (one visible
+                 * key) ds is exactly 0, as it is mathematically */
+                float D[BQ];
+                nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
                 for (int i = 0; i < nq; i++) {
                     const int t = q0 + i;
-                    float *sr = s + i * BK, *dpr = dp + i * BK;
-                    int nv = t + 1 - k0; /* keys k0 .. t visible */
-                    if (nv > nk) nv = nk;
-                    if (nv < 0) nv = 0;
-                    const float L = lse[(int64_t)t * Hq + h];
-                    for (int j = 0; j < nv; j++) sr[j] = sr[j] * scale - L;
-                    nl_vexp(sr, sr, nv);
-                    for (int j = 0; j < nv; j++) {
-                        const float p = sr[j];
-                        const float ds = p * (dpr[j] - D[i]) * scale;
-                        pT[j * BQ + i] = p;
-                        dsT[j * BQ + i] = ds;
-                        sr[j] = ds; /* s now holds c·ds for dq */
-                    }
-                    for (int j = nv; j < nk; j++) {
-                        pT[j * BQ + i] = 0.0f;
-                        dsT[j * BQ + i] = 0.0f;
-                        sr[j] = 0.0f;
-                    }
+                    row_bwd(s + i * lds, dp + i * lds, t + 1, kend, scale, lse[(int64_t)t * Hq + h], D[i]);
                 }
-                nl_gemm_acc(dva, d, pT, BQ, dob, (int)ldq, nk, d, nq);                 /* dv += pᵀ·dO */
-                nl_gemm_acc(dka, d, dsT, BQ, qb, (int)ldq, nk, d, nq);                 /* dk += c·dsᵀ·Q */
-                nl_gemm_acc(dq + (int64_t)q0 * ldq + hoff, (int)ldq, s, BK, kb, (int)ldk, nq, d, nk); /* dq += c·ds·K */
-            }
-            for (int j = 0; j < nk; j++) {
-                float *dkr = dk + (int64_t)(k0 + j) * ldk + kvoff, *dvr = dv + (int64_t)(k0 + j) * ldk + kvoff;
-                const float *a = dka + (int64_t)j * d, *b = dva + (int64_t)j * d;
-                for (int i = 0; i < d; i++) {
-                    dkr[i] += a[i];
-                    dvr[i] += b[i];
-                }
+                nl_gemm(dq + (int64_t)q0 * ldq + hoff, (int)ldq, dp, (int)lds, kg, (int)ldk, nq, d, kend, 0); /* dq = c·ds·K */
+                nl_gemm_tn(dkg, (int)ldk, dp, (int)lds, qb, (int)ldq, kend, d, nq, 1);  /* dk += c·dsᵀ·Q */
+                nl_gemm_tn(dvg, (int)ldk, s, (int)lds, dob, (int)ldq, kend, d, nq, 1);  /* dv += pᵀ·dO */
             }
         }
     }
     free(buf);
+}
+
+void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                           const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale) {
+    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, Hkv);
 }

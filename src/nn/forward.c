@@ -35,6 +35,7 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
         .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
         .base = hp->rope_base, .freq_scale = hp->rope_freq_scale, .freq_factors = m->rope_freqs,
     };
+    if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) { nl_runtime_free(rt); return -1; }
     if (m->arch == NL_ARCH_QWEN35) {
         rt->gdn = (nl_gdn_shape){
             .Hk = hp->ssm_n_group, .Hv = hp->ssm_dt_rank, .dk = hp->ssm_d_state,
@@ -48,6 +49,16 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
 void nl_runtime_free(nl_runtime *rt) {
     free(rt->svc_id);
     rt->svc_id = NULL;
+    if (rt->pool) nl_proj_pool_free(rt->pool);
+    rt->pool = NULL;
+}
+
+int nl_runtime_set_threads(nl_runtime *rt, int n) {
+    if (rt->pool) nl_proj_pool_free(rt->pool);
+    rt->pool = NULL;
+    if (n <= 1) return 0;
+    rt->pool = nl_proj_pool_new(n);
+    return rt->pool ? 0 : -1;
 }
 
 int nl_seq_state_init(nl_seq_state *st, const nl_model *m, int n_ctx) {

@@ -25,6 +25,15 @@ typedef struct nl_runtime {
      * NULL. A non-zero return aborts the computation with that status. */
     int (*pace)(void *user);
     void *pace_user;
+    /* Synchronous mode (benchmarks): wait for each service request before computing the LoRA
+     * branch on the CPU, instead of computing it while the request is in flight. Results are
+     * bit-identical either way; only the overlap changes. */
+    int sync;
+    /* CPU threads for the nodes that run while the service is idle (attention, norms, RoPE,
+     * SwiGLU, cross-entropy, adds): the caller plus pool workers, split over outputs so results
+     * do not depend on the count. Created by nl_runtime_init with the service's thread count
+     * (NULL when 1); owned. */
+    struct nl_proj_pool *pool;
 } nl_runtime;
 
 static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pace_user) : 0; }
@@ -33,6 +42,8 @@ static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pa
  * resident weight). */
 int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc);
 void nl_runtime_free(nl_runtime *rt);
+/* Replace the CPU node pool by one of n threads (1 = none). 0 ok, -1 + nl_err. */
+int nl_runtime_set_threads(nl_runtime *rt, int n);
 
 /* Decoding state of one sequence: per attention layer a KV cache [n_ctx][Hkv][head_dim] for K
  * and V; per GDN layer its conv window and recurrent state. */

@@ -1,27 +1,47 @@
-/* nn/gemm: the one small-GEMM kernel of nn/ (declared in vecmath.h). */
+/* nn/gemm: the one small-GEMM kernel of nn/ (declared in vecmath.h), for the attention blocks
+ * and the LoRA rank-r products.
+ *
+ *   C[M][N] (= or +=) Σ_k A(i, k) · B[k][N]     A(i, k) = A[i·a_rs + k·a_cs]
+ *
+ * so one kernel serves A row-major (a_rs = lda, a_cs = 1) and A transposed (a_rs = 1,
+ * a_cs = lda: C += Aᵀ·B without a transposed copy).
+ *
+ * Determinism: every element of C is ONE multiply-add chain over k in increasing order,
+ * starting from C's old value (accumulate) or from 0 — in the wide kernel, in every edge case
+ * and in the scalar fallback alike. So the result of an element does not depend on M, N, the
+ * tiling, the thread that computes it, or on splitting the k range over several calls
+ * (gradient accumulation across token blocks gives the same bits as one call).
+ *
+ * x86-64 with AVX2+FMA (checked at run time): 6×16 register tiles of fused multiply-adds
+ * (12 ymm accumulators), n-panels outside so a K×16 panel of B stays in L1 while the row
+ * tiles go by; partial panels with masked loads/stores. Elsewhere: portable C with separate
+ * multiply and add (no FMA contraction under -std=c11), the same chain order. */
 #include "nn/vecmath.h"
 
-/* C[M][N] += A[M][K] · B[K][N]; every matrix row-major with its own row stride (ld*). The
- * 4×8 tile's accumulators live in registers across the K loop; edges fall back to narrower
- * code. The summation order over K is fixed (deterministic). */
-void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb,
-                     int M, int N, int K) {
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define NL_X86 1
+#endif
+
+/* ---- portable ---- */
+static void gemm_c(float *restrict C, int ldc, const float *restrict A, int64_t a_rs, int64_t a_cs,
+                   const float *restrict B, int ldb, int M, int N, int K, int acc) {
     int m = 0;
     for (; m + 4 <= M; m += 4) {
-        const float *a0 = A + (int64_t)m * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda;
+        const float *a0 = A + m * a_rs, *a1 = a0 + a_rs, *a2 = a1 + a_rs, *a3 = a2 + a_rs;
         int n = 0;
         for (; n + 8 <= N; n += 8) {
             float c0[8], c1[8], c2[8], c3[8];
             float *cr = C + (int64_t)m * ldc + n;
             for (int l = 0; l < 8; l++) {
-                c0[l] = cr[l];
-                c1[l] = cr[ldc + l];
-                c2[l] = cr[2 * ldc + l];
-                c3[l] = cr[3 * ldc + l];
+                c0[l] = acc ? cr[l] : 0.0f;
+                c1[l] = acc ? cr[ldc + l] : 0.0f;
+                c2[l] = acc ? cr[2 * ldc + l] : 0.0f;
+                c3[l] = acc ? cr[3 * ldc + l] : 0.0f;
             }
             const float *b = B + n;
             for (int k = 0; k < K; k++, b += ldb) {
-                const float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+                const float x0 = a0[k * a_cs], x1 = a1[k * a_cs], x2 = a2[k * a_cs], x3 = a3[k * a_cs];
                 for (int l = 0; l < 8; l++) {
                     c0[l] += x0 * b[l];
                     c1[l] += x1 * b[l];
@@ -36,41 +56,210 @@ void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, c
                 cr[3 * ldc + l] = c3[l];
             }
         }
-        for (; n < N; n++) {
-            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            const float *b = B + n;
-            for (int k = 0; k < K; k++, b += ldb) {
-                s0 += a0[k] * b[0];
-                s1 += a1[k] * b[0];
-                s2 += a2[k] * b[0];
-                s3 += a3[k] * b[0];
+        for (; n < N; n++)
+            for (int i = 0; i < 4; i++) {
+                const float *ai = A + (m + i) * a_rs;
+                float *c = C + (int64_t)(m + i) * ldc + n;
+                float s = acc ? *c : 0.0f;
+                for (int k = 0; k < K; k++) s += ai[k * a_cs] * B[(int64_t)k * ldb + n];
+                *c = s;
             }
-            float *cr = C + (int64_t)m * ldc + n;
-            cr[0] += s0;
-            cr[ldc] += s1;
-            cr[2 * ldc] += s2;
-            cr[3 * ldc] += s3;
-        }
     }
     for (; m < M; m++) {
-        const float *a0 = A + (int64_t)m * lda;
+        const float *ai = A + m * a_rs;
         float *cr = C + (int64_t)m * ldc;
-        int n = 0;
-        for (; n + 8 <= N; n += 8) {
-            float c0[8];
-            for (int l = 0; l < 8; l++) c0[l] = cr[n + l];
-            const float *b = B + n;
-            for (int k = 0; k < K; k++, b += ldb) {
-                const float x0 = a0[k];
-                for (int l = 0; l < 8; l++) c0[l] += x0 * b[l];
-            }
-            for (int l = 0; l < 8; l++) cr[n + l] = c0[l];
-        }
-        for (; n < N; n++) {
-            float s0 = 0;
-            const float *b = B + n;
-            for (int k = 0; k < K; k++, b += ldb) s0 += a0[k] * b[0];
-            cr[n] += s0;
+        for (int n = 0; n < N; n++) {
+            float s = acc ? cr[n] : 0.0f;
+            for (int k = 0; k < K; k++) s += ai[k * a_cs] * B[(int64_t)k * ldb + n];
+            cr[n] = s;
         }
     }
+}
+
+#ifdef NL_X86
+#define AVX2 __attribute__((target("avx2,fma")))
+#define AI __attribute__((always_inline)) static inline
+
+/* One tile: rows m..m+MR-1 (MR <= 6, a compile-time constant after inlining), columns
+ * n..n+NV*8-1; when MASKED the last vector's lanes are limited by `mask`. */
+AI AVX2 void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
+                  const float *B, int ldb, int K, int acc, __m256i mask) {
+    __m256 c[6][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            float *cp = C + (int64_t)i * ldc + 8 * v;
+            if (!acc) c[i][v] = _mm256_setzero_ps();
+            else if (MASKED && v == NV - 1) c[i][v] = _mm256_maskload_ps(cp, mask);
+            else c[i][v] = _mm256_loadu_ps(cp);
+        }
+    const float *a = A;
+    const float *b = B;
+    for (int k = 0; k < K; k++, a += a_cs, b += ldb) {
+        __m256 b0 = NV == 2 || !MASKED ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, mask);
+        __m256 b1 = NV == 1 ? b0 : MASKED ? _mm256_maskload_ps(b + 8, mask) : _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const __m256 x = _mm256_broadcast_ss(a + i * a_rs);
+            c[i][0] = _mm256_fmadd_ps(x, b0, c[i][0]);
+            if (NV == 2) c[i][1] = _mm256_fmadd_ps(x, b1, c[i][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) {
+            float *cp = C + (int64_t)i * ldc + 8 * v;
+            if (MASKED && v == NV - 1) _mm256_maskstore_ps(cp, mask, c[i][v]);
+            else _mm256_storeu_ps(cp, c[i][v]);
+        }
+}
+
+/* All row tiles of one column panel of NV vectors. */
+AI AVX2 void panel(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb,
+                   int M, int K, int acc, __m256i mask) {
+    int m = 0;
+    for (; m + 6 <= M; m += 6) tile(6, NV, MASKED, C + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, B, ldb, K, acc, mask);
+    const int r = M - m;
+    float *Cm = C + (int64_t)m * ldc;
+    const float *Am = A + m * a_rs;
+    switch (r) {
+    case 5: tile(5, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;
+    case 4: tile(4, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;
+    case 3: tile(3, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;
+    case 2: tile(2, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;
+    case 1: tile(1, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;
+    default: break;
+    }
+}
+
+/* Rows of B per packed chunk: a KCxNV*8 panel of B is copied into contiguous scratch when B's
+ * rows are not already contiguous, so a power-of-two row stride (e.g. 2048 floats) cannot
+ * make the panel's rows collide in a few L1 sets. Splitting k into chunks keeps the chain:
+ * the running sums go through C unchanged (a float stored and reloaded is the same float). */
+#define KC 256
+
+AI AVX2 void panel_packed(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
+                          const float *B, int ldb, int M, int K, int acc, __m256i mask, float *buf) {
+    const int w = NV * 8;
+    if (ldb == w) { /* already contiguous */
+        panel(NV, MASKED, C, ldc, A, a_rs, a_cs, B, ldb, M, K, acc, mask);
+        return;
+    }
+    for (int k0 = 0; k0 < K; k0 += KC) {
+        const int kc = K - k0 < KC ? K - k0 : KC;
+        for (int k = 0; k < kc; k++) {
+            const float *src = B + (int64_t)(k0 + k) * ldb;
+            float *dst = buf + k * w;
+            if (MASKED) {
+                if (NV == 2) _mm256_storeu_ps(dst, _mm256_loadu_ps(src));
+                _mm256_storeu_ps(dst + w - 8, _mm256_maskload_ps(src + w - 8, mask));
+            } else {
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++) _mm256_storeu_ps(dst + 8 * v, _mm256_loadu_ps(src + 8 * v));
+            }
+        }
+        /* the packed copy has zeros in dead lanes: plain loads are safe; C stays masked */
+        panel(NV, MASKED, C, ldc, A + k0 * a_cs, a_rs, a_cs, buf, w, M, kc, acc || k0 > 0, mask);
+    }
+}
+
+static AVX2 void gemm_avx2(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                           int N, int K, int acc) {
+    float buf[KC * 16] __attribute__((aligned(32)));
+    const __m256i ones = _mm256_set1_epi32(-1);
+    int n = 0;
+    for (; n + 16 <= N; n += 16) panel_packed(2, 0, C + n, ldc, A, a_rs, a_cs, B + n, ldb, M, K, acc, ones, buf);
+    const int rest = N - n;
+    if (rest == 0) return;
+    /* lanes < (rest mod 8, or 8) of the last vector are live */
+    const int live = rest > 8 ? rest - 8 : rest;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane);
+    if (rest > 8) panel_packed(2, 1, C + n, ldc, A, a_rs, a_cs, B + n, ldb, M, K, acc, mask, buf);
+    else panel_packed(1, 1, C + n, ldc, A, a_rs, a_cs, B + n, ldb, M, K, acc, mask, buf);
+}
+
+/* 4 independent chains at a time (one FMA each per k): throughput, not latency, bound. */
+static AVX2 void dot_rows_fma(float *out, const float *A, int lda, const float *B, int ldb, int n, int K) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float *a0 = A + (int64_t)i * lda, *b0 = B + (int64_t)i * ldb;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int k = 0; k < K; k++) {
+            s0 = __builtin_fmaf(a0[k], b0[k], s0);
+            s1 = __builtin_fmaf(a0[lda + k], b0[ldb + k], s1);
+            s2 = __builtin_fmaf(a0[2 * (int64_t)lda + k], b0[2 * (int64_t)ldb + k], s2);
+            s3 = __builtin_fmaf(a0[3 * (int64_t)lda + k], b0[3 * (int64_t)ldb + k], s3);
+        }
+        out[i] = s0, out[i + 1] = s1, out[i + 2] = s2, out[i + 3] = s3;
+    }
+    for (; i < n; i++) {
+        const float *a = A + (int64_t)i * lda, *b = B + (int64_t)i * ldb;
+        float s0 = 0.0f;
+        for (int k = 0; k < K; k++) s0 = __builtin_fmaf(a[k], b[k], s0);
+        out[i] = s0;
+    }
+}
+
+static int have_avx2(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+void nl_dot_rows(float *out, const float *A, int lda, const float *B, int ldb, int n, int K) {
+#ifdef NL_X86
+    if (have_avx2()) {
+        dot_rows_fma(out, A, lda, B, ldb, n, K);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++) {
+        const float *a = A + (int64_t)i * lda, *b = B + (int64_t)i * ldb;
+        float s0 = 0.0f;
+        for (int k = 0; k < K; k++) s0 += a[k] * b[k];
+        out[i] = s0;
+    }
+}
+
+static void gemm(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M, int N,
+                 int K, int acc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        if (!acc)
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) C[(int64_t)m * ldc + n] = 0.0f;
+        return;
+    }
+#ifdef NL_X86
+    if (have_avx2()) {
+        gemm_avx2(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
+        return;
+    }
+#endif
+    gemm_c(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
+}
+
+void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
+                 int N, int K) {
+    gemm(C, ldc, A, lda, 1, B, ldb, M, N, K, 1);
+}
+
+void nl_gemm(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M, int N,
+             int K, int accumulate) {
+    gemm(C, ldc, A, lda, 1, B, ldb, M, N, K, accumulate);
+}
+
+void nl_gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
+                int N, int K, int accumulate) {
+    gemm(C, ldc, A, 1, lda, B, ldb, M, N, K, accumulate);
+}
+
+int nl_gemm_wide(void) {
+#ifdef NL_X86
+    return have_avx2();
+#else
+    return 0;
+#endif
 }

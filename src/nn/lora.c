@@ -33,16 +33,52 @@ static uint32_t keep_threshold(float p) {
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 16 mask elements per step: 8 consecutive counters' splitmix64 values in one zmm; read as 16
+ * uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c, 2c+1 in order.
+ * Integer arithmetic only: the same bits as the scalar loop. */
+__attribute__((target("avx512f,avx512dq"))) static int mask_row_avx512(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
+    const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
+    const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
+    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL), c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
+    const __m512i vthr = _mm512_set1_epi32((int)thr);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    /* z_c = kt + (c + 1)·γ for c = 0..7, then += 8γ per step */
+    __m512i z = _mm512_add_epi64(_mm512_set1_epi64((long long)kt), _mm512_mullo_epi64(lane, gamma));
+    int i = 0;
+    for (; i + 16 <= K; i += 16) {
+        __m512i v = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
+        v = _mm512_mullo_epi64(v, c1);
+        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 27));
+        v = _mm512_mullo_epi64(v, c2);
+        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
+        const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vthr);
+        _mm512_storeu_ps(mr + i, _mm512_maskz_mov_ps(keep, vinv));
+        z = _mm512_add_epi64(z, step);
+    }
+    return i;
+}
+static int have_avx512dq(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"); }
+#endif
+
 /* m[nb][n_in] for token rows tok .. tok+nb-1. Value c of the token's key gives elements 2c
  * (low 32 bits) and 2c+1 (high 32 bits). */
 static void make_mask(const nl_lora *L, int64_t tok, int nb, float *m) {
     const int K = L->n_in;
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
+#if defined(__x86_64__)
+    const int wide = have_avx512dq();
+#endif
     for (int b = 0; b < nb; b++) {
         const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)(tok + b));
         float *mr = m + (int64_t)b * K;
         int i = 0;
+#if defined(__x86_64__)
+        if (wide) i = mask_row_avx512(kt, K, thr, inv, mr);
+#endif
         for (; i + 2 <= K; i += 2) {
             const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
             mr[i] = (uint32_t)v >= thr ? inv : 0.0f;
@@ -75,7 +111,7 @@ static const float *masked_rows(const nl_lora *L, int drop, const float *x, int6
 }
 
 static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
-                    int64_t tok0, int drop, const char *what) {
+                    int64_t tok0, int drop, int accumulate, const char *what) {
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
@@ -89,10 +125,9 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
         const int nb = T - t0 < TB ? T - t0 : TB;
         const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0 + t0, nb, mb, xm);
         float *ur = u ? u + (int64_t)t0 * r : ub;
-        for (int i = 0; i < nb * r; i++) ur[i] = 0.0f;
-        nl_gemm_acc(ur, r, xb, K, AT, r, nb, r, K);
+        nl_gemm(ur, r, xb, K, AT, r, nb, r, K, 0);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
-        nl_gemm_acc(y + (int64_t)t0 * N, N, su, r, BT, N, nb, N, r);
+        nl_gemm(y + (int64_t)t0 * N, N, su, r, BT, N, nb, N, r, accumulate);
     }
     free(buf);
     return 0;
@@ -100,64 +135,67 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
 
 int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
                     int T, int64_t tok0) {
-    return lora_fwd(L, A, B, y, u, x, T, tok0, 1, "forward");
+    return lora_fwd(L, A, B, y, u, x, T, tok0, 1, 1, "forward");
+}
+
+int nl_lora_forward_to(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
+                       int64_t tok0, int accumulate) {
+    return lora_fwd(L, A, B, y, u, x, T, tok0, 1, accumulate, "forward");
 }
 
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T) {
-    return lora_fwd(L, A, B, y, NULL, x, T, 0, 0, "apply");
+    return lora_fwd(L, A, B, y, NULL, x, T, 0, 0, 1, "apply");
 }
 
-int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
-                     const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
+                        const float *dy, const float *x, const float *u, int T, int64_t tok0) {
     if (check(L, "backward")) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
-    const size_t nsmall = 4 * (size_t)TB * r;      /* du, duT, recomputed u, s·u */
-    float *buf = malloc(sizeof(float) * (nAT + nx + nsmall + (size_t)N * TB));
+    const size_t nsmall = 3 * (size_t)TB * r;      /* du, recomputed u, s·u */
+    float *buf = malloc(sizeof(float) * (nAT + nx + nsmall + 1));
     if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
     float *AT = buf, *mb = AT + nAT, *xm = mb + (drop ? (size_t)TB * K : 0), *tmp = xm + (drop ? (size_t)TB * K : 0);
-    float *du = tmp + (drop ? (size_t)TB * K : 0), *duT = du + (size_t)TB * r, *ub = duT + (size_t)TB * r;
-    float *su = ub + (size_t)TB * r, *dyT = su + (size_t)TB * r;
+    float *du = tmp + (drop ? (size_t)TB * K : 0), *ub = du + (size_t)TB * r, *su = ub + (size_t)TB * r;
     if (!u) pack_AT(AT, A, r, K);
     for (int t0 = 0; t0 < T; t0 += TB) {
         const int nb = T - t0 < TB ? T - t0 : TB;
         const float *dyb = dy + (int64_t)t0 * N;
         const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0 + t0, nb, mb, xm);
         const float *ur = u ? u + (int64_t)t0 * r : ub;
-        if (!u) {
-            for (int i = 0; i < nb * r; i++) ub[i] = 0.0f;
-            nl_gemm_acc(ub, r, xb, K, AT, r, nb, r, K);
-        }
+        if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
         /* du = s · dy · B   [nb][r] */
-        for (int i = 0; i < nb * r; i++) du[i] = 0.0f;
-        nl_gemm_acc(du, r, dyb, N, B, r, nb, r, N);
+        nl_gemm(du, r, dyb, N, B, r, nb, r, N, 0);
         for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
         /* dB += dyᵀ · (s·u)   [N][r] */
-        for (int b = 0; b < nb; b++)
-            for (int o = 0; o < N; o++) dyT[(int64_t)o * TB + b] = dyb[(int64_t)b * N + o];
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
-        nl_gemm_acc(dB, r, dyT, TB, su, r, N, r, nb);
+        nl_gemm_tn(dB, r, dyb, N, su, r, N, r, nb, 1);
         /* dA += duᵀ · (m ⊙ x)   [r][K] */
-        for (int b = 0; b < nb; b++)
-            for (int k = 0; k < r; k++) duT[k * TB + b] = du[b * r + k];
-        nl_gemm_acc(dA, K, duT, TB, xb, K, r, K, nb);
-        /* dx += (du · A) ⊙ m   [nb][K] */
+        nl_gemm_tn(dA, K, du, r, xb, K, r, K, nb, 1);
+        /* dx (+)= (du · A) ⊙ m   [nb][K] */
         if (dx) {
             float *dxb = dx + (int64_t)t0 * K;
             if (!drop) {
-                nl_gemm_acc(dxb, K, du, r, A, K, nb, K, r);
+                nl_gemm(dxb, K, du, r, A, K, nb, K, r, dx_accumulate);
             } else {
                 const int64_t n = (int64_t)nb * K;
-                for (int64_t i = 0; i < n; i++) tmp[i] = 0.0f;
-                nl_gemm_acc(tmp, K, du, r, A, K, nb, K, r);
-                for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
+                nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
+                if (dx_accumulate)
+                    for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
+                else
+                    for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * mb[i];
             }
         }
     }
     free(buf);
     return 0;
+}
+
+int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
+                     const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+    return nl_lora_backward_to(L, A, B, dx, 1, dA, dB, dy, x, u, T, tok0);
 }
 
 void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key) {

@@ -49,6 +49,13 @@ int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, 
 int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
                      const float *dy, const float *x, const float *u, int T, int64_t tok0);
 
+/* The same with a choice: accumulate = 0 OVERWRITES y (or dx) with the LoRA term (the bits
+ * of a zeroed buffer plus the accumulating call, without the zeroing pass). */
+int nl_lora_forward_to(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
+                       int64_t tok0, int accumulate);
+int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
+                        const float *dy, const float *x, const float *u, int T, int64_t tok0);
+
 /* Inference: y[T][n_out] += s · (x·Aᵀ)·Bᵀ, dropout off whatever L->dropout says. */
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T);
 

@@ -36,6 +36,14 @@ void nl_attention_forward(float *out, float *lse, const float *q, const float *k
 void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int T, int Hq, int Hkv, int d, float scale);
+/* The same for kv heads [g0, g1) only (and their query heads g·Hq/Hkv ..): every output element
+ * of those heads is written exactly as the whole call writes it, nothing else is touched, so
+ * callers may split kv heads over threads with bit-identical results. */
+void nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+                                int Hq, int Hkv, int d, float scale, int g0, int g1);
+void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                                 const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
+                                 int g0, int g1);
 
 /* ---- SwiGLU: h = silu(a) ⊙ b, n elements. */
 void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n);

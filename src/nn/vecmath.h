@@ -19,6 +19,20 @@
  * nn/ (not part of the nn.h contract). */
 void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb,
                  int M, int N, int K);
+/* C[M][N] (+)= A[M][K] · B[K][N]: accumulate = 0 overwrites C (no need to zero it first; the
+ * same bits as zeroing and accumulating). */
+void nl_gemm(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M, int N,
+             int K, int accumulate);
+/* C[M][N] (+)= Aᵀ · B with A stored [K][M] (row stride lda): no transposed copy needed. */
+void nl_gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
+                int N, int K, int accumulate);
+/* out[i] = Σ_k A[i][k]·B[i][k] for i < n, each as the SAME multiply-add chain (k increasing,
+ * from 0) that nl_gemm uses for one element: a row dot that agrees bit for bit with a GEMM
+ * element over the same numbers (attention's D_t against its dp). */
+void nl_dot_rows(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
+/* 1 when the AVX2+FMA kernel runs (results then differ in the last bits from the portable
+ * kernel, deterministically). */
+int nl_gemm_wide(void);
 
 /* Σ a[i]·b[i] with 8 partial sums (order fixed: deterministic, independent of threads). */
 static inline float nl_vdot(const float *a, const float *b, int n) {

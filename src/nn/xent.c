@@ -23,28 +23,29 @@ double nl_xent_chunk(float *z, const int32_t *targets, int T, int V, float inv_n
         }
         float m = zr[0];
         for (int j = 1; j < V; j++) m = zr[j] > m ? zr[j] : m;
-        /* Σ exp(z − m): 8-lane float partials per chunk, chunks summed in double */
+        /* Σ exp(z − m): 8-lane float partials per chunk, chunks summed in double. With
+         * want_grad the exponentials are kept in z (one exp pass, not two): zr[y] is read first. */
+        const float zy = zr[y];
         double sum = 0.0;
         for (int j0 = 0; j0 < V; j0 += XCH) {
             const int nc = V - j0 < XCH ? V - j0 : XCH;
-            for (int j = 0; j < nc; j++) e[j] = zr[j0 + j] - m;
-            nl_vexp(e, e, nc);
+            float *ev = want_grad ? zr + j0 : e;
+            for (int j = 0; j < nc; j++) ev[j] = zr[j0 + j] - m;
+            nl_vexp(ev, ev, nc);
             float acc[NL_LANES] = {0};
             int j = 0;
             for (; j + NL_LANES <= nc; j += NL_LANES)
-                for (int l = 0; l < NL_LANES; l++) acc[l] += e[j + l];
+                for (int l = 0; l < NL_LANES; l++) acc[l] += ev[j + l];
             double part = 0.0;
-            for (; j < nc; j++) part += e[j];
+            for (; j < nc; j++) part += ev[j];
             for (int l = 0; l < NL_LANES; l++) part += acc[l];
             sum += part;
         }
         const double lse = (double)m + log(sum);
-        total += lse - (double)zr[y];
+        total += lse - (double)zy;
         if (want_grad) {
             /* softmax·inv_n = exp(z − m) · (inv_n / Σ) */
             const float c = (float)((double)inv_n / sum);
-            for (int j = 0; j < V; j++) zr[j] -= m;
-            nl_vexp(zr, zr, V);
             nl_vscale(zr, c, V);
             zr[y] -= inv_n;
         }

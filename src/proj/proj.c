@@ -462,6 +462,8 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w) {
 
 int nl_proj_count(const nl_proj_service *s) { return s->n; }
 
+int nl_proj_threads(const nl_proj_service *s) { return s->n_threads; }
+
 const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id) {
     if (id < 0 || id >= s->n) return NULL;
     return &s->e[id].res;

@@ -77,6 +77,8 @@ void nl_proj_service_free(nl_proj_service *s);
  * it once to its resident type here (precision policy); `w->data` must outlive the service. */
 int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w);
 int nl_proj_count(const nl_proj_service *s);
+/* The service's worker thread count (nl_proj_config.n_threads, at least 1). */
+int nl_proj_threads(const nl_proj_service *s);
 const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id); /* the resident view */
 
 /* One request in flight, always: a second submit before wait is an error. */

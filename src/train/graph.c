@@ -11,7 +11,189 @@
 #include "train/budget.h"
 #include "util/util.h"
 
-/* ---- one layer's saved intermediates, carved out of one allocation ---- */
+/* ---- scratch arena ----
+ * Every buffer of a call (layer inputs, layer caches, temporaries, head logits) comes from one
+ * stack of big blocks: allocation bumps, release rewinds to a mark. The call's buffers are
+ * strictly nested (a layer's temporaries on top of its cache; kept caches released in reverse
+ * layer order by the backward), so this is exact LIFO and the peak equals the old malloc peak.
+ * With g->keep_scratch the blocks survive the call (no page faults and no zeroing of fresh
+ * pages on the next step); nl_graph_free releases them. */
+typedef struct ablk {
+    struct ablk *next;
+    size_t cap, used;
+    char pad[40]; /* data starts 64 bytes in */
+} ablk;
+typedef struct {
+    ablk *first, *cur;
+} arena;
+typedef struct {
+    ablk *b;
+    size_t used;
+} amark;
+
+#define ARENA_BLOCK ((size_t)256 << 20) /* virtual; pages become resident only when touched */
+
+static arena *ws_of(nl_graph *g) {
+    if (!g->ws) g->ws = nl_calloc(1, sizeof(arena));
+    return g->ws;
+}
+
+static void *arena_alloc(arena *a, size_t bytes) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0) bytes = 64;
+    ablk *b = a->cur;
+    if (b && b->cap - b->used >= bytes) {
+        void *p = (char *)(b + 1) + b->used;
+        b->used += bytes;
+        return p;
+    }
+    /* the blocks after cur are empty: take the first that fits, else append one */
+    ablk *prev = b;
+    for (ablk *n = b ? b->next : a->first; n; prev = n, n = n->next)
+        if (n->cap >= bytes) {
+            n->used = bytes;
+            a->cur = n;
+            return n + 1;
+        }
+    size_t cap = bytes > ARENA_BLOCK ? bytes : ARENA_BLOCK;
+    ablk *nb = malloc(sizeof(ablk) + cap);
+    if (!nb) {
+        nl_err("graph: out of memory (%zu bytes of scratch)", cap);
+        return NULL;
+    }
+    nb->next = NULL;
+    nb->cap = cap;
+    nb->used = bytes;
+    if (prev) prev->next = nb;
+    else a->first = nb;
+    a->cur = nb;
+    return nb + 1;
+}
+
+static amark arena_mark(const arena *a) { return (amark){a->cur, a->cur ? a->cur->used : 0}; }
+
+static void arena_release(arena *a, amark m) {
+    for (ablk *b = m.b ? m.b->next : a->first; b; b = b->next) b->used = 0;
+    if (m.b) m.b->used = m.used;
+    a->cur = m.b;
+}
+
+static void arena_free(arena *a) {
+    for (ablk *b = a->first, *n; b; b = n) {
+        n = b->next;
+        free(b);
+    }
+    a->first = a->cur = NULL;
+}
+
+void nl_graph_free(nl_graph *g) {
+    if (!g->ws) return;
+    arena_free(g->ws);
+    free(g->ws);
+    g->ws = NULL;
+}
+
+static float *falloc(nl_graph *g, size_t n) { return arena_alloc(g->ws, n * sizeof(float)); }
+
+/* ---- CPU nodes on the runtime's pool, split over outputs (rows, elements or kv heads) ----
+ * Each thread gets a contiguous range and runs the same serial code on it, so every output
+ * element is computed exactly as a single thread computes it. */
+enum { OP_NORM_F, OP_NORM_B, OP_ROPE_F, OP_ROPE_B, OP_SWIGLU_F, OP_SWIGLU_B, OP_GATE_F, OP_GATE_B, OP_ADD, OP_ADD2,
+       OP_ATTN_F, OP_ATTN_B, OP_XENT };
+
+typedef struct {
+    int op;
+    float *y, *y2;
+    const float *a, *b, *c, *w;
+    float *r;           /* rstd (norms) or lse (attention) */
+    const float *rc;    /* rstd in */
+    int n;              /* row length (norms), heads (rope), V (xent) */
+    float eps, scale;
+    const nl_rope *rope;
+    const int32_t *pos, *targets;
+    /* attention */
+    float *out, *lse, *dq, *dk, *dv;
+    const float *q, *k, *v, *o, *dout, *lse_in;
+    int T, S, Hq, Hkv, hd;
+    double *row_loss;
+    float inv_n;
+    int want_grad;
+    int64_t len, grain;
+} op_job;
+
+static void op_range(op_job *j, int64_t i0, int64_t i1) {
+    const int64_t m = i1 - i0, n = j->n;
+    switch (j->op) {
+    case OP_NORM_F:
+        nl_rmsnorm_forward(j->y + i0 * n, j->r ? j->r + i0 : NULL, j->a + i0 * n, j->w, (int)m, (int)n, j->eps);
+        break;
+    case OP_NORM_B: nl_rmsnorm_backward(j->y + i0 * n, j->a + i0 * n, j->b + i0 * n, j->w, j->rc + i0, (int)m, (int)n); break;
+    case OP_ROPE_F: nl_rope_forward(j->rope, j->y + i0 * n * j->rope->head_dim, (int)m, (int)n, j->pos + i0); break;
+    case OP_ROPE_B: nl_rope_backward(j->rope, j->y + i0 * n * j->rope->head_dim, (int)m, (int)n, j->pos + i0); break;
+    case OP_SWIGLU_F: nl_swiglu_forward(j->y + i0, j->a + i0, j->b + i0, m); break;
+    case OP_SWIGLU_B: nl_swiglu_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, m); break;
+    case OP_GATE_F: nl_gate_forward(j->y + i0, j->a + i0, j->b + i0, m); break;
+    case OP_GATE_B: nl_gate_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, m); break;
+    case OP_ADD:
+        for (int64_t i = i0; i < i1; i++) j->y[i] += j->a[i];
+        break;
+    case OP_ADD2:
+        for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] + j->b[i];
+        break;
+    case OP_ATTN_F:
+        nl_attention_forward_range(j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->hd, j->scale, (int)i0, (int)i1);
+        break;
+    case OP_ATTN_B:
+        nl_attention_backward_range(j->dq, j->dk, j->dv, j->dout, j->o, j->lse_in, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->hd,
+                                    j->scale, (int)i0, (int)i1);
+        break;
+    case OP_XENT:
+        for (int64_t t = i0; t < i1; t++)
+            j->row_loss[t] = nl_xent_chunk(j->y + t * n, j->targets + t, 1, (int)n, j->inv_n, j->want_grad);
+        break;
+    }
+}
+
+static void op_task(void *arg, int task, int n_tasks) {
+    op_job *j = arg;
+    const int64_t nb = (j->len + j->grain - 1) / j->grain;
+    const int64_t b0 = nb * task / n_tasks, b1 = nb * (task + 1) / n_tasks;
+    const int64_t i0 = b0 * j->grain, i1 = b1 * j->grain < j->len ? b1 * j->grain : j->len;
+    if (i0 < i1) op_range(j, i0, i1);
+}
+
+/* Run j over [0, len) in ranges that are multiples of `grain`; on the pool when the work
+ * (len · cost units) is worth a hand-off. */
+static void par(nl_graph *g, op_job *j, int64_t len, int64_t grain, int64_t work) {
+    j->len = len;
+    j->grain = grain;
+    nl_proj_pool *p = g->rt->pool;
+    if (!p || work < 32768 || len <= grain) {
+        op_range(j, 0, len);
+        return;
+    }
+    nl_proj_pool_run(p, nl_proj_pool_size(p), op_task, j);
+}
+
+static void p_norm_f(nl_graph *g, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
+    op_job j = {.op = OP_NORM_F, .y = y, .r = rstd, .a = x, .w = w, .n = n, .eps = eps};
+    par(g, &j, T, 1, (int64_t)T * n);
+}
+static void p_norm_b(nl_graph *g, float *dx, const float *dy, const float *x, const float *w, const float *rstd, int T, int n) {
+    op_job j = {.op = OP_NORM_B, .y = dx, .a = dy, .b = x, .w = w, .rc = rstd, .n = n};
+    par(g, &j, T, 1, (int64_t)T * n);
+}
+static void p_rope(nl_graph *g, int bwd, float *x, int T, int heads, const int32_t *pos) {
+    op_job j = {.op = bwd ? OP_ROPE_B : OP_ROPE_F, .y = x, .rope = &g->rt->rope, .n = heads, .pos = pos};
+    par(g, &j, T, 1, (int64_t)T * heads * g->rt->rope.head_dim);
+}
+static void p_elem(nl_graph *g, int op, float *y, float *y2, const float *a, const float *b, const float *c, int64_t n) {
+    op_job j = {.op = op, .y = y, .y2 = y2, .a = a, .b = b, .c = c};
+    par(g, &j, n, 64, n);
+}
+static void vadd_p(nl_graph *g, float *y, const float *x, size_t n) { p_elem(g, OP_ADD, y, NULL, x, NULL, NULL, (int64_t)n); }
+
+/* ---- one layer's saved intermediates, carved out of one block ---- */
 typedef struct {
     float *hn, *rstd1;                 /* attn_norm output [T][E], 1/rms [T] */
     float *qraw, *rstd_q, *kraw, *rstd_k; /* q/k before their norms (qk-norm archs) */
@@ -91,25 +273,41 @@ uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) {
     return b;
 }
 
-static int cache_alloc(const nl_graph *g, int l, int T, layer_cache *c) {
+/* The cache lives in the arena: it is released with the arena mark taken before it. */
+static int cache_alloc(nl_graph *g, int l, int T, layer_cache *c) {
     memset(c, 0, sizeof *c);
     cache_layout(g, l, T, c);
     uint64_t bytes = c->bytes;
-    c->base = nl_malloc(bytes);
+    c->base = arena_alloc(g->ws, bytes);
     if (!c->base) return -1;
     cache_layout(g, l, T, c);
     if (g->rt->m->layers[l].recurrent) {
         c->gc = nl_gdn_cache_new(&g->rt->gdn, T);
-        if (!c->gc) { free(c->base); c->base = NULL; return -1; }
+        if (!c->gc) { c->base = NULL; return -1; }
     }
     return 0;
 }
 
 static void cache_free(layer_cache *c) {
-    free(c->base);
     if (c->gc) nl_gdn_cache_free(c->gc);
     memset(c, 0, sizeof *c);
 }
+
+/* ---- timing (bench step) ---- */
+
+static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm",
+                                                     "rope", "act", "xent", "add", "other"};
+const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
+
+static double tic(const nl_graph *g) { return g->prof ? nl_now() : 0.0; }
+/* Charges the time since t0 to class k; returns now (the next interval's start). */
+static double toc(nl_graph *g, int k, double t0) {
+    if (!g->prof) return 0.0;
+    double t = nl_now();
+    g->prof->s[k] += t - t0;
+    return t;
+}
+
 
 /* ---- projections with their LoRA branch ---- */
 
@@ -121,25 +319,40 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
                      .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind)};
 }
 
-/* y[T][N] = W x + LoRA; u_save[T][r] receives the LoRA u (when adapted). */
+/* y[T][N] = W x + LoRA; u_save[T][r] receives the LoRA u (when adapted). The LoRA branch runs
+ * on this thread while the base product is in flight (after it when rt->sync); its output is
+ * added once the service has written y. */
 static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
+    double t = tic(g);
     if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
-    float *ly = NULL;
+    if (g->prof) g->prof->requests++;
     int rc = 0;
-    if (e >= 0) {
-        /* CPU: the LoRA branch, while the base product is in flight */
+    if (rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        rc = nl_proj_wait(rt->svc);
+        t = toc(g, NL_GP_WAIT, t);
+    }
+    amark mk = arena_mark(g->ws);
+    float *ly = NULL;
+    size_t n = 0;
+    if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
-        ly = nl_calloc((size_t)T * (size_t)L.n_out, sizeof(float));
-        if (!ly || nl_lora_forward(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ly, u_save, x, T, g->tok_base)) rc = -1;
+        n = (size_t)T * (size_t)L.n_out;
+        ly = falloc(g, n);
+        t = toc(g, NL_GP_OTHER, t);
+        if (!ly || nl_lora_forward_to(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ly, u_save, x, T, g->tok_base, 0)) rc = -1;
+        t = toc(g, NL_GP_LORA_FWD, t);
     }
-    if (nl_proj_wait(rt->svc)) rc = -1;
-    if (rc == 0 && ly) {
-        size_t n = (size_t)T * (size_t)g->ad->t[e].n_out;
-        for (size_t i = 0; i < n; i++) y[i] += ly[i];
+    if (!rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        if (nl_proj_wait(rt->svc)) rc = -1;
+        t = toc(g, NL_GP_WAIT, t);
     }
-    free(ly);
+    if (rc == 0 && ly) vadd_p(g, y, ly, n);
+    arena_release(g->ws, mk);
+    toc(g, NL_GP_ADD, t);
     return rc;
 }
 
@@ -148,61 +361,91 @@ static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, in
 static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
+    double t = tic(g);
     if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_BWD, dy, T, dx)) return -1;
-    float *ldx = NULL;
+    if (g->prof) g->prof->requests++;
     int rc = 0;
-    if (e >= 0) {
+    if (rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        rc = nl_proj_wait(rt->svc);
+        t = toc(g, NL_GP_WAIT, t);
+    }
+    amark mk = arena_mark(g->ws);
+    float *ldx = NULL;
+    size_t n = 0;
+    if (e >= 0 && rc == 0) {
         /* dx is being written by the service: the LoRA part goes to its own buffer */
         nl_lora L = lora_of(g, e, layer, kind);
-        ldx = nl_calloc((size_t)T * (size_t)L.n_in, sizeof(float));
-        if (!ldx || nl_lora_backward(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ldx, g->grads + g->ad->t[e].off_a,
-                                     g->grads + g->ad->t[e].off_b, dy, x, u, T, g->tok_base))
+        n = (size_t)T * (size_t)L.n_in;
+        ldx = falloc(g, n);
+        t = toc(g, NL_GP_OTHER, t);
+        if (!ldx || nl_lora_backward_to(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ldx, 0, g->grads + g->ad->t[e].off_a,
+                                        g->grads + g->ad->t[e].off_b, dy, x, u, T, g->tok_base))
             rc = -1;
+        t = toc(g, NL_GP_LORA_BWD, t);
     }
-    if (nl_proj_wait(rt->svc)) rc = -1;
-    if (rc == 0 && ldx) {
-        size_t n = (size_t)T * (size_t)g->ad->t[e].n_in;
-        for (size_t i = 0; i < n; i++) dx[i] += ldx[i];
+    if (!rt->sync) {
+        t = toc(g, NL_GP_OTHER, t);
+        if (nl_proj_wait(rt->svc)) rc = -1;
+        t = toc(g, NL_GP_WAIT, t);
     }
-    free(ldx);
+    if (rc == 0 && ldx) vadd_p(g, dx, ldx, n);
+    arena_release(g->ws, mk);
+    toc(g, NL_GP_ADD, t);
     return rc;
 }
 
-static void vadd(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
+#define TIMED(g, k, stmt)          \
+    do {                           \
+        double t_ = tic(g);        \
+        stmt;                      \
+        toc((g), (k), t_);         \
+    } while (0)
 
 /* ---- layer forward (saving into c) and backward ---- */
+
+static void attn_f(nl_graph *g, float *out, float *lse, const float *q, const float *k, const float *v, int T, int H, int Hkv, int hd) {
+    op_job j = {.op = OP_ATTN_F, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = T, .Hq = H, .Hkv = Hkv, .hd = hd,
+                .scale = 1.0f / sqrtf((float)hd)};
+    par(g, &j, Hkv, 1, (int64_t)T * T * H * hd);
+}
+
+static void attn_b(nl_graph *g, float *dq, float *dk, float *dv, const float *dout, const layer_cache *c, int T, int H, int Hkv,
+                   int hd) {
+    op_job j = {.op = OP_ATTN_B, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .o = c->o, .lse_in = c->lse, .q = c->q, .k = c->k,
+                .v = c->v, .T = T, .Hq = H, .Hkv = Hkv, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+    par(g, &j, Hkv, 1, (int64_t)T * T * H * hd);
+}
 
 static int mixer_attn_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, float *out) {
     const nl_model *m = g->rt->m;
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
-    size_t qn = (size_t)T * H * hd, kvn = (size_t)T * Hkv * hd;
+    size_t qn = (size_t)T * H * hd;
     int gated = m->arch == NL_ARCH_QWEN35;
     float *qdst = L->q_norm ? c->qraw : c->q, *kdst = L->q_norm ? c->kraw : c->k;
     if (gated) {
-        float *qg = nl_malloc(2 * qn * sizeof(float));
+        amark mk = arena_mark(g->ws);
+        float *qg = falloc(g, 2 * qn);
         if (!qg) return -1;
-        if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qg, c->lu[NL_P_Q])) { free(qg); return -1; }
-        for (size_t th = 0; th < (size_t)T * H; th++) {
+        if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qg, c->lu[NL_P_Q])) { arena_release(g->ws, mk); return -1; }
+        TIMED(g, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
             memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
             memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
-        }
-        free(qg);
+        });
+        arena_release(g->ws, mk);
     } else if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
     if (tproj_fwd(g, l, NL_P_K, L->p[NL_P_K], c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (tproj_fwd(g, l, NL_P_V, L->p[NL_P_V], c->hn, T, c->v, c->lu[NL_P_V])) return -1;
     if (L->q_norm) {
-        nl_rmsnorm_forward(c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps);
-        nl_rmsnorm_forward(c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps);
+        TIMED(g, NL_GP_NORM, p_norm_f(g, c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        TIMED(g, NL_GP_NORM, p_norm_f(g, c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
     }
-    nl_rope_forward(&g->rt->rope, c->q, T, H, pos);
-    nl_rope_forward(&g->rt->rope, c->k, T, Hkv, pos);
-    nl_attention_forward(c->o, c->lse, c->q, c->k, c->v, T, T, H, Hkv, hd, 1.0f / sqrtf((float)hd));
-    if (gated) nl_gate_forward(c->og, c->o, c->gate, (int64_t)qn);
-    (void)kvn;
+    TIMED(g, NL_GP_ROPE, p_rope(g, 0, c->q, T, H, pos));
+    TIMED(g, NL_GP_ROPE, p_rope(g, 0, c->k, T, Hkv, pos));
+    TIMED(g, NL_GP_ATTN_FWD, attn_f(g, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd));
+    if (gated) TIMED(g, NL_GP_ACT, p_elem(g, OP_GATE_F, c->og, NULL, c->o, c->gate, NULL, (int64_t)qn));
     return tproj_fwd(g, l, NL_P_O, L->p[NL_P_O], c->og, T, out, c->lu[NL_P_O]);
 }
 
@@ -213,38 +456,42 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, E = hp->n_embd;
     size_t qn = (size_t)T * H * hd, kvn = (size_t)T * Hkv * hd;
     int gated = m->arch == NL_ARCH_QWEN35;
+    amark mk = arena_mark(g->ws);
     /* dog, do, dgate, dq, dk, dv, dqraw(2qn when gated), tmp [T][E] */
-    float *buf = nl_malloc((4 * qn + 2 * kvn + 2 * qn + (size_t)T * E) * sizeof(float));
+    float *buf = falloc(g, 4 * qn + 2 * kvn + 2 * qn + (size_t)T * E);
     if (!buf) return -1;
     float *dog = buf, *d_o = dog + qn, *dgate = d_o + qn, *dq = dgate + qn, *dk = dq + qn, *dv = dk + kvn,
           *dqg = dv + kvn, *tmp = dqg + 2 * qn;
     int rc = -1;
     if (tproj_bwd(g, l, NL_P_O, L->p[NL_P_O], dout, c->og, c->lu[NL_P_O], T, dog)) goto done;
-    if (gated) nl_gate_backward(d_o, dgate, dog, c->o, c->gate, (int64_t)qn);
-    else memcpy(d_o, dog, qn * sizeof(float));
-    nl_attention_backward(dq, dk, dv, d_o, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd, 1.0f / sqrtf((float)hd));
-    nl_rope_backward(&g->rt->rope, dq, T, H, pos);
-    nl_rope_backward(&g->rt->rope, dk, T, Hkv, pos);
+    const float *dattn = dog;
+    if (gated) {
+        TIMED(g, NL_GP_ACT, p_elem(g, OP_GATE_B, d_o, dgate, c->o, c->gate, dog, (int64_t)qn));
+        dattn = d_o;
+    }
+    TIMED(g, NL_GP_ATTN_BWD, attn_b(g, dq, dk, dv, dattn, c, T, H, Hkv, hd));
+    TIMED(g, NL_GP_ROPE, p_rope(g, 1, dq, T, H, pos));
+    TIMED(g, NL_GP_ROPE, p_rope(g, 1, dk, T, Hkv, pos));
     if (L->q_norm) {
-        nl_rmsnorm_backward(dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd);
-        nl_rmsnorm_backward(dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd);
+        TIMED(g, NL_GP_NORM, p_norm_b(g, dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+        TIMED(g, NL_GP_NORM, p_norm_b(g, dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
     }
     const float *dqin = dq;
     if (gated) {
-        for (size_t th = 0; th < (size_t)T * H; th++) {
+        TIMED(g, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
             memcpy(dqg + th * 2 * hd, dq + th * hd, hd * sizeof(float));
             memcpy(dqg + th * 2 * hd + hd, dgate + th * hd, hd * sizeof(float));
-        }
+        });
         dqin = dqg;
     }
     if (tproj_bwd(g, l, NL_P_Q, L->p[NL_P_Q], dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, tmp)) goto done;
-    vadd(dhn, tmp, (size_t)T * E);
+    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
     if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, tmp)) goto done;
-    vadd(dhn, tmp, (size_t)T * E);
+    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
     rc = 0;
 done:
-    free(buf);
+    arena_release(g->ws, mk);
     return rc;
 }
 
@@ -256,7 +503,8 @@ static int mixer_gdn_fwd(nl_graph *g, int l, int T, layer_cache *c, float *out) 
     const nl_layer *L = &g->rt->m->layers[l];
     const nl_gdn_shape *s = &g->rt->gdn;
     size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T;
-    float *buf = nl_malloc(t * (cd + vd + 2 * (size_t)s->Hv) * sizeof(float));
+    amark mk = arena_mark(g->ws);
+    float *buf = falloc(g, t * (cd + vd + 2 * (size_t)s->Hv));
     if (!buf) return -1;
     float *mixed = buf, *z = mixed + t * cd, *b = z + t * vd, *a = b + t * s->Hv;
     int rc = -1;
@@ -268,7 +516,7 @@ static int mixer_gdn_fwd(nl_graph *g, int l, int T, layer_cache *c, float *out) 
     if (nl_gdn_forward_train(s, &w, c->y, mixed, z, b, a, T, c->gc)) goto done;
     rc = tproj_fwd(g, l, NL_P_OUT, L->p[NL_P_OUT], c->y, T, out, c->lu[NL_P_OUT]);
 done:
-    free(buf);
+    arena_release(g->ws, mk);
     return rc;
 }
 
@@ -276,7 +524,8 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     const nl_layer *L = &g->rt->m->layers[l];
     const nl_gdn_shape *s = &g->rt->gdn;
     size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T, E = g->rt->m->hp.n_embd;
-    float *buf = nl_malloc(t * (vd + cd + vd + 2 * (size_t)s->Hv + E) * sizeof(float));
+    amark mk = arena_mark(g->ws);
+    float *buf = falloc(g, t * (vd + cd + vd + 2 * (size_t)s->Hv + E));
     if (!buf) return -1;
     float *dy = buf, *dmixed = dy + t * vd, *dz = dmixed + t * cd, *db = dz + t * vd, *da = db + t * s->Hv, *tmp = da + t * s->Hv;
     int rc = -1;
@@ -285,14 +534,14 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
     if (tproj_bwd(g, l, NL_P_QKV, L->p[NL_P_QKV], dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tmp)) goto done;
-    vadd(dhn, tmp, t * E);
+    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
     if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tmp)) goto done;
-    vadd(dhn, tmp, t * E);
+    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
     if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tmp)) goto done;
-    vadd(dhn, tmp, t * E);
+    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
     rc = 0;
 done:
-    free(buf);
+    arena_release(g->ws, mk);
     return rc;
 }
 
@@ -302,23 +551,23 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    nl_rmsnorm_forward(c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps);
-    float *mo = nl_malloc(n * sizeof(float));
+    TIMED(g, NL_GP_NORM, p_norm_f(g, c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
+    amark mk = arena_mark(g->ws);
+    float *mo = falloc(g, n);
     if (!mo) return -1;
     int rc = L->recurrent ? mixer_gdn_fwd(g, l, T, c, mo) : mixer_attn_fwd(g, l, pos, T, c, mo);
     if (rc == 0) {
-        for (size_t i = 0; i < n; i++) c->xmid[i] = x_in[i] + mo[i];
-        nl_rmsnorm_forward(c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps);
+        TIMED(g, NL_GP_ADD, p_elem(g, OP_ADD2, c->xmid, NULL, x_in, mo, NULL, (int64_t)n));
+        TIMED(g, NL_GP_NORM, p_norm_f(g, c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
         rc = tproj_fwd(g, l, NL_P_GATE, L->p[NL_P_GATE], c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = tproj_fwd(g, l, NL_P_UP, L->p[NL_P_UP], c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            nl_swiglu_forward(c->h, c->g, c->u, (int64_t)nf);
+            TIMED(g, NL_GP_ACT, p_elem(g, OP_SWIGLU_F, c->h, NULL, c->g, c->u, NULL, (int64_t)nf));
             rc = tproj_fwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], c->h, T, mo, c->lu[NL_P_DOWN]);
         }
-        if (rc == 0)
-            for (size_t i = 0; i < n; i++) x_out[i] = c->xmid[i] + mo[i];
+        if (rc == 0) TIMED(g, NL_GP_ADD, p_elem(g, OP_ADD2, x_out, NULL, c->xmid, mo, NULL, (int64_t)n));
     }
-    free(mo);
+    arena_release(g->ws, mk);
     return rc;
 }
 
@@ -328,30 +577,34 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    float *buf = nl_malloc((3 * nf + 3 * n) * sizeof(float));
+    amark mk = arena_mark(g->ws);
+    float *buf = falloc(g, 3 * nf + 3 * n);
     if (!buf) return -1;
     float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n;
     int rc = -1;
     /* MLP: x_out = xmid + down(swiglu(gate(hn2), up(hn2))) */
     if (tproj_bwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], dx, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    nl_swiglu_backward(dg, du, dh, c->g, c->u, (int64_t)nf);
+    TIMED(g, NL_GP_ACT, p_elem(g, OP_SWIGLU_B, dg, du, c->g, c->u, dh, (int64_t)nf));
     if (tproj_bwd(g, l, NL_P_GATE, L->p[NL_P_GATE], dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_UP, L->p[NL_P_UP], du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
-    vadd(dhn, tmp, n);
-    nl_rmsnorm_backward(dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd);
-    vadd(dxmid, dx, n);
+    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, n));
+    TIMED(g, NL_GP_NORM, p_norm_b(g, dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
+    TIMED(g, NL_GP_ADD, vadd_p(g, dxmid, dx, n));
     /* mixer: xmid = x_in + mixer(attn_norm(x_in)) */
     rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dhn) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dhn);
     if (rc) goto done;
-    nl_rmsnorm_backward(dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd);
-    vadd(dx, dxmid, n);
+    TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
+    TIMED(g, NL_GP_ADD, vadd_p(g, dx, dxmid, n));
 done:
-    free(buf);
+    arena_release(g->ws, mk);
     return rc;
 }
 
-/* ---- head: final norm + vocabulary projection + cross-entropy, in token chunks ---- */
-#define HEAD_CHUNK 64
+/* ---- head: final norm + vocabulary projection + cross-entropy, in token chunks ----
+ * 256 rows a chunk: the vocabulary product is the largest of the step (V·E per row, both
+ * directions) and runs at its best rate on 256-row buckets, while the logits chunk stays at
+ * 256·V floats (155 MB for V = 151936). */
+#define HEAD_CHUNK 256
 
 static int head(nl_graph *g, const float *x, const int32_t *targets, int T, float inv_n, int want_grad,
                 double *loss_sum, float *dx) {
@@ -360,10 +613,12 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     int p = m->p_output, r = lora_rank(g, p);
     size_t n = (size_t)T * E;
     int C = T < HEAD_CHUNK ? T : HEAD_CHUNK;
-    float *hn = nl_malloc((2 * n + (size_t)T + (size_t)C * V + (size_t)C * (r ? r : 1)) * sizeof(float));
-    if (!hn) return -1;
+    amark mk = arena_mark(g->ws);
+    float *hn = falloc(g, 2 * n + (size_t)T + (size_t)C * V + (size_t)C * (r ? r : 1));
+    double *row_loss = arena_alloc(g->ws, (size_t)C * sizeof(double));
+    if (!hn || !row_loss) { arena_release(g->ws, mk); return -1; }
     float *dhn = hn + n, *rstd = dhn + n, *z = rstd + T, *u = z + (size_t)C * V;
-    nl_rmsnorm_forward(hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps);
+    TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     memset(dhn, 0, n * sizeof(float));
     *loss_sum = 0.0;
     int rc = 0;
@@ -375,13 +630,21 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
         g->tok_base = saved + t0;
         rc = tproj_fwd(g, L, NL_P_OUTPUT, p, hn + (size_t)t0 * E, nc, z, r ? u : NULL);
         if (rc == 0) {
-            *loss_sum += nl_xent_chunk(z, targets + t0, nc, V, inv_n, want_grad);
+            /* rows in parallel; the chunk's sum in row order (the same bits as one thread) */
+            double t1 = tic(g);
+            op_job j = {.op = OP_XENT, .y = z, .targets = targets + t0, .n = V, .row_loss = row_loss, .inv_n = inv_n,
+                        .want_grad = want_grad};
+            par(g, &j, nc, 1, (int64_t)nc * V);
+            double cs = 0.0;
+            for (int t = 0; t < nc; t++) cs += row_loss[t];
+            *loss_sum += cs;
+            toc(g, NL_GP_XENT, t1);
             if (want_grad) rc = tproj_bwd(g, L, NL_P_OUTPUT, p, z, hn + (size_t)t0 * E, r ? u : NULL, nc, dhn + (size_t)t0 * E);
         }
         g->tok_base = saved;
     }
-    if (rc == 0 && want_grad) nl_rmsnorm_backward(dx, dhn, x, m->output_norm, rstd, T, E);
-    free(hn);
+    if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x, m->output_norm, rstd, T, E));
+    arena_release(g->ws, mk);
     return rc;
 }
 
@@ -396,55 +659,63 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
         if (targets[t] >= m->hp.n_vocab)
             return nl_err("target %d at position %d is outside the vocabulary", targets[t], t);
     }
-    /* xs[l] = input of layer l (always kept); xs[nL] = final hidden state. */
-    float *xs = nl_malloc((size_t)(nL + 1) * n * sizeof(float) + n * sizeof(float));
-    layer_cache *caches = nl_calloc((size_t)nL, sizeof *caches);
-    int32_t *pos = nl_malloc((size_t)T * sizeof *pos);
+    arena *a = ws_of(g);
+    if (!a) return -1;
+    double t_other = tic(g);
+    amark m0 = arena_mark(a);
+    /* xs[l] = input of layer l (always kept); xs[nL] = final hidden state; then dx. */
+    float *xs = falloc(g, (size_t)(nL + 2) * n);
+    int32_t *pos = arena_alloc(a, (size_t)T * sizeof *pos);
+    unsigned char *keep = arena_alloc(a, (size_t)nL);
+    uint64_t *lb = arena_alloc(a, (size_t)nL * sizeof *lb);
+    amark *kmark = arena_alloc(a, (size_t)nL * sizeof *kmark);
+    layer_cache *caches = arena_alloc(a, (size_t)nL * sizeof *caches);
     int rc = -1;
-    if (!xs || !caches || !pos) goto done;
+    if (!xs || !pos || !keep || !lb || !kmark || !caches) goto done;
+    memset(caches, 0, (size_t)nL * sizeof *caches);
     float *dx = xs + (size_t)(nL + 1) * n;
     for (int t = 0; t < T; t++) pos[t] = t;
     if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, xs)) goto done;
     /* Which layers keep their intermediates: train/budget's plan (later layers first). */
-    unsigned char *keep = nl_calloc((size_t)nL, 1);
-    uint64_t *lb = nl_malloc((size_t)nL * sizeof *lb);
-    if (!keep || !lb) { free(keep); free(lb); goto done; }
     for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
     nl_act_plan plan;
-    int prc = nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan);
-    free(lb);
-    if (prc) { free(keep); goto done; }
+    if (nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan)) goto done;
     g->n_kept = g->n_recomputed = 0;
     g->peak_cache_bytes = plan.peak_bytes;
+    toc(g, NL_GP_OTHER, t_other);
     for (int l = 0; l < nL; l++) {
-        layer_cache c;
-        if (cache_alloc(g, l, T, &c)) { free(keep); goto done; }
-        if (layer_fwd(g, l, pos, T, &c, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) { cache_free(&c); free(keep); goto done; }
-        if (keep[l]) { caches[l] = c; g->n_kept++; }
-        else cache_free(&c);
+        kmark[l] = arena_mark(a);
+        if (cache_alloc(g, l, T, &caches[l])) goto done;
+        if (layer_fwd(g, l, pos, T, &caches[l], xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
+        if (keep[l]) {
+            g->n_kept++;
+        } else {
+            cache_free(&caches[l]);
+            arena_release(a, kmark[l]);
+        }
     }
-    if (head(g, xs + (size_t)nL * n, targets, T, inv_n, want_grad, loss_sum, dx)) { free(keep); goto done; }
+    if (head(g, xs + (size_t)nL * n, targets, T, inv_n, want_grad, loss_sum, dx)) goto done;
     if (want_grad) {
         for (int l = nL - 1; l >= 0; l--) {
             layer_cache *c = &caches[l];
             if (!keep[l]) {
                 /* recompute: the third frozen-weight product */
-                if (cache_alloc(g, l, T, c)) { free(keep); goto done; }
-                if (layer_fwd(g, l, pos, T, c, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) { free(keep); goto done; }
+                kmark[l] = arena_mark(a);
+                if (cache_alloc(g, l, T, c)) goto done;
+                if (layer_fwd(g, l, pos, T, c, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
                 g->n_recomputed++;
             }
-            if (layer_bwd(g, l, pos, T, c, xs + (size_t)l * n, dx)) { free(keep); goto done; }
+            if (layer_bwd(g, l, pos, T, c, xs + (size_t)l * n, dx)) goto done;
             cache_free(c);
+            arena_release(a, kmark[l]); /* the top of the stack: later layers are gone already */
         }
     }
-    free(keep);
     rc = 0;
 done:
     if (caches)
         for (int l = 0; l < nL; l++) cache_free(&caches[l]);
-    free(caches);
-    free(xs);
-    free(pos);
+    arena_release(a, m0);
+    if (!g->keep_scratch) nl_graph_free(g);
     return rc;
 }
 

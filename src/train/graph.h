@@ -15,6 +15,29 @@
 #include "model/adapter.h"
 #include "nn/forward.h"
 
+/* Optional per-call timing of the main thread (bench step): wall seconds by node class.
+ * Accumulates; the caller zeroes it. */
+enum {
+    NL_GP_WAIT = 0,   /* blocked in nl_proj_wait (the service is the critical path) */
+    NL_GP_LORA_FWD,   /* LoRA forward branches (overlapped with the request unless rt->sync) */
+    NL_GP_LORA_BWD,   /* LoRA backward (dx, dA, dB) */
+    NL_GP_ATTN_FWD,   /* attention core forward (scores, softmax, PV) */
+    NL_GP_ATTN_BWD,
+    NL_GP_NORM,       /* RMSNorm forward/backward (layer, q/k and final norms) */
+    NL_GP_ROPE,
+    NL_GP_ACT,        /* SwiGLU and gates, forward and backward */
+    NL_GP_XENT,       /* softmax cross-entropy of the head chunks */
+    NL_GP_ADD,        /* residual adds, LoRA adds, copies */
+    NL_GP_OTHER,      /* submits, allocation, embedding rows, planning */
+    NL_GP_COUNT
+};
+typedef struct {
+    double s[NL_GP_COUNT];
+    uint64_t requests;        /* service requests submitted */
+} nl_graph_prof;
+/* "wait", "lora_fwd", ... */
+const char *nl_graph_prof_name(int k);
+
 typedef struct {
     nl_runtime *rt;           /* borrowed; rt->adapter must be `ad` */
     nl_adapter *ad;           /* the trainable adapter (borrowed) */
@@ -24,6 +47,12 @@ typedef struct {
     int64_t step;             /* optimizer step: part of the dropout key */
     int64_t tok_base;         /* token offset of this sequence inside the step (dropout key) */
     uint64_t act_budget;      /* bytes of layer intermediates that may stay resident */
+    nl_graph_prof *prof;      /* NULL = no timing */
+    /* Keep the call's scratch (layer inputs, caches, temporaries: one arena) for the next call
+     * instead of freeing it: saves the page faults of ~RSS-peak bytes per step. The caller
+     * then releases it with nl_graph_free. */
+    int keep_scratch;
+    void *ws;                 /* the scratch arena (internal; NULL until the first call) */
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;
@@ -36,6 +65,9 @@ uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T);
  * not a target). Gradients of the loss sum·inv_n are accumulated into g->grads; *loss_sum
  * gets the un-normalised sum of target cross-entropies. */
 int nl_graph_seq(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, float inv_n, double *loss_sum);
+
+/* Release the scratch kept by keep_scratch (safe to call at any time, also when none). */
+void nl_graph_free(nl_graph *g);
 
 /* Forward + head loss only (no gradients, dropout as configured): for MeZO and checks. */
 int nl_graph_loss(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, double *loss_sum);

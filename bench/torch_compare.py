@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""bench/torch_compare.py: one LoRA training step (forward + loss + backward) of the qwen3-0.6b
+shape in PyTorch FP32 and in nightlora, one after the other, and the ratio.
+
+Shape: 28 layers, n_embd 1024, n_ff 3072, 16 query heads / 8 kv heads of 128, q/k RMSNorm,
+RoPE (neox), vocabulary 151936 (tied head); LoRA rank 16 (alpha 32) on q, k, v, o, gate, up,
+down of every layer; T tokens, batch 1, every row a target. Frozen weights are random (the
+timing does not depend on their values). PyTorch runs with torch.set_num_threads(THREADS) and
+OMP_WAIT_POLICY=PASSIVE (set before torch is imported), so idle OpenMP threads do not spin on
+the cores nightlora needs later.
+
+nightlora runs `bench step --only d` (LoRA overlapped with the in-flight request, the normal
+path) twice: the FP32 path (--precision f32 --compute f32) and the default path (Q8_0
+resident, bf16 compute where the CPU has AVX512_BF16).
+
+Usage: bench/torch_compare.py --nightlora build/nightlora [--model q06.gguf] [--tokens 512]
+                              [--threads 2] [--reps 3] [--bench-cmd "bench step"]
+Without PyTorch the script says so and exits 0 (nothing to compare).
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def torch_step_seconds(T, threads, reps):
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    E, FF, H, HKV, HD, L, V, R, ALPHA = 1024, 3072, 16, 8, 128, 28, 151936, 16, 32.0
+    eps, base = 1e-6, 1000000.0
+    s = ALPHA / R
+
+    def frozen(n_out, n_in):
+        return (torch.randn(n_out, n_in) * (1.0 / n_in ** 0.5)).requires_grad_(False)
+
+    class Lora(torch.nn.Module):
+        def __init__(self, n_in, n_out):
+            super().__init__()
+            self.w = frozen(n_out, n_in)
+            self.a = torch.nn.Parameter(torch.empty(R, n_in).uniform_(-1 / n_in ** 0.5, 1 / n_in ** 0.5))
+            self.b = torch.nn.Parameter(torch.randn(n_out, R) * 1e-3)
+
+        def forward(self, x):
+            return F.linear(x, self.w) + s * F.linear(F.linear(x, self.a), self.b)
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    inv = base ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang).float(), torch.sin(ang).float()  # [T][HD/2]
+
+    def rope(x):  # x [T][heads][HD], neox pairs (i, i + HD/2)
+        a, b = x[..., : HD // 2], x[..., HD // 2:]
+        c, n = cos[:, None, :], sin[:, None, :]
+        return torch.cat([a * c - b * n, a * n + b * c], dim=-1)
+
+    layers = []
+    for _ in range(L):
+        layers.append(dict(q=Lora(E, H * HD), k=Lora(E, HKV * HD), v=Lora(E, HKV * HD), o=Lora(H * HD, E),
+                           gate=Lora(E, FF), up=Lora(E, FF), down=Lora(FF, E),
+                           n1=torch.ones(E), n2=torch.ones(E), qn=torch.ones(HD), kn=torch.ones(HD)))
+    emb = frozen(V, E)
+    out_norm = torch.ones(E)
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    tokens = torch.randint(0, V, (T + 1,))
+    params = [p for ly in layers for k in ("q", "k", "v", "o", "gate", "up", "down") for p in ly[k].parameters()]
+
+    def step():
+        for p in params:
+            p.grad = None
+        x = emb[tokens[:T]]
+        for ly in layers:
+            h = rms(x, ly["n1"])
+            q = rms(ly["q"](h).view(T, H, HD), ly["qn"])
+            k = rms(ly["k"](h).view(T, HKV, HD), ly["kn"])
+            v = ly["v"](h).view(T, HKV, HD)
+            q, k = rope(q), rope(k)
+            k = k.repeat_interleave(H // HKV, dim=1)
+            v = v.repeat_interleave(H // HKV, dim=1)
+            att = torch.einsum("thd,shd->hts", q, k) / HD ** 0.5 + mask
+            o = torch.einsum("hts,shd->thd", att.softmax(-1), v).reshape(T, H * HD)
+            x = x + ly["o"](o)
+            h = rms(x, ly["n2"])
+            x = x + ly["down"](F.silu(ly["gate"](h)) * ly["up"](h))
+        logits = F.linear(rms(x, out_norm), emb)
+        loss = F.cross_entropy(logits, tokens[1:])
+        loss.backward()
+        return float(loss)
+
+    step()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[(len(times) - 1) // 2], torch.__version__
+
+
+def nightlora_step(bin_, cmd, model, T, threads, reps, extra):
+    argv = [bin_] + shlex.split(cmd) + ["--model", model, "--tokens", str(T), "--threads", str(threads), "--reps", str(reps),
+                                        "--warmup", "1", "--only", "d", "--json"] + extra
+    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["configs"]["d"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nightlora", default="build/nightlora")
+    ap.add_argument("--bench-cmd", default="bench step", help='sub-command words (e.g. "bench-step")')
+    ap.add_argument("--model", help="qwen3-0.6b GGUF (default: made with mkmodel --type q8_0 in a temp dir)")
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch_compare: PyTorch is not installed (python3 -c 'import torch' fails): nothing to compare, skipping")
+        return 0
+    secs, ver = torch_step_seconds(a.tokens, a.threads, a.reps)
+    tps_torch = a.tokens / secs
+    print(f"pytorch {ver} fp32, {a.threads} threads: {secs:.3f} s/step, {tps_torch:.1f} tokens/s")
+    with tempfile.TemporaryDirectory() as tmp:
+        model = a.model
+        if not model:
+            model = os.path.join(tmp, "q06.gguf")
+            subprocess.run([a.nightlora, "mkmodel", "--arch", "qwen3", "--preset", "qwen3-0.6b", "--type", "q8_0", "--out", model],
+                           check=True, capture_output=True)
+        for label, extra in (("fp32 (--precision f32 --compute f32)", ["--precision", "f32", "--compute", "f32"]),
+                             ("default (q8_0 resident, bf16 compute)", [])):
+            r = nightlora_step(a.nightlora, a.bench_cmd, model, a.tokens, a.threads, a.reps, extra)
+            print(f"nightlora {label}: {r['seconds_per_step']:.3f} s/step, {r['tokens_per_s']:.1f} tokens/s, "
+                  f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB; ratio to pytorch fp32 {r['tokens_per_s'] / tps_torch:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
