@@ -7,7 +7,7 @@
 # The binaries take the sub-command as `bench-step` or `bench step` (set BENCH_CMD).
 set -eu
 before=$1; after=$2; model=$3; T=${4:-512}; th=${5:-2}; reps=${6:-2}
-cmd=${BENCH_CMD:-bench-step}
+cmd=${BENCH_CMD:-bench step}
 for path in default f32; do
     if [ "$path" = f32 ]; then flags="--precision f32 --compute f32"; else flags=""; fi
     for which in before after; do

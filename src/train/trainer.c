@@ -75,6 +75,7 @@ typedef struct {
     int stop_in_pause;      /* a stop was requested while paused: abort the step */
     int pace_failing;       /* the last pacer reading failed (warned once per outage) */
     int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
+    nl_graph *graph;        /* the step graph, once made (its kept scratch is freed with the trainer) */
 } trainer;
 
 #define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
@@ -114,6 +115,7 @@ static int dir_has_commits(const char *dir) {
 }
 
 static void trainer_free(trainer *t) {
+    if (t->graph) nl_graph_free(t->graph);
     if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
     if (t->log && t->log != stdout) fclose(t->log);
     if (t->pacer_ok) nl_pacer_free(&t->pacer);
@@ -804,7 +806,9 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     int max_T = 1;
     for (int i = 0; i < t.pk.n; i++)
         if (t.pk.seq[i].n_tokens > max_T) max_T = t.pk.seq[i].n_tokens;
-    nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed};
+    /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
+    nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
+    t.graph = &g;
     uint64_t budget;
     if (mem_preflight(&t, &g, max_T, avail, o->mem_limit_mb > 0, &budget)) goto done;
     if (o->act_budget_mb == 0) budget = 0;
