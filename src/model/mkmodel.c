@@ -532,7 +532,7 @@ static int fill_tensor(void *user, int idx, void *dst, uint64_t nbytes) {
         jobs[i] = base;
         jobs[i].n_threads = nt;
         jobs[i].tid = i;
-        if (i > 0) started[i] = pthread_create(&th[i], NULL, fill_worker, &jobs[i]) == 0;
+        if (i > 0) started[i] = nl_thread_create(&th[i], fill_worker, &jobs[i]) == 0;
     }
     /* A thread that could not start leaves its chunks to this one, in order. */
     for (int i = 1; i < nt; i++)

@@ -240,7 +240,7 @@ static int host_init(void **out, int n_threads) {
     for (int i = 1; i < n_threads; i++) {
         c->wargs[i].c = c;
         c->wargs[i].tid = i;
-        if (pthread_create(&c->threads[i - 1], NULL, worker, &c->wargs[i])) {
+        if (nl_thread_create(&c->threads[i - 1], worker, &c->wargs[i])) {
             nl_err("host: cannot start worker thread %d", i);
             goto fail;
         }

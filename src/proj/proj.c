@@ -87,7 +87,7 @@ nl_proj_pool *nl_proj_pool_new(int n_threads) {
             if (!a) goto fail;
             a->p = p;
             a->w = w;
-            if (pthread_create(&p->th[w - 1], NULL, pool_main, a) != 0) {
+            if (nl_thread_create(&p->th[w - 1], pool_main, a) != 0) {
                 free(a);
                 nl_err("proj: cannot start worker thread %d of %d", w, p->n);
                 goto fail;
@@ -335,7 +335,7 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     if (be == &nl_proj_backend_ref) s->ref_ctx = s->be_ctx;
     else if (nl_proj_backend_ref.init(&s->ref_ctx, s->n_threads)) goto fail;
 
-    if (pthread_create(&s->thread, NULL, dispatcher, s) != 0) {
+    if (nl_thread_create(&s->thread, dispatcher, s) != 0) {
         nl_err("proj: cannot start the service thread");
         goto fail;
     }

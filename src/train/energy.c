@@ -405,7 +405,7 @@ int nl_energy_start_sampler(nl_energy *e, double period_s) {
     if (e->running) return nl_err("energy: the sampler is already running");
     e->period_s = period_s;
     e->stop = 0;
-    if (pthread_create(&e->thread, NULL, sampler_main, e)) return nl_err("energy: cannot start the sampler thread");
+    if (nl_thread_create(&e->thread, sampler_main, e)) return nl_err("energy: cannot start the sampler thread");
     e->running = 1;
     return 0;
 }

@@ -43,6 +43,11 @@ static inline int nl_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
     return 0;
 }
 
+/* pthread_create for the library's worker threads: they start with SIGINT and SIGTERM blocked,
+ * so those signals reach the main thread (the trainer's stop flag, the pacer's sleep). */
+#include <pthread.h>
+int nl_thread_create(pthread_t *th, void *(*fn)(void *), void *arg);
+
 /* Monotonic wall-clock seconds. */
 double nl_now(void);
 
