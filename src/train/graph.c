@@ -319,14 +319,18 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
                      .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind)};
 }
 
-/* y[T][N] = W x + LoRA; u_save[T][r] receives the LoRA u (when adapted). The LoRA branch runs
- * on this thread while the base product is in flight (after it when rt->sync); its output is
- * added once the service has written y. */
-static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
+/* One frozen projection with its LoRA branch, in either direction:
+ *   NL_FWD: out[T][N] = in·Wᵀ + LoRA(in); u_save[T][r] receives the LoRA u (when adapted).
+ *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
+ *           saved u; the LoRA gradients accumulate into g->grads.
+ * The LoRA branch runs on this thread while the base product is in flight (after it when
+ * rt->sync) into its own buffer, since the service is writing `out`; it is added after wait. */
+static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const float *in, const float *x,
+                 float *u_save, const float *u_in, int T, float *out) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
     double t = tic(g);
-    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
+    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], dir, in, T, out)) return -1;
     if (g->prof) g->prof->requests++;
     int rc = 0;
     if (rt->sync) {
@@ -335,64 +339,37 @@ static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, in
         t = toc(g, NL_GP_WAIT, t);
     }
     amark mk = arena_mark(g->ws);
-    float *ly = NULL;
+    float *lo = NULL;
     size_t n = 0;
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
-        n = (size_t)T * (size_t)L.n_out;
-        ly = falloc(g, n);
+        const float *A = nl_lora_A(g->ad, e), *B = nl_lora_B(g->ad, e);
+        n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
+        lo = falloc(g, n);
         t = toc(g, NL_GP_OTHER, t);
-        if (!ly || nl_lora_forward_to(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ly, u_save, x, T, g->tok_base, 0)) rc = -1;
-        t = toc(g, NL_GP_LORA_FWD, t);
+        if (!lo) rc = -1;
+        else if (dir == NL_FWD) rc = nl_lora_forward_to(&L, A, B, lo, u_save, in, T, g->tok_base, 0) ? -1 : 0;
+        else rc = nl_lora_backward_to(&L, A, B, lo, 0, g->grads + g->ad->t[e].off_a, g->grads + g->ad->t[e].off_b,
+                                      in, x, u_in, T, g->tok_base) ? -1 : 0;
+        t = toc(g, dir == NL_FWD ? NL_GP_LORA_FWD : NL_GP_LORA_BWD, t);
     }
     if (!rt->sync) {
         t = toc(g, NL_GP_OTHER, t);
         if (nl_proj_wait(rt->svc)) rc = -1;
         t = toc(g, NL_GP_WAIT, t);
     }
-    if (rc == 0 && ly) vadd_p(g, y, ly, n);
+    if (rc == 0 && lo) vadd_p(g, out, lo, n);
     arena_release(g->ws, mk);
     toc(g, NL_GP_ADD, t);
     return rc;
 }
 
-/* dx[T][K] = dy W (+ LoRA's dx); LoRA gradients accumulate into g->grads. x and u are the
- * forward's input and saved u. */
+static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
+    return tproj(g, NL_FWD, layer, kind, p, x, NULL, u_save, NULL, T, y);
+}
+
 static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
-    nl_runtime *rt = g->rt;
-    int e = g->ad->by_proj[p];
-    double t = tic(g);
-    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], NL_BWD, dy, T, dx)) return -1;
-    if (g->prof) g->prof->requests++;
-    int rc = 0;
-    if (rt->sync) {
-        t = toc(g, NL_GP_OTHER, t);
-        rc = nl_proj_wait(rt->svc);
-        t = toc(g, NL_GP_WAIT, t);
-    }
-    amark mk = arena_mark(g->ws);
-    float *ldx = NULL;
-    size_t n = 0;
-    if (e >= 0 && rc == 0) {
-        /* dx is being written by the service: the LoRA part goes to its own buffer */
-        nl_lora L = lora_of(g, e, layer, kind);
-        n = (size_t)T * (size_t)L.n_in;
-        ldx = falloc(g, n);
-        t = toc(g, NL_GP_OTHER, t);
-        if (!ldx || nl_lora_backward_to(&L, nl_lora_A(g->ad, e), nl_lora_B(g->ad, e), ldx, 0, g->grads + g->ad->t[e].off_a,
-                                        g->grads + g->ad->t[e].off_b, dy, x, u, T, g->tok_base))
-            rc = -1;
-        t = toc(g, NL_GP_LORA_BWD, t);
-    }
-    if (!rt->sync) {
-        t = toc(g, NL_GP_OTHER, t);
-        if (nl_proj_wait(rt->svc)) rc = -1;
-        t = toc(g, NL_GP_WAIT, t);
-    }
-    if (rc == 0 && ldx) vadd_p(g, dx, ldx, n);
-    arena_release(g->ws, mk);
-    toc(g, NL_GP_ADD, t);
-    return rc;
+    return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx);
 }
 
 #define TIMED(g, k, stmt)          \
