@@ -220,6 +220,14 @@ static int parse_precision_map(nl_proj_service *s, const char *map) {
 
 static int is_float_type(int t) { return t == NL_TYPE_F32 || t == NL_TYPE_F16 || t == NL_TYPE_BF16; }
 
+int nl_proj_feasible_type(int gguf_type, int64_t n_in, int target) {
+    if (target < 0 || target == gguf_type) return gguf_type;
+    if (!is_float_type(gguf_type) && target != NL_TYPE_F32) return gguf_type; /* never re-quantize */
+    const nl_type_traits *tr = nl_type_get(target);
+    if (!tr || n_in % tr->blck) return gguf_type;
+    return target;
+}
+
 /* The type the policy asks for (-1 = keep), before feasibility. */
 static int policy_target(const nl_proj_service *s, const nl_proj_weight *w) {
     int tgt;
@@ -406,11 +414,7 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w) {
     e->orig.name = e->name;
     e->res = e->orig;
 
-    /* feasibility of the policy's target */
-    int tgt = policy_target(s, w);
-    if (tgt < 0 || tgt == w->type) tgt = w->type;
-    else if (!is_float_type(w->type) && tgt != NL_TYPE_F32) tgt = w->type; /* never re-quantize */
-    else if (w->n_in % nl_type_get(tgt)->blck) tgt = w->type;
+    int tgt = nl_proj_feasible_type(w->type, w->n_in, policy_target(s, w));
 
     if (tgt != w->type) {
         /* the same source converted to the same type before (tied head/embedding): share */

@@ -70,6 +70,12 @@ typedef struct {
     int strict;
 } nl_proj_config;
 
+/* The resident type a weight of `gguf_type` with rows of n_in gets when the policy asks for
+ * `target` (-1 = keep): quantized GGUF tensors are never re-quantized (only expanded to f32),
+ * and rows that are not whole blocks of the target keep the GGUF type. (F16 overflow, found
+ * only while converting, also keeps the GGUF bytes.) */
+int nl_proj_feasible_type(int gguf_type, int64_t n_in, int target);
+
 nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg);
 void nl_proj_service_free(nl_proj_service *s);
 

@@ -621,25 +621,21 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
  * --precision <type> gives): the service's rule (proj.h) applied to the GGUF tensors: the
  * embedding keeps its type, a quantized tensor is never re-quantized, a row length that is not
  * a multiple of the target's block keeps its type; one copy per (source, resident type). */
+/* Resident weight bytes if every projection but the embedding were asked for `type` (what
+ * `--precision type` would give; proj decides feasibility). A GGUF tensor converted twice to
+ * the same type (tied head and embedding) counts once, as in the service. */
 static uint64_t weights_at(const nl_model *m, int type) {
+    int *tgt = malloc((size_t)m->n_projs * sizeof *tgt);
+    if (!tgt) return UINT64_MAX;
     uint64_t b = 0;
     for (int i = 0; i < m->n_projs; i++) {
         const nl_proj_desc *d = &m->projs[i];
-        int src = d->w->type, tgt = type;
-        if (d->cls == NL_CLASS_EMBED) tgt = src;
-        else if (src != NL_TYPE_F32 && src != NL_TYPE_F16 && src != NL_TYPE_BF16) tgt = src;
-        else if (d->n_in % nl_type_get(tgt)->blck) tgt = src;
+        tgt[i] = nl_proj_feasible_type(d->w->type, d->n_in, d->cls == NL_CLASS_EMBED ? -1 : type);
         int dup = 0;
-        for (int j = 0; j < i && !dup; j++) {
-            const nl_proj_desc *e = &m->projs[j];
-            int es = e->w->type, et = type;
-            if (e->cls == NL_CLASS_EMBED) et = es;
-            else if (es != NL_TYPE_F32 && es != NL_TYPE_F16 && es != NL_TYPE_BF16) et = es;
-            else if (e->n_in % nl_type_get(et)->blck) et = es;
-            dup = e->w->data == d->w->data && et == tgt;
-        }
-        if (!dup) b += (uint64_t)nl_row_bytes(tgt, d->n_in) * (uint64_t)d->n_out;
+        for (int j = 0; j < i && !dup; j++) dup = m->projs[j].w->data == d->w->data && tgt[j] == tgt[i];
+        if (!dup) b += (uint64_t)nl_row_bytes(tgt[i], d->n_in) * (uint64_t)d->n_out;
     }
+    free(tgt);
     return b;
 }
 
