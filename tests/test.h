@@ -45,4 +45,44 @@ static inline double nl_t_rand(void) {
     nl_t_rng_state = x;
     return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
+/* Small file and time helpers shared by the tests that run training or the CLI. */
+#include <errno.h>
+#include <time.h>
+#include "util/util.h"
+
+/* Whole file, NUL-terminated (NULL if unreadable); *len (may be NULL) gets its size. */
+static inline char *nl_t_slurp(const char *path, size_t *len) {
+    size_t l = 0;
+    char *b = nl_read_file(path, &l);
+    if (len) *len = l;
+    return b;
+}
+/* 1 when both files exist and hold the same bytes. */
+static inline int nl_t_same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = nl_t_slurp(a, &la), *y = nl_t_slurp(b, &lb);
+    int r = x && y && la == lb && memcmp(x, y, la) == 0;
+    free(x);
+    free(y);
+    return r;
+}
+static inline int nl_t_file_has(const char *path, const char *needle) {
+    char *b = nl_t_slurp(path, NULL);
+    int r = b && strstr(b, needle) != NULL;
+    free(b);
+    return r;
+}
+/* Complete lines ('\n'-terminated) in a file; 0 if unreadable. */
+static inline int nl_t_count_lines(const char *path) {
+    char *b = nl_t_slurp(path, NULL);
+    int n = 0;
+    for (char *q = b; q && *q; q++) n += *q == '\n';
+    free(b);
+    return n;
+}
+/* Sleep s seconds, resuming after signals. */
+static inline void nl_t_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
 #endif

@@ -56,23 +56,6 @@ static void recorder_init(recorder *r) {
 
 /* ---- helpers ---- */
 
-static char *slurp(const char *path, size_t *len) {
-    size_t l = 0;
-    char *b = nl_read_file(path, &l);
-    if (len) *len = l;
-    return b;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
-    nl_clear_error();
-    int r = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return r;
-}
-
 static int exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
@@ -81,7 +64,7 @@ static int exists(const char *p) {
 /* The logged (step, loss, grad_norm) triples, as text: exact (%.17g in the log). */
 static int log_sig(const char *path, char *out, size_t cap) {
     size_t len;
-    char *b = slurp(path, &len);
+    char *b = nl_t_slurp(path, &len);
     if (!b) return -1;
     size_t o = 0;
     out[0] = 0;
@@ -202,7 +185,7 @@ static void test_commit_faults(void) {
             if (prune && !sticky) {
                 /* pruning is best effort: the run goes on and ends normally */
                 n_prune++;
-                CHECKF(rc == 0 && same_file(out, ref_out), "%s: rc %d (%s)", what, rc, e);
+                CHECKF(rc == 0 && nl_t_same_file(out, ref_out), "%s: rc %d (%s)", what, rc, e);
                 continue;
             }
             n_fail++;
@@ -219,7 +202,7 @@ static void test_commit_faults(void) {
             {
                 /* read the header's hashes, then load with them: must verify */
                 size_t len;
-                char *b = slurp(prev, &len);
+                char *b = nl_t_slurp(prev, &len);
                 uint64_t ch = 0, mh = 0;
                 if (b && len >= 32) { memcpy(&ch, b + 16, 8); memcpy(&mh, b + 24, 8); }
                 free(b);
@@ -234,7 +217,7 @@ static void test_commit_faults(void) {
             rc = nl_train(&o, &res);
             char sig[8192];
             CHECKF(rc == 0 && res.steps_done == 4, "%s: resume: %s", what, nl_last_error());
-            CHECKF(same_file(out, ref_out), "%s: resumed adapter differs from the uninterrupted run", what);
+            CHECKF(nl_t_same_file(out, ref_out), "%s: resumed adapter differs from the uninterrupted run", what);
             CHECKF(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig), "%s: resumed log differs:\n%s", what, sig);
         }
     }
@@ -272,7 +255,7 @@ static void test_truncated_commit(void) {
     CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck") && strstr(text, "at step 2/4"), "progress: %s", text);
     free(text);
     char sig[8192];
-    CHECK(same_file(out, ref_out));
+    CHECK(nl_t_same_file(out, ref_out));
     CHECK(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig));
 }
 

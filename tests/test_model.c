@@ -17,15 +17,6 @@ static long file_size(const char *path) {
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
 }
 
-static int same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = nl_read_file(a, &la), *y = nl_read_file(b, &lb);
-    int same = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 static void check_hparams_equal(const nl_hparams *a, const nl_hparams *b, const char *what) {
     CHECKF(a->n_vocab == b->n_vocab && a->n_embd == b->n_embd && a->n_layer == b->n_layer && a->n_ff == b->n_ff, "%s dims", what);
     CHECKF(a->n_head == b->n_head && a->n_head_kv == b->n_head_kv && a->head_dim == b->head_dim && a->n_rot == b->n_rot, "%s heads", what);
@@ -215,9 +206,9 @@ static void test_determinism(void) {
     CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 123, "test_model_det_a.gguf") == 0);
     CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 123, "test_model_det_b.gguf") == 0);
     CHECK(nl_mkmodel(NL_ARCH_QWEN35, "tiny", NL_TYPE_Q8_0, 124, "test_model_det_c.gguf") == 0);
-    CHECK(same_file("test_model_det_a.gguf", "test_model_det_b.gguf"));
+    CHECK(nl_t_same_file("test_model_det_a.gguf", "test_model_det_b.gguf"));
     CHECK(file_size("test_model_det_a.gguf") == file_size("test_model_det_c.gguf"));
-    CHECK(!same_file("test_model_det_a.gguf", "test_model_det_c.gguf"));
+    CHECK(!nl_t_same_file("test_model_det_a.gguf", "test_model_det_c.gguf"));
     remove("test_model_det_a.gguf");
     remove("test_model_det_b.gguf");
     remove("test_model_det_c.gguf");
@@ -438,7 +429,7 @@ static void test_cli(void) {
     int rc = system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type f16 --seed 9 > /dev/null");
     CHECK(rc == 0);
     CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F16, 9, "test_model_lib.gguf") == 0);
-    CHECK(same_file("test_model_cli.gguf", "test_model_lib.gguf"));
+    CHECK(nl_t_same_file("test_model_cli.gguf", "test_model_lib.gguf"));
     CHECK(system(NL_CLI " mkmodel --arch gpt2 --preset tiny --out test_model_cli.gguf 2> /dev/null") != 0);
     CHECK(system(NL_CLI " mkmodel --arch llama --preset tiny --out test_model_cli.gguf --type q4_0 2> /dev/null") != 0);
     CHECK(system(NL_CLI " mkmodel --arch llama --preset qwen3-0.6b --out test_model_cli.gguf 2> /dev/null") != 0);

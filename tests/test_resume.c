@@ -89,35 +89,7 @@ static int wait_rc(pid_t pid) {
 
 static int run(const args *a, const char *errpath) { return wait_rc(spawn(a, errpath)); }
 
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
-
 /* ---- files ---- */
-
-static char *slurp(const char *path, size_t *len) {
-    size_t l = 0;
-    char *b = nl_read_file(path, &l);
-    if (len) *len = l;
-    return b;
-}
-
-static int file_has(const char *path, const char *needle) {
-    char *b = slurp(path, NULL);
-    int r = b && strstr(b, needle) != NULL;
-    free(b);
-    return r;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
-    int r = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return r;
-}
 
 /* The newest commit step in DIR (-1: none). */
 static int newest_commit(const char *dir) {
@@ -156,7 +128,7 @@ typedef struct {
 static void read_log(const char *path, steplog *L) {
     memset(L, 0, sizeof *L);
     size_t len;
-    char *b = slurp(path, &len);
+    char *b = nl_t_slurp(path, &len);
     if (!b) { L->bad = 1; return; }
     for (char *p = b; p < b + len && L->n < 256;) {
         char *eol = memchr(p, '\n', (size_t)(b + len - p));
@@ -232,7 +204,7 @@ static void test_reference(void) {
     base_args(&a, ref_out, ck, ref_log);
     double t0 = nl_now();
     pid_t pid = spawn(&a, err);
-    while (!file_has(err, "training ") && nl_now() - t0 < 30) sleep_s(0.001);
+    while (!nl_t_file_has(err, "training ") && nl_now() - t0 < 30) nl_t_sleep(0.001);
     double t1 = nl_now();
     int rc = wait_rc(pid);
     REF_SECONDS = nl_now() - t0;
@@ -246,8 +218,8 @@ static void test_reference(void) {
     /* the progress line: step/total, loss, tok/s, ETA, running|paused */
     char want[64];
     snprintf(want, sizeof want, "step 1/%d  loss ", N_STEPS);
-    CHECK(file_has(err, want) && file_has(err, " tok/s  ETA ") && file_has(err, "  running"));
-    CHECK(file_has(err, "0 truncated") && file_has(err, "0 dropped"));
+    CHECK(nl_t_file_has(err, want) && nl_t_file_has(err, " tok/s  ETA ") && nl_t_file_has(err, "  running"));
+    CHECK(nl_t_file_has(err, "0 truncated") && nl_t_file_has(err, "0 dropped"));
     /* a second run is bit-identical (the premise of everything below) */
     char out2[512], log2[512], ck2[512];
     snprintf(out2, sizeof out2, "%s/ref2.gguf", tmp);
@@ -255,7 +227,7 @@ static void test_reference(void) {
     snprintf(ck2, sizeof ck2, "%s/ck_ref2", tmp);
     base_args(&a, out2, ck2, log2);
     CHECK(run(&a, err) == 0);
-    CHECK(same_file(ref_out, out2));
+    CHECK(nl_t_same_file(ref_out, out2));
     steplog L;
     read_log(log2, &L);
     CHECK(same_log(&REF, &L, "second run"));
@@ -272,7 +244,7 @@ static void finish_and_compare(const char *ck, const char *out, const char *log,
     arg(&a, "--resume");
     int rc = run(&a, err);
     CHECKF(rc == 0, "%s: final resume exited %d", what, rc);
-    CHECKF(same_file(ref_out, out), "%s: adapter differs from the uninterrupted run", what);
+    CHECKF(nl_t_same_file(ref_out, out), "%s: adapter differs from the uninterrupted run", what);
     steplog L;
     read_log(log, &L);
     CHECKF(same_log(&REF, &L, what), "%s", what);
@@ -298,7 +270,7 @@ static void test_clean_stops(void) {
         expect += atoi(stops[i]);
         CHECKF(rc == 0, "stop %d exited %d", i, rc);
         CHECKF(newest_commit(ck) == expect, "after stop %d: newest commit %d, expected %d", i, newest_commit(ck), expect);
-        CHECK(file_has(err, "stopped after"));
+        CHECK(nl_t_file_has(err, "stopped after"));
         steplog L;
         read_log(log, &L);
         CHECK(L.n == expect && L.bad == 0);
@@ -331,7 +303,7 @@ static void test_corrupt_commit(void) {
     arg(&a, "--resume");
     arg(&a, "--stop-after"); arg(&a, "1");
     CHECK(run(&a, err) == 0);
-    CHECKF(file_has(err, "warning: ") && file_has(err, "checksum") && file_has(err, "at step 3/"), "no warning / not resumed from commit 3");
+    CHECKF(nl_t_file_has(err, "warning: ") && nl_t_file_has(err, "checksum") && nl_t_file_has(err, "at step 3/"), "no warning / not resumed from commit 3");
     finish_and_compare(ck, out, log, "corrupt commit");
 }
 
@@ -347,8 +319,8 @@ static void test_kill_after_commit(int k) {
     base_args(&a, out, ck, log);
     pid_t pid = spawn(&a, err);
     double t0 = nl_now();
-    while (newest_commit(ck) < 3 * k && nl_now() - t0 < 30) sleep_s(0.0005);
-    sleep_s(1.5 * STEP_SECONDS); /* into the step after the next: one step to replay */
+    while (newest_commit(ck) < 3 * k && nl_now() - t0 < 30) nl_t_sleep(0.0005);
+    nl_t_sleep(1.5 * STEP_SECONDS); /* into the step after the next: one step to replay */
     kill(pid, SIGKILL);
     int rc = wait_rc(pid);
     int at = newest_commit(ck);
@@ -357,14 +329,6 @@ static void test_kill_after_commit(int k) {
     printf("%s: killed (rc %d) with newest commit %d, %d log lines\n", name, rc, at, L.n);
     CHECK(at >= 3 * k);
     finish_and_compare(ck, out, log, name);
-}
-
-static int log_lines(const char *path) {
-    char *b = slurp(path, NULL);
-    int n = 0;
-    for (char *p = b; p && *p; p++) n += *p == '\n';
-    free(b);
-    return n;
 }
 
 /* A chain of SIGKILLs at pseudo-random points, each followed by --resume; the last resume
@@ -390,8 +354,8 @@ static void test_random_kills(void) {
         if (i) arg(&a, "--resume");
         pid_t pid = spawn(&a, err);
         double t0 = nl_now();
-        while (log_lines(log) < target && nl_now() - t0 < 30) sleep_s(0.0003);
-        sleep_s(frac * STEP_SECONDS);
+        while (nl_t_count_lines(log) < target && nl_now() - t0 < 30) nl_t_sleep(0.0003);
+        nl_t_sleep(frac * STEP_SECONDS);
         kill(pid, SIGKILL);
         int rc = wait_rc(pid);
         killed += rc == 128 + SIGKILL;
@@ -419,14 +383,14 @@ static void test_signal(int sig) {
     base_args(&a, out, ck, log);
     pid_t pid = spawn(&a, err);
     double t0 = nl_now();
-    while (newest_commit(ck) < 3 && nl_now() - t0 < 30) sleep_s(0.0005);
+    while (newest_commit(ck) < 3 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
     kill(pid, sig);
     int rc = wait_rc(pid);
     int at = newest_commit(ck);
     steplog L;
     read_log(log, &L);
     CHECKF(rc == 0, "%s: exited %d", name, rc);
-    CHECKF(file_has(err, "stopped after"), "%s: no 'stopped' in the output", name);
+    CHECKF(nl_t_file_has(err, "stopped after"), "%s: no 'stopped' in the output", name);
     CHECKF(at >= 3 && at < N_STEPS && L.n == at, "%s: newest commit %d, %d log lines", name, at, L.n);
     printf("%s: stopped at step %d of %d\n", name, at, N_STEPS);
     finish_and_compare(ck, out, log, name);
@@ -449,11 +413,11 @@ static void test_signal_in_pause(void) {
     arg(&a, "--pacing-poll-ms"); arg(&a, "10");
     pid_t pid = spawn(&a, err);
     double t0 = nl_now();
-    while (newest_commit(ck) < 3 && nl_now() - t0 < 30) sleep_s(0.0005);
+    while (newest_commit(ck) < 3 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
     write_status("3\n");
-    while (!file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) sleep_s(0.002);
-    int paused = file_has(err, "paused: thermal status 3");
-    sleep_s(0.05);
+    while (!nl_t_file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) nl_t_sleep(0.002);
+    int paused = nl_t_file_has(err, "paused: thermal status 3");
+    nl_t_sleep(0.05);
     kill(pid, SIGTERM);
     int rc = wait_rc(pid);
     int at = newest_commit(ck);
@@ -461,7 +425,7 @@ static void test_signal_in_pause(void) {
     read_log(log, &L);
     CHECKF(paused, "the run never paused");
     CHECKF(rc == 0, "exited %d", rc);
-    CHECK(file_has(err, "stop requested while paused"));
+    CHECK(nl_t_file_has(err, "stop requested while paused"));
     CHECKF(at >= 3 && at < N_STEPS && L.n == at, "newest commit %d, %d log lines", at, L.n);
     printf("sigterm in pause: stopped at step %d\n", at);
     write_status("0\n");
@@ -488,24 +452,24 @@ static void test_dir_lock(void) {
     arg(&a, "--pacing-poll-ms"); arg(&a, "10");
     pid_t pid = spawn(&a, err);
     double t0 = nl_now();
-    while (!file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) sleep_s(0.002);
+    while (!nl_t_file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) nl_t_sleep(0.002);
     args b;
     base_args(&b, out2, ck, NULL);
     arg(&b, "--resume");
     int rc2 = run(&b, err2);
-    CHECKF(rc2 == 1 && file_has(err2, "in use by another training run"), "second run: rc %d", rc2);
+    CHECKF(rc2 == 1 && nl_t_file_has(err2, "in use by another training run"), "second run: rc %d", rc2);
     char pidtxt[32];
     snprintf(pidtxt, sizeof pidtxt, "(pid %d)", (int)pid);
-    CHECK(file_has(err2, pidtxt));
+    CHECK(nl_t_file_has(err2, pidtxt));
     write_status("0\n");
     int rc = wait_rc(pid);
     CHECKF(rc == 0, "first run exited %d", rc);
-    CHECK(same_file(ref_out, out));
+    CHECK(nl_t_same_file(ref_out, out));
     steplog L;
     read_log(log, &L);
     CHECK(same_log(&REF, &L, "locked run"));
     /* the lock went with the process: a resume now gets the directory */
-    CHECK(run(&b, err2) == 0 && same_file(ref_out, out2));
+    CHECK(run(&b, err2) == 0 && nl_t_same_file(ref_out, out2));
 }
 
 /* A fresh run into a directory with commits is refused; the commits stay as they were. */
@@ -516,14 +480,14 @@ static void test_refuse_fresh(void) {
     snprintf(err, sizeof err, "%s/refused.err", tmp);
     snprintf(cfile, sizeof cfile, "%s/commit-%d.nlck", ck, N_STEPS);
     size_t len;
-    char *before = slurp(cfile, &len);
+    char *before = nl_t_slurp(cfile, &len);
     args a;
     base_args(&a, out, ck, NULL);
     int rc = run(&a, err);
     CHECK(rc == 1);
-    CHECK(file_has(err, "already holds commits") && file_has(err, "--resume"));
+    CHECK(nl_t_file_has(err, "already holds commits") && nl_t_file_has(err, "--resume"));
     size_t len2;
-    char *after = slurp(cfile, &len2);
+    char *after = nl_t_slurp(cfile, &len2);
     CHECK(before && after && len == len2 && !memcmp(before, after, len));
     free(before);
     free(after);
@@ -532,7 +496,7 @@ static void test_refuse_fresh(void) {
     /* --steps and --epochs together: a usage error */
     base_args(&a, out, NULL, NULL);
     arg(&a, "--steps"); arg(&a, "3");
-    CHECK(run(&a, err) == 2 && file_has(err, "not both"));
+    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "not both"));
 }
 
 /* MeZO (--method mezo): the state is the params, the step and the data cursor; a chain of a
@@ -562,7 +526,7 @@ static void test_mezo_resume(void) {
     int pg_ok = MREF.n > 0;
     for (int i = 0; i < MREF.n; i++) pg_ok &= !isnan(MREF.pgrad[i]) && MREF.pgrad[i] != 0;
     CHECKF(pg_ok, "mezo: projected_grad missing or zero in the log");
-    CHECK(!same_file(mref_out, ref_out)); /* another optimizer: another adapter */
+    CHECK(!nl_t_same_file(mref_out, ref_out)); /* another optimizer: another adapter */
     /* the same settings but backprop's commits cannot be resumed as MeZO (config hash) */
     {
         base_args(&a, out, ck, log);
@@ -570,7 +534,7 @@ static void test_mezo_resume(void) {
         CHECK(run(&a, err) == 0);
         mezo_args(&a, out, ck, log);
         arg(&a, "--resume");
-        CHECK(run(&a, err) == 1 && file_has(err, "method backprop there, mezo now"));
+        CHECK(run(&a, err) == 1 && nl_t_file_has(err, "method backprop there, mezo now"));
         char cmd[700];
         snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
         CHECK(system(cmd) == 0);
@@ -583,15 +547,15 @@ static void test_mezo_resume(void) {
     arg(&a, "--resume");
     pid_t pid = spawn(&a, err);
     double t0 = nl_now();
-    while (newest_commit(ck) < 6 && nl_now() - t0 < 30) sleep_s(0.0005);
-    sleep_s(1.5 * STEP_SECONDS);
+    while (newest_commit(ck) < 6 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
+    nl_t_sleep(1.5 * STEP_SECONDS);
     kill(pid, SIGKILL);
     int rc = wait_rc(pid);
     printf("mezo: killed (rc %d) with newest commit %d\n", rc, newest_commit(ck));
     mezo_args(&a, out, ck, log);
     arg(&a, "--resume");
     CHECK(run(&a, err) == 0);
-    CHECKF(same_file(mref_out, out), "mezo: resumed adapter differs from the uninterrupted run");
+    CHECKF(nl_t_same_file(mref_out, out), "mezo: resumed adapter differs from the uninterrupted run");
     read_log(log, &L);
     CHECK(same_log(&MREF, &L, "mezo resume"));
 }

@@ -47,27 +47,6 @@ static char tmp[256];
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
 
-static char *slurp(const char *path, size_t *len) {
-    size_t l = 0;
-    char *b = nl_read_file(path, &l);
-    if (len) *len = l;
-    return b;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
-    int r = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return r;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- inputs ---- */
 
 static void write_text(const char *path, const char *text) {
@@ -132,7 +111,7 @@ static int num(const nl_json *j, const char *key, double *out) {
 static void read_log(const char *path, steplog *L) {
     memset(L, 0, sizeof *L);
     size_t len;
-    char *b = slurp(path, &len);
+    char *b = nl_t_slurp(path, &len);
     if (!b) { L->bad = 1; return; }
     for (char *p = b; p < b + len && L->n < MAXL;) {
         char *eol = memchr(p, '\n', (size_t)(b + len - p));
@@ -183,9 +162,9 @@ static void test_determinism(nl_arch arch) {
         steplog L[4];
         for (int k = 0; k < 4; k++) read_log(logs[k], &L[k]);
         CHECKF(L[0].n == 4 && L[0].loss[0] > 0, "%s %s: %d steps", nl_arch_name(arch), backend, L[0].n);
-        CHECKF(same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s %s: run to run", nl_arch_name(arch), backend);
-        CHECKF(same_file(outs[0], outs[2]) && same_losses(&L[0], &L[2]), "%s %s: threads 1 vs 2", nl_arch_name(arch), backend);
-        CHECKF(same_file(outs[0], outs[3]) && same_losses(&L[0], &L[3]), "%s %s: act budget 0 vs 1024 MB", nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s %s: run to run", nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[2]) && same_losses(&L[0], &L[2]), "%s %s: threads 1 vs 2", nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[3]) && same_losses(&L[0], &L[3]), "%s %s: act budget 0 vs 1024 MB", nl_arch_name(arch), backend);
         /* training moved the adapter: the losses are not all equal */
         CHECK(L[0].loss[0] != L[0].loss[3] || L[0].loss[1] != L[0].loss[2]);
     }
@@ -461,7 +440,7 @@ static void test_refusals(const char *model, const char *data) {
     nl_train_result r;
     CHECK(train(&o, &r) == 0 && r.stopped && r.steps_done == 2);
     size_t len0;
-    char *before = slurp(commit, &len0);
+    char *before = nl_t_slurp(commit, &len0);
     CHECK(before != NULL);
     o.stop_after = 0;
     o.resume = 1;
@@ -491,7 +470,7 @@ static void test_refusals(const char *model, const char *data) {
     o.resume = 0;
     CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "already holds commits"));
     size_t len1;
-    char *after = slurp(commit, &len1);
+    char *after = nl_t_slurp(commit, &len1);
     CHECK(after && len0 == len1 && !memcmp(before, after, len0));
     free(before);
     free(after);
@@ -538,24 +517,16 @@ static void write_status(const char *path, const char *v) {
     rename(t, path);
 }
 
-static int log_lines(const char *path) {
-    char *b = slurp(path, NULL);
-    int n = 0;
-    for (char *p = b; p && *p; p++) n += *p == '\n';
-    free(b);
-    return n;
-}
-
 static void *pacing_thread(void *arg) {
     pacing_ctx *c = arg;
     double t0 = nl_now();
-    while (log_lines(c->log) < 2 && nl_now() - t0 < 20) sleep_s(0.002);
+    while (nl_t_count_lines(c->log) < 2 && nl_now() - t0 < 20) nl_t_sleep(0.002);
     /* a garbled reading first: a warning, not the end of the run */
     write_status(c->status, "hot\n");
-    sleep_s(0.05);
+    nl_t_sleep(0.05);
     write_status(c->status, "3\n");
     c->wrote_hot = 1;
-    sleep_s(c->hot_s);
+    nl_t_sleep(c->hot_s);
     write_status(c->status, "0\n");
     return NULL;
 }
@@ -606,7 +577,7 @@ static void test_pacing(const char *model, const char *data) {
     printf("pacing: paused %.2f s over %d step(s)\n", r.paused_seconds, paused_steps);
     free(text);
     /* a pause changes nothing in the result */
-    CHECK(same_file(out, out0));
+    CHECK(nl_t_same_file(out, out0));
 }
 
 /* ---- start-up checks ---- */
@@ -675,7 +646,7 @@ static void test_mezo(const char *model, const char *data) {
     CHECK(train(&o, &r) == 0 && r.steps_done == 3);
     o.out = out2;
     o.log_json = NULL;
-    CHECK(train(&o, NULL) == 0 && same_file(out, out2)); /* deterministic */
+    CHECK(train(&o, NULL) == 0 && nl_t_same_file(out, out2)); /* deterministic */
     /* the same three steps, directly */
     nl_session s;
     CHECK(nl_session_open(&s, model, NULL, NULL) == 0);
@@ -693,7 +664,7 @@ static void test_mezo(const char *model, const char *data) {
     read_log(log, &L);
     CHECK(L.n == 3);
     size_t len;
-    char *text = slurp(log, &len);
+    char *text = nl_t_slurp(log, &len);
     int ok = 1;
     for (int st = 1; st <= 3 && b; st++) {
         const int *idx;
@@ -748,7 +719,7 @@ static void *rapl_thread(void *arg) {
         snprintf(t, sizeof t, "%s.tmp", c->path);
         FILE *f = fopen(t, "w");
         if (f) { fprintf(f, "%lld\n", uj); fclose(f); rename(t, c->path); }
-        sleep_s(0.001);
+        nl_t_sleep(0.001);
     }
     return NULL;
 }
@@ -790,7 +761,7 @@ static void test_energy(const char *model, const char *data) {
     char *text = progress_text(o.progress);
     CHECKF(strstr(text, "energy: RAPL package counters (RAPL package-0)"), "progress: %s", text);
     free(text);
-    char *b = slurp(log, NULL);
+    char *b = nl_t_slurp(log, NULL);
     int lines = 0, good = 0, positive = 0;
     for (char *p = b; p && *p;) {
         char *eol = strchr(p, '\n');
@@ -820,7 +791,7 @@ static void test_energy(const char *model, const char *data) {
     text = progress_text(o.progress);
     CHECKF(strstr(text, "energy counters not available: ") && strstr(text, "powercap"), "progress: %s", text);
     free(text);
-    b = slurp(log, NULL);
+    b = nl_t_slurp(log, NULL);
     CHECK(b && !strstr(b, "joules"));
     free(b);
 }
