@@ -412,7 +412,7 @@ static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
         for (int64_t i = 0; i < (int64_t)T * w->n_in; i++) y[i] *= 1.1f;
     return 0;
 }
-static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free};
+static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0};
 
 static void test_planner(void) {
     nl_t_rng_state = 5;
@@ -519,7 +519,7 @@ static int colbad_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const floa
         }
     return 0;
 }
-static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free};
+static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0};
 
 /* Plan one projection with colbad; returns the largest and smallest rel_err of direction dir
  * (over the buckets {2, 4}) and whether every check of that direction failed / passed. */
@@ -666,6 +666,29 @@ static void test_host_service(void) {
                 CHECKF(sqrt(num / den) < 3e-2, "host wire %d type %s dir %d: rel err %g", wire,
                        nl_type_name(types[i]), d, sqrt(num / den));
                 free(x); free(y); free(yd);
+            }
+        /* host is an any_T backend: with every bucket validated, a request goes whole (no
+         * padding) and equals the rows sent one at a time, bit for bit */
+        for (int i = 0; i < 5; i++)
+            for (int d = 0; d < 2; d++) {
+                const int T = 11;
+                const int64_t in = d ? 19 : 512, out = d ? 512 : 19;
+                float *x = rand_vec((size_t)(T * in), 1.0f), *y = malloc(sizeof(float) * (size_t)(T * out));
+                float *y1 = malloc(sizeof(float) * (size_t)(T * out));
+                nl_proj_stats st0, st1;
+                nl_proj_get_stats(s, &st0);
+                CHECK(nl_proj_run(s, i, (nl_dir)d, x, T, y) == 0);
+                nl_proj_get_stats(s, &st1);
+                int all_ok = 1;
+                for (int k = 0; k < tot.checks; k++) {
+                    const nl_proj_check *ck = nl_proj_plan_get_check(s, k);
+                    if (ck->id == i && (int)ck->dir == d) all_ok &= ck->passed;
+                }
+                if (all_ok) CHECKF(st1.padded_tokens == st0.padded_tokens, "type %s dir %d: padded %d", nl_type_name(types[i]), d, (int)(st1.padded_tokens - st0.padded_tokens));
+                for (int t = 0; t < T; t++) CHECK(nl_proj_run(s, i, (nl_dir)d, x + t * in, 1, y1 + t * out) == 0);
+                CHECKF(memcmp(y, y1, sizeof(float) * (size_t)(T * out)) == 0, "wire %d type %s dir %d: whole != rows",
+                       wire, nl_type_name(types[i]), d);
+                free(x); free(y); free(y1);
             }
         nl_proj_service_free(s);
         for (int i = 0; i < 5; i++) tw_free(&w[i]);

@@ -468,4 +468,5 @@ const nl_proj_backend nl_proj_backend_host = {
     .supports = host_supports,
     .run = host_run,
     .free = host_free,
+    .any_T = 1,
 };

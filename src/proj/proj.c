@@ -489,10 +489,11 @@ int nl_proj_exec_ref(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const flo
     return nl_proj_backend_ref.run(s->ref_ctx, &e->orig, dir, x, T, y);
 }
 
-/* rows -> bucket rows (zero padded), backend, first `rows` rows back. */
+/* rows -> bucket rows (zero padded), backend, first `rows` rows back. bucket 0: any T (an
+ * any_T backend's whole request), no padding. */
 static int run_padded(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows,
                       int bucket, float *y) {
-    if (rows == bucket) return s->be->run(s->be_ctx, &e->res, dir, x, rows, y);
+    if (rows == bucket || bucket == 0) return s->be->run(s->be_ctx, &e->res, dir, x, rows, y);
     const size_t n_in = (size_t)(dir == NL_FWD ? e->res.n_in : e->res.n_out);
     const size_t n_out = (size_t)(dir == NL_FWD ? e->res.n_out : e->res.n_in);
     if (grow((void **)&s->xbuf, &s->xbuf_n, (size_t)bucket * n_in, sizeof(float)) ||
@@ -524,7 +525,8 @@ static int row_shift(const float *row, size_t n) {
 /* The FP16 wire (DESIGN §2): each row goes out as FP16 scaled by 2^shift (max|x| near 2^12);
  * the outputs come back as FP16 and are unscaled here in FP32. A row whose output is
  * non-finite or reaches 60000 is sent again with a further 2^-8, at most three times; then it
- * is computed by ref on the original weight. Retries run in the same bucket (zero padded). */
+ * is computed by ref on the original weight. Retries run in the same bucket (zero padded), or
+ * unpadded when bucket is 0 (any T). */
 static int run_wire(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows,
                     int bucket, float *y) {
     const size_t n_in = (size_t)(dir == NL_FWD ? e->res.n_in : e->res.n_out);
@@ -586,7 +588,8 @@ int nl_proj_exec_backend(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const
 }
 
 /* Splits T onto the validated buckets: whole largest buckets while they fit, then the
- * largest bucket <= the rest, and finally the smallest bucket >= the rest (zero padded). */
+ * largest bucket <= the rest, and finally the smallest bucket >= the rest (zero padded).
+ * On an any_T backend with every bucket of (id, dir) validated: one whole request. */
 int nl_proj_exec(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, float *y) {
     nl_proj_entry *e = &s->e[id];
     const size_t n_in = (size_t)(dir == NL_FWD ? e->res.n_in : e->res.n_out);
@@ -598,6 +601,11 @@ int nl_proj_exec(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, 
             return nl_proj_exec_ref(s, e, dir, x, T, y);
         }
         return nl_proj_exec_backend(s, e, dir, x, T, T, y);
+    }
+    if (s->be->any_T && s->be->supports(s->be_ctx, &e->res, dir, T)) {
+        int all = 1;
+        for (int i = 0; i < s->n_buckets; i++) all &= e->route[dir * s->n_buckets + i] == NL_ROUTE_BACKEND;
+        if (all) return nl_proj_exec_backend(s, e, dir, x, T, 0, y);
     }
     int t = 0;
     while (t < T) {

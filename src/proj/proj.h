@@ -33,6 +33,12 @@ typedef struct nl_proj_backend {
     /* Y (T×N for FWD, T×K for BWD) is overwritten. */
     int (*run)(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y);
     void (*free)(void *ctx);
+    /* 1 if each output row depends only on its own input row and is computed the same way
+     * whatever T (no static shapes, no state across rows). Once the planner has validated every
+     * bucket of a (projection, direction) on such a backend, the service sends requests of it
+     * whole instead of splitting and zero-padding them onto the buckets: a validated bucket
+     * vouches for the row computation, which is the same at any T. */
+    int any_T;
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;
@@ -124,7 +130,8 @@ int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap);
  * and compare it with ref on the ORIGINAL weight (relative Frobenius error, bound per resident
  * type: f32 1e-5, f16/bf16 1e-2, q8_0 2e-2, q6_k 5e-2, q4_0/q4_k 1e-1; at least 1e-2 with the
  * FP16 wire). A failing or unsupported triple is routed to ref on the original weight for the
- * rest of the run. Afterwards every request is split / zero-padded onto the buckets.
+ * rest of the run. Afterwards every request is split / zero-padded onto the buckets, except on
+ * an any_T backend where every bucket of that (projection, direction) passed: sent whole.
  * buckets NULL or n_buckets 0: {16, 64, 256}. Embedding projections (row gathers) are skipped.
  * Not while a request is in flight. Counters are left as they were. */
 int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets);

@@ -66,8 +66,8 @@ struct nl_proj_service {
 
 /* Compute one request (any T) the way the dispatcher does: buckets, routes, wire. */
 int nl_proj_exec(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, float *y);
-/* One chunk of `rows` (<= bucket) rows through the backend (zero-padded to `bucket`), with
- * the FP16 wire when configured. */
+/* One chunk of `rows` (<= bucket) rows through the backend (zero-padded to `bucket`; bucket 0
+ * = as many rows as given, for any_T backends), with the FP16 wire when configured. */
 int nl_proj_exec_backend(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x,
                          int rows, int bucket, float *y);
 /* The ref backend on the original weight. */

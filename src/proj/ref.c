@@ -174,4 +174,5 @@ const nl_proj_backend nl_proj_backend_ref = {
     .supports = ref_supports,
     .run = ref_run,
     .free = ref_free,
+    .any_T = 1,
 };
