@@ -105,8 +105,7 @@ typedef struct {
     float *B;       /* KC × NP packed f32 panel */
     uint32_t *Bp;   /* KC/2 × NP packed bf16 pairs */
     float *S;       /* KC/32 × NP block scales (bf16 FWD) */
-    float *D0, *D1; /* KC per-row scales (bf16 BWD) */
-    float *row;     /* KC floats of decode scratch */
+    float *row;     /* 2 × KC floats of decode scratch */
     float *tile;    /* NP × KC rows of W before the FWD transpose (f32 or BF16) */
     void *mem;
 } scratch;
@@ -139,7 +138,8 @@ struct host_ctx {
     int T;
     float *y;
     int bf16;
-    uint16_t *xb; /* T×K BF16 copy of the FWD activations (bf16 compute) */
+    uint16_t *xb; /* T×ldx BF16 copy of the activations (bf16 compute) */
+    int64_t ldx;  /* its row stride: K (FWD) or N rounded up to even, the pad zero (BWD) */
     size_t xb_cap;
 };
 
@@ -232,10 +232,8 @@ static int host_init(void **out, int n_threads) {
         s->B = f;
         s->Bp = (uint32_t *)(f + nB);
         s->S = f + nB + nBp;
-        s->D0 = s->S + nS;
-        s->D1 = s->D0 + NL_HOST_KC;
-        s->row = s->D1 + NL_HOST_KC;
-        s->tile = s->row + NL_HOST_KC + 48; /* stays 64-byte aligned */
+        s->row = s->S + nS;
+        s->tile = s->row + 3 * NL_HOST_KC + 48; /* stays 64-byte aligned */
     }
     for (int i = 1; i < n_threads; i++) {
         c->wargs[i].c = c;
@@ -350,6 +348,10 @@ static void task_fwd(host_ctx *c, int tid) {
                         continue;
                     }
                     const uint8_t *row = W + (size_t)(n0 + j) * rb;
+                    if (w->type == NL_TYPE_Q8_0 && ks->q8_0_to_bf16) {
+                        ks->q8_0_to_bf16((const nl_block_q8_0 *)(const void *)row + k0 / 32, nb, tr, s->S + j, NL_HOST_NP);
+                        continue;
+                    }
                     for (int b = 0; b < nb; b++) {
                         int8_t q[32];
                         float d;
@@ -376,11 +378,15 @@ static void task_fwd(host_ctx *c, int tid) {
     }
 }
 
-/* bf16 FWD, first phase: the activations to BF16 once (rows split across threads). */
+/* bf16, first phase: the activations to BF16 once per request (rows split across threads). */
 static void task_cvt(host_ctx *c, int tid) {
-    const int64_t K = c->w->n_in;
+    const int64_t n = c->dir == NL_FWD ? c->w->n_in : c->w->n_out;
     const int t0 = (int)((int64_t)c->T * tid / c->nth), t1 = (int)((int64_t)c->T * (tid + 1) / c->nth);
-    for (int t = t0; t < t1; t++) c->ks->to_bf16(c->x + (size_t)t * K, (int)K, c->xb + (size_t)t * K);
+    for (int t = t0; t < t1; t++) {
+        uint16_t *xr = c->xb + (size_t)t * (size_t)c->ldx;
+        c->ks->to_bf16(c->x + (size_t)t * (size_t)n, (int)n, xr);
+        if (c->ldx > n) xr[n] = 0;
+    }
 }
 
 /* BWD: output panels of k, chunks of n. */
@@ -400,26 +406,20 @@ static void task_bwd(host_ctx *c, int tid) {
             const int64_t k0 = p * NL_HOST_NP;
             const int ncols = (int)min64(NL_HOST_NP, K - k0);
             if (c->bf16) {
-                /* B[i/2][j] = (q[n0+i][k0+j], q[n0+i+1][k0+j]); D0/D1[i] = d of the panel's
-                 * two blocks (D1 = 0 and q = 0 past ncols; the odd row past nc is zero) */
-                const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
-                const int nblk = (ncols + 31) / 32; /* 1 or 2; K is a multiple of 32 */
-                int8_t q[2][64];
+                /* B[i/2][j] = (bf16(w[n0+i][k0+j]), bf16(w[n0+i+1][k0+j])) of the dequantized
+                 * values; zero past ncols and for the odd row past nc */
+                float *r0 = s->row, *r1 = s->row + NL_HOST_NP;
                 for (int i = 0; i < nc; i += 2) {
-                    for (int h = 0; h < 2; h++) {
-                        const uint8_t *row = i + h < nc ? W + (size_t)(n0 + i + h) * rb : NULL;
-                        for (int b = 0; b < 2; b++) {
-                            float d = 0.0f;
-                            if (row && b < nblk)
-                                nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q[h] + 32 * b, &d);
-                            else
-                                memset(q[h] + 32 * b, 0, 32);
-                            if (i + h < nc) (b ? s->D1 : s->D0)[i + h] = d;
-                        }
+                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, r0);
+                    for (int j = ncols; j < NL_HOST_NP; j++) r0[j] = 0.0f;
+                    const int has1 = i + 1 < nc;
+                    if (has1) {
+                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + i + 1) * rb, k0, ncols, r1);
+                        for (int j = ncols; j < NL_HOST_NP; j++) r1[j] = 0.0f;
                     }
-                    ks->i8_pairs_to_bf16(q[0], q[1], NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
+                    ks->pairs_to_bf16(r0, has1 ? r1 : NULL, NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
                 }
-                ks->gemm_bf16_bwd(c->T, nc, c->x + n0, N, s->D0, s->D1, s->Bp, c->y + k0, K, ncols, n0 > 0);
+                ks->gemm_bf16(c->T, (nc + 1) / 2, c->xb + n0, c->ldx, s->Bp, c->y + k0, K, ncols, n0 > 0);
             } else {
                 /* B[i][j] = W[n0+i][k0+j] */
                 for (int i = 0; i < nc; i++) {
@@ -447,8 +447,9 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     c->T = T;
     c->y = y;
     c->bf16 = bf16_active(c) && nl_host_type_int(w->type);
-    if (c->bf16 && dir == NL_FWD) {
-        const size_t need = (size_t)T * (size_t)w->n_in;
+    if (c->bf16) {
+        c->ldx = dir == NL_FWD ? w->n_in : (w->n_out + 1) / 2 * 2;
+        const size_t need = (size_t)T * (size_t)c->ldx;
         if (need > c->xb_cap) {
             free(c->xb);
             c->xb_cap = 0;

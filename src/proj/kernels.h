@@ -14,9 +14,10 @@
  * Both directions decode W with the same block decoder (value = (float)q · d for Q8_0/Q4_0,
  * the F16 value for F16, model/quant's to_float for other block types), so in f32 compute a
  * one-hot input gives the dequantized column (FWD) / row (BWD) bit for bit. In bf16 compute
- * (Q8_0/Q4_0 only) FWD still does (Σ bf16(x)·q)·d, so one-hot FWD is exact; BWD folds d into
- * the activation before its BF16 rounding (bf16(x·d)·q), so one-hot BWD equals the
- * dequantized row within 2⁻⁸ relative (the BF16 rounding of d).
+ * (Q8_0/Q4_0 only) the activations are rounded to BF16 once per request; FWD does
+ * (Σ bf16(x)·q)·d with the integer q (exact in BF16) and d in FP32, so one-hot FWD is exact;
+ * BWD multiplies by bf16(q·d), the dequantized value rounded to BF16 when the panel is packed,
+ * so one-hot BWD equals the dequantized row within 2⁻⁹ relative.
  * Threads split the OUTPUT panels, never the reduction: every output element is the same
  * FMA chain whatever the thread count or T (a row of Y does not depend on the other rows). */
 #ifndef NL_PROJ_KERNELS_H
@@ -85,18 +86,18 @@ typedef struct nl_host_kernels {
                         int cols);
     /* dst[i] = BF16 of the integer q[i], exact, i < n (a multiple of 16; bf16 sets only). */
     void (*i8_to_bf16)(const int8_t *q, int n, uint16_t *dst);
-    /* dst[i] = BF16(q0[i]) | BF16(q1[i]) << 16, exact, i < n (a multiple of 16): the BWD
-     * pairs of two consecutive rows of W (bf16 sets only). */
-    void (*i8_pairs_to_bf16)(const int8_t *q0, const int8_t *q1, int n, uint32_t *dst);
+    /* dst[i] = BF16(r0[i]) | BF16(r1[i]) << 16 (round to nearest even), i < n (a multiple of
+     * 16); r1 NULL = zeros: the BWD pairs of two consecutive dequantized rows of W (bf16 sets). */
+    void (*pairs_to_bf16)(const float *r0, const float *r1, int n, uint32_t *dst);
     /* dst[i] = BF16 of src[i], round to nearest even, i < n (bf16 sets only). */
     void (*to_bf16)(const float *src, int n, uint16_t *dst);
-    /* bf16 BWD on integer weights, the block scale folded into the activations:
-     * C[i][j] (=|+=) Σ_p bf16(A[i][p] · D_j[p]) · q[p][j] with D_j = D0 for j < 32 and D1 for
-     * j ≥ 32 (the two Q8_0 blocks a 64-column panel spans). kc rows of A are read (p ≥ kc is
-     * zero); B has (kc+1)/2 rows of NP pairs (pairs along p). */
-    void (*gemm_bf16_bwd)(int m, int kc, const float *A, int64_t lda, const float *D0,
-                          const float *D1, const uint32_t *B, float *C, int64_t ldc, int ncols,
-                          int accumulate);
+    /* Optional (NULL = the generic decode): nblocks Q8_0 blocks -> dst[32·nblocks] BF16 of the
+     * integers q (exact) and d[b·d_stride] = the FP32 block scales (the FWD tile rows). */
+    void (*q8_0_to_bf16)(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride);
+    /* bf16 BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
+     * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
+    void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,
+                      int64_t ldc, int ncols, int accumulate);
 } nl_host_kernels;
 
 extern const nl_host_kernels nl_host_kernels_scalar;

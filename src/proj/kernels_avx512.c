@@ -1,7 +1,7 @@
 /* proj/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
  * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; host.c only
  * calls in after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
- * FP32 accumulators for gemm_f32 and gemm_bf16_bwd; 6 × 2 vectors (+ 6 × 2 per-block partial
+ * FP32 accumulators for gemm_f32 and gemm_bf16; 6 × 2 vectors (+ 6 × 2 per-block partial
  * sums) for gemm_bf16_fwd. */
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -11,6 +11,8 @@
 
 #define MR 6
 #define AI __attribute__((always_inline)) static inline
+
+typedef union { __m256i i; __m256bh h; } bh256;
 
 static void z_dq_f16(const uint16_t *src, float *dst, int n) {
     int i = 0;
@@ -72,14 +74,28 @@ static void z_i8_to_bf16(const int8_t *q, int n, uint16_t *dst) {
     }
 }
 
-static void z_i8_pairs_to_bf16(const int8_t *q0, const int8_t *q1, int n, uint32_t *dst) {
-    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
+static void z_pairs_to_bf16(const float *r0, const float *r1, int n, uint32_t *dst) {
     for (int i = 0; i < n; i += 16) {
-        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q0 + i))));
-        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q1 + i))));
-        const __m512i lo = _mm512_srli_epi32(_mm512_castps_si512(f0), 16); /* exact: |q| < 256 */
-        const __m512i hi = _mm512_and_si512(_mm512_castps_si512(f1), hi_mask);
+        bh256 l, h;
+        l.h = _mm512_cvtneps_pbh(_mm512_loadu_ps(r0 + i));
+        h.h = _mm512_cvtneps_pbh(r1 ? _mm512_loadu_ps(r1 + i) : _mm512_setzero_ps());
+        const __m512i lo = _mm512_cvtepu16_epi32(l.i);
+        const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h.i), 16);
         _mm512_storeu_si512((void *)(dst + i), _mm512_or_si512(lo, hi));
+    }
+}
+
+static void z_q8_0_to_bf16(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride) {
+    for (int b = 0; b < nblocks; b++) {
+        d[b * d_stride] = _cvtsh_ss(src[b].d);
+        const __m512i q = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)src[b].qs));
+        /* BF16 of an integer |q| < 256: the high half of its FP32, exact (via two 16-lane halves) */
+        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(q)));
+        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(q, 1)));
+        const __m512i h0 = _mm512_srli_epi32(_mm512_castps_si512(f0), 16);
+        const __m512i h1 = _mm512_srli_epi32(_mm512_castps_si512(f1), 16);
+        _mm256_storeu_si256((__m256i *)(dst + 32 * b), _mm512_cvtepi32_epi16(h0));
+        _mm256_storeu_si256((__m256i *)(dst + 32 * b + 16), _mm512_cvtepi32_epi16(h1));
     }
 }
 
@@ -247,29 +263,8 @@ static void z_to_bf16(const float *src, int n, uint16_t *dst) {
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
-/* One activation row for the BWD kernel: a0 = bf16(x·D0), a1 = bf16(x·D1), zero-padded to a
- * multiple of 32 (one pass over x). */
-AI void prep_bwd_row(const float *x, const float *D0, const float *D1, int n, uint16_t *a0,
-                     uint16_t *a1, const float *next) {
-    int p = 0;
-    for (; p + 32 <= n; p += 32) {
-        _mm_prefetch((const char *)(next + p), _MM_HINT_T0); /* the row MR rows below */
-        _mm_prefetch((const char *)(next + p + 16), _MM_HINT_T0);
-        const __m512 lo = _mm512_loadu_ps(x + p), hi = _mm512_loadu_ps(x + p + 16);
-        bh512 u0, u1;
-        u0.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D0 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D0 + p)));
-        u1.h = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_loadu_ps(D1 + p + 16)), _mm512_mul_ps(lo, _mm512_loadu_ps(D1 + p)));
-        _mm512_storeu_si512((void *)(a0 + p), u0.i);
-        _mm512_storeu_si512((void *)(a1 + p), u1.i);
-    }
-    if (p < n) {
-        to_bf16_row(x + p, D0 + p, n - p, a0 + p);
-        to_bf16_row(x + p, D1 + p, n - p, a1 + p);
-    }
-}
-
-AI void ukr_bf16_bwd(const int mr, int kp, const uint32_t *a0, const uint32_t *a1,
-                     const uint32_t *B, float *C, int64_t ldc, int ncols, int accumulate) {
+AI void ukr_bf16(const int mr, int kp, const uint32_t *a, int64_t lda2, const uint32_t *B, float *C,
+                 int64_t ldc, int ncols, int accumulate) {
     __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
@@ -277,44 +272,40 @@ AI void ukr_bf16_bwd(const int mr, int kp, const uint32_t *a0, const uint32_t *a
         for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
     for (int p2 = 0; p2 < kp; p2++) {
         const uint32_t *b = B + (size_t)p2 * NL_HOST_NP;
-        const __m512bh b0 = as_bh(_mm512_loadu_si512((const void *)b));
-        const __m512bh b1 = as_bh(_mm512_loadu_si512((const void *)(b + 16)));
-        const __m512bh b2 = as_bh(_mm512_loadu_si512((const void *)(b + 32)));
-        const __m512bh b3 = as_bh(_mm512_loadu_si512((const void *)(b + 48)));
+        const __m512bh b0 = as_bh(_mm512_load_si512((const void *)b));
+        const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(b + 16)));
+        const __m512bh b2 = as_bh(_mm512_load_si512((const void *)(b + 32)));
+        const __m512bh b3 = as_bh(_mm512_load_si512((const void *)(b + 48)));
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             if (i >= mr) break;
-            const __m512bh x0 = as_bh(_mm512_set1_epi32((int)a0[i * (NL_HOST_KC / 2) + p2]));
-            const __m512bh x1 = as_bh(_mm512_set1_epi32((int)a1[i * (NL_HOST_KC / 2) + p2]));
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x0, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x0, b1);
-            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], x1, b2);
-            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], x1, b3);
+            const __m512bh x = as_bh(_mm512_set1_epi32((int)a[i * lda2 + p2]));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
+            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], x, b2);
+            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], x, b3);
         }
     }
     store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
 }
 
-static void z_gemm_bf16_bwd(int m, int kc, const float *A, int64_t lda, const float *D0,
-                            const float *D1, const uint32_t *B, float *C, int64_t ldc, int ncols,
-                            int accumulate) {
-    uint32_t a0[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
-    uint32_t a1[MR * NL_HOST_KC / 2] __attribute__((aligned(64)));
-    const int kp = (kc + 1) / 2;
+static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,
+                        int64_t ldc, int ncols, int accumulate) {
+    const int64_t lda2 = lda / 2; /* in pairs */
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
-        for (int i = 0; i < mr; i++)
-            prep_bwd_row(A + (i0 + i) * lda, D0, D1, kc, (uint16_t *)(a0 + i * (NL_HOST_KC / 2)),
-                         (uint16_t *)(a1 + i * (NL_HOST_KC / 2)),
-                         A + (i0 + i + (i0 + i + MR < m ? MR : 0)) * lda);
+        const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);
+        const int nr = m - i0 - MR < MR ? m - i0 - MR : MR;
+        for (int r = 0; r < nr; r++)
+            for (int p = 0; p < 2 * kp; p += 32) _mm_prefetch((const char *)(A + (i0 + MR + r) * lda + p), _MM_HINT_T0);
         float *c = C + i0 * ldc;
         switch (mr) {
-        case 6: ukr_bf16_bwd(6, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
-        case 5: ukr_bf16_bwd(5, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
-        case 4: ukr_bf16_bwd(4, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
-        case 3: ukr_bf16_bwd(3, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
-        case 2: ukr_bf16_bwd(2, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
-        default: ukr_bf16_bwd(1, kp, a0, a1, B, c, ldc, ncols, accumulate); break;
+        case 6: ukr_bf16(6, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
+        case 5: ukr_bf16(5, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
+        case 4: ukr_bf16(4, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
+        case 3: ukr_bf16(3, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
+        case 2: ukr_bf16(2, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
+        default: ukr_bf16(1, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
         }
     }
 }
@@ -326,10 +317,11 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .dq_q8_0 = z_dq_q8_0,
     .gemm_f32 = z_gemm_f32,
     .gemm_bf16_fwd = z_gemm_bf16_fwd,
-    .gemm_bf16_bwd = z_gemm_bf16_bwd,
+    .gemm_bf16 = z_gemm_bf16,
     .to_bf16 = z_to_bf16,
     .transpose32 = z_transpose32,
     .i8_to_bf16 = z_i8_to_bf16,
-    .i8_pairs_to_bf16 = z_i8_pairs_to_bf16,
+    .pairs_to_bf16 = z_pairs_to_bf16,
+    .q8_0_to_bf16 = z_q8_0_to_bf16,
 };
 #endif
