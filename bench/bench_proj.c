@@ -2,7 +2,7 @@
  * F16 weights, f32 and bf16 compute, against OpenBLAS SGEMM on dequantized FP32 copies of the
  * same weights (when built with NL_HAVE_OPENBLAS). Not a test.
  *
- *   bench_proj [-t threads (2)] [-T tokens (64 and 512)] [-r reps (best of, 3)] [-c 1]
+ *   bench_proj [-t threads (2)] [-T tokens (64 and 512)] [-r reps (best of, 3)] [-c 1] [-s shape]
  *              [-k kernels (auto | scalar | avx2 | avx512 | neon)]
  *
  * -c 1 times with the process CPU clock divided by the thread count instead of the wall clock:
@@ -37,6 +37,7 @@ typedef struct {
 
 static const shape shapes[] = {
     {"q", 1024, 2048}, {"k/v", 1024, 1024}, {"o", 2048, 1024}, {"gate/up", 1024, 3072}, {"down", 3072, 1024},
+    {"head", 1024, 151936}, /* only with -s head (its FP32 copy for SGEMM is 622 MB) */
 };
 #define NSHAPES 5
 
@@ -85,13 +86,15 @@ static double now(void) {
 int main(int argc, char **argv) {
     const char *kernels = "auto";
     int reps = 3, Ts[2] = {64, 512}, nT = 2;
+    const char *only = NULL; /* -s NAME: that shape alone (q, k/v, o, gate/up, down, head) */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) n_threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-k")) kernels = argv[i + 1];
         else if (!strcmp(argv[i], "-c")) use_cpu_clock = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-T")) { Ts[0] = atoi(argv[i + 1]); nT = 1; }
-        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1] [-k kernels]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "-s")) only = argv[i + 1];
+        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1] [-k kernels] [-s shape|head]\n", argv[0]); return 2; }
     }
     if (n_threads < 1 || reps < 1 || Ts[0] < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
 #ifdef NL_HAVE_OPENBLAS
@@ -120,7 +123,8 @@ int main(int argc, char **argv) {
     memset(tot, 0, sizeof tot);
     for (int ti = 0; ti < nT; ti++) {
         const int T = Ts[ti];
-        for (int s = 0; s < NSHAPES; s++) {
+        for (int s = 0; s < NSHAPES + 1; s++) {
+            if (only ? strcmp(only, shapes[s].name) != 0 : s >= NSHAPES) continue;
             const int K = shapes[s].K, N = shapes[s].N;
             const int big = K > N ? K : N;
             float *x = malloc(sizeof(float) * (size_t)T * big), *y = malloc(sizeof(float) * (size_t)T * big);

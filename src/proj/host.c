@@ -327,11 +327,12 @@ static void task_fwd(host_ctx *c, int tid) {
     const uint8_t *W = w->data;
     const int64_t np = (N + NL_HOST_NP - 1) / NL_HOST_NP;
     const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
-    /* chunk-outer: the activation chunk X[T][k0..+KC] stays in L2 while this thread's panels
-     * go by; Y[T][panel] takes the partial sums (chunk 0 stores, later chunks add). */
-    for (int64_t k0 = 0; k0 < K; k0 += NL_HOST_KC) {
-        const int kc = (int)min64(NL_HOST_KC, K - k0);
-        for (int64_t p = p0; p < p1; p++) {
+    /* panel-outer: Y[T][panel] (T·NP floats) stays in L2 while the chunks of K go by, chunk 0
+     * storing and later chunks adding, so Y is written to memory once (a vocabulary-sized Y
+     * is far larger than the caches); X (T·K) is read once per panel, from L2/L3. */
+    for (int64_t p = p0; p < p1; p++) {
+        for (int64_t k0 = 0; k0 < K; k0 += NL_HOST_KC) {
+            const int kc = (int)min64(NL_HOST_KC, K - k0);
             const int64_t n0 = p * NL_HOST_NP;
             const int ncols = (int)min64(NL_HOST_NP, N - n0);
             if (c->bf16) {
@@ -399,10 +400,10 @@ static void task_bwd(host_ctx *c, int tid) {
     const uint8_t *W = w->data;
     const int64_t np = (K + NL_HOST_NP - 1) / NL_HOST_NP;
     const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
-    /* chunk-outer, as in task_fwd */
-    for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
-        const int nc = (int)min64(NL_HOST_KC, N - n0);
-        for (int64_t p = p0; p < p1; p++) {
+    /* panel-outer, as in task_fwd: Y[T][panel] is finished in L2 and written once */
+    for (int64_t p = p0; p < p1; p++) {
+        for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
+            const int nc = (int)min64(NL_HOST_KC, N - n0);
             const int64_t k0 = p * NL_HOST_NP;
             const int ncols = (int)min64(NL_HOST_NP, K - k0);
             if (c->bf16) {
