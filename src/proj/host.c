@@ -410,15 +410,25 @@ static void task_bwd(host_ctx *c, int tid) {
                 /* B[i/2][j] = (bf16(w[n0+i][k0+j]), bf16(w[n0+i+1][k0+j])) of the dequantized
                  * values; zero past ncols and for the odd row past nc */
                 float *r0 = s->row, *r1 = s->row + NL_HOST_NP;
-                for (int i = 0; i < nc; i += 2) {
-                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, r0);
-                    for (int j = ncols; j < NL_HOST_NP; j++) r0[j] = 0.0f;
-                    const int has1 = i + 1 < nc;
-                    if (has1) {
-                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + i + 1) * rb, k0, ncols, r1);
-                        for (int j = ncols; j < NL_HOST_NP; j++) r1[j] = 0.0f;
+                if (w->type == NL_TYPE_Q8_0 && ks->q8_0_pairs_to_bf16) {
+                    for (int i = 0; i < nc; i += 2) {
+                        uint32_t *dst = s->Bp + (size_t)(i / 2) * NL_HOST_NP;
+                        const nl_block_q8_0 *b0 = (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i) * rb) + k0 / 32;
+                        const nl_block_q8_0 *b1 = i + 1 < nc ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i + 1) * rb) + k0 / 32 : NULL;
+                        ks->q8_0_pairs_to_bf16(b0, b1, ncols / 32, dst);
+                        if (ncols < NL_HOST_NP) memset(dst + ncols, 0, (size_t)(NL_HOST_NP - ncols) * 4);
                     }
-                    ks->pairs_to_bf16(r0, has1 ? r1 : NULL, NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
+                } else {
+                    for (int i = 0; i < nc; i += 2) {
+                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, r0);
+                        for (int j = ncols; j < NL_HOST_NP; j++) r0[j] = 0.0f;
+                        const int has1 = i + 1 < nc;
+                        if (has1) {
+                            nl_host_dequant(ks, w->type, W + (size_t)(n0 + i + 1) * rb, k0, ncols, r1);
+                            for (int j = ncols; j < NL_HOST_NP; j++) r1[j] = 0.0f;
+                        }
+                        ks->pairs_to_bf16(r0, has1 ? r1 : NULL, NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
+                    }
                 }
                 ks->gemm_bf16(c->T, (nc + 1) / 2, c->xb + n0, c->ldx, s->Bp, c->y + k0, K, ncols, n0 > 0);
             } else {

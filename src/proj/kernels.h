@@ -94,6 +94,9 @@ typedef struct nl_host_kernels {
     /* Optional (NULL = the generic decode): nblocks Q8_0 blocks -> dst[32·nblocks] BF16 of the
      * integers q (exact) and d[b·d_stride] = the FP32 block scales (the FWD tile rows). */
     void (*q8_0_to_bf16)(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride);
+    /* Optional: pairs_to_bf16 of two rows' dequantized Q8_0 blocks (nblocks each; b1 NULL =
+     * zeros), dst[32·nblocks], the same bits as dq_q8_0 followed by pairs_to_bf16. */
+    void (*q8_0_pairs_to_bf16)(const nl_block_q8_0 *b0, const nl_block_q8_0 *b1, int nblocks, uint32_t *dst);
     /* bf16 BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
      * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
     void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,

@@ -19,7 +19,7 @@ static void y_dq_f16(const uint16_t *src, float *dst, int n) {
 
 static void y_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     for (int b = 0; b < nblocks; b++) {
-        const __m256 d = _mm256_set1_ps(nl_host_f16_to_f32(src[b].d));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(src[b].d));
         for (int j = 0; j < 32; j += 8) {
             __m128i q8;
             memcpy(&q8, src[b].qs + j, 8); /* low 8 bytes used */

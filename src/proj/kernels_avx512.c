@@ -23,7 +23,7 @@ static void z_dq_f16(const uint16_t *src, float *dst, int n) {
 
 static void z_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     for (int b = 0; b < nblocks; b++) {
-        const __m512 d = _mm512_set1_ps(nl_host_f16_to_f32(src[b].d));
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(src[b].d));
         __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)src[b].qs));
         __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src[b].qs + 16)));
         _mm512_storeu_ps(dst + 32 * b, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d));
@@ -83,6 +83,24 @@ static void z_pairs_to_bf16(const float *r0, const float *r1, int n, uint32_t *d
         const __m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h.i), 16);
         _mm512_storeu_si512((void *)(dst + i), _mm512_or_si512(lo, hi));
     }
+}
+
+/* BWD pairs straight from two rows' Q8_0 blocks: the same values as dq_q8_0 + pairs_to_bf16
+ * (q·d is exact in FP32, then rounded to nearest even). b1 NULL = zeros. */
+static void z_q8_0_pairs_to_bf16(const nl_block_q8_0 *b0, const nl_block_q8_0 *b1, int nblocks, uint32_t *dst) {
+    for (int b = 0; b < nblocks; b++)
+        for (int h = 0; h < 2; h++) {
+            const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b0[b].qs + 16 * h)))),
+                                            _mm512_set1_ps(_cvtsh_ss(b0[b].d)));
+            const __m512 f1 = b1 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b1[b].qs + 16 * h)))),
+                                                 _mm512_set1_ps(_cvtsh_ss(b1[b].d)))
+                                 : _mm512_setzero_ps();
+            bh256 l, u;
+            l.h = _mm512_cvtneps_pbh(f0);
+            u.h = _mm512_cvtneps_pbh(f1);
+            _mm512_storeu_si512((void *)(dst + 32 * b + 16 * h),
+                                _mm512_or_si512(_mm512_cvtepu16_epi32(l.i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(u.i), 16)));
+        }
 }
 
 static void z_q8_0_to_bf16(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride) {
@@ -323,5 +341,6 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .i8_to_bf16 = z_i8_to_bf16,
     .pairs_to_bf16 = z_pairs_to_bf16,
     .q8_0_to_bf16 = z_q8_0_to_bf16,
+    .q8_0_pairs_to_bf16 = z_q8_0_pairs_to_bf16,
 };
 #endif
