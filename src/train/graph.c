@@ -319,14 +319,71 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
                      .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind)};
 }
 
+/* The LoRA branch of one projection as pool tasks (nn/lora.h's split API). Phase 0: FWD rows
+ * or BWD rows (dx, du, s·u, x ⊙ m), split by token rows; phase 1 (BWD, after every row of
+ * phase 0): dA's columns and dB's rows, split by those lines, each a chain over all tokens. So
+ * every output element is computed exactly as one thread computes it. */
+#define LORA_MAX_TASKS 64
+typedef struct {
+    const nl_lora *L;
+    const float *A, *B;
+    nl_dir dir;
+    int phase, T;
+    float *out, *u_save, *dA, *dB, *scr;
+    const float *in, *x, *u_in;
+    int64_t tok0;
+    const int64_t *toks;
+    int rc[LORA_MAX_TASKS];
+} lora_job;
+
+static void lora_task(void *arg, int task, int n_tasks) {
+    lora_job *j = arg;
+    if (j->phase == 1) {
+        const int64_t J = (int64_t)j->L->n_in + j->L->n_out;
+        nl_lora_backward_params(j->L, j->dA, j->dB, j->in, j->x, j->T, j->scr, (int)(J * task / n_tasks),
+                                (int)(J * (task + 1) / n_tasks));
+        return;
+    }
+    const int t0 = (int)((int64_t)j->T * task / n_tasks), t1 = (int)((int64_t)j->T * (task + 1) / n_tasks);
+    if (t0 >= t1) return;
+    if (j->dir == NL_FWD)
+        j->rc[task] = nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, 0, t0, t1);
+    else
+        j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, 0, j->in, j->x, j->u_in, j->T, j->tok0, j->toks, j->scr,
+                                            t0, t1);
+}
+
+/* On the pool only in synchronous mode (the service is idle then; while a request is in
+ * flight its threads own the cores) and when the branch is worth the hand-off. */
+static int lora_run(nl_graph *g, lora_job *j) {
+    nl_proj_pool *p = g->rt->pool;
+    const int64_t work = (int64_t)j->T * j->L->rank * ((int64_t)j->L->n_in + j->L->n_out);
+    int n = p && g->rt->sync && work >= 32768 && j->T >= 2 ? nl_proj_pool_size(p) : 1;
+    if (n > LORA_MAX_TASKS) n = LORA_MAX_TASKS;
+    if (n > 1) g->n_lora_pool++;
+    for (int phase = 0; phase < (j->dir == NL_BWD ? 2 : 1); phase++) {
+        j->phase = phase;
+        memset(j->rc, 0, sizeof j->rc);
+        if (n > 1) nl_proj_pool_run(p, n, lora_task, j);
+        else lora_task(j, 0, 1);
+        for (int i = 0; i < n; i++)
+            if (j->rc[i]) /* the task's message is in its own thread's error slot */
+                return n > 1 ? nl_err("lora %s: a pool task failed (out of memory for scratch?)", j->dir == NL_FWD ? "forward" : "backward")
+                             : -1;
+    }
+    return 0;
+}
+
 /* One frozen projection with its LoRA branch, in either direction:
  *   NL_FWD: out[T][N] = in·Wᵀ + LoRA(in); u_save[T][r] receives the LoRA u (when adapted).
  *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
  *           saved u; the LoRA gradients accumulate into g->grads.
- * The LoRA branch runs on this thread while the base product is in flight (after it when
- * rt->sync) into its own buffer, since the service is writing `out`; it is added after wait. */
+ * toks: the token index of each row for the dropout masks (NULL: g->tok_base + row).
+ * The LoRA branch runs on this thread while the base product is in flight, or after it on the
+ * runtime's pool when rt->sync, into its own buffer (the service is writing `out`); it is
+ * added after the wait. */
 static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const float *in, const float *x,
-                 float *u_save, const float *u_in, int T, float *out) {
+                 float *u_save, const float *u_in, int T, float *out, const int64_t *toks) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
     double t = tic(g);
@@ -343,14 +400,18 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
     size_t n = 0;
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
-        const float *A = nl_lora_A(g->ad, e), *B = nl_lora_B(g->ad, e);
         n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
         lo = falloc(g, n);
+        float *scr = dir == NL_BWD ? falloc(g, nl_lora_bwd_scratch_floats(&L, T)) : NULL;
         t = toc(g, NL_GP_OTHER, t);
-        if (!lo) rc = -1;
-        else if (dir == NL_FWD) rc = nl_lora_forward_to(&L, A, B, lo, u_save, in, T, g->tok_base, 0) ? -1 : 0;
-        else rc = nl_lora_backward_to(&L, A, B, lo, 0, g->grads + g->ad->t[e].off_a, g->grads + g->ad->t[e].off_b,
-                                      in, x, u_in, T, g->tok_base) ? -1 : 0;
+        if (!lo || (dir == NL_BWD && !scr)) {
+            rc = -1;
+        } else {
+            lora_job j = {.L = &L, .A = nl_lora_A(g->ad, e), .B = nl_lora_B(g->ad, e), .dir = dir, .T = T, .out = lo,
+                          .u_save = u_save, .in = in, .x = x, .u_in = u_in, .tok0 = g->tok_base, .toks = toks, .scr = scr,
+                          .dA = g->grads + g->ad->t[e].off_a, .dB = g->grads + g->ad->t[e].off_b};
+            rc = lora_run(g, &j);
+        }
         t = toc(g, dir == NL_FWD ? NL_GP_LORA_FWD : NL_GP_LORA_BWD, t);
     }
     if (!rt->sync) {
@@ -365,11 +426,11 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
 }
 
 static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
-    return tproj(g, NL_FWD, layer, kind, p, x, NULL, u_save, NULL, T, y);
+    return tproj(g, NL_FWD, layer, kind, p, x, NULL, u_save, NULL, T, y, NULL);
 }
 
 static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
-    return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx);
+    return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx, NULL);
 }
 
 #define TIMED(g, k, stmt)          \
@@ -657,7 +718,7 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
     nl_act_plan plan;
     if (nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan)) goto done;
-    g->n_kept = g->n_recomputed = 0;
+    g->n_kept = g->n_recomputed = g->n_lora_pool = 0;
     g->peak_cache_bytes = plan.peak_bytes;
     toc(g, NL_GP_OTHER, t_other);
     for (int l = 0; l < nL; l++) {
