@@ -644,21 +644,19 @@ done:
  * 256·V floats (155 MB for V = 151936). */
 #define HEAD_CHUNK 256
 
-static int head(nl_graph *g, const float *x, const int32_t *targets, int T, float inv_n, int want_grad,
-                double *loss_sum, float *dx) {
+/* The head on every row, chunk by chunk (chunks without a target skipped): the reference the
+ * compacted head must reproduce bit for bit (g->head_all_rows selects it). */
+static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
+                    double *loss_sum) {
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
     int p = m->p_output, r = lora_rank(g, p);
-    size_t n = (size_t)T * E;
     int C = T < HEAD_CHUNK ? T : HEAD_CHUNK;
     amark mk = arena_mark(g->ws);
-    float *hn = falloc(g, 2 * n + (size_t)T + (size_t)C * V + (size_t)C * (r ? r : 1));
+    float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1));
     double *row_loss = arena_alloc(g->ws, (size_t)C * sizeof(double));
-    if (!hn || !row_loss) { arena_release(g->ws, mk); return -1; }
-    float *dhn = hn + n, *rstd = dhn + n, *z = rstd + T, *u = z + (size_t)C * V;
-    TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
-    memset(dhn, 0, n * sizeof(float));
-    *loss_sum = 0.0;
+    if (!z || !row_loss) { arena_release(g->ws, mk); return -1; }
+    float *u = z + (size_t)C * V;
     int rc = 0;
     for (int t0 = 0; t0 < T && rc == 0; t0 += C) {
         int nc = T - t0 < C ? T - t0 : C, any = 0;
@@ -681,6 +679,93 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
         }
         g->tok_base = saved;
     }
+    arena_release(g->ws, mk);
+    return rc;
+}
+
+/* The head on the target rows only: they are gathered into a compact buffer (256 a chunk),
+ * the vocabulary product, cross-entropy and head BWD run on those rows, and their dhn rows are
+ * scattered back (the other rows' dhn stay 0: a row without a target has zero logit gradient).
+ * For prompt/answer data most rows are prompt, so most of the vocabulary work goes. Bit for
+ * bit the uncompacted head: every service row and every LoRA row depends on its own input row
+ * only (a planner that routes the two request sizes to different backends would break that,
+ * as it already does between sequence lengths), the LoRA dropout masks keep each row's token
+ * index (the toks array), and the loss is summed in the uncompacted chunks' grouping. */
+static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
+                        double *loss_sum) {
+    const nl_model *m = g->rt->m;
+    int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
+    int p = m->p_output, r = lora_rank(g, p);
+    int nt = 0;
+    for (int t = 0; t < T; t++) nt += targets[t] >= 0;
+    if (nt == 0) return 0;
+    int C = nt < HEAD_CHUNK ? nt : HEAD_CHUNK;
+    amark mk = arena_mark(g->ws);
+    float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1) + 2 * (size_t)C * E);
+    double *rl = arena_alloc(g->ws, ((size_t)T + C) * sizeof(double));
+    int32_t *idx = arena_alloc(g->ws, ((size_t)nt + C) * sizeof(int32_t));
+    int64_t *toks = arena_alloc(g->ws, (size_t)C * sizeof(int64_t));
+    if (!z || !rl || !idx || !toks) { arena_release(g->ws, mk); return -1; }
+    float *u = z + (size_t)C * V, *hc = u + (size_t)C * (r ? r : 1), *dhc = hc + (size_t)C * E;
+    double *rlc = rl + T;
+    int32_t *tc = idx + nt;
+    for (int t = 0, i = 0; t < T; t++) {
+        rl[t] = 0.0; /* what the cross-entropy gives a row without a target */
+        if (targets[t] >= 0) idx[i++] = t;
+    }
+    int rc = 0;
+    for (int i0 = 0; i0 < nt && rc == 0; i0 += C) {
+        int nc = nt - i0 < C ? nt - i0 : C;
+        double t1 = tic(g);
+        for (int i = 0; i < nc; i++) {
+            int t = idx[i0 + i];
+            memcpy(hc + (size_t)i * E, hn + (size_t)t * E, (size_t)E * sizeof(float));
+            tc[i] = targets[t];
+            toks[i] = g->tok_base + t;
+        }
+        toc(g, NL_GP_ADD, t1);
+        rc = tproj(g, NL_FWD, L, NL_P_OUTPUT, p, hc, NULL, r ? u : NULL, NULL, nc, z, toks);
+        if (rc) break;
+        t1 = tic(g);
+        op_job j = {.op = OP_XENT, .y = z, .targets = tc, .n = V, .row_loss = rlc, .inv_n = inv_n, .want_grad = want_grad};
+        par(g, &j, nc, 1, (int64_t)nc * V);
+        for (int i = 0; i < nc; i++) rl[idx[i0 + i]] = rlc[i];
+        toc(g, NL_GP_XENT, t1);
+        if (!want_grad) continue;
+        rc = tproj(g, NL_BWD, L, NL_P_OUTPUT, p, z, hc, NULL, r ? u : NULL, nc, dhc, toks);
+        t1 = tic(g);
+        for (int i = 0; rc == 0 && i < nc; i++)
+            memcpy(dhn + (size_t)idx[i0 + i] * E, dhc + (size_t)i * E, (size_t)E * sizeof(float));
+        toc(g, NL_GP_ADD, t1);
+    }
+    /* the loss in head_all's grouping: per chunk of HEAD_CHUNK rows, in row order */
+    for (int t0 = 0; t0 < T && rc == 0; t0 += HEAD_CHUNK) {
+        int nc = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK, any = 0;
+        double cs = 0.0;
+        for (int t = 0; t < nc; t++) {
+            any |= targets[t0 + t] >= 0;
+            cs += rl[t0 + t];
+        }
+        if (any) *loss_sum += cs;
+    }
+    arena_release(g->ws, mk);
+    return rc;
+}
+
+static int head(nl_graph *g, const float *x, const int32_t *targets, int T, float inv_n, int want_grad,
+                double *loss_sum, float *dx) {
+    const nl_model *m = g->rt->m;
+    int E = m->hp.n_embd;
+    size_t n = (size_t)T * E;
+    amark mk = arena_mark(g->ws);
+    float *hn = falloc(g, 2 * n + (size_t)T);
+    if (!hn) return -1;
+    float *dhn = hn + n, *rstd = dhn + n;
+    TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
+    memset(dhn, 0, n * sizeof(float));
+    *loss_sum = 0.0;
+    int rc = g->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
+                              : head_compact(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum);
     if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x, m->output_norm, rstd, T, E));
     arena_release(g->ws, mk);
     return rc;

@@ -53,6 +53,9 @@ typedef struct {
      * then releases it with nl_graph_free. */
     int keep_scratch;
     void *ws;                 /* the scratch arena (internal; NULL until the first call) */
+    /* Tests: run the head on every row instead of gathering the target rows (the same bits,
+     * more work). */
+    int head_all_rows;
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;
