@@ -2,7 +2,7 @@
  * the loss (float64 accumulation of float32 forwards) on tiny models of every arch, with
  * dropout on; recompute (budget 0) gives bit-identical gradients to keeping everything; the
  * graph's loss equals the inference path's loss; the head on target rows only gives the bits of
- * the head on every row. */
+ * the head on every row, and skipping layer 0's input gradient changes no bit. */
 #include <unistd.h>
 
 #include "test.h"
@@ -109,8 +109,10 @@ static void test_arch(nl_arch arch) {
 
 /* Work the graph leaves out, checked against the full computation bit for bit: the head on
  * the target rows only (head_all_rows = 0 vs 1), with sparse targets (3 of 37 rows) and with
- * more target rows than one head chunk (T = 530, every other row), an adapter on the output
- * projection with dropout (gathered rows keep their masks), ref and host backends. */
+ * more target rows than one head chunk (T = 530, every other row; recompute), an adapter on
+ * the output projection with dropout (gathered rows keep their masks); and layer 0's input
+ * gradient not formed (full_input_grads = 0 vs 1: 3 or 4 BWD requests fewer). Ref and host
+ * backends. */
 static void test_shortcuts(nl_arch arch, const char *backend) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s-sc.gguf", tmpdir, nl_arch_name(arch));
@@ -135,24 +137,36 @@ static void test_shortcuts(nl_arch arch, const char *backend) {
             int on = c == 0 ? (t == 4 || t == 20 || t == 36) : t % 2 == 1;
             tgt[t] = on ? (int32_t)((t * 53 + 1) % V) : -1;
         }
-        float *gr[2];
-        double loss[2], lo[2];
-        for (int v = 0; v < 2; v++) {
+        /* 0: both shortcuts; 1: head on every row; 2: layer 0's input gradient formed */
+        float *gr[3];
+        double loss[3], lo[3];
+        uint64_t req[3];
+        for (int v = 0; v < 3; v++) {
             gr[v] = calloc(ad->n_params, sizeof(float));
+            nl_graph_prof prof = {0};
             nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[v], .dropout = 0.3f, .seed = 8, .step = 1, .tok_base = 1000,
-                          .act_budget = UINT64_MAX, .head_all_rows = v};
+                          .act_budget = c ? 0 : UINT64_MAX, .head_all_rows = v == 1, .full_input_grads = v == 2, .prof = &prof};
             CHECK(nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss[v]) == 0);
+            req[v] = prof.requests;
             CHECK(nl_graph_loss(&g, tok, tgt, T, &lo[v]) == 0);
         }
         CHECKF(loss[0] == loss[1] && lo[0] == lo[1], "%s %s T=%d: compacted head loss %.17g vs %.17g", nl_arch_name(arch),
                backend, T, loss[0], loss[1]);
         CHECKF(memcmp(gr[0], gr[1], ad->n_params * sizeof(float)) == 0, "%s %s T=%d: compacted head changed gradients",
                nl_arch_name(arch), backend, T);
+        CHECKF(loss[0] == loss[2] && memcmp(gr[0], gr[2], ad->n_params * sizeof(float)) == 0,
+               "%s %s T=%d: skipping layer 0's input gradient changed the loss or gradients", nl_arch_name(arch), backend, T);
+        /* and the skip happened: layer 0's mixer input projections (q, k, v or qkv, z, beta, alpha)
+         * sent no BWD request */
+        const int n_in_proj = s.m->layers[0].recurrent ? 4 : 3;
+        /* the head: T = 530 has 265 target rows, 2 compact chunks against 3 row chunks */
+        CHECKF(req[2] == req[0] + (uint64_t)n_in_proj && req[1] == req[0] + (c ? 2 : 0), "%s %s T=%d: requests %llu / %llu / %llu",
+               nl_arch_name(arch), backend, T, (unsigned long long)req[0], (unsigned long long)req[1], (unsigned long long)req[2]);
         const nl_lora_tensor *ho = &ad->t[ad->by_proj[s.m->p_output]];
         double nb = 0.0;
         for (size_t i = 0; i < (size_t)ho->rank * (size_t)ho->n_out; i++) nb += fabs(gr[0][ho->off_b + i]);
         CHECK(nb > 0.0 && loss[0] > 0.0); /* the head adapter did get gradients */
-        free(gr[0]), free(gr[1]), free(tok), free(tgt);
+        free(gr[0]), free(gr[1]), free(gr[2]), free(tok), free(tgt);
     }
     s.rt.adapter = NULL;
     nl_adapter_free(ad);

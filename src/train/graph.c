@@ -379,6 +379,8 @@ static int lora_run(nl_graph *g, lora_job *j) {
  *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
  *           saved u; the LoRA gradients accumulate into g->grads.
  * toks: the token index of each row for the dropout masks (NULL: g->tok_base + row).
+ * NL_BWD with out == NULL: no input gradient wanted (layer 0's mixer inputs): no service
+ * request, only the LoRA gradients.
  * The LoRA branch runs on this thread while the base product is in flight, or after it on the
  * runtime's pool when rt->sync, into its own buffer (the service is writing `out`); it is
  * added after the wait. */
@@ -387,10 +389,11 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
     double t = tic(g);
-    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], dir, in, T, out)) return -1;
-    if (g->prof) g->prof->requests++;
+    const int base = out != NULL;
+    if (base && (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], dir, in, T, out))) return -1;
+    if (base && g->prof) g->prof->requests++;
     int rc = 0;
-    if (rt->sync) {
+    if (rt->sync && base) {
         t = toc(g, NL_GP_OTHER, t);
         rc = nl_proj_wait(rt->svc);
         t = toc(g, NL_GP_WAIT, t);
@@ -401,10 +404,10 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
         n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
-        lo = falloc(g, n);
+        lo = base ? falloc(g, n) : NULL;
         float *scr = dir == NL_BWD ? falloc(g, nl_lora_bwd_scratch_floats(&L, T)) : NULL;
         t = toc(g, NL_GP_OTHER, t);
-        if (!lo || (dir == NL_BWD && !scr)) {
+        if ((base && !lo) || (dir == NL_BWD && !scr)) {
             rc = -1;
         } else {
             lora_job j = {.L = &L, .A = nl_lora_A(g->ad, e), .B = nl_lora_B(g->ad, e), .dir = dir, .T = T, .out = lo,
@@ -414,7 +417,7 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
         }
         t = toc(g, dir == NL_FWD ? NL_GP_LORA_FWD : NL_GP_LORA_BWD, t);
     }
-    if (!rt->sync) {
+    if (!rt->sync && base) {
         t = toc(g, NL_GP_OTHER, t);
         if (nl_proj_wait(rt->svc)) rc = -1;
         t = toc(g, NL_GP_WAIT, t);
@@ -522,11 +525,13 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
         });
         dqin = dqg;
     }
+    /* dhn == NULL: only the LoRA gradients (see layer_bwd) */
+    float *dk_in = dhn ? tmp : NULL;
     if (tproj_bwd(g, l, NL_P_Q, L->p[NL_P_Q], dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
-    if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
+    if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, dk_in)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
+    if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, dk_in)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
     rc = 0;
 done:
     arena_release(g->ws, mk);
@@ -570,13 +575,15 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     nl_gdn_weights w = gdn_weights(L);
     if (tproj_bwd(g, l, NL_P_OUT, L->p[NL_P_OUT], dout, c->y, c->lu[NL_P_OUT], T, dy)) goto done;
     if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
+    /* dhn == NULL: only the LoRA gradients (see layer_bwd) */
+    float *tin = dhn ? tmp : NULL;
     if (tproj_bwd(g, l, NL_P_QKV, L->p[NL_P_QKV], dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
-    if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
-    if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tin)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tin)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tin)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
     rc = 0;
 done:
     arena_release(g->ws, mk);
@@ -609,7 +616,7 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     return rc;
 }
 
-/* dx: in = dLoss/dx_out, out = dLoss/dx_in. */
+/* dx: in = dLoss/dx_out, out = dLoss/dx_in (layer 0: left as it is, see below). */
 static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, const float *x_in, float *dx) {
     const nl_model *m = g->rt->m;
     const nl_hparams *hp = &m->hp;
@@ -628,9 +635,14 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, n));
     TIMED(g, NL_GP_NORM, p_norm_b(g, dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
     TIMED(g, NL_GP_ADD, vadd_p(g, dxmid, dx, n));
-    /* mixer: xmid = x_in + mixer(attn_norm(x_in)) */
-    rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dhn) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dhn);
-    if (rc) goto done;
+    /* mixer: xmid = x_in + mixer(attn_norm(x_in)). Layer 0's x_in is the embedding rows:
+     * nothing trainable lies below (frozen embeddings, no LoRA on them), so its input gradient
+     * is not formed: no BWD requests for the mixer's input projections (their LoRA A/B
+     * gradients need only dy and x), no attention-norm backward. */
+    const int want_dx = l > 0 || g->full_input_grads;
+    float *dmix = want_dx ? dhn : NULL;
+    rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dmix) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dmix);
+    if (rc || !want_dx) goto done;
     TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
     TIMED(g, NL_GP_ADD, vadd_p(g, dx, dxmid, n));
 done:

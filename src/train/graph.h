@@ -56,6 +56,9 @@ typedef struct {
     /* Tests: run the head on every row instead of gathering the target rows (the same bits,
      * more work). */
     int head_all_rows;
+    /* Tests: form layer 0's input gradient too (BWD of its mixer input projections and the
+     * attention-norm backward), which nothing uses (the same bits, more work). */
+    int full_input_grads;
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;
