@@ -1,7 +1,8 @@
 /* Training graph: dLoss/dA and dLoss/dB of every LoRA tensor vs central finite differences of
  * the loss (float64 accumulation of float32 forwards) on tiny models of every arch, with
  * dropout on; recompute (budget 0) gives bit-identical gradients to keeping everything; the
- * graph's loss equals the inference path's loss. */
+ * graph's loss equals the inference path's loss; the head on target rows only gives the bits of
+ * the head on every row, and skipping layer 0's input gradient changes no bit. */
 #include <unistd.h>
 
 #include "test.h"
@@ -106,6 +107,72 @@ static void test_arch(nl_arch arch) {
     nl_session_close(&s);
 }
 
+/* Work the graph leaves out, checked against the full computation bit for bit: the head on
+ * the target rows only (head_all_rows = 0 vs 1), with sparse targets (3 of 37 rows) and with
+ * more target rows than one head chunk (T = 530, every other row; recompute), an adapter on
+ * the output projection with dropout (gathered rows keep their masks); and layer 0's input
+ * gradient not formed (full_input_grads = 0 vs 1: 3 or 4 BWD requests fewer). Ref and host
+ * backends. */
+static void test_shortcuts(nl_arch arch, const char *backend) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-sc.gguf", tmpdir, nl_arch_name(arch));
+    CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 13, path) == 0);
+    nl_proj_config pc = {.backend = backend, .n_threads = 1};
+    nl_session s;
+    if (nl_session_open(&s, path, NULL, &pc)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    nl_adapter *ad = nl_adapter_new(s.m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output", 3, 6.0f, 2);
+    CHECK(ad != NULL && ad->by_proj[s.m->p_output] >= 0);
+    for (int i = 0; i < ad->n; i++) {
+        float *B = nl_lora_B(ad, i);
+        for (int64_t j = 0; j < ad->t[i].n_out * ad->t[i].rank; j++) B[j] = (float)(0.1 * nl_t_rand());
+    }
+    s.rt.adapter = ad;
+    const int V = s.m->hp.n_vocab;
+    const int Ts[2] = {37, 530};
+    for (int c = 0; c < 2; c++) {
+        const int T = Ts[c];
+        int32_t *tok = malloc(sizeof(int32_t) * T), *tgt = malloc(sizeof(int32_t) * T);
+        for (int t = 0; t < T; t++) {
+            tok[t] = (int32_t)((t * 37 + 11) % V);
+            int on = c == 0 ? (t == 4 || t == 20 || t == 36) : t % 2 == 1;
+            tgt[t] = on ? (int32_t)((t * 53 + 1) % V) : -1;
+        }
+        /* 0: both shortcuts; 1: head on every row; 2: layer 0's input gradient formed */
+        float *gr[3];
+        double loss[3], lo[3];
+        uint64_t req[3];
+        for (int v = 0; v < 3; v++) {
+            gr[v] = calloc(ad->n_params, sizeof(float));
+            nl_graph_prof prof = {0};
+            nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[v], .dropout = 0.3f, .seed = 8, .step = 1, .tok_base = 1000,
+                          .act_budget = c ? 0 : UINT64_MAX, .head_all_rows = v == 1, .full_input_grads = v == 2, .prof = &prof};
+            CHECK(nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss[v]) == 0);
+            req[v] = prof.requests;
+            CHECK(nl_graph_loss(&g, tok, tgt, T, &lo[v]) == 0);
+        }
+        CHECKF(loss[0] == loss[1] && lo[0] == lo[1], "%s %s T=%d: compacted head loss %.17g vs %.17g", nl_arch_name(arch),
+               backend, T, loss[0], loss[1]);
+        CHECKF(memcmp(gr[0], gr[1], ad->n_params * sizeof(float)) == 0, "%s %s T=%d: compacted head changed gradients",
+               nl_arch_name(arch), backend, T);
+        CHECKF(loss[0] == loss[2] && memcmp(gr[0], gr[2], ad->n_params * sizeof(float)) == 0,
+               "%s %s T=%d: skipping layer 0's input gradient changed the loss or gradients", nl_arch_name(arch), backend, T);
+        /* and the skip happened: layer 0's mixer input projections (q, k, v or qkv, z, beta, alpha)
+         * sent no BWD request */
+        const int n_in_proj = s.m->layers[0].recurrent ? 4 : 3;
+        /* the head: T = 530 has 265 target rows, 2 compact chunks against 3 row chunks */
+        CHECKF(req[2] == req[0] + (uint64_t)n_in_proj && req[1] == req[0] + (c ? 2 : 0), "%s %s T=%d: requests %llu / %llu / %llu",
+               nl_arch_name(arch), backend, T, (unsigned long long)req[0], (unsigned long long)req[1], (unsigned long long)req[2]);
+        const nl_lora_tensor *ho = &ad->t[ad->by_proj[s.m->p_output]];
+        double nb = 0.0;
+        for (size_t i = 0; i < (size_t)ho->rank * (size_t)ho->n_out; i++) nb += fabs(gr[0][ho->off_b + i]);
+        CHECK(nb > 0.0 && loss[0] > 0.0); /* the head adapter did get gradients */
+        free(gr[0]), free(gr[1]), free(gr[2]), free(tok), free(tgt);
+    }
+    s.rt.adapter = NULL;
+    nl_adapter_free(ad);
+    nl_session_close(&s);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_graph_%d", (int)getpid());
     char cmd[300];
@@ -114,6 +181,11 @@ int main(void) {
     test_arch(NL_ARCH_LLAMA);
     test_arch(NL_ARCH_QWEN3);
     test_arch(NL_ARCH_QWEN35);
+    const nl_arch archs[3] = {NL_ARCH_LLAMA, NL_ARCH_QWEN3, NL_ARCH_QWEN35};
+    for (int a = 0; a < 3; a++) {
+        test_shortcuts(archs[a], "ref");
+        test_shortcuts(archs[a], "host");
+    }
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) return 1;
     return nl_t_done();

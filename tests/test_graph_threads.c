@@ -1,7 +1,8 @@
 /* The dropout mask against its scalar definition (the mask code has a SIMD path). Training
  * graph with the runtime's CPU node pool: 1, 2 and 3 threads give bit-identical losses
- * and gradients (the nodes split outputs, never a reduction); the synchronous mode gives the same
- * bits as the overlapped one; keeping the scratch arena across calls (keep_scratch) changes
+ * and gradients (the nodes split outputs, never a reduction); the synchronous mode (LoRA
+ * branches split over the pool too) with 1, 2 and 3 threads gives the same bits as the
+ * overlapped one; keeping the scratch arena across calls (keep_scratch) changes
  * nothing; and the parallel path really ran (shapes above the hand-off threshold). */
 #include <unistd.h>
 
@@ -69,15 +70,17 @@ static void run_case(nl_arch arch, const char *preset, int T) {
         tok[t] = (int32_t)((t * 7919 + 13) % V);
         tgt[t] = t % 5 == 2 ? -1 : (int32_t)((t * 104729 + 5) % V);
     }
-    enum { NRUN = 5 };
+    enum { NRUN = 7 };
     float *gr[NRUN];
     double loss[NRUN];
-    /* run 0: 1 thread; 1: 2 threads; 2: 3 threads; 3: 2 threads, sync; 4: 2 threads, kept scratch (2nd call) */
-    const int threads[NRUN] = {1, 2, 3, 2, 2};
+    /* run 0: 1 thread; 1: 2 threads; 2: 3 threads; 3: 2 threads, sync; 4: 2 threads, kept scratch
+     * (2nd call); 5: 1 thread, sync; 6: 3 threads, sync. Sync runs split the LoRA branches over
+     * the pool (rows, then dA columns / dB rows); overlapped ones keep them on the main thread. */
+    const int threads[NRUN] = {1, 2, 3, 2, 2, 1, 3};
     for (int r = 0; r < NRUN; r++) {
         gr[r] = calloc(ad->n_params, sizeof(float));
         CHECK(nl_runtime_set_threads(&s.rt, threads[r]) == 0);
-        s.rt.sync = r == 3;
+        s.rt.sync = r == 3 || r >= 5;
         nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[r], .dropout = 0.1f, .seed = 4, .step = 2,
                       .act_budget = UINT64_MAX, .keep_scratch = r == 4};
         if (r == 4) { /* a first call to warm the arena (different T), then the measured one */
@@ -90,6 +93,10 @@ static void run_case(nl_arch arch, const char *preset, int T) {
             free(junk);
         }
         CHECK(nl_graph_seq(&g, tok, tgt, T, 1.0f / (float)T, &loss[r]) == 0);
+        if (s.rt.sync && threads[r] > 1) /* every LoRA branch of these shapes is worth the hand-off */
+            CHECKF(g.n_lora_pool >= 2 * 7 * s.m->hp.n_layer, "%s run %d: %d LoRA branches on the pool", nl_arch_name(arch), r,
+                   g.n_lora_pool);
+        else CHECK(g.n_lora_pool == 0);
         if (r == 4) CHECK(g.ws != NULL);
         else CHECK(g.ws == NULL);
         nl_graph_free(&g);
@@ -104,7 +111,7 @@ static void run_case(nl_arch arch, const char *preset, int T) {
     double nrm = 0;
     for (size_t i = 0; i < ad->n_params; i++) nrm += (double)gr[0][i] * gr[0][i];
     CHECK(nrm > 0 && isfinite(nrm)); /* gradients are real numbers, not all zero */
-    printf("%s %s T=%d: loss %.6f, |grad| %.4g, identical across 1/2/3 threads, sync and kept scratch\n", nl_arch_name(arch),
+    printf("%s %s T=%d: loss %.6f, |grad| %.4g, identical across 1/2/3 threads, sync (LoRA on the pool) and kept scratch\n", nl_arch_name(arch),
            preset, T, loss[0], sqrt(nrm));
     for (int r = 0; r < NRUN; r++) free(gr[r]);
     free(tok);

@@ -220,6 +220,83 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
     free(yp), free(dxb), free(dAb), free(dBb);
 }
 
+/* The split API (what train/graph runs on its pool) against the whole calls, bit for bit:
+ * forward rows in uneven ranges (run out of order), backward rows then parameter lines in
+ * uneven ranges, u given or recomputed, dx or none; and rows gathered out of the sequence with
+ * their token indices (toks) equal the full call's rows (backward: the other rows' dy = 0). */
+static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
+    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4)};
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
+    float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+    float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r),
+          *u2 = malloc(sizeof(float) * T * r), *dy = malloc(sizeof(float) * ny);
+    fill(x, nx, 1.0), fill(A, na, 0.5), fill(B, nb, 0.5), fill(dy, ny, 1.0);
+    for (int acc = 0; acc < 2; acc++) {
+        fill(y, ny, 1.0);
+        memcpy(y2, y, sizeof(float) * ny);
+        CHECK(nl_lora_forward_to(&L, A, B, y, u, x, T, tok0, acc) == 0);
+        const int cut[] = {T, T / 3, 1, 0}; /* ranges [T/3, T), [1, T/3), [0, 1) */
+        for (int i = 0; i < 3; i++) CHECK(nl_lora_forward_rows(&L, A, B, y2, u2, x, tok0, NULL, acc, cut[i + 1], cut[i]) == 0);
+        CHECKF(memcmp(y, y2, sizeof(float) * ny) == 0, "split forward T=%d p=%g acc=%d differs", T, p, acc);
+        CHECK(memcmp(u, u2, sizeof(float) * T * r) == 0);
+    }
+    float *dx = malloc(sizeof(float) * nx), *dA = malloc(sizeof(float) * na), *dB = malloc(sizeof(float) * nb);
+    float *dx2 = malloc(sizeof(float) * nx), *dA2 = malloc(sizeof(float) * na), *dB2 = malloc(sizeof(float) * nb);
+    float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(&L, T) + 1));
+    for (int v = 0; v < 4; v++) { /* bit 0: u given, bit 1: dx accumulates (v == 0: no dx) */
+        fill(dx, nx, 1.0), fill(dA, na, 1.0), fill(dB, nb, 1.0);
+        memcpy(dx2, dx, sizeof(float) * nx), memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
+        const float *uu = v & 1 ? u : NULL;
+        const int dacc = v >> 1 & 1;
+        float *d1 = v ? dx : NULL, *d2 = v ? dx2 : NULL;
+        CHECK(nl_lora_backward_to(&L, A, B, d1, dacc, dA, dB, dy, x, uu, T, tok0) == 0);
+        const int cut[] = {T, 2 * T / 3, 2, 0};
+        for (int i = 0; i < 3; i++)
+            CHECK(nl_lora_backward_rows(&L, A, B, d2, dacc, dy, x, uu, T, tok0, NULL, scr, cut[i + 1], cut[i]) == 0);
+        const int J = K + N, jc[] = {0, K / 2, K + 1, J};
+        for (int i = 2; i >= 0; i--) nl_lora_backward_params(&L, dA2, dB2, dy, x, T, scr, jc[i], jc[i + 1]);
+        CHECKF(memcmp(dx, dx2, sizeof(float) * nx) == 0, "split backward dx T=%d p=%g v=%d", T, p, v);
+        CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0, "split backward dA T=%d p=%g v=%d", T, p, v);
+        CHECKF(memcmp(dB, dB2, sizeof(float) * nb) == 0, "split backward dB T=%d p=%g v=%d", T, p, v);
+    }
+    /* gathered rows: 3 rows of the T, keyed by their token indices */
+    const int rows[3] = {1, T / 2, T - 1};
+    int64_t toks[3];
+    float *xg = malloc(sizeof(float) * 3 * K), *yg = malloc(sizeof(float) * 3 * N), *dyg = malloc(sizeof(float) * 3 * N),
+          *dxg = malloc(sizeof(float) * 3 * K);
+    for (int i = 0; i < 3; i++) {
+        toks[i] = tok0 + rows[i];
+        memcpy(xg + (int64_t)i * K, x + (int64_t)rows[i] * K, sizeof(float) * K);
+        memcpy(dyg + (int64_t)i * N, dy + (int64_t)rows[i] * N, sizeof(float) * N);
+    }
+    CHECK(nl_lora_forward_to(&L, A, B, y, NULL, x, T, tok0, 0) == 0);
+    CHECK(nl_lora_forward_rows(&L, A, B, yg, NULL, xg, 0, toks, 0, 0, 3) == 0);
+    int same = 1;
+    for (int i = 0; i < 3; i++) same &= memcmp(yg + (int64_t)i * N, y + (int64_t)rows[i] * N, sizeof(float) * N) == 0;
+    CHECKF(same, "gathered forward rows differ (p=%g)", p);
+    float *dyz = calloc((size_t)ny, sizeof(float));
+    for (int i = 0; i < 3; i++) memcpy(dyz + (int64_t)rows[i] * N, dyg + (int64_t)i * N, sizeof(float) * N);
+    fill(dA, na, 1.0), fill(dB, nb, 1.0);
+    memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
+    CHECK(nl_lora_backward_to(&L, A, B, dx, 0, dA, dB, dyz, x, NULL, T, tok0) == 0);
+    CHECK(nl_lora_backward_rows(&L, A, B, dxg, 0, dyg, xg, NULL, 3, 0, toks, scr, 0, 3) == 0);
+    nl_lora_backward_params(&L, dA2, dB2, dyg, xg, 3, scr, 0, K + N);
+    same = 1;
+    for (int i = 0; i < 3; i++) same &= memcmp(dxg + (int64_t)i * K, dx + (int64_t)rows[i] * K, sizeof(float) * K) == 0;
+    CHECKF(same, "gathered backward dx rows differ (p=%g)", p);
+    CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0 && memcmp(dB, dB2, sizeof(float) * nb) == 0,
+           "gathered backward dA/dB differ (p=%g)", p);
+    /* and the mask really depends on the token index: other indices change the rows */
+    if (p > 0.0f) {
+        for (int i = 0; i < 3; i++) toks[i] += 1;
+        CHECK(nl_lora_forward_rows(&L, A, B, yg, NULL, xg, 0, toks, 0, 0, 3) == 0);
+        CHECK(memcmp(yg, y + (int64_t)rows[0] * N, sizeof(float) * N) != 0);
+    }
+    CHECK(nl_lora_forward_rows(&L, A, B, y, NULL, x, tok0, NULL, 0, 2, 1) == -1); /* bad range */
+    free(x), free(A), free(B), free(y), free(y2), free(u), free(u2), free(dy), free(dx), free(dA), free(dB);
+    free(dx2), free(dA2), free(dB2), free(scr), free(xg), free(yg), free(dyg), free(dxg), free(dyz);
+}
+
 static void test_errors_and_init(void) {
     nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0};
     float A[8] = {0}, B[6] = {0}, x[4] = {0}, y[3] = {0};
@@ -250,6 +327,9 @@ int main(void) {
     check_lora(7, 13, 11, 3, 0.25f, 40);
     check_lora(37, 21, 9, 5, 0.5f, 1000); /* more rows than one token block */
     check_lora(37, 21, 9, 5, 0.0f, 0);
+    check_split(37, 21, 9, 5, 0.5f, 1000);
+    check_split(70, 40, 33, 4, 0.0f, 3);
+    check_split(70, 40, 33, 4, 0.2f, 64);
     test_errors_and_init();
     return nl_t_done();
 }

@@ -147,27 +147,56 @@ static void test_determinism(nl_arch arch) {
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_Q8_0, 3, model) == 0);
     for (int be = 0; be < 2; be++) {
         const char *backend = be ? "host" : "ref";
-        /* 0, 1: threads 1 twice; 2: threads 2; 3: act budget 0 */
-        for (int k = 0; k < 4; k++) {
+        /* 0, 1: threads 1 twice; 2: threads 2; 3: act budget 0; 4: threads 2, --overlap on (the
+         * others: auto = synchronous for these CPU backends, LoRA split over the node pool) */
+        for (int k = 0; k < 5; k++) {
             snprintf(outs[k], sizeof outs[k], "%s/det_%s_%s_%d.gguf", tmp, nl_arch_name(arch), backend, k);
             snprintf(logs[k], sizeof logs[k], "%s/det_%s_%s_%d.jsonl", tmp, nl_arch_name(arch), backend, k);
             nl_train_opts o;
             defaults(&o, model, data, outs[k]);
             o.proj.backend = backend;
-            o.proj.n_threads = k == 2 ? 2 : 1;
+            o.proj.n_threads = k == 2 || k == 4 ? 2 : 1;
+            o.overlap = k == 4 ? "on" : k == 2 ? "auto" : NULL;
             o.act_budget_mb = k == 3 ? 0 : 1024;
             o.log_json = logs[k];
             CHECK(train(&o, NULL) == 0);
         }
-        steplog L[4];
-        for (int k = 0; k < 4; k++) read_log(logs[k], &L[k]);
+        steplog L[5];
+        for (int k = 0; k < 5; k++) read_log(logs[k], &L[k]);
         CHECKF(L[0].n == 4 && L[0].loss[0] > 0, "%s %s: %d steps", nl_arch_name(arch), backend, L[0].n);
         CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s %s: run to run", nl_arch_name(arch), backend);
         CHECKF(nl_t_same_file(outs[0], outs[2]) && same_losses(&L[0], &L[2]), "%s %s: threads 1 vs 2", nl_arch_name(arch), backend);
         CHECKF(nl_t_same_file(outs[0], outs[3]) && same_losses(&L[0], &L[3]), "%s %s: act budget 0 vs 1024 MB", nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[4]) && same_losses(&L[0], &L[4]), "%s %s: --overlap on vs off", nl_arch_name(arch), backend);
         /* training moved the adapter: the losses are not all equal */
         CHECK(L[0].loss[0] != L[0].loss[3] || L[0].loss[1] != L[0].loss[2]);
     }
+}
+
+/* --overlap: auto is synchronous exactly for the CPU backends; bad values are refused. */
+static void test_overlap_mode(const char *model, const char *data) {
+    nl_train_opts o;
+    defaults(&o, model, data, "/tmp/unused.gguf");
+    o.proj.backend = "host";
+    CHECK(nl_train_sync_mode(&o) == 1);
+    o.proj.backend = "ref";
+    CHECK(nl_train_sync_mode(&o) == 1);
+    o.proj.backend = NULL; /* the default backend is ref */
+    CHECK(nl_train_sync_mode(&o) == 1);
+    nl_proj_backend accel = nl_proj_backend_ref;
+    accel.name = "npu";
+    o.proj.backend_impl = &accel;
+    CHECK(nl_train_sync_mode(&o) == 0);
+    o.overlap = "off";
+    CHECK(nl_train_sync_mode(&o) == 1);
+    o.proj.backend_impl = NULL;
+    o.overlap = "on";
+    CHECK(nl_train_sync_mode(&o) == 0);
+    o.overlap = "auto";
+    CHECK(nl_train_sync_mode(&o) == 1);
+    o.overlap = "sometimes";
+    nl_train_result r;
+    CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "--overlap sometimes"));
 }
 
 /* ---- --log-json ---- */
@@ -901,6 +930,7 @@ int main(void) {
     test_determinism(NL_ARCH_QWEN35);
     double t1 = nl_now();
     test_log_json(model, data);
+    test_overlap_mode(model, data);
     test_dump_grads_and_init(model, data);
     test_targets(model, data);
     test_epochs(model);

@@ -24,7 +24,7 @@ int nl_cmd_train(int argc, char **argv) {
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", NULL};
     static const char *const boolean[] = {"resume", "no-shuffle", "quiet", "verbose", NULL};
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
@@ -56,6 +56,13 @@ int nl_cmd_train(int argc, char **argv) {
             return 2;
         }
         o.thermal = v;
+    }
+    if ((v = nl_cli_opt(argc, argv, "overlap"))) {
+        if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off")) {
+            fprintf(stderr, "nightlora train: --overlap %s: expected auto, on or off\n", v);
+            return 2;
+        }
+        o.overlap = v;
     }
     if ((v = nl_cli_opt(argc, argv, "schedule"))) {
         if (strcmp(v, "cosine") && strcmp(v, "constant")) {

@@ -63,9 +63,12 @@ __attribute__((target("avx512f,avx512dq"))) static int mask_row_avx512(uint64_t 
 static int have_avx512dq(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"); }
 #endif
 
-/* m[nb][n_in] for token rows tok .. tok+nb-1. Value c of the token's key gives elements 2c
- * (low 32 bits) and 2c+1 (high 32 bits). */
-static void make_mask(const nl_lora *L, int64_t tok, int nb, float *m) {
+/* Token index of row t of a call: toks[t] when the rows were gathered, else tok0 + t. */
+static int64_t tok_of(int64_t tok0, const int64_t *toks, int64_t t) { return toks ? toks[t] : tok0 + t; }
+
+/* m[nb][n_in] for token rows t .. t+nb-1 of a call (token indices tok_of). Value c of the
+ * token's key gives elements 2c (low 32 bits) and 2c+1 (high 32 bits). */
+static void make_mask(const nl_lora *L, int64_t tok0, const int64_t *toks, int64_t t, int nb, float *m) {
     const int K = L->n_in;
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
@@ -73,7 +76,7 @@ static void make_mask(const nl_lora *L, int64_t tok, int nb, float *m) {
     const int wide = have_avx512dq();
 #endif
     for (int b = 0; b < nb; b++) {
-        const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)(tok + b));
+        const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t + b));
         float *mr = m + (int64_t)b * K;
         int i = 0;
 #if defined(__x86_64__)
@@ -93,7 +96,7 @@ void nl_lora_dropout_mask(const nl_lora *L, int64_t token, float *m) {
         for (int i = 0; i < L->n_in; i++) m[i] = 1.0f;
         return;
     }
-    make_mask(L, token, 1, m);
+    make_mask(L, token, NULL, 0, 1, m);
 }
 
 static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k][i] */
@@ -101,17 +104,20 @@ static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k
         for (int i = 0; i < K; i++) AT[(int64_t)i * r + k] = A[(int64_t)k * K + i];
 }
 
-/* xm[nb][K] = x ⊙ m (m written into mbuf), or a pointer to x when there is no dropout. */
-static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok, int nb, float *mbuf, float *xm) {
+/* xm[nb][K] = x ⊙ m for rows t .. t+nb-1 (x points at row t; m written into mbuf), or a
+ * pointer to x when there is no dropout. */
+static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks, int64_t t,
+                                int nb, float *mbuf, float *xm) {
     if (!drop) return x;
     const int64_t n = (int64_t)nb * L->n_in;
-    make_mask(L, tok, nb, mbuf);
+    make_mask(L, tok0, toks, t, nb, mbuf);
     for (int64_t i = 0; i < n; i++) xm[i] = x[i] * mbuf[i];
     return xm;
 }
 
-static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
-                    int64_t tok0, int drop, int accumulate, const char *what) {
+/* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
+static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
+                    int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
@@ -121,9 +127,9 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
     float *AT = buf, *BT = AT + nAT, *mb = BT + nBT, *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
     pack_AT(AT, A, r, K);
     pack_AT(BT, B, N, r); /* BT[k][o] = B[o][k] */
-    for (int t0 = 0; t0 < T; t0 += TB) {
-        const int nb = T - t0 < TB ? T - t0 : TB;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0 + t0, nb, mb, xm);
+    for (int t0 = ta; t0 < tb; t0 += TB) {
+        const int nb = tb - t0 < TB ? tb - t0 : TB;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
         float *ur = u ? u + (int64_t)t0 * r : ub;
         nl_gemm(ur, r, xb, K, AT, r, nb, r, K, 0);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
@@ -135,16 +141,16 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
 
 int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
                     int T, int64_t tok0) {
-    return lora_fwd(L, A, B, y, u, x, T, tok0, 1, 1, "forward");
+    return lora_fwd(L, A, B, y, u, x, 0, T, tok0, NULL, 1, 1, "forward");
 }
 
 int nl_lora_forward_to(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
                        int64_t tok0, int accumulate) {
-    return lora_fwd(L, A, B, y, u, x, T, tok0, 1, accumulate, "forward");
+    return lora_fwd(L, A, B, y, u, x, 0, T, tok0, NULL, 1, accumulate, "forward");
 }
 
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T) {
-    return lora_fwd(L, A, B, y, NULL, x, T, 0, 0, 1, "apply");
+    return lora_fwd(L, A, B, y, NULL, x, 0, T, 0, NULL, 0, 1, "apply");
 }
 
 int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
@@ -163,7 +169,7 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
     for (int t0 = 0; t0 < T; t0 += TB) {
         const int nb = T - t0 < TB ? T - t0 : TB;
         const float *dyb = dy + (int64_t)t0 * N;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0 + t0, nb, mb, xm);
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, NULL, t0, nb, mb, xm);
         const float *ur = u ? u + (int64_t)t0 * r : ub;
         if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
         /* du = s · dy · B   [nb][r] */
@@ -196,6 +202,74 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
 int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
                      const float *dy, const float *x, const float *u, int T, int64_t tok0) {
     return nl_lora_backward_to(L, A, B, dx, 1, dA, dB, dy, x, u, T, tok0);
+}
+
+/* ---- one call split over threads ---- */
+
+int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int64_t tok0,
+                         const int64_t *toks, int accumulate, int t0, int t1) {
+    if (t0 < 0 || t1 < t0) return nl_err("lora forward: bad row range [%d, %d)", t0, t1);
+    return lora_fwd(L, A, B, y, u, x, t0, t1, tok0, toks, 1, accumulate, "forward");
+}
+
+size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T) {
+    return (size_t)T * (2 * (size_t)L->rank + (L->dropout > 0.0f ? (size_t)L->n_in : 0));
+}
+
+/* scratch: du [T][r] = s·dy·B, su [T][r] = s·u, then (dropout only) xm [T][K] = x ⊙ m. */
+int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
+                          const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
+                          int t1) {
+    if (check(L, "backward")) return -1;
+    if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    const int drop = L->dropout > 0.0f;
+    float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
+    const size_t nAT = u ? 0 : (size_t)K * r;
+    const size_t nx = drop ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
+    float *buf = malloc(sizeof(float) * (nAT + nx + (size_t)TB * r + 1));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+    float *AT = buf, *mb = AT + nAT, *tmp = mb + (drop ? (size_t)TB * K : 0), *ub = tmp + (drop ? (size_t)TB * K : 0);
+    if (!u) pack_AT(AT, A, r, K);
+    for (int ta = t0; ta < t1; ta += TB) {
+        const int nb = t1 - ta < TB ? t1 - ta : TB;
+        const float *dyb = dy + (int64_t)ta * N;
+        float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
+        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *ur = u ? u + (int64_t)ta * r : ub;
+        if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
+        nl_gemm(du, r, dyb, N, B, r, nb, r, N, 0);
+        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        if (dx) {
+            float *dxb = dx + (int64_t)ta * K;
+            if (!drop) {
+                nl_gemm(dxb, K, du, r, A, K, nb, K, r, dx_accumulate);
+            } else {
+                const int64_t n = (int64_t)nb * K;
+                nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
+                if (dx_accumulate)
+                    for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
+                else
+                    for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * mb[i];
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+void nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
+                             const float *scratch, int j0, int j1) {
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    const float *du = scratch, *su = du + (size_t)T * r;
+    const float *xm = L->dropout > 0.0f ? su + (size_t)T * r : x;
+    /* dA[:, c0..c1) += duᵀ · xm[:, c0..c1)   (one chain over all T tokens per element) */
+    const int c0 = j0 < K ? j0 : K, c1 = j1 < K ? j1 : K;
+    if (c1 > c0) nl_gemm_tn(dA + c0, K, du, r, xm + c0, K, r, c1 - c0, T, 1);
+    /* dB[o0..o1) += dy[:, o0..o1)ᵀ · su */
+    const int o0 = (j0 > K ? j0 : K) - K, o1 = (j1 < K + N ? j1 : K + N) - K;
+    if (o1 > o0) nl_gemm_tn(dB + (int64_t)o0 * r, r, dy + o0, N, su, r, o1 - o0, r, T, 1);
 }
 
 void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key) {

@@ -23,6 +23,7 @@
 #ifndef NL_LORA_H
 #define NL_LORA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -55,6 +56,32 @@ int nl_lora_forward_to(const nl_lora *L, const float *A, const float *B, float *
                        int64_t tok0, int accumulate);
 int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
                         const float *dy, const float *x, const float *u, int T, int64_t tok0);
+
+/* ---- one call split over threads (train/graph runs these on the runtime's pool) ----
+ * The same products as nl_lora_forward_to / nl_lora_backward_to restricted to part of the
+ * outputs; parts computed by different threads together give exactly the bits of the whole
+ * call (nl_gemm computes every element as one chain over k, whatever M, N or the split of k).
+ * Token row t's dropout mask is keyed by toks[t] when toks != NULL (rows gathered out of a
+ * longer sequence keep their masks), else by tok0 + t. */
+
+/* Forward of rows [t0, t1); y, u, x are the whole call's arrays (row t at t·n_out etc.). */
+int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int64_t tok0,
+                         const int64_t *toks, int accumulate, int t0, int t1);
+
+/* Backward in two phases around a scratch of nl_lora_bwd_scratch_floats(L, T) floats shared
+ * by all threads:
+ *   phase 1, nl_lora_backward_rows over token rows [t0, t1) (split by rows): du = s·dy·B,
+ *     s·u (u recomputed when NULL) and x ⊙ m into the scratch, and dx's rows (dx may be NULL);
+ *   phase 2, after phase 1 has finished every row, nl_lora_backward_params over [j0, j1) of
+ *     the n_in + n_out parameter lines: dA's columns j < n_in and dB's rows j − n_in, each
+ *     element one chain over all T tokens (never a reduction split across threads).
+ * Together: the bits of nl_lora_backward_to for the same arguments (toks == NULL). */
+size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T);
+int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
+                          const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
+                          int t1);
+void nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
+                             const float *scratch, int j0, int j1);
 
 /* Inference: y[T][n_out] += s · (x·Aᵀ)·Bᵀ, dropout off whatever L->dropout says. */
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T);

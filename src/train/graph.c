@@ -319,21 +319,81 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
                      .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind)};
 }
 
+/* The LoRA branch of one projection as pool tasks (nn/lora.h's split API). Phase 0: FWD rows
+ * or BWD rows (dx, du, s·u, x ⊙ m), split by token rows; phase 1 (BWD, after every row of
+ * phase 0): dA's columns and dB's rows, split by those lines, each a chain over all tokens. So
+ * every output element is computed exactly as one thread computes it. */
+#define LORA_MAX_TASKS 64
+typedef struct {
+    const nl_lora *L;
+    const float *A, *B;
+    nl_dir dir;
+    int phase, T;
+    float *out, *u_save, *dA, *dB, *scr;
+    const float *in, *x, *u_in;
+    int64_t tok0;
+    const int64_t *toks;
+    int rc[LORA_MAX_TASKS];
+} lora_job;
+
+static void lora_task(void *arg, int task, int n_tasks) {
+    lora_job *j = arg;
+    if (j->phase == 1) {
+        const int64_t J = (int64_t)j->L->n_in + j->L->n_out;
+        nl_lora_backward_params(j->L, j->dA, j->dB, j->in, j->x, j->T, j->scr, (int)(J * task / n_tasks),
+                                (int)(J * (task + 1) / n_tasks));
+        return;
+    }
+    const int t0 = (int)((int64_t)j->T * task / n_tasks), t1 = (int)((int64_t)j->T * (task + 1) / n_tasks);
+    if (t0 >= t1) return;
+    if (j->dir == NL_FWD)
+        j->rc[task] = nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, 0, t0, t1);
+    else
+        j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, 0, j->in, j->x, j->u_in, j->T, j->tok0, j->toks, j->scr,
+                                            t0, t1);
+}
+
+/* On the pool only in synchronous mode (the service is idle then; while a request is in
+ * flight its threads own the cores) and when the branch is worth the hand-off. */
+static int lora_run(nl_graph *g, lora_job *j) {
+    nl_proj_pool *p = g->rt->pool;
+    const int64_t work = (int64_t)j->T * j->L->rank * ((int64_t)j->L->n_in + j->L->n_out);
+    int n = p && g->rt->sync && work >= 32768 && j->T >= 2 ? nl_proj_pool_size(p) : 1;
+    if (n > LORA_MAX_TASKS) n = LORA_MAX_TASKS;
+    if (n > 1) g->n_lora_pool++;
+    for (int phase = 0; phase < (j->dir == NL_BWD ? 2 : 1); phase++) {
+        j->phase = phase;
+        memset(j->rc, 0, sizeof j->rc);
+        if (n > 1) nl_proj_pool_run(p, n, lora_task, j);
+        else lora_task(j, 0, 1);
+        for (int i = 0; i < n; i++)
+            if (j->rc[i]) /* the task's message is in its own thread's error slot */
+                return n > 1 ? nl_err("lora %s: a pool task failed (out of memory for scratch?)", j->dir == NL_FWD ? "forward" : "backward")
+                             : -1;
+    }
+    return 0;
+}
+
 /* One frozen projection with its LoRA branch, in either direction:
  *   NL_FWD: out[T][N] = in·Wᵀ + LoRA(in); u_save[T][r] receives the LoRA u (when adapted).
  *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
  *           saved u; the LoRA gradients accumulate into g->grads.
- * The LoRA branch runs on this thread while the base product is in flight (after it when
- * rt->sync) into its own buffer, since the service is writing `out`; it is added after wait. */
+ * toks: the token index of each row for the dropout masks (NULL: g->tok_base + row).
+ * NL_BWD with out == NULL: no input gradient wanted (layer 0's mixer inputs): no service
+ * request, only the LoRA gradients.
+ * The LoRA branch runs on this thread while the base product is in flight, or after it on the
+ * runtime's pool when rt->sync, into its own buffer (the service is writing `out`); it is
+ * added after the wait. */
 static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const float *in, const float *x,
-                 float *u_save, const float *u_in, int T, float *out) {
+                 float *u_save, const float *u_in, int T, float *out, const int64_t *toks) {
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
     double t = tic(g);
-    if (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], dir, in, T, out)) return -1;
-    if (g->prof) g->prof->requests++;
+    const int base = out != NULL;
+    if (base && (nl_rt_pace(rt) || nl_proj_submit(rt->svc, rt->svc_id[p], dir, in, T, out))) return -1;
+    if (base && g->prof) g->prof->requests++;
     int rc = 0;
-    if (rt->sync) {
+    if (rt->sync && base) {
         t = toc(g, NL_GP_OTHER, t);
         rc = nl_proj_wait(rt->svc);
         t = toc(g, NL_GP_WAIT, t);
@@ -343,17 +403,21 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
     size_t n = 0;
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
-        const float *A = nl_lora_A(g->ad, e), *B = nl_lora_B(g->ad, e);
         n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
-        lo = falloc(g, n);
+        lo = base ? falloc(g, n) : NULL;
+        float *scr = dir == NL_BWD ? falloc(g, nl_lora_bwd_scratch_floats(&L, T)) : NULL;
         t = toc(g, NL_GP_OTHER, t);
-        if (!lo) rc = -1;
-        else if (dir == NL_FWD) rc = nl_lora_forward_to(&L, A, B, lo, u_save, in, T, g->tok_base, 0) ? -1 : 0;
-        else rc = nl_lora_backward_to(&L, A, B, lo, 0, g->grads + g->ad->t[e].off_a, g->grads + g->ad->t[e].off_b,
-                                      in, x, u_in, T, g->tok_base) ? -1 : 0;
+        if ((base && !lo) || (dir == NL_BWD && !scr)) {
+            rc = -1;
+        } else {
+            lora_job j = {.L = &L, .A = nl_lora_A(g->ad, e), .B = nl_lora_B(g->ad, e), .dir = dir, .T = T, .out = lo,
+                          .u_save = u_save, .in = in, .x = x, .u_in = u_in, .tok0 = g->tok_base, .toks = toks, .scr = scr,
+                          .dA = g->grads + g->ad->t[e].off_a, .dB = g->grads + g->ad->t[e].off_b};
+            rc = lora_run(g, &j);
+        }
         t = toc(g, dir == NL_FWD ? NL_GP_LORA_FWD : NL_GP_LORA_BWD, t);
     }
-    if (!rt->sync) {
+    if (!rt->sync && base) {
         t = toc(g, NL_GP_OTHER, t);
         if (nl_proj_wait(rt->svc)) rc = -1;
         t = toc(g, NL_GP_WAIT, t);
@@ -365,11 +429,11 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
 }
 
 static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
-    return tproj(g, NL_FWD, layer, kind, p, x, NULL, u_save, NULL, T, y);
+    return tproj(g, NL_FWD, layer, kind, p, x, NULL, u_save, NULL, T, y, NULL);
 }
 
 static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
-    return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx);
+    return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx, NULL);
 }
 
 #define TIMED(g, k, stmt)          \
@@ -461,11 +525,13 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
         });
         dqin = dqg;
     }
+    /* dhn == NULL: only the LoRA gradients (see layer_bwd) */
+    float *dk_in = dhn ? tmp : NULL;
     if (tproj_bwd(g, l, NL_P_Q, L->p[NL_P_Q], dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
-    if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
+    if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, dk_in)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
+    if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, dk_in)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
     rc = 0;
 done:
     arena_release(g->ws, mk);
@@ -509,13 +575,15 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     nl_gdn_weights w = gdn_weights(L);
     if (tproj_bwd(g, l, NL_P_OUT, L->p[NL_P_OUT], dout, c->y, c->lu[NL_P_OUT], T, dy)) goto done;
     if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
+    /* dhn == NULL: only the LoRA gradients (see layer_bwd) */
+    float *tin = dhn ? tmp : NULL;
     if (tproj_bwd(g, l, NL_P_QKV, L->p[NL_P_QKV], dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
-    if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
-    if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tin)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tin)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tin)) goto done;
+    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
     rc = 0;
 done:
     arena_release(g->ws, mk);
@@ -548,7 +616,7 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     return rc;
 }
 
-/* dx: in = dLoss/dx_out, out = dLoss/dx_in. */
+/* dx: in = dLoss/dx_out, out = dLoss/dx_in (layer 0: left as it is, see below). */
 static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, const float *x_in, float *dx) {
     const nl_model *m = g->rt->m;
     const nl_hparams *hp = &m->hp;
@@ -567,9 +635,14 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, n));
     TIMED(g, NL_GP_NORM, p_norm_b(g, dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
     TIMED(g, NL_GP_ADD, vadd_p(g, dxmid, dx, n));
-    /* mixer: xmid = x_in + mixer(attn_norm(x_in)) */
-    rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dhn) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dhn);
-    if (rc) goto done;
+    /* mixer: xmid = x_in + mixer(attn_norm(x_in)). Layer 0's x_in is the embedding rows:
+     * nothing trainable lies below (frozen embeddings, no LoRA on them), so its input gradient
+     * is not formed: no BWD requests for the mixer's input projections (their LoRA A/B
+     * gradients need only dy and x), no attention-norm backward. */
+    const int want_dx = l > 0 || g->full_input_grads;
+    float *dmix = want_dx ? dhn : NULL;
+    rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dmix) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dmix);
+    if (rc || !want_dx) goto done;
     TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
     TIMED(g, NL_GP_ADD, vadd_p(g, dx, dxmid, n));
 done:
@@ -583,21 +656,19 @@ done:
  * 256·V floats (155 MB for V = 151936). */
 #define HEAD_CHUNK 256
 
-static int head(nl_graph *g, const float *x, const int32_t *targets, int T, float inv_n, int want_grad,
-                double *loss_sum, float *dx) {
+/* The head on every row, chunk by chunk (chunks without a target skipped): the reference the
+ * compacted head must reproduce bit for bit (g->head_all_rows selects it). */
+static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
+                    double *loss_sum) {
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
     int p = m->p_output, r = lora_rank(g, p);
-    size_t n = (size_t)T * E;
     int C = T < HEAD_CHUNK ? T : HEAD_CHUNK;
     amark mk = arena_mark(g->ws);
-    float *hn = falloc(g, 2 * n + (size_t)T + (size_t)C * V + (size_t)C * (r ? r : 1));
+    float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1));
     double *row_loss = arena_alloc(g->ws, (size_t)C * sizeof(double));
-    if (!hn || !row_loss) { arena_release(g->ws, mk); return -1; }
-    float *dhn = hn + n, *rstd = dhn + n, *z = rstd + T, *u = z + (size_t)C * V;
-    TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
-    memset(dhn, 0, n * sizeof(float));
-    *loss_sum = 0.0;
+    if (!z || !row_loss) { arena_release(g->ws, mk); return -1; }
+    float *u = z + (size_t)C * V;
     int rc = 0;
     for (int t0 = 0; t0 < T && rc == 0; t0 += C) {
         int nc = T - t0 < C ? T - t0 : C, any = 0;
@@ -620,6 +691,93 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
         }
         g->tok_base = saved;
     }
+    arena_release(g->ws, mk);
+    return rc;
+}
+
+/* The head on the target rows only: they are gathered into a compact buffer (256 a chunk),
+ * the vocabulary product, cross-entropy and head BWD run on those rows, and their dhn rows are
+ * scattered back (the other rows' dhn stay 0: a row without a target has zero logit gradient).
+ * For prompt/answer data most rows are prompt, so most of the vocabulary work goes. Bit for
+ * bit the uncompacted head: every service row and every LoRA row depends on its own input row
+ * only (a planner that routes the two request sizes to different backends would break that,
+ * as it already does between sequence lengths), the LoRA dropout masks keep each row's token
+ * index (the toks array), and the loss is summed in the uncompacted chunks' grouping. */
+static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
+                        double *loss_sum) {
+    const nl_model *m = g->rt->m;
+    int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
+    int p = m->p_output, r = lora_rank(g, p);
+    int nt = 0;
+    for (int t = 0; t < T; t++) nt += targets[t] >= 0;
+    if (nt == 0) return 0;
+    int C = nt < HEAD_CHUNK ? nt : HEAD_CHUNK;
+    amark mk = arena_mark(g->ws);
+    float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1) + 2 * (size_t)C * E);
+    double *rl = arena_alloc(g->ws, ((size_t)T + C) * sizeof(double));
+    int32_t *idx = arena_alloc(g->ws, ((size_t)nt + C) * sizeof(int32_t));
+    int64_t *toks = arena_alloc(g->ws, (size_t)C * sizeof(int64_t));
+    if (!z || !rl || !idx || !toks) { arena_release(g->ws, mk); return -1; }
+    float *u = z + (size_t)C * V, *hc = u + (size_t)C * (r ? r : 1), *dhc = hc + (size_t)C * E;
+    double *rlc = rl + T;
+    int32_t *tc = idx + nt;
+    for (int t = 0, i = 0; t < T; t++) {
+        rl[t] = 0.0; /* what the cross-entropy gives a row without a target */
+        if (targets[t] >= 0) idx[i++] = t;
+    }
+    int rc = 0;
+    for (int i0 = 0; i0 < nt && rc == 0; i0 += C) {
+        int nc = nt - i0 < C ? nt - i0 : C;
+        double t1 = tic(g);
+        for (int i = 0; i < nc; i++) {
+            int t = idx[i0 + i];
+            memcpy(hc + (size_t)i * E, hn + (size_t)t * E, (size_t)E * sizeof(float));
+            tc[i] = targets[t];
+            toks[i] = g->tok_base + t;
+        }
+        toc(g, NL_GP_ADD, t1);
+        rc = tproj(g, NL_FWD, L, NL_P_OUTPUT, p, hc, NULL, r ? u : NULL, NULL, nc, z, toks);
+        if (rc) break;
+        t1 = tic(g);
+        op_job j = {.op = OP_XENT, .y = z, .targets = tc, .n = V, .row_loss = rlc, .inv_n = inv_n, .want_grad = want_grad};
+        par(g, &j, nc, 1, (int64_t)nc * V);
+        for (int i = 0; i < nc; i++) rl[idx[i0 + i]] = rlc[i];
+        toc(g, NL_GP_XENT, t1);
+        if (!want_grad) continue;
+        rc = tproj(g, NL_BWD, L, NL_P_OUTPUT, p, z, hc, NULL, r ? u : NULL, nc, dhc, toks);
+        t1 = tic(g);
+        for (int i = 0; rc == 0 && i < nc; i++)
+            memcpy(dhn + (size_t)idx[i0 + i] * E, dhc + (size_t)i * E, (size_t)E * sizeof(float));
+        toc(g, NL_GP_ADD, t1);
+    }
+    /* the loss in head_all's grouping: per chunk of HEAD_CHUNK rows, in row order */
+    for (int t0 = 0; t0 < T && rc == 0; t0 += HEAD_CHUNK) {
+        int nc = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK, any = 0;
+        double cs = 0.0;
+        for (int t = 0; t < nc; t++) {
+            any |= targets[t0 + t] >= 0;
+            cs += rl[t0 + t];
+        }
+        if (any) *loss_sum += cs;
+    }
+    arena_release(g->ws, mk);
+    return rc;
+}
+
+static int head(nl_graph *g, const float *x, const int32_t *targets, int T, float inv_n, int want_grad,
+                double *loss_sum, float *dx) {
+    const nl_model *m = g->rt->m;
+    int E = m->hp.n_embd;
+    size_t n = (size_t)T * E;
+    amark mk = arena_mark(g->ws);
+    float *hn = falloc(g, 2 * n + (size_t)T);
+    if (!hn) return -1;
+    float *dhn = hn + n, *rstd = dhn + n;
+    TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
+    memset(dhn, 0, n * sizeof(float));
+    *loss_sum = 0.0;
+    int rc = g->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
+                              : head_compact(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum);
     if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x, m->output_norm, rstd, T, E));
     arena_release(g->ws, mk);
     return rc;
@@ -657,7 +815,7 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
     nl_act_plan plan;
     if (nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan)) goto done;
-    g->n_kept = g->n_recomputed = 0;
+    g->n_kept = g->n_recomputed = g->n_lora_pool = 0;
     g->peak_cache_bytes = plan.peak_bytes;
     toc(g, NL_GP_OTHER, t_other);
     for (int l = 0; l < nL; l++) {

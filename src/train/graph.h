@@ -2,7 +2,7 @@
  * storing what backward needs, the head + loss in token chunks, and the backward in reverse,
  * with every frozen-weight product through the projection service (FWD for forward and
  * recompute, BWD for input gradients) and the LoRA branches computed on the CPU while the
- * base request is in flight.
+ * base request is in flight (or, with rt->sync, after it, split over the runtime's pool).
  *
  * Activation budget: every layer's input x_l is always kept (T×n_embd floats); a layer's
  * intermediates are kept only while the budget allows, otherwise they are dropped after its
@@ -53,9 +53,16 @@ typedef struct {
      * then releases it with nl_graph_free. */
     int keep_scratch;
     void *ws;                 /* the scratch arena (internal; NULL until the first call) */
+    /* Tests: run the head on every row instead of gathering the target rows (the same bits,
+     * more work). */
+    int head_all_rows;
+    /* Tests: form layer 0's input gradient too (BWD of its mixer input projections and the
+     * attention-norm backward), which nothing uses (the same bits, more work). */
+    int full_input_grads;
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;
+    int n_lora_pool;          /* LoRA branches (FWD or BWD) split over the runtime's pool */
 } nl_graph;
 
 /* Bytes of one layer's intermediates for T tokens (what the budget counts). */

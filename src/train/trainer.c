@@ -53,6 +53,13 @@ void nl_train_defaults(nl_train_opts *o) {
     o->mezo_eps = 1e-3;
 }
 
+int nl_train_sync_mode(const nl_train_opts *o) {
+    if (o->overlap && !strcmp(o->overlap, "on")) return 0;
+    if (o->overlap && !strcmp(o->overlap, "off")) return 1;
+    const char *b = o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref";
+    return !strcmp(b, "host") || !strcmp(b, "ref");
+}
+
 static const int buckets[] = {16, 64, 256, 1024, 4096};
 
 typedef struct {
@@ -745,6 +752,8 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     t.mezo = o->method && !strcmp(o->method, "mezo");
     if (t.mezo && !(o->mezo_eps > 0 && isfinite(o->mezo_eps))) return nl_err("--mezo-eps %g: expected a finite value > 0", o->mezo_eps);
     if (o->mem_limit_mb < 0 || !isfinite(o->mem_limit_mb)) return nl_err("--mem-limit-mb %g: expected > 0", o->mem_limit_mb);
+    if (o->overlap && strcmp(o->overlap, "auto") && strcmp(o->overlap, "on") && strcmp(o->overlap, "off"))
+        return nl_err("--overlap %s: expected auto, on or off", o->overlap);
     if (o->batch_tokens < 1) return nl_err("--batch-tokens %d: expected >= 1", o->batch_tokens);
     if (o->dropout < 0 || o->dropout >= 1) return nl_err("--dropout %g: expected 0 <= p < 1", o->dropout);
     if (!(o->lr > 0)) return nl_err("--lr %g: expected > 0", o->lr);
@@ -783,6 +792,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     t.svc = nl_proj_service_new(&o->proj);
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
+    t.rt.sync = nl_train_sync_mode(o);
     if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
         nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
         goto done;

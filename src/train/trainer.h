@@ -38,6 +38,11 @@ typedef struct {
     int resume;
     int64_t act_budget_mb;               /* -1: MemAvailable-based */
     nl_proj_config proj;
+    /* LoRA branches overlapped with the in-flight service request: "auto" (NULL) = "off" when
+     * the service computes on these CPU cores (backend host or ref: overlapping would
+     * oversubscribe them; the branches are then split over the CPU node pool after each
+     * request), "on" for any other backend; "on" | "off" force it. Bit-identical either way. */
+    const char *overlap;
     const char *thermal;                 /* "auto" | "off" */
     const char *thermal_status_file, *battery_temp_file;
     const char *log_json;                /* one JSON object per optimizer step (see below) */
@@ -64,6 +69,8 @@ typedef struct {
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
+/* 1 when o->overlap (and the backend, for "auto") asks for the synchronous mode (rt->sync). */
+int nl_train_sync_mode(const nl_train_opts *o);
 
 typedef struct {
     int steps_done;                      /* optimizer steps completed overall (incl. resumed) */
