@@ -186,9 +186,27 @@ static void test_bench(const char *path) {
     rc = run_cli(args, &out);
     CHECK(rc == 0 && out && strstr(out, "GFLOP/s") && strstr(out, " fwd ") && strstr(out, " bwd "));
     free(out);
-    /* bench step is another file's; without it the weak default says so */
-    rc = run_cli("bench step --model x.gguf", &out);
-    CHECK(rc != 0 || (out && strstr(out, "step")));
+    /* bench step: (c) and (d) compute the same loss; --answer-tokens changes which rows are
+     * targets (the loss is a mean over them), so it changes the loss */
+    double loss_all = 0, loss_ans = 0;
+    for (int a = 0; a < 2; a++) {
+        snprintf(args, sizeof args, "bench step --model %s --tokens 16 --reps 1 --warmup 0 --only cd --json%s", path,
+                 a ? " --answer-tokens 4" : "");
+        rc = run_cli(args, &out);
+        CHECKF(rc == 0, "bench step exit %d: %s", rc, out ? out : "");
+        j = out ? nl_json_parse(out, strlen(out), NULL) : NULL;
+        const nl_json *cf = nl_json_get(j, "configs");
+        const nl_json *lc = nl_json_get(nl_json_get(cf, "c"), "loss"), *ld = nl_json_get(nl_json_get(cf, "d"), "loss");
+        CHECKF(nl_json_is_number(lc) && nl_json_is_number(ld) && lc->u.num.d == ld->u.num.d && lc->u.num.d > 0,
+               "bench step losses: %s", out ? out : "");
+        if (nl_json_is_number(lc)) *(a ? &loss_ans : &loss_all) = lc->u.num.d;
+        nl_json_free(j);
+        free(out);
+    }
+    CHECK(loss_all != loss_ans);
+    snprintf(args, sizeof args, "bench step --model %s --tokens 16 --answer-tokens 17", path);
+    rc = run_cli(args, &out);
+    CHECK(rc == 2 && out && strstr(out, "--answer-tokens"));
     free(out);
 }
 

@@ -80,6 +80,7 @@ typedef struct {
     nl_adapter *ad;
     float *grads;
     const int32_t *tokens, *targets;
+    int answer; /* rows that are targets (the last ones) */
     int T, reps, warmup, threads, plan, profile;
     int64_t budget_mb; /* -1: like train (MemAvailable based) */
     const nl_proj_config *base_cfg;
@@ -118,7 +119,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     double *svc_s = nl_calloc((size_t)n, sizeof *svc_s), *tcpu = nl_calloc((size_t)n, sizeof *tcpu),
            *pcpu = nl_calloc((size_t)n, sizeof *pcpu);
     if (!wall || !profs || !svc_s || !tcpu || !pcpu) goto done_free;
-    float inv_n = 1.0f / (float)b->T;
+    float inv_n = 1.0f / (float)b->answer;
     for (int i = 0; i < n; i++) {
         memset(&prof, 0, sizeof prof);
         memset(b->grads, 0, b->ad->n_params * sizeof(float));
@@ -219,7 +220,7 @@ static void fmt_mb(char *buf, size_t cap, int64_t b) {
 
 int nl_cmd_bench_step(int argc, char **argv) {
     static const char *const known[] = {"model", "tokens", "threads", "reps", "warmup", "only", "precision", "precision-map",
-                                        "compute", "wire", "backend", "act-budget-mb", "rank", "seed", NULL};
+                                        "compute", "wire", "backend", "act-budget-mb", "rank", "seed", "answer-tokens", NULL};
     static const char *const boolean[] = {"json", "skip-ref", "no-plan", "profile", "verbose", NULL};
     if (nl_cli_check("bench step", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
@@ -234,6 +235,12 @@ int nl_cmd_bench_step(int argc, char **argv) {
     int rank = (v = nl_cli_opt(argc, argv, "rank")) ? atoi(v) : 16;
     uint64_t seed = (v = nl_cli_opt(argc, argv, "seed")) ? strtoull(v, NULL, 10) : 1;
     int64_t budget_mb = (v = nl_cli_opt(argc, argv, "act-budget-mb")) ? atoll(v) : -1;
+    /* --answer-tokens N: only the last N rows are targets (a prompt/answer example); default all */
+    int answer = (v = nl_cli_opt(argc, argv, "answer-tokens")) ? atoi(v) : T;
+    if (answer < 1 || answer > T) {
+        fprintf(stderr, "nightlora bench step: --answer-tokens must be in 1..--tokens\n");
+        return 2;
+    }
     if (T < 2 || T > 1 << 20 || reps < 1 || reps > 1000 || warmup < 0 || warmup > 100 || rank < 1 || rank > 4096) {
         fprintf(stderr, "nightlora bench step: expected --tokens >= 2, --reps >= 1, --warmup >= 0, --rank >= 1\n");
         return 2;
@@ -276,13 +283,15 @@ int nl_cmd_bench_step(int argc, char **argv) {
             st = st * 6364136223846793005ull + 1442695040888963407ull;
             tok[t] = (int32_t)((st >> 33) % (uint64_t)m->hp.n_vocab);
         }
-        for (int t = 0; t < T; t++) tok[T + 1 + t] = tok[t + 1]; /* targets: the next token, every row */
+        /* targets: the next token, on every row (or the last --answer-tokens rows) */
+        for (int t = 0; t < T; t++) tok[T + 1 + t] = t >= T - answer ? tok[t + 1] : -1;
     }
     b.m = m;
     b.ad = ad;
     b.grads = grads;
     b.tokens = tok;
     b.targets = tok + T + 1;
+    b.answer = answer;
     int peak_ok = reset_peak_rss() == 0;
     const char *compute = "f32";
     cfg_result res[N_CFG];
