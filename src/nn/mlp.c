@@ -11,7 +11,7 @@
  * stored: so outputs may alias inputs and gcc -O2 still vectorises, see vecmath.h) plus a
  * scalar tail. */
 
-void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n) {
+NL_CLONES void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
         float x[NL_LANES] = {0}, y[NL_LANES] = {0}, r[NL_LANES];
@@ -21,7 +21,7 @@ void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n) {
     }
 }
 
-void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+NL_CLONES void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
         float x[NL_LANES] = {0}, y[NL_LANES] = {0}, g[NL_LANES] = {0}, ra[NL_LANES], rb[NL_LANES];
@@ -35,7 +35,7 @@ void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, c
     }
 }
 
-void nl_gate_forward(float *out, const float *o, const float *g, int64_t n) {
+NL_CLONES void nl_gate_forward(float *out, const float *o, const float *g, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
         float x[NL_LANES] = {0}, z[NL_LANES] = {0}, r[NL_LANES];
@@ -45,7 +45,7 @@ void nl_gate_forward(float *out, const float *o, const float *g, int64_t n) {
     }
 }
 
-void nl_gate_backward(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+NL_CLONES void nl_gate_backward(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
         float x[NL_LANES] = {0}, z[NL_LANES] = {0}, dy[NL_LANES] = {0}, ro[NL_LANES], rg[NL_LANES];

@@ -12,7 +12,7 @@ static float row_rstd(const float *x, int n, float eps) {
     return (float)(1.0 / sqrt(ms + (double)eps));
 }
 
-void nl_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
+NL_CLONES void nl_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
     for (int t = 0; t < T; t++) {
         const float *xr = x + (int64_t)t * n;
         float *yr = y + (int64_t)t * n;
@@ -23,7 +23,7 @@ void nl_rmsnorm_forward(float *y, float *rstd, const float *x, const float *w, i
 }
 
 /* rstd[T] is the forward's (required). dx may alias dy. */
-void nl_rmsnorm_backward(float *dx, const float *dy, const float *x, const float *w, const float *rstd, int T, int n) {
+NL_CLONES void nl_rmsnorm_backward(float *dx, const float *dy, const float *x, const float *w, const float *rstd, int T, int n) {
     for (int t = 0; t < T; t++) {
         const float *xr = x + (int64_t)t * n;
         const float *dyr = dy + (int64_t)t * n;

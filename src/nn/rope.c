@@ -9,12 +9,13 @@
  * cos/sin are computed once per (token, pair) in double (θ reaches ~1e5 rad at long positions;
  * a float θ would lose ~1e-2 rad there) and shared by all heads of the token. */
 #include "nn/nn.h"
+#include "nn/vecmath.h"
 
 #include <math.h>
 
 #define ROPE_CHUNK 64 /* pairs per cos/sin table: bounded stack use for any n_rot */
 
-static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
+NL_CLONES static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
     const int half = r->n_rot / 2;
     const int hd = r->head_dim;
     double invf[ROPE_CHUNK];

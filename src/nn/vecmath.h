@@ -14,6 +14,17 @@
 
 #define NL_LANES 8
 
+/* Element-wise nodes (norms, SwiGLU, gates, RoPE, cross-entropy) are built for the baseline ISA
+ * and, on x86-64, also for x86-64-v3 (AVX2 + FMA), picked at load time: their 8-lane loops then
+ * run as one 256-bit vector instead of two 128-bit ones. Every thread runs the same version, so
+ * results stay independent of the thread count (they may differ between CPUs in the last bits,
+ * through FMA contraction). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(NL_NO_CLONES)
+#define NL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define NL_CLONES
+#endif
+
 /* C[M][N] += A[M][K] · B[K][N], row-major with row strides ldc/lda/ldb (nn/gemm.c). C must not
  * overlap A or B. Used for the attention blocks and the LoRA rank-r products. Internal to
  * nn/ (not part of the nn.h contract). */

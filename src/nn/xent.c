@@ -10,7 +10,7 @@
 
 #define XCH 1024 /* exp is evaluated in chunks of this many logits (stack scratch) */
 
-double nl_xent_chunk(float *z, const int32_t *targets, int T, int V, float inv_n, int want_grad) {
+NL_CLONES double nl_xent_chunk(float *z, const int32_t *targets, int T, int V, float inv_n, int want_grad) {
     double total = 0.0;
     float e[XCH];
     for (int t = 0; t < T; t++) {
