@@ -310,9 +310,10 @@ static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const fl
     const int group = Hq / Hkv, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t ld_t = ld_b(T), ld_ki = ld_b(d), ld_qt = (((T + 1) / 2 + 15) & ~15), ld_sr = (T + 1) / 2;
+    const int64_t ld_dt = ld_b(T); /* dKᵀ, dVᵀ rows: not a power of two either (the transposes read 16 at a time) */
     const size_t n_kw = (size_t)dw * ld_t, n_ki = (size_t)((T + 1) / 2) * ld_ki, n_qt = (size_t)d * ld_qt,
                  n_qr = (size_t)bq * dw, n_sr = (size_t)bq * ld_sr, n_pi = (size_t)((bq + 1) / 2) * ld_t;
-    const size_t n_s = (size_t)bq * T, n_dt = (size_t)d * T;
+    const size_t n_s = (size_t)bq * T, n_dt = (size_t)d * ld_dt;
     const size_t n_words = 2 * n_kw + n_ki + 2 * n_qt + 2 * n_qr + n_sr + 2 * n_pi;
     uint32_t *buf = malloc(sizeof(uint32_t) * n_words + sizeof(float) * (2 * n_s + 2 * n_dt));
     if (!buf) return -1;
@@ -348,12 +349,12 @@ static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const fl
                 nl_bf16_pairs(pi, ld_t, s, T, nq, kend, (kend + 15) & ~15);
                 nl_bf16_pairs(dsi, ld_t, dp, T, nq, kend, (kend + 15) & ~15);
                 nl_gemm_bf16(dq + (int64_t)q0 * ldq + hoff, ldq, dsr, ld_sr, ki, ld_ki, nq, d, kw_n, 0); /* dq = c·ds·K */
-                nl_gemm_bf16(dkt, T, qt + q0 / 2, ld_qt, dsi, ld_t, d, kend, qw_n, 1);                     /* dkᵀ += c·Qᵀ·ds */
-                nl_gemm_bf16(dvt, T, ot + q0 / 2, ld_qt, pi, ld_t, d, kend, qw_n, 1);                      /* dvᵀ += dOᵀ·p */
+                nl_gemm_bf16(dkt, ld_dt, qt + q0 / 2, ld_qt, dsi, ld_t, d, kend, qw_n, 1);                     /* dkᵀ += c·Qᵀ·ds */
+                nl_gemm_bf16(dvt, ld_dt, ot + q0 / 2, ld_qt, pi, ld_t, d, kend, qw_n, 1);                      /* dvᵀ += dOᵀ·p */
             }
         }
-        nl_transpose_f32(dk + kvoff, ldk, dkt, T, d, T);
-        nl_transpose_f32(dv + kvoff, ldk, dvt, T, d, T);
+        nl_transpose_f32(dk + kvoff, ldk, dkt, ld_dt, d, T);
+        nl_transpose_f32(dv + kvoff, ldk, dvt, ld_dt, d, T);
     }
     free(buf);
     return 0;
