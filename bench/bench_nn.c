@@ -1,5 +1,6 @@
 /* bench_nn: wall-clock of the hot nn/ nodes (not a test). Prints ms per call.
- *   attention forward / backward at T=512, Hq=16, Hkv=8, d=128 (Llama-3.2-1B-like layer)
+ *   attention forward / backward at T=512, Hq=16, Hkv=8, d=128 (Llama-3.2-1B-like layer), FP32
+ *   and BF16, one thread and two (kv heads split; wall clock)
  *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05
  *   gemm (nn/gemm.c) on the attention and LoRA block shapes
  * Usage: bench_nn [reps]
@@ -11,6 +12,7 @@
 #include "util/util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -29,6 +31,51 @@ static void fill(float *p, size_t n, unsigned *s) {
     }
 }
 
+typedef struct {
+    int bf16, bwd;
+    float *o, *lse;
+    const float *q, *k, *v, *dout;
+    float *dq, *dk, *dv;
+    int T, Hq, Hkv, d;
+    float scale;
+    int g0, g1;
+} attn_job;
+
+static void *attn_run(void *arg) {
+    const attn_job *j = arg;
+    if (!j->bwd && j->bf16)
+        nl_attention_forward_range_bf16(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, j->g0, j->g1);
+    else if (!j->bwd)
+        nl_attention_forward_range(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, j->g0, j->g1);
+    else if (j->bf16)
+        nl_attention_backward_range_bf16(j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv,
+                                         j->d, j->scale, j->g0, j->g1);
+    else
+        nl_attention_backward_range(j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d,
+                                    j->scale, j->g0, j->g1);
+    return NULL;
+}
+
+/* the job's kv heads split over two threads; wall seconds */
+static double attn_two(const attn_job *j) {
+    attn_job a = *j, b = *j;
+    a.g1 = b.g0 = (j->g0 + j->g1) / 2;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_t th;
+    if (pthread_create(&th, NULL, attn_run, &b)) {
+        attn_run(&b);
+    } else {
+        attn_run(&a);
+        pthread_join(th, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+    attn_run(&a);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     const int T = 512, Hq = 16, Hkv = 8, d = 128;
@@ -40,17 +87,39 @@ int main(int argc, char **argv) {
     const float scale = 1.0f / sqrtf((float)d);
     const double flop_f = 4.0 * Hq * d * (T * (T + 1) / 2.0); /* QK + PV over the causal half */
     double best_f = 1e30, best_b = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = nl_now();
-        nl_attention_forward(o, lse, q, k, v, T, T, Hq, Hkv, d, scale);
-        double t1 = nl_now();
-        nl_attention_backward(dq, dk, dv, dout, o, lse, q, k, v, T, Hq, Hkv, d, scale);
-        double t2 = nl_now();
-        if (t1 - t0 < best_f) best_f = t1 - t0;
-        if (t2 - t1 < best_b) best_b = t2 - t1;
+    /* FP32 and BF16 (where the CPU has AVX512_BF16), on this thread and on two threads that
+     * split the kv heads as the training graph does (wall clock for those) */
+    for (int bf = 0; bf < 2; bf++) {
+        if (bf && !nl_attention_bf16_active()) {
+            printf("attention bf16: AVX512_BF16 not available (the BF16 calls run the FP32 code)\n");
+            break;
+        }
+        for (int nt = 1; nt <= 2; nt++) {
+            best_f = best_b = 1e30;
+            for (int r = 0; r < reps; r++) {
+                attn_job jf = {bf, 0, o, lse, q, k, v, dout, dq, dk, dv, T, Hq, Hkv, d, scale, 0, Hkv};
+                double tf, tb;
+                if (nt == 1) {
+                    double t0 = nl_now();
+                    attn_run(&jf);
+                    double t1 = nl_now();
+                    jf.bwd = 1;
+                    attn_run(&jf);
+                    tf = t1 - t0, tb = nl_now() - t1;
+                } else {
+                    tf = attn_two(&jf);
+                    jf.bwd = 1;
+                    tb = attn_two(&jf);
+                }
+                if (tf < best_f) best_f = tf;
+                if (tb < best_b) best_b = tb;
+            }
+            printf("attention %s T=%d Hq=%d Hkv=%d d=%d, %d thread%s: forward %.1f ms (%.1f GFLOP/s), backward %.1f ms "
+                   "(%.1f GFLOP/s), both %.1f ms\n",
+                   bf ? "bf16" : "fp32", T, Hq, Hkv, d, nt, nt == 1 ? " " : "s", best_f * 1e3, flop_f / best_f * 1e-9,
+                   best_b * 1e3, 2.5 * flop_f / best_b * 1e-9, (best_f + best_b) * 1e3);
+        }
     }
-    printf("attention T=%d Hq=%d Hkv=%d d=%d: forward %.1f ms (%.1f GFLOP/s), backward %.1f ms (%.1f GFLOP/s)\n", T, Hq,
-           Hkv, d, best_f * 1e3, flop_f / best_f * 1e-9, best_b * 1e3, 2.5 * flop_f / best_b * 1e-9);
 
     const int K = 2048, N = 2048, R = 16;
     float *x = malloc((size_t)T * K * 4), *y = calloc((size_t)T * N, 4), *A = malloc((size_t)R * K * 4);

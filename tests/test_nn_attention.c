@@ -2,6 +2,7 @@
  * full score matrix. Forward (out and lse) with GQA and with a KV-cache past (S > T); backward
  * against float64 central finite differences at small sizes and against the float64 analytic
  * backward (itself checked by finite differences) at sizes that cross the block boundaries. */
+#include "nn/gemm_bf16.h"
 #include "nn/nn.h"
 #include "test.h"
 
@@ -215,6 +216,184 @@ static void test_layout(void) {
     free(q), free(k), free(v);
 }
 
+/* ---- BF16 variant ---- */
+
+/* float -> BF16 -> float, round to nearest even (what vcvtne2ps2bf16 does for finite input) */
+static double bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    float y;
+    memcpy(&y, &u, 4);
+    return y;
+}
+
+/* The kernel C (+)= A·B on packed words against float64 sums of the rounded operands, for each
+ * way the attention packs A (rows of X, or pairs_t of Xᵀ) and B (pairs of Y, or rows_t of Yᵀ).
+ * The only error left is FP32 accumulation: tolerance 1e-5 of Σ|products|. */
+static void check_gemm_bf16(int M, int N, int K, int acc) {
+    float *X = malloc(sizeof(float) * M * K), *Xt = malloc(sizeof(float) * K * M);
+    float *Y = malloc(sizeof(float) * K * N), *Yt = malloc(sizeof(float) * N * K);
+    fill(X, (int64_t)M * K, 2.0);
+    fill(Y, (int64_t)K * N, 3.0);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < K; j++) Xt[j * M + i] = X[i * K + j];
+    for (int i = 0; i < K; i++)
+        for (int j = 0; j < N; j++) Yt[j * K + i] = Y[i * N + j];
+    const int kw = (K + 1) / 2, ldb = ((N + 15) & ~15) + 3, lda = kw + 2;
+    uint32_t *A = malloc(sizeof(uint32_t) * M * lda), *B = malloc(sizeof(uint32_t) * kw * ldb);
+    float *C = malloc(sizeof(float) * M * (N + 1)), *C0 = malloc(sizeof(float) * M * (N + 1));
+    fill(C0, (int64_t)M * (N + 1), 1.0);
+    double err = 0;
+    for (int way = 0; way < 4; way++) {
+        if (way & 1) nl_bf16_pairs_t(A, lda, Xt, M, K, M, lda); /* [M][kw] from Xᵀ[K][M] */
+        else nl_bf16_rows(A, lda, X, K, M, K, kw);
+        if (way & 2) nl_bf16_rows_t(B, ldb, Yt, K, N, K, ldb); /* [kw][N] from Yᵀ[N][K] */
+        else nl_bf16_pairs(B, ldb, Y, N, K, N, ldb);
+        memcpy(C, C0, sizeof(float) * M * (N + 1));
+        nl_gemm_bf16(C, N + 1, A, lda, B, ldb, M, N, kw, acc);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N + 1; j++) {
+                if (j == N) { /* the column past N is not touched */
+                    err = fmax(err, C[i * (N + 1) + j] == C0[i * (N + 1) + j] ? 0 : 1);
+                    continue;
+                }
+                double r = acc ? C0[i * (N + 1) + j] : 0, mag = fabs(r);
+                for (int t = 0; t < K; t++) {
+                    const double pr = bf16_round(X[i * K + t]) * bf16_round(Y[t * N + j]);
+                    r += pr, mag += fabs(pr);
+                }
+                err = fmax(err, fabs(C[i * (N + 1) + j] - r) / (mag + 1e-30));
+            }
+    }
+    CHECKF(err < 1e-5, "gemm_bf16 M=%d N=%d K=%d acc=%d: err %g", M, N, K, acc, err);
+    /* the FP32 transpose is exact */
+    float *Tt = malloc(sizeof(float) * K * (M + 1));
+    nl_transpose_f32(Tt, M + 1, X, K, M, K);
+    int same = 1;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < K; j++) same &= Tt[j * (M + 1) + i] == X[i * K + j];
+    CHECK(same);
+    free(X), free(Xt), free(Y), free(Yt), free(A), free(B), free(C), free(C0), free(Tt);
+}
+
+/* err of a vs b relative to the magnitude of b: max |a − b| / max |b| and ‖a − b‖₂ / ‖b‖₂ */
+static void errs(const float *a, const double *b, int64_t n, double *mx, double *l2) {
+    double e2 = 0, b2 = 0;
+    *mx = rel_err(a, b, n);
+    for (int64_t i = 0; i < n; i++) e2 += (a[i] - b[i]) * (a[i] - b[i]), b2 += b[i] * b[i];
+    *l2 = sqrt(e2 / (b2 + 1e-300));
+}
+
+/* Tolerances (all relative to the tensor's magnitude, see errs): BF16 keeps 8 significant
+ * bits, unit roundoff u = 2^-9 ≈ 2e-3. Every GEMM input is rounded once (≤ u each), products
+ * and sums are FP32, so each product carries ≲ 2u relative error; the backward's results go
+ * through two such GEMMs (dS = P ⊙ (dO·Vᵀ − D), then dS·K etc.). Observed on these shapes:
+ * max 2.3e-3 .. 4.8e-3, L2 1.9e-3 .. 4.7e-3, i.e. about 2u, errors spread over all elements
+ * (lse: ≤ 2.3e-3). Bound for both measures: 1e-2 ≈ 5u. A wrong block, pair or mask gives
+ * O(1). The FP32 path is at ~3e-6 of the reference, so "differs from FP32 by > 1e-4" shows
+ * the BF16 kernels ran. */
+#define BF16_TOL_MAX 1e-2
+#define BF16_TOL_L2 1e-2
+
+static void check_bf16(const shape *s, const char *name) {
+    float *q, *k, *v;
+    make_qkv(s, &q, &k, &v);
+    const int T = s->T, S = s->S, Hq = s->Hq, Hkv = s->Hkv, d = s->d;
+    const float c = (float)s->c;
+    const int64_t nq = (int64_t)T * Hq * d, nk = (int64_t)S * Hkv * d, nl = (int64_t)T * Hq;
+    float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl);
+    float *out32 = malloc(sizeof(float) * nq), *lse32 = malloc(sizeof(float) * nl);
+    float *out2 = malloc(sizeof(float) * nq), *lse2 = malloc(sizeof(float) * nl);
+    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
+    double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
+    attn_ref(outr, lser, NULL, qd, kd, vd, s);
+    nl_attention_forward_range_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, c, 0, Hkv);
+    nl_attention_forward_range(out32, lse32, q, k, v, T, S, Hq, Hkv, d, c, 0, Hkv);
+    double em, e2, e32;
+    errs(out, outr, nq, &em, &e2);
+    CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 out err max %g l2 %g", name, em, e2);
+    errs(lse, lser, nl, &em, &e2);
+    CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 lse err max %g l2 %g", name, em, e2);
+    /* the BF16 kernels ran where they can; elsewhere the call is the FP32 one, bit for bit */
+    double *o32d = to_d(out32, nq);
+    e32 = rel_err(out, o32d, nq);
+    if (nl_attention_bf16_active()) CHECKF(e32 > 1e-4, "%s: bf16 out too close to fp32 (%g): not taken?", name, e32);
+    else CHECK(memcmp(out, out32, sizeof(float) * nq) == 0 && memcmp(lse, lse32, sizeof(float) * nl) == 0);
+    /* kv heads split over calls (threads): the same bits */
+    for (int g = 0; g < Hkv; g++) nl_attention_forward_range_bf16(out2, lse2, q, k, v, T, S, Hq, Hkv, d, c, g, g + 1);
+    CHECK(memcmp(out, out2, sizeof(float) * nq) == 0 && memcmp(lse, lse2, sizeof(float) * nl) == 0);
+
+    if (S == T) {
+        float *dout = malloc(sizeof(float) * nq), *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk),
+              *dv = malloc(sizeof(float) * nk), *dq2 = malloc(sizeof(float) * nq), *dk2 = malloc(sizeof(float) * nk),
+              *dv2 = malloc(sizeof(float) * nk);
+        fill(dout, nq, 1.0);
+        for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
+        for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
+        /* as in training: the backward consumes the BF16 forward's out and lse */
+        nl_attention_backward_range_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, 0, Hkv);
+        double *dod = to_d(dout, nq);
+        double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
+        attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
+        const float *got[3] = {dq, dk, dv};
+        const double *ref[3] = {dqr, dkr, dvr};
+        const int64_t ns[3] = {nq, nk, nk};
+        for (int w = 0; w < 3; w++) {
+            errs(got[w], ref[w], ns[w], &em, &e2);
+            CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 d%c err max %g l2 %g", name, "qkv"[w], em, e2);
+        }
+        if (nl_attention_bf16_active()) {
+            nl_attention_backward_range(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, 0, Hkv);
+            double *dq32 = to_d(dq2, nq);
+            CHECKF(rel_err(dq, dq32, nq) > 1e-4, "%s: bf16 dq too close to fp32: not taken?", name);
+            free(dq32);
+        }
+        for (int g = Hkv - 1; g >= 0; g--)
+            nl_attention_backward_range_bf16(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, g, g + 1);
+        CHECK(memcmp(dq, dq2, sizeof(float) * nq) == 0 && memcmp(dk, dk2, sizeof(float) * nk) == 0 &&
+              memcmp(dv, dv2, sizeof(float) * nk) == 0);
+        free(dout), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(dod), free(dqr), free(dkr),
+            free(dvr);
+    }
+    free(q), free(k), free(v), free(out), free(lse), free(out32), free(lse32), free(out2), free(lse2), free(qd), free(kd),
+        free(vd), free(outr), free(lser), free(o32d);
+}
+
+/* Decoding-size blocks (T <= 4) always take the FP32 code: the same bits. */
+static void test_bf16_small_t(void) {
+    const shape s = {3, 9, 4, 2, 16, 0.25};
+    float *q, *k, *v;
+    make_qkv(&s, &q, &k, &v);
+    const int64_t nq = 3 * 4 * 16;
+    float a[3 * 4 * 16], b[3 * 4 * 16], la[12], lb[12];
+    nl_attention_forward_range(a, la, q, k, v, 3, 9, 4, 2, 16, 0.25f, 0, 2);
+    nl_attention_forward_range_bf16(b, lb, q, k, v, 3, 9, 4, 2, 16, 0.25f, 0, 2);
+    CHECK(memcmp(a, b, sizeof(float) * nq) == 0 && memcmp(la, lb, sizeof la) == 0);
+    free(q), free(k), free(v);
+}
+
+static void test_bf16(void) {
+    if (nl_bf16_ok()) {
+        check_gemm_bf16(1, 1, 1, 0);
+        check_gemm_bf16(8, 32, 64, 0);
+        check_gemm_bf16(13, 47, 9, 1);
+        check_gemm_bf16(23, 17, 300, 0); /* crosses a KC chunk (128 words) */
+        check_gemm_bf16(9, 70, 261, 1);
+    } else {
+        printf("AVX512_BF16 not available: BF16 kernel tests skipped, BF16 calls checked to be the FP32 ones\n");
+    }
+    /* T not a multiple of the 48-query block; d even, 128, odd; GQA ratio 1 and 2 */
+    check_bf16(&(shape){100, 100, 4, 2, 128, 1.0 / sqrt(128.0)}, "bf16 T=100 d=128 gqa2");
+    check_bf16(&(shape){53, 53, 2, 2, 64, 1.0 / sqrt(64.0)}, "bf16 T=53 d=64 mha");
+    check_bf16(&(shape){70, 70, 4, 2, 13, 0.4}, "bf16 T=70 d=13 gqa2");
+    check_bf16(&(shape){300, 300, 2, 1, 64, 0.125}, "bf16 T=300 d=64 (KC chunks)");
+    check_bf16(&(shape){7, 7, 6, 2, 10, 1.0 / sqrt(10.0)}, "bf16 T=7 d=10");
+    check_bf16(&(shape){60, 75, 4, 2, 32, 0.2}, "bf16 past S=75 T=60");
+    test_bf16_small_t();
+}
+
 int main(void) {
     const shape gqa = {7, 7, 6, 2, 10, 1.0 / sqrt(10.0)};
     const shape mha = {7, 7, 3, 3, 10, 0.37};
@@ -236,5 +415,6 @@ int main(void) {
     check_backward(&mid, 0, "mid");
     check_backward(&longt, 0, "long");
     test_layout();
+    test_bf16();
     return nl_t_done();
 }

@@ -20,6 +20,7 @@
  * Memory: O(d·S + BQ·S) scratch per call (one allocation): per head O(T·d), never T×T.
  * Very short query blocks against a long past (decoding) skip the packing and take dot
  * products straight from the cache. The GEMMs are nn/gemm.c (deterministic FMA chains). */
+#include "nn/gemm_bf16.h"
 #include "nn/nn.h"
 #include "nn/vecmath.h"
 #include "util/util.h"
@@ -29,9 +30,36 @@
 
 #define BQ 48 /* queries per block: 8 row tiles of the GEMM; causal waste BQ/2 keys per query */
 #define SMALL_T 4 /* up to this many queries: no packing (decoding) */
+_Static_assert(BQ % 2 == 0, "BF16 blocks start on a pair of queries");
 
 static void fill_nan(float *p, int64_t n) {
     for (int64_t i = 0; i < n; i++) p[i] = NAN;
+}
+
+/* Out of memory for the scratch: the kv heads' outputs become NaN (the error is in nl_err). */
+static void fwd_oom(float *out, float *lse, int T, int S, int Hq, int Hkv, int d, int g0, int g1) {
+    const int group = Hq / Hkv;
+    const int64_t ldq = (int64_t)Hq * d;
+    nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S);
+    for (int g = g0; g < g1; g++)
+        for (int t = 0; t < T; t++)
+            for (int hh = 0; hh < group; hh++) {
+                const int h = g * group + hh;
+                fill_nan(out + (int64_t)t * ldq + (int64_t)h * d, d);
+                if (lse) lse[(int64_t)t * Hq + h] = NAN;
+            }
+}
+
+static void bwd_oom(float *dq, float *dk, float *dv, int T, int Hq, int Hkv, int d, int g0, int g1) {
+    const int group = Hq / Hkv;
+    const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
+    nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T);
+    for (int g = g0; g < g1; g++)
+        for (int t = 0; t < T; t++) {
+            fill_nan(dk + (int64_t)t * ldk + (int64_t)g * d, d);
+            fill_nan(dv + (int64_t)t * ldk + (int64_t)g * d, d);
+            for (int hh = 0; hh < group; hh++) fill_nan(dq + (int64_t)t * ldq + (int64_t)(g * group + hh) * d, d);
+        }
 }
 
 /* dst[i][j] = src row j (stride lds), element i, for j < n: Kᵀ as a d×ldd panel. */
@@ -121,14 +149,7 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
     const size_t n_kT = packed ? (size_t)d * (size_t)S : 0, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)S;
     float *buf = malloc(sizeof(float) * (n_kT + n_s + 1));
     if (!buf) {
-        nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S);
-        for (int g = g0; g < g1; g++)
-            for (int t = 0; t < T; t++)
-                for (int hh = 0; hh < group; hh++) {
-                    const int h = g * group + hh;
-                    fill_nan(out + (int64_t)t * ldq + (int64_t)h * d, d);
-                    if (lse) lse[(int64_t)t * Hq + h] = NAN;
-                }
+        fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
         return;
     }
     float *kT = buf, *s = buf + n_kT;
@@ -180,13 +201,7 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
     const size_t n_t = (size_t)d * (size_t)T, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)T;
     float *buf = malloc(sizeof(float) * (2 * n_t + 2 * n_s + 1));
     if (!buf) {
-        nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T);
-        for (int g = g0; g < g1; g++)
-            for (int t = 0; t < T; t++) {
-                fill_nan(dk + (int64_t)t * ldk + (int64_t)g * d, d);
-                fill_nan(dv + (int64_t)t * ldk + (int64_t)g * d, d);
-                for (int hh = 0; hh < group; hh++) fill_nan(dq + (int64_t)t * ldq + (int64_t)(g * group + hh) * d, d);
-            }
+        bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
         return;
     }
     float *kT = buf, *vT = kT + n_t, *s = vT + n_t, *dp = s + n_s;
@@ -227,4 +242,152 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
 void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                            const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale) {
     nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, Hkv);
+}
+
+/* ---- BF16 variant (nn/gemm_bf16.h) ----
+ *
+ * The same blocks as above, with every GEMM operand packed to BF16 words in the layout the
+ * vdpbf16ps kernel contracts over (pairs along the reduction index):
+ *   forward, per kv head:  Kᵀ words [d/2][S] (for Q·Kᵀ), V pairs of keys [S/2][d] (for P·V);
+ *            per block:    Q rows [nq][d/2]; P rows [nq][kend/2], written by the exp pass.
+ *   backward, per kv head: Kᵀ, Vᵀ words [d/2][T] (Q·Kᵀ, dO·Vᵀ), K pairs [T/2][d] (dS·K);
+ *            per q head:   Qᵀ, dOᵀ pairs of queries [d][T/2];
+ *            per block:    Q, dO rows; dS rows [nq][kend/2]; P, dS pairs of queries
+ *                          [nq/2][kend].
+ * dK and dV are accumulated transposed, dKᵀ += Qᵀ·dS and dVᵀ += dOᵀ·P ([d][T] FP32, so the
+ * small-M side is the transposed-once-per-head Qᵀ rather than a transposed dS per block),
+ * and transposed into dk/dv once per kv head. Row strides of B operands get 16 extra words so
+ * a power-of-two length (T = 512) does not map a panel's rows onto a few L1 sets. */
+
+#if defined(__x86_64__)
+#define NL_ATT_BF16 1
+
+static int64_t ld_b(int n) { return (int64_t)((n + 15) & ~15) + 16; }
+
+/* 0, or -1 when out of memory (nothing written) */
+static int fwd_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq, int Hkv,
+                    int d, float scale, int g0, int g1) {
+    const int group = Hq / Hkv, past = S - T, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
+    const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
+    const int64_t ld_kw = ld_b(S), ld_vi = ld_b(d), ld_pw = (S + 1) / 2;
+    const size_t n_kw = (size_t)dw * ld_kw, n_vi = (size_t)((S + 1) / 2) * ld_vi, n_qr = (size_t)bq * dw,
+                 n_pw = (size_t)bq * ld_pw, n_s = (size_t)bq * S;
+    uint32_t *buf = malloc(sizeof(uint32_t) * (n_kw + n_vi + n_qr + n_pw) + sizeof(float) * n_s);
+    if (!buf) return -1;
+    uint32_t *kw = buf, *vi = kw + n_kw, *qr = vi + n_vi, *pw = qr + n_qr;
+    float *s = (float *)(pw + n_pw);
+    for (int g = g0; g < g1; g++) {
+        nl_bf16_rows_t(kw, ld_kw, k + (int64_t)g * d, ldk, S, d, (int)ld_kw);
+        nl_bf16_pairs(vi, ld_vi, v + (int64_t)g * d, ldk, S, d, (int)ld_vi);
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            for (int q0 = 0; q0 < T; q0 += BQ) {
+                const int nq = T - q0 < BQ ? T - q0 : BQ;
+                const int kend = past + q0 + nq, kw_n = (kend + 1) / 2;
+                nl_bf16_rows(qr, dw, q + (int64_t)q0 * ldq + (int64_t)h * d, ldq, nq, d, dw);
+                nl_gemm_bf16(s, S, qr, dw, kw, ld_kw, nq, kend, dw, 0);
+                float mx[BQ], sum[BQ];
+                for (int i = 0; i < nq; i++) {
+                    const int nv = past + q0 + i + 1;
+                    mx[i] = nl_bf16_row_scale_max(s + (int64_t)i * S, nv, scale);
+                    sum[i] = nl_bf16_row_exp_pack(pw + i * ld_pw, s + (int64_t)i * S, nv, kw_n, mx[i]);
+                }
+                float *ob = out + (int64_t)q0 * ldq + (int64_t)h * d;
+                nl_gemm_bf16(ob, ldq, pw, ld_pw, vi, ld_vi, nq, d, kw_n, 0);
+                for (int i = 0; i < nq; i++) {
+                    nl_vscale(ob + i * ldq, 1.0f / sum[i], d);
+                    if (lse) lse[(int64_t)(q0 + i) * Hq + h] = mx[i] + logf(sum[i]);
+                }
+            }
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q,
+                    const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale, int g0, int g1) {
+    const int group = Hq / Hkv, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
+    const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
+    const int64_t ld_t = ld_b(T), ld_ki = ld_b(d), ld_qt = (((T + 1) / 2 + 15) & ~15), ld_sr = (T + 1) / 2;
+    const int64_t ld_dt = ld_b(T); /* dKᵀ, dVᵀ rows: not a power of two either (the transposes read 16 at a time) */
+    const size_t n_kw = (size_t)dw * ld_t, n_ki = (size_t)((T + 1) / 2) * ld_ki, n_qt = (size_t)d * ld_qt,
+                 n_qr = (size_t)bq * dw, n_sr = (size_t)bq * ld_sr, n_pi = (size_t)((bq + 1) / 2) * ld_t;
+    const size_t n_s = (size_t)bq * T, n_dt = (size_t)d * ld_dt;
+    const size_t n_words = 2 * n_kw + n_ki + 2 * n_qt + 2 * n_qr + n_sr + 2 * n_pi;
+    uint32_t *buf = malloc(sizeof(uint32_t) * n_words + sizeof(float) * (2 * n_s + 2 * n_dt));
+    if (!buf) return -1;
+    uint32_t *kw = buf, *vw = kw + n_kw, *ki = vw + n_kw, *qt = ki + n_ki, *ot = qt + n_qt, *qr = ot + n_qt, *dor = qr + n_qr,
+             *dsr = dor + n_qr, *pi = dsr + n_sr, *dsi = pi + n_pi;
+    float *s = (float *)(buf + n_words), *dp = s + n_s, *dkt = dp + n_s, *dvt = dkt + n_dt;
+    for (int g = g0; g < g1; g++) {
+        const int64_t kvoff = (int64_t)g * d;
+        for (size_t i = 0; i < 2 * n_dt; i++) dkt[i] = 0.0f;
+        nl_bf16_rows_t(kw, ld_t, k + kvoff, ldk, T, d, (int)ld_t);
+        nl_bf16_rows_t(vw, ld_t, v + kvoff, ldk, T, d, (int)ld_t);
+        nl_bf16_pairs(ki, ld_ki, k + kvoff, ldk, T, d, (int)ld_ki);
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            const int64_t hoff = (int64_t)h * d;
+            nl_bf16_pairs_t(qt, ld_qt, q + hoff, ldq, T, d, (int)ld_qt);
+            nl_bf16_pairs_t(ot, ld_qt, dout + hoff, ldq, T, d, (int)ld_qt);
+            for (int q0 = 0; q0 < T; q0 += BQ) {
+                const int nq = T - q0 < BQ ? T - q0 : BQ;
+                const int kend = q0 + nq, kw_n = (kend + 1) / 2, qw_n = (nq + 1) / 2;
+                const float *qb = q + (int64_t)q0 * ldq + hoff, *dob = dout + (int64_t)q0 * ldq + hoff;
+                nl_bf16_rows(qr, dw, qb, ldq, nq, d, dw);
+                nl_bf16_rows(dor, dw, dob, ldq, nq, d, dw);
+                nl_gemm_bf16(s, T, qr, dw, kw, ld_t, nq, kend, dw, 0);   /* q·k */
+                nl_gemm_bf16(dp, T, dor, dw, vw, ld_t, nq, kend, dw, 0); /* do·v */
+                float D[BQ];
+                nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
+                for (int i = 0; i < nq; i++) {
+                    const int t = q0 + i;
+                    nl_bf16_row_bwd(s + (int64_t)i * T, dp + (int64_t)i * T, t + 1, kend, scale, lse[(int64_t)t * Hq + h], D[i]);
+                }
+                nl_bf16_rows(dsr, ld_sr, dp, T, nq, kend, kw_n);
+                nl_bf16_pairs(pi, ld_t, s, T, nq, kend, (kend + 15) & ~15);
+                nl_bf16_pairs(dsi, ld_t, dp, T, nq, kend, (kend + 15) & ~15);
+                nl_gemm_bf16(dq + (int64_t)q0 * ldq + hoff, ldq, dsr, ld_sr, ki, ld_ki, nq, d, kw_n, 0); /* dq = c·ds·K */
+                nl_gemm_bf16(dkt, ld_dt, qt + q0 / 2, ld_qt, dsi, ld_t, d, kend, qw_n, 1);                     /* dkᵀ += c·Qᵀ·ds */
+                nl_gemm_bf16(dvt, ld_dt, ot + q0 / 2, ld_qt, pi, ld_t, d, kend, qw_n, 1);                      /* dvᵀ += dOᵀ·p */
+            }
+        }
+        nl_transpose_f32(dk + kvoff, ldk, dkt, ld_dt, d, T);
+        nl_transpose_f32(dv + kvoff, ldk, dvt, ld_dt, d, T);
+    }
+    free(buf);
+    return 0;
+}
+#endif
+
+int nl_attention_bf16_active(void) {
+#ifdef NL_ATT_BF16
+    return nl_bf16_ok();
+#else
+    return 0;
+#endif
+}
+
+void nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+                                     int Hq, int Hkv, int d, float scale, int g0, int g1) {
+#ifdef NL_ATT_BF16
+    if (T > SMALL_T && nl_bf16_ok()) {
+        if (fwd_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, g0, g1)) fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
+        return;
+    }
+#endif
+    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, g0, g1);
+}
+
+void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                      const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
+                                      int Hkv, int d, float scale, int g0, int g1) {
+#ifdef NL_ATT_BF16
+    if (T > SMALL_T && nl_bf16_ok()) {
+        if (bwd_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, g0, g1)) bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
+        return;
+    }
+#endif
+    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, g0, g1);
 }

@@ -29,6 +29,10 @@ typedef struct nl_runtime {
      * branch on the CPU, instead of computing it while the request is in flight. Results are
      * bit-identical either way; only the overlap changes. */
     int sync;
+    /* Attention of the training graph in BF16 (nl_attention_*_range_bf16: GEMM inputs rounded
+     * to BF16, FP32 accumulation and softmax); 0 = FP32. Set by the caller from the host
+     * compute mode; inference never reads it. Default 0. */
+    int attn_bf16;
     /* CPU threads for the nodes that run while the service is idle (attention, norms, RoPE,
      * SwiGLU, cross-entropy, adds): the caller plus pool workers, split over outputs so results
      * do not depend on the count. Created by nl_runtime_init with the service's thread count

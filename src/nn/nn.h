@@ -44,6 +44,18 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
 void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
                                  int g0, int g1);
+/* BF16 variant of the two range calls (training's default compute path): the inputs of every
+ * GEMM (Q, K, V, dO, P, dS) rounded to BF16 (nearest even), products accumulated in FP32; row
+ * max, exp, Σ, lse, D and the scalings in FP32. Same structure and thread-split invariance as
+ * the FP32 calls; results agree with them to BF16 accuracy (about 1e-2 of the magnitude), not
+ * bit for bit. Where the CPU lacks AVX512_BF16 (checked at run time), or for decoding-size
+ * query blocks, they ARE the FP32 calls. nl_attention_bf16_active() says which runs. */
+void nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+                                     int Hq, int Hkv, int d, float scale, int g0, int g1);
+void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                      const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
+                                      int Hkv, int d, float scale, int g0, int g1);
+int nl_attention_bf16_active(void);
 
 /* ---- SwiGLU: h = silu(a) ⊙ b, n elements. */
 void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n);

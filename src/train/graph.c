@@ -114,7 +114,7 @@ typedef struct {
     /* attention */
     float *out, *lse, *dq, *dk, *dv;
     const float *q, *k, *v, *o, *dout, *lse_in;
-    int T, S, Hq, Hkv, hd;
+    int T, S, Hq, Hkv, hd, bf16; /* bf16: nl_attention_*_range_bf16 */
     double *row_loss;
     float inv_n;
     int want_grad;
@@ -141,11 +141,12 @@ static void op_range(op_job *j, int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] + j->b[i];
         break;
     case OP_ATTN_F:
-        nl_attention_forward_range(j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->hd, j->scale, (int)i0, (int)i1);
+        (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(j->out, j->lse, j->q, j->k, j->v, j->T, j->S,
+                                                                                 j->Hq, j->Hkv, j->hd, j->scale, (int)i0, (int)i1);
         break;
     case OP_ATTN_B:
-        nl_attention_backward_range(j->dq, j->dk, j->dv, j->dout, j->o, j->lse_in, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->hd,
-                                    j->scale, (int)i0, (int)i1);
+        (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(
+            j->dq, j->dk, j->dv, j->dout, j->o, j->lse_in, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->hd, j->scale, (int)i0, (int)i1);
         break;
     case OP_XENT:
         for (int64_t t = i0; t < i1; t++)
@@ -447,14 +448,15 @@ static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, c
 
 static void attn_f(nl_graph *g, float *out, float *lse, const float *q, const float *k, const float *v, int T, int H, int Hkv, int hd) {
     op_job j = {.op = OP_ATTN_F, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = T, .Hq = H, .Hkv = Hkv, .hd = hd,
-                .scale = 1.0f / sqrtf((float)hd)};
+                .scale = 1.0f / sqrtf((float)hd), .bf16 = g->rt->attn_bf16};
     par(g, &j, Hkv, 1, (int64_t)T * T * H * hd);
 }
 
 static void attn_b(nl_graph *g, float *dq, float *dk, float *dv, const float *dout, const layer_cache *c, int T, int H, int Hkv,
                    int hd) {
     op_job j = {.op = OP_ATTN_B, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .o = c->o, .lse_in = c->lse, .q = c->q, .k = c->k,
-                .v = c->v, .T = T, .Hq = H, .Hkv = Hkv, .hd = hd, .scale = 1.0f / sqrtf((float)hd)};
+                .v = c->v, .T = T, .Hq = H, .Hkv = Hkv, .hd = hd, .scale = 1.0f / sqrtf((float)hd),
+                .bf16 = g->rt->attn_bf16};
     par(g, &j, Hkv, 1, (int64_t)T * T * H * hd);
 }
 
