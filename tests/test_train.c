@@ -37,6 +37,7 @@
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
+#include "proj/kernels.h"
 #include "train/graph.h"
 #include "train/mezo.h"
 #include "train/optim.h"
@@ -653,6 +654,28 @@ static void test_startup(const char *model, const char *data) {
     fclose(prog);
     CHECKF(strstr(text, "3 examples, 2 sequences (1 truncated to 16 tokens, 1 dropped"), "progress: %s", text);
     free(text);
+    /* the service line says how the step computes: the attention follows the host's compute
+     * mode (bf16 on an AVX512_BF16 CPU by default, f32 when asked), synchronous on the CPU */
+    const int has_bf16 = nl_proj_host_cpu_has("avx512bf16");
+    for (int c = 0; c < 2; c++) {
+        defaults(&o, model, data, out);
+        o.steps = 1;
+        o.proj.backend = "host";
+        CHECK(nl_proj_host_set_compute(c ? "f32" : "auto") == 0);
+        prog = tmpfile();
+        o.progress = prog;
+        CHECK(train(&o, &r) == 0);
+        sz = ftell(prog);
+        text = calloc(1, (size_t)sz + 1);
+        rewind(prog);
+        CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
+        fclose(prog);
+        const char *want = !c && has_bf16 ? "bf16 compute, " : "f32 compute, ";
+        const char *want2 = !c && has_bf16 ? "synchronous, attention bf16" : "synchronous, attention f32";
+        CHECKF(strstr(text, want) && strstr(text, want2), "progress (%s): %s", c ? "f32" : "auto", text);
+        free(text);
+    }
+    CHECK(nl_proj_host_set_compute("auto") == 0);
 }
 
 

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "proj/proj_impl.h"
+#include "proj/kernels.h"
 #include "util/util.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -467,6 +468,10 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w) {
 int nl_proj_count(const nl_proj_service *s) { return s->n; }
 
 int nl_proj_threads(const nl_proj_service *s) { return s->n_threads; }
+
+const char *nl_proj_compute(const nl_proj_service *s) {
+    return s && s->be == &nl_proj_backend_host ? nl_proj_host_compute(s->be_ctx) : "f32";
+}
 
 const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id) {
     if (id < 0 || id >= s->n) return NULL;

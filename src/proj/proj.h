@@ -91,6 +91,9 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w);
 int nl_proj_count(const nl_proj_service *s);
 /* The service's worker thread count (nl_proj_config.n_threads, at least 1). */
 int nl_proj_threads(const nl_proj_service *s);
+/* "bf16" when the service's backend computes in BF16 (host with --compute bf16 or auto on an
+ * AVX512_BF16 CPU), else "f32": the training graph runs its attention at the same precision. */
+const char *nl_proj_compute(const nl_proj_service *s);
 const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id); /* the resident view */
 
 /* One request in flight, always: a second submit before wait is an error. */

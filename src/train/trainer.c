@@ -793,6 +793,8 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
     t.rt.sync = nl_train_sync_mode(o);
+    /* the attention follows the service's arithmetic: BF16 on the default path (host, bf16) */
+    t.rt.attn_bf16 = !strcmp(nl_proj_compute(t.svc), "bf16");
     if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
         nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
         goto done;
@@ -825,7 +827,9 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         char line[256], mem[512];
         nl_proj_plan_format_summary(t.svc, line, sizeof line);
         nl_proj_format_resident(t.svc, mem, sizeof mem);
-        fprintf(o->progress, "service: %s backend, %s; resident %s\n", o->proj.backend ? o->proj.backend : "ref", line, mem);
+        fprintf(o->progress, "service: %s backend, %s compute, %s; resident %s; %s, attention %s\n",
+                o->proj.backend ? o->proj.backend : "ref", nl_proj_compute(t.svc), line, mem,
+                t.rt.sync ? "synchronous" : "LoRA overlapped with requests", t.rt.attn_bf16 ? "bf16" : "f32");
         if (o->proj.verbose) {
             char *table = nl_proj_plan_format_table(t.svc);
             if (table) fputs(table, o->progress);
