@@ -128,7 +128,7 @@ struct host_ctx {
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t cv_go, cv_done;
-    uint64_t gen;
+    int gen; /* job counter (wraps; compared for equality only) */
     int pending, quit;
     task_fn fn;
     /* the job */
@@ -146,8 +146,9 @@ struct host_ctx {
 static void *worker(void *p) {
     worker_arg *wa = p;
     host_ctx *c = wa->c;
-    uint64_t seen = 0;
+    int seen = 0;
     for (;;) {
+        nl_spin_wait(&c->gen, seen, 0, NL_SPIN_S);
         pthread_mutex_lock(&c->mu);
         while (c->gen == seen && !c->quit) pthread_cond_wait(&c->cv_go, &c->mu);
         if (c->quit) {
@@ -159,7 +160,8 @@ static void *worker(void *p) {
         pthread_mutex_unlock(&c->mu);
         fn(c, wa->tid);
         pthread_mutex_lock(&c->mu);
-        if (--c->pending == 0) pthread_cond_signal(&c->cv_done);
+        __atomic_store_n(&c->pending, c->pending - 1, __ATOMIC_RELEASE);
+        if (c->pending == 0) pthread_cond_signal(&c->cv_done);
         pthread_mutex_unlock(&c->mu);
     }
 }
@@ -169,12 +171,13 @@ static void run_all(host_ctx *c, task_fn fn) {
         pthread_mutex_lock(&c->mu);
         c->fn = fn;
         c->pending = c->nth - 1;
-        c->gen++;
+        __atomic_store_n(&c->gen, (int)((unsigned)c->gen + 1u), __ATOMIC_RELEASE);
         pthread_cond_broadcast(&c->cv_go);
         pthread_mutex_unlock(&c->mu);
     }
     fn(c, 0);
     if (c->nth > 1) {
+        nl_spin_wait(&c->pending, 0, 1, NL_SPIN_S);
         pthread_mutex_lock(&c->mu);
         while (c->pending) pthread_cond_wait(&c->cv_done, &c->mu);
         pthread_mutex_unlock(&c->mu);

@@ -40,7 +40,7 @@ struct nl_proj_pool {
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t cv_go, cv_done;
-    uint64_t gen;
+    int gen; /* job counter (wraps; compared for equality only) */
     int pending, quit;
     void (*fn)(void *, int, int);
     void *arg;
@@ -53,8 +53,9 @@ static void *pool_main(void *argp) {
     nl_proj_pool *p = ((pool_arg *)argp)->p;
     int w = ((pool_arg *)argp)->w;
     free(argp);
-    uint64_t seen = 0;
+    int seen = 0;
     for (;;) {
+        nl_spin_wait(&p->gen, seen, 0, NL_SPIN_S);
         pthread_mutex_lock(&p->mu);
         while (!p->quit && p->gen == seen) pthread_cond_wait(&p->cv_go, &p->mu);
         if (p->quit) {
@@ -68,7 +69,8 @@ static void *pool_main(void *argp) {
         pthread_mutex_unlock(&p->mu);
         for (int i = w; i < nt; i += p->n) fn(arg, i, nt);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->cv_done);
+        __atomic_store_n(&p->pending, p->pending - 1, __ATOMIC_RELEASE);
+        if (p->pending == 0) pthread_cond_signal(&p->cv_done);
         pthread_mutex_unlock(&p->mu);
     }
 }
@@ -114,10 +116,11 @@ void nl_proj_pool_run(nl_proj_pool *p, int n_tasks, void (*fn)(void *, int, int)
     p->arg = arg;
     p->n_tasks = n_tasks;
     p->pending = p->n - 1;
-    p->gen++;
+    __atomic_store_n(&p->gen, (int)((unsigned)p->gen + 1u), __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->cv_go);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < n_tasks; i += p->n) fn(arg, i, n_tasks);
+    nl_spin_wait(&p->pending, 0, 1, NL_SPIN_S);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->cv_done, &p->mu);
     pthread_mutex_unlock(&p->mu);
@@ -269,7 +272,13 @@ static void *dispatcher(void *arg) {
     nl_proj_service *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->quit && !s->have_req) pthread_cond_wait(&s->cv_req, &s->mu);
+        while (!s->quit && !s->have_req) {
+            /* requests of a step follow each other within microseconds: spin briefly first */
+            pthread_mutex_unlock(&s->mu);
+            const int got = nl_spin_wait(&s->have_req, 1, 1, NL_SPIN_S);
+            pthread_mutex_lock(&s->mu);
+            if (!got && !s->quit && !s->have_req) pthread_cond_wait(&s->cv_req, &s->mu);
+        }
         if (s->quit) break;
         int id = s->req.id, T = s->req.T;
         nl_dir dir = s->req.dir;
@@ -293,7 +302,7 @@ static void *dispatcher(void *arg) {
         s->stats.busy_s[dir] += dt;
         s->req_rc = rc;
         s->have_req = 0;
-        s->done = 1;
+        __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->cv_done);
     }
     pthread_mutex_unlock(&s->mu);
@@ -658,8 +667,8 @@ int nl_proj_submit(nl_proj_service *s, int id, nl_dir dir, const float *x, int T
     s->req.T = T;
     s->req.y = y;
     s->in_flight = 1;
-    s->have_req = 1;
-    s->done = 0;
+    __atomic_store_n(&s->done, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->have_req, 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&s->cv_req);
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -670,6 +679,11 @@ int nl_proj_wait(nl_proj_service *s) {
     if (!s->in_flight) {
         pthread_mutex_unlock(&s->mu);
         return nl_err("proj: wait: no request in flight");
+    }
+    if (!s->done) {
+        pthread_mutex_unlock(&s->mu);
+        nl_spin_wait(&s->done, 1, 1, NL_SPIN_S);
+        pthread_mutex_lock(&s->mu);
     }
     while (!s->done) pthread_cond_wait(&s->cv_done, &s->mu);
     s->in_flight = 0;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 static _Thread_local char err_slot[1024];
@@ -106,6 +107,22 @@ double nl_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int nl_spin_wait(const int *word, int value, int until_eq, double seconds) {
+    const double t0 = nl_now();
+    for (int i = 1;; i++) {
+        if ((__atomic_load_n(word, __ATOMIC_ACQUIRE) == value) == (until_eq != 0)) return 1;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+        if (i % 64 == 0) {
+            if (nl_now() - t0 > seconds) return 0;
+            sched_yield();
+        }
+    }
 }
 
 int nl_thread_create(pthread_t *th, void *(*fn)(void *), void *arg) {

@@ -51,4 +51,13 @@ int nl_thread_create(pthread_t *th, void *(*fn)(void *), void *arg);
 /* Monotonic wall-clock seconds. */
 double nl_now(void);
 
+/* Hand-off between threads: spin for up to `seconds` (pausing, and yielding the core every few
+ * rounds so a runnable thread is not starved) until the int at `word` equals `value`
+ * (until_eq = 1) or differs from it (until_eq = 0); returns 1 once it does, 0 on time-out.
+ * Callers still check and block on their condition variable afterwards: this only skips the
+ * sleep and wake-up when the next job follows within microseconds, as it does between the
+ * requests and nodes of a training step. Writers store the word with __atomic_store_n. */
+int nl_spin_wait(const int *word, int value, int until_eq, double seconds);
+#define NL_SPIN_S 50e-6
+
 #endif
