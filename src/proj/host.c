@@ -41,11 +41,14 @@ static int cpu_avx512(void) {
 
 static int cpu_avx512bf16(void) {
 #if defined(__x86_64__)
-    if (!cpu_avx512()) return 0;
+    static int known = -1; /* asked on every request: cpuid once (a benign race: same value) */
+    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (v >= 0) return v;
     unsigned a, b, c, d;
     /* CPUID.(EAX=7,ECX=1):EAX bit 5 = AVX512_BF16 */
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return 0;
-    return (a >> 5) & 1;
+    v = cpu_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) ? (int)((a >> 5) & 1) : 0;
+    __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    return v;
 #else
     return 0;
 #endif
