@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/torch_compare.py: one LoRA training step (forward + loss + backward) of the qwen3-0.6b
-shape in PyTorch FP32 and in nightlora, one after the other, and the ratio.
+shape in PyTorch (FP32, then BF16 unless --no-bf16) and in nightlora, one after the other, and
+the ratios.
 
 Shape: 28 layers, n_embd 1024, n_ff 3072, 16 query heads / 8 kv heads of 128, q/k RMSNorm,
 RoPE (neox), vocabulary 151936 (tied head); LoRA rank 16 (alpha 32) on q, k, v, o, gate, up,
@@ -9,11 +10,12 @@ timing does not depend on their values). PyTorch runs with torch.set_num_threads
 OMP_WAIT_POLICY=PASSIVE (set before torch is imported), so idle OpenMP threads do not spin on
 the cores nightlora needs later.
 
-nightlora runs `bench step --only d` (LoRA overlapped with the in-flight request, the normal
-path) twice: the FP32 path (--precision f32 --compute f32) and the default path (Q8_0
-resident, bf16 compute where the CPU has AVX512_BF16).
+nightlora runs `bench step --only c` (synchronous: what `train --overlap auto` runs when the
+projection service computes on the CPU cores, as the host backend does) twice: the FP32 path
+(--precision f32 --compute f32) and the default path (Q8_0 resident, bf16 compute and BF16
+attention where the CPU has AVX512_BF16). --config d times the overlapped path instead.
 
-Usage: bench/torch_compare.py --nightlora build/nightlora [--model q06.gguf] [--tokens 512]
+Usage: bench/torch_compare.py --nightlora build/nightlora [--model q06.gguf] [--tokens 512] [--config c|d]
                               [--threads 2] [--reps 3] [--bench-cmd "bench step"]
 Without PyTorch the script says so and exits 0 (nothing to compare).
 """
@@ -29,25 +31,26 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def torch_step_seconds(T, threads, reps):
+def torch_step_seconds(T, threads, reps, dtype="fp32"):
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    DT = torch.bfloat16 if dtype == "bf16" else torch.float32  # bf16: weights, LoRA and activations
     E, FF, H, HKV, HD, L, V, R, ALPHA = 1024, 3072, 16, 8, 128, 28, 151936, 16, 32.0
     eps, base = 1e-6, 1000000.0
     s = ALPHA / R
 
     def frozen(n_out, n_in):
-        return (torch.randn(n_out, n_in) * (1.0 / n_in ** 0.5)).requires_grad_(False)
+        return (torch.randn(n_out, n_in) * (1.0 / n_in ** 0.5)).to(DT).requires_grad_(False)
 
     class Lora(torch.nn.Module):
         def __init__(self, n_in, n_out):
             super().__init__()
             self.w = frozen(n_out, n_in)
-            self.a = torch.nn.Parameter(torch.empty(R, n_in).uniform_(-1 / n_in ** 0.5, 1 / n_in ** 0.5))
-            self.b = torch.nn.Parameter(torch.randn(n_out, R) * 1e-3)
+            self.a = torch.nn.Parameter(torch.empty(R, n_in).uniform_(-1 / n_in ** 0.5, 1 / n_in ** 0.5).to(DT))
+            self.b = torch.nn.Parameter((torch.randn(n_out, R) * 1e-3).to(DT))
 
         def forward(self, x):
             return F.linear(x, self.w) + s * F.linear(F.linear(x, self.a), self.b)
@@ -57,7 +60,7 @@ def torch_step_seconds(T, threads, reps):
 
     inv = base ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos, sin = torch.cos(ang).float(), torch.sin(ang).float()  # [T][HD/2]
+    cos, sin = torch.cos(ang).to(DT), torch.sin(ang).to(DT)  # [T][HD/2]
 
     def rope(x):  # x [T][heads][HD], neox pairs (i, i + HD/2)
         a, b = x[..., : HD // 2], x[..., HD // 2:]
@@ -68,10 +71,11 @@ def torch_step_seconds(T, threads, reps):
     for _ in range(L):
         layers.append(dict(q=Lora(E, H * HD), k=Lora(E, HKV * HD), v=Lora(E, HKV * HD), o=Lora(H * HD, E),
                            gate=Lora(E, FF), up=Lora(E, FF), down=Lora(FF, E),
-                           n1=torch.ones(E), n2=torch.ones(E), qn=torch.ones(HD), kn=torch.ones(HD)))
+                           n1=torch.ones(E, dtype=DT), n2=torch.ones(E, dtype=DT), qn=torch.ones(HD, dtype=DT),
+                           kn=torch.ones(HD, dtype=DT)))
     emb = frozen(V, E)
-    out_norm = torch.ones(E)
-    mask = torch.full((T, T), float("-inf")).triu(1)
+    out_norm = torch.ones(E, dtype=DT)
+    mask = torch.full((T, T), float("-inf")).triu(1).to(DT)
     tokens = torch.randint(0, V, (T + 1,))
     params = [p for ly in layers for k in ("q", "k", "v", "o", "gate", "up", "down") for p in ly[k].parameters()]
 
@@ -107,11 +111,11 @@ def torch_step_seconds(T, threads, reps):
     return times[(len(times) - 1) // 2], torch.__version__
 
 
-def nightlora_step(bin_, cmd, model, T, threads, reps, extra):
+def nightlora_step(bin_, cmd, model, T, threads, reps, extra, config):
     argv = [bin_] + shlex.split(cmd) + ["--model", model, "--tokens", str(T), "--threads", str(threads), "--reps", str(reps),
-                                        "--warmup", "1", "--only", "d", "--json"] + extra
+                                        "--warmup", "1", "--only", config, "--json"] + extra
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["configs"]["d"]
+    return json.loads(out)["configs"][config]
 
 
 def main():
@@ -122,6 +126,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--config", choices=("c", "d"), default="c", help="bench step configuration (c: synchronous, d: overlapped)")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the PyTorch BF16 step")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401
@@ -131,6 +137,14 @@ def main():
     secs, ver = torch_step_seconds(a.tokens, a.threads, a.reps)
     tps_torch = a.tokens / secs
     print(f"pytorch {ver} fp32, {a.threads} threads: {secs:.3f} s/step, {tps_torch:.1f} tokens/s")
+    tps_bf16 = None
+    if not a.no_bf16:
+        try:
+            secs16, _ = torch_step_seconds(a.tokens, a.threads, a.reps, "bf16")
+            tps_bf16 = a.tokens / secs16
+            print(f"pytorch {ver} bf16 (weights, LoRA, activations), {a.threads} threads: {secs16:.3f} s/step, {tps_bf16:.1f} tokens/s")
+        except RuntimeError as e:  # an op without a BF16 CPU kernel in this PyTorch
+            print(f"pytorch bf16: not run ({e})")
     with tempfile.TemporaryDirectory() as tmp:
         model = a.model
         if not model:
@@ -139,9 +153,10 @@ def main():
                            check=True, capture_output=True)
         for label, extra in (("fp32 (--precision f32 --compute f32)", ["--precision", "f32", "--compute", "f32"]),
                              ("default (q8_0 resident, bf16 compute)", [])):
-            r = nightlora_step(a.nightlora, a.bench_cmd, model, a.tokens, a.threads, a.reps, extra)
+            r = nightlora_step(a.nightlora, a.bench_cmd, model, a.tokens, a.threads, a.reps, extra, a.config)
             print(f"nightlora {label}: {r['seconds_per_step']:.3f} s/step, {r['tokens_per_s']:.1f} tokens/s, "
-                  f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB; ratio to pytorch fp32 {r['tokens_per_s'] / tps_torch:.2f}x")
+                  f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB; ratio to pytorch fp32 {r['tokens_per_s'] / tps_torch:.2f}x"
+                  + (f", to pytorch bf16 {r['tokens_per_s'] / tps_bf16:.2f}x" if tps_bf16 else ""))
     return 0
 
 
