@@ -639,6 +639,11 @@ static void test_plain_text(const nl_tokenizer *g2) {
     EXPECT_ERR("{\"text\": \"\"}", g2, NULL, "t.jsonl:1:10: \"text\" is empty");
     EXPECT_ERR("{\"text\": \"Hello\"}", g2, NULL,
                "t.jsonl:1:10: no target tokens (the text is a single token: nothing to predict)");
+    /* an empty prompt with one-token choices (GPT-2 adds no BOS): the answer would be the
+     * sequence's first token */
+    EXPECT_ERR("{\"prompt\": \"\", \"choices\": [\"a\", \"b\"], \"answer\": 0}", g2, NULL,
+               "t.jsonl:1:27: no target tokens (the only target is the first token of the sequence, with nothing before it to "
+               "predict it from: give a non-empty prompt; this model adds no BOS token)");
     EXPECT_ERR("{\"tokens\": [50257, 1]}", g2, NULL, "t.jsonl:1:13: tokens[0] = 50257 is outside the vocabulary [0, 50257)");
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"c\", \"choices\": [\"b\", \"d\"]}", g2, NULL,
                "t.jsonl:1:31: \"completion\" is not one of the choices");

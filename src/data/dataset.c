@@ -646,13 +646,18 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
                 goto done;
             }
     }
-    if (b.n > 0) b.tgt[0] = 0; /* the first token has nothing before it */
+    /* the first token has nothing before it: it is never a target */
+    const int first_was_target = b.n > 0 && b.tgt[0];
+    if (b.n > 0) b.tgt[0] = 0;
     int nt = 0;
     for (int i = 0; i < b.n; i++) nt += b.tgt[i];
     if (nt == 0) {
-        const nl_json *at = ex->format == NL_LINE_PROMPT && completion ? completion : fv;
+        const nl_json *at = ex->format == NL_LINE_PROMPT && completion ? completion : choices ? choices : fv;
         lerr(L, at->offset, "no target tokens (%s)",
-             ex->format == NL_LINE_TEXT     ? "the text is a single token: nothing to predict"
+             first_was_target && b.n == 1 && (choices || ex->format == NL_LINE_PROMPT)
+                 ? "the only target is the first token of the sequence, with nothing before it to predict it from: "
+                   "give a non-empty prompt; this model adds no BOS token"
+             : ex->format == NL_LINE_TEXT   ? "the text is a single token: nothing to predict"
              : ex->format == NL_LINE_TOKENS ? "loss_mask selects no token after the first, or only one token"
                                             : "the completion produced no tokens");
         goto done;
