@@ -58,6 +58,39 @@ static void test_decode_equals_prefill(const char *path) {
     CHECKF(d < 1e-4, "%s: two-piece prefill rel diff %g", path, d);
     /* logits are not degenerate: different positions differ */
     CHECK(max_rel_diff(full, full + V, (size_t)V) > 1e-3);
+    /* a snapshot after a shared prefix (eval's choices): prefix 7, snapshot, continue with one
+     * suffix, restore, continue with the same suffix again: the same bits; another suffix in
+     * between does not leak into it (recurrent states restored, KV rows overwritten) */
+    {
+        nl_seq_state snap;
+        CHECK(nl_seq_state_init(&snap, s.m, 1) == 0);
+        float *h1 = malloc(sizeof(float) * T * E), *h2 = malloc(sizeof(float) * T * E);
+        int32_t other[T];
+        for (int t = 0; t < T; t++) other[t] = (int32_t)((t * 53 + 5) % V);
+        nl_seq_state_reset(&st, s.m);
+        CHECK(nl_forward(&s.rt, &st, tok, 7, h) == 0);
+        nl_seq_state_copy(&snap, &st, s.m, 0);
+        CHECK(snap.n_past == 7);
+        CHECK(nl_forward(&s.rt, &st, tok + 7, 5, h1) == 0);
+        nl_seq_state_copy(&st, &snap, s.m, 0);
+        CHECK(nl_forward(&s.rt, &st, other, 9, h2) == 0);
+        nl_seq_state_copy(&st, &snap, s.m, 0);
+        CHECK(st.n_past == 7);
+        CHECK(nl_forward(&s.rt, &st, tok + 7, 5, h2) == 0);
+        CHECKF(memcmp(h1, h2, sizeof(float) * 5 * E) == 0, "%s: restored prefix state differs", path);
+        /* with_kv: a fresh state gets the prefix's KV rows too */
+        nl_seq_state st2;
+        CHECK(nl_seq_state_init(&st2, s.m, 64) == 0);
+        nl_seq_state_reset(&st, s.m);
+        CHECK(nl_forward(&s.rt, &st, tok, 7, h) == 0);
+        nl_seq_state_copy(&st2, &st, s.m, 1);
+        CHECK(nl_forward(&s.rt, &st2, tok + 7, 5, h2) == 0);
+        CHECKF(memcmp(h1, h2, sizeof(float) * 5 * E) == 0, "%s: copied state (with KV) differs", path);
+        nl_seq_state_free(&st2, s.m);
+        nl_seq_state_free(&snap, s.m);
+        free(h1);
+        free(h2);
+    }
     nl_seq_state_free(&st, s.m);
     free(full); free(step); free(h);
     nl_session_close(&s);

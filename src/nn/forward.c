@@ -101,6 +101,23 @@ void nl_seq_state_reset(nl_seq_state *st, const nl_model *m) {
     }
 }
 
+void nl_seq_state_copy(nl_seq_state *dst, const nl_seq_state *src, const nl_model *m, int with_kv) {
+    const nl_hparams *hp = &m->hp;
+    dst->n_past = src->n_past;
+    for (int l = 0; l < hp->n_layer; l++) {
+        if (m->layers[l].recurrent) {
+            int conv_dim = 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+            size_t dv = (size_t)(hp->ssm_d_inner / hp->ssm_dt_rank);
+            memcpy(dst->gdn[l].conv, src->gdn[l].conv, (size_t)(hp->ssm_d_conv - 1) * conv_dim * sizeof(float));
+            memcpy(dst->gdn[l].S, src->gdn[l].S, (size_t)hp->ssm_dt_rank * hp->ssm_d_state * dv * sizeof(float));
+        } else if (with_kv) {
+            size_t n = (size_t)src->n_past * hp->n_head_kv * hp->head_dim;
+            memcpy(dst->k[l], src->k[l], n * sizeof(float));
+            memcpy(dst->v[l], src->v[l], n * sizeof(float));
+        }
+    }
+}
+
 void nl_seq_state_free(nl_seq_state *st, const nl_model *m) {
     for (int l = 0; l < m->hp.n_layer; l++) {
         if (st->k) free(st->k[l]);

@@ -59,6 +59,11 @@ typedef struct {
 
 int nl_seq_state_init(nl_seq_state *st, const nl_model *m, int n_ctx);
 void nl_seq_state_reset(nl_seq_state *st, const nl_model *m);
+/* dst takes src's position and recurrent (GDN) states; with with_kv also the KV rows
+ * [0, n_past) (dst's n_ctx must hold them). Without with_kv, dst's own KV rows below n_past are
+ * kept: a snapshot of a shared prefix restores with with_kv = 0 into the state it came from
+ * (later tokens write only rows >= n_past). Both states from nl_seq_state_init for model m. */
+void nl_seq_state_copy(nl_seq_state *dst, const nl_seq_state *src, const nl_model *m, int with_kv);
 void nl_seq_state_free(nl_seq_state *st, const nl_model *m);
 
 /* Run tokens[T] at positions st->n_past .. n_past+T-1 (st may be NULL: a fresh sequence, no
