@@ -165,8 +165,69 @@ AI AVX2 void panel_packed(const int NV, const int MASKED, float *C, int ldc, con
     }
 }
 
+/* Short reductions (the LoRA rank: K = r). Panel-outer order would store a tile of C rows and
+ * then load the next tile's rows, a multiple of 4 KB further when ldc is a power of two (2048
+ * floats): each load then waits on a store with the same low address bits (4K aliasing: 43 vs
+ * 71 GFLOP/s with a padded ldc). Here B is packed in chunks of SK_NC columns (K x 16 panels,
+ * contiguous: B's own rows, 8 KB apart, would share one L1 set), and within a chunk the row
+ * tiles are outside and the panels inside, so consecutive tiles are the next 64 bytes of the
+ * same rows. Each C element is still one chain over k in order: the same bits as panel order. */
+#define SK_K 32
+#define SK_NC 256
+
+AI AVX2 void rowtile_smallk(const int MR, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *P,
+                            int nc, int K, int acc, __m256i mask) {
+    int n = 0;
+    for (; n + 16 <= nc; n += 16) tile(MR, 2, 0, C + n, ldc, A, a_rs, a_cs, P + (int64_t)n * K, 16, K, acc, mask);
+    const int rest = nc - n;
+    if (rest > 8) tile(MR, 2, 1, C + n, ldc, A, a_rs, a_cs, P + (int64_t)n * K, 16, K, acc, mask);
+    else if (rest > 0) tile(MR, 1, 1, C + n, ldc, A, a_rs, a_cs, P + (int64_t)n * K, 16, K, acc, mask);
+}
+
+static AVX2 void gemm_avx2_smallk(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb,
+                                  int M, int N, int K, int acc) {
+    float P[SK_K * SK_NC] __attribute__((aligned(32)));
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int n0 = 0; n0 < N; n0 += SK_NC) {
+        const int nc = N - n0 < SK_NC ? N - n0 : SK_NC;
+        /* P[panel][k][16] = B[k][n0 + 16·panel + j], zero past nc */
+        for (int p = 0; p * 16 < nc; p++) {
+            const int w = nc - 16 * p < 16 ? nc - 16 * p : 16;
+            for (int k = 0; k < K; k++) {
+                const float *src = B + (int64_t)k * ldb + n0 + 16 * p;
+                float *dst = P + ((int64_t)p * K + k) * 16;
+                if (w == 16) {
+                    _mm256_store_ps(dst, _mm256_loadu_ps(src));
+                    _mm256_store_ps(dst + 8, _mm256_loadu_ps(src + 8));
+                } else {
+                    for (int j = 0; j < 16; j++) dst[j] = j < w ? src[j] : 0.0f;
+                }
+            }
+        }
+        const int rest = nc % 16, live = rest > 8 ? rest - 8 : rest;
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane);
+        float *Cn = C + n0;
+        int m = 0;
+        for (; m + 6 <= M; m += 6) rowtile_smallk(6, Cn + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, P, nc, K, acc, mask);
+        float *Cm = Cn + (int64_t)m * ldc;
+        const float *Am = A + m * a_rs;
+        switch (M - m) {
+        case 5: rowtile_smallk(5, Cm, ldc, Am, a_rs, a_cs, P, nc, K, acc, mask); break;
+        case 4: rowtile_smallk(4, Cm, ldc, Am, a_rs, a_cs, P, nc, K, acc, mask); break;
+        case 3: rowtile_smallk(3, Cm, ldc, Am, a_rs, a_cs, P, nc, K, acc, mask); break;
+        case 2: rowtile_smallk(2, Cm, ldc, Am, a_rs, a_cs, P, nc, K, acc, mask); break;
+        case 1: rowtile_smallk(1, Cm, ldc, Am, a_rs, a_cs, P, nc, K, acc, mask); break;
+        default: break;
+        }
+    }
+}
+
 static AVX2 void gemm_avx2(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
                            int N, int K, int acc) {
+    if (K <= SK_K && N > 16) {
+        gemm_avx2_smallk(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
+        return;
+    }
     float buf[KC * 16] __attribute__((aligned(32)));
     const __m256i ones = _mm256_set1_epi32(-1);
     int n = 0;
