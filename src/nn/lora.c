@@ -106,7 +106,7 @@ static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k
 
 /* xm[nb][K] = x ⊙ m for rows t .. t+nb-1 (x points at row t; m written into mbuf), or a
  * pointer to x when there is no dropout. */
-static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks, int64_t t,
+NL_CLONES static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks, int64_t t,
                                 int nb, float *mbuf, float *xm) {
     if (!drop) return x;
     const int64_t n = (int64_t)nb * L->n_in;
@@ -116,7 +116,7 @@ static const float *masked_rows(const nl_lora *L, int drop, const float *x, int6
 }
 
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
-static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
+NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
                     int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
@@ -153,7 +153,7 @@ int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, co
     return lora_fwd(L, A, B, y, NULL, x, 0, T, 0, NULL, 0, 1, "apply");
 }
 
-int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
+NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
                         const float *dy, const float *x, const float *u, int T, int64_t tok0) {
     if (check(L, "backward")) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
@@ -217,7 +217,7 @@ size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T) {
 }
 
 /* scratch: du [T][r] = s·dy·B, su [T][r] = s·u, then (dropout only) xm [T][K] = x ⊙ m. */
-int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
+NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
                           const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
                           int t1) {
     if (check(L, "backward")) return -1;
