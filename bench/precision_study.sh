@@ -115,7 +115,7 @@ done
 {
     echo
     echo "Machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo 2>/dev/null | head -1), $(nproc) CPUs, --threads $THREADS;" \
-        "nightlora $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u +%Y-%m-%d)."
+        "$("$BIN" --version 2>/dev/null || echo "nightlora $(git rev-parse --short HEAD 2>/dev/null || echo '?')"); $(date -u +%Y-%m-%d)."
     echo "Settings: mkmodel --preset $PRESET --type f32 --seed $SEED; train --epochs $EPOCHS --lr $LR --warmup 5" \
         "--batch-tokens $BATCH --seed $SEED (rank 16, alpha 32, dropout 0.05, every projection)."
     [ "$HAVE_MEZO" = 1 ] || echo "MeZO rows: skipped (train has no --method)."

@@ -210,6 +210,17 @@ static void test_bench(const char *path) {
     free(out);
 }
 
+/* --version: the project version and the commit the binary was built from */
+static void test_version(void) {
+    char *out = NULL;
+    int rc = run_cli("--version", &out);
+    CHECKF(rc == 0 && out && !strncmp(out, "nightlora 0.", 12) && strstr(out, "(commit "), "--version: %s", out ? out : "");
+    free(out);
+    rc = run_cli("version", &out);
+    CHECK(rc == 0 && out && strstr(out, "(commit "));
+    free(out);
+}
+
 static void test_usage_errors(const char *path) {
     struct {
         const char *args, *msg;
@@ -255,6 +266,7 @@ int main(void) {
     test_check(pll, "llama");
     test_bench(p35);
     test_usage_errors(p35);
+    test_version();
     remove(p35);
     remove(pll);
     rmdir(tmpdir);

@@ -7,6 +7,7 @@
 #endif
 
 #include "cli.h"
+#include "nl_version.h"
 #include "util/util.h"
 
 int nl_cli_fail(const char *cmd) {
@@ -100,6 +101,7 @@ static const nl_cli_command commands[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: nightlora <command> [options]\n\ncommands:\n");
     for (const nl_cli_command *c = commands; c->name; c++) fprintf(f, "  %s\n", c->usage);
+    fprintf(f, "  --version       the version and the git commit of this build\n");
 }
 
 int main(int argc, char **argv) {
@@ -117,6 +119,10 @@ int main(int argc, char **argv) {
         }
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("nightlora %s (commit %s)\n", NL_VERSION, NL_GIT_COMMIT);
+        return 0;
     }
     for (const nl_cli_command *c = commands; c->name; c++)
         if (!strcmp(c->name, argv[1])) return c->run(argc - 1, argv + 1);
