@@ -139,6 +139,22 @@ NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, 
     return 0;
 }
 
+/* dx[nb][K] (+)= (du · A) ⊙ m for one token block (m NULL: no dropout; tmp: nb·K scratch). */
+NL_CLONES static void dx_rows(const nl_lora *L, const float *A, const float *du, int nb, float *dxb, int accumulate,
+                              const float *m, float *tmp) {
+    const int K = L->n_in, r = L->rank;
+    if (!m) {
+        nl_gemm(dxb, K, du, r, A, K, nb, K, r, accumulate);
+        return;
+    }
+    const int64_t n = (int64_t)nb * K;
+    nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
+    if (accumulate)
+        for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * m[i];
+    else
+        for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * m[i];
+}
+
 int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
                     int T, int64_t tok0) {
     return lora_fwd(L, A, B, y, u, x, 0, T, tok0, NULL, 1, 1, "forward");
@@ -181,19 +197,7 @@ NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float 
         /* dA += duᵀ · (m ⊙ x)   [r][K] */
         nl_gemm_tn(dA, K, du, r, xb, K, r, K, nb, 1);
         /* dx (+)= (du · A) ⊙ m   [nb][K] */
-        if (dx) {
-            float *dxb = dx + (int64_t)t0 * K;
-            if (!drop) {
-                nl_gemm(dxb, K, du, r, A, K, nb, K, r, dx_accumulate);
-            } else {
-                const int64_t n = (int64_t)nb * K;
-                nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
-                if (dx_accumulate)
-                    for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
-                else
-                    for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * mb[i];
-            }
-        }
+        if (dx) dx_rows(L, A, du, nb, dx + (int64_t)t0 * K, dx_accumulate, drop ? mb : NULL, tmp);
     }
     free(buf);
     return 0;
@@ -241,19 +245,7 @@ NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const floa
         nl_gemm(du, r, dyb, N, B, r, nb, r, N, 0);
         for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
-        if (dx) {
-            float *dxb = dx + (int64_t)ta * K;
-            if (!drop) {
-                nl_gemm(dxb, K, du, r, A, K, nb, K, r, dx_accumulate);
-            } else {
-                const int64_t n = (int64_t)nb * K;
-                nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
-                if (dx_accumulate)
-                    for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
-                else
-                    for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * mb[i];
-            }
-        }
+        if (dx) dx_rows(L, A, du, nb, dx + (int64_t)ta * K, dx_accumulate, drop ? mb : NULL, tmp);
     }
     free(buf);
     return 0;
