@@ -41,6 +41,14 @@ if [ ! -d "$WORK/node_modules/node-llama-cpp" ]; then
     fi
 fi
 cp "$HERE/llamacpp/probs.mjs" "$WORK/probs.mjs"
+# can this machine run the prebuilt llama.cpp at all? (an environment problem is a skip, not a
+# verdict on nightlora's files)
+if ! (cd "$WORK" && node -e "import('node-llama-cpp').then(m => m.getLlama({gpu: false, build: 'never'}))" \
+    >"$WORK/preflight.log" 2>&1); then
+    tail -5 "$WORK/preflight.log"
+    echo "llamacpp_check: the prebuilt llama.cpp does not start on this machine: skipping"
+    exit 0
+fi
 TOKS="1 500 77 1200 9 3000 41 2 2222 345"
 status=0
 check() { # label model fatal [adapter]
