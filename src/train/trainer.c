@@ -516,6 +516,30 @@ static void commit_error(int step, int last_commit) {
 
 /* ---- non-finite values ------------------------------------------------------------------- */
 
+/* AdamW over the runtime's node pool: the update is element-wise, so ranges give the same bits
+ * as one call (a 10 M-parameter adapter: ~50 ms of double arithmetic per step on one core). */
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+    const nl_adamw *cfg;
+    int step;
+} adamw_job;
+
+static void adamw_task(void *arg, int task, int n_tasks) {
+    const adamw_job *j = arg;
+    const size_t i0 = j->n * (size_t)task / (size_t)n_tasks, i1 = j->n * (size_t)(task + 1) / (size_t)n_tasks;
+    nl_adamw_step(j->p + i0, j->g + i0, j->m + i0, j->v + i0, i1 - i0, j->cfg, j->step); /* cfg, step: checked */
+}
+
+static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float *v, size_t n, const nl_adamw *cfg, int step) {
+    if (!rt->pool || n < 4096) return nl_adamw_step(p, g, m, v, n, cfg, step);
+    if (nl_adamw_step(p, g, m, v, 0, cfg, step)) return -1; /* validates cfg and step, touches nothing */
+    adamw_job j = {p, m, v, g, n, cfg, step};
+    nl_proj_pool_run(rt->pool, nl_proj_pool_size(rt->pool), adamw_task, &j);
+    return 0;
+}
+
 static int all_finite(const float *x, size_t n, size_t *bad) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) { *bad = i; return 0; }
@@ -1019,7 +1043,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
                 gnorm = nl_grad_clip(t.grads, np, o->clip);
                 if (!isfinite(gnorm)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
                 aw.lr = nl_lr_at(&sched, step + 1, total);
-                if (nl_adamw_step(t.ad->params, t.grads, t.mom, t.vel, np, &aw, step + 1)) goto done;
+                if (adamw_pool(&t.rt, t.ad->params, t.grads, t.mom, t.vel, np, &aw, step + 1)) goto done;
                 if (!all_finite(t.ad->params, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
             }
         }
