@@ -146,7 +146,7 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
     enum { T = 7, H = 3, HD = 10 };
     const int64_t N = T * H * HD;
     const int32_t pos[T] = {0, 1, 2, 5, 17, 301, 4099};
-    nl_rope r = {HD, n_rot, neox, 10000.0f, freq_scale, ff};
+    nl_rope r = {.head_dim = HD, .n_rot = n_rot, .neox = neox, .base = 10000.0f, .freq_scale = freq_scale, .freq_factors = ff};
     rope_ctx c = {&r, T, H, pos};
     float x[N], y[N], dy[N];
     double yr[N], g[N];
@@ -163,8 +163,20 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
         if (i % HD >= n_rot) pass &= y[i] == x[i];
     CHECK(pass);
     fd_grad(g, rope_ref, &c, x, N, dy, N);
+    float dy_in[N];
+    memcpy(dy_in, dy, sizeof dy_in);
     nl_rope_backward(&r, dy, T, H, pos);
     CHECKF(rel_err(dy, g, N, 1e-6) < 1e-5, "rope bwd neox=%d n_rot=%d err %g", neox, n_rot, rel_err(dy, g, N, 1e-6));
+    /* the cos/sin table (positions < 302 from it, 4099 computed) gives the same bits */
+    float yt[N], dyt[N];
+    memcpy(dyt, dy_in, sizeof dyt);
+    memcpy(yt, x, sizeof yt);
+    CHECK(nl_rope_table(&r, 302) == 0 && r.tab_n == 302);
+    nl_rope_forward(&r, yt, T, H, pos);
+    nl_rope_backward(&r, dyt, T, H, pos);
+    CHECK(memcmp(yt, y, sizeof y) == 0 && memcmp(dyt, dy, sizeof dy) == 0);
+    nl_rope_free_table(&r);
+    CHECK(r.tab_n == 0 && r.tab_cos == NULL);
     free(xd);
 }
 static void test_rope(void) {
@@ -179,7 +191,8 @@ static void test_rope(void) {
     float a[10], b[10];
     for (int i = 0; i < 10; i++) a[i] = b[i] = (float)(i + 1);
     const int32_t p = 3;
-    nl_rope rn = {10, 10, 0, 10000.0f, 1.0f, NULL}, rx = {10, 10, 1, 10000.0f, 1.0f, NULL};
+    nl_rope rn = {.head_dim = 10, .n_rot = 10, .neox = 0, .base = 10000.0f, .freq_scale = 1.0f},
+            rx = {.head_dim = 10, .n_rot = 10, .neox = 1, .base = 10000.0f, .freq_scale = 1.0f};
     nl_rope_forward(&rn, a, 1, 1, &p);
     nl_rope_forward(&rx, b, 1, 1, &p);
     CHECK(memcmp(a, b, sizeof a) != 0);

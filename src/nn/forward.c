@@ -51,6 +51,7 @@ void nl_runtime_free(nl_runtime *rt) {
     rt->svc_id = NULL;
     if (rt->pool) nl_proj_pool_free(rt->pool);
     rt->pool = NULL;
+    nl_rope_free_table(&rt->rope);
 }
 
 int nl_runtime_set_threads(nl_runtime *rt, int n) {

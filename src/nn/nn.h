@@ -22,7 +22,15 @@ typedef struct {
     int head_dim, n_rot, neox;
     float base, freq_scale;
     const float *freq_factors; /* [n_rot/2] or NULL (borrowed) */
+    /* Optional table of cos/sin for positions [0, tab_n) (nl_rope_table; owned): the same floats
+     * rope_apply would compute, read instead of computed for every call. */
+    float *tab_cos, *tab_sin;
+    int tab_n;
 } nl_rope;
+/* Fill r's table for positions [0, n_pos) (a no-op when it already holds them). Not while
+ * another thread applies r. 0 ok, -1 + nl_err (out of memory). */
+int nl_rope_table(nl_rope *r, int n_pos);
+void nl_rope_free_table(nl_rope *r);
 void nl_rope_forward(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos);
 void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int32_t *pos); /* rotation by -θ */
 

@@ -12,27 +12,70 @@
 #include "nn/vecmath.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+#include "util/util.h"
 
 #define ROPE_CHUNK 64 /* pairs per cos/sin table: bounded stack use for any n_rot */
 
-NL_CLONES static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
+NL_CLONES static double inv_freq(const nl_rope *r, int i) {
+    double f = pow((double)r->base, -2.0 * (double)i / (double)r->n_rot) * (double)r->freq_scale;
+    if (r->freq_factors) f /= (double)r->freq_factors[i];
+    return f;
+}
+
+int nl_rope_table(nl_rope *r, int n_pos) {
+    const int half = r->n_rot / 2;
+    if (n_pos <= r->tab_n || half <= 0) return 0;
+    float *c = malloc(sizeof(float) * (size_t)n_pos * (size_t)half), *s = malloc(sizeof(float) * (size_t)n_pos * (size_t)half);
+    if (!c || !s) {
+        free(c);
+        free(s);
+        return nl_err("rope: out of memory for a %d-position table", n_pos);
+    }
+    for (int i = 0; i < half; i++) {
+        const double f = inv_freq(r, i);
+        for (int p = 0; p < n_pos; p++) {
+            const double th = (double)p * f;
+            c[(size_t)p * half + i] = (float)cos(th);
+            s[(size_t)p * half + i] = (float)sin(th);
+        }
+    }
+    nl_rope_free_table(r);
+    r->tab_cos = c;
+    r->tab_sin = s;
+    r->tab_n = n_pos;
+    return 0;
+}
+
+void nl_rope_free_table(nl_rope *r) {
+    free(r->tab_cos);
+    free(r->tab_sin);
+    r->tab_cos = r->tab_sin = NULL;
+    r->tab_n = 0;
+}
+
+static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
     const int half = r->n_rot / 2;
     const int hd = r->head_dim;
     double invf[ROPE_CHUNK];
     float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
     for (int c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
         const int nc = half - c0 < ROPE_CHUNK ? half - c0 : ROPE_CHUNK;
-        for (int j = 0; j < nc; j++) {
-            int i = c0 + j;
-            double f = pow((double)r->base, -2.0 * (double)i / (double)r->n_rot) * (double)r->freq_scale;
-            if (r->freq_factors) f /= (double)r->freq_factors[i];
-            invf[j] = f;
-        }
+        for (int j = 0; j < nc; j++) invf[j] = inv_freq(r, c0 + j);
         for (int t = 0; t < T; t++) {
-            for (int j = 0; j < nc; j++) {
-                double th = (double)pos[t] * invf[j];
-                cs[j] = (float)cos(th);
-                sn[j] = (float)(sign * sin(th));
+            if (pos[t] >= 0 && pos[t] < r->tab_n) { /* the table: the same floats (sign flips exactly) */
+                const float *tc = r->tab_cos + (size_t)pos[t] * half + c0, *ts = r->tab_sin + (size_t)pos[t] * half + c0;
+                for (int j = 0; j < nc; j++) {
+                    cs[j] = tc[j];
+                    sn[j] = sign > 0 ? ts[j] : -ts[j];
+                }
+            } else {
+                for (int j = 0; j < nc; j++) {
+                    double th = (double)pos[t] * invf[j];
+                    cs[j] = (float)cos(th);
+                    sn[j] = (float)(sign * sin(th));
+                }
             }
             float *xt = x + (int64_t)t * n_heads * hd;
             for (int h = 0; h < n_heads; h++) {

@@ -812,6 +812,8 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     memset(caches, 0, (size_t)nL * sizeof *caches);
     float *dx = xs + (size_t)(nL + 1) * n;
     for (int t = 0; t < T; t++) pos[t] = t;
+    /* cos/sin of positions [0, T) once per run instead of in every RoPE call (same floats) */
+    if (nl_rope_table(&rt->rope, T)) goto done;
     if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, xs)) goto done;
     /* Which layers keep their intermediates: train/budget's plan (later layers first). */
     for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
