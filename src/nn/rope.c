@@ -18,7 +18,7 @@
 
 #define ROPE_CHUNK 64 /* pairs per cos/sin table: bounded stack use for any n_rot */
 
-NL_CLONES static double inv_freq(const nl_rope *r, int i) {
+static double inv_freq(const nl_rope *r, int i) {
     double f = pow((double)r->base, -2.0 * (double)i / (double)r->n_rot) * (double)r->freq_scale;
     if (r->freq_factors) f /= (double)r->freq_factors[i];
     return f;
@@ -55,7 +55,7 @@ void nl_rope_free_table(nl_rope *r) {
     r->tab_n = 0;
 }
 
-static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
+NL_CLONES static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
     const int half = r->n_rot / 2;
     const int hd = r->head_dim;
     double invf[ROPE_CHUNK];
