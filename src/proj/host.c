@@ -1,9 +1,8 @@
 /* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_K/Q6_K) weights used in
- * place, CPU SIMD kernels chosen at run time, a small persistent thread pool.
+ * place, CPU SIMD kernels chosen at run time, output panels split over an nl_proj_pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
  * (contract: kernels.h). */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -116,23 +115,12 @@ typedef struct {
 typedef struct host_ctx host_ctx;
 typedef void (*task_fn)(host_ctx *c, int tid);
 
-typedef struct {
-    host_ctx *c;
-    int tid;
-} worker_arg;
-
 struct host_ctx {
     const nl_host_kernels *ks;
     int compute; /* MODE_*: AUTO follows g_compute */
     int nth;
-    scratch *scr;
-    pthread_t *threads;
-    worker_arg *wargs;
-    int n_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_go, cv_done;
-    int gen; /* job counter (wraps; compared for equality only) */
-    int pending, quit;
+    scratch *scr;       /* [nth]: task tid uses scr[tid] */
+    nl_proj_pool *pool; /* nth threads (the caller is one of them) */
     task_fn fn;
     /* the job */
     const nl_proj_weight *w;
@@ -146,66 +134,26 @@ struct host_ctx {
     size_t xb_cap;
 };
 
-static void *worker(void *p) {
-    worker_arg *wa = p;
-    host_ctx *c = wa->c;
-    int seen = 0;
-    for (;;) {
-        nl_spin_wait(&c->gen, seen, 0, NL_SPIN_S);
-        pthread_mutex_lock(&c->mu);
-        while (c->gen == seen && !c->quit) pthread_cond_wait(&c->cv_go, &c->mu);
-        if (c->quit) {
-            pthread_mutex_unlock(&c->mu);
-            return NULL;
-        }
-        seen = c->gen;
-        task_fn fn = c->fn;
-        pthread_mutex_unlock(&c->mu);
-        fn(c, wa->tid);
-        pthread_mutex_lock(&c->mu);
-        __atomic_store_n(&c->pending, c->pending - 1, __ATOMIC_RELEASE);
-        if (c->pending == 0) pthread_cond_signal(&c->cv_done);
-        pthread_mutex_unlock(&c->mu);
-    }
+static void pool_task(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    host_ctx *c = arg;
+    c->fn(c, task);
 }
 
+/* fn(c, tid) for tid < nth, task tid on pool worker tid (so on its own scratch). */
 static void run_all(host_ctx *c, task_fn fn) {
-    if (c->nth > 1) {
-        pthread_mutex_lock(&c->mu);
-        c->fn = fn;
-        c->pending = c->nth - 1;
-        __atomic_store_n(&c->gen, (int)((unsigned)c->gen + 1u), __ATOMIC_RELEASE);
-        pthread_cond_broadcast(&c->cv_go);
-        pthread_mutex_unlock(&c->mu);
-    }
-    fn(c, 0);
-    if (c->nth > 1) {
-        nl_spin_wait(&c->pending, 0, 1, NL_SPIN_S);
-        pthread_mutex_lock(&c->mu);
-        while (c->pending) pthread_cond_wait(&c->cv_done, &c->mu);
-        pthread_mutex_unlock(&c->mu);
-    }
+    c->fn = fn;
+    nl_proj_pool_run(c->pool, c->nth, pool_task, c);
 }
 
 static void host_free(void *ctx) {
     host_ctx *c = ctx;
     if (!c) return;
-    if (c->n_started) {
-        pthread_mutex_lock(&c->mu);
-        c->quit = 1;
-        pthread_cond_broadcast(&c->cv_go);
-        pthread_mutex_unlock(&c->mu);
-        for (int i = 0; i < c->n_started; i++) pthread_join(c->threads[i], NULL);
-    }
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv_go);
-    pthread_cond_destroy(&c->cv_done);
+    if (c->pool) nl_proj_pool_free(c->pool);
     if (c->scr)
         for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
     free(c->scr);
     free(c->xb);
-    free(c->threads);
-    free(c->wargs);
     free(c);
 }
 
@@ -215,16 +163,11 @@ static int host_init(void **out, int n_threads) {
     if (n_threads > 256) return nl_err("host: n_threads %d out of range (1..256)", n_threads);
     host_ctx *c = nl_calloc(1, sizeof *c);
     if (!c) return -1;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv_go, NULL);
-    pthread_cond_init(&c->cv_done, NULL);
     c->ks = kernels_by_name("auto");
     c->compute = MODE_AUTO;
     c->nth = n_threads;
     c->scr = nl_calloc((size_t)n_threads, sizeof *c->scr);
-    c->threads = nl_calloc((size_t)n_threads, sizeof *c->threads);
-    c->wargs = nl_calloc((size_t)n_threads, sizeof *c->wargs);
-    if (!c->scr || !c->threads || !c->wargs) goto fail;
+    if (!c->scr) goto fail;
     const size_t nB = (size_t)NL_HOST_KC * NL_HOST_NP, nBp = nB / 2, nS = nB / 32;
     const size_t total = (2 * nB + nBp + nS + 3 * NL_HOST_KC + 64) * 4;
     for (int i = 0; i < n_threads; i++) {
@@ -241,15 +184,8 @@ static int host_init(void **out, int n_threads) {
         s->row = s->S + nS;
         s->tile = s->row + 3 * NL_HOST_KC + 48; /* stays 64-byte aligned */
     }
-    for (int i = 1; i < n_threads; i++) {
-        c->wargs[i].c = c;
-        c->wargs[i].tid = i;
-        if (nl_thread_create(&c->threads[i - 1], worker, &c->wargs[i])) {
-            nl_err("host: cannot start worker thread %d", i);
-            goto fail;
-        }
-        c->n_started++;
-    }
+    c->pool = nl_proj_pool_new(n_threads);
+    if (!c->pool) goto fail;
     *out = c;
     return 0;
 fail:
