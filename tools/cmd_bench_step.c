@@ -83,7 +83,6 @@ typedef struct {
     int answer; /* rows that are targets (the last ones) */
     int T, reps, warmup, threads, plan, profile;
     int64_t budget_mb; /* -1: like train (MemAvailable based) */
-    int attn_bf16;     /* host configs: BF16 attention (host compute bf16) */
     const nl_proj_config *base_cfg;
 } bench;
 
@@ -101,7 +100,6 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     rt_ok = 1;
     rt.adapter = b->ad;
     rt.sync = which != CFG_D;
-    rt.attn_bf16 = which >= CFG_C && b->attn_bf16;
     if (b->plan && nl_proj_plan(svc, NULL, 0)) goto done;
     if (b->plan) nl_proj_plan_format_summary(svc, r->plan, sizeof r->plan);
     else snprintf(r->plan, sizeof r->plan, "no planner (--no-plan): whole requests, no buckets");
@@ -304,8 +302,6 @@ int nl_cmd_bench_step(int argc, char **argv) {
             nl_proj_backend_host.free(ctx);
         }
     }
-    /* the default path's attention follows the host compute mode (configs c, d) */
-    b.attn_bf16 = !strcmp(compute, "bf16");
     cfg_result res[N_CFG];
     memset(res, 0, sizeof res);
     for (int c = 0; c < N_CFG; c++) {

@@ -36,6 +36,7 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
         .base = hp->rope_base, .freq_scale = hp->rope_freq_scale, .freq_factors = m->rope_freqs,
     };
     if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) { nl_runtime_free(rt); return -1; }
+    rt->attn_bf16 = !strcmp(nl_proj_compute(svc), "bf16");
     if (m->arch == NL_ARCH_QWEN35) {
         rt->gdn = (nl_gdn_shape){
             .Hk = hp->ssm_n_group, .Hv = hp->ssm_dt_rank, .dk = hp->ssm_d_state,

@@ -30,8 +30,9 @@ typedef struct nl_runtime {
      * bit-identical either way; only the overlap changes. */
     int sync;
     /* Attention of the training graph in BF16 (nl_attention_*_range_bf16: GEMM inputs rounded
-     * to BF16, FP32 accumulation and softmax); 0 = FP32. Set by the caller from the host
-     * compute mode; inference never reads it. Default 0. */
+     * to BF16, FP32 accumulation and softmax); 0 = FP32. nl_runtime_init sets it when the
+     * service computes in BF16 (nl_proj_compute), so the step's arithmetic follows one switch;
+     * callers may override it. Inference never reads it. */
     int attn_bf16;
     /* CPU threads for the nodes that run while the service is idle (attention, norms, RoPE,
      * SwiGLU, cross-entropy, adds): the caller plus pool workers, split over outputs so results

@@ -817,8 +817,6 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
     t.rt.sync = nl_train_sync_mode(o);
-    /* the attention follows the service's arithmetic: BF16 on the default path (host, bf16) */
-    t.rt.attn_bf16 = !strcmp(nl_proj_compute(t.svc), "bf16");
     if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
         nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
         goto done;
