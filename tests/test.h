@@ -45,6 +45,27 @@ static inline double nl_t_rand(void) {
     nl_t_rng_state = x;
     return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
+/* Numeric helpers shared by the node tests: p[i] = amp · rand in [-amp, amp); a double copy
+ * (malloc'd); max |a − b| / max(max |b|, floor), a scale-aware error. */
+#include <stdint.h>
+static inline void nl_t_fill(float *p, int64_t n, double amp) {
+    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
+}
+static inline double *nl_t_to_d(const float *p, int64_t n) {
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = p[i];
+    return d;
+}
+static inline double nl_t_rel_err(const float *a, const double *b, int64_t n, double floor) {
+    double e = 0, m = floor;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d > e) e = d;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return e / m;
+}
+
 /* Small file and time helpers shared by the tests that run training or the CLI. */
 #include <errno.h>
 #include <time.h>

@@ -10,24 +10,6 @@
 
 #define FD_H 1e-5
 
-static void fill(float *p, int64_t n, double amp) {
-    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
-}
-static double *to_d(const float *p, int64_t n) {
-    double *d = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) d[i] = p[i];
-    return d;
-}
-/* max |a − b| / max(max |b|, floor): a scale-aware error */
-static double rel_err(const float *a, const double *b, int64_t n, double floor) {
-    double e = 0, m = floor;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > e) e = d;
-        if (fabs(b[i]) > m) m = fabs(b[i]);
-    }
-    return e / m;
-}
 static double dotd(const double *a, const float *w, int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += a[i] * (double)w[i];
@@ -38,7 +20,7 @@ static double dotd(const double *a, const float *w, int64_t n) {
  * n_y outputs; g[j] = dL/dx_j. ctx is passed through. */
 typedef void (*ref_fn)(double *y, const double *x, void *ctx);
 static void fd_grad(double *g, ref_fn f, void *ctx, const float *x0, int64_t nx, const float *w, int64_t ny) {
-    double *x = to_d(x0, nx), *y = malloc(sizeof(double) * (size_t)ny);
+    double *x = nl_t_to_d(x0, nx), *y = malloc(sizeof(double) * (size_t)ny);
     for (int64_t j = 0; j < nx; j++) {
         const double keep = x[j];
         x[j] = keep + FD_H;
@@ -99,14 +81,14 @@ static void test_rmsnorm(void) {
     const int T = 7, n = 13;
     const int64_t N = T * n;
     float x[7 * 13], w[13], y[7 * 13], rstd[7], dy[7 * 13], dx[7 * 13];
-    fill(x, N, 1.5);
-    fill(w, n, 1.0);
-    fill(dy, N, 1.0);
+    nl_t_fill(x, N, 1.5);
+    nl_t_fill(w, n, 1.0);
+    nl_t_fill(dy, N, 1.0);
     norm_ctx c = {T, n, 1e-5f, w};
-    double yr[7 * 13], g[7 * 13], *xd = to_d(x, N);
+    double yr[7 * 13], g[7 * 13], *xd = nl_t_to_d(x, N);
     norm_ref(yr, xd, &c);
     nl_rmsnorm_forward(y, rstd, x, w, T, n, c.eps);
-    CHECKF(rel_err(y, yr, N, 1e-6) < 2e-6, "rmsnorm fwd err %g", rel_err(y, yr, N, 1e-6));
+    CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 2e-6, "rmsnorm fwd err %g", nl_t_rel_err(y, yr, N, 1e-6));
     for (int t = 0; t < T; t++) {
         double ss = 0;
         for (int i = 0; i < n; i++) ss += xd[t * n + i] * xd[t * n + i];
@@ -119,7 +101,7 @@ static void test_rmsnorm(void) {
     CHECK(memcmp(xi, y, sizeof y) == 0);
     nl_rmsnorm_backward(dx, dy, x, w, rstd, T, n);
     fd_grad(g, norm_ref, &c, x, N, dy, N);
-    CHECKF(rel_err(dx, g, N, 1e-6) < 1e-4, "rmsnorm bwd err %g", rel_err(dx, g, N, 1e-6));
+    CHECKF(nl_t_rel_err(dx, g, N, 1e-6) < 1e-4, "rmsnorm bwd err %g", nl_t_rel_err(dx, g, N, 1e-6));
     free(xd);
 }
 
@@ -150,13 +132,13 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
     rope_ctx c = {&r, T, H, pos};
     float x[N], y[N], dy[N];
     double yr[N], g[N];
-    fill(x, N, 1.0);
-    fill(dy, N, 1.0);
-    double *xd = to_d(x, N);
+    nl_t_fill(x, N, 1.0);
+    nl_t_fill(dy, N, 1.0);
+    double *xd = nl_t_to_d(x, N);
     rope_ref(yr, xd, &c);
     memcpy(y, x, sizeof x);
     nl_rope_forward(&r, y, T, H, pos);
-    CHECKF(rel_err(y, yr, N, 1e-6) < 2e-6, "rope fwd neox=%d n_rot=%d err %g", neox, n_rot, rel_err(y, yr, N, 1e-6));
+    CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 2e-6, "rope fwd neox=%d n_rot=%d err %g", neox, n_rot, nl_t_rel_err(y, yr, N, 1e-6));
     /* dims past n_rot untouched, bit-exact */
     int pass = 1;
     for (int64_t i = 0; i < N; i++)
@@ -166,7 +148,7 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
     float dy_in[N];
     memcpy(dy_in, dy, sizeof dy_in);
     nl_rope_backward(&r, dy, T, H, pos);
-    CHECKF(rel_err(dy, g, N, 1e-6) < 1e-5, "rope bwd neox=%d n_rot=%d err %g", neox, n_rot, rel_err(dy, g, N, 1e-6));
+    CHECKF(nl_t_rel_err(dy, g, N, 1e-6) < 1e-5, "rope bwd neox=%d n_rot=%d err %g", neox, n_rot, nl_t_rel_err(dy, g, N, 1e-6));
     /* the cos/sin table (positions < 302 from it, 4099 computed) gives the same bits */
     float yt[N], dyt[N];
     memcpy(dyt, dy_in, sizeof dyt);
@@ -214,19 +196,19 @@ static void test_elementwise(void) {
     for (int which = 0; which < 2; which++) {
         float x[2 * N], y[N], dy[N], da[N], db[N];
         double yr[N], g[2 * N];
-        fill(x, 2 * N, 4.0);
-        fill(dy, N, 1.0);
+        nl_t_fill(x, 2 * N, 4.0);
+        nl_t_fill(dy, N, 1.0);
         ew_ctx c = {N, which};
-        double *xd = to_d(x, 2 * N);
+        double *xd = nl_t_to_d(x, 2 * N);
         ew_ref(yr, xd, &c);
         if (which == 0) nl_swiglu_forward(y, x, x + N, N);
         else nl_gate_forward(y, x, x + N, N);
-        CHECKF(rel_err(y, yr, N, 1e-6) < 1e-6, "%s fwd err %g", which ? "gate" : "swiglu", rel_err(y, yr, N, 1e-6));
+        CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 1e-6, "%s fwd err %g", which ? "gate" : "swiglu", nl_t_rel_err(y, yr, N, 1e-6));
         if (which == 0) nl_swiglu_backward(da, db, dy, x, x + N, N);
         else nl_gate_backward(da, db, dy, x, x + N, N);
         fd_grad(g, ew_ref, &c, x, 2 * N, dy, N);
-        CHECKF(rel_err(da, g, N, 1e-6) < 1e-5, "%s bwd da err %g", which ? "gate" : "swiglu", rel_err(da, g, N, 1e-6));
-        CHECKF(rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", which ? "gate" : "swiglu", rel_err(db, g + N, N, 1e-6));
+        CHECKF(nl_t_rel_err(da, g, N, 1e-6) < 1e-5, "%s bwd da err %g", which ? "gate" : "swiglu", nl_t_rel_err(da, g, N, 1e-6));
+        CHECKF(nl_t_rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", which ? "gate" : "swiglu", nl_t_rel_err(db, g + N, N, 1e-6));
         /* in place: output over an input */
         float xa[2 * N];
         memcpy(xa, x, sizeof x);
@@ -255,10 +237,10 @@ static void test_xent(void) {
     enum { T = 7, V = 29 };
     const int32_t tg[T] = {3, -1, 0, 28, 11, -1, 5};
     float z[T * V], z0[T * V];
-    fill(z0, T * V, 3.0);
+    nl_t_fill(z0, T * V, 3.0);
     const float inv_n = 1.0f / 5;
     xent_ctx c = {T, V, tg, 1.0};
-    double ref, *zd = to_d(z0, T * V);
+    double ref, *zd = nl_t_to_d(z0, T * V);
     xent_ref(&ref, zd, &c);
     memcpy(z, z0, sizeof z);
     double v = nl_xent_chunk(z, tg, T, V, inv_n, 0);
@@ -270,7 +252,7 @@ static void test_xent(void) {
     const float one = 1.0f;
     c.inv_n = inv_n;
     fd_grad(g, xent_ref, &c, z0, T * V, &one, 1);
-    CHECKF(rel_err(z, g, T * V, 1e-6) < 1e-4, "xent grad err %g", rel_err(z, g, T * V, 1e-6));
+    CHECKF(nl_t_rel_err(z, g, T * V, 1e-6) < 1e-4, "xent grad err %g", nl_t_rel_err(z, g, T * V, 1e-6));
     int zero = 1;
     for (int j = 0; j < V; j++) zero &= z[1 * V + j] == 0.0f && z[5 * V + j] == 0.0f;
     CHECK(zero); /* non-target rows */
@@ -286,9 +268,9 @@ static void test_xent(void) {
     /* longer rows than the internal exp chunk */
     enum { V2 = 2500 };
     float *zz = malloc(sizeof(float) * 2 * V2);
-    fill(zz, 2 * V2, 5.0);
+    nl_t_fill(zz, 2 * V2, 5.0);
     const int32_t tg2[2] = {2499, 1};
-    double *zzd = to_d(zz, 2 * V2), r2;
+    double *zzd = nl_t_to_d(zz, 2 * V2), r2;
     xent_ref(&r2, zzd, &(xent_ctx){2, V2, tg2, 1.0});
     CHECK_NEAR(nl_xent_chunk(zz, tg2, 2, V2, 1.0f, 0), r2, 1e-5 * fabs(r2));
     free(zz);

@@ -8,18 +8,7 @@
 
 #include <stdint.h>
 
-static void fill(float *p, int64_t n, double amp) {
-    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
-}
-static double rel_err(const float *a, const double *b, int64_t n) {
-    double e = 0, m = 1e-6;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > e) e = d;
-        if (fabs(b[i]) > m) m = fabs(b[i]);
-    }
-    return e / m;
-}
+static double rel_err(const float *a, const double *b, int64_t n) { return nl_t_rel_err(a, b, n, 1e-6); }
 
 typedef struct { int T, S, Hq, Hkv, d; double c; } shape;
 
@@ -99,11 +88,6 @@ static void attn_ref_bwd(double *dq, double *dk, double *dv, const double *dout,
     free(ds);
 }
 
-static double *to_d(const float *p, int64_t n) {
-    double *d = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) d[i] = p[i];
-    return d;
-}
 
 /* random inputs of a shape; returns q, k, v (float) */
 static void make_qkv(const shape *s, float **q, float **k, float **v) {
@@ -111,9 +95,9 @@ static void make_qkv(const shape *s, float **q, float **k, float **v) {
     *q = malloc(sizeof(float) * nq);
     *k = malloc(sizeof(float) * nk);
     *v = malloc(sizeof(float) * nk);
-    fill(*q, nq, 1.5);
-    fill(*k, nk, 1.5);
-    fill(*v, nk, 1.0);
+    nl_t_fill(*q, nq, 1.5);
+    nl_t_fill(*k, nk, 1.5);
+    nl_t_fill(*v, nk, 1.0);
 }
 
 static void check_forward(const shape *s, const char *name) {
@@ -121,7 +105,7 @@ static void check_forward(const shape *s, const char *name) {
     make_qkv(s, &q, &k, &v);
     const int64_t nq = (int64_t)s->T * s->Hq * s->d, nk = (int64_t)s->S * s->Hkv * s->d, nl = (int64_t)s->T * s->Hq;
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl);
-    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
+    double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk);
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
     nl_attention_forward(out, lse, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c);
@@ -143,13 +127,13 @@ static void check_backward(const shape *s, int fd, const char *name) {
     const int64_t nq = (int64_t)T * s->Hq * s->d, nk = (int64_t)T * s->Hkv * s->d, nl = (int64_t)T * s->Hq;
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *dout = malloc(sizeof(float) * nq);
     float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
-    fill(dout, nq, 1.0);
+    nl_t_fill(dout, nq, 1.0);
     nl_attention_forward(out, lse, q, k, v, T, T, s->Hq, s->Hkv, s->d, (float)s->c);
     /* poison the outputs: they must be overwritten, not accumulated into */
     for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
     for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
     nl_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, T, s->Hq, s->Hkv, s->d, (float)s->c);
-    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk), *dod = to_d(dout, nq);
+    double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk), *dod = nl_t_to_d(dout, nq);
     double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
     attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
     CHECKF(rel_err(dq, dqr, nq) < 2e-5, "%s: dq err %g", name, rel_err(dq, dqr, nq));
@@ -235,8 +219,8 @@ static double bf16_round(float x) {
 static void check_gemm_bf16(int M, int N, int K, int acc) {
     float *X = malloc(sizeof(float) * M * K), *Xt = malloc(sizeof(float) * K * M);
     float *Y = malloc(sizeof(float) * K * N), *Yt = malloc(sizeof(float) * N * K);
-    fill(X, (int64_t)M * K, 2.0);
-    fill(Y, (int64_t)K * N, 3.0);
+    nl_t_fill(X, (int64_t)M * K, 2.0);
+    nl_t_fill(Y, (int64_t)K * N, 3.0);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < K; j++) Xt[j * M + i] = X[i * K + j];
     for (int i = 0; i < K; i++)
@@ -244,7 +228,7 @@ static void check_gemm_bf16(int M, int N, int K, int acc) {
     const int kw = (K + 1) / 2, ldb = ((N + 15) & ~15) + 3, lda = kw + 2;
     uint32_t *A = malloc(sizeof(uint32_t) * M * lda), *B = malloc(sizeof(uint32_t) * kw * ldb);
     float *C = malloc(sizeof(float) * M * (N + 1)), *C0 = malloc(sizeof(float) * M * (N + 1));
-    fill(C0, (int64_t)M * (N + 1), 1.0);
+    nl_t_fill(C0, (int64_t)M * (N + 1), 1.0);
     double err = 0;
     for (int way = 0; way < 4; way++) {
         if (way & 1) nl_bf16_pairs_t(A, lda, Xt, M, K, M, lda); /* [M][kw] from Xᵀ[K][M] */
@@ -306,7 +290,7 @@ static void check_bf16(const shape *s, const char *name) {
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl);
     float *out32 = malloc(sizeof(float) * nq), *lse32 = malloc(sizeof(float) * nl);
     float *out2 = malloc(sizeof(float) * nq), *lse2 = malloc(sizeof(float) * nl);
-    double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk);
+    double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk);
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
     nl_attention_forward_range_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, c, 0, Hkv);
@@ -317,7 +301,7 @@ static void check_bf16(const shape *s, const char *name) {
     errs(lse, lser, nl, &em, &e2);
     CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 lse err max %g l2 %g", name, em, e2);
     /* the BF16 kernels ran where they can; elsewhere the call is the FP32 one, bit for bit */
-    double *o32d = to_d(out32, nq);
+    double *o32d = nl_t_to_d(out32, nq);
     e32 = rel_err(out, o32d, nq);
     if (nl_attention_bf16_active()) CHECKF(e32 > 1e-4, "%s: bf16 out too close to fp32 (%g): not taken?", name, e32);
     else CHECK(memcmp(out, out32, sizeof(float) * nq) == 0 && memcmp(lse, lse32, sizeof(float) * nl) == 0);
@@ -329,12 +313,12 @@ static void check_bf16(const shape *s, const char *name) {
         float *dout = malloc(sizeof(float) * nq), *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk),
               *dv = malloc(sizeof(float) * nk), *dq2 = malloc(sizeof(float) * nq), *dk2 = malloc(sizeof(float) * nk),
               *dv2 = malloc(sizeof(float) * nk);
-        fill(dout, nq, 1.0);
+        nl_t_fill(dout, nq, 1.0);
         for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
         for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
         /* as in training: the backward consumes the BF16 forward's out and lse */
         nl_attention_backward_range_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, 0, Hkv);
-        double *dod = to_d(dout, nq);
+        double *dod = nl_t_to_d(dout, nq);
         double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
         attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
         const float *got[3] = {dq, dk, dv};
@@ -346,7 +330,7 @@ static void check_bf16(const shape *s, const char *name) {
         }
         if (nl_attention_bf16_active()) {
             nl_attention_backward_range(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, 0, Hkv);
-            double *dq32 = to_d(dq2, nq);
+            double *dq32 = nl_t_to_d(dq2, nq);
             CHECKF(rel_err(dq, dq32, nq) > 1e-4, "%s: bf16 dq too close to fp32: not taken?", name);
             free(dq32);
         }

@@ -8,18 +8,7 @@
 
 #include <stdint.h>
 
-static void fill(float *p, int64_t n, double amp) {
-    for (int64_t i = 0; i < n; i++) p[i] = (float)(amp * nl_t_rand());
-}
-static double rel_err(const float *a, const double *b, int64_t n) {
-    double e = 0, m = 1e-6;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > e) e = d;
-        if (fabs(b[i]) > m) m = fabs(b[i]);
-    }
-    return e / m;
-}
+static double rel_err(const float *a, const double *b, int64_t n) { return nl_t_rel_err(a, b, n, 1e-6); }
 
 /* ------------------------------------------------------------------------- RNG */
 static void test_rng(void) {
@@ -77,11 +66,6 @@ static void lora_ref(double *y, double *u, const double *y0, const double *x, co
     free(ur);
 }
 
-static double *to_d(const float *p, int64_t n) {
-    double *d = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) d[i] = p[i];
-    return d;
-}
 
 static void test_mask(void) {
     nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1)};
@@ -122,13 +106,13 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
     float *m = malloc(sizeof(float) * nx);
-    fill(x, nx, 1.0);
-    fill(A, na, 0.5);
-    fill(B, nb, 0.5);
-    fill(y0, ny, 1.0);
+    nl_t_fill(x, nx, 1.0);
+    nl_t_fill(A, na, 0.5);
+    nl_t_fill(B, nb, 0.5);
+    nl_t_fill(y0, ny, 1.0);
     for (int t = 0; t < T; t++) nl_lora_dropout_mask(&L, tok0 + t, m + (int64_t)t * K);
     lora_shape c = {T, K, N, r, L.scale, m};
-    double *xd = to_d(x, nx), *Ad = to_d(A, na), *Bd = to_d(B, nb), *y0d = to_d(y0, ny);
+    double *xd = nl_t_to_d(x, nx), *Ad = nl_t_to_d(A, na), *Bd = nl_t_to_d(B, nb), *y0d = nl_t_to_d(y0, ny);
     double *yr = malloc(sizeof(double) * ny), *ur = malloc(sizeof(double) * T * r);
     lora_ref(yr, ur, y0d, xd, Ad, Bd, &c);
     memcpy(y, y0, sizeof(float) * ny);
@@ -149,10 +133,10 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
     float *dy = malloc(sizeof(float) * ny), *dx = malloc(sizeof(float) * nx), *dA = malloc(sizeof(float) * na);
     float *dB = malloc(sizeof(float) * nb), *dx0 = malloc(sizeof(float) * nx), *dA0 = malloc(sizeof(float) * na);
     float *dB0 = malloc(sizeof(float) * nb);
-    fill(dy, ny, 1.0);
-    fill(dx0, nx, 1.0);
-    fill(dA0, na, 1.0);
-    fill(dB0, nb, 1.0);
+    nl_t_fill(dy, ny, 1.0);
+    nl_t_fill(dx0, nx, 1.0);
+    nl_t_fill(dA0, na, 1.0);
+    nl_t_fill(dB0, nb, 1.0);
     memcpy(dx, dx0, sizeof(float) * nx);
     memcpy(dA, dA0, sizeof(float) * na);
     memcpy(dB, dB0, sizeof(float) * nb);
@@ -230,9 +214,9 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r),
           *u2 = malloc(sizeof(float) * T * r), *dy = malloc(sizeof(float) * ny);
-    fill(x, nx, 1.0), fill(A, na, 0.5), fill(B, nb, 0.5), fill(dy, ny, 1.0);
+    nl_t_fill(x, nx, 1.0), nl_t_fill(A, na, 0.5), nl_t_fill(B, nb, 0.5), nl_t_fill(dy, ny, 1.0);
     for (int acc = 0; acc < 2; acc++) {
-        fill(y, ny, 1.0);
+        nl_t_fill(y, ny, 1.0);
         memcpy(y2, y, sizeof(float) * ny);
         CHECK(nl_lora_forward_to(&L, A, B, y, u, x, T, tok0, acc) == 0);
         const int cut[] = {T, T / 3, 1, 0}; /* ranges [T/3, T), [1, T/3), [0, 1) */
@@ -244,7 +228,7 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     float *dx2 = malloc(sizeof(float) * nx), *dA2 = malloc(sizeof(float) * na), *dB2 = malloc(sizeof(float) * nb);
     float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(&L, T) + 1));
     for (int v = 0; v < 4; v++) { /* bit 0: u given, bit 1: dx accumulates (v == 0: no dx) */
-        fill(dx, nx, 1.0), fill(dA, na, 1.0), fill(dB, nb, 1.0);
+        nl_t_fill(dx, nx, 1.0), nl_t_fill(dA, na, 1.0), nl_t_fill(dB, nb, 1.0);
         memcpy(dx2, dx, sizeof(float) * nx), memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
         const float *uu = v & 1 ? u : NULL;
         const int dacc = v >> 1 & 1;
@@ -276,7 +260,7 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     CHECKF(same, "gathered forward rows differ (p=%g)", p);
     float *dyz = calloc((size_t)ny, sizeof(float));
     for (int i = 0; i < 3; i++) memcpy(dyz + (int64_t)rows[i] * N, dyg + (int64_t)i * N, sizeof(float) * N);
-    fill(dA, na, 1.0), fill(dB, nb, 1.0);
+    nl_t_fill(dA, na, 1.0), nl_t_fill(dB, nb, 1.0);
     memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
     CHECK(nl_lora_backward_to(&L, A, B, dx, 0, dA, dB, dyz, x, NULL, T, tok0) == 0);
     CHECK(nl_lora_backward_rows(&L, A, B, dxg, 0, dyg, xg, NULL, 3, 0, toks, scr, 0, 3) == 0);
