@@ -2,9 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "cli.h"
 #include "nl_version.h"
@@ -105,13 +102,6 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-#ifdef __GLIBC__
-    /* The CPU nodes take per-call scratch of up to a few MB; with glibc's defaults blocks that
-     * size are mmap'd and unmapped (or trimmed) again, so every call page-faults them in anew.
-     * Keep them in the heap; larger buffers (weights, the graph's arena) are still mmap'd. */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 128 << 20);
-#endif
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         if (argc >= 3) {
             for (const nl_cli_command *c = commands; c->name; c++)

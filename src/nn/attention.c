@@ -147,7 +147,7 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
     const int packed = T > SMALL_T;
     const int64_t lds = S; /* row stride of the score block and of the Kᵀ panel */
     const size_t n_kT = packed ? (size_t)d * (size_t)S : 0, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)S;
-    float *buf = malloc(sizeof(float) * (n_kT + n_s + 1));
+    float *buf = nl_thread_scratch(sizeof(float) * (n_kT + n_s + 1));
     if (!buf) {
         fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
         return;
@@ -184,7 +184,6 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
             }
         }
     }
-    free(buf);
 }
 
 void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq,
@@ -199,7 +198,7 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t lds = T;
     const size_t n_t = (size_t)d * (size_t)T, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)T;
-    float *buf = malloc(sizeof(float) * (2 * n_t + 2 * n_s + 1));
+    float *buf = nl_thread_scratch(sizeof(float) * (2 * n_t + 2 * n_s + 1));
     if (!buf) {
         bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
         return;
@@ -236,7 +235,6 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
             }
         }
     }
-    free(buf);
 }
 
 void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
@@ -272,7 +270,7 @@ static int fwd_bf16(float *out, float *lse, const float *q, const float *k, cons
     const int64_t ld_kw = ld_b(S), ld_vi = ld_b(d), ld_pw = (S + 1) / 2;
     const size_t n_kw = (size_t)dw * ld_kw, n_vi = (size_t)((S + 1) / 2) * ld_vi, n_qr = (size_t)bq * dw,
                  n_pw = (size_t)bq * ld_pw, n_s = (size_t)bq * S;
-    uint32_t *buf = malloc(sizeof(uint32_t) * (n_kw + n_vi + n_qr + n_pw) + sizeof(float) * n_s);
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_kw + n_vi + n_qr + n_pw) + sizeof(float) * n_s);
     if (!buf) return -1;
     uint32_t *kw = buf, *vi = kw + n_kw, *qr = vi + n_vi, *pw = qr + n_qr;
     float *s = (float *)(pw + n_pw);
@@ -301,7 +299,6 @@ static int fwd_bf16(float *out, float *lse, const float *q, const float *k, cons
             }
         }
     }
-    free(buf);
     return 0;
 }
 
@@ -315,7 +312,7 @@ static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const fl
                  n_qr = (size_t)bq * dw, n_sr = (size_t)bq * ld_sr, n_pi = (size_t)((bq + 1) / 2) * ld_t;
     const size_t n_s = (size_t)bq * T, n_dt = (size_t)d * ld_dt;
     const size_t n_words = 2 * n_kw + n_ki + 2 * n_qt + 2 * n_qr + n_sr + 2 * n_pi;
-    uint32_t *buf = malloc(sizeof(uint32_t) * n_words + sizeof(float) * (2 * n_s + 2 * n_dt));
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * (2 * n_s + 2 * n_dt));
     if (!buf) return -1;
     uint32_t *kw = buf, *vw = kw + n_kw, *ki = vw + n_kw, *qt = ki + n_ki, *ot = qt + n_qt, *qr = ot + n_qt, *dor = qr + n_qr,
              *dsr = dor + n_qr, *pi = dsr + n_sr, *dsi = pi + n_pi;
@@ -356,7 +353,6 @@ static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const fl
         nl_transpose_f32(dk + kvoff, ldk, dkt, ld_dt, d, T);
         nl_transpose_f32(dv + kvoff, ldk, dvt, ld_dt, d, T);
     }
-    free(buf);
     return 0;
 }
 #endif

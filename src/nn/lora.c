@@ -122,7 +122,7 @@ NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, 
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
     const size_t nAT = (size_t)K * r, nBT = (size_t)r * N, nx = drop ? 2 * (size_t)TB * K : 0;
-    float *buf = malloc(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r));
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r));
     if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
     float *AT = buf, *BT = AT + nAT, *mb = BT + nBT, *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
     pack_AT(AT, A, r, K);
@@ -135,7 +135,6 @@ NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, 
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         nl_gemm(y + (int64_t)t0 * N, N, su, r, BT, N, nb, N, r, accumulate);
     }
-    free(buf);
     return 0;
 }
 
@@ -177,7 +176,7 @@ NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float 
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
     const size_t nsmall = 3 * (size_t)TB * r;      /* du, recomputed u, s·u */
-    float *buf = malloc(sizeof(float) * (nAT + nx + nsmall + 1));
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nx + nsmall + 1));
     if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
     float *AT = buf, *mb = AT + nAT, *xm = mb + (drop ? (size_t)TB * K : 0), *tmp = xm + (drop ? (size_t)TB * K : 0);
     float *du = tmp + (drop ? (size_t)TB * K : 0), *ub = du + (size_t)TB * r, *su = ub + (size_t)TB * r;
@@ -199,7 +198,6 @@ NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float 
         /* dx (+)= (du · A) ⊙ m   [nb][K] */
         if (dx) dx_rows(L, A, du, nb, dx + (int64_t)t0 * K, dx_accumulate, drop ? mb : NULL, tmp);
     }
-    free(buf);
     return 0;
 }
 
@@ -231,7 +229,7 @@ NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const floa
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
-    float *buf = malloc(sizeof(float) * (nAT + nx + (size_t)TB * r + 1));
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nx + (size_t)TB * r + 1));
     if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
     float *AT = buf, *mb = AT + nAT, *tmp = mb + (drop ? (size_t)TB * K : 0), *ub = tmp + (drop ? (size_t)TB * K : 0);
     if (!u) pack_AT(AT, A, r, K);
@@ -247,7 +245,6 @@ NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const floa
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         if (dx) dx_rows(L, A, du, nb, dx + (int64_t)ta * K, dx_accumulate, drop ? mb : NULL, tmp);
     }
-    free(buf);
     return 0;
 }
 

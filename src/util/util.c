@@ -109,6 +109,29 @@ double nl_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static _Thread_local struct { void *p; size_t n; } scratch_tls; /* reachable while the thread lives */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free(void *p) { free(p); } /* a thread that ends frees its block */
+static void scratch_key_init(void) { (void)pthread_key_create(&scratch_key, scratch_free); }
+
+void *nl_thread_scratch(size_t n) {
+    if (n == 0) n = 1;
+    if (scratch_tls.n >= n) return scratch_tls.p;
+    const size_t want = (n + 63) / 64 * 64;
+    void *q = aligned_alloc(64, want);
+    if (!q) {
+        nl_err("out of memory (%zu bytes of scratch)", n);
+        return NULL;
+    }
+    free(scratch_tls.p);
+    scratch_tls.p = q;
+    scratch_tls.n = want;
+    pthread_once(&scratch_once, scratch_key_init);
+    pthread_setspecific(scratch_key, q);
+    return q;
+}
+
 int nl_spin_wait(const int *word, int value, int until_eq, double seconds) {
     const double t0 = nl_now();
     for (int i = 1;; i++) {

@@ -48,6 +48,13 @@ static inline int nl_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
 #include <pthread.h>
 int nl_thread_create(pthread_t *th, void *(*fn)(void *), void *arg);
 
+/* This thread's scratch block of at least n bytes (64-byte aligned), kept for the next call on
+ * the same thread (grown when a call needs more; freed when the thread ends): the per-call
+ * working memory of the CPU nodes, which would otherwise be malloc'd and freed — and, at a few
+ * MB, mmap'd and page-faulted in anew — on every call. One holder at a time per thread: a
+ * caller must not keep it across a call that uses it too. NULL + nl_err when out of memory. */
+void *nl_thread_scratch(size_t n);
+
 /* Monotonic wall-clock seconds. */
 double nl_now(void);
 
