@@ -35,4 +35,9 @@ int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, 
 /* "label: N examples, ... loss, ppl, accuracy" on stdout. */
 void nl_cli_print_eval(const char *label, const nl_eval_result *r);
 
+/* JSON output on stdout: a string literal (NULL -> null) and a number (non-finite -> null:
+ * JSON has no NaN). */
+void nl_cli_json_str(const char *s);
+void nl_cli_json_num(double v);
+
 #endif

@@ -84,19 +84,6 @@ static double rel_diff(const float *a, const float *b, size_t n) {
     return den > 0 ? sqrt(num / den) : (num == 0 ? 0 : INFINITY);
 }
 
-static void json_str(const char *s) {
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (nl_json_escape(&buf, &n, &cap, s, strlen(s)) == 0) fwrite(buf, 1, n, stdout);
-    else fputs("null", stdout);
-    free(buf);
-}
-
-static void json_num(double v) {
-    if (isfinite(v)) printf("%.6g", v);
-    else fputs("null", stdout);
-}
-
 /* One distinct (K, N, resident type): its first projection and the kinds sharing it. */
 typedef struct {
     int sid;
@@ -233,20 +220,20 @@ static int cmd_bench_proj(int argc, char **argv) {
                 }
                 if (json) {
                     printf("%s\n {\"proj\": ", first ? "" : ",");
-                    json_str(sh[s].label);
+                    nl_cli_json_str(sh[s].label);
                     printf(", \"count\": %d, \"k\": %lld, \"n\": %lld, \"type\": \"%s\", \"dir\": \"%s\", \"T\": %d, "
                            "\"threads\": %d, \"compute\": \"%s\", \"host_ms\": ",
                            sh[s].count, (long long)w->n_in, (long long)w->n_out, nl_type_name(w->type),
                            d ? "bwd" : "fwd", T, cfg.n_threads, nl_proj_host_compute(hctx));
-                    json_num(th * 1e3);
+                    nl_cli_json_num(th * 1e3);
                     printf(", \"host_gflops\": ");
-                    json_num(flops / th * 1e-9);
+                    nl_cli_json_num(flops / th * 1e-9);
                     printf(", \"ref_ms\": ");
-                    json_num(tr * 1e3);
+                    nl_cli_json_num(tr * 1e3);
                     printf(", \"ref_gflops\": ");
-                    json_num(flops / tr * 1e-9);
+                    nl_cli_json_num(flops / tr * 1e-9);
                     printf(", \"rel_diff\": ");
-                    json_num(diff);
+                    nl_cli_json_num(diff);
                     printf("}");
                 } else {
                     char shape[32];

@@ -29,25 +29,6 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
     else snprintf(buf, cap, "%llu B", (unsigned long long)b);
 }
 
-/* A JSON string literal on stdout (NULL -> null). */
-static void json_str(const char *s) {
-    if (!s) {
-        fputs("null", stdout);
-        return;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (nl_json_escape(&buf, &n, &cap, s, strlen(s)) == 0) fwrite(buf, 1, n, stdout);
-    else fputs("null", stdout);
-    free(buf);
-}
-
-/* A JSON number (non-finite -> null: JSON has no NaN). */
-static void json_num(double v) {
-    if (isfinite(v)) printf("%.6g", v);
-    else fputs("null", stdout);
-}
-
 /* How one projection is held. */
 typedef struct {
     int model_idx;        /* index into m->projs */
@@ -86,11 +67,11 @@ static void json_hparams(const nl_model *m) {
     printf("{\"n_vocab\": %d, \"n_embd\": %d, \"n_layer\": %d, \"n_ff\": %d, \"n_head\": %d, \"n_head_kv\": %d, "
            "\"head_dim\": %d, \"n_rot\": %d, \"n_ctx_train\": %d, \"rope_base\": ",
            h->n_vocab, h->n_embd, h->n_layer, h->n_ff, h->n_head, h->n_head_kv, h->head_dim, h->n_rot, h->n_ctx_train);
-    json_num(h->rope_base);
+    nl_cli_json_num(h->rope_base);
     printf(", \"rope_freq_scale\": ");
-    json_num(h->rope_freq_scale);
+    nl_cli_json_num(h->rope_freq_scale);
     printf(", \"rms_eps\": ");
-    json_num(h->rms_eps);
+    nl_cli_json_num(h->rms_eps);
     printf(", \"tied_head\": %s, \"recurrent_layers\": %d", m->tied_head ? "true" : "false", n_rec);
     if (m->arch == NL_ARCH_QWEN35)
         printf(", \"ssm_d_conv\": %d, \"ssm_d_state\": %d, \"ssm_n_group\": %d, \"ssm_dt_rank\": %d, "
@@ -182,37 +163,37 @@ int nl_cmd_check(int argc, char **argv) {
 
     if (json) {
         printf("{\"model\": ");
-        json_str(model);
+        nl_cli_json_str(model);
         printf(", \"arch\": ");
-        json_str(nl_arch_name(m->arch));
+        nl_cli_json_str(nl_arch_name(m->arch));
         printf(", \"hparams\": ");
         json_hparams(m);
         printf(", \"backend\": ");
-        json_str(cfg.backend);
+        nl_cli_json_str(cfg.backend);
         printf(", \"threads\": %d, \"wire\": \"%s\", \"precision\": ", cfg.n_threads, cfg.wire_f16 ? "f16" : "f32");
-        json_str(precision ? precision : "auto");
+        nl_cli_json_str(precision ? precision : "auto");
         printf(", \"precision_map\": ");
-        json_str(pmap);
+        nl_cli_json_str(pmap);
         printf(", \"host_kernels\": ");
-        json_str(kernels);
+        nl_cli_json_str(kernels);
         printf(", \"compute\": ");
-        json_str(compute);
+        nl_cli_json_str(compute);
         printf(",\n \"projections\": [");
         for (int i = 0; i < m->n_projs; i++) {
             const proj_row *r = &rows[i];
             printf("%s\n  {\"name\": ", i ? "," : "");
-            json_str(m->projs[i].name);
+            nl_cli_json_str(m->projs[i].name);
             printf(", \"kind\": ");
-            json_str(nl_proj_kind_name(m->projs[i].kind));
+            nl_cli_json_str(nl_proj_kind_name(m->projs[i].kind));
             printf(", \"class\": ");
-            json_str(nl_proj_class_name((nl_proj_class)r->cls));
+            nl_cli_json_str(nl_proj_class_name((nl_proj_class)r->cls));
             printf(", \"k\": %lld, \"n\": %lld, \"gguf_type\": ", (long long)r->K, (long long)r->N);
-            json_str(nl_type_name(r->gguf_type));
+            nl_cli_json_str(nl_type_name(r->gguf_type));
             printf(", \"type\": ");
-            json_str(nl_type_name(r->res_type));
+            nl_cli_json_str(nl_type_name(r->res_type));
             printf(", \"storage\": \"%s\", \"bytes\": %llu, \"shared_with\": ", storage_name(r),
                    (unsigned long long)(r->shared_with >= 0 ? 0 : r->bytes));
-            json_str(r->shared_with >= 0 ? m->projs[r->shared_with].name : NULL);
+            nl_cli_json_str(r->shared_with >= 0 ? m->projs[r->shared_with].name : NULL);
             printf("}");
         }
         printf("],\n \"resident\": {");
@@ -226,18 +207,18 @@ int nl_cmd_check(int argc, char **argv) {
                 first = 0;
             }
         printf("}, \"resident_text\": ");
-        json_str(resident);
+        nl_cli_json_str(resident);
         printf(", \"resident_bytes\": %llu, \"converted_bytes\": %llu, \"mapping_bytes\": %llu, "
                "\"memory_estimate_bytes\": %llu,\n",
                (unsigned long long)res_all, (unsigned long long)converted, (unsigned long long)mapping,
                (unsigned long long)(mapping + converted));
         printf(" \"planner\": {\"checks\": %d, \"passed\": %d, \"routed\": %d, \"summary\": ", tot.checks, tot.passed,
                tot.routed);
-        json_str(summary);
+        nl_cli_json_str(summary);
         printf(", \"seconds\": ");
-        json_num(plan_s);
+        nl_cli_json_num(plan_s);
         printf(", \"cpu_seconds\": ");
-        json_num(plan_cpu);
+        nl_cli_json_num(plan_cpu);
         printf(", \"buckets\": [");
         for (int b = 0; b < n_b; b++) printf("%s%d", b ? ", " : "", buckets[b]);
         printf("], \"table\": [");
@@ -245,12 +226,12 @@ int nl_cmd_check(int argc, char **argv) {
             const nl_proj_check *c = nl_proj_plan_get_check(svc, i);
             const nl_proj_weight *w = nl_proj_get(svc, c->id);
             printf("%s\n  {\"name\": ", i ? "," : "");
-            json_str(w->name);
+            nl_cli_json_str(w->name);
             printf(", \"dir\": \"%s\", \"T\": %d, \"type\": \"%s\", \"rel_err\": ", c->dir == NL_FWD ? "fwd" : "bwd", c->T,
                    nl_type_name(w->type));
-            json_num(c->rel_err);
+            nl_cli_json_num(c->rel_err);
             printf(", \"bound\": ");
-            json_num(c->bound);
+            nl_cli_json_num(c->bound);
             printf(", \"supported\": %s, \"passed\": %s}", c->supported ? "true" : "false", c->passed ? "true" : "false");
         }
         printf("]}}\n");

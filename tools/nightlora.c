@@ -1,11 +1,30 @@
 /* nightlora: the command-line tool, thin over the library. DESIGN.md §5 is its contract. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "data/json.h"
 #include "nl_version.h"
 #include "util/util.h"
+
+void nl_cli_json_str(const char *s) {
+    if (!s) {
+        fputs("null", stdout);
+        return;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (nl_json_escape(&buf, &n, &cap, s, strlen(s)) == 0) fwrite(buf, 1, n, stdout);
+    else fputs("null", stdout);
+    free(buf);
+}
+
+void nl_cli_json_num(double v) {
+    if (isfinite(v)) printf("%.6g", v);
+    else fputs("null", stdout);
+}
 
 int nl_cli_fail(const char *cmd) {
     fprintf(stderr, "nightlora %s: %s\n", cmd, nl_last_error());
