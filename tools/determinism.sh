@@ -1,0 +1,33 @@
+#!/bin/sh
+# Determinism fingerprint: trains a short run on each architecture (tiny preset) on the default
+# path, the FP32 path and with recompute (--act-budget-mb 0), and prints the sha256 of every adapter and the
+# per-step losses. Two builds that print the same lines produce the same bits.
+#   sh tools/determinism.sh [build/nightlora] [OUTDIR]
+set -e
+BIN=${1:-build/nightlora}
+OUT=${2:-out/determinism}
+mkdir -p "$OUT"
+for arch in llama qwen3 qwen35; do
+  "$BIN" mkmodel --arch "$arch" --preset tiny --type q8_0 --seed 3 --out "$OUT/$arch.gguf" >/dev/null
+  for mode in default f32 recompute; do
+    case $mode in
+      default) extra="" ;;
+      f32) extra="--precision f32 --compute f32" ;;
+      recompute) extra="--act-budget-mb 0" ;;
+    esac
+    rm -f "$OUT/$arch-$mode.gguf" "$OUT/$arch-$mode.jsonl"
+    # shellcheck disable=SC2086
+    "$BIN" train --model "$OUT/$arch.gguf" --data examples/tagging-train.jsonl \
+      --out "$OUT/$arch-$mode.gguf" --backend host --threads 2 --steps 12 --batch-tokens 256 \
+      --lr 2e-3 --warmup 2 --seed 7 --log-json "$OUT/$arch-$mode.jsonl" --quiet $extra >/dev/null 2>&1
+    h=$(sha256sum "$OUT/$arch-$mode.gguf" | cut -c1-16)
+    losses=$(grep -o '"loss":[^,}]*' "$OUT/$arch-$mode.jsonl" | cut -d: -f2 | tr '\n' ' ')
+    echo "$arch $mode adapter $h losses $losses"
+  done
+  # inference: logits and eval with the default path's adapter (the no-gradient path)
+  "$BIN" logits --model "$OUT/$arch.gguf" --adapter "$OUT/$arch-default.gguf" --backend host --threads 2 \
+    --tokens "1 5 9 200 31 7 64 3 11 90 2 17" --out "$OUT/$arch-logits.f32" >/dev/null 2>&1
+  echo "$arch logits $(sha256sum "$OUT/$arch-logits.f32" | cut -c1-16)"
+  echo "$arch eval $("$BIN" eval --model "$OUT/$arch.gguf" --adapter "$OUT/$arch-default.gguf" \
+    --data examples/tagging-test.jsonl --backend host --threads 2 2>/dev/null | sed 's/.*: //')"
+done
