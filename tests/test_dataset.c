@@ -410,18 +410,13 @@ static nl_tokenizer *chat_vocab(const char *path, bool llama3) {
 }
 
 static nl_tokenizer *gpt2_vocab(void) {
-    const char *paths[] = {NL_TEST_DATA "/tokenizer/ggml-vocab-gpt-2.gguf",
-                           NL_SHARED_ASSETS "/tokenizer/ggml-vocab-gpt-2.gguf"};
-    for (int i = 0; i < 2; i++) {
-        nl_gguf *g = nl_gguf_open(paths[i]);
-        if (!g) continue;
-        nl_tokenizer *t = nl_tokenizer_from_gguf(g);
-        CHECKF(t != NULL, "%s", nl_last_error());
-        nl_gguf_close(g);
-        return t;
-    }
-    fprintf(stderr, "note: GPT-2 vocab not found; skipping plain-text tests\n");
-    return NULL;
+    nl_gguf *g = nl_gguf_open(NL_TEST_DATA "/tokenizer/ggml-vocab-gpt-2.gguf");
+    CHECKF(g != NULL, "%s", nl_last_error());
+    if (!g) return NULL;
+    nl_tokenizer *t = nl_tokenizer_from_gguf(g);
+    CHECKF(t != NULL, "%s", nl_last_error());
+    nl_gguf_close(g);
+    return t;
 }
 
 /* Expected-sequence builder: bytes of text are their own ids in the chat test vocab. */

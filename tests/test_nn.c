@@ -1,6 +1,6 @@
 /* nn/ nodes: RMSNorm, RoPE, SwiGLU, sigmoid gate, cross-entropy, and the fast exp they use.
  * Every forward is compared with a float64 reference written here from the formulas
- * (../shared/ref/formats.md §3); every backward with float64 central finite differences of a
+ * (docs/formats.md §3); every backward with float64 central finite differences of a
  * random linear functional Σ w·out of that reference. Sizes are odd on purpose. */
 #include "nn/nn.h"
 #include "nn/vecmath.h"

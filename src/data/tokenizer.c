@@ -1,7 +1,7 @@
 /* data/tokenizer: byte-level BPE ("gpt2") and SentencePiece BPE ("llama") over the vocabulary
  * embedded in a GGUF. Facts (keys, pre-tokenizer regexes, byte mapping, merge loop, special
  * tokens) are those of llama.cpp's src/llama-vocab.cpp and src/unicode.cpp, summarised in
- * shared/ref/formats.md §5; the code here is our own.
+ * docs/formats.md §5; the code here is our own.
  *
  * Pipeline of nl_tokenize:
  *   1. validate UTF-8 (error names the byte offset);

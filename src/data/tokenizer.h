@@ -1,7 +1,7 @@
 /* data/tokenizer: the vocabulary embedded in a GGUF (tokenizer.ggml.*): byte-level BPE
  * ("gpt2", with the pre-tokenizers gpt-2, llama-bpe, qwen2, qwen35, deepseek-llm,
  * deepseek-coder, falcon, starcoder, refact, mpt) and SentencePiece BPE ("llama").
- * Facts: ../shared/ref/formats.md §5. */
+ * Facts: docs/formats.md §5. */
 #ifndef NL_TOKENIZER_H
 #define NL_TOKENIZER_H
 

@@ -1,4 +1,4 @@
-/* model/gguf: GGUF v3 reader and writer. Facts: ../shared/ref/formats.md §1.
+/* model/gguf: GGUF v3 reader and writer. Facts: docs/formats.md §1.
  *
  * Reader: every count, length, dimension and offset read from the file is checked against the
  * bytes that remain BEFORE it is used (allocation sizes included), with overflow-checked

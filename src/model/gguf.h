@@ -1,5 +1,5 @@
 /* model/gguf: GGUF v3 reader (mmap, every length and offset checked against the file size)
- * and writer (files llama.cpp accepts). Facts: ../shared/ref/formats.md §1.
+ * and writer (files llama.cpp accepts). Facts: docs/formats.md §1.
  *
  * Reader: nl_gguf_open maps the file; all strings are copied out NUL-terminated; numeric
  * array payloads and tensor data point into the mapping (borrowed, valid until close).

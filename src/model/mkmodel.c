@@ -1,6 +1,6 @@
 /* model/mkmodel: synthetic llama / qwen3 / qwen35 GGUF models with random weights and a real
  * byte-level BPE vocabulary, for tests, demos and benchmarks at real shapes.
- * Facts: ../shared/ref/formats.md §2 (keys, tensors), §3 (Llama-3 rope_freqs), §5 (vocab).
+ * Facts: docs/formats.md §2 (keys, tensors), §3 (Llama-3 rope_freqs), §5 (vocab).
  *
  * Deterministic in the seed: every tensor draws from its own RNG stream keyed by (seed, tensor
  * name), so the bytes do not depend on write order. Tensors are produced one at a time at write

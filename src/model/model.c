@@ -1,6 +1,6 @@
 /* model/model: llama, qwen3 and qwen35 read from GGUF metadata; every required key and tensor
  * shape is validated; frozen projections are described (nl_proj_desc) and small vectors are
- * copied to F32. Facts: ../shared/ref/formats.md §2. */
+ * copied to F32. Facts: docs/formats.md §2. */
 #include "model/model.h"
 
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 /* model/model: architectures (llama, qwen3, qwen35) read from GGUF metadata, their tensor
- * tables, and the loaded model. Facts: ../shared/ref/formats.md §2.
+ * tables, and the loaded model. Facts: docs/formats.md §2.
  *
  * The model never multiplies by a frozen weight itself: it describes every frozen projection
  * (nl_proj_desc) and proj/ owns the resident bytes and the products. Small per-layer vectors

@@ -1,6 +1,6 @@
 /* model/quant: one traits table for the ggml tensor types nightlora reads and writes.
  *
- * Every block formula here follows ../shared/ref/formats.md §1 (the reference dequantizers and
+ * Every block formula here follows docs/formats.md §1 (the reference dequantizers and
  * quantizers of ggml), so bytes written here load in llama.cpp and bytes read here mean what
  * llama.cpp means. Quantizers are the reference (non-SIMD) ones: deterministic, bit-exact. */
 #include "model/quant.h"

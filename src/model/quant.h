@@ -1,6 +1,6 @@
 /* model/quant: the ggml tensor types nightlora reads and writes, as ONE traits table
  * (block size, block bytes, to_float, from_float). Adding a type is adding a row.
- * Facts: ../shared/ref/formats.md §1 (block layouts, reference quantizers). */
+ * Facts: docs/formats.md §1 (block layouts, reference quantizers). */
 #ifndef NL_QUANT_H
 #define NL_QUANT_H
 

@@ -15,7 +15,7 @@
  *   backward: p = exp(c·q·k − lse), dp = dO·Vᵀ, D_t = do_t·o_t, ds = p ⊙ (dp − D)·c,
  *             dQ = ds·K (stored), dK += dsᵀ·Q, dV += pᵀ·dO (GEMMs with a transposed A, no
  *             copies). dK/dV of a kv head sum its query heads in increasing h order.
- * Facts: ../shared/ref/backward.md.
+ * Facts: docs/backward.md.
  *
  * Memory: O(d·S + BQ·S) scratch per call (one allocation): per head O(T·d), never T×T.
  * Very short query blocks against a long past (decoding) skip the packing and take dot

@@ -1,4 +1,4 @@
-/* The model forward; see forward.h. Formulas: ../shared/ref/formats.md §3. */
+/* The model forward; see forward.h. Formulas: docs/formats.md §3. */
 #include "nn/forward.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* nn/gdn: the gated delta-net node (forward, streaming forward, training forward + backward).
- * Math: ../shared/ref/formats.md §3 (GDN), ../shared/ref/backward.md (gated delta-net).
+ * Math: docs/formats.md §3 (GDN), docs/backward.md (gated delta-net).
  *
  * Layout choices:
  * - The recurrence runs one value head at a time over all tokens, so that head's state

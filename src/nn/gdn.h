@@ -1,7 +1,7 @@
 /* nn/gdn: the gated delta-net layer core (Qwen3.5 linear attention) as ONE fused node:
  * causal depthwise conv + SiLU, per-head L2 norm of q/k, gates β = σ(b), g = A·softplus(a+dt),
  * the decay-then-delta recurrence with FP32 state, gated RMSNorm with z.
- * Facts: ../shared/ref/formats.md §3 (GDN), ../shared/ref/backward.md.
+ * Facts: docs/formats.md §3 (GDN), docs/backward.md.
  * The projections around it (attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out) are proj/'s. */
 #ifndef NL_GDN_H
 #define NL_GDN_H

@@ -13,7 +13,7 @@
  * from (seed, step, layer, projection) with nl_lora_dropout_key and chooses tok0 so that
  * every token row of the step has its own index (e.g. micro_batch · T_max + first row).
  *
- * Backward (../shared/ref/backward.md "Projection with LoRA"), with du = s · dy · B [T][r]:
+ * Backward (docs/backward.md "Projection with LoRA"), with du = s · dy · B [T][r]:
  *   dx += (du · A) ⊙ m,   dB += s · dyᵀ · u,   dA += duᵀ · (m ⊙ x)
  * dA/dB/dx ACCUMULATE (gradient accumulation across micro-batches; dx also receives the
  * frozen projection's dy·W from proj/). Cost: about 2·T·r·(n_in + n_out) flops forward,

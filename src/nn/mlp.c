@@ -3,7 +3,7 @@
  *            da = dh ⊙ b ⊙ silu'(a),  db = dh ⊙ silu(a)
  *   Gate:    out = o ⊙ σ(g);  do = dout ⊙ σ(g),  dg = dout ⊙ o ⊙ σ(g)(1 − σ(g))
  * All arrays hold n floats. Outputs may alias inputs elementwise (each element is read
- * before it is written). Facts: ../shared/ref/backward.md. */
+ * before it is written). Facts: docs/backward.md. */
 #include "nn/nn.h"
 #include "nn/vecmath.h"
 

@@ -1,7 +1,7 @@
 /* nn/norm: RMSNorm with a frozen weight.
  *   forward:  y[t] = w ⊙ x[t] · rstd[t],  rstd[t] = 1 / sqrt(mean(x[t]²) + eps)   x, y: [T][n]
  *   backward: with g = dy ⊙ w,  dx = rstd · (g − x · (g·x) · rstd² / n)   (no dw: w is frozen)
- * Facts: ../shared/ref/formats.md §3, backward.md "RMSNorm". */
+ * Facts: docs/formats.md §3, backward.md "RMSNorm". */
 #include "nn/nn.h"
 #include "nn/vecmath.h"
 

@@ -4,7 +4,7 @@
  * NORM (neox = 0, llama) pairs (2i, 2i+1); NEOX (neox = 1, qwen3/qwen35 text) pairs
  * (i, i + n_rot/2). Dims >= n_rot pass through. The backward is the rotation by −θ (a rotation
  * is orthogonal, so its transpose is its inverse).
- * Facts: ../shared/ref/formats.md §3 "RoPE", backward.md "RoPE".
+ * Facts: docs/formats.md §3 "RoPE", backward.md "RoPE".
  *
  * cos/sin are computed once per (token, pair) in double (θ reaches ~1e5 rad at long positions;
  * a float θ would lose ~1e-2 rad there) and shared by all heads of the token. */

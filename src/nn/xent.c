@@ -2,7 +2,7 @@
  * loss_t = logsumexp(z_t) − z_t[y_t] (max-shifted: lse = m + log Σ exp(z − m), m = max z_t);
  * the function returns Σ_t loss_t over target rows (targets[t] >= 0) in double. With
  * want_grad, z is overwritten with dz_t = (softmax(z_t) − onehot(y_t))·inv_n on target rows,
- * 0 on the others. Facts: ../shared/ref/backward.md "Head + cross-entropy". */
+ * 0 on the others. Facts: docs/backward.md "Head + cross-entropy". */
 #include "nn/nn.h"
 #include "nn/vecmath.h"
 

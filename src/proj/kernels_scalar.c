@@ -1,5 +1,5 @@
 /* proj/kernels_scalar: the portable kernel set (any CPU) and the block decoders every set
- * shares. Block layouts: ../../shared/ref/formats.md §1. F16, Q8_0 and Q4_0 have their own
+ * shares. Block layouts: docs/formats.md §1. F16, Q8_0 and Q4_0 have their own
  * decoders here (the values equal model/quant's to_float bit for bit: exact widening and
  * (float)q*d); every other block type goes through model/quant's to_float. */
 #include <string.h>

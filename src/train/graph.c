@@ -1,4 +1,4 @@
-/* The training graph; see graph.h. Backward formulas: ../shared/ref/backward.md. */
+/* The training graph; see graph.h. Backward formulas: docs/backward.md. */
 #include "train/graph.h"
 
 #include <math.h>
