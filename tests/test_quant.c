@@ -2,6 +2,7 @@
  * rounding edge cases, reference quantizers checked byte by byte, random round trips. */
 #include <stdint.h>
 
+#include "model/gguf.h"
 #include "model/quant.h"
 #include "test.h"
 
@@ -53,6 +54,24 @@ static void test_names(void) {
     CHECK(nl_type_get(NL_TYPE_Q4_K)->from_float == NULL);
     CHECK(nl_type_get(NL_TYPE_Q6_K)->from_float == NULL);
     CHECK(nl_type_get(NL_TYPE_Q8_0)->from_float != NULL);
+
+    /* one table: every id's row has its name; the GGUF reader sizes tensors by its layouts,
+     * converted types and others (q5_k, mxfp4) alike; removed ids have no layout */
+    for (int t = 0; t < NL_TYPE_COUNT; t++) {
+        const nl_type_traits *ti = nl_type_info(t);
+        CHECK(ti != NULL && strcmp(ti->name, nl_type_name(t)) == 0);
+        int blck = -1;
+        size_t bb = 0;
+        const int known = nl_gguf_type_info(t, &blck, &bb) == 0;
+        CHECK(known == (ti->blck > 0));
+        if (known) CHECK(blck == ti->blck && bb == ti->bytes && bb > 0);
+        CHECK((nl_type_get(t) != NULL) == (ti->to_float != NULL));
+        if (nl_type_get(t)) CHECK(nl_type_get(t) == ti && known);
+    }
+    CHECK(nl_type_info(-1) == NULL && nl_type_info(NL_TYPE_COUNT) == NULL);
+    CHECK(nl_type_info(13)->blck == 256 && nl_type_info(13)->bytes == 176 && nl_type_get(13) == NULL);
+    CHECK(nl_type_info(39)->blck == 32 && nl_type_info(39)->bytes == 17);
+    CHECK(nl_type_info(4)->blck == 0 && nl_gguf_type_info(4, NULL, NULL) == -1);
 
     CHECK(nl_row_bytes(NL_TYPE_F32, 7) == 28);
     CHECK(nl_row_bytes(NL_TYPE_F16, 7) == 14);

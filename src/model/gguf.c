@@ -18,31 +18,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model/quant.h"
 #include "util/util.h"
 
-/* ------------------------------------------------------------------------------------------
- * ggml type sizes (private; quant.c owns conversions). {elements per block, bytes per block};
- * 0 = unknown / removed id. From ggml-common.h block layouts. */
-static const struct { int blck; int bytes; const char *name; } type_size[] = {
-    [0] = {1, 4, "f32"},        [1] = {1, 2, "f16"},        [2] = {32, 18, "q4_0"},
-    [3] = {32, 20, "q4_1"},     [6] = {32, 22, "q5_0"},     [7] = {32, 24, "q5_1"},
-    [8] = {32, 34, "q8_0"},     [9] = {32, 36, "q8_1"},     [10] = {256, 84, "q2_k"},
-    [11] = {256, 110, "q3_k"},  [12] = {256, 144, "q4_k"},  [13] = {256, 176, "q5_k"},
-    [14] = {256, 210, "q6_k"},  [15] = {256, 292, "q8_k"},  [16] = {256, 66, "iq2_xxs"},
-    [17] = {256, 74, "iq2_xs"}, [18] = {256, 98, "iq3_xxs"}, [19] = {256, 50, "iq1_s"},
-    [20] = {32, 18, "iq4_nl"},  [21] = {256, 110, "iq3_s"}, [22] = {256, 82, "iq2_s"},
-    [23] = {256, 136, "iq4_xs"}, [24] = {1, 1, "i8"},       [25] = {1, 2, "i16"},
-    [26] = {1, 4, "i32"},       [27] = {1, 8, "i64"},       [28] = {1, 8, "f64"},
-    [29] = {256, 56, "iq1_m"},  [30] = {1, 2, "bf16"},      [34] = {256, 54, "tq1_0"},
-    [35] = {256, 66, "tq2_0"},  [39] = {32, 17, "mxfp4"},
-};
-#define N_TYPE_SIZE ((int)(sizeof type_size / sizeof type_size[0]))
-
+/* ggml type layouts come from the one traits table (model/quant.c). */
 int nl_gguf_type_info(int type, int *blck, size_t *blck_bytes) {
-    if (type < 0 || type >= N_TYPE_SIZE || type_size[type].blck == 0) return -1;
-    if (blck) *blck = type_size[type].blck;
-    if (blck_bytes) *blck_bytes = (size_t)type_size[type].bytes;
+    const nl_type_traits *tt = nl_type_info(type);
+    if (!tt || tt->blck == 0) return -1;
+    if (blck) *blck = tt->blck;
+    if (blck_bytes) *blck_bytes = tt->bytes;
     return 0;
+}
+
+/* The highest type id whose layout is known (for the error message). */
+static int last_known_type(void) {
+    int t = NL_TYPE_COUNT - 1;
+    while (t > 0 && nl_gguf_type_info(t, NULL, NULL) != 0) t--;
+    return t;
 }
 
 /* Bytes of a tensor of `type` with dims ne[4]; -1 with a short reason in *why on failure. */
@@ -303,11 +295,11 @@ static int parse_tensor_info(cursor *c, nl_gguf_tensor *t, int64_t i) {
     t->type = (int)ty;
     if (nl_gguf_type_info(t->type, NULL, NULL) != 0)
         return nl_err("%s: offset %" PRIu64 ": tensor '%s' has unknown ggml type %" PRIu32 ", expected a known type id (0..%d)",
-                      c->label, at, t->name, ty, N_TYPE_SIZE - 1);
+                      c->label, at, t->name, ty, last_known_type());
     const char *why;
     if (tensor_nbytes(t->type, t->ne, &t->nbytes, &why) != 0)
         return nl_err("%s: offset %" PRIu64 ": tensor '%s' {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "} %s: %s", c->label, at_ne,
-                      t->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], type_size[t->type].name, why);
+                      t->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], nl_type_name(t->type), why);
     snprintf(what, sizeof what, "data offset of tensor info '%s'", t->name);
     if (rd_u64(c, &t->offset, what)) return -1;
     return 0;

@@ -215,41 +215,77 @@ static void q6_k_to_float(const void *src, float *dst, int64_t n) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* The table: one row per supported type, indexed by ggml id.                                */
+/* The table: one row per ggml id.                                                          */
 
+/* Every ggml id: its name (removed ids keep the one they had), its block layout where known
+ * (blck 0: a removed id, or one whose layout nightlora does not know; from ggml-common.h), and
+ * the conversions nightlora has for it (NULL: none — such a tensor can still be sized and
+ * skipped by the GGUF reader). */
 static const nl_type_traits traits[NL_TYPE_COUNT] = {
     [NL_TYPE_F32] = {"f32", 1, 4, f32_to_float, f32_from_float},
     [NL_TYPE_F16] = {"f16", 1, 2, f16_to_float, f16_from_float},
     [NL_TYPE_Q4_0] = {"q4_0", 32, 18, q4_0_to_float, q4_0_from_float},
+    [3] = {"q4_1", 32, 20, NULL, NULL},
+    [4] = {"q4_2", 0, 0, NULL, NULL},
+    [5] = {"q4_3", 0, 0, NULL, NULL},
+    [6] = {"q5_0", 32, 22, NULL, NULL},
+    [7] = {"q5_1", 32, 24, NULL, NULL},
     [NL_TYPE_Q8_0] = {"q8_0", 32, 34, q8_0_to_float, q8_0_from_float},
+    [9] = {"q8_1", 32, 36, NULL, NULL},
+    [10] = {"q2_k", 256, 84, NULL, NULL},
+    [11] = {"q3_k", 256, 110, NULL, NULL},
     [NL_TYPE_Q4_K] = {"q4_k", 256, 144, q4_k_to_float, NULL},
+    [13] = {"q5_k", 256, 176, NULL, NULL},
     [NL_TYPE_Q6_K] = {"q6_k", 256, 210, q6_k_to_float, NULL},
+    [15] = {"q8_k", 256, 292, NULL, NULL},
+    [16] = {"iq2_xxs", 256, 66, NULL, NULL},
+    [17] = {"iq2_xs", 256, 74, NULL, NULL},
+    [18] = {"iq3_xxs", 256, 98, NULL, NULL},
+    [19] = {"iq1_s", 256, 50, NULL, NULL},
+    [20] = {"iq4_nl", 32, 18, NULL, NULL},
+    [21] = {"iq3_s", 256, 110, NULL, NULL},
+    [22] = {"iq2_s", 256, 82, NULL, NULL},
+    [23] = {"iq4_xs", 256, 136, NULL, NULL},
+    [24] = {"i8", 1, 1, NULL, NULL},
+    [25] = {"i16", 1, 2, NULL, NULL},
+    [26] = {"i32", 1, 4, NULL, NULL},
+    [27] = {"i64", 1, 8, NULL, NULL},
+    [28] = {"f64", 1, 8, NULL, NULL},
+    [29] = {"iq1_m", 256, 56, NULL, NULL},
     [NL_TYPE_BF16] = {"bf16", 1, 2, bf16_to_float, bf16_from_float},
+    [31] = {"q4_0_4_4", 0, 0, NULL, NULL},
+    [32] = {"q4_0_4_8", 0, 0, NULL, NULL},
+    [33] = {"q4_0_8_8", 0, 0, NULL, NULL},
+    [34] = {"tq1_0", 256, 54, NULL, NULL},
+    [35] = {"tq2_0", 256, 66, NULL, NULL},
+    [36] = {"iq4_nl_4_4", 0, 0, NULL, NULL},
+    [37] = {"iq4_nl_4_8", 0, 0, NULL, NULL},
+    [38] = {"iq4_nl_8_8", 0, 0, NULL, NULL},
+    [39] = {"mxfp4", 32, 17, NULL, NULL},
+    [40] = {"nvfp4", 0, 0, NULL, NULL},
+    [41] = {"q1_0", 0, 0, NULL, NULL},
+    [42] = {"q2_0", 0, 0, NULL, NULL},
 };
 
-/* ggml's names for every id (lower case). Removed ids keep the name they had. */
-static const char *const names[NL_TYPE_COUNT] = {
-    "f32", "f16", "q4_0", "q4_1", "q4_2", "q4_3", "q5_0", "q5_1", "q8_0", "q8_1",
-    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q8_k", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
-    "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64", "iq1_m",
-    "bf16", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8", "tq1_0", "tq2_0", "iq4_nl_4_4", "iq4_nl_4_8",
-    "iq4_nl_8_8", "mxfp4", "nvfp4", "q1_0", "q2_0",
-};
+const nl_type_traits *nl_type_info(int type) {
+    if (type < 0 || type >= NL_TYPE_COUNT) return NULL;
+    return &traits[type];
+}
 
 const nl_type_traits *nl_type_get(int type) {
-    if (type < 0 || type >= NL_TYPE_COUNT || traits[type].name == NULL) return NULL;
+    if (type < 0 || type >= NL_TYPE_COUNT || traits[type].to_float == NULL) return NULL;
     return &traits[type];
 }
 
 const char *nl_type_name(int type) {
     if (type < 0 || type >= NL_TYPE_COUNT) return "unknown";
-    return names[type];
+    return traits[type].name;
 }
 
 int nl_type_from_name(const char *name) {
     if (!name) return -1;
     for (int t = 0; t < NL_TYPE_COUNT; t++) {
-        const char *a = names[t], *b = name;
+        const char *a = traits[t].name, *b = name;
         while (*a && *b && *a == tolower((unsigned char)*b)) a++, b++;
         if (!*a && !*b) return t;
     }

@@ -15,14 +15,18 @@ enum nl_type {
 
 typedef struct {
     const char *name;    /* "f32", "q8_0", ... (lower case, as the CLI spells them) */
-    int blck;            /* elements per block */
+    int blck;            /* elements per block; 0 when the layout is not known (removed ids) */
     size_t bytes;        /* bytes per block */
     /* n must be a multiple of blck. NULL when the direction is not supported. */
     void (*to_float)(const void *src, float *dst, int64_t n);
     void (*from_float)(const float *src, void *dst, int64_t n);
 } nl_type_traits;
 
-/* NULL for a type id nightlora does not handle (or out of range). */
+/* The row of any ggml id (NULL out of range): the name, the block layout where known (blck > 0;
+ * what the GGUF reader sizes tensors by, converted or not) and the conversions where nightlora
+ * has them. */
+const nl_type_traits *nl_type_info(int type);
+/* The row of a type nightlora handles (to_float set); NULL for any other id. */
 const nl_type_traits *nl_type_get(int type);
 /* ggml's name for any id (even unsupported ones, e.g. "q5_k"); "unknown" past the range. */
 const char *nl_type_name(int type);
