@@ -1,8 +1,54 @@
-/* util: error slot, overflow-checked arithmetic, file reading. */
+/* util: error slot, overflow-checked arithmetic, file reading, the CPU-feature probe. */
 #include "test.h"
+#include "util/cpu.h"
 #include "util/util.h"
 
+/* 1 if the kernel's "flags" line of /proc/cpuinfo names every flag of the space-separated
+ * list `want`; -1 when there is no such line (not Linux x86-64). An oracle independent of
+ * cpuid: what the OS reports. */
+static int cpuinfo_has(const char *want) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[8192];
+    int found = -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5)) { found = 1; break; }
+    fclose(f);
+    if (found < 0) return -1;
+    char w[256];
+    snprintf(w, sizeof w, "%s", want);
+    for (char *t = strtok(w, " "); t; t = strtok(NULL, " ")) {
+        char pat[64];
+        snprintf(pat, sizeof pat, " %s ", t);
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = ' ';
+        if (!strstr(line, pat)) return 0;
+    }
+    return 1;
+}
+
+static void test_cpu(void) {
+    CHECK(nl_cpu_has((nl_cpu_feature)-1) == 0 && nl_cpu_has(NL_CPU_N_FEATURES) == 0);
+    /* each set includes the one below it */
+    CHECK(!nl_cpu_has(NL_CPU_AVX512BF16) || nl_cpu_has(NL_CPU_AVX512));
+    CHECK(!nl_cpu_has(NL_CPU_AVX512) || nl_cpu_has(NL_CPU_AVX2));
+    for (int i = 0; i < 3; i++) CHECK(nl_cpu_has(NL_CPU_AVX2) == nl_cpu_has(NL_CPU_AVX2)); /* cached */
+#if defined(__x86_64__)
+    CHECK(nl_cpu_has(NL_CPU_NEON) == 0);
+    int avx2 = cpuinfo_has("avx2 fma f16c"), avx512 = cpuinfo_has("avx2 fma f16c avx512f avx512bw avx512vl avx512dq");
+    int bf16 = cpuinfo_has("avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_bf16");
+    if (avx2 >= 0) {
+        CHECKF(nl_cpu_has(NL_CPU_AVX2) == avx2, "avx2 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX2), avx2);
+        CHECKF(nl_cpu_has(NL_CPU_AVX512) == avx512, "avx512 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512), avx512);
+        CHECKF(nl_cpu_has(NL_CPU_AVX512BF16) == bf16, "bf16 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512BF16), bf16);
+    }
+#elif defined(__aarch64__)
+    CHECK(nl_cpu_has(NL_CPU_NEON) == 1 && nl_cpu_has(NL_CPU_AVX2) == 0);
+#endif
+}
+
 int main(void) {
+    test_cpu();
     CHECK(nl_err("x %d", 3) == -1);
     CHECK(strcmp(nl_last_error(), "x 3") == 0);
     nl_err_prefix("file.gguf");

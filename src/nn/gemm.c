@@ -12,11 +12,12 @@
  * tiling, the thread that computes it, or on splitting the k range over several calls
  * (gradient accumulation across token blocks gives the same bits as one call).
  *
- * x86-64 with AVX2+FMA (checked at run time): 6×16 register tiles of fused multiply-adds
+ * x86-64 with AVX2+FMA (checked at run time, util/cpu): 6×16 register tiles of fused multiply-adds
  * (12 ymm accumulators), n-panels outside so a K×16 panel of B stays in L1 while the row
  * tiles go by; partial panels with masked loads/stores. Elsewhere: portable C with separate
  * multiply and add (no FMA contraction under -std=c11), the same chain order. */
 #include "nn/vecmath.h"
+#include "util/cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -264,14 +265,11 @@ static AVX2 void dot_rows_fma(float *out, const float *A, int lda, const float *
     }
 }
 
-static int have_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
 
 void nl_dot_rows(float *out, const float *A, int lda, const float *B, int ldb, int n, int K) {
 #ifdef NL_X86
-    if (have_avx2()) {
+    if (nl_cpu_has(NL_CPU_AVX2)) {
         dot_rows_fma(out, A, lda, B, ldb, n, K);
         return;
     }
@@ -294,7 +292,7 @@ static void gemm(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, 
         return;
     }
 #ifdef NL_X86
-    if (have_avx2()) {
+    if (nl_cpu_has(NL_CPU_AVX2)) {
         gemm_avx2(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
         return;
     }
@@ -319,7 +317,7 @@ void nl_gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda, co
 
 int nl_gemm_wide(void) {
 #ifdef NL_X86
-    return have_avx2();
+    return nl_cpu_has(NL_CPU_AVX2);
 #else
     return 0;
 #endif

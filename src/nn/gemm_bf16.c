@@ -14,6 +14,7 @@
  * Built with per-function target attributes (AVX512F/BW/DQ/BF16 + FMA) so the rest of the
  * library needs no ISA flags; callers check nl_bf16_ok() first. */
 #include "nn/gemm_bf16.h"
+#include "util/cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,10 +23,7 @@
 #define BF __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
 #define AI __attribute__((always_inline)) static inline
 
-int nl_bf16_ok(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
-}
+int nl_bf16_ok(void) { return nl_cpu_has(NL_CPU_AVX512BF16); }
 
 /* lanes < n live (n clamped to [0, 16]) */
 static inline __mmask16 mask16(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }

@@ -6,6 +6,7 @@
  * discarded at the end of the block: x ⊙ m never outlives the call. */
 #include "nn/lora.h"
 #include "nn/vecmath.h"
+#include "util/cpu.h"
 #include "util/rng.h"
 #include "util/util.h"
 
@@ -60,7 +61,6 @@ __attribute__((target("avx512f,avx512dq"))) static int mask_row_avx512(uint64_t 
     }
     return i;
 }
-static int have_avx512dq(void) { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"); }
 #endif
 
 /* Token index of row t of a call: toks[t] when the rows were gathered, else tok0 + t. */
@@ -73,7 +73,7 @@ static void make_mask(const nl_lora *L, int64_t tok0, const int64_t *toks, int64
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
 #if defined(__x86_64__)
-    const int wide = have_avx512dq();
+    const int wide = nl_cpu_has(NL_CPU_AVX512);
 #endif
     for (int b = 0; b < nb; b++) {
         const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t + b));

@@ -5,71 +5,30 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include "proj/kernels.h"
+#include "util/cpu.h"
 #include "util/util.h"
 
 enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1 };
 
 static int g_compute = MODE_AUTO; /* process default, set by nl_proj_host_set_compute */
 
-/* ---- CPU features ---- */
-
-static int cpu_avx2(void) {
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return 0; /* F16C */
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
-
-static int cpu_avx512(void) {
-#if defined(__x86_64__)
-    return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#else
-    return 0;
-#endif
-}
-
-static int cpu_avx512bf16(void) {
-#if defined(__x86_64__)
-    static int known = -1; /* asked on every request: cpuid once (a benign race: same value) */
-    int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
-    if (v >= 0) return v;
-    unsigned a, b, c, d;
-    /* CPUID.(EAX=7,ECX=1):EAX bit 5 = AVX512_BF16 */
-    v = cpu_avx512() && __get_cpuid_count(7, 1, &a, &b, &c, &d) ? (int)((a >> 5) & 1) : 0;
-    __atomic_store_n(&known, v, __ATOMIC_RELAXED);
-    return v;
-#else
-    return 0;
-#endif
-}
-
 int nl_proj_host_cpu_has(const char *name) {
     if (!name) return 0;
     if (!strcmp(name, "scalar")) return 1;
-    if (!strcmp(name, "avx2")) return cpu_avx2();
-    if (!strcmp(name, "avx512")) return cpu_avx512();
-    if (!strcmp(name, "avx512bf16")) return cpu_avx512bf16();
-#if defined(__aarch64__)
-    if (!strcmp(name, "neon")) return 1;
-#endif
+    if (!strcmp(name, "avx2")) return nl_cpu_has(NL_CPU_AVX2);
+    if (!strcmp(name, "avx512")) return nl_cpu_has(NL_CPU_AVX512);
+    if (!strcmp(name, "avx512bf16")) return nl_cpu_has(NL_CPU_AVX512BF16);
+    if (!strcmp(name, "neon")) return nl_cpu_has(NL_CPU_NEON);
     return 0;
 }
 
 static const nl_host_kernels *kernels_by_name(const char *name) {
     if (!strcmp(name, "auto")) {
 #if defined(__x86_64__)
-        if (cpu_avx512()) return &nl_host_kernels_avx512;
-        if (cpu_avx2()) return &nl_host_kernels_avx2;
+        if (nl_cpu_has(NL_CPU_AVX512)) return &nl_host_kernels_avx512;
+        if (nl_cpu_has(NL_CPU_AVX2)) return &nl_host_kernels_avx2;
 #elif defined(__aarch64__)
         return &nl_host_kernels_neon;
 #endif
@@ -77,8 +36,8 @@ static const nl_host_kernels *kernels_by_name(const char *name) {
     }
     if (!strcmp(name, "scalar")) return &nl_host_kernels_scalar;
 #if defined(__x86_64__)
-    if (!strcmp(name, "avx2") && cpu_avx2()) return &nl_host_kernels_avx2;
-    if (!strcmp(name, "avx512") && cpu_avx512()) return &nl_host_kernels_avx512;
+    if (!strcmp(name, "avx2") && nl_cpu_has(NL_CPU_AVX2)) return &nl_host_kernels_avx2;
+    if (!strcmp(name, "avx512") && nl_cpu_has(NL_CPU_AVX512)) return &nl_host_kernels_avx512;
 #elif defined(__aarch64__)
     if (!strcmp(name, "neon")) return &nl_host_kernels_neon;
 #endif
@@ -95,7 +54,7 @@ static int parse_mode(const char *mode) {
 int nl_proj_host_set_compute(const char *mode) {
     int m = parse_mode(mode);
     if (m == -2) return nl_err("host: unknown compute mode '%s' (expected f32, bf16 or auto)", mode);
-    if (m == MODE_BF16 && !cpu_avx512bf16())
+    if (m == MODE_BF16 && !nl_cpu_has(NL_CPU_AVX512BF16))
         return nl_err("host: compute bf16 needs AVX512_BF16, which this CPU lacks");
     g_compute = m;
     return 0;
@@ -206,7 +165,7 @@ int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute) 
         m = parse_mode(compute);
         if (m == -2) return nl_err("host: unknown compute mode '%s' (expected f32, bf16 or auto)", compute);
     }
-    if (m == MODE_BF16 && !(ks->has_bf16 && cpu_avx512bf16()))
+    if (m == MODE_BF16 && !(ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16)))
         return nl_err("host: compute bf16 needs the avx512 kernel set on a CPU with AVX512_BF16");
     c->ks = ks;
     c->compute = m;
@@ -217,7 +176,7 @@ const char *nl_proj_host_kernels(const void *ctx) { return ctx ? ((const host_ct
 
 static int bf16_active(const host_ctx *c) {
     int m = c->compute == MODE_AUTO ? g_compute : c->compute;
-    int can = c->ks->has_bf16 && cpu_avx512bf16();
+    int can = c->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
     return m == MODE_AUTO ? can : (m == MODE_BF16 && can);
 }
 

@@ -1,0 +1,40 @@
+/* util/cpu: the CPU-feature probe (see cpu.h). */
+#include "util/cpu.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+static unsigned probe(void) {
+    unsigned m = 0;
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    /* CPUID.1:ECX bit 29 = F16C */
+    if (__get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma")) {
+        m |= 1u << NL_CPU_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+            m |= 1u << NL_CPU_AVX512;
+            /* CPUID.(EAX=7,ECX=1):EAX bit 5 = AVX512_BF16 */
+            if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1)) m |= 1u << NL_CPU_AVX512BF16;
+        }
+    }
+#elif defined(__aarch64__)
+    m |= 1u << NL_CPU_NEON;
+#endif
+    return m;
+}
+
+int nl_cpu_has(nl_cpu_feature f) {
+    /* asked on every projection request: the CPU once (a benign race: every thread stores the
+     * same value); bit 31 marks the mask as known */
+    static unsigned known = 0;
+    unsigned v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (!v) {
+        v = probe() | 1u << 31;
+        __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+    }
+    return (int)f >= 0 && f < NL_CPU_N_FEATURES && ((v >> f) & 1u);
+}

@@ -1,0 +1,18 @@
+/* util/cpu: the one probe of what the CPU this process runs on can do, for every room (the
+ * projection kernels, the CPU nodes' SIMD paths). Asked of the CPU once and cached; a feature
+ * counts only when the OS saves its registers too (what __builtin_cpu_supports checks). */
+#ifndef NL_CPU_H
+#define NL_CPU_H
+
+typedef enum {
+    NL_CPU_AVX2,       /* x86-64: AVX2 + FMA + F16C */
+    NL_CPU_AVX512,     /* x86-64: AVX-512 F, BW, VL and DQ, with the AVX2 set */
+    NL_CPU_AVX512BF16, /* x86-64: AVX512_BF16 (CPUID.(7,1):EAX bit 5), with the AVX-512 set */
+    NL_CPU_NEON,       /* aarch64: Advanced SIMD (always there) */
+    NL_CPU_N_FEATURES
+} nl_cpu_feature;
+
+/* 1 if this CPU has the feature (and every feature its comment names with it), else 0. */
+int nl_cpu_has(nl_cpu_feature f);
+
+#endif
