@@ -1,6 +1,6 @@
 /* Faults at commit time, end to end through nl_train (tiny qwen3, 4 steps, a commit every
  * step, shuffle and dropout on):
- *  - the checkpoint I/O of the run goes through nl_io_fault (o.ckpt_io); for EVERY call k of
+ *  - the checkpoint I/O of the run goes through nl_io_fault (the hooks' ckpt_io); for EVERY call k of
  *    the third commit (open, each write, fsync, close, rename, directory fsync, the unlink
  *    that prunes commit 1), with ENOSPC and EIO, a one-off and a sticky fault (a dead disk):
  *      · a failure the commit must report stops the run with an error that names the step
@@ -23,6 +23,7 @@
 #include "train/checkpoint.h"
 #include "train/io.h"
 #include "train/trainer.h"
+#include "train/trainer_hooks.h"
 #include "util/util.h"
 
 static char tmp[256], model[512], data[512];
@@ -134,9 +135,9 @@ static long calls_through(int k, recorder *rec) {
     nl_train_opts o;
     opts(&o, out, ck, log);
     o.stop_after = k;
-    o.ckpt_io = &rec->io;
+    nl_train_hooks hk = {.ckpt_io = &rec->io};
     nl_train_result r;
-    int rc = nl_train(&o, &r);
+    int rc = nl_train_hooked(&o, &hk, &r);
     CHECKF(rc == 0 && r.steps_done == k, "count run %d: %s", k, nl_last_error());
     return rec->n;
 }
@@ -177,9 +178,9 @@ static void test_commit_faults(void) {
             nl_io_fault_init(&f, NULL, k, err, sticky);
             nl_train_opts o;
             opts(&o, out, ck, log);
-            o.ckpt_io = &f.io;
+            nl_train_hooks hk = {.ckpt_io = &f.io};
             nl_train_result res;
-            int rc = nl_train(&o, &res);
+            int rc = nl_train_hooked(&o, &hk, &res);
             n_cases++;
             const char *e = nl_last_error();
             if (prune && !sticky) {
@@ -212,7 +213,6 @@ static void test_commit_faults(void) {
                 nl_ckpt_free(&v);
             }
             /* resume with the normal I/O: bit-identical to the uninterrupted run */
-            o.ckpt_io = NULL;
             o.resume = 1;
             rc = nl_train(&o, &res);
             char sig[8192];

@@ -144,8 +144,9 @@ static void test_shortcuts(nl_arch arch, const char *backend) {
         for (int v = 0; v < 3; v++) {
             gr[v] = calloc(ad->n_params, sizeof(float));
             nl_graph_prof prof = {0};
+            nl_graph_test hooks = {.head_all_rows = v == 1, .full_input_grads = v == 2};
             nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[v], .dropout = 0.3f, .seed = 8, .step = 1, .tok_base = 1000,
-                          .act_budget = c ? 0 : UINT64_MAX, .head_all_rows = v == 1, .full_input_grads = v == 2, .prof = &prof};
+                          .act_budget = c ? 0 : UINT64_MAX, .test = &hooks, .prof = &prof};
             CHECK(nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss[v]) == 0);
             req[v] = prof.requests;
             CHECK(nl_graph_loss(&g, tok, tgt, T, &lo[v]) == 0);

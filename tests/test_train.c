@@ -42,6 +42,7 @@
 #include "train/mezo.h"
 #include "train/optim.h"
 #include "train/trainer.h"
+#include "train/trainer_hooks.h"
 #include "util/util.h"
 
 static char tmp[256];
@@ -86,12 +87,14 @@ static void defaults(nl_train_opts *o, const char *model, const char *data, cons
     o->proj.n_threads = 1;
 }
 
-static int train(const nl_train_opts *o, nl_train_result *r) {
+static int train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *r) {
     nl_train_result dummy;
-    int rc = nl_train(o, r ? r : &dummy);
+    int rc = nl_train_hooked(o, h, r ? r : &dummy);
     if (rc) fprintf(stderr, "nl_train: %s\n", nl_last_error());
     return rc;
 }
+
+static int train(const nl_train_opts *o, nl_train_result *r) { return train_hooked(o, NULL, r); }
 
 /* ---- the per-step log ---- */
 
@@ -804,9 +807,9 @@ static void test_energy(const char *model, const char *data) {
     o.steps = 6; /* six steps of ~100 tokens: some fake-counter tick lands inside one even under load */
     o.batch_tokens = 100;
     o.log_json = log;
-    o.energy_root = root;
+    nl_train_hooks hk = {.energy_root = root};
     o.progress = tmpfile();
-    int rc = train(&o, NULL);
+    int rc = train_hooked(&o, &hk, NULL);
     c.stop = 1;
     pthread_join(th, NULL);
     CHECK(rc == 0);
@@ -837,9 +840,9 @@ static void test_energy(const char *model, const char *data) {
     path_of(root, sizeof root, "empty_sys");
     snprintf(cmd, sizeof cmd, "mkdir -p %s", root);
     CHECK(system(cmd) == 0);
-    o.energy_root = root;
+    hk.energy_root = root;
     o.progress = tmpfile();
-    CHECK(train(&o, NULL) == 0);
+    CHECK(train_hooked(&o, &hk, NULL) == 0);
     text = progress_text(o.progress);
     CHECKF(strstr(text, "energy counters not available: ") && strstr(text, "powercap"), "progress: %s", text);
     free(text);

@@ -641,7 +641,7 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
      * nothing trainable lies below (frozen embeddings, no LoRA on them), so its input gradient
      * is not formed: no BWD requests for the mixer's input projections (their LoRA A/B
      * gradients need only dy and x), no attention-norm backward. */
-    const int want_dx = l > 0 || g->full_input_grads;
+    const int want_dx = l > 0 || (g->test && g->test->full_input_grads);
     float *dmix = want_dx ? dhn : NULL;
     rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dmix) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dmix);
     if (rc || !want_dx) goto done;
@@ -659,7 +659,7 @@ done:
 #define HEAD_CHUNK 256
 
 /* The head on every row, chunk by chunk (chunks without a target skipped): the reference the
- * compacted head must reproduce bit for bit (g->head_all_rows selects it). */
+ * compacted head must reproduce bit for bit (the test hook head_all_rows selects it). */
 static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
                     double *loss_sum) {
     const nl_model *m = g->rt->m;
@@ -778,7 +778,7 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     memset(dhn, 0, n * sizeof(float));
     *loss_sum = 0.0;
-    int rc = g->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
+    int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
                               : head_compact(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum);
     if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x, m->output_norm, rstd, T, E));
     arena_release(g->ws, mk);

@@ -38,6 +38,16 @@ typedef struct {
 /* "wait", "lora_fwd", ... */
 const char *nl_graph_prof_name(int k);
 
+/* Test hooks: the longer ways to the same bits that the tests check the graph's shortcuts
+ * against. The library never sets them (nl_graph.test is NULL). */
+typedef struct {
+    /* run the head on every row instead of gathering the target rows (more work) */
+    int head_all_rows;
+    /* form layer 0's input gradient too (BWD of its mixer input projections and the
+     * attention-norm backward), which nothing uses (more work) */
+    int full_input_grads;
+} nl_graph_test;
+
 typedef struct {
     nl_runtime *rt;           /* borrowed; rt->adapter must be `ad` */
     nl_adapter *ad;           /* the trainable adapter (borrowed) */
@@ -53,12 +63,7 @@ typedef struct {
      * then releases it with nl_graph_free. */
     int keep_scratch;
     void *ws;                 /* the scratch arena (internal; NULL until the first call) */
-    /* Tests: run the head on every row instead of gathering the target rows (the same bits,
-     * more work). */
-    int head_all_rows;
-    /* Tests: form layer 0's input gradient too (BWD of its mixer input projections and the
-     * attention-norm backward), which nothing uses (the same bits, more work). */
-    int full_input_grads;
+    const nl_graph_test *test; /* the tests' longer ways (NULL in the library) */
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;

@@ -1,5 +1,6 @@
 /* The training loop; see trainer.h. */
 #include "train/trainer.h"
+#include "train/trainer_hooks.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,6 +65,7 @@ static const int buckets[] = {16, 64, 256, 1024, 4096};
 
 typedef struct {
     const nl_train_opts *o;
+    nl_train_hooks hk;      /* the tests' hooks (all zero for nl_train) */
     nl_model *m;
     nl_adapter *ad;
     nl_proj_service *svc;
@@ -499,7 +501,7 @@ static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int 
                   .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
                   .alpha = t->ad->alpha, .n_params = t->ad->n_params, .params = t->ad->params,
                   .m = (float *)m, .v = (float *)v};
-    return nl_ckpt_commit(t->o->checkpoint_dir, &ck, t->o->ckpt_io);
+    return nl_ckpt_commit(t->o->checkpoint_dir, &ck, t->hk.ckpt_io);
 }
 
 /* A failed commit ends the run: say which step, which call (the checkpoint layer's message
@@ -763,8 +765,11 @@ static int mem_preflight(trainer *t, nl_graph *g, int T, int64_t avail, int from
                   ns > 1 ? (ns > 2 ? ", " : ", or ") : "", ns > 1 ? sug[1] : "", ns > 2 ? ", or " : "", ns > 2 ? sug[2] : "");
 }
 
-int nl_train(const nl_train_opts *o, nl_train_result *res) {
+int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hooked(o, NULL, res); }
+
+int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
     trainer t = {.o = o, .lock_fd = -1};
+    if (h) t.hk = *h;
     memset(res, 0, sizeof *res);
     int rc = -1;
     double t_start = nl_now();
@@ -874,7 +879,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
         t.rt.pace_user = &t;
     }
     /* energy: a counter where the machine has one, else say why not (never an estimate) */
-    t.en = nl_energy_open(o->energy_root);
+    t.en = nl_energy_open(t.hk.energy_root);
     if (!t.en) goto done;
     if (nl_energy_available(t.en)) {
         if (nl_energy_start_sampler(t.en, 0.5)) goto done;
@@ -1031,8 +1036,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) {
             }
             if (!failed) {
                 loss = n_targets ? loss_sum / (double)n_targets : 0.0;
-                if (o->poison_step == step + 1 && o->poison_tensor >= 0 && o->poison_tensor < t.ad->n)
-                    t.grads[t.ad->t[o->poison_tensor].off_b] = NAN;
+                if (t.hk.after_backward) t.hk.after_backward(t.hk.user, step + 1, t.ad, t.grads);
                 size_t bad;
                 if (!isfinite(loss) || !all_finite(t.grads, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
                 if (o->dump_grads && step == 0) {

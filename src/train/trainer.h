@@ -9,7 +9,6 @@
 #include <stdio.h>
 
 #include "proj/proj.h"
-#include "train/io.h"
 
 typedef struct {
     const char *model, *data, *out;      /* required */
@@ -60,12 +59,6 @@ typedef struct {
     /* Memory preflight (see nl_train): the memory the run may use, in MB (fractions allowed);
      * 0 = MemAvailable at start-up. */
     double mem_limit_mb;
-    /* testing hooks */
-    const nl_io *ckpt_io;                /* commits go through this I/O layer (NULL: POSIX) */
-    const char *energy_root;             /* root of the sysfs tree for energy counters (NULL: "/") */
-    int poison_step, poison_tensor;      /* at step poison_step (1-based; 0 = off), after the backward,
-                                          * gradient element 0 of adapter tensor poison_tensor's lora_b
-                                          * becomes NaN (the non-finite check's test) */
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
