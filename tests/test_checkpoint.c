@@ -1,4 +1,4 @@
-/* train/checkpoint: hash properties, round trip, pruning, a failure injected at every I/O call
+/* train/checkpoint: the model-file hash, round trip, pruning, a failure injected at every I/O call
  * of a commit and of a load, truncation at every length, every single-bit flip, wrong hashes,
  * lengths from the file never trusted. */
 #include <dirent.h>
@@ -123,50 +123,7 @@ static void spit(const char *name, const void *data, size_t len) {
     fclose(f);
 }
 
-/* ---------------------------------------------------------------- hash */
-
-static void test_hash(void) {
-    unsigned char buf[1000];
-    for (int i = 0; i < 1000; i++) buf[i] = (unsigned char)(nl_t_rand() * 127 + 128);
-    uint64_t h = nl_hash64(buf, sizeof buf, 7);
-    CHECK(h == nl_hash64(buf, sizeof buf, 7));
-    CHECK(h != nl_hash64(buf, sizeof buf, 8));
-    CHECK(h != nl_hash64(buf, sizeof buf - 1, 7));
-    CHECK(nl_hash64("", 0, 0) != nl_hash64("\0", 1, 0)); /* length counts */
-    /* streaming at arbitrary split points equals one-shot */
-    int stream_ok = 1;
-    for (int t = 0; t < 200; t++) {
-        nl_hasher s;
-        nl_hasher_init(&s, 7);
-        size_t off = 0;
-        while (off < sizeof buf) {
-            size_t n = (size_t)((nl_t_rand() + 1) * 40);
-            if (n > sizeof buf - off) n = sizeof buf - off;
-            nl_hasher_update(&s, buf + off, n);
-            off += n;
-        }
-        if (nl_hasher_final(&s) != h) stream_ok = 0;
-    }
-    CHECK(stream_ok);
-    /* every single-bit flip changes the hash, at every length class (tail bytes included) */
-    int flips_ok = 1;
-    for (size_t len = 1; len <= 77; len += 19) {
-        uint64_t base = nl_hash64(buf, len, 1);
-        for (size_t bit = 0; bit < len * 8; bit++) {
-            buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-            if (nl_hash64(buf, len, 1) == base) flips_ok = 0;
-            buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
-        }
-    }
-    CHECK(flips_ok);
-    /* distribution: low byte of hashes of consecutive integers is roughly uniform */
-    int bucket[16] = {0};
-    for (uint32_t i = 0; i < 16000; i++) bucket[nl_hash64(&i, 4, 0) & 15]++;
-    int uniform = 1;
-    for (int b = 0; b < 16; b++)
-        if (bucket[b] < 850 || bucket[b] > 1150) uniform = 0;
-    CHECK(uniform);
-}
+/* ---------------------------------------------------------------- file hash */
 
 static void test_file_hash(void) {
     /* big file: 5 MiB (sampled mode) */
@@ -522,7 +479,6 @@ int main(void) {
         perror("mkdtemp");
         return 1;
     }
-    test_hash();
     test_file_hash();
     test_round_trip();
     test_prune();

@@ -1,6 +1,7 @@
-/* util: error slot, overflow-checked arithmetic, file reading, the CPU-feature probe. */
+/* util: error slot, overflow-checked arithmetic, file reading, the CPU-feature probe, the hash. */
 #include "test.h"
 #include "util/cpu.h"
+#include "util/hash.h"
 #include "util/util.h"
 
 /* 1 if the kernel's "flags" line of /proc/cpuinfo names every flag of the space-separated
@@ -47,8 +48,54 @@ static void test_cpu(void) {
 #endif
 }
 
+/* hash properties: determinism, seed and length count, streaming at any split, every bit flip,
+ * a roughly uniform low nibble */
+static void test_hash(void) {
+    unsigned char buf[1000];
+    for (int i = 0; i < 1000; i++) buf[i] = (unsigned char)(nl_t_rand() * 127 + 128);
+    uint64_t h = nl_hash64(buf, sizeof buf, 7);
+    CHECK(h == nl_hash64(buf, sizeof buf, 7));
+    CHECK(h != nl_hash64(buf, sizeof buf, 8));
+    CHECK(h != nl_hash64(buf, sizeof buf - 1, 7));
+    CHECK(nl_hash64("", 0, 0) != nl_hash64("\0", 1, 0)); /* length counts */
+    /* streaming at arbitrary split points equals one-shot */
+    int stream_ok = 1;
+    for (int t = 0; t < 200; t++) {
+        nl_hasher s;
+        nl_hasher_init(&s, 7);
+        size_t off = 0;
+        while (off < sizeof buf) {
+            size_t n = (size_t)((nl_t_rand() + 1) * 40);
+            if (n > sizeof buf - off) n = sizeof buf - off;
+            nl_hasher_update(&s, buf + off, n);
+            off += n;
+        }
+        if (nl_hasher_final(&s) != h) stream_ok = 0;
+    }
+    CHECK(stream_ok);
+    /* every single-bit flip changes the hash, at every length class (tail bytes included) */
+    int flips_ok = 1;
+    for (size_t len = 1; len <= 77; len += 19) {
+        uint64_t base = nl_hash64(buf, len, 1);
+        for (size_t bit = 0; bit < len * 8; bit++) {
+            buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+            if (nl_hash64(buf, len, 1) == base) flips_ok = 0;
+            buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        }
+    }
+    CHECK(flips_ok);
+    /* distribution: low byte of hashes of consecutive integers is roughly uniform */
+    int bucket[16] = {0};
+    for (uint32_t i = 0; i < 16000; i++) bucket[nl_hash64(&i, 4, 0) & 15]++;
+    int uniform = 1;
+    for (int b = 0; b < 16; b++)
+        if (bucket[b] < 850 || bucket[b] > 1150) uniform = 0;
+    CHECK(uniform);
+}
+
 int main(void) {
     test_cpu();
+    test_hash();
     CHECK(nl_err("x %d", 3) == -1);
     CHECK(strcmp(nl_last_error(), "x 3") == 0);
     nl_err_prefix("file.gguf");

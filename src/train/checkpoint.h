@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "util/hash.h" /* nl_hash64: the checksum */
 
 #include "train/io.h"
 
@@ -84,34 +85,5 @@ int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_has
 
 /* Free the arrays of a loaded checkpoint and zero the struct (NULL-safe). */
 void nl_ckpt_free(nl_ckpt *ck);
-
-/* ---- hashing ---- */
-
-/* A 64-bit non-cryptographic hash of n bytes (4 independent multiply-rotate lanes over 32-byte
- * stripes, then a splitmix64-style finaliser; several GB/s). Every single-bit change, and any
- * change confined to one 8-byte word, always changes the result; other changes collide with
- * probability ~2^-64. The value is the same on every platform (bytes are read little-endian). */
-uint64_t nl_hash64(const void *data, size_t n, uint64_t seed);
-
-/* Streaming form: init, update any number of times, final (same value as nl_hash64 over the
- * concatenation). */
-typedef struct {
-    uint64_t lane[4];
-    uint64_t total;
-    uint64_t seed;
-    uint8_t buf[32];
-    uint32_t nbuf;
-} nl_hasher;
-void nl_hasher_init(nl_hasher *h, uint64_t seed);
-void nl_hasher_update(nl_hasher *h, const void *data, size_t n);
-uint64_t nl_hasher_final(const nl_hasher *h);
-
-/* A quick identity hash of a (large) file, for "is this the same model file?". It covers:
- * the file size, its first 1 MiB and last 1 MiB, and 256 blocks of 4 KiB spread evenly over
- * the whole file (about 3 MiB read, a few ms, whatever the file size). Files of at most 3 MiB
- * are hashed whole. A different model, quantization, metadata or length changes it; an edit
- * confined to bytes outside the sampled blocks does not. Not affected by the file's path or
- * time stamps. Returns 0 and *out, or -1 with nl_err naming the file. */
-int nl_file_hash64(const char *path, uint64_t *out);
 
 #endif

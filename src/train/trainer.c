@@ -30,6 +30,7 @@
 #include "train/pacing.h"
 #include "train/signals.h"
 #include "util/rng.h"
+#include "util/hash.h"
 #include "util/util.h"
 
 void nl_train_defaults(nl_train_opts *o) {
