@@ -30,7 +30,7 @@ static void test_adamw(double wd) {
     nl_adamw_defaults(&cfg);
     CHECK(cfg.beta1 == 0.9 && cfg.beta2 == 0.999 && cfg.eps == 1e-8 && cfg.weight_decay == 0);
     cfg.weight_decay = wd;
-    nl_schedule sch = {NL_LR_COSINE, 1e-2, 3, 0.1};
+    nl_schedule sch = {NL_LR_COSINE, 1e-2, 3, 1e-3};
     double maxerr = 0;
     for (int t = 1; t <= STEPS; t++) {
         for (int i = 0; i < N; i++) {
@@ -104,7 +104,7 @@ static void test_norm_clip(void) {
 }
 
 static void test_schedule(void) {
-    nl_schedule c = {NL_LR_CONSTANT, 1e-3, 0, 0};
+    nl_schedule c = {NL_LR_CONSTANT, 1e-3, 0, 1e-3};
     CHECK(nl_lr_at(&c, 1, 100) == 1e-3);
     CHECK(nl_lr_at(&c, 100, 100) == 1e-3);
     CHECK(nl_lr_at(&c, 500, 100) == 1e-3);
@@ -115,23 +115,39 @@ static void test_schedule(void) {
     CHECK(nl_lr_at(&c, 5, 100) == 1e-3);
     CHECK_NEAR(nl_lr_at(&c, 0, 100), 0.25e-3, 1e-15); /* step < 1 treated as 1 */
 
-    nl_schedule s = {NL_LR_COSINE, 2e-4, 10, 0.1};
+    /* cosine after 10 warmup steps over 100 decay steps (11..110), floor 2e-5 reached at 111 */
+    nl_schedule s = {NL_LR_COSINE, 2e-4, 10, 2e-5};
     CHECK_NEAR(nl_lr_at(&s, 5, 110), 1e-4, 1e-15);
-    CHECK_NEAR(nl_lr_at(&s, 10, 110), 2e-4, 1e-15);      /* end of warmup: peak */
-    CHECK_NEAR(nl_lr_at(&s, 60, 110), 2e-4 * 0.55, 1e-15); /* half way: mean of peak and floor */
-    CHECK_NEAR(nl_lr_at(&s, 110, 110), 2e-5, 1e-15);     /* last step: floor */
-    CHECK_NEAR(nl_lr_at(&s, 200, 110), 2e-5, 1e-15);     /* beyond: floor */
+    CHECK_NEAR(nl_lr_at(&s, 10, 110), 2e-4, 1e-15);        /* end of warmup: peak */
+    CHECK(nl_lr_at(&s, 11, 110) == 2e-4);                  /* the first decay step: p = 0 */
+    CHECK_NEAR(nl_lr_at(&s, 61, 110), 2e-4 * 0.55, 1e-15); /* half way: mean of peak and floor */
+    double last = 2e-5 + 1.8e-4 * 0.5 * (1 + cos(M_PI * 0.99));
+    CHECK_NEAR(nl_lr_at(&s, 110, 110), last, 1e-15);       /* the last step: above the floor */
+    CHECK(nl_lr_at(&s, 110, 110) > 2e-5);
+    CHECK_NEAR(nl_lr_at(&s, 111, 110), 2e-5, 1e-15);       /* the step after the last: floor */
+    CHECK_NEAR(nl_lr_at(&s, 200, 110), 2e-5, 1e-15);       /* beyond: floor */
     double q = 2e-4 * (0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 0.25)));
-    CHECK_NEAR(nl_lr_at(&s, 35, 110), q, 1e-15);
-    /* monotone non-increasing after warmup */
+    CHECK_NEAR(nl_lr_at(&s, 36, 110), q, 1e-15);
+    /* monotone non-increasing after warmup, strictly decreasing within the decay */
     int mono = 1;
-    for (int t = 11; t <= 110; t++)
-        if (nl_lr_at(&s, t, 110) > nl_lr_at(&s, t - 1, 110)) mono = 0;
+    for (int t = 12; t <= 111; t++)
+        if (!(nl_lr_at(&s, t, 110) < nl_lr_at(&s, t - 1, 110))) mono = 0;
     CHECK(mono);
-    s.min_lr_ratio = 0;
+    /* a floor of 0: still no step of the run gets 0 */
+    s.lr_min = 0;
     s.warmup_steps = 0;
-    CHECK_NEAR(nl_lr_at(&s, 1, 1), 0, 1e-20); /* one-step run: p = 1 */
-    CHECK_NEAR(nl_lr_at(&s, 1, 3), 2e-4 * 0.75, 1e-15);
+    CHECK(nl_lr_at(&s, 1, 1) == 2e-4); /* one-step run: the peak */
+    CHECK(nl_lr_at(&s, 1, 3) == 2e-4);
+    CHECK_NEAR(nl_lr_at(&s, 2, 3), 2e-4 * 0.75, 1e-15);
+    CHECK_NEAR(nl_lr_at(&s, 3, 3), 2e-4 * 0.25, 1e-15);
+    CHECK_NEAR(nl_lr_at(&s, 4, 3), 0, 1e-20);
+    for (int n = 1; n <= 1000; n += 37) {
+        int pos = 1;
+        for (int t = 1; t <= n; t++) pos &= nl_lr_at(&s, t, n) > 0;
+        CHECKF(pos, "a step of %d has lr 0", n);
+    }
+    s.warmup_steps = 3; /* warmup then a single decay step: the peak */
+    CHECK(nl_lr_at(&s, 4, 4) == 2e-4);
     s.warmup_steps = 10;
     CHECK(nl_lr_at(&s, 12, 10) == 2e-4); /* total <= warmup: no cosine part */
 }

@@ -10,7 +10,8 @@
  *  - --init-adapter: rank, alpha and targets come from the file; the first loss is the eval
  *    loss of that adapter (dropout off, one batch = the whole data);
  *  - --targets subsets; --epochs (whole and fractional) vs --steps; cosine and constant
- *    schedules with warmup (the logged lr is nl_lr_at exactly);
+ *    schedules with warmup (the logged lr is nl_lr_at exactly; no step at lr 0, the floor is
+ *    0.1 * lr by default and reached after the last step); --steps 1 moves lora_b;
  *  - refusals: another model, lr, rank, data → named in the message; a fresh run into a dir
  *    with commits; commits untouched by a refused run;
  *  - pacing: a thread writes "3" then "0" into the thermal status file: the run pauses (the
@@ -431,27 +432,69 @@ static void test_schedule(const char *model, const char *data) {
     char out[512], log[512];
     path_of(out, sizeof out, "sched.gguf");
     path_of(log, sizeof log, "sched.jsonl");
-    for (int cos = 0; cos < 2; cos++) {
+    for (int cos = 0; cos < 3; cos++) {
         nl_train_opts o;
         defaults(&o, model, data, out);
         o.steps = 6;
         o.warmup = 2;
-        o.cosine = cos;
+        o.cosine = cos > 0;
         o.lr = 1e-3;
+        if (cos == 2) o.lr_min = 0; /* an explicit floor of 0: still no step at 0 */
         o.log_json = log;
         CHECK(train(&o, NULL) == 0);
         steplog L;
         read_log(log, &L);
         CHECK(L.n == 6);
-        nl_schedule s = {.kind = cos ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = 1e-3, .warmup_steps = 2};
-        for (int i = 0; i < L.n; i++) CHECKF(L.lr[i] == nl_lr_at(&s, i + 1, 6), "%s step %d: lr %.17g", cos ? "cosine" : "constant", i + 1, L.lr[i]);
+        /* the default floor is 0.1 * lr */
+        nl_schedule s = {.kind = cos ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = 1e-3, .warmup_steps = 2, .lr_min = cos == 2 ? 0 : 1e-4};
+        for (int i = 0; i < L.n; i++) CHECKF(L.lr[i] == nl_lr_at(&s, i + 1, 6), "%d step %d: lr %.17g", cos, i + 1, L.lr[i]);
         CHECK(L.lr[0] == 5e-4 && L.lr[1] == 1e-3);
-        if (cos) CHECK(L.lr[3] < L.lr[2] && L.lr[4] < L.lr[3]);
-        else CHECK(L.lr[2] == 1e-3 && L.lr[5] == 1e-3);
+        if (cos) {
+            /* steps 3..6 decay over p = 0, 1/4, 2/4, 3/4; the floor would be step 7's */
+            double lo = cos == 2 ? 0 : 1e-4;
+            CHECK(L.lr[2] == 1e-3);
+            CHECK_NEAR(L.lr[4], lo + (1e-3 - lo) * 0.5, 1e-18);
+            CHECK(L.lr[3] < L.lr[2] && L.lr[4] < L.lr[3] && L.lr[5] < L.lr[4] && L.lr[5] > lo);
+        } else {
+            CHECK(L.lr[2] == 1e-3 && L.lr[5] == 1e-3);
+        }
     }
+    /* a floor above the peak is refused */
+    nl_train_opts o;
+    defaults(&o, model, data, out);
+    o.lr = 1e-3;
+    o.lr_min = 2e-3;
+    CHECK(nl_train(&o, &(nl_train_result){0}) != 0 && strstr(nl_last_error(), "--lr-min"));
 }
 
-/* ---- refusals ---- */
+/* --steps 1 trains: the one step gets the peak rate (it had lr 0 when the cosine reached its
+ * floor at the last step), so lora_b, zero in a fresh adapter, is not zero afterwards. */
+static void test_one_step(const char *model, const char *data) {
+    char out[512];
+    path_of(out, sizeof out, "onestep.gguf");
+    for (int cos = 0; cos < 2; cos++) {
+        nl_train_opts o;
+        defaults(&o, model, data, out);
+        o.steps = 1;
+        o.cosine = cos;
+        o.dropout = 0;
+        nl_train_result r;
+        CHECK(train(&o, &r) == 0 && r.steps_done == 1);
+        nl_session s;
+        CHECK(nl_session_open(&s, model, NULL, NULL) == 0);
+        nl_adapter *ad = nl_adapter_load(s.m, out);
+        CHECK(ad != NULL);
+        size_t nz = 0, nb = 0;
+        for (int i = 0; ad && i < ad->n; i++) {
+            const float *B = nl_lora_B(ad, i);
+            for (int64_t j = 0; j < ad->t[i].n_out * ad->rank; j++) nz += B[j] != 0.0f;
+            nb += (size_t)(ad->t[i].n_out * ad->rank);
+        }
+        CHECKF(nz > nb / 2, "%s: %zu of %zu lora_b values moved", cos ? "cosine" : "constant", nz, nb);
+        nl_adapter_free(ad);
+        nl_session_close(&s);
+    }
+}
 
 static void test_refusals(const char *model, const char *data) {
     char out[512], ck[512], model2[512], data2[512], log[512], commit[600], runjson[600];
@@ -714,7 +757,7 @@ static void test_mezo(const char *model, const char *data) {
     nl_batcher *b = nl_batcher_new(&pk, o.seed, o.shuffle, o.batch_tokens);
     s.rt.adapter = ad;
     nl_graph g = {.rt = &s.rt, .ad = ad, .grads = NULL, .dropout = o.dropout, .seed = o.seed};
-    nl_schedule sch = {.kind = NL_LR_COSINE, .lr = o.lr, .warmup_steps = 1};
+    nl_schedule sch = {.kind = NL_LR_COSINE, .lr = o.lr, .warmup_steps = 1, .lr_min = 0.1 * o.lr};
     steplog L;
     read_log(log, &L);
     CHECK(L.n == 3);
@@ -961,6 +1004,7 @@ int main(void) {
     test_targets(model, data);
     test_epochs(model);
     test_schedule(model, data);
+    test_one_step(model, data);
     test_refusals(model, data);
     test_startup(model, data);
     test_mezo(model, data);

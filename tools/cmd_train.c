@@ -20,7 +20,7 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, doub
 
 int nl_cmd_train(int argc, char **argv) {
     static const char *const known[] = {
-        "model", "data", "out", "rank", "alpha", "dropout", "lr", "steps", "epochs", "batch-tokens",
+        "model", "data", "out", "rank", "alpha", "dropout", "lr", "lr-min", "steps", "epochs", "batch-tokens",
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
@@ -71,6 +71,10 @@ int nl_cmd_train(int argc, char **argv) {
         }
         o.cosine = !strcmp(v, "cosine");
     }
+    if (nl_cli_opt(argc, argv, "lr-min") && !o.cosine) {
+        fprintf(stderr, "nightlora train: --lr-min is the cosine schedule's floor: drop it with --schedule constant\n");
+        return 2;
+    }
     if ((v = nl_cli_opt(argc, argv, "on-long"))) {
         if (strcmp(v, "truncate") && strcmp(v, "refuse")) {
             fprintf(stderr, "nightlora train: --on-long %s: expected truncate or refuse\n", v);
@@ -108,6 +112,7 @@ int nl_cmd_train(int argc, char **argv) {
     NUM("alpha", -1e6, 1e6, o.alpha, float)
     NUM("dropout", 0, 0.99, o.dropout, float)
     NUM("lr", 1e-12, 10, o.lr, double)
+    NUM("lr-min", 0, 10, o.lr_min, double)
     NUM("steps", 1, 1e9, o.steps, int)
     NUM("epochs", 1e-6, 1e6, o.epochs, double)
     NUM("batch-tokens", 1, 1e9, o.batch_tokens, int)

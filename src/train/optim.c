@@ -59,8 +59,7 @@ double nl_lr_at(const nl_schedule *s, int step, int total_steps) {
     int w = s->warmup_steps > 0 ? s->warmup_steps : 0;
     if (step <= w) return s->lr * (double)step / (double)w;
     if (s->kind != NL_LR_COSINE || total_steps <= w) return s->lr;
-    double p = (double)(step - w) / (double)(total_steps - w);
+    double p = (double)(step - w - 1) / (double)(total_steps - w);
     if (p > 1.0) p = 1.0;
-    double r = s->min_lr_ratio;
-    return s->lr * (r + (1.0 - r) * 0.5 * (1.0 + cos(M_PI * p)));
+    return s->lr_min + (s->lr - s->lr_min) * 0.5 * (1.0 + cos(M_PI * p));
 }

@@ -45,22 +45,24 @@ double nl_grad_clip(float *grads, size_t n, double max_norm);
 
 typedef enum {
     NL_LR_CONSTANT = 0, /* lr after warmup */
-    NL_LR_COSINE = 1,   /* cosine from lr down to lr*min_lr_ratio, after warmup */
+    NL_LR_COSINE = 1,   /* cosine from lr down towards lr_min, after warmup */
 } nl_lr_kind;
 
 typedef struct {
     nl_lr_kind kind;
     double lr;           /* peak learning rate */
     int warmup_steps;    /* linear warmup length (0 = none) */
-    double min_lr_ratio; /* cosine floor as a fraction of lr (0 = decay to 0) */
+    double lr_min;       /* cosine floor (reached after the last step; 0 <= lr_min <= lr) */
 } nl_schedule;
 
 /* Learning rate of the 1-based optimizer step `step` of `total_steps`:
  *   warmup (step <= warmup_steps):  lr * step / warmup_steps      (step == warmup_steps: lr)
  *   constant afterwards:            lr
- *   cosine afterwards:              p = (step - W) / (total_steps - W), clamped to [0, 1]
- *                                   lr * (r + (1 - r) * 0.5 * (1 + cos(pi * p)))
- *                                   so step == total_steps gives lr * min_lr_ratio.
+ *   cosine afterwards:              p = (step - W - 1) / (total_steps - W), clamped to [0, 1]
+ *                                   lr_min + (lr - lr_min) * 0.5 * (1 + cos(pi * p))
+ *                                   so step W + 1 gets lr and the floor lr_min would be step
+ *                                   total_steps + 1's: every step of the run gets a rate
+ *                                   above lr_min (a one-step run: lr), none gets 0.
  * step < 1 is treated as 1; steps beyond total_steps stay at the floor. If total_steps <=
  * warmup_steps, the cosine part is empty and lr is used after warmup. */
 double nl_lr_at(const nl_schedule *s, int step, int total_steps);

@@ -42,6 +42,7 @@ void nl_train_defaults(nl_train_opts *o) {
     o->epochs = 1.0;
     o->batch_tokens = 4096;
     o->cosine = 1;
+    o->lr_min = -1;
     o->clip = 1.0;
     o->shuffle = 1;
     o->seed = 42;
@@ -53,6 +54,12 @@ void nl_train_defaults(nl_train_opts *o) {
     o->progress = stderr;
     o->method = "backprop";
     o->mezo_eps = 1e-3;
+}
+
+nl_schedule nl_train_schedule(const nl_train_opts *o) {
+    nl_schedule s = {.kind = o->cosine ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = o->lr, .warmup_steps = o->warmup};
+    s.lr_min = o->cosine ? (o->lr_min < 0 ? 0.1 * o->lr : o->lr_min) : o->lr;
+    return s;
 }
 
 int nl_train_sync_mode(const nl_train_opts *o) {
@@ -355,6 +362,9 @@ static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash
     desc_add(d, "batch_tokens", KV_CONFIG, "%d", o->batch_tokens);
     desc_add(d, "lr", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->lr, 0));
     desc_add(d, "schedule", KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
+    /* the floor is reached after the last step (a commit of the older schedule, which gave
+     * the last step lr 0, has no lr_min and is refused as made with other settings) */
+    if (o->cosine) desc_add(d, "lr_min", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
     desc_add(d, "warmup", KV_CONFIG, "%d", o->warmup);
     desc_add(d, "dropout", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->dropout, 1));
     desc_add(d, "clip", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->clip, 0));
@@ -787,6 +797,8 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (o->batch_tokens < 1) return nl_err("--batch-tokens %d: expected >= 1", o->batch_tokens);
     if (o->dropout < 0 || o->dropout >= 1) return nl_err("--dropout %g: expected 0 <= p < 1", o->dropout);
     if (!(o->lr > 0)) return nl_err("--lr %g: expected > 0", o->lr);
+    if (o->cosine && !(o->lr_min < 0) && !(o->lr_min <= o->lr))
+        return nl_err("--lr-min %g: expected 0 <= lr-min <= --lr %g", o->lr_min, o->lr);
     if (o->steps < 0) return nl_err("--steps %d: expected >= 1", o->steps);
     if (o->steps == 0 && !(o->epochs > 0)) return nl_err("--epochs %g: expected > 0", o->epochs);
     if (o->commit_every < 1) return nl_err("--commit-every %d: expected >= 1", o->commit_every);
@@ -953,7 +965,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         t.log = fopen(o->log_json, o->resume ? "a" : "w");
         if (!t.log) { nl_err("%s: cannot open for writing: %s", o->log_json, strerror(errno)); goto done; }
     }
-    nl_schedule sched = {.kind = o->cosine ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = o->lr, .warmup_steps = o->warmup};
+    nl_schedule sched = nl_train_schedule(o);
     nl_adamw aw;
     nl_adamw_defaults(&aw);
     aw.weight_decay = o->weight_decay;

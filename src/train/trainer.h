@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "proj/proj.h"
+#include "train/optim.h"
 
 typedef struct {
     const char *model, *data, *out;      /* required */
@@ -26,6 +27,8 @@ typedef struct {
     int batch_tokens;                    /* 4096 */
     int warmup;                          /* warmup steps */
     int cosine;                          /* 1: cosine schedule, 0: constant */
+    double lr_min;                       /* the cosine's floor, reached after the last step
+                                          * (0 <= lr_min <= lr); < 0: 0.1 * lr (the default) */
     double clip;                         /* max global grad norm (1.0; <= 0 off) */
     double weight_decay;                 /* 0 */
     int max_ctx;                         /* 0: the model's context, capped at 4096 */
@@ -62,6 +65,8 @@ typedef struct {
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
+/* The learning-rate schedule the run follows (o->lr_min < 0 resolved to 0.1 * lr). */
+nl_schedule nl_train_schedule(const nl_train_opts *o);
 /* 1 when o->overlap (and the backend, for "auto") asks for the synchronous mode (rt->sync). */
 int nl_train_sync_mode(const nl_train_opts *o);
 
