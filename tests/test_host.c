@@ -1,6 +1,6 @@
 /* test_host: the `host` projection backend against a float64 reference built from the
  * dequantized weights, for every kernel set this CPU runs (scalar, avx2, avx512 / neon) and both
- * compute modes (f32, bf16), FWD and BWD, odd shapes, F16/Q8_0/Q4_0/Q4_K/Q6_K weights; one-hot
+ * compute modes (f32, bf16), FWD and BWD, odd shapes, F16/Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weights; one-hot
  * bit-identity in both directions (bf16 BWD: the dequantized row rounded to BF16, see kernels.h);
  * 1/2/4 threads bit-identical; results independent of T.
  *
@@ -52,6 +52,13 @@ static void rand_weight(int type, int N, int K, uint8_t *w) {
                 w[b * bb + j] = type == NL_TYPE_Q8_0 ? (uint8_t)(int8_t)(int)(nl_t_rand() * 127.5)
                                                      : (uint8_t)((nl_t_rand() + 1) * 128);
         }
+    } else if (type == NL_TYPE_Q4_1) { /* d >= 0 as the quantizer makes it, min of either sign */
+        for (size_t b = 0; b < n / 20; b++) {
+            uint16_t d = rand_f16(5, 9) & 0x7fff, m = rand_f16(7, 11);
+            memcpy(w + b * 20, &d, 2);
+            memcpy(w + b * 20 + 2, &m, 2);
+            for (size_t j = 4; j < 20; j++) w[b * 20 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
+        }
     } else if (type == NL_TYPE_Q6_K) { /* random bytes, then a sane f16 d at byte 208 */
         for (size_t i = 0; i < n; i++) w[i] = (uint8_t)((nl_t_rand() + 1) * 128);
         for (size_t b = 0; b < n / 210; b++) {
@@ -92,6 +99,18 @@ static void t_dequant_row(int type, const uint8_t *row, int K, float *out) {
                 out[32 * b + j + 16] = (float)((row[18 * b + 2 + j] >> 4) - 8) * d;
             }
         }
+    } else if (type == NL_TYPE_Q4_1) {
+        for (int b = 0; b < K / 32; b++) {
+            uint16_t h;
+            memcpy(&h, row + 20 * b, 2);
+            float d = t_f16(h);
+            memcpy(&h, row + 20 * b + 2, 2);
+            float mn = t_f16(h);
+            for (int j = 0; j < 16; j++) {
+                out[32 * b + j] = (float)(row[20 * b + 4 + j] & 15) * d + mn;
+                out[32 * b + j + 16] = (float)(row[20 * b + 4 + j] >> 4) * d + mn;
+            }
+        }
     } else if (type == NL_TYPE_Q6_K) {
         nl_type_get(type)->to_float(row, out, K); /* no second decoder for Q6_K: model/quant's */
     } else {
@@ -124,8 +143,8 @@ static void t_dequant_row(int type, const uint8_t *row, int K, float *out) {
 
 /* The test's decoders agree with model/quant's to_float bit for bit (the ref backend's). */
 static void test_decoders(void) {
-    static const int types[] = {NL_TYPE_F16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_K};
-    for (int i = 0; i < 4; i++) {
+    static const int types[] = {NL_TYPE_F16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K};
+    for (int i = 0; i < 5; i++) {
         const int K = 512;
         uint8_t *w = malloc(t_row_bytes(types[i], K));
         float a[512], b[512];
@@ -213,6 +232,8 @@ static void test_accuracy(const mode *m) {
                 check_shape(ctx, 0, NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d);
             }
             check_shape(ctx, bf16, NL_TYPE_Q4_0, 33, 160, T, (nl_dir)d);
+            check_shape(ctx, 0, NL_TYPE_Q4_1, 67, 96, T, (nl_dir)d);
+            check_shape(ctx, 0, NL_TYPE_Q4_1, 130, 576, T, (nl_dir)d);
             for (int s = 0; s < 2; s++) check_shape(ctx, 0, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d);
             check_shape(ctx, 0, NL_TYPE_Q6_K, 19, 256, T, (nl_dir)d);
         }
@@ -357,11 +378,13 @@ int main(void) {
         printf("  worst error / bound = %.3g\n", max_err_ratio);
         test_one_hot(&modes[i], NL_TYPE_Q8_0, 67, 96);
         test_one_hot(&modes[i], NL_TYPE_Q4_0, 33, 64);
+        test_one_hot(&modes[i], NL_TYPE_Q4_1, 35, 96);
         test_one_hot(&modes[i], NL_TYPE_F16, 65, 71);
         test_one_hot(&modes[i], NL_TYPE_Q4_K, 9, 256);
         test_one_hot(&modes[i], NL_TYPE_Q6_K, 5, 256);
         test_threads(&modes[i], NL_TYPE_Q8_0);
         test_threads(&modes[i], NL_TYPE_F16);
+        test_threads(&modes[i], NL_TYPE_Q4_1);
     }
     if (nl_proj_host_cpu_has("avx512bf16")) test_bf16_differs();
     test_errors();

@@ -38,22 +38,23 @@ static void test_names(void) {
     CHECK(nl_type_from_name("") == -1);
     CHECK(nl_type_from_name(NULL) == -1);
 
-    int supported[] = {0, 1, 2, 8, 12, 14, 30};
+    int supported[] = {0, 1, 2, 3, 8, 12, 14, 30};
     int n_sup = 0;
     for (int t = -2; t < 50; t++) {
         const nl_type_traits *tt = nl_type_get(t);
         if (!tt) continue;
         n_sup++;
         int ok = 0;
-        for (int i = 0; i < 7; i++) ok |= supported[i] == t;
+        for (int i = 0; i < 8; i++) ok |= supported[i] == t;
         CHECK(ok);
         CHECK(strcmp(tt->name, nl_type_name(t)) == 0);
         CHECK(tt->to_float != NULL);
     }
-    CHECK(n_sup == 7);
+    CHECK(n_sup == 8);
     CHECK(nl_type_get(NL_TYPE_Q4_K)->from_float == NULL);
     CHECK(nl_type_get(NL_TYPE_Q6_K)->from_float == NULL);
     CHECK(nl_type_get(NL_TYPE_Q8_0)->from_float != NULL);
+    CHECK(nl_type_get(NL_TYPE_Q4_1)->from_float != NULL && strcmp(nl_type_get(NL_TYPE_Q4_1)->name, "q4_1") == 0);
 
     /* one table: every id's row has its name; the GGUF reader sizes tensors by its layouts,
      * converted types and others (q5_k, mxfp4) alike; removed ids have no layout */
@@ -79,11 +80,13 @@ static void test_names(void) {
     CHECK(nl_row_bytes(NL_TYPE_Q8_0, 64) == 68);
     CHECK(nl_row_bytes(NL_TYPE_Q8_0, 33) == 0);
     CHECK(nl_row_bytes(NL_TYPE_Q4_0, 96) == 54);
+    CHECK(nl_row_bytes(NL_TYPE_Q4_1, 96) == 60);
+    CHECK(nl_row_bytes(NL_TYPE_Q4_1, 48) == 0);
     CHECK(nl_row_bytes(NL_TYPE_Q4_K, 512) == 288);
     CHECK(nl_row_bytes(NL_TYPE_Q6_K, 256) == 210);
     CHECK(nl_row_bytes(NL_TYPE_Q4_K, 32) == 0);
     CHECK(nl_row_bytes(13, 256) == 0); /* unsupported */
-    CHECK(sizeof(nl_block_q8_0) == 34 && sizeof(nl_block_q4_0) == 18);
+    CHECK(sizeof(nl_block_q8_0) == 34 && sizeof(nl_block_q4_0) == 18 && sizeof(nl_block_q4_1) == 20);
 }
 
 /* Nearest-even oracle by search: h is right iff no neighbour is closer (ties: even wins). */
@@ -271,6 +274,26 @@ static void test_known_blocks(void) {
         CHECK(bad == 0);
         CHECK(y[0] == -16.0f && y[16] == 14.0f);
     }
+    /* Q4_1: two blocks. Block 0: d = 0.5, m = -3; qs[j] = j | (15-j)<<4 -> y[j] = 0.5j - 3,
+     * y[j+16] = 0.5(15-j) - 3. Block 1: d = 0.25, m = 2 (a positive min); qs = 0xF0 -> 2, 5.75 */
+    {
+        uint8_t b[40];
+        put16(b, 0x3800);
+        put16(b + 2, 0xc200);
+        for (int j = 0; j < 16; j++) b[4 + j] = (uint8_t)(j | ((15 - j) << 4));
+        put16(b + 20, 0x3400);
+        put16(b + 22, 0x4000);
+        for (int j = 0; j < 16; j++) b[24 + j] = 0xf0;
+        nl_type_get(NL_TYPE_Q4_1)->to_float(b, y, 64);
+        int bad = 0;
+        for (int j = 0; j < 16; j++) {
+            bad += y[j] != 0.5f * (float)j - 3.0f;
+            bad += y[j + 16] != 0.5f * (float)(15 - j) - 3.0f;
+            bad += y[32 + j] != 2.0f || y[48 + j] != 5.75f;
+        }
+        CHECKF(bad == 0, "q4_1: %d wrong", bad);
+        CHECK(y[0] == -3.0f && y[16] == 4.5f && y[15] == 4.5f);
+    }
     /* Q4_K: 8 sub-blocks with chosen 6-bit scales/mins (high bits exercised), packed here by
      * the layout rule; values y = d*sc*q - dmin*m with d = 0.5, dmin = 0.25. */
     {
@@ -397,6 +420,42 @@ static void test_quantizers(void) {
     }
 }
 
+/* Q4_1 reference quantizer, byte by byte: block 0 spans [-3, 4.5] -> d = 0.5 (f16 0x3800),
+ * m = -3 (0xc200), q = MIN(15, (int8)((v+3)*2 + 0.5)): half steps round up, the max maps to 15.
+ * Block 1 is constant 2.5: d = 0, id = 0, every q 0, m = 2.5 (0x4100). Block 2 spans
+ * [1, 2]: d = 1/15 is not an f16 (stored rounded: 0x2c44), q uses the unrounded id = 15. */
+static void test_q4_1_quantizer(void) {
+    float x[96];
+    for (int j = 0; j < 32; j++) x[j] = -3.0f + 0.25f * (float)(j % 31); /* -3 .. 4.5 */
+    x[5] = -3.0f; x[6] = 4.5f; x[7] = 0.1f; x[8] = -2.76f;
+    for (int j = 0; j < 32; j++) x[32 + j] = 2.5f;
+    for (int j = 0; j < 32; j++) x[64 + j] = 1.0f + (float)j / 31.0f;
+    uint8_t b[60];
+    memset(b, 0xAA, sizeof b);
+    nl_type_get(NL_TYPE_Q4_1)->from_float(x, b, 96);
+    CHECK(b[0] == 0x00 && b[1] == 0x38 && b[2] == 0x00 && b[3] == 0xc2);
+    int q[96];
+    for (int j = 0; j < 32; j++) {
+        int v = (int)((x[j] + 3.0f) * 2.0f + 0.5f);
+        q[j] = v > 15 ? 15 : v;
+    }
+    CHECK(q[5] == 0 && q[6] == 15 && q[7] == 6 && q[8] == 0 && q[2] == 1); /* 0.5 rounds up to 1 */
+    for (int j = 0; j < 32; j++) q[32 + j] = 0;
+    const float id2 = 1.0f / ((2.0f - 1.0f) / 15.0f);
+    for (int j = 0; j < 32; j++) {
+        int v = (int)((x[64 + j] - 1.0f) * id2 + 0.5f);
+        q[64 + j] = v > 15 ? 15 : v;
+    }
+    CHECK(q[64] == 0 && q[95] == 15);
+    CHECK(b[20] == 0 && b[21] == 0 && b[22] == 0x00 && b[23] == 0x41);
+    CHECK(nl_f32_to_f16(1.0f / 15.0f) == 0x2c44 && b[40] == 0x44 && b[41] == 0x2c && b[42] == 0x00 && b[43] == 0x3c);
+    int bad = 0;
+    for (int blk = 0; blk < 3; blk++)
+        for (int j = 0; j < 16; j++)
+            bad += b[blk * 20 + 4 + j] != (uint8_t)(q[blk * 32 + j] | (q[blk * 32 + j + 16] << 4));
+    CHECKF(bad == 0, "q4_1 quantizer: %d bytes differ", bad);
+}
+
 /* Random rows: quantize -> dequantize error stays inside the format's bound. */
 static void test_round_trips(void) {
     enum { N = 32 * 64 };
@@ -467,6 +526,28 @@ static void test_round_trips(void) {
         bad += fabsf(y[b * 32 + jm] - x[b * 32 + jm]) > fabsf(x[b * 32 + jm]) * 0x1p-10f;
     }
     CHECKF(bad == 0, "q4_0 max element: %d", bad);
+
+    /* Q4_1: |err| <= d/2 (nearest code; d = (max-min)/15) plus the f16 roundings of d and min;
+     * the block's min comes back exactly up to the f16 rounding of min */
+    bad = 0;
+    int bad_min = 0;
+    tt = nl_type_get(NL_TYPE_Q4_1);
+    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    sq_err = 0;
+    for (int b = 0; b < N / 32; b++) {
+        float mn = x[b * 32], mx = x[b * 32];
+        for (int j = 1; j < 32; j++) mn = fminf(mn, x[b * 32 + j]), mx = fmaxf(mx, x[b * 32 + j]);
+        const float d = (mx - mn) / 15, amax = fmaxf(fabsf(mn), fabsf(mx));
+        for (int j = 0; j < 32; j++) {
+            float e = fabsf(x[b * 32 + j] - y[b * 32 + j]);
+            bad += e > 0.5f * d + amax * 0x1p-9f + 1e-30f;
+            sq_err += (double)e * e;
+            if (x[b * 32 + j] == mn) bad_min += fabsf(y[b * 32 + j] - mn) > fabsf(mn) * 0x1p-11f;
+        }
+    }
+    CHECKF(bad == 0, "q4_1: %d", bad);
+    CHECKF(bad_min == 0, "q4_1 min element: %d", bad_min);
+    CHECKF(sqrt(sq_err / sq) < 0.1, "q4_1 rel err %g", sqrt(sq_err / sq));
 }
 
 int main(void) {
@@ -475,6 +556,7 @@ int main(void) {
     test_bf16();
     test_known_blocks();
     test_quantizers();
+    test_q4_1_quantizer();
     test_round_trips();
     return nl_t_done();
 }

@@ -180,7 +180,7 @@ int nl_cmd_merge(int argc, char **argv) {
     }
     int t = -1;
     if (type && (t = nl_type_from_name(type)) < 0) {
-        fprintf(stderr, "nightlora merge: --type %s: expected f32, f16, bf16, q8_0 or q4_0\n", type);
+        fprintf(stderr, "nightlora merge: --type %s: expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", type);
         return 2;
     }
     nl_model *m = nl_model_load(model);

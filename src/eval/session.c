@@ -186,7 +186,7 @@ int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_p
         rc = nl_gguf_add_tensor(w, t->name, out_type, (int)t->n_dims, t->ne, q, true);
     }
     if (rc == 0 && type >= 0) {
-        uint32_t ft = type == NL_TYPE_F32 ? 0 : type == NL_TYPE_F16 ? 1 : type == NL_TYPE_Q8_0 ? 7 : type == NL_TYPE_Q4_0 ? 2 : type == NL_TYPE_BF16 ? 32 : 0;
+        uint32_t ft = type == NL_TYPE_F32 ? 0 : type == NL_TYPE_F16 ? 1 : type == NL_TYPE_Q8_0 ? 7 : type == NL_TYPE_Q4_0 ? 2 : type == NL_TYPE_Q4_1 ? 3 : type == NL_TYPE_BF16 ? 32 : 0;
         rc = nl_gguf_set_u32(w, "general.file_type", ft);
     }
     if (rc == 0) rc = nl_gguf_write(w, out_path);

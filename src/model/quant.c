@@ -6,6 +6,7 @@
 #include "model/quant.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -159,6 +160,44 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* Q4_1: 32 elements, { f16 d; f16 m; uint8 qs[16]; } = 20 bytes; nibbles as Q4_0 (low =
+ * element j, high = element j+16), unsigned; y = q*d + m (q*d is exact in f32: 4 x 11 bits). */
+static void q4_1_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 20) {
+        const float d = nl_f16_to_f32(rd16(b)), m = nl_f16_to_f32(rd16(b + 2));
+        float *y = dst + i * 32;
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)(b[4 + j] & 0x0f) * d + m;
+            y[j + 16] = (float)(b[4 + j] >> 4) * d + m;
+        }
+    }
+}
+/* Reference quantizer: min and max of the block, d = (max-min)/15, id = d ? 1/d : 0 (from the
+ * unrounded d), q = MIN(15, (int8)((v-min)*id + 0.5)); d and min are stored as f16. */
+static void q4_1_from_float(const float *src, void *dst, int64_t n) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / 32; i++, b += 20) {
+        const float *x = src + i * 32;
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < 32; j++) {
+            if (x[j] < min) min = x[j];
+            if (x[j] > max) max = x[j];
+        }
+        const float d = (max - min) / 15.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        wr16(b, nl_f32_to_f16(d));
+        wr16(b + 2, nl_f32_to_f16(min));
+        for (int j = 0; j < 16; j++) {
+            int q0 = (int8_t)((x[j] - min) * id + 0.5f);
+            int q1 = (int8_t)((x[j + 16] - min) * id + 0.5f);
+            if (q0 > 15) q0 = 15;
+            if (q1 > 15) q1 = 15;
+            b[4 + j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
 /* Q4_K: 256 elements, { f16 d; f16 dmin; uint8 scales[12]; uint8 qs[128]; } = 144 bytes.
  * 8 sub-blocks of 32 with 6-bit scale and min packed in `scales`. */
 static void q4_k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
@@ -225,7 +264,7 @@ static const nl_type_traits traits[NL_TYPE_COUNT] = {
     [NL_TYPE_F32] = {"f32", 1, 4, f32_to_float, f32_from_float},
     [NL_TYPE_F16] = {"f16", 1, 2, f16_to_float, f16_from_float},
     [NL_TYPE_Q4_0] = {"q4_0", 32, 18, q4_0_to_float, q4_0_from_float},
-    [3] = {"q4_1", 32, 20, NULL, NULL},
+    [NL_TYPE_Q4_1] = {"q4_1", 32, 20, q4_1_to_float, q4_1_from_float},
     [4] = {"q4_2", 0, 0, NULL, NULL},
     [5] = {"q4_3", 0, 0, NULL, NULL},
     [6] = {"q5_0", 32, 22, NULL, NULL},

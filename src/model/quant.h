@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 enum nl_type {
-    NL_TYPE_F32 = 0, NL_TYPE_F16 = 1, NL_TYPE_Q4_0 = 2, NL_TYPE_Q8_0 = 8,
+    NL_TYPE_F32 = 0, NL_TYPE_F16 = 1, NL_TYPE_Q4_0 = 2, NL_TYPE_Q4_1 = 3, NL_TYPE_Q8_0 = 8,
     NL_TYPE_Q4_K = 12, NL_TYPE_Q6_K = 14, NL_TYPE_BF16 = 30,
     NL_TYPE_COUNT = 43, /* ggml's id space */
 };
@@ -44,5 +44,6 @@ uint16_t nl_f32_to_bf16(float f);  /* ggml's rounding, NaN kept quiet */
 /* Q8_0 block, exposed for the kernels (proj/). */
 typedef struct { uint16_t d; int8_t qs[32]; } nl_block_q8_0;
 typedef struct { uint16_t d; uint8_t qs[16]; } nl_block_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[16]; } nl_block_q4_1;
 
 #endif

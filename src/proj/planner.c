@@ -7,7 +7,7 @@
  * (projection, direction). Bounds per RESIDENT type, because the check measures the
  * conversion (e.g. F32 -> Q8_0) plus the backend's arithmetic:
  *   f32 1e-5 (float accumulation vs double), f16/bf16 1e-2, q8_0 2e-2 (random weights give
- *   ~5e-3), q6_k 5e-2, q4_0/q4_k 1e-1 (backends may quantize activations too);
+ *   ~5e-3), q6_k 5e-2, q4_0/q4_1/q4_k 1e-1 (backends may quantize activations too);
  *   with the FP16 wire at least 1e-2 (inputs and outputs rounded to 11 bits).
  * The input of a smaller bucket is the first rows of the largest one, so the reference runs
  * once per (projection, direction).
@@ -61,7 +61,10 @@ static double type_bound(int type) {
     case NL_TYPE_BF16: return 1e-2;
     case NL_TYPE_Q8_0: return 2e-2;
     case NL_TYPE_Q6_K: return 5e-2;
-    default: return 1e-1; /* q4_0, q4_k */
+    case NL_TYPE_Q4_0:
+    case NL_TYPE_Q4_1:
+    case NL_TYPE_Q4_K: return 1e-1;
+    default: return 1e-1; /* any other block type host or ref decodes */
     }
 }
 

@@ -201,7 +201,7 @@ static int parse_precision_map(nl_proj_service *s, const char *map) {
             while (v0 < b && (*v0 == ' ' || *v0 == '\t')) v0++;
             nl_proj_rule r = {0};
             if (parse_target(v0, (size_t)(b - v0), &r.type))
-                return nl_err("precision map: \"%.*s\": unknown type \"%.*s\" (expected f32, f16, bf16, q8_0, q4_0 or keep)",
+                return nl_err("precision map: \"%.*s\": unknown type \"%.*s\" (expected f32, f16, bf16, q8_0, q4_0, q4_1 or keep)",
                               (int)(b - a), a, (int)(b - v0), v0);
             r.cls = class_from_name(a, (size_t)(k1 - a));
             if (r.cls < 0) {
@@ -339,7 +339,7 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     if (cfg->precision && strcmp(cfg->precision, "auto") != 0) {
         int t;
         if (parse_target(cfg->precision, strlen(cfg->precision), &t) || t < 0) {
-            nl_err("proj: unknown precision \"%s\" (expected auto, f32, f16, bf16, q8_0 or q4_0)", cfg->precision);
+            nl_err("proj: unknown precision \"%s\" (expected auto, f32, f16, bf16, q8_0, q4_0 or q4_1)", cfg->precision);
             goto fail;
         }
         s->precision = t;

@@ -60,11 +60,11 @@ typedef struct {
     int verbose;
     /* Resident precision of the projection weights (DESIGN §2), applied once at nl_proj_add:
      *   "auto" (default, NULL): recurrent -> f16; attn, mlp, head -> q8_0; embed keeps its type
-     *   "f32" | "f16" | "bf16" | "q8_0" | "q4_0": every class but embed
+     *   "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "q4_1": every class but embed
      * precision_map overrides per class or tensor-name glob (* and ?), comma separated:
      *   "recurrent=f32,mlp=f16,blk.0.*=keep"   classes: attn mlp recurrent head embed;
      *   "keep" = the GGUF type. Globs win over classes; the last matching entry wins.
-     * Whatever the target, a quantized GGUF tensor (q8_0, q4_0, q4_k, q6_k) is never
+     * Whatever the target, a quantized GGUF tensor (q8_0, q4_0, q4_1, q4_k, q6_k) is never
      * re-quantized or narrowed to 16 bits (only expanded to exact f32 when asked), and a tensor
      * already in its target type is used in place (zero copy). */
     const char *precision;
@@ -131,7 +131,7 @@ int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap);
 /* ---- planner (planner.c) ------------------------------------------------------------------ */
 /* For every (projection, direction, bucket) run the backend once on deterministic random input
  * and compare it with ref on the ORIGINAL weight (relative Frobenius error, bound per resident
- * type: f32 1e-5, f16/bf16 1e-2, q8_0 2e-2, q6_k 5e-2, q4_0/q4_k 1e-1; at least 1e-2 with the
+ * type: f32 1e-5, f16/bf16 1e-2, q8_0 2e-2, q6_k 5e-2, q4_0/q4_1/q4_k 1e-1; at least 1e-2 with the
  * FP16 wire). A failing or unsupported triple is routed to ref on the original weight for the
  * rest of the run. Afterwards every request is split / zero-padded onto the buckets, except on
  * an any_T backend where every bucket of that (projection, direction) passed: sent whole.
