@@ -191,6 +191,14 @@ static void test_splits2(void) {
     /* starcoder: \p{N} first, so digits never join a space or each other */
     SPLIT("starcoder", "a 12b", "a", " ", "1", "2", "b");
     SPLIT("refact", "v2", "v", "2");
+    /* smollm (SmolLM2): the starcoder stages. Digits stand alone and never take the space;
+     * contractions are case-sensitive (GPT-2's regex); \s+(?!\S) leaves one space for the word */
+    SPLIT("smollm", "Hello world! 123", "Hello", " world", "!", " ", "1", "2", "3");
+    SPLIT("smollm", "I'm DON'T", "I", "'m", " DON", "'", "T");
+    SPLIT("smollm", "  multiple   spaces", " ", " multiple", "  ", " spaces");
+    SPLIT("smollm", "x2y 3.5%", "x", "2", "y", " ", "3", ".", "5", "%");
+    SPLIT("smollm", "<|im_start|>user\n", "<|", "im", "_", "start", "|>", "user", "\n");
+    SPLIT("smollm", "caf\xC3\xA9 \xD9\xA3!", "caf\xC3\xA9", " ", "\xD9\xA3", "!"); /* U+0663 is \p{N} */
 }
 
 /* ---- 3. BPE merge loop on a tiny hand vocab ---- */

@@ -77,6 +77,9 @@ static const pre_def PRE_DEFS[] = {
     {"falcon", 3, {{ST_RUN, C_FALCON, 0}, {ST_GPT2, 0, 0}, {ST_DIGIT3, 0, 0}}, 0},
     {"starcoder", 2, {{ST_ONE, C_N, 0}, {ST_GPT2, 0, 0}}, 0},
     {"refact", 2, {{ST_ONE, C_N, 0}, {ST_GPT2, 0, 0}}, 0},
+    /* SmolLM/SmolLM2: llama.cpp gives "smollm" the starcoder stages (\p{N}, then the GPT-2 regex);
+     * its other flag (clean_spaces = false) only concerns decoding, which never cleans here */
+    {"smollm", 2, {{ST_ONE, C_N, 0}, {ST_GPT2, 0, 0}}, 0},
     {"default", 4, {{ST_RUN, C_DEFAULT, 0}, {ST_GPT2, 0, 0}, {ST_RUN, C_N, 0}, {ST_DIGIT3, 0, 0}}, 0},
 };
 
