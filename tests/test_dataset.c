@@ -362,7 +362,7 @@ static int put_byte_token(char *o, int b) {
 /* A vocab where byte b is token b (no merges) followed by the template tokens:
  * 256 <|im_start|>, 257 <|im_end|> (reserved names in the llama3 vocab), 258 <|start_header_id|>, 259 <|end_header_id|>,
  * 260 <|eot_id|>, 261 <|begin_of_text|>, 262 <|endoftext|>. */
-static nl_tokenizer *chat_vocab(const char *path, bool llama3) {
+static nl_tokenizer *chat_vocab(const char *path, bool llama3, const char *tmpl) {
     static char bytes[256][4];
     const char *toks[263];
     int32_t types[263];
@@ -394,8 +394,9 @@ static nl_tokenizer *chat_vocab(const char *path, bool llama3) {
     nl_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", llama3 ? 260 : 257);
     nl_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", llama3);
     nl_gguf_set_str(w, "tokenizer.chat_template",
-                    llama3 ? "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>..."
-                           : "{% for m in messages %}<|im_start|>{{ m.role }}...");
+                    tmpl     ? tmpl
+                    : llama3 ? "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>..."
+                             : "{% for m in messages %}<|im_start|>{{ m.role }}...");
     int rc = nl_gguf_write(w, path);
     nl_gguf_writer_free(w);
     CHECKF(rc == 0, "%s", nl_last_error());
@@ -673,15 +674,60 @@ static void test_plain_text(const nl_tokenizer *g2) {
     nl_dataset_free(&ds);
 }
 
+/* A ChatML template with a default system turn (SmolLM2's, verbatim; Qwen2.5's form with an
+ * escaped \n): inserted when the conversation does not open with a system message. */
+static void test_default_system(void) {
+    static const char *const tmpls[] = {
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+        "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+        "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, it\\'s a \\\\test.<|im_end|>\\n' }}{%- endif %}",
+    };
+    static const char *const sys[] = {"system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face",
+                                      "system\nYou are Qwen, it's a \\test."};
+    for (int k = 0; k < 2; k++) {
+        nl_tokenizer *t = chat_vocab("nl_test_sys_vocab.gguf", false, tmpls[k]);
+        if (!t) return;
+        int32_t ims = nl_token_lookup(t, "<|im_start|>"), ime = nl_token_lookup(t, "<|im_end|>");
+        seqb e = {0};
+        sb_id(&e, ims, 0); sb_txt(&e, sys[k], 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
+        sb_id(&e, ims, 0); sb_txt(&e, "user\nHi", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
+        sb_id(&e, ims, 0); sb_txt(&e, "assistant\n", 0); sb_txt(&e, "Yo", 1); sb_id(&e, ime, 1); sb_txt(&e, "\n", 0);
+        nl_dataset ds;
+        const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+        CHECKF(load(line, t, NULL, &ds) == 0, "%s", nl_last_error());
+        if (ds.n == 1) CHECKF(seq_is(&ds.ex[0], e.ids, e.tg, e.n), "template %d: default system turn", k);
+        nl_dataset_free(&ds);
+        /* a conversation with its own system message gets no second one */
+        line = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+        CHECKF(load(line, t, NULL, &ds) == 0, "%s", nl_last_error());
+        if (ds.n == 1) CHECK(ds.ex[0].n_tokens == e.n - (int)strlen(sys[k]) + (int)strlen("system\nS"));
+        nl_dataset_free(&ds);
+        /* the generation prompt of one user turn (what `generate` sends) starts with it too */
+        int32_t *ids = NULL;
+        int n = 0;
+        CHECK(nl_chat_prompt_tokens(t, NULL, "Hi", 2, &ids, &n) == 0);
+        CHECK(n == e.n - 4 && memcmp(ids, e.ids, (size_t)(e.n - 4) * 4) == 0); /* all but "Yo<|im_end|>\n" */
+        free(ids);
+        /* a Llama-3 rendering of the same vocab takes no ChatML default */
+        CHECK(load(line, t, "llama3", &ds) == 0 && ds.n == 1 && ds.ex[0].ids[0] != ims);
+        nl_dataset_free(&ds);
+        nl_tokenizer_free(t);
+    }
+}
+
 int main(void) {
     test_tokens_lines();
     test_errors();
     test_file();
     test_pack();
     test_order_and_batches();
-    nl_tokenizer *cml = chat_vocab("nl_test_chatml_vocab.gguf", false);
-    nl_tokenizer *l3 = chat_vocab("nl_test_llama3_vocab.gguf", true);
+    nl_tokenizer *cml = chat_vocab("nl_test_chatml_vocab.gguf", false, NULL);
+    nl_tokenizer *l3 = chat_vocab("nl_test_llama3_vocab.gguf", true, NULL);
     test_chat(cml, l3);
+    test_default_system();
     nl_tokenizer_free(cml);
     nl_tokenizer_free(l3);
     nl_tokenizer *g2 = gpt2_vocab();

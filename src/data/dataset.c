@@ -202,11 +202,65 @@ static int chat_header(const nl_tokenizer *tok, nl_chat_tmpl t, const tmpl_ids *
                : 0;
 }
 
+/* The default system turn of the model's own ChatML template: a template that tests
+ * messages[0]['role'] and holds a string literal '<|im_start|>system' + newline + TEXT +
+ * '<|im_end|>' renders that turn when the conversation does not open with a system message
+ * (SmolLM2: "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n
+ * You are a helpful AI assistant named SmolLM, ...<|im_end|>\n' }}"; Qwen2.5 likewise), as
+ * HF's apply_chat_template and llama.cpp's Jinja mode do. Only for the family the GGUF's own
+ * template is (a chatml override on a Llama-3 model gets none). Jinja escapes \n, \t, \', \"
+ * and \\ in TEXT are decoded. 1 + *text (malloc'd) when there is one, 0 when not, -1 on OOM. */
+static int default_system(const nl_tokenizer *tok, nl_chat_tmpl t, char **text, size_t *len) {
+    const char *g = nl_tokenizer_chat_template(tok);
+    nl_chat_tmpl own;
+    if (t != NL_TMPL_CHATML || !g || nl_chat_template_pick(NULL, g, &own) || own != t) return 0;
+    if (!strstr(g, "messages[0]['role']") && !strstr(g, "messages[0][\"role\"]")) return 0;
+    static const char head[] = "<|im_start|>system";
+    for (const char *p = strstr(g, head); p; p = strstr(p + 1, head)) {
+        const char q = p > g ? p[-1] : 0; /* the literal's quote */
+        if (q != '\'' && q != '"') continue;
+        const char *c = p + sizeof head - 1;
+        if (*c == '\n') c++;
+        else if (c[0] == '\\' && c[1] == 'n') c += 2;
+        else continue;
+        const char *end = c;
+        while (*end && *end != q && strncmp(end, "<|im_end|>", 10) != 0) end += end[0] == '\\' && end[1] ? 2 : 1;
+        if (strncmp(end, "<|im_end|>", 10) != 0) continue; /* e.g. '<|im_start|>system\n' + content */
+        char *out = malloc((size_t)(end - c) + 1);
+        if (!out) return nl_err("out of memory");
+        size_t n = 0;
+        for (const char *r = c; r < end; r++) {
+            if (*r == '\\' && r + 1 < end) {
+                r++;
+                out[n++] = *r == 'n' ? '\n' : *r == 't' ? '\t' : *r;
+            } else {
+                out[n++] = *r;
+            }
+        }
+        out[n] = 0;
+        *text = out;
+        *len = n;
+        return 1;
+    }
+    return 0;
+}
+
 /* Appends a conversation; assistant content + end-of-turn get flag `asst_target`. */
 static int chat_tokens(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs,
                        bool add_generation_prompt, uint8_t asst_target, tokbuf *b) {
     tmpl_ids ti;
     if (tmpl_ids_get(tok, t, &ti) || tb_bos(tok, b)) return -1;
+    if (n_msgs == 0 || strcmp(msgs[0].role, "system") != 0) {
+        char *sys = NULL;
+        size_t sl = 0;
+        int has = default_system(tok, t, &sys, &sl);
+        if (has < 0) return -1;
+        int rc = has ? chat_header(tok, t, &ti, "system", b) || tb_text(tok, b, sys, sl, 0) ||
+                           tb_push(b, ti.close, 0) || tb_text(tok, b, "\n", 1, 0)
+                     : 0;
+        free(sys);
+        if (rc) return -1;
+    }
     for (int i = 0; i < n_msgs; i++) {
         uint8_t tg = strcmp(msgs[i].role, "assistant") == 0 ? asst_target : 0;
         const char *c = msgs[i].content;

@@ -62,6 +62,10 @@
  * no name / "auto", from the GGUF's tokenizer.chat_template text: contains "<|im_start|>" ->
  * chatml, "<|start_header_id|>" -> llama3; anything else is an error asking for a name. The
  * Qwen3 HF "thinking off" block is not inserted (llama.cpp's own chatml does not either).
+ * A default system turn the GGUF's own ChatML template renders when the conversation does not
+ * open with a system message (SmolLM2's "You are a helpful AI assistant named SmolLM, ...",
+ * Qwen2.5's) is inserted the same way, with no loss on it (nl_chat_render, text only, never
+ * adds it).
  *
  * ---- Packing ----
  * One example per sequence (attention is plain causal, so examples are never packed
