@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "train/energy.h"
+#include "sys/energy.h"
 #include "util/util.h"
 
 static char base[256];

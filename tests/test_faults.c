@@ -21,7 +21,7 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "train/checkpoint.h"
-#include "train/io.h"
+#include "sys/io.h"
 #include "train/trainer.h"
 #include "train/trainer_hooks.h"
 #include "util/util.h"

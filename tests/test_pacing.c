@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "train/pacing.h"
-#include "train/signals.h"
+#include "sys/pacing.h"
+#include "sys/signals.h"
 #include "util/util.h"
 
 /* ---------------------------------------------------------------- fakes */

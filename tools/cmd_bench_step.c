@@ -29,6 +29,7 @@
 #include "nn/forward.h"
 #include "proj/kernels.h"
 #include "proj/proj.h"
+#include "sys/mem.h"
 #include "train/budget.h"
 #include "train/graph.h"
 #include "util/util.h"

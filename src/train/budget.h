@@ -1,5 +1,5 @@
-/* train/budget: how much memory there is, how much we used, and which layers keep their
- * intermediates between forward and backward (the activation budget, DESIGN.md §4).
+/* train/budget: which layers keep their intermediates between forward and backward (the
+ * activation budget, DESIGN.md §4).
  *
  * Why keep the LATER layers: backward runs from the last layer to the first, so a kept
  * later layer frees its intermediates early in the backward pass, and by the time a dropped
@@ -14,22 +14,6 @@
 #define NL_BUDGET_H
 
 #include <stdint.h>
-
-/* MemAvailable from /proc/meminfo (the kernel's estimate of memory a new workload can use
- * without swapping), else sysconf(_SC_AVPHYS_PAGES) * page size; -1 when unknown. */
-int64_t nl_mem_available_bytes(void);
-
-/* Peak resident set size of this process: VmHWM from /proc/self/status, else getrusage's
- * ru_maxrss; -1 when unknown. */
-int64_t nl_peak_rss_bytes(void);
-
-/* Current resident set size (VmRSS); -1 when unknown. */
-int64_t nl_rss_bytes(void);
-
-/* The value of a "Key:   123 kB" line in /proc/meminfo or /proc/self/status style text, in
- * bytes (kB multiplied by 1024; a value without unit taken as bytes); -1 when missing or
- * malformed. The key must match a whole key at the start of a line. */
-int64_t nl_proc_kb_field(const char *text, const char *key);
 
 /* Activation budget: min(cap, available - reserve), floored at 0. cap 0 = no cap; available
  * < 0 = unknown (then cap, or UINT64_MAX when there is no cap either). */

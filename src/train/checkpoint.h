@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include "util/hash.h" /* nl_hash64: the checksum */
 
-#include "train/io.h"
+#include "sys/io.h"
 
 #define NL_CKPT_VERSION 1
 #define NL_CKPT_KEEP 2              /* commits kept on disk: the newest and the one before */

@@ -117,7 +117,7 @@ typedef struct {
  *    "paused_seconds", "lr", "grad_norm"}
  * with MeZO also "projected_grad" (g = (L+ - L-)/(2 eps)); "loss" is then (L+ + L-)/2, the
  * batch loss at the unperturbed params up to O(eps^2), and "grad_norm" the norm of the
- * gradient estimate |g| * |z|. Where an energy counter exists (train/energy.h), also
+ * gradient estimate |g| * |z|. Where an energy counter exists (sys/energy.h), also
  * "joules" (used during the step, commit excluded) and "joules_per_token"; never estimated.
  * A fresh run truncates the file. A resumed run first keeps only the complete lines with
  * step <= the commit it resumes from, then appends: the steps it replays after the commit are

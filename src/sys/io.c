@@ -1,5 +1,5 @@
-/* train/io: POSIX implementation of the injectable I/O table, and a fault injector. */
-#include "train/io.h"
+/* sys/io: POSIX implementation of the injectable I/O table, and a fault injector. */
+#include "sys/io.h"
 
 #include <errno.h>
 #include <fcntl.h>

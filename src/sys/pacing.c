@@ -1,5 +1,5 @@
-/* train/pacing: thermal/battery providers and the pause/resume policy. See pacing.h. */
-#include "train/pacing.h"
+/* sys/pacing: thermal/battery providers and the pause/resume policy. See pacing.h. */
+#include "sys/pacing.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* train/io: the tiny injectable file-I/O layer under checkpoint commit/load.
+/* sys/io: the tiny injectable file-I/O layer under checkpoint commit/load.
  *
  * Every call the checkpoint code makes on a file goes through an nl_io table, so tests can
  * make the k-th call fail with ENOSPC or EIO (nl_io_fault) and check that a failed commit

@@ -1,5 +1,5 @@
-/* train/signals: a stop flag set by SIGINT / SIGTERM. See signals.h. */
-#include "train/signals.h"
+/* sys/signals: a stop flag set by SIGINT / SIGTERM. See signals.h. */
+#include "sys/signals.h"
 
 #include <errno.h>
 #include <signal.h>

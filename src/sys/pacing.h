@@ -1,4 +1,4 @@
-/* train/pacing: pause training while the device is hot, resume when it has cooled.
+/* sys/pacing: pause training while the device is hot, resume when it has cooled.
  *
  * A provider reads two numbers, either of which may be unavailable:
  *   thermal status  0..6, Android PowerManager's scale: 0 NONE, 1 LIGHT, 2 MODERATE,

@@ -1,4 +1,4 @@
-/* train/signals: SIGINT / SIGTERM ask the trainer to commit and stop at the next safe point.
+/* sys/signals: SIGINT / SIGTERM ask the trainer to commit and stop at the next safe point.
  *
  * The first SIGINT or SIGTERM only sets a flag (a sig_atomic_t) that the trainer polls
  * between steps (and the pacer polls while paused). A SECOND one restores the default action

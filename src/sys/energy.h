@@ -1,4 +1,4 @@
-/* train/energy: cumulative energy use of the machine, where it exposes a counter, for
+/* sys/energy: cumulative energy use of the machine, where it exposes a counter, for
  * joules/token in `train` and `bench step`.
  *
  * Sources, tried in this order under a root directory (normally "/"; tests pass a fake tree):

@@ -1,5 +1,5 @@
 /* Energy counters (RAPL, battery); see energy.h. */
-#include "train/energy.h"
+#include "sys/energy.h"
 
 #include <dirent.h>
 #include <errno.h>
