@@ -12,6 +12,7 @@
  * accepted file's fields and arrays must equal the bytes of the file; a refused one leaves
  * the struct zeroed and the error names the file. */
 #include <errno.h>
+#include <sys/stat.h>
 
 #include "common.h"
 #include "train/checkpoint.h"
@@ -47,9 +48,10 @@ static ssize_t m_write(void *ctx, int fd, const void *buf, size_t n) {
     FUZZ_CHECK(0, "the loader wrote");
     return -1;
 }
-static int m_size(void *ctx, int fd, uint64_t *bytes) {
+static int m_fstat(void *ctx, int fd, uint64_t *bytes, uint32_t *mode) {
     (void)fd;
     *bytes = ((memfile *)ctx)->size;
+    *mode = S_IFREG | 0644;
     return 0;
 }
 static int m_fsync(void *ctx, int fd) { (void)ctx; (void)fd; return 0; }
@@ -61,6 +63,8 @@ static int m_close(void *ctx, int fd) {
 static int m_rename(void *ctx, const char *a, const char *b) { (void)ctx; (void)a; (void)b; FUZZ_CHECK(0, "the loader renamed"); return -1; }
 static int m_unlink(void *ctx, const char *p) { (void)ctx; (void)p; FUZZ_CHECK(0, "the loader unlinked"); return -1; }
 static int m_fsync_dir(void *ctx, const char *d) { (void)ctx; (void)d; return 0; }
+static int m_lstat(void *ctx, const char *p, uint32_t *mode) { (void)ctx; (void)p; (void)mode; FUZZ_CHECK(0, "the loader examined a path"); return -1; }
+static int m_list(void *ctx, const char *d, int (*each)(void *, const char *), void *u) { (void)ctx; (void)d; (void)each; (void)u; FUZZ_CHECK(0, "the loader listed a directory"); return -1; }
 
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
@@ -101,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const size_t max_read[4] = {0, 1, 7, 64};
     memfile mf = {file, n, 0, max_read[(mode >> 3) & 3], (mode >> 5) & 1, 0};
     if (mf.fail_after_header && n > 96 && valid) valid = false; /* the arrays (or the checksum) are after the header */
-    nl_io io = {m_open, m_read, m_write, m_size, m_fsync, m_close, m_rename, m_unlink, m_fsync_dir, &mf};
+    nl_io io = {m_open, m_read, m_write, m_fstat, m_fsync, m_close, m_rename, m_unlink, m_fsync_dir, m_lstat, m_list, &mf};
 
     nl_ckpt ck;
     memset(&ck, 0x5A, sizeof ck);

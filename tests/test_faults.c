@@ -1,11 +1,13 @@
 /* Faults at commit time, end to end through nl_train (tiny qwen3, 4 steps, a commit every
  * step, shuffle and dropout on):
  *  - the checkpoint I/O of the run goes through nl_io_fault (the hooks' ckpt_io); for EVERY call k of
- *    the third commit (open, each write, fsync, close, rename, directory fsync, the unlink
- *    that prunes commit 1), with ENOSPC and EIO, a one-off and a sticky fault (a dead disk):
+ *    the third commit (open, each write, fsync, close, rename, directory fsync, the listing
+ *    and the unlink that prune commit 1), with ENOSPC and EIO, a one-off and a sticky fault
+ *    (a dead disk):
  *      · a failure the commit must report stops the run with an error that names the step
  *        and the failed call (and the errno text); no adapter is written;
- *      · a failed prune (unlink of an old commit) is no error: the run ends normally;
+ *      · a failed prune (listing, or unlink of an old commit) is no error: the run ends
+ *        normally;
  *      · the previous commit (step 2) still loads with the normal I/O;
  *      · --resume with the normal I/O ends bit-identical (adapter bytes and logged losses) to
  *        an uninterrupted run;
@@ -42,16 +44,18 @@ typedef struct {
 static int rc_open(void *c, const char *p, int fl, int mode) { recorder *r = c; REC(r, "open"); return r->base->open(r->base->ctx, p, fl, mode); }
 static ssize_t rc_read(void *c, int fd, void *b, size_t n) { recorder *r = c; REC(r, "read"); return r->base->read(r->base->ctx, fd, b, n); }
 static ssize_t rc_write(void *c, int fd, const void *b, size_t n) { recorder *r = c; REC(r, "write"); return r->base->write(r->base->ctx, fd, b, n); }
-static int rc_size(void *c, int fd, uint64_t *s) { recorder *r = c; REC(r, "size"); return r->base->size(r->base->ctx, fd, s); }
+static int rc_fstat(void *c, int fd, uint64_t *s, uint32_t *m) { recorder *r = c; REC(r, "fstat"); return r->base->fstat(r->base->ctx, fd, s, m); }
 static int rc_fsync(void *c, int fd) { recorder *r = c; REC(r, "fsync"); return r->base->fsync(r->base->ctx, fd); }
 static int rc_close(void *c, int fd) { recorder *r = c; REC(r, "close"); return r->base->close(r->base->ctx, fd); }
 static int rc_rename(void *c, const char *a, const char *b) { recorder *r = c; REC(r, "rename"); return r->base->rename(r->base->ctx, a, b); }
 static int rc_unlink(void *c, const char *p) { recorder *r = c; REC(r, "unlink"); return r->base->unlink(r->base->ctx, p); }
 static int rc_fsync_dir(void *c, const char *d) { recorder *r = c; REC(r, "fsync_dir"); return r->base->fsync_dir(r->base->ctx, d); }
+static int rc_lstat(void *c, const char *p, uint32_t *m) { recorder *r = c; REC(r, "lstat"); return r->base->lstat(r->base->ctx, p, m); }
+static int rc_list(void *c, const char *d, int (*each)(void *, const char *), void *u) { recorder *r = c; REC(r, "list"); return r->base->list(r->base->ctx, d, each, u); }
 
 static void recorder_init(recorder *r) {
     memset(r, 0, sizeof *r);
-    r->io = (nl_io){rc_open, rc_read, rc_write, rc_size, rc_fsync, rc_close, rc_rename, rc_unlink, rc_fsync_dir, r};
+    r->io = (nl_io){rc_open, rc_read, rc_write, rc_fstat, rc_fsync, rc_close, rc_rename, rc_unlink, rc_fsync_dir, rc_lstat, rc_list, r};
     r->base = nl_io_posix();
 }
 
@@ -161,7 +165,8 @@ static void test_commit_faults(void) {
     int seen_unlink = 0, seen_fsync_dir = 0, seen_rename = 0;
     for (long k = c2; k < c3 && k < MAXCALLS; k++) {
         const char *call = r3.name[k];
-        int prune = !strcmp(call, "unlink"); /* a clean commit unlinks only old commits */
+        /* a clean commit lists the directory and unlinks only old commits: the prune */
+        int prune = !strcmp(call, "unlink") || !strcmp(call, "list");
         seen_unlink |= prune;
         seen_fsync_dir |= !strcmp(call, "fsync_dir");
         seen_rename |= !strcmp(call, "rename");

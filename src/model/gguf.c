@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "model/quant.h"
+#include "sys/io.h"
 #include "util/util.h"
 
 /* ggml type layouts come from the one traits table (model/quant.c). */
@@ -838,23 +839,20 @@ int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n
     return 0;
 }
 
-static int w_put(FILE *f, const void *p, size_t n, const char *path) {
-    if (n && fwrite(p, 1, n, f) != n) return nl_err("%s: write failed: %s", path, strerror(errno));
-    return 0;
-}
-
-static int w_pad(FILE *f, uint64_t pos, uint64_t align, const char *path) {
+static int w_pad(nl_io_out *o, uint64_t pos, uint64_t align) {
     static const uint8_t zeros[256];
     uint64_t n = pad_to(pos, align) - pos;
     while (n) {
         size_t k = n > sizeof zeros ? sizeof zeros : (size_t)n;
-        if (w_put(f, zeros, k, path)) return -1;
+        if (nl_io_out_write(o, zeros, k)) return -1;
         n -= k;
     }
     return 0;
 }
 
-static int write_body(nl_gguf_writer *w, FILE *f, const char *path) {
+static int write_body(void *user, nl_io_out *o) {
+    nl_gguf_writer *w = user;
+    const char *path = o->path;
     uint32_t align = NL_GGUF_DEFAULT_ALIGNMENT;
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kv[i].key, "general.alignment") == 0) {
@@ -883,61 +881,29 @@ static int write_body(nl_gguf_writer *w, FILE *f, const char *path) {
         off += pad_to(t->nbytes, align);
     }
     if (h.oom) { free(h.p); return -1; }
-    int rc = w_put(f, h.p, h.n, path);
+    int rc = nl_io_out_write(o, h.p, h.n);
     uint64_t pos = h.n;
     free(h.p);
     if (rc) return -1;
     if (w->n_t == 0) return 0; /* vocab-only: ends right after the KVs */
-    if (w_pad(f, pos, align, path)) return -1;
+    if (w_pad(o, pos, align)) return -1;
     for (size_t i = 0; i < w->n_t; i++) {
         const wtensor *t = &w->t[i];
         if (t->fill) {
             void *buf = nl_malloc((size_t)t->nbytes);
             if (!buf) return -1;
             if (t->fill(t->user, (int)i, buf, t->nbytes)) { free(buf); return nl_err_prefix("%s: tensor '%s'", path, t->name); }
-            rc = w_put(f, buf, (size_t)t->nbytes, path);
+            rc = nl_io_out_write(o, buf, (size_t)t->nbytes);
             free(buf);
             if (rc) return -1;
-        } else if (w_put(f, t->data, (size_t)t->nbytes, path)) {
+        } else if (nl_io_out_write(o, t->data, (size_t)t->nbytes)) {
             return -1;
         }
-        if (w_pad(f, t->nbytes, align, path)) return -1;
+        if (w_pad(o, t->nbytes, align)) return -1;
     }
     return 0;
 }
 
-int nl_gguf_write(nl_gguf_writer *w, const char *path) {
-    size_t pl = strlen(path);
-    char *tmp = nl_malloc(pl + 5);
-    if (!tmp) return -1;
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        nl_err("%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    setvbuf(f, NULL, _IOFBF, 1 << 20);
-    int rc = write_body(w, f, tmp);
-    if (rc == 0 && fflush(f) != 0) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
-    if (rc == 0 && fsync(fileno(f)) != 0) rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && rc == 0) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0) rc = nl_err("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-    if (rc != 0) {
-        unlink(tmp);
-    } else {
-        /* Make the rename durable: fsync the directory (best effort). */
-        char *dir = nl_strdup(path);
-        if (dir) {
-            char *slash = strrchr(dir, '/');
-            const char *d = ".";
-            if (slash) { *slash = 0; d = slash == dir ? "/" : dir; }
-            int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
-            free(dir);
-        }
-    }
-    free(tmp);
-    return rc;
-}
+/* sys/io's one atomic file write: PATH.tmp (O_EXCL|O_NOFOLLOW), fsync, rename, fsync of the
+ * directory. */
+int nl_gguf_write(nl_gguf_writer *w, const char *path) { return nl_io_write_atomic(NULL, path, NULL, write_body, w); }

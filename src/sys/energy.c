@@ -1,9 +1,7 @@
-/* Energy counters (RAPL, battery); see energy.h. */
+/* sys/energy: energy counters (RAPL, battery); see energy.h. */
 #include "sys/energy.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -13,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sys/sysfs.h"
 #include "util/util.h"
 
 #define MAX_ZONES 16
@@ -53,24 +52,12 @@ static double default_clock(void *user) {
     return nl_now();
 }
 
-/* Read a small sysfs file into buf (NUL-terminated, trailing whitespace cut). On failure the
- * message "<path>: <strerror>" goes to msg. */
+/* A small sysfs file into buf (sysfs.h's reader); on failure "<path>: <reason>" goes to msg. */
 static int read_small(const char *path, char *buf, size_t cap, char *msg, size_t msg_cap) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        snprintf(msg, msg_cap, "%s: %s", path, strerror(errno));
-        return -1;
-    }
-    ssize_t n = read(fd, buf, cap - 1);
-    int err = errno;
-    close(fd);
-    if (n < 0) {
-        snprintf(msg, msg_cap, "%s: %s", path, strerror(err));
-        return -1;
-    }
-    buf[n] = 0;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\r' || buf[n - 1] == '\t')) buf[--n] = 0;
-    return 0;
+    const char *why;
+    if (nl_sysfs_read(path, buf, cap, &why) == 0) return 0;
+    snprintf(msg, msg_cap, "%s: %s", path, why);
+    return -1;
 }
 
 /* A decimal integer file (optionally signed): the whole content must be the number. */
@@ -126,37 +113,17 @@ static int is_top_zone(const char *name) {
     return 1;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* Directory entries (sorted), filtered by keep(name) when given. *names malloc'd. */
+/* Directory entries (sorted by name), filtered by keep(name) when given; -1 with errno. */
 static int list_dir(const char *dir, int (*keep)(const char *), char ***names, int *n) {
-    *names = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    struct dirent *de;
-    int cap = 0;
-    while ((de = readdir(d))) {
-        if (de->d_name[0] == '.' || (keep && !keep(de->d_name))) continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **nn = realloc(*names, (size_t)cap * sizeof *nn);
-            if (!nn) break;
-            *names = nn;
-        }
-        (*names)[*n] = strdup(de->d_name);
-        if (!(*names)[*n]) break;
-        (*n)++;
+    *n = nl_sysfs_list(NULL, dir, keep, names);
+    if (*n < 0) {
+        *n = 0;
+        return -1;
     }
-    closedir(d);
-    if (*n > 1) qsort(*names, (size_t)*n, sizeof **names, cmp_str);
     return 0;
 }
 
-static void free_names(char **names, int n) {
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(names);
-}
+static void free_names(char **names, int n) { nl_sysfs_names_free(names, n); }
 
 static int probe_rapl(nl_energy *e, const char *root) {
     char dir[PATH_CAP], msg[PATH_CAP + 128];

@@ -1,7 +1,6 @@
 /* sys/pacing: thermal/battery providers and the pause/resume policy. See pacing.h. */
 #include "sys/pacing.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,33 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sys/sysfs.h"
 #include "util/util.h"
 
-/* Read a small text file into buf (NUL-terminated, trailing whitespace stripped).
- * Returns 0, or -1 with errno. */
-static int read_small(const char *path, char *buf, size_t cap) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    size_t n = 0;
-    while (n + 1 < cap) {
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            errno = e;
-            return -1;
-        }
-        if (r == 0) break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = 0;
-    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-                 buf[n - 1] == '\t'))
-        buf[--n] = 0;
-    return 0;
-}
+/* sysfs.h's reader: 0, or -1 with errno. */
+static int read_small(const char *path, char *buf, size_t cap) { return nl_sysfs_read(path, buf, cap, NULL); }
 
 /* Whole string (after leading blanks) is a base-10 integer. */
 static int parse_long(const char *s, long *out) {
@@ -111,8 +88,9 @@ static int files_status(void *vctx, int *status) {
     files_ctx *c = vctx;
     if (!c->status_file) return 1;
     char buf[64], ex[40];
-    if (read_small(c->status_file, buf, sizeof buf) != 0)
-        return nl_err("%s: cannot read thermal status: %s", c->status_file, strerror(errno));
+    const char *why;
+    if (nl_sysfs_read(c->status_file, buf, sizeof buf, &why) != 0)
+        return nl_err("%s: cannot read thermal status: %s", c->status_file, why);
     long v;
     if (parse_long(buf, &v) != 0 || v < 0 || v > 6) {
         excerpt(buf, ex, sizeof ex);
@@ -127,9 +105,9 @@ static int files_batt(void *vctx, float *celsius) {
     files_ctx *c = vctx;
     if (!c->battery_file) return 1;
     char buf[64], ex[40];
-    if (read_small(c->battery_file, buf, sizeof buf) != 0)
-        return nl_err("%s: cannot read battery temperature: %s", c->battery_file,
-                      strerror(errno));
+    const char *why;
+    if (nl_sysfs_read(c->battery_file, buf, sizeof buf, &why) != 0)
+        return nl_err("%s: cannot read battery temperature: %s", c->battery_file, why);
     double v;
     if (parse_double(buf, &v) != 0 || v < -50 || v > 150) {
         excerpt(buf, ex, sizeof ex);
@@ -256,41 +234,23 @@ static int is_zone_name(const char *s, long *idx) {
 
 typedef struct {
     long idx;
-    char name[64];
+    const char *name;
 } named;
 static int cmp_named_idx(const void *a, const void *b) {
     long x = ((const named *)a)->idx, y = ((const named *)b)->idx;
     return x < y ? -1 : x > y;
 }
-static int cmp_named_str(const void *a, const void *b) {
-    return strcmp(((const named *)a)->name, ((const named *)b)->name);
-}
 
-/* Entries of a directory (names < 64 chars, not starting with '.'), malloc'd; count or -1. */
-static int list_dir(const char *path, named **out) {
-    *out = NULL;
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || strlen(e->d_name) >= 64) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            named *nn = realloc(*out, (size_t)cap * sizeof *nn);
-            if (!nn) {
-                closedir(d);
-                free(*out);
-                *out = NULL;
-                return nl_err("out of memory listing %s", path);
-            }
-            *out = nn;
-        }
-        (*out)[n].idx = 0;
-        snprintf((*out)[n].name, sizeof (*out)[n].name, "%s", e->d_name);
-        n++;
+static int short_name(const char *s) { return strlen(s) < 64; }
+
+/* The entries of a directory (names < 64 chars, not starting with '.'), sorted by name; 0
+ * entries when it cannot be listed. */
+static int list_dir(const char *path, char ***out) {
+    int n = nl_sysfs_list(NULL, path, short_name, out);
+    if (n < 0) {
+        *out = NULL;
+        return 0;
     }
-    closedir(d);
     return n;
 }
 
@@ -302,23 +262,22 @@ static char *find_battery(const char *root) {
     free(p);
     char *dir = join(root, "/sys/class/power_supply", NULL);
     if (!dir) return NULL;
-    named *ents;
+    char **ents;
     int n = list_dir(dir, &ents);
     char *found = NULL;
-    if (n > 1) qsort(ents, (size_t)n, sizeof *ents, cmp_named_str);
     for (int i = 0; i < n && !found; i++) {
         char sub[128];
-        snprintf(sub, sizeof sub, "/%s/type", ents[i].name);
+        snprintf(sub, sizeof sub, "/%s/type", ents[i]);
         char *tp = join(dir, sub, NULL);
         if (tp && read_small(tp, buf, sizeof buf) == 0 && strcmp(buf, "Battery") == 0) {
-            snprintf(sub, sizeof sub, "/%s/temp", ents[i].name);
+            snprintf(sub, sizeof sub, "/%s/temp", ents[i]);
             char *t = join(dir, sub, NULL);
             if (t && read_small(t, buf, sizeof buf) == 0) found = t;
             else free(t);
         }
         free(tp);
     }
-    free(ents);
+    nl_sysfs_names_free(ents, n);
     free(dir);
     return found;
 }
@@ -358,12 +317,13 @@ int nl_thermal_sysfs(nl_thermal_provider *out, const char *root) {
         sysfs_destroy(c);
         return -1;
     }
-    named *ents;
-    int n = list_dir(tdir, &ents), nz = 0;
-    for (int i = 0; i < n; i++)
-        if (is_zone_name(ents[i].name, &ents[i].idx)) ents[nz++] = ents[i];
+    char **names;
+    int n = list_dir(tdir, &names), nz = 0;
+    named *ents = nl_calloc(n ? (size_t)n : 1, sizeof *ents);
+    for (int i = 0; ents && i < n; i++)
+        if (is_zone_name(names[i], &ents[nz].idx)) ents[nz++].name = names[i];
     if (nz > 1) qsort(ents, (size_t)nz, sizeof *ents, cmp_named_idx);
-    c->zones = nl_calloc(nz ? (size_t)nz : 1, sizeof *c->zones);
+    c->zones = ents ? nl_calloc(nz ? (size_t)nz : 1, sizeof *c->zones) : NULL;
     for (int i = 0; c->zones && i < nz; i++) {
         char sub[80];
         snprintf(sub, sizeof sub, "/%s", ents[i].name);
@@ -379,6 +339,7 @@ int nl_thermal_sysfs(nl_thermal_provider *out, const char *root) {
         free(zdir);
     }
     free(ents);
+    nl_sysfs_names_free(names, n);
     free(tdir);
     if (!c->zones) {
         sysfs_destroy(c);

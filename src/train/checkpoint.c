@@ -1,7 +1,6 @@
 /* train/checkpoint: atomic commit/resume of adapter + optimizer state. See checkpoint.h. */
 #include "train/checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -66,67 +65,76 @@ static int parse_name(const char *name, uint64_t *step) {
 }
 
 /* Steps of every commit file in dir, sorted descending. Returns count, 0 when the directory
- * does not exist, -1 on error. *steps is malloc'd (NULL when count is 0). */
+ * does not exist, -1 on error: a listing that fails part way (readdir's errno) is an error,
+ * never a short list. *steps is malloc'd (NULL when count is 0). */
 static int cmp_desc(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
 }
-static long list_commits(const char *dir, uint64_t **steps) {
+
+typedef struct {
+    uint64_t *steps;
+    long n, cap;
+    int any; /* a name starting with "commit-", ours or not */
+} listing;
+
+static int list_one(void *user, const char *name) {
+    listing *l = user;
+    if (!strncmp(name, "commit-", 7)) l->any = 1;
+    uint64_t s;
+    if (parse_name(name, &s) != 0) return 0;
+    if (l->n == l->cap) {
+        long cap = l->cap ? l->cap * 2 : 16;
+        uint64_t *ns = realloc(l->steps, (size_t)cap * sizeof *ns);
+        if (!ns) return 1;
+        l->steps = ns;
+        l->cap = cap;
+    }
+    l->steps[l->n++] = s;
+    return 0;
+}
+
+static long list_dir_commits(const char *dir, uint64_t **steps, int *any, const nl_io *io) {
+    listing l = {NULL, 0, 0, 0};
     *steps = NULL;
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return 0;
-        return nl_err("%s: cannot list checkpoint directory: %s", dir, strerror(errno));
+    int rc = io->list(io->ctx, dir, list_one, &l);
+    if (rc != 0) {
+        int e = errno;
+        free(l.steps);
+        if (rc > 0) return nl_err("out of memory listing %s", dir);
+        if (e == ENOENT) return 0;
+        return nl_err("%s: cannot list the checkpoint directory: %s", dir, strerror(e));
     }
-    long n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        uint64_t s;
-        if (parse_name(e->d_name, &s) != 0) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint64_t *ns = realloc(*steps, (size_t)cap * sizeof *ns);
-            if (!ns) {
-                closedir(d);
-                free(*steps);
-                *steps = NULL;
-                return nl_err("out of memory listing %s", dir);
-            }
-            *steps = ns;
-        }
-        (*steps)[n++] = s;
-    }
-    closedir(d);
-    if (n > 1) qsort(*steps, (size_t)n, sizeof **steps, cmp_desc);
-    return n;
+    if (l.n > 1) qsort(l.steps, (size_t)l.n, sizeof *l.steps, cmp_desc);
+    *steps = l.steps;
+    if (any) *any = l.any;
+    return l.n;
+}
+
+static long list_commits(const char *dir, uint64_t **steps, const nl_io *io) {
+    return list_dir_commits(dir, steps, NULL, io);
+}
+
+int nl_ckpt_dir_has_commits(const char *dir, const nl_io *io) {
+    if (!io) io = nl_io_posix();
+    uint64_t *steps;
+    int any = 0;
+    long n = list_dir_commits(dir, &steps, &any, io);
+    free(steps);
+    if (n < 0) return -1;
+    return n > 0 || any;
 }
 
 /* ------------------------------------------------------------------ commit */
 
 typedef struct {
-    const nl_io *io;
-    int fd;
-    const char *path;
-    uint64_t off;
+    nl_io_out *out;
     nl_hasher h;
 } writer;
 
 static int w_bytes(writer *w, const void *data, size_t n, int hash) {
-    const uint8_t *p = data;
     if (hash) nl_hasher_update(&w->h, data, n);
-    while (n) {
-        size_t chunk = n < (1u << 20) ? n : (1u << 20);
-        ssize_t r = w->io->write(w->io->ctx, w->fd, p, chunk);
-        if (r <= 0) {
-            const char *why = r == 0 ? "wrote 0 bytes" : strerror(errno);
-            return nl_err("%s: write at offset %llu failed: %s", w->path,
-                          (unsigned long long)w->off, why);
-        }
-        p += r;
-        n -= (size_t)r;
-        w->off += (uint64_t)r;
-    }
-    return 0;
+    return nl_io_out_write(w->out, data, n);
 }
 
 static int w_u64s(writer *w, const uint64_t *a, uint32_t n) {
@@ -136,6 +144,33 @@ static int w_u64s(writer *w, const uint64_t *a, uint32_t n) {
 
 static int w_floats(writer *w, const float *a, uint64_t n) {
     return n ? w_bytes(w, a, (size_t)n * sizeof(float), 1) : 0;
+}
+
+typedef struct {
+    const nl_ckpt *ck;
+    const uint8_t *hdr;
+    uint64_t total;
+} commit_body;
+
+/* The commit file's bytes (format in checkpoint.h), through the atomic write. */
+static int write_commit(void *user, nl_io_out *out) {
+    const commit_body *b = user;
+    const nl_ckpt *ck = b->ck;
+    writer w = {out, {{0}, 0, 0, {0}, 0}};
+    nl_hasher_init(&w.h, NL_CKPT_HASH_SEED);
+    int rc = w_bytes(&w, b->hdr, HDR, 1);
+    if (!rc) rc = w_u64s(&w, ck->cursor, ck->n_cursor);
+    if (!rc) rc = w_u64s(&w, ck->rng, ck->n_rng);
+    if (!rc) rc = w_floats(&w, ck->params, ck->n_params);
+    if (!rc) rc = w_floats(&w, ck->m, ck->n_params);
+    if (!rc) rc = w_floats(&w, ck->v, ck->n_params);
+    if (!rc) {
+        uint8_t sum[8];
+        put64(sum, nl_hasher_final(&w.h));
+        rc = w_bytes(&w, sum, 8, 0);
+    }
+    if (!rc && out->off != b->total) rc = nl_err("%s: internal size mismatch", out->path);
+    return rc;
 }
 
 int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io) {
@@ -176,41 +211,14 @@ int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io) {
     memcpy(&ab, &ck->alpha, 4);
     put32(hdr + 76, ab);
 
-    writer w = {io, -1, tmp, 0, {{0}, 0, 0, {0}, 0}};
-    nl_hasher_init(&w.h, NL_CKPT_HASH_SEED);
-    w.fd = io->open(io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (w.fd < 0) return nl_err("%s: cannot create: %s", tmp, strerror(errno));
-    int rc = w_bytes(&w, hdr, HDR, 1);
-    if (!rc) rc = w_u64s(&w, ck->cursor, ck->n_cursor);
-    if (!rc) rc = w_u64s(&w, ck->rng, ck->n_rng);
-    if (!rc) rc = w_floats(&w, ck->params, ck->n_params);
-    if (!rc) rc = w_floats(&w, ck->m, ck->n_params);
-    if (!rc) rc = w_floats(&w, ck->v, ck->n_params);
-    if (!rc) {
-        uint8_t sum[8];
-        put64(sum, nl_hasher_final(&w.h));
-        rc = w_bytes(&w, sum, 8, 0);
-    }
-    if (!rc && w.off != total) rc = nl_err("%s: internal size mismatch", tmp);
-    if (!rc && io->fsync(io->ctx, w.fd) != 0)
-        rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
-    int close_rc = io->close(io->ctx, w.fd); /* the descriptor is released either way */
-    if (!rc && close_rc != 0) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
-    if (!rc && io->rename(io->ctx, tmp, fin) != 0)
-        rc = nl_err("%s: rename to %s failed: %s", tmp, fin, strerror(errno));
-    if (rc) {
-        /* nothing durable changed: drop the partial temp file, keep the error message */
-        io->unlink(io->ctx, tmp);
-        return -1;
-    }
-    if (io->fsync_dir(io->ctx, dir) != 0)
-        return nl_err("%s: fsync of the directory after writing %s failed: %s", dir, fin,
-                      strerror(errno));
+    commit_body body = {ck, hdr, total};
+    int rc = nl_io_write_atomic(io, fin, tmp, write_commit, &body);
+    if (rc) return rc; /* -1: nothing changed; NL_IO_NOT_DURABLE: in place, not synced */
 
     /* The new commit is durable; prune. Keep it and the newest older one. Failures here
      * leave an extra file behind, which the next commit retries; they are not errors. */
     uint64_t *steps;
-    long cnt = list_commits(dir, &steps);
+    long cnt = list_commits(dir, &steps, io);
     int kept_prev = 0;
     for (long i = 0; i < cnt; i++) {
         if (steps[i] == ck->step) continue;
@@ -262,18 +270,11 @@ static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
                     uint64_t n_expect, nl_ckpt *out, const nl_io *io) {
     memset(out, 0, sizeof *out);
     if (!host_is_le()) return nl_err("checkpoint: big-endian hosts are not supported");
-    int fd = io->open(io->ctx, path, O_RDONLY, 0);
-    if (fd < 0) {
-        nl_err("%s: cannot open: %s", path, strerror(errno));
-        return LOAD_CORRUPT;
-    }
-    int rc = LOAD_CORRUPT;
     uint64_t size;
+    int fd = nl_io_open_regular(io, path, &size); /* a FIFO there never blocks the resume */
+    if (fd < 0) return LOAD_CORRUPT;
+    int rc = LOAD_CORRUPT;
     uint8_t hdr[HDR];
-    if (io->size(io->ctx, fd, &size) != 0) {
-        nl_err("%s: cannot stat: %s", path, strerror(errno));
-        goto done;
-    }
     if (size < HDR + 8) {
         nl_err("%s: truncated: %llu bytes, a checkpoint has at least %d", path,
                (unsigned long long)size, HDR + 8);
@@ -423,7 +424,7 @@ int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_ha
     memset(out, 0, sizeof *out);
     if (warning && cap) warning[0] = 0;
     uint64_t *steps;
-    long cnt = list_commits(dir, &steps);
+    long cnt = list_commits(dir, &steps, io);
     if (cnt < 0) return -1;
     if (cnt == 0) return 1;
     char skipped[2048] = "";

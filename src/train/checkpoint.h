@@ -2,7 +2,8 @@
  *
  * A commit is one file DIR/commit-<step>.nlck (step in decimal, no leading zeros) holding
  * everything needed to continue bit-identically: the adapter parameters, AdamW's m and v,
- * the optimizer step, the data cursor and the RNG state. Commit protocol (SQLite's):
+ * the optimizer step, the data cursor and the RNG state. Commit protocol (SQLite's; sys/io's
+ * one atomic file write, nl_io_write_atomic, does 1-5):
  *   1. write DIR/ckpt.tmp            4. rename ckpt.tmp -> commit-<step>.nlck
  *   2. fsync it                      5. fsync DIR
  *   3. close it (errors checked)     6. only now remove older commits, keeping NL_CKPT_KEEP
@@ -62,8 +63,8 @@ typedef struct {
  * abandoned timeline, e.g. a corrupt commit that was skipped at resume) is removed too.
  * io: NULL = nl_io_posix(). Returns 0, or -1 with nl_err naming the file and the failed call.
  * If the final directory fsync fails the new file is complete and verified by its checksum
- * but maybe not durable: -1 is returned, the file is left in place and no older commit is
- * removed, so a later load finds either the new or the previous commit. */
+ * but maybe not durable: NL_IO_NOT_DURABLE (-2) is returned, the file is left in place and no
+ * older commit is removed, so a later load finds either the new or the previous commit. */
 int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io);
 
 /* Load the newest commit in DIR that verifies.

@@ -192,31 +192,9 @@ static int lock_dir(const char *dir, int *fd_out) {
 
 /* ---- files ------------------------------------------------------------------------------ */
 
-/* Write a whole file atomically: PATH.tmp, fsync, rename. */
-static int write_file_atomic(const char *path, const char *buf, size_t len) {
-    size_t pl = strlen(path);
-    char *tmp = nl_malloc(pl + 5);
-    if (!tmp) return -1;
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
-    int rc = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) rc = nl_err("%s: cannot create: %s", tmp, strerror(errno));
-    else {
-        if (len && fwrite(buf, 1, len, f) != len) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
-        if (!rc && fflush(f) != 0) rc = nl_err("%s: write failed: %s", tmp, strerror(errno));
-        if (!rc && fsync(fileno(f)) != 0) rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
-        if (fclose(f) != 0 && !rc) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
-        if (!rc && rename(tmp, path) != 0) rc = nl_err("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        if (rc) unlink(tmp);
-    }
-    free(tmp);
-    return rc;
-}
-
 /* An output written at the END of a long run (the adapter, the gradient dump) is checked
- * before the run starts: the writers create PATH.tmp and rename it onto PATH, so create and
- * remove that temp file now. `flag` names the option in the message. */
+ * before the run starts: the writers create PATH.tmp and rename it onto PATH (sys/io's atomic
+ * write), so create and remove that temp file now. `flag` names the option in the message. */
 static int probe_output(const char *flag, const char *path) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
@@ -226,15 +204,14 @@ static int probe_output(const char *flag, const char *path) {
     if (!tmp) return -1;
     memcpy(tmp, path, pl);
     memcpy(tmp + pl, ".tmp", 5);
-    FILE *f = fopen(tmp, "wb");
-    int rc = 0;
-    if (!f) rc = nl_err("--%s %s: cannot write there (creating %s failed: %s); nothing was trained", flag, path, tmp, strerror(errno));
-    else {
-        fclose(f);
-        unlink(tmp);
-    }
+    int rc = nl_io_probe_tmp(NULL, tmp);
     free(tmp);
-    return rc;
+    if (rc) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", nl_last_error());
+        return nl_err("--%s %s: cannot write there (%s); nothing was trained", flag, path, why);
+    }
+    return 0;
 }
 
 /* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
@@ -262,7 +239,7 @@ static int log_keep_steps(const char *path, int keep_step) {
         p = eol + 1;
     }
     nl_clear_error();
-    int rc = write_file_atomic(path, out, n);
+    int rc = nl_io_write_file(NULL, path, out, n);
     free(out);
     free(buf);
     return rc;
@@ -430,7 +407,7 @@ static int desc_write(const run_desc *d, const char *dir) {
     }
     if (!rc) rc = buf_raw(&buf, &n, &cap, "\n}\n");
     char *path = rc ? NULL : run_json_path(dir);
-    if (!rc) rc = path ? write_file_atomic(path, buf, n) : -1;
+    if (!rc) rc = path ? nl_io_write_file(NULL, path, buf, n) : -1;
     free(path);
     free(buf);
     return rc;
