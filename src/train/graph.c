@@ -8,6 +8,7 @@
 #include "nn/gdn.h"
 #include "nn/lora.h"
 #include "nn/nn.h"
+#include "nn/par.h"
 #include "train/budget.h"
 #include "util/util.h"
 
@@ -95,104 +96,8 @@ void nl_graph_free(nl_graph *g) {
 
 static float *falloc(nl_graph *g, size_t n) { return arena_alloc(g->ws, n * sizeof(float)); }
 
-/* ---- CPU nodes on the runtime's pool, split over outputs (rows, elements or kv heads) ----
- * Each thread gets a contiguous range and runs the same serial code on it, so every output
- * element is computed exactly as a single thread computes it. */
-enum { OP_NORM_F, OP_NORM_B, OP_ROPE_F, OP_ROPE_B, OP_SWIGLU_F, OP_SWIGLU_B, OP_GATE_F, OP_GATE_B, OP_ADD, OP_ADD2,
-       OP_ATTN_F, OP_ATTN_B, OP_XENT };
-
-typedef struct {
-    int op;
-    float *y, *y2;
-    const float *a, *b, *c, *w;
-    float *r;           /* rstd (norms) or lse (attention) */
-    const float *rc;    /* rstd in */
-    int n;              /* row length (norms), heads (rope), V (xent) */
-    float eps, scale;
-    const nl_rope *rope;
-    const int32_t *pos, *targets;
-    /* attention */
-    float *out, *lse, *dq, *dk, *dv;
-    const float *q, *k, *v, *o, *dout, *lse_in;
-    int T, S, Hq, Hkv, hd, bf16; /* bf16: nl_attention_*_range_bf16 */
-    double *row_loss;
-    float inv_n;
-    int want_grad;
-    int64_t len, grain;
-} op_job;
-
-static void op_range(op_job *j, int64_t i0, int64_t i1) {
-    const int64_t m = i1 - i0, n = j->n;
-    switch (j->op) {
-    case OP_NORM_F:
-        nl_rmsnorm_forward(j->y + i0 * n, j->r ? j->r + i0 : NULL, j->a + i0 * n, j->w, (int)m, (int)n, j->eps);
-        break;
-    case OP_NORM_B: nl_rmsnorm_backward(j->y + i0 * n, j->a + i0 * n, j->b + i0 * n, j->w, j->rc + i0, (int)m, (int)n); break;
-    case OP_ROPE_F: nl_rope_forward(j->rope, j->y + i0 * n * j->rope->head_dim, (int)m, (int)n, j->pos + i0); break;
-    case OP_ROPE_B: nl_rope_backward(j->rope, j->y + i0 * n * j->rope->head_dim, (int)m, (int)n, j->pos + i0); break;
-    case OP_SWIGLU_F: nl_swiglu_forward(j->y + i0, j->a + i0, j->b + i0, m); break;
-    case OP_SWIGLU_B: nl_swiglu_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, m); break;
-    case OP_GATE_F: nl_gate_forward(j->y + i0, j->a + i0, j->b + i0, m); break;
-    case OP_GATE_B: nl_gate_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, m); break;
-    case OP_ADD:
-        for (int64_t i = i0; i < i1; i++) j->y[i] += j->a[i];
-        break;
-    case OP_ADD2:
-        for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] + j->b[i];
-        break;
-    case OP_ATTN_F:
-        (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(j->out, j->lse, j->q, j->k, j->v, j->T, j->S,
-                                                                                 j->Hq, j->Hkv, j->hd, j->scale, (int)i0, (int)i1);
-        break;
-    case OP_ATTN_B:
-        (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(
-            j->dq, j->dk, j->dv, j->dout, j->o, j->lse_in, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->hd, j->scale, (int)i0, (int)i1);
-        break;
-    case OP_XENT:
-        for (int64_t t = i0; t < i1; t++)
-            j->row_loss[t] = nl_xent_chunk(j->y + t * n, j->targets + t, 1, (int)n, j->inv_n, j->want_grad);
-        break;
-    }
-}
-
-static void op_task(void *arg, int task, int n_tasks) {
-    op_job *j = arg;
-    const int64_t nb = (j->len + j->grain - 1) / j->grain;
-    const int64_t b0 = nb * task / n_tasks, b1 = nb * (task + 1) / n_tasks;
-    const int64_t i0 = b0 * j->grain, i1 = b1 * j->grain < j->len ? b1 * j->grain : j->len;
-    if (i0 < i1) op_range(j, i0, i1);
-}
-
-/* Run j over [0, len) in ranges that are multiples of `grain`; on the pool when the work
- * (len · cost units) is worth a hand-off. */
-static void par(nl_graph *g, op_job *j, int64_t len, int64_t grain, int64_t work) {
-    j->len = len;
-    j->grain = grain;
-    nl_proj_pool *p = g->rt->pool;
-    if (!p || work < 32768 || len <= grain) {
-        op_range(j, 0, len);
-        return;
-    }
-    nl_proj_pool_run(p, nl_proj_pool_size(p), op_task, j);
-}
-
-static void p_norm_f(nl_graph *g, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
-    op_job j = {.op = OP_NORM_F, .y = y, .r = rstd, .a = x, .w = w, .n = n, .eps = eps};
-    par(g, &j, T, 1, (int64_t)T * n);
-}
-static void p_norm_b(nl_graph *g, float *dx, const float *dy, const float *x, const float *w, const float *rstd, int T, int n) {
-    op_job j = {.op = OP_NORM_B, .y = dx, .a = dy, .b = x, .w = w, .rc = rstd, .n = n};
-    par(g, &j, T, 1, (int64_t)T * n);
-}
-static void p_rope(nl_graph *g, int bwd, float *x, int T, int heads, const int32_t *pos) {
-    op_job j = {.op = bwd ? OP_ROPE_B : OP_ROPE_F, .y = x, .rope = &g->rt->rope, .n = heads, .pos = pos};
-    par(g, &j, T, 1, (int64_t)T * heads * g->rt->rope.head_dim);
-}
-static void p_elem(nl_graph *g, int op, float *y, float *y2, const float *a, const float *b, const float *c, int64_t n) {
-    op_job j = {.op = op, .y = y, .y2 = y2, .a = a, .b = b, .c = c};
-    par(g, &j, n, 64, n);
-}
-static void vadd_p(nl_graph *g, float *y, const float *x, size_t n) { p_elem(g, OP_ADD, y, NULL, x, NULL, NULL, (int64_t)n); }
+/* ---- CPU nodes on the runtime's pool (nn/par.h) ---- */
+#define POOL(g) ((g)->rt->pool)
 
 /* ---- one layer's saved intermediates, carved out of one block ---- */
 typedef struct {
@@ -423,7 +328,7 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
         if (nl_proj_wait(rt->svc)) rc = -1;
         t = toc(g, NL_GP_WAIT, t);
     }
-    if (rc == 0 && lo) vadd_p(g, out, lo, n);
+    if (rc == 0 && lo) nl_par_add(POOL(g), out, lo, n);
     arena_release(g->ws, mk);
     toc(g, NL_GP_ADD, t);
     return rc;
@@ -445,20 +350,6 @@ static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, c
     } while (0)
 
 /* ---- layer forward (saving into c) and backward ---- */
-
-static void attn_f(nl_graph *g, float *out, float *lse, const float *q, const float *k, const float *v, int T, int H, int Hkv, int hd) {
-    op_job j = {.op = OP_ATTN_F, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = T, .Hq = H, .Hkv = Hkv, .hd = hd,
-                .scale = 1.0f / sqrtf((float)hd), .bf16 = g->rt->attn_bf16};
-    par(g, &j, Hkv, 1, (int64_t)T * T * H * hd);
-}
-
-static void attn_b(nl_graph *g, float *dq, float *dk, float *dv, const float *dout, const layer_cache *c, int T, int H, int Hkv,
-                   int hd) {
-    op_job j = {.op = OP_ATTN_B, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .o = c->o, .lse_in = c->lse, .q = c->q, .k = c->k,
-                .v = c->v, .T = T, .Hq = H, .Hkv = Hkv, .hd = hd, .scale = 1.0f / sqrtf((float)hd),
-                .bf16 = g->rt->attn_bf16};
-    par(g, &j, Hkv, 1, (int64_t)T * T * H * hd);
-}
 
 static int mixer_attn_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, float *out) {
     const nl_model *m = g->rt->m;
@@ -482,13 +373,13 @@ static int mixer_attn_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     if (tproj_fwd(g, l, NL_P_K, L->p[NL_P_K], c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (tproj_fwd(g, l, NL_P_V, L->p[NL_P_V], c->hn, T, c->v, c->lu[NL_P_V])) return -1;
     if (L->q_norm) {
-        TIMED(g, NL_GP_NORM, p_norm_f(g, c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
-        TIMED(g, NL_GP_NORM, p_norm_f(g, c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
     }
-    TIMED(g, NL_GP_ROPE, p_rope(g, 0, c->q, T, H, pos));
-    TIMED(g, NL_GP_ROPE, p_rope(g, 0, c->k, T, Hkv, pos));
-    TIMED(g, NL_GP_ATTN_FWD, attn_f(g, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd));
-    if (gated) TIMED(g, NL_GP_ACT, p_elem(g, OP_GATE_F, c->og, NULL, c->o, c->gate, NULL, (int64_t)qn));
+    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 0, c->q, T, H, pos));
+    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 0, c->k, T, Hkv, pos));
+    TIMED(g, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(g), g->rt->attn_bf16, c->o, c->lse, c->q, c->k, c->v, T, T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    if (gated) TIMED(g, NL_GP_ACT, nl_par_gate_forward(POOL(g), c->og, c->o, c->gate, (int64_t)qn));
     return tproj_fwd(g, l, NL_P_O, L->p[NL_P_O], c->og, T, out, c->lu[NL_P_O]);
 }
 
@@ -509,15 +400,15 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     if (tproj_bwd(g, l, NL_P_O, L->p[NL_P_O], dout, c->og, c->lu[NL_P_O], T, dog)) goto done;
     const float *dattn = dog;
     if (gated) {
-        TIMED(g, NL_GP_ACT, p_elem(g, OP_GATE_B, d_o, dgate, c->o, c->gate, dog, (int64_t)qn));
+        TIMED(g, NL_GP_ACT, nl_par_gate_backward(POOL(g), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
         dattn = d_o;
     }
-    TIMED(g, NL_GP_ATTN_BWD, attn_b(g, dq, dk, dv, dattn, c, T, H, Hkv, hd));
-    TIMED(g, NL_GP_ROPE, p_rope(g, 1, dq, T, H, pos));
-    TIMED(g, NL_GP_ROPE, p_rope(g, 1, dk, T, Hkv, pos));
+    TIMED(g, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(g), g->rt->attn_bf16, dq, dk, dv, dattn, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 1, dq, T, H, pos));
+    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 1, dk, T, Hkv, pos));
     if (L->q_norm) {
-        TIMED(g, NL_GP_NORM, p_norm_b(g, dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
-        TIMED(g, NL_GP_NORM, p_norm_b(g, dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
+        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
     }
     const float *dqin = dq;
     if (gated) {
@@ -531,9 +422,9 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     float *dk_in = dhn ? tmp : NULL;
     if (tproj_bwd(g, l, NL_P_Q, L->p[NL_P_Q], dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, dk_in)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
+    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, (size_t)T * E));
     if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, dk_in)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, (size_t)T * E));
+    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, (size_t)T * E));
     rc = 0;
 done:
     arena_release(g->ws, mk);
@@ -581,11 +472,11 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     float *tin = dhn ? tmp : NULL;
     if (tproj_bwd(g, l, NL_P_QKV, L->p[NL_P_QKV], dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tin)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
     if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tin)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
     if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tin)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, t * E));
+    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
     rc = 0;
 done:
     arena_release(g->ws, mk);
@@ -598,21 +489,21 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    TIMED(g, NL_GP_NORM, p_norm_f(g, c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
+    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
     amark mk = arena_mark(g->ws);
     float *mo = falloc(g, n);
     if (!mo) return -1;
     int rc = L->recurrent ? mixer_gdn_fwd(g, l, T, c, mo) : mixer_attn_fwd(g, l, pos, T, c, mo);
     if (rc == 0) {
-        TIMED(g, NL_GP_ADD, p_elem(g, OP_ADD2, c->xmid, NULL, x_in, mo, NULL, (int64_t)n));
-        TIMED(g, NL_GP_NORM, p_norm_f(g, c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
+        TIMED(g, NL_GP_ADD, nl_par_add2(POOL(g), c->xmid, x_in, mo, (int64_t)n));
+        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
         rc = tproj_fwd(g, l, NL_P_GATE, L->p[NL_P_GATE], c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = tproj_fwd(g, l, NL_P_UP, L->p[NL_P_UP], c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            TIMED(g, NL_GP_ACT, p_elem(g, OP_SWIGLU_F, c->h, NULL, c->g, c->u, NULL, (int64_t)nf));
+            TIMED(g, NL_GP_ACT, nl_par_swiglu_forward(POOL(g), c->h, c->g, c->u, (int64_t)nf));
             rc = tproj_fwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], c->h, T, mo, c->lu[NL_P_DOWN]);
         }
-        if (rc == 0) TIMED(g, NL_GP_ADD, p_elem(g, OP_ADD2, x_out, NULL, c->xmid, mo, NULL, (int64_t)n));
+        if (rc == 0) TIMED(g, NL_GP_ADD, nl_par_add2(POOL(g), x_out, c->xmid, mo, (int64_t)n));
     }
     arena_release(g->ws, mk);
     return rc;
@@ -631,12 +522,12 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     int rc = -1;
     /* MLP: x_out = xmid + down(swiglu(gate(hn2), up(hn2))) */
     if (tproj_bwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], dx, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    TIMED(g, NL_GP_ACT, p_elem(g, OP_SWIGLU_B, dg, du, c->g, c->u, dh, (int64_t)nf));
+    TIMED(g, NL_GP_ACT, nl_par_swiglu_backward(POOL(g), dg, du, dh, c->g, c->u, (int64_t)nf));
     if (tproj_bwd(g, l, NL_P_GATE, L->p[NL_P_GATE], dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (tproj_bwd(g, l, NL_P_UP, L->p[NL_P_UP], du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, vadd_p(g, dhn, tmp, n));
-    TIMED(g, NL_GP_NORM, p_norm_b(g, dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
-    TIMED(g, NL_GP_ADD, vadd_p(g, dxmid, dx, n));
+    TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, n));
+    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
+    TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dxmid, dx, n));
     /* mixer: xmid = x_in + mixer(attn_norm(x_in)). Layer 0's x_in is the embedding rows:
      * nothing trainable lies below (frozen embeddings, no LoRA on them), so its input gradient
      * is not formed: no BWD requests for the mixer's input projections (their LoRA A/B
@@ -645,8 +536,8 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     float *dmix = want_dx ? dhn : NULL;
     rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dmix) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dmix);
     if (rc || !want_dx) goto done;
-    TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
-    TIMED(g, NL_GP_ADD, vadd_p(g, dx, dxmid, n));
+    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
+    TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dx, dxmid, n));
 done:
     arena_release(g->ws, mk);
     return rc;
@@ -682,9 +573,7 @@ static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *tar
         if (rc == 0) {
             /* rows in parallel; the chunk's sum in row order (the same bits as one thread) */
             double t1 = tic(g);
-            op_job j = {.op = OP_XENT, .y = z, .targets = targets + t0, .n = V, .row_loss = row_loss, .inv_n = inv_n,
-                        .want_grad = want_grad};
-            par(g, &j, nc, 1, (int64_t)nc * V);
+            nl_par_xent_rows(POOL(g), row_loss, z, targets + t0, nc, V, inv_n, want_grad);
             double cs = 0.0;
             for (int t = 0; t < nc; t++) cs += row_loss[t];
             *loss_sum += cs;
@@ -741,8 +630,7 @@ static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t 
         rc = tproj(g, NL_FWD, L, NL_P_OUTPUT, p, hc, NULL, r ? u : NULL, NULL, nc, z, toks);
         if (rc) break;
         t1 = tic(g);
-        op_job j = {.op = OP_XENT, .y = z, .targets = tc, .n = V, .row_loss = rlc, .inv_n = inv_n, .want_grad = want_grad};
-        par(g, &j, nc, 1, (int64_t)nc * V);
+        nl_par_xent_rows(POOL(g), rlc, z, tc, nc, V, inv_n, want_grad);
         for (int i = 0; i < nc; i++) rl[idx[i0 + i]] = rlc[i];
         toc(g, NL_GP_XENT, t1);
         if (!want_grad) continue;
@@ -775,12 +663,12 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     float *hn = falloc(g, 2 * n + (size_t)T);
     if (!hn) return -1;
     float *dhn = hn + n, *rstd = dhn + n;
-    TIMED(g, NL_GP_NORM, p_norm_f(g, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
+    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     memset(dhn, 0, n * sizeof(float));
     *loss_sum = 0.0;
     int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
                               : head_compact(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum);
-    if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, p_norm_b(g, dx, dhn, x, m->output_norm, rstd, T, E));
+    if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x, m->output_norm, rstd, T, E));
     arena_release(g->ws, mk);
     return rc;
 }
