@@ -28,6 +28,7 @@
 #include "eval/session.h"
 #include "model/quant.h"
 #include "train/trainer.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 static char tmpdir[256];
@@ -40,12 +41,7 @@ static const int32_t LABEL[N_LABEL] = {400, 401, 402, 403};
 
 /* splitmix64: the data generator's own stream, independent of the harness RNG. */
 static uint64_t rng_s;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(void) { return nl_splitmix64(&rng_s); }
 static int rng_int(int lo, int hi) { return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1)); } /* [lo, hi] */
 
 /* One context S f^a K f^b M (a in 0..3, b in 1..4); returns its length, *label the class. */

@@ -2,6 +2,7 @@
 #include "test.h"
 #include "util/cpu.h"
 #include "util/hash.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 /* 1 if the kernel's "flags" line of /proc/cpuinfo names every flag of the space-separated
@@ -93,8 +94,27 @@ static void test_hash(void) {
     CHECK(uniform);
 }
 
+/* splitmix64 (published reference values of the stream of seed 0), the counter RNG as the same
+ * stream (value c of key k = output c + 1 of the stream started at k), the FNV-1a variant */
+static void test_splitmix_fnv(void) {
+    uint64_t st = 0;
+    CHECK(nl_splitmix64(&st) == 0xE220A8397B1DCDAFULL && st == NL_RNG_GAMMA);
+    CHECK(nl_splitmix64(&st) == 0x6E789E6AA1B965F4ULL);
+    CHECK(nl_splitmix64(&st) == 0x06C45D188009454FULL);
+    const uint64_t key = 0x0123456789ABCDEFULL;
+    st = key;
+    int same = 1;
+    for (uint64_t c = 0; c < 100; c++) same &= nl_splitmix64(&st) == nl_rng_u64(key, c);
+    CHECK(same);
+    /* the basis is 1469598103934665603, not FNV's published 14695981039346656037 (see hash.h) */
+    CHECK(nl_fnv1a("", 0) == 1469598103934665603ULL);
+    CHECK(nl_fnv1a("a", 1) == 0x44BD8AD473CD9906ULL);
+    CHECK(nl_fnv1a("foobar", 6) == 0x88FAD7C0A8FF07F2ULL);
+}
+
 int main(void) {
     test_cpu();
+    test_splitmix_fnv();
     test_hash();
     CHECK(nl_err("x %d", 3) == -1);
     CHECK(strcmp(nl_last_error(), "x 3") == 0);

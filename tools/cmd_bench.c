@@ -19,6 +19,7 @@
 #include "nn/forward.h"
 #include "proj/kernels.h"
 #include "proj/proj.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 int nl_cmd_bench_step(int argc, char **argv) __attribute__((weak));
@@ -50,13 +51,6 @@ static int parse_tokens(const char *s, int *ts, int *n) {
         }
     }
     return *n ? 0 : -1;
-}
-
-static uint64_t mix(uint64_t *st) {
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* Best wall time of `reps` runs (after `warm` untimed ones); < 0 on error. */
@@ -186,7 +180,7 @@ static int cmd_bench_proj(int argc, char **argv) {
     if (!x || !y || !yr) goto done;
     uint64_t st = 0x62656E6368ull;
     for (size_t i = 0; i < (size_t)t_max * (size_t)max_io; i++)
-        x[i] = (float)((double)(mix(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+        x[i] = (float)((double)(nl_splitmix64(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 
     if (json) {
         printf("[");

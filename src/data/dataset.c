@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "data/json.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 /* ---- growable token list with target flags ---- */
@@ -870,14 +871,9 @@ int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx
     return 0;
 }
 
-/* Counter-based hash (splitmix64 finaliser), so position k of epoch e never depends on how
- * many numbers were drawn before: any cursor can be resumed directly. */
-static uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
+/* Counter-based hash (the splitmix64 step: add γ, then mix), so position k of epoch e never
+ * depends on how many numbers were drawn before: any cursor can be resumed directly. */
+static uint64_t mix64(uint64_t x) { return nl_rng_mix64(x + NL_RNG_GAMMA); }
 
 void nl_data_order(int n, uint64_t seed, int64_t epoch, bool shuffle, int *perm) {
     for (int k = 0; k < n; k++) perm[k] = k;

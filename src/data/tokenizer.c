@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "data/unicode.h"
+#include "util/hash.h"
 #include "util/util.h"
 
 /* token attributes (bit set, as llama.cpp keeps them) */
@@ -116,16 +117,11 @@ struct nl_tokenizer {
     char *chat_template;
 };
 
-/* ---- hashing ---- */
-static uint64_t fnv1a(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) { h ^= (uint8_t)s[i]; h *= 1099511628211ULL; }
-    return h;
-}
+/* ---- hashing (nl_fnv1a, util/hash.h) ---- */
 
 static int32_t vocab_find(const nl_tokenizer *t, const char *s, size_t n) {
     if (!t->hslot) return -1;
-    uint32_t i = (uint32_t)fnv1a(s, n) & t->hmask;
+    uint32_t i = (uint32_t)nl_fnv1a(s, n) & t->hmask;
     for (;;) {
         int32_t id = t->hslot[i];
         if (id < 0) return -1;
@@ -849,7 +845,7 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
         t->attr[i] = ty == 1 ? A_NORMAL : ty == 2 ? A_UNKNOWN : ty == 3 ? A_CONTROL : ty == 4 ? A_USER
                    : ty == 5 ? A_UNUSED : ty == 6 ? A_BYTE : 0;
         if (len == 0) continue; /* an empty token can never be matched */
-        uint32_t h = (uint32_t)fnv1a(s, len) & t->hmask;
+        uint32_t h = (uint32_t)nl_fnv1a(s, len) & t->hmask;
         while (t->hslot[h] >= 0) {
             int32_t o = t->hslot[h];
             if (t->text_len[o] == len && !memcmp(t->text[o], s, len)) {

@@ -7,6 +7,7 @@
 
 #include "data/tokenizer.h"
 #include "model/quant.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 int nl_session_open(nl_session *s, const char *model_path, const char *adapter_path, const nl_proj_config *cfg) {
@@ -90,13 +91,9 @@ int32_t nl_sample(const float *logits, int V, float temp, float top_p, double u)
     return id;
 }
 
-/* splitmix64 -> [0,1): the sampler's stream, keyed by (seed, step). */
+/* [0,1) with 53 bits: the sampler's stream, value `step` of the counter RNG keyed by the seed. */
 static double sample_uniform(uint64_t seed, uint64_t step) {
-    uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (step + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    return (double)(nl_rng_u64(seed, step) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sample_params *p,

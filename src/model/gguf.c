@@ -20,6 +20,7 @@
 
 #include "model/quant.h"
 #include "sys/io.h"
+#include "util/hash.h"
 #include "util/util.h"
 
 /* ggml type layouts come from the one traits table (model/quant.c). */
@@ -83,12 +84,6 @@ typedef struct {
     uint64_t cap;  /* power of two */
 } name_set;
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
-}
-
 static int set_init(name_set *s, int64_t n) {
     uint64_t cap = 16;
     while (cap < (uint64_t)n * 2) cap *= 2;
@@ -102,7 +97,7 @@ static int set_init(name_set *s, int64_t n) {
 static int64_t set_find(const name_set *s, char *const *names, const char *name, size_t len, int64_t insert_idx,
                         size_t stride) {
     if (!s->slot) return -1;
-    uint64_t h = hash_bytes(name, len) & (s->cap - 1);
+    uint64_t h = nl_fnv1a(name, len) & (s->cap - 1);
     for (;;) {
         int64_t v = s->slot[h];
         if (v == 0) {

@@ -18,24 +18,17 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/quant.h"
+#include "util/hash.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 /* ------------------------------------------------------------------------------------------
  * RNG: splitmix64 seeds a xorshift64* stream; Box-Muller gives normals. */
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 typedef struct { uint64_t s; int has_spare; float spare; } rng_t;
 
 static void rng_seed(rng_t *r, uint64_t seed, const char *name) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
-    uint64_t s = seed ^ h;
-    r->s = splitmix64(&s) | 1; /* xorshift state must be non-zero */
+    uint64_t s = seed ^ nl_fnv1a(name, strlen(name));
+    r->s = nl_splitmix64(&s) | 1; /* xorshift state must be non-zero */
     r->has_spare = 0;
 }
 

@@ -41,6 +41,7 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "proj/proj_impl.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 static const int default_buckets[] = {16, 64, 256};
@@ -66,14 +67,6 @@ static double type_bound(int type) {
     case NL_TYPE_Q4_K: return 1e-1;
     default: return 1e-1; /* any other block type host or ref decodes */
     }
-}
-
-/* splitmix64: deterministic, independent of libc. */
-static uint64_t mix(uint64_t *st) {
-    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static int cmp_int(const void *a, const void *b) {
@@ -230,7 +223,7 @@ static int dir_setup(dir_ref *r, dir_buf *bf, int64_t n_in, int64_t n_out, int t
     r->yref = bf->yref;
     uint64_t st = seed;
     for (size_t k = 0; k < (size_t)tmax * (size_t)n_in; k++)
-        r->x[k] = (float)((double)(mix(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+        r->x[k] = (float)((double)(nl_splitmix64(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
     r->cols = NULL;
     r->sign = NULL;
     r->col_slot = NULL;
@@ -243,9 +236,9 @@ static int dir_setup(dir_ref *r, dir_buf *bf, int64_t n_in, int64_t n_out, int t
     st = seed ^ 0x5AD1E5C0111Dull;
     for (int s = 0; s < PLAN_S; s++) {
         const int64_t lo = n_out * s / PLAN_S, hi = n_out * (s + 1) / PLAN_S; /* n_out > PLAN_S: non-empty */
-        r->cols[s] = (int)(s == PLAN_S - 1 ? hi - 1 : lo + (int64_t)(mix(&st) % (uint64_t)(hi - lo)));
+        r->cols[s] = (int)(s == PLAN_S - 1 ? hi - 1 : lo + (int64_t)(nl_splitmix64(&st) % (uint64_t)(hi - lo)));
     }
-    for (int64_t c = 0; c < n_out; c++) r->sign[c] = (mix(&st) >> 63) ? 1.0f : -1.0f;
+    for (int64_t c = 0; c < n_out; c++) r->sign[c] = (nl_splitmix64(&st) >> 63) ? 1.0f : -1.0f;
     if (fwd) {
         if (grow((void **)&bf->col_slot, &bf->col_slot_n, (size_t)n_out, sizeof(int))) return -1;
         r->col_slot = bf->col_slot;

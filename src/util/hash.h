@@ -33,4 +33,15 @@ uint64_t nl_hasher_final(const nl_hasher *h);
  * time stamps. Returns 0 and *out, or -1 with nl_err naming the file. */
 int nl_file_hash64(const char *path, uint64_t *out);
 
+/* FNV-1a of n bytes: the short-key hash of the library's hash tables (tensor and KV names,
+ * vocabulary strings) and of mkmodel's per-tensor seeds; fast for a few bytes, not for bulk data
+ * (nl_hash64 is). The offset basis is 1469598103934665603, one digit short of FNV's published
+ * 14695981039346656037, as every copy had it: kept, since mkmodel's weights follow from it. */
+static inline uint64_t nl_fnv1a(const void *data, size_t n) {
+    const uint8_t *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 #endif

@@ -26,6 +26,14 @@ static inline uint64_t nl_rng_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+/* The sequential splitmix64 stream (Steele, Lea, Flood 2014): advance *state by γ and return
+ * the mixed value — for the few places that draw from a seeded stream rather than from a
+ * (key, counter) pair. */
+static inline uint64_t nl_splitmix64(uint64_t *state) {
+    *state += NL_RNG_GAMMA;
+    return nl_rng_mix64(*state);
+}
+
 /* Start a key from a seed; then add tuple words in a fixed order. Different tuples (and the
  * same words in a different order) give unrelated keys. */
 static inline uint64_t nl_rng_key(uint64_t seed) { return nl_rng_mix64(seed ^ 0x6A09E667F3BCC909ULL); }
