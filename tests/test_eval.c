@@ -94,10 +94,10 @@ static int same_ids(const int32_t *a, const int32_t *b, int n) { return n >= 0 &
 
 typedef struct { double loss_sum; int64_t n_targets; int n_items, n_correct, n_examples; } direct_t;
 
-/* `nightlora eval` on `data`: its exit status and output (stdout + stderr). */
-static int run_cli(const char *model, const char *data, char *out, size_t cap) {
+/* `nightlora eval` on `data` (with `extra` flags): its exit status and output (stdout + stderr). */
+static int run_cli_with(const char *model, const char *data, const char *extra, char *out, size_t cap) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' eval --backend ref --threads 1 --model '%s' --data '%s' 2>&1", NL_CLI, model, data);
+    snprintf(cmd, sizeof cmd, "'%s' eval --backend ref --threads 1 %s --model '%s' --data '%s' 2>&1", NL_CLI, extra, model, data);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t n = fread(out, 1, cap - 1, p);
@@ -105,6 +105,8 @@ static int run_cli(const char *model, const char *data, char *out, size_t cap) {
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+static int run_cli(const char *model, const char *data, char *out, size_t cap) { return run_cli_with(model, data, "", out, cap); }
 
 static void test_arch(nl_arch arch) {
     const char *name = nl_arch_name(arch);
@@ -251,6 +253,71 @@ static void test_cli_errors(const char *model) {
     }
 }
 
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* Examples cut to the context: those with targets left are scored on them (and counted as
+ * truncated), those with none left are reported as dropped, by line; when every example is
+ * dropped there is no loss to report and eval fails (it printed loss 0, ppl 1, exit 0). */
+static void test_context_cut(const char *model) {
+    static const char mixed[] =
+        "{\"tokens\": [1, 2, 3, 4, 5, 6], \"loss_mask\": [0, 0, 0, 0, 1, 1]}\n" /* targets past 4: dropped */
+        "{\"tokens\": [1, 2, 3]}\n"                                            /* whole: 2 targets */
+        "{\"tokens\": [1, 2, 3, 4, 5, 6]}\n"                                   /* cut to 4: 3 of its 5 */
+        "{\"tokens\": [7, 8, 9, 10, 11], \"loss_mask\": [0, 0, 0, 0, 1]}\n";  /* dropped */
+    static const char kept[] = "{\"tokens\": [1, 2, 3]}\n{\"tokens\": [1, 2, 3, 4]}\n";
+    static const char none[] =
+        "{\"tokens\": [1, 2, 3, 4, 5, 6], \"loss_mask\": [0, 0, 0, 0, 1, 1]}\n"
+        "{\"tokens\": [7, 8, 9, 10, 11], \"loss_mask\": [0, 0, 0, 0, 1]}\n";
+    nl_session s;
+    if (nl_session_open(&s, model, NULL, NULL)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
+    nl_dataset a, b, c;
+    CHECK(nl_dataset_load_buffer(mixed, strlen(mixed), "mixed", s.m->tok, &dopt, &a) == 0);
+    CHECK(nl_dataset_load_buffer(kept, strlen(kept), "kept", s.m->tok, &dopt, &b) == 0);
+    CHECK(nl_dataset_load_buffer(none, strlen(none), "none", s.m->tok, &dopt, &c) == 0);
+    nl_eval_result ra, rb, rc;
+    CHECK(nl_eval_dataset(&s.rt, &a, 4, &ra) == 0);
+    CHECK(nl_eval_dataset(&s.rt, &b, 4, &rb) == 0);
+    CHECK(ra.n_examples == 4 && ra.n_targets == 5 && ra.n_truncated == 1 && ra.n_dropped == 2);
+    CHECK(ra.dropped_line[0] == 1 && ra.dropped_line[1] == 4);
+    /* the loss is that of what is left: the same as the file of the kept parts */
+    CHECK(rb.n_targets == 5 && rb.n_truncated == 0 && rb.n_dropped == 0);
+    CHECKF(ra.loss_sum == rb.loss_sum, "%.17g vs %.17g", ra.loss_sum, rb.loss_sum);
+    char cut[256];
+    nl_eval_format_cut(&ra, cut, sizeof cut);
+    CHECKF(!strcmp(cut, ", 1 truncated to 4 tokens, 2 dropped with no target within the context (lines 1, 4)"), "%s", cut);
+    nl_eval_format_cut(&rb, cut, sizeof cut);
+    CHECK(cut[0] == 0);
+    CHECK(nl_eval_dataset(&s.rt, &c, 4, &rc) != 0);
+    CHECKF(strstr(nl_last_error(), "none: no example has a target token within the context of 4: all 2 dropped (lines 1, 2)") != NULL,
+           "%s", nl_last_error());
+    /* more dropped lines than are listed: the list ends with "..." */
+    nl_eval_result rd = {.ctx = 8, .n_dropped = 10, .dropped_line = {1, 2, 3, 4, 5, 6, 7, 8}};
+    nl_eval_format_cut(&rd, cut, sizeof cut);
+    CHECKF(!strcmp(cut, ", 10 dropped with no target within the context (lines 1, 2, 3, 4, 5, 6, 7, 8, ...)"), "%s", cut);
+    nl_dataset_free(&a);
+    nl_dataset_free(&b);
+    nl_dataset_free(&c);
+    nl_session_close(&s);
+
+    /* through the CLI: the report line, and the refusal */
+    char path[512], out[4096];
+    snprintf(path, sizeof path, "%s/cut.jsonl", tmpdir);
+    write_file(path, mixed);
+    int st = run_cli_with(model, path, "--ctx 4", out, sizeof out);
+    CHECKF(st == 0 && strstr(out, ": 4 examples, 5 target tokens, loss ") &&
+           strstr(out, ", 1 truncated to 4 tokens, 2 dropped with no target within the context (lines 1, 4)\n"),
+           "exit %d: %s", st, out);
+    snprintf(path, sizeof path, "%s/none.jsonl", tmpdir);
+    write_file(path, none);
+    st = run_cli_with(model, path, "--ctx 4", out, sizeof out);
+    CHECKF(st == 1 && strstr(out, "none.jsonl: no example has a target token within the context of 4") && !strstr(out, "loss"),
+           "exit %d: %s", st, out);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_eval_%d", (int)getpid());
     char cmd[300];
@@ -262,6 +329,7 @@ int main(void) {
     char model[512];
     snprintf(model, sizeof model, "%s/qwen3.gguf", tmpdir);
     test_cli_errors(model);
+    test_context_cut(model);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) return 1;
     return nl_t_done();

@@ -203,7 +203,9 @@ void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
     printf("%s: %d examples, %lld target tokens, loss %.4f, ppl %.3f", label, r->n_examples,
            (long long)r->n_targets, loss, exp(loss));
     if (r->n_items) printf(", accuracy %.1f%% (%d/%d)", 100.0 * r->n_correct / r->n_items, r->n_correct, r->n_items);
-    printf("\n");
+    char cut[256];
+    nl_eval_format_cut(r, cut, sizeof cut);
+    printf("%s\n", cut);
 }
 
 int nl_cmd_eval(int argc, char **argv) {

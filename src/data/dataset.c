@@ -823,6 +823,13 @@ void nl_packing_free(nl_packing *p) {
     memset(p, 0, sizeof *p);
 }
 
+int nl_example_targets_within(const nl_example *ex, int max_ctx) {
+    if (ex->n_tokens <= max_ctx) return ex->n_targets;
+    int nt = 0;
+    for (int i = 0; i < max_ctx; i++) nt += ex->target[i];
+    return nt;
+}
+
 int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx, nl_overlong policy,
             nl_packing *out) {
     memset(out, 0, sizeof *out);
@@ -842,8 +849,7 @@ int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx
                               "(shorten it, raise the context or truncate)", ds->path, ex->line, n, max_ctx);
             }
             n = max_ctx;
-            nt = 0;
-            for (int i = 0; i < n; i++) nt += ex->target[i];
+            nt = nl_example_targets_within(ex, max_ctx);
             if (nt == 0) {
                 out->n_dropped++;
                 continue;

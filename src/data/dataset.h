@@ -105,6 +105,10 @@ typedef struct {
     int answer;            /* index of the correct choice; -1 when n_choices == 0 */
 } nl_example;
 
+/* The example's targets among its first max_ctx tokens (what is left of it when it is cut to
+ * the context: 0 means nothing of it can be trained on or scored). */
+int nl_example_targets_within(const nl_example *ex, int max_ctx);
+
 typedef struct {
     char *path;            /* label used in errors (owned) */
     nl_example *ex;        /* n examples in file order (owned) */

@@ -1,6 +1,7 @@
 /* Evaluation; see eval.h. */
 #include "eval/eval.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,17 +81,37 @@ done:
     return rc;
 }
 
+/* "line 3" / "lines 3, 7, 9, ..." for the dropped examples. */
+static void format_lines(const nl_eval_result *r, char *buf, size_t cap) {
+    const int shown = r->n_dropped < 8 ? r->n_dropped : 8;
+    size_t k = (size_t)snprintf(buf, cap, "line%s", shown > 1 ? "s" : "");
+    for (int i = 0; i < shown && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s %d", i ? "," : "", r->dropped_line[i]);
+    if (r->n_dropped > shown && k < cap) snprintf(buf + k, cap - k, ", ...");
+}
+
 int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_result *r) {
     memset(r, 0, sizeof *r);
+    r->ctx = max_ctx;
     for (int i = 0; i < ds->n; i++) {
         const nl_example *ex = &ds->ex[i];
         int n = ex->n_tokens < max_ctx ? ex->n_tokens : max_ctx;
-        double s;
-        int64_t c;
-        if (seq_nll(rt, ex->ids, ex->target, n, &s, &c)) return nl_err_prefix("%s:%d", ds->path, ex->line);
-        r->loss_sum += s;
-        r->n_targets += c;
         r->n_examples++;
+        if (n < ex->n_tokens) {
+            if (nl_example_targets_within(ex, max_ctx) == 0) {
+                if (r->n_dropped < (int)(sizeof r->dropped_line / sizeof *r->dropped_line)) r->dropped_line[r->n_dropped] = ex->line;
+                r->n_dropped++;
+                n = 0;
+            } else {
+                r->n_truncated++;
+            }
+        }
+        if (n > 0) {
+            double s;
+            int64_t c;
+            if (seq_nll(rt, ex->ids, ex->target, n, &s, &c)) return nl_err_prefix("%s:%d", ds->path, ex->line);
+            r->loss_sum += s;
+            r->n_targets += c;
+        }
         if (ex->n_choices == 0) continue;
         /* score each choice after the shared prompt */
         int max_len = 0;
@@ -112,5 +133,21 @@ int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_r
         r->n_items++;
         r->n_correct += best == ex->answer;
     }
+    if (r->n_targets == 0) {
+        char lines[128];
+        format_lines(r, lines, sizeof lines);
+        return nl_err("%s: no example has a target token within the context of %d: all %d dropped (%s); raise --ctx or shorten "
+                      "what comes before the targets", ds->path, max_ctx, r->n_examples, lines);
+    }
     return 0;
+}
+
+void nl_eval_format_cut(const nl_eval_result *r, char *buf, size_t cap) {
+    char lines[128];
+    format_lines(r, lines, sizeof lines);
+    int k = 0;
+    buf[0] = 0;
+    if (r->n_truncated) k = snprintf(buf, cap, ", %d truncated to %d tokens", r->n_truncated, r->ctx);
+    if (r->n_dropped && k >= 0 && (size_t)k < cap)
+        snprintf(buf + k, cap - (size_t)k, ", %d dropped with no target within the context (%s)", r->n_dropped, lines);
 }
