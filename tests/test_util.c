@@ -2,6 +2,7 @@
 #include "test.h"
 #include "util/cpu.h"
 #include "util/hash.h"
+#include "util/arena.h"
 #include "util/rng.h"
 #include "util/util.h"
 
@@ -112,9 +113,34 @@ static void test_splitmix_fnv(void) {
     CHECK(nl_fnv1a("foobar", 6) == 0x88FAD7C0A8FF07F2ULL);
 }
 
+/* The arena: sizes rounded up to 64 bytes (malloc's alignment at least), LIFO release to a mark reuses the same bytes (also across a
+ * block boundary), an allocation larger than a block gets its own block, free empties it. */
+static void test_arena(void) {
+    nl_arena a = {0};
+    char *p0 = nl_arena_alloc(&a, 10);
+    CHECK(p0 && ((uintptr_t)p0 & 15) == 0);
+    nl_arena_mark m = nl_arena_top(&a);
+    char *p1 = nl_arena_alloc(&a, 1000), *p2 = nl_arena_alloc(&a, 1);
+    CHECK(p1 == p0 + 64 && p2 == p1 + 1024);
+    nl_arena_release(&a, m);
+    CHECK(nl_arena_alloc(&a, 5) == p1);
+    /* a block's worth more: a second block; release to m and the first block's top is back */
+    char *big = nl_arena_alloc(&a, (size_t)300 << 20);
+    CHECK(big != NULL && (big < p0 || big > p0 + ((size_t)256 << 20)));
+    big[((size_t)300 << 20) - 1] = 1;
+    nl_arena_release(&a, m);
+    CHECK(nl_arena_alloc(&a, 64) == p1);
+    CHECK(nl_arena_alloc(&a, (size_t)299 << 20) == big); /* the emptied block is reused */
+    nl_arena_free(&a);
+    CHECK(a.first == NULL && a.cur == NULL);
+    CHECK(nl_arena_alloc(&a, 1) != NULL);
+    nl_arena_free(&a);
+}
+
 int main(void) {
     test_cpu();
     test_splitmix_fnv();
+    test_arena();
     test_hash();
     CHECK(nl_err("x %d", 3) == -1);
     CHECK(strcmp(nl_last_error(), "x 3") == 0);

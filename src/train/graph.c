@@ -10,91 +10,27 @@
 #include "nn/nn.h"
 #include "nn/par.h"
 #include "train/budget.h"
+#include "util/arena.h"
 #include "util/util.h"
 
-/* ---- scratch arena ----
- * Every buffer of a call (layer inputs, layer caches, temporaries, head logits) comes from one
- * stack of big blocks: allocation bumps, release rewinds to a mark. The call's buffers are
- * strictly nested (a layer's temporaries on top of its cache; kept caches released in reverse
- * layer order by the backward), so this is exact LIFO and the peak equals the old malloc peak.
- * With g->keep_scratch the blocks survive the call (no page faults and no zeroing of fresh
- * pages on the next step); nl_graph_free releases them. */
-typedef struct ablk {
-    struct ablk *next;
-    size_t cap, used;
-    char pad[40]; /* data starts 64 bytes in */
-} ablk;
-typedef struct {
-    ablk *first, *cur;
-} arena;
-typedef struct {
-    ablk *b;
-    size_t used;
-} amark;
-
-#define ARENA_BLOCK ((size_t)256 << 20) /* virtual; pages become resident only when touched */
-
-static arena *ws_of(nl_graph *g) {
-    if (!g->ws) g->ws = nl_calloc(1, sizeof(arena));
+/* ---- scratch: one arena a call (util/arena.h) ----
+ * Every buffer of a call (layer inputs, layer caches, temporaries, head logits) comes from it;
+ * they are strictly nested (a layer's temporaries on top of its cache; kept caches released in
+ * reverse layer order by the backward). With g->keep_scratch the blocks survive the call (no
+ * page faults and no zeroing of fresh pages on the next step); nl_graph_free releases them. */
+static nl_arena *ws_of(nl_graph *g) {
+    if (!g->ws) g->ws = nl_calloc(1, sizeof(nl_arena));
     return g->ws;
-}
-
-static void *arena_alloc(arena *a, size_t bytes) {
-    bytes = (bytes + 63) & ~(size_t)63;
-    if (bytes == 0) bytes = 64;
-    ablk *b = a->cur;
-    if (b && b->cap - b->used >= bytes) {
-        void *p = (char *)(b + 1) + b->used;
-        b->used += bytes;
-        return p;
-    }
-    /* the blocks after cur are empty: take the first that fits, else append one */
-    ablk *prev = b;
-    for (ablk *n = b ? b->next : a->first; n; prev = n, n = n->next)
-        if (n->cap >= bytes) {
-            n->used = bytes;
-            a->cur = n;
-            return n + 1;
-        }
-    size_t cap = bytes > ARENA_BLOCK ? bytes : ARENA_BLOCK;
-    ablk *nb = malloc(sizeof(ablk) + cap);
-    if (!nb) {
-        nl_err("graph: out of memory (%zu bytes of scratch)", cap);
-        return NULL;
-    }
-    nb->next = NULL;
-    nb->cap = cap;
-    nb->used = bytes;
-    if (prev) prev->next = nb;
-    else a->first = nb;
-    a->cur = nb;
-    return nb + 1;
-}
-
-static amark arena_mark(const arena *a) { return (amark){a->cur, a->cur ? a->cur->used : 0}; }
-
-static void arena_release(arena *a, amark m) {
-    for (ablk *b = m.b ? m.b->next : a->first; b; b = b->next) b->used = 0;
-    if (m.b) m.b->used = m.used;
-    a->cur = m.b;
-}
-
-static void arena_free(arena *a) {
-    for (ablk *b = a->first, *n; b; b = n) {
-        n = b->next;
-        free(b);
-    }
-    a->first = a->cur = NULL;
 }
 
 void nl_graph_free(nl_graph *g) {
     if (!g->ws) return;
-    arena_free(g->ws);
+    nl_arena_free(g->ws);
     free(g->ws);
     g->ws = NULL;
 }
 
-static float *falloc(nl_graph *g, size_t n) { return arena_alloc(g->ws, n * sizeof(float)); }
+static float *falloc(nl_graph *g, size_t n) { return nl_arena_floats(g->ws, n); }
 
 /* ---- CPU nodes on the runtime's pool (nn/par.h) ---- */
 #define POOL(g) ((g)->rt->pool)
@@ -184,7 +120,7 @@ static int cache_alloc(nl_graph *g, int l, int T, layer_cache *c) {
     memset(c, 0, sizeof *c);
     cache_layout(g, l, T, c);
     uint64_t bytes = c->bytes;
-    c->base = arena_alloc(g->ws, bytes);
+    c->base = nl_arena_alloc(g->ws, bytes);
     if (!c->base) return -1;
     cache_layout(g, l, T, c);
     if (g->rt->m->layers[l].recurrent) {
@@ -304,7 +240,7 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
         rc = nl_proj_wait(rt->svc);
         t = toc(g, NL_GP_WAIT, t);
     }
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *lo = NULL;
     size_t n = 0;
     if (e >= 0 && rc == 0) {
@@ -329,7 +265,7 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
         t = toc(g, NL_GP_WAIT, t);
     }
     if (rc == 0 && lo) nl_par_add(POOL(g), out, lo, n);
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     toc(g, NL_GP_ADD, t);
     return rc;
 }
@@ -360,15 +296,15 @@ static int mixer_attn_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     int gated = m->arch == NL_ARCH_QWEN35;
     float *qdst = L->q_norm ? c->qraw : c->q, *kdst = L->q_norm ? c->kraw : c->k;
     if (gated) {
-        amark mk = arena_mark(g->ws);
+        nl_arena_mark mk = nl_arena_top(g->ws);
         float *qg = falloc(g, 2 * qn);
         if (!qg) return -1;
-        if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qg, c->lu[NL_P_Q])) { arena_release(g->ws, mk); return -1; }
+        if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qg, c->lu[NL_P_Q])) { nl_arena_release(g->ws, mk); return -1; }
         TIMED(g, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
             memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
             memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
         });
-        arena_release(g->ws, mk);
+        nl_arena_release(g->ws, mk);
     } else if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
     if (tproj_fwd(g, l, NL_P_K, L->p[NL_P_K], c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (tproj_fwd(g, l, NL_P_V, L->p[NL_P_V], c->hn, T, c->v, c->lu[NL_P_V])) return -1;
@@ -390,7 +326,7 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, E = hp->n_embd;
     size_t qn = (size_t)T * H * hd, kvn = (size_t)T * Hkv * hd;
     int gated = m->arch == NL_ARCH_QWEN35;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     /* dog, do, dgate, dq, dk, dv, dqraw(2qn when gated), tmp [T][E] */
     float *buf = falloc(g, 4 * qn + 2 * kvn + 2 * qn + (size_t)T * E);
     if (!buf) return -1;
@@ -427,7 +363,7 @@ static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_c
     if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, (size_t)T * E));
     rc = 0;
 done:
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -439,7 +375,7 @@ static int mixer_gdn_fwd(nl_graph *g, int l, int T, layer_cache *c, float *out) 
     const nl_layer *L = &g->rt->m->layers[l];
     const nl_gdn_shape *s = &g->rt->gdn;
     size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *buf = falloc(g, t * (cd + vd + 2 * (size_t)s->Hv));
     if (!buf) return -1;
     float *mixed = buf, *z = mixed + t * cd, *b = z + t * vd, *a = b + t * s->Hv;
@@ -452,7 +388,7 @@ static int mixer_gdn_fwd(nl_graph *g, int l, int T, layer_cache *c, float *out) 
     if (nl_gdn_forward_train(s, &w, c->y, mixed, z, b, a, T, c->gc)) goto done;
     rc = tproj_fwd(g, l, NL_P_OUT, L->p[NL_P_OUT], c->y, T, out, c->lu[NL_P_OUT]);
 done:
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -460,7 +396,7 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     const nl_layer *L = &g->rt->m->layers[l];
     const nl_gdn_shape *s = &g->rt->gdn;
     size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T, E = g->rt->m->hp.n_embd;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *buf = falloc(g, t * (vd + cd + vd + 2 * (size_t)s->Hv + E));
     if (!buf) return -1;
     float *dy = buf, *dmixed = dy + t * vd, *dz = dmixed + t * cd, *db = dz + t * vd, *da = db + t * s->Hv, *tmp = da + t * s->Hv;
@@ -479,7 +415,7 @@ static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float 
     if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
     rc = 0;
 done:
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -490,7 +426,7 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     const nl_layer *L = &m->layers[l];
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
     TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *mo = falloc(g, n);
     if (!mo) return -1;
     int rc = L->recurrent ? mixer_gdn_fwd(g, l, T, c, mo) : mixer_attn_fwd(g, l, pos, T, c, mo);
@@ -505,7 +441,7 @@ static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
         }
         if (rc == 0) TIMED(g, NL_GP_ADD, nl_par_add2(POOL(g), x_out, c->xmid, mo, (int64_t)n));
     }
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -515,7 +451,7 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *buf = falloc(g, 3 * nf + 3 * n);
     if (!buf) return -1;
     float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n;
@@ -539,7 +475,7 @@ static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache 
     TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
     TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dx, dxmid, n));
 done:
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -557,10 +493,10 @@ static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *tar
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
     int p = m->p_output, r = lora_rank(g, p);
     int C = T < HEAD_CHUNK ? T : HEAD_CHUNK;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1));
-    double *row_loss = arena_alloc(g->ws, (size_t)C * sizeof(double));
-    if (!z || !row_loss) { arena_release(g->ws, mk); return -1; }
+    double *row_loss = nl_arena_alloc(g->ws, (size_t)C * sizeof(double));
+    if (!z || !row_loss) { nl_arena_release(g->ws, mk); return -1; }
     float *u = z + (size_t)C * V;
     int rc = 0;
     for (int t0 = 0; t0 < T && rc == 0; t0 += C) {
@@ -582,7 +518,7 @@ static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *tar
         }
         g->tok_base = saved;
     }
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -603,12 +539,12 @@ static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t 
     for (int t = 0; t < T; t++) nt += targets[t] >= 0;
     if (nt == 0) return 0;
     int C = nt < HEAD_CHUNK ? nt : HEAD_CHUNK;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1) + 2 * (size_t)C * E);
-    double *rl = arena_alloc(g->ws, ((size_t)T + C) * sizeof(double));
-    int32_t *idx = arena_alloc(g->ws, ((size_t)nt + C) * sizeof(int32_t));
-    int64_t *toks = arena_alloc(g->ws, (size_t)C * sizeof(int64_t));
-    if (!z || !rl || !idx || !toks) { arena_release(g->ws, mk); return -1; }
+    double *rl = nl_arena_alloc(g->ws, ((size_t)T + C) * sizeof(double));
+    int32_t *idx = nl_arena_alloc(g->ws, ((size_t)nt + C) * sizeof(int32_t));
+    int64_t *toks = nl_arena_alloc(g->ws, (size_t)C * sizeof(int64_t));
+    if (!z || !rl || !idx || !toks) { nl_arena_release(g->ws, mk); return -1; }
     float *u = z + (size_t)C * V, *hc = u + (size_t)C * (r ? r : 1), *dhc = hc + (size_t)C * E;
     double *rlc = rl + T;
     int32_t *tc = idx + nt;
@@ -650,7 +586,7 @@ static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t 
         }
         if (any) *loss_sum += cs;
     }
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -659,7 +595,7 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd;
     size_t n = (size_t)T * E;
-    amark mk = arena_mark(g->ws);
+    nl_arena_mark mk = nl_arena_top(g->ws);
     float *hn = falloc(g, 2 * n + (size_t)T);
     if (!hn) return -1;
     float *dhn = hn + n, *rstd = dhn + n;
@@ -669,7 +605,7 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
                               : head_compact(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum);
     if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x, m->output_norm, rstd, T, E));
-    arena_release(g->ws, mk);
+    nl_arena_release(g->ws, mk);
     return rc;
 }
 
@@ -684,17 +620,17 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
         if (targets[t] >= m->hp.n_vocab)
             return nl_err("target %d at position %d is outside the vocabulary", targets[t], t);
     }
-    arena *a = ws_of(g);
+    nl_arena *a = ws_of(g);
     if (!a) return -1;
     double t_other = tic(g);
-    amark m0 = arena_mark(a);
+    nl_arena_mark m0 = nl_arena_top(a);
     /* xs[l] = input of layer l (always kept); xs[nL] = final hidden state; then dx. */
     float *xs = falloc(g, (size_t)(nL + 2) * n);
-    int32_t *pos = arena_alloc(a, (size_t)T * sizeof *pos);
-    unsigned char *keep = arena_alloc(a, (size_t)nL);
-    uint64_t *lb = arena_alloc(a, (size_t)nL * sizeof *lb);
-    amark *kmark = arena_alloc(a, (size_t)nL * sizeof *kmark);
-    layer_cache *caches = arena_alloc(a, (size_t)nL * sizeof *caches);
+    int32_t *pos = nl_arena_alloc(a, (size_t)T * sizeof *pos);
+    unsigned char *keep = nl_arena_alloc(a, (size_t)nL);
+    uint64_t *lb = nl_arena_alloc(a, (size_t)nL * sizeof *lb);
+    nl_arena_mark *kmark = nl_arena_alloc(a, (size_t)nL * sizeof *kmark);
+    layer_cache *caches = nl_arena_alloc(a, (size_t)nL * sizeof *caches);
     int rc = -1;
     if (!xs || !pos || !keep || !lb || !kmark || !caches) goto done;
     memset(caches, 0, (size_t)nL * sizeof *caches);
@@ -711,14 +647,14 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     g->peak_cache_bytes = plan.peak_bytes;
     toc(g, NL_GP_OTHER, t_other);
     for (int l = 0; l < nL; l++) {
-        kmark[l] = arena_mark(a);
+        kmark[l] = nl_arena_top(a);
         if (cache_alloc(g, l, T, &caches[l])) goto done;
         if (layer_fwd(g, l, pos, T, &caches[l], xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
         if (keep[l]) {
             g->n_kept++;
         } else {
             cache_free(&caches[l]);
-            arena_release(a, kmark[l]);
+            nl_arena_release(a, kmark[l]);
         }
     }
     if (head(g, xs + (size_t)nL * n, targets, T, inv_n, want_grad, loss_sum, dx)) goto done;
@@ -727,21 +663,21 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
             layer_cache *c = &caches[l];
             if (!keep[l]) {
                 /* recompute: the third frozen-weight product */
-                kmark[l] = arena_mark(a);
+                kmark[l] = nl_arena_top(a);
                 if (cache_alloc(g, l, T, c)) goto done;
                 if (layer_fwd(g, l, pos, T, c, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
                 g->n_recomputed++;
             }
             if (layer_bwd(g, l, pos, T, c, xs + (size_t)l * n, dx)) goto done;
             cache_free(c);
-            arena_release(a, kmark[l]); /* the top of the stack: later layers are gone already */
+            nl_arena_release(a, kmark[l]); /* the top of the stack: later layers are gone already */
         }
     }
     rc = 0;
 done:
     if (caches)
         for (int l = 0; l < nL; l++) cache_free(&caches[l]);
-    arena_release(a, m0);
+    nl_arena_release(a, m0);
     if (!g->keep_scratch) nl_graph_free(g);
     return rc;
 }
