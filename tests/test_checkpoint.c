@@ -216,6 +216,7 @@ static void test_round_trip(void) {
 }
 
 static void test_prune(void) {
+    char p1[512];
     clear_dir();
     state s;
     for (uint64_t st = 1; st <= 4; st++) {
@@ -223,10 +224,18 @@ static void test_prune(void) {
         CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
     }
     CHECK(count_files() == 2 && exists("commit-40.nlck") && exists("commit-30.nlck"));
-    /* a commit at a lower step (abandoned timeline): the later ones go, the older one stays */
+    /* a commit at a lower step (a resume that skipped commit 40, or a listing that missed it):
+     * a commit never deletes a newer one; the newest older one stays */
     make_state(&s, 35, NP, NULL);
     CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
-    CHECK(count_files() == 2 && exists("commit-35.nlck") && exists("commit-30.nlck"));
+    CHECK(count_files() == 3 && exists("commit-40.nlck") && exists("commit-35.nlck") && exists("commit-30.nlck"));
+    make_state(&s, 1, NP, NULL);
+    CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
+    CHECK(count_files() == 4 && exists("commit-40.nlck") && exists("commit-1.nlck"));
+    path_of(p1, sizeof p1, "commit-1.nlck");
+    CHECK(unlink(p1) == 0);
+    path_of(p1, sizeof p1, "commit-40.nlck");
+    CHECK(unlink(p1) == 0);
     /* re-commit of the same step replaces it */
     make_state(&s, 35, NP, NULL);
     s.params[0] = 99;
@@ -242,6 +251,46 @@ static void test_prune(void) {
     CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
     CHECK(exists("commit-07.nlck") && exists("notes.txt") && exists("commit-35.nlck") &&
           !exists("commit-30.nlck"));
+}
+
+/* A directory listing that fails (opendir, or readdir part way: nl_io_fault's list delivers
+ * the entries, then fails) is an error wherever a listing decides something. */
+static void test_listing_errors(void) {
+    clear_dir();
+    state s;
+    for (uint64_t st = 1; st <= 3; st++) {
+        make_state(&s, st, NP, NULL);
+        CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
+    }
+    nl_io_fault f;
+    /* is there a commit? a failed listing is no "no" */
+    CHECK(nl_ckpt_dir_has_commits(dir, &fast) == 1);
+    nl_io_fault_init(&f, &fast, 0, EIO, 0);
+    CHECKF(nl_ckpt_dir_has_commits(dir, &f.io) == -1 && strstr(nl_last_error(), dir) &&
+           strstr(nl_last_error(), "cannot list") && strstr(nl_last_error(), strerror(EIO)), "%s", nl_last_error());
+    char missing[512];
+    path_of(missing, sizeof missing, "no-such-dir");
+    CHECK(nl_ckpt_dir_has_commits(missing, &fast) == 0);
+    /* load: an error, never "no commit" (which a resume would take for a fresh start) */
+    nl_ckpt out;
+    nl_io_fault_init(&f, &fast, 0, EIO, 0);
+    CHECK(nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, NULL, 0, &f.io) == -1 &&
+          strstr(nl_last_error(), "cannot list"));
+    /* the prune listing failing: the commit stands, nothing is removed */
+    nl_io_fault_init(&f, &fast, -1, 0, 0);
+    make_state(&s, 4, NP, NULL);
+    CHECK(nl_ckpt_commit(dir, &s.ck, &f.io) == 0);
+    long list_call = f.calls - 2; /* ..., fsync dir, list, unlink of commit 2 */
+    clear_dir();
+    for (uint64_t st = 1; st <= 3; st++) {
+        make_state(&s, st, NP, NULL);
+        CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
+    }
+    CHECK(count_files() == 2);
+    nl_io_fault_init(&f, &fast, list_call, EIO, 0);
+    make_state(&s, 4, NP, NULL);
+    CHECK(nl_ckpt_commit(dir, &s.ck, &f.io) == 0 && f.failed == 1);
+    CHECK(count_files() == 3 && exists("commit-2.nlck") && exists("commit-3.nlck") && exists("commit-4.nlck"));
 }
 
 /* ---------------------------------------------------------------- fault injection */
@@ -486,6 +535,7 @@ int main(void) {
     test_file_hash();
     test_round_trip();
     test_prune();
+    test_listing_errors();
     test_commit_faults();
     test_load_faults();
     test_truncation_and_flips();

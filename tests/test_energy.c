@@ -2,6 +2,7 @@
  * wrap-around, missing / malformed / unreadable files → unavailable with a reason naming the
  * file, a battery integrated with the trapezoid rule on a fake clock, charging refused, the
  * sampler thread sampling. */
+#include <errno.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -240,8 +241,29 @@ static void test_battery(void) {
     nl_energy_close(e);
 }
 
+/* A listing that fails (here readdir part way, after its entries) never passes for a shorter
+ * list: the source is unavailable, the reason names the directory and the error. */
+static void test_listing_error(void) {
+    char root[300];
+    new_root(root, sizeof root);
+    zone(root, "intel-rapl:0", "package-0\n", "1000000\n", "262143328850\n");
+    zone(root, "intel-rapl:1", "package-1\n", "7000000\n", "262143328850\n");
+    nl_io_fault f;
+    nl_io_fault_init(&f, NULL, 0, EIO, 0); /* the powercap listing */
+    nl_energy *e = nl_energy_open_io(root, NULL, NULL, &f.io);
+    CHECK(e && f.failed == 1);
+    CHECKF(nl_energy_kind_of(e) != NL_ENERGY_RAPL && strstr(nl_energy_reason(e), "powercap") &&
+           strstr(nl_energy_reason(e), strerror(EIO)), "kind %d, reason '%s'", (int)nl_energy_kind_of(e), nl_energy_reason(e));
+    nl_energy_close(e);
+    nl_io_fault_init(&f, NULL, -1, 0, 0);
+    e = nl_energy_open_io(root, NULL, NULL, &f.io);
+    CHECK(e && nl_energy_kind_of(e) == NL_ENERGY_RAPL && f.calls >= 1);
+    nl_energy_close(e);
+}
+
 int main(void) {
     snprintf(base, sizeof base, "/tmp/nl_test_energy_%d", (int)getpid());
+    test_listing_error();
     test_rapl();
     test_missing();
     test_permission();

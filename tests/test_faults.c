@@ -12,7 +12,9 @@
  *      · --resume with the normal I/O ends bit-identical (adapter bytes and logged losses) to
  *        an uninterrupted run;
  *  - a TRUNCATED newest commit (the bit-flipped one is in test_resume): the resume warns,
- *    naming the file, uses the previous commit and still ends bit-identical. */
+ *    naming the file, uses the previous commit and still ends bit-identical;
+ *  - the directory's listing failing: the resume and a fresh run stop with the error, no
+ *    commit is lost, and the resume afterwards ends bit-identical. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -231,17 +233,24 @@ static void test_commit_faults(void) {
            c3 - c2, n_cases, n_fail, n_prune);
 }
 
+/* A case's checkpoint directory, adapter and log (512 bytes each), and a clean run stopped
+ * after 3 steps that commits into them. */
+static void case_run3(const char *name, char *ck, char *out, char *log, nl_train_opts *o) {
+    snprintf(ck, 512, "%s/ck_%s", tmp, name);
+    snprintf(out, 512, "%s/%s.gguf", tmp, name);
+    snprintf(log, 512, "%s/%s.jsonl", tmp, name);
+    opts(o, out, ck, log);
+    o->stop_after = 3;
+    nl_train_result r;
+    CHECK(nl_train(o, &r) == 0 && r.steps_done == 3);
+}
+
 /* A truncated newest commit: warned about, the previous one used, same end. */
 static void test_truncated_commit(void) {
     char ck[512], out[512], log[512], cfile[600];
-    snprintf(ck, sizeof ck, "%s/ck_trunc", tmp);
-    snprintf(out, sizeof out, "%s/trunc.gguf", tmp);
-    snprintf(log, sizeof log, "%s/trunc.jsonl", tmp);
     nl_train_opts o;
-    opts(&o, out, ck, log);
-    o.stop_after = 3;
+    case_run3("trunc", ck, out, log, &o);
     nl_train_result r;
-    CHECK(nl_train(&o, &r) == 0 && r.steps_done == 3);
     snprintf(cfile, sizeof cfile, "%s/commit-3.nlck", ck);
     struct stat st;
     CHECK(stat(cfile, &st) == 0);
@@ -264,6 +273,52 @@ static void test_truncated_commit(void) {
     CHECK(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig));
 }
 
+/* The checkpoint directory's listing fails (EIO from readdir after the entries so far): a
+ * --resume stops with the error instead of taking it for "no commit: starting from step 0"
+ * (whose commits would then prune the real ones), a fresh run is refused, and every commit is
+ * still there and resumes. */
+static void test_listing_failure(void) {
+    char ck[512], out[512], log[512], c3[600], c4[600];
+    nl_train_opts o;
+    case_run3("list", ck, out, log, &o);
+    nl_train_result r;
+    snprintf(c3, sizeof c3, "%s/commit-3.nlck", ck);
+    snprintf(c4, sizeof c4, "%s/commit-4.nlck", ck);
+    CHECK(exists(c3));
+    size_t len3;
+    char *before = nl_t_slurp(c3, &len3);
+    o.stop_after = 0;
+    for (int resume = 1; resume >= 0; resume--) {
+        nl_io_fault f;
+        nl_io_fault_init(&f, NULL, 0, EIO, 0); /* call 0: the listing (the resume's, or the fresh run's check) */
+        nl_train_hooks hk = {.ckpt_io = &f.io};
+        o.resume = resume;
+        FILE *prog = tmpfile();
+        o.progress = prog;
+        int rc = nl_train_hooked(&o, &hk, &r);
+        o.progress = NULL;
+        const char *e = nl_last_error();
+        CHECKF(rc == -1 && f.failed == 1 && strstr(e, ck) && strstr(e, "cannot list") && strstr(e, strerror(EIO)),
+               "%s: rc %d, %s", resume ? "resume" : "fresh run", rc, e);
+        if (!resume) CHECKF(strstr(e, "no fresh run starts there"), "%s", e);
+        char text[4096] = "";
+        rewind(prog);
+        size_t n = fread(text, 1, sizeof text - 1, prog);
+        text[n] = 0;
+        fclose(prog);
+        CHECKF(!strstr(text, "starting from step 0"), "progress: %s", text);
+        size_t len;
+        char *now = nl_t_slurp(c3, &len);
+        CHECK(now && before && len == len3 && !memcmp(now, before, len) && !exists(c4));
+        free(now);
+    }
+    free(before);
+    /* the listing works again: the resume continues from step 3, bit-identical */
+    o.resume = 1;
+    CHECKF(nl_train(&o, &r) == 0 && r.steps_done == 4, "%s", nl_last_error());
+    CHECK(nl_t_same_file(out, ref_out));
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/nl_test_faults_%d", (int)getpid());
     char cmd[600];
@@ -283,6 +338,7 @@ int main(void) {
     reference();
     test_commit_faults();
     test_truncated_commit();
+    test_listing_failure();
     printf("%.1f s\n", nl_now() - t0);
     if (!nl_t_fail) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

@@ -392,6 +392,34 @@ static void test_sysfs(void) {
     nl_thermal_free(&pr);
 }
 
+/* A listing that fails is an error naming the directory (a short list of zones would watch only
+ * some); a directory missing or not readable here (an app sandbox) has no zones. */
+static void test_sysfs_listing_errors(void) {
+    char r[512];
+    path(r, sizeof r, "sys1"); /* the tree test_sysfs left: a battery scan and 3 zones */
+    nl_thermal_provider pr;
+    nl_io_fault f;
+    long calls;
+    nl_io_fault_init(&f, NULL, -1, 0, 0);
+    CHECK(nl_thermal_sysfs_io(&pr, r, &f.io) == 0 && strstr(pr.desc, "3 thermal zones"));
+    nl_thermal_free(&pr);
+    calls = f.calls;
+    CHECK(calls >= 1);
+    for (long k = 0; k < calls; k++) {
+        /* readdir failing part way (EIO, after the entries so far): refused */
+        nl_io_fault_init(&f, NULL, k, EIO, 0);
+        int rc = nl_thermal_sysfs_io(&pr, r, &f.io);
+        const char *e = nl_last_error();
+        CHECKF(rc == -1 && strstr(e, "cannot list") && strstr(e, strerror(EIO)) && strstr(e, r) && strstr(e, "--thermal off"),
+               "listing %ld failing: rc %d, %s", k, rc, e);
+        if (rc == 0) nl_thermal_free(&pr);
+        /* not readable here: no zones / no battery, no error */
+        nl_io_fault_init(&f, NULL, k, EACCES, 0);
+        CHECKF(nl_thermal_sysfs_io(&pr, r, &f.io) == 0, "listing %ld EACCES: %s", k, nl_last_error());
+        nl_thermal_free(&pr);
+    }
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/nl_test_pacing_XXXXXX");
     if (!mkdtemp(root)) return 1;
@@ -401,6 +429,7 @@ int main(void) {
     test_signals();
     test_files();
     test_sysfs();
+    test_sysfs_listing_errors();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

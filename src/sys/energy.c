@@ -29,6 +29,7 @@ struct nl_energy {
     char source[256];
     double (*clock)(void *);
     void *clock_user;
+    const nl_io *io;       /* the directory listings (NULL: POSIX) */
     /* RAPL */
     zone z[MAX_ZONES];
     int n_zones;
@@ -113,9 +114,10 @@ static int is_top_zone(const char *name) {
     return 1;
 }
 
-/* Directory entries (sorted by name), filtered by keep(name) when given; -1 with errno. */
-static int list_dir(const char *dir, int (*keep)(const char *), char ***names, int *n) {
-    *n = nl_sysfs_list(NULL, dir, keep, names);
+/* Directory entries (sorted by name), filtered by keep(name) when given; -1 with errno (a
+ * listing that fails part way too: a short list of RAPL zones would under-count). */
+static int list_dir(const nl_io *io, const char *dir, int (*keep)(const char *), char ***names, int *n) {
+    *n = nl_sysfs_list(io, dir, keep, names);
     if (*n < 0) {
         *n = 0;
         return -1;
@@ -130,7 +132,7 @@ static int probe_rapl(nl_energy *e, const char *root) {
     snprintf(dir, sizeof dir, "%s/sys/class/powercap", root);
     char **names;
     int n;
-    if (list_dir(dir, is_top_zone, &names, &n)) {
+    if (list_dir(e->io, dir, is_top_zone, &names, &n)) {
         snprintf(msg, sizeof msg, "no RAPL (%s: %s)", dir, strerror(errno));
         append_reason(e, msg);
         return 0;
@@ -224,7 +226,7 @@ static int probe_battery(nl_energy *e, const char *root) {
     snprintf(dir, sizeof dir, "%s/sys/class/power_supply", root);
     char **names;
     int n;
-    if (list_dir(dir, NULL, &names, &n)) {
+    if (list_dir(e->io, dir, NULL, &names, &n)) {
         snprintf(msg, sizeof msg, "no battery (%s: %s)", dir, strerror(errno));
         append_reason(e, msg);
         return 0;
@@ -266,8 +268,13 @@ static int probe_battery(nl_energy *e, const char *root) {
 }
 
 nl_energy *nl_energy_open_clock(const char *root, double (*clock)(void *user), void *clock_user) {
+    return nl_energy_open_io(root, clock, clock_user, NULL);
+}
+
+nl_energy *nl_energy_open_io(const char *root, double (*clock)(void *user), void *clock_user, const nl_io *io) {
     nl_energy *e = nl_calloc(1, sizeof *e);
     if (!e) return NULL;
+    e->io = io;
     e->clock = clock ? clock : default_clock;
     e->clock_user = clock_user;
     pthread_mutex_init(&e->mu, NULL);

@@ -26,6 +26,8 @@
 #ifndef NL_ENERGY_H
 #define NL_ENERGY_H
 
+#include "sys/io.h"
+
 typedef struct nl_energy nl_energy;
 
 typedef enum { NL_ENERGY_NONE = 0, NL_ENERGY_RAPL, NL_ENERGY_BATTERY } nl_energy_kind;
@@ -36,6 +38,10 @@ typedef enum { NL_ENERGY_NONE = 0, NL_ENERGY_RAPL, NL_ENERGY_BATTERY } nl_energy
  * integration; tests pass a fake clock. */
 nl_energy *nl_energy_open(const char *root);
 nl_energy *nl_energy_open_clock(const char *root, double (*clock)(void *user), void *clock_user);
+/* The same, listing the directories through io (NULL: nl_io_posix(); tests fail it: a listing
+ * that fails, part way or not, leaves that source unavailable with the directory and errno in
+ * the reason). */
+nl_energy *nl_energy_open_io(const char *root, double (*clock)(void *user), void *clock_user, const nl_io *io);
 
 nl_energy_kind nl_energy_kind_of(const nl_energy *e);
 static inline int nl_energy_available(const nl_energy *e) { return e && nl_energy_kind_of(e) != NL_ENERGY_NONE; }

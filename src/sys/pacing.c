@@ -243,27 +243,39 @@ static int cmp_named_idx(const void *a, const void *b) {
 
 static int short_name(const char *s) { return strlen(s) < 64; }
 
-/* The entries of a directory (names < 64 chars, not starting with '.'), sorted by name; 0
- * entries when it cannot be listed. */
-static int list_dir(const char *path, char ***out) {
-    int n = nl_sysfs_list(NULL, path, short_name, out);
-    if (n < 0) {
-        *out = NULL;
-        return 0;
-    }
-    return n;
+/* The entries of a directory (names < 64 chars, not starting with '.'), sorted by name. A
+ * directory that is not there (ENOENT, ENOTDIR) or not readable here (EACCES, EPERM: an app
+ * sandbox) has none; any other failure, a listing that fails part way included, is -1 with
+ * nl_err naming the directory: a short list of zones would watch only some of them. */
+static int list_dir(const nl_io *io, const char *path, char ***out) {
+    int n = nl_sysfs_list(io, path, short_name, out);
+    if (n >= 0) return n;
+    *out = NULL;
+    if (errno == ENOENT || errno == ENOTDIR || errno == EACCES || errno == EPERM) return 0;
+    return nl_err("%s: cannot list: %s; the device's temperature cannot be watched (--thermal off trains without "
+                  "pacing; --thermal-status-file / --battery-temp-file read a host app's readings)",
+                  path, strerror(errno));
 }
 
-static char *find_battery(const char *root) {
+/* 0 with *found (NULL: no battery), or -1 (nl_err). */
+static int find_battery(const nl_io *io, const char *root, char **found_out) {
+    *found_out = NULL;
     char *p = join(root, "/sys/class/power_supply/battery/temp", NULL);
-    if (!p) return NULL;
+    if (!p) return -1;
     char buf[64];
-    if (read_small(p, buf, sizeof buf) == 0) return p;
+    if (read_small(p, buf, sizeof buf) == 0) {
+        *found_out = p;
+        return 0;
+    }
     free(p);
     char *dir = join(root, "/sys/class/power_supply", NULL);
-    if (!dir) return NULL;
+    if (!dir) return -1;
     char **ents;
-    int n = list_dir(dir, &ents);
+    int n = list_dir(io, dir, &ents);
+    if (n < 0) {
+        free(dir);
+        return -1;
+    }
     char *found = NULL;
     for (int i = 0; i < n && !found; i++) {
         char sub[128];
@@ -279,7 +291,8 @@ static char *find_battery(const char *root) {
     }
     nl_sysfs_names_free(ents, n);
     free(dir);
-    return found;
+    *found_out = found;
+    return 0;
 }
 
 static void read_trips(const char *zdir, zone *z) {
@@ -306,19 +319,29 @@ static void read_trips(const char *zdir, zone *z) {
     }
 }
 
-int nl_thermal_sysfs(nl_thermal_provider *out, const char *root) {
+int nl_thermal_sysfs(nl_thermal_provider *out, const char *root) { return nl_thermal_sysfs_io(out, root, NULL); }
+
+int nl_thermal_sysfs_io(nl_thermal_provider *out, const char *root, const nl_io *io) {
     memset(out, 0, sizeof *out);
     if (!root) root = "";
     sysfs_ctx *c = nl_calloc(1, sizeof *c);
     if (!c) return -1;
-    c->battery_path = find_battery(root);
+    if (find_battery(io, root, &c->battery_path)) {
+        sysfs_destroy(c);
+        return -1;
+    }
     char *tdir = join(root, "/sys/class/thermal", NULL);
     if (!tdir) {
         sysfs_destroy(c);
         return -1;
     }
     char **names;
-    int n = list_dir(tdir, &names), nz = 0;
+    int n = list_dir(io, tdir, &names), nz = 0;
+    if (n < 0) {
+        free(tdir);
+        sysfs_destroy(c);
+        return -1;
+    }
     named *ents = nl_calloc(n ? (size_t)n : 1, sizeof *ents);
     for (int i = 0; ents && i < n; i++)
         if (is_zone_name(names[i], &ents[nz].idx)) ents[nz++].name = names[i];

@@ -11,6 +11,8 @@
 #ifndef NL_PACING_H
 #define NL_PACING_H
 
+#include "sys/io.h"
+
 /* A source of readings. Each read function returns 0 with the value, 1 when this source does
  * not have that reading (now or ever), -1 on error (nl_err names the file and what was wrong).
  * destroy (may be NULL) frees ctx. Fill one in yourself to drive the pacer from a callback
@@ -48,9 +50,14 @@ int nl_thermal_files(nl_thermal_provider *out, const char *status_file, const ch
  *              t >= 95 °C -> 4, >= 85 -> 3, >= 75 -> 2, >= 65 -> 1, else 0.
  *            Readings outside -40..200 °C are ignored as broken sensors.
  * Unreadable or malformed sysfs files count as "unavailable" (Android kernels expose zones that
- * fail to read); they never stop a run. The files are found once, here. Returns 0 or -1 (only
- * on out-of-memory). */
+ * fail to read); they never stop a run. So does a directory that is missing or not readable
+ * here (ENOENT, ENOTDIR, EACCES, EPERM: an app sandbox). The files are found once, here.
+ * Returns 0, or -1 on out-of-memory and when a directory cannot be listed for another reason
+ * (EIO, or readdir failing part way: a short list would watch only some zones), nl_err naming
+ * the directory. */
 int nl_thermal_sysfs(nl_thermal_provider *out, const char *root);
+/* The same, listing the directories through io (NULL: nl_io_posix(); tests fail it). */
+int nl_thermal_sysfs_io(nl_thermal_provider *out, const char *root, const nl_io *io);
 
 /* The CLI's choice: mode "off" -> none; status_file or battery_file given -> files;
  * otherwise ("auto" or NULL) -> sysfs. Returns 0 or -1 (nl_err; also for an unknown mode). */

@@ -215,14 +215,17 @@ int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io) {
     int rc = nl_io_write_atomic(io, fin, tmp, write_commit, &body);
     if (rc) return rc; /* -1: nothing changed; NL_IO_NOT_DURABLE: in place, not synced */
 
-    /* The new commit is durable; prune. Keep it and the newest older one. Failures here
-     * leave an extra file behind, which the next commit retries; they are not errors. */
+    /* The new commit is durable; prune. Keep it, every newer one (a commit never deletes a
+     * commit newer than itself: one that did not verify at resume may read fine later, and a
+     * listing that missed it must not cost it) and the newest older one. A listing that fails
+     * prunes nothing. Failures here leave an extra file behind, which the next commit retries;
+     * they are not errors. */
     uint64_t *steps;
     long cnt = list_commits(dir, &steps, io);
     int kept_prev = 0;
     for (long i = 0; i < cnt; i++) {
-        if (steps[i] == ck->step) continue;
-        if (steps[i] < ck->step && !kept_prev && NL_CKPT_KEEP >= 2) {
+        if (steps[i] >= ck->step) continue;
+        if (!kept_prev && NL_CKPT_KEEP >= 2) {
             kept_prev = 1;
             continue;
         }

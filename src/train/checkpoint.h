@@ -58,16 +58,18 @@ typedef struct {
 } nl_ckpt;
 
 /* Write the state as DIR/commit-<ck->step>.nlck atomically (protocol above). DIR is created
- * (one level) if missing. After the new commit is durable, every other commit-*.nlck in DIR
- * is removed except the newest one with a smaller step, so a step larger than ck->step (an
- * abandoned timeline, e.g. a corrupt commit that was skipped at resume) is removed too.
+ * (one level) if missing. After the new commit is durable, every commit-*.nlck in DIR with a
+ * smaller step is removed except the newest of them. A commit never deletes a commit newer
+ * than itself (one that was skipped at resume, unreadable then, may read fine later; it is
+ * replaced when the run reaches its step). A listing that fails removes nothing.
  * io: NULL = nl_io_posix(). Returns 0, or -1 with nl_err naming the file and the failed call.
  * If the final directory fsync fails the new file is complete and verified by its checksum
  * but maybe not durable: NL_IO_NOT_DURABLE (-2) is returned, the file is left in place and no
  * older commit is removed, so a later load finds either the new or the previous commit. */
 int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io);
 
-/* Load the newest commit in DIR that verifies.
+/* Load the newest commit in DIR that verifies. DIR is listed through io: a listing that fails
+ * (opendir, or readdir part way) is -1 with the directory and errno, never "no commit".
  *   config_hash, model_hash: must equal the file's; n_params: expected length (0 = any).
  * A newest file that is truncated, bit-flipped or unreadable is skipped and described in
  * `warning` (cap bytes, NUL-terminated, "" when nothing was skipped); the previous commit is
@@ -79,6 +81,11 @@ int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io);
 int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_hash,
                         uint64_t n_params, nl_ckpt *out, char *warning, size_t cap,
                         const nl_io *io);
+
+/* Whether DIR holds a file named commit-* (a commit, or what looks like one): 1 yes, 0 no (also
+ * when DIR does not exist), -1 when DIR cannot be listed (nl_err: the directory and errno; a
+ * listing that fails part way is an error, never "no"). io: NULL = nl_io_posix(). */
+int nl_ckpt_dir_has_commits(const char *dir, const nl_io *io);
 
 /* Load and verify one checkpoint file (same checks as above). 0 or -1. */
 int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_hash,

@@ -2,7 +2,6 @@
 #include "train/trainer.h"
 #include "train/trainer_hooks.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -118,18 +117,6 @@ static int pace_hook(void *user) {
 static void pace_log(void *user, const char *msg) {
     FILE *f = user;
     if (f) fprintf(f, "%s\n", msg);
-}
-
-/* A fresh run must not silently replace the commits of another run. */
-static int dir_has_commits(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
-    int found = 0;
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, "commit-", 7)) found = 1;
-    closedir(d);
-    return found;
 }
 
 static void trainer_free(trainer *t) {
@@ -813,9 +800,18 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
     t.rt.adapter = t.ad;
     t.rt.sync = nl_train_sync_mode(o);
-    if (o->checkpoint_dir && !o->resume && dir_has_commits(o->checkpoint_dir)) {
-        nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
-        goto done;
+    if (o->checkpoint_dir && !o->resume) {
+        /* A fresh run must not silently replace the commits of another run, and a listing that
+         * fails must not pass for an empty directory. */
+        int has = nl_ckpt_dir_has_commits(o->checkpoint_dir, t.hk.ckpt_io);
+        if (has < 0) {
+            nl_err_prefix("cannot tell whether %s holds commits, so no fresh run starts there", o->checkpoint_dir);
+            goto done;
+        }
+        if (has) {
+            nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
+            goto done;
+        }
     }
 
     nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t.m->hp.n_vocab};
@@ -907,7 +903,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (o->resume) {
         nl_ckpt ck;
         char warn[512];
-        int r = nl_ckpt_load_latest(o->checkpoint_dir, cfg_hash, model_hash, np, &ck, warn, sizeof warn, NULL);
+        int r = nl_ckpt_load_latest(o->checkpoint_dir, cfg_hash, model_hash, np, &ck, warn, sizeof warn, t.hk.ckpt_io);
         if (r < 0) {
             /* name what differs when the run's description is there to compare with */
             char why[1536];
