@@ -29,7 +29,7 @@ int main(void) {
     float *dout = malloc(sizeof(float) * qn);
     nl_t_fill(dout, qn, 1.0);
     for (int nt = 2; nt <= 3; nt++) {
-        nl_proj_pool *p = nl_proj_pool_new(nt);
+        nl_pool *p = nl_pool_new(nt);
         CHECK(p != NULL);
         nl_rmsnorm_forward(y0, r0, x, w, T, n, 1e-6f);
         nl_par_rmsnorm_forward(p, y1, r1, x, w, T, n, 1e-6f);
@@ -89,7 +89,7 @@ int main(void) {
             SAME(l0, l1, T, "xent row loss");
             SAME(y0, y1, (int64_t)T * V, "xent dz");
         }
-        nl_proj_pool_free(p);
+        nl_pool_free(p);
     }
     free(x), free(w), free(dy), free(b), free(y0), free(y1), free(z0), free(z1), free(r0), free(r1), free(pos), free(tg);
     free(l0), free(l1), free(dout);

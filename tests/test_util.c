@@ -1,8 +1,10 @@
-/* util: error slot, overflow-checked arithmetic, file reading, the CPU-feature probe, the hash. */
+/* util: error slot, overflow-checked arithmetic, file reading, the CPU-feature probe, the hash,
+ * splitmix64 and FNV-1a, the thread pool. */
 #include "test.h"
 #include "util/cpu.h"
 #include "util/hash.h"
 #include "util/arena.h"
+#include "util/pool.h"
 #include "util/rng.h"
 #include "util/util.h"
 
@@ -137,8 +139,42 @@ static void test_arena(void) {
     nl_arena_free(&a);
 }
 
+/* the pool: every task runs exactly once, with its n_tasks, whatever the pool size and task
+ * count (fewer tasks than workers, many more, one, none), job after job */
+typedef struct { int *hits; int n_tasks, bad; } pool_job;
+static void count_task(void *arg, int task, int n_tasks) {
+    pool_job *j = arg;
+    if (n_tasks != j->n_tasks) __atomic_store_n(&j->bad, 1, __ATOMIC_RELAXED);
+    j->hits[task]++; /* disjoint: each task writes its own slot */
+}
+static void test_pool(void) {
+    nl_pool_free(NULL);
+    int hits[1000];
+    for (int nt = 1; nt <= 4; nt++) {
+        nl_pool *p = nl_pool_new(nt);
+        CHECK(p != NULL && nl_pool_size(p) == nt);
+        if (!p) continue;
+        static const int counts[] = {0, 1, 2, 3, 7, 64, 1000};
+        int ok = 1;
+        for (int rep = 0; rep < 50; rep++)
+            for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+                pool_job j = {hits, counts[c], 0};
+                memset(hits, 0, sizeof hits);
+                nl_pool_run(p, counts[c], count_task, &j);
+                for (int i = 0; i < counts[c]; i++) ok &= hits[i] == 1;
+                ok &= !j.bad;
+            }
+        CHECKF(ok, "pool of %d", nt);
+        nl_pool_free(p);
+    }
+    nl_pool *p = nl_pool_new(0); /* < 1: one thread, the caller */
+    CHECK(p != NULL && nl_pool_size(p) == 1);
+    nl_pool_free(p);
+}
+
 int main(void) {
     test_cpu();
+    test_pool();
     test_splitmix_fnv();
     test_arena();
     test_hash();

@@ -50,16 +50,16 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
 void nl_runtime_free(nl_runtime *rt) {
     free(rt->svc_id);
     rt->svc_id = NULL;
-    if (rt->pool) nl_proj_pool_free(rt->pool);
+    if (rt->pool) nl_pool_free(rt->pool);
     rt->pool = NULL;
     nl_rope_free_table(&rt->rope);
 }
 
 int nl_runtime_set_threads(nl_runtime *rt, int n) {
-    if (rt->pool) nl_proj_pool_free(rt->pool);
+    if (rt->pool) nl_pool_free(rt->pool);
     rt->pool = NULL;
     if (n <= 1) return 0;
-    rt->pool = nl_proj_pool_new(n);
+    rt->pool = nl_pool_new(n);
     return rt->pool ? 0 : -1;
 }
 

@@ -13,6 +13,7 @@
 #include "nn/gdn.h"
 #include "nn/nn.h"
 #include "proj/proj.h"
+#include "util/pool.h"
 
 typedef struct nl_runtime {
     const nl_model *m;          /* borrowed */
@@ -38,7 +39,7 @@ typedef struct nl_runtime {
      * SwiGLU, cross-entropy, adds): the caller plus pool workers, split over outputs so results
      * do not depend on the count. Created by nl_runtime_init with the service's thread count
      * (NULL when 1); owned. */
-    struct nl_proj_pool *pool;
+    nl_pool *pool;
 } nl_runtime;
 
 static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pace_user) : 0; }

@@ -1,6 +1,8 @@
 /* The CPU nodes on a pool; see par.h. One job struct and one range function per node. */
 #include "nn/par.h"
 
+#include <stddef.h>
+
 typedef struct {
     nl_par_fn fn;
     void *job;
@@ -15,13 +17,13 @@ static void par_task(void *arg, int task, int n_tasks) {
     if (i0 < i1) c->fn(c->job, i0, i1);
 }
 
-void nl_par_run(nl_proj_pool *pool, nl_par_fn fn, void *job, int64_t len, int64_t grain, int64_t work) {
+void nl_par_run(nl_pool *pool, nl_par_fn fn, void *job, int64_t len, int64_t grain, int64_t work) {
     if (!pool || work < 32768 || len <= grain) {
         fn(job, 0, len);
         return;
     }
     par_call c = {.fn = fn, .job = job, .len = len, .grain = grain};
-    nl_proj_pool_run(pool, nl_proj_pool_size(pool), par_task, &c);
+    nl_pool_run(pool, nl_pool_size(pool), par_task, &c);
 }
 
 /* ---- RMSNorm ---- */
@@ -39,7 +41,7 @@ static void norm_f_range(void *arg, int64_t i0, int64_t i1) {
     nl_rmsnorm_forward(j->y + i0 * n, j->rstd ? j->rstd + i0 : NULL, j->x + i0 * n, j->w, (int)(i1 - i0), j->n, j->eps);
 }
 
-void nl_par_rmsnorm_forward(nl_proj_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
+void nl_par_rmsnorm_forward(nl_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
     norm_f_job j = {.y = y, .rstd = rstd, .x = x, .w = w, .n = n, .eps = eps};
     nl_par_run(pool, norm_f_range, &j, T, 1, (int64_t)T * n);
 }
@@ -56,7 +58,7 @@ static void norm_b_range(void *arg, int64_t i0, int64_t i1) {
     nl_rmsnorm_backward(j->dx + i0 * n, j->dy + i0 * n, j->x + i0 * n, j->w, j->rstd + i0, (int)(i1 - i0), j->n);
 }
 
-void nl_par_rmsnorm_backward(nl_proj_pool *pool, float *dx, const float *dy, const float *x, const float *w, const float *rstd,
+void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const float *x, const float *w, const float *rstd,
                              int T, int n) {
     norm_b_job j = {.dx = dx, .dy = dy, .x = x, .w = w, .rstd = rstd, .n = n};
     nl_par_run(pool, norm_b_range, &j, T, 1, (int64_t)T * n);
@@ -78,7 +80,7 @@ static void rope_range(void *arg, int64_t i0, int64_t i1) {
     else nl_rope_forward(j->r, x, (int)(i1 - i0), j->heads, j->pos + i0);
 }
 
-void nl_par_rope(nl_proj_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos) {
+void nl_par_rope(nl_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos) {
     rope_job j = {.r = r, .x = x, .heads = heads, .bwd = bwd, .pos = pos};
     nl_par_run(pool, rope_range, &j, T, 1, (int64_t)T * heads * r->head_dim);
 }
@@ -96,7 +98,7 @@ static void swiglu_f_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     nl_swiglu_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
 }
-void nl_par_swiglu_forward(nl_proj_pool *pool, float *h, const float *a, const float *b, int64_t n) {
+void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
     elem_job j = {.y = h, .a = a, .b = b};
     nl_par_run(pool, swiglu_f_range, &j, n, ELEM_GRAIN, n);
 }
@@ -105,7 +107,7 @@ static void swiglu_b_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     nl_swiglu_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
 }
-void nl_par_swiglu_backward(nl_proj_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
     elem_job j = {.y = da, .y2 = db, .a = a, .b = b, .c = dh};
     nl_par_run(pool, swiglu_b_range, &j, n, ELEM_GRAIN, n);
 }
@@ -114,7 +116,7 @@ static void gate_f_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     nl_gate_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
 }
-void nl_par_gate_forward(nl_proj_pool *pool, float *out, const float *o, const float *g, int64_t n) {
+void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float *g, int64_t n) {
     elem_job j = {.y = out, .a = o, .b = g};
     nl_par_run(pool, gate_f_range, &j, n, ELEM_GRAIN, n);
 }
@@ -123,7 +125,7 @@ static void gate_b_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     nl_gate_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
 }
-void nl_par_gate_backward(nl_proj_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
     elem_job j = {.y = d_o, .y2 = dg, .a = o, .b = g, .c = dout};
     nl_par_run(pool, gate_b_range, &j, n, ELEM_GRAIN, n);
 }
@@ -132,7 +134,7 @@ static void add_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     for (int64_t i = i0; i < i1; i++) j->y[i] += j->a[i];
 }
-void nl_par_add(nl_proj_pool *pool, float *y, const float *x, int64_t n) {
+void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n) {
     elem_job j = {.y = y, .a = x};
     nl_par_run(pool, add_range, &j, n, ELEM_GRAIN, n);
 }
@@ -141,7 +143,7 @@ static void add2_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] + j->b[i];
 }
-void nl_par_add2(nl_proj_pool *pool, float *y, const float *a, const float *b, int64_t n) {
+void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n) {
     elem_job j = {.y = y, .a = a, .b = b};
     nl_par_run(pool, add2_range, &j, n, ELEM_GRAIN, n);
 }
@@ -161,7 +163,7 @@ static void attn_f_range(void *arg, int64_t g0, int64_t g1) {
                                                                              j->Hkv, j->d, j->scale, (int)g0, (int)g1);
 }
 
-void nl_par_attention_forward(nl_proj_pool *pool, int bf16, float *out, float *lse, const float *q, const float *k,
+void nl_par_attention_forward(nl_pool *pool, int bf16, float *out, float *lse, const float *q, const float *k,
                               const float *v, int T, int S, int Hq, int Hkv, int d, float scale) {
     attn_f_job j = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = S, .Hq = Hq, .Hkv = Hkv, .d = d, .bf16 = bf16,
                     .scale = scale};
@@ -181,7 +183,7 @@ static void attn_b_range(void *arg, int64_t g0, int64_t g1) {
         j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d, j->scale, (int)g0, (int)g1);
 }
 
-void nl_par_attention_backward(nl_proj_pool *pool, int bf16, float *dq, float *dk, float *dv, const float *dout,
+void nl_par_attention_backward(nl_pool *pool, int bf16, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v, int T,
                                int Hq, int Hkv, int d, float scale) {
     attn_b_job j = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .Hq = Hq,
@@ -205,7 +207,7 @@ static void xent_range(void *arg, int64_t t0, int64_t t1) {
         j->row_loss[t] = nl_xent_chunk(j->z + t * j->V, j->targets + t, 1, j->V, j->inv_n, j->want_grad);
 }
 
-void nl_par_xent_rows(nl_proj_pool *pool, double *row_loss, float *z, const int32_t *targets, int T, int V, float inv_n,
+void nl_par_xent_rows(nl_pool *pool, double *row_loss, float *z, const int32_t *targets, int T, int V, float inv_n,
                       int want_grad) {
     xent_job j = {.row_loss = row_loss, .z = z, .targets = targets, .V = V, .want_grad = want_grad, .inv_n = inv_n};
     nl_par_run(pool, xent_range, &j, T, 1, (int64_t)T * V);

@@ -9,36 +9,36 @@
 #include <stdint.h>
 
 #include "nn/nn.h"
-#include "proj/proj.h"
+#include "util/pool.h"
 
 /* Run fn(job, i0, i1) over [0, len) in ranges that are multiples of grain; on the pool when
  * the work (len · cost units) is worth a hand-off. */
 typedef void (*nl_par_fn)(void *job, int64_t i0, int64_t i1);
-void nl_par_run(nl_proj_pool *pool, nl_par_fn fn, void *job, int64_t len, int64_t grain, int64_t work);
+void nl_par_run(nl_pool *pool, nl_par_fn fn, void *job, int64_t len, int64_t grain, int64_t work);
 
 /* RMSNorm over T rows of n (rows split). */
-void nl_par_rmsnorm_forward(nl_proj_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps);
-void nl_par_rmsnorm_backward(nl_proj_pool *pool, float *dx, const float *dy, const float *x, const float *w, const float *rstd,
+void nl_par_rmsnorm_forward(nl_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps);
+void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const float *x, const float *w, const float *rstd,
                              int T, int n);
 /* RoPE of x[T][heads][head_dim] (rows split); bwd = 1: the backward (rotation by -θ). */
-void nl_par_rope(nl_proj_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos);
+void nl_par_rope(nl_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos);
 /* Element-wise nodes over n elements (split in blocks of 64). */
-void nl_par_swiglu_forward(nl_proj_pool *pool, float *h, const float *a, const float *b, int64_t n);
-void nl_par_swiglu_backward(nl_proj_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
-void nl_par_gate_forward(nl_proj_pool *pool, float *out, const float *o, const float *g, int64_t n);
-void nl_par_gate_backward(nl_proj_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
-void nl_par_add(nl_proj_pool *pool, float *y, const float *x, int64_t n);                   /* y += x */
-void nl_par_add2(nl_proj_pool *pool, float *y, const float *a, const float *b, int64_t n);  /* y = a + b */
+void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n);
+void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
+void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float *g, int64_t n);
+void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
+void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n);                   /* y += x */
+void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n);  /* y = a + b */
 /* Attention (kv heads split): nl_attention_forward_range / _backward_range, or their BF16
  * variants when bf16. Forward: k, v hold S >= T rows (the first S - T the past). */
-void nl_par_attention_forward(nl_proj_pool *pool, int bf16, float *out, float *lse, const float *q, const float *k,
+void nl_par_attention_forward(nl_pool *pool, int bf16, float *out, float *lse, const float *q, const float *k,
                               const float *v, int T, int S, int Hq, int Hkv, int d, float scale);
-void nl_par_attention_backward(nl_proj_pool *pool, int bf16, float *dq, float *dk, float *dv, const float *dout,
+void nl_par_attention_backward(nl_pool *pool, int bf16, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v, int T,
                                int Hq, int Hkv, int d, float scale);
 /* Cross-entropy of each row of z[T][V] on its own (rows split): row_loss[t] =
  * nl_xent_chunk(row t) (0 for a row without a target); with want_grad z becomes dz. */
-void nl_par_xent_rows(nl_proj_pool *pool, double *row_loss, float *z, const int32_t *targets, int T, int V, float inv_n,
+void nl_par_xent_rows(nl_pool *pool, double *row_loss, float *z, const int32_t *targets, int T, int V, float inv_n,
                       int want_grad);
 
 #endif

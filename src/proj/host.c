@@ -1,5 +1,5 @@
 /* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_K/Q6_K) weights used in
- * place, CPU SIMD kernels chosen at run time, output panels split over an nl_proj_pool.
+ * place, CPU SIMD kernels chosen at run time, output panels split over an nl_pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
  * (contract: kernels.h). */
 #include <math.h>
@@ -8,6 +8,7 @@
 
 #include "proj/kernels.h"
 #include "util/cpu.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1 };
@@ -79,7 +80,7 @@ struct host_ctx {
     int compute; /* MODE_*: AUTO follows g_compute */
     int nth;
     scratch *scr;       /* [nth]: task tid uses scr[tid] */
-    nl_proj_pool *pool; /* nth threads (the caller is one of them) */
+    nl_pool *pool; /* nth threads (the caller is one of them) */
     task_fn fn;
     /* the job */
     const nl_proj_weight *w;
@@ -102,13 +103,13 @@ static void pool_task(void *arg, int task, int n_tasks) {
 /* fn(c, tid) for tid < nth, task tid on pool worker tid (so on its own scratch). */
 static void run_all(host_ctx *c, task_fn fn) {
     c->fn = fn;
-    nl_proj_pool_run(c->pool, c->nth, pool_task, c);
+    nl_pool_run(c->pool, c->nth, pool_task, c);
 }
 
 static void host_free(void *ctx) {
     host_ctx *c = ctx;
     if (!c) return;
-    if (c->pool) nl_proj_pool_free(c->pool);
+    if (c->pool) nl_pool_free(c->pool);
     if (c->scr)
         for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
     free(c->scr);
@@ -143,7 +144,7 @@ static int host_init(void **out, int n_threads) {
         s->row = s->S + nS;
         s->tile = s->row + 3 * NL_HOST_KC + 48; /* stays 64-byte aligned */
     }
-    c->pool = nl_proj_pool_new(n_threads);
+    c->pool = nl_pool_new(n_threads);
     if (!c->pool) goto fail;
     *out = c;
     return 0;

@@ -42,6 +42,7 @@
 #include "model/quant.h"
 #include "proj/proj_impl.h"
 #include "util/rng.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 static const int default_buckets[] = {16, 64, 256};
@@ -326,7 +327,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
         routes[i] = NULL;
     }
 
-    nl_proj_pool *pool = nl_proj_pool_new(s->n_threads);
+    nl_pool *pool = nl_pool_new(s->n_threads);
     dir_buf bufs[2];
     memset(bufs, 0, sizeof bufs);
     float *ybe = NULL, *wrow = NULL;
@@ -380,7 +381,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
             }
             pj.wrow = wrow;
             pj.part = part;
-            nl_proj_pool_run(pool, nc, pass_task, &pj);
+            nl_pool_run(pool, nc, pass_task, &pj);
             if (dr[0].need && dr[0].G) {
                 /* FWD probes: Σ over chunks in chunk order -> aux[k][g] */
                 for (int64_t k = 0; k < K; k++)
@@ -393,7 +394,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
             for (int d = 0; d < 2; d++)
                 if (dr[d].need) {
                     prod_job pr = {&dr[d], tmax};
-                    nl_proj_pool_run(pool, (tmax + PLAN_TBLK - 1) / PLAN_TBLK, prod_task, &pr);
+                    nl_pool_run(pool, (tmax + PLAN_TBLK - 1) / PLAN_TBLK, prod_task, &pr);
                 }
         }
 
@@ -417,7 +418,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
         }
     }
     memset(&s->wst, 0, sizeof s->wst);
-    nl_proj_pool_free(pool);
+    nl_pool_free(pool);
     for (int d = 0; d < 2; d++) {
         free(bufs[d].cols); free(bufs[d].col_slot); free(bufs[d].sign);
         free(bufs[d].x); free(bufs[d].aux); free(bufs[d].yref);

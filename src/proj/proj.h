@@ -157,14 +157,4 @@ int nl_proj_plan_format_summary(const nl_proj_service *s, char *buf, size_t cap)
 /* One line per check (name, dir, T, type, error, bound, verdict); malloc'd, caller frees. */
 char *nl_proj_plan_format_table(const nl_proj_service *s);
 
-/* ---- a small persistent thread pool (shared by backends that split outputs) -------------- */
-typedef struct nl_proj_pool nl_proj_pool;
-/* n_threads - 1 workers are started; the caller of nl_proj_pool_run is worker 0. */
-nl_proj_pool *nl_proj_pool_new(int n_threads);
-int nl_proj_pool_size(const nl_proj_pool *p);
-/* Runs fn(arg, task, n_tasks) for every task in [0, n_tasks): task i on worker i % size.
- * Returns when all are done. Tasks must write disjoint outputs. */
-void nl_proj_pool_run(nl_proj_pool *p, int n_tasks, void (*fn)(void *arg, int task, int n_tasks), void *arg);
-void nl_proj_pool_free(nl_proj_pool *p);
-
 #endif

@@ -15,6 +15,7 @@
 
 #include "model/quant.h"
 #include "proj/proj.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 /* BWD column slice: a multiple of every block size (1, 32, 256). */
@@ -27,7 +28,7 @@ typedef struct {
 } ref_scratch;
 
 typedef struct {
-    nl_proj_pool *pool;
+    nl_pool *pool;
     int n_threads;
     ref_scratch *sc;   /* one per task */
 } ref_ctx;
@@ -47,7 +48,7 @@ static int ref_init(void **ctx, int n_threads) {
     if (!c) return -1;
     c->n_threads = n_threads > 0 ? n_threads : 1;
     c->sc = nl_calloc((size_t)c->n_threads, sizeof *c->sc);
-    c->pool = c->sc ? nl_proj_pool_new(c->n_threads) : NULL;
+    c->pool = c->sc ? nl_pool_new(c->n_threads) : NULL;
     if (!c->pool) {
         free(c->sc);
         free(c);
@@ -60,7 +61,7 @@ static int ref_init(void **ctx, int n_threads) {
 static void ref_free(void *ctx) {
     ref_ctx *c = ctx;
     if (!c) return;
-    nl_proj_pool_free(c->pool);
+    nl_pool_free(c->pool);
     for (int i = 0; i < c->n_threads; i++) {
         free(c->sc[i].acc);
         free(c->sc[i].w);
@@ -164,7 +165,7 @@ static int ref_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *
         }
     }
     ref_job j = {c, w, tt, nl_row_bytes(w->type, w->n_in), x, T, y};
-    nl_proj_pool_run(c->pool, n_tasks, dir == NL_FWD ? fwd_task : bwd_task, &j);
+    nl_pool_run(c->pool, n_tasks, dir == NL_FWD ? fwd_task : bwd_task, &j);
     return 0;
 }
 

@@ -198,15 +198,15 @@ static void lora_task(void *arg, int task, int n_tasks) {
 /* On the pool only in synchronous mode (the service is idle then; while a request is in
  * flight its threads own the cores) and when the branch is worth the hand-off. */
 static int lora_run(nl_graph *g, lora_job *j) {
-    nl_proj_pool *p = g->rt->pool;
+    nl_pool *p = g->rt->pool;
     const int64_t work = (int64_t)j->T * j->L->rank * ((int64_t)j->L->n_in + j->L->n_out);
-    int n = p && g->rt->sync && work >= 32768 && j->T >= 2 ? nl_proj_pool_size(p) : 1;
+    int n = p && g->rt->sync && work >= 32768 && j->T >= 2 ? nl_pool_size(p) : 1;
     if (n > LORA_MAX_TASKS) n = LORA_MAX_TASKS;
     if (n > 1) g->n_lora_pool++;
     for (int phase = 0; phase < (j->dir == NL_BWD ? 2 : 1); phase++) {
         j->phase = phase;
         memset(j->rc, 0, sizeof j->rc);
-        if (n > 1) nl_proj_pool_run(p, n, lora_task, j);
+        if (n > 1) nl_pool_run(p, n, lora_task, j);
         else lora_task(j, 0, 1);
         for (int i = 0; i < n; i++)
             if (j->rc[i]) /* the task's message is in its own thread's error slot */

@@ -47,8 +47,8 @@ static void axpz_task(void *arg, int task, int n_tasks) {
 
 static void axpz(nl_graph *g, float *dst, const float *src, size_t n, uint64_t key, double a, double b) {
     axpz_job j = {dst, src, n, key, a, b};
-    nl_proj_pool *p = g->rt ? g->rt->pool : NULL;
-    if (p && n >= 4096) nl_proj_pool_run(p, nl_proj_pool_size(p), axpz_task, &j);
+    nl_pool *p = g->rt ? g->rt->pool : NULL;
+    if (p && n >= 4096) nl_pool_run(p, nl_pool_size(p), axpz_task, &j);
     else axpz_task(&j, 0, 1);
 }
 

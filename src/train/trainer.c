@@ -514,7 +514,7 @@ static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float 
     if (!rt->pool || n < 4096) return nl_adamw_step(p, g, m, v, n, cfg, step);
     if (nl_adamw_step(p, g, m, v, 0, cfg, step)) return -1; /* validates cfg and step, touches nothing */
     adamw_job j = {p, m, v, g, n, cfg, step};
-    nl_proj_pool_run(rt->pool, nl_proj_pool_size(rt->pool), adamw_task, &j);
+    nl_pool_run(rt->pool, nl_pool_size(rt->pool), adamw_task, &j);
     return 0;
 }
 
