@@ -7,7 +7,9 @@
  *   unknown --template; non-UTF-8 bytes; a lone surrogate escape; a missing data file;
  *   an adapter for another architecture, for another model size of the same architecture;
  *   --init-adapter with a different --rank (and the same rank: runs); an adapter whose
- *   lora_a / lora_b ranks disagree; an --init-adapter holding a NaN; a NaN gradient at step 3
+ *   lora_a / lora_b ranks disagree; an --init-adapter holding a NaN; an adapter holding a NaN
+ *   or alpha Inf in eval, generate, logits, merge and train; a base model holding a NaN (a
+ *   Q8_0 block scale, an F32 norm) named at load; a NaN gradient at step 3
  *   (stops naming step and tensor, keeps commit 2, writes no adapter); unwritable --out,
  *   --checkpoint-dir and --log-json (refused before training); a truncated model file (GGUF
  *   error with the offset). */
@@ -47,6 +49,24 @@ static int exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+/* Run argv (v[0] = the CLI): the exit status; stderr in errf, stdout discarded. */
+static int run_argv(const char *const *v) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *e = freopen(errf, "w", stderr);
+        FILE *so = freopen("/dev/null", "w", stdout);
+        (void)e;
+        (void)so;
+        execv(v[0], (char *const *)v);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 /* Run `nightlora train --model M --data D --out O --steps 2 --batch-tokens 64 --rank 4
  * --thermal off <extra...>` (--rank 4 only when extra has no --rank);
  * returns the exit status; stderr in errf. */
@@ -66,20 +86,7 @@ static int train_cli(const char *m, const char *d, const char *o, const char *co
     v[n++] = "--thermal"; v[n++] = "off";
     for (int i = 0; extra && extra[i] && n < 46; i++) v[n++] = extra[i];
     v[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *e = freopen(errf, "w", stderr);
-        FILE *so = freopen("/dev/null", "w", stdout);
-        (void)e;
-        (void)so;
-        execv(v[0], (char *const *)v);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return run_argv(v);
 }
 
 /* The "nightlora train: ..." line of the last run (or ""). */
@@ -259,6 +266,90 @@ static void test_adapter_errors(void) {
     expect("--init-adapter that overflows", train_cli(model, data, out, a3), 1, "step 1: ", "non-finite", "no adapter written");
 }
 
+/* `nightlora CMD` exited with want_rc and its "nightlora CMD: ..." line holds n1 and n2. */
+static void expect_cmd(const char *what, int rc, const char *cmd, int want_rc, const char *n1, const char *n2) {
+    char *b = slurp(errf), head[64];
+    snprintf(head, sizeof head, "nightlora %s: ", cmd);
+    const char *p = b ? strstr(b, head) : NULL;
+    char msg[2048] = "";
+    if (p) snprintf(msg, sizeof msg, "%.*s", (int)strcspn(p, "\n"), p);
+    CHECKF(rc == want_rc && p && (!n1 || strstr(msg, n1)) && (!n2 || strstr(msg, n2)), "%s: exit %d (expected %d): %s", what, rc, want_rc,
+           b ? b : "");
+    printf("%-34s exit %d  %s\n", what, rc, msg);
+    free(b);
+}
+
+/* A copy of the file `src` with `len` bytes at byte `off` of tensor `name`'s data replaced. */
+static int patch_tensor(const char *src, const char *dst, const char *name, size_t off, const void *bytes, size_t len) {
+    nl_gguf *g = nl_gguf_open(src);
+    const nl_gguf_tensor *t = g ? nl_gguf_tensor_find(g, name) : NULL;
+    size_t n = 0;
+    char *b = t ? nl_read_file(src, &n) : NULL;
+    uint64_t at = t ? g->data_offset + t->offset + off : 0;
+    int rc = -1;
+    if (b && at + len <= n) {
+        memcpy(b + at, bytes, len);
+        FILE *f = fopen(dst, "wb");
+        rc = f && fwrite(b, 1, n, f) == n && fclose(f) == 0 ? 0 : -1;
+    }
+    free(b);
+    nl_gguf_close(g);
+    return rc;
+}
+
+/* NaN/Inf never reaches a computation: an adapter holding one (a value or alpha) is refused by
+ * every command that loads one, as train refuses it (eval printed loss -nan, merge wrote a NaN
+ * model, both exit 0); a base model holding one is refused at load naming the tensor and the
+ * element (it was blamed on a LoRA gradient and --lr at step 1). */
+static void test_nonfinite_inputs(void) {
+    char good[512], nan_ad[512], inf_alpha[512], merged[512];
+    path_of(good, sizeof good, "good_adapter.gguf"); /* test_adapter_errors' */
+    path_of(nan_ad, sizeof nan_ad, "nan_adapter.gguf");
+    path_of(inf_alpha, sizeof inf_alpha, "inf_alpha.gguf");
+    path_of(merged, sizeof merged, "merged.gguf");
+    {
+        nl_gguf *g = nl_gguf_open(good);
+        nl_gguf_writer *w = nl_gguf_writer_new();
+        CHECK(g && w && nl_gguf_copy_kvs(w, g) == 0 && nl_gguf_set_f32(w, "adapter.lora.alpha", INFINITY) == 0);
+        for (int64_t i = 0; g && i < g->n_tensors; i++)
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+        CHECK(nl_gguf_write(w, inf_alpha) == 0);
+        nl_gguf_writer_free(w);
+        nl_gguf_close(g);
+    }
+    for (int k = 0; k < 2; k++) {
+        const char *ad = k ? inf_alpha : nan_ad;
+        const char *n1 = k ? "inf_alpha.gguf: adapter.lora.alpha = inf: expected a finite number" : "nan_adapter.gguf: non-finite value: parameter blk.0.";
+        const char *n2 = k ? NULL : ".lora_b[0] = nan";
+        const char *ev[] = {NL_CLI, "eval", "--model", model, "--adapter", ad, "--data", data, "--backend", "ref", "--threads", "1", NULL};
+        expect_cmd(k ? "eval, adapter alpha inf" : "eval, adapter holding a NaN", run_argv(ev), "eval", 1, n1, n2);
+        const char *gen[] = {NL_CLI, "generate", "--model", model, "--adapter", ad, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
+        expect_cmd(k ? "generate, adapter alpha inf" : "generate, adapter holding a NaN", run_argv(gen), "generate", 1, n1, n2);
+        char lg[512];
+        path_of(lg, sizeof lg, "logits.f32");
+        const char *lo[] = {NL_CLI, "logits", "--model", model, "--adapter", ad, "--tokens", "1 2 3", "--out", lg, "--backend", "ref", NULL};
+        expect_cmd(k ? "logits, adapter alpha inf" : "logits, adapter holding a NaN", run_argv(lo), "logits", 1, n1, n2);
+        CHECK(!exists(lg));
+        const char *mg[] = {NL_CLI, "merge", "--model", model, "--adapter", ad, "--out", merged, NULL};
+        expect_cmd(k ? "merge, adapter alpha inf" : "merge, adapter holding a NaN", run_argv(mg), "merge", 1, n1, n2);
+        CHECK(!exists(merged));
+        const char *a[] = {"--init-adapter", ad, NULL};
+        expect(k ? "--init-adapter with alpha inf" : "--init-adapter holding a NaN (again)", train_cli(model, data, out, a), 1, n1, n2, NULL);
+    }
+    /* base weights: a NaN scale in a Q8_0 projection (block 3), a NaN in an F32 norm */
+    char nan_q[512], nan_norm[512];
+    path_of(nan_q, sizeof nan_q, "nan_q8.gguf");
+    path_of(nan_norm, sizeof nan_norm, "nan_norm.gguf");
+    const uint8_t nan16[2] = {0x00, 0x7e};
+    const float fnan = NAN;
+    CHECK(patch_tensor(model, nan_q, "blk.0.attn_q.weight", 3 * 34, nan16, 2) == 0);
+    CHECK(patch_tensor(model, nan_norm, "blk.1.ffn_norm.weight", 7 * 4, &fnan, 4) == 0);
+    expect("base weight with a NaN block scale", train_cli(nan_q, data, out, NULL), 1,
+           "nan_q8.gguf: tensor 'blk.0.attn_q.weight' holds non-finite values (element 96 = nan, in the q8_0 block at file offset ", NULL, NULL);
+    const char *ev[] = {NL_CLI, "eval", "--model", nan_norm, "--data", data, "--backend", "ref", NULL};
+    expect_cmd("eval, base norm holding a NaN", run_argv(ev), "eval", 1, "nan_norm.gguf: tensor 'blk.1.ffn_norm.weight' holds non-finite values (element 7 = nan", NULL);
+}
+
 /* The hook of test_nan_gradient: at step 3, after the backward, gradient element 0 of adapter
  * tensor 5's lora_b becomes NaN. */
 static void poison_grads(void *user, int step, const nl_adapter *ad, float *grads) {
@@ -350,6 +441,7 @@ int main(void) {
     double t0 = nl_now();
     test_data_errors();
     test_adapter_errors();
+    test_nonfinite_inputs();
     test_nan_gradient();
     test_path_errors();
     printf("%.1f s\n", nl_now() - t0);

@@ -550,6 +550,78 @@ static void test_round_trips(void) {
     CHECKF(sqrt(sq_err / sq) < 0.1, "q4_1 rel err %g", sqrt(sq_err / sq));
 }
 
+/* nl_type_first_nonfinite reads exponents and block scales only; the oracle decodes every
+ * element with to_float and looks. Clean buffers (random values, finite scales) give -1; a
+ * poisoned element or scale (Inf, -Inf, a NaN) gives the oracle's first index, with one or
+ * two poisoned places, for every type that has to_float. */
+static void test_nonfinite(void) {
+    /* byte offsets of the f16 scales in a block (the test's own statement of the layouts) */
+    static const struct { int type, n_off, off[2]; } blocks[] = {
+        {NL_TYPE_Q4_0, 1, {0}}, {NL_TYPE_Q4_1, 2, {0, 2}}, {NL_TYPE_Q8_0, 1, {0}},
+        {NL_TYPE_Q4_K, 2, {0, 2}}, {NL_TYPE_Q6_K, 1, {208}},
+    };
+    static const uint16_t bad16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xffff}, badbf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81};
+    static const uint32_t bad32[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu};
+    enum { N = 4096 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    uint8_t *buf = malloc(N * 4), *clean = malloc(N * 4);
+    int types_seen = 0;
+    for (int type = 0; type < NL_TYPE_COUNT; type++) {
+        const nl_type_traits *tt = nl_type_get(type);
+        if (!tt) continue;
+        types_seen++;
+        CHECKF(tt->first_nonfinite != NULL, "%s: to_float without first_nonfinite", tt->name);
+        if (!tt->first_nonfinite) continue;
+        int bi = -1;
+        for (size_t b = 0; b < sizeof blocks / sizeof *blocks; b++)
+            if (blocks[b].type == type) bi = (int)b;
+        CHECKF(tt->blck == 1 || bi >= 0, "%s: no scale layout in the test", tt->name);
+        if (tt->blck > 1 && bi < 0) continue;
+        const int64_t nb = N / tt->blck;
+        const size_t nbytes = (size_t)nb * tt->bytes;
+        for (int i = 0; i < N; i++) x[i] = (float)(2 * nl_t_rand());
+        if (tt->from_float) {
+            tt->from_float(x, clean, N);
+        } else {
+            for (size_t i = 0; i < nbytes; i++) clean[i] = (uint8_t)((nl_t_rand() + 1) * 128);
+            for (int64_t k = 0; k < nb; k++)
+                for (int o = 0; o < blocks[bi].n_off; o++) put16(clean + k * tt->bytes + blocks[bi].off[o], nl_f32_to_f16((float)(nl_t_rand() * 0.1)));
+        }
+        tt->to_float(clean, y, N);
+        int all = 1;
+        for (int i = 0; i < N; i++) all &= isfinite(y[i]) != 0;
+        CHECKF(all && nl_type_first_nonfinite(type, clean, N) == -1, "%s: a clean buffer", tt->name);
+        for (int trial = 0; trial < 40; trial++) {
+            memcpy(buf, clean, nbytes);
+            int places = 1 + trial % 2;
+            for (int k = 0; k < places; k++) {
+                int64_t j = (int64_t)((nl_t_rand() + 1) * 0.5 * (double)(tt->blck == 1 ? N : nb));
+                if (trial < 3) j = trial == 0 ? 0 : (tt->blck == 1 ? N : nb) - 1; /* the ends */
+                if (type == NL_TYPE_F32) {
+                    uint32_t v = bad32[trial % 5];
+                    memcpy(buf + 4 * j, &v, 4);
+                } else if (tt->blck == 1) {
+                    put16(buf + 2 * j, type == NL_TYPE_BF16 ? badbf[trial % 4] : bad16[trial % 5]);
+                } else {
+                    put16(buf + j * tt->bytes + blocks[bi].off[trial % blocks[bi].n_off], bad16[trial % 5]);
+                }
+            }
+            tt->to_float(buf, y, N);
+            int64_t want = -1;
+            for (int i = 0; i < N && want < 0; i++)
+                if (!isfinite(y[i])) want = i;
+            int64_t got = nl_type_first_nonfinite(type, buf, N);
+            CHECKF(want >= 0 && got == want, "%s trial %d: first non-finite %lld, decoded %lld", tt->name, trial, (long long)got, (long long)want);
+        }
+    }
+    CHECK(types_seen >= 8);
+    CHECK(nl_type_first_nonfinite(13 /* q5_k: no to_float */, clean, 256) == -1);
+    free(x);
+    free(y);
+    free(buf);
+    free(clean);
+}
+
 int main(void) {
     test_names();
     test_f16();
@@ -558,5 +630,6 @@ int main(void) {
     test_quantizers();
     test_q4_1_quantizer();
     test_round_trips();
+    test_nonfinite();
     return nl_t_done();
 }

@@ -151,6 +151,7 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
     float alpha = 0.0f;
     int r = nl_gguf_get_f32(g, "adapter.lora.alpha", &alpha);
     if (r < 0) { nl_err_prefix("%s", path); goto fail; }
+    if (!isfinite(alpha)) { nl_err("%s: adapter.lora.alpha = %g: expected a finite number", path, (double)alpha); goto fail; }
 
     projs = nl_malloc((size_t)(g->n_tensors + 1) * sizeof(int));
     ranks = nl_malloc((size_t)(g->n_tensors + 1) * sizeof(int));
@@ -214,6 +215,13 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
         if (tensor_to_f32(path, &g->tensors[ia[i]], nl_lora_A(a, i))) goto fail;
         if (tensor_to_f32(path, &g->tensors[ib[i]], nl_lora_B(a, i))) goto fail;
     }
+    for (size_t k = 0; k < a->n_params; k++)
+        if (!isfinite(a->params[k])) {
+            char name[NL_GGUF_MAX_NAME + 32];
+            nl_adapter_elem_name(a, m, k, name, sizeof name);
+            nl_err("%s: non-finite value: parameter %s = %g", path, name, (double)a->params[k]);
+            goto fail;
+        }
     free(projs); free(ranks); free(ia); free(ib);
     nl_gguf_close(g);
     return a;
@@ -222,6 +230,22 @@ fail:
     nl_adapter_free(a);
     nl_gguf_close(g);
     return NULL;
+}
+
+void nl_adapter_elem_name(const nl_adapter *a, const nl_model *m, size_t idx, char *buf, size_t cap) {
+    for (int i = 0; i < a->n; i++) {
+        const nl_lora_tensor *lt = &a->t[i];
+        for (int part = 0; part < 2; part++) {
+            size_t off = part ? lt->off_b : lt->off_a, n = (size_t)lt->rank * (size_t)(part ? lt->n_out : lt->n_in);
+            if (idx < off || idx - off >= n) continue;
+            const char *nm = m->projs[lt->proj].name;
+            size_t bl = strlen(nm);
+            if (bl > 7 && !strcmp(nm + bl - 7, ".weight")) bl -= 7;
+            snprintf(buf, cap, "%.*s.lora_%c[%zu]", (int)bl, nm, part ? 'b' : 'a', idx - off);
+            return;
+        }
+    }
+    snprintf(buf, cap, "[%zu]", idx);
 }
 
 nl_adapter *nl_adapter_load(const nl_model *m, const char *path) {

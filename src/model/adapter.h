@@ -45,7 +45,9 @@ static inline float nl_adapter_scale(const nl_adapter *a, int i) {
  * q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output, or "all" = every linear projection of every
  * layer). A ~ Kaiming-uniform-like from the counter RNG keyed by seed, B = 0 (PEFT's init). */
 nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed);
-/* Load a llama.cpp LoRA GGUF and validate it against the model (arch, names, shapes, rank). */
+/* Load a llama.cpp LoRA GGUF and validate it against the model (arch, names, shapes, rank;
+ * every value and alpha finite: "PATH: non-finite value: parameter blk.0.attn_q.lora_b[0] =
+ * nan", so no command computes with NaN). */
 nl_adapter *nl_adapter_load(const nl_model *m, const char *path);
 /* Same over a caller's buffer (fuzzing, tests); `label` names it in errors. The buffer is only
  * read during the call (the adapter owns copies of every value). */
@@ -55,6 +57,9 @@ int nl_adapter_save(const nl_adapter *a, const nl_model *m, const char *path);
 /* Write `values` (laid out like params, e.g. gradients) as tensors named like the adapter's. */
 int nl_adapter_save_values(const nl_adapter *a, const nl_model *m, const float *values, const char *path);
 void nl_adapter_free(nl_adapter *a);
+/* "blk.1.attn_q.lora_b[5]": the name of element idx of an array laid out like params (the
+ * parameters, their gradients). */
+void nl_adapter_elem_name(const nl_adapter *a, const nl_model *m, size_t idx, char *buf, size_t cap);
 
 /* Parse a --targets list into a bitmask over nl_proj_kind; -1 + error on an unknown name. */
 int nl_parse_targets(const char *targets, uint32_t *mask);

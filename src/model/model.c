@@ -241,6 +241,18 @@ static int find_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, i
     const nl_type_traits *tt = nl_type_get(t->type);
     if (!tt || !tt->to_float)
         return nl_err("%s: tensor '%s' has type %s, which nightlora cannot read", ld->g->path, name, nl_type_name(t->type));
+    /* Inf/NaN weights are the file's fault: say so here, not later as a non-finite loss or
+     * gradient (one pass over the bytes, at memory speed: scales and exponents only) */
+    const int64_t bad = nl_type_first_nonfinite(t->type, t->data, t->ne[0] * t->ne[1]);
+    if (bad >= 0) {
+        float blk[256];
+        const int64_t b0 = bad / tt->blck * tt->blck;
+        tt->to_float((const uint8_t *)t->data + (size_t)(bad / tt->blck) * tt->bytes, blk, tt->blck);
+        return nl_err("%s: tensor '%s' holds non-finite values (element %" PRId64 " = %g, %s%s%s at file offset %" PRIu64
+                      "): the model file is damaged or was converted wrongly",
+                      ld->g->path, name, bad, (double)blk[bad - b0], tt->blck > 1 ? "in the " : "", tt->blck > 1 ? tt->name : "",
+                      tt->blck > 1 ? " block" : "", ld->g->data_offset + t->offset + (uint64_t)(bad / tt->blck) * tt->bytes);
+    }
     *out = t;
     return 0;
 }

@@ -254,6 +254,88 @@ static void q6_k_to_float(const void *src, float *dst, int64_t n) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Non-finite values, found from the bytes                                                   */
+
+/* The first of `count` little-endian 16-bit fields at src + k * stride whose bits & mask ==
+ * mask (an f16 / bf16 with an all-ones exponent: Inf or NaN), -1 when none. Chunks are
+ * OR-reduced without an early exit (contiguous fields: 64-bit words, four fields a word, a
+ * loop the compiler vectorizes), then searched field by field. */
+static int64_t first_u16_all_ones(const uint8_t *src, int64_t count, size_t stride, uint16_t mask) {
+    const uint64_t m4 = mask * 0x0001000100010001ull;
+    for (int64_t k0 = 0; k0 < count; k0 += 4096) {
+        const int64_t k1 = count - k0 < 4096 ? count : k0 + 4096;
+        uint64_t any = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (stride == 2) {
+            int64_t k = k0;
+            for (; k + 4 <= k1; k += 4) {
+                uint64_t w;
+                memcpy(&w, src + 2 * k, 8);
+                /* a lane of t is 0 exactly where a field has the mask's bits all set; bit 15 of
+                 * every lane of t is 0, so the borrow test below sees exactly those lanes */
+                const uint64_t t = (w & m4) ^ m4;
+                any |= (t - 0x0001000100010001ull) & ~t & 0x8000800080008000ull;
+            }
+            for (; k < k1; k++) any |= (rd16(src + 2 * k) & mask) == mask;
+        } else
+#endif
+            for (int64_t k = k0; k < k1; k++) any |= (rd16(src + (size_t)k * stride) & mask) == mask;
+        if (!any) continue;
+        for (int64_t k = k0; k < k1; k++)
+            if ((rd16(src + (size_t)k * stride) & mask) == mask) return k;
+    }
+    return -1;
+}
+
+static int isinf_or_nan_at(const uint8_t *p, int64_t i) {
+    uint32_t u;
+    memcpy(&u, p + 4 * i, 4);
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+static int64_t f32_first_nonfinite(const void *src, int64_t n) {
+    const uint8_t *p = src;
+    const uint64_t m2 = 0x7f8000007f800000ull;
+    for (int64_t i0 = 0; i0 < n; i0 += 4096) {
+        const int64_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+        uint64_t any = 0;
+        int64_t i = i0;
+        for (; i + 2 <= i1; i += 2) { /* two floats a word, as first_u16_all_ones does four halves */
+            uint64_t w;
+            memcpy(&w, p + 4 * i, 8);
+            const uint64_t t = (w & m2) ^ m2;
+            any |= (t - 0x0000000100000001ull) & ~t & 0x8000000080000000ull;
+        }
+        for (; i < i1; i++) any |= isinf_or_nan_at(p, i);
+        if (!any) continue;
+        for (i = i0; i < i1; i++)
+            if (isinf_or_nan_at(p, i)) return i;
+    }
+    return -1;
+}
+static int64_t f16_first_nonfinite(const void *src, int64_t n) { return first_u16_all_ones(src, n, 2, 0x7c00); }
+static int64_t bf16_first_nonfinite(const void *src, int64_t n) { return first_u16_all_ones(src, n, 2, 0x7f80); }
+/* The first element of the first block (blck elements of `bytes`) whose f16 field at off0,
+ * or at off1 (>= 0), is Inf or NaN; -1 when none. */
+static int64_t first_bad_scale(const void *src, int64_t n, int blck, size_t bytes, size_t off0, int off1) {
+    const int64_t nb = n / blck;
+    int64_t k = first_u16_all_ones((const uint8_t *)src + off0, nb, bytes, 0x7c00);
+    if (off1 >= 0) {
+        int64_t k1 = first_u16_all_ones((const uint8_t *)src + off1, k < 0 ? nb : k, bytes, 0x7c00);
+        if (k1 >= 0) k = k1;
+    }
+    return k < 0 ? -1 : k * blck;
+}
+/* Q8_0, Q4_0: y = d * q (|q| <= 128): finite with a finite d, and an Inf or NaN d makes every
+ * value of its block Inf or NaN. Q4_1: y = d * q + m (q <= 15): finite when d and m are.
+ * Q4_K: y = d * sc * q - dmin * mn (sc, mn <= 63, q <= 15): finite when d and dmin are.
+ * Q6_K: y = d * scale * q (|scale| <= 128, |q| <= 32): finite when d is. */
+static int64_t q8_0_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 34, 0, -1); }
+static int64_t q4_0_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 18, 0, -1); }
+static int64_t q4_1_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 20, 0, 2); }
+static int64_t q4_k_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 256, 144, 0, 2); }
+static int64_t q6_k_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 256, 210, 208, -1); }
+
+/* ---------------------------------------------------------------------------------------- */
 /* The table: one row per ggml id.                                                          */
 
 /* Every ggml id: its name (removed ids keep the one they had), its block layout where known
@@ -261,21 +343,21 @@ static void q6_k_to_float(const void *src, float *dst, int64_t n) {
  * the conversions nightlora has for it (NULL: none — such a tensor can still be sized and
  * skipped by the GGUF reader). */
 static const nl_type_traits traits[NL_TYPE_COUNT] = {
-    [NL_TYPE_F32] = {"f32", 1, 4, f32_to_float, f32_from_float},
-    [NL_TYPE_F16] = {"f16", 1, 2, f16_to_float, f16_from_float},
-    [NL_TYPE_Q4_0] = {"q4_0", 32, 18, q4_0_to_float, q4_0_from_float},
-    [NL_TYPE_Q4_1] = {"q4_1", 32, 20, q4_1_to_float, q4_1_from_float},
+    [NL_TYPE_F32] = {"f32", 1, 4, f32_to_float, f32_from_float, f32_first_nonfinite},
+    [NL_TYPE_F16] = {"f16", 1, 2, f16_to_float, f16_from_float, f16_first_nonfinite},
+    [NL_TYPE_Q4_0] = {"q4_0", 32, 18, q4_0_to_float, q4_0_from_float, q4_0_first_nonfinite},
+    [NL_TYPE_Q4_1] = {"q4_1", 32, 20, q4_1_to_float, q4_1_from_float, q4_1_first_nonfinite},
     [4] = {"q4_2", 0, 0, NULL, NULL},
     [5] = {"q4_3", 0, 0, NULL, NULL},
     [6] = {"q5_0", 32, 22, NULL, NULL},
     [7] = {"q5_1", 32, 24, NULL, NULL},
-    [NL_TYPE_Q8_0] = {"q8_0", 32, 34, q8_0_to_float, q8_0_from_float},
+    [NL_TYPE_Q8_0] = {"q8_0", 32, 34, q8_0_to_float, q8_0_from_float, q8_0_first_nonfinite},
     [9] = {"q8_1", 32, 36, NULL, NULL},
     [10] = {"q2_k", 256, 84, NULL, NULL},
     [11] = {"q3_k", 256, 110, NULL, NULL},
-    [NL_TYPE_Q4_K] = {"q4_k", 256, 144, q4_k_to_float, NULL},
+    [NL_TYPE_Q4_K] = {"q4_k", 256, 144, q4_k_to_float, NULL, q4_k_first_nonfinite},
     [13] = {"q5_k", 256, 176, NULL, NULL},
-    [NL_TYPE_Q6_K] = {"q6_k", 256, 210, q6_k_to_float, NULL},
+    [NL_TYPE_Q6_K] = {"q6_k", 256, 210, q6_k_to_float, NULL, q6_k_first_nonfinite},
     [15] = {"q8_k", 256, 292, NULL, NULL},
     [16] = {"iq2_xxs", 256, 66, NULL, NULL},
     [17] = {"iq2_xs", 256, 74, NULL, NULL},
@@ -291,7 +373,7 @@ static const nl_type_traits traits[NL_TYPE_COUNT] = {
     [27] = {"i64", 1, 8, NULL, NULL},
     [28] = {"f64", 1, 8, NULL, NULL},
     [29] = {"iq1_m", 256, 56, NULL, NULL},
-    [NL_TYPE_BF16] = {"bf16", 1, 2, bf16_to_float, bf16_from_float},
+    [NL_TYPE_BF16] = {"bf16", 1, 2, bf16_to_float, bf16_from_float, bf16_first_nonfinite},
     [31] = {"q4_0_4_4", 0, 0, NULL, NULL},
     [32] = {"q4_0_4_8", 0, 0, NULL, NULL},
     [33] = {"q4_0_8_8", 0, 0, NULL, NULL},
@@ -329,6 +411,11 @@ int nl_type_from_name(const char *name) {
         if (!*a && !*b) return t;
     }
     return -1;
+}
+
+int64_t nl_type_first_nonfinite(int type, const void *src, int64_t n) {
+    const nl_type_traits *tt = nl_type_get(type);
+    return tt && tt->first_nonfinite ? tt->first_nonfinite(src, n) : -1;
 }
 
 size_t nl_row_bytes(int type, int64_t ne0) {

@@ -20,6 +20,11 @@ typedef struct {
     /* n must be a multiple of blck. NULL when the direction is not supported. */
     void (*to_float)(const void *src, float *dst, int64_t n);
     void (*from_float)(const float *src, void *dst, int64_t n);
+    /* The index of the first of n elements whose decoded value is not finite, -1 when every
+     * one is, found from the bytes without decoding (the exponent bits of a float, the f16
+     * scales of a block: with finite scales no block format here can decode to Inf or NaN).
+     * Every row with to_float has one (test_quant checks it against decoding). */
+    int64_t (*first_nonfinite)(const void *src, int64_t n);
 } nl_type_traits;
 
 /* The row of any ggml id (NULL out of range): the name, the block layout where known (blck > 0;
@@ -33,6 +38,10 @@ const char *nl_type_name(int type);
 /* Parse "f32", "F16", "q8_0", ... (any ggml name, case-insensitive; the id of an unsupported
  * type like "q5_k" is returned too, so check nl_type_get); -1 when unknown. */
 int nl_type_from_name(const char *name);
+/* The first of n elements (a multiple of the block size) of a handled type whose decoded
+ * value is Inf or NaN, -1 when none is (and for a type without to_float); at memory speed.
+ * The model loader runs it over every tensor it uses. */
+int64_t nl_type_first_nonfinite(int type, const void *src, int64_t n);
 /* Bytes of one row of ne0 elements; 0 if ne0 is not a multiple of the block size. */
 size_t nl_row_bytes(int type, int64_t ne0);
 

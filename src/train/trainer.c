@@ -531,16 +531,14 @@ static int find_nonfinite(const trainer *t, const float *grads, char *buf, size_
     const nl_adapter *ad = t->ad;
     for (int i = 0; i < ad->n; i++) {
         const nl_lora_tensor *lt = &ad->t[i];
-        const char *nm = t->m->projs[lt->proj].name;
-        size_t bl = strlen(nm);
-        if (bl > 7 && !strcmp(nm + bl - 7, ".weight")) bl -= 7;
         for (int part = 0; part < 2; part++) {
             size_t off = part ? lt->off_b : lt->off_a, n = (size_t)lt->rank * (size_t)(part ? lt->n_out : lt->n_in), bad;
             for (int isg = 0; isg < 2; isg++) {
                 const float *x = isg ? grads : ad->params;
                 if (!x || all_finite(x + off, n, &bad)) continue;
-                snprintf(buf, cap, "%s %.*s.lora_%c[%zu] = %g", isg ? "gradient of" : "parameter", (int)bl, nm,
-                         part ? 'b' : 'a', bad, (double)x[off + bad]);
+                char name[160];
+                nl_adapter_elem_name(ad, t->m, off + bad, name, sizeof name);
+                snprintf(buf, cap, "%s %s = %g", isg ? "gradient of" : "parameter", name, (double)x[off + bad]);
                 return 1;
             }
         }
@@ -788,13 +786,6 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         nl_err("--init-adapter %s has rank %d, --rank %d was asked: drop --rank (the adapter's rank is used) or start "
                "a fresh adapter without --init-adapter", o->init_adapter, t.ad->rank, o->init_rank);
         goto done;
-    }
-    if (o->init_adapter) {
-        char where[256];
-        if (find_nonfinite(&t, NULL, where, sizeof where)) {
-            nl_err("--init-adapter %s: non-finite value: %s", o->init_adapter, where);
-            goto done;
-        }
     }
     t.svc = nl_proj_service_new(&o->proj);
     if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
