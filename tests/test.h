@@ -101,6 +101,21 @@ static inline int nl_t_count_lines(const char *path) {
     free(b);
     return n;
 }
+/* A fresh scratch directory /tmp/nl_<name>_<pid> (an old one removed) into buf; 0 or -1. */
+#include <unistd.h>
+static inline int nl_t_tmpdir(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "/tmp/nl_%s_%d", name, (int)getpid());
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", buf, buf);
+    return system(cmd) ? -1 : 0;
+}
+/* At the end of a test: remove the directory when every check passed, else keep it and say where. */
+static inline void nl_t_tmpdir_done(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (nl_t_fail) fprintf(stderr, "files kept in %s\n", dir);
+    else if (system(cmd)) fprintf(stderr, "cannot remove %s\n", dir);
+}
 /* Sleep s seconds, resuming after signals. */
 static inline void nl_t_sleep(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};

@@ -415,8 +415,8 @@ static void test_epochs(const char *model) {
             o.log_json = log;
             nl_train_result r;
             CHECK(train(&o, &r) == 0);
-            CHECKF(r.total_steps == cases[c].want && r.steps_done == cases[c].want, "epochs %g steps %d: %d steps, expected %d",
-                   cases[c].epochs, cases[c].steps, r.total_steps, cases[c].want);
+            CHECKF(r.total_steps == cases[c].want && r.steps_done == cases[c].want, "epochs %g steps %d: %lld steps, expected %d",
+                   cases[c].epochs, cases[c].steps, (long long)r.total_steps, cases[c].want);
             steplog L;
             read_log(log, &L);
             CHECK(L.n == cases[c].want);

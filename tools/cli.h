@@ -22,6 +22,24 @@ int nl_cli_flag(int argc, char **argv, const char *name);
  * `boolean` lists those that take no value. Returns 0, or prints an error and returns 1. */
 int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean);
 
+/* Strict flag values. An integer flag takes an optional '-' and decimal digits only ("1.9",
+ * "1e3" are refused), in [lo, hi]; a number flag any finite strtod text in [lo, hi] (NaN and
+ * Inf are refused). Each returns 1 when the flag is given and valid (*out set), 0 when it is
+ * absent (*out untouched), -1 after printing "nightlora CMD: --flag V: expected an integer in
+ * [lo, hi]" (callers return 2, a usage error). */
+int nl_cli_int(const char *cmd, int argc, char **argv, const char *flag, int64_t lo, int64_t hi, int64_t *out);
+int nl_cli_u64(const char *cmd, int argc, char **argv, const char *flag, uint64_t *out);
+int nl_cli_num(const char *cmd, int argc, char **argv, const char *flag, double lo, double hi, double *out);
+
+/* An output never replaces an input: before anything is read or written, every output flag's
+ * path (and PATH.tmp, through which it is written) is compared with every input flag's path,
+ * by device + inode and by resolved path, and with the other outputs; out_dir (a flag naming a
+ * directory the run writes its lock, run.json and commits into; NULL: none) must be no input
+ * and hold no input under those names. NULL-terminated flag lists (names without "--"); flags
+ * not given are skipped. 0, or 1 after printing a usage error naming both flags. */
+int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *const *inputs, const char *const *outputs,
+                        const char *out_dir);
+
 /* Shared projection-service flags (--backend, --threads, --wire, --verbose). 0 ok, else usage error printed. */
 #include "proj/proj.h"
 int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg);

@@ -230,22 +230,17 @@ int nl_cmd_bench_step(int argc, char **argv) {
         return 2;
     }
     const char *v;
-    int T = (v = nl_cli_opt(argc, argv, "tokens")) ? atoi(v) : 512;
-    int reps = (v = nl_cli_opt(argc, argv, "reps")) ? atoi(v) : 3;
-    int warmup = (v = nl_cli_opt(argc, argv, "warmup")) ? atoi(v) : 1;
-    int rank = (v = nl_cli_opt(argc, argv, "rank")) ? atoi(v) : 16;
-    uint64_t seed = (v = nl_cli_opt(argc, argv, "seed")) ? strtoull(v, NULL, 10) : 1;
-    int64_t budget_mb = (v = nl_cli_opt(argc, argv, "act-budget-mb")) ? atoll(v) : -1;
-    /* --answer-tokens N: only the last N rows are targets (a prompt/answer example); default all */
-    int answer = (v = nl_cli_opt(argc, argv, "answer-tokens")) ? atoi(v) : T;
-    if (answer < 1 || answer > T) {
-        fprintf(stderr, "nightlora bench step: --answer-tokens must be in 1..--tokens\n");
+    int64_t T = 512, reps = 3, warmup = 1, rank = 16, budget_mb = -1, answer = -1;
+    uint64_t seed = 1;
+    const char *c = "bench step";
+    if (nl_cli_int(c, argc, argv, "tokens", 2, 1 << 20, &T) < 0 || nl_cli_int(c, argc, argv, "reps", 1, 1000, &reps) < 0 ||
+        nl_cli_int(c, argc, argv, "warmup", 0, 100, &warmup) < 0 || nl_cli_int(c, argc, argv, "rank", 1, 4096, &rank) < 0 ||
+        nl_cli_u64(c, argc, argv, "seed", &seed) < 0 || nl_cli_int(c, argc, argv, "act-budget-mb", 0, INT64_C(1) << 40, &budget_mb) < 0)
         return 2;
-    }
-    if (T < 2 || T > 1 << 20 || reps < 1 || reps > 1000 || warmup < 0 || warmup > 100 || rank < 1 || rank > 4096) {
-        fprintf(stderr, "nightlora bench step: expected --tokens >= 2, --reps >= 1, --warmup >= 0, --rank >= 1\n");
-        return 2;
-    }
+    /* --answer-tokens N: only the last N rows are targets (a prompt/answer example); default
+     * all; checked after --tokens, whose range it depends on */
+    if (nl_cli_int(c, argc, argv, "answer-tokens", 1, T, &answer) < 0) return 2;
+    if (answer < 0) answer = T;
     nl_proj_config pcfg;
     if (nl_cli_proj_config("bench step", argc, argv, &pcfg)) return 2;
     int want[N_CFG] = {1, 1, 1, 1};
@@ -318,7 +313,7 @@ int nl_cmd_bench_step(int argc, char **argv) {
     } else {
         printf("bench step: %s, %s, T=%d, batch 1, LoRA r%d on %d projections, %d thread%s, host compute %s, "
                "median of %d after %d warm-up\n",
-               model, nl_arch_name(m->arch), T, rank, ad->n, b.threads, b.threads == 1 ? "" : "s", compute, reps, warmup);
+               model, nl_arch_name(m->arch), b.T, (int)rank, ad->n, b.threads, b.threads == 1 ? "" : "s", compute, b.reps, b.warmup);
         printf("%-3s %9s %9s %9s %9s %9s %10s %6s  %s\n", "", "s/step", "cpu s", "service s", "wait s", "tok/s", "peak RSS",
                "kept", "configuration");
         for (int c = 0; c < N_CFG; c++) {

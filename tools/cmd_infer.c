@@ -21,13 +21,10 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
     /* defaults: the host backend on every core (the planner checks it against ref first) */
     cfg->backend = nl_cli_opt(argc, argv, "backend");
     if (!cfg->backend) cfg->backend = "host";
-    const char *t = nl_cli_opt(argc, argv, "threads");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    cfg->n_threads = t ? atoi(t) : (int)(ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 1);
-    if (cfg->n_threads < 1 || cfg->n_threads > 256) {
-        fprintf(stderr, "nightlora %s: --threads %s: expected 1..256\n", cmd, t);
-        return 1;
-    }
+    int64_t nt = ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 1;
+    if (nl_cli_int(cmd, argc, argv, "threads", 1, 256, &nt) < 0) return 1;
+    cfg->n_threads = (int)nt;
     const char *wire = nl_cli_opt(argc, argv, "wire");
     if (wire && strcmp(wire, "f16") && strcmp(wire, "f32")) {
         fprintf(stderr, "nightlora %s: --wire %s: expected f32 or f16\n", cmd, wire);
@@ -90,6 +87,8 @@ int nl_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "nightlora logits: --model, --tokens and --out are required\n");
         return 2;
     }
+    static const char *const inputs[] = {"model", "adapter", NULL}, *const outputs[] = {"out", NULL};
+    if (nl_cli_no_overwrite("logits", argc, argv, inputs, outputs, NULL)) return 2;
     nl_proj_config cfg;
     if (nl_cli_proj_config("logits", argc, argv, &cfg)) return 2;
     int32_t *ids = NULL;
@@ -142,15 +141,15 @@ int nl_cmd_generate(int argc, char **argv) {
     nl_proj_config cfg;
     if (nl_cli_proj_config("generate", argc, argv, &cfg)) return 2;
     nl_sample_params sp = {.n_predict = 32, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
-    const char *v;
-    if ((v = nl_cli_opt(argc, argv, "n"))) sp.n_predict = atoi(v);
-    if ((v = nl_cli_opt(argc, argv, "temp"))) sp.temp = strtof(v, NULL);
-    if ((v = nl_cli_opt(argc, argv, "top-p"))) sp.top_p = strtof(v, NULL);
-    if ((v = nl_cli_opt(argc, argv, "seed"))) sp.seed = strtoull(v, NULL, 10);
-    if (sp.n_predict < 1 || sp.n_predict > 1000000 || sp.temp < 0 || sp.top_p <= 0 || sp.top_p > 1) {
-        fprintf(stderr, "nightlora generate: expected --n >= 1, --temp >= 0, 0 < --top-p <= 1\n");
+    int64_t n_predict = sp.n_predict;
+    double temp = sp.temp, top_p = sp.top_p;
+    /* strict and finite: "--temp nan" would sample nothing and exit 0 */
+    if (nl_cli_int("generate", argc, argv, "n", 1, 1000000, &n_predict) < 0 || nl_cli_num("generate", argc, argv, "temp", 0, 1e6, &temp) < 0 ||
+        nl_cli_num("generate", argc, argv, "top-p", 1e-9, 1, &top_p) < 0 || nl_cli_u64("generate", argc, argv, "seed", &sp.seed) < 0)
         return 2;
-    }
+    sp.n_predict = (int)n_predict;
+    sp.temp = (float)temp;
+    sp.top_p = (float)top_p;
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("generate");
     int rc = 1;
@@ -178,6 +177,8 @@ int nl_cmd_merge(int argc, char **argv) {
         fprintf(stderr, "nightlora merge: --model, --adapter and --out are required\n");
         return 2;
     }
+    static const char *const inputs[] = {"model", "adapter", NULL}, *const outputs[] = {"out", NULL};
+    if (nl_cli_no_overwrite("merge", argc, argv, inputs, outputs, NULL)) return 2;
     int t = -1;
     if (type && (t = nl_type_from_name(type)) < 0) {
         fprintf(stderr, "nightlora merge: --type %s: expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", type);
@@ -219,20 +220,22 @@ int nl_cmd_eval(int argc, char **argv) {
     }
     nl_proj_config cfg;
     if (nl_cli_proj_config("eval", argc, argv, &cfg)) return 2;
+    int64_t ctx_flag = 0;
+    if (nl_cli_int("eval", argc, argv, "ctx", 2, 10000000, &ctx_flag) < 0) return 2;
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("eval");
     nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab};
     nl_dataset ds;
     int rc = 1;
     if (nl_dataset_load(data, s.m->tok, &dopt, &ds) == 0) {
-        const char *c = nl_cli_opt(argc, argv, "ctx");
         /* as in training: the model's context, capped at 4096 unless --ctx says otherwise */
-        int ctx = c ? atoi(c) : (s.m->hp.n_ctx_train > 0 && s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096);
+        int ctx = (int)ctx_flag;
+        if (ctx == 0) ctx = s.m->hp.n_ctx_train > 0 && s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096;
         if (ctx < 2) {
-            fprintf(stderr, "nightlora eval: --ctx %s: expected >= 2\n", c);
+            nl_err("%s: the model's context length is %d, too small to evaluate (at least 2; --ctx sets another)", model, ctx);
             nl_dataset_free(&ds);
             nl_session_close(&s);
-            return 2;
+            return nl_cli_fail("eval");
         }
         if (cfg.verbose) {
             char line[256];

@@ -14,7 +14,6 @@ int nl_cmd_mkmodel(int argc, char **argv) {
     if (nl_cli_check("mkmodel", argc, argv, known, NULL)) return 2;
     const char *arch_s = nl_cli_opt(argc, argv, "arch"), *preset = nl_cli_opt(argc, argv, "preset");
     const char *out = nl_cli_opt(argc, argv, "out"), *type_s = nl_cli_opt(argc, argv, "type");
-    const char *seed_s = nl_cli_opt(argc, argv, "seed");
     if (!arch_s || !preset || !out) {
         fprintf(stderr, "nightlora mkmodel: --arch, --preset and --out are required (see 'nightlora help mkmodel')\n");
         return 2;
@@ -33,14 +32,7 @@ int nl_cmd_mkmodel(int argc, char **argv) {
         }
     }
     uint64_t seed = 42;
-    if (seed_s) {
-        char *end;
-        seed = strtoull(seed_s, &end, 0);
-        if (!*seed_s || *end) {
-            fprintf(stderr, "nightlora mkmodel: --seed '%s' is not an unsigned integer\n", seed_s);
-            return 2;
-        }
-    }
+    if (nl_cli_u64("mkmodel", argc, argv, "seed", &seed) < 0) return 2;
     double t0 = nl_now();
     if (nl_mkmodel((nl_arch)arch, preset, type, seed, out)) return nl_cli_fail("mkmodel");
     nl_hparams hp;

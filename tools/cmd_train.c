@@ -7,17 +7,6 @@
 #include "train/trainer.h"
 #include "util/util.h"
 
-static int parse_num(const char *flag, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "nightlora train: --%s %s: expected a number in [%g, %g]\n", flag, v, lo, hi);
-        return 1;
-    }
-    *out = x;
-    return 0;
-}
-
 int nl_cmd_train(int argc, char **argv) {
     static const char *const known[] = {
         "model", "data", "out", "rank", "alpha", "dropout", "lr", "lr-min", "steps", "epochs", "batch-tokens",
@@ -36,6 +25,9 @@ int nl_cmd_train(int argc, char **argv) {
         fprintf(stderr, "nightlora train: --model, --data and --out are required\n");
         return 2;
     }
+    static const char *const inputs[] = {"model", "data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
+    static const char *const outputs[] = {"out", "log-json", "dump-grads", NULL};
+    if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
     if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
     o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
     o.targets = nl_cli_opt(argc, argv, "targets");
@@ -49,7 +41,7 @@ int nl_cmd_train(int argc, char **argv) {
     o.battery_temp_file = nl_cli_opt(argc, argv, "battery-temp-file");
     if (nl_cli_flag(argc, argv, "quiet")) o.progress = NULL;
     const char *v;
-    double x;
+    double x = 0;
     if ((v = nl_cli_opt(argc, argv, "thermal"))) {
         if (strcmp(v, "auto") && strcmp(v, "off")) {
             fprintf(stderr, "nightlora train: --thermal %s: expected auto or off\n", v);
@@ -103,39 +95,45 @@ int nl_cmd_train(int argc, char **argv) {
         fprintf(stderr, "nightlora train: give --steps or --epochs, not both\n");
         return 2;
     }
-#define NUM(flag, lo, hi, dst, cast)                                   \
-    if ((v = nl_cli_opt(argc, argv, flag))) {                          \
-        if (parse_num(flag, v, lo, hi, &x)) return 2;                  \
-        dst = (cast)x;                                                 \
-    }
-    NUM("rank", 1, 4096, o.rank, int)
-    NUM("alpha", -1e6, 1e6, o.alpha, float)
-    NUM("dropout", 0, 0.99, o.dropout, float)
-    NUM("lr", 1e-12, 10, o.lr, double)
-    NUM("lr-min", 0, 10, o.lr_min, double)
-    NUM("steps", 1, 1e9, o.steps, int)
-    NUM("epochs", 1e-6, 1e6, o.epochs, double)
-    NUM("batch-tokens", 1, 1e9, o.batch_tokens, int)
-    NUM("commit-every", 1, 1e9, o.commit_every, int)
-    NUM("act-budget-mb", 0, 1e9, o.act_budget_mb, int64_t)
-    NUM("seed", 0, 1.8e19, o.seed, uint64_t)
-    NUM("warmup", 0, 1e9, o.warmup, int)
-    NUM("clip", 0, 1e9, o.clip, double)
-    NUM("weight-decay", 0, 10, o.weight_decay, double)
-    NUM("ctx", 2, 1e7, o.max_ctx, int)
-    NUM("stop-after", 1, 1e9, o.stop_after, int)
-    NUM("pacing-poll-ms", 1, 1e7, o.pacing_poll_s, double) /* testing only; not in the usage */
-    NUM("mezo-eps", 1e-12, 1, o.mezo_eps, double)
-    NUM("mem-limit-mb", 1e-3, 1e12, o.mem_limit_mb, double)
+    /* integers parsed strictly, numbers finite, each in its range (cli.h) */
+    int64_t iv;
+    uint64_t uv;
+#define INT(flag, lo, hi, dst)                                                      \
+    if ((r = nl_cli_int("train", argc, argv, flag, lo, hi, &iv)) < 0) return 2;     \
+    if (r) dst = iv;
+#define NUM(flag, lo, hi, dst)                                                      \
+    if ((r = nl_cli_num("train", argc, argv, flag, lo, hi, &x)) < 0) return 2;      \
+    if (r) dst = x;
+    int r;
+    INT("rank", 1, 4096, o.rank)
+    NUM("alpha", -1e6, 1e6, o.alpha)
+    NUM("dropout", 0, 0.99, o.dropout)
+    NUM("lr", 1e-12, 10, o.lr)
+    NUM("lr-min", 0, 10, o.lr_min)
+    INT("steps", 1, INT64_C(1) << 53, o.steps)
+    NUM("epochs", 1e-6, 1e6, o.epochs)
+    INT("batch-tokens", 1, 1000000000, o.batch_tokens)
+    INT("commit-every", 1, INT64_C(1) << 53, o.commit_every)
+    INT("act-budget-mb", 0, INT64_C(1) << 40, o.act_budget_mb)
+    if ((r = nl_cli_u64("train", argc, argv, "seed", &uv)) < 0) return 2;
+    if (r) o.seed = uv;
+    INT("warmup", 0, 1000000000, o.warmup)
+    NUM("clip", 0, 1e9, o.clip)
+    NUM("weight-decay", 0, 10, o.weight_decay)
+    INT("ctx", 2, 10000000, o.max_ctx)
+    INT("stop-after", 1, 1000000000, o.stop_after)
+    NUM("pacing-poll-ms", 1, 1e7, o.pacing_poll_s) /* testing only; not in the usage */
+    NUM("mezo-eps", 1e-12, 1, o.mezo_eps)
+    NUM("mem-limit-mb", 1e-3, 1e12, o.mem_limit_mb)
     o.pacing_poll_s /= 1000.0;
+#undef INT
 #undef NUM
-    if ((v = nl_cli_opt(argc, argv, "seed"))) o.seed = strtoull(v, NULL, 10);
     if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
-    nl_train_result r;
-    if (nl_train(&o, &r)) return nl_cli_fail("train");
+    nl_train_result res;
+    if (nl_train(&o, &res)) return nl_cli_fail("train");
     if (o.progress)
-        fprintf(o.progress, "%s after %d/%d steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s); adapter written to %s\n",
-                r.stopped ? "stopped" : "done", r.steps_done, r.total_steps, r.first_loss, r.last_loss,
-                (long long)r.tokens, r.seconds, r.service_seconds, o.out);
+        fprintf(o.progress, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s); adapter written to %s\n",
+                res.stopped ? "stopped" : "done", (long long)res.steps_done, (long long)res.total_steps, res.first_loss,
+                res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, o.out);
     return 0;
 }

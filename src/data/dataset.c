@@ -3,6 +3,7 @@
 #include "data/dataset.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,9 +349,14 @@ static int need_tok(const loader *L, const nl_json *v, const char *key) {
 /* A token id array element: integer in [0, n_vocab). */
 static int token_id(const loader *L, const nl_json *v, const char *what, size_t i, int32_t *out) {
     int64_t x;
-    if (nl_json_int64(v, &x))
+    if (nl_json_int64(v, &x)) {
+        /* an integer too large for int64 (or for a double's exact range) is still an integer */
+        if (v->type == NL_JSON_NUMBER && isfinite(v->u.num.d) && v->u.num.d == floor(v->u.num.d))
+            return lerr(L, v->offset, "%s[%zu] = %.17g is outside the vocabulary [0, %d)", what, i, v->u.num.d,
+                        L->n_vocab > 0 ? L->n_vocab : INT32_MAX);
         return lerr(L, v->offset, "%s[%zu] must be an integer token id, found %s", what, i,
                     v->type == NL_JSON_NUMBER ? "a fraction" : nl_json_type_name(v->type));
+    }
     if (x < 0 || (L->n_vocab > 0 && x >= L->n_vocab) || x > INT32_MAX)
         return lerr(L, v->offset, "%s[%zu] = %lld is outside the vocabulary [0, %d)", what, i,
                     (long long)x, L->n_vocab > 0 ? L->n_vocab : INT32_MAX);

@@ -412,7 +412,7 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
 
     /* Never trust block_count for an allocation: every layer has at least 9 tensors. */
     if ((int64_t)hp->n_layer * 9 > g->n_tensors) {
-        nl_err("%s: block_count %d needs at least %d tensors, the file has %" PRId64, g->path, hp->n_layer, hp->n_layer * 9, g->n_tensors);
+        nl_err("%s: block_count %d needs at least %" PRId64 " tensors, the file has %" PRId64, g->path, hp->n_layer, (int64_t)hp->n_layer * 9, g->n_tensors);
         goto fail;
     }
     m->layers = nl_calloc((size_t)hp->n_layer, sizeof *m->layers);

@@ -14,8 +14,8 @@ void nl_adamw_defaults(nl_adamw *cfg) {
 }
 
 int nl_adamw_step(float *params, const float *grads, float *m, float *v, size_t n,
-                  const nl_adamw *cfg, int step) {
-    if (step < 1) return nl_err("adamw: step must be >= 1 (got %d)", step);
+                  const nl_adamw *cfg, int64_t step) {
+    if (step < 1) return nl_err("adamw: step must be >= 1 (got %lld)", (long long)step);
     if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
         return nl_err("adamw: betas must be in [0, 1) (got %g, %g)", cfg->beta1, cfg->beta2);
     if (!(cfg->eps > 0) || !isfinite(cfg->lr) || !(cfg->weight_decay >= 0))
@@ -54,7 +54,7 @@ double nl_grad_clip(float *grads, size_t n, double max_norm) {
     return norm;
 }
 
-double nl_lr_at(const nl_schedule *s, int step, int total_steps) {
+double nl_lr_at(const nl_schedule *s, int64_t step, int64_t total_steps) {
     if (step < 1) step = 1;
     int w = s->warmup_steps > 0 ? s->warmup_steps : 0;
     if (step <= w) return s->lr * (double)step / (double)w;

@@ -12,6 +12,7 @@
 #define NL_OPTIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     double lr;           /* learning rate for THIS step (the trainer sets it from nl_lr_at) */
@@ -31,7 +32,7 @@ void nl_adamw_defaults(nl_adamw *cfg);
  * The decay uses p before the update (as PyTorch's AdamW). Arithmetic is in double per element,
  * stored back as float. Returns 0, or -1 (nl_err) on step < 1 or a bad configuration. */
 int nl_adamw_step(float *params, const float *grads, float *m, float *v, size_t n,
-                  const nl_adamw *cfg, int step);
+                  const nl_adamw *cfg, int64_t step);
 
 /* sqrt(sum g_i^2), accumulated in double in index order (deterministic). May return inf/NaN
  * when a gradient is not finite: the trainer should then skip the update. */
@@ -65,6 +66,6 @@ typedef struct {
  *                                   above lr_min (a one-step run: lr), none gets 0.
  * step < 1 is treated as 1; steps beyond total_steps stay at the floor. If total_steps <=
  * warmup_steps, the cosine part is empty and lr is used after warmup. */
-double nl_lr_at(const nl_schedule *s, int step, int total_steps);
+double nl_lr_at(const nl_schedule *s, int64_t step, int64_t total_steps);
 
 #endif

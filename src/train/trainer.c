@@ -3,6 +3,7 @@
 #include "train/trainer_hooks.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -204,7 +205,7 @@ static int probe_output(const char *flag, const char *path) {
 /* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
  * step), so the steps the resumed run replays are not logged twice and a line half-written
  * by a killed run disappears. Written back atomically. A missing file is fine. */
-static int log_keep_steps(const char *path, int keep_step) {
+static int log_keep_steps(const char *path, int64_t keep_step) {
     struct stat st;
     if (stat(path, &st) != 0) return 0;
     size_t len;
@@ -294,7 +295,7 @@ static uint64_t packing_hash(const nl_packing *pk) {
     return nl_hasher_final(&h);
 }
 
-static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int total, int max_ctx, run_desc *d) {
+static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, run_desc *d) {
     const nl_train_opts *o = t->o;
     const nl_adapter *ad = t->ad;
     memset(d, 0, sizeof *d);
@@ -323,7 +324,7 @@ static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash
         desc_add(d, "init", KV_CONFIG, "fresh");
     desc_add(d, "method", KV_CONFIG, "%s", t->mezo ? "mezo" : "backprop");
     if (t->mezo) desc_add(d, "mezo_eps", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->mezo_eps, 0));
-    desc_add(d, "steps", KV_CONFIG, "%d", total);
+    desc_add(d, "steps", KV_CONFIG, "%" PRId64, total);
     desc_add(d, "batch_tokens", KV_CONFIG, "%d", o->batch_tokens);
     desc_add(d, "lr", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->lr, 0));
     desc_add(d, "schedule", KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
@@ -446,32 +447,38 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", x);
 }
 
-static int count_total_steps(trainer *t) {
+static int64_t count_total_steps(trainer *t) {
     const nl_train_opts *o = t->o;
     if (o->steps > 0) return o->steps;
-    /* walk the batcher through ceil(epochs) epochs, counting batches (with shuffling an
-     * epoch's batch count depends on its order) */
+    /* walk the batcher through ceil(epochs) epochs, counting batches: with shuffling an
+     * epoch's batch count depends on its order; without, every epoch has the first one's.
+     * 64-bit: 200k sequences a batch each over 11000 epochs are 2.2e9 steps. */
     nl_batcher *b = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
     if (!b) return -1;
-    int whole = (int)floor(o->epochs), total = 0;
-    double frac = o->epochs - whole;
-    for (int e = 0; e < whole + (frac > 0) && e < 100000; e++) {
-        int in_epoch = 0;
-        const int *idx;
-        int n;
-        for (;;) {
-            nl_data_cursor c = nl_batcher_cursor(b);
-            if (c.epoch != e) break;
-            if (nl_batcher_next(b, &idx, &n)) { nl_batcher_free(b); return -1; }
-            in_epoch++;
+    int64_t whole = (int64_t)floor(o->epochs), total = 0, first = -1;
+    double frac = o->epochs - (double)whole;
+    for (int64_t e = 0; e < whole + (frac > 0); e++) {
+        int64_t in_epoch = 0;
+        if (!o->shuffle && first >= 0) {
+            in_epoch = first;
+        } else {
+            const int *idx;
+            int n;
+            for (;;) {
+                nl_data_cursor c = nl_batcher_cursor(b);
+                if (c.epoch != e) break;
+                if (nl_batcher_next(b, &idx, &n)) { nl_batcher_free(b); return -1; }
+                in_epoch++;
+            }
+            first = in_epoch;
         }
-        total += e < whole ? in_epoch : (int)ceil(frac * in_epoch);
+        total += e < whole ? in_epoch : (int64_t)ceil(frac * (double)in_epoch);
     }
     nl_batcher_free(b);
     return total > 0 ? total : 1;
 }
 
-static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int step, nl_data_cursor cur) {
+static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int64_t step, nl_data_cursor cur) {
     const float *m = t->mezo ? t->zeros : t->mom, *v = t->mezo ? t->zeros : t->vel;
     nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
                   .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
@@ -482,14 +489,14 @@ static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int 
 
 /* A failed commit ends the run: say which step, which call (the checkpoint layer's message
  * names the file and the call: write, fsync, close, rename, directory fsync) and what is kept. */
-static void commit_error(int step, int last_commit) {
+static void commit_error(int64_t step, int64_t last_commit) {
     char why[1024];
     snprintf(why, sizeof why, "%s", nl_last_error());
     if (last_commit > 0)
-        nl_err("step %d: commit failed: %s; training stopped: the previous commit (step %d) is kept, --resume continues from it",
+        nl_err("step %" PRId64 ": commit failed: %s; training stopped: the previous commit (step %" PRId64 ") is kept, --resume continues from it",
                step, why, last_commit);
     else
-        nl_err("step %d: commit failed: %s; training stopped (nothing committed yet)", step, why);
+        nl_err("step %" PRId64 ": commit failed: %s; training stopped (nothing committed yet)", step, why);
 }
 
 /* ---- non-finite values ------------------------------------------------------------------- */
@@ -501,7 +508,7 @@ typedef struct {
     const float *g;
     size_t n;
     const nl_adamw *cfg;
-    int step;
+    int64_t step;
 } adamw_job;
 
 static void adamw_task(void *arg, int task, int n_tasks) {
@@ -510,7 +517,7 @@ static void adamw_task(void *arg, int task, int n_tasks) {
     nl_adamw_step(j->p + i0, j->g + i0, j->m + i0, j->v + i0, i1 - i0, j->cfg, j->step); /* cfg, step: checked */
 }
 
-static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float *v, size_t n, const nl_adamw *cfg, int step) {
+static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float *v, size_t n, const nl_adamw *cfg, int64_t step) {
     if (!rt->pool || n < 4096) return nl_adamw_step(p, g, m, v, n, cfg, step);
     if (nl_adamw_step(p, g, m, v, 0, cfg, step)) return -1; /* validates cfg and step, touches nothing */
     adamw_job j = {p, m, v, g, n, cfg, step};
@@ -547,15 +554,15 @@ static int find_nonfinite(const trainer *t, const float *grads, char *buf, size_
 }
 
 /* Stop on a non-finite loss / gradient: name the step and the first tensor. */
-static int nonfinite_error(const trainer *t, int step, int last_commit, double loss, const float *grads) {
+static int nonfinite_error(const trainer *t, int64_t step, int64_t last_commit, double loss, const float *grads) {
     char where[256];
     char kept[96];
-    if (t->o->checkpoint_dir && last_commit > 0) snprintf(kept, sizeof kept, "the last commit (step %d) is kept", last_commit);
+    if (t->o->checkpoint_dir && last_commit > 0) snprintf(kept, sizeof kept, "the last commit (step %" PRId64 ") is kept", last_commit);
     else snprintf(kept, sizeof kept, "%s", t->o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
     if (find_nonfinite(t, grads, where, sizeof where))
-        return nl_err("step %d: non-finite values (loss %g): first in the %s; stopping, %s, no adapter written "
+        return nl_err("step %" PRId64 ": non-finite values (loss %g): first in the %s; stopping, %s, no adapter written "
                       "(try a lower --lr; check the --init-adapter and the data)", step, loss, where, kept);
-    return nl_err("step %d: the loss is not finite (%g) while every LoRA parameter%s is finite (the base model's "
+    return nl_err("step %" PRId64 ": the loss is not finite (%g) while every LoRA parameter%s is finite (the base model's "
                   "activations overflow?); stopping, %s, no adapter written", step, loss, grads ? " and gradient" : "", kept);
 }
 
@@ -762,9 +769,9 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (!(o->lr > 0)) return nl_err("--lr %g: expected > 0", o->lr);
     if (o->cosine && !(o->lr_min < 0) && !(o->lr_min <= o->lr))
         return nl_err("--lr-min %g: expected 0 <= lr-min <= --lr %g", o->lr_min, o->lr);
-    if (o->steps < 0) return nl_err("--steps %d: expected >= 1", o->steps);
+    if (o->steps < 0) return nl_err("--steps %" PRId64 ": expected >= 1", o->steps);
     if (o->steps == 0 && !(o->epochs > 0)) return nl_err("--epochs %g: expected > 0", o->epochs);
-    if (o->commit_every < 1) return nl_err("--commit-every %d: expected >= 1", o->commit_every);
+    if (o->commit_every < 1) return nl_err("--commit-every %" PRId64 ": expected >= 1", o->commit_every);
     if (o->resume && !o->checkpoint_dir) return nl_err("--resume needs --checkpoint-dir");
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
@@ -809,6 +816,11 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (nl_dataset_load(o->data, t.m->tok, &dopt, &t.ds)) goto done;
     t.ds_loaded = 1;
     int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t.m->hp.n_ctx_train > 0 && t.m->hp.n_ctx_train < 4096 ? t.m->hp.n_ctx_train : 4096);
+    if (max_ctx < 2) {
+        if (o->max_ctx > 0) nl_err("--ctx %d: expected >= 2", o->max_ctx);
+        else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, max_ctx);
+        goto done;
+    }
     if (nl_pack(&t.ds, buckets, (int)(sizeof buckets / sizeof *buckets), max_ctx,
                 o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t.pk)) goto done;
     t.pk_loaded = 1;
@@ -868,7 +880,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t.en));
     }
 
-    int total = count_total_steps(&t);
+    int64_t total = count_total_steps(&t);
     if (total < 0) goto done;
     t.bt = nl_batcher_new(&t.pk, o->seed, o->shuffle, o->batch_tokens);
     if (!t.bt) goto done;
@@ -890,7 +902,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     run_desc desc;
     build_desc(&t, model_hash, packing_hash(&t.pk), total, max_ctx, &desc);
     uint64_t cfg_hash = desc_config_hash(&desc);
-    int step = 0;
+    int64_t step = 0;
     if (o->resume) {
         nl_ckpt ck;
         char warn[512];
@@ -910,15 +922,20 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                 memcpy(t.mom, ck.m, np * sizeof(float));
                 memcpy(t.vel, ck.v, np * sizeof(float));
             }
-            step = (int)ck.step;
+            uint64_t ck_step = ck.step;
             nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
             nl_ckpt_free(&ck);
-            if (step > total) { nl_err("%s: the newest commit is at step %d, beyond this run's %d steps", o->checkpoint_dir, step, total); goto done; }
+            /* a step is never trusted into a narrower type: a forged one above the run's count is refused */
+            if (ck_step > (uint64_t)total) {
+                nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps", o->checkpoint_dir, ck_step, total);
+                goto done;
+            }
+            step = (int64_t)ck_step;
             if (nl_batcher_seek(t.bt, cur)) goto done;
             char diff[1024] = "";
             if (desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, diff, sizeof diff) > 0 && o->progress)
                 fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
-            if (o->progress) fprintf(o->progress, "resumed from %s at step %d/%d\n", o->checkpoint_dir, step, total);
+            if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, step, total);
         } else if (o->progress) {
             fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
         }
@@ -941,12 +958,12 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     mz.seed = o->seed;
     if (o->progress) {
         fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
-                             "%d steps, %d adapted projections (%zu parameters, rank %d)%s\n",
+                             "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
                 o->model, o->data, t.ds.n, t.pk.n, t.pk.n_truncated, max_ctx, t.pk.n_dropped, total, t.ad->n, np, t.ad->rank,
                 t.mezo ? ", MeZO (two forwards a step, no backward)" : "");
         fflush(o->progress);
     }
-    int first_step = step, steps_this_run = 0, last_commit = step;
+    int64_t first_step = step, steps_this_run = 0, last_commit = step;
     double run_start = nl_now();
     int64_t run_tokens = 0;
     int energy_failing = 0;
@@ -1036,7 +1053,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                 commit_error(step, last_commit);
                 goto done;
             }
-            if (o->progress) fprintf(o->progress, "stopped at step %d/%d%s\n", step, total, o->checkpoint_dir && step > first_step ? " (committed)" : "");
+            if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, total, o->checkpoint_dir && step > first_step ? " (committed)" : "");
             break;
         }
         step++;
@@ -1063,7 +1080,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
          * between leaves a line for an uncommitted step, which the resume drops and replays;
          * the other order could lose the line of a committed step for good. */
         if (t.log) {
-            fprintf(t.log, "{\"step\": %d, \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
+            fprintf(t.log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
                            "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
                     step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, paused_s, aw.lr, gnorm);
             if (t.mezo) fprintf(t.log, ", \"projected_grad\": %.17g", pgrad);
@@ -1086,7 +1103,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
             double el = nl_now() - run_start, tps = el > 0 ? (double)run_tokens / el : 0.0;
             char eta[32];
             fmt_eta(el / steps_this_run * (total - step), eta, sizeof eta);
-            fprintf(o->progress, "step %d/%d  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, total, loss, tps, eta,
+            fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, total, loss, tps, eta,
                     paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
             fflush(o->progress);
         }

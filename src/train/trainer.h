@@ -22,7 +22,7 @@ typedef struct {
     float alpha;                         /* 32 */
     float dropout;                       /* 0.05 */
     double lr;                           /* 2e-4 */
-    int steps;                           /* 0: from epochs */
+    int64_t steps;                       /* 0: from epochs */
     double epochs;                       /* 1 */
     int batch_tokens;                    /* 4096 */
     int warmup;                          /* warmup steps */
@@ -36,7 +36,7 @@ typedef struct {
     int shuffle;                         /* 1 */
     uint64_t seed;                       /* 42 */
     const char *checkpoint_dir;          /* NULL: no commits */
-    int commit_every;                    /* 1 */
+    int64_t commit_every;                /* 1 */
     int resume;
     int64_t act_budget_mb;               /* -1: MemAvailable-based */
     nl_proj_config proj;
@@ -71,8 +71,8 @@ nl_schedule nl_train_schedule(const nl_train_opts *o);
 int nl_train_sync_mode(const nl_train_opts *o);
 
 typedef struct {
-    int steps_done;                      /* optimizer steps completed overall (incl. resumed) */
-    int total_steps;
+    int64_t steps_done;                  /* optimizer steps completed overall (incl. resumed) */
+    int64_t total_steps;                 /* 64-bit: sequences x epochs can pass 2^31 */
     double first_loss, last_loss;
     double seconds, service_seconds, paused_seconds;
     int64_t tokens;

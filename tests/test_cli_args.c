@@ -1,0 +1,302 @@
+/* The command line's flag values and paths, as the user sees them (the real CLI, NL_CLI):
+ *   an output never replaces an input: train --out = --model, --out / --log-json = --data,
+ *   --dump-grads = --init-adapter, an input at OUT.tmp, a symlink and a hard link to an
+ *   input, an input the run would write in --checkpoint-dir, merge --out = --model, logits
+ *   --out = --adapter: each a usage error naming both flags, the input untouched;
+ *   numbers: integer flags parsed strictly with the range in the message (--rank 1.9,
+ *   --seed 1e3, --threads 1e9, a too-large --steps, mkmodel --seed -1), generate --temp nan,
+ *   bench step --tokens 0 naming --tokens; 64-bit step counts (2200 sequences x 1e6 epochs,
+ *   no 100000-epoch cap), a forged commit step above INT_MAX refused at --resume;
+ *   messages: a too-large token id is out of the vocabulary (not "a fraction"), a model whose
+ *   context length is 1 is named, block_count's tensor count printed without overflow. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "train/checkpoint.h"
+#include "util/util.h"
+
+static char tmp[256], model[512], data[512], errf[512], outf[512];
+
+static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run NL_CLI with args (NULL-terminated); stderr in errf, stdout in outf; the exit status
+ * (128 + signal when killed). */
+static int run(const char *const *args) {
+    const char *v[64];
+    int n = 0;
+    v[n++] = NL_CLI;
+    for (int i = 0; args[i] && n < 63; i++) v[n++] = args[i];
+    v[n] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(errf, "w", stderr) || !freopen(outf, "w", stdout)) _exit(126);
+        execv(v[0], (char *const *)v);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* exit status want and every needle (up to 3) in stderr; prints the first line of stderr */
+static void expect(const char *what, int rc, int want, const char *n1, const char *n2, const char *n3) {
+    char *e = nl_t_slurp(errf, NULL);
+    const char *s = e ? e : "";
+    int ok = rc == want && (!n1 || strstr(s, n1)) && (!n2 || strstr(s, n2)) && (!n3 || strstr(s, n3));
+    CHECKF(ok, "%s: exit %d (expected %d): %s", what, rc, want, s);
+    const char *line = strstr(s, "nightlora ");
+    printf("%-40s exit %d  %.*s\n", what, rc, line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+    free(e);
+}
+
+/* A copy of a file's bytes, to check an input was left alone. */
+typedef struct {
+    char *b;
+    size_t n;
+} snap;
+static snap take(const char *p) {
+    snap s = {0, 0};
+    s.b = nl_t_slurp(p, &s.n);
+    return s;
+}
+static int unchanged(const char *p, snap *s) {
+    size_t n;
+    char *b = nl_t_slurp(p, &n);
+    int r = b && s->b && n == s->n && memcmp(b, s->b, n) == 0;
+    free(b);
+    free(s->b);
+    s->b = NULL;
+    return r;
+}
+
+#define TRAIN(...) ((const char *const[]){"train", "--model", model, "--data", data, "--steps", "1", "--batch-tokens", "64", \
+                                          "--rank", "2", "--thermal", "off", __VA_ARGS__, NULL})
+
+static void test_no_overwrite(void) {
+    char adapter[512], slink[512], hard[512], ck[512], ckdata[600], tmpin[600], out[512];
+    path_of(out, sizeof out, "out.gguf");
+    path_of(adapter, sizeof adapter, "adapter.gguf");
+    CHECK(run(TRAIN("--out", adapter)) == 0);
+    snap m = take(model), d = take(data), a = take(adapter);
+
+    expect("train --out = --model", run(TRAIN("--out", model)), 2, "--out", "--model", "same file");
+    CHECK(unchanged(model, &m));
+    m = take(model);
+    expect("train --out = --data", run(TRAIN("--out", data)), 2, "--out", "--data", "same file");
+    CHECK(unchanged(data, &d));
+    d = take(data);
+    expect("train --log-json = --data", run(TRAIN("--out", out, "--log-json", data)), 2, "--log-json", "--data", "same file");
+    CHECK(unchanged(data, &d));
+    d = take(data);
+    expect("train --dump-grads = --init-adapter", run(TRAIN("--out", out, "--init-adapter", adapter, "--dump-grads", adapter)), 2,
+           "--dump-grads", "--init-adapter", NULL);
+    CHECK(unchanged(adapter, &a));
+    a = take(adapter);
+    /* another spelling, a symlink, a hard link: the same file */
+    char spelled[600];
+    snprintf(spelled, sizeof spelled, "%s/./sub/../q3.gguf", tmp);
+    char sub[512];
+    path_of(sub, sizeof sub, "sub");
+    mkdir(sub, 0777);
+    expect("train --out = --model (another spelling)", run(TRAIN("--out", spelled)), 2, "--out", "--model", NULL);
+    path_of(slink, sizeof slink, "link.jsonl");
+    CHECK(symlink(data, slink) == 0);
+    expect("train --out = a symlink to --data", run(TRAIN("--out", slink)), 2, "--out", "--data", NULL);
+    path_of(hard, sizeof hard, "hard.gguf");
+    CHECK(link(model, hard) == 0);
+    expect("train --out = a hard link to --model", run(TRAIN("--out", hard)), 2, "--out", "--model", NULL);
+    CHECK(unchanged(model, &m));
+    CHECK(unchanged(data, &d));
+    /* an input at OUT.tmp: the run writes (and removes) it */
+    snprintf(tmpin, sizeof tmpin, "%s.tmp", out);
+    CHECK(rename(data, tmpin) == 0);
+    d = take(tmpin);
+    const char *const t1[] = {"train", "--model", model, "--data", tmpin, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    expect("train --data = OUT.tmp", run(t1), 2, "--out", "--data", ".tmp");
+    CHECK(unchanged(tmpin, &d));
+    CHECK(rename(tmpin, data) == 0);
+    /* an input the run would write in its checkpoint directory */
+    path_of(ck, sizeof ck, "ck");
+    mkdir(ck, 0777);
+    snprintf(ckdata, sizeof ckdata, "%s/run.json", ck);
+    d = take(data);
+    CHECK(rename(data, ckdata) == 0);
+    const char *const t2[] = {"train", "--model", model, "--data", ckdata, "--out", out, "--checkpoint-dir", ck, "--thermal", "off", NULL};
+    expect("train --data in --checkpoint-dir (run.json)", run(t2), 2, "--data", "--checkpoint-dir", NULL);
+    CHECK(unchanged(ckdata, &d));
+    CHECK(rename(ckdata, data) == 0);
+    expect("train --checkpoint-dir = --model", run(TRAIN("--out", out, "--checkpoint-dir", model)), 2, "--checkpoint-dir", "--model", NULL);
+    expect("train --out = --log-json", run(TRAIN("--out", out, "--log-json", out)), 2, "--out", "--log-json", NULL);
+    CHECK(access(out, F_OK) != 0);
+    /* merge and logits */
+    m = take(model);
+    a = take(adapter);
+    const char *const g1[] = {"merge", "--model", model, "--adapter", adapter, "--out", model, NULL};
+    expect("merge --out = --model", run(g1), 2, "--out", "--model", "same file");
+    const char *const g2[] = {"merge", "--model", model, "--adapter", adapter, "--out", adapter, NULL};
+    expect("merge --out = --adapter", run(g2), 2, "--out", "--adapter", NULL);
+    const char *const g3[] = {"logits", "--model", model, "--adapter", adapter, "--tokens", "1 2", "--out", adapter, NULL};
+    expect("logits --out = --adapter", run(g3), 2, "--out", "--adapter", NULL);
+    const char *const g4[] = {"logits", "--model", model, "--tokens", "1 2", "--out", model, NULL};
+    expect("logits --out = --model", run(g4), 2, "--out", "--model", NULL);
+    CHECK(unchanged(model, &m));
+    CHECK(unchanged(adapter, &a));
+    /* distinct paths still run */
+    const char *const g5[] = {"merge", "--model", model, "--adapter", adapter, "--out", out, NULL};
+    expect("merge to another file", run(g5), 0, "merged", NULL, NULL);
+    unlink(out);
+    unlink(slink);
+    unlink(hard);
+}
+
+static void test_numbers(void) {
+    char out[512];
+    path_of(out, sizeof out, "out.gguf");
+    expect("--rank 1.9", run(TRAIN("--out", out, "--rank", "1.9")), 2, "--rank 1.9: expected an integer in [1, 4096]", NULL, NULL);
+    expect("--seed 1e3", run(TRAIN("--out", out, "--seed", "1e3")), 2, "--seed 1e3: expected an integer in [0, 18446744073709551615]",
+           NULL, NULL);
+    expect("--threads 1e9", run(TRAIN("--out", out, "--threads", "1e9")), 2, "--threads 1e9: expected an integer in [1, 256]", NULL, NULL);
+    expect("--threads 100000000000", run(TRAIN("--out", out, "--threads", "100000000000")), 2, "expected an integer in [1, 256]", NULL,
+           NULL);
+    expect("--steps 1e30", run(TRAIN("--out", out, "--steps", "99999999999999999999")), 2, "--steps 99999999999999999999: expected an integer",
+           NULL, NULL);
+    expect("--lr nan", run(TRAIN("--out", out, "--lr", "nan")), 2, "--lr nan: expected a number in", NULL, NULL);
+    const char *const m1[] = {"mkmodel", "--arch", "qwen3", "--preset", "tiny", "--out", out, "--seed", "-1", NULL};
+    expect("mkmodel --seed -1", run(m1), 2, "--seed -1: expected an integer", NULL, NULL);
+    const char *const g1[] = {"generate", "--model", model, "--prompt", "hi", "--temp", "nan", NULL};
+    expect("generate --temp nan", run(g1), 2, "--temp nan: expected a number", NULL, NULL);
+    const char *const g2[] = {"generate", "--model", model, "--prompt", "hi", "--n", "3x", NULL};
+    expect("generate --n 3x", run(g2), 2, "--n 3x: expected an integer in [1, 1000000]", NULL, NULL);
+    const char *const e1[] = {"eval", "--model", model, "--data", data, "--ctx", "1", NULL};
+    expect("eval --ctx 1", run(e1), 2, "--ctx 1: expected an integer in [2, ", NULL, NULL);
+    const char *const b1[] = {"bench", "step", "--model", model, "--tokens", "0", NULL};
+    expect("bench step --tokens 0", run(b1), 2, "--tokens 0: expected an integer in [2, ", NULL, NULL);
+    char *e = nl_t_slurp(errf, NULL);
+    CHECKF(e && !strstr(e, "answer-tokens"), "bench step --tokens 0 talks about --answer-tokens: %s", e ? e : "");
+    free(e);
+    CHECK(access(out, F_OK) != 0);
+
+    /* 64-bit step counts: 2200 one-sequence batches a epoch x 1e6 epochs = 2.2e9 steps */
+    char many[512];
+    path_of(many, sizeof many, "many.jsonl");
+    FILE *f = fopen(many, "w");
+    for (int i = 0; i < 2200; i++) fprintf(f, "{\"tokens\": [%d, %d]}\n", 1 + i % 50, 2 + i % 40);
+    fclose(f);
+    const char *const s1[] = {"train", "--model", model, "--data", many, "--out", out, "--epochs", "1000000", "--batch-tokens", "1",
+                              "--no-shuffle", "--stop-after", "1", "--rank", "2", "--thermal", "off", NULL};
+    expect("2200 sequences x 1e6 epochs", run(s1), 0, " 2200000000 steps", "stopped after 1/2200000000 steps", NULL);
+    /* no epoch cap: 200000 epochs of one batch are 200000 steps */
+    path_of(many, sizeof many, "one.jsonl");
+    write_text(many, "{\"tokens\": [5, 6, 7]}\n");
+    const char *const s2[] = {"train", "--model", model, "--data", many, "--out", out, "--epochs", "200000", "--stop-after", "1",
+                              "--rank", "2", "--thermal", "off", NULL};
+    expect("200000 epochs", run(s2), 0, " 200000 steps", "stopped after 1/200000 steps", NULL);
+    unlink(out);
+}
+
+/* A commit whose step field says 2^32 + 1 (the checksum recomputed, the name to match): a
+ * --resume must refuse it, not read it as step 1. */
+static void test_forged_step(void) {
+    char ck[512], c2[600], forged[600], out[512];
+    path_of(ck, sizeof ck, "ck_forged");
+    path_of(out, sizeof out, "out.gguf");
+    const char *const t1[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-tokens", "64", "--rank", "2",
+                              "--thermal", "off", "--checkpoint-dir", ck, NULL};
+    CHECK(run(t1) == 0);
+    snprintf(c2, sizeof c2, "%s/commit-2.nlck", ck);
+    size_t n;
+    char *b = nl_t_slurp(c2, &n);
+    CHECK(b && n > 104);
+    if (!b || n <= 104) return;
+    const uint64_t step = (1ull << 32) + 1;
+    for (int i = 0; i < 8; i++) b[32 + i] = (char)(step >> (8 * i));
+    uint64_t sum = nl_hash64(b, n - 8, NL_CKPT_HASH_SEED);
+    for (int i = 0; i < 8; i++) b[n - 8 + i] = (char)(sum >> (8 * i));
+    snprintf(forged, sizeof forged, "%s/commit-%llu.nlck", ck, (unsigned long long)step);
+    FILE *f = fopen(forged, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+    free(b);
+    unlink(out);
+    const char *const t2[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-tokens", "64", "--rank", "2",
+                              "--thermal", "off", "--checkpoint-dir", ck, "--resume", NULL};
+    expect("a commit step above INT_MAX", run(t2), 1, "at step 4294967297, beyond this run's 2 steps", NULL, NULL);
+    CHECK(access(out, F_OK) != 0);
+}
+
+/* A copy of `src` with the u32 key `key` set to `value` (every other KV and tensor as is). */
+static int with_u32(const char *src, const char *dst, const char *key, uint32_t value) {
+    nl_gguf *g = nl_gguf_open(src);
+    if (!g) return -1;
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = nl_gguf_copy_kvs(w, g);
+    if (!rc) rc = nl_gguf_set_u32(w, key, value); /* replaces the copied value */
+    for (int64_t i = 0; i < g->n_tensors && !rc; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, false);
+    }
+    if (!rc) rc = nl_gguf_write(w, dst);
+    nl_gguf_writer_free(w);
+    nl_gguf_close(g);
+    return rc;
+}
+
+static void test_messages(void) {
+    char out[512], p[512], m1[512];
+    path_of(out, sizeof out, "out.gguf");
+    /* a token id too large for int64 is an integer outside the vocabulary */
+    path_of(p, sizeof p, "bigid.jsonl");
+    write_text(p, "{\"tokens\": [1, 99999999999999999999, 3]}\n");
+    const char *const t1[] = {"train", "--model", model, "--data", p, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    expect("a token id above int64", run(t1), 1, "bigid.jsonl:1:", "tokens[1] = 1e+20 is outside the vocabulary", NULL);
+    char *e = nl_t_slurp(errf, NULL);
+    CHECKF(e && !strstr(e, "fraction"), "%s", e ? e : "");
+    free(e);
+    /* context length 1 in the GGUF: named with the model file */
+    path_of(m1, sizeof m1, "ctx1.gguf");
+    CHECK(with_u32(model, m1, "qwen3.context_length", 1) == 0);
+    const char *const t2[] = {"train", "--model", m1, "--data", data, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    expect("model context length 1 (train)", run(t2), 1, "ctx1.gguf: the model's context length is 1", NULL, NULL);
+    const char *const t3[] = {"eval", "--model", m1, "--data", data, NULL};
+    expect("model context length 1 (eval)", run(t3), 1, "ctx1.gguf: the model's context length is 1", NULL, NULL);
+    /* block_count x 9 tensors overflows int: printed in 64 bits */
+    CHECK(with_u32(model, m1, "qwen3.block_count", 300000000) == 0);
+    const char *const t4[] = {"eval", "--model", m1, "--data", data, NULL};
+    expect("block_count 300000000", run(t4), 1, "block_count 300000000 needs at least 2700000000 tensors", NULL, NULL);
+    unlink(m1);
+}
+
+int main(void) {
+    if (nl_t_tmpdir(tmp, sizeof tmp, "test_cli_args")) return 1;
+    path_of(model, sizeof model, "q3.gguf");
+    path_of(data, sizeof data, "notes.jsonl");
+    path_of(errf, sizeof errf, "stderr.txt");
+    path_of(outf, sizeof outf, "stdout.txt");
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    FILE *f = fopen(data, "w");
+    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
+    fclose(f);
+    double t0 = nl_now();
+    test_no_overwrite();
+    test_numbers();
+    test_forged_step();
+    test_messages();
+    printf("%.1f s\n", nl_now() - t0);
+    nl_t_tmpdir_done(tmp);
+    return nl_t_done();
+}

@@ -1,0 +1,196 @@
+/* The command line's value checks, shared by every command: strict numbers (an integer flag
+ * takes only decimal digits, a range error names the range) and "no output replaces an input"
+ * (cli.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+/* ---- numbers ------------------------------------------------------------------------------ */
+
+/* An optional '-' then decimal digits only: "1.9", "1e3", " 7", "0x10" and "" are not integers. */
+static int is_decimal(const char *v) {
+    const char *p = v + (v[0] == '-');
+    if (!*p) return 0;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
+int nl_cli_int(const char *cmd, int argc, char **argv, const char *flag, int64_t lo, int64_t hi, int64_t *out) {
+    const char *v = nl_cli_opt(argc, argv, flag);
+    if (!v) return 0;
+    errno = 0;
+    long long x = is_decimal(v) ? strtoll(v, NULL, 10) : 0;
+    if (!is_decimal(v) || errno || x < lo || x > hi) {
+        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [%" PRId64 ", %" PRId64 "]\n", cmd, flag, v, lo, hi);
+        return -1;
+    }
+    *out = (int64_t)x;
+    return 1;
+}
+
+int nl_cli_u64(const char *cmd, int argc, char **argv, const char *flag, uint64_t *out) {
+    const char *v = nl_cli_opt(argc, argv, flag);
+    if (!v) return 0;
+    errno = 0;
+    unsigned long long x = v[0] != '-' && is_decimal(v) ? strtoull(v, NULL, 10) : 0;
+    if (v[0] == '-' || !is_decimal(v) || errno) {
+        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [0, %" PRIu64 "]\n", cmd, flag, v, UINT64_MAX);
+        return -1;
+    }
+    *out = (uint64_t)x;
+    return 1;
+}
+
+int nl_cli_num(const char *cmd, int argc, char **argv, const char *flag, double lo, double hi, double *out) {
+    const char *v = nl_cli_opt(argc, argv, flag);
+    if (!v) return 0;
+    char *end;
+    double x = strtod(v, &end);
+    /* NaN fails both comparisons; Inf fails the range */
+    if (end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "nightlora %s: --%s %s: expected a number in [%g, %g]\n", cmd, flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 1;
+}
+
+/* ---- outputs against inputs ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *flag, *path;
+    int exists;
+    struct stat st;
+    char *real;       /* resolved path: realpath, or realpath(parent) + "/" + name; else the text */
+} path_id;
+
+/* realpath() of p when it exists; otherwise its parent resolved plus its last name (an output
+ * not written yet); the text itself when even the parent does not resolve. malloc'd. */
+static char *resolve(const char *p) {
+    char *r = realpath(p, NULL);
+    if (r) return r;
+    const char *slash = strrchr(p, '/');
+    const char *name = slash ? slash + 1 : p;
+    char *parent = NULL;
+    if (!slash) parent = realpath(".", NULL);
+    else if (slash == p) parent = strdup("");
+    else {
+        char *d = strndup(p, (size_t)(slash - p));
+        parent = d ? realpath(d, NULL) : NULL;
+        free(d);
+    }
+    if (!parent || !*name) {
+        free(parent);
+        return strdup(p);
+    }
+    size_t n = strlen(parent) + strlen(name) + 2;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s/%s", parent, name);
+    free(parent);
+    return out;
+}
+
+static void id_init(path_id *id, const char *flag, const char *path) {
+    memset(id, 0, sizeof *id);
+    id->flag = flag;
+    id->path = path;
+    id->exists = stat(path, &id->st) == 0;
+    id->real = resolve(path);
+}
+
+/* The same file: one inode (a hard link, a symlink, another spelling), or one resolved name. */
+static int same(const path_id *a, const path_id *b) {
+    if (a->exists && b->exists && a->st.st_dev == b->st.st_dev && a->st.st_ino == b->st.st_ino) return 1;
+    return a->real && b->real && !strcmp(a->real, b->real);
+}
+
+/* The files a run writes inside its checkpoint directory (train/checkpoint.h, trainer.c). */
+static int run_writes_name(const char *name) {
+    return !strcmp(name, "lock") || !strcmp(name, "run.json") || !strcmp(name, "run.json.tmp") || !strcmp(name, "ckpt.tmp") ||
+           !strncmp(name, "commit-", 7);
+}
+
+/* `in` lies in the directory `dir` under a name the run writes there. */
+static int in_run_dir(const path_id *in, const path_id *dir) {
+    if (!in->real) return 0;
+    const char *slash = strrchr(in->real, '/');
+    if (!slash || !run_writes_name(slash + 1)) return 0;
+    char *parent = strndup(in->real, (size_t)(slash - in->real));
+    if (!parent) return 0;
+    path_id pd;
+    id_init(&pd, "", parent[0] ? parent : "/");
+    int r = same(&pd, dir);
+    free(pd.real);
+    free(parent);
+    return r;
+}
+
+int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *const *inputs, const char *const *outputs,
+                        const char *out_dir) {
+    enum { MAXP = 16 };
+    path_id in[MAXP], out[MAXP], tmp[MAXP], dir;
+    int n_in = 0, n_out = 0, have_dir = 0, rc = 0;
+    for (; inputs && *inputs && n_in < MAXP; inputs++) {
+        const char *p = nl_cli_opt(argc, argv, *inputs);
+        if (p) id_init(&in[n_in++], *inputs, p);
+    }
+    for (; outputs && *outputs && n_out < MAXP; outputs++) {
+        const char *p = nl_cli_opt(argc, argv, *outputs);
+        if (!p) continue;
+        id_init(&out[n_out], *outputs, p);
+        /* every output file is written as PATH.tmp and renamed onto PATH */
+        size_t l = strlen(p) + 5;
+        char *t = malloc(l);
+        if (t) snprintf(t, l, "%s.tmp", p);
+        id_init(&tmp[n_out], *outputs, t ? t : p);
+        tmp[n_out].path = t; /* freed below (NULL only when out of memory) */
+        n_out++;
+    }
+    const char *dp = out_dir ? nl_cli_opt(argc, argv, out_dir) : NULL;
+    if (dp) {
+        id_init(&dir, out_dir, dp);
+        have_dir = 1;
+    }
+    for (int o = 0; o < n_out && !rc; o++) {
+        for (int i = 0; i < n_in && !rc; i++) {
+            if (same(&out[o], &in[i]))
+                rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same file: the output would replace the input; "
+                             "choose another --%s\n", cmd, out[o].flag, out[o].path, in[i].flag, in[i].path, out[o].flag);
+            else if (same(&tmp[o], &in[i]))
+                rc = fprintf(stderr, "nightlora %s: --%s %s is written through %s, which is --%s %s: choose another --%s\n", cmd,
+                             out[o].flag, out[o].path, tmp[o].path, in[i].flag, in[i].path, out[o].flag);
+        }
+        for (int k = 0; k < o && !rc; k++)
+            if (same(&out[o], &out[k]))
+                rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same file: give each output its own path\n", cmd,
+                             out[k].flag, out[k].path, out[o].flag, out[o].path);
+        if (!rc && have_dir && (same(&out[o], &dir) || in_run_dir(&out[o], &dir)))
+            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s: choose another --%s\n", cmd, out[o].flag,
+                         out[o].path, dir.flag, dir.path, out[o].flag);
+    }
+    for (int i = 0; i < n_in && have_dir && !rc; i++) {
+        if (same(&in[i], &dir))
+            rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same path: choose another --%s\n", cmd, dir.flag, dir.path,
+                         in[i].flag, in[i].path, dir.flag);
+        else if (in_run_dir(&in[i], &dir))
+            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s (its lock, run.json or commits): "
+                         "the input would be replaced; choose another --%s\n", cmd, in[i].flag, in[i].path, dir.flag, dir.path,
+                         dir.flag);
+    }
+    for (int i = 0; i < n_in; i++) free(in[i].real);
+    for (int o = 0; o < n_out; o++) {
+        free(out[o].real);
+        free(tmp[o].real);
+        free((char *)tmp[o].path);
+    }
+    if (have_dir) free(dir.real);
+    return rc ? 1 : 0;
+}
