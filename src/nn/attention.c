@@ -115,7 +115,7 @@ static float row_exp_sum(float *sr, int nv, float m) {
         sr[j] = nl_fexp(sr[j] - m);
         tail += sr[j];
     }
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+    return nl_lanes_sum(acc) + tail;
 }
 
 /* Backward row: p = exp(s·c − L) into sr, ds = p·(dp − D)·c into dpr, for j < nv; both 0 in

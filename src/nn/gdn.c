@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/vecmath.h"
 #include "util/util.h"
 
 #define CH NL_GDN_CHUNK
@@ -50,7 +51,7 @@ static inline float dot(const float *restrict x, const float *restrict y, int n)
     int i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) acc[l] += x[i + l] * y[i + l];
-    float r = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    float r = nl_lanes_sum(acc);
     for (; i < n; i++) r += x[i] * y[i];
     return r;
 }
@@ -198,8 +199,8 @@ static inline float row_bwd2(float *restrict d, float a, const float *restrict x
             acx[l] += x[c + l] * y[c + l];
             d[c + l] = alpha * v;
         }
-    float r = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    float rx = ((acx[0] + acx[4]) + (acx[1] + acx[5])) + ((acx[2] + acx[6]) + (acx[3] + acx[7]));
+    float r = nl_lanes_sum(acc);
+    float rx = nl_lanes_sum(acx);
     for (; c < n; c++) {
         float v = d[c] + a * x[c];
         r += v * y[c];

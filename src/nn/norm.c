@@ -36,7 +36,7 @@ NL_CLONES void nl_rmsnorm_backward(float *dx, const float *dy, const float *x, c
             for (int l = 0; l < NL_LANES; l++) acc[l] += dyr[i + l] * w[i + l] * xr[i + l];
         float gx = 0.0f;
         for (; i < n; i++) gx += dyr[i] * w[i] * xr[i];
-        gx += ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        gx += nl_lanes_sum(acc);
         float c = gx * rs * rs / (float)n;
         for (i = 0; i < n; i++) dxr[i] = rs * (dyr[i] * w[i] - xr[i] * c);
     }

@@ -45,6 +45,12 @@ void nl_dot_rows(float *out, const float *A, int lda, const float *B, int ldb, i
  * kernel, deterministically). */
 int nl_gemm_wide(void);
 
+/* The sum of 8 partial sums in one fixed order (lane l with lane l+4 first, then pairs): the
+ * end of every 8-lane float reduction in nn/, so each gives the same bits in every caller. */
+static inline float nl_lanes_sum(const float acc[NL_LANES]) {
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 /* Σ a[i]·b[i] with 8 partial sums (order fixed: deterministic, independent of threads). */
 static inline float nl_vdot(const float *a, const float *b, int n) {
     float acc[NL_LANES] = {0};
@@ -53,7 +59,7 @@ static inline float nl_vdot(const float *a, const float *b, int n) {
         for (int l = 0; l < NL_LANES; l++) acc[l] += a[i + l] * b[i + l];
     float tail = 0.0f;
     for (; i < n; i++) tail += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+    return nl_lanes_sum(acc) + tail;
 }
 
 /* y[i] += a·x[i] */
