@@ -33,11 +33,12 @@ const nl_proj_backend *nl_proj_backend_find(const char *name) {
 /* ---------------------------------------------------------------------------------------- */
 /* Precision policy                                                                          */
 
-static const char *const class_names[NL_CLASS_COUNT] = {"attn", "mlp", "recurrent", "head", "embed"};
-
+/* The class names are the one list of model/model.c (nl_proj_class_name). */
 static int class_from_name(const char *s, size_t n) {
-    for (int c = 0; c < NL_CLASS_COUNT; c++)
-        if (strlen(class_names[c]) == n && strncmp(class_names[c], s, n) == 0) return c;
+    for (int c = 0; c < NL_CLASS_COUNT; c++) {
+        const char *name = nl_proj_class_name((nl_proj_class)c);
+        if (strlen(name) == n && strncmp(name, s, n) == 0) return c;
+    }
     return -1;
 }
 
@@ -650,7 +651,7 @@ int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap) {
             up[k] = 0;
             fmt_bytes(sz, sizeof sz, b);
             int n = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s%s%s %s",
-                             len ? ", " : "", first ? class_names[c] : "", first ? " " : "", up, sz);
+                             len ? ", " : "", first ? nl_proj_class_name((nl_proj_class)c) : "", first ? " " : "", up, sz);
             first = 0;
             len += (size_t)n;
         }
