@@ -114,7 +114,88 @@ static int64_t set_find(const name_set *s, char *const *names, const char *name,
 typedef struct {
     nl_gguf pub;
     name_set kv_set, t_set;
+    int fd;               /* the mapped file, kept open to notice it changing (-1: none) */
+    struct stat st;       /* its size and modification time at open */
+    int watch;            /* its slot in the SIGBUS watch list (-1: none) */
 } gguf_impl;
+
+/* ---- a mapped file changing under the reader ----
+ * Someone truncating (or rewriting) a model file while a run has it mapped turns every access
+ * to the pages that went away into SIGBUS, which would kill an overnight run without a word.
+ * Every mapping is registered here; a SIGBUS whose address lies in one is answered by laying
+ * zero pages (an anonymous mapping) over the rest of it and marking it changed, so the access
+ * completes and the run goes on to its next check: the owner asks nl_gguf_changed() before it
+ * trusts a result (the trainer, before every commit) and stops there, naming the file. A
+ * SIGBUS anywhere else gets the disposition there was before (the default: the process dies). */
+#include <pthread.h>
+#include <signal.h>
+#define NL_WATCH_MAX 64
+static struct {
+    uintptr_t lo, hi;              /* [lo, hi): the mapping */
+    volatile sig_atomic_t changed; /* set by the handler */
+    int used;                      /* published with __atomic_store_n after lo/hi */
+} watch[NL_WATCH_MAX];
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sigaction bus_prev;
+static int bus_installed;
+static uintptr_t page_size;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    (void)sig;
+    (void)uc;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < NL_WATCH_MAX; i++) {
+        if (!__atomic_load_n(&watch[i].used, __ATOMIC_ACQUIRE) || a < watch[i].lo || a >= watch[i].hi) continue;
+        uintptr_t from = a & ~(page_size - 1);
+        /* mmap is a plain system call here: safe in a handler on Linux */
+        if (mmap((void *)from, watch[i].hi - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+            watch[i].changed = 1;
+            return; /* the access is retried and reads zeros */
+        }
+        break;
+    }
+    sigaction(SIGBUS, &bus_prev, NULL); /* not ours: returning re-raises it the old way */
+}
+
+static int watch_add(const void *base, uint64_t size) {
+    pthread_mutex_lock(&watch_mu);
+    int slot = -1;
+    if (!bus_installed) {
+        page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        if (page_size > 0 && sigaction(SIGBUS, &sa, &bus_prev) == 0) bus_installed = 1;
+    }
+    for (int i = 0; i < NL_WATCH_MAX && bus_installed && slot < 0; i++) {
+        if (watch[i].used) continue;
+        watch[i].lo = (uintptr_t)base;
+        watch[i].hi = (uintptr_t)base + (uintptr_t)size;
+        watch[i].changed = 0;
+        __atomic_store_n(&watch[i].used, 1, __ATOMIC_RELEASE);
+        slot = i;
+    }
+    pthread_mutex_unlock(&watch_mu);
+    return slot; /* -1: not watched (more than NL_WATCH_MAX files open): only fstat notices */
+}
+
+static void watch_remove(int slot) {
+    if (slot < 0) return;
+    pthread_mutex_lock(&watch_mu);
+    __atomic_store_n(&watch[slot].used, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&watch_mu);
+}
+
+int nl_gguf_changed(const nl_gguf *g) {
+    if (!g || !g->mapped) return 0;
+    const gguf_impl *im = (const gguf_impl *)g;
+    if (im->watch >= 0 && watch[im->watch].changed) return 1;
+    struct stat st;
+    if (im->fd < 0 || fstat(im->fd, &st) != 0) return 0;
+    return st.st_size != im->st.st_size || st.st_mtim.tv_sec != im->st.st_mtim.tv_sec || st.st_mtim.tv_nsec != im->st.st_mtim.tv_nsec;
+}
 
 /* ------------------------------------------------------------------------------------------
  * Reader */
@@ -321,7 +402,9 @@ void nl_gguf_close(nl_gguf *g) {
     free(g->tensors);
     free(im->kv_set.slot);
     free(im->t_set.slot);
+    watch_remove(im->watch);
     if (g->mapped && g->base) munmap((void *)g->base, (size_t)g->size);
+    if (im->fd >= 0) close(im->fd);
     free(g->path);
     free(im);
 }
@@ -434,12 +517,17 @@ static int parse(gguf_impl *im) {
     return 0;
 }
 
-static nl_gguf *open_common(const uint8_t *base, uint64_t size, const char *label, int mapped) {
+/* fd, st: the mapped file (fd is owned from here on), or -1 / NULL for a buffer. */
+static nl_gguf *open_common(const uint8_t *base, uint64_t size, const char *label, int mapped, int fd, const struct stat *st) {
     gguf_impl *im = nl_calloc(1, sizeof *im);
     if (!im) {
         if (mapped && base) munmap((void *)base, (size_t)size);
+        if (fd >= 0) close(fd);
         return NULL;
     }
+    im->fd = fd;
+    if (st) im->st = *st;
+    im->watch = mapped && base ? watch_add(base, size) : -1;
     nl_gguf *g = &im->pub;
     g->base = base;
     g->size = size;
@@ -454,7 +542,7 @@ static nl_gguf *open_common(const uint8_t *base, uint64_t size, const char *labe
 
 nl_gguf *nl_gguf_open_buffer(const void *buf, size_t len, const char *label) {
     static const uint8_t empty[1];
-    return open_common(buf ? buf : empty, buf ? len : 0, label, 0);
+    return open_common(buf ? buf : empty, buf ? len : 0, label, 0, -1, NULL);
 }
 
 nl_gguf *nl_gguf_open(const char *path) {
@@ -477,15 +565,15 @@ nl_gguf *nl_gguf_open(const char *path) {
     uint64_t size = (uint64_t)st.st_size;
     if (size == 0) {
         close(fd);
-        return open_common(NULL, 0, path, 0); /* fails with "bad magic" naming the file */
+        return open_common(NULL, 0, path, 0, -1, NULL); /* fails with "bad magic" naming the file */
     }
     void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (p == MAP_FAILED) {
         nl_err("%s: cannot mmap %" PRIu64 " bytes: %s", path, size, strerror(errno));
+        close(fd);
         return NULL;
     }
-    return open_common(p, size, path, 1);
+    return open_common(p, size, path, 1, fd, &st);
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -67,6 +67,12 @@ nl_gguf *nl_gguf_open(const char *path);
  * buffer must outlive the handle. */
 nl_gguf *nl_gguf_open_buffer(const void *buf, size_t len, const char *label);
 void nl_gguf_close(nl_gguf *g);
+/* 1 when the file under a mapped reader changed after it was opened (a page of it went away:
+ * truncated; or its size or modification time differ: rewritten), else 0 (also for a buffer).
+ * Reading a page that went away does not kill the process: a SIGBUS handler the first
+ * nl_gguf_open installs answers it with zeros and marks the reader changed, so results computed
+ * since the last check must not be trusted once this says 1. */
+int nl_gguf_changed(const nl_gguf *g);
 
 /* Lookups return NULL / -1 when absent. */
 const nl_gguf_kv *nl_gguf_get(const nl_gguf *g, const char *key);

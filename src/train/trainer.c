@@ -499,6 +499,18 @@ static void commit_error(int64_t step, int64_t last_commit) {
         nl_err("step %" PRId64 ": commit failed: %s; training stopped (nothing committed yet)", step, why);
 }
 
+/* The model file changed under the run (truncated or rewritten: model/gguf.h): what was
+ * computed since the last check read pages that are gone, so nothing more is committed. */
+static int model_changed(const trainer *t, int64_t last_commit) {
+    if (!nl_gguf_changed(t->m->gguf)) return 0;
+    const nl_train_opts *o = t->o;
+    if (o->checkpoint_dir && last_commit > 0)
+        return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: the last commit (step %" PRId64
+                      ") is kept, --resume with the model as it was continues from it; no adapter written", o->model, last_commit);
+    return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: %s, no adapter written", o->model,
+                  o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
+}
+
 /* ---- non-finite values ------------------------------------------------------------------- */
 
 /* AdamW over the runtime's node pool: the update is element-wise, so ranges give the same bits
@@ -897,8 +909,19 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     }
     g.grads = t.grads;
 
+    /* The model's identity in every commit: a hash of every byte of the file, read through the
+     * run's own mapping (a weight changed anywhere makes --resume refuse it; a file changing
+     * while it is hashed is caught by the check before the first step); only commits need it. */
     uint64_t model_hash = 0;
-    if (nl_file_hash64(o->model, &model_hash)) goto done;
+    if (o->checkpoint_dir) {
+        double th = nl_now();
+        model_hash = nl_content_hash64(t.m->gguf->base, t.m->gguf->size);
+        if (o->proj.verbose && o->progress) {
+            double dt = nl_now() - th;
+            fprintf(o->progress, "model identity: %s hashed whole (%.1f MiB) in %.3f s (%.1f GB/s)\n", o->model,
+                    (double)t.m->gguf->size / MB, dt, dt > 0 ? (double)t.m->gguf->size / dt / 1e9 : 0.0);
+        }
+    }
     run_desc desc;
     build_desc(&t, model_hash, packing_hash(&t.pk), total, max_ctx, &desc);
     uint64_t cfg_hash = desc_config_hash(&desc);
@@ -964,6 +987,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         fflush(o->progress);
     }
     int64_t first_step = step, steps_this_run = 0, last_commit = step;
+    if (model_changed(&t, last_commit)) goto done;
     double run_start = nl_now();
     int64_t run_tokens = 0;
     int energy_failing = 0;
@@ -1044,6 +1068,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                 if (!all_finite(t.ad->params, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
             }
         }
+        if (model_changed(&t, last_commit)) goto done;
         if (failed) {
             /* Stopped inside a pause: this step is abandoned; the state is that of the last
              * finished step, and the data cursor goes back to this batch. */
@@ -1109,7 +1134,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         }
         if (stop) { res->stopped = step < total; break; } /* a stop at the last step is the end */
     }
-    if (nl_adapter_save(t.ad, t.m, o->out)) goto done;
+    if (model_changed(&t, last_commit) || nl_adapter_save(t.ad, t.m, o->out)) goto done;
     res->paused_seconds = t.pacer.paused_seconds;
     res->steps_done = step;
     res->total_steps = total;

@@ -102,8 +102,23 @@ static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
     return 0;
 }
 
+/* The identity's start: its seed and the size (8 bytes, little-endian). */
+static void identity_init(nl_hasher *h, uint64_t size) {
+    nl_hasher_init(h, 0x66696c6568617368ull);
+    uint8_t sz[8];
+    for (int i = 0; i < 8; i++) sz[i] = (uint8_t)(size >> (8 * i));
+    nl_hasher_update(h, sz, 8);
+}
+
+uint64_t nl_content_hash64(const void *data, uint64_t size) {
+    nl_hasher h;
+    identity_init(&h, size);
+    nl_hasher_update(&h, data, (size_t)size);
+    return nl_hasher_final(&h);
+}
+
 int nl_file_hash64(const char *path, uint64_t *out) {
-    enum { HEAD = 1 << 20, TAIL = 1 << 20, BLK = 4096, NBLK = 256 };
+    enum { CHUNK = 1 << 20 }; /* a chunk stays in cache between the copy and the hash */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nl_err("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -113,35 +128,20 @@ int nl_file_hash64(const char *path, uint64_t *out) {
         return nl_err("%s: cannot stat: %s", path, strerror(e));
     }
     uint64_t size = (uint64_t)st.st_size;
-    uint8_t *buf = nl_malloc(HEAD);
+    uint8_t *buf = nl_malloc(CHUNK);
     if (!buf) {
         close(fd);
         return -1;
     }
     nl_hasher h;
-    nl_hasher_init(&h, 0x66696c6568617368ull);
-    uint8_t sz[8];
-    for (int i = 0; i < 8; i++) sz[i] = (uint8_t)(size >> (8 * i));
-    nl_hasher_update(&h, sz, 8);
+    identity_init(&h, size);
     int rc = 0;
     uint64_t off = 0;
-    if (size <= (uint64_t)HEAD + TAIL + (uint64_t)BLK * NBLK) {
-        for (off = 0; off < size && rc == 0; off += HEAD) {
-            size_t n = size - off < HEAD ? (size_t)(size - off) : HEAD;
-            rc = pread_all(fd, buf, n, off);
-            if (rc == 0) nl_hasher_update(&h, buf, n);
-        }
-    } else {
-        rc = pread_all(fd, buf, HEAD, 0);
-        if (rc == 0) nl_hasher_update(&h, buf, HEAD);
-        for (int i = 0; i < NBLK && rc == 0; i++) {
-            off = (size - BLK) / (NBLK - 1) * (uint64_t)i;
-            rc = pread_all(fd, buf, BLK, off);
-            if (rc == 0) nl_hasher_update(&h, buf, BLK);
-        }
-        off = size - TAIL;
-        if (rc == 0) rc = pread_all(fd, buf, TAIL, off);
-        if (rc == 0) nl_hasher_update(&h, buf, TAIL);
+    for (off = 0; off < size && rc == 0; off += CHUNK) {
+        size_t n = size - off < CHUNK ? (size_t)(size - off) : CHUNK;
+        errno = 0;
+        rc = pread_all(fd, buf, n, off);
+        if (rc == 0) nl_hasher_update(&h, buf, n);
     }
     int e = errno;
     free(buf);
