@@ -829,6 +829,11 @@ void nl_packing_free(nl_packing *p) {
     memset(p, 0, sizeof *p);
 }
 
+void nl_row_targets(const int32_t *ids, const uint8_t *target, int n, int32_t *rows) {
+    for (int t = 0; t + 1 < n; t++) rows[t] = target[t + 1] ? ids[t + 1] : -1;
+    if (n > 0) rows[n - 1] = -1;
+}
+
 int nl_example_targets_within(const nl_example *ex, int max_ctx) {
     if (ex->n_tokens <= max_ctx) return ex->n_targets;
     int nt = 0;

@@ -109,6 +109,10 @@ typedef struct {
  * the context: 0 means nothing of it can be trained on or scored). */
 int nl_example_targets_within(const nl_example *ex, int max_ctx);
 
+/* Row targets from a sequence's flags, the rule training and evaluation share: row t predicts
+ * ids[t+1] when target[t+1] is set (else -1); the last row predicts nothing. */
+void nl_row_targets(const int32_t *ids, const uint8_t *target, int n, int32_t *rows);
+
 typedef struct {
     char *path;            /* label used in errors (owned) */
     nl_example *ex;        /* n examples in file order (owned) */

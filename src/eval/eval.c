@@ -7,11 +7,6 @@
 
 #include "util/util.h"
 
-void nl_row_targets(const int32_t *ids, const uint8_t *target, int n, int32_t *rows) {
-    for (int t = 0; t + 1 < n; t++) rows[t] = target[t + 1] ? ids[t + 1] : -1;
-    if (n > 0) rows[n - 1] = -1;
-}
-
 /* Sum of -log p over rows [from, n-1) of ids (each row predicting the next id). */
 static int seq_nll(nl_runtime *rt, const int32_t *ids, const uint8_t *target, int n, double *sum, int64_t *count) {
     int E = rt->m->hp.n_embd;

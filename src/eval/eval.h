@@ -32,8 +32,4 @@ int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_r
  * (empty when nothing was cut): what nl_eval_dataset left out, for a report line. */
 void nl_eval_format_cut(const nl_eval_result *r, char *buf, size_t cap);
 
-/* Row targets from a sequence's flags: row t predicts ids[t+1] when target[t+1] is set
- * (else -1); the last row predicts nothing. */
-void nl_row_targets(const int32_t *ids, const uint8_t *target, int n, int32_t *rows);
-
 #endif

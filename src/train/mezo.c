@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/eval.h"
+#include "data/dataset.h"
 #include "util/rng.h"
 #include "util/util.h"
 

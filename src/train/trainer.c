@@ -16,7 +16,6 @@
 
 #include "data/dataset.h"
 #include "data/json.h"
-#include "eval/eval.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"
