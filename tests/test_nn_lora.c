@@ -2,6 +2,7 @@
  * regenerated through nl_lora_dropout_mask), its backward against float64 central finite
  * differences, mask reproducibility, p = 0 fast path identity; the counter-based RNG's
  * determinism and distributions. */
+#include "model/adapter.h"
 #include "nn/lora.h"
 #include "util/rng.h"
 #include "test.h"

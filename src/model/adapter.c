@@ -8,7 +8,6 @@
 
 #include "model/gguf.h"
 #include "model/quant.h"
-#include "nn/lora.h"
 #include "util/rng.h"
 #include "util/util.h"
 
@@ -72,6 +71,13 @@ static nl_adapter *layout(const nl_model *m, const int *projs, const int *ranks,
     a->params = nl_calloc(off, sizeof(float));
     if (!a->params) { nl_adapter_free(a); return NULL; }
     return a;
+}
+
+void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key) {
+    const float bound = 1.0f / sqrtf((float)n_in);
+    const int64_t na = (int64_t)rank * n_in, nbv = (int64_t)n_out * rank;
+    for (int64_t c = 0; c < na; c++) A[c] = (2.0f * nl_rng_uniform(key, (uint64_t)c) - 1.0f) * bound;
+    for (int64_t c = 0; c < nbv; c++) B[c] = 0.0f;
 }
 
 nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed) {

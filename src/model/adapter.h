@@ -34,6 +34,11 @@ typedef struct nl_adapter {
     size_t n_params;
 } nl_adapter;
 
+/* PEFT-style init of one tensor pair: A[r][n_in] ~ U(−1/sqrt(n_in), 1/sqrt(n_in))
+ * (kaiming-uniform with a = √5), B = 0 (so the adapter starts as the identity). A's element c
+ * is uniform value c of `key`. */
+void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
+
 static inline float *nl_lora_A(const nl_adapter *a, int i) { return a->params + a->t[i].off_a; }
 static inline float *nl_lora_B(const nl_adapter *a, int i) { return a->params + a->t[i].off_b; }
 /* Scale applied to B(Ax): alpha / r, or 1 when alpha == 0 (llama.cpp's rule). */

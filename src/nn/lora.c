@@ -260,10 +260,3 @@ void nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float
     const int o0 = (j0 > K ? j0 : K) - K, o1 = (j1 < K + N ? j1 : K + N) - K;
     if (o1 > o0) nl_gemm_tn(dB + (int64_t)o0 * r, r, dy + o0, N, su, r, o1 - o0, r, T, 1);
 }
-
-void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key) {
-    const float bound = 1.0f / sqrtf((float)n_in);
-    const int64_t na = (int64_t)rank * n_in, nbv = (int64_t)n_out * rank;
-    for (int64_t c = 0; c < na; c++) A[c] = (2.0f * nl_rng_uniform(key, (uint64_t)c) - 1.0f) * bound;
-    for (int64_t c = 0; c < nbv; c++) B[c] = 0.0f;
-}

@@ -86,8 +86,4 @@ void nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float
 /* Inference: y[T][n_out] += s · (x·Aᵀ)·Bᵀ, dropout off whatever L->dropout says. */
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T);
 
-/* PEFT-style init: A[r][n_in] ~ U(−1/sqrt(n_in), 1/sqrt(n_in)) (kaiming-uniform with a = √5),
- * B = 0 (so the adapter starts as the identity). A's element c is uniform value c of `key`. */
-void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
-
 #endif
