@@ -46,6 +46,7 @@ static void test_tiny_models(void) {
             CHECK((int)m->arch == a && m->tied_head && m->hp.n_embd == 64 && m->hp.n_vocab == 512);
             CHECK(hp->rope_neox == (a != NL_ARCH_LLAMA));
             CHECK(m->rope_freqs == NULL);
+            CHECKF(m->warning == NULL, "%s: %s", what, m->warning);
             int n_recurrent = 0, expect_projs = 2;
             for (int il = 0; il < hp->n_layer; il++) {
                 const nl_layer *L = &m->layers[il];
@@ -315,6 +316,89 @@ static void mod_ff_array(nl_gguf_writer *w) {
     nl_gguf_remove_key(w, "qwen3.vocab_size");
 }
 
+static void mod_rope_base_inf(nl_gguf_writer *w) { nl_gguf_set_f32(w, "llama.rope.freq_base", INFINITY); }
+static void mod_rope_base_nan(nl_gguf_writer *w) { nl_gguf_set_f32(w, "llama.rope.freq_base", NAN); }
+static void mod_eps_nan(nl_gguf_writer *w) { nl_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", NAN); }
+static void mod_eps_inf(nl_gguf_writer *w) { nl_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", INFINITY); }
+static void mod_linear_inf(nl_gguf_writer *w) {
+    nl_gguf_set_str(w, "llama.rope.scaling.type", "linear");
+    nl_gguf_set_f32(w, "llama.rope.scaling.factor", INFINITY);
+}
+static void mod_rope_none(nl_gguf_writer *w) { nl_gguf_set_str(w, "llama.rope.scaling.type", "none"); }
+static void mod_block_count_1(nl_gguf_writer *w) { nl_gguf_set_u32(w, "llama.block_count", 1); }
+static void mod_eos_past(nl_gguf_writer *w) { nl_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 512); }
+static void mod_bos_negative(nl_gguf_writer *w) { nl_gguf_set_i32(w, "tokenizer.ggml.bos_token_id", -1); }
+static void mod_eot_past(nl_gguf_writer *w) { nl_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", 100000); }
+
+/* GGUF values that were accepted silently, each an error naming the key or the tensor now
+ * (unused tensors: a warning listing them): an Inf/NaN rope base, rms epsilon or linear rope
+ * factor; a rope scaling nightlora does not implement (yarn; was ignored); block_count below
+ * the layers the file holds (layers were dropped); an eos/bos/eot id out of range or negative
+ * (fell back to token 11); a token text that is not UTF-8. */
+static void test_values(void) {
+    const char *L = "test_model_llama_f32.gguf", *B = "test_model_bad.gguf";
+    static const struct { void (*mod)(nl_gguf_writer *); const char *n1, *n2; } bad[] = {
+        {mod_rope_base_inf, "key 'llama.rope.freq_base' = inf: expected a finite number > 0", NULL},
+        {mod_rope_base_nan, "key 'llama.rope.freq_base' = nan: expected a finite number > 0", NULL},
+        {mod_eps_nan, "key 'llama.attention.layer_norm_rms_epsilon' = nan: expected a finite number > 0", NULL},
+        {mod_eps_inf, "key 'llama.attention.layer_norm_rms_epsilon' = inf", NULL},
+        {mod_linear_inf, "key 'llama.rope.scaling.factor' = inf: expected a finite number > 0", NULL},
+        {mod_yarn_rope, "key 'llama.rope.scaling.type' = 'yarn': this RoPE scaling is not implemented", NULL},
+        {mod_block_count_1, "tensor 'blk.1.", "is of layer 1, but block_count is 1"},
+        {mod_eos_past, "key 'tokenizer.ggml.eos_token_id' = 512: expected a token id in [0, 512)", NULL},
+        {mod_bos_negative, "key 'tokenizer.ggml.bos_token_id' = -1: expected a token id in [0, 512)", NULL},
+        {mod_eot_past, "key 'tokenizer.ggml.eot_token_id' = 100000", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rewrite_t r = {.mod = bad[i].mod};
+        CHECK(rewrite(L, B, &r) == 0);
+        nl_model *m = nl_model_load(B);
+        CHECKF(m == NULL && has(B) && has(bad[i].n1) && (!bad[i].n2 || has(bad[i].n2)), "case %zu: %s", i, m ? "loaded" : nl_last_error());
+        nl_model_free(m);
+    }
+    /* "none" is no scaling */
+    rewrite_t rn = {.mod = mod_rope_none};
+    CHECK(rewrite(L, B, &rn) == 0);
+    nl_model *m = nl_model_load(B);
+    CHECKF(m && m->hp.rope_freq_scale == 1.0f && !m->warning, "%s", nl_last_error());
+    nl_model_free(m);
+    /* a tensor of a layer past block_count: an error; an unused tensor: a warning naming it */
+    rewrite_t rx = {.add_vec = "blk.2.attn_norm.weight"};
+    CHECK(rewrite(L, B, &rx) == 0);
+    CHECKF(nl_model_load(B) == NULL && has("tensor 'blk.2.attn_norm.weight' is of layer 2, but block_count is 2"), "%s", nl_last_error());
+    rewrite_t ru = {.add_vec = "blk.0.attn_sinks.weight"};
+    CHECK(rewrite(L, B, &ru) == 0);
+    m = nl_model_load(B);
+    CHECKF(m && m->warning && strstr(m->warning, "1 tensor that nightlora's llama graph does not use, ignored: blk.0.attn_sinks.weight"),
+           "%s", m ? (m->warning ? m->warning : "no warning") : nl_last_error());
+    nl_model_free(m);
+    /* and the CLI prints it */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt hi --n 1 --backend ref 2>&1 >/dev/null | grep -q 'warning: %s: 1 tensor that'",
+             NL_CLI, B, B);
+    CHECK(system(cmd) == 0);
+    /* a token text that is not UTF-8 */
+    {
+        nl_gguf *g = nl_gguf_open(L);
+        nl_gguf_writer *w = nl_gguf_writer_new();
+        nl_gguf_copy_kvs(w, g);
+        const nl_gguf_kv *tk = nl_gguf_get(g, "tokenizer.ggml.tokens");
+        CHECK(tk && tk->arr_n > 300);
+        const char **toks = malloc(sizeof(char *) * tk->arr_n);
+        for (uint64_t i = 0; i < tk->arr_n; i++) toks[i] = tk->arr_str[i];
+        toks[300] = "ab\xff";
+        nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, tk->arr_n);
+        for (int64_t i = 0; i < g->n_tensors; i++)
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+        CHECK(nl_gguf_write(w, B) == 0);
+        nl_gguf_writer_free(w);
+        nl_gguf_close(g);
+        free(toks);
+        CHECKF(nl_model_load(B) == NULL && has("tokenizer.ggml.tokens[300] is not valid UTF-8 (byte 0xFF at 2)"), "%s", nl_last_error());
+    }
+    remove(B);
+}
+
 static void test_errors(void) {
     const char *L = "test_model_llama_f32.gguf", *Q3 = "test_model_qwen3_f32.gguf", *Q35 = "test_model_qwen35_f32.gguf";
     const char *B = "test_model_bad.gguf";
@@ -397,11 +481,6 @@ static void test_errors(void) {
     CHECK(rewrite(L, B, &r7) == 0);
     m = nl_model_load(B);
     CHECK(m && m->hp.rope_freq_scale == 0.25f);
-    nl_model_free(m);
-    rewrite_t r7b = {.mod = mod_yarn_rope};
-    CHECK(rewrite(L, B, &r7b) == 0);
-    m = nl_model_load(B);
-    CHECK(m && m->hp.rope_freq_scale == 1.0f);
     nl_model_free(m);
     /* qwen35 layer kinds: interval 3 contradicts the tensors; explicit flags override it */
     rewrite_t r8 = {.mod = mod_interval3};
@@ -488,6 +567,7 @@ int main(void) {
     test_determinism();
     test_presets();
     test_errors();
+    test_values();
     remove("test_model_llama_f32.gguf");
     remove("test_model_qwen3_f32.gguf");
     remove("test_model_qwen35_f32.gguf");

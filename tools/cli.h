@@ -13,6 +13,9 @@ typedef struct {
 
 /* Print "nightlora <cmd>: <nl_last_error()>" and return 1. */
 int nl_cli_fail(const char *cmd);
+/* After a model is loaded: "nightlora <cmd>: warning: PATH: <m->warning>" when it has one. */
+struct nl_model;
+void nl_cli_model_warning(const char *cmd, const struct nl_model *m);
 
 /* Minimal flag parsing over argv: "--name value" or "--name=value". Returns the value or
  * NULL; `flag_present` answers boolean flags. Unknown flags are reported by nl_cli_check. */

@@ -96,6 +96,7 @@ int nl_cmd_check(int argc, char **argv) {
 
     nl_model *m = nl_model_load(model);
     if (!m) return nl_cli_fail("check");
+    nl_cli_model_warning("check", m);
     nl_proj_service *svc = nl_proj_service_new(&cfg);
     nl_runtime rt;
     memset(&rt, 0, sizeof rt);

@@ -96,6 +96,7 @@ int nl_cmd_logits(int argc, char **argv) {
     if (parse_ids(tokens, &ids, &T)) return nl_cli_fail("logits");
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) { free(ids); return nl_cli_fail("logits"); }
+    nl_cli_model_warning("logits", s.m);
     int V = s.m->hp.n_vocab, rc = 1;
     float *logits = nl_malloc((size_t)T * V * sizeof(float));
     FILE *f = NULL;
@@ -152,6 +153,7 @@ int nl_cmd_generate(int argc, char **argv) {
     sp.top_p = (float)top_p;
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("generate");
+    nl_cli_model_warning("generate", s.m);
     int rc = 1;
     int32_t *ids = NULL;
     int n = 0;
@@ -186,6 +188,7 @@ int nl_cmd_merge(int argc, char **argv) {
     }
     nl_model *m = nl_model_load(model);
     if (!m) return nl_cli_fail("merge");
+    nl_cli_model_warning("merge", m);
     nl_adapter *a = nl_adapter_load(m, adapter);
     int rc = (!a || nl_merge(m, a, t, out)) ? nl_cli_fail("merge") : 0;
     if (rc == 0) fprintf(stderr, "merged %d adapted projections into %s\n", a->n, out);
@@ -224,6 +227,7 @@ int nl_cmd_eval(int argc, char **argv) {
     if (nl_cli_int("eval", argc, argv, "ctx", 2, 10000000, &ctx_flag) < 0) return 2;
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("eval");
+    nl_cli_model_warning("eval", s.m);
     nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab};
     nl_dataset ds;
     int rc = 1;

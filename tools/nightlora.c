@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "model/model.h"
 #include "data/json.h"
 #include "nl_version.h"
 #include "util/util.h"
@@ -29,6 +30,10 @@ void nl_cli_json_num(double v) {
 int nl_cli_fail(const char *cmd) {
     fprintf(stderr, "nightlora %s: %s\n", cmd, nl_last_error());
     return 1;
+}
+
+void nl_cli_model_warning(const char *cmd, const nl_model *m) {
+    if (m && m->warning) fprintf(stderr, "nightlora %s: warning: %s: %s\n", cmd, m->path, m->warning);
 }
 
 static int flag_match(const char *arg, const char *name, const char **value) {

@@ -990,11 +990,20 @@ static const nl_gguf_kv *arr_kv(const nl_gguf *g, const char *key, int elem_type
     return kv;
 }
 
-static int get_id(const nl_gguf *g, const char *key, int32_t *out) {
+/* A special token id: absent = the model type's default; present, it must name a token
+ * (an id out of range fell back to the default silently, and the default was then trained
+ * as the end token). */
+static int get_id(const nl_gguf *g, const char *key, int32_t n_vocab, int32_t *out) {
     int64_t v;
     int r = nl_gguf_get_i64(g, key, &v);
     if (r < 0) return -1;
-    *out = (r == 0 && v >= 0 && v <= INT32_MAX) ? (int32_t)v : NL_TOK_ID_DEFAULT;
+    if (r == 1) {
+        *out = NL_TOK_ID_DEFAULT;
+        return 0;
+    }
+    if (v < 0 || v >= n_vocab)
+        return nl_err("%s: key '%s' = %lld: expected a token id in [0, %d)", g->path, key, (long long)v, (int)n_vocab);
+    *out = (int32_t)v;
     return 0;
 }
 
@@ -1031,7 +1040,18 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     float *scores = NULL;
     nl_tokenizer *t = NULL;
     if (!lens) { nl_err("tokenizer: out of memory"); return NULL; }
-    for (int32_t i = 0; i < n; i++) lens[i] = (size_t)tok->arr_str_len[i];
+    for (int32_t i = 0; i < n; i++) {
+        lens[i] = (size_t)tok->arr_str_len[i];
+        /* token texts are UTF-8 (byte-level BPE maps bytes to codepoints, SentencePiece spells
+         * raw bytes <0xNN>): anything else is a damaged vocabulary */
+        size_t bad = nl_utf8_validate((const uint8_t *)tok->arr_str[i], lens[i]);
+        if (bad < lens[i]) {
+            nl_err("%s: tokenizer.ggml.tokens[%d] is not valid UTF-8 (byte 0x%02X at %zu)", path, (int)i,
+                   (unsigned)(uint8_t)tok->arr_str[i][bad], bad);
+            free(lens);
+            return NULL;
+        }
+    }
     sp.token_lens = lens;
 
     const nl_gguf_kv *tt = arr_kv(g, "tokenizer.ggml.token_type", NL_GGUF_INT32, &rc);
@@ -1079,8 +1099,8 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
         nl_err("%s: tokenizer.ggml.merges: missing (required by a gpt2 tokenizer)", path);
         goto done;
     }
-    if (get_id(g, "tokenizer.ggml.bos_token_id", &sp.bos) || get_id(g, "tokenizer.ggml.eos_token_id", &sp.eos) ||
-        get_id(g, "tokenizer.ggml.eot_token_id", &sp.eot) || get_id(g, "tokenizer.ggml.unknown_token_id", &sp.unk) ||
+    if (get_id(g, "tokenizer.ggml.bos_token_id", n, &sp.bos) || get_id(g, "tokenizer.ggml.eos_token_id", n, &sp.eos) ||
+        get_id(g, "tokenizer.ggml.eot_token_id", n, &sp.eot) || get_id(g, "tokenizer.ggml.unknown_token_id", n, &sp.unk) ||
         get_flag(g, "tokenizer.ggml.add_bos_token", &sp.add_bos) ||
         get_flag(g, "tokenizer.ggml.add_eos_token", &sp.add_eos) ||
         get_flag(g, "tokenizer.ggml.add_space_prefix", &sp.add_space_prefix))

@@ -4,6 +4,7 @@
 #include "model/model.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,7 @@ void nl_model_free(nl_model *m) {
     if (m->tok) nl_tokenizer_free(m->tok);
     nl_gguf_close(m->gguf);
     free(m->path);
+    free(m->warning);
     free(m);
 }
 
@@ -79,6 +81,8 @@ typedef struct {
     nl_model *m;
     const nl_gguf *g;
     char key[160];
+    int block_count;
+    uint8_t *used;   /* [g->n_tensors]: found by find_tensor */
 } loader;
 
 static const char *akey(loader *ld, const char *suffix) {
@@ -164,18 +168,23 @@ static int read_hparams(loader *ld) {
                       hp->head_dim);
     if (get_u32(ld, "rope.dimension_count", 0, hp->head_dim, &hp->n_rot)) return -1;
     if (get_f32(ld, "rope.freq_base", 0, 10000.0f, &hp->rope_base)) return -1;
+    if (!(hp->rope_base > 0) || !isfinite(hp->rope_base))
+        return nl_err("%s: key '%s' = %g: expected a finite number > 0", path, ld->key, hp->rope_base);
     if (get_f32(ld, "attention.layer_norm_rms_epsilon", 1, 0, &hp->rms_eps)) return -1;
-    if (!(hp->rope_base > 0) || !(hp->rms_eps > 0))
-        return nl_err("%s: rope.freq_base %g and rms epsilon %g must be positive", path, hp->rope_base, hp->rms_eps);
-    /* Linear RoPE scaling divides positions by the factor; other types (yarn, llama3 via
-     * rope_freqs) leave freq_scale at 1. */
+    if (!(hp->rms_eps > 0) || !isfinite(hp->rms_eps))
+        return nl_err("%s: key '%s' = %g: expected a finite number > 0", path, ld->key, hp->rms_eps);
+    /* Linear RoPE scaling divides positions by the factor (llama3's scaling comes as the
+     * rope_freqs tensor); a scaling nightlora does not implement (yarn, longrope) is refused:
+     * ignoring it would compute other positions than the model was trained with. */
     hp->rope_freq_scale = 1.0f;
     const char *stype = NULL;
     if (nl_gguf_get_str(ld->g, akey(ld, "rope.scaling.type"), &stype) < 0) return -1;
+    if (stype && strcmp(stype, "none") && strcmp(stype, "linear"))
+        return nl_err("%s: key '%s' = '%s': this RoPE scaling is not implemented (nightlora has linear, or none)", path, ld->key, stype);
     if (stype && strcmp(stype, "linear") == 0) {
         float factor = 1.0f;
         if (get_f32(ld, "rope.scaling.factor", 0, 1.0f, &factor)) return -1;
-        if (!(factor > 0)) return nl_err("%s: key '%s' = %g, expected > 0", path, ld->key, factor);
+        if (!(factor > 0) || !isfinite(factor)) return nl_err("%s: key '%s' = %g: expected a finite number > 0", path, ld->key, factor);
         hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_neox = m->arch != NL_ARCH_LLAMA;
@@ -188,6 +197,7 @@ static int read_hparams(loader *ld) {
         if (nextn >= block_count) return nl_err("%s: key '%s' = %d leaves no layers of %d", path, k, nextn, block_count);
     }
     hp->n_layer = block_count - nextn; /* MTP blocks come after the main stack and are ignored */
+    ld->block_count = block_count;
 
     if (hp->n_head % hp->n_head_kv != 0)
         return nl_err("%s: n_head %d is not a multiple of n_head_kv %d", path, hp->n_head, hp->n_head_kv);
@@ -253,6 +263,7 @@ static int find_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, i
                       ld->g->path, name, bad, (double)blk[bad - b0], tt->blck > 1 ? "in the " : "", tt->blck > 1 ? tt->name : "",
                       tt->blck > 1 ? " block" : "", ld->g->data_offset + t->offset + (uint64_t)(bad / tt->blck) * tt->bytes);
     }
+    ld->used[t - ld->g->tensors] = 1;
     *out = t;
     return 0;
 }
@@ -373,6 +384,37 @@ static int set_recurrent(loader *ld) {
     return 0;
 }
 
+/* Tensors the graph did not take: a blk.N tensor past block_count is an error (block_count
+ * says fewer layers than the file holds: layers would be dropped silently); any other
+ * unused tensor (the MTP blocks after the main stack excepted) is listed in m->warning. */
+static int check_unused(loader *ld) {
+    const nl_gguf *g = ld->g;
+    char list[512];
+    size_t k = 0;
+    int n_unused = 0;
+    list[0] = 0;
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        const char *name = g->tensors[i].name;
+        long layer = -1;
+        if (!strncmp(name, "blk.", 4) && name[4] >= '0' && name[4] <= '9') {
+            char *end;
+            layer = strtol(name + 4, &end, 10);
+            if (*end != '.') layer = -1;
+        }
+        if (layer >= ld->block_count)
+            return nl_err("%s: tensor '%s' is of layer %ld, but block_count is %d: the file holds more layers than it says", g->path,
+                          name, layer, ld->block_count);
+        if (ld->used[i] || layer >= ld->m->hp.n_layer) continue;
+        if (n_unused++ < 8 && k < sizeof list) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", name);
+    }
+    if (n_unused == 0) return 0;
+    char buf[700];
+    snprintf(buf, sizeof buf, "%d tensor%s that nightlora's %s graph does not use, ignored: %s%s", n_unused, n_unused > 1 ? "s" : "",
+             nl_arch_name(ld->m->arch), list, n_unused > 8 ? ", ..." : "");
+    ld->m->warning = nl_strdup(buf);
+    return ld->m->warning ? 0 : -1;
+}
+
 nl_model *nl_model_from_gguf(nl_gguf *g) {
     if (!g) return NULL;
     nl_model *m = nl_calloc(1, sizeof *m);
@@ -380,7 +422,8 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
     m->gguf = g;
     m->path = nl_strdup(g->path);
     m->p_embed = m->p_output = -1;
-    loader ld = {.m = m, .g = g};
+    loader ld = {.m = m, .g = g, .used = nl_calloc(g->n_tensors > 0 ? (size_t)g->n_tensors : 1, 1)};
+    if (!ld.used) goto fail;
     const char *arch;
     int rc = nl_gguf_get_str(g, "general.architecture", &arch);
     if (rc != 0) {
@@ -442,17 +485,24 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
         p->cls = NL_CLASS_HEAD;
         m->p_output = m->n_projs++;
     }
+    if (check_unused(&ld)) goto fail;
 
     if (nl_gguf_get(g, "tokenizer.ggml.model")) {
         m->tok = nl_tokenizer_from_gguf(g);
-        if (!m->tok) { nl_err_prefix("%s", g->path); goto fail; }
+        if (!m->tok) {
+            /* most of the tokenizer's messages name the file already */
+            if (strncmp(nl_last_error(), g->path, strlen(g->path))) nl_err_prefix("%s", g->path);
+            goto fail;
+        }
         if (nl_tokenizer_n_vocab(m->tok) > hp->n_vocab) {
             nl_err("%s: tokenizer has %d tokens but the model's vocabulary is %d", g->path, nl_tokenizer_n_vocab(m->tok), hp->n_vocab);
             goto fail;
         }
     }
+    free(ld.used);
     return m;
 fail:
+    free(ld.used);
     nl_model_free(m);
     return NULL;
 }

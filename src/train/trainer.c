@@ -796,6 +796,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
 
     t.m = nl_model_load(o->model);
     if (!t.m) goto done;
+    if (t.m->warning && o->progress) fprintf(o->progress, "warning: %s: %s\n", o->model, t.m->warning);
     if (!t.m->tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); goto done; }
     if (o->init_adapter) t.ad = nl_adapter_load(t.m, o->init_adapter);
     else t.ad = nl_adapter_new(t.m, o->targets, o->rank, o->alpha, o->seed);
