@@ -4,6 +4,7 @@
 
 #include "test.h"
 #include "eval/session.h"
+#include "model/gguf.h"
 #include "model/quant.h"
 #include "util/util.h"
 
@@ -133,6 +134,13 @@ static void test_adapters(const char *path, const char *tag) {
     snprintf(mpath, sizeof mpath, "%s/%s-merged.gguf", tmpdir, tag);
     CHECK(nl_adapter_save(a, m, apath) == 0);
     CHECK(nl_merge(m, a, NL_TYPE_F32, mpath) == 0);
+    {
+        /* the merged file says what it holds: llama.cpp's ALL_F32 */
+        nl_gguf *mg = nl_gguf_open(mpath);
+        uint32_t ft = 99;
+        CHECK(mg && nl_gguf_get_u32(mg, "general.file_type", &ft) == 0 && ft == 0);
+        nl_gguf_close(mg);
+    }
     CHECK(nl_session_open(&s, path, apath, &f32cfg) == 0);
     CHECK(nl_session_logits(&s, tok, T, with) == 0);
     nl_session_close(&s);

@@ -74,6 +74,12 @@ static void test_names(void) {
     CHECK(nl_type_info(39)->blck == 32 && nl_type_info(39)->bytes == 17);
     CHECK(nl_type_info(4)->blck == 0 && nl_gguf_type_info(4, NULL, NULL) == -1);
 
+    /* llama.cpp's llama_ftype numbers (include/llama.h) */
+    CHECK(nl_type_ftype(NL_TYPE_F32) == 0 && nl_type_ftype(NL_TYPE_F16) == 1 && nl_type_ftype(NL_TYPE_Q4_0) == 2);
+    CHECK(nl_type_ftype(NL_TYPE_Q4_1) == 3 && nl_type_ftype(NL_TYPE_Q8_0) == 7 && nl_type_ftype(NL_TYPE_BF16) == 32);
+    CHECK(nl_type_ftype(NL_TYPE_Q4_K) == 15 && nl_type_ftype(NL_TYPE_Q6_K) == 18);
+    CHECK(nl_type_ftype(13) == -1 && nl_type_ftype(-1) == -1 && nl_type_ftype(NL_TYPE_COUNT) == -1);
+
     CHECK(nl_row_bytes(NL_TYPE_F32, 7) == 28);
     CHECK(nl_row_bytes(NL_TYPE_F16, 7) == 14);
     CHECK(nl_row_bytes(NL_TYPE_BF16, 3) == 6);

@@ -1,5 +1,5 @@
 /* eval/session: a loaded model + optional adapter + projection service + runtime, for the
- * inference commands (logits, generate, eval) and the merge. */
+ * inference commands (logits, generate, eval). */
 #ifndef NL_SESSION_H
 #define NL_SESSION_H
 
@@ -40,9 +40,5 @@ int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sam
 /* Pick the next token from logits[V]: greedy when temp == 0, else softmax(logits/temp) with
  * nucleus top_p, using a uniform u in [0,1). */
 int32_t nl_sample(const float *logits, int V, float temp, float top_p, double u);
-
-/* Write base + merged adapter (W + s·B·A for every adapted projection) as GGUF. type < 0: keep
- * each tensor's type; else projections are written in `type`. */
-int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path);
 
 #endif

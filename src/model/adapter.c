@@ -271,7 +271,7 @@ static int save_impl(const nl_adapter *a, const nl_model *m, const float *values
     rc |= nl_gguf_set_str(w, "general.type", "adapter");
     rc |= nl_gguf_set_str(w, "general.architecture", nl_arch_name(m->arch));
     rc |= nl_gguf_set_str(w, "general.name", "nightlora adapter");
-    rc |= nl_gguf_set_u32(w, "general.file_type", 0);
+    rc |= nl_gguf_set_u32(w, "general.file_type", NL_FTYPE_ALL_F32);
     rc |= nl_gguf_set_str(w, "adapter.type", "lora");
     rc |= nl_gguf_set_f32(w, "adapter.lora.alpha", a->alpha);
     for (int i = 0; i < a->n && rc == 0; i++) {

@@ -39,6 +39,11 @@ typedef struct nl_adapter {
  * is uniform value c of `key`. */
 void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
 
+/* Write base + merged adapter (W + s·B·A for every adapted projection) as GGUF (model/merge.c).
+ * type < 0: keep each tensor's type; else projections are written in `type`, and
+ * general.file_type names it. */
+int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path);
+
 static inline float *nl_lora_A(const nl_adapter *a, int i) { return a->params + a->t[i].off_a; }
 static inline float *nl_lora_B(const nl_adapter *a, int i) { return a->params + a->t[i].off_b; }
 /* Scale applied to B(Ax): alpha / r, or 1 when alpha == 0 (llama.cpp's rule). */

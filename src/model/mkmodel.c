@@ -592,7 +592,7 @@ static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int w
     rc |= nl_gguf_set_str(w, "general.architecture", a);
     rc |= nl_gguf_set_str(w, "general.type", "model");
     rc |= nl_gguf_set_str(w, "general.name", name);
-    rc |= nl_gguf_set_u32(w, "general.file_type", wtype == NL_TYPE_F32 ? 0 : wtype == NL_TYPE_F16 ? 1 : 7);
+    rc |= nl_gguf_set_u32(w, "general.file_type", (uint32_t)nl_type_ftype(wtype)); /* f32, f16 or q8_0 */
     rc |= nl_gguf_set_u32(w, "general.quantization_version", 2);
     rc |= nl_gguf_set_u32(w, K("context_length"), (uint32_t)hp->n_ctx_train);
     rc |= nl_gguf_set_u32(w, K("embedding_length"), (uint32_t)hp->n_embd);

@@ -418,6 +418,20 @@ int64_t nl_type_first_nonfinite(int type, const void *src, int64_t n) {
     return tt && tt->first_nonfinite ? tt->first_nonfinite(src, n) : -1;
 }
 
+int nl_type_ftype(int type) {
+    switch (type) {
+    case NL_TYPE_F32: return NL_FTYPE_ALL_F32;
+    case NL_TYPE_F16: return NL_FTYPE_MOSTLY_F16;
+    case NL_TYPE_Q4_0: return NL_FTYPE_MOSTLY_Q4_0;
+    case NL_TYPE_Q4_1: return NL_FTYPE_MOSTLY_Q4_1;
+    case NL_TYPE_Q8_0: return NL_FTYPE_MOSTLY_Q8_0;
+    case NL_TYPE_Q4_K: return NL_FTYPE_MOSTLY_Q4_K_M;
+    case NL_TYPE_Q6_K: return NL_FTYPE_MOSTLY_Q6_K;
+    case NL_TYPE_BF16: return NL_FTYPE_MOSTLY_BF16;
+    default: return -1;
+    }
+}
+
 size_t nl_row_bytes(int type, int64_t ne0) {
     const nl_type_traits *tt = nl_type_get(type);
     if (!tt || ne0 < 0 || ne0 % tt->blck != 0) return 0;

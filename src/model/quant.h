@@ -42,6 +42,13 @@ int nl_type_from_name(const char *name);
  * value is Inf or NaN, -1 when none is (and for a type without to_float); at memory speed.
  * The model loader runs it over every tensor it uses. */
 int64_t nl_type_first_nonfinite(int type, const void *src, int64_t n);
+/* llama.cpp's llama_ftype (general.file_type): the type most of a model file's weights have. */
+enum nl_ftype {
+    NL_FTYPE_ALL_F32 = 0, NL_FTYPE_MOSTLY_F16 = 1, NL_FTYPE_MOSTLY_Q4_0 = 2, NL_FTYPE_MOSTLY_Q4_1 = 3,
+    NL_FTYPE_MOSTLY_Q8_0 = 7, NL_FTYPE_MOSTLY_Q4_K_M = 15, NL_FTYPE_MOSTLY_Q6_K = 18, NL_FTYPE_MOSTLY_BF16 = 32,
+};
+/* The file type of a model whose weights are `type`; -1 when llama.cpp names none for it. */
+int nl_type_ftype(int type);
 /* Bytes of one row of ne0 elements; 0 if ne0 is not a multiple of the block size. */
 size_t nl_row_bytes(int type, int64_t ne0);
 
