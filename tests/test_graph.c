@@ -174,6 +174,48 @@ static void test_shortcuts(nl_arch arch, const char *backend) {
     nl_session_close(&s);
 }
 
+/* One layer definition: the model forward (nl_forward + nl_head_loss, what eval runs) and the
+ * training graph's loss-only pass (nl_graph_loss) give the same loss bits, with an adapter
+ * (B != 0), dropout 0 and FP32 attention, on 1 and 2 CPU threads. (Up to 256 rows both sum the
+ * rows' losses in row order.) */
+static void test_forward_is_graph(nl_arch arch, const char *backend, int threads) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-fg.gguf", tmpdir, nl_arch_name(arch));
+    CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 17, path) == 0);
+    nl_proj_config pc = {.backend = backend, .n_threads = threads};
+    nl_session s;
+    if (nl_session_open(&s, path, NULL, &pc)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    nl_adapter *ad = nl_adapter_new(s.m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output", 4, 8.0f, 3);
+    CHECK(ad != NULL);
+    for (int i = 0; i < ad->n; i++) {
+        float *B = nl_lora_B(ad, i);
+        for (int64_t j = 0; j < ad->t[i].n_out * ad->t[i].rank; j++) B[j] = (float)(0.1 * nl_t_rand());
+    }
+    s.rt.adapter = ad;
+    s.rt.attn_bf16 = 0;
+    const int V = s.m->hp.n_vocab, E = s.m->hp.n_embd;
+    const int Ts[2] = {37, 200};
+    for (int c = 0; c < 2; c++) {
+        const int T = Ts[c];
+        int32_t *tok = malloc(sizeof(int32_t) * T), *tgt = malloc(sizeof(int32_t) * T);
+        float *h = malloc(sizeof(float) * (size_t)T * E);
+        for (int t = 0; t < T; t++) {
+            tok[t] = (int32_t)((t * 41 + 5) % V);
+            tgt[t] = t % 3 ? (int32_t)((t * 29 + 7) % V) : -1;
+        }
+        nl_graph g = {.rt = &s.rt, .ad = ad, .dropout = 0.0f, .seed = 8, .step = 1};
+        double lg = -1.0, lf = -2.0;
+        CHECK(nl_graph_loss(&g, tok, tgt, T, &lg) == 0);
+        CHECK(nl_forward(&s.rt, NULL, tok, T, h) == 0 && nl_head_loss(&s.rt, h, tgt, T, &lf, NULL) == 0);
+        CHECKF(lg == lf && lg > 0.0, "%s %s %d threads T=%d: graph loss %.17g, forward loss %.17g", nl_arch_name(arch), backend,
+               threads, T, lg, lf);
+        free(tok), free(tgt), free(h);
+    }
+    s.rt.adapter = NULL;
+    nl_adapter_free(ad);
+    nl_session_close(&s);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_graph_%d", (int)getpid());
     char cmd[300];
@@ -184,6 +226,8 @@ int main(void) {
     test_arch(NL_ARCH_QWEN35);
     const nl_arch archs[3] = {NL_ARCH_LLAMA, NL_ARCH_QWEN3, NL_ARCH_QWEN35};
     for (int a = 0; a < 3; a++) {
+        test_forward_is_graph(archs[a], "ref", 1);
+        test_forward_is_graph(archs[a], "host", 2);
         test_shortcuts(archs[a], "ref");
         test_shortcuts(archs[a], "host");
     }

@@ -1,5 +1,6 @@
-/* nn/forward: one model forward per architecture, composed from the nodes of nn/ and the
- * projection service. Shared by inference (logits, generate, eval) and training.
+/* nn/forward: the model forward (logits, generate, eval): the embedding rows, the layers of
+ * nn/layer.h (the one layer definition, which the training graph runs too) with the decoding
+ * state, and the head.
  *
  * Every frozen-weight product goes through proj/ (nl_proj_submit/wait); while a request is in
  * flight the CPU computes that projection's LoRA branch. */
@@ -68,9 +69,18 @@ void nl_seq_state_reset(nl_seq_state *st, const nl_model *m);
 void nl_seq_state_copy(nl_seq_state *dst, const nl_seq_state *src, const nl_model *m, int with_kv);
 void nl_seq_state_free(nl_seq_state *st, const nl_model *m);
 
+/* 0 when every tokens[t] is in the vocabulary, else -1 + nl_err naming the first that is not. */
+int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T);
+
 /* Run tokens[T] at positions st->n_past .. n_past+T-1 (st may be NULL: a fresh sequence, no
  * cache kept). hidden[T][n_embd] receives the last layer's output (before the final norm). */
 int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, float *hidden);
+
+/* Rows a head call projects at a time (nl_head_loss here, the training graph's head): the
+ * vocabulary product is the largest of a training step (V·E per row, both directions) and runs
+ * at its best rate on 256-row buckets, while the logits chunk stays at 256·V floats (155 MB for
+ * V = 151936). */
+#define NL_HEAD_CHUNK 256
 
 /* Final norm + vocabulary projection of T rows: logits[T][n_vocab]. */
 int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits);

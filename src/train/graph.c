@@ -1,13 +1,13 @@
-/* The training graph; see graph.h. Backward formulas: docs/backward.md. */
+/* The training graph; see graph.h. The layers themselves (forward, backward): nn/layer.c;
+ * here the step around them: which caches stay, recompute, the head, the LoRA branches with
+ * their gradients. */
 #include "train/graph.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/gdn.h"
+#include "nn/layer.h"
 #include "nn/lora.h"
-#include "nn/nn.h"
 #include "nn/par.h"
 #include "train/budget.h"
 #include "util/arena.h"
@@ -35,121 +35,15 @@ static float *falloc(nl_graph *g, size_t n) { return nl_arena_floats(g->ws, n); 
 /* ---- CPU nodes on the runtime's pool (nn/par.h) ---- */
 #define POOL(g) ((g)->rt->pool)
 
-/* ---- one layer's saved intermediates, carved out of one block ---- */
-typedef struct {
-    float *hn, *rstd1;                 /* attn_norm output [T][E], 1/rms [T] */
-    float *qraw, *rstd_q, *kraw, *rstd_k; /* q/k before their norms (qk-norm archs) */
-    float *q, *k, *v;                  /* after norm + rope: [T][H][hd], [T][Hkv][hd] */
-    float *gate;                       /* qwen35 output gate [T][H*hd] */
-    float *o, *lse;                    /* attention output [T][H*hd], logsumexp [T][H] */
-    float *og;                         /* input of attn_output (o ⊙ σ(gate), or o) */
-    float *y;                          /* GDN output = input of ssm_out [T][Hv*dv] */
-    nl_gdn_cache *gc;
-    float *xmid, *rstd2, *hn2;         /* after the mixer residual; ffn norm */
-    float *g, *u, *h;                  /* SwiGLU: gate, up, silu(gate)*up [T][F] */
-    float *lu[NL_P_KIND_COUNT];        /* LoRA u = A(m⊙x) per projection [T][r] */
-    float *base;
-    uint64_t bytes;
-} layer_cache;
-
-/* Bump allocation over one block; with base == NULL it only counts. */
-static float *carve(layer_cache *c, size_t n) {
-    float *p = c->base ? (float *)((char *)c->base + c->bytes) : NULL;
-    c->bytes += (n * sizeof(float) + 63) & ~(uint64_t)63;
-    return p;
-}
-
 static int lora_rank(const nl_graph *g, int p) {
-    if (p < 0) return 0;
-    int e = g->ad->by_proj[p];
+    int e = p >= 0 ? g->ad->by_proj[p] : -1;
     return e >= 0 ? g->ad->t[e].rank : 0;
 }
 
-/* Lay out (or count) layer l's cache for T tokens. The GDN cache is separate (its own node). */
-static void cache_layout(const nl_graph *g, int l, int T, layer_cache *c) {
-    const nl_model *m = g->rt->m;
-    const nl_hparams *hp = &m->hp;
-    const nl_layer *L = &m->layers[l];
-    size_t E = hp->n_embd, F = hp->n_ff, t = (size_t)T;
-    c->bytes = 0;
-    c->hn = carve(c, t * E);
-    c->rstd1 = carve(c, t);
-    if (L->recurrent) {
-        c->y = carve(c, t * (size_t)hp->ssm_d_inner);
-    } else {
-        size_t H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
-        if (L->q_norm) {
-            c->qraw = carve(c, t * H * hd);
-            c->rstd_q = carve(c, t * H);
-            c->kraw = carve(c, t * Hkv * hd);
-            c->rstd_k = carve(c, t * Hkv);
-        }
-        c->q = carve(c, t * H * hd);
-        c->k = carve(c, t * Hkv * hd);
-        c->v = carve(c, t * Hkv * hd);
-        if (m->arch == NL_ARCH_QWEN35) {
-            c->gate = carve(c, t * H * hd);
-            c->og = carve(c, t * H * hd);
-        }
-        c->o = carve(c, t * H * hd);
-        c->lse = carve(c, t * H);
-        if (m->arch != NL_ARCH_QWEN35) c->og = c->o;
-    }
-    c->xmid = carve(c, t * E);
-    c->rstd2 = carve(c, t);
-    c->hn2 = carve(c, t * E);
-    c->g = carve(c, t * F);
-    c->u = carve(c, t * F);
-    c->h = carve(c, t * F);
-    for (int k = 0; k < NL_P_KIND_COUNT; k++) {
-        int r = lora_rank(g, L->p[k]);
-        c->lu[k] = r ? carve(c, t * (size_t)r) : NULL;
-    }
-}
+uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) { return nl_layer_cache_bytes(g->rt, g->ad, 1, layer, T); }
 
-uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) {
-    layer_cache c = {0};
-    cache_layout(g, layer, T, &c);
-    uint64_t b = c.bytes;
-    if (g->rt->m->layers[layer].recurrent) b += nl_gdn_cache_bytes(&g->rt->gdn, T);
-    return b;
-}
-
-/* The cache lives in the arena: it is released with the arena mark taken before it. */
-static int cache_alloc(nl_graph *g, int l, int T, layer_cache *c) {
-    memset(c, 0, sizeof *c);
-    cache_layout(g, l, T, c);
-    uint64_t bytes = c->bytes;
-    c->base = nl_arena_alloc(g->ws, bytes);
-    if (!c->base) return -1;
-    cache_layout(g, l, T, c);
-    if (g->rt->m->layers[l].recurrent) {
-        c->gc = nl_gdn_cache_new(&g->rt->gdn, T);
-        if (!c->gc) { c->base = NULL; return -1; }
-    }
-    return 0;
-}
-
-static void cache_free(layer_cache *c) {
-    if (c->gc) nl_gdn_cache_free(c->gc);
-    memset(c, 0, sizeof *c);
-}
-
-/* ---- timing (bench step) ---- */
-
-static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm",
-                                                     "rope", "act", "xent", "add", "other"};
-const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
-
-static double tic(const nl_graph *g) { return g->prof ? nl_now() : 0.0; }
-/* Charges the time since t0 to class k; returns now (the next interval's start). */
-static double toc(nl_graph *g, int k, double t0) {
-    if (!g->prof) return 0.0;
-    double t = nl_now();
-    g->prof->s[k] += t - t0;
-    return t;
-}
-
+static double tic(const nl_graph *g) { return nl_prof_tic(g->prof); }
+static double toc(nl_graph *g, int k, double t0) { return nl_prof_toc(g->prof, k, t0); }
 
 /* ---- projections with their LoRA branch ---- */
 
@@ -278,6 +172,12 @@ static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, c
     return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx, NULL);
 }
 
+/* The layers' projections (nn/layer.h's pass hook). */
+static int pass_proj(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
+                     const float *u_in, int T, float *out) {
+    return tproj(user, dir, layer, kind, p, in, x, u_save, u_in, T, out, NULL);
+}
+
 #define TIMED(g, k, stmt)          \
     do {                           \
         double t_ = tic(g);        \
@@ -285,205 +185,9 @@ static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, c
         toc((g), (k), t_);         \
     } while (0)
 
-/* ---- layer forward (saving into c) and backward ---- */
-
-static int mixer_attn_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, float *out) {
-    const nl_model *m = g->rt->m;
-    const nl_hparams *hp = &m->hp;
-    const nl_layer *L = &m->layers[l];
-    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
-    size_t qn = (size_t)T * H * hd;
-    int gated = m->arch == NL_ARCH_QWEN35;
-    float *qdst = L->q_norm ? c->qraw : c->q, *kdst = L->q_norm ? c->kraw : c->k;
-    if (gated) {
-        nl_arena_mark mk = nl_arena_top(g->ws);
-        float *qg = falloc(g, 2 * qn);
-        if (!qg) return -1;
-        if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qg, c->lu[NL_P_Q])) { nl_arena_release(g->ws, mk); return -1; }
-        TIMED(g, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
-            memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
-            memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
-        });
-        nl_arena_release(g->ws, mk);
-    } else if (tproj_fwd(g, l, NL_P_Q, L->p[NL_P_Q], c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
-    if (tproj_fwd(g, l, NL_P_K, L->p[NL_P_K], c->hn, T, kdst, c->lu[NL_P_K])) return -1;
-    if (tproj_fwd(g, l, NL_P_V, L->p[NL_P_V], c->hn, T, c->v, c->lu[NL_P_V])) return -1;
-    if (L->q_norm) {
-        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
-        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
-    }
-    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 0, c->q, T, H, pos));
-    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 0, c->k, T, Hkv, pos));
-    TIMED(g, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(g), g->rt->attn_bf16, c->o, c->lse, c->q, c->k, c->v, T, T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
-    if (gated) TIMED(g, NL_GP_ACT, nl_par_gate_forward(POOL(g), c->og, c->o, c->gate, (int64_t)qn));
-    return tproj_fwd(g, l, NL_P_O, L->p[NL_P_O], c->og, T, out, c->lu[NL_P_O]);
-}
-
-static int mixer_attn_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, const float *dout, float *dhn) {
-    const nl_model *m = g->rt->m;
-    const nl_hparams *hp = &m->hp;
-    const nl_layer *L = &m->layers[l];
-    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, E = hp->n_embd;
-    size_t qn = (size_t)T * H * hd, kvn = (size_t)T * Hkv * hd;
-    int gated = m->arch == NL_ARCH_QWEN35;
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    /* dog, do, dgate, dq, dk, dv, dqraw(2qn when gated), tmp [T][E] */
-    float *buf = falloc(g, 4 * qn + 2 * kvn + 2 * qn + (size_t)T * E);
-    if (!buf) return -1;
-    float *dog = buf, *d_o = dog + qn, *dgate = d_o + qn, *dq = dgate + qn, *dk = dq + qn, *dv = dk + kvn,
-          *dqg = dv + kvn, *tmp = dqg + 2 * qn;
-    int rc = -1;
-    if (tproj_bwd(g, l, NL_P_O, L->p[NL_P_O], dout, c->og, c->lu[NL_P_O], T, dog)) goto done;
-    const float *dattn = dog;
-    if (gated) {
-        TIMED(g, NL_GP_ACT, nl_par_gate_backward(POOL(g), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
-        dattn = d_o;
-    }
-    TIMED(g, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(g), g->rt->attn_bf16, dq, dk, dv, dattn, c->o, c->lse, c->q, c->k, c->v, T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
-    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 1, dq, T, H, pos));
-    TIMED(g, NL_GP_ROPE, nl_par_rope(POOL(g), &g->rt->rope, 1, dk, T, Hkv, pos));
-    if (L->q_norm) {
-        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
-        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
-    }
-    const float *dqin = dq;
-    if (gated) {
-        TIMED(g, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
-            memcpy(dqg + th * 2 * hd, dq + th * hd, hd * sizeof(float));
-            memcpy(dqg + th * 2 * hd + hd, dgate + th * hd, hd * sizeof(float));
-        });
-        dqin = dqg;
-    }
-    /* dhn == NULL: only the LoRA gradients (see layer_bwd) */
-    float *dk_in = dhn ? tmp : NULL;
-    if (tproj_bwd(g, l, NL_P_Q, L->p[NL_P_Q], dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_K, L->p[NL_P_K], dk, c->hn, c->lu[NL_P_K], T, dk_in)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, (size_t)T * E));
-    if (tproj_bwd(g, l, NL_P_V, L->p[NL_P_V], dv, c->hn, c->lu[NL_P_V], T, dk_in)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, (size_t)T * E));
-    rc = 0;
-done:
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
-static nl_gdn_weights gdn_weights(const nl_layer *L) {
-    return (nl_gdn_weights){.conv = L->ssm_conv, .dt_bias = L->ssm_dt_bias, .A = L->ssm_a, .norm = L->ssm_norm};
-}
-
-static int mixer_gdn_fwd(nl_graph *g, int l, int T, layer_cache *c, float *out) {
-    const nl_layer *L = &g->rt->m->layers[l];
-    const nl_gdn_shape *s = &g->rt->gdn;
-    size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T;
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    float *buf = falloc(g, t * (cd + vd + 2 * (size_t)s->Hv));
-    if (!buf) return -1;
-    float *mixed = buf, *z = mixed + t * cd, *b = z + t * vd, *a = b + t * s->Hv;
-    int rc = -1;
-    if (tproj_fwd(g, l, NL_P_QKV, L->p[NL_P_QKV], c->hn, T, mixed, c->lu[NL_P_QKV])) goto done;
-    if (tproj_fwd(g, l, NL_P_Z, L->p[NL_P_Z], c->hn, T, z, c->lu[NL_P_Z])) goto done;
-    if (tproj_fwd(g, l, NL_P_BETA, L->p[NL_P_BETA], c->hn, T, b, c->lu[NL_P_BETA])) goto done;
-    if (tproj_fwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], c->hn, T, a, c->lu[NL_P_ALPHA])) goto done;
-    nl_gdn_weights w = gdn_weights(L);
-    if (nl_gdn_forward_train(s, &w, c->y, mixed, z, b, a, T, c->gc)) goto done;
-    rc = tproj_fwd(g, l, NL_P_OUT, L->p[NL_P_OUT], c->y, T, out, c->lu[NL_P_OUT]);
-done:
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
-static int mixer_gdn_bwd(nl_graph *g, int l, int T, layer_cache *c, const float *dout, float *dhn) {
-    const nl_layer *L = &g->rt->m->layers[l];
-    const nl_gdn_shape *s = &g->rt->gdn;
-    size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T, E = g->rt->m->hp.n_embd;
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    float *buf = falloc(g, t * (vd + cd + vd + 2 * (size_t)s->Hv + E));
-    if (!buf) return -1;
-    float *dy = buf, *dmixed = dy + t * vd, *dz = dmixed + t * cd, *db = dz + t * vd, *da = db + t * s->Hv, *tmp = da + t * s->Hv;
-    int rc = -1;
-    nl_gdn_weights w = gdn_weights(L);
-    if (tproj_bwd(g, l, NL_P_OUT, L->p[NL_P_OUT], dout, c->y, c->lu[NL_P_OUT], T, dy)) goto done;
-    if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
-    /* dhn == NULL: only the LoRA gradients (see layer_bwd) */
-    float *tin = dhn ? tmp : NULL;
-    if (tproj_bwd(g, l, NL_P_QKV, L->p[NL_P_QKV], dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_Z, L->p[NL_P_Z], dz, c->hn, c->lu[NL_P_Z], T, tin)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
-    if (tproj_bwd(g, l, NL_P_BETA, L->p[NL_P_BETA], db, c->hn, c->lu[NL_P_BETA], T, tin)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
-    if (tproj_bwd(g, l, NL_P_ALPHA, L->p[NL_P_ALPHA], da, c->hn, c->lu[NL_P_ALPHA], T, tin)) goto done;
-    if (dhn) TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, t * E));
-    rc = 0;
-done:
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
-/* x_out = layer(x_in), saving intermediates into c. */
-static int layer_fwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, const float *x_in, float *x_out) {
-    const nl_model *m = g->rt->m;
-    const nl_hparams *hp = &m->hp;
-    const nl_layer *L = &m->layers[l];
-    size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    float *mo = falloc(g, n);
-    if (!mo) return -1;
-    int rc = L->recurrent ? mixer_gdn_fwd(g, l, T, c, mo) : mixer_attn_fwd(g, l, pos, T, c, mo);
-    if (rc == 0) {
-        TIMED(g, NL_GP_ADD, nl_par_add2(POOL(g), c->xmid, x_in, mo, (int64_t)n));
-        TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
-        rc = tproj_fwd(g, l, NL_P_GATE, L->p[NL_P_GATE], c->hn2, T, c->g, c->lu[NL_P_GATE]);
-        if (rc == 0) rc = tproj_fwd(g, l, NL_P_UP, L->p[NL_P_UP], c->hn2, T, c->u, c->lu[NL_P_UP]);
-        if (rc == 0) {
-            TIMED(g, NL_GP_ACT, nl_par_swiglu_forward(POOL(g), c->h, c->g, c->u, (int64_t)nf));
-            rc = tproj_fwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], c->h, T, mo, c->lu[NL_P_DOWN]);
-        }
-        if (rc == 0) TIMED(g, NL_GP_ADD, nl_par_add2(POOL(g), x_out, c->xmid, mo, (int64_t)n));
-    }
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
-/* dx: in = dLoss/dx_out, out = dLoss/dx_in (layer 0: left as it is, see below). */
-static int layer_bwd(nl_graph *g, int l, const int32_t *pos, int T, layer_cache *c, const float *x_in, float *dx) {
-    const nl_model *m = g->rt->m;
-    const nl_hparams *hp = &m->hp;
-    const nl_layer *L = &m->layers[l];
-    size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    float *buf = falloc(g, 3 * nf + 3 * n);
-    if (!buf) return -1;
-    float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n;
-    int rc = -1;
-    /* MLP: x_out = xmid + down(swiglu(gate(hn2), up(hn2))) */
-    if (tproj_bwd(g, l, NL_P_DOWN, L->p[NL_P_DOWN], dx, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    TIMED(g, NL_GP_ACT, nl_par_swiglu_backward(POOL(g), dg, du, dh, c->g, c->u, (int64_t)nf));
-    if (tproj_bwd(g, l, NL_P_GATE, L->p[NL_P_GATE], dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
-    if (tproj_bwd(g, l, NL_P_UP, L->p[NL_P_UP], du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
-    TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dhn, tmp, n));
-    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
-    TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dxmid, dx, n));
-    /* mixer: xmid = x_in + mixer(attn_norm(x_in)). Layer 0's x_in is the embedding rows:
-     * nothing trainable lies below (frozen embeddings, no LoRA on them), so its input gradient
-     * is not formed: no BWD requests for the mixer's input projections (their LoRA A/B
-     * gradients need only dy and x), no attention-norm backward. */
-    const int want_dx = l > 0 || (g->test && g->test->full_input_grads);
-    float *dmix = want_dx ? dhn : NULL;
-    rc = L->recurrent ? mixer_gdn_bwd(g, l, T, c, dxmid, dmix) : mixer_attn_bwd(g, l, pos, T, c, dxmid, dmix);
-    if (rc || !want_dx) goto done;
-    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
-    TIMED(g, NL_GP_ADD, nl_par_add(POOL(g), dx, dxmid, n));
-done:
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
 /* ---- head: final norm + vocabulary projection + cross-entropy, in token chunks ----
- * 256 rows a chunk: the vocabulary product is the largest of the step (V·E per row, both
- * directions) and runs at its best rate on 256-row buckets, while the logits chunk stays at
- * 256·V floats (155 MB for V = 151936). */
-#define HEAD_CHUNK 256
+ * NL_HEAD_CHUNK (nn/forward.h) rows a chunk, as the model forward's head. */
+#define HEAD_CHUNK NL_HEAD_CHUNK
 
 /* The head on every row, chunk by chunk (chunks without a target skipped): the reference the
  * compacted head must reproduce bit for bit (the test hook head_all_rows selects it). */
@@ -614,12 +318,9 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     const nl_model *m = rt->m;
     int nL = m->hp.n_layer, E = m->hp.n_embd;
     size_t n = (size_t)T * E;
-    for (int t = 0; t < T; t++) {
-        if (tokens[t] < 0 || tokens[t] >= m->hp.n_vocab)
-            return nl_err("token %d at position %d is outside the vocabulary (0..%d)", tokens[t], t, m->hp.n_vocab - 1);
-        if (targets[t] >= m->hp.n_vocab)
-            return nl_err("target %d at position %d is outside the vocabulary", targets[t], t);
-    }
+    if (nl_check_tokens(m, tokens, T)) return -1;
+    for (int t = 0; t < T; t++)
+        if (targets[t] >= m->hp.n_vocab) return nl_err("target %d at position %d is outside the vocabulary", targets[t], t);
     nl_arena *a = ws_of(g);
     if (!a) return -1;
     double t_other = tic(g);
@@ -630,7 +331,7 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     unsigned char *keep = nl_arena_alloc(a, (size_t)nL);
     uint64_t *lb = nl_arena_alloc(a, (size_t)nL * sizeof *lb);
     nl_arena_mark *kmark = nl_arena_alloc(a, (size_t)nL * sizeof *kmark);
-    layer_cache *caches = nl_arena_alloc(a, (size_t)nL * sizeof *caches);
+    nl_layer_cache *caches = nl_arena_alloc(a, (size_t)nL * sizeof *caches);
     int rc = -1;
     if (!xs || !pos || !keep || !lb || !kmark || !caches) goto done;
     memset(caches, 0, (size_t)nL * sizeof *caches);
@@ -646,37 +347,45 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     g->n_kept = g->n_recomputed = g->n_lora_pool = 0;
     g->peak_cache_bytes = plan.peak_bytes;
     toc(g, NL_GP_OTHER, t_other);
+    /* the layers (nn/layer.h): every cache kept for the backward (the GDN node's too), the LoRA
+     * u rows of the adapter saved */
+    nl_pass ps = {.rt = rt, .ws = a, .proj = pass_proj, .user = g, .save_u = g->ad, .save_gdn = 1, .attn_bf16 = rt->attn_bf16,
+                  .prof = g->prof};
+    const nl_span sp = {.T = T, .pos = pos};
     for (int l = 0; l < nL; l++) {
         kmark[l] = nl_arena_top(a);
-        if (cache_alloc(g, l, T, &caches[l])) goto done;
-        if (layer_fwd(g, l, pos, T, &caches[l], xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
+        if (nl_layer_cache_alloc(&ps, l, T, &caches[l])) goto done;
+        if (nl_layer_forward(&ps, l, &sp, &caches[l], NULL, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
         if (keep[l]) {
             g->n_kept++;
         } else {
-            cache_free(&caches[l]);
+            nl_layer_cache_free(&caches[l]);
             nl_arena_release(a, kmark[l]);
         }
     }
     if (head(g, xs + (size_t)nL * n, targets, T, inv_n, want_grad, loss_sum, dx)) goto done;
     if (want_grad) {
         for (int l = nL - 1; l >= 0; l--) {
-            layer_cache *c = &caches[l];
+            nl_layer_cache *c = &caches[l];
             if (!keep[l]) {
                 /* recompute: the third frozen-weight product */
                 kmark[l] = nl_arena_top(a);
-                if (cache_alloc(g, l, T, c)) goto done;
-                if (layer_fwd(g, l, pos, T, c, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
+                if (nl_layer_cache_alloc(&ps, l, T, c)) goto done;
+                if (nl_layer_forward(&ps, l, &sp, c, NULL, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
                 g->n_recomputed++;
             }
-            if (layer_bwd(g, l, pos, T, c, xs + (size_t)l * n, dx)) goto done;
-            cache_free(c);
+            /* layer 0's input gradient is not formed: nothing trainable lies below (frozen
+             * embeddings, no LoRA on them) */
+            const int want_dx = l > 0 || (g->test && g->test->full_input_grads);
+            if (nl_layer_backward(&ps, l, &sp, c, xs + (size_t)l * n, dx, want_dx)) goto done;
+            nl_layer_cache_free(c);
             nl_arena_release(a, kmark[l]); /* the top of the stack: later layers are gone already */
         }
     }
     rc = 0;
 done:
     if (caches)
-        for (int l = 0; l < nL; l++) cache_free(&caches[l]);
+        for (int l = 0; l < nL; l++) nl_layer_cache_free(&caches[l]);
     nl_arena_release(a, m0);
     if (!g->keep_scratch) nl_graph_free(g);
     return rc;

@@ -1,6 +1,7 @@
-/* train/graph: the fixed training graph of each architecture (llama, qwen3, qwen35): forward
- * storing what backward needs, the head + loss in token chunks, and the backward in reverse,
- * with every frozen-weight product through the projection service (FWD for forward and
+/* train/graph: the training step of one sequence on any architecture: the layers of
+ * nn/layer.h (the one layer definition, which the model forward runs too) forward storing what
+ * backward needs, the head + loss in token chunks, and the layers' backward in reverse, with
+ * every frozen-weight product through the projection service (FWD for forward and
  * recompute, BWD for input gradients) and the LoRA branches computed on the CPU while the
  * base request is in flight (or, with rt->sync, after it, split over the runtime's pool).
  *
@@ -14,29 +15,9 @@
 
 #include "model/adapter.h"
 #include "nn/forward.h"
+#include "nn/layer.h"
 
-/* Optional per-call timing of the main thread (bench step): wall seconds by node class.
- * Accumulates; the caller zeroes it. */
-enum {
-    NL_GP_WAIT = 0,   /* blocked in nl_proj_wait (the service is the critical path) */
-    NL_GP_LORA_FWD,   /* LoRA forward branches (overlapped with the request unless rt->sync) */
-    NL_GP_LORA_BWD,   /* LoRA backward (dx, dA, dB) */
-    NL_GP_ATTN_FWD,   /* attention core forward (scores, softmax, PV) */
-    NL_GP_ATTN_BWD,
-    NL_GP_NORM,       /* RMSNorm forward/backward (layer, q/k and final norms) */
-    NL_GP_ROPE,
-    NL_GP_ACT,        /* SwiGLU and gates, forward and backward */
-    NL_GP_XENT,       /* softmax cross-entropy of the head chunks */
-    NL_GP_ADD,        /* residual adds, LoRA adds, copies */
-    NL_GP_OTHER,      /* submits, allocation, embedding rows, planning */
-    NL_GP_COUNT
-};
-typedef struct {
-    double s[NL_GP_COUNT];
-    uint64_t requests;        /* service requests submitted */
-} nl_graph_prof;
-/* "wait", "lora_fwd", ... */
-const char *nl_graph_prof_name(int k);
+/* nl_graph_prof (bench step timing): nn/layer.h. */
 
 /* Test hooks: the longer ways to the same bits that the tests check the graph's shortcuts
  * against. The library never sets them (nl_graph.test is NULL). */

@@ -579,7 +579,7 @@ static int nonfinite_error(const trainer *t, int64_t step, int64_t last_commit, 
 
 /* ---- memory preflight -------------------------------------------------------------------- */
 
-#define HEAD_CHUNK_EST 256   /* tokens per head chunk the graph uses at most (logits + grad) */
+#define HEAD_CHUNK_EST NL_HEAD_CHUNK /* tokens per head chunk the graph uses at most (logits + grad) */
 #define MB (1024.0 * 1024.0)
 
 typedef struct {

@@ -1,0 +1,349 @@
+/* The layer definition; see layer.h. Backward formulas: docs/backward.md. */
+#include "nn/layer.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "nn/nn.h"
+#include "nn/par.h"
+
+/* ---- timing (bench step) ---- */
+
+static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm",
+                                                     "rope", "act", "xent", "add", "other"};
+const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
+
+#define TIMED(ps, k, stmt)                      \
+    do {                                        \
+        double t_ = nl_prof_tic((ps)->prof);    \
+        stmt;                                   \
+        nl_prof_toc((ps)->prof, (k), t_);       \
+    } while (0)
+
+#define POOL(ps) ((ps)->rt->pool)
+
+static float *falloc(nl_pass *ps, size_t n) { return nl_arena_floats(ps->ws, n); }
+
+/* ---- the cache: one block, carved ---- */
+
+/* Bump allocation over one block; with base == NULL it only counts. */
+static float *carve(nl_layer_cache *c, size_t n) {
+    float *p = c->base ? (float *)((char *)c->base + c->bytes) : NULL;
+    c->bytes += (n * sizeof(float) + 63) & ~(uint64_t)63;
+    return p;
+}
+
+static int lora_rank(const nl_adapter *ad, int p) {
+    if (!ad || p < 0) return 0;
+    int e = ad->by_proj[p];
+    return e >= 0 ? ad->t[e].rank : 0;
+}
+
+/* Lay out (or count) layer l's cache for T tokens. The GDN cache is separate (its own node). */
+static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, nl_layer_cache *c) {
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    size_t E = hp->n_embd, F = hp->n_ff, t = (size_t)T;
+    c->bytes = 0;
+    c->hn = carve(c, t * E);
+    c->rstd1 = carve(c, t);
+    if (L->recurrent) {
+        c->y = carve(c, t * (size_t)hp->ssm_d_inner);
+    } else {
+        size_t H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+        if (L->q_norm) {
+            c->qraw = carve(c, t * H * hd);
+            c->rstd_q = carve(c, t * H);
+            c->kraw = carve(c, t * Hkv * hd);
+            c->rstd_k = carve(c, t * Hkv);
+        }
+        c->q = carve(c, t * H * hd);
+        c->k = carve(c, t * Hkv * hd);
+        c->v = carve(c, t * Hkv * hd);
+        if (m->arch == NL_ARCH_QWEN35) {
+            c->gate = carve(c, t * H * hd);
+            c->og = carve(c, t * H * hd);
+        }
+        c->o = carve(c, t * H * hd);
+        c->lse = carve(c, t * H);
+        if (m->arch != NL_ARCH_QWEN35) c->og = c->o;
+    }
+    c->xmid = carve(c, t * E);
+    c->rstd2 = carve(c, t);
+    c->hn2 = carve(c, t * E);
+    c->g = carve(c, t * F);
+    c->u = carve(c, t * F);
+    c->h = carve(c, t * F);
+    for (int k = 0; k < NL_P_KIND_COUNT; k++) {
+        int r = lora_rank(ad, L->p[k]);
+        c->lu[k] = r ? carve(c, t * (size_t)r) : NULL;
+    }
+}
+
+uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T) {
+    nl_layer_cache c = {0};
+    cache_layout(rt->m, ad, l, T, &c);
+    uint64_t b = c.bytes;
+    if (gdn && rt->m->layers[l].recurrent) b += nl_gdn_cache_bytes(&rt->gdn, T);
+    return b;
+}
+
+int nl_layer_cache_alloc(nl_pass *ps, int l, int T, nl_layer_cache *c) {
+    const nl_model *m = ps->rt->m;
+    memset(c, 0, sizeof *c);
+    cache_layout(m, ps->save_u, l, T, c);
+    uint64_t bytes = c->bytes;
+    c->base = nl_arena_alloc(ps->ws, bytes);
+    if (!c->base) return -1;
+    cache_layout(m, ps->save_u, l, T, c);
+    if (ps->save_gdn && m->layers[l].recurrent) {
+        c->gc = nl_gdn_cache_new(&ps->rt->gdn, T);
+        if (!c->gc) { c->base = NULL; return -1; }
+    }
+    return 0;
+}
+
+void nl_layer_cache_free(nl_layer_cache *c) {
+    if (c->gc) nl_gdn_cache_free(c->gc);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- projections through the pass ---- */
+
+static int proj_fwd(nl_pass *ps, int l, int kind, const float *x, int T, float *y, float *u_save) {
+    return ps->proj(ps->user, NL_FWD, l, kind, ps->rt->m->layers[l].p[kind], x, NULL, u_save, NULL, T, y);
+}
+
+static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *x, const float *u, int T, float *dx) {
+    return ps->proj(ps->user, NL_BWD, l, kind, ps->rt->m->layers[l].p[kind], dy, x, NULL, u, T, dx);
+}
+
+/* ---- attention mixer ---- */
+
+/* The sequence-local part of the attention mixer: c->o = attention of c->q over c->k, c->v
+ * (with st: over the KV cache, this call's rows appended at st->n_past). */
+static int attn_core_fwd(nl_pass *ps, int l, int T, nl_layer_cache *c, nl_seq_state *st) {
+    const nl_hparams *hp = &ps->rt->m->hp;
+    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *k = c->k, *v = c->v;
+    int S = T;
+    if (st) {
+        if (st->n_past + T > st->n_ctx) return nl_err("context full: %d + %d tokens > %d", st->n_past, T, st->n_ctx);
+        size_t row = (size_t)Hkv * hd, kvn = (size_t)T * row;
+        TIMED(ps, NL_GP_ADD, {
+            memcpy(st->k[l] + (size_t)st->n_past * row, c->k, kvn * sizeof(float));
+            memcpy(st->v[l] + (size_t)st->n_past * row, c->v, kvn * sizeof(float));
+        });
+        k = st->k[l];
+        v = st->v[l];
+        S = st->n_past + T;
+    }
+    TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale));
+    return 0;
+}
+
+static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, float *out) {
+    const nl_model *m = ps->rt->m;
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    size_t qn = (size_t)T * H * hd;
+    int gated = m->arch == NL_ARCH_QWEN35;
+    float *qdst = L->q_norm ? c->qraw : c->q, *kdst = L->q_norm ? c->kraw : c->k;
+    if (gated) {
+        /* attn_q gives [T][H][q(hd) | gate(hd)]: de-interleave */
+        nl_arena_mark mk = nl_arena_top(ps->ws);
+        float *qg = falloc(ps, 2 * qn);
+        if (!qg) return -1;
+        if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q])) { nl_arena_release(ps->ws, mk); return -1; }
+        TIMED(ps, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+            memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
+            memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
+        });
+        nl_arena_release(ps->ws, mk);
+    } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
+    if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K])) return -1;
+    if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V])) return -1;
+    if (L->q_norm) {
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+    }
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 0, c->q, T, H, sp->pos));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 0, c->k, T, Hkv, sp->pos));
+    if (attn_core_fwd(ps, l, T, c, st)) return -1;
+    if (gated) TIMED(ps, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
+    return proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
+}
+
+static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *dout, float *dhn) {
+    const nl_model *m = ps->rt->m;
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim, E = hp->n_embd;
+    size_t qn = (size_t)T * H * hd, kvn = (size_t)T * Hkv * hd;
+    int gated = m->arch == NL_ARCH_QWEN35;
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    /* dog, do, dgate, dq, dk, dv, dqraw(2qn when gated), tmp [T][E] */
+    float *buf = falloc(ps, 4 * qn + 2 * kvn + 2 * qn + (size_t)T * E);
+    if (!buf) return -1;
+    float *dog = buf, *d_o = dog + qn, *dgate = d_o + qn, *dq = dgate + qn, *dk = dq + qn, *dv = dk + kvn,
+          *dqg = dv + kvn, *tmp = dqg + 2 * qn;
+    int rc = -1;
+    if (proj_bwd(ps, l, NL_P_O, dout, c->og, c->lu[NL_P_O], T, dog)) goto done;
+    const float *dattn = dog;
+    if (gated) {
+        TIMED(ps, NL_GP_ACT, nl_par_gate_backward(POOL(ps), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
+        dattn = d_o;
+    }
+    /* the sequence-local part: self-attention of the call's rows */
+    TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, dq, dk, dv, dattn, c->o, c->lse, c->q, c->k, c->v,
+                                                        T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 1, dq, T, H, sp->pos));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 1, dk, T, Hkv, sp->pos));
+    if (L->q_norm) {
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
+    }
+    const float *dqin = dq;
+    if (gated) {
+        TIMED(ps, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+            memcpy(dqg + th * 2 * hd, dq + th * hd, hd * sizeof(float));
+            memcpy(dqg + th * 2 * hd + hd, dgate + th * hd, hd * sizeof(float));
+        });
+        dqin = dqg;
+    }
+    /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
+    float *dk_in = dhn ? tmp : NULL;
+    if (proj_bwd(ps, l, NL_P_Q, dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
+    if (proj_bwd(ps, l, NL_P_K, dk, c->hn, c->lu[NL_P_K], T, dk_in)) goto done;
+    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
+    if (proj_bwd(ps, l, NL_P_V, dv, c->hn, c->lu[NL_P_V], T, dk_in)) goto done;
+    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
+    rc = 0;
+done:
+    nl_arena_release(ps->ws, mk);
+    return rc;
+}
+
+/* ---- gated delta-net mixer (qwen35) ---- */
+
+static nl_gdn_weights gdn_weights(const nl_layer *L) {
+    return (nl_gdn_weights){.conv = L->ssm_conv, .dt_bias = L->ssm_dt_bias, .A = L->ssm_a, .norm = L->ssm_norm};
+}
+
+static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, float *out) {
+    const nl_layer *L = &ps->rt->m->layers[l];
+    const nl_gdn_shape *s = &ps->rt->gdn;
+    int T = sp->T;
+    size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T;
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    float *buf = falloc(ps, t * (cd + vd + 2 * (size_t)s->Hv));
+    if (!buf) return -1;
+    float *mixed = buf, *z = mixed + t * cd, *b = z + t * vd, *a = b + t * s->Hv;
+    int rc = -1;
+    if (proj_fwd(ps, l, NL_P_QKV, c->hn, T, mixed, c->lu[NL_P_QKV])) goto done;
+    if (proj_fwd(ps, l, NL_P_Z, c->hn, T, z, c->lu[NL_P_Z])) goto done;
+    if (proj_fwd(ps, l, NL_P_BETA, c->hn, T, b, c->lu[NL_P_BETA])) goto done;
+    if (proj_fwd(ps, l, NL_P_ALPHA, c->hn, T, a, c->lu[NL_P_ALPHA])) goto done;
+    /* the sequence-local part: the recurrence, its cache kept for the backward or its state
+     * carried for decoding */
+    nl_gdn_weights w = gdn_weights(L);
+    if (c->gc ? nl_gdn_forward_train(s, &w, c->y, mixed, z, b, a, T, c->gc)
+              : nl_gdn_forward(s, &w, c->y, mixed, z, b, a, T, st ? &st->gdn[l] : NULL))
+        goto done;
+    rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c->lu[NL_P_OUT]);
+done:
+    nl_arena_release(ps->ws, mk);
+    return rc;
+}
+
+static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *dout, float *dhn) {
+    const nl_layer *L = &ps->rt->m->layers[l];
+    const nl_gdn_shape *s = &ps->rt->gdn;
+    int T = sp->T;
+    size_t cd = (size_t)nl_gdn_conv_dim(s), vd = (size_t)s->Hv * s->dv, t = (size_t)T, E = ps->rt->m->hp.n_embd;
+    if (!c->gc) return nl_err("internal: GDN backward without its cache");
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    float *buf = falloc(ps, t * (vd + cd + vd + 2 * (size_t)s->Hv + E));
+    if (!buf) return -1;
+    float *dy = buf, *dmixed = dy + t * vd, *dz = dmixed + t * cd, *db = dz + t * vd, *da = db + t * s->Hv, *tmp = da + t * s->Hv;
+    int rc = -1;
+    nl_gdn_weights w = gdn_weights(L);
+    if (proj_bwd(ps, l, NL_P_OUT, dout, c->y, c->lu[NL_P_OUT], T, dy)) goto done;
+    if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
+    /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
+    float *tin = dhn ? tmp : NULL;
+    if (proj_bwd(ps, l, NL_P_QKV, dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
+    if (proj_bwd(ps, l, NL_P_Z, dz, c->hn, c->lu[NL_P_Z], T, tin)) goto done;
+    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
+    if (proj_bwd(ps, l, NL_P_BETA, db, c->hn, c->lu[NL_P_BETA], T, tin)) goto done;
+    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
+    if (proj_bwd(ps, l, NL_P_ALPHA, da, c->hn, c->lu[NL_P_ALPHA], T, tin)) goto done;
+    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
+    rc = 0;
+done:
+    nl_arena_release(ps->ws, mk);
+    return rc;
+}
+
+/* ---- the layer ---- */
+
+int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, const float *x_in,
+                     float *x_out) {
+    const nl_model *m = ps->rt->m;
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    int T = sp->T;
+    size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
+    TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    float *mo = falloc(ps, n);
+    if (!mo) return -1;
+    int rc = L->recurrent ? mixer_gdn_fwd(ps, l, sp, c, st, mo) : mixer_attn_fwd(ps, l, sp, c, st, mo);
+    if (rc == 0) {
+        TIMED(ps, NL_GP_ADD, nl_par_add2(POOL(ps), c->xmid, x_in, mo, (int64_t)n));
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
+        rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c->lu[NL_P_GATE]);
+        if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c->lu[NL_P_UP]);
+        if (rc == 0) {
+            TIMED(ps, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, mo, c->lu[NL_P_DOWN]);
+        }
+        if (rc == 0) TIMED(ps, NL_GP_ADD, nl_par_add2(POOL(ps), x_out, c->xmid, mo, (int64_t)n));
+    }
+    nl_arena_release(ps->ws, mk);
+    return rc;
+}
+
+int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *x_in, float *dx, int want_dx) {
+    const nl_model *m = ps->rt->m;
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    int T = sp->T;
+    size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    float *buf = falloc(ps, 3 * nf + 3 * n);
+    if (!buf) return -1;
+    float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n;
+    int rc = -1;
+    /* MLP: x_out = xmid + down(swiglu(gate(hn2), up(hn2))) */
+    if (proj_bwd(ps, l, NL_P_DOWN, dx, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
+    TIMED(ps, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
+    if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
+    TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
+    TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
+    TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dxmid, dx, (int64_t)n));
+    /* mixer: xmid = x_in + mixer(attn_norm(x_in)); without want_dx (layer 0, whose x_in is the
+     * frozen embedding rows) no BWD requests for the mixer's input projections (their LoRA A/B
+     * gradients need only dy and x), no attention-norm backward */
+    float *dmix = want_dx ? dhn : NULL;
+    rc = L->recurrent ? mixer_gdn_bwd(ps, l, sp, c, dxmid, dmix) : mixer_attn_bwd(ps, l, sp, c, dxmid, dmix);
+    if (rc || !want_dx) goto done;
+    TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
+    TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dx, dxmid, (int64_t)n));
+done:
+    nl_arena_release(ps->ws, mk);
+    return rc;
+}

@@ -1,0 +1,139 @@
+/* nn/layer: one layer definition per architecture (llama, qwen3, qwen35), the only one: the
+ * model forward (nn/forward: logits, generate, eval, with its KV cache / GDN state) and the
+ * training graph (train/graph: saves, recompute, backward) both run their layers through it.
+ *
+ *   xmid = x + mixer(attn_norm(x)),   x_out = xmid + down(swiglu(gate(h2), up(h2))),
+ *   h2 = ffn_norm(xmid)
+ *
+ * The mixer is attention (q/k norms where the model has them: qwen3, qwen35; qwen35's attn_q
+ * carries an output gate, de-interleaved here) or, on qwen35's recurrent layers, the gated
+ * delta-net. nl_layer_forward writes every intermediate into the layer's cache; the training
+ * graph keeps it for nl_layer_backward (or drops it and calls the forward again: recompute),
+ * inference lays out the same cache as the layer's temporaries. Formulas: docs/formats.md,
+ * backward: docs/backward.md.
+ *
+ * Every frozen-weight product goes through the pass's proj hook (training: the service plus
+ * its LoRA branch with dropout masks and gradients; inference: the service plus the adapter's
+ * LoRA), the CPU nodes run on the runtime's pool (nn/par.h, the same bits on any pool) and
+ * every temporary comes from the pass's arena, released before the call returns.
+ *
+ * Adding an architecture (Gemma 3 next): its shape in nl_layer_cache_layout, its forward in
+ * nl_layer_forward's mixer / MLP, the matching backward in nl_layer_backward, and its loader in
+ * model/; nothing in train/ or eval/ changes.
+ *
+ * Token rows: a call covers the T rows of one sequence (nl_span). Every node but two is
+ * row-wise (projections, norms, RoPE, gates, SwiGLU, adds); the sequence-local ones are the
+ * attention core (with the KV cache) and the GDN recurrence (with its state / cache), each in
+ * one function below. A span that packs several sequences adds their boundaries to nl_span
+ * and splits only those two. */
+#ifndef NL_LAYER_H
+#define NL_LAYER_H
+
+#include <stdint.h>
+
+#include "model/adapter.h"
+#include "model/model.h"
+#include "nn/forward.h"
+#include "nn/gdn.h"
+#include "proj/proj.h"
+#include "util/arena.h"
+#include "util/util.h"
+
+/* Optional per-call timing of the main thread (bench step): wall seconds by node class.
+ * Accumulates; the caller zeroes it. */
+enum {
+    NL_GP_WAIT = 0,   /* blocked in nl_proj_wait (the service is the critical path) */
+    NL_GP_LORA_FWD,   /* LoRA forward branches (overlapped with the request unless rt->sync) */
+    NL_GP_LORA_BWD,   /* LoRA backward (dx, dA, dB) */
+    NL_GP_ATTN_FWD,   /* attention core forward (scores, softmax, PV) */
+    NL_GP_ATTN_BWD,
+    NL_GP_NORM,       /* RMSNorm forward/backward (layer, q/k and final norms) */
+    NL_GP_ROPE,
+    NL_GP_ACT,        /* SwiGLU and gates, forward and backward */
+    NL_GP_XENT,       /* softmax cross-entropy of the head chunks */
+    NL_GP_ADD,        /* residual adds, LoRA adds, copies */
+    NL_GP_OTHER,      /* submits, allocation, embedding rows, planning */
+    NL_GP_COUNT
+};
+typedef struct {
+    double s[NL_GP_COUNT];
+    uint64_t requests;        /* service requests submitted */
+} nl_graph_prof;
+/* "wait", "lora_fwd", ... */
+const char *nl_graph_prof_name(int k);
+
+/* The start of an interval (0 when not timing). */
+static inline double nl_prof_tic(const nl_graph_prof *p) { return p ? nl_now() : 0.0; }
+/* Charges the time since t0 to class k; returns now (the next interval's start). */
+static inline double nl_prof_toc(nl_graph_prof *p, int k, double t0) {
+    if (!p) return 0.0;
+    double t = nl_now();
+    p->s[k] += t - t0;
+    return t;
+}
+
+/* One pass over the layers: what differs between inference and training. */
+typedef struct nl_pass {
+    nl_runtime *rt;           /* borrowed */
+    nl_arena *ws;             /* every temporary and cache of the pass (borrowed) */
+    /* Frozen projection p (model projection index; kind NL_P_*, layer l: the dropout key) with
+     * its LoRA branch:
+     *   NL_FWD: out[T][n_out] = in·Wᵀ + LoRA(in); u_save[T][r] receives LoRA's u (may be NULL);
+     *   NL_BWD: out[T][n_in] = in·W + LoRA's dx, with in = dy, x and u_in the forward's input
+     *           and saved u; the LoRA gradients accumulate. out == NULL: no input gradient,
+     *           only the LoRA gradients.
+     * 0 ok, -1 + nl_err. */
+    int (*proj)(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
+                const float *u_in, int T, float *out);
+    void *user;
+    const nl_adapter *save_u; /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
+    int save_gdn;             /* recurrent layers keep the GDN cache for the backward */
+    int attn_bf16;            /* attention through nl_attention_*_range_bf16 */
+    nl_graph_prof *prof;      /* NULL: no timing */
+} nl_pass;
+
+/* The token rows of one call: T rows of one sequence at positions pos[T]. */
+typedef struct {
+    int T;
+    const int32_t *pos;
+} nl_span;
+
+/* One layer's intermediates for T rows, carved out of one block. */
+typedef struct {
+    float *hn, *rstd1;                    /* attn_norm output [T][E], 1/rms [T] */
+    float *qraw, *rstd_q, *kraw, *rstd_k; /* q/k before their norms (qk-norm archs) */
+    float *q, *k, *v;                     /* after norm + rope: [T][H][hd], [T][Hkv][hd] */
+    float *gate;                          /* qwen35 output gate [T][H*hd] */
+    float *o, *lse;                       /* attention output [T][H*hd], logsumexp [T][H] */
+    float *og;                            /* input of attn_output (o ⊙ σ(gate), or o) */
+    float *y;                             /* GDN output = input of ssm_out [T][Hv*dv] */
+    nl_gdn_cache *gc;                     /* the GDN node's own cache (pass->save_gdn) */
+    float *xmid, *rstd2, *hn2;            /* after the mixer residual; ffn norm */
+    float *g, *u, *h;                     /* SwiGLU: gate, up, silu(gate)*up [T][F] */
+    float *lu[NL_P_KIND_COUNT];           /* LoRA u = A(m⊙x) per adapted projection [T][r] */
+    float *base;
+    uint64_t bytes;
+} nl_layer_cache;
+
+/* Bytes of layer l's cache for T rows (with LoRA u rows for adapter ad, may be NULL; with the
+ * GDN cache when gdn): what the activation budget counts. */
+uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T);
+
+/* Lay out layer l's cache for T rows in ps->ws (released with the arena mark taken before the
+ * call; nl_layer_cache_free first). 0 ok, -1 + nl_err. */
+int nl_layer_cache_alloc(nl_pass *ps, int l, int T, nl_layer_cache *c);
+void nl_layer_cache_free(nl_layer_cache *c);
+
+/* x_out[T][E] = layer l (x_in), the intermediates into c (from nl_layer_cache_alloc). st: the
+ * decoding state (KV rows written at st->n_past.., attention over the cache, the GDN state
+ * carried; the caller advances n_past) or NULL (a fresh sequence). x_out may be x_in. */
+int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, const float *x_in,
+                     float *x_out);
+
+/* The backward of a forward with st == NULL whose cache c is intact: dx holds dLoss/dx_out and
+ * receives dLoss/dx_in; with want_dx == 0 (layer 0: nothing trainable below) the mixer's input
+ * gradient is not formed (no BWD requests for its input projections, only their LoRA
+ * gradients) and dx is left as it is. */
+int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *x_in, float *dx, int want_dx);
+
+#endif
