@@ -5,7 +5,8 @@
  *    and the unlink that prune commit 1), with ENOSPC and EIO, a one-off and a sticky fault
  *    (a dead disk):
  *      · a failure the commit must report stops the run with an error that names the step
- *        and the failed call (and the errno text); no adapter is written;
+ *        and the failed call (and the errno text) and what is kept (after a failed directory
+ *        fsync: the new commit, already in place); no adapter is written;
  *      · a failed prune (listing, or unlink of an old commit) is no error: the run ends
  *        normally;
  *      · the previous commit (step 2) still loads with the normal I/O;
@@ -14,10 +15,24 @@
  *  - a TRUNCATED newest commit (the bit-flipped one is in test_resume): the resume warns,
  *    naming the file, uses the previous commit and still ends bit-identical;
  *  - the directory's listing failing: the resume and a fresh run stop with the error, no
- *    commit is lost, and the resume afterwards ends bit-identical. */
+ *    commit is lost, and the resume afterwards ends bit-identical;
+ *  - planted symbolic links are never followed: DIR/ckpt.tmp, DIR/run.json.tmp, DIR/lock and
+ *    OUT.tmp each pointing at a file outside; the run refuses, naming the link, and the file
+ *    outside is untouched. A stale regular temp file (a killed run's) is replaced;
+ *  - nothing blocks: a FIFO in place of the newest commit (the resume warns and uses the
+ *    previous one), as --thermal-status-file, --battery-temp-file, --log-json or --model; a
+ *    directory as --data: each refused, naming the file and what it is;
+ *  - the messages: a failed directory fsync says the new commit is in place; a failed write
+ *    of --out or --log-json names the step and the way back (--resume with another --out);
+ *    a lock held by a run whose pid the lock file does not name says so (no stale pid); a
+ *    worker thread that cannot start gives the errno text. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -26,8 +41,10 @@
 #include "model/quant.h"
 #include "train/checkpoint.h"
 #include "sys/io.h"
+#include "sys/mem.h"
 #include "train/trainer.h"
 #include "train/trainer_hooks.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 static char tmp[256], model[512], data[512];
@@ -200,8 +217,12 @@ static void test_commit_faults(void) {
             /* a sticky fault at a prune kills the NEXT commit (step 4) instead */
             const char *step = prune ? "step 4: commit failed" : "step 3: commit failed";
             const char *words = prune ? "cannot create" : call_words(call);
-            CHECKF(rc == -1 && strstr(e, step) && strstr(e, words) && strstr(e, strerror(err)) &&
-                   strstr(e, prune ? "previous commit (step 3) is kept" : "previous commit (step 2) is kept"),
+            /* what is kept: after a failed directory fsync the new commit is already in place */
+            const char *kept = prune ? "previous commit (step 3) is kept"
+                               : !strcmp(call, "fsync_dir") ? "the commit of step 3 is in place"
+                                                             : "previous commit (step 2) is kept";
+            CHECKF(rc == -1 && strstr(e, step) && strstr(e, words) && strstr(e, strerror(err)) && strstr(e, kept) &&
+                       (strcmp(call, "fsync_dir") || !strstr(e, "previous commit (step 2) is kept")),
                    "%s: rc %d, message: %s", what, rc, e);
             if (k == c2 + 3 && !sticky) printf("commit fault: %s\n", e);
             CHECKF(!exists(out), "%s: an adapter was written after a failed commit", what);
@@ -319,6 +340,299 @@ static void test_listing_failure(void) {
     CHECK(nl_t_same_file(out, ref_out));
 }
 
+/* ================================================================ files: links, FIFOs, messages */
+
+static char victim[512];
+static const char VICTIM[] = "precious bytes outside the run's directories\n";
+
+/* lstat: a dangling or planted link counts as there */
+static int lexists(const char *p) {
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+static void spit(const char *p, const char *text) {
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static int victim_intact(void) {
+    size_t len;
+    char *b = nl_t_slurp(victim, &len);
+    int ok = b && len == sizeof VICTIM - 1 && !memcmp(b, VICTIM, len);
+    free(b);
+    return ok;
+}
+
+/* A fresh case: DIR/<name>/ck (made, empty), DIR/<name>/out.gguf, DIR/<name>/log.jsonl. */
+static void case_paths(const char *name, char *ck, char *out, char *log) {
+    char d[400], cmd[900];
+    snprintf(d, sizeof d, "%.300s/%.60s", tmp, name);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/ck", d, d);
+    if (system(cmd)) {}
+    snprintf(ck, 512, "%s/ck", d);
+    snprintf(out, 512, "%s/out.gguf", d);
+    snprintf(log, 512, "%s/log.jsonl", d);
+}
+
+/* ---------------------------------------------------------------- symbolic links */
+
+static void test_planted_symlinks(void) {
+    static const char *const links[] = {"ckpt.tmp", "run.json.tmp", "lock", "OUT.tmp"};
+    for (int i = 0; i < 4; i++) {
+        char ck[512], out[512], log[512], link[600];
+        case_paths("symlink", ck, out, log);
+        spit(victim, VICTIM);
+        if (!strcmp(links[i], "OUT.tmp")) snprintf(link, sizeof link, "%s.tmp", out);
+        else snprintf(link, sizeof link, "%s/%s", ck, links[i]);
+        CHECK(symlink(victim, link) == 0);
+        nl_train_opts o;
+        opts(&o, out, ck, log);
+        nl_train_result r;
+        int rc = nl_train(&o, &r);
+        const char *e = nl_last_error();
+        CHECKF(rc == -1 && strstr(e, link) && strstr(e, "symbolic link") && strstr(e, "remove it"), "%s: rc %d, %s", links[i], rc, e);
+        CHECKF(victim_intact(), "%s: the file the link points to changed", links[i]);
+        CHECKF(!lexists(out), "%s: an adapter was written", links[i]);
+        if (i == 0) printf("planted link: %s\n", e);
+        /* the link removed, the same command runs */
+        CHECK(unlink(link) == 0);
+        if (!strcmp(links[i], "ckpt.tmp") || !strcmp(links[i], "run.json.tmp")) o.resume = 1; /* commits may be there */
+        rc = nl_train(&o, &r);
+        CHECKF(rc == 0 && r.steps_done == 4 && nl_t_same_file(out, ref_out), "%s: after removing the link: %s", links[i], nl_last_error());
+    }
+}
+
+/* The temp files of a killed run are regular files: removed and written anew. */
+static void test_stale_temp_files(void) {
+    char ck[512], out[512], log[512], p[600];
+    case_paths("stale", ck, out, log);
+    snprintf(p, sizeof p, "%s/ckpt.tmp", ck);
+    spit(p, "half a commit");
+    snprintf(p, sizeof p, "%s/run.json.tmp", ck);
+    spit(p, "{\"half");
+    snprintf(p, sizeof p, "%s.tmp", out);
+    spit(p, "GGUF half");
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    nl_train_result r;
+    CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "%s", nl_last_error());
+    snprintf(p, sizeof p, "%s/ckpt.tmp", ck);
+    CHECK(!lexists(p));
+    snprintf(p, sizeof p, "%s.tmp", out);
+    CHECK(!lexists(p));
+    /* the one atomic write itself: a FIFO or a directory at the temp name is refused, named */
+    snprintf(p, sizeof p, "%s/x.tmp", ck);
+    CHECK(mkfifo(p, 0600) == 0);
+    char x[600];
+    snprintf(x, sizeof x, "%s/x", ck);
+    CHECK(nl_io_write_file(NULL, x, "abc", 3) == -1 && strstr(nl_last_error(), "is a FIFO") && strstr(nl_last_error(), p));
+    CHECK(unlink(p) == 0 && mkdir(p, 0700) == 0);
+    CHECK(nl_io_write_file(NULL, x, "abc", 3) == -1 && strstr(nl_last_error(), "is a directory"));
+    CHECK(rmdir(p) == 0);
+    CHECK(nl_io_write_file(NULL, x, "abc", 3) == 0 && !lexists(p));
+}
+
+/* ---------------------------------------------------------------- nothing blocks */
+
+static void test_fifos(void) {
+    char ck[512], out[512], log[512], fifo[600];
+    /* a FIFO in place of the newest commit: warned, the previous commit used, same end */
+    case_paths("fifo_commit", ck, out, log);
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    o.stop_after = 3;
+    nl_train_result r;
+    CHECK(nl_train(&o, &r) == 0 && r.steps_done == 3);
+    snprintf(fifo, sizeof fifo, "%s/commit-3.nlck", ck);
+    CHECK(unlink(fifo) == 0 && mkfifo(fifo, 0600) == 0);
+    FILE *prog = tmpfile();
+    o.stop_after = 0;
+    o.resume = 1;
+    o.progress = prog;
+    int rc = nl_train(&o, &r);
+    o.progress = NULL;
+    char text[8192] = "";
+    rewind(prog);
+    size_t n = fread(text, 1, sizeof text - 1, prog);
+    text[n] = 0;
+    fclose(prog);
+    CHECKF(rc == 0 && r.steps_done == 4 && nl_t_same_file(out, ref_out), "resume over a FIFO: %s", nl_last_error());
+    CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck: is a FIFO, not a regular file") && strstr(text, "at step 2/4"),
+           "progress: %s", text);
+
+    /* FIFOs as the thermal / battery files, --log-json, --model; a directory as --data */
+    case_paths("fifo_inputs", ck, out, log);
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmp);
+    unlink(fifo);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    for (int c = 0; c < 5; c++) {
+        opts(&o, out, ck, log);
+        const char *want = "is a FIFO, not a regular file", *name = fifo;
+        if (c == 0) o.thermal = "auto", o.thermal_status_file = fifo;
+        if (c == 1) o.thermal = "auto", o.battery_temp_file = fifo;
+        if (c == 2) o.log_json = fifo;
+        if (c == 3) o.model = fifo;
+        if (c == 4) o.data = tmp, want = "is a directory, not a regular file", name = tmp;
+        rc = nl_train(&o, &r);
+        const char *e = nl_last_error();
+        CHECKF(rc == -1 && strstr(e, name) && strstr(e, want), "case %d: rc %d, %s", c, rc, e);
+        CHECK(!lexists(out));
+    }
+    unlink(fifo);
+}
+
+/* ---------------------------------------------------------------- messages */
+
+/* The directory fsync of commit 3 fails: the commit is in place, the message says so. */
+static int n_fsync_dir;
+static int fsync_dir_fails_third(void *ctx, const char *d) {
+    (void)ctx;
+    if (++n_fsync_dir == 3) {
+        errno = EIO;
+        return -1;
+    }
+    return nl_io_posix()->fsync_dir(nl_io_posix()->ctx, d);
+}
+
+static void test_fsync_dir_message(void) {
+    char ck[512], out[512], log[512];
+    case_paths("fsync_dir", ck, out, log);
+    nl_io io = *nl_io_posix();
+    io.fsync_dir = fsync_dir_fails_third;
+    n_fsync_dir = 0;
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    nl_train_hooks hk = {.ckpt_io = &io};
+    nl_train_result r;
+    int rc = nl_train_hooked(&o, &hk, &r);
+    const char *e = nl_last_error();
+    CHECKF(rc == -1 && strstr(e, "step 3: commit failed") && strstr(e, "fsync of the directory") &&
+           strstr(e, "the commit of step 3 is in place") && !strstr(e, "previous commit (step 2) is kept"), "%s", e);
+    char c[600];
+    snprintf(c, sizeof c, "%s/commit-3.nlck", ck);
+    CHECK(lexists(c));
+    snprintf(c, sizeof c, "%s/commit-2.nlck", ck);
+    CHECK(lexists(c));
+}
+
+/* --out cannot be written at the end (a directory appeared there during the run): the step,
+ * the kept commit, and --resume with another --out gives the adapter. */
+static char grown_dir[600];
+static void make_dir_at_out(void *user, int step, const nl_adapter *ad, float *grads) {
+    (void)user; (void)ad; (void)grads;
+    if (step == 4) CHECK(mkdir(grown_dir, 0700) == 0);
+}
+
+static char fsize_log[512];
+static void limit_log_at_3(void *user, int step, const nl_adapter *ad, float *grads) {
+    (void)user; (void)ad; (void)grads;
+    struct stat st;
+    if (step != 3 || stat(fsize_log, &st) != 0) return;
+    struct rlimit lim;
+    getrlimit(RLIMIT_FSIZE, &lim);
+    lim.rlim_cur = (rlim_t)st.st_size + 8;
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+}
+
+static void test_output_write_failures(void) {
+    char ck[512], out[512], log[512], out2[600];
+    case_paths("out_fail", ck, out, log);
+    snprintf(grown_dir, sizeof grown_dir, "%s", out);
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    nl_train_hooks hk = {.after_backward = make_dir_at_out};
+    nl_train_result r;
+    int rc = nl_train_hooked(&o, &hk, &r);
+    const char *e = nl_last_error();
+    CHECKF(rc == -1 && strstr(e, "step 4: --out") && strstr(e, "writing the adapter failed") &&
+           strstr(e, "the last commit (step 4) is kept: --resume with another --out"), "%s", e);
+    printf("--out failure: %s\n", e);
+    snprintf(out2, sizeof out2, "%s2", out);
+    o.out = out2;
+    o.resume = 1;
+    CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out2, ref_out), "resume with another --out: %s", nl_last_error());
+
+    /* --log-json: from step 3 on the file may not grow (RLIMIT_FSIZE, set by the hook just
+     * before the log line of step 3, which goes out before its commit) */
+    case_paths("log_fail", ck, out, log);
+    snprintf(fsize_log, sizeof fsize_log, "%s", log);
+    opts(&o, out, ck, log);
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    hk.after_backward = limit_log_at_3;
+    rc = nl_train_hooked(&o, &hk, &r);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, prev);
+    e = nl_last_error();
+    CHECKF(rc == -1 && strstr(e, "step 3: --log-json") && strstr(e, "write failed") && strstr(e, strerror(EFBIG)) &&
+           strstr(e, "the last commit (step 2) is kept: --resume with another --log-json"), "%s", e);
+    o.resume = 1;
+    CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "resume after the log failure: %s", nl_last_error());
+}
+
+/* DIR/lock held (flock) by a run that did not record its pid; the file names a pid that no
+ * longer runs: the message does not name it as the holder. */
+static void test_lock_stale_pid(void) {
+    char ck[512], out[512], log[512], lock[600];
+    case_paths("lock_pid", ck, out, log);
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    CHECK(gone > 0 && waitpid(gone, NULL, 0) == gone);
+    snprintf(lock, sizeof lock, "%s/lock", ck);
+    int fd = open(lock, O_RDWR | O_CREAT, 0644);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    char pid[32];
+    int pl = snprintf(pid, sizeof pid, "%d\n", (int)gone);
+    CHECK(write(fd, pid, (size_t)pl) == pl);
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    nl_train_result r;
+    int rc = nl_train(&o, &r);
+    const char *e = nl_last_error();
+    char stale[64];
+    snprintf(stale, sizeof stale, "(pid %d)", (int)gone);
+    CHECKF(rc == -1 && strstr(e, "in use by another training run") && !strstr(e, stale) && strstr(e, "pid unknown") &&
+           strstr(e, "not running"), "%s", e);
+    close(fd);
+}
+
+/* A worker thread that cannot start (no address space left for its stack) says why. */
+static void test_thread_errno(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    printf("thread errno: skipped under ASan (an address-space limit breaks its allocator)\n");
+#else
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        /* room for small allocations, none for a worker's 8 MiB stack */
+        size_t len;
+        char *st = nl_read_file("/proc/self/status", &len);
+        int64_t vm = st ? nl_proc_kb_field(st, "VmSize") : -1;
+        free(st);
+        struct rlimit lim = {(rlim_t)(vm + (2 << 20)), (rlim_t)(vm + (2 << 20))};
+        if (vm > 0) setrlimit(RLIMIT_AS, &lim);
+        nl_pool *p = nl_pool_new(16);
+        const char *e = p ? "no failure" : nl_last_error();
+        if (write(pfd[1], e, strlen(e)) < 0) {}
+        _exit(0);
+    }
+    close(pfd[1]);
+    char msg[512] = "";
+    ssize_t n = read(pfd[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(pfd[0]);
+    waitpid(pid, NULL, 0);
+    CHECKF(strstr(msg, "cannot start worker thread") && strchr(msg, ':') && strstr(msg, strerror(EAGAIN)), "message: %s", msg);
+#endif
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/nl_test_faults_%d", (int)getpid());
     char cmd[600];
@@ -326,6 +640,8 @@ int main(void) {
     if (system(cmd)) return 1;
     snprintf(model, sizeof model, "%s/q3.gguf", tmp);
     snprintf(data, sizeof data, "%s/notes.jsonl", tmp);
+    snprintf(victim, sizeof victim, "%s/victim.txt", tmp);
+    alarm(600); /* a regression that blocks on a FIFO fails here instead of hanging */
     if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
     static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
     static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
@@ -339,6 +655,13 @@ int main(void) {
     test_commit_faults();
     test_truncated_commit();
     test_listing_failure();
+    test_planted_symlinks();
+    test_stale_temp_files();
+    test_fifos();
+    test_fsync_dir_message();
+    test_output_write_failures();
+    test_lock_stale_pid();
+    test_thread_errno();
     printf("%.1f s\n", nl_now() - t0);
     if (!nl_t_fail) {
         snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);

@@ -546,7 +546,8 @@ nl_gguf *nl_gguf_open_buffer(const void *buf, size_t len, const char *label) {
 }
 
 nl_gguf *nl_gguf_open(const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO there opens at once and is refused below, never waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         nl_err("%s: cannot open: %s", path, strerror(errno));
         return NULL;
@@ -558,7 +559,7 @@ nl_gguf *nl_gguf_open(const char *path) {
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        nl_err("%s: not a regular file", path);
+        nl_err("%s: is %s, not a regular file", path, nl_file_kind((unsigned)st.st_mode));
         close(fd);
         return NULL;
     }

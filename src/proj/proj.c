@@ -244,8 +244,9 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     if (be == &nl_proj_backend_ref) s->ref_ctx = s->be_ctx;
     else if (nl_proj_backend_ref.init(&s->ref_ctx, s->n_threads)) goto fail;
 
-    if (nl_thread_create(&s->thread, dispatcher, s) != 0) {
-        nl_err("proj: cannot start the service thread");
+    int te = nl_thread_create(&s->thread, dispatcher, s);
+    if (te != 0) {
+        nl_err("proj: cannot start the service thread: %s", strerror(te));
         goto fail;
     }
     s->thread_ok = 1;

@@ -379,7 +379,8 @@ int nl_energy_start_sampler(nl_energy *e, double period_s) {
     if (e->running) return nl_err("energy: the sampler is already running");
     e->period_s = period_s;
     e->stop = 0;
-    if (nl_thread_create(&e->thread, sampler_main, e)) return nl_err("energy: cannot start the sampler thread");
+    int te = nl_thread_create(&e->thread, sampler_main, e);
+    if (te) return nl_err("energy: cannot start the sampler thread: %s", strerror(te));
     e->running = 1;
     return 0;
 }

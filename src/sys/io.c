@@ -116,19 +116,6 @@ const nl_io *nl_io_posix(void) { return &posix_io; }
 
 /* ---- regular files, one atomic write ---- */
 
-const char *nl_io_kind(uint32_t mode) {
-    switch (mode & S_IFMT) {
-    case S_IFREG: return "a regular file";
-    case S_IFDIR: return "a directory";
-    case S_IFIFO: return "a FIFO";
-    case S_IFSOCK: return "a socket";
-    case S_IFCHR: return "a character device";
-    case S_IFBLK: return "a block device";
-    case S_IFLNK: return "a symbolic link";
-    default: return "an unknown kind of file";
-    }
-}
-
 int nl_io_open_regular(const nl_io *io, const char *path, uint64_t *bytes) {
     if (!io) io = nl_io_posix();
     /* O_NONBLOCK: a FIFO opens at once instead of waiting for a writer; on a regular file it
@@ -144,7 +131,7 @@ int nl_io_open_regular(const nl_io *io, const char *path, uint64_t *bytes) {
     }
     if (!S_ISREG(mode)) {
         io->close(io->ctx, fd);
-        return nl_err("%s: is %s, not a regular file", path, nl_io_kind(mode));
+        return nl_err("%s: is %s, not a regular file", path, nl_file_kind(mode));
     }
     if (bytes) *bytes = n;
     return fd;
@@ -179,7 +166,7 @@ static int create_tmp(const nl_io *io, const char *tmp) {
         }
         if (S_ISLNK(mode))
             return nl_err("%s: is a symbolic link, not a temp file of ours: refusing to follow it; remove it", tmp);
-        if (!S_ISREG(mode)) return nl_err("%s: is %s, not a temp file of ours; remove it", tmp, nl_io_kind(mode));
+        if (!S_ISREG(mode)) return nl_err("%s: is %s, not a temp file of ours; remove it", tmp, nl_file_kind(mode));
         /* a regular file: the temp file of a run that was killed while writing */
         if (io->unlink(io->ctx, tmp) != 0 && errno != ENOENT)
             return nl_err("%s: cannot create: a stale temp file is in the way and cannot be removed: %s", tmp, strerror(errno));

@@ -36,10 +36,6 @@ typedef struct nl_io {
 /* The real thing (retries EINTR). Static table; never NULL. */
 const nl_io *nl_io_posix(void);
 
-/* What a file mode is, for messages: "a regular file", "a directory", "a FIFO", "a socket",
- * "a character device", "a block device", "a symbolic link", "an unknown kind of file". */
-const char *nl_io_kind(uint32_t mode);
-
 /* Open an existing file for reading without ever blocking (O_NONBLOCK, so a FIFO put in its
  * place returns at once) and refuse what is not a regular file: "PATH: is a FIFO, not a
  * regular file". Returns the fd (blocking mode restored) with *bytes = its size (bytes may be

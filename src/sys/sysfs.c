@@ -9,20 +9,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/util.h"
+
 static void say(const char **why, const char *msg) {
     if (why) *why = msg;
 }
 
-/* "is a FIFO, not a regular file" (static text) */
-static const char *not_regular(uint32_t mode) {
-    switch (mode & S_IFMT) {
-    case S_IFDIR: return "is a directory, not a regular file";
-    case S_IFIFO: return "is a FIFO, not a regular file";
-    case S_IFSOCK: return "is a socket, not a regular file";
-    case S_IFCHR: return "is a character device, not a regular file";
-    case S_IFBLK: return "is a block device, not a regular file";
-    default: return "is not a regular file";
-    }
+/* "is a FIFO, not a regular file", in a per-thread buffer that lives until the next call */
+static const char *not_regular(unsigned mode) {
+    static _Thread_local char msg[64];
+    snprintf(msg, sizeof msg, "is %s, not a regular file", nl_file_kind(mode));
+    return msg;
 }
 
 int nl_sysfs_read(const char *path, char *buf, size_t cap, const char **why) {
@@ -42,7 +39,7 @@ int nl_sysfs_read(const char *path, char *buf, size_t cap, const char **why) {
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        say(why, not_regular((uint32_t)st.st_mode));
+        say(why, not_regular((unsigned)st.st_mode));
         close(fd);
         errno = EINVAL;
         return -1;

@@ -11,7 +11,8 @@
 /* Read a small file into buf (at most cap - 1 bytes, NUL-terminated, trailing '\n', '\r', ' '
  * and '\t' cut). The file is opened non-blocking and refused unless it is a regular file, so
  * a FIFO put in its place never blocks a run. Returns 0, or -1 with errno set and *why the
- * reason (static text: strerror's, or "is a FIFO, not a regular file"; why may be NULL). */
+ * reason (strerror's, or "is a FIFO, not a regular file": text that lives until this thread's
+ * next call; why may be NULL). */
 int nl_sysfs_read(const char *path, char *buf, size_t cap, const char **why);
 
 /* The names in dir that do not start with '.' and that keep(name) accepts (keep NULL: all),

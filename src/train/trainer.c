@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,38 +139,87 @@ static void trainer_free(trainer *t) {
     nl_energy_close(t->en);
 }
 
+/* DIR/lock, opened never through a symbolic link planted there (O_NOFOLLOW; created with
+ * O_EXCL when missing) and never blocking on a FIFO put there (O_NONBLOCK; anything but a
+ * regular file is refused, named). */
+static int open_lock(const char *path) {
+    for (int tries = 0; tries < 3; tries++) {
+        int fd = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT) {
+            fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+            if (fd < 0 && errno == EEXIST) continue; /* another run created it in between */
+        }
+        if (fd < 0) {
+            if (errno == ELOOP) return nl_err("%s: is a symbolic link, not our lock file: refusing to follow it; remove it", path);
+            return nl_err("%s: cannot create: %s", path, strerror(errno));
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            int e = errno;
+            close(fd);
+            if (e) return nl_err("%s: cannot stat: %s", path, strerror(e));
+            return nl_err("%s: is %s, not a lock file: remove it", path, nl_file_kind((unsigned)st.st_mode));
+        }
+        return fd;
+    }
+    return nl_err("%s: cannot create: it appears and disappears (another program is at it)", path);
+}
+
+/* The run holding the lock on fd, for the message: the pid of its POSIX lock (the holder takes
+ * one beside the flock, and the kernel knows who holds it), else the pid the file names when
+ * that process still runs; "pid unknown" otherwise, never a stale pid. */
+static void lock_holder(int fd, char *buf, size_t cap) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK && fl.l_pid > 0) {
+        snprintf(buf, cap, "pid %ld", (long)fl.l_pid);
+        return;
+    }
+    char pid[24] = "";
+    ssize_t r = pread(fd, pid, sizeof pid - 1, 0);
+    pid[r > 0 ? r : 0] = 0;
+    pid[strcspn(pid, "\n")] = 0;
+    char *end;
+    long v = strtol(pid, &end, 10);
+    if (pid[0] && !*end && v > 0 && (kill((pid_t)v, 0) == 0 || errno == EPERM))
+        snprintf(buf, cap, "pid %ld", v);
+    else if (pid[0])
+        snprintf(buf, cap, "pid unknown: the lock file names %.20s, which is not running", pid);
+    else
+        snprintf(buf, cap, "pid unknown");
+}
+
 /* One run per checkpoint directory: two runs committing into the same directory (a scheduler
  * starting tonight's run while last night's still goes) would interleave their commits. An
  * flock on DIR/lock, taken before any work and held until the end; the kernel drops it when
- * the process dies, so a killed run never leaves a stale lock. The file holds the pid for the
- * message. DIR is created (one level) if missing. */
+ * the process dies, so a killed run never leaves a stale lock. The holder also takes a POSIX
+ * lock on the file and writes its pid there, for the message of a run refused. DIR is created
+ * (one level) if missing. */
 static int lock_dir(const char *dir, int *fd_out) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     size_t n = strlen(dir) + 6;
     char *path = nl_malloc(n);
     if (!path) return -1;
     snprintf(path, n, "%s/lock", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = open_lock(path);
     if (fd < 0) {
-        nl_err("%s: cannot create: %s", path, strerror(errno));
         free(path);
         return -1;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
-        char pid[24] = "";
-        ssize_t r = read(fd, pid, sizeof pid - 1);
-        pid[r > 0 ? r : 0] = 0;
-        pid[strcspn(pid, "\n")] = 0;
+        char who[96];
+        if (e == EWOULDBLOCK) lock_holder(fd, who, sizeof who);
         close(fd);
         if (e == EWOULDBLOCK)
-            nl_err("%s is in use by another training run (pid %s): wait for it to end, or stop it (SIGINT commits and exits)", dir, pid[0] ? pid : "?");
+            nl_err("%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)", dir, who);
         else
             nl_err("%s: cannot lock: %s", path, strerror(e));
         free(path);
         return -1;
     }
     free(path);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    if (fcntl(fd, F_SETLK, &fl) != 0) { /* only for the message: the flock is the lock */ }
     char pid[24];
     int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pl, 0) != pl) { /* the pid is only for the message */ }
@@ -199,6 +249,36 @@ static int probe_output(const char *flag, const char *path) {
         return nl_err("--%s %s: cannot write there (%s); nothing was trained", flag, path, why);
     }
     return 0;
+}
+
+/* --log-json, opened for appending (a resume) or anew. What is there must be a regular file
+ * (or nothing): a FIFO would block the run at its first line, a device is no log. The open is
+ * non-blocking and checked again on the descriptor, and truncation comes after the check. */
+static FILE *open_log(const char *path, int append) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        nl_err("--log-json %s: is %s, not a regular file", path, nl_file_kind((unsigned)st.st_mode));
+        return NULL;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0), 0666);
+    if (fd < 0) {
+        nl_err("%s: cannot open for writing: %s", path, strerror(errno));
+        return NULL;
+    }
+    int bad = fstat(fd, &st) != 0 ? -1 : !S_ISREG(st.st_mode);
+    if (!bad && !append && ftruncate(fd, 0) != 0) bad = -1;
+    if (bad) {
+        if (bad < 0) nl_err("%s: cannot open for writing: %s", path, strerror(errno));
+        else nl_err("--log-json %s: is %s, not a regular file", path, nl_file_kind((unsigned)st.st_mode));
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, append ? "a" : "w");
+    if (!f) {
+        nl_err("%s: cannot open for writing: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 /* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
@@ -487,11 +567,17 @@ static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int6
 }
 
 /* A failed commit ends the run: say which step, which call (the checkpoint layer's message
- * names the file and the call: write, fsync, close, rename, directory fsync) and what is kept. */
-static void commit_error(int64_t step, int64_t last_commit) {
+ * names the file and the call: write, fsync, close, rename, directory fsync) and what is kept.
+ * rc NL_IO_NOT_DURABLE: only the directory fsync failed, so the new commit is already in place
+ * (the previous one is not what a resume finds first). */
+static void commit_error(int64_t step, int64_t last_commit, int rc) {
     char why[1024];
     snprintf(why, sizeof why, "%s", nl_last_error());
-    if (last_commit > 0)
+    if (rc == NL_IO_NOT_DURABLE)
+        nl_err("step %" PRId64 ": commit failed: %s; training stopped: the commit of step %" PRId64 " is in place but may not survive a power "
+               "loss (the one before it is kept too), --resume continues from the newest that verifies",
+               step, why, step);
+    else if (last_commit > 0)
         nl_err("step %" PRId64 ": commit failed: %s; training stopped: the previous commit (step %" PRId64 ") is kept, --resume continues from it",
                step, why, last_commit);
     else
@@ -508,6 +594,17 @@ static int model_changed(const trainer *t, int64_t last_commit) {
                       ") is kept, --resume with the model as it was continues from it; no adapter written", o->model, last_commit);
     return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: %s, no adapter written", o->model,
                   o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
+}
+
+/* A failed write of an output (--out at the end, --log-json at a step) ends the run: say the
+ * step and how to get the trained state back (`flag` names the output to change). */
+static void output_error(const nl_train_opts *o, int64_t step, const char *why, int64_t last_commit, const char *flag) {
+    if (o->checkpoint_dir && last_commit > 0)
+        nl_err("step %" PRId64 ": %s; the last commit (step %" PRId64 ") is kept: --resume with another %s", step, why, last_commit, flag);
+    else if (o->checkpoint_dir)
+        nl_err("step %" PRId64 ": %s; nothing was committed yet (the run must start again)", step, why);
+    else
+        nl_err("step %" PRId64 ": %s; nothing was committed (no --checkpoint-dir): the run must start again", step, why);
 }
 
 /* ---- non-finite values ------------------------------------------------------------------- */
@@ -967,8 +1064,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (o->log_json) {
         /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
         if (o->resume && log_keep_steps(o->log_json, step)) goto done;
-        t.log = fopen(o->log_json, o->resume ? "a" : "w");
-        if (!t.log) { nl_err("%s: cannot open for writing: %s", o->log_json, strerror(errno)); goto done; }
+        if (!(t.log = open_log(o->log_json, o->resume))) goto done;
     }
     nl_schedule sched = nl_train_schedule(o);
     nl_adamw aw;
@@ -1074,8 +1170,9 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
              * finished step, and the data cursor goes back to this batch. */
             if (nl_batcher_seek(t.bt, prev_cursor)) goto done;
             res->stopped = 1;
-            if (o->checkpoint_dir && step > first_step && commit_state(&t, cfg_hash, model_hash, step, prev_cursor)) {
-                commit_error(step, last_commit);
+            int crc = o->checkpoint_dir && step > first_step ? commit_state(&t, cfg_hash, model_hash, step, prev_cursor) : 0;
+            if (crc) {
+                commit_error(step, last_commit, crc);
                 goto done;
             }
             if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, total, o->checkpoint_dir && step > first_step ? " (committed)" : "");
@@ -1113,13 +1210,16 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                 fprintf(t.log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - j0, n_tokens ? (j1 - j0) / (double)n_tokens : 0.0);
             fputs("}\n", t.log);
             if (fflush(t.log) != 0 || (commit && fsync(fileno(t.log)) != 0)) {
-                nl_err("%s: write failed: %s", o->log_json, strerror(errno));
+                char why[512];
+                snprintf(why, sizeof why, "--log-json %s: write failed: %s", o->log_json, strerror(errno));
+                output_error(o, step, why, last_commit, "--log-json");
                 goto done;
             }
         }
         if (commit) {
-            if (commit_state(&t, cfg_hash, model_hash, step, nl_batcher_cursor(t.bt))) {
-                commit_error(step, last_commit);
+            int crc = commit_state(&t, cfg_hash, model_hash, step, nl_batcher_cursor(t.bt));
+            if (crc) {
+                commit_error(step, last_commit, crc);
                 goto done;
             }
             last_commit = step;
@@ -1134,7 +1234,13 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         }
         if (stop) { res->stopped = step < total; break; } /* a stop at the last step is the end */
     }
-    if (model_changed(&t, last_commit) || nl_adapter_save(t.ad, t.m, o->out)) goto done;
+    if (model_changed(&t, last_commit)) goto done;
+    if (nl_adapter_save(t.ad, t.m, o->out)) {
+        char why[1024];
+        snprintf(why, sizeof why, "--out %s: writing the adapter failed: %s", o->out, nl_last_error());
+        output_error(o, step, why, last_commit, "--out");
+        goto done;
+    }
     res->paused_seconds = t.pacer.paused_seconds;
     res->steps_done = step;
     res->total_steps = total;

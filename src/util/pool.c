@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/util.h"
 
@@ -65,9 +66,10 @@ nl_pool *nl_pool_new(int n_threads) {
             if (!a) goto fail;
             a->p = p;
             a->w = w;
-            if (nl_thread_create(&p->th[w - 1], pool_main, a) != 0) {
+            int e = nl_thread_create(&p->th[w - 1], pool_main, a);
+            if (e != 0) {
                 free(a);
-                nl_err("cannot start worker thread %d of %d", w, p->n);
+                nl_err("cannot start worker thread %d of %d: %s", w, p->n, strerror(e));
                 goto fail;
             }
             p->n_started++;

@@ -1,13 +1,16 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static _Thread_local char err_slot[1024];
 
@@ -62,10 +65,38 @@ char *nl_strndup(const char *s, size_t n) {
 
 char *nl_strdup(const char *s) { return nl_strndup(s, strlen(s)); }
 
+const char *nl_file_kind(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "an unknown kind of file";
+    }
+}
+
 char *nl_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below); no effect on a regular file */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        nl_err("%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(fd);
+        if (e) nl_err("%s: cannot stat: %s", path, strerror(e));
+        else nl_err("%s: is %s, not a regular file", path, nl_file_kind((unsigned)st.st_mode));
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         nl_err("%s: cannot open: %s", path, strerror(errno));
+        close(fd);
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;

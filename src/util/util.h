@@ -28,8 +28,15 @@ void *nl_calloc(size_t n, size_t size);
 char *nl_strdup(const char *s);
 char *nl_strndup(const char *s, size_t n);
 
-/* Whole-file read (NUL-terminated extra byte); NULL + error on failure. */
+/* Whole-file read (NUL-terminated extra byte); NULL + error on failure. Opened non-blocking,
+ * and refused unless a regular file ("PATH: is a directory, not a regular file"), so a FIFO
+ * never blocks and a directory never reads as "read error at offset 0". */
 char *nl_read_file(const char *path, size_t *len);
+
+/* What a file mode (st_mode) is, for messages: "a regular file", "a directory", "a FIFO",
+ * "a socket", "a character device", "a block device", "a symbolic link", "an unknown kind of
+ * file". */
+const char *nl_file_kind(unsigned mode);
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 static inline int nl_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
