@@ -8,14 +8,17 @@
  *   bench step --tokens 0 naming --tokens; 64-bit step counts (2200 sequences x 1e6 epochs,
  *   no 100000-epoch cap), a forged commit step above INT_MAX refused at --resume;
  *   messages: a too-large token id is out of the vocabulary (not "a fraction"), a model whose
- *   context length is 1 is named, block_count's tensor count printed without overflow. */
+ *   context length is 1 is named, block_count's tensor count printed without overflow;
+ *   a JSONL line over 64 MiB: an error at file:line before parsing, peak RSS under 3x it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
+#include "data/dataset.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -33,7 +36,8 @@ static void write_text(const char *path, const char *text) {
 }
 
 /* Run NL_CLI with args (NULL-terminated); stderr in errf, stdout in outf; the exit status
- * (128 + signal when killed). */
+ * (128 + signal when killed); the child's peak RSS in last_maxrss_kb. */
+static long last_maxrss_kb;
 static int run(const char *const *args) {
     const char *v[64];
     int n = 0;
@@ -48,8 +52,10 @@ static int run(const char *const *args) {
         _exit(127);
     }
     int st;
-    while (waitpid(pid, &st, 0) < 0)
+    struct rusage ru;
+    while (wait4(pid, &st, 0, &ru) < 0)
         if (errno != EINTR) return -1;
+    last_maxrss_kb = ru.ru_maxrss;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -281,6 +287,27 @@ static void test_messages(void) {
     unlink(m1);
 }
 
+/* A JSONL line over NL_DATA_MAX_LINE: an error at file:line before it is parsed, the run's
+ * peak memory under 3x the line (it took 4.6 GB for a 100 MB line). */
+static void test_long_line(void) {
+    char p[512], out[512];
+    path_of(p, sizeof p, "longline.jsonl");
+    path_of(out, sizeof out, "out.gguf");
+    const size_t n = (size_t)NL_DATA_MAX_LINE + 4096;
+    FILE *f = fopen(p, "w");
+    fputs("{\"text\": \"a short first line\"}\n{\"text\": \"", f);
+    static const char words[] = "the night shift on the farm buys milk ";
+    for (size_t k = 0; k < n; k += sizeof words - 1) fputs(words, f);
+    fputs("\"}\n", f);
+    fclose(f);
+    const char *const t1[] = {"train", "--model", model, "--data", p, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    expect("a JSONL line over 64 MiB", run(t1), 1, "longline.jsonl:2: the line is ", "more than the 64 MiB a line may hold", NULL);
+    CHECKF((double)last_maxrss_kb * 1024 < 3.0 * (double)n, "peak RSS %ld KiB for a %zu-byte line", last_maxrss_kb, n);
+    printf("%-40s peak RSS %.1f MiB (%.2fx the line)\n", "", last_maxrss_kb / 1024.0, last_maxrss_kb * 1024.0 / (double)n);
+    CHECK(access(out, F_OK) != 0);
+    unlink(p);
+}
+
 int main(void) {
     if (nl_t_tmpdir(tmp, sizeof tmp, "test_cli_args")) return 1;
     path_of(model, sizeof model, "q3.gguf");
@@ -296,6 +323,7 @@ int main(void) {
     test_numbers();
     test_forged_step();
     test_messages();
+    test_long_line();
     printf("%.1f s\n", nl_now() - t0);
     nl_t_tmpdir_done(tmp);
     return nl_t_done();

@@ -778,6 +778,13 @@ int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const
         size_t end = nl ? (size_t)(nl - buf) : len;
         size_t lend = end;
         if (lend > pos && buf[lend - 1] == '\r') lend--;
+        /* bounded before it is parsed: a JSON tree and the tokens of one huge line can take
+         * many times its size */
+        if (lend - pos > NL_DATA_MAX_LINE) {
+            nl_dataset_free(out);
+            return nl_err("%s:%d: the line is %zu bytes, more than the %d MiB a line may hold (split the example)", label, L.line,
+                          lend - pos, NL_DATA_MAX_LINE >> 20);
+        }
         if (!blank(buf + pos, lend - pos)) {
             if (out->n == cap) {
                 if (cap > INT_MAX / 2) {

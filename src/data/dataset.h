@@ -125,6 +125,10 @@ typedef struct {
     int n_vocab;               /* id range for tokens lines when tok == NULL (0: unchecked) */
 } nl_data_opts;
 
+/* The longest line a JSONL file may hold (bytes, without its newline): a longer one is an
+ * error at file:line before it is parsed. */
+#define NL_DATA_MAX_LINE (64 << 20)
+
 /* Load a JSONL file. tok may be NULL, then only tokens lines are accepted (ids checked against
  * opts->n_vocab when > 0). opts may be NULL (defaults). On error: -1, error slot set,
  * *out left empty. */
