@@ -101,6 +101,31 @@ static inline int nl_t_count_lines(const char *path) {
     free(b);
     return n;
 }
+/* Start argv (argv[0] = the program) with stderr to err_path and stdout to out_path (NULL:
+ * /dev/null); nl_t_wait: its exit status, or 128 + the signal that ended it; nl_t_run: both. */
+#include <sys/wait.h>
+#include <unistd.h>
+static inline pid_t nl_t_spawn(const char *const *argv, const char *err_path, const char *out_path) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr) || !freopen(out_path ? out_path : "/dev/null", "w", stdout)) _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+static inline int nl_t_wait(pid_t pid) {
+    int st;
+    if (pid < 0) return -1;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+static inline int nl_t_run(const char *const *argv, const char *err_path, const char *out_path) {
+    return nl_t_wait(nl_t_spawn(argv, err_path, out_path));
+}
 /* A fresh scratch directory /tmp/nl_<name>_<pid> (an old one removed) into buf; 0 or -1. */
 #include <unistd.h>
 static inline int nl_t_tmpdir(char *buf, size_t cap, const char *name) {

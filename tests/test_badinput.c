@@ -49,24 +49,6 @@ static int exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
-/* Run argv (v[0] = the CLI): the exit status; stderr in errf, stdout discarded. */
-static int run_argv(const char *const *v) {
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *e = freopen(errf, "w", stderr);
-        FILE *so = freopen("/dev/null", "w", stdout);
-        (void)e;
-        (void)so;
-        execv(v[0], (char *const *)v);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* Run `nightlora train --model M --data D --out O --steps 2 --batch-tokens 64 --rank 4
  * --thermal off <extra...>` (--rank 4 only when extra has no --rank);
  * returns the exit status; stderr in errf. */
@@ -86,7 +68,7 @@ static int train_cli(const char *m, const char *d, const char *o, const char *co
     v[n++] = "--thermal"; v[n++] = "off";
     for (int i = 0; extra && extra[i] && n < 46; i++) v[n++] = extra[i];
     v[n] = NULL;
-    return run_argv(v);
+    return nl_t_run(v, errf, NULL);
 }
 
 /* The "nightlora train: ..." line of the last run (or ""). */
@@ -322,16 +304,16 @@ static void test_nonfinite_inputs(void) {
         const char *n1 = k ? "inf_alpha.gguf: adapter.lora.alpha = inf: expected a finite number" : "nan_adapter.gguf: non-finite value: parameter blk.0.";
         const char *n2 = k ? NULL : ".lora_b[0] = nan";
         const char *ev[] = {NL_CLI, "eval", "--model", model, "--adapter", ad, "--data", data, "--backend", "ref", "--threads", "1", NULL};
-        expect_cmd(k ? "eval, adapter alpha inf" : "eval, adapter holding a NaN", run_argv(ev), "eval", 1, n1, n2);
+        expect_cmd(k ? "eval, adapter alpha inf" : "eval, adapter holding a NaN", nl_t_run(ev, errf, NULL), "eval", 1, n1, n2);
         const char *gen[] = {NL_CLI, "generate", "--model", model, "--adapter", ad, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
-        expect_cmd(k ? "generate, adapter alpha inf" : "generate, adapter holding a NaN", run_argv(gen), "generate", 1, n1, n2);
+        expect_cmd(k ? "generate, adapter alpha inf" : "generate, adapter holding a NaN", nl_t_run(gen, errf, NULL), "generate", 1, n1, n2);
         char lg[512];
         path_of(lg, sizeof lg, "logits.f32");
         const char *lo[] = {NL_CLI, "logits", "--model", model, "--adapter", ad, "--tokens", "1 2 3", "--out", lg, "--backend", "ref", NULL};
-        expect_cmd(k ? "logits, adapter alpha inf" : "logits, adapter holding a NaN", run_argv(lo), "logits", 1, n1, n2);
+        expect_cmd(k ? "logits, adapter alpha inf" : "logits, adapter holding a NaN", nl_t_run(lo, errf, NULL), "logits", 1, n1, n2);
         CHECK(!exists(lg));
         const char *mg[] = {NL_CLI, "merge", "--model", model, "--adapter", ad, "--out", merged, NULL};
-        expect_cmd(k ? "merge, adapter alpha inf" : "merge, adapter holding a NaN", run_argv(mg), "merge", 1, n1, n2);
+        expect_cmd(k ? "merge, adapter alpha inf" : "merge, adapter holding a NaN", nl_t_run(mg, errf, NULL), "merge", 1, n1, n2);
         CHECK(!exists(merged));
         const char *a[] = {"--init-adapter", ad, NULL};
         expect(k ? "--init-adapter with alpha inf" : "--init-adapter holding a NaN (again)", train_cli(model, data, out, a), 1, n1, n2, NULL);
@@ -347,7 +329,7 @@ static void test_nonfinite_inputs(void) {
     expect("base weight with a NaN block scale", train_cli(nan_q, data, out, NULL), 1,
            "nan_q8.gguf: tensor 'blk.0.attn_q.weight' holds non-finite values (element 96 = nan, in the q8_0 block at file offset ", NULL, NULL);
     const char *ev[] = {NL_CLI, "eval", "--model", nan_norm, "--data", data, "--backend", "ref", NULL};
-    expect_cmd("eval, base norm holding a NaN", run_argv(ev), "eval", 1, "nan_norm.gguf: tensor 'blk.1.ffn_norm.weight' holds non-finite values (element 7 = nan", NULL);
+    expect_cmd("eval, base norm holding a NaN", nl_t_run(ev, errf, NULL), "eval", 1, "nan_norm.gguf: tensor 'blk.1.ffn_norm.weight' holds non-finite values (element 7 = nan", NULL);
 }
 
 /* The hook of test_nan_gradient: at step 3, after the backward, gradient element 0 of adapter
