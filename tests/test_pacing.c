@@ -1,4 +1,4 @@
-/* train/pacing (+ train/signals): exact pause/resume points and hysteresis on scripted
+/* sys/pacing (+ sys/signals): exact pause/resume points and hysteresis on scripted
  * heating/cooling with a fake clock; file and sysfs providers, bad contents; the stop flag
  * raised by a real in-process signal. */
 #include <errno.h>
