@@ -146,4 +146,71 @@ static inline void nl_t_sleep(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
+
+/* ---- random resident weights (test_host, test_amx) ---- */
+#include "model/quant.h"
+
+/* A random half with exponent field in [emin, emax] (normal, finite), random sign. */
+static inline uint16_t nl_t_rand_f16(int emin, int emax) {
+    double r = nl_t_rand();
+    unsigned e = (unsigned)(emin + (int)((r + 1) * 0.5 * (emax - emin + 1)));
+    if (e > (unsigned)emax) e = (unsigned)emax;
+    unsigned m = (unsigned)((nl_t_rand() + 1) * 512) & 1023;
+    unsigned s = nl_t_rand() < 0 ? 0x8000u : 0;
+    return (uint16_t)(s | (e << 10) | m);
+}
+
+/* N rows of K elements of `type`: F16 in ±[2^-6, 4) with some zeros; Q8_0/Q4_0 with block
+ * scales in ±[2^-10, 2^-5); Q4_1/Q4_K/Q6_K random bytes with sane scales; any other type quantized
+ * from values in [-1, 1) by its from_float. */
+static inline void nl_t_rand_weight(int type, int N, int K, uint8_t *w) {
+    size_t n = nl_row_bytes(type, K) * (size_t)N;
+    if (type == NL_TYPE_F16) {
+        for (size_t i = 0; i < n / 2; i++) {
+            uint16_t h = (i % 29 == 3) ? 0 : nl_t_rand_f16(9, 16); /* ±[2^-6, 4) */
+            memcpy(w + 2 * i, &h, 2);
+        }
+    } else if (type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0) {
+        size_t bb = type == NL_TYPE_Q8_0 ? 34 : 18;
+        for (size_t b = 0; b < n / bb; b++) {
+            uint16_t d = nl_t_rand_f16(5, 9); /* ±[2^-10, 2^-5) */
+            memcpy(w + b * bb, &d, 2);
+            for (size_t j = 2; j < bb; j++)
+                w[b * bb + j] = type == NL_TYPE_Q8_0 ? (uint8_t)(int8_t)(int)(nl_t_rand() * 127.5)
+                                                     : (uint8_t)((nl_t_rand() + 1) * 128);
+        }
+    } else if (type == NL_TYPE_Q4_1) { /* d >= 0 as the quantizer makes it, min of either sign */
+        for (size_t b = 0; b < n / 20; b++) {
+            uint16_t d = nl_t_rand_f16(5, 9) & 0x7fff, m = nl_t_rand_f16(7, 11);
+            memcpy(w + b * 20, &d, 2);
+            memcpy(w + b * 20 + 2, &m, 2);
+            for (size_t j = 4; j < 20; j++) w[b * 20 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
+        }
+    } else if (type == NL_TYPE_Q6_K) { /* random bytes, then a sane f16 d at byte 208 */
+        for (size_t i = 0; i < n; i++) w[i] = (uint8_t)((nl_t_rand() + 1) * 128);
+        for (size_t b = 0; b < n / 210; b++) {
+            uint16_t d = nl_t_rand_f16(5, 9);
+            memcpy(w + b * 210 + 208, &d, 2);
+        }
+    } else if (type == NL_TYPE_Q4_K) {
+        for (size_t b = 0; b < n / 144; b++) {
+            uint16_t d = nl_t_rand_f16(5, 9) & 0x7fff, dm = nl_t_rand_f16(5, 9) & 0x7fff;
+            memcpy(w + b * 144, &d, 2);
+            memcpy(w + b * 144 + 2, &dm, 2);
+            for (size_t j = 4; j < 144; j++) w[b * 144 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
+        }
+    } else { /* any other type with a quantizer: values in [-1, 1) */
+        float *f = malloc(sizeof(float) * (size_t)K);
+        for (int r = 0; r < N && f; r++) {
+            for (int k = 0; k < K; k++) f[k] = (float)nl_t_rand();
+            nl_type_get(type)->from_float(f, w + nl_row_bytes(type, K) * (size_t)r, K);
+        }
+        free(f);
+    }
+}
+
+/* N rows of K elements of `type`: F16 in ±[2^-6, 4) with some zeros; Q8_0/Q4_0 with block
+ * scales in ±[2^-10, 2^-5); Q4_K/Q6_K random bytes with sane scales; other types quantized
+ * from values in [-1, 1) by their from_float. */
+
 #endif

@@ -24,56 +24,7 @@ static float t_f16(uint16_t h) {
     return (float)(s ? -v : v);
 }
 
-/* A random half in ±[2^-6, 4) (normal, finite), or ±0 now and then. */
-static uint16_t rand_f16(int emin, int emax) {
-    double r = nl_t_rand();
-    unsigned e = (unsigned)(emin + (int)((r + 1) * 0.5 * (emax - emin + 1)));
-    if (e > (unsigned)emax) e = (unsigned)emax;
-    unsigned m = (unsigned)((nl_t_rand() + 1) * 512) & 1023;
-    unsigned s = nl_t_rand() < 0 ? 0x8000u : 0;
-    return (uint16_t)(s | (e << 10) | m);
-}
-
 static size_t t_row_bytes(int type, int K) { return nl_row_bytes(type, K); }
-
-static void rand_weight(int type, int N, int K, uint8_t *w) {
-    size_t n = t_row_bytes(type, K) * (size_t)N;
-    if (type == NL_TYPE_F16) {
-        for (size_t i = 0; i < n / 2; i++) {
-            uint16_t h = (i % 29 == 3) ? 0 : rand_f16(9, 16); /* ±[2^-6, 4) */
-            memcpy(w + 2 * i, &h, 2);
-        }
-    } else if (type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0) {
-        size_t bb = type == NL_TYPE_Q8_0 ? 34 : 18;
-        for (size_t b = 0; b < n / bb; b++) {
-            uint16_t d = rand_f16(5, 9); /* ±[2^-10, 2^-5) */
-            memcpy(w + b * bb, &d, 2);
-            for (size_t j = 2; j < bb; j++)
-                w[b * bb + j] = type == NL_TYPE_Q8_0 ? (uint8_t)(int8_t)(int)(nl_t_rand() * 127.5)
-                                                     : (uint8_t)((nl_t_rand() + 1) * 128);
-        }
-    } else if (type == NL_TYPE_Q4_1) { /* d >= 0 as the quantizer makes it, min of either sign */
-        for (size_t b = 0; b < n / 20; b++) {
-            uint16_t d = rand_f16(5, 9) & 0x7fff, m = rand_f16(7, 11);
-            memcpy(w + b * 20, &d, 2);
-            memcpy(w + b * 20 + 2, &m, 2);
-            for (size_t j = 4; j < 20; j++) w[b * 20 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
-        }
-    } else if (type == NL_TYPE_Q6_K) { /* random bytes, then a sane f16 d at byte 208 */
-        for (size_t i = 0; i < n; i++) w[i] = (uint8_t)((nl_t_rand() + 1) * 128);
-        for (size_t b = 0; b < n / 210; b++) {
-            uint16_t d = rand_f16(5, 9);
-            memcpy(w + b * 210 + 208, &d, 2);
-        }
-    } else { /* Q4_K */
-        for (size_t b = 0; b < n / 144; b++) {
-            uint16_t d = rand_f16(5, 9) & 0x7fff, dm = rand_f16(5, 9) & 0x7fff;
-            memcpy(w + b * 144, &d, 2);
-            memcpy(w + b * 144 + 2, &dm, 2);
-            for (size_t j = 4; j < 144; j++) w[b * 144 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
-        }
-    }
-}
 
 static void t_dequant_row(int type, const uint8_t *row, int K, float *out) {
     if (type == NL_TYPE_F16) {
@@ -148,7 +99,7 @@ static void test_decoders(void) {
         const int K = 512;
         uint8_t *w = malloc(t_row_bytes(types[i], K));
         float a[512], b[512];
-        rand_weight(types[i], 1, K, w);
+        nl_t_rand_weight(types[i], 1, K, w);
         t_dequant_row(types[i], w, K, a);
         nl_type_get(types[i])->to_float(w, b, K);
         CHECKF(memcmp(a, b, sizeof a) == 0, "type %d: test decoder != quant.c", types[i]);
@@ -181,7 +132,7 @@ static void check_shape(void *ctx, int bf16, int type, int N, int K, int T, nl_d
     float *wd = malloc(sizeof(float) * (size_t)N * K);
     const int nin = dir == NL_FWD ? K : N, nout = dir == NL_FWD ? N : K;
     float *x = malloc(sizeof(float) * (size_t)T * nin), *y = malloc(sizeof(float) * (size_t)T * nout);
-    rand_weight(type, N, K, w);
+    nl_t_rand_weight(type, N, K, w);
     for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
     for (int i = 0; i < T * nin; i++) x[i] = (float)(nl_t_rand() * 3.0);
     for (int i = 0; i < T * nout; i++) y[i] = NAN; /* must be overwritten */
@@ -250,7 +201,7 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     const int bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16") && (type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0);
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
     float *wd = malloc(sizeof(float) * (size_t)N * K);
-    rand_weight(type, N, K, w);
+    nl_t_rand_weight(type, N, K, w);
     for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
     nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
     /* FWD: T = K rows, row t = e_t */
@@ -290,7 +241,7 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
 static void test_threads(const mode *m, int type) {
     const int N = 200, K = type == NL_TYPE_Q4_K ? 512 : 320, T = 17;
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
-    rand_weight(type, N, K, w);
+    nl_t_rand_weight(type, N, K, w);
     nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
     float *x = malloc(sizeof(float) * T * (K > N ? K : N));
     for (int i = 0; i < T * (K > N ? K : N); i++) x[i] = (float)nl_t_rand();
@@ -329,7 +280,7 @@ static void test_threads(const mode *m, int type) {
 static void test_bf16_differs(void) {
     const int N = 64, K = 256, T = 8;
     uint8_t *w = malloc(t_row_bytes(NL_TYPE_Q8_0, K) * N);
-    rand_weight(NL_TYPE_Q8_0, N, K, w);
+    nl_t_rand_weight(NL_TYPE_Q8_0, N, K, w);
     nl_proj_weight pw = {.name = "w", .type = NL_TYPE_Q8_0, .n_in = K, .n_out = N, .data = w};
     float x[8 * 256], y0[8 * 64], y1[8 * 64];
     for (int i = 0; i < T * K; i++) x[i] = (float)nl_t_rand();

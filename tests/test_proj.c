@@ -412,7 +412,7 @@ static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
         for (int64_t i = 0; i < (int64_t)T * w->n_in; i++) y[i] *= 1.1f;
     return 0;
 }
-static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0};
+static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0, NULL};
 
 static void test_planner(void) {
     nl_t_rng_state = 5;
@@ -519,7 +519,7 @@ static int colbad_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const floa
         }
     return 0;
 }
-static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0};
+static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0, NULL};
 
 /* Plan one projection with colbad; returns the largest and smallest rel_err of direction dir
  * (over the buckets {2, 4}) and whether every check of that direction failed / passed. */

@@ -46,6 +46,11 @@ static void test_cpu(void) {
         CHECKF(nl_cpu_has(NL_CPU_AVX2) == avx2, "avx2 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX2), avx2);
         CHECKF(nl_cpu_has(NL_CPU_AVX512) == avx512, "avx512 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512), avx512);
         CHECKF(nl_cpu_has(NL_CPU_AVX512BF16) == bf16, "bf16 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512BF16), bf16);
+        /* Linux lists amx_tile / amx_bf16 only where it enabled the tile state */
+        const int amx = cpuinfo_has("amx_tile amx_bf16");
+        CHECKF(nl_cpu_has(NL_CPU_AMX) == amx, "amx probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AMX), amx);
+        const int intel = nl_t_file_has("/proc/cpuinfo", "GenuineIntel");
+        CHECKF(nl_cpu_has(NL_CPU_INTEL) == intel, "intel probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_INTEL), intel);
     }
 #elif defined(__aarch64__)
     CHECK(nl_cpu_has(NL_CPU_NEON) == 1 && nl_cpu_has(NL_CPU_AVX2) == 0);

@@ -113,6 +113,9 @@ int nl_cmd_check(int argc, char **argv) {
         nl_proj_backend_host.free(hctx);
     }
 
+    char kdesc[256]; /* what the service runs: "host: amx-bf16 for attn/mlp/head, ..." */
+    nl_proj_describe(svc, kdesc, sizeof kdesc);
+
     rows = nl_calloc((size_t)m->n_projs, sizeof *rows);
     if (!rows) goto done;
     for (int i = 0; i < m->n_projs; i++) {
@@ -179,6 +182,8 @@ int nl_cmd_check(int argc, char **argv) {
         nl_cli_json_str(kernels);
         printf(", \"compute\": ");
         nl_cli_json_str(compute);
+        printf(", \"kernels\": ");
+        nl_cli_json_str(kdesc);
         printf(",\n \"projections\": [");
         for (int i = 0; i < m->n_projs; i++) {
             const proj_row *r = &rows[i];
@@ -247,6 +252,7 @@ int nl_cmd_check(int argc, char **argv) {
            pmap ? ", map " : "", pmap ? pmap : "");
     printf("host kernels %s, compute %s%s\n", kernels, compute,
            strcmp(cfg.backend, "host") ? " (not in use: the backend is not host)" : "");
+    printf("service kernels %s\n", kdesc);
 
     printf("\nprojections (%d%s):\n", m->n_projs, verbose ? "" : ", grouped by class, shape and types; --verbose lists each");
     if (verbose) {

@@ -36,7 +36,7 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
     cfg->precision_map = nl_cli_opt(argc, argv, "precision-map");
     const char *compute = nl_cli_opt(argc, argv, "compute");
     if (compute && nl_proj_host_set_compute(compute)) {
-        fprintf(stderr, "nightlora %s: --compute %s: expected f32, bf16 or auto\n", cmd, compute);
+        fprintf(stderr, "nightlora %s: --compute %s: %s\n", cmd, compute, nl_last_error());
         return 1;
     }
     if (!nl_proj_backend_find(cfg->backend)) {

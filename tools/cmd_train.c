@@ -14,7 +14,7 @@ int nl_cmd_train(int argc, char **argv) {
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
         "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", NULL};
-    static const char *const boolean[] = {"resume", "no-shuffle", "quiet", "verbose", NULL};
+    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", NULL};
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
     nl_train_defaults(&o);
@@ -34,6 +34,7 @@ int nl_cmd_train(int argc, char **argv) {
     o.chat_template = nl_cli_opt(argc, argv, "template");
     o.checkpoint_dir = nl_cli_opt(argc, argv, "checkpoint-dir");
     o.resume = nl_cli_flag(argc, argv, "resume");
+    o.allow_kernel_change = nl_cli_flag(argc, argv, "allow-kernel-change");
     o.shuffle = !nl_cli_flag(argc, argv, "no-shuffle");
     o.log_json = nl_cli_opt(argc, argv, "log-json");
     o.dump_grads = nl_cli_opt(argc, argv, "dump-grads");

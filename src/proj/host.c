@@ -1,17 +1,21 @@
 /* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_K/Q6_K) weights used in
  * place, CPU SIMD kernels chosen at run time, output panels split over an nl_pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
- * (contract: kernels.h). */
+ * (contract: kernels.h). In the amx / amx-emu compute modes the products go to the tile
+ * kernels instead (amx.h: their own packing, the same dequantizer and thread pool). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
+#include "proj/amx.h"
 #include "proj/kernels.h"
 #include "util/cpu.h"
 #include "util/pool.h"
 #include "util/util.h"
 
-enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1 };
+enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3 };
 
 static int g_compute = MODE_AUTO; /* process default, set by nl_proj_host_set_compute */
 
@@ -22,6 +26,7 @@ int nl_proj_host_cpu_has(const char *name) {
     if (!strcmp(name, "avx512")) return nl_cpu_has(NL_CPU_AVX512);
     if (!strcmp(name, "avx512bf16")) return nl_cpu_has(NL_CPU_AVX512BF16);
     if (!strcmp(name, "neon")) return nl_cpu_has(NL_CPU_NEON);
+    if (!strcmp(name, "amx")) return nl_amx_available(NULL, 0);
     return 0;
 }
 
@@ -49,14 +54,27 @@ static int parse_mode(const char *mode) {
     if (!mode || !strcmp(mode, "auto")) return MODE_AUTO;
     if (!strcmp(mode, "f32")) return MODE_F32;
     if (!strcmp(mode, "bf16")) return MODE_BF16;
+    if (!strcmp(mode, "amx")) return MODE_AMX;
+    if (!strcmp(mode, "amx-emu")) return MODE_AMX_EMU;
     return -2;
+}
+
+#define MODES "f32, bf16, amx, amx-emu or auto"
+
+/* -1 + nl_err when mode m cannot run here. */
+static int mode_check(int m) {
+    char why[192];
+    if (m == MODE_BF16 && !nl_cpu_has(NL_CPU_AVX512BF16))
+        return nl_err("host: compute bf16 needs AVX512_BF16, which this CPU lacks");
+    if (m == MODE_AMX && !nl_amx_available(why, sizeof why))
+        return nl_err("host: compute amx: %s (--compute amx-emu runs the same kernels emulated)", why);
+    return 0;
 }
 
 int nl_proj_host_set_compute(const char *mode) {
     int m = parse_mode(mode);
-    if (m == -2) return nl_err("host: unknown compute mode '%s' (expected f32, bf16 or auto)", mode);
-    if (m == MODE_BF16 && !nl_cpu_has(NL_CPU_AVX512BF16))
-        return nl_err("host: compute bf16 needs AVX512_BF16, which this CPU lacks");
+    if (m == -2) return nl_err("host: unknown compute mode '%s' (expected " MODES ")", mode);
+    if (mode_check(m)) return -1;
     g_compute = m;
     return 0;
 }
@@ -80,7 +98,8 @@ struct host_ctx {
     int compute; /* MODE_*: AUTO follows g_compute */
     int nth;
     scratch *scr;       /* [nth]: task tid uses scr[tid] */
-    nl_pool *pool; /* nth threads (the caller is one of them) */
+    nl_pool *pool;      /* nth threads (the caller is one of them) */
+    nl_amx_ctx *amx;    /* the tile kernels' driver, made at the first AMX request */
     task_fn fn;
     /* the job */
     const nl_proj_weight *w;
@@ -110,6 +129,7 @@ static void host_free(void *ctx) {
     host_ctx *c = ctx;
     if (!c) return;
     if (c->pool) nl_pool_free(c->pool);
+    nl_amx_free(c->amx);
     if (c->scr)
         for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
     free(c->scr);
@@ -164,10 +184,11 @@ int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute) 
     int m = c->compute;
     if (compute) {
         m = parse_mode(compute);
-        if (m == -2) return nl_err("host: unknown compute mode '%s' (expected f32, bf16 or auto)", compute);
+        if (m == -2) return nl_err("host: unknown compute mode '%s' (expected " MODES ")", compute);
     }
     if (m == MODE_BF16 && !(ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16)))
         return nl_err("host: compute bf16 needs the avx512 kernel set on a CPU with AVX512_BF16");
+    if (mode_check(m)) return -1;
     c->ks = ks;
     c->compute = m;
     return 0;
@@ -175,19 +196,64 @@ int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute) 
 
 const char *nl_proj_host_kernels(const void *ctx) { return ctx ? ((const host_ctx *)ctx)->ks->name : "none"; }
 
-static int bf16_active(const host_ctx *c) {
+/* The compute mode a context runs now. auto, by capability (deterministic for a machine):
+ *   NL_AMX=emulate in the environment: amx-emu (the tile kernels on the emulator: tests, CI);
+ *   AMX usable (CPUID, OS, permission) and NL_AMX not "off": amx;
+ *   AVX512_BF16 with the avx512 set: bf16, except on Intel CPUs, whose FP32 FMA path measured
+ *   faster than VDPBF16PS (a Sapphire Rapids-class Xeon: 85 vs 67 tok/s a qwen3-0.6b step;
+ *   on AMD Zen 4 bf16 is the faster, 118 vs ~100);
+ *   else f32. */
+static int mode_of(const host_ctx *c) {
     int m = c->compute == MODE_AUTO ? g_compute : c->compute;
-    int can = c->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
-    return m == MODE_AUTO ? can : (m == MODE_BF16 && can);
+    const int can_bf16 = c->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
+    if (m == MODE_AUTO) {
+        const char *env = getenv("NL_AMX");
+        if (env && !strcmp(env, "emulate")) return MODE_AMX_EMU;
+        if (!(env && !strcmp(env, "off")) && nl_amx_available(NULL, 0)) return MODE_AMX;
+        return can_bf16 && !nl_cpu_has(NL_CPU_INTEL) ? MODE_BF16 : MODE_F32;
+    }
+    if (m == MODE_BF16 && !can_bf16) return MODE_F32;
+    return m;
 }
 
+static int amx_mode(int m) { return m == MODE_AMX || m == MODE_AMX_EMU; }
+
+/* The tile kernels take every type but F32: a weight kept in F32 was asked for FP32 products
+ * (its planner bound is 1e-5), which the FP32 vector kernels give. */
+static int amx_takes(int mode, const nl_proj_weight *w) { return amx_mode(mode) && w->type != NL_TYPE_F32; }
+
 const char *nl_proj_host_compute(const void *ctx) {
-    return ctx && bf16_active(ctx) ? "bf16" : "f32";
+    if (!ctx) return "f32";
+    static const char *const names[] = {"f32", "bf16", "amx", "amx-emu"};
+    return names[mode_of(ctx)];
+}
+
+int nl_proj_host_describe(const void *ctx, char *buf, size_t cap) {
+    const host_ctx *c = ctx;
+    if (!c) return snprintf(buf, cap, "no host context");
+    const int m = mode_of(c);
+    if (amx_mode(m)) {
+        const char *e = m == MODE_AMX_EMU ? " (emulated)" : "";
+        return snprintf(buf, cap, "amx-bf16%s for attn/mlp/head, split-bf16%s for recurrent, %s f32 for F32 weights", e, e,
+                        c->ks->name);
+    }
+    return snprintf(buf, cap, "%s compute (%s kernels)", m == MODE_BF16 ? "bf16" : "f32", c->ks->name);
+}
+
+static int host_describe(void *ctx, char *buf, size_t cap) { return nl_proj_host_describe(ctx, buf, cap); }
+
+double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_t n_red) {
+    const double f32 = 2e-6 * (1.0 + log2((double)(n_red > 1 ? n_red : 1)));
+    if (!ctx) return f32;
+    const int m = mode_of(ctx);
+    if (amx_takes(m, w)) return w->cls == NL_CLASS_RECURRENT ? 1e-4 + f32 : 1e-2;
+    if (m == MODE_BF16 && nl_host_type_int(w->type)) return 1e-2;
+    return f32;
 }
 
 double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red) {
-    if (ctx && bf16_active(ctx) && nl_host_type_int(type)) return 1e-2;
-    return 2e-6 * (1.0 + log2((double)(n_red > 1 ? n_red : 1)));
+    nl_proj_weight w = {.type = type, .cls = NL_CLASS_ATTN};
+    return nl_proj_host_rel_tol_for(ctx, &w, n_red);
 }
 
 /* ---- weights ---- */
@@ -354,12 +420,22 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
                       w ? w->type : -1, w ? (long long)w->n_out : 0LL, w ? (long long)w->n_in : 0LL);
     if (T < 1) return T == 0 ? 0 : nl_err("host: %s: T = %d", w->name ? w->name : "?", T);
     if (!x || !y) return nl_err("host: %s: NULL input or output", w->name ? w->name : "?");
+    const int mode = mode_of(c);
+    if (amx_takes(mode, w)) {
+        if (!c->amx && !(c->amx = nl_amx_new(c->nth))) return -1;
+#if defined(NL_HAVE_AMX)
+        const nl_amx_tiles *tl = mode == MODE_AMX ? &nl_amx_tiles_real : &nl_amx_tiles_emu;
+#else
+        const nl_amx_tiles *tl = &nl_amx_tiles_emu; /* MODE_AMX is refused where the build has no AMX */
+#endif
+        return nl_amx_run(c->amx, tl, c->ks, c->pool, w, dir, x, T, y, w->cls == NL_CLASS_RECURRENT);
+    }
     c->w = w;
     c->dir = dir;
     c->x = x;
     c->T = T;
     c->y = y;
-    c->bf16 = bf16_active(c) && nl_host_type_int(w->type);
+    c->bf16 = mode == MODE_BF16 && nl_host_type_int(w->type);
     if (c->bf16) {
         c->ldx = dir == NL_FWD ? w->n_in : (w->n_out + 1) / 2 * 2;
         const size_t need = (size_t)T * (size_t)c->ldx;
@@ -383,4 +459,5 @@ const nl_proj_backend nl_proj_backend_host = {
     .run = host_run,
     .free = host_free,
     .any_T = 1,
+    .describe = host_describe,
 };

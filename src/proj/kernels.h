@@ -23,6 +23,7 @@
 #ifndef NL_PROJ_KERNELS_H
 #define NL_PROJ_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/quant.h"
@@ -35,9 +36,13 @@ extern const nl_proj_backend nl_proj_backend_host;
 /* Process-wide default compute mode for host contexts created afterwards (and for running
  * ones that have not been configured explicitly): "f32" (FP32 activations and weights, FMA)
  * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
- * block scales are applied in FP32; activations are rounded to BF16). "auto" (or NULL) = bf16
- * where the CPU has AVX512_BF16, else f32. Weights with no integer form (F16, F32, BF16, Q4_K, Q6_K)
- * always run the f32 path. Returns 0, or -1 + nl_err for an unknown mode. */
+ * block scales are applied in FP32; activations are rounded to BF16; weights with no integer
+ * form (F16, F32, BF16, Q4_K, Q6_K) run the f32 path), "amx" (the matrix engine's BF16 tiles,
+ * FP32 accumulation, every type but F32 dequantized to BF16 on the fly; the recurrent class in
+ * split-BF16; F32 weights on the f32 path: proj/amx.h) or "amx-emu" (the same kernels on the
+ * portable tile emulator: any machine, slow). "auto" (or NULL): by capability, see host.c
+ * mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32).
+ * Returns 0, or -1 + nl_err for an unknown mode or one this machine cannot run. */
 int nl_proj_host_set_compute(const char *mode);
 
 /* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
@@ -47,12 +52,19 @@ int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute);
 /* The kernel set and compute mode a context uses now, e.g. "avx512" and "bf16". */
 const char *nl_proj_host_kernels(const void *ctx);
 const char *nl_proj_host_compute(const void *ctx);
-/* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon") runs here. */
+/* Which kernels run which weights, one line (snprintf semantics), e.g. "bf16 compute (avx512
+ * kernels)" or "amx-bf16 for attn/mlp/head, split-bf16 for recurrent, avx512 f32 for F32
+ * weights": printed at start-up and recorded with a run's commits. */
+int nl_proj_host_describe(const void *ctx, char *buf, size_t cap);
+/* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon", "amx") runs here. */
 int nl_proj_host_cpu_has(const char *name);
 /* The error bound a context meets for a weight of `type` with reduction length n_red (K for
  * FWD, N for BWD), relative to Σ|x·w| of each output element (tests/test_host.c checks it):
  * 1e-2 where bf16 compute applies to the type, else 2e-6·(1 + log2 n_red). For a planner. */
 double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
+/* The same for one weight (its class matters on the tile kernels: split-BF16 for recurrent,
+ * 1e-4 + the f32 bound; BF16 tiles 1e-2; F32 weights the f32 bound). */
+double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_t n_red);
 
 /* ---- Part 2: kernel sets (internal to proj/) ------------------------------------------- */
 

@@ -374,6 +374,12 @@ const char *nl_proj_compute(const nl_proj_service *s) {
     return s && s->be == &nl_proj_backend_host ? nl_proj_host_compute(s->be_ctx) : "f32";
 }
 
+int nl_proj_describe(const nl_proj_service *s, char *buf, size_t cap) {
+    char d[256] = "";
+    if (s->be->describe) s->be->describe(s->be_ctx, d, sizeof d);
+    return snprintf(buf, cap, "%s%s%s", s->be->name, d[0] ? ": " : "", d);
+}
+
 const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id) {
     if (id < 0 || id >= s->n) return NULL;
     return &s->e[id].res;

@@ -39,6 +39,10 @@ typedef struct nl_proj_backend {
      * whole instead of splitting and zero-padding them onto the buckets: a validated bucket
      * vouches for the row computation, which is the same at any T. */
     int any_T;
+    /* Optional: one line naming the kernels that run which weights ("bf16 compute (avx512
+     * kernels)", "amx-bf16 for attn/mlp/head, split-bf16 for recurrent, ..."); snprintf
+     * semantics. NULL: the backend's name says it all. */
+    int (*describe)(void *ctx, char *buf, size_t cap);
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;
@@ -95,6 +99,10 @@ int nl_proj_threads(const nl_proj_service *s);
  * AVX512_BF16 CPU), else "f32": the training graph runs its attention at the same precision. */
 const char *nl_proj_compute(const nl_proj_service *s);
 const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id); /* the resident view */
+/* "<backend>: <its describe line>" (e.g. "host: amx-bf16 for attn/mlp/head, ..."), the kernels
+ * this service runs: printed at start-up, recorded with a run's commits and compared at
+ * resume (other kernels give other bits). snprintf semantics. */
+int nl_proj_describe(const nl_proj_service *s, char *buf, size_t cap);
 
 /* One request in flight, always: a second submit before wait is an error. */
 int nl_proj_submit(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, float *y);

@@ -10,6 +10,7 @@
  *
  * Threads split the OUTPUTS (FWD: rows n of W = columns of Y; BWD: column slices of W =
  * columns of Y), never a reduction, so the result does not depend on the thread count. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,6 +170,11 @@ static int ref_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *
     return 0;
 }
 
+static int ref_describe(void *ctx, char *buf, size_t cap) {
+    (void)ctx;
+    return snprintf(buf, cap, "f32 compute (reference, float64 sums)");
+}
+
 const nl_proj_backend nl_proj_backend_ref = {
     .name = "ref",
     .init = ref_init,
@@ -176,4 +182,5 @@ const nl_proj_backend nl_proj_backend_ref = {
     .run = ref_run,
     .free = ref_free,
     .any_T = 1,
+    .describe = ref_describe,
 };

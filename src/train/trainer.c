@@ -319,8 +319,9 @@ static int log_keep_steps(const char *path, int64_t keep_step) {
  * differs. Settings that change the numerics but not the configuration (backend, resident
  * precision, FP16 wire) are recorded too: a resume that changes them only warns, since its
  * result can no longer be bit-identical to an uninterrupted run. The thread count, the
- * activation budget and pacing never change a result and are not recorded. */
-enum { KV_CONFIG, KV_NUMERICS, KV_INFO };
+ * activation budget and pacing never change a result and are not recorded. The kernels
+ * (nl_proj_describe) change every bit: a resume on others is refused unless asked for. */
+enum { KV_CONFIG, KV_NUMERICS, KV_KERNELS, KV_INFO };
 typedef struct {
     const char *key;
     int kind;
@@ -423,6 +424,9 @@ static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash
     desc_add(d, "precision", KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
     desc_add(d, "precision_map", KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
     desc_add(d, "wire", KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
+    char kern[256];
+    nl_proj_describe(t->svc, kern, sizeof kern);
+    desc_add(d, "kernels", KV_KERNELS, "%s", kern);
     desc_add(d, "model_path", KV_INFO, "%s", o->model);
     desc_add(d, "data_path", KV_INFO, "%s", o->data);
 }
@@ -483,7 +487,7 @@ static int desc_write(const run_desc *d, const char *dir) {
 /* Compare `d` with DIR/run.json. kind KV_CONFIG: append "key A there, B now; ..." for every
  * differing setting to msg. Returns the number of differences, or -1 when there is no readable
  * run.json (nothing to compare). */
-static int desc_compare(const run_desc *d, const char *dir, int kind, char *msg, size_t cap) {
+static int desc_compare(const run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap) {
     char *path = run_json_path(dir);
     if (!path) return -1;
     struct stat st;
@@ -498,8 +502,9 @@ static int desc_compare(const run_desc *d, const char *dir, int kind, char *msg,
     int nd = 0;
     size_t ml = strlen(msg);
     for (int i = 0; i < d->n; i++) {
-        if (d->kv[i].kind != kind) continue;
+        if (d->kv[i].kind != kind || (only && strcmp(d->kv[i].key, only))) continue;
         const nl_json *v = nl_json_get(j, d->kv[i].key);
+        if (!nl_json_is_string(v) && kind == KV_KERNELS) continue; /* a run from before they were recorded */
         const char *was = nl_json_is_string(v) ? v->u.str.s : "(not recorded)";
         if (!strcmp(was, d->kv[i].val)) continue;
         const char *sep = nd++ ? "; " : "";
@@ -953,8 +958,11 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         char line[256], mem[512];
         nl_proj_plan_format_summary(t.svc, line, sizeof line);
         nl_proj_format_resident(t.svc, mem, sizeof mem);
-        fprintf(o->progress, "service: %s backend, %s compute, %s; resident %s; %s, attention %s\n",
-                o->proj.backend ? o->proj.backend : "ref", nl_proj_compute(t.svc), line, mem,
+        char kern[256];
+        const int kn = nl_proj_describe(t.svc, kern, sizeof kern);
+        const char *colon = kn > 0 ? strchr(kern, ':') : NULL; /* "host: ..." -> "..." */
+        fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, attention %s\n",
+                o->proj.backend ? o->proj.backend : "ref", colon ? colon + 2 : "f32 compute", line, mem,
                 t.rt.sync ? "synchronous" : "LoRA overlapped with requests", t.rt.attn_bf16 ? "bf16" : "f32");
         if (o->proj.verbose) {
             char *table = nl_proj_plan_format_table(t.svc);
@@ -1031,7 +1039,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
             /* name what differs when the run's description is there to compare with */
             char why[1536];
             int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
-            if (n > 0 && (size_t)n < sizeof why && desc_compare(&desc, o->checkpoint_dir, KV_CONFIG, why, sizeof why) > 0)
+            if (n > 0 && (size_t)n < sizeof why && desc_compare(&desc, o->checkpoint_dir, KV_CONFIG, NULL, why, sizeof why) > 0)
                 nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
             goto done;
         }
@@ -1053,7 +1061,20 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
             step = (int64_t)ck_step;
             if (nl_batcher_seek(t.bt, cur)) goto done;
             char diff[1024] = "";
-            if (desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, diff, sizeof diff) > 0 && o->progress)
+            /* other kernels by capability (another machine, the same settings) are refused;
+             * another backend asked for only warns, as other numerics do */
+            char bdiff[256] = "";
+            const int same_backend = desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, "backend", bdiff, sizeof bdiff) <= 0;
+            if (desc_compare(&desc, o->checkpoint_dir, KV_KERNELS, NULL, diff, sizeof diff) > 0) {
+                if (same_backend && !o->allow_kernel_change) {
+                    nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
+                           "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
+                    goto done;
+                }
+                if (o->progress) fprintf(o->progress, "warning: resuming on other kernels (%s)\n", diff);
+            }
+            diff[0] = 0;
+            if (desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
                 fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
             if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, step, total);
         } else if (o->progress) {

@@ -38,6 +38,7 @@ typedef struct {
     const char *checkpoint_dir;          /* NULL: no commits */
     int64_t commit_every;                /* 1 */
     int resume;
+    int allow_kernel_change;             /* --resume on other kernels than the commits': continue */
     int64_t act_budget_mb;               /* -1: MemAvailable-based */
     nl_proj_config proj;
     /* LoRA branches overlapped with the in-flight service request: "auto" (NULL) = "off" when
@@ -86,7 +87,9 @@ typedef struct {
  * removed), a fresh run refuses a checkpoint dir that holds commits, and --resume refuses
  * commits made with another model or other trajectory settings, naming each difference
  * ("lr 0.0002 there, 0.001 now"); the settings are kept readable in DIR/run.json. A resume
- * with another backend / precision / wire only warns (no longer bit-identical). One run at a
+ * with another backend / precision / wire only warns (no longer bit-identical); one on other
+ * kernels (DIR/run.json "kernels", nl_proj_describe: e.g. AMX there, none here) is refused
+ * unless allow_kernel_change, then warns. One run at a
  * time per checkpoint dir: an flock on DIR/lock (dropped by the kernel if the process dies).
  *
  * Pacing: a thermal reading that fails mid-run (a host app's file missing or garbled) is a

@@ -21,6 +21,17 @@ static unsigned probe(void) {
             if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1)) m |= 1u << NL_CPU_AVX512BF16;
         }
     }
+    /* CPUID.1:ECX bit 27 = OSXSAVE (xgetbv may run); XCR0 bits 17, 18 = XTILECFG, XTILEDATA */
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 24) & 1) && ((d >> 22) & 1)) {
+        unsigned a1, b1, c1, d1;
+        if (__get_cpuid(1, &a1, &b1, &c1, &d1) && ((c1 >> 27) & 1)) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            (void)hi;
+            if (((lo >> 17) & 3) == 3) m |= 1u << NL_CPU_AMX;
+        }
+    }
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) m |= 1u << NL_CPU_INTEL;
 #elif defined(__aarch64__)
     m |= 1u << NL_CPU_NEON;
 #endif

@@ -1,0 +1,330 @@
+/* proj/amx: the driver of the tile kernels (contract: amx.h) — packing of the activations
+ * (once per request) and of W's tiles (on the fly, from the resident rows through the type's
+ * dequantizer), the thread split over output tiles, and the scatter of finished tiles into Y.
+ * The same code drives the real instructions and the emulator. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proj/amx.h"
+#include "util/util.h"
+
+#define BWD_KW 64  /* BWD output columns k per panel (4 tiles) */
+#define BWD_NC 256 /* BWD reduction rows n per packed chunk of W pairs */
+
+typedef struct {
+    void *mem;
+    size_t cap;
+    uint16_t *whi, *wlo; /* FWD: 32 rows × Kp BF16 */
+    uint32_t *phi, *plo; /* BWD: BWD_NC/2 rows × BWD_KW pairs */
+    float *row;          /* FWD: Kp floats; BWD: 2 × BWD_KW floats */
+    float *acc;          /* BWD: Tp × BWD_KW floats of partial sums */
+    float *c;            /* 1024 floats: one 2×2 block of tiles */
+} amx_scratch;
+
+struct nl_amx_ctx {
+    int nth;
+    amx_scratch *scr;
+    uint16_t *xmem; /* the packed activations: hi plane, then lo plane (split) */
+    size_t xcap;
+};
+
+typedef struct {
+    nl_amx_ctx *a;
+    const nl_amx_tiles *tl;
+    const nl_host_kernels *ks;
+    const nl_proj_weight *w;
+    const float *x;
+    float *y;
+    int T, split;
+    int64_t K, N, Kp, Np, Tp; /* Kp, Np: K, N rounded up to 32; Tp: T rounded up to 32 */
+    uint16_t *xhi, *xlo;
+    size_t rb; /* bytes of one row of W */
+} amx_job;
+
+static int64_t up32(int64_t v) { return (v + 31) / 32 * 32; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static float bf16_val(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* hi[i] = bf16(src[i]); lo[i] = bf16(src[i] - hi[i]) when lo is not NULL (split). */
+static void to_bf16_split(const nl_host_kernels *ks, const float *src, int n, uint16_t *hi, uint16_t *lo) {
+    int i = 0;
+    if (ks->to_bf16) {
+        ks->to_bf16(src, n, hi);
+        i = n;
+    }
+    for (; i < n; i++) hi[i] = nl_host_f32_to_bf16(src[i]);
+    if (lo)
+        for (int j = 0; j < n; j++) lo[j] = nl_host_f32_to_bf16(src[j] - bf16_val(hi[j]));
+}
+
+nl_amx_ctx *nl_amx_new(int n_threads) {
+    nl_amx_ctx *a = nl_calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->nth = n_threads < 1 ? 1 : n_threads;
+    a->scr = nl_calloc((size_t)a->nth, sizeof *a->scr);
+    if (!a->scr) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void nl_amx_free(nl_amx_ctx *a) {
+    if (!a) return;
+    for (int i = 0; i < a->nth; i++) free(a->scr[i].mem);
+    free(a->scr);
+    free(a->xmem);
+    free(a);
+}
+
+static void *grow_aligned(void **mem, size_t *cap, size_t need) {
+    if (*cap >= need) return *mem;
+    free(*mem);
+    *cap = 0;
+    *mem = aligned_alloc(64, (need + 63) / 64 * 64);
+    if (*mem) *cap = need;
+    return *mem;
+}
+
+static size_t al64(size_t b) { return (b + 63) / 64 * 64; }
+
+/* Lays out a thread's scratch for the job (sizes depend on K, N, T); at least `pack` bytes
+ * (the packing phase's rows, from the start of the block). */
+static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
+    const size_t cbytes = 1024 * 4;
+    size_t need;
+    if (dir == NL_FWD) {
+        const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2);
+        need = 2 * wp + al64((size_t)j->Kp * 4) + cbytes;
+        if (need < pack) need = pack;
+        if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
+        uint8_t *m = s->mem;
+        s->whi = (uint16_t *)(void *)m;
+        s->wlo = (uint16_t *)(void *)(m + wp);
+        s->row = (float *)(void *)(m + 2 * wp);
+        s->c = (float *)(void *)(m + 2 * wp + al64((size_t)j->Kp * 4));
+    } else {
+        const size_t pp = (size_t)BWD_NC / 2 * BWD_KW * 4, acc = al64((size_t)j->Tp * BWD_KW * 4);
+        need = 2 * pp + 2 * BWD_KW * 4 + acc + cbytes;
+        if (need < pack) need = pack;
+        if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
+        uint8_t *m = s->mem;
+        s->phi = (uint32_t *)(void *)m;
+        s->plo = (uint32_t *)(void *)(m + pp);
+        s->row = (float *)(void *)(m + 2 * pp);
+        s->acc = (float *)(void *)(m + 2 * pp + 2 * BWD_KW * 4);
+        s->c = (float *)(void *)(m + 2 * pp + 2 * BWD_KW * 4 + acc);
+    }
+    return 0;
+}
+
+/* ---- phase 1: the activations, once per request (rows split across threads) ---- */
+
+/* FWD: Xᵀ in VNNI pairs, per t-block of 16: xp[tb][r][t] = (x[t][2r], x[t][2r+1]) as BF16,
+ * r < Kp/2 (zero past K and past T). */
+static void pack_x_fwd(void *arg, int tid, int nth) {
+    amx_job *j = arg;
+    const int64_t ntb = j->Tp / 16, b0 = ntb * tid / nth, b1 = ntb * (tid + 1) / nth;
+    uint16_t *hrow = (uint16_t *)(void *)j->a->scr[tid].mem, *lrow = hrow + j->Kp;
+    float *frow = (float *)(void *)(lrow + j->Kp);
+    const int64_t kp2 = j->Kp / 2;
+    for (int64_t tb = b0; tb < b1; tb++) {
+        uint32_t *hi = (uint32_t *)(void *)j->xhi + tb * kp2 * 16;
+        uint32_t *lo = j->split ? (uint32_t *)(void *)j->xlo + tb * kp2 * 16 : NULL;
+        for (int tt = 0; tt < 16; tt++) {
+            const int64_t t = tb * 16 + tt;
+            if (t < j->T) {
+                memcpy(frow, j->x + t * j->K, (size_t)j->K * 4);
+                memset(frow + j->K, 0, (size_t)(j->Kp - j->K) * 4);
+            } else {
+                memset(frow, 0, (size_t)j->Kp * 4);
+            }
+            to_bf16_split(j->ks, frow, (int)j->Kp, hrow, j->split ? lrow : NULL);
+            const uint32_t *hp = (const uint32_t *)(const void *)hrow, *lp = (const uint32_t *)(const void *)lrow;
+            for (int64_t r = 0; r < kp2; r++) {
+                hi[r * 16 + tt] = hp[r];
+                if (lo) lo[r * 16 + tt] = lp[r];
+            }
+        }
+    }
+}
+
+/* BWD: dY as BF16 rows xb[t][n], n < Np, t < Tp (zero padded). */
+static void pack_x_bwd(void *arg, int tid, int nth) {
+    amx_job *j = arg;
+    const int64_t t0 = j->Tp * tid / nth, t1 = j->Tp * (tid + 1) / nth;
+    float *frow = (float *)(void *)j->a->scr[tid].mem;
+    for (int64_t t = t0; t < t1; t++) {
+        if (t < j->T) {
+            memcpy(frow, j->x + t * j->N, (size_t)j->N * 4);
+            memset(frow + j->N, 0, (size_t)(j->Np - j->N) * 4);
+        } else {
+            memset(frow, 0, (size_t)j->Np * 4);
+        }
+        to_bf16_split(j->ks, frow, (int)j->Np, j->xhi + t * j->Np, j->split ? j->xlo + t * j->Np : NULL);
+    }
+}
+
+/* ---- phase 2: the products ---- */
+
+/* FWD: thread tid takes 32-row panels of W; each is dequantized once into BF16 tile rows and
+ * used against every t-block pair; a finished 2×2 block of Yᵀ tiles goes into Y transposed. */
+static void task_fwd(void *arg, int tid, int nth) {
+    amx_job *j = arg;
+    amx_scratch *s = &j->a->scr[tid];
+    const int64_t K = j->K, N = j->N, Kp = j->Kp, kp2 = Kp / 2;
+    const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
+    const uint8_t *W = j->w->data;
+    if (p0 >= p1) return;
+    j->tl->begin();
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t n0 = p * 32;
+        for (int r = 0; r < 32; r++) {
+            uint16_t *hi = s->whi + (size_t)r * (size_t)Kp, *lo = s->wlo + (size_t)r * (size_t)Kp;
+            if (n0 + r < N) {
+                nl_host_dequant(j->ks, j->w->type, W + (size_t)(n0 + r) * j->rb, 0, (int)K, s->row);
+                memset(s->row + K, 0, (size_t)(Kp - K) * 4);
+                to_bf16_split(j->ks, s->row, (int)Kp, hi, j->split ? lo : NULL);
+            } else {
+                memset(hi, 0, (size_t)Kp * 2);
+                memset(lo, 0, (size_t)Kp * 2);
+            }
+        }
+        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
+            nl_amx_block b = {
+                .a = {(const uint8_t *)s->whi, (const uint8_t *)(s->whi + 16 * Kp)},
+                .b = {(const uint8_t *)((const uint32_t *)(const void *)j->xhi + tb * kp2 * 16),
+                      (const uint8_t *)((const uint32_t *)(const void *)j->xhi + (tb + 1) * kp2 * 16)},
+                .lda = Kp * 2, .ldb = 64, .astep = 64, .bstep = 1024,
+                .steps = (int)(Kp / 32), .load = 0, .c = s->c};
+            if (j->split) {
+                b.alo[0] = (const uint8_t *)s->wlo;
+                b.alo[1] = (const uint8_t *)(s->wlo + 16 * Kp);
+                b.blo[0] = (const uint8_t *)((const uint32_t *)(const void *)j->xlo + tb * kp2 * 16);
+                b.blo[1] = (const uint8_t *)((const uint32_t *)(const void *)j->xlo + (tb + 1) * kp2 * 16);
+            }
+            j->tl->block(&b);
+            /* tile (i, jj) holds Yᵀ[n0 + 16i + r][t = 16(tb + jj) + col] */
+            for (int jj = 0; jj < 2; jj++)
+                for (int col = 0; col < 16; col++) {
+                    const int64_t t = (tb + jj) * 16 + col;
+                    if (t >= j->T) break;
+                    float *yr = j->y + t * N + n0;
+                    const int nr = (int)min64(32, N - n0);
+                    for (int r = 0; r < nr; r++) yr[r] = s->c[(2 * (r / 16) + jj) * 256 + (r % 16) * 16 + col];
+                }
+        }
+    }
+    j->tl->end();
+}
+
+/* BWD: thread tid takes 64-column panels of k; for each chunk of BWD_NC rows of W, the pairs
+ * (W[n][k], W[n+1][k]) are packed once and used against every t-block pair, the partial sums
+ * kept (exactly, as FP32) in acc between chunks; the finished panel goes into Y. */
+static void task_bwd(void *arg, int tid, int nth) {
+    amx_job *j = arg;
+    amx_scratch *s = &j->a->scr[tid];
+    const int64_t K = j->K, N = j->N, Np = j->Np;
+    const int64_t nq = (K + BWD_KW - 1) / BWD_KW, q0 = nq * tid / nth, q1 = nq * (tid + 1) / nth;
+    const uint8_t *W = j->w->data;
+    if (q0 >= q1) return;
+    float *r0 = s->row, *r1 = s->row + BWD_KW;
+    j->tl->begin();
+    for (int64_t q = q0; q < q1; q++) {
+        const int64_t k0 = q * BWD_KW;
+        const int kw = (int)min64(BWD_KW, K - k0);
+        const int nkp = (kw + 31) / 32; /* pairs of k tiles with data */
+        for (int64_t n0 = 0; n0 < Np; n0 += BWD_NC) {
+            const int nc = (int)min64(BWD_NC, Np - n0);
+            for (int i = 0; i < nc; i += 2) {
+                float *rr[2] = {r0, r1};
+                for (int h = 0; h < 2; h++) {
+                    const int64_t n = n0 + i + h;
+                    if (n < N) nl_host_dequant(j->ks, j->w->type, W + (size_t)n * j->rb, k0, kw, rr[h]);
+                    else memset(rr[h], 0, (size_t)kw * 4);
+                    memset(rr[h] + kw, 0, (size_t)(BWD_KW - kw) * 4);
+                }
+                uint16_t h0[BWD_KW], h1[BWD_KW], l0[BWD_KW], l1[BWD_KW];
+                to_bf16_split(j->ks, r0, BWD_KW, h0, j->split ? l0 : NULL);
+                to_bf16_split(j->ks, r1, BWD_KW, h1, j->split ? l1 : NULL);
+                uint32_t *ph = s->phi + (size_t)(i / 2) * BWD_KW, *pl = s->plo + (size_t)(i / 2) * BWD_KW;
+                for (int c = 0; c < BWD_KW; c++) {
+                    ph[c] = (uint32_t)h0[c] | (uint32_t)h1[c] << 16;
+                    if (j->split) pl[c] = (uint32_t)l0[c] | (uint32_t)l1[c] << 16;
+                }
+            }
+            for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
+                for (int kp = 0; kp < nkp; kp++) {
+                    const uint16_t *xa = j->xhi + tb * 16 * Np + n0;
+                    nl_amx_block b = {
+                        .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
+                        .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
+                        .lda = Np * 2, .ldb = BWD_KW * 4, .astep = 64, .bstep = 16 * BWD_KW * 4,
+                        .steps = nc / 32, .load = n0 > 0,
+                        .c = s->acc + ((tb / 2) * 2 + kp) * 1024};
+                    if (j->split) {
+                        const uint16_t *xl = j->xlo + tb * 16 * Np + n0;
+                        b.alo[0] = (const uint8_t *)xl;
+                        b.alo[1] = (const uint8_t *)(xl + 16 * Np);
+                        b.blo[0] = (const uint8_t *)(s->plo + 32 * kp);
+                        b.blo[1] = (const uint8_t *)(s->plo + 32 * kp + 16);
+                    }
+                    j->tl->block(&b);
+                }
+        }
+        /* block (tb pair, kp) tile (i, jj) holds Y[t = 16(tb + i) + r][k0 + 32kp + 16jj + col] */
+        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
+            for (int kp = 0; kp < nkp; kp++) {
+                const float *c = s->acc + ((tb / 2) * 2 + kp) * 1024;
+                for (int i = 0; i < 2; i++)
+                    for (int r = 0; r < 16; r++) {
+                        const int64_t t = (tb + i) * 16 + r;
+                        if (t >= j->T) break;
+                        for (int jj = 0; jj < 2; jj++) {
+                            const int64_t kk = 32 * kp + 16 * jj;
+                            const int ncol = (int)min64(16, kw - kk);
+                            if (ncol <= 0) break;
+                            memcpy(j->y + t * K + k0 + kk, c + (2 * i + jj) * 256 + r * 16, (size_t)ncol * 4);
+                        }
+                    }
+            }
+    }
+    j->tl->end();
+}
+
+int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
+               const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split) {
+    if (T <= 0) return 0;
+    if (nl_pool_size(pool) != a->nth) return nl_err("amx: pool of %d threads for a context of %d", nl_pool_size(pool), a->nth);
+    amx_job j = {.a = a, .tl = tiles, .ks = ks, .w = w, .x = x, .y = y, .T = T, .split = split,
+                 .K = w->n_in, .N = w->n_out};
+    j.Kp = up32(j.K);
+    j.Np = up32(j.N);
+    j.Tp = up32(T);
+    j.rb = nl_row_bytes(w->type, w->n_in);
+    /* the activations: FWD Tp × Kp, BWD Tp × Np BF16, per plane */
+    const size_t plane = (size_t)j.Tp * (size_t)(dir == NL_FWD ? j.Kp : j.Np);
+    void *xm = a->xmem;
+    if (!grow_aligned(&xm, &a->xcap, plane * 2 * (split ? 2 : 1))) {
+        a->xmem = NULL;
+        return nl_err("amx: %s: out of memory (%zu bytes of packed activations)", w->name ? w->name : "?", plane * 4);
+    }
+    a->xmem = xm;
+    j.xhi = a->xmem;
+    j.xlo = split ? a->xmem + plane : NULL;
+    for (int i = 0; i < a->nth; i++) {
+        amx_scratch *s = &a->scr[i];
+        const size_t pack = dir == NL_FWD ? (size_t)j.Kp * 8 : (size_t)j.Np * 4;
+        if (scratch_for(&j, dir, s, pack))
+            return nl_err("amx: %s: out of memory (thread scratch)", w->name ? w->name : "?");
+    }
+    nl_pool_run(pool, a->nth, dir == NL_FWD ? pack_x_fwd : pack_x_bwd, &j);
+    nl_pool_run(pool, a->nth, dir == NL_FWD ? task_fwd : task_bwd, &j);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* proj/amx: the host backend's matrix-engine path (Intel AMX: BF16 tiles, FP32 accumulation),
+ * internal to proj/ (host.c selects it; kernels.h is the host's knob).
+ *
+ * One kernel source (amx_kern.h) is built twice: against the real tile instructions
+ * (kernels_amx.c, x86-64, run only where nl_amx_available() says so) and against a portable C
+ * tile emulator (amx_emu.c, every machine), so the packing, the VNNI layout and the role swap
+ * are tested everywhere. docs/amx.md has the instruction facts.
+ *
+ * Both directions read W's resident rows as stored, through the type's one dequantizer
+ * (nl_host_dequant), rounded to BF16 (hi) and, split, the rest rounded again (lo = bf16(w - hi)):
+ *   FWD  Yᵀ tile[n][t] = Σ_k A[n][k]·B[k][t]   A = 16 rows of W (n) × 32 k,
+ *                                              B = Xᵀ in VNNI pairs: row r = (X[t][2r], X[t][2r+1])
+ *   BWD  Y tile[t][k]  = Σ_n A[t][n]·B[n][k]   A = 16 rows of dY (t) × 32 n,
+ *                                              B = W's rows interleaved pairwise: row r =
+ *                                              (W[2r][k], W[2r+1][k]) for 16 k
+ * No transposed or second copy of W exists; a tile of W is packed on the fly from its rows.
+ * Split-BF16 (the recurrent F16 weights): three products per step, in this order,
+ * hi·hi, hi(A)·lo(B), lo(A)·hi(B) — an F16 weight is exactly hi + lo, so both directions see the
+ * F16 value itself (one-hot: whi + wlo in FP32, the same sum both ways).
+ * Every output element is one accumulation over its reduction in 32-element steps, ascending;
+ * threads split output tiles (FWD: 32-row panels of W; BWD: 64-column panels of k), never the
+ * reduction, so any thread count gives the same bits, and any T (rows are independent). */
+#ifndef NL_PROJ_AMX_H
+#define NL_PROJ_AMX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proj/kernels.h"
+#include "util/pool.h"
+
+/* One 2×2 block of 16×16 FP32 tiles: c[(2i+j)·256 + 16r + col] (=|+=) Σ_s A_i(s) · B_j(s).
+ * A_i(s) = 16 rows of 32 BF16 at a[i] + s·astep (rows lda bytes apart); B_j(s) = 16 rows of 16
+ * BF16 pairs at b[j] + s·bstep (rows ldb bytes apart). With alo/blo (split), each step adds
+ * A·B, then A·Blo, then Alo·B (alo/blo: the lo planes at the same offsets from their bases). */
+typedef struct {
+    const uint8_t *a[2], *b[2];
+    const uint8_t *alo[2], *blo[2]; /* NULL unless split */
+    int64_t lda, ldb, astep, bstep; /* bytes */
+    int steps;
+    int load;                       /* 1: start from c, 0: from zero */
+    float *c;                       /* 4 × 256 floats, 64-byte aligned */
+} nl_amx_block;
+
+typedef struct {
+    const char *name;               /* "amx" or "amx-emu" */
+    void (*begin)(void);            /* load the tile configuration (once per thread and task) */
+    void (*block)(const nl_amx_block *blk);
+    void (*end)(void);              /* release the tiles */
+} nl_amx_tiles;
+
+extern const nl_amx_tiles nl_amx_tiles_emu;  /* amx_emu.c: every machine */
+#if defined(NL_HAVE_AMX)
+extern const nl_amx_tiles nl_amx_tiles_real; /* kernels_amx.c: x86-64 with a compiler that has AMX */
+#endif
+
+/* 1 if the real tile instructions may run in this process: CPUID AMX-TILE and AMX-BF16, the OS
+ * tile state (XCR0 bits 17, 18) and the Linux permission (arch_prctl ARCH_REQ_XCOMP_PERM). The
+ * answer is found once and kept; why (may be NULL) gets the reason when it is 0. */
+int nl_amx_available(char *why, size_t cap);
+
+/* ---- the driver (amx.c) ------------------------------------------------------------------ */
+typedef struct nl_amx_ctx nl_amx_ctx;
+nl_amx_ctx *nl_amx_new(int n_threads);
+void nl_amx_free(nl_amx_ctx *a);
+/* One request: Y = X·Wᵀ (FWD) or dY·W (BWD), W any host type (nl_host_type_ok), split 1 =
+ * split-BF16 (3 products), 0 = one BF16 product. Threads: the pool (pool size == n_threads). */
+int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
+               const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split);
+
+#endif

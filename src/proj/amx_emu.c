@@ -1,0 +1,113 @@
+/* proj/amx_emu: a portable C implementation of the tile operations amx_kern.h uses, and the
+ * kernel built against it (nl_amx_tiles_emu). Each thread has its own tile registers and
+ * configuration (as each core has them). Arithmetic of TDPBF16PS (amx.h): for every output
+ * c[m][n] and pair p = 0..K/2-1 in order, c += a[m][2p]·b[p][n].lo, then c += a[m][2p+1]·b[p][n].hi;
+ * products of two BF16 are exact in FP32, each sum rounds to nearest even; BF16 denormal
+ * inputs read as zero (DAZ), FP32 denormal sums become a zero of their sign (FTZ). The product
+ * is exact, so whether the compiler contracts a*b + c into an FMA (ISO C mode: it does not)
+ * could only show where a product underflows. */
+#include <stdint.h>
+#include <string.h>
+
+#include "proj/amx.h"
+
+typedef struct {
+    int configured;
+    uint8_t rows[8];
+    uint16_t colsb[8];
+    uint8_t data[8][1024]; /* 16 rows of 64 bytes */
+} emu_state;
+
+static _Thread_local emu_state g_tiles;
+
+static float bf16_in(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    if (!(u & 0x7f800000u)) u &= 0x80000000u; /* DAZ */
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float ftz(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if (!(u & 0x7f800000u)) u &= 0x80000000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static void emu_loadconfig(const void *cfgp) {
+    const uint8_t *cfg = cfgp;
+    emu_state *t = &g_tiles;
+    memset(t, 0, sizeof *t);
+    if (cfg[0] != 1) return; /* palette 0: tiles released */
+    for (int i = 0; i < 8; i++) {
+        uint16_t cb;
+        memcpy(&cb, cfg + 16 + 2 * i, 2);
+        t->colsb[i] = cb > 64 ? 64 : cb;
+        t->rows[i] = cfg[48 + i] > 16 ? 16 : cfg[48 + i];
+    }
+    t->configured = 1;
+}
+
+static void emu_release(void) { memset(&g_tiles, 0, sizeof g_tiles); }
+
+static void emu_zero(int t) { memset(g_tiles.data[t], 0, sizeof g_tiles.data[t]); }
+
+static void emu_load(int t, const void *p, int64_t stride) {
+    emu_state *s = &g_tiles;
+    memset(s->data[t], 0, sizeof s->data[t]);
+    for (int r = 0; r < s->rows[t]; r++) memcpy(s->data[t] + 64 * r, (const uint8_t *)p + r * stride, s->colsb[t]);
+}
+
+static void emu_store(int t, void *p, int64_t stride) {
+    emu_state *s = &g_tiles;
+    for (int r = 0; r < s->rows[t]; r++) memcpy((uint8_t *)p + r * stride, s->data[t] + 64 * r, s->colsb[t]);
+}
+
+/* c (M×N FP32) += a (M × K BF16) · b (K/2 rows of N pairs); M = rows[c], N = colsb[c]/4,
+ * K/2 = colsb[a]/4 (the instruction's shape rules; the kernel configures full tiles). */
+static void emu_dp(int ci, int ai, int bi) {
+    emu_state *s = &g_tiles;
+    const int M = s->rows[ci], N = s->colsb[ci] / 4, KP = s->colsb[ai] / 4;
+    float b0[16][16], b1[16][16];
+    for (int p = 0; p < KP; p++)
+        for (int n = 0; n < 16; n++) {
+            uint16_t h[2];
+            memcpy(h, s->data[bi] + 64 * p + 4 * n, 4);
+            b0[p][n] = bf16_in(h[0]);
+            b1[p][n] = bf16_in(h[1]);
+        }
+    for (int m = 0; m < M; m++) {
+        float acc[16];
+        memcpy(acc, s->data[ci] + 64 * m, 64);
+        const uint8_t *ar = s->data[ai] + 64 * m;
+        for (int p = 0; p < KP; p++) {
+            uint16_t h[2];
+            memcpy(h, ar + 4 * p, 4);
+            const float a0 = bf16_in(h[0]), a1 = bf16_in(h[1]);
+            for (int n = 0; n < 16; n++) {
+                float v = ftz(acc[n] + a0 * b0[p][n]);
+                acc[n] = ftz(v + a1 * b1[p][n]);
+            }
+        }
+        memcpy(s->data[ci] + 64 * m, acc, 4 * (size_t)N);
+    }
+}
+
+#define AMX_FN(name) emu_##name
+#define AMX_ATTR
+#define TILE_LOADCONFIG(p) emu_loadconfig(p)
+#define TILE_RELEASE() emu_release()
+#define TILE_ZERO(t) emu_zero(t)
+#define TILE_LOAD(t, p, stride) emu_load(t, p, stride)
+#define TILE_STORE(t, p, stride) emu_store(t, p, stride)
+#define TILE_DP(c, a, b) emu_dp(c, a, b)
+#include "proj/amx_kern.h"
+
+const nl_amx_tiles nl_amx_tiles_emu = {
+    .name = "amx-emu",
+    .begin = emu_begin,
+    .block = emu_block,
+    .end = emu_end,
+};

@@ -1,0 +1,72 @@
+/* proj/kernels_amx: the tile kernel (amx_kern.h) on the real AMX instructions, and the
+ * availability check. The file needs no global -mamx-* flag: the kernel's functions carry the
+ * target attribute, and host.c calls them only after nl_amx_available() said yes (CPUID and
+ * the OS tile state from util/cpu, then the Linux permission: docs/amx.md). NL_HAVE_AMX is
+ * defined by the build where the compiler knows the AMX target (x86-64, gcc >= 11 / clang >= 12). */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proj/amx.h"
+#include "util/cpu.h"
+
+#if defined(__x86_64__) && defined(NL_HAVE_AMX)
+#include <errno.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+#define AMX_FN(name) real_##name
+#define AMX_ATTR __attribute__((target("amx-tile,amx-bf16")))
+#define TILE_LOADCONFIG(p) _tile_loadconfig(p)
+#define TILE_RELEASE() _tile_release()
+#define TILE_ZERO(t) _tile_zero(t)
+#define TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
+#define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
+#include "proj/amx_kern.h"
+
+const nl_amx_tiles nl_amx_tiles_real = {
+    .name = "amx",
+    .begin = real_begin,
+    .block = real_block,
+    .end = real_end,
+};
+
+/* 1 = usable; else 0 and the reason in why */
+static int probe(char *why, size_t cap) {
+    if (!nl_cpu_has(NL_CPU_AMX)) {
+        snprintf(why, cap, "the CPU has no AMX-TILE/AMX-BF16, or the OS has not enabled the tile state (CPUID.7.0:EDX bits 24, 22; XCR0 bits 17, 18)");
+        return 0;
+    }
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        snprintf(why, cap, "the kernel refused the tile permission (arch_prctl ARCH_REQ_XCOMP_PERM: %s)", strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+#else
+static int probe(char *why, size_t cap) {
+#if defined(__x86_64__)
+    snprintf(why, cap, "this build's compiler has no AMX target");
+#else
+    snprintf(why, cap, "not an x86-64 CPU");
+#endif
+    return 0;
+}
+#endif
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_usable;
+static char g_reason[160];
+
+static void probe_once(void) { g_usable = probe(g_reason, sizeof g_reason); }
+
+int nl_amx_available(char *why, size_t cap) {
+    pthread_once(&g_once, probe_once); /* once per process: the permission request is too */
+    if (!g_usable && why && cap) snprintf(why, cap, "%s", g_reason);
+    return g_usable;
+}
