@@ -11,7 +11,7 @@
  *   nl_train_result r;
  *   if (nl_train(&o, &r)) fprintf(stderr, "%s\n", nl_last_error());
  *
- *   nl_session s;                         // eval/session.h: model + adapter + service
+ *   nl_session s;                         // eval/session.h: model, vocabulary, adapter, service
  *   nl_session_open(&s, "qwen3-0.6b-q8_0.gguf", "adapter.gguf", NULL);
  *   nl_session_logits(&s, tokens, n, logits);          // or nl_generate, nl_eval_dataset
  *   nl_session_close(&s);
@@ -24,13 +24,13 @@
 #include "model/gguf.h"       /* GGUF v3 reader / writer */
 #include "model/quant.h"      /* tensor types */
 #include "model/model.h"      /* architectures, nl_model_load, nl_mkmodel */
-#include "model/adapter.h"    /* LoRA adapters: new, load, save */
-#include "data/tokenizer.h"   /* tokenizers */
+#include "model/adapter.h"    /* LoRA adapters: new, load, save, merge */
+#include "data/tokenizer.h"   /* tokenizers (nl_tokenizer_for_model: a loaded model's vocabulary) */
 #include "data/dataset.h"     /* JSONL data, chat templates, packing */
 #include "proj/proj.h"        /* the frozen-projection service */
 #include "nn/forward.h"       /* the model forward */
 #include "train/trainer.h"    /* nl_train */
-#include "eval/session.h"     /* sessions, generation, merge */
+#include "eval/session.h"     /* sessions (model, vocabulary, adapter, service), generation */
 #include "eval/eval.h"        /* loss, perplexity, accuracy */
 
 #endif

@@ -115,7 +115,7 @@ static void test_arch(nl_arch arch) {
     if (nl_mkmodel(arch, "tiny", NL_TYPE_F32, 3, model)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
     nl_session s;
     if (nl_session_open(&s, model, NULL, NULL)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
-    const nl_tokenizer *tok = s.m->tok;
+    const nl_tokenizer *tok = s.tok;
     nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
     nl_dataset ds;
     int rc = nl_dataset_load(choices_path, tok, &dopt, &ds);
@@ -275,9 +275,9 @@ static void test_context_cut(const char *model) {
     if (nl_session_open(&s, model, NULL, NULL)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
     nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
     nl_dataset a, b, c;
-    CHECK(nl_dataset_load_buffer(mixed, strlen(mixed), "mixed", s.m->tok, &dopt, &a) == 0);
-    CHECK(nl_dataset_load_buffer(kept, strlen(kept), "kept", s.m->tok, &dopt, &b) == 0);
-    CHECK(nl_dataset_load_buffer(none, strlen(none), "none", s.m->tok, &dopt, &c) == 0);
+    CHECK(nl_dataset_load_buffer(mixed, strlen(mixed), "mixed", s.tok, &dopt, &a) == 0);
+    CHECK(nl_dataset_load_buffer(kept, strlen(kept), "kept", s.tok, &dopt, &b) == 0);
+    CHECK(nl_dataset_load_buffer(none, strlen(none), "none", s.tok, &dopt, &c) == 0);
     nl_eval_result ra, rb, rc;
     CHECK(nl_eval_dataset(&s.rt, &a, 4, &ra) == 0);
     CHECK(nl_eval_dataset(&s.rt, &b, 4, &rb) == 0);

@@ -104,7 +104,7 @@ static double accuracy(const char *model, const char *adapter, const char *test_
     nl_dataset ds;
     double acc = -1;
     nl_eval_result r;
-    if (nl_dataset_load(test_path, s.m->tok, &dopt, &ds) == 0) {
+    if (nl_dataset_load(test_path, s.tok, &dopt, &ds) == 0) {
         if (nl_eval_dataset(&s.rt, &ds, 64, &r) == 0 && r.n_items == N_TEST) acc = (double)r.n_correct / r.n_items;
         else fprintf(stderr, "eval: %s (items %d)\n", nl_last_error(), r.n_items);
         nl_dataset_free(&ds);

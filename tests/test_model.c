@@ -10,6 +10,21 @@
 #include "test.h"
 #include "util/util.h"
 
+
+/* What opening a model for use checks: the model (nl_model_load) and its vocabulary
+ * (nl_tokenizer_for_model, which the session and the trainer call next). NULL when either
+ * refuses the file. */
+static nl_model *with_vocab(nl_model *m) {
+    nl_tokenizer *t = NULL;
+    if (m && nl_tokenizer_for_model(m, &t)) {
+        nl_model_free(m);
+        return NULL;
+    }
+    nl_tokenizer_free(t);
+    return m;
+}
+static nl_model *load_with_vocab(const char *path) { return with_vocab(nl_model_load(path)); }
+
 static int has(const char *s) { return strstr(nl_last_error(), s) != NULL; }
 
 static long file_size(const char *path) {
@@ -168,36 +183,38 @@ static void test_tiny_models(void) {
                 CHECKF(bad == 0, "%d bad merges", bad);
             }
             /* the tokenizer built from the synthetic vocabulary */
-            CHECKF(m->tok != NULL, "%s: no tokenizer", what);
-            if (m->tok) {
-                CHECK(nl_tokenizer_n_vocab(m->tok) == 512);
-                CHECK(nl_tokenizer_add_bos(m->tok) == (a == NL_ARCH_LLAMA));
-                int32_t eot = nl_token_eot(m->tok);
+            nl_tokenizer *tok = NULL;
+            CHECKF(nl_tokenizer_for_model(m, &tok) == 0 && tok != NULL, "%s: no tokenizer", what);
+            if (tok) {
+                CHECK(nl_tokenizer_n_vocab(tok) == 512);
+                CHECK(nl_tokenizer_add_bos(tok) == (a == NL_ARCH_LLAMA));
+                int32_t eot = nl_token_eot(tok);
                 size_t pl;
-                const char *piece = nl_token_piece(m->tok, eot, &pl);
-                CHECK(piece && strcmp(piece, a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0 && nl_token_is_control(m->tok, eot));
+                const char *piece = nl_token_piece(tok, eot, &pl);
+                CHECK(piece && strcmp(piece, a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0 && nl_token_is_control(tok, eot));
                 const char *text = "The night shift on the farm began, and the model learns.";
                 int32_t *ids = NULL;
                 int n = 0;
-                CHECK(nl_tokenize(m->tok, text, strlen(text), false, false, &ids, &n) == 0);
+                CHECK(nl_tokenize(tok, text, strlen(text), false, false, &ids, &n) == 0);
                 /* merges compress the text well below one token per byte, and decode back exactly */
                 CHECKF(n > 0 && n < (int)strlen(text) / 2, "%s: %d tokens for %zu bytes", what, n, strlen(text));
                 char back[256] = "";
                 size_t bl = 0;
                 for (int i = 0; i < n; i++) {
-                    const char *pc = nl_token_piece(m->tok, ids[i], &pl);
+                    const char *pc = nl_token_piece(tok, ids[i], &pl);
                     if (pc && bl + pl < sizeof back) { memcpy(back + bl, pc, pl); bl += pl; }
                 }
                 back[bl] = 0;
                 CHECK(strcmp(back, text) == 0);
                 free(ids);
                 const char *chat = a == NL_ARCH_LLAMA ? "<|start_header_id|>user<|end_header_id|>" : "<|im_start|>user";
-                CHECK(nl_tokenize(m->tok, chat, strlen(chat), false, true, &ids, &n) == 0);
-                CHECK(n >= 2 && nl_token_is_control(m->tok, ids[0]));
+                CHECK(nl_tokenize(tok, chat, strlen(chat), false, true, &ids, &n) == 0);
+                CHECK(n >= 2 && nl_token_is_control(tok, ids[0]));
                 free(ids);
-                const char *tpl = nl_tokenizer_chat_template(m->tok);
+                const char *tpl = nl_tokenizer_chat_template(tok);
                 CHECK(tpl && strstr(tpl, a == NL_ARCH_LLAMA ? "<|start_header_id|>" : "<|im_start|>"));
             }
+            nl_tokenizer_free(tok);
             nl_model_free(m);
             if (types[ti] != NL_TYPE_F32) remove(path);
         }
@@ -352,23 +369,23 @@ static void test_values(void) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         rewrite_t r = {.mod = bad[i].mod};
         CHECK(rewrite(L, B, &r) == 0);
-        nl_model *m = nl_model_load(B);
+        nl_model *m = load_with_vocab(B);
         CHECKF(m == NULL && has(B) && has(bad[i].n1) && (!bad[i].n2 || has(bad[i].n2)), "case %zu: %s", i, m ? "loaded" : nl_last_error());
         nl_model_free(m);
     }
     /* "none" is no scaling */
     rewrite_t rn = {.mod = mod_rope_none};
     CHECK(rewrite(L, B, &rn) == 0);
-    nl_model *m = nl_model_load(B);
+    nl_model *m = load_with_vocab(B);
     CHECKF(m && m->hp.rope_freq_scale == 1.0f && !m->warning, "%s", nl_last_error());
     nl_model_free(m);
     /* a tensor of a layer past block_count: an error; an unused tensor: a warning naming it */
     rewrite_t rx = {.add_vec = "blk.2.attn_norm.weight"};
     CHECK(rewrite(L, B, &rx) == 0);
-    CHECKF(nl_model_load(B) == NULL && has("tensor 'blk.2.attn_norm.weight' is of layer 2, but block_count is 2"), "%s", nl_last_error());
+    CHECKF(load_with_vocab(B) == NULL && has("tensor 'blk.2.attn_norm.weight' is of layer 2, but block_count is 2"), "%s", nl_last_error());
     rewrite_t ru = {.add_vec = "blk.0.attn_sinks.weight"};
     CHECK(rewrite(L, B, &ru) == 0);
-    m = nl_model_load(B);
+    m = load_with_vocab(B);
     CHECKF(m && m->warning && strstr(m->warning, "1 tensor that nightlora's llama graph does not use, ignored: blk.0.attn_sinks.weight"),
            "%s", m ? (m->warning ? m->warning : "no warning") : nl_last_error());
     nl_model_free(m);
@@ -394,7 +411,7 @@ static void test_values(void) {
         nl_gguf_writer_free(w);
         nl_gguf_close(g);
         free(toks);
-        CHECKF(nl_model_load(B) == NULL && has("tokenizer.ggml.tokens[300] is not valid UTF-8 (byte 0xFF at 2)"), "%s", nl_last_error());
+        CHECKF(load_with_vocab(B) == NULL && has("tokenizer.ggml.tokens[300] is not valid UTF-8 (byte 0xFF at 2)"), "%s", nl_last_error());
     }
     remove(B);
 }
@@ -543,7 +560,7 @@ static void test_fuzz(void) {
         if (pos >= len) pos = len - 1;
         c[pos] = (uint8_t)((nl_t_rand() * 0.5 + 0.5) * 256);
         nl_gguf *g = nl_gguf_open_buffer(c, len, "fuzz");
-        nl_model *m = g ? nl_model_from_gguf(g) : NULL;
+        nl_model *m = g ? with_vocab(nl_model_from_gguf(g)) : NULL;
         if (m) {
             loaded++;
             int ok = 1;

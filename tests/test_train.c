@@ -248,7 +248,7 @@ static int direct_grads(const char *model, const char *data, const nl_train_opts
     nl_packing pk;
     static const int buckets[] = {16, 64, 256, 1024, 4096};
     int ctx = s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096;
-    if (!ad || nl_dataset_load(data, s.m->tok, NULL, &ds)) return -1;
+    if (!ad || nl_dataset_load(data, s.tok, NULL, &ds)) return -1;
     if (nl_pack(&ds, buckets, 5, ctx, NL_OVERLONG_TRUNCATE, &pk)) return -1;
     nl_batcher *b = nl_batcher_new(&pk, o->seed, o->shuffle, o->batch_tokens);
     const int *idx;
@@ -345,7 +345,7 @@ static void test_dump_grads_and_init(const char *model, const char *data) {
     nl_session s;
     CHECK(nl_session_open(&s, model, init, NULL) == 0);
     nl_dataset ds;
-    CHECK(nl_dataset_load(data, s.m->tok, NULL, &ds) == 0);
+    CHECK(nl_dataset_load(data, s.tok, NULL, &ds) == 0);
     nl_eval_result er;
     CHECK(nl_eval_dataset(&s.rt, &ds, 2048, &er) == 0);
     double with = nl_eval_loss(&er);
@@ -756,7 +756,7 @@ static void test_mezo(const char *model, const char *data) {
     nl_dataset ds;
     nl_packing pk;
     static const int bk[] = {16, 64, 256, 1024, 4096};
-    CHECK(ad && nl_dataset_load(data, s.m->tok, NULL, &ds) == 0);
+    CHECK(ad && nl_dataset_load(data, s.tok, NULL, &ds) == 0);
     CHECK(nl_pack(&ds, bk, 5, s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096, NL_OVERLONG_TRUNCATE, &pk) == 0);
     nl_batcher *b = nl_batcher_new(&pk, o.seed, o.shuffle, o.batch_tokens);
     s.rt.adapter = ad;

@@ -49,8 +49,8 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
 
 /* Tokenize a user prompt for generation: through the model's chat template unless raw
  * (template_name overrides the GGUF's). ids malloc'd. */
-struct nl_model;
-int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
+struct nl_tokenizer;
+int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
 
 #include "eval/eval.h"
 /* "label: N examples, ... loss, ppl, accuracy" on stdout. */

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "data/json.h"
+#include "data/tokenizer.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"
@@ -96,6 +97,16 @@ int nl_cmd_check(int argc, char **argv) {
 
     nl_model *m = nl_model_load(model);
     if (!m) return nl_cli_fail("check");
+    {
+        /* the vocabulary is part of what check checks (train, eval and generate load it) */
+        nl_tokenizer *tok = NULL;
+        int bad = nl_tokenizer_for_model(m, &tok);
+        nl_tokenizer_free(tok);
+        if (bad) {
+            nl_model_free(m);
+            return nl_cli_fail("check");
+        }
+    }
     nl_cli_model_warning("check", m);
     nl_proj_service *svc = nl_proj_service_new(&cfg);
     nl_runtime rt;

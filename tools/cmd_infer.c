@@ -157,11 +157,11 @@ int nl_cmd_generate(int argc, char **argv) {
     int rc = 1;
     int32_t *ids = NULL;
     int n = 0;
-    if (!s.m->tok) {
+    if (!s.tok) {
         nl_err("%s: the model has no tokenizer vocabulary", model);
-    } else if (nl_cli_render_prompt(s.m, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n) == 0) {
+    } else if (nl_cli_render_prompt(s.tok, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n) == 0) {
         printf("%s", nl_cli_flag(argc, argv, "raw") ? prompt : "");
-        rc = nl_generate(&s, ids, n, &sp, print_token, s.m->tok, NULL, NULL) ? 1 : 0;
+        rc = nl_generate(&s, ids, n, &sp, print_token, s.tok, NULL, NULL) ? 1 : 0;
         printf("\n");
     }
     if (rc) nl_cli_fail("generate");
@@ -197,9 +197,9 @@ int nl_cmd_merge(int argc, char **argv) {
     return rc;
 }
 
-int nl_cli_render_prompt(const struct nl_model *m, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n) {
-    if (raw) return nl_tokenize(m->tok, prompt, strlen(prompt), true, false, ids, n);
-    return nl_chat_prompt_tokens(m->tok, template_name, prompt, strlen(prompt), ids, n);
+int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n) {
+    if (raw) return nl_tokenize(tok, prompt, strlen(prompt), true, false, ids, n);
+    return nl_chat_prompt_tokens(tok, template_name, prompt, strlen(prompt), ids, n);
 }
 
 void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
@@ -231,7 +231,7 @@ int nl_cmd_eval(int argc, char **argv) {
     nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab};
     nl_dataset ds;
     int rc = 1;
-    if (nl_dataset_load(data, s.m->tok, &dopt, &ds) == 0) {
+    if (nl_dataset_load(data, s.tok, &dopt, &ds) == 0) {
         /* as in training: the model's context, capped at 4096 unless --ctx says otherwise */
         int ctx = (int)ctx_flag;
         if (ctx == 0) ctx = s.m->hp.n_ctx_train > 0 && s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096;

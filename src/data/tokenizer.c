@@ -975,6 +975,25 @@ void nl_tokenizer_free(nl_tokenizer *t) {
     free(t);
 }
 
+int nl_tokenizer_for_model(const nl_model *m, nl_tokenizer **out) {
+    const nl_gguf *g = m->gguf;
+    *out = NULL;
+    if (!nl_gguf_get(g, "tokenizer.ggml.model")) return 0;
+    nl_tokenizer *t = nl_tokenizer_from_gguf(g);
+    if (!t) {
+        /* most of the tokenizer's messages name the file already */
+        if (strncmp(nl_last_error(), g->path, strlen(g->path))) nl_err_prefix("%s", g->path);
+        return -1;
+    }
+    if (nl_tokenizer_n_vocab(t) > m->hp.n_vocab) {
+        nl_err("%s: tokenizer has %d tokens but the model's vocabulary is %d", g->path, nl_tokenizer_n_vocab(t), m->hp.n_vocab);
+        nl_tokenizer_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
 /* ---- GGUF ---- */
 static const nl_gguf_kv *arr_kv(const nl_gguf *g, const char *key, int elem_type, int *rc) {
     const nl_gguf_kv *kv = nl_gguf_get(g, key);

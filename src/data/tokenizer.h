@@ -10,12 +10,17 @@
 #include <stdint.h>
 
 #include "model/gguf.h"
+#include "model/model.h"
 
 typedef struct nl_tokenizer nl_tokenizer;
 
 /* NULL + error when the GGUF has no or a malformed vocabulary (error names the key). */
 nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g);
 void nl_tokenizer_free(nl_tokenizer *t);
+/* The tokenizer of a loaded model (its GGUF's tokenizer.ggml.* keys), checked against the
+ * model's vocabulary size: 0 and *out (caller frees), *out = NULL when the file has no
+ * vocabulary; -1 + an error naming the file. */
+int nl_tokenizer_for_model(const nl_model *m, nl_tokenizer **out);
 
 /* Encode `len` bytes of UTF-8. add_special: BOS/EOS as the vocab says; parse_special: match
  * control (and unknown) token text (chat templates need it). USER_DEFINED tokens are matched

@@ -1,4 +1,4 @@
-/* Inference session, sampling, generation and merge; see session.h. */
+/* Inference session, sampling and generation; see session.h. */
 #include "eval/session.h"
 
 #include <math.h>
@@ -15,6 +15,7 @@ int nl_session_open(nl_session *s, const char *model_path, const char *adapter_p
     nl_proj_config def = {.backend = "ref", .n_threads = 1};
     s->m = nl_model_load(model_path);
     if (!s->m) return -1;
+    if (nl_tokenizer_for_model(s->m, &s->tok)) goto fail;
     if (adapter_path) {
         s->adapter = nl_adapter_load(s->m, adapter_path);
         if (!s->adapter) goto fail;
@@ -35,6 +36,7 @@ void nl_session_close(nl_session *s) {
     nl_runtime_free(&s->rt);
     if (s->svc) nl_proj_service_free(s->svc);
     nl_adapter_free(s->adapter);
+    nl_tokenizer_free(s->tok);
     if (s->m) nl_model_free(s->m);
     memset(s, 0, sizeof *s);
 }
@@ -113,7 +115,7 @@ int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sam
     if (!h || !logits || !gen) goto done;
     if (nl_forward(&s->rt, &st, prompt, n_prompt, h)) goto done;
     if (nl_head_logits(&s->rt, h + (size_t)(n_prompt - 1) * E, 1, logits)) goto done;
-    int32_t eos = m->tok ? nl_token_eos(m->tok) : -1, eot = m->tok ? nl_token_eot(m->tok) : -1;
+    int32_t eos = s->tok ? nl_token_eos(s->tok) : -1, eot = s->tok ? nl_token_eot(s->tok) : -1;
     for (ng = 0; ng < p->n_predict; ng++) {
         int32_t id = nl_sample(logits, V, p->temp, p->top_p, sample_uniform(p->seed, (uint64_t)ng));
         gen[ng] = id;

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "data/tokenizer.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"
@@ -12,6 +13,7 @@
 
 typedef struct {
     nl_model *m;
+    nl_tokenizer *tok;        /* the model's vocabulary; NULL when the GGUF has none */
     nl_adapter *adapter;      /* may be NULL */
     nl_proj_service *svc;
     nl_runtime rt;

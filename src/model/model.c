@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/tokenizer.h"
 #include "model/quant.h"
 #include "util/util.h"
 
@@ -69,7 +68,6 @@ void nl_model_free(nl_model *m) {
     free(m->projs);
     free(m->output_norm);
     free(m->rope_freqs);
-    if (m->tok) nl_tokenizer_free(m->tok);
     nl_gguf_close(m->gguf);
     free(m->path);
     free(m->warning);
@@ -487,18 +485,6 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
     }
     if (check_unused(&ld)) goto fail;
 
-    if (nl_gguf_get(g, "tokenizer.ggml.model")) {
-        m->tok = nl_tokenizer_from_gguf(g);
-        if (!m->tok) {
-            /* most of the tokenizer's messages name the file already */
-            if (strncmp(nl_last_error(), g->path, strlen(g->path))) nl_err_prefix("%s", g->path);
-            goto fail;
-        }
-        if (nl_tokenizer_n_vocab(m->tok) > hp->n_vocab) {
-            nl_err("%s: tokenizer has %d tokens but the model's vocabulary is %d", g->path, nl_tokenizer_n_vocab(m->tok), hp->n_vocab);
-            goto fail;
-        }
-    }
     free(ld.used);
     return m;
 fail:

@@ -77,7 +77,6 @@ typedef struct nl_model {
     nl_layer *layers;            /* [n_layer] */
     nl_proj_desc *projs;         /* every frozen projection, including embed and output */
     int n_projs;
-    struct nl_tokenizer *tok;    /* owned; NULL if the GGUF has no vocab */
     char *warning;               /* owned; NULL, or what the loader ignored, for the caller to
                                   * print ("2 tensors that nightlora's qwen3 graph does not use,
                                   * ignored: blk.0.x.weight, ...") */

@@ -76,6 +76,7 @@ typedef struct {
     const nl_train_opts *o;
     nl_train_hooks hk;      /* the tests' hooks (all zero for nl_train) */
     nl_model *m;
+    nl_tokenizer *tok;      /* the model's vocabulary */
     nl_adapter *ad;
     nl_proj_service *svc;
     nl_runtime rt;
@@ -131,6 +132,7 @@ static void trainer_free(trainer *t) {
     nl_runtime_free(&t->rt);
     if (t->svc) nl_proj_service_free(t->svc);
     nl_adapter_free(t->ad);
+    nl_tokenizer_free(t->tok);
     if (t->m) nl_model_free(t->m);
     free(t->grads);
     free(t->mom);
@@ -898,8 +900,9 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
 
     t.m = nl_model_load(o->model);
     if (!t.m) goto done;
+    if (nl_tokenizer_for_model(t.m, &t.tok)) goto done;
     if (t.m->warning && o->progress) fprintf(o->progress, "warning: %s: %s\n", o->model, t.m->warning);
-    if (!t.m->tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); goto done; }
+    if (!t.tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); goto done; }
     if (o->init_adapter) t.ad = nl_adapter_load(t.m, o->init_adapter);
     else t.ad = nl_adapter_new(t.m, o->targets, o->rank, o->alpha, o->seed);
     if (!t.ad) goto done;
@@ -927,7 +930,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     }
 
     nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t.m->hp.n_vocab};
-    if (nl_dataset_load(o->data, t.m->tok, &dopt, &t.ds)) goto done;
+    if (nl_dataset_load(o->data, t.tok, &dopt, &t.ds)) goto done;
     t.ds_loaded = 1;
     int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t.m->hp.n_ctx_train > 0 && t.m->hp.n_ctx_train < 4096 ? t.m->hp.n_ctx_train : 4096);
     if (max_ctx < 2) {
