@@ -42,7 +42,7 @@ if "$BIN" train --method mezo 2>&1 | grep -q "unknown option '--method'"; then H
 
 flags_for() { # precision name -> service flags
     case "$1" in
-    default) echo "--backend host --threads $THREADS" ;;
+    default) echo "--backend host --threads $THREADS --precision auto" ;; # eval too: as trained
     f32) echo "--backend host --threads $THREADS --precision f32 --compute f32" ;;
     esac
 }

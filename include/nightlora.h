@@ -16,6 +16,10 @@
  *   nl_session_logits(&s, tokens, n, logits);          // or nl_generate, nl_eval_dataset
  *   nl_session_close(&s);
  *
+ * The defaults are the CLI's (nl_proj_config_defaults): the host backend on every core up to 8;
+ * training keeps the precision policy "auto" (F32/F16 projections resident as Q8_0, recurrent
+ * F16), a session opened with no config computes with the weights' stored types ("keep").
+ *
  * The room headers below are the contracts (each states its own in a few lines). */
 #ifndef NIGHTLORA_H
 #define NIGHTLORA_H

@@ -18,6 +18,11 @@ int main(void) {
     fclose(f);
     nl_train_opts o;
     nl_train_defaults(&o);
+    /* the library's defaults are the CLI's: host backend, every core up to 8, precision auto */
+    CHECK(o.proj.backend && !strcmp(o.proj.backend, "host") && o.proj.n_threads == nl_proj_default_threads());
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(nl_proj_default_threads() == (ncpu > 8 ? 8 : ncpu > 0 ? (int)ncpu : 1));
+    CHECK(o.proj.precision == NULL && o.proj.backend_impl == NULL);
     o.model = model;
     o.data = data;
     o.out = out;
@@ -31,6 +36,12 @@ int main(void) {
     nl_session s;
     CHECKF(nl_session_open(&s, model, out, NULL) == 0, "%s", nl_last_error());
     CHECK(s.adapter != NULL && s.adapter->n > 0);
+    /* no config: host on every core up to 8, and the weights in their stored type (this F32
+     * model's projections stay F32; training's policy would have made them Q8_0) */
+    CHECK(!strcmp(nl_proj_backend_name(s.svc), "host") && nl_proj_threads(s.svc) == nl_proj_default_threads());
+    int n_f32 = 0;
+    for (int i = 0; i < nl_proj_count(s.svc); i++) n_f32 += nl_proj_get(s.svc, i)->type == NL_TYPE_F32;
+    CHECK(nl_proj_count(s.svc) > 0 && n_f32 == nl_proj_count(s.svc));
     int32_t tok[4] = {1, 2, 3, 4};
     float *logits = malloc(sizeof(float) * 4 * (size_t)s.m->hp.n_vocab);
     CHECK(nl_session_logits(&s, tok, 4, logits) == 0 && isfinite(logits[0]));

@@ -114,7 +114,9 @@ static void test_arch(nl_arch arch) {
     snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, name);
     if (nl_mkmodel(arch, "tiny", NL_TYPE_F32, 3, model)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
     nl_session s;
-    if (nl_session_open(&s, model, NULL, NULL)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    /* as `nightlora eval --backend ref --threads 1` runs: the weights in their stored type */
+    nl_proj_config cfg = {.backend = "ref", .n_threads = 1, .precision = "keep"};
+    if (nl_session_open(&s, model, NULL, &cfg)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
     const nl_tokenizer *tok = s.tok;
     nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
     nl_dataset ds;

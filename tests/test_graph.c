@@ -27,7 +27,7 @@ static void test_arch(nl_arch arch) {
     snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, nl_arch_name(arch));
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 11, path) == 0);
     nl_session s;
-    if (nl_session_open(&s, path, NULL, NULL)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_session_open(&s, path, NULL, NL_T_REF_CFG)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
     nl_adapter *ad = nl_adapter_new(s.m, "all", 2, 4.0f, 5);
     CHECK(ad != NULL);
     /* non-zero B so that gradients reach A */

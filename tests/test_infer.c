@@ -34,7 +34,7 @@ static double max_rel_diff(const float *a, const float *b, size_t n) {
  * GDN state), and of a prefill in two pieces. */
 static void test_decode_equals_prefill(const char *path) {
     nl_session s;
-    CHECK(nl_session_open(&s, path, NULL, NULL) == 0);
+    CHECK(nl_session_open(&s, path, NULL, NL_T_REF_CFG) == 0);
     enum { T = 19 };
     int V = s.m->hp.n_vocab, E = s.m->hp.n_embd;
     int32_t tok[T];

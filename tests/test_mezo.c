@@ -74,7 +74,7 @@ static void open_tiny(nl_arch arch, nl_session *s) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, nl_arch_name(arch));
     if (access(path, F_OK) != 0 && nl_mkmodel(arch, "tiny", NL_TYPE_F32, 11, path)) die();
-    if (nl_session_open(s, path, NULL, NULL)) die();
+    if (nl_session_open(s, path, NULL, NL_T_REF_CFG)) die();
 }
 
 /* Bits of the update and of the restore. */

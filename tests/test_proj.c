@@ -274,6 +274,27 @@ static void test_policy(void) {
     CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_Q4_K);      /* q8_0 asked: no requant */
     nl_proj_service_free(s);
 
+    /* "keep": every weight in its GGUF type (F32 stays F32, F16 stays F16, in place), the map
+     * still applies; and the policy in words */
+    s = svc("keep", "blk.9.*=q8_0", 1, 0);
+    v = tw_view(&a, "blk.0.attn_q.weight", NL_CLASS_ATTN);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->data == a.data);
+    v = tw_view(&h16, "blk.0.attn_gate.weight", NL_CLASS_RECURRENT);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->data == h16.data);
+    v = tw_view(&e, "token_embd.weight", NL_CLASS_HEAD);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32);
+    v = tw_view(&a, "blk.9.attn_q.weight", NL_CLASS_ATTN);
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_Q8_0);
+    CHECK(nl_proj_converted_bytes(s) == (uint64_t)(68 * 9));
+    char pol[256];
+    nl_proj_format_precision(s, pol, sizeof pol);
+    CHECKF(!strcmp(pol, "keep (every weight in its GGUF type, then the precision map)"), "%s", pol);
+    nl_proj_service_free(s);
+    s = svc(NULL, NULL, 1, 0);
+    nl_proj_format_precision(s, pol, sizeof pol);
+    CHECKF(!strcmp(pol, "auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF tensors as stored)"), "%s", pol);
+    nl_proj_service_free(s);
+
     /* bad configs and weights */
     nl_proj_config c = {0};
     c.precision = "q5_k";

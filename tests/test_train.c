@@ -242,7 +242,7 @@ static void test_log_json(const char *model, const char *data) {
 /* The trainer's first batch and its gradients, computed here with the same parts. */
 static int direct_grads(const char *model, const char *data, const nl_train_opts *o, const char *init, float **grads, size_t *n) {
     nl_session s;
-    if (nl_session_open(&s, model, NULL, NULL)) return -1;
+    if (nl_session_open(&s, model, NULL, NL_T_REF_CFG)) return -1;
     nl_adapter *ad = init ? nl_adapter_load(s.m, init) : nl_adapter_new(s.m, o->targets, o->rank, o->alpha, o->seed);
     nl_dataset ds;
     nl_packing pk;
@@ -343,7 +343,7 @@ static void test_dump_grads_and_init(const char *model, const char *data) {
     free(want);
     /* the first loss is the eval loss of the init adapter on the same data */
     nl_session s;
-    CHECK(nl_session_open(&s, model, init, NULL) == 0);
+    CHECK(nl_session_open(&s, model, init, NL_T_REF_CFG) == 0);
     nl_dataset ds;
     CHECK(nl_dataset_load(data, s.tok, NULL, &ds) == 0);
     nl_eval_result er;
@@ -481,7 +481,7 @@ static void test_one_step(const char *model, const char *data) {
         nl_train_result r;
         CHECK(train(&o, &r) == 0 && r.steps_done == 1);
         nl_session s;
-        CHECK(nl_session_open(&s, model, NULL, NULL) == 0);
+        CHECK(nl_session_open(&s, model, NULL, NL_T_REF_CFG) == 0);
         nl_adapter *ad = nl_adapter_load(s.m, out);
         CHECK(ad != NULL);
         size_t nz = 0, nb = 0;
@@ -564,6 +564,9 @@ static void test_refusals(const char *model, const char *data) {
     fclose(prog);
     CHECKF(strstr(text, "warning: resuming with other numerics (backend ref there, host now)") && strstr(text, "resumed from ") &&
            strstr(text, "at step 2/5"), "progress: %s", text);
+    /* training keeps the paper's precision policy, and says so */
+    CHECKF(strstr(text, "precision: auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF tensors as stored)\n"),
+           "progress: %s", text);
     free(text);
     steplog L;
     read_log(log, &L);
@@ -751,7 +754,7 @@ static void test_mezo(const char *model, const char *data) {
     CHECK(train(&o, NULL) == 0 && nl_t_same_file(out, out2)); /* deterministic */
     /* the same three steps, directly */
     nl_session s;
-    CHECK(nl_session_open(&s, model, NULL, NULL) == 0);
+    CHECK(nl_session_open(&s, model, NULL, NL_T_REF_CFG) == 0);
     nl_adapter *ad = nl_adapter_new(s.m, NULL, o.rank, o.alpha, o.seed);
     nl_dataset ds;
     nl_packing pk;

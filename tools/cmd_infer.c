@@ -17,12 +17,11 @@
 
 /* Shared service flags: --backend ref|host, --threads N, --precision, --wire. */
 int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    /* defaults: the host backend on every core (the planner checks it against ref first) */
-    cfg->backend = nl_cli_opt(argc, argv, "backend");
-    if (!cfg->backend) cfg->backend = "host";
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t nt = ncpu > 0 ? (ncpu < 8 ? ncpu : 8) : 1;
+    /* defaults: the library's (host backend on every core up to 8; the planner checks it
+     * against ref first) */
+    nl_proj_config_defaults(cfg);
+    if (nl_cli_opt(argc, argv, "backend")) cfg->backend = nl_cli_opt(argc, argv, "backend");
+    int64_t nt = cfg->n_threads;
     if (nl_cli_int(cmd, argc, argv, "threads", 1, 256, &nt) < 0) return 1;
     cfg->n_threads = (int)nt;
     const char *wire = nl_cli_opt(argc, argv, "wire");
@@ -43,6 +42,15 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
         fprintf(stderr, "nightlora %s: --backend %s: expected ref or host\n", cmd, cfg->backend);
         return 1;
     }
+    return 0;
+}
+
+/* The inference commands (logits, generate, eval): the shared flags, and with no --precision the
+ * weights in their stored GGUF types ("keep": what llama.cpp computes with), not the training
+ * policy that narrows F32/F16 projections to Q8_0. */
+static int infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
+    if (nl_cli_proj_config(cmd, argc, argv, cfg)) return 1;
+    if (!cfg->precision) cfg->precision = "keep";
     return 0;
 }
 
@@ -90,7 +98,7 @@ int nl_cmd_logits(int argc, char **argv) {
     static const char *const inputs[] = {"model", "adapter", NULL}, *const outputs[] = {"out", NULL};
     if (nl_cli_no_overwrite("logits", argc, argv, inputs, outputs, NULL)) return 2;
     nl_proj_config cfg;
-    if (nl_cli_proj_config("logits", argc, argv, &cfg)) return 2;
+    if (infer_config("logits", argc, argv, &cfg)) return 2;
     int32_t *ids = NULL;
     int T = 0;
     if (parse_ids(tokens, &ids, &T)) return nl_cli_fail("logits");
@@ -140,7 +148,7 @@ int nl_cmd_generate(int argc, char **argv) {
         return 2;
     }
     nl_proj_config cfg;
-    if (nl_cli_proj_config("generate", argc, argv, &cfg)) return 2;
+    if (infer_config("generate", argc, argv, &cfg)) return 2;
     nl_sample_params sp = {.n_predict = 32, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
     int64_t n_predict = sp.n_predict;
     double temp = sp.temp, top_p = sp.top_p;
@@ -222,7 +230,7 @@ int nl_cmd_eval(int argc, char **argv) {
         return 2;
     }
     nl_proj_config cfg;
-    if (nl_cli_proj_config("eval", argc, argv, &cfg)) return 2;
+    if (infer_config("eval", argc, argv, &cfg)) return 2;
     int64_t ctx_flag = 0;
     if (nl_cli_int("eval", argc, argv, "ctx", 2, 10000000, &ctx_flag) < 0) return 2;
     nl_session s;

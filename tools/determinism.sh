@@ -24,10 +24,12 @@ for arch in llama qwen3 qwen35; do
     losses=$(grep -o '"loss":[^,}]*' "$OUT/$arch-$mode.jsonl" | cut -d: -f2 | tr '\n' ' ')
     echo "$arch $mode adapter $h losses $losses"
   done
-  # inference: logits and eval with the default path's adapter (the no-gradient path)
-  "$BIN" logits --model "$OUT/$arch.gguf" --adapter "$OUT/$arch-default.gguf" --backend host --threads 2 \
+  # inference: logits and eval with the default path's adapter (the no-gradient path), at the
+  # training policy's resident types (--precision auto: the fingerprint predates the inference
+  # commands' default of the stored types, and stays comparable)
+  "$BIN" logits --model "$OUT/$arch.gguf" --adapter "$OUT/$arch-default.gguf" --backend host --threads 2 --precision auto \
     --tokens "1 5 9 200 31 7 64 3 11 90 2 17" --out "$OUT/$arch-logits.f32" >/dev/null 2>&1
   echo "$arch logits $(sha256sum "$OUT/$arch-logits.f32" | cut -c1-16)"
   echo "$arch eval $("$BIN" eval --model "$OUT/$arch.gguf" --adapter "$OUT/$arch-default.gguf" \
-    --data examples/tagging-test.jsonl --backend host --threads 2 2>/dev/null | sed 's/.*: //')"
+    --data examples/tagging-test.jsonl --backend host --threads 2 --precision auto 2>/dev/null | sed 's/.*: //')"
 done

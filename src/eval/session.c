@@ -12,7 +12,11 @@
 
 int nl_session_open(nl_session *s, const char *model_path, const char *adapter_path, const nl_proj_config *cfg) {
     memset(s, 0, sizeof *s);
-    nl_proj_config def = {.backend = "ref", .n_threads = 1};
+    /* no config: the CLI's inference defaults (host backend, every core up to 8, the stored
+     * weight types) */
+    nl_proj_config def;
+    nl_proj_config_defaults(&def);
+    def.precision = "keep";
     s->m = nl_model_load(model_path);
     if (!s->m) return -1;
     if (nl_tokenizer_for_model(s->m, &s->tok)) goto fail;

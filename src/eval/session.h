@@ -19,7 +19,8 @@ typedef struct {
     nl_runtime rt;
 } nl_session;
 
-/* adapter_path may be NULL; cfg may be NULL (ref backend, 1 thread). */
+/* adapter_path may be NULL; cfg may be NULL: the CLI's inference defaults (nl_proj_config_defaults:
+ * host backend, every core up to 8; precision "keep": the weights in their stored types). */
 int nl_session_open(nl_session *s, const char *model_path, const char *adapter_path, const nl_proj_config *cfg);
 void nl_session_close(nl_session *s);
 

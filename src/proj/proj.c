@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/model.h"
 #include "model/quant.h"
@@ -123,10 +124,32 @@ int nl_proj_feasible_type(int gguf_type, int64_t n_in, int target) {
     return target;
 }
 
+int nl_proj_default_threads(void) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu > 8 ? 8 : ncpu > 0 ? (int)ncpu : 1;
+}
+
+void nl_proj_config_defaults(nl_proj_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->backend = "host";
+    cfg->n_threads = nl_proj_default_threads();
+}
+
+int nl_proj_format_precision(const nl_proj_service *s, char *buf, size_t cap) {
+    const char *rules = s->n_rules ? ", then the precision map" : "";
+    if (s->keep_all)
+        return snprintf(buf, cap, "keep (every weight in its GGUF type%s)", rules);
+    if (s->precision >= 0)
+        return snprintf(buf, cap, "%s (every projection widened or narrowed to %s where feasible; embed and "
+                        "quantized GGUF tensors as stored%s)", nl_type_name(s->precision), nl_type_name(s->precision), rules);
+    return snprintf(buf, cap, "auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF "
+                    "tensors as stored%s)", rules);
+}
+
 /* The type the policy asks for (-1 = keep), before feasibility. */
 static int policy_target(const nl_proj_service *s, const nl_proj_weight *w) {
     int tgt;
-    if (w->cls == NL_CLASS_EMBED) tgt = -1;
+    if (w->cls == NL_CLASS_EMBED || s->keep_all) tgt = -1;
     else if (s->precision >= 0) tgt = s->precision;
     else tgt = w->cls == NL_CLASS_RECURRENT ? NL_TYPE_F16 : NL_TYPE_Q8_0;
     for (int i = 0; i < s->n_rules; i++)
@@ -229,11 +252,12 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
 
     if (cfg->precision && strcmp(cfg->precision, "auto") != 0) {
         int t;
-        if (parse_target(cfg->precision, strlen(cfg->precision), &t) || t < 0) {
-            nl_err("proj: unknown precision \"%s\" (expected auto, f32, f16, bf16, q8_0, q4_0 or q4_1)", cfg->precision);
+        if (parse_target(cfg->precision, strlen(cfg->precision), &t)) {
+            nl_err("proj: unknown precision \"%s\" (expected auto, keep, f32, f16, bf16, q8_0, q4_0 or q4_1)", cfg->precision);
             goto fail;
         }
         s->precision = t;
+        s->keep_all = t < 0;
     }
     if (cfg->precision_map && parse_precision_map(s, cfg->precision_map)) goto fail;
 
@@ -369,6 +393,8 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w) {
 int nl_proj_count(const nl_proj_service *s) { return s->n; }
 
 int nl_proj_threads(const nl_proj_service *s) { return s->n_threads; }
+
+const char *nl_proj_backend_name(const nl_proj_service *s) { return s->be->name; }
 
 const char *nl_proj_compute(const nl_proj_service *s) {
     return s && s->be == &nl_proj_backend_host ? nl_proj_host_compute(s->be_ctx) : "f32";

@@ -53,7 +53,7 @@ extern const nl_proj_backend nl_proj_backend_host;  /* host.c: resident-type SIM
 const nl_proj_backend *nl_proj_backend_find(const char *name);
 
 typedef struct {
-    const char *backend;  /* "ref" (default) or "host" */
+    const char *backend;  /* "ref" (the default of a zeroed config) or "host" */
     int n_threads;        /* service worker threads (0 = 1) */
     /* FP16 wire (NPU-faithful mode), done by the service around any backend: each input row
      * is scaled by a power of two so max|x| lands in [2^11, 2^12) and rounded to FP16; the
@@ -64,6 +64,8 @@ typedef struct {
     int verbose;
     /* Resident precision of the projection weights (DESIGN §2), applied once at nl_proj_add:
      *   "auto" (default, NULL): recurrent -> f16; attn, mlp, head -> q8_0; embed keeps its type
+     *           (the paper's training policy)
+     *   "keep": every weight in its GGUF type (what inference uses by default)
      *   "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "q4_1": every class but embed
      * precision_map overrides per class or tensor-name glob (* and ?), comma separated:
      *   "recurrent=f32,mlp=f16,blk.0.*=keep"   classes: attn mlp recurrent head embed;
@@ -86,6 +88,17 @@ typedef struct {
  * only while converting, also keeps the GGUF bytes.) */
 int nl_proj_feasible_type(int gguf_type, int64_t n_in, int target);
 
+/* The defaults of the library's entry points and of the CLI (nl_train_defaults, nl_session_open
+ * with no config, every nightlora command): the host backend on nl_proj_default_threads()
+ * threads, f32 wire, precision NULL ("auto"; the inference entry points then ask for "keep").
+ * A zeroed config (or NULL to nl_proj_service_new) is still ref on one thread. */
+void nl_proj_config_defaults(nl_proj_config *cfg);
+/* Every online core, at most 8. */
+int nl_proj_default_threads(void);
+/* The service's precision policy in words, e.g. "auto (attn, mlp, head -> q8_0, recurrent -> f16;
+ * embed and quantized GGUF tensors as stored)", into buf (NUL-terminated); like snprintf. */
+int nl_proj_format_precision(const nl_proj_service *s, char *buf, size_t cap);
+
 nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg);
 void nl_proj_service_free(nl_proj_service *s);
 
@@ -95,6 +108,8 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w);
 int nl_proj_count(const nl_proj_service *s);
 /* The service's worker thread count (nl_proj_config.n_threads, at least 1). */
 int nl_proj_threads(const nl_proj_service *s);
+/* The backend's name ("host", "ref", ...). */
+const char *nl_proj_backend_name(const nl_proj_service *s);
 /* "bf16" when the service's backend computes in BF16 (host with --compute bf16 or auto on an
  * AVX512_BF16 CPU), else "f32": the training graph runs its attention at the same precision. */
 const char *nl_proj_compute(const nl_proj_service *s);

@@ -32,7 +32,8 @@ struct nl_proj_service {
     const nl_proj_backend *be;
     void *be_ctx;
     void *ref_ctx;          /* == be_ctx when the backend is ref */
-    int precision;          /* -1 auto, else a type */
+    int precision;          /* -1 auto (or keep, below), else a type */
+    int keep_all;           /* precision "keep": every weight in its GGUF type */
     nl_proj_rule *rules;
     int n_rules;
 

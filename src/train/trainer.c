@@ -49,8 +49,7 @@ void nl_train_defaults(nl_train_opts *o) {
     o->seed = 42;
     o->commit_every = 1;
     o->act_budget_mb = -1;
-    o->proj.backend = "ref";
-    o->proj.n_threads = 1;
+    nl_proj_config_defaults(&o->proj); /* the CLI's: host, every core up to 8, precision auto */
     o->thermal = "auto";
     o->progress = stderr;
     o->method = "backprop";
@@ -959,6 +958,8 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (nl_proj_plan(t.svc, NULL, 0)) goto done;
     if (o->progress) {
         char line[256], mem[512];
+        nl_proj_format_precision(t.svc, line, sizeof line);
+        fprintf(o->progress, "precision: %s\n", line);
         nl_proj_plan_format_summary(t.svc, line, sizeof line);
         nl_proj_format_resident(t.svc, mem, sizeof mem);
         char kern[256];

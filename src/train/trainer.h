@@ -40,7 +40,7 @@ typedef struct {
     int resume;
     int allow_kernel_change;             /* --resume on other kernels than the commits': continue */
     int64_t act_budget_mb;               /* -1: MemAvailable-based */
-    nl_proj_config proj;
+    nl_proj_config proj;                 /* nl_proj_config_defaults: host, every core up to 8, precision auto */
     /* LoRA branches overlapped with the in-flight service request: "auto" (NULL) = "off" when
      * the service computes on these CPU cores (backend host or ref: overlapping would
      * oversubscribe them; the branches are then split over the CPU node pool after each
