@@ -150,6 +150,33 @@ static void test_adapters(const char *path, const char *tag) {
     double d = max_rel_diff(with, merged, (size_t)T * V), moved = max_rel_diff(with, base, (size_t)T * V);
     CHECKF(d < 1e-4, "%s: adapter vs merged rel diff %g", tag, d);
     CHECKF(moved > 1e-3, "%s: the adapter changed nothing (%g)", tag, moved);
+
+    /* merge --type q4_1: every adapted projection is the reference Q4_1 quantization of the
+     * F32 merge's tensor, byte for byte; other tensors as they were; file_type 3 (MOSTLY_Q4_1) */
+    char qpath[512];
+    snprintf(qpath, sizeof qpath, "%s/%s-merged-q4_1.gguf", tmpdir, tag);
+    CHECK(nl_merge(m, a, NL_TYPE_Q4_1, qpath) == 0);
+    nl_gguf *gf = nl_gguf_open(mpath), *gq = nl_gguf_open(qpath);
+    CHECK(gf && gq);
+    if (gf && gq) {
+        uint32_t ft = 0;
+        CHECK(nl_gguf_get_u32(gq, "general.file_type", &ft) == 0 && ft == 3);
+        int n_q41 = 0, bad = 0;
+        for (int64_t i = 0; i < gq->n_tensors; i++) {
+            const nl_gguf_tensor *tq = &gq->tensors[i], *tf = nl_gguf_tensor_find(gf, tq->name);
+            if (!tf) { bad++; continue; }
+            if (tq->type != NL_TYPE_Q4_1) continue;
+            n_q41++;
+            const int64_t n = tf->ne[0] * tf->ne[1];
+            uint8_t *want = malloc(nl_row_bytes(NL_TYPE_Q4_1, tf->ne[0]) * (size_t)tf->ne[1]);
+            nl_type_get(NL_TYPE_Q4_1)->from_float((const float *)tf->data, want, n);
+            bad += tf->type != NL_TYPE_F32 || memcmp(want, tq->data, nl_row_bytes(NL_TYPE_Q4_1, tf->ne[0]) * (size_t)tf->ne[1]) != 0;
+            free(want);
+        }
+        CHECKF(bad == 0 && n_q41 >= a->n, "%s: q4_1 merge: %d of %d tensors differ", tag, bad, n_q41);
+    }
+    nl_gguf_close(gf);
+    nl_gguf_close(gq);
     nl_adapter_free(a);
     nl_model_free(m);
     free(base); free(with); free(merged);
