@@ -214,6 +214,24 @@ static inline void nl_t_rand_weight(int type, int N, int K, uint8_t *w) {
     }
 }
 
+/* Copy a GGUF model with a head of its own: output.weight = a copy of token_embd.weight (the
+ * synthetic models tie them, and train refuses an adapter on a tied head). 0 ok. */
+#include "model/gguf.h"
+static inline int nl_t_untie(const char *in, const char *out) {
+    nl_gguf *g = nl_gguf_open(in);
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = g && w ? nl_gguf_copy_kvs(w, g) : -1;
+    for (int64_t i = 0; rc == 0 && i < g->n_tensors; i++)
+        rc = nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne,
+                                g->tensors[i].data, true);
+    const nl_gguf_tensor *te = rc == 0 ? nl_gguf_tensor_find(g, "token_embd.weight") : NULL;
+    rc = te ? nl_gguf_add_tensor(w, "output.weight", te->type, 2, te->ne, te->data, true) : -1;
+    if (rc == 0) rc = nl_gguf_write(w, out);
+    if (w) nl_gguf_writer_free(w);
+    if (g) nl_gguf_close(g);
+    return rc;
+}
+
 /* N rows of K elements of `type`: F16 in ±[2^-6, 4) with some zeros; Q8_0/Q4_0 with block
  * scales in ±[2^-10, 2^-5); Q4_K/Q6_K random bytes with sane scales; other types quantized
  * from values in [-1, 1) by their from_float. */

@@ -388,6 +388,45 @@ static void test_targets(const char *model, const char *data) {
     o.targets = "q,qq";
     nl_train_result r;
     CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "qq"));
+
+    /* A tied head (this model has no output.weight): --targets output is refused before any
+     * step, with the reason, and nothing is written; so is an --init-adapter that adapts it. */
+    remove(out);
+    o.targets = "q,output";
+    CHECK(nl_train(&o, &r) == -1);
+    CHECKF(strstr(nl_last_error(), "--targets output: ") && strstr(nl_last_error(), "ties its output head to token_embd.weight") &&
+           strstr(nl_last_error(), "llama.cpp") && strstr(nl_last_error(), "merge"), "%s", nl_last_error());
+    CHECK(access(out, F_OK) != 0);
+    char init[512];
+    path_of(init, sizeof init, "tied-head-init.gguf");
+    m = nl_model_load(model);
+    a = m ? nl_adapter_new(m, "output", 2, 4.0f, 1) : NULL; /* the library can make one; train won't take it */
+    CHECK(m && m->tied_head && a && nl_adapter_save(a, m, init) == 0);
+    nl_adapter_free(a);
+    nl_model_free(m);
+    o.targets = NULL;
+    o.init_adapter = init;
+    CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "adapts the output head, which this model ties"));
+    o.init_adapter = NULL;
+
+    /* The same model with its own output.weight (a copy of the embedding): the head adapter is
+     * written as output.weight.lora_a/b, which merge takes. */
+    char untied[512], merged[512];
+    path_of(untied, sizeof untied, "untied.gguf");
+    path_of(merged, sizeof merged, "untied-merged.gguf");
+    CHECK(nl_t_untie(model, untied) == 0);
+    o.model = untied;
+    o.targets = "output";
+    CHECK(train(&o, NULL) == 0);
+    nl_gguf *ga = nl_gguf_open(out);
+    CHECK(ga && nl_gguf_tensor_find(ga, "output.weight.lora_a") && nl_gguf_tensor_find(ga, "output.weight.lora_b") &&
+          !nl_gguf_tensor_find(ga, "token_embd.weight.lora_a") && ga->n_tensors == 2);
+    nl_gguf_close(ga);
+    m = nl_model_load(untied);
+    a = m ? nl_adapter_load(m, out) : NULL;
+    CHECK(m && !m->tied_head && a && a->n == 1 && nl_merge(m, a, -1, merged) == 0);
+    nl_adapter_free(a);
+    nl_model_free(m);
 }
 
 static void test_epochs(const char *model) {

@@ -905,6 +905,22 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (o->init_adapter) t.ad = nl_adapter_load(t.m, o->init_adapter);
     else t.ad = nl_adapter_new(t.m, o->targets, o->rank, o->alpha, o->seed);
     if (!t.ad) goto done;
+    /* llama.cpp finds a LoRA pair by its base tensor's name: a tied model has no output.weight,
+     * and token_embd.weight.lora_a/b is validated and applied as an EMBEDDING adapter (at the
+     * token lookup), so no adapter file adapts a tied head alone; merge cannot either (the head
+     * and the embedding are one tensor). Refused before anything is trained. */
+    if (t.m->tied_head && t.ad->by_proj[t.m->p_output] >= 0) {
+        if (o->init_adapter)
+            nl_err("--init-adapter %s adapts the output head, which this model ties to token_embd.weight: an adapter on a "
+                   "tied head loads in neither llama.cpp nor merge; start a fresh adapter without \"output\" in --targets",
+                   o->init_adapter);
+        else
+            nl_err("--targets output: %s ties its output head to token_embd.weight (it has no output.weight), and an "
+                   "adapter on a tied head loads in neither llama.cpp (token_embd.weight.lora_a/b would be taken for an "
+                   "embedding adapter) nor merge (the head and the embedding are one tensor); drop \"output\" from "
+                   "--targets (\"all\" leaves the head out)", o->model);
+        goto done;
+    }
     if (o->init_adapter && o->init_rank > 0 && t.ad->rank != o->init_rank) {
         nl_err("--init-adapter %s has rank %d, --rank %d was asked: drop --rank (the adapter's rank is used) or start "
                "a fresh adapter without --init-adapter", o->init_adapter, t.ad->rank, o->init_rank);
