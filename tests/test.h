@@ -214,6 +214,19 @@ static inline void nl_t_rand_weight(int type, int N, int K, uint8_t *w) {
     }
 }
 
+/* The real pretrained model tools/fetch-models.sh caches (SmolLM2-135M-Instruct, Q4_1) at
+ * ${NL_MODEL_CACHE:-$HOME/.cache/nightlora}/SmolLM2-135M-Instruct.Q4_1.gguf: 1 with its path in
+ * buf, or 0 after printing why the caller's checks are skipped. */
+#define NL_T_REAL_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+static inline int nl_t_real_model(char *buf, size_t cap, const char *what) {
+    const char *dir = getenv("NL_MODEL_CACHE"), *home = getenv("HOME");
+    if (dir && *dir) snprintf(buf, cap, "%s/%s", dir, NL_T_REAL_MODEL);
+    else snprintf(buf, cap, "%s/.cache/nightlora/%s", home ? home : "", NL_T_REAL_MODEL);
+    if (access(buf, R_OK) == 0) return 1;
+    printf("SKIP %s: %s not found (run tools/fetch-models.sh; it caches the model in "
+           "${NL_MODEL_CACHE:-$HOME/.cache/nightlora})\n", what, buf);
+    return 0;
+}
 /* Copy a GGUF model with a head of its own: output.weight = a copy of token_embd.weight (the
  * synthetic models tie them, and train refuses an adapter on a tied head). 0 ok. */
 #include "model/gguf.h"
@@ -231,9 +244,5 @@ static inline int nl_t_untie(const char *in, const char *out) {
     if (g) nl_gguf_close(g);
     return rc;
 }
-
-/* N rows of K elements of `type`: F16 in ±[2^-6, 4) with some zeros; Q8_0/Q4_0 with block
- * scales in ±[2^-10, 2^-5); Q4_K/Q6_K random bytes with sane scales; other types quantized
- * from values in [-1, 1) by their from_float. */
 
 #endif

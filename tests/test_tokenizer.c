@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "data/unicode.h"
 #include "model/gguf.h"
@@ -79,15 +80,12 @@ static nl_tokenizer *open_vocab(const char *name, nl_gguf **gout) {
 }
 
 /* ---- 1. llama.cpp vectors ---- */
-static void test_vectors(const char *name) {
-    nl_tokenizer *t = open_vocab(name, NULL);
-    if (!t) return;
-    char path[512];
+/* llama.cpp's ids for every case of inp_path (cases split on SEP) against out_path (one line
+ * of ids per case), and every case's round trip. t is freed. */
+static void check_vectors(nl_tokenizer *t, const char *name, const char *inp_path, const char *out_path) {
     size_t ilen, olen;
-    snprintf(path, sizeof path, TOKDIR "ggml-vocab-%s.gguf.inp", name);
-    char *inp = nl_read_file(path, &ilen);
-    snprintf(path, sizeof path, TOKDIR "ggml-vocab-%s.gguf.out", name);
-    char *out = nl_read_file(path, &olen);
+    char *inp = nl_read_file(inp_path, &ilen);
+    char *out = nl_read_file(out_path, &olen);
     CHECKF(inp && out, "%s: %s", name, nl_last_error());
     if (!inp || !out) { free(inp); free(out); nl_tokenizer_free(t); return; }
     int n_cases = 0, n_ok = 0, n_rt = 0;
@@ -137,6 +135,48 @@ static void test_vectors(const char *name) {
     free(inp);
     free(out);
     nl_tokenizer_free(t);
+}
+
+static void test_vectors(const char *name) {
+    nl_tokenizer *t = open_vocab(name, NULL);
+    if (!t) return;
+    char ip[512], op[512];
+    snprintf(ip, sizeof ip, TOKDIR "ggml-vocab-%s.gguf.inp", name);
+    snprintf(op, sizeof op, TOKDIR "ggml-vocab-%s.gguf.out", name);
+    check_vectors(t, name, ip, op);
+}
+
+/* The real SmolLM2-135M-Instruct vocabulary (49152 tokens, pre-tokenizer smollm): llama.cpp's
+ * ids on the 46 standard cases (tests/data/tokenizer/smollm2-135m.out, written by
+ * llama-cpp-python's tokenize with add_bos=False, special=False), and the ChatML special
+ * tokens as the model's template uses them. Skipped when the model is not in the cache. */
+static void test_real_vocab(void) {
+    char path[1024];
+    if (!nl_t_real_model(path, sizeof path, "real-vocab tokenizer checks")) return;
+    nl_gguf *g = nl_gguf_open(path);
+    CHECKF(g != NULL, "%s", nl_last_error());
+    if (!g) return;
+    nl_tokenizer *t = nl_tokenizer_from_gguf(g);
+    CHECKF(t != NULL, "%s", nl_last_error());
+    const char *pre = NULL;
+    CHECK(nl_gguf_get_str(g, "tokenizer.ggml.pre", &pre) == 0 && pre && !strcmp(pre, "smollm"));
+    nl_gguf_close(g);
+    if (!t) return;
+    /* the special tokens: <|endoftext|> 0, <|im_start|> 1 (BOS), <|im_end|> 2 (EOS), no BOS added */
+    CHECK(nl_token_lookup(t, "<|endoftext|>") == 0 && nl_token_lookup(t, "<|im_start|>") == 1 &&
+          nl_token_lookup(t, "<|im_end|>") == 2);
+    CHECK(nl_token_bos(t) == 1 && nl_token_eos(t) == 2 && !nl_tokenizer_add_bos(t));
+    int32_t *ids = NULL;
+    const int32_t user = nl_token_lookup(t, "user"), nl = nl_token_lookup(t, "\xC4\x8A"); /* "\n" mapped */
+    int n = tok(t, "<|im_start|>user\nHi<|im_end|>\n", false, true, &ids);
+    CHECK(n == 6 && ids[0] == 1 && ids[1] == user && ids[2] == nl && ids[4] == 2 && ids[5] == nl);
+    free(ids);
+    n = tok(t, "<|im_start|>", false, false, &ids); /* as text: never the control token */
+    CHECK(n > 1 && ids[0] != 1);
+    free(ids);
+    nl_chat_tmpl tm;
+    CHECK(nl_chat_template_pick(NULL, nl_tokenizer_chat_template(t), &tm) == 0 && tm == NL_TMPL_CHATML);
+    check_vectors(t, "smollm2-135m", TOKDIR "ggml-vocab-gpt-2.gguf.inp", TOKDIR "smollm2-135m.out");
 }
 
 /* ---- 2. pre-tokenizer splits, derived by hand from the regexes ---- */
@@ -665,6 +705,7 @@ int main(int argc, char **argv) {
     test_bpe_loop();
     const char *vocabs[] = {"gpt-2", "mpt", "starcoder", "refact", "falcon", "deepseek-coder", "deepseek-llm"};
     for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) test_vectors(vocabs[i]);
+    test_real_vocab();
     test_gpt2_specials();
     test_vocab_specials();
     test_invalid_utf8();
