@@ -6,7 +6,9 @@
  * of one product through the host backend (best of --reps after a warm-up; compute mode from
  * --compute) and through ref on the same resident weight (ref only for T <= 64, best of
  * max(1, reps/3), no warm-up: it is slow), and the relative Frobenius difference of the two.
- * FLOPs of one product = 2·T·N·K. --json: one JSON array, an object per row. */
+ * Where the CPU has usable AMX and --compute does not already pick it, the AMX tile kernels are
+ * timed too (amx_ms / amx_gflops). FLOPs of one product = 2·T·N·K. --json: one JSON array, an
+ * object per row. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,7 +129,7 @@ static int cmd_bench_proj(int argc, char **argv) {
     nl_proj_service *svc = nl_proj_service_new(&cfg);
     nl_runtime rt;
     memset(&rt, 0, sizeof rt);
-    void *hctx = NULL, *rctx = NULL;
+    void *hctx = NULL, *rctx = NULL, *actx = NULL;
     bench_shape *sh = NULL;
     float *x = NULL, *y = NULL, *yr = NULL;
     int rc = 1, n_sh = 0;
@@ -135,6 +137,15 @@ static int cmd_bench_proj(int argc, char **argv) {
     if (nl_proj_backend_host.init(&hctx, cfg.n_threads)) {
         hctx = NULL;
         goto done;
+    }
+    /* where the CPU has usable AMX and the host context does not already run it: the tile
+     * kernels too, in their own columns */
+    if (nl_proj_host_cpu_has("amx") && strcmp(nl_proj_host_compute(hctx), "amx")) {
+        if (nl_proj_backend_host.init(&actx, cfg.n_threads)) {
+            actx = NULL;
+            goto done;
+        }
+        if (nl_proj_host_configure(actx, NULL, "amx")) goto done;
     }
     if (nl_proj_backend_ref.init(&rctx, cfg.n_threads)) {
         rctx = NULL;
@@ -185,11 +196,13 @@ static int cmd_bench_proj(int argc, char **argv) {
     if (json) {
         printf("[");
     } else {
-        printf("bench proj: %s %s, host kernels %s compute %s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
-               nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx), cfg.n_threads,
-               cfg.n_threads == 1 ? "" : "s", reps, ref_reps, REF_MAX_T);
-        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %10s %8s %8s %9s\n", "proj", "count", "K x N", "type", "dir", "T",
+        printf("bench proj: %s %s, host kernels %s compute %s%s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
+               nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx),
+               actx ? " (and the amx tile kernels)" : "", cfg.n_threads, cfg.n_threads == 1 ? "" : "s", reps, ref_reps, REF_MAX_T);
+        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %10s %8s %8s %9s", "proj", "count", "K x N", "type", "dir", "T",
                "host ms", "GFLOP/s", "ref ms", "GFLOP/s", "speedup", "rel diff");
+        if (actx) printf(" %10s %8s", "amx ms", "GFLOP/s");
+        printf("\n");
     }
     int first = 1;
     for (int s = 0; s < n_sh; s++) {
@@ -212,6 +225,8 @@ static int cmd_bench_proj(int argc, char **argv) {
                     if (tr < 0) goto done;
                     diff = rel_diff(y, yr, (size_t)T * n_out);
                 }
+                const double ta = actx ? time_run(&nl_proj_backend_host, actx, w, dir, x, T, y, 1, reps) : NAN;
+                if (ta < 0) goto done;
                 if (json) {
                     printf("%s\n {\"proj\": ", first ? "" : ",");
                     nl_cli_json_str(sh[s].label);
@@ -228,6 +243,12 @@ static int cmd_bench_proj(int argc, char **argv) {
                     nl_cli_json_num(flops / tr * 1e-9);
                     printf(", \"rel_diff\": ");
                     nl_cli_json_num(diff);
+                    if (actx) {
+                        printf(", \"amx_ms\": ");
+                        nl_cli_json_num(ta * 1e3);
+                        printf(", \"amx_gflops\": ");
+                        nl_cli_json_num(flops / ta * 1e-9);
+                    }
                     printf("}");
                 } else {
                     char shape[32];
@@ -235,9 +256,11 @@ static int cmd_bench_proj(int argc, char **argv) {
                     printf("%-14s %5d %12s %-5s %-3s %5d %10.3f %8.1f", sh[s].label, sh[s].count, shape,
                            nl_type_name(w->type), d ? "bwd" : "fwd", T, th * 1e3, flops / th * 1e-9);
                     if (isfinite(tr))
-                        printf(" %10.3f %8.2f %7.1fx %9.1e\n", tr * 1e3, flops / tr * 1e-9, tr / th, diff);
+                        printf(" %10.3f %8.2f %7.1fx %9.1e", tr * 1e3, flops / tr * 1e-9, tr / th, diff);
                     else
-                        printf(" %10s %8s %8s %9s\n", "-", "-", "-", "-");
+                        printf(" %10s %8s %8s %9s", "-", "-", "-", "-");
+                    if (actx) printf(" %10.3f %8.1f", ta * 1e3, flops / ta * 1e-9);
+                    printf("\n");
                 }
                 fflush(stdout);
                 first = 0;
@@ -253,6 +276,7 @@ done:
     free(yr);
     free(sh);
     if (hctx) nl_proj_backend_host.free(hctx);
+    if (actx) nl_proj_backend_host.free(actx);
     if (rctx) nl_proj_backend_ref.free(rctx);
     nl_runtime_free(&rt);
     if (svc) nl_proj_service_free(svc);
