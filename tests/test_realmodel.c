@@ -1,0 +1,101 @@
+/* The real pretrained model end to end (SmolLM2-135M-Instruct as published: llama, tied head,
+ * Q4_1 projections, Q8_0 embedding, smollm pre-tokenizer, ChatML with a default system turn),
+ * through the library with its default settings (what every nightlora command runs): it loads
+ * as stored, answers a question greedily, and a short LoRA run on it trains, writes an adapter
+ * the session loads and evaluates. Skipped, saying so, when the model is not in
+ * ${NL_MODEL_CACHE:-$HOME/.cache/nightlora} (tools/fetch-models.sh puts it there). */
+#include <unistd.h>
+
+#include "nightlora.h"
+#include "test.h"
+
+static char tmpdir[256];
+
+/* The model as stored: every projection Q4_1, the tied head and the embedding one Q8_0 tensor,
+ * nothing converted by the inference defaults. */
+static void test_load(const nl_session *s) {
+    const nl_model *m = s->m;
+    CHECK(m->arch == NL_ARCH_LLAMA && m->tied_head && m->hp.n_layer == 30 && m->hp.n_embd == 576 &&
+          m->hp.n_vocab == 49152);
+    int n_q41 = 0, n_head = 0;
+    for (int i = 0; i < nl_proj_count(s->svc); i++) {
+        const nl_proj_weight *w = nl_proj_get(s->svc, i);
+        if (w->cls == NL_CLASS_ATTN || w->cls == NL_CLASS_MLP) n_q41 += w->type == NL_TYPE_Q4_1;
+        else n_head += w->type == NL_TYPE_Q8_0;
+    }
+    CHECKF(n_q41 == 30 * 7 && n_head >= 1, "%d Q4_1 projections, %d Q8_0 head/embed", n_q41, n_head);
+    CHECK(nl_proj_converted_bytes(s->svc) == 0);
+}
+
+/* Greedy answer to a question through the model's own chat template. */
+static void test_generate(nl_session *s) {
+    int32_t *prompt = NULL, *gen = NULL;
+    int np = 0, ng = 0;
+    const char *q = "What is the capital of France?";
+    CHECK(nl_chat_prompt_tokens(s->tok, NULL, q, strlen(q), &prompt, &np) == 0);
+    nl_sample_params sp = {.n_predict = 12, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
+    CHECKF(nl_generate(s, prompt, np, &sp, NULL, NULL, &gen, &ng) == 0, "%s", nl_last_error());
+    char *text = NULL;
+    size_t len = 0;
+    CHECK(ng > 0 && nl_detokenize(s->tok, gen, ng, &text, &len) == 0);
+    CHECKF(text && strstr(text, "Paris"), "answer: %s", text ? text : "(none)");
+    printf("generate: %s -> %.*s\n", q, (int)len, text ? text : "");
+    free(text);
+    free(gen);
+    free(prompt);
+}
+
+int main(void) {
+    char model[1024];
+    if (!nl_t_real_model(model, sizeof model, "real-model checks")) return nl_t_done();
+    if (nl_t_tmpdir(tmpdir, sizeof tmpdir, "realmodel")) return 1;
+    nl_session s;
+    CHECKF(nl_session_open(&s, model, NULL, NULL) == 0, "%s", nl_last_error());
+    test_load(&s);
+    test_generate(&s);
+    nl_session_close(&s);
+
+    /* a few LoRA steps on chat data through the template, with the library's defaults */
+    char data[512], out[512];
+    snprintf(data, sizeof data, "%s/notes.jsonl", tmpdir);
+    snprintf(out, sizeof out, "%s/adapter.gguf", tmpdir);
+    FILE *f = fopen(data, "w");
+    CHECK(f != NULL);
+    if (!f) return nl_t_done();
+    static const char *const notes[][2] = {{"Book the hotel for Friday", "travel"}, {"Buy milk and eggs", "shopping"},
+                                           {"Dentist at 3pm", "health"}, {"Send the report to Anna", "work"}};
+    for (int i = 0; i < 4; i++)
+        fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Tag this note: %s\"}, "
+                   "{\"role\": \"assistant\", \"content\": \"%s\"}]}\n", notes[i][0], notes[i][1]);
+    fclose(f);
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    o.model = model;
+    o.data = data;
+    o.out = out;
+    o.steps = 2;
+    o.batch_tokens = 256;
+    o.rank = 4;
+    o.targets = "q,v";
+    o.lr = 1e-3;
+    o.thermal = "off";
+    o.progress = NULL;
+    nl_train_result r;
+    CHECKF(nl_train(&o, &r) == 0, "%s", nl_last_error());
+    CHECK(r.steps_done == 2 && isfinite(r.first_loss) && isfinite(r.last_loss) && r.first_loss > 0);
+    /* the adapter loads, evaluates, and leaves the tied head alone */
+    CHECKF(nl_session_open(&s, model, out, NULL) == 0, "%s", nl_last_error());
+    CHECK(s.adapter && s.adapter->n == 60 && s.adapter->by_proj[s.m->p_output] < 0);
+    nl_dataset ds;
+    nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
+    nl_eval_result er;
+    CHECK(nl_dataset_load(data, s.tok, &dopt, &ds) == 0);
+    CHECKF(nl_eval_dataset(&s.rt, &ds, 512, &er) == 0, "%s", nl_last_error());
+    CHECK(er.n_targets > 0 && isfinite(er.loss_sum));
+    printf("train: loss %.4f -> %.4f in 2 steps; eval loss %.4f over %lld targets\n", r.first_loss, r.last_loss,
+           er.loss_sum / (double)er.n_targets, (long long)er.n_targets);
+    nl_dataset_free(&ds);
+    nl_session_close(&s);
+    nl_t_tmpdir_done(tmpdir);
+    return nl_t_done();
+}
