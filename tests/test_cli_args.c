@@ -112,7 +112,6 @@ static void test_no_overwrite(void) {
     expect("train --dump-grads = --init-adapter", run(TRAIN("--out", out, "--init-adapter", adapter, "--dump-grads", adapter)), 2,
            "--dump-grads", "--init-adapter", NULL);
     CHECK(unchanged(adapter, &a));
-    a = take(adapter);
     /* another spelling, a symlink, a hard link: the same file */
     char spelled[600];
     snprintf(spelled, sizeof spelled, "%s/./sub/../q3.gguf", tmp);
@@ -302,7 +301,9 @@ static void test_long_line(void) {
     fclose(f);
     const char *const t1[] = {"train", "--model", model, "--data", p, "--out", out, "--steps", "1", "--thermal", "off", NULL};
     expect("a JSONL line over 64 MiB", run(t1), 1, "longline.jsonl:2: the line is ", "more than the 64 MiB a line may hold", NULL);
+#ifndef __SANITIZE_ADDRESS__ /* ASan's shadow and quarantine add to every allocation's RSS */
     CHECKF((double)last_maxrss_kb * 1024 < 3.0 * (double)n, "peak RSS %ld KiB for a %zu-byte line", last_maxrss_kb, n);
+#endif
     printf("%-40s peak RSS %.1f MiB (%.2fx the line)\n", "", last_maxrss_kb / 1024.0, last_maxrss_kb * 1024.0 / (double)n);
     CHECK(access(out, F_OK) != 0);
     unlink(p);
