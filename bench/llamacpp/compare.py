@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/llamacpp/compare.py: nightlora's next-token probabilities (`nightlora logits`, ref
-backend, FP32 resident weights) against llama.cpp's top N (written by probs.mjs).
+backend, FP32 resident weights) against llama.cpp's top N (written by probs.py).
 
   compare.py NIGHTLORA MODEL.gguf "t0 t1 ..." LLAMACPP.json [--adapter A.gguf]
 
