@@ -4,6 +4,7 @@ with one of five labels. Deterministic (fixed seed). Train and test use the same
 but disjoint filler combinations, so held-out accuracy measures generalisation to new notes.
 
     python3 examples/make_tagging_data.py   # rewrites examples/tagging-train.jsonl, -test.jsonl
+                                            # and the chat versions tagging-chat-train/-test.jsonl
 """
 import json
 import os
@@ -30,6 +31,7 @@ DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 TIMES = ["7am", "9:30", "noon", "3pm", "6pm", "8:15"]
 PEOPLE = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima"]
 LABELS = list(TAGS)
+SYSTEM = {"role": "system", "content": "Tag the user's note with one word: " + ", ".join(LABELS[:-1]) + " or " + LABELS[-1] + "."}
 
 
 def note(rng, tag):
@@ -60,6 +62,15 @@ def main():
         for text, tag in test:
             f.write(json.dumps({"prompt": "Note: " + text + "\nTag:", "choices": [" " + l for l in LABELS],
                                 "answer": " " + tag}) + "\n")
+    # the same notes as conversations, for an instruction-tuned model's own chat template
+    with open(os.path.join(here, "tagging-chat-train.jsonl"), "w") as f:
+        for text, tag in train:
+            f.write(json.dumps({"messages": [SYSTEM, {"role": "user", "content": text},
+                                             {"role": "assistant", "content": tag}]}) + "\n")
+    with open(os.path.join(here, "tagging-chat-test.jsonl"), "w") as f:
+        for text, tag in test:
+            f.write(json.dumps({"messages": [SYSTEM, {"role": "user", "content": text}], "choices": LABELS,
+                                "answer": tag}) + "\n")
 
 
 if __name__ == "__main__":
