@@ -1,0 +1,48 @@
+# The rooms of the library and their order (docs/architecture.md): a room may include its own
+# headers and those of the rooms below it, never one above it or beside it.
+#   util -> sys -> model -> data -> proj -> nn -> train | eval -> tools
+# train and eval stand side by side: neither includes the other. tools/ (the CLI) is on top.
+set(NL_ROOMS util sys model data proj nn train eval tools)
+set(NL_ROOM_RANK_util 0)
+set(NL_ROOM_RANK_sys 1)
+set(NL_ROOM_RANK_model 2)
+set(NL_ROOM_RANK_data 3)
+set(NL_ROOM_RANK_proj 4)
+set(NL_ROOM_RANK_nn 5)
+set(NL_ROOM_RANK_train 6)
+set(NL_ROOM_RANK_eval 6)
+set(NL_ROOM_RANK_tools 7)
+
+# The rooms a file includes ("room/header.h"), in the order they appear, deduplicated.
+function(nl_included_rooms file out)
+  file(STRINGS "${file}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"[a-z0-9_]+/")
+  set(rooms "")
+  foreach(l IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([a-z0-9_]+)/.*$" "\\1" r "${l}")
+    list(FIND NL_ROOMS "${r}" known)
+    if(known GREATER -1)
+      list(APPEND rooms "${r}")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES rooms)
+  set(${out} "${rooms}" PARENT_SCOPE)
+endfunction()
+
+# The room a test (or fuzz harness) exercises: the highest room it includes; tools when it runs
+# the built CLI (NL_CLI) or has only the public header. Used as its ctest label.
+function(nl_test_room file out)
+  file(READ "${file}" text)
+  nl_included_rooms("${file}" rooms)
+  set(best "")
+  set(best_rank -1)
+  foreach(r IN LISTS rooms)
+    if(NL_ROOM_RANK_${r} GREATER best_rank)
+      set(best "${r}")
+      set(best_rank ${NL_ROOM_RANK_${r}})
+    endif()
+  endforeach()
+  if(best STREQUAL "" OR text MATCHES "NL_CLI")
+    set(best tools)
+  endif()
+  set(${out} "${best}" PARENT_SCOPE)
+endfunction()

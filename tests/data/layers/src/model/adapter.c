@@ -1,0 +1,3 @@
+#include "model/adapter.h"
+#include "nn/lora.h" /* the break */
+#include "util/util.h"

@@ -1,0 +1,3 @@
+#include "nn/lora.h"
+#include "model/adapter.h"
+#include "util/rng.h"

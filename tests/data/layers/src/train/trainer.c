@@ -1,0 +1,3 @@
+#include "train/trainer.h"
+#include "eval/eval.h"
+#include "nn/forward.h"
