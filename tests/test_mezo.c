@@ -116,6 +116,15 @@ static void test_restore(void) {
     CHECK(r.loss_plus != r.loss_minus);
     CHECK(r.n_targets == b.seq[0].n_targets + b.seq[1].n_targets + b.seq[2].n_targets);
     CHECK(r.n_tokens == 17 + 16 + 15);
+    {
+        /* the gradient estimate's norm |g|·|z|, z regenerated from the step's key */
+        double zz = 0;
+        for (size_t i = 0; i < n; i++) {
+            double z = nl_rng_normal(nl_mezo_key(7, 1), (uint64_t)i);
+            zz += z * z;
+        }
+        CHECKF(r.grad_norm == fabs(r.proj_grad) * sqrt(zz) && r.grad_norm > 0, "grad_norm %g", r.grad_norm);
+    }
 
     /* lr > 0 with weight decay: the result is fl((1 − lr·wd)·θ0 − lr·g·z) from the ORIGINAL θ0,
      * z regenerated here from the key. Same L± as with lr = 0 (the forwards see the same θ±). */

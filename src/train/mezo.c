@@ -115,7 +115,16 @@ int nl_mezo_step(nl_graph *g, const nl_mezo_cfg *cfg, int64_t step, const nl_seq
         const double shrink = 1.0 - cfg->lr * cfg->weight_decay, step_scale = -cfg->lr * r.proj_grad;
         axpz(g, theta, theta0, n, key, shrink, step_scale);
     }
-    if (res) *res = r;
+    if (res) {
+        /* the norm of the gradient estimate g·z: z regenerated, never stored */
+        double zz = 0;
+        for (size_t i = 0; i < n; i++) {
+            double z = nl_rng_normal(key, (uint64_t)i);
+            zz += z * z;
+        }
+        r.grad_norm = fabs(r.proj_grad) * sqrt(zz);
+        *res = r;
+    }
     rc = 0;
 done:
     if (rc) memcpy(theta, theta0, n * sizeof(float));

@@ -46,6 +46,7 @@ typedef struct {
     double loss;         /* (L+ + L−)/2: the batch's mean target CE at θ, up to O(ε²) (free) */
     double loss_plus, loss_minus;
     double proj_grad;    /* g = (L+ − L−) / (2ε) */
+    double grad_norm;    /* |g·z|, the norm of the step's gradient estimate (z summed in double) */
     int64_t n_targets;   /* targets in the batch */
     int64_t n_tokens;    /* tokens forwarded per pass (the step forwards 2× this) */
 } nl_mezo_result;

@@ -1160,14 +1160,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                 loss = mr.loss;
                 pgrad = mr.proj_grad;
                 n_tokens = mr.n_tokens;
-                /* the norm of the gradient estimate g·z */
-                uint64_t key = nl_mezo_key(o->seed, step + 1);
-                double zz = 0;
-                for (size_t i = 0; i < np; i++) {
-                    double z = nl_rng_normal(key, (uint64_t)i);
-                    zz += z * z;
-                }
-                gnorm = fabs(pgrad) * sqrt(zz);
+                gnorm = mr.grad_norm;
                 if (!all_finite(t.ad->params, np, &(size_t){0})) { nonfinite_error(&t, step + 1, last_commit, loss, NULL); goto done; }
             }
         } else {
