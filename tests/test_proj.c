@@ -433,7 +433,8 @@ static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
         for (int64_t i = 0; i < (int64_t)T * w->n_in; i++) y[i] *= 1.1f;
     return 0;
 }
-static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0, NULL};
+static const char *fake_compute(const void *ctx) { (void)ctx; return "bf16"; }
+static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0, NULL, NULL};
 
 static void test_planner(void) {
     nl_t_rng_state = 5;
@@ -473,6 +474,16 @@ static void test_planner(void) {
     c.n_threads = 2;
     s = nl_proj_service_new(&c);
     CHECK(s != NULL);
+    CHECK(s && strcmp(nl_proj_compute(s), "f32") == 0); /* no compute hook: f32 */
+    {
+        /* the service asks the backend's hook, whatever the backend */
+        static const nl_proj_backend bf16_backend = {"fake16", fake_init, fake_supports, fake_run, fake_free, 0, NULL, fake_compute};
+        nl_proj_config c16 = c;
+        c16.backend_impl = &bf16_backend;
+        nl_proj_service *s16 = nl_proj_service_new(&c16);
+        CHECK(s16 && strcmp(nl_proj_compute(s16), "bf16") == 0);
+        if (s16) nl_proj_service_free(s16);
+    }
     int ia = nl_proj_add(s, &va);
     nl_proj_add(s, &vm);
     nl_proj_add(s, &ve);
@@ -540,7 +551,7 @@ static int colbad_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const floa
         }
     return 0;
 }
-static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0, NULL};
+static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0, NULL, NULL};
 
 /* Plan one projection with colbad; returns the largest and smallest rel_err of direction dir
  * (over the buckets {2, 4}) and whether every check of that direction failed / passed. */

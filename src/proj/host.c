@@ -460,4 +460,5 @@ const nl_proj_backend nl_proj_backend_host = {
     .free = host_free,
     .any_T = 1,
     .describe = host_describe,
+    .compute = nl_proj_host_compute,
 };

@@ -397,7 +397,7 @@ int nl_proj_threads(const nl_proj_service *s) { return s->n_threads; }
 const char *nl_proj_backend_name(const nl_proj_service *s) { return s->be->name; }
 
 const char *nl_proj_compute(const nl_proj_service *s) {
-    return s && s->be == &nl_proj_backend_host ? nl_proj_host_compute(s->be_ctx) : "f32";
+    return s && s->be->compute ? s->be->compute(s->be_ctx) : "f32";
 }
 
 int nl_proj_describe(const nl_proj_service *s, char *buf, size_t cap) {

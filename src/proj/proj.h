@@ -43,6 +43,9 @@ typedef struct nl_proj_backend {
      * kernels)", "amx-bf16 for attn/mlp/head, split-bf16 for recurrent, ..."); snprintf
      * semantics. NULL: the backend's name says it all. */
     int (*describe)(void *ctx, char *buf, size_t cap);
+    /* Optional: the arithmetic this context computes in ("f32", "bf16", ...; a static string),
+     * what nl_proj_compute reports and the nodes' attention follows. NULL: "f32". */
+    const char *(*compute)(const void *ctx);
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;
