@@ -178,6 +178,43 @@ static void test_determinism(nl_arch arch) {
     }
 }
 
+/* One graph call for all sequences of a step (one service request per projection for their
+ * ΣT rows) against one call per sequence (the per_sequence hook): the same adapter bytes and
+ * per-step losses, with dropout, on every architecture (attention restarts at each boundary,
+ * qwen35's GDN state and conv too), on ref, on host FP32 (--precision f32, compute f32) and on
+ * host's default compute (its rows do not depend on the request's size either: any_T). */
+static void test_packing(nl_arch arch) {
+    char model[512], data[512], outs[2][512], logs[2][512];
+    snprintf(model, sizeof model, "%s/pk_%s.gguf", tmp, nl_arch_name(arch));
+    path_of(data, sizeof data, "notes.jsonl");
+    CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_Q8_0, 7, model) == 0);
+    for (int c = 0; c < 3; c++) {
+        CHECK(nl_proj_host_set_compute(c == 1 ? "f32" : "auto") == 0);
+        steplog L[2];
+        for (int k = 0; k < 2; k++) {
+            snprintf(outs[k], sizeof outs[k], "%s/pk_%s_%d_%d.gguf", tmp, nl_arch_name(arch), c, k);
+            snprintf(logs[k], sizeof logs[k], "%s/pk_%s_%d_%d.jsonl", tmp, nl_arch_name(arch), c, k);
+            nl_train_opts o;
+            defaults(&o, model, data, outs[k]);
+            o.proj.backend = c ? "host" : "ref";
+            o.proj.precision = c == 1 ? "f32" : NULL;
+            o.proj.n_threads = 2;
+            o.batch_tokens = 120; /* several notes a step */
+            o.steps = 3;
+            o.act_budget_mb = c == 2 ? 0 : 1024; /* and with recompute */
+            o.log_json = logs[k];
+            nl_train_hooks h = {.per_sequence = k};
+            CHECK(train_hooked(&o, &h, NULL) == 0);
+            read_log(logs[k], &L[k]);
+        }
+        CHECKF(L[0].n == 3 && L[0].tokens[0] > 60, "%s %d: %d steps, %lld tokens in the first", nl_arch_name(arch), c, L[0].n,
+               (long long)L[0].tokens[0]);
+        CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s config %d: packed step vs one call a sequence",
+               nl_arch_name(arch), c);
+    }
+    CHECK(nl_proj_host_set_compute("auto") == 0);
+}
+
 /* --overlap: auto is synchronous exactly for the CPU backends; bad values are refused. */
 static void test_overlap_mode(const char *model, const char *data) {
     nl_train_opts o;
@@ -973,7 +1010,8 @@ static void test_memory(const char *model_q8) {
     o.progress = tmpfile();
     CHECK(train(&o, NULL) == 0);
     char *text = progress_text(o.progress);
-    CHECKF(strstr(text, "memory: needs ") && strstr(text, "for 1000 tokens") && strstr(text, "allowed (--mem-limit-mb)"), "%s", text);
+    /* the rows of one graph call: the step's four sequences packed (1000 + 3 x 20) */
+    CHECKF(strstr(text, "memory: needs ") && strstr(text, "for 1060 tokens") && strstr(text, "allowed (--mem-limit-mb)"), "%s", text);
     free(text);
     /* too small a limit, with a large explicit budget: refused, quickly, with suggestions */
     int refused = 0;
@@ -994,7 +1032,7 @@ static void test_memory(const char *model_q8) {
         CHECK(r.steps_done == 0);
         struct stat st;
         CHECK(stat(out, &st) != 0);
-        double ab = suggested(msg, "--act-budget-mb"), ctx = suggested(msg, "--ctx");
+        double ab = suggested(msg, "--act-budget-mb"), ctx = suggested(msg, "--ctx"), bt = suggested(msg, "--batch-tokens");
         if (!refused) printf("limit %g MB: %s\n", lim, msg);
         refused++;
         CHECKF(ab >= 0 || ctx >= 2, "limit %g: no suggestion: %s", lim, msg);
@@ -1004,8 +1042,11 @@ static void test_memory(const char *model_q8) {
             o.act_budget_mb = 1024;
         }
         if (ctx >= 2) {
+            /* with --batch-tokens where the packed step is over too */
             o.max_ctx = (int)ctx;
-            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --ctx %g does not run", lim, ctx);
+            if (bt >= 1) o.batch_tokens = (int)bt;
+            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --ctx %g (--batch-tokens %g) does not run", lim,
+                   ctx, bt);
         }
     }
     CHECKF(refused >= 3, "only %d limits were refused", refused);
@@ -1043,6 +1084,9 @@ int main(void) {
     test_determinism(NL_ARCH_LLAMA);
     test_determinism(NL_ARCH_QWEN3);
     test_determinism(NL_ARCH_QWEN35);
+    test_packing(NL_ARCH_LLAMA);
+    test_packing(NL_ARCH_QWEN3);
+    test_packing(NL_ARCH_QWEN35);
     double t1 = nl_now();
     test_log_json(model, data);
     test_overlap_mode(model, data);

@@ -197,7 +197,7 @@ int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, f
     for (int l = 0; l < hp->n_layer && rc == 0; l++) {
         nl_arena_mark mk = nl_arena_top(&ws);
         nl_layer_cache c;
-        rc = nl_layer_cache_alloc(&ps, l, T, &c);
+        rc = nl_layer_cache_alloc(&ps, l, &sp, &c);
         if (rc == 0) rc = nl_layer_forward(&ps, l, &sp, &c, st, x, x);
         nl_layer_cache_free(&c);
         nl_arena_release(&ws, mk);

@@ -80,31 +80,43 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
     }
 }
 
-uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T) {
+uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, const nl_span *sp) {
     nl_layer_cache c = {0};
-    cache_layout(rt->m, ad, l, T, &c);
+    cache_layout(rt->m, ad, l, sp->T, &c);
     uint64_t b = c.bytes;
-    if (gdn && rt->m->layers[l].recurrent) b += nl_gdn_cache_bytes(&rt->gdn, T);
+    if (gdn && rt->m->layers[l].recurrent)
+        for (int i = 0; i < nl_span_n(sp); i++) b += nl_gdn_cache_bytes(&rt->gdn, nl_span_len(sp, i));
     return b;
 }
 
-int nl_layer_cache_alloc(nl_pass *ps, int l, int T, nl_layer_cache *c) {
+uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T) {
+    const nl_span sp = {.T = T};
+    return nl_layer_cache_bytes_span(rt, ad, gdn, l, &sp);
+}
+
+int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c) {
     const nl_model *m = ps->rt->m;
     memset(c, 0, sizeof *c);
-    cache_layout(m, ps->save_u, l, T, c);
+    cache_layout(m, ps->save_u, l, sp->T, c);
     uint64_t bytes = c->bytes;
     c->base = nl_arena_alloc(ps->ws, bytes);
     if (!c->base) return -1;
-    cache_layout(m, ps->save_u, l, T, c);
+    cache_layout(m, ps->save_u, l, sp->T, c);
     if (ps->save_gdn && m->layers[l].recurrent) {
-        c->gc = nl_gdn_cache_new(&ps->rt->gdn, T);
+        int n = nl_span_n(sp);
+        c->gc = nl_arena_alloc(ps->ws, (size_t)n * sizeof *c->gc);
         if (!c->gc) { c->base = NULL; return -1; }
+        for (int i = 0; i < n; i++) {
+            c->gc[i] = nl_gdn_cache_new(&ps->rt->gdn, nl_span_len(sp, i));
+            if (!c->gc[i]) { nl_layer_cache_free(c); return -1; }
+            c->n_gc = i + 1;
+        }
     }
     return 0;
 }
 
 void nl_layer_cache_free(nl_layer_cache *c) {
-    if (c->gc) nl_gdn_cache_free(c->gc);
+    for (int i = 0; i < c->n_gc; i++) nl_gdn_cache_free(c->gc[i]);
     memset(c, 0, sizeof *c);
 }
 
@@ -122,12 +134,23 @@ static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *
 
 /* The sequence-local part of the attention mixer: c->o = attention of c->q over c->k, c->v
  * (with st: over the KV cache, this call's rows appended at st->n_past). */
-static int attn_core_fwd(nl_pass *ps, int l, int T, nl_layer_cache *c, nl_seq_state *st) {
+static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st) {
     const nl_hparams *hp = &ps->rt->m->hp;
-    int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     float scale = 1.0f / sqrtf((float)hd);
     const float *k = c->k, *v = c->v;
     int S = T;
+    if (!st && nl_span_n(sp) > 1) {
+        /* packed sequences: each attends over its own rows only */
+        size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd;
+        for (int i = 0, t0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
+            int Ti = sp->seg_T[i];
+            TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o + t0 * qr, c->lse + (size_t)t0 * H,
+                                                               c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale));
+        }
+        return 0;
+    }
+    if (st && nl_span_n(sp) > 1) return nl_err("internal: a decoding state with several sequences in one call");
     if (st) {
         if (st->n_past + T > st->n_ctx) return nl_err("context full: %d + %d tokens > %d", st->n_past, T, st->n_ctx);
         size_t row = (size_t)Hkv * hd, kvn = (size_t)T * row;
@@ -171,7 +194,7 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     }
     TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 0, c->q, T, H, sp->pos));
     TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 0, c->k, T, Hkv, sp->pos));
-    if (attn_core_fwd(ps, l, T, c, st)) return -1;
+    if (attn_core_fwd(ps, l, sp, c, st)) return -1;
     if (gated) TIMED(ps, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
     return proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
 }
@@ -197,8 +220,12 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         dattn = d_o;
     }
     /* the sequence-local part: self-attention of the call's rows */
-    TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, dq, dk, dv, dattn, c->o, c->lse, c->q, c->k, c->v,
-                                                        T, H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
+        size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
+        TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
+                                                            c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
+                                                            nl_span_len(sp, i), H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+    }
     TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 1, dq, T, H, sp->pos));
     TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 1, dk, T, Hkv, sp->pos));
     if (L->q_norm) {
@@ -249,9 +276,15 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     /* the sequence-local part: the recurrence, its cache kept for the backward or its state
      * carried for decoding */
     nl_gdn_weights w = gdn_weights(L);
-    if (c->gc ? nl_gdn_forward_train(s, &w, c->y, mixed, z, b, a, T, c->gc)
-              : nl_gdn_forward(s, &w, c->y, mixed, z, b, a, T, st ? &st->gdn[l] : NULL))
-        goto done;
+    if (st && nl_span_n(sp) > 1) { nl_err("internal: a decoding state with several sequences in one call"); goto done; }
+    for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
+        int Ti = nl_span_len(sp, i);
+        size_t o = (size_t)t0;
+        if (c->gc ? nl_gdn_forward_train(s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti, c->gc[i])
+                  : nl_gdn_forward(s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
+                                   st ? &st->gdn[l] : NULL))
+            goto done;
+    }
     rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c->lu[NL_P_OUT]);
 done:
     nl_arena_release(ps->ws, mk);
@@ -271,7 +304,13 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     int rc = -1;
     nl_gdn_weights w = gdn_weights(L);
     if (proj_bwd(ps, l, NL_P_OUT, dout, c->y, c->lu[NL_P_OUT], T, dy)) goto done;
-    if (nl_gdn_backward(s, &w, c->gc, dy, T, dmixed, dz, db, da)) goto done;
+    if (c->n_gc != nl_span_n(sp)) { nl_err("internal: GDN backward with %d caches for %d sequences", c->n_gc, nl_span_n(sp)); goto done; }
+    for (int i = 0, t0 = 0; i < c->n_gc; t0 += nl_span_len(sp, i++)) {
+        size_t o = (size_t)t0;
+        if (nl_gdn_backward(s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd, db + o * s->Hv,
+                            da + o * s->Hv))
+            goto done;
+    }
     /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
     float *tin = dhn ? tmp : NULL;
     if (proj_bwd(ps, l, NL_P_QKV, dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;

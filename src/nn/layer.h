@@ -92,11 +92,19 @@ typedef struct nl_pass {
     nl_graph_prof *prof;      /* NULL: no timing */
 } nl_pass;
 
-/* The token rows of one call: T rows of one sequence at positions pos[T]. */
+/* The token rows of one call: T rows at positions pos[T]; one sequence (n_seg <= 1) or
+ * n_seg sequences packed back to back, seg_T[i] rows each (Σ seg_T = T; pos restarts at 0 in
+ * each). Only the attention core and the GDN recurrence see the boundaries. */
 typedef struct {
     int T;
     const int32_t *pos;
+    int n_seg;
+    const int *seg_T;
 } nl_span;
+
+/* Sequences in the span and the rows of sequence i. */
+static inline int nl_span_n(const nl_span *sp) { return sp->n_seg > 1 ? sp->n_seg : 1; }
+static inline int nl_span_len(const nl_span *sp, int i) { return sp->n_seg > 1 ? sp->seg_T[i] : sp->T; }
 
 /* One layer's intermediates for T rows, carved out of one block. */
 typedef struct {
@@ -107,7 +115,9 @@ typedef struct {
     float *o, *lse;                       /* attention output [T][H*hd], logsumexp [T][H] */
     float *og;                            /* input of attn_output (o ⊙ σ(gate), or o) */
     float *y;                             /* GDN output = input of ssm_out [T][Hv*dv] */
-    nl_gdn_cache *gc;                     /* the GDN node's own cache (pass->save_gdn) */
+    nl_gdn_cache **gc;                    /* the GDN node's own caches, one per sequence of the
+                                           * span (pass->save_gdn; n_gc of them) */
+    int n_gc;
     float *xmid, *rstd2, *hn2;            /* after the mixer residual; ffn norm */
     float *g, *u, *h;                     /* SwiGLU: gate, up, silu(gate)*up [T][F] */
     float *lu[NL_P_KIND_COUNT];           /* LoRA u = A(m⊙x) per adapted projection [T][r] */
@@ -115,18 +125,21 @@ typedef struct {
     uint64_t bytes;
 } nl_layer_cache;
 
-/* Bytes of layer l's cache for T rows (with LoRA u rows for adapter ad, may be NULL; with the
- * GDN cache when gdn): what the activation budget counts. */
+/* Bytes of layer l's cache for the span's rows (with LoRA u rows for adapter ad, may be NULL;
+ * with the GDN caches, one per sequence, when gdn): what the activation budget counts.
+ * nl_layer_cache_bytes: one sequence of T rows. */
+uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, const nl_span *sp);
 uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T);
 
-/* Lay out layer l's cache for T rows in ps->ws (released with the arena mark taken before the
- * call; nl_layer_cache_free first). 0 ok, -1 + nl_err. */
-int nl_layer_cache_alloc(nl_pass *ps, int l, int T, nl_layer_cache *c);
+/* Lay out layer l's cache for the span's rows in ps->ws (released with the arena mark taken
+ * before the call; nl_layer_cache_free first). 0 ok, -1 + nl_err. */
+int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c);
 void nl_layer_cache_free(nl_layer_cache *c);
 
 /* x_out[T][E] = layer l (x_in), the intermediates into c (from nl_layer_cache_alloc). st: the
  * decoding state (KV rows written at st->n_past.., attention over the cache, the GDN state
- * carried; the caller advances n_past) or NULL (a fresh sequence). x_out may be x_in. */
+ * carried; the caller advances n_past; one sequence only) or NULL (fresh sequences). x_out may
+ * be x_in. */
 int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, const float *x_in,
                      float *x_out);
 

@@ -191,8 +191,8 @@ static int pass_proj(void *user, nl_dir dir, int layer, int kind, int p, const f
 
 /* The head on every row, chunk by chunk (chunks without a target skipped): the reference the
  * compacted head must reproduce bit for bit (the test hook head_all_rows selects it). */
-static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
-                    double *loss_sum) {
+static int head_all_seq(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
+                        double *loss_sum) {
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
     int p = m->p_output, r = lora_rank(g, p);
@@ -234,8 +234,25 @@ static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *tar
  * only (a planner that routes the two request sizes to different backends would break that,
  * as it already does between sequence lengths), the LoRA dropout masks keep each row's token
  * index (the toks array), and the loss is summed in the uncompacted chunks' grouping. */
-static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
-                        double *loss_sum) {
+/* head_all_seq over each sequence of the span (its rows at token offset t0 of the step). */
+static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, const nl_span *sp, float inv_n,
+                    int want_grad, double *loss_sums) {
+    const size_t E = (size_t)g->rt->m->hp.n_embd;
+    const int64_t saved = g->tok_base;
+    int rc = 0;
+    for (int i = 0, t0 = 0; i < nl_span_n(sp) && rc == 0; t0 += nl_span_len(sp, i++)) {
+        g->tok_base = saved + t0;
+        loss_sums[i] = 0.0;
+        rc = head_all_seq(g, hn + t0 * E, dhn + t0 * E, targets + t0, nl_span_len(sp, i), inv_n, want_grad, &loss_sums[i]);
+    }
+    g->tok_base = saved;
+    return rc;
+}
+
+static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, const nl_span *sp, float inv_n,
+                        int want_grad, double *loss_sums) {
+    const int T = sp->T;
+    for (int i = 0; i < nl_span_n(sp); i++) loss_sums[i] = 0.0;
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
     int p = m->p_output, r = lora_rank(g, p);
@@ -280,24 +297,28 @@ static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t 
             memcpy(dhn + (size_t)idx[i0 + i] * E, dhc + (size_t)i * E, (size_t)E * sizeof(float));
         toc(g, NL_GP_ADD, t1);
     }
-    /* the loss in head_all's grouping: per chunk of HEAD_CHUNK rows, in row order */
-    for (int t0 = 0; t0 < T && rc == 0; t0 += HEAD_CHUNK) {
-        int nc = T - t0 < HEAD_CHUNK ? T - t0 : HEAD_CHUNK, any = 0;
-        double cs = 0.0;
-        for (int t = 0; t < nc; t++) {
-            any |= targets[t0 + t] >= 0;
-            cs += rl[t0 + t];
+    /* the loss in head_all's grouping: per sequence, per chunk of HEAD_CHUNK rows from the
+     * sequence's start, in row order */
+    for (int i = 0, s0 = 0; i < nl_span_n(sp) && rc == 0; s0 += nl_span_len(sp, i++)) {
+        const int Ti = nl_span_len(sp, i);
+        for (int t0 = 0; t0 < Ti; t0 += HEAD_CHUNK) {
+            int nc = Ti - t0 < HEAD_CHUNK ? Ti - t0 : HEAD_CHUNK, any = 0;
+            double cs = 0.0;
+            for (int t = 0; t < nc; t++) {
+                any |= targets[s0 + t0 + t] >= 0;
+                cs += rl[s0 + t0 + t];
+            }
+            if (any) loss_sums[i] += cs;
         }
-        if (any) *loss_sum += cs;
     }
     nl_arena_release(g->ws, mk);
     return rc;
 }
 
-static int head(nl_graph *g, const float *x, const int32_t *targets, int T, float inv_n, int want_grad,
-                double *loss_sum, float *dx) {
+static int head(nl_graph *g, const float *x, const int32_t *targets, const nl_span *sp, float inv_n, int want_grad,
+                double *loss_sums, float *dx) {
     const nl_model *m = g->rt->m;
-    int E = m->hp.n_embd;
+    int E = m->hp.n_embd, T = sp->T;
     size_t n = (size_t)T * E;
     nl_arena_mark mk = nl_arena_top(g->ws);
     float *hn = falloc(g, 2 * n + (size_t)T);
@@ -305,18 +326,25 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, int T, floa
     float *dhn = hn + n, *rstd = dhn + n;
     TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     memset(dhn, 0, n * sizeof(float));
-    *loss_sum = 0.0;
-    int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum)
-                              : head_compact(g, hn, dhn, targets, T, inv_n, want_grad, loss_sum);
+    int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, sp, inv_n, want_grad, loss_sums)
+                                               : head_compact(g, hn, dhn, targets, sp, inv_n, want_grad, loss_sums);
     if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x, m->output_norm, rstd, T, E));
     nl_arena_release(g->ws, mk);
     return rc;
 }
 
-static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, float inv_n, int want_grad, double *loss_sum) {
+static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, const int32_t *targets, float inv_n,
+               int want_grad, double *loss_sums) {
     nl_runtime *rt = g->rt;
     const nl_model *m = rt->m;
     int nL = m->hp.n_layer, E = m->hp.n_embd;
+    if (n_seq < 1) return nl_err("internal: a graph call without a sequence");
+    int T = 0, T_max = 0;
+    for (int i = 0; i < n_seq; i++) {
+        if (seq_T[i] < 1 || seq_T[i] > INT32_MAX - T) return nl_err("internal: sequence %d of the call has %d rows", i, seq_T[i]);
+        T += seq_T[i];
+        if (seq_T[i] > T_max) T_max = seq_T[i];
+    }
     size_t n = (size_t)T * E;
     if (nl_check_tokens(m, tokens, T)) return -1;
     for (int t = 0; t < T; t++)
@@ -336,12 +364,15 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
     if (!xs || !pos || !keep || !lb || !kmark || !caches) goto done;
     memset(caches, 0, (size_t)nL * sizeof *caches);
     float *dx = xs + (size_t)(nL + 1) * n;
-    for (int t = 0; t < T; t++) pos[t] = t;
-    /* cos/sin of positions [0, T) once per run instead of in every RoPE call (same floats) */
-    if (nl_rope_table(&rt->rope, T)) goto done;
+    /* positions restart in each sequence */
+    for (int i = 0, t0 = 0; i < n_seq; t0 += seq_T[i++])
+        for (int t = 0; t < seq_T[i]; t++) pos[t0 + t] = t;
+    /* cos/sin of positions [0, T_max) once per run instead of in every RoPE call (same floats) */
+    if (nl_rope_table(&rt->rope, T_max)) goto done;
     if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, xs)) goto done;
     /* Which layers keep their intermediates: train/budget's plan (later layers first). */
-    for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
+    const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seq, .seg_T = seq_T};
+    for (int l = 0; l < nL; l++) lb[l] = nl_layer_cache_bytes_span(rt, g->ad, 1, l, &sp);
     nl_act_plan plan;
     if (nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan)) goto done;
     g->n_kept = g->n_recomputed = g->n_lora_pool = 0;
@@ -351,10 +382,9 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
      * u rows of the adapter saved */
     nl_pass ps = {.rt = rt, .ws = a, .proj = pass_proj, .user = g, .save_u = g->ad, .save_gdn = 1, .attn_bf16 = rt->attn_bf16,
                   .prof = g->prof};
-    const nl_span sp = {.T = T, .pos = pos};
     for (int l = 0; l < nL; l++) {
         kmark[l] = nl_arena_top(a);
-        if (nl_layer_cache_alloc(&ps, l, T, &caches[l])) goto done;
+        if (nl_layer_cache_alloc(&ps, l, &sp, &caches[l])) goto done;
         if (nl_layer_forward(&ps, l, &sp, &caches[l], NULL, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
         if (keep[l]) {
             g->n_kept++;
@@ -363,14 +393,14 @@ static int run(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T
             nl_arena_release(a, kmark[l]);
         }
     }
-    if (head(g, xs + (size_t)nL * n, targets, T, inv_n, want_grad, loss_sum, dx)) goto done;
+    if (head(g, xs + (size_t)nL * n, targets, &sp, inv_n, want_grad, loss_sums, dx)) goto done;
     if (want_grad) {
         for (int l = nL - 1; l >= 0; l--) {
             nl_layer_cache *c = &caches[l];
             if (!keep[l]) {
                 /* recompute: the third frozen-weight product */
                 kmark[l] = nl_arena_top(a);
-                if (nl_layer_cache_alloc(&ps, l, T, c)) goto done;
+                if (nl_layer_cache_alloc(&ps, l, &sp, c)) goto done;
                 if (nl_layer_forward(&ps, l, &sp, c, NULL, xs + (size_t)l * n, xs + (size_t)(l + 1) * n)) goto done;
                 g->n_recomputed++;
             }
@@ -392,9 +422,14 @@ done:
 }
 
 int nl_graph_seq(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, float inv_n, double *loss_sum) {
-    return run(g, tokens, targets, T, inv_n, 1, loss_sum);
+    return run(g, 1, &T, tokens, targets, inv_n, 1, loss_sum);
+}
+
+int nl_graph_seqs(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, const int32_t *targets, float inv_n,
+                  double *loss_sums) {
+    return run(g, n_seq, seq_T, tokens, targets, inv_n, 1, loss_sums);
 }
 
 int nl_graph_loss(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, double *loss_sum) {
-    return run(g, tokens, targets, T, 1.0f, 0, loss_sum);
+    return run(g, 1, &T, tokens, targets, 1.0f, 0, loss_sum);
 }

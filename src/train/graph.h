@@ -59,6 +59,16 @@ uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T);
  * gets the un-normalised sum of target cross-entropies. */
 int nl_graph_seq(nl_graph *g, const int32_t *tokens, const int32_t *targets, int T, float inv_n, double *loss_sum);
 
+/* nl_graph_seq for n_seq sequences of one optimizer step packed back to back (seq_T[i] rows
+ * each; tokens and targets [Σ seq_T]; g->tok_base is the first one's token offset, the next
+ * ones follow): every frozen-weight product is ONE service request for all the rows, the
+ * attention core and the GDN recurrence see the boundaries (positions restart at 0). The same
+ * bits as nl_graph_seq on each in turn with tok_base advancing by its rows, wherever the
+ * service's rows are independent of the request's size (gradients accumulate in the same
+ * order; the head's loss keeps each sequence's chunks): loss_sums[i] is sequence i's. */
+int nl_graph_seqs(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, const int32_t *targets, float inv_n,
+                  double *loss_sums);
+
 /* Release the scratch kept by keep_scratch (safe to call at any time, also when none). */
 void nl_graph_free(nl_graph *g);
 

@@ -680,6 +680,36 @@ static int nonfinite_error(const trainer *t, int64_t step, int64_t last_commit, 
                   "activations overflow?); stopping, %s, no adapter written", step, loss, grads ? " and gradient" : "", kept);
 }
 
+/* ---- one step's sequences in one graph call ---- */
+
+/* The nseq sequences of the step (t->pk.seq[idx[i]]) packed back to back through
+ * nl_graph_seqs; their losses added in order into *loss_sum (as one call each would). */
+static int step_packed(trainer *t, nl_graph *g, const int *idx, int nseq, float inv_n, double *loss_sum, int64_t *n_tokens) {
+    int64_t T = 0;
+    for (int i = 0; i < nseq; i++) T += t->pk.seq[idx[i]].n_tokens;
+    if (T > INT32_MAX) return nl_err("a step of %" PRId64 " tokens is too long for one call", T);
+    int32_t *ids = nl_malloc((size_t)T * 2 * sizeof *ids);
+    int *seg = nl_malloc((size_t)nseq * sizeof *seg);
+    double *ls = nl_malloc((size_t)nseq * sizeof *ls);
+    int rc = -1;
+    if (!ids || !seg || !ls) goto out;
+    int32_t *rows = ids + T;
+    for (int i = 0, t0 = 0; i < nseq; t0 += seg[i++]) {
+        const nl_seq *sq = &t->pk.seq[idx[i]];
+        seg[i] = sq->n_tokens;
+        memcpy(ids + t0, sq->ids, (size_t)sq->n_tokens * sizeof *ids);
+        nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows + t0);
+    }
+    if (nl_graph_seqs(g, nseq, seg, ids, rows, inv_n, ls)) goto out;
+    for (int i = 0; i < nseq; i++) *loss_sum += ls[i];
+    g->tok_base += T;
+    *n_tokens += T;
+    rc = 0;
+out:
+    free(ids), free(seg), free(ls);
+    return rc;
+}
+
 /* ---- memory preflight -------------------------------------------------------------------- */
 
 #define HEAD_CHUNK_EST NL_HEAD_CHUNK /* tokens per head chunk the graph uses at most (logits + grad) */
@@ -784,9 +814,10 @@ static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
                            "for %d tokens, head %s)", tot, w, s, in, e->n_kept, k, sc, e->T, h);
 }
 
-/* Check the estimate against the limit; on refusal name what would fit. Sets *budget_out (the
- * activation budget to use). */
-static int mem_preflight(trainer *t, nl_graph *g, int T, int64_t avail, int from_limit, uint64_t *budget_out) {
+/* Check the estimate against the limit; on refusal name what would fit. T: the rows of one
+ * graph call (the step's sequences packed), longest: the longest sequence. Sets *budget_out
+ * (the activation budget to use). */
+static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t avail, int from_limit, uint64_t *budget_out) {
     const nl_train_opts *o = t->o;
     uint64_t weights = nl_proj_resident_bytes(t->svc, -1, -1);
     uint64_t reserve = from_limit ? 0 : (uint64_t)512 << 20;
@@ -829,7 +860,12 @@ static int mem_preflight(trainer *t, nl_graph *g, int T, int64_t avail, int from
             else hi = mid - 1;
         }
         if (best >= 32) best -= best % 16;
-        if (best >= 2) snprintf(sug[ns++], sizeof sug[0], "--ctx %d", best);
+        /* a call's rows: the longest sequence, or the step's sequences packed up to
+         * --batch-tokens: bound whichever is over */
+        int packs = !t->hk.per_sequence && o->batch_tokens > best;
+        if (best >= 2 && longest > best && packs) snprintf(sug[ns++], sizeof sug[0], "--ctx %d --batch-tokens %d", best, best);
+        else if (best >= 2 && longest > best) snprintf(sug[ns++], sizeof sug[0], "--ctx %d", best);
+        else if (best >= 2 && packs) snprintf(sug[ns++], sizeof sug[0], "--batch-tokens %d", best);
     }
     /* a smaller resident precision (the embedding keeps its type) */
     static const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0};
@@ -960,14 +996,24 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, t.ds.n, t.pk.n_dropped);
         goto done;
     }
-    int max_T = 1;
-    for (int i = 0; i < t.pk.n; i++)
+    int max_T = 1, longest;
+    int64_t all_T = 0;
+    for (int i = 0; i < t.pk.n; i++) {
         if (t.pk.seq[i].n_tokens > max_T) max_T = t.pk.seq[i].n_tokens;
+        all_T += t.pk.seq[i].n_tokens;
+    }
+    /* the rows of one graph call: a step's sequences packed (at most --batch-tokens, or one
+     * longer sequence) */
+    longest = max_T;
+    if (!t.hk.per_sequence) {
+        int64_t packed = all_T < o->batch_tokens ? all_T : o->batch_tokens;
+        if (packed > max_T) max_T = (int)packed;
+    }
     /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
     nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
     t.graph = &g;
     uint64_t budget;
-    if (mem_preflight(&t, &g, max_T, avail, o->mem_limit_mb > 0, &budget)) goto done;
+    if (mem_preflight(&t, &g, max_T, longest, avail, o->mem_limit_mb > 0, &budget)) goto done;
     if (o->act_budget_mb == 0) budget = 0;
     g.act_budget = budget;
 
@@ -1169,7 +1215,13 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
             g.tok_base = 0;
             double loss_sum = 0.0;
             float inv_n = n_targets ? 1.0f / (float)n_targets : 0.0f;
-            for (int i = 0; i < nseq; i++) {
+            if (!t.hk.per_sequence) {
+                /* the step's sequences in one graph call: one request per projection */
+                int r = step_packed(&t, &g, idx, nseq, inv_n, &loss_sum, &n_tokens);
+                if (r && t.stop_in_pause) failed = 1;
+                else if (r) goto done;
+            }
+            for (int i = 0; t.hk.per_sequence && i < nseq; i++) {
                 const nl_seq *sq = &t.pk.seq[idx[i]];
                 int32_t *rows = nl_malloc((size_t)sq->n_tokens * sizeof *rows);
                 if (!rows) goto done;

@@ -15,6 +15,9 @@ typedef struct {
      * writes a NaN there. NULL: none. */
     void (*after_backward)(void *user, int step, const nl_adapter *ad, float *grads);
     void *user;
+    /* one graph call (and so one service request per projection) per sequence instead of one
+     * for all sequences of the step: the reference the packed step must reproduce */
+    int per_sequence;
 } nl_train_hooks;
 
 /* nl_train with hooks (h may be NULL: exactly nl_train). */
