@@ -1,5 +1,5 @@
-/* data/dataset: JSONL lines -> examples, chat templates, packing, batch order.
- * The contract (formats, targets, errors, choices) is in dataset.h. */
+/* data/lines: the JSONL line formats -> examples (targets, choices, errors at line:column),
+ * and loading a file of them. The contract (formats, targets, errors, choices) is in dataset.h. */
 #include "data/dataset.h"
 
 #include <limits.h>
@@ -10,298 +10,8 @@
 #include <string.h>
 
 #include "data/json.h"
-#include "util/rng.h"
+#include "data/tokbuf.h"
 #include "util/util.h"
-
-/* ---- growable token list with target flags ---- */
-
-typedef struct {
-    int32_t *ids;
-    uint8_t *tgt;
-    int n, cap;
-} tokbuf;
-
-static void tb_free(tokbuf *b) {
-    free(b->ids);
-    free(b->tgt);
-    memset(b, 0, sizeof *b);
-}
-
-static int tb_push(tokbuf *b, int32_t id, uint8_t t) {
-    if (b->n == b->cap) {
-        if (b->cap > INT_MAX / 2) return nl_err("sequence longer than %d tokens", INT_MAX / 2);
-        int cap = b->cap ? b->cap * 2 : 64;
-        int32_t *ni = realloc(b->ids, (size_t)cap * sizeof *ni);
-        if (!ni) return nl_err("out of memory");
-        b->ids = ni;
-        uint8_t *nt = realloc(b->tgt, (size_t)cap);
-        if (!nt) return nl_err("out of memory");
-        b->tgt = nt;
-        b->cap = cap;
-    }
-    b->ids[b->n] = id;
-    b->tgt[b->n] = t;
-    b->n++;
-    return 0;
-}
-
-/* Tokenize text (no BOS/EOS, no special-token parsing) and append with flag t. */
-static int tb_text(const nl_tokenizer *tok, tokbuf *b, const char *s, size_t len, uint8_t t) {
-    if (len == 0) return 0;
-    int32_t *ids = NULL;
-    int n = 0;
-    if (nl_tokenize(tok, s, len, false, false, &ids, &n)) {
-        free(ids);
-        return -1;
-    }
-    for (int i = 0; i < n; i++)
-        if (tb_push(b, ids[i], t)) {
-            free(ids);
-            return -1;
-        }
-    free(ids);
-    return 0;
-}
-
-static int tb_bos(const nl_tokenizer *tok, tokbuf *b) {
-    if (nl_tokenizer_add_bos(tok) && nl_token_bos(tok) >= 0) return tb_push(b, nl_token_bos(tok), 0);
-    return 0;
-}
-
-/* ---- chat templates ---- */
-
-int nl_chat_template_pick(const char *name, const char *gguf_template, nl_chat_tmpl *out) {
-    if (name && name[0] && strcmp(name, "auto") != 0) {
-        if (strcmp(name, "chatml") == 0) *out = NL_TMPL_CHATML;
-        else if (strcmp(name, "llama3") == 0) *out = NL_TMPL_LLAMA3;
-        else return nl_err("unknown chat template \"%s\" (known: chatml, llama3)", name);
-        return 0;
-    }
-    if (!gguf_template)
-        return nl_err("the model has no chat template (tokenizer.chat_template); name one: chatml or llama3");
-    if (strstr(gguf_template, "<|im_start|>")) *out = NL_TMPL_CHATML;
-    else if (strstr(gguf_template, "<|start_header_id|>")) *out = NL_TMPL_LLAMA3;
-    else
-        return nl_err("unrecognised chat template in tokenizer.chat_template (no <|im_start|> or "
-                      "<|start_header_id|>); name one: chatml or llama3");
-    return 0;
-}
-
-const char *nl_chat_template_name(nl_chat_tmpl t) {
-    switch (t) {
-    case NL_TMPL_CHATML: return "chatml";
-    case NL_TMPL_LLAMA3: return "llama3";
-    default: return "none";
-    }
-}
-
-static bool is_ascii_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-static void trim(const char **s, size_t *len) {
-    while (*len && is_ascii_space(**s)) { (*s)++; (*len)--; }
-    while (*len && is_ascii_space((*s)[*len - 1])) (*len)--;
-}
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} strbuf;
-
-static int sb_add(strbuf *b, const char *s, size_t len) {
-    if (b->cap - b->n < len + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->n < len + 1) {
-            if (cap > SIZE_MAX / 2) return nl_err("out of memory");
-            cap *= 2;
-        }
-        char *np = realloc(b->p, cap);
-        if (!np) return nl_err("out of memory");
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-    b->p[b->n] = 0;
-    return 0;
-}
-static int sb_str(strbuf *b, const char *s) { return sb_add(b, s, strlen(s)); }
-
-int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
-                   char **text, size_t *text_len) {
-    strbuf b = {0};
-    int rc = sb_add(&b, "", 0);
-    if (t != NL_TMPL_CHATML && t != NL_TMPL_LLAMA3) rc = nl_err("nl_chat_render: no template");
-    for (int i = 0; i < n_msgs && rc == 0; i++) {
-        const char *c = msgs[i].content;
-        size_t cl = msgs[i].content_len;
-        if (t == NL_TMPL_CHATML) {
-            rc = sb_str(&b, "<|im_start|>") || sb_str(&b, msgs[i].role) || sb_str(&b, "\n") ||
-                 sb_add(&b, c, cl) || sb_str(&b, "<|im_end|>\n");
-        } else {
-            trim(&c, &cl);
-            rc = sb_str(&b, "<|start_header_id|>") || sb_str(&b, msgs[i].role) ||
-                 sb_str(&b, "<|end_header_id|>\n\n") || sb_add(&b, c, cl) || sb_str(&b, "<|eot_id|>");
-        }
-    }
-    if (rc == 0 && add_generation_prompt)
-        rc = t == NL_TMPL_CHATML ? sb_str(&b, "<|im_start|>assistant\n")
-                                 : sb_str(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    if (rc) {
-        free(b.p);
-        return -1;
-    }
-    *text = b.p;
-    if (text_len) *text_len = b.n;
-    return 0;
-}
-
-/* Marker token ids of a template, looked up by their text. */
-typedef struct {
-    int32_t open, close;   /* chatml: <|im_start|>, <|im_end|>; llama3: header start/end */
-    int32_t eot;           /* llama3: <|eot_id|>; chatml: = close */
-} tmpl_ids;
-
-static int tmpl_lookup(const nl_tokenizer *tok, const char *tmpl, const char *text, int32_t *id) {
-    *id = nl_token_lookup(tok, text);
-    if (*id < 0)
-        return nl_err("chat template %s needs the token %s, which the vocabulary lacks", tmpl, text);
-    return 0;
-}
-
-static int tmpl_ids_get(const nl_tokenizer *tok, nl_chat_tmpl t, tmpl_ids *ti) {
-    if (t == NL_TMPL_CHATML) {
-        if (tmpl_lookup(tok, "chatml", "<|im_start|>", &ti->open) ||
-            tmpl_lookup(tok, "chatml", "<|im_end|>", &ti->close))
-            return -1;
-        ti->eot = ti->close;
-        return 0;
-    }
-    if (t == NL_TMPL_LLAMA3)
-        return tmpl_lookup(tok, "llama3", "<|start_header_id|>", &ti->open) ||
-                       tmpl_lookup(tok, "llama3", "<|end_header_id|>", &ti->close) ||
-                       tmpl_lookup(tok, "llama3", "<|eot_id|>", &ti->eot)
-                   ? -1
-                   : 0;
-    return nl_err("no chat template");
-}
-
-/* Header of one turn: chatml "<|im_start|>{role}\n", llama3 "<|start_header_id|>{role}<|end_header_id|>\n\n". */
-static int chat_header(const nl_tokenizer *tok, nl_chat_tmpl t, const tmpl_ids *ti, const char *role,
-                       tokbuf *b) {
-    if (tb_push(b, ti->open, 0)) return -1;
-    if (t == NL_TMPL_CHATML) {
-        /* role + "\n" is one text fragment between markers, tokenized together. */
-        char hdr[32];
-        int n = snprintf(hdr, sizeof hdr, "%s\n", role);
-        if (n < 0 || (size_t)n >= sizeof hdr) return nl_err("role name too long");
-        return tb_text(tok, b, hdr, (size_t)n, 0);
-    }
-    return tb_text(tok, b, role, strlen(role), 0) || tb_push(b, ti->close, 0) ||
-                   tb_text(tok, b, "\n\n", 2, 0)
-               ? -1
-               : 0;
-}
-
-/* The default system turn of the model's own ChatML template: a template that tests
- * messages[0]['role'] and holds a string literal '<|im_start|>system' + newline + TEXT +
- * '<|im_end|>' renders that turn when the conversation does not open with a system message
- * (SmolLM2: "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n
- * You are a helpful AI assistant named SmolLM, ...<|im_end|>\n' }}"; Qwen2.5 likewise), as
- * HF's apply_chat_template and llama.cpp's Jinja mode do. Only for the family the GGUF's own
- * template is (a chatml override on a Llama-3 model gets none). Jinja escapes \n, \t, \', \"
- * and \\ in TEXT are decoded. 1 + *text (malloc'd) when there is one, 0 when not, -1 on OOM. */
-static int default_system(const nl_tokenizer *tok, nl_chat_tmpl t, char **text, size_t *len) {
-    const char *g = nl_tokenizer_chat_template(tok);
-    nl_chat_tmpl own;
-    if (t != NL_TMPL_CHATML || !g || nl_chat_template_pick(NULL, g, &own) || own != t) return 0;
-    if (!strstr(g, "messages[0]['role']") && !strstr(g, "messages[0][\"role\"]")) return 0;
-    static const char head[] = "<|im_start|>system";
-    for (const char *p = strstr(g, head); p; p = strstr(p + 1, head)) {
-        const char q = p > g ? p[-1] : 0; /* the literal's quote */
-        if (q != '\'' && q != '"') continue;
-        const char *c = p + sizeof head - 1;
-        if (*c == '\n') c++;
-        else if (c[0] == '\\' && c[1] == 'n') c += 2;
-        else continue;
-        const char *end = c;
-        while (*end && *end != q && strncmp(end, "<|im_end|>", 10) != 0) end += end[0] == '\\' && end[1] ? 2 : 1;
-        if (strncmp(end, "<|im_end|>", 10) != 0) continue; /* e.g. '<|im_start|>system\n' + content */
-        char *out = malloc((size_t)(end - c) + 1);
-        if (!out) return nl_err("out of memory");
-        size_t n = 0;
-        for (const char *r = c; r < end; r++) {
-            if (*r == '\\' && r + 1 < end) {
-                r++;
-                out[n++] = *r == 'n' ? '\n' : *r == 't' ? '\t' : *r;
-            } else {
-                out[n++] = *r;
-            }
-        }
-        out[n] = 0;
-        *text = out;
-        *len = n;
-        return 1;
-    }
-    return 0;
-}
-
-/* Appends a conversation; assistant content + end-of-turn get flag `asst_target`. */
-static int chat_tokens(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs,
-                       bool add_generation_prompt, uint8_t asst_target, tokbuf *b) {
-    tmpl_ids ti;
-    if (tmpl_ids_get(tok, t, &ti) || tb_bos(tok, b)) return -1;
-    if (n_msgs == 0 || strcmp(msgs[0].role, "system") != 0) {
-        char *sys = NULL;
-        size_t sl = 0;
-        int has = default_system(tok, t, &sys, &sl);
-        if (has < 0) return -1;
-        int rc = has ? chat_header(tok, t, &ti, "system", b) || tb_text(tok, b, sys, sl, 0) ||
-                           tb_push(b, ti.close, 0) || tb_text(tok, b, "\n", 1, 0)
-                     : 0;
-        free(sys);
-        if (rc) return -1;
-    }
-    for (int i = 0; i < n_msgs; i++) {
-        uint8_t tg = strcmp(msgs[i].role, "assistant") == 0 ? asst_target : 0;
-        const char *c = msgs[i].content;
-        size_t cl = msgs[i].content_len;
-        if (chat_header(tok, t, &ti, msgs[i].role, b)) return -1;
-        if (t == NL_TMPL_CHATML) {
-            if (tb_text(tok, b, c, cl, tg) || tb_push(b, ti.close, tg) || tb_text(tok, b, "\n", 1, 0))
-                return -1;
-        } else {
-            trim(&c, &cl);
-            if (tb_text(tok, b, c, cl, tg) || tb_push(b, ti.eot, tg)) return -1;
-        }
-    }
-    if (add_generation_prompt && chat_header(tok, t, &ti, "assistant", b)) return -1;
-    return 0;
-}
-
-int nl_chat_tokenize(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs,
-                     bool add_generation_prompt, int32_t **ids, uint8_t **target, int *n_ids) {
-    tokbuf b = {0};
-    if (chat_tokens(tok, t, msgs, n_msgs, add_generation_prompt, 1, &b)) {
-        tb_free(&b);
-        return -1;
-    }
-    if (b.n > 0) b.tgt[0] = 0;
-    *ids = b.ids;
-    if (target) *target = b.tgt;
-    else free(b.tgt);
-    *n_ids = b.n;
-    return 0;
-}
-
-int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user,
-                          size_t user_len, int32_t **ids, int *n_ids) {
-    nl_chat_tmpl t;
-    if (nl_chat_template_pick(tmpl_name, nl_tokenizer_chat_template(tok), &t)) return -1;
-    nl_chat_msg m = {"user", user, user_len};
-    return nl_chat_tokenize(tok, t, &m, 1, true, ids, NULL, n_ids);
-}
 
 /* ---- JSONL loader ---- */
 
@@ -365,17 +75,17 @@ static int token_id(const loader *L, const nl_json *v, const char *what, size_t 
 }
 
 /* Tokenize a JSON string value, errors located at it. */
-static int tb_json_text(const loader *L, tokbuf *b, const nl_json *v, uint8_t t) {
-    if (tb_text(L->tok, b, v->u.str.s, v->u.str.len, t)) return lerr_slot(L, v->offset);
+static int tb_json_text(const loader *L, nl_tokbuf *b, const nl_json *v, uint8_t t) {
+    if (nl_tokbuf_text(L->tok, b, v->u.str.s, v->u.str.len, t)) return lerr_slot(L, v->offset);
     return 0;
 }
 
 static int ensure_template(loader *L, size_t off) {
     if (L->tmpl != NL_TMPL_NONE) return 0;
     nl_chat_tmpl t;
-    tmpl_ids ti;
+    nl_tmpl_ids ti;
     if (nl_chat_template_pick(L->tmpl_name, nl_tokenizer_chat_template(L->tok), &t) ||
-        tmpl_ids_get(L->tok, t, &ti))
+        nl_tmpl_ids_get(L->tok, t, &ti))
         return lerr_slot(L, off);
     L->tmpl = t;
     return 0;
@@ -408,15 +118,15 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
     ex->n_choices = (int)nc;
     for (size_t i = 0; i < nc; i++) {
         const nl_json *c = nl_json_at(choices, i);
-        tokbuf b = {0};
+        nl_tokbuf b = {0};
         if (fmt == NL_LINE_TOKENS) {
             if (!nl_json_is_array(c))
                 return lerr(L, c->offset, "choices[%zu] of a tokens line must be an array of token ids, found %s",
                             i, nl_json_type_name(c->type));
             for (size_t k = 0; k < nl_json_len(c); k++) {
                 int32_t id;
-                if (token_id(L, nl_json_at(c, k), "choice", k, &id) || tb_push(&b, id, 1)) {
-                    tb_free(&b);
+                if (token_id(L, nl_json_at(c, k), "choice", k, &id) || nl_tokbuf_push(&b, id, 1)) {
+                    nl_tokbuf_free(&b);
                     return -1;
                 }
             }
@@ -424,12 +134,12 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
             char what[32];
             snprintf(what, sizeof what, "choices[%zu]", i);
             if (need_string(L, c, what) || tb_json_text(L, &b, c, 1)) {
-                tb_free(&b);
+                nl_tokbuf_free(&b);
                 return -1;
             }
         }
         if (b.n == 0) {
-            tb_free(&b);
+            nl_tokbuf_free(&b);
             return lerr(L, c->offset, "choices[%zu] is empty", i);
         }
         free(b.tgt);
@@ -535,7 +245,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     nl_json *root = nl_json_parse(s, len, &je);
     if (!root) return lerr(L, je.offset, "%s", je.msg);
     int rc = -1;
-    tokbuf b = {0};
+    nl_tokbuf b = {0};
     nl_chat_msg *msgs = NULL;
     memset(ex, 0, sizeof *ex);
     ex->line = L->line;
@@ -649,15 +359,15 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     /* Build the sequence: context, then (choices) the correct answer or the format's targets. */
     switch (ex->format) {
     case NL_LINE_PROMPT:
-        if (tb_bos(L->tok, &b) || tb_json_text(L, &b, fv, 0)) goto done;
+        if (nl_tokbuf_bos(L->tok, &b) || tb_json_text(L, &b, fv, 0)) goto done;
         if (!choices) {
             if (tb_json_text(L, &b, completion, 1)) goto done;
             int32_t end = nl_token_eos(L->tok) >= 0 ? nl_token_eos(L->tok) : nl_token_eot(L->tok);
-            if (end >= 0 && tb_push(&b, end, 1)) goto done;
+            if (end >= 0 && nl_tokbuf_push(&b, end, 1)) goto done;
         }
         break;
     case NL_LINE_TEXT:
-        if (tb_bos(L->tok, &b) || tb_json_text(L, &b, fv, choices ? 0 : 1)) goto done;
+        if (nl_tokbuf_bos(L->tok, &b) || tb_json_text(L, &b, fv, choices ? 0 : 1)) goto done;
         break;
     case NL_LINE_MESSAGES: {
         int n_msgs = 0, n_asst = 0;
@@ -672,7 +382,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
             goto done;
         }
         if (ensure_template(L, fv->offset)) goto done;
-        if (chat_tokens(L->tok, L->tmpl, msgs, n_msgs, choices != NULL, choices ? 0 : 1, &b)) {
+        if (nl_chat_tokens(L->tok, L->tmpl, msgs, n_msgs, choices != NULL, choices ? 0 : 1, &b)) {
             lerr_slot(L, fv->offset);
             goto done;
         }
@@ -692,7 +402,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
                 }
                 t = (uint8_t)x;
             }
-            if (tb_push(&b, id, t)) {
+            if (nl_tokbuf_push(&b, id, t)) {
                 lerr_slot(L, fv->offset);
                 goto done;
             }
@@ -702,7 +412,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     if (choices) {
         ex->n_prompt = b.n;
         for (int i = 0; i < ex->choice_len[ex->answer]; i++)
-            if (tb_push(&b, ex->choice_ids[ex->answer][i], 1)) {
+            if (nl_tokbuf_push(&b, ex->choice_ids[ex->answer][i], 1)) {
                 lerr_slot(L, choices->offset);
                 goto done;
             }
@@ -731,7 +441,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     rc = 0;
 done:
     free(msgs);
-    tb_free(&b);
+    nl_tokbuf_free(&b);
     if (rc) example_free(ex);
     nl_json_free(root);
     return rc;
@@ -826,171 +536,4 @@ int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opt
     int rc = nl_dataset_load_buffer(buf, len, path, tok, opts, out);
     free(buf);
     return rc;
-}
-
-/* ---- packing ---- */
-
-void nl_packing_free(nl_packing *p) {
-    if (!p) return;
-    free(p->seq);
-    memset(p, 0, sizeof *p);
-}
-
-void nl_row_targets(const int32_t *ids, const uint8_t *target, int n, int32_t *rows) {
-    for (int t = 0; t + 1 < n; t++) rows[t] = target[t + 1] ? ids[t + 1] : -1;
-    if (n > 0) rows[n - 1] = -1;
-}
-
-int nl_example_targets_within(const nl_example *ex, int max_ctx) {
-    if (ex->n_tokens <= max_ctx) return ex->n_targets;
-    int nt = 0;
-    for (int i = 0; i < max_ctx; i++) nt += ex->target[i];
-    return nt;
-}
-
-int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx, nl_overlong policy,
-            nl_packing *out) {
-    memset(out, 0, sizeof *out);
-    if (max_ctx < 2) return nl_err("context length %d is too small (at least 2)", max_ctx);
-    for (int i = 0; i < n_buckets; i++)
-        if (buckets[i] < 1 || (i > 0 && buckets[i] <= buckets[i - 1]))
-            return nl_err("token buckets must be positive and ascending (bucket %d = %d)", i, buckets[i]);
-    out->seq = calloc(ds->n ? (size_t)ds->n : 1, sizeof *out->seq);
-    if (!out->seq) return nl_err("out of memory");
-    for (int e = 0; e < ds->n; e++) {
-        const nl_example *ex = &ds->ex[e];
-        int n = ex->n_tokens, nt = ex->n_targets;
-        if (n > max_ctx) {
-            if (policy == NL_OVERLONG_REFUSE) {
-                nl_packing_free(out);
-                return nl_err("%s:%d:1: example has %d tokens, more than the context of %d "
-                              "(shorten it, raise the context or truncate)", ds->path, ex->line, n, max_ctx);
-            }
-            n = max_ctx;
-            nt = nl_example_targets_within(ex, max_ctx);
-            if (nt == 0) {
-                out->n_dropped++;
-                continue;
-            }
-            out->n_truncated++;
-        }
-        int bucket = max_ctx;
-        for (int i = 0; i < n_buckets; i++)
-            if (buckets[i] >= n && buckets[i] <= max_ctx) {
-                bucket = buckets[i];
-                break;
-            }
-        nl_seq *s = &out->seq[out->n++];
-        s->ids = ex->ids;
-        s->target = ex->target;
-        s->n_tokens = n;
-        s->n_targets = nt;
-        s->bucket = bucket;
-        s->example = e;
-    }
-    if (out->n == 0) {
-        nl_packing_free(out);
-        return nl_err("%s: no example has a target token within the context of %d", ds->path, max_ctx);
-    }
-    return 0;
-}
-
-/* Counter-based hash (the splitmix64 step: add γ, then mix), so position k of epoch e never
- * depends on how many numbers were drawn before: any cursor can be resumed directly. */
-static uint64_t mix64(uint64_t x) { return nl_rng_mix64(x + NL_RNG_GAMMA); }
-
-void nl_data_order(int n, uint64_t seed, int64_t epoch, bool shuffle, int *perm) {
-    for (int k = 0; k < n; k++) perm[k] = k;
-    if (!shuffle) return;
-    uint64_t key = mix64(mix64(seed ^ 0x6E6C2D6461746131ULL) ^ (uint64_t)epoch);
-    for (int i = n - 1; i > 0; i--) {
-        /* Modulo bias is < n / 2^64: irrelevant. */
-        int j = (int)(mix64(key ^ (uint64_t)i) % (uint64_t)(i + 1));
-        int t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-}
-
-struct nl_batcher {
-    const nl_packing *p;
-    uint64_t seed;
-    bool shuffle;
-    int batch_tokens;
-    int *perm;            /* order of perm_epoch */
-    int64_t perm_epoch;   /* -1: none yet */
-    nl_data_cursor cur;
-    int *out;             /* indices of the last batch */
-};
-
-nl_batcher *nl_batcher_new(const nl_packing *p, uint64_t seed, bool shuffle, int batch_tokens) {
-    if (!p || p->n <= 0) {
-        nl_err("nl_batcher_new: no sequences");
-        return NULL;
-    }
-    if (batch_tokens < 1) {
-        nl_err("batch tokens must be at least 1 (got %d)", batch_tokens);
-        return NULL;
-    }
-    nl_batcher *b = nl_calloc(1, sizeof *b);
-    if (!b) return NULL;
-    b->p = p;
-    b->seed = seed;
-    b->shuffle = shuffle;
-    b->batch_tokens = batch_tokens;
-    b->perm = nl_malloc((size_t)p->n * sizeof *b->perm);
-    b->out = nl_malloc((size_t)p->n * sizeof *b->out);
-    if (!b->perm || !b->out) {
-        nl_batcher_free(b);
-        return NULL;
-    }
-    b->perm_epoch = -1;
-    return b;
-}
-
-void nl_batcher_free(nl_batcher *b) {
-    if (!b) return;
-    free(b->perm);
-    free(b->out);
-    free(b);
-}
-
-int nl_batcher_seek(nl_batcher *b, nl_data_cursor cur) {
-    if (cur.epoch < 0 || cur.index < 0 || cur.index > b->p->n)
-        return nl_err("data cursor (epoch %lld, index %lld) is outside the data (%d sequences)",
-                      (long long)cur.epoch, (long long)cur.index, b->p->n);
-    if (cur.index == b->p->n) {
-        cur.epoch++;
-        cur.index = 0;
-    }
-    b->cur = cur;
-    return 0;
-}
-
-nl_data_cursor nl_batcher_cursor(const nl_batcher *b) { return b->cur; }
-
-int nl_batcher_next(nl_batcher *b, const int **seq_idx, int *n_seq) {
-    const nl_packing *p = b->p;
-    if (b->perm_epoch != b->cur.epoch) {
-        nl_data_order(p->n, b->seed, b->cur.epoch, b->shuffle, b->perm);
-        b->perm_epoch = b->cur.epoch;
-    }
-    int k = 0;
-    int64_t tokens = 0;
-    while (b->cur.index < p->n) {
-        int s = b->perm[b->cur.index];
-        int t = p->seq[s].n_tokens;
-        if (k > 0 && tokens + t > b->batch_tokens) break;
-        b->out[k++] = s;
-        tokens += t;
-        b->cur.index++;
-        if (tokens >= b->batch_tokens) break;
-    }
-    if (b->cur.index >= p->n) {
-        b->cur.epoch++;
-        b->cur.index = 0;
-    }
-    *seq_idx = b->out;
-    *n_seq = k;
-    return 0;
 }
