@@ -1050,15 +1050,32 @@ static void test_memory(const char *model_q8) {
         }
     }
     CHECKF(refused >= 3, "only %d limits were refused", refused);
-    /* the precision suggestion: f32 weights that q8_0 would make fit */
-    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F32, 5, f32) == 0);
+    /* the precision suggestion: Q8_0 weights dequantized to f32 (--precision f32) that q8_0
+     * (in place) would make fit: the limit just under what f32 needs */
     char notes[512];
     path_of(notes, sizeof notes, "notes.jsonl");
-    defaults(&o, f32, notes, out);
+    nl_train_result r;
+    double need[2];
+    for (int k = 0; k < 2; k++) {
+        defaults(&o, model_q8, notes, out);
+        o.steps = 1;
+        o.proj.precision = k ? "q8_0" : "f32";
+        o.act_budget_mb = 0; /* all recomputed: the plan does not shrink under a lower limit */
+        o.mem_limit_mb = 1000;
+        o.progress = tmpfile();
+        CHECK(train(&o, NULL) == 0);
+        char *pt = progress_text(o.progress);
+        const char *q = pt ? strstr(pt, "memory: needs ") : NULL;
+        need[k] = q ? strtod(q + 14, NULL) : -1;
+        CHECKF(q && strstr(q, " MiB ("), "%s", pt ? pt : "");
+        free(pt);
+    }
+    CHECKF(need[1] > 0 && need[1] < need[0] - 0.02, "needs %g MiB at f32, %g at q8_0", need[0], need[1]);
+    defaults(&o, model_q8, notes, out);
     o.steps = 1;
     o.proj.precision = "f32";
-    o.mem_limit_mb = 0.8;
-    nl_train_result r;
+    o.act_budget_mb = 0;
+    o.mem_limit_mb = need[0] - 0.01;
     CHECK(nl_train(&o, &r) == -1);
     const char *e = nl_last_error();
     CHECKF(strstr(e, "--precision q8_0"), "%s", e);

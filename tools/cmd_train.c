@@ -126,6 +126,7 @@ int nl_cmd_train(int argc, char **argv) {
     NUM("pacing-poll-ms", 1, 1e7, o.pacing_poll_s) /* testing only; not in the usage */
     NUM("mezo-eps", 1e-12, 1, o.mezo_eps)
     NUM("mem-limit-mb", 1e-3, 1e12, o.mem_limit_mb)
+    o.count_process = 1; /* --mem-limit-mb bounds this process, what it held before the run included */
     o.pacing_poll_s /= 1000.0;
 #undef INT
 #undef NUM

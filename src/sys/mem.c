@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "util/util.h"
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 int64_t nl_proc_kb_field(const char *text, const char *key) {
     size_t klen = strlen(key);
@@ -66,3 +69,9 @@ int64_t nl_peak_rss_bytes(void) {
 }
 
 int64_t nl_rss_bytes(void) { return proc_field("/proc/self/status", "VmRSS"); }
+
+void nl_mem_trim(void) {
+#if defined(__GLIBC__)
+    (void)malloc_trim(0);
+#endif
+}

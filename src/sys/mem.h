@@ -15,6 +15,10 @@ int64_t nl_peak_rss_bytes(void);
 /* Current resident set size (VmRSS); -1 when unknown. */
 int64_t nl_rss_bytes(void);
 
+/* Give the heap's free pages back to the system where the C library can (glibc's malloc_trim),
+ * so that VmRSS counts what is held, not what was freed; elsewhere nothing. */
+void nl_mem_trim(void);
+
 /* The value of a "Key:   123 kB" line in /proc/meminfo or /proc/self/status style text, in
  * bytes (kB multiplied by 1024; a value without unit taken as bytes); -1 when missing or
  * malformed. The key must match a whole key at the start of a line. */

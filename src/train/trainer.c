@@ -716,7 +716,7 @@ out:
 #define MB (1024.0 * 1024.0)
 
 typedef struct {
-    uint64_t weights, state, inputs, kept, scratch, head, total;
+    uint64_t weights, state, inputs, kept, scratch, head, held, buffers, total, loaded, need;
     int T;
     int n_kept;
 } mem_est;
@@ -741,12 +741,35 @@ static void act_plan(nl_graph *g, int T, uint64_t budget, uint64_t *kept, uint64
  * activation budget in bytes, or UINT64_MAX-1 for "the default": whatever the limit leaves
  * (avail - the rest - reserve). */
 #define BUDGET_DEFAULT (UINT64_MAX - 1)
-static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t budget, int64_t avail, uint64_t reserve,
-                         mem_est *e) {
+/* The buffers a step adds on top of the plan: the service's padded request buffers (the
+ * largest request of T tokens, the head's in chunks) and the threads' own. */
+static uint64_t service_buffers(const nl_model *m, int T, int n_threads) {
+    int Tb = T, C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST, Cb = C;
+    for (size_t i = 0; i < sizeof buckets / sizeof *buckets; i++)
+        if (buckets[i] >= T) { Tb = buckets[i]; break; }
+    for (size_t i = 0; i < sizeof buckets / sizeof *buckets; i++)
+        if (buckets[i] >= C) { Cb = buckets[i]; break; }
+    uint64_t b = 0, io = 0;
+    for (int i = 0; i < m->n_projs; i++) {
+        const nl_proj_desc *d = &m->projs[i];
+        uint64_t rows = (uint64_t)(i == m->p_output ? Cb : Tb), x = rows * (uint64_t)(d->n_in + d->n_out) * sizeof(float);
+        if (d->cls != NL_CLASS_EMBED && x > b) b = x;
+        if (d->cls != NL_CLASS_EMBED && i != m->p_output && (uint64_t)(d->n_in + d->n_out) > io) io = (uint64_t)(d->n_in + d->n_out);
+    }
+    /* each thread (the service's workers, the caller, the LoRA overlap thread): its scratch
+     * (nl_thread_scratch: a projection's input and output rows for T tokens at most), its
+     * stack and its allocator arena as touched (256 KiB) */
+    return b + (uint64_t)(n_threads + 2) * ((uint64_t)T * io * sizeof(float) + (256u << 10));
+}
+
+static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t held, uint64_t loaded, uint64_t budget,
+                         int64_t avail, uint64_t reserve, mem_est *e) {
     const nl_hparams *hp = &t->m->hp;
     memset(e, 0, sizeof *e);
     e->T = T;
     e->weights = weights;
+    e->held = held;
+    e->buffers = service_buffers(t->m, T, nl_proj_threads(t->svc));
     e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
     uint64_t maxl, kept;
     int nk;
@@ -759,12 +782,14 @@ static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint6
         e->inputs = 2ull * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
     } else {
         e->inputs = (uint64_t)(hp->n_layer + 1) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
-        uint64_t fixed = e->weights + e->state + e->inputs + e->scratch + e->head;
+        uint64_t fixed = e->weights + e->held + e->buffers + e->state + e->inputs + e->scratch + e->head;
         if (budget == BUDGET_DEFAULT)
             budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
         act_plan(g, T, budget, &e->kept, &maxl, &e->n_kept);
     }
-    e->total = e->weights + e->state + e->inputs + e->kept + e->scratch + e->head;
+    e->total = e->weights + e->held + e->buffers + e->state + e->inputs + e->kept + e->scratch + e->head;
+    e->loaded = loaded;
+    e->need = loaded > e->total ? loaded : e->total; /* the load and the plan may have peaked higher than a step will */
 }
 
 /* Binary units, like --mem-limit-mb and --act-budget-mb (MB there = MiB). */
@@ -798,8 +823,16 @@ static uint64_t weights_at(const nl_model *m, int type) {
 }
 
 static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
-    char w[32], s[32], in[32], k[32], sc[32], h[32], tot[32];
-    fmt_bytes(tot, sizeof tot, e->total);
+    char w[32], s[32], in[32], k[32], sc[32], h[32], tot[32], hd[32], bf[32];
+    fmt_bytes(tot, sizeof tot, e->need);
+    fmt_bytes(hd, sizeof hd, e->held);
+    fmt_bytes(bf, sizeof bf, e->buffers);
+    char lp[80] = "";
+    if (e->loaded > e->total) {
+        char v[32];
+        fmt_bytes(v, sizeof v, e->loaded);
+        snprintf(lp, sizeof lp, "the peak of loading and planning: %s; a step: ", v);
+    }
     fmt_bytes(w, sizeof w, e->weights);
     fmt_bytes(s, sizeof s, e->state);
     fmt_bytes(in, sizeof in, e->inputs);
@@ -807,23 +840,40 @@ static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
     fmt_bytes(sc, sizeof sc, e->scratch);
     fmt_bytes(h, sizeof h, e->head);
     if (mezo)
-        snprintf(buf, cap, "%s (weights %s, adapter %s, activations %s + layer scratch %s for %d tokens, head %s)", tot, w, s, in, sc,
-                 e->T, h);
+        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter %s, activations %s + layer scratch %s for %d tokens, head %s, "
+                           "buffers %s)", tot, lp, w, hd, s, in, sc, e->T, h, bf);
     else
-        snprintf(buf, cap, "%s (weights %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute scratch %s "
-                           "for %d tokens, head %s)", tot, w, s, in, e->n_kept, k, sc, e->T, h);
+        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute "
+                           "scratch %s for %d tokens, head %s, buffers %s)", tot, lp, w, hd, s, in, e->n_kept, k, sc, e->T, h, bf);
 }
 
 /* Check the estimate against the limit; on refusal name what would fit. T: the rows of one
  * graph call (the step's sequences packed), longest: the longest sequence. Sets *budget_out
  * (the activation budget to use). */
-static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t avail, int from_limit, uint64_t *budget_out) {
+static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t avail, int from_limit, int64_t rss0,
+                         uint64_t *budget_out) {
     const nl_train_opts *o = t->o;
     uint64_t weights = nl_proj_resident_bytes(t->svc, -1, -1);
+    /* What the run holds now beyond the weights not yet touched and the adapter's parameters
+     * (counted in its state): the converted weights' source pages (mapped, read by the
+     * conversion), the model's other pages read so far, the tokenized data, the heap so far.
+     * The weights (converted, or in place and perhaps read already) are the weights term. */
+    uint64_t held = 0;
+    nl_mem_trim(); /* the plan's freed buffers are not held */
+    int64_t rss = nl_rss_bytes();
+    if (rss0 >= 0 && rss > rss0) {
+        /* weights resident in place may have been read already (counted as weights) */
+        uint64_t d = (uint64_t)(o->count_process ? rss : rss - rss0), known = weights + (uint64_t)t->ad->n_params * sizeof(float);
+        held = d > known ? d - known : 0;
+    }
+    /* the process's peak so far (loading, converting, planning), when the process is what is
+     * bounded; a library caller's earlier peaks are not the run's */
+    int64_t hwm = o->count_process ? nl_peak_rss_bytes() : -1;
+    uint64_t loaded = hwm > 0 ? (uint64_t)hwm : 0;
     uint64_t reserve = from_limit ? 0 : (uint64_t)512 << 20;
     uint64_t budget = o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT;
     mem_est e;
-    mem_estimate(t, g, T, weights, budget, avail, reserve, &e);
+    mem_estimate(t, g, T, weights, held, loaded, budget, avail, reserve, &e);
     char est[512], av[32];
     fmt_est(est, sizeof est, &e, t->mezo);
     if (avail >= 0) fmt_bytes(av, sizeof av, (uint64_t)avail);
@@ -836,7 +886,7 @@ static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t av
         budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
     }
     *budget_out = budget;
-    if (avail < 0 || e.total <= (uint64_t)avail) return 0;
+    if (avail < 0 || e.need <= (uint64_t)avail) return 0;
 
     /* It does not fit: compute what would. */
     char sug[3][96];
@@ -854,9 +904,9 @@ static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t av
         while (lo <= hi) {
             int mid = lo + (hi - lo) / 2;
             mem_est x;
-            mem_estimate(t, g, mid, weights, budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
+            mem_estimate(t, g, mid, weights, held, loaded, budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
                          avail, reserve, &x);
-            if (x.total <= A) { best = mid; lo = mid + 1; }
+            if (x.need <= A) { best = mid; lo = mid + 1; }
             else hi = mid - 1;
         }
         if (best >= 32) best -= best % 16;
@@ -873,21 +923,21 @@ static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t av
         uint64_t w2 = weights_at(t->m, types[k]);
         if (w2 >= weights) continue;
         mem_est x;
-        mem_estimate(t, g, T, w2, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
-        if (x.total <= A) {
+        mem_estimate(t, g, T, w2, held, loaded, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
+        if (x.need <= A) {
             snprintf(sug[ns++], sizeof sug[0], "--precision %s", nl_type_name(types[k]));
             break;
         }
     }
     char need[32];
-    fmt_bytes(need, sizeof need, e.total);
+    fmt_bytes(need, sizeof need, e.need);
     const char *what = from_limit ? "allowed by --mem-limit-mb" : "available";
     if (ns == 0) {
         mem_est x;
-        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->m, NL_TYPE_Q4_0) < weights ? weights_at(t->m, NL_TYPE_Q4_0) : weights, 0,
+        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->m, NL_TYPE_Q4_0) < weights ? weights_at(t->m, NL_TYPE_Q4_0) : weights, held, loaded, 0,
                      avail, reserve, &x);
         char least[32];
-        fmt_bytes(least, sizeof least, x.total);
+        fmt_bytes(least, sizeof least, x.need);
         return nl_err("not enough memory: needs %s, %s %s; no --act-budget-mb, --ctx or --precision makes it fit "
                       "(even --ctx 16 --act-budget-mb 0 --precision q4_0 needs %s): nothing was trained",
                       need, av, what, least);
@@ -906,6 +956,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     double t_start = nl_now();
     /* what there is before we take any: the model's conversions come out of it */
     int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * MB) : nl_mem_available_bytes();
+    int64_t rss0 = nl_rss_bytes(); /* the process before the run: what the run takes is counted from here */
     if (!o->model || !o->data || !o->out) return nl_err("train: --model, --data and --out are required");
     if (o->method && strcmp(o->method, "backprop") && strcmp(o->method, "mezo"))
         return nl_err("--method %s: expected backprop or mezo", o->method);
@@ -1012,12 +1063,12 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
     nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
     t.graph = &g;
+    /* planned first: its checks' buffers are part of the peak the preflight counts */
+    if (nl_proj_plan(t.svc, NULL, 0)) goto done;
     uint64_t budget;
-    if (mem_preflight(&t, &g, max_T, longest, avail, o->mem_limit_mb > 0, &budget)) goto done;
+    if (mem_preflight(&t, &g, max_T, longest, avail, o->mem_limit_mb > 0, rss0, &budget)) goto done;
     if (o->act_budget_mb == 0) budget = 0;
     g.act_budget = budget;
-
-    if (nl_proj_plan(t.svc, NULL, 0)) goto done;
     if (o->progress) {
         char line[256], mem[512];
         nl_proj_format_precision(t.svc, line, sizeof line);

@@ -63,6 +63,9 @@ typedef struct {
     /* Memory preflight (see nl_train): the memory the run may use, in MB (fractions allowed);
      * 0 = MemAvailable at start-up. */
     double mem_limit_mb;
+    /* 1: the memory the process held before the run counts too (the CLI: --mem-limit-mb bounds
+     * the process); 0: only what the run takes (a library caller's own memory is its own). */
+    int count_process;
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
@@ -103,6 +106,11 @@ typedef struct {
  *   + the layer intermediates kept under the activation budget + one layer's recompute
  *     scratch (nl_graph_layer_bytes)
  *   + the head chunk (256 tokens x n_vocab floats, logits and their gradient)
+ *   + held: measured (VmRSS) after the model is loaded and the data tokenized, less the two
+ *     terms above it: the converted weights' source pages (mapped, read by the conversion),
+ *     the model's other pages read so far, the tokenized data, the heap so far (with
+ *     count_process, the process's memory before the run too)
+ *   + buffers: the service's padded request buffers and each thread's scratch and stack
  * is printed ("memory: needs ...") and compared with MemAvailable at start-up (or
  * mem_limit_mb). The default activation budget is what is left after the rest (less a 512 MB
  * reserve under MemAvailable). A run that cannot fit stops before training, naming settings

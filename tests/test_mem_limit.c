@@ -1,0 +1,100 @@
+/* --mem-limit-mb holds: `nightlora train` on the small model, as a Q8_0 file and as an F32 file
+ * converted to Q8_0 at load (its source pages are read by the conversion), is run with the limit
+ * just above what its preflight says it needs ("memory: needs N MiB"): it trains, and the
+ * process's peak RSS (wait4's ru_maxrss, the child's VmHWM) stays under the limit; below it,
+ * the run keeps fewer layers (and still holds the limit) or is refused before training. The peak is not checked under ASan (its shadow memory
+ * and quarantine add to every allocation's RSS). */
+#include <errno.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "model/model.h"
+#include "model/quant.h"
+
+static char tmp[256];
+
+/* run the CLI with args; exit status, the child's peak RSS in *maxrss_kb */
+static int run(const char *const *args, const char *err, long *maxrss_kb) {
+    const char *v[64];
+    int n = 0;
+    v[n++] = NL_CLI;
+    for (int i = 0; args[i] && n < 63; i++) v[n++] = args[i];
+    v[n] = NULL;
+    pid_t pid = nl_t_spawn(v, err, NULL);
+    if (pid < 0) return -1;
+    int st;
+    struct rusage ru;
+    while (wait4(pid, &st, 0, &ru) < 0)
+        if (errno != EINTR) return -1;
+    *maxrss_kb = ru.ru_maxrss;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* N of "memory: needs N MiB" in the file; -1 when absent */
+static double needs_mib(const char *err) {
+    char *e = nl_t_slurp(err, NULL);
+    const char *p = e ? strstr(e, "memory: needs ") : NULL;
+    double v = -1;
+    char unit[8] = "";
+    if (p && sscanf(p, "memory: needs %lf %7s", &v, unit) == 2 && strcmp(unit, "MiB")) v = -1;
+    free(e);
+    return v;
+}
+
+static void limit_holds(const char *what, int type) {
+    char model[512], out[512], err[512], lim[32];
+    snprintf(model, sizeof model, "%s/%s.gguf", tmp, what);
+    snprintf(out, sizeof out, "%s/%s_adapter.gguf", tmp, what);
+    snprintf(err, sizeof err, "%s/%s.err", tmp, what);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "small", type, 3, model) == 0);
+    long probe_kb = 0, kb = 0;
+    const char *a[] = {"train", "--model", model, "--data", NL_TEST_DATA "/../../examples/tagging-train.jsonl", "--out", out, "--steps", "2",
+                       "--batch-tokens", "64", "--threads", "2", "--thermal", "off", "--mem-limit-mb", "100000", NULL};
+    CHECK(run(a, err, &probe_kb) == 0);
+    double need = needs_mib(err);
+    CHECKF(need > 0, "%s: no \"memory: needs N MiB\"", what);
+    if (need <= 0) return;
+    /* just above: trains, and the peak stays under the limit */
+    double limit = need + 1;
+    snprintf(lim, sizeof lim, "%.2f", limit);
+    a[16] = lim;
+    unlink(out);
+    int rc = run(a, err, &kb);
+    CHECKF(rc == 0 && access(out, F_OK) == 0, "%s: --mem-limit-mb %s: exit %d", what, lim, rc);
+    printf("%-6s needs %.2f MiB; --mem-limit-mb %s: peak RSS %.2f MiB\n", what, need, lim, kb / 1024.0);
+#ifndef __SANITIZE_ADDRESS__
+    CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s (the preflight said %.2f MiB)", what, kb / 1024.0,
+           lim, need);
+#else
+    printf("       (ASan build: the peak is not checked against the limit; shadow memory counts in RSS)\n");
+#endif
+    /* below what this plan needs: the default activation budget shrinks to what is left (more
+     * recompute), or the run is refused before training; a run that starts holds the limit */
+    for (double below = 0.5; below < 8; below *= 4) {
+        limit = need - below;
+        snprintf(lim, sizeof lim, "%.2f", limit);
+        unlink(out);
+        rc = run(a, err, &kb);
+        double got = needs_mib(err);
+        if (rc == 1) {
+            CHECKF(nl_t_file_has(err, "not enough memory: needs ") && access(out, F_OK) != 0, "%s: --mem-limit-mb %s: exit 1", what, lim);
+            printf("       --mem-limit-mb %s: refused\n", lim);
+            continue;
+        }
+        CHECKF(rc == 0 && got > 0 && got <= limit, "%s: --mem-limit-mb %s: exit %d, needs %.2f MiB", what, lim, rc, got);
+        printf("       --mem-limit-mb %s: needs %.2f MiB (less kept), peak RSS %.2f MiB\n", lim, got, kb / 1024.0);
+#ifndef __SANITIZE_ADDRESS__
+        CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s", what, kb / 1024.0, lim);
+#endif
+    }
+}
+
+int main(void) {
+    if (nl_t_tmpdir(tmp, sizeof tmp, "test_mem_limit")) return 1;
+    limit_holds("q8_0", NL_TYPE_Q8_0);
+    limit_holds("f32", NL_TYPE_F32); /* converted to Q8_0 at load */
+    nl_t_tmpdir_done(tmp);
+    return nl_t_done();
+}
