@@ -28,6 +28,7 @@
 #include "train/graph.h"
 #include "train/mezo.h"
 #include "train/optim.h"
+#include "train/rundesc.h"
 #include "sys/pacing.h"
 #include "sys/signals.h"
 #include "util/rng.h"
@@ -313,54 +314,7 @@ static int log_keep_steps(const char *path, int64_t keep_step) {
     return rc;
 }
 
-/* ---- the run's description -------------------------------------------------------------
- * Every setting that changes the training trajectory is one key = value string; the config
- * hash stored in every commit is the hash of those strings (the model has its own hash in the
- * commit), and DIR/run.json keeps them readable so that a refused resume can name what
- * differs. Settings that change the numerics but not the configuration (backend, resident
- * precision, FP16 wire) are recorded too: a resume that changes them only warns, since its
- * result can no longer be bit-identical to an uninterrupted run. The thread count, the
- * activation budget and pacing never change a result and are not recorded. The kernels
- * (nl_proj_describe) change every bit: a resume on others is refused unless asked for. */
-enum { KV_CONFIG, KV_NUMERICS, KV_KERNELS, KV_INFO };
-typedef struct {
-    const char *key;
-    int kind;
-    char val[200];
-} run_kv;
-#define RUN_MAX_KV 32
-typedef struct {
-    run_kv kv[RUN_MAX_KV];
-    int n;
-} run_desc;
-
-static void NL_PRINTF(4, 5) desc_add(run_desc *d, const char *key, int kind, const char *fmt, ...) {
-    if (d->n >= RUN_MAX_KV) return;
-    run_kv *kv = &d->kv[d->n++];
-    kv->key = key;
-    kv->kind = kind;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(kv->val, sizeof kv->val, fmt, ap);
-    va_end(ap);
-}
-
-static const char *desc_get(const run_desc *d, const char *key) {
-    for (int i = 0; i < d->n; i++)
-        if (!strcmp(d->kv[i].key, key)) return d->kv[i].val;
-    return "";
-}
-
-/* The shortest decimal text that reads back as exactly x (as a float when is_float): exact
- * for the hash, readable in run.json ("0.0002", not "0.00020000000000000001"). */
-static const char *fmt_num(char *buf, size_t cap, double x, int is_float) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, cap, "%.*g", prec, x);
-        double y = strtod(buf, NULL);
-        if (is_float ? (float)y == (float)x : y == x) break;
-    }
-    return buf;
-}
+/* ---- the run's description (train/rundesc.h) ---- */
 
 /* Content hash of the packed sequences (ids and targets): what the run trains on, whatever
  * the file looks like (the tokenizer is covered by the model hash). */
@@ -376,12 +330,12 @@ static uint64_t packing_hash(const nl_packing *pk) {
     return nl_hasher_final(&h);
 }
 
-static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, run_desc *d) {
+static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, nl_run_desc *d) {
     const nl_train_opts *o = t->o;
     const nl_adapter *ad = t->ad;
     memset(d, 0, sizeof *d);
-    desc_add(d, "model", KV_CONFIG, "%016llx", (unsigned long long)model_hash);
-    desc_add(d, "data", KV_CONFIG, "%016llx", (unsigned long long)data_hash);
+    nl_desc_add(d, "model", NL_KV_CONFIG, "%016llx", (unsigned long long)model_hash);
+    nl_desc_add(d, "data", NL_KV_CONFIG, "%016llx", (unsigned long long)data_hash);
     /* targets: the kinds adapted, the tensor count and a short hash of the exact list */
     char kinds[160] = "";
     size_t kl = 0;
@@ -394,134 +348,42 @@ static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash
     nl_hasher h;
     nl_hasher_init(&h, 0x6e6c7467ull);
     for (int i = 0; i < ad->n; i++) nl_hasher_update(&h, &ad->t[i].proj, sizeof ad->t[i].proj);
-    desc_add(d, "targets", KV_CONFIG, "%s (%d tensors, #%08x)", kinds, ad->n, (unsigned)(nl_hasher_final(&h) >> 32));
-    desc_add(d, "rank", KV_CONFIG, "%d", ad->rank);
+    nl_desc_add(d, "targets", NL_KV_CONFIG, "%s (%d tensors, #%08x)", kinds, ad->n, (unsigned)(nl_hasher_final(&h) >> 32));
+    nl_desc_add(d, "rank", NL_KV_CONFIG, "%d", ad->rank);
     char nb[40];
-    desc_add(d, "alpha", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, ad->alpha, 1));
+    nl_desc_add(d, "alpha", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, ad->alpha, 1));
     /* a fresh adapter follows from (model, targets, rank, seed); a loaded one is hashed */
     if (o->init_adapter)
-        desc_add(d, "init", KV_CONFIG, "adapter %016llx", (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
+        nl_desc_add(d, "init", NL_KV_CONFIG, "adapter %016llx", (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
     else
-        desc_add(d, "init", KV_CONFIG, "fresh");
-    desc_add(d, "method", KV_CONFIG, "%s", t->mezo ? "mezo" : "backprop");
-    if (t->mezo) desc_add(d, "mezo_eps", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->mezo_eps, 0));
-    desc_add(d, "steps", KV_CONFIG, "%" PRId64, total);
-    desc_add(d, "batch_tokens", KV_CONFIG, "%d", o->batch_tokens);
-    desc_add(d, "lr", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->lr, 0));
-    desc_add(d, "schedule", KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
+        nl_desc_add(d, "init", NL_KV_CONFIG, "fresh");
+    nl_desc_add(d, "method", NL_KV_CONFIG, "%s", t->mezo ? "mezo" : "backprop");
+    if (t->mezo) nl_desc_add(d, "mezo_eps", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->mezo_eps, 0));
+    nl_desc_add(d, "steps", NL_KV_CONFIG, "%" PRId64, total);
+    nl_desc_add(d, "batch_tokens", NL_KV_CONFIG, "%d", o->batch_tokens);
+    nl_desc_add(d, "lr", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->lr, 0));
+    nl_desc_add(d, "schedule", NL_KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
     /* the floor is reached after the last step (a commit of the older schedule, which gave
      * the last step lr 0, has no lr_min and is refused as made with other settings) */
-    if (o->cosine) desc_add(d, "lr_min", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
-    desc_add(d, "warmup", KV_CONFIG, "%d", o->warmup);
-    desc_add(d, "dropout", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->dropout, 1));
-    desc_add(d, "clip", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->clip, 0));
-    desc_add(d, "weight_decay", KV_CONFIG, "%s", fmt_num(nb, sizeof nb, o->weight_decay, 0));
-    desc_add(d, "ctx", KV_CONFIG, "%d", max_ctx);
-    desc_add(d, "on_long", KV_CONFIG, "%s", o->refuse_long ? "refuse" : "truncate");
-    desc_add(d, "shuffle", KV_CONFIG, "%d", o->shuffle ? 1 : 0);
-    desc_add(d, "seed", KV_CONFIG, "%llu", (unsigned long long)o->seed);
-    desc_add(d, "template", KV_CONFIG, "%s", o->chat_template ? o->chat_template : "auto");
-    desc_add(d, "backend", KV_NUMERICS, "%s", o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref");
-    desc_add(d, "precision", KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
-    desc_add(d, "precision_map", KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
-    desc_add(d, "wire", KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
+    if (o->cosine) nl_desc_add(d, "lr_min", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
+    nl_desc_add(d, "warmup", NL_KV_CONFIG, "%d", o->warmup);
+    nl_desc_add(d, "dropout", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->dropout, 1));
+    nl_desc_add(d, "clip", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->clip, 0));
+    nl_desc_add(d, "weight_decay", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->weight_decay, 0));
+    nl_desc_add(d, "ctx", NL_KV_CONFIG, "%d", max_ctx);
+    nl_desc_add(d, "on_long", NL_KV_CONFIG, "%s", o->refuse_long ? "refuse" : "truncate");
+    nl_desc_add(d, "shuffle", NL_KV_CONFIG, "%d", o->shuffle ? 1 : 0);
+    nl_desc_add(d, "seed", NL_KV_CONFIG, "%llu", (unsigned long long)o->seed);
+    nl_desc_add(d, "template", NL_KV_CONFIG, "%s", o->chat_template ? o->chat_template : "auto");
+    nl_desc_add(d, "backend", NL_KV_NUMERICS, "%s", o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref");
+    nl_desc_add(d, "precision", NL_KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
+    nl_desc_add(d, "precision_map", NL_KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
+    nl_desc_add(d, "wire", NL_KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
     char kern[256];
     nl_proj_describe(t->svc, kern, sizeof kern);
-    desc_add(d, "kernels", KV_KERNELS, "%s", kern);
-    desc_add(d, "model_path", KV_INFO, "%s", o->model);
-    desc_add(d, "data_path", KV_INFO, "%s", o->data);
-}
-
-/* The config hash of a commit: the trajectory settings, the model excepted (it has its own). */
-static uint64_t desc_config_hash(const run_desc *d) {
-    nl_hasher h;
-    nl_hasher_init(&h, 0x6e6c636667ull);
-    for (int i = 0; i < d->n; i++) {
-        if (d->kv[i].kind != KV_CONFIG || !strcmp(d->kv[i].key, "model")) continue;
-        nl_hasher_update(&h, d->kv[i].key, strlen(d->kv[i].key) + 1);
-        nl_hasher_update(&h, d->kv[i].val, strlen(d->kv[i].val) + 1);
-    }
-    return nl_hasher_final(&h);
-}
-
-static char *run_json_path(const char *dir) {
-    size_t n = strlen(dir) + 10;
-    char *p = nl_malloc(n);
-    if (p) snprintf(p, n, "%s/run.json", dir);
-    return p;
-}
-
-static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
-    size_t l = strlen(s);
-    if (*n + l + 1 > *cap) {
-        size_t nc = (*n + l + 1) * 2;
-        char *nb = realloc(*buf, nc);
-        if (!nb) return nl_err("out of memory");
-        *buf = nb;
-        *cap = nc;
-    }
-    memcpy(*buf + *n, s, l + 1);
-    *n += l;
-    return 0;
-}
-
-/* DIR/run.json: one JSON object, every value a string. */
-static int desc_write(const run_desc *d, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (int i = 0; i < d->n && !rc; i++) {
-        rc = buf_raw(&buf, &n, &cap, i ? ",\n  " : "{\n  ");
-        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].key, strlen(d->kv[i].key));
-        if (!rc) rc = buf_raw(&buf, &n, &cap, ": ");
-        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].val, strlen(d->kv[i].val));
-    }
-    if (!rc) rc = buf_raw(&buf, &n, &cap, "\n}\n");
-    char *path = rc ? NULL : run_json_path(dir);
-    if (!rc) rc = path ? nl_io_write_file(NULL, path, buf, n) : -1;
-    free(path);
-    free(buf);
-    return rc;
-}
-
-/* Compare `d` with DIR/run.json. kind KV_CONFIG: append "key A there, B now; ..." for every
- * differing setting to msg. Returns the number of differences, or -1 when there is no readable
- * run.json (nothing to compare). */
-static int desc_compare(const run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap) {
-    char *path = run_json_path(dir);
-    if (!path) return -1;
-    struct stat st;
-    if (stat(path, &st) != 0) { free(path); return -1; }
-    size_t len;
-    char *buf = nl_read_file(path, &len);
-    free(path);
-    if (!buf) return -1;
-    nl_json *j = nl_json_parse(buf, len, NULL);
-    free(buf);
-    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return -1; }
-    int nd = 0;
-    size_t ml = strlen(msg);
-    for (int i = 0; i < d->n; i++) {
-        if (d->kv[i].kind != kind || (only && strcmp(d->kv[i].key, only))) continue;
-        const nl_json *v = nl_json_get(j, d->kv[i].key);
-        if (!nl_json_is_string(v) && kind == KV_KERNELS) continue; /* a run from before they were recorded */
-        const char *was = nl_json_is_string(v) ? v->u.str.s : "(not recorded)";
-        if (!strcmp(was, d->kv[i].val)) continue;
-        const char *sep = nd++ ? "; " : "";
-        if (ml >= cap) continue;
-        if (!strcmp(d->kv[i].key, "model") || !strcmp(d->kv[i].key, "data")) {
-            char pk[16];
-            snprintf(pk, sizeof pk, "%s_path", d->kv[i].key);
-            const nl_json *pv = nl_json_get(j, pk);
-            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s (hash %s) there, %s (hash %s) now", sep, d->kv[i].key,
-                                   nl_json_is_string(pv) ? pv->u.str.s : "?", was, desc_get(d, pk), d->kv[i].val);
-        } else {
-            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s there, %s now", sep, d->kv[i].key, was, d->kv[i].val);
-        }
-    }
-    nl_json_free(j);
-    return nd;
+    nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
+    nl_desc_add(d, "model_path", NL_KV_INFO, "%s", o->model);
+    nl_desc_add(d, "data_path", NL_KV_INFO, "%s", o->data);
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
@@ -1144,9 +1006,9 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                     (double)t.m->gguf->size / MB, dt, dt > 0 ? (double)t.m->gguf->size / dt / 1e9 : 0.0);
         }
     }
-    run_desc desc;
+    nl_run_desc desc;
     build_desc(&t, model_hash, packing_hash(&t.pk), total, max_ctx, &desc);
-    uint64_t cfg_hash = desc_config_hash(&desc);
+    uint64_t cfg_hash = nl_desc_config_hash(&desc);
     int64_t step = 0;
     if (o->resume) {
         nl_ckpt ck;
@@ -1156,7 +1018,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
             /* name what differs when the run's description is there to compare with */
             char why[1536];
             int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
-            if (n > 0 && (size_t)n < sizeof why && desc_compare(&desc, o->checkpoint_dir, KV_CONFIG, NULL, why, sizeof why) > 0)
+            if (n > 0 && (size_t)n < sizeof why && nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_CONFIG, NULL, why, sizeof why) > 0)
                 nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
             goto done;
         }
@@ -1181,8 +1043,8 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
             /* other kernels by capability (another machine, the same settings) are refused;
              * another backend asked for only warns, as other numerics do */
             char bdiff[256] = "";
-            const int same_backend = desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, "backend", bdiff, sizeof bdiff) <= 0;
-            if (desc_compare(&desc, o->checkpoint_dir, KV_KERNELS, NULL, diff, sizeof diff) > 0) {
+            const int same_backend = nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_NUMERICS, "backend", bdiff, sizeof bdiff) <= 0;
+            if (nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_KERNELS, NULL, diff, sizeof diff) > 0) {
                 if (same_backend && !o->allow_kernel_change) {
                     nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
                            "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
@@ -1191,14 +1053,14 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                 if (o->progress) fprintf(o->progress, "warning: resuming on other kernels (%s)\n", diff);
             }
             diff[0] = 0;
-            if (desc_compare(&desc, o->checkpoint_dir, KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
+            if (nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
                 fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
             if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, step, total);
         } else if (o->progress) {
             fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
         }
     }
-    if (o->checkpoint_dir && desc_write(&desc, o->checkpoint_dir)) goto done;
+    if (o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) goto done;
     if (o->log_json) {
         /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
         if (o->resume && log_keep_steps(o->log_json, step)) goto done;

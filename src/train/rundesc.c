@@ -1,0 +1,135 @@
+/* train/rundesc: the run's description (the settings as key = value strings), its config
+ * hash, DIR/run.json and the comparison a resume makes with it; see rundesc.h. */
+#include "train/rundesc.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data/json.h"
+#include "sys/io.h"
+#include "util/hash.h"
+#include "util/util.h"
+
+void nl_desc_add(nl_run_desc *d, const char *key, int kind, const char *fmt, ...) {
+    if (d->n >= NL_RUN_MAX_KV) return;
+    nl_run_kv *kv = &d->kv[d->n++];
+    kv->key = key;
+    kv->kind = kind;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(kv->val, sizeof kv->val, fmt, ap);
+    va_end(ap);
+}
+
+const char *nl_desc_get(const nl_run_desc *d, const char *key) {
+    for (int i = 0; i < d->n; i++)
+        if (!strcmp(d->kv[i].key, key)) return d->kv[i].val;
+    return "";
+}
+
+/* The shortest decimal text that reads back as exactly x (as a float when is_float): exact
+ * for the hash, readable in run.json ("0.0002", not "0.00020000000000000001"). */
+const char *nl_desc_num(char *buf, size_t cap, double x, int is_float) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, x);
+        double y = strtod(buf, NULL);
+        if (is_float ? (float)y == (float)x : y == x) break;
+    }
+    return buf;
+}
+
+/* The config hash of a commit: the trajectory settings, the model excepted (it has its own). */
+uint64_t nl_desc_config_hash(const nl_run_desc *d) {
+    nl_hasher h;
+    nl_hasher_init(&h, 0x6e6c636667ull);
+    for (int i = 0; i < d->n; i++) {
+        if (d->kv[i].kind != NL_KV_CONFIG || !strcmp(d->kv[i].key, "model")) continue;
+        nl_hasher_update(&h, d->kv[i].key, strlen(d->kv[i].key) + 1);
+        nl_hasher_update(&h, d->kv[i].val, strlen(d->kv[i].val) + 1);
+    }
+    return nl_hasher_final(&h);
+}
+
+static char *run_json_path(const char *dir) {
+    size_t n = strlen(dir) + 10;
+    char *p = nl_malloc(n);
+    if (p) snprintf(p, n, "%s/run.json", dir);
+    return p;
+}
+
+static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
+    size_t l = strlen(s);
+    if (*n + l + 1 > *cap) {
+        size_t nc = (*n + l + 1) * 2;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return nl_err("out of memory");
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *n, s, l + 1);
+    *n += l;
+    return 0;
+}
+
+/* DIR/run.json: one JSON object, every value a string. */
+int nl_desc_write(const nl_run_desc *d, const char *dir) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (int i = 0; i < d->n && !rc; i++) {
+        rc = buf_raw(&buf, &n, &cap, i ? ",\n  " : "{\n  ");
+        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].key, strlen(d->kv[i].key));
+        if (!rc) rc = buf_raw(&buf, &n, &cap, ": ");
+        if (!rc) rc = nl_json_escape(&buf, &n, &cap, d->kv[i].val, strlen(d->kv[i].val));
+    }
+    if (!rc) rc = buf_raw(&buf, &n, &cap, "\n}\n");
+    char *path = rc ? NULL : run_json_path(dir);
+    if (!rc) rc = path ? nl_io_write_file(NULL, path, buf, n) : -1;
+    free(path);
+    free(buf);
+    return rc;
+}
+
+/* Compare `d` with DIR/run.json. kind NL_KV_CONFIG: append "key A there, B now; ..." for every
+ * differing setting to msg. Returns the number of differences, or -1 when there is no readable
+ * run.json (nothing to compare). */
+int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap) {
+    char *path = run_json_path(dir);
+    if (!path) return -1;
+    struct stat st;
+    if (stat(path, &st) != 0) { free(path); return -1; }
+    size_t len;
+    char *buf = nl_read_file(path, &len);
+    free(path);
+    if (!buf) return -1;
+    nl_json *j = nl_json_parse(buf, len, NULL);
+    free(buf);
+    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return -1; }
+    int nd = 0;
+    size_t ml = strlen(msg);
+    for (int i = 0; i < d->n; i++) {
+        if (d->kv[i].kind != kind || (only && strcmp(d->kv[i].key, only))) continue;
+        const nl_json *v = nl_json_get(j, d->kv[i].key);
+        if (!nl_json_is_string(v) && kind == NL_KV_KERNELS) continue; /* a run from before they were recorded */
+        const char *was = nl_json_is_string(v) ? v->u.str.s : "(not recorded)";
+        if (!strcmp(was, d->kv[i].val)) continue;
+        const char *sep = nd++ ? "; " : "";
+        if (ml >= cap) continue;
+        if (!strcmp(d->kv[i].key, "model") || !strcmp(d->kv[i].key, "data")) {
+            char pk[16];
+            snprintf(pk, sizeof pk, "%s_path", d->kv[i].key);
+            const nl_json *pv = nl_json_get(j, pk);
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s (hash %s) there, %s (hash %s) now", sep, d->kv[i].key,
+                                   nl_json_is_string(pv) ? pv->u.str.s : "?", was, nl_desc_get(d, pk), d->kv[i].val);
+        } else {
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s%s %s there, %s now", sep, d->kv[i].key, was, d->kv[i].val);
+        }
+    }
+    nl_json_free(j);
+    return nd;
+}

@@ -1,0 +1,45 @@
+/* train/rundesc (private to train/): the run's description.
+ * Every setting that changes the training trajectory is one key = value string; the config
+ * hash stored in every commit is the hash of those strings (the model has its own hash in the
+ * commit), and DIR/run.json keeps them readable so that a refused resume can name what
+ * differs. Settings that change the numerics but not the configuration (backend, resident
+ * precision, FP16 wire) are recorded too: a resume that changes them only warns, since its
+ * result can no longer be bit-identical to an uninterrupted run. The thread count, the
+ * activation budget and pacing never change a result and are not recorded. The kernels
+ * (nl_proj_describe) change every bit: a resume on others is refused unless asked for. */
+#ifndef NL_RUNDESC_H
+#define NL_RUNDESC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+enum { NL_KV_CONFIG, NL_KV_NUMERICS, NL_KV_KERNELS, NL_KV_INFO };
+typedef struct {
+    const char *key;
+    int kind;
+    char val[200];
+} nl_run_kv;
+#define NL_RUN_MAX_KV 32
+typedef struct {
+    nl_run_kv kv[NL_RUN_MAX_KV];
+    int n;
+} nl_run_desc;
+
+/* Appends key = value (printf), of `kind`; a description full at NL_RUN_MAX_KV drops it. */
+void nl_desc_add(nl_run_desc *d, const char *key, int kind, const char *fmt, ...) NL_PRINTF(4, 5);
+/* The value of key, "" when absent. */
+const char *nl_desc_get(const nl_run_desc *d, const char *key);
+/* The shortest decimal text that reads back as exactly x (as a float when is_float). */
+const char *nl_desc_num(char *buf, size_t cap, double x, int is_float);
+/* The config hash of a commit: the NL_KV_CONFIG settings, the model excepted (it has its own). */
+uint64_t nl_desc_config_hash(const nl_run_desc *d);
+/* Writes DIR/run.json (DIR created if missing): one JSON object, every value a string. */
+int nl_desc_write(const nl_run_desc *d, const char *dir);
+/* Compare d with DIR/run.json: appends "key A there, B now; ..." to msg for every differing
+ * setting of `kind` (only the key `only` when not NULL). Returns the number of differences,
+ * or -1 when there is no readable run.json. */
+int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap);
+
+#endif
