@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "model/adapter.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -106,6 +107,31 @@ static void test_reader(void) {
     if (fd >= 0) close(fd);
     CHECK(g && nl_gguf_changed(g) == 1);
     nl_gguf_close(g);
+    unlink(p);
+}
+
+/* A model truncated after it was loaded: the check the commands call at their end says so,
+ * and merge writes nothing (before: it wrote a model merged from zero pages). */
+static void test_check_after_load(void) {
+    char p[512], out[512];
+    path_of(p, sizeof p, "loaded.gguf");
+    path_of(out, sizeof out, "merged.gguf");
+    CHECK(copy_file(model, p) == 0);
+    nl_model *m = nl_model_load(p);
+    CHECK(m != NULL);
+    if (!m) return;
+    nl_adapter *a = nl_adapter_new(m, "q,v", 2, 4, 1);
+    CHECK(a != NULL);
+    CHECK(nl_model_check_unchanged(m, p, "eval", "no result printed") == 0);
+    CHECK(truncate(p, 4096) == 0);
+    CHECK(nl_model_check_unchanged(m, p, "eval", "no result printed") == -1);
+    char want[700];
+    snprintf(want, sizeof want, "%s changed while eval was using it (truncated or rewritten); no result printed", p);
+    CHECKF(strstr(nl_last_error(), want) != NULL, "%s", nl_last_error());
+    CHECK(a && nl_merge(m, a, NL_TYPE_F32, out) == -1 && strstr(nl_last_error(), "changed while merge was using it"));
+    CHECK(access(out, F_OK) != 0);
+    nl_adapter_free(a);
+    nl_model_free(m);
     unlink(p);
 }
 
@@ -210,6 +236,7 @@ int main(void) {
     fclose(f);
     double t0 = nl_now();
     test_reader();
+    test_check_after_load();
     test_truncated_during_run();
     test_weight_changed();
     printf("%.1f s\n", nl_now() - t0);

@@ -108,7 +108,8 @@ int nl_cmd_logits(int argc, char **argv) {
     int V = s.m->hp.n_vocab, rc = 1;
     float *logits = nl_malloc((size_t)T * V * sizeof(float));
     FILE *f = NULL;
-    if (logits && nl_session_logits(&s, ids, T, logits) == 0) {
+    if (logits && nl_session_logits(&s, ids, T, logits) == 0 &&
+        nl_model_check_unchanged(s.m, model, "logits", "no logits written") == 0) {
         f = fopen(out, "wb");
         if (!f) nl_err("%s: cannot open for writing: %s", out, strerror(errno));
         else if (fwrite(logits, sizeof(float), (size_t)T * V, f) != (size_t)T * V || fclose(f) != 0) {
@@ -171,6 +172,7 @@ int nl_cmd_generate(int argc, char **argv) {
         printf("%s", nl_cli_flag(argc, argv, "raw") ? prompt : "");
         rc = nl_generate(&s, ids, n, &sp, print_token, s.tok, NULL, NULL) ? 1 : 0;
         printf("\n");
+        if (!rc && nl_model_check_unchanged(s.m, model, "generate", "the text above is not to be trusted")) rc = 1;
     }
     if (rc) nl_cli_fail("generate");
     free(ids);
@@ -255,7 +257,7 @@ int nl_cmd_eval(int argc, char **argv) {
             fprintf(stderr, "service: %s backend, %s\n", cfg.backend, line);
         }
         nl_eval_result r;
-        if (nl_eval_dataset(&s.rt, &ds, ctx, &r) == 0) {
+        if (nl_eval_dataset(&s.rt, &ds, ctx, &r) == 0 && nl_model_check_unchanged(s.m, model, "eval", "no result printed") == 0) {
             nl_cli_print_eval(data, &r);
             rc = 0;
         }

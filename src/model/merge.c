@@ -58,6 +58,7 @@ int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_p
         const int ft = nl_type_ftype(type);
         rc = nl_gguf_set_u32(w, "general.file_type", (uint32_t)(ft >= 0 ? ft : NL_FTYPE_ALL_F32));
     }
+    if (rc == 0) rc = nl_model_check_unchanged(m, m->gguf->path, "merge", "nothing written");
     if (rc == 0) rc = nl_gguf_write(w, out_path);
     if (owned)
         for (int64_t i = 0; i < g->n_tensors; i++) free(owned[i]);

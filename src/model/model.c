@@ -498,3 +498,8 @@ nl_model *nl_model_load(const char *path) {
     if (!g) return NULL;
     return nl_model_from_gguf(g);
 }
+
+int nl_model_check_unchanged(const nl_model *m, const char *path, const char *who, const char *then) {
+    if (!m || !m->gguf || !nl_gguf_changed(m->gguf)) return 0;
+    return nl_err("%s changed while %s was using it (truncated or rewritten); %s", path, who, then);
+}

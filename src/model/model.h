@@ -88,6 +88,9 @@ nl_model *nl_model_load(const char *path);
 /* Same over an already opened GGUF (takes ownership of g, also on failure). */
 nl_model *nl_model_from_gguf(nl_gguf *g);
 void nl_model_free(nl_model *m);
+/* 0 when the model's file is as it was opened (nl_gguf_changed); else -1 and the error
+ * "PATH changed while WHO was using it (truncated or rewritten); THEN". */
+int nl_model_check_unchanged(const nl_model *m, const char *path, const char *who, const char *then);
 
 /* Projection id of (layer, kind) or -1. */
 int nl_model_proj(const nl_model *m, int layer, nl_proj_kind kind);
