@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
     const int nmodes = nl_proj_host_cpu_has("avx512bf16") && (!strcmp(kernels, "auto") || !strcmp(kernels, "avx512")) ? 2 : 1;
     void *ctx[2] = {NULL, NULL};
     for (int m = 0; m < nmodes; m++) {
-        if (nl_proj_backend_host.init(&ctx[m], n_threads) || nl_proj_host_configure(ctx[m], kernels, modes[m])) {
+        if (nl_proj_backend_host.init(&ctx[m], n_threads, NULL) || nl_proj_host_configure(ctx[m], kernels, modes[m])) {
             fprintf(stderr, "host init: %s\n", nl_last_error());
             return 1;
         }

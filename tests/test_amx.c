@@ -294,10 +294,8 @@ static void test_kernels(const nl_amx_tiles *tl, int exact) {
 
 static void test_host_mode(void) {
     void *ctx = NULL, *ref32 = NULL;
-    CHECK(nl_proj_backend_host.init(&ctx, 2) == 0);
-    CHECK(nl_proj_backend_host.init(&ref32, 2) == 0);
-    CHECK(nl_proj_host_configure(ctx, NULL, "amx-emu") == 0);
-    CHECK(nl_proj_host_configure(ref32, NULL, "f32") == 0);
+    CHECK(nl_proj_backend_host.init(&ctx, 2, "amx-emu") == 0);
+    CHECK(nl_proj_backend_host.init(&ref32, 2, "f32") == 0);
     CHECK(!strcmp(nl_proj_host_compute(ctx), "amx-emu"));
     char d[256];
     nl_proj_host_describe(ctx, d, sizeof d);
@@ -345,8 +343,7 @@ static void test_host_mode(void) {
 
 /* The service with the host backend in amx-emu mode: every planner check passes. */
 static void test_service(void) {
-    CHECK(nl_proj_host_set_compute("amx-emu") == 0);
-    nl_proj_config cfg = {.backend = "host", .n_threads = 2};
+    nl_proj_config cfg = {.backend = "host", .n_threads = 2, .compute = "amx-emu"};
     nl_proj_service *s = nl_proj_service_new(&cfg);
     CHECK(s != NULL);
     weight ws[4];
@@ -365,7 +362,6 @@ static void test_service(void) {
     CHECKF(tot.checks == 4 * 2 * 3 && tot.passed == tot.checks, "%d checks, %d passed", tot.checks, tot.passed);
     nl_proj_service_free(s);
     for (int i = 0; i < 4; i++) free_weight(&ws[i]);
-    CHECK(nl_proj_host_set_compute("auto") == 0);
 }
 
 static int sh(const char *cmd) {

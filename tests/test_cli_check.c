@@ -93,7 +93,7 @@ static void test_check(const char *path, const char *label) {
         snprintf(word, sizeof word, " %s ", nl_proj_class_name((nl_proj_class)c));
         if (classes[c]) CHECKF(tab && strstr(tab, word), "%s: class%smissing", label, word);
     }
-    CHECK(out && strstr(out, "resident: ") && strstr(out, "memory estimate: ") && strstr(out, "host kernels "));
+    CHECK(out && strstr(out, "resident: ") && strstr(out, "memory estimate: ") && strstr(out, "service kernels host: "));
     CHECK(out && strstr(out, "n_embd ") && strstr(out, "n_layer "));
     free(out);
 
@@ -101,6 +101,19 @@ static void test_check(const char *path, const char *label) {
     snprintf(args, sizeof args, "check --model %s --backend host --threads 2", path);
     rc = run_cli(args, &out);
     CHECKF(rc == 0 && parse_summary(out, &n, &p, &r) && n == 6 * n_checked && p == n, "%s host: %s", label, out ? out : "");
+    free(out);
+
+    /* the compute line and the kernels are the service's own: ref says it is the FP32
+     * reference, host the mode --compute asked for */
+    snprintf(args, sizeof args, "check --model %s --backend ref --compute bf16", path);
+    rc = run_cli(args, &out);
+    CHECKF(rc == 0 && out && strstr(out, "\ncompute f32\n") && strstr(out, "service kernels ref: f32 compute (reference"),
+           "%s: check --backend ref: %s", label, out ? out : "");
+    free(out);
+    snprintf(args, sizeof args, "check --model %s --backend host --compute f32", path);
+    rc = run_cli(args, &out);
+    CHECKF(rc == 0 && out && strstr(out, "\ncompute f32\n") && strstr(out, "service kernels host: f32 compute ("),
+           "%s: check --compute f32: %s", label, out ? out : "");
     free(out);
 
     /* --verbose: one line per projection (every tensor name) and the per-check table */
@@ -231,6 +244,7 @@ static void test_usage_errors(const char *path) {
         {"check --model %s --backend npu", "--backend npu", 2},
         {"check --model %s --threads 0", "--threads 0", 2},
         {"check --model %s --wire f8", "--wire f8", 2},
+        {"check --model %s --compute fp8", "--compute fp8: unknown compute mode", 2},
         {"check --model %s --precision q2", "unknown precision", 1},
         {"check --model %s/../no-such-model.gguf", "no-such-model.gguf", 1},
         {"bench", "expected a benchmark", 2},

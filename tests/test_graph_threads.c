@@ -50,7 +50,7 @@ static void run_case(nl_arch arch, const char *preset, int T) {
     /* host backend (Q8_0 by the default policy, f32 compute: deterministic and fast), 1
      * service thread, no planner (whole requests) */
     struct { nl_model *m; nl_proj_service *svc; nl_runtime rt; } s;
-    nl_proj_config pc = {.backend = "host", .n_threads = 1};
+    nl_proj_config pc = {.backend = "host", .n_threads = 1, .compute = "f32"};
     s.m = nl_model_load(path);
     s.svc = s.m ? nl_proj_service_new(&pc) : NULL;
     if (!s.svc || nl_runtime_init(&s.rt, s.m, s.svc)) {
@@ -157,7 +157,6 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", tmpdir);
     if (system(cmd)) return 1;
-    CHECK(nl_proj_host_set_compute("f32") == 0);
     test_mask_definition();
     /* "small" shapes put norms, SwiGLU, attention and cross-entropy above the pool's hand-off
      * threshold; T = 101 makes every split uneven */

@@ -115,7 +115,7 @@ typedef struct {
 
 static void *new_ctx(int n_threads, const char *kernels, const char *compute) {
     void *ctx = NULL;
-    if (nl_proj_backend_host.init(&ctx, n_threads) != 0) return NULL;
+    if (nl_proj_backend_host.init(&ctx, n_threads, NULL) != 0) return NULL;
     if (nl_proj_host_configure(ctx, kernels, compute) != 0) {
         fprintf(stderr, "configure %s/%s: %s\n", kernels, compute, nl_last_error());
         nl_proj_backend_host.free(ctx);
@@ -309,8 +309,22 @@ static void test_errors(void) {
     CHECK(nl_proj_backend_host.supports(ctx, &pw, NL_FWD, 4) == 0);
     CHECK(nl_proj_host_configure(ctx, "bogus", NULL) == -1);
     CHECK(nl_proj_host_configure(ctx, NULL, "fp8") == -1);
-    CHECK(nl_proj_host_set_compute("fp8") == -1);
     nl_proj_backend_host.free(ctx);
+    /* the compute mode travels in the service's config to its backend's init */
+    void *bad = NULL;
+    CHECK(nl_proj_backend_host.init(&bad, 1, "fp8") == -1 && bad == NULL);
+    CHECK(nl_proj_backend_ref.init(&bad, 1, "fp8") == -1 && bad == NULL);
+    nl_proj_config cfg = {.backend = "host", .n_threads = 1, .compute = "fp8"};
+    CHECK(nl_proj_service_new(&cfg) == NULL && strstr(nl_last_error(), "fp8"));
+    cfg.compute = "f32";
+    nl_proj_service *s = nl_proj_service_new(&cfg);
+    CHECK(s && !strcmp(nl_proj_compute(s), "f32"));
+    nl_proj_service_free(s);
+    cfg.backend = "ref";
+    cfg.compute = "bf16"; /* a host mode: ref computes in FP32 whatever it says */
+    s = nl_proj_service_new(&cfg);
+    CHECK(s && !strcmp(nl_proj_compute(s), "f32"));
+    nl_proj_service_free(s);
 }
 
 int main(void) {

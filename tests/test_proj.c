@@ -420,7 +420,7 @@ static void test_threads_identical(void) {
 /* A test backend around ref: wrong by 10% in BWD, unsupported for T > 4, and it records
  * every T it was asked to run. */
 static int fake_seen_bad_T;
-static int fake_init(void **ctx, int n) { return nl_proj_backend_ref.init(ctx, n); }
+static int fake_init(void **ctx, int n, const char *compute) { return nl_proj_backend_ref.init(ctx, n, compute); }
 static void fake_free(void *ctx) { nl_proj_backend_ref.free(ctx); }
 static int fake_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
     (void)ctx; (void)w; (void)dir;

@@ -189,7 +189,6 @@ static void test_packing(nl_arch arch) {
     path_of(data, sizeof data, "notes.jsonl");
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_Q8_0, 7, model) == 0);
     for (int c = 0; c < 3; c++) {
-        CHECK(nl_proj_host_set_compute(c == 1 ? "f32" : "auto") == 0);
         steplog L[2];
         for (int k = 0; k < 2; k++) {
             snprintf(outs[k], sizeof outs[k], "%s/pk_%s_%d_%d.gguf", tmp, nl_arch_name(arch), c, k);
@@ -198,6 +197,7 @@ static void test_packing(nl_arch arch) {
             defaults(&o, model, data, outs[k]);
             o.proj.backend = c ? "host" : "ref";
             o.proj.precision = c == 1 ? "f32" : NULL;
+            o.proj.compute = c == 1 ? "f32" : NULL;
             o.proj.n_threads = 2;
             o.batch_tokens = 120; /* several notes a step */
             o.steps = 3;
@@ -212,7 +212,6 @@ static void test_packing(nl_arch arch) {
         CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s config %d: packed step vs one call a sequence",
                nl_arch_name(arch), c);
     }
-    CHECK(nl_proj_host_set_compute("auto") == 0);
 }
 
 /* --overlap: auto is synchronous exactly for the CPU backends; bad values are refused. */
@@ -783,14 +782,14 @@ static void test_startup(const char *model, const char *data) {
      * mode (bf16 where auto picks it, f32 when asked), synchronous on the CPU */
     /* what auto picks on this CPU (bf16 on AVX512_BF16 but Intel's, amx where usable) */
     void *hctx = NULL;
-    CHECK(nl_proj_backend_host.init(&hctx, 1) == 0);
+    CHECK(nl_proj_backend_host.init(&hctx, 1, NULL) == 0);
     const int has_bf16 = hctx && !strcmp(nl_proj_host_compute(hctx), "bf16");
     nl_proj_backend_host.free(hctx);
     for (int c = 0; c < 2; c++) {
         defaults(&o, model, data, out);
         o.steps = 1;
         o.proj.backend = "host";
-        CHECK(nl_proj_host_set_compute(c ? "f32" : "auto") == 0);
+        o.proj.compute = c ? "f32" : NULL;
         prog = tmpfile();
         o.progress = prog;
         CHECK(train(&o, &r) == 0);
@@ -804,7 +803,6 @@ static void test_startup(const char *model, const char *data) {
         CHECKF(strstr(text, want) && strstr(text, want2), "progress (%s): %s", c ? "f32" : "auto", text);
         free(text);
     }
-    CHECK(nl_proj_host_set_compute("auto") == 0);
 }
 
 

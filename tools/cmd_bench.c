@@ -134,20 +134,19 @@ static int cmd_bench_proj(int argc, char **argv) {
     float *x = NULL, *y = NULL, *yr = NULL;
     int rc = 1, n_sh = 0;
     if (!svc || nl_runtime_init(&rt, m, svc)) goto done;
-    if (nl_proj_backend_host.init(&hctx, cfg.n_threads)) {
+    if (nl_proj_backend_host.init(&hctx, cfg.n_threads, cfg.compute)) {
         hctx = NULL;
         goto done;
     }
     /* where the CPU has usable AMX and the host context does not already run it: the tile
      * kernels too, in their own columns */
     if (nl_proj_host_cpu_has("amx") && strcmp(nl_proj_host_compute(hctx), "amx")) {
-        if (nl_proj_backend_host.init(&actx, cfg.n_threads)) {
+        if (nl_proj_backend_host.init(&actx, cfg.n_threads, "amx")) {
             actx = NULL;
             goto done;
         }
-        if (nl_proj_host_configure(actx, NULL, "amx")) goto done;
     }
-    if (nl_proj_backend_ref.init(&rctx, cfg.n_threads)) {
+    if (nl_proj_backend_ref.init(&rctx, cfg.n_threads, NULL)) {
         rctx = NULL;
         goto done;
     }

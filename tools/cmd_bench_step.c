@@ -27,7 +27,6 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"
-#include "proj/kernels.h"
 #include "proj/proj.h"
 #include "sys/mem.h"
 #include "train/budget.h"
@@ -54,6 +53,7 @@ typedef struct {
     char resident[512];
     uint64_t res_bytes[NL_CLASS_COUNT][NL_TYPE_COUNT];
     char plan[160];
+    const char *compute; /* the service's (nl_proj_compute: a static string) */
 } cfg_result;
 
 static double clock_s(clockid_t id) {
@@ -99,6 +99,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     int rc = -1, rt_ok = 0;
     if (!svc || nl_runtime_init(&rt, b->m, svc)) goto done;
     rt_ok = 1;
+    r->compute = nl_proj_compute(svc);
     rt.adapter = b->ad;
     rt.sync = which != CFG_D;
     if (b->plan && nl_proj_plan(svc, NULL, 0)) goto done;
@@ -289,15 +290,6 @@ int nl_cmd_bench_step(int argc, char **argv) {
     b.targets = tok + T + 1;
     b.answer = answer;
     int peak_ok = reset_peak_rss() == 0;
-    const char *compute = "f32";
-    {
-        /* the compute mode a host context uses (the --compute choice or auto) */
-        void *ctx = NULL;
-        if (nl_proj_backend_host.init(&ctx, 1) == 0) {
-            compute = nl_proj_host_compute(ctx);
-            nl_proj_backend_host.free(ctx);
-        }
-    }
     cfg_result res[N_CFG];
     memset(res, 0, sizeof res);
     for (int c = 0; c < N_CFG; c++) {
@@ -308,6 +300,8 @@ int nl_cmd_bench_step(int argc, char **argv) {
         }
         if (run_cfg(&b, c, peak_ok, &res[c])) goto done;
     }
+    /* the compute mode of the host configurations' services (the --compute choice or auto) */
+    const char *compute = res[CFG_C].compute ? res[CFG_C].compute : res[CFG_D].compute ? res[CFG_D].compute : "-";
     if (json) {
         print_json(stdout, &b, model, res, compute);
     } else {

@@ -1,8 +1,8 @@
 /* nightlora check: what a run would see of a model, without running it. Loads the model,
  * registers every projection with the service (precision policy applied), runs the planner,
  * and reports: architecture and hyper-parameters, every projection (class, K×N, GGUF type ->
- * resident type, in place / converted / shared, bytes), resident memory per class, the host
- * kernel set and compute mode, the planner summary (and with --verbose its per-check table),
+ * resident type, in place / converted / shared, bytes), resident memory per class, the
+ * service's compute mode and kernels (its backend's describe), the planner summary (and with --verbose its per-check table),
  * and a memory estimate. --json prints the same as one JSON object.
  *
  * Exit status: 0 when the model loads and the planner ran (checks routed to the CPU are a
@@ -19,7 +19,6 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"
-#include "proj/kernels.h"
 #include "proj/proj.h"
 #include "util/util.h"
 
@@ -115,14 +114,8 @@ int nl_cmd_check(int argc, char **argv) {
     int rc = 1;
     if (!svc || nl_runtime_init(&rt, m, svc)) goto done;
 
-    /* the host kernel set / compute mode a host context gets with these flags */
-    const char *kernels = "-", *compute = "-";
-    void *hctx = NULL;
-    if (nl_proj_backend_host.init(&hctx, 1) == 0) {
-        kernels = nl_proj_host_kernels(hctx); /* static strings: valid after free */
-        compute = nl_proj_host_compute(hctx);
-        nl_proj_backend_host.free(hctx);
-    }
+    /* the arithmetic the service's backend runs ("f32" on ref; host: --compute or auto) */
+    const char *compute = nl_proj_compute(svc);
 
     char kdesc[256]; /* what the service runs: "host: amx-bf16 for attn/mlp/head, ..." */
     nl_proj_describe(svc, kdesc, sizeof kdesc);
@@ -189,8 +182,6 @@ int nl_cmd_check(int argc, char **argv) {
         nl_cli_json_str(precision ? precision : "auto");
         printf(", \"precision_map\": ");
         nl_cli_json_str(pmap);
-        printf(", \"host_kernels\": ");
-        nl_cli_json_str(kernels);
         printf(", \"compute\": ");
         nl_cli_json_str(compute);
         printf(", \"kernels\": ");
@@ -261,8 +252,7 @@ int nl_cmd_check(int argc, char **argv) {
     printf("backend %s, %d thread%s, wire %s, precision %s%s%s\n", cfg.backend, cfg.n_threads,
            cfg.n_threads == 1 ? "" : "s", cfg.wire_f16 ? "f16" : "f32", precision ? precision : "auto",
            pmap ? ", map " : "", pmap ? pmap : "");
-    printf("host kernels %s, compute %s%s\n", kernels, compute,
-           strcmp(cfg.backend, "host") ? " (not in use: the backend is not host)" : "");
+    printf("compute %s\n", compute);
     printf("service kernels %s\n", kdesc);
 
     printf("\nprojections (%d%s):\n", m->n_projs, verbose ? "" : ", grouped by class, shape and types; --verbose lists each");

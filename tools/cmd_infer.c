@@ -33,9 +33,9 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
     cfg->verbose = nl_cli_flag(argc, argv, "verbose");
     cfg->precision = nl_cli_opt(argc, argv, "precision");
     cfg->precision_map = nl_cli_opt(argc, argv, "precision-map");
-    const char *compute = nl_cli_opt(argc, argv, "compute");
-    if (compute && nl_proj_host_set_compute(compute)) {
-        fprintf(stderr, "nightlora %s: --compute %s: %s\n", cmd, compute, nl_last_error());
+    cfg->compute = nl_cli_opt(argc, argv, "compute");
+    if (nl_proj_host_known_compute(cfg->compute)) {
+        fprintf(stderr, "nightlora %s: --compute %s: %s\n", cmd, cfg->compute, nl_last_error());
         return 1;
     }
     if (!nl_proj_backend_find(cfg->backend)) {

@@ -17,7 +17,6 @@
 
 enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3 };
 
-static int g_compute = MODE_AUTO; /* process default, set by nl_proj_host_set_compute */
 
 int nl_proj_host_cpu_has(const char *name) {
     if (!name) return 0;
@@ -71,11 +70,8 @@ static int mode_check(int m) {
     return 0;
 }
 
-int nl_proj_host_set_compute(const char *mode) {
-    int m = parse_mode(mode);
-    if (m == -2) return nl_err("host: unknown compute mode '%s' (expected " MODES ")", mode);
-    if (mode_check(m)) return -1;
-    g_compute = m;
+int nl_proj_host_known_compute(const char *mode) {
+    if (parse_mode(mode) == -2) return nl_err("unknown compute mode '%s' (expected " MODES ")", mode);
     return 0;
 }
 
@@ -95,7 +91,7 @@ typedef void (*task_fn)(host_ctx *c, int tid);
 
 struct host_ctx {
     const nl_host_kernels *ks;
-    int compute; /* MODE_*: AUTO follows g_compute */
+    int compute; /* MODE_*: AUTO picks by capability (mode_of) */
     int nth;
     scratch *scr;       /* [nth]: task tid uses scr[tid] */
     nl_pool *pool;      /* nth threads (the caller is one of them) */
@@ -137,7 +133,7 @@ static void host_free(void *ctx) {
     free(c);
 }
 
-static int host_init(void **out, int n_threads) {
+static int host_init(void **out, int n_threads, const char *compute) {
     *out = NULL;
     if (n_threads < 1) n_threads = 1;
     if (n_threads > 256) return nl_err("host: n_threads %d out of range (1..256)", n_threads);
@@ -166,6 +162,7 @@ static int host_init(void **out, int n_threads) {
     }
     c->pool = nl_pool_new(n_threads);
     if (!c->pool) goto fail;
+    if (compute && nl_proj_host_configure(c, NULL, compute)) goto fail;
     *out = c;
     return 0;
 fail:
@@ -204,7 +201,7 @@ const char *nl_proj_host_kernels(const void *ctx) { return ctx ? ((const host_ct
  *   on AMD Zen 4 bf16 is the faster, 118 vs ~100);
  *   else f32. */
 static int mode_of(const host_ctx *c) {
-    int m = c->compute == MODE_AUTO ? g_compute : c->compute;
+    const int m = c->compute;
     const int can_bf16 = c->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
     if (m == MODE_AUTO) {
         const char *env = getenv("NL_AMX");

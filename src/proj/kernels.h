@@ -33,8 +33,8 @@
 
 extern const nl_proj_backend nl_proj_backend_host;
 
-/* Process-wide default compute mode for host contexts created afterwards (and for running
- * ones that have not been configured explicitly): "f32" (FP32 activations and weights, FMA)
+/* Compute modes (nl_proj_config.compute, handed to nl_proj_backend_host.init, or
+ * nl_proj_host_configure on a context): "f32" (FP32 activations and weights, FMA)
  * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
  * block scales are applied in FP32; activations are rounded to BF16; weights with no integer
  * form (F16, F32, BF16, Q4_K, Q6_K) run the f32 path), "amx" (the matrix engine's BF16 tiles,
@@ -42,8 +42,9 @@ extern const nl_proj_backend nl_proj_backend_host;
  * split-BF16; F32 weights on the f32 path: proj/amx.h) or "amx-emu" (the same kernels on the
  * portable tile emulator: any machine, slow). "auto" (or NULL): by capability, see host.c
  * mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32).
- * Returns 0, or -1 + nl_err for an unknown mode or one this machine cannot run. */
-int nl_proj_host_set_compute(const char *mode);
+ * nl_proj_host_known_compute: 0 for one of these names (or NULL), else -1 + nl_err naming the
+ * choices; whether this machine can run it is checked where a context takes it. */
+int nl_proj_host_known_compute(const char *mode);
 
 /* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
  * "avx2", "avx512" or "neon" (NULL = keep); compute as above (NULL = keep). Asking for a set

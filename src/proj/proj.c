@@ -243,6 +243,7 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     s->cfg.backend = be->name;
     s->cfg.precision = NULL; /* borrowed strings are parsed now, not kept */
     s->cfg.precision_map = NULL;
+    s->cfg.compute = NULL;
     s->n_threads = cfg->n_threads > 0 ? cfg->n_threads : 1;
     s->be = be;
     s->precision = -1;
@@ -261,12 +262,12 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     }
     if (cfg->precision_map && parse_precision_map(s, cfg->precision_map)) goto fail;
 
-    if (be->init(&s->be_ctx, s->n_threads)) {
+    if (be->init(&s->be_ctx, s->n_threads, cfg->compute)) {
         nl_err_prefix("proj: backend %s", be->name);
         goto fail;
     }
     if (be == &nl_proj_backend_ref) s->ref_ctx = s->be_ctx;
-    else if (nl_proj_backend_ref.init(&s->ref_ctx, s->n_threads)) goto fail;
+    else if (nl_proj_backend_ref.init(&s->ref_ctx, s->n_threads, NULL)) goto fail;
 
     int te = nl_thread_create(&s->thread, dispatcher, s);
     if (te != 0) {

@@ -27,7 +27,10 @@ typedef struct {
 
 typedef struct nl_proj_backend {
     const char *name;                                     /* "ref", "host", ... */
-    int (*init)(void **ctx, int n_threads);
+    /* compute: the arithmetic asked for (nl_proj_config.compute; NULL = the backend's default).
+     * A backend refuses a mode it does not know (-1 + nl_err); one it knows but only another
+     * backend runs (ref and "bf16") it ignores. */
+    int (*init)(void **ctx, int n_threads, const char *compute);
     /* 1 if the backend can run this weight/direction/bucket. */
     int (*supports)(void *ctx, const nl_proj_weight *w, nl_dir dir, int T);
     /* Y (T×N for FWD, T×K for BWD) is overwritten. */
@@ -65,6 +68,10 @@ typedef struct {
      * original weight. Counted in nl_proj_stats.retries / fallbacks. */
     int wire_f16;
     int verbose;
+    /* The host backend's compute mode: "f32", "bf16", "amx", "amx-emu" or "auto" (NULL: auto,
+     * by capability; proj/kernels.h). Handed to the backend's init; ref computes in FP32 whatever
+     * it says (but refuses an unknown mode). */
+    const char *compute;
     /* Resident precision of the projection weights (DESIGN §2), applied once at nl_proj_add:
      *   "auto" (default, NULL): recurrent -> f16; attn, mlp, head -> q8_0; embed keeps its type
      *           (the paper's training policy)

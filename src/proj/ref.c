@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model/quant.h"
+#include "proj/kernels.h"
 #include "proj/proj.h"
 #include "util/pool.h"
 #include "util/util.h"
@@ -44,7 +45,9 @@ typedef struct {
     float *y;
 } ref_job;
 
-static int ref_init(void **ctx, int n_threads) {
+static int ref_init(void **ctx, int n_threads, const char *compute) {
+    *ctx = NULL;
+    if (nl_proj_host_known_compute(compute)) return -1; /* a known mode: FP32 here whatever it asks */
     ref_ctx *c = nl_calloc(1, sizeof *c);
     if (!c) return -1;
     c->n_threads = n_threads > 0 ? n_threads : 1;
