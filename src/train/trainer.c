@@ -572,6 +572,78 @@ out:
     return rc;
 }
 
+/* ---- the step kinds --------------------------------------------------------------------
+ * One optimizer step `step` (1-based) on the batch idx[0..nseq): the params are updated in
+ * place. Return 0 (done), 1 (stopped inside a pause: the params are those of the last step),
+ * -1 (an error, set; a non-finite value is named). */
+
+/* MeZO: two forwards, no backward; the step updates the params itself (on any error they are
+ * as before). */
+static int step_mezo(trainer *t, nl_graph *g, const nl_mezo_cfg *mz, int64_t step, const int *idx, int nseq,
+                     int64_t last_commit, double *loss, double *gnorm, double *pgrad, int64_t *n_tokens) {
+    nl_mezo_result mr;
+    if (nl_mezo_step(g, mz, step, t->pk.seq, idx, nseq, &mr)) {
+        if (!t->stop_in_pause) {
+            /* the loss was not finite (the params are back at θ): name the tensor */
+            if (strstr(nl_last_error(), "not finite")) nonfinite_error(t, step, last_commit, NAN, NULL);
+            return -1;
+        }
+        return 1;
+    }
+    *loss = mr.loss;
+    *pgrad = mr.proj_grad;
+    *n_tokens = mr.n_tokens;
+    *gnorm = mr.grad_norm;
+    if (!all_finite(t->ad->params, t->ad->n_params, &(size_t){0})) {
+        nonfinite_error(t, step, last_commit, *loss, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+/* Backprop: the gradients of the step's sequences (one graph call, or one a sequence with the
+ * tests' hook), clipped, then AdamW. */
+static int step_backprop(trainer *t, nl_graph *g, const nl_adamw *aw, int64_t step, const int *idx, int nseq,
+                         int64_t n_targets, int64_t last_commit, double *loss, double *gnorm, int64_t *n_tokens) {
+    const nl_train_opts *o = t->o;
+    size_t np = t->ad->n_params;
+    memset(t->grads, 0, np * sizeof(float));
+    g->step = step;
+    g->tok_base = 0;
+    double loss_sum = 0.0;
+    float inv_n = n_targets ? 1.0f / (float)n_targets : 0.0f;
+    if (!t->hk.per_sequence) {
+        /* the step's sequences in one graph call: one request per projection */
+        int r = step_packed(t, g, idx, nseq, inv_n, &loss_sum, n_tokens);
+        if (r) return t->stop_in_pause ? 1 : -1;
+    }
+    for (int i = 0; t->hk.per_sequence && i < nseq; i++) {
+        const nl_seq *sq = &t->pk.seq[idx[i]];
+        int32_t *rows = nl_malloc((size_t)sq->n_tokens * sizeof *rows);
+        if (!rows) return -1;
+        nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows);
+        double ls;
+        int r = nl_graph_seq(g, sq->ids, rows, sq->n_tokens, inv_n, &ls);
+        free(rows);
+        if (r) return t->stop_in_pause ? 1 : -1;
+        loss_sum += ls;
+        g->tok_base += sq->n_tokens;
+        *n_tokens += sq->n_tokens;
+    }
+    *loss = n_targets ? loss_sum / (double)n_targets : 0.0;
+    if (t->hk.after_backward) t->hk.after_backward(t->hk.user, step, t->ad, t->grads);
+    size_t bad;
+    if (!isfinite(*loss) || !all_finite(t->grads, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->grads), -1;
+    if (o->dump_grads && step == 1) {
+        if (nl_adapter_save_values(t->ad, t->m, t->grads, o->dump_grads)) return -1;
+    }
+    *gnorm = nl_grad_clip(t->grads, np, o->clip);
+    if (!isfinite(*gnorm)) return nonfinite_error(t, step, last_commit, *loss, t->grads), -1;
+    if (adamw_pool(&t->rt, t->ad->params, t->grads, t->mom, t->vel, np, aw, step)) return -1;
+    if (!all_finite(t->ad->params, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->grads), -1;
+    return 0;
+}
+
 /* ---- memory preflight -------------------------------------------------------------------- */
 
 #define HEAD_CHUNK_EST NL_HEAD_CHUNK /* tokens per head chunk the graph uses at most (logits + grad) */
@@ -1102,67 +1174,12 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         int64_t n_targets = 0, n_tokens = 0;
         for (int i = 0; i < nseq; i++) n_targets += t.pk.seq[idx[i]].n_targets;
         double loss = 0.0, gnorm = 0.0, pgrad = 0.0;
-        int failed = 0;
-        if (t.mezo) {
-            /* MeZO: the step updates the params itself; on any error they are as before */
-            mz.lr = nl_lr_at(&sched, step + 1, total);
-            aw.lr = mz.lr;
-            nl_mezo_result mr;
-            if (nl_mezo_step(&g, &mz, step + 1, t.pk.seq, idx, nseq, &mr)) {
-                if (!t.stop_in_pause) {
-                    /* the loss was not finite (the params are back at θ): name the tensor */
-                    if (strstr(nl_last_error(), "not finite")) nonfinite_error(&t, step + 1, last_commit, NAN, NULL);
-                    goto done;
-                }
-                failed = 1;
-            } else {
-                loss = mr.loss;
-                pgrad = mr.proj_grad;
-                n_tokens = mr.n_tokens;
-                gnorm = mr.grad_norm;
-                if (!all_finite(t.ad->params, np, &(size_t){0})) { nonfinite_error(&t, step + 1, last_commit, loss, NULL); goto done; }
-            }
-        } else {
-            memset(t.grads, 0, np * sizeof(float));
-            g.step = step + 1;
-            g.tok_base = 0;
-            double loss_sum = 0.0;
-            float inv_n = n_targets ? 1.0f / (float)n_targets : 0.0f;
-            if (!t.hk.per_sequence) {
-                /* the step's sequences in one graph call: one request per projection */
-                int r = step_packed(&t, &g, idx, nseq, inv_n, &loss_sum, &n_tokens);
-                if (r && t.stop_in_pause) failed = 1;
-                else if (r) goto done;
-            }
-            for (int i = 0; t.hk.per_sequence && i < nseq; i++) {
-                const nl_seq *sq = &t.pk.seq[idx[i]];
-                int32_t *rows = nl_malloc((size_t)sq->n_tokens * sizeof *rows);
-                if (!rows) goto done;
-                nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows);
-                double ls;
-                int r = nl_graph_seq(&g, sq->ids, rows, sq->n_tokens, inv_n, &ls);
-                free(rows);
-                if (r && t.stop_in_pause) { failed = 1; break; }
-                if (r) goto done;
-                loss_sum += ls;
-                g.tok_base += sq->n_tokens;
-                n_tokens += sq->n_tokens;
-            }
-            if (!failed) {
-                loss = n_targets ? loss_sum / (double)n_targets : 0.0;
-                if (t.hk.after_backward) t.hk.after_backward(t.hk.user, step + 1, t.ad, t.grads);
-                size_t bad;
-                if (!isfinite(loss) || !all_finite(t.grads, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
-                if (o->dump_grads && step == 0) {
-                    if (nl_adapter_save_values(t.ad, t.m, t.grads, o->dump_grads)) goto done;
-                }
-                gnorm = nl_grad_clip(t.grads, np, o->clip);
-                if (!isfinite(gnorm)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
-                aw.lr = nl_lr_at(&sched, step + 1, total);
-                if (adamw_pool(&t.rt, t.ad->params, t.grads, t.mom, t.vel, np, &aw, step + 1)) goto done;
-                if (!all_finite(t.ad->params, np, &bad)) { nonfinite_error(&t, step + 1, last_commit, loss, t.grads); goto done; }
-            }
-        }
+        aw.lr = nl_lr_at(&sched, step + 1, total);
+        mz.lr = aw.lr;
+        int sr = t.mezo ? step_mezo(&t, &g, &mz, step + 1, idx, nseq, last_commit, &loss, &gnorm, &pgrad, &n_tokens)
+                        : step_backprop(&t, &g, &aw, step + 1, idx, nseq, n_targets, last_commit, &loss, &gnorm, &n_tokens);
+        if (sr < 0) goto done;
+        int failed = sr > 0;
         if (model_changed(&t, last_commit)) goto done;
         if (failed) {
             /* Stopped inside a pause: this step is abandoned; the state is that of the last
