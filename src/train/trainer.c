@@ -880,22 +880,14 @@ static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t av
                   ns > 1 ? (ns > 2 ? ", " : ", or ") : "", ns > 1 ? sug[1] : "", ns > 2 ? ", or " : "", ns > 2 ? sug[2] : "");
 }
 
-int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hooked(o, NULL, res); }
-
-int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
-    trainer t = {.o = o, .lock_fd = -1};
-    if (h) t.hk = *h;
-    memset(res, 0, sizeof *res);
-    int rc = -1;
-    double t_start = nl_now();
-    /* what there is before we take any: the model's conversions come out of it */
-    int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * MB) : nl_mem_available_bytes();
-    int64_t rss0 = nl_rss_bytes(); /* the process before the run: what the run takes is counted from here */
+/* The options a run cannot start with, each refused with its flag before anything is opened;
+ * the outputs are probed for writability now, not after a night of training. */
+static int check_opts(const nl_train_opts *o) {
     if (!o->model || !o->data || !o->out) return nl_err("train: --model, --data and --out are required");
     if (o->method && strcmp(o->method, "backprop") && strcmp(o->method, "mezo"))
         return nl_err("--method %s: expected backprop or mezo", o->method);
-    t.mezo = o->method && !strcmp(o->method, "mezo");
-    if (t.mezo && !(o->mezo_eps > 0 && isfinite(o->mezo_eps))) return nl_err("--mezo-eps %g: expected a finite value > 0", o->mezo_eps);
+    const int mezo = o->method && !strcmp(o->method, "mezo");
+    if (mezo && !(o->mezo_eps > 0 && isfinite(o->mezo_eps))) return nl_err("--mezo-eps %g: expected a finite value > 0", o->mezo_eps);
     if (o->mem_limit_mb < 0 || !isfinite(o->mem_limit_mb)) return nl_err("--mem-limit-mb %g: expected > 0", o->mem_limit_mb);
     if (o->overlap && strcmp(o->overlap, "auto") && strcmp(o->overlap, "on") && strcmp(o->overlap, "off"))
         return nl_err("--overlap %s: expected auto, on or off", o->overlap);
@@ -915,22 +907,28 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         nl_chat_tmpl tm;
         if (nl_chat_template_pick(o->chat_template, NULL, &tm)) return nl_err_prefix("--template %s", o->chat_template);
     }
-    if (o->dump_grads && t.mezo) return nl_err("--dump-grads: MeZO computes no gradients (use --method backprop)");
-    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
+    if (o->dump_grads && mezo) return nl_err("--dump-grads: MeZO computes no gradients (use --method backprop)");
+    return 0;
+}
 
-    t.m = nl_model_load(o->model);
-    if (!t.m) goto done;
-    if (nl_tokenizer_for_model(t.m, &t.tok)) goto done;
-    if (t.m->warning && o->progress) fprintf(o->progress, "warning: %s: %s\n", o->model, t.m->warning);
-    if (!t.tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); goto done; }
-    if (o->init_adapter) t.ad = nl_adapter_load(t.m, o->init_adapter);
-    else t.ad = nl_adapter_new(t.m, o->targets, o->rank, o->alpha, o->seed);
-    if (!t.ad) goto done;
+/* Opens what a run reads: the model and its tokenizer, the adapter (fresh or --init-adapter),
+ * the projection service and runtime, the checkpoint directory's state for a fresh run, and
+ * the data, tokenized and packed into sequences of at most *max_ctx tokens. */
+static int open_run(trainer *t, int *max_ctx_out) {
+    const nl_train_opts *o = t->o;
+    t->m = nl_model_load(o->model);
+    if (!t->m) return -1;
+    if (nl_tokenizer_for_model(t->m, &t->tok)) return -1;
+    if (t->m->warning && o->progress) fprintf(o->progress, "warning: %s: %s\n", o->model, t->m->warning);
+    if (!t->tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); return -1; }
+    if (o->init_adapter) t->ad = nl_adapter_load(t->m, o->init_adapter);
+    else t->ad = nl_adapter_new(t->m, o->targets, o->rank, o->alpha, o->seed);
+    if (!t->ad) return -1;
     /* llama.cpp finds a LoRA pair by its base tensor's name: a tied model has no output.weight,
      * and token_embd.weight.lora_a/b is validated and applied as an EMBEDDING adapter (at the
      * token lookup), so no adapter file adapts a tied head alone; merge cannot either (the head
      * and the embedding are one tensor). Refused before anything is trained. */
-    if (t.m->tied_head && t.ad->by_proj[t.m->p_output] >= 0) {
+    if (t->m->tied_head && t->ad->by_proj[t->m->p_output] >= 0) {
         if (o->init_adapter)
             nl_err("--init-adapter %s adapts the output head, which this model ties to token_embd.weight: an adapter on a "
                    "tied head loads in neither llama.cpp nor merge; start a fresh adapter without \"output\" in --targets",
@@ -940,47 +938,68 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
                    "adapter on a tied head loads in neither llama.cpp (token_embd.weight.lora_a/b would be taken for an "
                    "embedding adapter) nor merge (the head and the embedding are one tensor); drop \"output\" from "
                    "--targets (\"all\" leaves the head out)", o->model);
-        goto done;
+        return -1;
     }
-    if (o->init_adapter && o->init_rank > 0 && t.ad->rank != o->init_rank) {
+    if (o->init_adapter && o->init_rank > 0 && t->ad->rank != o->init_rank) {
         nl_err("--init-adapter %s has rank %d, --rank %d was asked: drop --rank (the adapter's rank is used) or start "
-               "a fresh adapter without --init-adapter", o->init_adapter, t.ad->rank, o->init_rank);
-        goto done;
+               "a fresh adapter without --init-adapter", o->init_adapter, t->ad->rank, o->init_rank);
+        return -1;
     }
-    t.svc = nl_proj_service_new(&o->proj);
-    if (!t.svc || nl_runtime_init(&t.rt, t.m, t.svc)) goto done;
-    t.rt.adapter = t.ad;
-    t.rt.sync = nl_train_sync_mode(o);
+    t->svc = nl_proj_service_new(&o->proj);
+    if (!t->svc || nl_runtime_init(&t->rt, t->m, t->svc)) return -1;
+    t->rt.adapter = t->ad;
+    t->rt.sync = nl_train_sync_mode(o);
     if (o->checkpoint_dir && !o->resume) {
         /* A fresh run must not silently replace the commits of another run, and a listing that
          * fails must not pass for an empty directory. */
-        int has = nl_ckpt_dir_has_commits(o->checkpoint_dir, t.hk.ckpt_io);
+        int has = nl_ckpt_dir_has_commits(o->checkpoint_dir, t->hk.ckpt_io);
         if (has < 0) {
             nl_err_prefix("cannot tell whether %s holds commits, so no fresh run starts there", o->checkpoint_dir);
-            goto done;
+            return -1;
         }
         if (has) {
             nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
-            goto done;
+            return -1;
         }
     }
 
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t.m->hp.n_vocab};
-    if (nl_dataset_load(o->data, t.tok, &dopt, &t.ds)) goto done;
-    t.ds_loaded = 1;
-    int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t.m->hp.n_ctx_train > 0 && t.m->hp.n_ctx_train < 4096 ? t.m->hp.n_ctx_train : 4096);
+    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab};
+    if (nl_dataset_load(o->data, t->tok, &dopt, &t->ds)) return -1;
+    t->ds_loaded = 1;
+    const int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t->m->hp.n_ctx_train > 0 && t->m->hp.n_ctx_train < 4096 ? t->m->hp.n_ctx_train : 4096);
     if (max_ctx < 2) {
         if (o->max_ctx > 0) nl_err("--ctx %d: expected >= 2", o->max_ctx);
         else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, max_ctx);
-        goto done;
+        return -1;
     }
-    if (nl_pack(&t.ds, buckets, (int)(sizeof buckets / sizeof *buckets), max_ctx,
-                o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t.pk)) goto done;
-    t.pk_loaded = 1;
-    if (t.pk.n == 0) {
-        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, t.ds.n, t.pk.n_dropped);
-        goto done;
+    if (nl_pack(&t->ds, buckets, (int)(sizeof buckets / sizeof *buckets), max_ctx,
+                o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t->pk)) return -1;
+    t->pk_loaded = 1;
+    if (t->pk.n == 0) {
+        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, t->ds.n, t->pk.n_dropped);
+        return -1;
     }
+    *max_ctx_out = max_ctx;
+    return 0;
+}
+
+int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hooked(o, NULL, res); }
+
+int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
+    trainer t = {.o = o, .lock_fd = -1};
+    if (h) t.hk = *h;
+    memset(res, 0, sizeof *res);
+    int rc = -1;
+    double t_start = nl_now();
+    /* what there is before we take any: the model's conversions come out of it */
+    int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * MB) : nl_mem_available_bytes();
+    int64_t rss0 = nl_rss_bytes(); /* the process before the run: what the run takes is counted from here */
+    if (check_opts(o)) return -1;
+    t.mezo = o->method && !strcmp(o->method, "mezo");
+    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
+
+    int max_ctx;
+    if (open_run(&t, &max_ctx)) goto done;
     int max_T = 1, longest;
     int64_t all_T = 0;
     for (int i = 0; i < t.pk.n; i++) {
