@@ -44,13 +44,8 @@ static int run(const char *const *args) {
     v[n++] = NL_CLI;
     for (int i = 0; args[i] && n < 63; i++) v[n++] = args[i];
     v[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen(errf, "w", stderr) || !freopen(outf, "w", stdout)) _exit(126);
-        execv(v[0], (char *const *)v);
-        _exit(127);
-    }
+    pid_t pid = nl_t_spawn(v, errf, outf);
+    if (pid < 0) return -1;
     int st;
     struct rusage ru;
     while (wait4(pid, &st, 0, &ru) < 0)

@@ -26,30 +26,17 @@ static char tmp[256], model[512], data[512], status_file[512];
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
 
+/* The CLI with args (NULL-terminated) through test.h's runner; stderr to err, stdout dropped. */
 static pid_t spawn(const char *const *args, const char *err) {
     const char *v[64];
     int n = 0;
     v[n++] = NL_CLI;
     for (int i = 0; args[i] && n < 63; i++) v[n++] = args[i];
     v[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen(err, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
-        execv(v[0], (char *const *)v);
-        _exit(127);
-    }
-    return pid;
+    return nl_t_spawn(v, err, NULL);
 }
 
-static int wait_rc(pid_t pid) {
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-static int run(const char *const *args, const char *err) { return wait_rc(spawn(args, err)); }
+static int run(const char *const *args, const char *err) { return nl_t_wait(spawn(args, err)); }
 
 static void write_status(const char *v) {
     char t[600];
@@ -166,7 +153,7 @@ static void test_truncated_during_run(void) {
     int paused = nl_t_file_has(err, "paused: thermal status 3");
     CHECK(truncate(m, 4096) == 0);
     write_status("0\n");
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     int at = newest_commit(ck);
     char want[1024];
     snprintf(want, sizeof want, "the last commit (step %d) is kept", at);
