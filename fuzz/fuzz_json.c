@@ -17,7 +17,7 @@
 #include <math.h>
 
 #include "common.h"
-#include "data/json.h"
+#include "util/json.h"
 
 typedef struct {
     char *buf;

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data/json.h"
+#include "util/json.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"

@@ -3,7 +3,7 @@
 #include <stdint.h>
 
 #include "data/dataset.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "data/tokenizer.h"
 #include "model/gguf.h"
 #include "test.h"

@@ -1,7 +1,7 @@
-/* data/json: RFC 8259 valid and invalid inputs, decoded values, error offsets, limits. */
+/* util/json: RFC 8259 valid and invalid inputs, decoded values, error offsets, limits. */
 #include <stdint.h>
 
-#include "data/json.h"
+#include "util/json.h"
 #include "test.h"
 #include "util/util.h"
 

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "util/util.h"

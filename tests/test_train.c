@@ -34,7 +34,7 @@
 
 #include "test.h"
 #include "data/dataset.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"

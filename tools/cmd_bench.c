@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"

@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "data/tokenizer.h"
 #include "model/model.h"
 #include "model/quant.h"

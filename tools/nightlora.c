@@ -6,7 +6,7 @@
 
 #include "cli.h"
 #include "model/model.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "nl_version.h"
 #include "util/util.h"
 

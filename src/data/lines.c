@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/json.h"
+#include "util/json.h"
 #include "data/tokbuf.h"
 #include "util/util.h"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/json.h"
+#include "util/json.h"
 #include "sys/io.h"
 #include "util/hash.h"
 #include "util/util.h"

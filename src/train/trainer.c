@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "data/dataset.h"
-#include "data/json.h"
+#include "util/json.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"

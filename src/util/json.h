@@ -1,4 +1,4 @@
-/* data/json: a strict RFC 8259 JSON parser producing a read-only DOM.
+/* util/json: a strict RFC 8259 JSON parser producing a read-only DOM.
  *
  * Strict means: exactly the RFC grammar. No trailing commas, no comments, no leading zeros,
  * no NaN/Infinity, no single quotes, no raw control characters (< 0x20) inside strings, no

@@ -1,5 +1,5 @@
-/* data/json: strict RFC 8259 parser. See json.h for the contract and the choices made. */
-#include "data/json.h"
+/* util/json: strict RFC 8259 parser. See json.h for the contract and the choices made. */
+#include "util/json.h"
 
 #include <locale.h>
 #include <math.h>
