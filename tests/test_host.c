@@ -1,7 +1,8 @@
 /* test_host: the `host` projection backend against a float64 reference built from the
  * dequantized weights, for every kernel set this CPU runs (scalar, avx2, avx512 / neon) and both
  * compute modes (f32, bf16), FWD and BWD, odd shapes, F16/Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weights; one-hot
- * bit-identity in both directions (bf16 BWD: the dequantized row rounded to BF16, see kernels.h);
+ * bit-identity in both directions (bf16 BWD, and bf16 FWD of Q4_1/Q4_K/Q6_K: the dequantized row
+ * rounded to BF16, see kernels.h);
  * 1/2/4 threads bit-identical; results independent of T.
  *
  * Error bound per output element: |y - ref| <= tol · Σ|x·w| (the sum of the absolute products
@@ -183,12 +184,18 @@ static void test_accuracy(const mode *m) {
                 check_shape(ctx, 0, NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d);
             }
             check_shape(ctx, bf16, NL_TYPE_Q4_0, 33, 160, T, (nl_dir)d);
-            check_shape(ctx, 0, NL_TYPE_Q4_1, 67, 96, T, (nl_dir)d);
-            check_shape(ctx, 0, NL_TYPE_Q4_1, 130, 576, T, (nl_dir)d);
-            for (int s = 0; s < 2; s++) check_shape(ctx, 0, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d);
-            check_shape(ctx, 0, NL_TYPE_Q6_K, 19, 256, T, (nl_dir)d);
+            check_shape(ctx, bf16, NL_TYPE_Q4_1, 67, 96, T, (nl_dir)d);
+            check_shape(ctx, bf16, NL_TYPE_Q4_1, 130, 576, T, (nl_dir)d);
+            for (int s = 0; s < 2; s++) check_shape(ctx, bf16, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d);
+            check_shape(ctx, bf16, NL_TYPE_Q6_K, 19, 256, T, (nl_dir)d);
         }
     nl_proj_backend_host.free(ctx);
+}
+
+static float t_bf16_round(float f) {
+    const uint32_t h = (uint32_t)nl_host_f32_to_bf16(f) << 16;
+    memcpy(&f, &h, 4);
+    return f;
 }
 
 /* One-hot rows: FWD of e_k is column k of the dequantized W, BWD of e_n is row n, bit for bit
@@ -198,7 +205,11 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     void *ctx = new_ctx(2, m->kernels, m->compute);
     CHECK(ctx != NULL);
     if (!ctx) return;
-    const int bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16") && (type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0);
+    /* bf16 compute: BWD multiplies by the BF16 rounding of the dequantized weight; for the
+     * non-integer block types (Q4_1, Q4_K, Q6_K) FWD does too */
+    const int on_bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16");
+    const int bf16 = on_bf16 && type != NL_TYPE_F16 && type != NL_TYPE_F32;
+    const int bf16_fwd = bf16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0;
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
     float *wd = malloc(sizeof(float) * (size_t)N * K);
     nl_t_rand_weight(type, N, K, w);
@@ -211,7 +222,11 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x, K, y) == 0);
     int bad = 0;
     for (int t = 0; t < K; t++)
-        for (int n = 0; n < N; n++) bad += y[(size_t)t * N + n] != wd[(size_t)n * K + t];
+        for (int n = 0; n < N; n++) {
+            float want = wd[(size_t)n * K + t];
+            if (bf16_fwd) want = t_bf16_round(want);
+            bad += y[(size_t)t * N + n] != want;
+        }
     CHECKF(bad == 0, "%s/%s type %d fwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
            nl_proj_host_compute(ctx), type, bad);
     /* BWD: T = N rows, row t = e_t */
@@ -222,10 +237,7 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     for (int t = 0; t < N; t++)
         for (int k = 0; k < K; k++) {
             float got = y[(size_t)t * K + k], want = wd[(size_t)t * K + k];
-            if (bf16) {
-                const uint32_t h = (uint32_t)nl_host_f32_to_bf16(want) << 16;
-                memcpy(&want, &h, 4);
-            }
+            if (bf16) want = t_bf16_round(want);
             bad += got != want;
         }
     CHECKF(bad == 0, "%s/%s type %d bwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),

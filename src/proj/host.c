@@ -244,7 +244,7 @@ double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_
     if (!ctx) return f32;
     const int m = mode_of(ctx);
     if (amx_takes(m, w)) return w->cls == NL_CLASS_RECURRENT ? 1e-4 + f32 : 1e-2;
-    if (m == MODE_BF16 && nl_host_type_int(w->type)) return 1e-2;
+    if (m == MODE_BF16 && nl_host_type_bf16(w->type)) return 1e-2;
     return f32;
 }
 
@@ -316,6 +316,13 @@ static void task_fwd(host_ctx *c, int tid) {
                     const uint8_t *row = W + (size_t)(n0 + j) * rb;
                     if (w->type == NL_TYPE_Q8_0 && ks->q8_0_to_bf16) {
                         ks->q8_0_to_bf16((const nl_block_q8_0 *)(const void *)row + k0 / 32, nb, tr, s->S + j, NL_HOST_NP);
+                        continue;
+                    }
+                    if (!nl_host_type_int(w->type)) {
+                        /* the FP32 decode rounded to BF16, scale 1 */
+                        nl_host_dequant(ks, w->type, row, k0, kc, s->row);
+                        ks->to_bf16(s->row, kc, tr);
+                        for (int b = 0; b < nb; b++) s->S[b * NL_HOST_NP + j] = 1.0f;
                         continue;
                     }
                     for (int b = 0; b < nb; b++) {
@@ -432,7 +439,7 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     c->x = x;
     c->T = T;
     c->y = y;
-    c->bf16 = mode == MODE_BF16 && nl_host_type_int(w->type);
+    c->bf16 = mode == MODE_BF16 && nl_host_type_bf16(w->type);
     if (c->bf16) {
         c->ldx = dir == NL_FWD ? w->n_in : (w->n_out + 1) / 2 * 2;
         const size_t need = (size_t)T * (size_t)c->ldx;

@@ -139,5 +139,9 @@ void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64
 int nl_host_type_ok(int type);
 /* 1 for types with an integer (q, d) form usable by the bf16 kernels (32-element blocks). */
 int nl_host_type_int(int type);
+/* 1 for the weight types bf16 compute takes: the integer types exactly (q in BF16, d applied in
+ * FP32), every other quantized block type (Q4_1, Q4_K, Q6_K) as its FP32 decode rounded to BF16
+ * (nearest even), in both directions. F32, F16 and BF16 weights stay on the FP32 kernels. */
+int nl_host_type_bf16(int type);
 
 #endif
