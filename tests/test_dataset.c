@@ -9,8 +9,10 @@
 #include "test.h"
 #include "util/util.h"
 
+static int ignore_keys; /* nl_data_opts.ignore_unknown_keys of load() and EXPECT_ERR */
+
 static int load(const char *text, const nl_tokenizer *tok, const char *tmpl, nl_dataset *ds) {
-    nl_data_opts o = {tmpl, 100};
+    nl_data_opts o = {tmpl, 100, ignore_keys};
     return nl_dataset_load_buffer(text, strlen(text), "t.jsonl", tok, &o, ds);
 }
 
@@ -103,15 +105,16 @@ static void test_errors(void) {
     EXPECT_ERR("\n  \n\r\n", NULL, NULL, "t.jsonl: no examples (the file is empty or has only blank lines)");
     /* Keys. */
     EXPECT_ERR("{\"tokens\": [1, 2], \"id\": 7}", NULL, NULL,
-               "t.jsonl:1:20: unknown key \"id\" (a line is prompt+completion, messages, text or tokens"
-               " [+ loss_mask], with optional choices/answer)");
+               "t.jsonl:1:20: unknown key \"id\" (a line is prompt+completion, messages, conversations, text or tokens"
+               " [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the keys nightlora does not read)");
     EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", NULL, NULL,
-               "t.jsonl:1:17: unknown key \"completon\" (a line is prompt+completion, messages, text or tokens"
-               " [+ loss_mask], with optional choices/answer)");
+               "t.jsonl:1:17: unknown key \"completon\" (a line is prompt+completion, messages, conversations, text or tokens"
+               " [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the keys nightlora does not read)");
     EXPECT_ERR("{\"tokens\": [1, 2], \"text\": \"x\"}", NULL, NULL,
                "t.jsonl:1:20: \"text\" cannot be combined with \"tokens\" on one line");
     EXPECT_ERR("{}", NULL, NULL,
-               "t.jsonl:1:1: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"text\" or \"tokens\"");
+               "t.jsonl:1:1: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\" or"
+               " \"tokens\"");
     EXPECT_ERR("{\"completion\": \"x\", \"text\": \"y\"}", NULL, NULL,
                "t.jsonl:1:16: \"completion\" belongs with \"prompt\", not \"text\"");
     EXPECT_ERR("{\"text\": \"y\", \"loss_mask\": [1]}", NULL, NULL,
@@ -175,12 +178,44 @@ static void test_file(void) {
     fputs("{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2], \"x\": 0}\n", f);
     fclose(f);
     nl_dataset ds;
-    nl_data_opts o = {NULL, 10};
+    nl_data_opts o = {NULL, 10, 0};
     CHECK(nl_dataset_load(path, NULL, &o, &ds) == -1);
     char want[128];
     snprintf(want, sizeof want, "%s:2:20: unknown key \"x\"", path);
     CHECKF(strncmp(nl_last_error(), want, strlen(want)) == 0, "%s", nl_last_error());
     remove(path);
+}
+
+/* A data directory (train.jsonl / valid.jsonl / test.jsonl): the file of a split, NULL for an
+ * absent optional one, an error naming both for an absent required one; a file path is no
+ * directory (NULL: read it as it is). */
+static void test_data_dir(void) {
+    char dir[] = "/tmp/nl_test_datadir_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char p[128];
+    snprintf(p, sizeof p, "%s/train.jsonl", dir);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"tokens\": [1, 2]}\n", f);
+    fclose(f);
+    char *file = (char *)1;
+    CHECK(nl_data_dir_file(dir, "train.jsonl", 1, &file) == 0 && file && strcmp(file, p) == 0);
+    free(file);
+    char slash[140];
+    snprintf(slash, sizeof slash, "%s/", dir);
+    CHECK(nl_data_dir_file(slash, "train.jsonl", 1, &file) == 0 && file && strcmp(file, p) == 0);
+    free(file);
+    CHECK(nl_data_dir_file(dir, "valid.jsonl", 0, &file) == 0 && file == NULL);
+    CHECK(nl_data_dir_file(dir, "test.jsonl", 1, &file) == -1 && file == NULL);
+    char want[400];
+    snprintf(want, sizeof want, "%s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s/test.jsonl cannot be"
+             " read: No such file or directory", dir, dir);
+    CHECKF(strcmp(nl_last_error(), want) == 0, "%s", nl_last_error());
+    CHECK(nl_data_dir_file(p, "train.jsonl", 1, &file) == 0 && file == NULL);
+    CHECK(nl_data_dir_file("/nonexistent/x.jsonl", "train.jsonl", 1, &file) == 0 && file == NULL);
+    remove(p);
+    rmdir(dir);
 }
 
 /* ---------------- packing and batch order ---------------- */
@@ -564,11 +599,152 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
                "t.jsonl:1:43: \"content\" must be a string, found number");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\"}]}", cml, NULL, "t.jsonl:1:15: messages[0] needs \"content\"");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"x\"}]}", cml, NULL,
-               "t.jsonl:1:48: messages[0]: unknown key \"name\" (expected \"role\" and \"content\")");
+               "t.jsonl:1:48: messages[0]: unknown key \"name\" (expected \"role\" and \"content\"; --ignore-unknown-keys skips"
+               " the keys nightlora does not read)");
     EXPECT_ERR("{\"messages\": [1]}", cml, NULL, "t.jsonl:1:15: messages[0] must be an object, found number");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
                " \"choices\": [\"x\", \"y\"], \"answer\": 0}", cml, NULL,
                "t.jsonl:1:14: with \"choices\", the conversation must not end with an assistant message");
+}
+
+/* Two examples hold the same tokens and targets. */
+static int same_seq(const nl_example *a, const nl_example *b) {
+    return a->n_tokens == b->n_tokens && a->n_targets == b->n_targets &&
+           memcmp(a->ids, b->ids, (size_t)a->n_tokens * sizeof *a->ids) == 0 &&
+           memcmp(a->target, b->target, (size_t)a->n_tokens) == 0;
+}
+
+/* Data as the common tools export it: ShareGPT "conversations", TRL's conversational
+ * prompt/completion message lists, and extra columns under ignore_unknown_keys. Each shape
+ * is the messages line of the same conversation, token for token and target for target. */
+static void test_chat_shapes(const nl_tokenizer *cml) {
+    if (!cml) return;
+    const char *text =
+        /* 1: messages */
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
+        " {\"role\": \"assistant\", \"content\": \"Yo\"}, {\"role\": \"user\", \"content\": \"?\"},"
+        " {\"role\": \"assistant\", \"content\": \"ok\"}]}\n"
+        /* 2: ShareGPT, human/gpt */
+        "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"human\", \"value\": \"Hi\"},"
+        " {\"from\": \"gpt\", \"value\": \"Yo\"}, {\"value\": \"?\", \"from\": \"human\"}, {\"from\": \"gpt\", \"value\": \"ok\"}]}\n"
+        /* 3: ShareGPT with user/assistant names */
+        "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"user\", \"value\": \"Hi\"},"
+        " {\"from\": \"assistant\", \"value\": \"Yo\"}, {\"from\": \"user\", \"value\": \"?\"}, {\"from\": \"assistant\", \"value\": \"ok\"}]}\n"
+        /* 4: TRL: the prompt's assistant turn is context, the loss is on the completion */
+        "{\"prompt\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
+        " {\"role\": \"assistant\", \"content\": \"Yo\"}, {\"role\": \"user\", \"content\": \"?\"}],"
+        " \"completion\": [{\"role\": \"assistant\", \"content\": \"ok\"}]}\n"
+        /* 5: TRL, one turn each; 6: its messages line */
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"Yo\"}]}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n"
+        /* 7: TRL with choices; 8: its messages line */
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"choices\": [\"3\", \"4\"], \"answer\": 1}\n"
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"choices\": [\"3\", \"4\"], \"answer\": 1}\n"
+        /* 9: TRL with an empty prompt list */
+        "{\"prompt\": [], \"completion\": [{\"role\": \"assistant\", \"content\": \"Yo\"}]}\n";
+    nl_dataset ds;
+    CHECKF(load(text, cml, NULL, &ds) == 0, "%s", nl_last_error());
+    CHECK(ds.n == 9);
+    if (ds.n == 9) {
+        for (int i = 0; i < 9; i++) CHECK(ds.ex[i].format == NL_LINE_MESSAGES);
+        CHECK(same_seq(&ds.ex[1], &ds.ex[0]));
+        CHECK(same_seq(&ds.ex[2], &ds.ex[0]));
+        /* line 4: line 1's tokens; targets only on "ok<|im_end|>" */
+        const nl_example *a = &ds.ex[0], *t = &ds.ex[3];
+        CHECK(t->n_tokens == a->n_tokens && memcmp(t->ids, a->ids, (size_t)a->n_tokens * sizeof *a->ids) == 0);
+        CHECK(a->n_targets == 6 && t->n_targets == 3);
+        int last = -1;
+        for (int i = 0; i < t->n_tokens; i++)
+            if (t->target[i]) {
+                CHECK(a->target[i]);
+                if (last < 0) last = i;
+            }
+        if (last >= 0) CHECK(t->ids[last] == 'o' && t->ids[last + 1] == 'k');
+        CHECK(same_seq(&ds.ex[4], &ds.ex[5]));
+        CHECK(same_seq(&ds.ex[6], &ds.ex[7]) && ds.ex[6].n_choices == 2 && ds.ex[6].answer == 1 &&
+              ds.ex[6].n_prompt == ds.ex[7].n_prompt);
+        CHECK(ds.ex[8].n_targets == 3 && ds.ex[8].line == 9);
+    }
+    nl_dataset_free(&ds);
+
+    /* Extra columns: an error by default that names the line and the key and says how to
+     * skip them; skipped with ignore_unknown_keys (on the line and in its turns). */
+    const char *extra = "{\"id\": 7, \"source\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\", \"weight\": 0},"
+                        " {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
+    EXPECT_ERR(extra, cml, NULL,
+               "t.jsonl:1:2: unknown key \"id\" (a line is prompt+completion, messages, conversations, text or tokens"
+               " [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the keys nightlora does not read)");
+    ignore_keys = 1;
+    CHECKF(load(extra, cml, NULL, &ds) == 0, "%s", nl_last_error());
+    nl_dataset d2;
+    CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}", cml,
+               NULL, &d2) == 0);
+    if (ds.n == 1 && d2.n == 1) CHECK(same_seq(&ds.ex[0], &d2.ex[0]));
+    nl_dataset_free(&ds);
+    nl_dataset_free(&d2);
+    CHECK(load("{\"tokens\": [1, 2], \"id\": \"a\", \"source\": {\"k\": [1]}}", NULL, NULL, &ds) == 0 && ds.n == 1);
+    nl_dataset_free(&ds);
+    /* what the flag does not excuse: no format key, two formats, a bad value of a known key */
+    EXPECT_ERR("{\"id\": 7, \"input\": \"x\"}", cml, NULL,
+               "t.jsonl:1:1: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\" or"
+               " \"tokens\"");
+    EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", cml, NULL, "t.jsonl:1:1: a \"prompt\" line needs \"completion\"");
+    EXPECT_ERR("{\"id\": 1, \"conversations\": [{\"from\": \"human\", \"value\": 3}]}", cml, NULL,
+               "t.jsonl:1:56: \"value\" must be a string, found number");
+    ignore_keys = 0;
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi\", \"weight\": 0}]}", cml, NULL,
+               "t.jsonl:1:53: conversations[0]: unknown key \"weight\" (expected \"from\" and \"value\"; --ignore-unknown-keys"
+               " skips the keys nightlora does not read)");
+
+    /* ShareGPT errors: wrong types, missing fields, an unknown "from", an empty conversation. */
+    EXPECT_ERR("{\"conversations\": \"hi\"}", cml, NULL, "t.jsonl:1:19: \"conversations\" must be an array, found string");
+    EXPECT_ERR("{\"conversations\": []}", cml, NULL, "t.jsonl:1:19: \"conversations\" is empty");
+    EXPECT_ERR("{\"conversations\": [\"hi\"]}", cml, NULL, "t.jsonl:1:20: conversations[0] must be an object, found string");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\"}]}", cml, NULL, "t.jsonl:1:20: conversations[0] needs \"value\"");
+    EXPECT_ERR("{\"conversations\": [{\"value\": \"a\"}]}", cml, NULL, "t.jsonl:1:20: conversations[0] needs \"from\"");
+    EXPECT_ERR("{\"conversations\": [{\"from\": 1, \"value\": \"a\"}]}", cml, NULL,
+               "t.jsonl:1:29: \"from\" must be a string, found number");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": null}]}", cml, NULL,
+               "t.jsonl:1:47: \"value\" must be a string, found null");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"tool\", \"value\": \"b\"}]}", cml, NULL,
+               "t.jsonl:1:62: conversations[1]: unknown \"from\" \"tool\" (expected human, gpt or system; user and assistant are"
+               " taken too)");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}]}", cml, NULL,
+               "t.jsonl:1:19: no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}], \"messages\": []}", cml, NULL,
+               "t.jsonl:1:54: \"messages\" cannot be combined with \"conversations\" on one line");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"gpt\", \"value\": \"a\"}], \"completion\": \"b\"}", cml, NULL,
+               "t.jsonl:1:66: \"completion\" belongs with \"prompt\", not \"conversations\"");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"gpt\", \"value\": \"a\"}]}", NULL, NULL,
+               "t.jsonl:1:19: \"conversations\" needs a tokenizer (only \"tokens\" lines can be read without a model)");
+
+    /* TRL errors: mixed string/list, an empty or assistant-less completion, bad turns. */
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}", cml, NULL,
+               "t.jsonl:1:62: \"completion\" is a string but \"prompt\" is a message list: give both as strings, or both as"
+               " lists of {\"role\", \"content\"} messages (TRL's conversational form)");
+    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}", cml, NULL,
+               "t.jsonl:1:31: \"completion\" is a message list but \"prompt\" is a string: give both as strings, or both as"
+               " lists of {\"role\", \"content\"} messages (TRL's conversational form)");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": []}", cml, NULL,
+               "t.jsonl:1:62: \"completion\" is empty");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": 5}", cml, NULL,
+               "t.jsonl:1:62: \"completion\" must be an array, found number");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}]}", cml, NULL, "t.jsonl:1:1: a \"prompt\" line needs \"completion\"");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"assistant\", \"content\": \"a\"}], \"completion\": [{\"role\": \"user\", \"content\": \"b\"}]}",
+               cml, NULL,
+               "t.jsonl:1:67: \"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to"
+               " learn)");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"gpt\", \"content\": \"b\"}]}", cml,
+               NULL, "t.jsonl:1:72: completion[0]: unknown role \"gpt\" (expected system, user or assistant)");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\"}]}", cml, NULL,
+               "t.jsonl:1:63: completion[0] needs \"content\"");
+    EXPECT_ERR("{\"prompt\": [7], \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}", cml, NULL,
+               "t.jsonl:1:13: prompt[0] must be an object, found number");
+    EXPECT_ERR("{\"prompt\": [], \"completion\": []}", cml, NULL, "t.jsonl:1:30: \"completion\" is empty");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}],"
+               " \"choices\": [\"b\", \"c\"], \"answer\": 0}", cml, NULL,
+               "t.jsonl:1:62: with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one of the choices)");
+    EXPECT_ERR("{\"prompt\": [], \"choices\": [\"b\", \"c\"], \"answer\": 0}", cml, NULL, "t.jsonl:1:12: \"prompt\" is empty");
 }
 
 static void test_plain_text(const nl_tokenizer *g2) {
@@ -722,11 +898,14 @@ int main(void) {
     test_tokens_lines();
     test_errors();
     test_file();
+    test_data_dir();
     test_pack();
     test_order_and_batches();
     nl_tokenizer *cml = chat_vocab("nl_test_chatml_vocab.gguf", false, NULL);
     nl_tokenizer *l3 = chat_vocab("nl_test_llama3_vocab.gguf", true, NULL);
     test_chat(cml, l3);
+    test_chat_shapes(cml);
+    test_chat_shapes(l3);
     test_default_system();
     nl_tokenizer_free(cml);
     nl_tokenizer_free(l3);

@@ -4,7 +4,7 @@
  *
  * ---- Lines ----
  * Each non-blank line of the file is one JSON object (strict RFC 8259, see json.h) in one of
- * four formats. target[i] = 1 means ids[i] is a loss target predicted from ids[0..i);
+ * the formats below. target[i] = 1 means ids[i] is a loss target predicted from ids[0..i);
  * target[0] is always 0 (nothing precedes it). "BOS" below means: the tokenizer's BOS id,
  * added only when nl_tokenizer_add_bos() says so.
  *
@@ -18,14 +18,26 @@
  *      every assistant content token and that turn's end-of-turn token (<|im_end|> /
  *      <|eot_id|>); never the template's own header tokens or the "\n" after <|im_end|>.
  *      At least one assistant message is required (unless the line has choices).
+ *  {"conversations": [{"from": F, "value": S}, ...]}            (ShareGPT)
+ *      The messages line of the same turns: F "human" -> user, "gpt" -> assistant, "system"
+ *      ("user" and "assistant" are taken as such); any other F is an error. Targets as messages.
+ *  {"prompt": [{"role": R, "content": S}, ...], "completion": [...]}   (TRL conversational)
+ *      The messages line of prompt + completion, with TRL's completion-only loss: targets on
+ *      the completion's assistant turns only (an assistant turn in the prompt is context: the
+ *      prompt rendered alone must be the conversation's first tokens, as it is with chatml and
+ *      llama3). The completion needs an assistant message; the prompt list may be empty.
+ *      Both "prompt" and "completion" are strings or both lists; with choices, a list "prompt"
+ *      and no "completion" (a messages line with choices).
  *  {"text": S}
  *      BOS + tok(S); every token is a target except the first. No EOS is appended.
  *  {"tokens": [ids...], "loss_mask": [0|1...]}
  *      Taken as is: no BOS, ids in [0, n_vocab). target[i] = loss_mask[i] for i >= 1;
  *      loss_mask[0] is ignored; without loss_mask every token but the first is a target.
  *      loss_mask must have exactly as many entries as tokens.
- * Any other key is an error (a typo such as "completon" is caught, not ignored), as is a
- * line with keys of two formats. Every line must end up with at least one target token.
+ * Any other key is an error (a typo such as "completon" is caught, not ignored), on the line
+ * and in a turn's object, unless opts->ignore_unknown_keys (then skipped: exporters add "id",
+ * "source", a turn's "weight"); a line with keys of two formats is an error either way.
+ * Every line must end up with at least one target token.
  *
  * ---- Labelled multiple choice ----
  * Any line may add "choices": [c0, c1, ...] (at least 2; strings, or for a tokens line
@@ -123,6 +135,8 @@ typedef struct {
 typedef struct {
     const char *chat_template; /* NULL or "auto": from the tokenizer; "chatml"; "llama3" */
     int n_vocab;               /* id range for tokens lines when tok == NULL (0: unchecked) */
+    int ignore_unknown_keys;   /* 1: keys no format reads (an exporter's "id", "source") are
+                                * skipped, on the line and in its turns; 0: an error */
 } nl_data_opts;
 
 /* The longest line a JSONL file may hold (bytes, without its newline): a longer one is an
@@ -138,6 +152,11 @@ int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opt
 int nl_dataset_load_buffer(const char *buf, size_t len, const char *label,
                            const nl_tokenizer *tok, const nl_data_opts *opts, nl_dataset *out);
 void nl_dataset_free(nl_dataset *ds);
+/* A data directory (mlx-lm's layout: train.jsonl, valid.jsonl, test.jsonl): when `path` is a
+ * directory, *file = path/name (malloc'd), or NULL when that file is absent and !must_exist
+ * (absent and must_exist: an error naming both). When `path` is not a directory, *file = NULL
+ * and the caller reads `path` itself. 0 or -1. */
+int nl_data_dir_file(const char *path, const char *name, int must_exist, char **file);
 
 /* ---- chat templates ---- */
 typedef enum { NL_TMPL_NONE = 0, NL_TMPL_CHATML, NL_TMPL_LLAMA3 } nl_chat_tmpl;

@@ -2,12 +2,14 @@
  * and loading a file of them. The contract (formats, targets, errors, choices) is in dataset.h. */
 #include "data/dataset.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/json.h"
 #include "data/tokbuf.h"
@@ -23,6 +25,7 @@ typedef struct {
     int n_vocab;           /* 0: unchecked */
     const char *tmpl_name;
     nl_chat_tmpl tmpl;     /* NL_TMPL_NONE until the first messages line */
+    bool ignore_unknown;   /* keys nothing reads are skipped, not refused */
 } loader;
 
 /* "label:line:col: message"; off is the byte offset in the line's text. */
@@ -43,8 +46,16 @@ static int lerr_slot(const loader *L, size_t off) {
     return lerr(L, off, "%s", msg);
 }
 
-static const char *const known_keys[] = {"prompt", "completion", "messages", "text",
+static const char *const known_keys[] = {"prompt", "completion", "messages", "conversations", "text",
                                          "tokens", "loss_mask", "choices", "answer"};
+/* the keys that name a line's format (one per line) */
+static const char *const format_keys[] = {"prompt", "messages", "conversations", "text", "tokens"};
+
+static bool key_in(const nl_json_member *m, const char *const *keys, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        if (strcmp(m->key, keys[j]) == 0 && strlen(keys[j]) == m->key_len) return true;
+    return false;
+}
 
 static int need_string(const loader *L, const nl_json *v, const char *what) {
     if (nl_json_is_string(v)) return 0;
@@ -186,57 +197,77 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
     return 0;
 }
 
-/* Messages -> nl_chat_msg array (pointers into the DOM). *last_role_asst set. */
-static int parse_messages(const loader *L, const nl_json *msgs, nl_chat_msg **out, int *n_out,
-                          int *n_asst, bool *last_asst) {
-    if (!nl_json_is_array(msgs))
-        return lerr(L, msgs->offset, "\"messages\" must be an array, found %s", nl_json_type_name(msgs->type));
-    size_t n = nl_json_len(msgs);
-    if (n == 0) return lerr(L, msgs->offset, "\"messages\" is empty");
-    if (n > 100000) return lerr(L, msgs->offset, "\"messages\" has too many entries");
-    nl_chat_msg *m = calloc(n, sizeof *m);
-    if (!m) return lerr(L, msgs->offset, "out of memory");
-    *n_asst = 0;
+/* ---- conversations: every chat shape is one nl_chat_msg list ----
+ * "messages" and TRL's conversational "prompt"/"completion" hold {"role", "content"} turns
+ * (system, user, assistant); ShareGPT's "conversations" holds {"from", "value"} turns
+ * (system, human, gpt; user and assistant are taken too). */
+
+typedef struct {
+    const char *name;          /* the line's key, for errors */
+    const char *role_key, *content_key;
+    bool sharegpt;
+} turn_list;
+
+static turn_list chat_turns(const char *name) { return (turn_list){name, "role", "content", false}; }
+static const turn_list sharegpt_turns = {"conversations", "from", "value", true};
+
+/* The list's length after its checks: an array of at most 100000 turns, empty only when
+ * allow_empty. */
+static int turn_count(const loader *L, const nl_json *v, const turn_list *tl, bool allow_empty, size_t *n) {
+    if (!nl_json_is_array(v))
+        return lerr(L, v->offset, "\"%s\" must be an array, found %s", tl->name, nl_json_type_name(v->type));
+    *n = nl_json_len(v);
+    if (*n == 0 && !allow_empty) return lerr(L, v->offset, "\"%s\" is empty", tl->name);
+    if (*n > 100000) return lerr(L, v->offset, "\"%s\" has too many entries", tl->name);
+    return 0;
+}
+
+static const char *turn_role(const nl_json *v, bool sharegpt) {
+    static const char *const names[][2] = {{"system", "system"}, {"user", "user"}, {"assistant", "assistant"},
+                                           {"human", "user"}, {"gpt", "assistant"}};
+    const size_t n = sharegpt ? 5 : 3;
+    for (size_t i = 0; i < n; i++)
+        if (v->u.str.len == strlen(names[i][0]) && memcmp(v->u.str.s, names[i][0], v->u.str.len) == 0) return names[i][1];
+    return NULL;
+}
+
+/* The turns of list `v` appended at m + *n_out (room for nl_json_len(v) more; pointers into
+ * the DOM). *n_asst counts the assistant turns. */
+static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, nl_chat_msg *m, int *n_out,
+                       int *n_asst) {
+    size_t n = nl_json_len(v);
     for (size_t i = 0; i < n; i++) {
-        const nl_json *o = nl_json_at(msgs, i);
-        if (!nl_json_is_object(o)) {
-            free(m);
-            return lerr(L, o->offset, "messages[%zu] must be an object, found %s", i, nl_json_type_name(o->type));
-        }
-        for (size_t k = 0; k < o->u.obj.n; k++) {
+        const nl_json *o = nl_json_at(v, i);
+        if (!nl_json_is_object(o))
+            return lerr(L, o->offset, "%s[%zu] must be an object, found %s", tl->name, i, nl_json_type_name(o->type));
+        for (size_t k = 0; k < o->u.obj.n && !L->ignore_unknown; k++) {
             const nl_json_member *mm = &o->u.obj.members[k];
-            if (strcmp(mm->key, "role") != 0 && strcmp(mm->key, "content") != 0) {
-                free(m);
-                return lerr(L, mm->key_offset, "messages[%zu]: unknown key \"%s\" (expected \"role\" and \"content\")",
-                            i, mm->key);
-            }
+            if (strcmp(mm->key, tl->role_key) != 0 && strcmp(mm->key, tl->content_key) != 0)
+                return lerr(L, mm->key_offset, "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"; "
+                            "--ignore-unknown-keys skips the keys nightlora does not read)",
+                            tl->name, i, mm->key, tl->role_key, tl->content_key);
         }
-        const nl_json *role = nl_json_get(o, "role"), *content = nl_json_get(o, "content");
-        if (!role || !content) {
-            free(m);
-            return lerr(L, o->offset, "messages[%zu] needs \"%s\"", i, role ? "content" : "role");
-        }
-        if (need_string(L, role, "\"role\"") || need_string(L, content, "\"content\"")) {
-            free(m);
-            return -1;
-        }
-        const char *r = NULL;
-        if (role->u.str.len == 6 && memcmp(role->u.str.s, "system", 6) == 0) r = "system";
-        else if (role->u.str.len == 4 && memcmp(role->u.str.s, "user", 4) == 0) r = "user";
-        else if (role->u.str.len == 9 && memcmp(role->u.str.s, "assistant", 9) == 0) r = "assistant";
-        if (!r) {
-            free(m);
-            return lerr(L, role->offset, "messages[%zu]: unknown role \"%.40s\" (expected system, user or assistant)",
-                        i, role->u.str.s);
-        }
+        const nl_json *role = nl_json_get(o, tl->role_key), *content = nl_json_get(o, tl->content_key);
+        if (!role || !content)
+            return lerr(L, o->offset, "%s[%zu] needs \"%s\"", tl->name, i, role ? tl->content_key : tl->role_key);
+        char what[32];
+        snprintf(what, sizeof what, "\"%s\"", tl->role_key);
+        if (need_string(L, role, what)) return -1;
+        snprintf(what, sizeof what, "\"%s\"", tl->content_key);
+        if (need_string(L, content, what)) return -1;
+        const char *r = turn_role(role, tl->sharegpt);
+        if (!r && tl->sharegpt)
+            return lerr(L, role->offset, "%s[%zu]: unknown \"from\" \"%.40s\" (expected human, gpt or system; "
+                        "user and assistant are taken too)", tl->name, i, role->u.str.s);
+        if (!r)
+            return lerr(L, role->offset, "%s[%zu]: unknown role \"%.40s\" (expected system, user or assistant)",
+                        tl->name, i, role->u.str.s);
         if (r[0] == 'a') (*n_asst)++;
-        m[i].role = r;
-        m[i].content = content->u.str.s;
-        m[i].content_len = content->u.str.len;
+        nl_chat_msg *t = &m[(*n_out)++];
+        t->role = r;
+        t->content = content->u.str.s;
+        t->content_len = content->u.str.len;
     }
-    *last_asst = m[n - 1].role[0] == 'a';
-    *out = m;
-    *n_out = (int)n;
     return 0;
 }
 
@@ -255,21 +286,18 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         lerr(L, root->offset, "expected a JSON object, found %s", nl_json_type_name(root->type));
         goto done;
     }
-    /* Keys: only the known ones, and exactly one format. */
+    /* Keys: only the known ones (unless told to skip the others), and exactly one format. */
     const char *fmt_key = NULL;
     for (size_t k = 0; k < root->u.obj.n; k++) {
         const nl_json_member *m = &root->u.obj.members[k];
-        bool known = false;
-        for (size_t j = 0; j < sizeof known_keys / sizeof *known_keys; j++)
-            if (strcmp(m->key, known_keys[j]) == 0 && strlen(known_keys[j]) == m->key_len) known = true;
-        if (!known) {
-            lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, text or tokens"
-                                   " [+ loss_mask], with optional choices/answer)", m->key);
+        if (!key_in(m, known_keys, sizeof known_keys / sizeof *known_keys)) {
+            if (L->ignore_unknown) continue;
+            lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations, text or"
+                                   " tokens [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the"
+                                   " keys nightlora does not read)", m->key);
             goto done;
         }
-        bool is_fmt = !strcmp(m->key, "prompt") || !strcmp(m->key, "messages") ||
-                      !strcmp(m->key, "text") || !strcmp(m->key, "tokens");
-        if (is_fmt) {
+        if (key_in(m, format_keys, sizeof format_keys / sizeof *format_keys)) {
             if (fmt_key) {
                 lerr(L, m->key_offset, "\"%s\" cannot be combined with \"%s\" on one line", m->key, fmt_key);
                 goto done;
@@ -278,7 +306,8 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         }
     }
     if (!fmt_key) {
-        lerr(L, root->offset, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"text\" or \"tokens\"");
+        lerr(L, root->offset, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\""
+                              " or \"tokens\"");
         goto done;
     }
     const nl_json *choices = nl_json_get(root, "choices");
@@ -298,20 +327,33 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         lerr(L, answer->offset, "\"answer\" without \"choices\"");
         goto done;
     }
+    /* TRL's conversational prompt/completion: two message lists, read as one conversation */
+    const bool trl = !strcmp(fmt_key, "prompt") && nl_json_is_array(fv);
     if (!strcmp(fmt_key, "tokens")) ex->format = NL_LINE_TOKENS;
-    else if (!strcmp(fmt_key, "prompt")) ex->format = NL_LINE_PROMPT;
-    else if (!strcmp(fmt_key, "messages")) ex->format = NL_LINE_MESSAGES;
+    else if (!strcmp(fmt_key, "prompt")) ex->format = trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
+    else if (!strcmp(fmt_key, "messages") || !strcmp(fmt_key, "conversations")) ex->format = NL_LINE_MESSAGES;
     else ex->format = NL_LINE_TEXT;
     if (ex->format != NL_LINE_TOKENS && need_tok(L, fv, fmt_key)) goto done;
 
     /* Type checks of the format's own values before anything is tokenized. */
-    if (ex->format == NL_LINE_PROMPT) {
-        if (need_string(L, fv, "\"prompt\"")) goto done;
+    if (!strcmp(fmt_key, "prompt")) {
+        if (!trl && need_string(L, fv, "\"prompt\"")) goto done;
         if (!completion && !choices) {
             lerr(L, root->offset, "a \"prompt\" line needs \"completion\"");
             goto done;
         }
-        if (completion) {
+        if (completion && trl != nl_json_is_array(completion) && (nl_json_is_string(completion) || nl_json_is_array(completion))) {
+            lerr(L, completion->offset, "\"completion\" is a %s but \"prompt\" is a %s: give both as strings, or both as lists"
+                 " of {\"role\", \"content\"} messages (TRL's conversational form)", trl ? "string" : "message list",
+                 trl ? "message list" : "string");
+            goto done;
+        }
+        if (trl && completion && choices) {
+            lerr(L, completion->offset, "with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one"
+                 " of the choices)");
+            goto done;
+        }
+        if (completion && !trl) {
             if (need_string(L, completion, "\"completion\"")) goto done;
             if (completion->u.str.len == 0) {
                 lerr(L, completion->offset, "\"completion\" is empty (nothing to learn)");
@@ -370,21 +412,52 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         if (nl_tokbuf_bos(L->tok, &b) || tb_json_text(L, &b, fv, choices ? 0 : 1)) goto done;
         break;
     case NL_LINE_MESSAGES: {
+        /* one turn list ("messages", ShareGPT's "conversations"), or TRL's prompt + completion */
+        const turn_list tl = !strcmp(fmt_key, "conversations") ? sharegpt_turns : chat_turns(fmt_key);
+        const turn_list tc = chat_turns("completion");
+        size_t n1 = 0, n2 = 0;
+        if (turn_count(L, fv, &tl, trl, &n1)) goto done;
+        if (trl && completion && turn_count(L, completion, &tc, false, &n2)) goto done;
+        if (n1 == 0 && n2 == 0) {
+            lerr(L, fv->offset, "\"%s\" is empty", tl.name);
+            goto done;
+        }
+        msgs = calloc(n1 + n2, sizeof *msgs);
+        if (!msgs) {
+            lerr(L, fv->offset, "out of memory");
+            goto done;
+        }
         int n_msgs = 0, n_asst = 0;
-        bool last_asst = false;
-        if (parse_messages(L, fv, &msgs, &n_msgs, &n_asst, &last_asst)) goto done;
-        if (choices && last_asst) {
+        if (parse_turns(L, fv, &tl, msgs, &n_msgs, &n_asst)) goto done;
+        const int n_ctx = n_msgs, n_ctx_asst = n_asst; /* TRL: the prompt's turns */
+        if (n2 && parse_turns(L, completion, &tc, msgs, &n_msgs, &n_asst)) goto done;
+        if (choices && msgs[n_msgs - 1].role[0] == 'a') {
             lerr(L, fv->offset, "with \"choices\", the conversation must not end with an assistant message");
             goto done;
         }
-        if (!choices && n_asst == 0) {
-            lerr(L, fv->offset, "no assistant message (loss is on assistant turns: nothing to learn)");
+        if (!choices && n_asst - (trl ? n_ctx_asst : 0) == 0) {
+            if (trl) lerr(L, completion->offset, "\"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to learn)");
+            else if (tl.sharegpt) lerr(L, fv->offset, "no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
+            else lerr(L, fv->offset, "no assistant message (loss is on assistant turns: nothing to learn)");
             goto done;
         }
         if (ensure_template(L, fv->offset)) goto done;
         if (nl_chat_tokens(L->tok, L->tmpl, msgs, n_msgs, choices != NULL, choices ? 0 : 1, &b)) {
             lerr_slot(L, fv->offset);
             goto done;
+        }
+        if (trl && !choices && n_ctx_asst > 0) {
+            /* TRL trains on the completion only: the prompt's assistant turns are context. The
+             * prompt rendered alone is the conversation's first tokens; no loss on them. */
+            nl_tokbuf pb = {0};
+            int bad = nl_chat_tokens(L->tok, L->tmpl, msgs, n_ctx, false, 1, &pb);
+            if (bad) lerr_slot(L, fv->offset);
+            else if (pb.n > b.n || memcmp(pb.ids, b.ids, (size_t)pb.n * sizeof *pb.ids) != 0)
+                bad = lerr(L, fv->offset, "the chat template renders the prompt's turns differently inside the whole"
+                           " conversation: the completion's tokens cannot be told apart");
+            else memset(b.tgt, 0, (size_t)pb.n);
+            nl_tokbuf_free(&pb);
+            if (bad) goto done;
         }
         break;
     }
@@ -470,6 +543,7 @@ int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const
     L.tok = tok;
     L.n_vocab = tok ? nl_tokenizer_n_vocab(tok) : (opts ? opts->n_vocab : 0);
     L.tmpl_name = opts ? opts->chat_template : NULL;
+    L.ignore_unknown = opts && opts->ignore_unknown_keys;
     out->path = nl_strdup(label);
     if (!out->path) return -1;
     int cap = 0;
@@ -536,4 +610,26 @@ int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opt
     int rc = nl_dataset_load_buffer(buf, len, path, tok, opts, out);
     free(buf);
     return rc;
+}
+
+int nl_data_dir_file(const char *path, const char *name, int must_exist, char **file) {
+    *file = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return 0; /* a file: read as it is */
+    const size_t pl = strlen(path), n = pl + strlen(name) + 2;
+    char *f = malloc(n);
+    if (!f) return nl_err("out of memory");
+    snprintf(f, n, "%s%s%s", path, pl && path[pl - 1] == '/' ? "" : "/", name);
+    if (stat(f, &st) != 0) {
+        const int e = errno;
+        if (e == ENOENT && !must_exist) {
+            free(f);
+            return 0;
+        }
+        nl_err("%s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s cannot be read: %s", path, f, strerror(e));
+        free(f);
+        return -1;
+    }
+    *file = f;
+    return 0;
 }
