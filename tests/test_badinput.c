@@ -12,7 +12,8 @@
  *   Q8_0 block scale, an F32 norm) named at load; a NaN gradient at step 3
  *   (stops naming step and tensor, keeps commit 2, writes no adapter); unwritable --out,
  *   --checkpoint-dir and --log-json (refused before training); a truncated model file (GGUF
- *   error with the offset). */
+ *   error with the offset); data as exported (ShareGPT, TRL, an extra column with and without
+ *   --ignore-unknown-keys, a train/valid/test.jsonl directory). */
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -152,6 +153,57 @@ static void test_data_errors(void) {
     expect("lone surrogate escape", train_cli(model, p, out, NULL), 1, "surrogate.jsonl:1:", "surrogate", NULL);
     path_of(p, sizeof p, "missing.jsonl");
     expect("missing data file", train_cli(model, p, out, NULL), 1, "missing.jsonl", NULL, NULL);
+}
+
+/* Data as the common tools export it: ShareGPT and TRL lines train, their mistakes are
+ * refused at file:line; an extra column is refused saying --ignore-unknown-keys exists, and
+ * trains with it; a train/valid/test.jsonl directory trains on its train.jsonl. */
+static void test_exported_data(void) {
+    char p[512];
+    path_of(p, sizeof p, "sharegpt.jsonl");
+    write_text(p, "{\"conversations\": [{\"from\": \"human\", \"value\": \"Note: milk\"}, {\"from\": \"gpt\", \"value\": \"shopping\"}]}\n"
+                  "{\"prompt\": [{\"role\": \"user\", \"content\": \"Note: flight\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"travel\"}]}\n");
+    expect("ShareGPT and TRL lines", train_cli(model, p, out, NULL), 0, "sharegpt.jsonl: 2 examples", NULL, NULL);
+    path_of(p, sizeof p, "sharegpt_role.jsonl");
+    write_text(p, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"gpt\", \"value\": \"b\"}]}\n"
+                  "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"bot\", \"value\": \"b\"}]}\n");
+    expect("ShareGPT: unknown \"from\"", train_cli(model, p, out, NULL), 1, "sharegpt_role.jsonl:2:62: conversations[1]: unknown \"from\" \"bot\"",
+           "expected human, gpt or system", NULL);
+    path_of(p, sizeof p, "sharegpt_empty.jsonl");
+    write_text(p, "{\"conversations\": []}\n");
+    expect("ShareGPT: empty conversation", train_cli(model, p, out, NULL), 1, "sharegpt_empty.jsonl:1:19: \"conversations\" is empty", NULL, NULL);
+    path_of(p, sizeof p, "sharegpt_missing.jsonl");
+    write_text(p, "{\"conversations\": [{\"from\": \"gpt\"}]}\n");
+    expect("ShareGPT: a turn without value", train_cli(model, p, out, NULL), 1, "sharegpt_missing.jsonl:1:20: conversations[0] needs \"value\"", NULL, NULL);
+    path_of(p, sizeof p, "trl_mixed.jsonl");
+    write_text(p, "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}\n");
+    expect("TRL: a list prompt, a string completion", train_cli(model, p, out, NULL), 1, "trl_mixed.jsonl:1:62: \"completion\" is a string but \"prompt\" is a message list", NULL, NULL);
+
+    path_of(p, sizeof p, "extra.jsonl");
+    write_text(p, "{\"id\": 1, \"prompt\": \"Note: milk\\nTag:\", \"completion\": \" shopping\", \"source\": \"app\"}\n");
+    expect("an extra \"id\" column", train_cli(model, p, out, NULL), 1, "extra.jsonl:1:2: unknown key \"id\"", "--ignore-unknown-keys skips", NULL);
+    const char *ign[] = {"--ignore-unknown-keys", NULL};
+    expect("the same, --ignore-unknown-keys", train_cli(model, p, out, ign), 0, "extra.jsonl: 1 examples", NULL, NULL);
+
+    char dir[400], want[1600];
+    path_of(dir, sizeof dir, "exported");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(want, sizeof want, "--data %s: %s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s/train.jsonl cannot be read",
+             dir, dir, dir);
+    expect("--data DIR without train.jsonl", train_cli(model, dir, out, NULL), 1, want, NULL, NULL);
+    snprintf(p, sizeof p, "%s/train.jsonl", dir);
+    char *notes = slurp(data);
+    write_text(p, notes ? notes : "");
+    free(notes);
+    snprintf(want, sizeof want, "on %s/train.jsonl: 8 examples", dir);
+    expect("--data DIR", train_cli(model, dir, out, NULL), 0, want, NULL, NULL);
+    const char *v[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", p, "--steps", "1", NULL};
+    int rc = nl_t_run(v, errf, NULL);
+    char *e = slurp(errf);
+    snprintf(want, sizeof want, "--out %s and --data %s are the same file", p, p);
+    CHECKF(rc == 2 && e && strstr(e, want), "--out DIR/train.jsonl: exit %d: %s", rc, e ? e : "");
+    free(e);
+    CHECK(exists(p));
 }
 
 /* An adapter whose first lora_b has rank 3 while its lora_a has rank 4. */
@@ -422,6 +474,7 @@ int main(void) {
     fclose(f);
     double t0 = nl_now();
     test_data_errors();
+    test_exported_data();
     test_adapter_errors();
     test_nonfinite_inputs();
     test_nan_gradient();

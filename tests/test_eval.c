@@ -5,6 +5,7 @@
  * print the same numbers, and a malformed line must give "file:line:column" and a non-zero
  * exit. Tiny mkmodel models of every arch (llama adds BOS and uses the llama3 template; qwen3
  * and qwen35 have no BOS and use chatml). */
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -320,6 +321,34 @@ static void test_context_cut(const char *model) {
            "exit %d: %s", st, out);
 }
 
+/* Data as exported: `eval --data DIR` reads DIR/test.jsonl and its result line names that
+ * file; a directory without one is refused naming both; an extra "id" column is refused
+ * (saying --ignore-unknown-keys exists) and skipped with the flag, the same score as without. */
+static void test_data_dir(const char *model) {
+    char dir[300], path[400], out[4096], want[1600];
+    snprintf(dir, sizeof dir, "%s/exported", tmpdir);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/train.jsonl", dir);
+    write_file(path, "{\"tokens\": [1, 2, 3]}\n");
+    int st = run_cli(model, dir, out, sizeof out);
+    snprintf(want, sizeof want, "nightlora eval: --data %s: %s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and"
+             " %s/test.jsonl cannot be read: No such file or directory", dir, dir, dir);
+    CHECKF(st == 1 && strstr(out, want), "exit %d: %s", st, out);
+    snprintf(path, sizeof path, "%s/test.jsonl", dir);
+    write_file(path, "{\"tokens\": [1, 2, 3], \"id\": 1}\n{\"tokens\": [4, 5], \"id\": 2, \"source\": \"x\"}\n");
+    st = run_cli(model, dir, out, sizeof out);
+    snprintf(want, sizeof want, "%s:1:23: unknown key \"id\"", path);
+    CHECKF(st == 1 && strstr(out, want) && strstr(out, "--ignore-unknown-keys skips"), "exit %d: %s", st, out);
+    st = run_cli_with(model, dir, "--ignore-unknown-keys", out, sizeof out);
+    snprintf(want, sizeof want, "%s: 2 examples, 3 target tokens, loss ", path);
+    CHECKF(st == 0 && strstr(out, want), "exit %d: %s", st, out);
+    char with[4096];
+    snprintf(with, sizeof with, "%s", out);
+    write_file(path, "{\"tokens\": [1, 2, 3]}\n{\"tokens\": [4, 5]}\n");
+    st = run_cli(model, dir, out, sizeof out);
+    CHECKF(st == 0 && !strcmp(out, with), "exit %d: %s vs %s", st, out, with);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_eval_%d", (int)getpid());
     char cmd[300];
@@ -332,6 +361,7 @@ int main(void) {
     snprintf(model, sizeof model, "%s/qwen3.gguf", tmpdir);
     test_cli_errors(model);
     test_context_cut(model);
+    test_data_dir(model);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) return 1;
     return nl_t_done();

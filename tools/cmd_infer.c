@@ -224,7 +224,7 @@ void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
 
 int nl_cmd_eval(int argc, char **argv) {
     static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", NULL};
-    static const char *const boolean[] = {"verbose", NULL};
+    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *data = nl_cli_opt(argc, argv, "data");
     if (!model || !data) {
@@ -235,10 +235,21 @@ int nl_cmd_eval(int argc, char **argv) {
     if (infer_config("eval", argc, argv, &cfg)) return 2;
     int64_t ctx_flag = 0;
     if (nl_cli_int("eval", argc, argv, "ctx", 2, 10000000, &ctx_flag) < 0) return 2;
+    /* a data directory: its test.jsonl (the result line names the file read) */
+    char *dir_file = NULL;
+    if (nl_data_dir_file(data, "test.jsonl", 1, &dir_file)) {
+        nl_err_prefix("--data %s", data);
+        return nl_cli_fail("eval");
+    }
+    if (dir_file) data = dir_file;
     nl_session s;
-    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("eval");
+    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) {
+        free(dir_file);
+        return nl_cli_fail("eval");
+    }
     nl_cli_model_warning("eval", s.m);
-    nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab};
+    nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab,
+                         .ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys")};
     nl_dataset ds;
     int rc = 1;
     if (nl_dataset_load(data, s.tok, &dopt, &ds) == 0) {
@@ -249,6 +260,7 @@ int nl_cmd_eval(int argc, char **argv) {
             nl_err("%s: the model's context length is %d, too small to evaluate (at least 2; --ctx sets another)", model, ctx);
             nl_dataset_free(&ds);
             nl_session_close(&s);
+            free(dir_file);
             return nl_cli_fail("eval");
         }
         if (cfg.verbose) {
@@ -265,5 +277,6 @@ int nl_cmd_eval(int argc, char **argv) {
     }
     if (rc) nl_cli_fail("eval");
     nl_session_close(&s);
+    free(dir_file);
     return rc;
 }

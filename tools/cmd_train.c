@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "data/dataset.h"
 #include "train/trainer.h"
 #include "util/util.h"
 
@@ -14,7 +15,7 @@ int nl_cmd_train(int argc, char **argv) {
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
         "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", NULL};
-    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", NULL};
+    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", NULL};
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
     nl_train_defaults(&o);
@@ -25,6 +26,23 @@ int nl_cmd_train(int argc, char **argv) {
         fprintf(stderr, "nightlora train: --model, --data and --out are required\n");
         return 2;
     }
+    /* a data directory (train.jsonl, valid.jsonl, test.jsonl): its train.jsonl is the data,
+     * and the file the checks below and every message name */
+    static char *train_file; /* static: reachable until exit */
+    if (nl_data_dir_file(o.data, "train.jsonl", 1, &train_file)) {
+        nl_err_prefix("--data %s", o.data);
+        return nl_cli_fail("train");
+    }
+    char *args[256];
+    if (train_file) {
+        if (argc > 250) return 2;
+        memcpy(args, argv, (size_t)argc * sizeof *argv);
+        args[argc++] = "--data";
+        args[argc++] = train_file;
+        args[argc] = NULL;
+        argv = args;
+        o.data = train_file;
+    }
     static const char *const inputs[] = {"model", "data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
     static const char *const outputs[] = {"out", "log-json", "dump-grads", NULL};
     if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
@@ -32,6 +50,7 @@ int nl_cmd_train(int argc, char **argv) {
     o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
     o.targets = nl_cli_opt(argc, argv, "targets");
     o.chat_template = nl_cli_opt(argc, argv, "template");
+    o.ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys");
     o.checkpoint_dir = nl_cli_opt(argc, argv, "checkpoint-dir");
     o.resume = nl_cli_flag(argc, argv, "resume");
     o.allow_kernel_change = nl_cli_flag(argc, argv, "allow-kernel-change");

@@ -963,7 +963,8 @@ static int open_run(trainer *t, int *max_ctx_out) {
         }
     }
 
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab};
+    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab,
+                         .ignore_unknown_keys = o->ignore_unknown_keys};
     if (nl_dataset_load(o->data, t->tok, &dopt, &t->ds)) return -1;
     t->ds_loaded = 1;
     const int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t->m->hp.n_ctx_train > 0 && t->m->hp.n_ctx_train < 4096 ? t->m->hp.n_ctx_train : 4096);

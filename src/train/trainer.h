@@ -18,6 +18,7 @@ typedef struct {
                                           * An adapter of another rank is refused. */
     const char *targets;                 /* --targets list (default: every linear projection) */
     const char *chat_template;           /* override the GGUF's */
+    int ignore_unknown_keys;             /* data lines: skip the keys no format reads (nl_data_opts) */
     int rank;                            /* 16 */
     float alpha;                         /* 32 */
     float dropout;                       /* 0.05 */
