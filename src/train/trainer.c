@@ -1,6 +1,7 @@
 /* The training loop; see trainer.h. */
 #include "train/trainer.h"
 #include "train/trainer_hooks.h"
+#include "train/trainer_impl.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -70,37 +71,13 @@ int nl_train_sync_mode(const nl_train_opts *o) {
     return !strcmp(b, "host") || !strcmp(b, "ref");
 }
 
-static const int buckets[] = {16, 64, 256, 1024, 4096};
-
-typedef struct {
-    const nl_train_opts *o;
-    nl_train_hooks hk;      /* the tests' hooks (all zero for nl_train) */
-    nl_model *m;
-    nl_tokenizer *tok;      /* the model's vocabulary */
-    nl_adapter *ad;
-    nl_proj_service *svc;
-    nl_runtime rt;
-    nl_dataset ds;
-    nl_packing pk;
-    nl_batcher *bt;
-    float *grads, *mom, *vel;
-    float *zeros;           /* MeZO: the (unused) AdamW moments written in commits */
-    int mezo;
-    nl_energy *en;
-    FILE *log;
-    int ds_loaded, pk_loaded;
-    nl_pacer pacer;
-    int pacer_ok;
-    int stop_in_pause;      /* a stop was requested while paused: abort the step */
-    int pace_failing;       /* the last pacer reading failed (warned once per outage) */
-    int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
-    nl_graph *graph;        /* the step graph, once made (its kept scratch is freed with the trainer) */
-} trainer;
+const int nl_train_buckets[] = {16, 64, 256, 1024, 4096};
+const int nl_train_n_buckets = (int)(sizeof nl_train_buckets / sizeof *nl_train_buckets);
 
 #define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
 
 static int pace_hook(void *user) {
-    trainer *t = user;
+    nl_trainer *t = user;
     int r = nl_pacer_check(&t->pacer);
     if (r == 1) { t->stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
     if (r < 0) {
@@ -121,8 +98,8 @@ static void pace_log(void *user, const char *msg) {
     if (f) fprintf(f, "%s\n", msg);
 }
 
-static void trainer_free(trainer *t) {
-    if (t->graph) nl_graph_free(t->graph);
+static void trainer_free(nl_trainer *t) {
+    nl_graph_free(&t->g);
     if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
     if (t->log && t->log != stdout) fclose(t->log);
     if (t->pacer_ok) nl_pacer_free(&t->pacer);
@@ -330,7 +307,7 @@ static uint64_t packing_hash(const nl_packing *pk) {
     return nl_hasher_final(&h);
 }
 
-static void build_desc(const trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, nl_run_desc *d) {
+static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, nl_run_desc *d) {
     const nl_train_opts *o = t->o;
     const nl_adapter *ad = t->ad;
     memset(d, 0, sizeof *d);
@@ -394,7 +371,7 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", x);
 }
 
-static int64_t count_total_steps(trainer *t) {
+static int64_t count_total_steps(nl_trainer *t) {
     const nl_train_opts *o = t->o;
     if (o->steps > 0) return o->steps;
     /* walk the batcher through ceil(epochs) epochs, counting batches: with shuffling an
@@ -425,7 +402,7 @@ static int64_t count_total_steps(trainer *t) {
     return total > 0 ? total : 1;
 }
 
-static int commit_state(trainer *t, uint64_t cfg_hash, uint64_t model_hash, int64_t step, nl_data_cursor cur) {
+static int commit_state(nl_trainer *t, uint64_t cfg_hash, uint64_t model_hash, int64_t step, nl_data_cursor cur) {
     const float *m = t->mezo ? t->zeros : t->mom, *v = t->mezo ? t->zeros : t->vel;
     nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
                   .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
@@ -454,7 +431,7 @@ static void commit_error(int64_t step, int64_t last_commit, int rc) {
 
 /* The model file changed under the run (truncated or rewritten: model/gguf.h): what was
  * computed since the last check read pages that are gone, so nothing more is committed. */
-static int model_changed(const trainer *t, int64_t last_commit) {
+static int model_changed(const nl_trainer *t, int64_t last_commit) {
     if (!nl_gguf_changed(t->m->gguf)) return 0;
     const nl_train_opts *o = t->o;
     if (o->checkpoint_dir && last_commit > 0)
@@ -510,7 +487,7 @@ static int all_finite(const float *x, size_t n, size_t *bad) {
 /* The first LoRA tensor (adapter order; A before B; the parameter before its gradient) holding
  * a non-finite value, described into buf ("parameter blk.1.attn_q.lora_b[5] = nan"); 0 when
  * there is none. grads may be NULL (MeZO). */
-static int find_nonfinite(const trainer *t, const float *grads, char *buf, size_t cap) {
+static int find_nonfinite(const nl_trainer *t, const float *grads, char *buf, size_t cap) {
     const nl_adapter *ad = t->ad;
     for (int i = 0; i < ad->n; i++) {
         const nl_lora_tensor *lt = &ad->t[i];
@@ -530,7 +507,7 @@ static int find_nonfinite(const trainer *t, const float *grads, char *buf, size_
 }
 
 /* Stop on a non-finite loss / gradient: name the step and the first tensor. */
-static int nonfinite_error(const trainer *t, int64_t step, int64_t last_commit, double loss, const float *grads) {
+static int nonfinite_error(const nl_trainer *t, int64_t step, int64_t last_commit, double loss, const float *grads) {
     char where[256];
     char kept[96];
     if (t->o->checkpoint_dir && last_commit > 0) snprintf(kept, sizeof kept, "the last commit (step %" PRId64 ") is kept", last_commit);
@@ -546,7 +523,7 @@ static int nonfinite_error(const trainer *t, int64_t step, int64_t last_commit, 
 
 /* The nseq sequences of the step (t->pk.seq[idx[i]]) packed back to back through
  * nl_graph_seqs; their losses added in order into *loss_sum (as one call each would). */
-static int step_packed(trainer *t, nl_graph *g, const int *idx, int nseq, float inv_n, double *loss_sum, int64_t *n_tokens) {
+static int step_packed(nl_trainer *t, nl_graph *g, const int *idx, int nseq, float inv_n, double *loss_sum, int64_t *n_tokens) {
     int64_t T = 0;
     for (int i = 0; i < nseq; i++) T += t->pk.seq[idx[i]].n_tokens;
     if (T > INT32_MAX) return nl_err("a step of %" PRId64 " tokens is too long for one call", T);
@@ -579,7 +556,7 @@ out:
 
 /* MeZO: two forwards, no backward; the step updates the params itself (on any error they are
  * as before). */
-static int step_mezo(trainer *t, nl_graph *g, const nl_mezo_cfg *mz, int64_t step, const int *idx, int nseq,
+static int step_mezo(nl_trainer *t, nl_graph *g, const nl_mezo_cfg *mz, int64_t step, const int *idx, int nseq,
                      int64_t last_commit, double *loss, double *gnorm, double *pgrad, int64_t *n_tokens) {
     nl_mezo_result mr;
     if (nl_mezo_step(g, mz, step, t->pk.seq, idx, nseq, &mr)) {
@@ -603,7 +580,7 @@ static int step_mezo(trainer *t, nl_graph *g, const nl_mezo_cfg *mz, int64_t ste
 
 /* Backprop: the gradients of the step's sequences (one graph call, or one a sequence with the
  * tests' hook), clipped, then AdamW. */
-static int step_backprop(trainer *t, nl_graph *g, const nl_adamw *aw, int64_t step, const int *idx, int nseq,
+static int step_backprop(nl_trainer *t, nl_graph *g, const nl_adamw *aw, int64_t step, const int *idx, int nseq,
                          int64_t n_targets, int64_t last_commit, double *loss, double *gnorm, int64_t *n_tokens) {
     const nl_train_opts *o = t->o;
     size_t np = t->ad->n_params;
@@ -644,242 +621,6 @@ static int step_backprop(trainer *t, nl_graph *g, const nl_adamw *aw, int64_t st
     return 0;
 }
 
-/* ---- memory preflight -------------------------------------------------------------------- */
-
-#define HEAD_CHUNK_EST NL_HEAD_CHUNK /* tokens per head chunk the graph uses at most (logits + grad) */
-#define MB (1024.0 * 1024.0)
-
-typedef struct {
-    uint64_t weights, state, inputs, kept, scratch, head, held, buffers, total, loaded, need;
-    int T;
-    int n_kept;
-} mem_est;
-
-/* The activation plan for T tokens under `budget`: kept bytes and the largest layer. */
-static void act_plan(nl_graph *g, int T, uint64_t budget, uint64_t *kept, uint64_t *maxl, int *n_kept) {
-    int nL = g->rt->m->hp.n_layer;
-    uint64_t lb[512];
-    unsigned char keep[512];
-    *kept = *maxl = 0;
-    *n_kept = 0;
-    if (nL > 512) nL = 512; /* no such model; keeps the arrays on the stack */
-    for (int l = 0; l < nL; l++) {
-        lb[l] = nl_graph_layer_bytes(g, l, T);
-        if (lb[l] > *maxl) *maxl = lb[l];
-    }
-    nl_act_plan plan;
-    if (nl_act_plan_layers(lb, nL, budget, keep, &plan) == 0) { *kept = plan.kept_bytes; *n_kept = plan.n_kept; }
-}
-
-/* The run's memory for the longest sequence T with `weights` resident bytes. budget: the
- * activation budget in bytes, or UINT64_MAX-1 for "the default": whatever the limit leaves
- * (avail - the rest - reserve). */
-#define BUDGET_DEFAULT (UINT64_MAX - 1)
-/* The buffers a step adds on top of the plan: the service's padded request buffers (the
- * largest request of T tokens, the head's in chunks) and the threads' own. */
-static uint64_t service_buffers(const nl_model *m, int T, int n_threads) {
-    int Tb = T, C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST, Cb = C;
-    for (size_t i = 0; i < sizeof buckets / sizeof *buckets; i++)
-        if (buckets[i] >= T) { Tb = buckets[i]; break; }
-    for (size_t i = 0; i < sizeof buckets / sizeof *buckets; i++)
-        if (buckets[i] >= C) { Cb = buckets[i]; break; }
-    uint64_t b = 0, io = 0;
-    for (int i = 0; i < m->n_projs; i++) {
-        const nl_proj_desc *d = &m->projs[i];
-        uint64_t rows = (uint64_t)(i == m->p_output ? Cb : Tb), x = rows * (uint64_t)(d->n_in + d->n_out) * sizeof(float);
-        if (d->cls != NL_CLASS_EMBED && x > b) b = x;
-        if (d->cls != NL_CLASS_EMBED && i != m->p_output && (uint64_t)(d->n_in + d->n_out) > io) io = (uint64_t)(d->n_in + d->n_out);
-    }
-    /* each thread (the service's workers, the caller, the LoRA overlap thread): its scratch
-     * (nl_thread_scratch: a projection's input and output rows for T tokens at most), its
-     * stack and its allocator arena as touched (256 KiB) */
-    return b + (uint64_t)(n_threads + 2) * ((uint64_t)T * io * sizeof(float) + (256u << 10));
-}
-
-static void mem_estimate(trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t held, uint64_t loaded, uint64_t budget,
-                         int64_t avail, uint64_t reserve, mem_est *e) {
-    const nl_hparams *hp = &t->m->hp;
-    memset(e, 0, sizeof *e);
-    e->T = T;
-    e->weights = weights;
-    e->held = held;
-    e->buffers = service_buffers(t->m, T, nl_proj_threads(t->svc));
-    e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
-    uint64_t maxl, kept;
-    int nk;
-    act_plan(g, T, 0, &kept, &maxl, &nk);
-    e->scratch = maxl;
-    int C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST;
-    e->head = 2ull * (uint64_t)C * (uint64_t)hp->n_vocab * sizeof(float);
-    if (t->mezo) {
-        /* forward only: the current layer input and output, one layer's intermediates */
-        e->inputs = 2ull * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
-    } else {
-        e->inputs = (uint64_t)(hp->n_layer + 1) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
-        uint64_t fixed = e->weights + e->held + e->buffers + e->state + e->inputs + e->scratch + e->head;
-        if (budget == BUDGET_DEFAULT)
-            budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
-        act_plan(g, T, budget, &e->kept, &maxl, &e->n_kept);
-    }
-    e->total = e->weights + e->held + e->buffers + e->state + e->inputs + e->kept + e->scratch + e->head;
-    e->loaded = loaded;
-    e->need = loaded > e->total ? loaded : e->total; /* the load and the plan may have peaked higher than a step will */
-}
-
-/* Binary units, like --mem-limit-mb and --act-budget-mb (MB there = MiB). */
-static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
-    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (1ull << 30));
-    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (1ull << 20));
-    else if (b >= (1ull << 10)) snprintf(buf, cap, "%.1f KiB", (double)b / (1ull << 10));
-    else snprintf(buf, cap, "%llu B", (unsigned long long)b);
-}
-
-/* Resident weight bytes if every projection but the embedding were at `type` (what
- * --precision <type> gives): the service's rule (proj.h) applied to the GGUF tensors: the
- * embedding keeps its type, a quantized tensor is never re-quantized, a row length that is not
- * a multiple of the target's block keeps its type; one copy per (source, resident type). */
-/* Resident weight bytes if every projection but the embedding were asked for `type` (what
- * `--precision type` would give; proj decides feasibility). A GGUF tensor converted twice to
- * the same type (tied head and embedding) counts once, as in the service. */
-static uint64_t weights_at(const nl_model *m, int type) {
-    int *tgt = malloc((size_t)m->n_projs * sizeof *tgt);
-    if (!tgt) return UINT64_MAX;
-    uint64_t b = 0;
-    for (int i = 0; i < m->n_projs; i++) {
-        const nl_proj_desc *d = &m->projs[i];
-        tgt[i] = nl_proj_feasible_type(d->w->type, d->n_in, d->cls == NL_CLASS_EMBED ? -1 : type);
-        int dup = 0;
-        for (int j = 0; j < i && !dup; j++) dup = m->projs[j].w->data == d->w->data && tgt[j] == tgt[i];
-        if (!dup) b += (uint64_t)nl_row_bytes(tgt[i], d->n_in) * (uint64_t)d->n_out;
-    }
-    free(tgt);
-    return b;
-}
-
-static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
-    char w[32], s[32], in[32], k[32], sc[32], h[32], tot[32], hd[32], bf[32];
-    fmt_bytes(tot, sizeof tot, e->need);
-    fmt_bytes(hd, sizeof hd, e->held);
-    fmt_bytes(bf, sizeof bf, e->buffers);
-    char lp[80] = "";
-    if (e->loaded > e->total) {
-        char v[32];
-        fmt_bytes(v, sizeof v, e->loaded);
-        snprintf(lp, sizeof lp, "the peak of loading and planning: %s; a step: ", v);
-    }
-    fmt_bytes(w, sizeof w, e->weights);
-    fmt_bytes(s, sizeof s, e->state);
-    fmt_bytes(in, sizeof in, e->inputs);
-    fmt_bytes(k, sizeof k, e->kept);
-    fmt_bytes(sc, sizeof sc, e->scratch);
-    fmt_bytes(h, sizeof h, e->head);
-    if (mezo)
-        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter %s, activations %s + layer scratch %s for %d tokens, head %s, "
-                           "buffers %s)", tot, lp, w, hd, s, in, sc, e->T, h, bf);
-    else
-        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute "
-                           "scratch %s for %d tokens, head %s, buffers %s)", tot, lp, w, hd, s, in, e->n_kept, k, sc, e->T, h, bf);
-}
-
-/* Check the estimate against the limit; on refusal name what would fit. T: the rows of one
- * graph call (the step's sequences packed), longest: the longest sequence. Sets *budget_out
- * (the activation budget to use). */
-static int mem_preflight(trainer *t, nl_graph *g, int T, int longest, int64_t avail, int from_limit, int64_t rss0,
-                         uint64_t *budget_out) {
-    const nl_train_opts *o = t->o;
-    uint64_t weights = nl_proj_resident_bytes(t->svc, -1, -1);
-    /* What the run holds now beyond the weights not yet touched and the adapter's parameters
-     * (counted in its state): the converted weights' source pages (mapped, read by the
-     * conversion), the model's other pages read so far, the tokenized data, the heap so far.
-     * The weights (converted, or in place and perhaps read already) are the weights term. */
-    uint64_t held = 0;
-    nl_mem_trim(); /* the plan's freed buffers are not held */
-    int64_t rss = nl_rss_bytes();
-    if (rss0 >= 0 && rss > rss0) {
-        /* weights resident in place may have been read already (counted as weights) */
-        uint64_t d = (uint64_t)(o->count_process ? rss : rss - rss0), known = weights + (uint64_t)t->ad->n_params * sizeof(float);
-        held = d > known ? d - known : 0;
-    }
-    /* the process's peak so far (loading, converting, planning), when the process is what is
-     * bounded; a library caller's earlier peaks are not the run's */
-    int64_t hwm = o->count_process ? nl_peak_rss_bytes() : -1;
-    uint64_t loaded = hwm > 0 ? (uint64_t)hwm : 0;
-    uint64_t reserve = from_limit ? 0 : (uint64_t)512 << 20;
-    uint64_t budget = o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT;
-    mem_est e;
-    mem_estimate(t, g, T, weights, held, loaded, budget, avail, reserve, &e);
-    char est[512], av[32];
-    fmt_est(est, sizeof est, &e, t->mezo);
-    if (avail >= 0) fmt_bytes(av, sizeof av, (uint64_t)avail);
-    if (o->progress)
-        fprintf(o->progress, "memory: needs %s; %s%s\n", est, avail >= 0 ? av : "available memory unknown: not checked",
-                avail < 0 ? "" : from_limit ? " allowed (--mem-limit-mb)" : " available (MemAvailable)");
-    /* the budget the graph gets: what the estimate assumed (explicit, or what is left) */
-    if (budget == BUDGET_DEFAULT) {
-        uint64_t fixed = e.total - e.kept;
-        budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
-    }
-    *budget_out = budget;
-    if (avail < 0 || e.need <= (uint64_t)avail) return 0;
-
-    /* It does not fit: compute what would. */
-    char sug[3][96];
-    int ns = 0;
-    uint64_t A = (uint64_t)avail;
-    int explicit_budget = o->act_budget_mb > 0;
-    uint64_t fixed = e.total - e.kept;
-    if (!t->mezo && explicit_budget && fixed <= A) {
-        /* the kept layers are what overflow: a budget of what is left (recompute the rest) */
-        snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)", (unsigned long long)((A - fixed) >> 20));
-    }
-    /* the longest context that fits with the same other settings */
-    {
-        int lo = 1, hi = T - 1, best = 0;
-        while (lo <= hi) {
-            int mid = lo + (hi - lo) / 2;
-            mem_est x;
-            mem_estimate(t, g, mid, weights, held, loaded, budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
-                         avail, reserve, &x);
-            if (x.need <= A) { best = mid; lo = mid + 1; }
-            else hi = mid - 1;
-        }
-        if (best >= 32) best -= best % 16;
-        /* a call's rows: the longest sequence, or the step's sequences packed up to
-         * --batch-tokens: bound whichever is over */
-        int packs = !t->hk.per_sequence && o->batch_tokens > best;
-        if (best >= 2 && longest > best && packs) snprintf(sug[ns++], sizeof sug[0], "--ctx %d --batch-tokens %d", best, best);
-        else if (best >= 2 && longest > best) snprintf(sug[ns++], sizeof sug[0], "--ctx %d", best);
-        else if (best >= 2 && packs) snprintf(sug[ns++], sizeof sug[0], "--batch-tokens %d", best);
-    }
-    /* a smaller resident precision (the embedding keeps its type) */
-    static const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0};
-    for (int k = 0; k < 2; k++) {
-        uint64_t w2 = weights_at(t->m, types[k]);
-        if (w2 >= weights) continue;
-        mem_est x;
-        mem_estimate(t, g, T, w2, held, loaded, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
-        if (x.need <= A) {
-            snprintf(sug[ns++], sizeof sug[0], "--precision %s", nl_type_name(types[k]));
-            break;
-        }
-    }
-    char need[32];
-    fmt_bytes(need, sizeof need, e.need);
-    const char *what = from_limit ? "allowed by --mem-limit-mb" : "available";
-    if (ns == 0) {
-        mem_est x;
-        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->m, NL_TYPE_Q4_0) < weights ? weights_at(t->m, NL_TYPE_Q4_0) : weights, held, loaded, 0,
-                     avail, reserve, &x);
-        char least[32];
-        fmt_bytes(least, sizeof least, x.need);
-        return nl_err("not enough memory: needs %s, %s %s; no --act-budget-mb, --ctx or --precision makes it fit "
-                      "(even --ctx 16 --act-budget-mb 0 --precision q4_0 needs %s): nothing was trained",
-                      need, av, what, least);
-    }
-    return nl_err("not enough memory: needs %s, %s %s: use %s%s%s%s%s; nothing was trained", need, av, what, sug[0],
-                  ns > 1 ? (ns > 2 ? ", " : ", or ") : "", ns > 1 ? sug[1] : "", ns > 2 ? ", or " : "", ns > 2 ? sug[2] : "");
-}
-
 /* The options a run cannot start with, each refused with its flag before anything is opened;
  * the outputs are probed for writability now, not after a night of training. */
 static int check_opts(const nl_train_opts *o) {
@@ -913,8 +654,8 @@ static int check_opts(const nl_train_opts *o) {
 
 /* Opens what a run reads: the model and its tokenizer, the adapter (fresh or --init-adapter),
  * the projection service and runtime, the checkpoint directory's state for a fresh run, and
- * the data, tokenized and packed into sequences of at most *max_ctx tokens. */
-static int open_run(trainer *t, int *max_ctx_out) {
+ * the data, tokenized and packed into sequences of at most t->max_ctx tokens. */
+static int open_run(nl_trainer *t) {
     const nl_train_opts *o = t->o;
     t->m = nl_model_load(o->model);
     if (!t->m) return -1;
@@ -973,313 +714,381 @@ static int open_run(trainer *t, int *max_ctx_out) {
         else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, max_ctx);
         return -1;
     }
-    if (nl_pack(&t->ds, buckets, (int)(sizeof buckets / sizeof *buckets), max_ctx,
+    if (nl_pack(&t->ds, nl_train_buckets, nl_train_n_buckets, max_ctx,
                 o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t->pk)) return -1;
     t->pk_loaded = 1;
     if (t->pk.n == 0) {
         nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, t->ds.n, t->pk.n_dropped);
         return -1;
     }
-    *max_ctx_out = max_ctx;
+    t->max_ctx = max_ctx;
+    return 0;
+}
+
+/* ---- the run's plan, before the first step ---------------------------------------------- */
+
+/* The plan of the steps: the rows of one graph call, the service's plan (its checks' buffers
+ * are part of the peak the preflight counts), the memory preflight and the activation budget
+ * it leaves the graph, and what the service computes with, said. avail, rss0: the memory
+ * there was and the process's RSS before the run (nl_train_mem_preflight). */
+static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
+    const nl_train_opts *o = t->o;
+    int max_T = 1, longest;
+    int64_t all_T = 0;
+    for (int i = 0; i < t->pk.n; i++) {
+        if (t->pk.seq[i].n_tokens > max_T) max_T = t->pk.seq[i].n_tokens;
+        all_T += t->pk.seq[i].n_tokens;
+    }
+    /* the rows of one graph call: a step's sequences packed (at most --batch-tokens, or one
+     * longer sequence) */
+    longest = max_T;
+    if (!t->hk.per_sequence) {
+        int64_t packed = all_T < o->batch_tokens ? all_T : o->batch_tokens;
+        if (packed > max_T) max_T = (int)packed;
+    }
+    /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
+    t->g = (nl_graph){.rt = &t->rt, .ad = t->ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
+    /* planned first: its checks' buffers are part of the peak the preflight counts */
+    if (nl_proj_plan(t->svc, NULL, 0)) return -1;
+    uint64_t budget;
+    if (nl_train_mem_preflight(t, max_T, longest, avail, o->mem_limit_mb > 0, rss0, &budget)) return -1;
+    if (o->act_budget_mb == 0) budget = 0;
+    t->g.act_budget = budget;
+    if (o->progress) {
+        char line[256], mem[512];
+        nl_proj_format_precision(t->svc, line, sizeof line);
+        fprintf(o->progress, "precision: %s\n", line);
+        nl_proj_plan_format_summary(t->svc, line, sizeof line);
+        nl_proj_format_resident(t->svc, mem, sizeof mem);
+        char kern[256];
+        const int kn = nl_proj_describe(t->svc, kern, sizeof kern);
+        const char *colon = kn > 0 ? strchr(kern, ':') : NULL; /* "host: ..." -> "..." */
+        fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, attention %s\n",
+                o->proj.backend ? o->proj.backend : "ref", colon ? colon + 2 : "f32 compute", line, mem,
+                t->rt.sync ? "synchronous" : "LoRA overlapped with requests", t->rt.attn_bf16 ? "bf16" : "f32");
+        if (o->proj.verbose) {
+            char *table = nl_proj_plan_format_table(t->svc);
+            if (table) fputs(table, o->progress);
+            free(table);
+        }
+    }
+    return 0;
+}
+
+/* Pacing (thermal, battery: the runtime's pace hook between service requests) and the energy
+ * counter: one where the machine has one, else the reason, said (never an estimate). */
+static int open_pacing(nl_trainer *t) {
+    const nl_train_opts *o = t->o;
+    nl_thermal_provider prov;
+    if (nl_thermal_open(&prov, o->thermal ? o->thermal : "auto", o->thermal_status_file, o->battery_temp_file)) return -1;
+    nl_pacer_cfg pc;
+    nl_pacer_defaults(&pc);
+    pc.enabled = !(o->thermal && !strcmp(o->thermal, "off")) || o->thermal_status_file || o->battery_temp_file;
+    if (o->pacing_poll_s > 0) pc.check_interval_s = pc.poll_interval_s = o->pacing_poll_s;
+    pc.log = pace_log;
+    pc.log_ctx = o->progress;
+    pc.should_stop = nl_stop_poll;
+    if (nl_pacer_init(&t->pacer, &pc, &prov)) return -1;
+    t->pacer_ok = 1;
+    t->rt.pace = pace_hook;
+    t->rt.pace_user = t;
+    t->en = nl_energy_open(t->hk.energy_root);
+    if (!t->en) return -1;
+    if (nl_energy_available(t->en)) {
+        if (nl_energy_start_sampler(t->en, 0.5)) return -1;
+        if (o->progress)
+            fprintf(o->progress, "energy: %s counters (%s)\n",
+                    nl_energy_kind_of(t->en) == NL_ENERGY_RAPL ? "RAPL package" : "battery", nl_energy_source(t->en));
+    } else if (o->progress) {
+        fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t->en));
+    }
+    return 0;
+}
+
+/* The optimizer's side: the run's step count, the batcher, the state (AdamW gradients and
+ * moments; MeZO: the zero moments its commits carry), the schedule and the step configs. */
+static int open_state(nl_trainer *t) {
+    const nl_train_opts *o = t->o;
+    t->total = count_total_steps(t);
+    if (t->total < 0) return -1;
+    t->bt = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
+    if (!t->bt) return -1;
+    size_t np = t->ad->n_params;
+    if (t->mezo) {
+        t->zeros = nl_calloc(np ? np : 1, sizeof(float));
+        if (!t->zeros) return -1;
+    } else {
+        t->grads = nl_calloc(np, sizeof(float));
+        t->mom = nl_calloc(np, sizeof(float));
+        t->vel = nl_calloc(np, sizeof(float));
+        if (!t->grads || !t->mom || !t->vel) return -1;
+    }
+    t->g.grads = t->grads;
+    t->sched = nl_train_schedule(o);
+    nl_adamw_defaults(&t->aw);
+    t->aw.weight_decay = o->weight_decay;
+    nl_mezo_defaults(&t->mz);
+    t->mz.eps = o->mezo_eps;
+    t->mz.weight_decay = o->weight_decay;
+    t->mz.seed = o->seed;
+    return 0;
+}
+
+/* --resume: the newest commit that verifies and matches this run's description (desc) is
+ * loaded into the adapter, the optimizer state and the data cursor, and *step set to its step;
+ * a run with other settings is refused, naming each difference; other kernels are refused
+ * unless allowed, other numerics warn. No commit: *step stays 0. */
+static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
+    const nl_train_opts *o = t->o;
+    size_t np = t->ad->n_params;
+    nl_ckpt ck;
+    char warn[512];
+    int r = nl_ckpt_load_latest(o->checkpoint_dir, t->cfg_hash, t->model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io);
+    if (r < 0) {
+        /* name what differs when the run's description is there to compare with */
+        char why[1536];
+        int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
+        if (n > 0 && (size_t)n < sizeof why && nl_desc_compare(desc, o->checkpoint_dir, NL_KV_CONFIG, NULL, why, sizeof why) > 0)
+            nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
+        return -1;
+    }
+    if (warn[0] && o->progress) fprintf(o->progress, "warning: %s\n", warn);
+    if (r != 0) {
+        if (o->progress) fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
+        return 0;
+    }
+    memcpy(t->ad->params, ck.params, np * sizeof(float));
+    if (!t->mezo) {
+        memcpy(t->mom, ck.m, np * sizeof(float));
+        memcpy(t->vel, ck.v, np * sizeof(float));
+    }
+    uint64_t ck_step = ck.step;
+    nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
+    nl_ckpt_free(&ck);
+    /* a step is never trusted into a narrower type: a forged one above the run's count is refused */
+    if (ck_step > (uint64_t)t->total)
+        return nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps", o->checkpoint_dir, ck_step, t->total);
+    *step = (int64_t)ck_step;
+    if (nl_batcher_seek(t->bt, cur)) return -1;
+    char diff[1024] = "";
+    /* other kernels by capability (another machine, the same settings) are refused;
+     * another backend asked for only warns, as other numerics do */
+    char bdiff[256] = "";
+    const int same_backend = nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, "backend", bdiff, sizeof bdiff) <= 0;
+    if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_KERNELS, NULL, diff, sizeof diff) > 0) {
+        if (same_backend && !o->allow_kernel_change)
+            return nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
+                          "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
+        if (o->progress) fprintf(o->progress, "warning: resuming on other kernels (%s)\n", diff);
+    }
+    diff[0] = 0;
+    if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
+        fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
+    if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->total);
+    return 0;
+}
+
+/* Where the run starts: the identity its commits carry (the model's hash, the run's
+ * description, DIR/run.json), the commit a --resume continues from, the --log-json opened, and
+ * the run said. *step: the step it starts from. */
+static int start_run(nl_trainer *t, int64_t *step) {
+    const nl_train_opts *o = t->o;
+    /* The model's identity in every commit: a hash of every byte of the file, read through the
+     * run's own mapping (a weight changed anywhere makes --resume refuse it; a file changing
+     * while it is hashed is caught by the check before the first step); only commits need it. */
+    if (o->checkpoint_dir) {
+        double th = nl_now();
+        t->model_hash = nl_content_hash64(t->m->gguf->base, t->m->gguf->size);
+        if (o->proj.verbose && o->progress) {
+            double dt = nl_now() - th;
+            fprintf(o->progress, "model identity: %s hashed whole (%.1f MiB) in %.3f s (%.1f GB/s)\n", o->model,
+                    (double)t->m->gguf->size / NL_MB, dt, dt > 0 ? (double)t->m->gguf->size / dt / 1e9 : 0.0);
+        }
+    }
+    nl_run_desc desc;
+    build_desc(t, t->model_hash, packing_hash(&t->pk), t->total, t->max_ctx, &desc);
+    t->cfg_hash = nl_desc_config_hash(&desc);
+    *step = 0;
+    if (o->resume && resume_from(t, &desc, step)) return -1;
+    if (o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) return -1;
+    if (o->log_json) {
+        /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
+        if (o->resume && log_keep_steps(o->log_json, *step)) return -1;
+        if (!(t->log = open_log(o->log_json, o->resume))) return -1;
+    }
+    if (o->progress) {
+        fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
+                             "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
+                o->model, o->data, t->ds.n, t->pk.n, t->pk.n_truncated, t->max_ctx, t->pk.n_dropped, t->total, t->ad->n,
+                t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
+        fflush(o->progress);
+    }
+    t->first_step = t->last_commit = *step;
+    return 0;
+}
+
+/* ---- a step's report ---------------------------------------------------------------------- */
+
+/* What a step is measured from, read just before it. */
+typedef struct {
+    double t0, paused0, j0;
+    int have_j;             /* j0 was read */
+    nl_proj_stats st0;
+} step_mark;
+
+/* What a step did (step_backprop / step_mezo). */
+typedef struct {
+    double loss, gnorm, pgrad, lr;
+    int64_t n_tokens, n_targets;
+} step_out;
+
+static void mark_step(nl_trainer *t, step_mark *mk) {
+    mk->paused0 = t->pacer.paused_seconds;
+    mk->t0 = nl_now();
+    mk->j0 = 0;
+    mk->have_j = nl_energy_available(t->en) && !t->energy_failing && nl_energy_read(t->en, &mk->j0) == 0;
+    nl_proj_get_stats(t->svc, &mk->st0);
+}
+
+/* The report of finished step `step`: its energy and service time, the result's totals, the
+ * --log-json line, the commit when one is due, the progress line. Returns 1 when the run is to
+ * stop now (a signal, stop_after: committed), 0 to go on, -1 on an error (set). */
+static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const step_out *so, nl_train_result *res) {
+    const nl_train_opts *o = t->o;
+    t->steps_this_run++;
+    t->run_tokens += so->n_tokens;
+    double dt = nl_now() - mk->t0;
+    double j1 = 0;
+    int have_j = mk->have_j;
+    if (have_j && nl_energy_read(t->en, &j1) != 0) {
+        have_j = 0;
+        t->energy_failing = 1;
+        if (o->progress) fprintf(o->progress, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
+    }
+    nl_proj_stats st1;
+    nl_proj_get_stats(t->svc, &st1);
+    double svc_s = (st1.busy_s[0] + st1.busy_s[1]) - (mk->st0.busy_s[0] + mk->st0.busy_s[1]);
+    double paused_s = t->pacer.paused_seconds - mk->paused0;
+    res->service_seconds += svc_s;
+    res->tokens += so->n_tokens;
+    if (step == t->first_step + 1) res->first_loss = so->loss;
+    res->last_loss = so->loss;
+    int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || nl_stop_requested();
+    int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == t->total || stop);
+    /* The log line goes out BEFORE the commit (and is made durable with it): a kill in
+     * between leaves a line for an uncommitted step, which the resume drops and replays;
+     * the other order could lose the line of a committed step for good. */
+    if (t->log) {
+        fprintf(t->log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
+                        "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
+                step, so->loss, (long long)so->n_tokens, (long long)so->n_targets, dt, svc_s, paused_s, so->lr, so->gnorm);
+        if (t->mezo) fprintf(t->log, ", \"projected_grad\": %.17g", so->pgrad);
+        if (have_j)
+            fprintf(t->log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - mk->j0,
+                    so->n_tokens ? (j1 - mk->j0) / (double)so->n_tokens : 0.0);
+        fputs("}\n", t->log);
+        if (fflush(t->log) != 0 || (commit && fsync(fileno(t->log)) != 0)) {
+            char why[512];
+            snprintf(why, sizeof why, "--log-json %s: write failed: %s", o->log_json, strerror(errno));
+            output_error(o, step, why, t->last_commit, "--log-json");
+            return -1;
+        }
+    }
+    if (commit) {
+        int crc = commit_state(t, t->cfg_hash, t->model_hash, step, nl_batcher_cursor(t->bt));
+        if (crc) {
+            commit_error(step, t->last_commit, crc);
+            return -1;
+        }
+        t->last_commit = step;
+    }
+    if (o->progress) {
+        double el = nl_now() - t->run_start, tps = el > 0 ? (double)t->run_tokens / el : 0.0;
+        char eta[32];
+        fmt_eta(el / (double)t->steps_this_run * (double)(t->total - step), eta, sizeof eta);
+        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, t->total, so->loss, tps, eta,
+                paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
+        fflush(o->progress);
+    }
+    return stop;
+}
+
+/* Stopped inside a pause while step + 1 ran: that step is abandoned; the state is that of
+ * step, and the data cursor goes back to the batch it was given (prev). Committed when this
+ * run finished a step. */
+static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_train_result *res) {
+    const nl_train_opts *o = t->o;
+    if (nl_batcher_seek(t->bt, prev)) return -1;
+    res->stopped = 1;
+    const int commit = o->checkpoint_dir && step > t->first_step;
+    int crc = commit ? commit_state(t, t->cfg_hash, t->model_hash, step, prev) : 0;
+    if (crc) {
+        commit_error(step, t->last_commit, crc);
+        return -1;
+    }
+    if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, t->total, commit ? " (committed)" : "");
+    return 0;
+}
+
+/* The end of the run (all steps, or a stop at step): the adapter written to --out. */
+static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
+    const nl_train_opts *o = t->o;
+    if (model_changed(t, t->last_commit)) return -1;
+    if (nl_adapter_save(t->ad, t->m, o->out)) {
+        char why[1024];
+        snprintf(why, sizeof why, "--out %s: writing the adapter failed: %s", o->out, nl_last_error());
+        output_error(o, step, why, t->last_commit, "--out");
+        return -1;
+    }
+    res->paused_seconds = t->pacer.paused_seconds;
+    res->steps_done = step;
+    res->total_steps = t->total;
     return 0;
 }
 
 int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hooked(o, NULL, res); }
 
 int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
-    trainer t = {.o = o, .lock_fd = -1};
+    nl_trainer t = {.o = o, .lock_fd = -1};
     if (h) t.hk = *h;
     memset(res, 0, sizeof *res);
     int rc = -1;
     double t_start = nl_now();
     /* what there is before we take any: the model's conversions come out of it */
-    int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * MB) : nl_mem_available_bytes();
+    int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * NL_MB) : nl_mem_available_bytes();
     int64_t rss0 = nl_rss_bytes(); /* the process before the run: what the run takes is counted from here */
     if (check_opts(o)) return -1;
     t.mezo = o->method && !strcmp(o->method, "mezo");
     if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
 
-    int max_ctx;
-    if (open_run(&t, &max_ctx)) goto done;
-    int max_T = 1, longest;
-    int64_t all_T = 0;
-    for (int i = 0; i < t.pk.n; i++) {
-        if (t.pk.seq[i].n_tokens > max_T) max_T = t.pk.seq[i].n_tokens;
-        all_T += t.pk.seq[i].n_tokens;
-    }
-    /* the rows of one graph call: a step's sequences packed (at most --batch-tokens, or one
-     * longer sequence) */
-    longest = max_T;
-    if (!t.hk.per_sequence) {
-        int64_t packed = all_T < o->batch_tokens ? all_T : o->batch_tokens;
-        if (packed > max_T) max_T = (int)packed;
-    }
-    /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
-    nl_graph g = {.rt = &t.rt, .ad = t.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
-    t.graph = &g;
-    /* planned first: its checks' buffers are part of the peak the preflight counts */
-    if (nl_proj_plan(t.svc, NULL, 0)) goto done;
-    uint64_t budget;
-    if (mem_preflight(&t, &g, max_T, longest, avail, o->mem_limit_mb > 0, rss0, &budget)) goto done;
-    if (o->act_budget_mb == 0) budget = 0;
-    g.act_budget = budget;
-    if (o->progress) {
-        char line[256], mem[512];
-        nl_proj_format_precision(t.svc, line, sizeof line);
-        fprintf(o->progress, "precision: %s\n", line);
-        nl_proj_plan_format_summary(t.svc, line, sizeof line);
-        nl_proj_format_resident(t.svc, mem, sizeof mem);
-        char kern[256];
-        const int kn = nl_proj_describe(t.svc, kern, sizeof kern);
-        const char *colon = kn > 0 ? strchr(kern, ':') : NULL; /* "host: ..." -> "..." */
-        fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, attention %s\n",
-                o->proj.backend ? o->proj.backend : "ref", colon ? colon + 2 : "f32 compute", line, mem,
-                t.rt.sync ? "synchronous" : "LoRA overlapped with requests", t.rt.attn_bf16 ? "bf16" : "f32");
-        if (o->proj.verbose) {
-            char *table = nl_proj_plan_format_table(t.svc);
-            if (table) fputs(table, o->progress);
-            free(table);
-        }
-    }
-    {
-        nl_thermal_provider prov;
-        if (nl_thermal_open(&prov, o->thermal ? o->thermal : "auto", o->thermal_status_file, o->battery_temp_file)) goto done;
-        nl_pacer_cfg pc;
-        nl_pacer_defaults(&pc);
-        pc.enabled = !(o->thermal && !strcmp(o->thermal, "off")) || o->thermal_status_file || o->battery_temp_file;
-        if (o->pacing_poll_s > 0) pc.check_interval_s = pc.poll_interval_s = o->pacing_poll_s;
-        pc.log = pace_log;
-        pc.log_ctx = o->progress;
-        pc.should_stop = nl_stop_poll;
-        if (nl_pacer_init(&t.pacer, &pc, &prov)) goto done;
-        t.pacer_ok = 1;
-        t.rt.pace = pace_hook;
-        t.rt.pace_user = &t;
-    }
-    /* energy: a counter where the machine has one, else say why not (never an estimate) */
-    t.en = nl_energy_open(t.hk.energy_root);
-    if (!t.en) goto done;
-    if (nl_energy_available(t.en)) {
-        if (nl_energy_start_sampler(t.en, 0.5)) goto done;
-        if (o->progress)
-            fprintf(o->progress, "energy: %s counters (%s)\n",
-                    nl_energy_kind_of(t.en) == NL_ENERGY_RAPL ? "RAPL package" : "battery", nl_energy_source(t.en));
-    } else if (o->progress) {
-        fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t.en));
-    }
-
-    int64_t total = count_total_steps(&t);
-    if (total < 0) goto done;
-    t.bt = nl_batcher_new(&t.pk, o->seed, o->shuffle, o->batch_tokens);
-    if (!t.bt) goto done;
-
-    size_t np = t.ad->n_params;
-    if (t.mezo) {
-        t.zeros = nl_calloc(np ? np : 1, sizeof(float));
-        if (!t.zeros) goto done;
-    } else {
-        t.grads = nl_calloc(np, sizeof(float));
-        t.mom = nl_calloc(np, sizeof(float));
-        t.vel = nl_calloc(np, sizeof(float));
-        if (!t.grads || !t.mom || !t.vel) goto done;
-    }
-    g.grads = t.grads;
-
-    /* The model's identity in every commit: a hash of every byte of the file, read through the
-     * run's own mapping (a weight changed anywhere makes --resume refuse it; a file changing
-     * while it is hashed is caught by the check before the first step); only commits need it. */
-    uint64_t model_hash = 0;
-    if (o->checkpoint_dir) {
-        double th = nl_now();
-        model_hash = nl_content_hash64(t.m->gguf->base, t.m->gguf->size);
-        if (o->proj.verbose && o->progress) {
-            double dt = nl_now() - th;
-            fprintf(o->progress, "model identity: %s hashed whole (%.1f MiB) in %.3f s (%.1f GB/s)\n", o->model,
-                    (double)t.m->gguf->size / MB, dt, dt > 0 ? (double)t.m->gguf->size / dt / 1e9 : 0.0);
-        }
-    }
-    nl_run_desc desc;
-    build_desc(&t, model_hash, packing_hash(&t.pk), total, max_ctx, &desc);
-    uint64_t cfg_hash = nl_desc_config_hash(&desc);
     int64_t step = 0;
-    if (o->resume) {
-        nl_ckpt ck;
-        char warn[512];
-        int r = nl_ckpt_load_latest(o->checkpoint_dir, cfg_hash, model_hash, np, &ck, warn, sizeof warn, t.hk.ckpt_io);
-        if (r < 0) {
-            /* name what differs when the run's description is there to compare with */
-            char why[1536];
-            int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
-            if (n > 0 && (size_t)n < sizeof why && nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_CONFIG, NULL, why, sizeof why) > 0)
-                nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
-            goto done;
-        }
-        if (warn[0] && o->progress) fprintf(o->progress, "warning: %s\n", warn);
-        if (r == 0) {
-            memcpy(t.ad->params, ck.params, np * sizeof(float));
-            if (!t.mezo) {
-                memcpy(t.mom, ck.m, np * sizeof(float));
-                memcpy(t.vel, ck.v, np * sizeof(float));
-            }
-            uint64_t ck_step = ck.step;
-            nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
-            nl_ckpt_free(&ck);
-            /* a step is never trusted into a narrower type: a forged one above the run's count is refused */
-            if (ck_step > (uint64_t)total) {
-                nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps", o->checkpoint_dir, ck_step, total);
-                goto done;
-            }
-            step = (int64_t)ck_step;
-            if (nl_batcher_seek(t.bt, cur)) goto done;
-            char diff[1024] = "";
-            /* other kernels by capability (another machine, the same settings) are refused;
-             * another backend asked for only warns, as other numerics do */
-            char bdiff[256] = "";
-            const int same_backend = nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_NUMERICS, "backend", bdiff, sizeof bdiff) <= 0;
-            if (nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_KERNELS, NULL, diff, sizeof diff) > 0) {
-                if (same_backend && !o->allow_kernel_change) {
-                    nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
-                           "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
-                    goto done;
-                }
-                if (o->progress) fprintf(o->progress, "warning: resuming on other kernels (%s)\n", diff);
-            }
-            diff[0] = 0;
-            if (nl_desc_compare(&desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
-                fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
-            if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, step, total);
-        } else if (o->progress) {
-            fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
-        }
-    }
-    if (o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) goto done;
-    if (o->log_json) {
-        /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
-        if (o->resume && log_keep_steps(o->log_json, step)) goto done;
-        if (!(t.log = open_log(o->log_json, o->resume))) goto done;
-    }
-    nl_schedule sched = nl_train_schedule(o);
-    nl_adamw aw;
-    nl_adamw_defaults(&aw);
-    aw.weight_decay = o->weight_decay;
-    nl_mezo_cfg mz;
-    nl_mezo_defaults(&mz);
-    mz.eps = o->mezo_eps;
-    mz.weight_decay = o->weight_decay;
-    mz.seed = o->seed;
-    if (o->progress) {
-        fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
-                             "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
-                o->model, o->data, t.ds.n, t.pk.n, t.pk.n_truncated, max_ctx, t.pk.n_dropped, total, t.ad->n, np, t.ad->rank,
-                t.mezo ? ", MeZO (two forwards a step, no backward)" : "");
-        fflush(o->progress);
-    }
-    int64_t first_step = step, steps_this_run = 0, last_commit = step;
-    if (model_changed(&t, last_commit)) goto done;
-    double run_start = nl_now();
-    int64_t run_tokens = 0;
-    int energy_failing = 0;
+    if (open_run(&t) || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
+    if (model_changed(&t, t.last_commit)) goto done;
+    t.run_start = nl_now();
     if (nl_signals_install()) goto done;
-    while (step < total) {
+    while (step < t.total) {
         const int *idx;
         int nseq;
         nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
         if (nl_batcher_next(t.bt, &idx, &nseq)) goto done;
-        double paused0 = t.pacer.paused_seconds;
-        double t0 = nl_now();
-        double j0 = 0;
-        int have_j = nl_energy_available(t.en) && !energy_failing && nl_energy_read(t.en, &j0) == 0;
-        nl_proj_stats st0;
-        nl_proj_get_stats(t.svc, &st0);
-        int64_t n_targets = 0, n_tokens = 0;
-        for (int i = 0; i < nseq; i++) n_targets += t.pk.seq[idx[i]].n_targets;
-        double loss = 0.0, gnorm = 0.0, pgrad = 0.0;
-        aw.lr = nl_lr_at(&sched, step + 1, total);
-        mz.lr = aw.lr;
-        int sr = t.mezo ? step_mezo(&t, &g, &mz, step + 1, idx, nseq, last_commit, &loss, &gnorm, &pgrad, &n_tokens)
-                        : step_backprop(&t, &g, &aw, step + 1, idx, nseq, n_targets, last_commit, &loss, &gnorm, &n_tokens);
-        if (sr < 0) goto done;
-        int failed = sr > 0;
-        if (model_changed(&t, last_commit)) goto done;
-        if (failed) {
-            /* Stopped inside a pause: this step is abandoned; the state is that of the last
-             * finished step, and the data cursor goes back to this batch. */
-            if (nl_batcher_seek(t.bt, prev_cursor)) goto done;
-            res->stopped = 1;
-            int crc = o->checkpoint_dir && step > first_step ? commit_state(&t, cfg_hash, model_hash, step, prev_cursor) : 0;
-            if (crc) {
-                commit_error(step, last_commit, crc);
-                goto done;
-            }
-            if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, total, o->checkpoint_dir && step > first_step ? " (committed)" : "");
+        step_mark mk;
+        mark_step(&t, &mk);
+        step_out so = {0};
+        for (int i = 0; i < nseq; i++) so.n_targets += t.pk.seq[idx[i]].n_targets;
+        t.aw.lr = nl_lr_at(&t.sched, step + 1, t.total);
+        t.mz.lr = so.lr = t.aw.lr;
+        int sr = t.mezo ? step_mezo(&t, &t.g, &t.mz, step + 1, idx, nseq, t.last_commit, &so.loss, &so.gnorm, &so.pgrad, &so.n_tokens)
+                        : step_backprop(&t, &t.g, &t.aw, step + 1, idx, nseq, so.n_targets, t.last_commit, &so.loss, &so.gnorm, &so.n_tokens);
+        if (sr < 0 || model_changed(&t, t.last_commit)) goto done;
+        if (sr > 0) { /* stopped inside a pause: step + 1 is abandoned */
+            if (stop_paused(&t, step, prev_cursor, res)) goto done;
             break;
         }
-        step++;
-        steps_this_run++;
-        run_tokens += n_tokens;
-        double dt = nl_now() - t0;
-        double j1 = 0;
-        if (have_j && nl_energy_read(t.en, &j1) != 0) {
-            have_j = 0;
-            energy_failing = 1;
-            if (o->progress) fprintf(o->progress, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
-        }
-        nl_proj_stats st1;
-        nl_proj_get_stats(t.svc, &st1);
-        double svc_s = (st1.busy_s[0] + st1.busy_s[1]) - (st0.busy_s[0] + st0.busy_s[1]);
-        double paused_s = t.pacer.paused_seconds - paused0;
-        res->service_seconds += svc_s;
-        res->tokens += n_tokens;
-        if (step == first_step + 1) res->first_loss = loss;
-        res->last_loss = loss;
-        int stop = (o->stop_after > 0 && steps_this_run >= o->stop_after) || nl_stop_requested();
-        int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == total || stop);
-        /* The log line goes out BEFORE the commit (and is made durable with it): a kill in
-         * between leaves a line for an uncommitted step, which the resume drops and replays;
-         * the other order could lose the line of a committed step for good. */
-        if (t.log) {
-            fprintf(t.log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
-                           "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
-                    step, loss, (long long)n_tokens, (long long)n_targets, dt, svc_s, paused_s, aw.lr, gnorm);
-            if (t.mezo) fprintf(t.log, ", \"projected_grad\": %.17g", pgrad);
-            if (have_j)
-                fprintf(t.log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - j0, n_tokens ? (j1 - j0) / (double)n_tokens : 0.0);
-            fputs("}\n", t.log);
-            if (fflush(t.log) != 0 || (commit && fsync(fileno(t.log)) != 0)) {
-                char why[512];
-                snprintf(why, sizeof why, "--log-json %s: write failed: %s", o->log_json, strerror(errno));
-                output_error(o, step, why, last_commit, "--log-json");
-                goto done;
-            }
-        }
-        if (commit) {
-            int crc = commit_state(&t, cfg_hash, model_hash, step, nl_batcher_cursor(t.bt));
-            if (crc) {
-                commit_error(step, last_commit, crc);
-                goto done;
-            }
-            last_commit = step;
-        }
-        if (o->progress) {
-            double el = nl_now() - run_start, tps = el > 0 ? (double)run_tokens / el : 0.0;
-            char eta[32];
-            fmt_eta(el / steps_this_run * (total - step), eta, sizeof eta);
-            fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, total, loss, tps, eta,
-                    paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
-            fflush(o->progress);
-        }
-        if (stop) { res->stopped = step < total; break; } /* a stop at the last step is the end */
+        int r = report_step(&t, ++step, &mk, &so, res);
+        if (r < 0) goto done;
+        if (r > 0) { res->stopped = step < t.total; break; } /* a stop at the last step is the end */
     }
-    if (model_changed(&t, last_commit)) goto done;
-    if (nl_adapter_save(t.ad, t.m, o->out)) {
-        char why[1024];
-        snprintf(why, sizeof why, "--out %s: writing the adapter failed: %s", o->out, nl_last_error());
-        output_error(o, step, why, last_commit, "--out");
-        goto done;
-    }
-    res->paused_seconds = t.pacer.paused_seconds;
-    res->steps_done = step;
-    res->total_steps = total;
+    if (finish_run(&t, step, res)) goto done;
     rc = 0;
 done:
     nl_signals_restore();
