@@ -24,6 +24,16 @@ int nl_cli_flag(int argc, char **argv, const char *name);
 /* Every "--x" in argv must be in the NULL-terminated list `known` (names without "--");
  * `boolean` lists those that take no value. Returns 0, or prints an error and returns 1. */
 int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean);
+/* --help or -h anywhere in argv: nl_cli_check prints the command's help on stdout and the
+ * process exits 0. */
+
+/* Help (cli_help.c): the usage line, one line per flag of `known` and `boolean` with its default,
+ * and the exit statuses; returns the number of flags without a description (a test counts them). */
+#include <stdio.h>
+int nl_cli_print_help(FILE *f, const char *cmd, const char *const *known, const char *const *boolean);
+void nl_cli_print_exit_statuses(FILE *f);
+/* The usage line of a command ("train --model M.gguf ..."), NULL for none (nightlora.c). */
+const char *nl_cli_usage(const char *cmd);
 
 /* Strict flag values. An integer flag takes an optional '-' and decimal digits only ("1.9",
  * "1e3" are refused), in [lo, hi]; a number flag any finite strtod text in [lo, hi] (NaN and
@@ -51,6 +61,12 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
  * (template_name overrides the GGUF's). ids malloc'd. */
 struct nl_tokenizer;
 int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
+
+/* Tokens of a conversation + the generation prompt through the chat template (template_name
+ * overrides the GGUF's), for generate --system and chat. ids malloc'd. */
+#include "data/dataset.h"
+int nl_cli_render_conv(const struct nl_tokenizer *tok, const char *template_name, const nl_chat_msg *msgs, int n_msgs,
+                       int32_t **ids, int *n);
 
 #include "eval/eval.h"
 /* "label: N examples, ... loss, ppl, accuracy" on stdout. */

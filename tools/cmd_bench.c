@@ -287,6 +287,11 @@ int nl_cmd_bench(int argc, char **argv) {
     const char *sub = argc >= 2 ? argv[1] : NULL;
     if (sub && !strcmp(sub, "proj")) return cmd_bench_proj(argc - 1, argv + 1);
     if (sub && !strcmp(sub, "step")) return nl_cmd_bench_step(argc - 1, argv + 1);
+    if (sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h"))) {
+        printf("usage: nightlora %s\n\n'nightlora bench proj --help', 'nightlora bench step --help': each one's flags\n",
+               nl_cli_usage("bench"));
+        return 0;
+    }
     fprintf(stderr, "nightlora bench: expected a benchmark, 'proj' or 'step'%s%s%s (see 'nightlora help bench')\n",
             sub ? ", not '" : "", sub ? sub : "", sub ? "'" : "");
     return 2;

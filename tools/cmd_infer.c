@@ -140,9 +140,14 @@ static void print_token(void *user, int32_t id) {
 }
 
 int nl_cmd_generate(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "prompt", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
+    static const char *const known[] = {"model", "adapter", "prompt", "system", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
     static const char *const boolean[] = {"raw", "verbose", NULL};
     if (nl_cli_check("generate", argc, argv, known, boolean)) return 2;
+    const char *system = nl_cli_opt(argc, argv, "system");
+    if (system && nl_cli_flag(argc, argv, "raw")) {
+        fprintf(stderr, "nightlora generate: --system is a turn of the chat template: drop it with --raw\n");
+        return 2;
+    }
     const char *model = nl_cli_opt(argc, argv, "model"), *prompt = nl_cli_opt(argc, argv, "prompt");
     if (!model || !prompt) {
         fprintf(stderr, "nightlora generate: --model and --prompt are required\n");
@@ -168,7 +173,10 @@ int nl_cmd_generate(int argc, char **argv) {
     int n = 0;
     if (!s.tok) {
         nl_err("%s: the model has no tokenizer vocabulary", model);
-    } else if (nl_cli_render_prompt(s.tok, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n) == 0) {
+    } else if ((system ? nl_cli_render_conv(s.tok, nl_cli_opt(argc, argv, "template"),
+                                            (const nl_chat_msg[]){{"system", system, strlen(system)}, {"user", prompt, strlen(prompt)}},
+                                            2, &ids, &n)
+                       : nl_cli_render_prompt(s.tok, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n)) == 0) {
         printf("%s", nl_cli_flag(argc, argv, "raw") ? prompt : "");
         rc = nl_generate(&s, ids, n, &sp, print_token, s.tok, NULL, NULL) ? 1 : 0;
         printf("\n");

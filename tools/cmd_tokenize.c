@@ -1,5 +1,6 @@
-/* nightlora tokenize --model M.gguf --text TEXT [--no-special]
- * Prints the token ids of TEXT, space-separated on one line. By default BOS/EOS are added as the
+/* nightlora tokenize --model M.gguf --text TEXT [--no-special] [--pieces]
+ * Prints the token ids of TEXT, space-separated on one line (--pieces: one token a line, its id
+ * and its piece as a JSON string). By default BOS/EOS are added as the
  * vocabulary says and control-token text is parsed; --no-special turns both off. Only the
  * GGUF's metadata is read (no tensors are loaded). */
 #include <stdio.h>
@@ -12,13 +13,13 @@
 #include "util/util.h"
 
 int nl_cmd_tokenize(int argc, char **argv) {
-    static const char *const known[] = {"model", "text", "no-special", "special", NULL};
-    static const char *const boolean[] = {"no-special", "special", NULL};
+    static const char *const known[] = {"model", "text", "no-special", "special", "pieces", NULL};
+    static const char *const boolean[] = {"no-special", "special", "pieces", NULL};
     if (nl_cli_check("tokenize", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
     const char *text = nl_cli_opt(argc, argv, "text");
     if (!model || !text) {
-        fprintf(stderr, "usage: nightlora tokenize --model M.gguf --text TEXT [--no-special]\n");
+        fprintf(stderr, "usage: nightlora tokenize --model M.gguf --text TEXT [--no-special] [--pieces]\n");
         return 2;
     }
     bool special = !nl_cli_flag(argc, argv, "no-special");
@@ -33,8 +34,20 @@ int nl_cmd_tokenize(int argc, char **argv) {
     int n = 0;
     int rc = nl_tokenize(t, text, strlen(text), special, special, &ids, &n);
     if (rc == 0) {
-        for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        printf("\n");
+        if (nl_cli_flag(argc, argv, "pieces")) {
+            for (int i = 0; i < n; i++) {
+                size_t len;
+                const char *p = nl_token_piece(t, ids[i], &len);
+                char *piece = p ? strndup(p, len) : NULL;
+                printf("%d ", ids[i]);
+                nl_cli_json_str(piece);
+                printf("%s\n", nl_token_is_control(t, ids[i]) ? " control" : "");
+                free(piece);
+            }
+        } else {
+            for (int i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+            printf("\n");
+        }
     }
     free(ids);
     nl_tokenizer_free(t);

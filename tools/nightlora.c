@@ -72,6 +72,12 @@ static int in_list(const char *name, size_t n, const char *const *list) {
 }
 
 int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            const int missing = nl_cli_print_help(stdout, cmd, known, boolean);
+            fflush(stdout);
+            exit(missing ? 3 : 0); /* 3: a flag without a description (tests/test_cli_help.c) */
+        }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-' || a[1] != '-') {
@@ -100,11 +106,12 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
 #define NL_COMMANDS(X) \
     /* X(name, function, usage) */ \
     X("eval", nl_cmd_eval, "eval --model M.gguf [--adapter A.gguf] --data test.jsonl|DIR (DIR/test.jsonl) [--template chatml|llama3 --ignore-unknown-keys] [--backend ref|host --threads N]") \
-    X("generate", nl_cmd_generate, "generate --model M.gguf [--adapter A.gguf] --prompt TEXT [--n N --temp T --top-p P --seed S --raw --template NAME]") \
+    X("generate", nl_cmd_generate, "generate --model M.gguf [--adapter A.gguf] --prompt TEXT [--system TEXT] [--n N --temp T --top-p P --seed S --raw --template NAME]") \
     X("logits", nl_cmd_logits, "logits --model M.gguf [--adapter A.gguf] --tokens \"1 2 3\" --out L.f32") \
-    X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl|DIR (DIR/train.jsonl) --out adapter.gguf [--ignore-unknown-keys] [--rank 16 --alpha 32 --dropout 0.05 --lr 2e-4 --steps N | --epochs E] [--batch-tokens 4096 --targets q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output|all] [--init-adapter A.gguf] [--schedule cosine|constant --lr-min LR --warmup N --clip 1.0 --weight-decay W] [--ctx N --on-long truncate|refuse --template chatml|llama3 --no-shuffle] [--backend host|ref --threads N --precision auto|keep|f32|f16|bf16|q8_0|q4_0|q4_1 --precision-map class=type,... --compute f32|bf16|amx|amx-emu|auto --wire f32|f16 --overlap auto|on|off] [--checkpoint-dir DIR --commit-every N --resume --allow-kernel-change --act-budget-mb MB --seed S] [--thermal auto|off --thermal-status-file F --battery-temp-file F] [--log-json FILE --dump-grads G.gguf --quiet --verbose] [--method backprop|mezo --mezo-eps 1e-3 (mezo: default --lr 1e-4)] [--mem-limit-mb MB]") \
+    X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl|DIR (DIR/train.jsonl) --out adapter.gguf [options: nightlora train --help]") \
+    X("chat", nl_cmd_chat, "chat --model M.gguf [--adapter A.gguf] [--system TEXT] [--n N --temp T --top-p P --seed S --template NAME]   (user turns from stdin, a line each)") \
     X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1]") \
-    X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special]") \
+    X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special] [--pieces]") \
     X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|amx|amx-emu|auto --wire f32|f16] [--verbose] [--json]") \
     X("bench", nl_cmd_bench, "bench proj|step --model M.gguf ... [--json]   proj: [--threads N --tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|auto --precision P]   step: [--tokens T --answer-tokens N --only abcd --skip-ref --profile]") \
     X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b --out M.gguf [--type f32|f16|q8_0] [--seed S]") \
@@ -119,6 +126,14 @@ static const nl_cli_command commands[] = {
     {NULL, NULL, NULL},
 };
 
+const char *nl_cli_usage(const char *cmd) {
+    for (const nl_cli_command *c = commands; c->name; c++) {
+        const size_t n = strlen(c->name);
+        if (!strncmp(cmd, c->name, n) && (cmd[n] == 0 || cmd[n] == ' ')) return c->usage;
+    }
+    return NULL;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: nightlora <command> [options]\n\ncommands:\n");
     for (const nl_cli_command *c = commands; c->name; c++) fprintf(f, "  %s\n", c->usage);
@@ -128,10 +143,22 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         if (argc >= 3) {
+            /* help CMD [SUB]: the command's own --help */
             for (const nl_cli_command *c = commands; c->name; c++)
-                if (!strcmp(c->name, argv[2])) { printf("usage: %s\n", c->usage); return 0; }
+                if (!strcmp(c->name, argv[2])) {
+                    char *hv[4] = {argv[2], argc >= 4 ? argv[3] : "--help", "--help", NULL};
+                    return c->run(argc >= 4 ? 3 : 2, hv);
+                }
+            fprintf(stderr, "nightlora help: unknown command '%s'\n", argv[2]);
+            usage(stderr);
+            return 2;
         }
+        /* a bare `nightlora` is a usage error; `nightlora help` asked for this */
         usage(argc < 2 ? stderr : stdout);
+        if (argc >= 2) {
+            fprintf(stdout, "\n'nightlora help CMD' or 'nightlora CMD --help': a command's flags and their defaults\n\n");
+            nl_cli_print_exit_statuses(stdout);
+        }
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {

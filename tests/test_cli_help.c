@@ -1,0 +1,187 @@
+/* test_cli_help: the command line explains itself. `CMD --help` on every command exits 0 with a
+ * line for every flag the command accepts (a flag with no description exits 3: the test fails
+ * until tools/cli_help.c has its row); the defaults train --help states are nl_train_defaults';
+ * `help CMD` prints the same text; `help nosuch`, an unknown command and a bare `nightlora`
+ * exit 2; tokenize --pieces lists ids and pieces; generate --system and chat render through the
+ * chat template (chat's first greedy reply is generate's). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "train/trainer.h"
+
+static char dir[256], out[512], err[512];
+
+static int cli(const char *const *args) {
+    const char *argv[64] = {NL_CLI};
+    int n = 1;
+    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+    argv[n] = NULL;
+    return nl_t_run(argv, err, out);
+}
+
+/* cli with stdin from a file */
+static int cli_in(const char *const *args, const char *in) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(in, "r", stdin)) _exit(126);
+        const char *argv[64] = {NL_CLI};
+        int n = 1;
+        for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
+        if (!freopen(err, "w", stderr) || !freopen(out, "w", stdout)) _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return nl_t_wait(pid);
+}
+
+static char *slurp_out(void) {
+    size_t n;
+    char *s = nl_t_slurp(out, &n);
+    return s ? s : calloc(1, 1);
+}
+
+/* "--flag ARG   text (default X)": X as a number */
+static double help_default(const char *help, const char *flag) {
+    char key[64];
+    snprintf(key, sizeof key, "\n  --%s ", flag);
+    const char *p = strstr(help, key);
+    if (!p) return NAN;
+    const char *eol = strchr(p + 1, '\n');
+    const char *d = strstr(p, "(default ");
+    if (!d || (eol && d > eol)) return NAN;
+    return strtod(d + 9, NULL);
+}
+
+static void test_help_all(void) {
+    static const char *const cmds[][3] = {{"train"}, {"eval"}, {"logits"}, {"generate"}, {"chat"}, {"merge"}, {"tokenize"},
+                                          {"check"}, {"mkmodel"}, {"bench", "proj"}, {"bench", "step"}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        const char *a[4] = {cmds[i][0], cmds[i][1] ? cmds[i][1] : "--help", cmds[i][1] ? "--help" : NULL, NULL};
+        int rc = cli(a);
+        char *h = slurp_out();
+        CHECKF(rc == 0, "%s %s --help: exit %d (3: a flag without a description)", cmds[i][0], cmds[i][1] ? cmds[i][1] : "", rc);
+        CHECKF(strstr(h, "usage: nightlora ") && strstr(h, "options:") && strstr(h, "exit status:"), "%s --help: %.200s", cmds[i][0], h);
+        CHECKF(!strstr(h, "(no description)"), "%s --help has a flag without a description", cmds[i][0]);
+        /* `help CMD [SUB]` is the same text */
+        const char *b[4] = {"help", cmds[i][0], cmds[i][1], NULL};
+        CHECK(cli(b) == 0);
+        char *h2 = slurp_out();
+        CHECKF(!strcmp(h, h2), "help %s differs from %s --help", cmds[i][0], cmds[i][0]);
+        free(h);
+        free(h2);
+    }
+    /* train --help names each flag once, with the library's defaults */
+    const char *a[] = {"train", "--help", NULL};
+    CHECK(cli(a) == 0);
+    char *h = slurp_out();
+    static const char *const flags[] = {"model", "data", "out", "rank", "lr", "steps", "epochs", "resume", "checkpoint-dir", "log-json", "quiet"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "\n  --%s", flags[i]);
+        CHECKF(strstr(h, key) != NULL, "train --help lacks --%s", flags[i]);
+    }
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    struct { const char *flag; double want; } d[] = {
+        {"rank", o.rank}, {"alpha", o.alpha}, {"dropout", o.dropout}, {"lr", o.lr}, {"epochs", o.epochs},
+        {"batch-tokens", (double)o.batch_tokens}, {"clip", o.clip}, {"commit-every", (double)o.commit_every},
+        {"seed", (double)o.seed}, {"mezo-eps", o.mezo_eps}, {"warmup", (double)o.warmup}, {"weight-decay", o.weight_decay},
+    };
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        double got = help_default(h, d[i].flag);
+        CHECKF(fabs(got - d[i].want) <= 1e-6 * fabs(d[i].want), "train --help: --%s default %g, the library's is %g", d[i].flag, got, d[i].want);
+    }
+    free(h);
+}
+
+static void test_usage_errors(void) {
+    const char *a[] = {"help", "nosuch", NULL};
+    CHECK(cli(a) == 2);
+    CHECK(nl_t_file_has(err, "unknown command 'nosuch'"));
+    const char *b[] = {"nosuch", NULL};
+    CHECK(cli(b) == 2);
+    const char *c[] = {NULL};
+    CHECK(cli(c) == 2);
+    const char *d[] = {"help", NULL};
+    CHECK(cli(d) == 0);
+    CHECK(nl_t_file_has(out, "exit status:"));
+    const char *e[] = {"train", "--nosuch", "1", NULL};
+    CHECK(cli(e) == 2);
+    CHECK(nl_t_file_has(err, "unknown option '--nosuch'"));
+}
+
+static void test_pieces_chat(const char *model) {
+    const char *a[] = {"tokenize", "--model", model, "--text", "Hello <|im_start|> world", "--pieces", NULL};
+    CHECK(cli(a) == 0);
+    char *p = slurp_out();
+    const char *b[] = {"tokenize", "--model", model, "--text", "Hello <|im_start|> world", NULL};
+    CHECK(cli(b) == 0);
+    char *ids = slurp_out();
+    /* the ids of --pieces, in order, are tokenize's; each line "ID \"piece\"" */
+    char joined[4096] = "";
+    int lines = 0, control = 0;
+    for (char *s = p, *e; *s; s = e + 1) {
+        e = strchr(s, '\n');
+        if (!e) break;
+        *e = 0;
+        char *sp = strchr(s, ' ');
+        CHECKF(sp && sp[1] == '"', "tokenize --pieces line: %s", s);
+        if (!sp) break;
+        *sp = 0;
+        snprintf(joined + strlen(joined), sizeof joined - strlen(joined), "%s%s", lines ? " " : "", s);
+        control += strstr(sp + 1, "\" control") != NULL;
+        lines++;
+    }
+    CHECKF(!strncmp(joined, ids, strlen(joined)) && ids[strlen(joined)] == '\n', "pieces ids '%s' vs tokenize '%s'", joined, ids);
+    CHECKF(control == 1, "%d control tokens marked (want 1: <|im_start|>)", control);
+    CHECK(lines >= 4);
+    free(p);
+    free(ids);
+
+    /* generate --system: a different prompt than without it, so (greedy) it may differ, and it
+     * is refused with --raw */
+    const char *g[] = {"generate", "--model", model, "--prompt", "note: buy milk", "--system", "Tag the note.", "--n", "4", NULL};
+    CHECK(cli(g) == 0);
+    char *gen = slurp_out();
+    const char *graw[] = {"generate", "--model", model, "--prompt", "x", "--system", "y", "--raw", NULL};
+    CHECK(cli(graw) == 2);
+    /* chat: two turns from stdin; its first greedy reply is generate's for the same turns */
+    char in[512];
+    snprintf(in, sizeof in, "%s/turns.txt", dir);
+    FILE *f = fopen(in, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("note: buy milk\n\nand another one\n", f);
+    fclose(f);
+    const char *c[] = {"chat", "--model", model, "--system", "Tag the note.", "--n", "4", NULL};
+    CHECK(cli_in(c, in) == 0);
+    char *chat = slurp_out();
+    CHECKF(!strncmp(chat, gen, strlen(gen)), "chat's first reply differs from generate's:\n%s\nvs\n%s", chat, gen);
+    CHECKF(strlen(chat) > strlen(gen), "chat printed no second reply");
+    free(gen);
+    free(chat);
+}
+
+int main(void) {
+    if (nl_t_tmpdir(dir, sizeof dir, "cli_help")) return 1;
+    snprintf(out, sizeof out, "%s/out.txt", dir);
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    char model[512];
+    snprintf(model, sizeof model, "%s/tiny.gguf", dir);
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
+    test_help_all();
+    test_usage_errors();
+    test_pieces_chat(model);
+    nl_t_tmpdir_done(dir);
+    return nl_t_done();
+}

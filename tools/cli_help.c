@@ -1,0 +1,165 @@
+/* The command line's help: one line per flag, with its default, for every command
+ * (`nightlora CMD --help`, `nightlora help CMD`), and the exit statuses. A command's flags are
+ * the lists it gives nl_cli_check; every flag there has a row here (a row keyed "cmd:flag" is
+ * that command's own wording, else the shared "flag" row). tests/test_cli_help.c runs --help on
+ * every command and fails on a flag without a row. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *key;  /* "flag" or "cmd:flag" (cmd: the first word of the command) */
+    const char *arg;  /* the value's placeholder; NULL for a flag that takes no value */
+    const char *text; /* what it does, then "(default ...)" where there is one */
+} help_row;
+
+static const help_row rows[] = {
+    /* shared: the model, the service */
+    {"model", "M.gguf", "the base model (GGUF v3) [required]"},
+    {"adapter", "A.gguf", "a LoRA adapter (llama.cpp's LoRA GGUF) applied to the model (default none)"},
+    {"backend", "host|ref", "the projection service: host (CPU kernels, checked against ref at start) or ref (the FP32 reference) (default host)"},
+    {"threads", "N", "service threads (default every core, up to 8)"},
+    {"precision", "P", "resident weight types: auto (attn/mlp/head Q8_0, recurrent F16), keep (as stored), f32, f16, bf16, q8_0, q4_0, q4_1 (default: auto for train, keep for inference)"},
+    {"precision-map", "CLASS=TYPE,...", "per-class or per-projection types after --precision, e.g. recurrent=f16,head=q8_0 (default none)"},
+    {"compute", "MODE", "host compute: f32, bf16, amx, amx-emu or auto (default auto: amx where the CPU has it, bf16 on AVX512_BF16, else f32)"},
+    {"wire", "f32|f16", "activations to and from the service: f32, or f16 with per-row scaling and retries (default f32)"},
+    {"verbose", NULL, "the planner's checks and the service's details on stderr"},
+    {"template", "NAME", "chat template for \"messages\" data and prompts: chatml or llama3 (default: the one the GGUF's tokenizer.chat_template is)"},
+    {"ctx", "N", "context length the examples are cut to (default the model's)"},
+    {"seed", "S", "random seed: shuffling, dropout, a fresh adapter's A (default 42)"},
+    {"generate:seed", "S", "sampling seed (default 0)"},
+    {"json", NULL, "print the result as one JSON object on stdout"},
+    {"out", "FILE", "output path (never one of the inputs) [required]"},
+    /* train */
+    {"data", "FILE.jsonl|DIR", "training data: JSONL lines of {\"text\"}, {\"prompt\",\"completion\"}, {\"messages\"}, ShareGPT {\"conversations\"} or TRL message lists; a directory: its train.jsonl [required]"},
+    {"ignore-unknown-keys", NULL, "skip the keys of a line no format reads (default: such a key is an error)"},
+    {"train:out", "A.gguf", "the adapter written at the end (llama.cpp's LoRA GGUF) [required]"},
+    {"rank", "N", "LoRA rank (default 16)"},
+    {"alpha", "A", "LoRA alpha; the update is scaled by alpha/rank (default 32)"},
+    {"dropout", "P", "LoRA dropout on the adapter's input (default 0.05)"},
+    {"lr", "LR", "AdamW learning rate (default 2e-4; 1e-4 with --method mezo)"},
+    {"lr-min", "LR", "the cosine schedule's floor (default lr/10)"},
+    {"steps", "N", "optimizer steps (default: from --epochs)"},
+    {"epochs", "E", "passes over the data, fractions allowed (default 1)"},
+    {"batch-tokens", "N", "tokens per optimizer step, sequences packed up to it (default 4096)"},
+    {"targets", "LIST", "projections to adapt: q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output, or all: every one but the output head (default all)"},
+    {"init-adapter", "A.gguf", "start from this adapter (its rank, alpha and targets) instead of B = 0 (default none)"},
+    {"schedule", "cosine|constant", "learning-rate schedule after the warm-up (default cosine)"},
+    {"warmup", "N", "linear warm-up steps (default 0)"},
+    {"clip", "C", "global gradient-norm clip, 0 for none (default 1.0)"},
+    {"weight-decay", "W", "AdamW decoupled weight decay (default 0)"},
+    {"on-long", "truncate|refuse", "a sequence longer than the context: cut it, or refuse the data (default truncate)"},
+    {"no-shuffle", NULL, "keep the data's order (default: shuffled by --seed each epoch)"},
+    {"checkpoint-dir", "DIR", "commit the run's state here at step boundaries, for --resume (default none)"},
+    {"commit-every", "N", "commit every N optimizer steps (default 1)"},
+    {"resume", NULL, "continue the run committed in --checkpoint-dir"},
+    {"allow-kernel-change", NULL, "resume although the service's kernels differ from the committed run's"},
+    {"act-budget-mb", "MB", "memory for kept activations; layers past it are recomputed, 0 recomputes all (default: what the machine has)"},
+    {"mem-limit-mb", "MB", "refuse to start when the run would need more than this (default: available memory)"},
+    {"thermal", "auto|off", "pause while the device is hot or on a low battery (default auto)"},
+    {"thermal-status-file", "F", "read the thermal status from this file instead of the system's"},
+    {"battery-temp-file", "F", "read the battery temperature from this file instead of the system's"},
+    {"log-json", "FILE", "one JSON row per step (loss, lr, tokens, times, pacing) (default none)"},
+    {"dump-grads", "G.gguf", "write the first step's adapter gradients and stop (for gradient checks)"},
+    {"quiet", NULL, "no progress lines"},
+    {"train:verbose", NULL, "the planner's checks, the memory plan and per-step details on stderr"},
+    {"method", "backprop|mezo", "gradients by backpropagation, or MeZO's two forward passes (default backprop)"},
+    {"mezo-eps", "E", "MeZO's perturbation size (default 1e-3)"},
+    {"overlap", "auto|on|off", "overlap service requests with CPU work (default auto)"},
+    {"stop-after", "N", "stop after N steps of this process, committing (a test aid; default none)"},
+    {"pacing-poll-ms", "MS", "how often a paused run polls the thermal/battery state (a test aid)"},
+    /* eval, logits, generate, merge, tokenize */
+    {"eval:data", "FILE.jsonl|DIR", "held-out data (a directory: its test.jsonl); lines with \"choices\" and \"answer\" are scored for accuracy [required]"},
+    {"tokens", "IDS", "token ids, space- or comma-separated [required]"},
+    {"logits:out", "L.f32", "the logits, n_tokens x n_vocab little-endian float32 [required]"},
+    {"prompt", "TEXT", "the prompt, rendered through the chat template unless --raw [required]"},
+    {"n", "N", "tokens to generate (default 32)"},
+    {"temp", "T", "sampling temperature, 0 for greedy (default 0)"},
+    {"top-p", "P", "nucleus sampling mass (default 1)"},
+    {"raw", NULL, "send the prompt as is, without the chat template"},
+    {"system", "TEXT", "a system turn before the user's (default: the template's own, if it has one)"},
+    {"chat:n", "N", "at most N tokens a reply (default 256)"},
+    {"chat:seed", "S", "sampling seed of the first reply, +1 each turn (default 0)"},
+    {"pieces", NULL, "one token a line: its id, its piece as a JSON string, \"control\" for control tokens"},
+    {"merge:out", "M.gguf", "the merged model (GGUF) [required]"},
+    {"type", "TYPE", "the merged weights' type: f32, f16, bf16, q8_0, q4_0 or q4_1 (default: each weight's own)"},
+    {"text", "TEXT", "the text to tokenize [required]"},
+    {"no-special", NULL, "treat special-token text as plain text"},
+    {"special", NULL, "parse special-token text as special tokens (the default)"},
+    /* check, mkmodel, bench */
+    {"check:verbose", NULL, "every planner check (projection, direction, bucket) with its error"},
+    {"arch", "ARCH", "architecture: llama, qwen3 or qwen35 [required]"},
+    {"preset", "NAME", "shape: tiny, small, llama3.2-1b, qwen3-0.6b or qwen35-0.8b [required]"},
+    {"mkmodel:out", "M.gguf", "the synthetic model (random weights) [required]"},
+    {"mkmodel:type", "TYPE", "weight type: f32, f16 or q8_0 (default f32)"},
+    {"mkmodel:seed", "S", "seed of the random weights (default 42)"},
+    {"bench:tokens", "T[,T...]", "tokens per request: a list for proj (default 64,512), one for step (default 512)"},
+    {"reps", "R", "timed repetitions, best kept (default 3)"},
+    {"bench:warmup", "N", "untimed repetitions first (default 1)"},
+    {"only", "LETTERS", "the step variants to run, of abcd (default all)"},
+    {"skip-ref", NULL, "do not time the reference step"},
+    {"no-plan", NULL, "skip the planner (time the service as configured)"},
+    {"profile", NULL, "time every node of the step"},
+    {"bench:rank", "N", "LoRA rank of the benchmarked step (default 16)"},
+    {"bench:act-budget-mb", "MB", "activation budget of the benchmarked step (default: what the machine has)"},
+    {"answer-tokens", "N", "the last N tokens carry the loss (default: all of them)"},
+    {"bench:seed", "S", "seed of the benchmark's data (default 1)"},
+};
+
+static const help_row *find_row(const char *cmd, const char *flag) {
+    char first[32];
+    size_t n = strcspn(cmd, " ");
+    if (n >= sizeof first) n = sizeof first - 1;
+    memcpy(first, cmd, n);
+    first[n] = 0;
+    const help_row *shared = NULL;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const char *k = rows[i].key, *colon = strchr(k, ':');
+        if (colon) {
+            if ((size_t)(colon - k) == n && !strncmp(k, first, n) && !strcmp(colon + 1, flag)) return &rows[i];
+        } else if (!strcmp(k, flag)) {
+            shared = &rows[i];
+        }
+    }
+    return shared;
+}
+
+void nl_cli_print_exit_statuses(FILE *f) {
+    fprintf(f, "exit status:\n"
+               "  0  done (a training run stopped by --stop-after or a pause limit has committed)\n"
+               "  1  an error: the message on stderr names the file and the offset or line; nothing committed is lost\n"
+               "  2  a usage error: an unknown command or flag, a missing or malformed value\n");
+}
+
+static int print_flag(FILE *f, const char *cmd, const char *flag, int boolean) {
+    const help_row *r = find_row(cmd, flag);
+    char left[64];
+    if (!r) {
+        snprintf(left, sizeof left, "--%s", flag);
+        fprintf(f, "  %-30s (no description)\n", left);
+        return 1;
+    }
+    if (boolean || !r->arg) snprintf(left, sizeof left, "--%s", flag);
+    else snprintf(left, sizeof left, "--%s %s", flag, r->arg);
+    if (strlen(left) > 30) fprintf(f, "  %s\n  %-30s %s\n", left, "", r->text);
+    else fprintf(f, "  %-30s %s\n", left, r->text);
+    return 0;
+}
+
+int nl_cli_print_help(FILE *f, const char *cmd, const char *const *known, const char *const *boolean) {
+    const char *usage = nl_cli_usage(cmd);
+    if (usage) fprintf(f, "usage: nightlora %s\n\n", usage);
+    fprintf(f, "options:\n");
+    int missing = 0;
+    for (const char *const *k = known; k && *k; k++) {
+        int is_bool = 0;
+        for (const char *const *b = boolean; b && *b; b++) is_bool |= !strcmp(*b, *k);
+        if (!is_bool) missing += print_flag(f, cmd, *k, 0);
+    }
+    for (const char *const *b = boolean; b && *b; b++) missing += print_flag(f, cmd, *b, 1);
+    fprintf(f, "  %-30s %s\n\n", "--help", "this text");
+    nl_cli_print_exit_statuses(f);
+    return missing;
+}
