@@ -3,7 +3,7 @@
  * until tools/cli_help.c has its row); the defaults train --help states are nl_train_defaults';
  * `help CMD` prints the same text; `help nosuch`, an unknown command and a bare `nightlora`
  * exit 2; tokenize --pieces lists ids and pieces; generate --system and chat render through the
- * chat template (chat's first greedy reply is generate's). */
+ * chat template (chat's first greedy reply is generate's); train --config reruns a run.json. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +169,58 @@ static void test_pieces_chat(const char *model) {
     free(chat);
 }
 
+/* train --config: a checkpoint directory's run.json reruns the run bit for bit; the command line
+ * wins over it; a key that is no flag, a value of the wrong kind and a non-object are errors
+ * naming the file, line and column. */
+static void test_config(const char *model) {
+    char data[600], ck[600], a1[600], a2[600], a3[600], cfg[600], bad[600];
+    snprintf(data, sizeof data, "%s/../../examples/tagging-train.jsonl", NL_TEST_DATA);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(a1, sizeof a1, "%s/a1.gguf", dir);
+    snprintf(a2, sizeof a2, "%s/a2.gguf", dir);
+    snprintf(a3, sizeof a3, "%s/a3.gguf", dir);
+    snprintf(cfg, sizeof cfg, "%s/run-copy.json", dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", dir);
+    const char *t1[] = {"train", "--model", model, "--data", data, "--out", a1, "--steps", "3", "--lr", "1e-3", "--batch-tokens", "256",
+                        "--rank", "4", "--checkpoint-dir", ck, "--no-shuffle", "--quiet", NULL};
+    CHECK(cli(t1) == 0);
+    char runjson[700];
+    snprintf(runjson, sizeof runjson, "%s/run.json", ck);
+    size_t n;
+    char *rj = nl_t_slurp(runjson, &n);
+    CHECK(rj != NULL);
+    if (!rj) return;
+    FILE *f = fopen(cfg, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fwrite(rj, 1, n, f);
+    fclose(f);
+    free(rj);
+    const char *t2[] = {"train", "--config", cfg, "--out", a2, "--quiet", NULL};
+    CHECK(cli(t2) == 0);
+    CHECKF(nl_t_same_file(a1, a2), "train --config run.json did not rerun the run bit for bit");
+    const char *t3[] = {"train", "--config", cfg, "--out", a3, "--lr", "3e-3", "--quiet", NULL};
+    CHECK(cli(t3) == 0);
+    CHECKF(!nl_t_same_file(a1, a3), "--lr on the command line did not win over the config's");
+    static const char *const bads[][2] = {
+        {"{\n  \"rank\": 8,\n  \"nosuch\": 1\n}\n", "bad.json:3:3: key \"nosuch\" is no flag of train"},
+        {"{\"rank\": [8]}", "bad.json:1:10: \"rank\": expected a string, number or boolean, got array"},
+        {"[1, 2]", "bad.json:1:1: expected a JSON object of flags"},
+        {"{\"rank\": 8,}", "bad.json:1:"},
+        {"{\"lr\": true}", "\"lr\" takes a value, not true"},
+        {"{\"rank\": \"1.5\"}", "--rank 1.5: expected an integer"},
+    };
+    for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+        f = fopen(bad, "w");
+        if (!f) break;
+        fputs(bads[i][0], f);
+        fclose(f);
+        const char *t[] = {"train", "--config", bad, "--model", model, "--data", data, "--out", a3, NULL};
+        const int rc = cli(t);
+        CHECKF(rc == 2 && nl_t_file_has(err, bads[i][1]), "config %s: exit %d, want 2 and '%s'", bads[i][0], rc, bads[i][1]);
+    }
+}
+
 int main(void) {
     if (nl_t_tmpdir(dir, sizeof dir, "cli_help")) return 1;
     snprintf(out, sizeof out, "%s/out.txt", dir);
@@ -182,6 +234,7 @@ int main(void) {
     test_help_all();
     test_usage_errors();
     test_pieces_chat(model);
+    test_config(model);
     nl_t_tmpdir_done(dir);
     return nl_t_done();
 }

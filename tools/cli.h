@@ -24,6 +24,12 @@ int nl_cli_flag(int argc, char **argv, const char *name);
 /* Every "--x" in argv must be in the NULL-terminated list `known` (names without "--");
  * `boolean` lists those that take no value. Returns 0, or prints an error and returns 1. */
 int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean);
+/* --config FILE.json (cli_config.c): the flags of a JSON object (keys are flag names, '_' read as
+ * '-'; a checkpoint directory's run.json works as is) put before the command line's, so the
+ * command line wins; *argc_out and *argv_out are the merged flags (argv itself when there is no
+ * --config). 0, or 1 after printing an error naming the file, line and key. */
+int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean, int *argc_out,
+                  char ***argv_out);
 /* --help or -h anywhere in argv: nl_cli_check prints the command's help on stdout and the
  * process exits 0. */
 

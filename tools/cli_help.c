@@ -36,6 +36,7 @@ static const help_row rows[] = {
     {"data", "FILE.jsonl|DIR", "training data: JSONL lines of {\"text\"}, {\"prompt\",\"completion\"}, {\"messages\"}, ShareGPT {\"conversations\"} or TRL message lists; a directory: its train.jsonl [required]"},
     {"ignore-unknown-keys", NULL, "skip the keys of a line no format reads (default: such a key is an error)"},
     {"train:out", "A.gguf", "the adapter written at the end (llama.cpp's LoRA GGUF) [required]"},
+    {"config", "FILE.json", "flags from a JSON object (keys: flag names, '_' for '-'; a checkpoint directory's run.json works as is); the command line's win"},
     {"rank", "N", "LoRA rank (default 16)"},
     {"alpha", "A", "LoRA alpha; the update is scaled by alpha/rank (default 32)"},
     {"dropout", "P", "LoRA dropout on the adapter's input (default 0.05)"},

@@ -14,8 +14,10 @@ int nl_cmd_train(int argc, char **argv) {
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", NULL};
     static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", NULL};
+    /* --config FILE.json: its flags first, then the command line's (which win) */
+    if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
     nl_train_defaults(&o);
