@@ -1,35 +1,9 @@
-/* eval/eval: loss, perplexity and labelled accuracy of a model (+ adapter) on a dataset. */
+/* eval/eval: loss, perplexity and labelled accuracy of a model (+ adapter) on a dataset
+ * (`nightlora eval`, the public API's nl_eval_dataset). The scorer itself is nn/score.h, the one
+ * training's validation runs too (train and eval may not include each other). */
 #ifndef NL_EVAL_H
 #define NL_EVAL_H
 
-#include <stddef.h>
-#include <stdint.h>
-
-#include "data/dataset.h"
-#include "nn/forward.h"
-
-typedef struct {
-    double loss_sum;        /* sum of target cross-entropies (nats) */
-    int64_t n_targets;
-    int n_items;            /* examples with choices */
-    int n_correct;          /* of those, argmax log-likelihood == answer */
-    int n_examples;         /* every example of the file */
-    int ctx;                /* the context the examples were cut to */
-    int n_truncated;        /* examples cut to it: their targets past it are not scored */
-    int n_dropped;          /* examples with no target within it: not in the loss */
-    int dropped_line[8];    /* the file lines of the first min(n_dropped, 8) of those */
-} nl_eval_result;
-
-static inline double nl_eval_loss(const nl_eval_result *r) { return r->n_targets ? r->loss_sum / (double)r->n_targets : 0.0; }
-
-/* Every example's targets contribute to the loss (sequences longer than max_ctx are cut to it:
- * counted in n_truncated, or in n_dropped when no target is left, the rule nl_pack applies in
- * training); every example with choices is scored by the summed log-likelihood of each choice
- * after its context. No target left in the whole file is an error (a loss of nothing is not
- * 0). */
-int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_result *r);
-/* ", 1 truncated to 64 tokens, 2 dropped with no target within the context (lines 3, 7)"
- * (empty when nothing was cut): what nl_eval_dataset left out, for a report line. */
-void nl_eval_format_cut(const nl_eval_result *r, char *buf, size_t cap);
+#include "nn/score.h"
 
 #endif

@@ -1,5 +1,5 @@
-/* Evaluation; see eval.h. */
-#include "eval/eval.h"
+/* Scoring a dataset (loss, accuracy); see score.h. */
+#include "nn/score.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,22 +84,46 @@ static void format_lines(const nl_eval_result *r, char *buf, size_t cap) {
     if (r->n_dropped > shown && k < cap) snprintf(buf + k, cap - k, ", ...");
 }
 
-int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_result *r) {
+/* The tokens of ex scored within max_ctx (0: dropped, no target left within it). */
+static int scored_len(const nl_example *ex, int max_ctx) {
+    int n = ex->n_tokens < max_ctx ? ex->n_tokens : max_ctx;
+    return n < ex->n_tokens && nl_example_targets_within(ex, max_ctx) == 0 ? 0 : n;
+}
+
+int nl_eval_check(const nl_dataset *ds, int max_ctx, nl_eval_result *r) {
     memset(r, 0, sizeof *r);
     r->ctx = max_ctx;
+    int64_t targets = 0;
     for (int i = 0; i < ds->n; i++) {
         const nl_example *ex = &ds->ex[i];
-        int n = ex->n_tokens < max_ctx ? ex->n_tokens : max_ctx;
+        const int n = scored_len(ex, max_ctx);
         r->n_examples++;
-        if (n < ex->n_tokens) {
-            if (nl_example_targets_within(ex, max_ctx) == 0) {
-                if (r->n_dropped < (int)(sizeof r->dropped_line / sizeof *r->dropped_line)) r->dropped_line[r->n_dropped] = ex->line;
-                r->n_dropped++;
-                n = 0;
-            } else {
-                r->n_truncated++;
-            }
+        if (n > 0) targets += nl_example_targets_within(ex, n);
+        if (n == 0) {
+            if (r->n_dropped < (int)(sizeof r->dropped_line / sizeof *r->dropped_line)) r->dropped_line[r->n_dropped] = ex->line;
+            r->n_dropped++;
+        } else if (n < ex->n_tokens) {
+            r->n_truncated++;
         }
+        for (int k = 0; k < ex->n_choices; k++) {
+            int len = ex->n_prompt + ex->choice_len[k];
+            if (len > max_ctx) return nl_err("%s:%d: choice %d needs %d tokens, more than the context %d", ds->path, ex->line, k, len, max_ctx);
+        }
+    }
+    if (targets == 0) {
+        char lines[128];
+        format_lines(r, lines, sizeof lines);
+        return nl_err("%s: no example has a target token within the context of %d: all %d dropped (%s); raise --ctx or shorten "
+                      "what comes before the targets", ds->path, max_ctx, r->n_examples, lines);
+    }
+    return 0;
+}
+
+int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_result *r) {
+    if (nl_eval_check(ds, max_ctx, r)) return -1;
+    for (int i = 0; i < ds->n; i++) {
+        const nl_example *ex = &ds->ex[i];
+        const int n = scored_len(ex, max_ctx);
         if (n > 0) {
             double s;
             int64_t c;
@@ -108,11 +132,10 @@ int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_r
             r->n_targets += c;
         }
         if (ex->n_choices == 0) continue;
-        /* score each choice after the shared prompt */
+        /* score each choice after the shared prompt (each fits the context: nl_eval_check) */
         int max_len = 0;
         for (int k = 0; k < ex->n_choices; k++) {
             int len = ex->n_prompt + ex->choice_len[k];
-            if (len > max_ctx) return nl_err("%s:%d: choice %d needs %d tokens, more than the context %d", ds->path, ex->line, k, len, max_ctx);
             max_len = len > max_len ? len : max_len;
         }
         double *ll = nl_malloc((size_t)ex->n_choices * sizeof *ll);
@@ -127,12 +150,6 @@ int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_r
         free(ll);
         r->n_items++;
         r->n_correct += best == ex->answer;
-    }
-    if (r->n_targets == 0) {
-        char lines[128];
-        format_lines(r, lines, sizeof lines);
-        return nl_err("%s: no example has a target token within the context of %d: all %d dropped (%s); raise --ctx or shorten "
-                      "what comes before the targets", ds->path, max_ctx, r->n_examples, lines);
     }
     return 0;
 }

@@ -1,0 +1,43 @@
+/* nn/score: loss, perplexity and labelled accuracy of a model (+ adapter) on a dataset, through
+ * the model forward (nn/forward.h). One scorer for `nightlora eval` (eval/eval.h) and for the
+ * validation during training (train/validate.h): train and eval stand side by side and neither
+ * includes the other, so the scoring they share lives here, below both. */
+#ifndef NL_SCORE_H
+#define NL_SCORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/dataset.h"
+#include "nn/forward.h"
+
+typedef struct {
+    double loss_sum;        /* sum of target cross-entropies (nats) */
+    int64_t n_targets;
+    int n_items;            /* examples with choices */
+    int n_correct;          /* of those, argmax log-likelihood == answer */
+    int n_examples;         /* every example of the file */
+    int ctx;                /* the context the examples were cut to */
+    int n_truncated;        /* examples cut to it: their targets past it are not scored */
+    int n_dropped;          /* examples with no target within it: not in the loss */
+    int dropped_line[8];    /* the file lines of the first min(n_dropped, 8) of those */
+} nl_eval_result;
+
+static inline double nl_eval_loss(const nl_eval_result *r) { return r->n_targets ? r->loss_sum / (double)r->n_targets : 0.0; }
+
+/* Every example's targets contribute to the loss (sequences longer than max_ctx are cut to it:
+ * counted in n_truncated, or in n_dropped when no target is left, the rule nl_pack applies in
+ * training); every example with choices is scored by the summed log-likelihood of each choice
+ * after its context. No target left in the whole file is an error (a loss of nothing is not
+ * 0). */
+int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_result *r);
+/* What nl_eval_dataset checks before it scores anything, without running the model: every
+ * choice fits max_ctx, some example has a target within it; r gets the counts of the examples,
+ * the truncated and the dropped (no loss yet). 0, or -1 with the message nl_eval_dataset would
+ * give (training checks its validation set with it before the first step). */
+int nl_eval_check(const nl_dataset *ds, int max_ctx, nl_eval_result *r);
+/* ", 1 truncated to 64 tokens, 2 dropped with no target within the context (lines 3, 7)"
+ * (empty when nothing was cut): what nl_eval_dataset left out, for a report line. */
+void nl_eval_format_cut(const nl_eval_result *r, char *buf, size_t cap);
+
+#endif
