@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "model/gguf.h"
+#include "model/peft.h"
 #include "model/quant.h"
 #include "util/rng.h"
 #include "util/util.h"
@@ -40,8 +43,7 @@ int nl_parse_targets(const char *targets, uint32_t *mask) {
     return 0;
 }
 
-/* Lay out entries for the chosen projections in one params buffer: A then B per entry. */
-static nl_adapter *layout(const nl_model *m, const int *projs, const int *ranks, int n, float alpha) {
+nl_adapter *nl_adapter_alloc(const nl_model *m, const int *projs, const int *ranks, int n, float alpha) {
     nl_adapter *a = nl_calloc(1, sizeof *a);
     if (!a) return NULL;
     a->arch = m->arch;
@@ -97,7 +99,7 @@ nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, flo
     }
     nl_adapter *a = NULL;
     if (n == 0) nl_err("--targets '%s' selects no projection of this %s model", targets, nl_arch_name(m->arch));
-    else a = layout(m, projs, ranks, n, alpha);
+    else a = nl_adapter_alloc(m, projs, ranks, n, alpha);
     free(projs);
     free(ranks);
     if (!a) return NULL;
@@ -215,19 +217,13 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
         }
     }
     if (n == 0) { nl_err("%s: the adapter has no lora_a/lora_b tensors", path); goto fail; }
-    a = layout(m, projs, ranks, n, alpha);
+    a = nl_adapter_alloc(m, projs, ranks, n, alpha);
     if (!a) goto fail;
     for (int i = 0; i < n; i++) {
         if (tensor_to_f32(path, &g->tensors[ia[i]], nl_lora_A(a, i))) goto fail;
         if (tensor_to_f32(path, &g->tensors[ib[i]], nl_lora_B(a, i))) goto fail;
     }
-    for (size_t k = 0; k < a->n_params; k++)
-        if (!isfinite(a->params[k])) {
-            char name[NL_GGUF_MAX_NAME + 32];
-            nl_adapter_elem_name(a, m, k, name, sizeof name);
-            nl_err("%s: non-finite value: parameter %s = %g", path, name, (double)a->params[k]);
-            goto fail;
-        }
+    if (nl_adapter_check_finite(a, m, path)) goto fail;
     free(projs); free(ranks); free(ia); free(ib);
     nl_gguf_close(g);
     return a;
@@ -236,6 +232,16 @@ fail:
     nl_adapter_free(a);
     nl_gguf_close(g);
     return NULL;
+}
+
+int nl_adapter_check_finite(const nl_adapter *a, const nl_model *m, const char *label) {
+    for (size_t k = 0; k < a->n_params; k++)
+        if (!isfinite(a->params[k])) {
+            char name[NL_GGUF_MAX_NAME + 32];
+            nl_adapter_elem_name(a, m, k, name, sizeof name);
+            return nl_err("%s: non-finite value: parameter %s = %g", label, name, (double)a->params[k]);
+        }
+    return 0;
 }
 
 void nl_adapter_elem_name(const nl_adapter *a, const nl_model *m, size_t idx, char *buf, size_t cap) {
@@ -255,6 +261,8 @@ void nl_adapter_elem_name(const nl_adapter *a, const nl_model *m, size_t idx, ch
 }
 
 nl_adapter *nl_adapter_load(const nl_model *m, const char *path) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return nl_peft_load(m, path);
     nl_gguf *g = nl_gguf_open(path);
     return g ? load_gguf(m, g, path) : NULL;
 }

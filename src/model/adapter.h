@@ -57,7 +57,8 @@ static inline float nl_adapter_scale(const nl_adapter *a, int i) {
 nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed);
 /* Load a llama.cpp LoRA GGUF and validate it against the model (arch, names, shapes, rank;
  * every value and alpha finite: "PATH: non-finite value: parameter blk.0.attn_q.lora_b[0] =
- * nan", so no command computes with NaN). */
+ * nan", so no command computes with NaN). A directory is read as a PEFT adapter
+ * (model/peft.h: adapter_config.json + adapter_model.safetensors). */
 nl_adapter *nl_adapter_load(const nl_model *m, const char *path);
 /* Same over a caller's buffer (fuzzing, tests); `label` names it in errors. The buffer is only
  * read during the call (the adapter owns copies of every value). */
@@ -67,6 +68,12 @@ int nl_adapter_save(const nl_adapter *a, const nl_model *m, const char *path);
 /* Write `values` (laid out like params, e.g. gradients) as tensors named like the adapter's. */
 int nl_adapter_save_values(const nl_adapter *a, const nl_model *m, const float *values, const char *path);
 void nl_adapter_free(nl_adapter *a);
+/* The layout of an adapter on projections projs[0..n) of ranks[0..n), in that order (A then B
+ * of each, one params buffer, zero-filled): what a loader fills. NULL when out of memory. */
+nl_adapter *nl_adapter_alloc(const nl_model *m, const int *projs, const int *ranks, int n, float alpha);
+/* 0 when every parameter is finite, else -1 and "LABEL: non-finite value: parameter
+ * blk.0.attn_q.lora_b[0] = nan". */
+int nl_adapter_check_finite(const nl_adapter *a, const nl_model *m, const char *label);
 /* "blk.1.attn_q.lora_b[5]": the name of element idx of an array laid out like params (the
  * parameters, their gradients). */
 void nl_adapter_elem_name(const nl_adapter *a, const nl_model *m, size_t idx, char *buf, size_t cap);

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""bench/peft_check.py: nightlora's PEFT adapters against Hugging Face PEFT on the real model
+(SmolLM2-135M-Instruct, llama architecture, Q4_1 GGUF), for bench/peft_check.sh.
+
+  peft_check.py --bin build/nightlora --model M.gguf --data train.jsonl --work DIR [--steps 4 --threads 2]
+
+Both sides compute with the same weights: transformers dequantizes the GGUF to FP32 on load (and
+undoes llama.cpp's q/k row permutation), nightlora runs with --precision f32 --compute f32. So the
+only difference left is the order of FP32 sums, and the logits must agree to TOL.
+
+  out   nightlora trains a few steps (rank 8, every q,k,v,o,gate,up,down) and exports the adapter
+        (`nightlora export --format peft`); PEFT's PeftModel.from_pretrained loads the directory on
+        the transformers base; its logits on a few prompts vs `nightlora logits --adapter A.gguf`.
+        Also: the exported q/k lora_B, put back through llama.cpp's converter permute (the formula
+        of convert_hf_to_gguf.py's LlamaModel.permute), equal the GGUF's lora_b bit for bit; the
+        same PEFT model with q/k lora_B left in the GGUF's order misses by far more than TOL (the
+        permutation matters); `nightlora logits --adapter DIR` equals `--adapter A.gguf` bit for bit.
+  in    PEFT makes an adapter (r 8, down_proj r 4 through rank_pattern, lora_alpha 24, B random
+        and nonzero) and saves it (save_pretrained: adapter_model.safetensors); nightlora reads the
+        directory: `nightlora logits --adapter DIR` vs PEFT's logits, `nightlora eval` loss on the
+        prompts vs PEFT's cross-entropy; `export --format gguf` then `--format peft` gives back
+        PEFT's tensors bit for bit.
+
+Prints one row per check and writes DIR/peft-check.json; exits 1 when a check fails."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import numpy as np
+
+TOL = 2e-3        # max |Δ logit|, FP32 against FP32 (measured 4.7e-4 with logits moved by 33, 9e-5)
+LOSS_TOL = 2e-4   # eval loss (nightlora prints 4 decimals)
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PROMPTS = [
+    "The capital of France is",
+    "Note: Book the hotel for Friday\nTag:",
+    "<|im_start|>user\nWhat is the tag of: Refill at the physio<|im_end|>\n<|im_start|>assistant\n",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+]
+F32 = ["--precision", "f32", "--compute", "f32"]
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"{' '.join(cmd[:2])} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
+
+
+class Nl:
+    def __init__(self, a):
+        self.a = a
+
+    def tokens(self, text):
+        return [int(x) for x in run([self.a.bin, "tokenize", "--model", self.a.model, "--text", text]).split()]
+
+    def logits(self, ids, adapter, tag):
+        out = os.path.join(self.a.work, f"logits-{tag}.f32")
+        run([self.a.bin, "logits", "--model", self.a.model, "--adapter", adapter, "--tokens", " ".join(map(str, ids)),
+             "--out", out, "--threads", str(self.a.threads)] + F32)
+        return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
+
+    def eval_loss(self, adapter, data):
+        out = run([self.a.bin, "eval", "--model", self.a.model, "--adapter", adapter, "--data", data,
+                   "--threads", str(self.a.threads)] + F32)
+        return float(re.search(r"loss ([-0-9.]+)", out).group(1))
+
+
+class Report:
+    def __init__(self):
+        self.rows, self.failed = [], 0
+
+    def add(self, name, ok, detail):
+        self.rows.append({"check": name, "ok": ok, "detail": detail})
+        self.failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}", flush=True)
+
+
+def llama_permute(w, n_head, n_head_kv):
+    """convert_hf_to_gguf.py's LlamaModel.permute (HF rows -> GGUF rows), in numpy."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def compare_logits(rep, name, ours, theirs, base, what):
+    """max |Δ| of ours against theirs within TOL, and the adapter's own effect (theirs against the
+    base) far above it, so an adapter that did nothing could not pass."""
+    d = max(float(np.abs(o - t).max()) for o, t in zip(ours, theirs))
+    effect = max(float(np.abs(t - b).max()) for t, b in zip(theirs, base))
+    top1 = np.mean(np.concatenate([o.argmax(-1) == t.argmax(-1) for o, t in zip(ours, theirs)]))
+    rep.add(name, d <= TOL and effect > 100 * TOL, f"{what}: max |Δ| {d:.2e} (tol {TOL:g}), top-1 {100 * top1:.1f}%; "
+            f"the adapter moves the logits by up to {effect:.3f}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    t_start = time.time()
+
+    import torch
+    import transformers
+    import peft
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+    import gguf
+
+    torch.set_num_threads(a.threads)
+    nl, rep = Nl(a), Report()
+    prompts = [nl.tokens(p) for p in PROMPTS]
+
+    # ---- out: nightlora -> PEFT
+    nl_gguf = os.path.join(a.work, "nl.gguf")
+    nl_dir = os.path.join(a.work, "nl-peft")
+    t0 = time.time()
+    run([a.bin, "train", "--model", a.model, "--data", a.data, "--out", nl_gguf, "--rank", "8", "--alpha", "16",
+         "--lr", "1e-2", "--warmup", "0", "--steps", str(a.steps), "--batch-tokens", "256", "--threads", str(a.threads),
+         "--seed", "1", "--quiet"])
+    train_s = time.time() - t0
+    print(f"nightlora trained {a.steps} steps in {train_s:.1f} s", flush=True)
+    run([a.bin, "export", "--model", a.model, "--adapter", nl_gguf, "--format", "peft", "--out", nl_dir])
+
+    def load_base():
+        return AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(a.model)),
+                                                    gguf_file=os.path.basename(a.model), dtype=torch.float32).eval()
+
+    def hf_logits(model, ids):
+        with torch.no_grad():
+            return model(torch.tensor([ids])).logits[0].float().numpy()
+
+    base = load_base()
+    n_head, n_kv = base.config.num_attention_heads, base.config.num_key_value_heads
+    base_logits = [hf_logits(base, ids) for ids in prompts]
+    pm = peft.PeftModel.from_pretrained(base, nl_dir).eval()
+    theirs = [hf_logits(pm, ids) for ids in prompts]
+    ours = [nl.logits(ids, nl_gguf, f"out{i}") for i, ids in enumerate(prompts)]
+    compare_logits(rep, "out: logits", ours, theirs, base_logits,
+                   f"PEFT {peft.__version__} on nightlora's exported adapter vs `nightlora logits --adapter A.gguf`, "
+                   f"{sum(map(len, prompts))} positions")
+    dir_logits = [nl.logits(ids, nl_dir, f"outdir{i}") for i, ids in enumerate(prompts)]
+    same = all(np.array_equal(x, y) for x, y in zip(dir_logits, ours))
+    rep.add("out: --adapter DIR", same, "`nightlora logits --adapter DIR` (the export read back) "
+            + ("equals --adapter A.gguf bit for bit" if same else "differs from --adapter A.gguf"))
+
+    # the export's q/k rows against llama.cpp's own permute formula, and what skipping it costs
+    st = load_file(os.path.join(nl_dir, "adapter_model.safetensors"))
+    g = gguf.GGUFReader(nl_gguf)
+    gt = {t.name: np.array(t.data) for t in g.tensors}
+    n_qk, exact = 0, True
+    for name, b in st.items():
+        m = re.match(r"base_model\.model\.model\.layers\.(\d+)\.self_attn\.([qk])_proj\.lora_B\.weight$", name)
+        if not m:
+            continue
+        kv = n_head if m.group(2) == "q" else n_kv
+        gg = gt[f"blk.{m.group(1)}.attn_{m.group(2)}.weight.lora_b"].reshape(b.shape)
+        exact &= np.array_equal(llama_permute(b, n_head, kv), gg)
+        n_qk += 1
+    rep.add("out: q/k permutation", exact and n_qk > 0,
+            f"{n_qk} exported q/k lora_B through llama.cpp's LlamaModel.permute "
+            + ("equal the GGUF's lora_b bit for bit" if exact else "differ from the GGUF's lora_b"))
+    sd = pm.state_dict()
+    saved = {}
+    with torch.no_grad():
+        for k in sd:
+            m = re.match(r".*layers\.(\d+)\.self_attn\.([qk])_proj\.lora_B\.default\.weight$", k)
+            if m:
+                p = dict(pm.named_parameters())[k]
+                saved[k] = p.detach().clone()
+                p.copy_(torch.from_numpy(llama_permute(p.numpy(), n_head, n_head if m.group(2) == "q" else n_kv).copy()))
+    unperm = [hf_logits(pm, ids) for ids in prompts]
+    with torch.no_grad():
+        for k, v in saved.items():
+            dict(pm.named_parameters())[k].copy_(v)
+    dn = max(float(np.abs(o - t).max()) for o, t in zip(ours, unperm))
+    rep.add("out: without the permutation", dn > 10 * TOL,
+            f"the same adapter with q/k lora_B left in the GGUF's row order: max |Δ| {dn:.3f} (the permutation is needed)")
+    base = pm.unload()
+
+    # ---- in: PEFT -> nightlora
+    torch.manual_seed(7)
+    cfg = peft.LoraConfig(r=8, lora_alpha=24, lora_dropout=0.0, bias="none", target_modules=TARGETS,
+                          rank_pattern={"down_proj": 4}, task_type="CAUSAL_LM")
+    pm = peft.get_peft_model(base, cfg).eval()
+    with torch.no_grad():
+        for k, p in pm.named_parameters():
+            if "lora_B" in k:
+                p.normal_(0.0, 0.02)
+    peft_dir = os.path.join(a.work, "peft-made")
+    pm.save_pretrained(peft_dir)
+    theirs = [hf_logits(pm, ids) for ids in prompts]
+    ours = [nl.logits(ids, peft_dir, f"in{i}") for i, ids in enumerate(prompts)]
+    compare_logits(rep, "in: logits", ours, theirs, base_logits,
+                   "`nightlora logits --adapter DIR` on PEFT's saved adapter vs PEFT")
+    # eval loss: every token after the first is a target ({"tokens": ...} lines)
+    data = os.path.join(a.work, "prompts.jsonl")
+    with open(data, "w") as f:
+        for ids in prompts:
+            f.write(json.dumps({"tokens": ids}) + "\n")
+    ce, n = 0.0, 0
+    for ids, z in zip(prompts, theirs):
+        lp = torch.log_softmax(torch.from_numpy(z[:-1]).double(), -1)
+        ce -= float(lp[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].sum())
+        n += len(ids) - 1
+    loss_peft = ce / n
+    loss_nl = nl.eval_loss(peft_dir, data)
+    rep.add("in: eval loss", abs(loss_nl - loss_peft) <= LOSS_TOL,
+            f"`nightlora eval --adapter DIR` loss {loss_nl:.4f}, PEFT's cross-entropy {loss_peft:.6f} over {n} targets "
+            f"(tol {LOSS_TOL:g})")
+    # round trip through the GGUF form and back: PEFT's own tensors, bit for bit
+    rt_gguf, rt_dir = os.path.join(a.work, "peft-made.gguf"), os.path.join(a.work, "peft-made-again")
+    run([a.bin, "export", "--model", a.model, "--adapter", peft_dir, "--format", "gguf", "--out", rt_gguf])
+    run([a.bin, "export", "--model", a.model, "--adapter", rt_gguf, "--format", "peft", "--out", rt_dir])
+    st0 = load_file(os.path.join(peft_dir, "adapter_model.safetensors"))
+    st1 = load_file(os.path.join(rt_dir, "adapter_model.safetensors"))
+    same = st0.keys() == st1.keys() and all(np.array_equal(st0[k], st1[k]) for k in st0)
+    rep.add("in: round trip", same, f"PEFT dir -> GGUF -> PEFT dir: {len(st0)} tensors "
+            + ("equal PEFT's bit for bit" if same else "differ from PEFT's"))
+
+    res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
+           "tol": TOL, "train_s": train_s, "total_s": time.time() - t_start, "rows": rep.rows}
+    with open(os.path.join(a.work, "peft-check.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"peft_check: {len(rep.rows) - rep.failed}/{len(rep.rows)} checks passed in {time.time() - t_start:.0f} s")
+    return 1 if rep.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
