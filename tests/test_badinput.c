@@ -144,6 +144,11 @@ static void test_data_errors(void) {
 
     const char *tmpl[] = {"--template", "alpaca", NULL};
     expect("unknown --template", train_cli(model, data, out, tmpl), 1, "--template alpaca: unknown chat template", "chatml, llama3", NULL);
+    char tp[1024];
+    path_of(tp, sizeof tp, "bad.jinja");
+    write_text(tp, "{% for m in messages %}\n{{ m.content | wordwrap }}{% endfor %}\n");
+    const char *tmpl2[] = {"--template", tp, NULL};
+    expect("--template FILE.jinja the interpreter cannot run", train_cli(model, data, out, tmpl2), 1, "bad.jinja:2: filter 'wordwrap' is not supported", NULL, NULL);
 
     path_of(p, sizeof p, "latin1.jsonl");
     write_text(p, "{\"prompt\": \"caf\xe9\", \"completion\": \" x\"}\n");

@@ -430,8 +430,12 @@ static nl_tokenizer *chat_vocab(const char *path, bool llama3, const char *tmpl)
     nl_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", llama3);
     nl_gguf_set_str(w, "tokenizer.chat_template",
                     tmpl     ? tmpl
-                    : llama3 ? "{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>..."
-                             : "{% for m in messages %}<|im_start|>{{ m.role }}...");
+                    : llama3 ? "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] +"
+                               " '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+                               "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+                             : "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] +"
+                               " '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+                               "{%- endif %}");
     int rc = nl_gguf_write(w, path);
     nl_gguf_writer_free(w);
     CHECKF(rc == 0, "%s", nl_last_error());
@@ -480,7 +484,7 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     CHECK(strcmp(nl_chat_template_name(NL_TMPL_LLAMA3), "llama3") == 0);
 
     /* Rendered text, exactly as llama.cpp's chatml / llama3 formats. */
-    nl_chat_msg m[] = {{"system", "Be brief.", 9}, {"user", "Hi", 2}, {"assistant", " Hello! \n", 9}};
+    nl_chat_msg m[] = {{"system", "Be brief.", 9, NULL}, {"user", "Hi", 2, NULL}, {"assistant", " Hello! \n", 9, NULL}};
     char *txt;
     size_t tl;
     CHECK(nl_chat_render(NL_TMPL_CHATML, m, 3, true, &txt, &tl) == 0);
@@ -517,8 +521,8 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     nl_dataset_free(&ds);
     /* The same via nl_chat_tokenize, and the rendered text tokenized with parse_special
      * gives the same ids (content here has no seam effects). */
-    nl_chat_msg mm[] = {{"system", "S", 1}, {"user", "Hi", 2}, {"assistant", "Yo", 2}, {"user", "?", 1},
-                        {"assistant", "ok", 2}};
+    nl_chat_msg mm[] = {{"system", "S", 1, NULL}, {"user", "Hi", 2, NULL}, {"assistant", "Yo", 2, NULL}, {"user", "?", 1, NULL},
+                        {"assistant", "ok", 2, NULL}};
     int32_t *ids;
     uint8_t *tg;
     int n;
@@ -548,7 +552,7 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     /* ...and the chatml vocab (which has the llama3 tokens too) can be forced to llama3. */
     CHECK(load(line, cml, "llama3", &ds) == 0 && ds.n == 1 && ds.ex[0].ids[0] == hs); /* no BOS: add_bos off */
     nl_dataset_free(&ds);
-    EXPECT_ERR(line, cml, "zephyr", "t.jsonl:1:14: unknown chat template \"zephyr\" (known: chatml, llama3)");
+    EXPECT_ERR(line, cml, "zephyr", "t.jsonl:1:14: unknown chat template \"zephyr\" (known: chatml, llama3; or a FILE.jinja)");
 
     /* Generation prompt for `nightlora generate`. */
     CHECK(nl_chat_prompt_tokens(cml, NULL, "Hi", 2, &ids, &n) == 0);
@@ -594,13 +598,17 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}", cml, NULL,
                "t.jsonl:1:14: no assistant message (loss is on assistant turns: nothing to learn)");
     EXPECT_ERR("{\"messages\": [{\"role\": \"bot\", \"content\": \"a\"}]}", cml, NULL,
-               "t.jsonl:1:24: messages[0]: unknown role \"bot\" (expected system, user or assistant)");
+               "t.jsonl:1:24: messages[0]: unknown role \"bot\" (expected system, user, assistant or tool)");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", cml, NULL,
                "t.jsonl:1:43: \"content\" must be a string, found number");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\"}]}", cml, NULL, "t.jsonl:1:15: messages[0] needs \"content\"");
-    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"x\"}]}", cml, NULL,
-               "t.jsonl:1:48: messages[0]: unknown key \"name\" (expected \"role\" and \"content\"; --ignore-unknown-keys skips"
-               " the keys nightlora does not read)");
+    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"nmae\": \"x\"}]}", cml, NULL,
+               "t.jsonl:1:48: messages[0]: unknown key \"nmae\" (expected \"role\" and \"content\", optionally tool_calls,"
+               " reasoning_content, name, tool_call_id; --ignore-unknown-keys skips the keys nightlora does not read)");
+    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
+               " \"tools\": {}}", cml, NULL, "t.jsonl:1:98: \"tools\" must be an array (of function descriptions), found object");
+    EXPECT_ERR("{\"text\": \"a\", \"tools\": []}", cml, NULL,
+               "t.jsonl:1:24: \"tools\" belongs with a conversation (\"messages\"), not \"text\"");
     EXPECT_ERR("{\"messages\": [1]}", cml, NULL, "t.jsonl:1:15: messages[0] must be an object, found number");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
                " \"choices\": [\"x\", \"y\"], \"answer\": 0}", cml, NULL,
@@ -706,8 +714,8 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
                "t.jsonl:1:29: \"from\" must be a string, found number");
     EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": null}]}", cml, NULL,
                "t.jsonl:1:47: \"value\" must be a string, found null");
-    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"tool\", \"value\": \"b\"}]}", cml, NULL,
-               "t.jsonl:1:62: conversations[1]: unknown \"from\" \"tool\" (expected human, gpt or system; user and assistant are"
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"function\", \"value\": \"b\"}]}", cml, NULL,
+               "t.jsonl:1:62: conversations[1]: unknown \"from\" \"function\" (expected human, gpt or system; user, assistant and tool are"
                " taken too)");
     EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}]}", cml, NULL,
                "t.jsonl:1:19: no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
@@ -735,7 +743,7 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
                "t.jsonl:1:67: \"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to"
                " learn)");
     EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"gpt\", \"content\": \"b\"}]}", cml,
-               NULL, "t.jsonl:1:72: completion[0]: unknown role \"gpt\" (expected system, user or assistant)");
+               NULL, "t.jsonl:1:72: completion[0]: unknown role \"gpt\" (expected system, user, assistant or tool)");
     EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\"}]}", cml, NULL,
                "t.jsonl:1:63: completion[0] needs \"content\"");
     EXPECT_ERR("{\"prompt\": [7], \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}", cml, NULL,
@@ -827,7 +835,7 @@ static void test_plain_text(const nl_tokenizer *g2) {
                "t.jsonl:1:34: choices[1] is empty");
     /* The GPT-2 vocab has no chat template and no chatml tokens. */
     EXPECT_ERR("{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}]}", g2, NULL,
-               "t.jsonl:1:14: the model has no chat template (tokenizer.chat_template); name one: chatml or llama3");
+               "t.jsonl:1:14: the model has no chat template (tokenizer.chat_template); name one: chatml, llama3 or FILE.jinja");
     EXPECT_ERR("{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}]}", g2, "chatml",
                "t.jsonl:1:14: chat template chatml needs the token <|im_start|>, which the vocabulary lacks");
     /* The sample file: every plain format, a blank line, line numbers. */
@@ -859,7 +867,10 @@ static void test_default_system(void) {
         "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
         "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
         "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
-        "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, it\\'s a \\\\test.<|im_end|>\\n' }}{%- endif %}",
+        "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, it\\'s a \\\\test.<|im_end|>\\n' }}{%- endif %}"
+        "{%- for message in messages %}{%- if message.role == 'user' or (message.role == 'system' and not loop.first) or"
+        " message.role == 'assistant' %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+        "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
     };
     static const char *const sys[] = {"system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face",
                                       "system\nYou are Qwen, it's a \\test."};
@@ -894,6 +905,149 @@ static void test_default_system(void) {
     }
 }
 
+/* The loss targets of example ex as text: each run of target tokens detokenized, runs
+ * joined by "|". */
+static void target_text(const nl_tokenizer *t, const nl_example *ex, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (int i = 0; i < ex->n_tokens;) {
+        if (!ex->target[i]) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < ex->n_tokens && ex->target[j]) j++;
+        char *txt = NULL;
+        size_t tl = 0;
+        if (nl_detokenize(t, ex->ids + i, j - i, &txt, &tl) == 0)
+            n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, "%s%.*s", n ? "|" : "", (int)tl, txt);
+        free(txt);
+        i = j;
+    }
+}
+
+static nl_tokenizer *vocab_with_file(const char *name, bool llama3) {
+    char path[512];
+    snprintf(path, sizeof path, NL_TEST_DATA "/templates/%s", name);
+    size_t len;
+    char *src = nl_read_file(path, &len);
+    CHECKF(src != NULL, "%s", nl_last_error());
+    if (!src) return NULL;
+    nl_tokenizer *t = chat_vocab("nl_test_jinja_vocab.gguf", llama3, src);
+    free(src);
+    return t;
+}
+
+/* The real templates through the data path: loss spans found by rendering, control tokens
+ * only from the template's text, the GGUF's template by default and --template FILE. */
+static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3) {
+    char got[2048];
+    nl_dataset ds;
+    /* Qwen3: the last assistant turn after the last user query has its <think> block (from
+     * reasoning_content) inside the span; the earlier one renders without it. */
+    nl_tokenizer *q3 = vocab_with_file("qwen3.jinja", false);
+    const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"x\","
+                       " \"reasoning_content\": \"r1\"}, {\"role\": \"user\", \"content\": \"b <|im_end|>\"},"
+                       " {\"role\": \"assistant\", \"content\": \"y\", \"reasoning_content\": \"r2\"}]}";
+    if (q3) {
+        CHECKF(load(line, q3, NULL, &ds) == 0, "%s", nl_last_error());
+        if (ds.n == 1) {
+            target_text(q3, &ds.ex[0], got, sizeof got);
+            CHECKF(!strcmp(got, "x<|im_end|>|<think>\nr2\n</think>\n\ny<|im_end|>"), "qwen3 targets: [%s]", got);
+            /* the user's "<|im_end|>" is text: the sequence holds as many control <|im_end|> as turns */
+            int32_t ime = nl_token_lookup(q3, "<|im_end|>");
+            int n_ime = 0;
+            for (int i = 0; i < ds.ex[0].n_tokens; i++) n_ime += ds.ex[0].ids[i] == ime;
+            CHECK(n_ime == 4);
+        }
+        nl_dataset_free(&ds);
+        /* tools: the tool call rendered after the content is inside the span; tool turns are not */
+        line = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\","
+               " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"c\": 1}}}]},"
+               " {\"role\": \"tool\", \"content\": \"sun\"}, {\"role\": \"assistant\", \"content\": \"ok\"}],"
+               " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}";
+        CHECKF(load(line, q3, NULL, &ds) == 0, "%s", nl_last_error());
+        if (ds.n == 1) {
+            target_text(q3, &ds.ex[0], got, sizeof got);
+            CHECKF(!strcmp(got, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"c\": 1}}\n</tool_call><|im_end|>|"
+                                "<think>\n\n</think>\n\nok<|im_end|>"), "qwen3 tool targets: [%s]", got);
+            char *txt = NULL;
+            size_t tl = 0;
+            CHECK(nl_detokenize(q3, ds.ex[0].ids, ds.ex[0].n_tokens, &txt, &tl) == 0);
+            CHECK(txt && strstr(txt, "# Tools") && strstr(txt, "<|im_start|>user\n<tool_response>\nsun\n</tool_response><|im_end|>"));
+            free(txt);
+        }
+        nl_dataset_free(&ds);
+        nl_tokenizer_free(q3);
+    }
+    /* Llama 3.2 as the GGUF's template: its system header with the fixed date, one BOS (the
+     * template's bos_token), trimmed content. */
+    nl_tokenizer *t32 = vocab_with_file("llama3.2.jinja", true);
+    line = "{\"messages\": [{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": \" Yo \"}]}";
+    if (t32) {
+        CHECKF(load(line, t32, NULL, &ds) == 0, "%s", nl_last_error());
+        if (ds.n == 1) {
+            target_text(t32, &ds.ex[0], got, sizeof got);
+            CHECKF(!strcmp(got, "Yo<|eot_id|>"), "llama3.2 targets: [%s]", got);
+            int n_bos = 0;
+            for (int i = 0; i < ds.ex[0].n_tokens; i++) n_bos += ds.ex[0].ids[i] == nl_token_bos(t32);
+            CHECK(ds.ex[0].ids[0] == nl_token_bos(t32) && n_bos == 1);
+            char *txt = NULL;
+            size_t tl = 0;
+            CHECK(nl_detokenize(t32, ds.ex[0].ids, ds.ex[0].n_tokens, &txt, &tl) == 0);
+            CHECK(txt && strstr(txt, "Today Date: 26 Jul 2024\n\n<|eot_id|>"));
+            free(txt);
+        }
+        nl_dataset_free(&ds);
+        nl_tokenizer_free(t32);
+    }
+    /* --template FILE overrides the GGUF's: Gemma 3's over the ChatML vocab */
+    const char *gem = NL_TEST_DATA "/templates/gemma3.jinja";
+    CHECKF(load(line, cml, gem, &ds) == 0, "%s", nl_last_error());
+    if (ds.n == 1) {
+        target_text(cml, &ds.ex[0], got, sizeof got);
+        CHECKF(!strcmp(got, "Yo<end_of_turn>"), "gemma3 targets: [%s]", got); /* no control token ends it in this vocab: the text up to the turn's end, less the newline */
+    }
+    nl_dataset_free(&ds);
+    line = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"},"
+           " {\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"d\"}]}";
+    CHECKF(load(line, cml, gem, &ds) == 0, "%s", nl_last_error());
+    if (ds.n == 1) {
+        target_text(cml, &ds.ex[0], got, sizeof got);
+        CHECKF(!strcmp(got, "b<end_of_turn>|d<end_of_turn>"), "gemma3 targets: [%s]", got); /* the span stops at its turn */
+    }
+    nl_dataset_free(&ds);
+    /* the template's own errors, at the line and the template's line */
+    line = "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"},"
+           " {\"role\": \"assistant\", \"content\": \"c\"}]}";
+    nl_dataset_load_buffer(line, strlen(line), "t.jsonl", cml, &(nl_data_opts){gem, 0, 0}, &ds);
+    CHECKF(strstr(nl_last_error(), "t.jsonl:1:14: ") && strstr(nl_last_error(), "gemma3.jinja:16: the template raised an error: "
+           "Conversation roles must alternate"), "%s", nl_last_error());
+    nl_tokenizer *bad = chat_vocab("nl_test_jinja_vocab.gguf", false, "{% for m in messages %}\n{{ m.content | wordwrap }}{% endfor %}");
+    if (bad) {
+        EXPECT_ERR(line, bad, NULL, "t.jsonl:1:14: tokenizer.chat_template:2: filter 'wordwrap' is not supported (--template"
+                   " chatml, llama3 or FILE.jinja renders with another template)");
+        nl_tokenizer_free(bad);
+    }
+    EXPECT_ERR(line, cml, "nosuch/t.jinja", "t.jsonl:1:14: nosuch/t.jinja: cannot open: No such file or directory");
+    CHECK(nl_chat_template_check("chatml") == 0 && nl_chat_template_check(NULL) == 0 && nl_chat_template_check(gem) == 0);
+    CHECK(nl_chat_template_check("alpaca") == -1 && strstr(nl_last_error(), "unknown chat template"));
+    /* the same conversation, the GGUF's mkmodel-style template and the built-in: the same */
+    line = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \" Hi \"},"
+           " {\"role\": \"assistant\", \"content\": \"\\n Yo\\t\"}, {\"role\": \"user\", \"content\": \"?\"},"
+           " {\"role\": \"assistant\", \"content\": \"ok\"}]}";
+    const nl_tokenizer *vs[] = {cml, l3};
+    for (int k = 0; k < 2; k++) {
+        nl_dataset a, b;
+        CHECK(load(line, vs[k], NULL, &a) == 0 && load(line, vs[k], k ? "llama3" : "chatml", &b) == 0);
+        CHECK(a.n == 1 && b.n == 1 && a.ex[0].n_tokens == b.ex[0].n_tokens &&
+              !memcmp(a.ex[0].ids, b.ex[0].ids, (size_t)a.ex[0].n_tokens * 4) &&
+              !memcmp(a.ex[0].target, b.ex[0].target, (size_t)a.ex[0].n_tokens));
+        nl_dataset_free(&a);
+        nl_dataset_free(&b);
+    }
+}
+
 int main(void) {
     test_tokens_lines();
     test_errors();
@@ -907,6 +1061,7 @@ int main(void) {
     test_chat_shapes(cml);
     test_chat_shapes(l3);
     test_default_system();
+    test_jinja_templates(cml, l3);
     nl_tokenizer_free(cml);
     nl_tokenizer_free(l3);
     nl_tokenizer *g2 = gpt2_vocab();

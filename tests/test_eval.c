@@ -139,7 +139,7 @@ static void test_arch(nl_arch arch) {
             case NL_LINE_TEXT: ctx = text_ids(tok, L->text, 1); break;
             case NL_LINE_TOKENS: ctx = concat((ids_t){NULL, 0}, tok_ctx, 4); break;
             case NL_LINE_MESSAGES: {
-                nl_chat_msg msg = {"user", L->text, strlen(L->text)};
+                nl_chat_msg msg = {"user", L->text, strlen(L->text), NULL};
                 if (nl_chat_tokenize(tok, tmpl, &msg, 1, true, &ctx.v, NULL, &ctx.n)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
                 break;
             }

@@ -179,6 +179,9 @@ static void constructs(void) {
     EXPECT("{{- ' a ' -}}\n {{ 'b' }}", "{}", " a b");
     EXPECT("line\r\nnext\r\n", "{}", "line\nnext");
     EXPECT("{% raw %}{{ not }}{% endraw %}", "{}", "{{ not }}");
+    EXPECT("a {%- raw -%}  x  {%- endraw -%}  b", "{}", "axb");
+    EXPECT("{% raw %}\n{{x}}\n{% endraw %}\nz", "{}", "\n{{x}}\nz");
+    EXPECT("  {% raw %}r{% endraw %}", "{}", "r");
     EXPECT("{% generation %}gen{% endgeneration %}", "{}", "gen");
 }
 
@@ -189,6 +192,7 @@ static void errors(void) {
     EXPECT_ERR("{% if true %}", "{}", "missing {% endif %}");
     EXPECT_ERR("{% endfor %}", "{}", "unexpected {% endfor %}");
     EXPECT_ERR("{{ 'abc }}", "{}", "unterminated string literal");
+    EXPECT_ERR("{% raw %}{{ ot }}{% endraw %draw %t", "{}", "t.jinja:1: {% raw %} without {% endraw %}");
     EXPECT_ERR("{{ 1 + }}", "{}", "t.jinja:1: unexpected '}}' in an expression");
     EXPECT_ERR("\n\n{{ raise_exception('Roles must alternate') }}", "{}", "t.jinja:3: the template raised an error: Roles must alternate");
     EXPECT_ERR("{{ x.y }}", "{}", "t.jinja:1: 'x' is undefined");

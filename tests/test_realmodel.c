@@ -45,6 +45,41 @@ static void test_generate(nl_session *s) {
     free(prompt);
 }
 
+/* The examples' chat files through the model's own template (the Jinja interpreter on the
+ * GGUF's tokenizer.chat_template) give the tokens and targets the built-in ChatML with its
+ * default system turn gave before the interpreter, for SmolLM2; and the one-user-turn prompt of
+ * `generate` too. */
+static void test_own_template(const nl_session *s) {
+    static const char *const files[] = {NL_TEST_DATA "/../../examples/tagging-chat-train.jsonl",
+                                        NL_TEST_DATA "/../../examples/tagging-chat-test.jsonl"};
+    for (int k = 0; k < 2; k++) {
+        nl_dataset own, builtin;
+        nl_data_opts o1 = {.chat_template = NULL}, o2 = {.chat_template = "chatml"};
+        CHECKF(nl_dataset_load(files[k], s->tok, &o1, &own) == 0, "%s", nl_last_error());
+        CHECKF(nl_dataset_load(files[k], s->tok, &o2, &builtin) == 0, "%s", nl_last_error());
+        bool same = own.n == builtin.n && own.n > 0;
+        for (int i = 0; same && i < own.n; i++) {
+            const nl_example *a = &own.ex[i], *b = &builtin.ex[i];
+            same = a->n_tokens == b->n_tokens && a->n_prompt == b->n_prompt && a->n_choices == b->n_choices &&
+                   memcmp(a->ids, b->ids, (size_t)a->n_tokens * sizeof *a->ids) == 0 &&
+                   memcmp(a->target, b->target, (size_t)a->n_tokens) == 0;
+            if (!same) fprintf(stderr, "%s: line %d differs\n", files[k], a->line);
+        }
+        CHECK(same);
+        printf("own template: %s: %d examples, the same tokens and targets as the built-in chatml\n", files[k], own.n);
+        nl_dataset_free(&own);
+        nl_dataset_free(&builtin);
+    }
+    const char *q = "Tag this note: Dentist at 3pm";
+    int32_t *a = NULL, *b = NULL;
+    int na = 0, nb = 0;
+    CHECK(nl_chat_prompt_tokens(s->tok, NULL, q, strlen(q), &a, &na) == 0);
+    CHECK(nl_chat_prompt_tokens(s->tok, "chatml", q, strlen(q), &b, &nb) == 0);
+    CHECK(na == nb && na > 0 && memcmp(a, b, (size_t)na * sizeof *a) == 0);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     char model[1024];
     if (!nl_t_real_model(model, sizeof model, "real-model checks")) return nl_t_done();
@@ -53,6 +88,7 @@ int main(void) {
     CHECKF(nl_session_open(&s, model, NULL, NULL) == 0, "%s", nl_last_error());
     test_load(&s);
     test_generate(&s);
+    test_own_template(&s);
     nl_session_close(&s);
 
     /* a few LoRA steps on chat data through the template, with the library's defaults */

@@ -14,9 +14,11 @@
 
 int nl_cli_render_conv(const nl_tokenizer *tok, const char *tmpl_name, const nl_chat_msg *msgs, int n_msgs,
                        int32_t **ids, int *n) {
-    nl_chat_tmpl t;
-    if (nl_chat_template_pick(tmpl_name, nl_tokenizer_chat_template(tok), &t)) return -1;
-    return nl_chat_tokenize(tok, t, msgs, n_msgs, true, ids, NULL, n);
+    nl_chat_template *ct;
+    if (nl_chat_template_open(tok, tmpl_name, &ct)) return -1;
+    int rc = nl_chat_template_tokenize(ct, msgs, n_msgs, NULL, true, ids, NULL, n);
+    nl_chat_template_free(ct);
+    return rc;
 }
 
 typedef struct {
@@ -63,7 +65,7 @@ static int conv_add(conv *c, const char *role, const char *text, size_t len) {
     if (!s) return nl_err("out of memory");
     memcpy(s, text, len);
     s[len] = 0;
-    c->m[c->n++] = (nl_chat_msg){role, s, len};
+    c->m[c->n++] = (nl_chat_msg){role, s, len, NULL};
     return 0;
 }
 

@@ -174,7 +174,7 @@ int nl_cmd_generate(int argc, char **argv) {
     if (!s.tok) {
         nl_err("%s: the model has no tokenizer vocabulary", model);
     } else if ((system ? nl_cli_render_conv(s.tok, nl_cli_opt(argc, argv, "template"),
-                                            (const nl_chat_msg[]){{"system", system, strlen(system)}, {"user", prompt, strlen(prompt)}},
+                                            (const nl_chat_msg[]){{"system", system, strlen(system), NULL}, {"user", prompt, strlen(prompt), NULL}},
                                             2, &ids, &n)
                        : nl_cli_render_prompt(s.tok, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n)) == 0) {
         printf("%s", nl_cli_flag(argc, argv, "raw") ? prompt : "");

@@ -105,11 +105,11 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
 /* Sub-commands: each lives in tools/cmd_<name>.c. */
 #define NL_COMMANDS(X) \
     /* X(name, function, usage) */ \
-    X("eval", nl_cmd_eval, "eval --model M.gguf [--adapter A.gguf|DIR] --data test.jsonl|DIR (DIR/test.jsonl) [--template chatml|llama3 --ignore-unknown-keys] [--backend ref|host --threads N]") \
-    X("generate", nl_cmd_generate, "generate --model M.gguf [--adapter A.gguf|DIR] --prompt TEXT [--system TEXT] [--n N --temp T --top-p P --seed S --raw --template NAME]") \
+    X("eval", nl_cmd_eval, "eval --model M.gguf [--adapter A.gguf|DIR] --data test.jsonl|DIR (DIR/test.jsonl) [--template chatml|llama3|FILE.jinja --ignore-unknown-keys] [--backend ref|host --threads N]") \
+    X("generate", nl_cmd_generate, "generate --model M.gguf [--adapter A.gguf|DIR] --prompt TEXT [--system TEXT] [--n N --temp T --top-p P --seed S --raw --template chatml|llama3|FILE.jinja]") \
     X("logits", nl_cmd_logits, "logits --model M.gguf [--adapter A.gguf|DIR] --tokens \"1 2 3\" --out L.f32") \
     X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl|DIR (DIR/train.jsonl) --out adapter.gguf [options: nightlora train --help]") \
-    X("chat", nl_cmd_chat, "chat --model M.gguf [--adapter A.gguf|DIR] [--system TEXT] [--n N --temp T --top-p P --seed S --template NAME]   (user turns from stdin, a line each)") \
+    X("chat", nl_cmd_chat, "chat --model M.gguf [--adapter A.gguf|DIR] [--system TEXT] [--n N --temp T --top-p P --seed S --template chatml|llama3|FILE.jinja]   (user turns from stdin, a line each)") \
     X("export", nl_cmd_export, "export --model M.gguf --adapter A.gguf|DIR --format peft|gguf --out DIR|A.gguf [--base-model NAME]   (peft: a PEFT directory, adapter_config.json + adapter_model.safetensors)") \
     X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf|DIR --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1]") \
     X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special] [--pieces]") \

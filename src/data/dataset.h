@@ -13,11 +13,14 @@
  *      completion's tokens are the ones a model emits after the prompt, whatever the text at
  *      the seam), neither with special-token parsing. Targets: tok(C) and the EOS (the
  *      tokenizer's EOS, or EOT when it has no EOS). C must not be empty; P may be.
- *  {"messages": [{"role": R, "content": S}, ...]}
- *      The chat template (below), BOS first. R is "system", "user" or "assistant". Targets:
- *      every assistant content token and that turn's end-of-turn token (<|im_end|> /
- *      <|eot_id|>); never the template's own header tokens or the "\n" after <|im_end|>.
- *      At least one assistant message is required (unless the line has choices).
+ *  {"messages": [{"role": R, "content": S, ...}, ...], "tools": [...]}
+ *      The chat template (below), BOS first. R is "system", "user", "assistant" or "tool".
+ *      A message may carry "tool_calls", "reasoning_content", "name" and "tool_call_id" and
+ *      the line "tools" (an array): a Jinja template sees them as transformers passes them
+ *      (the built-ins ignore them). Targets: every assistant content token and that turn's
+ *      end-of-turn token (<|im_end|> / <|eot_id|>); never the template's own header tokens or
+ *      the "\n" after <|im_end|> (with a Jinja template: the assistant spans, below). At
+ *      least one assistant message is required (unless the line has choices).
  *  {"conversations": [{"from": F, "value": S}, ...]}            (ShareGPT)
  *      The messages line of the same turns: F "human" -> user, "gpt" -> assistant, "system"
  *      ("user" and "assistant" are taken as such); any other F is an error. Targets as messages.
@@ -61,6 +64,10 @@
  * A UTF-8 byte order mark at the start of the file is skipped; "\r\n" line ends are fine.
  *
  * ---- Chat templates ----
+ * By default a conversation is rendered with the GGUF's own tokenizer.chat_template through
+ * the Jinja interpreter (nl_chat_template_open below: the real Qwen3, Qwen3.5, Llama 3.x,
+ * SmolLM2 and Gemma 3 templates render as transformers renders them); --template FILE.jinja
+ * renders with another. The two built-ins, by name only (--template chatml / llama3):
  *  chatml (Qwen2/3/3.5): per message "<|im_start|>{role}\n{content}<|im_end|>\n",
  *          generation prompt "<|im_start|>assistant\n".
  *  llama3: per message "<|start_header_id|>{role}<|end_header_id|>\n\n{trim(content)}<|eot_id|>",
@@ -70,10 +77,9 @@
  * must have them); the text between markers is tokenized without special-token parsing, so
  * the result equals tokenizing the rendered text with parse_special except that user text
  * can never inject a control token, and message content is tokenized on its own (exactly as
- * a model would generate it after the header). Chosen by name ("chatml", "llama3") or, with
- * no name / "auto", from the GGUF's tokenizer.chat_template text: contains "<|im_start|>" ->
- * chatml, "<|start_header_id|>" -> llama3; anything else is an error asking for a name. The
- * Qwen3 HF "thinking off" block is not inserted (llama.cpp's own chatml does not either).
+ * a model would generate it after the header). nl_chat_template_pick also detects one from a
+ * template text (contains "<|im_start|>" -> chatml, "<|start_header_id|>" -> llama3). The
+ * built-in chatml does not insert Qwen3's "thinking off" block (the GGUF's own template does).
  * A default system turn the GGUF's own ChatML template renders when the conversation does not
  * open with a system message (SmolLM2's "You are a helpful AI assistant named SmolLM, ...",
  * Qwen2.5's) is inserted the same way, with no loss on it (nl_chat_render, text only, never
@@ -161,10 +167,14 @@ int nl_data_dir_file(const char *path, const char *name, int must_exist, char **
 /* ---- chat templates ---- */
 typedef enum { NL_TMPL_NONE = 0, NL_TMPL_CHATML, NL_TMPL_LLAMA3 } nl_chat_tmpl;
 
+struct nl_json;
 typedef struct {
-    const char *role;      /* "system", "user" or "assistant" (NUL-terminated) */
+    const char *role;      /* "system", "user", "assistant" or "tool" (NUL-terminated) */
     const char *content;   /* UTF-8, content_len bytes */
     size_t content_len;
+    const struct nl_json *extra; /* NULL, or the turn's JSON object: its other members
+                                  * (tool_calls, reasoning_content, name, ...) reach a Jinja
+                                  * template as the message's fields (borrowed) */
 } nl_chat_msg;
 
 /* Pick a template: `name` ("chatml", "llama3"; NULL/""/"auto" = detect) wins over the
@@ -182,9 +192,47 @@ int nl_chat_tokenize(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg 
                      bool add_generation_prompt, int32_t **ids, uint8_t **target, int *n_ids);
 
 /* For `nightlora generate`: one user message + the generation prompt, as tokens, with the
- * template picked as nl_chat_template_pick(tmpl_name, tokenizer's template). */
+ * template nl_chat_template_open(tok, tmpl_name) gives. */
 int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user,
                           size_t user_len, int32_t **ids, int *n_ids);
+
+/* ---- the template a conversation is rendered with ----
+ * name NULL, "" or "auto": the GGUF's own tokenizer.chat_template, rendered by the Jinja
+ * interpreter (data/jinja.h) as Hugging Face transformers renders it (an error when the GGUF
+ * has none: then name one); "chatml" / "llama3": the built-ins above; anything else: a Jinja
+ * file (FILE.jinja) read at open.
+ * Tokens of a Jinja rendering: the rendered text is cut at the control tokens (their text in
+ * the template's own bytes, never in message text: a message cannot inject one) and at the
+ * loss spans; each piece is tokenized without special-token parsing. BOS is the template's
+ * (bos_token); the tokenizer's BOS is put first only when add_bos is set and the rendering
+ * does not start with it.
+ * The loss spans, found by rendering (no template-specific knowledge): for each assistant
+ * message i, its span starts where the rendering of messages[0..i) with the generation
+ * prompt stops agreeing with the whole rendering (so the generation prompt is never a target,
+ * and whatever the template puts after it for this turn, e.g. Qwen3's <think> block, is);
+ * the content's end is where a rendering with that message's content extended stops
+ * agreeing; the span ends after the first control token the template emits from there (the
+ * turn's end: <|im_end|>, <|eot_id|>, <end_of_turn>). Tool calls the template renders after
+ * the content are inside the span. */
+typedef struct nl_chat_template nl_chat_template;
+/* tok is borrowed and must outlive the template. -1 + error (an unknown name, a file that
+ * cannot be read, a construct the interpreter lacks: "FILE:LINE: filter 'x' is not
+ * supported"). */
+int nl_chat_template_open(const nl_tokenizer *tok, const char *name, nl_chat_template **out);
+void nl_chat_template_free(nl_chat_template *ct);
+/* "chatml", "llama3", "tokenizer.chat_template" or the file's path */
+const char *nl_chat_template_desc(const nl_chat_template *ct);
+/* A name's check without a model: a built-in, or a Jinja file that reads and parses. */
+int nl_chat_template_check(const char *name);
+/* Tokens of a conversation through the template (as a messages line: targets on the assistant
+ * spans; target may be NULL). *ids / *target malloc'd. */
+int nl_chat_template_tokenize(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,
+                              const struct nl_json *tools, bool add_generation_prompt, int32_t **ids,
+                              uint8_t **target, int *n_ids);
+/* The conversation as text (no BOS added), as the template renders it. tools: NULL or a JSON
+ * array (the template's `tools`). *text malloc'd. */
+int nl_chat_template_text(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,
+                          const struct nl_json *tools, bool add_generation_prompt, char **text, size_t *len);
 
 /* ---- packing and batch order ---- */
 typedef enum { NL_OVERLONG_TRUNCATE = 0, NL_OVERLONG_REFUSE } nl_overlong;

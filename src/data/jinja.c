@@ -565,31 +565,47 @@ static int lex_all(lexer *L) {
         }
         bool is_var = kind == '{';
         if (!is_var) {
-            /* {% raw %} ... {% endraw %}: the text as is */
+            /* {% raw %} ... {% endraw %}: the text as is ('-' on either tag strips the
+             * whitespace beside it; trim_blocks after the endraw) */
             size_t j = i;
             while (j < L->len && is_ws(L->src[j])) j++;
             if (L->len - j >= 3 && memcmp(L->src + j, "raw", 3) == 0 && (j + 3 >= L->len || !is_name1(L->src[j + 3]))) {
                 j += 3;
                 while (j < L->len && is_ws(L->src[j])) j++;
-                if (j < L->len && L->src[j] == '-') j++;
+                bool strip_in = j < L->len && L->src[j] == '-';
+                if (strip_in) j++;
                 if (j + 1 >= L->len || L->src[j] != '%' || L->src[j + 1] != '}') return lex_err(L, line, "expected %%} after raw");
                 j += 2;
-                const char *end = NULL;
-                for (size_t k = j; k + 1 < L->len && !end; k++) {
+                if (strip_in)
+                    while (j < L->len && is_ws(L->src[j])) j++;
+                /* the endraw tag: "{%" [-+] ws "endraw" ws [-+] "%}" */
+                size_t k = j, after = 0;
+                char emod_in = 0, emod_out = 0;
+                for (; k + 1 < L->len; k++) {
                     if (L->src[k] != '{' || L->src[k + 1] != '%') continue;
                     size_t m = k + 2;
-                    if (m < L->len && (L->src[m] == '-' || L->src[m] == '+')) m++;
+                    emod_in = m < L->len && (L->src[m] == '-' || L->src[m] == '+') ? L->src[m++] : 0;
                     while (m < L->len && is_ws(L->src[m])) m++;
-                    if (L->len - m >= 6 && memcmp(L->src + m, "endraw", 6) == 0) end = L->src + k;
+                    if (L->len - m < 6 || memcmp(L->src + m, "endraw", 6) != 0) continue;
+                    m += 6;
+                    while (m < L->len && is_ws(L->src[m])) m++;
+                    emod_out = m < L->len && (L->src[m] == '-' || L->src[m] == '+') ? L->src[m++] : 0;
+                    if (m + 1 < L->len && L->src[m] == '%' && L->src[m + 1] == '}') {
+                        after = m + 2;
+                        break;
+                    }
                 }
-                if (!end) return lex_err(L, line, "{%% raw %%} without {%% endraw %%}");
-                size_t k = (size_t)(end - L->src);
-                if (lex_text(L, L->src + j, k - j, line_at(L, j))) return -1;
-                size_t m = k + 2;
-                while (m + 1 < L->len && !(L->src[m] == '%' && L->src[m + 1] == '}')) m++;
-                pos = m + 2;
+                if (!after) return lex_err(L, line, "{%% raw %%} without {%% endraw %%}");
+                size_t text_end = k;
+                if (emod_in == '-')
+                    while (text_end > j && is_ws(L->src[text_end - 1])) text_end--;
+                if (lex_text(L, L->src + j, text_end - j, line_at(L, j))) return -1;
+                pos = after;
                 line_starting = false;
-                if (pos < L->len && L->src[pos] == '\n' && L->src[m - 1] != '+') {
+                if (emod_out == '-') {
+                    while (pos < L->len && is_ws(L->src[pos])) pos++;
+                    line_starting = pos > after && L->src[pos - 1] == '\n';
+                } else if (emod_out != '+' && pos < L->len && L->src[pos] == '\n') {
                     pos++;
                     line_starting = true;
                 }

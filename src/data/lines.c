@@ -24,7 +24,7 @@ typedef struct {
     const nl_tokenizer *tok;
     int n_vocab;           /* 0: unchecked */
     const char *tmpl_name;
-    nl_chat_tmpl tmpl;     /* NL_TMPL_NONE until the first messages line */
+    nl_chat_template *tmpl; /* NULL until the first messages line (owned) */
     bool ignore_unknown;   /* keys nothing reads are skipped, not refused */
 } loader;
 
@@ -47,7 +47,7 @@ static int lerr_slot(const loader *L, size_t off) {
 }
 
 static const char *const known_keys[] = {"prompt", "completion", "messages", "conversations", "text",
-                                         "tokens", "loss_mask", "choices", "answer"};
+                                         "tokens", "loss_mask", "choices", "answer", "tools"};
 /* the keys that name a line's format (one per line) */
 static const char *const format_keys[] = {"prompt", "messages", "conversations", "text", "tokens"};
 
@@ -92,13 +92,8 @@ static int tb_json_text(const loader *L, nl_tokbuf *b, const nl_json *v, uint8_t
 }
 
 static int ensure_template(loader *L, size_t off) {
-    if (L->tmpl != NL_TMPL_NONE) return 0;
-    nl_chat_tmpl t;
-    nl_tmpl_ids ti;
-    if (nl_chat_template_pick(L->tmpl_name, nl_tokenizer_chat_template(L->tok), &t) ||
-        nl_tmpl_ids_get(L->tok, t, &ti))
-        return lerr_slot(L, off);
-    L->tmpl = t;
+    if (L->tmpl) return 0;
+    if (nl_chat_template_open(L->tok, L->tmpl_name, &L->tmpl)) return lerr_slot(L, off);
     return 0;
 }
 
@@ -224,12 +219,15 @@ static int turn_count(const loader *L, const nl_json *v, const turn_list *tl, bo
 
 static const char *turn_role(const nl_json *v, bool sharegpt) {
     static const char *const names[][2] = {{"system", "system"}, {"user", "user"}, {"assistant", "assistant"},
-                                           {"human", "user"}, {"gpt", "assistant"}};
-    const size_t n = sharegpt ? 5 : 3;
+                                           {"tool", "tool"}, {"human", "user"}, {"gpt", "assistant"}};
+    const size_t n = sharegpt ? 6 : 4;
     for (size_t i = 0; i < n; i++)
         if (v->u.str.len == strlen(names[i][0]) && memcmp(v->u.str.s, names[i][0], v->u.str.len) == 0) return names[i][1];
     return NULL;
 }
+
+/* A {"role", "content"} turn's other keys a chat template reads (OpenAI / transformers form). */
+static const char *const turn_extra_keys[] = {"tool_calls", "reasoning_content", "name", "tool_call_id"};
 
 /* The turns of list `v` appended at m + *n_out (room for nl_json_len(v) more; pointers into
  * the DOM). *n_asst counts the assistant turns. */
@@ -242,10 +240,12 @@ static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, n
             return lerr(L, o->offset, "%s[%zu] must be an object, found %s", tl->name, i, nl_json_type_name(o->type));
         for (size_t k = 0; k < o->u.obj.n && !L->ignore_unknown; k++) {
             const nl_json_member *mm = &o->u.obj.members[k];
-            if (strcmp(mm->key, tl->role_key) != 0 && strcmp(mm->key, tl->content_key) != 0)
-                return lerr(L, mm->key_offset, "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"; "
+            if (strcmp(mm->key, tl->role_key) != 0 && strcmp(mm->key, tl->content_key) != 0 &&
+                (tl->sharegpt || !key_in(mm, turn_extra_keys, sizeof turn_extra_keys / sizeof *turn_extra_keys)))
+                return lerr(L, mm->key_offset, "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"%s; "
                             "--ignore-unknown-keys skips the keys nightlora does not read)",
-                            tl->name, i, mm->key, tl->role_key, tl->content_key);
+                            tl->name, i, mm->key, tl->role_key, tl->content_key,
+                            tl->sharegpt ? "" : ", optionally tool_calls, reasoning_content, name, tool_call_id");
         }
         const nl_json *role = nl_json_get(o, tl->role_key), *content = nl_json_get(o, tl->content_key);
         if (!role || !content)
@@ -258,15 +258,16 @@ static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, n
         const char *r = turn_role(role, tl->sharegpt);
         if (!r && tl->sharegpt)
             return lerr(L, role->offset, "%s[%zu]: unknown \"from\" \"%.40s\" (expected human, gpt or system; "
-                        "user and assistant are taken too)", tl->name, i, role->u.str.s);
+                        "user, assistant and tool are taken too)", tl->name, i, role->u.str.s);
         if (!r)
-            return lerr(L, role->offset, "%s[%zu]: unknown role \"%.40s\" (expected system, user or assistant)",
+            return lerr(L, role->offset, "%s[%zu]: unknown role \"%.40s\" (expected system, user, assistant or tool)",
                         tl->name, i, role->u.str.s);
         if (r[0] == 'a') (*n_asst)++;
         nl_chat_msg *t = &m[(*n_out)++];
         t->role = r;
         t->content = content->u.str.s;
         t->content_len = content->u.str.len;
+        t->extra = tl->sharegpt ? NULL : o;
     }
     return 0;
 }
@@ -314,6 +315,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     const nl_json *answer = nl_json_get(root, "answer");
     const nl_json *completion = nl_json_get(root, "completion");
     const nl_json *loss_mask = nl_json_get(root, "loss_mask");
+    const nl_json *tools = nl_json_get(root, "tools");
     const nl_json *fv = nl_json_get(root, fmt_key);
     if (completion && strcmp(fmt_key, "prompt") != 0) {
         lerr(L, completion->offset, "\"completion\" belongs with \"prompt\", not \"%s\"", fmt_key);
@@ -327,6 +329,10 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         lerr(L, answer->offset, "\"answer\" without \"choices\"");
         goto done;
     }
+    if (tools && !nl_json_is_array(tools)) {
+        lerr(L, tools->offset, "\"tools\" must be an array (of function descriptions), found %s", nl_json_type_name(tools->type));
+        goto done;
+    }
     /* TRL's conversational prompt/completion: two message lists, read as one conversation */
     const bool trl = !strcmp(fmt_key, "prompt") && nl_json_is_array(fv);
     if (!strcmp(fmt_key, "tokens")) ex->format = NL_LINE_TOKENS;
@@ -334,6 +340,10 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     else if (!strcmp(fmt_key, "messages") || !strcmp(fmt_key, "conversations")) ex->format = NL_LINE_MESSAGES;
     else ex->format = NL_LINE_TEXT;
     if (ex->format != NL_LINE_TOKENS && need_tok(L, fv, fmt_key)) goto done;
+    if (tools && ex->format != NL_LINE_MESSAGES) {
+        lerr(L, tools->offset, "\"tools\" belongs with a conversation (\"messages\"), not \"%s\"", fmt_key);
+        goto done;
+    }
 
     /* Type checks of the format's own values before anything is tokenized. */
     if (!strcmp(fmt_key, "prompt")) {
@@ -442,7 +452,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
             goto done;
         }
         if (ensure_template(L, fv->offset)) goto done;
-        if (nl_chat_tokens(L->tok, L->tmpl, msgs, n_msgs, choices != NULL, choices ? 0 : 1, &b)) {
+        if (nl_chat_template_tokens(L->tmpl, msgs, n_msgs, tools, choices != NULL, choices ? 0 : 1, &b)) {
             lerr_slot(L, fv->offset);
             goto done;
         }
@@ -450,7 +460,7 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
             /* TRL trains on the completion only: the prompt's assistant turns are context. The
              * prompt rendered alone is the conversation's first tokens; no loss on them. */
             nl_tokbuf pb = {0};
-            int bad = nl_chat_tokens(L->tok, L->tmpl, msgs, n_ctx, false, 1, &pb);
+            int bad = nl_chat_template_tokens(L->tmpl, msgs, n_ctx, tools, false, 1, &pb);
             if (bad) lerr_slot(L, fv->offset);
             else if (pb.n > b.n || memcmp(pb.ids, b.ids, (size_t)pb.n * sizeof *pb.ids) != 0)
                 bad = lerr(L, fv->offset, "the chat template renders the prompt's turns differently inside the whole"
@@ -534,30 +544,40 @@ void nl_dataset_free(nl_dataset *ds) {
     memset(ds, 0, sizeof *ds);
 }
 
+static int load_lines(loader *Lp, const char *buf, size_t len, const char *label, const nl_tokenizer *tok,
+                      const nl_data_opts *opts, nl_dataset *out);
+
 int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const nl_tokenizer *tok,
                            const nl_data_opts *opts, nl_dataset *out) {
+    loader L = {0};
+    int rc = load_lines(&L, buf, len, label, tok, opts, out);
+    nl_chat_template_free(L.tmpl);
+    return rc;
+}
+
+static int load_lines(loader *L, const char *buf, size_t len, const char *label, const nl_tokenizer *tok,
+                      const nl_data_opts *opts, nl_dataset *out) {
     memset(out, 0, sizeof *out);
     if (!label) label = "<data>";
-    loader L = {0};
-    L.label = label;
-    L.tok = tok;
-    L.n_vocab = tok ? nl_tokenizer_n_vocab(tok) : (opts ? opts->n_vocab : 0);
-    L.tmpl_name = opts ? opts->chat_template : NULL;
-    L.ignore_unknown = opts && opts->ignore_unknown_keys;
+    L->label = label;
+    L->tok = tok;
+    L->n_vocab = tok ? nl_tokenizer_n_vocab(tok) : (opts ? opts->n_vocab : 0);
+    L->tmpl_name = opts ? opts->chat_template : NULL;
+    L->ignore_unknown = opts && opts->ignore_unknown_keys;
     out->path = nl_strdup(label);
     if (!out->path) return -1;
     int cap = 0;
     size_t pos = 0;
     if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
         pos = 3;
-        L.col0 = 3;
+        L->col0 = 3;
     }
     while (pos < len) {
-        if (L.line == INT_MAX) {
+        if (L->line == INT_MAX) {
             nl_dataset_free(out);
             return nl_err("%s: too many lines", label);
         }
-        L.line++;
+        L->line++;
         const char *nl = memchr(buf + pos, '\n', len - pos);
         size_t end = nl ? (size_t)(nl - buf) : len;
         size_t lend = end;
@@ -566,7 +586,7 @@ int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const
          * many times its size */
         if (lend - pos > NL_DATA_MAX_LINE) {
             nl_dataset_free(out);
-            return nl_err("%s:%d: the line is %zu bytes, more than the %d MiB a line may hold (split the example)", label, L.line,
+            return nl_err("%s:%d: the line is %zu bytes, more than the %d MiB a line may hold (split the example)", label, L->line,
                           lend - pos, NL_DATA_MAX_LINE >> 20);
         }
         if (!blank(buf + pos, lend - pos)) {
@@ -584,7 +604,7 @@ int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const
                 out->ex = ne;
                 cap = nc;
             }
-            if (parse_line(&L, buf + pos, lend - pos, &out->ex[out->n])) {
+            if (parse_line(L, buf + pos, lend - pos, &out->ex[out->n])) {
                 nl_dataset_free(out);
                 return -1;
             }
@@ -593,7 +613,7 @@ int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const
             out->n++;
         }
         pos = end + 1;
-        L.col0 = 0;
+        L->col0 = 0;
     }
     if (out->n == 0) {
         nl_dataset_free(out);

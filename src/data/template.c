@@ -1,5 +1,6 @@
-/* data/template: the chat templates (ChatML, Llama-3) as text and as tokens, and the growable
- * token list they fill (tokbuf.h). The contract is in dataset.h. */
+/* data/template: the chat templates as text and as tokens (the GGUF's own or a file's, through
+ * the Jinja interpreter; the built-in ChatML and Llama-3), and the growable token list they
+ * fill (tokbuf.h). The contract is in dataset.h. */
 #include "data/tokbuf.h"
 
 #include <limits.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 
 #include "data/dataset.h"
+#include "data/jinja.h"
+#include "util/json.h"
 #include "util/util.h"
 
 /* ---- growable token list with target flags ---- */
@@ -281,8 +284,367 @@ int nl_chat_tokenize(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg 
 
 int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user,
                           size_t user_len, int32_t **ids, int *n_ids) {
-    nl_chat_tmpl t;
-    if (nl_chat_template_pick(tmpl_name, nl_tokenizer_chat_template(tok), &t)) return -1;
-    nl_chat_msg m = {"user", user, user_len};
-    return nl_chat_tokenize(tok, t, &m, 1, true, ids, NULL, n_ids);
+    nl_chat_template *ct;
+    if (nl_chat_template_open(tok, tmpl_name, &ct)) return -1;
+    nl_chat_msg m = {"user", user, user_len, NULL};
+    int rc = nl_chat_template_tokenize(ct, &m, 1, NULL, true, ids, NULL, n_ids);
+    nl_chat_template_free(ct);
+    return rc;
+}
+
+/* ---- the template object: a built-in or a Jinja template ---- */
+
+typedef struct {
+    const char *s; /* the token's text (borrowed from the tokenizer) */
+    size_t n;
+    int32_t id;
+} ctl_text;
+
+struct nl_chat_template {
+    const nl_tokenizer *tok; /* borrowed */
+    nl_chat_tmpl builtin;    /* NL_TMPL_NONE: jinja */
+    nl_jinja *jinja;
+    char *desc;
+    ctl_text *ctl;           /* control tokens by text, sorted by (first byte, length desc) */
+    int n_ctl;
+    int first[257];          /* ctl index range by first byte: [first[c], first[c+1]) */
+};
+
+static bool is_builtin_name(const char *name) { return !strcmp(name, "chatml") || !strcmp(name, "llama3"); }
+static bool is_auto(const char *name) { return !name || !name[0] || !strcmp(name, "auto"); }
+
+/* Not a built-in's name: a file path when it looks like one (a '/', a ".jinja" end) or exists. */
+static bool looks_like_file(const char *name) {
+    size_t n = strlen(name);
+    if (strchr(name, '/') || (n > 6 && !strcmp(name + n - 6, ".jinja"))) return true;
+    FILE *f = fopen(name, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+static int unknown_name(const char *name) {
+    return nl_err("unknown chat template \"%s\" (known: chatml, llama3; or a FILE.jinja)", name);
+}
+
+/* A Jinja text parsed; a parse error gets a hint on what overrides it. */
+static nl_jinja *parse_tmpl(const char *src, size_t len, const char *label, bool own) {
+    nl_jinja *j = nl_jinja_parse(src, len, label);
+    if (!j && own) {
+        char msg[900];
+        snprintf(msg, sizeof msg, "%s", nl_last_error());
+        nl_err("%s (--template chatml, llama3 or FILE.jinja renders with another template)", msg);
+    }
+    return j;
+}
+
+int nl_chat_template_check(const char *name) {
+    if (is_auto(name) || is_builtin_name(name)) return 0;
+    if (!looks_like_file(name)) return unknown_name(name);
+    size_t len;
+    char *src = nl_read_file(name, &len);
+    if (!src) return -1;
+    nl_jinja *j = parse_tmpl(src, len, name, false);
+    free(src);
+    nl_jinja_free(j);
+    return j ? 0 : -1;
+}
+
+static int ctl_cmp(const void *pa, const void *pb) {
+    const ctl_text *a = pa, *b = pb;
+    unsigned char ca = (unsigned char)a->s[0], cb = (unsigned char)b->s[0];
+    if (ca != cb) return ca < cb ? -1 : 1;
+    if (a->n != b->n) return a->n > b->n ? -1 : 1; /* longest first: the longest match wins */
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int build_ctl(nl_chat_template *ct) {
+    int nv = nl_tokenizer_n_vocab(ct->tok);
+    ct->ctl = nl_calloc((size_t)(nv > 0 ? nv : 1), sizeof *ct->ctl);
+    if (!ct->ctl) return -1;
+    for (int32_t id = 0; id < nv; id++) {
+        size_t n;
+        const char *s = nl_token_piece(ct->tok, id, &n);
+        if (s && n > 0 && nl_token_is_control(ct->tok, id)) ct->ctl[ct->n_ctl++] = (ctl_text){s, n, id};
+    }
+    qsort(ct->ctl, (size_t)ct->n_ctl, sizeof *ct->ctl, ctl_cmp);
+    int k = 0;
+    for (int c = 0; c <= 256; c++) {
+        while (k < ct->n_ctl && (unsigned char)ct->ctl[k].s[0] < c) k++;
+        ct->first[c] = k;
+    }
+    return 0;
+}
+
+int nl_chat_template_open(const nl_tokenizer *tok, const char *name, nl_chat_template **out) {
+    *out = NULL;
+    nl_chat_template *ct = nl_calloc(1, sizeof *ct);
+    if (!ct) return -1;
+    ct->tok = tok;
+    if (!is_auto(name) && is_builtin_name(name)) {
+        nl_tmpl_ids ti;
+        if (nl_chat_template_pick(name, NULL, &ct->builtin) || nl_tmpl_ids_get(tok, ct->builtin, &ti) ||
+            !(ct->desc = nl_strdup(name)))
+            goto fail;
+        *out = ct;
+        return 0;
+    }
+    if (!is_auto(name)) {
+        if (!looks_like_file(name)) {
+            unknown_name(name);
+            goto fail;
+        }
+        size_t len;
+        char *src = nl_read_file(name, &len);
+        if (!src) goto fail;
+        ct->jinja = parse_tmpl(src, len, name, false);
+        free(src);
+        if (!ct->jinja || !(ct->desc = nl_strdup(name))) goto fail;
+    } else {
+        const char *g = nl_tokenizer_chat_template(tok);
+        if (!g) {
+            nl_err("the model has no chat template (tokenizer.chat_template); name one: chatml, llama3 or FILE.jinja");
+            goto fail;
+        }
+        ct->jinja = parse_tmpl(g, strlen(g), "tokenizer.chat_template", true);
+        if (!ct->jinja || !(ct->desc = nl_strdup("tokenizer.chat_template"))) goto fail;
+    }
+    if (build_ctl(ct)) goto fail;
+    *out = ct;
+    return 0;
+fail:
+    nl_chat_template_free(ct);
+    return -1;
+}
+
+void nl_chat_template_free(nl_chat_template *ct) {
+    if (!ct) return;
+    nl_jinja_free(ct->jinja);
+    free(ct->ctl);
+    free(ct->desc);
+    free(ct);
+}
+
+const char *nl_chat_template_desc(const nl_chat_template *ct) { return ct->desc; }
+
+/* The template's variables, as transformers passes them: messages, tools (none when absent),
+ * documents (none), add_generation_prompt, and the tokenizer's bos_token / eos_token texts. */
+static nl_jv *jinja_vars(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
+                         bool gen) {
+    nl_jv *v = nl_jv_dict(), *list = nl_jv_list();
+    if (!v || !list) goto fail;
+    for (int i = 0; i < n_msgs; i++) {
+        nl_jv *m = nl_jv_dict();
+        if (!m || nl_jv_push(list, m)) goto fail;
+        if (nl_jv_set(m, "role", nl_jv_str(msgs[i].role, strlen(msgs[i].role), true)) ||
+            nl_jv_set(m, "content", nl_jv_str(msgs[i].content, msgs[i].content_len, true)))
+            goto fail;
+        const nl_json *x = msgs[i].extra;
+        for (size_t k = 0; x && x->type == NL_JSON_OBJECT && k < x->u.obj.n; k++) {
+            const nl_json_member *mm = &x->u.obj.members[k];
+            if (!strcmp(mm->key, "role") || !strcmp(mm->key, "content") || strlen(mm->key) != mm->key_len) continue;
+            if (nl_jv_set(m, mm->key, nl_jv_from_json(&mm->value))) goto fail;
+        }
+    }
+    if (nl_jv_set(v, "messages", list)) {
+        list = NULL;
+        goto fail;
+    }
+    list = NULL;
+    if (nl_jv_set(v, "tools", tools ? nl_jv_from_json(tools) : nl_jv_none()) ||
+        nl_jv_set(v, "documents", nl_jv_none()) || nl_jv_set(v, "add_generation_prompt", nl_jv_bool(gen)))
+        goto fail;
+    const struct { const char *key; int32_t id; } sp[] = {{"bos_token", nl_token_bos(ct->tok)}, {"eos_token", nl_token_eos(ct->tok)}};
+    for (size_t k = 0; k < 2; k++) {
+        size_t n;
+        const char *s = sp[k].id >= 0 ? nl_token_piece(ct->tok, sp[k].id, &n) : NULL;
+        if (s && nl_jv_set(v, sp[k].key, nl_jv_str(s, n, false))) goto fail;
+    }
+    return v;
+fail:
+    nl_jv_unref(list);
+    nl_jv_unref(v);
+    return NULL;
+}
+
+static int jinja_render(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
+                        char **text, size_t *len, uint8_t **flags) {
+    nl_jv *v = jinja_vars(ct, msgs, n_msgs, tools, gen);
+    if (!v) return -1;
+    int rc = nl_jinja_render(ct->jinja, v, text, len, flags);
+    nl_jv_unref(v);
+    return rc;
+}
+
+int nl_chat_template_text(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
+                          bool add_generation_prompt, char **text, size_t *len) {
+    if (!ct->jinja) return nl_chat_render(ct->builtin, msgs, n_msgs, add_generation_prompt, text, len);
+    return jinja_render(ct, msgs, n_msgs, tools, add_generation_prompt, text, len, NULL);
+}
+
+/* The control token whose text starts at s (template bytes only: flags all 0), longest first;
+ * -1 when none. */
+static int match_ctl(const nl_chat_template *ct, const char *s, const uint8_t *fl, size_t n, size_t *len) {
+    unsigned char c = (unsigned char)s[0];
+    for (int k = ct->first[c]; k < ct->first[c + 1]; k++) {
+        const ctl_text *t = &ct->ctl[k];
+        if (t->n > n || memcmp(s, t->s, t->n) != 0) continue;
+        bool tmpl = true;
+        for (size_t j = 0; j < t->n && tmpl; j++) tmpl = fl[j] == 0;
+        if (!tmpl) continue;
+        *len = t->n;
+        return k;
+    }
+    return -1;
+}
+
+static size_t common_prefix(const char *a, size_t an, const char *b, size_t bn) {
+    size_t k = 0;
+    while (k < an && k < bn && a[k] == b[k]) k++;
+    while (k > 0 && k < an && ((unsigned char)a[k] & 0xC0) == 0x80) k--; /* a character boundary */
+    return k;
+}
+
+typedef struct {
+    size_t s, e;
+} span;
+
+/* The loss span of assistant message i in the rendering (r, rn, fl); see dataset.h. */
+static int assistant_span(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i, const nl_json *tools,
+                          const char *r, size_t rn, const uint8_t *fl, span *out) {
+    char *g = NULL;
+    size_t gn = 0;
+    if (jinja_render(ct, msgs, i, tools, true, &g, &gn, NULL)) return -1;
+    size_t s = common_prefix(r, rn, g, gn);
+    free(g);
+    /* the content's end: where a rendering with the content extended departs */
+    nl_chat_msg *m2 = nl_malloc((size_t)n_msgs * sizeof *m2);
+    char *c2 = m2 ? nl_malloc(msgs[i].content_len + 2) : NULL;
+    if (!c2) {
+        free(m2);
+        return -1;
+    }
+    memcpy(m2, msgs, (size_t)n_msgs * sizeof *m2);
+    memcpy(c2, msgs[i].content, msgs[i].content_len);
+    c2[msgs[i].content_len] = '\x01';
+    c2[msgs[i].content_len + 1] = 0;
+    m2[i].content = c2;
+    m2[i].content_len = msgs[i].content_len + 1;
+    char *r2 = NULL;
+    size_t r2n = 0;
+    int rc = jinja_render(ct, m2, n_msgs, tools, false, &r2, &r2n, NULL);
+    free(m2);
+    free(c2);
+    if (rc) return -1;
+    size_t c = common_prefix(r, rn, r2, r2n);
+    free(r2);
+    if (c >= rn || c < s) c = s; /* the content is not rendered (a tool call alone) */
+    size_t e = rn;
+    for (size_t p = c; p < rn; p++) {
+        size_t l;
+        if (fl[p] == 0 && match_ctl(ct, r + p, fl + p, rn - p, &l) >= 0) {
+            e = p + l;
+            break;
+        }
+    }
+    if (e == rn) {
+        /* no control token ends the turn (a vocabulary without it): up to where the rendering
+         * of the conversation through this message departs, when that is past the content */
+        char *h = NULL;
+        size_t hn = 0;
+        if (jinja_render(ct, msgs, i + 1, tools, false, &h, &hn, NULL)) return -1;
+        size_t hp = common_prefix(r, rn, h, hn);
+        free(h);
+        if (hp > c) e = hp;
+        while (e > s && (r[e - 1] == '\n' || r[e - 1] == ' ')) e--;
+    }
+    out->s = s;
+    out->e = e;
+    return 0;
+}
+
+/* Appends the text r[a, b) tokenized (no special parsing), target flag t. */
+static int piece(const nl_chat_template *ct, nl_tokbuf *b, const char *r, size_t a, size_t e, uint8_t t) {
+    return nl_tokbuf_text(ct->tok, b, r + a, e - a, t);
+}
+
+static int jinja_tokens(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
+                        uint8_t asst_target, nl_tokbuf *b) {
+    char *r = NULL;
+    uint8_t *fl = NULL;
+    size_t rn = 0;
+    span *sp = NULL;
+    int n_sp = 0, rc = -1;
+    if (jinja_render(ct, msgs, n_msgs, tools, gen, &r, &rn, &fl)) return -1;
+    if (asst_target) {
+        sp = nl_calloc((size_t)n_msgs + 1, sizeof *sp);
+        if (!sp) goto done;
+        for (int i = 0; i < n_msgs; i++) {
+            if (strcmp(msgs[i].role, "assistant") != 0) continue;
+            if (assistant_span(ct, msgs, n_msgs, i, tools, r, rn, fl, &sp[n_sp])) goto done;
+            if (n_sp > 0 && sp[n_sp].s < sp[n_sp - 1].e) sp[n_sp].s = sp[n_sp - 1].e;
+            if (sp[n_sp].e > sp[n_sp].s) n_sp++;
+        }
+    }
+    /* BOS: the template's own; the tokenizer's first only when it adds one and the
+     * rendering does not start with it */
+    int32_t bos = nl_token_bos(ct->tok);
+    if (nl_tokenizer_add_bos(ct->tok) && bos >= 0) {
+        size_t l;
+        int k = rn ? match_ctl(ct, r, fl, rn, &l) : -1;
+        if ((k < 0 || ct->ctl[k].id != bos) && nl_tokbuf_push(b, bos, 0)) goto done;
+    }
+    size_t a = 0;
+    int si = 0; /* the first span not yet passed */
+    for (size_t p = 0; p < rn;) {
+        while (si < n_sp && sp[si].e <= p) si++;
+        bool in = si < n_sp && sp[si].s <= p;
+        size_t l;
+        int k = fl[p] == 0 ? match_ctl(ct, r + p, fl + p, rn - p, &l) : -1;
+        if (k >= 0) {
+            if ((p > a && piece(ct, b, r, a, p, in ? asst_target : 0)) || nl_tokbuf_push(b, ct->ctl[k].id, in ? asst_target : 0))
+                goto done;
+            p += l;
+            a = p;
+            continue;
+        }
+        p++;
+        /* a span boundary ends a piece */
+        bool cut = si < n_sp && (p == sp[si].s || p == sp[si].e);
+        if (cut) {
+            if (piece(ct, b, r, a, p, in ? asst_target : 0)) goto done;
+            a = p;
+        }
+    }
+    if (rn > a) {
+        while (si < n_sp && sp[si].e <= a) si++;
+        bool in = si < n_sp && sp[si].s <= a;
+        if (piece(ct, b, r, a, rn, in ? asst_target : 0)) goto done;
+    }
+    rc = 0;
+done:
+    free(sp);
+    free(r);
+    free(fl);
+    return rc;
+}
+
+int nl_chat_template_tokens(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
+                            bool add_generation_prompt, uint8_t asst_target, nl_tokbuf *b) {
+    if (!ct->jinja) return nl_chat_tokens(ct->tok, ct->builtin, msgs, n_msgs, add_generation_prompt, asst_target, b);
+    return jinja_tokens(ct, msgs, n_msgs, tools, add_generation_prompt, asst_target, b);
+}
+
+int nl_chat_template_tokenize(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
+                              bool add_generation_prompt, int32_t **ids, uint8_t **target, int *n_ids) {
+    nl_tokbuf b = {0};
+    if (nl_chat_template_tokens(ct, msgs, n_msgs, tools, add_generation_prompt, 1, &b)) {
+        nl_tokbuf_free(&b);
+        return -1;
+    }
+    if (b.n > 0) b.tgt[0] = 0;
+    *ids = b.ids;
+    if (target) *target = b.tgt;
+    else free(b.tgt);
+    *n_ids = b.n;
+    return 0;
 }

@@ -34,4 +34,10 @@ int nl_tmpl_ids_get(const nl_tokenizer *tok, nl_chat_tmpl t, nl_tmpl_ids *ti);
 int nl_chat_tokens(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs,
                    bool add_generation_prompt, uint8_t asst_target, nl_tokbuf *b);
 
+/* The same through a template object (dataset.h): a built-in as above, or a Jinja template
+ * (its loss spans found by rendering); tools: NULL or the line's "tools" array. */
+int nl_chat_template_tokens(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,
+                            const struct nl_json *tools, bool add_generation_prompt, uint8_t asst_target,
+                            nl_tokbuf *b);
+
 #endif

@@ -644,10 +644,7 @@ static int check_opts(const nl_train_opts *o) {
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
     if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
-    if (o->chat_template && o->chat_template[0] && strcmp(o->chat_template, "auto")) {
-        nl_chat_tmpl tm;
-        if (nl_chat_template_pick(o->chat_template, NULL, &tm)) return nl_err_prefix("--template %s", o->chat_template);
-    }
+    if (nl_chat_template_check(o->chat_template)) return nl_err_prefix("--template %s", o->chat_template);
     if (o->dump_grads && mezo) return nl_err("--dump-grads: MeZO computes no gradients (use --method backprop)");
     return 0;
 }
