@@ -73,10 +73,13 @@ for arch in $ARCHS; do
     a="$WORK/$arch-adapter.gguf"
     "$BIN" mkmodel --arch "$arch" --preset small --type f32 --seed 1 --out "$m" >/dev/null
     "$BIN" mkmodel --arch "$arch" --preset small --type q8_0 --seed 1 --out "$mq" >/dev/null
+    # with a snapshot half way (--save-every: the format of --out, OUT-stepN.gguf)
+    half=$((STEPS / 2 > 0 ? STEPS / 2 : 1))
     "$BIN" train --model "$m" --data "$ROOT/examples/tagging-train.jsonl" --out "$a" --steps "$STEPS" --lr 2e-3 \
-        --batch-tokens 256 --backend host --threads 2 --seed 1 --quiet >/dev/null
+        --batch-tokens 256 --backend host --threads 2 --seed 1 --save-every "$half" --quiet >/dev/null
     check "$arch f32" "$m" 1
     check "$arch f32 + adapter" "$m" 1 "$a"
+    check "$arch f32 + snapshot" "$m" 1 "$WORK/$arch-adapter-step$half.gguf"
     check "$arch q8_0" "$mq" 0
     check "$arch q8_0 + adapter" "$mq" 0 "$a"
 done

@@ -58,6 +58,11 @@ int nl_cli_num(const char *cmd, int argc, char **argv, const char *flag, double 
  * not given are skipped. 0, or 1 after printing a usage error naming both flags. */
 int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *const *inputs, const char *const *outputs,
                         const char *out_dir);
+/* The same for the snapshots `train --save-every N` derives from --out (nl_train_snapshot_path:
+ * OUT-stepK.gguf at every multiple K of N, whatever step a run reaches, and their temp files):
+ * none may be one of the files the flags `files` name. 0, or 1 after printing an error naming
+ * the flag, the snapshot and its step. */
+int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const char *const *files, const char *out, int64_t every);
 
 /* Shared projection-service flags (--backend, --threads, --wire, --verbose). 0 ok, else usage error printed. */
 #include "proj/proj.h"

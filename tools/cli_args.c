@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "train/trainer.h"
 
 /* ---- numbers ------------------------------------------------------------------------------ */
 
@@ -192,5 +193,61 @@ int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *cons
         free((char *)tmp[o].path);
     }
     if (have_dir) free(dir.real);
+    return rc ? 1 : 0;
+}
+
+/* The step k when `name` (a last path component) is a snapshot name of the run: `prefix`
+ * ("adapter-step"), a step without leading zeros, ".gguf" or ".gguf.tmp"; else 0. */
+static int64_t snapshot_step(const char *name, const char *prefix) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) || name[pl] < '1' || name[pl] > '9') return 0;
+    char *end;
+    errno = 0;
+    long long k = strtoll(name + pl, &end, 10);
+    if (errno || k <= 0 || (strcmp(end, ".gguf") && strcmp(end, ".gguf.tmp"))) return 0;
+    return (int64_t)k;
+}
+
+int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const char *const *files, const char *out, int64_t every) {
+    /* the name pattern, from the path of step 1: "DIR/adapter-step1.gguf" -> "adapter-step" */
+    char *first = nl_train_snapshot_path(out, 1);
+    if (!first) return fprintf(stderr, "nightlora %s: out of memory\n", cmd), 1;
+    const char *base = strrchr(first, '/');
+    base = base ? base + 1 : first;
+    size_t bl = strlen(base) - strlen("1.gguf");
+    char *prefix = strndup(base, bl);
+    free(first);
+    int rc = 0;
+    for (; files && *files && prefix && !rc; files++) {
+        const char *p = nl_cli_opt(argc, argv, *files);
+        if (!p) continue;
+        path_id f;
+        id_init(&f, *files, p);
+        /* the name as given and as resolved (a symbolic link to a snapshot) */
+        const char *names[2] = {strrchr(p, '/') ? strrchr(p, '/') + 1 : p, NULL};
+        if (f.real) names[1] = strrchr(f.real, '/') ? strrchr(f.real, '/') + 1 : f.real;
+        for (int i = 0; i < 2 && !rc; i++) {
+            int64_t k = names[i] ? snapshot_step(names[i], prefix) : 0;
+            if (k <= 0 || k % every) continue;
+            char *sp = nl_train_snapshot_path(out, k);
+            if (!sp) break;
+            size_t l = strlen(sp) + 5;
+            char *tp = malloc(l);
+            if (tp) snprintf(tp, l, "%s.tmp", sp);
+            path_id s, t;
+            id_init(&s, "", sp);
+            id_init(&t, "", tp ? tp : sp);
+            if (same(&f, &s) || same(&f, &t))
+                rc = fprintf(stderr, "nightlora %s: --%s %s would be replaced by the snapshot that --save-every %" PRId64
+                             " writes at step %" PRId64 " (%s%s%s, from --out %s): choose another --out\n", cmd, *files, p, every,
+                             k, sp, same(&f, &s) ? "" : ", through its temp file ", same(&f, &s) ? "" : t.path, out);
+            free(s.real);
+            free(t.real);
+            free(tp);
+            free(sp);
+        }
+        free(f.real);
+    }
+    free(prefix);
     return rc ? 1 : 0;
 }

@@ -14,7 +14,7 @@ int nl_cmd_train(int argc, char **argv) {
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", NULL};
     static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", NULL};
     /* --config FILE.json: its flags first, then the command line's (which win) */
     if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
@@ -136,6 +136,7 @@ int nl_cmd_train(int argc, char **argv) {
     NUM("epochs", 1e-6, 1e6, o.epochs)
     INT("batch-tokens", 1, 1000000000, o.batch_tokens)
     INT("commit-every", 1, INT64_C(1) << 53, o.commit_every)
+    INT("save-every", 1, INT64_C(1) << 53, o.save_every)
     INT("act-budget-mb", 0, INT64_C(1) << 40, o.act_budget_mb)
     if ((r = nl_cli_u64("train", argc, argv, "seed", &uv)) < 0) return 2;
     if (r) o.seed = uv;
@@ -151,6 +152,9 @@ int nl_cmd_train(int argc, char **argv) {
     o.pacing_poll_s /= 1000.0;
 #undef INT
 #undef NUM
+    /* the snapshots' paths are derived from --out: none may be an input or another output */
+    static const char *const files[] = {"model", "data", "init-adapter", "thermal-status-file", "battery-temp-file", "log-json", "dump-grads", NULL};
+    if (o.save_every > 0 && nl_cli_no_snapshot_overwrite("train", argc, argv, files, o.out, o.save_every)) return 2;
     if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
     nl_train_result res;
     if (nl_train(&o, &res)) return nl_cli_fail("train");

@@ -71,6 +71,15 @@ int nl_train_sync_mode(const nl_train_opts *o) {
     return !strcmp(b, "host") || !strcmp(b, "ref");
 }
 
+char *nl_train_snapshot_path(const char *out, int64_t step) {
+    size_t n = strlen(out);
+    if (n >= 5 && !strcmp(out + n - 5, ".gguf")) n -= 5;
+    size_t cap = n + 32;
+    char *p = nl_malloc(cap);
+    if (p) snprintf(p, cap, "%.*s-step%" PRId64 ".gguf", (int)n, out, step);
+    return p;
+}
+
 const int nl_train_buckets[] = {16, 64, 256, 1024, 4096};
 const int nl_train_n_buckets = (int)(sizeof nl_train_buckets / sizeof *nl_train_buckets);
 
@@ -640,6 +649,7 @@ static int check_opts(const nl_train_opts *o) {
     if (o->steps < 0) return nl_err("--steps %" PRId64 ": expected >= 1", o->steps);
     if (o->steps == 0 && !(o->epochs > 0)) return nl_err("--epochs %g: expected > 0", o->epochs);
     if (o->commit_every < 1) return nl_err("--commit-every %" PRId64 ": expected >= 1", o->commit_every);
+    if (o->save_every < 0) return nl_err("--save-every %" PRId64 ": expected >= 1 (0: no snapshots)", o->save_every);
     if (o->resume && !o->checkpoint_dir) return nl_err("--resume needs --checkpoint-dir");
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
@@ -885,6 +895,40 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     return 0;
 }
 
+/* The snapshot of `step` (save_every) at `path`: the adapter as --out is written, atomically
+ * (sys/io). A failure ends the run like a failed --out. */
+static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
+    const nl_train_opts *o = t->o;
+    if (!nl_adapter_save(t->ad, t->m, path)) return 0;
+    char why[1024];
+    snprintf(why, sizeof why, "--save-every %" PRId64 ": writing the snapshot of step %" PRId64 " failed: %s", o->save_every, step,
+             nl_last_error());
+    output_error(o, step, why, t->last_commit, "--out");
+    return -1;
+}
+
+/* Snapshots at the start. A snapshot follows its step's commit, so a resumed run (from its
+ * newest commit) replays no step whose snapshot was written: the earlier ones stay as they are;
+ * the snapshot of the step it resumes from is written when missing (a run killed between that
+ * commit and its snapshot). A run whose steps end before the first snapshot is told. */
+static int start_snapshots(nl_trainer *t, int64_t step) {
+    const nl_train_opts *o = t->o;
+    if (o->save_every > t->total && o->progress)
+        fprintf(o->progress, "warning: --save-every %" PRId64 " is beyond this run's %" PRId64 " steps: no snapshot will be written\n",
+                o->save_every, t->total);
+    if (step == 0 || step % o->save_every) return 0;
+    char *path = nl_train_snapshot_path(o->out, step);
+    if (!path) return -1;
+    struct stat st;
+    int rc = 0;
+    if (stat(path, &st) != 0 && errno == ENOENT) {
+        rc = write_snapshot(t, step, path);
+        if (!rc && o->progress) fprintf(o->progress, "snapshot of step %" PRId64 " was missing: written to %s\n", step, path);
+    }
+    free(path);
+    return rc;
+}
+
 /* Where the run starts: the identity its commits carry (the model's hash, the run's
  * description, DIR/run.json), the commit a --resume continues from, the --log-json opened, and
  * the run said. *step: the step it starts from. */
@@ -907,6 +951,8 @@ static int start_run(nl_trainer *t, int64_t *step) {
     t->cfg_hash = nl_desc_config_hash(&desc);
     *step = 0;
     if (o->resume && resume_from(t, &desc, step)) return -1;
+    t->first_step = t->last_commit = *step;
+    if (o->save_every > 0 && start_snapshots(t, *step)) return -1;
     if (o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) return -1;
     if (o->log_json) {
         /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
@@ -920,7 +966,6 @@ static int start_run(nl_trainer *t, int64_t *step) {
                 t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
         fflush(o->progress);
     }
-    t->first_step = t->last_commit = *step;
     return 0;
 }
 
@@ -971,7 +1016,10 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     if (step == t->first_step + 1) res->first_loss = so->loss;
     res->last_loss = so->loss;
     int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || nl_stop_requested();
-    int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == t->total || stop);
+    /* a snapshot step is a commit step, the commit first: a resume never replays the step of a
+     * snapshot written, and one killed in between writes the missing snapshot (start_run) */
+    int snap = o->save_every > 0 && step % o->save_every == 0;
+    int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == t->total || stop || snap);
     /* The log line goes out BEFORE the commit (and is made durable with it): a kill in
      * between leaves a line for an uncommitted step, which the resume drops and replays;
      * the other order could lose the line of a committed step for good. */
@@ -999,14 +1047,21 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
         }
         t->last_commit = step;
     }
+    char *snap_path = NULL;
+    if (snap && (!(snap_path = nl_train_snapshot_path(o->out, step)) || write_snapshot(t, step, snap_path))) {
+        free(snap_path);
+        return -1;
+    }
     if (o->progress) {
         double el = nl_now() - t->run_start, tps = el > 0 ? (double)t->run_tokens / el : 0.0;
         char eta[32];
         fmt_eta(el / (double)t->steps_this_run * (double)(t->total - step), eta, sizeof eta);
-        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s  %s%s\n", step, t->total, so->loss, tps, eta,
-                paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "");
+        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s  %s%s%s%s\n", step, t->total, so->loss, tps, eta,
+                paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "", snap_path ? "  snapshot " : "",
+                snap_path ? snap_path : "");
         fflush(o->progress);
     }
+    free(snap_path);
     return stop;
 }
 

@@ -38,6 +38,10 @@ typedef struct {
     uint64_t seed;                       /* 42 */
     const char *checkpoint_dir;          /* NULL: no commits */
     int64_t commit_every;                /* 1 */
+    /* > 0: every save_every optimizer steps the adapter is also written to
+     * nl_train_snapshot_path(out, step) (OUT-stepN.gguf, the format of out), committed first
+     * when there is a checkpoint_dir (a snapshot step is a commit step); 0: none */
+    int64_t save_every;
     int resume;
     int allow_kernel_change;             /* --resume on other kernels than the commits': continue */
     int64_t act_budget_mb;               /* -1: MemAvailable-based */
@@ -74,6 +78,10 @@ void nl_train_defaults(nl_train_opts *o);
 nl_schedule nl_train_schedule(const nl_train_opts *o);
 /* 1 when o->overlap (and the backend, for "auto") asks for the synchronous mode (rt->sync). */
 int nl_train_sync_mode(const nl_train_opts *o);
+/* The snapshot of step `step` of a run writing `out` (save_every): out without its ".gguf",
+ * then "-step<step>.gguf" (out/adapter.gguf -> out/adapter-step40.gguf). malloc'd; NULL (set)
+ * when out of memory. */
+char *nl_train_snapshot_path(const char *out, int64_t step);
 
 typedef struct {
     int64_t steps_done;                  /* optimizer steps completed overall (incl. resumed) */
