@@ -209,6 +209,17 @@ static void test_exported_data(void) {
     CHECKF(rc == 2 && e && strstr(e, want), "--out DIR/train.jsonl: exit %d: %s", rc, e ? e : "");
     free(e);
     CHECK(exists(p));
+    /* DIR/valid.jsonl is an input too (the validation set) */
+    char val[512];
+    snprintf(val, sizeof val, "%s/valid.jsonl", dir);
+    write_text(val, "{\"prompt\": \"Note: milk\\nTag:\", \"completion\": \" shopping\"}\n");
+    const char *v2[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", val, "--steps", "1", NULL};
+    rc = nl_t_run(v2, errf, NULL);
+    e = slurp(errf);
+    snprintf(want, sizeof want, "--out %s and --val-data %s are the same file", val, val);
+    CHECKF(rc == 2 && e && strstr(e, want), "--out DIR/valid.jsonl: exit %d: %s", rc, e ? e : "");
+    free(e);
+    CHECK(exists(val));
 }
 
 /* An adapter whose first lora_b has rank 3 while its lora_a has rank 4. */

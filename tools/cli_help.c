@@ -35,6 +35,7 @@ static const help_row rows[] = {
     /* train */
     {"data", "FILE.jsonl|DIR", "training data: JSONL lines of {\"text\"}, {\"prompt\",\"completion\"}, {\"messages\"}, ShareGPT {\"conversations\"} or TRL message lists; a directory: its train.jsonl [required]"},
     {"ignore-unknown-keys", NULL, "skip the keys of a line no format reads (default: such a key is an error)"},
+    {"dry-run", NULL, "print the first sequences as the model sees them (template applied, loss targets [[marked]]) and the step plan, then exit: no service, nothing written"},
     {"train:out", "A.gguf", "the adapter written at the end (llama.cpp's LoRA GGUF) [required]"},
     {"config", "FILE.json", "flags from a JSON object (keys: flag names, '_' for '-'; a checkpoint directory's run.json works as is); the command line's win"},
     {"rank", "N", "LoRA rank (default 16)"},

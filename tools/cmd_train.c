@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "data/dataset.h"
+#include "train/plan.h"
 #include "train/trainer.h"
 #include "util/util.h"
 
@@ -15,7 +16,7 @@ int nl_cmd_train(int argc, char **argv) {
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
         "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", NULL};
-    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", NULL};
+    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "dry-run", NULL};
     /* --config FILE.json: its flags first, then the command line's (which win) */
     if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
@@ -24,28 +25,40 @@ int nl_cmd_train(int argc, char **argv) {
     o.model = nl_cli_opt(argc, argv, "model");
     o.data = nl_cli_opt(argc, argv, "data");
     o.out = nl_cli_opt(argc, argv, "out");
-    if (!o.model || !o.data || !o.out) {
+    const int dry_run = nl_cli_flag(argc, argv, "dry-run");
+    if (!o.model || !o.data || (!o.out && !dry_run)) {
         fprintf(stderr, "nightlora train: --model, --data and --out are required\n");
         return 2;
     }
     /* a data directory (train.jsonl, valid.jsonl, test.jsonl): its train.jsonl is the data,
      * and the file the checks below and every message name */
-    static char *train_file; /* static: reachable until exit */
-    if (nl_data_dir_file(o.data, "train.jsonl", 1, &train_file)) {
+    static char *train_file, *valid_file; /* static: reachable until exit */
+    if (nl_data_dir_file(o.data, "train.jsonl", 1, &train_file) ||
+        (train_file && nl_data_dir_file(o.data, "valid.jsonl", 0, &valid_file))) {
         nl_err_prefix("--data %s", o.data);
         return nl_cli_fail("train");
     }
     char *args[256];
+    const int val_flag = nl_cli_opt(argc, argv, "val-data") != NULL;
     if (train_file) {
-        if (argc > 250) return 2;
+        if (argc > 250) {
+            fprintf(stderr, "nightlora train: too many arguments (%d)\n", argc);
+            return 2;
+        }
         memcpy(args, argv, (size_t)argc * sizeof *argv);
         args[argc++] = "--data";
         args[argc++] = train_file;
+        if (valid_file && !val_flag) {
+            args[argc++] = "--val-data";
+            args[argc++] = valid_file;
+        }
         args[argc] = NULL;
         argv = args;
         o.data = train_file;
     }
-    static const char *const inputs[] = {"model", "data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
+    /* the validation set: --val-data, or DIR/valid.jsonl */
+    o.val_data = nl_cli_opt(argc, argv, "val-data");
+    static const char *const inputs[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
     static const char *const outputs[] = {"out", "log-json", "dump-grads", NULL};
     if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
     if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
@@ -152,8 +165,10 @@ int nl_cmd_train(int argc, char **argv) {
     o.pacing_poll_s /= 1000.0;
 #undef INT
 #undef NUM
+    /* the examples as rendered and the step plan; no service, nothing written */
+    if (dry_run) return nl_train_dry_run(&o, 3, stdout) ? nl_cli_fail("train") : 0;
     /* the snapshots' paths are derived from --out: none may be an input or another output */
-    static const char *const files[] = {"model", "data", "init-adapter", "thermal-status-file", "battery-temp-file", "log-json", "dump-grads", NULL};
+    static const char *const files[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", "log-json", "dump-grads", NULL};
     if (o.save_every > 0 && nl_cli_no_snapshot_overwrite("train", argc, argv, files, o.out, o.save_every)) return 2;
     if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
     nl_train_result res;

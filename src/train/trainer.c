@@ -29,6 +29,7 @@
 #include "train/graph.h"
 #include "train/mezo.h"
 #include "train/optim.h"
+#include "train/plan.h"
 #include "train/rundesc.h"
 #include "sys/pacing.h"
 #include "sys/signals.h"
@@ -380,37 +381,6 @@ static void fmt_eta(double s, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lds", x);
 }
 
-static int64_t count_total_steps(nl_trainer *t) {
-    const nl_train_opts *o = t->o;
-    if (o->steps > 0) return o->steps;
-    /* walk the batcher through ceil(epochs) epochs, counting batches: with shuffling an
-     * epoch's batch count depends on its order; without, every epoch has the first one's.
-     * 64-bit: 200k sequences a batch each over 11000 epochs are 2.2e9 steps. */
-    nl_batcher *b = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
-    if (!b) return -1;
-    int64_t whole = (int64_t)floor(o->epochs), total = 0, first = -1;
-    double frac = o->epochs - (double)whole;
-    for (int64_t e = 0; e < whole + (frac > 0); e++) {
-        int64_t in_epoch = 0;
-        if (!o->shuffle && first >= 0) {
-            in_epoch = first;
-        } else {
-            const int *idx;
-            int n;
-            for (;;) {
-                nl_data_cursor c = nl_batcher_cursor(b);
-                if (c.epoch != e) break;
-                if (nl_batcher_next(b, &idx, &n)) { nl_batcher_free(b); return -1; }
-                in_epoch++;
-            }
-            first = in_epoch;
-        }
-        total += e < whole ? in_epoch : (int64_t)ceil(frac * (double)in_epoch);
-    }
-    nl_batcher_free(b);
-    return total > 0 ? total : 1;
-}
-
 static int commit_state(nl_trainer *t, uint64_t cfg_hash, uint64_t model_hash, int64_t step, nl_data_cursor cur) {
     const float *m = t->mezo ? t->zeros : t->mom, *v = t->mezo ? t->zeros : t->vel;
     nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
@@ -711,24 +681,8 @@ static int open_run(nl_trainer *t) {
         }
     }
 
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab,
-                         .ignore_unknown_keys = o->ignore_unknown_keys};
-    if (nl_dataset_load(o->data, t->tok, &dopt, &t->ds)) return -1;
-    t->ds_loaded = 1;
-    const int max_ctx = o->max_ctx > 0 ? o->max_ctx : (t->m->hp.n_ctx_train > 0 && t->m->hp.n_ctx_train < 4096 ? t->m->hp.n_ctx_train : 4096);
-    if (max_ctx < 2) {
-        if (o->max_ctx > 0) nl_err("--ctx %d: expected >= 2", o->max_ctx);
-        else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, max_ctx);
-        return -1;
-    }
-    if (nl_pack(&t->ds, nl_train_buckets, nl_train_n_buckets, max_ctx,
-                o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, &t->pk)) return -1;
-    t->pk_loaded = 1;
-    if (t->pk.n == 0) {
-        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, t->ds.n, t->pk.n_dropped);
-        return -1;
-    }
-    t->max_ctx = max_ctx;
+    if (nl_train_load_data(o, t->m, t->tok, &t->ds, &t->pk, &t->max_ctx)) return -1;
+    t->ds_loaded = t->pk_loaded = 1;
     return 0;
 }
 
@@ -816,7 +770,7 @@ static int open_pacing(nl_trainer *t) {
  * moments; MeZO: the zero moments its commits carry), the schedule and the step configs. */
 static int open_state(nl_trainer *t) {
     const nl_train_opts *o = t->o;
-    t->total = count_total_steps(t);
+    t->total = nl_train_count_steps(o, &t->pk, &t->per_epoch);
     if (t->total < 0) return -1;
     t->bt = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
     if (!t->bt) return -1;
@@ -964,6 +918,9 @@ static int start_run(nl_trainer *t, int64_t *step) {
                              "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
                 o->model, o->data, t->ds.n, t->pk.n, t->pk.n_truncated, t->max_ctx, t->pk.n_dropped, t->total, t->ad->n,
                 t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
+        char warn[512];
+        if (nl_train_short_run(o, &t->pk, t->total, t->per_epoch, warn, sizeof warn)) return -1;
+        if (warn[0]) fprintf(o->progress, "warning: %s\n", warn);
         fflush(o->progress);
     }
     return 0;

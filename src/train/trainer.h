@@ -13,6 +13,9 @@
 
 typedef struct {
     const char *model, *data, *out;      /* required */
+    const char *val_data;                /* held-out data for validation (the CLI: --data DIR's
+                                          * valid.jsonl when it has one); not read yet: the
+                                          * validation during training is to come */
     const char *init_adapter;            /* start from an adapter (rank, alpha, targets from it) */
     int init_rank;                       /* with init_adapter: the rank asked for (--rank); 0 = the file's.
                                           * An adapter of another rank is refused. */
@@ -103,6 +106,10 @@ typedef struct {
  * kernels (DIR/run.json "kernels", nl_proj_describe: e.g. AMX there, none here) is refused
  * unless allow_kernel_change, then warns. One run at a
  * time per checkpoint dir: an flock on DIR/lock (dropped by the kernel if the process dies).
+ *
+ * A run of fewer than NL_TRAIN_FEW_STEPS (20) optimizer steps, or shorter than one epoch,
+ * prints a warning after its start-up line with settings that give more (train/plan.h,
+ * nl_train_short_run: "--batch-tokens 512 gives 28 steps"); it trains as asked.
  *
  * Pacing: a thermal reading that fails mid-run (a host app's file missing or garbled) is a
  * warning, once per outage, and the run goes on; a bad file at start-up is an error.

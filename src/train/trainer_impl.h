@@ -50,6 +50,7 @@ typedef struct {
     /* the run, once planned */
     int max_ctx;            /* the longest sequence the data was packed to */
     int64_t total;          /* optimizer steps of the whole run */
+    int64_t per_epoch;      /* the first epoch's batches (train/plan.h) */
     nl_schedule sched;      /* the learning rate of each step */
     nl_adamw aw;            /* backprop: AdamW's settings (lr set each step) */
     nl_mezo_cfg mz;         /* MeZO: its settings (lr set each step) */

@@ -1,0 +1,243 @@
+/* train/plan: a run's data and step plan, the short-run warning and `train --dry-run`
+ * (plan.h). */
+#include "train/plan.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/tokenizer.h"
+#include "train/trainer_impl.h"
+#include "util/util.h"
+
+int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_tokenizer *tok, nl_dataset *ds,
+                       nl_packing *pk, int *max_ctx) {
+    memset(pk, 0, sizeof *pk);
+    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = m->hp.n_vocab,
+                         .ignore_unknown_keys = o->ignore_unknown_keys};
+    if (nl_dataset_load(o->data, tok, &dopt, ds)) return -1;
+    const int ctx = o->max_ctx > 0 ? o->max_ctx : (m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (ctx < 2) {
+        if (o->max_ctx > 0) nl_err("--ctx %d: expected >= 2", o->max_ctx);
+        else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, ctx);
+        nl_dataset_free(ds);
+        return -1;
+    }
+    if (nl_pack(ds, nl_train_buckets, nl_train_n_buckets, ctx, o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, pk)) {
+        nl_dataset_free(ds);
+        return -1;
+    }
+    if (pk->n == 0) {
+        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, ds->n, pk->n_dropped);
+        nl_packing_free(pk);
+        nl_dataset_free(ds);
+        return -1;
+    }
+    *max_ctx = ctx;
+    return 0;
+}
+
+int64_t nl_train_count_steps(const nl_train_opts *o, const nl_packing *pk, int64_t *per_epoch) {
+    if (o->steps > 0 && !per_epoch) return o->steps;
+    /* walk the batcher through ceil(epochs) epochs, counting batches: with shuffling an
+     * epoch's batch count depends on its order; without, every epoch has the first one's.
+     * 64-bit: 200k sequences a batch each over 11000 epochs are 2.2e9 steps. */
+    nl_batcher *b = nl_batcher_new(pk, o->seed, o->shuffle, o->batch_tokens);
+    if (!b) return -1;
+    const int64_t whole = o->steps > 0 ? 0 : (int64_t)floor(o->epochs);
+    const double frac = o->steps > 0 ? 0 : o->epochs - (double)whole;
+    int64_t total = 0, first = -1;
+    for (int64_t e = 0; e < (o->steps > 0 ? 1 : whole + (frac > 0)); e++) {
+        int64_t in_epoch = 0;
+        if (!o->shuffle && first >= 0) {
+            in_epoch = first;
+        } else {
+            const int *idx;
+            int n;
+            for (;;) {
+                nl_data_cursor c = nl_batcher_cursor(b);
+                if (c.epoch != e) break;
+                if (nl_batcher_next(b, &idx, &n)) {
+                    nl_batcher_free(b);
+                    return -1;
+                }
+                in_epoch++;
+            }
+            if (first < 0) first = in_epoch;
+        }
+        total += e < whole ? in_epoch : (int64_t)ceil(frac * (double)in_epoch);
+    }
+    nl_batcher_free(b);
+    if (per_epoch) *per_epoch = first;
+    if (o->steps > 0) return o->steps;
+    return total > 0 ? total : 1;
+}
+
+/* The steps of o's run over pk with another batch size and a number of epochs. */
+static int64_t steps_with(const nl_train_opts *o, const nl_packing *pk, int batch_tokens, double epochs, int64_t *per_epoch) {
+    nl_train_opts c = *o;
+    c.steps = 0;
+    c.epochs = epochs;
+    c.batch_tokens = batch_tokens;
+    return nl_train_count_steps(&c, pk, per_epoch);
+}
+
+int nl_train_short_run(const nl_train_opts *o, const nl_packing *pk, int64_t total, int64_t per_epoch, char *buf,
+                       size_t cap) {
+    buf[0] = 0;
+    const int few = total < NL_TRAIN_FEW_STEPS, part = total < per_epoch;
+    if (!few && !part) return 0;
+    /* The suggestion: at least one epoch (the epochs asked for, when more), and the largest
+     * batch, halving, that gives enough steps; when even one sequence a step is too few, the
+     * epochs that make up the rest. */
+    double ep = o->steps == 0 && o->epochs > 1 ? o->epochs : 1;
+    int bt = o->batch_tokens;
+    int64_t got;
+    for (;;) {
+        int64_t pe;
+        if ((got = steps_with(o, pk, bt, ep, &pe)) < 0) return -1;
+        if (got >= NL_TRAIN_FEW_STEPS) break;
+        if (pe >= pk->n || bt == 1) { /* a sequence a step already */
+            ep = ceil((double)NL_TRAIN_FEW_STEPS / (double)pe);
+            if ((got = steps_with(o, pk, bt, ep, NULL)) < 0) return -1;
+            break;
+        }
+        bt /= 2;
+    }
+    int64_t tokens = 0;
+    for (int i = 0; i < pk->n; i++) tokens += pk->seq[i].n_tokens;
+    char cause[320], set[96] = "";
+    if (few)
+        snprintf(cause, sizeof cause, "only %" PRId64 " optimizer step%s (%" PRId64 " an epoch of %d sequence%s, %" PRId64
+                 " tokens, at --batch-tokens %d)%s: too few to learn much", total, total == 1 ? "" : "s", per_epoch, pk->n,
+                 pk->n == 1 ? "" : "s", tokens, o->batch_tokens, part ? ", less than one epoch" : "");
+    else
+        snprintf(cause, sizeof cause, "%" PRId64 " optimizer steps cover %.0f%% of one epoch (%" PRId64 " steps at --batch-tokens %d):"
+                 " part of the data is never trained on", total, 100.0 * (double)total / (double)per_epoch, per_epoch,
+                 o->batch_tokens);
+    int n = 0;
+    if (bt != o->batch_tokens) n += snprintf(set + n, sizeof set - (size_t)n, "--batch-tokens %d", bt);
+    if (o->steps > 0 || ep != o->epochs)
+        snprintf(set + n, sizeof set - (size_t)n, "%s--epochs %g%s", n ? " " : "", ep, o->steps > 0 ? " (instead of --steps)" : "");
+    snprintf(buf, cap, "%s; %s gives %" PRId64 " steps", cause, set, got);
+    return 0;
+}
+
+/* Appends len bytes to a growing buffer. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} text_buf;
+
+static int tb_put(text_buf *b, const char *s, size_t len) {
+    if (b->n + len + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->n + len + 1) nc *= 2;
+        char *ns = realloc(b->s, nc);
+        if (!ns) return nl_err("out of memory");
+        b->s = ns;
+        b->cap = nc;
+    }
+    memcpy(b->s + b->n, s, len);
+    b->n += len;
+    b->s[b->n] = 0;
+    return 0;
+}
+
+int nl_train_render_seq(const nl_tokenizer *tok, const int32_t *ids, const uint8_t *target, int n, size_t max_bytes,
+                        char **text) {
+    text_buf b = {0};
+    int in = 0, i = 0, rc = tb_put(&b, "", 0);
+    for (; i < n && !rc; i++) {
+        if (max_bytes && b.n >= max_bytes) break;
+        if (target[i] != in) rc = tb_put(&b, in ? "]]" : "[[", 2);
+        in = target[i];
+        size_t len;
+        const char *p = nl_token_piece(tok, ids[i], &len);
+        if (!p) {
+            char unk[32];
+            int k = snprintf(unk, sizeof unk, "<token %d>", ids[i]);
+            rc = rc || tb_put(&b, unk, (size_t)k);
+        } else {
+            rc = rc || tb_put(&b, p, len);
+        }
+    }
+    if (!rc && in) rc = tb_put(&b, "]]", 2);
+    if (!rc && i < n) {
+        char more[64];
+        int k = snprintf(more, sizeof more, " ... (%d more tokens)", n - i);
+        rc = tb_put(&b, more, (size_t)k);
+    }
+    if (rc) {
+        free(b.s);
+        return -1;
+    }
+    *text = b.s;
+    return 0;
+}
+
+static const char *format_name(nl_line_format f) {
+    return f == NL_LINE_PROMPT ? "prompt/completion" : f == NL_LINE_MESSAGES ? "chat" : f == NL_LINE_TEXT ? "text" : "tokens";
+}
+
+int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
+    if (!o->model || !o->data) return nl_err("train: --model and --data are required");
+    nl_model *m = nl_model_load(o->model);
+    if (!m) return -1;
+    nl_tokenizer *tok = NULL;
+    nl_dataset ds = {0};
+    nl_packing pk = {0};
+    int rc = -1, max_ctx = 0;
+    if (nl_tokenizer_for_model(m, &tok)) goto done;
+    if (!tok) {
+        nl_err("%s: the model has no tokenizer vocabulary", o->model);
+        goto done;
+    }
+    if (m->warning) fprintf(f, "warning: %s: %s\n", o->model, m->warning);
+    if (nl_train_load_data(o, m, tok, &ds, &pk, &max_ctx)) goto done;
+    int64_t per_epoch = 0, total = nl_train_count_steps(o, &pk, &per_epoch);
+    if (total < 0) goto done;
+    fprintf(f, "dry run: %s on %s; nothing is trained or written\n", o->model, o->data);
+    for (int i = 0; i < ds.n; i++)
+        if (ds.ex[i].format == NL_LINE_MESSAGES) {
+            nl_chat_tmpl t;
+            if (nl_chat_template_pick(o->chat_template, nl_tokenizer_chat_template(tok), &t) == 0)
+                fprintf(f, "chat template: %s (%s)\n", nl_chat_template_name(t),
+                        o->chat_template && o->chat_template[0] && strcmp(o->chat_template, "auto") ? "--template"
+                                                                                                  : "from the model's tokenizer.chat_template");
+            break;
+        }
+    for (int i = 0; i < pk.n && i < n_show; i++) {
+        const nl_seq *s = &pk.seq[i];
+        const nl_example *ex = &ds.ex[s->example];
+        char *text;
+        if (nl_train_render_seq(tok, s->ids, s->target, s->n_tokens, 4000, &text)) goto done;
+        fprintf(f, "\nsequence %d of %d: line %d (%s), %d tokens%s, %d targets [[marked]]:\n%s\n", i + 1, pk.n, ex->line,
+                format_name(ex->format), s->n_tokens, s->n_tokens < ex->n_tokens ? " (cut to the context)" : "", s->n_targets,
+                text);
+        free(text);
+    }
+    int64_t tokens = 0, targets = 0;
+    for (int i = 0; i < pk.n; i++) {
+        tokens += pk.seq[i].n_tokens;
+        targets += pk.seq[i].n_targets;
+    }
+    char run[64];
+    if (o->steps > 0) snprintf(run, sizeof run, "--steps %" PRId64, o->steps);
+    else snprintf(run, sizeof run, "--epochs %g", o->epochs);
+    fprintf(f, "\nplan: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), %" PRId64
+            " tokens and %" PRId64 " targets an epoch; --batch-tokens %d: %" PRId64 " steps an epoch; %s: %" PRId64
+            " optimizer steps\n", ds.n, pk.n, pk.n_truncated, max_ctx, pk.n_dropped, tokens, targets, o->batch_tokens, per_epoch,
+            run, total);
+    char warn[512];
+    if (nl_train_short_run(o, &pk, total, per_epoch, warn, sizeof warn)) goto done;
+    if (warn[0]) fprintf(f, "warning: %s\n", warn);
+    rc = 0;
+done:
+    nl_packing_free(&pk);
+    nl_dataset_free(&ds);
+    nl_tokenizer_free(tok);
+    nl_model_free(m);
+    return rc;
+}

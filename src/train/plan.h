@@ -1,0 +1,54 @@
+/* train/plan: what a run will do, known before a step is taken: its data loaded and packed as
+ * the run packs it, the optimizer steps an epoch and in all, the warning for a run too short to
+ * learn from (with settings that give more, computed), and `train --dry-run`: the first
+ * sequences as the model sees them (template applied, targets marked) and the plan, with no
+ * service started and nothing written. */
+#ifndef NL_TRAIN_PLAN_H
+#define NL_TRAIN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data/dataset.h"
+#include "model/model.h"
+#include "train/trainer.h"
+
+/* Fewer optimizer steps than this draw the short-run warning. */
+#define NL_TRAIN_FEW_STEPS 20
+
+/* The run's data: o->data read with the model's tokenizer (o->chat_template,
+ * o->ignore_unknown_keys), packed into sequences of at most *max_ctx tokens (o->max_ctx, or
+ * the model's context capped at 4096; o->refuse_long). 0, or -1 with the error naming the file
+ * (or the flag) and *ds / *pk left empty. */
+int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_tokenizer *tok, nl_dataset *ds,
+                       nl_packing *pk, int *max_ctx);
+
+/* The optimizer steps of a run over pk: o->steps, or ceil(o->epochs) epochs of batches (each
+ * epoch's batches counted in its own order: with shuffling the count can differ; a fractional
+ * last epoch is that share of its batches, rounded up), at least 1. *per_epoch (may be NULL):
+ * the first epoch's batches. -1 on error (out of memory). */
+int64_t nl_train_count_steps(const nl_train_opts *o, const nl_packing *pk, int64_t *per_epoch);
+
+/* The short-run warning, without the "warning: " prefix, into buf: the run has fewer than
+ * NL_TRAIN_FEW_STEPS optimizer steps, or covers less than one epoch; it names the cause
+ * and the largest --batch-tokens (halving o->batch_tokens), with --epochs where even one
+ * sequence a step is too few, that gives at least NL_TRAIN_FEW_STEPS steps over at least one
+ * epoch ("--batch-tokens 512 gives 28 steps"). buf = "" when the run is long enough. total and
+ * per_epoch: nl_train_count_steps. -1 on error. */
+int nl_train_short_run(const nl_train_opts *o, const nl_packing *pk, int64_t total, int64_t per_epoch, char *buf,
+                       size_t cap);
+
+/* One sequence as text: the pieces of its tokens (control tokens as their text), each run of
+ * target (loss) tokens between "[[" and "]]". At most max_bytes of text (0: no limit), then
+ * " ... (N more tokens)". *text malloc'd, NUL-terminated. */
+int nl_train_render_seq(const nl_tokenizer *tok, const int32_t *ids, const uint8_t *target, int n, size_t max_bytes,
+                        char **text);
+
+/* `train --dry-run`: loads the model's file, tokenizer and o->data (nothing else: no service,
+ * no adapter, no checkpoint directory, no output), prints to f the first n_show sequences as
+ * rendered, the plan (examples, sequences, tokens, targets, steps an epoch, total steps) and the
+ * short-run warning if any. 0, or -1 with the error the run would have stopped with. */
+int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f);
+
+#endif
