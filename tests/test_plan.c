@@ -137,8 +137,8 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     int rc = nl_t_run(v, errf, outf);
     char *o = nl_t_slurp(outf, NULL), *e = nl_t_slurp(errf, NULL);
     char want[1600];
-    snprintf(want, sizeof want, "dry run: %s on %s; nothing is trained or written\nchat template: chatml (from the model's "
-             "tokenizer.chat_template)\n\nsequence 1 of 80: line 1 (prompt/completion), ", model, data);
+    snprintf(want, sizeof want, "dry run: %s on %s; nothing is trained or written\nchat template: the model's own "
+             "(tokenizer.chat_template)\n\nsequence 1 of 80: line 1 (prompt/completion), ", model, data);
     CHECKF(rc == 0 && o && strncmp(o, want, strlen(want)) == 0, "exit %d: %s%s", rc, o ? o : "", e ? e : "");
     CHECKF(o && strstr(o, "Note: buy milk 0\nTag:[[ shopping<|endoftext|>]]\n"), "%s", o ? o : "");
     CHECKF(o && strstr(o, "sequence 2 of 80: line 2 (chat), ") &&

@@ -201,11 +201,13 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
     fprintf(f, "dry run: %s on %s; nothing is trained or written\n", o->model, o->data);
     for (int i = 0; i < ds.n; i++)
         if (ds.ex[i].format == NL_LINE_MESSAGES) {
-            nl_chat_tmpl t;
-            if (nl_chat_template_pick(o->chat_template, nl_tokenizer_chat_template(tok), &t) == 0)
-                fprintf(f, "chat template: %s (%s)\n", nl_chat_template_name(t),
-                        o->chat_template && o->chat_template[0] && strcmp(o->chat_template, "auto") ? "--template"
-                                                                                                  : "from the model's tokenizer.chat_template");
+            nl_chat_template *ct;
+            if (nl_chat_template_open(tok, o->chat_template, &ct) == 0) {
+                const char *d = nl_chat_template_desc(ct);
+                fprintf(f, "chat template: %s%s\n", strcmp(d, "tokenizer.chat_template") ? d : "the model's own",
+                        strcmp(d, "tokenizer.chat_template") ? "" : " (tokenizer.chat_template)");
+                nl_chat_template_free(ct);
+            }
             break;
         }
     for (int i = 0; i < pk.n && i < n_show; i++) {
