@@ -75,6 +75,8 @@ static const help_row rows[] = {
     {"pacing-poll-ms", "MS", "how often a paused run polls the thermal/battery state (a test aid)"},
     /* eval, logits, generate, merge, tokenize */
     {"eval:data", "FILE.jsonl|DIR", "held-out data (a directory: its test.jsonl); lines with \"choices\" and \"answer\" are scored for accuracy [required]"},
+    {"eval:batch-tokens", "N", "examples (and each choice after its prompt) packed into forwards of up to N tokens; the result is the same for any N (default 2048)"},
+    {"eval:json", NULL, "the result as one JSON object, with every example's loss, choice log-likelihoods, prediction and answer"},
     {"tokens", "IDS", "token ids, space- or comma-separated [required]"},
     {"logits:out", "L.f32", "the logits, n_tokens x n_vocab little-endian float32 [required]"},
     {"prompt", "TEXT", "the prompt, rendered through the chat template unless --raw [required]"},

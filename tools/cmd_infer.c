@@ -1,5 +1,6 @@
 /* Inference commands: logits, generate, merge. */
 #include <errno.h>
+#include <stdarg.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdio.h>
@@ -230,10 +231,75 @@ void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
     printf("%s\n", cut);
 }
 
+/* eval --json: every example's result as a JSON object, collected in file order. */
+typedef struct {
+    char *buf;
+    size_t n, cap;
+    int count, oom;
+} eval_rows;
+
+static void rows_add(eval_rows *r, const char *fmt, ...) {
+    if (r->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[256];
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof tmp) { r->oom = 1; return; }
+    if (r->n + (size_t)k + 1 > r->cap) {
+        size_t cap = (r->n + (size_t)k + 1) * 2;
+        char *b = realloc(r->buf, cap);
+        if (!b) { r->oom = 1; return; }
+        r->buf = b;
+        r->cap = cap;
+    }
+    memcpy(r->buf + r->n, tmp, (size_t)k + 1);
+    r->n += (size_t)k;
+}
+
+/* a number as JSON (non-finite: null) */
+static const char *jnum(char *b, size_t cap, double v) {
+    if (isfinite(v)) snprintf(b, cap, "%.9g", v);
+    else snprintf(b, cap, "null");
+    return b;
+}
+
+static void eval_row(void *user, const nl_eval_example *e) {
+    eval_rows *r = user;
+    char a[32];
+    rows_add(r, "%s\n    {\"line\": %d, \"targets\": %lld, \"loss\": %s", r->count++ ? "," : "", e->line, (long long)e->n_targets,
+             e->n_targets ? jnum(a, sizeof a, e->loss_sum / (double)e->n_targets) : "null");
+    if (e->n_choices > 0) {
+        rows_add(r, ", \"choices_ll\": [");
+        for (int k = 0; k < e->n_choices; k++) rows_add(r, "%s%s", k ? ", " : "", jnum(a, sizeof a, e->ll[k]));
+        rows_add(r, "], \"predicted\": %d, \"answer\": %d, \"correct\": %s", e->predicted, e->answer,
+                 e->predicted == e->answer ? "true" : "false");
+    }
+    rows_add(r, "}");
+}
+
+static void print_eval_json(const char *data, const nl_eval_result *r, const eval_rows *rows) {
+    const double loss = nl_eval_loss(r);
+    char a[32];
+    printf("{\"data\": ");
+    nl_cli_json_str(data);
+    printf(", \"examples\": %d, \"targets\": %lld, \"loss\": %s", r->n_examples, (long long)r->n_targets,
+           r->n_targets ? jnum(a, sizeof a, loss) : "null");
+    printf(", \"ppl\": %s", r->n_targets ? jnum(a, sizeof a, exp(loss)) : "null");
+    if (r->n_items) printf(", \"accuracy\": %s, \"correct\": %d, \"items\": %d", jnum(a, sizeof a, (double)r->n_correct / r->n_items),
+                           r->n_correct, r->n_items);
+    else printf(", \"accuracy\": null");
+    printf(", \"ctx\": %d, \"truncated\": %d, \"dropped\": %d,\n  \"per_example\": [%s\n  ]}\n", r->ctx, r->n_truncated,
+           r->n_dropped, rows->buf ? rows->buf : "");
+}
+
 int nl_cmd_eval(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", NULL};
-    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", NULL};
+    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", NULL};
+    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "json", NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
+    int64_t batch = NL_EVAL_BATCH_TOKENS;
+    if (nl_cli_int("eval", argc, argv, "batch-tokens", 1, 1 << 24, &batch) < 0) return 2;
+    const int json = nl_cli_flag(argc, argv, "json");
     const char *model = nl_cli_opt(argc, argv, "model"), *data = nl_cli_opt(argc, argv, "data");
     if (!model || !data) {
         fprintf(stderr, "nightlora eval: --model and --data are required\n");
@@ -277,10 +343,17 @@ int nl_cmd_eval(int argc, char **argv) {
             fprintf(stderr, "service: %s backend, %s\n", cfg.backend, line);
         }
         nl_eval_result r;
-        if (nl_eval_dataset(&s.rt, &ds, ctx, &r) == 0 && nl_model_check_unchanged(s.m, model, "eval", "no result printed") == 0) {
-            nl_cli_print_eval(data, &r);
+        eval_rows rows = {0};
+        nl_eval_opts eo = {.batch_tokens = (int)batch, .on_example = json ? eval_row : NULL, .user = &rows};
+        if (nl_eval_dataset_opts(&s.rt, &ds, ctx, &eo, &r) == 0 && !rows.oom &&
+            nl_model_check_unchanged(s.m, model, "eval", "no result printed") == 0) {
+            if (json) print_eval_json(data, &r, &rows);
+            else nl_cli_print_eval(data, &r);
             rc = 0;
+        } else if (rows.oom) {
+            nl_err("out of memory");
         }
+        free(rows.buf);
         nl_dataset_free(&ds);
     }
     if (rc) nl_cli_fail("eval");

@@ -179,7 +179,10 @@ int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T) {
     return 0;
 }
 
-int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, float *x) {
+/* nl_forward (n_seg 0: one sequence, at st's position) and nl_forward_packed (n_seg fresh
+ * sequences, no state). */
+static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, int n_seg, const int *seg_T,
+                        float *x) {
     const nl_model *m = rt->m;
     const nl_hparams *hp = &m->hp;
     if (nl_check_tokens(m, tokens, T)) return -1;
@@ -191,8 +194,13 @@ int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, f
     int32_t *pos = nl_arena_alloc(&ws, (size_t)T * sizeof *pos);
     if (!pos) return -1;
     int base = st ? st->n_past : 0;
-    for (int t = 0; t < T; t++) pos[t] = base + t;
-    const nl_span sp = {.T = T, .pos = pos};
+    if (n_seg > 1) {
+        for (int i = 0, t0 = 0; i < n_seg; t0 += seg_T[i++])
+            for (int t = 0; t < seg_T[i]; t++) pos[t0 + t] = t;
+    } else {
+        for (int t = 0; t < T; t++) pos[t] = base + t;
+    }
+    const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seg > 1 ? n_seg : 0, .seg_T = n_seg > 1 ? seg_T : NULL};
     int rc = 0;
     for (int l = 0; l < hp->n_layer && rc == 0; l++) {
         nl_arena_mark mk = nl_arena_top(&ws);
@@ -207,6 +215,21 @@ int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, f
     return rc;
 }
 
+int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, float *x) {
+    return forward_span(rt, st, tokens, T, 0, NULL, x);
+}
+
+int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, float *hidden) {
+    if (n_seg < 1 || !seg_T) return nl_err("forward: no sequences");
+    int64_t sum = 0;
+    for (int i = 0; i < n_seg; i++) {
+        if (seg_T[i] < 1) return nl_err("forward: sequence %d has %d tokens", i, seg_T[i]);
+        sum += seg_T[i];
+    }
+    if (sum != T) return nl_err("forward: the sequences hold %lld tokens, not %d", (long long)sum, T);
+    return forward_span(rt, NULL, tokens, T, n_seg, seg_T, hidden);
+}
+
 int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits) {
     const nl_model *m = rt->m;
     int E = m->hp.n_embd;
@@ -218,7 +241,9 @@ int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits) {
     return rc;
 }
 
-int nl_head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *sum, float *row_loss) {
+/* nl_head_loss with the rows' losses as floats (row_loss) and/or doubles (row_loss_d) */
+static int head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *sum, float *row_loss,
+                     double *row_loss_d) {
     const nl_model *m = rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab;
     int C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
@@ -235,8 +260,18 @@ int nl_head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, in
             if (targets[t0 + t] >= 0) l = nl_xent_chunk(z + (size_t)t * V, targets + t0 + t, 1, V, 1.0f, 0);
             *sum += l;
             if (row_loss) row_loss[t0 + t] = (float)l;
+            if (row_loss_d) row_loss_d[t0 + t] = l;
         }
     }
     free(z);
     return rc;
+}
+
+int nl_head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *sum, float *row_loss) {
+    return head_loss(rt, hidden, targets, T, sum, row_loss, NULL);
+}
+
+int nl_head_loss_rows(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *row_loss) {
+    double sum;
+    return head_loss(rt, hidden, targets, T, &sum, NULL, row_loss);
 }

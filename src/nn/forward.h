@@ -76,6 +76,12 @@ int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T);
  * cache kept). hidden[T][n_embd] receives the last layer's output (before the final norm). */
 int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, float *hidden);
 
+/* Fresh sequences packed back to back (eval's batches): tokens[T] holds n_seg sequences of
+ * seg_T[i] tokens (Σ = T), each from position 0 and attending only over its own rows (the GDN
+ * state restarts); hidden[T][n_embd] as nl_forward's. One service request per projection for
+ * all of them; each sequence's rows are the bits nl_forward(rt, NULL, ...) gives it alone (the
+ * service's rows are independent). */
+int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, float *hidden);
 /* Rows a head call projects at a time (nl_head_loss here, the training graph's head): the
  * vocabulary product is the largest of a training step (V·E per row, both directions) and runs
  * at its best rate on 256-row buckets, while the logits chunk stays at 256·V floats (155 MB for
@@ -89,6 +95,9 @@ int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits);
  * the full T×V logits never exist. If row_loss != NULL it receives each row's -log p (0 for
  * non-targets). */
 int nl_head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *sum, float *row_loss);
+/* Each row's -log p in double (0 for non-targets): row_loss[T]. Summed in row order, a span of
+ * them is the sum nl_head_loss gives for those rows alone. */
+int nl_head_loss_rows(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *row_loss);
 
 /* y[T][n_out] = W x (+ LoRA) through the service for model projection p. */
 int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y);

@@ -31,6 +31,32 @@ static inline double nl_eval_loss(const nl_eval_result *r) { return r->n_targets
  * after its context. No target left in the whole file is an error (a loss of nothing is not
  * 0). */
 int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_result *r);
+
+/* One example's result, for eval --json and the validation rows. */
+typedef struct {
+    int line;           /* the example's line in its file */
+    double loss_sum;    /* its targets' cross-entropy within the context (0: dropped) */
+    int64_t n_targets;
+    int n_choices;      /* 0: no choices */
+    const double *ll;   /* [n_choices]: each choice's log-likelihood after the prompt */
+    int predicted;      /* argmax of ll (the first of equals); -1 without choices */
+    int answer;
+} nl_eval_example;
+
+/* Rows a batch packs by default: the examples (and each choice after its prompt) go through the
+ * model as packed sequences of up to this many tokens, one service request per projection. */
+#define NL_EVAL_BATCH_TOKENS 2048
+
+typedef struct {
+    int batch_tokens;   /* rows per packed forward (0: NL_EVAL_BATCH_TOKENS; 1: every sequence alone) */
+    void (*on_example)(void *user, const nl_eval_example *e); /* each example in file order (may be NULL) */
+    void *user;
+} nl_eval_opts;
+
+/* nl_eval_dataset with options (o may be NULL). The result is the same bits for any
+ * batch_tokens: each sequence's rows are those of a forward of it alone. A choice is scored as
+ * its own sequence, prompt + choice. */
+int nl_eval_dataset_opts(nl_runtime *rt, const nl_dataset *ds, int max_ctx, const nl_eval_opts *o, nl_eval_result *r);
 /* What nl_eval_dataset checks before it scores anything, without running the model: every
  * choice fits max_ctx, some example has a target within it; r gets the counts of the examples,
  * the truncated and the dropped (no loss yet). 0, or -1 with the message nl_eval_dataset would
