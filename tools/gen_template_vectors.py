@@ -13,7 +13,8 @@ One difference from transformers, on purpose: strftime_now is not defined (night
 undefined so a data file renders the same on every day; Llama 3.2's template then uses its own
 fixed date "26 Jul 2024").
 
-    python3 tools/gen_template_vectors.py        # needs jinja2 (Debian: python3-jinja2)
+    python3 tools/gen_template_vectors.py          # needs jinja2 (Debian: python3-jinja2)
+    python3 tools/gen_template_vectors.py --check  # exit 1 when the committed file differs
 """
 import json
 import os
@@ -142,10 +143,16 @@ def main():
                     row["error"] = err
                 out.append(row)
     path = os.path.join(TDIR, "vectors.jsonl")
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for row in out:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in out)
     n_err = sum("error" in r for r in out)
+    if "--check" in sys.argv[1:]:
+        with open(path, encoding="utf-8", newline="") as f:
+            same = f.read() == text
+        print(f"{path}: {'the same as' if same else 'DIFFERS from'} jinja2 {jinja2.__version__}'s renderings "
+              f"({len(out)} cases over {len(names)} templates)")
+        return 0 if same else 1
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
     print(f"{path}: {len(out)} cases over {len(names)} templates ({n_err} expected errors), jinja2 {jinja2.__version__}")
     return 0
 
