@@ -65,6 +65,7 @@ static const help_row rows[] = {
     {"thermal-status-file", "F", "read the thermal status from this file instead of the system's"},
     {"battery-temp-file", "F", "read the battery temperature from this file instead of the system's"},
     {"log-json", "FILE", "one JSON row per step (loss, lr, tokens, times, pacing) (default none)"},
+    {"report", "FILE.html", "at the end (and when the run stops early after its commit) the run's report drawn from --log-json, with the command line and run.json (default none)"},
     {"dump-grads", "G.gguf", "write the first step's adapter gradients and stop (for gradient checks)"},
     {"quiet", NULL, "no progress lines"},
     {"train:verbose", NULL, "the planner's checks, the memory plan and per-step details on stderr"},
@@ -98,6 +99,11 @@ static const help_row rows[] = {
     {"text", "TEXT", "the text to tokenize [required]"},
     {"no-special", NULL, "treat special-token text as plain text"},
     {"special", NULL, "parse special-token text as special tokens (the default)"},
+    /* report */
+    {"log", "FILE.jsonl", "the run's --log-json file: step rows and {\"eval\": ...} validation rows [required]"},
+    {"report:out", "FILE.html", "the report: one self-contained HTML file (inline SVG and CSS, no script), never one of the inputs [required]"},
+    {"run", "DIR|run.json", "the run's settings: its --checkpoint-dir or the run.json in it (default: what the log carries)"},
+    {"title", "TEXT", "the page's heading (default \"nightlora training report\")"},
     /* check, mkmodel, bench */
     {"check:verbose", NULL, "every planner check (projection, direction, bucket) with its error"},
     {"arch", "ARCH", "architecture: llama, qwen3 or qwen35 [required]"},

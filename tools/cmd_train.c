@@ -6,16 +6,50 @@
 #include "cli.h"
 #include "data/dataset.h"
 #include "train/plan.h"
+#include "eval/report.h"
 #include "train/trainer.h"
 #include "util/util.h"
 
+/* --report FILE: at the end of the run, or when it stopped early (after its commit), the
+ * report of its log, with the command line and the checkpoint directory's run.json. */
+static int write_report(int argc, char **argv, const nl_train_opts *o, const char *path) {
+    size_t cap = 16;
+    for (int i = 1; i < argc; i++) cap += strlen(argv[i]) * 4 + 3;
+    char *cmd = malloc(cap);
+    if (!cmd) return nl_cli_fail("train");
+    size_t n = (size_t)snprintf(cmd, cap, "nightlora train");
+    for (int i = 1; i < argc; i++) {
+        int plain = argv[i][0] != 0 && strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == strlen(argv[i]);
+        cmd[n++] = ' ';
+        if (!plain) cmd[n++] = '\'';
+        for (const char *c = argv[i]; *c; c++) {
+            if (*c == '\'' && !plain) { memcpy(cmd + n, "'\\''", 4); n += 4; }
+            else cmd[n++] = *c;
+        }
+        if (!plain) cmd[n++] = '\'';
+    }
+    cmd[n] = 0;
+    nl_report_kv info[1] = {{"command", cmd}};
+    nl_report_opts ro = {.log = o->log_json, .run_json = o->checkpoint_dir, .info = info, .n_info = 1};
+    int rc = nl_report_write(&ro, path);
+    free(cmd);
+    if (rc) {
+        fprintf(stderr, "nightlora train: --report %s: %s (the adapter is written to %s)\n", path, nl_last_error(), o->out);
+        return 1;
+    }
+    if (o->progress) fprintf(o->progress, "report written to %s\n", path);
+    return 0;
+}
+
 int nl_cmd_train(int argc, char **argv) {
+    int user_argc = argc; /* the command line as given, for the report (argv may grow below) */
+    char **user_argv = argv;
     static const char *const known[] = {
         "model", "data", "out", "rank", "alpha", "dropout", "lr", "lr-min", "steps", "epochs", "batch-tokens",
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", "report", NULL};
     static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "dry-run", NULL};
     /* --config FILE.json: its flags first, then the command line's (which win) */
     if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
@@ -59,7 +93,12 @@ int nl_cmd_train(int argc, char **argv) {
     /* the validation set: --val-data, or DIR/valid.jsonl */
     o.val_data = nl_cli_opt(argc, argv, "val-data");
     static const char *const inputs[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
-    static const char *const outputs[] = {"out", "log-json", "dump-grads", NULL};
+    static const char *const outputs[] = {"out", "log-json", "dump-grads", "report", NULL};
+    const char *report = nl_cli_opt(argc, argv, "report");
+    if (report && !nl_cli_opt(argc, argv, "log-json")) {
+        fprintf(stderr, "nightlora train: --report %s is drawn from the per-step log: give --log-json FILE too\n", report);
+        return 2;
+    }
     if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
     if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
     o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
@@ -177,5 +216,6 @@ int nl_cmd_train(int argc, char **argv) {
         fprintf(o.progress, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s); adapter written to %s\n",
                 res.stopped ? "stopped" : "done", (long long)res.steps_done, (long long)res.total_steps, res.first_loss,
                 res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, o.out);
+    if (report && write_report(user_argc, user_argv, &o, report)) return 1;
     return 0;
 }

@@ -1,0 +1,333 @@
+/* The training report (eval/report.h, `nightlora report`, `train --report`): its structure on
+ * logs with and without validation rows and pauses, bad input named by file and line, an empty
+ * log, the output never replacing an input and written atomically. The browser check (the
+ * report rendered by headless Chromium) is tests/report_browser.py. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval/report.h"
+#include "test.h"
+#include "util/util.h"
+
+static char dir[256];
+
+static const char *at(const char *name) {
+    static char buf[64][512]; /* a test holds a few dozen at once (argv lists) */
+    static int k;
+    k = (k + 1) % 64;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void put(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) { CHECKF(0, "cannot write %s", path); return; }
+    fputs(text, f);
+    fclose(f);
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* A log like the trainer's: n steps, a pause in the steps listed in `paused` (0-terminated),
+ * a validation row every eval_every steps (0: none), with accuracy when acc. Returns what it
+ * wrote in *tokens and *active_s (the seconds not paused). */
+static void write_log(const char *path, int n, const int *paused, int eval_every, int acc, double *tokens, double *active_s) {
+    FILE *f = fopen(path, "w");
+    double tok = 0, act = 0;
+    for (int s = 1; s <= n; s++) {
+        double p = 0;
+        for (const int *q = paused; q && *q; q++)
+            if (*q == s) p = 3.0;
+        double sec = 0.1 + 0.001 * (s % 7) + p;
+        int t = 200 + s % 5;
+        fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"tokens\": %d, \"targets\": 40, \"seconds\": %.4f, \"service_seconds\": 0.0400, "
+                   "\"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g}\n",
+                s, 1 + 7 * exp(-s / 20.0), t, sec, p, 1e-3 * (1 - (double)s / n), 1.0 / s);
+        tok += t;
+        act += sec - p;
+        if (eval_every && s % eval_every == 0) {
+            if (acc) fprintf(f, "{\"eval\": {\"step\": %d, \"loss\": %.6f, \"accuracy\": %.4f, \"examples\": 120, \"tokens\": 430, \"seconds\": 1.25}}\n", s,
+                             1.5 + 6 * exp(-s / 20.0), s / (double)n);
+            else fprintf(f, "{\"eval\": {\"step\": %d, \"loss\": %.6f, \"accuracy\": null, \"examples\": 50, \"tokens\": 300, \"seconds\": 0.5}}\n", s,
+                         1.5 + 6 * exp(-s / 20.0));
+        }
+    }
+    fclose(f);
+    if (tokens) *tokens = tok;
+    if (active_s) *active_s = act;
+}
+
+/* Nothing in the page is fetched: no script, link, image, frame, import, url(). */
+static int self_contained(const char *html) {
+    static const char *const bad[] = {"<script", "<link", "<img", "<iframe", "<object", "<embed", "src=", "href=", "url(", "@import", NULL};
+    for (const char *const *b = bad; *b; b++)
+        if (strstr(html, *b)) {
+            fprintf(stderr, "report holds %s\n", *b);
+            return 0;
+        }
+    return 1;
+}
+
+static char *report(const char *log, const char *run, const char *out) {
+    nl_report_opts o = {.log = log, .run_json = run};
+    if (nl_report_write(&o, out)) {
+        fprintf(stderr, "report failed: %s\n", nl_last_error());
+        return NULL;
+    }
+    return nl_t_slurp(out, NULL);
+}
+
+static void test_full(void) {
+    static const int paused[] = {30, 31, 77, 0};
+    double tokens, active;
+    write_log(at("full.jsonl"), 120, paused, 20, 1, &tokens, &active);
+    char *h = report(at("full.jsonl"), NULL, at("full.html"));
+    CHECK(h != NULL);
+    if (!h) return;
+    CHECK(!strncmp(h, "<!DOCTYPE html>", 15));
+    CHECK(self_contained(h));
+    CHECK(count(h, "<svg") == count(h, "</svg>"));
+    CHECK(count(h, "<svg") == 6); /* loss, accuracy, lr, gradient norm, throughput, time per step */
+    static const char *const series[] = {"train-loss", "train-loss-mean", "val-loss", "val-accuracy", "lr", "grad-norm", "tokens-per-s", "service-s", "cpu-s", NULL};
+    for (const char *const *s = series; *s; s++) {
+        char key[64];
+        snprintf(key, sizeof key, "data-series=\"%s\"", *s);
+        CHECKF(count(h, key) == 1, "%s: %d", key, count(h, key));
+    }
+    CHECK(strstr(h, "data-series=\"train-loss\" data-points=\"120\""));
+    CHECK(count(h, "<title>paused 3.0 s in step ") == 3);
+    CHECK(strstr(h, "<title>paused 3.0 s in step 77</title>"));
+    CHECK(count(h, "<title>validation at step ") == 6);
+    CHECK(count(h, "validation loss ") >= 6);
+    CHECK(strstr(h, "<title>step 120: accuracy 100.0%</title>"));
+    char want[160];
+    snprintf(want, sizeof want, "<tr><th>tokens</th><td>%.0f</td></tr>", tokens);
+    CHECKF(strstr(h, want), "%s", want);
+    snprintf(want, sizeof want, "<tr><th>tokens/s</th><td>%.0f (paused time excluded)</td></tr>", tokens / active);
+    CHECKF(strstr(h, want), "%s", want);
+    CHECK(strstr(h, "9.0 s paused in 3 steps"));
+    CHECK(strstr(h, "6 evaluations, 7.5 s; best loss"));
+    CHECK(strstr(h, "No run.json given"));
+    free(h);
+
+    /* a long log: every step counted, the drawn line binned to at most 1200 points */
+    write_log(at("long.jsonl"), 5000, NULL, 0, 0, NULL, NULL);
+    size_t len;
+    CHECK((h = report(at("long.jsonl"), NULL, at("long.html"))) != NULL);
+    free(h);
+    h = nl_t_slurp(at("long.html"), &len);
+    const char *p = h ? strstr(h, "data-series=\"train-loss\" data-points=\"5000\"") : NULL;
+    CHECK(p != NULL);
+    if (p) {
+        const char *d = strstr(p, " d=\""), *e = d ? strchr(d + 4, '"') : NULL;
+        int pts = 0;
+        for (const char *q = d; q && q < e; q++) pts += *q == 'L' || *q == 'M';
+        CHECKF(pts == 1200, "%d points", pts);
+    }
+    CHECKF(len < 600000, "%zu bytes", len);
+    free(h);
+}
+
+static void test_without_validation(void) {
+    write_log(at("plain.jsonl"), 10, NULL, 0, 0, NULL, NULL);
+    char *h = report(at("plain.jsonl"), NULL, at("plain.html"));
+    CHECK(h != NULL);
+    if (!h) return;
+    CHECK(self_contained(h));
+    CHECK(!strstr(h, "data-series=\"val-loss\""));
+    CHECK(!strstr(h, "data-series=\"val-accuracy\""));
+    CHECK(!strstr(h, "data-series=\"train-loss-mean\"")); /* too few steps for a moving mean */
+    CHECK(strstr(h, "No validation rows in this log"));
+    CHECK(strstr(h, "<tr><th>validation</th><td>none logged</td></tr>"));
+    CHECK(!strstr(h, "<title>paused"));
+    free(h);
+    /* validation rows without accuracy: the loss drawn, the accuracy said to be absent */
+    write_log(at("noacc.jsonl"), 10, NULL, 5, 0, NULL, NULL);
+    CHECK((h = report(at("noacc.jsonl"), NULL, at("noacc.html"))) != NULL);
+    CHECK(h && strstr(h, "data-series=\"val-loss\""));
+    CHECK(h && !strstr(h, "data-series=\"val-accuracy\""));
+    CHECK(h && strstr(h, "carry no accuracy"));
+    free(h);
+    /* the fewest fields a step row needs; other kinds of rows counted, not drawn; a killed run's
+     * half line left out and said */
+    put(at("min.jsonl"), "{\"step\": 1, \"loss\": 2.5, \"tokens\": 10, \"seconds\": 0.5}\n"
+                         "{\"best\": {\"step\": 1}}\n"
+                         "\n"
+                         "{\"step\": 2, \"loss\": 2.25, \"tokens\": 10, \"seconds\": 0.5, \"new_field\": [1, 2]}\n"
+                         "{\"step\": 3, \"lo");
+    CHECK((h = report(at("min.jsonl"), NULL, at("min.html"))) != NULL);
+    CHECK(h && strstr(h, "steps 1 to 2"));
+    CHECK(h && strstr(h, "<tr><th>other rows</th><td>1, not drawn (&quot;best&quot;)</td></tr>"));
+    CHECK(h && strstr(h, "Line 5 of the log has no newline"));
+    CHECK(h && !strstr(h, "data-series=\"lr\""));
+    CHECK(h && !strstr(h, "data-series=\"service-s\"")); /* the log has no service_seconds */
+    CHECK(h && strstr(h, "data-series=\"cpu-s\""));
+    free(h);
+}
+
+/* A bad log: no report, an error naming the file and the line, what was there kept. */
+static void expect_bad(const char *text, const char *msg) {
+    put(at("bad.jsonl"), text);
+    put(at("bad.html"), "old report");
+    nl_report_opts o = {.log = at("bad.jsonl")};
+    int rc = nl_report_write(&o, at("bad.html"));
+    CHECKF(rc != 0, "accepted: %s", text);
+    CHECKF(rc != 0 && strstr(nl_last_error(), at("bad.jsonl")) && strstr(nl_last_error(), msg), "%s: got '%s', want '%s'", text, nl_last_error(), msg);
+    CHECK(nl_t_file_has(at("bad.html"), "old report"));
+}
+
+static void test_bad_input(void) {
+    const char *ok = "{\"step\": 1, \"loss\": 2.5, \"tokens\": 10, \"seconds\": 0.5}\n";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s%s{\"step\": 2, \"loss\": 2.5,, \"tokens\": 1}\n", ok, "{\"eval\": {\"step\": 1, \"loss\": 3}}\n");
+    expect_bad(buf, "bad.jsonl:3:25: expected a string key");
+    snprintf(buf, sizeof buf, "%s[1, 2]\n", ok);
+    expect_bad(buf, "bad.jsonl:2: an array, expected a JSON object");
+    expect_bad("{\"step\": 1, \"tokens\": 10, \"seconds\": 0.5}\n", "bad.jsonl:1: a step row without \"loss\"");
+    expect_bad("{\"step\": 1, \"loss\": \"2.5\", \"tokens\": 10, \"seconds\": 0.5}\n", "bad.jsonl:1:21: \"loss\" is a string, expected a number");
+    expect_bad("{\"step\": 1.5, \"loss\": 2, \"tokens\": 10, \"seconds\": 0.5}\n", "bad.jsonl:1:10: \"step\" is a fraction, expected an integer");
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": -1, \"seconds\": 0.5}\n", "\"tokens\" is -1, expected an integer >= 0");
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"paused_seconds\": 0.7}\n", "bad.jsonl:1: \"paused_seconds\" 0.7 is more than");
+    snprintf(buf, sizeof buf, "%s%s", ok, ok);
+    expect_bad(buf, "bad.jsonl:2: step 1 after step 1: steps must increase");
+    snprintf(buf, sizeof buf, "%s{\"eval\": {\"step\": 1, \"loss\": 3, \"accuracy\": 87.5}}\n", ok);
+    expect_bad(buf, "bad.jsonl:2:45: \"accuracy\" is out of range, expected a fraction in [0, 1] or null");
+    snprintf(buf, sizeof buf, "%s{\"eval\": {\"step\": 1}}\n", ok);
+    expect_bad(buf, "bad.jsonl:2: a validation row without \"loss\"");
+    snprintf(buf, sizeof buf, "%s{\"eval\": 3}\n", ok);
+    expect_bad(buf, "bad.jsonl:2:10: \"eval\" is a number, expected an object");
+    /* a bad line in the middle is an error even when the rest is fine */
+    snprintf(buf, sizeof buf, "%s{\"step\": 2, \"lo\n%s", ok, ok);
+    expect_bad(buf, "bad.jsonl:2:");
+    /* nothing to draw */
+    expect_bad("", "bad.jsonl: no training step in the log (it is empty)");
+    expect_bad("{\"eval\": {\"step\": 0, \"loss\": 3}}\n", "no training step in the log: nothing to draw");
+    /* a log that is not there, or a directory */
+    nl_report_opts o = {.log = at("missing.jsonl")};
+    CHECK(nl_report_write(&o, at("m.html")) != 0 && strstr(nl_last_error(), "missing.jsonl"));
+    o.log = dir;
+    CHECK(nl_report_write(&o, at("m.html")) != 0 && strstr(nl_last_error(), "directory"));
+}
+
+static void test_settings(void) {
+    write_log(at("s.jsonl"), 5, NULL, 0, 0, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/ck", dir);
+    CHECK(system(cmd) == 0);
+    put(at("ck/run.json"), "{\n  \"rank\": \"16\",\n  \"template\": \"<b>&'x'\",\n  \"n\": 3\n}\n");
+    nl_report_kv info[] = {{"command", "nightlora train --out 'a b.gguf'"}};
+    nl_report_opts o = {.log = at("s.jsonl"), .run_json = at("ck"), .info = info, .n_info = 1, .title = "A <run>"};
+    CHECK(nl_report_write(&o, at("s.html")) == 0);
+    char *h = nl_t_slurp(at("s.html"), NULL);
+    CHECK(h && strstr(h, "<tr><th>rank</th><td>16</td></tr>"));
+    CHECK(h && strstr(h, "<tr><th>template</th><td>&lt;b&gt;&amp;&#39;x&#39;</td></tr>"));
+    CHECK(h && strstr(h, "<tr><th>n</th><td>3</td></tr>"));
+    CHECK(h && strstr(h, "<tr><th>command</th><td>nightlora train --out &#39;a b.gguf&#39;</td></tr>"));
+    CHECK(h && strstr(h, "<title>A &lt;run&gt;</title>"));
+    CHECK(h && !strstr(h, "No run.json given"));
+    free(h);
+    /* the file itself works as well as its directory; a bad one is named with line:column */
+    o.run_json = at("ck/run.json");
+    CHECK(nl_report_write(&o, at("s.html")) == 0);
+    put(at("ck/run.json"), "{\n  \"rank\": 16,,\n}\n");
+    put(at("s.html"), "old report");
+    CHECK(nl_report_write(&o, at("s.html")) != 0 && strstr(nl_last_error(), "run.json:2:14: expected a string key"));
+    CHECK(nl_t_file_has(at("s.html"), "old report"));
+    put(at("ck/run.json"), "[]");
+    CHECK(nl_report_write(&o, at("s.html")) != 0 && strstr(nl_last_error(), "expected the JSON object a run.json holds"));
+}
+
+/* The report never replaces its input, also not through its temp file; it is written atomically. */
+static void test_output(void) {
+    write_log(at("o.jsonl"), 5, NULL, 0, 0, NULL, NULL);
+    char *before = nl_t_slurp(at("o.jsonl"), NULL);
+    nl_report_opts o = {.log = at("o.jsonl")};
+    CHECK(nl_report_write(&o, at("o.jsonl")) != 0 && strstr(nl_last_error(), "never replaces what it reads"));
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ln -sf o.jsonl %s/link.html && cp %s %s/o.html.tmp", dir, at("o.jsonl"), dir);
+    CHECK(system(cmd) == 0);
+    CHECK(nl_report_write(&o, at("link.html")) != 0);
+    o.log = at("o.html.tmp");
+    CHECK(nl_report_write(&o, at("o.html")) != 0 && strstr(nl_last_error(), "temp file"));
+    CHECK(nl_t_file_has(at("o.html.tmp"), "\"step\": 5"));
+    char *after = nl_t_slurp(at("o.jsonl"), NULL);
+    CHECK(before && after && !strcmp(before, after));
+    free(before);
+    free(after);
+    /* every I/O call of the write failing in turn: the old report stays whole */
+    o.log = at("o.jsonl");
+    put(at("o.html"), "old report");
+    nl_io_fault f;
+    nl_io_fault_init(&f, NULL, -1, 0, 0);
+    o.io = &f.io;
+    CHECK(nl_report_write(&o, at("o2.html")) == 0);
+    long calls = f.calls;
+    CHECK(calls >= 4);
+    int kept = 0;
+    for (long k = 0; k < calls; k++) {
+        nl_io_fault_init(&f, NULL, k, ENOSPC, 0);
+        int rc = nl_report_write(&o, at("o.html"));
+        if (rc == -1) kept += nl_t_file_has(at("o.html"), "old report") && !nl_t_file_has(at("o.html"), "<svg");
+        else CHECKF(rc == NL_IO_NOT_DURABLE && nl_t_file_has(at("o.html"), "<svg"), "call %ld: rc %d", k, rc);
+        if (rc == NL_IO_NOT_DURABLE) put(at("o.html"), "old report");
+        else CHECKF(rc == -1 && strstr(nl_last_error(), "o.html"), "call %ld: %s", k, nl_last_error());
+    }
+    CHECKF(kept >= calls - 1, "%d of %ld", kept, calls);
+    o.io = NULL;
+    CHECK(nl_report_write(&o, at("o.html")) == 0 && nl_t_file_has(at("o.html"), "<svg"));
+}
+
+/* The CLI: `nightlora report` and `train --report` (a tiny model, a few steps). */
+static void test_cli(void) {
+    write_log(at("c.jsonl"), 8, NULL, 4, 1, NULL, NULL);
+    const char *ok[] = {NL_CLI, "report", "--log", at("c.jsonl"), "--out", at("c.html"), NULL};
+    CHECK(nl_t_run(ok, at("err"), at("out")) == 0 && nl_t_file_has(at("out"), "report written to"));
+    CHECK(nl_t_file_has(at("c.html"), "data-series=\"val-accuracy\""));
+    const char *no_out[] = {NL_CLI, "report", "--log", at("c.jsonl"), NULL};
+    CHECK(nl_t_run(no_out, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "--log and --out are required"));
+    const char *same[] = {NL_CLI, "report", "--log", at("c.jsonl"), "--out", at("c.jsonl"), NULL};
+    CHECK(nl_t_run(same, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "are the same file"));
+    CHECK(nl_t_file_has(at("c.jsonl"), "\"step\": 8"));
+    put(at("cb.jsonl"), "{\"step\": 1, \"loss\": 1, \"tokens\": 1, \"seconds\": 1}\nnot json\n");
+    const char *bad[] = {NL_CLI, "report", "--log", at("cb.jsonl"), "--out", at("cb.html"), NULL};
+    CHECK(nl_t_run(bad, at("err"), NULL) == 1 && nl_t_file_has(at("err"), "cb.jsonl:2:1: "));
+
+    const char *mk[] = {NL_CLI, "mkmodel", "--arch", "qwen3", "--preset", "tiny", "--out", at("tiny.gguf"), NULL};
+    CHECK(nl_t_run(mk, at("err"), NULL) == 0);
+    const char *data = NL_TEST_DATA "/../../examples/tagging-train.jsonl";
+    const char *tr[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--steps", "6", "--batch-tokens", "128",
+                        "--threads", "1", "--checkpoint-dir", at("ck2"), "--log-json", at("t.jsonl"), "--report", at("t.html"), "--stop-after", "4", NULL};
+    CHECK(nl_t_run(tr, at("err"), NULL) == 0);
+    CHECK(nl_t_file_has(at("err"), "report written to"));
+    char *h = nl_t_slurp(at("t.html"), NULL);
+    CHECK(h && strstr(h, "steps 1 to 4")); /* stopped early, after its commit: the report of what ran */
+    CHECK(h && strstr(h, "<tr><th>command</th><td>nightlora train --model "));
+    CHECK(h && strstr(h, "<tr><th>rank</th><td>16</td></tr>")); /* from the checkpoint directory's run.json */
+    CHECK(h && strstr(h, "data-series=\"service-s\"") && strstr(h, "data-series=\"lr\""));
+    free(h);
+    const char *no_log[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--report", at("t.html"), NULL};
+    CHECK(nl_t_run(no_log, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "give --log-json FILE too"));
+    const char *same_log[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--log-json", at("t.jsonl"),
+                              "--report", at("t.jsonl"), NULL};
+    CHECK(nl_t_run(same_log, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "are the same file"));
+    CHECK(nl_t_file_has(at("t.jsonl"), "\"step\": 4"));
+}
+
+int main(void) {
+    if (nl_t_tmpdir(dir, sizeof dir, "report")) return 1;
+    test_full();
+    test_without_validation();
+    test_bad_input();
+    test_settings();
+    test_output();
+    test_cli();
+    nl_t_tmpdir_done(dir);
+    return nl_t_done();
+}
