@@ -633,7 +633,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
 
     /* 1. loss */
     SB(b, "<h2>Loss</h2>\n");
-    chart c = {.id = "loss", .title = "Training and validation loss", .xlabel = "step", .ylabel = "loss (nats per target token)"};
+    chart c = {.id = "loss", .title = ne ? "Training and validation loss" : "Training loss", .xlabel = "step", .ylabel = "loss (nats per target token)"};
     c.s[c.ns++] = (series){"train-loss", "training loss", window ? "#9fc3e6" : "#2f6db5", S_LINE, step_x, loss, NULL, NULL, ns};
     if (window) c.s[c.ns++] = (series){"train-loss-mean", "training loss, moving mean", "#2f6db5", S_LINE, step_x + window, mean + window, NULL, NULL, ns - 2 * window};
     if (ne) {
@@ -700,8 +700,10 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     th.s[th.ns++] = (series){"tokens-per-s", "tokens/s", "#1f8a8a", S_LINE, t_end, tps, NULL, NULL, ns};
     fmt_dur(d1, sizeof d1, paused);
     fmt_dur(d2, sizeof d2, eval_s);
-    snprintf(cap, sizeof cap, "Each step's tokens over its time not paused; %.0f tokens/s over the run. %s paused in %d step%s%s%s.", active > 0 ? tokens / active : 0,
-             d1, n_paused, n_paused == 1 ? "" : "s", ne ? ", validation " : "", ne ? d2 : "");
+    int k = snprintf(cap, sizeof cap, "Each step's tokens over its time not paused; %.0f tokens/s over the run. ", active > 0 ? tokens / active : 0);
+    if (n_paused) k += snprintf(cap + k, sizeof cap - (size_t)k, "%s paused in %d step%s", d1, n_paused, n_paused == 1 ? "" : "s");
+    else k += snprintf(cap + k, sizeof cap - (size_t)k, "No pause");
+    snprintf(cap + k, sizeof cap - (size_t)k, "%s%s.", ne ? ", validation " : "", ne ? d2 : "");
     SB(b, "<h2>Throughput and pauses</h2>\n");
     draw_chart(b, &th, cap);
 
