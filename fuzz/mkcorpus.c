@@ -240,8 +240,15 @@ static void seeds_dataset(const char *td) {
         "{\"messages\": [{\"role\": \"user\", \"content\": \"  hi  \"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
         "{\"text\": \"<|im_start|>not special<|im_end|>\"}\n",
         "{\"completon\": \"typo\"}\n",
+        "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"human\", \"value\": \"hi\"},"
+        " {\"from\": \"gpt\", \"value\": \"yo\"}]}\n",
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"a\"},"
+        " {\"role\": \"user\", \"content\": \"?\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
+        "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"hi\", \"weight\": 0}, {\"from\": \"gpt\", \"value\": \"yo\"}],"
+        " \"source\": \"x\"}\n",
     };
-    static const uint8_t sel[] = {0x00, 0x04, 0x01, 0x01, 0x0D, 0x03, 0x02};
+    /* 0x20: ignore_unknown_keys */
+    static const uint8_t sel[] = {0x00, 0x04, 0x01, 0x01, 0x0D, 0x03, 0x02, 0x01, 0x06, 0x21};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "extra%zu.jsonl", i);
