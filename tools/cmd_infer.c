@@ -322,40 +322,26 @@ int nl_cmd_eval(int argc, char **argv) {
         return nl_cli_fail("eval");
     }
     nl_cli_model_warning("eval", s.m);
-    nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"), .n_vocab = s.m->hp.n_vocab,
-                         .ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys")};
-    nl_dataset ds;
-    int rc = 1;
-    if (nl_dataset_load(data, s.tok, &dopt, &ds) == 0) {
-        /* as in training: the model's context, capped at 4096 unless --ctx says otherwise */
-        int ctx = (int)ctx_flag;
-        if (ctx == 0) ctx = s.m->hp.n_ctx_train > 0 && s.m->hp.n_ctx_train < 4096 ? s.m->hp.n_ctx_train : 4096;
-        if (ctx < 2) {
-            nl_err("%s: the model's context length is %d, too small to evaluate (at least 2; --ctx sets another)", model, ctx);
-            nl_dataset_free(&ds);
-            nl_session_close(&s);
-            free(dir_file);
-            return nl_cli_fail("eval");
-        }
-        if (cfg.verbose) {
-            char line[256];
-            nl_proj_plan_format_summary(s.svc, line, sizeof line);
-            fprintf(stderr, "service: %s backend, %s\n", cfg.backend, line);
-        }
-        nl_eval_result r;
-        eval_rows rows = {0};
-        nl_eval_opts eo = {.batch_tokens = (int)batch, .on_example = json ? eval_row : NULL, .user = &rows};
-        if (nl_eval_dataset_opts(&s.rt, &ds, ctx, &eo, &r) == 0 && !rows.oom &&
-            nl_model_check_unchanged(s.m, model, "eval", "no result printed") == 0) {
-            if (json) print_eval_json(data, &r, &rows);
-            else nl_cli_print_eval(data, &r);
-            rc = 0;
-        } else if (rows.oom) {
-            nl_err("out of memory");
-        }
-        free(rows.buf);
-        nl_dataset_free(&ds);
+    if (cfg.verbose) {
+        char line[256];
+        nl_proj_plan_format_summary(s.svc, line, sizeof line);
+        fprintf(stderr, "service: %s backend, %s\n", cfg.backend, line);
     }
+    nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"),
+                         .ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys")};
+    nl_eval_result r;
+    int rc = 1;
+    eval_rows rows = {0};
+    nl_eval_opts eo = {.batch_tokens = (int)batch, .on_example = json ? eval_row : NULL, .user = &rows};
+    if (nl_eval_file(&s.rt, s.tok, data, &dopt, (int)ctx_flag, &eo, &r) == 0 && !rows.oom &&
+        nl_model_check_unchanged(s.m, model, "eval", "no result printed") == 0) {
+        if (json) print_eval_json(data, &r, &rows);
+        else nl_cli_print_eval(data, &r);
+        rc = 0;
+    } else if (rows.oom) {
+        nl_err("out of memory");
+    }
+    free(rows.buf);
     if (rc) nl_cli_fail("eval");
     nl_session_close(&s);
     free(dir_file);
