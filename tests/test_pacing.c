@@ -1,6 +1,6 @@
 /* sys/pacing (+ sys/signals): exact pause/resume points and hysteresis on scripted
- * heating/cooling with a fake clock; file and sysfs providers, bad contents; the stop flag
- * raised by a real in-process signal. */
+ * heating/cooling with a fake clock; file and sysfs providers, bad contents; a cancel handle
+ * cancelled by a real in-process signal. */
 #include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -174,13 +174,16 @@ static void test_intervals_and_off(void) {
 static void test_signals(void) {
     struct sigaction before, after;
     sigaction(SIGINT, NULL, &before);
-    CHECK(nl_signals_install() == 0);
-    CHECK(nl_stop_requested() == 0);
+    nl_cancel run = {0}, other = {0};
+    CHECK(nl_cancel_requested(&run) == 0 && nl_cancel_requested(NULL) == 0);
+    CHECK(nl_signals_install(NULL) == -1);
+    CHECK(nl_signals_install(&run) == 0);
+    CHECK(nl_cancel_requested(&run) == 0);
     raise(SIGTERM);
-    CHECK(nl_stop_requested() == SIGTERM);
-    CHECK(nl_stop_poll(NULL) == SIGTERM);
-    nl_stop_clear();
-    CHECK(nl_stop_requested() == 0);
+    CHECK(nl_cancel_requested(&run) == SIGTERM && nl_cancel_poll(&run) == SIGTERM);
+    CHECK(nl_cancel_requested(&other) == 0); /* a signal cancels the handle it points at, no other */
+    nl_cancel_clear(&run);
+    CHECK(nl_cancel_requested(&run) == 0);
 
     /* a stop request ends a pause: the 2nd sleep raises SIGINT */
     static const int st[] = {-1};
@@ -195,30 +198,34 @@ static void test_signals(void) {
     cfg.sleep = fk_sleep;
     cfg.clock_ctx = &fc;
     cfg.log = cap_log;
-    cfg.should_stop = nl_stop_poll;
+    cfg.should_stop = nl_cancel_poll;
+    cfg.stop_ctx = &run;
     nl_thermal_provider src = {sc_status, sc_batt, NULL, &sc, "script"};
     n_logs = 0;
     CHECK(nl_pacer_init(&p, &cfg, &src) == 0);
     CHECK(nl_pacer_check(&p) == 1);
-    CHECK(nl_stop_requested() == SIGINT);
+    CHECK(nl_cancel_requested(&run) == SIGINT);
     CHECK(p.paused_seconds == 20.0 && p.n_pauses == 1);
     CHECK(n_logs == 2 && strcmp(logs[1], "stop requested while paused after 20.0 s") == 0);
     nl_pacer_free(&p);
 
+    /* pointed at another handle, a signal cancels that one */
+    CHECK(nl_signals_install(&other) == 0);
+    raise(SIGINT);
+    CHECK(nl_cancel_requested(&other) == SIGINT);
     nl_signals_restore();
     sigaction(SIGINT, NULL, &after);
     CHECK(after.sa_handler == before.sa_handler);
-    nl_stop_clear();
-    nl_stop_request(SIGUSR1);
-    CHECK(nl_stop_requested() == SIGUSR1);
-    nl_stop_clear();
+    nl_cancel_request(&run, 0);
+    CHECK(nl_cancel_requested(&run) == 1);
 
     /* a second signal kills (default action) */
     pid_t pid = fork();
     if (pid == 0) {
-        nl_signals_install();
+        nl_cancel c = {0};
+        nl_signals_install(&c);
         raise(SIGINT);
-        if (nl_stop_requested() != SIGINT) _exit(3);
+        if (nl_cancel_requested(&c) != SIGINT) _exit(3);
         raise(SIGINT);
         _exit(0); /* should not get here */
     }

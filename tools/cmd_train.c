@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "data/dataset.h"
+#include "sys/signals.h"
 #include "train/plan.h"
 #include "eval/report.h"
 #include "train/trainer.h"
@@ -210,8 +211,15 @@ int nl_cmd_train(int argc, char **argv) {
     static const char *const files[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", "log-json", "dump-grads", NULL};
     if (o.save_every > 0 && nl_cli_no_snapshot_overwrite("train", argc, argv, files, o.out, o.save_every)) return 2;
     if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
+    /* SIGINT / SIGTERM cancel this run: a commit at the next step boundary, exit 0; a second
+     * one ends the process at once (sys/signals.h) */
+    nl_cancel cancel = {0};
+    o.cancel = &cancel;
+    if (nl_signals_install(&cancel)) return nl_cli_fail("train");
     nl_train_result res;
-    if (nl_train(&o, &res)) return nl_cli_fail("train");
+    int rc = nl_train(&o, &res);
+    nl_signals_restore();
+    if (rc) return nl_cli_fail("train");
     if (o.progress)
         fprintf(o.progress, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s); adapter written to %s\n",
                 res.stopped ? "stopped" : "done", (long long)res.steps_done, (long long)res.total_steps, res.first_loss,

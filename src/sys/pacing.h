@@ -84,7 +84,7 @@ typedef struct {
     void (*log)(void *ctx, const char *msg);
     void *log_ctx;
     /* Polled while paused; nonzero ends the pause and nl_pacer_check returns 1 (NULL: never).
-     * nl_stop_poll (signals.h) fits. */
+     * nl_cancel_poll (signals.h) with stop_ctx = the run's cancel handle fits. */
     int (*should_stop)(void *ctx);
     void *stop_ctx;
 } nl_pacer_cfg;

@@ -1,4 +1,4 @@
-/* sys/signals: a stop flag set by SIGINT / SIGTERM. See signals.h. */
+/* sys/signals: cancel handles, and the SIGINT / SIGTERM handlers that cancel one. See signals.h. */
 #include "sys/signals.h"
 
 #include <errno.h>
@@ -7,22 +7,33 @@
 
 #include "util/util.h"
 
-static volatile sig_atomic_t stop_sig;
+void nl_cancel_request(nl_cancel *c, int sig) { __atomic_store_n(&c->requested, sig > 0 ? sig : 1, __ATOMIC_SEQ_CST); }
+
+int nl_cancel_requested(const nl_cancel *c) { return c ? __atomic_load_n(&c->requested, __ATOMIC_SEQ_CST) : 0; }
+
+void nl_cancel_clear(nl_cancel *c) { __atomic_store_n(&c->requested, 0, __ATOMIC_SEQ_CST); }
+
+int nl_cancel_poll(void *ctx) { return nl_cancel_requested(ctx); }
+
+static nl_cancel *target; /* read by the handler: written only while the handlers are not installed, or atomically */
 static struct sigaction old_int, old_term;
 static int installed;
 
 static void on_signal(int sig) {
-    if (stop_sig) {
+    nl_cancel *c = __atomic_load_n(&target, __ATOMIC_SEQ_CST);
+    if (!c) return;
+    if (nl_cancel_requested(c)) {
         /* second request: default action, delivered when this handler returns */
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
-    stop_sig = sig;
+    nl_cancel_request(c, sig);
 }
 
-int nl_signals_install(void) {
-    stop_sig = 0;
+int nl_signals_install(nl_cancel *c) {
+    if (!c) return nl_err("signals: no cancel handle to point SIGINT and SIGTERM at");
+    __atomic_store_n(&target, c, __ATOMIC_SEQ_CST);
     if (installed) return 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -45,15 +56,5 @@ void nl_signals_restore(void) {
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     installed = 0;
-}
-
-int nl_stop_requested(void) { return (int)stop_sig; }
-
-void nl_stop_request(int sig) { stop_sig = sig > 0 ? sig : 1; }
-
-void nl_stop_clear(void) { stop_sig = 0; }
-
-int nl_stop_poll(void *ctx) {
-    (void)ctx;
-    return (int)stop_sig;
+    __atomic_store_n(&target, NULL, __ATOMIC_SEQ_CST);
 }

@@ -1,31 +1,35 @@
-/* sys/signals: SIGINT / SIGTERM ask the trainer to commit and stop at the next safe point.
+/* sys/signals: a run's cancel handle, and SIGINT / SIGTERM pointed at one.
  *
- * The first SIGINT or SIGTERM only sets a flag (a sig_atomic_t) that the trainer polls
- * between steps (and the pacer polls while paused). A SECOND one restores the default action
- * and re-raises it, so a second Ctrl-C ends the process at once; that is safe because a
- * commit is atomic (the previous commit stays loadable). The handler is installed without
- * SA_RESTART so a blocking sleep returns early. */
+ * A cancel handle (nl_cancel) asks a training run to commit and stop at the next safe point:
+ * the trainer polls it between steps, the pacer while paused. Each run has its own (a host app
+ * cancels one run without touching another); nothing here is process-global but the signal
+ * handlers, which the CLI installs for its one run.
+ *
+ * With the handlers installed, the first SIGINT or SIGTERM cancels the handle they point at. A
+ * SECOND one (the handle already cancelled) restores the default action and re-raises it, so a
+ * second Ctrl-C ends the process at once; that is safe because a commit is atomic (the previous
+ * commit stays loadable). The handler is installed without SA_RESTART so a blocking sleep
+ * returns early. */
 #ifndef NL_SIGNALS_H
 #define NL_SIGNALS_H
 
-/* Install the handlers for SIGINT and SIGTERM and clear the flag. Returns 0 or -1 (nl_err).
- * Calling it again while installed just clears the flag. */
-int nl_signals_install(void);
+/* A request to stop, set from any thread or a signal handler (nl_cancel_request is a lone
+ * atomic store, async-signal-safe). A zeroed one is not cancelled. */
+typedef struct {
+    int requested;            /* 0, or the signal number (1 when asked for from code) */
+} nl_cancel;
+
+void nl_cancel_request(nl_cancel *c, int sig);   /* sig <= 0 records 1 */
+int nl_cancel_requested(const nl_cancel *c);     /* NULL: 0 (nothing can cancel it) */
+void nl_cancel_clear(nl_cancel *c);
+/* nl_cancel_requested in the shape of a callback (nl_pacer_cfg.should_stop); ctx: the handle. */
+int nl_cancel_poll(void *ctx);
+
+/* Point SIGINT and SIGTERM at c (the handle itself is left as it is). Returns 0 or -1 (nl_err).
+ * Calling it again while installed points them at the new handle. */
+int nl_signals_install(nl_cancel *c);
 
 /* Put back the handlers that were there before nl_signals_install (no-op if not installed). */
 void nl_signals_restore(void);
-
-/* 0 when no stop was requested, otherwise the signal number (or the value given to
- * nl_stop_request). */
-int nl_stop_requested(void);
-
-/* Ask for a stop from code (a host app, a test); sig > 0. */
-void nl_stop_request(int sig);
-
-/* Clear the flag. */
-void nl_stop_clear(void);
-
-/* nl_stop_requested() in the shape of a callback (nl_pacer_cfg.should_stop); ctx unused. */
-int nl_stop_poll(void *ctx);
 
 #endif

@@ -748,7 +748,8 @@ static int open_pacing(nl_trainer *t) {
     if (o->pacing_poll_s > 0) pc.check_interval_s = pc.poll_interval_s = o->pacing_poll_s;
     pc.log = pace_log;
     pc.log_ctx = o->progress;
-    pc.should_stop = nl_stop_poll;
+    pc.should_stop = nl_cancel_poll;
+    pc.stop_ctx = o->cancel;
     if (nl_pacer_init(&t->pacer, &pc, &prov)) return -1;
     t->pacer_ok = 1;
     t->rt.pace = pace_hook;
@@ -949,9 +950,21 @@ static void mark_step(nl_trainer *t, step_mark *mk) {
     nl_proj_get_stats(t->svc, &mk->st0);
 }
 
+/* The row of finished step `step` for o->on_progress: before the stop check, so that a cancel
+ * from the callback ends the run at this step, with its commit. */
+static void progress_step(const nl_trainer *t, int64_t step, const step_out *so, double seconds, double paused_s) {
+    double el = nl_now() - t->run_start;
+    nl_train_progress p = {.kind = NL_PROGRESS_STEP, .step = step, .total_steps = t->total, .loss = so->loss, .lr = so->lr,
+                           .grad_norm = so->gnorm, .tokens = so->n_tokens, .seconds = seconds, .paused_seconds = paused_s,
+                           .tokens_per_s = el > 0 ? (double)t->run_tokens / el : 0.0, .elapsed_seconds = el,
+                           .eval_accuracy = -1};
+    t->o->on_progress(t->o->progress_user, &p);
+}
+
 /* The report of finished step `step`: its energy and service time, the result's totals, the
- * --log-json line, the commit when one is due, the progress line. Returns 1 when the run is to
- * stop now (a signal, stop_after: committed), 0 to go on, -1 on an error (set). */
+ * progress row, the --log-json line, the commit when one is due, the progress line. Returns 1
+ * when the run is to stop now (a cancel, stop_after: committed), 0 to go on, -1 on an error
+ * (set). */
 static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const step_out *so, nl_train_result *res) {
     const nl_train_opts *o = t->o;
     t->steps_this_run++;
@@ -972,7 +985,8 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     res->tokens += so->n_tokens;
     if (step == t->first_step + 1) res->first_loss = so->loss;
     res->last_loss = so->loss;
-    int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || nl_stop_requested();
+    if (o->on_progress) progress_step(t, step, so, dt, paused_s);
+    int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || nl_cancel_requested(o->cancel);
     /* a snapshot step is a commit step, the commit first: a resume never replays the step of a
      * snapshot written, and one killed in between writes the missing snapshot (start_run) */
     int snap = o->save_every > 0 && step % o->save_every == 0;
@@ -1074,8 +1088,9 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (open_run(&t) || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
     if (model_changed(&t, t.last_commit)) goto done;
     t.run_start = nl_now();
-    if (nl_signals_install()) goto done;
-    while (step < t.total) {
+    /* a run cancelled before its first step takes none (the adapter as it starts is written) */
+    if (nl_cancel_requested(o->cancel)) res->stopped = step < t.total;
+    while (step < t.total && !res->stopped) {
         const int *idx;
         int nseq;
         nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
@@ -1100,7 +1115,6 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (finish_run(&t, step, res)) goto done;
     rc = 0;
 done:
-    nl_signals_restore();
     res->seconds = nl_now() - t_start;
     trainer_free(&t);
     return rc;

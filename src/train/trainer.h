@@ -9,7 +9,29 @@
 #include <stdio.h>
 
 #include "proj/proj.h"
+#include "sys/signals.h"
 #include "train/optim.h"
+
+/* What nl_train reports to on_progress: a row per optimizer step (before its log line and
+ * commit: a cancel from the callback ends the run at that step, committed), and one per
+ * validation pass. */
+typedef enum { NL_PROGRESS_STEP = 1, NL_PROGRESS_EVAL = 2 } nl_progress_kind;
+
+typedef struct {
+    int kind;                            /* nl_progress_kind */
+    int64_t step, total_steps;           /* 1-based optimizer step (a resumed run's counted) */
+    /* NL_PROGRESS_STEP */
+    double loss, lr, grad_norm;          /* as in the --log-json line */
+    int64_t tokens;                      /* the step's */
+    double seconds;                      /* the step's wall time */
+    double tokens_per_s;                 /* this run so far */
+    double paused_seconds;               /* this step's pause */
+    double elapsed_seconds;              /* since this run's first step */
+    /* NL_PROGRESS_EVAL: the validation pass after `step` */
+    double eval_loss, eval_accuracy;     /* accuracy -1 when no example has choices */
+    int64_t eval_examples, eval_tokens;
+    double eval_seconds;
+} nl_train_progress;
 
 typedef struct {
     const char *model, *data, *out;      /* required */
@@ -61,6 +83,13 @@ typedef struct {
     int stop_after;                      /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
     double pacing_poll_s;                /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
     FILE *progress;                      /* progress lines (stderr); NULL = quiet */
+    /* Called on the training thread with each progress row (NULL: none). */
+    void (*on_progress)(void *user, const nl_train_progress *p);
+    void *progress_user;
+    /* The run's cancel handle (NULL: none): a request ends the run at the next step boundary
+     * with a commit (at once while paused), res->stopped = 1. The CLI points its SIGINT/SIGTERM
+     * handlers at it (sys/signals.h). */
+    nl_cancel *cancel;
     /* The optimizer: "backprop" (default, NULL: forward + backward + AdamW) or "mezo"
      * (train/mezo.h: two forwards per step, SGD on a projected gradient, no backward, no AdamW
      * moments; dropout is off in its forwards). MeZO wants a much smaller lr than AdamW: the
@@ -151,8 +180,10 @@ typedef struct {
  * logged once, and the file of an interrupted-and-resumed run reads like that of an
  * uninterrupted one (timings aside).
  *
- * Stops: SIGINT/SIGTERM (or stop_after) end the run at the next step boundary with a commit;
- * a stop while paused abandons the step in progress and commits the last finished one. */
+ * Stops: a cancel of o->cancel (the CLI's SIGINT/SIGTERM; or stop_after) ends the run at the
+ * next step boundary with a commit; a stop while paused abandons the step in progress and
+ * commits the last finished one; a handle cancelled before the first step lets none run. The
+ * library installs no signal handler. */
 int nl_train(const nl_train_opts *o, nl_train_result *res);
 
 #endif
