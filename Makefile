@@ -7,7 +7,7 @@ else
 BUILD ?= build
 endif
 
-.PHONY: all build demo test clean fuzz
+.PHONY: all build demo test install clean fuzz
 
 all: build
 
@@ -20,6 +20,12 @@ demo: build
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The libraries (libnightlora.so, libnightlora.a), nightlora.h, nightlora.pc and the CLI under
+# PREFIX (default /usr/local): `make install PREFIX=$$HOME/.local`.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 # libFuzzer harnesses (fuzz/fuzz_*.c) with clang + ASan/UBSan into build-fuzz/ (docs/fuzzing.md).
 FUZZ_CC ?= clang

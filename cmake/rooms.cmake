@@ -1,8 +1,9 @@
 # The rooms of the library and their order (docs/architecture.md): a room may include its own
 # headers and those of the rooms below it, never one above it or beside it.
-#   util -> sys -> model -> data -> proj -> nn -> train | eval -> tools
-# train and eval stand side by side: neither includes the other. tools/ (the CLI) is on top.
-set(NL_ROOMS util sys model data proj nn train eval tools)
+#   util -> sys -> model -> data -> proj -> nn -> train | eval -> api -> tools
+# train and eval stand side by side: neither includes the other. api/ (the public C API of
+# include/nightlora.h) is over both; tools/ (the CLI) is on top.
+set(NL_ROOMS util sys model data proj nn train eval api tools)
 set(NL_ROOM_RANK_util 0)
 set(NL_ROOM_RANK_sys 1)
 set(NL_ROOM_RANK_model 2)
@@ -11,7 +12,8 @@ set(NL_ROOM_RANK_proj 4)
 set(NL_ROOM_RANK_nn 5)
 set(NL_ROOM_RANK_train 6)
 set(NL_ROOM_RANK_eval 6)
-set(NL_ROOM_RANK_tools 7)
+set(NL_ROOM_RANK_api 7)
+set(NL_ROOM_RANK_tools 8)
 
 # The rooms a file includes ("room/header.h"), in the order they appear, deduplicated.
 function(nl_included_rooms file out)
@@ -28,11 +30,15 @@ function(nl_included_rooms file out)
   set(${out} "${rooms}" PARENT_SCOPE)
 endfunction()
 
-# The room a test (or fuzz harness) exercises: the highest room it includes; tools when it runs
-# the built CLI (NL_CLI) or has only the public header. Used as its ctest label.
+# The room a test (or fuzz harness) exercises: the highest room it includes (the public header
+# nightlora.h counts as api); tools when it runs the built CLI (NL_CLI) or includes nothing of
+# the library. Used as its ctest label.
 function(nl_test_room file out)
   file(READ "${file}" text)
   nl_included_rooms("${file}" rooms)
+  if(text MATCHES "#[ \t]*include[ \t]*\"nightlora\\.h\"")
+    list(APPEND rooms api)
+  endif()
   set(best "")
   set(best_rank -1)
   foreach(r IN LISTS rooms)

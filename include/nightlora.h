@@ -1,40 +1,255 @@
-/* nightlora: the public C API (one header).
+/* nightlora: the public C API (this one header; libnightlora.so / libnightlora.a).
  *
- * A program that trains or uses LoRA adapters includes this header and links libnightlora
- * (plus -lm -lpthread). Every function returns an int status (0 ok, -1 error) or NULL, and
- * nl_last_error() gives the one-line message (file, offset or line, what was expected).
+ *   cc app.c $(pkg-config --cflags --libs nightlora)
  *
- *   nl_train_opts o;                      // train/trainer.h: everything `nightlora train` does
- *   nl_train_defaults(&o);
- *   o.model = "qwen3-0.6b-q8_0.gguf"; o.data = "my.jsonl"; o.out = "adapter.gguf";
- *   o.checkpoint_dir = "ckpt"; o.resume = 1;
- *   nl_train_result r;
- *   if (nl_train(&o, &r)) fprintf(stderr, "%s\n", nl_last_error());
+ * Everything here is named nightlora_* / NIGHTLORA_*; nothing else is exported from the shared
+ * library. Handles are opaque; each *_params struct is filled by its *_default_params()
+ * function first, then the fields the caller cares about are set.
  *
- *   nl_session s;                         // eval/session.h: model, vocabulary, adapter, service
- *   nl_session_open(&s, "qwen3-0.6b-q8_0.gguf", "adapter.gguf", NULL);
- *   nl_session_logits(&s, tokens, n, logits);          // or nl_generate, nl_eval_dataset
- *   nl_session_close(&s);
+ * Errors: a function returns 0 (or a count, or a handle) on success and -1 (or NULL) on
+ * failure; nightlora_last_error() then gives a one-line message naming the file and the byte
+ * offset or line, the flag-like field, or what was expected. The message is per thread: a call
+ * on one thread never overwrites another thread's message.
  *
- * The defaults are the CLI's (nl_proj_config_defaults): the host backend on every core up to 8;
- * training keeps the precision policy "auto" (F32/F16 projections resident as Q8_0, recurrent
- * F16), a session opened with no config computes with the weights' stored types ("keep").
+ * Threads: a model handle serves one call at a time (its projection service has one request in
+ * flight); open one per thread for concurrent inference. nightlora_train runs on the calling
+ * thread; its progress callback is called there, between optimizer steps; nightlora_run_cancel
+ * may be called from any thread, from that callback, or from a signal handler.
  *
- * The room headers below are the contracts (each states its own in a few lines). */
+ * ABI: NIGHTLORA_ABI_VERSION is the shared library's SONAME number (libnightlora.so.N). It
+ * changes when a struct here changes shape or a function its signature; a program checks
+ * nightlora_abi_version() == NIGHTLORA_ABI_VERSION at start-up to catch a mismatched library.
+ *
+ *   nightlora_train_params p;
+ *   nightlora_train_default_params(&p);
+ *   p.model = "qwen3-0.6b-q8_0.gguf"; p.data = "my.jsonl"; p.out = "adapter.gguf";
+ *   p.checkpoint_dir = "ckpt"; p.resume = 1;  p.on_progress = show; p.user = &ui;
+ *   nightlora_run *run = nightlora_run_new();        // another thread may cancel it
+ *   nightlora_train_result r;
+ *   if (nightlora_train(&p, run, &r)) fprintf(stderr, "%s\n", nightlora_last_error());
+ *   nightlora_run_free(run);
+ *
+ *   nightlora_model *m = nightlora_model_open("qwen3-0.6b-q8_0.gguf", NULL);  // NULL: defaults
+ *   int n = nightlora_tokenize(m, "Note: buy milk", 1, ids, 64);
+ *   nightlora_logits(m, ids, n, logits);            // or nightlora_generate, nightlora_eval
+ *   nightlora_model_close(m);
+ *
+ * examples/api_train.c is a complete program. */
 #ifndef NIGHTLORA_H
 #define NIGHTLORA_H
 
-#include "util/util.h"        /* nl_last_error, nl_clear_error */
-#include "model/gguf.h"       /* GGUF v3 reader / writer */
-#include "model/quant.h"      /* tensor types */
-#include "model/model.h"      /* architectures, nl_model_load, nl_mkmodel */
-#include "model/adapter.h"    /* LoRA adapters: new, load, save, merge */
-#include "data/tokenizer.h"   /* tokenizers (nl_tokenizer_for_model: a loaded model's vocabulary) */
-#include "data/dataset.h"     /* JSONL data, chat templates, packing */
-#include "proj/proj.h"        /* the frozen-projection service */
-#include "nn/forward.h"       /* the model forward */
-#include "train/trainer.h"    /* nl_train */
-#include "eval/session.h"     /* sessions (model, vocabulary, adapter, service), generation */
-#include "eval/eval.h"        /* loss, perplexity, accuracy */
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef NL_API
+#if defined(__GNUC__) || defined(__clang__)
+#define NL_API __attribute__((visibility("default")))
+#else
+#define NL_API
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- versions and errors ---- */
+
+#define NIGHTLORA_ABI_VERSION 1
+
+NL_API int nightlora_abi_version(void);          /* the library's NIGHTLORA_ABI_VERSION */
+NL_API const char *nightlora_version(void);      /* the project version, "0.2.0" */
+/* This thread's message of its last failed call ("" when none). */
+NL_API const char *nightlora_last_error(void);
+/* Free what a nightlora_* function returned as malloc'd (nightlora_generate's text). */
+NL_API void nightlora_free(void *p);
+/* sizeof the public struct named ("nightlora_train_params", ...), as the library was built;
+ * 0 for another name. Bindings that mirror the structs (python/nightlora) check their layout
+ * against it. */
+NL_API size_t nightlora_sizeof(const char *struct_name);
+
+/* ---- synthetic models (random weights, a real byte-level BPE vocabulary) ---- */
+
+typedef struct {
+    const char *arch;        /* "llama" | "qwen3" (default) | "qwen35" */
+    const char *preset;      /* "tiny" (default) | "small" | "llama3.2-1b" | "qwen3-0.6b" | "qwen35-0.8b" */
+    const char *type;        /* projection weights: "f32" (default) | "f16" | "q8_0" */
+    uint64_t seed;           /* 42; the file is a function of (arch, preset, type, seed) */
+} nightlora_mkmodel_params;
+
+NL_API void nightlora_mkmodel_default_params(nightlora_mkmodel_params *p);
+/* Write the GGUF to path (p NULL: the defaults). */
+NL_API int nightlora_mkmodel(const char *path, const nightlora_mkmodel_params *p);
+
+/* ---- models: a base GGUF (+ an adapter) with its projection service, for inference ---- */
+
+typedef struct nightlora_model nightlora_model;
+
+typedef struct {
+    const char *adapter;     /* a LoRA adapter GGUF to apply (NULL: none) */
+    const char *backend;     /* "host" (default) | "ref" (FP32 reference) */
+    int n_threads;           /* service threads; 0: every core up to 8 */
+    const char *precision;   /* resident types: NULL = "keep" (as stored; what llama.cpp computes
+                              * with) | "auto" (training's policy) | "f32" | "f16" | "bf16" |
+                              * "q8_0" | "q4_0" | "q4_1" */
+    const char *compute;     /* host arithmetic: NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" */
+    int wire_f16;            /* 1: FP16 wire to the service (NPU-faithful mode) */
+} nightlora_model_params;
+
+NL_API void nightlora_model_default_params(nightlora_model_params *p);
+/* Load path (and p->adapter), start the service. NULL on error. p NULL: the defaults. */
+NL_API nightlora_model *nightlora_model_open(const char *path, const nightlora_model_params *p);
+NL_API void nightlora_model_close(nightlora_model *m);   /* NULL: no-op */
+NL_API int nightlora_model_n_vocab(const nightlora_model *m);
+NL_API int nightlora_model_n_ctx(const nightlora_model *m);   /* the context it was trained for */
+
+/* Token ids of UTF-8 text. special: 1 adds BOS/EOS as the vocabulary says and matches
+ * control-token text ("<|im_end|>"), as `nightlora tokenize` does; 0 neither (--no-special).
+ * Writes min(count, cap) ids and returns the count (call again with a larger buffer when it
+ * exceeds cap; ids may be NULL with cap 0), or -1. */
+NL_API int nightlora_tokenize(nightlora_model *m, const char *text, int special, int32_t *ids, int cap);
+/* The text of ids (control tokens included as their text): writes up to cap - 1 bytes and a
+ * NUL, returns the full length in bytes (excluding the NUL), or -1 for an invalid id. */
+NL_API int64_t nightlora_detokenize(nightlora_model *m, const int32_t *ids, int n, char *buf, size_t cap);
+
+/* Full-sequence forward: logits[n][n_vocab] (row-major float32), what `nightlora logits` writes. */
+NL_API int nightlora_logits(nightlora_model *m, const int32_t *ids, int n, float *logits);
+
+typedef struct {
+    int n_predict;           /* tokens to generate (32) */
+    float temp;              /* 0 = greedy (default) */
+    float top_p;             /* 1 = off (default) */
+    uint64_t seed;           /* 0 */
+    int raw;                 /* 0: the prompt is one user message in the model's chat template
+                              * (as `nightlora generate`); 1: the prompt's tokens as they are */
+    const char *chat_template;  /* NULL: the GGUF's; "chatml" | "llama3" override */
+    /* Called with each generated token (id, and its text; control tokens have text ""), on the
+     * calling thread; NULL: none. */
+    void (*on_token)(void *user, int32_t id, const char *text, size_t len);
+    void *user;
+} nightlora_generate_params;
+
+NL_API void nightlora_generate_default_params(nightlora_generate_params *p);
+/* Generate after prompt; stops at end of turn / EOS or after n_predict tokens. *text (may be
+ * NULL) receives the generated text, control tokens left out (as the CLI prints it), malloc'd:
+ * free it with nightlora_free. Returns the number of generated tokens, or -1. */
+NL_API int nightlora_generate(nightlora_model *m, const char *prompt, const nightlora_generate_params *p, char **text);
+
+typedef struct {
+    const char *chat_template;  /* for {"messages"} data: NULL = the GGUF's */
+    int ctx;                 /* examples are cut to this; 0: the model's context, capped at 4096 */
+} nightlora_eval_params;
+
+typedef struct {
+    double loss;             /* mean target cross-entropy (nats) */
+    double ppl;              /* exp(loss) */
+    double accuracy;         /* n_correct / n_items; -1 when no example has choices */
+    int64_t n_targets;
+    int n_examples, n_items, n_correct;
+    int n_truncated, n_dropped;  /* examples cut to ctx / with no target within it */
+} nightlora_eval_result;
+
+NL_API void nightlora_eval_default_params(nightlora_eval_params *p);
+/* Loss, perplexity and accuracy on a JSONL file (`nightlora eval`). p NULL: the defaults. */
+NL_API int nightlora_eval(nightlora_model *m, const char *data, const nightlora_eval_params *p, nightlora_eval_result *r);
+
+/* ---- training ---- */
+
+/* A run's cancel handle: nightlora_run_cancel ends the run it is passed to at the next step
+ * boundary (or at once while paused for heat) with a commit, and nightlora_train returns 0 with
+ * result.cancelled = 1 and the adapter written. Thread-safe and async-signal-safe. A handle
+ * cancelled before nightlora_train starts stops it before its first step. */
+typedef struct nightlora_run nightlora_run;
+NL_API nightlora_run *nightlora_run_new(void);
+NL_API void nightlora_run_cancel(nightlora_run *r);
+NL_API int nightlora_run_cancelled(const nightlora_run *r);
+NL_API void nightlora_run_reset(nightlora_run *r);       /* clear a cancel, to reuse the handle */
+NL_API void nightlora_run_free(nightlora_run *r);
+
+typedef enum {
+    NIGHTLORA_PROGRESS_STEP = 1,     /* an optimizer step finished */
+    NIGHTLORA_PROGRESS_EVAL = 2      /* a validation pass finished (the eval_* fields) */
+} nightlora_progress_kind;
+
+typedef struct {
+    int kind;                /* nightlora_progress_kind */
+    int64_t step, total_steps;       /* 1-based optimizer step (counting a resumed run's) */
+    /* kind STEP: */
+    double loss;             /* the step's batch loss */
+    double lr, grad_norm;
+    int64_t tokens;          /* the step's tokens */
+    double seconds;          /* the step's wall time */
+    double tokens_per_s;     /* this run so far */
+    double paused_seconds;   /* of this step, paused for heat (0 when it ran through) */
+    double elapsed_seconds;  /* since this run's first step */
+    /* kind EVAL: the validation pass after `step` */
+    double eval_loss;
+    double eval_accuracy;    /* -1 when no example has choices */
+    int64_t eval_examples, eval_tokens;
+    double eval_seconds;
+} nightlora_progress;
+
+/* Called on the training thread after each step's update, before its log line and commit: a
+ * nightlora_run_cancel from here ends the run at this step (committed). */
+typedef void (*nightlora_progress_fn)(void *user, const nightlora_progress *p);
+
+typedef struct {
+    const char *model, *data, *out;  /* required: base GGUF, JSONL data, adapter GGUF to write */
+    const char *init_adapter;        /* start from this adapter (its rank, alpha, targets) */
+    const char *targets;             /* "q,k,v,o,gate,up,down,..." (NULL: every linear projection) */
+    const char *chat_template;       /* NULL: the GGUF's */
+    int rank;                        /* 16 */
+    float alpha;                     /* 32 */
+    float dropout;                   /* 0.05 */
+    double lr;                       /* 2e-4 (method "mezo": set it yourself, ~1e-4) */
+    int64_t steps;                   /* 0: from epochs */
+    double epochs;                   /* 1 */
+    int batch_tokens;                /* 4096 */
+    int warmup;                      /* 0 */
+    const char *schedule;            /* "cosine" (default) | "constant" */
+    double lr_min;                   /* the cosine's floor; < 0: 0.1 * lr (default) */
+    double clip;                     /* max global gradient norm (1; <= 0 off) */
+    double weight_decay;             /* 0 */
+    int ctx;                         /* 0: the model's context, capped at 4096 */
+    int refuse_long;                 /* 1: an example longer than ctx is an error (0: truncated) */
+    int shuffle;                     /* 1 */
+    uint64_t seed;                   /* 42 */
+    const char *checkpoint_dir;      /* NULL: no commits */
+    int64_t commit_every;            /* 1 */
+    int resume;                      /* continue from checkpoint_dir's last commit */
+    int64_t act_budget_mb;           /* -1: from the memory available */
+    double mem_limit_mb;             /* 0: MemAvailable */
+    const char *backend;             /* "host" (default) | "ref" */
+    int n_threads;                   /* 0: every core up to 8 */
+    const char *precision;           /* NULL = "auto" (Q8_0 attn/mlp/head, F16 recurrent) | "keep" | ... */
+    const char *compute;             /* NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" */
+    const char *method;              /* "backprop" (default) | "mezo" */
+    double mezo_eps;                 /* 1e-3 */
+    const char *thermal;             /* "auto" (default: sysfs) | "off" */
+    const char *thermal_status_file, *battery_temp_file;  /* readings a host app writes */
+    const char *log_json;            /* one JSON line per step (NULL: none) */
+    int log_stderr;                  /* 1: the CLI's progress lines on stderr (default 0) */
+    nightlora_progress_fn on_progress;   /* NULL: none */
+    void *user;                      /* passed to on_progress */
+} nightlora_train_params;
+
+typedef struct {
+    int64_t steps_done;              /* optimizer steps done overall (a resumed run's included) */
+    int64_t total_steps;
+    double first_loss, last_loss;
+    double seconds, service_seconds, paused_seconds;
+    int64_t tokens;
+    int cancelled;                   /* ended early by nightlora_run_cancel */
+} nightlora_train_result;
+
+NL_API void nightlora_train_default_params(nightlora_train_params *p);
+/* Train (what `nightlora train` does). run may be NULL (then nothing can cancel it). 0: the
+ * adapter written to p->out (also after a cancel); -1: nightlora_last_error(), and whatever
+ * was committed to checkpoint_dir stays committed. */
+NL_API int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlora_train_result *r);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,7 +11,7 @@ static int nl_t_pass, nl_t_fail;
 
 /* The FP32 reference service on one thread (precision auto), for tests of the math that
  * compare with exact results (the library's own default is the host backend on every core).
- * Needs proj/proj.h (nightlora.h includes it). */
+ * Needs proj/proj.h. */
 #define NL_T_REF_CFG (&(nl_proj_config){.backend = "ref", .n_threads = 1})
 
 #define CHECK(cond)                                                                 \

@@ -1,55 +1,286 @@
-/* The public header alone is enough to make a model, train an adapter and evaluate it. */
+/* The public API (nightlora.h): a model made, an adapter trained with the progress callback and
+ * cancelled through its run handle, then evaluated, tokenized, generated from and its logits
+ * taken, each checked against the internal call the CLI makes; errors per thread. And the
+ * library's defaults (the internal nl_train_defaults, nl_session_open with no config) are the
+ * CLI's. */
+#include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "nightlora.h"
+#include "eval/eval.h"
+#include "eval/session.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "proj/proj.h"
+#include "train/trainer.h"
+#include "util/util.h"
 #include "test.h"
 
+static char dir[256], model[320], data[320], out[320];
+
+/* The internal entry points' defaults are the CLI's. */
+static void test_internal_defaults(void) {
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    /* host backend, every core up to 8, precision auto */
+    CHECK(o.proj.backend && !strcmp(o.proj.backend, "host") && o.proj.n_threads == nl_proj_default_threads());
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(nl_proj_default_threads() == (ncpu > 8 ? 8 : ncpu > 0 ? (int)ncpu : 1));
+    CHECK(o.proj.precision == NULL && o.proj.backend_impl == NULL);
+    CHECK(o.cancel == NULL && o.on_progress == NULL);
+    nl_session s;
+    CHECKF(nl_session_open(&s, model, NULL, NULL) == 0, "%s", nl_last_error());
+    /* no config: host on every core up to 8, the weights in their stored type (this F32 model's
+     * projections stay F32; training's policy would have made them Q8_0) */
+    CHECK(!strcmp(nl_proj_backend_name(s.svc), "host") && nl_proj_threads(s.svc) == nl_proj_default_threads());
+    int n_f32 = 0;
+    for (int i = 0; i < nl_proj_count(s.svc); i++) n_f32 += nl_proj_get(s.svc, i)->type == NL_TYPE_F32;
+    CHECK(nl_proj_count(s.svc) > 0 && n_f32 == nl_proj_count(s.svc));
+    nl_session_close(&s);
+}
+
+typedef struct {
+    int rows, bad_kind, out_of_order;
+    int64_t last_step, total;
+    double last_loss, last_tps;
+    int cancel_at;               /* cancel the run from the callback after this step (0: never) */
+    nightlora_run *run;
+} progress_log;
+
+static void on_progress(void *user, const nightlora_progress *p) {
+    progress_log *l = user;
+    if (p->kind != NIGHTLORA_PROGRESS_STEP) { l->bad_kind++; return; }
+    if (p->step != l->last_step + 1) l->out_of_order++;
+    l->rows++;
+    l->last_step = p->step;
+    l->total = p->total_steps;
+    l->last_loss = p->loss;
+    l->last_tps = p->tokens_per_s;
+    if (l->cancel_at && p->step == l->cancel_at) nightlora_run_cancel(l->run);
+}
+
+static void train_params(nightlora_train_params *p, const char *adapter, int64_t steps) {
+    nightlora_train_default_params(p);
+    p->model = model;
+    p->data = data;
+    p->out = adapter;
+    p->steps = steps;
+    p->batch_tokens = 64;
+    p->thermal = "off";
+}
+
+static void test_train(void) {
+    /* the defaults are the internal ones (and so the CLI's) */
+    nightlora_train_params p;
+    nightlora_train_default_params(&p);
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    CHECK(p.rank == o.rank && p.alpha == o.alpha && p.lr == o.lr && p.batch_tokens == o.batch_tokens && p.seed == o.seed &&
+          p.clip == o.clip && p.lr_min == o.lr_min && !strcmp(p.schedule, "cosine") && !strcmp(p.backend, "host") &&
+          p.log_stderr == 0 && p.on_progress == NULL);
+
+    /* a row per step, in order, the last one the result's */
+    train_params(&p, out, 3);
+    progress_log l = {0};
+    p.on_progress = on_progress;
+    p.user = &l;
+    nightlora_train_result r;
+    CHECKF(nightlora_train(&p, NULL, &r) == 0, "%s", nightlora_last_error());
+    CHECK(r.steps_done == 3 && r.total_steps == 3 && !r.cancelled && isfinite(r.last_loss));
+    CHECKF(l.rows == 3 && l.last_step == 3 && l.total == 3 && !l.bad_kind && !l.out_of_order, "%d rows, last step %lld",
+           l.rows, (long long)l.last_step);
+    CHECK(l.last_loss == r.last_loss && l.last_tps > 0);
+
+    /* the same run through the internal call: the same adapter, bit for bit */
+    char ref[340];
+    snprintf(ref, sizeof ref, "%s/ref.gguf", dir);
+    nl_train_defaults(&o);
+    o.model = model;
+    o.data = data;
+    o.out = ref;
+    o.steps = 3;
+    o.batch_tokens = 64;
+    o.thermal = "off";
+    o.progress = NULL;
+    nl_train_result ir;
+    CHECKF(nl_train(&o, &ir) == 0, "%s", nl_last_error());
+    size_t la = 0, lb = 0;
+    char *a = nl_read_file(out, &la), *b = nl_read_file(ref, &lb);
+    CHECK(a && b && la == lb && memcmp(a, b, la) == 0 && ir.last_loss == r.last_loss);
+    free(a);
+    free(b);
+
+    /* cancelled from the callback after step 2 of 6: stops there, the adapter written */
+    char cut[340];
+    snprintf(cut, sizeof cut, "%s/cut.gguf", dir);
+    train_params(&p, cut, 6);
+    nightlora_run *run = nightlora_run_new();
+    progress_log lc = {.cancel_at = 2, .run = run};
+    p.on_progress = on_progress;
+    p.user = &lc;
+    CHECKF(nightlora_train(&p, run, &r) == 0, "%s", nightlora_last_error());
+    CHECKF(r.cancelled && r.steps_done == 2 && r.total_steps == 6 && lc.rows == 2, "cancelled %d, %lld steps, %d rows", r.cancelled,
+           (long long)r.steps_done, lc.rows);
+    CHECK(nightlora_run_cancelled(run));
+    struct stat st;
+    CHECK(stat(cut, &st) == 0 && st.st_size > 0);
+    /* a handle cancelled before the run: no step is taken */
+    unlink(cut);
+    lc = (progress_log){0};
+    CHECKF(nightlora_train(&p, run, &r) == 0, "%s", nightlora_last_error());
+    CHECK(r.cancelled && r.steps_done == 0 && lc.rows == 0 && stat(cut, &st) == 0);
+    /* reset: the handle runs the next one to its end */
+    nightlora_run_reset(run);
+    CHECK(!nightlora_run_cancelled(run));
+    unlink(cut);
+    p.steps = 2;
+    CHECKF(nightlora_train(&p, run, &r) == 0, "%s", nightlora_last_error());
+    CHECK(!r.cancelled && r.steps_done == 2);
+    nightlora_run_free(run);
+
+    /* bad params: errors naming the field */
+    train_params(&p, cut, 2);
+    p.schedule = "linear";
+    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "schedule 'linear'"));
+    train_params(&p, cut, 2);
+    p.backend = "gpu";
+    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "backend 'gpu'"));
+    train_params(&p, cut, 2);
+    p.data = "/nonexistent.jsonl";
+    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "/nonexistent.jsonl"));
+    CHECK(nightlora_train(NULL, NULL, &r) == -1);
+}
+
+static int token_calls;
+static char token_text[4096];
+static void on_token(void *user, int32_t id, const char *text, size_t len) {
+    (void)id;
+    size_t *n = user;
+    token_calls++;
+    if (*n + len < sizeof token_text) {
+        memcpy(token_text + *n, text, len);
+        *n += len;
+        token_text[*n] = 0;
+    }
+}
+
+static void test_infer(void) {
+    nightlora_model_params mp;
+    nightlora_model_default_params(&mp);
+    mp.adapter = out;
+    nightlora_model *m = nightlora_model_open(model, &mp);
+    CHECKF(m != NULL, "%s", nightlora_last_error());
+    if (!m) return;
+    /* the internal session the CLI opens, with the same settings */
+    nl_session s;
+    CHECKF(nl_session_open(&s, model, out, NULL) == 0, "%s", nl_last_error());
+    const int V = nightlora_model_n_vocab(m);
+    CHECK(V == s.m->hp.n_vocab && nightlora_model_n_ctx(m) == s.m->hp.n_ctx_train);
+
+    /* tokenize: the count, also past the buffer; detokenize undoes it */
+    const char *text = "Note: Book the hotel for Friday";
+    int32_t ids[64], few[2];
+    int n = nightlora_tokenize(m, text, 0, ids, 64);
+    CHECK(n > 2 && nightlora_tokenize(m, text, 0, few, 2) == n && few[0] == ids[0] && few[1] == ids[1]);
+    CHECK(nightlora_tokenize(m, text, 0, NULL, 0) == n);
+    int32_t *iv = NULL;
+    int in = 0;
+    CHECK(nl_tokenize(s.tok, text, strlen(text), false, false, &iv, &in) == 0 && in == n && !memcmp(iv, ids, (size_t)n * sizeof *ids));
+    free(iv);
+    char back[256];
+    CHECK(nightlora_detokenize(m, ids, n, back, sizeof back) == (int64_t)strlen(text) && !strcmp(back, text));
+    CHECK(nightlora_detokenize(m, ids, n, back, 5) == (int64_t)strlen(text) && !strncmp(back, text, 4) && back[4] == 0);
+
+    /* logits: bit for bit the session's */
+    float *a = malloc(sizeof(float) * (size_t)n * V), *b = malloc(sizeof(float) * (size_t)n * V);
+    CHECK(nightlora_logits(m, ids, n, a) == 0 && nl_session_logits(&s, ids, n, b) == 0 &&
+          !memcmp(a, b, sizeof(float) * (size_t)n * V));
+    int32_t bad[2] = {1, V};
+    CHECK(nightlora_logits(m, bad, 2, a) == -1 && strstr(nightlora_last_error(), "outside the vocabulary"));
+    free(a);
+    free(b);
+
+    /* generate: greedy, the same twice; the callback sees every token and the text */
+    nightlora_generate_params gp;
+    nightlora_generate_default_params(&gp);
+    gp.n_predict = 6;
+    gp.on_token = on_token;
+    size_t tl = 0;
+    gp.user = &tl;
+    char *t1 = NULL, *t2 = NULL;
+    token_calls = 0;
+    int g1 = nightlora_generate(m, "Note: Book the hotel for Friday", &gp, &t1);
+    CHECKF(g1 >= 1 && g1 <= 6 && token_calls == g1 && t1 && !strcmp(t1, token_text), "%d tokens, %d calls: %s", g1, token_calls,
+           nightlora_last_error());
+    gp.on_token = NULL;
+    int g2 = nightlora_generate(m, "Note: Book the hotel for Friday", &gp, &t2);
+    CHECK(g2 == g1 && t2 && t1 && !strcmp(t1, t2));
+    nightlora_free(t1);
+    nightlora_free(t2);
+    gp.top_p = 0;
+    CHECK(nightlora_generate(m, "x", &gp, NULL) == -1 && strstr(nightlora_last_error(), "top_p"));
+
+    /* eval: the CLI's numbers */
+    nightlora_eval_result er;
+    CHECKF(nightlora_eval(m, data, NULL, &er) == 0, "%s", nightlora_last_error());
+    nl_eval_result ir;
+    CHECK(nl_eval_file(&s.rt, s.tok, data, NULL, 0, NULL, &ir) == 0);
+    CHECK(er.n_examples == ir.n_examples && er.n_targets == ir.n_targets && er.loss == nl_eval_loss(&ir) && er.accuracy == -1.0 &&
+          fabs(er.ppl - exp(er.loss)) < 1e-9 * er.ppl);
+    nightlora_eval_params ep;
+    nightlora_eval_default_params(&ep);
+    ep.ctx = 1;
+    CHECK(nightlora_eval(m, data, &ep, &er) == -1 && strstr(nightlora_last_error(), "ctx 1"));
+    nl_session_close(&s);
+    nightlora_model_close(m);
+    nightlora_model_close(NULL);
+
+    nightlora_model_default_params(&mp);
+    mp.compute = "fast";
+    CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "compute 'fast'"));
+    CHECK(nightlora_model_open("/nonexistent.gguf", NULL) == NULL && strstr(nightlora_last_error(), "/nonexistent.gguf"));
+}
+
+/* Each thread has its own error message. */
+static void *fail_in_thread(void *arg) {
+    (void)arg;
+    nightlora_model *m = nightlora_model_open("/nonexistent-in-thread.gguf", NULL);
+    return (void *)(intptr_t)(m == NULL && strstr(nightlora_last_error(), "/nonexistent-in-thread.gguf") != NULL);
+}
+
+static void test_errors(void) {
+    CHECK(nightlora_abi_version() == NIGHTLORA_ABI_VERSION && nightlora_version()[0]);
+    nightlora_mkmodel_params mk;
+    nightlora_mkmodel_default_params(&mk);
+    mk.arch = "gpt2";
+    CHECK(nightlora_mkmodel("/tmp/never.gguf", &mk) == -1 && strstr(nightlora_last_error(), "arch 'gpt2'"));
+    pthread_t th;
+    void *ok = NULL;
+    CHECK(pthread_create(&th, NULL, fail_in_thread, NULL) == 0 && pthread_join(th, &ok) == 0 && ok);
+    /* this thread's message is still its own */
+    CHECK(strstr(nightlora_last_error(), "arch 'gpt2'") != NULL);
+}
+
 int main(void) {
-    char dir[128], model[256], data[256], out[256];
-    snprintf(dir, sizeof dir, "/tmp/nl_test_api_%d", (int)getpid());
-    snprintf(model, sizeof model, "%s.gguf", dir);
-    snprintf(data, sizeof data, "%s.jsonl", dir);
-    snprintf(out, sizeof out, "%s-adapter.gguf", dir);
-    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F32, 3, model) == 0);
+    if (nl_t_tmpdir(dir, sizeof dir, "test_api")) return 1;
+    snprintf(model, sizeof model, "%s/tiny.gguf", dir);
+    snprintf(data, sizeof data, "%s/data.jsonl", dir);
+    snprintf(out, sizeof out, "%s/adapter.gguf", dir);
+    nightlora_mkmodel_params mk;
+    nightlora_mkmodel_default_params(&mk);
+    CHECK(!strcmp(mk.arch, "qwen3") && !strcmp(mk.preset, "tiny") && !strcmp(mk.type, "f32"));
+    mk.seed = 3;
+    CHECKF(nightlora_mkmodel(model, &mk) == 0, "%s", nightlora_last_error());
     FILE *f = fopen(data, "w");
     CHECK(f != NULL);
     if (!f) return nl_t_done();
     for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"note %d:\", \"completion\": \" %s\"}\n", i, i % 2 ? "odd" : "even");
     fclose(f);
-    nl_train_opts o;
-    nl_train_defaults(&o);
-    /* the library's defaults are the CLI's: host backend, every core up to 8, precision auto */
-    CHECK(o.proj.backend && !strcmp(o.proj.backend, "host") && o.proj.n_threads == nl_proj_default_threads());
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    CHECK(nl_proj_default_threads() == (ncpu > 8 ? 8 : ncpu > 0 ? (int)ncpu : 1));
-    CHECK(o.proj.precision == NULL && o.proj.backend_impl == NULL);
-    o.model = model;
-    o.data = data;
-    o.out = out;
-    o.steps = 3;
-    o.batch_tokens = 64;
-    o.progress = NULL;
-    o.thermal = "off";
-    nl_train_result r;
-    CHECKF(nl_train(&o, &r) == 0, "%s", nl_last_error());
-    CHECK(r.steps_done == 3 && isfinite(r.last_loss));
-    nl_session s;
-    CHECKF(nl_session_open(&s, model, out, NULL) == 0, "%s", nl_last_error());
-    CHECK(s.adapter != NULL && s.adapter->n > 0);
-    /* no config: host on every core up to 8, and the weights in their stored type (this F32
-     * model's projections stay F32; training's policy would have made them Q8_0) */
-    CHECK(!strcmp(nl_proj_backend_name(s.svc), "host") && nl_proj_threads(s.svc) == nl_proj_default_threads());
-    int n_f32 = 0;
-    for (int i = 0; i < nl_proj_count(s.svc); i++) n_f32 += nl_proj_get(s.svc, i)->type == NL_TYPE_F32;
-    CHECK(nl_proj_count(s.svc) > 0 && n_f32 == nl_proj_count(s.svc));
-    int32_t tok[4] = {1, 2, 3, 4};
-    float *logits = malloc(sizeof(float) * 4 * (size_t)s.m->hp.n_vocab);
-    CHECK(nl_session_logits(&s, tok, 4, logits) == 0 && isfinite(logits[0]));
-    free(logits);
-    nl_session_close(&s);
-    CHECK(nl_model_load("/nonexistent.gguf") == NULL && strstr(nl_last_error(), "/nonexistent.gguf"));
-    unlink(model);
-    unlink(data);
-    unlink(out);
+    test_internal_defaults();
+    test_train();
+    test_infer();
+    test_errors();
+    nl_t_tmpdir_done(dir);
     return nl_t_done();
 }

@@ -6,7 +6,12 @@
  * ${NL_MODEL_CACHE:-$HOME/.cache/nightlora} (tools/fetch-models.sh puts it there). */
 #include <unistd.h>
 
-#include "nightlora.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "eval/eval.h"
+#include "eval/session.h"
+#include "model/quant.h"
+#include "train/trainer.h"
 #include "test.h"
 
 static char tmpdir[256];
