@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI: build the libFuzzer harnesses (fuzz/fuzz_*.c) with clang + ASan/UBSan and run each for a
-# short time (FUZZ_SECONDS, default 35; 7 harnesses stay under 5 minutes). Exits non-zero when a
+# short time (FUZZ_SECONDS, default 35; 8 harnesses take about 5 minutes). Exits non-zero when a
 # harness crashes, leaks, trips a sanitizer or an oracle, or times out on one input; the
 # reproducer is left under build-fuzz/smoke/<name>/ and printed. New corpus entries go to a
 # scratch folder, never into fuzz/corpus/. Skips (exit 0, with a message) when clang and its

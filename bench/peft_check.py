@@ -36,7 +36,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import numpy as np
 
-TOL = 2e-3        # max |Δ logit|, FP32 against FP32 (measured 4.7e-4 with logits moved by 33, 9e-5)
+TOL = 2e-3        # max |Δ logit|, FP32 against FP32 (measured 5.4e-4 with logits moved by 31, 9e-5)
 LOSS_TOL = 2e-4   # eval loss (nightlora prints 4 decimals)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPTS = [

@@ -8,7 +8,9 @@
 #include "common.h"
 #include "model/adapter.h"
 #include "model/gguf.h"
+#include "model/peft.h"
 #include "model/quant.h"
+#include "model/safetensors.h"
 #include "train/checkpoint.h"
 
 static const char *OUT;
@@ -334,6 +336,46 @@ static void seeds_adapter(void) {
     }
 }
 
+static void seeds_safetensors(void) {
+    char path[512];
+    fuzz_tmp_path(path, sizeof path, "seed.safetensors");
+    /* every dtype, a scalar, an empty tensor, metadata */
+    float f[6] = {1, -2, 0.5f, 3, -0.25f, 8};
+    uint16_t h[4] = {0x3C00, 0xC000, 0x3800, 0x0001}, bf[3] = {0x3F80, 0xC040, 0x0000};
+    nl_st_out t[5] = {
+        {.name = "w.weight", .dtype = NL_ST_F32, .n_dims = 2, .shape = {2, 3}, .data = f},
+        {.name = "h", .dtype = NL_ST_F16, .n_dims = 1, .shape = {4}, .data = h},
+        {.name = "b", .dtype = NL_ST_BF16, .n_dims = 3, .shape = {1, 3, 1}, .data = bf},
+        {.name = "scalar", .dtype = NL_ST_F32, .n_dims = 0, .data = f},
+        {.name = "empty", .dtype = NL_ST_F16, .n_dims = 2, .shape = {0, 7}, .data = h},
+    };
+    static const char *const meta[] = {"format", "pt", NULL};
+    size_t n;
+    if (nl_st_write(path, t, 5, meta) != 0) die("safetensors");
+    char *b = slurp(path, &n);
+    put("safetensors", "dtypes.safetensors", "", 0, b, n);
+    free(b);
+    /* a PEFT adapter of a tiny llama (q, v: the permuted and the plain rows) */
+    char mp[512], dir[400];
+    fuzz_tmp_path(mp, sizeof mp, "seed-model.gguf");
+    fuzz_tmp_path(dir, sizeof dir, "seed-peft");
+    if (nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_F32, 7, mp) != 0) die("mkmodel");
+    nl_model *m = nl_model_load(mp);
+    nl_adapter *a = m ? nl_adapter_new(m, "q,v", 2, 4.0f, 3) : NULL;
+    if (!a || nl_peft_save(a, m, dir, NULL) != 0) die("peft");
+    snprintf(path, sizeof path, "%s/" NL_PEFT_WEIGHTS, dir);
+    b = slurp(path, &n);
+    put("safetensors", "peft.safetensors", "", 0, b, n);
+    free(b);
+    remove(path);
+    snprintf(path, sizeof path, "%s/" NL_PEFT_CONFIG, dir);
+    remove(path);
+    rmdir(dir);
+    nl_adapter_free(a);
+    nl_model_free(m);
+    remove(mp);
+}
+
 static void seeds_checkpoint(void) {
     char dir[512];
     fuzz_tmp_path(dir, sizeof dir, "seed-ckpt");
@@ -395,6 +437,7 @@ int main(int argc, char **argv) {
     seeds_tokenize(td);
     seeds_adapter();
     seeds_checkpoint();
+    seeds_safetensors();
     printf("mkcorpus: %d seed files under %s\n", n_written, OUT);
     return 0;
 }
