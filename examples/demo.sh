@@ -13,9 +13,10 @@ echo
 echo "== 2. held-out accuracy before training"
 "$BIN" eval --model "$OUT/small.gguf" --data examples/tagging-test.jsonl --backend host --threads 2
 echo
-echo "== 3. LoRA training (rank 16, every projection; commits in $OUT/checkpoints)"
+echo "== 3. LoRA training (rank 16, every projection; commits in $OUT/checkpoints; the held-out notes scored every 81 steps and at the end)"
 "$BIN" train --model "$OUT/small.gguf" --data examples/tagging-train.jsonl --out "$OUT/adapter.gguf" \
     --backend host --threads 2 --epochs 3 --batch-tokens 256 --lr 2e-3 --warmup 5 \
+    --val-data examples/tagging-test.jsonl --eval-every 81 \
     --checkpoint-dir "$OUT/checkpoints" --commit-every 20 --log-json "$OUT/train-log.jsonl" 2>&1 |
     awk '/^step/ { n++; if (n % 20 != 1) next } { print; fflush() }'
 echo

@@ -233,6 +233,49 @@ static void make_lengths(nl_dataset *ds, const int *len, int n) {
     free(buf);
 }
 
+/* --val-split: example i (1-based) held out when floor(i F) > floor((i-1) F): F 0.25 of 12 tokens
+ * lines holds out lines 4, 8, 12 (blank lines not counted as examples; file lines kept), the
+ * rest stay in order; none held out is an error naming --val-split (floor(n F) < n: never all); the rule alone for
+ * F 0.1 and 0.3. */
+static void test_split(void) {
+    char buf[1024];
+    size_t k = 0;
+    for (int i = 1; i <= 12; i++) {
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "{\"tokens\": [%d, %d, %d]}\n", i, i + 1, i + 2);
+        if (i == 5) k += (size_t)snprintf(buf + k, sizeof buf - k, "\n"); /* a blank line: line 6 */
+    }
+    nl_dataset ds, held;
+    CHECK(nl_dataset_load_buffer(buf, k, "s.jsonl", NULL, NULL, &ds) == 0 && ds.n == 12);
+    CHECKF(nl_dataset_split(&ds, 0.25, &held) == 0, "%s", nl_last_error());
+    CHECK(held.n == 3 && ds.n == 9);
+    /* examples 4, 8, 12: file lines 4, 9, 13 (the blank line 6 shifts the later ones) */
+    CHECK(held.n == 3 && held.ex[0].line == 4 && held.ex[1].line == 9 && held.ex[2].line == 13);
+    CHECK(held.n == 3 && held.ex[0].ids[0] == 4 && held.ex[1].ids[0] == 8 && held.ex[2].ids[0] == 12);
+    int order = 1;
+    for (int i = 1; i < ds.n; i++) order &= ds.ex[i].line > ds.ex[i - 1].line && ds.ex[i].ids[0] % 4 != 0;
+    CHECK(order && ds.ex[0].ids[0] == 1);
+    CHECK(ds.n_targets == 9 * 2 && held.n_targets == 3 * 2 && ds.n_tokens == 27 && held.n_tokens == 9);
+    CHECK(!strcmp(held.path, "s.jsonl"));
+    nl_dataset_free(&held);
+    /* too few to hold one out, or all of them */
+    CHECK(nl_dataset_split(&ds, 0.1, &held) != 0 && strstr(nl_last_error(), "--val-split 0.1") &&
+          strstr(nl_last_error(), "9 examples") && ds.n == 9 && held.n == 0);
+    nl_dataset_free(&ds);
+    CHECK(nl_dataset_load_buffer("{\"tokens\": [1, 2]}\n", 19, "one.jsonl", NULL, NULL, &ds) == 0);
+    CHECK(nl_dataset_split(&ds, 0.99, &held) != 0 && strstr(nl_last_error(), "1 examples, too few") && ds.n == 1);
+    nl_dataset_free(&ds);
+    /* the rule: F 0.1 holds out the 10th, 20th, ...; F 0.3 the 4th, 7th, 10th (floor(i*0.3) steps) */
+    int n01 = 0, n03 = 0, ok = 1;
+    for (int i = 1; i <= 100; i++) {
+        n01 += nl_dataset_is_held_out(i, 0.1);
+        n03 += nl_dataset_is_held_out(i, 0.3);
+        ok &= nl_dataset_is_held_out(i, 0.1) == (i % 10 == 0);
+    }
+    CHECK(ok && n01 == 10 && n03 == 30);
+    CHECK(!nl_dataset_is_held_out(1, 0.3) && !nl_dataset_is_held_out(3, 0.3) && nl_dataset_is_held_out(4, 0.3) &&
+          nl_dataset_is_held_out(7, 0.3) && nl_dataset_is_held_out(10, 0.3));
+}
+
 static void test_pack(void) {
     nl_dataset ds;
     int lens[] = {3, 4, 5, 9, 12, 2};
@@ -1053,6 +1096,7 @@ int main(void) {
     test_errors();
     test_file();
     test_data_dir();
+    test_split();
     test_pack();
     test_order_and_batches();
     nl_tokenizer *cml = chat_vocab("nl_test_chatml_vocab.gguf", false, NULL);

@@ -5,8 +5,9 @@
  *    mid-write: wherever it lands), chained with --resume, end with X and L — with commits every
  *    3 steps, so a resume replays the steps after the last commit, shuffle and dropout on, and
  *    a run that crosses an epoch boundary;
- *  - SIGINT / SIGTERM: the child commits at the next step boundary and exits 0; SIGTERM while
- *    paused by the thermal status file abandons the step and commits the last finished one;
+ *  - SIGINT / SIGTERM: the child commits at the next step boundary and exits 3 (stopped by a
+ *    signal after committing, not done); SIGTERM while paused by the thermal status file
+ *    abandons the step, commits the last finished one and exits 3;
  *  - a fresh run into a directory holding commits is refused and leaves them untouched;
  *  - the resumed log: complete lines of committed steps are kept, the replayed steps are logged
  *    once (L compared field by field, timings aside).
@@ -371,7 +372,7 @@ static void test_random_kills(void) {
     finish_and_compare(ck, out, log, "random kills");
 }
 
-/* SIGINT / SIGTERM: commit at the next step boundary and exit 0. */
+/* SIGINT / SIGTERM: commit at the next step boundary and exit 3. */
 static void test_signal(int sig) {
     char ck[512], out[512], log[512], err[512], name[32];
     snprintf(name, sizeof name, "sig%d", sig);
@@ -389,7 +390,7 @@ static void test_signal(int sig) {
     int at = newest_commit(ck);
     steplog L;
     read_log(log, &L);
-    CHECKF(rc == 0, "%s: exited %d", name, rc);
+    CHECKF(rc == 3, "%s: exited %d, expected 3 (stopped by a signal after committing)", name, rc);
     CHECKF(nl_t_file_has(err, "stopped after"), "%s: no 'stopped' in the output", name);
     CHECKF(at >= 3 && at < N_STEPS && L.n == at, "%s: newest commit %d, %d log lines", name, at, L.n);
     printf("%s: stopped at step %d of %d\n", name, at, N_STEPS);
@@ -424,7 +425,7 @@ static void test_signal_in_pause(void) {
     steplog L;
     read_log(log, &L);
     CHECKF(paused, "the run never paused");
-    CHECKF(rc == 0, "exited %d", rc);
+    CHECKF(rc == 3, "exited %d, expected 3", rc);
     CHECK(nl_t_file_has(err, "stop requested while paused"));
     CHECKF(at >= 3 && at < N_STEPS && L.n == at, "newest commit %d, %d log lines", at, L.n);
     printf("sigterm in pause: stopped at step %d\n", at);

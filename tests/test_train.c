@@ -15,8 +15,8 @@
  *  - refusals: another model, lr, rank, data → named in the message; a fresh run into a dir
  *    with commits; commits untouched by a refused run;
  *  - pacing: a thread writes "3" then "0" into the thermal status file: the run pauses (the
- *    progress says so, paused_seconds > 0) and resumes within the poll interval, and the
- *    adapter equals an unpaused run's;
+ *    progress says so and gives the paused time apart, paused_seconds > 0) and resumes within
+ *    the poll interval, and the adapter equals an unpaused run's;
  *  - an unwritable --out is refused before any training; truncated / dropped examples are
  *    reported at start;
  *  - --method mezo: the trainer's steps equal nl_mezo_step called directly on the same batches
@@ -728,6 +728,11 @@ static void test_pacing(const char *model, const char *data) {
     CHECK(strstr(text, "paused: thermal status 3") && strstr(text, "resumed after"));
     CHECK(strstr(text, "warning: pacing: ") && strstr(text, "training on without this reading"));
     CHECK(strstr(text, "  paused\n") && strstr(text, "  running\n") && strstr(text, " tok/s  ETA "));
+    /* the paused figure, apart from tokens/s and the ETA (which leave it out): the run's total so
+     * far on every line after the pause */
+    const char *pf = strstr(text, "  paused 0.");
+    if (!pf) pf = strstr(text, "  paused 1.");
+    CHECKF(pf != NULL, "no 'paused N.Ns' figure in the progress lines");
     printf("pacing: paused %.2f s over %d step(s)\n", r.paused_seconds, paused_steps);
     free(text);
     /* a pause changes nothing in the result */

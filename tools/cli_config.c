@@ -4,8 +4,8 @@
  * so a checkpoint directory's run.json (every value a string) configures `train` as it ran:
  * "model_path" / "data_path" are --model / --data, "targets" keeps its list (the part before
  * " ("), "shuffle": "0" is --no-shuffle, "template": "auto" and an empty value are no flag, and
- * the record-only keys of run.json (the content hashes "model" / "data", "init", "kernels") are
- * skipped. A value is a string, a number or a boolean (true: the flag is given; false: not);
+ * "val_data_path" is --val-data, and the record-only keys of run.json (the content hashes
+ * "model" / "data", "init", "kernels", "validation") are skipped. A value is a string, a number or a boolean (true: the flag is given; false: not);
  * a key that is no flag of the command is an error naming the file, line and key. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,12 +90,13 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         const nl_json *v = &m->value;
         /* run.json's record-only keys: the content hashes of model and data, init, kernels */
         if ((!strcmp(key, "model") || !strcmp(key, "data")) && is_hash(v)) continue;
-        if (!strcmp(key, "init") || !strcmp(key, "kernels")) continue;
+        if (!strcmp(key, "init") || !strcmp(key, "kernels") || !strcmp(key, "validation")) continue;
         /* --steps and --epochs exclude each other: the command line's wins */
         if ((!strcmp(key, "steps") && nl_cli_opt(argc, argv, "epochs")) || (!strcmp(key, "epochs") && nl_cli_opt(argc, argv, "steps")))
             continue;
         if (!strcmp(key, "model-path")) strcpy(key, "model");
         if (!strcmp(key, "data-path")) strcpy(key, "data");
+        if (!strcmp(key, "val-data-path")) strcpy(key, "val-data");
         if (!strcmp(key, "config")) {
             rc = 2;
             nl_json_linecol(text, len, m->key_offset, &line, &col);

@@ -72,6 +72,11 @@ static const help_row rows[] = {
     {"method", "backprop|mezo", "gradients by backpropagation, or MeZO's two forward passes (default backprop)"},
     {"mezo-eps", "E", "MeZO's perturbation size (default 1e-3)"},
     {"overlap", "auto|on|off", "overlap service requests with CPU work (default auto)"},
+    {"val-data", "FILE", "a validation set (JSONL, read like --data): scored with the adapter being trained after every --eval-every steps and at the end (default: with --data DIR, its valid.jsonl when there)"},
+    {"val-split", "F", "hold out a fraction F of --data for validation: example i (from 1) when floor(i*F) > floor((i-1)*F), the same every run (default none)"},
+    {"eval-every", "N", "evaluate the validation set after every N steps (default: only after the last step)"},
+    {"keep-best", "[loss|accuracy]", "write the adapter to --out at each evaluation that improves on the best, not the last one at the end (bare: loss; default off)"},
+    {"early-stop", "P", "stop after P evaluations in a row without improvement (default off)"},
     {"stop-after", "N", "stop after N steps of this process, committing (a test aid; default none)"},
     {"pacing-poll-ms", "MS", "how often a paused run polls the thermal/battery state (a test aid)"},
     /* eval, logits, generate, merge, tokenize */
@@ -144,9 +149,10 @@ static const help_row *find_row(const char *cmd, const char *flag) {
 
 void nl_cli_print_exit_statuses(FILE *f) {
     fprintf(f, "exit status:\n"
-               "  0  done (a training run stopped by --stop-after or a pause limit has committed)\n"
+               "  0  done (a training run ended by --early-stop, or stopped by --stop-after or a pause limit, has committed)\n"
                "  1  an error: the message on stderr names the file and the offset or line; nothing committed is lost\n"
-               "  2  a usage error: an unknown command or flag, a missing or malformed value\n");
+               "  2  a usage error: an unknown command or flag, a missing or malformed value\n"
+               "  3  train: stopped by SIGINT/SIGTERM after committing the last finished step (not done: --resume continues it)\n");
 }
 
 static int print_flag(FILE *f, const char *cmd, const char *flag, int boolean) {

@@ -42,6 +42,22 @@ static int write_report(int argc, char **argv, const nl_train_opts *o, const cha
     return 0;
 }
 
+/* --keep-best takes an optional value: a bare --keep-best (the next argument not "loss" or
+ * "accuracy") reads as --keep-best=loss. argv is copied into buf (cap entries) when so. */
+static char **keep_best_value(int *argc, char **argv, char **buf, int cap) {
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--keep-best")) continue;
+        const char *next = i + 1 < *argc ? argv[i + 1] : "";
+        if (!strcmp(next, "loss") || !strcmp(next, "accuracy")) continue;
+        if (*argc >= cap) return argv;
+        memcpy(buf, argv, (size_t)*argc * sizeof *argv);
+        buf[i] = "--keep-best=loss";
+        buf[*argc] = NULL;
+        return buf;
+    }
+    return argv;
+}
+
 int nl_cmd_train(int argc, char **argv) {
     int user_argc = argc; /* the command line as given, for the report (argv may grow below) */
     char **user_argv = argv;
@@ -50,10 +66,13 @@ int nl_cmd_train(int argc, char **argv) {
         "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", "report", NULL};
+        "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", "report",
+        "val-data", "val-split", "eval-every", "keep-best", "early-stop", NULL};
     static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "dry-run", NULL};
     /* --config FILE.json: its flags first, then the command line's (which win) */
     if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
+    char *kb_args[256];
+    argv = keep_best_value(&argc, argv, kb_args, 255);
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
     nl_train_defaults(&o);
@@ -74,7 +93,8 @@ int nl_cmd_train(int argc, char **argv) {
         return nl_cli_fail("train");
     }
     char *args[256];
-    const int val_flag = nl_cli_opt(argc, argv, "val-data") != NULL;
+    /* DIR/valid.jsonl is the validation set unless --val-data or --val-split names another */
+    const int val_flag = nl_cli_opt(argc, argv, "val-data") || nl_cli_opt(argc, argv, "val-split");
     if (train_file) {
         if (argc > 250) {
             fprintf(stderr, "nightlora train: too many arguments (%d)\n", argc);
@@ -102,11 +122,17 @@ int nl_cmd_train(int argc, char **argv) {
     }
     if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
     if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
+    const char *v;
     o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
     o.targets = nl_cli_opt(argc, argv, "targets");
     o.chat_template = nl_cli_opt(argc, argv, "template");
     o.ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys");
     o.checkpoint_dir = nl_cli_opt(argc, argv, "checkpoint-dir");
+    o.val_data = nl_cli_opt(argc, argv, "val-data");
+    if ((v = nl_cli_opt(argc, argv, "keep-best")) && (o.keep_best = nl_train_keep_best_from_name(v)) < 0) {
+        fprintf(stderr, "nightlora train: --keep-best %s: expected loss or accuracy\n", v);
+        return 2;
+    }
     o.resume = nl_cli_flag(argc, argv, "resume");
     o.allow_kernel_change = nl_cli_flag(argc, argv, "allow-kernel-change");
     o.shuffle = !nl_cli_flag(argc, argv, "no-shuffle");
@@ -115,7 +141,6 @@ int nl_cmd_train(int argc, char **argv) {
     o.thermal_status_file = nl_cli_opt(argc, argv, "thermal-status-file");
     o.battery_temp_file = nl_cli_opt(argc, argv, "battery-temp-file");
     if (nl_cli_flag(argc, argv, "quiet")) o.progress = NULL;
-    const char *v;
     double x = 0;
     if ((v = nl_cli_opt(argc, argv, "thermal"))) {
         if (strcmp(v, "auto") && strcmp(v, "off")) {
@@ -201,6 +226,9 @@ int nl_cmd_train(int argc, char **argv) {
     NUM("pacing-poll-ms", 1, 1e7, o.pacing_poll_s) /* testing only; not in the usage */
     NUM("mezo-eps", 1e-12, 1, o.mezo_eps)
     NUM("mem-limit-mb", 1e-3, 1e12, o.mem_limit_mb)
+    NUM("val-split", 1e-9, 0.999999, o.val_split)
+    INT("eval-every", 1, INT64_C(1) << 53, o.eval_every)
+    INT("early-stop", 1, 1000000000, o.early_stop)
     o.count_process = 1; /* --mem-limit-mb bounds this process, what it held before the run included */
     o.pacing_poll_s /= 1000.0;
 #undef INT
@@ -211,7 +239,16 @@ int nl_cmd_train(int argc, char **argv) {
     static const char *const files[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", "log-json", "dump-grads", NULL};
     if (o.save_every > 0 && nl_cli_no_snapshot_overwrite("train", argc, argv, files, o.out, o.save_every)) return 2;
     if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
-    /* SIGINT / SIGTERM cancel this run: a commit at the next step boundary, exit 0; a second
+    if (o.val_data && o.val_split > 0) {
+        fprintf(stderr, "nightlora train: give --val-data or --val-split, not both\n");
+        return 2;
+    }
+    if ((o.eval_every || o.keep_best || o.early_stop) && !o.val_data && !(o.val_split > 0)) {
+        fprintf(stderr, "nightlora train: --%s needs a validation set: --val-data FILE or --val-split F (or --data DIR with a valid.jsonl)\n",
+                o.eval_every ? "eval-every" : o.keep_best ? "keep-best" : "early-stop");
+        return 2;
+    }
+    /* SIGINT / SIGTERM cancel this run: a commit at the next step boundary, exit 3; a second
      * one ends the process at once (sys/signals.h) */
     nl_cancel cancel = {0};
     o.cancel = &cancel;
@@ -220,10 +257,18 @@ int nl_cmd_train(int argc, char **argv) {
     int rc = nl_train(&o, &res);
     nl_signals_restore();
     if (rc) return nl_cli_fail("train");
-    if (o.progress)
-        fprintf(o.progress, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s); adapter written to %s\n",
-                res.stopped ? "stopped" : "done", (long long)res.steps_done, (long long)res.total_steps, res.first_loss,
-                res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, o.out);
+    if (o.progress) {
+        char ev[160] = "", best[320] = "";
+        if (res.n_evals) snprintf(ev, sizeof ev, ", %d evaluation%s %.1f s", res.n_evals, res.n_evals == 1 ? "" : "s", res.eval_seconds);
+        if (o.keep_best && res.best_step > 0)
+            snprintf(best, sizeof best, "; the best adapter (step %lld, val loss %.4f) is in %s", (long long)res.best_step, res.best_loss, o.out);
+        fprintf(o.progress, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s, paused %.1f s%s)%s%s%s\n",
+                res.stopped ? "stopped" : res.early_stopped ? "early stop" : "done", (long long)res.steps_done, (long long)res.total_steps,
+                res.first_loss, res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, res.paused_seconds, ev,
+                best[0] ? best : "", best[0] ? "" : "; adapter written to ", best[0] ? "" : o.out);
+    }
     if (report && write_report(user_argc, user_argv, &o, report)) return 1;
-    return 0;
+    /* a stop by SIGINT/SIGTERM after its commit: distinct from done (0), so that a script can
+     * tell the run is not finished (--resume continues it) */
+    return res.stopped && res.signalled ? 3 : 0;
 }

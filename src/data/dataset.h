@@ -164,6 +164,15 @@ void nl_dataset_free(nl_dataset *ds);
  * and the caller reads `path` itself. 0 or -1. */
 int nl_data_dir_file(const char *path, const char *name, int must_exist, char **file);
 
+/* The held-out split (train --val-split F): example i (1-based, in file order, blank lines not
+ * counted) is held out when floor(i*F) > floor((i-1)*F), so floor(n*F) examples evenly spread
+ * through the file, the same ones every run whatever the seed (F 0.1: the 10th, 20th, ...;
+ * F 0.25: the 4th, 8th, ...). nl_dataset_split moves them into *held (same path label, file
+ * lines kept) and leaves the rest in ds, in order (never all: floor(n*F) < n); a split holding
+ * none out is an error naming --val-split and the file (ds untouched). */
+int nl_dataset_is_held_out(int64_t i, double frac);
+int nl_dataset_split(nl_dataset *ds, double frac, nl_dataset *held);
+
 /* ---- chat templates ---- */
 typedef enum { NL_TMPL_NONE = 0, NL_TMPL_CHATML, NL_TMPL_LLAMA3 } nl_chat_tmpl;
 

@@ -12,26 +12,35 @@
 #include "util/util.h"
 
 int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_tokenizer *tok, nl_dataset *ds,
-                       nl_packing *pk, int *max_ctx) {
+                       nl_packing *pk, int *max_ctx, nl_dataset *held) {
     memset(pk, 0, sizeof *pk);
+    memset(held, 0, sizeof *held);
     nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = m->hp.n_vocab,
                          .ignore_unknown_keys = o->ignore_unknown_keys};
     if (nl_dataset_load(o->data, tok, &dopt, ds)) return -1;
+    /* the validation split comes out before packing: what is held out is never trained on */
+    if (o->val_split > 0 && nl_dataset_split(ds, o->val_split, held)) {
+        nl_dataset_free(ds);
+        return -1;
+    }
     const int ctx = o->max_ctx > 0 ? o->max_ctx : (m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (ctx < 2) {
         if (o->max_ctx > 0) nl_err("--ctx %d: expected >= 2", o->max_ctx);
         else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, ctx);
         nl_dataset_free(ds);
+        nl_dataset_free(held);
         return -1;
     }
     if (nl_pack(ds, nl_train_buckets, nl_train_n_buckets, ctx, o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, pk)) {
         nl_dataset_free(ds);
+        nl_dataset_free(held);
         return -1;
     }
     if (pk->n == 0) {
         nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, ds->n, pk->n_dropped);
         nl_packing_free(pk);
         nl_dataset_free(ds);
+        nl_dataset_free(held);
         return -1;
     }
     *max_ctx = ctx;
@@ -186,7 +195,7 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
     nl_model *m = nl_model_load(o->model);
     if (!m) return -1;
     nl_tokenizer *tok = NULL;
-    nl_dataset ds = {0};
+    nl_dataset ds = {0}, held = {0};
     nl_packing pk = {0};
     int rc = -1, max_ctx = 0;
     if (nl_tokenizer_for_model(m, &tok)) goto done;
@@ -195,7 +204,7 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
         goto done;
     }
     if (m->warning) fprintf(f, "warning: %s: %s\n", o->model, m->warning);
-    if (nl_train_load_data(o, m, tok, &ds, &pk, &max_ctx)) goto done;
+    if (nl_train_load_data(o, m, tok, &ds, &pk, &max_ctx, &held)) goto done;
     int64_t per_epoch = 0, total = nl_train_count_steps(o, &pk, &per_epoch);
     if (total < 0) goto done;
     fprintf(f, "dry run: %s on %s; nothing is trained or written\n", o->model, o->data);
@@ -239,6 +248,7 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
 done:
     nl_packing_free(&pk);
     nl_dataset_free(&ds);
+    nl_dataset_free(&held);
     nl_tokenizer_free(tok);
     nl_model_free(m);
     return rc;

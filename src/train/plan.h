@@ -18,11 +18,12 @@
 #define NL_TRAIN_FEW_STEPS 20
 
 /* The run's data: o->data read with the model's tokenizer (o->chat_template,
- * o->ignore_unknown_keys), packed into sequences of at most *max_ctx tokens (o->max_ctx, or
- * the model's context capped at 4096; o->refuse_long). 0, or -1 with the error naming the file
- * (or the flag) and *ds / *pk left empty. */
+ * o->ignore_unknown_keys), with o->val_split its held-out examples moved into *held
+ * (nl_dataset_split; *held empty otherwise), the rest packed into sequences of at most *max_ctx
+ * tokens (o->max_ctx, or the model's context capped at 4096; o->refuse_long). 0, or -1 with the
+ * error naming the file (or the flag) and *ds / *pk / *held left empty. */
 int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_tokenizer *tok, nl_dataset *ds,
-                       nl_packing *pk, int *max_ctx);
+                       nl_packing *pk, int *max_ctx, nl_dataset *held);
 
 /* The optimizer steps of a run over pk: o->steps, or ceil(o->epochs) epochs of batches (each
  * epoch's batches counted in its own order: with shuffling the count can differ; a fractional

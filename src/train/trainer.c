@@ -116,6 +116,7 @@ static void trainer_free(nl_trainer *t) {
     nl_batcher_free(t->bt);
     if (t->pk_loaded) nl_packing_free(&t->pk);
     if (t->ds_loaded) nl_dataset_free(&t->ds);
+    nl_val_free(&t->val);
     nl_runtime_free(&t->rt);
     if (t->svc) nl_proj_service_free(t->svc);
     nl_adapter_free(t->ad);
@@ -271,7 +272,7 @@ static FILE *open_log(const char *path, int append) {
 }
 
 /* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
- * step), so the steps the resumed run replays are not logged twice and a line half-written
+ * step; an evaluation's row by the step it followed), so the steps the resumed run replays are not logged twice and a line half-written
  * by a killed run disappears. Written back atomically. A missing file is fine. */
 static int log_keep_steps(const char *path, int64_t keep_step) {
     struct stat st;
@@ -287,7 +288,8 @@ static int log_keep_steps(const char *path, int64_t keep_step) {
         if (!eol) break; /* no newline: written by a killed run */
         nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
         int64_t s;
-        if (j && nl_json_int64(nl_json_get(j, "step"), &s) == 0 && s >= 1 && s <= keep_step) {
+        const nl_json *ev = j ? nl_json_get(j, "eval") : NULL; /* an evaluation's row: its step inside */
+        if (j && nl_json_int64(nl_json_get(ev ? ev : j, "step"), &s) == 0 && s >= 1 && s <= keep_step) {
             memcpy(out + n, p, (size_t)(eol - p) + 1);
             n += (size_t)(eol - p) + 1;
         }
@@ -362,6 +364,21 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     nl_desc_add(d, "shuffle", NL_KV_CONFIG, "%d", o->shuffle ? 1 : 0);
     nl_desc_add(d, "seed", NL_KV_CONFIG, "%llu", (unsigned long long)o->seed);
     nl_desc_add(d, "template", NL_KV_CONFIG, "%s", o->chat_template ? o->chat_template : "auto");
+    if (t->val.loaded) {
+        /* only with validation: the description of a run without it is as before */
+        /* the keys a --config run.json reads back as flags (cli_config.c): "validation" is the
+         * set's identity (record only), "val_split" / "val_data_path" and the rest are flags */
+        if (o->val_split > 0) {
+            nl_desc_add(d, "validation", NL_KV_CONFIG, "split %s", nl_desc_num(nb, sizeof nb, o->val_split, 0));
+            nl_desc_add(d, "val_split", NL_KV_INFO, "%s", nl_desc_num(nb, sizeof nb, o->val_split, 0));
+        } else {
+            nl_desc_add(d, "validation", NL_KV_CONFIG, "file %016llx", (unsigned long long)nl_val_hash(&t->val));
+            nl_desc_add(d, "val_data_path", NL_KV_INFO, "%s", o->val_data);
+        }
+        if (o->eval_every) nl_desc_add(d, "eval_every", NL_KV_CONFIG, "%lld", (long long)o->eval_every);
+        if (o->keep_best) nl_desc_add(d, "keep_best", NL_KV_CONFIG, "%s", o->keep_best == NL_KEEP_ACCURACY ? "accuracy" : "loss");
+        if (o->early_stop) nl_desc_add(d, "early_stop", NL_KV_CONFIG, "%lld", (long long)o->early_stop);
+    }
     nl_desc_add(d, "backend", NL_KV_NUMERICS, "%s", o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref");
     nl_desc_add(d, "precision", NL_KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
     nl_desc_add(d, "precision_map", NL_KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
@@ -387,6 +404,12 @@ static int commit_state(nl_trainer *t, uint64_t cfg_hash, uint64_t model_hash, i
                   .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
                   .alpha = t->ad->alpha, .n_params = t->ad->n_params, .params = t->ad->params,
                   .m = (float *)m, .v = (float *)v};
+    uint64_t vw[NL_VAL_WORDS];
+    if (t->val.loaded) { /* the best so far and the patience counter travel with the step */
+        nl_val_state_pack(&t->val.st, vw);
+        ck.n_cursor = NL_VAL_WORDS;
+        ck.cursor = vw;
+    }
     return nl_ckpt_commit(t->o->checkpoint_dir, &ck, t->hk.ckpt_io);
 }
 
@@ -621,6 +644,14 @@ static int check_opts(const nl_train_opts *o) {
     if (o->commit_every < 1) return nl_err("--commit-every %" PRId64 ": expected >= 1", o->commit_every);
     if (o->save_every < 0) return nl_err("--save-every %" PRId64 ": expected >= 1 (0: no snapshots)", o->save_every);
     if (o->resume && !o->checkpoint_dir) return nl_err("--resume needs --checkpoint-dir");
+    if (o->val_data && o->val_split > 0) return nl_err("give --val-data or --val-split, not both");
+    if (o->val_split < 0 || o->val_split >= 1) return nl_err("--val-split %g: expected a fraction in (0, 1)", o->val_split);
+    if (o->eval_every < 0 || o->early_stop < 0 || o->keep_best < 0 || o->keep_best > NL_KEEP_ACCURACY)
+        return nl_err("--eval-every %lld / --early-stop %lld / --keep-best %d: out of range", (long long)o->eval_every,
+                      (long long)o->early_stop, o->keep_best);
+    if ((o->eval_every || o->keep_best || o->early_stop) && !o->val_data && !(o->val_split > 0))
+        return nl_err("--%s needs a validation set: --val-data FILE or --val-split F",
+                      o->eval_every ? "eval-every" : o->keep_best ? "keep-best" : "early-stop");
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
     if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
@@ -681,8 +712,14 @@ static int open_run(nl_trainer *t) {
         }
     }
 
-    if (nl_train_load_data(o, t->m, t->tok, &t->ds, &t->pk, &t->max_ctx)) return -1;
+    if (nl_train_load_data(o, t->m, t->tok, &t->ds, &t->pk, &t->max_ctx, &t->val.ds)) return -1;
     t->ds_loaded = t->pk_loaded = 1;
+    /* the validation set: held out of the data before it was packed (--val-split), or its own file */
+    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab,
+                         .ignore_unknown_keys = o->ignore_unknown_keys};
+    if (o->val_data && nl_dataset_load(o->val_data, t->tok, &dopt, &t->val.ds)) return -1;
+    t->val.loaded = o->val_split > 0 || o->val_data;
+    if (t->val.loaded && nl_val_init(&t->val, t->max_ctx, o->eval_every, o->keep_best, o->early_stop)) return -1;
     return 0;
 }
 
@@ -826,6 +863,10 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     }
     uint64_t ck_step = ck.step;
     nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
+    if (t->val.loaded && nl_val_state_unpack(ck.cursor, ck.n_cursor, o->checkpoint_dir, &t->val.st)) {
+        nl_ckpt_free(&ck);
+        return -1;
+    }
     nl_ckpt_free(&ck);
     /* a step is never trusted into a narrower type: a forged one above the run's count is refused */
     if (ck_step > (uint64_t)t->total)
@@ -847,6 +888,10 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
         fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
     if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->total);
+    struct stat st;
+    if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->progress)
+        fprintf(o->progress, "warning: the best adapter so far (step %" PRId64 ") was written to --out %s, which is not there now\n",
+                t->val.st.best_step, o->out);
     return 0;
 }
 
@@ -922,6 +967,12 @@ static int start_run(nl_trainer *t, int64_t *step) {
         char warn[512];
         if (nl_train_short_run(o, &t->pk, t->total, t->per_epoch, warn, sizeof warn)) return -1;
         if (warn[0]) fprintf(o->progress, "warning: %s\n", warn);
+        if (t->val.loaded) {
+            char what[600];
+            if (o->val_split > 0) snprintf(what, sizeof what, "held out of %s by --val-split %g", o->data, o->val_split);
+            else snprintf(what, sizeof what, "%s", o->val_data);
+            nl_val_say(&t->val, o->progress, what);
+        }
         fflush(o->progress);
     }
     return 0;
@@ -961,10 +1012,33 @@ static void progress_step(const nl_trainer *t, int64_t step, const step_out *so,
     t->o->on_progress(t->o->progress_user, &p);
 }
 
+/* The evaluation after `step` (train/validate.h), its outputs' failures said like the step's.
+ * 0 done, 1 stopped while paused in it (nothing recorded), -1 an error (set). */
+static int val_eval(nl_trainer *t, int64_t step) {
+    const nl_train_opts *o = t->o;
+    int vr = nl_val_eval(&t->val, &t->rt, step, &t->pacer.paused_seconds, t->log, o->progress, t->ad, t->m, o->out);
+    if (vr == -1 && t->stop_in_pause) return 1;
+    if (vr == 0 && o->on_progress) { /* the validation row for the library's caller */
+        const nl_eval_result *r = &t->val.last;
+        const double acc = nl_val_accuracy(r);
+        nl_train_progress p = {.kind = NL_PROGRESS_EVAL, .step = step, .total_steps = t->total, .eval_loss = nl_eval_loss(r),
+                               .eval_accuracy = isnan(acc) ? -1 : acc, .eval_examples = r->n_examples, .eval_tokens = r->n_targets,
+                               .eval_seconds = t->val.last_seconds, .paused_seconds = t->pacer.paused_seconds,
+                               .elapsed_seconds = nl_now() - t->run_start};
+        o->on_progress(o->progress_user, &p);
+    }
+    if (vr == -2) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", nl_last_error());
+        output_error(o, step, why, t->last_commit, t->val.failed_flag);
+    }
+    return vr < 0 ? -1 : 0;
+}
+
 /* The report of finished step `step`: its energy and service time, the result's totals, the
- * progress row, the --log-json line, the commit when one is due, the progress line. Returns 1
- * when the run is to stop now (a cancel, stop_after: committed), 0 to go on, -1 on an error
- * (set). */
+ * progress row, the --log-json line, the evaluation when one is due, the commit when one is due, the progress
+ * line. Returns 1 when the run is to stop now (a cancel, stop_after: committed), 2 when
+ * --early-stop ends it (committed), 0 to go on, -1 on an error (set). */
 static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const step_out *so, nl_train_result *res) {
     const nl_train_opts *o = t->o;
     t->steps_this_run++;
@@ -986,7 +1060,9 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     if (step == t->first_step + 1) res->first_loss = so->loss;
     res->last_loss = so->loss;
     if (o->on_progress) progress_step(t, step, so, dt, paused_s);
-    int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || nl_cancel_requested(o->cancel);
+    const int signalled = nl_cancel_requested(o->cancel); /* SIGINT/SIGTERM in the CLI */
+    int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || signalled;
+    res->signalled = signalled;
     /* a snapshot step is a commit step, the commit first: a resume never replays the step of a
      * snapshot written, and one killed in between writes the missing snapshot (start_run) */
     int snap = o->save_every > 0 && step % o->save_every == 0;
@@ -1010,6 +1086,25 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
             return -1;
         }
     }
+    /* The evaluation after this step, before its commit (which carries what it decided); a
+     * signal skips it (the commit then has it pending: a resume evaluates first). */
+    int early = 0;
+    if (t->val.loaded && !signalled && nl_val_due(step, t->total, o->eval_every)) {
+        int vr = val_eval(t, step);
+        if (vr < 0) return -1;
+        if (vr > 0) { /* stopped while paused in it: commit the step, the evaluation pending */
+            stop = res->signalled = 1;
+            commit = o->checkpoint_dir != NULL;
+        }
+        early = vr == 0 && nl_val_stop(&t->val.st, o->early_stop);
+        if (early && o->checkpoint_dir) commit = 1;
+        if (commit && t->log && fsync(fileno(t->log)) != 0) {
+            char why[512];
+            snprintf(why, sizeof why, "--log-json %s: write failed: %s", o->log_json, strerror(errno));
+            output_error(o, step, why, t->last_commit, "--log-json");
+            return -1;
+        }
+    }
     if (commit) {
         int crc = commit_state(t, t->cfg_hash, t->model_hash, step, nl_batcher_cursor(t->bt));
         if (crc) {
@@ -1024,16 +1119,18 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
         return -1;
     }
     if (o->progress) {
-        double el = nl_now() - t->run_start, tps = el > 0 ? (double)t->run_tokens / el : 0.0;
-        char eta[32];
+        /* training time only: paused time (pacing) and evaluations count in neither figure */
+        double el = nl_now() - t->run_start - t->pacer.paused_seconds - t->val.seconds, tps = el > 0 ? (double)t->run_tokens / el : 0.0;
+        char eta[32], paused[48] = "";
         fmt_eta(el / (double)t->steps_this_run * (double)(t->total - step), eta, sizeof eta);
-        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s  %s%s%s%s\n", step, t->total, so->loss, tps, eta,
-                paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "", snap_path ? "  snapshot " : "",
+        if (t->pacer.paused_seconds > 0) snprintf(paused, sizeof paused, "  paused %.1fs", t->pacer.paused_seconds);
+        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s%s  %s%s%s%s\n", step, t->total, so->loss, tps, eta,
+                paused, paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "", snap_path ? "  snapshot " : "",
                 snap_path ? snap_path : "");
         fflush(o->progress);
     }
     free(snap_path);
-    return stop;
+    return early ? 2 : stop;
 }
 
 /* Stopped inside a pause while step + 1 ran: that step is abandoned; the state is that of
@@ -1043,6 +1140,7 @@ static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_trai
     const nl_train_opts *o = t->o;
     if (nl_batcher_seek(t->bt, prev)) return -1;
     res->stopped = 1;
+    res->signalled = 1;
     const int commit = o->checkpoint_dir && step > t->first_step;
     int crc = commit ? commit_state(t, t->cfg_hash, t->model_hash, step, prev) : 0;
     if (crc) {
@@ -1057,13 +1155,25 @@ static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_trai
 static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
     const nl_train_opts *o = t->o;
     if (model_changed(t, t->last_commit)) return -1;
-    if (nl_adapter_save(t->ad, t->m, o->out)) {
+    /* --keep-best: --out holds the best evaluation's adapter (none yet: this one) */
+    const int kept = t->val.loaded && o->keep_best && t->val.st.best_step > 0;
+    if (!kept && nl_adapter_save(t->ad, t->m, o->out)) {
         char why[1024];
         snprintf(why, sizeof why, "--out %s: writing the adapter failed: %s", o->out, nl_last_error());
         output_error(o, step, why, t->last_commit, "--out");
         return -1;
     }
     res->paused_seconds = t->pacer.paused_seconds;
+    if (t->val.loaded) {
+        res->n_evals = t->val.n_evals;
+        res->eval_seconds = t->val.seconds;
+        res->val_step = t->val.last_step;
+        res->val_loss = t->val.last_step ? nl_eval_loss(&t->val.last) : NAN;
+        res->val_accuracy = t->val.last_step ? nl_val_accuracy(&t->val.last) : NAN;
+        res->best_step = t->val.st.best_step;
+        res->best_loss = t->val.st.best_loss;
+        res->best_accuracy = t->val.st.best_accuracy;
+    }
     res->steps_done = step;
     res->total_steps = t->total;
     return 0;
@@ -1089,8 +1199,15 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (model_changed(&t, t.last_commit)) goto done;
     t.run_start = nl_now();
     /* a run cancelled before its first step takes none (the adapter as it starts is written) */
-    if (nl_cancel_requested(o->cancel)) res->stopped = step < t.total;
-    while (step < t.total && !res->stopped) {
+    if (nl_cancel_requested(o->cancel)) res->stopped = res->signalled = step < t.total;
+    /* an evaluation the last commit left pending (a cancel came first) is done first */
+    if (!res->stopped && t.val.loaded && step > 0 && t.val.st.last_eval < step && nl_val_due(step, t.total, o->eval_every)) {
+        int vr = val_eval(&t, step);
+        if (vr < 0) goto done;
+        if (vr > 0) res->stopped = res->signalled = 1; /* stopped while paused in it: still pending */
+    }
+    int early = t.val.loaded && nl_val_stop(&t.val.st, o->early_stop); /* a resume of a run that stopped early */
+    while (step < t.total && !early && !res->stopped) {
         const int *idx;
         int nseq;
         nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
@@ -1110,8 +1227,13 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         }
         int r = report_step(&t, ++step, &mk, &so, res);
         if (r < 0) goto done;
+        if (r == 2) { early = 1; break; }
         if (r > 0) { res->stopped = step < t.total; break; } /* a stop at the last step is the end */
     }
+    res->early_stopped = early && step < t.total;
+    if (res->early_stopped && o->progress)
+        fprintf(o->progress, "early stop at step %" PRId64 "/%" PRId64 ": %" PRId64 " evaluations without improvement on step %" PRId64 "\n",
+                step, t.total, t.val.st.bad, t.val.st.best_step);
     if (finish_run(&t, step, res)) goto done;
     rc = 0;
 done:

@@ -33,6 +33,8 @@ typedef struct {
     double eval_seconds;
 } nl_train_progress;
 
+enum { NL_KEEP_OFF = 0, NL_KEEP_LOSS = 1, NL_KEEP_ACCURACY = 2 }; /* nl_train_opts.keep_best */
+
 typedef struct {
     const char *model, *data, *out;      /* required */
     const char *val_data;                /* held-out data for validation (the CLI: --data DIR's
@@ -103,9 +105,22 @@ typedef struct {
     /* 1: the memory the process held before the run counts too (the CLI: --mem-limit-mb bounds
      * the process); 0: only what the run takes (a library caller's own memory is its own). */
     int count_process;
+    /* Validation (train/validate.h): a held-out set, val_data (a JSONL file, read like data) or
+     * val_split (a fraction of data held out: nl_dataset_split), scored after every eval_every
+     * steps (0: only after the last step) with the adapter being trained. keep_best
+     * (NL_KEEP_LOSS | NL_KEEP_ACCURACY; 0: off) writes the best adapter so far to out at each
+     * improvement instead of the last at the end; early_stop P (0: off) ends the run after P
+     * evaluations in a row without improvement. All need a validation set. */
+    const char *val_data;
+    double val_split;
+    int64_t eval_every;
+    int keep_best;
+    int64_t early_stop;
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
+/* --keep-best's names: "loss" -> NL_KEEP_LOSS, "accuracy" -> NL_KEEP_ACCURACY; -1 otherwise. */
+int nl_train_keep_best_from_name(const char *name);
 /* The learning-rate schedule the run follows (o->lr_min < 0 resolved to 0.1 * lr). */
 nl_schedule nl_train_schedule(const nl_train_opts *o);
 /* 1 when o->overlap (and the backend, for "auto") asks for the synchronous mode (rt->sync). */
@@ -122,6 +137,17 @@ typedef struct {
     double seconds, service_seconds, paused_seconds;
     int64_t tokens;
     int stopped;                         /* stopped early by a signal / stop_after */
+    int signalled;                       /* of those, by SIGINT/SIGTERM (the CLI exits 3) */
+    int early_stopped;                   /* ended by early_stop (not a stop: the run is done) */
+    /* Validation (zero without a validation set): this process's evaluations and their time
+     * (pauses excluded; not in seconds' training share, nor in tokens/s), the last one, and the
+     * best so far of the whole run (best_step 0: none). */
+    int n_evals;
+    double eval_seconds;
+    int64_t val_step;
+    double val_loss, val_accuracy;       /* accuracy NAN without choices */
+    int64_t best_step;
+    double best_loss, best_accuracy;
 } nl_train_result;
 
 /* Train; 0 (the adapter written to o->out, also after a stop) or -1 (nl_err; whatever was

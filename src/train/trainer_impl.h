@@ -17,6 +17,7 @@
 #include "train/optim.h"
 #include "train/trainer.h"
 #include "train/trainer_hooks.h"
+#include "train/validate.h"
 
 #define NL_MB (1024.0 * 1024.0)
 
@@ -61,6 +62,7 @@ typedef struct {
     int64_t run_tokens;
     double run_start;
     int energy_failing;     /* the energy counter failed once: no more joules */
+    nl_validator val;       /* validation (val.loaded: a validation set; train/validate.h) */
 } nl_trainer;
 
 /* The memory preflight (preflight.c; its rule: trainer.h, nl_train). Prints the estimate
