@@ -128,7 +128,6 @@ int nl_cmd_train(int argc, char **argv) {
     o.chat_template = nl_cli_opt(argc, argv, "template");
     o.ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys");
     o.checkpoint_dir = nl_cli_opt(argc, argv, "checkpoint-dir");
-    o.val_data = nl_cli_opt(argc, argv, "val-data");
     if ((v = nl_cli_opt(argc, argv, "keep-best")) && (o.keep_best = nl_train_keep_best_from_name(v)) < 0) {
         fprintf(stderr, "nightlora train: --keep-best %s: expected loss or accuracy\n", v);
         return 2;

@@ -37,9 +37,6 @@ enum { NL_KEEP_OFF = 0, NL_KEEP_LOSS = 1, NL_KEEP_ACCURACY = 2 }; /* nl_train_op
 
 typedef struct {
     const char *model, *data, *out;      /* required */
-    const char *val_data;                /* held-out data for validation (the CLI: --data DIR's
-                                          * valid.jsonl when it has one); not read yet: the
-                                          * validation during training is to come */
     const char *init_adapter;            /* start from an adapter (rank, alpha, targets from it) */
     int init_rank;                       /* with init_adapter: the rank asked for (--rank); 0 = the file's.
                                           * An adapter of another rank is refused. */
@@ -110,7 +107,8 @@ typedef struct {
      * steps (0: only after the last step) with the adapter being trained. keep_best
      * (NL_KEEP_LOSS | NL_KEEP_ACCURACY; 0: off) writes the best adapter so far to out at each
      * improvement instead of the last at the end; early_stop P (0: off) ends the run after P
-     * evaluations in a row without improvement. All need a validation set. */
+     * evaluations in a row without improvement. All need a validation set. The CLI gives
+     * --data DIR's valid.jsonl as val_data when it has one (and no --val-data / --val-split). */
     const char *val_data;
     double val_split;
     int64_t eval_every;
