@@ -17,7 +17,7 @@ echo "== 3. LoRA training (rank 16, every projection; commits in $OUT/checkpoint
 "$BIN" train --model "$OUT/small.gguf" --data examples/tagging-train.jsonl --out "$OUT/adapter.gguf" \
     --backend host --threads 2 --epochs 3 --batch-tokens 256 --lr 2e-3 --warmup 5 \
     --val-data examples/tagging-test.jsonl --eval-every 81 \
-    --checkpoint-dir "$OUT/checkpoints" --commit-every 20 --log-json "$OUT/train-log.jsonl" 2>&1 |
+    --checkpoint-dir "$OUT/checkpoints" --commit-every 20 --log-json "$OUT/train-log.jsonl" --report "$OUT/report.html" 2>&1 |
     awk '/^step/ { n++; if (n % 20 != 1) next } { print; fflush() }'
 echo
 echo "== 4. held-out accuracy after training, with the adapter"
@@ -28,4 +28,4 @@ echo "== 5. the adapter at work"
     --prompt "Note: Book the hotel for Friday
 Tag:"
 echo
-echo "adapter (llama.cpp LoRA GGUF): $OUT/adapter.gguf   per-step log: $OUT/train-log.jsonl"
+echo "adapter (llama.cpp LoRA GGUF): $OUT/adapter.gguf   per-step log: $OUT/train-log.jsonl   report: $OUT/report.html"
