@@ -38,19 +38,20 @@ static void test_names(void) {
     CHECK(nl_type_from_name("") == -1);
     CHECK(nl_type_from_name(NULL) == -1);
 
-    int supported[] = {0, 1, 2, 3, 8, 12, 14, 30};
+    int supported[] = {0, 1, 2, 3, 6, 8, 12, 14, 30};
     int n_sup = 0;
     for (int t = -2; t < 50; t++) {
         const nl_type_traits *tt = nl_type_get(t);
         if (!tt) continue;
         n_sup++;
         int ok = 0;
-        for (int i = 0; i < 8; i++) ok |= supported[i] == t;
+        for (int i = 0; i < 9; i++) ok |= supported[i] == t;
         CHECK(ok);
         CHECK(strcmp(tt->name, nl_type_name(t)) == 0);
         CHECK(tt->to_float != NULL);
     }
-    CHECK(n_sup == 8);
+    CHECK(n_sup == 9);
+    CHECK(nl_type_get(NL_TYPE_Q5_0)->from_float == NULL && strcmp(nl_type_get(NL_TYPE_Q5_0)->name, "q5_0") == 0);
     CHECK(nl_type_get(NL_TYPE_Q4_K)->from_float == NULL);
     CHECK(nl_type_get(NL_TYPE_Q6_K)->from_float == NULL);
     CHECK(nl_type_get(NL_TYPE_Q8_0)->from_float != NULL);
@@ -279,6 +280,24 @@ static void test_known_blocks(void) {
         }
         CHECK(bad == 0);
         CHECK(y[0] == -16.0f && y[16] == 14.0f);
+    }
+    /* Q5_0 (ggml's dequantize_row_q5_0): d = -0.5; qs[j] = j | (15-j)<<4, qh = 0xA5A5F00F (the
+     * fifth bits of elements 0-3, 12-15 for j < 16 and 16 + (0, 2, 5, 7, 8, 10, 13, 15)) ->
+     * y[j] = ((j | 16·bit j) − 16)·d, y[j+16] = (((15−j) | 16·bit (j+16)) − 16)·d */
+    {
+        uint8_t b[22];
+        put16(b, 0xb800);
+        const uint32_t qh = 0xA5A5F00Fu;
+        for (int i = 0; i < 4; i++) b[2 + i] = (uint8_t)(qh >> (8 * i));
+        for (int j = 0; j < 16; j++) b[6 + j] = (uint8_t)(j | ((15 - j) << 4));
+        nl_type_get(NL_TYPE_Q5_0)->to_float(b, y, 32);
+        int bad = 0;
+        for (int j = 0; j < 16; j++) {
+            bad += y[j] != (float)((j | (int)(((qh >> j) & 1) << 4)) - 16) * -0.5f;
+            bad += y[j + 16] != (float)(((15 - j) | (int)(((qh >> (j + 16)) & 1) << 4)) - 16) * -0.5f;
+        }
+        CHECKF(bad == 0, "q5_0: %d wrong", bad);
+        CHECK(y[0] == -0.0f && y[4] == 6.0f && y[16] == -7.5f && y[17] == 1.0f); /* (0|16)-16, 4-16, 15+16-16, (14|0)-16 */
     }
     /* Q4_1: two blocks. Block 0: d = 0.5, m = -3; qs[j] = j | (15-j)<<4 -> y[j] = 0.5j - 3,
      * y[j+16] = 0.5(15-j) - 3. Block 1: d = 0.25, m = 2 (a positive min); qs = 0xF0 -> 2, 5.75 */
@@ -563,7 +582,7 @@ static void test_round_trips(void) {
 static void test_nonfinite(void) {
     /* byte offsets of the f16 scales in a block (the test's own statement of the layouts) */
     static const struct { int type, n_off, off[2]; } blocks[] = {
-        {NL_TYPE_Q4_0, 1, {0}}, {NL_TYPE_Q4_1, 2, {0, 2}}, {NL_TYPE_Q8_0, 1, {0}},
+        {NL_TYPE_Q4_0, 1, {0}}, {NL_TYPE_Q4_1, 2, {0, 2}}, {NL_TYPE_Q5_0, 1, {0}}, {NL_TYPE_Q8_0, 1, {0}},
         {NL_TYPE_Q4_K, 2, {0, 2}}, {NL_TYPE_Q6_K, 1, {208}},
     };
     static const uint16_t bad16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xffff}, badbf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81};

@@ -160,6 +160,23 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
+/* Q5_0: 32 elements, { f16 d; uint8 qh[4]; uint8 qs[16]; } = 22 bytes; element j (< 16) is the
+ * low nibble of qs[j] with bit j of qh (little-endian u32) as its fifth bit, element j + 16 the
+ * high nibble with bit j + 16; y = d * (q - 16). */
+static void q5_0_to_float(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / 32; i++, b += 22) {
+        const float d = nl_f16_to_f32(rd16(b));
+        const uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+        float *y = dst + i * 32;
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (int)((b[6 + j] & 0x0f) | (((qh >> j) << 4) & 0x10)) - 16;
+            const int x1 = (int)((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+            y[j] = (float)x0 * d;
+            y[j + 16] = (float)x1 * d;
+        }
+    }
+}
 /* Q4_1: 32 elements, { f16 d; f16 m; uint8 qs[16]; } = 20 bytes; nibbles as Q4_0 (low =
  * element j, high = element j+16), unsigned; y = q*d + m (q*d is exact in f32: 4 x 11 bits). */
 static void q4_1_to_float(const void *src, float *dst, int64_t n) {
@@ -325,12 +342,13 @@ static int64_t first_bad_scale(const void *src, int64_t n, int blck, size_t byte
     }
     return k < 0 ? -1 : k * blck;
 }
-/* Q8_0, Q4_0: y = d * q (|q| <= 128): finite with a finite d, and an Inf or NaN d makes every
+/* Q8_0, Q4_0, Q5_0: y = d * q (|q| <= 128): finite with a finite d, and an Inf or NaN d makes every
  * value of its block Inf or NaN. Q4_1: y = d * q + m (q <= 15): finite when d and m are.
  * Q4_K: y = d * sc * q - dmin * mn (sc, mn <= 63, q <= 15): finite when d and dmin are.
  * Q6_K: y = d * scale * q (|scale| <= 128, |q| <= 32): finite when d is. */
 static int64_t q8_0_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 34, 0, -1); }
 static int64_t q4_0_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 18, 0, -1); }
+static int64_t q5_0_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 22, 0, -1); }
 static int64_t q4_1_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 32, 20, 0, 2); }
 static int64_t q4_k_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 256, 144, 0, 2); }
 static int64_t q6_k_first_nonfinite(const void *src, int64_t n) { return first_bad_scale(src, n, 256, 210, 208, -1); }
@@ -349,7 +367,7 @@ static const nl_type_traits traits[NL_TYPE_COUNT] = {
     [NL_TYPE_Q4_1] = {"q4_1", 32, 20, q4_1_to_float, q4_1_from_float, q4_1_first_nonfinite},
     [4] = {"q4_2", 0, 0, NULL, NULL},
     [5] = {"q4_3", 0, 0, NULL, NULL},
-    [6] = {"q5_0", 32, 22, NULL, NULL},
+    [NL_TYPE_Q5_0] = {"q5_0", 32, 22, q5_0_to_float, NULL, q5_0_first_nonfinite},
     [7] = {"q5_1", 32, 24, NULL, NULL},
     [NL_TYPE_Q8_0] = {"q8_0", 32, 34, q8_0_to_float, q8_0_from_float, q8_0_first_nonfinite},
     [9] = {"q8_1", 32, 36, NULL, NULL},

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 enum nl_type {
-    NL_TYPE_F32 = 0, NL_TYPE_F16 = 1, NL_TYPE_Q4_0 = 2, NL_TYPE_Q4_1 = 3, NL_TYPE_Q8_0 = 8,
+    NL_TYPE_F32 = 0, NL_TYPE_F16 = 1, NL_TYPE_Q4_0 = 2, NL_TYPE_Q4_1 = 3, NL_TYPE_Q5_0 = 6, NL_TYPE_Q8_0 = 8,
     NL_TYPE_Q4_K = 12, NL_TYPE_Q6_K = 14, NL_TYPE_BF16 = 30,
     NL_TYPE_COUNT = 43, /* ggml's id space */
 };

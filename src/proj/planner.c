@@ -62,7 +62,8 @@ static double type_bound(int type) {
     case NL_TYPE_F16:
     case NL_TYPE_BF16: return 1e-2;
     case NL_TYPE_Q8_0: return 2e-2;
-    case NL_TYPE_Q6_K: return 5e-2;
+    case NL_TYPE_Q6_K:
+    case NL_TYPE_Q5_0: return 5e-2;
     case NL_TYPE_Q4_0:
     case NL_TYPE_Q4_1:
     case NL_TYPE_Q4_K: return 1e-1;
