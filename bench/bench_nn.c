@@ -44,15 +44,15 @@ typedef struct {
 static void *attn_run(void *arg) {
     const attn_job *j = arg;
     if (!j->bwd && j->bf16)
-        nl_attention_forward_range_bf16(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, j->g0, j->g1);
+        nl_attention_forward_range_bf16(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0, j->g1);
     else if (!j->bwd)
-        nl_attention_forward_range(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, j->g0, j->g1);
+        nl_attention_forward_range(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0, j->g1);
     else if (j->bf16)
         nl_attention_backward_range_bf16(j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv,
-                                         j->d, j->scale, j->g0, j->g1);
+                                         j->d, j->scale, 0, j->g0, j->g1);
     else
         nl_attention_backward_range(j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d,
-                                    j->scale, j->g0, j->g1);
+                                    j->scale, 0, j->g0, j->g1);
     return NULL;
 }
 

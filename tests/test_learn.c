@@ -1,4 +1,4 @@
-/* Learnability: on a tiny random model of every architecture (llama, qwen3, qwen35), a LoRA
+/* Learnability: on a tiny random model of every architecture (llama, qwen3, qwen35, gemma3), a LoRA
  * adapter trained by nl_train (host backend, 2 threads) learns a labelled token task that
  * needs information from earlier in the sequence, and held-out accuracy (nl_eval_dataset on
  * "choices" lines) rises from about chance to near 100 %.
@@ -203,6 +203,7 @@ int main(void) {
     test_arch(NL_ARCH_LLAMA, train_path, test_path);
     test_arch(NL_ARCH_QWEN3, train_path, test_path);
     test_arch(NL_ARCH_QWEN35, train_path, test_path);
+    test_arch(NL_ARCH_GEMMA3, train_path, test_path);
     printf("total %.1f s\n", nl_now() - t0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd)) return 1;

@@ -40,6 +40,10 @@ static void check_hparams_equal(const nl_hparams *a, const nl_hparams *b, const 
     CHECKF(a->ssm_d_conv == b->ssm_d_conv && a->ssm_d_state == b->ssm_d_state && a->ssm_n_group == b->ssm_n_group &&
                a->ssm_dt_rank == b->ssm_dt_rank && a->ssm_d_inner == b->ssm_d_inner && a->full_attn_interval == b->full_attn_interval,
            "%s ssm", what);
+    CHECKF(a->n_swa == b->n_swa && a->swa_pattern == b->swa_pattern && a->rope_base_swa == b->rope_base_swa &&
+               a->attn_scale == b->attn_scale && a->embd_scale == b->embd_scale && a->mlp_gelu == b->mlp_gelu &&
+               a->post_norms == b->post_norms,
+           "%s gemma3 fields", what);
 }
 
 static void test_tiny_models(void) {
@@ -92,7 +96,16 @@ static void test_tiny_models(void) {
                     CHECK((L->q_norm != NULL) == (a != NL_ARCH_LLAMA));
                 }
                 for (int k = NL_P_GATE; k <= NL_P_DOWN; k++) CHECK(L->p[k] >= 0);
+                /* gemma3: post-norms on every layer, sliding window on all but every 6th */
+                CHECK((L->attn_post_norm != NULL) == (a == NL_ARCH_GEMMA3) && (L->ffn_post_norm != NULL) == (a == NL_ARCH_GEMMA3));
+                CHECKF(L->swa == (a == NL_ARCH_GEMMA3 && il != 5), "%s layer %d swa", what, il);
             }
+            if (a == NL_ARCH_GEMMA3)
+                CHECK(hp->n_swa == 8 && hp->rope_base_swa == 10000.0f && hp->mlp_gelu && hp->post_norms && hp->embd_scale == 8.0f &&
+                      hp->attn_scale == 0.25f);
+            else
+                CHECK(hp->n_swa == 0 && !hp->mlp_gelu && !hp->post_norms && hp->embd_scale == 1.0f &&
+                      hp->attn_scale == 1.0f / sqrtf((float)hp->head_dim));
             CHECK(n_recurrent == (a == NL_ARCH_QWEN35 ? 2 : 0));
             CHECKF(m->n_projs == expect_projs, "%s: %d projs, expected %d", what, m->n_projs, expect_projs);
             /* every projection: shape, class and type as written */
@@ -112,7 +125,7 @@ static void test_tiny_models(void) {
             const nl_proj_desc *q = &m->projs[m->layers[l0].p[NL_P_Q]];
             CHECK(q->n_in == 64 && q->n_out == (a == NL_ARCH_QWEN35 ? 2 * 64 : 64) && q->layer == l0);
             const nl_proj_desc *k = &m->projs[m->layers[l0].p[NL_P_K]];
-            CHECK(k->n_out == 32 && k->cls == NL_CLASS_ATTN);
+            CHECK(k->n_out == (a == NL_ARCH_GEMMA3 ? 16 : 32) && k->cls == NL_CLASS_ATTN); /* gemma3 tiny: one kv head */
             const nl_proj_desc *dn = &m->projs[m->layers[l0].p[NL_P_DOWN]];
             CHECK(dn->n_in == 160 && dn->n_out == 64 && dn->cls == NL_CLASS_MLP);
             if (a == NL_ARCH_QWEN35) {
@@ -137,7 +150,7 @@ static void test_tiny_models(void) {
             const char *s;
             CHECK(nl_gguf_get_str(g, "tokenizer.ggml.model", &s) == 0 && strcmp(s, "gpt2") == 0);
             CHECK(nl_gguf_get_str(g, "tokenizer.ggml.pre", &s) == 0 &&
-                  strcmp(s, a == NL_ARCH_LLAMA ? "llama-bpe" : a == NL_ARCH_QWEN3 ? "qwen2" : "qwen35") == 0);
+                  strcmp(s, a == NL_ARCH_LLAMA ? "llama-bpe" : a == NL_ARCH_QWEN35 ? "qwen35" : "qwen2") == 0);
             CHECK(nl_gguf_get_str(g, "tokenizer.chat_template", &s) == 0 &&
                   strstr(s, a == NL_ARCH_LLAMA ? "<|start_header_id|>" : "<|im_start|>") != NULL);
             const nl_gguf_kv *toks = nl_gguf_get(g, "tokenizer.ggml.tokens"), *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
@@ -244,6 +257,10 @@ static void test_presets(void) {
     CHECK(hp.n_embd == 1024 && hp.n_layer == 24 && hp.n_head == 8 && hp.n_head_kv == 2 && hp.head_dim == 256 && hp.n_rot == 64);
     CHECK(hp.n_ff == 3584 && hp.n_vocab == 248320 && hp.rope_base == 1e7f && hp.full_attn_interval == 4 && hp.n_ctx_train == 262144);
     CHECK(hp.ssm_n_group == 16 && hp.ssm_dt_rank == 16 && hp.ssm_d_state == 128 && hp.ssm_d_inner == 2048 && hp.ssm_d_conv == 4);
+    CHECK(nl_mkmodel_hparams(NL_ARCH_GEMMA3, "gemma3-270m", &hp) == 0); /* the GGUF's metadata */
+    CHECK(hp.n_embd == 640 && hp.n_layer == 18 && hp.n_head == 4 && hp.n_head_kv == 1 && hp.head_dim == 256 && hp.n_ff == 2048);
+    CHECK(hp.n_vocab == 262144 && hp.rope_base == 1e6f && hp.rms_eps == 1e-6f && hp.n_ctx_train == 32768 && hp.n_swa == 512);
+    CHECK(hp.swa_pattern == 6 && hp.rope_base_swa == 10000.0f && hp.attn_scale == 1.0f / 16 && hp.embd_scale == sqrtf(640.0f));
     CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN35, "small", &hp) == 0);
     CHECK(hp.n_layer == 8 && hp.full_attn_interval == 4 && hp.ssm_n_group == 4 && hp.ssm_dt_rank == 8 && hp.ssm_d_state == 48);
     /* small: 10-30 M parameters */
@@ -441,9 +458,9 @@ static void test_errors(void) {
     rewrite_t r2b = {.replace_tensor = "blk.0.ssm_norm.weight", .r_type = NL_TYPE_F32, .r_ne = {16, 2}, .r_ndims = 2};
     CHECK(rewrite(Q35, B, &r2b) == 0);
     CHECKF(nl_model_load(B) == NULL && has("tensor 'blk.0.ssm_norm.weight' has shape {16, 2}, expected {16}"), "%s", nl_last_error());
-    rewrite_t r2c = {.replace_tensor = "output_norm.weight", .r_type = 6 /* q5_0 */, .r_ne = {64}, .r_ndims = 1};
+    rewrite_t r2c = {.replace_tensor = "output_norm.weight", .r_type = 7 /* q5_1 */, .r_ne = {64}, .r_ndims = 1};
     CHECK(rewrite(Q3, B, &r2c) == 0);
-    CHECKF(nl_model_load(B) == NULL && has("output_norm.weight") && has("q5_0"), "%s", nl_last_error());
+    CHECKF(nl_model_load(B) == NULL && has("output_norm.weight") && has("q5_1"), "%s", nl_last_error());
 
     rewrite_t r3 = {.drop_tensor = "blk.0.ffn_up.weight"};
     CHECK(rewrite(Q3, B, &r3) == 0);

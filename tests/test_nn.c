@@ -180,20 +180,33 @@ static void test_rope(void) {
     CHECK(memcmp(a, b, sizeof a) != 0);
 }
 
-/* ---------------------------------------------------------------- SwiGLU and the gate */
-typedef struct { int64_t n; int which; } ew_ctx; /* which: 0 swiglu, 1 gate */
+/* ---------------------------------------------------------------- SwiGLU, GeGLU and the gate */
+typedef struct { int64_t n; int which; } ew_ctx; /* which: 0 swiglu, 1 gate, 2 geglu */
 static double sigd(double x) { return 1.0 / (1.0 + exp(-x)); }
+/* the tanh GELU in float64 */
+static double gelud(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static const char *const ew_name[3] = {"swiglu", "gate", "geglu"};
+static void ew_fwd(int which, float *y, const float *a, const float *b, int64_t n) {
+    if (which == 0) nl_swiglu_forward(y, a, b, n);
+    else if (which == 1) nl_gate_forward(y, a, b, n);
+    else nl_geglu_forward(y, a, b, n);
+}
+static void ew_bwd(int which, float *da, float *db, const float *dy, const float *a, const float *b, int64_t n) {
+    if (which == 0) nl_swiglu_backward(da, db, dy, a, b, n);
+    else if (which == 1) nl_gate_backward(da, db, dy, a, b, n);
+    else nl_geglu_backward(da, db, dy, a, b, n);
+}
 /* x = [a | b] (2n) -> y[n] */
 static void ew_ref(double *y, const double *x, void *vc) {
     const ew_ctx *c = vc;
     for (int64_t i = 0; i < c->n; i++) {
         const double a = x[i], b = x[c->n + i];
-        y[i] = c->which == 0 ? a * sigd(a) * b : a * sigd(b);
+        y[i] = c->which == 0 ? a * sigd(a) * b : c->which == 1 ? a * sigd(b) : gelud(a) * b;
     }
 }
 static void test_elementwise(void) {
     enum { N = 37 };
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 3; which++) {
         float x[2 * N], y[N], dy[N], da[N], db[N];
         double yr[N], g[2 * N];
         nl_t_fill(x, 2 * N, 4.0);
@@ -201,19 +214,16 @@ static void test_elementwise(void) {
         ew_ctx c = {N, which};
         double *xd = nl_t_to_d(x, 2 * N);
         ew_ref(yr, xd, &c);
-        if (which == 0) nl_swiglu_forward(y, x, x + N, N);
-        else nl_gate_forward(y, x, x + N, N);
-        CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 1e-6, "%s fwd err %g", which ? "gate" : "swiglu", nl_t_rel_err(y, yr, N, 1e-6));
-        if (which == 0) nl_swiglu_backward(da, db, dy, x, x + N, N);
-        else nl_gate_backward(da, db, dy, x, x + N, N);
+        ew_fwd(which, y, x, x + N, N);
+        CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 1e-6, "%s fwd err %g", ew_name[which], nl_t_rel_err(y, yr, N, 1e-6));
+        ew_bwd(which, da, db, dy, x, x + N, N);
         fd_grad(g, ew_ref, &c, x, 2 * N, dy, N);
-        CHECKF(nl_t_rel_err(da, g, N, 1e-6) < 1e-5, "%s bwd da err %g", which ? "gate" : "swiglu", nl_t_rel_err(da, g, N, 1e-6));
-        CHECKF(nl_t_rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", which ? "gate" : "swiglu", nl_t_rel_err(db, g + N, N, 1e-6));
+        CHECKF(nl_t_rel_err(da, g, N, 1e-6) < 1e-5, "%s bwd da err %g", ew_name[which], nl_t_rel_err(da, g, N, 1e-6));
+        CHECKF(nl_t_rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", ew_name[which], nl_t_rel_err(db, g + N, N, 1e-6));
         /* in place: output over an input */
         float xa[2 * N];
         memcpy(xa, x, sizeof x);
-        if (which == 0) nl_swiglu_forward(xa, xa, xa + N, N);
-        else nl_gate_forward(xa, xa, xa + N, N);
+        ew_fwd(which, xa, xa, xa + N, N);
         CHECK(memcmp(xa, y, sizeof y) == 0);
         free(xd);
     }

@@ -10,7 +10,13 @@
 
 static double rel_err(const float *a, const double *b, int64_t n) { return nl_t_rel_err(a, b, n, 1e-6); }
 
-typedef struct { int T, S, Hq, Hkv, d; double c; } shape;
+typedef struct { int T, S, Hq, Hkv, d; double c; int w; } shape; /* w: sliding window (0: none) */
+
+/* key j visible to query t (position past + t) */
+static int visible(const shape *s, int t, int j) {
+    const int p = s->S - s->T + t;
+    return j <= p && (s->w <= 0 || p - j < s->w);
+}
 
 /* Naive reference. q[T][Hq][d], k/v[S][Hkv][d]; P[h][t][s] (probabilities, 0 where masked) is
  * returned for the analytic backward when P != NULL. */
@@ -23,6 +29,7 @@ static void attn_ref(double *out, double *lse, double *P, const double *q, const
             const double *qt = q + ((int64_t)t * Hq + h) * d;
             double m = -INFINITY;
             for (int j = 0; j <= past + t; j++) {
+                if (!visible(s, t, j)) continue;
                 const double *kj = k + ((int64_t)j * Hkv + kh) * d;
                 double sc = 0;
                 for (int i = 0; i < d; i++) sc += qt[i] * kj[i];
@@ -30,12 +37,13 @@ static void attn_ref(double *out, double *lse, double *P, const double *q, const
                 m = fmax(m, row[j]);
             }
             double z = 0;
-            for (int j = 0; j <= past + t; j++) z += exp(row[j] - m);
+            for (int j = 0; j <= past + t; j++)
+                if (visible(s, t, j)) z += exp(row[j] - m);
             if (lse) lse[(int64_t)t * Hq + h] = m + log(z);
             double *o = out + ((int64_t)t * Hq + h) * d;
             for (int i = 0; i < d; i++) o[i] = 0;
             for (int j = 0; j < S; j++) {
-                const double p = j <= past + t ? exp(row[j] - m) / z : 0.0;
+                const double p = visible(s, t, j) ? exp(row[j] - m) / z : 0.0;
                 if (P) P[((int64_t)h * T + t) * S + j] = p;
                 if (p == 0.0) continue;
                 const double *vj = v + ((int64_t)j * Hkv + kh) * d;
@@ -108,13 +116,17 @@ static void check_forward(const shape *s, const char *name) {
     double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk);
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
-    nl_attention_forward(out, lse, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c);
+    nl_attention_forward_range(out, lse, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c, s->w, 0, s->Hkv);
     CHECKF(rel_err(out, outr, nq) < 3e-6, "%s: out err %g", name, rel_err(out, outr, nq));
     CHECKF(rel_err(lse, lser, nl) < 3e-6, "%s: lse err %g", name, rel_err(lse, lser, nl));
     /* lse may be NULL, same output bits */
     float *out2 = malloc(sizeof(float) * nq);
-    nl_attention_forward(out2, NULL, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c);
+    nl_attention_forward_range(out2, NULL, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c, s->w, 0, s->Hkv);
     CHECK(memcmp(out, out2, sizeof(float) * nq) == 0);
+    if (s->w <= 0) { /* the plain call is window 0 */
+        nl_attention_forward(out2, NULL, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c);
+        CHECK(memcmp(out, out2, sizeof(float) * nq) == 0);
+    }
     free(q), free(k), free(v), free(out), free(out2), free(lse), free(qd), free(kd), free(vd), free(outr), free(lser);
 }
 
@@ -128,11 +140,11 @@ static void check_backward(const shape *s, int fd, const char *name) {
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *dout = malloc(sizeof(float) * nq);
     float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
     nl_t_fill(dout, nq, 1.0);
-    nl_attention_forward(out, lse, q, k, v, T, T, s->Hq, s->Hkv, s->d, (float)s->c);
+    nl_attention_forward_range(out, lse, q, k, v, T, T, s->Hq, s->Hkv, s->d, (float)s->c, s->w, 0, s->Hkv);
     /* poison the outputs: they must be overwritten, not accumulated into */
     for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
     for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
-    nl_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, T, s->Hq, s->Hkv, s->d, (float)s->c);
+    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, s->Hq, s->Hkv, s->d, (float)s->c, s->w, 0, s->Hkv);
     double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk), *dod = nl_t_to_d(dout, nq);
     double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
     attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
@@ -293,8 +305,8 @@ static void check_bf16(const shape *s, const char *name) {
     double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk);
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
-    nl_attention_forward_range_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, c, 0, Hkv);
-    nl_attention_forward_range(out32, lse32, q, k, v, T, S, Hq, Hkv, d, c, 0, Hkv);
+    nl_attention_forward_range_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, c, s->w, 0, Hkv);
+    nl_attention_forward_range(out32, lse32, q, k, v, T, S, Hq, Hkv, d, c, s->w, 0, Hkv);
     double em, e2, e32;
     errs(out, outr, nq, &em, &e2);
     CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 out err max %g l2 %g", name, em, e2);
@@ -306,7 +318,7 @@ static void check_bf16(const shape *s, const char *name) {
     if (nl_attention_bf16_active()) CHECKF(e32 > 1e-4, "%s: bf16 out too close to fp32 (%g): not taken?", name, e32);
     else CHECK(memcmp(out, out32, sizeof(float) * nq) == 0 && memcmp(lse, lse32, sizeof(float) * nl) == 0);
     /* kv heads split over calls (threads): the same bits */
-    for (int g = 0; g < Hkv; g++) nl_attention_forward_range_bf16(out2, lse2, q, k, v, T, S, Hq, Hkv, d, c, g, g + 1);
+    for (int g = 0; g < Hkv; g++) nl_attention_forward_range_bf16(out2, lse2, q, k, v, T, S, Hq, Hkv, d, c, s->w, g, g + 1);
     CHECK(memcmp(out, out2, sizeof(float) * nq) == 0 && memcmp(lse, lse2, sizeof(float) * nl) == 0);
 
     if (S == T) {
@@ -317,7 +329,7 @@ static void check_bf16(const shape *s, const char *name) {
         for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
         for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
         /* as in training: the backward consumes the BF16 forward's out and lse */
-        nl_attention_backward_range_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, 0, Hkv);
+        nl_attention_backward_range_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, s->w, 0, Hkv);
         double *dod = nl_t_to_d(dout, nq);
         double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
         attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
@@ -329,13 +341,13 @@ static void check_bf16(const shape *s, const char *name) {
             CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 d%c err max %g l2 %g", name, "qkv"[w], em, e2);
         }
         if (nl_attention_bf16_active()) {
-            nl_attention_backward_range(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, 0, Hkv);
+            nl_attention_backward_range(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, s->w, 0, Hkv);
             double *dq32 = nl_t_to_d(dq2, nq);
             CHECKF(rel_err(dq, dq32, nq) > 1e-4, "%s: bf16 dq too close to fp32: not taken?", name);
             free(dq32);
         }
         for (int g = Hkv - 1; g >= 0; g--)
-            nl_attention_backward_range_bf16(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, g, g + 1);
+            nl_attention_backward_range_bf16(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, s->w, g, g + 1);
         CHECK(memcmp(dq, dq2, sizeof(float) * nq) == 0 && memcmp(dk, dk2, sizeof(float) * nk) == 0 &&
               memcmp(dv, dv2, sizeof(float) * nk) == 0);
         free(dout), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(dod), free(dqr), free(dkr),
@@ -352,8 +364,8 @@ static void test_bf16_small_t(void) {
     make_qkv(&s, &q, &k, &v);
     const int64_t nq = 3 * 4 * 16;
     float a[3 * 4 * 16], b[3 * 4 * 16], la[12], lb[12];
-    nl_attention_forward_range(a, la, q, k, v, 3, 9, 4, 2, 16, 0.25f, 0, 2);
-    nl_attention_forward_range_bf16(b, lb, q, k, v, 3, 9, 4, 2, 16, 0.25f, 0, 2);
+    nl_attention_forward_range(a, la, q, k, v, 3, 9, 4, 2, 16, 0.25f, 0, 0, 2);
+    nl_attention_forward_range_bf16(b, lb, q, k, v, 3, 9, 4, 2, 16, 0.25f, 0, 0, 2);
     CHECK(memcmp(a, b, sizeof(float) * nq) == 0 && memcmp(la, lb, sizeof la) == 0);
     free(q), free(k), free(v);
 }
@@ -375,6 +387,8 @@ static void test_bf16(void) {
     check_bf16(&(shape){300, 300, 2, 1, 64, 0.125}, "bf16 T=300 d=64 (KC chunks)");
     check_bf16(&(shape){7, 7, 6, 2, 10, 1.0 / sqrt(10.0)}, "bf16 T=7 d=10");
     check_bf16(&(shape){60, 75, 4, 2, 32, 0.2}, "bf16 past S=75 T=60");
+    check_bf16(&(shape){100, 100, 4, 2, 32, 0.3, 17}, "bf16 sliding window 17 T=100");
+    check_bf16(&(shape){60, 75, 4, 2, 32, 0.2, 30}, "bf16 sliding window 30 past S=75 T=60");
     test_bf16_small_t();
 }
 
@@ -398,6 +412,26 @@ int main(void) {
     check_backward(&(shape){1, 1, 2, 1, 3, 0.7}, 1, "T=1");
     check_backward(&mid, 0, "mid");
     check_backward(&longt, 0, "long");
+    /* sliding window (gemma3): narrower than the sequence, across query blocks, with a past;
+     * a window at least as long as the sequence is the plain causal form */
+    const shape win = {7, 7, 6, 2, 10, 0.4, 3}, win1 = {6, 6, 2, 1, 5, 0.6, 1};
+    const shape win_mid = {70, 70, 4, 2, 9, 0.4, 20}, win_past = {7, 19, 6, 2, 10, 0.3, 9};
+    check_forward(&win, "window 3");
+    check_forward(&win1, "window 1");
+    check_forward(&win_mid, "window 20 T=70");
+    check_forward(&win_past, "window 9 with a past");
+    check_backward(&win, 1, "window 3");
+    check_backward(&win1, 1, "window 1");
+    check_backward(&win_mid, 0, "window 20 T=70");
+    {
+        const shape wide = {9, 9, 2, 1, 8, 0.5, 9};
+        float *q, *k, *v, a[9 * 2 * 8], b[9 * 2 * 8];
+        make_qkv(&wide, &q, &k, &v);
+        nl_attention_forward_range(a, NULL, q, k, v, 9, 9, 2, 1, 8, 0.5f, 9, 0, 1);
+        nl_attention_forward(b, NULL, q, k, v, 9, 9, 2, 1, 8, 0.5f);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        free(q), free(k), free(v);
+    }
     test_layout();
     test_bf16();
     return nl_t_done();

@@ -20,7 +20,7 @@ int nl_cmd_mkmodel(int argc, char **argv) {
     }
     int arch = nl_arch_from_name(arch_s);
     if (arch < 0) {
-        fprintf(stderr, "nightlora mkmodel: unknown --arch '%s' (expected llama, qwen3 or qwen35)\n", arch_s);
+        fprintf(stderr, "nightlora mkmodel: unknown --arch '%s' (expected llama, qwen3, qwen35 or gemma3)\n", arch_s);
         return 2;
     }
     int type = NL_TYPE_F32;

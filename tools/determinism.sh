@@ -1,5 +1,6 @@
 #!/bin/sh
-# Determinism fingerprint: trains a short run on each architecture (tiny preset) on the default
+# Determinism fingerprint: trains a short run on each architecture (tiny preset; gemma3's lines
+# come after the other three's, which stay as they were) on the default
 # path, the FP32 path and with recompute (--act-budget-mb 0), and prints the sha256 of every adapter and the
 # per-step losses. Two builds that print the same lines produce the same bits.
 #   sh tools/determinism.sh [build/nightlora] [OUTDIR]
@@ -7,7 +8,7 @@ set -e
 BIN=${1:-build/nightlora}
 OUT=${2:-out/determinism}
 mkdir -p "$OUT"
-for arch in llama qwen3 qwen35; do
+for arch in llama qwen3 qwen35 gemma3; do
   "$BIN" mkmodel --arch "$arch" --preset tiny --type q8_0 --seed 3 --out "$OUT/$arch.gguf" >/dev/null
   for mode in default f32 recompute; do
     case $mode in

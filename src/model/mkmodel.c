@@ -1,4 +1,4 @@
-/* model/mkmodel: synthetic llama / qwen3 / qwen35 GGUF models with random weights and a real
+/* model/mkmodel: synthetic llama / qwen3 / qwen35 / gemma3 GGUF models with random weights and a real
  * byte-level BPE vocabulary, for tests, demos and benchmarks at real shapes.
  * Facts: docs/formats.md §2 (keys, tensors), §3 (Llama-3 rope_freqs), §5 (vocab).
  *
@@ -67,19 +67,26 @@ typedef struct {
     int interval;        /* qwen35 full_attention_interval */
     int Hk, Hv, dk, dconv;
     int llama3_rope;     /* write rope_freqs.weight (factor 32, low 1, high 4, old ctx 8192) */
+    int swa;             /* gemma3 attention.sliding_window */
 } preset_t;
 
 /* n_rot 0 = head_dim. rope_base / eps 0 = the architecture's usual value. */
 static const preset_t presets[] = {
-    {"tiny", NL_ARCH_QWEN35, 64, 4, 4, 2, 16, 8, 160, 512, 2048, 0, 0, 2, 2, 4, 16, 4, 0},
-    {"tiny", -1, 64, 2, 4, 2, 16, 0, 160, 512, 2048, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"small", NL_ARCH_QWEN35, 384, 8, 6, 2, 64, 16, 1024, 4096, 4096, 0, 0, 4, 4, 8, 48, 4, 0},
-    {"small", -1, 384, 6, 6, 2, 64, 0, 1024, 4096, 4096, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"llama3.2-1b", NL_ARCH_LLAMA, 2048, 16, 32, 8, 64, 0, 8192, 128256, 131072, 500000.0f, 1e-5f, 0, 0, 0, 0, 0, 1},
-    {"qwen3-0.6b", NL_ARCH_QWEN3, 1024, 28, 16, 8, 128, 0, 3072, 151936, 40960, 1e6f, 1e-6f, 0, 0, 0, 0, 0, 0},
+    /* gemma3: 6 layers so one is a full-attention layer (every 6th); a short window so the
+     * tests' sequences cross it */
+    {"tiny", NL_ARCH_GEMMA3, 64, 6, 4, 1, 16, 0, 160, 512, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 8},
+    {"small", NL_ARCH_GEMMA3, 384, 6, 6, 2, 64, 0, 1024, 4096, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 32},
+    /* Gemma 3 270M as its GGUF says (docs/formats.md §2) */
+    {"gemma3-270m", NL_ARCH_GEMMA3, 640, 18, 4, 1, 256, 0, 2048, 262144, 32768, 1e6f, 1e-6f, 0, 0, 0, 0, 0, 0, 512},
+    {"tiny", NL_ARCH_QWEN35, 64, 4, 4, 2, 16, 8, 160, 512, 2048, 0, 0, 2, 2, 4, 16, 4, 0, 0},
+    {"tiny", -1, 64, 2, 4, 2, 16, 0, 160, 512, 2048, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"small", NL_ARCH_QWEN35, 384, 8, 6, 2, 64, 16, 1024, 4096, 4096, 0, 0, 4, 4, 8, 48, 4, 0, 0},
+    {"small", -1, 384, 6, 6, 2, 64, 0, 1024, 4096, 4096, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.2-1b", NL_ARCH_LLAMA, 2048, 16, 32, 8, 64, 0, 8192, 128256, 131072, 500000.0f, 1e-5f, 0, 0, 0, 0, 0, 1, 0},
+    {"qwen3-0.6b", NL_ARCH_QWEN3, 1024, 28, 16, 8, 128, 0, 3072, 151936, 40960, 1e6f, 1e-6f, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3.5-0.8B: 24 layers, hidden 1024, 8 heads / 2 KV heads, 262144 context, GDN 16 heads
      * with dk = dv = 128 match public descriptions; n_ff 3584 and 16 key heads are as briefed. */
-    {"qwen35-0.8b", NL_ARCH_QWEN35, 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 1e7f, 1e-6f, 4, 16, 16, 128, 4, 0},
+    {"qwen35-0.8b", NL_ARCH_QWEN35, 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 1e7f, 1e-6f, 4, 16, 16, 128, 4, 0, 0},
 };
 
 static const preset_t *find_preset(nl_arch arch, const char *name) {
@@ -90,7 +97,7 @@ static const preset_t *find_preset(nl_arch arch, const char *name) {
             nl_err("mkmodel: preset '%s' is for --arch %s, not %s", name, nl_arch_name((nl_arch)presets[i].arch), nl_arch_name(arch));
             return NULL;
         }
-    nl_err("mkmodel: unknown preset '%s' (expected tiny, small, llama3.2-1b, qwen3-0.6b or qwen35-0.8b)", name);
+    nl_err("mkmodel: unknown preset '%s' (expected tiny, small, llama3.2-1b, qwen3-0.6b, qwen35-0.8b or gemma3-270m)", name);
     return NULL;
 }
 
@@ -108,11 +115,16 @@ int nl_mkmodel_hparams(nl_arch arch, const char *preset, nl_hparams *hp) {
     hp->head_dim = p->head_dim;
     hp->n_rot = p->n_rot ? p->n_rot : p->head_dim;
     hp->n_ctx_train = p->n_ctx;
-    static const float base[NL_ARCH_COUNT] = {500000.0f, 1e6f, 1e7f}, eps[NL_ARCH_COUNT] = {1e-5f, 1e-6f, 1e-6f};
+    static const float base[NL_ARCH_COUNT] = {500000.0f, 1e6f, 1e7f, 1e6f}, eps[NL_ARCH_COUNT] = {1e-5f, 1e-6f, 1e-6f, 1e-6f};
     hp->rope_base = p->rope_base > 0 ? p->rope_base : base[arch];
     hp->rms_eps = p->eps > 0 ? p->eps : eps[arch];
     hp->rope_freq_scale = 1.0f;
     hp->rope_neox = arch != NL_ARCH_LLAMA;
+    if (arch == NL_ARCH_GEMMA3) {
+        hp->n_swa = p->swa;
+        hp->rope_base_swa = 10000.0f;
+    }
+    nl_hparams_arch(arch, hp);
     if (arch == NL_ARCH_QWEN35) {
         hp->ssm_d_conv = p->dconv;
         hp->ssm_d_state = p->dk;
@@ -578,6 +590,11 @@ static int build_specs(mk_ctx *c, nl_arch arch, const nl_hparams *hp, int wtype,
         rc |= T("ffn_gate.weight", wtype, E, F, INIT_NORMAL, std);
         rc |= T("ffn_up.weight", wtype, E, F, INIT_NORMAL, std);
         rc |= T("ffn_down.weight", wtype, F, E, INIT_NORMAL, std);
+        if (hp->post_norms) {
+            /* gemma3's post-norms, stored as (1 + w) like its other norms: ones */
+            rc |= T("post_attention_norm.weight", f32, E, 0, INIT_ONES, 0);
+            rc |= T("post_ffw_norm.weight", f32, E, 0, INIT_ONES, 0);
+        }
     }
 #undef T
     return rc ? -1 : 0;
@@ -606,6 +623,7 @@ static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int w
     rc |= nl_gguf_set_f32(w, K("rope.freq_base"), hp->rope_base);
     rc |= nl_gguf_set_f32(w, K("attention.layer_norm_rms_epsilon"), hp->rms_eps);
     rc |= nl_gguf_set_u32(w, K("vocab_size"), (uint32_t)hp->n_vocab);
+    if (arch == NL_ARCH_GEMMA3) rc |= nl_gguf_set_u32(w, K("attention.sliding_window"), (uint32_t)hp->n_swa);
     if (arch == NL_ARCH_QWEN35) {
         int32_t sections[4] = {11, 11, 10, 0};
         uint8_t le[16];
@@ -620,7 +638,7 @@ static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int w
         rc |= nl_gguf_set_u32(w, K("full_attention_interval"), (uint32_t)hp->full_attn_interval);
     }
 #undef K
-    static const char *const pre[NL_ARCH_COUNT] = {"llama-bpe", "qwen2", "qwen35"};
+    static const char *const pre[NL_ARCH_COUNT] = {"llama-bpe", "qwen2", "qwen35", "qwen2"};
     rc |= nl_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
     rc |= nl_gguf_set_str(w, "tokenizer.ggml.pre", pre[arch]);
     rc |= nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, (uint64_t)v->n);

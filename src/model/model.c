@@ -1,4 +1,4 @@
-/* model/model: llama, qwen3 and qwen35 read from GGUF metadata; every required key and tensor
+/* model/model: llama, qwen3, qwen35 and gemma3 read from GGUF metadata; every required key and tensor
  * shape is validated; frozen projections are described (nl_proj_desc) and small vectors are
  * copied to F32. Facts: docs/formats.md §2. */
 #include "model/model.h"
@@ -12,7 +12,7 @@
 #include "model/quant.h"
 #include "util/util.h"
 
-static const char *const arch_names[NL_ARCH_COUNT] = {"llama", "qwen3", "qwen35"};
+static const char *const arch_names[NL_ARCH_COUNT] = {"llama", "qwen3", "qwen35", "gemma3"};
 
 const char *nl_arch_name(nl_arch a) { return (a >= 0 && a < NL_ARCH_COUNT) ? arch_names[a] : "unknown"; }
 
@@ -62,6 +62,7 @@ void nl_model_free(nl_model *m) {
         for (int il = 0; il < m->hp.n_layer; il++) {
             nl_layer *L = &m->layers[il];
             free(L->attn_norm); free(L->ffn_norm); free(L->q_norm); free(L->k_norm);
+            free(L->attn_post_norm); free(L->ffn_post_norm);
             free(L->ssm_conv); free(L->ssm_dt_bias); free(L->ssm_a); free(L->ssm_norm);
         }
     free(m->layers);
@@ -72,6 +73,21 @@ void nl_model_free(nl_model *m) {
     free(m->path);
     free(m->warning);
     free(m);
+}
+
+void nl_hparams_arch(nl_arch a, nl_hparams *hp) {
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = 1.0f;
+    hp->mlp_gelu = hp->post_norms = hp->swa_pattern = 0;
+    if (a != NL_ARCH_GEMMA3) return;
+    /* llama.cpp's gemma3 (src/llama-model.cpp): every 6th layer full attention; queries scaled
+     * by 1/sqrt(n_embd / n_head) on the 27B (62 layers: query_pre_attn_scalar), else by
+     * 1/sqrt(head_dim); embeddings times sqrt(n_embd); GeGLU; post-norms */
+    hp->swa_pattern = 6;
+    if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->mlp_gelu = 1;
+    hp->post_norms = 1;
 }
 
 /* ---- keys */
@@ -186,6 +202,14 @@ static int read_hparams(loader *ld) {
         hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_neox = m->arch != NL_ARCH_LLAMA;
+    if (m->arch == NL_ARCH_GEMMA3) {
+        /* the window from the file; the local RoPE base as llama.cpp has it (10000) unless the
+         * file names one */
+        if (get_u32(ld, "attention.sliding_window", 1, 0, &hp->n_swa)) return -1;
+        if (get_f32(ld, "rope.freq_base_swa", 0, 10000.0f, &hp->rope_base_swa)) return -1;
+        if (!(hp->rope_base_swa > 0) || !isfinite(hp->rope_base_swa))
+            return nl_err("%s: key '%s' = %g: expected a finite number > 0", path, ld->key, hp->rope_base_swa);
+    }
     if (m->arch == NL_ARCH_QWEN35) {
         const char *k = akey(ld, "nextn_predict_layers");
         uint32_t v;
@@ -196,6 +220,7 @@ static int read_hparams(loader *ld) {
     }
     hp->n_layer = block_count - nextn; /* MTP blocks come after the main stack and are ignored */
     ld->block_count = block_count;
+    nl_hparams_arch(m->arch, hp);
 
     if (hp->n_head % hp->n_head_kv != 0)
         return nl_err("%s: n_head %d is not a multiple of n_head_kv %d", path, hp->n_head, hp->n_head_kv);
@@ -347,6 +372,10 @@ static int load_layer(loader *ld, int il) {
         if (!(L->ssm_norm = layer_vec(ld, il, "ssm_norm.weight", dv, 0, &err))) return -1;
     }
     if (layer_proj(ld, il, NL_P_GATE, E, F) || layer_proj(ld, il, NL_P_UP, E, F) || layer_proj(ld, il, NL_P_DOWN, F, E)) return -1;
+    if (hp->post_norms) {
+        if (!(L->attn_post_norm = layer_vec(ld, il, "post_attention_norm.weight", E, 0, &err))) return -1;
+        if (!(L->ffn_post_norm = layer_vec(ld, il, "post_ffw_norm.weight", E, 0, &err))) return -1;
+    }
     /* llama.cpp's loader also knows biases and a fused attn_qkv for other checkpoints;
      * nightlora's graph has neither, so refuse such a file rather than ignore tensors. */
     static const char *const extra[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
@@ -364,8 +393,10 @@ static int load_layer(loader *ld, int il) {
 static int set_recurrent(loader *ld) {
     nl_model *m = ld->m;
     const nl_hparams *hp = &m->hp;
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = 0; il < hp->n_layer; il++) {
         m->layers[il].recurrent = m->arch == NL_ARCH_QWEN35 && ((il + 1) % hp->full_attn_interval) != 0;
+        m->layers[il].swa = hp->n_swa > 0 && hp->swa_pattern > 0 && il % hp->swa_pattern < hp->swa_pattern - 1;
+    }
     if (m->arch != NL_ARCH_QWEN35) return 0;
     const char *key = akey(ld, "attention.recurrent_layers");
     const nl_gguf_kv *kv = nl_gguf_get(ld->g, key);
@@ -430,7 +461,7 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
     }
     int a = nl_arch_from_name(arch);
     if (a < 0) {
-        nl_err("%s: unsupported architecture '%s' (supported: llama, qwen3, qwen35)", g->path, arch);
+        nl_err("%s: unsupported architecture '%s' (supported: llama, qwen3, qwen35, gemma3)", g->path, arch);
         goto fail;
     }
     m->arch = (nl_arch)a;

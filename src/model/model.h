@@ -1,4 +1,4 @@
-/* model/model: architectures (llama, qwen3, qwen35) read from GGUF metadata, their tensor
+/* model/model: architectures (llama, qwen3, qwen35, gemma3) read from GGUF metadata, their tensor
  * tables, and the loaded model. Facts: docs/formats.md §2.
  *
  * The model never multiplies by a frozen weight itself: it describes every frozen projection
@@ -12,9 +12,9 @@
 
 #include "model/gguf.h"
 
-typedef enum { NL_ARCH_LLAMA = 0, NL_ARCH_QWEN3 = 1, NL_ARCH_QWEN35 = 2, NL_ARCH_COUNT } nl_arch;
+typedef enum { NL_ARCH_LLAMA = 0, NL_ARCH_QWEN3 = 1, NL_ARCH_QWEN35 = 2, NL_ARCH_GEMMA3 = 3, NL_ARCH_COUNT } nl_arch;
 
-const char *nl_arch_name(nl_arch a);          /* "llama", "qwen3", "qwen35" */
+const char *nl_arch_name(nl_arch a);          /* "llama", "qwen3", "qwen35", "gemma3" */
 int nl_arch_from_name(const char *s);         /* -1 when unknown */
 
 /* Projection kinds: what a frozen weight is inside its layer. The short names are the CLI's
@@ -52,14 +52,26 @@ typedef struct {
     int ssm_dt_rank;             /* Hv = value heads */
     int ssm_d_inner;             /* Hv * dv */
     int full_attn_interval;
+    /* gemma3 (docs/formats.md §2): sliding-window attention on every layer but each
+     * swa_pattern-th (layer il is full when il % swa_pattern == swa_pattern - 1), a key visible
+     * to a query at distance < n_swa; those layers rotate with rope_base_swa. n_swa 0: none. */
+    int n_swa, swa_pattern;
+    float rope_base_swa;
+    float attn_scale;            /* scores = attn_scale · q·k (1/sqrt(head_dim) but gemma3-27B) */
+    float embd_scale;            /* embedding rows times this (gemma3: sqrt(n_embd); else 1) */
+    int mlp_gelu;                /* MLP activation: 0 SwiGLU (silu), 1 GeGLU (tanh GELU, gemma3) */
+    int post_norms;              /* RMSNorm on the mixer's and the MLP's outputs before their
+                                  * residual adds (gemma3's post_attention_norm, post_ffw_norm) */
 } nl_hparams;
 
 typedef struct {
     bool recurrent;              /* qwen35 GDN layer */
+    bool swa;                    /* gemma3 sliding-window layer (window hp.n_swa, rope_base_swa) */
     /* projection ids (index into nl_model.projs), -1 when absent */
     int p[NL_P_KIND_COUNT];
     /* F32 copies (owned): */
     float *attn_norm, *ffn_norm, *q_norm, *k_norm;              /* ffn_norm = post_attention_norm in qwen35 */
+    float *attn_post_norm, *ffn_post_norm;                      /* gemma3: post_attention_norm, post_ffw_norm */
     float *ssm_conv;             /* [conv_dim][K] */
     float *ssm_dt_bias, *ssm_a;  /* [Hv] */
     float *ssm_norm;             /* [dv] */
@@ -92,11 +104,16 @@ void nl_model_free(nl_model *m);
  * "PATH changed while WHO was using it (truncated or rewritten); THEN". */
 int nl_model_check_unchanged(const nl_model *m, const char *path, const char *who, const char *then);
 
+/* The hyper-parameters an architecture fixes rather than its file (attn_scale, embd_scale,
+ * mlp_gelu, post_norms, swa_pattern), from the shape already in hp (head_dim, n_embd, n_head,
+ * n_layer): what the loader and mkmodel both use. */
+void nl_hparams_arch(nl_arch a, nl_hparams *hp);
+
 /* Projection id of (layer, kind) or -1. */
 int nl_model_proj(const nl_model *m, int layer, nl_proj_kind kind);
 
 /* Synthetic models (mkmodel). Presets: "tiny", "small", "llama3.2-1b", "qwen3-0.6b",
- * "qwen35-0.8b". type: NL_TYPE_F32/F16/Q8_0 for the projection weights. Deterministic in seed. */
+ * "qwen35-0.8b", "gemma3-270m". type: NL_TYPE_F32/F16/Q8_0 for the projection weights. Deterministic in seed. */
 int nl_mkmodel(nl_arch arch, const char *preset, int type, uint64_t seed, const char *out_path);
 /* The hyper-parameters a preset gives (what nl_mkmodel writes); -1 + error for an unknown
  * preset or one meant for another architecture. */

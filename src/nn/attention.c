@@ -2,7 +2,10 @@
  *
  * Shapes: q[T][Hq][d]; k, v[S][Hkv][d] (S >= T, the first S-T keys are the past);
  * out[T][Hq][d]; lse[T][Hq]. Query t attends keys 0 .. S-T+t. Query head h reads kv head
- * h / (Hq/Hkv). Scores are c·q·k with c = scale.
+ * h / (Hq/Hkv). Scores are c·q·k with c = scale. Sliding window (window > 0, gemma3): query t
+ * sees only the keys j with (S-T+t) − j < window (itself and the window − 1 before it); the
+ * keys below are masked to −∞ in the score rows (exp gives 0), so window 0 (or one wider
+ * than the row) computes exactly what the plain causal form does.
  *
  * Work is organised per kv head g (so a caller can split kv heads over threads: every output a
  * kv head writes — its query heads' out/lse/dq and its own dk/dv columns — belongs to it
@@ -77,6 +80,16 @@ static void pack_t(float *dst, int64_t ldd, const float *src, int64_t lds, int n
         for (int i = 0; i < d; i++) dst[(int64_t)i * ldd + j0] = src[(int64_t)j0 * lds + i];
 }
 
+/* Rows [0, nq) of a score block (row stride lds), row i the query at position pos0 + i: the
+ * keys below the sliding window (j <= pos − window) masked to −∞. No-op for window 0. */
+static void mask_window(float *s, int64_t lds, int nq, int pos0, int window) {
+    if (window <= 0) return;
+    for (int i = 0; i < nq; i++) {
+        const int lo = pos0 + i - window + 1;
+        for (int j = 0; j < lo; j++) s[i * lds + j] = -INFINITY;
+    }
+}
+
 /* Row of n scores: sr *= c, returns the max over the first nv (nv >= 1) and zeroes [nv, n). */
 static float row_scale_max(float *sr, int nv, int n, float c) {
     float mx[NL_LANES];
@@ -140,7 +153,7 @@ static void row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, floa
 }
 
 void nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                int Hq, int Hkv, int d, float scale, int g0, int g1) {
+                                int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
     const int group = Hq / Hkv;
     const int past = S - T;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
@@ -168,6 +181,7 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
                     for (int i = 0; i < nq; i++)
                         for (int j = 0; j < kend; j++) s[i * lds + j] = nl_vdot(qb + i * ldq, kg + j * ldk, d);
                 }
+                mask_window(s, lds, nq, past + q0, window);
                 float mx[BQ], sum[BQ];
                 for (int i = 0; i < nq; i++) {
                     float *sr = s + i * lds;
@@ -188,12 +202,12 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
 
 void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq,
                           int Hkv, int d, float scale) {
-    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, Hkv);
+    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, 0, Hkv);
 }
 
 void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
-                                 int g0, int g1) {
+                                 int window, int g0, int g1) {
     const int group = Hq / Hkv;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t lds = T;
@@ -221,6 +235,7 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
                 const float *qb = q + (int64_t)q0 * ldq + hoff, *dob = dout + (int64_t)q0 * ldq + hoff;
                 nl_gemm(s, (int)lds, qb, (int)ldq, kT, (int)lds, nq, kend, d, 0);   /* q·k */
                 nl_gemm(dp, (int)lds, dob, (int)ldq, vT, (int)lds, nq, kend, d, 0); /* do·v */
+                mask_window(s, lds, nq, q0, window);
                 /* D with the same chain as a dp element: where o = v exactly (one visible
                  * key) ds is exactly 0, as it is mathematically */
                 float D[BQ];
@@ -239,7 +254,7 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
 
 void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                            const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale) {
-    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, Hkv);
+    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, 0, Hkv);
 }
 
 /* ---- BF16 variant (nn/gemm_bf16.h) ----
@@ -264,7 +279,7 @@ static int64_t ld_b(int n) { return (int64_t)((n + 15) & ~15) + 16; }
 
 /* 0, or -1 when out of memory (nothing written) */
 static int fwd_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq, int Hkv,
-                    int d, float scale, int g0, int g1) {
+                    int d, float scale, int window, int g0, int g1) {
     const int group = Hq / Hkv, past = S - T, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t ld_kw = ld_b(S), ld_vi = ld_b(d), ld_pw = (S + 1) / 2;
@@ -284,6 +299,7 @@ static int fwd_bf16(float *out, float *lse, const float *q, const float *k, cons
                 const int kend = past + q0 + nq, kw_n = (kend + 1) / 2;
                 nl_bf16_rows(qr, dw, q + (int64_t)q0 * ldq + (int64_t)h * d, ldq, nq, d, dw);
                 nl_gemm_bf16(s, S, qr, dw, kw, ld_kw, nq, kend, dw, 0);
+                mask_window(s, S, nq, past + q0, window);
                 float mx[BQ], sum[BQ];
                 for (int i = 0; i < nq; i++) {
                     const int nv = past + q0 + i + 1;
@@ -303,7 +319,7 @@ static int fwd_bf16(float *out, float *lse, const float *q, const float *k, cons
 }
 
 static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q,
-                    const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale, int g0, int g1) {
+                    const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
     const int group = Hq / Hkv, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t ld_t = ld_b(T), ld_ki = ld_b(d), ld_qt = (((T + 1) / 2 + 15) & ~15), ld_sr = (T + 1) / 2;
@@ -336,6 +352,7 @@ static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const fl
                 nl_bf16_rows(dor, dw, dob, ldq, nq, d, dw);
                 nl_gemm_bf16(s, T, qr, dw, kw, ld_t, nq, kend, dw, 0);   /* q·k */
                 nl_gemm_bf16(dp, T, dor, dw, vw, ld_t, nq, kend, dw, 0); /* do·v */
+                mask_window(s, T, nq, q0, window);
                 float D[BQ];
                 nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
                 for (int i = 0; i < nq; i++) {
@@ -366,24 +383,25 @@ int nl_attention_bf16_active(void) {
 }
 
 void nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                     int Hq, int Hkv, int d, float scale, int g0, int g1) {
+                                     int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
 #ifdef NL_ATT_BF16
     if (T > SMALL_T && nl_bf16_ok()) {
-        if (fwd_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, g0, g1)) fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
+        if (fwd_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1)) fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
         return;
     }
 #endif
-    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, g0, g1);
+    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
 }
 
 void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                       const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
-                                      int Hkv, int d, float scale, int g0, int g1) {
+                                      int Hkv, int d, float scale, int window, int g0, int g1) {
 #ifdef NL_ATT_BF16
     if (T > SMALL_T && nl_bf16_ok()) {
-        if (bwd_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, g0, g1)) bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
+        if (bwd_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1))
+            bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
         return;
     }
 #endif
-    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, g0, g1);
+    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
 }

@@ -6,6 +6,7 @@
 
 #include "nn/layer.h"
 #include "nn/lora.h"
+#include "nn/vecmath.h"
 #include "util/util.h"
 
 /* The gated delta-net's shape from the model's ssm_* hyperparameters (qwen35). */
@@ -55,6 +56,12 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
         .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
         .base = hp->rope_base, .freq_scale = hp->rope_freq_scale, .freq_factors = m->rope_freqs,
     };
+    rt->rope_swa = rt->rope;
+    if (hp->n_swa > 0) {
+        /* llama.cpp: the local layers' own base, no scaling */
+        rt->rope_swa.base = hp->rope_base_swa;
+        rt->rope_swa.freq_scale = 1.0f;
+    }
     if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) { nl_runtime_free(rt); return -1; }
     rt->attn_bf16 = !strcmp(nl_proj_compute(svc), "bf16");
     if (m->arch == NL_ARCH_QWEN35) rt->gdn = gdn_shape(m);
@@ -67,6 +74,7 @@ void nl_runtime_free(nl_runtime *rt) {
     if (rt->pool) nl_pool_free(rt->pool);
     rt->pool = NULL;
     nl_rope_free_table(&rt->rope);
+    nl_rope_free_table(&rt->rope_swa);
 }
 
 int nl_runtime_set_threads(nl_runtime *rt, int n) {
@@ -179,6 +187,16 @@ int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T) {
     return 0;
 }
 
+int nl_embed_rows(nl_runtime *rt, const int32_t *tokens, int T, float *x) {
+    const nl_model *m = rt->m;
+    if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, x)) return -1;
+    const float sc = m->hp.embd_scale;
+    const int E = m->hp.n_embd;
+    if (sc != 1.0f && sc != 0.0f)
+        for (int t = 0; t < T; t++) nl_vscale(x + (size_t)t * E, sc, E);
+    return 0;
+}
+
 /* nl_forward (n_seg 0: one sequence, at st's position) and nl_forward_packed (n_seg fresh
  * sequences, no state). */
 static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, int n_seg, const int *seg_T,
@@ -186,7 +204,7 @@ static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens,
     const nl_model *m = rt->m;
     const nl_hparams *hp = &m->hp;
     if (nl_check_tokens(m, tokens, T)) return -1;
-    if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, x)) return -1;
+    if (nl_embed_rows(rt, tokens, T, x)) return -1;
     /* the layers of nn/layer.h, each cache a temporary: no LoRA u rows, no GDN cache (the
      * recurrence carries st's state instead), attention in FP32 */
     nl_arena ws = {0};

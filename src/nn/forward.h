@@ -22,6 +22,7 @@ typedef struct nl_runtime {
     int *svc_id;                /* [m->n_projs]: model projection -> service id (owned) */
     const nl_adapter *adapter;  /* borrowed, may be NULL */
     nl_rope rope;
+    nl_rope rope_swa;           /* gemma3's sliding-window layers: base hp.rope_base_swa */
     nl_gdn_shape gdn;
     /* Pacing hook, called before every service request (thermal/battery pauses); may be
      * NULL. A non-zero return aborts the computation with that status. */
@@ -71,6 +72,14 @@ void nl_seq_state_free(nl_seq_state *st, const nl_model *m);
 
 /* 0 when every tokens[t] is in the vocabulary, else -1 + nl_err naming the first that is not. */
 int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T);
+
+/* x[T][n_embd] = the embedding rows of tokens[T], times hp.embd_scale (gemma3: sqrt(n_embd);
+ * the rows are frozen and nothing below them is trained, so the scale has no backward): the
+ * one gather the model forward and the training graph both use. */
+int nl_embed_rows(nl_runtime *rt, const int32_t *tokens, int T, float *x);
+
+/* The RoPE of layer l (the sliding-window one on gemma3's local layers). */
+static inline const nl_rope *nl_rt_rope(const nl_runtime *rt, int l) { return rt->m->layers[l].swa ? &rt->rope_swa : &rt->rope; }
 
 /* Run tokens[T] at positions st->n_past .. n_past+T-1 (st may be NULL: a fresh sequence, no
  * cache kept). hidden[T][n_embd] receives the last layer's output (before the final norm). */

@@ -68,6 +68,12 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
         c->lse = carve(c, t * H);
         if (m->arch != NL_ARCH_QWEN35) c->og = c->o;
     }
+    if (hp->post_norms) {
+        c->ao = carve(c, t * E);
+        c->rstd_ao = carve(c, t);
+        c->fo = carve(c, t * E);
+        c->rstd_fo = carve(c, t);
+    }
     c->xmid = carve(c, t * E);
     c->rstd2 = carve(c, t);
     c->hn2 = carve(c, t * E);
@@ -137,7 +143,8 @@ static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *
 static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st) {
     const nl_hparams *hp = &ps->rt->m->hp;
     int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
-    float scale = 1.0f / sqrtf((float)hd);
+    const float scale = hp->attn_scale;
+    const int window = ps->rt->m->layers[l].swa ? hp->n_swa : 0;
     const float *k = c->k, *v = c->v;
     int S = T;
     if (!st && nl_span_n(sp) > 1) {
@@ -146,7 +153,8 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         for (int i = 0, t0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
             int Ti = sp->seg_T[i];
             TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o + t0 * qr, c->lse + (size_t)t0 * H,
-                                                               c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale));
+                                                               c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
+                                                               window));
         }
         return 0;
     }
@@ -162,7 +170,7 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         v = st->v[l];
         S = st->n_past + T;
     }
-    TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale));
+    TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale, window));
     return 0;
 }
 
@@ -192,8 +200,8 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
         TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
     }
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 0, c->q, T, H, sp->pos));
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 0, c->k, T, Hkv, sp->pos));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->q, T, H, sp->pos));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->k, T, Hkv, sp->pos));
     if (attn_core_fwd(ps, l, sp, c, st)) return -1;
     if (gated) TIMED(ps, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
     return proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
@@ -224,10 +232,10 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
         TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
                                                             c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
-                                                            nl_span_len(sp, i), H, Hkv, hd, 1.0f / sqrtf((float)hd)));
+                                                            nl_span_len(sp, i), H, Hkv, hd, hp->attn_scale, L->swa ? hp->n_swa : 0));
     }
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 1, dq, T, H, sp->pos));
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), &ps->rt->rope, 1, dk, T, Hkv, sp->pos));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
+    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));
     if (L->q_norm) {
         TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
         TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
@@ -339,16 +347,23 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
     nl_arena_mark mk = nl_arena_top(ps->ws);
     float *mo = falloc(ps, n);
     if (!mo) return -1;
-    int rc = L->recurrent ? mixer_gdn_fwd(ps, l, sp, c, st, mo) : mixer_attn_fwd(ps, l, sp, c, st, mo);
+    /* with post-norms (gemma3) the mixer's and the MLP's outputs (ao, fo, kept) are normed
+     * into mo before their residual adds */
+    const int pn = hp->post_norms;
+    int rc = L->recurrent ? mixer_gdn_fwd(ps, l, sp, c, st, pn ? c->ao : mo) : mixer_attn_fwd(ps, l, sp, c, st, pn ? c->ao : mo);
     if (rc == 0) {
+        if (pn) TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_ao, c->ao, L->attn_post_norm, T, hp->n_embd, hp->rms_eps));
         TIMED(ps, NL_GP_ADD, nl_par_add2(POOL(ps), c->xmid, x_in, mo, (int64_t)n));
         TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
         rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            TIMED(ps, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
-            rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, mo, c->lu[NL_P_DOWN]);
+            if (hp->mlp_gelu) TIMED(ps, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            else TIMED(ps, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, pn ? c->fo : mo, c->lu[NL_P_DOWN]);
         }
+        if (rc == 0 && pn)
+            TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_fo, c->fo, L->ffn_post_norm, T, hp->n_embd, hp->rms_eps));
         if (rc == 0) TIMED(ps, NL_GP_ADD, nl_par_add2(POOL(ps), x_out, c->xmid, mo, (int64_t)n));
     }
     nl_arena_release(ps->ws, mk);
@@ -362,13 +377,20 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     int T = sp->T;
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
     nl_arena_mark mk = nl_arena_top(ps->ws);
-    float *buf = falloc(ps, 3 * nf + 3 * n);
+    const int pn = hp->post_norms;
+    float *buf = falloc(ps, 3 * nf + (pn ? 4 : 3) * n);
     if (!buf) return -1;
-    float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n;
+    float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n, *dpost = dxmid + n;
     int rc = -1;
-    /* MLP: x_out = xmid + down(swiglu(gate(hn2), up(hn2))) */
-    if (proj_bwd(ps, l, NL_P_DOWN, dx, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    TIMED(ps, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    /* MLP: x_out = xmid + down(act(gate(hn2), up(hn2))), with post-norms xmid + norm(down(..)) */
+    const float *dfo = dx;
+    if (pn) {
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dx, c->fo, L->ffn_post_norm, c->rstd_fo, T, hp->n_embd));
+        dfo = dpost;
+    }
+    if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
+    if (hp->mlp_gelu) TIMED(ps, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    else TIMED(ps, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
     if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
     TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
@@ -378,7 +400,12 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
      * frozen embedding rows) no BWD requests for the mixer's input projections (their LoRA A/B
      * gradients need only dy and x), no attention-norm backward */
     float *dmix = want_dx ? dhn : NULL;
-    rc = L->recurrent ? mixer_gdn_bwd(ps, l, sp, c, dxmid, dmix) : mixer_attn_bwd(ps, l, sp, c, dxmid, dmix);
+    const float *dao = dxmid;
+    if (pn) {
+        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dxmid, c->ao, L->attn_post_norm, c->rstd_ao, T, hp->n_embd));
+        dao = dpost;
+    }
+    rc = L->recurrent ? mixer_gdn_bwd(ps, l, sp, c, dao, dmix) : mixer_attn_bwd(ps, l, sp, c, dao, dmix);
     if (rc || !want_dx) goto done;
     TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
     TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dx, dxmid, (int64_t)n));

@@ -1,9 +1,13 @@
-/* nn/layer: one layer definition per architecture (llama, qwen3, qwen35), the only one: the
+/* nn/layer: one layer definition per architecture (llama, qwen3, qwen35, gemma3), the only one: the
  * model forward (nn/forward: logits, generate, eval, with its KV cache / GDN state) and the
  * training graph (train/graph: saves, recompute, backward) both run their layers through it.
  *
  *   xmid = x + mixer(attn_norm(x)),   x_out = xmid + down(swiglu(gate(h2), up(h2))),
  *   h2 = ffn_norm(xmid)
+ *
+ * gemma3: GeGLU for SwiGLU, each residual branch through its post-norm (xmid = x +
+ * post_attn_norm(mixer(..)), x_out = xmid + post_ffw_norm(down(..))), sliding-window attention
+ * with its own RoPE base on the local layers, queries scaled by hp.attn_scale.
  *
  * The mixer is attention (q/k norms where the model has them: qwen3, qwen35; qwen35's attn_q
  * carries an output gate, de-interleaved here) or, on qwen35's recurrent layers, the gated
@@ -17,7 +21,7 @@
  * LoRA), the CPU nodes run on the runtime's pool (nn/par.h, the same bits on any pool) and
  * every temporary comes from the pass's arena, released before the call returns.
  *
- * Adding an architecture (Gemma 3 next): its shape in nl_layer_cache_layout, its forward in
+ * Adding an architecture: its shape in nl_layer_cache_layout, its forward in
  * nl_layer_forward's mixer / MLP, the matching backward in nl_layer_backward, and its loader in
  * model/; nothing in train/ or eval/ changes.
  *
@@ -118,8 +122,10 @@ typedef struct {
     nl_gdn_cache **gc;                    /* the GDN node's own caches, one per sequence of the
                                            * span (pass->save_gdn; n_gc of them) */
     int n_gc;
+    float *ao, *rstd_ao, *fo, *rstd_fo;   /* post-norms (gemma3): mixer and MLP outputs before
+                                           * their norms, 1/rms [T] */
     float *xmid, *rstd2, *hn2;            /* after the mixer residual; ffn norm */
-    float *g, *u, *h;                     /* SwiGLU: gate, up, silu(gate)*up [T][F] */
+    float *g, *u, *h;                     /* SwiGLU / GeGLU: gate, up, act(gate)*up [T][F] */
     float *lu[NL_P_KIND_COUNT];           /* LoRA u = A(m⊙x) per adapted projection [T][r] */
     float *base;
     uint64_t bytes;

@@ -37,7 +37,9 @@ void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int
 /* ---- Causal GQA attention, flash-style (O(T·d) memory, never a T×S matrix for all heads).
  * q[T][Hq][d]; k, v[S][Hkv][d] with S >= T: the first S-T keys are the past (KV cache); query
  * t attends to keys 0 .. S-T+t. Query head h uses kv head h / (Hq/Hkv).
- * out[T][Hq][d]; lse[T][Hq] = logsumexp of the scaled scores (saved for backward; may be NULL). */
+ * out[T][Hq][d]; lse[T][Hq] = logsumexp of the scaled scores (saved for backward; may be NULL).
+ * The _range calls take a sliding window (gemma3): window > 0 lets query t (at position
+ * S-T+t) see only keys j with S-T+t − j < window; 0 = the whole causal prefix. */
 void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                           int T, int S, int Hq, int Hkv, int d, float scale);
 /* Self-attention backward (S == T). dq, dk, dv overwritten. */
@@ -48,10 +50,10 @@ void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
  * of those heads is written exactly as the whole call writes it, nothing else is touched, so
  * callers may split kv heads over threads with bit-identical results. */
 void nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                int Hq, int Hkv, int d, float scale, int g0, int g1);
+                                int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
 void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
-                                 int g0, int g1);
+                                 int window, int g0, int g1);
 /* BF16 variant of the two range calls (training's default compute path): the inputs of every
  * GEMM (Q, K, V, dO, P, dS) rounded to BF16 (nearest even), products accumulated in FP32; row
  * max, exp, Σ, lse, D and the scalings in FP32. Same structure and thread-split invariance as
@@ -59,15 +61,20 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
  * bit for bit. Where the CPU lacks AVX512_BF16 (checked at run time), or for decoding-size
  * query blocks, they ARE the FP32 calls. nl_attention_bf16_active() says which runs. */
 void nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                     int Hq, int Hkv, int d, float scale, int g0, int g1);
+                                     int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
 void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                       const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
-                                      int Hkv, int d, float scale, int g0, int g1);
+                                      int Hkv, int d, float scale, int window, int g0, int g1);
 int nl_attention_bf16_active(void);
 
 /* ---- SwiGLU: h = silu(a) ⊙ b, n elements. */
 void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n);
 void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
+
+/* ---- GeGLU (gemma3): h = gelu(a) ⊙ b with the tanh GELU,
+ * gelu(a) = a/2 · (1 + tanh(√(2/π) · (a + 0.044715 a³))), n elements. */
+void nl_geglu_forward(float *h, const float *a, const float *b, int64_t n);
+void nl_geglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
 
 /* ---- Sigmoid output gate (qwen35 attention): out = o ⊙ σ(g). */
 void nl_gate_forward(float *out, const float *o, const float *g, int64_t n);

@@ -112,6 +112,24 @@ void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh
     nl_par_run(pool, swiglu_b_range, &j, n, ELEM_GRAIN, n);
 }
 
+static void geglu_f_range(void *arg, int64_t i0, int64_t i1) {
+    const elem_job *j = arg;
+    nl_geglu_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
+}
+void nl_par_geglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
+    elem_job j = {.y = h, .a = a, .b = b};
+    nl_par_run(pool, geglu_f_range, &j, n, ELEM_GRAIN, n);
+}
+
+static void geglu_b_range(void *arg, int64_t i0, int64_t i1) {
+    const elem_job *j = arg;
+    nl_geglu_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
+}
+void nl_par_geglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+    elem_job j = {.y = da, .y2 = db, .a = a, .b = b, .c = dh};
+    nl_par_run(pool, geglu_b_range, &j, n, ELEM_GRAIN, n);
+}
+
 static void gate_f_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
     nl_gate_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
@@ -153,41 +171,41 @@ void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_
 typedef struct {
     float *out, *lse;
     const float *q, *k, *v;
-    int T, S, Hq, Hkv, d, bf16;
+    int T, S, Hq, Hkv, d, bf16, window;
     float scale;
 } attn_f_job;
 
 static void attn_f_range(void *arg, int64_t g0, int64_t g1) {
     const attn_f_job *j = arg;
     (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq,
-                                                                             j->Hkv, j->d, j->scale, (int)g0, (int)g1);
+                                                                             j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
 }
 
 void nl_par_attention_forward(nl_pool *pool, int bf16, float *out, float *lse, const float *q, const float *k,
-                              const float *v, int T, int S, int Hq, int Hkv, int d, float scale) {
+                              const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window) {
     attn_f_job j = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = S, .Hq = Hq, .Hkv = Hkv, .d = d, .bf16 = bf16,
-                    .scale = scale};
+                    .scale = scale, .window = window};
     nl_par_run(pool, attn_f_range, &j, Hkv, 1, (int64_t)T * S * Hq * d);
 }
 
 typedef struct {
     float *dq, *dk, *dv;
     const float *dout, *out, *lse, *q, *k, *v;
-    int T, Hq, Hkv, d, bf16;
+    int T, Hq, Hkv, d, bf16, window;
     float scale;
 } attn_b_job;
 
 static void attn_b_range(void *arg, int64_t g0, int64_t g1) {
     const attn_b_job *j = arg;
     (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(
-        j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d, j->scale, (int)g0, (int)g1);
+        j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
 }
 
 void nl_par_attention_backward(nl_pool *pool, int bf16, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v, int T,
-                               int Hq, int Hkv, int d, float scale) {
+                               int Hq, int Hkv, int d, float scale, int window) {
     attn_b_job j = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .Hq = Hq,
-                    .Hkv = Hkv, .d = d, .bf16 = bf16, .scale = scale};
+                    .Hkv = Hkv, .d = d, .bf16 = bf16, .scale = scale, .window = window};
     nl_par_run(pool, attn_b_range, &j, Hkv, 1, (int64_t)T * T * Hq * d);
 }
 

@@ -368,8 +368,8 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
     for (int i = 0, t0 = 0; i < n_seq; t0 += seq_T[i++])
         for (int t = 0; t < seq_T[i]; t++) pos[t0 + t] = t;
     /* cos/sin of positions [0, T_max) once per run instead of in every RoPE call (same floats) */
-    if (nl_rope_table(&rt->rope, T_max)) goto done;
-    if (nl_proj_get_rows(rt->svc, rt->svc_id[m->p_embed], tokens, T, xs)) goto done;
+    if (nl_rope_table(&rt->rope, T_max) || (m->hp.n_swa > 0 && nl_rope_table(&rt->rope_swa, T_max))) goto done;
+    if (nl_embed_rows(rt, tokens, T, xs)) goto done;
     /* Which layers keep their intermediates: train/budget's plan (later layers first). */
     const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seq, .seg_T = seq_T};
     for (int l = 0; l < nL; l++) lb[l] = nl_layer_cache_bytes_span(rt, g->ad, 1, l, &sp);
