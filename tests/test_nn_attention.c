@@ -191,7 +191,7 @@ static void check_backward(const shape *s, int fd, const char *name) {
 /* Layout: the kernel must read head h of token t at q[(t·Hq + h)·d]; build a case where only
  * one (token, head) differs between two inputs and check only that head's outputs move. */
 static void test_layout(void) {
-    shape s = {5, 5, 4, 2, 6, 0.5};
+    shape s = {5, 5, 4, 2, 6, 0.5, 0};
     float *q, *k, *v;
     make_qkv(&s, &q, &k, &v);
     const int64_t nq = 5 * 4 * 6;
@@ -359,7 +359,7 @@ static void check_bf16(const shape *s, const char *name) {
 
 /* Decoding-size blocks (T <= 4) always take the FP32 code: the same bits. */
 static void test_bf16_small_t(void) {
-    const shape s = {3, 9, 4, 2, 16, 0.25};
+    const shape s = {3, 9, 4, 2, 16, 0.25, 0};
     float *q, *k, *v;
     make_qkv(&s, &q, &k, &v);
     const int64_t nq = 3 * 4 * 16;
@@ -381,25 +381,25 @@ static void test_bf16(void) {
         printf("AVX512_BF16 not available: BF16 kernel tests skipped, BF16 calls checked to be the FP32 ones\n");
     }
     /* T not a multiple of the 48-query block; d even, 128, odd; GQA ratio 1 and 2 */
-    check_bf16(&(shape){100, 100, 4, 2, 128, 1.0 / sqrt(128.0)}, "bf16 T=100 d=128 gqa2");
-    check_bf16(&(shape){53, 53, 2, 2, 64, 1.0 / sqrt(64.0)}, "bf16 T=53 d=64 mha");
-    check_bf16(&(shape){70, 70, 4, 2, 13, 0.4}, "bf16 T=70 d=13 gqa2");
-    check_bf16(&(shape){300, 300, 2, 1, 64, 0.125}, "bf16 T=300 d=64 (KC chunks)");
-    check_bf16(&(shape){7, 7, 6, 2, 10, 1.0 / sqrt(10.0)}, "bf16 T=7 d=10");
-    check_bf16(&(shape){60, 75, 4, 2, 32, 0.2}, "bf16 past S=75 T=60");
+    check_bf16(&(shape){100, 100, 4, 2, 128, 1.0 / sqrt(128.0), 0}, "bf16 T=100 d=128 gqa2");
+    check_bf16(&(shape){53, 53, 2, 2, 64, 1.0 / sqrt(64.0), 0}, "bf16 T=53 d=64 mha");
+    check_bf16(&(shape){70, 70, 4, 2, 13, 0.4, 0}, "bf16 T=70 d=13 gqa2");
+    check_bf16(&(shape){300, 300, 2, 1, 64, 0.125, 0}, "bf16 T=300 d=64 (KC chunks)");
+    check_bf16(&(shape){7, 7, 6, 2, 10, 1.0 / sqrt(10.0), 0}, "bf16 T=7 d=10");
+    check_bf16(&(shape){60, 75, 4, 2, 32, 0.2, 0}, "bf16 past S=75 T=60");
     check_bf16(&(shape){100, 100, 4, 2, 32, 0.3, 17}, "bf16 sliding window 17 T=100");
     check_bf16(&(shape){60, 75, 4, 2, 32, 0.2, 30}, "bf16 sliding window 30 past S=75 T=60");
     test_bf16_small_t();
 }
 
 int main(void) {
-    const shape gqa = {7, 7, 6, 2, 10, 1.0 / sqrt(10.0)};
-    const shape mha = {7, 7, 3, 3, 10, 0.37};
-    const shape past = {7, 12, 6, 2, 10, 1.0 / sqrt(10.0)};
-    const shape past_mha = {5, 9, 2, 2, 13, 0.5};
-    const shape longt = {300, 300, 2, 1, 16, 0.25};
-    const shape long_past = {300, 333, 4, 2, 12, 0.3};
-    const shape mid = {70, 70, 4, 2, 9, 0.4}; /* crosses the 32-query and 64-key blocks */
+    const shape gqa = {7, 7, 6, 2, 10, 1.0 / sqrt(10.0), 0};
+    const shape mha = {7, 7, 3, 3, 10, 0.37, 0};
+    const shape past = {7, 12, 6, 2, 10, 1.0 / sqrt(10.0), 0};
+    const shape past_mha = {5, 9, 2, 2, 13, 0.5, 0};
+    const shape longt = {300, 300, 2, 1, 16, 0.25, 0};
+    const shape long_past = {300, 333, 4, 2, 12, 0.3, 0};
+    const shape mid = {70, 70, 4, 2, 9, 0.4, 0}; /* crosses the 32-query and 64-key blocks */
     check_forward(&gqa, "gqa");
     check_forward(&mha, "mha");
     check_forward(&past, "past");
@@ -409,7 +409,7 @@ int main(void) {
     check_forward(&long_past, "long_past");
     check_backward(&gqa, 1, "gqa");
     check_backward(&mha, 1, "mha");
-    check_backward(&(shape){1, 1, 2, 1, 3, 0.7}, 1, "T=1");
+    check_backward(&(shape){1, 1, 2, 1, 3, 0.7, 0}, 1, "T=1");
     check_backward(&mid, 0, "mid");
     check_backward(&longt, 0, "long");
     /* sliding window (gemma3): narrower than the sequence, across query blocks, with a past;
