@@ -511,9 +511,11 @@ int main(void) {
     test_arch(NL_ARCH_QWEN3);
     test_arch(NL_ARCH_LLAMA);
     test_arch(NL_ARCH_QWEN35);
+    test_arch(NL_ARCH_GEMMA3);
     test_batches(NL_ARCH_QWEN3);
     test_batches(NL_ARCH_LLAMA);
     test_batches(NL_ARCH_QWEN35);
+    test_batches(NL_ARCH_GEMMA3);
     char model[512];
     snprintf(model, sizeof model, "%s/qwen3.gguf", tmpdir);
     test_cli_errors(model);

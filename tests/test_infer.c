@@ -1,4 +1,4 @@
-/* Inference path: decode == prefill on every arch, adapters (B = 0 is exact, rank-1 == merge),
+/* Inference path: decode == prefill on every arch (gemma3's past its sliding window), adapters (B = 0 is exact, rank-1 == merge),
  * sampling. Models are made by mkmodel (tiny preset). */
 #include <unistd.h>
 
@@ -213,9 +213,9 @@ int main(void) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", tmpdir);
     if (system(cmd)) return 1;
-    char paths[3][512];
-    const nl_arch archs[3] = {NL_ARCH_LLAMA, NL_ARCH_QWEN3, NL_ARCH_QWEN35};
-    for (int i = 0; i < 3; i++) {
+    char paths[4][512];
+    const nl_arch archs[4] = {NL_ARCH_LLAMA, NL_ARCH_QWEN3, NL_ARCH_QWEN35, NL_ARCH_GEMMA3};
+    for (int i = 0; i < 4; i++) {
         make_model(archs[i], NL_TYPE_F32, paths[i]);
         test_decode_equals_prefill(paths[i]);
         test_adapters(paths[i], nl_arch_name(archs[i]));
