@@ -599,18 +599,18 @@ static void test_refusals(const char *model, const char *data) {
         const char *what, *needle1, *needle2;
     } cases[] = {
         {"model", "model ", "other_model.gguf"},
-        {"lr", "lr 0.003 there, 0.001 now", NULL},
+        {"dropout", "dropout 0.1 there, 0.2 now", NULL},
         {"rank", "rank 4 there, 8 now", NULL},
         {"data", "data ", "other_data.jsonl"},
-        {"seed+steps", "seed 42 there, 7 now", "steps 5 there, 9 now"},
+        {"seed+clip", "seed 42 there, 7 now", "clip 1 there, 0.5 now"},
     };
     for (int c = 0; c < 5; c++) {
         nl_train_opts b = o;
         if (c == 0) b.model = model2;
-        if (c == 1) b.lr = 1e-3;
+        if (c == 1) b.dropout = 0.2f;
         if (c == 2) b.rank = 8;
         if (c == 3) b.data = data2;
-        if (c == 4) { b.seed = 7; b.steps = 9; }
+        if (c == 4) { b.seed = 7; b.clip = 0.5; }
         int rc = nl_train(&b, &r);
         const char *e = nl_last_error();
         CHECKF(rc == -1 && strstr(e, "cannot resume") && strstr(e, cases[c].needle1) && (!cases[c].needle2 || strstr(e, cases[c].needle2)),
@@ -651,7 +651,7 @@ static void test_refusals(const char *model, const char *data) {
     unlink(runjson);
     {
         nl_train_opts b = o;
-        b.lr = 1e-3;
+        b.seed = 7;
         CHECK(nl_train(&b, &r) == -1 && strstr(nl_last_error(), "different training configuration"));
     }
 }

@@ -57,7 +57,7 @@ static const help_row rows[] = {
     {"checkpoint-dir", "DIR", "commit the run's state here at step boundaries, for --resume (default none)"},
     {"commit-every", "N", "commit every N optimizer steps (default 1)"},
     {"save-every", "N", "also write the adapter every N optimizer steps to OUT-stepN.gguf (--out without .gguf; the format of --out, kept; a commit step too) (default none)"},
-    {"resume", NULL, "continue the run committed in --checkpoint-dir"},
+    {"resume", NULL, "continue the run committed in --checkpoint-dir; more --steps/--epochs or another --lr/--schedule/--lr-min/--warmup extend it"},
     {"allow-kernel-change", NULL, "resume although the service's kernels differ from the committed run's"},
     {"act-budget-mb", "MB", "memory for kept activations; layers past it are recomputed, 0 recomputes all (default: what the machine has)"},
     {"mem-limit-mb", "MB", "refuse to start when the run would need more than this (default: available memory)"},

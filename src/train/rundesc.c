@@ -95,10 +95,10 @@ int nl_desc_write(const nl_run_desc *d, const char *dir) {
     return rc;
 }
 
-/* Compare `d` with DIR/run.json. kind NL_KV_CONFIG: append "key A there, B now; ..." for every
- * differing setting to msg. Returns the number of differences, or -1 when there is no readable
- * run.json (nothing to compare). */
-int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap) {
+/* Compare `d` with DIR/run.json: append every differing setting of `kind` to msg, as
+ * "key A there, B now; ..." or (as_flags) "--key A -> B, ...". Returns the number of
+ * differences, or -1 when there is no readable run.json (nothing to compare). */
+static int compare(const nl_run_desc *d, const char *dir, int kind, const char *only, int as_flags, char *msg, size_t cap) {
     char *path = run_json_path(dir);
     if (!path) return -1;
     struct stat st;
@@ -118,9 +118,15 @@ int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char 
         if (!nl_json_is_string(v) && kind == NL_KV_KERNELS) continue; /* a run from before they were recorded */
         const char *was = nl_json_is_string(v) ? v->u.str.s : "(not recorded)";
         if (!strcmp(was, d->kv[i].val)) continue;
-        const char *sep = nd++ ? "; " : "";
+        const char *sep = nd++ ? (as_flags ? ", " : "; ") : "";
         if (ml >= cap) continue;
-        if (!strcmp(d->kv[i].key, "model") || !strcmp(d->kv[i].key, "data")) {
+        if (as_flags) {
+            char flag[32];
+            snprintf(flag, sizeof flag, "%s", d->kv[i].key);
+            for (char *c = flag; *c; c++)
+                if (*c == '_') *c = '-';
+            ml += (size_t)snprintf(msg + ml, cap - ml, "%s--%s %s -> %s", sep, flag, was, d->kv[i].val);
+        } else if (!strcmp(d->kv[i].key, "model") || !strcmp(d->kv[i].key, "data")) {
             char pk[16];
             snprintf(pk, sizeof pk, "%s_path", d->kv[i].key);
             const nl_json *pv = nl_json_get(j, pk);
@@ -132,4 +138,12 @@ int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char 
     }
     nl_json_free(j);
     return nd;
+}
+
+int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap) {
+    return compare(d, dir, kind, only, 0, msg, cap);
+}
+
+int nl_desc_changes(const nl_run_desc *d, const char *dir, int kind, char *msg, size_t cap) {
+    return compare(d, dir, kind, NULL, 1, msg, cap);
 }

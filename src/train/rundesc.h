@@ -4,7 +4,9 @@
  * commit), and DIR/run.json keeps them readable so that a refused resume can name what
  * differs. Settings that change the numerics but not the configuration (backend, resident
  * precision, FP16 wire) are recorded too: a resume that changes them only warns, since its
- * result can no longer be bit-identical to an uninterrupted run. The thread count, the
+ * result can no longer be bit-identical to an uninterrupted run. The schedule (the step count,
+ * the learning rate, its kind, floor and warm-up) is recorded but not hashed: a resume may
+ * change it (an extended run), and says what changed. The thread count, the
  * activation budget and pacing never change a result and are not recorded. The kernels
  * (nl_proj_describe) change every bit: a resume on others is refused unless asked for. */
 #ifndef NL_RUNDESC_H
@@ -15,7 +17,7 @@
 
 #include "util/util.h"
 
-enum { NL_KV_CONFIG, NL_KV_NUMERICS, NL_KV_KERNELS, NL_KV_INFO };
+enum { NL_KV_CONFIG, NL_KV_NUMERICS, NL_KV_KERNELS, NL_KV_INFO, NL_KV_SCHEDULE };
 typedef struct {
     const char *key;
     int kind;
@@ -41,5 +43,8 @@ int nl_desc_write(const nl_run_desc *d, const char *dir);
  * setting of `kind` (only the key `only` when not NULL). Returns the number of differences,
  * or -1 when there is no readable run.json. */
 int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char *only, char *msg, size_t cap);
+/* The same comparison said as flags: "--steps 10 -> 20, --lr 0.001 -> 0.0005" (a key's flag:
+ * "--" and the key with '-' for '_'). */
+int nl_desc_changes(const nl_run_desc *d, const char *dir, int kind, char *msg, size_t cap);
 
 #endif

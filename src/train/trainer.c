@@ -348,14 +348,15 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
         nl_desc_add(d, "init", NL_KV_CONFIG, "fresh");
     nl_desc_add(d, "method", NL_KV_CONFIG, "%s", t->mezo ? "mezo" : "backprop");
     if (t->mezo) nl_desc_add(d, "mezo_eps", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->mezo_eps, 0));
-    nl_desc_add(d, "steps", NL_KV_CONFIG, "%" PRId64, total);
+    /* the schedule: recorded, not hashed; a resume may change it (resume_from) */
+    nl_desc_add(d, "steps", NL_KV_SCHEDULE, "%" PRId64, total);
     nl_desc_add(d, "batch_tokens", NL_KV_CONFIG, "%d", o->batch_tokens);
-    nl_desc_add(d, "lr", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->lr, 0));
-    nl_desc_add(d, "schedule", NL_KV_CONFIG, "%s", o->cosine ? "cosine" : "constant");
+    nl_desc_add(d, "lr", NL_KV_SCHEDULE, "%s", nl_desc_num(nb, sizeof nb, o->lr, 0));
+    nl_desc_add(d, "schedule", NL_KV_SCHEDULE, "%s", o->cosine ? "cosine" : "constant");
     /* the floor is reached after the last step (a commit of the older schedule, which gave
      * the last step lr 0, has no lr_min and is refused as made with other settings) */
-    if (o->cosine) nl_desc_add(d, "lr_min", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
-    nl_desc_add(d, "warmup", NL_KV_CONFIG, "%d", o->warmup);
+    if (o->cosine) nl_desc_add(d, "lr_min", NL_KV_SCHEDULE, "%s", nl_desc_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
+    nl_desc_add(d, "warmup", NL_KV_SCHEDULE, "%d", o->warmup);
     nl_desc_add(d, "dropout", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->dropout, 1));
     nl_desc_add(d, "clip", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->clip, 0));
     nl_desc_add(d, "weight_decay", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->weight_decay, 0));
@@ -887,6 +888,10 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     diff[0] = 0;
     if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
         fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
+    /* an extended run: more steps, another learning rate or schedule, with the optimizer state */
+    char chg[1024] = "";
+    if (nl_desc_changes(desc, o->checkpoint_dir, NL_KV_SCHEDULE, chg, sizeof chg) > 0 && o->progress)
+        fprintf(o->progress, "resuming step %" PRId64 ": %s\n", *step, chg);
     if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->total);
     struct stat st;
     if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->progress)

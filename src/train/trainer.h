@@ -154,7 +154,10 @@ typedef struct {
  * Before any work: o->out (and o->dump_grads) must be creatable (its temp file is created and
  * removed), a fresh run refuses a checkpoint dir that holds commits, and --resume refuses
  * commits made with another model or other trajectory settings, naming each difference
- * ("lr 0.0002 there, 0.001 now"); the settings are kept readable in DIR/run.json. A resume
+ * ("rank 16 there, 8 now"); the settings are kept readable in DIR/run.json. The schedule may
+ * change on --resume (more steps or epochs, another lr, schedule kind, lr_min, warmup): the run
+ * continues with the optimizer state and says what changed ("resuming step 10: --steps 10 ->
+ * 20, --lr 0.001 -> 0.0005"). A resume
  * with another backend / precision / wire only warns (no longer bit-identical); one on other
  * kernels (DIR/run.json "kernels", nl_proj_describe: e.g. AMX there, none here) is refused
  * unless allow_kernel_change, then warns. One run at a
