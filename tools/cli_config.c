@@ -15,6 +15,15 @@
 #include "util/json.h"
 #include "util/util.h"
 
+/* the merged flags of --config: the command's flags point into them to the end of the process */
+static char **config_argv;
+
+static void free_config_argv(void) {
+    for (char **p = config_argv; p && *p; p++) free(*p);
+    free(config_argv);
+    config_argv = NULL;
+}
+
 static int listed(const char *const *list, const char *name) {
     for (; list && *list; list++)
         if (!strcmp(*list, name)) return 1;
@@ -179,6 +188,8 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         return 1;
     }
     *argc_out = a.n;
-    *argv_out = a.v; /* lives as long as the process: the command's flags point into it */
+    *argv_out = a.v;
+    config_argv = a.v;
+    atexit(free_config_argv);
     return 0;
 }
