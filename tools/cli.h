@@ -73,6 +73,13 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
 struct nl_tokenizer;
 int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
 
+/* The inference commands' service flags: nl_cli_proj_config, and with no --precision the
+ * weights in their stored types ("keep"). 0, or 1 after a usage error. */
+int nl_cli_infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg);
+/* --n (default n_default), --temp, --top-p, --seed, strict and finite. 0, or 1 after a usage error. */
+#include "eval/session.h"
+int nl_cli_sample_params(const char *cmd, int argc, char **argv, int n_default, nl_sample_params *sp);
+
 /* Tokens of a conversation + the generation prompt through the chat template (template_name
  * overrides the GGUF's), for generate --system and chat. ids malloc'd. */
 #include "data/dataset.h"

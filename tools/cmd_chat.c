@@ -85,17 +85,9 @@ int nl_cmd_chat(int argc, char **argv) {
         return 2;
     }
     nl_proj_config cfg;
-    if (nl_cli_proj_config("chat", argc, argv, &cfg)) return 2;
-    if (!cfg.precision) cfg.precision = "keep"; /* inference: the stored weight types */
-    nl_sample_params sp = {.n_predict = 256, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
-    int64_t n_predict = sp.n_predict;
-    double temp = sp.temp, top_p = sp.top_p;
-    if (nl_cli_int("chat", argc, argv, "n", 1, 1000000, &n_predict) < 0 || nl_cli_num("chat", argc, argv, "temp", 0, 1e6, &temp) < 0 ||
-        nl_cli_num("chat", argc, argv, "top-p", 1e-9, 1, &top_p) < 0 || nl_cli_u64("chat", argc, argv, "seed", &sp.seed) < 0)
-        return 2;
-    sp.n_predict = (int)n_predict;
-    sp.temp = (float)temp;
-    sp.top_p = (float)top_p;
+    if (nl_cli_infer_config("chat", argc, argv, &cfg)) return 2;
+    nl_sample_params sp;
+    if (nl_cli_sample_params("chat", argc, argv, 256, &sp)) return 2;
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("chat");
     nl_cli_model_warning("chat", s.m);

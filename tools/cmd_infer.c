@@ -49,9 +49,23 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
 /* The inference commands (logits, generate, eval): the shared flags, and with no --precision the
  * weights in their stored GGUF types ("keep": what llama.cpp computes with), not the training
  * policy that narrows F32/F16 projections to Q8_0. */
-static int infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
+int nl_cli_infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
     if (nl_cli_proj_config(cmd, argc, argv, cfg)) return 1;
     if (!cfg->precision) cfg->precision = "keep";
+    return 0;
+}
+
+int nl_cli_sample_params(const char *cmd, int argc, char **argv, int n_default, nl_sample_params *sp) {
+    *sp = (nl_sample_params){.n_predict = n_default, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
+    int64_t n_predict = sp->n_predict;
+    double temp = sp->temp, top_p = sp->top_p;
+    /* strict and finite: "--temp nan" would sample nothing and exit 0 */
+    if (nl_cli_int(cmd, argc, argv, "n", 1, 1000000, &n_predict) < 0 || nl_cli_num(cmd, argc, argv, "temp", 0, 1e6, &temp) < 0 ||
+        nl_cli_num(cmd, argc, argv, "top-p", 1e-9, 1, &top_p) < 0 || nl_cli_u64(cmd, argc, argv, "seed", &sp->seed) < 0)
+        return 1;
+    sp->n_predict = (int)n_predict;
+    sp->temp = (float)temp;
+    sp->top_p = (float)top_p;
     return 0;
 }
 
@@ -99,7 +113,7 @@ int nl_cmd_logits(int argc, char **argv) {
     static const char *const inputs[] = {"model", "adapter", NULL}, *const outputs[] = {"out", NULL};
     if (nl_cli_no_overwrite("logits", argc, argv, inputs, outputs, NULL)) return 2;
     nl_proj_config cfg;
-    if (infer_config("logits", argc, argv, &cfg)) return 2;
+    if (nl_cli_infer_config("logits", argc, argv, &cfg)) return 2;
     int32_t *ids = NULL;
     int T = 0;
     if (parse_ids(tokens, &ids, &T)) return nl_cli_fail("logits");
@@ -155,17 +169,9 @@ int nl_cmd_generate(int argc, char **argv) {
         return 2;
     }
     nl_proj_config cfg;
-    if (infer_config("generate", argc, argv, &cfg)) return 2;
-    nl_sample_params sp = {.n_predict = 32, .temp = 0.0f, .top_p = 1.0f, .seed = 0, .stop_at_eog = 1};
-    int64_t n_predict = sp.n_predict;
-    double temp = sp.temp, top_p = sp.top_p;
-    /* strict and finite: "--temp nan" would sample nothing and exit 0 */
-    if (nl_cli_int("generate", argc, argv, "n", 1, 1000000, &n_predict) < 0 || nl_cli_num("generate", argc, argv, "temp", 0, 1e6, &temp) < 0 ||
-        nl_cli_num("generate", argc, argv, "top-p", 1e-9, 1, &top_p) < 0 || nl_cli_u64("generate", argc, argv, "seed", &sp.seed) < 0)
-        return 2;
-    sp.n_predict = (int)n_predict;
-    sp.temp = (float)temp;
-    sp.top_p = (float)top_p;
+    if (nl_cli_infer_config("generate", argc, argv, &cfg)) return 2;
+    nl_sample_params sp;
+    if (nl_cli_sample_params("generate", argc, argv, 32, &sp)) return 2;
     nl_session s;
     if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) return nl_cli_fail("generate");
     nl_cli_model_warning("generate", s.m);
@@ -306,7 +312,7 @@ int nl_cmd_eval(int argc, char **argv) {
         return 2;
     }
     nl_proj_config cfg;
-    if (infer_config("eval", argc, argv, &cfg)) return 2;
+    if (nl_cli_infer_config("eval", argc, argv, &cfg)) return 2;
     int64_t ctx_flag = 0;
     if (nl_cli_int("eval", argc, argv, "ctx", 2, 10000000, &ctx_flag) < 0) return 2;
     /* a data directory: its test.jsonl (the result line names the file read) */
