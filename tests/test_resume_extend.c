@@ -5,7 +5,9 @@
  *        straight (adapter bytes, and the log's losses); the same with --epochs;
  *  (ii)  a changed --lr (and schedule) on resume is accepted, printed and used (the log's lr);
  *  (iii) a changed rank, data or model is still refused with the settings named, the commits
- *        untouched; fewer steps than the commit's are refused. */
+ *        untouched; fewer steps than the commit's are refused;
+ *  (iv)  a commit of a build from before the schedule left the config hash resumes (the same,
+ *        extended or with another lr), other settings refused as before. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,20 +55,24 @@ static int run(const args *a, const char *err) { return nl_t_run(a->v, err, NULL
 
 static void path(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
 
-/* The log's "loss" and "lr" by step (index step - 1); the number of lines. */
+/* The log's "loss" and "lr" by step (index step - 1), its step rows consecutive from the
+ * first (step 1, or the step after a resumed run's commit); the number of rows. */
 static int read_log(const char *p, double *loss, double *lr, int cap) {
     size_t len;
     char *b = nl_t_slurp(p, &len);
     int n = 0;
-    for (char *q = b; b && q < b + len && n < cap;) {
+    int64_t first = 0;
+    for (char *q = b; b && q < b + len;) {
         char *eol = memchr(q, '\n', (size_t)(b + len - q));
         if (!eol) break;
         nl_json *j = nl_json_parse(q, (size_t)(eol - q), NULL);
         int64_t s;
         const nl_json *lo = nl_json_get(j, "loss"), *l = nl_json_get(j, "lr");
-        if (j && !nl_json_int64(nl_json_get(j, "step"), &s) && s == n + 1 && nl_json_is_number(lo) && nl_json_is_number(l)) {
-            loss[n] = lo->u.num.d;
-            lr[n] = l->u.num.d;
+        if (j && !nl_json_int64(nl_json_get(j, "step"), &s) && (n ? s == first + n : s >= 1) && s <= cap && nl_json_is_number(lo) &&
+            nl_json_is_number(l)) {
+            if (!n) first = s;
+            loss[s - 1] = lo->u.num.d;
+            lr[s - 1] = l->u.num.d;
             n++;
         }
         nl_json_free(j);
@@ -230,12 +236,183 @@ static void test_refused(void) {
     free(after);
 }
 
+/* The config hash in a commit's header (bytes 16..23, little-endian); 0 when unreadable. */
+static uint64_t commit_config_hash(const char *p) {
+    size_t len;
+    unsigned char *b = (unsigned char *)nl_t_slurp(p, &len);
+    uint64_t h = 0;
+    for (int i = 7; b && len >= 24 && i >= 0; i--) h = h << 8 | b[16 + i];
+    free(b);
+    return h;
+}
+
+/* A run.json's value of key into buf ("" when absent). */
+static void run_json_value(const char *dir, const char *key, char *buf, size_t cap) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/run.json", dir);
+    size_t len;
+    char *b = nl_t_slurp(p, &len);
+    nl_json *j = b ? nl_json_parse(b, len, NULL) : NULL;
+    const nl_json *v = nl_json_get(j, key);
+    snprintf(buf, cap, "%s", nl_json_is_string(v) ? v->u.str.s : "");
+    nl_json_free(j);
+    free(b);
+}
+
+/* (iv) a commit made by a build from before the schedule left the config hash
+ * (tests/data/legacy-commit: base_args, --steps 12, stopped after 4; its hash includes the
+ * schedule) resumes: with the same settings bit-identically to a straight run and committed
+ * again in the current format; with more steps or another lr as an extended run, said; with
+ * another rank or dropout refused as before, the commit untouched; a cosine run's (cosine/, its
+ * hash with lr_min) resumed with a constant schedule. */
+static void test_legacy_commit(void) {
+    char fdata[700], fdir[512], fcommit[700], ck[512], commit4[600], commit5[600], out[512], log[512], err[512];
+    char st12[512], st20[512], st_ck[512], cmd[4096];
+    snprintf(fdir, sizeof fdir, "%s/legacy-commit", NL_TEST_DATA);
+    snprintf(fdata, sizeof fdata, "%s/train.jsonl", fdir);
+    snprintf(fcommit, sizeof fcommit, "%s/commit-4.nlck", fdir);
+    path(ck, sizeof ck, "ck_legacy");
+    snprintf(commit4, sizeof commit4, "%s/commit-4.nlck", ck);
+    snprintf(commit5, sizeof commit5, "%s/commit-5.nlck", ck);
+    path(out, sizeof out, "legacy.gguf");
+    path(log, sizeof log, "legacy.jsonl");
+    path(err, sizeof err, "legacy.err");
+    path(st12, sizeof st12, "legacy-straight12.gguf");
+    path(st20, sizeof st20, "legacy-straight20.gguf");
+    path(st_ck, sizeof st_ck, "ck_legacy_straight");
+    double L[64], LR[64], loss[64], lr[64];
+    /* the straight runs on the fixture's data; the kernels this machine runs */
+    args a;
+    char st_log[512];
+    path(st_log, sizeof st_log, "legacy-straight.jsonl");
+    base_args(&a, st20, st_ck, st_log);
+    for (int i = 0; i < a.n; i++)
+        if (a.v[i] == data) a.v[i] = fdata;
+    arg(&a, "--steps"); arg(&a, "20");
+    CHECK(run(&a, err) == 0);
+    CHECK(read_log(st_log, L, LR, 64) == 20);
+    base_args(&a, st12, NULL, NULL);
+    for (int i = 0; i < a.n; i++)
+        if (a.v[i] == data) a.v[i] = fdata;
+    arg(&a, "--steps"); arg(&a, "12");
+    CHECK(run(&a, err) == 0);
+    char k_here[256], k_there[256];
+    run_json_value(st_ck, "kernels", k_here, sizeof k_here);
+    run_json_value(fdir, "kernels", k_there, sizeof k_there);
+    const int same_kernels = k_here[0] && !strcmp(k_here, k_there);
+    if (!same_kernels)
+        fprintf(stderr, "note: the legacy commit was made on other kernels (%s, here %s): resumed with --allow-kernel-change, "
+                        "results not compared\n", k_there, k_here);
+    const uint64_t old_hash = commit_config_hash(fcommit);
+    CHECK(old_hash != 0);
+    /* the same settings, one step, then to the end */
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s %s/run.json %s/", ck, log, ck, fcommit, fdir, ck);
+    CHECK(system(cmd) == 0);
+    for (int pass = 0; pass < 2; pass++) {
+        base_args(&a, out, ck, log);
+        for (int i = 0; i < a.n; i++)
+            if (a.v[i] == data) a.v[i] = fdata;
+        arg(&a, "--steps"); arg(&a, "12");
+        arg(&a, "--resume");
+        if (!same_kernels) arg(&a, "--allow-kernel-change");
+        if (!pass) { arg(&a, "--stop-after"); arg(&a, "1"); }
+        int rc = run(&a, err);
+        CHECKF(rc == 0, "resume of the legacy commit (pass %d) exited %d", pass, rc);
+        CHECK(!nl_t_file_has(err, "resuming step "));
+        if (!pass) {
+            CHECKF(nl_t_file_has(err, "the commit of step 4 was made by an older build (its config hash includes the schedule): "
+                                      "committed again in the current format\n") &&
+                       nl_t_file_has(err, "at step 4/12"),
+                   "the legacy commit is not said");
+            /* commit 4 now carries the current hash, as commit 5 does */
+            uint64_t h4 = commit_config_hash(commit4), h5 = commit_config_hash(commit5);
+            CHECKF(h4 == h5 && h4 && h4 != old_hash, "commit 4 %016llx, commit 5 %016llx, legacy %016llx", (unsigned long long)h4,
+                   (unsigned long long)h5, (unsigned long long)old_hash);
+        } else {
+            CHECK(!nl_t_file_has(err, "older build") && nl_t_file_has(err, "at step 5/12"));
+        }
+    }
+    int n = read_log(log, loss, lr, 64);
+    CHECKF(n == 8, "%d rows after the resumes", n);
+    for (int s = 5; same_kernels && n == 8 && s <= 12; s++)
+        CHECKF(loss[s - 1] == L[s - 1] && lr[s - 1] == LR[s - 1], "step %d: loss %.17g vs %.17g straight", s, loss[s - 1], L[s - 1]);
+    if (same_kernels) CHECKF(nl_t_same_file(out, st12), "the legacy commit resumed differs from 12 steps straight");
+    /* more steps: an extended run, said, and bit-identical to 20 straight */
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s %s/run.json %s/", ck, log, ck, fcommit, fdir, ck);
+    CHECK(system(cmd) == 0);
+    base_args(&a, out, ck, log);
+    for (int i = 0; i < a.n; i++)
+        if (a.v[i] == data) a.v[i] = fdata;
+    arg(&a, "--steps"); arg(&a, "20");
+    arg(&a, "--resume");
+    if (!same_kernels) arg(&a, "--allow-kernel-change");
+    CHECK(run(&a, err) == 0);
+    CHECKF(nl_t_file_has(err, "resuming step 4: --steps 12 -> 20\n") && nl_t_file_has(err, "committed again in the current format"),
+           "the extension of the legacy commit is not said");
+    if (same_kernels) CHECKF(nl_t_same_file(out, st20), "the legacy commit extended to 20 steps differs from 20 straight");
+    n = read_log(log, loss, lr, 64);
+    CHECK(n == 16);
+    for (int s = 5; same_kernels && n == 16 && s <= 20; s++) CHECKF(loss[s - 1] == L[s - 1], "step %d", s);
+    /* another lr: accepted, said, used */
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s %s/run.json %s/", ck, log, ck, fcommit, fdir, ck);
+    CHECK(system(cmd) == 0);
+    base_args(&a, out, ck, log);
+    for (int i = 0; i < a.n; i++) {
+        if (a.v[i] == data) a.v[i] = fdata;
+        if (!strcmp(a.v[i], "3e-3")) a.v[i] = "1e-3";
+    }
+    arg(&a, "--steps"); arg(&a, "12");
+    arg(&a, "--resume");
+    if (!same_kernels) arg(&a, "--allow-kernel-change");
+    CHECK(run(&a, err) == 0);
+    CHECKF(nl_t_file_has(err, "resuming step 4: --lr 0.003 -> 0.001\n"), "the legacy commit's lr change is not said");
+    n = read_log(log, loss, lr, 64);
+    CHECK(n == 8 && lr[4] == 1e-3 && lr[11] == 1e-3);
+    /* a cosine run's legacy commit (cosine/: its hash has lr_min) resumed as a constant one */
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s/cosine/commit-4.nlck %s/cosine/run.json %s/", ck, log, ck, fdir, fdir, ck);
+    CHECK(system(cmd) == 0);
+    base_args(&a, out, ck, log);
+    for (int i = 0; i < a.n; i++)
+        if (a.v[i] == data) a.v[i] = fdata;
+    arg(&a, "--steps"); arg(&a, "12");
+    arg(&a, "--resume");
+    if (!same_kernels) arg(&a, "--allow-kernel-change");
+    int crc = run(&a, err);
+    CHECKF(crc == 0 && nl_t_file_has(err, "resuming step 4: --schedule cosine -> constant\n") &&
+               nl_t_file_has(err, "committed again in the current format"),
+           "the cosine run's legacy commit resumed constant: rc %d", crc);
+    /* another rank or dropout: refused as before, nothing written */
+    static const char *const what[][3] = {{"--rank", "8", "rank 4 there, 8 now"}, {"--dropout", "0.2", "dropout 0.1 there, 0.2 now"}};
+    for (int c = 0; c < 2; c++) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp %s %s/run.json %s/", ck, ck, fcommit, fdir, ck);
+        CHECK(system(cmd) == 0);
+        base_args(&a, out, ck, NULL);
+        for (int i = 0; i + 1 < a.n; i++) {
+            if (a.v[i] == data) a.v[i] = fdata;
+            if (!strcmp(a.v[i], what[c][0])) a.v[i + 1] = what[c][1];
+        }
+        arg(&a, "--steps"); arg(&a, "12");
+        arg(&a, "--resume");
+        if (!same_kernels) arg(&a, "--allow-kernel-change");
+        int rc = run(&a, err);
+        CHECKF(rc == 1 && nl_t_file_has(err, what[c][2]) && nl_t_file_has(err, "cannot resume: this run's settings differ"),
+               "the legacy commit with %s %s: rc %d", what[c][0], what[c][1], rc);
+        char rj[700], frj[700];
+        snprintf(rj, sizeof rj, "%s/run.json", ck);
+        snprintf(frj, sizeof frj, "%s/run.json", fdir);
+        CHECK(nl_t_same_file(commit4, fcommit) && nl_t_same_file(rj, frj) && !nl_t_file_has(err, "older build"));
+        snprintf(cmd, sizeof cmd, "test $(ls %s | grep -c commit-) = 1", ck);
+        CHECK(system(cmd) == 0);
+    }
+}
+
 int main(void) {
     if (nl_t_tmpdir(tmp, sizeof tmp, "resume_extend")) return 1;
     make_inputs();
     test_extend_steps();
     test_change_lr();
     test_refused();
+    test_legacy_commit();
     nl_t_tmpdir_done(tmp);
     return nl_t_done();
 }

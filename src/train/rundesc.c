@@ -42,23 +42,84 @@ const char *nl_desc_num(char *buf, size_t cap, double x, int is_float) {
     return buf;
 }
 
-/* The config hash of a commit: the trajectory settings, the model excepted (it has its own). */
-uint64_t nl_desc_config_hash(const nl_run_desc *d) {
+/* The hash of the settings whose kind is in `kinds` (a bit per kind), the model excepted. */
+static uint64_t hash_kinds(const nl_run_desc *d, unsigned kinds) {
     nl_hasher h;
     nl_hasher_init(&h, 0x6e6c636667ull);
     for (int i = 0; i < d->n; i++) {
-        if (d->kv[i].kind != NL_KV_CONFIG || !strcmp(d->kv[i].key, "model")) continue;
+        if (!(kinds >> d->kv[i].kind & 1u) || !strcmp(d->kv[i].key, "model")) continue;
         nl_hasher_update(&h, d->kv[i].key, strlen(d->kv[i].key) + 1);
         nl_hasher_update(&h, d->kv[i].val, strlen(d->kv[i].val) + 1);
     }
     return nl_hasher_final(&h);
 }
 
+/* The config hash of a commit: the trajectory settings, the model excepted (it has its own). */
+uint64_t nl_desc_config_hash(const nl_run_desc *d) { return hash_kinds(d, 1u << NL_KV_CONFIG); }
+
 static char *run_json_path(const char *dir) {
     size_t n = strlen(dir) + 10;
     char *p = nl_malloc(n);
     if (p) snprintf(p, n, "%s/run.json", dir);
     return p;
+}
+
+/* DIR/run.json parsed as an object, or NULL (no error set) when it is missing or unreadable. */
+static nl_json *read_run_json(const char *dir) {
+    char *path = run_json_path(dir);
+    if (!path) return NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) { free(path); return NULL; }
+    size_t len;
+    char *buf = nl_read_file(path, &len);
+    free(path);
+    if (!buf) { nl_clear_error(); return NULL; }
+    nl_json *j = nl_json_parse(buf, len, NULL);
+    free(buf);
+    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return NULL; }
+    return j;
+}
+
+/* The schedule keys a build before the schedule left the config hash hashed with the rest; a
+ * run.json may record one this description lacks (lr_min of a cosine run, now constant). */
+static int legacy_schedule_key(const char *key) {
+    static const char *const keys[] = {"steps", "lr", "schedule", "lr_min", "warmup"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(key, keys[i])) return 1;
+    return 0;
+}
+
+uint64_t nl_desc_legacy_config_hash(const nl_run_desc *d, const char *dir) {
+    nl_json *j = read_run_json(dir);
+    if (!j) return hash_kinds(d, 1u << NL_KV_CONFIG | 1u << NL_KV_SCHEDULE);
+    /* this description with the schedule as run.json has it, in run.json's (description) order */
+    nl_run_desc *l = nl_malloc(sizeof *l);
+    if (!l) { nl_json_free(j); nl_clear_error(); return 0; }
+    l->n = 0;
+    for (int i = 0; i < d->n; i++) {
+        const nl_run_kv *kv = &d->kv[i];
+        if (kv->kind == NL_KV_SCHEDULE) {
+            const nl_json *v = nl_json_get(j, kv->key);
+            if (!nl_json_is_string(v)) continue; /* not in that run's schedule */
+            nl_desc_add(l, kv->key, kv->kind, "%s", v->u.str.s);
+        } else {
+            nl_desc_add(l, kv->key, kv->kind, "%s", kv->val);
+        }
+        /* schedule keys that run recorded right after this one and this description lacks */
+        for (size_t m = 0; m + 1 < j->u.obj.n; m++) {
+            if (strcmp(j->u.obj.members[m].key, kv->key)) continue;
+            for (size_t k = m + 1; k < j->u.obj.n; k++) {
+                const nl_json_member *mk = &j->u.obj.members[k];
+                if (!legacy_schedule_key(mk->key) || nl_desc_get(d, mk->key)[0] || !nl_json_is_string(&mk->value)) break;
+                nl_desc_add(l, mk->key, NL_KV_SCHEDULE, "%s", mk->value.u.str.s);
+            }
+            break;
+        }
+    }
+    uint64_t h = hash_kinds(l, 1u << NL_KV_CONFIG | 1u << NL_KV_SCHEDULE);
+    free(l);
+    nl_json_free(j);
+    return h;
 }
 
 static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
@@ -99,17 +160,8 @@ int nl_desc_write(const nl_run_desc *d, const char *dir) {
  * "key A there, B now; ..." or (as_flags) "--key A -> B, ...". Returns the number of
  * differences, or -1 when there is no readable run.json (nothing to compare). */
 static int compare(const nl_run_desc *d, const char *dir, int kind, const char *only, int as_flags, char *msg, size_t cap) {
-    char *path = run_json_path(dir);
-    if (!path) return -1;
-    struct stat st;
-    if (stat(path, &st) != 0) { free(path); return -1; }
-    size_t len;
-    char *buf = nl_read_file(path, &len);
-    free(path);
-    if (!buf) return -1;
-    nl_json *j = nl_json_parse(buf, len, NULL);
-    free(buf);
-    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return -1; }
+    nl_json *j = read_run_json(dir);
+    if (!j) return -1;
     int nd = 0;
     size_t ml = strlen(msg);
     for (int i = 0; i < d->n; i++) {

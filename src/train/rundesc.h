@@ -37,6 +37,11 @@ const char *nl_desc_get(const nl_run_desc *d, const char *key);
 const char *nl_desc_num(char *buf, size_t cap, double x, int is_float);
 /* The config hash of a commit: the NL_KV_CONFIG settings, the model excepted (it has its own). */
 uint64_t nl_desc_config_hash(const nl_run_desc *d);
+/* The config hash a build before the schedule left it (NL_KV_SCHEDULE) gave the commits of
+ * this configuration: the NL_KV_CONFIG and NL_KV_SCHEDULE settings, the model excepted, in
+ * description order, the schedule as DIR/run.json recorded it (the run those commits come
+ * from; this description's own when there is no readable run.json). 0 when out of memory. */
+uint64_t nl_desc_legacy_config_hash(const nl_run_desc *d, const char *dir);
 /* Writes DIR/run.json (DIR created if missing): one JSON object, every value a string. */
 int nl_desc_write(const nl_run_desc *d, const char *dir);
 /* Compare d with DIR/run.json: appends "key A there, B now; ..." to msg for every differing

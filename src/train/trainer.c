@@ -844,6 +844,21 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     nl_ckpt ck;
     char warn[512];
     int r = nl_ckpt_load_latest(o->checkpoint_dir, t->cfg_hash, t->model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io);
+    int legacy = 0;
+    if (r < 0) {
+        /* commits of a build before the schedule left the config hash carry the older hash
+         * (the schedule hashed with the rest): such a commit of this configuration is taken */
+        char first[1536];
+        snprintf(first, sizeof first, "%s", nl_last_error());
+        uint64_t lh = nl_desc_legacy_config_hash(desc, o->checkpoint_dir);
+        if (lh && lh != t->cfg_hash &&
+            nl_ckpt_load_latest(o->checkpoint_dir, lh, t->model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io) == 0) {
+            legacy = 1;
+            r = 0;
+        } else {
+            nl_err("%s", first);
+        }
+    }
     if (r < 0) {
         /* name what differs when the run's description is there to compare with */
         char why[1536];
@@ -892,6 +907,14 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     char chg[1024] = "";
     if (nl_desc_changes(desc, o->checkpoint_dir, NL_KV_SCHEDULE, chg, sizeof chg) > 0 && o->progress)
         fprintf(o->progress, "resuming step %" PRId64 ": %s\n", *step, chg);
+    if (legacy) {
+        /* committed again in the current format (same state, this run's config hash) before the
+         * run.json of this run replaces the one the old hash was checked against */
+        if (commit_state(t, t->cfg_hash, t->model_hash, *step, cur) < 0) return -1;
+        if (o->progress)
+            fprintf(o->progress, "the commit of step %" PRId64 " was made by an older build (its config hash includes the schedule): "
+                                 "committed again in the current format\n", *step);
+    }
     if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->total);
     struct stat st;
     if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->progress)
