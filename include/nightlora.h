@@ -55,7 +55,7 @@ extern "C" {
 
 /* ---- versions and errors ---- */
 
-#define NIGHTLORA_ABI_VERSION 1
+#define NIGHTLORA_ABI_VERSION 2
 
 NL_API int nightlora_abi_version(void);          /* the library's NIGHTLORA_ABI_VERSION */
 NL_API const char *nightlora_version(void);      /* the project version, "0.2.0" */
@@ -231,6 +231,13 @@ typedef struct {
     int log_stderr;                  /* 1: the CLI's progress lines on stderr (default 0) */
     nightlora_progress_fn on_progress;   /* NULL: none */
     void *user;                      /* passed to on_progress */
+    /* Validation (ABI 2; `train --val-data` and the rest): a held-out set scored with the
+     * adapter being trained, each pass an on_progress row of kind NIGHTLORA_PROGRESS_EVAL */
+    const char *val_data;            /* a JSONL file read like data (NULL: none) */
+    double val_split;                /* or this fraction of data held out, in (0, 1) (0: none) */
+    int64_t eval_every;              /* scored after every N steps and after the last (0: the last only) */
+    const char *keep_best;           /* NULL | "loss" | "accuracy": out gets the best adapter */
+    int64_t early_stop;              /* end after P evaluations without improvement (0: off) */
 } nightlora_train_params;
 
 typedef struct {
@@ -240,6 +247,12 @@ typedef struct {
     double seconds, service_seconds, paused_seconds;
     int64_t tokens;
     int cancelled;                   /* ended early by nightlora_run_cancel */
+    /* validation (ABI 2; zero without a validation set) */
+    int early_stopped;               /* ended by early_stop (done, not cancelled) */
+    int evaluations;                 /* validation passes of this call */
+    double eval_seconds;             /* their time */
+    int64_t best_step;               /* the run's best evaluation (0: none) */
+    double best_loss, best_accuracy; /* accuracy -1 when no example has choices */
 } nightlora_train_result;
 
 NL_API void nightlora_train_default_params(nightlora_train_params *p);

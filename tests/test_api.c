@@ -1,5 +1,5 @@
 /* The public API (nightlora.h): a model made, an adapter trained with the progress callback and
- * cancelled through its run handle, then evaluated, tokenized, generated from and its logits
+ * cancelled through its run handle, validated during training (its eval rows), then evaluated, tokenized, generated from and its logits
  * taken, each checked against the internal call the CLI makes; errors per thread. And the
  * library's defaults (the internal nl_train_defaults, nl_session_open with no config) are the
  * CLI's. */
@@ -152,6 +152,118 @@ static void test_train(void) {
     CHECK(nightlora_train(NULL, NULL, &r) == -1);
 }
 
+/* Validation through the API: a pass after every 2 steps and after the last, each an
+ * NIGHTLORA_PROGRESS_EVAL row after its step's row, the numbers the internal run gives; the
+ * last pass is nightlora_eval's on the adapter written; the result counts them. */
+typedef struct {
+    int n;
+    nightlora_progress rows[32];
+} row_log;
+
+static void keep_row(void *user, const nightlora_progress *p) {
+    row_log *l = user;
+    if (l->n < 32) l->rows[l->n++] = *p;
+}
+
+typedef struct {
+    int n;
+    nl_train_progress rows[32];
+} internal_log;
+
+static void keep_internal_row(void *user, const nl_train_progress *p) {
+    internal_log *l = user;
+    if (l->n < 32) l->rows[l->n++] = *p;
+}
+
+static void test_validation(void) {
+    char val[340], vout[340], iout[340];
+    snprintf(val, sizeof val, "%s/val.jsonl", dir);
+    snprintf(vout, sizeof vout, "%s/val-adapter.gguf", dir);
+    snprintf(iout, sizeof iout, "%s/val-internal.gguf", dir);
+    FILE *f = fopen(val, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    for (int i = 0; i < 5; i++)
+        fprintf(f, "{\"prompt\": \"note %d:\", \"choices\": [\" odd\", \" even\"], \"answer\": %d}\n", i + 10, i % 2 ? 0 : 1);
+    fclose(f);
+    nightlora_train_params p;
+    train_params(&p, vout, 5);
+    p.val_data = val;
+    p.eval_every = 2;
+    row_log l = {0};
+    p.on_progress = keep_row;
+    p.user = &l;
+    nightlora_train_result r;
+    CHECKF(nightlora_train(&p, NULL, &r) == 0, "%s", nightlora_last_error());
+    /* step rows 1..5, eval rows after steps 2, 4 and 5 */
+    static const int want_kind[] = {1, 1, 2, 1, 1, 2, 1, 2}, want_step[] = {1, 2, 2, 3, 4, 4, 5, 5};
+    CHECKF(l.n == 8, "%d rows", l.n);
+    for (int i = 0; i < l.n && i < 8; i++)
+        CHECKF(l.rows[i].kind == want_kind[i] && l.rows[i].step == want_step[i] && l.rows[i].total_steps == 5, "row %d: kind %d step %lld", i,
+               l.rows[i].kind, (long long)l.rows[i].step);
+    /* the internal run's rows, field for field (the seconds are the clock's) */
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    o.model = model;
+    o.data = data;
+    o.out = iout;
+    o.steps = 5;
+    o.batch_tokens = 64;
+    o.thermal = "off";
+    o.progress = NULL;
+    o.val_data = val;
+    o.eval_every = 2;
+    internal_log il = {0};
+    o.on_progress = keep_internal_row;
+    o.progress_user = &il;
+    nl_train_result ir;
+    CHECKF(nl_train(&o, &ir) == 0, "%s", nl_last_error());
+    CHECK(il.n == l.n);
+    int evals = 0;
+    for (int i = 0; i < l.n && i < il.n; i++) {
+        if (l.rows[i].kind != NIGHTLORA_PROGRESS_EVAL) continue;
+        evals++;
+        const nightlora_progress *a = &l.rows[i];
+        const nl_train_progress *b = &il.rows[i];
+        CHECKF(b->kind == NL_PROGRESS_EVAL && a->step == b->step && a->eval_loss == b->eval_loss && a->eval_accuracy == b->eval_accuracy &&
+                   a->eval_examples == b->eval_examples && a->eval_tokens == b->eval_tokens,
+               "eval row %d: loss %.17g vs %.17g", i, a->eval_loss, b->eval_loss);
+        CHECK(a->eval_examples == 5 && a->eval_tokens > 0 && a->eval_accuracy >= 0 && a->eval_accuracy <= 1 && a->eval_seconds > 0 &&
+              isfinite(a->eval_loss));
+    }
+    CHECK(evals == 3);
+    CHECKF(r.evaluations == 3 && ir.n_evals == 3 && r.eval_seconds > 0 && !r.early_stopped && r.best_step >= 2 && r.best_step <= 5,
+           "%d evaluations, best step %lld", r.evaluations, (long long)r.best_step);
+    /* the last pass: eval's numbers on the adapter written */
+    nightlora_model_params mp;
+    nightlora_model_default_params(&mp);
+    mp.adapter = vout;
+    mp.precision = "auto"; /* training's resident weights (Q8_0 here), as the validation scored them */
+    nightlora_model *m = nightlora_model_open(model, &mp);
+    CHECKF(m != NULL, "%s", nightlora_last_error());
+    nightlora_eval_result er;
+    if (m && l.n == 8) {
+        CHECKF(nightlora_eval(m, val, NULL, &er) == 0, "%s", nightlora_last_error());
+        CHECKF(er.loss == l.rows[7].eval_loss && er.accuracy == l.rows[7].eval_accuracy && er.n_examples == 5,
+               "eval %.17g / %g, the last row %.17g / %g", er.loss, er.accuracy, l.rows[7].eval_loss, l.rows[7].eval_accuracy);
+    }
+    nightlora_model_close(m);
+    /* keep_best: a name checked; a validation setting without a set refused */
+    train_params(&p, vout, 2);
+    p.val_data = val;
+    p.keep_best = "latest";
+    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "keep_best 'latest'"));
+    train_params(&p, vout, 2);
+    p.eval_every = 1;
+    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "needs a validation set"));
+    /* without validation: no eval row, the result's validation fields zero */
+    train_params(&p, vout, 2);
+    l.n = 0;
+    p.on_progress = keep_row;
+    p.user = &l;
+    CHECK(nightlora_train(&p, NULL, &r) == 0 && l.n == 2 && r.evaluations == 0 && r.best_step == 0);
+}
+
 static int token_calls;
 static char token_text[4096];
 static void on_token(void *user, int32_t id, const char *text, size_t len) {
@@ -279,6 +391,7 @@ int main(void) {
     fclose(f);
     test_internal_defaults();
     test_train();
+    test_validation();
     test_infer();
     test_errors();
     nl_t_tmpdir_done(dir);

@@ -42,7 +42,7 @@ __all__ = [
     "abi_version", "version", "mkmodel", "train", "eval", "generate", "logits", "tokenize", "library_path",
 ]
 
-ABI_VERSION = 1  # the NIGHTLORA_ABI_VERSION these bindings mirror
+ABI_VERSION = 2  # the NIGHTLORA_ABI_VERSION these bindings mirror
 
 
 class NightloraError(RuntimeError):
@@ -105,6 +105,8 @@ _TRAIN_FIELDS = [
     ("precision", _str), ("compute", _str), ("method", _str), ("mezo_eps", _c.c_double), ("thermal", _str),
     ("thermal_status_file", _str), ("battery_temp_file", _str), ("log_json", _str), ("log_stderr", _c.c_int),
     ("on_progress", _PROGRESS_FN), ("user", _c.c_void_p),
+    ("val_data", _str), ("val_split", _c.c_double), ("eval_every", _c.c_int64), ("keep_best", _str),
+    ("early_stop", _c.c_int64),
 ]
 
 
@@ -115,7 +117,9 @@ class _TrainParams(_c.Structure):
 class _TrainResult(_c.Structure):
     _fields_ = [("steps_done", _c.c_int64), ("total_steps", _c.c_int64), ("first_loss", _c.c_double),
                 ("last_loss", _c.c_double), ("seconds", _c.c_double), ("service_seconds", _c.c_double),
-                ("paused_seconds", _c.c_double), ("tokens", _c.c_int64), ("cancelled", _c.c_int)]
+                ("paused_seconds", _c.c_double), ("tokens", _c.c_int64), ("cancelled", _c.c_int),
+                ("early_stopped", _c.c_int), ("evaluations", _c.c_int), ("eval_seconds", _c.c_double),
+                ("best_step", _c.c_int64), ("best_loss", _c.c_double), ("best_accuracy", _c.c_double)]
 
 
 _STRUCTS = {
@@ -263,7 +267,8 @@ class EvalResult(_Record):
 
 class TrainResult(_Record):
     """steps_done, total_steps, first_loss, last_loss, seconds, service_seconds,
-    paused_seconds, tokens, cancelled."""
+    paused_seconds, tokens, cancelled; with validation early_stopped, evaluations,
+    eval_seconds, best_step, best_loss, best_accuracy (-1 without choices)."""
 
 
 class Progress(_Record):
@@ -321,8 +326,10 @@ def train(model, data, out, progress=None, run=None, **params):
     batch_tokens, warmup, schedule, lr_min, clip, weight_decay, ctx, refuse_long, shuffle, seed,
     checkpoint_dir, commit_every, resume, act_budget_mb, mem_limit_mb, backend, n_threads,
     precision, compute, method, mezo_eps, thermal, thermal_status_file, battery_temp_file,
-    log_json, log_stderr, init_adapter, targets, chat_template (threads= stands for n_threads,
-    template= for chat_template). progress(Progress) is called after every step on this thread;
+    log_json, log_stderr, init_adapter, targets, chat_template, and the validation set's
+    val_data (a JSONL file) or val_split (a fraction of data), eval_every, keep_best ("loss" or
+    "accuracy"), early_stop (threads= stands for n_threads, template= for chat_template).
+    progress(Progress) is called after every step and every validation pass on this thread;
     run (a Run) cancels it. An exception raised by progress cancels the run and is raised again
     once the run has ended (its last commit kept). Returns a TrainResult."""
     alias = {"threads": "n_threads", "template": "chat_template"}

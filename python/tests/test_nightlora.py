@@ -45,7 +45,7 @@ def trained():
 
 
 def test_versions():
-    assert nightlora.abi_version() == nightlora.ABI_VERSION == 1
+    assert nightlora.abi_version() == nightlora.ABI_VERSION == 2
     assert nightlora.version().count(".") == 2
     assert os.path.exists(nightlora.library_path) or os.sep not in nightlora.library_path
 
@@ -63,6 +63,37 @@ def test_train_progress(tmp_path):
     import json
     logged = [json.loads(line)["loss"] for line in open(tmp_path / "log.jsonl")]
     assert logged == [p.loss for p in rows]
+
+
+def test_train_validation(tmp_path):
+    model = str(tmp_path / "tiny.gguf")
+    nightlora.mkmodel(model, seed=3)
+    val = tmp_path / "val.jsonl"
+    with open(TEST) as f:
+        val.write_text("".join(f.readlines()[:6]))
+    rows = []
+    out, log = str(tmp_path / "a.gguf"), str(tmp_path / "log.jsonl")
+    r = nightlora.train(model, TRAIN, out, steps=3, batch_tokens=256, thermal="off", val_data=str(val), eval_every=2,
+                        progress=rows.append, log_json=log)
+    # a validation row after steps 2 and 3, after their step rows
+    assert [(p.kind, p.step) for p in rows] == [("step", 1), ("step", 2), ("eval", 2), ("step", 3), ("eval", 3)]
+    evals = [p for p in rows if p.kind == "eval"]
+    assert all(p.eval_examples == 6 and p.eval_tokens > 0 and 0 <= p.eval_accuracy <= 1 and p.eval_seconds > 0 for p in evals)
+    assert r.evaluations == 2 and r.eval_seconds > 0 and 2 <= r.best_step <= 3 and not r.early_stopped
+    # the callback's rows are the log's {"eval": ...} rows, exactly
+    import json
+    logged = [json.loads(line)["eval"] for line in open(log) if line.startswith('{"eval"')]
+    assert [(e["step"], e["loss"], e["accuracy"], e["examples"], e["tokens"]) for e in logged] == \
+        [(p.step, p.eval_loss, p.eval_accuracy, p.eval_examples, p.eval_tokens) for p in evals]
+    # the last pass is eval's on the adapter written
+    e = nightlora.eval(model, str(val), adapter=out, precision="auto")  # training's resident weights
+    assert e.loss == evals[-1].eval_loss and e.accuracy == evals[-1].eval_accuracy
+    try:
+        nightlora.train(model, TRAIN, out, steps=2, batch_tokens=256, thermal="off", early_stop=1)
+    except nightlora.NightloraError as err:
+        assert "needs a validation set" in str(err)
+    else:
+        raise AssertionError("early_stop without a validation set was taken")
 
 
 def test_cancel_from_callback(tmp_path):
@@ -229,4 +260,4 @@ def test_pip_install_offline(tmp_path):
                        capture_output=True, env=env, cwd=str(tmp_path), timeout=60)
     assert r.returncode == 0, r.stderr.decode()
     where, abi = r.stdout.decode().split()
-    assert where.startswith(str(target)) and abi == "1"
+    assert where.startswith(str(target)) and abi == str(nightlora.ABI_VERSION)

@@ -408,6 +408,12 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
         o.on_progress = relay_progress;
         o.progress_user = &relay;
     }
+    o.val_data = p->val_data;
+    o.val_split = p->val_split;
+    o.eval_every = p->eval_every;
+    o.early_stop = p->early_stop;
+    if (p->keep_best && (o.keep_best = nl_train_keep_best_from_name(p->keep_best)) < 0)
+        return nl_err("train: keep_best '%s': expected loss or accuracy", p->keep_best);
     o.cancel = run ? &run->cancel : NULL;
     nl_train_result res;
     memset(&res, 0, sizeof res);
@@ -423,6 +429,12 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
         r->paused_seconds = res.paused_seconds;
         r->tokens = res.tokens;
         r->cancelled = res.stopped;
+        r->early_stopped = res.early_stopped;
+        r->evaluations = res.n_evals;
+        r->eval_seconds = res.eval_seconds;
+        r->best_step = res.best_step;
+        r->best_loss = res.best_step > 0 ? res.best_loss : 0;
+        r->best_accuracy = res.best_step > 0 ? (isnan(res.best_accuracy) ? -1 : res.best_accuracy) : 0;
     }
     return 0;
 }
