@@ -21,27 +21,11 @@
 #include "proj/kernels.h"
 #include "proj/proj.h"
 #include "test.h"
+#include "tile_model.h"
 #include "util/pool.h"
 #include "util/util.h"
 
 /* ---- the plain C model ---- */
-
-static uint16_t m_bf16(float f) { /* round to nearest even */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-static float m_raw(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float m_in(uint16_t h) { /* DAZ */
-    return ((h >> 7) & 0xff) == 0 ? (h & 0x8000 ? -0.0f : 0.0f) : m_raw(h);
-}
-static float m_ftz(float f) { return f != 0.0f && fabsf(f) < 1.17549435e-38f ? (signbit(f) ? -0.0f : 0.0f) : f; }
-static float m_step(float c, uint16_t a, uint16_t b) { return m_ftz(c + m_in(a) * m_in(b)); }
 
 /* one plane of a value: 0 = hi = bf16(v), 1 = lo = bf16(v - hi) */
 static uint16_t m_plane(float v, int lo) {

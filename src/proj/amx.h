@@ -1,5 +1,6 @@
-/* proj/amx: the host backend's matrix-engine path (Intel AMX: BF16 tiles, FP32 accumulation),
- * internal to proj/ (host.c selects it; kernels.h is the host's knob).
+/* proj/amx: the host backend's matrix-engine path (Intel AMX: BF16 tiles, FP32 accumulation):
+ * host.c selects it (kernels.h is the host's knob); the tile operations (nl_amx_tiles) also
+ * serve the nodes' own products (nn/tiles.h).
  *
  * One kernel source (amx_kern.h) is built twice: against the real tile instructions
  * (kernels_amx.c, x86-64, run only where nl_amx_available() says so) and against a portable C
@@ -42,7 +43,7 @@ typedef struct {
     float *c;                       /* 4 × 256 floats, 64-byte aligned */
 } nl_amx_block;
 
-typedef struct {
+typedef struct nl_amx_tiles {
     const char *name;               /* "amx" or "amx-emu" */
     void (*begin)(void);            /* load the tile configuration (once per thread and task) */
     void (*block)(const nl_amx_block *blk);
@@ -58,6 +59,11 @@ extern const nl_amx_tiles nl_amx_tiles_real; /* kernels_amx.c: x86-64 with a com
  * tile state (XCR0 bits 17, 18) and the Linux permission (arch_prctl ARCH_REQ_XCOMP_PERM). The
  * answer is found once and kept; why (may be NULL) gets the reason when it is 0. */
 int nl_amx_available(char *why, size_t cap);
+
+/* The tile operations of a host compute mode (nl_proj_compute): "amx" the real instructions
+ * (only where nl_amx_available), "amx-emu" the emulator, anything else NULL. The nodes'
+ * products (nn/tiles.h: attention, LoRA) follow the service's mode through this. */
+const nl_amx_tiles *nl_amx_tiles_of(const char *compute);
 
 /* ---- the driver (amx.c) ------------------------------------------------------------------ */
 typedef struct nl_amx_ctx nl_amx_ctx;
