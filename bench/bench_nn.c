@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
     float *B = malloc((size_t)N * R * 4), *u = malloc((size_t)T * R * 4), *dy = malloc((size_t)T * N * 4);
     float *dx = calloc((size_t)T * K, 4), *dA = calloc((size_t)R * K, 4), *dB = calloc((size_t)N * R, 4);
     fill(x, (size_t)T * K, &s), fill(A, (size_t)R * K, &s), fill(B, (size_t)N * R, &s), fill(dy, (size_t)T * N, &s);
-    nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4)};
+    nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), NULL};
     best_f = best_b = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = nl_now();

@@ -377,9 +377,21 @@ static void test_cli(void) {
     snprintf(path, sizeof path, "%s/train.txt", dir);
     CHECKF(nl_t_file_has(path, "service: host backend, amx-bf16 (emulated) for attn/mlp/head, split-bf16 (emulated) for recurrent"),
            "train does not print the kernels");
+    CHECKF(nl_t_file_has(path, "attention and lora on amx-emu tiles"), "train does not say the nodes run on the tiles");
     CHECKF(nl_t_file_has(path, "step 2/3"), "the training run did not run its steps");
+    /* NL_AMX_NODES=off: the service on the tiles, the nodes on the vector paths */
+    snprintf(cmd, sizeof cmd,
+             "NL_AMX_NODES=off %s train --model %s/m.gguf --data %s/d.jsonl --out %s/a2.gguf --steps 1 --backend host "
+             "--compute amx-emu > %s/train2.txt 2>&1",
+             NL_CLI, dir, dir, dir, dir);
+    CHECK(sh(cmd) == 0);
+    snprintf(path, sizeof path, "%s/train2.txt", dir);
+    CHECKF(nl_t_file_has(path, "amx-bf16 (emulated) for attn/mlp/head") && nl_t_file_has(path, "attention f32") &&
+               !nl_t_file_has(path, "tiles"),
+           "NL_AMX_NODES=off: the nodes not on the vector paths");
     snprintf(path, sizeof path, "%s/ck/run.json", dir);
     CHECKF(nl_t_file_has(path, "\"kernels\": \"host: amx-bf16 (emulated)"), "run.json does not record the kernels");
+    CHECKF(nl_t_file_has(path, "; attention and lora on amx-emu tiles\""), "run.json does not record the nodes' kernels");
     /* a resume with other kernels is refused, unless asked to continue with them */
     snprintf(cmd, sizeof cmd,
              "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/a.gguf --steps 3 --backend host --compute f32 "

@@ -4,6 +4,7 @@
  * backward (itself checked by finite differences) at sizes that cross the block boundaries. */
 #include "nn/gemm_bf16.h"
 #include "nn/nn.h"
+#include "proj/amx.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -293,6 +294,22 @@ static void errs(const float *a, const double *b, int64_t n, double *mx, double 
 #define BF16_TOL_MAX 1e-2
 #define BF16_TOL_L2 1e-2
 
+/* The variant under test: the BF16 vector kernels (g_tiles NULL) or the tile kernels. */
+static const nl_amx_tiles *g_tiles;
+static void fwd_v(float *out, float *lse, const float *q, const float *k, const float *v, const shape *s, int g0, int g1) {
+    if (g_tiles) nl_attention_forward_range_tiles(g_tiles, out, lse, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c, s->w, g0, g1);
+    else nl_attention_forward_range_bf16(out, lse, q, k, v, s->T, s->S, s->Hq, s->Hkv, s->d, (float)s->c, s->w, g0, g1);
+}
+static void bwd_v(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q,
+                  const float *k, const float *v, const shape *s, int g0, int g1) {
+    if (g_tiles)
+        nl_attention_backward_range_tiles(g_tiles, dq, dk, dv, dout, out, lse, q, k, v, s->T, s->Hq, s->Hkv, s->d, (float)s->c,
+                                          s->w, g0, g1);
+    else nl_attention_backward_range_bf16(dq, dk, dv, dout, out, lse, q, k, v, s->T, s->Hq, s->Hkv, s->d, (float)s->c, s->w, g0, g1);
+}
+/* whether the variant's own kernels run for this shape (else it is the FP32 call) */
+static int v_active(const shape *s) { return g_tiles ? s->T > 4 : nl_attention_bf16_active(); }
+
 static void check_bf16(const shape *s, const char *name) {
     float *q, *k, *v;
     make_qkv(s, &q, &k, &v);
@@ -305,7 +322,7 @@ static void check_bf16(const shape *s, const char *name) {
     double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk);
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
-    nl_attention_forward_range_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, c, s->w, 0, Hkv);
+    fwd_v(out, lse, q, k, v, s, 0, Hkv);
     nl_attention_forward_range(out32, lse32, q, k, v, T, S, Hq, Hkv, d, c, s->w, 0, Hkv);
     double em, e2, e32;
     errs(out, outr, nq, &em, &e2);
@@ -315,10 +332,10 @@ static void check_bf16(const shape *s, const char *name) {
     /* the BF16 kernels ran where they can; elsewhere the call is the FP32 one, bit for bit */
     double *o32d = nl_t_to_d(out32, nq);
     e32 = rel_err(out, o32d, nq);
-    if (nl_attention_bf16_active()) CHECKF(e32 > 1e-4, "%s: bf16 out too close to fp32 (%g): not taken?", name, e32);
+    if (v_active(s)) CHECKF(e32 > 1e-4, "%s: bf16 out too close to fp32 (%g): not taken?", name, e32);
     else CHECK(memcmp(out, out32, sizeof(float) * nq) == 0 && memcmp(lse, lse32, sizeof(float) * nl) == 0);
     /* kv heads split over calls (threads): the same bits */
-    for (int g = 0; g < Hkv; g++) nl_attention_forward_range_bf16(out2, lse2, q, k, v, T, S, Hq, Hkv, d, c, s->w, g, g + 1);
+    for (int g = 0; g < Hkv; g++) fwd_v(out2, lse2, q, k, v, s, g, g + 1);
     CHECK(memcmp(out, out2, sizeof(float) * nq) == 0 && memcmp(lse, lse2, sizeof(float) * nl) == 0);
 
     if (S == T) {
@@ -329,7 +346,7 @@ static void check_bf16(const shape *s, const char *name) {
         for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
         for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
         /* as in training: the backward consumes the BF16 forward's out and lse */
-        nl_attention_backward_range_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, s->w, 0, Hkv);
+        bwd_v(dq, dk, dv, dout, out, lse, q, k, v, s, 0, Hkv);
         double *dod = nl_t_to_d(dout, nq);
         double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
         attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
@@ -340,14 +357,14 @@ static void check_bf16(const shape *s, const char *name) {
             errs(got[w], ref[w], ns[w], &em, &e2);
             CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 d%c err max %g l2 %g", name, "qkv"[w], em, e2);
         }
-        if (nl_attention_bf16_active()) {
+        if (v_active(s)) {
             nl_attention_backward_range(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, s->w, 0, Hkv);
             double *dq32 = nl_t_to_d(dq2, nq);
             CHECKF(rel_err(dq, dq32, nq) > 1e-4, "%s: bf16 dq too close to fp32: not taken?", name);
             free(dq32);
         }
         for (int g = Hkv - 1; g >= 0; g--)
-            nl_attention_backward_range_bf16(dq2, dk2, dv2, dout, out, lse, q, k, v, T, Hq, Hkv, d, c, s->w, g, g + 1);
+            bwd_v(dq2, dk2, dv2, dout, out, lse, q, k, v, s, g, g + 1);
         CHECK(memcmp(dq, dq2, sizeof(float) * nq) == 0 && memcmp(dk, dk2, sizeof(float) * nk) == 0 &&
               memcmp(dv, dv2, sizeof(float) * nk) == 0);
         free(dout), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(dod), free(dqr), free(dkr),
@@ -392,6 +409,24 @@ static void test_bf16(void) {
     test_bf16_small_t();
 }
 
+/* The tile kernels (nn/tiles.h) on the emulator — and the real instructions where this CPU has
+ * usable AMX — with the BF16 checks and bounds: against the float64 forward and the float64
+ * analytic backward, not the FP32 call's bits, kv heads split the same bits. Query counts not
+ * a multiple of 16 or 32, head dims 64/128/256 (gemma3's 256), sliding windows, a past. */
+static void test_tiles(const nl_amx_tiles *tl) {
+    g_tiles = tl;
+    check_bf16(&(shape){100, 100, 4, 2, 128, 1.0 / sqrt(128.0), 0}, "tiles T=100 d=128 gqa2");
+    check_bf16(&(shape){45, 45, 2, 2, 64, 1.0 / sqrt(64.0), 0}, "tiles T=45 d=64 mha");
+    check_bf16(&(shape){37, 37, 2, 1, 256, 1.0 / 16.0, 0}, "tiles T=37 d=256");
+    check_bf16(&(shape){70, 70, 4, 2, 13, 0.4, 0}, "tiles T=70 d=13 gqa2");
+    check_bf16(&(shape){7, 7, 6, 2, 10, 1.0 / sqrt(10.0), 0}, "tiles T=7 d=10");
+    check_bf16(&(shape){60, 75, 4, 2, 32, 0.2, 0}, "tiles past S=75 T=60");
+    check_bf16(&(shape){100, 100, 4, 2, 64, 0.3, 17}, "tiles sliding window 17 T=100");
+    check_bf16(&(shape){60, 75, 4, 2, 32, 0.2, 30}, "tiles sliding window 30 past S=75 T=60");
+    check_bf16(&(shape){33, 33, 1, 1, 256, 1.0 / 16.0, 32}, "tiles window 32 T=33 d=256");
+    g_tiles = NULL;
+}
+
 int main(void) {
     const shape gqa = {7, 7, 6, 2, 10, 1.0 / sqrt(10.0), 0};
     const shape mha = {7, 7, 3, 3, 10, 0.37, 0};
@@ -434,5 +469,8 @@ int main(void) {
     }
     test_layout();
     test_bf16();
+    test_tiles(&nl_amx_tiles_emu);
+    if (nl_amx_tiles_of("amx")) test_tiles(nl_amx_tiles_of("amx"));
+    else printf("no usable AMX here: the tile attention ran on the emulator only\n");
     return nl_t_done();
 }

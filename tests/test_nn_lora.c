@@ -1,11 +1,16 @@
 /* nn/lora and util/rng: the LoRA node against a float64 reference (with the same dropout mask,
  * regenerated through nl_lora_dropout_mask), its backward against float64 central finite
  * differences, mask reproducibility, p = 0 fast path identity; the counter-based RNG's
- * determinism and distributions. */
+ * determinism and distributions. The rank-r products on the tiles (nn/tiles.h): on the emulator
+ * against the plain C model of the tile product bit for bit (forward, backward, with and
+ * without dropout), against float64 within the BF16 bound, the split API bit for bit; real
+ * AMX within the bound where this CPU has it. */
 #include "model/adapter.h"
 #include "nn/lora.h"
+#include "proj/amx.h"
 #include "util/rng.h"
 #include "test.h"
+#include "tile_model.h"
 
 #include <stdint.h>
 
@@ -69,7 +74,7 @@ static void lora_ref(double *y, double *u, const double *y0, const double *x, co
 
 
 static void test_mask(void) {
-    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1)};
+    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1), NULL};
     float *m1 = malloc(sizeof(float) * 5000), *m2 = malloc(sizeof(float) * 5000), *m3 = malloc(sizeof(float) * 5000);
     nl_lora_dropout_mask(&L, 17, m1);
     nl_lora_dropout_mask(&L, 17, m2);
@@ -102,7 +107,7 @@ static void test_mask(void) {
 
 /* Forward vs reference, then backward vs finite differences, for one (shape, p). */
 static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
-    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3)};
+    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
@@ -209,8 +214,9 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
  * forward rows in uneven ranges (run out of order), backward rows then parameter lines in
  * uneven ranges, u given or recomputed, dx or none; and rows gathered out of the sequence with
  * their token indices (toks) equal the full call's rows (backward: the other rows' dy = 0). */
+static const nl_amx_tiles *g_tiles; /* check_split's products: NULL FP32, else these tiles */
 static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
-    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4)};
+    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4), g_tiles};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r),
@@ -239,7 +245,7 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
         for (int i = 0; i < 3; i++)
             CHECK(nl_lora_backward_rows(&L, A, B, d2, dacc, dy, x, uu, T, tok0, NULL, scr, cut[i + 1], cut[i]) == 0);
         const int J = K + N, jc[] = {0, K / 2, K + 1, J};
-        for (int i = 2; i >= 0; i--) nl_lora_backward_params(&L, dA2, dB2, dy, x, T, scr, jc[i], jc[i + 1]);
+        for (int i = 2; i >= 0; i--) CHECK(nl_lora_backward_params(&L, dA2, dB2, dy, x, T, scr, jc[i], jc[i + 1]) == 0);
         CHECKF(memcmp(dx, dx2, sizeof(float) * nx) == 0, "split backward dx T=%d p=%g v=%d", T, p, v);
         CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0, "split backward dA T=%d p=%g v=%d", T, p, v);
         CHECKF(memcmp(dB, dB2, sizeof(float) * nb) == 0, "split backward dB T=%d p=%g v=%d", T, p, v);
@@ -265,7 +271,7 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
     CHECK(nl_lora_backward_to(&L, A, B, dx, 0, dA, dB, dyz, x, NULL, T, tok0) == 0);
     CHECK(nl_lora_backward_rows(&L, A, B, dxg, 0, dyg, xg, NULL, 3, 0, toks, scr, 0, 3) == 0);
-    nl_lora_backward_params(&L, dA2, dB2, dyg, xg, 3, scr, 0, K + N);
+    CHECK(nl_lora_backward_params(&L, dA2, dB2, dyg, xg, 3, scr, 0, K + N) == 0);
     same = 1;
     for (int i = 0; i < 3; i++) same &= memcmp(dxg + (int64_t)i * K, dx + (int64_t)rows[i] * K, sizeof(float) * K) == 0;
     CHECKF(same, "gathered backward dx rows differ (p=%g)", p);
@@ -282,8 +288,127 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     free(dx2), free(dA2), free(dB2), free(scr), free(xg), free(yg), free(dyg), free(dxg), free(dyz);
 }
 
+/* ------------------------------------------------------------------------- on the tiles */
+
+/* The BF16 bound (relative to the tensor's magnitude): each product's inputs rounded once to
+ * BF16 (≤ 2^-9 each), FP32 sums; du, su and the u of the forward are rounded again as the next
+ * product's input. Observed ≤ 4e-3 on these shapes; a wrong pair, panel or padding is O(1). */
+#define TILE_TOL 1e-2
+
+static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, int r, float p, int64_t tok0) {
+    const float s = 16.0f / (float)r;
+    nl_lora L = {K, N, r, s, p, nl_lora_dropout_key(4321, 2, 1, 5), tl}, L32 = L;
+    L32.tiles = NULL;
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r, nu = (int64_t)T * r;
+    float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb),
+          *m = malloc(sizeof(float) * nx), *xm = malloc(sizeof(float) * nx), *y0 = malloc(sizeof(float) * ny),
+          *y = malloc(sizeof(float) * ny), *ym = malloc(sizeof(float) * ny), *y32 = malloc(sizeof(float) * ny),
+          *u = malloc(sizeof(float) * nu), *um = malloc(sizeof(float) * nu), *su = malloc(sizeof(float) * nu),
+          *du = malloc(sizeof(float) * nu), *dy = malloc(sizeof(float) * ny), *tmp = malloc(sizeof(float) * nx);
+    nl_t_fill(x, nx, 1.0), nl_t_fill(A, na, 0.3), nl_t_fill(B, nb, 0.3), nl_t_fill(y0, ny, 1.0), nl_t_fill(dy, ny, 1.0);
+    for (int t = 0; t < T; t++) nl_lora_dropout_mask(&L, tok0 + t, m + (int64_t)t * K);
+    for (int64_t i = 0; i < nx; i++) xm[i] = p > 0.0f ? x[i] * m[i] : x[i];
+    /* forward: the model, then the node */
+    m_gemm(um, r, xm, K, 1, A, 1, K, T, r, K, 0);
+    for (int64_t i = 0; i < nu; i++) su[i] = s * um[i];
+    memcpy(ym, y0, sizeof(float) * ny);
+    m_gemm(ym, N, su, r, 1, B, 1, r, T, N, r, 1);
+    memcpy(y, y0, sizeof(float) * ny);
+    CHECK(nl_lora_forward(&L, A, B, y, u, x, T, tok0) == 0);
+    if (exact)
+        CHECKF(memcmp(y, ym, sizeof(float) * ny) == 0 && memcmp(u, um, sizeof(float) * nu) == 0,
+               "lora tiles T=%d K=%d N=%d r=%d p=%g: forward not the model's bits", T, K, N, r, p);
+    memcpy(y32, y0, sizeof(float) * ny);
+    CHECK(nl_lora_forward(&L32, A, B, y32, NULL, x, T, tok0) == 0);
+    /* float64 reference */
+    double *yr = malloc(sizeof(double) * ny), *ur = malloc(sizeof(double) * nu), *xd = nl_t_to_d(x, nx),
+           *Ad = nl_t_to_d(A, na), *Bd = nl_t_to_d(B, nb), *y0d = nl_t_to_d(y0, ny);
+    lora_ref(yr, ur, y0d, xd, Ad, Bd, &(lora_shape){T, K, N, r, s, m});
+    /* the LoRA term alone (y − y0), so the bound is on what the tiles computed */
+    double *tr = malloc(sizeof(double) * ny);
+    float *tg = malloc(sizeof(float) * ny);
+    for (int64_t i = 0; i < ny; i++) tr[i] = yr[i] - y0d[i], tg[i] = y[i] - y0[i];
+    double e = rel_err(tg, tr, ny);
+    CHECKF(e < TILE_TOL, "lora tiles %s T=%d r=%d: forward err %g", tl->name, T, r, e);
+    CHECKF(memcmp(y, y32, sizeof(float) * ny) != 0, "lora tiles: the same bits as FP32 (not taken?)");
+    /* backward: the model */
+    float *dx = malloc(sizeof(float) * nx), *dA = malloc(sizeof(float) * na), *dB = malloc(sizeof(float) * nb),
+          *dxm = malloc(sizeof(float) * nx), *dAm = malloc(sizeof(float) * na), *dBm = malloc(sizeof(float) * nb);
+    nl_t_fill(dx, nx, 1.0), nl_t_fill(dA, na, 0.1), nl_t_fill(dB, nb, 0.1);
+    memcpy(dxm, dx, sizeof(float) * nx), memcpy(dAm, dA, sizeof(float) * na), memcpy(dBm, dB, sizeof(float) * nb);
+    double *dx0 = nl_t_to_d(dx, nx), *dA0 = nl_t_to_d(dA, na), *dB0 = nl_t_to_d(dB, nb);
+    m_gemm(du, r, dy, N, 1, B, r, 1, T, r, N, 0);
+    for (int64_t i = 0; i < nu; i++) du[i] *= s;
+    if (p > 0.0f) {
+        m_gemm(tmp, K, du, r, 1, A, K, 1, T, K, r, 0);
+        for (int64_t i = 0; i < nx; i++) dxm[i] += tmp[i] * m[i];
+    } else {
+        m_gemm(dxm, K, du, r, 1, A, K, 1, T, K, r, 1);
+    }
+    m_gemm(dAm, K, du, 1, r, xm, K, 1, r, K, T, 1);
+    m_gemm(dBm, r, dy, 1, N, su, r, 1, N, r, T, 1);
+    CHECK(nl_lora_backward(&L, A, B, dx, dA, dB, dy, x, u, T, tok0) == 0);
+    if (exact)
+        CHECKF(memcmp(dx, dxm, sizeof(float) * nx) == 0 && memcmp(dA, dAm, sizeof(float) * na) == 0 &&
+                   memcmp(dB, dBm, sizeof(float) * nb) == 0,
+               "lora tiles T=%d K=%d N=%d r=%d p=%g: backward not the model's bits", T, K, N, r, p);
+    /* against the float64 analytic backward: du = s·dy·B, dx += (du·A)⊙m, dA += duᵀ(m⊙x),
+     * dB += s·dyᵀ·u (the increments alone, each relative to its own magnitude) */
+    double *dud = malloc(sizeof(double) * nu), *ix = calloc((size_t)nx, sizeof(double)), *iA = calloc((size_t)na, sizeof(double)),
+           *iB = calloc((size_t)nb, sizeof(double));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < r; i++) {
+            double a = 0;
+            for (int o = 0; o < N; o++) a += (double)dy[t * N + o] * Bd[o * r + i];
+            dud[t * r + i] = s * a;
+        }
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            double a = 0;
+            for (int i = 0; i < r; i++) a += dud[t * r + i] * Ad[i * K + k];
+            ix[t * K + k] = a * (p > 0.0f ? m[t * K + k] : 1.0);
+        }
+    for (int i = 0; i < r; i++)
+        for (int k = 0; k < K; k++) {
+            double a = 0;
+            for (int t = 0; t < T; t++) a += dud[t * r + i] * (double)xm[t * K + k];
+            iA[i * K + k] = a;
+        }
+    for (int o = 0; o < N; o++)
+        for (int i = 0; i < r; i++) {
+            double a = 0;
+            for (int t = 0; t < T; t++) a += (double)dy[t * N + o] * s * ur[t * r + i];
+            iB[o * r + i] = a;
+        }
+    float *gx = malloc(sizeof(float) * nx), *gA = malloc(sizeof(float) * na), *gB = malloc(sizeof(float) * nb);
+    for (int64_t i = 0; i < nx; i++) gx[i] = (float)(dx[i] - dx0[i]);
+    for (int64_t i = 0; i < na; i++) gA[i] = (float)(dA[i] - dA0[i]);
+    for (int64_t i = 0; i < nb; i++) gB[i] = (float)(dB[i] - dB0[i]);
+    const double ex = rel_err(gx, ix, nx), eA = rel_err(gA, iA, na), eB = rel_err(gB, iB, nb);
+    CHECKF(ex < TILE_TOL && eA < TILE_TOL && eB < TILE_TOL, "lora tiles %s T=%d K=%d N=%d r=%d p=%g: backward err dx %g dA %g dB %g",
+           tl->name, T, K, N, r, p, ex, eA, eB);
+    free(x), free(A), free(B), free(m), free(xm), free(y0), free(y), free(ym), free(y32), free(u), free(um), free(su), free(du);
+    free(dy), free(tmp), free(yr), free(ur), free(xd), free(Ad), free(Bd), free(y0d), free(tr), free(tg), free(dx), free(dA);
+    free(dB), free(dxm), free(dAm), free(dBm), free(dx0), free(dA0), free(dB0), free(dud), free(ix), free(iA), free(iB);
+    free(gx), free(gA), free(gB);
+}
+
+/* Ranks 8/16/24, token counts not a multiple of 16 or 32, n_in/n_out past one 256-line panel. */
+static void test_tiles(const nl_amx_tiles *tl, int exact) {
+    check_tiles(tl, exact, 37, 45, 100, 16, 0.0f, 0);
+    check_tiles(tl, exact, 70, 100, 33, 8, 0.2f, 64);
+    check_tiles(tl, exact, 33, 64, 64, 24, 0.1f, 5);
+    check_tiles(tl, exact, 40, 300, 270, 16, 0.0f, 1000);
+    check_tiles(tl, exact, 3, 20, 9, 16, 0.3f, 7);
+    g_tiles = tl;
+    check_split(37, 21, 9, 5, 0.5f, 1000);
+    check_split(70, 40, 33, 16, 0.0f, 3);
+    check_split(70, 300, 280, 24, 0.2f, 64);
+    g_tiles = NULL;
+}
+
 static void test_errors_and_init(void) {
-    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0};
+    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0, NULL};
     float A[8] = {0}, B[6] = {0}, x[4] = {0}, y[3] = {0};
     CHECK(nl_lora_forward(&L, A, B, y, NULL, x, 1, 0) == -1); /* p = 1 is invalid */
     L.dropout = 0.0f;
@@ -316,5 +441,8 @@ int main(void) {
     check_split(70, 40, 33, 4, 0.0f, 3);
     check_split(70, 40, 33, 4, 0.2f, 64);
     test_errors_and_init();
+    test_tiles(&nl_amx_tiles_emu, 1);
+    if (nl_amx_tiles_of("amx")) test_tiles(nl_amx_tiles_of("amx"), 0);
+    else printf("no usable AMX here: the LoRA tiles ran on the emulator only\n");
     return nl_t_done();
 }

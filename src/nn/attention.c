@@ -25,6 +25,7 @@
  * products straight from the cache. The GEMMs are nn/gemm.c (deterministic FMA chains). */
 #include "nn/gemm_bf16.h"
 #include "nn/nn.h"
+#include "nn/tiles.h"
 #include "nn/vecmath.h"
 #include "util/util.h"
 
@@ -403,5 +404,141 @@ void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const flo
         return;
     }
 #endif
+    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
+}
+
+/* ---- on the matrix engine's tiles (nn/tiles.h) ----
+ *
+ * The FP32 calls' blocks and row steps (row_scale_max, row_exp_sum, row_bwd in FP32), with
+ * every GEMM a tile GEMM on BF16 operands, in blocks of BQT = 32 queries (one pair of A
+ * tiles; a block's queries are one 32-element step of the dK/dV reductions):
+ *   forward, per kv head:  Kᵀ pairs [d/2][S] (Q·Kᵀ), V pairs of keys [S/2][d] (P·V);
+ *            per block:    Q rows, P rows (from the FP32 p; Σp of the unrounded p).
+ *   backward, per kv head: Kᵀ, Vᵀ pairs (Q·Kᵀ, dO·Vᵀ), K pairs of keys (dS·K);
+ *            per block:    Q, dO rows; dS rows (dQ = dS·K); dSᵀ, Pᵀ rows with Q, dO pairs of
+ *                          queries: dK += dSᵀ·Q, dV += Pᵀ·dO straight into dk, dv (one chain
+ *                          per element over the query heads and blocks in increasing order).
+ * Where the CPU has AMX these are its instructions; on the emulator the same code and
+ * packing are tested on every machine (tests/test_nn_tiles.c). Sizes (d, S, T) are padded to
+ * whole tiles with zeros; any d, T, window. */
+#define BQT 32
+
+/* 0, or -1 when out of memory (nothing written) */
+static int fwd_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k, const float *v, int T,
+                     int S, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
+    const int group = Hq / Hkv, past = S - T, dp = nl_tile_up(d), Sp = nl_tile_up(S);
+    const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
+    const size_t n_kb = (size_t)dp / 2 * Sp, n_vb = (size_t)Sp / 2 * dp, n_qa = (size_t)BQT * dp / 2,
+                 n_pa = (size_t)BQT * Sp / 2, n_s = (size_t)BQT * Sp;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_kb + n_vb + n_qa + n_pa) + sizeof(float) * n_s);
+    if (!buf) return -1;
+    uint32_t *kb = buf, *vb = kb + n_kb;
+    uint16_t *qa = (uint16_t *)(vb + n_vb), *pa = qa + 2 * n_qa;
+    float *s = (float *)(buf + n_kb + n_vb + n_qa + n_pa);
+    for (int g = g0; g < g1; g++) {
+        nl_tile_pack_b(kb, Sp, k + (int64_t)g * d, ldk, 1, d, S); /* B[i][j] = K[j][i] */
+        nl_tile_pack_b(vb, dp, v + (int64_t)g * d, ldk, 0, S, d); /* B[j][i] = V[j][i] */
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            for (int q0 = 0; q0 < T; q0 += BQT) {
+                const int nq = T - q0 < BQT ? T - q0 : BQT;
+                const int kend = past + q0 + nq;
+                nl_tile_pack_a(qa, dp, q + (int64_t)q0 * ldq + (int64_t)h * d, ldq, 0, nq, d);
+                nl_tile_gemm(tl, s, Sp, qa, dp, kb, Sp, nq, kend, d, 0);
+                mask_window(s, Sp, nq, past + q0, window);
+                float mx[BQT], sum[BQT];
+                for (int i = 0; i < nq; i++) {
+                    float *sr = s + (int64_t)i * Sp;
+                    const int nv = past + q0 + i + 1;
+                    mx[i] = row_scale_max(sr, nv, kend, scale);
+                    sum[i] = row_exp_sum(sr, nv, mx[i]);
+                }
+                nl_tile_pack_a(pa, Sp, s, Sp, 0, nq, kend);
+                float *ob = out + (int64_t)q0 * ldq + (int64_t)h * d;
+                nl_tile_gemm(tl, ob, ldq, pa, Sp, vb, dp, nq, d, kend, 0);
+                for (int i = 0; i < nq; i++) {
+                    nl_vscale(ob + i * ldq, 1.0f / sum[i], d);
+                    if (lse) lse[(int64_t)(q0 + i) * Hq + h] = mx[i] + logf(sum[i]);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                     const float *lse, const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d,
+                     float scale, int window, int g0, int g1) {
+    const int group = Hq / Hkv, dp = nl_tile_up(d), Tp = nl_tile_up(T);
+    const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
+    /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of queries; then BF16 rows (2 a word):
+     * Q, dO [BQT][dp]; dS [BQT][Tp]; dSᵀ, Pᵀ [Tp][BQT]; then FP32 s, dp [BQT][Tp] */
+    const size_t n_kb = (size_t)dp / 2 * Tp, n_kr = (size_t)Tp / 2 * dp, n_qb = (size_t)BQT / 2 * dp;
+    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * Tp / 2, n_s = (size_t)BQT * Tp;
+    const size_t n_words = 2 * n_kb + n_kr + 2 * n_qb + 2 * n_qa + 3 * n_sa;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * 2 * n_s);
+    if (!buf) return -1;
+    uint32_t *kb = buf, *vb = kb + n_kb, *kr = vb + n_kb, *qb = kr + n_kr, *ob = qb + n_qb;
+    uint16_t *qa = (uint16_t *)(ob + n_qb), *oa = qa + 2 * n_qa, *dsa = oa + 2 * n_qa, *dst = dsa + 2 * n_sa,
+             *pt = dst + 2 * n_sa;
+    float *s = (float *)(buf + n_words), *dpb = s + n_s;
+    for (int g = g0; g < g1; g++) {
+        const int64_t kvoff = (int64_t)g * d;
+        float *dkg = dk + kvoff, *dvg = dv + kvoff;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < d; i++) dkg[t * ldk + i] = dvg[t * ldk + i] = 0.0f;
+        nl_tile_pack_b(kb, Tp, k + kvoff, ldk, 1, d, T);
+        nl_tile_pack_b(vb, Tp, v + kvoff, ldk, 1, d, T);
+        nl_tile_pack_b(kr, dp, k + kvoff, ldk, 0, T, d);
+        for (int hh = 0; hh < group; hh++) {
+            const int h = g * group + hh;
+            const int64_t hoff = (int64_t)h * d;
+            for (int q0 = 0; q0 < T; q0 += BQT) {
+                const int nq = T - q0 < BQT ? T - q0 : BQT;
+                const int kend = q0 + nq;
+                const float *qblk = q + (int64_t)q0 * ldq + hoff, *dob = dout + (int64_t)q0 * ldq + hoff;
+                nl_tile_pack_a(qa, dp, qblk, ldq, 0, nq, d);
+                nl_tile_pack_a(oa, dp, dob, ldq, 0, nq, d);
+                nl_tile_gemm(tl, s, Tp, qa, dp, kb, Tp, nq, kend, d, 0);   /* q·k */
+                nl_tile_gemm(tl, dpb, Tp, oa, dp, vb, Tp, nq, kend, d, 0); /* do·v */
+                mask_window(s, Tp, nq, q0, window);
+                float D[BQT];
+                nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
+                for (int i = 0; i < nq; i++) {
+                    const int t = q0 + i;
+                    row_bwd(s + (int64_t)i * Tp, dpb + (int64_t)i * Tp, t + 1, kend, scale, lse[(int64_t)t * Hq + h], D[i]);
+                }
+                nl_tile_pack_a(dsa, Tp, dpb, Tp, 0, nq, kend);
+                nl_tile_gemm(tl, dq + (int64_t)q0 * ldq + hoff, ldq, dsa, Tp, kr, dp, nq, d, kend, 0); /* dq = c·ds·K */
+                nl_tile_pack_a(dst, BQT, dpb, Tp, 1, kend, nq);
+                nl_tile_pack_b(qb, dp, qblk, ldq, 0, nq, d);
+                nl_tile_gemm(tl, dkg, ldk, dst, BQT, qb, dp, kend, d, nq, 1); /* dk += c·dsᵀ·Q */
+                nl_tile_pack_a(pt, BQT, s, Tp, 1, kend, nq);
+                nl_tile_pack_b(ob, dp, dob, ldq, 0, nq, d);
+                nl_tile_gemm(tl, dvg, ldk, pt, BQT, ob, dp, kend, d, nq, 1); /* dv += pᵀ·dO */
+            }
+        }
+    }
+    return 0;
+}
+
+void nl_attention_forward_range_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
+                                      const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window, int g0,
+                                      int g1) {
+    if (T > SMALL_T) {
+        if (fwd_tiles(tl, out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1)) fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
+        return;
+    }
+    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
+}
+
+void nl_attention_backward_range_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
+                                       const float *out, const float *lse, const float *q, const float *k, const float *v,
+                                       int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
+    if (T > SMALL_T) {
+        if (bwd_tiles(tl, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1))
+            bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
+        return;
+    }
     nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
 }

@@ -6,6 +6,7 @@
 
 #include "nn/layer.h"
 #include "nn/lora.h"
+#include "proj/amx.h"
 #include "nn/vecmath.h"
 #include "util/util.h"
 
@@ -64,6 +65,10 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
     }
     if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) { nl_runtime_free(rt); return -1; }
     rt->attn_bf16 = !strcmp(nl_proj_compute(svc), "bf16");
+    /* NL_AMX_NODES=off keeps the nodes on the vector paths under a tile service (to measure
+     * the nodes' share: docs/bench-proj.md) */
+    const char *nodes = getenv("NL_AMX_NODES");
+    rt->tiles = nodes && !strcmp(nodes, "off") ? NULL : nl_amx_tiles_of(nl_proj_compute(svc));
     if (m->arch == NL_ARCH_QWEN35) rt->gdn = gdn_shape(m);
     return 0;
 }

@@ -152,7 +152,7 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd;
         for (int i = 0, t0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
             int Ti = sp->seg_T[i];
-            TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o + t0 * qr, c->lse + (size_t)t0 * H,
+            TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
                                                                c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
                                                                window));
         }
@@ -170,7 +170,7 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         v = st->v[l];
         S = st->n_past + T;
     }
-    TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale, window));
+    TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale, window));
     return 0;
 }
 
@@ -230,7 +230,7 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     /* the sequence-local part: self-attention of the call's rows */
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
         size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
-        TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
+        TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
                                                             c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
                                                             nl_span_len(sp, i), H, Hkv, hd, hp->attn_scale, L->swa ? hp->n_swa : 0));
     }

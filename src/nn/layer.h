@@ -93,6 +93,7 @@ typedef struct nl_pass {
     const nl_adapter *save_u; /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
     int save_gdn;             /* recurrent layers keep the GDN cache for the backward */
     int attn_bf16;            /* attention through nl_attention_*_range_bf16 */
+    const struct nl_amx_tiles *tiles; /* non-NULL: attention through nl_attention_*_range_tiles */
     nl_graph_prof *prof;      /* NULL: no timing */
 } nl_pass;
 

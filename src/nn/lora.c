@@ -3,8 +3,16 @@
  * Tokens are processed in blocks of TB rows. Per call, Aᵀ [n_in][r] and Bᵀ [r][n_out] are packed
  * once so every rank-r product is a plain row-major GEMM (nl_gemm_acc) with unit-stride inner
  * loops. With dropout, the mask of a token block is regenerated from the RNG into scratch and
- * discarded at the end of the block: x ⊙ m never outlives the call. */
+ * discarded at the end of the block: x ⊙ m never outlives the call.
+ *
+ * On the tiles (L->tiles, nn/tiles.h) the same blocks (TB = 32 rows: one pair of A tiles, one
+ * 32-element step of a reduction over tokens) with every product a tile GEMM: per call A and B
+ * are packed as B operands in the orientation each product needs (Aᵀ, Bᵀ forward; B, A for du
+ * and dx), per block the activations as A rows; dA and dB take the transposed du and dy as A
+ * rows against x ⊙ m and s·u as pairs of tokens, in column panels, each element one chain over
+ * all T tokens. r = 16 is half a 32-element step (zero padded); r up to 32 costs the same. */
 #include "nn/lora.h"
+#include "nn/tiles.h"
 #include "nn/vecmath.h"
 #include "util/cpu.h"
 #include "util/rng.h"
@@ -115,12 +123,125 @@ NL_CLONES static const float *masked_rows(const nl_lora *L, int drop, const floa
     return xm;
 }
 
+/* ---- on the tiles ---- */
+
+#define PANEL 256 /* dA columns / dB rows per packed panel in the parameter products */
+
+/* u rows [nb][r] = xb·Aᵀ (xa: scratch for the packed rows, at: Aᵀ packed) */
+static void tile_u(const nl_lora *L, const uint32_t *at, const float *xb, int nb, uint16_t *xa, float *u) {
+    const int K = L->n_in, r = L->rank, Kp = nl_tile_up(K), rp = nl_tile_up(r);
+    nl_tile_pack_a(xa, Kp, xb, K, 0, nb, K);
+    nl_tile_gemm(L->tiles, u, r, xa, Kp, at, rp, nb, r, K, 0);
+}
+
+static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta,
+                          int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
+    const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
+    const size_t n_at = (size_t)Kp / 2 * rp, n_bt = (size_t)rp / 2 * Np, n_xa = (size_t)TB * Kp / 2, n_sa = (size_t)TB * rp / 2;
+    const size_t nx = drop ? 2 * (size_t)TB * K : 0;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bt + n_xa + n_sa) + sizeof(float) * (nx + 2 * (size_t)TB * r));
+    if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
+    uint32_t *at = buf, *bt = at + n_at;
+    uint16_t *xa = (uint16_t *)(bt + n_bt), *sa = xa + 2 * n_xa;
+    float *mb = (float *)(buf + n_at + n_bt + n_xa + n_sa), *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
+    nl_tile_pack_b(at, rp, A, K, 1, K, r); /* B[k][i] = A[i][k] */
+    nl_tile_pack_b(bt, Np, B, r, 1, r, N); /* B[i][o] = B[o][i] */
+    for (int t0 = ta; t0 < tb; t0 += TB) {
+        const int nb = tb - t0 < TB ? tb - t0 : TB;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
+        float *ur = u ? u + (int64_t)t0 * r : ub;
+        tile_u(L, at, xb, nb, xa, ur);
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        nl_tile_pack_a(sa, rp, su, r, 0, nb, r);
+        nl_tile_gemm(L->tiles, y + (int64_t)t0 * N, N, sa, rp, bt, Np, nb, N, r, accumulate);
+    }
+    return 0;
+}
+
+/* Phase 1 on the tiles (the contract of nl_lora_backward_rows). */
+static int lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
+                               const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch,
+                               int t0, int t1) {
+    const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
+    const int drop = L->dropout > 0.0f;
+    float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
+    const size_t n_at = u ? 0 : (size_t)Kp / 2 * rp, n_bb = (size_t)Np / 2 * rp, n_ba = (size_t)rp / 2 * Kp;
+    const size_t n_xa = (size_t)TB * (Kp > Np ? Kp : Np) / 2, n_sa = (size_t)TB * rp / 2;
+    const size_t nx = drop ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bb + n_ba + n_xa + n_sa) + sizeof(float) * (nx + (size_t)TB * r + 1));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+    uint32_t *at = buf, *bb = at + n_at, *ba = bb + n_bb;
+    uint16_t *xa = (uint16_t *)(ba + n_ba), *sa = xa + 2 * n_xa;
+    float *mb = (float *)(buf + n_at + n_bb + n_ba + n_xa + n_sa), *tmp = mb + (drop ? (size_t)TB * K : 0),
+          *ub = tmp + (drop ? (size_t)TB * K : 0);
+    if (!u) nl_tile_pack_b(at, rp, A, K, 1, K, r);
+    nl_tile_pack_b(bb, rp, B, r, 0, N, r); /* B[o][i] */
+    nl_tile_pack_b(ba, Kp, A, K, 0, r, K); /* A[i][k] */
+    for (int ta = t0; ta < t1; ta += TB) {
+        const int nb = t1 - ta < TB ? t1 - ta : TB;
+        const float *dyb = dy + (int64_t)ta * N;
+        float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
+        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *ur = u ? u + (int64_t)ta * r : ub;
+        if (!u) tile_u(L, at, xb, nb, xa, ub);
+        nl_tile_pack_a(xa, Np, dyb, N, 0, nb, N);
+        nl_tile_gemm(L->tiles, du, r, xa, Np, bb, rp, nb, r, N, 0);
+        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        if (!dx) continue;
+        float *dxb = dx + (int64_t)ta * K;
+        nl_tile_pack_a(sa, rp, du, r, 0, nb, r);
+        if (!drop) {
+            nl_tile_gemm(L->tiles, dxb, K, sa, rp, ba, Kp, nb, K, r, dx_accumulate);
+            continue;
+        }
+        nl_tile_gemm(L->tiles, tmp, K, sa, rp, ba, Kp, nb, K, r, 0);
+        const int64_t n = (int64_t)nb * K;
+        if (dx_accumulate)
+            for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
+        else
+            for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * mb[i];
+    }
+    return 0;
+}
+
+/* Phase 2 on the tiles: dA[:, c0..c1) += duᵀ·xm, dB[o0..o1) += dyᵀ·su, in panels of PANEL
+ * lines, each element one tile chain over all T tokens. */
+static int lora_bwd_params_tiles(const nl_lora *L, float *dA, float *dB, const float *dy, const float *xm, int T,
+                                 const float *du, const float *su, int c0, int c1, int o0, int o1) {
+    const int K = L->n_in, N = L->n_out, r = L->rank, Tp = nl_tile_up(T), rp = nl_tile_up(r);
+    const size_t n_dut = (size_t)rp * Tp / 2, n_sub = (size_t)Tp / 2 * rp, n_pb = (size_t)Tp / 2 * PANEL,
+                 n_pa = (size_t)PANEL * Tp / 2;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_dut + n_sub + n_pb + n_pa));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d, %d tokens)", K, N, r, T);
+    uint32_t *sub = buf, *pb = sub + n_sub;
+    uint16_t *dut = (uint16_t *)(pb + n_pb), *pa = dut + 2 * n_dut;
+    if (c1 > c0) {
+        nl_tile_pack_a(dut, Tp, du, r, 1, r, T); /* duᵀ [r][T] */
+        for (int c = c0; c < c1; c += PANEL) {
+            const int w = c1 - c < PANEL ? c1 - c : PANEL;
+            nl_tile_pack_b(pb, PANEL, xm + c, K, 0, T, w);
+            nl_tile_gemm(L->tiles, dA + c, K, dut, Tp, pb, PANEL, r, w, T, 1);
+        }
+    }
+    if (o1 > o0) {
+        nl_tile_pack_b(sub, rp, su, r, 0, T, r);
+        for (int o = o0; o < o1; o += PANEL) {
+            const int w = o1 - o < PANEL ? o1 - o : PANEL;
+            nl_tile_pack_a(pa, Tp, dy + o, N, 1, w, T); /* dy[:, o..o+w)ᵀ */
+            nl_tile_gemm(L->tiles, dB + (int64_t)o * r, r, pa, Tp, sub, rp, w, r, T, 1);
+        }
+    }
+    return 0;
+}
+
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
 NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
                     int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
+    if (L->tiles) return lora_fwd_tiles(L, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     const size_t nAT = (size_t)K * r, nBT = (size_t)r * N, nx = drop ? 2 * (size_t)TB * K : 0;
     float *buf = nl_thread_scratch(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r));
     if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
@@ -173,6 +294,14 @@ NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float 
     if (check(L, "backward")) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
+    if (L->tiles) { /* the two phases on one thread */
+        float *scr = nl_malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(L, T) + 1));
+        if (!scr) return -1;
+        int rc = nl_lora_backward_rows(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, NULL, scr, 0, T);
+        if (rc == 0) rc = nl_lora_backward_params(L, dA, dB, dy, x, T, scr, 0, K + N);
+        free(scr);
+        return rc;
+    }
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
     const size_t nsmall = 3 * (size_t)TB * r;      /* du, recomputed u, s·u */
@@ -224,6 +353,7 @@ NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const floa
                           int t1) {
     if (check(L, "backward")) return -1;
     if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
+    if (L->tiles) return lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
@@ -248,15 +378,17 @@ NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const floa
     return 0;
 }
 
-void nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
-                             const float *scratch, int j0, int j1) {
+int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
+                            const float *scratch, int j0, int j1) {
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const float *du = scratch, *su = du + (size_t)T * r;
     const float *xm = L->dropout > 0.0f ? su + (size_t)T * r : x;
     /* dA[:, c0..c1) += duᵀ · xm[:, c0..c1)   (one chain over all T tokens per element) */
     const int c0 = j0 < K ? j0 : K, c1 = j1 < K ? j1 : K;
-    if (c1 > c0) nl_gemm_tn(dA + c0, K, du, r, xm + c0, K, r, c1 - c0, T, 1);
     /* dB[o0..o1) += dy[:, o0..o1)ᵀ · su */
     const int o0 = (j0 > K ? j0 : K) - K, o1 = (j1 < K + N ? j1 : K + N) - K;
+    if (L->tiles) return lora_bwd_params_tiles(L, dA, dB, dy, xm, T, du, su, c0, c1, o0, o1);
+    if (c1 > c0) nl_gemm_tn(dA + c0, K, du, r, xm + c0, K, r, c1 - c0, T, 1);
     if (o1 > o0) nl_gemm_tn(dB + (int64_t)o0 * r, r, dy + o0, N, su, r, o1 - o0, r, T, 1);
+    return 0;
 }

@@ -26,11 +26,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct nl_amx_tiles;
 typedef struct {
     int n_in, n_out, rank; /* K, N, r */
     float scale;           /* s = alpha / rank */
     float dropout;         /* p in [0, 1) */
     uint64_t key;          /* dropout key (nl_lora_dropout_key); unused when dropout == 0 */
+    /* NULL: the rank-r products in FP32 (nl_gemm). Else on these tiles (proj/amx.h, real or
+     * emulated; nn/tiles.h): every product's operands rounded to BF16 (nearest even), FP32
+     * accumulation; the scalings, the mask and the adds in FP32 as above. The same split
+     * invariance (below) and the same accumulation contract; agrees with the FP32 products to
+     * BF16 accuracy. */
+    const struct nl_amx_tiles *tiles;
 } nl_lora;
 
 /* Key for the masks of one (seed, optimizer step, layer, projection). */
@@ -75,13 +82,14 @@ int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float
  *   phase 2, after phase 1 has finished every row, nl_lora_backward_params over [j0, j1) of
  *     the n_in + n_out parameter lines: dA's columns j < n_in and dB's rows j − n_in, each
  *     element one chain over all T tokens (never a reduction split across threads).
- * Together: the bits of nl_lora_backward_to for the same arguments (toks == NULL). */
+ * Together: the bits of nl_lora_backward_to for the same arguments (toks == NULL). Phase 2
+ * returns -1 + nl_err only on the tiles (out of memory for its packing scratch). */
 size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T);
 int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
                           const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
                           int t1);
-void nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
-                             const float *scratch, int j0, int j1);
+int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
+                            const float *scratch, int j0, int j1);
 
 /* Inference: y[T][n_out] += s · (x·Aᵀ)·Bᵀ, dropout off whatever L->dropout says. */
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T);

@@ -31,12 +31,14 @@ void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float 
 void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
 void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n);                   /* y += x */
 void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n);  /* y = a + b */
-/* Attention (kv heads split): nl_attention_forward_range / _backward_range, or their BF16
- * variants when bf16. Forward: k, v hold S >= T rows (the first S - T the past). window: the
- * sliding window (0 = none), nn.h. */
-void nl_par_attention_forward(nl_pool *pool, int bf16, float *out, float *lse, const float *q, const float *k,
+/* Attention (kv heads split): nl_attention_forward_range / _backward_range, their tile
+ * variants when tiles (nn.h; proj/amx.h's tile operations), else their BF16 variants when bf16.
+ * Forward: k, v hold S >= T rows (the first S - T the past). window: the sliding window
+ * (0 = none), nn.h. */
+struct nl_amx_tiles;
+void nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse, const float *q, const float *k,
                               const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window);
-void nl_par_attention_backward(nl_pool *pool, int bf16, float *dq, float *dk, float *dv, const float *dout,
+void nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v, int T,
                                int Hq, int Hkv, int d, float scale, int window);
 /* Cross-entropy of each row of z[T][V] on its own (rows split): row_loss[t] =

@@ -52,7 +52,7 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
     const nl_lora_tensor *t = &g->ad->t[e];
     return (nl_lora){.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank,
                      .scale = nl_adapter_scale(g->ad, e), .dropout = g->dropout,
-                     .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind)};
+                     .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind), .tiles = g->rt->tiles};
 }
 
 /* The LoRA branch of one projection as pool tasks (nn/lora.h's split API). Phase 0: FWD rows
@@ -76,8 +76,8 @@ static void lora_task(void *arg, int task, int n_tasks) {
     lora_job *j = arg;
     if (j->phase == 1) {
         const int64_t J = (int64_t)j->L->n_in + j->L->n_out;
-        nl_lora_backward_params(j->L, j->dA, j->dB, j->in, j->x, j->T, j->scr, (int)(J * task / n_tasks),
-                                (int)(J * (task + 1) / n_tasks));
+        j->rc[task] = nl_lora_backward_params(j->L, j->dA, j->dB, j->in, j->x, j->T, j->scr, (int)(J * task / n_tasks),
+                                              (int)(J * (task + 1) / n_tasks));
         return;
     }
     const int t0 = (int)((int64_t)j->T * task / n_tasks), t1 = (int)((int64_t)j->T * (task + 1) / n_tasks);
@@ -381,7 +381,7 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
     /* the layers (nn/layer.h): every cache kept for the backward (the GDN node's too), the LoRA
      * u rows of the adapter saved */
     nl_pass ps = {.rt = rt, .ws = a, .proj = pass_proj, .user = g, .save_u = g->ad, .save_gdn = 1, .attn_bf16 = rt->attn_bf16,
-                  .prof = g->prof};
+                  .tiles = rt->tiles, .prof = g->prof};
     for (int l = 0; l < nL; l++) {
         kmark[l] = nl_arena_top(a);
         if (nl_layer_cache_alloc(&ps, l, &sp, &caches[l])) goto done;

@@ -21,6 +21,7 @@
 #include "model/adapter.h"
 #include "model/model.h"
 #include "nn/forward.h"
+#include "proj/amx.h"
 #include "sys/mem.h"
 #include "train/budget.h"
 #include "model/quant.h"
@@ -386,7 +387,10 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     nl_desc_add(d, "wire", NL_KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
     char kern[256];
     nl_proj_describe(t->svc, kern, sizeof kern);
-    nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
+    if (t->rt.tiles) /* the nodes' products follow the service onto the tiles (nn/forward.h) */
+        nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s; attention and lora on %s tiles", kern, t->rt.tiles->name);
+    else
+        nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
     nl_desc_add(d, "model_path", NL_KV_INFO, "%s", o->model);
     nl_desc_add(d, "data_path", NL_KV_INFO, "%s", o->data);
 }
@@ -762,9 +766,12 @@ static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
         char kern[256];
         const int kn = nl_proj_describe(t->svc, kern, sizeof kern);
         const char *colon = kn > 0 ? strchr(kern, ':') : NULL; /* "host: ..." -> "..." */
-        fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, attention %s\n",
+        char nodes[64];
+        if (t->rt.tiles) snprintf(nodes, sizeof nodes, "attention and lora on %s tiles", t->rt.tiles->name);
+        else snprintf(nodes, sizeof nodes, "attention %s", t->rt.attn_bf16 ? "bf16" : "f32");
+        fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, %s\n",
                 o->proj.backend ? o->proj.backend : "ref", colon ? colon + 2 : "f32 compute", line, mem,
-                t->rt.sync ? "synchronous" : "LoRA overlapped with requests", t->rt.attn_bf16 ? "bf16" : "f32");
+                t->rt.sync ? "synchronous" : "LoRA overlapped with requests", nodes);
         if (o->proj.verbose) {
             char *table = nl_proj_plan_format_table(t->svc);
             if (table) fputs(table, o->progress);
