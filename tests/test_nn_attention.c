@@ -1,11 +1,15 @@
 /* nn/attention: the flash-style kernel against a naive float64 reference that materialises the
  * full score matrix. Forward (out and lse) with GQA and with a KV-cache past (S > T); backward
  * against float64 central finite differences at small sizes and against the float64 analytic
- * backward (itself checked by finite differences) at sizes that cross the block boundaries. */
+ * backward (itself checked by finite differences) at sizes that cross the block boundaries.
+ * The BF16 vector variant and the tile variant (nn/tiles.h) within the BF16 bound of both; the
+ * tile variant on the emulator also bit for bit against a plain C model of its arithmetic. */
 #include "nn/gemm_bf16.h"
 #include "nn/nn.h"
+#include "nn/vecmath.h"
 #include "proj/amx.h"
 #include "test.h"
+#include "tile_model.h"
 
 #include <stdint.h>
 
@@ -409,6 +413,140 @@ static void test_bf16(void) {
     test_bf16_small_t();
 }
 
+/* ---- the plain C model of the attention on the tiles (nn/attention.c's tile variant) ----
+ * Per query head and block of 32 queries: s = c·(Q·Kᵀ) and every other product as the tile
+ * model's chains (tile_model.h: BF16 inputs, one FP32 chain per element over the padded
+ * reduction), the row steps written out: masked keys −∞, the max, p = exp(s − max) with the
+ * library's exp and its 8 partial sums, O = P·V / Σp; backward: p = exp(c·s − lse),
+ * ds = p·(dp − D)·c, dq = ds·K, then dk, dv one chain per element over the query heads and
+ * blocks in order, each block's 32 queries a step. */
+#define MB 32
+static float m_qk(const float *a, const float *b, int d) { /* one element of a tile product over d */
+    float c = 0.0f;
+    for (int i = 0; i < (d + 31) / 32 * 32; i++) c = m_step(c, i < d ? m_bf16(a[i]) : 0, i < d ? m_bf16(b[i]) : 0);
+    return c;
+}
+static float m_row_sum(const float *p, int nv) { /* row_exp_sum's order */
+    float acc[NL_LANES] = {0}, tail = 0.0f;
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) acc[l] += p[j + l];
+    for (; j < nv; j++) tail += p[j];
+    return nl_lanes_sum(acc) + tail;
+}
+
+static void model_tiles_fwd(float *out, float *lse, const float *q, const float *k, const float *v, const shape *sh) {
+    const int T = sh->T, S = sh->S, Hq = sh->Hq, Hkv = sh->Hkv, d = sh->d, past = S - T, group = Hq / Hkv;
+    const float c = (float)sh->c;
+    float *p = malloc(sizeof(float) * ((size_t)S + 32));
+    for (int h = 0; h < Hq; h++) {
+        const int g = h / group;
+        for (int q0 = 0; q0 < T; q0 += MB) {
+            const int nq = T - q0 < MB ? T - q0 : MB, kend = past + q0 + nq;
+            for (int t = q0; t < q0 + nq; t++) {
+                const int nv = past + t + 1, lo = sh->w > 0 ? past + t - sh->w + 1 : 0;
+                const float *qt = q + ((int64_t)t * Hq + h) * d;
+                float mx = -INFINITY;
+                for (int j = 0; j < nv; j++) {
+                    p[j] = j < lo ? -INFINITY : m_qk(qt, k + ((int64_t)j * Hkv + g) * d, d);
+                    p[j] *= c;
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                for (int j = 0; j < nv; j++) p[j] = nl_fexp(p[j] - mx);
+                for (int j = nv; j < (kend + 31) / 32 * 32; j++) p[j] = 0.0f;
+                const float sum = m_row_sum(p, nv);
+                float *o = out + ((int64_t)t * Hq + h) * d;
+                for (int i = 0; i < d; i++) {
+                    float a = 0.0f;
+                    for (int j = 0; j < (kend + 31) / 32 * 32; j++)
+                        a = m_step(a, m_bf16(p[j]), j < S ? m_bf16(v[((int64_t)j * Hkv + g) * d + i]) : 0);
+                    o[i] = a;
+                }
+                nl_vscale(o, 1.0f / sum, d);
+                lse[(int64_t)t * Hq + h] = mx + logf(sum);
+            }
+        }
+    }
+    free(p);
+}
+
+static void model_tiles_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                            const float *q, const float *k, const float *v, const shape *sh) {
+    const int T = sh->T, Hq = sh->Hq, Hkv = sh->Hkv, d = sh->d, group = Hq / Hkv, Tp = (T + 31) / 32 * 32;
+    const float c = (float)sh->c;
+    float *P = calloc((size_t)MB * Tp, sizeof(float)), *DS = calloc((size_t)MB * Tp, sizeof(float));
+    for (int64_t i = 0; i < (int64_t)T * Hkv * d; i++) dk[i] = dv[i] = 0.0f;
+    for (int h = 0; h < Hq; h++) {
+        const int g = h / group;
+        for (int q0 = 0; q0 < T; q0 += MB) {
+            const int nq = T - q0 < MB ? T - q0 : MB, kend = q0 + nq;
+            memset(P, 0, sizeof(float) * (size_t)MB * Tp), memset(DS, 0, sizeof(float) * (size_t)MB * Tp);
+            for (int i = 0; i < nq; i++) {
+                const int t = q0 + i, lo = sh->w > 0 ? t - sh->w + 1 : 0;
+                const float *qt = q + ((int64_t)t * Hq + h) * d, *dot = dout + ((int64_t)t * Hq + h) * d;
+                float D;
+                nl_dot_rows(&D, dot, d, out + ((int64_t)t * Hq + h) * d, d, 1, d);
+                const float L = lse[(int64_t)t * Hq + h];
+                for (int j = 0; j <= t; j++) {
+                    const float sv = j < lo ? -INFINITY : m_qk(qt, k + ((int64_t)j * Hkv + g) * d, d);
+                    const float dp = m_qk(dot, v + ((int64_t)j * Hkv + g) * d, d);
+                    const float pv = nl_fexp(sv * c - L);
+                    P[i * Tp + j] = pv;
+                    DS[i * Tp + j] = pv * (dp - D) * c;
+                }
+                float *dqt = dq + ((int64_t)t * Hq + h) * d;
+                for (int e = 0; e < d; e++) {
+                    float a = 0.0f;
+                    for (int j = 0; j < (kend + 31) / 32 * 32; j++)
+                        a = m_step(a, m_bf16(DS[i * Tp + j]), j < T ? m_bf16(k[((int64_t)j * Hkv + g) * d + e]) : 0);
+                    dqt[e] = a;
+                }
+            }
+            for (int j = 0; j < kend; j++)
+                for (int e = 0; e < d; e++) {
+                    float *a = dk + ((int64_t)j * Hkv + g) * d + e, *b = dv + ((int64_t)j * Hkv + g) * d + e;
+                    for (int i = 0; i < MB; i++) {
+                        const int t = q0 + i;
+                        const float qv = i < nq ? q[((int64_t)t * Hq + h) * d + e] : 0.0f,
+                                    ov = i < nq ? dout[((int64_t)t * Hq + h) * d + e] : 0.0f;
+                        *a = m_step(*a, m_bf16(DS[i * Tp + j]), m_bf16(qv));
+                        *b = m_step(*b, m_bf16(P[i * Tp + j]), m_bf16(ov));
+                    }
+                }
+        }
+    }
+    free(P), free(DS);
+}
+
+/* The emulated tile attention against the model, bit for bit (forward; backward when S == T,
+ * from the tile forward's out and lse). */
+static void check_tiles_model(const shape *s, const char *name) {
+    float *q, *k, *v;
+    make_qkv(s, &q, &k, &v);
+    const int T = s->T, S = s->S, Hq = s->Hq, Hkv = s->Hkv, d = s->d;
+    const int64_t nq = (int64_t)T * Hq * d, nk = (int64_t)S * Hkv * d, nl = (int64_t)T * Hq;
+    float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *om = malloc(sizeof(float) * nq),
+          *lm = malloc(sizeof(float) * nl);
+    nl_attention_forward_range_tiles(&nl_amx_tiles_emu, out, lse, q, k, v, T, S, Hq, Hkv, d, (float)s->c, s->w, 0, Hkv);
+    model_tiles_fwd(om, lm, q, k, v, s);
+    CHECKF(memcmp(out, om, sizeof(float) * nq) == 0 && memcmp(lse, lm, sizeof(float) * nl) == 0,
+           "%s: tile forward not the model's bits", name);
+    if (S == T) {
+        float *dout = malloc(sizeof(float) * nq), *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk),
+              *dv = malloc(sizeof(float) * nk), *dqm = malloc(sizeof(float) * nq), *dkm = malloc(sizeof(float) * nk),
+              *dvm = malloc(sizeof(float) * nk);
+        nl_t_fill(dout, nq, 1.0);
+        nl_attention_backward_range_tiles(&nl_amx_tiles_emu, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, (float)s->c,
+                                          s->w, 0, Hkv);
+        model_tiles_bwd(dqm, dkm, dvm, dout, out, lse, q, k, v, s);
+        CHECKF(memcmp(dq, dqm, sizeof(float) * nq) == 0, "%s: tile dq not the model's bits", name);
+        CHECKF(memcmp(dk, dkm, sizeof(float) * nk) == 0 && memcmp(dv, dvm, sizeof(float) * nk) == 0,
+               "%s: tile dk/dv not the model's bits", name);
+        free(dout), free(dq), free(dk), free(dv), free(dqm), free(dkm), free(dvm);
+    }
+    free(q), free(k), free(v), free(out), free(lse), free(om), free(lm);
+}
+
 /* The tile kernels (nn/tiles.h) on the emulator — and the real instructions where this CPU has
  * usable AMX — with the BF16 checks and bounds: against the float64 forward and the float64
  * analytic backward, not the FP32 call's bits, kv heads split the same bits. Query counts not
@@ -470,6 +608,11 @@ int main(void) {
     test_layout();
     test_bf16();
     test_tiles(&nl_amx_tiles_emu);
+    check_tiles_model(&(shape){45, 45, 4, 2, 64, 0.125, 0}, "model T=45 d=64 gqa2");
+    check_tiles_model(&(shape){70, 70, 2, 1, 13, 0.4, 20}, "model T=70 d=13 window 20");
+    check_tiles_model(&(shape){37, 37, 1, 1, 256, 1.0 / 16.0, 0}, "model T=37 d=256");
+    check_tiles_model(&(shape){60, 75, 4, 2, 32, 0.2, 30}, "model past S=75 T=60 window 30");
+    check_tiles_model(&(shape){33, 33, 2, 2, 128, 1.0 / sqrt(128.0), 0}, "model T=33 d=128");
     if (nl_amx_tiles_of("amx")) test_tiles(nl_amx_tiles_of("amx"));
     else printf("no usable AMX here: the tile attention ran on the emulator only\n");
     return nl_t_done();

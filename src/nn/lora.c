@@ -123,6 +123,14 @@ NL_CLONES static const float *masked_rows(const nl_lora *L, int drop, const floa
     return xm;
 }
 
+/* dx (+)= (du·A) ⊙ m, with du·A in tmp (n elements) */
+NL_CLONES static void add_masked(float *dxb, const float *tmp, const float *m, int64_t n, int accumulate) {
+    if (accumulate)
+        for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * m[i];
+    else
+        for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * m[i];
+}
+
 /* ---- on the tiles ---- */
 
 #define PANEL 256 /* dA columns / dB rows per packed panel in the parameter products */
@@ -196,11 +204,7 @@ static int lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B,
             continue;
         }
         nl_tile_gemm(L->tiles, tmp, K, sa, rp, ba, Kp, nb, K, r, 0);
-        const int64_t n = (int64_t)nb * K;
-        if (dx_accumulate)
-            for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * mb[i];
-        else
-            for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * mb[i];
+        add_masked(dxb, tmp, mb, (int64_t)nb * K, dx_accumulate);
     }
     return 0;
 }
@@ -267,12 +271,8 @@ NL_CLONES static void dx_rows(const nl_lora *L, const float *A, const float *du,
         nl_gemm(dxb, K, du, r, A, K, nb, K, r, accumulate);
         return;
     }
-    const int64_t n = (int64_t)nb * K;
     nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
-    if (accumulate)
-        for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * m[i];
-    else
-        for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * m[i];
+    add_masked(dxb, tmp, m, (int64_t)nb * K, accumulate);
 }
 
 int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
