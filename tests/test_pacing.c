@@ -98,6 +98,7 @@ static void test_battery_hysteresis(void) {
     CHECK(p.paused_seconds == 40.0);
     CHECK(fc.t == 140.0 && fc.sleeps == 4);
     CHECK(n_logs == 4);
+    CHECK(p.pause_kinds == NL_PAUSE_BATTERY);
     CHECK(strcmp(logs[0], "paused: battery 40.0 °C") == 0);
     CHECK(strcmp(logs[1], "resumed after 30.0 s") == 0);
     CHECK(strcmp(logs[2], "paused: battery 40.5 °C") == 0);
@@ -113,11 +114,15 @@ static void test_status_and_battery(void) {
     nl_pacer p;
     setup(&p, &fc, &sc, 0);
     CHECK(nl_pacer_check(&p) == 0 && sc.reads == 1);
-    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 2);
-    /* status 2 pauses; (1, 39) is not cool (battery above 38); (1, 38) is */
+    CHECK(nl_pacer_check(&p) == 0 && sc.reads == 2 && p.pause_kinds == 0);
+    /* status 2 pauses; (1, 39) is not cool (battery above 38); (1, 38) is: a thermal pause
+     * (the battery that held it is no cause) */
     CHECK(nl_pacer_check(&p) == 0 && sc.reads == 5);
+    CHECK(p.pause_kinds == NL_PAUSE_THERMAL);
+    p.pause_kinds = 0;
     /* (3, 41) pauses; (2, 30) not cool (status); (0, 30) cool */
     CHECK(nl_pacer_check(&p) == 0 && sc.reads == 8);
+    CHECK(p.pause_kinds == (NL_PAUSE_THERMAL | NL_PAUSE_BATTERY));
     /* (1, 39.5): within both hysteresis bands, keeps running */
     CHECK(nl_pacer_check(&p) == 0 && sc.reads == 9);
     CHECK(p.n_pauses == 2 && p.paused_seconds == 40.0);
@@ -128,6 +133,16 @@ static void test_status_and_battery(void) {
     CHECK(strcmp(logs[3], "resumed after 20.0 s") == 0);
     CHECK(p.have_status && p.status == 1 && p.have_battery && p.battery_c == 39.5f);
     nl_pacer_free(&p);
+}
+
+/* The kinds' names (the log rows' "pause_kind") and back. */
+static void test_kind_names(void) {
+    CHECK(nl_pause_kind_name(0) == NULL && !strcmp(nl_pause_kind_name(NL_PAUSE_THERMAL), "thermal") &&
+          !strcmp(nl_pause_kind_name(NL_PAUSE_BATTERY), "battery") &&
+          !strcmp(nl_pause_kind_name(NL_PAUSE_THERMAL | NL_PAUSE_BATTERY), "thermal+battery") && nl_pause_kind_name(4) == NULL);
+    for (unsigned k = 1; k < 4; k++) CHECK(nl_pause_kind_parse(nl_pause_kind_name(k)) == k);
+    CHECK(nl_pause_kind_parse("cold") == 0 && nl_pause_kind_parse("") == 0 && nl_pause_kind_parse(NULL) == 0 &&
+          nl_pause_kind_parse("battery+thermal") == 0);
 }
 
 static void test_intervals_and_off(void) {
@@ -432,6 +447,7 @@ int main(void) {
     if (!mkdtemp(root)) return 1;
     test_battery_hysteresis();
     test_status_and_battery();
+    test_kind_names();
     test_intervals_and_off();
     test_signals();
     test_files();

@@ -112,7 +112,7 @@ static void test_full(void) {
     CHECKF(strstr(h, want), "%s", want);
     snprintf(want, sizeof want, "<tr><th>tokens/s</th><td>%.0f (paused time excluded)</td></tr>", tokens / active);
     CHECKF(strstr(h, want), "%s", want);
-    CHECK(strstr(h, "9.0 s paused in 3 steps"));
+    CHECK(strstr(h, "9.0 s paused in 3 steps;") && strstr(h, ">paused (thermal/battery)</text>")); /* no pause_kind: none said */
     CHECK(strstr(h, "6 evaluations, 7.5 s; best loss"));
     CHECK(strstr(h, "No run.json given"));
     free(h);
@@ -133,6 +133,38 @@ static void test_full(void) {
     }
     CHECKF(len < 600000, "%zu bytes", len);
     free(h);
+}
+
+/* The pause kind of the step rows (pause_kind): in the band's tooltip, the legend and the
+ * facts; a log from before it says none (test_full: "paused (thermal/battery)"). */
+static void test_pause_kinds(void) {
+    static const char *const kinds[] = {"\"pause_kind\": \"thermal\", ", "\"pause_kind\": \"battery\", ", "", "\"pause_kind\": \"thermal+battery\", "};
+    for (int v = 0; v < 3; v++) {
+        FILE *f = fopen(at("kinds.jsonl"), "w");
+        for (int s = 1; s <= 8; s++) {
+            /* v 0: thermal in 2, battery in 5, both in 7; v 1: thermal only; v 2: 5 says nothing */
+            int k = s == 2 ? 0 : s == 5 ? (v == 0 ? 1 : v == 1 ? 0 : 2) : s == 7 ? (v == 1 ? 0 : 3) : -1;
+            if (v == 2 && s == 7) k = 0;
+            fprintf(f, "{\"step\": %d, \"loss\": %g, \"tokens\": 100, \"seconds\": %s, \"paused_seconds\": %s, %s\"lr\": 0.001}\n", s, 3.0 - 0.1 * s,
+                    k >= 0 ? "2.5" : "0.5", k >= 0 ? "2.0" : "0", k >= 0 ? kinds[k] : "");
+        }
+        fclose(f);
+        char *h = report(at("kinds.jsonl"), NULL, at("kinds.html"));
+        CHECK(h != NULL);
+        if (!h) continue;
+        CHECK(strstr(h, "<title>paused 2.0 s in step 2 (thermal)</title>"));
+        if (v == 0) {
+            CHECK(strstr(h, "<title>paused 2.0 s in step 5 (battery)</title>") && strstr(h, "<title>paused 2.0 s in step 7 (thermal+battery)</title>"));
+            CHECK(strstr(h, ">paused (thermal, battery)</text>") && !strstr(h, "paused (thermal/battery)"));
+            CHECKF(strstr(h, "6.0 s paused in 3 steps (thermal in 2, battery in 2)"), "the facts' kinds");
+        } else if (v == 1) {
+            CHECK(strstr(h, ">paused (thermal)</text>") && strstr(h, "paused in 3 steps (thermal in 3, battery in 0)"));
+        } else {
+            /* a pause that says nothing: the legend as before, its tooltip without a kind */
+            CHECK(strstr(h, "<title>paused 2.0 s in step 5</title>") && strstr(h, ">paused (thermal/battery)</text>"));
+        }
+        free(h);
+    }
 }
 
 static void test_without_validation(void) {
@@ -214,6 +246,9 @@ static void test_bad_input(void) {
     CHECK(nl_report_write(&o, at("m.html")) != 0 && strstr(nl_last_error(), "missing.jsonl"));
     o.log = dir;
     CHECK(nl_report_write(&o, at("m.html")) != 0 && strstr(nl_last_error(), "directory"));
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"paused_seconds\": 0.2, \"pause_kind\": \"cold\"}\n",
+               "bad.jsonl:1:90: \"pause_kind\" is another string, expected \"thermal\", \"battery\" or \"thermal+battery\"");
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"pause_kind\": 2}\n", "bad.jsonl:1:67: \"pause_kind\" is a number, expected");
 }
 
 static void test_settings(void) {
@@ -323,6 +358,7 @@ static void test_cli(void) {
 int main(void) {
     if (nl_t_tmpdir(dir, sizeof dir, "report")) return 1;
     test_full();
+    test_pause_kinds();
     test_without_validation();
     test_bad_input();
     test_settings();

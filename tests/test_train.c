@@ -719,6 +719,15 @@ static void test_pacing(const char *model, const char *data) {
     /* no tight timing bounds: the machine may be loaded (the status is hot for 0.5 s) */
     CHECKF(r.paused_seconds > 0.05 && r.paused_seconds < 30.0, "paused %.3f s (status hot for 0.5 s)", r.paused_seconds);
     CHECKF(fabs(sum - r.paused_seconds) < 1e-3 && paused_steps >= 1, "log paused_seconds sum %.4f over %d steps", sum, paused_steps);
+    /* the paused steps' rows say why (the status file: thermal), the others say nothing */
+    char *lt = nl_t_slurp(log, NULL);
+    int n_kind = 0, n_other = 0;
+    for (const char *q = lt; q && (q = strstr(q, "\"pause_kind\": ")); q++) {
+        n_kind++;
+        n_other += strncmp(q + 14, "\"thermal\"", 9) != 0;
+    }
+    free(lt);
+    CHECKF(n_kind == paused_steps && n_other == 0, "%d rows with pause_kind (%d not thermal), %d paused steps", n_kind, n_other, paused_steps);
     fflush(prog);
     long sz = ftell(prog);
     char *text = calloc(1, (size_t)sz + 1);

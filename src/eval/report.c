@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "sys/pacing.h"
 #include "util/json.h"
 #include "util/util.h"
 
@@ -19,6 +20,7 @@ typedef struct {
     int64_t step, tokens;
     double loss, seconds, service, paused, lr, gnorm, joules;
     unsigned has;
+    unsigned pause_kind; /* NL_PAUSE_* ("pause_kind"; 0: not said, a log from before it was) */
     double t0; /* the run's clock at the step's start, seconds (steps, pauses and evaluations) */
 } step_row;
 
@@ -104,6 +106,10 @@ static int read_step(run_log *l, int line, const nl_json *row) {
     r.has |= h ? HAS_SVC : 0;
     if (row_num(l, line, "a step", row, "paused_seconds", 0, 0, &r.paused, &h)) return -1;
     r.has |= h ? HAS_PAUSED : 0;
+    const nl_json *pk = nl_json_get(row, "pause_kind");
+    if (pk && !(nl_json_is_string(pk) && (r.pause_kind = nl_pause_kind_parse(pk->u.str.s)) != 0))
+        return nl_err("%s:%d:%zu: \"pause_kind\" is %s, expected \"thermal\", \"battery\" or \"thermal+battery\"", l->path, line, pk->offset + 1,
+                      nl_json_is_string(pk) ? "another string" : kind_of(pk));
     if (row_num(l, line, "a step", row, "lr", 0, 0, &r.lr, &h)) return -1;
     r.has |= h ? HAS_LR : 0;
     if (row_num(l, line, "a step", row, "grad_norm", 0, 0, &r.gnorm, &h)) return -1;
@@ -272,6 +278,7 @@ typedef struct {
 typedef struct {
     double x0, x1;
     const char *cls; /* "pause" or "eval" */
+    unsigned kind;   /* a pause's NL_PAUSE_* (0: not said) */
     char tip[96];
 } band;
 
@@ -441,13 +448,25 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         SB(b, "</text>");
         lx += 32 + 6.3 * (double)strlen(c->s[i].label);
     }
+    /* the pauses' kinds in the legend when every pause says it (older logs do not) */
+    unsigned kinds = 0;
+    int unsaid = 0;
+    for (int i = 0; i < c->nb; i++)
+        if (!strcmp(c->b[i].cls, "pause")) {
+            kinds |= c->b[i].kind;
+            unsaid |= !c->b[i].kind;
+        }
+    const char *pause_what = unsaid || !kinds ? "paused (thermal/battery)"
+                             : kinds == NL_PAUSE_THERMAL ? "paused (thermal)"
+                             : kinds == NL_PAUSE_BATTERY ? "paused (battery)"
+                                                         : "paused (thermal, battery)";
     int seen_pause = 0, seen_eval = 0;
     for (int i = 0; i < c->nb; i++) {
         int pause = !strcmp(c->b[i].cls, "pause");
         if (pause ? seen_pause : seen_eval) continue;
         if (pause) seen_pause = 1;
         else seen_eval = 1;
-        const char *what = pause ? "paused (thermal/battery)" : "validation";
+        const char *what = pause ? pause_what : "validation";
         sb_printf(b, "<rect class=\"band %s\" x=\"%.0f\" y=\"9\" width=\"14\" height=\"10\"/><text x=\"%.0f\" y=\"18\">%s</text>", c->b[i].cls, lx,
                   lx + 19, what);
         lx += 32 + 6.3 * (double)strlen(what);
@@ -541,7 +560,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     /* what the rows hold */
     unsigned any = 0;
     double tokens = 0, secs = 0, paused = 0, svc = 0, joules = 0, eval_s = 0;
-    int n_paused = 0, n_acc = 0;
+    int n_paused = 0, n_acc = 0, n_thermal = 0, n_battery = 0;
     for (int i = 0; i < ns; i++) {
         any |= s[i].has;
         tokens += (double)s[i].tokens;
@@ -550,6 +569,8 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         svc += s[i].service;
         joules += s[i].joules;
         n_paused += s[i].paused > 0;
+        n_thermal += s[i].paused > 0 && (s[i].pause_kind & NL_PAUSE_THERMAL);
+        n_battery += s[i].paused > 0 && (s[i].pause_kind & NL_PAUSE_BATTERY);
     }
     int best = -1, best_acc = -1;
     for (int i = 0; i < ne; i++) {
@@ -599,7 +620,10 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
             bd->x0 = s[i].t0 / per;
             bd->x1 = (s[i].t0 + s[i].paused) / per;
             bd->cls = "pause";
-            snprintf(bd->tip, sizeof bd->tip, "paused %.1f s in step %lld", s[i].paused, (long long)s[i].step);
+            bd->kind = s[i].pause_kind;
+            const char *kn = nl_pause_kind_name(s[i].pause_kind);
+            snprintf(bd->tip, sizeof bd->tip, "paused %.1f s in step %lld%s%s%s", s[i].paused, (long long)s[i].step, kn ? " (" : "", kn ? kn : "",
+                     kn ? ")" : "");
         }
     }
     for (int i = 0; i < ne; i++) {
@@ -725,7 +749,9 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     fmt_dur(d1, sizeof d1, secs);
     fmt_dur(d2, sizeof d2, paused);
     fmt_dur(d3, sizeof d3, active);
-    fact(b, "training time", "%s (%s paused in %d steps; %s not paused)", d1, d2, n_paused, d3);
+    char why[64] = "";
+    if (n_thermal || n_battery) snprintf(why, sizeof why, " (thermal in %d, battery in %d)", n_thermal, n_battery);
+    fact(b, "training time", "%s (%s paused in %d steps%s; %s not paused)", d1, d2, n_paused, why, d3);
     fact(b, "tokens/s", "%.0f (paused time excluded)", active > 0 ? tokens / active : 0);
     fact(b, "loss", "%.4f at step %lld, %.4f at step %lld", s[0].loss, (long long)s[0].step, s[ns - 1].loss, (long long)s[ns - 1].step);
     if (ne) {

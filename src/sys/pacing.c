@@ -480,6 +480,16 @@ static void NL_PRINTF(2, 3) logf_(nl_pacer *p, const char *fmt, ...) {
     p->cfg.log(p->cfg.log_ctx, msg);
 }
 
+static const char *const pause_names[] = {NULL, "thermal", "battery", "thermal+battery"};
+
+const char *nl_pause_kind_name(unsigned kinds) { return kinds < 4 ? pause_names[kinds] : NULL; }
+
+unsigned nl_pause_kind_parse(const char *name) {
+    for (unsigned k = 1; name && k < 4; k++)
+        if (!strcmp(name, pause_names[k])) return k;
+    return 0;
+}
+
 int nl_pacer_check(nl_pacer *p) {
     if (!p->cfg.enabled) return 0;
     double t0 = p->cfg.now(p->cfg.clock_ctx);
@@ -496,6 +506,7 @@ int nl_pacer_check(nl_pacer *p) {
     else
         logf_(p, "paused: battery %.1f °C", (double)p->battery_c);
     p->n_pauses++;
+    p->pause_kinds |= (hot_s ? NL_PAUSE_THERMAL : 0u) | (hot_b ? NL_PAUSE_BATTERY : 0u);
     double start = p->last_read;
     for (;;) {
         if (p->cfg.should_stop && p->cfg.should_stop(p->cfg.stop_ctx)) {

@@ -99,7 +99,16 @@ typedef struct {
     /* statistics */
     double paused_seconds; /* total time spent paused */
     long n_pauses;         /* pause transitions */
+    unsigned pause_kinds;  /* NL_PAUSE_* of the readings that started a pause, or-ed since the
+                              caller last zeroed it (the trainer: at each step's start) */
 } nl_pacer;
+
+/* What started a pause: thermal status >= pause_status, battery >= pause_battery_c. */
+enum { NL_PAUSE_THERMAL = 1, NL_PAUSE_BATTERY = 2 };
+/* "thermal", "battery", "thermal+battery" (the --log-json step rows' "pause_kind"); NULL for 0. */
+const char *nl_pause_kind_name(unsigned kinds);
+/* The kinds a name of nl_pause_kind_name stands for; 0 for any other text. */
+unsigned nl_pause_kind_parse(const char *name);
 
 /* enabled 1, status 2/1, battery 40/38 °C, check 1 s, poll 5 s, real clock, no log. */
 void nl_pacer_defaults(nl_pacer_cfg *cfg);

@@ -1030,6 +1030,7 @@ typedef struct {
 
 static void mark_step(nl_trainer *t, step_mark *mk) {
     mk->paused0 = t->pacer.paused_seconds;
+    t->pacer.pause_kinds = 0; /* what pauses this step: its log row's pause_kind */
     mk->t0 = nl_now();
     mk->j0 = 0;
     mk->have_j = nl_energy_available(t->en) && !t->energy_failing && nl_energy_read(t->en, &mk->j0) == 0;
@@ -1109,6 +1110,8 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
         fprintf(t->log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
                         "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
                 step, so->loss, (long long)so->n_tokens, (long long)so->n_targets, dt, svc_s, paused_s, so->lr, so->gnorm);
+        const char *pk = paused_s > 0 ? nl_pause_kind_name(t->pacer.pause_kinds) : NULL;
+        if (pk) fprintf(t->log, ", \"pause_kind\": \"%s\"", pk);
         if (t->mezo) fprintf(t->log, ", \"projected_grad\": %.17g", so->pgrad);
         if (have_j)
             fprintf(t->log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - mk->j0,
