@@ -131,6 +131,46 @@ static inline int nl_t_wait(pid_t pid) {
 static inline int nl_t_run(const char *const *argv, const char *err_path, const char *out_path) {
     return nl_t_wait(nl_t_spawn(argv, err_path, out_path));
 }
+/* A command line built up for nl_t_run (the tests that drive the CLI binary): nl_t_arg
+ * appends a string (kept by pointer), nl_t_argi a flag and its number (kept in the struct),
+ * nl_t_set replaces the value after a flag already there; v stays NULL-terminated. */
+typedef struct {
+    const char *v[96];
+    int n;
+    char num[16][24];
+    int nn;
+} nl_t_args;
+static inline void nl_t_arg(nl_t_args *a, const char *s) {
+    if (a->n < 94) a->v[a->n++] = s;
+    a->v[a->n] = NULL;
+}
+static inline void nl_t_argi(nl_t_args *a, const char *flag, long long v) {
+    if (a->nn >= 16) return;
+    nl_t_arg(a, flag);
+    snprintf(a->num[a->nn], sizeof a->num[0], "%lld", v);
+    nl_t_arg(a, a->num[a->nn++]);
+}
+static inline void nl_t_set(nl_t_args *a, const char *flag, const char *value) {
+    for (int i = 0; i + 1 < a->n; i++)
+        if (!strcmp(a->v[i], flag)) a->v[i + 1] = value;
+}
+static inline int nl_t_args_run(const nl_t_args *a, const char *err_path) { return nl_t_run(a->v, err_path, NULL); }
+#ifdef NL_CLI
+/* `nightlora train` on a tiny model the way the CLI tests run it: rank 4, dropout 0.1,
+ * 48-token batches, the host backend on 2 threads, no pacing; the caller adds the rest. */
+static inline void nl_t_train_args(nl_t_args *a, const char *model, const char *data, const char *out) {
+    a->n = a->nn = 0;
+    static const char *const fixed[] = {"--batch-tokens", "48", "--rank", "4", "--dropout", "0.1", "--backend", "host",
+                                        "--threads", "2", "--thermal", "off", NULL};
+    nl_t_arg(a, NL_CLI);
+    nl_t_arg(a, "train");
+    nl_t_arg(a, "--model"); nl_t_arg(a, model);
+    nl_t_arg(a, "--data"); nl_t_arg(a, data);
+    nl_t_arg(a, "--out"); nl_t_arg(a, out);
+    for (const char *const *f = fixed; *f; f++) nl_t_arg(a, *f);
+}
+#endif
+
 /* A fresh scratch directory /tmp/nl_<name>_<pid> (an old one removed) into buf; 0 or -1. */
 #include <unistd.h>
 static inline int nl_t_tmpdir(char *buf, size_t cap, const char *name) {

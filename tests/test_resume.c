@@ -30,65 +30,17 @@ static char tmp[256], model[512], data[512], status_file[512];
 
 /* ---- running the CLI ---- */
 
-typedef struct {
-    const char *v[64];
-    int n;
-} args;
-
-static void arg(args *a, const char *s) {
-    if (a->n < 62) a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-}
-
 /* The shared configuration: shuffle on (default), dropout on, commits every 3 steps, two
  * epochs (so a run crosses an epoch boundary). */
-static void base_args(args *a, const char *out, const char *ckdir, const char *log) {
-    a->n = 0;
-    arg(a, NL_CLI);
-    arg(a, "train");
-    arg(a, "--model"); arg(a, model);
-    arg(a, "--data"); arg(a, data);
-    arg(a, "--out"); arg(a, out);
-    arg(a, "--epochs"); arg(a, "2");
-    arg(a, "--batch-tokens"); arg(a, "48");
-    arg(a, "--rank"); arg(a, "4");
-    arg(a, "--dropout"); arg(a, "0.1");
-    arg(a, "--lr"); arg(a, "3e-3");
-    arg(a, "--warmup"); arg(a, "2");
-    arg(a, "--backend"); arg(a, "host");
-    arg(a, "--threads"); arg(a, "2");
-    arg(a, "--thermal"); arg(a, "off");
-    arg(a, "--commit-every"); arg(a, "3");
-    if (ckdir) { arg(a, "--checkpoint-dir"); arg(a, ckdir); }
-    if (log) { arg(a, "--log-json"); arg(a, log); }
+static void base_args(nl_t_args *a, const char *out, const char *ckdir, const char *log) {
+    nl_t_train_args(a, model, data, out);
+    nl_t_arg(a, "--epochs"); nl_t_arg(a, "2");
+    nl_t_arg(a, "--lr"); nl_t_arg(a, "3e-3");
+    nl_t_arg(a, "--warmup"); nl_t_arg(a, "2");
+    nl_t_arg(a, "--commit-every"); nl_t_arg(a, "3");
+    if (ckdir) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ckdir); }
+    if (log) { nl_t_arg(a, "--log-json"); nl_t_arg(a, log); }
 }
-
-static pid_t spawn(const args *a, const char *errpath) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *e = freopen(errpath, "w", stderr);
-        (void)e;
-        FILE *o = freopen("/dev/null", "w", stdout);
-        (void)o;
-        execv(a->v[0], (char *const *)a->v);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Exit status, or 128 + signal. */
-static int wait_rc(pid_t pid) {
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -1;
-    if (WIFEXITED(st)) return WEXITSTATUS(st);
-    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
-    return -1;
-}
-
-static int run(const args *a, const char *errpath) { return wait_rc(spawn(a, errpath)); }
 
 /* ---- files ---- */
 
@@ -201,13 +153,13 @@ static void test_reference(void) {
     snprintf(ref_log, sizeof ref_log, "%s/ref.jsonl", tmp);
     snprintf(ck, sizeof ck, "%s/ck_ref", tmp);
     snprintf(err, sizeof err, "%s/ref.err", tmp);
-    args a;
+    nl_t_args a;
     base_args(&a, ref_out, ck, ref_log);
     double t0 = nl_now();
-    pid_t pid = spawn(&a, err);
+    pid_t pid = nl_t_spawn(a.v, err, NULL);
     while (!nl_t_file_has(err, "training ") && nl_now() - t0 < 30) nl_t_sleep(0.001);
     double t1 = nl_now();
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     REF_SECONDS = nl_now() - t0;
     LOOP_SECONDS = nl_now() - t1;
     CHECKF(rc == 0, "reference run exited %d", rc);
@@ -227,7 +179,7 @@ static void test_reference(void) {
     snprintf(log2, sizeof log2, "%s/ref2.jsonl", tmp);
     snprintf(ck2, sizeof ck2, "%s/ck_ref2", tmp);
     base_args(&a, out2, ck2, log2);
-    CHECK(run(&a, err) == 0);
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(nl_t_same_file(ref_out, out2));
     steplog L;
     read_log(log2, &L);
@@ -240,10 +192,10 @@ static void test_reference(void) {
 static void finish_and_compare(const char *ck, const char *out, const char *log, const char *what) {
     char err[512];
     snprintf(err, sizeof err, "%s/%s.err", tmp, what);
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    arg(&a, "--resume");
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--resume");
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "%s: final resume exited %d", what, rc);
     CHECKF(nl_t_same_file(ref_out, out), "%s: adapter differs from the uninterrupted run", what);
     steplog L;
@@ -262,12 +214,12 @@ static void test_clean_stops(void) {
     static const char *const stops[] = {"2", "3", "1"};
     int expect = 0;
     for (int i = 0; i < 3; i++) {
-        args a;
+        nl_t_args a;
         base_args(&a, out, ck, log);
-        if (i) arg(&a, "--resume");
-        arg(&a, "--stop-after");
-        arg(&a, stops[i]);
-        int rc = run(&a, err);
+        if (i) nl_t_arg(&a, "--resume");
+        nl_t_arg(&a, "--stop-after");
+        nl_t_arg(&a, stops[i]);
+        int rc = nl_t_args_run(&a, err);
         expect += atoi(stops[i]);
         CHECKF(rc == 0, "stop %d exited %d", i, rc);
         CHECKF(newest_commit(ck) == expect, "after stop %d: newest commit %d, expected %d", i, newest_commit(ck), expect);
@@ -287,10 +239,10 @@ static void test_corrupt_commit(void) {
     snprintf(out, sizeof out, "%s/corrupt.gguf", tmp);
     snprintf(log, sizeof log, "%s/corrupt.jsonl", tmp);
     snprintf(err, sizeof err, "%s/corrupt.err", tmp);
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    arg(&a, "--stop-after"); arg(&a, "6");
-    CHECK(run(&a, err) == 0 && newest_commit(ck) == 6);
+    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "6");
+    CHECK(nl_t_args_run(&a, err) == 0 && newest_commit(ck) == 6);
     snprintf(cfile, sizeof cfile, "%s/commit-6.nlck", ck);
     FILE *f = fopen(cfile, "r+b");
     CHECK(f != NULL);
@@ -301,9 +253,9 @@ static void test_corrupt_commit(void) {
     fputc(c ^ 0x10, f);
     fclose(f);
     base_args(&a, out, ck, log);
-    arg(&a, "--resume");
-    arg(&a, "--stop-after"); arg(&a, "1");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--resume");
+    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "1");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECKF(nl_t_file_has(err, "warning: ") && nl_t_file_has(err, "checksum") && nl_t_file_has(err, "at step 3/"), "no warning / not resumed from commit 3");
     finish_and_compare(ck, out, log, "corrupt commit");
 }
@@ -316,14 +268,14 @@ static void test_kill_after_commit(int k) {
     snprintf(out, sizeof out, "%s/%s.gguf", tmp, name);
     snprintf(log, sizeof log, "%s/%s.jsonl", tmp, name);
     snprintf(err, sizeof err, "%s/%s.err", tmp, name);
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    pid_t pid = spawn(&a, err);
+    pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (newest_commit(ck) < 3 * k && nl_now() - t0 < 30) nl_t_sleep(0.0005);
     nl_t_sleep(1.5 * STEP_SECONDS); /* into the step after the next: one step to replay */
     kill(pid, SIGKILL);
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     int at = newest_commit(ck);
     steplog L;
     read_log(log, &L);
@@ -350,15 +302,15 @@ static void test_random_kills(void) {
         if (room < 1) break;
         int target = from + 1 + (int)((0.5 + 0.5 * nl_t_rand()) * room) % room;
         double frac = 0.5 + 0.5 * nl_t_rand();
-        args a;
+        nl_t_args a;
         base_args(&a, out, ck, log);
-        if (i) arg(&a, "--resume");
-        pid_t pid = spawn(&a, err);
+        if (i) nl_t_arg(&a, "--resume");
+        pid_t pid = nl_t_spawn(a.v, err, NULL);
         double t0 = nl_now();
         while (nl_t_count_lines(log) < target && nl_now() - t0 < 30) nl_t_sleep(0.0003);
         nl_t_sleep(frac * STEP_SECONDS);
         kill(pid, SIGKILL);
-        int rc = wait_rc(pid);
+        int rc = nl_t_wait(pid);
         killed += rc == 128 + SIGKILL;
         int at = newest_commit(ck) > 0 ? newest_commit(ck) : 0;
         steplog L;
@@ -380,13 +332,13 @@ static void test_signal(int sig) {
     snprintf(out, sizeof out, "%s/%s.gguf", tmp, name);
     snprintf(log, sizeof log, "%s/%s.jsonl", tmp, name);
     snprintf(err, sizeof err, "%s/%s.err", tmp, name);
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    pid_t pid = spawn(&a, err);
+    pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (newest_commit(ck) < 3 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
     kill(pid, sig);
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     int at = newest_commit(ck);
     steplog L;
     read_log(log, &L);
@@ -406,13 +358,12 @@ static void test_signal_in_pause(void) {
     snprintf(log, sizeof log, "%s/pause.jsonl", tmp);
     snprintf(err, sizeof err, "%s/pause.err", tmp);
     write_status("0\n");
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    for (int i = 0; i < a.n; i++)
-        if (!strcmp(a.v[i], "off")) a.v[i] = "auto";
-    arg(&a, "--thermal-status-file"); arg(&a, status_file);
-    arg(&a, "--pacing-poll-ms"); arg(&a, "10");
-    pid_t pid = spawn(&a, err);
+    nl_t_set(&a, "--thermal", "auto");
+    nl_t_arg(&a, "--thermal-status-file"); nl_t_arg(&a, status_file);
+    nl_t_arg(&a, "--pacing-poll-ms"); nl_t_arg(&a, "10");
+    pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (newest_commit(ck) < 3 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
     write_status("3\n");
@@ -420,7 +371,7 @@ static void test_signal_in_pause(void) {
     int paused = nl_t_file_has(err, "paused: thermal status 3");
     nl_t_sleep(0.05);
     kill(pid, SIGTERM);
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     int at = newest_commit(ck);
     steplog L;
     read_log(log, &L);
@@ -445,32 +396,31 @@ static void test_dir_lock(void) {
     snprintf(err, sizeof err, "%s/lock.err", tmp);
     snprintf(err2, sizeof err2, "%s/lock2.err", tmp);
     write_status("3\n");
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    for (int i = 0; i < a.n; i++)
-        if (!strcmp(a.v[i], "off")) a.v[i] = "auto";
-    arg(&a, "--thermal-status-file"); arg(&a, status_file);
-    arg(&a, "--pacing-poll-ms"); arg(&a, "10");
-    pid_t pid = spawn(&a, err);
+    nl_t_set(&a, "--thermal", "auto");
+    nl_t_arg(&a, "--thermal-status-file"); nl_t_arg(&a, status_file);
+    nl_t_arg(&a, "--pacing-poll-ms"); nl_t_arg(&a, "10");
+    pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (!nl_t_file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) nl_t_sleep(0.002);
-    args b;
+    nl_t_args b;
     base_args(&b, out2, ck, NULL);
-    arg(&b, "--resume");
-    int rc2 = run(&b, err2);
+    nl_t_arg(&b, "--resume");
+    int rc2 = nl_t_args_run(&b, err2);
     CHECKF(rc2 == 1 && nl_t_file_has(err2, "in use by another training run"), "second run: rc %d", rc2);
     char pidtxt[32];
     snprintf(pidtxt, sizeof pidtxt, "(pid %d)", (int)pid);
     CHECK(nl_t_file_has(err2, pidtxt));
     write_status("0\n");
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     CHECKF(rc == 0, "first run exited %d", rc);
     CHECK(nl_t_same_file(ref_out, out));
     steplog L;
     read_log(log, &L);
     CHECK(same_log(&REF, &L, "locked run"));
     /* the lock went with the process: a resume now gets the directory */
-    CHECK(run(&b, err2) == 0 && nl_t_same_file(ref_out, out2));
+    CHECK(nl_t_args_run(&b, err2) == 0 && nl_t_same_file(ref_out, out2));
 }
 
 /* A fresh run into a directory with commits is refused; the commits stay as they were. */
@@ -482,9 +432,9 @@ static void test_refuse_fresh(void) {
     snprintf(cfile, sizeof cfile, "%s/commit-%d.nlck", ck, N_STEPS);
     size_t len;
     char *before = nl_t_slurp(cfile, &len);
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, NULL);
-    int rc = run(&a, err);
+    int rc = nl_t_args_run(&a, err);
     CHECK(rc == 1);
     CHECK(nl_t_file_has(err, "already holds commits") && nl_t_file_has(err, "--resume"));
     size_t len2;
@@ -496,17 +446,17 @@ static void test_refuse_fresh(void) {
     CHECK(stat(out, &st) != 0); /* nothing written */
     /* --steps and --epochs together: a usage error */
     base_args(&a, out, NULL, NULL);
-    arg(&a, "--steps"); arg(&a, "3");
-    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "not both"));
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "3");
+    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "not both"));
 }
 
 /* MeZO (--method mezo): the state is the params, the step and the data cursor; a chain of a
  * clean stop, a SIGKILL after a commit and resumes ends bit-identical to an uninterrupted
  * MeZO run (adapter bytes; losses and projected gradients in the log). */
-static void mezo_args(args *a, const char *out, const char *ck, const char *log) {
+static void mezo_args(nl_t_args *a, const char *out, const char *ck, const char *log) {
     base_args(a, out, ck, log);
-    arg(a, "--method"); arg(a, "mezo");
-    arg(a, "--mezo-eps"); arg(a, "1e-3");
+    nl_t_arg(a, "--method"); nl_t_arg(a, "mezo");
+    nl_t_arg(a, "--mezo-eps"); nl_t_arg(a, "1e-3");
 }
 
 static void test_mezo_resume(void) {
@@ -518,9 +468,9 @@ static void test_mezo_resume(void) {
     snprintf(out, sizeof out, "%s/mezo.gguf", tmp);
     snprintf(log, sizeof log, "%s/mezo.jsonl", tmp);
     snprintf(err, sizeof err, "%s/mezo.err", tmp);
-    args a;
+    nl_t_args a;
     mezo_args(&a, mref_out, mck, mref_log);
-    CHECK(run(&a, err) == 0);
+    CHECK(nl_t_args_run(&a, err) == 0);
     steplog MREF, L;
     read_log(mref_log, &MREF);
     CHECKF(MREF.n == N_STEPS && MREF.bad == 0, "mezo: %d steps, %d bad lines", MREF.n, MREF.bad);
@@ -531,31 +481,31 @@ static void test_mezo_resume(void) {
     /* the same settings but backprop's commits cannot be resumed as MeZO (config hash) */
     {
         base_args(&a, out, ck, log);
-        arg(&a, "--stop-after"); arg(&a, "2");
-        CHECK(run(&a, err) == 0);
+        nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "2");
+        CHECK(nl_t_args_run(&a, err) == 0);
         mezo_args(&a, out, ck, log);
-        arg(&a, "--resume");
-        CHECK(run(&a, err) == 1 && nl_t_file_has(err, "method backprop there, mezo now"));
+        nl_t_arg(&a, "--resume");
+        CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "method backprop there, mezo now"));
         char cmd[700];
         snprintf(cmd, sizeof cmd, "rm -rf %s", ck);
         CHECK(system(cmd) == 0);
     }
     /* stop after 4, resume; kill after the next commit, resume to the end */
     mezo_args(&a, out, ck, log);
-    arg(&a, "--stop-after"); arg(&a, "4");
-    CHECK(run(&a, err) == 0 && newest_commit(ck) == 4);
+    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "4");
+    CHECK(nl_t_args_run(&a, err) == 0 && newest_commit(ck) == 4);
     mezo_args(&a, out, ck, log);
-    arg(&a, "--resume");
-    pid_t pid = spawn(&a, err);
+    nl_t_arg(&a, "--resume");
+    pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (newest_commit(ck) < 6 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
     nl_t_sleep(1.5 * STEP_SECONDS);
     kill(pid, SIGKILL);
-    int rc = wait_rc(pid);
+    int rc = nl_t_wait(pid);
     printf("mezo: killed (rc %d) with newest commit %d\n", rc, newest_commit(ck));
     mezo_args(&a, out, ck, log);
-    arg(&a, "--resume");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--resume");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECKF(nl_t_same_file(mref_out, out), "mezo: resumed adapter differs from the uninterrupted run");
     read_log(log, &L);
     CHECK(same_log(&MREF, &L, "mezo resume"));

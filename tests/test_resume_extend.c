@@ -19,39 +19,16 @@
 
 static char tmp[256], model[512], model2[512], data[512], data2[512];
 
-typedef struct {
-    const char *v[64];
-    int n;
-} args;
-
-static void arg(args *a, const char *s) {
-    if (a->n < 62) a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-}
-
 /* a constant schedule after a warm-up, shuffle and dropout on */
-static void base_args(args *a, const char *out, const char *ck, const char *log) {
-    a->n = 0;
-    arg(a, NL_CLI);
-    arg(a, "train");
-    arg(a, "--model"); arg(a, model);
-    arg(a, "--data"); arg(a, data);
-    arg(a, "--out"); arg(a, out);
-    arg(a, "--batch-tokens"); arg(a, "48");
-    arg(a, "--rank"); arg(a, "4");
-    arg(a, "--dropout"); arg(a, "0.1");
-    arg(a, "--lr"); arg(a, "3e-3");
-    arg(a, "--schedule"); arg(a, "constant");
-    arg(a, "--warmup"); arg(a, "2");
-    arg(a, "--backend"); arg(a, "host");
-    arg(a, "--threads"); arg(a, "2");
-    arg(a, "--thermal"); arg(a, "off");
-    arg(a, "--commit-every"); arg(a, "4");
-    if (ck) { arg(a, "--checkpoint-dir"); arg(a, ck); }
-    if (log) { arg(a, "--log-json"); arg(a, log); }
+static void base_args(nl_t_args *a, const char *out, const char *ck, const char *log) {
+    nl_t_train_args(a, model, data, out);
+    nl_t_arg(a, "--lr"); nl_t_arg(a, "3e-3");
+    nl_t_arg(a, "--schedule"); nl_t_arg(a, "constant");
+    nl_t_arg(a, "--warmup"); nl_t_arg(a, "2");
+    nl_t_arg(a, "--commit-every"); nl_t_arg(a, "4");
+    if (ck) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ck); }
+    if (log) { nl_t_arg(a, "--log-json"); nl_t_arg(a, log); }
 }
-
-static int run(const args *a, const char *err) { return nl_t_run(a->v, err, NULL); }
 
 static void path(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
 
@@ -118,19 +95,19 @@ static void test_extend_steps(void) {
     path(out, sizeof out, "ext.gguf");
     path(log, sizeof log, "ext.jsonl");
     path(err, sizeof err, "ext.err");
-    args a;
+    nl_t_args a;
     base_args(&a, straight, NULL, straight_log);
-    arg(&a, "--steps"); arg(&a, "20");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "20");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(read_log(straight_log, S_LOSS, S_LR, 64) == 20);
     base_args(&a, out, ck, log);
-    arg(&a, "--steps"); arg(&a, "10");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "10");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(!nl_t_same_file(out, straight));
     base_args(&a, out, ck, log);
-    arg(&a, "--steps"); arg(&a, "20");
-    arg(&a, "--resume");
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "20");
+    nl_t_arg(&a, "--resume");
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "extended resume exited %d", rc);
     CHECKF(nl_t_file_has(err, "resuming step 10: --steps 10 -> 20\n") && nl_t_file_has(err, "at step 10/20"), "no change said");
     CHECKF(nl_t_same_file(out, straight), "10 + 10 steps differ from 20 straight");
@@ -140,21 +117,21 @@ static void test_extend_steps(void) {
     for (int i = 0; i < n && i < 20; i++) CHECKF(loss[i] == S_LOSS[i] && lr[i] == S_LR[i], "step %d: loss %.17g vs %.17g", i + 1, loss[i], S_LOSS[i]);
     /* the same run extended once more, by --epochs this time: more steps, said */
     base_args(&a, out, ck, log);
-    arg(&a, "--epochs"); arg(&a, "30");
-    arg(&a, "--resume");
-    arg(&a, "--stop-after"); arg(&a, "1");
-    CHECK(run(&a, err) == 0 && nl_t_file_has(err, "resuming step 20: --steps 20 -> "));
+    nl_t_arg(&a, "--epochs"); nl_t_arg(&a, "30");
+    nl_t_arg(&a, "--resume");
+    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "1");
+    CHECK(nl_t_args_run(&a, err) == 0 && nl_t_file_has(err, "resuming step 20: --steps 20 -> "));
     /* fewer steps than the commit's: refused */
     char ck2[512], out2[512];
     path(ck2, sizeof ck2, "ck_short");
     path(out2, sizeof out2, "short.gguf");
     base_args(&a, out2, ck2, NULL);
-    arg(&a, "--steps"); arg(&a, "6");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "6");
+    CHECK(nl_t_args_run(&a, err) == 0);
     base_args(&a, out2, ck2, NULL);
-    arg(&a, "--steps"); arg(&a, "4");
-    arg(&a, "--resume");
-    CHECK(run(&a, err) == 1 && nl_t_file_has(err, "the newest commit is at step 6, beyond this run's 4 steps"));
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "4");
+    nl_t_arg(&a, "--resume");
+    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "the newest commit is at step 6, beyond this run's 4 steps"));
 }
 
 /* (ii) another learning rate (and schedule) on resume: accepted, printed and used */
@@ -164,17 +141,16 @@ static void test_change_lr(void) {
     path(out, sizeof out, "lr.gguf");
     path(log, sizeof log, "lr.jsonl");
     path(err, sizeof err, "lr.err");
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, log);
-    arg(&a, "--steps"); arg(&a, "20");
-    arg(&a, "--stop-after"); arg(&a, "8");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "20");
+    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "8");
+    CHECK(nl_t_args_run(&a, err) == 0);
     base_args(&a, out, ck, log);
-    arg(&a, "--steps"); arg(&a, "20");
-    arg(&a, "--resume");
-    for (int i = 0; i < a.n; i++)
-        if (!strcmp(a.v[i], "3e-3")) a.v[i] = "1e-3";
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "20");
+    nl_t_arg(&a, "--resume");
+    nl_t_set(&a, "--lr", "1e-3");
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "resume with another lr exited %d", rc);
     CHECKF(nl_t_file_has(err, "resuming step 8: --lr 0.003 -> 0.001\n"), "the change is not said");
     double loss[64], lr[64];
@@ -186,13 +162,11 @@ static void test_change_lr(void) {
     CHECK(!nl_t_same_file(out, straight));
     /* the schedule's kind and warm-up too: cosine from the commit on */
     base_args(&a, out, ck, log);
-    arg(&a, "--steps"); arg(&a, "24");
-    arg(&a, "--resume");
-    for (int i = 0; i + 1 < a.n; i++) {
-        if (!strcmp(a.v[i], "--schedule")) a.v[i + 1] = "cosine";
-        if (!strcmp(a.v[i], "--warmup")) a.v[i + 1] = "0";
-    }
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "24");
+    nl_t_arg(&a, "--resume");
+    nl_t_set(&a, "--schedule", "cosine");
+    nl_t_set(&a, "--warmup", "0");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECKF(nl_t_file_has(err, "resuming step 20: --steps 20 -> 24, --lr 0.001 -> 0.003, --schedule constant -> cosine, "
                               "--lr-min (not recorded) -> 0.0003") && nl_t_file_has(err, ", --warmup 2 -> 0\n"),
            "the schedule's change is not said");
@@ -205,23 +179,21 @@ static void test_refused(void) {
     path(out, sizeof out, "ref.gguf");
     path(err, sizeof err, "ref.err");
     snprintf(commit, sizeof commit, "%s/commit-4.nlck", ck);
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck, NULL);
-    arg(&a, "--steps"); arg(&a, "4");
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "4");
+    CHECK(nl_t_args_run(&a, err) == 0);
     size_t l0;
     char *before = nl_t_slurp(commit, &l0);
     static const char *const what[] = {"rank", "data", "model"};
     for (int c = 0; c < 3; c++) {
         base_args(&a, out, ck, NULL);
-        arg(&a, "--steps"); arg(&a, "8");
-        arg(&a, "--resume");
-        for (int i = 0; i < a.n; i++) {
-            if (c == 0 && !strcmp(a.v[i], "4")) a.v[i] = "8";
-            if (c == 1 && a.v[i] == data) a.v[i] = data2;
-            if (c == 2 && a.v[i] == model) a.v[i] = model2;
-        }
-        int rc = run(&a, err);
+        nl_t_arg(&a, "--steps"); nl_t_arg(&a, "8");
+        nl_t_arg(&a, "--resume");
+        if (c == 0) nl_t_set(&a, "--rank", "8");
+        if (c == 1) nl_t_set(&a, "--data", data2);
+        if (c == 2) nl_t_set(&a, "--model", model2);
+        int rc = nl_t_args_run(&a, err);
         char needle[64];
         snprintf(needle, sizeof needle, c == 0 ? "rank 4 there, 8 now" : "%s ", what[c]);
         CHECKF(rc == 1 && nl_t_file_has(err, "cannot resume: this run's settings differ from those the commits were made with: ") &&
@@ -265,9 +237,28 @@ static void run_json_value(const char *dir, const char *key, char *buf, size_t c
  * again in the current format; with more steps or another lr as an extended run, said; with
  * another rank or dropout refused as before, the commit untouched; a cosine run's (cosine/, its
  * hash with lr_min) resumed with a constant schedule. */
+static char fdir[512], fdata[700], fcommit[700];
+static int same_kernels;
+
+/* DIR holding the legacy commit of SUB ("" or "cosine/") and its run.json, LOG removed */
+static void legacy_copy(const char *ck, const char *log, const char *sub) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s/%scommit-4.nlck %s/%srun.json %s/", ck, log ? log : "", ck, fdir, sub, fdir, sub, ck);
+    CHECK(system(cmd) == 0);
+}
+
+/* base_args on the fixture's data, --steps STEPS --resume (on other kernels: allowed) */
+static void legacy_args(nl_t_args *a, const char *out, const char *ck, const char *log, const char *steps) {
+    base_args(a, out, ck, log);
+    nl_t_set(a, "--data", fdata);
+    nl_t_arg(a, "--steps"); nl_t_arg(a, steps);
+    nl_t_arg(a, "--resume");
+    if (!same_kernels) nl_t_arg(a, "--allow-kernel-change");
+}
+
 static void test_legacy_commit(void) {
-    char fdata[700], fdir[512], fcommit[700], ck[512], commit4[600], commit5[600], out[512], log[512], err[512];
-    char st12[512], st20[512], st_ck[512], cmd[4096];
+    char ck[512], commit4[600], commit5[600], out[512], log[512], err[512];
+    char st12[512], st20[512], st_ck[512], st_log[512];
     snprintf(fdir, sizeof fdir, "%s/legacy-commit", NL_TEST_DATA);
     snprintf(fdata, sizeof fdata, "%s/train.jsonl", fdir);
     snprintf(fcommit, sizeof fcommit, "%s/commit-4.nlck", fdir);
@@ -280,43 +271,34 @@ static void test_legacy_commit(void) {
     path(st12, sizeof st12, "legacy-straight12.gguf");
     path(st20, sizeof st20, "legacy-straight20.gguf");
     path(st_ck, sizeof st_ck, "ck_legacy_straight");
+    path(st_log, sizeof st_log, "legacy-straight.jsonl");
     double L[64], LR[64], loss[64], lr[64];
     /* the straight runs on the fixture's data; the kernels this machine runs */
-    args a;
-    char st_log[512];
-    path(st_log, sizeof st_log, "legacy-straight.jsonl");
+    nl_t_args a;
     base_args(&a, st20, st_ck, st_log);
-    for (int i = 0; i < a.n; i++)
-        if (a.v[i] == data) a.v[i] = fdata;
-    arg(&a, "--steps"); arg(&a, "20");
-    CHECK(run(&a, err) == 0);
+    nl_t_set(&a, "--data", fdata);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "20");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(read_log(st_log, L, LR, 64) == 20);
     base_args(&a, st12, NULL, NULL);
-    for (int i = 0; i < a.n; i++)
-        if (a.v[i] == data) a.v[i] = fdata;
-    arg(&a, "--steps"); arg(&a, "12");
-    CHECK(run(&a, err) == 0);
+    nl_t_set(&a, "--data", fdata);
+    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "12");
+    CHECK(nl_t_args_run(&a, err) == 0);
     char k_here[256], k_there[256];
     run_json_value(st_ck, "kernels", k_here, sizeof k_here);
     run_json_value(fdir, "kernels", k_there, sizeof k_there);
-    const int same_kernels = k_here[0] && !strcmp(k_here, k_there);
+    same_kernels = k_here[0] && !strcmp(k_here, k_there);
     if (!same_kernels)
         fprintf(stderr, "note: the legacy commit was made on other kernels (%s, here %s): resumed with --allow-kernel-change, "
                         "results not compared\n", k_there, k_here);
     const uint64_t old_hash = commit_config_hash(fcommit);
     CHECK(old_hash != 0);
     /* the same settings, one step, then to the end */
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s %s/run.json %s/", ck, log, ck, fcommit, fdir, ck);
-    CHECK(system(cmd) == 0);
+    legacy_copy(ck, log, "");
     for (int pass = 0; pass < 2; pass++) {
-        base_args(&a, out, ck, log);
-        for (int i = 0; i < a.n; i++)
-            if (a.v[i] == data) a.v[i] = fdata;
-        arg(&a, "--steps"); arg(&a, "12");
-        arg(&a, "--resume");
-        if (!same_kernels) arg(&a, "--allow-kernel-change");
-        if (!pass) { arg(&a, "--stop-after"); arg(&a, "1"); }
-        int rc = run(&a, err);
+        legacy_args(&a, out, ck, log, "12");
+        if (!pass) { nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "1"); }
+        int rc = nl_t_args_run(&a, err);
         CHECKF(rc == 0, "resume of the legacy commit (pass %d) exited %d", pass, rc);
         CHECK(!nl_t_file_has(err, "resuming step "));
         if (!pass) {
@@ -338,15 +320,9 @@ static void test_legacy_commit(void) {
         CHECKF(loss[s - 1] == L[s - 1] && lr[s - 1] == LR[s - 1], "step %d: loss %.17g vs %.17g straight", s, loss[s - 1], L[s - 1]);
     if (same_kernels) CHECKF(nl_t_same_file(out, st12), "the legacy commit resumed differs from 12 steps straight");
     /* more steps: an extended run, said, and bit-identical to 20 straight */
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s %s/run.json %s/", ck, log, ck, fcommit, fdir, ck);
-    CHECK(system(cmd) == 0);
-    base_args(&a, out, ck, log);
-    for (int i = 0; i < a.n; i++)
-        if (a.v[i] == data) a.v[i] = fdata;
-    arg(&a, "--steps"); arg(&a, "20");
-    arg(&a, "--resume");
-    if (!same_kernels) arg(&a, "--allow-kernel-change");
-    CHECK(run(&a, err) == 0);
+    legacy_copy(ck, log, "");
+    legacy_args(&a, out, ck, log, "20");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECKF(nl_t_file_has(err, "resuming step 4: --steps 12 -> 20\n") && nl_t_file_has(err, "committed again in the current format"),
            "the extension of the legacy commit is not said");
     if (same_kernels) CHECKF(nl_t_same_file(out, st20), "the legacy commit extended to 20 steps differs from 20 straight");
@@ -354,50 +330,30 @@ static void test_legacy_commit(void) {
     CHECK(n == 16);
     for (int s = 5; same_kernels && n == 16 && s <= 20; s++) CHECKF(loss[s - 1] == L[s - 1], "step %d", s);
     /* another lr: accepted, said, used */
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s %s/run.json %s/", ck, log, ck, fcommit, fdir, ck);
-    CHECK(system(cmd) == 0);
-    base_args(&a, out, ck, log);
-    for (int i = 0; i < a.n; i++) {
-        if (a.v[i] == data) a.v[i] = fdata;
-        if (!strcmp(a.v[i], "3e-3")) a.v[i] = "1e-3";
-    }
-    arg(&a, "--steps"); arg(&a, "12");
-    arg(&a, "--resume");
-    if (!same_kernels) arg(&a, "--allow-kernel-change");
-    CHECK(run(&a, err) == 0);
+    legacy_copy(ck, log, "");
+    legacy_args(&a, out, ck, log, "12");
+    nl_t_set(&a, "--lr", "1e-3");
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECKF(nl_t_file_has(err, "resuming step 4: --lr 0.003 -> 0.001\n"), "the legacy commit's lr change is not said");
     n = read_log(log, loss, lr, 64);
     CHECK(n == 8 && lr[4] == 1e-3 && lr[11] == 1e-3);
     /* a cosine run's legacy commit (cosine/: its hash has lr_min) resumed as a constant one */
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s && mkdir -p %s && cp %s/cosine/commit-4.nlck %s/cosine/run.json %s/", ck, log, ck, fdir, fdir, ck);
-    CHECK(system(cmd) == 0);
-    base_args(&a, out, ck, log);
-    for (int i = 0; i < a.n; i++)
-        if (a.v[i] == data) a.v[i] = fdata;
-    arg(&a, "--steps"); arg(&a, "12");
-    arg(&a, "--resume");
-    if (!same_kernels) arg(&a, "--allow-kernel-change");
-    int crc = run(&a, err);
+    legacy_copy(ck, log, "cosine/");
+    legacy_args(&a, out, ck, log, "12");
+    int crc = nl_t_args_run(&a, err);
     CHECKF(crc == 0 && nl_t_file_has(err, "resuming step 4: --schedule cosine -> constant\n") &&
                nl_t_file_has(err, "committed again in the current format"),
            "the cosine run's legacy commit resumed constant: rc %d", crc);
     /* another rank or dropout: refused as before, nothing written */
     static const char *const what[][3] = {{"--rank", "8", "rank 4 there, 8 now"}, {"--dropout", "0.2", "dropout 0.1 there, 0.2 now"}};
     for (int c = 0; c < 2; c++) {
-        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s && cp %s %s/run.json %s/", ck, ck, fcommit, fdir, ck);
-        CHECK(system(cmd) == 0);
-        base_args(&a, out, ck, NULL);
-        for (int i = 0; i + 1 < a.n; i++) {
-            if (a.v[i] == data) a.v[i] = fdata;
-            if (!strcmp(a.v[i], what[c][0])) a.v[i + 1] = what[c][1];
-        }
-        arg(&a, "--steps"); arg(&a, "12");
-        arg(&a, "--resume");
-        if (!same_kernels) arg(&a, "--allow-kernel-change");
-        int rc = run(&a, err);
+        legacy_copy(ck, NULL, "");
+        legacy_args(&a, out, ck, NULL, "12");
+        nl_t_set(&a, what[c][0], what[c][1]);
+        int rc = nl_t_args_run(&a, err);
         CHECKF(rc == 1 && nl_t_file_has(err, what[c][2]) && nl_t_file_has(err, "cannot resume: this run's settings differ"),
                "the legacy commit with %s %s: rc %d", what[c][0], what[c][1], rc);
-        char rj[700], frj[700];
+        char rj[700], frj[700], cmd[1200];
         snprintf(rj, sizeof rj, "%s/run.json", ck);
         snprintf(frj, sizeof frj, "%s/run.json", fdir);
         CHECK(nl_t_same_file(commit4, fcommit) && nl_t_same_file(rj, frj) && !nl_t_file_has(err, "older build"));

@@ -23,47 +23,16 @@
 
 static char tmp[256], model[512], data[512];
 
-typedef struct {
-    const char *v[64];
-    int n;
-    char buf[8][32];
-    int nb;
-} args;
-
-static void arg(args *a, const char *s) {
-    if (a->n < 62) a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-}
-
-static void argi(args *a, const char *flag, long long v) {
-    arg(a, flag);
-    snprintf(a->buf[a->nb], sizeof a->buf[0], "%lld", v);
-    arg(a, a->buf[a->nb++]);
-}
-
 /* shuffle and dropout on, a warmup and a cosine schedule: the snapshot must be the step's
  * adapter whatever the step depends on */
-static void base_args(args *a, const char *out, const char *ck) {
-    a->n = a->nb = 0;
-    arg(a, NL_CLI);
-    arg(a, "train");
-    arg(a, "--model"); arg(a, model);
-    arg(a, "--data"); arg(a, data);
-    arg(a, "--out"); arg(a, out);
-    arg(a, "--steps"); arg(a, "6");
-    arg(a, "--batch-tokens"); arg(a, "48");
-    arg(a, "--rank"); arg(a, "4");
-    arg(a, "--dropout"); arg(a, "0.1");
-    arg(a, "--lr"); arg(a, "3e-3");
-    arg(a, "--warmup"); arg(a, "2");
-    arg(a, "--backend"); arg(a, "host");
-    arg(a, "--threads"); arg(a, "2");
-    arg(a, "--thermal"); arg(a, "off");
-    arg(a, "--commit-every"); arg(a, "5");
-    if (ck) { arg(a, "--checkpoint-dir"); arg(a, ck); }
+static void base_args(nl_t_args *a, const char *out, const char *ck) {
+    nl_t_train_args(a, model, data, out);
+    nl_t_arg(a, "--steps"); nl_t_arg(a, "6");
+    nl_t_arg(a, "--lr"); nl_t_arg(a, "3e-3");
+    nl_t_arg(a, "--warmup"); nl_t_arg(a, "2");
+    nl_t_arg(a, "--commit-every"); nl_t_arg(a, "5");
+    if (ck) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ck); }
 }
-
-static int run(const args *a, const char *err) { return nl_t_run(a->v, err, NULL); }
 
 static void path(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
 
@@ -153,10 +122,10 @@ static void test_snapshots(void) {
         snprintf(name, sizeof name, "ref-step%d.gguf", 2 * (k + 1));
         path(snap[k], sizeof snap[k], name);
     }
-    args a;
+    nl_t_args a;
     base_args(&a, ref_out, ck);
-    argi(&a, "--save-every", 2);
-    int rc = run(&a, err);
+    nl_t_argi(&a, "--save-every", 2);
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "run exited %d", rc);
     for (int k = 0; k < 3; k++) CHECKF(exists(snap[k]), "%s missing", snap[k]);
     CHECK(!nl_t_same_file(snap[0], snap[1])); /* the steps differ */
@@ -185,8 +154,8 @@ static void test_snapshots(void) {
         snprintf(name, sizeof name, "stop%d.gguf", 2 * (k + 1));
         path(out, sizeof out, name);
         base_args(&a, out, NULL);
-        argi(&a, "--stop-after", 2 * (k + 1));
-        CHECK(run(&a, err) == 0);
+        nl_t_argi(&a, "--stop-after", 2 * (k + 1));
+        CHECK(nl_t_args_run(&a, err) == 0);
         CHECKF(nl_t_same_file(out, snap[k]), "--stop-after %d: --out differs from the snapshot of step %d", 2 * (k + 1), 2 * (k + 1));
     }
     /* without a checkpoint directory the snapshots are the same */
@@ -194,8 +163,8 @@ static void test_snapshots(void) {
     path(out, sizeof out, "nock.gguf");
     path(s4, sizeof s4, "nock-step4.gguf");
     base_args(&a, out, NULL);
-    argi(&a, "--save-every", 4);
-    CHECK(run(&a, err) == 0 && nl_t_same_file(s4, snap[1]) && nl_t_same_file(out, ref_out));
+    nl_t_argi(&a, "--save-every", 4);
+    CHECK(nl_t_args_run(&a, err) == 0 && nl_t_same_file(s4, snap[1]) && nl_t_same_file(out, ref_out));
     path(s4, sizeof s4, "nock-step2.gguf");
     CHECK(!exists(s4));
 }
@@ -212,11 +181,11 @@ static void test_resume(void) {
     path(s6, sizeof s6, "res-step6.gguf");
     path(r2, sizeof r2, "ref-step2.gguf");
     path(r4, sizeof r4, "ref-step4.gguf");
-    args a;
+    nl_t_args a;
     base_args(&a, out, ck);
-    argi(&a, "--save-every", 2);
-    argi(&a, "--stop-after", 3);
-    CHECK(run(&a, err) == 0);
+    nl_t_argi(&a, "--save-every", 2);
+    nl_t_argi(&a, "--stop-after", 3);
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(exists(s2) && !exists(s4));
     ino_t ino2 = inode(s2);
     struct stat st0;
@@ -224,19 +193,19 @@ static void test_resume(void) {
     /* resume one step (to 4), then drop the step-4 snapshot as a kill right after the commit of
      * step 4 would have left it */
     base_args(&a, out, ck);
-    arg(&a, "--resume");
-    argi(&a, "--save-every", 2);
-    argi(&a, "--stop-after", 1);
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--resume");
+    nl_t_argi(&a, "--save-every", 2);
+    nl_t_argi(&a, "--stop-after", 1);
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(nl_t_same_file(s4, r4));
     int newest;
     count_commits(ck, &newest);
     CHECK(newest == 4);
     CHECK(unlink(s4) == 0);
     base_args(&a, out, ck);
-    arg(&a, "--resume");
-    argi(&a, "--save-every", 2);
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--resume");
+    nl_t_argi(&a, "--save-every", 2);
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "final resume exited %d", rc);
     CHECK(nl_t_file_has(err, "snapshot of step 4 was missing"));
     CHECK(nl_t_same_file(s4, r4) && nl_t_same_file(out, ref_out) && nl_t_same_file(s6, ref_out));
@@ -251,11 +220,11 @@ static void test_refusals(void) {
     path(err, sizeof err, "bad.err");
     static const char *const bad[] = {"0", "-2", "x", "1.5", ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        args a;
+        nl_t_args a;
         base_args(&a, out, NULL);
-        arg(&a, "--save-every");
-        arg(&a, bad[i]);
-        int rc = run(&a, err);
+        nl_t_arg(&a, "--save-every");
+        nl_t_arg(&a, bad[i]);
+        int rc = nl_t_args_run(&a, err);
         CHECKF(rc == 2 && nl_t_file_has(err, "--save-every"), "--save-every '%s': rc %d", bad[i], rc);
     }
     CHECK(!exists(out));
@@ -275,11 +244,11 @@ static void test_refusals(void) {
     char *before = nl_t_slurp(init, &l0);
     char ref[512];
     path(ref, sizeof ref, "ref.gguf");
-    args a;
+    nl_t_args a;
     base_args(&a, ref, NULL);
-    arg(&a, "--init-adapter"); arg(&a, init);
-    argi(&a, "--save-every", 2);
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--init-adapter"); nl_t_arg(&a, init);
+    nl_t_argi(&a, "--save-every", 2);
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 2 && nl_t_file_has(err, "--init-adapter") && nl_t_file_has(err, "at step 4") && nl_t_file_has(err, "another --out"),
            "init-adapter = a snapshot: rc %d", rc);
     /* through a symbolic link, and the temp file of a snapshot as --log-json */
@@ -287,16 +256,16 @@ static void test_refusals(void) {
     path(link, sizeof link, "link.gguf");
     CHECK(symlink(init, link) == 0);
     base_args(&a, ref, NULL);
-    arg(&a, "--init-adapter"); arg(&a, link);
-    argi(&a, "--save-every", 4);
-    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "at step 4"));
+    nl_t_arg(&a, "--init-adapter"); nl_t_arg(&a, link);
+    nl_t_argi(&a, "--save-every", 4);
+    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "at step 4"));
     snprintf(tmpname, sizeof tmpname, "%s/ref-step6.gguf.tmp", tmp);
     FILE *f = fopen(tmpname, "w");
     if (f) fclose(f);
     base_args(&a, ref, NULL);
-    arg(&a, "--log-json"); arg(&a, tmpname);
-    argi(&a, "--save-every", 3);
-    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "--log-json") && nl_t_file_has(err, "temp file"));
+    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, tmpname);
+    nl_t_argi(&a, "--save-every", 3);
+    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "--log-json") && nl_t_file_has(err, "temp file"));
     unlink(tmpname);
     size_t l1;
     char *after = nl_t_slurp(init, &l1);
@@ -307,15 +276,15 @@ static void test_refusals(void) {
     char out2[512];
     path(out2, sizeof out2, "ref2.gguf");
     base_args(&a, out2, NULL);
-    arg(&a, "--init-adapter"); arg(&a, init);
-    argi(&a, "--save-every", 3);
-    argi(&a, "--stop-after", 1);
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--init-adapter"); nl_t_arg(&a, init);
+    nl_t_argi(&a, "--save-every", 3);
+    nl_t_argi(&a, "--stop-after", 1);
+    CHECK(nl_t_args_run(&a, err) == 0);
     /* beyond the run's steps: said */
     base_args(&a, out2, NULL);
-    argi(&a, "--save-every", 7);
-    argi(&a, "--stop-after", 1);
-    CHECK(run(&a, err) == 0 && nl_t_file_has(err, "--save-every 7 is beyond this run's 6 steps"));
+    nl_t_argi(&a, "--save-every", 7);
+    nl_t_argi(&a, "--stop-after", 1);
+    CHECK(nl_t_args_run(&a, err) == 0 && nl_t_file_has(err, "--save-every 7 is beyond this run's 6 steps"));
 }
 
 int main(void) {

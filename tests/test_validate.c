@@ -58,38 +58,15 @@ static void make_inputs(void) {
 
 /* ---- running the CLI ---- */
 
-typedef struct {
-    const char *v[80];
-    int n;
-} args;
-
-static void arg(args *a, const char *s) {
-    if (a->n < 78) a->v[a->n++] = s;
-    a->v[a->n] = NULL;
-}
-
 /* constant lr, no warmup: the first k steps of a longer run are a k-step run */
-static void base_args(args *a, const char *out, const char *steps) {
-    a->n = 0;
-    arg(a, NL_CLI);
-    arg(a, "train");
-    arg(a, "--model"); arg(a, model);
-    arg(a, "--data"); arg(a, data);
-    arg(a, "--out"); arg(a, out);
-    arg(a, "--steps"); arg(a, steps);
-    arg(a, "--batch-tokens"); arg(a, "48");
-    arg(a, "--rank"); arg(a, "4");
-    arg(a, "--dropout"); arg(a, "0.1");
-    arg(a, "--lr"); arg(a, "2e-2");
-    arg(a, "--schedule"); arg(a, "constant");
-    arg(a, "--backend"); arg(a, "host");
-    arg(a, "--threads"); arg(a, "2");
-    arg(a, "--thermal"); arg(a, "off");
+static void base_args(nl_t_args *a, const char *out, const char *steps) {
+    nl_t_train_args(a, model, data, out);
+    nl_t_arg(a, "--steps"); nl_t_arg(a, steps);
+    nl_t_arg(a, "--lr"); nl_t_arg(a, "2e-2");
+    nl_t_arg(a, "--schedule"); nl_t_arg(a, "constant");
 }
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
-
-static int run(const args *a, const char *err) { return nl_t_run(a->v, err, NULL); }
 
 /* ---- the log's evaluation rows ---- */
 
@@ -167,12 +144,12 @@ static void test_rows_and_eval(void) {
     path_of(err, sizeof err, "v.err");
     path_of(eout, sizeof eout, "eval.out");
     path_of(plain, sizeof plain, "plain.gguf");
-    args a;
+    nl_t_args a;
     base_args(&a, out, "6");
-    arg(&a, "--val-data"); arg(&a, val);
-    arg(&a, "--eval-every"); arg(&a, "2");
-    arg(&a, "--log-json"); arg(&a, log);
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
+    nl_t_arg(&a, "--eval-every"); nl_t_arg(&a, "2");
+    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, log);
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "exited %d", rc);
     evals E;
     read_evals(log, &E);
@@ -192,13 +169,13 @@ static void test_rows_and_eval(void) {
     printf("eval rows: losses %.4f %.4f %.4f, last = eval's %s\n", E.loss[0], E.loss[1], E.loss[2], line);
     /* validating changes nothing trained */
     base_args(&a, plain, "6");
-    CHECK(run(&a, err) == 0);
+    CHECK(nl_t_args_run(&a, err) == 0);
     CHECK(nl_t_same_file(out, plain));
     /* --val-split 0.25: lines 4, 8, 12 held out; one evaluation, at the end */
     base_args(&a, out, "3");
-    arg(&a, "--val-split"); arg(&a, "0.25");
-    arg(&a, "--log-json"); arg(&a, log);
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--val-split"); nl_t_arg(&a, "0.25");
+    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, log);
+    CHECK(nl_t_args_run(&a, err) == 0);
     read_evals(log, &E);
     CHECKF(E.n == 1 && E.step[0] == 3 && E.examples[0] == 3 && E.acc_null[0], "%d rows", E.n);
     CHECK(nl_t_file_has(err, ": 11 examples"));
@@ -214,13 +191,13 @@ static void test_keep_best(void) {
     path_of(log, sizeof log, "kb.jsonl");
     path_of(err, sizeof err, "kb.err");
     path_of(best_ref, sizeof best_ref, "best_ref.gguf");
-    args a;
+    nl_t_args a;
     base_args(&a, out, "10");
-    arg(&a, "--val-data"); arg(&a, val);
-    arg(&a, "--eval-every"); arg(&a, "1");
-    arg(&a, "--keep-best");
-    arg(&a, "--log-json"); arg(&a, log);
-    CHECK(run(&a, err) == 0);
+    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
+    nl_t_arg(&a, "--eval-every"); nl_t_arg(&a, "1");
+    nl_t_arg(&a, "--keep-best");
+    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, log);
+    CHECK(nl_t_args_run(&a, err) == 0);
     read_evals(log, &FULL);
     CHECK(FULL.n == 10 && FULL.bad == 0);
     int64_t best_before_stop;
@@ -239,11 +216,11 @@ static void test_keep_best(void) {
     path_of(err2, sizeof err2, "kb_ref.err");
     snprintf(steps, sizeof steps, "%lld", (long long)BEST);
     base_args(&a, best_ref, steps);
-    CHECK(run(&a, err2) == 0);
+    CHECK(nl_t_args_run(&a, err2) == 0);
     path_of(stop_ref, sizeof stop_ref, "stop_ref.gguf");
     snprintf(steps, sizeof steps, "%lld", (long long)BEST_AT_STOP);
     base_args(&a, stop_ref, steps);
-    CHECK(run(&a, err2) == 0);
+    CHECK(nl_t_args_run(&a, err2) == 0);
     CHECKF(nl_t_same_file(out, best_ref), "--out is not the adapter of step %lld", (long long)BEST);
     snprintf(want, sizeof want, "best so far: adapter of step %lld written to %s", (long long)BEST, out);
     CHECK(nl_t_file_has(err, want));
@@ -252,14 +229,14 @@ static void test_keep_best(void) {
 }
 
 /* The early-stop run's arguments: keep-best, an evaluation after every step, patience 2. */
-static void es_args(args *a, const char *out, const char *log, const char *ck) {
+static void es_args(nl_t_args *a, const char *out, const char *log, const char *ck) {
     base_args(a, out, "10");
-    arg(a, "--val-data"); arg(a, val);
-    arg(a, "--eval-every"); arg(a, "1");
-    arg(a, "--keep-best"); arg(a, "loss");
-    arg(a, "--early-stop"); arg(a, "2");
-    arg(a, "--log-json"); arg(a, log);
-    if (ck) { arg(a, "--checkpoint-dir"); arg(a, ck); arg(a, "--commit-every"); arg(a, "3"); }
+    nl_t_arg(a, "--val-data"); nl_t_arg(a, val);
+    nl_t_arg(a, "--eval-every"); nl_t_arg(a, "1");
+    nl_t_arg(a, "--keep-best"); nl_t_arg(a, "loss");
+    nl_t_arg(a, "--early-stop"); nl_t_arg(a, "2");
+    nl_t_arg(a, "--log-json"); nl_t_arg(a, log);
+    if (ck) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ck); nl_t_arg(a, "--commit-every"); nl_t_arg(a, "3"); }
 }
 
 static evals ES;
@@ -272,9 +249,9 @@ static void test_early_stop(void) {
     path_of(err, sizeof err, "es.err");
     CHECKF(STOP > 0, "the 10-step run's losses never go 2 evaluations without improvement");
     if (STOP <= 0) return;
-    args a;
+    nl_t_args a;
     es_args(&a, es_out, log, NULL);
-    int rc = run(&a, err);
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "exited %d", rc);
     read_evals(log, &ES);
     CHECKF(ES.n > 0 && ES.step[ES.n - 1] == STOP && ES.n_steps == STOP, "stopped after %d rows, %d steps; expected step %lld", ES.n,
@@ -309,7 +286,7 @@ static void test_resume(int kill_at) {
     snprintf(f, sizeof f, "ck_%s", name);
     path_of(ck, sizeof ck, f);
     if (STOP <= 0) return;
-    args a;
+    nl_t_args a;
     if (kill_at) {
         es_args(&a, out, log, ck);
         pid_t pid = nl_t_spawn(a.v, err, NULL);
@@ -322,15 +299,15 @@ static void test_resume(int kill_at) {
         /* stops at steps 2 (no commit boundary: committed as a stop) and 4 */
         for (int i = 0; i < 2; i++) {
             es_args(&a, out, log, ck);
-            if (i) arg(&a, "--resume");
-            arg(&a, "--stop-after"); arg(&a, "2");
-            int rc = run(&a, err);
+            if (i) nl_t_arg(&a, "--resume");
+            nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "2");
+            int rc = nl_t_args_run(&a, err);
             CHECKF(rc == 0 && newest_commit(ck) == 2 * (i + 1), "%s %d: rc %d, newest commit %d", name, i, rc, newest_commit(ck));
         }
     }
     es_args(&a, out, log, ck);
-    arg(&a, "--resume");
-    int rc = run(&a, err);
+    nl_t_arg(&a, "--resume");
+    int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "%s: resume exited %d", name, rc);
     evals E;
     read_evals(log, &E);
@@ -339,32 +316,32 @@ static void test_resume(int kill_at) {
     CHECKF(nl_t_same_file(out, es_out), "%s: the adapter differs from the uninterrupted run's", name);
     CHECK(newest_commit(ck) == STOP);
     /* resumed once more at the early stop: nothing to do, the same adapter */
-    CHECK(run(&a, err) == 0 && nl_t_same_file(out, es_out));
+    CHECK(nl_t_args_run(&a, err) == 0 && nl_t_same_file(out, es_out));
 }
 
 static void test_refusals(void) {
     char out[512], err[512];
     path_of(out, sizeof out, "r.gguf");
     path_of(err, sizeof err, "r.err");
-    args a;
+    nl_t_args a;
     base_args(&a, out, "2");
-    arg(&a, "--eval-every"); arg(&a, "1");
-    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "--eval-every needs a validation set: --val-data FILE or --val-split F"));
+    nl_t_arg(&a, "--eval-every"); nl_t_arg(&a, "1");
+    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "--eval-every needs a validation set: --val-data FILE or --val-split F"));
     base_args(&a, out, "2");
-    arg(&a, "--val-data"); arg(&a, val_nochoice);
-    arg(&a, "--keep-best"); arg(&a, "accuracy");
-    CHECK(run(&a, err) == 1 && nl_t_file_has(err, "--keep-best accuracy: the validation set") && nl_t_file_has(err, "has no line with \"choices\""));
+    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val_nochoice);
+    nl_t_arg(&a, "--keep-best"); nl_t_arg(&a, "accuracy");
+    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "--keep-best accuracy: the validation set") && nl_t_file_has(err, "has no line with \"choices\""));
     base_args(&a, out, "2");
-    arg(&a, "--val-data"); arg(&a, val);
-    arg(&a, "--keep-best"); arg(&a, "lowest");
-    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "unexpected argument 'lowest'"));
+    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
+    nl_t_arg(&a, "--keep-best"); nl_t_arg(&a, "lowest");
+    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "unexpected argument 'lowest'"));
     base_args(&a, out, "2");
-    arg(&a, "--val-data"); arg(&a, val);
-    arg(&a, "--val-split"); arg(&a, "0.2");
-    CHECK(run(&a, err) == 2 && nl_t_file_has(err, "give --val-data or --val-split, not both"));
+    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
+    nl_t_arg(&a, "--val-split"); nl_t_arg(&a, "0.2");
+    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "give --val-data or --val-split, not both"));
     base_args(&a, out, "2");
-    arg(&a, "--val-split"); arg(&a, "0.05");
-    CHECK(run(&a, err) == 1 && nl_t_file_has(err, "--val-split 0.05: ") && nl_t_file_has(err, "14 examples, too few"));
+    nl_t_arg(&a, "--val-split"); nl_t_arg(&a, "0.05");
+    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "--val-split 0.05: ") && nl_t_file_has(err, "14 examples, too few"));
 }
 
 int main(void) {
