@@ -423,7 +423,7 @@ static void test_bf16(void) {
 #define MB 32
 static float m_qk(const float *a, const float *b, int d) { /* one element of a tile product over d */
     float c = 0.0f;
-    for (int i = 0; i < (d + 31) / 32 * 32; i++) c = m_step(c, i < d ? m_bf16(a[i]) : 0, i < d ? m_bf16(b[i]) : 0);
+    for (int i = 0; i < (d + 31) / 32 * 32; i++) c = m_step(c, i < d ? m_bf16_daz(a[i]) : 0, i < d ? m_bf16_daz(b[i]) : 0);
     return c;
 }
 static float m_row_sum(const float *p, int nv) { /* row_exp_sum's order */
@@ -459,7 +459,7 @@ static void model_tiles_fwd(float *out, float *lse, const float *q, const float 
                 for (int i = 0; i < d; i++) {
                     float a = 0.0f;
                     for (int j = 0; j < (kend + 31) / 32 * 32; j++)
-                        a = m_step(a, m_bf16(p[j]), j < S ? m_bf16(v[((int64_t)j * Hkv + g) * d + i]) : 0);
+                        a = m_step(a, m_bf16_daz(p[j]), j < S ? m_bf16_daz(v[((int64_t)j * Hkv + g) * d + i]) : 0);
                     o[i] = a;
                 }
                 nl_vscale(o, 1.0f / sum, d);
@@ -498,7 +498,7 @@ static void model_tiles_bwd(float *dq, float *dk, float *dv, const float *dout, 
                 for (int e = 0; e < d; e++) {
                     float a = 0.0f;
                     for (int j = 0; j < (kend + 31) / 32 * 32; j++)
-                        a = m_step(a, m_bf16(DS[i * Tp + j]), j < T ? m_bf16(k[((int64_t)j * Hkv + g) * d + e]) : 0);
+                        a = m_step(a, m_bf16_daz(DS[i * Tp + j]), j < T ? m_bf16_daz(k[((int64_t)j * Hkv + g) * d + e]) : 0);
                     dqt[e] = a;
                 }
             }
@@ -509,8 +509,8 @@ static void model_tiles_bwd(float *dq, float *dk, float *dv, const float *dout, 
                         const int t = q0 + i;
                         const float qv = i < nq ? q[((int64_t)t * Hq + h) * d + e] : 0.0f,
                                     ov = i < nq ? dout[((int64_t)t * Hq + h) * d + e] : 0.0f;
-                        *a = m_step(*a, m_bf16(DS[i * Tp + j]), m_bf16(qv));
-                        *b = m_step(*b, m_bf16(P[i * Tp + j]), m_bf16(ov));
+                        *a = m_step(*a, m_bf16_daz(DS[i * Tp + j]), m_bf16_daz(qv));
+                        *b = m_step(*b, m_bf16_daz(P[i * Tp + j]), m_bf16_daz(ov));
                     }
                 }
         }

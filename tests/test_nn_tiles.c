@@ -89,15 +89,49 @@ static void test_pack(void) {
     nl_tile_pack_b(b, 32, x, 5, 0, 3, 5);
     int ok = 1;
     for (int m = 0; m < 32; m++)
-        for (int k = 0; k < 32; k++) ok &= a[m * 32 + k] == (m < 3 && k < 5 ? m_bf16(x[m * 5 + k]) : 0);
+        for (int k = 0; k < 32; k++) ok &= a[m * 32 + k] == (m < 3 && k < 5 ? m_bf16_daz(x[m * 5 + k]) : 0);
     CHECK(ok);
     ok = 1;
     for (int w = 0; w < 16; w++)
         for (int n = 0; n < 32; n++) {
-            const uint16_t lo = 2 * w < 3 && n < 5 ? m_bf16(x[2 * w * 5 + n]) : 0, hi = 2 * w + 1 < 3 && n < 5 ? m_bf16(x[(2 * w + 1) * 5 + n]) : 0;
+            const uint16_t lo = 2 * w < 3 && n < 5 ? m_bf16_daz(x[2 * w * 5 + n]) : 0,
+                           hi = 2 * w + 1 < 3 && n < 5 ? m_bf16_daz(x[(2 * w + 1) * 5 + n]) : 0;
             ok &= b[w * 32 + n] == ((uint32_t)lo | (uint32_t)hi << 16);
         }
     CHECK(ok);
+    /* special values, every orientation: the rounding is the model's (FP32 denormals, the top
+     * of their range too, read as zeros of their sign; NaN quieted; ±inf, ±0, ties) whichever
+     * packer runs (AVX512_BF16 or the scalar loops) */
+    static const uint32_t sp[] = {0x00000001u, 0x007fffffu, 0x807fffffu, 0x80400000u, 0x00018000u, 0x7f800001u, 0xffc00001u,
+                                  0x7f800000u, 0xff800000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00800000u,
+                                  0x3f800001u, 0xbf7fffffu, 0x00ffffffu};
+    enum { R = 7, C = 37 };
+    float xs[R * C];
+    for (int i = 0; i < R * C; i++) {
+        uint32_t u = sp[i % (sizeof sp / sizeof sp[0])];
+        memcpy(&xs[i], &u, 4);
+    }
+    uint16_t pa[64 * 64];
+    uint32_t pb[32 * 64];
+    for (int t = 0; t < 2; t++) {
+        /* A: t 0 M=R K=C from rows; t 1 M=C K=R from columns */
+        const int M = t ? C : R, K = t ? R : C;
+        nl_tile_pack_a(pa, 64, xs, C, t, M, K);
+        ok = 1;
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) ok &= pa[m * 64 + k] == m_bf16_daz(t ? xs[k * C + m] : xs[m * C + k]);
+        CHECKF(ok, "pack_a trans=%d: special values", t);
+        /* B: t 0 K=R N=C; t 1 K=C N=R */
+        const int Kb = t ? C : R, Nb = t ? R : C;
+        nl_tile_pack_b(pb, 64, xs, C, t, Kb, Nb);
+        ok = 1;
+        for (int k = 0; k < Kb; k++)
+            for (int n = 0; n < Nb; n++) {
+                const uint32_t wv = pb[(k / 2) * 64 + n];
+                ok &= (uint16_t)(k & 1 ? wv >> 16 : wv & 0xffff) == m_bf16_daz(t ? xs[n * C + k] : xs[k * C + n]);
+            }
+        CHECKF(ok, "pack_b trans=%d: special values", t);
+    }
 }
 
 static void test_all(const nl_amx_tiles *tl, int exact) {

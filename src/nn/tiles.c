@@ -1,25 +1,57 @@
 /* nn/tiles: packing into the tile layouts and the GEMM over 2×2 blocks of 16×16 FP32 tiles
- * (contract: tiles.h). An output block goes through a 64-byte aligned buffer in the tiles'
- * layout (proj/amx.h's nl_amx_block): loaded from C when accumulating, stored back after, so
- * edge blocks need no padding of C. */
+ * (contract: tiles.h). The layouts are those of the BF16 attention's packers (nn/gemm_bf16.h:
+ * A rows = "rows" / "pairs_t" words, B pairs = "pairs" / "rows_t"), which run where the CPU has
+ * AVX512_BF16 (every AMX CPU has it); elsewhere the scalar loops below give the same bits. An
+ * output block goes through a 64-byte aligned buffer in the tiles' layout (proj/amx.h's
+ * nl_amx_block): loaded from C when accumulating, stored back after, so edge blocks need no
+ * padding of C. */
 #include "nn/tiles.h"
 
 #include <string.h>
 
-#include "proj/kernels.h"
+#include "nn/gemm_bf16.h"
 
-static uint32_t pair(float lo, float hi) { return (uint32_t)nl_host_f32_to_bf16(lo) | (uint32_t)nl_host_f32_to_bf16(hi) << 16; }
+/* FP32 -> BF16 as vcvtne2ps2bf16 converts (the vector packers): nearest even, a NaN quieted,
+ * a denormal input read as a zero of its sign */
+static uint16_t bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (!(u & 0x7f800000u)) return (uint16_t)(u >> 16 & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static uint32_t pair(float lo, float hi) { return (uint32_t)bf16(lo) | (uint32_t)bf16(hi) << 16; }
+
+/* the vector packers, where they run and the destination is whole words */
+static int vec_ok(const void *dst, int64_t ldd_halves) {
+#if defined(__x86_64__)
+    return nl_bf16_ok() && ldd_halves % 2 == 0 && ((uintptr_t)dst & 3) == 0;
+#else
+    (void)dst, (void)ldd_halves;
+    return 0;
+#endif
+}
 
 void nl_tile_pack_a(uint16_t *dst, int64_t ldd, const float *x, int64_t ld, int trans, int M, int K) {
     const int Mp = nl_tile_up(M), Kp = nl_tile_up(K);
+#if defined(__x86_64__)
+    if (vec_ok(dst, ldd)) {
+        uint32_t *d = (uint32_t *)(void *)dst;
+        if (trans) nl_bf16_pairs_t(d, ldd / 2, x, ld, K, M, Kp / 2);
+        else nl_bf16_rows(d, ldd / 2, x, ld, M, K, Kp / 2);
+        for (int m = M; m < Mp; m++) memset(dst + (int64_t)m * ldd, 0, sizeof(uint16_t) * (size_t)Kp);
+        return;
+    }
+#endif
     for (int m = 0; m < Mp; m++) {
         uint16_t *d = dst + (int64_t)m * ldd;
         int k = 0;
         if (m < M) {
             if (trans)
-                for (; k < K; k++) d[k] = nl_host_f32_to_bf16(x[(int64_t)k * ld + m]);
+                for (; k < K; k++) d[k] = bf16(x[(int64_t)k * ld + m]);
             else
-                for (; k < K; k++) d[k] = nl_host_f32_to_bf16(x[(int64_t)m * ld + k]);
+                for (; k < K; k++) d[k] = bf16(x[(int64_t)m * ld + k]);
         }
         for (; k < Kp; k++) d[k] = 0;
     }
@@ -27,6 +59,14 @@ void nl_tile_pack_a(uint16_t *dst, int64_t ldd, const float *x, int64_t ld, int 
 
 void nl_tile_pack_b(uint32_t *dst, int64_t ldd, const float *x, int64_t ld, int trans, int K, int N) {
     const int W = nl_tile_up(K) / 2, Np = nl_tile_up(N);
+#if defined(__x86_64__)
+    if (vec_ok(dst, 2 * ldd)) {
+        if (trans) nl_bf16_rows_t(dst, ldd, x, ld, N, K, Np);
+        else nl_bf16_pairs(dst, ldd, x, ld, K, N, Np);
+        for (int w = (K + 1) / 2; w < W; w++) memset(dst + (int64_t)w * ldd, 0, sizeof(uint32_t) * (size_t)Np);
+        return;
+    }
+#endif
     if (trans) {
         for (int n = 0; n < Np; n++) {
             const float *xr = x + (int64_t)n * ld;

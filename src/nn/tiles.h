@@ -5,7 +5,9 @@
  *
  * One GEMM form: C[M][N] (=|+=) A·B, A as BF16 rows (M × K, the reduction along each row),
  * B as VNNI pairs (row w holds (B[2w][n], B[2w+1][n]) for every n), both rounded from FP32 to
- * nearest even by the packers and zero padded to whole tiles: A to up(M) rows of up(K) values,
+ * nearest even by the packers (as vcvtne2ps2bf16 rounds: an FP32 denormal reads as zero, a NaN
+ * is quieted; the same bits with or without AVX512_BF16) and zero padded to whole tiles: A to
+ * up(M) rows of up(K) values,
  * B to up(K)/2 rows of up(N) pairs (up: the next multiple of 32). Every C element is one
  * accumulation over k = 0 .. up(K)−1 in 32-element steps, ascending (TDPBF16PS), from 0 or
  * from C's old value: the same bits whatever M, N, the rows of A or the columns of B beside
