@@ -1,7 +1,9 @@
 /* bench_nn: wall-clock of the hot nn/ nodes (not a test). Prints ms per call.
  *   attention forward / backward at T=512, Hq=16, Hkv=8, d=128 (Llama-3.2-1B-like layer), FP32
- *   and BF16, one thread and two (kv heads split; wall clock)
- *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05
+ *   and BF16, and on the AMX tiles where the CPU has them (nn/tiles.h), one thread and two (kv
+ *   heads split; wall clock)
+ *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05 (FP32; AMX tiles
+ *   where the CPU has them)
  *   gemm (nn/gemm.c) on the attention and LoRA block shapes
  * Usage: bench_nn [reps]
  * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): steady on a shared
@@ -9,6 +11,7 @@
 #include "nn/lora.h"
 #include "nn/nn.h"
 #include "nn/vecmath.h"
+#include "proj/amx.h"
 #include "util/util.h"
 
 #include <math.h>
@@ -39,11 +42,18 @@ typedef struct {
     int T, Hq, Hkv, d;
     float scale;
     int g0, g1;
+    const nl_amx_tiles *tl; /* non-NULL: the tile variant */
 } attn_job;
 
 static void *attn_run(void *arg) {
     const attn_job *j = arg;
-    if (!j->bwd && j->bf16)
+    if (j->tl && !j->bwd)
+        nl_attention_forward_range_tiles(j->tl, j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0,
+                                         j->g1);
+    else if (j->tl)
+        nl_attention_backward_range_tiles(j->tl, j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv,
+                                          j->d, j->scale, 0, j->g0, j->g1);
+    else if (!j->bwd && j->bf16)
         nl_attention_forward_range_bf16(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0, j->g1);
     else if (!j->bwd)
         nl_attention_forward_range(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0, j->g1);
@@ -87,17 +97,25 @@ int main(int argc, char **argv) {
     const float scale = 1.0f / sqrtf((float)d);
     const double flop_f = 4.0 * Hq * d * (T * (T + 1) / 2.0); /* QK + PV over the causal half */
     double best_f = 1e30, best_b = 1e30;
-    /* FP32 and BF16 (where the CPU has AVX512_BF16), on this thread and on two threads that
-     * split the kv heads as the training graph does (wall clock for those) */
-    for (int bf = 0; bf < 2; bf++) {
-        if (bf && !nl_attention_bf16_active()) {
+    /* FP32, BF16 (where the CPU has AVX512_BF16) and the AMX tiles (where it has them: never the
+     * emulator, a test vehicle), on this thread and on two threads that split the kv heads as
+     * the training graph does (wall clock for those) */
+    const nl_amx_tiles *amx = nl_amx_tiles_of("amx");
+    char why[200] = "";
+    if (!amx) nl_amx_available(why, sizeof why);
+    for (int bf = 0; bf < 3; bf++) {
+        if (bf == 1 && !nl_attention_bf16_active()) {
             printf("attention bf16: AVX512_BF16 not available (the BF16 calls run the FP32 code)\n");
-            break;
+            continue;
+        }
+        if (bf == 2 && !amx) {
+            printf("attention amx: not measured (%s)\n", why);
+            continue;
         }
         for (int nt = 1; nt <= 2; nt++) {
             best_f = best_b = 1e30;
             for (int r = 0; r < reps; r++) {
-                attn_job jf = {bf, 0, o, lse, q, k, v, dout, dq, dk, dv, T, Hq, Hkv, d, scale, 0, Hkv};
+                attn_job jf = {bf == 1, 0, o, lse, q, k, v, dout, dq, dk, dv, T, Hq, Hkv, d, scale, 0, Hkv, bf == 2 ? amx : NULL};
                 double tf, tb;
                 if (nt == 1) {
                     double t0 = nl_now();
@@ -116,7 +134,7 @@ int main(int argc, char **argv) {
             }
             printf("attention %s T=%d Hq=%d Hkv=%d d=%d, %d thread%s: forward %.1f ms (%.1f GFLOP/s), backward %.1f ms "
                    "(%.1f GFLOP/s), both %.1f ms\n",
-                   bf ? "bf16" : "fp32", T, Hq, Hkv, d, nt, nt == 1 ? " " : "s", best_f * 1e3, flop_f / best_f * 1e-9,
+                   bf == 2 ? "amx " : bf ? "bf16" : "fp32", T, Hq, Hkv, d, nt, nt == 1 ? " " : "s", best_f * 1e3, flop_f / best_f * 1e-9,
                    best_b * 1e3, 2.5 * flop_f / best_b * 1e-9, (best_f + best_b) * 1e3);
         }
     }
@@ -126,20 +144,26 @@ int main(int argc, char **argv) {
     float *B = malloc((size_t)N * R * 4), *u = malloc((size_t)T * R * 4), *dy = malloc((size_t)T * N * 4);
     float *dx = calloc((size_t)T * K, 4), *dA = calloc((size_t)R * K, 4), *dB = calloc((size_t)N * R, 4);
     fill(x, (size_t)T * K, &s), fill(A, (size_t)R * K, &s), fill(B, (size_t)N * R, &s), fill(dy, (size_t)T * N, &s);
-    nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), NULL};
-    best_f = best_b = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = nl_now();
-        if (nl_lora_forward(&L, A, B, y, u, x, T, 0)) return 1;
-        double t1 = nl_now();
-        if (nl_lora_backward(&L, A, B, dx, dA, dB, dy, x, u, T, 0)) return 1;
-        double t2 = nl_now();
-        if (t1 - t0 < best_f) best_f = t1 - t0;
-        if (t2 - t1 < best_b) best_b = t2 - t1;
-    }
     const double lf = 2.0 * T * R * (K + N);
-    printf("lora T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n", T, K,
-           N, R, best_f * 1e3, lf / best_f * 1e-9, best_b * 1e3, 2 * lf / best_b * 1e-9);
+    for (int ti = 0; ti < 2; ti++) {
+        if (ti && !amx) {
+            printf("lora amx: not measured (%s)\n", why);
+            break;
+        }
+        nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), ti ? amx : NULL};
+        best_f = best_b = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t0 = nl_now();
+            if (nl_lora_forward(&L, A, B, y, u, x, T, 0)) return 1;
+            double t1 = nl_now();
+            if (nl_lora_backward(&L, A, B, dx, dA, dB, dy, x, u, T, 0)) return 1;
+            double t2 = nl_now();
+            if (t1 - t0 < best_f) best_f = t1 - t0;
+            if (t2 - t1 < best_b) best_b = t2 - t1;
+        }
+        printf("lora%s T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n",
+               ti ? " amx" : "", T, K, N, R, best_f * 1e3, lf / best_f * 1e-9, best_b * 1e3, 2 * lf / best_b * 1e-9);
+    }
     /* gemm shapes: {M, N, K, transposed A} */
     static const int gs[][4] = {{32, 512, 128, 0}, {64, 128, 512, 0}, {512, 128, 64, 1}, {32, 16, 2048, 0},
                                 {32, 2048, 16, 0}, {2048, 16, 32, 1}, {16, 2048, 32, 1}};
