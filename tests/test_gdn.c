@@ -287,6 +287,10 @@ static double fd(fix *F, double *x, size_t i, const double *rvec, double *ybuf) 
     return (lp - lm) / (2 * h);
 }
 
+/* Inputs checked by central differences: every one, or every fd_stride-th for the large shapes
+ * (each difference is two reference forwards). */
+static size_t fd_stride = 1;
+
 static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled, int T) {
     fix F;
     fix_init(&F, Hk, Hv, dk, dv, K, tiled, T);
@@ -314,13 +318,14 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
                {"b", F.db, gb, (size_t)T * Hv}, {"a", F.da, ga, (size_t)T * Hv}};
     for (int v = 0; v < 4; v++) {
         double *ref = malloc(sizeof(double) * in[v].n), gmax = 0, err = 0;
-        for (size_t i = 0; i < in[v].n; i++) {
+        size_t st = in[v].n > 200 ? fd_stride : 1;
+        for (size_t i = 0; i < in[v].n; i += st) {
             ref[i] = fd(&F, in[v].x, i, rvec, ybuf);
             gmax = fmax(gmax, fabs(ref[i]));
         }
         size_t worst = 0;
         int bad = 0;
-        for (size_t i = 0; i < in[v].n; i++) {
+        for (size_t i = 0; i < in[v].n; i += st) {
             double e = fabs(in[v].g[i] - ref[i]);
             if (e > 1e-4 * fmax(1.0, gmax) + 1e-4 * fabs(ref[i])) bad++;
             if (e > err) err = e, worst = i;
@@ -399,6 +404,78 @@ static void test_errors(void) {
     fix_free(&F);
 }
 
+
+/* ---------------- (e) the SIMD kernels against the portable ones ---------------- */
+
+/* Forward (zero start and a random past state, streamed in two pieces), training forward and
+ * backward with the SIMD kernels and with the portable ones: the same bits. Shapes with
+ * dv >= 64 (the AVX-512 column blocks), a column tail, odd dk, several 16-token chunks and
+ * T not a multiple of 16; also the float64 reference at those shapes (with the past state). */
+static void test_simd_same_bits(void) {
+    int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {1, 2, 17, 128, 3, 0, 50}, {1, 1, 9, 64, 4, 1, 16},
+                       {2, 2, 128, 128, 4, 1, 40}};
+    if (!nl_gdn_simd()) printf("note: no SIMD kernel on this CPU; the portable kernels are compared with themselves\n");
+    for (int si = 0; si < 4; si++) {
+        int *p = shapes[si], Hv = p[1], dk = p[2], dv = p[3], K = p[4], T = p[6];
+        fix F;
+        fix_init(&F, p[0], Hv, dk, dv, K, p[5], T);
+        int cd = F.cd, vd = Hv * dv;
+        size_t ny = (size_t)T * vd, nh = (size_t)(K - 1) * cd, nS = (size_t)Hv * dk * dv;
+        size_t nm = (size_t)T * cd, ng = (size_t)T * Hv;
+        nl_gdn_weights w = fw(&F);
+        float *hist0 = malloc(sizeof(float) * nh), *S0 = malloc(sizeof(float) * nS);
+        double *dh = malloc(sizeof(double) * nh), *dS = malloc(sizeof(double) * nS);
+        fill(hist0, dh, nh, -1.5, 1.5);
+        fill(S0, dS, nS, -0.5, 0.5);
+        float *dy = malloc(sizeof(float) * ny);
+        for (size_t i = 0; i < ny; i++) dy[i] = (float)nl_t_rand();
+        float *out[2][9];
+        for (int m = 0; m < 2; m++) {
+            nl_gdn_set_simd(m == 0);
+            float *y = malloc(sizeof(float) * ny), *ys = malloc(sizeof(float) * ny), *yt = malloc(sizeof(float) * ny);
+            float *hist = malloc(sizeof(float) * nh), *S = malloc(sizeof(float) * nS);
+            memcpy(hist, hist0, sizeof(float) * nh);
+            memcpy(S, S0, sizeof(float) * nS);
+            CHECK(nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+            nl_gdn_state st = {hist, S};
+            int t1 = T / 3;
+            CHECK(nl_gdn_forward(&F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
+            CHECK(nl_gdn_forward(&F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
+                                 F.b + (size_t)t1 * Hv, F.a + (size_t)t1 * Hv, T - t1, &st) == 0);
+            nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
+            float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
+            float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
+            CHECK(c && nl_gdn_forward_train(&F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
+            CHECK(c && nl_gdn_backward(&F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+            CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d simd=%d: training forward differs", si, m == 0);
+            nl_gdn_cache_free(c);
+            float *o[9] = {y, ys, S, hist, gm, gz, gb, ga, yt};
+            memcpy(out[m], o, sizeof o);
+            if (m == 0) { /* vs the float64 reference, from the past state */
+                double *yr = malloc(sizeof(double) * ny);
+                refw r = rw(&F);
+                ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, dh, dS);
+                double err = 0, es = 0;
+                for (size_t i = 0; i < ny; i++) err = fmax(err, fabs(ys[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
+                for (size_t i = 0; i < nS; i++) es = fmax(es, fabs(S[i] - dS[i]) / fmax(1.0, fabs(dS[i])));
+                CHECKF(err <= 2e-5 && es <= 2e-5, "shape %d with a past state: y err %.3g, S err %.3g", si, err, es);
+                if (getenv("NL_TEST_VERBOSE")) printf("simd shape %d: y err %.3g, S err %.3g\n", si, err, es);
+                free(yr);
+            }
+        }
+        nl_gdn_set_simd(1);
+        size_t len[9] = {ny, ny, nS, nh, nm, ny, ng, ng, ny};
+        const char *name[9] = {"y", "y (past state)", "S", "conv history", "dmixed", "dz", "db", "da", "y (train)"};
+        for (int v = 0; v < 9; v++)
+            CHECKF(memcmp(out[0][v], out[1][v], sizeof(float) * len[v]) == 0, "shape %d: %s differs between SIMD and portable",
+                   si, name[v]);
+        for (int m = 0; m < 2; m++)
+            for (int v = 0; v < 9; v++) free(out[m][v]);
+        free(hist0); free(S0); free(dh); free(dS); free(dy);
+        fix_free(&F);
+    }
+}
+
 int main(void) {
     for (int tiled = 0; tiled <= 1; tiled++) {
         test_forward(tiled, 0);
@@ -413,6 +490,10 @@ int main(void) {
     test_backward(0, 32);
     test_backward_shape(1, 2, 11, 10, 3, 1, 20); /* dk, dv > 8: the 8-wide kernel blocks + tails */
     test_backward_shape(3, 3, 4, 6, 1, 0, 18);   /* K = 1, Hk == Hv */
+    fd_stride = 5;
+    test_backward_shape(1, 2, 9, 67, 3, 1, 35);  /* dv >= 64: the SIMD column blocks + a tail; 3 chunks */
+    fd_stride = 1;
+    test_simd_same_bits();
     test_cache_size();
     test_errors();
     return nl_t_done();

@@ -18,9 +18,17 @@
 #include <string.h>
 
 #include "nn/vecmath.h"
+#include "util/cpu.h"
 #include "util/util.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GDN_X86 1
+#endif
+
 #define CH NL_GDN_CHUNK
+/* Width of the state column blocks the forward recurrence runs on (see gdn_step). */
+#define GDN_COLS 64
 
 struct nl_gdn_cache {
     nl_gdn_shape shape;
@@ -211,26 +219,223 @@ static inline float row_bwd2(float *restrict d, float a, const float *restrict x
     return r;
 }
 
-/* One token of one value head: S = α S_prev + k uᵀ with u = β (v − (αS_prev)ᵀk); o = scale Sᵀ q.
- * S_prev == S (in place) or a separate [dk][dv] (backward keeps every state of a chunk); both
- * paths do the same arithmetic. r_out (v − p) is kept for backward when non-NULL. p: [dv] scratch. */
-static void gdn_step(float *S, const float *S_prev, const float *k, const float *v, const float *q,
-                     float alpha, float beta, float scale, int dk, int dv, float *restrict p,
-                     float *restrict u, float *r_out, float *restrict o) {
-    for (int c = 0; c < dv; c++) p[c] = 0.0f;
+/* One token of one value head on the columns [0, n) of its state (row stride ld; n = dv for the
+ * whole state): S = α S_prev + k uᵀ with u = β (v − (αS_prev)ᵀk); o = scale Sᵀ q. Every column of
+ * S evolves on its own (k, q, α, β are shared), so a column block gives the same bits as the
+ * whole row. S_prev == S (in place) or a separate state (backward keeps every state of a chunk);
+ * both paths do the same arithmetic. r_out (v − p) is kept for backward when non-NULL. p: [n]
+ * scratch. Portable form. */
+static void step_c(float *S, const float *S_prev, size_t ld, const float *k, const float *v,
+                   const float *q, float alpha, float beta, float scale, int dk, int n,
+                   float *restrict p, float *restrict u, float *r_out, float *restrict o) {
+    for (int c = 0; c < n; c++) p[c] = 0.0f;
     if (S_prev == S)
-        for (int i = 0; i < dk; i++) row_scale_acc(S + (size_t)i * dv, alpha, p, k[i], dv);
+        for (int i = 0; i < dk; i++) row_scale_acc(S + (size_t)i * ld, alpha, p, k[i], n);
     else
         for (int i = 0; i < dk; i++)
-            row_scale_acc_from(S + (size_t)i * dv, S_prev + (size_t)i * dv, alpha, p, k[i], dv);
-    for (int c = 0; c < dv; c++) {
+            row_scale_acc_from(S + (size_t)i * ld, S_prev + (size_t)i * ld, alpha, p, k[i], n);
+    for (int c = 0; c < n; c++) {
         float r = v[c] - p[c];
         if (r_out) r_out[c] = r;
         u[c] = beta * r;
         o[c] = 0.0f;
     }
-    for (int i = 0; i < dk; i++) row_axpy_acc(S + (size_t)i * dv, k[i], u, o, q[i], dv);
-    for (int c = 0; c < dv; c++) o[c] *= scale;
+    for (int i = 0; i < dk; i++) row_axpy_acc(S + (size_t)i * ld, k[i], u, o, q[i], n);
+    for (int c = 0; c < n; c++) o[c] *= scale;
+}
+
+#ifdef GDN_X86
+/* step_c on 64 columns with AVX-512, p and o held in four registers each: the same multiplies
+ * and adds in the same order as step_c (separate, no FMA), so the same bits. */
+__attribute__((target("avx512f"))) static void step64_avx512(float *S, const float *S_prev, size_t ld,
+                                                               const float *k, const float *v, const float *q,
+                                                               float alpha, float beta, float scale, int dk,
+                                                               float *restrict u, float *r_out, float *restrict o) {
+    const __m512 va = _mm512_set1_ps(alpha);
+    __m512 p0 = _mm512_setzero_ps(), p1 = p0, p2 = p0, p3 = p0;
+    for (int i = 0; i < dk; i++) {
+        const float *sp = S_prev + (size_t)i * ld;
+        float *sd = S + (size_t)i * ld;
+        const __m512 kk = _mm512_set1_ps(k[i]);
+        __m512 x0 = _mm512_mul_ps(va, _mm512_loadu_ps(sp)), x1 = _mm512_mul_ps(va, _mm512_loadu_ps(sp + 16));
+        __m512 x2 = _mm512_mul_ps(va, _mm512_loadu_ps(sp + 32)), x3 = _mm512_mul_ps(va, _mm512_loadu_ps(sp + 48));
+        _mm512_storeu_ps(sd, x0);
+        _mm512_storeu_ps(sd + 16, x1);
+        _mm512_storeu_ps(sd + 32, x2);
+        _mm512_storeu_ps(sd + 48, x3);
+        p0 = _mm512_add_ps(p0, _mm512_mul_ps(kk, x0));
+        p1 = _mm512_add_ps(p1, _mm512_mul_ps(kk, x1));
+        p2 = _mm512_add_ps(p2, _mm512_mul_ps(kk, x2));
+        p3 = _mm512_add_ps(p3, _mm512_mul_ps(kk, x3));
+    }
+    const __m512 vb = _mm512_set1_ps(beta);
+    __m512 r0 = _mm512_sub_ps(_mm512_loadu_ps(v), p0), r1 = _mm512_sub_ps(_mm512_loadu_ps(v + 16), p1);
+    __m512 r2 = _mm512_sub_ps(_mm512_loadu_ps(v + 32), p2), r3 = _mm512_sub_ps(_mm512_loadu_ps(v + 48), p3);
+    if (r_out) {
+        _mm512_storeu_ps(r_out, r0);
+        _mm512_storeu_ps(r_out + 16, r1);
+        _mm512_storeu_ps(r_out + 32, r2);
+        _mm512_storeu_ps(r_out + 48, r3);
+    }
+    const __m512 u0 = _mm512_mul_ps(vb, r0), u1 = _mm512_mul_ps(vb, r1);
+    const __m512 u2 = _mm512_mul_ps(vb, r2), u3 = _mm512_mul_ps(vb, r3);
+    _mm512_storeu_ps(u, u0);
+    _mm512_storeu_ps(u + 16, u1);
+    _mm512_storeu_ps(u + 32, u2);
+    _mm512_storeu_ps(u + 48, u3);
+    __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+    for (int i = 0; i < dk; i++) {
+        float *sd = S + (size_t)i * ld;
+        const __m512 kk = _mm512_set1_ps(k[i]), qq = _mm512_set1_ps(q[i]);
+        __m512 x0 = _mm512_add_ps(_mm512_loadu_ps(sd), _mm512_mul_ps(kk, u0));
+        __m512 x1 = _mm512_add_ps(_mm512_loadu_ps(sd + 16), _mm512_mul_ps(kk, u1));
+        __m512 x2 = _mm512_add_ps(_mm512_loadu_ps(sd + 32), _mm512_mul_ps(kk, u2));
+        __m512 x3 = _mm512_add_ps(_mm512_loadu_ps(sd + 48), _mm512_mul_ps(kk, u3));
+        _mm512_storeu_ps(sd, x0);
+        _mm512_storeu_ps(sd + 16, x1);
+        _mm512_storeu_ps(sd + 32, x2);
+        _mm512_storeu_ps(sd + 48, x3);
+        o0 = _mm512_add_ps(o0, _mm512_mul_ps(qq, x0));
+        o1 = _mm512_add_ps(o1, _mm512_mul_ps(qq, x1));
+        o2 = _mm512_add_ps(o2, _mm512_mul_ps(qq, x2));
+        o3 = _mm512_add_ps(o3, _mm512_mul_ps(qq, x3));
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    _mm512_storeu_ps(o, _mm512_mul_ps(o0, vs));
+    _mm512_storeu_ps(o + 16, _mm512_mul_ps(o1, vs));
+    _mm512_storeu_ps(o + 32, _mm512_mul_ps(o2, vs));
+    _mm512_storeu_ps(o + 48, _mm512_mul_ps(o3, vs));
+}
+#endif
+
+#ifdef GDN_X86
+#define GDN_AVX2 __attribute__((target("avx2")))
+/* The 8 lanes of a register as one nl_lanes_sum (the same order as the portable reductions). */
+GDN_AVX2 static inline float lanes_sum256(__m256 v) {
+    float a[NL_LANES];
+    _mm256_storeu_ps(a, v);
+    return nl_lanes_sum(a);
+}
+
+/* Backward pass 1 on one row of dS, 8 lanes a register: d += a x; du += s d; returns
+ * <sn, x> and *du_out = <d (updated), u>: the bits of row_axpy_acc and two dot() calls. */
+GDN_AVX2 static float row_bwd1_avx2(float *restrict d, float a, const float *restrict x,
+                                    float *restrict du, float s, const float *restrict sn,
+                                    const float *restrict u, float *du_out, int n) {
+    const __m256 va = _mm256_set1_ps(a), vs = _mm256_set1_ps(s);
+    __m256 aq = _mm256_setzero_ps(), ak = aq;
+    int c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m256 xx = _mm256_loadu_ps(x + c);
+        const __m256 v = _mm256_add_ps(_mm256_loadu_ps(d + c), _mm256_mul_ps(va, xx));
+        _mm256_storeu_ps(d + c, v);
+        _mm256_storeu_ps(du + c, _mm256_add_ps(_mm256_loadu_ps(du + c), _mm256_mul_ps(vs, v)));
+        aq = _mm256_add_ps(aq, _mm256_mul_ps(_mm256_loadu_ps(sn + c), xx));
+        ak = _mm256_add_ps(ak, _mm256_mul_ps(v, _mm256_loadu_ps(u + c)));
+    }
+    for (int t = c; t < n; t++) {
+        float v = d[t] + a * x[t];
+        d[t] = v;
+        du[t] += s * v;
+    }
+    float rq = lanes_sum256(aq), rk = lanes_sum256(ak);
+    for (int t = c; t < n; t++) rq += sn[t] * x[t];
+    for (int t = c; t < n; t++) rk += d[t] * u[t];
+    *du_out = rk;
+    return rq;
+}
+
+/* row_bwd2 with 8 lanes a register (the same bits). */
+GDN_AVX2 static float row_bwd2_avx2(float *restrict d, float a, const float *restrict x,
+                                    const float *restrict y, float alpha, float *xy, int n) {
+    const __m256 va = _mm256_set1_ps(a), val = _mm256_set1_ps(alpha);
+    __m256 acc = _mm256_setzero_ps(), acx = acc;
+    int c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m256 xx = _mm256_loadu_ps(x + c), yy = _mm256_loadu_ps(y + c);
+        const __m256 v = _mm256_add_ps(_mm256_loadu_ps(d + c), _mm256_mul_ps(va, xx));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, yy));
+        acx = _mm256_add_ps(acx, _mm256_mul_ps(xx, yy));
+        _mm256_storeu_ps(d + c, _mm256_mul_ps(val, v));
+    }
+    float r = lanes_sum256(acc), rx = lanes_sum256(acx);
+    for (; c < n; c++) {
+        float v = d[c] + a * x[c];
+        r += v * y[c];
+        rx += x[c] * y[c];
+        d[c] = alpha * v;
+    }
+    *xy = rx;
+    return r;
+}
+#endif
+
+/* Backward pass 1 on one row (portable or AVX2, the same bits): d += a x; du += s d;
+ * returns <sn, x>; *du_out = <d, u>. */
+static inline float row_bwd1(int wide, float *restrict d, float a, const float *restrict x,
+                             float *restrict du, float s, const float *restrict sn,
+                             const float *restrict u, float *du_out, int n) {
+#ifdef GDN_X86
+    if (wide) return row_bwd1_avx2(d, a, x, du, s, sn, u, du_out, n);
+#else
+    (void)wide;
+#endif
+    row_axpy_acc(d, a, x, du, s, n);
+    float rq = dot(sn, x, n);
+    *du_out = dot(d, u, n);
+    return rq;
+}
+
+static inline float row_bwd2_any(int wide, float *restrict d, float a, const float *restrict x,
+                                 const float *restrict y, float alpha, float *xy, int n) {
+#ifdef GDN_X86
+    if (wide) return row_bwd2_avx2(d, a, x, y, alpha, xy, n);
+#else
+    (void)wide;
+#endif
+    return row_bwd2(d, a, x, y, alpha, xy, n);
+}
+
+/* nl_gdn_set_simd(0) turns the SIMD kernels off (tests compare both paths). */
+static int simd_on = 1;
+void nl_gdn_set_simd(int on) { __atomic_store_n(&simd_on, on != 0, __ATOMIC_RELAXED); }
+
+/* 1 when the AVX-512 step runs (the same bits as the portable one). */
+static int wide_step(void) {
+#ifdef GDN_X86
+    return __atomic_load_n(&simd_on, __ATOMIC_RELAXED) && nl_cpu_has(NL_CPU_AVX512);
+#else
+    return 0;
+#endif
+}
+
+/* 1 when the backward row kernels run on AVX2 (the same bits as the portable ones). */
+static int wide_bwd(void) {
+#ifdef GDN_X86
+    return __atomic_load_n(&simd_on, __ATOMIC_RELAXED) && nl_cpu_has(NL_CPU_AVX2);
+#else
+    return 0;
+#endif
+}
+
+int nl_gdn_simd(void) { return wide_step() || wide_bwd(); }
+
+/* step_c over n columns, in blocks of 64 on the AVX-512 step when `wide` (the rest portable). */
+static void gdn_step(int wide, float *S, const float *S_prev, size_t ld, const float *k, const float *v,
+                     const float *q, float alpha, float beta, float scale, int dk, int n,
+                     float *restrict p, float *restrict u, float *r_out, float *restrict o) {
+    int c0 = 0;
+#ifdef GDN_X86
+    if (wide)
+        for (; c0 + 64 <= n; c0 += 64)
+            step64_avx512(S + c0, S_prev + c0, ld, k, v + c0, q, alpha, beta, scale, dk, u + c0,
+                          r_out ? r_out + c0 : NULL, o + c0);
+#else
+    (void)wide;
+#endif
+    if (c0 < n)
+        step_c(S + c0, S_prev + c0, ld, k, v + c0, q, alpha, beta, scale, dk, n - c0, p, u + c0,
+               r_out ? r_out + c0 : NULL, o + c0);
 }
 
 /* Gated RMSNorm in place: o <- o / sqrt(mean(o²) + eps) * nw * silu(z), over dv. */
@@ -291,18 +496,30 @@ static void forward_core(const nl_gdn_shape *s, const nl_gdn_weights *w, float *
         for (int c = 2 * Hk * dk; c < cd; c++) dst[c] = siluf(src[c]);
     }
     float *p = work, *u = work + dv;
+    const int wide = wide_step();
     for (int j = 0; j < Hv; j++) {
         int kh = key_head(s, j);
         float *S = Sstate ? Sstate + (size_t)j * hs : Shead;
         if (!Sstate) memset(S, 0, sizeof(float) * hs);
+        /* column blocks of the state, each over all tokens: dk x GDN_COLS floats stay in L1 */
+        for (int c0 = 0; c0 < dv; c0 += GDN_COLS) {
+            int n = dv - c0 < GDN_COLS ? dv - c0 : GDN_COLS;
+            for (int t = 0; t < T; t++) {
+                const float *row = xs + (size_t)t * cd;
+                if (ck && t > 0 && t % CH == 0) {
+                    float *dst = ck + ((size_t)(t / CH - 1) * Hv + j) * hs;
+                    for (int i = 0; i < dk; i++)
+                        memcpy(dst + (size_t)i * dv + c0, S + (size_t)i * dv + c0, sizeof(float) * (size_t)n);
+                }
+                size_t gi = (size_t)t * Hv + j;
+                float *o = y + (size_t)t * Hv * dv + (size_t)j * dv + c0;
+                gdn_step(wide, S + c0, S + c0, (size_t)dv, row + Hk * dk + (size_t)kh * dk,
+                         row + 2 * Hk * dk + (size_t)j * dv + c0, row + (size_t)kh * dk, expf(g[gi]),
+                         beta[gi], scale, dk, n, p, u, NULL, o);
+            }
+        }
         for (int t = 0; t < T; t++) {
-            const float *row = xs + (size_t)t * cd;
-            if (ck && t > 0 && t % CH == 0)
-                memcpy(ck + ((size_t)(t / CH - 1) * Hv + j) * hs, S, sizeof(float) * hs);
-            size_t gi = (size_t)t * Hv + j;
             float *o = y + (size_t)t * Hv * dv + (size_t)j * dv;
-            gdn_step(S, S, row + Hk * dk + (size_t)kh * dk, row + 2 * Hk * dk + (size_t)j * dv,
-                     row + (size_t)kh * dk, expf(g[gi]), beta[gi], scale, dk, dv, p, u, NULL, o);
             gated_norm(o, z + (size_t)t * Hv * dv + (size_t)j * dv, w->norm, dv, s->eps);
         }
     }
@@ -467,6 +684,7 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
     float *xrow = dp + dv, *drow = xrow + dk;                          /* [dk] */
 
     memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
+    const int wide = wide_step(), wide_b = wide_bwd();
     const int nch = (T + CH - 1) / CH;
     for (int j = 0; j < Hv; j++) {
         const int kh = key_head(s, j);
@@ -484,7 +702,7 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
                 silu_l2(Q + (size_t)i * dk, cp + qoff, dk, s->eps);
                 silu_l2(Kc + (size_t)i * dk, cp + koff, dk, s->eps);
                 for (int c = 0; c < dv; c++) V[(size_t)i * dv + c] = siluf(cp[voff + c]);
-                gdn_step(St + (size_t)(i + 1) * hs, St + (size_t)i * hs, Kc + (size_t)i * dk,
+                gdn_step(wide, St + (size_t)(i + 1) * hs, St + (size_t)i * hs, (size_t)dv, Kc + (size_t)i * dk,
                          V + (size_t)i * dv, Q + (size_t)i * dk, expf(cache->g[gi]), cache->beta[gi],
                          scale, dk, dv, p, U + (size_t)i * dv, R + (size_t)i * dv, o);
                 gated_norm_backward(DO + (size_t)i * dv, dz + t * vd + (size_t)j * dv, o,
@@ -502,10 +720,11 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
                 for (int c = 0; c < dv; c++) du[c] = 0.0f;
                 /* dS += scale q doᵀ; dq̂ += scale S_t do; dk̂ += dS u; du = dSᵀ k̂ */
                 for (int r = 0; r < dk; r++) {
-                    float *d = dS + (size_t)r * dv;
-                    row_axpy_acc(d, scale * q[r], dov, du, k[r], dv);
-                    dq[r] += scale * dot(Snew + (size_t)r * dv, dov, dv);
-                    dkv[r] += dot(d, u, dv);
+                    float du_u;
+                    float sdo = row_bwd1(wide_b, dS + (size_t)r * dv, scale * q[r], dov, du, k[r],
+                                         Snew + (size_t)r * dv, u, &du_u, dv);
+                    dq[r] += scale * sdo;
+                    dkv[r] += du_u;
                 }
                 /* u = β (v − p): dβ = du·(v − p), dv = β du, dp = −β du */
                 const float dbeta = dot(du, R + (size_t)i * dv, dv);
@@ -518,7 +737,8 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
                 double dalpha = 0.0;
                 for (int r = 0; r < dk; r++) {
                     float sodp;
-                    dalpha += row_bwd2(dS + (size_t)r * dv, k[r], dp, Sold + (size_t)r * dv, alpha, &sodp, dv);
+                    dalpha += row_bwd2_any(wide_b, dS + (size_t)r * dv, k[r], dp, Sold + (size_t)r * dv, alpha,
+                                           &sodp, dv);
                     dkv[r] += alpha * sodp;
                 }
                 da[gi] = (float)(dalpha * alpha) * cache->dgda[gi];

@@ -85,4 +85,12 @@ int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *
 int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
                     const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
+/* The recurrence's SIMD kernels (x86-64: AVX-512 for the state update, AVX2 for the backward
+ * rows; picked at run time) do the same multiplies and adds in the same order as the portable
+ * C, so they give the same bits. nl_gdn_set_simd(0) makes every later call run the portable
+ * kernels (for tests that compare the two; process-wide); nl_gdn_simd() is 1 when a SIMD kernel
+ * would run now. */
+void nl_gdn_set_simd(int on);
+int nl_gdn_simd(void);
+
 #endif

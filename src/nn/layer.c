@@ -10,7 +10,7 @@
 /* ---- timing (bench step) ---- */
 
 static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm",
-                                                     "rope", "act", "xent", "add", "other"};
+                                                     "rope", "act", "xent", "add", "gdn", "other"};
 const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
 
 #define TIMED(ps, k, stmt)                      \
@@ -286,12 +286,14 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     nl_gdn_weights w = gdn_weights(L);
     if (st && nl_span_n(sp) > 1) { nl_err("internal: a decoding state with several sequences in one call"); goto done; }
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
-        int Ti = nl_span_len(sp, i);
+        int Ti = nl_span_len(sp, i), e;
         size_t o = (size_t)t0;
-        if (c->gc ? nl_gdn_forward_train(s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti, c->gc[i])
-                  : nl_gdn_forward(s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
-                                   st ? &st->gdn[l] : NULL))
-            goto done;
+        TIMED(ps, NL_GP_GDN,
+              e = c->gc ? nl_gdn_forward_train(s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
+                                               c->gc[i])
+                        : nl_gdn_forward(s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
+                                         st ? &st->gdn[l] : NULL));
+        if (e) goto done;
     }
     rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c->lu[NL_P_OUT]);
 done:
@@ -315,9 +317,11 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     if (c->n_gc != nl_span_n(sp)) { nl_err("internal: GDN backward with %d caches for %d sequences", c->n_gc, nl_span_n(sp)); goto done; }
     for (int i = 0, t0 = 0; i < c->n_gc; t0 += nl_span_len(sp, i++)) {
         size_t o = (size_t)t0;
-        if (nl_gdn_backward(s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd, db + o * s->Hv,
-                            da + o * s->Hv))
-            goto done;
+        int e;
+        TIMED(ps, NL_GP_GDN,
+              e = nl_gdn_backward(s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd,
+                                  db + o * s->Hv, da + o * s->Hv));
+        if (e) goto done;
     }
     /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
     float *tin = dhn ? tmp : NULL;

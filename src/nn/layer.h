@@ -56,6 +56,7 @@ enum {
     NL_GP_ACT,        /* SwiGLU and gates, forward and backward */
     NL_GP_XENT,       /* softmax cross-entropy of the head chunks */
     NL_GP_ADD,        /* residual adds, LoRA adds, copies */
+    NL_GP_GDN,        /* the gated delta-net node (nn/gdn), forward and backward */
     NL_GP_OTHER,      /* submits, allocation, embedding rows, planning */
     NL_GP_COUNT
 };
