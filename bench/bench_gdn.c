@@ -1,10 +1,12 @@
 /* bench_gdn: one GDN layer at the qwen35-0.8b shape (Hk = Hv = 16, dk = dv = 128, K = 4),
  * T = 512 tokens (or argv[1]): ms for the forward, the training forward (with checkpoints)
- * and the backward, best of N runs (argv[2], default 3). Single thread. Not a test. */
+ * and the backward, best of N runs (argv[2], default 3), on argv[3] threads (default 1; the
+ * results are the same bits on any number). Not a test. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "nn/gdn.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 static unsigned long long rng = 88172645463325252ULL;
@@ -22,8 +24,10 @@ static float *rnd(size_t n, float lo, float hi) {
 }
 
 int main(int argc, char **argv) {
-    int T = argc > 1 ? atoi(argv[1]) : 512, reps = argc > 2 ? atoi(argv[2]) : 3;
-    if (T < 1 || reps < 1) { fprintf(stderr, "usage: bench_gdn [T] [reps]\n"); return 1; }
+    int T = argc > 1 ? atoi(argv[1]) : 512, reps = argc > 2 ? atoi(argv[2]) : 3, nth = argc > 3 ? atoi(argv[3]) : 1;
+    if (T < 1 || reps < 1 || nth < 1) { fprintf(stderr, "usage: bench_gdn [T] [reps] [threads]\n"); return 1; }
+    nl_pool *pool = nth > 1 ? nl_pool_new(nth) : NULL;
+    if (nth > 1 && !pool) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
     nl_gdn_shape s = {.Hk = 16, .Hv = 16, .dk = 128, .dv = 128, .K = 4, .eps = 1e-6f, .kv_tiled = 1};
     int cd = nl_gdn_conv_dim(&s), vd = s.Hv * s.dv;
     float *conv = rnd((size_t)cd * s.K, -0.5f, 0.5f), *dt = rnd(s.Hv, -1, 1), *A = rnd(s.Hv, -2, -0.1f);
@@ -39,11 +43,11 @@ int main(int argc, char **argv) {
     double best[3] = {1e30, 1e30, 1e30};
     for (int r = 0; r < reps; r++) {
         double t0 = nl_now();
-        if (nl_gdn_forward(&s, &w, y, mixed, z, b, a, T, NULL)) goto fail;
+        if (nl_gdn_forward(pool, &s, &w, y, mixed, z, b, a, T, NULL)) goto fail;
         double t1 = nl_now();
-        if (nl_gdn_forward_train(&s, &w, y, mixed, z, b, a, T, c)) goto fail;
+        if (nl_gdn_forward_train(pool, &s, &w, y, mixed, z, b, a, T, c)) goto fail;
         double t2 = nl_now();
-        if (nl_gdn_backward(&s, &w, c, dy, T, dm, dz, db, da)) goto fail;
+        if (nl_gdn_backward(pool, &s, &w, c, dy, T, dm, dz, db, da)) goto fail;
         double t3 = nl_now();
         if (t1 - t0 < best[0]) best[0] = t1 - t0;
         if (t2 - t1 < best[1]) best[1] = t2 - t1;
@@ -51,7 +55,8 @@ int main(int argc, char **argv) {
     }
     /* recurrence flops per token and head: forward 2 passes x 2 FMA x dk*dv */
     double gf = 8.0 * T * s.Hv * s.dk * s.dv * 1e-9;
-    printf("gdn qwen35-0.8b shape (Hk=Hv=16, dk=dv=128, K=4), T=%d, best of %d, 1 thread\n", T, reps);
+    printf("gdn qwen35-0.8b shape (Hk=Hv=16, dk=dv=128, K=4), T=%d, best of %d, %d thread%s, %s kernels\n", T, reps, nth,
+           nth > 1 ? "s" : "", nl_gdn_simd() ? "SIMD" : "portable");
     printf("  forward        %8.1f ms  (%.2f GFLOP/s on the recurrence)\n", best[0] * 1e3, gf / best[0]);
     printf("  forward_train  %8.1f ms\n", best[1] * 1e3);
     printf("  backward       %8.1f ms  (%.2fx forward)\n", best[2] * 1e3, best[2] / best[0]);
@@ -59,6 +64,7 @@ int main(int argc, char **argv) {
            nl_gdn_cache_size(c) / 1048576.0, (unsigned long long)nl_gdn_cache_size(c),
            nl_gdn_backward_work_bytes(&s) / 1048576.0, (double)(dm[0] + da[T * s.Hv - 1]));
     nl_gdn_cache_free(c);
+    nl_pool_free(pool);
     return 0;
 fail:
     fprintf(stderr, "bench_gdn: %s\n", nl_last_error());

@@ -10,6 +10,7 @@
 #include "nn/gdn.h"
 
 #include "test.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 /* ---------------- float64 reference, straight from the formulas ---------------- */
@@ -157,7 +158,7 @@ static void test_forward(int tiled, int with_state) {
     nl_gdn_weights w = fw(&F);
     refw r = rw(&F);
     nl_gdn_state st = {hist, S};
-    int rc = nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, with_state ? &st : NULL);
+    int rc = nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, with_state ? &st : NULL);
     CHECK(rc == 0);
     ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, with_state ? dh : NULL, with_state ? dS : NULL);
     double err = 0;
@@ -178,7 +179,7 @@ static void test_forward(int tiled, int with_state) {
     if (!with_state) {
         nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T + 3);
         float *y2 = malloc(sizeof(float) * ny);
-        CHECK(c && nl_gdn_forward_train(&F.s, &w, y2, F.mixed, F.z, F.b, F.a, T, c) == 0);
+        CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, y2, F.mixed, F.z, F.b, F.a, T, c) == 0);
         CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
         free(y2);
         nl_gdn_cache_free(c);
@@ -200,7 +201,7 @@ static void test_forward_shapes(void) {
         double *yr = malloc(sizeof(double) * ny);
         nl_gdn_weights w = fw(&F);
         refw r = rw(&F);
-        CHECK(nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+        CHECK(nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
         ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, NULL, NULL);
         double err = 0;
         for (size_t i = 0; i < ny; i++) err = fmax(err, fabs(y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
@@ -212,7 +213,7 @@ static void test_forward_shapes(void) {
         int vd = p[1] * p[3];
         for (int t0 = 0; t0 < T; t0 += 4) {
             int n = T - t0 < 4 ? T - t0 : 4;
-            CHECK(nl_gdn_forward(&F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
+            CHECK(nl_gdn_forward(NULL, &F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
                                  F.z + (size_t)t0 * vd, F.b + (size_t)t0 * p[1], F.a + (size_t)t0 * p[1], n,
                                  &st) == 0);
         }
@@ -242,14 +243,14 @@ static void test_streaming(int tiled) {
         int ok = 1;
         for (int t0 = 0; t0 < T; t0 += steps[m]) {
             int n = T - t0 < steps[m] ? T - t0 : steps[m];
-            ok &= nl_gdn_forward(&F.s, &w, y[m] + (size_t)t0 * vd, F.mixed + (size_t)t0 * cd,
+            ok &= nl_gdn_forward(NULL, &F.s, &w, y[m] + (size_t)t0 * vd, F.mixed + (size_t)t0 * cd,
                                  F.z + (size_t)t0 * vd, F.b + (size_t)t0 * Hv, F.a + (size_t)t0 * Hv, n,
                                  &st) == 0;
         }
         CHECK(ok);
     }
     float *y0 = malloc(sizeof(float) * ny);
-    CHECK(nl_gdn_forward(&F.s, &w, y0, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+    CHECK(nl_gdn_forward(NULL, &F.s, &w, y0, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
     CHECKF(memcmp(y0, y[0], sizeof(float) * ny) == 0, "state=NULL vs zero state differ");
     for (int m = 1; m < 3; m++) {
         CHECKF(memcmp(y[0], y[m], sizeof(float) * ny) == 0, "y: one call vs steps of %d differ", steps[m]);
@@ -307,8 +308,8 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
     float *gm = malloc(sizeof(float) * (size_t)T * cd), *gz = malloc(sizeof(float) * ny);
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
     CHECK(c != NULL);
-    CHECK(nl_gdn_forward_train(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
-    CHECK(nl_gdn_backward(&F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+    CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
+    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
     struct {
         const char *name;
         double *x;
@@ -384,21 +385,21 @@ static void test_errors(void) {
     float *dz = malloc(sizeof(float) * 20 * 12), *db = malloc(sizeof(float) * 80), *da = malloc(sizeof(float) * 80);
     nl_gdn_shape bad = F.s;
     bad.Hv = 3;
-    CHECK(nl_gdn_forward(&bad, &w, y, F.mixed, F.z, F.b, F.a, 20, NULL) == -1);
+    CHECK(nl_gdn_forward(NULL, &bad, &w, y, F.mixed, F.z, F.b, F.a, 20, NULL) == -1);
     CHECK(strstr(nl_last_error(), "multiple") != NULL);
-    CHECK(nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, 0, NULL) == 0);
+    CHECK(nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 0, NULL) == 0);
     CHECK(nl_gdn_cache_new(&F.s, 0) == NULL);
     nl_gdn_cache *c = nl_gdn_cache_new(&F.s, 10);
     CHECK(c != NULL);
-    CHECK(nl_gdn_backward(&F.s, &w, c, y, 10, dm, dz, db, da) == -1); /* no forward yet */
-    CHECK(nl_gdn_forward_train(&F.s, &w, y, F.mixed, F.z, F.b, F.a, 20, c) == -1);
+    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == -1); /* no forward yet */
+    CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 20, c) == -1);
     CHECK(strstr(nl_last_error(), "at most 10") != NULL);
-    CHECK(nl_gdn_forward_train(&F.s, &w, y, F.mixed, F.z, F.b, F.a, 10, c) == 0);
-    CHECK(nl_gdn_backward(&F.s, &w, c, y, 9, dm, dz, db, da) == -1);
+    CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 10, c) == 0);
+    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, y, 9, dm, dz, db, da) == -1);
     nl_gdn_shape other = F.s;
     other.kv_tiled = 0;
-    CHECK(nl_gdn_backward(&other, &w, c, y, 10, dm, dz, db, da) == -1);
-    CHECK(nl_gdn_backward(&F.s, &w, c, y, 10, dm, dz, db, da) == 0);
+    CHECK(nl_gdn_backward(NULL, &other, &w, c, y, 10, dm, dz, db, da) == -1);
+    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == 0);
     nl_gdn_cache_free(c);
     free(y); free(dm); free(dz); free(db); free(da);
     fix_free(&F);
@@ -436,17 +437,17 @@ static void test_simd_same_bits(void) {
             float *hist = malloc(sizeof(float) * nh), *S = malloc(sizeof(float) * nS);
             memcpy(hist, hist0, sizeof(float) * nh);
             memcpy(S, S0, sizeof(float) * nS);
-            CHECK(nl_gdn_forward(&F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+            CHECK(nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
             nl_gdn_state st = {hist, S};
             int t1 = T / 3;
-            CHECK(nl_gdn_forward(&F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
-            CHECK(nl_gdn_forward(&F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
+            CHECK(nl_gdn_forward(NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
+            CHECK(nl_gdn_forward(NULL, &F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
                                  F.b + (size_t)t1 * Hv, F.a + (size_t)t1 * Hv, T - t1, &st) == 0);
             nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
             float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
-            CHECK(c && nl_gdn_forward_train(&F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
-            CHECK(c && nl_gdn_backward(&F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+            CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
+            CHECK(c && nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
             CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d simd=%d: training forward differs", si, m == 0);
             nl_gdn_cache_free(c);
             float *o[9] = {y, ys, S, hist, gm, gz, gb, ga, yt};
@@ -476,6 +477,66 @@ static void test_simd_same_bits(void) {
     }
 }
 
+/* ---------------- (f) threads ---------------- */
+
+/* Pools of 2 and 3 threads give the same bits as one thread: forward (zero start and a past
+ * state), training forward and backward; shapes where several value heads share a key head
+ * (both mappings) and where the heads do not split evenly. */
+static void test_threads_same_bits(void) {
+    int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {3, 6, 9, 64, 3, 0, 23}, {1, 2, 5, 3, 4, 1, 35}, {3, 3, 4, 6, 1, 0, 18}};
+    nl_pool *pools[3] = {NULL, nl_pool_new(2), nl_pool_new(3)};
+    CHECK(pools[1] && pools[2]);
+    for (int si = 0; si < 4; si++) {
+        int *p = shapes[si], Hv = p[1], dk = p[2], dv = p[3], K = p[4], T = p[6];
+        fix F;
+        fix_init(&F, p[0], Hv, dk, dv, K, p[5], T);
+        int cd = F.cd, vd = Hv * dv;
+        size_t ny = (size_t)T * vd, nh = (size_t)(K - 1) * cd, nS = (size_t)Hv * dk * dv;
+        size_t nm = (size_t)T * cd, ng = (size_t)T * Hv;
+        nl_gdn_weights w = fw(&F);
+        float *hist0 = malloc(sizeof(float) * (nh + 1)), *S0 = malloc(sizeof(float) * nS);
+        double *dh = malloc(sizeof(double) * (nh + 1)), *dS = malloc(sizeof(double) * nS);
+        fill(hist0, dh, nh, -1.5, 1.5);
+        fill(S0, dS, nS, -0.5, 0.5);
+        float *dy = malloc(sizeof(float) * ny);
+        for (size_t i = 0; i < ny; i++) dy[i] = (float)nl_t_rand();
+        float *out[3][8];
+        for (int m = 0; m < 3; m++) {
+            nl_pool *pool = pools[m];
+            float *y = malloc(sizeof(float) * ny), *ys = malloc(sizeof(float) * ny);
+            float *hist = malloc(sizeof(float) * (nh + 1)), *S = malloc(sizeof(float) * nS);
+            memcpy(hist, hist0, sizeof(float) * nh);
+            memcpy(S, S0, sizeof(float) * nS);
+            CHECK(nl_gdn_forward(pool, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+            nl_gdn_state st = {hist, S};
+            CHECK(nl_gdn_forward(pool, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, T, &st) == 0);
+            nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
+            float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
+            float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
+            float *yt = malloc(sizeof(float) * ny);
+            CHECK(c && nl_gdn_forward_train(pool, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
+            CHECK(c && nl_gdn_backward(pool, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+            CHECK(memcmp(y, yt, sizeof(float) * ny) == 0);
+            free(yt);
+            nl_gdn_cache_free(c);
+            float *o[8] = {y, ys, S, hist, gm, gz, gb, ga};
+            memcpy(out[m], o, sizeof o);
+        }
+        size_t len[8] = {ny, ny, nS, nh, nm, ny, ng, ng};
+        const char *name[8] = {"y", "y (past state)", "S", "conv history", "dmixed", "dz", "db", "da"};
+        for (int m = 1; m < 3; m++)
+            for (int v = 0; v < 8; v++)
+                CHECKF(memcmp(out[0][v], out[m][v], sizeof(float) * len[v]) == 0, "shape %d: %s differs on %d threads", si,
+                       name[v], m + 1);
+        for (int m = 0; m < 3; m++)
+            for (int v = 0; v < 8; v++) free(out[m][v]);
+        free(hist0); free(S0); free(dh); free(dS); free(dy);
+        fix_free(&F);
+    }
+    nl_pool_free(pools[1]);
+    nl_pool_free(pools[2]);
+}
+
 int main(void) {
     for (int tiled = 0; tiled <= 1; tiled++) {
         test_forward(tiled, 0);
@@ -494,6 +555,7 @@ int main(void) {
     test_backward_shape(1, 2, 9, 67, 3, 1, 35);  /* dv >= 64: the SIMD column blocks + a tail; 3 chunks */
     fd_stride = 1;
     test_simd_same_bits();
+    test_threads_same_bits();
     test_cache_size();
     test_errors();
     return nl_t_done();

@@ -19,6 +19,7 @@
 
 #include "nn/vecmath.h"
 #include "util/cpu.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -478,54 +479,104 @@ static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b
         }
 }
 
-/* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] receives q̂, k̂, silu(v); it
- * may equal cpre (the transform is elementwise per head segment).
- * Sstate: [Hv][dk][dv] read and updated, or NULL (zero start; Shead scratch [dk*dv] used).
- * ck: checkpoint array or NULL. work: [3*dv]. */
-static void forward_core(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *cpre,
-                         float *xs, const float *z, const float *beta, const float *g, int T,
-                         float *Sstate, float *Shead, float *ck, float *work) {
-    int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv;
-    int cd = nl_gdn_conv_dim(s);
-    size_t hs = (size_t)dk * dv;
-    float scale = 1.0f / sqrtf((float)dk);
-    for (int t = 0; t < T; t++) {
-        const float *src = cpre + (size_t)t * cd;
-        float *dst = xs + (size_t)t * cd;
+/* The threads' share of [0, n): task `task` of n_tasks gets [n·task/n_tasks, n·(task+1)/n_tasks). */
+static void share(int n, int task, int n_tasks, int *i0, int *i1) {
+    *i0 = (int)((int64_t)n * task / n_tasks);
+    *i1 = (int)((int64_t)n * (task + 1) / n_tasks);
+}
+
+/* Tasks for up to n independent pieces on pool (NULL or one thread: 1). */
+static int n_tasks_for(nl_pool *pool, int n) {
+    int k = pool ? nl_pool_size(pool) : 1;
+    return k < n ? k : n;
+}
+
+/* Runs fn over n_tasks tasks, on the pool when there are several. */
+static void run_tasks(nl_pool *pool, int n_tasks, void (*fn)(void *, int, int), void *job) {
+    if (n_tasks > 1) nl_pool_run(pool, n_tasks, fn, job);
+    else fn(job, 0, 1);
+}
+
+typedef struct {
+    const nl_gdn_shape *s;
+    const nl_gdn_weights *w;
+    float *y, *xs, *Sstate, *ck, *scratch;
+    const float *cpre, *z, *beta, *g;
+    int T, wide;
+} fwd_job;
+
+/* q̂, k̂, silu(v) of the job's rows (xs may equal cpre: elementwise per head segment). */
+static void fwd_rows_task(void *arg, int task, int n_tasks) {
+    const fwd_job *J = arg;
+    const nl_gdn_shape *s = J->s;
+    int Hk = s->Hk, dk = s->dk, cd = nl_gdn_conv_dim(s), t0, t1;
+    share(J->T, task, n_tasks, &t0, &t1);
+    for (int t = t0; t < t1; t++) {
+        const float *src = J->cpre + (size_t)t * cd;
+        float *dst = J->xs + (size_t)t * cd;
         for (int h = 0; h < 2 * Hk; h++) silu_l2(dst + (size_t)h * dk, src + (size_t)h * dk, dk, s->eps);
         for (int c = 2 * Hk * dk; c < cd; c++) dst[c] = siluf(src[c]);
     }
-    float *p = work, *u = work + dv;
-    const int wide = wide_step();
-    for (int j = 0; j < Hv; j++) {
+}
+
+/* The recurrence and the gated norm of the task's value heads (a head's outputs, state and
+ * checkpoints are its own: the same bits on any number of threads). */
+static void fwd_heads_task(void *arg, int task, int n_tasks) {
+    const fwd_job *J = arg;
+    const nl_gdn_shape *s = J->s;
+    int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, T = J->T, j0, j1;
+    int cd = nl_gdn_conv_dim(s);
+    size_t hs = (size_t)dk * dv;
+    float scale = 1.0f / sqrtf((float)dk);
+    float *Shead = J->scratch + (size_t)task * (hs + 3 * (size_t)dv);
+    float *p = Shead + hs, *u = p + dv;
+    share(Hv, task, n_tasks, &j0, &j1);
+    for (int j = j0; j < j1; j++) {
         int kh = key_head(s, j);
-        float *S = Sstate ? Sstate + (size_t)j * hs : Shead;
-        if (!Sstate) memset(S, 0, sizeof(float) * hs);
+        float *S = J->Sstate ? J->Sstate + (size_t)j * hs : Shead;
+        if (!J->Sstate) memset(S, 0, sizeof(float) * hs);
         /* column blocks of the state, each over all tokens: dk x GDN_COLS floats stay in L1 */
         for (int c0 = 0; c0 < dv; c0 += GDN_COLS) {
             int n = dv - c0 < GDN_COLS ? dv - c0 : GDN_COLS;
             for (int t = 0; t < T; t++) {
-                const float *row = xs + (size_t)t * cd;
-                if (ck && t > 0 && t % CH == 0) {
-                    float *dst = ck + ((size_t)(t / CH - 1) * Hv + j) * hs;
+                const float *row = J->xs + (size_t)t * cd;
+                if (J->ck && t > 0 && t % CH == 0) {
+                    float *dst = J->ck + ((size_t)(t / CH - 1) * Hv + j) * hs;
                     for (int i = 0; i < dk; i++)
                         memcpy(dst + (size_t)i * dv + c0, S + (size_t)i * dv + c0, sizeof(float) * (size_t)n);
                 }
                 size_t gi = (size_t)t * Hv + j;
-                float *o = y + (size_t)t * Hv * dv + (size_t)j * dv + c0;
-                gdn_step(wide, S + c0, S + c0, (size_t)dv, row + Hk * dk + (size_t)kh * dk,
-                         row + 2 * Hk * dk + (size_t)j * dv + c0, row + (size_t)kh * dk, expf(g[gi]),
-                         beta[gi], scale, dk, n, p, u, NULL, o);
+                float *o = J->y + (size_t)t * Hv * dv + (size_t)j * dv + c0;
+                gdn_step(J->wide, S + c0, S + c0, (size_t)dv, row + Hk * dk + (size_t)kh * dk,
+                         row + 2 * Hk * dk + (size_t)j * dv + c0, row + (size_t)kh * dk, expf(J->g[gi]),
+                         J->beta[gi], scale, dk, n, p, u, NULL, o);
             }
         }
         for (int t = 0; t < T; t++) {
-            float *o = y + (size_t)t * Hv * dv + (size_t)j * dv;
-            gated_norm(o, z + (size_t)t * Hv * dv + (size_t)j * dv, w->norm, dv, s->eps);
+            float *o = J->y + (size_t)t * Hv * dv + (size_t)j * dv;
+            gated_norm(o, J->z + (size_t)t * Hv * dv + (size_t)j * dv, J->w->norm, dv, s->eps);
         }
     }
 }
 
-int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
+/* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] receives q̂, k̂, silu(v); it
+ * may equal cpre. Sstate: [Hv][dk][dv] read and updated, or NULL (zero start). ck: checkpoint
+ * array or NULL. Value heads split over the pool's threads. */
+static int forward_core(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                        const float *cpre, float *xs, const float *z, const float *beta, const float *g,
+                        int T, float *Sstate, float *ck) {
+    int nh = n_tasks_for(pool, s->Hv), nr = n_tasks_for(pool, T);
+    float *scratch = nl_malloc(sizeof(float) * (size_t)nh * ((size_t)s->dk * s->dv + 3 * (size_t)s->dv));
+    if (!scratch) return -1;
+    fwd_job J = {.s = s, .w = w, .y = y, .xs = xs, .Sstate = Sstate, .ck = ck, .scratch = scratch, .cpre = cpre,
+                 .z = z, .beta = beta, .g = g, .T = T, .wide = wide_step()};
+    run_tasks(pool, nr, fwd_rows_task, &J);
+    run_tasks(pool, nh, fwd_heads_task, &J);
+    free(scratch);
+    return 0;
+}
+
+int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
                    const float *z, const float *b, const float *a, int T, nl_gdn_state *state) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
     if (T < 0) return nl_err("gdn: negative token count %d", T);
@@ -533,23 +584,25 @@ int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, con
     if (!y || !mixed || !z || !b || !a) return nl_err("gdn: NULL activation pointer");
     if (state && (!state->S || (s->K > 1 && !state->conv))) return nl_err("gdn: state without buffers");
     int cd = nl_gdn_conv_dim(s), Hv = s->Hv, K = s->K;
-    size_t hs = (size_t)s->dk * s->dv;
     /* scratch: cpre [T][cd] (turned into q̂, k̂, silu(v) in place); beta, g [T][Hv]; zero
-     * history [(K-1)][cd] when no state; one head state when no state; 3*dv work; wt [K][cd] */
+     * history [(K-1)][cd] when no state; wt [K][cd] */
     size_t n_tc = (size_t)T * cd, n_g = (size_t)T * Hv;
-    size_t n_hist = state ? 0 : (size_t)(K - 1) * cd, n_S = state ? 0 : hs;
+    size_t n_hist = state ? 0 : (size_t)(K - 1) * cd;
     size_t n_wt = (size_t)K * cd;
-    size_t n = n_tc + 2 * n_g + n_hist + n_S + 3 * (size_t)s->dv + n_wt;
+    size_t n = n_tc + 2 * n_g + n_hist + n_wt;
     float *buf = nl_malloc(sizeof(float) * n);
     if (!buf) return -1;
-    float *cpre = buf, *beta = cpre + n_tc, *g = beta + n_g, *hist = g + n_g;
-    float *Shead = hist + n_hist, *work = Shead + n_S, *wt = work + 3 * (size_t)s->dv;
+    float *cpre = buf, *beta = cpre + n_tc, *g = beta + n_g, *hist = g + n_g, *wt = hist + n_hist;
     if (!state) memset(hist, 0, sizeof(float) * n_hist);
     const float *h = state ? state->conv : hist;
     conv_forward(cpre, mixed, h, w->conv, T, cd, K, wt);
-    if (state && K > 1) conv_state_update(state->conv, mixed, T, cd, K);
     gates(s, w, b, a, T, beta, g, NULL);
-    forward_core(s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, Shead, NULL, work);
+    /* the state is updated only once nothing can fail */
+    if (forward_core(pool, s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, NULL)) {
+        free(buf);
+        return -1;
+    }
+    if (state && K > 1) conv_state_update(state->conv, mixed, T, cd, K);
     free(buf);
     return 0;
 }
@@ -633,7 +686,7 @@ static int same_shape(const nl_gdn_shape *a, const nl_gdn_shape *b) {
            a->eps == b->eps && (a->kv_tiled != 0) == (b->kv_tiled != 0);
 }
 
-int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
                          const float *mixed, const float *z, const float *b, const float *a,
                          int T, nl_gdn_cache *cache) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
@@ -643,51 +696,58 @@ int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *
         return nl_err("gdn: %d tokens for a cache of at most %d", T, cache->T_max);
     if (!y || !mixed || !z || !b || !a) return nl_err("gdn: NULL activation pointer");
     int cd = nl_gdn_conv_dim(s), K = s->K;
-    size_t n_tc = (size_t)T * cd, n_hist = (size_t)(K - 1) * cd, hs = (size_t)s->dk * s->dv;
-    float *buf = nl_malloc(sizeof(float) * (n_tc + n_hist + hs + 3 * (size_t)s->dv + (size_t)K * cd));
+    size_t n_tc = (size_t)T * cd, n_hist = (size_t)(K - 1) * cd;
+    float *buf = nl_malloc(sizeof(float) * (n_tc + n_hist + (size_t)K * cd));
     if (!buf) return -1;
-    float *xs = buf, *hist = xs + n_tc, *Shead = hist + n_hist, *work = Shead + hs;
-    float *wt = work + 3 * (size_t)s->dv;
+    float *xs = buf, *hist = xs + n_tc, *wt = hist + n_hist;
     memset(hist, 0, sizeof(float) * n_hist);
     cache->T = 0;
     conv_forward(cache->cpre, mixed, hist, w->conv, T, cd, K, wt);
     memcpy(cache->z, z, sizeof(float) * (size_t)T * s->Hv * s->dv);
     gates(s, w, b, a, T, cache->beta, cache->g, cache->dgda);
-    forward_core(s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, Shead, cache->ck,
-                 work);
-    cache->T = T;
+    int rc = forward_core(pool, s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, cache->ck);
+    if (rc == 0) cache->T = T;
     free(buf);
-    return 0;
+    return rc;
 }
 
-int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
-                    const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
-    if (check_shape(s) || check_weights(w, 0)) return -1;
-    if (!cache) return nl_err("gdn: NULL cache");
-    if (!same_shape(s, &cache->shape)) return nl_err("gdn: cache was made for another shape");
-    if (cache->T < 1 || T != cache->T)
-        return nl_err("gdn: backward over %d tokens, but the cache holds a forward of %d", T, cache->T);
-    if (!dy || !dmixed || !dz || !db || !da) return nl_err("gdn: NULL gradient pointer");
+typedef struct {
+    const nl_gdn_shape *s;
+    const nl_gdn_weights *w;
+    const nl_gdn_cache *cache;
+    const float *dy;
+    float *dmixed, *dz, *db, *da, *scratch;
+    int T, wide, wide_b;
+} bwd_job;
 
-    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, K = s->K;
+/* The recurrence backward of the task's key heads, each with its value heads in ascending
+ * order: the gradients of a key head's q̂/k̂ are summed in the same order on any number of
+ * threads; everything else a value head writes is its own. */
+static void bwd_heads_task(void *arg, int task, int n_tasks) {
+    const bwd_job *J = arg;
+    const nl_gdn_shape *s = J->s;
+    const nl_gdn_weights *w = J->w;
+    const nl_gdn_cache *cache = J->cache;
+    const float *dy = J->dy;
+    float *dmixed = J->dmixed, *dz = J->dz, *db = J->db, *da = J->da;
+    const int T = J->T, wide = J->wide, wide_b = J->wide_b;
+    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv;
     const int cd = nl_gdn_conv_dim(s);
     const size_t hs = (size_t)dk * dv, vd = (size_t)Hv * dv;
     const float scale = 1.0f / sqrtf((float)dk);
-    float *buf = nl_malloc(sizeof(float) * (size_t)bwd_work_floats(s));
-    if (!buf) return -1;
+    float *buf = J->scratch + (size_t)task * bwd_work_floats(s);
     float *St = buf;                      /* [17][dk][dv]: St[i] = S before chunk token i */
     float *dS = St + (CH + 1) * hs;       /* [dk][dv] carried gradient */
     float *Q = dS + hs, *Kc = Q + CH * dk; /* [16][dk] q̂, k̂ of the chunk */
     float *V = Kc + CH * dk;              /* [16][dv] silu(v) */
     float *U = V + CH * dv, *R = U + CH * dv, *DO = R + CH * dv; /* [16][dv]: u, v-p, do */
     float *p = DO + CH * dv, *o = p + dv, *du = o + dv, *dp = du + dv; /* [dv] */
-    float *xrow = dp + dv, *drow = xrow + dk;                          /* [dk] */
-
-    memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
-    const int wide = wide_step(), wide_b = wide_bwd();
     const int nch = (T + CH - 1) / CH;
+    int k0, k1;
+    share(Hk, task, n_tasks, &k0, &k1);
+    for (int kh = k0; kh < k1; kh++)
     for (int j = 0; j < Hv; j++) {
-        const int kh = key_head(s, j);
+        if (key_head(s, j) != kh) continue;
         const size_t qoff = (size_t)kh * dk, koff = (size_t)Hk * dk + (size_t)kh * dk;
         const size_t voff = 2 * (size_t)Hk * dk + (size_t)j * dv;
         memset(dS, 0, sizeof(float) * hs);
@@ -746,8 +806,19 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
             }
         }
     }
-    /* d(q̂, k̂) -> d(silu out) through the L2 norm; then everything through SiLU'. */
-    for (int t = 0; t < T; t++) {
+}
+
+/* d(q̂, k̂) of the task's rows -> d(silu out) through the L2 norm; then everything through SiLU'. */
+static void bwd_rows_task(void *arg, int task, int n_tasks) {
+    const bwd_job *J = arg;
+    const nl_gdn_shape *s = J->s;
+    const nl_gdn_cache *cache = J->cache;
+    float *dmixed = J->dmixed;
+    const int Hk = s->Hk, dk = s->dk, cd = nl_gdn_conv_dim(s);
+    float *xrow = J->scratch + (size_t)task * bwd_work_floats(s), *drow = xrow + dk; /* [dk] */
+    int t0, t1;
+    share(J->T, task, n_tasks, &t0, &t1);
+    for (int t = t0; t < t1; t++) {
         const float *cp = cache->cpre + (size_t)t * cd;
         float *dm = dmixed + (size_t)t * cd;
         for (int h = 0; h < 2 * Hk; h++) {
@@ -764,10 +835,20 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
         }
         for (int c = 2 * Hk * dk; c < cd; c++) dm[c] *= dsiluf(cp[c]);
     }
-    /* Conv backward in place: dm_s[ch] = sum_i w[ch][i] dc_{s+K-1-i}[ch], over indices < T. */
+}
+
+/* Conv backward of the task's channels, in place: dm_s[ch] = sum_i w[ch][i] dc_{s+K-1-i}[ch],
+ * over indices < T (row s needs rows s..s+K-1 of its channel only: ascending in time). */
+static void bwd_conv_task(void *arg, int task, int n_tasks) {
+    const bwd_job *J = arg;
+    const nl_gdn_weights *w = J->w;
+    float *dmixed = J->dmixed;
+    const int T = J->T, K = J->s->K, cd = nl_gdn_conv_dim(J->s);
+    int c0, c1;
+    share(cd, task, n_tasks, &c0, &c1);
     for (int t = 0; t < T; t++) {
         float *dm = dmixed + (size_t)t * cd;
-        for (int ch = 0; ch < cd; ch++) {
+        for (int ch = c0; ch < c1; ch++) {
             const float *wc = w->conv + (size_t)ch * K;
             float acc = 0.0f;
             for (int i = K - 1; i >= 0; i--) {
@@ -778,6 +859,27 @@ int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn
             dm[ch] = acc;
         }
     }
-    free(buf);
+}
+
+int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
+                    const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
+    if (check_shape(s) || check_weights(w, 0)) return -1;
+    if (!cache) return nl_err("gdn: NULL cache");
+    if (!same_shape(s, &cache->shape)) return nl_err("gdn: cache was made for another shape");
+    if (cache->T < 1 || T != cache->T)
+        return nl_err("gdn: backward over %d tokens, but the cache holds a forward of %d", T, cache->T);
+    if (!dy || !dmixed || !dz || !db || !da) return nl_err("gdn: NULL gradient pointer");
+    const int cd = nl_gdn_conv_dim(s);
+    int nh = n_tasks_for(pool, s->Hk), nr = n_tasks_for(pool, T), nc = n_tasks_for(pool, cd);
+    int nmax = nh > nr ? nh : nr;
+    float *scratch = nl_malloc(sizeof(float) * (size_t)bwd_work_floats(s) * (size_t)nmax);
+    if (!scratch) return -1;
+    memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
+    bwd_job J = {.s = s, .w = w, .cache = cache, .dy = dy, .dmixed = dmixed, .dz = dz, .db = db, .da = da,
+                 .scratch = scratch, .T = T, .wide = wide_step(), .wide_b = wide_bwd()};
+    run_tasks(pool, nh, bwd_heads_task, &J);
+    run_tasks(pool, nr, bwd_rows_task, &J);
+    run_tasks(pool, nc, bwd_conv_task, &J);
+    free(scratch);
     return 0;
 }

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "util/pool.h"
+
 typedef struct {
     int Hk, Hv;        /* key heads (ssm.group_count), value heads (ssm.time_step_rank) */
     int dk, dv;        /* head dims */
@@ -37,8 +39,10 @@ typedef struct {
  * (start from zeros, and nothing is returned); otherwise it is read and updated, so calls on
  * consecutive pieces of a sequence give the same y as one call (bit for bit). T = 0 is a no-op.
  * Allocates about 4*T*conv_dim bytes of scratch for the call (feed long prompts in pieces to
- * bound it). Single-threaded; cost O(T*Hv*dk*dv). */
-int nl_gdn_forward(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
+ * bound it), plus 4*(dk*dv + 3*dv) per thread. pool may be NULL (one thread): the value heads
+ * are split over its threads, each head's arithmetic as on one thread, so y and the state are
+ * the same bits for any pool size. Cost O(T*Hv*dk*dv). */
+int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
                    const float *z, const float *b, const float *a, int T, nl_gdn_state *state);
 
 /* ---- Training (sequences start from the zero state; no incoming state).
@@ -61,8 +65,9 @@ typedef struct nl_gdn_cache nl_gdn_cache; /* opaque; one data allocation */
  * data, plus a fixed header of < 200 bytes): 4 * (T*(conv_dim + Hv*dv + 3*Hv)
  * + ((T-1)/16) * Hv*dk*dv). Returns 0 for an invalid shape, T < 1 or overflow. */
 uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T);
-/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache, independent
- * of T: 4 * (18*dk*dv + 34*dk + 68*dv) (a chunk's 17 states, dS, per-token vectors). */
+/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache for each thread
+ * it runs on, independent of T: 4 * (18*dk*dv + 34*dk + 68*dv) (a chunk's 17 states, dS,
+ * per-token vectors). */
 uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s);
 
 /* A cache able to hold up to T_max tokens; NULL + nl_err on failure. */
@@ -73,16 +78,18 @@ uint64_t nl_gdn_cache_size(const nl_gdn_cache *c);
 
 /* As nl_gdn_forward from the zero state, saving into cache (T <= its T_max; shape must equal
  * the cache's). The inputs may be freed afterwards: the cache is self-contained. Scratch as
- * nl_gdn_forward. */
-int nl_gdn_forward_train(const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+ * nl_gdn_forward (pool as there). */
+int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
                          const float *mixed, const float *z, const float *b, const float *a,
                          int T, nl_gdn_cache *cache);
 
 /* Backward of the last nl_gdn_forward_train on this cache (T must equal its T).
  * dy[T][Hv*dv] -> dmixed[T][conv_dim], dz[T][Hv*dv], db[T][Hv], da[T][Hv] (all overwritten).
  * Only w->conv and w->norm are read (the gate derivatives are in the cache). Frozen weights
- * get no gradient. Cost about 3x the forward recurrence. */
-int nl_gdn_backward(const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
+ * get no gradient. Cost about 3x the forward recurrence. pool may be NULL: the key heads (each
+ * with its value heads in order) are split over its threads, then rows and channels: the same
+ * bits for any pool size. */
+int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
                     const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
 /* The recurrence's SIMD kernels (x86-64: AVX-512 for the state update, AVX2 for the backward
