@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -264,6 +265,32 @@ static void test_usage_errors(const char *path) {
     }
 }
 
+/* The planner's verdict cache: a second `check` of the model reads it (the same summary, said
+ * where from), --no-plan-cache neither reads nor writes one. */
+static void test_plan_cache(const char *path) {
+    char cache[128], args[512];
+    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    setenv("NL_MODEL_CACHE", cache, 1);
+    snprintf(args, sizeof args, "check --model %s --threads 2 --no-plan-cache", path);
+    char *out = NULL;
+    CHECK(run_cli(args, &out) == 0 && out && !strstr(out, "plan cache"));
+    struct stat st;
+    CHECK(stat(cache, &st) != 0); /* nothing written */
+    free(out);
+    snprintf(args, sizeof args, "check --model %s --threads 2", path);
+    int n0, p0, r0, n1, p1, r1;
+    CHECK(run_cli(args, &out) == 0 && parse_summary(out, &n0, &p0, &r0) && !strstr(out, "plan cache"));
+    free(out);
+    CHECK(run_cli(args, &out) == 0 && parse_summary(out, &n1, &p1, &r1) && n1 == n0 && p1 == p0 && r1 == r0);
+    char want[200];
+    snprintf(want, sizeof want, "; verdicts from the plan cache %s/plan/plan-", cache);
+    CHECKF(out && strstr(out, want), "second check: %s", out ? out : "(no output)");
+    free(out);
+    snprintf(args, sizeof args, "rm -rf %s", cache);
+    CHECK(system(args) == 0);
+    unsetenv("NL_MODEL_CACHE");
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_cli_check_XXXXXX");
     if (!mkdtemp(tmpdir)) {
@@ -279,6 +306,7 @@ int main(void) {
     test_check(p35, "qwen35");
     test_check(pll, "llama");
     test_bench(p35);
+    test_plan_cache(pll);
     test_usage_errors(p35);
     test_version();
     remove(p35);

@@ -1,6 +1,7 @@
 /* proj/: the ref backend against float64, one-hot identities, get_rows, the precision policy
  * (conversion, in place, sharing, resident bytes), one request in flight, counters, thread
  * count independence, the planner (routing, buckets) and every branch of the FP16 wire. */
+#include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -810,7 +811,146 @@ static void test_wire(void) {
     }
 }
 
+/* ---- the planner's verdict cache (nl_proj_config.plan_cache_dir) -------------------------- */
+
+/* fake_backend (BWD 10% wrong, T > 4 unsupported) counting its runs */
+static int cache_runs;
+static int counting_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y) {
+    cache_runs++;
+    return fake_run(ctx, w, dir, x, T, y);
+}
+static const nl_proj_backend counting_backend = {"counting", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL};
+static const nl_proj_backend counting_backend2 = {"counting2", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL};
+
+/* A service of (a, m) on backend be with the cache in dir, planned on buckets {2, 4, 8}; the
+ * backend's runs it took, its summary in sum. */
+static nl_proj_service *cached_plan(const nl_proj_backend *be, int threads, const char *dir, tw *a, tw *m, int *runs, char *sum, size_t cap) {
+    nl_proj_config c = {0};
+    c.backend_impl = be;
+    c.precision_map = "*=keep";
+    c.n_threads = threads;
+    c.plan_cache_dir = dir;
+    nl_proj_service *s = nl_proj_service_new(&c);
+    CHECK(s != NULL);
+    if (!s) return NULL;
+    nl_proj_weight va = tw_view(a, "blk.0.attn_q.weight", NL_CLASS_ATTN), vm = tw_view(m, "blk.0.ffn_up.weight", NL_CLASS_MLP);
+    CHECK(nl_proj_add(s, &va) == 0 && nl_proj_add(s, &vm) == 1);
+    const int bk[3] = {2, 4, 8};
+    cache_runs = 0;
+    CHECKF(nl_proj_plan(s, bk, 3) == 0, "%s", nl_last_error());
+    *runs = cache_runs;
+    nl_proj_plan_format_summary(s, sum, cap);
+    return s;
+}
+
+/* The same verdicts, errors and routes. */
+static int same_plan(const nl_proj_service *x, const nl_proj_service *y) {
+    if (!x || !y || nl_proj_plan_check_count(x) != nl_proj_plan_check_count(y)) return 0;
+    for (int i = 0; i < nl_proj_plan_check_count(x); i++) {
+        const nl_proj_check *p = nl_proj_plan_get_check(x, i), *q = nl_proj_plan_get_check(y, i);
+        if (p->passed != q->passed || p->supported != q->supported || !(p->rel_err == q->rel_err || (isnan(p->rel_err) && isnan(q->rel_err))))
+            return 0;
+    }
+    return 1;
+}
+
+static int count_files(const char *dir, char *one, size_t cap) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "plan-", 5)) {
+            n++;
+            snprintf(one, cap, "%s/%s", dir, e->d_name);
+        }
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_plan_cache(void) {
+    char dir[128], file[512], sum[1024], cmd[700];
+    snprintf(dir, sizeof dir, "/tmp/nl_test_proj_cache_%d/plan", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf /tmp/nl_test_proj_cache_%d", (int)getpid());
+    CHECK(system(cmd) == 0);
+    nl_t_rng_state = 11;
+    tw a, m;
+    tw_make(&a, NL_TYPE_F32, 64, 9, 1.0f);
+    tw_make(&m, NL_TYPE_Q4_0, 32, 7, 1.0f);
+    int runs;
+    /* a miss: checked, written (the directory made) */
+    nl_proj_service *s0 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+    CHECKF(runs == 8 && !strstr(sum, "plan cache"), "%d runs: %s", runs, sum); /* T <= 4: 2 weights x 2 dirs x 2 buckets */
+    CHECK(!strcmp(sum, "12 checks, 4 passed, 8 routed to CPU"));
+    CHECK(count_files(dir, file, sizeof file) == 1);
+    /* a hit: no check runs, the same verdicts, said */
+    nl_proj_service *s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+    CHECKF(runs == 0 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; verdicts from the plan cache ") && strstr(sum, file), "%d runs: %s", runs,
+           sum);
+    CHECK(same_plan(s0, s1));
+    nl_proj_service_free(s1);
+    /* a weight byte changed: checked again, another file */
+    ((unsigned char *)m.data)[5] ^= 0x10;
+    s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+    CHECKF(runs == 8 && !strstr(sum, "plan cache"), "changed weight: %d runs: %s", runs, sum);
+    CHECK(count_files(dir, file, sizeof file) == 2);
+    nl_proj_service_free(s1);
+    ((unsigned char *)m.data)[5] ^= 0x10;
+    /* other kernels (another backend's name), another thread count: checked again */
+    s1 = cached_plan(&counting_backend2, 2, dir, &a, &m, &runs, sum, sizeof sum);
+    CHECKF(runs == 8 && !strstr(sum, "plan cache"), "other kernels: %d runs: %s", runs, sum);
+    nl_proj_service_free(s1);
+    s1 = cached_plan(&counting_backend, 1, dir, &a, &m, &runs, sum, sizeof sum);
+    CHECKF(runs == 8, "other threads: %d runs", runs);
+    nl_proj_service_free(s1);
+    CHECK(count_files(dir, file, sizeof file) == 4);
+    /* the first file again: damaged in each way, ignored with the reason, checked, written anew */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    CHECK(system(cmd) == 0);
+    s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+    nl_proj_service_free(s1);
+    CHECK(count_files(dir, file, sizeof file) == 1);
+    size_t len = 0;
+    char *good = nl_t_slurp(file, &len);
+    CHECK(good && len == 16 + 12 * 16 + 8);
+    static const char *const why[] = {"checksum mismatch: corrupt", "bytes holding 13 verdicts", "not a plan cache (10 bytes", "version 9"};
+    for (int k = 0; k < 4 && good; k++) {
+        char *bad = malloc(len);
+        memcpy(bad, good, len);
+        size_t blen = len;
+        if (k == 0) bad[40] ^= 1;           /* an error's bits */
+        if (k == 1) bad[12] = 13;           /* a count the size does not hold */
+        if (k == 2) blen = 10;              /* cut short */
+        if (k == 3) bad[8] = 9;             /* another format version */
+        FILE *f = fopen(file, "wb");
+        CHECK(f && fwrite(bad, 1, blen, f) == blen);
+        if (f) fclose(f);
+        free(bad);
+        s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+        CHECKF(runs == 8 && strstr(sum, "ignored (") && strstr(sum, why[k]) && strstr(sum, "): checked again"), "damage %d: %d runs: %s", k, runs, sum);
+        CHECK(same_plan(s0, s1));
+        nl_proj_service_free(s1);
+        CHECK(nl_t_same_file(file, file) && nl_t_file_has(file, "NLPLANC1"));
+        size_t l2 = 0;
+        char *again = nl_t_slurp(file, &l2);
+        CHECKF(again && l2 == len && !memcmp(again, good, len), "damage %d: not written anew", k);
+        free(again);
+    }
+    free(good);
+    /* a directory that cannot be made: the plan is whole, the summary says so */
+    char blocked[200];
+    snprintf(blocked, sizeof blocked, "%s/file/plan", dir);
+    snprintf(cmd, sizeof cmd, "touch %s/file", dir);
+    CHECK(system(cmd) == 0);
+    s1 = cached_plan(&counting_backend, 2, blocked, &a, &m, &runs, sum, sizeof sum);
+    CHECKF(runs == 8 && strstr(sum, "; plan cache not written: ") && same_plan(s0, s1), "%s", sum);
+    nl_proj_service_free(s1);
+    nl_proj_service_free(s0);
+    snprintf(cmd, sizeof cmd, "rm -rf /tmp/nl_test_proj_cache_%d", (int)getpid());
+    CHECK(system(cmd) == 0);
+    free(a.data); free(a.wf); free(m.data); free(m.wf);
+}
+
 int main(void) {
+    test_plan_cache();
     test_ref_all_types();
     test_policy();
     test_queue_and_counters();

@@ -76,6 +76,10 @@ int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int
 /* The inference commands' service flags: nl_cli_proj_config, and with no --precision the
  * weights in their stored types ("keep"). 0, or 1 after a usage error. */
 int nl_cli_infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg);
+/* The planner's verdict cache of train, check and the inference commands:
+ * ${NL_MODEL_CACHE:-$HOME/.cache/nightlora}/plan (the model cache tools/fetch-models.sh uses),
+ * none with --no-plan-cache or without either variable. */
+void nl_cli_plan_cache(int argc, char **argv, nl_proj_config *cfg);
 /* --n (default n_default), --temp, --top-p, --seed, strict and finite. 0, or 1 after a usage error. */
 #include "eval/session.h"
 int nl_cli_sample_params(const char *cmd, int argc, char **argv, int n_default, nl_sample_params *sp);

@@ -82,7 +82,7 @@ static void json_hparams(const nl_model *m) {
 
 int nl_cmd_check(int argc, char **argv) {
     static const char *const known[] = {"model", "backend", "threads", "wire", "precision", "precision-map", "compute", NULL};
-    static const char *const boolean[] = {"verbose", "json", NULL};
+    static const char *const boolean[] = {"verbose", "json", "no-plan-cache", NULL};
     if (nl_cli_check("check", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
     if (!model) {
@@ -91,6 +91,7 @@ int nl_cmd_check(int argc, char **argv) {
     }
     nl_proj_config cfg;
     if (nl_cli_proj_config("check", argc, argv, &cfg)) return 2;
+    nl_cli_plan_cache(argc, argv, &cfg);
     const int verbose = nl_cli_flag(argc, argv, "verbose"), json = nl_cli_flag(argc, argv, "json");
     cfg.verbose = 0; /* the report below is the verbose output */
 

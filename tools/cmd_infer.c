@@ -49,8 +49,20 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
 /* The inference commands (logits, generate, eval): the shared flags, and with no --precision the
  * weights in their stored GGUF types ("keep": what llama.cpp computes with), not the training
  * policy that narrows F32/F16 projections to Q8_0. */
+void nl_cli_plan_cache(int argc, char **argv, nl_proj_config *cfg) {
+    static char dir[4096];
+    cfg->plan_cache_dir = NULL;
+    if (nl_cli_flag(argc, argv, "no-plan-cache")) return;
+    const char *base = getenv("NL_MODEL_CACHE"), *home = getenv("HOME");
+    int n = base && base[0] ? snprintf(dir, sizeof dir, "%s/plan", base)
+            : home && home[0] ? snprintf(dir, sizeof dir, "%s/.cache/nightlora/plan", home)
+                              : -1;
+    if (n > 0 && (size_t)n < sizeof dir) cfg->plan_cache_dir = dir;
+}
+
 int nl_cli_infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
     if (nl_cli_proj_config(cmd, argc, argv, cfg)) return 1;
+    nl_cli_plan_cache(argc, argv, cfg);
     if (!cfg->precision) cfg->precision = "keep";
     return 0;
 }
@@ -102,7 +114,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
 
 int nl_cmd_logits(int argc, char **argv) {
     static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "threads", "wire", "precision", "precision-map", "compute", NULL};
-    static const char *const boolean[] = {"verbose", NULL};
+    static const char *const boolean[] = {"verbose", "no-plan-cache", NULL};
     if (nl_cli_check("logits", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *tokens = nl_cli_opt(argc, argv, "tokens"),
                *out = nl_cli_opt(argc, argv, "out");
@@ -156,7 +168,7 @@ static void print_token(void *user, int32_t id) {
 
 int nl_cmd_generate(int argc, char **argv) {
     static const char *const known[] = {"model", "adapter", "prompt", "system", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
-    static const char *const boolean[] = {"raw", "verbose", NULL};
+    static const char *const boolean[] = {"raw", "verbose", "no-plan-cache", NULL};
     if (nl_cli_check("generate", argc, argv, known, boolean)) return 2;
     const char *system = nl_cli_opt(argc, argv, "system");
     if (system && nl_cli_flag(argc, argv, "raw")) {
@@ -301,7 +313,7 @@ static void print_eval_json(const char *data, const nl_eval_result *r, const eva
 
 int nl_cmd_eval(int argc, char **argv) {
     static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", NULL};
-    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "json", NULL};
+    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "json", "no-plan-cache", NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
     int64_t batch = NL_EVAL_BATCH_TOKENS;
     if (nl_cli_int("eval", argc, argv, "batch-tokens", 1, 1 << 24, &batch) < 0) return 2;

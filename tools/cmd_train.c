@@ -68,7 +68,7 @@ int nl_cmd_train(int argc, char **argv) {
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
         "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", "report",
         "val-data", "val-split", "eval-every", "keep-best", "early-stop", NULL};
-    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "dry-run", NULL};
+    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "dry-run", "no-plan-cache", NULL};
     /* --config FILE.json: its flags first, then the command line's (which win) */
     if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
     char *kb_args[256];
@@ -122,6 +122,7 @@ int nl_cmd_train(int argc, char **argv) {
     }
     if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
     if (nl_cli_proj_config("train", argc, argv, &o.proj)) return 2;
+    nl_cli_plan_cache(argc, argv, &o.proj);
     const char *v;
     o.init_adapter = nl_cli_opt(argc, argv, "init-adapter");
     o.targets = nl_cli_opt(argc, argv, "targets");

@@ -38,9 +38,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "model/model.h"
 #include "model/quant.h"
 #include "proj/proj_impl.h"
+#include "sys/io.h"
+#include "util/hash.h"
 #include "util/rng.h"
 #include "util/pool.h"
 #include "util/util.h"
@@ -285,6 +291,144 @@ static double compare(const dir_ref *r, const float *y, int T) {
     return e;
 }
 
+/* ---- the verdict cache (nl_proj_config.plan_cache_dir) ----
+ * DIR/plan-<key>.nlpc: "NLPLANC1", u32 version, u32 n, n records {u64 check key, f64 error},
+ * u64 nl_hash64 of everything before it; little-endian. The key of a check hashes what its
+ * verdict depends on; the file's name hashes all of them. */
+#define PLAN_CACHE_VERSION 1u /* the checks' inputs, views and bounds: bump when they change */
+
+static uint64_t weight_key(const nl_proj_weight *w) {
+    const uint64_t bytes = (uint64_t)nl_row_bytes(w->type, w->n_in) * (uint64_t)w->n_out;
+    uint64_t k[4] = {nl_content_hash64(w->data, bytes), (uint64_t)w->type, (uint64_t)w->n_in, (uint64_t)w->n_out};
+    return nl_hash64(k, sizeof k, 0x6e6c706377ull);
+}
+
+/* keys[i] for checks[i]; the file's key. */
+static uint64_t cache_keys(nl_proj_service *s, const nl_proj_check *checks, int n_checks, uint64_t *keys) {
+    char kern[320];
+    int kl = nl_proj_describe(s, kern, sizeof kern);
+    if (kl < 0 || (size_t)kl >= sizeof kern) kl = (int)strlen(kern);
+    uint64_t sk[5] = {nl_hash64(kern, (size_t)kl, 0x6e6c70636bull), (uint64_t)s->n_threads, (uint64_t)s->cfg.wire_f16, PLAN_CACHE_VERSION,
+                      (uint64_t)PLAN_S << 32 | (uint64_t)PLAN_G};
+    const uint64_t skey = nl_hash64(sk, sizeof sk, 0x6e6c706373ull);
+    nl_hasher fh;
+    nl_hasher_init(&fh, skey);
+    uint64_t wk[2] = {0, 0};
+    int last = -1;
+    for (int i = 0; i < n_checks; i++) {
+        const nl_proj_check *c = &checks[i];
+        const nl_proj_entry *e = &s->e[c->id];
+        if (c->id != last) {
+            wk[0] = weight_key(&e->orig);
+            wk[1] = e->res.data == e->orig.data && e->res.type == e->orig.type ? wk[0] : weight_key(&e->res);
+            last = c->id;
+        }
+        uint64_t ck[6];
+        double bound = c->bound;
+        memcpy(&ck[3], &bound, 8);
+        ck[0] = wk[0];
+        ck[1] = wk[1];
+        ck[2] = (uint64_t)c->dir << 32 | (uint64_t)(uint32_t)c->T;
+        ck[4] = skey;
+        ck[5] = (uint64_t)c->id;
+        keys[i] = nl_hash64(ck, sizeof ck, 0x6e6c706365ull);
+        nl_hasher_update(&fh, &keys[i], sizeof keys[i]);
+    }
+    return nl_hasher_final(&fh);
+}
+
+static uint64_t rd64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static void wr64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* The errors of a verified file whose keys are `keys` into err[]: 0; 1 no file; -1 ignored
+ * (why in `why`: the file's size, magic, version, count, checksum or keys). */
+static int cache_read(const char *path, const uint64_t *keys, int n, double *err, char *why, size_t cap) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 1;
+    size_t len = 0;
+    unsigned char *b = (unsigned char *)nl_read_file(path, &len);
+    if (!b) {
+        snprintf(why, cap, "%s", nl_last_error());
+        nl_clear_error();
+        return -1;
+    }
+    int rc = -1;
+    const size_t want = 16 + (size_t)n * 16 + 8;
+    if (len < 24 || memcmp(b, "NLPLANC1", 8)) snprintf(why, cap, "not a plan cache (%zu bytes, no NLPLANC1 magic)", len);
+    else if ((uint32_t)rd64(b + 8) != PLAN_CACHE_VERSION) snprintf(why, cap, "version %u, this build writes %u", (unsigned)(uint32_t)rd64(b + 8), PLAN_CACHE_VERSION);
+    else if ((uint64_t)(rd64(b + 8) >> 32) != (uint64_t)n || len != want)
+        snprintf(why, cap, "%zu bytes holding %llu verdicts, %zu bytes for this plan's %d", len, (unsigned long long)(rd64(b + 8) >> 32), want, n);
+    else if (rd64(b + len - 8) != nl_hash64(b, len - 8, 0x6e6c706366ull)) snprintf(why, cap, "checksum mismatch: corrupt");
+    else {
+        rc = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            if (rd64(b + 16 + (size_t)i * 16) != keys[i]) {
+                snprintf(why, cap, "verdict %d is another check's", i);
+                rc = -1;
+            }
+            uint64_t bits = rd64(b + 16 + (size_t)i * 16 + 8);
+            memcpy(&err[i], &bits, 8);
+        }
+    }
+    free(b);
+    return rc;
+}
+
+/* DIR and its missing parents. */
+static int make_dirs(const char *dir) {
+    char p[4096];
+    size_t l = strlen(dir);
+    if (l == 0 || l >= sizeof p) return nl_err("%s: plan cache directory path too long", dir);
+    memcpy(p, dir, l + 1);
+    for (size_t i = 1; i <= l; i++)
+        if (p[i] == '/' || p[i] == 0) {
+            char c = p[i];
+            p[i] = 0;
+            if (mkdir(p, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the plan cache directory: %s", p, strerror(errno));
+            p[i] = c;
+        }
+    return 0;
+}
+
+typedef struct {
+    const unsigned char *b;
+    size_t n;
+} cache_body;
+
+static int cache_body_write(void *user, nl_io_out *out) {
+    const cache_body *cb = user;
+    return nl_io_out_write(out, cb->b, cb->n);
+}
+
+static int cache_write(const char *dir, const char *path, const uint64_t *keys, const nl_proj_check *checks, int n) {
+    const size_t len = 16 + (size_t)n * 16 + 8;
+    unsigned char *b = nl_malloc(len);
+    if (!b) return -1;
+    memcpy(b, "NLPLANC1", 8);
+    wr64(b + 8, (uint64_t)n << 32 | PLAN_CACHE_VERSION);
+    for (int i = 0; i < n; i++) {
+        uint64_t bits;
+        double e = checks[i].rel_err;
+        memcpy(&bits, &e, 8);
+        wr64(b + 16 + (size_t)i * 16, keys[i]);
+        wr64(b + 16 + (size_t)i * 16 + 8, bits);
+    }
+    wr64(b + len - 8, nl_hash64(b, len - 8, 0x6e6c706366ull));
+    char tmp[4200];
+    int rc = make_dirs(dir);
+    if (!rc && snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) rc = nl_err("%s: path too long", path);
+    cache_body cb = {b, len};
+    if (!rc) rc = nl_io_write_atomic(NULL, path, tmp, cache_body_write, &cb) == -1 ? -1 : 0;
+    free(b);
+    return rc;
+}
+
 int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
     if (!buckets || n_buckets <= 0) {
         buckets = default_buckets;
@@ -328,6 +472,43 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
         routes[i] = NULL;
     }
 
+    /* the verdict cache: the checks' keys from their weights, kernels and parameters */
+    s->plan_cache_note[0] = 0;
+    uint64_t *keys = NULL, fkey = 0;
+    double *cached = NULL;
+    char cache_path[4200] = "";
+    if (s->cfg.plan_cache_dir && s->cfg.plan_cache_dir[0] && n_checks) {
+        for (int id = 0, k = 0; id < s->n; id++) {
+            const nl_proj_entry *e = &s->e[id];
+            if (e->res.cls == NL_CLASS_EMBED) continue;
+            double bound = type_bound(e->res.type);
+            if (s->cfg.wire_f16 && bound < 1e-2) bound = 1e-2;
+            for (int d = 0; d < 2; d++)
+                for (int bi = 0; bi < nb; bi++, k++) checks[k] = (nl_proj_check){.id = id, .dir = (nl_dir)d, .T = s->buckets[bi], .bound = bound};
+        }
+        keys = nl_malloc(sizeof *keys * (size_t)n_checks);
+        cached = nl_malloc(sizeof *cached * (size_t)n_checks);
+        if (keys && cached) {
+            fkey = cache_keys(s, checks, n_checks, keys);
+            snprintf(cache_path, sizeof cache_path, "%s/plan-%016llx.nlpc", s->cfg.plan_cache_dir, (unsigned long long)fkey);
+            char why[512] = "";
+            int cr = cache_read(cache_path, keys, n_checks, cached, why, sizeof why);
+            if (cr == 0) {
+                snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; verdicts from the plan cache %s", cache_path);
+            } else {
+                if (cr < 0) snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; plan cache %s ignored (%s): checked again", cache_path, why);
+                free(cached);
+                cached = NULL;
+            }
+        } else {
+            nl_clear_error();
+            free(keys);
+            free(cached);
+            keys = NULL;
+            cached = NULL;
+        }
+    }
+
     nl_pool *pool = nl_pool_new(s->n_threads);
     dir_buf bufs[2];
     memset(bufs, 0, sizeof bufs);
@@ -357,6 +538,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
                 c->rel_err = NAN;
                 c->supported = s->be->supports(s->be_ctx, &e->res, (nl_dir)d, c->T) != 0;
                 if (c->supported && trivial) c->rel_err = 0; /* the same code on the same bytes */
+                else if (c->supported && cached) c->rel_err = cached[ci + d * nb + bi]; /* measured before */
                 else if (c->supported) dr[d].need = 1;
             }
         ci += 2 * nb;
@@ -403,7 +585,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
             const nl_dir dir = (nl_dir)d;
             for (int bi = 0; bi < nb; bi++) {
                 nl_proj_check *c = &pc[d * nb + bi];
-                if (c->supported && !trivial) {
+                if (c->supported && !trivial && !cached) {
                     const int T = c->T;
                     if (grow((void **)&ybe, &ybe_n, (size_t)T * (size_t)dr[d].n_out, sizeof(float))) {
                         rc = -1;
@@ -431,6 +613,16 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
     free(s->checks);
     s->checks = checks;
     s->n_checks = ci;
+    int unsure = 0; /* a backend error is a failed check now, not a verdict to keep */
+    for (int i = 0; i < ci; i++) unsure |= checks[i].supported && isnan(checks[i].rel_err);
+    if (!rc && keys && !cached && !unsure && ci == n_checks && cache_write(s->cfg.plan_cache_dir, cache_path, keys, checks, n_checks)) {
+        /* a cache that cannot be written costs the next run its checks, nothing else */
+        size_t l = strlen(s->plan_cache_note);
+        snprintf(s->plan_cache_note + l, sizeof s->plan_cache_note - l, "; plan cache not written: %s", nl_last_error());
+        nl_clear_error();
+    }
+    free(keys);
+    free(cached);
     if (rc) {
         /* out of memory half way: every route stays at ref, which is always correct */
         for (int i = 0; i < s->n; i++) memset(s->e[i].route, NL_ROUTE_REF, 2 * (size_t)nb);
@@ -465,7 +657,7 @@ const nl_proj_check *nl_proj_plan_get_check(const nl_proj_service *s, int i) {
 int nl_proj_plan_format_summary(const nl_proj_service *s, char *buf, size_t cap) {
     nl_proj_plan_totals t;
     nl_proj_plan_get_totals(s, &t);
-    return snprintf(buf, cap, "%d checks, %d passed, %d routed to CPU", t.checks, t.passed, t.routed);
+    return snprintf(buf, cap, "%d checks, %d passed, %d routed to CPU%s", t.checks, t.passed, t.routed, s->plan_cache_note);
 }
 
 char *nl_proj_plan_format_table(const nl_proj_service *s) {

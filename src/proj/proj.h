@@ -90,6 +90,14 @@ typedef struct {
     /* Misuse (a second submit before wait) aborts through assert() instead of returning an
      * error: for debug runs. */
     int strict;
+    /* The planner's verdict cache (NULL: none; the CLI's is the model cache directory's plan/):
+     * nl_proj_plan keeps each check's measured error in DIR/plan-<key>.nlpc, the key a hash of
+     * every projection's weight bytes (original and resident), the backend's kernels
+     * (nl_proj_describe), its thread count, the wire and each check's direction, bucket and
+     * bound; a later plan of the same service reads the verdicts instead of checking again. A
+     * file that does not verify (size, magic, checksum, keys) is ignored, said in the summary,
+     * and written again. Written atomically (sys/io), through a temp file of this process. */
+    const char *plan_cache_dir;
 } nl_proj_config;
 
 /* The resident type a weight of `gguf_type` with rows of n_in gets when the policy asks for
@@ -185,7 +193,9 @@ typedef struct { int checks, passed, routed; } nl_proj_plan_totals;
 void nl_proj_plan_get_totals(const nl_proj_service *s, nl_proj_plan_totals *out);
 int nl_proj_plan_check_count(const nl_proj_service *s);
 const nl_proj_check *nl_proj_plan_get_check(const nl_proj_service *s, int i);
-/* "N checks, N passed, M routed to CPU" into buf; returns the length needed. */
+/* "N checks, N passed, M routed to CPU" into buf, and what the verdict cache did when one
+ * is set ("; verdicts from the plan cache F", "; plan cache F ignored (why): checked again");
+ * returns the length needed. */
 int nl_proj_plan_format_summary(const nl_proj_service *s, char *buf, size_t cap);
 /* One line per check (name, dir, T, type, error, bound, verdict); malloc'd, caller frees. */
 char *nl_proj_plan_format_table(const nl_proj_service *s);

@@ -45,6 +45,7 @@ struct nl_proj_service {
     int n_buckets;
     nl_proj_check *checks;
     int n_checks;
+    char plan_cache_note[768]; /* what the verdict cache did ("" when none is set) */
 
     /* scratch of the executing thread (one request at a time) */
     float *xbuf, *ybuf, *wx, *wy;
