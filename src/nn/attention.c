@@ -31,6 +31,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define BQ 48 /* queries per block: 8 row tiles of the GEMM; causal waste BQ/2 keys per query */
 #define SMALL_T 4 /* up to this many queries: no packing (decoding) */
@@ -415,13 +416,17 @@ void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const flo
  *   forward, per kv head:  Kᵀ pairs [d/2][S] (Q·Kᵀ), V pairs of keys [S/2][d] (P·V);
  *            per block:    Q rows, P rows (from the FP32 p; Σp of the unrounded p).
  *   backward, per kv head: Kᵀ, Vᵀ pairs (Q·Kᵀ, dO·Vᵀ), K pairs of keys (dS·K);
- *            per block:    Q, dO rows; dS rows (dQ = dS·K); dSᵀ, Pᵀ rows with Q, dO pairs of
- *                          queries: dK += dSᵀ·Q, dV += Pᵀ·dO straight into dk, dv (one chain
- *                          per element over the query heads and blocks in increasing order).
+ *            per block:    Q, dO rows; dS rows (dQ = dS·K); dSᵀ, Pᵀ columns of the block's
+ *                          queries into rows over BKV = 128 queries (4 blocks), then per 128
+ *                          queries, with Q, dO pairs of queries: dK += dSᵀ·Q, dV += Pᵀ·dO
+ *                          straight into dk, dv (one chain per element over the query heads and
+ *                          queries in increasing order; a key a block does not see adds zeros,
+ *                          which leave the chain's bits as they are).
  * Where the CPU has AMX these are its instructions; on the emulator the same code and
  * packing are tested on every machine (tests/test_nn_tiles.c). Sizes (d, S, T) are padded to
  * whole tiles with zeros; any d, T, window. */
 #define BQT 32
+#define BKV 128 /* queries per dK/dV product: 4 steps per load and store of an output block */
 
 /* 0, or -1 when out of memory (nothing written) */
 static int fwd_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k, const float *v, int T,
@@ -471,16 +476,16 @@ static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, co
                      float scale, int window, int g0, int g1) {
     const int group = Hq / Hkv, dp = nl_tile_up(d), Tp = nl_tile_up(T);
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
-    /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of queries; then BF16 rows (2 a word):
-     * Q, dO [BQT][dp]; dS [BQT][Tp]; dSᵀ, Pᵀ [Tp][BQT]; then FP32 s, dp [BQT][Tp] */
-    const size_t n_kb = (size_t)dp / 2 * Tp, n_kr = (size_t)Tp / 2 * dp, n_qb = (size_t)BQT / 2 * dp;
-    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * Tp / 2, n_s = (size_t)BQT * Tp;
-    const size_t n_words = 2 * n_kb + n_kr + 2 * n_qb + 2 * n_qa + 3 * n_sa;
+    /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of BKV queries; then BF16 rows (2 a
+     * word): Q, dO [BQT][dp]; dS [BQT][Tp]; dSᵀ, Pᵀ [Tp][BKV]; then FP32 s, dp [BQT][Tp] */
+    const size_t n_kb = (size_t)dp / 2 * Tp, n_kr = (size_t)Tp / 2 * dp, n_qb = (size_t)BKV / 2 * dp;
+    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * Tp / 2, n_st = (size_t)BKV * Tp / 2, n_s = (size_t)BQT * Tp;
+    const size_t n_words = 2 * n_kb + n_kr + 2 * n_qb + 2 * n_qa + n_sa + 2 * n_st;
     uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * 2 * n_s);
     if (!buf) return -1;
     uint32_t *kb = buf, *vb = kb + n_kb, *kr = vb + n_kb, *qb = kr + n_kr, *ob = qb + n_qb;
     uint16_t *qa = (uint16_t *)(ob + n_qb), *oa = qa + 2 * n_qa, *dsa = oa + 2 * n_qa, *dst = dsa + 2 * n_sa,
-             *pt = dst + 2 * n_sa;
+             *pt = dst + 2 * n_st;
     float *s = (float *)(buf + n_words), *dpb = s + n_s;
     for (int g = g0; g < g1; g++) {
         const int64_t kvoff = (int64_t)g * d;
@@ -497,6 +502,11 @@ static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, co
                 const int nq = T - q0 < BQT ? T - q0 : BQT;
                 const int kend = q0 + nq;
                 const float *qblk = q + (int64_t)q0 * ldq + hoff, *dob = dout + (int64_t)q0 * ldq + hoff;
+                const int sb0 = q0 - q0 % BKV, band = (q0 - sb0) / BQT, sb1 = T - sb0 < BKV ? T : sb0 + BKV;
+                if (band == 0) { /* a new run of BKV queries: keys a block does not see read zeros */
+                    memset(dst, 0, sizeof(uint16_t) * (size_t)nl_tile_up(sb1) * BKV);
+                    memset(pt, 0, sizeof(uint16_t) * (size_t)nl_tile_up(sb1) * BKV);
+                }
                 nl_tile_pack_a(qa, dp, qblk, ldq, 0, nq, d);
                 nl_tile_pack_a(oa, dp, dob, ldq, 0, nq, d);
                 nl_tile_gemm(tl, s, Tp, qa, dp, kb, Tp, nq, kend, d, 0);   /* q·k */
@@ -510,12 +520,14 @@ static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, co
                 }
                 nl_tile_pack_a(dsa, Tp, dpb, Tp, 0, nq, kend);
                 nl_tile_gemm(tl, dq + (int64_t)q0 * ldq + hoff, ldq, dsa, Tp, kr, dp, nq, d, kend, 0); /* dq = c·ds·K */
-                nl_tile_pack_a(dst, BQT, dpb, Tp, 1, kend, nq);
-                nl_tile_pack_b(qb, dp, qblk, ldq, 0, nq, d);
-                nl_tile_gemm(tl, dkg, ldk, dst, BQT, qb, dp, kend, d, nq, 1); /* dk += c·dsᵀ·Q */
-                nl_tile_pack_a(pt, BQT, s, Tp, 1, kend, nq);
-                nl_tile_pack_b(ob, dp, dob, ldq, 0, nq, d);
-                nl_tile_gemm(tl, dvg, ldk, pt, BQT, ob, dp, kend, d, nq, 1); /* dv += pᵀ·dO */
+                nl_tile_pack_a(dst + BQT * band, BKV, dpb, Tp, 1, kend, nq);
+                nl_tile_pack_a(pt + BQT * band, BKV, s, Tp, 1, kend, nq);
+                if (kend < sb1) continue;
+                const int nsb = sb1 - sb0;
+                nl_tile_pack_b(qb, dp, q + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
+                nl_tile_gemm(tl, dkg, ldk, dst, BKV, qb, dp, sb1, d, nsb, 1); /* dk += c·dsᵀ·Q */
+                nl_tile_pack_b(ob, dp, dout + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
+                nl_tile_gemm(tl, dvg, ldk, pt, BKV, ob, dp, sb1, d, nsb, 1); /* dv += pᵀ·dO */
             }
         }
     }

@@ -93,6 +93,15 @@ void nl_tile_pack_b(uint32_t *dst, int64_t ldd, const float *x, int64_t ld, int 
 
 /* tile (i, j) of the block, row r: c[(2i + j)·256 + 16r + col] = C[m0 + 16i + r][n0 + 16j + col] */
 static void block_io(float *c, float *C, int64_t ldc, int mr, int nr, int store) {
+    if (mr == 32 && nr == 32) { /* a whole block: rows of 16 floats, fixed-size copies */
+        for (int m = 0; m < 32; m++)
+            for (int j = 0; j < 2; j++) {
+                float *t = c + (2 * (m / 16) + j) * 256 + 16 * (m % 16), *cr = C + (int64_t)m * ldc + 16 * j;
+                if (store) memcpy(cr, t, 64);
+                else memcpy(t, cr, 64);
+            }
+        return;
+    }
     for (int i = 0; i < 2; i++)
         for (int r = 0; r < 16; r++) {
             const int m = 16 * i + r;
