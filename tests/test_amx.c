@@ -387,7 +387,7 @@ static void test_cli(void) {
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/train2.txt", dir);
     CHECKF(nl_t_file_has(path, "amx-bf16 (emulated) for attn/mlp/head") && nl_t_file_has(path, "attention f32") &&
-               !nl_t_file_has(path, "tiles"),
+               !nl_t_file_has(path, "attention and lora on"),
            "NL_AMX_NODES=off: the nodes not on the vector paths");
     snprintf(path, sizeof path, "%s/ck/run.json", dir);
     CHECKF(nl_t_file_has(path, "\"kernels\": \"host: amx-bf16 (emulated)"), "run.json does not record the kernels");
