@@ -231,6 +231,12 @@ static inline void nl_t_rand_weight(int type, int N, int K, uint8_t *w) {
             memcpy(w + b * 20 + 2, &m, 2);
             for (size_t j = 4; j < 20; j++) w[b * 20 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
         }
+    } else if (type == NL_TYPE_Q5_0) { /* random qh and nibbles, a sane f16 d first */
+        for (size_t b = 0; b < n / 22; b++) {
+            uint16_t d = nl_t_rand_f16(5, 9); /* ±[2^-10, 2^-5) */
+            memcpy(w + b * 22, &d, 2);
+            for (size_t j = 2; j < 22; j++) w[b * 22 + j] = (uint8_t)((nl_t_rand() + 1) * 128);
+        }
     } else if (type == NL_TYPE_Q6_K) { /* random bytes, then a sane f16 d at byte 208 */
         for (size_t i = 0; i < n; i++) w[i] = (uint8_t)((nl_t_rand() + 1) * 128);
         for (size_t b = 0; b < n / 210; b++) {
@@ -254,19 +260,32 @@ static inline void nl_t_rand_weight(int type, int N, int K, uint8_t *w) {
     }
 }
 
-/* The real pretrained model tools/fetch-models.sh caches (SmolLM2-135M-Instruct, Q4_1) at
- * ${NL_MODEL_CACHE:-$HOME/.cache/nightlora}/SmolLM2-135M-Instruct.Q4_1.gguf: 1 with its path in
- * buf, or 0 after printing why the caller's checks are skipped. */
-#define NL_T_REAL_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
-static inline int nl_t_real_model(char *buf, size_t cap, const char *what) {
+/* f rounded to BF16 (nearest even; finite f), as a float: the effective weight of bf16 compute. */
+static inline float nl_t_bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* A real model file tools/fetch-models.sh [target] caches in ${NL_MODEL_CACHE:-$HOME/.cache/nightlora}:
+ * 1 with its path in buf, or 0 after printing why the caller's checks are skipped. */
+static inline int nl_t_cached_model(char *buf, size_t cap, const char *file, const char *target, const char *what) {
     const char *dir = getenv("NL_MODEL_CACHE"), *home = getenv("HOME");
-    if (dir && *dir) snprintf(buf, cap, "%s/%s", dir, NL_T_REAL_MODEL);
-    else snprintf(buf, cap, "%s/.cache/nightlora/%s", home ? home : "", NL_T_REAL_MODEL);
+    if (dir && *dir) snprintf(buf, cap, "%s/%s", dir, file);
+    else snprintf(buf, cap, "%s/.cache/nightlora/%s", home ? home : "", file);
     if (access(buf, R_OK) == 0) return 1;
-    printf("SKIP %s: %s not found (run tools/fetch-models.sh; it caches the model in "
-           "${NL_MODEL_CACHE:-$HOME/.cache/nightlora})\n", what, buf);
+    printf("SKIP %s: %s not found (run tools/fetch-models.sh%s%s; it caches the model in "
+           "${NL_MODEL_CACHE:-$HOME/.cache/nightlora})\n", what, buf, *target ? " " : "", target);
     return 0;
 }
+/* The real pretrained model tools/fetch-models.sh caches (SmolLM2-135M-Instruct, Q4_1). */
+#define NL_T_REAL_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
+static inline int nl_t_real_model(char *buf, size_t cap, const char *what) {
+    return nl_t_cached_model(buf, cap, NL_T_REAL_MODEL, "", what);
+}
+/* Gemma 3 270M, Q4_K_M (tools/fetch-models.sh gemma3). */
+#define NL_T_GEMMA3_MODEL "gemma-3-270m-q4_k_m.gguf"
 /* Copy a GGUF model with a head of its own: output.weight = a copy of token_embd.weight (the
  * synthetic models tie them, and train refuses an adapter on a tied head). 0 ok. */
 #include "model/gguf.h"

@@ -1,7 +1,7 @@
 /* test_host: the `host` projection backend against a float64 reference built from the
  * dequantized weights, for every kernel set this CPU runs (scalar, avx2, avx512 / neon) and both
- * compute modes (f32, bf16), FWD and BWD, odd shapes, F16/Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weights; one-hot
- * bit-identity in both directions (bf16 BWD, and bf16 FWD of Q4_1/Q4_K/Q6_K: the dequantized row
+ * compute modes (f32, bf16), FWD and BWD, odd shapes, F16/Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K weights;
+ * one-hot bit-identity in both directions (bf16 BWD, and bf16 FWD of Q4_1/Q5_0/Q4_K/Q6_K: the dequantized row
  * rounded to BF16, see kernels.h);
  * 1/2/4 threads bit-identical; results independent of T.
  *
@@ -63,6 +63,18 @@ static void t_dequant_row(int type, const uint8_t *row, int K, float *out) {
                 out[32 * b + j + 16] = (float)(row[20 * b + 4 + j] >> 4) * d + mn;
             }
         }
+    } else if (type == NL_TYPE_Q5_0) { /* fifth bit of element j: bit j of the little-endian qh */
+        for (int b = 0; b < K / 32; b++) {
+            const uint8_t *blk = row + 22 * b;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            float d = t_f16(h);
+            for (int j = 0; j < 32; j++) {
+                int nib = j < 16 ? blk[6 + j] & 15 : blk[6 + j - 16] >> 4;
+                int hi = (blk[2 + j / 8] >> (j % 8)) & 1;
+                out[32 * b + j] = (float)(nib + 16 * hi - 16) * d;
+            }
+        }
     } else if (type == NL_TYPE_Q6_K) {
         nl_type_get(type)->to_float(row, out, K); /* no second decoder for Q6_K: model/quant's */
     } else {
@@ -95,8 +107,8 @@ static void t_dequant_row(int type, const uint8_t *row, int K, float *out) {
 
 /* The test's decoders agree with model/quant's to_float bit for bit (the ref backend's). */
 static void test_decoders(void) {
-    static const int types[] = {NL_TYPE_F16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K};
-    for (int i = 0; i < 5; i++) {
+    static const int types[] = {NL_TYPE_F16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q5_0};
+    for (int i = 0; i < 6; i++) {
         const int K = 512;
         uint8_t *w = malloc(t_row_bytes(types[i], K));
         float a[512], b[512];
@@ -176,6 +188,7 @@ static void test_accuracy(const mode *m) {
     static const int q8[][2] = {{7, 32}, {67, 96}, {131, 544}}; /* N, K */
     static const int f16[][2] = {{1, 1}, {67, 37}, {65, 300}};
     static const int q4k[][2] = {{5, 256}, {67, 512}};
+    static const int q5[][2] = {{7, 32}, {67, 96}, {131, 672}}; /* one block; a KC chunk and a part */
     for (int d = 0; d < 2; d++)
         for (int ti = 0; ti < 5; ti++) {
             const int T = Ts[ti];
@@ -188,6 +201,7 @@ static void test_accuracy(const mode *m) {
             check_shape(ctx, bf16, NL_TYPE_Q4_1, 130, 576, T, (nl_dir)d);
             for (int s = 0; s < 2; s++) check_shape(ctx, bf16, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d);
             check_shape(ctx, bf16, NL_TYPE_Q6_K, 19, 256, T, (nl_dir)d);
+            for (int s = 0; s < 3; s++) check_shape(ctx, bf16, NL_TYPE_Q5_0, q5[s][0], q5[s][1], T, (nl_dir)d);
         }
     nl_proj_backend_host.free(ctx);
 }
@@ -206,7 +220,7 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     CHECK(ctx != NULL);
     if (!ctx) return;
     /* bf16 compute: BWD multiplies by the BF16 rounding of the dequantized weight; for the
-     * non-integer block types (Q4_1, Q4_K, Q6_K) FWD does too */
+     * non-integer block types (Q4_1, Q5_0, Q4_K, Q6_K) FWD does too */
     const int on_bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16");
     const int bf16 = on_bf16 && type != NL_TYPE_F16 && type != NL_TYPE_F32;
     const int bf16_fwd = bf16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0;
@@ -359,9 +373,11 @@ int main(void) {
         test_one_hot(&modes[i], NL_TYPE_F16, 65, 71);
         test_one_hot(&modes[i], NL_TYPE_Q4_K, 9, 256);
         test_one_hot(&modes[i], NL_TYPE_Q6_K, 5, 256);
+        test_one_hot(&modes[i], NL_TYPE_Q5_0, 37, 672);
         test_threads(&modes[i], NL_TYPE_Q8_0);
         test_threads(&modes[i], NL_TYPE_F16);
         test_threads(&modes[i], NL_TYPE_Q4_1);
+        test_threads(&modes[i], NL_TYPE_Q5_0);
     }
     if (nl_proj_host_cpu_has("avx512bf16")) test_bf16_differs();
     test_errors();

@@ -1,4 +1,4 @@
-/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_K/Q6_K) weights used in
+/* proj/host: the `host` projection backend — resident F16/Q8_0/Q4_0 (and Q4_1/Q5_0/Q4_K/Q6_K) weights used in
  * place, CPU SIMD kernels chosen at run time, output panels split over an nl_pool.
  * Tiling, packing and the thread split live here; the arithmetic lives in kernels_*.c
  * (contract: kernels.h). In the amx / amx-emu compute modes the products go to the tile

@@ -110,6 +110,10 @@ typedef struct nl_host_kernels {
     /* Optional: pairs_to_bf16 of two rows' dequantized Q8_0 blocks (nblocks each; b1 NULL =
      * zeros), dst[32·nblocks], the same bits as dq_q8_0 followed by pairs_to_bf16. */
     void (*q8_0_pairs_to_bf16)(const nl_block_q8_0 *b0, const nl_block_q8_0 *b1, int nblocks, uint32_t *dst);
+    /* Optional (NULL = model/quant's to_float): nblocks Q5_0 blocks (22 bytes each, any
+     * alignment) -> dst[32·nblocks] = (q - 16)·d, the same floats as to_float (the product is
+     * exact in FP32: 5 × 11 bits), so every compute mode decodes Q5_0 as before, only faster. */
+    void (*dq_q5_0)(const uint8_t *src, float *dst, int nblocks);
     /* bf16 BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
      * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
     void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,

@@ -29,6 +29,28 @@ static void y_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     }
 }
 
+/* Q5_0: as kernels_avx512.c's z_dq_q5_0, 8 lanes at a time (the fifth bits by variable shifts). */
+static void y_dq_q5_0(const uint8_t *src, float *dst, int nblocks) {
+    const __m256i low4 = _mm256_set1_epi32(0x0f), one = _mm256_set1_epi32(1), b16 = _mm256_set1_epi32(16);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int b = 0; b < nblocks; b++, src += 22) {
+        uint16_t h;
+        uint32_t qh;
+        memcpy(&h, src, 2);
+        memcpy(&qh, src + 2, 4);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+        for (int j = 0; j < 16; j += 8) {
+            const __m256i qs = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + 6 + j)));
+            const __m256i h0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(qh >> j)), lane), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(qh >> (j + 16))), lane), one);
+            const __m256i q0 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(qs, low4), _mm256_slli_epi32(h0, 4)), b16);
+            const __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(qs, 4), _mm256_slli_epi32(h1, 4)), b16);
+            _mm256_storeu_ps(dst + 32 * b + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q0), d));
+            _mm256_storeu_ps(dst + 32 * b + 16 + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q1), d));
+        }
+    }
+}
+
 /* 8×8 32-bit transposes (unpack, shuffle, 128-bit lane swap); dst[c*ldd + r] = src[r*lds + c]. */
 static void y_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
                           int cols) {
@@ -126,5 +148,6 @@ const nl_host_kernels nl_host_kernels_avx2 = {
     .dq_q8_0 = y_dq_q8_0,
     .gemm_f32 = y_gemm_f32,
     .transpose32 = y_transpose32,
+    .dq_q5_0 = y_dq_q5_0,
 };
 #endif

@@ -31,6 +31,25 @@ static void z_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     }
 }
 
+/* Q5_0 (docs/formats.md §1): element j < 16 is the low nibble of qs[j] with bit j of qh as its
+ * fifth bit, element j + 16 the high nibble with bit j + 16; value (q - 16)·d, exact in FP32. */
+static void z_dq_q5_0(const uint8_t *src, float *dst, int nblocks) {
+    const __m512i low4 = _mm512_set1_epi32(0x0f), b16 = _mm512_set1_epi32(16);
+    for (int b = 0; b < nblocks; b++, src += 22) {
+        uint16_t h;
+        uint32_t qh;
+        memcpy(&h, src, 2);
+        memcpy(&qh, src + 2, 4);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(h));
+        const __m512i qs = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + 6)));
+        __m512i q0 = _mm512_and_si512(qs, low4), q1 = _mm512_srli_epi32(qs, 4);
+        q0 = _mm512_sub_epi32(_mm512_mask_or_epi32(q0, (__mmask16)(qh & 0xffff), q0, b16), b16);
+        q1 = _mm512_sub_epi32(_mm512_mask_or_epi32(q1, (__mmask16)(qh >> 16), q1, b16), b16);
+        _mm512_storeu_ps(dst + 32 * b, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d));
+        _mm512_storeu_ps(dst + 32 * b + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d));
+    }
+}
+
 /* 16×16 32-bit transposes: interleave row pairs (32-bit), then row quads (64-bit), then
  * swap 128-bit lanes (4×4 lane transpose) — column 4L+c ends in output row 4L+c. */
 static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
@@ -342,5 +361,6 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .pairs_to_bf16 = z_pairs_to_bf16,
     .q8_0_to_bf16 = z_q8_0_to_bf16,
     .q8_0_pairs_to_bf16 = z_q8_0_pairs_to_bf16,
+    .dq_q5_0 = z_dq_q5_0,
 };
 #endif
