@@ -38,12 +38,15 @@ static void tw_make(tw *w, int type, int64_t K, int64_t N, float scale) {
         }
         free(row);
     } else {
-        /* k-quants: random codes and scales, sane f16 super-block scales */
+        /* k-quants and Q5_0: random codes and scales, sane f16 (super-)block scales */
         uint8_t *p = w->data;
         for (size_t i = 0; i < (size_t)N * rb; i++) p[i] = (uint8_t)((nl_t_rand() + 1.0) * 127.9);
         for (size_t blk = 0; blk < (size_t)N * rb / tt->bytes; blk++) {
             uint8_t *b = p + blk * tt->bytes;
-            if (type == NL_TYPE_Q4_K) {
+            if (type == NL_TYPE_Q5_0) { /* 32-element blocks: d first */
+                uint16_t d = nl_f32_to_f16(scale * 0.004f * (float)(1.0 + nl_t_rand()));
+                b[0] = (uint8_t)d; b[1] = (uint8_t)(d >> 8);
+            } else if (type == NL_TYPE_Q4_K) {
                 uint16_t d = nl_f32_to_f16(scale * 0.01f * (float)(1.0 + nl_t_rand()));
                 uint16_t dm = nl_f32_to_f16(scale * 0.005f * (float)(1.0 + nl_t_rand()));
                 b[0] = (uint8_t)d; b[1] = (uint8_t)(d >> 8); b[2] = (uint8_t)dm; b[3] = (uint8_t)(dm >> 8);
@@ -105,13 +108,14 @@ static nl_proj_service *svc(const char *precision, const char *map, int threads,
     return s;
 }
 
-static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0,
+                                NL_TYPE_Q4_K, NL_TYPE_Q6_K};
 
 /* ---- ref vs float64, one-hot identities, get_rows ----------------------------------------- */
 
 static void test_ref_all_types(void) {
     nl_proj_service *s = svc(NULL, "*=keep", 3, 0);
-    for (int ti = 0; ti < 7; ti++) {
+    for (int ti = 0; ti < 8; ti++) {
         const int type = all_types[ti];
         const int blck = nl_type_get(type)->blck;
         const int64_t K = blck == 1 ? 37 : blck == 32 ? 96 : 512;
@@ -414,6 +418,73 @@ static void test_threads_identical(void) {
         free(yd); free(xf); free(xb);
         tw_free(&w);
     }
+}
+
+/* The training defaults (nl_proj_config_defaults: host backend, every core up to 8, precision
+ * auto) keep Q5_0, Q4_K and Q6_K weights (the Gemma 3 file's types) resident as stored, in every
+ * class: the registered bytes in place, resident bytes = stored bytes, nothing converted; the
+ * plan passes every check (nothing routed to ref), and FWD and BWD of one-hot rows give one
+ * effective weight from those bytes in both directions: to_float's value, rounded to BF16 when
+ * the service computes in bf16 (kernels.h). */
+static void test_resident_as_stored(void) {
+    nl_t_rng_state = 17;
+    static const struct { int type, cls; int64_t K, N; } ws[] = {
+        {NL_TYPE_Q5_0, NL_CLASS_ATTN, 640, 40}, {NL_TYPE_Q5_0, NL_CLASS_MLP, 96, 67},
+        {NL_TYPE_Q4_K, NL_CLASS_ATTN, 512, 24}, {NL_TYPE_Q6_K, NL_CLASS_MLP, 768, 19},
+        {NL_TYPE_Q4_K, NL_CLASS_HEAD, 256, 33},
+    };
+    enum { NW = sizeof ws / sizeof ws[0] };
+    nl_proj_config c;
+    nl_proj_config_defaults(&c);
+    nl_proj_service *s = nl_proj_service_new(&c);
+    CHECKF(s != NULL, "%s", nl_last_error());
+    if (!s) return;
+    const int bf16 = !strcmp(nl_proj_compute(s), "bf16");
+    tw w[NW];
+    int id[NW];
+    uint64_t stored[NL_TYPE_COUNT] = {0};
+    char name[NW][32];
+    for (int i = 0; i < NW; i++) {
+        tw_make(&w[i], ws[i].type, ws[i].K, ws[i].N, 1.0f);
+        snprintf(name[i], sizeof name[i], "blk.%d.w.weight", i);
+        nl_proj_weight v = tw_view(&w[i], name[i], ws[i].cls);
+        id[i] = nl_proj_add(s, &v);
+        CHECKF(id[i] >= 0, "%s", nl_last_error());
+        stored[ws[i].type] += nl_row_bytes(ws[i].type, ws[i].K) * (uint64_t)ws[i].N;
+        const nl_proj_weight *r = nl_proj_get(s, id[i]);
+        CHECKF(r->type == ws[i].type && r->data == w[i].data, "%s: resident %s, %s", nl_type_name(ws[i].type),
+               nl_type_name(r->type), r->data == w[i].data ? "in place" : "a copy");
+    }
+    for (int t = 0; t < NL_TYPE_COUNT; t++)
+        if (stored[t]) CHECKF(nl_proj_resident_bytes(s, -1, t) == stored[t], "%s: resident %llu B, stored %llu B",
+                              nl_type_name(t), (unsigned long long)nl_proj_resident_bytes(s, -1, t), (unsigned long long)stored[t]);
+    CHECK(nl_proj_converted_bytes(s) == 0);
+    CHECK(nl_proj_plan(s, NULL, 0) == 0);
+    nl_proj_plan_totals tot;
+    nl_proj_plan_get_totals(s, &tot);
+    CHECKF(tot.checks > 0 && tot.routed == 0, "%d checks, %d routed", tot.checks, tot.routed);
+    for (int i = 0; i < NW; i++) {
+        const int64_t K = ws[i].K, N = ws[i].N;
+        for (int d = 0; d < 2; d++) {
+            /* FWD: row t = e_t (t < K) gives column t of W; BWD: row t = e_t (t < N) gives row t */
+            const int64_t T = d ? N : K, in = d ? N : K, out = d ? K : N;
+            float *x = calloc((size_t)(T * in), sizeof(float)), *y = malloc(sizeof(float) * (size_t)(T * out));
+            for (int64_t t = 0; t < T; t++) x[t * in + t] = 1.0f;
+            CHECK(nl_proj_run(s, id[i], (nl_dir)d, x, (int)T, y) == 0);
+            int bad = 0;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t o = 0; o < out; o++) {
+                    float want = d ? w[i].wf[t * K + o] : w[i].wf[o * K + t];
+                    if (bf16) want = nl_t_bf16_round(want);
+                    bad += y[t * out + o] != want;
+                }
+            CHECKF(bad == 0, "%s %s one-hot (%s compute): %d of %lld differ from the stored weight", nl_type_name(ws[i].type),
+                   d ? "bwd" : "fwd", nl_proj_compute(s), bad, (long long)(T * out));
+            free(x); free(y);
+        }
+    }
+    nl_proj_service_free(s);
+    for (int i = 0; i < NW; i++) tw_free(&w[i]);
 }
 
 /* ---- planner ------------------------------------------------------------------------------ */
@@ -955,6 +1026,7 @@ int main(void) {
     test_policy();
     test_queue_and_counters();
     test_threads_identical();
+    test_resident_as_stored();
     test_planner();
     test_planner_sampled();
     test_host_service();
