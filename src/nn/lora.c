@@ -289,52 +289,6 @@ int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, co
     return lora_fwd(L, A, B, y, NULL, x, 0, T, 0, NULL, 0, 1, "apply");
 }
 
-NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
-                        const float *dy, const float *x, const float *u, int T, int64_t tok0) {
-    if (check(L, "backward")) return -1;
-    const int K = L->n_in, N = L->n_out, r = L->rank;
-    const int drop = L->dropout > 0.0f;
-    if (L->tiles) { /* the two phases on one thread */
-        float *scr = nl_malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(L, T) + 1));
-        if (!scr) return -1;
-        int rc = nl_lora_backward_rows(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, NULL, scr, 0, T);
-        if (rc == 0) rc = nl_lora_backward_params(L, dA, dB, dy, x, T, scr, 0, K + N);
-        free(scr);
-        return rc;
-    }
-    const size_t nAT = u ? 0 : (size_t)K * r;
-    const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
-    const size_t nsmall = 3 * (size_t)TB * r;      /* du, recomputed u, s·u */
-    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nx + nsmall + 1));
-    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
-    float *AT = buf, *mb = AT + nAT, *xm = mb + (drop ? (size_t)TB * K : 0), *tmp = xm + (drop ? (size_t)TB * K : 0);
-    float *du = tmp + (drop ? (size_t)TB * K : 0), *ub = du + (size_t)TB * r, *su = ub + (size_t)TB * r;
-    if (!u) pack_AT(AT, A, r, K);
-    for (int t0 = 0; t0 < T; t0 += TB) {
-        const int nb = T - t0 < TB ? T - t0 : TB;
-        const float *dyb = dy + (int64_t)t0 * N;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, NULL, t0, nb, mb, xm);
-        const float *ur = u ? u + (int64_t)t0 * r : ub;
-        if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
-        /* du = s · dy · B   [nb][r] */
-        nl_gemm(du, r, dyb, N, B, r, nb, r, N, 0);
-        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
-        /* dB += dyᵀ · (s·u)   [N][r] */
-        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
-        nl_gemm_tn(dB, r, dyb, N, su, r, N, r, nb, 1);
-        /* dA += duᵀ · (m ⊙ x)   [r][K] */
-        nl_gemm_tn(dA, K, du, r, xb, K, r, K, nb, 1);
-        /* dx (+)= (du · A) ⊙ m   [nb][K] */
-        if (dx) dx_rows(L, A, du, nb, dx + (int64_t)t0 * K, dx_accumulate, drop ? mb : NULL, tmp);
-    }
-    return 0;
-}
-
-int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
-                     const float *dy, const float *x, const float *u, int T, int64_t tok0) {
-    return nl_lora_backward_to(L, A, B, dx, 1, dA, dB, dy, x, u, T, tok0);
-}
-
 /* ---- one call split over threads ---- */
 
 int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int64_t tok0,
@@ -391,4 +345,50 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
     if (c1 > c0) nl_gemm_tn(dA + c0, K, du, r, xm + c0, K, r, c1 - c0, T, 1);
     if (o1 > o0) nl_gemm_tn(dB + (int64_t)o0 * r, r, dy + o0, N, su, r, o1 - o0, r, T, 1);
     return 0;
+}
+
+NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
+                        const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+    if (check(L, "backward")) return -1;
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    const int drop = L->dropout > 0.0f;
+    if (L->tiles) { /* the two phases on one thread */
+        float *scr = nl_malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(L, T) + 1));
+        if (!scr) return -1;
+        int rc = nl_lora_backward_rows(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, NULL, scr, 0, T);
+        if (rc == 0) rc = nl_lora_backward_params(L, dA, dB, dy, x, T, scr, 0, K + N);
+        free(scr);
+        return rc;
+    }
+    const size_t nAT = u ? 0 : (size_t)K * r;
+    const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
+    const size_t nsmall = 3 * (size_t)TB * r;      /* du, recomputed u, s·u */
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nx + nsmall + 1));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+    float *AT = buf, *mb = AT + nAT, *xm = mb + (drop ? (size_t)TB * K : 0), *tmp = xm + (drop ? (size_t)TB * K : 0);
+    float *du = tmp + (drop ? (size_t)TB * K : 0), *ub = du + (size_t)TB * r, *su = ub + (size_t)TB * r;
+    if (!u) pack_AT(AT, A, r, K);
+    for (int t0 = 0; t0 < T; t0 += TB) {
+        const int nb = T - t0 < TB ? T - t0 : TB;
+        const float *dyb = dy + (int64_t)t0 * N;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, NULL, t0, nb, mb, xm);
+        const float *ur = u ? u + (int64_t)t0 * r : ub;
+        if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
+        /* du = s · dy · B   [nb][r] */
+        nl_gemm(du, r, dyb, N, B, r, nb, r, N, 0);
+        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
+        /* dB += dyᵀ · (s·u)   [N][r] */
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        nl_gemm_tn(dB, r, dyb, N, su, r, N, r, nb, 1);
+        /* dA += duᵀ · (m ⊙ x)   [r][K] */
+        nl_gemm_tn(dA, K, du, r, xb, K, r, K, nb, 1);
+        /* dx (+)= (du · A) ⊙ m   [nb][K] */
+        if (dx) dx_rows(L, A, du, nb, dx + (int64_t)t0 * K, dx_accumulate, drop ? mb : NULL, tmp);
+    }
+    return 0;
+}
+
+int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
+                     const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+    return nl_lora_backward_to(L, A, B, dx, 1, dA, dB, dy, x, u, T, tok0);
 }
