@@ -182,6 +182,110 @@ static void test_adapters(const char *path, const char *tag) {
     free(base); free(with); free(merged);
 }
 
+/* merge of an adapter into weights of a type nightlora cannot quantize to (the real Gemma 3 file
+ * stores attn_q/k and ffn_gate/up as Q5_0, others as Q4_K and Q6_K): each such adapted weight is
+ * written as Q8_0 — the reference Q8_0 quantization of the F32 merge's tensor, byte for byte —,
+ * every other tensor as it was, and the merged model computes what the adapter does. */
+static void test_merge_unwritable(const char *f32_path) {
+    CHECK(nl_merge_out_type(NL_TYPE_Q5_0) == NL_TYPE_Q8_0 && nl_merge_out_type(NL_TYPE_Q4_K) == NL_TYPE_Q8_0 &&
+          nl_merge_out_type(NL_TYPE_Q6_K) == NL_TYPE_Q8_0);
+    CHECK(nl_merge_out_type(NL_TYPE_Q4_1) == NL_TYPE_Q4_1 && nl_merge_out_type(NL_TYPE_F32) == NL_TYPE_F32 &&
+          nl_merge_out_type(NL_TYPE_BF16) == NL_TYPE_BF16);
+    /* the tiny model with two projections in Q5_0 (random codes, a small scale per block) */
+    static const char *const q5[2] = {"blk.0.attn_q.weight", "blk.1.ffn_up.weight"};
+    char path[512], apath[512], mpath[512], fpath[512];
+    snprintf(path, sizeof path, "%s/q5_0-model.gguf", tmpdir);
+    nl_gguf *g = nl_gguf_open(f32_path);
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = g && w ? nl_gguf_copy_kvs(w, g) : -1;
+    uint8_t *blocks[2] = {NULL, NULL};
+    for (int64_t i = 0; rc == 0 && i < g->n_tensors; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        int k = strcmp(t->name, q5[0]) == 0 ? 0 : strcmp(t->name, q5[1]) == 0 ? 1 : -1;
+        if (k < 0) {
+            rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, true);
+            continue;
+        }
+        const size_t nb = (size_t)(t->ne[0] * t->ne[1] / 32);
+        blocks[k] = malloc(nb * 22);
+        for (size_t b = 0; b < nb * 22; b++) blocks[k][b] = (uint8_t)((unsigned)((nl_t_rand() + 1.0) * 128.0) & 0xffu);
+        for (size_t b = 0; b < nb; b++) {
+            const uint16_t d = nl_f32_to_f16((float)(0.004 + 0.002 * fabs(nl_t_rand())));
+            blocks[k][b * 22] = (uint8_t)d;
+            blocks[k][b * 22 + 1] = (uint8_t)(d >> 8);
+        }
+        rc = nl_gguf_add_tensor(w, t->name, NL_TYPE_Q5_0, (int)t->n_dims, t->ne, blocks[k], true);
+    }
+    if (rc == 0) rc = nl_gguf_write(w, path);
+    nl_gguf_writer_free(w);
+    nl_gguf_close(g);
+    free(blocks[0]);
+    free(blocks[1]);
+    CHECK(rc == 0);
+    nl_model *m = rc == 0 ? nl_model_load(path) : NULL;
+    CHECK(m != NULL);
+    if (!m) return;
+    nl_adapter *a = nl_adapter_new(m, "q,k,v,o,gate,up,down", 2, 4.0f, 5);
+    CHECK(a != NULL);
+    for (int i = 0; i < a->n; i++) {
+        float *B = nl_lora_B(a, i);
+        for (int64_t j = 0; j < a->t[i].n_out * 2; j++) B[j] = (float)(0.5 * nl_t_rand());
+    }
+    snprintf(apath, sizeof apath, "%s/q5_0-adapter.gguf", tmpdir);
+    snprintf(mpath, sizeof mpath, "%s/q5_0-merged.gguf", tmpdir);
+    snprintf(fpath, sizeof fpath, "%s/q5_0-merged-f32.gguf", tmpdir);
+    CHECK(nl_adapter_save(a, m, apath) == 0);
+    CHECK(nl_merge(m, a, -1, mpath) == 0);
+    CHECK(nl_merge(m, a, NL_TYPE_F32, fpath) == 0);
+    nl_gguf *gb = nl_gguf_open(path), *gm = nl_gguf_open(mpath), *gf = nl_gguf_open(fpath);
+    CHECK(gb && gm && gf);
+    if (gb && gm && gf) {
+        int n_q8 = 0, bad = 0;
+        for (int64_t i = 0; i < gm->n_tensors; i++) {
+            const nl_gguf_tensor *tm = &gm->tensors[i], *tb = nl_gguf_tensor_find(gb, tm->name),
+                                 *tf = nl_gguf_tensor_find(gf, tm->name);
+            if (!tb || !tf) { bad++; continue; }
+            const int64_t n = tm->ne[0] * tm->ne[1];
+            if (tb->type == NL_TYPE_Q5_0) {
+                n_q8++;
+                const size_t bytes = nl_row_bytes(NL_TYPE_Q8_0, tm->ne[0]) * (size_t)tm->ne[1];
+                uint8_t *want = malloc(bytes);
+                nl_type_get(NL_TYPE_Q8_0)->from_float((const float *)tf->data, want, n);
+                bad += tm->type != NL_TYPE_Q8_0 || tf->type != NL_TYPE_F32 || memcmp(want, tm->data, bytes) != 0;
+                free(want);
+            } else {
+                /* F32 weights stay F32 (adapted or not); norms and the embedding byte for byte */
+                bad += tm->type != tb->type;
+                const int proj = (strstr(tm->name, "attn_") || strstr(tm->name, "ffn_")) && !strstr(tm->name, "norm");
+                if (!proj)
+                    bad += memcmp(tm->data, tb->data, nl_row_bytes(tb->type, tb->ne[0]) * (size_t)(n / tb->ne[0])) != 0;
+            }
+        }
+        CHECKF(bad == 0 && n_q8 == 2, "merge of q5_0 weights: %d tensors wrong, %d written as q8_0", bad, n_q8);
+    }
+    nl_gguf_close(gb);
+    nl_gguf_close(gm);
+    nl_gguf_close(gf);
+    /* and it computes what base + adapter computes, up to the Q8_0 rounding of two weights */
+    enum { T = 9 };
+    const int V = m->hp.n_vocab;
+    int32_t tok[T];
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 31 + 2) % V);
+    float *with = malloc(sizeof(float) * T * V), *merged = malloc(sizeof(float) * T * V), *base = malloc(sizeof(float) * T * V);
+    nl_session s;
+    CHECK(nl_session_open(&s, path, NULL, &f32cfg) == 0 && nl_session_logits(&s, tok, T, base) == 0);
+    nl_session_close(&s);
+    CHECK(nl_session_open(&s, path, apath, &f32cfg) == 0 && nl_session_logits(&s, tok, T, with) == 0);
+    nl_session_close(&s);
+    CHECK(nl_session_open(&s, mpath, NULL, &f32cfg) == 0 && nl_session_logits(&s, tok, T, merged) == 0);
+    nl_session_close(&s);
+    const double d = max_rel_diff(with, merged, (size_t)T * V), moved = max_rel_diff(with, base, (size_t)T * V);
+    CHECKF(d < 0.1 * moved, "q5_0 merge: merged vs adapter rel diff %g, the adapter moves the logits by %g", d, moved);
+    free(with); free(merged); free(base);
+    nl_adapter_free(a);
+    nl_model_free(m);
+}
+
 static void test_adapter_errors(const char *llama_path, const char *qwen_path) {
     char apath[512];
     snprintf(apath, sizeof apath, "%s/llama-for-qwen.gguf", tmpdir);
@@ -224,6 +328,7 @@ int main(void) {
     char q8[512];
     make_model(NL_ARCH_QWEN35, NL_TYPE_Q8_0, q8);
     test_decode_equals_prefill(q8);
+    test_merge_unwritable(paths[3]);
     test_adapter_errors(paths[0], paths[1]);
     test_sampling();
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

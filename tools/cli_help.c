@@ -96,7 +96,7 @@ static const help_row rows[] = {
     {"chat:seed", "S", "sampling seed of the first reply, +1 each turn (default 0)"},
     {"pieces", NULL, "one token a line: its id, its piece as a JSON string, \"control\" for control tokens"},
     {"merge:out", "M.gguf", "the merged model (GGUF) [required]"},
-    {"type", "TYPE", "the merged weights' type: f32, f16, bf16, q8_0, q4_0 or q4_1 (default: each weight's own)"},
+    {"type", "TYPE", "the merged weights' type: f32, f16, bf16, q8_0, q4_0 or q4_1 (default: each weight's own; an adapted q4_k, q5_0 or q6_k weight, which nightlora cannot quantize to, is written as q8_0)"},
     {"export:adapter", "A.gguf|DIR", "the adapter to convert: llama.cpp's LoRA GGUF, or a PEFT directory [required]"},
     {"export:model", "M.gguf", "the adapter's base model: its architecture and heads (llama's q/k row order) [required]"},
     {"format", "peft|gguf", "peft: a PEFT directory (adapter_config.json + adapter_model.safetensors); gguf: llama.cpp's LoRA GGUF [required]"},

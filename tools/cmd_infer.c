@@ -228,7 +228,22 @@ int nl_cmd_merge(int argc, char **argv) {
     nl_cli_model_warning("merge", m);
     nl_adapter *a = nl_adapter_load(m, adapter);
     int rc = (!a || nl_merge(m, a, t, out)) ? nl_cli_fail("merge") : 0;
-    if (rc == 0) fprintf(stderr, "merged %d adapted projections into %s\n", a->n, out);
+    if (rc == 0) {
+        fprintf(stderr, "merged %d adapted projections into %s\n", a->n, out);
+        /* the adapted weights that could not keep their type, by type */
+        int n_by[NL_TYPE_COUNT] = {0}, n_retyped = 0;
+        for (int j = 0; t < 0 && j < m->n_projs; j++) {
+            const int wt = m->projs[j].w->type;
+            if (a->by_proj[j] >= 0 && nl_merge_out_type(wt) != wt) n_by[wt]++, n_retyped++;
+        }
+        if (n_retyped) {
+            fprintf(stderr, "merge: %d adapted weights written as %s (nightlora has no quantizer for their types:", n_retyped,
+                    nl_type_name(NL_TYPE_Q8_0));
+            for (int k = 0, first = 1; k < NL_TYPE_COUNT; k++)
+                if (n_by[k]) fprintf(stderr, "%s %d %s", first ? "" : ",", n_by[k], nl_type_name(k)), first = 0;
+            fprintf(stderr, "); --type sets one type for every projection\n");
+        }
+    }
     nl_adapter_free(a);
     nl_model_free(m);
     return rc;

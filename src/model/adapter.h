@@ -40,9 +40,14 @@ typedef struct nl_adapter {
 void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
 
 /* Write base + merged adapter (W + s·B·A for every adapted projection) as GGUF (model/merge.c).
- * type < 0: keep each tensor's type; else projections are written in `type`, and
+ * type < 0: keep each tensor's type (an adapted one of a type nightlora has no quantizer for is
+ * written as nl_merge_out_type says); else projections are written in `type`, and
  * general.file_type names it. */
 int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path);
+/* The type merge (type < 0) writes an adapted tensor of `type` in: its own where nightlora can
+ * quantize to it, else Q8_0 (Q4_K, Q5_0 and Q6_K: finer than each of them, and a whole number of
+ * Q8_0 blocks per row, as their blocks are 32 or 256 elements). */
+int nl_merge_out_type(int type);
 
 static inline float *nl_lora_A(const nl_adapter *a, int i) { return a->params + a->t[i].off_a; }
 static inline float *nl_lora_B(const nl_adapter *a, int i) { return a->params + a->t[i].off_b; }

@@ -6,6 +6,11 @@
 #include "model/quant.h"
 #include "util/util.h"
 
+int nl_merge_out_type(int type) {
+    const nl_type_traits *tt = nl_type_get(type);
+    return tt && tt->from_float ? type : NL_TYPE_Q8_0;
+}
+
 int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path) {
     const nl_gguf *g = m->gguf;
     nl_gguf_writer *w = nl_gguf_writer_new();
@@ -24,6 +29,7 @@ int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_p
          * without changing the embedding too. */
         int e = (a && p >= 0) ? a->by_proj[p] : -1;
         int out_type = (p >= 0 && type >= 0) ? type : t->type;
+        if (e >= 0 && type < 0) out_type = nl_merge_out_type(t->type);
         if (e < 0 && out_type == t->type) {
             rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, true);
             continue;
