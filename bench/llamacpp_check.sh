@@ -11,22 +11,35 @@
 # 2. The real model, SmolLM2-135M-Instruct (Q4_1; tools/fetch-models.sh): tokenizer ids, logits
 #    with default flags, FP32 logits against transformers (when the environment has it), greedy
 #    generation, an adapter and its merged model, the tied head (bench/llamacpp/real.py).
+# 3. The second real model, Gemma 3 270M (Q4_K_M, gemma3; tools/fetch-models.sh gemma3), the base
+#    model with no chat template in its file: checked on plain text (real.py without a template):
+#    tokenizer ids (Gemma's turn markers too), logits on the file and on its F32 expansion, greedy
+#    generation (--raw), the tagging task (examples/tagging-{train,test}.jsonl, prompt/completion)
+#    trained for one epoch with its held-out accuracy before and after, that adapter in llama.cpp,
+#    its merged model (the adapted Q4_K/Q5_0/Q6_K weights written as Q8_0), the tied head. Bounded
+#    by GEMMA_TIMEOUT seconds (1500). GEMMA_CHAT=1 adds the chat form: the tokenizer on the prompts
+#    rendered by tests/data/templates/gemma3.jinja (the -it models' template) and the tagging task
+#    as conversations (examples/tagging-chat-*.jsonl, --template that file).
 #
 #   sh bench/llamacpp_check.sh
 #
 # Environment: BIN (build/nightlora), WORK (/tmp/nightlora-llamacpp), ARCHS ("llama qwen3 qwen35"),
-# STEPS (120), REAL (1: the real-model part; 0 skips it), NL_MODEL_CACHE. Exit status 1 if
+# STEPS (120), REAL (1: the real-model parts; 0 skips them), REAL_MODELS ("smollm2 gemma3"),
+# GEMMA_TIMEOUT (1500), GEMMA_CHAT (0), NL_MODEL_CACHE. Exit status 1 if
 # llama.cpp refuses a file, an F32 synthetic model's top token differs, or a real-model check
 # fails (the Q8_0 rows are reported only: llama.cpp rounds activations to 8 bits there, so a near
 # tie among the top tokens of these nearly flat distributions may go either way). When
 # llama-cpp-python cannot be had it says so and exits 0; without the real model its part says
-# so (the message of tools/fetch-models.sh --check) and is skipped.
+# so (the message of tools/fetch-models.sh --check) and is skipped; the Gemma part likewise.
 set -e
 BIN=${BIN:-build/nightlora}
 WORK=${WORK:-/tmp/nightlora-llamacpp}
 ARCHS=${ARCHS:-"llama qwen3 qwen35"}
 STEPS=${STEPS:-120}
 REAL=${REAL:-1}
+REAL_MODELS=${REAL_MODELS:-"smollm2 gemma3"}
+GEMMA_TIMEOUT=${GEMMA_TIMEOUT:-1500}
+GEMMA_CHAT=${GEMMA_CHAT:-0}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 . "$HERE/llamacpp/env.sh"
@@ -84,11 +97,37 @@ for arch in $ARCHS; do
     check "$arch q8_0 + adapter" "$mq" 0 "$a"
 done
 [ "$status" -eq 0 ] && echo "synthetic models: llama.cpp loaded every model and adapter; F32 top tokens agree"
-if [ "$REAL" = 1 ]; then
-    if msg=$(sh "$ROOT/tools/fetch-models.sh" --check); then
+case " $REAL_MODELS " in *" smollm2 "*) real_smollm2=$REAL ;; *) real_smollm2=0 ;; esac
+case " $REAL_MODELS " in *" gemma3 "*) real_gemma3=$REAL ;; *) real_gemma3=0 ;; esac
+if [ "$real_smollm2" = 1 ]; then
+    if msg=$(sh "$ROOT/tools/fetch-models.sh" --check smollm2); then
         echo "real model: $NL_MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
         "$NL_PY" "$HERE/llamacpp/real.py" --bin "$BIN" --model "$NL_MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf" \
             --work "$WORK/real" --data-train "$ROOT/examples/tagging-chat-train.jsonl" || status=1
+    else
+        echo "real model: skipped: $msg"
+    fi
+fi
+if [ "$real_gemma3" = 1 ]; then
+    if msg=$(sh "$ROOT/tools/fetch-models.sh" --check gemma3); then
+        echo "real model: $NL_MODEL_CACHE/gemma-3-270m-q4_k_m.gguf (no chat template: plain text)"
+        t_gemma=$(date +%s)
+        rc=0
+        timeout "$GEMMA_TIMEOUT" "$NL_PY" "$HERE/llamacpp/real.py" --bin "$BIN" \
+            --model "$NL_MODEL_CACHE/gemma-3-270m-q4_k_m.gguf" --work "$WORK/gemma3" \
+            --data-train "$ROOT/examples/tagging-train.jsonl" --data-test "$ROOT/examples/tagging-test.jsonl" \
+            --only tokenizer,logits,generate,tagging,adapter,tied || rc=$?
+        if [ "$GEMMA_CHAT" = 1 ] && [ "$rc" -eq 0 ]; then
+            echo "real model: gemma3 with the chat template tests/data/templates/gemma3.jinja"
+            timeout "$GEMMA_TIMEOUT" "$NL_PY" "$HERE/llamacpp/real.py" --bin "$BIN" \
+                --model "$NL_MODEL_CACHE/gemma-3-270m-q4_k_m.gguf" --work "$WORK/gemma3-chat" \
+                --template "$ROOT/tests/data/templates/gemma3.jinja" \
+                --data-train "$ROOT/examples/tagging-chat-train.jsonl" --data-test "$ROOT/examples/tagging-chat-test.jsonl" \
+                --only tokenizer,tagging || rc=$?
+        fi
+        [ "$rc" -eq 124 ] && echo "gemma3: not finished in $GEMMA_TIMEOUT s (GEMMA_TIMEOUT)"
+        [ "$rc" -eq 0 ] || status=1
+        echo "gemma3: $(($(date +%s) - t_gemma)) s"
     else
         echo "real model: skipped: $msg"
     fi

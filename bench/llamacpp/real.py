@@ -1,9 +1,17 @@
 #!/usr/bin/env python3
 """bench/llamacpp/real.py: nightlora against llama.cpp (llama-cpp-python) — and transformers, when
-the environment has it — on a real pretrained model (SmolLM2-135M-Instruct, Q4_1 GGUF).
+the environment has it — on a real pretrained model (SmolLM2-135M-Instruct, Q4_1 GGUF; Gemma 3
+270M, Q4_K_M GGUF).
 
   real.py --bin build/nightlora --model SmolLM2-135M-Instruct.Q4_1.gguf --work DIR
           [--data-train T.jsonl --data-test E.jsonl] [--threads 2] [--steps 30]
+          [--template FILE.jinja | --text] [--only ROWS] [--min-accuracy A]
+
+The conversations are rendered by the model's own chat template (tokenizer.chat_template), or by
+--template FILE.jinja for a model whose file has none (Gemma 3 270M is the base model: its GGUF
+carries no template; tests/data/templates/gemma3.jinja is the -it models' one). A model with
+neither, or --text, is checked on plain text: the prompts are completion prompts, `generate`
+runs with --raw, and the training data are prompt/completion lines.
 
 Checks, one row each (exit status 1 if any fails):
   tokenizer   nightlora tokenize = llama.cpp's tokenize on a set of strings (llama.cpp's own
@@ -24,11 +32,16 @@ file (bounded by llama.cpp's own distance to its FP32 run of the same weights) a
 F32 expansion (bench/llamacpp/dequant.py; close agreement required).
   tied head   `train --targets output` on the tied head: refused with the reason, or (if written)
               llama.cpp and merge accept it
+  tagging     (--only tagging) the held-out tagging task (--data-test, "choices") scored by
+              `nightlora eval` before and after `train --epochs 1` on --data-train: passes when
+              the accuracy after is at least --min-accuracy and above the one before; that
+              adapter is then the one the adapter and merged rows check
 """
 import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -70,6 +83,16 @@ PROMPTS = [
     "Tag this note with one word (work, family, shopping, travel or health): Book the hotel for Friday",
 ]
 
+# completion prompts, for a model checked on plain text (no chat template)
+TEXT_PROMPTS = [
+    "The capital of France is",
+    "Here is a haiku about the sea:\n",
+    "Three tips for staying focused while studying:\n1.",
+    "A LoRA adapter is",
+    "Note: Book the hotel for Friday\nTag:",
+]
+TEXT_ANSWER = " Paris. It is known for the Eiffel Tower, the Louvre and its cafés."
+
 EXTRA_STRINGS = [
     "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n",
     "<|im_start|>system\nYou tag notes.<|im_end|>\n<|im_start|>user\nBuy milk<|im_end|>\n",
@@ -82,7 +105,17 @@ EXTRA_STRINGS = [
     "naïve café — “quotes” … 日本語のテキスト 🤗🦙",
     "   leading spaces and trailing spaces   ",
     "I'll, you're, he's, we've, they'd, don't, CAN'T",
+    # Gemma's turn markers and control tokens (plain text for other vocabularies)
+    "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n",
+    "<bos><start_of_turn>user\nTag the note: Buy milk<end_of_turn>\n<start_of_turn>model\nshopping<end_of_turn>\n",
+    "<eos>",
+    "text<end_of_turn>more text<start_of_turn>",
+    "<start_of_turn><start_of_turn>  <end_of_turn>\n\n",
+    "<pad><unk><mask>[@BOS@]<start_of_image>",
 ]
+
+# general.file_type -> the name llama.cpp gives it (for the rows' labels)
+FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 15: "Q4_K_M", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
 
 
 def run(cmd, **kw):
@@ -169,13 +202,50 @@ class LlamaCpp:
         return out
 
 
-def chat_text(llm, messages):
-    """The conversation as the model's own (Jinja) template renders it, as HF does."""
-    import jinja2
+class Chat:
+    """How the checks turn a prompt (and an answer) into tokens: through the chat template (the
+    model's own, or --template FILE.jinja) rendered as HF does, or as plain text."""
 
-    tpl = llm.metadata["tokenizer.chat_template"]
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(tpl).render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="")
+    def __init__(self, tok, template_file, text):
+        self.tok = tok
+        self.file = template_file
+        tpl = None
+        if template_file:
+            tpl = open(template_file, encoding="utf-8").read()
+        elif not text:
+            tpl = tok.metadata.get("tokenizer.chat_template")
+        self.tpl = tpl
+        self.prompts = PROMPTS if tpl else TEXT_PROMPTS
+        ft = int(tok.metadata.get("general.file_type", "-1"))
+        self.ftype = FILE_TYPES.get(ft, f"file type {ft}")
+
+    def flags(self):
+        """nightlora's flags for the same rendering (train, eval, generate)."""
+        return ["--template", self.file] if self.file else []
+
+    def text(self, messages, add_generation_prompt=True):
+        import jinja2
+
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+
+        def raise_exception(msg):
+            raise jinja2.TemplateError(msg)
+
+        env.globals["raise_exception"] = raise_exception
+        return env.from_string(self.tpl).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                bos_token="", eos_token="")
+
+    def ids(self, prompt, answer=None):
+        """BOS (the tokenizer's), then the conversation; or the text itself without a template."""
+        if not self.tpl:
+            text = prompt + (answer or "")
+        elif answer is None:
+            text = self.text([{"role": "user", "content": prompt}])
+        else:
+            # the template's own end of the assistant turn
+            text = self.text([{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}],
+                             add_generation_prompt=False)
+        return self.tok.tokenize(text.encode("utf-8"), add_bos=True, special=True)
 
 
 def vocab_cases():
@@ -188,20 +258,27 @@ def vocab_cases():
 class Report:
     def __init__(self):
         self.rows = []
+        self.t = time.time()
 
     def add(self, name, ok, text):
         self.rows.append((name, ok, text))
         mark = {True: "ok", False: "FAIL", None: "skip"}[ok]
-        print(f"  {name:<14} {mark:<5} {text}", flush=True)
+        now = time.time()
+        print(f"  {name:<14} {mark:<5} {text} [{now - self.t:.0f} s]", flush=True)
+        self.t = now
 
     def failed(self):
         return any(ok is False for _, ok, _ in self.rows)
 
 
-def check_tokenizer(a, rep, tok):
+def check_tokenizer(a, rep, chat):
+    tok = chat.tok
     cases = vocab_cases() + EXTRA_STRINGS
-    # the five prompts as the template renders them (special tokens as text)
-    cases += [chat_text(tok, [{"role": "user", "content": p}]) for p in PROMPTS]
+    # the five prompts as the template renders them (special tokens as text), or as they are
+    if chat.tpl:
+        cases += [chat.text([{"role": "user", "content": p}]) for p in PROMPTS]
+    else:
+        cases += TEXT_PROMPTS
     bad = []
     n = 0
     for text in cases:
@@ -216,15 +293,12 @@ def check_tokenizer(a, rep, tok):
     rep.add("tokenizer", not bad, f"{n - len(bad)}/{n} tokenizations identical ({len(cases)} strings, plain and special)")
 
 
-def chat_ids(tok, prompt, answer=None):
-    text = chat_text(tok, [{"role": "user", "content": prompt}])
-    if answer is not None:
-        text += answer + "<|im_end|>\n"
-    return tok.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-
-
-def check_logits(a, rep, tok, ll, llf):
-    ids = chat_ids(tok, PROMPTS[0], "The capital of France is Paris. It is known for the Eiffel Tower.")
+def check_logits(a, rep, chat, ll, llf):
+    if chat.tpl:
+        ids = chat.ids(PROMPTS[0], "The capital of France is Paris. It is known for the Eiffel Tower.")
+    else:
+        ids = chat.ids(TEXT_PROMPTS[0], TEXT_ANSWER)
+    q = chat.ftype
     ours = nl_logits(a.bin, a.model, ids, os.path.join(a.work, "real-logits.f32"))
     theirs = ll.logits(ids)
     exact = llf.logits(ids)
@@ -234,8 +308,8 @@ def check_logits(a, rep, tok, ll, llf):
     ok = (c["mean_kl"] <= two_roundings(ce["mean_kl"], own["mean_kl"]) + 1e-5
           and c["max_kl"] <= two_roundings(ce["max_kl"], own["max_kl"]) + 1e-4
           and c["top1"] >= own["top1"] - 0.02)
-    rep.add("logits", ok, "default flags vs llama.cpp on the Q4_1 file, " + fmt_cmp(c))
-    rep.add("  rounding", None, "llama.cpp on the Q4_1 file vs llama.cpp on its F32 expansion (its 8-bit "
+    rep.add("logits", ok, f"default flags vs llama.cpp on the {q} file, " + fmt_cmp(c))
+    rep.add("  rounding", None, f"llama.cpp on the {q} file vs llama.cpp on its F32 expansion (its 8-bit "
             "activations), " + fmt_cmp(own))
     ok = ce["max_kl"] <= max(TOL_EXACT["max_kl"], own["max_kl"]) and ce["top1"] >= min(TOL_EXACT["top1"], own["top1"])
     rep.add("logits default", ok, "default flags (the CPU's default compute) vs llama.cpp on the F32 expansion, "
@@ -273,18 +347,22 @@ def check_transformers(a, rep, ids, f32):
             f"(GGUF dequantized; loaded in {time.time() - t0:.0f} s), " + fmt_cmp(c))
 
 
-def check_generate(a, rep, tok, ll, llf):
+def check_generate(a, rep, chat, ll, llf):
     """Greedy continuations. On the F32 expansion llama.cpp's must be nightlora's exactly; on the
-    Q4_1 file they may part only where llama.cpp's 8-bit activations part from its own FP32 run
-    of the same weights (a near tie flipped by its rounding; the margins are printed)."""
+    quantized file they may part only where llama.cpp's 8-bit activations part from its own FP32
+    run of the same weights (a near tie flipped by its rounding; the margins are printed)."""
+    tok, q, prompts = chat.tok, chat.ftype, chat.prompts
     same_exact = same_q = ties = 0
-    for p in PROMPTS:
-        r = run([a.bin, "generate", "--model", a.model, "--prompt", p, "--n", "32"])
+    for p in prompts:
+        r = run([a.bin, "generate", "--model", a.model, "--prompt", p, "--n", "32"]
+                + (chat.flags() if chat.tpl else ["--raw"]))
         if r.returncode:
             rep.add("generate", False, f"nightlora generate failed: {r.stderr.strip()}")
             return
         ours = r.stdout[:-1] if r.stdout.endswith("\n") else r.stdout
-        ids = chat_ids(tok, p)
+        if not chat.tpl and ours.startswith(p):
+            ours = ours[len(p):]  # --raw prints the prompt before its continuation
+        ids = chat.ids(p) if chat.tpl else tok.tokenize(p.encode("utf-8"), add_bos=True, special=False)
         gen_f = llf.greedy(ids, 32)
         exact = ours == tok.detokenize(gen_f).decode("utf-8", errors="replace")
         if exact:
@@ -296,24 +374,27 @@ def check_generate(a, rep, tok, ll, llf):
         if ours == tok.detokenize(gen_q).decode("utf-8", errors="replace"):
             same_q += 1
             continue
-        # where do llama.cpp's two runs (Q4_1, F32 expansion) part, and by how much?
+        # where do llama.cpp's two runs (quantized, F32 expansion) part, and by how much?
         k = next((i for i in range(min(len(gen_q), len(gen_f))) if gen_q[i] != gen_f[i]), None)
         if exact and k is not None:
             zq = ll.logits(ids + gen_q[:k + 1])[-2]
             zf = llf.logits(ids + gen_f[:k + 1])[-2]
             tq, tf = gen_q[k], gen_f[k]
             ties += 1
-            print(f"    {p!r}: llama.cpp's Q4_1 run parts from its own F32 run (= nightlora's) at token {k}: "
+            print(f"    {p!r}: llama.cpp's {q} run parts from its own F32 run (= nightlora's) at token {k}: "
                   f"{tq} over {tf} by {zq[tq] - zq[tf]:.3f} logits, where FP32 activations put {tf} first by "
                   f"{zf[tf] - zf[tq]:.3f}")
-    ok = same_exact == len(PROMPTS) and same_q + ties == len(PROMPTS)
-    rep.add("generate", ok, f"greedy, 32 tokens, five prompts: llama.cpp on the F32 expansion gives nightlora's "
-            f"continuation on {same_exact}/{len(PROMPTS)}; on the Q4_1 file on {same_q}/{len(PROMPTS)}, the "
-            f"other {len(PROMPTS) - same_q} where llama.cpp's own run on the F32 expansion parts from it ({ties})")
+    n = len(prompts)
+    ok = same_exact == n and same_q + ties == n
+    rep.add("generate", ok, f"greedy, 32 tokens, five {'prompts' if chat.tpl else 'text prompts (--raw)'}: llama.cpp "
+            f"on the F32 expansion gives nightlora's continuation on {same_exact}/{n}; on the {q} file on "
+            f"{same_q}/{n}, the other {n - same_q} where llama.cpp's own run on the F32 expansion parts from it ({ties})")
 
 
-def probe_ids(tok):
-    return chat_ids(tok, "Note: Pick up eggs at the store on Friday")
+def probe_ids(chat):
+    if chat.tpl:
+        return chat.ids("Note: Pick up eggs at the store on Friday")
+    return chat.ids("Note: Pick up eggs at the store on Friday\nTag:")
 
 
 def dequant(model, out):
@@ -337,49 +418,108 @@ def next_token_check(a, model, ids, adapter=None, f32_model=None):
     return ok, text
 
 
-def check_adapter(a, rep, tok, f32_file):
-    ad = os.path.join(a.work, "real-adapter.gguf")
-    t0 = time.time()
-    r = run([a.bin, "train", "--model", a.model, "--data", a.data_train, "--out", ad, "--steps", str(a.steps),
-             "--rank", "8", "--alpha", "16", "--lr", "1e-3", "--batch-tokens", "512", "--seed", "1", "--quiet"])
-    if r.returncode:
-        rep.add("adapter", False, f"nightlora train failed: {r.stderr.strip()[-300:]}")
-        return
-    dt = time.time() - t0
-    ids = probe_ids(tok)
+def check_adapter(a, rep, chat, f32_file, trained=None):
+    """trained: (adapter, what) from the tagging row, else a short run here."""
+    if trained:
+        ad, what = trained
+    else:
+        ad = os.path.join(a.work, "real-adapter.gguf")
+        t0 = time.time()
+        r = run([a.bin, "train", "--model", a.model, "--data", a.data_train, "--out", ad, "--steps", str(a.steps),
+                 "--rank", "8", "--alpha", "16", "--lr", "1e-3", "--batch-tokens", "512", "--seed", "1", "--quiet"]
+                + chat.flags())
+        if r.returncode:
+            rep.add("adapter", False, f"nightlora train failed: {r.stderr.strip()[-300:]}")
+            return
+        what = f"{a.steps} steps ({time.time() - t0:.0f} s), rank 8 on every projection"
+    ids = probe_ids(chat)
     try:
         ok, text = next_token_check(a, a.model, ids, adapter=ad, f32_model=f32_file)
     except Exception as e:  # noqa: BLE001 — llama.cpp refusing the file is the finding
         rep.add("adapter", False, f"llama.cpp refuses {ad}: {e}")
         return
-    rep.add("adapter", ok, f"{a.steps} steps ({dt:.0f} s), rank 8 on every projection, loaded by llama.cpp "
-            f"(lora_path): " + text)
+    rep.add("adapter", ok, f"{what}, loaded by llama.cpp (lora_path): " + text)
     merged = os.path.join(a.work, "real-merged.gguf")
+    if os.path.exists(merged):
+        os.remove(merged)  # merge does not overwrite
     r = run([a.bin, "merge", "--model", a.model, "--adapter", ad, "--out", merged])
     if r.returncode:
         rep.add("merged", False, f"nightlora merge failed: {r.stderr.strip()}")
         return
+    # what merge says of the weights it could not keep in their type
+    retyped = [ln[len("merge: "):] for ln in r.stderr.splitlines() if ln.startswith("merge: ")]
     try:
         ok, text = next_token_check(a, merged, ids, f32_model=dequant(merged, merged + ".f32.gguf"))
     except Exception as e:  # noqa: BLE001
         rep.add("merged", False, f"llama.cpp refuses {merged}: {e}")
         return
-    rep.add("merged", ok, "merged (each tensor keeps its type), loaded by llama.cpp: " + text)
+    kept = "; ".join(retyped) if retyped else "each tensor keeps its type"
+    rep.add("merged", ok, f"merged ({kept}), loaded by llama.cpp: " + text)
 
 
-def check_tied_head(a, rep, tok, f32_file):
+def accuracy(a, chat, adapter=None):
+    """`nightlora eval` on --data-test: (accuracy, seconds)."""
+    t0 = time.time()
+    r = run([a.bin, "eval", "--model", a.model, "--data", a.data_test] + (["--adapter", adapter] if adapter else [])
+            + chat.flags())
+    if r.returncode:
+        raise RuntimeError(f"nightlora eval failed: {r.stderr.strip()[-300:]}")
+    m = re.search(r"accuracy ([0-9.]+)% \((\d+)/(\d+)\)", r.stdout)
+    if not m:
+        raise RuntimeError(f"nightlora eval printed no accuracy: {r.stdout.strip()[-300:]}")
+    return int(m.group(2)) / int(m.group(3)), f"{m.group(1)}% ({m.group(2)}/{m.group(3)})", time.time() - t0
+
+
+def check_tagging(a, rep, chat):
+    """The held-out tagging task before and after one epoch of training; returns the adapter."""
+    ad = os.path.join(a.work, "real-tagging-adapter.gguf")
+    log = os.path.join(a.work, "real-tagging-log.jsonl")
+    for f in (ad, log):
+        if os.path.exists(f):
+            os.remove(f)
+    try:
+        before, before_s, t_eval = accuracy(a, chat)
+    except RuntimeError as e:
+        rep.add("tagging", False, str(e))
+        return None
+    t0 = time.time()
+    r = run([a.bin, "train", "--model", a.model, "--data", a.data_train, "--out", ad, "--rank", "16", "--alpha", "32",
+             "--lr", "1e-3", "--warmup", "5", "--epochs", "1", "--batch-tokens", "512", "--seed", "1",
+             "--log-json", log, "--quiet"] + chat.flags())
+    dt = time.time() - t0
+    if r.returncode:
+        rep.add("tagging", False, f"nightlora train failed: {r.stderr.strip()[-300:]}")
+        return None
+    steps = [json.loads(ln) for ln in open(log, encoding="utf-8") if ln.strip()]
+    steps = [s for s in steps if "loss" in s and "step" in s]
+    n_tok = sum(s.get("tokens", 0) for s in steps)
+    try:
+        after, after_s, _ = accuracy(a, chat, ad)
+    except RuntimeError as e:
+        rep.add("tagging", False, str(e))
+        return None
+    ok = after >= a.min_accuracy and after > before
+    losses = f"loss {steps[0]['loss']:.2f} -> {steps[-1]['loss']:.2f}, " if steps else ""
+    rate = f", {n_tok / dt:.0f} tokens/s" if n_tok else ""
+    rep.add("tagging", ok, f"held-out accuracy {before_s} before, {after_s} after one epoch ({len(steps)} steps of "
+            f"512 tokens, rank 16, {losses}{n_tok} tokens in {dt:.0f} s{rate}; eval {t_eval:.0f} s; needs "
+            f">= {a.min_accuracy * 100:.0f}% and a gain)")
+    return ad, f"the tagging adapter ({len(steps)} steps, rank 16 on every projection)"
+
+
+def check_tied_head(a, rep, chat, f32_file):
     ad = os.path.join(a.work, "real-output-adapter.gguf")
     if os.path.exists(ad):
         os.remove(ad)
     r = run([a.bin, "train", "--model", a.model, "--data", a.data_train, "--out", ad, "--steps", "2",
-             "--targets", "output", "--rank", "4", "--batch-tokens", "256", "--seed", "1", "--quiet"])
+             "--targets", "output", "--rank", "4", "--batch-tokens", "256", "--seed", "1", "--quiet"] + chat.flags())
     if r.returncode:
         msg = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
         ok = "output" in msg and "tied" in msg and not os.path.exists(ad)
         rep.add("tied head", ok, f"--targets output refused at train time: {msg!r}")
         return
     # llama.cpp's loader in a process of its own first: a file it cannot take may crash it
-    ids = probe_ids(tok)
+    ids = probe_ids(chat)
     r = run([sys.executable, os.path.join(HERE, "probs.py"), a.model, " ".join(map(str, ids)),
              os.path.join(a.work, "tied.json"), ad])
     if r.returncode:
@@ -400,29 +540,42 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--data-train", default=os.path.join(ROOT, "examples", "tagging-chat-train.jsonl"))
+    ap.add_argument("--data-test", default=None, help="held-out data with choices (the tagging row; default: "
+                    "the test file beside --data-train)")
+    ap.add_argument("--template", default=None, help="a chat template (FILE.jinja) for a model without one")
+    ap.add_argument("--text", action="store_true", help="plain text, even when the model has a template")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--min-accuracy", type=float, default=0.9)
     ap.add_argument("--only", default="tokenizer,logits,hf,generate,adapter,tied")
     a = ap.parse_args()
+    if a.data_test is None:
+        a.data_test = a.data_train.replace("-train.jsonl", "-test.jsonl")
     os.makedirs(a.work, exist_ok=True)
     only = set(a.only.split(","))
     rep = Report()
+    t_start = time.time()
     tok = LlamaCpp(a.model, a.threads, n_ctx=64).llm  # the vocabulary and metadata
+    chat = Chat(tok, a.template, a.text)
+    print(f"  ({'chat template: ' + (a.template or 'the GGUF' + chr(39) + 's own') if chat.tpl else 'plain text: no chat template'};"
+          f" {chat.ftype})", flush=True)
     if "tokenizer" in only:
-        check_tokenizer(a, rep, tok)
+        check_tokenizer(a, rep, chat)
     ll = LlamaCpp(a.model, a.threads)
     f32_file = dequant(a.model, os.path.join(a.work, "real-f32.gguf"))
     llf = LlamaCpp(f32_file, a.threads)
     if "logits" in only or "hf" in only:
-        ids, f32 = check_logits(a, rep, tok, ll, llf)
+        ids, f32 = check_logits(a, rep, chat, ll, llf)
         if "hf" in only:
             check_transformers(a, rep, ids, f32)
     if "generate" in only:
-        check_generate(a, rep, tok, ll, llf)
-    if "adapter" in only:
-        check_adapter(a, rep, tok, f32_file)
+        check_generate(a, rep, chat, ll, llf)
+    trained = check_tagging(a, rep, chat) if "tagging" in only else None
+    if "adapter" in only and ("tagging" not in only or trained):
+        check_adapter(a, rep, chat, f32_file, trained)
     if "tied" in only:
-        check_tied_head(a, rep, tok, f32_file)
+        check_tied_head(a, rep, chat, f32_file)
+    print(f"  ({time.time() - t_start:.0f} s)", flush=True)
     return 1 if rep.failed() else 0
 
 
