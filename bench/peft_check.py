@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""bench/peft_check.py: nightlora's PEFT adapters against Hugging Face PEFT on the real model
-(SmolLM2-135M-Instruct, llama architecture, Q4_1 GGUF), for bench/peft_check.sh.
+"""bench/peft_check.py: nightlora's PEFT adapters against Hugging Face PEFT on a real model
+(SmolLM2-135M-Instruct: llama architecture, Q4_1 GGUF; Gemma 3 270M: gemma3, Q4_K_M GGUF with Q5_0,
+Q4_K, Q6_K and Q8_0 tensors), for bench/peft_check.sh.
 
   peft_check.py --bin build/nightlora --model M.gguf --data train.jsonl --work DIR [--steps 4 --threads 2]
 
 Both sides compute with the same weights: transformers dequantizes the GGUF to FP32 on load (and
-undoes llama.cpp's q/k row permutation), nightlora runs with --precision f32 --compute f32. So the
-only difference left is the order of FP32 sums, and the logits must agree to TOL.
+undoes llama.cpp's q/k row permutation of llama models; gemma3's converter permutes nothing), nightlora
+runs with --precision f32 --compute f32. So the only difference left is the order of FP32 sums, and
+the logits must agree to TOL.
+
+  f32 vs HF  the base model without an adapter: `nightlora logits` vs transformers' FP32 forward
 
   out   nightlora trains a few steps (rank 8, every q,k,v,o,gate,up,down) and exports the adapter
         (`nightlora export --format peft`); PEFT's PeftModel.from_pretrained loads the directory on
         the transformers base; its logits on a few prompts vs `nightlora logits --adapter A.gguf`.
         Also: the exported q/k lora_B, put back through llama.cpp's converter permute (the formula
-        of convert_hf_to_gguf.py's LlamaModel.permute), equal the GGUF's lora_b bit for bit; the
-        same PEFT model with q/k lora_B left in the GGUF's order misses by far more than TOL (the
-        permutation matters); `nightlora logits --adapter DIR` equals `--adapter A.gguf` bit for bit.
+        of convert_hf_to_gguf.py's LlamaModel.permute; on gemma3 as they are), equal the GGUF's
+        lora_b bit for bit; on llama the same PEFT model with q/k lora_B left in the GGUF's order
+        misses by far more than TOL (the permutation matters); `nightlora logits --adapter DIR`
+        equals `--adapter A.gguf` bit for bit.
   in    PEFT makes an adapter (r 8, down_proj r 4 through rank_pattern, lora_alpha 24, B random
         and nonzero) and saves it (save_pretrained: adapter_model.safetensors); nightlora reads the
         directory: `nightlora logits --adapter DIR` vs PEFT's logits, `nightlora eval` loss on the
@@ -64,8 +69,8 @@ class Nl:
 
     def logits(self, ids, adapter, tag):
         out = os.path.join(self.a.work, f"logits-{tag}.f32")
-        run([self.a.bin, "logits", "--model", self.a.model, "--adapter", adapter, "--tokens", " ".join(map(str, ids)),
-             "--out", out, "--threads", str(self.a.threads)] + F32)
+        run([self.a.bin, "logits", "--model", self.a.model, "--tokens", " ".join(map(str, ids)),
+             "--out", out, "--threads", str(self.a.threads)] + (["--adapter", adapter] if adapter else []) + F32)
         return np.fromfile(out, dtype=np.float32).reshape(len(ids), -1)
 
     def eval_loss(self, adapter, data):
@@ -79,6 +84,7 @@ class Report:
         self.rows, self.failed = [], 0
 
     def add(self, name, ok, detail):
+        ok = bool(ok)
         self.rows.append({"check": name, "ok": ok, "detail": detail})
         self.failed += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}", flush=True)
@@ -143,9 +149,22 @@ def main():
         with torch.no_grad():
             return model(torch.tensor([ids])).logits[0].float().numpy()
 
+    t0 = time.time()
     base = load_base()
+    load_s = time.time() - t0
     n_head, n_kv = base.config.num_attention_heads, base.config.num_key_value_heads
+    arch = gguf.GGUFReader(a.model).fields["general.architecture"]
+    arch = bytes(arch.parts[arch.data[0]]).decode()
+    permuted = arch == "llama"  # convert_hf_to_gguf.py permutes q/k rows of llama models only
     base_logits = [hf_logits(base, ids) for ids in prompts]
+    ours_base = [nl.logits(ids, None, f"base{i}") for i, ids in enumerate(prompts)]
+    d = max(float(np.abs(o - t).max()) for o, t in zip(ours_base, base_logits))
+    top1 = np.mean(np.concatenate([o.argmax(-1) == t.argmax(-1) for o, t in zip(ours_base, base_logits)]))
+    scale = float(np.concatenate([t.ravel() for t in base_logits]).std())
+    rep.add("f32 vs HF", d <= TOL and top1 == 1.0,
+            f"{arch}, no adapter: `nightlora logits --precision f32 --compute f32` vs transformers "
+            f"{transformers.__version__} FP32 (GGUF dequantized, loaded in {load_s:.0f} s), "
+            f"{sum(map(len, prompts))} positions: max |Δ| {d:.2e} (tol {TOL:g}, logit std {scale:.2f}), top-1 {100 * top1:.1f}%")
     pm = peft.PeftModel.from_pretrained(base, nl_dir).eval()
     theirs = [hf_logits(pm, ids) for ids in prompts]
     ours = [nl.logits(ids, nl_gguf, f"out{i}") for i, ids in enumerate(prompts)]
@@ -157,7 +176,7 @@ def main():
     rep.add("out: --adapter DIR", same, "`nightlora logits --adapter DIR` (the export read back) "
             + ("equals --adapter A.gguf bit for bit" if same else "differs from --adapter A.gguf"))
 
-    # the export's q/k rows against llama.cpp's own permute formula, and what skipping it costs
+    # the export's q/k rows against llama.cpp's own permute formula (llama), and what skipping it costs
     st = load_file(os.path.join(nl_dir, "adapter_model.safetensors"))
     g = gguf.GGUFReader(nl_gguf)
     gt = {t.name: np.array(t.data) for t in g.tensors}
@@ -168,27 +187,27 @@ def main():
             continue
         kv = n_head if m.group(2) == "q" else n_kv
         gg = gt[f"blk.{m.group(1)}.attn_{m.group(2)}.weight.lora_b"].reshape(b.shape)
-        exact &= np.array_equal(llama_permute(b, n_head, kv), gg)
+        exact &= np.array_equal(llama_permute(b, n_head, kv) if permuted else b, gg)
         n_qk += 1
-    rep.add("out: q/k permutation", exact and n_qk > 0,
-            f"{n_qk} exported q/k lora_B through llama.cpp's LlamaModel.permute "
+    how = "through llama.cpp's LlamaModel.permute" if permuted else f"as they are ({arch}: the converter permutes nothing)"
+    rep.add("out: q/k rows", exact and n_qk > 0, f"{n_qk} exported q/k lora_B {how} "
             + ("equal the GGUF's lora_b bit for bit" if exact else "differ from the GGUF's lora_b"))
-    sd = pm.state_dict()
-    saved = {}
-    with torch.no_grad():
-        for k in sd:
-            m = re.match(r".*layers\.(\d+)\.self_attn\.([qk])_proj\.lora_B\.default\.weight$", k)
-            if m:
-                p = dict(pm.named_parameters())[k]
-                saved[k] = p.detach().clone()
-                p.copy_(torch.from_numpy(llama_permute(p.numpy(), n_head, n_head if m.group(2) == "q" else n_kv).copy()))
-    unperm = [hf_logits(pm, ids) for ids in prompts]
-    with torch.no_grad():
-        for k, v in saved.items():
-            dict(pm.named_parameters())[k].copy_(v)
-    dn = max(float(np.abs(o - t).max()) for o, t in zip(ours, unperm))
-    rep.add("out: without the permutation", dn > 10 * TOL,
-            f"the same adapter with q/k lora_B left in the GGUF's row order: max |Δ| {dn:.3f} (the permutation is needed)")
+    if permuted:
+        saved = {}
+        with torch.no_grad():
+            for k in pm.state_dict():
+                m = re.match(r".*layers\.(\d+)\.self_attn\.([qk])_proj\.lora_B\.default\.weight$", k)
+                if m:
+                    p = dict(pm.named_parameters())[k]
+                    saved[k] = p.detach().clone()
+                    p.copy_(torch.from_numpy(llama_permute(p.numpy(), n_head, n_head if m.group(2) == "q" else n_kv).copy()))
+        unperm = [hf_logits(pm, ids) for ids in prompts]
+        with torch.no_grad():
+            for k, v in saved.items():
+                dict(pm.named_parameters())[k].copy_(v)
+        dn = max(float(np.abs(o - t).max()) for o, t in zip(ours, unperm))
+        rep.add("out: without the permutation", dn > 10 * TOL,
+                f"the same adapter with q/k lora_B left in the GGUF's row order: max |Δ| {dn:.3f} (the permutation is needed)")
     base = pm.unload()
 
     # ---- in: PEFT -> nightlora
@@ -232,7 +251,7 @@ def main():
             + ("equal PEFT's bit for bit" if same else "differ from PEFT's"))
 
     res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
-           "tol": TOL, "train_s": train_s, "total_s": time.time() - t_start, "rows": rep.rows}
+           "model": os.path.basename(a.model), "arch": arch, "tol": TOL, "train_s": train_s, "total_s": time.time() - t_start, "rows": rep.rows}
     with open(os.path.join(a.work, "peft-check.json"), "w") as f:
         json.dump(res, f, indent=1)
     print(f"peft_check: {len(rep.rows) - rep.failed}/{len(rep.rows)} checks passed in {time.time() - t_start:.0f} s")

@@ -1,25 +1,36 @@
 #!/bin/sh
-# nightlora's PEFT adapters against Hugging Face PEFT on the real model, SmolLM2-135M-Instruct
-# (Q4_1 GGUF from tools/fetch-models.sh): an adapter nightlora trained and exported
-# (`nightlora export --format peft`) loads in PEFT on the same base with the same logits, and an
-# adapter PEFT made and saved reads in nightlora (`--adapter DIR`) with the same logits and eval
-# loss; bench/peft_check.py has the details and the tolerances.
+# nightlora's PEFT adapters against Hugging Face PEFT on a real model from tools/fetch-models.sh:
+# SmolLM2-135M-Instruct (Q4_1, llama; the default) or Gemma 3 270M (Q4_K_M, gemma3): an adapter
+# nightlora trained and exported (`nightlora export --format peft`) loads in PEFT on the same base
+# with the same logits, and an adapter PEFT made and saved reads in nightlora (`--adapter DIR`)
+# with the same logits and eval loss; the base model's FP32 logits equal transformers' FP32 forward;
+# bench/peft_check.py has the details and the tolerances.
 #
-#   sh bench/peft_check.sh            # installs torch, transformers, peft (and gguf) once
+#   sh bench/peft_check.sh [smollm2|gemma3]   # installs torch, transformers, peft (and gguf) once
 #
-# Environment: BIN (build/nightlora), WORK (/tmp/nightlora-peft), STEPS (4), THREADS (2),
+# Environment: BIN (build/nightlora), WORK (/tmp/nightlora-peft[-gemma3]), STEPS (4), THREADS (2),
 # NL_MODEL_CACHE. Exits 0 with a message when the model or a package cannot be had; 1 when a
 # check fails.
 set -e
+case "${1:-smollm2}" in
+smollm2)
+    target=smollm2 fetch= model=SmolLM2-135M-Instruct.Q4_1.gguf data=tagging-chat-train.jsonl work=/tmp/nightlora-peft ;;
+gemma3)
+    # a base model without a chat template: the prompt/completion form of the task
+    target=gemma3 fetch=gemma3 model=gemma-3-270m-q4_k_m.gguf data=tagging-train.jsonl work=/tmp/nightlora-peft-gemma3 ;;
+*)
+    echo "usage: sh bench/peft_check.sh [smollm2|gemma3]" >&2
+    exit 2 ;;
+esac
 BIN=${BIN:-build/nightlora}
-WORK=${WORK:-/tmp/nightlora-peft}
+WORK=${WORK:-$work}
 STEPS=${STEPS:-4}
 THREADS=${THREADS:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 . "$HERE/llamacpp/env.sh"
-if ! msg=$(sh "$ROOT/tools/fetch-models.sh" --check); then
-    echo "peft_check: skipped: $msg"
+if ! msg=$(sh "$ROOT/tools/fetch-models.sh" --check $fetch 2>&1); then
+    echo "peft_check: $target skipped: $msg"
     exit 0
 fi
 if ! nl_need_torch; then
@@ -33,5 +44,5 @@ if ! "$NL_PY" -c "import gguf" 2>/dev/null &&
     exit 0
 fi
 mkdir -p "$WORK"
-exec nice -n 10 "$NL_PY" "$HERE/peft_check.py" --bin "$BIN" --model "$NL_MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf" \
-    --data "$ROOT/examples/tagging-chat-train.jsonl" --work "$WORK" --steps "$STEPS" --threads "$THREADS"
+exec nice -n 10 "$NL_PY" "$HERE/peft_check.py" --bin "$BIN" --model "$NL_MODEL_CACHE/$model" \
+    --data "$ROOT/examples/$data" --work "$WORK" --steps "$STEPS" --threads "$THREADS"

@@ -1,8 +1,8 @@
 /* model/peft and `nightlora export`: PEFT adapter directories out and in.
- *   - export -> import is bit-exact on tiny llama, qwen3 and qwen35 (attention and MLP) models,
- *     with per-module ranks (rank_pattern) too; on llama the file's q/k lora_B rows are the GGUF's
- *     in transformers' order (per head: GGUF rows 0, 2, 4, ..., then 1, 3, 5, ...), on qwen3 as
- *     they are; A is never permuted;
+ *   - export -> import is bit-exact on tiny llama, qwen3, qwen35 and gemma3 (attention and MLP)
+ *     models, with per-module ranks (rank_pattern) too; on llama the file's q/k lora_B rows are
+ *     the GGUF's in transformers' order (per head: GGUF rows 0, 2, 4, ..., then 1, 3, 5, ...), on
+ *     qwen3 and gemma3 as they are (transformers' module names are llama's); A is never permuted;
  *   - F16 and BF16 tensors read;
  *   - what PEFT would compute otherwise is refused by name and place (use_rslora, use_dora,
  *     alpha_pattern, lora_alpha 0, another peft_type, bias, modules_to_save, a rank other than
@@ -384,6 +384,7 @@ int main(void) {
     test_round_trip(NL_ARCH_LLAMA);
     test_round_trip(NL_ARCH_QWEN3);
     test_round_trip(NL_ARCH_QWEN35);
+    test_round_trip(NL_ARCH_GEMMA3);
     nl_model *m = tiny(NL_ARCH_LLAMA);
     CHECK(m != NULL);
     if (m) {

@@ -7,10 +7,12 @@ PEFT on the CPU, for bench/peers_compare.sh.
                 --batch-tokens 512 --clip 1.0 --seed 1 --threads 2 --targets q,k,v,o,gate,up,down]
 
 The base comes from the same GGUF (transformers dequantizes it to FP32 on load). The data are the
-same JSONL lines ({"messages": ...} conversations): rendered with the GGUF's own chat template (its
-Jinja text, as transformers' apply_chat_template renders it) and tokenized by llama.cpp's tokenizer
-(llama-cpp-python, vocab only; bench/llamacpp/real.py checks nightlora's ids equal it). The loss
-mask is nightlora's rule (src/data/dataset.h): the assistant content and its <|im_end|>. The
+same JSONL lines, tokenized by llama.cpp's tokenizer (llama-cpp-python, vocab only; bench/llamacpp/
+real.py checks nightlora's ids equal it), with nightlora's loss mask (src/data/dataset.h):
+{"messages": ...} conversations rendered with the GGUF's own chat template (its Jinja text, as
+transformers' apply_chat_template renders it), targets the assistant content and its <|im_end|>;
+{"prompt": P, "completion": C} lines (a model without a chat template) as BOS + tok(P) + tok(C) +
+EOS, P and C tokenized apart without special-token parsing, targets tok(C) and the EOS. The
 schedule is nightlora's (train/optim.c): linear warm-up, then cosine from lr to lr-min, AdamW
 (0.9, 0.999, 1e-8, no weight decay), global-norm clipping; steps take whole examples in file
 order up to --batch-tokens tokens (nightlora's batcher with --no-shuffle), and the loss of a step
@@ -41,15 +43,24 @@ class Renderer:
         from llama_cpp import Llama
 
         self.vocab = Llama(model_path=model, vocab_only=True, verbose=False)
-        tpl = self.vocab.metadata["tokenizer.chat_template"]
-        self.tpl = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(tpl)
+        tpl = self.vocab.metadata.get("tokenizer.chat_template")
+        self.tpl = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(tpl) if tpl else None
         self.bos = self.vocab.tokenize(b"", add_bos=True, special=True)  # [BOS] if the vocabulary adds one
+        self.eos = self.vocab.token_eos()
 
     def render(self, messages, gen):
         return self.tpl.render(messages=messages, add_generation_prompt=gen, bos_token="", eos_token="")
 
     def ids(self, text, special=True, bos=False):
         return self.vocab.tokenize(text.encode("utf-8"), add_bos=bos, special=special)
+
+    def train_line(self, line):
+        """Token ids and targets of one training line ({"messages": ...} or prompt/completion)."""
+        if "messages" in line:
+            return self.train_example(line["messages"])
+        p, c = self.ids(line["prompt"], special=False), self.ids(line["completion"], special=False)
+        ids = list(self.bos) + p + c + [self.eos]
+        return ids, [0] * (len(self.bos) + len(p)) + [1] * (len(c) + 1)
 
     def train_example(self, messages):
         """Token ids and targets: every assistant message's content and its end-of-turn token."""
@@ -77,7 +88,10 @@ class Renderer:
         return ids, tgt
 
     def choice_item(self, line):
-        ctx = self.ids(self.render(line["messages"], True), bos=True)
+        if "messages" in line:
+            ctx = self.ids(self.render(line["messages"], True), bos=True)
+        else:  # a prompt line: BOS + tok(P), no special-token parsing
+            ctx = list(self.bos) + self.ids(line["prompt"], special=False)
         choices = [self.ids(c, special=False) for c in line["choices"]]
         ans = line["answer"]
         ans = line["choices"].index(ans) if isinstance(ans, str) else int(ans)
@@ -157,7 +171,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     rend = Renderer(a.model)
-    train = [rend.train_example(json.loads(l)["messages"]) for l in open(a.train) if l.strip()]
+    train = [rend.train_line(json.loads(l)) for l in open(a.train) if l.strip()]
     test = [rend.choice_item(json.loads(l)) for l in open(a.test) if l.strip()]
 
     t0 = time.time()
