@@ -270,6 +270,8 @@ static void test_usage_errors(const char *path) {
 static void test_plan_cache(const char *path) {
     char cache[128], args[512];
     snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    char *own = getenv("NL_PLAN_CACHE") ? strdup(getenv("NL_PLAN_CACHE")) : NULL;
+    unsetenv("NL_PLAN_CACHE"); /* the model cache's plan/ folder first, $NL_PLAN_CACHE after */
     setenv("NL_MODEL_CACHE", cache, 1);
     snprintf(args, sizeof args, "check --model %s --threads 2 --no-plan-cache", path);
     char *out = NULL;
@@ -288,7 +290,24 @@ static void test_plan_cache(const char *path) {
     free(out);
     snprintf(args, sizeof args, "rm -rf %s", cache);
     CHECK(system(args) == 0);
+    /* $NL_PLAN_CACHE is the folder itself and comes before the model cache */
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/own", tmpdir);
+    setenv("NL_PLAN_CACHE", dir, 1);
+    snprintf(args, sizeof args, "check --model %s --threads 2", path);
+    CHECK(run_cli(args, &out) == 0 && out && !strstr(out, "plan cache"));
+    free(out);
+    CHECK(run_cli(args, &out) == 0 && out);
+    snprintf(want, sizeof want, "; verdicts from the plan cache %s/plan-", dir);
+    CHECKF(out && strstr(out, want), "NL_PLAN_CACHE: %s", out ? out : "(no output)");
+    CHECK(stat(cache, &st) != 0); /* nothing in the model cache */
+    free(out);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    CHECK(system(args) == 0);
     unsetenv("NL_MODEL_CACHE");
+    if (own) setenv("NL_PLAN_CACHE", own, 1);
+    else unsetenv("NL_PLAN_CACHE");
+    free(own);
 }
 
 int main(void) {

@@ -26,7 +26,7 @@ static const help_row rows[] = {
     {"compute", "MODE", "host compute: f32, bf16, amx, amx-emu or auto (default auto: amx where the CPU has it, bf16 on AVX512_BF16, else f32)"},
     {"wire", "f32|f16", "activations to and from the service: f32, or f16 with per-row scaling and retries (default f32)"},
     {"verbose", NULL, "the planner's checks and the service's details on stderr"},
-    {"no-plan-cache", NULL, "check every projection again: neither read nor write the planner's verdicts in ${NL_MODEL_CACHE:-~/.cache/nightlora}/plan (default: a second command on the same model, kernels and threads reads them)"},
+    {"no-plan-cache", NULL, "check every projection again: neither read nor write the planner's verdicts in $NL_PLAN_CACHE, else ${NL_MODEL_CACHE:-~/.cache/nightlora}/plan (default: a second command on the same model, kernels and threads reads them)"},
     {"template", "NAME", "chat template for \"messages\" data and prompts: chatml, llama3 or a FILE.jinja (default: the GGUF's own tokenizer.chat_template, rendered as Jinja)"},
     {"ctx", "N", "context length the examples are cut to (default the model's)"},
     {"seed", "S", "random seed: shuffling, dropout, a fresh adapter's A (default 42)"},

@@ -46,20 +46,23 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
     return 0;
 }
 
-/* The inference commands (logits, generate, eval): the shared flags, and with no --precision the
- * weights in their stored GGUF types ("keep": what llama.cpp computes with), not the training
- * policy that narrows F32/F16 projections to Q8_0. */
+/* The planner's verdict cache: the folder $NL_PLAN_CACHE names, else the model cache's plan/
+ * (${NL_MODEL_CACHE:-$HOME/.cache/nightlora}/plan); none with --no-plan-cache. */
 void nl_cli_plan_cache(int argc, char **argv, nl_proj_config *cfg) {
     static char dir[4096];
     cfg->plan_cache_dir = NULL;
     if (nl_cli_flag(argc, argv, "no-plan-cache")) return;
-    const char *base = getenv("NL_MODEL_CACHE"), *home = getenv("HOME");
-    int n = base && base[0] ? snprintf(dir, sizeof dir, "%s/plan", base)
+    const char *own = getenv("NL_PLAN_CACHE"), *base = getenv("NL_MODEL_CACHE"), *home = getenv("HOME");
+    int n = own && own[0] ? snprintf(dir, sizeof dir, "%s", own)
+            : base && base[0] ? snprintf(dir, sizeof dir, "%s/plan", base)
             : home && home[0] ? snprintf(dir, sizeof dir, "%s/.cache/nightlora/plan", home)
                               : -1;
     if (n > 0 && (size_t)n < sizeof dir) cfg->plan_cache_dir = dir;
 }
 
+/* The inference commands (logits, generate, eval): the shared flags, and with no --precision the
+ * weights in their stored GGUF types ("keep": what llama.cpp computes with), not the training
+ * policy that narrows F32/F16 projections to Q8_0. */
 int nl_cli_infer_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
     if (nl_cli_proj_config(cmd, argc, argv, cfg)) return 1;
     nl_cli_plan_cache(argc, argv, cfg);
