@@ -87,65 +87,55 @@ void nl_par_rope(nl_pool *pool, const nl_rope *r, int bwd, float *x, int T, int 
 
 /* ---- element-wise nodes: y (and y2) from a, b (and c) ---- */
 
+/* Two inputs to one output forward, one output gradient to two input gradients backward: the
+ * GLUs (swiglu, geglu) and the output gate share these shapes, so one job runs each. */
+typedef void (*elem_fwd_fn)(float *y, const float *a, const float *b, int64_t n);
+typedef void (*elem_bwd_fn)(float *da, float *db, const float *dy, const float *a, const float *b, int64_t n);
+
 typedef struct {
     float *y, *y2;
     const float *a, *b, *c;
+    elem_fwd_fn fwd;
+    elem_bwd_fn bwd;
 } elem_job;
 
 #define ELEM_GRAIN 64
 
-static void swiglu_f_range(void *arg, int64_t i0, int64_t i1) {
+static void elem_f_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
-    nl_swiglu_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
+    j->fwd(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
 }
-void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
-    elem_job j = {.y = h, .a = a, .b = b};
-    nl_par_run(pool, swiglu_f_range, &j, n, ELEM_GRAIN, n);
+static void elem_b_range(void *arg, int64_t i0, int64_t i1) {
+    const elem_job *j = arg;
+    j->bwd(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
+}
+static void elem_forward(nl_pool *pool, elem_fwd_fn fn, float *y, const float *a, const float *b, int64_t n) {
+    elem_job j = {.y = y, .a = a, .b = b, .fwd = fn};
+    nl_par_run(pool, elem_f_range, &j, n, ELEM_GRAIN, n);
+}
+static void elem_backward(nl_pool *pool, elem_bwd_fn fn, float *da, float *db, const float *dy, const float *a,
+                          const float *b, int64_t n) {
+    elem_job j = {.y = da, .y2 = db, .a = a, .b = b, .c = dy, .bwd = fn};
+    nl_par_run(pool, elem_b_range, &j, n, ELEM_GRAIN, n);
 }
 
-static void swiglu_b_range(void *arg, int64_t i0, int64_t i1) {
-    const elem_job *j = arg;
-    nl_swiglu_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
+void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
+    elem_forward(pool, nl_swiglu_forward, h, a, b, n);
 }
 void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
-    elem_job j = {.y = da, .y2 = db, .a = a, .b = b, .c = dh};
-    nl_par_run(pool, swiglu_b_range, &j, n, ELEM_GRAIN, n);
-}
-
-static void geglu_f_range(void *arg, int64_t i0, int64_t i1) {
-    const elem_job *j = arg;
-    nl_geglu_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
+    elem_backward(pool, nl_swiglu_backward, da, db, dh, a, b, n);
 }
 void nl_par_geglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
-    elem_job j = {.y = h, .a = a, .b = b};
-    nl_par_run(pool, geglu_f_range, &j, n, ELEM_GRAIN, n);
-}
-
-static void geglu_b_range(void *arg, int64_t i0, int64_t i1) {
-    const elem_job *j = arg;
-    nl_geglu_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
+    elem_forward(pool, nl_geglu_forward, h, a, b, n);
 }
 void nl_par_geglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
-    elem_job j = {.y = da, .y2 = db, .a = a, .b = b, .c = dh};
-    nl_par_run(pool, geglu_b_range, &j, n, ELEM_GRAIN, n);
-}
-
-static void gate_f_range(void *arg, int64_t i0, int64_t i1) {
-    const elem_job *j = arg;
-    nl_gate_forward(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
+    elem_backward(pool, nl_geglu_backward, da, db, dh, a, b, n);
 }
 void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float *g, int64_t n) {
-    elem_job j = {.y = out, .a = o, .b = g};
-    nl_par_run(pool, gate_f_range, &j, n, ELEM_GRAIN, n);
-}
-
-static void gate_b_range(void *arg, int64_t i0, int64_t i1) {
-    const elem_job *j = arg;
-    nl_gate_backward(j->y + i0, j->y2 + i0, j->c + i0, j->a + i0, j->b + i0, i1 - i0);
+    elem_forward(pool, nl_gate_forward, out, o, g, n);
 }
 void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
-    elem_job j = {.y = d_o, .y2 = dg, .a = o, .b = g, .c = dout};
-    nl_par_run(pool, gate_b_range, &j, n, ELEM_GRAIN, n);
+    elem_backward(pool, nl_gate_backward, d_o, dg, dout, o, g, n);
 }
 
 static void add_range(void *arg, int64_t i0, int64_t i1) {
