@@ -102,6 +102,37 @@ static void test_tile_op(void) {
     CHECKF(same, "the emulated TDPBF16PS differs from the model");
 }
 
+/* ---- the tile configuration (what ldtilecfg loads on the hardware) ---- */
+
+static void test_config(void) {
+    const uint8_t *c = (const uint8_t *)&nl_amx_config;
+    CHECK(sizeof nl_amx_config == 64 && ((uintptr_t)c & 63) == 0);
+    /* the SDM's palette-1 layout, as the kernels use it: tiles 0-7 16 rows × 64 bytes, the rest zero */
+    int ok = c[0] == 1 && c[1] == 0;
+    for (int i = 2; i < 16; i++) ok &= c[i] == 0;
+    for (int i = 0; i < 16; i++) {
+        uint16_t cb;
+        memcpy(&cb, c + 16 + 2 * i, 2);
+        ok &= cb == (i < 8 ? 64 : 0) && c[48 + i] == (i < 8 ? 16 : 0);
+    }
+    CHECKF(ok, "nl_amx_config is not palette 1 with tiles 0-7 of 16 rows x 64 bytes");
+    CHECK(nl_amx_config_ok(c));
+    /* what the hardware refuses (#GP), the emulator refuses too */
+    static const struct { int at, val; } bad[] = {{0, 2}, {1, 1}, {2, 1}, {15, 1}, {16, 65}, {30, 65}, {32, 64}, {46, 1},
+                                                 {48, 17}, {55, 17}, {56, 16}, {63, 1}, {48, 0}, {16, 0}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint8_t m[64];
+        memcpy(m, c, 64);
+        if (bad[i].at >= 16 && bad[i].at < 32 && !(bad[i].at & 1)) {
+            const uint16_t v = (uint16_t)bad[i].val;
+            memcpy(m + bad[i].at, &v, 2);
+        } else {
+            m[bad[i].at] = (uint8_t)bad[i].val;
+        }
+        CHECKF(!nl_amx_config_ok(m), "a configuration with byte %d = %d accepted", bad[i].at, bad[i].val);
+    }
+}
+
 /* ---- the kernels ---- */
 
 static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
@@ -413,6 +444,7 @@ static void test_cli(void) {
 }
 
 int main(void) {
+    test_config();
     test_tile_op();
     test_kernels(&nl_amx_tiles_emu, 1);
     char why[192];

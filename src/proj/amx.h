@@ -43,6 +43,25 @@ typedef struct {
     float *c;                       /* 4 × 256 floats, 64-byte aligned */
 } nl_amx_block;
 
+/* The 64-byte tile configuration (ldtilecfg's operand, the SDM's palette 1 layout): byte 0
+ * palette 1, byte 1 start_row 0, bytes 2-15 reserved (zero), colsb[16] (bytes per row of tile
+ * i), rows[16]. */
+typedef struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} nl_amx_cfg;
+
+/* The one configuration every tile kernel loads (amx.c): tiles 0-7 16 rows x 64 bytes, tiles
+ * 8-15 and the reserved bytes zero. An object in memory, never built on the stack: gcc 12's
+ * _tile_loadconfig declares only 8 bytes of its operand as read, so the stores of a local
+ * configuration's colsb/rows were dead to the compiler (it dropped them; ldtilecfg then read
+ * the stack's garbage). */
+extern const nl_amx_cfg nl_amx_config;
+/* 1 if ldtilecfg accepts the 64 bytes at cfg as a palette-1 configuration (the SDM's rules;
+ * amx_emu.c: the emulator refuses what the hardware would) */
+int nl_amx_config_ok(const void *cfg);
+
 typedef struct nl_amx_tiles {
     const char *name;               /* "amx" or "amx-emu" */
     void (*begin)(void);            /* load the tile configuration (once per thread and task) */

@@ -6,6 +6,7 @@
  * inputs read as zero (DAZ), FP32 denormal sums become a zero of their sign (FTZ). The product
  * is exact, so whether the compiler contracts a*b + c into an FMA (ISO C mode: it does not)
  * could only show where a product underflows. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,16 +37,37 @@ static float ftz(float x) {
     return x;
 }
 
+/* 1 if ldtilecfg accepts cfg as palette 1 (the SDM's #GP rules; palette 0 = release is not
+ * checked here): start_row 0, reserved bytes 2-15, 32-47 (colsb of tiles 8-15) and 56-63 (their
+ * rows) zero; each of tiles 0-7 at most 16 rows and 64 bytes a row, both zero when unused. */
+int nl_amx_config_ok(const void *cfgp) {
+    const uint8_t *cfg = cfgp;
+    if (cfg[0] != 1 || cfg[1] != 0) return 0;
+    for (int i = 2; i < 16; i++)
+        if (cfg[i]) return 0;
+    for (int i = 32; i < 48; i++)
+        if (cfg[i]) return 0;
+    for (int i = 56; i < 64; i++)
+        if (cfg[i]) return 0;
+    for (int i = 0; i < 8; i++) {
+        uint16_t cb;
+        memcpy(&cb, cfg + 16 + 2 * i, 2);
+        const int rows = cfg[48 + i];
+        if (cb > 64 || rows > 16 || (cb == 0) != (rows == 0)) return 0;
+    }
+    return 1;
+}
+
+/* A configuration the hardware would refuse (#GP) leaves the tiles unconfigured: a store then
+ * writes NaNs, so no test can pass on it. */
 static void emu_loadconfig(const void *cfgp) {
     const uint8_t *cfg = cfgp;
     emu_state *t = &g_tiles;
     memset(t, 0, sizeof *t);
-    if (cfg[0] != 1) return; /* palette 0: tiles released */
+    if (cfg[0] == 0 || !nl_amx_config_ok(cfg)) return; /* palette 0: tiles released */
     for (int i = 0; i < 8; i++) {
-        uint16_t cb;
-        memcpy(&cb, cfg + 16 + 2 * i, 2);
-        t->colsb[i] = cb > 64 ? 64 : cb;
-        t->rows[i] = cfg[48 + i] > 16 ? 16 : cfg[48 + i];
+        memcpy(&t->colsb[i], cfg + 16 + 2 * i, 2);
+        t->rows[i] = cfg[48 + i];
     }
     t->configured = 1;
 }
@@ -62,6 +84,12 @@ static void emu_load(int t, const void *p, int64_t stride) {
 
 static void emu_store(int t, void *p, int64_t stride) {
     emu_state *s = &g_tiles;
+    if (!s->configured) { /* the hardware: #UD */
+        const float nan = NAN;
+        for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 16; c++) memcpy((uint8_t *)p + r * stride + 4 * c, &nan, 4);
+        return;
+    }
     for (int r = 0; r < s->rows[t]; r++) memcpy((uint8_t *)p + r * stride, s->data[t] + 64 * r, s->colsb[t]);
 }
 

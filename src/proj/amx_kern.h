@@ -6,27 +6,13 @@
  *   TILE_LOADCONFIG(p)  TILE_RELEASE()  TILE_ZERO(t)  TILE_LOAD(t, p, stride)
  *   TILE_STORE(t, p, stride)  TILE_DP(c, a, b)      (TDPBF16PS c += a·b)
  * Tiles: 0-3 the 2×2 FP32 accumulators C(i,j) = tile 2i+j, 4-5 the A tiles, 6-7 the B tiles;
- * every tile is configured 16 rows × 64 bytes (the data is zero-padded to whole tiles). */
-#include <string.h>
+ * every tile is configured 16 rows × 64 bytes (nl_amx_config; the data is zero-padded to whole
+ * tiles). */
 
 #include "proj/amx.h"
 
-typedef struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} nl_amx_cfg;
-
-AMX_ATTR static void AMX_FN(begin)(void) {
-    nl_amx_cfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int i = 0; i < 8; i++) {
-        cfg.colsb[i] = 64;
-        cfg.rows[i] = 16;
-    }
-    TILE_LOADCONFIG(&cfg);
-}
+/* the configuration is the shared object (amx.h: never a local the compiler may half-build) */
+AMX_ATTR static void AMX_FN(begin)(void) { TILE_LOADCONFIG(&nl_amx_config); }
 
 AMX_ATTR static void AMX_FN(end)(void) { TILE_RELEASE(); }
 

@@ -21,10 +21,14 @@
 
 #define AMX_FN(name) real_##name
 #define AMX_ATTR __attribute__((target("amx-tile,amx-bf16")))
-#define TILE_LOADCONFIG(p) _tile_loadconfig(p)
+/* gcc 12's intrinsics declare no memory read for ldtilecfg beyond 8 bytes, none at all for
+ * tileloadd: the compiler barrier before each makes every earlier store (the packed operands,
+ * the C block) reach memory first, whatever inlining or link-time optimisation does */
+#define NL_AMX_BARRIER() __asm__ volatile("" ::: "memory")
+#define TILE_LOADCONFIG(p) do { NL_AMX_BARRIER(); _tile_loadconfig(p); } while (0)
 #define TILE_RELEASE() _tile_release()
 #define TILE_ZERO(t) _tile_zero(t)
-#define TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define TILE_LOAD(t, p, stride) do { NL_AMX_BARRIER(); _tile_loadd(t, p, stride); } while (0)
 #define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 #include "proj/amx_kern.h"
