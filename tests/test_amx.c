@@ -67,10 +67,21 @@ static uint16_t rand_bf16(void) {
     return m_bf16((float)nl_t_rand() * 4.0f);
 }
 
+/* TDPBF16PS as the SDM's Operation section reads: per output, even and odd partial sums from
+ * zero (FMAs), then their sum added to c — the emulator's second variant (nl_amx_tiles_emu_sdm) */
+static float m_dp_sdm(float c, const uint16_t *arow, const uint16_t *b, int n) {
+    float ev = 0.0f, od = 0.0f;
+    for (int p = 0; p < 16; p++) {
+        ev = m_ftz(fmaf(m_in(arow[2 * p]), m_in(b[32 * p + 2 * n]), ev));
+        od = m_ftz(fmaf(m_in(arow[2 * p + 1]), m_in(b[32 * p + 2 * n + 1]), od));
+    }
+    return m_ftz(c + m_ftz(ev + od));
+}
+
 static void test_tile_op(void) {
     uint16_t a[2][16 * 32], b[2][16 * 32];
-    float c[1024] __attribute__((aligned(64)));
-    int same = 1;
+    float c[1024] __attribute__((aligned(64))), c2[1024] __attribute__((aligned(64)));
+    int same = 1, same_sdm = 1, differ = 0;
     for (int rep = 0; rep < 20; rep++) {
         for (int i = 0; i < 2; i++)
             for (int e = 0; e < 16 * 32; e++) {
@@ -78,28 +89,44 @@ static void test_tile_op(void) {
                 b[i][e] = rand_bf16();
             }
         for (int e = 0; e < 1024; e++) c[e] = rep % 2 ? (float)nl_t_rand() * 1e-37f : 0.0f;
-        float want[1024];
+        memcpy(c2, c, sizeof c2);
+        float want[1024], want_sdm[1024];
         memcpy(want, c, sizeof want);
+        memcpy(want_sdm, c, sizeof want_sdm);
         nl_amx_block blk = {.a = {(const uint8_t *)a[0], (const uint8_t *)a[1]}, .b = {(const uint8_t *)b[0], (const uint8_t *)b[1]},
                             .lda = 64, .ldb = 64, .astep = 0, .bstep = 0, .steps = 2, .load = rep % 2, .c = c};
         nl_amx_tiles_emu.begin();
         nl_amx_tiles_emu.block(&blk);
         nl_amx_tiles_emu.end();
+        blk.c = c2;
+        nl_amx_tiles_emu_sdm.begin();
+        nl_amx_tiles_emu_sdm.block(&blk);
+        nl_amx_tiles_emu_sdm.end();
         for (int i = 0; i < 2; i++)
             for (int jj = 0; jj < 2; jj++)
                 for (int m = 0; m < 16; m++)
                     for (int n = 0; n < 16; n++) {
-                        float v = rep % 2 ? want[(2 * i + jj) * 256 + 16 * m + n] : 0.0f;
-                        for (int s = 0; s < 2; s++)
+                        const int o = (2 * i + jj) * 256 + 16 * m + n;
+                        float v = rep % 2 ? want[o] : 0.0f, vs = rep % 2 ? want_sdm[o] : 0.0f;
+                        for (int s = 0; s < 2; s++) {
                             for (int p = 0; p < 16; p++) {
                                 v = m_step(v, a[i][32 * m + 2 * p], b[jj][32 * p + 2 * n]);
                                 v = m_step(v, a[i][32 * m + 2 * p + 1], b[jj][32 * p + 2 * n + 1]);
                             }
-                        want[(2 * i + jj) * 256 + 16 * m + n] = v;
+                            vs = m_dp_sdm(vs, a[i] + 32 * m, b[jj], n);
+                        }
+                        want[o] = v;
+                        want_sdm[o] = vs;
+                        differ += memcmp(&v, &vs, 4) != 0;
                     }
         same &= !memcmp(c, want, sizeof want);
+        same_sdm &= !memcmp(c2, want_sdm, sizeof want_sdm);
     }
     CHECKF(same, "the emulated TDPBF16PS differs from the model");
+    CHECKF(same_sdm, "the emulated TDPBF16PS (the SDM's reading) differs from its model");
+    /* the two readings are different arithmetic: the tests of the real instructions must not
+     * depend on either's bits */
+    CHECKF(differ > 1000, "the two readings of TDPBF16PS differ in only %d of 20480 outputs", differ);
 }
 
 /* ---- the tile configuration (what ldtilecfg loads on the hardware) ---- */
@@ -229,9 +256,16 @@ static void check_kernel(const nl_amx_tiles *tl, int exact, const weight *W, nl_
     /* a row alone: the same bits as in the whole request */
     CHECK(run_amx(tl, simd_set(), W, dir, x + (size_t)(T - 1) * R, 1, split, 2, y2) == 0);
     CHECKF(!memcmp(y2, y1 + (size_t)(T - 1) * O, sizeof(float) * (size_t)O), "%s %s %s: row T-1 alone differs", tl->name, tn, dn);
-    /* the bound */
+    /* the bound, for any TDPBF16PS that rounds each FP32 sum faithfully (the SDM says nearest
+     * even; truncation would be within it too), in any order: the BF16 inputs (8 significant
+     * bits: each ≤ 2^-8 relative, a product ≤ 2^-7 + 2^-16; split, hi + lo of x and of w leave
+     * ≤ 2^-16 each and the dropped lo·lo ≤ 2^-16: ≤ 3·2^-16 in all) plus n − 1 ≤ n FP32 sums of
+     * exact products, each ≤ 2^-23 of Σ|terms| (≤ 1.01·Σ|x·w|), n = passes × the padded
+     * reduction + 1 (a reload) */
     const double e = rel_err(W, dir, x, T, y1);
-    const double tol = split ? 1e-4 : 1e-2;
+    const int Rp = (R + 31) / 32 * 32;
+    const double n = (double)((split ? 3 : 1) * Rp + 1);
+    const double tol = (split ? 3 * 0x1p-16 : 0x1p-7 + 0x1p-16) + 1.01 * n * 0x1p-23;
     CHECKF(e <= tol, "%s %s %s %dx%d T=%d split %d: error %.3g > %.3g", tl->name, tn, dn, W->N, W->K, T, split, e, tol);
     if (W->type == NL_TYPE_F16) {
         double *wst = split ? &worst_split_f16 : &worst_plain_f16;
@@ -447,6 +481,8 @@ int main(void) {
     test_config();
     test_tile_op();
     test_kernels(&nl_amx_tiles_emu, 1);
+    /* what the tests check on the real instructions holds on the other documented reading too */
+    test_kernels(&nl_amx_tiles_emu_sdm, 0);
     char why[192];
     if (nl_amx_available(why, sizeof why)) {
 #if defined(NL_HAVE_AMX)

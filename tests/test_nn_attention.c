@@ -608,6 +608,7 @@ int main(void) {
     test_layout();
     test_bf16();
     test_tiles(&nl_amx_tiles_emu);
+    test_tiles(&nl_amx_tiles_emu_sdm); /* the checks of the real instructions, on the other reading */
     check_tiles_model(&(shape){45, 45, 4, 2, 64, 0.125, 0}, "model T=45 d=64 gqa2");
     check_tiles_model(&(shape){70, 70, 2, 1, 13, 0.4, 20}, "model T=70 d=13 window 20");
     check_tiles_model(&(shape){37, 37, 1, 1, 256, 1.0 / 16.0, 0}, "model T=37 d=256");

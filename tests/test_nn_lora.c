@@ -275,8 +275,22 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     same = 1;
     for (int i = 0; i < 3; i++) same &= memcmp(dxg + (int64_t)i * K, dx + (int64_t)rows[i] * K, sizeof(float) * K) == 0;
     CHECKF(same, "gathered backward dx rows differ (p=%g)", p);
-    CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0 && memcmp(dB, dB2, sizeof(float) * nb) == 0,
-           "gathered backward dA/dB differ (p=%g)", p);
+    /* dA, dB sum over the tokens: the full call's zero rows are exact no-ops in one chain of
+     * FMAs (FP32, the emulator), but a TDPBF16PS that sums a 32-step in its own order (the SDM's
+     * reading; the real instruction is not known to be a chain) groups the 3 rows' terms
+     * differently from the gathered call's: there, a few FP32 roundings of these values apart */
+    if (!g_tiles || g_tiles == &nl_amx_tiles_emu) {
+        CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0 && memcmp(dB, dB2, sizeof(float) * nb) == 0,
+               "gathered backward dA/dB differ (p=%g)", p);
+    } else {
+        double worst = 0, mag = 0;
+        for (int64_t i = 0; i < na + nb; i++) {
+            const float a = i < na ? dA[i] : dB[i - na], b = i < na ? dA2[i] : dB2[i - na];
+            worst = fmax(worst, fabs((double)a - b));
+            mag = fmax(mag, fabs((double)a));
+        }
+        CHECKF(worst <= 1e-5 * mag, "%s: gathered backward dA/dB differ by %g of %g (p=%g)", g_tiles->name, worst, mag, p);
+    }
     /* and the mask really depends on the token index: other indices change the rows */
     if (p > 0.0f) {
         for (int i = 0; i < 3; i++) toks[i] += 1;
@@ -291,7 +305,7 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
 /* ------------------------------------------------------------------------- on the tiles */
 
 /* The BF16 bound (relative to the tensor's magnitude): each product's inputs rounded once to
- * BF16 (≤ 2^-9 each), FP32 sums; du, su and the u of the forward are rounded again as the next
+ * BF16 (≤ 2^-8 each), FP32 sums; du, su and the u of the forward are rounded again as the next
  * product's input. Observed ≤ 4e-3 on these shapes; a wrong pair, panel or padding is O(1). */
 #define TILE_TOL 1e-2
 
@@ -442,6 +456,7 @@ int main(void) {
     check_split(70, 40, 33, 4, 0.2f, 64);
     test_errors_and_init();
     test_tiles(&nl_amx_tiles_emu, 1);
+    test_tiles(&nl_amx_tiles_emu_sdm, 0); /* the checks of the real instructions, on the other reading */
     if (nl_amx_tiles_of("amx")) test_tiles(nl_amx_tiles_of("amx"), 0);
     else printf("no usable AMX here: the LoRA tiles ran on the emulator only\n");
     return nl_t_done();

@@ -70,6 +70,10 @@ typedef struct nl_amx_tiles {
 } nl_amx_tiles;
 
 extern const nl_amx_tiles nl_amx_tiles_emu;  /* amx_emu.c: every machine */
+/* amx_emu.c, for the tests: the same emulator with TDPBF16PS as the SDM's Operation section
+ * reads (two partial sums per output; other bits than nl_amx_tiles_emu's). What the tests check
+ * on the real instructions (bounds, thread counts, one-hot) must hold on it too. */
+extern const nl_amx_tiles nl_amx_tiles_emu_sdm;
 #if defined(NL_HAVE_AMX)
 extern const nl_amx_tiles nl_amx_tiles_real; /* kernels_amx.c: x86-64 with a compiler that has AMX */
 #endif

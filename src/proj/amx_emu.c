@@ -123,6 +123,32 @@ static void emu_dp(int ci, int ai, int bi) {
     }
 }
 
+/* The other documented reading of TDPBF16PS (the SDM's Operation section, where the intrinsics
+ * guide's is emu_dp's): per output, two FP32 partial sums from zero, the even and the odd
+ * elements of the pairs, each step an FMA (one rounding, nearest even, FTZ); then their sum,
+ * added to c. Different bits from emu_dp; neither is known to be the hardware's (docs/amx.md). */
+static void emu_dp_sdm(int ci, int ai, int bi) {
+    emu_state *s = &g_tiles;
+    const int M = s->rows[ci], N = s->colsb[ci] / 4, KP = s->colsb[ai] / 4;
+    for (int m = 0; m < M; m++) {
+        float acc[16];
+        memcpy(acc, s->data[ci] + 64 * m, 64);
+        const uint8_t *ar = s->data[ai] + 64 * m;
+        for (int n = 0; n < N; n++) {
+            float ev = 0.0f, od = 0.0f;
+            for (int p = 0; p < KP; p++) {
+                uint16_t a[2], b[2];
+                memcpy(a, ar + 4 * p, 4);
+                memcpy(b, s->data[bi] + 64 * p + 4 * n, 4);
+                ev = ftz(fmaf(bf16_in(a[0]), bf16_in(b[0]), ev));
+                od = ftz(fmaf(bf16_in(a[1]), bf16_in(b[1]), od));
+            }
+            acc[n] = ftz(acc[n] + ftz(ev + od));
+        }
+        memcpy(s->data[ci] + 64 * m, acc, 4 * (size_t)N);
+    }
+}
+
 #define AMX_FN(name) emu_##name
 #define AMX_ATTR
 #define TILE_LOADCONFIG(p) emu_loadconfig(p)
@@ -138,4 +164,19 @@ const nl_amx_tiles nl_amx_tiles_emu = {
     .begin = emu_begin,
     .block = emu_block,
     .end = emu_end,
+};
+
+/* the same kernel on the SDM's reading of the instruction (tests: what holds on any valid
+ * TDPBF16PS, not only on emu_dp's bits) */
+#undef AMX_FN
+#undef TILE_DP
+#define AMX_FN(name) emu_sdm_##name
+#define TILE_DP(c, a, b) emu_dp_sdm(c, a, b)
+#include "proj/amx_kern.h"
+
+const nl_amx_tiles nl_amx_tiles_emu_sdm = {
+    .name = "amx-emu-sdm",
+    .begin = emu_sdm_begin,
+    .block = emu_sdm_block,
+    .end = emu_sdm_end,
 };
