@@ -425,7 +425,8 @@ static void test_threads_identical(void) {
  * class: the registered bytes in place, resident bytes = stored bytes, nothing converted; the
  * plan passes every check (nothing routed to ref), and FWD and BWD of one-hot rows give one
  * effective weight from those bytes in both directions: to_float's value, rounded to BF16 when
- * the service computes in bf16 (kernels.h). */
+ * the service computes in bf16 or on the BF16 tiles (kernels.h; auto picks the tiles on a CPU
+ * with usable AMX, or with NL_AMX=emulate). */
 static void test_resident_as_stored(void) {
     nl_t_rng_state = 17;
     static const struct { int type, cls; int64_t K, N; } ws[] = {
@@ -439,7 +440,8 @@ static void test_resident_as_stored(void) {
     nl_proj_service *s = nl_proj_service_new(&c);
     CHECKF(s != NULL, "%s", nl_last_error());
     if (!s) return;
-    const int bf16 = !strcmp(nl_proj_compute(s), "bf16");
+    const char *cm = nl_proj_compute(s);
+    const int bf16 = !strcmp(cm, "bf16") || !strcmp(cm, "amx") || !strcmp(cm, "amx-emu"); /* no recurrent class here */
     tw w[NW];
     int id[NW];
     uint64_t stored[NL_TYPE_COUNT] = {0};

@@ -6,7 +6,7 @@
  * transposed copy (the resident bytes of each type equal the stored bytes, nothing converted), every
  * planner check passed (nothing routed to ref); FWD and BWD of one-hot rows through the service give
  * one effective weight from those bytes for a Q5_0, a Q4_K and a Q6_K tensor (model/quant's to_float,
- * rounded to BF16 where the service computes in bf16: proj/kernels.h). Skipped, saying so, when the
+ * rounded to BF16 where the service computes in bf16 or on the BF16 tiles: proj/kernels.h). Skipped, saying so, when the
  * file is absent. */
 #include "model/model.h"
 #include "model/quant.h"
@@ -63,7 +63,10 @@ int main(void) {
     nl_runtime rt;
     CHECKF(s && nl_runtime_init(&rt, m, s) == 0, "%s", nl_last_error());
     if (!s) return nl_t_done();
-    const int bf16 = !strcmp(nl_proj_compute(s), "bf16");
+    /* bf16 compute or the BF16 tiles (auto on a CPU with usable AMX; no recurrent weights here,
+     * which the tiles would take split) */
+    const char *cm = nl_proj_compute(s);
+    const int bf16 = !strcmp(cm, "bf16") || !strcmp(cm, "amx") || !strcmp(cm, "amx-emu");
 
     /* resident as stored: type, the file's bytes, bytes per type (each tensor once) */
     uint64_t stored[NL_TYPE_COUNT] = {0};

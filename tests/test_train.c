@@ -794,10 +794,22 @@ static void test_startup(const char *model, const char *data) {
     free(text);
     /* the service line says how the step computes: the attention follows the host's compute
      * mode (bf16 where auto picks it, f32 when asked), synchronous on the CPU */
-    /* what auto picks on this CPU (bf16 on AVX512_BF16 but Intel's, amx where usable) */
+    /* what auto picks on this CPU (amx where usable or NL_AMX=emulate, bf16 on AVX512_BF16 but
+     * Intel's, else f32) and what the line says for it */
     void *hctx = NULL;
     CHECK(nl_proj_backend_host.init(&hctx, 1, NULL) == 0);
-    const int has_bf16 = hctx && !strcmp(nl_proj_host_compute(hctx), "bf16");
+    const char *mode = hctx ? nl_proj_host_compute(hctx) : "f32";
+    static const struct { const char *mode, *svc, *nodes; } lines[] = {
+        {"f32", "f32 compute (", "synchronous, attention f32"},
+        {"bf16", "bf16 compute (", "synchronous, attention bf16"},
+        {"amx", "amx-bf16 for attn/mlp/head", "synchronous, attention and lora on amx tiles"},
+        {"amx-emu", "amx-bf16 (emulated) for attn/mlp/head", "synchronous, attention and lora on amx-emu tiles"},
+    };
+    int auto_line = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(mode, lines[i].mode)) auto_line = i;
+    CHECKF(auto_line >= 0, "auto compute mode %s", mode);
+    if (auto_line < 0) auto_line = 0;
     nl_proj_backend_host.free(hctx);
     for (int c = 0; c < 2; c++) {
         defaults(&o, model, data, out);
@@ -812,9 +824,8 @@ static void test_startup(const char *model, const char *data) {
         rewind(prog);
         CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
         fclose(prog);
-        const char *want = !c && has_bf16 ? "bf16 compute (" : "f32 compute (";
-        const char *want2 = !c && has_bf16 ? "synchronous, attention bf16" : "synchronous, attention f32";
-        CHECKF(strstr(text, want) && strstr(text, want2), "progress (%s): %s", c ? "f32" : "auto", text);
+        const int li = c ? 0 : auto_line;
+        CHECKF(strstr(text, lines[li].svc) && strstr(text, lines[li].nodes), "progress (%s): %s", c ? "f32" : mode, text);
         free(text);
     }
 }
