@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#define ARCH_GET_XCOMP_PERM 0x1022
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -46,8 +47,18 @@ static int probe(char *why, size_t cap) {
         snprintf(why, cap, "the CPU has no AMX-TILE/AMX-BF16, or the OS has not enabled the tile state (CPUID.7.0:EDX bits 24, 22; XCR0 bits 17, 18)");
         return 0;
     }
+    /* per process (every thread, present and future; inherited by fork, cleared by exec); the
+     * kernel refuses it (ENOSPC) while some thread has an alternate signal stack too small for
+     * the tile state (~11 KB of signal frame) */
     if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
-        snprintf(why, cap, "the kernel refused the tile permission (arch_prctl ARCH_REQ_XCOMP_PERM: %s)", strerror(errno));
+        const int e = errno;
+        snprintf(why, cap, "the kernel refused the tile permission (arch_prctl ARCH_REQ_XCOMP_PERM: %s%s)", strerror(e),
+                 e == ENOSPC ? ": a thread's sigaltstack is too small for the tile state" : "");
+        return 0;
+    }
+    unsigned long long perm = 0;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) != 0 || !((perm >> XFEATURE_XTILEDATA) & 1)) {
+        snprintf(why, cap, "the tile permission is not in the process's permitted set (arch_prctl ARCH_GET_XCOMP_PERM)");
         return 0;
     }
     return 1;
@@ -65,7 +76,7 @@ static int probe(char *why, size_t cap) {
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_usable;
-static char g_reason[160];
+static char g_reason[192];
 
 static void probe_once(void) { g_usable = probe(g_reason, sizeof g_reason); }
 
