@@ -5,10 +5,11 @@
  * - The recurrence runs one value head at a time over all tokens, so that head's state
  *   S[dk][dv] (64 KiB at dk = dv = 128) stays in cache; every inner loop runs over dv,
  *   contiguous.
- * - Backward walks each head separately too: chunks of 16 tokens last to first; a chunk's 17
- *   states (the checkpoint and the 16 after it) are recomputed into a per-head scratch.
- *   Gradients of q̂/k̂ of a key head shared by several value heads are summed into dmixed in
- *   value-head order (fixed, so deterministic).
+ * - Backward runs per key head: chunks of 16 tokens last to first, each in the chunked (WY)
+ *   form from its checkpoint (no per-token states): q̂/k̂ of the chunk and their Gram matrix
+ *   once, then each value head of the key head in ascending order with its own carried dS
+ *   (so the shared q̂/k̂ gradients are summed in a fixed order), then the L2/SiLU backward of
+ *   the chunk's q/k rows.
  * - dmixed doubles as the buffer for d(conv output): the conv backward is done in place,
  *   ascending in time (row s of the result needs rows s..s+K-1 of the input only). */
 #include "nn/gdn.h"
@@ -46,10 +47,6 @@ struct nl_gdn_cache {
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
-static inline float dsiluf(float x) {
-    float s = sigmoidf(x);
-    return s * (1.0f + x * (1.0f - s));
-}
 /* softplus with ggml's threshold: x > 20 -> x */
 static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -91,8 +88,8 @@ static inline int key_head(const nl_gdn_shape *s, int j) {
     return s->kv_tiled ? j % s->Hk : j / (s->Hv / s->Hk);
 }
 
-/* dst = silu(src) / max(||silu(src)||, eps) over n; returns the norm ||silu(src)||.
- * Forward and backward call this same function, so the recomputed q̂/k̂ match bit for bit. */
+/* dst = silu(src) / max(||silu(src)||, eps) over n; returns the norm ||silu(src)||. (The
+ * forward's; the backward recomputes q̂/k̂ with silu_l2_d, within an ulp or two of these.) */
 static float silu_l2(float *dst, const float *src, int n, float eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) {
@@ -196,30 +193,6 @@ static inline void row_axpy_acc(float *restrict d, float a, const float *restric
     }
 }
 
-/* Backward pass 2 on one row: d' = d + a x; returns <d', y>; *xy = <x, y>; d = α d'. */
-static inline float row_bwd2(float *restrict d, float a, const float *restrict x,
-                             const float *restrict y, float alpha, float *xy, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, acx[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (int l = 0; l < 8; l++) {
-            float v = d[c + l] + a * x[c + l];
-            acc[l] += v * y[c + l];
-            acx[l] += x[c + l] * y[c + l];
-            d[c + l] = alpha * v;
-        }
-    float r = nl_lanes_sum(acc);
-    float rx = nl_lanes_sum(acx);
-    for (; c < n; c++) {
-        float v = d[c] + a * x[c];
-        r += v * y[c];
-        rx += x[c] * y[c];
-        d[c] = alpha * v;
-    }
-    *xy = rx;
-    return r;
-}
-
 /* One token of one value head on the columns [0, n) of its state (row stride ld; n = dv for the
  * whole state): S = α S_prev + k uᵀ with u = β (v − (αS_prev)ᵀk); o = scale Sᵀ q. Every column of
  * S evolves on its own (k, q, α, β are shared), so a column block gives the same bits as the
@@ -309,94 +282,6 @@ __attribute__((target("avx512f"))) static void step64_avx512(float *S, const flo
 }
 #endif
 
-#ifdef GDN_X86
-#define GDN_AVX2 __attribute__((target("avx2")))
-/* The 8 lanes of a register as one nl_lanes_sum (the same order as the portable reductions). */
-GDN_AVX2 static inline float lanes_sum256(__m256 v) {
-    float a[NL_LANES];
-    _mm256_storeu_ps(a, v);
-    return nl_lanes_sum(a);
-}
-
-/* Backward pass 1 on one row of dS, 8 lanes a register: d += a x; du += s d; returns
- * <sn, x> and *du_out = <d (updated), u>: the bits of row_axpy_acc and two dot() calls. */
-GDN_AVX2 static float row_bwd1_avx2(float *restrict d, float a, const float *restrict x,
-                                    float *restrict du, float s, const float *restrict sn,
-                                    const float *restrict u, float *du_out, int n) {
-    const __m256 va = _mm256_set1_ps(a), vs = _mm256_set1_ps(s);
-    __m256 aq = _mm256_setzero_ps(), ak = aq;
-    int c = 0;
-    for (; c + 8 <= n; c += 8) {
-        const __m256 xx = _mm256_loadu_ps(x + c);
-        const __m256 v = _mm256_add_ps(_mm256_loadu_ps(d + c), _mm256_mul_ps(va, xx));
-        _mm256_storeu_ps(d + c, v);
-        _mm256_storeu_ps(du + c, _mm256_add_ps(_mm256_loadu_ps(du + c), _mm256_mul_ps(vs, v)));
-        aq = _mm256_add_ps(aq, _mm256_mul_ps(_mm256_loadu_ps(sn + c), xx));
-        ak = _mm256_add_ps(ak, _mm256_mul_ps(v, _mm256_loadu_ps(u + c)));
-    }
-    for (int t = c; t < n; t++) {
-        float v = d[t] + a * x[t];
-        d[t] = v;
-        du[t] += s * v;
-    }
-    float rq = lanes_sum256(aq), rk = lanes_sum256(ak);
-    for (int t = c; t < n; t++) rq += sn[t] * x[t];
-    for (int t = c; t < n; t++) rk += d[t] * u[t];
-    *du_out = rk;
-    return rq;
-}
-
-/* row_bwd2 with 8 lanes a register (the same bits). */
-GDN_AVX2 static float row_bwd2_avx2(float *restrict d, float a, const float *restrict x,
-                                    const float *restrict y, float alpha, float *xy, int n) {
-    const __m256 va = _mm256_set1_ps(a), val = _mm256_set1_ps(alpha);
-    __m256 acc = _mm256_setzero_ps(), acx = acc;
-    int c = 0;
-    for (; c + 8 <= n; c += 8) {
-        const __m256 xx = _mm256_loadu_ps(x + c), yy = _mm256_loadu_ps(y + c);
-        const __m256 v = _mm256_add_ps(_mm256_loadu_ps(d + c), _mm256_mul_ps(va, xx));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, yy));
-        acx = _mm256_add_ps(acx, _mm256_mul_ps(xx, yy));
-        _mm256_storeu_ps(d + c, _mm256_mul_ps(val, v));
-    }
-    float r = lanes_sum256(acc), rx = lanes_sum256(acx);
-    for (; c < n; c++) {
-        float v = d[c] + a * x[c];
-        r += v * y[c];
-        rx += x[c] * y[c];
-        d[c] = alpha * v;
-    }
-    *xy = rx;
-    return r;
-}
-#endif
-
-/* Backward pass 1 on one row (portable or AVX2, the same bits): d += a x; du += s d;
- * returns <sn, x>; *du_out = <d, u>. */
-static inline float row_bwd1(int wide, float *restrict d, float a, const float *restrict x,
-                             float *restrict du, float s, const float *restrict sn,
-                             const float *restrict u, float *du_out, int n) {
-#ifdef GDN_X86
-    if (wide) return row_bwd1_avx2(d, a, x, du, s, sn, u, du_out, n);
-#else
-    (void)wide;
-#endif
-    row_axpy_acc(d, a, x, du, s, n);
-    float rq = dot(sn, x, n);
-    *du_out = dot(d, u, n);
-    return rq;
-}
-
-static inline float row_bwd2_any(int wide, float *restrict d, float a, const float *restrict x,
-                                 const float *restrict y, float alpha, float *xy, int n) {
-#ifdef GDN_X86
-    if (wide) return row_bwd2_avx2(d, a, x, y, alpha, xy, n);
-#else
-    (void)wide;
-#endif
-    return row_bwd2(d, a, x, y, alpha, xy, n);
-}
-
 /* nl_gdn_set_simd(0) turns the SIMD kernels off (tests compare both paths). */
 static int simd_on = 1;
 void nl_gdn_set_simd(int on) { __atomic_store_n(&simd_on, on != 0, __ATOMIC_RELAXED); }
@@ -410,16 +295,7 @@ static int wide_step(void) {
 #endif
 }
 
-/* 1 when the backward row kernels run on AVX2 (the same bits as the portable ones). */
-static int wide_bwd(void) {
-#ifdef GDN_X86
-    return __atomic_load_n(&simd_on, __ATOMIC_RELAXED) && nl_cpu_has(NL_CPU_AVX2);
-#else
-    return 0;
-#endif
-}
-
-int nl_gdn_simd(void) { return wide_step() || wide_bwd(); }
+int nl_gdn_simd(void) { return wide_step(); }
 
 /* step_c over n columns, in blocks of 64 on the AVX-512 step when `wide` (the rest portable). */
 static void gdn_step(int wide, float *S, const float *S_prev, size_t ld, const float *k, const float *v,
@@ -445,24 +321,6 @@ static void gated_norm(float *o, const float *z, const float *nw, int dv, float 
     for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
     float rstd = (float)(1.0 / sqrt(ss / dv + eps));
     for (int c = 0; c < dv; c++) o[c] = o[c] * rstd * nw[c] * siluf(z[c]);
-}
-
-/* Its backward: given o (pre-norm), z and dy, writes dz and d_o. */
-static void gated_norm_backward(float *restrict d_o, float *restrict dz, const float *o,
-                                const float *z, const float *nw, const float *dy, int dv, float eps) {
-    double ss = 0.0;
-    for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
-    float rstd = (float)(1.0 / sqrt(ss / dv + eps));
-    double gdot = 0.0;
-    for (int c = 0; c < dv; c++) {
-        float sz = siluf(z[c]);
-        dz[c] = dy[c] * o[c] * rstd * nw[c] * dsiluf(z[c]);
-        float gw = dy[c] * nw[c] * sz; /* d(loss)/d(normalised o) */
-        d_o[c] = gw;
-        gdot += (double)gw * o[c];
-    }
-    float f = (float)(gdot * rstd * rstd / dv);
-    for (int c = 0; c < dv; c++) d_o[c] = rstd * (d_o[c] - o[c] * f);
 }
 
 /* β, g (and dg/da when dgda != NULL) for T tokens. */
@@ -609,6 +467,8 @@ int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w
 
 /* ---- training ---- */
 
+static uint64_t bwd_work_floats(const nl_gdn_shape *s);
+
 static int n_ckpt(int T) { return T >= 1 ? (T - 1) / CH : 0; }
 
 /* Data floats of a cache for T tokens; -1 on overflow. */
@@ -629,17 +489,14 @@ uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T) {
     return 4 * f;
 }
 
-/* Backward scratch layout (floats), independent of T. */
-static uint64_t bwd_work_floats(const nl_gdn_shape *s) {
-    uint64_t hs = (uint64_t)s->dk * s->dv;
-    return (CH + 1) * hs /* chunk states */ + hs /* dS */ + CH * 2 * (uint64_t)s->dk /* q̂, k̂ */
-           + CH * 4 * (uint64_t)s->dv /* v, u, v-p, do */ + 4 * (uint64_t)s->dv /* p, o, du, dp */
-           + 2 * (uint64_t)s->dk;     /* l2 backward row */
+uint64_t nl_gdn_backward_thread_bytes(const nl_gdn_shape *s) {
+    if (check_shape(s)) return 0;
+    return 4 * bwd_work_floats(s);
 }
 
 uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s) {
     if (check_shape(s)) return 0;
-    return 4 * bwd_work_floats(s);
+    return 4 * (bwd_work_floats(s) + (uint64_t)s->K * nl_gdn_conv_dim(s));
 }
 
 nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max) {
@@ -711,150 +568,601 @@ int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weig
     return rc;
 }
 
+/* ---- the chunked (WY) backward ----
+ *
+ * Within a chunk of n <= 16 tokens (i = 0..n-1) starting from the state S0 (the checkpoint),
+ * with E[i][m] = α_{m+1}···α_i (E[i][i] = 1), γ_i = α_0···α_i and d_m = E[n-1][m]:
+ *   U (I + diag(β) L) form:  U_i = β_i (V_i − γ_i (K S0)_i − Σ_{m<i} L_im U_m),  L_im = (k̂_i·k̂_m) E_im
+ *   O_i = scale (γ_i (Q S0)_i + Σ_{m<=i} (q̂_i·k̂_m) E_im U_m)
+ *   S_end = γ_{n-1} S0 + Σ_m d_m k̂_m U_mᵀ
+ * so the state-sized work of a chunk is a few small matrix products (rows of 2n by dk×dv);
+ * their backward is derived in docs/backward.md. The cumulative decays are running products
+ * (never divided by), so tiny α underflow to 0 instead of producing inf or NaN.
+ *
+ * mm(): out[i][j] (+)= Σ_l A[i][l] B[l][j] with each element's sum in ascending l, one
+ * multiply and one add per term (no FMA), starting from 0 or from out. The AVX-512 kernel
+ * runs 4 rows × 64 columns at a time with the same operations per element, so it gives the
+ * same bits as the portable loop. */
+
+/* Runs the statement for c = 0..n-1 as 8-wide blocks plus a tail, so that gcc -O2 vectorises it
+ * (element-wise only: any vector width gives the same bits; the arrays must not overlap). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define GDN_IVDEP _Pragma("GCC ivdep")
+#else
+#define GDN_IVDEP
+#endif
+#define GDN_EACH(c, n, ...)                                        \
+    do {                                                           \
+        int c##_0 = 0;                                             \
+        for (; c##_0 + 8 <= (n); c##_0 += 8)                       \
+            GDN_IVDEP for (int c##_l = 0; c##_l < 8; c##_l++) {    \
+                const int c = c##_0 + c##_l;                       \
+                __VA_ARGS__;                                       \
+            }                                                      \
+        for (int c = c##_0; c < (n); c++) {                        \
+            __VA_ARGS__;                                           \
+        }                                                          \
+    } while (0)
+
+/* out[j] += a * x[j] over n (8-wide blocks + tail). */
+static inline void row_axpy(float *restrict out, float a, const float *restrict x, int n) {
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) out[c + l] += a * x[c + l];
+    for (; c < n; c++) out[c] += a * x[c];
+}
+
+static void mm_c(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
+                 float *Cm, size_t ldc, int acc) {
+    for (int i = 0; i < M; i++) {
+        float *c = Cm + (size_t)i * ldc;
+        if (!acc)
+            for (int j = 0; j < N; j++) c[j] = 0.0f;
+        for (int l = 0; l < Kd; l++) row_axpy(c, A[(size_t)i * ars + (size_t)l * acs], B + (size_t)l * ldb, N);
+    }
+}
+
+#ifdef GDN_X86
+#define GDN_AVX512 __attribute__((target("avx512f")))
+/* Register blocks: 4 or 1 rows × 4 or 1 vectors of 16 columns (masks m[v] for the columns);
+ * the accumulators are named variables so that they stay in registers. */
+#define MM_LD(r, v) (acc ? _mm512_maskz_loadu_ps(m##v, Cm + (size_t)(r) * ldc + 16 * (v)) : _mm512_setzero_ps())
+#define MM_ST(r, v, x) _mm512_mask_storeu_ps(Cm + (size_t)(r) * ldc + 16 * (v), m##v, x)
+#define MM_UP(x, a, b) x = _mm512_add_ps(x, _mm512_mul_ps(a, b))
+#define MM_ARGS                                                                                               \
+    int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm, size_t ldc, int acc, \
+        const __mmask16 *mk
+
+GDN_AVX512 static void mm_4x64(MM_ARGS) {
+    const __mmask16 m0 = mk[0], m1 = mk[1], m2 = mk[2], m3 = mk[3];
+    __m512 c00 = MM_LD(0, 0), c01 = MM_LD(0, 1), c02 = MM_LD(0, 2), c03 = MM_LD(0, 3);
+    __m512 c10 = MM_LD(1, 0), c11 = MM_LD(1, 1), c12 = MM_LD(1, 2), c13 = MM_LD(1, 3);
+    __m512 c20 = MM_LD(2, 0), c21 = MM_LD(2, 1), c22 = MM_LD(2, 2), c23 = MM_LD(2, 3);
+    __m512 c30 = MM_LD(3, 0), c31 = MM_LD(3, 1), c32 = MM_LD(3, 2), c33 = MM_LD(3, 3);
+    for (int l = 0; l < Kd; l++) {
+        const float *b = B + (size_t)l * ldb, *a = A + (size_t)l * acs;
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
+        const __m512 b2 = _mm512_maskz_loadu_ps(m2, b + 32), b3 = _mm512_maskz_loadu_ps(m3, b + 48);
+        __m512 x = _mm512_set1_ps(a[0]);
+        MM_UP(c00, x, b0), MM_UP(c01, x, b1), MM_UP(c02, x, b2), MM_UP(c03, x, b3);
+        x = _mm512_set1_ps(a[ars]);
+        MM_UP(c10, x, b0), MM_UP(c11, x, b1), MM_UP(c12, x, b2), MM_UP(c13, x, b3);
+        x = _mm512_set1_ps(a[2 * ars]);
+        MM_UP(c20, x, b0), MM_UP(c21, x, b1), MM_UP(c22, x, b2), MM_UP(c23, x, b3);
+        x = _mm512_set1_ps(a[3 * ars]);
+        MM_UP(c30, x, b0), MM_UP(c31, x, b1), MM_UP(c32, x, b2), MM_UP(c33, x, b3);
+    }
+    MM_ST(0, 0, c00), MM_ST(0, 1, c01), MM_ST(0, 2, c02), MM_ST(0, 3, c03);
+    MM_ST(1, 0, c10), MM_ST(1, 1, c11), MM_ST(1, 2, c12), MM_ST(1, 3, c13);
+    MM_ST(2, 0, c20), MM_ST(2, 1, c21), MM_ST(2, 2, c22), MM_ST(2, 3, c23);
+    MM_ST(3, 0, c30), MM_ST(3, 1, c31), MM_ST(3, 2, c32), MM_ST(3, 3, c33);
+}
+
+GDN_AVX512 static void mm_1x64(MM_ARGS) {
+    const __mmask16 m0 = mk[0], m1 = mk[1], m2 = mk[2], m3 = mk[3];
+    __m512 c00 = MM_LD(0, 0), c01 = MM_LD(0, 1), c02 = MM_LD(0, 2), c03 = MM_LD(0, 3);
+    (void)ars;
+    for (int l = 0; l < Kd; l++) {
+        const float *b = B + (size_t)l * ldb;
+        const __m512 x = _mm512_set1_ps(A[(size_t)l * acs]);
+        MM_UP(c00, x, _mm512_maskz_loadu_ps(m0, b)), MM_UP(c01, x, _mm512_maskz_loadu_ps(m1, b + 16));
+        MM_UP(c02, x, _mm512_maskz_loadu_ps(m2, b + 32)), MM_UP(c03, x, _mm512_maskz_loadu_ps(m3, b + 48));
+    }
+    MM_ST(0, 0, c00), MM_ST(0, 1, c01), MM_ST(0, 2, c02), MM_ST(0, 3, c03);
+}
+
+GDN_AVX512 static void mm_4x16(MM_ARGS) {
+    const __mmask16 m0 = mk[0];
+    __m512 c00 = MM_LD(0, 0), c10 = MM_LD(1, 0), c20 = MM_LD(2, 0), c30 = MM_LD(3, 0);
+    for (int l = 0; l < Kd; l++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + (size_t)l * ldb);
+        const float *a = A + (size_t)l * acs;
+        MM_UP(c00, _mm512_set1_ps(a[0]), b0), MM_UP(c10, _mm512_set1_ps(a[ars]), b0);
+        MM_UP(c20, _mm512_set1_ps(a[2 * ars]), b0), MM_UP(c30, _mm512_set1_ps(a[3 * ars]), b0);
+    }
+    MM_ST(0, 0, c00), MM_ST(1, 0, c10), MM_ST(2, 0, c20), MM_ST(3, 0, c30);
+}
+
+GDN_AVX512 static void mm_1x16(MM_ARGS) {
+    const __mmask16 m0 = mk[0];
+    __m512 c00 = MM_LD(0, 0);
+    (void)ars;
+    for (int l = 0; l < Kd; l++)
+        MM_UP(c00, _mm512_set1_ps(A[(size_t)l * acs]), _mm512_maskz_loadu_ps(m0, B + (size_t)l * ldb));
+    MM_ST(0, 0, c00);
+}
+
+static __mmask16 cols_mask(int w) { return w >= 16 ? (__mmask16)0xFFFF : w > 0 ? (__mmask16)((1u << w) - 1) : 0; }
+
+GDN_AVX512 static void mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B,
+                                  size_t ldb, float *Cm, size_t ldc, int acc) {
+    for (int j0 = 0; j0 < N;) {
+        int w = N - j0;
+        __mmask16 m[4];
+        if (w > 16) {
+            if (w > 64) w = 64;
+            for (int v = 0; v < 4; v++) m[v] = cols_mask(w - 16 * v);
+        } else {
+            m[0] = cols_mask(w);
+        }
+        int i = 0;
+        for (; i + 4 <= M; i += 4)
+            (w > 16 ? mm_4x64 : mm_4x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
+                                         ldc, acc, m);
+        for (; i < M; i++)
+            (w > 16 ? mm_1x64 : mm_1x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
+                                         ldc, acc, m);
+        j0 += w;
+    }
+}
+#endif
+
+static void mm(int wide, int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
+               float *Cm, size_t ldc, int acc) {
+#ifdef GDN_X86
+    if (wide) {
+        mm_avx512(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc);
+        return;
+    }
+#else
+    (void)wide;
+#endif
+    mm_c(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc);
+}
+
+/* dst[c][r] = src[r][c] for a rows × cols src (row strides lds, ldd); exact, so the AVX form
+ * (8×8 blocks in registers) gives the same bits as the portable loop. */
+static void transpose_c(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int r0, int r1,
+                        int c0, int c1) {
+    for (int r = r0; r < r1; r++)
+        for (int c = c0; c < c1; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
+}
+
+#ifdef GDN_X86
+__attribute__((target("avx512f"))) static void transpose_avx(float *restrict dst, size_t ldd,
+                                                              const float *restrict src, size_t lds, int rows,
+                                                              int cols) {
+    const int R8 = rows & ~7, C8 = cols & ~7;
+    for (int r = 0; r < R8; r += 8)
+        for (int c = 0; c < C8; c += 8) {
+            const float *p = src + (size_t)r * lds + c;
+            __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + lds), a2 = _mm256_loadu_ps(p + 2 * lds);
+            __m256 a3 = _mm256_loadu_ps(p + 3 * lds), a4 = _mm256_loadu_ps(p + 4 * lds);
+            __m256 a5 = _mm256_loadu_ps(p + 5 * lds), a6 = _mm256_loadu_ps(p + 6 * lds);
+            __m256 a7 = _mm256_loadu_ps(p + 7 * lds);
+            __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+            __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+            __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+            __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            float *q = dst + (size_t)c * ldd + r;
+            _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
+            _mm256_storeu_ps(q + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+            _mm256_storeu_ps(q + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+            _mm256_storeu_ps(q + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+            _mm256_storeu_ps(q + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+            _mm256_storeu_ps(q + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+            _mm256_storeu_ps(q + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+            _mm256_storeu_ps(q + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+        }
+    transpose_c(dst, ldd, src, lds, 0, R8, C8, cols);
+    transpose_c(dst, ldd, src, lds, R8, rows, 0, cols);
+}
+#endif
+
+static void transpose(int wide, float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int rows,
+                      int cols) {
+#ifdef GDN_X86
+    if (wide) {
+        transpose_avx(dst, ldd, src, lds, rows, cols);
+        return;
+    }
+#else
+    (void)wide;
+#endif
+    for (int r0 = 0; r0 < rows; r0 += 16)
+        for (int c0 = 0; c0 < cols; c0 += 16)
+            transpose_c(dst, ldd, src, lds, r0, r0 + 16 < rows ? r0 + 16 : rows, c0, c0 + 16 < cols ? c0 + 16 : cols);
+}
+
+/* silu(x) and silu'(x) for the backward's rows, from one sigmoid σ = 1/(1 + e^{−x}) with e^t by
+ * Cephes' single-precision polynomial (within ~2 ulp of expf; t clamped to [-87, 88]). The
+ * AVX-512 form does the same operations per element as the portable one: the same bits. */
+static inline void silu_d1(float *y, float *d, float x) {
+    float t = -x;
+    t = t < -87.0f ? -87.0f : t;
+    t = t > 88.0f ? 88.0f : t;
+    float fx = t * 1.44269504088896341f;
+    fx = (fx + 12582912.0f) - 12582912.0f; /* round to nearest integer */
+    float r = t - fx * 0.693359375f;
+    r = r - fx * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } sc = {.i = ((int32_t)fx + 127) * (1 << 23)};
+    const float sg = 1.0f / (1.0f + p * sc.f);
+    *y = x * sg;
+    *d = sg * (1.0f + x * (1.0f - sg));
+}
+
+#ifdef GDN_X86
+__attribute__((target("avx512f"))) static void silu_d_avx512(float *y, float *d, const float *x, int n) {
+    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f), one = _mm512_set1_ps(1.0f);
+    const __m512 mg = _mm512_set1_ps(12582912.0f);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 t = _mm512_sub_ps(_mm512_setzero_ps(), xv);
+        t = _mm512_max_ps(lo, t); /* = t < lo ? lo : t, NaN passed through as in the C */
+        t = _mm512_min_ps(hi, t);
+        __m512 fx = _mm512_mul_ps(t, _mm512_set1_ps(1.44269504088896341f));
+        fx = _mm512_sub_ps(_mm512_add_ps(fx, mg), mg);
+        __m512 r = _mm512_sub_ps(t, _mm512_mul_ps(fx, _mm512_set1_ps(0.693359375f)));
+        r = _mm512_sub_ps(r, _mm512_mul_ps(fx, _mm512_set1_ps(-2.12194440e-4f)));
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), one);
+        const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
+        const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, _mm512_mul_ps(p, _mm512_castsi512_ps(e))));
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(xv, sg));
+        _mm512_mask_storeu_ps(
+            d + i, m, _mm512_mul_ps(sg, _mm512_add_ps(one, _mm512_mul_ps(xv, _mm512_sub_ps(one, sg)))));
+    }
+}
+#endif
+
+/* y = silu(x), d = silu'(x) over n (y, d may not alias x). */
+static void silu_d_row(int wide, float *y, float *d, const float *x, int n) {
+#ifdef GDN_X86
+    if (wide) {
+        silu_d_avx512(y, d, x, n);
+        return;
+    }
+#else
+    (void)wide;
+#endif
+    for (int i = 0; i < n; i++) silu_d1(y + i, d + i, x[i]);
+}
+
+/* q̂ or k̂ of one head: dst = silu(src) / max(||silu(src)||, eps), ds = silu'(src); returns
+ * ||silu(src)||. (The backward's own recomputation: within an ulp or two of silu_l2.) */
+static float silu_l2_d(int wide, float *restrict dst, float *restrict ds, const float *restrict src, int n,
+                       float eps) {
+    silu_d_row(wide, dst, ds, src, n);
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)dst[i] * dst[i];
+    float nrm = (float)sqrt(ss);
+    float inv = 1.0f / (nrm > eps ? nrm : eps);
+    GDN_EACH(i, n, dst[i] *= inv);
+    return nrm;
+}
+
+/* The gated RMSNorm's backward: given o (pre-norm), z and dy, writes dz and d_o. */
+static void gated_norm_backward(int wide, float *restrict d_o, float *restrict dz, const float *restrict o,
+                                const float *restrict z, const float *restrict nw, const float *restrict dy, int dv,
+                                float eps) {
+    double ss = 0.0;
+    for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
+    const float rstd = (float)(1.0 / sqrt(ss / dv + eps));
+    silu_d_row(wide, d_o, dz, z, dv); /* silu(z), silu'(z) */
+    GDN_EACH(c, dv, dz[c] = dy[c] * o[c] * rstd * nw[c] * dz[c]; d_o[c] = dy[c] * nw[c] * d_o[c]);
+    double gdot = 0.0;
+    for (int c = 0; c < dv; c++) gdot += (double)d_o[c] * o[c];
+    float f = (float)(gdot * rstd * rstd / dv);
+    GDN_EACH(c, dv, d_o[c] = rstd * (d_o[c] - o[c] * f));
+}
+
+/* Per-thread backward scratch (floats): G = Hv/Hk carried gradients dS, the transposed
+ * checkpoint and dS, and the chunk's rows. The C×C matrices live on the stack. */
+typedef struct {
+    float *dS, *S0T, *dST;      /* [G][dk][dv], [dv][dk], [dv][dk] */
+    float *QK, *dQK, *dsQK, *KT, *Z; /* [2C][dk] q̂ then k̂ rows, their gradient, silu'; [dk][C]; [C][dk] */
+    float *PW, *dPW, *DOX;      /* [2C][dv]: Q S0 then K S0; their gradients; dO' then dX */
+    float *V, *dsV, *R, *U, *UT, *dU, *o; /* [C][dv] (UT [dv][C]); o [dv] */
+} bwd_buf;
+
+static uint64_t bwd_work_floats(const nl_gdn_shape *s) {
+    uint64_t hs = (uint64_t)s->dk * s->dv, G = (uint64_t)(s->Hv / s->Hk);
+    return (G + 2) * hs + 8 * CH * (uint64_t)s->dk + (12 * CH + 1) * (uint64_t)s->dv;
+}
+
+static bwd_buf bwd_carve(const nl_gdn_shape *s, float *p) {
+    const size_t hs = (size_t)s->dk * s->dv, dk = (size_t)s->dk, dv = (size_t)s->dv;
+    bwd_buf b;
+    b.dS = p, p += (size_t)(s->Hv / s->Hk) * hs;
+    b.S0T = p, p += hs;
+    b.dST = p, p += hs;
+    b.QK = p, p += 2 * CH * dk;
+    b.dQK = p, p += 2 * CH * dk;
+    b.dsQK = p, p += 2 * CH * dk;
+    b.KT = p, p += CH * dk;
+    b.Z = p, p += CH * dk;
+    b.PW = p, p += 2 * CH * dv;
+    b.dPW = p, p += 2 * CH * dv;
+    b.DOX = p, p += 2 * CH * dv;
+    b.V = p, p += CH * dv;
+    b.dsV = p, p += CH * dv;
+    b.R = p, p += CH * dv;
+    b.U = p, p += CH * dv;
+    b.UT = p, p += CH * dv;
+    b.dU = p, p += CH * dv;
+    b.o = p;
+    return b;
+}
+
 typedef struct {
     const nl_gdn_shape *s;
     const nl_gdn_weights *w;
     const nl_gdn_cache *cache;
     const float *dy;
-    float *dmixed, *dz, *db, *da, *scratch;
-    int T, wide, wide_b;
+    float *dmixed, *dz, *db, *da, *scratch, *wt;
+    int T, wide;
 } bwd_job;
 
-/* The recurrence backward of the task's key heads, each with its value heads in ascending
- * order: the gradients of a key head's q̂/k̂ are summed in the same order on any number of
- * threads; everything else a value head writes is its own. */
+/* One value head j over one chunk [t0, t0+n): recompute U and O from the checkpoint S0 (NULL:
+ * zero), then the gradients. Reads b->QK (q̂ rows 0..n-1, k̂ rows n..2n-1), b->KT and the
+ * chunk's Gram matrix QKt = [Q; K] Kᵀ ([2n][C]); adds the chunk's d(q̂, k̂) into b->dQK; writes
+ * dmixed's v slice (through SiLU'), dz, db, da of the chunk; dS (the gradient of the chunk's
+ * end state; `live` 0 when it is zero) becomes the gradient of S0 (when S0 != NULL). */
+static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, const float *S0, float *dS, int live,
+                      const float *Gram) {
+    const nl_gdn_shape *s = J->s;
+    const nl_gdn_cache *cache = J->cache;
+    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, wide = J->wide;
+    const int cd = nl_gdn_conv_dim(s);
+    const size_t vd = (size_t)Hv * dv, voff = 2 * (size_t)Hk * dk + (size_t)j * dv;
+    const float scale = 1.0f / sqrtf((float)dk);
+    const float *Kc = b->QK + (size_t)n * dk;
+    float *P = b->PW, *W = b->PW + (size_t)n * dv, *dP = b->dPW, *dW = b->dPW + (size_t)n * dv;
+    float *DO = b->DOX, *dX = b->DOX + (size_t)n * dv;
+    float al[CH], be[CH], gam[CH], dgam[CH], dbe[CH], xd[CH];
+    float E[CH][CH], Lm[CH][CH], Mq[CH][CH], DD[2 * CH][2 * CH], DXU[2 * CH][CH];
+    double dG[CH];
+    for (int i = 0; i < n; i++) {
+        size_t gi = (size_t)(t0 + i) * Hv + j;
+        al[i] = expf(cache->g[gi]);
+        be[i] = cache->beta[gi];
+        gam[i] = (i ? gam[i - 1] : 1.0f) * al[i];
+        E[i][i] = 1.0f;
+        for (int m = 0; m < i; m++) E[i][m] = E[i - 1][m] * al[i];
+        for (int m = 0; m <= i; m++) {
+            Mq[i][m] = Gram[(size_t)i * CH + m] * E[i][m];
+            Lm[i][m] = m < i ? Gram[(size_t)(n + i) * CH + m] * E[i][m] : 0.0f;
+        }
+        const float *cp = cache->cpre + (size_t)(t0 + i) * cd + voff;
+        float *v = b->V + (size_t)i * dv, *dsv = b->dsV + (size_t)i * dv;
+        silu_d_row(wide, v, dsv, cp, dv);
+    }
+    /* forward: P = Q S0, W = K S0; R = V − γ W; U by forward substitution; O; dO' = scale dO */
+    if (S0) mm(wide, 2 * n, dv, dk, b->QK, (size_t)dk, 1, S0, (size_t)dv, b->PW, (size_t)dv, 0);
+    for (int i = 0; i < n; i++) {
+        float *r = b->R + (size_t)i * dv, *u = b->U + (size_t)i * dv, *o = b->o;
+        const float *v = b->V + (size_t)i * dv;
+        if (S0)
+            GDN_EACH(c, dv, r[c] = v[c] - gam[i] * W[(size_t)i * dv + c]);
+        else
+            memcpy(r, v, sizeof(float) * (size_t)dv);
+        memcpy(u, r, sizeof(float) * (size_t)dv);
+        for (int m = 0; m < i; m++) row_axpy(u, -Lm[i][m], b->U + (size_t)m * dv, dv);
+        GDN_EACH(c, dv, u[c] *= be[i]);
+        if (S0)
+            GDN_EACH(c, dv, o[c] = gam[i] * P[(size_t)i * dv + c]);
+        else
+            for (int c = 0; c < dv; c++) o[c] = 0.0f;
+        for (int m = 0; m <= i; m++) row_axpy(o, Mq[i][m], b->U + (size_t)m * dv, dv);
+        GDN_EACH(c, dv, o[c] *= scale);
+        const size_t t = (size_t)t0 + i;
+        float *dov = DO + (size_t)i * dv;
+        gated_norm_backward(wide, dov, J->dz + t * vd + (size_t)j * dv, o, cache->z + t * vd + (size_t)j * dv, J->w->norm,
+                        J->dy + t * vd + (size_t)j * dv, dv, s->eps);
+        GDN_EACH(c, dv, dov[c] *= scale);
+        dgam[i] = S0 ? dot(P + (size_t)i * dv, dov, dv) : 0.0f;
+        GDN_EACH(c, dv, dP[(size_t)i * dv + c] = gam[i] * dov[c]);
+    }
+    /* dU = diag(d) K dS + Mqkᵀ dO'; Z = diag(d) U dSᵀ (d_m = E[n-1][m]) */
+    transpose(wide, b->UT, CH, b->U, (size_t)dv, n, dv);
+    if (live) {
+        mm(wide, n, dv, dk, Kc, (size_t)dk, 1, dS, (size_t)dv, b->dU, (size_t)dv, 0);
+        transpose(wide, b->dST, (size_t)dk, dS, (size_t)dv, dk, dv);
+        mm(wide, n, dk, dv, b->U, (size_t)dv, 1, b->dST, (size_t)dk, b->Z, (size_t)dk, 0);
+    }
+    for (int m = 0; m < n; m++) {
+        float *du = b->dU + (size_t)m * dv, *z = b->Z + (size_t)m * dk, dm = E[n - 1][m];
+        if (live) {
+            GDN_EACH(c, dv, du[c] *= dm);
+            GDN_EACH(r, dk, z[r] *= dm);
+            xd[m] = dot(Kc + (size_t)m * dk, z, dk);
+        } else {
+            for (int c = 0; c < dv; c++) du[c] = 0.0f;
+            xd[m] = 0.0f;
+        }
+        for (int i = m; i < n; i++) row_axpy(du, Mq[i][m], DO + (size_t)i * dv, dv);
+    }
+    /* dX = (I + diag(β) L)⁻ᵀ dU by back substitution */
+    for (int i = n - 1; i >= 0; i--) {
+        float *x = dX + (size_t)i * dv;
+        memcpy(x, b->dU + (size_t)i * dv, sizeof(float) * (size_t)dv);
+        for (int m = i + 1; m < n; m++) row_axpy(x, -(be[m] * Lm[m][i]), dX + (size_t)m * dv, dv);
+    }
+    /* [dO'; dX] Uᵀ: dMqk (i >= m) and −dA (m < i) */
+    mm(wide, 2 * n, n, dv, b->DOX, (size_t)dv, 1, b->UT, CH, &DXU[0][0], CH, 0);
+    /* dR = β dX (= dV, then through SiLU'); dW = −γ dR; dβ = R·dX + Σ dA L; dγ from P, W, S0 */
+    float *dmix = J->dmixed;
+    for (int i = 0; i < n; i++) {
+        const float *x = dX + (size_t)i * dv;
+        float *dvv = dmix + (size_t)(t0 + i) * cd + voff, *dw = dW + (size_t)i * dv;
+        const float *dsv = b->dsV + (size_t)i * dv;
+        dbe[i] = dot(b->R + (size_t)i * dv, x, dv);
+        if (S0) dgam[i] -= be[i] * dot(W + (size_t)i * dv, x, dv);
+        const float bi = be[i], mg = -gam[i];
+        GDN_EACH(c, dv, const float dr = bi * x[c]; dvv[c] = dr * dsv[c]; dw[c] = mg * dr);
+    }
+    if (S0 && live) dgam[n - 1] += dot(S0, dS, dk * dv);
+    /* DD = [[0, Dq], [Dqᵀ, Dl + Dlᵀ]] (Dq_im = dMqk_im E_im, m <= i; Dl_im = dL_im E_im, m < i),
+     * so that d[q̂; k̂] += DD [q̂; k̂]; dG_i (d/d of the log cumulative decay at i) */
+    for (int i = 0; i < n; i++) dG[i] = (double)dgam[i] * gam[i];
+    for (int r = 0; r < 2 * n; r++)
+        for (int c = 0; c < 2 * n; c++) DD[r][c] = 0.0f;
+    for (int i = 0; i < n; i++)
+        for (int m = 0; m <= i; m++) {
+            const float dmq = DXU[i][m], dq = dmq * E[i][m];
+            DD[i][n + m] = dq;
+            DD[n + m][i] = dq;
+            if (m == i) continue;
+            const float xq = dmq * Mq[i][m];
+            const float dA = -DXU[n + i][m], dL = be[i] * dA, xl = dL * Lm[i][m], dl = dL * E[i][m];
+            dbe[i] += dA * Lm[i][m];
+            dG[i] += (double)xq + xl;
+            dG[m] -= (double)xq + xl;
+            DD[n + i][n + m] = dl;
+            DD[n + m][n + i] = dl;
+        }
+    for (int m = 0; m + 1 < n; m++) {
+        dG[n - 1] += xd[m];
+        dG[m] -= xd[m];
+    }
+    float *dK = b->dQK + (size_t)n * dk;
+    mm(wide, 2 * n, dk, 2 * n, &DD[0][0], 2 * CH, 1, b->QK, (size_t)dk, b->dQK, (size_t)dk, 1);
+    if (S0) {
+        transpose(wide, b->S0T, (size_t)dk, S0, (size_t)dv, dk, dv);
+        mm(wide, 2 * n, dk, dv, b->dPW, (size_t)dv, 1, b->S0T, (size_t)dk, b->dQK, (size_t)dk, 1);
+    }
+    if (live)
+        for (int m = 0; m < n; m++)
+            GDN_EACH(r, dk, dK[(size_t)m * dk + r] += b->Z[(size_t)m * dk + r]);
+    /* dS0 = γ_{n-1} dS + Qᵀ dP + Kᵀ dW */
+    if (S0) {
+        const size_t hs = (size_t)dk * dv;
+        if (live)
+            GDN_EACH(e, dk * dv, dS[e] *= gam[n - 1]);
+        else
+            memset(dS, 0, sizeof(float) * hs);
+        mm(wide, dk, dv, 2 * n, b->QK, 1, (size_t)dk, b->dPW, (size_t)dv, dS, (size_t)dv, 1);
+    }
+    /* dg_l = Σ_{i >= l} dG_i; then through the gates */
+    double acc = 0.0;
+    for (int l = n - 1; l >= 0; l--) {
+        const size_t gi = (size_t)(t0 + l) * Hv + j;
+        acc += dG[l];
+        J->da[gi] = (float)acc * cache->dgda[gi];
+        J->db[gi] = dbe[l] * be[l] * (1.0f - be[l]);
+    }
+}
+
+/* The recurrence backward of the task's key heads: chunks last to first; per chunk the q̂/k̂
+ * rows and their Gram matrix once, then each value head of the key head in ascending order
+ * (each with its own carried dS), then the L2 norm and SiLU backward of those rows. Every
+ * value written is the task's own: the same bits on any number of threads. */
 static void bwd_heads_task(void *arg, int task, int n_tasks) {
     const bwd_job *J = arg;
     const nl_gdn_shape *s = J->s;
-    const nl_gdn_weights *w = J->w;
     const nl_gdn_cache *cache = J->cache;
-    const float *dy = J->dy;
-    float *dmixed = J->dmixed, *dz = J->dz, *db = J->db, *da = J->da;
-    const int T = J->T, wide = J->wide, wide_b = J->wide_b;
-    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv;
+    const int T = J->T, wide = J->wide;
+    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, G = Hv / Hk;
     const int cd = nl_gdn_conv_dim(s);
-    const size_t hs = (size_t)dk * dv, vd = (size_t)Hv * dv;
-    const float scale = 1.0f / sqrtf((float)dk);
-    float *buf = J->scratch + (size_t)task * bwd_work_floats(s);
-    float *St = buf;                      /* [17][dk][dv]: St[i] = S before chunk token i */
-    float *dS = St + (CH + 1) * hs;       /* [dk][dv] carried gradient */
-    float *Q = dS + hs, *Kc = Q + CH * dk; /* [16][dk] q̂, k̂ of the chunk */
-    float *V = Kc + CH * dk;              /* [16][dv] silu(v) */
-    float *U = V + CH * dv, *R = U + CH * dv, *DO = R + CH * dv; /* [16][dv]: u, v-p, do */
-    float *p = DO + CH * dv, *o = p + dv, *du = o + dv, *dp = du + dv; /* [dv] */
+    const size_t hs = (size_t)dk * dv;
+    const bwd_buf b = bwd_carve(s, J->scratch + (size_t)task * bwd_work_floats(s));
+    float Gram[2 * CH * CH], nrm[2 * CH];
     const int nch = (T + CH - 1) / CH;
     int k0, k1;
     share(Hk, task, n_tasks, &k0, &k1);
-    for (int kh = k0; kh < k1; kh++)
-    for (int j = 0; j < Hv; j++) {
-        if (key_head(s, j) != kh) continue;
+    for (int kh = k0; kh < k1; kh++) {
         const size_t qoff = (size_t)kh * dk, koff = (size_t)Hk * dk + (size_t)kh * dk;
-        const size_t voff = 2 * (size_t)Hk * dk + (size_t)j * dv;
-        memset(dS, 0, sizeof(float) * hs);
+        memset(b.dS, 0, sizeof(float) * (size_t)G * hs);
         for (int ci = nch - 1; ci >= 0; ci--) {
             const int t0 = ci * CH, n = T - t0 < CH ? T - t0 : CH;
-            if (ci == 0) memset(St, 0, sizeof(float) * hs);
-            else memcpy(St, cache->ck + ((size_t)(ci - 1) * Hv + j) * hs, sizeof(float) * hs);
-            /* recompute the chunk forward, keeping states, u, v-p and do */
             for (int i = 0; i < n; i++) {
-                const size_t t = (size_t)t0 + i, gi = t * Hv + j;
-                const float *cp = cache->cpre + t * cd;
-                silu_l2(Q + (size_t)i * dk, cp + qoff, dk, s->eps);
-                silu_l2(Kc + (size_t)i * dk, cp + koff, dk, s->eps);
-                for (int c = 0; c < dv; c++) V[(size_t)i * dv + c] = siluf(cp[voff + c]);
-                gdn_step(wide, St + (size_t)(i + 1) * hs, St + (size_t)i * hs, (size_t)dv, Kc + (size_t)i * dk,
-                         V + (size_t)i * dv, Q + (size_t)i * dk, expf(cache->g[gi]), cache->beta[gi],
-                         scale, dk, dv, p, U + (size_t)i * dv, R + (size_t)i * dv, o);
-                gated_norm_backward(DO + (size_t)i * dv, dz + t * vd + (size_t)j * dv, o,
-                                    cache->z + t * vd + (size_t)j * dv, w->norm, dy + t * vd + (size_t)j * dv,
-                                    dv, s->eps);
+                const float *cp = cache->cpre + (size_t)(t0 + i) * cd;
+                nrm[i] = silu_l2_d(wide, b.QK + (size_t)i * dk, b.dsQK + (size_t)i * dk, cp + qoff, dk, s->eps);
+                nrm[n + i] = silu_l2_d(wide, b.QK + (size_t)(n + i) * dk, b.dsQK + (size_t)(n + i) * dk, cp + koff, dk,
+                                       s->eps);
             }
-            /* walk the chunk backward */
-            for (int i = n - 1; i >= 0; i--) {
-                const size_t t = (size_t)t0 + i, gi = t * Hv + j;
-                const float *q = Q + (size_t)i * dk, *k = Kc + (size_t)i * dk;
-                const float *u = U + (size_t)i * dv, *dov = DO + (size_t)i * dv;
-                const float *Snew = St + (size_t)(i + 1) * hs, *Sold = St + (size_t)i * hs;
-                float *dq = dmixed + t * cd + qoff, *dkv = dmixed + t * cd + koff;
-                const float alpha = expf(cache->g[gi]), beta = cache->beta[gi];
-                for (int c = 0; c < dv; c++) du[c] = 0.0f;
-                /* dS += scale q doᵀ; dq̂ += scale S_t do; dk̂ += dS u; du = dSᵀ k̂ */
-                for (int r = 0; r < dk; r++) {
-                    float du_u;
-                    float sdo = row_bwd1(wide_b, dS + (size_t)r * dv, scale * q[r], dov, du, k[r],
-                                         Snew + (size_t)r * dv, u, &du_u, dv);
-                    dq[r] += scale * sdo;
-                    dkv[r] += du_u;
+            transpose(wide, b.KT, CH, b.QK + (size_t)n * dk, (size_t)dk, n, dk);
+            mm(wide, 2 * n, n, dk, b.QK, (size_t)dk, 1, b.KT, CH, Gram, CH, 0);
+            memset(b.dQK, 0, sizeof(float) * 2 * (size_t)n * dk);
+            for (int j = 0, gj = 0; j < Hv; j++) {
+                if (key_head(s, j) != kh) continue;
+                const float *S0 = ci ? cache->ck + ((size_t)(ci - 1) * Hv + j) * hs : NULL;
+                chunk_bwd(J, &b, j, t0, n, S0, b.dS + (size_t)gj * hs, ci < nch - 1, Gram);
+                gj++;
+            }
+            /* d(q̂, k̂) -> d(silu out) through the L2 norm, then SiLU' */
+            for (int h = 0; h < 2 * n; h++) {
+                const float *x = b.QK + (size_t)h * dk, *d = b.dQK + (size_t)h * dk, *ds = b.dsQK + (size_t)h * dk;
+                float *out = J->dmixed + (size_t)(t0 + (h < n ? h : h - n)) * cd + (h < n ? qoff : koff);
+                if (nrm[h] > s->eps) {
+                    const float yd = dot(x, d, dk), nh = nrm[h];
+                    GDN_EACH(r, dk, out[r] = (d[r] - x[r] * yd) / nh * ds[r]);
+                } else {
+                    GDN_EACH(r, dk, out[r] = d[r] / s->eps * ds[r]);
                 }
-                /* u = β (v − p): dβ = du·(v − p), dv = β du, dp = −β du */
-                const float dbeta = dot(du, R + (size_t)i * dv, dv);
-                float *dvv = dmixed + t * cd + voff;
-                for (int c = 0; c < dv; c++) {
-                    dvv[c] = beta * du[c];
-                    dp[c] = -beta * du[c];
-                }
-                /* dS' = dS + k̂ dpᵀ; dk̂ += α S_{t−1} dp; dα = <dS', S_{t−1}>; dS = α dS' */
-                double dalpha = 0.0;
-                for (int r = 0; r < dk; r++) {
-                    float sodp;
-                    dalpha += row_bwd2_any(wide_b, dS + (size_t)r * dv, k[r], dp, Sold + (size_t)r * dv, alpha,
-                                           &sodp, dv);
-                    dkv[r] += alpha * sodp;
-                }
-                da[gi] = (float)(dalpha * alpha) * cache->dgda[gi];
-                db[gi] = dbeta * beta * (1.0f - beta);
             }
         }
     }
 }
-
-/* d(q̂, k̂) of the task's rows -> d(silu out) through the L2 norm; then everything through SiLU'. */
-static void bwd_rows_task(void *arg, int task, int n_tasks) {
-    const bwd_job *J = arg;
-    const nl_gdn_shape *s = J->s;
-    const nl_gdn_cache *cache = J->cache;
-    float *dmixed = J->dmixed;
-    const int Hk = s->Hk, dk = s->dk, cd = nl_gdn_conv_dim(s);
-    float *xrow = J->scratch + (size_t)task * bwd_work_floats(s), *drow = xrow + dk; /* [dk] */
-    int t0, t1;
-    share(J->T, task, n_tasks, &t0, &t1);
-    for (int t = t0; t < t1; t++) {
-        const float *cp = cache->cpre + (size_t)t * cd;
-        float *dm = dmixed + (size_t)t * cd;
-        for (int h = 0; h < 2 * Hk; h++) {
-            const float *src = cp + (size_t)h * dk;
-            float *d = dm + (size_t)h * dk;
-            float nrm = silu_l2(xrow, src, dk, s->eps);
-            if (nrm > s->eps) {
-                float yd = dot(xrow, d, dk);
-                for (int i = 0; i < dk; i++) drow[i] = (d[i] - xrow[i] * yd) / nrm;
-            } else {
-                for (int i = 0; i < dk; i++) drow[i] = d[i] / s->eps;
-            }
-            for (int i = 0; i < dk; i++) d[i] = drow[i] * dsiluf(src[i]);
-        }
-        for (int c = 2 * Hk * dk; c < cd; c++) dm[c] *= dsiluf(cp[c]);
-    }
-}
-
 /* Conv backward of the task's channels, in place: dm_s[ch] = sum_i w[ch][i] dc_{s+K-1-i}[ch],
  * over indices < T (row s needs rows s..s+K-1 of its channel only: ascending in time). */
 static void bwd_conv_task(void *arg, int task, int n_tasks) {
     const bwd_job *J = arg;
-    const nl_gdn_weights *w = J->w;
+    const float *wt = J->wt; /* [K][cd]: the kernel transposed */
     float *dmixed = J->dmixed;
     const int T = J->T, K = J->s->K, cd = nl_gdn_conv_dim(J->s);
     int c0, c1;
     share(cd, task, n_tasks, &c0, &c1);
     for (int t = 0; t < T; t++) {
         float *dm = dmixed + (size_t)t * cd;
-        for (int ch = c0; ch < c1; ch++) {
-            const float *wc = w->conv + (size_t)ch * K;
+        int ch = c0;
+        /* 8 channels at a time (their rows t.. are read before row t is written) */
+        for (; ch + 8 <= c1; ch += 8) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int i = K - 1; i >= 0; i--) {
+                int src = t + K - 1 - i;
+                if (src >= T) continue;
+                const float *x = dmixed + (size_t)src * cd + ch, *wv = wt + (size_t)i * cd + ch;
+                for (int l = 0; l < 8; l++) acc[l] += wv[l] * x[l];
+            }
+            for (int l = 0; l < 8; l++) dm[ch + l] = acc[l];
+        }
+        for (; ch < c1; ch++) {
             float acc = 0.0f;
             for (int i = K - 1; i >= 0; i--) {
                 int src = t + K - 1 - i;
                 if (src >= T) continue;
-                acc += wc[i] * dmixed[(size_t)src * cd + ch];
+                acc += wt[(size_t)i * cd + ch] * dmixed[(size_t)src * cd + ch];
             }
             dm[ch] = acc;
         }
@@ -870,15 +1178,17 @@ int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *
         return nl_err("gdn: backward over %d tokens, but the cache holds a forward of %d", T, cache->T);
     if (!dy || !dmixed || !dz || !db || !da) return nl_err("gdn: NULL gradient pointer");
     const int cd = nl_gdn_conv_dim(s);
-    int nh = n_tasks_for(pool, s->Hk), nr = n_tasks_for(pool, T), nc = n_tasks_for(pool, cd);
-    int nmax = nh > nr ? nh : nr;
-    float *scratch = nl_malloc(sizeof(float) * (size_t)bwd_work_floats(s) * (size_t)nmax);
+    int nh = n_tasks_for(pool, s->Hk), nc = n_tasks_for(pool, cd);
+    const size_t n_work = (size_t)bwd_work_floats(s) * (size_t)nh, K = (size_t)s->K;
+    float *scratch = nl_malloc(sizeof(float) * (n_work + K * (size_t)cd));
     if (!scratch) return -1;
+    float *wt = scratch + n_work;
+    for (int ch = 0; ch < cd; ch++)
+        for (size_t i = 0; i < K; i++) wt[i * (size_t)cd + ch] = w->conv[(size_t)ch * K + i];
     memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
     bwd_job J = {.s = s, .w = w, .cache = cache, .dy = dy, .dmixed = dmixed, .dz = dz, .db = db, .da = da,
-                 .scratch = scratch, .T = T, .wide = wide_step(), .wide_b = wide_bwd()};
+                 .scratch = scratch, .wt = wt, .T = T, .wide = wide_step()};
     run_tasks(pool, nh, bwd_heads_task, &J);
-    run_tasks(pool, nr, bwd_rows_task, &J);
     run_tasks(pool, nc, bwd_conv_task, &J);
     free(scratch);
     return 0;

@@ -55,8 +55,9 @@ int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w
  *   beta, g, dgda[T][Hv] β = σ(b), g = A·softplus(a+dt_bias), dg/da = A·σ(a+dt_bias)
  *   S checkpoints       the FP32 state S[Hv][dk][dv] before tokens 16, 32, ..., i.e.
  *                       (T-1)/16 of them (the state before token 0 is zero and not stored)
- * The outputs o and the per-token states are NOT saved: backward recomputes each 16-token chunk
- * forward from its checkpoint, then walks it backward (last chunk first), carrying dS. */
+ * The outputs o and the per-token states are NOT saved: backward takes the chunks last to
+ * first, recomputes each one's u and o from its checkpoint in the chunked (WY) form, as small
+ * matrix products over the chunk's 16 tokens, and carries dS (docs/backward.md). */
 #define NL_GDN_CHUNK 16
 
 typedef struct nl_gdn_cache nl_gdn_cache; /* opaque; one data allocation */
@@ -65,10 +66,14 @@ typedef struct nl_gdn_cache nl_gdn_cache; /* opaque; one data allocation */
  * data, plus a fixed header of < 200 bytes): 4 * (T*(conv_dim + Hv*dv + 3*Hv)
  * + ((T-1)/16) * Hv*dk*dv). Returns 0 for an invalid shape, T < 1 or overflow. */
 uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T);
-/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache for each thread
- * it runs on, independent of T: 4 * (18*dk*dv + 34*dk + 68*dv) (a chunk's 17 states, dS,
- * per-token vectors). */
+/* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache, independent
+ * of T. On one thread: 4 * ((Hv/Hk + 2)*dk*dv + 128*dk + 193*dv + K*conv_dim) (the carried
+ * state gradients of a key head's value heads, a transposed checkpoint and gradient, a
+ * chunk's rows, the transposed conv kernel); each further thread of the pool adds
+ * nl_gdn_backward_thread_bytes = 4 * ((Hv/Hk + 2)*dk*dv + 128*dk + 193*dv). (A few KiB of
+ * 16×16 matrices live on the stack.) */
 uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s);
+uint64_t nl_gdn_backward_thread_bytes(const nl_gdn_shape *s);
 
 /* A cache able to hold up to T_max tokens; NULL + nl_err on failure. */
 nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max);
@@ -86,17 +91,18 @@ int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weig
 /* Backward of the last nl_gdn_forward_train on this cache (T must equal its T).
  * dy[T][Hv*dv] -> dmixed[T][conv_dim], dz[T][Hv*dv], db[T][Hv], da[T][Hv] (all overwritten).
  * Only w->conv and w->norm are read (the gate derivatives are in the cache). Frozen weights
- * get no gradient. Cost about 3x the forward recurrence. pool may be NULL: the key heads (each
- * with its value heads in order) are split over its threads, then rows and channels: the same
- * bits for any pool size. */
+ * get no gradient. Cost about 9 dk×dv state-sized products per 16 tokens and value head (about
+ * 3x the forward's arithmetic, in matrix form). pool may be NULL: the key heads (each with its
+ * value heads in order) are split over its threads, then the conv channels: the same bits for
+ * any pool size. */
 int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
                     const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
-/* The recurrence's SIMD kernels (x86-64: AVX-512 for the state update, AVX2 for the backward
- * rows; picked at run time) do the same multiplies and adds in the same order as the portable
- * C, so they give the same bits. nl_gdn_set_simd(0) makes every later call run the portable
- * kernels (for tests that compare the two; process-wide); nl_gdn_simd() is 1 when a SIMD kernel
- * would run now. */
+/* The recurrence's SIMD kernels (x86-64 with AVX-512, picked at run time: the forward's state
+ * update, the backward's matrix products, SiLU and transposes) do the same multiplies and adds
+ * in the same order as the portable C, so they give the same bits. nl_gdn_set_simd(0) makes
+ * every later call run the portable kernels (for tests that compare the two; process-wide);
+ * nl_gdn_simd() is 1 when a SIMD kernel would run now. */
 void nl_gdn_set_simd(int on);
 int nl_gdn_simd(void);
 
