@@ -448,13 +448,13 @@ static void test_cache_size(void) {
     nl_gdn_shape bad = s;
     bad.Hv = 3;
     CHECK(nl_gdn_cache_bytes(&bad, 10) == 0);
-    /* one thread: (Hv/Hk + 2) states, 128 dk- and 193 dv-rows, the transposed conv kernel */
-    CHECK(nl_gdn_backward_work_bytes(&q) == 4ull * (3 * 128 * 128 + 128 * 128 + 193 * 128 + 4 * 6144));
-    CHECK(nl_gdn_backward_work_bytes(&s) == 4ull * (4 * 5 * 3 + 128 * 5 + 193 * 3 + 4 * cd));
-    CHECK(nl_gdn_backward_thread_bytes(&q) == 4ull * (3 * 128 * 128 + 128 * 128 + 193 * 128));
+    /* one thread: (Hv/Hk + 2) states, 128 dk- and 208 dv-rows, the transposed conv kernel */
+    CHECK(nl_gdn_backward_work_bytes(&q) == 4ull * (3 * 128 * 128 + 128 * 128 + 208 * 128 + 4 * 6144));
+    CHECK(nl_gdn_backward_work_bytes(&s) == 4ull * (4 * 5 * 3 + 128 * 5 + 208 * 3 + 4 * cd));
+    CHECK(nl_gdn_backward_thread_bytes(&q) == 4ull * (3 * 128 * 128 + 128 * 128 + 208 * 128));
     nl_gdn_shape q2 = q;
     q2.Hv = 48; /* three value heads a key head: three carried gradients */
-    CHECK(nl_gdn_backward_thread_bytes(&q2) == 4ull * (5 * 128 * 128 + 128 * 128 + 193 * 128));
+    CHECK(nl_gdn_backward_thread_bytes(&q2) == 4ull * (5 * 128 * 128 + 128 * 128 + 208 * 128));
 }
 
 /* ---------------- errors ---------------- */

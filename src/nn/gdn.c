@@ -892,12 +892,12 @@ typedef struct {
     float *dS, *S0T, *dST;      /* [G][dk][dv], [dv][dk], [dv][dk] */
     float *QK, *dQK, *dsQK, *KT, *Z; /* [2C][dk] q̂ then k̂ rows, their gradient, silu'; [dk][C]; [C][dk] */
     float *PW, *dPW, *DOX;      /* [2C][dv]: Q S0 then K S0; their gradients; dO' then dX */
-    float *V, *dsV, *R, *U, *UT, *dU, *o; /* [C][dv] (UT [dv][C]); o [dv] */
+    float *V, *dsV, *R, *U, *UT, *dU, *O; /* [C][dv] (UT [dv][C]) */
 } bwd_buf;
 
 static uint64_t bwd_work_floats(const nl_gdn_shape *s) {
     uint64_t hs = (uint64_t)s->dk * s->dv, G = (uint64_t)(s->Hv / s->Hk);
-    return (G + 2) * hs + 8 * CH * (uint64_t)s->dk + (12 * CH + 1) * (uint64_t)s->dv;
+    return (G + 2) * hs + 8 * CH * (uint64_t)s->dk + 13 * CH * (uint64_t)s->dv;
 }
 
 static bwd_buf bwd_carve(const nl_gdn_shape *s, float *p) {
@@ -920,7 +920,7 @@ static bwd_buf bwd_carve(const nl_gdn_shape *s, float *p) {
     b.U = p, p += CH * dv;
     b.UT = p, p += CH * dv;
     b.dU = p, p += CH * dv;
-    b.o = p;
+    b.O = p;
     return b;
 }
 
@@ -932,6 +932,64 @@ typedef struct {
     float *dmixed, *dz, *db, *da, *scratch, *wt;
     int T, wide;
 } bwd_job;
+
+/* A chunk's per-token decays and gates and its decayed 16×16 matrices (value head j); entries
+ * outside the stated triangles are 0 (the products below run over full n×n blocks). */
+typedef struct {
+    float al[CH], be[CH], gam[CH];       /* α_i, β_i, γ_i = α_0···α_i */
+    float E[CH][CH], Lm[CH][CH], Mq[CH][CH]; /* E_im = α_{m+1}···α_i; L_im (m < i); Mq_im (m <= i) */
+    float X[CH][CH];                     /* (I + diag(β) L)⁻¹, unit lower triangular */
+} chunk_m;
+
+/* From g, β ([T][Hv]) and the chunk's Gram matrix [Q; K] Kᵀ ([2n][C]: q̂_i·k̂_m, then k̂_i·k̂_m). */
+static void chunk_mats(chunk_m *M, const float *g, const float *beta, int Hv, int j, int t0, int n,
+                       const float *Gram) {
+    for (int i = 0; i < n; i++) {
+        size_t gi = (size_t)(t0 + i) * Hv + j;
+        M->al[i] = expf(g[gi]);
+        M->be[i] = beta[gi];
+        M->gam[i] = (i ? M->gam[i - 1] : 1.0f) * M->al[i];
+        for (int m = 0; m < n; m++) {
+            M->E[i][m] = m < i ? M->E[i - 1][m] * M->al[i] : m == i ? 1.0f : 0.0f;
+            M->Mq[i][m] = m <= i ? Gram[(size_t)i * CH + m] * M->E[i][m] : 0.0f;
+            M->Lm[i][m] = m < i ? Gram[(size_t)(n + i) * CH + m] * M->E[i][m] : 0.0f;
+        }
+    }
+    /* X = (I + diag(β) L)⁻¹ row by row: X_i = e_i − β_i Σ_{k<i} L_ik X_k */
+    for (int i = 0; i < n; i++) {
+        for (int m = 0; m < n; m++) M->X[i][m] = m == i ? 1.0f : 0.0f;
+        for (int k = 0; k < i; k++) {
+            const float a = M->be[i] * M->Lm[i][k];
+            for (int m = 0; m <= k; m++) M->X[i][m] -= a * M->X[k][m];
+        }
+    }
+}
+
+/* R_i = V_i − γ_i W_i; U = X diag(β) R (the delta rule's u of the chunk); O = scale (diag(γ) P +
+ * Mq U) into O (row stride ldo). P, W: [n][dv] (Q S0, K S0), P NULL for a zero S0. R, U:
+ * [n][dv]. */
+static void chunk_uo(int wide, const chunk_m *M, int n, int dv, float scale, const float *V, size_t ldv,
+                     const float *P, const float *W, float *R, float *U, float *O, size_t ldo) {
+    float XB[CH][CH];
+    for (int i = 0; i < n; i++) {
+        float *r = R + (size_t)i * dv, *o = O + (size_t)i * ldo;
+        const float *v = V + (size_t)i * ldv, gi = M->gam[i];
+        if (P) {
+            GDN_EACH(c, dv, r[c] = v[c] - gi * W[(size_t)i * dv + c]);
+            GDN_EACH(c, dv, o[c] = gi * P[(size_t)i * dv + c]);
+        } else {
+            memcpy(r, v, sizeof(float) * (size_t)dv);
+            memset(o, 0, sizeof(float) * (size_t)dv);
+        }
+        for (int m = 0; m < n; m++) XB[i][m] = M->X[i][m] * M->be[m];
+    }
+    mm(wide, n, dv, n, &XB[0][0], CH, 1, R, (size_t)dv, U, (size_t)dv, 0);
+    mm(wide, n, dv, n, &M->Mq[0][0], CH, 1, U, (size_t)dv, O, ldo, 1);
+    for (int i = 0; i < n; i++) {
+        float *o = O + (size_t)i * ldo;
+        GDN_EACH(c, dv, o[c] *= scale);
+    }
+}
 
 /* One value head j over one chunk [t0, t0+n): recompute U and O from the checkpoint S0 (NULL:
  * zero), then the gradients. Reads b->QK (q̂ rows 0..n-1, k̂ rows n..2n-1), b->KT and the
@@ -949,46 +1007,23 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
     const float *Kc = b->QK + (size_t)n * dk;
     float *P = b->PW, *W = b->PW + (size_t)n * dv, *dP = b->dPW, *dW = b->dPW + (size_t)n * dv;
     float *DO = b->DOX, *dX = b->DOX + (size_t)n * dv;
-    float al[CH], be[CH], gam[CH], dgam[CH], dbe[CH], xd[CH];
-    float E[CH][CH], Lm[CH][CH], Mq[CH][CH], DD[2 * CH][2 * CH], DXU[2 * CH][CH];
+    float dgam[CH], dbe[CH], xd[CH], DD[2 * CH][2 * CH], DXU[2 * CH][CH];
     double dG[CH];
-    for (int i = 0; i < n; i++) {
-        size_t gi = (size_t)(t0 + i) * Hv + j;
-        al[i] = expf(cache->g[gi]);
-        be[i] = cache->beta[gi];
-        gam[i] = (i ? gam[i - 1] : 1.0f) * al[i];
-        E[i][i] = 1.0f;
-        for (int m = 0; m < i; m++) E[i][m] = E[i - 1][m] * al[i];
-        for (int m = 0; m <= i; m++) {
-            Mq[i][m] = Gram[(size_t)i * CH + m] * E[i][m];
-            Lm[i][m] = m < i ? Gram[(size_t)(n + i) * CH + m] * E[i][m] : 0.0f;
-        }
-        const float *cp = cache->cpre + (size_t)(t0 + i) * cd + voff;
-        float *v = b->V + (size_t)i * dv, *dsv = b->dsV + (size_t)i * dv;
-        silu_d_row(wide, v, dsv, cp, dv);
-    }
-    /* forward: P = Q S0, W = K S0; R = V − γ W; U by forward substitution; O; dO' = scale dO */
+    chunk_m M;
+    chunk_mats(&M, cache->g, cache->beta, Hv, j, t0, n, Gram);
+    const float *be = M.be, *gam = M.gam;
+    const float(*E)[CH] = M.E, (*Lm)[CH] = M.Lm, (*Mq)[CH] = M.Mq;
+    for (int i = 0; i < n; i++)
+        silu_d_row(wide, b->V + (size_t)i * dv, b->dsV + (size_t)i * dv, cache->cpre + (size_t)(t0 + i) * cd + voff, dv);
+    /* forward: P = Q S0, W = K S0; U, O; then dO' = scale dO through the gated norm */
     if (S0) mm(wide, 2 * n, dv, dk, b->QK, (size_t)dk, 1, S0, (size_t)dv, b->PW, (size_t)dv, 0);
+    chunk_uo(wide, &M, n, dv, scale, b->V, (size_t)dv, S0 ? P : NULL, W, b->R, b->U, b->O, (size_t)dv);
     for (int i = 0; i < n; i++) {
-        float *r = b->R + (size_t)i * dv, *u = b->U + (size_t)i * dv, *o = b->o;
-        const float *v = b->V + (size_t)i * dv;
-        if (S0)
-            GDN_EACH(c, dv, r[c] = v[c] - gam[i] * W[(size_t)i * dv + c]);
-        else
-            memcpy(r, v, sizeof(float) * (size_t)dv);
-        memcpy(u, r, sizeof(float) * (size_t)dv);
-        for (int m = 0; m < i; m++) row_axpy(u, -Lm[i][m], b->U + (size_t)m * dv, dv);
-        GDN_EACH(c, dv, u[c] *= be[i]);
-        if (S0)
-            GDN_EACH(c, dv, o[c] = gam[i] * P[(size_t)i * dv + c]);
-        else
-            for (int c = 0; c < dv; c++) o[c] = 0.0f;
-        for (int m = 0; m <= i; m++) row_axpy(o, Mq[i][m], b->U + (size_t)m * dv, dv);
-        GDN_EACH(c, dv, o[c] *= scale);
         const size_t t = (size_t)t0 + i;
         float *dov = DO + (size_t)i * dv;
-        gated_norm_backward(wide, dov, J->dz + t * vd + (size_t)j * dv, o, cache->z + t * vd + (size_t)j * dv, J->w->norm,
-                        J->dy + t * vd + (size_t)j * dv, dv, s->eps);
+        gated_norm_backward(wide, dov, J->dz + t * vd + (size_t)j * dv, b->O + (size_t)i * dv,
+                            cache->z + t * vd + (size_t)j * dv, J->w->norm, J->dy + t * vd + (size_t)j * dv, dv,
+                            s->eps);
         GDN_EACH(c, dv, dov[c] *= scale);
         dgam[i] = S0 ? dot(P + (size_t)i * dv, dov, dv) : 0.0f;
         GDN_EACH(c, dv, dP[(size_t)i * dv + c] = gam[i] * dov[c]);
@@ -1010,14 +1045,10 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
             for (int c = 0; c < dv; c++) du[c] = 0.0f;
             xd[m] = 0.0f;
         }
-        for (int i = m; i < n; i++) row_axpy(du, Mq[i][m], DO + (size_t)i * dv, dv);
     }
-    /* dX = (I + diag(β) L)⁻ᵀ dU by back substitution */
-    for (int i = n - 1; i >= 0; i--) {
-        float *x = dX + (size_t)i * dv;
-        memcpy(x, b->dU + (size_t)i * dv, sizeof(float) * (size_t)dv);
-        for (int m = i + 1; m < n; m++) row_axpy(x, -(be[m] * Lm[m][i]), dX + (size_t)m * dv, dv);
-    }
+    mm(wide, n, dv, n, &M.Mq[0][0], 1, CH, DO, (size_t)dv, b->dU, (size_t)dv, 1); /* += Mqᵀ dO' */
+    /* dX = (I + diag(β) L)⁻ᵀ dU = Xᵀ dU */
+    mm(wide, n, dv, n, &M.X[0][0], 1, CH, b->dU, (size_t)dv, dX, (size_t)dv, 0);
     /* [dO'; dX] Uᵀ: dMqk (i >= m) and −dA (m < i) */
     mm(wide, 2 * n, n, dv, b->DOX, (size_t)dv, 1, b->UT, CH, &DXU[0][0], CH, 0);
     /* dR = β dX (= dV, then through SiLU'); dW = −γ dR; dβ = R·dX + Σ dA L; dγ from P, W, S0 */
