@@ -288,6 +288,22 @@ static double fd(fix *F, double *x, size_t i, const double *rvec, double *ybuf) 
     return (lp - lm) / (2 * h);
 }
 
+/* The four differentiated inputs: the double copy the reference reads, the gradient, the size. */
+typedef struct {
+    const char *name;
+    double *x;
+    const float *g;
+    size_t n;
+} grad_in;
+
+static void grad_inputs(grad_in in[4], fix *F, const float *gm, const float *gz, const float *gb, const float *ga) {
+    size_t T = (size_t)F->T, Hv = (size_t)F->s.Hv;
+    in[0] = (grad_in){"mixed", F->dmixed, gm, T * F->cd};
+    in[1] = (grad_in){"z", F->dz, gz, T * Hv * F->s.dv};
+    in[2] = (grad_in){"b", F->db, gb, T * Hv};
+    in[3] = (grad_in){"a", F->da, ga, T * Hv};
+}
+
 /* Inputs checked by central differences: every one, or every fd_stride-th for the large shapes
  * (each difference is two reference forwards). */
 static size_t fd_stride = 1;
@@ -328,13 +344,8 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
     CHECK(c != NULL);
     CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
     CHECK(nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
-    struct {
-        const char *name;
-        double *x;
-        const float *g;
-        size_t n;
-    } in[4] = {{"mixed", F.dmixed, gm, (size_t)T * cd}, {"z", F.dz, gz, ny},
-               {"b", F.db, gb, (size_t)T * Hv}, {"a", F.da, ga, (size_t)T * Hv}};
+    grad_in in[4];
+    grad_inputs(in, &F, gm, gz, gb, ga);
     for (int v = 0; v < 4; v++) {
         int finite = 1;
         for (size_t i = 0; i < in[v].n; i++) finite &= isfinite(in[v].g[i]) != 0;
@@ -388,13 +399,8 @@ static void test_backward_direction(int Hk, int Hv, int dk, int dv, int tiled, i
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
     CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
     CHECK(c && nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
-    struct {
-        const char *name;
-        double *x;
-        const float *g;
-        size_t n;
-    } in[4] = {{"mixed", F.dmixed, gm, (size_t)T * cd}, {"z", F.dz, gz, ny},
-               {"b", F.db, gb, (size_t)T * Hv}, {"a", F.da, ga, (size_t)T * Hv}};
+    grad_in in[4];
+    grad_inputs(in, &F, gm, gz, gb, ga);
     for (int v = 0; v < 4; v++) {
         size_t n = in[v].n;
         double *dir = malloc(sizeof(double) * n), *x0 = malloc(sizeof(double) * n), gr = 0, ga_ = 0;

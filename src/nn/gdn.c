@@ -788,56 +788,42 @@ static void transpose(int wide, float *restrict dst, size_t ldd, const float *re
             transpose_c(dst, ldd, src, lds, r0, r0 + 16 < rows ? r0 + 16 : rows, c0, c0 + 16 < cols ? c0 + 16 : cols);
 }
 
-/* silu(x) and silu'(x) for the backward's rows, from one sigmoid σ = 1/(1 + e^{−x}) with e^t by
- * Cephes' single-precision polynomial (within ~2 ulp of expf; t clamped to [-87, 88]). The
- * AVX-512 form does the same operations per element as the portable one: the same bits. */
-static inline void silu_d1(float *y, float *d, float x) {
-    float t = -x;
-    t = t < -87.0f ? -87.0f : t;
-    t = t > 88.0f ? 88.0f : t;
-    float fx = t * 1.44269504088896341f;
-    fx = (fx + 12582912.0f) - 12582912.0f; /* round to nearest integer */
-    float r = t - fx * 0.693359375f;
-    r = r - fx * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } sc = {.i = ((int32_t)fx + 127) * (1 << 23)};
-    const float sg = 1.0f / (1.0f + p * sc.f);
-    *y = x * sg;
-    *d = sg * (1.0f + x * (1.0f - sg));
-}
-
+/* y = silu(x), d = silu'(x) over n from one sigmoid, nn/vecmath.h's nl_fsigmoid (its
+ * polynomial exp): portable in 8-lane blocks as nn/mlp.c's SwiGLU; with AVX-512 the same
+ * operations of nl_fexp 16 lanes at a time (no FMA, its integer exponent and masks), so the
+ * same bits. */
 #ifdef GDN_X86
 __attribute__((target("avx512f"))) static void silu_d_avx512(float *y, float *d, const float *x, int n) {
-    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f), one = _mm512_set1_ps(1.0f);
-    const __m512 mg = _mm512_set1_ps(12582912.0f);
+    const __m512 one = _mm512_set1_ps(1.0f), big = _mm512_set1_ps(12582912.0f);
+    const __m512i sign = _mm512_set1_epi32((int)0x80000000u), i127 = _mm512_set1_epi32(127);
+    const __m512i i1 = _mm512_set1_epi32(1), i255 = _mm512_set1_epi32(255);
     for (int i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 t = _mm512_sub_ps(_mm512_setzero_ps(), xv);
-        t = _mm512_max_ps(lo, t); /* = t < lo ? lo : t, NaN passed through as in the C */
-        t = _mm512_min_ps(hi, t);
-        __m512 fx = _mm512_mul_ps(t, _mm512_set1_ps(1.44269504088896341f));
-        fx = _mm512_sub_ps(_mm512_add_ps(fx, mg), mg);
-        __m512 r = _mm512_sub_ps(t, _mm512_mul_ps(fx, _mm512_set1_ps(0.693359375f)));
-        r = _mm512_sub_ps(r, _mm512_mul_ps(fx, _mm512_set1_ps(-2.12194440e-4f)));
-        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-        p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), one);
-        const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(fx), _mm512_set1_epi32(127)), 23);
-        const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, _mm512_mul_ps(p, _mm512_castsi512_ps(e))));
+        const __m512 nx = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(xv), sign)); /* -x */
+        const __m512 t = _mm512_add_ps(_mm512_mul_ps(nx, _mm512_set1_ps(1.44269504088896341f)), big);
+        const __m512 nn = _mm512_sub_ps(t, big);
+        __m512 r = _mm512_sub_ps(nx, _mm512_mul_ps(nn, _mm512_set1_ps(0.693145751953125f)));
+        r = _mm512_sub_ps(r, _mm512_mul_ps(nn, _mm512_set1_ps(1.42860682030941723e-06f)));
+        __m512 p = _mm512_set1_ps(1.98756915e-4f);
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.39819337e-3f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.33345205e-3f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.16657962e-2f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.66666657e-1f));
+        p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0e-1f));
+        p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), one);
+        const __m512i tb = _mm512_castps_si512(t);
+        const __m512i e = _mm512_add_epi32(
+            _mm512_sub_epi32(_mm512_and_si512(tb, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x4B400000)), i127);
+        const __m512i neg = _mm512_srai_epi32(tb, 31);
+        const __m512i lo = _mm512_andnot_si512(neg, _mm512_andnot_si512(_mm512_srai_epi32(_mm512_sub_epi32(e, i1), 31),
+                                                                        _mm512_set1_epi32(-1)));
+        const __m512i hi = _mm512_or_si512(_mm512_srai_epi32(_mm512_sub_epi32(e, i255), 31), neg);
+        const __m512i eb = _mm512_slli_epi32(_mm512_and_si512(_mm512_and_si512(e, lo), hi), 23);
+        const __m512i yb = _mm512_castps_si512(_mm512_mul_ps(p, _mm512_castsi512_ps(eb)));
+        const __m512i ex = _mm512_or_si512(_mm512_and_si512(_mm512_and_si512(yb, lo), hi),
+                                           _mm512_andnot_si512(hi, _mm512_set1_epi32(0x7F800000)));
+        const __m512 sg = _mm512_div_ps(one, _mm512_add_ps(one, _mm512_castsi512_ps(ex)));
         _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(xv, sg));
         _mm512_mask_storeu_ps(
             d + i, m, _mm512_mul_ps(sg, _mm512_add_ps(one, _mm512_mul_ps(xv, _mm512_sub_ps(one, sg)))));
@@ -845,8 +831,7 @@ __attribute__((target("avx512f"))) static void silu_d_avx512(float *y, float *d,
 }
 #endif
 
-/* y = silu(x), d = silu'(x) over n (y, d may not alias x). */
-static void silu_d_row(int wide, float *y, float *d, const float *x, int n) {
+static void silu_d_row(int wide, float *restrict y, float *restrict d, const float *restrict x, int n) {
 #ifdef GDN_X86
     if (wide) {
         silu_d_avx512(y, d, x, n);
@@ -855,7 +840,17 @@ static void silu_d_row(int wide, float *y, float *d, const float *x, int n) {
 #else
     (void)wide;
 #endif
-    for (int i = 0; i < n; i++) silu_d1(y + i, d + i, x[i]);
+    for (int i0 = 0; i0 < n; i0 += NL_LANES) {
+        const int w = n - i0 < NL_LANES ? n - i0 : NL_LANES;
+        float xv[NL_LANES] = {0}, ry[NL_LANES], rd[NL_LANES];
+        for (int l = 0; l < w; l++) xv[l] = x[i0 + l];
+        for (int l = 0; l < NL_LANES; l++) {
+            const float sg = nl_fsigmoid(xv[l]);
+            ry[l] = xv[l] * sg;
+            rd[l] = sg * (1.0f + xv[l] * (1.0f - sg));
+        }
+        for (int l = 0; l < w; l++) y[i0 + l] = ry[l], d[i0 + l] = rd[l];
+    }
 }
 
 /* q̂ or k̂ of one head: dst = silu(src) / max(||silu(src)||, eps), ds = silu'(src); returns
