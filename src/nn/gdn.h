@@ -69,9 +69,9 @@ uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T);
 /* Transient heap bytes nl_gdn_backward allocates (and frees) on top of the cache, independent
  * of T. On one thread: 4 * ((Hv/Hk + 2)*dk*dv + 128*dk + 208*dv + K*conv_dim) (the carried
  * state gradients of a key head's value heads, a transposed checkpoint and gradient, a
- * chunk's rows, the transposed conv kernel); each further thread of the pool adds
- * nl_gdn_backward_thread_bytes = 4 * ((Hv/Hk + 2)*dk*dv + 128*dk + 208*dv). (A few KiB of
- * 16×16 matrices live on the stack.) */
+ * chunk's rows, the transposed conv kernel); each further thread of the pool (up to Hk
+ * threads) adds nl_gdn_backward_thread_bytes = 4 * ((Hv/Hk + 2)*dk*dv + 128*dk + 208*dv).
+ * (About 14 KiB of 16×16 matrices live on the stack.) */
 uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s);
 uint64_t nl_gdn_backward_thread_bytes(const nl_gdn_shape *s);
 
