@@ -11,15 +11,8 @@
 
 #include "nn/gemm_bf16.h"
 
-/* FP32 -> BF16 as vcvtne2ps2bf16 converts (the vector packers): nearest even, a NaN quieted,
- * a denormal input read as a zero of its sign */
-static uint16_t bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (!(u & 0x7f800000u)) return (uint16_t)(u >> 16 & 0x8000u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
+/* FP32 -> BF16 as vcvtne2ps2bf16 converts (the vector packers): proj/amx.h's */
+static uint16_t bf16(float f) { return nl_amx_f32_to_bf16(f); }
 
 static uint32_t pair(float lo, float hi) { return (uint32_t)bf16(lo) | (uint32_t)bf16(hi) << 16; }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "proj/amx.h"
+#include "util/cpu.h"
 #include "util/util.h"
 
 _Static_assert(sizeof(nl_amx_cfg) == 64, "the tile configuration is 64 bytes");
@@ -59,14 +60,16 @@ static float bf16_val(uint16_t h) {
     return f;
 }
 
-/* hi[i] = bf16(src[i]); lo[i] = bf16(src[i] - hi[i]) when lo is not NULL (split). */
+/* hi[i] = bf16(src[i]) (nl_amx_f32_to_bf16: FP32 denormals read as zero, as the kernel set's
+ * VCVTNEPS2BF16 converts; that set's to_bf16 only where the CPU has AVX512_BF16, on whole
+ * 32-element blocks); lo[i] = bf16(src[i] - hi[i]) when lo is not NULL (split). */
 static void to_bf16_split(const nl_host_kernels *ks, const float *src, int n, uint16_t *hi, uint16_t *lo) {
     int i = 0;
-    if (ks->to_bf16) {
-        ks->to_bf16(src, n, hi);
-        i = n;
+    if (ks->to_bf16 && ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16)) {
+        i = n / 32 * 32;
+        ks->to_bf16(src, i, hi);
     }
-    for (; i < n; i++) hi[i] = nl_host_f32_to_bf16(src[i]);
+    for (; i < n; i++) hi[i] = nl_amx_f32_to_bf16(src[i]);
     if (lo)
         for (int j = 0; j < n; j++) lo[j] = nl_host_f32_to_bf16(src[j] - bf16_val(hi[j]));
 }

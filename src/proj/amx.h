@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "proj/kernels.h"
 #include "util/pool.h"
@@ -87,6 +88,18 @@ int nl_amx_available(char *why, size_t cap);
  * (only where nl_amx_available), "amx-emu" the emulator, anything else NULL. The nodes'
  * products (nn/tiles.h: attention, LoRA) follow the service's mode through this. */
 const nl_amx_tiles *nl_amx_tiles_of(const char *compute);
+
+/* FP32 -> BF16 as VCVTNEPS2BF16 / VCVTNE2PS2BF16 convert (what the AVX512_BF16 packers give):
+ * nearest even, a NaN quieted, an FP32 denormal read as a zero of its sign. The scalar packing of
+ * the tile operands (here and in nn/tiles) rounds this way, so their bits do not depend on the
+ * CPU's ISA. */
+static inline uint16_t nl_amx_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (!(u & 0x7f800000u)) return (uint16_t)(u >> 16 & 0x8000u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
 
 /* ---- the driver (amx.c) ------------------------------------------------------------------ */
 typedef struct nl_amx_ctx nl_amx_ctx;
