@@ -497,14 +497,25 @@ static void test_errors(void) {
 /* ---------------- (e) the SIMD kernels against the portable ones ---------------- */
 
 /* Forward (zero start and a random past state, streamed in two pieces), training forward and
- * backward with the SIMD kernels and with the portable ones: the same bits. Shapes with
- * dv >= 64 (the AVX-512 column blocks), a column tail, odd dk, several 16-token chunks and
- * T not a multiple of 16; also the float64 reference at those shapes (with the past state). */
+ * backward at each SIMD level (portable; AVX2, forced with nl_gdn_set_simd(2) also on an
+ * AVX-512 CPU; AVX-512): the same bits. Shapes with dv >= 64 (the AVX-512 column blocks; the
+ * AVX2 step's are 32), column tails (dv = 70, 21; dk = 33, 17, 13, 9: the products' 16- and
+ * 8-column blocks and the portable rest), odd dk, several 16-token chunks and T not a multiple
+ * of 16, both head mappings; also the float64 reference at those shapes (with the past state). */
 static void test_simd_same_bits(void) {
     int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {1, 2, 17, 128, 3, 0, 50}, {1, 1, 9, 64, 4, 1, 16},
-                       {2, 2, 128, 128, 4, 1, 40}};
-    if (!nl_gdn_simd()) printf("note: no SIMD kernel on this CPU; the portable kernels are compared with themselves\n");
-    for (int si = 0; si < 4; si++) {
+                       {2, 2, 128, 128, 4, 1, 40}, {2, 4, 13, 21, 4, 0, 47}};
+    const int levels[3] = {0, 2, 3}; /* nl_gdn_set_simd's: portable, AVX2 at most, the best */
+    int got[3];
+    for (int m = 0; m < 3; m++) {
+        nl_gdn_set_simd(levels[m]);
+        got[m] = nl_gdn_simd();
+    }
+    nl_gdn_set_simd(1);
+    CHECK(got[0] == 0 && got[1] <= 2 && got[2] >= got[1]);
+    if (got[1] != 2) printf("note: no AVX2 kernels on this CPU; that level runs the portable ones\n");
+    if (got[2] != 3) printf("note: no AVX-512 kernels on this CPU; that level runs %s\n", got[2] ? "AVX2" : "portable");
+    for (int si = 0; si < 5; si++) {
         int *p = shapes[si], Hv = p[1], dk = p[2], dv = p[3], K = p[4], T = p[6];
         fix F;
         fix_init(&F, p[0], Hv, dk, dv, K, p[5], T);
@@ -518,9 +529,10 @@ static void test_simd_same_bits(void) {
         fill(S0, dS, nS, -0.5, 0.5);
         float *dy = malloc(sizeof(float) * ny);
         for (size_t i = 0; i < ny; i++) dy[i] = (float)nl_t_rand();
-        float *out[2][9];
-        for (int m = 0; m < 2; m++) {
-            nl_gdn_set_simd(m == 0);
+        float *out[3][9];
+        for (int m = 0; m < 3; m++) {
+            nl_gdn_set_simd(levels[m]);
+            CHECK(nl_gdn_simd() == got[m]);
             float *y = malloc(sizeof(float) * ny), *ys = malloc(sizeof(float) * ny), *yt = malloc(sizeof(float) * ny);
             float *hist = malloc(sizeof(float) * nh), *S = malloc(sizeof(float) * nS);
             memcpy(hist, hist0, sizeof(float) * nh);
@@ -536,11 +548,11 @@ static void test_simd_same_bits(void) {
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
             CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
             CHECK(c && nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
-            CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d simd=%d: training forward differs", si, m == 0);
+            CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d level %d: training forward differs", si, got[m]);
             nl_gdn_cache_free(c);
             float *o[9] = {y, ys, S, hist, gm, gz, gb, ga, yt};
             memcpy(out[m], o, sizeof o);
-            if (m == 0) { /* vs the float64 reference, from the past state */
+            if (m == 2) { /* vs the float64 reference, from the past state */
                 double *yr = malloc(sizeof(double) * ny);
                 refw r = rw(&F);
                 ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, dh, dS);
@@ -555,10 +567,11 @@ static void test_simd_same_bits(void) {
         nl_gdn_set_simd(1);
         size_t len[9] = {ny, ny, nS, nh, nm, ny, ng, ng, ny};
         const char *name[9] = {"y", "y (past state)", "S", "conv history", "dmixed", "dz", "db", "da", "y (train)"};
-        for (int v = 0; v < 9; v++)
-            CHECKF(memcmp(out[0][v], out[1][v], sizeof(float) * len[v]) == 0, "shape %d: %s differs between SIMD and portable",
-                   si, name[v]);
-        for (int m = 0; m < 2; m++)
+        for (int m = 1; m < 3; m++)
+            for (int v = 0; v < 9; v++)
+                CHECKF(memcmp(out[0][v], out[m][v], sizeof(float) * len[v]) == 0,
+                       "shape %d: %s differs between level %d and portable", si, name[v], got[m]);
+        for (int m = 0; m < 3; m++)
             for (int v = 0; v < 9; v++) free(out[m][v]);
         free(hist0); free(S0); free(dh); free(dS); free(dy);
         fix_free(&F);
