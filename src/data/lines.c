@@ -272,258 +272,249 @@ static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, n
     return 0;
 }
 
+/* ---- one line: its keys, then one function per format, then its targets ---- */
+
+/* A line's members, looked up once (NULL when absent). */
+typedef struct {
+    const nl_json *root;
+    const char *fmt_key;   /* the key naming the line's format */
+    const nl_json *fv;     /* its value */
+    const nl_json *choices, *answer, *completion, *loss_mask, *tools;
+    bool trl;              /* TRL's conversational prompt/completion: two message lists */
+} line_keys;
+
+/* Keys: only the known ones (unless told to skip the others), exactly one format, and the
+ * keys that belong with one format only; sets ex->format. */
+static int line_keys_read(const loader *L, const nl_json *root, line_keys *k, nl_example *ex) {
+    memset(k, 0, sizeof *k);
+    k->root = root;
+    if (!nl_json_is_object(root))
+        return lerr(L, root->offset, "expected a JSON object, found %s", nl_json_type_name(root->type));
+    const char *fmt_key = NULL;
+    for (size_t i = 0; i < root->u.obj.n; i++) {
+        const nl_json_member *m = &root->u.obj.members[i];
+        if (!key_in(m, known_keys, sizeof known_keys / sizeof *known_keys)) {
+            if (L->ignore_unknown) continue;
+            return lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations, text or"
+                                          " tokens [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the"
+                                          " keys nightlora does not read)", m->key);
+        }
+        if (key_in(m, format_keys, sizeof format_keys / sizeof *format_keys)) {
+            if (fmt_key) return lerr(L, m->key_offset, "\"%s\" cannot be combined with \"%s\" on one line", m->key, fmt_key);
+            fmt_key = m->key;
+        }
+    }
+    if (!fmt_key)
+        return lerr(L, root->offset, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\""
+                                     " or \"tokens\"");
+    k->fmt_key = fmt_key;
+    k->choices = nl_json_get(root, "choices");
+    k->answer = nl_json_get(root, "answer");
+    k->completion = nl_json_get(root, "completion");
+    k->loss_mask = nl_json_get(root, "loss_mask");
+    k->tools = nl_json_get(root, "tools");
+    k->fv = nl_json_get(root, fmt_key);
+    if (k->completion && strcmp(fmt_key, "prompt") != 0)
+        return lerr(L, k->completion->offset, "\"completion\" belongs with \"prompt\", not \"%s\"", fmt_key);
+    if (k->loss_mask && strcmp(fmt_key, "tokens") != 0)
+        return lerr(L, k->loss_mask->offset, "\"loss_mask\" belongs with \"tokens\", not \"%s\"", fmt_key);
+    if (k->answer && !k->choices) return lerr(L, k->answer->offset, "\"answer\" without \"choices\"");
+    if (k->tools && !nl_json_is_array(k->tools))
+        return lerr(L, k->tools->offset, "\"tools\" must be an array (of function descriptions), found %s",
+                    nl_json_type_name(k->tools->type));
+    k->trl = !strcmp(fmt_key, "prompt") && nl_json_is_array(k->fv);
+    if (!strcmp(fmt_key, "tokens")) ex->format = NL_LINE_TOKENS;
+    else if (!strcmp(fmt_key, "prompt")) ex->format = k->trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
+    else if (!strcmp(fmt_key, "messages") || !strcmp(fmt_key, "conversations")) ex->format = NL_LINE_MESSAGES;
+    else ex->format = NL_LINE_TEXT;
+    if (ex->format != NL_LINE_TOKENS && need_tok(L, k->fv, fmt_key)) return -1;
+    if (k->tools && ex->format != NL_LINE_MESSAGES)
+        return lerr(L, k->tools->offset, "\"tools\" belongs with a conversation (\"messages\"), not \"%s\"", fmt_key);
+    return 0;
+}
+
+/* The "prompt" key's checks (a string prompt, or TRL's message lists) before anything is
+ * tokenized. */
+static int check_prompt(const loader *L, const line_keys *k) {
+    const nl_json *fv = k->fv, *completion = k->completion;
+    const bool trl = k->trl;
+    if (!trl && need_string(L, fv, "\"prompt\"")) return -1;
+    if (!completion && !k->choices) return lerr(L, k->root->offset, "a \"prompt\" line needs \"completion\"");
+    if (completion && trl != nl_json_is_array(completion) && (nl_json_is_string(completion) || nl_json_is_array(completion)))
+        return lerr(L, completion->offset, "\"completion\" is a %s but \"prompt\" is a %s: give both as strings, or both as lists"
+                    " of {\"role\", \"content\"} messages (TRL's conversational form)", trl ? "string" : "message list",
+                    trl ? "message list" : "string");
+    if (trl && completion && k->choices)
+        return lerr(L, completion->offset, "with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one"
+                    " of the choices)");
+    if (completion && !trl) {
+        if (need_string(L, completion, "\"completion\"")) return -1;
+        if (completion->u.str.len == 0) return lerr(L, completion->offset, "\"completion\" is empty (nothing to learn)");
+    }
+    return 0;
+}
+
+static int line_choices(const loader *L, const line_keys *k, nl_example *ex) {
+    return k->choices ? parse_choices(L, k->root, k->choices, ex->format, ex) : 0;
+}
+
+/* {"prompt": P, "completion": C}: BOS + tok(P) + tok(C) + EOS */
+static int line_prompt(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
+    if (check_prompt(L, k) || line_choices(L, k, ex)) return -1;
+    if (nl_tokbuf_bos(L->tok, b) || tb_json_text(L, b, k->fv, 0)) return -1;
+    if (!k->choices) {
+        if (tb_json_text(L, b, k->completion, 1)) return -1;
+        int32_t end = nl_token_eos(L->tok) >= 0 ? nl_token_eos(L->tok) : nl_token_eot(L->tok);
+        if (end >= 0 && nl_tokbuf_push(b, end, 1)) return -1;
+    }
+    return 0;
+}
+
+/* {"text": S}: BOS + tok(S) */
+static int line_text(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
+    if (need_string(L, k->fv, "\"text\"")) return -1;
+    if (k->fv->u.str.len == 0) return lerr(L, k->fv->offset, "\"text\" is empty");
+    if (line_choices(L, k, ex)) return -1;
+    return nl_tokbuf_bos(L->tok, b) || tb_json_text(L, b, k->fv, k->choices ? 0 : 1) ? -1 : 0;
+}
+
+/* One turn list ("messages", ShareGPT's "conversations"), or TRL's prompt + completion,
+ * through the chat template. */
+static int line_messages(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
+    const nl_json *fv = k->fv, *completion = k->completion, *choices = k->choices, *tools = k->tools;
+    const bool trl = k->trl;
+    if (trl && check_prompt(L, k)) return -1;
+    if (line_choices(L, k, ex)) return -1;
+    const turn_list tl = !strcmp(k->fmt_key, "conversations") ? sharegpt_turns : chat_turns(k->fmt_key);
+    const turn_list tc = chat_turns("completion");
+    size_t n1 = 0, n2 = 0;
+    if (turn_count(L, fv, &tl, trl, &n1)) return -1;
+    if (trl && completion && turn_count(L, completion, &tc, false, &n2)) return -1;
+    if (n1 == 0 && n2 == 0) return lerr(L, fv->offset, "\"%s\" is empty", tl.name);
+    nl_chat_msg *msgs = calloc(n1 + n2, sizeof *msgs);
+    if (!msgs) return lerr(L, fv->offset, "out of memory");
+    int rc = -1;
+    int n_msgs = 0, n_asst = 0;
+    if (parse_turns(L, fv, &tl, msgs, &n_msgs, &n_asst)) goto done;
+    const int n_ctx = n_msgs, n_ctx_asst = n_asst; /* TRL: the prompt's turns */
+    if (n2 && parse_turns(L, completion, &tc, msgs, &n_msgs, &n_asst)) goto done;
+    if (choices && msgs[n_msgs - 1].role[0] == 'a') {
+        lerr(L, fv->offset, "with \"choices\", the conversation must not end with an assistant message");
+        goto done;
+    }
+    if (!choices && n_asst - (trl ? n_ctx_asst : 0) == 0) {
+        if (trl) lerr(L, completion->offset, "\"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to learn)");
+        else if (tl.sharegpt) lerr(L, fv->offset, "no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
+        else lerr(L, fv->offset, "no assistant message (loss is on assistant turns: nothing to learn)");
+        goto done;
+    }
+    if (ensure_template(L, fv->offset)) goto done;
+    if (nl_chat_template_tokens(L->tmpl, msgs, n_msgs, tools, choices != NULL, choices ? 0 : 1, b)) {
+        lerr_slot(L, fv->offset);
+        goto done;
+    }
+    if (trl && !choices && n_ctx_asst > 0) {
+        /* TRL trains on the completion only: the prompt's assistant turns are context. The
+         * prompt rendered alone is the conversation's first tokens; no loss on them. */
+        nl_tokbuf pb = {0};
+        int bad = nl_chat_template_tokens(L->tmpl, msgs, n_ctx, tools, false, 1, &pb);
+        if (bad) lerr_slot(L, fv->offset);
+        else if (pb.n > b->n || memcmp(pb.ids, b->ids, (size_t)pb.n * sizeof *pb.ids) != 0)
+            bad = lerr(L, fv->offset, "the chat template renders the prompt's turns differently inside the whole"
+                       " conversation: the completion's tokens cannot be told apart");
+        else memset(b->tgt, 0, (size_t)pb.n);
+        nl_tokbuf_free(&pb);
+        if (bad) goto done;
+    }
+    rc = 0;
+done:
+    free(msgs);
+    return rc;
+}
+
+/* {"tokens": [...], "loss_mask": [...]}: taken as is */
+static int line_tokens(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
+    const nl_json *fv = k->fv, *loss_mask = k->loss_mask;
+    if (!nl_json_is_array(fv))
+        return lerr(L, fv->offset, "\"tokens\" must be an array of token ids, found %s", nl_json_type_name(fv->type));
+    if (nl_json_len(fv) == 0) return lerr(L, fv->offset, "\"tokens\" is empty");
+    if (nl_json_len(fv) > (size_t)INT_MAX / 2) return lerr(L, fv->offset, "\"tokens\" is too long");
+    if (loss_mask) {
+        if (k->choices) return lerr(L, loss_mask->offset, "\"loss_mask\" cannot be used with \"choices\"");
+        if (!nl_json_is_array(loss_mask))
+            return lerr(L, loss_mask->offset, "\"loss_mask\" must be an array of 0/1, found %s",
+                        nl_json_type_name(loss_mask->type));
+        if (nl_json_len(loss_mask) != nl_json_len(fv))
+            return lerr(L, loss_mask->offset, "\"loss_mask\" has %zu entries but \"tokens\" has %zu",
+                        nl_json_len(loss_mask), nl_json_len(fv));
+    }
+    if (line_choices(L, k, ex)) return -1;
+    for (size_t i = 0; i < nl_json_len(fv); i++) {
+        int32_t id;
+        uint8_t t = k->choices ? 0 : 1;
+        if (token_id(L, nl_json_at(fv, i), "tokens", i, &id)) return -1;
+        if (loss_mask) {
+            const nl_json *mv = nl_json_at(loss_mask, i);
+            int64_t x;
+            if (nl_json_int64(mv, &x) || (x != 0 && x != 1)) return lerr(L, mv->offset, "loss_mask[%zu] must be 0 or 1", i);
+            t = (uint8_t)x;
+        }
+        if (nl_tokbuf_push(b, id, t)) return lerr_slot(L, fv->offset);
+    }
+    return 0;
+}
+
+/* The built sequence -> the example: (choices) the correct answer appended, the first token
+ * never a target, at least one target. Takes b's arrays on success. */
+static int line_finish(const loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
+    const nl_json *choices = k->choices;
+    if (choices) {
+        ex->n_prompt = b->n;
+        for (int i = 0; i < ex->choice_len[ex->answer]; i++)
+            if (nl_tokbuf_push(b, ex->choice_ids[ex->answer][i], 1)) return lerr_slot(L, choices->offset);
+    }
+    /* the first token has nothing before it: it is never a target */
+    const int first_was_target = b->n > 0 && b->tgt[0];
+    if (b->n > 0) b->tgt[0] = 0;
+    int nt = 0;
+    for (int i = 0; i < b->n; i++) nt += b->tgt[i];
+    if (nt == 0) {
+        const nl_json *at = ex->format == NL_LINE_PROMPT && k->completion ? k->completion : choices ? choices : k->fv;
+        return lerr(L, at->offset, "no target tokens (%s)",
+                    first_was_target && b->n == 1 && (choices || ex->format == NL_LINE_PROMPT)
+                        ? "the only target is the first token of the sequence, with nothing before it to predict it from: "
+                          "give a non-empty prompt; this model adds no BOS token"
+                    : ex->format == NL_LINE_TEXT   ? "the text is a single token: nothing to predict"
+                    : ex->format == NL_LINE_TOKENS ? "loss_mask selects no token after the first, or only one token"
+                                                   : "the completion produced no tokens");
+    }
+    ex->ids = b->ids;
+    ex->target = b->tgt;
+    ex->n_tokens = b->n;
+    ex->n_targets = nt;
+    memset(b, 0, sizeof *b);
+    return 0;
+}
+
 static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
     nl_json_error je;
     nl_json *root = nl_json_parse(s, len, &je);
     if (!root) return lerr(L, je.offset, "%s", je.msg);
-    int rc = -1;
     nl_tokbuf b = {0};
-    nl_chat_msg *msgs = NULL;
+    line_keys k;
     memset(ex, 0, sizeof *ex);
     ex->line = L->line;
     ex->answer = -1;
-
-    if (!nl_json_is_object(root)) {
-        lerr(L, root->offset, "expected a JSON object, found %s", nl_json_type_name(root->type));
-        goto done;
-    }
-    /* Keys: only the known ones (unless told to skip the others), and exactly one format. */
-    const char *fmt_key = NULL;
-    for (size_t k = 0; k < root->u.obj.n; k++) {
-        const nl_json_member *m = &root->u.obj.members[k];
-        if (!key_in(m, known_keys, sizeof known_keys / sizeof *known_keys)) {
-            if (L->ignore_unknown) continue;
-            lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations, text or"
-                                   " tokens [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the"
-                                   " keys nightlora does not read)", m->key);
-            goto done;
-        }
-        if (key_in(m, format_keys, sizeof format_keys / sizeof *format_keys)) {
-            if (fmt_key) {
-                lerr(L, m->key_offset, "\"%s\" cannot be combined with \"%s\" on one line", m->key, fmt_key);
-                goto done;
-            }
-            fmt_key = m->key;
+    int rc = line_keys_read(L, root, &k, ex);
+    if (!rc) {
+        switch (ex->format) {
+        case NL_LINE_PROMPT: rc = line_prompt(L, &k, ex, &b); break;
+        case NL_LINE_TEXT: rc = line_text(L, &k, ex, &b); break;
+        case NL_LINE_MESSAGES: rc = line_messages(L, &k, ex, &b); break;
+        case NL_LINE_TOKENS: rc = line_tokens(L, &k, ex, &b); break;
         }
     }
-    if (!fmt_key) {
-        lerr(L, root->offset, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\""
-                              " or \"tokens\"");
-        goto done;
-    }
-    const nl_json *choices = nl_json_get(root, "choices");
-    const nl_json *answer = nl_json_get(root, "answer");
-    const nl_json *completion = nl_json_get(root, "completion");
-    const nl_json *loss_mask = nl_json_get(root, "loss_mask");
-    const nl_json *tools = nl_json_get(root, "tools");
-    const nl_json *fv = nl_json_get(root, fmt_key);
-    if (completion && strcmp(fmt_key, "prompt") != 0) {
-        lerr(L, completion->offset, "\"completion\" belongs with \"prompt\", not \"%s\"", fmt_key);
-        goto done;
-    }
-    if (loss_mask && strcmp(fmt_key, "tokens") != 0) {
-        lerr(L, loss_mask->offset, "\"loss_mask\" belongs with \"tokens\", not \"%s\"", fmt_key);
-        goto done;
-    }
-    if (answer && !choices) {
-        lerr(L, answer->offset, "\"answer\" without \"choices\"");
-        goto done;
-    }
-    if (tools && !nl_json_is_array(tools)) {
-        lerr(L, tools->offset, "\"tools\" must be an array (of function descriptions), found %s", nl_json_type_name(tools->type));
-        goto done;
-    }
-    /* TRL's conversational prompt/completion: two message lists, read as one conversation */
-    const bool trl = !strcmp(fmt_key, "prompt") && nl_json_is_array(fv);
-    if (!strcmp(fmt_key, "tokens")) ex->format = NL_LINE_TOKENS;
-    else if (!strcmp(fmt_key, "prompt")) ex->format = trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
-    else if (!strcmp(fmt_key, "messages") || !strcmp(fmt_key, "conversations")) ex->format = NL_LINE_MESSAGES;
-    else ex->format = NL_LINE_TEXT;
-    if (ex->format != NL_LINE_TOKENS && need_tok(L, fv, fmt_key)) goto done;
-    if (tools && ex->format != NL_LINE_MESSAGES) {
-        lerr(L, tools->offset, "\"tools\" belongs with a conversation (\"messages\"), not \"%s\"", fmt_key);
-        goto done;
-    }
-
-    /* Type checks of the format's own values before anything is tokenized. */
-    if (!strcmp(fmt_key, "prompt")) {
-        if (!trl && need_string(L, fv, "\"prompt\"")) goto done;
-        if (!completion && !choices) {
-            lerr(L, root->offset, "a \"prompt\" line needs \"completion\"");
-            goto done;
-        }
-        if (completion && trl != nl_json_is_array(completion) && (nl_json_is_string(completion) || nl_json_is_array(completion))) {
-            lerr(L, completion->offset, "\"completion\" is a %s but \"prompt\" is a %s: give both as strings, or both as lists"
-                 " of {\"role\", \"content\"} messages (TRL's conversational form)", trl ? "string" : "message list",
-                 trl ? "message list" : "string");
-            goto done;
-        }
-        if (trl && completion && choices) {
-            lerr(L, completion->offset, "with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one"
-                 " of the choices)");
-            goto done;
-        }
-        if (completion && !trl) {
-            if (need_string(L, completion, "\"completion\"")) goto done;
-            if (completion->u.str.len == 0) {
-                lerr(L, completion->offset, "\"completion\" is empty (nothing to learn)");
-                goto done;
-            }
-        }
-    } else if (ex->format == NL_LINE_TEXT) {
-        if (need_string(L, fv, "\"text\"")) goto done;
-        if (fv->u.str.len == 0) {
-            lerr(L, fv->offset, "\"text\" is empty");
-            goto done;
-        }
-    } else if (ex->format == NL_LINE_TOKENS) {
-        if (!nl_json_is_array(fv)) {
-            lerr(L, fv->offset, "\"tokens\" must be an array of token ids, found %s", nl_json_type_name(fv->type));
-            goto done;
-        }
-        if (nl_json_len(fv) == 0) {
-            lerr(L, fv->offset, "\"tokens\" is empty");
-            goto done;
-        }
-        if (nl_json_len(fv) > (size_t)INT_MAX / 2) {
-            lerr(L, fv->offset, "\"tokens\" is too long");
-            goto done;
-        }
-        if (loss_mask) {
-            if (choices) {
-                lerr(L, loss_mask->offset, "\"loss_mask\" cannot be used with \"choices\"");
-                goto done;
-            }
-            if (!nl_json_is_array(loss_mask)) {
-                lerr(L, loss_mask->offset, "\"loss_mask\" must be an array of 0/1, found %s",
-                     nl_json_type_name(loss_mask->type));
-                goto done;
-            }
-            if (nl_json_len(loss_mask) != nl_json_len(fv)) {
-                lerr(L, loss_mask->offset, "\"loss_mask\" has %zu entries but \"tokens\" has %zu",
-                     nl_json_len(loss_mask), nl_json_len(fv));
-                goto done;
-            }
-        }
-    }
-    if (choices && parse_choices(L, root, choices, ex->format, ex)) goto done;
-
-    /* Build the sequence: context, then (choices) the correct answer or the format's targets. */
-    switch (ex->format) {
-    case NL_LINE_PROMPT:
-        if (nl_tokbuf_bos(L->tok, &b) || tb_json_text(L, &b, fv, 0)) goto done;
-        if (!choices) {
-            if (tb_json_text(L, &b, completion, 1)) goto done;
-            int32_t end = nl_token_eos(L->tok) >= 0 ? nl_token_eos(L->tok) : nl_token_eot(L->tok);
-            if (end >= 0 && nl_tokbuf_push(&b, end, 1)) goto done;
-        }
-        break;
-    case NL_LINE_TEXT:
-        if (nl_tokbuf_bos(L->tok, &b) || tb_json_text(L, &b, fv, choices ? 0 : 1)) goto done;
-        break;
-    case NL_LINE_MESSAGES: {
-        /* one turn list ("messages", ShareGPT's "conversations"), or TRL's prompt + completion */
-        const turn_list tl = !strcmp(fmt_key, "conversations") ? sharegpt_turns : chat_turns(fmt_key);
-        const turn_list tc = chat_turns("completion");
-        size_t n1 = 0, n2 = 0;
-        if (turn_count(L, fv, &tl, trl, &n1)) goto done;
-        if (trl && completion && turn_count(L, completion, &tc, false, &n2)) goto done;
-        if (n1 == 0 && n2 == 0) {
-            lerr(L, fv->offset, "\"%s\" is empty", tl.name);
-            goto done;
-        }
-        msgs = calloc(n1 + n2, sizeof *msgs);
-        if (!msgs) {
-            lerr(L, fv->offset, "out of memory");
-            goto done;
-        }
-        int n_msgs = 0, n_asst = 0;
-        if (parse_turns(L, fv, &tl, msgs, &n_msgs, &n_asst)) goto done;
-        const int n_ctx = n_msgs, n_ctx_asst = n_asst; /* TRL: the prompt's turns */
-        if (n2 && parse_turns(L, completion, &tc, msgs, &n_msgs, &n_asst)) goto done;
-        if (choices && msgs[n_msgs - 1].role[0] == 'a') {
-            lerr(L, fv->offset, "with \"choices\", the conversation must not end with an assistant message");
-            goto done;
-        }
-        if (!choices && n_asst - (trl ? n_ctx_asst : 0) == 0) {
-            if (trl) lerr(L, completion->offset, "\"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to learn)");
-            else if (tl.sharegpt) lerr(L, fv->offset, "no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
-            else lerr(L, fv->offset, "no assistant message (loss is on assistant turns: nothing to learn)");
-            goto done;
-        }
-        if (ensure_template(L, fv->offset)) goto done;
-        if (nl_chat_template_tokens(L->tmpl, msgs, n_msgs, tools, choices != NULL, choices ? 0 : 1, &b)) {
-            lerr_slot(L, fv->offset);
-            goto done;
-        }
-        if (trl && !choices && n_ctx_asst > 0) {
-            /* TRL trains on the completion only: the prompt's assistant turns are context. The
-             * prompt rendered alone is the conversation's first tokens; no loss on them. */
-            nl_tokbuf pb = {0};
-            int bad = nl_chat_template_tokens(L->tmpl, msgs, n_ctx, tools, false, 1, &pb);
-            if (bad) lerr_slot(L, fv->offset);
-            else if (pb.n > b.n || memcmp(pb.ids, b.ids, (size_t)pb.n * sizeof *pb.ids) != 0)
-                bad = lerr(L, fv->offset, "the chat template renders the prompt's turns differently inside the whole"
-                           " conversation: the completion's tokens cannot be told apart");
-            else memset(b.tgt, 0, (size_t)pb.n);
-            nl_tokbuf_free(&pb);
-            if (bad) goto done;
-        }
-        break;
-    }
-    case NL_LINE_TOKENS:
-        for (size_t i = 0; i < nl_json_len(fv); i++) {
-            int32_t id;
-            uint8_t t = choices ? 0 : 1;
-            if (token_id(L, nl_json_at(fv, i), "tokens", i, &id)) goto done;
-            if (loss_mask) {
-                const nl_json *mv = nl_json_at(loss_mask, i);
-                int64_t x;
-                if (nl_json_int64(mv, &x) || (x != 0 && x != 1)) {
-                    lerr(L, mv->offset, "loss_mask[%zu] must be 0 or 1", i);
-                    goto done;
-                }
-                t = (uint8_t)x;
-            }
-            if (nl_tokbuf_push(&b, id, t)) {
-                lerr_slot(L, fv->offset);
-                goto done;
-            }
-        }
-        break;
-    }
-    if (choices) {
-        ex->n_prompt = b.n;
-        for (int i = 0; i < ex->choice_len[ex->answer]; i++)
-            if (nl_tokbuf_push(&b, ex->choice_ids[ex->answer][i], 1)) {
-                lerr_slot(L, choices->offset);
-                goto done;
-            }
-    }
-    /* the first token has nothing before it: it is never a target */
-    const int first_was_target = b.n > 0 && b.tgt[0];
-    if (b.n > 0) b.tgt[0] = 0;
-    int nt = 0;
-    for (int i = 0; i < b.n; i++) nt += b.tgt[i];
-    if (nt == 0) {
-        const nl_json *at = ex->format == NL_LINE_PROMPT && completion ? completion : choices ? choices : fv;
-        lerr(L, at->offset, "no target tokens (%s)",
-             first_was_target && b.n == 1 && (choices || ex->format == NL_LINE_PROMPT)
-                 ? "the only target is the first token of the sequence, with nothing before it to predict it from: "
-                   "give a non-empty prompt; this model adds no BOS token"
-             : ex->format == NL_LINE_TEXT   ? "the text is a single token: nothing to predict"
-             : ex->format == NL_LINE_TOKENS ? "loss_mask selects no token after the first, or only one token"
-                                            : "the completion produced no tokens");
-        goto done;
-    }
-    ex->ids = b.ids;
-    ex->target = b.tgt;
-    ex->n_tokens = b.n;
-    ex->n_targets = nt;
-    memset(&b, 0, sizeof b);
-    rc = 0;
-done:
-    free(msgs);
+    if (!rc) rc = line_finish(L, &k, ex, &b);
     nl_tokbuf_free(&b);
     if (rc) example_free(ex);
     nl_json_free(root);
