@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Test vectors for nightlora's Jinja chat-template renderer (src/data/jinja.c).
+"""Test vectors for nightlora's Jinja chat-template renderer (src/data/jinja_*.c).
 
 Renders each template in tests/data/templates/*.jinja over a fixed set of conversations the
 way Hugging Face transformers' apply_chat_template does (jinja2's ImmutableSandboxedEnvironment

@@ -8,7 +8,7 @@
  * keyword and default arguments), generation (rendered as its body); literals (strings with
  * Python escapes, ints, floats, true/false/none, lists, tuples, dicts), attribute and item
  * access, slices, calls with keyword arguments, + - * / // % **, ~, comparisons, in / not in,
- * and/or/not, `a if c else b`; the filters and tests in the tables of jinja.c; string methods
+ * and/or/not, `a if c else b`; the filters and tests in the tables of jinja_parse.c; string methods
  * (startswith, endswith, split, rsplit, strip, lstrip, rstrip, replace, upper, lower, title,
  * capitalize, find, count, join, format is not), dict methods (items, keys, values, get);
  * namespace(), range(), raise_exception(). Values: undefined, none, bool, int (64-bit),
