@@ -1,17 +1,17 @@
 /* bench_nn: wall-clock of the hot nn/ nodes (not a test). Prints ms per call.
  *   attention forward / backward at T=512, Hq=16, Hkv=8, d=128 (Llama-3.2-1B-like layer), FP32
- *   and BF16, and on the AMX tiles where the CPU has them (nn/tiles.h), one thread and two (kv
+ *   and BF16, and on the AMX tiles where the CPU has them (cpu/tiles.h), one thread and two (kv
  *   heads split; wall clock)
  *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05 (FP32; AMX tiles
  *   where the CPU has them)
- *   gemm (nn/gemm.c) on the attention and LoRA block shapes
+ *   gemm (cpu/gemm.c) on the attention and LoRA block shapes
  * Usage: bench_nn [reps]
  * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): steady on a shared
  * machine, where other tenants' time slices would inflate the wall clock. */
+#include "cpu/amx.h"
+#include "cpu/vecmath.h"
 #include "nn/lora.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
-#include "proj/amx.h"
 #include "util/util.h"
 
 #include <math.h>

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "model/quant.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "proj/proj.h"
 #include "util/util.h"
 

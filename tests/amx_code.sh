@@ -2,7 +2,7 @@
 # The machine code of the AMX tile kernels, checked on any x86-64 build machine (the real tile
 # instructions themselves run only on a CPU with AMX: tests/test_amx.c there).
 #   1. every tile instruction (ldtilecfg, tileloadd, tdpbf16ps, ...) is in a function of
-#      src/proj/kernels_amx.c (real_*), which runs only after nl_amx_available() said yes: no
+#      src/cpu/kernels_amx.c (real_*), which runs only after nl_amx_available() said yes: no
 #      other code of the library or the CLI contains one (it would raise SIGILL on a CPU without AMX);
 #   2. ldtilecfg reads the shared configuration object (nl_amx_config), never a stack slot: gcc
 #      12's _tile_loadconfig declares only 8 bytes of its operand read, and a configuration built
@@ -28,7 +28,7 @@ for bin in "$@"; do
     n=$(wc -l < "$tmp/tile.txt")
     [ "$n" -gt 0 ] && found=1
     if grep -v '^real_' "$tmp/tile.txt" > "$tmp/bad.txt"; then
-        echo "FAIL: $bin: tile instructions outside the AMX kernels (src/proj/kernels_amx.c):"
+        echo "FAIL: $bin: tile instructions outside the AMX kernels (src/cpu/kernels_amx.c):"
         sort -u "$tmp/bad.txt" | head -20
         bad=1
     fi

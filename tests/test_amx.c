@@ -1,4 +1,4 @@
-/* test_amx: the matrix-engine kernels (proj/amx.h) on the tile emulator — and, where this CPU
+/* test_amx: the matrix-engine kernels (cpu/amx.h) on the tile emulator — and, where this CPU
  * has usable AMX, on the real instructions.
  *   - the emulator's TDPBF16PS against a plain C model of the SDM pseudo-code (DAZ/FTZ
  *     included), bit for bit, on random BF16 with denormals and sums that underflow;
@@ -17,8 +17,7 @@
 #include <sys/wait.h>
 
 #include "model/model.h"
-#include "proj/amx.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "proj/proj.h"
 #include "test.h"
 #include "tile_model.h"

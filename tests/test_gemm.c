@@ -1,11 +1,11 @@
-/* nn/gemm (the FP32 GEMM of the attention fallback and the LoRA branch) against its contract:
+/* cpu/gemm (the FP32 GEMM of the attention fallback and the LoRA branch) against its contract:
  * every C element is ONE multiply-add chain over k in increasing order, from C's old value
  * (accumulate) or from 0 — fused (fmaf) where nl_gemm_wide() says the AVX2+FMA kernel runs,
  * separate multiply and add otherwise — whatever the shape, the tiling path (short reductions
  * K <= 32 take their own row-outer path), a power-of-two row stride, or a transposed A.
  * Checked bit for bit against that chain written out in scalar C, on odd shapes. */
 #include "test.h"
-#include "nn/vecmath.h"
+#include "cpu/vecmath.h"
 
 #include <stdint.h>
 

@@ -8,15 +8,15 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "cpu/amx.h"
 #include "model/adapter.h"
 #include "model/model.h"
+#include "model/quant.h"
 #include "nn/forward.h"
 #include "nn/lora.h"
-#include "util/rng.h"
-#include "model/quant.h"
-#include "proj/amx.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "train/graph.h"
+#include "util/rng.h"
 #include "util/util.h"
 
 static char tmpdir[256];

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "model/quant.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "proj/proj.h"
 #include "test.h"
 #include "util/util.h"

@@ -2,8 +2,8 @@
  * Every forward is compared with a float64 reference written here from the formulas
  * (docs/formats.md §3); every backward with float64 central finite differences of a
  * random linear functional Σ w·out of that reference. Sizes are odd on purpose. */
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
 #include "test.h"
 
 #include <stdint.h>

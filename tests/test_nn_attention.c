@@ -2,12 +2,12 @@
  * full score matrix. Forward (out and lse) with GQA and with a KV-cache past (S > T); backward
  * against float64 central finite differences at small sizes and against the float64 analytic
  * backward (itself checked by finite differences) at sizes that cross the block boundaries.
- * The BF16 vector variant and the tile variant (nn/tiles.h) within the BF16 bound of both; the
+ * The BF16 vector variant and the tile variant (cpu/tiles.h) within the BF16 bound of both; the
  * tile variant on the emulator also bit for bit against a plain C model of its arithmetic. */
-#include "nn/gemm_bf16.h"
+#include "cpu/amx.h"
+#include "cpu/gemm_bf16.h"
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
-#include "proj/amx.h"
 #include "test.h"
 #include "tile_model.h"
 
@@ -547,7 +547,7 @@ static void check_tiles_model(const shape *s, const char *name) {
     free(q), free(k), free(v), free(out), free(lse), free(om), free(lm);
 }
 
-/* The tile kernels (nn/tiles.h) on the emulator — and the real instructions where this CPU has
+/* The tile kernels (cpu/tiles.h) on the emulator — and the real instructions where this CPU has
  * usable AMX — with the BF16 checks and bounds: against the float64 forward and the float64
  * analytic backward, not the FP32 call's bits, kv heads split the same bits. Query counts not
  * a multiple of 16 or 32, head dims 64/128/256 (gemma3's 256), sliding windows, a past. */

@@ -1,13 +1,13 @@
 /* nn/lora and util/rng: the LoRA node against a float64 reference (with the same dropout mask,
  * regenerated through nl_lora_dropout_mask), its backward against float64 central finite
  * differences, mask reproducibility, p = 0 fast path identity; the counter-based RNG's
- * determinism and distributions. The rank-r products on the tiles (nn/tiles.h): on the emulator
+ * determinism and distributions. The rank-r products on the tiles (cpu/tiles.h): on the emulator
  * against the plain C model of the tile product bit for bit (forward, backward, with and
  * without dropout), against float64 within the BF16 bound, the split API bit for bit; real
  * AMX within the bound where this CPU has it. */
+#include "cpu/amx.h"
 #include "model/adapter.h"
 #include "nn/lora.h"
-#include "proj/amx.h"
 #include "util/rng.h"
 #include "test.h"
 #include "tile_model.h"

@@ -1,4 +1,4 @@
-/* nn/tiles: the nodes' tile GEMM (packing into the A-row and VNNI-pair layouts, both
+/* cpu/tiles: the nodes' tile GEMM (packing into the A-row and VNNI-pair layouts, both
  * orientations of each operand, zero padding, 2×2 blocks of tiles with edges, accumulation
  * from C) on the tile emulator against the plain C model of the tile product, bit for bit, on
  * odd shapes; a reduction split into consecutive calls of whole 32-element steps gives the
@@ -6,7 +6,7 @@
  * within the BF16 bound — and, where this CPU has usable AMX, the real instructions within
  * that bound too. (The attention's and LoRA's products on the tiles: test_nn_attention,
  * test_nn_lora.) */
-#include "nn/tiles.h"
+#include "cpu/tiles.h"
 #include "test.h"
 #include "tile_model.h"
 

@@ -6,7 +6,7 @@
  * transposed copy (the resident bytes of each type equal the stored bytes, nothing converted), every
  * planner check passed (nothing routed to ref); FWD and BWD of one-hot rows through the service give
  * one effective weight from those bytes for a Q5_0, a Q4_K and a Q6_K tensor (model/quant's to_float,
- * rounded to BF16 where the service computes in bf16 or on the BF16 tiles: proj/kernels.h). Skipped, saying so, when the
+ * rounded to BF16 where the service computes in bf16 or on the BF16 tiles: proj/host.h). Skipped, saying so, when the
  * file is absent. */
 #include "model/model.h"
 #include "model/quant.h"

@@ -34,16 +34,16 @@
 
 #include "test.h"
 #include "data/dataset.h"
-#include "util/json.h"
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "train/graph.h"
 #include "train/mezo.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 #include "train/trainer_hooks.h"
+#include "util/json.h"
 #include "util/util.h"
 
 static char tmp[256];

@@ -1,9 +1,9 @@
 /* util: error slot, overflow-checked arithmetic, file reading, the CPU-feature probe, the hash,
  * splitmix64 and FNV-1a, the thread pool. */
 #include "test.h"
-#include "util/cpu.h"
-#include "util/hash.h"
+#include "cpu/cpu.h"
 #include "util/arena.h"
+#include "util/hash.h"
 #include "util/pool.h"
 #include "util/rng.h"
 #include "util/util.h"

@@ -1,5 +1,5 @@
 /* The plain C model of the tile product (TDPBF16PS as the SDM's pseudo-code describes it, the
- * contract of the emulator in proj/amx_emu.c), shared by the tests of the tile kernels
+ * contract of the emulator in cpu/amx_emu.c), shared by the tests of the tile kernels
  * (test_amx: the service's projections; test_nn_tiles, test_nn_attention, test_nn_lora: the
  * nodes' products). BF16 inputs rounded to nearest even from FP32, denormal inputs read as
  * zero, every FP32 sum of one product rounded to nearest even and flushed to zero when denormal. */
@@ -15,7 +15,7 @@ static inline uint16_t m_bf16(float f) { /* round to nearest even */
     memcpy(&u, &f, 4);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
-/* as the nodes' packers round (nn/tiles.h, vcvtne2ps2bf16): a denormal reads as zero, a NaN is
+/* as the nodes' packers round (cpu/tiles.h, vcvtne2ps2bf16): a denormal reads as zero, a NaN is
  * quieted */
 static inline uint16_t m_bf16_daz(float f) {
     uint32_t u;
@@ -36,7 +36,7 @@ static inline float m_in(uint16_t h) { /* DAZ */
 static inline float m_ftz(float f) { return f != 0.0f && fabsf(f) < 1.17549435e-38f ? (signbit(f) ? -0.0f : 0.0f) : f; }
 static inline float m_step(float c, uint16_t a, uint16_t b) { return m_ftz(c + m_in(a) * m_in(b)); }
 
-/* C[M][N] (ldc) (=|+=) A·B as the nodes' tile GEMM computes it (nn/tiles.h): the FP32 inputs
+/* C[M][N] (ldc) (=|+=) A·B as the nodes' tile GEMM computes it (cpu/tiles.h): the FP32 inputs
  * rounded by m_bf16_daz, one chain per element over k = 0 .. up32(K) − 1 (zeros past K),
  * A[m][k] = a[m·ras + k·cas], B[k][n] = b[k·rbs + n·cbs]. */
 static inline void m_gemm(float *C, int64_t ldc, const float *a, int64_t ras, int64_t cas, const float *b, int64_t rbs, int64_t cbs,

@@ -15,12 +15,12 @@
 #include <string.h>
 
 #include "cli.h"
-#include "util/json.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "proj/proj.h"
+#include "util/json.h"
 #include "util/rng.h"
 #include "util/util.h"
 

@@ -13,7 +13,7 @@
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "util/util.h"
 
 /* Shared service flags: --backend ref|host, --threads N, --precision, --wire. */

@@ -13,7 +13,7 @@
 #include "eval/session.h"
 #include "model/model.h"
 #include "model/quant.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "proj/proj.h"
 #include "sys/signals.h"
 #include "train/trainer.h"

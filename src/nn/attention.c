@@ -22,11 +22,11 @@
  *
  * Memory: O(d·S + BQ·S) scratch per call (one allocation): per head O(T·d), never T×T.
  * Very short query blocks against a long past (decoding) skip the packing and take dot
- * products straight from the cache. The GEMMs are nn/gemm.c (deterministic FMA chains). */
-#include "nn/gemm_bf16.h"
+ * products straight from the cache. The GEMMs are cpu/gemm.c (deterministic FMA chains). */
+#include "cpu/gemm_bf16.h"
+#include "cpu/tiles.h"
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/tiles.h"
-#include "nn/vecmath.h"
 #include "util/util.h"
 
 #include <math.h>
@@ -259,7 +259,7 @@ void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, 0, Hkv);
 }
 
-/* ---- BF16 variant (nn/gemm_bf16.h) ----
+/* ---- BF16 variant (cpu/gemm_bf16.h) ----
  *
  * The same blocks as above, with every GEMM operand packed to BF16 words in the layout the
  * vdpbf16ps kernel contracts over (pairs along the reduction index):
@@ -408,7 +408,7 @@ void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const flo
     nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
 }
 
-/* ---- on the matrix engine's tiles (nn/tiles.h) ----
+/* ---- on the matrix engine's tiles (cpu/tiles.h) ----
  *
  * The FP32 calls' blocks and row steps (row_scale_max, row_exp_sum, row_bwd in FP32), with
  * every GEMM a tile GEMM on BF16 operands, in blocks of BQT = 32 queries (one pair of A

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/amx.h"
+#include "cpu/vecmath.h"
 #include "nn/layer.h"
 #include "nn/lora.h"
-#include "proj/amx.h"
-#include "nn/vecmath.h"
 #include "util/util.h"
 
 /* The gated delta-net's shape from the model's ssm_* hyperparameters (qwen35). */

@@ -37,7 +37,7 @@ typedef struct nl_runtime {
      * service computes in BF16 (nl_proj_compute), so the step's arithmetic follows one switch;
      * callers may override it. Inference never reads it. */
     int attn_bf16;
-    /* The nodes' products on the matrix engine's tiles (proj/amx.h: the real instructions or
+    /* The nodes' products on the matrix engine's tiles (cpu/amx.h: the real instructions or
      * the emulator), the service's own when it computes on them ("amx", "amx-emu":
      * nl_amx_tiles_of, set by nl_runtime_init unless NL_AMX_NODES=off is in the environment):
      * the training graph's attention (before attn_bf16) and LoRA products. NULL: the FP32 /

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/vecmath.h"
-#include "util/cpu.h"
+#include "cpu/cpu.h"
+#include "cpu/vecmath.h"
 #include "util/pool.h"
 #include "util/util.h"
 
@@ -889,7 +889,7 @@ static void transpose(int lv, float *restrict dst, size_t ldd, const float *rest
             transpose_c(dst, ldd, src, lds, r0, r0 + 16 < rows ? r0 + 16 : rows, c0, c0 + 16 < cols ? c0 + 16 : cols);
 }
 
-/* y = silu(x), d = silu'(x) over n from one sigmoid, nn/vecmath.h's nl_fsigmoid (its
+/* y = silu(x), d = silu'(x) over n from one sigmoid, cpu/vecmath.h's nl_fsigmoid (its
  * polynomial exp): portable in 8-lane blocks as nn/mlp.c's SwiGLU; with AVX-512 (AVX2) the
  * same operations of nl_fexp 16 (8) lanes at a time (no FMA, its integer exponent and masks),
  * so the same bits. The SIMD kernels do the whole vectors of n and return how many they did;

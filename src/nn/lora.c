@@ -5,16 +5,16 @@
  * loops. With dropout, the mask of a token block is regenerated from the RNG into scratch and
  * discarded at the end of the block: x ⊙ m never outlives the call.
  *
- * On the tiles (L->tiles, nn/tiles.h) the same blocks (TB = 32 rows: one pair of A tiles, one
+ * On the tiles (L->tiles, cpu/tiles.h) the same blocks (TB = 32 rows: one pair of A tiles, one
  * 32-element step of a reduction over tokens) with every product a tile GEMM: per call A and B
  * are packed as B operands in the orientation each product needs (Aᵀ, Bᵀ forward; B, A for du
  * and dx), per block the activations as A rows; dA and dB take the transposed du and dy as A
  * rows against x ⊙ m and s·u as pairs of tokens, in column panels, each element one chain over
  * all T tokens. r = 16 is half a 32-element step (zero padded); r up to 32 costs the same. */
+#include "cpu/cpu.h"
+#include "cpu/tiles.h"
+#include "cpu/vecmath.h"
 #include "nn/lora.h"
-#include "nn/tiles.h"
-#include "nn/vecmath.h"
-#include "util/cpu.h"
 #include "util/rng.h"
 #include "util/util.h"
 

@@ -32,8 +32,8 @@ typedef struct {
     float scale;           /* s = alpha / rank */
     float dropout;         /* p in [0, 1) */
     uint64_t key;          /* dropout key (nl_lora_dropout_key); unused when dropout == 0 */
-    /* NULL: the rank-r products in FP32 (nl_gemm). Else on these tiles (proj/amx.h, real or
-     * emulated; nn/tiles.h): every product's operands rounded to BF16 (nearest even), FP32
+    /* NULL: the rank-r products in FP32 (nl_gemm). Else on these tiles (cpu/amx.h, real or
+     * emulated; cpu/tiles.h): every product's operands rounded to BF16 (nearest even), FP32
      * accumulation; the scalings, the mask and the adds in FP32 as above. The same split
      * invariance (below) and the same accumulation contract; agrees with the FP32 products to
      * BF16 accuracy. */

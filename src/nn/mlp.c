@@ -7,8 +7,8 @@
  *   Gate:    out = o ⊙ σ(g);  do = dout ⊙ σ(g),  dg = dout ⊙ o ⊙ σ(g)(1 − σ(g))
  * All arrays hold n floats. Outputs may alias inputs elementwise (each element is read
  * before it is written). Facts: docs/backward.md. */
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
 
 #include <math.h>
 

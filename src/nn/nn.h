@@ -66,7 +66,7 @@ void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const flo
                                       const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
                                       int Hkv, int d, float scale, int window, int g0, int g1);
 int nl_attention_bf16_active(void);
-/* The same on the matrix engine's tiles (nn/tiles.h; tl: proj/amx.h's tile operations, real
+/* The same on the matrix engine's tiles (cpu/tiles.h; tl: cpu/amx.h's tile operations, real
  * or emulated): the FP32 calls' blocks and row steps (softmax, lse, D, the scalings in FP32)
  * with every GEMM a tile GEMM on BF16 operands (nearest even) accumulated in FP32. Same
  * thread-split invariance; agrees with the FP32 calls to BF16 accuracy. Decoding-size query

@@ -2,8 +2,8 @@
  *   forward:  y[t] = w ⊙ x[t] · rstd[t],  rstd[t] = 1 / sqrt(mean(x[t]²) + eps)   x, y: [T][n]
  *   backward: with g = dy ⊙ w,  dx = rstd · (g − x · (g·x) · rstd² / n)   (no dw: w is frozen)
  * Facts: docs/formats.md §3, backward.md "RMSNorm". */
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
 
 #include <math.h>
 

@@ -32,7 +32,7 @@ void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dou
 void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n);                   /* y += x */
 void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n);  /* y = a + b */
 /* Attention (kv heads split): nl_attention_forward_range / _backward_range, their tile
- * variants when tiles (nn.h; proj/amx.h's tile operations), else their BF16 variants when bf16.
+ * variants when tiles (nn.h; cpu/amx.h's tile operations), else their BF16 variants when bf16.
  * Forward: k, v hold S >= T rows (the first S - T the past). window: the sliding window
  * (0 = none), nn.h. */
 struct nl_amx_tiles;

@@ -8,8 +8,8 @@
  *
  * cos/sin are computed once per (token, pair) in double (θ reaches ~1e5 rad at long positions;
  * a float θ would lose ~1e-2 rad there) and shared by all heads of the token. */
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,8 +3,8 @@
  * the function returns Σ_t loss_t over target rows (targets[t] >= 0) in double. With
  * want_grad, z is overwritten with dz_t = (softmax(z_t) − onehot(y_t))·inv_n on target rows,
  * 0 on the others. Facts: docs/backward.md "Head + cross-entropy". */
+#include "cpu/vecmath.h"
 #include "nn/nn.h"
-#include "nn/vecmath.h"
 
 #include <math.h>
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proj/amx.h"
-#include "util/cpu.h"
+#include "cpu/cpu.h"
+#include "proj/host.h"
 #include "util/util.h"
 
 _Static_assert(sizeof(nl_amx_cfg) == 64, "the tile configuration is 64 bytes");

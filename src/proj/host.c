@@ -8,10 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "model/model.h"
-#include "proj/amx.h"
-#include "proj/kernels.h"
-#include "util/cpu.h"
+#include "proj/host.h"
 #include "util/pool.h"
 #include "util/util.h"
 

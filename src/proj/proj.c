@@ -11,8 +11,8 @@
 
 #include "model/model.h"
 #include "model/quant.h"
+#include "proj/host.h"
 #include "proj/proj_impl.h"
-#include "proj/kernels.h"
 #include "util/util.h"
 
 /* ---------------------------------------------------------------------------------------- */

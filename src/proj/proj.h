@@ -69,7 +69,7 @@ typedef struct {
     int wire_f16;
     int verbose;
     /* The host backend's compute mode: "f32", "bf16", "amx", "amx-emu" or "auto" (NULL: auto,
-     * by capability; proj/kernels.h). Handed to the backend's init; ref computes in FP32 whatever
+     * by capability; proj/host.h). Handed to the backend's init; ref computes in FP32 whatever
      * it says (but refuses an unknown mode). */
     const char *compute;
     /* Resident precision of the projection weights (DESIGN §2), applied once at nl_proj_add:

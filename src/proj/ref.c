@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "model/quant.h"
-#include "proj/kernels.h"
+#include "proj/host.h"
 #include "proj/proj.h"
 #include "util/pool.h"
 #include "util/util.h"

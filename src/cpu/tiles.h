@@ -1,6 +1,6 @@
-/* nn/tiles.h (private to nn/): the nodes' own products on the matrix engine's tiles — the
+/* cpu/tiles.h (for nn/): the nodes' own products on the matrix engine's tiles — the
  * attention's Q·Kᵀ, P·V and their backward, the LoRA rank-r products — through the tile
- * operations of proj/amx.h (nl_amx_tiles: the real AMX instructions where the CPU has them,
+ * operations of cpu/amx.h (nl_amx_tiles: the real AMX instructions where the CPU has them,
  * the portable emulator elsewhere; the runtime takes the service's: nl_amx_tiles_of).
  *
  * One GEMM form: C[M][N] (=|+=) A·B, A as BF16 rows (M × K, the reduction along each row),
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "proj/amx.h"
+#include "cpu/amx.h"
 
 static inline int nl_tile_up(int n) { return (n + 31) / 32 * 32; }
 

@@ -1,11 +1,11 @@
-/* proj/kernels_scalar: the portable kernel set (any CPU) and the block decoders every set
+/* cpu/kernels_scalar: the portable kernel set (any CPU) and the block decoders every set
  * shares. Block layouts: docs/formats.md §1. F16, Q8_0 and Q4_0 have their own
  * decoders here (the values equal model/quant's to_float bit for bit: exact widening and
  * (float)q*d), Q5_0 the set's dq_q5_0 where it has one (the same values); every other block
  * type goes through model/quant's to_float. */
 #include <string.h>
 
-#include "proj/kernels.h"
+#include "cpu/kernels.h"
 
 /* IEEE half → float, exact (normals, subnormals, inf, NaN). */
 float nl_host_f16_to_f32(uint16_t h) {

@@ -1,4 +1,4 @@
-/* proj/amx_kern: the tile kernel, one source built twice (amx.h): kernels_amx.c defines the
+/* cpu/amx_kern: the tile kernel, one source built twice (amx.h): kernels_amx.c defines the
  * TILE_* macros as the real instructions, amx_emu.c as the emulator's functions. Before
  * including, define:
  *   AMX_FN(name)        the function name for this build
@@ -9,7 +9,7 @@
  * every tile is configured 16 rows × 64 bytes (nl_amx_config; the data is zero-padded to whole
  * tiles). */
 
-#include "proj/amx.h"
+#include "cpu/amx.h"
 
 /* the configuration is the shared object (amx.h: never a local the compiler may half-build) */
 AMX_ATTR static void AMX_FN(begin)(void) { TILE_LOADCONFIG(&nl_amx_config); }

@@ -1,6 +1,6 @@
-/* proj/amx: the host backend's matrix-engine path (Intel AMX: BF16 tiles, FP32 accumulation):
- * host.c selects it (kernels.h is the host's knob); the tile operations (nl_amx_tiles) also
- * serve the nodes' own products (nn/tiles.h).
+/* cpu/amx: the host backend's matrix-engine path (Intel AMX: BF16 tiles, FP32 accumulation):
+ * host.c selects it (proj/host.h is the host's knob); the tile operations (nl_amx_tiles) also
+ * serve the nodes' own products (cpu/tiles.h).
  *
  * One kernel source (amx_kern.h) is built twice: against the real tile instructions
  * (kernels_amx.c, x86-64, run only where nl_amx_available() says so) and against a portable C
@@ -21,15 +21,14 @@
  * Every output element is one accumulation over its reduction in 32-element steps, ascending;
  * threads split output tiles (FWD: 32-row panels of W; BWD: 64-column panels of k), never the
  * reduction, so any thread count gives the same bits, and any T (rows are independent). */
-#ifndef NL_PROJ_AMX_H
-#define NL_PROJ_AMX_H
+#ifndef NL_CPU_AMX_H
+#define NL_CPU_AMX_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "proj/kernels.h"
-#include "util/pool.h"
+#include "cpu/kernels.h"
 
 /* One 2×2 block of 16×16 FP32 tiles: c[(2i+j)·256 + 16r + col] (=|+=) Σ_s A_i(s) · B_j(s).
  * A_i(s) = 16 rows of 32 BF16 at a[i] + s·astep (rows lda bytes apart); B_j(s) = 16 rows of 16
@@ -86,7 +85,7 @@ int nl_amx_available(char *why, size_t cap);
 
 /* The tile operations of a host compute mode (nl_proj_compute): "amx" the real instructions
  * (only where nl_amx_available), "amx-emu" the emulator, anything else NULL. The nodes'
- * products (nn/tiles.h: attention, LoRA) follow the service's mode through this. */
+ * products (cpu/tiles.h: attention, LoRA) follow the service's mode through this. */
 const nl_amx_tiles *nl_amx_tiles_of(const char *compute);
 
 /* FP32 -> BF16 as VCVTNEPS2BF16 / VCVTNE2PS2BF16 convert (what the AVX512_BF16 packers give):
@@ -100,14 +99,5 @@ static inline uint16_t nl_amx_f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
-
-/* ---- the driver (amx.c) ------------------------------------------------------------------ */
-typedef struct nl_amx_ctx nl_amx_ctx;
-nl_amx_ctx *nl_amx_new(int n_threads);
-void nl_amx_free(nl_amx_ctx *a);
-/* One request: Y = X·Wᵀ (FWD) or dY·W (BWD), W any host type (nl_host_type_ok), split 1 =
- * split-BF16 (3 products), 0 = one BF16 product. Threads: the pool (pool size == n_threads). */
-int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
-               const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split);
 
 #endif

@@ -1,7 +1,7 @@
-/* proj/kernels: the `host` backend's CPU kernels (DESIGN.md §2).
+/* cpu/kernels: the CPU kernel sets the `host` backend runs (docs/design.md §2); its knobs are
+ * proj/host.h.
  *
- * Part 1 is the public knob of the host backend (the service wires --compute to it).
- * Part 2 is the internal contract between host.c (tiling, packing, threads) and one kernel
+ * The internal contract between host.c (tiling, packing, threads) and one kernel
  * set per instruction set: kernels_scalar.c, kernels_avx2.c, kernels_avx512.c (x86-64, built
  * with their -m flags and chosen at run time from cpuid) and kernels_neon.c (aarch64).
  *
@@ -20,54 +20,13 @@
  * so one-hot BWD equals the dequantized row within 2⁻⁹ relative.
  * Threads split the OUTPUT panels, never the reduction: every output element is the same
  * FMA chain whatever the thread count or T (a row of Y does not depend on the other rows). */
-#ifndef NL_PROJ_KERNELS_H
-#define NL_PROJ_KERNELS_H
+#ifndef NL_CPU_KERNELS_H
+#define NL_CPU_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "model/quant.h"
-#include "proj/proj.h"
-
-/* ---- Part 1: host backend knobs -------------------------------------------------------- */
-
-extern const nl_proj_backend nl_proj_backend_host;
-
-/* Compute modes (nl_proj_config.compute, handed to nl_proj_backend_host.init, or
- * nl_proj_host_configure on a context): "f32" (FP32 activations and weights, FMA)
- * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
- * block scales are applied in FP32; activations are rounded to BF16; weights with no integer
- * form (F16, F32, BF16, Q4_K, Q6_K) run the f32 path), "amx" (the matrix engine's BF16 tiles,
- * FP32 accumulation, every type but F32 dequantized to BF16 on the fly; the recurrent class in
- * split-BF16; F32 weights on the f32 path: proj/amx.h) or "amx-emu" (the same kernels on the
- * portable tile emulator: any machine, slow). "auto" (or NULL): by capability, see host.c
- * mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32).
- * nl_proj_host_known_compute: 0 for one of these names (or NULL), else -1 + nl_err naming the
- * choices; whether this machine can run it is checked where a context takes it. */
-int nl_proj_host_known_compute(const char *mode);
-
-/* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
- * "avx2", "avx512" or "neon" (NULL = keep); compute as above (NULL = keep). Asking for a set
- * this CPU lacks, or bf16 without AVX512_BF16, is an error (-1 + nl_err). */
-int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute);
-/* The kernel set and compute mode a context uses now, e.g. "avx512" and "bf16". */
-const char *nl_proj_host_kernels(const void *ctx);
-const char *nl_proj_host_compute(const void *ctx);
-/* Which kernels run which weights, one line (snprintf semantics), e.g. "bf16 compute (avx512
- * kernels)" or "amx-bf16 for attn/mlp/head, split-bf16 for recurrent, avx512 f32 for F32
- * weights": printed at start-up and recorded with a run's commits. */
-int nl_proj_host_describe(const void *ctx, char *buf, size_t cap);
-/* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon", "amx") runs here. */
-int nl_proj_host_cpu_has(const char *name);
-/* The error bound a context meets for a weight of `type` with reduction length n_red (K for
- * FWD, N for BWD), relative to Σ|x·w| of each output element (tests/test_host.c checks it):
- * 1e-2 where bf16 compute applies to the type, else 2e-6·(1 + log2 n_red). For a planner. */
-double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
-/* The same for one weight (its class matters on the tile kernels: split-BF16 for recurrent,
- * 1e-4 + the f32 bound; BF16 tiles 1e-2; F32 weights the f32 bound). */
-double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_t n_red);
-
-/* ---- Part 2: kernel sets (internal to proj/) ------------------------------------------- */
 
 #define NL_HOST_NP 64  /* output columns per packed panel */
 #define NL_HOST_KC 256 /* reduction elements per packed chunk (multiple of 32 and of 256) */

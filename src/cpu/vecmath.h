@@ -1,4 +1,4 @@
-/* nn/vecmath.h (private to nn/): small inline vector helpers written so that gcc -O2
+/* cpu/vecmath.h (for nn/): small inline vector helpers written so that gcc -O2
  * vectorises them without -ffast-math.
  *
  * Why the odd shapes: gcc 12 at -O2 uses the "very cheap" vectoriser cost model, which only
@@ -25,7 +25,7 @@
 #define NL_CLONES
 #endif
 
-/* C[M][N] += A[M][K] · B[K][N], row-major with row strides ldc/lda/ldb (nn/gemm.c). C must not
+/* C[M][N] += A[M][K] · B[K][N], row-major with row strides ldc/lda/ldb (cpu/gemm.c). C must not
  * overlap A or B. Used for the attention blocks and the LoRA rank-r products. Internal to
  * nn/ (not part of the nn.h contract). */
 void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb,

@@ -1,4 +1,4 @@
-/* proj/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
+/* cpu/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
  * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; host.c only
  * calls in after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
  * FP32 accumulators for gemm_f32 and gemm_bf16; 6 × 2 vectors (+ 6 × 2 per-block partial
@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "proj/kernels.h"
+#include "cpu/kernels.h"
 
 #define MR 6
 #define AI __attribute__((always_inline)) static inline

@@ -1,4 +1,4 @@
-/* proj/amx_emu: a portable C implementation of the tile operations amx_kern.h uses, and the
+/* cpu/amx_emu: a portable C implementation of the tile operations amx_kern.h uses, and the
  * kernel built against it (nl_amx_tiles_emu). Each thread has its own tile registers and
  * configuration (as each core has them). Arithmetic of TDPBF16PS (amx.h): for every output
  * c[m][n] and pair p = 0..K/2-1 in order, c += a[m][2p]·b[p][n].lo, then c += a[m][2p+1]·b[p][n].hi;
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "proj/amx.h"
+#include "cpu/amx.h"
 
 typedef struct {
     int configured;
@@ -157,7 +157,7 @@ static void emu_dp_sdm(int ci, int ai, int bi) {
 #define TILE_LOAD(t, p, stride) emu_load(t, p, stride)
 #define TILE_STORE(t, p, stride) emu_store(t, p, stride)
 #define TILE_DP(c, a, b) emu_dp(c, a, b)
-#include "proj/amx_kern.h"
+#include "cpu/amx_kern.h"
 
 const nl_amx_tiles nl_amx_tiles_emu = {
     .name = "amx-emu",
@@ -172,7 +172,7 @@ const nl_amx_tiles nl_amx_tiles_emu = {
 #undef TILE_DP
 #define AMX_FN(name) emu_sdm_##name
 #define TILE_DP(c, a, b) emu_dp_sdm(c, a, b)
-#include "proj/amx_kern.h"
+#include "cpu/amx_kern.h"
 
 const nl_amx_tiles nl_amx_tiles_emu_sdm = {
     .name = "amx-emu-sdm",

@@ -1,11 +1,11 @@
-/* proj/kernels_avx2: AVX2 + FMA + F16C kernel set (f32 compute only). Built with -mavx2 -mfma
+/* cpu/kernels_avx2: AVX2 + FMA + F16C kernel set (f32 compute only). Built with -mavx2 -mfma
  * -mf16c; host.c only calls in after cpuid says so. 16 ymm registers: 6 rows of T × 2 vectors
  * (16 columns) of accumulators, four such strips per 64-column panel. */
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
 #include <string.h>
 
-#include "proj/kernels.h"
+#include "cpu/kernels.h"
 
 #define MR 6
 #define AI __attribute__((always_inline)) static inline

@@ -1,4 +1,4 @@
-/* proj/kernels_neon: AArch64 NEON kernel set (f32 compute; Advanced SIMD is baseline on
+/* cpu/kernels_neon: AArch64 NEON kernel set (f32 compute; Advanced SIMD is baseline on
  * AArch64, so no run-time check). 32 q registers: 6 rows of T × 4 vectors (16 columns) of
  * accumulators, four such strips per 64-column panel. Compiled only on aarch64 (CMake marks
  * the file header-only elsewhere; the guard keeps it empty if compiled anyway). */
@@ -6,7 +6,7 @@
 #include <arm_neon.h>
 #include <string.h>
 
-#include "proj/kernels.h"
+#include "cpu/kernels.h"
 
 #define MR 6
 #define AI __attribute__((always_inline)) static inline

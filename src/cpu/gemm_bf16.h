@@ -1,5 +1,5 @@
-/* nn/gemm_bf16.h (private to nn/): the BF16 pieces of the attention's BF16 variant
- * (nn/gemm_bf16.c): conversions of FP32 blocks into BF16 pair words, one GEMM on those words
+/* cpu/gemm_bf16.h (for nn/): the BF16 pieces of the attention's BF16 variant
+ * (cpu/gemm_bf16.c): conversions of FP32 blocks into BF16 pair words, one GEMM on those words
  * with FP32 accumulation (AVX512_BF16 vdpbf16ps), and the FP32 row steps of the softmax.
  *
  * A "word" is a uint32_t holding two BF16 numbers, the first in the low half. The GEMM
@@ -44,7 +44,7 @@ void nl_gemm_bf16(float *C, int64_t ldc, const uint32_t *A, int64_t lda, const u
 /* dst[c][r] = x[r][c] for r < R, c < C (FP32, exact). */
 void nl_transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds, int R, int C);
 
-/* Softmax rows in FP32 (exp as nn/vecmath.h's nl_fexp: the same reduction and polynomial,
+/* Softmax rows in FP32 (exp as cpu/vecmath.h's nl_fexp: the same reduction and polynomial,
  * 16 lanes with FMA).
  * scale_max: sr[j] *= c for j < nv; returns the max of those (nv >= 1).
  * exp_pack:  p_j = exp(sr[j] − m) for j < nv (0 after), written as nw words of BF16 pairs

@@ -1,5 +1,5 @@
-/* util/cpu: the CPU-feature probe (see cpu.h). */
-#include "util/cpu.h"
+/* cpu/cpu: the CPU-feature probe (see cpu.h). */
+#include "cpu/cpu.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

@@ -1,17 +1,17 @@
-/* nn/tiles: packing into the tile layouts and the GEMM over 2×2 blocks of 16×16 FP32 tiles
- * (contract: tiles.h). The layouts are those of the BF16 attention's packers (nn/gemm_bf16.h:
+/* cpu/tiles: packing into the tile layouts and the GEMM over 2×2 blocks of 16×16 FP32 tiles
+ * (contract: tiles.h). The layouts are those of the BF16 attention's packers (cpu/gemm_bf16.h:
  * A rows = "rows" / "pairs_t" words, B pairs = "pairs" / "rows_t"), which run where the CPU has
  * AVX512_BF16 (every AMX CPU has it); elsewhere the scalar loops below give the same bits. An
- * output block goes through a 64-byte aligned buffer in the tiles' layout (proj/amx.h's
+ * output block goes through a 64-byte aligned buffer in the tiles' layout (cpu/amx.h's
  * nl_amx_block): loaded from C when accumulating, stored back after, so edge blocks need no
  * padding of C. */
-#include "nn/tiles.h"
+#include "cpu/tiles.h"
 
 #include <string.h>
 
-#include "nn/gemm_bf16.h"
+#include "cpu/gemm_bf16.h"
 
-/* FP32 -> BF16 as vcvtne2ps2bf16 converts (the vector packers): proj/amx.h's */
+/* FP32 -> BF16 as vcvtne2ps2bf16 converts (the vector packers): cpu/amx.h's */
 static uint16_t bf16(float f) { return nl_amx_f32_to_bf16(f); }
 
 static uint32_t pair(float lo, float hi) { return (uint32_t)bf16(lo) | (uint32_t)bf16(hi) << 16; }

@@ -1,4 +1,4 @@
-/* util/cpu: the one probe of what the CPU this process runs on can do, for every room (the
+/* cpu/cpu: the one probe of what the CPU this process runs on can do, for every room (the
  * projection kernels, the CPU nodes' SIMD paths). Asked of the CPU once and cached; a feature
  * counts only when the OS saves its registers too (what __builtin_cpu_supports checks). */
 #ifndef NL_CPU_H
@@ -11,7 +11,7 @@ typedef enum {
     NL_CPU_NEON,       /* aarch64: Advanced SIMD (always there) */
     NL_CPU_AMX,        /* x86-64: AMX-TILE + AMX-BF16 (CPUID.(7,0):EDX bits 24, 22) with the tile state
                         * enabled by the OS (XCR0 bits 17, 18); Linux also wants a per-process
-                        * permission before the first tile instruction (proj/amx.h asks for it) */
+                        * permission before the first tile instruction (cpu/amx.h asks for it) */
     NL_CPU_INTEL,      /* x86-64: the vendor is Intel ("GenuineIntel"): kernel choices by family */
     NL_CPU_N_FEATURES
 } nl_cpu_feature;

@@ -1,5 +1,5 @@
-/* nn/gemm_bf16: BF16 packers, the BF16 GEMM and the FP32 softmax rows of the attention's BF16
- * variant (contract in nn/gemm_bf16.h).
+/* cpu/gemm_bf16: BF16 packers, the BF16 GEMM and the FP32 softmax rows of the attention's BF16
+ * variant (contract in cpu/gemm_bf16.h).
  *
  * The GEMM: 8×32 register tiles (16 zmm accumulators) of vdpbf16ps, each taking one word of
  * A (two BF16 of the reduction index, broadcast) against 16 words of B (16 columns, the same
@@ -13,8 +13,8 @@
  *
  * Built with per-function target attributes (AVX512F/BW/DQ/BF16 + FMA) so the rest of the
  * library needs no ISA flags; callers check nl_bf16_ok() first. */
-#include "nn/gemm_bf16.h"
-#include "util/cpu.h"
+#include "cpu/cpu.h"
+#include "cpu/gemm_bf16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,4 +1,4 @@
-/* proj/kernels_amx: the tile kernel (amx_kern.h) on the real AMX instructions, and the
+/* cpu/kernels_amx: the tile kernel (amx_kern.h) on the real AMX instructions, and the
  * availability check. The file needs no global -mamx-* flag: the kernel's functions carry the
  * target attribute, and host.c calls them only after nl_amx_available() said yes (CPUID and
  * the OS tile state from util/cpu, then the Linux permission: docs/amx.md). NL_HAVE_AMX is
@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "proj/amx.h"
-#include "util/cpu.h"
+#include "cpu/amx.h"
+#include "cpu/cpu.h"
 
 #if defined(__x86_64__) && defined(NL_HAVE_AMX)
 #include <errno.h>
@@ -32,7 +32,7 @@
 #define TILE_LOAD(t, p, stride) do { NL_AMX_BARRIER(); _tile_loadd(t, p, stride); } while (0)
 #define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
-#include "proj/amx_kern.h"
+#include "cpu/amx_kern.h"
 
 const nl_amx_tiles nl_amx_tiles_real = {
     .name = "amx",

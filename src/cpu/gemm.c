@@ -1,4 +1,4 @@
-/* nn/gemm: the one small-GEMM kernel of nn/ (declared in vecmath.h), for the attention blocks
+/* cpu/gemm: the nodes' small-GEMM kernel (declared in vecmath.h), for the attention blocks
  * and the LoRA rank-r products.
  *
  *   C[M][N] (= or +=) Σ_k A(i, k) · B[k][N]     A(i, k) = A[i·a_rs + k·a_cs]
@@ -16,8 +16,8 @@
  * (12 ymm accumulators), n-panels outside so a K×16 panel of B stays in L1 while the row
  * tiles go by; partial panels with masked loads/stores. Elsewhere: portable C with separate
  * multiply and add (no FMA contraction under -std=c11), the same chain order. */
-#include "nn/vecmath.h"
-#include "util/cpu.h"
+#include "cpu/cpu.h"
+#include "cpu/vecmath.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -1,0 +1,58 @@
+/* proj/host: the `host` backend (host.c, nl_proj_backend_host in proj.h): its knobs (the
+ * service wires --compute to them) and its matrix-engine driver (amx.c). The kernel sets it
+ * runs are cpu/kernels.h, the tile operations cpu/amx.h. */
+#ifndef NL_PROJ_HOST_H
+#define NL_PROJ_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/amx.h"
+#include "cpu/kernels.h"
+#include "proj/proj.h"
+#include "util/pool.h"
+
+/* Compute modes (nl_proj_config.compute, handed to nl_proj_backend_host.init, or
+ * nl_proj_host_configure on a context): "f32" (FP32 activations and weights, FMA)
+ * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
+ * block scales are applied in FP32; activations are rounded to BF16; weights with no integer
+ * form (F16, F32, BF16, Q4_K, Q6_K) run the f32 path), "amx" (the matrix engine's BF16 tiles,
+ * FP32 accumulation, every type but F32 dequantized to BF16 on the fly; the recurrent class in
+ * split-BF16; F32 weights on the f32 path: cpu/amx.h) or "amx-emu" (the same kernels on the
+ * portable tile emulator: any machine, slow). "auto" (or NULL): by capability, see host.c
+ * mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32).
+ * nl_proj_host_known_compute: 0 for one of these names (or NULL), else -1 + nl_err naming the
+ * choices; whether this machine can run it is checked where a context takes it. */
+int nl_proj_host_known_compute(const char *mode);
+
+/* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
+ * "avx2", "avx512" or "neon" (NULL = keep); compute as above (NULL = keep). Asking for a set
+ * this CPU lacks, or bf16 without AVX512_BF16, is an error (-1 + nl_err). */
+int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute);
+/* The kernel set and compute mode a context uses now, e.g. "avx512" and "bf16". */
+const char *nl_proj_host_kernels(const void *ctx);
+const char *nl_proj_host_compute(const void *ctx);
+/* Which kernels run which weights, one line (snprintf semantics), e.g. "bf16 compute (avx512
+ * kernels)" or "amx-bf16 for attn/mlp/head, split-bf16 for recurrent, avx512 f32 for F32
+ * weights": printed at start-up and recorded with a run's commits. */
+int nl_proj_host_describe(const void *ctx, char *buf, size_t cap);
+/* 1 if the named kernel set ("scalar", "avx2", "avx512", "avx512bf16", "neon", "amx") runs here. */
+int nl_proj_host_cpu_has(const char *name);
+/* The error bound a context meets for a weight of `type` with reduction length n_red (K for
+ * FWD, N for BWD), relative to Σ|x·w| of each output element (tests/test_host.c checks it):
+ * 1e-2 where bf16 compute applies to the type, else 2e-6·(1 + log2 n_red). For a planner. */
+double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
+/* The same for one weight (its class matters on the tile kernels: split-BF16 for recurrent,
+ * 1e-4 + the f32 bound; BF16 tiles 1e-2; F32 weights the f32 bound). */
+double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_t n_red);
+
+/* ---- the matrix-engine driver (amx.c; the tile operations: cpu/amx.h) ------------------ */
+typedef struct nl_amx_ctx nl_amx_ctx;
+nl_amx_ctx *nl_amx_new(int n_threads);
+void nl_amx_free(nl_amx_ctx *a);
+/* One request: Y = X·Wᵀ (FWD) or dY·W (BWD), W any host type (nl_host_type_ok), split 1 =
+ * split-BF16 (3 products), 0 = one BF16 product. Threads: the pool (pool size == n_threads). */
+int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
+               const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split);
+
+#endif
