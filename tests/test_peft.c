@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "model/peft.h"
 #include "model/safetensors.h"
+#include "sys/io.h"
 #include "test.h"
 #include "util/util.h"
 
@@ -313,6 +314,75 @@ static void test_refusals(nl_model *m) {
     nl_adapter_free(a);
 }
 
+
+/* The pair is whole: an export of B over A's directory, crashed (every I/O call from the k-th on
+ * failing: nothing after it reaches the disk) or out of space (the k-th call only) at each of
+ * its calls in turn, is read back as A, as B, or refused by the manifest, never as a mix; a
+ * failure before the renames leaves A readable and names the real output; a directory whose
+ * files are of two exports (B's weights with A's config: the SIGKILL between two renames) is
+ * refused. */
+static void test_whole(nl_model *m) {
+    char pdir[512], cfg[600], keep[600], w[600], cmd[1400];
+    snprintf(pdir, sizeof pdir, "%s/whole-peft", dir);
+    nl_adapter *a = nl_adapter_new(m, "q,k,v,o,gate,up,down", 4, 8.0f, 1), *b = nl_adapter_new(m, "q,v", 2, 3.0f, 1);
+    CHECK(a && b);
+    if (!a || !b) { nl_adapter_free(a); nl_adapter_free(b); return; }
+    fill(a, 0.1);
+    fill(b, 0.3);
+    nl_io_fault f;
+    nl_io_fault_init(&f, NULL, -1, 0, 0);
+    CHECK(nl_peft_save(a, m, pdir, NULL) == 0 && nl_peft_save_io(&f.io, b, m, pdir, NULL) == 0);
+    long calls = f.calls;
+    CHECKF(calls > 6, "%ld calls", calls);
+    int seen_a = 0, seen_b = 0, seen_refused = 0, seen_enospc_named = 0;
+    for (int sticky = 0; sticky < 2; sticky++)
+        for (long k = 0; k < calls; k++) {
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", pdir);
+            sys_ok("%s%s", cmd, "");
+            CHECK(nl_peft_save(a, m, pdir, NULL) == 0);
+            nl_io_fault_init(&f, NULL, k, sticky ? EIO : ENOSPC, sticky);
+            int rc = nl_peft_save_io(&f.io, b, m, pdir, NULL);
+            char why[1024];
+            snprintf(why, sizeof why, "%s", rc ? nl_last_error() : "");
+            if (rc && !sticky && strstr(why, "No space left") && strstr(why, "not written") && strstr(why, "is unchanged"))
+                seen_enospc_named++;
+            nl_adapter *got = nl_peft_load(m, pdir);
+            int is_a = same_adapter(got, a), is_b = same_adapter(got, b);
+            CHECKF(got == NULL ? strstr(nl_last_error(), "does not match") != NULL : (is_a || is_b),
+                   "fault at call %ld (%s): %s", k, sticky ? "crash" : "ENOSPC", got ? "read as a mix" : nl_last_error());
+            /* a failure that says the directory is unchanged leaves A */
+            if (rc && strstr(why, "is unchanged")) CHECKF(is_a, "call %ld: '%s' but A is not what is read", k, why);
+            if (rc == 0) CHECKF(is_b, "call %ld: the export succeeded but B is not read", k);
+            seen_a += is_a;
+            seen_b += is_b;
+            seen_refused += got == NULL;
+            nl_adapter_free(got);
+        }
+    CHECKF(seen_a && seen_b && seen_refused && seen_enospc_named, "A %d, B %d, refused %d, ENOSPC named %d", seen_a, seen_b,
+           seen_refused, seen_enospc_named);
+    /* the mixed pair itself: B's weights beside A's config */
+    snprintf(keep, sizeof keep, "%s/a_config.json", dir);
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", pdir);
+    snprintf(w, sizeof w, "%s/adapter_model.safetensors", pdir);
+    CHECK(nl_peft_save(a, m, pdir, NULL) == 0);
+    sys_ok("cp '%s' '%s'", cfg, keep);
+    CHECK(nl_peft_save(b, m, pdir, NULL) == 0);
+    sys_ok("cp '%s' '%s'", keep, cfg);
+    nl_adapter *got = nl_peft_load(m, pdir);
+    CHECKF(!got && strstr(nl_last_error(), "adapter_config.json does not match") && strstr(nl_last_error(), "export again"),
+           "mixed pair: %s", got ? "read" : nl_last_error());
+    nl_adapter_free(got);
+    /* PEFT's own directory has no manifest: read as it is */
+    CHECK(nl_peft_save(a, m, pdir, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "%s/nightlora-manifest.json", pdir);
+    CHECK(unlink(cmd) == 0);
+    got = nl_peft_load(m, pdir);
+    CHECKF(got && got->alpha == a->alpha, "without a manifest: %s", got ? "other values" : nl_last_error());
+    nl_adapter_free(got);
+    nl_adapter_free(a);
+    nl_adapter_free(b);
+}
+
 /* ---- the CLI ---- */
 
 static int cli(const char *const *args, const char *errf, const char *outf) {
@@ -390,6 +460,7 @@ int main(void) {
     if (m) {
         test_ranks(m);
         test_refusals(m);
+        test_whole(m);
     }
     nl_model_free(m);
     test_cli();

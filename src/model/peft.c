@@ -11,6 +11,7 @@
 
 #include "model/safetensors.h"
 #include "sys/io.h"
+#include "util/hash.h"
 #include "util/json.h"
 #include "util/util.h"
 
@@ -90,6 +91,88 @@ static char *join(const char *dir, const char *name) {
     return p;
 }
 
+static char *suffixed(const char *path, const char *suffix) {
+    size_t n = strlen(path) + strlen(suffix) + 1;
+    char *p = nl_malloc(n);
+    if (p) snprintf(p, n, "%s%s", path, suffix);
+    return p;
+}
+
+/* The manifest's text: the identity (util/hash.h nl_content_hash64: size and every byte) of
+ * each of the pair's files, as 16 hex digits. */
+static char *manifest_text(uint64_t h_cfg, uint64_t h_w, size_t *len) {
+    char *txt = nl_malloc(256);
+    if (!txt) return NULL;
+    int n = snprintf(txt, 256, "{\n  \"nightlora_manifest\": 1,\n  \"files\": {\n    \"" NL_PEFT_CONFIG "\": \"%016" PRIx64
+                     "\",\n    \"" NL_PEFT_WEIGHTS "\": \"%016" PRIx64 "\"\n  }\n}\n", h_cfg, h_w);
+    *len = (size_t)n;
+    return txt;
+}
+
+/* The pair, whole (peft.h): each file written whole beside its final name (NAME.new, through
+ * the atomic write of sys/io.h), the manifest naming both hashes; only then the renames,
+ * manifest first. Until the first rename DIR is as it was; after it, a reader finds the
+ * manifest naming the new pair, so an old file still in place (a crash between renames) is
+ * refused, never read with the other's half. */
+static int commit_dir(const nl_io *io, const char *dir, const char *wpath, const char *cpath, const nl_st_out *t, int n,
+                      const char *const *meta, const char *cfg, size_t clen) {
+    char *mpath = join(dir, NL_PEFT_MANIFEST);
+    char *w_new = suffixed(wpath, ".new"), *c_new = suffixed(cpath, ".new"), *m_new = mpath ? suffixed(mpath, ".new") : NULL;
+    char *man = NULL;
+    int rc = -1, staged = 0;
+    if (!mpath || !w_new || !c_new || !m_new) goto end;
+    uint64_t h_w = 0;
+    staged = 1;
+    if (nl_st_write_io(io, w_new, t, n, meta) < 0) {
+        nl_err_prefix("%s: not written (%s is unchanged)", wpath, dir);
+        goto end;
+    }
+    if (nl_file_hash64(w_new, &h_w)) goto end;
+    if (nl_io_write_file(io, c_new, cfg, clen) < 0) {
+        nl_err_prefix("%s: not written (%s is unchanged)", cpath, dir);
+        goto end;
+    }
+    size_t mlen = 0;
+    man = manifest_text(nl_content_hash64(cfg, clen), h_w, &mlen);
+    if (!man) goto end;
+    if (nl_io_write_file(io, m_new, man, mlen) < 0) {
+        nl_err_prefix("%s: not written (%s is unchanged)", mpath, dir);
+        goto end;
+    }
+    const char *from[3] = {m_new, w_new, c_new}, *to[3] = {mpath, wpath, cpath};
+    for (int k = 0; k < 3; k++)
+        if (io->rename(io->ctx, from[k], to[k]) != 0) {
+            int e = errno;
+            if (k == 0) nl_err("%s: rename to %s failed: %s (%s is unchanged)", from[k], to[k], strerror(e), dir);
+            else {
+                nl_err("%s: rename to %s failed: %s; the export is not whole: %s names the new files, so readers refuse "
+                       "the directory until an export completes there: export again",
+                       from[k], to[k], strerror(e), mpath);
+                staged = 0; /* the remaining staged files are the export's only copy: keep them */
+            }
+            goto end;
+        }
+    staged = 0;
+    if (io->fsync_dir(io->ctx, dir) != 0) {
+        rc = nl_err("%s: fsync of the directory after writing %s failed: %s", dir, NL_PEFT_MANIFEST, strerror(errno));
+        goto end;
+    }
+    rc = 0;
+end:
+    if (staged) {
+        /* nothing renamed: drop what was staged, keep the message */
+        if (w_new) io->unlink(io->ctx, w_new);
+        if (c_new) io->unlink(io->ctx, c_new);
+        if (m_new) io->unlink(io->ctx, m_new);
+    }
+    free(man);
+    free(mpath);
+    free(w_new);
+    free(c_new);
+    free(m_new);
+    return rc;
+}
+
 /* adapter_config.json text (PEFT's own keys, sorted as PEFT writes them). */
 static char *config_text(const nl_adapter *a, const nl_model *m, const char *base_model, float alpha, size_t *len) {
     char *txt = NULL;
@@ -134,7 +217,7 @@ static char *config_text(const nl_adapter *a, const nl_model *m, const char *bas
     return txt;
 }
 
-int nl_peft_save(const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model) {
+int nl_peft_save_io(const nl_io *io, const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model) {
     char mod[96];
     for (int i = 0; i < a->n; i++)
         if (nl_peft_module(m, a->t[i].proj, mod, sizeof mod)) return nl_err_prefix("%s: cannot write as PEFT", dir);
@@ -183,8 +266,8 @@ int nl_peft_save(const nl_adapter *a, const nl_model *m, const char *dir, const 
     size_t clen = 0;
     cfg = config_text(a, m, base_model, alpha, &clen);
     static const char *const meta[] = {"format", "pt", NULL};
-    if (!cfg || make_dir(dir) || nl_st_write(wpath, t, a->n * 2, meta) || nl_io_write_file(NULL, cpath, cfg, clen)) goto done;
-    rc = 0;
+    if (!cfg || make_dir(dir)) goto done;
+    rc = commit_dir(io ? io : nl_io_posix(), dir, wpath, cpath, t, a->n * 2, meta, cfg, clen);
 done:
     for (int i = 0; names && i < a->n * 2; i++) free(names[i]);
     free(names);
@@ -194,6 +277,10 @@ done:
     free(cpath);
     free(cfg);
     return rc;
+}
+
+int nl_peft_save(const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model) {
+    return nl_peft_save_io(NULL, a, m, dir, base_model);
 }
 
 /* ---- reading --------------------------------------------------------------------------------- */
@@ -273,6 +360,52 @@ static int ends_with(const char *s, const char *suf) {
     return n >= k && !strcmp(s + n - k, suf);
 }
 
+/* A manifest, when DIR has one (peft.h): both files must be the ones it names. The bytes
+ * checked are the ones read (the config's text, the weights' buffer), not a second read. */
+static int check_manifest(const char *dir, const char *cpath, const char *text, size_t len, const char *wpath,
+                          const nl_safetensors *st) {
+    char *mpath = join(dir, NL_PEFT_MANIFEST);
+    if (!mpath) return -1;
+    struct stat sb;
+    if (lstat(mpath, &sb) != 0 && errno == ENOENT) {
+        free(mpath);
+        return 0; /* PEFT's own directory */
+    }
+    size_t mlen;
+    char *mt = nl_read_file(mpath, &mlen);
+    nl_json *root = NULL;
+    int rc = -1;
+    if (!mt) goto end;
+    nl_json_error je;
+    root = nl_json_parse(mt, mlen, &je);
+    const nl_json *files = root ? nl_json_get(root, "files") : NULL;
+    if (!files || !nl_json_is_object(files)) {
+        nl_err("%s: not a manifest of nightlora's (expected {\"nightlora_manifest\": 1, \"files\": {...}}): remove it, or "
+               "export again", mpath);
+        goto end;
+    }
+    const char *names[2] = {NL_PEFT_CONFIG, NL_PEFT_WEIGHTS}, *paths[2] = {cpath, wpath};
+    uint64_t have[2] = {nl_content_hash64(text, len), nl_content_hash64(st->buf, st->len)};
+    for (int k = 0; k < 2; k++) {
+        const nl_json *v = nl_json_get(files, names[k]);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, have[k]);
+        if (!v || !nl_json_is_string(v) || strcmp(v->u.str.s, hex)) {
+            nl_err("%s does not match %s (its hash is %s, the manifest names %s): the two files are not of one export (an "
+                   "export into %s was interrupted, or a file was changed since); export again (or remove the manifest to "
+                   "take the files as they are)",
+                   paths[k], mpath, hex, v && nl_json_is_string(v) ? v->u.str.s : "none", dir);
+            goto end;
+        }
+    }
+    rc = 0;
+end:
+    nl_json_free(root);
+    free(mt);
+    free(mpath);
+    return rc;
+}
+
 nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
     nl_adapter *a = NULL;
     nl_safetensors *st = NULL;
@@ -311,7 +444,7 @@ nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
         goto fail;
     }
     st = nl_st_open(wpath);
-    if (!st) goto fail;
+    if (!st || check_manifest(dir, cpath, text, len, wpath, st)) goto fail;
     projs = nl_malloc((size_t)m->n_projs * sizeof *projs + 1);
     ranks = nl_malloc((size_t)m->n_projs * sizeof *ranks + 1);
     ia = nl_malloc((size_t)m->n_projs * sizeof *ia + 1);

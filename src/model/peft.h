@@ -32,12 +32,25 @@
 
 #define NL_PEFT_CONFIG "adapter_config.json"
 #define NL_PEFT_WEIGHTS "adapter_model.safetensors"
+#define NL_PEFT_MANIFEST "nightlora-manifest.json"
 
-/* Write `a` (an adapter of m) into the directory dir (created when missing; the two files are
- * each written atomically). base_model: adapter_config's base_model_name_or_path; NULL takes
- * the GGUF's general.source.huggingface.repository when it has one, else null. 0 or -1. */
+/* Write `a` (an adapter of m) into the directory dir (created when missing). base_model:
+ * adapter_config's base_model_name_or_path; NULL takes the GGUF's
+ * general.source.huggingface.repository when it has one, else null. 0 or -1.
+ *
+ * The pair is whole: a third file, DIR/nightlora-manifest.json, holds the identity (size and
+ * every byte, util/hash.h) of both. All three are first written whole beside their names
+ * (NAME.new), and only then renamed into place, the manifest first: a failure before the
+ * renames (a full disk) leaves DIR as it was, and a crash between them leaves a manifest that
+ * does not match the older file still in place, which nl_peft_load refuses, so the weights of
+ * one export are never read with the other's lora_alpha. PEFT and transformers ignore the
+ * manifest. io: NULL = nl_io_posix() (tests inject faults). */
 int nl_peft_save(const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model);
-/* Read a PEFT adapter directory for m (validated like nl_adapter_load). */
+struct nl_io;
+int nl_peft_save_io(const struct nl_io *io, const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model);
+/* Read a PEFT adapter directory for m (validated like nl_adapter_load). A directory with a
+ * nightlora-manifest.json is read only when both files match it ("DIR/adapter_model.safetensors
+ * does not match DIR/nightlora-manifest.json ..."); one without (PEFT's own) as it is. */
 nl_adapter *nl_peft_load(const nl_model *m, const char *dir);
 
 /* The transformers module name of projection p of m ("model.layers.3.self_attn.q_proj",

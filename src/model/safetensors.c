@@ -263,7 +263,7 @@ static int write_body(void *user, nl_io_out *o) {
     return 0;
 }
 
-int nl_st_write(const char *path, const nl_st_out *t, int n, const char *const *meta) {
+int nl_st_write_io(const nl_io *io, const char *path, const nl_st_out *t, int n, const char *const *meta) {
     for (int i = 0; i < n; i++)
         if (t[i].n_dims < 0 || t[i].n_dims > NL_ST_MAX_DIMS || (unsigned)t[i].dtype > NL_ST_BF16)
             return nl_err("%s: tensor '%s': %d dimensions or dtype %d cannot be written", path, t[i].name, t[i].n_dims, (int)t[i].dtype);
@@ -303,7 +303,11 @@ int nl_st_write(const char *path, const nl_st_out *t, int n, const char *const *
         return nl_err("%s: out of memory building the header", path);
     }
     write_job j = {t, n, hdr, hlen};
-    rc = nl_io_write_atomic(NULL, path, NULL, write_body, &j);
+    rc = nl_io_write_atomic(io, path, NULL, write_body, &j);
     free(hdr);
     return rc ? -1 : 0;
+}
+
+int nl_st_write(const char *path, const nl_st_out *t, int n, const char *const *meta) {
+    return nl_st_write_io(NULL, path, t, n, meta);
 }

@@ -77,6 +77,9 @@ typedef struct {
  * ..., NULL; may be NULL), atomically (sys/io.h). The header is padded with spaces to a multiple
  * of 8 bytes, so every tensor's data starts 8-aligned in the file when its offset is. 0 or -1. */
 int nl_st_write(const char *path, const nl_st_out *t, int n, const char *const *meta);
+/* The same through io (NULL = nl_io_posix(); tests inject faults). */
+struct nl_io;
+int nl_st_write_io(const struct nl_io *io, const char *path, const nl_st_out *t, int n, const char *const *meta);
 
 /* s as a JSON string literal onto f (the header's and the PEFT config's strings). 0 or -1. */
 int nl_st_json_str(FILE *f, const char *s);
