@@ -310,10 +310,11 @@ static void test_adapter_errors(void) {
     path_of(bad, sizeof bad, "nan_adapter.gguf");
     CHECK(write_poisoned(good, bad, NAN) == 0);
     expect("--init-adapter holding a NaN", train_cli(model, data, out, a3), 1, "non-finite value: parameter blk.0.", ".lora_b[0] = nan", NULL);
-    /* huge but finite values: the forward overflows, the run stops at step 1 naming a tensor */
+    /* huge but finite values: the forward would overflow; refused at load naming the tensor */
     path_of(bad, sizeof bad, "huge_adapter.gguf");
     CHECK(write_poisoned(good, bad, 3e38f) == 0);
-    expect("--init-adapter that overflows", train_cli(model, data, out, a3), 1, "step 1: ", "non-finite", "no adapter written");
+    expect("--init-adapter that overflows", train_cli(model, data, out, a3), 1, "huge_adapter.gguf: 'blk.0.",
+           "overflows the forward", NULL);
 }
 
 /* `nightlora CMD` exited with want_rc and its "nightlora CMD: ..." line holds n1 and n2. */
@@ -352,39 +353,46 @@ static int patch_tensor(const char *src, const char *dst, const char *name, size
  * model, both exit 0); a base model holding one is refused at load naming the tensor and the
  * element (it was blamed on a LoRA gradient and --lr at step 1). */
 static void test_nonfinite_inputs(void) {
-    char good[512], nan_ad[512], inf_alpha[512], merged[512];
+    char good[512], nan_ad[512], inf_alpha[512], big_alpha[512], huge_ad[512], merged[512];
     path_of(good, sizeof good, "good_adapter.gguf"); /* test_adapter_errors' */
     path_of(nan_ad, sizeof nan_ad, "nan_adapter.gguf");
+    path_of(huge_ad, sizeof huge_ad, "huge_adapter.gguf"); /* lora_b 3e38, test_adapter_errors' */
     path_of(inf_alpha, sizeof inf_alpha, "inf_alpha.gguf");
+    path_of(big_alpha, sizeof big_alpha, "alpha1e38.gguf");
     path_of(merged, sizeof merged, "merged.gguf");
-    {
+    for (int v = 0; v < 2; v++) {
         nl_gguf *g = nl_gguf_open(good);
         nl_gguf_writer *w = nl_gguf_writer_new();
-        CHECK(g && w && nl_gguf_copy_kvs(w, g) == 0 && nl_gguf_set_f32(w, "adapter.lora.alpha", INFINITY) == 0);
+        CHECK(g && w && nl_gguf_copy_kvs(w, g) == 0 && nl_gguf_set_f32(w, "adapter.lora.alpha", v ? 1e38f : INFINITY) == 0);
         for (int64_t i = 0; g && i < g->n_tensors; i++)
             nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
-        CHECK(nl_gguf_write(w, inf_alpha) == 0);
+        CHECK(nl_gguf_write(w, v ? big_alpha : inf_alpha) == 0);
         nl_gguf_writer_free(w);
         nl_gguf_close(g);
     }
-    for (int k = 0; k < 2; k++) {
-        const char *ad = k ? inf_alpha : nan_ad;
-        const char *n1 = k ? "inf_alpha.gguf: adapter.lora.alpha = inf: expected a finite number" : "nan_adapter.gguf: non-finite value: parameter blk.0.";
-        const char *n2 = k ? NULL : ".lora_b[0] = nan";
+    /* 0: a NaN value, 1: alpha inf, 2: a lora_b of 3e38 (finite, the forward would overflow),
+     * 3: alpha 1e38 (finite, the scale overflows the forward) */
+    for (int k = 0; k < 4; k++) {
+        const char *ad = k == 0 ? nan_ad : k == 1 ? inf_alpha : k == 2 ? huge_ad : big_alpha;
+        const char *n1 = k == 0 ? "nan_adapter.gguf: non-finite value: parameter blk.0."
+                         : k == 1 ? "inf_alpha.gguf: adapter.lora.alpha = inf: expected a finite number"
+                         : k == 2 ? "huge_adapter.gguf: 'blk.0."
+                                  : "alpha1e38.gguf: 'blk.0.";
+        const char *n2 = k == 0 ? ".lora_b[0] = nan" : k == 1 ? NULL : "overflows the forward";
         const char *ev[] = {NL_CLI, "eval", "--model", model, "--adapter", ad, "--data", data, "--backend", "ref", "--threads", "1", NULL};
-        expect_cmd(k ? "eval, adapter alpha inf" : "eval, adapter holding a NaN", nl_t_run(ev, errf, NULL), "eval", 1, n1, n2);
+        expect_cmd(k == 0 ? "eval, adapter holding a NaN" : k == 1 ? "eval, adapter alpha inf" : k == 2 ? "eval, adapter lora_b 3e38" : "eval, adapter alpha 1e38", nl_t_run(ev, errf, NULL), "eval", 1, n1, n2);
         const char *gen[] = {NL_CLI, "generate", "--model", model, "--adapter", ad, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
-        expect_cmd(k ? "generate, adapter alpha inf" : "generate, adapter holding a NaN", nl_t_run(gen, errf, NULL), "generate", 1, n1, n2);
+        expect_cmd(k ? "generate, adapter that overflows" : "generate, adapter holding a NaN", nl_t_run(gen, errf, NULL), "generate", 1, n1, n2);
         char lg[512];
         path_of(lg, sizeof lg, "logits.f32");
         const char *lo[] = {NL_CLI, "logits", "--model", model, "--adapter", ad, "--tokens", "1 2 3", "--out", lg, "--backend", "ref", NULL};
-        expect_cmd(k ? "logits, adapter alpha inf" : "logits, adapter holding a NaN", nl_t_run(lo, errf, NULL), "logits", 1, n1, n2);
+        expect_cmd(k ? "logits, adapter that overflows" : "logits, adapter holding a NaN", nl_t_run(lo, errf, NULL), "logits", 1, n1, n2);
         CHECK(!exists(lg));
         const char *mg[] = {NL_CLI, "merge", "--model", model, "--adapter", ad, "--out", merged, NULL};
-        expect_cmd(k ? "merge, adapter alpha inf" : "merge, adapter holding a NaN", nl_t_run(mg, errf, NULL), "merge", 1, n1, n2);
+        expect_cmd(k ? "merge, adapter that overflows" : "merge, adapter holding a NaN", nl_t_run(mg, errf, NULL), "merge", 1, n1, n2);
         CHECK(!exists(merged));
         const char *a[] = {"--init-adapter", ad, NULL};
-        expect(k ? "--init-adapter with alpha inf" : "--init-adapter holding a NaN (again)", train_cli(model, data, out, a), 1, n1, n2, NULL);
+        expect(k ? "--init-adapter that overflows (again)" : "--init-adapter holding a NaN (again)", train_cli(model, data, out, a), 1, n1, n2, NULL);
     }
     /* base weights: a NaN scale in a Q8_0 projection (block 3), a NaN in an F32 norm */
     char nan_q[512], nan_norm[512];
@@ -398,6 +406,21 @@ static void test_nonfinite_inputs(void) {
            "nan_q8.gguf: tensor 'blk.0.attn_q.weight' holds non-finite values (element 96 = nan, in the q8_0 block at file offset ", NULL, NULL);
     const char *ev[] = {NL_CLI, "eval", "--model", nan_norm, "--data", data, "--backend", "ref", NULL};
     expect_cmd("eval, base norm holding a NaN", nl_t_run(ev, errf, NULL), "eval", 1, "nan_norm.gguf: tensor 'blk.1.ffn_norm.weight' holds non-finite values (element 7 = nan", NULL);
+    /* finite weights whose forward overflows (a norm of 3e38): no command exits 0 with a NaN
+     * result (eval printed loss -nan, logits wrote NaN, generate printed tokens, all exit 0) */
+    char huge_norm[512], lg[512];
+    path_of(huge_norm, sizeof huge_norm, "huge_norm.gguf");
+    path_of(lg, sizeof lg, "huge_logits.f32");
+    float big[16];
+    for (int i = 0; i < 16; i++) big[i] = 3e38f;
+    CHECK(patch_tensor(model, huge_norm, "blk.0.attn_norm.weight", 0, big, sizeof big) == 0);
+    const char *ev2[] = {NL_CLI, "eval", "--model", huge_norm, "--data", data, "--backend", "ref", NULL};
+    expect_cmd("eval, forward overflows", nl_t_run(ev2, errf, NULL), "eval", 1, "the loss is not finite", "no result");
+    const char *lo2[] = {NL_CLI, "logits", "--model", huge_norm, "--tokens", "1 2 3", "--out", lg, "--backend", "ref", NULL};
+    expect_cmd("logits, forward overflows", nl_t_run(lo2, errf, NULL), "logits", 1, "huge_norm.gguf: the forward is not finite", "no result");
+    CHECK(!exists(lg));
+    const char *gen2[] = {NL_CLI, "generate", "--model", huge_norm, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
+    expect_cmd("generate, forward overflows", nl_t_run(gen2, errf, NULL), "generate", 1, "the forward is not finite", NULL);
 }
 
 /* The hook of test_nan_gradient: at step 3, after the backward, gradient element 0 of adapter

@@ -383,6 +383,34 @@ static void test_whole(nl_model *m) {
     nl_adapter_free(b);
 }
 
+
+/* Finite values that overflow the forward are refused at load as in a GGUF: a lora_A value of
+ * 3e38, lora_alpha 1e300 (beyond float: the scale would be inf). */
+static void test_overflow(nl_model *m) {
+    char pdir[512], cfg[600], man[600];
+    snprintf(pdir, sizeof pdir, "%s/overflow-peft", dir);
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", pdir);
+    snprintf(man, sizeof man, "%s/nightlora-manifest.json", pdir);
+    nl_adapter *a = nl_adapter_new(m, "q,v", 4, 8.0f, 1);
+    CHECK(a != NULL);
+    if (!a) return;
+    fill(a, 0.1);
+    nl_lora_A(a, 1)[3] = 3e38f;
+    CHECK(nl_peft_save(a, m, pdir, NULL) == 0);
+    nl_adapter *b = nl_peft_load(m, pdir);
+    CHECKF(!b && strstr(nl_last_error(), "adapter_model.safetensors: 'blk.0.attn_v' overflows the forward"), "lora_A 3e38: %s",
+           b ? "read" : nl_last_error());
+    nl_adapter_free(b);
+    nl_lora_A(a, 1)[3] = 0.01f;
+    CHECK(nl_peft_save(a, m, pdir, NULL) == 0 && unlink(man) == 0);
+    sys_ok("sed -i 's/\"lora_alpha\": 8,/\"lora_alpha\": 1e300,/' '%s'%s", cfg, "");
+    b = nl_peft_load(m, pdir);
+    CHECKF(!b && strstr(nl_last_error(), "adapter_config.json:") && strstr(nl_last_error(), "lora_alpha 1e+300: beyond the float range"),
+           "lora_alpha 1e300: %s", b ? "read" : nl_last_error());
+    nl_adapter_free(b);
+    nl_adapter_free(a);
+}
+
 /* ---- the CLI ---- */
 
 static int cli(const char *const *args, const char *errf, const char *outf) {
@@ -461,6 +489,7 @@ int main(void) {
         test_ranks(m);
         test_refusals(m);
         test_whole(m);
+        test_overflow(m);
     }
     nl_model_free(m);
     test_cli();

@@ -45,11 +45,24 @@ void nl_session_close(nl_session *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* 0 when logits[T][V] are all finite, else -1 naming the first that is not: a result computed
+ * with NaN or Inf is no result (the model or the adapter overflowed the forward). */
+static int check_logits(const nl_session *s, const float *logits, int T, int V, int pos0) {
+    for (size_t k = 0; k < (size_t)T * (size_t)V; k++)
+        if (!isfinite(logits[k]))
+            return nl_err("%s: the forward is not finite: logit %zu of position %zu = %g (the model's weights%s "
+                          "overflow it); no result",
+                          s->m->path, k % (size_t)V, (size_t)pos0 + k / (size_t)V, (double)logits[k],
+                          s->rt.adapter ? " or the adapter" : "");
+    return 0;
+}
+
 int nl_session_logits(nl_session *s, const int32_t *tokens, int T, float *logits) {
     float *h = nl_malloc((size_t)T * s->m->hp.n_embd * sizeof(float));
     if (!h) return -1;
     int rc = nl_forward(&s->rt, NULL, tokens, T, h);
     if (rc == 0) rc = nl_head_logits(&s->rt, h, T, logits);
+    if (rc == 0) rc = check_logits(s, logits, T, s->m->hp.n_vocab, 0);
     free(h);
     return rc;
 }
@@ -118,7 +131,7 @@ int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sam
     int rc = -1, ng = 0;
     if (!h || !logits || !gen) goto done;
     if (nl_forward(&s->rt, &st, prompt, n_prompt, h)) goto done;
-    if (nl_head_logits(&s->rt, h + (size_t)(n_prompt - 1) * E, 1, logits)) goto done;
+    if (nl_head_logits(&s->rt, h + (size_t)(n_prompt - 1) * E, 1, logits) || check_logits(s, logits, 1, V, n_prompt - 1)) goto done;
     int32_t eos = s->tok ? nl_token_eos(s->tok) : -1, eot = s->tok ? nl_token_eot(s->tok) : -1;
     for (ng = 0; ng < p->n_predict; ng++) {
         int32_t id = nl_sample(logits, V, p->temp, p->top_p, sample_uniform(p->seed, (uint64_t)ng));
@@ -127,7 +140,7 @@ int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sam
         if (p->stop_at_eog && (id == eos || id == eot)) { ng++; break; }
         if (st.n_past >= n_ctx) { ng++; break; }
         if (nl_forward(&s->rt, &st, &id, 1, h)) goto done;
-        if (nl_head_logits(&s->rt, h, 1, logits)) goto done;
+        if (nl_head_logits(&s->rt, h, 1, logits) || check_logits(s, logits, 1, V, st.n_past - 1)) goto done;
     }
     rc = 0;
 done:

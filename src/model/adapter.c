@@ -241,6 +241,33 @@ int nl_adapter_check_finite(const nl_adapter *a, const nl_model *m, const char *
             nl_adapter_elem_name(a, m, k, name, sizeof name);
             return nl_err("%s: non-finite value: parameter %s = %g", label, name, (double)a->params[k]);
         }
+    if (!isfinite(a->alpha)) return nl_err("%s: alpha = %g: expected a finite number", label, (double)a->alpha);
+    for (int i = 0; i < a->n; i++) {
+        const nl_lora_tensor *lt = &a->t[i];
+        const float *A = nl_lora_A(a, i), *B = nl_lora_B(a, i);
+        double na = 0.0, nb = 0.0; /* infinity norms, in double: no overflow while checking */
+        for (int r = 0; r < lt->rank; r++) {
+            double sum = 0.0;
+            for (int64_t j = 0; j < lt->n_in; j++) sum += fabs((double)A[(size_t)r * (size_t)lt->n_in + (size_t)j]);
+            if (sum > na) na = sum;
+        }
+        for (int64_t o = 0; o < lt->n_out; o++) {
+            double sum = 0.0;
+            for (int r = 0; r < lt->rank; r++) sum += fabs((double)B[(size_t)o * (size_t)lt->rank + (size_t)r]);
+            if (sum > nb) nb = sum;
+        }
+        double s = fabs((double)nl_adapter_scale(a, i));
+        double gain = fmax(1.0, s) * fmax(1.0, na) * fmax(1.0, nb);
+        if (!(gain <= NL_ADAPTER_MAX_GAIN)) {
+            const char *nm = m->projs[lt->proj].name;
+            size_t bl = strlen(nm);
+            if (bl > 7 && !strcmp(nm + bl - 7, ".weight")) bl -= 7;
+            return nl_err("%s: '%.*s' overflows the forward: its update scale %g x |B| %g x |A| %g (largest row sums) can "
+                          "multiply an activation by %.3g, more than the %g a finite forward allows: its values or its "
+                          "alpha are out of range (the adapter is damaged, or was trained to diverge)",
+                          label, (int)bl, nm, s, nb, na, gain, NL_ADAPTER_MAX_GAIN);
+        }
+    }
     return 0;
 }
 

@@ -76,8 +76,14 @@ void nl_adapter_free(nl_adapter *a);
 /* The layout of an adapter on projections projs[0..n) of ranks[0..n), in that order (A then B
  * of each, one params buffer, zero-filled): what a loader fills. NULL when out of memory. */
 nl_adapter *nl_adapter_alloc(const nl_model *m, const int *projs, const int *ranks, int n, float alpha);
-/* 0 when every parameter is finite, else -1 and "LABEL: non-finite value: parameter
- * blk.0.attn_q.lora_b[0] = nan". */
+/* 0 when every parameter is finite and no update can overflow the forward, else -1 and
+ * "LABEL: non-finite value: parameter blk.0.attn_q.lora_b[0] = nan" or "LABEL: 'blk.0.attn_q'
+ * overflows the forward: ...". The bound: the update s·B(Ax) multiplies an input of magnitude
+ * X by at most s·|B|·|A|·X (|M| the largest row sum of |M|, the infinity norm), and A x, B(A x)
+ * and the scaling are each bounded by the product of max(1, s), max(1, |A|), max(1, |B|); an
+ * adapter where that product exceeds NL_ADAPTER_MAX_GAIN (a trained one is near 1e2 to 1e5)
+ * turns any activation above ~1e23 into Inf, then NaN, in the forward. */
+#define NL_ADAPTER_MAX_GAIN 1e15
 int nl_adapter_check_finite(const nl_adapter *a, const nl_model *m, const char *label);
 /* "blk.1.attn_q.lora_b[5]": the name of element idx of an array laid out like params (the
  * parameters, their gradients). */

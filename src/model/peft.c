@@ -339,6 +339,11 @@ static int check_config(const cfg_src *c, const nl_json *root, int *r_out, float
     v = nl_json_get(root, "lora_alpha");
     if (!v || !nl_json_is_number(v) || !isfinite(v->u.num.d))
         return v ? cfg_err(c, v, "expected a finite number", "lora_alpha:") : nl_err("%s: no lora_alpha", c->path);
+    if (!isfinite((float)v->u.num.d)) {
+        char what[64];
+        snprintf(what, sizeof what, "lora_alpha %g:", v->u.num.d);
+        return cfg_err(c, v, "beyond the float range (|alpha| < 3.4e38): the adapter's scale would be infinite", what);
+    }
     if (v->u.num.d == 0.0)
         return cfg_err(c, v, "PEFT scales the adapter by 0/r = 0, where nightlora's (and llama.cpp's) alpha 0 means scale 1: "
                        "refused rather than computed otherwise", "lora_alpha is 0:");
