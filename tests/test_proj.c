@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include "model/quant.h"
 #include "proj/proj.h"
 #include "test.h"
+#include "util/hash.h"
 #include "util/util.h"
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -954,12 +956,60 @@ static void test_plan_cache(void) {
     CHECKF(runs == 8 && !strstr(sum, "plan cache"), "%d runs: %s", runs, sum); /* T <= 4: 2 weights x 2 dirs x 2 buckets */
     CHECK(!strcmp(sum, "12 checks, 4 passed, 8 routed to CPU"));
     CHECK(count_files(dir, file, sizeof file) == 1);
-    /* a hit: no check runs, the same verdicts, said */
+    /* private: the directory 0700, the file 0600 */
+    struct stat pst;
+    CHECK(stat(dir, &pst) == 0 && (pst.st_mode & 0777) == 0700 && stat(file, &pst) == 0 && (pst.st_mode & 0777) == 0600);
+    /* a hit: only the sample (one projection of the two: its 4 supported checks) runs, the same
+     * verdicts, said */
     nl_proj_service *s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
-    CHECKF(runs == 0 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; verdicts from the plan cache ") && strstr(sum, file), "%d runs: %s", runs,
+    CHECKF(runs == 4 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; verdicts from the plan cache ") && strstr(sum, file), "%d runs: %s", runs,
            sum);
     CHECK(same_plan(s0, s1));
     nl_proj_service_free(s1);
+    /* forged: every failing verdict (BWD is 10% wrong) set to 0 with the checksum recomputed, as
+     * an attacker who knows the format would; the sample catches it, all is checked again, the
+     * routes are the honest ones and the file is rewritten honest */
+    {
+        size_t fl = 0;
+        unsigned char *fb = (unsigned char *)nl_t_slurp(file, &fl), *honest = fb ? malloc(fl) : NULL;
+        CHECK(fb && honest && fl == 16 + 12 * 16 + 8);
+        if (fb && honest) {
+            memcpy(honest, fb, fl);
+            for (int i = 0; i < 12; i++) {
+                double e;
+                memcpy(&e, fb + 16 + i * 16 + 8, 8);
+                if (!(e <= 1e-5)) memset(fb + 16 + i * 16 + 8, 0, 8); /* NaN (unsupported) or over the bound */
+            }
+            uint64_t h = nl_hash64(fb, fl - 8, 0x6e6c706366ull);
+            for (int i = 0; i < 8; i++) fb[fl - 8 + i] = (unsigned char)(h >> (8 * i));
+            FILE *f = fopen(file, "wb");
+            CHECK(f && fwrite(fb, 1, fl, f) == fl);
+            if (f) fclose(f);
+            s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+            CHECKF(runs == 4 + 8 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; plan cache ") && strstr(sum, "forged or stale): checked again"),
+                   "forged: %d runs: %s", runs, sum);
+            CHECK(same_plan(s0, s1));
+            nl_proj_service_free(s1);
+            size_t l2 = 0;
+            char *again = nl_t_slurp(file, &l2);
+            CHECKF(again && l2 == fl && !memcmp(again, honest, fl), "the forged file was not rewritten");
+            free(again);
+            /* not ours, or writable by others, or in a directory others can write: ignored */
+            for (int k = geteuid() == 0 ? 0 : 1; k < 3; k++) { /* chown needs root */
+                char c2[700];
+                snprintf(c2, sizeof c2, k == 0 ? "chown 65534 %s" : k == 1 ? "chmod 0666 %s" : "chmod 0777 $(dirname %s)", file);
+                CHECK(system(c2) == 0);
+                s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
+                const char *want = k == 0 ? "owned by uid 65534, mode 0600" : k == 1 ? "mode 0666: only a file of uid" : "mode 0777: others could replace";
+                CHECKF(runs == 8 && strstr(sum, want) && strstr(sum, "): checked again") && same_plan(s0, s1), "perm %d: %d runs: %s", k, runs, sum);
+                nl_proj_service_free(s1);
+                CHECK(stat(dir, &pst) == 0 && (pst.st_mode & 0777) == 0700 && stat(file, &pst) == 0 && pst.st_uid == geteuid() &&
+                      (pst.st_mode & 0777) == 0600);
+            }
+        }
+        free(fb);
+        free(honest);
+    }
     /* a weight byte changed: checked again, another file */
     ((unsigned char *)m.data)[5] ^= 0x10;
     s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);

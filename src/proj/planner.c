@@ -39,7 +39,9 @@
 #include <string.h>
 
 #include <errno.h>
+#include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model/model.h"
@@ -348,9 +350,27 @@ static void wr64(unsigned char *p, uint64_t v) {
 
 /* The errors of a verified file whose keys are `keys` into err[]: 0; 1 no file; -1 ignored
  * (why in `why`: the file's size, magic, version, count, checksum or keys). */
-static int cache_read(const char *path, const uint64_t *keys, int n, double *err, char *why, size_t cap) {
+static int cache_read(const char *dir, const char *path, const uint64_t *keys, int n, double *err, char *why, size_t cap) {
     struct stat st;
-    if (stat(path, &st) != 0) return 1;
+    if (lstat(path, &st) != 0) return 1;
+    /* as ssh with its keys: only a file of ours that no one else could have written, in a
+     * directory no one else can write to (a forged verdict routes nothing to the CPU) */
+    struct stat ds;
+    const uid_t me = geteuid();
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "%s, not a regular file", nl_file_kind(st.st_mode));
+        return -1;
+    }
+    if (st.st_uid != me || (st.st_mode & 022)) {
+        snprintf(why, cap, "owned by uid %u, mode %04o: only a file of uid %u that no one else can write is trusted",
+                 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), (unsigned)me);
+        return -1;
+    }
+    if (stat(dir, &ds) != 0 || ds.st_uid != me || (ds.st_mode & 022)) {
+        snprintf(why, cap, "its directory %s is owned by uid %u, mode %04o: others could replace the file",
+                 dir, (unsigned)ds.st_uid, (unsigned)(ds.st_mode & 07777));
+        return -1;
+    }
     size_t len = 0;
     unsigned char *b = (unsigned char *)nl_read_file(path, &len);
     if (!b) {
@@ -390,9 +410,13 @@ static int make_dirs(const char *dir) {
         if (p[i] == '/' || p[i] == 0) {
             char c = p[i];
             p[i] = 0;
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the plan cache directory: %s", p, strerror(errno));
+            if (mkdir(p, 0700) != 0 && errno != EEXIST) return nl_err("%s: cannot create the plan cache directory: %s", p, strerror(errno));
             p[i] = c;
         }
+    /* the cache directory itself 0700 (one made by an older build, or by hand, is narrowed) */
+    struct stat st;
+    if (stat(dir, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 077) && chmod(dir, 0700) != 0)
+        return nl_err("%s: cannot make the plan cache directory private (0700): %s", dir, strerror(errno));
     return 0;
 }
 
@@ -425,11 +449,39 @@ static int cache_write(const char *dir, const char *path, const uint64_t *keys, 
     if (!rc && snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) rc = nl_err("%s: path too long", path);
     cache_body cb = {b, len};
     if (!rc) rc = nl_io_write_atomic(NULL, path, tmp, cache_body_write, &cb) == -1 ? -1 : 0;
+    /* 0600 whatever the umask: a group-writable file would not be trusted on the next load */
+    if (!rc && chmod(path, 0600) != 0) rc = nl_err("%s: cannot make it private (0600): %s", path, strerror(errno));
     free(b);
     return rc;
 }
 
-int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
+/* The projections whose cached verdicts are measured again on a load: ceil(n / 16), at least
+ * one, drawn from a seed no file can predict (time, pid, an address), so a forged verdict is
+ * caught with probability >= 1/16 on every load, and the honest cache costs 1/16 of a plan. */
+static void pick_sample(const nl_proj_service *s, unsigned char *pick) {
+    int n = 0;
+    for (int i = 0; i < s->n; i++) n += s->e[i].res.cls != NL_CLASS_EMBED;
+    int k = (n + 15) / 16;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&ts;
+    for (int j = 0; j < k && n > 0; j++) {
+        /* the r-th projection not yet picked */
+        uint64_t r = nl_rng_u64(seed, (uint64_t)j) % (uint64_t)(n - j);
+        for (int i = 0; i < s->n; i++) {
+            if (s->e[i].res.cls == NL_CLASS_EMBED || pick[i]) continue;
+            if (r-- == 0) {
+                pick[i] = 1;
+                break;
+            }
+        }
+    }
+}
+
+/* The plan; when read_cache, verdicts may come from the cache (a sample measured again); 1 when
+ * a measured verdict differed from its cached one (the cache is then not to be trusted: the
+ * caller plans again without it). */
+static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int read_cache) {
     if (!buckets || n_buckets <= 0) {
         buckets = default_buckets;
         n_buckets = (int)(sizeof default_buckets / sizeof default_buckets[0]);
@@ -476,6 +528,8 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
     s->plan_cache_note[0] = 0;
     uint64_t *keys = NULL, fkey = 0;
     double *cached = NULL;
+    unsigned char *recheck = NULL; /* [s->n]: projections whose cached verdicts are measured again */
+    int forged = 0;
     char cache_path[4200] = "";
     if (s->cfg.plan_cache_dir && s->cfg.plan_cache_dir[0] && n_checks) {
         for (int id = 0, k = 0; id < s->n; id++) {
@@ -492,8 +546,10 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
             fkey = cache_keys(s, checks, n_checks, keys);
             snprintf(cache_path, sizeof cache_path, "%s/plan-%016llx.nlpc", s->cfg.plan_cache_dir, (unsigned long long)fkey);
             char why[512] = "";
-            int cr = cache_read(cache_path, keys, n_checks, cached, why, sizeof why);
+            int cr = read_cache ? cache_read(s->cfg.plan_cache_dir, cache_path, keys, n_checks, cached, why, sizeof why) : 1;
+            if (cr == 0 && !(recheck = nl_calloc((size_t)s->n + 1, 1))) cr = 1;
             if (cr == 0) {
+                pick_sample(s, recheck);
                 snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; verdicts from the plan cache %s", cache_path);
             } else {
                 if (cr < 0) snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; plan cache %s ignored (%s): checked again", cache_path, why);
@@ -520,6 +576,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
         nl_proj_entry *e = &s->e[id];
         if (e->res.cls == NL_CLASS_EMBED) continue; /* row gathers only */
         const int trivial = s->be == &nl_proj_backend_ref && e->res.data == e->orig.data && !s->cfg.wire_f16;
+        const int measure = !cached || recheck[id]; /* no cache, or a projection of the sample */
         double bound = type_bound(e->res.type);
         if (s->cfg.wire_f16 && bound < 1e-2) bound = 1e-2;
         const int64_t K = e->orig.n_in, N = e->orig.n_out;
@@ -538,7 +595,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
                 c->rel_err = NAN;
                 c->supported = s->be->supports(s->be_ctx, &e->res, (nl_dir)d, c->T) != 0;
                 if (c->supported && trivial) c->rel_err = 0; /* the same code on the same bytes */
-                else if (c->supported && cached) c->rel_err = cached[ci + d * nb + bi]; /* measured before */
+                else if (c->supported && !measure) c->rel_err = cached[ci + d * nb + bi]; /* measured before */
                 else if (c->supported) dr[d].need = 1;
             }
         ci += 2 * nb;
@@ -585,7 +642,7 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
             const nl_dir dir = (nl_dir)d;
             for (int bi = 0; bi < nb; bi++) {
                 nl_proj_check *c = &pc[d * nb + bi];
-                if (c->supported && !trivial && !cached) {
+                if (c->supported && !trivial && measure) {
                     const int T = c->T;
                     if (grow((void **)&ybe, &ybe_n, (size_t)T * (size_t)dr[d].n_out, sizeof(float))) {
                         rc = -1;
@@ -596,6 +653,10 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
                     /* a backend error is a failed check (rel_err stays NaN), not a failed plan */
                 }
                 c->passed = c->supported && isfinite(c->rel_err) && c->rel_err <= c->bound;
+                if (c->supported && !trivial && cached && recheck[id]) {
+                    const double was = cached[ci - 2 * nb + d * nb + bi];
+                    if (c->passed != (isfinite(was) && was <= c->bound)) forged = 1;
+                }
                 e->route[d * nb + bi] = c->passed ? NL_ROUTE_BACKEND : NL_ROUTE_REF;
             }
         }
@@ -623,12 +684,13 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
     }
     free(keys);
     free(cached);
+    free(recheck);
     if (rc) {
         /* out of memory half way: every route stays at ref, which is always correct */
         for (int i = 0; i < s->n; i++) memset(s->e[i].route, NL_ROUTE_REF, 2 * (size_t)nb);
         return nl_err_prefix("proj: plan");
     }
-    return 0;
+    return forged;
 
 oom:
     if (routes)
@@ -637,6 +699,28 @@ oom:
     free(checks);
     free(b);
     return nl_err("proj: plan: out of memory");
+}
+
+int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
+    int rc = plan_impl(s, buckets, n_buckets, 1);
+    if (rc != 1) return rc;
+    /* a sampled verdict measured otherwise than the cache said: the file is forged or stale;
+     * every verdict is measured again (and the file rewritten) */
+    char was[sizeof s->plan_cache_note];
+    snprintf(was, sizeof was, "%s", s->plan_cache_note);
+    const char *path = strstr(was, "plan cache ");
+    rc = plan_impl(s, buckets, n_buckets, 0);
+    if (rc == 1) rc = 0; /* not reached: nothing cached was read */
+    if (rc == 0) {
+        char note[2 * sizeof s->plan_cache_note + 128];
+        snprintf(note, sizeof note, "; %s ignored (a re-checked verdict differs from the one it holds: forged or stale): checked again%s",
+                 path ? path : "plan cache", s->plan_cache_note);
+        size_t l = strlen(note);
+        if (l >= sizeof s->plan_cache_note) l = sizeof s->plan_cache_note - 1;
+        memcpy(s->plan_cache_note, note, l);
+        s->plan_cache_note[l] = 0;
+    }
+    return rc;
 }
 
 void nl_proj_plan_get_totals(const nl_proj_service *s, nl_proj_plan_totals *out) {
