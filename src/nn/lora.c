@@ -5,12 +5,15 @@
  * loops. With dropout, the mask of a token block is regenerated from the RNG into scratch and
  * discarded at the end of the block: x ⊙ m never outlives the call.
  *
- * On the tiles (L->tiles, cpu/tiles.h) the same blocks (TB = 32 rows: one pair of A tiles, one
- * 32-element step of a reduction over tokens) with every product a tile GEMM: per call A and B
- * are packed as B operands in the orientation each product needs (Aᵀ, Bᵀ forward; B, A for du
- * and dx), per block the activations as A rows; dA and dB take the transposed du and dy as A
- * rows against x ⊙ m and s·u as pairs of tokens, in column panels, each element one chain over
- * all T tokens. r = 16 is half a 32-element step (zero padded); r up to 32 costs the same. */
+ * On the tiles (L->tiles, cpu/tiles.h) the same blocks (TB = 32 rows: one pair of A tiles) with
+ * every per-row product a tile GEMM: per call A and B are packed as B operands in the
+ * orientation each product needs (Aᵀ, Bᵀ forward; B, A for du and dx), per block the
+ * activations as A rows. r = 16 is half a 32-element step (zero padded); r up to 32 costs the
+ * same. dA and dB, the sums over the tokens, stay FP32 chains over t (nl_gemm_tn) on the tiles
+ * too: the real TDPBF16PS does not sum a 32-step as a chain (docs/amx.md), so on tiles the
+ * rows of a gathered call or of one sequence would group their terms differently from the
+ * full or packed call's (whose other rows are zeros) and the gradients would depend on which
+ * rows share the call. */
 #include "cpu/cpu.h"
 #include "cpu/tiles.h"
 #include "cpu/vecmath.h"
@@ -133,8 +136,6 @@ NL_CLONES static void add_masked(float *dxb, const float *tmp, const float *m, i
 
 /* ---- on the tiles ---- */
 
-#define PANEL 256 /* dA columns / dB rows per packed panel in the parameter products */
-
 /* u rows [nb][r] = xb·Aᵀ (xa: scratch for the packed rows, at: Aᵀ packed) */
 static void tile_u(const nl_lora *L, const uint32_t *at, const float *xb, int nb, uint16_t *xa, float *u) {
     const int K = L->n_in, r = L->rank, Kp = nl_tile_up(K), rp = nl_tile_up(r);
@@ -205,36 +206,6 @@ static int lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B,
         }
         nl_tile_gemm(L->tiles, tmp, K, sa, rp, ba, Kp, nb, K, r, 0);
         add_masked(dxb, tmp, mb, (int64_t)nb * K, dx_accumulate);
-    }
-    return 0;
-}
-
-/* Phase 2 on the tiles: dA[:, c0..c1) += duᵀ·xm, dB[o0..o1) += dyᵀ·su, in panels of PANEL
- * lines, each element one tile chain over all T tokens. */
-static int lora_bwd_params_tiles(const nl_lora *L, float *dA, float *dB, const float *dy, const float *xm, int T,
-                                 const float *du, const float *su, int c0, int c1, int o0, int o1) {
-    const int K = L->n_in, N = L->n_out, r = L->rank, Tp = nl_tile_up(T), rp = nl_tile_up(r);
-    const size_t n_dut = (size_t)rp * Tp / 2, n_sub = (size_t)Tp / 2 * rp, n_pb = (size_t)Tp / 2 * PANEL,
-                 n_pa = (size_t)PANEL * Tp / 2;
-    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_dut + n_sub + n_pb + n_pa));
-    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d, %d tokens)", K, N, r, T);
-    uint32_t *sub = buf, *pb = sub + n_sub;
-    uint16_t *dut = (uint16_t *)(pb + n_pb), *pa = dut + 2 * n_dut;
-    if (c1 > c0) {
-        nl_tile_pack_a(dut, Tp, du, r, 1, r, T); /* duᵀ [r][T] */
-        for (int c = c0; c < c1; c += PANEL) {
-            const int w = c1 - c < PANEL ? c1 - c : PANEL;
-            nl_tile_pack_b(pb, PANEL, xm + c, K, 0, T, w);
-            nl_tile_gemm(L->tiles, dA + c, K, dut, Tp, pb, PANEL, r, w, T, 1);
-        }
-    }
-    if (o1 > o0) {
-        nl_tile_pack_b(sub, rp, su, r, 0, T, r);
-        for (int o = o0; o < o1; o += PANEL) {
-            const int w = o1 - o < PANEL ? o1 - o : PANEL;
-            nl_tile_pack_a(pa, Tp, dy + o, N, 1, w, T); /* dy[:, o..o+w)ᵀ */
-            nl_tile_gemm(L->tiles, dB + (int64_t)o * r, r, pa, Tp, sub, rp, w, r, T, 1);
-        }
     }
     return 0;
 }
@@ -341,7 +312,10 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
     const int c0 = j0 < K ? j0 : K, c1 = j1 < K ? j1 : K;
     /* dB[o0..o1) += dy[:, o0..o1)ᵀ · su */
     const int o0 = (j0 > K ? j0 : K) - K, o1 = (j1 < K + N ? j1 : K + N) - K;
-    if (L->tiles) return lora_bwd_params_tiles(L, dA, dB, dy, xm, T, du, su, c0, c1, o0, o1);
+    /* FP32 on the tiles too: these sum over the tokens, and a TDPBF16PS sums a 32-step in its
+     * own order (docs/amx.md), so on tiles a gathered call's (or one sequence's) rows would
+     * group their terms differently from the full (packed) call's, where the other rows are
+     * zeros; one FP32 chain per element over t leaves those zeros exact no-ops. */
     if (c1 > c0) nl_gemm_tn(dA + c0, K, du, r, xm + c0, K, r, c1 - c0, T, 1);
     if (o1 > o0) nl_gemm_tn(dB + (int64_t)o0 * r, r, dy + o0, N, su, r, o1 - o0, r, T, 1);
     return 0;

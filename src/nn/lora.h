@@ -33,8 +33,9 @@ typedef struct {
     float dropout;         /* p in [0, 1) */
     uint64_t key;          /* dropout key (nl_lora_dropout_key); unused when dropout == 0 */
     /* NULL: the rank-r products in FP32 (nl_gemm). Else on these tiles (cpu/amx.h, real or
-     * emulated; cpu/tiles.h): every product's operands rounded to BF16 (nearest even), FP32
-     * accumulation; the scalings, the mask and the adds in FP32 as above. The same split
+     * emulated; cpu/tiles.h): every per-row product's operands rounded to BF16 (nearest even),
+     * FP32 accumulation; dA and dB (sums over the tokens) FP32 as without tiles, so zero rows
+     * are exact no-ops there on any TDPBF16PS; the scalings, the mask and the adds in FP32. The same split
      * invariance (below) and the same accumulation contract; agrees with the FP32 products to
      * BF16 accuracy. */
     const struct nl_amx_tiles *tiles;
