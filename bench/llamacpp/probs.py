@@ -10,6 +10,8 @@ import json
 import sys
 
 import numpy as np
+
+import no_amx  # noqa: F401  (before any Llama: AMX CPUs use llama.cpp's plain CPU path)
 from llama_cpp import Llama
 
 

@@ -169,6 +169,7 @@ def fmt_cmp(c):
 
 class LlamaCpp:
     def __init__(self, model, threads, lora=None, n_ctx=512):
+        import no_amx  # noqa: F401  (before any Llama: AMX CPUs use llama.cpp's plain CPU path)
         from llama_cpp import Llama
 
         # logits_all: llama-cpp-python keeps a row's logits in .scores only with it
