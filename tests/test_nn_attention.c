@@ -527,7 +527,7 @@ static void check_tiles_model(const shape *s, const char *name) {
     const int64_t nq = (int64_t)T * Hq * d, nk = (int64_t)S * Hkv * d, nl = (int64_t)T * Hq;
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *om = malloc(sizeof(float) * nq),
           *lm = malloc(sizeof(float) * nl);
-    nl_attention_forward_range_tiles(&nl_amx_tiles_emu, out, lse, q, k, v, T, S, Hq, Hkv, d, (float)s->c, s->w, 0, Hkv);
+    nl_attention_forward_range_tiles(&nl_amx_tiles_emu_chain, out, lse, q, k, v, T, S, Hq, Hkv, d, (float)s->c, s->w, 0, Hkv);
     model_tiles_fwd(om, lm, q, k, v, s);
     CHECKF(memcmp(out, om, sizeof(float) * nq) == 0 && memcmp(lse, lm, sizeof(float) * nl) == 0,
            "%s: tile forward not the model's bits", name);
@@ -536,7 +536,7 @@ static void check_tiles_model(const shape *s, const char *name) {
               *dv = malloc(sizeof(float) * nk), *dqm = malloc(sizeof(float) * nq), *dkm = malloc(sizeof(float) * nk),
               *dvm = malloc(sizeof(float) * nk);
         nl_t_fill(dout, nq, 1.0);
-        nl_attention_backward_range_tiles(&nl_amx_tiles_emu, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, (float)s->c,
+        nl_attention_backward_range_tiles(&nl_amx_tiles_emu_chain, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, (float)s->c,
                                           s->w, 0, Hkv);
         model_tiles_bwd(dqm, dkm, dvm, dout, out, lse, q, k, v, s);
         CHECKF(memcmp(dq, dqm, sizeof(float) * nq) == 0, "%s: tile dq not the model's bits", name);
@@ -607,8 +607,8 @@ int main(void) {
     }
     test_layout();
     test_bf16();
-    test_tiles(&nl_amx_tiles_emu);
-    test_tiles(&nl_amx_tiles_emu_sdm); /* the checks of the real instructions, on the other reading */
+    test_tiles(&nl_amx_tiles_emu);       /* the hardware's reading */
+    test_tiles(&nl_amx_tiles_emu_chain); /* and the other documented one */
     check_tiles_model(&(shape){45, 45, 4, 2, 64, 0.125, 0}, "model T=45 d=64 gqa2");
     check_tiles_model(&(shape){70, 70, 2, 1, 13, 0.4, 20}, "model T=70 d=13 window 20");
     check_tiles_model(&(shape){37, 37, 1, 1, 256, 1.0 / 16.0, 0}, "model T=37 d=256");

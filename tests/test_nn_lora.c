@@ -447,8 +447,8 @@ int main(void) {
     check_split(70, 40, 33, 4, 0.0f, 3);
     check_split(70, 40, 33, 4, 0.2f, 64);
     test_errors_and_init();
-    test_tiles(&nl_amx_tiles_emu, 1);
-    test_tiles(&nl_amx_tiles_emu_sdm, 0); /* the checks of the real instructions, on the other reading */
+    test_tiles(&nl_amx_tiles_emu_chain, 1); /* bit for bit against the chain model */
+    test_tiles(&nl_amx_tiles_emu, 0);       /* the checks of the real instructions, on the hardware's reading */
     if (nl_amx_tiles_of("amx")) test_tiles(nl_amx_tiles_of("amx"), 0);
     else printf("no usable AMX here: the LoRA tiles ran on the emulator only\n");
     return nl_t_done();

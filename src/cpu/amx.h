@@ -69,11 +69,13 @@ typedef struct nl_amx_tiles {
     void (*end)(void);              /* release the tiles */
 } nl_amx_tiles;
 
-extern const nl_amx_tiles nl_amx_tiles_emu;  /* amx_emu.c: every machine */
-/* amx_emu.c, for the tests: the same emulator with TDPBF16PS as the SDM's Operation section
- * reads (two partial sums per output; other bits than nl_amx_tiles_emu's). What the tests check
- * on the real instructions (bounds, thread counts, one-hot) must hold on it too. */
-extern const nl_amx_tiles nl_amx_tiles_emu_sdm;
+/* amx_emu.c, every machine: TDPBF16PS as the hardware computes it (the SDM's reading: two
+ * partial sums per output and instruction, measured bit for bit on a Xeon with AMX) */
+extern const nl_amx_tiles nl_amx_tiles_emu;
+/* amx_emu.c, for the tests: the same kernel with TDPBF16PS as the intrinsics guide's chain (one
+ * FMA-free chain per output; other bits); the tests' plain C models of whole products are
+ * chains, and what they check on the real instructions must hold on both readings */
+extern const nl_amx_tiles nl_amx_tiles_emu_chain;
 #if defined(NL_HAVE_AMX)
 extern const nl_amx_tiles nl_amx_tiles_real; /* kernels_amx.c: x86-64 with a compiler that has AMX */
 #endif

@@ -1,11 +1,17 @@
 /* cpu/amx_emu: a portable C implementation of the tile operations amx_kern.h uses, and the
- * kernel built against it (nl_amx_tiles_emu). Each thread has its own tile registers and
- * configuration (as each core has them). Arithmetic of TDPBF16PS (amx.h): for every output
- * c[m][n] and pair p = 0..K/2-1 in order, c += a[m][2p]·b[p][n].lo, then c += a[m][2p+1]·b[p][n].hi;
- * products of two BF16 are exact in FP32, each sum rounds to nearest even; BF16 denormal
- * inputs read as zero (DAZ), FP32 denormal sums become a zero of their sign (FTZ). The product
- * is exact, so whether the compiler contracts a*b + c into an FMA (ISO C mode: it does not)
- * could only show where a product underflows. */
+ * kernel built against it. Each thread has its own tile registers and configuration (as each
+ * core has them). Two readings of TDPBF16PS (amx.h, docs/amx.md):
+ *   nl_amx_tiles_emu (what `amx-emu` and NL_AMX=emulate run): the SDM's Operation section, the
+ *     hardware's arithmetic (measured bit for bit on a Xeon with AMX, test_amx checks it where
+ *     the CPU has AMX): per output, two FP32 partial sums from zero over one instruction's 16
+ *     pairs, the even and the odd elements (FMAs, each rounded to nearest even, FTZ), then
+ *     their sum, then that added to c;
+ *   nl_amx_tiles_emu_chain (the tests' whole-product models): the intrinsics guide's chain, for
+ *     every pair p in order c += a[m][2p]·b[p][n].lo, then c += a[m][2p+1]·b[p][n].hi.
+ * Products of two BF16 are exact in FP32; BF16 denormal inputs read as zero (DAZ), FP32
+ * denormal sums become a zero of their sign (FTZ). The product is exact, so whether the
+ * compiler contracts a*b + c into an FMA (ISO C mode: it does not) could only show where a
+ * product underflows. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -123,10 +129,10 @@ static void emu_dp(int ci, int ai, int bi) {
     }
 }
 
-/* The other documented reading of TDPBF16PS (the SDM's Operation section, where the intrinsics
- * guide's is emu_dp's): per output, two FP32 partial sums from zero, the even and the odd
- * elements of the pairs, each step an FMA (one rounding, nearest even, FTZ); then their sum,
- * added to c. Different bits from emu_dp; neither is known to be the hardware's (docs/amx.md). */
+/* TDPBF16PS as the SDM's Operation section reads it and the hardware computes it (measured,
+ * docs/amx.md): per output, two FP32 partial sums from zero, the even and the odd elements of
+ * the pairs, each step an FMA (one rounding, nearest even, FTZ); then their sum, added to c.
+ * Other bits than emu_dp's chain. */
 static void emu_dp_sdm(int ci, int ai, int bi) {
     emu_state *s = &g_tiles;
     const int M = s->rows[ci], N = s->colsb[ci] / 4, KP = s->colsb[ai] / 4;
@@ -156,7 +162,7 @@ static void emu_dp_sdm(int ci, int ai, int bi) {
 #define TILE_ZERO(t) emu_zero(t)
 #define TILE_LOAD(t, p, stride) emu_load(t, p, stride)
 #define TILE_STORE(t, p, stride) emu_store(t, p, stride)
-#define TILE_DP(c, a, b) emu_dp(c, a, b)
+#define TILE_DP(c, a, b) emu_dp_sdm(c, a, b)
 #include "cpu/amx_kern.h"
 
 const nl_amx_tiles nl_amx_tiles_emu = {
@@ -166,17 +172,17 @@ const nl_amx_tiles nl_amx_tiles_emu = {
     .end = emu_end,
 };
 
-/* the same kernel on the SDM's reading of the instruction (tests: what holds on any valid
- * TDPBF16PS, not only on emu_dp's bits) */
+/* the same kernel on the intrinsics guide's chain (tests: the plain C models of whole products
+ * are chains; what holds on any valid TDPBF16PS must hold on both) */
 #undef AMX_FN
 #undef TILE_DP
-#define AMX_FN(name) emu_sdm_##name
-#define TILE_DP(c, a, b) emu_dp_sdm(c, a, b)
+#define AMX_FN(name) emu_chain_##name
+#define TILE_DP(c, a, b) emu_dp(c, a, b)
 #include "cpu/amx_kern.h"
 
-const nl_amx_tiles nl_amx_tiles_emu_sdm = {
-    .name = "amx-emu-sdm",
-    .begin = emu_sdm_begin,
-    .block = emu_sdm_block,
-    .end = emu_sdm_end,
+const nl_amx_tiles nl_amx_tiles_emu_chain = {
+    .name = "amx-emu-chain",
+    .begin = emu_chain_begin,
+    .block = emu_chain_block,
+    .end = emu_chain_end,
 };
