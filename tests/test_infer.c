@@ -1,5 +1,6 @@
 /* Inference path: decode == prefill on every arch (gemma3's past its sliding window), adapters (B = 0 is exact, rank-1 == merge),
  * sampling. Models are made by mkmodel (tiny preset). */
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -189,8 +190,9 @@ static void test_adapters(const char *path, const char *tag) {
 static void test_merge_unwritable(const char *f32_path) {
     CHECK(nl_merge_out_type(NL_TYPE_Q5_0) == NL_TYPE_Q8_0 && nl_merge_out_type(NL_TYPE_Q4_K) == NL_TYPE_Q8_0 &&
           nl_merge_out_type(NL_TYPE_Q6_K) == NL_TYPE_Q8_0);
-    CHECK(nl_merge_out_type(NL_TYPE_Q4_1) == NL_TYPE_Q4_1 && nl_merge_out_type(NL_TYPE_F32) == NL_TYPE_F32 &&
-          nl_merge_out_type(NL_TYPE_BF16) == NL_TYPE_BF16);
+    CHECK(nl_merge_out_type(NL_TYPE_Q4_1) == NL_TYPE_Q8_0 && nl_merge_out_type(NL_TYPE_Q4_0) == NL_TYPE_Q8_0 &&
+          nl_merge_out_type(NL_TYPE_F32) == NL_TYPE_F32 && nl_merge_out_type(NL_TYPE_BF16) == NL_TYPE_BF16 &&
+          nl_merge_out_type(NL_TYPE_F16) == NL_TYPE_F16 && nl_merge_out_type(NL_TYPE_Q8_0) == NL_TYPE_Q8_0);
     /* the tiny model with two projections in Q5_0 (random codes, a small scale per block) */
     static const char *const q5[2] = {"blk.0.attn_q.weight", "blk.1.ffn_up.weight"};
     char path[512], apath[512], mpath[512], fpath[512];
@@ -286,6 +288,152 @@ static void test_merge_unwritable(const char *f32_path) {
     nl_model_free(m);
 }
 
+/* Logits of T tokens of a model (+ adapter) under the F32 reference. */
+static void logits_of(const char *model, const char *adapter, const int32_t *tok, int T, float *out) {
+    nl_session s;
+    CHECK(nl_session_open(&s, model, adapter, &f32cfg) == 0 && nl_session_logits(&s, tok, T, out) == 0);
+    nl_session_close(&s);
+}
+
+/* What merge keeps of an update, measured: the tiny model with every projection stored as Q4_1
+ * (as SmolLM2's file), an adapter whose update is ~1/10 of a Q4_1 step. The default writes the
+ * adapted weights as Q8_0 (the rest as stored), keeps the update (lost < 10%) and computes what
+ * base + adapter does; --type q4_1 loses most of it (the measure says so, the logits agree) and a
+ * bound refuses it with nothing written; F16 and F32 keep it to their rounding; an update that
+ * overflows the written type is refused, nothing written (what the loader would reject). */
+static void test_merge_kept(const char *f32_path) {
+    char path[512], apath[512], mdef[512], m4[512], m16[512], m32[512], mbad[512];
+    snprintf(path, sizeof path, "%s/q4_1-model.gguf", tmpdir);
+    nl_gguf *g = nl_gguf_open(f32_path);
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = g && w ? nl_gguf_copy_kvs(w, g) : -1;
+    void *blk[256] = {0};
+    int nb = 0;
+    for (int64_t i = 0; rc == 0 && i < g->n_tensors; i++) {
+        const nl_gguf_tensor *t = &g->tensors[i];
+        const int proj = (strstr(t->name, "attn_") || strstr(t->name, "ffn_")) && !strstr(t->name, "norm") && t->n_dims == 2;
+        if (!proj || t->type != NL_TYPE_F32 || nb == 256 || t->ne[0] % 32) {
+            rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, true);
+            continue;
+        }
+        const int64_t n = t->ne[0] * t->ne[1];
+        blk[nb] = malloc(nl_row_bytes(NL_TYPE_Q4_1, t->ne[0]) * (size_t)t->ne[1]);
+        nl_type_get(NL_TYPE_Q4_1)->from_float((const float *)t->data, blk[nb], n);
+        rc = nl_gguf_add_tensor(w, t->name, NL_TYPE_Q4_1, 2, t->ne, blk[nb], true);
+        nb++;
+    }
+    if (rc == 0) rc = nl_gguf_write(w, path);
+    nl_gguf_writer_free(w);
+    nl_gguf_close(g);
+    for (int k = 0; k < nb; k++) free(blk[k]);
+    CHECK(rc == 0 && nb > 0);
+    nl_model *m = rc == 0 ? nl_model_load(path) : NULL;
+    CHECK(m != NULL);
+    if (!m) return;
+    nl_adapter *a = nl_adapter_new(m, "q,k,v,o,gate,up,down", 2, 4.0f, 9);
+    CHECK(a != NULL);
+    if (!a) { nl_model_free(m); return; }
+    for (int i = 0; i < a->n; i++) {
+        float *B = nl_lora_B(a, i);
+        for (int64_t j = 0; j < a->t[i].n_out * 2; j++) B[j] = (float)(0.02 * nl_t_rand());
+    }
+    snprintf(apath, sizeof apath, "%s/q4_1-adapter.gguf", tmpdir);
+    snprintf(mdef, sizeof mdef, "%s/q4_1-merged.gguf", tmpdir);
+    snprintf(m4, sizeof m4, "%s/q4_1-merged-q4_1.gguf", tmpdir);
+    snprintf(m16, sizeof m16, "%s/q4_1-merged-f16.gguf", tmpdir);
+    snprintf(m32, sizeof m32, "%s/q4_1-merged-f32.gguf", tmpdir);
+    snprintf(mbad, sizeof mbad, "%s/q4_1-merged-refused.gguf", tmpdir);
+    CHECK(nl_adapter_save(a, m, apath) == 0);
+    nl_merge_stats sd, s4, s16, s32;
+    CHECK(nl_merge_ex(m, a, -1, 0.10, &sd, mdef) == 0);
+    CHECK(nl_merge_ex(m, a, NL_TYPE_Q4_1, -1.0, &s4, m4) == 0);
+    CHECK(nl_merge_ex(m, a, NL_TYPE_F16, 0.10, &s16, m16) == 0);
+    CHECK(nl_merge_ex(m, a, NL_TYPE_F32, 0.0001, &s32, m32) == 0);
+    printf("merge kept: lost q8_0 (default) %.4f, q4_1 %.4f, f16 %.6f, f32 %.2g\n", sd.lost, s4.lost, s16.lost, s32.lost);
+    CHECKF(sd.n_adapted == a->n && sd.n_retyped == a->n && sd.by_type[NL_TYPE_Q8_0] == a->n, "default: %d adapted, %d retyped, %d q8_0 of %d",
+           sd.n_adapted, sd.n_retyped, sd.by_type[NL_TYPE_Q8_0], a->n);
+    CHECKF(sd.lost < 0.10 && sd.worst >= sd.lost && sd.worst_name[0], "default merge lost %g (worst %g)", sd.lost, sd.worst);
+    CHECKF(s4.lost > 0.15 && s4.lost > 5 * sd.lost, "q4_1 merge lost only %g of an update under its step (q8_0: %g)", s4.lost, sd.lost);
+    CHECKF(s16.lost < 0.01 && s16.lost < sd.lost, "f16 merge lost %g", s16.lost);
+    CHECKF(s32.lost < 1e-5, "f32 merge lost %g", s32.lost);
+    /* the file: adapted weights Q8_0, the rest (the embedding, the norms) as stored */
+    nl_gguf *gb = nl_gguf_open(path), *gm = nl_gguf_open(mdef);
+    CHECK(gb && gm);
+    for (int64_t i = 0; gb && gm && i < gm->n_tensors; i++) {
+        const nl_gguf_tensor *tm = &gm->tensors[i], *tb = nl_gguf_tensor_find(gb, tm->name);
+        CHECK(tb != NULL);
+        if (!tb) continue;
+        if (tb->type == NL_TYPE_Q4_1) CHECKF(tm->type == NL_TYPE_Q8_0, "%s written as %s", tm->name, nl_type_name(tm->type));
+        else CHECKF(tm->type == tb->type && tm->nbytes == tb->nbytes && memcmp(tm->data, tb->data, (size_t)tb->nbytes) == 0, "%s changed", tm->name);
+    }
+    nl_gguf_close(gb);
+    nl_gguf_close(gm);
+    /* the measure tells what the logits tell */
+    enum { T = 9 };
+    const int V = m->hp.n_vocab;
+    int32_t tok[T];
+    for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 37 + 3) % V);
+    float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V), *ld = malloc(sizeof(float) * T * V),
+          *l4 = malloc(sizeof(float) * T * V);
+    logits_of(path, NULL, tok, T, base);
+    logits_of(path, apath, tok, T, with);
+    logits_of(mdef, NULL, tok, T, ld);
+    logits_of(m4, NULL, tok, T, l4);
+    double moved = 0, ed = 0, e4 = 0;
+    for (size_t i = 0; i < (size_t)T * V; i++) {
+        moved += ((double)with[i] - base[i]) * ((double)with[i] - base[i]);
+        ed += ((double)with[i] - ld[i]) * ((double)with[i] - ld[i]);
+        e4 += ((double)with[i] - l4[i]) * ((double)with[i] - l4[i]);
+    }
+    moved = sqrt(moved), ed = sqrt(ed), e4 = sqrt(e4);
+    printf("merge kept: logits |merged - (base+adapter)| / |adapter's change|: q8_0 %.4f, q4_1 %.4f\n", ed / moved, e4 / moved);
+    CHECKF(moved > 0 && ed < 0.2 * moved, "default merge: logits off by %g of the adapter's change", ed / moved);
+    CHECKF(e4 > 0.5 * moved, "q4_1 merge: logits off by only %g of the adapter's change", e4 / moved);
+    free(base); free(with); free(ld); free(l4);
+    /* a bound on the loss refuses, nothing written, the figures in the message */
+    nl_merge_stats sb;
+    CHECK(nl_merge_ex(m, a, NL_TYPE_Q4_1, 0.10, &sb, mbad) == -1);
+    CHECKF(strstr(nl_last_error(), "would lose") && strstr(nl_last_error(), "nothing written"), "%s", nl_last_error());
+    CHECK(access(mbad, F_OK) != 0);
+    /* the CLI: one summary line with the probe's figure; --type q4_1 warns, --strict refuses and
+     * writes nothing (an older --out is left as it was) */
+    char errp[512], outp[512];
+    snprintf(errp, sizeof errp, "%s/merge.err", tmpdir);
+    snprintf(outp, sizeof outp, "%s/cli-merged.gguf", tmpdir);
+    const char *const c1[] = {NL_CLI, "merge", "--model", path, "--adapter", apath, "--out", outp, NULL};
+    CHECK(nl_t_run(c1, errp, NULL) == 0);
+    char *e = nl_t_slurp(errp, NULL);
+    CHECKF(e && strstr(e, "kept") && strstr(e, "probe logits off by") && !strstr(e, "warning"), "%s", e ? e : "");
+    free(e);
+    struct stat st0;
+    CHECK(stat(outp, &st0) == 0);
+    const char *const c2[] = {NL_CLI, "merge", "--model", path, "--adapter", apath, "--out", mbad, "--type", "q4_1", NULL};
+    CHECK(nl_t_run(c2, errp, NULL) == 0);
+    e = nl_t_slurp(errp, NULL);
+    CHECKF(e && strstr(e, "warning: --type q4_1 misses"), "%s", e ? e : "");
+    free(e);
+    unlink(mbad);
+    const char *const c3[] = {NL_CLI, "merge", "--model", path, "--adapter", apath, "--out", outp, "--type", "q4_1", "--strict", NULL};
+    CHECK(nl_t_run(c3, errp, NULL) == 1);
+    e = nl_t_slurp(errp, NULL);
+    CHECKF(e && strstr(e, "--strict") && strstr(e, "nothing written"), "%s", e ? e : "");
+    free(e);
+    struct stat st1;
+    char probe_path[600];
+    snprintf(probe_path, sizeof probe_path, "%s.probe", outp);
+    CHECK(stat(outp, &st1) == 0 && st1.st_ino == st0.st_ino && st1.st_size == st0.st_size && access(probe_path, F_OK) != 0);
+    /* an update that overflows the written type: refused, nothing written */
+    float *B0 = nl_lora_B(a, 0);
+    for (int64_t j = 0; j < a->t[0].n_out * 2; j++) B0[j] = 1e30f;
+    CHECK(nl_merge_ex(m, a, NL_TYPE_F16, -1.0, NULL, mbad) == -1);
+    CHECKF(strstr(nl_last_error(), "not finite") && strstr(nl_last_error(), "nothing written"), "%s", nl_last_error());
+    CHECK(access(mbad, F_OK) != 0);
+    CHECK(nl_merge_ex(m, a, -1, -1.0, NULL, mbad) == -1); /* q8_0's f16 block scale */
+    CHECK(access(mbad, F_OK) != 0);
+    nl_adapter_free(a);
+    nl_model_free(m);
+}
+
 static void test_adapter_errors(const char *llama_path, const char *qwen_path) {
     char apath[512];
     snprintf(apath, sizeof apath, "%s/llama-for-qwen.gguf", tmpdir);
@@ -329,6 +477,7 @@ int main(void) {
     make_model(NL_ARCH_QWEN35, NL_TYPE_Q8_0, q8);
     test_decode_equals_prefill(q8);
     test_merge_unwritable(paths[3]);
+    test_merge_kept(paths[0]);
     test_adapter_errors(paths[0], paths[1]);
     test_sampling();
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

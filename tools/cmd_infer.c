@@ -210,11 +210,61 @@ int nl_cmd_generate(int argc, char **argv) {
     return rc;
 }
 
+/* The part of the adapter's effect a merged model may miss before merge warns (and --strict
+ * refuses, nothing written): 20%, measured on the probe's logits (below). SmolLM2 Q4_1 with a
+ * 10-step tagging adapter: the default (adapted weights as Q8_0) misses 7%, --type f16 0.3% (with
+ * --compute f32; 3.6% under the default BF16 activations), both 95.8% held-out as the adapter;
+ * --type q4_1 misses 110% (19.2%, the base's level). */
+#define NL_MERGE_MAX_OFF 0.20
+
+/* What the merged model does, against what base + adapter does: the logits of a probe prompt
+ * (a short chat turn through the model's own template, plain text where it has none) under the
+ * three: off = |L(merged) - L(base + adapter)| / |L(base + adapter) - L(base)|, 0 when the merge
+ * kept every bit of the adapter's effect, ~1 when it kept none. */
+static int merge_probe(int argc, char **argv, const char *model, const char *adapter, const char *merged, double *off) {
+    static const char probe[] = "Tag this note with one word: I left my umbrella on the train this morning, and the "
+                                "meeting with the dentist moved to Friday.";
+    nl_proj_config cfg;
+    if (nl_cli_infer_config("merge", argc, argv, &cfg)) return -1;
+    const char *paths[3][2] = {{model, NULL}, {model, adapter}, {merged, NULL}};
+    float *L[3] = {NULL, NULL, NULL};
+    int32_t *ids = NULL;
+    int n = 0, rc = 0;
+    size_t V = 0;
+    for (int k = 0; k < 3 && rc == 0; k++) {
+        nl_session s;
+        if (nl_session_open(&s, paths[k][0], paths[k][1], &cfg)) { rc = -1; break; }
+        if (k == 0 && nl_chat_prompt_tokens(s.tok, NULL, probe, strlen(probe), &ids, &n) &&
+            nl_tokenize(s.tok, probe, strlen(probe), true, false, &ids, &n))
+            rc = -1;
+        V = (size_t)s.m->hp.n_vocab;
+        if (rc == 0 && !(L[k] = nl_malloc((size_t)n * V * sizeof(float)))) rc = -1;
+        if (rc == 0) rc = nl_session_logits(&s, ids, n, L[k]);
+        nl_session_close(&s);
+    }
+    if (rc == 0) {
+        double moved = 0.0, err = 0.0;
+        for (size_t i = 0; i < (size_t)n * V; i++) {
+            const double dm = (double)L[1][i] - L[0][i], de = (double)L[2][i] - L[1][i];
+            moved += dm * dm;
+            err += de * de;
+        }
+        if (!isfinite(err) || !isfinite(moved)) rc = nl_err("the probe's logits are not finite");
+        else *off = moved > 0 ? sqrt(err / moved) : 0.0;
+    }
+    for (int k = 0; k < 3; k++) free(L[k]);
+    free(ids);
+    return rc;
+}
+
 int nl_cmd_merge(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "out", "type", NULL};
-    if (nl_cli_check("merge", argc, argv, known, NULL)) return 2;
+    static const char *const known[] = {"model", "adapter", "out", "type", "strict", "backend", "threads", "precision",
+                                        "precision-map", "compute", "wire", "verbose", "no-plan-cache", NULL},
+                             *const boolean[] = {"strict", "verbose", "no-plan-cache", NULL};
+    if (nl_cli_check("merge", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *adapter = nl_cli_opt(argc, argv, "adapter"),
                *out = nl_cli_opt(argc, argv, "out"), *type = nl_cli_opt(argc, argv, "type");
+    const int strict = nl_cli_flag(argc, argv, "strict");
     if (!model || !adapter || !out) {
         fprintf(stderr, "nightlora merge: --model, --adapter and --out are required\n");
         return 2;
@@ -222,34 +272,64 @@ int nl_cmd_merge(int argc, char **argv) {
     static const char *const inputs[] = {"model", "adapter", NULL}, *const outputs[] = {"out", NULL};
     if (nl_cli_no_overwrite("merge", argc, argv, inputs, outputs, NULL)) return 2;
     int t = -1;
-    if (type && (t = nl_type_from_name(type)) < 0) {
+    if (type && ((t = nl_type_from_name(type)) < 0 || !nl_type_get(t) || !nl_type_get(t)->from_float)) {
         fprintf(stderr, "nightlora merge: --type %s: expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", type);
         return 2;
+    }
+    /* written first beside --out, probed, then renamed into place: what --strict refuses never
+     * replaces anything */
+    char staged[4200];
+    if (snprintf(staged, sizeof staged, "%s.probe", out) >= (int)sizeof staged) {
+        fprintf(stderr, "nightlora merge: --out %s: path too long\n", out);
+        return 2;
+    }
+    if (access(staged, F_OK) == 0) {
+        fprintf(stderr, "nightlora merge: %s exists (a merge interrupted before it was probed?); remove it first\n", staged);
+        return 1;
     }
     nl_model *m = nl_model_load(model);
     if (!m) return nl_cli_fail("merge");
     nl_cli_model_warning("merge", m);
     nl_adapter *a = nl_adapter_load(m, adapter);
-    int rc = (!a || nl_merge(m, a, t, out)) ? nl_cli_fail("merge") : 0;
-    if (rc == 0) {
-        fprintf(stderr, "merged %d adapted projections into %s\n", a->n, out);
-        /* the adapted weights that could not keep their type, by type */
-        int n_by[NL_TYPE_COUNT] = {0}, n_retyped = 0;
-        for (int j = 0; t < 0 && j < m->n_projs; j++) {
-            const int wt = m->projs[j].w->type;
-            if (a->by_proj[j] >= 0 && nl_merge_out_type(wt) != wt) n_by[wt]++, n_retyped++;
-        }
-        if (n_retyped) {
-            fprintf(stderr, "merge: %d adapted weights written as %s (nightlora has no quantizer for their types:", n_retyped,
-                    nl_type_name(NL_TYPE_Q8_0));
-            for (int k = 0, first = 1; k < NL_TYPE_COUNT; k++)
-                if (n_by[k]) fprintf(stderr, "%s %d %s", first ? "" : ",", n_by[k], nl_type_name(k)), first = 0;
-            fprintf(stderr, "); --type sets one type for every projection\n");
-        }
-    }
+    nl_merge_stats st;
+    int rc = (!a || nl_merge_ex(m, a, t, -1.0, &st, staged)) ? nl_cli_fail("merge") : 0;
+    const int n_adapted = a ? a->n : 0;
     nl_adapter_free(a);
     nl_model_free(m);
-    return rc;
+    double off = 0.0;
+    if (rc == 0 && merge_probe(argc, argv, model, adapter, staged, &off)) {
+        nl_err_prefix("probing the merged model %s", staged);
+        rc = nl_cli_fail("merge");
+    }
+    if (rc == 0 && strict && off > NL_MERGE_MAX_OFF) {
+        fprintf(stderr, "nightlora merge: --strict: the merged model misses %.1f%% of the adapter's effect on the probe's logits "
+                        "(more than %.0f%%); nothing written (the default types, or --type q8_0 / f16, keep it)\n",
+                100.0 * off, 100.0 * NL_MERGE_MAX_OFF);
+        rc = 1;
+    }
+    if (rc == 0 && rename(staged, out)) {
+        fprintf(stderr, "nightlora merge: renaming %s to %s: %s\n", staged, out, strerror(errno));
+        rc = 1;
+    }
+    if (rc) {
+        unlink(staged);
+        return rc;
+    }
+    char types[256];
+    size_t n = 0;
+    types[0] = 0;
+    for (int k = 0; k < NL_MERGE_NTYPES && n < sizeof types - 40; k++)
+        if (st.by_type[k]) n += (size_t)snprintf(types + n, sizeof types - n, "%s%d %s", n ? ", " : "", st.by_type[k], nl_type_name(k));
+    /* one line: what was merged, in which types, and how much of the adapter the file holds */
+    fprintf(stderr, "merged %d adapted projections into %s (%s%s): kept %.1f%% of the adapter's effect (probe logits off by %.2f%% "
+                    "of its change; the weights' rounding on its input directions %.1f%% of the update, worst %s %.1f%%)\n",
+            n_adapted, out, types[0] ? types : "none", t < 0 && st.n_retyped ? ", finer than stored" : "",
+            100.0 * (off < 1.0 ? 1.0 - off : 0.0), 100.0 * off, 100.0 * st.lost, st.worst_name[0] ? st.worst_name : "-", 100.0 * st.worst);
+    if (off > NL_MERGE_MAX_OFF)
+        fprintf(stderr, "nightlora merge: warning: --type %s misses %.1f%% of the adapter's effect (more than %.0f%%): the merged model "
+                        "does not do what the adapter does; the default types (or --type q8_0 / f16) keep it, --strict refuses\n",
+                type ? type : "(default)", 100.0 * off, 100.0 * NL_MERGE_MAX_OFF);
+    return 0;
 }
 
 int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n) {

@@ -111,7 +111,7 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
     X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl|DIR (DIR/train.jsonl) --out adapter.gguf [options: nightlora train --help]") \
     X("chat", nl_cmd_chat, "chat --model M.gguf [--adapter A.gguf|DIR] [--system TEXT] [--n N --temp T --top-p P --seed S --template chatml|llama3|FILE.jinja]   (user turns from stdin, a line each)") \
     X("export", nl_cmd_export, "export --model M.gguf --adapter A.gguf|DIR --format peft|gguf --out DIR|A.gguf [--base-model NAME]   (peft: a PEFT directory, adapter_config.json + adapter_model.safetensors)") \
-    X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf|DIR --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1]") \
+    X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf|DIR --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1] [--strict] [service flags]") \
     X("report", nl_cmd_report, "report --log train-log.jsonl --out report.html [--run CHECKPOINT_DIR or its run.json] [--title TEXT]   (one HTML file: losses, accuracy, lr, tokens/s, pauses, settings)") \
     X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special] [--pieces]") \
     X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|amx|amx-emu|auto --wire f32|f16] [--verbose] [--json]") \

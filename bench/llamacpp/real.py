@@ -473,14 +473,14 @@ def check_adapter(a, rep, chat, f32_file, trained=None):
     if r.returncode:
         rep.add("merged", False, f"nightlora merge failed: {r.stderr.strip()}")
         return
-    # what merge says of the weights it could not keep in their type
-    retyped = [ln[len("merge: "):] for ln in r.stderr.splitlines() if ln.startswith("merge: ")]
+    # merge's summary line: the types it wrote and what it kept of the adapter
+    retyped = [ln for ln in r.stderr.splitlines() if ln.startswith("merged ")]
     try:
         ok, text = next_token_check(a, merged, ids, f32_model=dequant(merged, merged + ".f32.gguf"))
     except Exception as e:  # noqa: BLE001
         rep.add("merged", False, f"llama.cpp refuses {merged}: {e}")
         return
-    kept = "; ".join(retyped) if retyped else "each tensor keeps its type"
+    kept = "; ".join(retyped) if retyped else "merge printed no summary"
     rep.add("merged", ok, f"merged ({kept}), loaded by llama.cpp: " + text)
 
 

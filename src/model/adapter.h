@@ -39,14 +39,31 @@ typedef struct nl_adapter {
  * is uniform value c of `key`. */
 void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
 
+/* What a merge kept of the adapter's update ΔW = s·B·A, over the adapted tensors: for each, the
+ * written weights' change Q(W+ΔW) − Q(W) (Q: the written type, encoded and decoded) against ΔW;
+ * lost = ‖Q(W+ΔW) − Q(W) − ΔW‖ / ‖ΔW‖ (0: every bit of the update is in the file; ≥ 1: none). */
+#define NL_MERGE_NTYPES 43 /* ggml's id space (model/quant.h's NL_TYPE_COUNT) */
+typedef struct {
+    int n_adapted;              /* adapted tensors merged */
+    int n_retyped;              /* of those, written in another type than stored */
+    int by_type[NL_MERGE_NTYPES]; /* adapted tensors by written type (ggml id) */
+    double dw2, err2;           /* Σ‖ΔW‖², Σ‖Q(W+ΔW) − Q(W) − ΔW‖² */
+    double lost;                /* sqrt(err2 / dw2), over every adapted tensor */
+    double worst;               /* the largest one tensor's lost */
+    char worst_name[96];        /* its name */
+} nl_merge_stats;
+
 /* Write base + merged adapter (W + s·B·A for every adapted projection) as GGUF (model/merge.c).
- * type < 0: keep each tensor's type (an adapted one of a type nightlora has no quantizer for is
- * written as nl_merge_out_type says); else projections are written in `type`, and
- * general.file_type names it. */
+ * type < 0: untouched tensors as stored, adapted ones as nl_merge_out_type says; else projections
+ * are written in `type`, and general.file_type names it. Stats into *st (may be NULL). Nothing is
+ * written when a merged weight is not finite in its type (what the model loader refuses), when
+ * the base changed while it was read, or when max_lost ≥ 0 and st->lost exceeds it. */
+int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_lost, nl_merge_stats *st, const char *out_path);
+/* nl_merge_ex with no stats and no bound on the loss. */
 int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path);
-/* The type merge (type < 0) writes an adapted tensor of `type` in: its own where nightlora can
- * quantize to it, else Q8_0 (Q4_K, Q5_0 and Q6_K: finer than each of them, and a whole number of
- * Q8_0 blocks per row, as their blocks are 32 or 256 elements). */
+/* The type merge (type < 0) writes an adapted tensor of `type` in: F32, F16, BF16 and Q8_0 their
+ * own; any ≤ 6-bit type (Q4_0, Q4_1, Q5_0, Q4_K, Q6_K) Q8_0, whose grid keeps a LoRA update where
+ * theirs drowns it (a whole number of Q8_0 blocks per row, as their blocks are 32 or 256). */
 int nl_merge_out_type(int type);
 
 static inline float *nl_lora_A(const nl_adapter *a, int i) { return a->params + a->t[i].off_a; }
