@@ -5,7 +5,7 @@
 # points, and merge's summary line says it kept the update. `merge --type q4_1` is shown beside
 # (it loses the update: merge warns, --strict refuses and writes nothing). Exit 77 (skipped) when
 # the model is not in ${NL_MODEL_CACHE:-$HOME/.cache/nightlora} (tools/fetch-models.sh puts it
-# there). Run by .ci/run (about 3 minutes on 2 loaded cores: too long for make test).
+# there). Run by .ci/run (3.5 min of CPU, 7 min wall on 2 shared cores: too long for make test).
 # Usage: sh tests/merge_real.sh [build/nightlora]
 set -eu
 NL=${1:-build/nightlora}
@@ -16,7 +16,7 @@ trap 'rm -rf "$d"' EXIT
 TEST=examples/tagging-chat-test.jsonl
 "$NL" train --model "$M" --data examples/tagging-chat-train.jsonl --out "$d/a.gguf" --rank 16 --alpha 32 --lr 1e-3 \
     --warmup 2 --steps ${MERGE_REAL_STEPS:-10} --batch-tokens 512 --quiet
-acc() { "$NL" eval --model "$@" --data "$TEST" --json | python3 -c 'import json, sys; print(100 * json.load(sys.stdin)["accuracy"])'; }
+acc() { "$NL" eval --model "$@" --data "$TEST" --json | python3 -c 'import json, sys; print(round(100 * json.load(sys.stdin)["accuracy"], 1))'; }
 a=$(acc "$M" --adapter "$d/a.gguf")
 "$NL" merge --model "$M" --adapter "$d/a.gguf" --out "$d/merged.gguf" 2>"$d/merge.err"
 cat "$d/merge.err"
