@@ -421,6 +421,20 @@ static void test_nonfinite_inputs(void) {
     CHECK(!exists(lg));
     const char *gen2[] = {NL_CLI, "generate", "--model", huge_norm, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
     expect_cmd("generate, forward overflows", nl_t_run(gen2, errf, NULL), "generate", 1, "the forward is not finite", NULL);
+    /* a LoRA on the tied head (token_embd.weight.lora_a/b): eval, generate, logits refuse it as
+     * train and merge do (eval dropped it silently) */
+    char tied[512];
+    path_of(tied, sizeof tied, "tied_head_adapter.gguf");
+    nl_model *mm = nl_model_load(model);
+    nl_adapter *ta = mm ? nl_adapter_new(mm, "q,output", 4, 8.0f, 1) : NULL;
+    CHECK(mm && mm->tied_head && ta && ta->by_proj[mm->p_output] >= 0 && nl_adapter_save(ta, mm, tied) == 0);
+    nl_adapter_free(ta);
+    nl_model_free(mm);
+    const char *ev3[] = {NL_CLI, "eval", "--model", model, "--adapter", tied, "--data", data, "--backend", "ref", NULL};
+    expect_cmd("eval, tied-head adapter", nl_t_run(ev3, errf, NULL), "eval", 1, "tied_head_adapter.gguf adapts token_embd.weight",
+               "ties to its output head");
+    const char *lo3[] = {NL_CLI, "logits", "--model", model, "--adapter", tied, "--tokens", "1 2", "--out", lg, "--backend", "ref", NULL};
+    expect_cmd("logits, tied-head adapter", nl_t_run(lo3, errf, NULL), "logits", 1, "adapts token_embd.weight", NULL);
 }
 
 /* The hook of test_nan_gradient: at step 3, after the backward, gradient element 0 of adapter

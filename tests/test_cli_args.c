@@ -171,6 +171,11 @@ static void test_numbers(void) {
     expect("--seed 1e3", run(TRAIN("--out", out, "--seed", "1e3")), 2, "--seed 1e3: expected an integer in [0, 18446744073709551615]",
            NULL, NULL);
     expect("--threads 1e9", run(TRAIN("--out", out, "--threads", "1e9")), 2, "--threads 1e9: expected an integer in [1, 256]", NULL, NULL);
+    /* a whole number in range written otherwise: said how to write it (the range holds it) */
+    expect("--batch-tokens 1e9", run(TRAIN("--out", out, "--batch-tokens", "1e9")), 2,
+           "--batch-tokens 1e9: expected an integer in [1, 1000000000] written in digits (1e9: give 1000000000)", NULL, NULL);
+    expect("--seed 1e3 (hint)", run(TRAIN("--out", out, "--seed", "1e3")), 2, "written in digits (1e3: give 1000)", NULL, NULL);
+    expect("--rank 1.9 (no hint)", run(TRAIN("--out", out, "--rank", "1.9")), 2, "--rank 1.9: expected an integer in [1, 4096]\n", NULL, NULL);
     expect("--threads 100000000000", run(TRAIN("--out", out, "--threads", "100000000000")), 2, "expected an integer in [1, 256]", NULL,
            NULL);
     expect("--steps 1e30", run(TRAIN("--out", out, "--steps", "99999999999999999999")), 2, "--steps 99999999999999999999: expected an integer",

@@ -575,6 +575,58 @@ static void test_output_write_failures(void) {
     CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "resume after the log failure: %s", nl_last_error());
 }
 
+/* The --log-json's end: its fsync or its close failing with EIO (a network filesystem reports a
+ * lost write there) fails the run (it ended 0); the adapter is not written, the last commit is
+ * kept, and a resume with another --log-json finishes it. */
+static void test_log_close_eio(void) {
+    char ck[512], out[512], log[512];
+    for (int k = 0; k < 2; k++) {
+        case_paths(k ? "log_close" : "log_fsync", ck, out, log);
+        nl_train_opts o;
+        opts(&o, out, ck, log);
+        nl_io_fault f;
+        nl_io_fault_init(&f, NULL, k /* 0: the fsync, 1: the close */, EIO, 0);
+        nl_train_hooks hk = {.log_io = &f.io};
+        nl_train_result r;
+        int rc = nl_train_hooked(&o, &hk, &r);
+        const char *e = nl_last_error();
+        char want[64];
+        snprintf(want, sizeof want, ": %s failed: %s", k ? "close" : "fsync", strerror(EIO));
+        CHECKF(rc == -1 && f.failed == 1 && strstr(e, "--log-json") && strstr(e, want) && strstr(e, "the last commit (step 4) is kept") &&
+                   !exists(out),
+               "log %s EIO: rc %d: %s", k ? "close" : "fsync", rc, e);
+        printf("--log-json %s EIO: %s\n", k ? "close" : "fsync", e);
+        char log2[600];
+        snprintf(log2, sizeof log2, "%s2", log);
+        o.log_json = log2;
+        o.resume = 1;
+        CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "resume after the log close failure: %s", nl_last_error());
+    }
+}
+
+/* A second run while the first holds DIR and its lock file was deleted (rm, a cleanup script):
+ * refused, as with the lock file in place (the directory itself is locked). */
+static void test_lock_deleted(void) {
+    char ck[512], out[512], log[512], lock[600];
+    case_paths("lock_deleted", ck, out, log);
+    CHECK(mkdir(ck, 0777) == 0 || errno == EEXIST);
+    int dfd = open(ck, O_RDONLY | O_DIRECTORY);
+    CHECK(dfd >= 0 && flock(dfd, LOCK_EX | LOCK_NB) == 0); /* what a running run holds */
+    snprintf(lock, sizeof lock, "%s/lock", ck);
+    unlink(lock);
+    nl_train_opts o;
+    opts(&o, out, ck, log);
+    nl_train_result r;
+    int rc = nl_train(&o, &r);
+    const char *e = nl_last_error();
+    CHECKF(rc == -1 && strstr(e, "is in use by another training run") && strstr(e, "lock file") && strstr(e, "was removed") &&
+               !exists(out),
+           "%s", e);
+    printf("lock deleted: %s\n", e);
+    close(dfd);
+    CHECKF(nl_train(&o, &r) == 0, "after the first ended: %s", nl_last_error());
+}
+
 /* DIR/lock held (flock) by a run that did not record its pid; the file names a pid that no
  * longer runs: the message does not name it as the holder. */
 static void test_lock_stale_pid(void) {
@@ -661,6 +713,8 @@ int main(void) {
     test_fsync_dir_message();
     test_output_write_failures();
     test_lock_stale_pid();
+    test_lock_deleted();
+    test_log_close_eio();
     test_thread_errno();
     printf("%.1f s\n", nl_now() - t0);
     if (!nl_t_fail) {

@@ -363,6 +363,10 @@ static void mod_block_count_1(nl_gguf_writer *w) { nl_gguf_set_u32(w, "llama.blo
 static void mod_eos_past(nl_gguf_writer *w) { nl_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 512); }
 static void mod_bos_negative(nl_gguf_writer *w) { nl_gguf_set_i32(w, "tokenizer.ggml.bos_token_id", -1); }
 static void mod_eot_past(nl_gguf_writer *w) { nl_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", 100000); }
+static void mod_head_count_short(nl_gguf_writer *w) {
+    uint32_t hc[1] = {4}; /* block_count is 2 */
+    nl_gguf_set_arr(w, "llama.attention.head_count", NL_GGUF_UINT32, hc, 1);
+}
 
 /* GGUF values that were accepted silently, each an error naming the key or the tensor now
  * (unused tensors: a warning listing them): an Inf/NaN rope base, rms epsilon or linear rope
@@ -382,6 +386,7 @@ static void test_values(void) {
         {mod_eos_past, "key 'tokenizer.ggml.eos_token_id' = 512: expected a token id in [0, 512)", NULL},
         {mod_bos_negative, "key 'tokenizer.ggml.bos_token_id' = -1: expected a token id in [0, 512)", NULL},
         {mod_eot_past, "key 'tokenizer.ggml.eot_token_id' = 100000", NULL},
+        {mod_head_count_short, "key 'llama.attention.head_count' holds 1 values, but block_count is 2: expected one per layer", ": offset "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         rewrite_t r = {.mod = bad[i].mod};
@@ -429,6 +434,45 @@ static void test_values(void) {
         nl_gguf_close(g);
         free(toks);
         CHECKF(load_with_vocab(B) == NULL && has("tokenizer.ggml.tokens[300] is not valid UTF-8 (byte 0xFF at 2)"), "%s", nl_last_error());
+    }
+    /* a NUL inside a token's text, a token type of 99: refused naming the file offset, which
+     * holds that byte / value */
+    for (int k = 0; k < 2; k++) {
+        nl_gguf *g = nl_gguf_open(L);
+        nl_gguf_writer *w = nl_gguf_writer_new();
+        nl_gguf_copy_kvs(w, g);
+        const nl_gguf_kv *tk = nl_gguf_get(g, "tokenizer.ggml.tokens"), *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
+        CHECK(tk && tk->arr_n > 300 && tt && tt->arr_n == tk->arr_n);
+        const char **toks = malloc(sizeof(char *) * tk->arr_n);
+        for (uint64_t i = 0; i < tk->arr_n; i++) toks[i] = tk->arr_str[i];
+        toks[300] = "nulQZmark";
+        int32_t *types = malloc(sizeof(int32_t) * tt->arr_n);
+        memcpy(types, tt->arr_data, sizeof(int32_t) * tt->arr_n);
+        if (k == 1) types[77] = 99;
+        nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, tk->arr_n);
+        nl_gguf_set_arr(w, "tokenizer.ggml.token_type", NL_GGUF_INT32, types, tt->arr_n);
+        for (int64_t i = 0; i < g->n_tensors; i++)
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+        CHECK(nl_gguf_write(w, B) == 0);
+        nl_gguf_writer_free(w);
+        nl_gguf_close(g);
+        free(toks);
+        free(types);
+        size_t n = 0;
+        unsigned char *b = (unsigned char *)nl_read_file(B, &n);
+        unsigned char *q = b ? memmem(b, n, "nulQZmark", 9) : NULL;
+        CHECK(q != NULL);
+        if (k == 0 && q) q[3] = 0; /* "nul\0Zmark": the length prefix still says 9 */
+        FILE *f = fopen(B, "wb");
+        CHECK(f && fwrite(b, 1, n, f) == n);
+        if (f) fclose(f);
+        CHECKF(load_with_vocab(B) == NULL && has(B) && has(k ? "tokenizer.ggml.token_type[77] = 99: expected a token type in 0..6"
+                                                             : "tokenizer.ggml.tokens[300] holds a NUL byte (at 3 of its 9)"),
+               "%s: %s", k ? "type 99" : "NUL", nl_last_error());
+        const char *o = strstr(nl_last_error(), ": offset ");
+        unsigned long long off = o ? strtoull(o + 9, NULL, 10) : 0;
+        CHECKF(o && off < n && (k ? b[off] == 99 && b[off + 1] == 0 : b[off] == 0 && off == (size_t)(q - b) + 3), "offset %llu", off);
+        free(b);
     }
     remove(B);
 }

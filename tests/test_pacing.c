@@ -2,6 +2,7 @@
  * heating/cooling with a fake clock; file and sysfs providers, bad contents; a cancel handle
  * cancelled by a real in-process signal. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -234,19 +235,31 @@ static void test_signals(void) {
     nl_cancel_request(&run, 0);
     CHECK(nl_cancel_requested(&run) == 1);
 
-    /* a second signal kills (default action) */
+    /* a second signal kills (default action); each says so on stderr at once when notes are set
+     * (the first when it arrives, not when the step ends; the second before the process ends) */
+    char errp[64];
+    snprintf(errp, sizeof errp, "/tmp/nl_pacing_sig_%d.txt", (int)getpid());
     pid_t pid = fork();
     if (pid == 0) {
+        int fd = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 2) < 0) _exit(4);
         nl_cancel c = {0};
         nl_signals_install(&c);
+        nl_signals_notes("first: stopping at the end of this step\n", "second: stopped at once\n");
         raise(SIGINT);
         if (nl_cancel_requested(&c) != SIGINT) _exit(3);
+        if (write(2, "between\n", 8) != 8) _exit(5);
         raise(SIGINT);
         _exit(0); /* should not get here */
     }
     int status = 0;
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
     CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "child status %d", status);
+    char *said = nl_t_slurp(errp, NULL);
+    CHECKF(said && !strcmp(said, "first: stopping at the end of this step\nbetween\nsecond: stopped at once\n"), "stderr: %s",
+           said ? said : "(none)");
+    free(said);
+    unlink(errp);
 }
 
 /* ---------------------------------------------------------------- providers */

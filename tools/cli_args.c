@@ -24,13 +24,26 @@ static int is_decimal(const char *v) {
     return 1;
 }
 
+/* For a refused integer that is a whole number in [lo, hi] written otherwise ("1e9", "4096.0"):
+ * " written in digits (1e9: give 1000000000)", so the message does not seem to refuse a value
+ * its own range holds; "" otherwise. */
+static const char *digits_hint(const char *v, double lo, double hi, char *buf, size_t cap) {
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d >= lo && d <= hi) || d != floor(d) || fabs(d) > 9007199254740992.0) return "";
+    snprintf(buf, cap, " written in digits (%s: give %.0f)", v, d);
+    return buf;
+}
+
 int nl_cli_int(const char *cmd, int argc, char **argv, const char *flag, int64_t lo, int64_t hi, int64_t *out) {
     const char *v = nl_cli_opt(argc, argv, flag);
     if (!v) return 0;
     errno = 0;
     long long x = is_decimal(v) ? strtoll(v, NULL, 10) : 0;
     if (!is_decimal(v) || errno || x < lo || x > hi) {
-        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [%" PRId64 ", %" PRId64 "]\n", cmd, flag, v, lo, hi);
+        char hint[96];
+        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [%" PRId64 ", %" PRId64 "]%s\n", cmd, flag, v, lo, hi,
+                is_decimal(v) ? "" : digits_hint(v, (double)lo, (double)hi, hint, sizeof hint));
         return -1;
     }
     *out = (int64_t)x;
@@ -43,7 +56,9 @@ int nl_cli_u64(const char *cmd, int argc, char **argv, const char *flag, uint64_
     errno = 0;
     unsigned long long x = v[0] != '-' && is_decimal(v) ? strtoull(v, NULL, 10) : 0;
     if (v[0] == '-' || !is_decimal(v) || errno) {
-        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [0, %" PRIu64 "]\n", cmd, flag, v, UINT64_MAX);
+        char hint[96];
+        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [0, %" PRIu64 "]%s\n", cmd, flag, v, UINT64_MAX,
+                is_decimal(v) ? "" : digits_hint(v, 0.0, 18446744073709551615.0, hint, sizeof hint));
         return -1;
     }
     *out = (uint64_t)x;

@@ -253,9 +253,21 @@ int nl_cmd_train(int argc, char **argv) {
     nl_cancel cancel = {0};
     o.cancel = &cancel;
     if (nl_signals_install(&cancel)) return nl_cli_fail("train");
+    /* said at once: a big step may take a minute to end */
+    if (o.checkpoint_dir)
+        nl_signals_notes("\nnightlora train: stopping at the end of this step: it commits there and writes the adapter (signal "
+                         "again to stop at once)\n",
+                         "\nnightlora train: stopped at once: this step is lost, the last commit is kept (--resume continues "
+                         "from it)\n");
+    else
+        nl_signals_notes("\nnightlora train: stopping at the end of this step, where the adapter is written (signal again to "
+                         "stop at once)\n",
+                         "\nnightlora train: stopped at once: nothing was written (no --checkpoint-dir: the run must start "
+                         "again)\n");
     nl_train_result res;
     int rc = nl_train(&o, &res);
     nl_signals_restore();
+    nl_signals_notes(NULL, NULL);
     if (rc) return nl_cli_fail("train");
     if (o.progress) {
         char ev[160] = "", best[320] = "";

@@ -800,8 +800,18 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     float *scores = NULL;
     nl_tokenizer *t = NULL;
     if (!lens) { nl_err("tokenizer: out of memory"); return NULL; }
+    uint64_t at = tok->offset; /* file offset of token i's length, then its text */
     for (int32_t i = 0; i < n; i++) {
         lens[i] = (size_t)tok->arr_str_len[i];
+        const char *nul = memchr(tok->arr_str[i], 0, lens[i]);
+        if (nul) {
+            nl_err("%s: offset %llu: tokenizer.ggml.tokens[%d] holds a NUL byte (at %zu of its %zu): a token's text has none",
+                   path, (unsigned long long)(at + 8 + (uint64_t)(nul - tok->arr_str[i])), (int)i,
+                   (size_t)(nul - tok->arr_str[i]), lens[i]);
+            free(lens);
+            return NULL;
+        }
+        at += 8 + (uint64_t)lens[i];
         /* token texts are UTF-8 (byte-level BPE maps bytes to codepoints, SentencePiece spells
          * raw bytes <0xNN>): anything else is a damaged vocabulary */
         size_t bad = nl_utf8_validate((const uint8_t *)tok->arr_str[i], lens[i]);
@@ -826,6 +836,14 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
         for (int32_t i = 0; i < n; i++) {
             int64_t v;
             if (nl_gguf_arr_i64(tt, (uint64_t)i, &v)) goto done;
+            /* llama.cpp's types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
+             * 5 unused, 6 byte */
+            if (v < 0 || v > 6) {
+                nl_err("%s: offset %llu: tokenizer.ggml.token_type[%d] = %lld: expected a token type in 0..6 (normal 1, unknown 2, "
+                       "control 3, user-defined 4, unused 5, byte 6)",
+                       path, (unsigned long long)(tt->offset + 4ull * (uint64_t)i), (int)i, (long long)v);
+                goto done;
+            }
             types[i] = (int32_t)v;
         }
         sp.types = types;

@@ -23,6 +23,14 @@ int nl_session_open(nl_session *s, const char *model_path, const char *adapter_p
     if (adapter_path) {
         s->adapter = nl_adapter_load(s->m, adapter_path);
         if (!s->adapter) goto fail;
+        /* as train and merge: a LoRA on a head tied to the embedding (token_embd.weight.lora_a/b)
+         * is llama.cpp's embedding adapter, not a head one; no command computes it as either */
+        if (s->m->tied_head && s->adapter->by_proj[s->m->p_output] >= 0) {
+            nl_err("%s adapts token_embd.weight, which %s ties to its output head: llama.cpp applies such a pair as an "
+                   "embedding adapter, nightlora's graph as a head one, and merge refuses it; retrain without \"output\" "
+                   "in --targets", adapter_path, model_path);
+            goto fail;
+        }
     }
     s->svc = nl_proj_service_new(cfg ? cfg : &def);
     if (!s->svc) goto fail;

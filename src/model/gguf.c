@@ -285,6 +285,7 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     if (t > NL_GGUF_FLOAT64)
         return nl_err("%s: offset %" PRIu64 ": unknown value type %" PRIu32 " for KV '%.64s', expected 0..12", c->label, at, t, kv->key);
     kv->type = (int)t;
+    kv->offset = c->pos;
     snprintf(what, sizeof what, "value of KV '%.64s'", kv->key);
     if (t == NL_GGUF_STRING) {
         kv->str = rd_str(c, NULL, what);
@@ -311,6 +312,7 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     at = c->pos;
     if (rd_u64(c, &n, what)) return -1;
     kv->arr_n = n;
+    kv->offset = c->pos;
     if (et == NL_GGUF_STRING) {
         /* Each string needs at least its 8-byte length: bound n before allocating. */
         if (n > left(c) / 8)

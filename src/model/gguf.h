@@ -36,6 +36,7 @@ typedef struct {
     const void *arr_data; /* ARRAY of numbers/bools: little-endian payload inside the mapping */
     char **arr_str;       /* ARRAY of strings: arr_n NUL-terminated copies */
     uint64_t *arr_str_len;/* their byte lengths (strings may contain NUL in theory) */
+    uint64_t offset;      /* file offset of the value (ARRAY: of its first element), for messages */
 } nl_gguf_kv;
 
 typedef struct {

@@ -106,7 +106,7 @@ static const char *akey(loader *ld, const char *suffix) {
 
 /* u32 hparam that may also be written as a per-layer array (feed_forward_length, head_count):
  * only uniform arrays are supported. required: error naming the key when absent. */
-static int get_u32_or_arr(loader *ld, const char *suffix, int required, int dflt, int *out) {
+static int get_u32_or_arr(loader *ld, const char *suffix, int required, int dflt, int n_layer, int *out) {
     const char *key = akey(ld, suffix);
     const nl_gguf_kv *kv = nl_gguf_get(ld->g, key);
     if (!kv) {
@@ -117,6 +117,10 @@ static int get_u32_or_arr(loader *ld, const char *suffix, int required, int dflt
     int64_t v;
     if (kv->type == NL_GGUF_ARRAY) {
         if (kv->arr_n == 0) return nl_err("%s: key '%s' is an empty array", ld->g->path, key);
+        /* one value per layer: a shorter array leaves layers without one */
+        if (kv->arr_n < (uint64_t)n_layer)
+            return nl_err("%s: offset %" PRIu64 ": key '%s' holds %" PRIu64 " values, but block_count is %d: expected one per layer",
+                          ld->g->path, kv->offset, key, kv->arr_n, n_layer);
         if (nl_gguf_arr_i64(kv, 0, &v)) return nl_err_prefix("%s", ld->g->path);
         for (uint64_t i = 1; i < kv->arr_n; i++) {
             int64_t w;
@@ -168,9 +172,9 @@ static int read_hparams(loader *ld) {
     rc |= get_u32(ld, "context_length", 1, 0, &hp->n_ctx_train);
     if (!rc) rc |= get_u32(ld, "embedding_length", 1, 0, &hp->n_embd);
     if (!rc) rc |= get_u32(ld, "block_count", 1, 0, &block_count);
-    if (!rc) rc |= get_u32_or_arr(ld, "feed_forward_length", 1, 0, &hp->n_ff);
-    if (!rc) rc |= get_u32_or_arr(ld, "attention.head_count", 1, 0, &hp->n_head);
-    if (!rc) rc |= get_u32_or_arr(ld, "attention.head_count_kv", 0, hp->n_head, &hp->n_head_kv);
+    if (!rc) rc |= get_u32_or_arr(ld, "feed_forward_length", 1, 0, block_count, &hp->n_ff);
+    if (!rc) rc |= get_u32_or_arr(ld, "attention.head_count", 1, 0, block_count, &hp->n_head);
+    if (!rc) rc |= get_u32_or_arr(ld, "attention.head_count_kv", 0, hp->n_head, block_count, &hp->n_head_kv);
     if (rc) return -1;
     if (hp->n_embd % hp->n_head != 0 && !nl_gguf_get(ld->g, akey(ld, "attention.key_length")))
         return nl_err("%s: n_embd %d is not a multiple of n_head %d and '%s' is absent", path, hp->n_embd, hp->n_head, ld->key);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/util.h"
 
@@ -19,16 +20,42 @@ static nl_cancel *target; /* read by the handler: written only while the handler
 static struct sigaction old_int, old_term;
 static int installed;
 
+static const char *note_first, *note_second; /* nl_signals_notes; NULL: silent */
+
+static void say(const char *msg) {
+    if (!msg) return;
+    size_t n = strlen(msg); /* async-signal-safe, as write is */
+    while (n) {
+        ssize_t w = write(2, msg, n);
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR) continue;
+            return;
+        }
+        msg += w;
+        n -= (size_t)w;
+    }
+}
+
 static void on_signal(int sig) {
+    int saved = errno;
     nl_cancel *c = __atomic_load_n(&target, __ATOMIC_SEQ_CST);
     if (!c) return;
     if (nl_cancel_requested(c)) {
         /* second request: default action, delivered when this handler returns */
+        say(__atomic_load_n(&note_second, __ATOMIC_SEQ_CST));
         signal(sig, SIG_DFL);
         raise(sig);
+        errno = saved;
         return;
     }
     nl_cancel_request(c, sig);
+    say(__atomic_load_n(&note_first, __ATOMIC_SEQ_CST));
+    errno = saved;
+}
+
+void nl_signals_notes(const char *first, const char *second) {
+    __atomic_store_n(&note_first, first, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&note_second, second, __ATOMIC_SEQ_CST);
 }
 
 int nl_signals_install(nl_cancel *c) {

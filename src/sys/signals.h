@@ -29,6 +29,11 @@ int nl_cancel_poll(void *ctx);
  * Calling it again while installed points them at the new handle. */
 int nl_signals_install(nl_cancel *c);
 
+/* What the handlers write to stderr (fd 2, with write: async-signal-safe) on the first request
+ * (at once, not when the step ends) and on the second (before the process ends); NULL: nothing.
+ * The strings are borrowed for as long as the handlers are installed. */
+void nl_signals_notes(const char *first, const char *second);
+
 /* Put back the handlers that were there before nl_signals_install (no-op if not installed). */
 void nl_signals_restore(void);
 

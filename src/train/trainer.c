@@ -112,6 +112,7 @@ static void pace_log(void *user, const char *msg) {
 static void trainer_free(nl_trainer *t) {
     nl_graph_free(&t->g);
     if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
+    if (t->lock_dir_fd >= 0) close(t->lock_dir_fd);
     if (t->log && t->log != stdout) fclose(t->log);
     if (t->pacer_ok) nl_pacer_free(&t->pacer);
     nl_batcher_free(t->bt);
@@ -185,14 +186,42 @@ static void lock_holder(int fd, char *buf, size_t cap) {
  * the process dies, so a killed run never leaves a stale lock. The holder also takes a POSIX
  * lock on the file and writes its pid there, for the message of a run refused. DIR is created
  * (one level) if missing. */
-static int lock_dir(const char *dir, int *fd_out) {
+static int lock_dir(const char *dir, int *fd_out, int *dir_fd_out) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     size_t n = strlen(dir) + 6;
     char *path = nl_malloc(n);
     if (!path) return -1;
     snprintf(path, n, "%s/lock", dir);
+    /* The directory itself is flocked first: a lock file deleted under a running run (rm, a
+     * cleanup script) would let a second run create a new one and lock that; the directory's
+     * lock cannot be deleted away. */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        int e = errno;
+        free(path);
+        return nl_err("%s: cannot open the checkpoint directory: %s", dir, strerror(e));
+    }
+    if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(dfd);
+        char who[96] = "pid unknown";
+        int lfd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (lfd >= 0) {
+            lock_holder(lfd, who, sizeof who);
+            close(lfd);
+        } else {
+            snprintf(who, sizeof who, "pid unknown: its lock file %s was removed", path);
+        }
+        if (e == EWOULDBLOCK)
+            nl_err("%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)", dir, who);
+        else
+            nl_err("%s: cannot lock: %s", dir, strerror(e));
+        free(path);
+        return -1;
+    }
     int fd = open_lock(path);
     if (fd < 0) {
+        close(dfd);
         free(path);
         return -1;
     }
@@ -205,10 +234,12 @@ static int lock_dir(const char *dir, int *fd_out) {
             nl_err("%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)", dir, who);
         else
             nl_err("%s: cannot lock: %s", path, strerror(e));
+        close(dfd);
         free(path);
         return -1;
     }
     free(path);
+    *dir_fd_out = dfd;
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
     if (fcntl(fd, F_SETLK, &fl) != 0) { /* only for the message: the flock is the lock */ }
     char pid[24];
@@ -1190,9 +1221,31 @@ static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_trai
 }
 
 /* The end of the run (all steps, or a stop at step): the adapter written to --out. */
+/* The --log-json's end: flushed, fsynced and closed, each checked (an EIO at close, which a
+ * network filesystem reports there, means lines are lost: the run does not end with 0). */
+static int close_log(nl_trainer *t, int64_t step) {
+    const nl_io *io = t->hk.log_io ? t->hk.log_io : nl_io_posix();
+    FILE *f = t->log;
+    t->log = NULL;
+    const char *what = "write";
+    int rc = fflush(f) == 0 ? 0 : -1, e = errno;
+    int fd = rc ? -1 : dup(fileno(f)); /* the descriptor the checked fsync and close go through */
+    if (!rc && fd < 0) rc = -1, e = errno;
+    if (fclose(f) != 0 && !rc) rc = -1, e = errno, what = "close";
+    if (!rc && io->fsync(io->ctx, fd) != 0) rc = -1, e = errno, what = "fsync";
+    if (fd >= 0 && io->close(io->ctx, fd) != 0 && !rc) rc = -1, e = errno, what = "close";
+    if (rc) {
+        char why[1024];
+        snprintf(why, sizeof why, "--log-json %s: %s failed: %s", t->o->log_json, what, strerror(e));
+        output_error(t->o, step, why, t->last_commit, "--log-json");
+    }
+    return rc;
+}
+
 static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
     const nl_train_opts *o = t->o;
     if (model_changed(t, t->last_commit)) return -1;
+    if (t->log && t->log != stdout && close_log(t, step)) return -1;
     /* --keep-best: --out holds the best evaluation's adapter (none yet: this one) */
     const int kept = t->val.loaded && o->keep_best && t->val.st.best_step > 0;
     if (!kept && nl_adapter_save(t->ad, t->m, o->out)) {
@@ -1220,7 +1273,7 @@ static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
 int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hooked(o, NULL, res); }
 
 int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
-    nl_trainer t = {.o = o, .lock_fd = -1};
+    nl_trainer t = {.o = o, .lock_fd = -1, .lock_dir_fd = -1};
     if (h) t.hk = *h;
     memset(res, 0, sizeof *res);
     int rc = -1;
@@ -1230,7 +1283,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     int64_t rss0 = nl_rss_bytes(); /* the process before the run: what the run takes is counted from here */
     if (check_opts(o)) return -1;
     t.mezo = o->method && !strcmp(o->method, "mezo");
-    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd)) return -1;
+    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd, &t.lock_dir_fd)) return -1;
 
     int64_t step = 0;
     if (open_run(&t) || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;

@@ -47,6 +47,7 @@ typedef struct {
     int stop_in_pause;      /* a stop was requested while paused: abort the step */
     int pace_failing;       /* the last pacer reading failed (warned once per outage) */
     int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
+    int lock_dir_fd;        /* the checkpoint directory itself, flocked too (a deleted lock file admits no second run) */
     nl_graph g;             /* the step graph (its kept scratch is freed with the trainer) */
     /* the run, once planned */
     int max_ctx;            /* the longest sequence the data was packed to */
