@@ -625,10 +625,12 @@ static void test_refusals(const char *model, const char *data) {
     CHECK(after && len0 == len1 && !memcmp(before, after, len0));
     free(before);
     free(after);
-    /* the right settings still resume, to the end; another backend only warns (its numerics
-     * differ from the run so far) */
+    /* the right settings still resume, to the end; another backend is other kernels: refused,
+     * then continued with allow_kernel_change, which warns (its numerics differ from the run so far) */
     o.resume = 1;
     o.proj.backend = "host";
+    CHECKF(train(&o, &r) == -1 && strstr(nl_last_error(), "--allow-kernel-change"), "another backend: %s", nl_last_error());
+    o.allow_kernel_change = 1;
     FILE *prog = tmpfile();
     o.progress = prog;
     CHECK(train(&o, &r) == 0 && r.steps_done == 5 && !r.stopped);

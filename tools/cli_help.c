@@ -19,7 +19,8 @@ static const help_row rows[] = {
     /* shared: the model, the service */
     {"model", "M.gguf", "the base model (GGUF v3) [required]"},
     {"adapter", "A.gguf|DIR", "a LoRA adapter applied to the model: llama.cpp's LoRA GGUF, or a PEFT directory (adapter_config.json + adapter_model.safetensors) (default none)"},
-    {"backend", "host|ref", "the projection service: host (CPU kernels, checked against ref at start) or ref (the FP32 reference) (default host)"},
+    {"backend", "host|ref|vulkan", "the projection service: host (CPU kernels), vulkan (compute shaders on a GPU, where the build found Vulkan), each checked against ref at start, or ref (the FP32 reference) (default host)"},
+    {"vulkan-device", "N", "with --backend vulkan: the Vulkan device of that index (`nightlora check --backend vulkan --verbose` lists them) (default: a discrete GPU, else integrated, ..., a CPU driver last)"},
     {"threads", "N", "service threads (default every core, up to 8)"},
     {"precision", "P", "resident weight types: auto (attn/mlp/head Q8_0, recurrent F16), keep (as stored), f32, f16, bf16, q8_0, q4_0, q4_1 (default: auto for train, keep for inference)"},
     {"precision-map", "CLASS=TYPE,...", "per-class or per-projection types after --precision, e.g. recurrent=f16,head=q8_0 (default none)"},

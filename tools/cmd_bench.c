@@ -3,12 +3,14 @@
  *
  * bench proj: for each distinct (projection shape, resident type) of the model (the precision
  * policy applied, as a run would hold them), each direction and each T of --tokens: the time
- * of one product through the host backend (best of --reps after a warm-up; compute mode from
- * --compute) and through ref on the same resident weight (ref only for T <= 64, best of
+ * of one product through the backend of --backend (default host; best of --reps after a
+ * warm-up; compute mode from --compute; vulkan on --vulkan-device) and through ref on the same resident weight (ref only for T <= 64, best of
  * max(1, reps/3), no warm-up: it is slow), and the relative Frobenius difference of the two.
  * Where the CPU has usable AMX and --compute does not already pick it, the AMX tile kernels are
  * timed too (amx_ms / amx_gflops). FLOPs of one product = 2·T·N·K. --json: one JSON array, an
- * object per row. */
+ * object per row (the backend's columns named after it: host_ms, vulkan_ms, ...).
+ * A Vulkan device that is a CPU driver (lavapipe) gets no time: "lavapipe: a CPU driver, no
+ * speed figure"; its products are still compared with ref. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "nn/forward.h"
 #include "proj/host.h"
 #include "proj/proj.h"
+#include "proj/vulkan.h"
 #include "util/json.h"
 #include "util/rng.h"
 #include "util/util.h"
@@ -90,7 +93,7 @@ typedef struct {
 } bench_shape;
 
 static int cmd_bench_proj(int argc, char **argv) {
-    static const char *const known[] = {"model", "threads", "tokens", "reps", "compute", "precision", "precision-map", NULL};
+    static const char *const known[] = {"model", "backend", "vulkan-device", "threads", "tokens", "reps", "compute", "precision", "precision-map", NULL};
     static const char *const boolean[] = {"json", NULL};
     if (nl_cli_check("bench proj", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
@@ -121,7 +124,12 @@ static int cmd_bench_proj(int argc, char **argv) {
     const int ref_reps = reps / 3 > 1 ? reps / 3 : 1;
     nl_proj_config cfg;
     if (nl_cli_proj_config("bench proj", argc, argv, &cfg)) return 2;
-    cfg.backend = "ref"; /* the service only holds the resident weights here; the backends are timed directly */
+    /* the backend timed; the service only holds the resident weights here (on ref) */
+    const nl_proj_backend *be = nl_proj_backend_find(cfg.backend);
+    const char *device = cfg.device;
+    const int is_host = be == &nl_proj_backend_host;
+    cfg.backend = "ref";
+    cfg.device = NULL;
     const int json = nl_cli_flag(argc, argv, "json");
 
     nl_model *m = nl_model_load(model);
@@ -134,13 +142,22 @@ static int cmd_bench_proj(int argc, char **argv) {
     float *x = NULL, *y = NULL, *yr = NULL;
     int rc = 1, n_sh = 0;
     if (!svc || nl_runtime_init(&rt, m, svc)) goto done;
-    if (nl_proj_backend_host.init(&hctx, cfg.n_threads, cfg.compute)) {
+    if (be->init_device ? be->init_device(&hctx, cfg.n_threads, cfg.compute, device) : be->init(&hctx, cfg.n_threads, cfg.compute)) {
         hctx = NULL;
+        nl_err_prefix("backend %s", be->name);
         goto done;
     }
+    /* a CPU driver's times say nothing of a GPU: none are given */
+    char no_speed[300] = "";
+    if (!strcmp(be->name, "vulkan") && !strcmp(nl_proj_vulkan_device_kind(hctx), "cpu")) {
+        const char *dn = nl_proj_vulkan_device_name(hctx);
+        snprintf(no_speed, sizeof no_speed, "%s: a CPU driver, no speed figure", !strncmp(dn, "llvmpipe", 8) ? "lavapipe" : dn);
+    }
+    char bdesc[512] = "";
+    if (be->describe) be->describe(hctx, bdesc, sizeof bdesc);
     /* where the CPU has usable AMX and the host context does not already run it: the tile
      * kernels too, in their own columns */
-    if (nl_proj_host_cpu_has("amx") && strcmp(nl_proj_host_compute(hctx), "amx")) {
+    if (is_host && nl_proj_host_cpu_has("amx") && strcmp(nl_proj_host_compute(hctx), "amx")) {
         if (nl_proj_backend_host.init(&actx, cfg.n_threads, "amx")) {
             actx = NULL;
             goto done;
@@ -195,11 +212,19 @@ static int cmd_bench_proj(int argc, char **argv) {
     if (json) {
         printf("[");
     } else {
-        printf("bench proj: %s %s, host kernels %s compute %s%s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
-               nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx),
-               actx ? " (and the amx tile kernels)" : "", cfg.n_threads, cfg.n_threads == 1 ? "" : "s", reps, ref_reps, REF_MAX_T);
+        if (is_host)
+            printf("bench proj: %s %s, host kernels %s compute %s%s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
+                   nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx),
+                   actx ? " (and the amx tile kernels)" : "", cfg.n_threads, cfg.n_threads == 1 ? "" : "s", reps, ref_reps, REF_MAX_T);
+        else
+            printf("bench proj: %s %s, %s backend: %s; %s best of %d, ref best of %d (T <= %d) on %d thread%s\n",
+                   nl_arch_name(m->arch), model, be->name, bdesc, be->name, reps, ref_reps, REF_MAX_T, cfg.n_threads,
+                   cfg.n_threads == 1 ? "" : "s");
+        if (no_speed[0]) printf("%s\n", no_speed);
+        char bms[32];
+        snprintf(bms, sizeof bms, "%s ms", be->name);
         printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %10s %8s %8s %9s", "proj", "count", "K x N", "type", "dir", "T",
-               "host ms", "GFLOP/s", "ref ms", "GFLOP/s", "speedup", "rel diff");
+               bms, "GFLOP/s", "ref ms", "GFLOP/s", "speedup", "rel diff");
         if (actx) printf(" %10s %8s", "amx ms", "GFLOP/s");
         printf("\n");
     }
@@ -212,12 +237,13 @@ static int cmd_bench_proj(int argc, char **argv) {
                 const nl_dir dir = (nl_dir)d;
                 const size_t n_out = (size_t)(dir == NL_FWD ? w->n_out : w->n_in);
                 const double flops = 2.0 * T * (double)w->n_in * (double)w->n_out;
-                if (!nl_proj_backend_host.supports(hctx, w, dir, T)) {
-                    nl_err("host backend does not support %s %s", nl_type_name(w->type), dir ? "bwd" : "fwd");
+                if (!be->supports(hctx, w, dir, T)) {
+                    nl_err("%s backend does not support %s %s", be->name, nl_type_name(w->type), dir ? "bwd" : "fwd");
                     goto done;
                 }
-                const double th = time_run(&nl_proj_backend_host, hctx, w, dir, x, T, y, 1, reps);
+                double th = time_run(be, hctx, w, dir, x, T, y, no_speed[0] ? 0 : 1, no_speed[0] ? 1 : reps);
                 if (th < 0) goto done;
+                if (no_speed[0]) th = NAN;
                 double tr = NAN, diff = NAN;
                 if (T <= REF_MAX_T) {
                     tr = time_run(&nl_proj_backend_ref, rctx, w, dir, x, T, yr, 0, ref_reps);
@@ -230,11 +256,11 @@ static int cmd_bench_proj(int argc, char **argv) {
                     printf("%s\n {\"proj\": ", first ? "" : ",");
                     nl_cli_json_str(sh[s].label);
                     printf(", \"count\": %d, \"k\": %lld, \"n\": %lld, \"type\": \"%s\", \"dir\": \"%s\", \"T\": %d, "
-                           "\"threads\": %d, \"compute\": \"%s\", \"host_ms\": ",
+                           "\"threads\": %d, \"backend\": \"%s\", \"compute\": \"%s\", \"%s_ms\": ",
                            sh[s].count, (long long)w->n_in, (long long)w->n_out, nl_type_name(w->type),
-                           d ? "bwd" : "fwd", T, cfg.n_threads, nl_proj_host_compute(hctx));
+                           d ? "bwd" : "fwd", T, cfg.n_threads, be->name, be->compute ? be->compute(hctx) : "f32", be->name);
                     nl_cli_json_num(th * 1e3);
-                    printf(", \"host_gflops\": ");
+                    printf(", \"%s_gflops\": ", be->name);
                     nl_cli_json_num(flops / th * 1e-9);
                     printf(", \"ref_ms\": ");
                     nl_cli_json_num(tr * 1e3);
@@ -252,10 +278,16 @@ static int cmd_bench_proj(int argc, char **argv) {
                 } else {
                     char shape[32];
                     snprintf(shape, sizeof shape, "%lldx%lld", (long long)w->n_in, (long long)w->n_out);
-                    printf("%-14s %5d %12s %-5s %-3s %5d %10.3f %8.1f", sh[s].label, sh[s].count, shape,
-                           nl_type_name(w->type), d ? "bwd" : "fwd", T, th * 1e3, flops / th * 1e-9);
-                    if (isfinite(tr))
+                    if (isfinite(th))
+                        printf("%-14s %5d %12s %-5s %-3s %5d %10.3f %8.1f", sh[s].label, sh[s].count, shape,
+                               nl_type_name(w->type), d ? "bwd" : "fwd", T, th * 1e3, flops / th * 1e-9);
+                    else
+                        printf("%-14s %5d %12s %-5s %-3s %5d %10s %8s", sh[s].label, sh[s].count, shape, nl_type_name(w->type),
+                               d ? "bwd" : "fwd", T, "-", "-");
+                    if (isfinite(tr) && isfinite(th))
                         printf(" %10.3f %8.2f %7.1fx %9.1e", tr * 1e3, flops / tr * 1e-9, tr / th, diff);
+                    else if (isfinite(tr))
+                        printf(" %10.3f %8.2f %8s %9.1e", tr * 1e3, flops / tr * 1e-9, "-", diff);
                     else
                         printf(" %10s %8s %8s %9s", "-", "-", "-", "-");
                     if (actx) printf(" %10.3f %8.1f", ta * 1e3, flops / ta * 1e-9);
@@ -274,7 +306,7 @@ done:
     free(y);
     free(yr);
     free(sh);
-    if (hctx) nl_proj_backend_host.free(hctx);
+    if (hctx) be->free(hctx);
     if (actx) nl_proj_backend_host.free(actx);
     if (rctx) nl_proj_backend_ref.free(rctx);
     nl_runtime_free(&rt);

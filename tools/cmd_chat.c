@@ -75,7 +75,7 @@ static void conv_free(conv *c) {
 }
 
 int nl_cmd_chat(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "system", "n", "temp", "top-p", "seed", "backend", "threads", "wire",
+    static const char *const known[] = {"model", "adapter", "system", "n", "temp", "top-p", "seed", "backend", "vulkan-device", "threads", "wire",
                                         "precision", "precision-map", "compute", "template", NULL};
     static const char *const boolean[] = {"verbose", "no-plan-cache", NULL};
     if (nl_cli_check("chat", argc, argv, known, boolean)) return 2;

@@ -20,6 +20,7 @@
 #include "model/quant.h"
 #include "nn/forward.h"
 #include "proj/proj.h"
+#include "proj/vulkan.h"
 #include "util/util.h"
 
 static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
@@ -81,7 +82,7 @@ static void json_hparams(const nl_model *m) {
 }
 
 int nl_cmd_check(int argc, char **argv) {
-    static const char *const known[] = {"model", "backend", "threads", "wire", "precision", "precision-map", "compute", NULL};
+    static const char *const known[] = {"model", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", NULL};
     static const char *const boolean[] = {"verbose", "json", "no-plan-cache", NULL};
     if (nl_cli_check("check", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
@@ -255,6 +256,10 @@ int nl_cmd_check(int argc, char **argv) {
            pmap ? ", map " : "", pmap ? pmap : "");
     printf("compute %s\n", compute);
     printf("service kernels %s\n", kdesc);
+    if (verbose && !strcmp(cfg.backend, "vulkan")) {
+        char devs[2048];
+        if (nl_proj_vulkan_list(devs, sizeof devs) >= 0) printf("vulkan devices (--vulkan-device N):\n%s\n", devs);
+    }
 
     printf("\nprojections (%d%s):\n", m->n_projs, verbose ? "" : ", grouped by class, shape and types; --verbose lists each");
     if (verbose) {

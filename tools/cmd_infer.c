@@ -14,9 +14,10 @@
 #include "eval/session.h"
 #include "model/quant.h"
 #include "proj/host.h"
+#include "proj/vulkan.h"
 #include "util/util.h"
 
-/* Shared service flags: --backend ref|host, --threads N, --precision, --wire. */
+/* Shared service flags: --backend ref|host|vulkan, --vulkan-device N, --threads N, --precision, --wire. */
 int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *cfg) {
     /* defaults: the library's (host backend on every core up to 8; the planner checks it
      * against ref first) */
@@ -40,7 +41,15 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
         return 1;
     }
     if (!nl_proj_backend_find(cfg->backend)) {
-        fprintf(stderr, "nightlora %s: --backend %s: expected ref or host\n", cmd, cfg->backend);
+        char why[512] = "";
+        if (!strcmp(cfg->backend, "vulkan")) nl_proj_vulkan_available(why, sizeof why);
+        fprintf(stderr, "nightlora %s: --backend %s: %s\n", cmd, cfg->backend,
+                why[0] ? why : nl_proj_backend_find("vulkan") ? "expected ref, host or vulkan" : "expected ref or host");
+        return 1;
+    }
+    cfg->device = nl_cli_opt(argc, argv, "vulkan-device");
+    if (cfg->device && strcmp(cfg->backend, "vulkan")) {
+        fprintf(stderr, "nightlora %s: --vulkan-device %s: only with --backend vulkan\n", cmd, cfg->device);
         return 1;
     }
     return 0;
@@ -116,7 +125,7 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
 }
 
 int nl_cmd_logits(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "threads", "wire", "precision", "precision-map", "compute", NULL};
+    static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", NULL};
     static const char *const boolean[] = {"verbose", "no-plan-cache", NULL};
     if (nl_cli_check("logits", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *tokens = nl_cli_opt(argc, argv, "tokens"),
@@ -170,7 +179,7 @@ static void print_token(void *user, int32_t id) {
 }
 
 int nl_cmd_generate(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "prompt", "system", "n", "temp", "top-p", "seed", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
+    static const char *const known[] = {"model", "adapter", "prompt", "system", "n", "temp", "top-p", "seed", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
     static const char *const boolean[] = {"raw", "verbose", "no-plan-cache", NULL};
     if (nl_cli_check("generate", argc, argv, known, boolean)) return 2;
     const char *system = nl_cli_opt(argc, argv, "system");
@@ -410,7 +419,7 @@ static void print_eval_json(const char *data, const nl_eval_result *r, const eva
 }
 
 int nl_cmd_eval(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "data", "backend", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", NULL};
+    static const char *const known[] = {"model", "adapter", "data", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", NULL};
     static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "json", "no-plan-cache", NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
     int64_t batch = NL_EVAL_BATCH_TOKENS;

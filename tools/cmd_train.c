@@ -63,7 +63,7 @@ int nl_cmd_train(int argc, char **argv) {
     char **user_argv = argv;
     static const char *const known[] = {
         "model", "data", "out", "rank", "alpha", "dropout", "lr", "lr-min", "steps", "epochs", "batch-tokens",
-        "targets", "init-adapter", "backend", "threads", "precision", "precision-map", "wire", "compute",
+        "targets", "init-adapter", "backend", "vulkan-device", "threads", "precision", "precision-map", "wire", "compute",
         "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
         "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
         "ctx", "on-long", "template", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", "report",

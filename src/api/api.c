@@ -91,7 +91,7 @@ static int proj_config(nl_proj_config *cfg, const char *backend, int n_threads, 
                        int wire_f16) {
     nl_proj_config_defaults(cfg);
     if (backend) cfg->backend = backend;
-    if (!nl_proj_backend_find(cfg->backend)) return nl_err("backend '%s': expected ref or host", cfg->backend);
+    if (!nl_proj_backend_find(cfg->backend)) return nl_err("backend '%s': expected ref, host or vulkan (where the build has it)", cfg->backend);
     if (n_threads < 0 || n_threads > 256) return nl_err("n_threads %d: expected 0 (every core up to 8) to 256", n_threads);
     if (n_threads > 0) cfg->n_threads = n_threads;
     cfg->precision = precision;

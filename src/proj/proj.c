@@ -13,6 +13,7 @@
 #include "model/quant.h"
 #include "proj/host.h"
 #include "proj/proj_impl.h"
+#include "proj/vulkan.h"
 #include "util/util.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -21,6 +22,9 @@
 static const nl_proj_backend *const backends[] = {
     &nl_proj_backend_ref,
     &nl_proj_backend_host,
+#if defined(NL_HAVE_VULKAN)
+    &nl_proj_backend_vulkan,
+#endif
     NULL,
 };
 
@@ -244,6 +248,7 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     s->cfg.precision = NULL; /* borrowed strings are parsed now, not kept */
     s->cfg.precision_map = NULL;
     s->cfg.compute = NULL;
+    s->cfg.device = NULL;
     s->n_threads = cfg->n_threads > 0 ? cfg->n_threads : 1;
     s->be = be;
     s->precision = -1;
@@ -262,7 +267,12 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     }
     if (cfg->precision_map && parse_precision_map(s, cfg->precision_map)) goto fail;
 
-    if (be->init(&s->be_ctx, s->n_threads, cfg->compute)) {
+    if (cfg->device && !be->init_device) {
+        nl_err("proj: backend %s has no devices to choose from (device \"%s\")", be->name, cfg->device);
+        goto fail;
+    }
+    if (be->init_device ? be->init_device(&s->be_ctx, s->n_threads, cfg->compute, cfg->device)
+                        : be->init(&s->be_ctx, s->n_threads, cfg->compute)) {
         nl_err_prefix("proj: backend %s", be->name);
         goto fail;
     }

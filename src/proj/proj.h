@@ -49,17 +49,22 @@ typedef struct nl_proj_backend {
     /* Optional: the arithmetic this context computes in ("f32", "bf16", ...; a static string),
      * what nl_proj_compute reports and the nodes' attention follows. NULL: "f32". */
     const char *(*compute)(const void *ctx);
+    /* Optional, for a backend with devices to choose from (vulkan): init on the device named by
+     * nl_proj_config.device ("0", "1", ...; NULL = the backend's own choice). The service calls
+     * it instead of init when set; a config naming a device for a backend without it is refused. */
+    int (*init_device)(void **ctx, int n_threads, const char *compute, const char *device);
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;
 
 extern const nl_proj_backend nl_proj_backend_ref;   /* ref.c: FP32 reference, every type */
 extern const nl_proj_backend nl_proj_backend_host;  /* host.c: resident-type SIMD kernels */
+/* vulkan.c (proj/vulkan.h; only where the build found Vulkan): compute shaders on a GPU */
 /* The backend registered under `name` ("ref", ...), or NULL. */
 const nl_proj_backend *nl_proj_backend_find(const char *name);
 
 typedef struct {
-    const char *backend;  /* "ref" (the default of a zeroed config) or "host" */
+    const char *backend;  /* "ref" (the default of a zeroed config), "host" or "vulkan" */
     int n_threads;        /* service worker threads (0 = 1) */
     /* FP16 wire (NPU-faithful mode), done by the service around any backend: each input row
      * is scaled by a power of two so max|x| lands in [2^11, 2^12) and rounded to FP16; the
@@ -98,6 +103,9 @@ typedef struct {
      * file that does not verify (size, magic, checksum, keys) is ignored, said in the summary,
      * and written again. Written atomically (sys/io), through a temp file of this process. */
     const char *plan_cache_dir;
+    /* The backend's device (vulkan: the index of vkEnumeratePhysicalDevices, --vulkan-device N);
+     * NULL: the backend's choice (vulkan: a discrete GPU, else integrated, ..., a CPU driver last). */
+    const char *device;
 } nl_proj_config;
 
 /* The resident type a weight of `gguf_type` with rows of n_in gets when the policy asks for

@@ -928,12 +928,11 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     *step = (int64_t)ck_step;
     if (nl_batcher_seek(t->bt, cur)) return -1;
     char diff[1024] = "";
-    /* other kernels by capability (another machine, the same settings) are refused;
-     * another backend asked for only warns, as other numerics do */
-    char bdiff[256] = "";
-    const int same_backend = nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, "backend", bdiff, sizeof bdiff) <= 0;
+    /* other kernels are refused, whether by capability (another machine, the same settings) or
+     * asked for (another backend, e.g. vulkan after host): the run would not be the bits an
+     * uninterrupted one gives; --allow-kernel-change continues, with a warning */
     if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_KERNELS, NULL, diff, sizeof diff) > 0) {
-        if (same_backend && !o->allow_kernel_change)
+        if (!o->allow_kernel_change)
             return nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
                           "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
         if (o->progress) fprintf(o->progress, "warning: resuming on other kernels (%s)\n", diff);
