@@ -303,6 +303,11 @@ static void test_wire(void) {
     nl_proj_stats st;
     nl_proj_get_stats(s, &st);
     CHECKF(st.retries > 0, "no row was sent again (%llu retries)", (unsigned long long)st.retries);
+    /* the activations crossed as FP16 (2 bytes each; the outputs 4), the retries too */
+    uint64_t out_b, in_b = nl_proj_vulkan_io_bytes(s->be_ctx, &out_b);
+    CHECKF(in_b > 2 * (uint64_t)K * T && in_b * 2 * N == out_b * K,
+           "wire bytes: %llu in, %llu out for %d rows and %llu retries", (unsigned long long)in_b, (unsigned long long)out_b, T,
+           (unsigned long long)st.retries);
     double e = 0, m = 0;
     for (int i = 0; i < T * N; i++) {
         e += ((double)y[i] - yr[i]) * ((double)y[i] - yr[i]);
@@ -335,7 +340,7 @@ static int read_losses(const char *path, double *loss, int cap) {
 }
 
 /* The CLI: a tiny model trained on vulkan and on host; losses within the planner's bound */
-static void test_cli(void) {
+static void test_cli(const char *cpu_kind) {
     char dir[256], cmd[4096], path[512];
     if (nl_t_tmpdir(dir, sizeof dir, "vulkan")) {
         CHECK(0);
@@ -380,6 +385,17 @@ static void test_cli(void) {
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/r2.txt", dir);
     CHECKF(nl_t_file_has(path, "warning: resuming on other kernels"), "the accepted resume does not warn");
+    /* bench proj on this backend: a CPU driver gets no speed figure, only the difference from ref */
+    snprintf(cmd, sizeof cmd, "%s bench proj --model %s/m.gguf --backend vulkan --reps 1 --tokens 4 > %s/bench.txt 2>&1", NL_CLI, dir, dir);
+    CHECK(sh(cmd) == 0);
+    snprintf(path, sizeof path, "%s/bench.txt", dir);
+    CHECKF(nl_t_file_has(path, "vulkan backend: f32 compute on device") && nl_t_file_has(path, "vulkan ms"), "bench proj --backend vulkan");
+    if (!strcmp(cpu_kind, "cpu"))
+        CHECKF(nl_t_file_has(path, ": a CPU driver, no speed figure"), "bench proj on a CPU driver gave speed figures");
+    snprintf(cmd, sizeof cmd, "%s bench proj --model %s/m.gguf --backend ref --reps 1 --tokens 4 --json > %s/bench.json 2>&1", NL_CLI, dir, dir);
+    CHECK(sh(cmd) == 0);
+    snprintf(path, sizeof path, "%s/bench.json", dir);
+    CHECKF(nl_t_file_has(path, "\"ref_ms\": ") && nl_t_file_has(path, "\"backend\": \"ref\""), "bench proj --backend ref --json");
     nl_t_tmpdir_done(dir);
 }
 
@@ -408,10 +424,12 @@ int main(void) {
     }
     test_upload_once(ctx);
     test_errors(ctx);
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s", nl_proj_vulkan_device_kind(ctx));
     nl_proj_backend_vulkan.free(ctx);
     test_service();
     test_wire();
-    test_cli();
+    test_cli(kind);
     return nl_t_done();
 }
 

@@ -276,6 +276,7 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
         nl_err_prefix("proj: backend %s", be->name);
         goto fail;
     }
+    if (cfg->wire_f16 && be->wire_f16) be->wire_f16(s->be_ctx);
     if (be == &nl_proj_backend_ref) s->ref_ctx = s->be_ctx;
     else if (nl_proj_backend_ref.init(&s->ref_ctx, s->n_threads, NULL)) goto fail;
 

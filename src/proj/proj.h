@@ -53,6 +53,10 @@ typedef struct nl_proj_backend {
      * nl_proj_config.device ("0", "1", ...; NULL = the backend's own choice). The service calls
      * it instead of init when set; a config naming a device for a backend without it is refused. */
     int (*init_device)(void **ctx, int n_threads, const char *compute, const char *device);
+    /* Optional: told once after init when the service runs the FP16 wire (wire_f16): every
+     * input row it then sends holds FP16 values (scaled), which such a backend may carry as
+     * FP16 (vulkan: the activations cross to the device in half the bytes). */
+    void (*wire_f16)(void *ctx);
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;

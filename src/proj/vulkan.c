@@ -13,7 +13,9 @@
  *     parts' contributions one after another, each dispatch starting from the sums so far, so
  *     the split changes no bit.
  *   - Activations and outputs go through two host-visible buffers; a request larger than one
- *     buffer runs in row chunks (every row is computed the same way at any T: any_T).
+ *     buffer runs in row chunks (every row is computed the same way at any T: any_T). Under
+ *     the service's FP16 wire the activations cross as FP16 (half the bytes; the service has
+ *     already scaled and rounded them); the outputs come back in FP32 and the service rounds.
  *   - run() records the dispatches, submits them and waits on a fence. It is called by the
  *     service's dispatcher thread, so nl_proj_submit returns at once and the caller's CPU work
  *     (the LoRA branch) overlaps the GPU; one request is in flight at a time, as the service
@@ -66,6 +68,11 @@ int nl_proj_vulkan_weight_parts(const void *ctx, const nl_proj_weight *w) {
 uint64_t nl_proj_vulkan_uploaded_bytes(const void *ctx, int *n_uploads) {
     (void)ctx;
     if (n_uploads) *n_uploads = 0;
+    return 0;
+}
+uint64_t nl_proj_vulkan_io_bytes(const void *ctx, uint64_t *out_bytes) {
+    (void)ctx;
+    if (out_bytes) *out_bytes = 0;
     return 0;
 }
 
@@ -129,7 +136,7 @@ static int shader_of(int type) {
 #define TILE_O 64
 #define TILE_T 32
 typedef struct {
-    uint32_t T, I, O, ldx, ldy, xoff, yoff, rowb, dir, accum;
+    uint32_t T, I, O, ldx, ldy, xoff, yoff, rowb, dir, accum, xh;
 } push_consts;
 
 /* ---- the entry points, loaded from the loader ---- */
@@ -193,6 +200,8 @@ typedef struct {
     int index;                    /* the device's index in vkEnumeratePhysicalDevices */
     uint64_t limit;               /* bytes one binding may hold (maxStorageBufferRange or lower) */
     int force_staging;            /* NL_VULKAN_STAGING=1: weights through a staging copy */
+    int wire16;                   /* the service runs the FP16 wire: X crosses as FP16 */
+    uint64_t x_bytes, y_bytes;    /* activations sent, outputs read back */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
     VkPipeline pipe[N_SHADERS];   /* made at a type's first request */
@@ -839,7 +848,8 @@ static int vk_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x
     const int64_t gmax = (int64_t)c->props.limits.maxComputeWorkGroupCount[1] * TILE_T;
     if (tc > gmax) tc = gmax;
     if (tc > T) tc = T;
-    if (io_reserve(c, &c->x, (VkDeviceSize)(tc * nin * 4), "activations") ||
+    const size_t xe = c->wire16 ? 2 : 4; /* bytes an activation */
+    if (io_reserve(c, &c->x, (VkDeviceSize)((tc * nin * (int64_t)xe + 3) / 4 * 4), "activations") ||
         io_reserve(c, &c->y, (VkDeviceSize)(tc * nout * 4), "outputs"))
         return nl_err_prefix("vulkan: %s", nm);
     if (alloc_sets(c, (uint32_t)v->n_parts)) return -1;
@@ -855,12 +865,21 @@ static int vk_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x
     }
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
         const int64_t rows = T - t0 < tc ? T - t0 : tc;
-        memcpy(c->x.map, x + (size_t)t0 * (size_t)nin, sizeof(float) * (size_t)(rows * nin));
+        const float *xr = x + (size_t)t0 * (size_t)nin;
+        const size_t ne = (size_t)(rows * nin);
+        if (c->wire16) { /* the wire's values are FP16 already: exact */
+            uint16_t *h = c->x.map;
+            for (size_t i = 0; i < ne; i++) h[i] = nl_f32_to_f16(xr[i]);
+        } else {
+            memcpy(c->x.map, xr, sizeof(float) * ne);
+        }
+        c->x_bytes += ne * xe;
+        c->y_bytes += (uint64_t)(rows * nout) * 4;
         if (cb_begin(c)) return -1;
         c->L.vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
         for (int p = 0; p < v->n_parts; p++) {
             const uint32_t pr = (uint32_t)(v->row0[p + 1] - v->row0[p]);
-            push_consts pc = {.T = (uint32_t)rows, .rowb = (uint32_t)rb, .dir = (uint32_t)dir};
+            push_consts pc = {.T = (uint32_t)rows, .rowb = (uint32_t)rb, .dir = (uint32_t)dir, .xh = (uint32_t)c->wire16};
             if (dir == NL_FWD) {
                 pc.I = (uint32_t)K;
                 pc.O = pr;
@@ -902,6 +921,16 @@ static int vk_describe(void *ctx, char *buf, size_t cap) {
                     c->index, c->props.deviceName, kind_name(c->props.deviceType),
                     c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? ": a CPU driver" : "", c->driver,
                     VK_API_VERSION_MAJOR(a), VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a));
+}
+
+static void vk_wire_f16(void *ctx) {
+    if (ctx) ((vk_ctx *)ctx)->wire16 = 1;
+}
+
+uint64_t nl_proj_vulkan_io_bytes(const void *ctx, uint64_t *out_bytes) {
+    const vk_ctx *c = ctx;
+    if (out_bytes) *out_bytes = c ? c->y_bytes : 0;
+    return c ? c->x_bytes : 0;
 }
 
 static const char *vk_compute(const void *ctx) {
@@ -953,6 +982,7 @@ const nl_proj_backend nl_proj_backend_vulkan = {
     .describe = vk_describe,
     .compute = vk_compute,
     .init_device = vk_init_device,
+    .wire_f16 = vk_wire_f16,
 };
 
 #endif

@@ -33,5 +33,8 @@ int nl_proj_vulkan_set_buffer_limit(void *ctx, uint64_t bytes);
 int nl_proj_vulkan_weight_parts(const void *ctx, const nl_proj_weight *w);
 /* Bytes of weights uploaded to the device, in total and how many uploads it took. */
 uint64_t nl_proj_vulkan_uploaded_bytes(const void *ctx, int *n_uploads);
+/* Bytes of activations sent to the device (FP16 under the wire, else FP32) and, in *out_bytes,
+ * of outputs read back, since the context was made. */
+uint64_t nl_proj_vulkan_io_bytes(const void *ctx, uint64_t *out_bytes);
 
 #endif

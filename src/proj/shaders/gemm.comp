@@ -22,7 +22,7 @@
 layout(local_size_x = 16, local_size_y = 8, local_size_z = 1) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer WBuf { uint wq[]; };
-layout(std430, set = 0, binding = 1) readonly buffer XBuf { float xs[]; };
+layout(std430, set = 0, binding = 1) readonly buffer XBuf { uint xs[]; }; // FP32, or FP16 pairs (xh)
 layout(std430, set = 0, binding = 2) buffer YBuf { float ys[]; };
 
 layout(push_constant) uniform PC {
@@ -36,6 +36,7 @@ layout(push_constant) uniform PC {
     uint rowb;   // bytes of one W row
     uint dir;    // 0 FWD, 1 BWD
     uint accum;  // 1: start from Y's stored value (a BWD part after the first)
+    uint xh;     // 1: X holds FP16 values, two a word (the FP16 wire), else FP32
 } pc;
 
 #define BT 32
@@ -141,7 +142,12 @@ void main() {
         [[unroll]] for (uint r = 0u; r < 8u; r++) {
             const uint idx = tid + 128u * r, tt = idx >> 5, ii = idx & 31u;
             const uint t = t0 + tt;
-            Xs[tt][ii] = t < pc.T && ii < n ? xs[t * pc.ldx + pc.xoff + i0 + ii] : 0.0;
+            float xv = 0.0;
+            if (t < pc.T && ii < n) {
+                const uint e = t * pc.ldx + pc.xoff + i0 + ii;
+                xv = pc.xh != 0u ? f16((xs[e >> 1] >> ((e & 1u) * 16u)) & 0xffffu) : uintBitsToFloat(xs[e]);
+            }
+            Xs[tt][ii] = xv;
         }
         // W tile: 64 x 32, 16 per invocation, neighbouring invocations on neighbouring bytes
         // of one W row (FWD: along i; BWD: along o)
