@@ -35,13 +35,13 @@
 #if !defined(NL_HAVE_VULKAN)
 
 int nl_proj_vulkan_available(char *why, size_t cap) {
-    if (why && cap) snprintf(why, cap, "this build has no Vulkan backend (CMake found no Vulkan headers or no glslc)");
+    if (why && cap) snprintf(why, cap, "this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)");
     return 0;
 }
 int nl_proj_vulkan_list(char *buf, size_t cap) {
     (void)buf;
     (void)cap;
-    return nl_err("vulkan: this build has no Vulkan backend (CMake found no Vulkan headers or no glslc)");
+    return nl_err("vulkan: this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)");
 }
 const char *nl_proj_vulkan_device_kind(const void *ctx) {
     (void)ctx;
