@@ -455,6 +455,111 @@ static void test_sysfs_listing_errors(void) {
     }
 }
 
+/* A phone's sysfs layout (tests/data/sysfs/NAME.txt: "PATH VALUE" lines) written under
+ * root/NAME; returns that directory. */
+static const char *phone(const char *name) {
+    static char dir[512];
+    char fx[512], line[2048];
+    snprintf(fx, sizeof fx, NL_TEST_DATA "/sysfs/%s.txt", name);
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    FILE *f = fopen(fx, "r");
+    CHECKF(f != NULL, "%s: %s", fx, strerror(errno));
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char *sp = strchr(line, ' ');
+        if (!sp) continue;
+        *sp = 0;
+        char rel[600], val[2048];
+        snprintf(rel, sizeof rel, "%.63s/%.500s", name, line);
+        snprintf(val, sizeof val, "%s", sp + 1); /* the newline stays, as sysfs writes it */
+        put(rel, val);
+    }
+    if (f) fclose(f);
+    return dir;
+}
+
+static void set_zone(const char *name, int z, const char *v) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "%s/sys/class/thermal/thermal_zone%d/temp", name, z);
+    put(rel, v);
+}
+
+static int status_of(nl_thermal_provider *pr) {
+    int s = -1;
+    return pr->thermal_status(pr->ctx, &s) == 0 ? s : -1;
+}
+
+/* msm8953: zone 9 (tsens_tz_sensor4 = cpu4) cools from 80.0 °C to 60.0 °C during the first sleep */
+static void cool_cpu4(int sleeps) {
+    if (sleeps == 1) set_zone("msm8953", 9, "600");
+}
+
+/* Two real phones' layouts (the fixtures' comments say where they come from). */
+static void test_phones(void) {
+    nl_thermal_provider pr;
+    float t;
+    /* a Snapdragon 625 phone, Android kernel 3.18: 24 zones in three units (sensor_info) */
+    const char *r = phone("msm8953");
+    CHECK(nl_thermal_sysfs(&pr, r) == 0);
+    CHECKF(strstr(pr.desc, "power_supply/battery/temp") && strstr(pr.desc, "24 thermal zones"), "%s", pr.desc);
+    CHECK(pr.battery_temp_c(pr.ctx, &t) == 0 && fabsf(t - 25.1f) < 1e-5f);
+    CHECKF(status_of(&pr) == 0, "msm8953 at rest: status %d", status_of(&pr)); /* the hottest: the PMIC, 32.6 °C */
+    /* cpu4's sensor reads tenths of °C: 800 is 80.0 °C (taken as millidegrees it would be 0.8 °C) */
+    set_zone("msm8953", 9, "800");
+    CHECKF(status_of(&pr) == 2, "msm8953 cpu4 at 80.0 °C: status %d", status_of(&pr));
+    set_zone("msm8953", 9, "950");
+    CHECKF(status_of(&pr) == 4, "msm8953 cpu4 at 95.0 °C: status %d", status_of(&pr));
+    set_zone("msm8953", 9, "322");
+    set_zone("msm8953", 2, "66"); /* xo_therm, an adc thermistor in °C */
+    CHECKF(status_of(&pr) == 1, "msm8953 xo_therm at 66 °C: status %d", status_of(&pr));
+    set_zone("msm8953", 2, "31");
+    set_zone("msm8953", 21, "76000"); /* pm8953_tz in millidegrees */
+    CHECKF(status_of(&pr) == 2, "msm8953 pmic at 76 °C: status %d", status_of(&pr));
+    set_zone("msm8953", 21, "32636");
+    /* end to end: cpu4 at 80 °C pauses the run, 60 °C resumes it */
+    set_zone("msm8953", 9, "800");
+    nl_pacer p;
+    nl_pacer_cfg cfg;
+    nl_pacer_defaults(&cfg);
+    fake_clock fc = {0, 0, 0, cool_cpu4};
+    cfg.now = fk_now;
+    cfg.sleep = fk_sleep;
+    cfg.clock_ctx = &fc;
+    cfg.log = cap_log;
+    n_logs = 0;
+    CHECK(nl_pacer_init(&p, &cfg, &pr) == 0);
+    CHECK(nl_pacer_check(&p) == 0);
+    CHECKF(fc.sleeps == 1 && p.n_pauses == 1 && n_logs == 2 && strcmp(logs[0], "paused: thermal status 2") == 0,
+           "msm8953 pause: %d sleeps, %ld pauses, %d logs (%s)", fc.sleeps, p.n_pauses, n_logs, n_logs ? logs[0] : "");
+    nl_pacer_free(&p);
+
+    /* OnePlus 8 (sm8250), Android kernel 4.19: 33 zones in millidegrees with passive trips */
+    r = phone("oneplus8");
+    CHECK(nl_thermal_sysfs(&pr, r) == 0);
+    CHECKF(strstr(pr.desc, "power_supply/battery/temp") && strstr(pr.desc, "33 thermal zones"), "%s", pr.desc);
+    CHECK(pr.battery_temp_c(pr.ctx, &t) == 0 && fabsf(t - 31.2f) < 1e-5f);
+    CHECKF(status_of(&pr) == 0, "oneplus8 at rest: status %d", status_of(&pr));
+    /* CPU 0 (tsens0 1: cpu-0-0-usr = zone 1, cpu-0-0-step = zone 29, passive at 110 °C) */
+    set_zone("oneplus8", 1, "101000");
+    set_zone("oneplus8", 29, "101000");
+    CHECKF(status_of(&pr) == 1, "oneplus8 cpu0 at 101 °C: status %d", status_of(&pr));
+    set_zone("oneplus8", 1, "110000");
+    set_zone("oneplus8", 29, "110000");
+    CHECKF(status_of(&pr) == 2, "oneplus8 cpu0 at 110 °C: status %d", status_of(&pr));
+    set_zone("oneplus8", 1, "35000");
+    set_zone("oneplus8", 29, "35000");
+    /* DDR (tsens1 3: ddr-usr = zone 19, pop-mem-step = zone 28, passive at 95 °C) */
+    set_zone("oneplus8", 19, "95000");
+    set_zone("oneplus8", 28, "95000");
+    CHECKF(status_of(&pr) == 2, "oneplus8 ddr at 95 °C: status %d", status_of(&pr));
+    set_zone("oneplus8", 19, "35000");
+    set_zone("oneplus8", 28, "35000");
+    /* a gold core has only the user_space trips (115 °C): 106 °C is LIGHT */
+    set_zone("oneplus8", 7, "106000");
+    CHECKF(status_of(&pr) == 1, "oneplus8 cpu-1-0 at 106 °C: status %d", status_of(&pr));
+    nl_thermal_free(&pr);
+}
+
 int main(void) {
     snprintf(root, sizeof root, "/tmp/nl_test_pacing_XXXXXX");
     if (!mkdtemp(root)) return 1;
@@ -466,6 +571,7 @@ int main(void) {
     test_files();
     test_sysfs();
     test_sysfs_listing_errors();
+    test_phones();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

@@ -156,6 +156,7 @@ int nl_thermal_files(nl_thermal_provider *out, const char *status_file,
 
 typedef struct {
     char *temp_path;
+    long scale;                       /* readings × scale = millidegrees (1, or from sensor_info) */
     long passive_mc, hot_mc, crit_mc; /* LONG_MIN when the zone has no such trip */
 } zone;
 
@@ -206,7 +207,7 @@ static int sysfs_status(void *vctx, int *status) {
         char buf[64];
         long t;
         if (read_small(c->zones[i].temp_path, buf, sizeof buf) != 0 || parse_long(buf, &t) != 0 ||
-            !sane_mc(t))
+            t < -200000 || t > 200000 || !sane_mc(t *= c->zones[i].scale))
             continue;
         int s = zone_status(&c->zones[i], t);
         if (s > best) best = s;
@@ -295,6 +296,40 @@ static int find_battery(const nl_io *io, const char *root, char **found_out) {
     return 0;
 }
 
+/* Qualcomm's msm_thermal (Android kernels up to 4.x) lists its sensors in
+ * ROOT/sys/module/msm_thermal/sensor_info as "type:name:alias:scale" entries separated by
+ * blanks, scale being what the zone's readings are per °C (tsens 10: tenths; adc 1: °C; pmic
+ * 1000). The zone whose `type` is an entry's name reads in that unit (its trip points too):
+ * returns the factor to millidegrees, 1 when the zone is not listed or the scale is not
+ * 1, 10, 100 or 1000. */
+static long sensor_scale(const char *info, const char *type) {
+    if (!info || !*type) return 1;
+    const size_t n = strlen(type);
+    for (const char *e = info; *e;) {
+        while (*e == ' ' || *e == '\t' || *e == '\n') e++;
+        if (!*e) break;
+        const char *end = e + strcspn(e, " \t\n");
+        const char *c1 = memchr(e, ':', (size_t)(end - e));
+        if (c1 && (size_t)(end - c1 - 1) > n && strncmp(c1 + 1, type, n) == 0 && c1[1 + n] == ':') {
+            const char *c3 = c1 + 1 + n + 1;
+            c3 = memchr(c3, ':', (size_t)(end - c3)); /* past the alias */
+            if (c3) {
+                char num[16];
+                size_t k = (size_t)(end - c3 - 1);
+                if (k > 0 && k < sizeof num) {
+                    memcpy(num, c3 + 1, k);
+                    num[k] = 0;
+                    long f;
+                    if (parse_long(num, &f) == 0 && (f == 1 || f == 10 || f == 100 || f == 1000)) return 1000 / f;
+                }
+            }
+            return 1;
+        }
+        e = end;
+    }
+    return 1;
+}
+
 static void read_trips(const char *zdir, zone *z) {
     z->passive_mc = z->hot_mc = z->crit_mc = LONG_MIN;
     for (int k = 0; k < 32; k++) {
@@ -306,7 +341,7 @@ static void read_trips(const char *zdir, zone *z) {
         long t;
         int ok = tp && tt && read_small(tp, buf, sizeof buf) == 0 &&
                  read_small(tt, tbuf, sizeof tbuf) == 0 && parse_long(tbuf, &t) == 0 &&
-                 sane_mc(t);
+                 t >= -200000 && t <= 200000 && sane_mc(t *= z->scale);
         free(tp);
         free(tt);
         if (!ok) continue;
@@ -342,6 +377,11 @@ int nl_thermal_sysfs_io(nl_thermal_provider *out, const char *root, const nl_io 
         sysfs_destroy(c);
         return -1;
     }
+    /* the msm_thermal sensor list, where there is one (NULL: every zone in millidegrees) */
+    char info[4096];
+    char *ip = join(root, "/sys/module/msm_thermal/sensor_info", NULL);
+    const char *sinfo = ip && nl_sysfs_read(ip, info, sizeof info, NULL) == 0 ? info : NULL;
+    free(ip);
     named *ents = nl_calloc(n ? (size_t)n : 1, sizeof *ents);
     for (int i = 0; ents && i < n; i++)
         if (is_zone_name(names[i], &ents[nz].idx)) ents[nz++].name = names[i];
@@ -358,6 +398,11 @@ int nl_thermal_sysfs_io(nl_thermal_provider *out, const char *root, const nl_io 
         }
         zone *z = &c->zones[c->n_zones++];
         z->temp_path = tp;
+        char type[64] = "";
+        char *typ = sinfo ? join(zdir, "/type", NULL) : NULL;
+        if (!typ || read_small(typ, type, sizeof type) != 0) type[0] = 0;
+        free(typ);
+        z->scale = sensor_scale(sinfo, type);
         read_trips(zdir, z);
         free(zdir);
     }

@@ -48,7 +48,10 @@ int nl_thermal_files(nl_thermal_provider *out, const char *status_file, const ch
  *              t >= P -> 2, t >= P - 10 °C -> 1, else 0.
  *            A zone with no passive trip uses fixed thresholds:
  *              t >= 95 °C -> 4, >= 85 -> 3, >= 75 -> 2, >= 65 -> 1, else 0.
- *            Readings outside -40..200 °C are ignored as broken sensors.
+ *            Readings outside -40..200 °C are ignored as broken sensors. The unit is
+ *            millidegrees, except for the zones ROOT/sys/module/msm_thermal/sensor_info lists
+ *            (Qualcomm's older Android kernels: "type:name:alias:scale" with scale 10 = tenths,
+ *            1 = °C; the zone's `type` is the name): those read, trips too, in their unit.
  * Unreadable or malformed sysfs files count as "unavailable" (Android kernels expose zones that
  * fail to read); they never stop a run. So does a directory that is missing or not readable
  * here (ENOENT, ENOTDIR, EACCES, EPERM: an app sandbox). The files are found once, here.
