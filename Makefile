@@ -7,7 +7,7 @@ else
 BUILD ?= build
 endif
 
-.PHONY: all build demo test install clean fuzz
+.PHONY: all build demo test install clean fuzz phone
 
 all: build
 
@@ -33,5 +33,12 @@ fuzz:
 	@cmake -S . -B build-fuzz -DNL_FUZZ=ON -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target fuzzers
 
+# The phone build: a static AArch64 CLI, build-aarch64/nightlora (Debian's gcc-aarch64-linux-gnu;
+# copy it to the phone and run it: docs/real-models.md, "On a phone"). CI runs it under qemu.
+phone:
+	@cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=$(CURDIR)/cmake/aarch64.cmake -DNL_STATIC_CLI=ON >/dev/null
+	@cmake --build build-aarch64 -j $(JOBS) --target nightlora_cli
+	@echo "build-aarch64/nightlora: a static aarch64 nightlora"
+
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-aarch64

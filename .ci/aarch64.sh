@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
-# CI (aarch64): cross-build the library and the projection tests for AArch64 and run them under
-# qemu-user. Runs when CI_AARCH64=1, or when the cross tools are already installed; otherwise it
-# says so and exits 0. With CI_AARCH64=1 it installs what is missing (Debian 12):
+# CI (aarch64): the whole trainer cross-built for AArch64 (cmake/aarch64.cmake: Debian's
+# gcc-aarch64-linux-gnu) and run under qemu-user, every step bounded by timeout:
+#   1. every ctest that is not x86-specific under `-cpu max` (Armv8.x with dotprod, bf16, i8mm,
+#      sve, sme in HWCAP/HWCAP2); the CLI the tests run goes through build-aarch64/nightlora-emu;
+#      NL_TEST_SMALL=1: the heaviest tests take their smaller cases (tests/test.h nl_t_small)
+#   2. the rooms that ask the CPU what it can do (cpu, proj, nn: their ctest labels) again under
+#      `-cpu cortex-a53`, a plain Armv8.0 core, so the fallbacks run
+#   3. make demo's training run shortened to 12 steps (examples/demo.sh's flags), on the default
+#      and the FP32 path, under both CPU models; its losses against the x86 build's (FP32: every
+#      printed loss the same; default: within 2e-2 relative, the x86 default path is BF16)
+#   4. tools/determinism.sh under qemu against the x86 build's lines: the FP32 lines must be the
+#      same; the others are printed with the x86 line beside them (see docs/phone.md for why they
+#      differ)
+# Runs when CI_AARCH64=1, or when the cross tools are already installed; otherwise it says so and
+# exits 0. With CI_AARCH64=1 it installs what is missing (Debian 12):
 #   gcc-aarch64-linux-gnu qemu-user-static
 # Usage: .ci/aarch64.sh [build-dir (default build-aarch64)]
+#   X86_BUILD=build (the x86 build the losses are compared with; built here if missing)
+#   AARCH64_STEPS="tests a53 demo determinism" (which steps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-aarch64}
+X86=${X86_BUILD:-build}
+STEPS=${AARCH64_STEPS:-tests a53 demo determinism}
+JOBS=${JOBS:-2}
 have() { command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64-static >/dev/null 2>&1; }
 if ! have; then
   if [ "${CI_AARCH64:-0}" != 1 ]; then
@@ -17,10 +34,114 @@ if ! have; then
   apt-get update -qq
   apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user-static cmake make >/dev/null
 fi
-cmake -S . -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64.cmake" -DCMAKE_BUILD_TYPE=Release >/dev/null
-# the library and the projection tests (test_proj once the service lands)
-targets=(nightlora test_host)
-[ -f tests/test_proj.c ] && targets+=(test_proj)
-cmake --build "$BUILD" -j "${JOBS:-2}" --target "${targets[@]}"
-regex=$(IFS='|'; echo "^(${targets[*]:1})\$")
-cd "$BUILD" && ctest --output-on-failure -R "$regex"
+step() { echo "== aarch64: $* ($(date -u +%H:%M:%S))"; }
+took() { echo "== aarch64: $1 took $(( SECONDS - $2 )) s"; }
+on() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
+t_all=$SECONDS
+
+step "build ($BUILD)"
+t=$SECONDS
+cmake -S . -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64.cmake" -DCMAKE_BUILD_TYPE=Release -DNL_STATIC_CLI=ON \
+  -DNL_BUILD_BENCH=OFF >/dev/null
+timeout 1800 cmake --build "$BUILD" -j "$JOBS"
+took build $t
+EMU=(qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+CLI=$PWD/$BUILD/nightlora
+echo "aarch64 CLI under -cpu max: $(QEMU_CPU=max "${EMU[@]}" "$CLI" --version | head -1)"
+
+# 1. the whole suite under -cpu max (qemu-user reads QEMU_CPU: the tests and the CLI they run)
+if on tests; then
+  step "ctest under -cpu max"
+  t=$SECONDS
+  (cd "$BUILD" && QEMU_CPU=max NL_TEST_SMALL=1 timeout 3000 ctest --output-on-failure -j "$JOBS")
+  took "ctest -cpu max" $t
+fi
+
+# 2. the rooms with CPU-dependent paths under a plain Armv8.0 core
+if on a53; then
+  step "ctest -L 'cpu|proj|nn' under -cpu cortex-a53"
+  t=$SECONDS
+  (cd "$BUILD" && QEMU_CPU=cortex-a53 NL_TEST_SMALL=1 timeout 2400 ctest --output-on-failure -j "$JOBS" -L '^(cpu|proj|nn)$')
+  took "ctest -cpu cortex-a53" $t
+fi
+
+if on demo || on determinism; then
+  [ -x "$X86/nightlora" ] || timeout 1800 make build BUILD="$X86" >/dev/null
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/nl_aarch64.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+losses() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+
+# 3. make demo's training run, 12 steps, x86 and both CPU models, default and FP32 paths
+if on demo; then
+  step "make demo's training run (12 steps) under qemu against x86"
+  t=$SECONDS
+  "$X86/nightlora" mkmodel --arch qwen3 --preset small --type q8_0 --seed 1 --out "$work/small.gguf" >/dev/null
+  train() { # BIN-prefix... -- tag extra...
+    local tag=$1 mode=$2; shift 2
+    local extra=""
+    [ "$mode" = f32 ] && extra="--precision f32 --compute f32"
+    # shellcheck disable=SC2086
+    timeout 1200 "$@" train --model "$work/small.gguf" --data examples/tagging-train.jsonl --out "$work/$tag-$mode.gguf" \
+      --backend host --threads 2 --steps 12 --batch-tokens 256 --lr 2e-3 --warmup 5 --seed 7 \
+      --log-json "$work/$tag-$mode.jsonl" --quiet $extra >"$work/$tag-$mode.log" 2>&1 ||
+      { cat "$work/$tag-$mode.log"; echo "aarch64: demo training ($tag, $mode) failed"; exit 1; }
+  }
+  bad=0
+  for mode in default f32; do
+    train x86 $mode "$X86/nightlora"
+    for cpu in max cortex-a53; do
+      train "$cpu" $mode env QEMU_CPU=$cpu "${EMU[@]}" "$CLI"
+      python3 - "$work/x86-$mode.jsonl" "$work/$cpu-$mode.jsonl" "$mode" "$cpu" <<'EOF' || bad=1
+import json, sys
+def losses(p):
+    return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
+x, a = losses(sys.argv[1]), losses(sys.argv[2])
+mode, cpu = sys.argv[3], sys.argv[4]
+if len(x) != 12 or len(a) != 12:
+    sys.exit(f"demo {mode} -cpu {cpu}: {len(a)} losses under qemu, {len(x)} on x86, expected 12")
+rel = max(abs(p - q) / abs(q) for p, q in zip(a, x))
+same = a == x
+print(f"demo {mode} path, -cpu {cpu}: final loss {a[-1]:.6f} (x86 {x[-1]:.6f}), max rel diff {rel:.3g}"
+      f"{', every loss the same' if same else ''}")
+if mode == "f32" and not same:
+    sys.exit(f"demo f32 -cpu {cpu}: losses differ from x86's:\n  {a}\n  {x}")
+if rel > 2e-2:
+    sys.exit(f"demo {mode} -cpu {cpu}: losses more than 2e-2 from x86's")
+EOF
+    done
+  done
+  [ $bad = 0 ] || { echo "aarch64: demo losses differ"; exit 1; }
+  took "demo training" $t
+fi
+
+# 4. the determinism fingerprint under qemu (-cpu max) against x86's
+if on determinism; then
+  step "tools/determinism.sh under qemu against x86"
+  t=$SECONDS
+  printf '#!/bin/sh\nQEMU_CPU=max exec %s %s "$@"\n' "${EMU[*]}" "$CLI" >"$work/nightlora-max"
+  chmod +x "$work/nightlora-max"
+  timeout 600 sh tools/determinism.sh "$X86/nightlora" "$work/det-x86" >"$work/det-x86.txt"
+  timeout 2400 sh tools/determinism.sh "$work/nightlora-max" "$work/det-a64" >"$work/det-a64.txt"
+  python3 - "$work/det-x86.txt" "$work/det-a64.txt" <<'EOF'
+import sys
+x = open(sys.argv[1]).read().splitlines()
+a = open(sys.argv[2]).read().splitlines()
+if len(x) != len(a):
+    sys.exit(f"determinism: {len(a)} lines under qemu, {len(x)} on x86")
+bad = 0
+for lx, la in zip(x, a):
+    key = " ".join(lx.split()[:2])
+    if lx == la:
+        print(f"same     {key}")
+        continue
+    # the FP32 path: the same operations in the same order on both
+    must = " f32 " in f" {lx} "
+    print(f"{'DIFFERS' if must else 'differs'}  {key}\n    x86:     {lx}\n    aarch64: {la}")
+    bad += must
+if bad:
+    sys.exit(f"determinism: {bad} FP32 line(s) differ between x86 and aarch64")
+EOF
+  took "determinism" $t
+fi
+took "all aarch64 steps" $t_all

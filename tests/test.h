@@ -43,6 +43,13 @@ static inline int nl_t_done(void) {
 }
 
 /* Deterministic test RNG (xorshift64*), uniform in [-1, 1). */
+/* 1 when NL_TEST_SMALL is set and not "0" (CI's qemu runs, .ci/aarch64.sh): the heaviest tests
+ * take their smaller cases there (each says which). */
+static inline int nl_t_small(void) {
+    const char *s = getenv("NL_TEST_SMALL");
+    return s && *s && strcmp(s, "0") != 0;
+}
+
 static unsigned long long nl_t_rng_state = 0x9E3779B97F4A7C15ULL;
 static inline double nl_t_rand(void) {
     unsigned long long x = nl_t_rng_state;

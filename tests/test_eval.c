@@ -419,9 +419,10 @@ static void test_batches(nl_arch arch) {
         nl_dataset ds;
         if (nl_dataset_load(files[f], s.tok, &dopt, &ds)) { CHECKF(0, "%s", nl_last_error()); continue; }
         /* the first 24 examples of the tagging file: enough for batches of several examples and
-         * cuts inside an example's choices, and quick under the sanitizers */
-        const int n_all = ds.n;
-        if (ds.n > 24) ds.n = 24;
+         * cuts inside an example's choices, and quick under the sanitizers (8 under qemu,
+         * NL_TEST_SMALL: still several per batch and cut choices) */
+        const int n_all = ds.n, n_max = nl_t_small() ? 8 : 24;
+        if (ds.n > n_max) ds.n = n_max;
         static per_ex ref, got;
         memset(&ref, 0, sizeof ref);
         nl_eval_opts o1 = {.batch_tokens = 1, .on_example = on_ex, .user = &ref};
