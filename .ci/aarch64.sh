@@ -10,13 +10,13 @@
 #      and the FP32 path, under both CPU models; its losses against the x86 build's (FP32: every
 #      printed loss the same; default: within 2e-2 relative, the x86 default path is BF16)
 #   4. tools/determinism.sh under qemu against the x86 build's lines: the FP32 lines must be the
-#      same; the others are printed with the x86 line beside them (see docs/phone.md for why they
-#      differ)
+#      same; the others are printed with the x86 line beside them (docs/real-models.md, "On a
+#      phone", says which differ and why)
 # Runs when CI_AARCH64=1, or when the cross tools are already installed; otherwise it says so and
 # exits 0. With CI_AARCH64=1 it installs what is missing (Debian 12):
 #   gcc-aarch64-linux-gnu qemu-user-static
 # Usage: .ci/aarch64.sh [build-dir (default build-aarch64)]
-#   X86_BUILD=build (the x86 build the losses are compared with; built here if missing)
+#   X86_BUILD=build (the x86 build the losses are compared with; built, incrementally, here)
 #   AARCH64_STEPS="tests a53 demo determinism" (which steps)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,7 +66,7 @@ if on a53; then
 fi
 
 if on demo || on determinism; then
-  [ -x "$X86/nightlora" ] || timeout 1800 make build BUILD="$X86" >/dev/null
+  timeout 1800 make build BUILD="$X86" >/dev/null # (incremental: .ci/run's own make build is then quick)
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/nl_aarch64.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -119,7 +119,7 @@ fi
 if on determinism; then
   step "tools/determinism.sh under qemu against x86"
   t=$SECONDS
-  printf '#!/bin/sh\nQEMU_CPU=max exec %s %s "$@"\n' "${EMU[*]}" "$CLI" >"$work/nightlora-max"
+  printf '#!/bin/sh\nexport QEMU_CPU=max\nexec %s %s "$@"\n' "${EMU[*]}" "$CLI" >"$work/nightlora-max"
   chmod +x "$work/nightlora-max"
   timeout 600 sh tools/determinism.sh "$X86/nightlora" "$work/det-x86" >"$work/det-x86.txt"
   timeout 2400 sh tools/determinism.sh "$work/nightlora-max" "$work/det-a64" >"$work/det-a64.txt"

@@ -70,6 +70,6 @@ int main(void) {
     one(32, 2048, 16, 2048, 0, 1);
     one(32, 2048, 16, 2048, 0, 0);
     one(16, 2048, 32, 2048, 1, 1);
-    printf("gemm: %s kernel, every element one k-ordered chain\n", nl_gemm_wide() ? "AVX2+FMA" : "portable");
+    printf("gemm: %s kernel, every element one k-ordered chain\n", nl_gemm_wide() ? "fused (AVX2+FMA or NEON)" : "portable");
     return nl_t_done();
 }

@@ -14,7 +14,9 @@
  *
  * x86-64 with AVX2+FMA (checked at run time, util/cpu): 6×16 register tiles of fused multiply-adds
  * (12 ymm accumulators), n-panels outside so a K×16 panel of B stays in L1 while the row
- * tiles go by; partial panels with masked loads/stores. Elsewhere: portable C with separate
+ * tiles go by; partial panels with masked loads/stores. AArch64 (Advanced SIMD is always
+ * there): the same fused chains, 4×8 register blocks of FMLA (8 q accumulators) and scalar
+ * FMADD chains at the edges, so its bits are x86-64's. Elsewhere: portable C with separate
  * multiply and add (no FMA contraction under -std=c11), the same chain order. */
 #include "cpu/cpu.h"
 #include "cpu/vecmath.h"
@@ -22,6 +24,9 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define NL_X86 1
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 /* ---- portable ---- */
@@ -267,12 +272,71 @@ static AVX2 void dot_rows_fma(float *out, const float *A, int lda, const float *
 
 #endif
 
+#if defined(__aarch64__)
+/* One element: the fused chain from s (k increasing), one FMADD per k. */
+static inline float chain_fma(float s, const float *a, int64_t a_cs, const float *b, int64_t ldb, int K) {
+    for (int k = 0; k < K; k++) s = __builtin_fmaf(a[k * a_cs], b[(int64_t)k * ldb], s);
+    return s;
+}
+
+/* Rows m..m+R-1 (R <= 4) × columns n..n+7: R×2 q accumulators of FMLA by element. */
+#define NEON_BLOCK(R)                                                                                           \
+    do {                                                                                                        \
+        float32x4_t c[4][2];                                                                                    \
+        for (int i = 0; i < (R); i++) {                                                                         \
+            c[i][0] = acc ? vld1q_f32(cr + (int64_t)i * ldc) : vdupq_n_f32(0.0f);                               \
+            c[i][1] = acc ? vld1q_f32(cr + (int64_t)i * ldc + 4) : vdupq_n_f32(0.0f);                           \
+        }                                                                                                       \
+        const float *b = B + n;                                                                                 \
+        for (int k = 0; k < K; k++, b += ldb) {                                                                 \
+            const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4);                                         \
+            for (int i = 0; i < (R); i++) {                                                                     \
+                const float x = am[i * a_rs + k * a_cs];                                                        \
+                c[i][0] = vfmaq_n_f32(c[i][0], b0, x);                                                          \
+                c[i][1] = vfmaq_n_f32(c[i][1], b1, x);                                                          \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int i = 0; i < (R); i++) {                                                                         \
+            vst1q_f32(cr + (int64_t)i * ldc, c[i][0]);                                                          \
+            vst1q_f32(cr + (int64_t)i * ldc + 4, c[i][1]);                                                      \
+        }                                                                                                       \
+    } while (0)
+
+static void gemm_neon(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M, int N,
+                      int K, int acc) {
+    for (int m = 0; m < M; m += 4) {
+        const int R = M - m < 4 ? M - m : 4;
+        const float *am = A + m * a_rs;
+        int n = 0;
+        for (; n + 8 <= N; n += 8) {
+            float *cr = C + (int64_t)m * ldc + n;
+            switch (R) { /* constant trip counts: the accumulators stay in registers */
+            case 4: NEON_BLOCK(4); break;
+            case 3: NEON_BLOCK(3); break;
+            case 2: NEON_BLOCK(2); break;
+            default: NEON_BLOCK(1); break;
+            }
+        }
+        for (; n < N; n++)
+            for (int i = 0; i < R; i++) {
+                float *c = C + (int64_t)(m + i) * ldc + n;
+                *c = chain_fma(acc ? *c : 0.0f, am + i * a_rs, a_cs, B + n, ldb, K);
+            }
+    }
+}
+#undef NEON_BLOCK
+#endif
+
 void nl_dot_rows(float *out, const float *A, int lda, const float *B, int ldb, int n, int K) {
 #ifdef NL_X86
     if (nl_cpu_has(NL_CPU_AVX2)) {
         dot_rows_fma(out, A, lda, B, ldb, n, K);
         return;
     }
+#endif
+#if defined(__aarch64__)
+    for (int i = 0; i < n; i++) out[i] = chain_fma(0.0f, A + (int64_t)i * lda, 1, B + (int64_t)i * ldb, 1, K);
+    return;
 #endif
     for (int i = 0; i < n; i++) {
         const float *a = A + (int64_t)i * lda, *b = B + (int64_t)i * ldb;
@@ -297,7 +361,12 @@ static void gemm(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, 
         return;
     }
 #endif
+#if defined(__aarch64__)
+    gemm_neon(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
+    (void)gemm_c;
+#else
     gemm_c(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
+#endif
 }
 
 void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
@@ -318,6 +387,8 @@ void nl_gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda, co
 int nl_gemm_wide(void) {
 #ifdef NL_X86
     return nl_cpu_has(NL_CPU_AVX2);
+#elif defined(__aarch64__)
+    return 1;
 #else
     return 0;
 #endif

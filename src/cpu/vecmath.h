@@ -41,8 +41,8 @@ void nl_gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda, co
  * from 0) that nl_gemm uses for one element: a row dot that agrees bit for bit with a GEMM
  * element over the same numbers (attention's D_t against its dp). */
 void nl_dot_rows(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
-/* 1 when the AVX2+FMA kernel runs (results then differ in the last bits from the portable
- * kernel, deterministically). */
+/* 1 when the fused kernel runs (x86-64 with AVX2+FMA, AArch64: results then differ in the last
+ * bits from the portable kernel, deterministically, and agree between the two). */
 int nl_gemm_wide(void);
 
 /* The sum of 8 partial sums in one fixed order (lane l with lane l+4 first, then pairs): the
