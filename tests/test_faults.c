@@ -668,8 +668,15 @@ static void test_thread_errno(void) {
         char *st = nl_read_file("/proc/self/status", &len);
         int64_t vm = st ? nl_proc_kb_field(st, "VmSize") : -1;
         free(st);
-        struct rlimit lim = {(rlim_t)(vm + (2 << 20)), (rlim_t)(vm + (2 << 20))};
+        struct rlimit lim = {(rlim_t)(vm + (2 << 20)), (rlim_t)(vm + (2 << 20))}, got = {0, 0};
         if (vm > 0) setrlimit(RLIMIT_AS, &lim);
+        /* the limit must hold (qemu-user takes setrlimit(RLIMIT_AS) and keeps its own: then
+         * there is nothing to check here) */
+        if (vm <= 0 || getrlimit(RLIMIT_AS, &got) != 0 || got.rlim_cur != lim.rlim_cur) {
+            const char *skip = "skip: the address-space limit does not hold here";
+            if (write(pfd[1], skip, strlen(skip)) < 0) {}
+            _exit(0);
+        }
         nl_pool *p = nl_pool_new(16);
         const char *e = p ? "no failure" : nl_last_error();
         if (write(pfd[1], e, strlen(e)) < 0) {}
@@ -681,6 +688,10 @@ static void test_thread_errno(void) {
     msg[n > 0 ? n : 0] = 0;
     close(pfd[0]);
     waitpid(pid, NULL, 0);
+    if (strncmp(msg, "skip:", 5) == 0) {
+        printf("thread errno: %s (qemu-user ignores RLIMIT_AS): not checked\n", msg + 6);
+        return;
+    }
     CHECKF(strstr(msg, "cannot start worker thread") && strchr(msg, ':') && strstr(msg, strerror(EAGAIN)), "message: %s", msg);
 #endif
 }
