@@ -18,12 +18,15 @@
 # Usage: .ci/aarch64.sh [build-dir (default build-aarch64)]
 #   X86_BUILD=build (the x86 build the losses are compared with; built, incrementally, here)
 #   AARCH64_STEPS="tests a53 demo determinism" (which steps)
+#   AARCH64_TESTS=REGEX (ctest -R: which tests the two ctest steps run; default every one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build-aarch64}
 X86=${X86_BUILD:-build}
 STEPS=${AARCH64_STEPS:-tests a53 demo determinism}
 JOBS=${JOBS:-2}
+sel=()
+[ -n "${AARCH64_TESTS:-}" ] && sel=(-R "$AARCH64_TESTS")
 have() { command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64-static >/dev/null 2>&1; }
 if ! have; then
   if [ "${CI_AARCH64:-0}" != 1 ]; then
@@ -53,7 +56,7 @@ echo "aarch64 CLI under -cpu max: $(QEMU_CPU=max "${EMU[@]}" "$CLI" --version | 
 if on tests; then
   step "ctest under -cpu max"
   t=$SECONDS
-  (cd "$BUILD" && QEMU_CPU=max NL_TEST_SMALL=1 timeout 3000 ctest --output-on-failure -j "$JOBS")
+  (cd "$BUILD" && QEMU_CPU=max NL_TEST_SMALL=1 timeout 3000 ctest --output-on-failure -j "$JOBS" "${sel[@]}")
   took "ctest -cpu max" $t
 fi
 
@@ -61,7 +64,7 @@ fi
 if on a53; then
   step "ctest -L 'cpu|proj|nn' under -cpu cortex-a53"
   t=$SECONDS
-  (cd "$BUILD" && QEMU_CPU=cortex-a53 NL_TEST_SMALL=1 timeout 2400 ctest --output-on-failure -j "$JOBS" -L '^(cpu|proj|nn)$')
+  (cd "$BUILD" && QEMU_CPU=cortex-a53 NL_TEST_SMALL=1 timeout 2400 ctest --output-on-failure -j "$JOBS" -L '^(cpu|proj|nn)$' "${sel[@]}")
   took "ctest -cpu cortex-a53" $t
 fi
 
