@@ -15,14 +15,29 @@
 #include "util/util.h"
 
 void nl_desc_add(nl_run_desc *d, const char *key, int kind, const char *fmt, ...) {
-    if (d->n >= NL_RUN_MAX_KV) return;
-    nl_run_kv *kv = &d->kv[d->n++];
-    kv->key = key;
-    kv->kind = kind;
-    va_list ap;
+    if (d->n == d->cap) {
+        const int nc = d->cap ? 2 * d->cap : 48;
+        nl_run_kv *k = realloc(d->kv, (size_t)nc * sizeof *k);
+        if (!k) { d->oom = 1; return; }
+        d->kv = k;
+        d->cap = nc;
+    }
+    va_list ap, aq;
     va_start(ap, fmt);
-    vsnprintf(kv->val, sizeof kv->val, fmt, ap);
+    va_copy(aq, ap);
+    const int len = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
+    char *v = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (v) vsnprintf(v, (size_t)len + 1, fmt, aq);
+    va_end(aq);
+    if (!v) { d->oom = 1; return; }
+    d->kv[d->n++] = (nl_run_kv){key, kind, v};
+}
+
+void nl_desc_free(nl_run_desc *d) {
+    for (int i = 0; i < d->n; i++) free(d->kv[i].val);
+    free(d->kv);
+    memset(d, 0, sizeof *d);
 }
 
 const char *nl_desc_get(const nl_run_desc *d, const char *key) {
@@ -93,9 +108,8 @@ uint64_t nl_desc_legacy_config_hash(const nl_run_desc *d, const char *dir) {
     nl_json *j = read_run_json(dir);
     if (!j) return hash_kinds(d, 1u << NL_KV_CONFIG | 1u << NL_KV_SCHEDULE);
     /* this description with the schedule as run.json has it, in run.json's (description) order */
-    nl_run_desc *l = nl_malloc(sizeof *l);
+    nl_run_desc *l = nl_calloc(1, sizeof *l);
     if (!l) { nl_json_free(j); nl_clear_error(); return 0; }
-    l->n = 0;
     for (int i = 0; i < d->n; i++) {
         const nl_run_kv *kv = &d->kv[i];
         if (kv->kind == NL_KV_SCHEDULE) {
@@ -116,7 +130,8 @@ uint64_t nl_desc_legacy_config_hash(const nl_run_desc *d, const char *dir) {
             break;
         }
     }
-    uint64_t h = hash_kinds(l, 1u << NL_KV_CONFIG | 1u << NL_KV_SCHEDULE);
+    uint64_t h = l->oom ? 0 : hash_kinds(l, 1u << NL_KV_CONFIG | 1u << NL_KV_SCHEDULE);
+    nl_desc_free(l);
     free(l);
     nl_json_free(j);
     return h;
@@ -138,6 +153,7 @@ static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
 
 /* DIR/run.json: one JSON object, every value a string. */
 int nl_desc_write(const nl_run_desc *d, const char *dir) {
+    if (d->oom) return nl_err("out of memory describing the run");
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     char *buf = NULL;
     size_t n = 0, cap = 0;

@@ -21,16 +21,19 @@ enum { NL_KV_CONFIG, NL_KV_NUMERICS, NL_KV_KERNELS, NL_KV_INFO, NL_KV_SCHEDULE }
 typedef struct {
     const char *key;
     int kind;
-    char val[200];
+    char *val; /* owned */
 } nl_run_kv;
-#define NL_RUN_MAX_KV 32
+/* As many settings as the run has (no cap: a run with every option set records them all, its
+ * paths whole), each value its own string; nl_desc_free releases them. */
 typedef struct {
-    nl_run_kv kv[NL_RUN_MAX_KV];
-    int n;
+    nl_run_kv *kv;
+    int n, cap;
+    int oom; /* an add ran out of memory: nl_desc_write refuses */
 } nl_run_desc;
 
-/* Appends key = value (printf), of `kind`; a description full at NL_RUN_MAX_KV drops it. */
+/* Appends key = value (printf), of `kind`; `key` must outlive d. Out of memory sets d->oom. */
 void nl_desc_add(nl_run_desc *d, const char *key, int kind, const char *fmt, ...) NL_PRINTF(4, 5);
+void nl_desc_free(nl_run_desc *d);
 /* The value of key, "" when absent. */
 const char *nl_desc_get(const nl_run_desc *d, const char *key);
 /* The shortest decimal text that reads back as exactly x (as a float when is_float). */

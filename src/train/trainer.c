@@ -1015,10 +1015,13 @@ static int start_run(nl_trainer *t, int64_t *step) {
     build_desc(t, t->model_hash, packing_hash(&t->pk), t->total, t->max_ctx, &desc);
     t->cfg_hash = nl_desc_config_hash(&desc);
     *step = 0;
-    if (o->resume && resume_from(t, &desc, step)) return -1;
+    int drc = desc.oom ? nl_err("out of memory describing the run") : 0;
+    if (!drc && o->resume && resume_from(t, &desc, step)) drc = -1;
     t->first_step = t->last_commit = *step;
-    if (o->save_every > 0 && start_snapshots(t, *step)) return -1;
-    if (o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) return -1;
+    if (!drc && o->save_every > 0 && start_snapshots(t, *step)) drc = -1;
+    if (!drc && o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) drc = -1;
+    nl_desc_free(&desc);
+    if (drc) return -1;
     if (o->log_json) {
         /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
         if (o->resume && log_keep_steps(o->log_json, *step)) return -1;
