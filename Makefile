@@ -15,7 +15,12 @@ build:
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# the build as one line (its log in $(BUILD)/build.log, the end of it shown when it fails), then the demo
+demo:
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@printf 'building nightlora in $(BUILD)/ ... '; \
+	if cmake --build $(BUILD) -j $(JOBS) >$(BUILD)/build.log 2>&1; then echo "done (log: $(BUILD)/build.log)"; \
+	else echo "failed:"; tail -n 40 $(BUILD)/build.log; exit 1; fi
 	@sh examples/demo.sh $(BUILD)/nightlora
 
 test: build

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "test.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -202,6 +204,58 @@ static void test_config(const char *model) {
     const char *t3[] = {"train", "--config", cfg, "--out", a3, "--lr", "3e-3", "--quiet", NULL};
     CHECK(cli(t3) == 0);
     CHECKF(!nl_t_same_file(a1, a3), "--lr on the command line did not win over the config's");
+    /* a run with every option that shapes it set, its data under a path longer than run.json's
+     * values once held (200 chars), replays from its run.json alone (before: run.json kept 32
+     * keys, and dropped data_path past them) */
+    char ldir[900], ldata[1000], ck2[700], b1[700], b2[700], cfg2[700];
+    snprintf(ldir, sizeof ldir, "%s/%s", dir,
+             "a-data-folder-whose-name-is-long-enough-to-make-the-path-longer-than-two-hundred-characters-"
+             "as-a-path-on-a-phone-or-in-a-synced-home-folder-may-well-be-once-the-user-has-nested-their-"
+             "personal-notes-a-few-levels-deep");
+    CHECK(mkdir(ldir, 0777) == 0);
+    snprintf(ldata, sizeof ldata, "%s/train.jsonl", ldir);
+    CHECK(strlen(ldata) > 240);
+    rj = nl_t_slurp(data, &n);
+    f = rj ? fopen(ldata, "w") : NULL;
+    CHECK(f != NULL);
+    if (!f) { free(rj); return; }
+    fwrite(rj, 1, n, f);
+    fclose(f);
+    free(rj);
+    snprintf(ck2, sizeof ck2, "%s/ck-all", dir);
+    snprintf(b1, sizeof b1, "%s/b1.gguf", dir);
+    snprintf(b2, sizeof b2, "%s/b2.gguf", dir);
+    snprintf(cfg2, sizeof cfg2, "%s/run-all.json", dir);
+    const char *t4[] = {"train", "--model", model, "--data", ldata, "--out", b1, "--steps", "4", "--lr", "2e-3", "--lr-min", "1e-4",
+                        "--schedule", "cosine", "--warmup", "1", "--batch-tokens", "200", "--rank", "3", "--alpha", "5",
+                        "--dropout", "0.1", "--clip", "0.5", "--weight-decay", "0.01", "--seed", "9", "--ctx", "48",
+                        "--on-long", "truncate", "--targets", "q,v,down", "--no-shuffle", "--val-split", "0.2", "--eval-every", "2",
+                        "--keep-best", "loss", "--early-stop", "3", "--precision", "q8_0", "--precision-map", "head=q8_0",
+                        "--wire", "f16", "--method", "backprop", "--template", "chatml", "--checkpoint-dir", ck2, "--quiet", NULL};
+    CHECK(cli(t4) == 0);
+    /* --quiet hides the progress, never the outcome: the done / early-stop line, the best adapter */
+    CHECKF((nl_t_file_has(err, "done after") || nl_t_file_has(err, "early stop after")) && nl_t_file_has(err, "best adapter") &&
+               !nl_t_file_has(err, "step 1/"),
+           "train --quiet: the run's outcome is not on stderr, or progress is");
+    char runjson2[800];
+    snprintf(runjson2, sizeof runjson2, "%s/run.json", ck2);
+    rj = nl_t_slurp(runjson2, &n);
+    CHECK(rj != NULL);
+    if (!rj) return;
+    static const char *const keys[] = {"\"data_path\"", "\"model_path\"", "\"early_stop\"", "\"keep_best\"", "\"eval_every\"",
+                                       "\"val_split\"", "\"wire\"", "\"precision_map\"", "\"lr_min\""};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) CHECKF(strstr(rj, keys[k]) != NULL, "run.json lacks %s", keys[k]);
+    CHECKF(strstr(rj, ldata) != NULL, "run.json does not hold the data's whole path");
+    f = fopen(cfg2, "w");
+    CHECK(f != NULL);
+    if (!f) { free(rj); return; }
+    fwrite(rj, 1, n, f);
+    fclose(f);
+    free(rj);
+    const char *t5[] = {"train", "--config", cfg2, "--out", b2, "--quiet", NULL};
+    const int rc5 = cli(t5);
+    CHECKF(rc5 == 0, "train --config run.json of a run with every option: exit %d", rc5);
+    CHECKF(nl_t_same_file(b1, b2), "train --config run.json of a run with every option did not rerun it bit for bit");
     static const char *const bads[][2] = {
         {"{\n  \"rank\": 8,\n  \"nosuch\": 1\n}\n", "bad.json:3:3: key \"nosuch\" is no flag of train"},
         {"{\"rank\": [8]}", "bad.json:1:10: \"rank\": expected a string, number or boolean, got array"},

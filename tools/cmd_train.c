@@ -269,12 +269,15 @@ int nl_cmd_train(int argc, char **argv) {
     nl_signals_restore();
     nl_signals_notes(NULL, NULL);
     if (rc) return nl_cli_fail("train");
-    if (o.progress) {
+    /* the run's outcome (done, early stop, stopped; where the adapter or the best one is) is no
+     * progress line: --quiet keeps it */
+    {
+        FILE *say = o.progress ? o.progress : stderr;
         char ev[160] = "", best[320] = "";
         if (res.n_evals) snprintf(ev, sizeof ev, ", %d evaluation%s %.1f s", res.n_evals, res.n_evals == 1 ? "" : "s", res.eval_seconds);
         if (o.keep_best && res.best_step > 0)
             snprintf(best, sizeof best, "; the best adapter (step %lld, val loss %.4f) is in %s", (long long)res.best_step, res.best_loss, o.out);
-        fprintf(o.progress, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s, paused %.1f s%s)%s%s%s\n",
+        fprintf(say, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s, paused %.1f s%s)%s%s%s\n",
                 res.stopped ? "stopped" : res.early_stopped ? "early stop" : "done", (long long)res.steps_done, (long long)res.total_steps,
                 res.first_loss, res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, res.paused_seconds, ev,
                 best[0] ? best : "", best[0] ? "" : "; adapter written to ", best[0] ? "" : o.out);
