@@ -193,7 +193,39 @@ static void test_bench(const char *path) {
         /* host and ref agree within the bf16/q8_0 tolerance */
         CHECKF(nl_json_is_number(rd) && rd->u.num.d < 2e-2, "rel_diff %g", nl_json_is_number(rd) ? rd->u.num.d : -1);
     }
+    /* "of peak": the same peak divides every row (host_gflops / host_of_peak is one figure) */
+    double pk = 0;
+    for (size_t i = 0; j && i < nl_json_len(j); i++) {
+        const nl_json *o = nl_json_at(j, i), *hg = nl_json_get(o, "host_gflops"), *hp = nl_json_get(o, "host_of_peak");
+        if (!nl_json_is_number(hp)) continue; /* a compute mode without a peak loop (null) */
+        CHECK(hp->u.num.d > 0);
+        const double p = hg->u.num.d / hp->u.num.d;
+        if (pk == 0) pk = p;
+        CHECK(fabs(p - pk) <= 1e-3 * pk); /* the JSON numbers carry 6-7 digits */
+    }
     nl_json_free(j);
+    free(out);
+    /* bench peak: every kind this CPU has, both figures positive; x86-64 and aarch64 have FP32 */
+    snprintf(args, sizeof args, "bench peak --threads 2 --seconds 0.02 --json");
+    rc = run_cli(args, &out);
+    CHECKF(rc == 0, "bench peak exit %d: %s", rc, out ? out : "");
+    j = out ? nl_json_parse(out, strlen(out), NULL) : NULL;
+    const nl_json *pks = nl_json_get(j, "peaks");
+    CHECKF(nl_json_is_array(pks), "bench peak --json: %s", out ? out : "");
+    int have_fp32 = 0;
+    for (size_t i = 0; pks && i < nl_json_len(pks); i++) {
+        const nl_json *o = nl_json_at(pks, i), *k = nl_json_get(o, "kind"), *one = nl_json_get(o, "one_thread"),
+                      *all = nl_json_get(o, "all_threads");
+        CHECK(nl_json_is_string(k) && nl_json_is_number(one) && nl_json_is_number(all) && one->u.num.d > 0 && all->u.num.d > 0);
+        have_fp32 |= nl_json_is_string(k) && !strcmp(k->u.str.s, "fp32");
+    }
+#if defined(__x86_64__) || defined(__aarch64__)
+    CHECKF(have_fp32, "bench peak: no fp32 row: %s", out ? out : "");
+#endif
+    nl_json_free(j);
+    free(out);
+    rc = run_cli("bench peak --seconds 0", &out);
+    CHECK(rc == 2 && out && strstr(out, "--seconds"));
     free(out);
     /* the text table: a header and one row per (shape, direction, T) */
     snprintf(args, sizeof args, "bench proj --model %s --reps 1 --tokens 4,8 --threads 2", path);

@@ -130,6 +130,7 @@ static const help_row rows[] = {
     {"bench:act-budget-mb", "MB", "activation budget of the benchmarked step (default: what the machine has)"},
     {"answer-tokens", "N", "the last N tokens carry the loss (default: all of them)"},
     {"bench:seed", "S", "seed of the benchmark's data (default 1)"},
+    {"bench:seconds", "S", "peak: about how long each loop runs (default 0.3)"},
 };
 
 static const help_row *find_row(const char *cmd, const char *flag) {

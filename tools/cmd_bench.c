@@ -1,4 +1,5 @@
-/* nightlora bench: benchmarks on a real model. `bench proj` is here; `bench step` lives in
+/* nightlora bench: benchmarks. `bench peak` (the machine's register-only peaks, cpu/peak.h)
+ * and `bench proj` are here; `bench step` lives in
  * tools/cmd_bench_step.c (a weak default below stands in when that file is not built).
  *
  * bench proj: for each distinct (projection shape, resident type) of the model (the precision
@@ -10,13 +11,16 @@
  * timed too (amx_ms / amx_gflops). FLOPs of one product = 2·T·N·K. --json: one JSON array, an
  * object per row (the backend's columns named after it: host_ms, vulkan_ms, ...).
  * A Vulkan device that is a CPU driver (lavapipe) gets no time: "lavapipe: a CPU driver, no
- * speed figure"; its products are still compared with ref. */
+ * speed figure"; its products are still compared with ref. "of peak" (host backend): the
+ * GFLOP/s as a fraction of `bench peak`'s figure for the compute mode's instruction (bf16:
+ * vdpbf16ps, f32: FMA, amx: TDPBF16PS) at the same thread count, measured at the start. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cpu/peak.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"
@@ -91,6 +95,96 @@ typedef struct {
     int count;
     char label[64];       /* "gate/up" */
 } bench_shape;
+
+/* "model name" of /proc/cpuinfo (Linux x86), else "this CPU" */
+static void cpu_name(char *buf, size_t cap) {
+    snprintf(buf, cap, "this CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        const char *c = strchr(line, ':');
+        if (!c) break;
+        c++;
+        while (*c == ' ' || *c == '\t') c++;
+        snprintf(buf, cap, "%.*s", (int)strcspn(c, "\n"), c);
+        break;
+    }
+    fclose(f);
+}
+
+/* The peak of a compute mode at n threads (0 when it has none), measured once per run */
+static double peak_for(const char *compute, int threads, double seconds) {
+    const int k = nl_peak_of_compute(compute);
+    if (k < 0) return 0.0;
+    const double p = nl_peak_measure((nl_peak_kind)k, threads, seconds);
+    return p > 0 ? p : 0.0;
+}
+
+static int cmd_bench_peak(int argc, char **argv) {
+    static const char *const known[] = {"threads", "seconds", NULL};
+    static const char *const boolean[] = {"json", NULL};
+    if (nl_cli_check("bench peak", argc, argv, known, boolean)) return 2;
+    nl_proj_config cfg;
+    nl_proj_config_defaults(&cfg);
+    int64_t nt = cfg.n_threads;
+    if (nl_cli_int("bench peak", argc, argv, "threads", 1, 256, &nt) < 0) return 2;
+    double secs = 0.3;
+    const char *ss = nl_cli_opt(argc, argv, "seconds");
+    if (ss) {
+        char *end;
+        secs = strtod(ss, &end);
+        if (end == ss || *end || !(secs >= 0.01 && secs <= 60)) {
+            fprintf(stderr, "nightlora bench peak: --seconds %s: expected 0.01..60\n", ss);
+            return 2;
+        }
+    }
+    const int json = nl_cli_flag(argc, argv, "json");
+    char name[200];
+    cpu_name(name, sizeof name);
+    if (json) {
+        printf("{\"cpu\": ");
+        nl_cli_json_str(name);
+        printf(", \"threads\": %d, \"seconds\": %g, \"peaks\": [", (int)nt, secs);
+    } else {
+        printf("bench peak: %s, register-only loops (12 vector accumulators; AMX: 4 accumulator tiles), about %g s each;\n"
+               "1 thread, then %d thread%s at once (the sum of their rates); 2 operations per multiply-add\n",
+               name, secs, (int)nt, nt == 1 ? "" : "s");
+        printf("%-9s %-28s %12s %12s %8s  %s\n", "kind", "instruction", "1 thread", "all", "scaling", "unit");
+    }
+    int first = 1, any = 0;
+    for (int k = 0; k < NL_PEAK_N; k++) {
+        const char *insn = nl_peak_insn((nl_peak_kind)k);
+        if (!insn) {
+            if (!json) printf("%-9s %-28s %12s %12s %8s\n", nl_peak_name((nl_peak_kind)k), "(not on this CPU)", "-", "-", "-");
+            continue;
+        }
+        const double one = nl_peak_measure((nl_peak_kind)k, 1, secs);
+        const double all = nt > 1 ? nl_peak_measure((nl_peak_kind)k, (int)nt, secs) : one;
+        if (one < 0 || all < 0) {
+            nl_err("bench peak: %s: a measuring thread did not start", nl_peak_name((nl_peak_kind)k));
+            return nl_cli_fail("bench peak");
+        }
+        any = 1;
+        if (json) {
+            printf("%s\n {\"kind\": \"%s\", \"instruction\": \"%s\", \"unit\": \"%s\", \"one_thread\": ", first ? "" : ",",
+                   nl_peak_name((nl_peak_kind)k), insn, nl_peak_unit((nl_peak_kind)k));
+            nl_cli_json_num(one);
+            printf(", \"all_threads\": ");
+            nl_cli_json_num(all);
+            printf("}");
+        } else {
+            printf("%-9s %-28s %12.1f %12.1f %7.2fx  %s\n", nl_peak_name((nl_peak_kind)k), insn, one, all, one > 0 ? all / one : 0.0,
+                   nl_peak_unit((nl_peak_kind)k));
+        }
+        fflush(stdout);
+        first = 0;
+    }
+    if (json) printf("\n]}\n");
+    else if (!any) printf("no peak loop for this CPU in this build\n");
+    return 0;
+}
 
 static int cmd_bench_proj(int argc, char **argv) {
     static const char *const known[] = {"model", "backend", "vulkan-device", "threads", "tokens", "reps", "compute", "precision", "precision-map", NULL};
@@ -209,9 +303,16 @@ static int cmd_bench_proj(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)t_max * (size_t)max_io; i++)
         x[i] = (float)((double)(nl_splitmix64(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 
+    /* the peaks of the timed compute modes at this thread count (bench peak's loops, short) */
+    const double peak_h = is_host && !no_speed[0] ? peak_for(be->compute ? be->compute(hctx) : "f32", cfg.n_threads, 0.2) : 0.0;
+    const double peak_a = actx ? peak_for("amx", cfg.n_threads, 0.2) : 0.0;
     if (json) {
         printf("[");
     } else {
+        if (peak_h > 0 || peak_a > 0)
+            printf("peak (bench peak's loop, %d thread%s): %s %.0f GFLOP/s%s", cfg.n_threads, cfg.n_threads == 1 ? "" : "s",
+                   nl_proj_host_compute(hctx), peak_h, peak_a > 0 ? ", amx " : "\n");
+        if (peak_a > 0) printf("%.0f GFLOP/s\n", peak_a);
         if (is_host)
             printf("bench proj: %s %s, host kernels %s compute %s%s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
                    nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx),
@@ -223,9 +324,9 @@ static int cmd_bench_proj(int argc, char **argv) {
         if (no_speed[0]) printf("%s\n", no_speed);
         char bms[32];
         snprintf(bms, sizeof bms, "%s ms", be->name);
-        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %10s %8s %8s %9s", "proj", "count", "K x N", "type", "dir", "T",
-               bms, "GFLOP/s", "ref ms", "GFLOP/s", "speedup", "rel diff");
-        if (actx) printf(" %10s %8s", "amx ms", "GFLOP/s");
+        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %7s %10s %8s %8s %9s", "proj", "count", "K x N", "type", "dir", "T",
+               bms, "GFLOP/s", "of peak", "ref ms", "GFLOP/s", "speedup", "rel diff");
+        if (actx) printf(" %10s %8s %7s", "amx ms", "GFLOP/s", "of peak");
         printf("\n");
     }
     int first = 1;
@@ -262,6 +363,8 @@ static int cmd_bench_proj(int argc, char **argv) {
                     nl_cli_json_num(th * 1e3);
                     printf(", \"%s_gflops\": ", be->name);
                     nl_cli_json_num(flops / th * 1e-9);
+                    printf(", \"%s_of_peak\": ", be->name);
+                    nl_cli_json_num(peak_h > 0 ? flops / th * 1e-9 / peak_h : NAN);
                     printf(", \"ref_ms\": ");
                     nl_cli_json_num(tr * 1e3);
                     printf(", \"ref_gflops\": ");
@@ -273,6 +376,8 @@ static int cmd_bench_proj(int argc, char **argv) {
                         nl_cli_json_num(ta * 1e3);
                         printf(", \"amx_gflops\": ");
                         nl_cli_json_num(flops / ta * 1e-9);
+                        printf(", \"amx_of_peak\": ");
+                        nl_cli_json_num(peak_a > 0 ? flops / ta * 1e-9 / peak_a : NAN);
                     }
                     printf("}");
                 } else {
@@ -284,13 +389,19 @@ static int cmd_bench_proj(int argc, char **argv) {
                     else
                         printf("%-14s %5d %12s %-5s %-3s %5d %10s %8s", sh[s].label, sh[s].count, shape, nl_type_name(w->type),
                                d ? "bwd" : "fwd", T, "-", "-");
+                    if (peak_h > 0 && isfinite(th)) printf(" %7.2f", flops / th * 1e-9 / peak_h);
+                    else printf(" %7s", "-");
                     if (isfinite(tr) && isfinite(th))
                         printf(" %10.3f %8.2f %7.1fx %9.1e", tr * 1e3, flops / tr * 1e-9, tr / th, diff);
                     else if (isfinite(tr))
                         printf(" %10.3f %8.2f %8s %9.1e", tr * 1e3, flops / tr * 1e-9, "-", diff);
                     else
                         printf(" %10s %8s %8s %9s", "-", "-", "-", "-");
-                    if (actx) printf(" %10.3f %8.1f", ta * 1e3, flops / ta * 1e-9);
+                    if (actx) {
+                        printf(" %10.3f %8.1f", ta * 1e3, flops / ta * 1e-9);
+                        if (peak_a > 0) printf(" %7.2f", flops / ta * 1e-9 / peak_a);
+                        else printf(" %7s", "-");
+                    }
                     printf("\n");
                 }
                 fflush(stdout);
@@ -317,14 +428,15 @@ done:
 
 int nl_cmd_bench(int argc, char **argv) {
     const char *sub = argc >= 2 ? argv[1] : NULL;
+    if (sub && !strcmp(sub, "peak")) return cmd_bench_peak(argc - 1, argv + 1);
     if (sub && !strcmp(sub, "proj")) return cmd_bench_proj(argc - 1, argv + 1);
     if (sub && !strcmp(sub, "step")) return nl_cmd_bench_step(argc - 1, argv + 1);
     if (sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h"))) {
-        printf("usage: nightlora %s\n\n'nightlora bench proj --help', 'nightlora bench step --help': each one's flags\n",
+        printf("usage: nightlora %s\n\n'nightlora bench peak --help', 'nightlora bench proj --help', 'nightlora bench step --help': each one's flags\n",
                nl_cli_usage("bench"));
         return 0;
     }
-    fprintf(stderr, "nightlora bench: expected a benchmark, 'proj' or 'step'%s%s%s (see 'nightlora help bench')\n",
+    fprintf(stderr, "nightlora bench: expected a benchmark, 'peak', 'proj' or 'step'%s%s%s (see 'nightlora help bench')\n",
             sub ? ", not '" : "", sub ? sub : "", sub ? "'" : "");
     return 2;
 }

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cpu/peak.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -45,6 +46,7 @@ static const char *const cfg_desc[N_CFG] = {
 typedef struct {
     int ran;
     double step_s, cpu_s, service_s, wait_s, thread_cpu_s, process_cpu_s;
+    double service_flops; /* 2·T·K·N of the step's service requests (median rep) */
     double tok_s, loss;
     int64_t peak_rss;
     int n_kept, n_recomputed;
@@ -118,6 +120,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     int n = b->warmup + b->reps;
     double *wall = nl_calloc((size_t)n, sizeof *wall);
     nl_graph_prof *profs = nl_calloc((size_t)n, sizeof *profs);
+    double *svc_f = nl_calloc((size_t)n, sizeof *svc_f);
     double *svc_s = nl_calloc((size_t)n, sizeof *svc_s), *tcpu = nl_calloc((size_t)n, sizeof *tcpu),
            *pcpu = nl_calloc((size_t)n, sizeof *pcpu);
     if (!wall || !profs || !svc_s || !tcpu || !pcpu) goto done_free;
@@ -135,6 +138,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
         pcpu[i] = clock_s(CLOCK_PROCESS_CPUTIME_ID) - p0;
         nl_proj_get_stats(svc, &s1);
         svc_s[i] = (s1.busy_s[0] - s0.busy_s[0]) + (s1.busy_s[1] - s0.busy_s[1]);
+        if (svc_f) svc_f[i] = (s1.flops[0] - s0.flops[0]) + (s1.flops[1] - s0.flops[1]);
         profs[i] = prof;
         r->loss = loss * inv_n;
         if (b->profile)
@@ -157,6 +161,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     r->wait_s = profs[mi].s[NL_GP_WAIT];
     r->cpu_s = wall[mi] - r->wait_s;
     r->service_s = svc_s[mi];
+    r->service_flops = svc_f ? svc_f[mi] : 0.0;
     r->thread_cpu_s = tcpu[mi];
     r->process_cpu_s = pcpu[mi];
     r->tok_s = (double)b->T / wall[mi];
@@ -171,6 +176,7 @@ done_free:
     free(wall);
     free(profs);
     free(svc_s);
+    free(svc_f);
     free(tcpu);
     free(pcpu);
 done:
@@ -179,7 +185,9 @@ done:
     return rc;
 }
 
-static void print_json(FILE *f, const bench *b, const char *model, const cfg_result *r, const char *compute) {
+static double svc_gflops(const cfg_result *r) { return r->service_s > 0 ? r->service_flops / r->service_s * 1e-9 : 0.0; }
+
+static void print_json(FILE *f, const bench *b, const char *model, const cfg_result *r, const char *compute, double peak) {
     fprintf(f, "{\"model\": \"%s\", \"tokens\": %d, \"threads\": %d, \"reps\": %d, \"warmup\": %d, \"compute\": \"%s\", \"configs\": {",
             model, b->T, b->threads, b->reps, b->warmup, compute);
     int first = 1;
@@ -188,10 +196,11 @@ static void print_json(FILE *f, const bench *b, const char *model, const cfg_res
         fprintf(f, "%s\"%s\": {\"desc\": \"%s\", \"seconds_per_step\": %.6f, \"cpu_seconds\": %.6f, \"service_seconds\": %.6f, "
                    "\"wait_seconds\": %.6f, \"main_thread_cpu_seconds\": %.6f, \"process_cpu_seconds\": %.6f, \"tokens_per_s\": %.3f, "
                    "\"loss\": %.6f, \"peak_rss_bytes\": %lld, \"layers_kept\": %d, \"layers_recomputed\": %d, \"activation_peak_bytes\": %llu, "
-                   "\"requests\": %llu, \"plan\": \"%s\", \"resident\": {",
+                   "\"requests\": %llu, \"service_gflops\": %.3f, \"service_of_peak\": %.4f, \"plan\": \"%s\", \"resident\": {",
                 first ? "" : ", ", cfg_label[c], cfg_desc[c], r[c].step_s, r[c].cpu_s, r[c].service_s, r[c].wait_s,
                 r[c].thread_cpu_s, r[c].process_cpu_s, r[c].tok_s, r[c].loss, (long long)r[c].peak_rss, r[c].n_kept,
-                r[c].n_recomputed, (unsigned long long)r[c].peak_cache, (unsigned long long)r[c].prof.requests, r[c].plan);
+                r[c].n_recomputed, (unsigned long long)r[c].peak_cache, (unsigned long long)r[c].prof.requests, svc_gflops(&r[c]),
+                peak > 0 ? svc_gflops(&r[c]) / peak : 0.0, r[c].plan);
         int fr = 1;
         for (int k = 0; k < NL_CLASS_COUNT; k++)
             for (int t = 0; t < NL_TYPE_COUNT; t++)
@@ -302,20 +311,30 @@ int nl_cmd_bench_step(int argc, char **argv) {
     }
     /* the compute mode of the host configurations' services (the --compute choice or auto) */
     const char *compute = res[CFG_C].compute ? res[CFG_C].compute : res[CFG_D].compute ? res[CFG_D].compute : "-";
+    /* the service's rate as a fraction of bench peak's loop for its compute mode, same threads */
+    const int pk_kind = nl_peak_of_compute(compute);
+    double peak = pk_kind >= 0 ? nl_peak_measure((nl_peak_kind)pk_kind, b.threads, 0.2) : 0.0;
+    if (peak < 0) peak = 0.0;
     if (json) {
-        print_json(stdout, &b, model, res, compute);
+        print_json(stdout, &b, model, res, compute, peak);
     } else {
         printf("bench step: %s, %s, T=%d, batch 1, LoRA r%d on %d projections, %d thread%s, host compute %s, "
                "median of %d after %d warm-up\n",
                model, nl_arch_name(m->arch), b.T, (int)rank, ad->n, b.threads, b.threads == 1 ? "" : "s", compute, b.reps, b.warmup);
-        printf("%-3s %9s %9s %9s %9s %9s %10s %6s  %s\n", "", "s/step", "cpu s", "service s", "wait s", "tok/s", "peak RSS",
-               "kept", "configuration");
+        if (peak > 0) printf("peak (bench peak's %s loop, %d thread%s): %.0f %s\n", nl_peak_name((nl_peak_kind)pk_kind), b.threads,
+                             b.threads == 1 ? "" : "s", peak, nl_peak_unit((nl_peak_kind)pk_kind));
+        printf("%-3s %9s %9s %9s %9s %9s %10s %6s %9s %7s  %s\n", "", "s/step", "cpu s", "service s", "wait s", "tok/s", "peak RSS",
+               "kept", "svc GF/s", "of peak", "configuration");
         for (int c = 0; c < N_CFG; c++) {
             if (!res[c].ran) continue;
             char mb[32];
             fmt_mb(mb, sizeof mb, res[c].peak_rss);
-            printf("(%s) %9.3f %9.3f %9.3f %9.3f %9.2f %10s %3d/%-2d  %s\n", cfg_label[c], res[c].step_s, res[c].cpu_s,
-                   res[c].service_s, res[c].wait_s, res[c].tok_s, mb, res[c].n_kept, m->hp.n_layer, cfg_desc[c]);
+            char frac[16];
+            if (peak > 0 && c >= CFG_C) snprintf(frac, sizeof frac, "%.2f", svc_gflops(&res[c]) / peak);
+            else snprintf(frac, sizeof frac, "-");
+            printf("(%s) %9.3f %9.3f %9.3f %9.3f %9.2f %10s %3d/%-2d %9.1f %7s  %s\n", cfg_label[c], res[c].step_s, res[c].cpu_s,
+                   res[c].service_s, res[c].wait_s, res[c].tok_s, mb, res[c].n_kept, m->hp.n_layer, svc_gflops(&res[c]), frac,
+                   cfg_desc[c]);
         }
         printf("speed-ups:");
         for (int c = 1; c < N_CFG; c++)
@@ -335,6 +354,7 @@ int nl_cmd_bench_step(int argc, char **argv) {
                        (unsigned long long)res[c].prof.requests);
             }
         printf("notes: cpu s = the main thread's time outside nl_proj_wait; service s = the service's busy time; "
+               "svc GF/s = the service requests' 2*T*K*N over its busy time, of peak = that over bench peak's figure (host rows); "
                "(a) is not an unfused implementation (nightlora has none): it recomputes every layer%s\n",
                peak_ok ? "" : "; peak RSS is the process peak (VmHWM could not be reset)");
     }

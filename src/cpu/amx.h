@@ -80,6 +80,13 @@ extern const nl_amx_tiles nl_amx_tiles_emu_chain;
 extern const nl_amx_tiles nl_amx_tiles_real; /* kernels_amx.c: x86-64 with a compiler that has AMX */
 #endif
 
+#if defined(NL_HAVE_AMX)
+/* cpu/peak's register-only loop on the real tiles (kernels_amx.c): `it` iterations of 4
+ * TDPBF16PS (int8 0) or TDPBSSD (1); returns the operations done. Only where
+ * nl_amx_available() (and, for int8, the CPU's AMX-INT8). */
+double nl_amx_peak_loop(int int8, long it);
+#endif
+
 /* 1 if the real tile instructions may run in this process: CPUID AMX-TILE and AMX-BF16, the OS
  * tile state (XCR0 bits 17, 18) and the Linux permission (arch_prctl ARCH_REQ_XCOMP_PERM). The
  * answer is found once and kept; why (may be NULL) gets the reason when it is 0. */

@@ -41,6 +41,46 @@ const nl_amx_tiles nl_amx_tiles_real = {
     .end = real_end,
 };
 
+/* cpu/peak's AMX loops: 4 accumulator tiles fed by 2 A and 2 B tiles (the kernel's 2x2 block),
+ * `it` times; the operations done (2 per multiply-add). Only after nl_amx_available() (and, for
+ * int8, CPUID AMX-INT8). */
+__attribute__((target("amx-tile,amx-bf16,amx-int8"), noinline)) static double real_peak(int int8, long it) {
+    _Alignas(64) uint16_t ones[16 * 32];
+    _Alignas(64) float out[256];
+    for (int i = 0; i < 16 * 32; i++) ones[i] = int8 ? 0x0101 : 0x3f80;
+    NL_AMX_BARRIER();
+    _tile_loadconfig(&nl_amx_config);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    NL_AMX_BARRIER();
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    if (int8)
+        for (long i = 0; i < it; i++) {
+            _tile_dpbssd(0, 4, 6);
+            _tile_dpbssd(1, 4, 7);
+            _tile_dpbssd(2, 5, 6);
+            _tile_dpbssd(3, 5, 7);
+        }
+    else
+        for (long i = 0; i < it; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    _tile_stored(3, out, 64);
+    _tile_release();
+    __asm__ volatile("" ::"r"(out) : "memory");
+    return (double)it * 4 * 16 * 16 * (int8 ? 64 : 32) * 2;
+}
+
+double nl_amx_peak_loop(int int8, long it) { return real_peak(int8, it); }
+
 /* 1 = usable; else 0 and the reason in why */
 static int probe(char *why, size_t cap) {
     if (!nl_cpu_has(NL_CPU_AMX)) {

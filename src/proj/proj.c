@@ -218,6 +218,10 @@ static void *dispatcher(void *arg) {
         s->stats.requests[dir]++;
         s->stats.tokens[dir] += (uint64_t)T;
         s->stats.busy_s[dir] += dt;
+        {
+            const nl_proj_weight *pw = nl_proj_get(s, id);
+            if (pw) s->stats.flops[dir] += 2.0 * (double)T * (double)pw->n_in * (double)pw->n_out;
+        }
         s->req_rc = rc;
         s->have_req = 0;
         __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);

@@ -164,6 +164,7 @@ typedef struct {
     uint64_t requests[2];      /* per nl_dir */
     uint64_t tokens[2];        /* rows of X submitted, per nl_dir */
     double busy_s[2];          /* wall seconds the service spent computing, per nl_dir */
+    double flops[2];           /* 2·T·K·N of the requests (counted as submitted), per nl_dir */
     uint64_t retries;          /* FP16 wire: rows sent again with a further 2^-8 */
     uint64_t fallbacks;        /* FP16 wire: rows that never fit, computed by ref */
     uint64_t routed_tokens;    /* rows computed by ref because the planner routed them */
