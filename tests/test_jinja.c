@@ -236,10 +236,134 @@ static void taint(void) {
     nl_jinja_free(t);
 }
 
+/* Parses and renders src (lim NULL: the default budget); the seconds both took in *secs; the
+ * output (malloc'd) or NULL with the error left in nl_last_error(). */
+static char *timed_render(const char *src, size_t len, const nl_jinja_limits *lim, double *secs) {
+    double t0 = nl_now();
+    char *out = NULL;
+    nl_jinja *t = nl_jinja_parse(src, len, "bomb.jinja");
+    if (t) {
+        nl_jv *ctx = nl_jv_dict();
+        size_t n;
+        if (!ctx || nl_jinja_render_ex(t, ctx, lim, &out, &n, NULL)) out = NULL;
+        nl_jv_unref(ctx);
+        nl_jinja_free(t);
+    }
+    *secs = nl_now() - t0;
+    return out;
+}
+
+/* A bomb is refused with an error naming the template, its line and the limit, in well under a
+ * second (the bound is generous for a loaded machine: these take milliseconds to ~0.3 s). */
+static void expect_bomb(const char *src, size_t len, const char *want, int line) {
+    double secs;
+    char *out = timed_render(src, len, NULL, &secs);
+    bool ok = !out && strstr(nl_last_error(), want) && !strncmp(nl_last_error(), "bomb.jinja:", 11) && secs < 1.0;
+    if (!ok)
+        fprintf(stderr, "test_jinja.c:%d: bomb %.60s...: want error [%s] within 1 s, got [%s] after %.3f s\n", line, src, want,
+                out ? "(rendered)" : nl_last_error(), secs);
+    CHECK(ok);
+    free(out);
+}
+#define EXPECT_BOMB(src, want) expect_bomb(src, strlen(src), want, __LINE__)
+
+static char *repeat(const char *head, const char *unit, size_t n, const char *tail, size_t *len) {
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    char *s = malloc(hl + ul * n + tl + 1);
+    memcpy(s, head, hl);
+    for (size_t i = 0; i < n; i++) memcpy(s + hl + i * ul, unit, ul);
+    memcpy(s + hl + ul * n, tail, tl + 1);
+    *len = hl + ul * n + tl;
+    return s;
+}
+
+/* The budget (jinja.h): memory, operations, nesting; the parser linear on long input. */
+static void budget(void) {
+    /* memory: a list doubled 64 times (23 GB before the budget), a string doubled 27 times */
+    EXPECT_BOMB("{% set ns = namespace(s=[1]) %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
+                "the template needs more than 8.0 MiB (its memory limit for one rendering)");
+    EXPECT_BOMB("{% set ns = namespace(s='ab') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+                "needs more than 8.0 MiB");
+    EXPECT_BOMB("{{ 'x' * 1000000000 }}", "bomb.jinja:1: the template");
+    EXPECT_BOMB("{% for i in range(1000000) %}{{ i }}{% endfor %}", "bomb.jinja:1: the template needs more than");
+    /* operations: 10^4 x 5000 empty iterations (65 s before), 10^5 x 10^5, a macro called 10^8 times */
+    EXPECT_BOMB("{% for a in range(10000) %}{% for b in range(5000) %}{% endfor %}{% endfor %}",
+                "ran past 2000000 operations");
+    EXPECT_BOMB("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "bomb.jinja:1: the template");
+    EXPECT_BOMB("{% macro m() %}{% endmacro %}{% for a in range(10000) %}{% for b in range(10000) %}{{ m() }}{% endfor %}{% endfor %}",
+                "ran past 2000000 operations");
+    EXPECT_BOMB("{% set s = 'a' * 100000 %}{% for a in range(10000) %}{% if 'b' in s %}{% endif %}{% endfor %}",
+                "ran past 2000000 operations");
+    /* nesting of values: printed, compared, freed (a list 100k deep, iteratively) */
+    EXPECT_BOMB("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
+                "a value nested more than 200 deep");
+    EXPECT_BOMB("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l == ns.l }}",
+                "a value nested more than 200 deep");
+    nl_jinja_limits big = {.mem_bytes = (size_t)256 << 20, .ops = 100000000};
+    double secs;
+    const char *deep = "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}done";
+    char *out = timed_render(deep, strlen(deep), &big, &secs);
+    CHECK(out && !strcmp(out, "done"));
+    free(out);
+
+    /* the parser: 200k {% set vN = N %} lines (quadratic before: 10k 6 s, 40k 98 s); the default
+     * budget refuses their 200k variables at once, a larger one renders them, both in < 1 s */
+    size_t len = 0, cap = 200000 * 32;
+    char *src = malloc(cap);
+    for (int i = 0; i < 200000; i++) len += (size_t)snprintf(src + len, cap - len, "{%% set v%d = %d %%}\n", i, i);
+    len += (size_t)snprintf(src + len, cap - len, "{{ v0 + v199999 }}");
+    expect_bomb(src, len, "needs more than 8.0 MiB", __LINE__);
+    out = timed_render(src, len, &big, &secs);
+    CHECK(out && !strcmp(out, "199999"));
+    if (!out || secs >= 1.0) fprintf(stderr, "200k sets: %s after %.3f s\n", out ? out : nl_last_error(), secs);
+    CHECK(secs < 1.0);
+    free(out);
+    free(src);
+    /* 100k nested parentheses / brackets / nots (6.2 s before: the line of each token was counted
+     * from the start), refused at the parser's depth; 100k terms in one expression parse, and
+     * their 100k-deep tree is refused by the evaluator and freed without recursion */
+    src = repeat("{{ ", "(", 100000, "1 }}", &len);
+    expect_bomb(src, len, "bomb.jinja:1: expression nested too deeply", __LINE__);
+    free(src);
+    src = repeat("\n\n{{ ", "[", 100000, " }}", &len);
+    expect_bomb(src, len, "bomb.jinja:3: expression nested too deeply", __LINE__);
+    free(src);
+    src = repeat("{{ ", "not ", 100000, "1 }}", &len);
+    expect_bomb(src, len, "nested too deeply", __LINE__);
+    free(src);
+    src = repeat("{{ 1", " + 1", 100000, " }}", &len);
+    expect_bomb(src, len, "bomb.jinja:1: expression nested too deeply", __LINE__);
+    free(src);
+    /* 200k lines of text and tags: lexed and parsed in linear time */
+    src = repeat("", "line {{ 1 }}\n", 200000, "", &len);
+    out = timed_render(src, len, &big, &secs);
+    CHECK(out && strlen(out) == 200000 * 7 - 1 && secs < 1.0);
+    free(out);
+    free(src);
+    /* a 100k-character string literal after 100k lines: sized by its quotes, not by the rest */
+    src = repeat("{% set s = '", "x", 100000, "' %}{{ s|length }}", &len);
+    out = timed_render(src, len, NULL, &secs);
+    CHECK(out && !strcmp(out, "100000"));
+    free(out);
+    free(src);
+    /* a rendering within the budget is unchanged by it (an iteration is ~25 operations: its
+     * scope and its loop.* values), and the budget is per rendering */
+    for (int k = 0; k < 3; k++) EXPECT("{% for a in range(200) %}{% for b in range(200) %}{% endfor %}{% endfor %}ok", "{}", "ok");
+    nl_jinja_limits tiny = {.mem_bytes = 4096, .ops = 0};
+    const char *small = "{{ 'x' * 10000 }}";
+    out = timed_render(small, strlen(small), &tiny, &secs);
+    CHECK(!out && strstr(nl_last_error(), "needs more than 0.0 MiB"));
+    nl_jinja_limits few = {.mem_bytes = 0, .ops = 50};
+    const char *loop = "{% for i in range(100) %}{{ i }}{% endfor %}";
+    out = timed_render(loop, strlen(loop), &few, &secs);
+    CHECK(!out && strstr(nl_last_error(), "ran past 50 operations"));
+}
+
 int main(void) {
     vectors();
     constructs();
     errors();
     taint();
+    budget();
     return nl_t_done();
 }

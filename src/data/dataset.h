@@ -222,7 +222,14 @@ int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const 
  * the content's end is where a rendering with that message's content extended stops
  * agreeing; the span ends after the first control token the template emits from there (the
  * turn's end: <|im_end|>, <|eot_id|>, <end_of_turn>). Tool calls the template renders after
- * the content are inside the span. */
+ * the content are inside the span. The same spans in linear time (20,000 turns well under a
+ * second): the first assistant message's by that rule; its generation prompt's text, whose last
+ * occurrence before each later content starts that span; and one more rendering with a flagged
+ * sentinel after every assistant content, walked beside the whole one, for the contents' ends.
+ * A template where these do not line up (a content rendered twice or out of order, a prompt
+ * text that is not the turn's header) gets the rule's renderings, message by message.
+ * Every rendering's budget (jinja.h) is the default plus 16 bytes and 64 operations per byte of
+ * the conversation (64 a message). */
 typedef struct nl_chat_template nl_chat_template;
 /* tok is borrowed and must outlive the template. -1 + error (an unknown name, a file that
  * cannot be read, a construct the interpreter lacks: "FILE:LINE: filter 'x' is not
@@ -231,8 +238,17 @@ int nl_chat_template_open(const nl_tokenizer *tok, const char *name, nl_chat_tem
 void nl_chat_template_free(nl_chat_template *ct);
 /* "chatml", "llama3", "tokenizer.chat_template" or the file's path */
 const char *nl_chat_template_desc(const nl_chat_template *ct);
-/* A name's check without a model: a built-in, or a Jinja file that reads and parses. */
+/* A name's check without a model: a built-in, or a Jinja file that reads, parses and renders a
+ * 4-turn probe conversation within jinja.h's default budget (a bomb fails here, before any work). */
 int nl_chat_template_check(const char *name);
+/* The tokenizer's own tokenizer.chat_template, if any, rendered once on that probe conversation
+ * (nl_tokenizer_for_model calls it: a model whose template is a bomb fails at load, every
+ * command and `check` with it). Only a budget that runs out fails it: a template that does not
+ * parse or refuses the probe on purpose is judged when a command renders with it. */
+int nl_chat_template_probe(const nl_tokenizer *tok);
+/* Tests: find every loss span by rendering per message (the rule as written, quadratic in the
+ * turns) instead of the linear way nl_chat_template_tokenize takes (the same spans). */
+void nl_chat_template_exact_spans(bool on);
 /* Tokens of a conversation through the template (as a messages line: targets on the assistant
  * spans; target may be NULL). *ids / *target malloc'd. */
 int nl_chat_template_tokenize(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,

@@ -48,14 +48,33 @@ nl_jv *nl_jv_list(void);
 nl_jv *nl_jv_dict(void);
 int nl_jv_push(nl_jv *list, nl_jv *v);
 int nl_jv_set(nl_jv *dict, const char *key, nl_jv *v);
+/* `flags`: each byte's flag (copied): 0 template text, 1 data, 2..255 data a caller marks. */
+nl_jv *nl_jv_str_flags(const char *s, size_t n, const uint8_t *flags);
 /* A JSON value as a template value (objects keep their member order); strings flagged data. */
 nl_jv *nl_jv_from_json(const nl_json *j);
 void nl_jv_unref(nl_jv *v);
 
 /* Render with the variables of `ctx` (a dict, borrowed). *text (malloc'd, NUL-terminated,
  * *len bytes) and, when from_data is not NULL, *from_data (malloc'd, *len flags: 1 = the
- * byte came from a data string). -1 + "label:line: message" on error (raise_exception's
+ * byte came from a data string; nl_jv_str_flags' own values kept). -1 + "label:line: message" on error (raise_exception's
  * message, an undefined value used where one is needed, a type error). */
 int nl_jinja_render(const nl_jinja *t, const nl_jv *ctx, char **text, size_t *len, uint8_t **from_data);
+
+/* A rendering's budget. mem_bytes: the bytes it may hold at once (every value, string, list,
+ * dict and buffer it makes, the output included; the variables passed in do not count); ops:
+ * its operations (a value made, an expression evaluated, a statement, a loop iteration, a call,
+ * 64 bytes written). 0: the default, 8 MiB and 2,000,000 operations (about 0.1-0.3 s); past
+ * either the rendering stops at once with "label:line: the template needs more than X MiB
+ * (its memory limit for one rendering)" or "... ran past N operations ...". Nesting (of the
+ * parser, of macro calls, of values printed or compared) is bounded by 200. */
+typedef struct {
+    size_t mem_bytes;
+    uint64_t ops;
+} nl_jinja_limits;
+/* nl_jinja_render with a budget (lim NULL: the defaults); NL_JINJA_OVER_BUDGET (-2) when the
+ * budget ran out, -1 on any other error. */
+#define NL_JINJA_OVER_BUDGET (-2)
+int nl_jinja_render_ex(const nl_jinja *t, const nl_jv *ctx, const nl_jinja_limits *lim, char **text, size_t *len,
+                       uint8_t **from_data);
 
 #endif

@@ -57,6 +57,7 @@ static int need_str(rstate *R, const node *n, const nl_jv *v, const char *what) 
 static nl_jv *call_macro(rstate *R, const node *n, const node *m, const args *a);
 
 static nl_jv *split_str(rstate *R, const node *n, const nl_jv *s, const nl_jv *sep, int64_t maxsplit, bool from_right) {
+    if (nl_jb_charge(0, s->u.s.n / 64)) return NULL;
     nl_jv *l = nl_jv_list();
     if (!l) return NULL;
     const char *p = s->u.s.s;
@@ -191,8 +192,7 @@ static nl_jv *replace_str(rstate *R, const node *n, const nl_jv *s, const nl_jv 
         }
     }
     if (rc) {
-        free(b.s);
-        free(b.t);
+        nl_jbuf_free(&b);
         return NULL;
     }
     return nl_jbuf_take(&b);
@@ -276,6 +276,7 @@ static nl_jv *call_method(rstate *R, const node *n, nl_jv *self, const char *nam
         if (need_str(R, n, a0, name)) return NULL;
         size_t m = a0->u.s.n;
         int64_t cnt = 0, at = -1;
+        if (nl_jb_charge(0, self->u.s.n / 64 * (m / 64 + 1))) return NULL;
         for (size_t i = 0; i + m <= self->u.s.n;) {
             if (memcmp(self->u.s.s + i, a0->u.s.s, m) == 0) {
                 if (at < 0) {
@@ -307,8 +308,7 @@ static nl_jv *call_method(rstate *R, const node *n, nl_jv *self, const char *nam
         }
         nl_jv_unref(items);
         if (rc) {
-            free(b.s);
-            free(b.t);
+            nl_jbuf_free(&b);
             return NULL;
         }
         return nl_jbuf_take(&b);
@@ -319,10 +319,8 @@ static nl_jv *call_method(rstate *R, const node *n, nl_jv *self, const char *nam
 
 nl_jv *nl_jinja_call_value(rstate *R, frame *f, const node *n, nl_jv *fn, const args *a) {
     (void)f;
-    if (++R->steps > MAX_STEPS) {
-        nl_jinja_rerr(R, n, "the template ran too long");
-        return NULL;
-    }
+    R->at = n;
+    if (nl_jb_charge(0, 1)) return NULL;
     if (fn->type == V_METHOD) return call_method(R, n, fn->u.m.self, fn->u.m.name, a);
     if (fn->type == V_MACRO) return call_macro(R, n, fn->u.macro, a);
     if (fn->type == V_FUNC) {
@@ -416,8 +414,7 @@ static nl_jv *call_macro(rstate *R, const node *n, const node *m, const args *a)
     }
     buf out = {0};
     if (nl_jinja_exec_body(R, &mf, m->b, &out)) {
-        free(out.s);
-        free(out.t);
+        nl_jbuf_free(&out);
         goto done;
     }
     res = nl_jbuf_take(&out);
@@ -484,8 +481,7 @@ static nl_jv *filter_seq(rstate *R, frame *f, const node *n, int id, nl_jv *v, c
                 else {
                     buf b = {0};
                     if (nl_jinja_to_json(&b, it, -1, 0, false, R, n)) {
-                        free(b.s);
-                        free(b.t);
+                        nl_jbuf_free(&b);
                         goto fail;
                     }
                     mv = nl_jbuf_take(&b);
@@ -557,8 +553,7 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
         if (indent > 64) indent = 64;
         buf b = {0};
         if (nl_jinja_to_json(&b, v, indent, 0, sk && nl_jinja_truthy(sk), R, n)) {
-            free(b.s);
-            free(b.t);
+            nl_jbuf_free(&b);
             return NULL;
         }
         return nl_jbuf_take(&b);
@@ -591,8 +586,7 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
         }
         nl_jv_unref(items);
         if (rc) {
-            free(b.s);
-            free(b.t);
+            nl_jbuf_free(&b);
             return NULL;
         }
         return nl_jbuf_take(&b);
@@ -679,12 +673,10 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
             st = i + 1;
             first_line = false;
         }
-        free(pad.s);
-        free(pad.t);
+        nl_jbuf_free(&pad);
         nl_jv_unref(s);
         if (rc) {
-            free(b.s);
-            free(b.t);
+            nl_jbuf_free(&b);
             return NULL;
         }
         return nl_jbuf_take(&b);

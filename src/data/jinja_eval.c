@@ -56,7 +56,19 @@ double nl_jinja_num_f(const nl_jv *v) {
 }
 int64_t nl_jinja_num_i(const nl_jv *v) { return v->type == V_INT ? v->u.i : v->type == V_BOOL ? v->u.b : (int64_t)v->u.f; }
 
-static bool jv_equal(const nl_jv *a, const nl_jv *b) {
+/* A value nested past MAX_DEPTH in a printer or a comparison: the rendering fails (its budget
+ * says why), the C stack stays bounded. */
+static int too_deep(void) {
+    if (nl_jb && !nl_jb->over) nl_jb->over = NL_JB_DEPTH;
+    return nl_err("a value nested too deeply");
+}
+
+static bool jv_equal_at(const nl_jv *a, const nl_jv *b, int depth) {
+    if (depth > MAX_DEPTH) {
+        too_deep();
+        return false;
+    }
+    if (nl_jb_charge(0, 1 + (a->type == V_STR ? a->u.s.n / 64 : 0))) return false;
     if (nl_jinja_is_num(a) && nl_jinja_is_num(b)) {
         if (a->type == V_FLOAT || b->type == V_FLOAT) return nl_jinja_num_f(a) == nl_jinja_num_f(b);
         return nl_jinja_num_i(a) == nl_jinja_num_i(b);
@@ -68,18 +80,19 @@ static bool jv_equal(const nl_jv *a, const nl_jv *b) {
     case V_LIST:
         if (a->u.l.n != b->u.l.n) return false;
         for (size_t i = 0; i < a->u.l.n; i++)
-            if (!jv_equal(a->u.l.v[i], b->u.l.v[i])) return false;
+            if (!jv_equal_at(a->u.l.v[i], b->u.l.v[i], depth + 1)) return false;
         return true;
     case V_DICT:
         if (a->u.d.n != b->u.d.n) return false;
         for (size_t i = 0; i < a->u.d.n; i++) {
             const nl_jv *o = nl_jv_dict_getn(b, a->u.d.k[i]->u.s.s, a->u.d.k[i]->u.s.n);
-            if (!o || !jv_equal(a->u.d.v[i], o)) return false;
+            if (!o || !jv_equal_at(a->u.d.v[i], o, depth + 1)) return false;
         }
         return true;
     default: return a == b;
     }
 }
+static bool jv_equal(const nl_jv *a, const nl_jv *b) { return jv_equal_at(a, b, 0); }
 
 /* ---- text forms: Python's str() and repr(), and json.dumps ---- */
 
@@ -131,7 +144,8 @@ static void fmt_float(double f, char *out, size_t n) {
     out[k] = 0;
 }
 
-static int to_repr(buf *b, const nl_jv *v);
+static int repr_at(buf *b, const nl_jv *v, int depth);
+static int to_repr(buf *b, const nl_jv *v) { return repr_at(b, v, 0); }
 
 static int repr_str(buf *b, const nl_jv *v) {
     const char *s = v->u.s.s;
@@ -171,19 +185,21 @@ int nl_jinja_to_str(buf *b, const nl_jv *v) {
     }
 }
 
-static int to_repr(buf *b, const nl_jv *v) {
+static int repr_at(buf *b, const nl_jv *v, int depth) {
+    if (depth > MAX_DEPTH) return too_deep();
     switch (v->type) {
     case V_STR: return repr_str(b, v);
     case V_UNDEF: return nl_jbuf_str(b, "Undefined");
     case V_LIST:
         if (nl_jbuf_str(b, "[")) return -1;
         for (size_t i = 0; i < v->u.l.n; i++)
-            if ((i && nl_jbuf_str(b, ", ")) || to_repr(b, v->u.l.v[i])) return -1;
+            if ((i && nl_jbuf_str(b, ", ")) || repr_at(b, v->u.l.v[i], depth + 1)) return -1;
         return nl_jbuf_str(b, "]");
     case V_DICT:
         if (nl_jbuf_str(b, "{")) return -1;
         for (size_t i = 0; i < v->u.d.n; i++)
-            if ((i && nl_jbuf_str(b, ", ")) || to_repr(b, v->u.d.k[i]) || nl_jbuf_str(b, ": ") || to_repr(b, v->u.d.v[i]))
+            if ((i && nl_jbuf_str(b, ", ")) || repr_at(b, v->u.d.k[i], depth + 1) || nl_jbuf_str(b, ": ") ||
+                repr_at(b, v->u.d.v[i], depth + 1))
                 return -1;
         return nl_jbuf_str(b, "}");
     case V_NS: return nl_jbuf_str(b, "<Namespace>");
@@ -197,8 +213,7 @@ nl_jv *nl_jinja_str_of(const nl_jv *v) {
     if (v->type == V_STR) return nl_jv_ref((nl_jv *)v);
     buf b = {0};
     if (nl_jinja_to_str(&b, v)) {
-        free(b.s);
-        free(b.t);
+        nl_jbuf_free(&b);
         return NULL;
     }
     return nl_jbuf_take(&b);
@@ -254,6 +269,7 @@ int nl_jinja_to_json(buf *b, const nl_jv *v, int indent, int level, bool sort, c
             if (sort) /* insertion sort by key bytes (stable, small) */
                 for (size_t i = 1; i < n; i++)
                     for (size_t j = i; j > 0; j--) {
+                        if (nl_jb_charge(0, 1)) break; /* quadratic: each comparison counts */
                         const nl_jv *x = v->u.d.k[order[j - 1]], *y = v->u.d.k[order[j]];
                         size_t m = x->u.s.n < y->u.s.n ? x->u.s.n : y->u.s.n;
                         int c = memcmp(x->u.s.s, y->u.s.s, m);
@@ -345,6 +361,7 @@ nl_jv *nl_jinja_substr(const nl_jv *s, size_t a, size_t b) {
 nl_jv *nl_jinja_strip(const nl_jv *s, int which, const nl_jv *chars) {
     size_t a = 0, b = s->u.s.n;
     const char *p = s->u.s.s;
+    if (chars && nl_jb_charge(0, (s->u.s.n / 64 + 1) * (chars->u.s.n + 1))) return NULL;
     if (chars) {
         /* chars as a set of UTF-8 characters; ASCII fast path works bytewise for single bytes */
         const char *cs = chars->u.s.s;
@@ -390,8 +407,7 @@ nl_jv *nl_jinja_strip(const nl_jv *s, int which, const nl_jv *chars) {
 static nl_jv *concat_str(const nl_jv *a, const nl_jv *b) {
     buf o = {0};
     if (nl_jbuf_jv(&o, a) || nl_jbuf_jv(&o, b)) {
-        free(o.s);
-        free(o.t);
+        nl_jbuf_free(&o);
         return NULL;
     }
     return nl_jbuf_take(&o);
@@ -407,6 +423,7 @@ nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
                 nl_jinja_rerr(R, n, "'in <string>' requires a string as the left operand, not %s", nl_jinja_type_name(a));
                 return NULL;
             }
+            if (nl_jb_charge(0, b->u.s.n / 64 * (a->u.s.n / 64 + 1))) return NULL;
             r = a->u.s.n == 0;
             for (size_t i = 0; !r && a->u.s.n <= b->u.s.n && i <= b->u.s.n - a->u.s.n; i++)
                 r = memcmp(b->u.s.s + i, a->u.s.s, a->u.s.n) == 0;
@@ -460,8 +477,7 @@ nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
         buf o = {0};
         for (int64_t i = 0; i < k; i++)
             if (nl_jbuf_jv(&o, s)) {
-                free(o.s);
-                free(o.t);
+                nl_jbuf_free(&o);
                 return NULL;
             }
         return nl_jbuf_take(&o);
@@ -579,6 +595,7 @@ nl_jv *nl_jinja_get_item(rstate *R, const node *n, nl_jv *obj, nl_jv *key) {
             return nl_jv_ref(obj->u.l.v[i]);
         }
         /* a character: UTF-8 aware */
+        if (nl_jb_charge(0, obj->u.s.n / 64)) return NULL;
         size_t nchar = 0;
         for (size_t k = 0; k < obj->u.s.n; k++) nchar += ((unsigned char)obj->u.s.s[k] & 0xC0) != 0x80;
         if (!norm_index(&i, nchar)) return nl_jv_undef("string index");
@@ -691,8 +708,7 @@ nl_jv *nl_jinja_slice(rstate *R, const node *n, nl_jv *obj, nl_jv *const *parts)
         buf b = {0};
         for (size_t i = 0; i < out->u.l.n; i++)
             if (nl_jbuf_jv(&b, out->u.l.v[i])) {
-                free(b.s);
-                free(b.t);
+                nl_jbuf_free(&b);
                 nl_jv_unref(out);
                 return NULL;
             }
@@ -703,6 +719,8 @@ nl_jv *nl_jinja_slice(rstate *R, const node *n, nl_jv *obj, nl_jv *const *parts)
 }
 
 nl_jv *nl_jinja_eval(rstate *R, frame *f, const node *n) {
+    R->at = n;
+    if (nl_jb_charge(0, 1)) return NULL;
     if (++R->depth > MAX_DEPTH * 4) {
         R->depth--;
         nl_jinja_rerr(R, n, "expression nested too deeply");
@@ -793,8 +811,7 @@ nl_jv *nl_jinja_eval(rstate *R, frame *f, const node *n) {
         if (!(a = nl_jinja_eval(R, f, n->a)) || !(b = nl_jinja_eval(R, f, n->b))) break;
         buf o = {0};
         if (nl_jinja_to_str(&o, a) || nl_jinja_to_str(&o, b)) {
-            free(o.s);
-            free(o.t);
+            nl_jbuf_free(&o);
             break;
         }
         res = nl_jbuf_take(&o);
@@ -887,8 +904,9 @@ static int exec_for(rstate *R, frame *f, const node *n, buf *out) {
     }
     size_t len = items->u.l.n;
     for (size_t i = 0; i < len && !rc; i++) {
-        if (++R->steps > MAX_STEPS) {
-            rc = nl_jinja_rerr(R, n, "the template ran too long");
+        R->at = n;
+        if (nl_jb_charge(0, 1)) {
+            rc = -1;
             break;
         }
         frame ff = {nl_jv_dict(), f};
@@ -935,6 +953,8 @@ static int exec_for(rstate *R, frame *f, const node *n, buf *out) {
 int nl_jinja_exec_body(rstate *R, frame *f, const node *body, buf *out) {
     for (int i = 0; i < body->n_kids && !R->brk; i++) {
         const node *s = body->kids[i];
+        R->at = s;
+        if (nl_jb_charge(0, 1)) return -1;
         switch (s->kind) {
         case S_TEXT:
             if (nl_jbuf_jv(out, s->lit)) return -1;
@@ -976,8 +996,7 @@ int nl_jinja_exec_body(rstate *R, frame *f, const node *body, buf *out) {
             } else {
                 buf b = {0};
                 if (nl_jinja_exec_body(R, f, s->b, &b)) {
-                    free(b.s);
-                    free(b.t);
+                    nl_jbuf_free(&b);
                     return -1;
                 }
                 v = nl_jbuf_take(&b);
@@ -1023,22 +1042,46 @@ int nl_jinja_exec_body(rstate *R, frame *f, const node *body, buf *out) {
     return 0;
 }
 
-int nl_jinja_render(const nl_jinja *t, const nl_jv *ctx, char **text, size_t *len, uint8_t **from_data) {
+/* The default budget per rendering (jinja.h): generous for a chat template over a conversation,
+ * far below what a bomb asks for. */
+#define MEM_DEFAULT ((size_t)8 << 20)
+#define OPS_DEFAULT 2000000u
+
+int nl_jinja_render_ex(const nl_jinja *t, const nl_jv *ctx, const nl_jinja_limits *lim, char **text, size_t *len,
+                       uint8_t **from_data) {
+    nl_jbudget B = {.mem_limit = lim && lim->mem_bytes ? lim->mem_bytes : MEM_DEFAULT,
+                    .ops_limit = lim && lim->ops ? lim->ops : OPS_DEFAULT};
+    nl_jbudget *outer = nl_jb;
+    nl_jb = &B;
+    rstate R = {.t = t, .ctx = ctx};
     frame root = {nl_jv_dict(), NULL};
-    if (!root.vars) return -1;
-    rstate R = {.t = t, .ctx = ctx, .root = &root};
+    R.root = &root;
     buf out = {0};
-    int rc = nl_jbuf_add(&out, "", 0, NULL, 0);
+    int rc = root.vars ? nl_jbuf_add(&out, "", 0, NULL, 0) : -1;
     if (!rc) rc = nl_jinja_exec_body(&R, &root, t->root, &out);
     nl_jv_unref(root.vars);
-    if (rc) {
-        free(out.s);
-        free(out.t);
-        return -1;
+    nl_jb = outer;
+    if (rc || B.over) {
+        nl_jbuf_free(&out);
+        if (B.over == NL_JB_MEM)
+            nl_jinja_rerr(&R, R.at, "the template needs more than %.1f MiB (its memory limit for one rendering)",
+                          (double)B.mem_limit / (1 << 20));
+        else if (B.over == NL_JB_OPS)
+            nl_jinja_rerr(&R, R.at,
+                          "the template ran past %" PRIu64 " operations (its limit for one rendering: values made, "
+                          "expressions, loop iterations, calls, output bytes / 64)",
+                          B.ops_limit);
+        else if (B.over == NL_JB_DEPTH)
+            nl_jinja_rerr(&R, R.at, "a value nested more than %d deep", MAX_DEPTH);
+        return B.over ? NL_JINJA_OVER_BUDGET : -1;
     }
     *text = out.s;
     if (len) *len = out.n;
     if (from_data) *from_data = out.t;
     else free(out.t);
     return 0;
+}
+
+int nl_jinja_render(const nl_jinja *t, const nl_jv *ctx, char **text, size_t *len, uint8_t **from_data) {
+    return nl_jinja_render_ex(t, ctx, NULL, text, len, from_data);
 }

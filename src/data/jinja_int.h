@@ -13,7 +13,23 @@
 
 #define MAX_DEPTH 200      /* nesting of the parser and of macro calls */
 #define MAX_OUTPUT (1u << 30)
-#define MAX_STEPS 200000000 /* loop iterations + calls: a template cannot spin for ever */
+
+/* ---- the rendering's budget ----
+ * Every byte a rendering allocates (values, strings, lists, dicts, buffers) is charged to the
+ * budget of the rendering in progress on this thread (nl_jb, NULL outside one) and released when
+ * freed; every value made, node evaluated, loop iteration, call and 64 bytes written is an
+ * operation. Past either limit every further charge fails (the callers' out-of-memory paths
+ * unwind the rendering) and nl_jinja_render names the limit and the line. */
+enum { NL_JB_MEM = 1, NL_JB_OPS, NL_JB_DEPTH };
+typedef struct {
+    size_t mem, mem_limit;
+    uint64_t ops, ops_limit;
+    int over; /* 0 or NL_JB_*: what ran out */
+} nl_jbudget;
+extern _Thread_local nl_jbudget *nl_jb;
+/* -1 (an error set) when the budget is over or now goes over; 0 without a rendering. */
+int nl_jb_charge(size_t bytes, uint64_t ops);
+void nl_jb_release(size_t bytes);
 
 /* ---- values ---- */
 typedef enum { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_NS, V_MACRO, V_FUNC, V_METHOD } vtype;
@@ -23,13 +39,16 @@ struct node;
 struct nl_jv {
     vtype type;
     int rc;
+    nl_jv *next; /* nl_jv_unref's worklist */
     union {
         bool b;
         int64_t i;
         double f;
         struct { char *s; uint8_t *taint; size_t n; } s;  /* taint NULL: no data byte */
         struct { nl_jv **v; size_t n, cap; } l;
-        struct { nl_jv **k; nl_jv **v; size_t n, cap; } d; /* keys are strings (V_DICT, V_NS) */
+        /* keys are strings (V_DICT, V_NS); idx: a hash index of icap slots (entry + 1, 0 empty),
+         * from 16 keys on */
+        struct { nl_jv **k; nl_jv **v; size_t n, cap; uint32_t *idx; uint32_t icap; } d;
         const struct node *macro;
         int func;                                       /* builtin id */
         struct { nl_jv *self; const char *name; } m;    /* bound method */
@@ -61,6 +80,7 @@ typedef struct {
     size_t len;
     token *tok;
     size_t n_tok, cap_tok;
+    size_t *nl, n_nl; /* the offsets of the newlines in src */
 } lexer;
 
 /* ---- tree ---- */
@@ -87,6 +107,7 @@ typedef struct node {
     char **names;        /* S_FOR targets, S_MACRO parameters */
     int n_names;
     int filter_id;       /* N_FILTER / N_TEST: table index */
+    struct node *next;   /* node_free's worklist */
 } node;
 
 struct nl_jinja {
@@ -124,7 +145,7 @@ typedef struct {
     const nl_jv *ctx;
     frame *root;
     int depth;
-    long steps;
+    const node *at; /* the node last evaluated: where a budget ran out */
     int brk; /* 1 break, 2 continue pending */
 } rstate;
 
@@ -149,6 +170,7 @@ int nl_jv_dict_setv(nl_jv *d, nl_jv *key, nl_jv *v);
 int nl_jbuf_add(buf *b, const char *s, size_t n, const uint8_t *taint, uint8_t flag);
 int nl_jbuf_str(buf *b, const char *s);
 int nl_jbuf_jv(buf *b, const nl_jv *v);
+void nl_jbuf_free(buf *b);
 nl_jv *nl_jbuf_take(buf *b);
 
 /* jinja_lex.c */

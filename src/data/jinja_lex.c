@@ -44,10 +44,16 @@ static bool is_name0(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 static bool is_name1(char c) { return is_name0(c) || is_digit(c); }
 
+/* The line of byte pos: a binary search over the newline offsets (made once per template), so a
+ * long template lexes in O(n log n), not O(n) per token. */
 static int line_at(const lexer *L, size_t pos) {
-    int line = 1;
-    for (size_t i = 0; i < pos && i < L->len; i++) line += L->src[i] == '\n';
-    return line;
+    size_t lo = 0, hi = L->n_nl; /* the number of newlines before pos */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (L->nl[mid] < pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo >= (size_t)INT32_MAX ? INT32_MAX : (int)lo + 1;
 }
 
 static int utf8_put(char *out, uint32_t c) {
@@ -73,7 +79,10 @@ static int hexval(char c) {
 static int lex_string(lexer *L, size_t *pos, int line) {
     const char q = L->src[*pos];
     size_t i = *pos + 1;
-    char *out = nl_malloc(L->len - *pos + 1);
+    /* the decoded text is never longer than the literal: sized by its closing quote */
+    size_t end = i;
+    while (end < L->len && L->src[end] != q) end += L->src[end] == '\\' ? 2 : 1;
+    char *out = nl_malloc((end < L->len ? end : L->len) - *pos + 1);
     if (!out) return -1;
     size_t n = 0;
     for (;;) {
@@ -237,6 +246,12 @@ static int lex_text(lexer *L, const char *s, size_t n, int line) {
 }
 
 int nl_jinja_lex(lexer *L) {
+    size_t n_nl = 0;
+    for (size_t i = 0; i < L->len; i++) n_nl += L->src[i] == '\n';
+    L->nl = nl_malloc((n_nl ? n_nl : 1) * sizeof *L->nl);
+    if (!L->nl) return -1;
+    for (size_t i = 0; i < L->len; i++)
+        if (L->src[i] == '\n') L->nl[L->n_nl++] = i;
     size_t pos = 0;
     bool line_starting = true;
     for (;;) {

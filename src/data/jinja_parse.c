@@ -12,19 +12,29 @@
 
 /* ================================ tree ================================ */
 
+/* Iterative (a worklist through `next`): `1+1+...+1` with 100k terms is a tree 100k deep. */
 static void node_free(node *n) {
     if (!n) return;
-    free(n->name);
-    free(n->attr);
-    nl_jv_unref(n->lit);
-    node_free(n->a);
-    node_free(n->b);
-    node_free(n->c);
-    for (int i = 0; i < n->n_kids; i++) node_free(n->kids[i]);
-    free(n->kids);
-    for (int i = 0; i < n->n_names; i++) free(n->names[i]);
-    free(n->names);
-    free(n);
+    n->next = NULL;
+    node *todo = n;
+    while (todo) {
+        node *w = todo;
+        todo = w->next;
+        node *kid[3] = {w->a, w->b, w->c};
+        for (int i = 0; i < 3 + w->n_kids; i++) {
+            node *k = i < 3 ? kid[i] : w->kids[i - 3];
+            if (!k) continue;
+            k->next = todo;
+            todo = k;
+        }
+        free(w->name);
+        free(w->attr);
+        nl_jv_unref(w->lit);
+        free(w->kids);
+        for (int i = 0; i < w->n_names; i++) free(w->names[i]);
+        free(w->names);
+        free(w);
+    }
 }
 
 static node *node_new(nkind k, int line) {
@@ -185,8 +195,7 @@ static node *parse_primary(parser *P) {
         buf b = {0};
         while (cur(P)->type == T_STRING) {
             if (nl_jbuf_add(&b, cur(P)->str, cur(P)->str_n, NULL, 0)) {
-                free(b.s);
-                free(b.t);
+                nl_jbuf_free(&b);
                 return NULL;
             }
             P->p++;
@@ -888,6 +897,7 @@ nl_jinja *nl_jinja_parse(const char *src, size_t len, const char *label) {
 done:
     for (size_t i = 0; i < L.n_tok; i++) free(L.tok[i].str);
     free(L.tok);
+    free(L.nl);
     free(L.src);
     return t;
 }

@@ -337,6 +337,8 @@ static nl_jinja *parse_tmpl(const char *src, size_t len, const char *label, bool
     return j;
 }
 
+static int probe(const nl_chat_template *ct, bool own);
+
 int nl_chat_template_check(const char *name) {
     if (is_auto(name) || is_builtin_name(name)) return 0;
     if (!looks_like_file(name)) return unknown_name(name);
@@ -345,8 +347,11 @@ int nl_chat_template_check(const char *name) {
     if (!src) return -1;
     nl_jinja *j = parse_tmpl(src, len, name, false);
     free(src);
+    if (!j) return -1;
+    nl_chat_template ct = {.jinja = j};
+    int rc = probe(&ct, false);
     nl_jinja_free(j);
-    return j ? 0 : -1;
+    return rc;
 }
 
 static int ctl_cmp(const void *pa, const void *pb) {
@@ -426,18 +431,46 @@ void nl_chat_template_free(nl_chat_template *ct) {
 
 const char *nl_chat_template_desc(const nl_chat_template *ct) { return ct->desc; }
 
+#define ROLE_FLAG 255 /* a role's bytes; a content's are 1, a sentinel's 2..251 */
+
 /* The template's variables, as transformers passes them: messages, tools (none when absent),
- * documents (none), add_generation_prompt, and the tokenizer's bos_token / eos_token texts. */
+ * documents (none), add_generation_prompt, and the tokenizer's bos_token / eos_token texts.
+ * sentinel: every assistant message's content gets one byte more, '\x01' flagged 2 + (its
+ * ordinal among the assistant messages % 250), where its content ends in the rendering
+ * (jinja_spans). */
 static nl_jv *jinja_vars(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
-                         bool gen) {
+                         bool gen, bool sentinel) {
     nl_jv *v = nl_jv_dict(), *list = nl_jv_list();
     if (!v || !list) goto fail;
+    int n_asst = 0;
     for (int i = 0; i < n_msgs; i++) {
         nl_jv *m = nl_jv_dict();
         if (!m || nl_jv_push(list, m)) goto fail;
-        if (nl_jv_set(m, "role", nl_jv_str(msgs[i].role, strlen(msgs[i].role), true)) ||
-            nl_jv_set(m, "content", nl_jv_str(msgs[i].content, msgs[i].content_len, true)))
-            goto fail;
+        nl_jv *content;
+        if (sentinel && !strcmp(msgs[i].role, "assistant")) {
+            size_t n = msgs[i].content_len;
+            char *c = nl_malloc(n + 1);
+            uint8_t *f = c ? nl_malloc(n + 1) : NULL;
+            if (!f) {
+                free(c);
+                goto fail;
+            }
+            memcpy(c, msgs[i].content, n);
+            memset(f, 1, n);
+            c[n] = '\x01';
+            f[n] = (uint8_t)(2 + n_asst++ % 250);
+            content = nl_jv_str_flags(c, n + 1, f);
+            free(c);
+            free(f);
+        } else {
+            content = nl_jv_str(msgs[i].content, msgs[i].content_len, true);
+        }
+        /* the role: data too, flagged ROLE_FLAG (a header is told from a content by it) */
+        uint8_t rf[32];
+        size_t rl = strlen(msgs[i].role);
+        memset(rf, ROLE_FLAG, sizeof rf);
+        nl_jv *role = rl <= sizeof rf ? nl_jv_str_flags(msgs[i].role, rl, rf) : nl_jv_str(msgs[i].role, rl, true);
+        if (nl_jv_set(m, "role", role) || nl_jv_set(m, "content", content)) goto fail;
         const nl_json *x = msgs[i].extra;
         for (size_t k = 0; x && x->type == NL_JSON_OBJECT && k < x->u.obj.n; k++) {
             const nl_json_member *mm = &x->u.obj.members[k];
@@ -453,7 +486,8 @@ static nl_jv *jinja_vars(const nl_chat_template *ct, const nl_chat_msg *msgs, in
     if (nl_jv_set(v, "tools", tools ? nl_jv_from_json(tools) : nl_jv_none()) ||
         nl_jv_set(v, "documents", nl_jv_none()) || nl_jv_set(v, "add_generation_prompt", nl_jv_bool(gen)))
         goto fail;
-    const struct { const char *key; int32_t id; } sp[] = {{"bos_token", nl_token_bos(ct->tok)}, {"eos_token", nl_token_eos(ct->tok)}};
+    const struct { const char *key; int32_t id; } sp[] = {{"bos_token", ct->tok ? nl_token_bos(ct->tok) : -1},
+                                                          {"eos_token", ct->tok ? nl_token_eos(ct->tok) : -1}};
     for (size_t k = 0; k < 2; k++) {
         size_t n;
         const char *s = sp[k].id >= 0 ? nl_token_piece(ct->tok, sp[k].id, &n) : NULL;
@@ -466,19 +500,89 @@ fail:
     return NULL;
 }
 
-static int jinja_render(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
-                        char **text, size_t *len, uint8_t **flags) {
-    nl_jv *v = jinja_vars(ct, msgs, n_msgs, tools, gen);
+/* The bytes of a JSON value's strings plus 16 per value: the size of what a template sees. */
+static size_t json_weight(const nl_json *j) {
+    if (!j) return 0;
+    size_t w = 16;
+    switch (j->type) {
+    case NL_JSON_STRING: w += j->u.str.len; break;
+    case NL_JSON_ARRAY:
+        for (size_t i = 0; i < j->u.arr.n; i++) w += json_weight(&j->u.arr.items[i]);
+        break;
+    case NL_JSON_OBJECT:
+        for (size_t i = 0; i < j->u.obj.n; i++) w += j->u.obj.members[i].key_len + json_weight(&j->u.obj.members[i].value);
+        break;
+    default: break;
+    }
+    return w;
+}
+
+/* A rendering's budget grows with the conversation it renders: the default (8 MiB, 2M operations:
+ * a bomb in a template stops there in ~0.2 s) plus 16 bytes and 64 operations per byte of the
+ * messages (64 bytes a message, its other fields and the tools counted too). */
+static nl_jinja_limits render_limits(const nl_chat_msg *msgs, int n_msgs, const nl_json *tools) {
+    size_t w = json_weight(tools);
+    for (int i = 0; i < n_msgs; i++) w += 64 + msgs[i].content_len + json_weight(msgs[i].extra);
+    return (nl_jinja_limits){.mem_bytes = ((size_t)8 << 20) + 16 * w, .ops = 2000000u + 64 * (uint64_t)w};
+}
+
+static int jinja_render_s(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
+                          bool sentinel, char **text, size_t *len, uint8_t **flags) {
+    nl_jv *v = jinja_vars(ct, msgs, n_msgs, tools, gen, sentinel);
     if (!v) return -1;
-    int rc = nl_jinja_render(ct->jinja, v, text, len, flags);
+    nl_jinja_limits lim = render_limits(msgs, n_msgs, tools);
+    int rc = nl_jinja_render_ex(ct->jinja, v, &lim, text, len, flags);
     nl_jv_unref(v);
     return rc;
+}
+
+static int jinja_render(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
+                        char **text, size_t *len, uint8_t **flags) {
+    return jinja_render_s(ct, msgs, n_msgs, tools, gen, false, text, len, flags);
 }
 
 int nl_chat_template_text(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
                           bool add_generation_prompt, char **text, size_t *len) {
     if (!ct->jinja) return nl_chat_render(ct->builtin, msgs, n_msgs, add_generation_prompt, text, len);
     return jinja_render(ct, msgs, n_msgs, tools, add_generation_prompt, text, len, NULL);
+}
+
+/* A bomb in a template (jinja.h's budget) found before any work: one rendering of a small
+ * conversation (system, user, assistant, user, the generation prompt) with the default budget.
+ * Only a budget that runs out fails it: a template may refuse this conversation on purpose
+ * (raise_exception) or use what the interpreter lacks, and is then judged when it renders. */
+static int probe(const nl_chat_template *ct, bool own) {
+    static const nl_chat_msg conv[] = {{"system", "You are a probe.", 16, NULL},
+                                       {"user", "Hello", 5, NULL},
+                                       {"assistant", "Hi.", 3, NULL},
+                                       {"user", "Bye", 3, NULL}};
+    for (int n = 4; n >= 3; n--) { /* with the system turn, and without it (from the user's) */
+        const nl_chat_msg *m = n == 4 ? conv : conv + 1;
+        nl_jv *v = jinja_vars(ct, m, n == 4 ? 4 : 3, NULL, true, false);
+        if (!v) return -1;
+        char *text = NULL;
+        int rc = nl_jinja_render_ex(ct->jinja, v, NULL, &text, NULL, NULL);
+        nl_jv_unref(v);
+        free(text);
+        if (rc == NL_JINJA_OVER_BUDGET) {
+            char msg[900];
+            snprintf(msg, sizeof msg, "%s", nl_last_error());
+            return nl_err("%s (found rendering a 4-turn probe conversation%s)", msg,
+                          own ? " at load; --template chatml, llama3 or FILE.jinja renders with another template" : "");
+        }
+        if (rc == 0) return 0;
+    }
+    return 0;
+}
+
+int nl_chat_template_probe(const nl_tokenizer *tok) {
+    const char *g = nl_tokenizer_chat_template(tok);
+    if (!g) return 0;
+    nl_chat_template ct = {.tok = tok, .jinja = nl_jinja_parse(g, strlen(g), "tokenizer.chat_template")};
+    if (!ct.jinja) return 0; /* judged when a command renders with it (the error names it then) */
+    int rc = probe(&ct, true);
+    nl_jinja_free(ct.jinja);
+    return rc;
 }
 
 /* The control token whose text starts at s (template bytes only: flags all 0), longest first;
@@ -508,15 +612,21 @@ typedef struct {
     size_t s, e;
 } span;
 
-/* The loss span of assistant message i in the rendering (r, rn, fl); see dataset.h. */
-static int assistant_span(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i, const nl_json *tools,
-                          const char *r, size_t rn, const uint8_t *fl, span *out) {
+/* Where assistant message i's span starts by rendering (see dataset.h): where messages[0..i)
+ * with the generation prompt stops agreeing with the whole rendering. */
+static int exact_start(const nl_chat_template *ct, const nl_chat_msg *msgs, int i, const nl_json *tools, const char *r,
+                       size_t rn, size_t *s) {
     char *g = NULL;
     size_t gn = 0;
     if (jinja_render(ct, msgs, i, tools, true, &g, &gn, NULL)) return -1;
-    size_t s = common_prefix(r, rn, g, gn);
+    *s = common_prefix(r, rn, g, gn);
     free(g);
-    /* the content's end: where a rendering with the content extended departs */
+    return 0;
+}
+
+/* Where its content ends by rendering: where a rendering with that content extended departs. */
+static int exact_content_end(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i, const nl_json *tools,
+                             const char *r, size_t rn, size_t *c) {
     nl_chat_msg *m2 = nl_malloc((size_t)n_msgs * sizeof *m2);
     char *c2 = m2 ? nl_malloc(msgs[i].content_len + 2) : NULL;
     if (!c2) {
@@ -535,9 +645,15 @@ static int assistant_span(const nl_chat_template *ct, const nl_chat_msg *msgs, i
     free(m2);
     free(c2);
     if (rc) return -1;
-    size_t c = common_prefix(r, rn, r2, r2n);
+    *c = common_prefix(r, rn, r2, r2n);
     free(r2);
-    if (c >= rn || c < s) c = s; /* the content is not rendered (a tool call alone) */
+    return 0;
+}
+
+/* The span's end from its content's end c: after the first control token the template emits
+ * from there; without one, up to where the rendering through this message departs. */
+static int span_end(const nl_chat_template *ct, const nl_chat_msg *msgs, int i, const nl_json *tools, const char *r,
+                    size_t rn, const uint8_t *fl, size_t s, size_t c, size_t *end) {
     size_t e = rn;
     for (size_t p = c; p < rn; p++) {
         size_t l;
@@ -557,9 +673,127 @@ static int assistant_span(const nl_chat_template *ct, const nl_chat_msg *msgs, i
         if (hp > c) e = hp;
         while (e > s && (r[e - 1] == '\n' || r[e - 1] == ' ')) e--;
     }
-    out->s = s;
-    out->e = e;
+    *end = e;
     return 0;
+}
+
+/* The loss span of assistant message i, every part by rendering (3 renderings of up to the
+ * whole conversation: quadratic over a conversation; jinja_spans avoids it). */
+static int assistant_span(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i, const nl_json *tools,
+                          const char *r, size_t rn, const uint8_t *fl, span *out) {
+    size_t s, c;
+    if (exact_start(ct, msgs, i, tools, r, rn, &s) || exact_content_end(ct, msgs, n_msgs, i, tools, r, rn, &c)) return -1;
+    if (c >= rn || c < s) c = s; /* the content is not rendered (a tool call alone) */
+    out->s = s;
+    return span_end(ct, msgs, i, tools, r, rn, fl, s, c, &out->e);
+}
+
+static bool exact_only; /* nl_chat_template_exact_spans: the tests' reference */
+void nl_chat_template_exact_spans(bool on) { exact_only = on; }
+
+/* Every assistant message's content end from one more rendering (jinja_vars' sentinel): that
+ * rendering is the whole one with a flagged '\x01' after each assistant content (and whatever
+ * data bytes the template kept before it, e.g. trailing spaces a `trim` removed only without
+ * it). Walking both: where they depart is a content's end (the departure the extended
+ * rendering of dataset.h's rule finds), data bytes then the sentinel are skipped, and the walk
+ * goes on. c[k] for assistant ordinal k; false when the renderings do not line up that way
+ * (a template that renders a content twice, out of order, or its length): the caller then
+ * renders per message. */
+static bool sentinel_ends(const char *r, size_t rn, const char *r2, const uint8_t *f2, size_t r2n, int n_asst, size_t *c) {
+    size_t p = 0, q = 0;
+    int k = 0;
+    while (q < r2n) {
+        if (p < rn && r[p] == r2[q] && !(r2[q] == '\x01' && f2[q] >= 2)) {
+            p++;
+            q++;
+            continue;
+        }
+        size_t j = q;
+        while (j < r2n && f2[j] == 1) j++; /* data bytes, then the sentinel */
+        if (j >= r2n || r2[j] != '\x01' || f2[j] < 2 || k >= n_asst || f2[j] != 2 + k % 250) return false;
+        size_t cp = p;
+        while (cp > 0 && cp < rn && ((unsigned char)r[cp] & 0xC0) == 0x80) cp--; /* a character boundary */
+        c[k++] = cp;
+        q = j + 1;
+    }
+    return p == rn && k == n_asst;
+}
+
+/* The loss spans of all assistant messages in the rendering (r, rn, fl), in linear time where
+ * the template allows: the first one by rendering; its generation prompt's text D (what the
+ * prompt rendering adds); every later one starts after the last D (template or role bytes) before its
+ * content, which must be the first one's start too; the contents' ends from one sentinel
+ * rendering. Whatever does not line up is found per message by rendering (assistant_span). */
+static int jinja_spans(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
+                       const char *r, size_t rn, const uint8_t *fl, span *sp, int *n_sp) {
+    int n_asst = 0, first = -1;
+    for (int i = 0; i < n_msgs; i++)
+        if (!strcmp(msgs[i].role, "assistant")) {
+            if (first < 0) first = i;
+            n_asst++;
+        }
+    *n_sp = 0;
+    if (!n_asst) return 0;
+    int rc = -1;
+    size_t *c = NULL;
+    char *r2 = NULL, *a = NULL, *b = NULL;
+    uint8_t *f2 = NULL;
+    size_t r2n = 0, an = 0, bn = 0, dn = 0;
+    const char *d = NULL;
+    bool fast = !exact_only && n_asst > 1;
+    if (fast) {
+        /* the generation prompt: with and without it, over the messages before the first assistant */
+        if (jinja_render(ct, msgs, first, tools, true, &a, &an, NULL) || jinja_render(ct, msgs, first, tools, false, &b, &bn, NULL))
+            goto done;
+        size_t k = 0;
+        while (k < an && k < bn && a[k] == b[k]) k++;
+        d = a + k;
+        dn = an - k;
+        c = nl_malloc((size_t)n_asst * sizeof *c);
+        if (!c || jinja_render_s(ct, msgs, n_msgs, tools, gen, true, &r2, &r2n, &f2)) goto done;
+        fast = dn > 0 && sentinel_ends(r, rn, r2, f2, r2n, n_asst, c);
+    }
+    int k = 0;
+    size_t lo = 0; /* the previous content's end: a D is looked for after it */
+    for (int i = 0; i < n_msgs; i++) {
+        if (strcmp(msgs[i].role, "assistant") != 0) continue;
+        span x;
+        bool done_fast = false;
+        if (fast) {
+            /* the last D of template bytes that ends at or before the content's end */
+            size_t s = SIZE_MAX;
+            for (size_t e = c[k]; e >= lo + dn && s == SIZE_MAX; e--) {
+                size_t st = e - dn;
+                if (memcmp(r + st, d, dn) != 0) continue;
+                bool tmpl = true;
+                for (size_t j = st; j < e && tmpl; j++) tmpl = fl[j] == 0 || fl[j] == ROLE_FLAG; /* not a content's */
+                if (tmpl) s = e;
+            }
+            if (s != SIZE_MAX && k == 0 && common_prefix(r, rn, a, an) != s)
+                fast = false; /* the first one: the rule itself (a) says where it starts; D must agree */
+            if (fast && s != SIZE_MAX) {
+                size_t cc = c[k];
+                if (cc >= rn || cc < s) cc = s;
+                x.s = s;
+                if (span_end(ct, msgs, i, tools, r, rn, fl, s, cc, &x.e)) goto done;
+                done_fast = true;
+            }
+            lo = c[k];
+        }
+        if (!done_fast && assistant_span(ct, msgs, n_msgs, i, tools, r, rn, fl, &x)) goto done;
+        k++;
+        sp[*n_sp] = x;
+        if (*n_sp > 0 && sp[*n_sp].s < sp[*n_sp - 1].e) sp[*n_sp].s = sp[*n_sp - 1].e;
+        if (sp[*n_sp].e > sp[*n_sp].s) (*n_sp)++;
+    }
+    rc = 0;
+done:
+    free(c);
+    free(r2);
+    free(f2);
+    free(a);
+    free(b);
+    return rc;
 }
 
 /* Appends the text r[a, b) tokenized (no special parsing), target flag t. */
@@ -577,13 +811,7 @@ static int jinja_tokens(const nl_chat_template *ct, const nl_chat_msg *msgs, int
     if (jinja_render(ct, msgs, n_msgs, tools, gen, &r, &rn, &fl)) return -1;
     if (asst_target) {
         sp = nl_calloc((size_t)n_msgs + 1, sizeof *sp);
-        if (!sp) goto done;
-        for (int i = 0; i < n_msgs; i++) {
-            if (strcmp(msgs[i].role, "assistant") != 0) continue;
-            if (assistant_span(ct, msgs, n_msgs, i, tools, r, rn, fl, &sp[n_sp])) goto done;
-            if (n_sp > 0 && sp[n_sp].s < sp[n_sp - 1].e) sp[n_sp].s = sp[n_sp - 1].e;
-            if (sp[n_sp].e > sp[n_sp].s) n_sp++;
-        }
+        if (!sp || jinja_spans(ct, msgs, n_msgs, tools, gen, r, rn, fl, sp, &n_sp)) goto done;
     }
     /* BOS: the template's own; the tokenizer's first only when it adds one and the
      * rendering does not start with it */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/dataset.h"
 #include "data/pretok.h"
 #include "data/unicode.h"
 #include "util/hash.h"
@@ -728,6 +729,11 @@ int nl_tokenizer_for_model(const nl_model *m, nl_tokenizer **out) {
     }
     if (nl_tokenizer_n_vocab(t) > m->hp.n_vocab) {
         nl_err("%s: tokenizer has %d tokens but the model's vocabulary is %d", g->path, nl_tokenizer_n_vocab(t), m->hp.n_vocab);
+        nl_tokenizer_free(t);
+        return -1;
+    }
+    if (nl_chat_template_probe(t)) {
+        nl_err_prefix("%s", g->path);
         nl_tokenizer_free(t);
         return -1;
     }
