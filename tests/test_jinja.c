@@ -254,13 +254,13 @@ static char *timed_render(const char *src, size_t len, const nl_jinja_limits *li
 }
 
 /* A bomb is refused with an error naming the template, its line and the limit, in well under a
- * second (the bound is generous for a loaded machine: these take milliseconds to ~0.3 s). */
+ * second (the bound, 2 s, is generous for a loaded machine: these take milliseconds to ~0.3 s alone, up to 1.1 s seen under make test on 2 shared vCPUs). */
 static void expect_bomb(const char *src, size_t len, const char *want, int line) {
     double secs;
     char *out = timed_render(src, len, NULL, &secs);
-    bool ok = !out && strstr(nl_last_error(), want) && !strncmp(nl_last_error(), "bomb.jinja:", 11) && secs < 1.0;
+    bool ok = !out && strstr(nl_last_error(), want) && !strncmp(nl_last_error(), "bomb.jinja:", 11) && secs < 2.0;
     if (!ok)
-        fprintf(stderr, "test_jinja.c:%d: bomb %.60s...: want error [%s] within 1 s, got [%s] after %.3f s\n", line, src, want,
+        fprintf(stderr, "test_jinja.c:%d: bomb %.60s...: want error [%s] within 2 s, got [%s] after %.3f s\n", line, src, want,
                 out ? "(rendered)" : nl_last_error(), secs);
     CHECK(ok);
     free(out);
@@ -315,8 +315,8 @@ static void budget(void) {
     expect_bomb(src, len, "needs more than 8.0 MiB", __LINE__);
     out = timed_render(src, len, &big, &secs);
     CHECK(out && !strcmp(out, "199999"));
-    if (!out || secs >= 1.0) fprintf(stderr, "200k sets: %s after %.3f s\n", out ? out : nl_last_error(), secs);
-    CHECK(secs < 1.0);
+    if (!out || secs >= 2.0) fprintf(stderr, "200k sets: %s after %.3f s\n", out ? out : nl_last_error(), secs);
+    CHECK(secs < 2.0);
     free(out);
     free(src);
     /* 100k nested parentheses / brackets / nots (6.2 s before: the line of each token was counted
@@ -337,7 +337,7 @@ static void budget(void) {
     /* 200k lines of text and tags: lexed and parsed in linear time */
     src = repeat("", "line {{ 1 }}\n", 200000, "", &len);
     out = timed_render(src, len, &big, &secs);
-    CHECK(out && strlen(out) == 200000 * 7 - 1 && secs < 1.0);
+    CHECK(out && strlen(out) == 200000 * 7 - 1 && secs < 2.0);
     free(out);
     free(src);
     /* a 100k-character string literal after 100k lines: sized by its quotes, not by the rest */

@@ -86,7 +86,7 @@ int main(void) {
     const char *c4[] = {NL_CLI, "train", "--model", loop, "--data", data, "--out", out, "--steps", "1", NULL};
     expect_cmd("train loop bomb", c4, 1, want, NULL, 10);
     snprintf(want, sizeof want, "%s: tokenizer.chat_template:2: the template needs more than 8.0 MiB", mem);
-    const char *c5[] = {NL_CLI, "generate", "--model", mem, "--prompt", "hi", "--n", "4", "--mem-limit-mb", "100", NULL};
+    const char *c5[] = {NL_CLI, "generate", "--model", mem, "--prompt", "hi", "--n", "4", NULL};
     expect_cmd("generate mem bomb", c5, 1, want, NULL, 10);
     const char *c6[] = {NL_CLI, "eval", "--model", mem, "--data", data, NULL};
     expect_cmd("eval mem bomb", c6, 1, want, NULL, 10);

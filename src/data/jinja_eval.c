@@ -423,7 +423,7 @@ nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
                 nl_jinja_rerr(R, n, "'in <string>' requires a string as the left operand, not %s", nl_jinja_type_name(a));
                 return NULL;
             }
-            if (nl_jb_charge(0, b->u.s.n / 64 * (a->u.s.n / 64 + 1))) return NULL;
+            if (nl_jb_charge(0, b->u.s.n / 8 * (a->u.s.n / 64 + 1))) return NULL; /* a memcmp a byte */
             r = a->u.s.n == 0;
             for (size_t i = 0; !r && a->u.s.n <= b->u.s.n && i <= b->u.s.n - a->u.s.n; i++)
                 r = memcmp(b->u.s.s + i, a->u.s.s, a->u.s.n) == 0;
