@@ -1,12 +1,13 @@
 /* bench_gdn: one GDN layer at the qwen35-0.8b shape (Hk = Hv = 16, dk = dv = 128, K = 4),
  * T = 512 tokens (or argv[1]): ms for the forward, the training forward (with checkpoints)
  * and the backward, best of N runs (argv[2], default 3), on argv[3] threads (default 1; the
- * results are the same bits on any number), at the SIMD level argv[4] (nl_gdn_set_simd's: 0
- * portable, 2 AVX2 at most, 3 the best the CPU has, the default; the same bits at every level).
+ * results are the same bits on any number), on the kernel set argv[4] (cpu/kernels.h's table:
+ * scalar, avx2, avx512 or auto, the best the CPU has, the default; the same bits on every one).
  * Not a test. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cpu/kernels.h"
 #include "nn/gdn.h"
 #include "util/pool.h"
 #include "util/util.h"
@@ -27,12 +28,12 @@ static float *rnd(size_t n, float lo, float hi) {
 
 int main(int argc, char **argv) {
     int T = argc > 1 ? atoi(argv[1]) : 512, reps = argc > 2 ? atoi(argv[2]) : 3, nth = argc > 3 ? atoi(argv[3]) : 1;
-    int level = argc > 4 ? atoi(argv[4]) : 3;
-    if (T < 1 || reps < 1 || nth < 1 || (level != 0 && level != 2 && level != 3)) {
-        fprintf(stderr, "usage: bench_gdn [T] [reps] [threads] [simd level: 0, 2 or 3]\n");
+    const char *level = argc > 4 ? argv[4] : "auto";
+    if (T < 1 || reps < 1 || nth < 1 || nl_cpu_use(level) != 0) {
+        fprintf(stderr, "usage: bench_gdn [T] [reps] [threads] [kernel set: scalar, avx2, avx512 or auto]\n%s\n",
+                nl_last_error());
         return 1;
     }
-    nl_gdn_set_simd(level);
     nl_pool *pool = nth > 1 ? nl_pool_new(nth) : NULL;
     if (nth > 1 && !pool) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
     nl_gdn_shape s = {.Hk = 16, .Hv = 16, .dk = 128, .dv = 128, .K = 4, .eps = 1e-6f, .kv_tiled = 1};
@@ -63,7 +64,7 @@ int main(int argc, char **argv) {
     /* recurrence flops per token and head: forward 2 passes x 2 FMA x dk*dv */
     double gf = 8.0 * T * s.Hv * s.dk * s.dv * 1e-9;
     printf("gdn qwen35-0.8b shape (Hk=Hv=16, dk=dv=128, K=4), T=%d, best of %d, %d thread%s, %s kernels\n", T, reps, nth,
-           nth > 1 ? "s" : "", nl_gdn_simd() == 3 ? "AVX-512" : nl_gdn_simd() == 2 ? "AVX2" : "portable");
+           nth > 1 ? "s" : "", nl_cpu_kernels()->name);
     printf("  forward        %8.1f ms  (%.2f GFLOP/s on the recurrence)\n", best[0] * 1e3, gf / best[0]);
     printf("  forward_train  %8.1f ms\n", best[1] * 1e3);
     printf("  backward       %8.1f ms  (%.2fx forward)\n", best[2] * 1e3, best[2] / best[0]);

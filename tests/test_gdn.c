@@ -7,6 +7,7 @@
  *   streaming:          exactly equal (same per-token arithmetic in every split)
  *   backward:           |g - g_fd| <= 1e-4 * max(1, max|g_fd| of that input) + 1e-4 * |g_fd|
  *                       (central differences on the double reference, h = 1e-5) */
+#include "cpu/kernels.h"
 #include "nn/gdn.h"
 
 #include "test.h"
@@ -497,24 +498,27 @@ static void test_errors(void) {
 /* ---------------- (e) the SIMD kernels against the portable ones ---------------- */
 
 /* Forward (zero start and a random past state, streamed in two pieces), training forward and
- * backward at each SIMD level (portable; AVX2, forced with nl_gdn_set_simd(2) also on an
- * AVX-512 CPU; AVX-512): the same bits. Shapes with dv >= 64 (the AVX-512 column blocks; the
+ * backward at each kernel set of the table (portable; AVX2, forced with nl_cpu_use("avx2") also
+ * on an AVX-512 CPU; the best, AVX-512): the same bits. Shapes with dv >= 64 (the AVX-512 column blocks; the
  * AVX2 step's are 32), column tails (dv = 70, 21; dk = 33, 17, 13, 9: the products' 16- and
  * 8-column blocks and the portable rest), odd dk, several 16-token chunks and T not a multiple
  * of 16, both head mappings; also the float64 reference at those shapes (with the past state). */
+/* the kernel set `name` in use from now on (the portable one where this CPU lacks it): its name */
+static const char *use_level(const char *name) {
+    if (nl_cpu_use(name) != 0) CHECK(nl_cpu_use("scalar") == 0);
+    return nl_cpu_kernels()->name;
+}
+
 static void test_simd_same_bits(void) {
     int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {1, 2, 17, 128, 3, 0, 50}, {1, 1, 9, 64, 4, 1, 16},
                        {2, 2, 128, 128, 4, 1, 40}, {2, 4, 13, 21, 4, 0, 47}};
-    const int levels[3] = {0, 2, 3}; /* nl_gdn_set_simd's: portable, AVX2 at most, the best */
-    int got[3];
-    for (int m = 0; m < 3; m++) {
-        nl_gdn_set_simd(levels[m]);
-        got[m] = nl_gdn_simd();
-    }
-    nl_gdn_set_simd(1);
-    CHECK(got[0] == 0 && got[1] <= 2 && got[2] >= got[1]);
-    if (got[1] != 2) printf("note: no AVX2 kernels on this CPU; that level runs the portable ones\n");
-    if (got[2] != 3) printf("note: no AVX-512 kernels on this CPU; that level runs %s\n", got[2] ? "AVX2" : "portable");
+    const char *levels[3] = {"scalar", "avx2", "auto"}; /* the rows of cpu/kernels.h's table */
+    const char *got[3];
+    for (int m = 0; m < 3; m++) got[m] = use_level(levels[m]);
+    CHECK(nl_cpu_use(NULL) == 0);
+    CHECK(!strcmp(got[0], "scalar") && nl_cpu_kernels()->gdn_step == NULL);
+    if (strcmp(got[1], "avx2")) printf("note: no AVX2 kernels on this CPU; that level runs the portable ones\n");
+    printf("note: the best kernel set here: %s\n", got[2]);
     for (int si = 0; si < 5; si++) {
         int *p = shapes[si], Hv = p[1], dk = p[2], dv = p[3], K = p[4], T = p[6];
         fix F;
@@ -531,8 +535,7 @@ static void test_simd_same_bits(void) {
         for (size_t i = 0; i < ny; i++) dy[i] = (float)nl_t_rand();
         float *out[3][9];
         for (int m = 0; m < 3; m++) {
-            nl_gdn_set_simd(levels[m]);
-            CHECK(nl_gdn_simd() == got[m]);
+            CHECK(!strcmp(use_level(levels[m]), got[m]));
             float *y = malloc(sizeof(float) * ny), *ys = malloc(sizeof(float) * ny), *yt = malloc(sizeof(float) * ny);
             float *hist = malloc(sizeof(float) * nh), *S = malloc(sizeof(float) * nS);
             memcpy(hist, hist0, sizeof(float) * nh);
@@ -548,7 +551,7 @@ static void test_simd_same_bits(void) {
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
             CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
             CHECK(c && nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
-            CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d level %d: training forward differs", si, got[m]);
+            CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d level %s: training forward differs", si, got[m]);
             nl_gdn_cache_free(c);
             float *o[9] = {y, ys, S, hist, gm, gz, gb, ga, yt};
             memcpy(out[m], o, sizeof o);
@@ -564,13 +567,13 @@ static void test_simd_same_bits(void) {
                 free(yr);
             }
         }
-        nl_gdn_set_simd(1);
+        CHECK(nl_cpu_use(NULL) == 0);
         size_t len[9] = {ny, ny, nS, nh, nm, ny, ng, ng, ny};
         const char *name[9] = {"y", "y (past state)", "S", "conv history", "dmixed", "dz", "db", "da", "y (train)"};
         for (int m = 1; m < 3; m++)
             for (int v = 0; v < 9; v++)
                 CHECKF(memcmp(out[0][v], out[m][v], sizeof(float) * len[v]) == 0,
-                       "shape %d: %s differs between level %d and portable", si, name[v], got[m]);
+                       "shape %d: %s differs between level %s and portable", si, name[v], got[m]);
         for (int m = 0; m < 3; m++)
             for (int v = 0; v < 9; v++) free(out[m][v]);
         free(hist0); free(S0); free(dh); free(dS); free(dy);

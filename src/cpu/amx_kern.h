@@ -2,7 +2,7 @@
  * TILE_* macros as the real instructions, amx_emu.c as the emulator's functions. Before
  * including, define:
  *   AMX_FN(name)        the function name for this build
- *   AMX_ATTR            function attributes (the target for the real build)
+ *   AMX_ATTR            function attributes (none: kernels_amx.c has the AMX flags as a file)
  *   TILE_LOADCONFIG(p)  TILE_RELEASE()  TILE_ZERO(t)  TILE_LOAD(t, p, stride)
  *   TILE_STORE(t, p, stride)  TILE_DP(c, a, b)      (TDPBF16PS c += a·b)
  * Tiles: 0-3 the 2×2 FP32 accumulators C(i,j) = tile 2i+j, 4-5 the A tiles, 6-7 the B tiles;

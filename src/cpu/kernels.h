@@ -1,9 +1,17 @@
-/* cpu/kernels: the CPU kernel sets the `host` backend runs (docs/design.md §2); its knobs are
- * proj/host.h.
+/* cpu/kernels: the kernel table, one row per ISA level (docs/design.md §2, docs/architecture.md
+ * "Adding an ISA"): kernels_scalar.c, kernels_avx2.c, kernels_avx512.c (x86-64) and
+ * kernels_neon.c (aarch64), each defining one nl_host_kernels; dispatch.c, the one dispatcher,
+ * lists them and picks the best this CPU runs (nl_cpu_kernels). Every GEMM-shaped kernel of the
+ * library is an entry of the row: the `host` backend's (its knobs: proj/host.h) and the nodes'
+ * (cpu/gemm.c's small GEMM, cpu/gemm_bf16.h's attention pieces, nn/gdn.c's chunk products).
  *
- * The internal contract between host.c (tiling, packing, threads) and one kernel
- * set per instruction set: kernels_scalar.c, kernels_avx2.c, kernels_avx512.c (x86-64, built
- * with their -m flags and chosen at run time from cpuid) and kernels_neon.c (aarch64).
+ * One ISA mechanism: a file of src/cpu/ whose name ends in _<isa>.c (kernels_avx2.c,
+ * gemm_avx2.c, gdn_avx512.c, kernels_amx.c, ...) is built with that ISA's flags and only on
+ * its architecture (CMakeLists.txt); no other file carries ISA flags or target attributes (the
+ * element-wise nodes' target_clones, cpu/vecmath.h's NL_CLONES, aside). Its functions run only
+ * through a row the dispatcher hands out where the CPU has the ISA.
+ *
+ * The host backend's contract between host.c (tiling, packing, threads) and a row:
  *
  * How a projection runs (W is N×K row-major and is never transposed or copied whole):
  *   FWD  Y[T][N] = X[T][K]·Wᵀ   output panels of NL_HOST_NP columns n, reduction chunks of
@@ -77,16 +85,89 @@ typedef struct nl_host_kernels {
      * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
     void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,
                       int64_t ldc, int ncols, int accumulate);
+
+    /* ---- the nodes' kernels (NULL: the node's portable form, the same contract) ---------- */
+    /* cpu/gemm.c's small GEMM: C[M][N] (=|+=) Σ_k A[i·a_rs + k·a_cs] · B[k][N], each element one
+     * FMA chain over k ascending from 0 or from C (vecmath.h: nl_gemm); and nl_dot_rows. */
+    void (*gemm_nn)(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                    int N, int K, int accumulate);
+    void (*dot_rows)(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
+    /* the attention's BF16 pieces (cpu/gemm_bf16.h; used only where the CPU has AVX512_BF16) */
+    const struct nl_bf16_kernels *bf16;
+    /* nn/gdn.c: the state step on gdn_step_cols columns (cpu/gdn_simd.h); the chunk products
+     * (returns the columns it did, the node does the rest); the 8×8-block transpose (the node
+     * does the edges); SiLU and its derivative (returns the elements it did). The same bits as
+     * the node's portable forms at every level. */
+    int gdn_step_cols;
+    void (*gdn_step)(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
+                     float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
+    int (*gdn_mm)(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
+                  size_t ldc, int acc);
+    void (*gdn_transpose8)(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
+    int (*gdn_silu_d)(float *y, float *d, const float *x, int n);
 } nl_host_kernels;
 
 extern const nl_host_kernels nl_host_kernels_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_host_kernels nl_host_kernels_avx2;
 extern const nl_host_kernels nl_host_kernels_avx512;
+/* the entries the rows share or take from the ISA's other files (gemm_avx2.c, gdn_avx*.c) */
+void nl_gemm_nn_avx2(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                     int N, int K, int accumulate);
+void nl_dot_rows_avx2(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
+void nl_gdn_step32_avx2(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
+                        float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
+void nl_gdn_step64_avx512(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
+                          float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
+int nl_gdn_mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
+                   size_t ldc, int acc);
+int nl_gdn_mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
+                     float *C, size_t ldc, int acc);
+void nl_gdn_transpose8_avx2(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
+int nl_gdn_silu_d_avx2(float *y, float *d, const float *x, int n);
+int nl_gdn_silu_d_avx512(float *y, float *d, const float *x, int n);
 #endif
 #if defined(__aarch64__)
 extern const nl_host_kernels nl_host_kernels_neon;
+void nl_gemm_nn_neon(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                     int N, int K, int accumulate);
+void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
 #endif
+
+/* ---- the dispatcher (dispatch.c) ------------------------------------------------------- */
+/* The row in use: the best this CPU runs (the first of dispatch.c's list whose ISA it has)
+ * unless nl_cpu_use chose another. The nodes call through it; the host backend's "auto". */
+const nl_host_kernels *nl_cpu_kernels(void);
+/* The row named `name` ("scalar", "avx2", "avx512", "neon"; "auto" = the best) if this CPU runs
+ * it, else NULL. */
+const nl_host_kernels *nl_cpu_kernels_find(const char *name);
+/* Make the row named `name` (NULL = "auto") the one in use for every later nl_cpu_kernels
+ * (tests and benchmarks compare the levels): 0, or -1 + nl_err when this CPU lacks it. */
+int nl_cpu_use(const char *name);
+
+/* The f32 panel walk every row with a 6-row micro-kernel shares: 16-column strips of the packed
+ * panel, MR = 6 rows at a time, the last 1..5 rows through the same micro-kernel with a constant
+ * row count (so each is specialised). ukr(mr, kc, A, lda, B, C, ldc, ncols, accumulate). */
+#define NL_HOST_GEMM_F32_6ROWS(name, ukr)                                                                         \
+    static void name(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,  \
+                     int accumulate) {                                                                              \
+        for (int s = 0; s < NL_HOST_NP / 16 && 16 * s < ncols; s++) {                                              \
+            const float *b = B + 16 * s;                                                                            \
+            const int nc = ncols - 16 * s;                                                                          \
+            int i = 0;                                                                                              \
+            for (; i + 6 <= m; i += 6) ukr(6, kc, A + i * lda, lda, b, C + i * ldc + 16 * s, ldc, nc, accumulate);  \
+            const float *a = A + i * lda;                                                                           \
+            float *c = C + i * ldc + 16 * s;                                                                        \
+            switch (m - i) {                                                                                        \
+            case 1: ukr(1, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
+            case 2: ukr(2, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
+            case 3: ukr(3, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
+            case 4: ukr(4, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
+            case 5: ukr(5, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
+            default: break;                                                                                         \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
 
 /* Shared scalar helpers (kernels_scalar.c). */
 float nl_host_f16_to_f32(uint16_t h);

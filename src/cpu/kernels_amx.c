@@ -1,6 +1,7 @@
 /* cpu/kernels_amx: the tile kernel (amx_kern.h) on the real AMX instructions, and the
- * availability check. The file needs no global -mamx-* flag: the kernel's functions carry the
- * target attribute, and host.c calls them only after nl_amx_available() said yes (CPUID and
+ * availability check. Built with -mamx-tile -mamx-bf16 (the file's name: cpu/kernels.h's one ISA
+ * mechanism); only the real_* functions hold tile instructions (tests/amx_code.sh), and host.c
+ * calls them only after nl_amx_available() said yes (CPUID and
  * the OS tile state from util/cpu, then the Linux permission: docs/amx.md). NL_HAVE_AMX is
  * defined by the build where the compiler knows the AMX target (x86-64, gcc >= 11 / clang >= 12). */
 #include <pthread.h>
@@ -21,7 +22,7 @@
 #define XFEATURE_XTILEDATA 18
 
 #define AMX_FN(name) real_##name
-#define AMX_ATTR __attribute__((target("amx-tile,amx-bf16")))
+#define AMX_ATTR
 /* gcc 12's intrinsics declare no memory read for ldtilecfg beyond 8 bytes, none at all for
  * tileloadd: the compiler barrier before each makes every earlier store (the packed operands,
  * the C block) reach memory first, whatever inlining or link-time optimisation does */

@@ -1,5 +1,5 @@
 /* cpu/kernels_avx2: AVX2 + FMA + F16C kernel set (f32 compute only). Built with -mavx2 -mfma
- * -mf16c; host.c only calls in after cpuid says so. 16 ymm registers: 6 rows of T × 2 vectors
+ * -mf16c; the dispatcher (dispatch.c) hands it out only after cpuid says so. 16 ymm registers: 6 rows of T × 2 vectors
  * (16 columns) of accumulators, four such strips per 64-column panel. */
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -121,25 +121,7 @@ AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, f
     }
 }
 
-static void y_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
-                       int64_t ldc, int ncols, int accumulate) {
-    for (int s = 0; s < NL_HOST_NP / 16 && 16 * s < ncols; s++) {
-        const float *b = B + 16 * s;
-        const int nc = ncols - 16 * s;
-        int i = 0;
-        for (; i + MR <= m; i += MR) ukr(MR, kc, A + i * lda, lda, b, C + i * ldc + 16 * s, ldc, nc, accumulate);
-        const float *a = A + i * lda;
-        float *c = C + i * ldc + 16 * s;
-        switch (m - i) {
-        case 1: ukr(1, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 2: ukr(2, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 3: ukr(3, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 4: ukr(4, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 5: ukr(5, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        default: break;
-        }
-    }
-}
+NL_HOST_GEMM_F32_6ROWS(y_gemm_f32, ukr)
 
 const nl_host_kernels nl_host_kernels_avx2 = {
     .name = "avx2",
@@ -149,5 +131,12 @@ const nl_host_kernels nl_host_kernels_avx2 = {
     .gemm_f32 = y_gemm_f32,
     .transpose32 = y_transpose32,
     .dq_q5_0 = y_dq_q5_0,
+    .gemm_nn = nl_gemm_nn_avx2,
+    .dot_rows = nl_dot_rows_avx2,
+    .gdn_step_cols = 32,
+    .gdn_step = nl_gdn_step32_avx2,
+    .gdn_mm = nl_gdn_mm_avx2,
+    .gdn_transpose8 = nl_gdn_transpose8_avx2,
+    .gdn_silu_d = nl_gdn_silu_d_avx2,
 };
 #endif

@@ -1,12 +1,13 @@
 /* cpu/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
- * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; host.c only
- * calls in after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
+ * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; the dispatcher
+ * (dispatch.c) hands it out only after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
  * FP32 accumulators for gemm_f32 and gemm_bf16; 6 × 2 vectors (+ 6 × 2 per-block partial
  * sums) for gemm_bf16_fwd. */
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/gemm_bf16.h"
 #include "cpu/kernels.h"
 
 #define MR 6
@@ -362,5 +363,15 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .q8_0_to_bf16 = z_q8_0_to_bf16,
     .q8_0_pairs_to_bf16 = z_q8_0_pairs_to_bf16,
     .dq_q5_0 = z_dq_q5_0,
+    /* the nodes: the AVX2 + FMA small GEMM (its 6×16 tiles are the faster at the nodes' shapes),
+     * the BF16 attention pieces, the GDN kernels on 64 columns */
+    .gemm_nn = nl_gemm_nn_avx2,
+    .dot_rows = nl_dot_rows_avx2,
+    .bf16 = &nl_cpu_bf16_avx512,
+    .gdn_step_cols = 64,
+    .gdn_step = nl_gdn_step64_avx512,
+    .gdn_mm = nl_gdn_mm_avx512,
+    .gdn_transpose8 = nl_gdn_transpose8_avx2,
+    .gdn_silu_d = nl_gdn_silu_d_avx512,
 };
 #endif

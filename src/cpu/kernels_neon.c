@@ -74,25 +74,7 @@ AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, f
     }
 }
 
-static void n_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
-                       int64_t ldc, int ncols, int accumulate) {
-    for (int s = 0; s < NL_HOST_NP / 16 && 16 * s < ncols; s++) {
-        const float *b = B + 16 * s;
-        const int nc = ncols - 16 * s;
-        int i = 0;
-        for (; i + MR <= m; i += MR) ukr(MR, kc, A + i * lda, lda, b, C + i * ldc + 16 * s, ldc, nc, accumulate);
-        const float *a = A + i * lda;
-        float *c = C + i * ldc + 16 * s;
-        switch (m - i) {
-        case 1: ukr(1, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 2: ukr(2, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 3: ukr(3, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 4: ukr(4, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        case 5: ukr(5, kc, a, lda, b, c, ldc, nc, accumulate); break;
-        default: break;
-        }
-    }
-}
+NL_HOST_GEMM_F32_6ROWS(n_gemm_f32, ukr)
 
 const nl_host_kernels nl_host_kernels_neon = {
     .name = "neon",
@@ -100,6 +82,8 @@ const nl_host_kernels nl_host_kernels_neon = {
     .dq_f16 = n_dq_f16,
     .dq_q8_0 = n_dq_q8_0,
     .gemm_f32 = n_gemm_f32,
+    .gemm_nn = nl_gemm_nn_neon,
+    .dot_rows = nl_dot_rows_neon,
 };
 #else
 typedef int nl_kernels_neon_empty; /* ISO C: a translation unit must not be empty */

@@ -18,15 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/cpu.h"
+#include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "util/pool.h"
 #include "util/util.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define GDN_X86 1
-#endif
 
 #define CH NL_GDN_CHUNK
 /* Width of the state column blocks the forward recurrence runs on (see gdn_step). */
@@ -218,120 +213,17 @@ static void step_c(float *S, const float *S_prev, size_t ld, const float *k, con
     for (int c = 0; c < n; c++) o[c] *= scale;
 }
 
-#ifdef GDN_X86
-/* step_c on four vectors of columns (64 with AVX-512, 32 with AVX2), p and o held in four
- * registers each: the same multiplies and adds in the same order as step_c (separate, no FMA),
- * so the same bits. One body for both: B is the vector width in bits (the intrinsics' _mmB_
- * prefix, the type __mB), L the floats in a vector. */
-#define GDN_V(B, op) _mm##B##_##op
-#define GDN_STEP4(name, isa, B, L)                                                                                   \
-    __attribute__((target(isa))) static void name(float *S, const float *S_prev, size_t ld, const float *k,          \
-                                                  const float *v, const float *q, float alpha, float beta,           \
-                                                  float scale, int dk, float *restrict u, float *r_out,              \
-                                                  float *restrict o) {                                               \
-        const __m##B va = GDN_V(B, set1_ps)(alpha);                                                                  \
-        __m##B p0 = GDN_V(B, setzero_ps)(), p1 = p0, p2 = p0, p3 = p0;                                               \
-        for (int i = 0; i < dk; i++) {                                                                               \
-            const float *sp = S_prev + (size_t)i * ld;                                                               \
-            float *sd = S + (size_t)i * ld;                                                                          \
-            const __m##B kk = GDN_V(B, set1_ps)(k[i]);                                                               \
-            const __m##B x0 = GDN_V(B, mul_ps)(va, GDN_V(B, loadu_ps)(sp));                                          \
-            const __m##B x1 = GDN_V(B, mul_ps)(va, GDN_V(B, loadu_ps)(sp + L));                                      \
-            const __m##B x2 = GDN_V(B, mul_ps)(va, GDN_V(B, loadu_ps)(sp + 2 * L));                                  \
-            const __m##B x3 = GDN_V(B, mul_ps)(va, GDN_V(B, loadu_ps)(sp + 3 * L));                                  \
-            GDN_V(B, storeu_ps)(sd, x0);                                                                             \
-            GDN_V(B, storeu_ps)(sd + L, x1);                                                                         \
-            GDN_V(B, storeu_ps)(sd + 2 * L, x2);                                                                     \
-            GDN_V(B, storeu_ps)(sd + 3 * L, x3);                                                                     \
-            p0 = GDN_V(B, add_ps)(p0, GDN_V(B, mul_ps)(kk, x0));                                                     \
-            p1 = GDN_V(B, add_ps)(p1, GDN_V(B, mul_ps)(kk, x1));                                                     \
-            p2 = GDN_V(B, add_ps)(p2, GDN_V(B, mul_ps)(kk, x2));                                                     \
-            p3 = GDN_V(B, add_ps)(p3, GDN_V(B, mul_ps)(kk, x3));                                                     \
-        }                                                                                                            \
-        const __m##B vb = GDN_V(B, set1_ps)(beta);                                                                   \
-        const __m##B r0 = GDN_V(B, sub_ps)(GDN_V(B, loadu_ps)(v), p0);                                               \
-        const __m##B r1 = GDN_V(B, sub_ps)(GDN_V(B, loadu_ps)(v + L), p1);                                           \
-        const __m##B r2 = GDN_V(B, sub_ps)(GDN_V(B, loadu_ps)(v + 2 * L), p2);                                       \
-        const __m##B r3 = GDN_V(B, sub_ps)(GDN_V(B, loadu_ps)(v + 3 * L), p3);                                       \
-        if (r_out) {                                                                                                 \
-            GDN_V(B, storeu_ps)(r_out, r0);                                                                          \
-            GDN_V(B, storeu_ps)(r_out + L, r1);                                                                      \
-            GDN_V(B, storeu_ps)(r_out + 2 * L, r2);                                                                  \
-            GDN_V(B, storeu_ps)(r_out + 3 * L, r3);                                                                  \
-        }                                                                                                            \
-        const __m##B u0 = GDN_V(B, mul_ps)(vb, r0), u1 = GDN_V(B, mul_ps)(vb, r1);                                   \
-        const __m##B u2 = GDN_V(B, mul_ps)(vb, r2), u3 = GDN_V(B, mul_ps)(vb, r3);                                   \
-        GDN_V(B, storeu_ps)(u, u0);                                                                                  \
-        GDN_V(B, storeu_ps)(u + L, u1);                                                                              \
-        GDN_V(B, storeu_ps)(u + 2 * L, u2);                                                                          \
-        GDN_V(B, storeu_ps)(u + 3 * L, u3);                                                                          \
-        __m##B o0 = GDN_V(B, setzero_ps)(), o1 = o0, o2 = o0, o3 = o0;                                               \
-        for (int i = 0; i < dk; i++) {                                                                               \
-            float *sd = S + (size_t)i * ld;                                                                          \
-            const __m##B kk = GDN_V(B, set1_ps)(k[i]), qq = GDN_V(B, set1_ps)(q[i]);                                 \
-            const __m##B x0 = GDN_V(B, add_ps)(GDN_V(B, loadu_ps)(sd), GDN_V(B, mul_ps)(kk, u0));                    \
-            const __m##B x1 = GDN_V(B, add_ps)(GDN_V(B, loadu_ps)(sd + L), GDN_V(B, mul_ps)(kk, u1));                \
-            const __m##B x2 = GDN_V(B, add_ps)(GDN_V(B, loadu_ps)(sd + 2 * L), GDN_V(B, mul_ps)(kk, u2));            \
-            const __m##B x3 = GDN_V(B, add_ps)(GDN_V(B, loadu_ps)(sd + 3 * L), GDN_V(B, mul_ps)(kk, u3));            \
-            GDN_V(B, storeu_ps)(sd, x0);                                                                             \
-            GDN_V(B, storeu_ps)(sd + L, x1);                                                                         \
-            GDN_V(B, storeu_ps)(sd + 2 * L, x2);                                                                     \
-            GDN_V(B, storeu_ps)(sd + 3 * L, x3);                                                                     \
-            o0 = GDN_V(B, add_ps)(o0, GDN_V(B, mul_ps)(qq, x0));                                                     \
-            o1 = GDN_V(B, add_ps)(o1, GDN_V(B, mul_ps)(qq, x1));                                                     \
-            o2 = GDN_V(B, add_ps)(o2, GDN_V(B, mul_ps)(qq, x2));                                                     \
-            o3 = GDN_V(B, add_ps)(o3, GDN_V(B, mul_ps)(qq, x3));                                                     \
-        }                                                                                                            \
-        const __m##B vs = GDN_V(B, set1_ps)(scale);                                                                  \
-        GDN_V(B, storeu_ps)(o, GDN_V(B, mul_ps)(o0, vs));                                                            \
-        GDN_V(B, storeu_ps)(o + L, GDN_V(B, mul_ps)(o1, vs));                                                        \
-        GDN_V(B, storeu_ps)(o + 2 * L, GDN_V(B, mul_ps)(o2, vs));                                                    \
-        GDN_V(B, storeu_ps)(o + 3 * L, GDN_V(B, mul_ps)(o3, vs));                                                    \
-    }
-GDN_STEP4(step64_avx512, "avx512f", 512, 16)
-/* (AVX2 has 16 registers: four vectors of p/o and of u leave room; eight would not) */
-GDN_STEP4(step32_avx2, "avx2", 256, 8)
-#endif
 
-/* The SIMD level the kernels run at: GDN_PORTABLE, GDN_L_AVX2 (x86-64 with AVX2, no FMA used) or
- * GDN_L_AVX512 (AVX-512 F); every level gives the same bits. nl_gdn_set_simd caps it (tests
- * compare the levels): 0 portable, 2 at most AVX2, anything else the best the CPU has. */
-enum { GDN_PORTABLE = 0, GDN_L_AVX2 = 2, GDN_L_AVX512 = 3 };
-static int simd_cap = GDN_L_AVX512;
-void nl_gdn_set_simd(int level) {
-    const int cap = level == 0 ? GDN_PORTABLE : level == 2 ? GDN_L_AVX2 : GDN_L_AVX512;
-    __atomic_store_n(&simd_cap, cap, __ATOMIC_RELAXED);
-}
-
-static int simd_level(void) {
-#ifdef GDN_X86
-    const int cap = __atomic_load_n(&simd_cap, __ATOMIC_RELAXED);
-    if (cap >= GDN_L_AVX512 && nl_cpu_has(NL_CPU_AVX512)) return GDN_L_AVX512;
-    if (cap >= GDN_L_AVX2 && nl_cpu_has(NL_CPU_AVX2)) return GDN_L_AVX2;
-#endif
-    return GDN_PORTABLE;
-}
-
-int nl_gdn_simd(void) { return simd_level(); }
-
-/* step_c over n columns, in blocks of 64 on the AVX-512 step or of 32 on the AVX2 one (the
- * rest portable). */
-static void gdn_step(int lv, float *S, const float *S_prev, size_t ld, const float *k, const float *v,
-                     const float *q, float alpha, float beta, float scale, int dk, int n,
+/* step_c over n columns, in blocks of the kernel set's gdn_step (64 columns on AVX-512, 32 on
+ * AVX2: cpu/gdn_simd.h), the rest portable. */
+static void gdn_step(const nl_host_kernels *ks, float *S, const float *S_prev, size_t ld, const float *k,
+                     const float *v, const float *q, float alpha, float beta, float scale, int dk, int n,
                      float *restrict p, float *restrict u, float *r_out, float *restrict o) {
     int c0 = 0;
-#ifdef GDN_X86
-    if (lv == GDN_L_AVX512)
-        for (; c0 + 64 <= n; c0 += 64)
-            step64_avx512(S + c0, S_prev + c0, ld, k, v + c0, q, alpha, beta, scale, dk, u + c0,
-                          r_out ? r_out + c0 : NULL, o + c0);
-    if (lv == GDN_L_AVX2)
-        for (; c0 + 32 <= n; c0 += 32)
-            step32_avx2(S + c0, S_prev + c0, ld, k, v + c0, q, alpha, beta, scale, dk, u + c0,
-                        r_out ? r_out + c0 : NULL, o + c0);
-#else
-    (void)lv;
-#endif
+    if (ks->gdn_step)
+        for (const int w = ks->gdn_step_cols; c0 + w <= n; c0 += w)
+            ks->gdn_step(S + c0, S_prev + c0, ld, k, v + c0, q, alpha, beta, scale, dk, u + c0,
+                         r_out ? r_out + c0 : NULL, o + c0);
     if (c0 < n)
         step_c(S + c0, S_prev + c0, ld, k, v + c0, q, alpha, beta, scale, dk, n - c0, p, u + c0,
                r_out ? r_out + c0 : NULL, o + c0);
@@ -382,7 +274,8 @@ typedef struct {
     const nl_gdn_weights *w;
     float *y, *xs, *Sstate, *ck, *scratch;
     const float *cpre, *z, *beta, *g;
-    int T, lv;
+    int T;
+    const nl_host_kernels *ks; /* the kernel set (nl_cpu_kernels) */
 } fwd_job;
 
 /* q̂, k̂, silu(v) of the job's rows (xs may equal cpre: elementwise per head segment). */
@@ -427,7 +320,7 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
                 }
                 size_t gi = (size_t)t * Hv + j;
                 float *o = J->y + (size_t)t * Hv * dv + (size_t)j * dv + c0;
-                gdn_step(J->lv, S + c0, S + c0, (size_t)dv, row + Hk * dk + (size_t)kh * dk,
+                gdn_step(J->ks, S + c0, S + c0, (size_t)dv, row + Hk * dk + (size_t)kh * dk,
                          row + 2 * Hk * dk + (size_t)j * dv + c0, row + (size_t)kh * dk, expf(J->g[gi]),
                          J->beta[gi], scale, dk, n, p, u, NULL, o);
             }
@@ -449,7 +342,7 @@ static int forward_core(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weigh
     float *scratch = nl_malloc(sizeof(float) * (size_t)nh * ((size_t)s->dk * s->dv + 3 * (size_t)s->dv));
     if (!scratch) return -1;
     fwd_job J = {.s = s, .w = w, .y = y, .xs = xs, .Sstate = Sstate, .ck = ck, .scratch = scratch, .cpre = cpre,
-                 .z = z, .beta = beta, .g = g, .T = T, .lv = simd_level()};
+                 .z = z, .beta = beta, .g = g, .T = T, .ks = nl_cpu_kernels()};
     run_tasks(pool, nr, fwd_rows_task, &J);
     run_tasks(pool, nh, fwd_heads_task, &J);
     free(scratch);
@@ -644,190 +537,12 @@ static void mm_c(int M, int N, int Kd, const float *A, size_t ars, size_t acs, c
     }
 }
 
-#ifdef GDN_X86
-#define GDN_AVX512 __attribute__((target("avx512f")))
-/* Register blocks: 4 or 1 rows × 4 or 1 vectors of 16 columns (masks m[v] for the columns);
- * the accumulators are named variables so that they stay in registers. */
-#define MM_LD(r, v) (acc ? _mm512_maskz_loadu_ps(m##v, Cm + (size_t)(r) * ldc + 16 * (v)) : _mm512_setzero_ps())
-#define MM_ST(r, v, x) _mm512_mask_storeu_ps(Cm + (size_t)(r) * ldc + 16 * (v), m##v, x)
-#define MM_UP(x, a, b) x = _mm512_add_ps(x, _mm512_mul_ps(a, b))
-#define MM_ARGS                                                                                               \
-    int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm, size_t ldc, int acc, \
-        const __mmask16 *mk
-
-GDN_AVX512 static void mm_4x64(MM_ARGS) {
-    const __mmask16 m0 = mk[0], m1 = mk[1], m2 = mk[2], m3 = mk[3];
-    __m512 c00 = MM_LD(0, 0), c01 = MM_LD(0, 1), c02 = MM_LD(0, 2), c03 = MM_LD(0, 3);
-    __m512 c10 = MM_LD(1, 0), c11 = MM_LD(1, 1), c12 = MM_LD(1, 2), c13 = MM_LD(1, 3);
-    __m512 c20 = MM_LD(2, 0), c21 = MM_LD(2, 1), c22 = MM_LD(2, 2), c23 = MM_LD(2, 3);
-    __m512 c30 = MM_LD(3, 0), c31 = MM_LD(3, 1), c32 = MM_LD(3, 2), c33 = MM_LD(3, 3);
-    for (int l = 0; l < Kd; l++) {
-        const float *b = B + (size_t)l * ldb, *a = A + (size_t)l * acs;
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, b), b1 = _mm512_maskz_loadu_ps(m1, b + 16);
-        const __m512 b2 = _mm512_maskz_loadu_ps(m2, b + 32), b3 = _mm512_maskz_loadu_ps(m3, b + 48);
-        __m512 x = _mm512_set1_ps(a[0]);
-        MM_UP(c00, x, b0), MM_UP(c01, x, b1), MM_UP(c02, x, b2), MM_UP(c03, x, b3);
-        x = _mm512_set1_ps(a[ars]);
-        MM_UP(c10, x, b0), MM_UP(c11, x, b1), MM_UP(c12, x, b2), MM_UP(c13, x, b3);
-        x = _mm512_set1_ps(a[2 * ars]);
-        MM_UP(c20, x, b0), MM_UP(c21, x, b1), MM_UP(c22, x, b2), MM_UP(c23, x, b3);
-        x = _mm512_set1_ps(a[3 * ars]);
-        MM_UP(c30, x, b0), MM_UP(c31, x, b1), MM_UP(c32, x, b2), MM_UP(c33, x, b3);
-    }
-    MM_ST(0, 0, c00), MM_ST(0, 1, c01), MM_ST(0, 2, c02), MM_ST(0, 3, c03);
-    MM_ST(1, 0, c10), MM_ST(1, 1, c11), MM_ST(1, 2, c12), MM_ST(1, 3, c13);
-    MM_ST(2, 0, c20), MM_ST(2, 1, c21), MM_ST(2, 2, c22), MM_ST(2, 3, c23);
-    MM_ST(3, 0, c30), MM_ST(3, 1, c31), MM_ST(3, 2, c32), MM_ST(3, 3, c33);
-}
-
-GDN_AVX512 static void mm_1x64(MM_ARGS) {
-    const __mmask16 m0 = mk[0], m1 = mk[1], m2 = mk[2], m3 = mk[3];
-    __m512 c00 = MM_LD(0, 0), c01 = MM_LD(0, 1), c02 = MM_LD(0, 2), c03 = MM_LD(0, 3);
-    (void)ars;
-    for (int l = 0; l < Kd; l++) {
-        const float *b = B + (size_t)l * ldb;
-        const __m512 x = _mm512_set1_ps(A[(size_t)l * acs]);
-        MM_UP(c00, x, _mm512_maskz_loadu_ps(m0, b)), MM_UP(c01, x, _mm512_maskz_loadu_ps(m1, b + 16));
-        MM_UP(c02, x, _mm512_maskz_loadu_ps(m2, b + 32)), MM_UP(c03, x, _mm512_maskz_loadu_ps(m3, b + 48));
-    }
-    MM_ST(0, 0, c00), MM_ST(0, 1, c01), MM_ST(0, 2, c02), MM_ST(0, 3, c03);
-}
-
-GDN_AVX512 static void mm_4x16(MM_ARGS) {
-    const __mmask16 m0 = mk[0];
-    __m512 c00 = MM_LD(0, 0), c10 = MM_LD(1, 0), c20 = MM_LD(2, 0), c30 = MM_LD(3, 0);
-    for (int l = 0; l < Kd; l++) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, B + (size_t)l * ldb);
-        const float *a = A + (size_t)l * acs;
-        MM_UP(c00, _mm512_set1_ps(a[0]), b0), MM_UP(c10, _mm512_set1_ps(a[ars]), b0);
-        MM_UP(c20, _mm512_set1_ps(a[2 * ars]), b0), MM_UP(c30, _mm512_set1_ps(a[3 * ars]), b0);
-    }
-    MM_ST(0, 0, c00), MM_ST(1, 0, c10), MM_ST(2, 0, c20), MM_ST(3, 0, c30);
-}
-
-GDN_AVX512 static void mm_1x16(MM_ARGS) {
-    const __mmask16 m0 = mk[0];
-    __m512 c00 = MM_LD(0, 0);
-    (void)ars;
-    for (int l = 0; l < Kd; l++)
-        MM_UP(c00, _mm512_set1_ps(A[(size_t)l * acs]), _mm512_maskz_loadu_ps(m0, B + (size_t)l * ldb));
-    MM_ST(0, 0, c00);
-}
-
-static __mmask16 cols_mask(int w) { return w >= 16 ? (__mmask16)0xFFFF : w > 0 ? (__mmask16)((1u << w) - 1) : 0; }
-
-GDN_AVX512 static void mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B,
-                                  size_t ldb, float *Cm, size_t ldc, int acc) {
-    for (int j0 = 0; j0 < N;) {
-        int w = N - j0;
-        __mmask16 m[4];
-        if (w > 16) {
-            if (w > 64) w = 64;
-            for (int v = 0; v < 4; v++) m[v] = cols_mask(w - 16 * v);
-        } else {
-            m[0] = cols_mask(w);
-        }
-        int i = 0;
-        for (; i + 4 <= M; i += 4)
-            (w > 16 ? mm_4x64 : mm_4x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
-                                         ldc, acc, m);
-        for (; i < M; i++)
-            (w > 16 ? mm_1x64 : mm_1x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
-                                         ldc, acc, m);
-        j0 += w;
-    }
-}
-/* AVX2 (no FMA): register blocks of 4 or 1 rows × 16 or 8 columns, unmasked; the last < 8
- * columns go to mm_c (every element is summed on its own, so any split gives the same bits). */
-#define GDN_AVX2 __attribute__((target("avx2")))
-#define M2_LD(r, v) (acc ? _mm256_loadu_ps(Cm + (size_t)(r) * ldc + 8 * (v)) : _mm256_setzero_ps())
-#define M2_ST(r, v, x) _mm256_storeu_ps(Cm + (size_t)(r) * ldc + 8 * (v), x)
-#define M2_UP(x, a, b) x = _mm256_add_ps(x, _mm256_mul_ps(a, b))
-#define M2_ARGS \
-    int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm, size_t ldc, int acc
-
-GDN_AVX2 static void mm2_4x16(M2_ARGS) {
-    __m256 c00 = M2_LD(0, 0), c01 = M2_LD(0, 1), c10 = M2_LD(1, 0), c11 = M2_LD(1, 1);
-    __m256 c20 = M2_LD(2, 0), c21 = M2_LD(2, 1), c30 = M2_LD(3, 0), c31 = M2_LD(3, 1);
-    for (int l = 0; l < Kd; l++) {
-        const float *b = B + (size_t)l * ldb, *a = A + (size_t)l * acs;
-        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        __m256 x = _mm256_set1_ps(a[0]);
-        M2_UP(c00, x, b0), M2_UP(c01, x, b1);
-        x = _mm256_set1_ps(a[ars]);
-        M2_UP(c10, x, b0), M2_UP(c11, x, b1);
-        x = _mm256_set1_ps(a[2 * ars]);
-        M2_UP(c20, x, b0), M2_UP(c21, x, b1);
-        x = _mm256_set1_ps(a[3 * ars]);
-        M2_UP(c30, x, b0), M2_UP(c31, x, b1);
-    }
-    M2_ST(0, 0, c00), M2_ST(0, 1, c01), M2_ST(1, 0, c10), M2_ST(1, 1, c11);
-    M2_ST(2, 0, c20), M2_ST(2, 1, c21), M2_ST(3, 0, c30), M2_ST(3, 1, c31);
-}
-
-GDN_AVX2 static void mm2_1x16(M2_ARGS) {
-    __m256 c00 = M2_LD(0, 0), c01 = M2_LD(0, 1);
-    (void)ars;
-    for (int l = 0; l < Kd; l++) {
-        const float *b = B + (size_t)l * ldb;
-        const __m256 x = _mm256_set1_ps(A[(size_t)l * acs]);
-        M2_UP(c00, x, _mm256_loadu_ps(b)), M2_UP(c01, x, _mm256_loadu_ps(b + 8));
-    }
-    M2_ST(0, 0, c00), M2_ST(0, 1, c01);
-}
-
-GDN_AVX2 static void mm2_4x8(M2_ARGS) {
-    __m256 c00 = M2_LD(0, 0), c10 = M2_LD(1, 0), c20 = M2_LD(2, 0), c30 = M2_LD(3, 0);
-    for (int l = 0; l < Kd; l++) {
-        const __m256 b0 = _mm256_loadu_ps(B + (size_t)l * ldb);
-        const float *a = A + (size_t)l * acs;
-        M2_UP(c00, _mm256_set1_ps(a[0]), b0), M2_UP(c10, _mm256_set1_ps(a[ars]), b0);
-        M2_UP(c20, _mm256_set1_ps(a[2 * ars]), b0), M2_UP(c30, _mm256_set1_ps(a[3 * ars]), b0);
-    }
-    M2_ST(0, 0, c00), M2_ST(1, 0, c10), M2_ST(2, 0, c20), M2_ST(3, 0, c30);
-}
-
-GDN_AVX2 static void mm2_1x8(M2_ARGS) {
-    __m256 c00 = M2_LD(0, 0);
-    (void)ars;
-    for (int l = 0; l < Kd; l++)
-        M2_UP(c00, _mm256_set1_ps(A[(size_t)l * acs]), _mm256_loadu_ps(B + (size_t)l * ldb));
-    M2_ST(0, 0, c00);
-}
-
-GDN_AVX2 static void mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B,
-                             size_t ldb, float *Cm, size_t ldc, int acc) {
-    int j0 = 0;
-    while (j0 + 8 <= N) {
-        const int w = N - j0 >= 16 ? 16 : 8;
-        int i = 0;
-        for (; i + 4 <= M; i += 4)
-            (w == 16 ? mm2_4x16 : mm2_4x8)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
-                                           ldc, acc);
-        for (; i < M; i++)
-            (w == 16 ? mm2_1x16 : mm2_1x8)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
-                                           ldc, acc);
-        j0 += w;
-    }
+/* The kernel set's gdn_mm on the columns it takes (all on AVX-512, whole 8-column blocks on
+ * AVX2), mm_c on the rest. */
+static void mm(const nl_host_kernels *ks, int M, int N, int Kd, const float *A, size_t ars, size_t acs,
+               const float *B, size_t ldb, float *Cm, size_t ldc, int acc) {
+    const int j0 = ks->gdn_mm ? ks->gdn_mm(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc) : 0;
     if (j0 < N) mm_c(M, N - j0, Kd, A, ars, acs, B + j0, ldb, Cm + j0, ldc, acc);
-}
-#endif
-
-static void mm(int lv, int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
-               float *Cm, size_t ldc, int acc) {
-#ifdef GDN_X86
-    if (lv == GDN_L_AVX512) {
-        mm_avx512(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc);
-        return;
-    }
-    if (lv == GDN_L_AVX2) {
-        mm_avx2(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc);
-        return;
-    }
-#else
-    (void)lv;
-#endif
-    mm_c(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc);
 }
 
 /* dst[c][r] = src[r][c] for a rows × cols src (row strides lds, ldd); exact, so the AVX form
@@ -839,51 +554,15 @@ static void transpose_c(float *restrict dst, size_t ldd, const float *restrict s
         for (int c = c0; c < c1; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
 }
 
-#ifdef GDN_X86
-__attribute__((target("avx2"))) static void transpose_avx(float *restrict dst, size_t ldd,
-                                                              const float *restrict src, size_t lds, int rows,
-                                                              int cols) {
-    const int R8 = rows & ~7, C8 = cols & ~7;
-    for (int r = 0; r < R8; r += 8)
-        for (int c = 0; c < C8; c += 8) {
-            const float *p = src + (size_t)r * lds + c;
-            __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + lds), a2 = _mm256_loadu_ps(p + 2 * lds);
-            __m256 a3 = _mm256_loadu_ps(p + 3 * lds), a4 = _mm256_loadu_ps(p + 4 * lds);
-            __m256 a5 = _mm256_loadu_ps(p + 5 * lds), a6 = _mm256_loadu_ps(p + 6 * lds);
-            __m256 a7 = _mm256_loadu_ps(p + 7 * lds);
-            __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
-            __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
-            __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
-            __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
-            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-            __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-            __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-            float *q = dst + (size_t)c * ldd + r;
-            _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(q + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(q + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(q + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(q + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(q + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(q + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(q + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
-        }
-    transpose_c(dst, ldd, src, lds, 0, R8, C8, cols);
-    transpose_c(dst, ldd, src, lds, R8, rows, 0, cols);
-}
-#endif
-
-static void transpose(int lv, float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int rows,
-                      int cols) {
-#ifdef GDN_X86
-    if (lv >= GDN_L_AVX2) {
-        transpose_avx(dst, ldd, src, lds, rows, cols);
+static void transpose(const nl_host_kernels *ks, float *restrict dst, size_t ldd, const float *restrict src,
+                      size_t lds, int rows, int cols) {
+    if (ks->gdn_transpose8) { /* the whole 8×8 blocks in registers, the edges here */
+        const int R8 = rows & ~7, C8 = cols & ~7;
+        ks->gdn_transpose8(dst, ldd, src, lds, rows, cols);
+        transpose_c(dst, ldd, src, lds, 0, R8, C8, cols);
+        transpose_c(dst, ldd, src, lds, R8, rows, 0, cols);
         return;
     }
-#else
-    (void)lv;
-#endif
     for (int r0 = 0; r0 < rows; r0 += 16)
         for (int c0 = 0; c0 < cols; c0 += 16)
             transpose_c(dst, ldd, src, lds, r0, r0 + 16 < rows ? r0 + 16 : rows, c0, c0 + 16 < cols ? c0 + 16 : cols);
@@ -894,59 +573,9 @@ static void transpose(int lv, float *restrict dst, size_t ldd, const float *rest
  * same operations of nl_fexp 16 (8) lanes at a time (no FMA, its integer exponent and masks),
  * so the same bits. The SIMD kernels do the whole vectors of n and return how many they did;
  * the portable loop does the rest. One body for both widths (B, L as GDN_STEP4's). */
-#ifdef GDN_X86
-#define GDN_I(B, op) _mm##B##_##op##_si##B /* the integer bitwise ops: _mm512_and_si512 */
-#define GDN_SILU(name, isa, B, L)                                                                                    \
-    __attribute__((target(isa))) static int name(float *y, float *d, const float *x, int n) {                        \
-        const __m##B one = GDN_V(B, set1_ps)(1.0f), big = GDN_V(B, set1_ps)(12582912.0f);                          \
-        const __m##B##i sign = GDN_V(B, set1_epi32)((int)0x80000000u), i127 = GDN_V(B, set1_epi32)(127);           \
-        const __m##B##i i1 = GDN_V(B, set1_epi32)(1), i255 = GDN_V(B, set1_epi32)(255);                            \
-        int i = 0;                                                                                                   \
-        for (; i + L <= n; i += L) {                                                                                 \
-            const __m##B xv = GDN_V(B, loadu_ps)(x + i);                                                             \
-            const __m##B nx = GDN_V(B, castsi##B##_ps)(GDN_I(B, xor)(GDN_V(B, castps_si##B)(xv), sign)); /* -x */    \
-            const __m##B t = GDN_V(B, add_ps)(GDN_V(B, mul_ps)(nx, GDN_V(B, set1_ps)(1.44269504088896341f)), big);  \
-            const __m##B nn = GDN_V(B, sub_ps)(t, big);                                                              \
-            __m##B r = GDN_V(B, sub_ps)(nx, GDN_V(B, mul_ps)(nn, GDN_V(B, set1_ps)(0.693145751953125f)));            \
-            r = GDN_V(B, sub_ps)(r, GDN_V(B, mul_ps)(nn, GDN_V(B, set1_ps)(1.42860682030941723e-06f)));              \
-            __m##B p = GDN_V(B, set1_ps)(1.98756915e-4f);                                                            \
-            p = GDN_V(B, add_ps)(GDN_V(B, mul_ps)(p, r), GDN_V(B, set1_ps)(1.39819337e-3f));                         \
-            p = GDN_V(B, add_ps)(GDN_V(B, mul_ps)(p, r), GDN_V(B, set1_ps)(8.33345205e-3f));                         \
-            p = GDN_V(B, add_ps)(GDN_V(B, mul_ps)(p, r), GDN_V(B, set1_ps)(4.16657962e-2f));                         \
-            p = GDN_V(B, add_ps)(GDN_V(B, mul_ps)(p, r), GDN_V(B, set1_ps)(1.66666657e-1f));                         \
-            p = GDN_V(B, add_ps)(GDN_V(B, mul_ps)(p, r), GDN_V(B, set1_ps)(5.0e-1f));                                \
-            p = GDN_V(B, add_ps)(GDN_V(B, add_ps)(GDN_V(B, mul_ps)(GDN_V(B, mul_ps)(p, r), r), r), one);             \
-            const __m##B##i tb = GDN_V(B, castps_si##B)(t);                                                          \
-            const __m##B##i ea = GDN_I(B, and)(tb, GDN_V(B, set1_epi32)(0x7FFFFFFF));                                \
-            const __m##B##i e = GDN_V(B, add_epi32)(GDN_V(B, sub_epi32)(ea, GDN_V(B, set1_epi32)(0x4B400000)), i127); \
-            const __m##B##i neg = GDN_V(B, srai_epi32)(tb, 31);                                                      \
-            const __m##B##i lo = GDN_I(B, andnot)(                                                                   \
-                neg,                                                                                                 \
-                GDN_I(B, andnot)(GDN_V(B, srai_epi32)(GDN_V(B, sub_epi32)(e, i1), 31), GDN_V(B, set1_epi32)(-1)));   \
-            const __m##B##i hi = GDN_I(B, or)(GDN_V(B, srai_epi32)(GDN_V(B, sub_epi32)(e, i255), 31), neg);          \
-            const __m##B##i eb = GDN_V(B, slli_epi32)(GDN_I(B, and)(GDN_I(B, and)(e, lo), hi), 23);                  \
-            const __m##B##i yb = GDN_V(B, castps_si##B)(GDN_V(B, mul_ps)(p, GDN_V(B, castsi##B##_ps)(eb)));         \
-            const __m##B##i ex = GDN_I(B, or)(GDN_I(B, and)(GDN_I(B, and)(yb, lo), hi),                              \
-                                              GDN_I(B, andnot)(hi, GDN_V(B, set1_epi32)(0x7F800000)));               \
-            const __m##B sg = GDN_V(B, div_ps)(one, GDN_V(B, add_ps)(one, GDN_V(B, castsi##B##_ps)(ex)));            \
-            GDN_V(B, storeu_ps)(y + i, GDN_V(B, mul_ps)(xv, sg));                                                    \
-            GDN_V(B, storeu_ps)(                                                                                     \
-                d + i, GDN_V(B, mul_ps)(sg, GDN_V(B, add_ps)(one, GDN_V(B, mul_ps)(xv, GDN_V(B, sub_ps)(one, sg))))); \
-        }                                                                                                            \
-        return i;                                                                                                    \
-    }
-GDN_SILU(silu_d_avx512, "avx512f", 512, 16)
-GDN_SILU(silu_d_avx2, "avx2", 256, 8)
-#endif
-
-static void silu_d_row(int lv, float *restrict y, float *restrict d, const float *restrict x, int n) {
-    int i0 = 0;
-#ifdef GDN_X86
-    if (lv == GDN_L_AVX512) i0 = silu_d_avx512(y, d, x, n);
-    if (lv == GDN_L_AVX2) i0 = silu_d_avx2(y, d, x, n);
-#else
-    (void)lv;
-#endif
+static void silu_d_row(const nl_host_kernels *ks, float *restrict y, float *restrict d, const float *restrict x,
+                       int n) {
+    int i0 = ks->gdn_silu_d ? ks->gdn_silu_d(y, d, x, n) : 0;
     for (; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? n - i0 : NL_LANES;
         float xv[NL_LANES] = {0}, ry[NL_LANES], rd[NL_LANES];
@@ -962,9 +591,9 @@ static void silu_d_row(int lv, float *restrict y, float *restrict d, const float
 
 /* q̂ or k̂ of one head: dst = silu(src) / max(||silu(src)||, eps), ds = silu'(src); returns
  * ||silu(src)||. (The backward's own recomputation: within an ulp or two of silu_l2.) */
-static float silu_l2_d(int lv, float *restrict dst, float *restrict ds, const float *restrict src, int n,
+static float silu_l2_d(const nl_host_kernels *ks, float *restrict dst, float *restrict ds, const float *restrict src, int n,
                        float eps) {
-    silu_d_row(lv, dst, ds, src, n);
+    silu_d_row(ks, dst, ds, src, n);
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)dst[i] * dst[i];
     float nrm = (float)sqrt(ss);
@@ -974,13 +603,13 @@ static float silu_l2_d(int lv, float *restrict dst, float *restrict ds, const fl
 }
 
 /* The gated RMSNorm's backward: given o (pre-norm), z and dy, writes dz and d_o. */
-static void gated_norm_backward(int lv, float *restrict d_o, float *restrict dz, const float *restrict o,
+static void gated_norm_backward(const nl_host_kernels *ks, float *restrict d_o, float *restrict dz, const float *restrict o,
                                 const float *restrict z, const float *restrict nw, const float *restrict dy, int dv,
                                 float eps) {
     double ss = 0.0;
     for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
     const float rstd = (float)(1.0 / sqrt(ss / dv + eps));
-    silu_d_row(lv, d_o, dz, z, dv); /* silu(z), silu'(z) */
+    silu_d_row(ks, d_o, dz, z, dv); /* silu(z), silu'(z) */
     GDN_EACH(c, dv, dz[c] = dy[c] * o[c] * rstd * nw[c] * dz[c]; d_o[c] = dy[c] * nw[c] * d_o[c]);
     double gdot = 0.0;
     for (int c = 0; c < dv; c++) gdot += (double)d_o[c] * o[c];
@@ -1032,7 +661,8 @@ typedef struct {
     const nl_gdn_cache *cache;
     const float *dy;
     float *dmixed, *dz, *db, *da, *scratch, *wt;
-    int T, lv;
+    int T;
+    const nl_host_kernels *ks; /* the kernel set (nl_cpu_kernels) */
 } bwd_job;
 
 /* A chunk's per-token decays and gates and its decayed 16×16 matrices (value head j); entries
@@ -1070,7 +700,7 @@ static void chunk_mats(chunk_m *M, const float *g, const float *beta, int Hv, in
 /* R_i = V_i − γ_i W_i; U = X diag(β) R (the delta rule's u of the chunk); O = scale (diag(γ) P +
  * Mq U) into O (row stride ldo). P, W: [n][dv] (Q S0, K S0), P NULL for a zero S0. R, U:
  * [n][dv]. */
-static void chunk_uo(int lv, const chunk_m *M, int n, int dv, float scale, const float *V, size_t ldv,
+static void chunk_uo(const nl_host_kernels *ks, const chunk_m *M, int n, int dv, float scale, const float *V, size_t ldv,
                      const float *P, const float *W, float *R, float *U, float *O, size_t ldo) {
     float XB[CH][CH];
     for (int i = 0; i < n; i++) {
@@ -1085,8 +715,8 @@ static void chunk_uo(int lv, const chunk_m *M, int n, int dv, float scale, const
         }
         for (int m = 0; m < n; m++) XB[i][m] = M->X[i][m] * M->be[m];
     }
-    mm(lv, n, dv, n, &XB[0][0], CH, 1, R, (size_t)dv, U, (size_t)dv, 0);
-    mm(lv, n, dv, n, &M->Mq[0][0], CH, 1, U, (size_t)dv, O, ldo, 1);
+    mm(ks, n, dv, n, &XB[0][0], CH, 1, R, (size_t)dv, U, (size_t)dv, 0);
+    mm(ks, n, dv, n, &M->Mq[0][0], CH, 1, U, (size_t)dv, O, ldo, 1);
     for (int i = 0; i < n; i++) {
         float *o = O + (size_t)i * ldo;
         GDN_EACH(c, dv, o[c] *= scale);
@@ -1102,7 +732,8 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
                       const float *Gram) {
     const nl_gdn_shape *s = J->s;
     const nl_gdn_cache *cache = J->cache;
-    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, lv = J->lv;
+    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv;
+    const nl_host_kernels *ks = J->ks;
     const int cd = nl_gdn_conv_dim(s);
     const size_t vd = (size_t)Hv * dv, voff = 2 * (size_t)Hk * dk + (size_t)j * dv;
     const float scale = 1.0f / sqrtf((float)dk);
@@ -1116,14 +747,14 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
     const float *be = M.be, *gam = M.gam;
     const float(*E)[CH] = M.E, (*Lm)[CH] = M.Lm, (*Mq)[CH] = M.Mq;
     for (int i = 0; i < n; i++)
-        silu_d_row(lv, b->V + (size_t)i * dv, b->dsV + (size_t)i * dv, cache->cpre + (size_t)(t0 + i) * cd + voff, dv);
+        silu_d_row(ks, b->V + (size_t)i * dv, b->dsV + (size_t)i * dv, cache->cpre + (size_t)(t0 + i) * cd + voff, dv);
     /* forward: P = Q S0, W = K S0; U, O; then dO' = scale dO through the gated norm */
-    if (S0) mm(lv, 2 * n, dv, dk, b->QK, (size_t)dk, 1, S0, (size_t)dv, b->PW, (size_t)dv, 0);
-    chunk_uo(lv, &M, n, dv, scale, b->V, (size_t)dv, S0 ? P : NULL, W, b->R, b->U, b->O, (size_t)dv);
+    if (S0) mm(ks, 2 * n, dv, dk, b->QK, (size_t)dk, 1, S0, (size_t)dv, b->PW, (size_t)dv, 0);
+    chunk_uo(ks, &M, n, dv, scale, b->V, (size_t)dv, S0 ? P : NULL, W, b->R, b->U, b->O, (size_t)dv);
     for (int i = 0; i < n; i++) {
         const size_t t = (size_t)t0 + i;
         float *dov = DO + (size_t)i * dv;
-        gated_norm_backward(lv, dov, J->dz + t * vd + (size_t)j * dv, b->O + (size_t)i * dv,
+        gated_norm_backward(ks, dov, J->dz + t * vd + (size_t)j * dv, b->O + (size_t)i * dv,
                             cache->z + t * vd + (size_t)j * dv, J->w->norm, J->dy + t * vd + (size_t)j * dv, dv,
                             s->eps);
         GDN_EACH(c, dv, dov[c] *= scale);
@@ -1131,11 +762,11 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
         GDN_EACH(c, dv, dP[(size_t)i * dv + c] = gam[i] * dov[c]);
     }
     /* dU = diag(d) K dS + Mqkᵀ dO'; Z = diag(d) U dSᵀ (d_m = E[n-1][m]) */
-    transpose(lv, b->UT, CH, b->U, (size_t)dv, n, dv);
+    transpose(ks, b->UT, CH, b->U, (size_t)dv, n, dv);
     if (live) {
-        mm(lv, n, dv, dk, Kc, (size_t)dk, 1, dS, (size_t)dv, b->dU, (size_t)dv, 0);
-        transpose(lv, b->dST, (size_t)dk, dS, (size_t)dv, dk, dv);
-        mm(lv, n, dk, dv, b->U, (size_t)dv, 1, b->dST, (size_t)dk, b->Z, (size_t)dk, 0);
+        mm(ks, n, dv, dk, Kc, (size_t)dk, 1, dS, (size_t)dv, b->dU, (size_t)dv, 0);
+        transpose(ks, b->dST, (size_t)dk, dS, (size_t)dv, dk, dv);
+        mm(ks, n, dk, dv, b->U, (size_t)dv, 1, b->dST, (size_t)dk, b->Z, (size_t)dk, 0);
     }
     for (int m = 0; m < n; m++) {
         float *du = b->dU + (size_t)m * dv, *z = b->Z + (size_t)m * dk, dm = E[n - 1][m];
@@ -1148,11 +779,11 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
             xd[m] = 0.0f;
         }
     }
-    mm(lv, n, dv, n, &M.Mq[0][0], 1, CH, DO, (size_t)dv, b->dU, (size_t)dv, 1); /* += Mqᵀ dO' */
+    mm(ks, n, dv, n, &M.Mq[0][0], 1, CH, DO, (size_t)dv, b->dU, (size_t)dv, 1); /* += Mqᵀ dO' */
     /* dX = (I + diag(β) L)⁻ᵀ dU = Xᵀ dU */
-    mm(lv, n, dv, n, &M.X[0][0], 1, CH, b->dU, (size_t)dv, dX, (size_t)dv, 0);
+    mm(ks, n, dv, n, &M.X[0][0], 1, CH, b->dU, (size_t)dv, dX, (size_t)dv, 0);
     /* [dO'; dX] Uᵀ: dMqk (i >= m) and −dA (m < i) */
-    mm(lv, 2 * n, n, dv, b->DOX, (size_t)dv, 1, b->UT, CH, &DXU[0][0], CH, 0);
+    mm(ks, 2 * n, n, dv, b->DOX, (size_t)dv, 1, b->UT, CH, &DXU[0][0], CH, 0);
     /* dR = β dX (= dV, then through SiLU'); dW = −γ dR; dβ = R·dX + Σ dA L; dγ from P, W, S0 */
     float *dmix = J->dmixed;
     for (int i = 0; i < n; i++) {
@@ -1189,10 +820,10 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
         dG[m] -= xd[m];
     }
     float *dK = b->dQK + (size_t)n * dk;
-    mm(lv, 2 * n, dk, 2 * n, &DD[0][0], 2 * CH, 1, b->QK, (size_t)dk, b->dQK, (size_t)dk, 1);
+    mm(ks, 2 * n, dk, 2 * n, &DD[0][0], 2 * CH, 1, b->QK, (size_t)dk, b->dQK, (size_t)dk, 1);
     if (S0) {
-        transpose(lv, b->S0T, (size_t)dk, S0, (size_t)dv, dk, dv);
-        mm(lv, 2 * n, dk, dv, b->dPW, (size_t)dv, 1, b->S0T, (size_t)dk, b->dQK, (size_t)dk, 1);
+        transpose(ks, b->S0T, (size_t)dk, S0, (size_t)dv, dk, dv);
+        mm(ks, 2 * n, dk, dv, b->dPW, (size_t)dv, 1, b->S0T, (size_t)dk, b->dQK, (size_t)dk, 1);
     }
     if (live)
         for (int m = 0; m < n; m++)
@@ -1204,7 +835,7 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
             GDN_EACH(e, dk * dv, dS[e] *= gam[n - 1]);
         else
             memset(dS, 0, sizeof(float) * hs);
-        mm(lv, dk, dv, 2 * n, b->QK, 1, (size_t)dk, b->dPW, (size_t)dv, dS, (size_t)dv, 1);
+        mm(ks, dk, dv, 2 * n, b->QK, 1, (size_t)dk, b->dPW, (size_t)dv, dS, (size_t)dv, 1);
     }
     /* dg_l = Σ_{i >= l} dG_i; then through the gates */
     double acc = 0.0;
@@ -1224,7 +855,8 @@ static void bwd_heads_task(void *arg, int task, int n_tasks) {
     const bwd_job *J = arg;
     const nl_gdn_shape *s = J->s;
     const nl_gdn_cache *cache = J->cache;
-    const int T = J->T, lv = J->lv;
+    const int T = J->T;
+    const nl_host_kernels *ks = J->ks;
     const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, G = Hv / Hk;
     const int cd = nl_gdn_conv_dim(s);
     const size_t hs = (size_t)dk * dv;
@@ -1240,12 +872,12 @@ static void bwd_heads_task(void *arg, int task, int n_tasks) {
             const int t0 = ci * CH, n = T - t0 < CH ? T - t0 : CH;
             for (int i = 0; i < n; i++) {
                 const float *cp = cache->cpre + (size_t)(t0 + i) * cd;
-                nrm[i] = silu_l2_d(lv, b.QK + (size_t)i * dk, b.dsQK + (size_t)i * dk, cp + qoff, dk, s->eps);
-                nrm[n + i] = silu_l2_d(lv, b.QK + (size_t)(n + i) * dk, b.dsQK + (size_t)(n + i) * dk, cp + koff, dk,
+                nrm[i] = silu_l2_d(ks, b.QK + (size_t)i * dk, b.dsQK + (size_t)i * dk, cp + qoff, dk, s->eps);
+                nrm[n + i] = silu_l2_d(ks, b.QK + (size_t)(n + i) * dk, b.dsQK + (size_t)(n + i) * dk, cp + koff, dk,
                                        s->eps);
             }
-            transpose(lv, b.KT, CH, b.QK + (size_t)n * dk, (size_t)dk, n, dk);
-            mm(lv, 2 * n, n, dk, b.QK, (size_t)dk, 1, b.KT, CH, Gram, CH, 0);
+            transpose(ks, b.KT, CH, b.QK + (size_t)n * dk, (size_t)dk, n, dk);
+            mm(ks, 2 * n, n, dk, b.QK, (size_t)dk, 1, b.KT, CH, Gram, CH, 0);
             memset(b.dQK, 0, sizeof(float) * 2 * (size_t)n * dk);
             for (int j = 0, gj = 0; j < Hv; j++) {
                 if (key_head(s, j) != kh) continue;
@@ -1320,7 +952,7 @@ int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *
         for (size_t i = 0; i < K; i++) wt[i * (size_t)cd + ch] = w->conv[(size_t)ch * K + i];
     memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
     bwd_job J = {.s = s, .w = w, .cache = cache, .dy = dy, .dmixed = dmixed, .dz = dz, .db = db, .da = da,
-                 .scratch = scratch, .wt = wt, .T = T, .lv = simd_level()};
+                 .scratch = scratch, .wt = wt, .T = T, .ks = nl_cpu_kernels()};
     run_tasks(pool, nh, bwd_heads_task, &J);
     run_tasks(pool, nc, bwd_conv_task, &J);
     free(scratch);

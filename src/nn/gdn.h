@@ -98,14 +98,10 @@ int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weig
 int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
                     const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
-/* The recurrence's SIMD kernels (x86-64, picked at run time: AVX-512 when the CPU has it, else
- * AVX2, else the portable C; the forward's state update, the backward's matrix products, SiLU
- * and transposes) do the same multiplies and adds in the same order as the portable C (no FMA),
- * so every level gives the same bits. nl_gdn_set_simd(level) caps the level of every later
- * call (for tests and benchmarks that compare them; process-wide): 0 the portable kernels, 2 at
- * most AVX2, any other value (1, 3) the best the CPU has (the default). nl_gdn_simd() is the
- * level that would run now: 0 portable, 2 AVX2, 3 AVX-512. */
-void nl_gdn_set_simd(int level);
-int nl_gdn_simd(void);
+/* The recurrence's SIMD kernels (the forward's state update, the backward's matrix products,
+ * SiLU and transposes) are the kernel table's gdn_* entries (cpu/kernels.h: AVX-512, AVX2, or
+ * the portable C here), picked by its one dispatcher; they do the same multiplies and adds in
+ * the same order as the portable C (no FMA), so every level gives the same bits (nl_cpu_use
+ * chooses the level for tests and benchmarks). */
 
 #endif

@@ -1,4 +1,4 @@
-/* cpu/gemm_bf16: BF16 packers, the BF16 GEMM and the FP32 softmax rows of the attention's BF16
+/* cpu/gemm_bf16_avx512: BF16 packers, the BF16 GEMM and the FP32 softmax rows of the attention's BF16
  * variant (contract in cpu/gemm_bf16.h).
  *
  * The GEMM: 8×32 register tiles (16 zmm accumulators) of vdpbf16ps, each taking one word of
@@ -11,38 +11,34 @@
  * The packers convert 16×16 word blocks in registers (vcvtne2ps2bf16, a word permute for the
  * pair interleave, a 16×16 transpose of 32-bit lanes for the transposed layouts).
  *
- * Built with per-function target attributes (AVX512F/BW/DQ/BF16 + FMA) so the rest of the
- * library needs no ISA flags; callers check nl_bf16_ok() first. */
-#include "cpu/cpu.h"
-#include "cpu/gemm_bf16.h"
-
-#if defined(__x86_64__)
+ * Built with the AVX-512 flags (the file's name: CMakeLists.txt), only on x86-64; reached through
+ * the kernel set's bf16 row (nl_cpu_bf16_avx512), which the dispatcher hands out only where the
+ * CPU has AVX512_BF16 (cpu/gemm_bf16.h). */
 #include <immintrin.h>
 #include <math.h>
 
-#define BF __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,fma")))
-#define AI __attribute__((always_inline)) static inline
+#include "cpu/gemm_bf16.h"
 
-int nl_bf16_ok(void) { return nl_cpu_has(NL_CPU_AVX512BF16); }
+#define AI __attribute__((always_inline)) static inline
 
 /* lanes < n live (n clamped to [0, 16]) */
 static inline __mmask16 mask16(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
 /* 32 floats lo[0..15], hi[0..15] -> 16 words (lo0, lo1), (lo2, lo3), .., (hi14, hi15):
  * vcvtne2ps2bf16 puts its second operand in the low half. */
-AI BF __m512i cvt_words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
+AI __m512i cvt_words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
 
 /* a[0..15], b[0..15] -> 16 words (a_c, b_c): convert, then interleave the two halves. */
 static const uint16_t pair_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-AI BF __m512i cvt_pairs(__m512 a, __m512 b, __m512i idx) {
+AI __m512i cvt_pairs(__m512 a, __m512 b, __m512i idx) {
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
 /* In-register transpose of a 16×16 block of 32-bit lanes: r[i] lane j <-> r[j] lane i.
  * 32-bit then 64-bit interleaves give, within each 128-bit lane L, rows 4a..4a+3 of column
  * 4L+b in u[4a+b]; two rounds of 128-bit lane shuffles finish the 4×4 transpose of lanes. */
-AI BF void tr16(__m512i r[16]) {
+AI void tr16(__m512i r[16]) {
     __m512i t[16], u[16];
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -65,7 +61,7 @@ AI BF void tr16(__m512i r[16]) {
 }
 
 /* words w0..w0+15 of row x (C floats): pairs of columns 2w, 2w+1 */
-AI BF __m512i row_words(const float *x, int C, int w0) {
+AI __m512i row_words(const float *x, int C, int w0) {
     const int c0 = 2 * w0;
     const __m512 lo = _mm512_maskz_loadu_ps(mask16(C - c0), x + (c0 < C ? c0 : 0));
     const __m512 hi = _mm512_maskz_loadu_ps(mask16(C - c0 - 16), x + (c0 + 16 < C ? c0 + 16 : 0));
@@ -73,7 +69,7 @@ AI BF __m512i row_words(const float *x, int C, int w0) {
 }
 
 /* words (a_c, b_c) for c = c0..c0+15 of rows a and b (b may be NULL: zeros) */
-AI BF __m512i pair_words(const float *a, const float *b, int C, int c0, __m512i idx) {
+AI __m512i pair_words(const float *a, const float *b, int C, int c0, __m512i idx) {
     const __mmask16 m = mask16(C - c0);
     const int off = m ? c0 : 0; /* no pointer past the row when nothing is live */
     const __m512 va = _mm512_maskz_loadu_ps(m, a + off);
@@ -81,13 +77,13 @@ AI BF __m512i pair_words(const float *a, const float *b, int C, int c0, __m512i 
     return cvt_pairs(va, vb, idx);
 }
 
-BF void nl_bf16_rows(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int nw) {
+static void z_rows(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int nw) {
     for (int r = 0; r < R; r++)
         for (int w0 = 0; w0 < nw; w0 += 16)
             _mm512_mask_storeu_epi32(dst + r * ldd + w0, mask16(nw - w0), row_words(x + r * lds, C, w0));
 }
 
-BF void nl_bf16_rows_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int rpad) {
+static void z_rows_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int rpad) {
     const int nw = (C + 1) / 2;
     for (int r0 = 0; r0 < rpad; r0 += 16) {
         const __mmask16 mr = mask16(rpad - r0);
@@ -101,7 +97,7 @@ BF void nl_bf16_rows_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, 
     }
 }
 
-BF void nl_bf16_pairs(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int cpad) {
+static void z_pairs(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int cpad) {
     const __m512i idx = _mm512_loadu_si512(pair_idx);
     for (int w = 0; w < (R + 1) / 2; w++) {
         const float *a = x + 2 * w * lds, *b = 2 * w + 1 < R ? a + lds : NULL;
@@ -110,7 +106,7 @@ BF void nl_bf16_pairs(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, i
     }
 }
 
-BF void nl_bf16_pairs_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int wpad) {
+static void z_pairs_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, int R, int C, int wpad) {
     const __m512i idx = _mm512_loadu_si512(pair_idx);
     const int nwr = (R + 1) / 2;
     for (int w0 = 0; w0 < wpad; w0 += 16) {
@@ -133,7 +129,7 @@ BF void nl_bf16_pairs_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds,
     }
 }
 
-BF void nl_transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds, int R, int C) {
+static void z_transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds, int R, int C) {
     for (int r0 = 0; r0 < R; r0 += 16) {
         const __mmask16 mr = mask16(R - r0);
         for (int c0 = 0; c0 < C; c0 += 16) {
@@ -153,7 +149,7 @@ BF void nl_transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds, i
 /* One tile: MR (<= 8, constant after inlining) rows × NV (1 or 2) vectors of 16 columns; m0/m1
  * limit the live columns of the two vectors (C is loaded and stored under them; B is read in
  * full vectors, its padding). */
-AI BF void tile(const int MR, const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B,
+AI void tile(const int MR, const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B,
                 int64_t ldb, int K2, int acc, __mmask16 m0, __mmask16 m1) {
     __m512 c[8][2];
 #pragma GCC unroll 8
@@ -178,7 +174,7 @@ AI BF void tile(const int MR, const int NV, float *C, int64_t ldc, const uint32_
         for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(C + i * ldc + 16 * v, v ? m1 : m0, c[i][v]);
 }
 
-AI BF void panel(const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int M,
+AI void panel(const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int M,
                  int K2, int acc, __mmask16 m0, __mmask16 m1) {
     int m = 0;
     for (; m + 8 <= M; m += 8) tile(8, NV, C + m * ldc, ldc, A + m * lda, lda, B, ldb, K2, acc, m0, m1);
@@ -198,7 +194,7 @@ AI BF void panel(const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t
 
 #define KC 128 /* words of the reduction per chunk: a KC×32 panel of B is 16 KiB */
 
-BF void nl_gemm_bf16(float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int M, int N,
+static void z_gemm(float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int M, int N,
                      int K2, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K2 <= 0) {
@@ -225,7 +221,7 @@ BF void nl_gemm_bf16(float *C, int64_t ldc, const uint32_t *A, int64_t lda, cons
  * polynomial, 2^n applied by vscalefps (which also gives 0 and inf at the ends). The clamps
  * keep n finite for -inf and huge inputs; NaN passes through (max/min return their second
  * operand when either is NaN). */
-AI BF __m512 exp16(__m512 x) {
+AI __m512 exp16(__m512 x) {
     x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
     x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
     const __m512 big = _mm512_set1_ps(12582912.0f);
@@ -242,7 +238,7 @@ AI BF __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-BF float nl_bf16_row_scale_max(float *sr, int nv, float c) {
+static float z_row_scale_max(float *sr, int nv, float c) {
     const __m512 vc = _mm512_set1_ps(c);
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int j = 0; j < nv; j += 16) {
@@ -254,7 +250,7 @@ BF float nl_bf16_row_scale_max(float *sr, int nv, float c) {
     return _mm512_reduce_max_ps(mx);
 }
 
-BF float nl_bf16_row_exp_pack(uint32_t *pw, const float *sr, int nv, int nw, float m) {
+static float z_row_exp_pack(uint32_t *pw, const float *sr, int nv, int nw, float m) {
     const __m512 vm = _mm512_set1_ps(m);
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     for (int w0 = 0; w0 < nw; w0 += 16) {
@@ -269,7 +265,7 @@ BF float nl_bf16_row_exp_pack(uint32_t *pw, const float *sr, int nv, int nw, flo
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-BF void nl_bf16_row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, float D) {
+static void z_row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, float D) {
     const __m512 vc = _mm512_set1_ps(c), vL = _mm512_set1_ps(L), vD = _mm512_set1_ps(D);
     for (int j = 0; j < n; j += 16) {
         const __mmask16 mv = mask16(nv - j), mn = mask16(n - j);
@@ -281,8 +277,14 @@ BF void nl_bf16_row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, 
     }
 }
 
-#else
-
-int nl_bf16_ok(void) { return 0; }
-
-#endif
+const nl_bf16_kernels nl_cpu_bf16_avx512 = {
+    .rows = z_rows,
+    .rows_t = z_rows_t,
+    .pairs = z_pairs,
+    .pairs_t = z_pairs_t,
+    .gemm = z_gemm,
+    .transpose_f32 = z_transpose_f32,
+    .row_scale_max = z_row_scale_max,
+    .row_exp_pack = z_row_exp_pack,
+    .row_bwd = z_row_bwd,
+};
