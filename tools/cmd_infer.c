@@ -13,7 +13,7 @@
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
-#include "proj/host.h"
+#include "proj/proj.h"
 #include "proj/vulkan.h"
 #include "util/util.h"
 
@@ -36,7 +36,7 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
     cfg->precision = nl_cli_opt(argc, argv, "precision");
     cfg->precision_map = nl_cli_opt(argc, argv, "precision-map");
     cfg->compute = nl_cli_opt(argc, argv, "compute");
-    if (nl_proj_host_known_compute(cfg->compute)) {
+    if (nl_proj_compute_known(cfg->compute)) {
         fprintf(stderr, "nightlora %s: --compute %s: %s\n", cmd, cfg->compute, nl_last_error());
         return 1;
     }

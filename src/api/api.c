@@ -13,7 +13,6 @@
 #include "eval/session.h"
 #include "model/model.h"
 #include "model/quant.h"
-#include "proj/host.h"
 #include "proj/proj.h"
 #include "sys/signals.h"
 #include "train/trainer.h"
@@ -72,7 +71,7 @@ int nightlora_mkmodel(const char *path, const nightlora_mkmodel_params *p) {
     }
     if (!path) return nl_err("mkmodel: path: expected a file name, got NULL");
     int arch = nl_arch_from_name(p->arch ? p->arch : "");
-    if (arch < 0) return nl_err("mkmodel: arch '%s': expected llama, qwen3 or qwen35", p->arch ? p->arch : "(null)");
+    if (arch < 0) return nl_err("mkmodel: arch '%s': expected llama, qwen3, qwen35 or gemma3", p->arch ? p->arch : "(null)");
     int type = p->type ? nl_type_from_name(p->type) : NL_TYPE_F32;
     if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0)
         return nl_err("mkmodel: type '%s': expected f32, f16 or q8_0", p->type);
@@ -96,7 +95,7 @@ static int proj_config(nl_proj_config *cfg, const char *backend, int n_threads, 
     if (n_threads > 0) cfg->n_threads = n_threads;
     cfg->precision = precision;
     cfg->compute = compute;
-    if (nl_proj_host_known_compute(compute)) return nl_err_prefix("compute '%s'", compute);
+    if (nl_proj_compute_known(compute)) return nl_err_prefix("compute '%s'", compute);
     cfg->wire_f16 = wire_f16 != 0;
     return 0;
 }

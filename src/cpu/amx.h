@@ -92,9 +92,9 @@ double nl_amx_peak_loop(int int8, long it);
  * answer is found once and kept; why (may be NULL) gets the reason when it is 0. */
 int nl_amx_available(char *why, size_t cap);
 
-/* The tile operations of a host compute mode (nl_proj_compute): "amx" the real instructions
- * (only where nl_amx_available), "amx-emu" the emulator, anything else NULL. The nodes'
- * products (cpu/tiles.h: attention, LoRA) follow the service's mode through this. */
+/* The tile operations named `name` (nl_amx_tiles.name): "amx" the real instructions (only
+ * where nl_amx_available), "amx-emu" the emulator, anything else NULL. The nodes do not call
+ * this: they take the service's answer (proj.h: nl_proj_node_tiles). */
 const nl_amx_tiles *nl_amx_tiles_of(const char *compute);
 
 /* FP32 -> BF16 as VCVTNEPS2BF16 / VCVTNE2PS2BF16 convert (what the AVX512_BF16 packers give):

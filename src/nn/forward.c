@@ -64,11 +64,11 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
         rt->rope_swa.freq_scale = 1.0f;
     }
     if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) { nl_runtime_free(rt); return -1; }
-    rt->attn_bf16 = !strcmp(nl_proj_compute(svc), "bf16");
+    rt->attn_bf16 = nl_proj_node_bf16(svc);
     /* NL_AMX_NODES=off keeps the nodes on the vector paths under a tile service (to measure
      * the nodes' share: docs/bench-proj.md) */
     const char *nodes = getenv("NL_AMX_NODES");
-    rt->tiles = nodes && !strcmp(nodes, "off") ? NULL : nl_amx_tiles_of(nl_proj_compute(svc));
+    rt->tiles = nodes && !strcmp(nodes, "off") ? NULL : nl_proj_node_tiles(svc);
     if (m->arch == NL_ARCH_QWEN35) rt->gdn = gdn_shape(m);
     return 0;
 }

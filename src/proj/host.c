@@ -28,24 +28,9 @@ int nl_proj_host_cpu_has(const char *name) {
     return 0;
 }
 
+/* "auto": the row in use (cpu/dispatch.c), else the named row where this CPU runs it, or NULL */
 static const nl_host_kernels *kernels_by_name(const char *name) {
-    if (!strcmp(name, "auto")) {
-#if defined(__x86_64__)
-        if (nl_cpu_has(NL_CPU_AVX512)) return &nl_host_kernels_avx512;
-        if (nl_cpu_has(NL_CPU_AVX2)) return &nl_host_kernels_avx2;
-#elif defined(__aarch64__)
-        return &nl_host_kernels_neon;
-#endif
-        return &nl_host_kernels_scalar;
-    }
-    if (!strcmp(name, "scalar")) return &nl_host_kernels_scalar;
-#if defined(__x86_64__)
-    if (!strcmp(name, "avx2") && nl_cpu_has(NL_CPU_AVX2)) return &nl_host_kernels_avx2;
-    if (!strcmp(name, "avx512") && nl_cpu_has(NL_CPU_AVX512)) return &nl_host_kernels_avx512;
-#elif defined(__aarch64__)
-    if (!strcmp(name, "neon")) return &nl_host_kernels_neon;
-#endif
-    return NULL;
+    return !strcmp(name, "auto") ? nl_cpu_kernels() : nl_cpu_kernels_find(name);
 }
 
 static int parse_mode(const char *mode) {
@@ -69,10 +54,7 @@ static int mode_check(int m) {
     return 0;
 }
 
-int nl_proj_host_known_compute(const char *mode) {
-    if (parse_mode(mode) == -2) return nl_err("unknown compute mode '%s' (expected " MODES ")", mode);
-    return 0;
-}
+static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", NULL};
 
 /* ---- context and thread pool ---- */
 
@@ -455,6 +437,14 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     return 0;
 }
 
+/* the nodes follow the service: its tiles (real or emulated) in the tile modes, BF16 attention
+ * in bf16 */
+static void host_nodes(const void *ctx, const nl_amx_tiles **tiles, int *bf16) {
+    const int m = ctx ? mode_of(ctx) : MODE_F32;
+    *tiles = m == MODE_AMX ? nl_amx_tiles_of("amx") : m == MODE_AMX_EMU ? &nl_amx_tiles_emu : NULL;
+    *bf16 = m == MODE_BF16;
+}
+
 const nl_proj_backend nl_proj_backend_host = {
     .name = "host",
     .init = host_init,
@@ -464,4 +454,6 @@ const nl_proj_backend nl_proj_backend_host = {
     .any_T = 1,
     .describe = host_describe,
     .compute = nl_proj_host_compute,
+    .computes = host_computes,
+    .nodes = host_nodes,
 };

@@ -21,9 +21,8 @@
  * split-BF16; F32 weights on the f32 path: cpu/amx.h) or "amx-emu" (the same kernels on the
  * portable tile emulator: any machine, slow). "auto" (or NULL): by capability, see host.c
  * mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32).
- * nl_proj_host_known_compute: 0 for one of these names (or NULL), else -1 + nl_err naming the
- * choices; whether this machine can run it is checked where a context takes it. */
-int nl_proj_host_known_compute(const char *mode);
+ * The service checks a name (nl_proj_compute_known, from this backend's list); whether this
+ * machine can run it is checked where a context takes it. */
 
 /* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
  * "avx2", "avx512" or "neon" (NULL = keep); compute as above (NULL = keep). Asking for a set

@@ -1,4 +1,4 @@
-/* proj/: the projection service (DESIGN.md §2): weight registration with the precision
+/* proj/: the projection service (docs/design.md §2): weight registration with the precision
  * policy, the one-in-flight request queue and its dispatcher thread, token buckets, the FP16
  * wire (row scaling, retries, fallback) and the counters. Backends only ever see one chunk of
  * rows at a time. The planner lives in planner.c, the reference backend in ref.c. */
@@ -11,7 +11,6 @@
 
 #include "model/model.h"
 #include "model/quant.h"
-#include "proj/host.h"
 #include "proj/proj_impl.h"
 #include "proj/vulkan.h"
 #include "util/util.h"
@@ -414,6 +413,40 @@ const char *nl_proj_backend_name(const nl_proj_service *s) { return s->be->name;
 
 const char *nl_proj_compute(const nl_proj_service *s) {
     return s && s->be->compute ? s->be->compute(s->be_ctx) : "f32";
+}
+
+int nl_proj_compute_known(const char *mode) {
+    if (!mode || !strcmp(mode, "auto")) return 0;
+    char list[256] = "auto";
+    size_t n = strlen(list);
+    for (int b = 0; backends[b]; b++) {
+        static const char *const f32_only[] = {"f32", NULL};
+        const char *const *m = backends[b]->computes ? backends[b]->computes : f32_only;
+        for (int i = 0; m[i]; i++) {
+            if (!strcmp(mode, m[i])) return 0;
+            char pat[40];
+            snprintf(pat, sizeof pat, ", %s,", m[i]);
+            char have[260];
+            snprintf(have, sizeof have, ", %s,", list);
+            if (!strstr(have, pat) && n + strlen(m[i]) + 3 < sizeof list)
+                n += (size_t)snprintf(list + n, sizeof list - n, ", %s", m[i]);
+        }
+    }
+    return nl_err("unknown compute mode '%s' (expected %s)", mode, list);
+}
+
+const struct nl_amx_tiles *nl_proj_node_tiles(const nl_proj_service *s) {
+    const struct nl_amx_tiles *t = NULL;
+    int bf16 = 0;
+    if (s && s->be->nodes) s->be->nodes(s->be_ctx, &t, &bf16);
+    return t;
+}
+
+int nl_proj_node_bf16(const nl_proj_service *s) {
+    const struct nl_amx_tiles *t = NULL;
+    int bf16 = 0;
+    if (s && s->be->nodes) s->be->nodes(s->be_ctx, &t, &bf16);
+    return bf16;
 }
 
 int nl_proj_describe(const nl_proj_service *s, char *buf, size_t cap) {

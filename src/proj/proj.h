@@ -1,4 +1,4 @@
-/* proj/: the frozen-projection service (DESIGN.md §2). The ONLY code that multiplies by a
+/* proj/: the frozen-projection service (docs/design.md §2). The ONLY code that multiplies by a
  * frozen weight. One op per projection, two directions, one resident copy of W:
  *
  *   NL_FWD: Y[T][N] = X[T][K] · Wᵀ      (W is N×K row-major, exactly as GGUF stores it)
@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct nl_amx_tiles; /* cpu/amx.h: the tile operations the nodes may use (nl_proj_node_tiles) */
 
 typedef enum { NL_FWD = 0, NL_BWD = 1 } nl_dir;
 
@@ -57,6 +59,14 @@ typedef struct nl_proj_backend {
      * input row it then sends holds FP16 values (scaled), which such a backend may carry as
      * FP16 (vulkan: the activations cross to the device in half the bytes). */
     void (*wire_f16)(void *ctx);
+    /* The compute modes the backend knows (nl_proj_config.compute; NULL-terminated; NULL: "f32"
+     * only): the service's list of modes is the union of its backends' (nl_proj_compute_known). */
+    const char *const *computes;
+    /* Optional: what the nodes may use beside this context, which they ask the service for
+     * (nl_proj_nodes) instead of reading the compute mode: the tile operations their own
+     * products may run on (NULL: none), and whether they compute in BF16 as the service does.
+     * NULL hook: neither. */
+    void (*nodes)(const void *ctx, const struct nl_amx_tiles **tiles, int *bf16);
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;
@@ -148,6 +158,14 @@ const nl_proj_weight *nl_proj_get(const nl_proj_service *s, int id); /* the resi
  * this service runs: printed at start-up, recorded with a run's commits and compared at
  * resume (other kernels give other bits). snprintf semantics. */
 int nl_proj_describe(const nl_proj_service *s, char *buf, size_t cap);
+/* 0 when `mode` is a compute mode of one of the backends (or NULL, or "auto"), else -1 + nl_err
+ * naming them: the one check of a --compute name (the CLI, the API); whether the chosen backend
+ * runs it on this machine is its init's answer. */
+int nl_proj_compute_known(const char *mode);
+/* What the nodes may use beside the service (the backend's nodes hook): the tile operations of
+ * their own products (NULL: the vector paths) and whether their attention computes in BF16. */
+const struct nl_amx_tiles *nl_proj_node_tiles(const nl_proj_service *s);
+int nl_proj_node_bf16(const nl_proj_service *s);
 
 /* One request in flight, always: a second submit before wait is an error. */
 int nl_proj_submit(nl_proj_service *s, int id, nl_dir dir, const float *x, int T, float *y);

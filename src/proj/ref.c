@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "model/quant.h"
-#include "proj/host.h"
 #include "proj/proj.h"
 #include "util/pool.h"
 #include "util/util.h"
@@ -47,7 +46,7 @@ typedef struct {
 
 static int ref_init(void **ctx, int n_threads, const char *compute) {
     *ctx = NULL;
-    if (nl_proj_host_known_compute(compute)) return -1; /* a known mode: FP32 here whatever it asks */
+    if (nl_proj_compute_known(compute)) return -1; /* a known mode: FP32 here whatever it asks */
     ref_ctx *c = nl_calloc(1, sizeof *c);
     if (!c) return -1;
     c->n_threads = n_threads > 0 ? n_threads : 1;

@@ -611,7 +611,7 @@ static int device_setup(vk_ctx *c) {
 static int vk_open(void **out, const char *compute, const char *device) {
     *out = NULL;
     /* the arithmetic is FP32 whatever a known mode asks (as ref); an unknown one is refused */
-    if (nl_proj_host_known_compute(compute)) return -1;
+    if (nl_proj_compute_known(compute)) return -1;
     vk_ctx *c = nl_calloc(1, sizeof *c);
     if (!c) return -1;
     const char *st = getenv("NL_VULKAN_STAGING");
