@@ -1,7 +1,8 @@
 # The dependency rule, checked (ctest: layers): every file of src/<room>/ and tools/ includes
-# only its own room's headers and those of the rooms below it (cmake/rooms.cmake). Prints each
-# include that breaks the rule as "file:line: room includes room/... (above it | beside it)",
-# and every folder of src/ that is not a room. Fails when the count differs from EXPECT (0 for
+# only its own room's headers and those of the rooms below it (cmake/rooms.cmake), in any
+# spelling: "room/x.h" or <room/x.h>; a relative "../" include and nightlora.h below api/ are
+# breaks too. Prints each as "file:line: room includes ... (why)", and every folder of src/ that
+# is not a room. (cmake/check_layers_link.cmake checks the same at link level.) Fails when the count differs from EXPECT (0 for
 # the tree; the self-test runs it on a fixture with known violations, so the check can fail).
 #   cmake -DROOT=<tree> [-DEXPECT=n] -P cmake/check_layers.cmake
 cmake_policy(VERSION 3.16)
@@ -44,24 +45,38 @@ foreach(f IN LISTS files)
   if(NOT DEFINED NL_ROOM_RANK_${room})
     continue()
   endif()
-  set(rank ${NL_ROOM_RANK_${room}})
   file(STRINGS "${ROOT}/${f}" lines)
   set(n 0)
   foreach(l IN LISTS lines)
     math(EXPR n "${n} + 1")
-    if(l MATCHES "^[ \t]*#[ \t]*include[ \t]*\"([a-z0-9_]+)/")
+    if(NOT l MATCHES "^[ \t]*#[ \t]*include[ \t]*([\"<])([^\">]*)[\">]")
+      continue()
+    endif()
+    set(delim "${CMAKE_MATCH_1}")
+    set(path "${CMAKE_MATCH_2}")
+    # <room/x.h> is the room's header when the room has that file (under -Isrc it shadows a
+    # system header of the same name); else a system header (<sys/stat.h>)
+    if(delim STREQUAL "<" AND NOT EXISTS "${ROOT}/src/${path}")
+      continue()
+    endif()
+    # every spelling of an include of the library: "room/x.h", <room/x.h>, a relative climb
+    # ("../room/x.h" reaches another room whatever it names), the public header below api/
+    if(path MATCHES "(^|/)\\.\\./")
+      math(EXPR found "${found} + 1")
+      string(APPEND report "${f}:${n}: ${room} includes \"${path}\" (a relative path out of the room: write \"room/header.h\")\n")
+      continue()
+    endif()
+    if(path MATCHES "^nightlora\\.h$" AND NOT room STREQUAL "api" AND NOT room STREQUAL "tools")
+      math(EXPR found "${found} + 1")
+      string(APPEND report "${f}:${n}: ${room} includes nightlora.h (the public API is api/'s, above it)\n")
+      continue()
+    endif()
+    if(path MATCHES "^([a-z0-9_]+)/")
       set(to "${CMAKE_MATCH_1}")
-      if(NOT to STREQUAL room AND DEFINED NL_ROOM_RANK_${to})
-        set(to_rank ${NL_ROOM_RANK_${to}})
-        if(to_rank GREATER rank)
-          set(why "above it")
-        elseif(to_rank EQUAL rank)
-          set(why "beside it")
-        else()
-          continue()
-        endif()
+      nl_room_break("${room}" "${to}" why)
+      if(NOT why STREQUAL "")
         math(EXPR found "${found} + 1")
-        string(APPEND report "${f}:${n}: ${room} includes ${to}/ (${why} in util -> sys -> model -> cpu -> data -> proj -> nn -> train | eval -> api -> tools)\n")
+        string(APPEND report "${f}:${n}: ${room} includes ${to}/ (${why} in ${NL_ROOM_ORDER})\n")
       endif()
     endif()
   endforeach()

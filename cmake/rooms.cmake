@@ -4,6 +4,7 @@
 # train and eval stand side by side: neither includes the other. api/ (the public C API of
 # include/nightlora.h) is over both; tools/ (the CLI) is on top.
 set(NL_ROOMS util sys model cpu data proj nn train eval api tools)
+set(NL_ROOM_ORDER "util -> sys -> model -> cpu -> data -> proj -> nn -> train | eval -> api -> tools")
 set(NL_ROOM_RANK_util 0)
 set(NL_ROOM_RANK_sys 1)
 set(NL_ROOM_RANK_model 2)
@@ -15,6 +16,20 @@ set(NL_ROOM_RANK_train 7)
 set(NL_ROOM_RANK_eval 7)
 set(NL_ROOM_RANK_api 8)
 set(NL_ROOM_RANK_tools 9)
+
+# Why room `from` may not use room `to` ("above it", "beside it"), or "" when it may (its own
+# room, one below it, or a name that is no room).
+function(nl_room_break from to out)
+  set(why "")
+  if(NOT from STREQUAL to AND DEFINED NL_ROOM_RANK_${to} AND DEFINED NL_ROOM_RANK_${from})
+    if(NL_ROOM_RANK_${to} GREATER NL_ROOM_RANK_${from})
+      set(why "above it")
+    elseif(NL_ROOM_RANK_${to} EQUAL NL_ROOM_RANK_${from})
+      set(why "beside it")
+    endif()
+  endif()
+  set(${out} "${why}" PARENT_SCOPE)
+endfunction()
 
 # The rooms a file includes ("room/header.h"), in the order they appear, deduplicated.
 function(nl_included_rooms file out)

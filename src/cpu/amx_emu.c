@@ -18,6 +18,15 @@
 
 #include "cpu/amx.h"
 
+/* the one tile configuration (amx.h), beside the emulator that checks it: built on every machine */
+_Static_assert(sizeof(nl_amx_cfg) == 64, "the tile configuration is 64 bytes");
+
+_Alignas(64) const nl_amx_cfg nl_amx_config = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
 typedef struct {
     int configured;
     uint8_t rows[8];

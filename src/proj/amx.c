@@ -9,14 +9,6 @@
 #include "proj/host.h"
 #include "util/util.h"
 
-_Static_assert(sizeof(nl_amx_cfg) == 64, "the tile configuration is 64 bytes");
-
-_Alignas(64) const nl_amx_cfg nl_amx_config = {
-    .palette_id = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
 #define BWD_KW 64  /* BWD output columns k per panel (4 tiles) */
 #define BWD_NC 256 /* BWD reduction rows n per packed chunk of W pairs */
 
