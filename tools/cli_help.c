@@ -114,7 +114,7 @@ static const help_row rows[] = {
     {"title", "TEXT", "the page's heading (default \"nightlora training report\")"},
     /* check, mkmodel, bench */
     {"check:verbose", NULL, "every planner check (projection, direction, bucket) with its error"},
-    {"arch", "ARCH", "architecture: llama, qwen3 or qwen35 [required]"},
+    {"arch", "ARCH", "architecture: llama, qwen3, qwen35 or gemma3 [required]"},
     {"preset", "NAME", "shape: tiny, small, llama3.2-1b, qwen3-0.6b or qwen35-0.8b [required]"},
     {"mkmodel:out", "M.gguf", "the synthetic model (random weights) [required]"},
     {"mkmodel:type", "TYPE", "weight type: f32, f16 or q8_0 (default f32)"},

@@ -1,4 +1,4 @@
-/* nightlora train: DESIGN.md §5. */
+/* nightlora train: docs/design.md §5. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

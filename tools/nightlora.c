@@ -1,4 +1,4 @@
-/* nightlora: the command-line tool, thin over the library. DESIGN.md §5 is its contract. */
+/* nightlora: the command-line tool, thin over the library. docs/design.md §5 is its contract. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

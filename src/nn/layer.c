@@ -13,12 +13,6 @@ static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bw
                                                      "rope", "act", "xent", "add", "gdn", "other"};
 const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
 
-#define TIMED(ps, k, stmt)                      \
-    do {                                        \
-        double t_ = nl_prof_tic((ps)->prof);    \
-        stmt;                                   \
-        nl_prof_toc((ps)->prof, (k), t_);       \
-    } while (0)
 
 #define POOL(ps) ((ps)->rt->pool)
 
@@ -152,7 +146,7 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd;
         for (int i = 0, t0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
             int Ti = sp->seg_T[i];
-            TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
+            NL_TIMED(ps->prof, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
                                                                c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
                                                                window));
         }
@@ -162,7 +156,7 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     if (st) {
         if (st->n_past + T > st->n_ctx) return nl_err("context full: %d + %d tokens > %d", st->n_past, T, st->n_ctx);
         size_t row = (size_t)Hkv * hd, kvn = (size_t)T * row;
-        TIMED(ps, NL_GP_ADD, {
+        NL_TIMED(ps->prof, NL_GP_ADD, {
             memcpy(st->k[l] + (size_t)st->n_past * row, c->k, kvn * sizeof(float));
             memcpy(st->v[l] + (size_t)st->n_past * row, c->v, kvn * sizeof(float));
         });
@@ -170,7 +164,7 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         v = st->v[l];
         S = st->n_past + T;
     }
-    TIMED(ps, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale, window));
+    NL_TIMED(ps->prof, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale, window));
     return 0;
 }
 
@@ -188,7 +182,7 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         float *qg = falloc(ps, 2 * qn);
         if (!qg) return -1;
         if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q])) { nl_arena_release(ps->ws, mk); return -1; }
-        TIMED(ps, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+        NL_TIMED(ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
             memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
             memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
         });
@@ -197,13 +191,13 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V])) return -1;
     if (L->q_norm) {
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
     }
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->q, T, H, sp->pos));
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->k, T, Hkv, sp->pos));
+    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->q, T, H, sp->pos));
+    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->k, T, Hkv, sp->pos));
     if (attn_core_fwd(ps, l, sp, c, st)) return -1;
-    if (gated) TIMED(ps, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
+    if (gated) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
     return proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
 }
 
@@ -224,25 +218,25 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     if (proj_bwd(ps, l, NL_P_O, dout, c->og, c->lu[NL_P_O], T, dog)) goto done;
     const float *dattn = dog;
     if (gated) {
-        TIMED(ps, NL_GP_ACT, nl_par_gate_backward(POOL(ps), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
+        NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_backward(POOL(ps), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
         dattn = d_o;
     }
     /* the sequence-local part: self-attention of the call's rows */
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
         size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
-        TIMED(ps, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
+        NL_TIMED(ps->prof, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
                                                             c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
                                                             nl_span_len(sp, i), H, Hkv, hd, hp->attn_scale, L->swa ? hp->n_swa : 0));
     }
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
-    TIMED(ps, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));
+    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
+    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));
     if (L->q_norm) {
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
     }
     const float *dqin = dq;
     if (gated) {
-        TIMED(ps, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+        NL_TIMED(ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
             memcpy(dqg + th * 2 * hd, dq + th * hd, hd * sizeof(float));
             memcpy(dqg + th * 2 * hd + hd, dgate + th * hd, hd * sizeof(float));
         });
@@ -252,9 +246,9 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     float *dk_in = dhn ? tmp : NULL;
     if (proj_bwd(ps, l, NL_P_Q, dqin, c->hn, c->lu[NL_P_Q], T, dhn)) goto done;
     if (proj_bwd(ps, l, NL_P_K, dk, c->hn, c->lu[NL_P_K], T, dk_in)) goto done;
-    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
+    if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
     if (proj_bwd(ps, l, NL_P_V, dv, c->hn, c->lu[NL_P_V], T, dk_in)) goto done;
-    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
+    if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
     rc = 0;
 done:
     nl_arena_release(ps->ws, mk);
@@ -288,7 +282,7 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
         int Ti = nl_span_len(sp, i), e;
         size_t o = (size_t)t0;
-        TIMED(ps, NL_GP_GDN,
+        NL_TIMED(ps->prof, NL_GP_GDN,
               e = c->gc ? nl_gdn_forward_train(POOL(ps), s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
                                                c->gc[i])
                         : nl_gdn_forward(POOL(ps), s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
@@ -318,7 +312,7 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     for (int i = 0, t0 = 0; i < c->n_gc; t0 += nl_span_len(sp, i++)) {
         size_t o = (size_t)t0;
         int e;
-        TIMED(ps, NL_GP_GDN,
+        NL_TIMED(ps->prof, NL_GP_GDN,
               e = nl_gdn_backward(POOL(ps), s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd,
                                   db + o * s->Hv, da + o * s->Hv));
         if (e) goto done;
@@ -327,11 +321,11 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     float *tin = dhn ? tmp : NULL;
     if (proj_bwd(ps, l, NL_P_QKV, dmixed, c->hn, c->lu[NL_P_QKV], T, dhn)) goto done;
     if (proj_bwd(ps, l, NL_P_Z, dz, c->hn, c->lu[NL_P_Z], T, tin)) goto done;
-    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
+    if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
     if (proj_bwd(ps, l, NL_P_BETA, db, c->hn, c->lu[NL_P_BETA], T, tin)) goto done;
-    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
+    if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
     if (proj_bwd(ps, l, NL_P_ALPHA, da, c->hn, c->lu[NL_P_ALPHA], T, tin)) goto done;
-    if (dhn) TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
+    if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
     rc = 0;
 done:
     nl_arena_release(ps->ws, mk);
@@ -347,7 +341,7 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
     const nl_layer *L = &m->layers[l];
     int T = sp->T;
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
+    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
     nl_arena_mark mk = nl_arena_top(ps->ws);
     float *mo = falloc(ps, n);
     if (!mo) return -1;
@@ -356,19 +350,19 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
     const int pn = hp->post_norms;
     int rc = L->recurrent ? mixer_gdn_fwd(ps, l, sp, c, st, pn ? c->ao : mo) : mixer_attn_fwd(ps, l, sp, c, st, pn ? c->ao : mo);
     if (rc == 0) {
-        if (pn) TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_ao, c->ao, L->attn_post_norm, T, hp->n_embd, hp->rms_eps));
-        TIMED(ps, NL_GP_ADD, nl_par_add2(POOL(ps), c->xmid, x_in, mo, (int64_t)n));
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
+        if (pn) NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_ao, c->ao, L->attn_post_norm, T, hp->n_embd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add2(POOL(ps), c->xmid, x_in, mo, (int64_t)n));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
         rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            if (hp->mlp_gelu) TIMED(ps, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
-            else TIMED(ps, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            if (hp->mlp_gelu) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
             rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, pn ? c->fo : mo, c->lu[NL_P_DOWN]);
         }
         if (rc == 0 && pn)
-            TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_fo, c->fo, L->ffn_post_norm, T, hp->n_embd, hp->rms_eps));
-        if (rc == 0) TIMED(ps, NL_GP_ADD, nl_par_add2(POOL(ps), x_out, c->xmid, mo, (int64_t)n));
+            NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_fo, c->fo, L->ffn_post_norm, T, hp->n_embd, hp->rms_eps));
+        if (rc == 0) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add2(POOL(ps), x_out, c->xmid, mo, (int64_t)n));
     }
     nl_arena_release(ps->ws, mk);
     return rc;
@@ -389,30 +383,30 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     /* MLP: x_out = xmid + down(act(gate(hn2), up(hn2))), with post-norms xmid + norm(down(..)) */
     const float *dfo = dx;
     if (pn) {
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dx, c->fo, L->ffn_post_norm, c->rstd_fo, T, hp->n_embd));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dx, c->fo, L->ffn_post_norm, c->rstd_fo, T, hp->n_embd));
         dfo = dpost;
     }
     if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    if (hp->mlp_gelu) TIMED(ps, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
-    else TIMED(ps, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    if (hp->mlp_gelu) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
     if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
-    TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
-    TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
-    TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dxmid, dx, (int64_t)n));
+    NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
+    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
+    NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dxmid, dx, (int64_t)n));
     /* mixer: xmid = x_in + mixer(attn_norm(x_in)); without want_dx (layer 0, whose x_in is the
      * frozen embedding rows) no BWD requests for the mixer's input projections (their LoRA A/B
      * gradients need only dy and x), no attention-norm backward */
     float *dmix = want_dx ? dhn : NULL;
     const float *dao = dxmid;
     if (pn) {
-        TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dxmid, c->ao, L->attn_post_norm, c->rstd_ao, T, hp->n_embd));
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dxmid, c->ao, L->attn_post_norm, c->rstd_ao, T, hp->n_embd));
         dao = dpost;
     }
     rc = L->recurrent ? mixer_gdn_bwd(ps, l, sp, c, dao, dmix) : mixer_attn_bwd(ps, l, sp, c, dao, dmix);
     if (rc || !want_dx) goto done;
-    TIMED(ps, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
-    TIMED(ps, NL_GP_ADD, nl_par_add(POOL(ps), dx, dxmid, (int64_t)n));
+    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
+    NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dx, dxmid, (int64_t)n));
 done:
     nl_arena_release(ps->ws, mk);
     return rc;

@@ -4,7 +4,7 @@
  *   thermal status  0..6, Android PowerManager's scale: 0 NONE, 1 LIGHT, 2 MODERATE,
  *                   3 SEVERE, 4 CRITICAL, 5 EMERGENCY, 6 SHUTDOWN
  *   battery temperature in °C
- * Policy (DESIGN.md §4), with hysteresis so the run does not flap at a threshold:
+ * Policy (docs/design.md §4), with hysteresis so the run does not flap at a threshold:
  *   pause  when status >= 2 OR battery >= 40.0 °C
  *   resume when status <= 1 AND battery <= 38.0 °C     (an unavailable reading never blocks)
  * The trainer calls nl_pacer_check between projection-service requests. */

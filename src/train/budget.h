@@ -1,5 +1,5 @@
 /* train/budget: which layers keep their intermediates between forward and backward (the
- * activation budget, DESIGN.md §4).
+ * activation budget, docs/design.md §4).
  *
  * Why keep the LATER layers: backward runs from the last layer to the first, so a kept
  * later layer frees its intermediates early in the backward pass, and by the time a dropped

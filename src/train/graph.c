@@ -178,12 +178,6 @@ static int pass_proj(void *user, nl_dir dir, int layer, int kind, int p, const f
     return tproj(user, dir, layer, kind, p, in, x, u_save, u_in, T, out, NULL);
 }
 
-#define TIMED(g, k, stmt)          \
-    do {                           \
-        double t_ = tic(g);        \
-        stmt;                      \
-        toc((g), (k), t_);         \
-    } while (0)
 
 /* ---- head: final norm + vocabulary projection + cross-entropy, in token chunks ----
  * NL_HEAD_CHUNK (nn/forward.h) rows a chunk, as the model forward's head. */
@@ -324,11 +318,11 @@ static int head(nl_graph *g, const float *x, const int32_t *targets, const nl_sp
     float *hn = falloc(g, 2 * n + (size_t)T);
     if (!hn) return -1;
     float *dhn = hn + n, *rstd = dhn + n;
-    TIMED(g, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
+    NL_TIMED(g->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     memset(dhn, 0, n * sizeof(float));
     int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, sp, inv_n, want_grad, loss_sums)
                                                : head_compact(g, hn, dhn, targets, sp, inv_n, want_grad, loss_sums);
-    if (rc == 0 && want_grad) TIMED(g, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x, m->output_norm, rstd, T, E));
+    if (rc == 0 && want_grad) NL_TIMED(g->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x, m->output_norm, rstd, T, E));
     nl_arena_release(g->ws, mk);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* train/trainer: `nightlora train` as a library call. The step (DESIGN.md §4): forward →
+/* train/trainer: `nightlora train` as a library call. The step (docs/design.md §4): forward →
  * head → backward (train/graph) over the sequences of one batch, gradient accumulation up to
  * batch_tokens, global-norm clipping, AdamW on the adapter only, commit at optimizer-step
  * boundaries, pacing between service requests. */
