@@ -173,8 +173,7 @@ static int create_tmp(const nl_io *io, const char *tmp) {
     }
 }
 
-/* "PATH.tmp" (malloc'd) */
-static char *tmp_of(const char *path) {
+char *nl_io_tmp_path(const char *path) {
     size_t pl = strlen(path);
     char *t = nl_malloc(pl + 5);
     if (t) {
@@ -194,7 +193,7 @@ static char *dir_of(const char *path) {
 
 int nl_io_write_atomic(const nl_io *io, const char *path, const char *tmp, nl_io_body_fn body, void *user) {
     if (!io) io = nl_io_posix();
-    char *own = tmp ? NULL : tmp_of(path), *dir = dir_of(path);
+    char *own = tmp ? NULL : nl_io_tmp_path(path), *dir = dir_of(path);
     if (!tmp) tmp = own;
     int rc = -1;
     if (!tmp || !dir) goto end;

@@ -79,6 +79,10 @@ int nl_io_write_atomic(const nl_io *io, const char *path, const char *tmp, nl_io
 /* The same for a buffer in memory. */
 int nl_io_write_file(const nl_io *io, const char *path, const void *buf, size_t len);
 
+/* The protocol's temp file of PATH, "PATH.tmp" (malloc'd; NULL + nl_err out of memory): the one
+ * place the name is made. */
+char *nl_io_tmp_path(const char *path);
+
 /* Create TMP as step 1 does and remove it again: whether PATH's directory takes our temp file
  * (checked before a long run that writes PATH at its end). Returns 0, or -1 with nl_err. */
 int nl_io_probe_tmp(const nl_io *io, const char *tmp);

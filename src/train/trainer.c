@@ -258,11 +258,8 @@ static int probe_output(const char *flag, const char *path) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return nl_err("--%s %s: is a directory, expected a file path", flag, path);
-    size_t pl = strlen(path);
-    char *tmp = nl_malloc(pl + 5);
+    char *tmp = nl_io_tmp_path(path);
     if (!tmp) return -1;
-    memcpy(tmp, path, pl);
-    memcpy(tmp + pl, ".tmp", 5);
     int rc = nl_io_probe_tmp(NULL, tmp);
     free(tmp);
     if (rc) {
