@@ -109,4 +109,11 @@ void nl_adapter_elem_name(const nl_adapter *a, const nl_model *m, size_t idx, ch
 /* Parse a --targets list into a bitmask over nl_proj_kind; -1 + error on an unknown name. */
 int nl_parse_targets(const char *targets, uint32_t *mask);
 
+/* The LoRA rank of model projection p (0: no adapter, no entry, or p < 0). */
+static inline int nl_adapter_rank(const nl_adapter *ad, int p) {
+    if (!ad || p < 0) return 0;
+    const int e = ad->by_proj[p];
+    return e >= 0 ? ad->t[e].rank : 0;
+}
+
 #endif

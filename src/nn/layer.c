@@ -27,12 +27,6 @@ static float *carve(nl_layer_cache *c, size_t n) {
     return p;
 }
 
-static int lora_rank(const nl_adapter *ad, int p) {
-    if (!ad || p < 0) return 0;
-    int e = ad->by_proj[p];
-    return e >= 0 ? ad->t[e].rank : 0;
-}
-
 /* Lay out (or count) layer l's cache for T tokens. The GDN cache is separate (its own node). */
 static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, nl_layer_cache *c) {
     const nl_hparams *hp = &m->hp;
@@ -75,7 +69,7 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
     c->u = carve(c, t * F);
     c->h = carve(c, t * F);
     for (int k = 0; k < NL_P_KIND_COUNT; k++) {
-        int r = lora_rank(ad, L->p[k]);
+        int r = nl_adapter_rank(ad, L->p[k]);
         c->lu[k] = r ? carve(c, t * (size_t)r) : NULL;
     }
 }

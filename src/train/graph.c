@@ -35,10 +35,6 @@ static float *falloc(nl_graph *g, size_t n) { return nl_arena_floats(g->ws, n); 
 /* ---- CPU nodes on the runtime's pool (nn/par.h) ---- */
 #define POOL(g) ((g)->rt->pool)
 
-static int lora_rank(const nl_graph *g, int p) {
-    int e = p >= 0 ? g->ad->by_proj[p] : -1;
-    return e >= 0 ? g->ad->t[e].rank : 0;
-}
 
 uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) { return nl_layer_cache_bytes(g->rt, g->ad, 1, layer, T); }
 
@@ -189,7 +185,7 @@ static int head_all_seq(nl_graph *g, const float *hn, float *dhn, const int32_t 
                         double *loss_sum) {
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
-    int p = m->p_output, r = lora_rank(g, p);
+    int p = m->p_output, r = nl_adapter_rank(g->ad, p);
     int C = T < HEAD_CHUNK ? T : HEAD_CHUNK;
     nl_arena_mark mk = nl_arena_top(g->ws);
     float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1));
@@ -249,7 +245,7 @@ static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t 
     for (int i = 0; i < nl_span_n(sp); i++) loss_sums[i] = 0.0;
     const nl_model *m = g->rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
-    int p = m->p_output, r = lora_rank(g, p);
+    int p = m->p_output, r = nl_adapter_rank(g->ad, p);
     int nt = 0;
     for (int t = 0; t < T; t++) nt += targets[t] >= 0;
     if (nt == 0) return 0;
