@@ -159,7 +159,7 @@ static void test_forward(int tiled, int with_state) {
     nl_gdn_weights w = fw(&F);
     refw r = rw(&F);
     nl_gdn_state st = {hist, S};
-    int rc = nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, with_state ? &st : NULL);
+    int rc = nl_gdn_forward(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, with_state ? &st : NULL);
     CHECK(rc == 0);
     ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, with_state ? dh : NULL, with_state ? dS : NULL);
     double err = 0;
@@ -180,7 +180,7 @@ static void test_forward(int tiled, int with_state) {
     if (!with_state) {
         nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T + 3);
         float *y2 = malloc(sizeof(float) * ny);
-        CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, y2, F.mixed, F.z, F.b, F.a, T, c) == 0);
+        CHECK(c && nl_gdn_forward_train(NULL, NULL, &F.s, &w, y2, F.mixed, F.z, F.b, F.a, T, c) == 0);
         CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
         free(y2);
         nl_gdn_cache_free(c);
@@ -202,7 +202,7 @@ static void test_forward_shapes(void) {
         double *yr = malloc(sizeof(double) * ny);
         nl_gdn_weights w = fw(&F);
         refw r = rw(&F);
-        CHECK(nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+        CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
         ref_forward(&F.s, &r, yr, F.dmixed, F.dz, F.db, F.da, T, NULL, NULL);
         double err = 0;
         for (size_t i = 0; i < ny; i++) err = fmax(err, fabs(y[i] - yr[i]) / fmax(1.0, fabs(yr[i])));
@@ -214,7 +214,7 @@ static void test_forward_shapes(void) {
         int vd = p[1] * p[3];
         for (int t0 = 0; t0 < T; t0 += 4) {
             int n = T - t0 < 4 ? T - t0 : 4;
-            CHECK(nl_gdn_forward(NULL, &F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
+            CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
                                  F.z + (size_t)t0 * vd, F.b + (size_t)t0 * p[1], F.a + (size_t)t0 * p[1], n,
                                  &st) == 0);
         }
@@ -244,14 +244,14 @@ static void test_streaming(int tiled) {
         int ok = 1;
         for (int t0 = 0; t0 < T; t0 += steps[m]) {
             int n = T - t0 < steps[m] ? T - t0 : steps[m];
-            ok &= nl_gdn_forward(NULL, &F.s, &w, y[m] + (size_t)t0 * vd, F.mixed + (size_t)t0 * cd,
+            ok &= nl_gdn_forward(NULL, NULL, &F.s, &w, y[m] + (size_t)t0 * vd, F.mixed + (size_t)t0 * cd,
                                  F.z + (size_t)t0 * vd, F.b + (size_t)t0 * Hv, F.a + (size_t)t0 * Hv, n,
                                  &st) == 0;
         }
         CHECK(ok);
     }
     float *y0 = malloc(sizeof(float) * ny);
-    CHECK(nl_gdn_forward(NULL, &F.s, &w, y0, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+    CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y0, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
     CHECKF(memcmp(y0, y[0], sizeof(float) * ny) == 0, "state=NULL vs zero state differ");
     for (int m = 1; m < 3; m++) {
         CHECKF(memcmp(y[0], y[m], sizeof(float) * ny) == 0, "y: one call vs steps of %d differ", steps[m]);
@@ -343,8 +343,8 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
     float *gm = malloc(sizeof(float) * (size_t)T * cd), *gz = malloc(sizeof(float) * ny);
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
     CHECK(c != NULL);
-    CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
-    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+    CHECK(nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
+    CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
     grad_in in[4];
     grad_inputs(in, &F, gm, gz, gb, ga);
     for (int v = 0; v < 4; v++) {
@@ -398,8 +398,8 @@ static void test_backward_direction(int Hk, int Hv, int dk, int dv, int tiled, i
     nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
     float *gm = malloc(sizeof(float) * (size_t)T * cd), *gz = malloc(sizeof(float) * ny);
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
-    CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
-    CHECK(c && nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+    CHECK(c && nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
+    CHECK(c && nl_gdn_backward(NULL, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
     grad_in in[4];
     grad_inputs(in, &F, gm, gz, gb, ga);
     for (int v = 0; v < 4; v++) {
@@ -474,21 +474,21 @@ static void test_errors(void) {
     float *dz = malloc(sizeof(float) * 20 * 12), *db = malloc(sizeof(float) * 80), *da = malloc(sizeof(float) * 80);
     nl_gdn_shape bad = F.s;
     bad.Hv = 3;
-    CHECK(nl_gdn_forward(NULL, &bad, &w, y, F.mixed, F.z, F.b, F.a, 20, NULL) == -1);
+    CHECK(nl_gdn_forward(NULL, NULL, &bad, &w, y, F.mixed, F.z, F.b, F.a, 20, NULL) == -1);
     CHECK(strstr(nl_last_error(), "multiple") != NULL);
-    CHECK(nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 0, NULL) == 0);
+    CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 0, NULL) == 0);
     CHECK(nl_gdn_cache_new(&F.s, 0) == NULL);
     nl_gdn_cache *c = nl_gdn_cache_new(&F.s, 10);
     CHECK(c != NULL);
-    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == -1); /* no forward yet */
-    CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 20, c) == -1);
+    CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == -1); /* no forward yet */
+    CHECK(nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 20, c) == -1);
     CHECK(strstr(nl_last_error(), "at most 10") != NULL);
-    CHECK(nl_gdn_forward_train(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 10, c) == 0);
-    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, y, 9, dm, dz, db, da) == -1);
+    CHECK(nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 10, c) == 0);
+    CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, y, 9, dm, dz, db, da) == -1);
     nl_gdn_shape other = F.s;
     other.kv_tiled = 0;
-    CHECK(nl_gdn_backward(NULL, &other, &w, c, y, 10, dm, dz, db, da) == -1);
-    CHECK(nl_gdn_backward(NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == 0);
+    CHECK(nl_gdn_backward(NULL, NULL, &other, &w, c, y, 10, dm, dz, db, da) == -1);
+    CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == 0);
     nl_gdn_cache_free(c);
     free(y); free(dm); free(dz); free(db); free(da);
     fix_free(&F);
@@ -516,7 +516,7 @@ static void test_simd_same_bits(void) {
     const char *got[3];
     for (int m = 0; m < 3; m++) got[m] = use_level(levels[m]);
     CHECK(nl_cpu_use(NULL) == 0);
-    CHECK(!strcmp(got[0], "scalar") && nl_cpu_kernels()->gdn_step == NULL);
+    CHECK(!strcmp(got[0], "scalar") && nl_cpu_kernels_find("scalar")->gdn_step == NULL);
     if (strcmp(got[1], "avx2")) printf("note: no AVX2 kernels on this CPU; that level runs the portable ones\n");
     printf("note: the best kernel set here: %s\n", got[2]);
     for (int si = 0; si < 5; si++) {
@@ -540,17 +540,17 @@ static void test_simd_same_bits(void) {
             float *hist = malloc(sizeof(float) * nh), *S = malloc(sizeof(float) * nS);
             memcpy(hist, hist0, sizeof(float) * nh);
             memcpy(S, S0, sizeof(float) * nS);
-            CHECK(nl_gdn_forward(NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+            CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
             nl_gdn_state st = {hist, S};
             int t1 = T / 3;
-            CHECK(nl_gdn_forward(NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
-            CHECK(nl_gdn_forward(NULL, &F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
+            CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
+            CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
                                  F.b + (size_t)t1 * Hv, F.a + (size_t)t1 * Hv, T - t1, &st) == 0);
             nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
             float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
-            CHECK(c && nl_gdn_forward_train(NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
-            CHECK(c && nl_gdn_backward(NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+            CHECK(c && nl_gdn_forward_train(NULL, NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
+            CHECK(c && nl_gdn_backward(NULL, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
             CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d level %s: training forward differs", si, got[m]);
             nl_gdn_cache_free(c);
             float *o[9] = {y, ys, S, hist, gm, gz, gb, ga, yt};
@@ -611,15 +611,15 @@ static void test_threads_same_bits(void) {
             float *hist = malloc(sizeof(float) * (nh + 1)), *S = malloc(sizeof(float) * nS);
             memcpy(hist, hist0, sizeof(float) * nh);
             memcpy(S, S0, sizeof(float) * nS);
-            CHECK(nl_gdn_forward(pool, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+            CHECK(nl_gdn_forward(pool, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
             nl_gdn_state st = {hist, S};
-            CHECK(nl_gdn_forward(pool, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, T, &st) == 0);
+            CHECK(nl_gdn_forward(pool, NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, T, &st) == 0);
             nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
             float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
             float *yt = malloc(sizeof(float) * ny);
-            CHECK(c && nl_gdn_forward_train(pool, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
-            CHECK(c && nl_gdn_backward(pool, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+            CHECK(c && nl_gdn_forward_train(pool, NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
+            CHECK(c && nl_gdn_backward(pool, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
             CHECK(memcmp(y, yt, sizeof(float) * ny) == 0);
             free(yt);
             nl_gdn_cache_free(c);
