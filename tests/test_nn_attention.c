@@ -573,6 +573,26 @@ static void test_tiles(const nl_amx_tiles *tl) {
     g_tiles = NULL;
 }
 
+/* Out of memory for the scratch is an error (-1, nl_err saying so), not NaN in the output: a
+ * key length whose panels no allocator gives (S = 2^30 keys of d = 64: 288 GiB of scratch; the
+ * keys themselves are never read, the scratch comes first), on every variant. */
+static void test_oom_is_error(void) {
+    float out[8 * 64], lse[8], q[8 * 64], kv[64], dq[8 * 64], dk[8 * 64], dv[8 * 64];
+    for (int i = 0; i < 8 * 64; i++) out[i] = 7.0f, q[i] = 0.0f;
+    for (int i = 0; i < 64; i++) kv[i] = 0.0f;
+    const int S = 1 << 30;
+    CHECK(nl_attention_forward_range(out, lse, q, kv, kv, 8, S, 1, 1, 64, 0.125f, 0, 0, 1) == -1);
+    CHECK(strstr(nl_last_error(), "out of memory") != NULL);
+    CHECK(nl_attention_forward_range_bf16(out, lse, q, kv, kv, 8, S, 1, 1, 64, 0.125f, 0, 0, 1) == -1);
+    CHECK(nl_attention_forward_range_tiles(&nl_amx_tiles_emu, out, lse, q, kv, kv, 8, S, 1, 1, 64, 0.125f, 0, 0, 1) == -1);
+    int untouched = 1;
+    for (int i = 0; i < 8 * 64; i++) untouched &= out[i] == 7.0f;
+    CHECKF(untouched, "the output was written on out of memory");
+    /* backward: T = 2^30 queries (no head to do, g1 = 0: only the scratch is asked for) */
+    CHECK(nl_attention_backward_range(dq, dk, dv, q, out, lse, q, kv, kv, 1 << 30, 1, 1, 64, 0.125f, 0, 0, 0) == -1);
+    CHECK(strstr(nl_last_error(), "attention backward: out of memory") != NULL);
+}
+
 int main(void) {
     const shape gqa = {7, 7, 6, 2, 10, 1.0 / sqrt(10.0), 0};
     const shape mha = {7, 7, 3, 3, 10, 0.37, 0};
@@ -614,6 +634,7 @@ int main(void) {
         free(q), free(k), free(v);
     }
     test_layout();
+    test_oom_is_error();
     test_bf16();
     test_tiles(&nl_amx_tiles_emu);       /* the hardware's reading */
     test_tiles(&nl_amx_tiles_emu_chain); /* and the other documented one */

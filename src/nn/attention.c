@@ -37,35 +37,10 @@
 #define SMALL_T 4 /* up to this many queries: no packing (decoding) */
 _Static_assert(BQ % 2 == 0, "BF16 blocks start on a pair of queries");
 
-static void fill_nan(float *p, int64_t n) {
-    for (int64_t i = 0; i < n; i++) p[i] = NAN;
-}
-
-/* Out of memory for the scratch: the kv heads' outputs become NaN (the error is in nl_err). */
-static void fwd_oom(float *out, float *lse, int T, int S, int Hq, int Hkv, int d, int g0, int g1) {
-    const int group = Hq / Hkv;
-    const int64_t ldq = (int64_t)Hq * d;
-    nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S);
-    for (int g = g0; g < g1; g++)
-        for (int t = 0; t < T; t++)
-            for (int hh = 0; hh < group; hh++) {
-                const int h = g * group + hh;
-                fill_nan(out + (int64_t)t * ldq + (int64_t)h * d, d);
-                if (lse) lse[(int64_t)t * Hq + h] = NAN;
-            }
-}
-
-static void bwd_oom(float *dq, float *dk, float *dv, int T, int Hq, int Hkv, int d, int g0, int g1) {
-    const int group = Hq / Hkv;
-    const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
-    nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T);
-    for (int g = g0; g < g1; g++)
-        for (int t = 0; t < T; t++) {
-            fill_nan(dk + (int64_t)t * ldk + (int64_t)g * d, d);
-            fill_nan(dv + (int64_t)t * ldk + (int64_t)g * d, d);
-            for (int hh = 0; hh < group; hh++) fill_nan(dq + (int64_t)t * ldq + (int64_t)(g * group + hh) * d, d);
-        }
-}
+/* Out of memory for the scratch: -1 with nl_err (this thread's; nn/par.c reports it to the caller).
+ * Nothing is written: the caller's step fails, it does not go on with NaN. */
+static int fwd_oom(int S, int d) { return nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S); }
+static int bwd_oom(int T, int d) { return nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T); }
 
 /* dst[i][j] = src row j (stride lds), element i, for j < n: Kᵀ as a d×ldd panel. */
 static void pack_t(float *dst, int64_t ldd, const float *src, int64_t lds, int n, int d) {
@@ -154,7 +129,7 @@ static void row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, floa
     for (j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
 }
 
-void nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+int nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
                                 int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
     const int group = Hq / Hkv;
     const int past = S - T;
@@ -163,10 +138,7 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
     const int64_t lds = S; /* row stride of the score block and of the Kᵀ panel */
     const size_t n_kT = packed ? (size_t)d * (size_t)S : 0, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)S;
     float *buf = nl_thread_scratch(sizeof(float) * (n_kT + n_s + 1));
-    if (!buf) {
-        fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
-        return;
-    }
+    if (!buf) return fwd_oom(S, d);
     float *kT = buf, *s = buf + n_kT;
     for (int g = g0; g < g1; g++) {
         const float *kg = k + (int64_t)g * d, *vg = v + (int64_t)g * d;
@@ -200,14 +172,15 @@ void nl_attention_forward_range(float *out, float *lse, const float *q, const fl
             }
         }
     }
+    return 0;
 }
 
-void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq,
+int nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq,
                           int Hkv, int d, float scale) {
-    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, 0, Hkv);
+    return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, 0, Hkv);
 }
 
-void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
                                  int window, int g0, int g1) {
     const int group = Hq / Hkv;
@@ -215,10 +188,7 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
     const int64_t lds = T;
     const size_t n_t = (size_t)d * (size_t)T, n_s = (size_t)(T < BQ ? T : BQ) * (size_t)T;
     float *buf = nl_thread_scratch(sizeof(float) * (2 * n_t + 2 * n_s + 1));
-    if (!buf) {
-        bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
-        return;
-    }
+    if (!buf) return bwd_oom(T, d);
     float *kT = buf, *vT = kT + n_t, *s = vT + n_t, *dp = s + n_s;
     for (int g = g0; g < g1; g++) {
         const int64_t kvoff = (int64_t)g * d;
@@ -252,11 +222,12 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
             }
         }
     }
+    return 0;
 }
 
-void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+int nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                            const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale) {
-    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, 0, Hkv);
+    return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, 0, Hkv);
 }
 
 /* ---- BF16 variant (cpu/gemm_bf16.h) ----
@@ -384,28 +355,25 @@ int nl_attention_bf16_active(void) {
 #endif
 }
 
-void nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+int nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
                                      int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
 #ifdef NL_ATT_BF16
     if (T > SMALL_T && nl_bf16_ok()) {
-        if (fwd_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1)) fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
-        return;
+        return fwd_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1) ? fwd_oom(S, d) : 0;
     }
 #endif
-    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
+    return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
 }
 
-void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
+int nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                       const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
                                       int Hkv, int d, float scale, int window, int g0, int g1) {
 #ifdef NL_ATT_BF16
     if (T > SMALL_T && nl_bf16_ok()) {
-        if (bwd_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1))
-            bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
-        return;
+        return bwd_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1) ? bwd_oom(T, d) : 0;
     }
 #endif
-    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
+    return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
 }
 
 /* ---- on the matrix engine's tiles (cpu/tiles.h) ----
@@ -534,23 +502,20 @@ static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, co
     return 0;
 }
 
-void nl_attention_forward_range_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
+int nl_attention_forward_range_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
                                       const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window, int g0,
                                       int g1) {
     if (T > SMALL_T) {
-        if (fwd_tiles(tl, out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1)) fwd_oom(out, lse, T, S, Hq, Hkv, d, g0, g1);
-        return;
+        return fwd_tiles(tl, out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1) ? fwd_oom(S, d) : 0;
     }
-    nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
+    return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
 }
 
-void nl_attention_backward_range_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
+int nl_attention_backward_range_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q, const float *k, const float *v,
                                        int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
     if (T > SMALL_T) {
-        if (bwd_tiles(tl, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1))
-            bwd_oom(dq, dk, dv, T, Hq, Hkv, d, g0, g1);
-        return;
+        return bwd_tiles(tl, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1) ? bwd_oom(T, d) : 0;
     }
-    nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
+    return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
 }

@@ -140,9 +140,12 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd;
         for (int i = 0, t0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
             int Ti = sp->seg_T[i];
-            NL_TIMED(ps->prof, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
-                                                               c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
-                                                               window));
+            int rc = 0;
+            NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
+                     rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
+                                                   c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
+                                                   window));
+            if (rc) return rc;
         }
         return 0;
     }
@@ -158,8 +161,11 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         v = st->v[l];
         S = st->n_past + T;
     }
-    NL_TIMED(ps->prof, NL_GP_ATTN_FWD, nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale, window));
-    return 0;
+    int rc = 0;
+    NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
+             rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale,
+                                           window));
+    return rc;
 }
 
 static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, float *out) {
@@ -218,9 +224,12 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     /* the sequence-local part: self-attention of the call's rows */
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
         size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
-        NL_TIMED(ps->prof, NL_GP_ATTN_BWD, nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles, dq + qo, dk + ko, dv + ko, dattn + qo, c->o + qo,
-                                                            c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
-                                                            nl_span_len(sp, i), H, Hkv, hd, hp->attn_scale, L->swa ? hp->n_swa : 0));
+        int rc = 0;
+        NL_TIMED(ps->prof, NL_GP_ATTN_BWD,
+                 rc = nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles, dq + qo, dk + ko, dv + ko, dattn + qo,
+                                                c->o + qo, c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
+                                                nl_span_len(sp, i), H, Hkv, hd, hp->attn_scale, L->swa ? hp->n_swa : 0));
+        if (rc) return rc;
     }
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));

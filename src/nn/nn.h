@@ -39,19 +39,21 @@ void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int
  * t attends to keys 0 .. S-T+t. Query head h uses kv head h / (Hq/Hkv).
  * out[T][Hq][d]; lse[T][Hq] = logsumexp of the scaled scores (saved for backward; may be NULL).
  * The _range calls take a sliding window (gemma3): window > 0 lets query t (at position
- * S-T+t) see only keys j with S-T+t − j < window; 0 = the whole causal prefix. */
-void nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+ * S-T+t) see only keys j with S-T+t − j < window; 0 = the whole causal prefix.
+ * Every call returns 0, or -1 with nl_err when its scratch cannot be had (out of memory: an error
+ * the step reports, never NaN in the output). */
+int nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                           int T, int S, int Hq, int Hkv, int d, float scale);
 /* Self-attention backward (S == T). dq, dk, dv overwritten. */
-void nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
+int nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
                            const float *lse, const float *q, const float *k, const float *v,
                            int T, int Hq, int Hkv, int d, float scale);
 /* The same for kv heads [g0, g1) only (and their query heads g·Hq/Hkv ..): every output element
  * of those heads is written exactly as the whole call writes it, nothing else is touched, so
  * callers may split kv heads over threads with bit-identical results. */
-void nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+int nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
                                 int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
-void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
                                  int window, int g0, int g1);
 /* BF16 variant of the two range calls (training's default compute path): the inputs of every
@@ -60,9 +62,9 @@ void nl_attention_backward_range(float *dq, float *dk, float *dv, const float *d
  * the FP32 calls; results agree with them to BF16 accuracy (about 1e-2 of the magnitude), not
  * bit for bit. Where the CPU lacks AVX512_BF16 (checked at run time), or for decoding-size
  * query blocks, they ARE the FP32 calls. nl_attention_bf16_active() says which runs. */
-void nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
+int nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
                                      int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
-void nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
+int nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
                                       const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
                                       int Hkv, int d, float scale, int window, int g0, int g1);
 int nl_attention_bf16_active(void);
@@ -72,10 +74,10 @@ int nl_attention_bf16_active(void);
  * thread-split invariance; agrees with the FP32 calls to BF16 accuracy. Decoding-size query
  * blocks (T <= 4) ARE the FP32 calls. */
 struct nl_amx_tiles;
-void nl_attention_forward_range_tiles(const struct nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
+int nl_attention_forward_range_tiles(const struct nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
                                       const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window, int g0,
                                       int g1);
-void nl_attention_backward_range_tiles(const struct nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
+int nl_attention_backward_range_tiles(const struct nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
                                        const float *out, const float *lse, const float *q, const float *k, const float *v,
                                        int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
 

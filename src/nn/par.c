@@ -3,6 +3,8 @@
 
 #include <stddef.h>
 
+#include "util/util.h"
+
 typedef struct {
     nl_par_fn fn;
     void *job;
@@ -164,25 +166,28 @@ typedef struct {
     int T, S, Hq, Hkv, d, bf16, window;
     float scale;
     const struct nl_amx_tiles *tiles;
+    int failed; /* a range ran out of memory for its scratch (its thread's nl_err) */
 } attn_f_job;
 
 static void attn_f_range(void *arg, int64_t g0, int64_t g1) {
-    const attn_f_job *j = arg;
-    if (j->tiles) {
-        nl_attention_forward_range_tiles(j->tiles, j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->d, j->scale,
-                                         j->window, (int)g0, (int)g1);
-        return;
-    }
-    (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq,
-                                                                             j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
+    attn_f_job *j = arg;
+    int rc;
+    if (j->tiles)
+        rc = nl_attention_forward_range_tiles(j->tiles, j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->d,
+                                              j->scale, j->window, (int)g0, (int)g1);
+    else
+        rc = (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(
+            j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
+    if (rc) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
-void nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse,
+int nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse,
                               const float *q, const float *k, const float *v, int T, int S, int Hq, int Hkv, int d, float scale,
                               int window) {
     attn_f_job j = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = S, .Hq = Hq, .Hkv = Hkv, .d = d, .bf16 = bf16,
                     .scale = scale, .window = window, .tiles = tiles};
     nl_par_run(pool, attn_f_range, &j, Hkv, 1, (int64_t)T * S * Hq * d);
+    return j.failed ? nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S) : 0;
 }
 
 typedef struct {
@@ -191,25 +196,29 @@ typedef struct {
     int T, Hq, Hkv, d, bf16, window;
     float scale;
     const struct nl_amx_tiles *tiles;
+    int failed;
 } attn_b_job;
 
 static void attn_b_range(void *arg, int64_t g0, int64_t g1) {
-    const attn_b_job *j = arg;
-    if (j->tiles) {
-        nl_attention_backward_range_tiles(j->tiles, j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq,
-                                          j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
-        return;
-    }
-    (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(
-        j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
+    attn_b_job *j = arg;
+    int rc;
+    if (j->tiles)
+        rc = nl_attention_backward_range_tiles(j->tiles, j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T,
+                                               j->Hq, j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
+    else
+        rc = (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(
+            j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d, j->scale, j->window,
+            (int)g0, (int)g1);
+    if (rc) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
-void nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv,
+int nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv,
                                const float *dout, const float *out, const float *lse, const float *q, const float *k,
                                const float *v, int T, int Hq, int Hkv, int d, float scale, int window) {
     attn_b_job j = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .Hq = Hq,
                     .Hkv = Hkv, .d = d, .bf16 = bf16, .scale = scale, .window = window, .tiles = tiles};
     nl_par_run(pool, attn_b_range, &j, Hkv, 1, (int64_t)T * T * Hq * d);
+    return j.failed ? nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T) : 0;
 }
 
 /* ---- cross-entropy, row by row ---- */

@@ -36,9 +36,9 @@ void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_
  * Forward: k, v hold S >= T rows (the first S - T the past). window: the sliding window
  * (0 = none), nn.h. */
 struct nl_amx_tiles;
-void nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse, const float *q, const float *k,
+int nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse, const float *q, const float *k,
                               const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window);
-void nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv, const float *dout,
+int nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v, int T,
                                int Hq, int Hkv, int d, float scale, int window);
 /* Cross-entropy of each row of z[T][V] on its own (rows split): row_loss[t] =
