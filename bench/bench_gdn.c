@@ -51,11 +51,11 @@ int main(int argc, char **argv) {
     double best[3] = {1e30, 1e30, 1e30};
     for (int r = 0; r < reps; r++) {
         double t0 = nl_now();
-        if (nl_gdn_forward(pool, &s, &w, y, mixed, z, b, a, T, NULL)) goto fail;
+        if (nl_gdn_forward(pool, NULL, &s, &w, y, mixed, z, b, a, T, NULL)) goto fail;
         double t1 = nl_now();
-        if (nl_gdn_forward_train(pool, &s, &w, y, mixed, z, b, a, T, c)) goto fail;
+        if (nl_gdn_forward_train(pool, NULL, &s, &w, y, mixed, z, b, a, T, c)) goto fail;
         double t2 = nl_now();
-        if (nl_gdn_backward(pool, &s, &w, c, dy, T, dm, dz, db, da)) goto fail;
+        if (nl_gdn_backward(pool, NULL, &s, &w, c, dy, T, dm, dz, db, da)) goto fail;
         double t3 = nl_now();
         if (t1 - t0 < best[0]) best[0] = t1 - t0;
         if (t2 - t1 < best[1]) best[1] = t2 - t1;

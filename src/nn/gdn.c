@@ -24,6 +24,18 @@
 #include "util/util.h"
 
 #define CH NL_GDN_CHUNK
+
+/* The calls' temporaries: from the pass's arena when there is one (released when the call
+ * returns), else the heap (tests, benchmarks). */
+static float *tmp_get(nl_arena *ws, nl_arena_mark *m, size_t n) {
+    if (!ws) return nl_malloc(sizeof(float) * n);
+    *m = nl_arena_top(ws);
+    return nl_arena_floats(ws, n);
+}
+static void tmp_put(nl_arena *ws, nl_arena_mark m, float *p) {
+    if (ws) nl_arena_release(ws, m);
+    else free(p);
+}
 /* Width of the state column blocks the forward recurrence runs on (see gdn_step). */
 #define GDN_COLS 64
 
@@ -335,21 +347,22 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
 /* Shared forward: cpre (already conv'd, [T][cd]) -> y. xs [T][cd] receives q̂, k̂, silu(v); it
  * may equal cpre. Sstate: [Hv][dk][dv] read and updated, or NULL (zero start). ck: checkpoint
  * array or NULL. Value heads split over the pool's threads. */
-static int forward_core(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+static int forward_core(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
                         const float *cpre, float *xs, const float *z, const float *beta, const float *g,
                         int T, float *Sstate, float *ck) {
     int nh = n_tasks_for(pool, s->Hv), nr = n_tasks_for(pool, T);
-    float *scratch = nl_malloc(sizeof(float) * (size_t)nh * ((size_t)s->dk * s->dv + 3 * (size_t)s->dv));
+    nl_arena_mark m = {0};
+    float *scratch = tmp_get(ws, &m, (size_t)nh * ((size_t)s->dk * s->dv + 3 * (size_t)s->dv));
     if (!scratch) return -1;
     fwd_job J = {.s = s, .w = w, .y = y, .xs = xs, .Sstate = Sstate, .ck = ck, .scratch = scratch, .cpre = cpre,
                  .z = z, .beta = beta, .g = g, .T = T, .ks = nl_cpu_kernels()};
     run_tasks(pool, nr, fwd_rows_task, &J);
     run_tasks(pool, nh, fwd_heads_task, &J);
-    free(scratch);
+    tmp_put(ws, m, scratch);
     return 0;
 }
 
-int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
+int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
                    const float *z, const float *b, const float *a, int T, nl_gdn_state *state) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
     if (T < 0) return nl_err("gdn: negative token count %d", T);
@@ -363,7 +376,8 @@ int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w
     size_t n_hist = state ? 0 : (size_t)(K - 1) * cd;
     size_t n_wt = (size_t)K * cd;
     size_t n = n_tc + 2 * n_g + n_hist + n_wt;
-    float *buf = nl_malloc(sizeof(float) * n);
+    nl_arena_mark m = {0};
+    float *buf = tmp_get(ws, &m, n);
     if (!buf) return -1;
     float *cpre = buf, *beta = cpre + n_tc, *g = beta + n_g, *hist = g + n_g, *wt = hist + n_hist;
     if (!state) memset(hist, 0, sizeof(float) * n_hist);
@@ -371,12 +385,12 @@ int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w
     conv_forward(cpre, mixed, h, w->conv, T, cd, K, wt);
     gates(s, w, b, a, T, beta, g, NULL);
     /* the state is updated only once nothing can fail */
-    if (forward_core(pool, s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, NULL)) {
-        free(buf);
+    if (forward_core(pool, ws, s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, NULL)) {
+        tmp_put(ws, m, buf);
         return -1;
     }
     if (state && K > 1) conv_state_update(state->conv, mixed, T, cd, K);
-    free(buf);
+    tmp_put(ws, m, buf);
     return 0;
 }
 
@@ -458,7 +472,7 @@ static int same_shape(const nl_gdn_shape *a, const nl_gdn_shape *b) {
            a->eps == b->eps && (a->kv_tiled != 0) == (b->kv_tiled != 0);
 }
 
-int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
                          const float *mixed, const float *z, const float *b, const float *a,
                          int T, nl_gdn_cache *cache) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
@@ -469,7 +483,8 @@ int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weig
     if (!y || !mixed || !z || !b || !a) return nl_err("gdn: NULL activation pointer");
     int cd = nl_gdn_conv_dim(s), K = s->K;
     size_t n_tc = (size_t)T * cd, n_hist = (size_t)(K - 1) * cd;
-    float *buf = nl_malloc(sizeof(float) * (n_tc + n_hist + (size_t)K * cd));
+    nl_arena_mark m = {0};
+    float *buf = tmp_get(ws, &m, n_tc + n_hist + (size_t)K * cd);
     if (!buf) return -1;
     float *xs = buf, *hist = xs + n_tc, *wt = hist + n_hist;
     memset(hist, 0, sizeof(float) * n_hist);
@@ -477,9 +492,9 @@ int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weig
     conv_forward(cache->cpre, mixed, hist, w->conv, T, cd, K, wt);
     memcpy(cache->z, z, sizeof(float) * (size_t)T * s->Hv * s->dv);
     gates(s, w, b, a, T, cache->beta, cache->g, cache->dgda);
-    int rc = forward_core(pool, s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, cache->ck);
+    int rc = forward_core(pool, ws, s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, cache->ck);
     if (rc == 0) cache->T = T;
-    free(buf);
+    tmp_put(ws, m, buf);
     return rc;
 }
 
@@ -934,7 +949,7 @@ static void bwd_conv_task(void *arg, int task, int n_tasks) {
     }
 }
 
-int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
+int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
                     const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
     if (check_shape(s) || check_weights(w, 0)) return -1;
     if (!cache) return nl_err("gdn: NULL cache");
@@ -945,7 +960,8 @@ int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *
     const int cd = nl_gdn_conv_dim(s);
     int nh = n_tasks_for(pool, s->Hk), nc = n_tasks_for(pool, cd);
     const size_t n_work = (size_t)bwd_work_floats(s) * (size_t)nh, K = (size_t)s->K;
-    float *scratch = nl_malloc(sizeof(float) * (n_work + K * (size_t)cd));
+    nl_arena_mark m = {0};
+    float *scratch = tmp_get(ws, &m, n_work + K * (size_t)cd);
     if (!scratch) return -1;
     float *wt = scratch + n_work;
     for (int ch = 0; ch < cd; ch++)
@@ -955,6 +971,6 @@ int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *
                  .scratch = scratch, .wt = wt, .T = T, .ks = nl_cpu_kernels()};
     run_tasks(pool, nh, bwd_heads_task, &J);
     run_tasks(pool, nc, bwd_conv_task, &J);
-    free(scratch);
+    tmp_put(ws, m, scratch);
     return 0;
 }

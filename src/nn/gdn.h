@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "util/arena.h"
 #include "util/pool.h"
 
 typedef struct {
@@ -38,11 +39,12 @@ typedef struct {
  * a[T][Hv] -> y[T][Hv*dv] (the input of ssm_out); y must not alias an input. state may be NULL
  * (start from zeros, and nothing is returned); otherwise it is read and updated, so calls on
  * consecutive pieces of a sequence give the same y as one call (bit for bit). T = 0 is a no-op.
- * Allocates about 4*T*conv_dim bytes of scratch for the call (feed long prompts in pieces to
- * bound it), plus 4*(dk*dv + 3*dv) per thread. pool may be NULL (one thread): the value heads
+ * Takes about 4*T*conv_dim bytes of scratch for the call (feed long prompts in pieces to
+ * bound it), plus 4*(dk*dv + 3*dv) per thread, from ws (the pass's arena, released before it
+ * returns; every call here takes one) or, ws NULL, the heap. pool may be NULL (one thread): the value heads
  * are split over its threads, each head's arithmetic as on one thread, so y and the state are
  * the same bits for any pool size. Cost O(T*Hv*dk*dv). */
-int nl_gdn_forward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
+int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
                    const float *z, const float *b, const float *a, int T, nl_gdn_state *state);
 
 /* ---- Training (sequences start from the zero state; no incoming state).
@@ -84,7 +86,7 @@ uint64_t nl_gdn_cache_size(const nl_gdn_cache *c);
 /* As nl_gdn_forward from the zero state, saving into cache (T <= its T_max; shape must equal
  * the cache's). The inputs may be freed afterwards: the cache is self-contained. Scratch as
  * nl_gdn_forward (pool as there). */
-int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
                          const float *mixed, const float *z, const float *b, const float *a,
                          int T, nl_gdn_cache *cache);
 
@@ -95,7 +97,7 @@ int nl_gdn_forward_train(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weig
  * 3x the forward's arithmetic, in matrix form). pool may be NULL: the key heads (each with its
  * value heads in order) are split over its threads, then the conv channels: the same bits for
  * any pool size. */
-int nl_gdn_backward(nl_pool *pool, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
+int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
                     const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
 /* The recurrence's SIMD kernels (the forward's state update, the backward's matrix products,

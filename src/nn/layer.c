@@ -286,9 +286,9 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         int Ti = nl_span_len(sp, i), e;
         size_t o = (size_t)t0;
         NL_TIMED(ps->prof, NL_GP_GDN,
-              e = c->gc ? nl_gdn_forward_train(POOL(ps), s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
+              e = c->gc ? nl_gdn_forward_train(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
                                                c->gc[i])
-                        : nl_gdn_forward(POOL(ps), s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
+                        : nl_gdn_forward(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
                                          st ? &st->gdn[l] : NULL));
         if (e) goto done;
     }
@@ -316,7 +316,7 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         size_t o = (size_t)t0;
         int e;
         NL_TIMED(ps->prof, NL_GP_GDN,
-              e = nl_gdn_backward(POOL(ps), s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd,
+              e = nl_gdn_backward(POOL(ps), ps->ws, s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd,
                                   db + o * s->Hv, da + o * s->Hv));
         if (e) goto done;
     }
