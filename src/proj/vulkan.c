@@ -28,7 +28,6 @@
 #include <string.h>
 
 #include "model/quant.h"
-#include "proj/host.h"
 #include "proj/vulkan.h"
 #include "util/util.h"
 
