@@ -373,7 +373,10 @@ nl_jv *nl_jinja_call_value(rstate *R, frame *f, const node *n, nl_jv *fn, const 
                     nl_jv_unref(l);
                     return NULL;
                 }
-                if (nl_jv_push(l, nl_jv_int(i))) l = NULL;
+                if (nl_jv_push(l, nl_jv_int(i))) {
+                    nl_jv_unref(l); /* a push that fails (the budget) leaves the list to its owner */
+                    l = NULL;
+                }
             }
             return l;
         }

@@ -701,7 +701,10 @@ nl_jv *nl_jinja_slice(rstate *R, const node *n, nl_jv *obj, nl_jv *const *parts)
     }
     nl_jv *out = nl_jv_list();
     for (int64_t i = lo; out && (step > 0 ? i < hi : i > hi); i += step)
-        if (nl_jv_push(out, nl_jv_ref(items->u.l.v[i]))) out = NULL;
+        if (nl_jv_push(out, nl_jv_ref(items->u.l.v[i]))) {
+            nl_jv_unref(out); /* a push that fails (the budget) leaves the list to its owner */
+            out = NULL;
+        }
     nl_jv_unref(items);
     if (!out) return NULL;
     if (obj->type == V_STR) {
@@ -923,8 +926,10 @@ static int exec_for(rstate *R, frame *f, const node *n, buf *out) {
              nl_jv_set(loop, "first", nl_jv_bool(i == 0)) || nl_jv_set(loop, "last", nl_jv_bool(i + 1 == len)) ||
              nl_jv_set(loop, "length", nl_jv_int((int64_t)len)) ||
              (i > 0 && nl_jv_set(loop, "previtem", nl_jv_ref(items->u.l.v[i - 1]))) ||
-             (i + 1 < len && nl_jv_set(loop, "nextitem", nl_jv_ref(items->u.l.v[i + 1]))) ||
-             nl_jv_set(ff.vars, "loop", loop);
+             (i + 1 < len && nl_jv_set(loop, "nextitem", nl_jv_ref(items->u.l.v[i + 1])));
+        /* the frame owns loop once it is set (a failed set frees it); a failure before that leaves it ours */
+        if (rc) nl_jv_unref(loop);
+        else rc = nl_jv_set(ff.vars, "loop", loop);
         nl_jv *x = items->u.l.v[i];
         if (!rc) {
             if (n->n_names == 1) {
