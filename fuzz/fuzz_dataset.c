@@ -7,7 +7,7 @@
  *   bits 2-3  chat template argument: NULL, "auto", "chatml", "llama3"
  *             (with no tokenizer: opts.n_vocab = 0, 50, 300 or 1000)
  *   bit 4     shuffle the batch order
- *   bit 5     ignore_unknown_keys
+ *   bit 5     strict_keys
  * Oracles on an accepted file (dataset.h's contract): every example has ids in the vocabulary,
  * target[0] == 0, targets in {0,1} with n_targets their count and >= 1, a line number inside
  * the file, and the totals add up; a multiple-choice example has >= 2 non-empty choices, an
@@ -94,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nl_data_opts opts = {0};
     opts.chat_template = tmpl[(sel >> 2) & 3];
     if (!tok) opts.n_vocab = n_vocab_opt[(sel >> 2) & 3];
-    opts.ignore_unknown_keys = (sel >> 5) & 1;
+    opts.strict_keys = (sel >> 5) & 1;
     int n_vocab = tok ? nl_tokenizer_n_vocab(tok) : opts.n_vocab;
 
     nl_dataset ds;

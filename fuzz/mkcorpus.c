@@ -249,7 +249,7 @@ static void seeds_dataset(const char *td) {
         "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"hi\", \"weight\": 0}, {\"from\": \"gpt\", \"value\": \"yo\"}],"
         " \"source\": \"x\"}\n",
     };
-    /* 0x20: ignore_unknown_keys */
+    /* 0x20: strict_keys */
     static const uint8_t sel[] = {0x00, 0x04, 0x01, 0x01, 0x0D, 0x03, 0x02, 0x01, 0x06, 0x21};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
         char name[32];

@@ -161,8 +161,9 @@ static void test_data_errors(void) {
 }
 
 /* Data as the common tools export it: ShareGPT and TRL lines train, their mistakes are
- * refused at file:line; an extra column is refused saying --ignore-unknown-keys exists, and
- * trains with it; a train/valid/test.jsonl directory trains on its train.jsonl. */
+ * refused at file:line; an extra column is skipped and counted (refused with --strict-keys);
+ * Alpaca lines in a JSON array file and --columns train; a train/valid/test.jsonl directory
+ * trains on its train.jsonl. */
 static void test_exported_data(void) {
     char p[512];
     path_of(p, sizeof p, "sharegpt.jsonl");
@@ -186,9 +187,30 @@ static void test_exported_data(void) {
 
     path_of(p, sizeof p, "extra.jsonl");
     write_text(p, "{\"id\": 1, \"prompt\": \"Note: milk\\nTag:\", \"completion\": \" shopping\", \"source\": \"app\"}\n");
-    expect("an extra \"id\" column", train_cli(model, p, out, NULL), 1, "extra.jsonl:1:2: unknown key \"id\"", "--ignore-unknown-keys skips", NULL);
+    expect("extra columns: skipped, counted", train_cli(model, p, out, NULL), 0, "extra.jsonl: 1 examples",
+           "data: 2 keys no format reads skipped (the first \"id\" on line 1; --strict-keys refuses them)", NULL);
+    const char *strict[] = {"--strict-keys", NULL};
+    expect("the same, --strict-keys", train_cli(model, p, out, strict), 1, "extra.jsonl:1:2: unknown key \"id\"",
+           "without --strict-keys the keys nightlora does not read are skipped", NULL);
     const char *ign[] = {"--ignore-unknown-keys", NULL};
     expect("the same, --ignore-unknown-keys", train_cli(model, p, out, ign), 0, "extra.jsonl: 1 examples", NULL, NULL);
+
+    /* Alpaca lines in a JSON array file (as HF datasets' to_json(lines=False) writes), the
+     * prompt built with the model's chat template; --columns maps other names */
+    path_of(p, sizeof p, "alpaca.json");
+    write_text(p, "[\n  {\"instruction\": \"Tag the note\", \"input\": \"milk\", \"output\": \"shopping\"},\n"
+                  "  {\"instruction\": \"Tag: flight\", \"input\": \"\", \"output\": \"travel\"}\n]\n");
+    expect("Alpaca, a JSON array", train_cli(model, p, out, NULL), 0, "alpaca.json: 2 examples",
+           "data: read as a JSON array of examples; 2 Alpaca lines, the prompt built with the chat template", NULL);
+    const char *alp[] = {"--alpaca-prompt", "alpaca", NULL};
+    expect("Alpaca, --alpaca-prompt alpaca", train_cli(model, p, out, alp), 0, "2 Alpaca lines, the prompt built with the Alpaca template",
+           NULL, NULL);
+    path_of(p, sizeof p, "qa.jsonl");
+    write_text(p, "{\"question\": \"Note: milk\\nTag:\", \"answer\": \" shopping\"}\n");
+    const char *cols[] = {"--columns", "prompt=question,completion=answer", NULL};
+    expect("--columns prompt=question,...", train_cli(model, p, out, cols), 0, "qa.jsonl: 1 examples", NULL, NULL);
+    const char *badcols[] = {"--columns", "prompt:question", NULL};
+    expect("--columns, a bad pair", train_cli(model, p, out, badcols), 1, "--columns prompt:question: expected KEY=COLUMN pairs", NULL, NULL);
 
     char dir[400], want[1600];
     path_of(dir, sizeof dir, "exported");

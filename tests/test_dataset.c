@@ -1,6 +1,7 @@
 /* data/dataset: the four line formats and their exact target masks, every error with
  * file:line:column, choices, ChatML / Llama-3 token sequences, packing, batch order. */
 #include <stdint.h>
+#include <unistd.h>
 
 #include "data/dataset.h"
 #include "util/json.h"
@@ -9,10 +10,11 @@
 #include "test.h"
 #include "util/util.h"
 
-static int ignore_keys; /* nl_data_opts.ignore_unknown_keys of load() and EXPECT_ERR */
+static int strict_keys = 1; /* nl_data_opts.strict_keys of load() and EXPECT_ERR */
+static const char *columns, *alpaca; /* its columns and alpaca */
 
 static int load(const char *text, const nl_tokenizer *tok, const char *tmpl, nl_dataset *ds) {
-    nl_data_opts o = {tmpl, 100, ignore_keys};
+    nl_data_opts o = {.chat_template = tmpl, .n_vocab = 100, .strict_keys = strict_keys, .columns = columns, .alpaca = alpaca};
     return nl_dataset_load_buffer(text, strlen(text), "t.jsonl", tok, &o, ds);
 }
 
@@ -100,21 +102,23 @@ static void test_errors(void) {
     EXPECT_ERR("{\"text\": \"\\uD800\"}", NULL, NULL,
                "t.jsonl:1:11: lone high surrogate \\uD800 (expected a \\uDC00-\\uDFFF escape next)");
     EXPECT_ERR("{\"tokens\": [1], \"tokens\": [2]}", NULL, NULL, "t.jsonl:1:17: duplicate key \"tokens\"");
-    EXPECT_ERR("[1, 2]", NULL, NULL, "t.jsonl:1:1: expected a JSON object, found array");
+    EXPECT_ERR("[1, 2]", NULL, NULL, "t.jsonl:1:2: expected a JSON object, found number");
     EXPECT_ERR("", NULL, NULL, "t.jsonl: no examples (the file is empty or has only blank lines)");
     EXPECT_ERR("\n  \n\r\n", NULL, NULL, "t.jsonl: no examples (the file is empty or has only blank lines)");
     /* Keys. */
     EXPECT_ERR("{\"tokens\": [1, 2], \"id\": 7}", NULL, NULL,
-               "t.jsonl:1:20: unknown key \"id\" (a line is prompt+completion, messages, conversations, text or tokens"
-               " [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the keys nightlora does not read)");
+               "t.jsonl:1:20: unknown key \"id\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
+               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys nightlora"
+               " does not read are skipped)");
     EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", NULL, NULL,
-               "t.jsonl:1:17: unknown key \"completon\" (a line is prompt+completion, messages, conversations, text or tokens"
-               " [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the keys nightlora does not read)");
+               "t.jsonl:1:17: unknown key \"completon\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
+               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys nightlora"
+               " does not read are skipped)");
     EXPECT_ERR("{\"tokens\": [1, 2], \"text\": \"x\"}", NULL, NULL,
                "t.jsonl:1:20: \"text\" cannot be combined with \"tokens\" on one line");
     EXPECT_ERR("{}", NULL, NULL,
-               "t.jsonl:1:1: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\" or"
-               " \"tokens\"");
+               "t.jsonl:1:1: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
+               " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"");
     EXPECT_ERR("{\"completion\": \"x\", \"text\": \"y\"}", NULL, NULL,
                "t.jsonl:1:16: \"completion\" belongs with \"prompt\", not \"text\"");
     EXPECT_ERR("{\"text\": \"y\", \"loss_mask\": [1]}", NULL, NULL,
@@ -129,7 +133,18 @@ static void test_errors(void) {
     EXPECT_ERR("{\"tokens\": [1, -1]}", NULL, NULL,
                "t.jsonl:1:16: tokens[1] = -1 is outside the vocabulary [0, 100)");
     EXPECT_ERR("{\"tokens\": [1, 2.5]}", NULL, NULL,
-               "t.jsonl:1:16: tokens[1] must be an integer token id, found a fraction");
+               "t.jsonl:1:16: tokens[1] must be an integer token id written in digits, found a number with a fraction or an"
+               " exponent");
+    /* 1e-400 underflows to 0, 5.0 and 1e1 are integral: none is a token id written as one */
+    EXPECT_ERR("{\"tokens\": [1, 1e-400]}", NULL, NULL,
+               "t.jsonl:1:16: tokens[1] must be an integer token id written in digits, found a number with a fraction or an"
+               " exponent");
+    EXPECT_ERR("{\"tokens\": [5.0, 1]}", NULL, NULL,
+               "t.jsonl:1:13: tokens[0] must be an integer token id written in digits, found a number with a fraction or an"
+               " exponent");
+    EXPECT_ERR("{\"tokens\": [1, 2], \"choices\": [[1e1], [3]], \"answer\": 0}", NULL, NULL,
+               "t.jsonl:1:33: choice[0] must be an integer token id written in digits, found a number with a fraction or an"
+               " exponent");
     EXPECT_ERR("{\"tokens\": [1, \"2\"]}", NULL, NULL,
                "t.jsonl:1:16: tokens[1] must be an integer token id, found string");
     EXPECT_ERR("{\"tokens\": 5}", NULL, NULL, "t.jsonl:1:12: \"tokens\" must be an array of token ids, found number");
@@ -178,7 +193,7 @@ static void test_file(void) {
     fputs("{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2], \"x\": 0}\n", f);
     fclose(f);
     nl_dataset ds;
-    nl_data_opts o = {NULL, 10, 0};
+    nl_data_opts o = {.n_vocab = 10, .strict_keys = 1};
     CHECK(nl_dataset_load(path, NULL, &o, &ds) == -1);
     char want[128];
     snprintf(want, sizeof want, "%s:2:20: unknown key \"x\"", path);
@@ -647,7 +662,7 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\"}]}", cml, NULL, "t.jsonl:1:15: messages[0] needs \"content\"");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"nmae\": \"x\"}]}", cml, NULL,
                "t.jsonl:1:48: messages[0]: unknown key \"nmae\" (expected \"role\" and \"content\", optionally tool_calls,"
-               " reasoning_content, name, tool_call_id; --ignore-unknown-keys skips the keys nightlora does not read)");
+               " reasoning_content, name, tool_call_id; without --strict-keys the keys nightlora does not read are skipped)");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
                " \"tools\": {}}", cml, NULL, "t.jsonl:1:98: \"tools\" must be an array (of function descriptions), found object");
     EXPECT_ERR("{\"text\": \"a\", \"tools\": []}", cml, NULL,
@@ -723,9 +738,10 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
     const char *extra = "{\"id\": 7, \"source\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\", \"weight\": 0},"
                         " {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
     EXPECT_ERR(extra, cml, NULL,
-               "t.jsonl:1:2: unknown key \"id\" (a line is prompt+completion, messages, conversations, text or tokens"
-               " [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the keys nightlora does not read)");
-    ignore_keys = 1;
+               "t.jsonl:1:2: unknown key \"id\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
+               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys nightlora"
+               " does not read are skipped)");
+    strict_keys = 0;
     CHECKF(load(extra, cml, NULL, &ds) == 0, "%s", nl_last_error());
     nl_dataset d2;
     CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}", cml,
@@ -737,15 +753,18 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
     nl_dataset_free(&ds);
     /* what the flag does not excuse: no format key, two formats, a bad value of a known key */
     EXPECT_ERR("{\"id\": 7, \"input\": \"x\"}", cml, NULL,
-               "t.jsonl:1:1: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\" or"
-               " \"tokens\"");
-    EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", cml, NULL, "t.jsonl:1:1: a \"prompt\" line needs \"completion\"");
+               "t.jsonl:1:2: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
+               " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"; the line's \"id\" is no key nightlora reads (a typo?"
+               " --columns KEY=id reads it as KEY)");
+    EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", cml, NULL,
+               "t.jsonl:1:17: a \"prompt\" line needs \"completion\"; the line's \"completon\" is no key nightlora reads (a typo?"
+               " --columns KEY=completon reads it as KEY)");
     EXPECT_ERR("{\"id\": 1, \"conversations\": [{\"from\": \"human\", \"value\": 3}]}", cml, NULL,
                "t.jsonl:1:56: \"value\" must be a string, found number");
-    ignore_keys = 0;
+    strict_keys = 1;
     EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi\", \"weight\": 0}]}", cml, NULL,
-               "t.jsonl:1:53: conversations[0]: unknown key \"weight\" (expected \"from\" and \"value\"; --ignore-unknown-keys"
-               " skips the keys nightlora does not read)");
+               "t.jsonl:1:53: conversations[0]: unknown key \"weight\" (expected \"from\" and \"value\"; without"
+               " --strict-keys the keys nightlora does not read are skipped)");
 
     /* ShareGPT errors: wrong types, missing fields, an unknown "from", an empty conversation. */
     EXPECT_ERR("{\"conversations\": \"hi\"}", cml, NULL, "t.jsonl:1:19: \"conversations\" must be an array, found string");
@@ -1063,7 +1082,7 @@ static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3
     /* the template's own errors, at the line and the template's line */
     line = "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"},"
            " {\"role\": \"assistant\", \"content\": \"c\"}]}";
-    nl_dataset_load_buffer(line, strlen(line), "t.jsonl", cml, &(nl_data_opts){gem, 0, 0}, &ds);
+    nl_dataset_load_buffer(line, strlen(line), "t.jsonl", cml, &(nl_data_opts){.chat_template = gem}, &ds);
     CHECKF(strstr(nl_last_error(), "t.jsonl:1:14: ") && strstr(nl_last_error(), "gemma3.jinja:16: the template raised an error: "
            "Conversation roles must alternate"), "%s", nl_last_error());
     nl_tokenizer *bad = chat_vocab("nl_test_jinja_vocab.gguf", false, "{% for m in messages %}\n{{ m.content | wordwrap }}{% endfor %}");
@@ -1177,6 +1196,179 @@ static void test_spans_linear(void) {
     nl_tokenizer_free(q3);
 }
 
+/* A JSONL text written to a file, for a --template FILE. */
+static const char *write_tmp(const char *name, const char *text) {
+    static char path[4][128];
+    static int k;
+    char *p = path[k++ & 3];
+    snprintf(p, sizeof path[0], "/tmp/nl_test_dataset_%d_%s", (int)getpid(), name);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+    return p;
+}
+
+/* Data as more tools write it (issue: "data from the common tools without editing"): ShareGPT
+ * with role/content turns, Alpaca (both prompts), a JSON array file, skipped keys counted,
+ * --columns, tool calls and results (rendered or refused), 1e-400 as a token id. */
+static void test_common_tools(const nl_tokenizer *cml) {
+    if (!cml) return;
+    nl_dataset ds, ref;
+    char note[512];
+    const char *msgs = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+    CHECKF(load(msgs, cml, "chatml", &ref) == 0, "%s", nl_last_error());
+    /* ShareGPT with {"role", "content"} turns (and {"from", "value"} ones on the same line) */
+    CHECKF(load("{\"conversations\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}", cml, "chatml",
+                &ds) == 0, "%s", nl_last_error());
+    CHECK(ds.n == 1 && ref.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]));
+    nl_dataset_free(&ds);
+    EXPECT_ERR("{\"conversations\": [{\"role\": \"human\", \"content\": \"Hi\"}, {\"role\": \"bot\", \"content\": \"Yo\"}]}", cml,
+               "chatml", "t.jsonl:1:65: conversations[1]: unknown role \"bot\" (expected system, user, assistant or tool)");
+
+    /* Alpaca through the chat template: the same as the messages line */
+    alpaca = "chat";
+    CHECKF(load("{\"instruction\": \"Hi\", \"input\": \"\", \"output\": \"Yo\"}", cml, "chatml", &ds) == 0, "%s", nl_last_error());
+    CHECK(ds.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]) && ds.n_alpaca == 1 && ds.alpaca_chat == 1);
+    CHECK(strstr(nl_dataset_note(&ds, note, sizeof note), "1 Alpaca lines, the prompt built with the chat template"));
+    nl_dataset_free(&ds);
+    nl_dataset_free(&ref);
+    CHECK(load("{\"instruction\": \"Hi\", \"input\": \"there\", \"output\": \"Yo\"}", cml, "chatml", &ds) == 0);
+    CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\n\\nthere\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}",
+               cml, "chatml", &ref) == 0);
+    CHECK(ds.n == 1 && ref.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]) && ds.ex[0].format == NL_LINE_MESSAGES);
+    nl_dataset_free(&ds);
+    nl_dataset_free(&ref);
+    /* auto: a named template (or the model's own) means the chat template */
+    alpaca = NULL;
+    CHECK(load("{\"instruction\": \"Hi\", \"output\": \"Yo\"}", cml, "chatml", &ds) == 0 && ds.alpaca_chat == 1);
+    nl_dataset_free(&ds);
+    /* the Alpaca template: the prompt line of its text */
+    alpaca = "alpaca";
+    CHECKF(load("{\"instruction\": \"Sum\", \"input\": \"1 2\", \"output\": \"3\"}\n{\"instruction\": \"Hi\", \"output\": \"Yo\"}",
+                cml, NULL, &ds) == 0, "%s", nl_last_error());
+    CHECK(load("{\"prompt\": \"Below is an instruction that describes a task, paired with an input that provides further context."
+               " Write a response that appropriately completes the request.\\n\\n### Instruction:\\nSum\\n\\n### Input:\\n1 2\\n\\n"
+               "### Response:\\n\", \"completion\": \"3\"}\n"
+               "{\"prompt\": \"Below is an instruction that describes a task. Write a response that appropriately completes the"
+               " request.\\n\\n### Instruction:\\nHi\\n\\n### Response:\\n\", \"completion\": \"Yo\"}", cml, NULL, &ref) == 0);
+    CHECK(ds.n == 2 && ref.n == 2 && same_seq(&ds.ex[0], &ref.ex[0]) && same_seq(&ds.ex[1], &ref.ex[1]));
+    CHECK(ds.n == 2 && ds.ex[0].format == NL_LINE_PROMPT && ds.alpaca_chat == 0);
+    CHECK(strstr(nl_dataset_note(&ds, note, sizeof note), "2 Alpaca lines, the prompt built with the Alpaca template"));
+    nl_dataset_free(&ds);
+    nl_dataset_free(&ref);
+    /* Alpaca with choices: the prompt is the context */
+    CHECKF(load("{\"instruction\": \"2+2?\", \"choices\": [\"3\", \"4\"], \"answer\": 1}", cml, NULL, &ds) == 0, "%s", nl_last_error());
+    CHECK(ds.n == 1 && ds.ex[0].n_choices == 2 && ds.ex[0].answer == 1);
+    nl_dataset_free(&ds);
+    EXPECT_ERR("{\"instruction\": \"a\"}", cml, NULL, "t.jsonl:1:1: an \"instruction\" line needs \"output\"");
+    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"\"}", cml, NULL, "t.jsonl:1:32: \"output\" is empty (nothing to learn)");
+    EXPECT_ERR("{\"instruction\": \"a\", \"input\": 3, \"output\": \"b\"}", cml, NULL,
+               "t.jsonl:1:31: \"input\" must be a string, found number");
+    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\", \"output\": \"c\"}", cml, NULL,
+               "t.jsonl:1:46: \"output\" belongs with \"instruction\" (Alpaca), not \"prompt\"");
+    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"b\", \"messages\": []}", cml, NULL,
+               "t.jsonl:1:37: \"messages\" cannot be combined with \"instruction\" on one line");
+    alpaca = "both";
+    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"b\"}", cml, NULL, "--alpaca-prompt both: expected auto, alpaca or chat");
+    alpaca = NULL;
+
+    /* a JSON array file (datasets' to_json(lines=False)); an element's line is where it starts */
+    CHECKF(load("\xEF\xBB\xBF  [\n  {\"tokens\": [1, 2]},\n  {\"tokens\": [3,\n 4, 5]}, {\"tokens\": [6, 7]}\n]\n", NULL, NULL, &ds) == 0,
+           "%s", nl_last_error());
+    CHECK(ds.n == 3 && ds.json_array == 1);
+    if (ds.n == 3) CHECK(ds.ex[0].line == 2 && ds.ex[1].line == 3 && ds.ex[2].line == 4 && ds.ex[1].n_tokens == 3);
+    CHECK(strstr(nl_dataset_note(&ds, note, sizeof note), "read as a JSON array of examples"));
+    nl_dataset_free(&ds);
+    EXPECT_ERR("[\n{\"tokens\": [1, 2]},\n  {\"tokens\": [1, 200]}]", NULL, NULL,
+               "t.jsonl:3:18: tokens[1] = 200 is outside the vocabulary [0, 100)");
+    EXPECT_ERR("[\n{\"tokens\": [1, 2]},\n 7]", NULL, NULL, "t.jsonl:3:2: expected a JSON object, found number");
+    EXPECT_ERR("[{\"tokens\": [1, 2]},\n]", NULL, NULL, "t.jsonl:2:1: trailing comma before ']'");
+    EXPECT_ERR("[]", NULL, NULL, "t.jsonl: no examples (the file is empty or has only blank lines)");
+
+    /* keys no format reads: skipped and counted by default, refused with strict_keys */
+    strict_keys = 0;
+    CHECKF(load("{\"tokens\": [1, 2], \"id\": 1}\n{\"id\": 2, \"src\": \"a\", \"tokens\": [1, 2]}\n", NULL, NULL, &ds) == 0, "%s",
+           nl_last_error());
+    CHECK(ds.n == 2 && ds.n_skipped_keys == 3 && !strcmp(ds.skipped_key, "id") && ds.skipped_line == 1);
+    CHECKF(strstr(nl_dataset_note(&ds, note, sizeof note), "3 keys no format reads skipped (the first \"id\" on line 1;"
+                                                           " --strict-keys refuses them)"), "%s", note);
+    nl_dataset_free(&ds);
+    CHECK(load("{\"tokens\": [1, 2]}", NULL, NULL, &ds) == 0 && ds.n_skipped_keys == 0);
+    CHECK(nl_dataset_note(&ds, note, sizeof note)[0] == 0);
+    nl_dataset_free(&ds);
+
+    /* --columns: other names read as the line's keys */
+    columns = "prompt=question,completion=answer";
+    CHECKF(load("{\"question\": \"Hi\", \"answer\": \"Yo\", \"id\": 3}", cml, NULL, &ds) == 0, "%s", nl_last_error());
+    columns = NULL;
+    CHECK(load("{\"prompt\": \"Hi\", \"completion\": \"Yo\"}", cml, NULL, &ref) == 0);
+    CHECK(ds.n == 1 && ref.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]) && ds.n_skipped_keys == 1);
+    nl_dataset_free(&ds);
+    nl_dataset_free(&ref);
+    columns = "messages=dialog";
+    CHECKF(load("{\"dialog\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}", cml,
+                "chatml", &ds) == 0, "%s", nl_last_error());
+    CHECK(ds.n == 1 && ds.ex[0].format == NL_LINE_MESSAGES);
+    nl_dataset_free(&ds);
+    columns = "prompt=question,completion=answer";
+    EXPECT_ERR("{\"question\": \"a\", \"prompt\": \"b\", \"answer\": \"c\"}", cml, NULL,
+               "t.jsonl:1:29: the line has both \"prompt\" and \"question\", which --columns prompt=question reads as \"prompt\"");
+    EXPECT_ERR("{\"question\": 1, \"answer\": \"c\"}", cml, NULL, "t.jsonl:1:14: \"prompt\" must be a string, found number");
+    columns = "prompt";
+    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL,
+               "--columns prompt: expected KEY=COLUMN pairs separated by commas (prompt=question,completion=answer)");
+    columns = "question=prompt";
+    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL,
+               "--columns question=prompt: \"question\" is no key of a line (prompt, completion, messages, conversations,"
+               " instruction, input, output, text, tokens, loss_mask, choices, answer, tools)");
+    columns = "prompt=a,prompt=b";
+    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL, "--columns prompt=a,prompt=b: \"prompt\" or \"b\" is named twice");
+    columns = NULL;
+    strict_keys = 1;
+
+    /* tool calls: a template that leaves them out (the built-in chatml) is refused by name; one
+     * that renders them trains on the call; an assistant turn with nothing is refused */
+    const char *call = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"tool_calls\":"
+                       " [{\"type\": \"function\", \"function\": {\"name\": \"get_w\", \"arguments\": {\"c\": 1}}}]},"
+                       " {\"role\": \"tool\", \"content\": \"sun\"}, {\"role\": \"assistant\", \"content\": \"ok\"}]}";
+    EXPECT_ERR(call, cml, "chatml",
+               "t.jsonl:1:50: messages[1]: the chat template (chatml) does not render \"tool_calls\": the call would be left out"
+               " of what is trained (use a template that renders tool calls: the model's own tokenizer.chat_template or"
+               " --template FILE.jinja)");
+    const char *with_calls = write_tmp("calls.jinja",
+        "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}"
+        "<call>{{ c.function.name }}</call>{%- endfor -%}{%- endif -%}<|im_end|>\n{% endfor -%}"
+        "{%- if add_generation_prompt -%}<|im_start|>assistant\n{% endif -%}");
+    CHECKF(load(call, cml, with_calls, &ds) == 0, "%s", nl_last_error());
+    if (ds.n == 1) {
+        char got[512];
+        target_text(cml, &ds.ex[0], got, sizeof got);
+        CHECKF(!strcmp(got, "<call>get_w</call><|im_end|>|ok<|im_end|>"), "targets: [%s]", got);
+    }
+    nl_dataset_free(&ds);
+    const char *drops_tool = write_tmp("notool.jinja",
+        "{%- for m in messages -%}{%- if m.role != 'tool' -%}<|im_start|>{{ m.role }}\n{{ m.content }}{%- if m.tool_calls -%}"
+        "<call>{{ m.tool_calls[0].function.name }}</call>{%- endif -%}<|im_end|>\n{%- endif -%}{% endfor -%}"
+        "{%- if add_generation_prompt -%}<|im_start|>assistant\n{% endif -%}");
+    char want[600];
+    snprintf(want, sizeof want, "t.jsonl:1:165: messages[2]: the chat template (%s) leaves the \"tool\" message's content out: the"
+             " result would not be in what is trained (use a template that renders tool results: the model's own"
+             " tokenizer.chat_template or --template FILE.jinja)", drops_tool);
+    EXPECT_ERR(call, cml, drops_tool, want);
+    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\"}]}", cml,
+               "chatml", "t.jsonl:1:50: messages[1]: the assistant message is empty: its target would be only the end of the"
+               " turn (nothing to learn)");
+    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\", \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]},"
+               " {\"role\": \"assistant\", \"content\": \"a\"}]}", cml, "chatml",
+               "t.jsonl:1:63: messages[0]: \"tool_calls\" belong to an assistant message, not a user one");
+    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\"}]}", cml, "chatml",
+               "t.jsonl:1:50: messages[1] needs \"content\"");
+    remove(with_calls);
+    remove(drops_tool);
+}
+
 int main(void) {
     test_tokens_lines();
     test_errors();
@@ -1193,6 +1385,7 @@ int main(void) {
     test_default_system();
     test_jinja_templates(cml, l3);
     test_spans_linear();
+    test_common_tools(cml);
     nl_tokenizer_free(cml);
     nl_tokenizer_free(l3);
     nl_tokenizer *g2 = gpt2_vocab();

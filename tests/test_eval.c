@@ -323,8 +323,8 @@ static void test_context_cut(const char *model) {
 }
 
 /* Data as exported: `eval --data DIR` reads DIR/test.jsonl and its result line names that
- * file; a directory without one is refused naming both; an extra "id" column is refused
- * (saying --ignore-unknown-keys exists) and skipped with the flag, the same score as without. */
+ * file; a directory without one is refused naming both; an extra "id" column is skipped
+ * (the same score as without), refused with --strict-keys. */
 static void test_data_dir(const char *model) {
     char dir[300], path[400], out[4096], want[1600];
     snprintf(dir, sizeof dir, "%s/exported", tmpdir);
@@ -338,8 +338,12 @@ static void test_data_dir(const char *model) {
     snprintf(path, sizeof path, "%s/test.jsonl", dir);
     write_file(path, "{\"tokens\": [1, 2, 3], \"id\": 1}\n{\"tokens\": [4, 5], \"id\": 2, \"source\": \"x\"}\n");
     st = run_cli(model, dir, out, sizeof out);
+    snprintf(want, sizeof want, "%s: 2 examples, 3 target tokens, loss ", path);
+    CHECKF(st == 0 && strstr(out, want), "exit %d: %s", st, out);
+    st = run_cli_with(model, dir, "--strict-keys", out, sizeof out);
     snprintf(want, sizeof want, "%s:1:23: unknown key \"id\"", path);
-    CHECKF(st == 1 && strstr(out, want) && strstr(out, "--ignore-unknown-keys skips"), "exit %d: %s", st, out);
+    CHECKF(st == 1 && strstr(out, want) && strstr(out, "without --strict-keys the keys nightlora does not read are skipped"), "exit %d: %s",
+           st, out);
     st = run_cli_with(model, dir, "--ignore-unknown-keys", out, sizeof out);
     snprintf(want, sizeof want, "%s: 2 examples, 3 target tokens, loss ", path);
     CHECKF(st == 0 && strstr(out, want), "exit %d: %s", st, out);

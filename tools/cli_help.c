@@ -35,8 +35,11 @@ static const help_row rows[] = {
     {"json", NULL, "print the result as one JSON object on stdout"},
     {"out", "FILE", "output path (never one of the inputs) [required]"},
     /* train */
-    {"data", "FILE.jsonl|DIR", "training data: JSONL lines of {\"text\"}, {\"prompt\",\"completion\"}, {\"messages\"}, ShareGPT {\"conversations\"} or TRL message lists; a directory: its train.jsonl [required]"},
-    {"ignore-unknown-keys", NULL, "skip the keys of a line no format reads (default: such a key is an error)"},
+    {"data", "FILE.jsonl|DIR", "training data: JSONL lines (or one JSON array) of {\"text\"}, {\"prompt\",\"completion\"}, {\"messages\"}, ShareGPT {\"conversations\"}, Alpaca {\"instruction\",\"input\",\"output\"} or TRL message lists; a directory: its train.jsonl [required]"},
+    {"ignore-unknown-keys", NULL, "skip the keys of a line no format reads (the default; kept for old command lines)"},
+    {"strict-keys", NULL, "a key of a line no format reads is an error (default: skipped, and the count printed)"},
+    {"columns", "KEY=COL,...", "read a line's column COL as KEY (prompt=question,completion=answer; KEY: prompt, completion, messages, conversations, instruction, input, output, text, tokens, ...)"},
+    {"alpaca-prompt", "auto|alpaca|chat", "Alpaca lines' prompt: the Alpaca template or the chat template (default auto: the chat template when the model has one or --template names one)"},
     {"dry-run", NULL, "print the first sequences as the model sees them (template applied, loss targets [[marked]]) and the step plan, then exit: no service, nothing written"},
     {"train:out", "A.gguf", "the adapter written at the end (llama.cpp's LoRA GGUF) [required]"},
     {"config", "FILE.json", "flags from a JSON object (keys: flag names, '_' for '-'; a checkpoint directory's run.json works as is); the command line's win"},

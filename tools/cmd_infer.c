@@ -419,8 +419,8 @@ static void print_eval_json(const char *data, const nl_eval_result *r, const eva
 }
 
 int nl_cmd_eval(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "data", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", NULL};
-    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "json", "no-plan-cache", NULL};
+    static const char *const known[] = {"model", "adapter", "data", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", "columns", "alpaca-prompt", NULL};
+    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "strict-keys", "json", "no-plan-cache", NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
     int64_t batch = NL_EVAL_BATCH_TOKENS;
     if (nl_cli_int("eval", argc, argv, "batch-tokens", 1, 1 << 24, &batch) < 0) return 2;
@@ -453,7 +453,9 @@ int nl_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "service: %s backend, %s\n", cfg.backend, line);
     }
     nl_data_opts dopt = {.chat_template = nl_cli_opt(argc, argv, "template"),
-                         .ignore_unknown_keys = nl_cli_flag(argc, argv, "ignore-unknown-keys")};
+                         .strict_keys = nl_cli_flag(argc, argv, "strict-keys"),
+                         .columns = nl_cli_opt(argc, argv, "columns"),
+                         .alpaca = nl_cli_opt(argc, argv, "alpaca-prompt")};
     nl_eval_result r;
     int rc = 1;
     eval_rows rows = {0};

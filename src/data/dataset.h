@@ -24,6 +24,7 @@
  *  {"conversations": [{"from": F, "value": S}, ...]}            (ShareGPT)
  *      The messages line of the same turns: F "human" -> user, "gpt" -> assistant, "system"
  *      ("user" and "assistant" are taken as such); any other F is an error. Targets as messages.
+ *      A turn may be {"role", "content"} instead (as chat tools write ShareGPT files).
  *  {"prompt": [{"role": R, "content": S}, ...], "completion": [...]}   (TRL conversational)
  *      The messages line of prompt + completion, with TRL's completion-only loss: targets on
  *      the completion's assistant turns only (an assistant turn in the prompt is context: the
@@ -34,13 +35,26 @@
  *  {"text": S}
  *      BOS + tok(S); every token is a target except the first. No EOS is appended.
  *  {"tokens": [ids...], "loss_mask": [0|1...]}
- *      Taken as is: no BOS, ids in [0, n_vocab). target[i] = loss_mask[i] for i >= 1;
+ *      Taken as is: no BOS, ids in [0, n_vocab), written as digits (1e-400, 5.0 are errors). target[i] = loss_mask[i] for i >= 1;
  *      loss_mask[0] is ignored; without loss_mask every token but the first is a target.
  *      loss_mask must have exactly as many entries as tokens.
- * Any other key is an error (a typo such as "completon" is caught, not ignored), on the line
- * and in a turn's object, unless opts->ignore_unknown_keys (then skipped: exporters add "id",
- * "source", a turn's "weight"); a line with keys of two formats is an error either way.
- * Every line must end up with at least one target token.
+ *  {"instruction": I, "input": X, "output": O}                  (Alpaca; "input" optional)
+ *      Either the Alpaca template: BOS + tok("Below is an instruction that describes a task[,
+ *      paired with an input that provides further context]. Write a response that
+ *      appropriately completes the request.\n\n### Instruction:\n" I ["\n\n### Input:\n" X]
+ *      "\n\n### Response:\n") + tok(O) + EOS, targets tok(O) and the EOS (as a prompt line);
+ *      or the messages line [user: I ["\n\n" X], assistant: O]. opts->alpaca picks; "auto":
+ *      the chat template when one is named or the model has one. An empty X is no input.
+ * Other key names: opts->columns renames a line's top-level keys first ("prompt=question").
+ * Any other key is skipped and counted (exporters add "id", "source", a turn's "weight"), on
+ * the line and in a turn's object; with opts->strict_keys it is an error (a typo such as
+ * "completon" is caught). A line with keys of two formats is an error either way.
+ * A conversation's turn with "tool_calls" (an assistant turn; its content may then be absent
+ * or null) and a "tool" turn must change the template's rendering: a template that drops
+ * them is an error naming the turn and the template, and an assistant target with neither
+ * content nor a tool call is an error. Every line must end up with at least one target token.
+ * A file whose first non-blank byte is '[' is one JSON array of such objects (as `datasets`
+ * writes with lines=False); an element's line is the line it starts on.
  *
  * ---- Labelled multiple choice ----
  * Any line may add "choices": [c0, c1, ...] (at least 2; strings, or for a tokens line
@@ -136,13 +150,26 @@ typedef struct {
     nl_example *ex;        /* n examples in file order (owned) */
     int n;
     int64_t n_tokens, n_targets; /* totals */
+    /* how the file was read (nl_dataset_note says it) */
+    int json_array;        /* 1: a JSON array of examples, not JSON Lines */
+    int n_alpaca;          /* Alpaca lines ... */
+    int alpaca_chat;       /* ... rendered with the chat template (0: the Alpaca template) */
+    int64_t n_skipped_keys; /* keys no format reads, skipped (not strict) */
+    char skipped_key[48];  /* the first of them, and its line */
+    int skipped_line;
 } nl_dataset;
 
 typedef struct {
     const char *chat_template; /* NULL or "auto": from the tokenizer; "chatml"; "llama3" */
     int n_vocab;               /* id range for tokens lines when tok == NULL (0: unchecked) */
-    int ignore_unknown_keys;   /* 1: keys no format reads (an exporter's "id", "source") are
-                                * skipped, on the line and in its turns; 0: an error */
+    int strict_keys;           /* 1: a key no format reads is an error; 0: such keys (an
+                                * exporter's "id", "source") are skipped, on the line and in
+                                * its turns, and counted (nl_dataset_note) */
+    const char *columns;       /* "prompt=question,completion=answer": a line's key "question"
+                                * is read as "prompt" (top-level keys; NULL: none) */
+    const char *alpaca;        /* Alpaca lines' prompt: NULL/"auto" (the chat template when one
+                                * is named or the model has one, else the Alpaca template),
+                                * "alpaca" or "chat" */
 } nl_data_opts;
 
 /* The longest line a JSONL file may hold (bytes, without its newline): a longer one is an
@@ -158,6 +185,10 @@ int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opt
 int nl_dataset_load_buffer(const char *buf, size_t len, const char *label,
                            const nl_tokenizer *tok, const nl_data_opts *opts, nl_dataset *out);
 void nl_dataset_free(nl_dataset *ds);
+/* One line saying how the file was read, for the plan line: a JSON array, the Alpaca lines'
+ * prompt (which template), the skipped keys (how many, the first and its line). buf, "" when
+ * there is nothing to say. */
+const char *nl_dataset_note(const nl_dataset *ds, char *buf, size_t cap);
 /* A data directory (mlx-lm's layout: train.jsonl, valid.jsonl, test.jsonl): when `path` is a
  * directory, *file = path/name (malloc'd), or NULL when that file is absent and !must_exist
  * (absent and must_exist: an error naming both). When `path` is not a directory, *file = NULL

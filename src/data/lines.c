@@ -3,6 +3,7 @@
 #include "data/dataset.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,7 +26,17 @@ typedef struct {
     int n_vocab;           /* 0: unchecked */
     const char *tmpl_name;
     nl_chat_template *tmpl; /* NULL until the first messages line (owned) */
-    bool ignore_unknown;   /* keys nothing reads are skipped, not refused */
+    bool strict;           /* a key nothing reads is refused, not skipped */
+    const char *doc;       /* a JSON array file: the whole text (errors' line:column from the offset), else NULL */
+    size_t doc_len, doc_base; /* its length; the offsets' origin in it (the BOM) */
+    int n_cols;            /* --columns: a line's key cols[i].from is read as cols[i].to */
+    struct {
+        const char *to;
+        char from[64];
+    } cols[16];
+    int alpaca;            /* Alpaca lines: 0 not decided yet, 1 the Alpaca template, 2 the chat template */
+    const char *alpaca_opt;
+    nl_dataset *out;       /* the counts of what was skipped and how lines were read */
 } loader;
 
 /* "label:line:col: message"; off is the byte offset in the line's text. */
@@ -36,6 +47,11 @@ static int lerr(const loader *L, size_t off, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (L->doc) {
+        int line, col;
+        nl_json_linecol(L->doc, L->doc_len, L->doc_base + off, &line, &col);
+        return nl_err("%s:%d:%d: %s", L->label, line, col, msg);
+    }
     return nl_err("%s:%d:%zu: %s", L->label, L->line, L->col0 + off + 1, msg);
 }
 
@@ -46,10 +62,19 @@ static int lerr_slot(const loader *L, size_t off) {
     return lerr(L, off, "%s", msg);
 }
 
-static const char *const known_keys[] = {"prompt", "completion", "messages", "conversations", "text",
-                                         "tokens", "loss_mask", "choices", "answer", "tools"};
+static const char *const known_keys[] = {"prompt", "completion", "messages", "conversations", "text", "tokens",
+                                         "loss_mask", "choices", "answer", "tools", "instruction", "input", "output"};
 /* the keys that name a line's format (one per line) */
-static const char *const format_keys[] = {"prompt", "messages", "conversations", "text", "tokens"};
+static const char *const format_keys[] = {"prompt", "messages", "conversations", "text", "tokens", "instruction"};
+
+/* A key skipped (not strict): counted, the first one named in nl_dataset_note. */
+static void skipped_key(const loader *L, const nl_json_member *m) {
+    nl_dataset *d = L->out;
+    if (d->n_skipped_keys++ == 0) {
+        snprintf(d->skipped_key, sizeof d->skipped_key, "%.40s", m->key);
+        d->skipped_line = L->line;
+    }
+}
 
 static bool key_in(const nl_json_member *m, const char *const *keys, size_t n) {
     for (size_t j = 0; j < n; j++)
@@ -70,6 +95,10 @@ static int need_tok(const loader *L, const nl_json *v, const char *key) {
 /* A token id array element: integer in [0, n_vocab). */
 static int token_id(const loader *L, const nl_json *v, const char *what, size_t i, int32_t *out) {
     int64_t x;
+    /* digits only: 1e-400 (read as 0), 5.0 or 1e3 are no token id */
+    if (v->type == NL_JSON_NUMBER && !v->u.num.is_int && isfinite(v->u.num.d) && fabs(v->u.num.d) < 9007199254740992.0)
+        return lerr(L, v->offset, "%s[%zu] must be an integer token id written in digits, found a number with a fraction or an"
+                    " exponent", what, i);
     if (nl_json_int64(v, &x)) {
         /* an integer too large for int64 (or for a double's exact range) is still an integer */
         if (v->type == NL_JSON_NUMBER && isfinite(v->u.num.d) && v->u.num.d == floor(v->u.num.d))
@@ -229,8 +258,16 @@ static const char *turn_role(const nl_json *v, bool sharegpt) {
 /* A {"role", "content"} turn's other keys a chat template reads (OpenAI / transformers form). */
 static const char *const turn_extra_keys[] = {"tool_calls", "reasoning_content", "name", "tool_call_id"};
 
+/* A turn's tool calls: a non-empty "tool_calls" array (NULL when none). */
+static const nl_json *turn_tool_calls(const nl_json *o) {
+    const nl_json *tc = nl_json_get(o, "tool_calls");
+    return nl_json_is_array(tc) && nl_json_len(tc) > 0 ? tc : NULL;
+}
+
 /* The turns of list `v` appended at m + *n_out (room for nl_json_len(v) more; pointers into
- * the DOM). *n_asst counts the assistant turns. */
+ * the DOM). *n_asst counts the assistant turns. A "conversations" turn is {"from", "value"}
+ * or {"role", "content"} (each turn as it comes). An assistant turn with tool calls may have
+ * no content (or null): "". */
 static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, nl_chat_msg *m, int *n_out,
                        int *n_asst) {
     size_t n = nl_json_len(v);
@@ -238,50 +275,101 @@ static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, n
         const nl_json *o = nl_json_at(v, i);
         if (!nl_json_is_object(o))
             return lerr(L, o->offset, "%s[%zu] must be an object, found %s", tl->name, i, nl_json_type_name(o->type));
-        for (size_t k = 0; k < o->u.obj.n && !L->ignore_unknown; k++) {
+        /* ShareGPT files written by chat tools hold {"role", "content"} turns too */
+        const bool sharegpt = tl->sharegpt && !(nl_json_get(o, "role") && !nl_json_get(o, "from"));
+        const char *role_key = sharegpt ? tl->role_key : "role", *content_key = sharegpt ? tl->content_key : "content";
+        for (size_t k = 0; k < o->u.obj.n; k++) {
             const nl_json_member *mm = &o->u.obj.members[k];
-            if (strcmp(mm->key, tl->role_key) != 0 && strcmp(mm->key, tl->content_key) != 0 &&
-                (tl->sharegpt || !key_in(mm, turn_extra_keys, sizeof turn_extra_keys / sizeof *turn_extra_keys)))
-                return lerr(L, mm->key_offset, "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"%s; "
-                            "--ignore-unknown-keys skips the keys nightlora does not read)",
-                            tl->name, i, mm->key, tl->role_key, tl->content_key,
-                            tl->sharegpt ? "" : ", optionally tool_calls, reasoning_content, name, tool_call_id");
+            if (!strcmp(mm->key, role_key) || !strcmp(mm->key, content_key) ||
+                (!sharegpt && key_in(mm, turn_extra_keys, sizeof turn_extra_keys / sizeof *turn_extra_keys)))
+                continue;
+            if (!L->strict) {
+                skipped_key(L, mm);
+                continue;
+            }
+            return lerr(L, mm->key_offset, "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"%s; without"
+                        " --strict-keys the keys nightlora does not read are skipped)",
+                        tl->name, i, mm->key, role_key, content_key,
+                        sharegpt ? "" : ", optionally tool_calls, reasoning_content, name, tool_call_id");
         }
-        const nl_json *role = nl_json_get(o, tl->role_key), *content = nl_json_get(o, tl->content_key);
-        if (!role || !content)
-            return lerr(L, o->offset, "%s[%zu] needs \"%s\"", tl->name, i, role ? tl->content_key : tl->role_key);
+        const nl_json *role = nl_json_get(o, role_key), *content = nl_json_get(o, content_key);
+        const bool calls = !sharegpt && turn_tool_calls(o);
+        if (!role || (!content && !calls))
+            return lerr(L, o->offset, "%s[%zu] needs \"%s\"", tl->name, i, role ? content_key : role_key);
         char what[32];
-        snprintf(what, sizeof what, "\"%s\"", tl->role_key);
+        snprintf(what, sizeof what, "\"%s\"", role_key);
         if (need_string(L, role, what)) return -1;
-        snprintf(what, sizeof what, "\"%s\"", tl->content_key);
-        if (need_string(L, content, what)) return -1;
+        snprintf(what, sizeof what, "\"%s\"", content_key);
+        if (content && !(calls && nl_json_is_null(content)) && need_string(L, content, what)) return -1;
         const char *r = turn_role(role, tl->sharegpt);
-        if (!r && tl->sharegpt)
+        if (!r && sharegpt)
             return lerr(L, role->offset, "%s[%zu]: unknown \"from\" \"%.40s\" (expected human, gpt or system; "
                         "user, assistant and tool are taken too)", tl->name, i, role->u.str.s);
         if (!r)
             return lerr(L, role->offset, "%s[%zu]: unknown role \"%.40s\" (expected system, user, assistant or tool)",
                         tl->name, i, role->u.str.s);
+        if (calls && r[0] != 'a')
+            return lerr(L, nl_json_get(o, "tool_calls")->offset, "%s[%zu]: \"tool_calls\" belong to an assistant message, not"
+                        " a %s one", tl->name, i, r);
         if (r[0] == 'a') (*n_asst)++;
         nl_chat_msg *t = &m[(*n_out)++];
         t->role = r;
-        t->content = content->u.str.s;
-        t->content_len = content->u.str.len;
-        t->extra = tl->sharegpt ? NULL : o;
+        t->content = nl_json_is_string(content) ? content->u.str.s : "";
+        t->content_len = nl_json_is_string(content) ? content->u.str.len : 0;
+        t->extra = sharegpt ? NULL : o;
     }
     return 0;
 }
 
 /* ---- one line: its keys, then one function per format, then its targets ---- */
 
+/* A line without a key it needs: the error at its first key no format reads when it has one
+ * (a typo such as "completon" is named), else at the line. */
+static int missing_key(const loader *L, const nl_json *root, const char *msg) {
+    for (size_t i = 0; i < root->u.obj.n; i++) {
+        const nl_json_member *m = &root->u.obj.members[i];
+        if (!key_in(m, known_keys, sizeof known_keys / sizeof *known_keys))
+            return lerr(L, m->key_offset, "%s; the line's \"%.60s\" is no key nightlora reads (a typo? --columns KEY=%.60s reads"
+                        " it as KEY)", msg, m->key, m->key);
+    }
+    return lerr(L, root->offset, "%s", msg);
+}
+
 /* A line's members, looked up once (NULL when absent). */
 typedef struct {
-    const nl_json *root;
+    const nl_json *root;   /* the line's object (under --columns: `view`, its keys renamed) */
     const char *fmt_key;   /* the key naming the line's format */
     const nl_json *fv;     /* its value */
-    const nl_json *choices, *answer, *completion, *loss_mask, *tools;
+    const nl_json *choices, *answer, *completion, *loss_mask, *tools, *input, *output;
     bool trl;              /* TRL's conversational prompt/completion: two message lists */
+    nl_json view;          /* --columns: the line's object with its keys renamed */
+    nl_json_member *members; /* view's members (malloc'd), NULL without --columns */
 } line_keys;
+
+/* --columns: the line's object as `view`, each member named by a mapping's "from" renamed to
+ * its "to" (a shallow copy: the values stay in the document). */
+static int rename_columns(const loader *L, const nl_json *root, line_keys *k) {
+    const size_t n = root->u.obj.n;
+    k->members = malloc((n ? n : 1) * sizeof *k->members);
+    if (!k->members) return lerr(L, root->offset, "out of memory");
+    memcpy(k->members, root->u.obj.members, n * sizeof *k->members);
+    for (int c = 0; c < L->n_cols; c++) {
+        const nl_json *from = nl_json_get(root, L->cols[c].from), *to = nl_json_get(root, L->cols[c].to);
+        if (!from) continue;
+        if (to)
+            return lerr(L, to->offset, "the line has both \"%s\" and \"%s\", which --columns %s=%s reads as \"%s\"", L->cols[c].to,
+                        L->cols[c].from, L->cols[c].to, L->cols[c].from, L->cols[c].to);
+        for (size_t i = 0; i < n; i++)
+            if (&root->u.obj.members[i].value == from) {
+                k->members[i].key = L->cols[c].to;
+                k->members[i].key_len = strlen(L->cols[c].to);
+            }
+    }
+    k->view = *root;
+    k->view.u.obj.members = k->members;
+    k->root = &k->view;
+    return 0;
+}
 
 /* Keys: only the known ones (unless told to skip the others), exactly one format, and the
  * keys that belong with one format only; sets ex->format. */
@@ -290,14 +378,20 @@ static int line_keys_read(const loader *L, const nl_json *root, line_keys *k, nl
     k->root = root;
     if (!nl_json_is_object(root))
         return lerr(L, root->offset, "expected a JSON object, found %s", nl_json_type_name(root->type));
+    if (L->n_cols && rename_columns(L, root, k)) return -1;
+    root = k->root;
     const char *fmt_key = NULL;
     for (size_t i = 0; i < root->u.obj.n; i++) {
         const nl_json_member *m = &root->u.obj.members[i];
         if (!key_in(m, known_keys, sizeof known_keys / sizeof *known_keys)) {
-            if (L->ignore_unknown) continue;
-            return lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations, text or"
-                                          " tokens [+ loss_mask], with optional choices/answer; --ignore-unknown-keys skips the"
-                                          " keys nightlora does not read)", m->key);
+            if (!L->strict) {
+                skipped_key(L, m);
+                continue;
+            }
+            return lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations,"
+                                          " instruction [+ input] + output, text or tokens [+ loss_mask], with optional"
+                                          " choices/answer; without --strict-keys the keys nightlora does not read are"
+                                          " skipped)", m->key);
         }
         if (key_in(m, format_keys, sizeof format_keys / sizeof *format_keys)) {
             if (fmt_key) return lerr(L, m->key_offset, "\"%s\" cannot be combined with \"%s\" on one line", m->key, fmt_key);
@@ -305,30 +399,36 @@ static int line_keys_read(const loader *L, const nl_json *root, line_keys *k, nl
         }
     }
     if (!fmt_key)
-        return lerr(L, root->offset, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\", \"text\""
-                                     " or \"tokens\"");
+        return missing_key(L, root, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
+                                    " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"");
     k->fmt_key = fmt_key;
     k->choices = nl_json_get(root, "choices");
     k->answer = nl_json_get(root, "answer");
     k->completion = nl_json_get(root, "completion");
     k->loss_mask = nl_json_get(root, "loss_mask");
     k->tools = nl_json_get(root, "tools");
+    k->input = nl_json_get(root, "input");
+    k->output = nl_json_get(root, "output");
     k->fv = nl_json_get(root, fmt_key);
     if (k->completion && strcmp(fmt_key, "prompt") != 0)
         return lerr(L, k->completion->offset, "\"completion\" belongs with \"prompt\", not \"%s\"", fmt_key);
     if (k->loss_mask && strcmp(fmt_key, "tokens") != 0)
         return lerr(L, k->loss_mask->offset, "\"loss_mask\" belongs with \"tokens\", not \"%s\"", fmt_key);
+    const nl_json *io = k->input ? k->input : k->output;
+    if (io && strcmp(fmt_key, "instruction") != 0)
+        return lerr(L, io->offset, "\"%s\" belongs with \"instruction\" (Alpaca), not \"%s\"", k->input ? "input" : "output",
+                    fmt_key);
     if (k->answer && !k->choices) return lerr(L, k->answer->offset, "\"answer\" without \"choices\"");
     if (k->tools && !nl_json_is_array(k->tools))
         return lerr(L, k->tools->offset, "\"tools\" must be an array (of function descriptions), found %s",
                     nl_json_type_name(k->tools->type));
     k->trl = !strcmp(fmt_key, "prompt") && nl_json_is_array(k->fv);
     if (!strcmp(fmt_key, "tokens")) ex->format = NL_LINE_TOKENS;
-    else if (!strcmp(fmt_key, "prompt")) ex->format = k->trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
+    else if (!strcmp(fmt_key, "prompt") || !strcmp(fmt_key, "instruction")) ex->format = k->trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
     else if (!strcmp(fmt_key, "messages") || !strcmp(fmt_key, "conversations")) ex->format = NL_LINE_MESSAGES;
     else ex->format = NL_LINE_TEXT;
     if (ex->format != NL_LINE_TOKENS && need_tok(L, k->fv, fmt_key)) return -1;
-    if (k->tools && ex->format != NL_LINE_MESSAGES)
+    if (k->tools && (ex->format != NL_LINE_MESSAGES || !strcmp(fmt_key, "instruction")))
         return lerr(L, k->tools->offset, "\"tools\" belongs with a conversation (\"messages\"), not \"%s\"", fmt_key);
     return 0;
 }
@@ -339,7 +439,7 @@ static int check_prompt(const loader *L, const line_keys *k) {
     const nl_json *fv = k->fv, *completion = k->completion;
     const bool trl = k->trl;
     if (!trl && need_string(L, fv, "\"prompt\"")) return -1;
-    if (!completion && !k->choices) return lerr(L, k->root->offset, "a \"prompt\" line needs \"completion\"");
+    if (!completion && !k->choices) return missing_key(L, k->root, "a \"prompt\" line needs \"completion\"");
     if (completion && trl != nl_json_is_array(completion) && (nl_json_is_string(completion) || nl_json_is_array(completion)))
         return lerr(L, completion->offset, "\"completion\" is a %s but \"prompt\" is a %s: give both as strings, or both as lists"
                     " of {\"role\", \"content\"} messages (TRL's conversational form)", trl ? "string" : "message list",
@@ -378,6 +478,204 @@ static int line_text(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b
     return nl_tokbuf_bos(L->tok, b) || tb_json_text(L, b, k->fv, k->choices ? 0 : 1) ? -1 : 0;
 }
 
+/* ---- Alpaca: {"instruction", "input", "output"} ----
+ * The prompt: the Alpaca template (the Stanford Alpaca release's texts, "### Response:" and a
+ * newline as alpaca-lora writes it), or a user turn (instruction, a blank line, input) of the
+ * chat template and the output its assistant answer. */
+
+static const char alpaca_head_input[] = "Below is an instruction that describes a task, paired with an input that provides further"
+                                        " context. Write a response that appropriately completes the request.\n\n### Instruction:\n";
+static const char alpaca_head[] = "Below is an instruction that describes a task. Write a response that appropriately completes"
+                                  " the request.\n\n### Instruction:\n";
+static const char alpaca_input[] = "\n\n### Input:\n";
+static const char alpaca_response[] = "\n\n### Response:\n";
+
+/* 1: the Alpaca template, 2: the chat template; decided at the first Alpaca line. auto: the
+ * chat template when one is named or the model has one. */
+static int alpaca_mode(loader *L) {
+    if (L->alpaca) return L->alpaca;
+    const char *o = L->alpaca_opt;
+    if (o && !strcmp(o, "alpaca")) L->alpaca = 1;
+    else if (o && !strcmp(o, "chat")) L->alpaca = 2;
+    else
+        L->alpaca = (L->tmpl_name && L->tmpl_name[0] && strcmp(L->tmpl_name, "auto")) || nl_tokenizer_chat_template(L->tok) ? 2 : 1;
+    L->out->alpaca_chat = L->alpaca == 2;
+    return L->alpaca;
+}
+
+static int cat_text(char **buf, size_t *n, const char *s, size_t len) {
+    char *b = realloc(*buf, *n + len + 1);
+    if (!b) return -1;
+    memcpy(b + *n, s, len);
+    *n += len;
+    b[*n] = 0;
+    *buf = b;
+    return 0;
+}
+
+static int line_alpaca(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
+    const nl_json *ins = k->fv, *in = k->input, *outp = k->output, *choices = k->choices;
+    if (need_string(L, ins, "\"instruction\"") || (in && need_string(L, in, "\"input\""))) return -1;
+    if (!outp && !choices) return missing_key(L, k->root, "an \"instruction\" line needs \"output\"");
+    if (outp) {
+        if (need_string(L, outp, "\"output\"")) return -1;
+        if (choices)
+            return lerr(L, outp->offset, "with \"choices\", an \"instruction\" line takes no \"output\" (the answer is one of the"
+                        " choices)");
+        if (outp->u.str.len == 0) return lerr(L, outp->offset, "\"output\" is empty (nothing to learn)");
+    }
+    const bool chat = alpaca_mode(L) == 2, has_in = in && in->u.str.len > 0;
+    ex->format = chat ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
+    if (line_choices(L, k, ex)) return -1;
+    char *p = NULL;
+    size_t n = 0;
+    int rc = -1;
+    if (!chat && cat_text(&p, &n, has_in ? alpaca_head_input : alpaca_head, strlen(has_in ? alpaca_head_input : alpaca_head)))
+        goto oom;
+    if (cat_text(&p, &n, ins->u.str.s, ins->u.str.len)) goto oom;
+    if (has_in && (cat_text(&p, &n, chat ? "\n\n" : alpaca_input, chat ? 2 : strlen(alpaca_input)) ||
+                   cat_text(&p, &n, in->u.str.s, in->u.str.len)))
+        goto oom;
+    if (!chat && cat_text(&p, &n, alpaca_response, strlen(alpaca_response))) goto oom;
+    if (chat) {
+        nl_chat_msg m[2] = {{"user", p, n, NULL}, {"assistant", outp ? outp->u.str.s : "", outp ? outp->u.str.len : 0, NULL}};
+        if (ensure_template(L, ins->offset)) goto done;
+        if (nl_chat_template_tokens(L->tmpl, m, choices ? 1 : 2, NULL, choices != NULL, choices ? 0 : 1, b)) {
+            lerr_slot(L, ins->offset);
+            goto done;
+        }
+    } else {
+        if (nl_tokbuf_bos(L->tok, b) || nl_tokbuf_text(L->tok, b, p, n, 0)) {
+            lerr_slot(L, ins->offset);
+            goto done;
+        }
+        if (!choices) {
+            if (tb_json_text(L, b, outp, 1)) goto done;
+            int32_t end = nl_token_eos(L->tok) >= 0 ? nl_token_eos(L->tok) : nl_token_eot(L->tok);
+            if (end >= 0 && nl_tokbuf_push(b, end, 1)) goto done;
+        }
+    }
+    L->out->n_alpaca++;
+    rc = 0;
+    goto done;
+oom:
+    lerr(L, ins->offset, "out of memory");
+done:
+    free(p);
+    return rc;
+}
+
+/* ---- tool calls and results: rendered, or refused by name ---- */
+
+/* The position of turn i of a conversation (the TRL completion's after the prompt's). */
+static const nl_json *turn_at(const line_keys *k, int i, int n_ctx, const char **list, int *idx) {
+    const bool c = k->trl && i >= n_ctx;
+    *list = c ? "completion" : k->fmt_key;
+    *idx = c ? i - n_ctx : i;
+    return nl_json_at(c ? k->completion : k->fv, (size_t)*idx);
+}
+
+/* An assistant turn that is a target but has neither content nor a tool call would teach only
+ * the turn's end. */
+static int empty_targets(const loader *L, const line_keys *k, const nl_chat_msg *msgs, int n_msgs, int n_ctx) {
+    for (int i = k->trl ? n_ctx : 0; i < n_msgs; i++) {
+        if (msgs[i].role[0] != 'a' || msgs[i].content_len > 0 || (msgs[i].extra && turn_tool_calls(msgs[i].extra))) continue;
+        const char *list;
+        int idx;
+        const nl_json *o = turn_at(k, i, n_ctx, &list, &idx);
+        return lerr(L, o->offset, "%s[%d]: the assistant message is empty: its target would be only the end of the turn"
+                    " (nothing to learn)", list, idx);
+    }
+    return 0;
+}
+
+/* The first turn with tool calls and the first "tool" result must change the rendering: a
+ * template that leaves them out (the built-ins, many model templates) is refused by name, so
+ * nothing trains on a turn whose call was dropped. */
+static int tools_rendered(loader *L, const line_keys *k, const nl_chat_msg *msgs, int n_msgs, int n_ctx) {
+    int call = -1, res = -1;
+    for (int i = 0; i < n_msgs; i++) {
+        if (call < 0 && msgs[i].extra && turn_tool_calls(msgs[i].extra)) call = i;
+        if (res < 0 && !strcmp(msgs[i].role, "tool")) res = i;
+    }
+    if (call < 0 && res < 0) return 0;
+    char *full = NULL, *alt = NULL;
+    size_t fn = 0, an = 0;
+    nl_chat_msg *m2 = malloc((size_t)n_msgs * sizeof *m2);
+    nl_json_member *mem = NULL;
+    char *c2 = NULL;
+    int rc = -1;
+    if (!m2) {
+        lerr(L, k->fv->offset, "out of memory");
+        goto done;
+    }
+    if (nl_chat_template_text(L->tmpl, msgs, n_msgs, k->tools, false, &full, &fn)) {
+        lerr_slot(L, k->fv->offset);
+        goto done;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        const int i = pass ? res : call;
+        if (i < 0) continue;
+        memcpy(m2, msgs, (size_t)n_msgs * sizeof *m2);
+        nl_json view;
+        if (!pass) {
+            /* the call's turn without its tool_calls */
+            const nl_json *o = msgs[i].extra;
+            mem = malloc(o->u.obj.n * sizeof *mem);
+            if (!mem) {
+                lerr(L, o->offset, "out of memory");
+                goto done;
+            }
+            size_t nm = 0;
+            for (size_t j = 0; j < o->u.obj.n; j++)
+                if (strcmp(o->u.obj.members[j].key, "tool_calls") != 0) mem[nm++] = o->u.obj.members[j];
+            view = *o;
+            view.u.obj.members = mem;
+            view.u.obj.n = nm;
+            m2[i].extra = &view;
+        } else {
+            /* the result's content extended by one byte */
+            c2 = malloc(msgs[i].content_len + 2);
+            if (!c2) {
+                lerr(L, k->fv->offset, "out of memory");
+                goto done;
+            }
+            memcpy(c2, msgs[i].content, msgs[i].content_len);
+            c2[msgs[i].content_len] = '\x01';
+            c2[msgs[i].content_len + 1] = 0;
+            m2[i].content = c2;
+            m2[i].content_len = msgs[i].content_len + 1;
+        }
+        /* a template that fails without the call renders it (it reads it) */
+        const int bad = nl_chat_template_text(L->tmpl, m2, n_msgs, k->tools, false, &alt, &an);
+        const bool same = !bad && an == fn && memcmp(alt, full, fn) == 0;
+        free(alt);
+        alt = NULL;
+        free(mem);
+        mem = NULL;
+        free(c2);
+        c2 = NULL;
+        if (same) {
+            const char *list;
+            int idx;
+            const nl_json *o = turn_at(k, i, n_ctx, &list, &idx);
+            lerr(L, o->offset, pass ? "%s[%d]: the chat template (%s) leaves the \"tool\" message's content out: the result would"
+                                      " not be in what is trained (use a template that renders tool results: the model's own"
+                                      " tokenizer.chat_template or --template FILE.jinja)"
+                                    : "%s[%d]: the chat template (%s) does not render \"tool_calls\": the call would be left out"
+                                      " of what is trained (use a template that renders tool calls: the model's own"
+                                      " tokenizer.chat_template or --template FILE.jinja)",
+                 list, idx, nl_chat_template_desc(L->tmpl));
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(full);
+    free(m2);
+    return rc;
+}
+
 /* One turn list ("messages", ShareGPT's "conversations"), or TRL's prompt + completion,
  * through the chat template. */
 static int line_messages(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b) {
@@ -408,7 +706,8 @@ static int line_messages(loader *L, const line_keys *k, nl_example *ex, nl_tokbu
         else lerr(L, fv->offset, "no assistant message (loss is on assistant turns: nothing to learn)");
         goto done;
     }
-    if (ensure_template(L, fv->offset)) goto done;
+    if (!choices && empty_targets(L, k, msgs, n_msgs, n_ctx)) goto done;
+    if (ensure_template(L, fv->offset) || tools_rendered(L, k, msgs, n_msgs, n_ctx)) goto done;
     if (nl_chat_template_tokens(L->tmpl, msgs, n_msgs, tools, choices != NULL, choices ? 0 : 1, b)) {
         lerr_slot(L, fv->offset);
         goto done;
@@ -496,17 +795,17 @@ static int line_finish(const loader *L, const line_keys *k, nl_example *ex, nl_t
     return 0;
 }
 
-static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
-    nl_json_error je;
-    nl_json *root = nl_json_parse(s, len, &je);
-    if (!root) return lerr(L, je.offset, "%s", je.msg);
+/* One example from a line's JSON value (a JSONL line, or an element of a JSON array file). */
+static int parse_value(loader *L, const nl_json *root, nl_example *ex) {
     nl_tokbuf b = {0};
     line_keys k;
     memset(ex, 0, sizeof *ex);
     ex->line = L->line;
     ex->answer = -1;
     int rc = line_keys_read(L, root, &k, ex);
-    if (!rc) {
+    if (!rc && !strcmp(k.fmt_key, "instruction")) {
+        rc = line_alpaca(L, &k, ex, &b);
+    } else if (!rc) {
         switch (ex->format) {
         case NL_LINE_PROMPT: rc = line_prompt(L, &k, ex, &b); break;
         case NL_LINE_TEXT: rc = line_text(L, &k, ex, &b); break;
@@ -515,8 +814,17 @@ static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
         }
     }
     if (!rc) rc = line_finish(L, &k, ex, &b);
+    free(k.members);
     nl_tokbuf_free(&b);
     if (rc) example_free(ex);
+    return rc;
+}
+
+static int parse_line(loader *L, const char *s, size_t len, nl_example *ex) {
+    nl_json_error je;
+    nl_json *root = nl_json_parse(s, len, &je);
+    if (!root) return lerr(L, je.offset, "%s", je.msg);
+    int rc = parse_value(L, root, ex);
     nl_json_free(root);
     return rc;
 }
@@ -546,6 +854,87 @@ int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const
     return rc;
 }
 
+/* --columns "to=from,to=from": each `to` one of the keys a line may hold. */
+static int parse_columns(loader *L, const char *spec) {
+    const char *p = spec;
+    while (p && *p) {
+        const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(end - p));
+        if (!eq || eq == p || eq + 1 == end)
+            return nl_err("--columns %s: expected KEY=COLUMN pairs separated by commas (prompt=question,completion=answer)",
+                          spec);
+        const char *to = NULL;
+        for (size_t j = 0; j < sizeof known_keys / sizeof *known_keys && !to; j++)
+            if (strlen(known_keys[j]) == (size_t)(eq - p) && !memcmp(known_keys[j], p, (size_t)(eq - p))) to = known_keys[j];
+        if (!to)
+            return nl_err("--columns %s: \"%.*s\" is no key of a line (prompt, completion, messages, conversations,"
+                          " instruction, input, output, text, tokens, loss_mask, choices, answer, tools)", spec, (int)(eq - p), p);
+        const size_t fl = (size_t)(end - eq - 1);
+        if (L->n_cols == (int)(sizeof L->cols / sizeof *L->cols) || fl >= sizeof L->cols[0].from)
+            return nl_err("--columns %s: at most %zu pairs, each column name under %zu bytes", spec,
+                          sizeof L->cols / sizeof *L->cols, sizeof L->cols[0].from);
+        for (int c = 0; c < L->n_cols; c++)
+            if (L->cols[c].to == to || (strlen(L->cols[c].from) == fl && !memcmp(L->cols[c].from, eq + 1, fl)))
+                return nl_err("--columns %s: \"%s\" or \"%.*s\" is named twice", spec, to, (int)fl, eq + 1);
+        L->cols[L->n_cols].to = to;
+        memcpy(L->cols[L->n_cols].from, eq + 1, fl);
+        L->cols[L->n_cols].from[fl] = 0;
+        L->n_cols++;
+        p = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+/* The next example's slot in out (grown as needed); NULL + error. */
+static nl_example *next_slot(nl_dataset *out, int *cap, const char *label) {
+    if (out->n == *cap) {
+        if (*cap > INT_MAX / 2) {
+            nl_err("%s: too many examples", label);
+            return NULL;
+        }
+        int nc = *cap ? *cap * 2 : 256;
+        nl_example *ne = realloc(out->ex, (size_t)nc * sizeof *ne);
+        if (!ne) {
+            nl_err("%s: out of memory", label);
+            return NULL;
+        }
+        out->ex = ne;
+        *cap = nc;
+    }
+    return &out->ex[out->n];
+}
+
+static void count_example(nl_dataset *out) {
+    out->n_tokens += out->ex[out->n].n_tokens;
+    out->n_targets += out->ex[out->n].n_targets;
+    out->n++;
+}
+
+/* A JSON array file (a JSON export of a data set): each element one example, its line the
+ * element's first line. */
+static int load_array(loader *L, const char *buf, size_t len, size_t pos, nl_dataset *out) {
+    nl_json_error je;
+    nl_json *root = nl_json_parse(buf + pos, len - pos, &je);
+    L->doc = buf;
+    L->doc_len = len;
+    L->doc_base = pos;
+    if (!root) return lerr(L, je.offset, "%s", je.msg);
+    int cap = 0, rc = -1;
+    size_t at = 0; /* the offset L->line is counted to */
+    L->line = 1;
+    for (size_t i = 0; i < nl_json_len(root); i++) {
+        const nl_json *v = nl_json_at(root, i);
+        for (; at < v->offset; at++) L->line += buf[pos + at] == '\n';
+        nl_example *ex = next_slot(out, &cap, L->label);
+        if (!ex || parse_value(L, v, ex)) goto done;
+        count_example(out);
+    }
+    rc = 0;
+done:
+    nl_json_free(root);
+    return rc;
+}
+
 static int load_lines(loader *L, const char *buf, size_t len, const char *label, const nl_tokenizer *tok,
                       const nl_data_opts *opts, nl_dataset *out) {
     memset(out, 0, sizeof *out);
@@ -554,7 +943,13 @@ static int load_lines(loader *L, const char *buf, size_t len, const char *label,
     L->tok = tok;
     L->n_vocab = tok ? nl_tokenizer_n_vocab(tok) : (opts ? opts->n_vocab : 0);
     L->tmpl_name = opts ? opts->chat_template : NULL;
-    L->ignore_unknown = opts && opts->ignore_unknown_keys;
+    L->strict = opts && opts->strict_keys;
+    L->alpaca_opt = opts ? opts->alpaca : NULL;
+    L->out = out;
+    if (L->alpaca_opt && L->alpaca_opt[0] && strcmp(L->alpaca_opt, "auto") && strcmp(L->alpaca_opt, "alpaca") &&
+        strcmp(L->alpaca_opt, "chat"))
+        return nl_err("--alpaca-prompt %s: expected auto, alpaca or chat", L->alpaca_opt);
+    if (opts && parse_columns(L, opts->columns)) return -1;
     out->path = nl_strdup(label);
     if (!out->path) return -1;
     int cap = 0;
@@ -562,6 +957,17 @@ static int load_lines(loader *L, const char *buf, size_t len, const char *label,
     if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) {
         pos = 3;
         L->col0 = 3;
+    }
+    size_t first = pos;
+    while (first < len && (buf[first] == ' ' || buf[first] == '\t' || buf[first] == '\r' || buf[first] == '\n')) first++;
+    if (first < len && buf[first] == '[') {
+        /* a JSON array of examples, not JSON Lines */
+        if (load_array(L, buf, len, pos, out)) {
+            nl_dataset_free(out);
+            return -1;
+        }
+        pos = len;
+        out->json_array = 1;
     }
     while (pos < len) {
         if (L->line == INT_MAX) {
@@ -581,27 +987,12 @@ static int load_lines(loader *L, const char *buf, size_t len, const char *label,
                           lend - pos, NL_DATA_MAX_LINE >> 20);
         }
         if (!blank(buf + pos, lend - pos)) {
-            if (out->n == cap) {
-                if (cap > INT_MAX / 2) {
-                    nl_dataset_free(out);
-                    return nl_err("%s: too many examples", label);
-                }
-                int nc = cap ? cap * 2 : 256;
-                nl_example *ne = realloc(out->ex, (size_t)nc * sizeof *ne);
-                if (!ne) {
-                    nl_dataset_free(out);
-                    return nl_err("%s: out of memory", label);
-                }
-                out->ex = ne;
-                cap = nc;
-            }
-            if (parse_line(L, buf + pos, lend - pos, &out->ex[out->n])) {
+            nl_example *ex = next_slot(out, &cap, label);
+            if (!ex || parse_line(L, buf + pos, lend - pos, ex)) {
                 nl_dataset_free(out);
                 return -1;
             }
-            out->n_tokens += out->ex[out->n].n_tokens;
-            out->n_targets += out->ex[out->n].n_targets;
-            out->n++;
+            count_example(out);
         }
         pos = end + 1;
         L->col0 = 0;
@@ -611,6 +1002,23 @@ static int load_lines(loader *L, const char *buf, size_t len, const char *label,
         return nl_err("%s: no examples (the file is empty or has only blank lines)", label);
     }
     return 0;
+}
+
+/* What the loader decided that a user should know (empty when nothing). */
+const char *nl_dataset_note(const nl_dataset *ds, char *buf, size_t cap) {
+    int k = 0;
+    buf[0] = 0;
+    if (ds->json_array) k += snprintf(buf + k, cap - (size_t)k, "read as a JSON array of examples");
+    if (ds->n_alpaca && k < (int)cap)
+        k += snprintf(buf + k, cap - (size_t)k, "%s%d Alpaca lines, the prompt built with %s", k ? "; " : "", ds->n_alpaca,
+                      ds->alpaca_chat ? "the chat template (the instruction and input as the user turn, the output as the"
+                                        " assistant's; --alpaca-prompt alpaca for the Alpaca template)"
+                                      : "the Alpaca template (\"Below is an instruction that describes a task ... ### Response:\";"
+                                        " --alpaca-prompt chat for the chat template)");
+    if (ds->n_skipped_keys && k < (int)cap)
+        snprintf(buf + k, cap - (size_t)k, "%s%" PRId64 " keys no format reads skipped (the first \"%s\" on line %d; --strict-keys"
+                 " refuses them)", k ? "; " : "", ds->n_skipped_keys, ds->skipped_key, ds->skipped_line);
+    return buf;
 }
 
 int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opts *opts, nl_dataset *out) {

@@ -16,7 +16,7 @@ int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_token
     memset(pk, 0, sizeof *pk);
     memset(held, 0, sizeof *held);
     nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = m->hp.n_vocab,
-                         .ignore_unknown_keys = o->ignore_unknown_keys};
+                         .strict_keys = o->strict_keys, .columns = o->columns, .alpaca = o->alpaca_prompt};
     if (nl_dataset_load(o->data, tok, &dopt, ds)) return -1;
     /* the validation split comes out before packing: what is held out is never trained on */
     if (o->val_split > 0 && nl_dataset_split(ds, o->val_split, held)) {
@@ -49,6 +49,14 @@ int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_token
 
 int64_t nl_train_count_steps(const nl_train_opts *o, const nl_packing *pk, int64_t *per_epoch) {
     if (o->steps > 0 && !per_epoch) return o->steps;
+    /* bounded work: the epochs in their range, and with shuffling (each epoch's order walked)
+     * at most 2^27 sequence visits, seconds at most */
+    if (o->steps <= 0 && !(o->epochs > 0 && o->epochs <= 1e6))
+        return nl_err("--epochs %g: expected a number in [1e-06, 1e+06]", o->epochs);
+    if (o->steps <= 0 && o->shuffle && ceil(o->epochs) * (double)pk->n > 134217728.0)
+        return nl_err("--epochs %g over %d sequences, shuffled: %.3g epochs' orders to walk to count the steps, more than the"
+                      " 2^27 sequence visits a plan may take; give --steps N (or --no-shuffle)", o->epochs, pk->n,
+                      ceil(o->epochs));
     /* walk the batcher through ceil(epochs) epochs, counting batches: with shuffling an
      * epoch's batch count depends on its order; without, every epoch has the first one's.
      * 64-bit: 200k sequences a batch each over 11000 epochs are 2.2e9 steps. */
@@ -241,7 +249,8 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
             " tokens and %" PRId64 " targets an epoch; --batch-tokens %d: %" PRId64 " steps an epoch; %s: %" PRId64
             " optimizer steps\n", ds.n, pk.n, pk.n_truncated, max_ctx, pk.n_dropped, tokens, targets, o->batch_tokens, per_epoch,
             run, total);
-    char warn[512];
+    char warn[640];
+    if (nl_dataset_note(&ds, warn, sizeof warn)[0]) fprintf(f, "data: %s\n", warn);
     if (nl_train_short_run(o, &pk, total, per_epoch, warn, sizeof warn)) goto done;
     if (warn[0]) fprintf(f, "warning: %s\n", warn);
     rc = 0;

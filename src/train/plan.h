@@ -18,7 +18,7 @@
 #define NL_TRAIN_FEW_STEPS 20
 
 /* The run's data: o->data read with the model's tokenizer (o->chat_template,
- * o->ignore_unknown_keys), with o->val_split its held-out examples moved into *held
+ * o->strict_keys, o->columns, o->alpaca_prompt), with o->val_split its held-out examples moved into *held
  * (nl_dataset_split; *held empty otherwise), the rest packed into sequences of at most *max_ctx
  * tokens (o->max_ctx, or the model's context capped at 4096; o->refuse_long). 0, or -1 with the
  * error naming the file (or the flag) and *ds / *pk / *held left empty. */

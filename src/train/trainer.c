@@ -685,6 +685,8 @@ static int check_opts(const nl_train_opts *o) {
     if ((o->eval_every || o->keep_best || o->early_stop) && !o->val_data && !(o->val_split > 0))
         return nl_err("--%s needs a validation set: --val-data FILE or --val-split F",
                       o->eval_every ? "eval-every" : o->keep_best ? "keep-best" : "early-stop");
+    /* every numeric option in the range the CLI's flags have (the C API and Python pass here too) */
+    if (nl_train_check_opts(o)) return -1;
     /* what is written at the end must be writable now, not after a night of training */
     if (probe_output("out", o->out)) return -1;
     if (o->dump_grads && probe_output("dump-grads", o->dump_grads)) return -1;
@@ -749,7 +751,7 @@ static int open_run(nl_trainer *t) {
     t->ds_loaded = t->pk_loaded = 1;
     /* the validation set: held out of the data before it was packed (--val-split), or its own file */
     nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab,
-                         .ignore_unknown_keys = o->ignore_unknown_keys};
+                         .strict_keys = o->strict_keys, .columns = o->columns, .alpaca = o->alpaca_prompt};
     if (o->val_data && nl_dataset_load(o->val_data, t->tok, &dopt, &t->val.ds)) return -1;
     t->val.loaded = o->val_split > 0 || o->val_data;
     if (t->val.loaded && nl_val_init(&t->val, t->max_ctx, o->eval_every, o->keep_best, o->early_stop)) return -1;
@@ -1029,7 +1031,8 @@ static int start_run(nl_trainer *t, int64_t *step) {
                              "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
                 o->model, o->data, t->ds.n, t->pk.n, t->pk.n_truncated, t->max_ctx, t->pk.n_dropped, t->total, t->ad->n,
                 t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
-        char warn[512];
+        char warn[640];
+        if (nl_dataset_note(&t->ds, warn, sizeof warn)[0]) fprintf(o->progress, "data: %s\n", warn);
         if (nl_train_short_run(o, &t->pk, t->total, t->per_epoch, warn, sizeof warn)) return -1;
         if (warn[0]) fprintf(o->progress, "warning: %s\n", warn);
         if (t->val.loaded) {

@@ -42,7 +42,9 @@ typedef struct {
                                           * An adapter of another rank is refused. */
     const char *targets;                 /* --targets list (default: every linear projection) */
     const char *chat_template;           /* override the GGUF's */
-    int ignore_unknown_keys;             /* data lines: skip the keys no format reads (nl_data_opts) */
+    int strict_keys;                     /* data lines: a key no format reads is an error (nl_data_opts) */
+    const char *columns;                 /* data lines: "prompt=question,..." key names (nl_data_opts) */
+    const char *alpaca_prompt;           /* Alpaca lines: NULL/"auto" | "alpaca" | "chat" (nl_data_opts) */
     int rank;                            /* 16 */
     float alpha;                         /* 32 */
     float dropout;                       /* 0.05 */
@@ -117,6 +119,18 @@ typedef struct {
 } nl_train_opts;
 
 void nl_train_defaults(nl_train_opts *o);
+/* The range of each numeric option by its flag name ("rank", "lr", "batch-tokens", ...;
+ * train/options.c): the CLI checks its flags against it and nl_train checks every caller's
+ * options with nl_train_check_opts, so the C API and Python refuse what the CLI refuses. */
+typedef struct {
+    const char *flag;
+    double lo, hi;
+    int integer;
+} nl_train_range;
+const nl_train_range *nl_train_range_of(const char *flag);
+/* Every numeric option finite and in its range (a field's documented "off"/"default" value,
+ * 0 or -1, allowed); -1 + "epochs inf: expected a number in [1e-06, 1000000]". */
+int nl_train_check_opts(const nl_train_opts *o);
 /* --keep-best's names: "loss" -> NL_KEEP_LOSS, "accuracy" -> NL_KEEP_ACCURACY; -1 otherwise. */
 int nl_train_keep_best_from_name(const char *name);
 /* The learning-rate schedule the run follows (o->lr_min < 0 resolved to 0.1 * lr). */
