@@ -309,6 +309,68 @@ static void test_long_line(void) {
     unlink(p);
 }
 
+/* Flags as other tools spell them: an unknown flag or --config key names the nearest known
+ * one (an alias table, then edit distance); nothing is run. */
+static void test_suggestions(void) {
+    char out[512], cfg[512];
+    path_of(out, sizeof out, "sugg.gguf");
+    static const struct {
+        const char *flag, *want;
+    } cases[] = {
+        {"--learning-rate", "unknown option '--learning-rate': did you mean --lr?"},
+        {"--num_train_epochs", "unknown option '--num_train_epochs': did you mean --epochs?"},
+        {"--lora_r", "unknown option '--lora_r': did you mean --rank?"},
+        {"--lora-alpha", "did you mean --alpha?"},
+        {"--max_steps", "did you mean --steps?"},
+        {"--iters", "did you mean --steps?"},
+        {"--batch-size", "did you mean --batch-tokens? a batch is counted in tokens, not examples"},
+        {"--output_dir", "did you mean --out?"},
+        {"--Batch_Tokens", "did you mean --batch-tokens?"},
+        {"--chekpoint-dir", "did you mean --checkpoint-dir?"},
+        {"--epoch", "did you mean --epochs?"},
+        {"--lerning-rate", "did you mean --lr?"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *const a[] = {"train", "--model", model, "--data", data, "--out", out, cases[i].flag, "1", NULL};
+        expect(cases[i].flag, run(a), 2, cases[i].want, "(see 'nightlora help train')", NULL);
+    }
+    const char *const far[] = {"train", "--model", model, "--data", data, "--out", out, "--zzzzqqqq", "1", NULL};
+    expect("--zzzzqqqq", run(far), 2, "unknown option '--zzzzqqqq' (see 'nightlora help train')", NULL, NULL);
+    const char *const ev[] = {"eval", "--model", model, "--data", data, "--learning-rate", "1", NULL};
+    expect("eval --learning-rate", run(ev), 2, "nightlora eval: unknown option '--learning-rate'", NULL, NULL);
+    path_of(cfg, sizeof cfg, "hf.json");
+    write_text(cfg, "{\"learning_rate\": 1e-4,\n \"num_train_epochs\": 2}\n");
+    const char *const c1[] = {"train", "--config", cfg, "--model", model, "--data", data, "--out", out, NULL};
+    expect("config learning_rate", run(c1), 2, "hf.json:1:2: key \"learning_rate\" is no flag of train: did you mean \"lr\" (--lr)?", NULL,
+           NULL);
+    write_text(cfg, "{\"lr\": 1e-4,\n \"lora_r\": 8}\n");
+    expect("config lora_r", run(c1), 2, "hf.json:2:2: key \"lora_r\" is no flag of train: did you mean \"rank\" (--rank)?", NULL, NULL);
+    CHECK(access(out, F_OK) != 0);
+
+    /* a YAML config: the same flags, a list for --targets; errors at FILE:LINE */
+    char yml[512];
+    path_of(yml, sizeof yml, "run.yaml");
+    char text[1500];
+    snprintf(text, sizeof text, "# a run\nmodel: %s\ndata: '%s'\nlr: 1e-3\nrank: 2\ntargets:\n  - q\n  - v\nbatch_tokens: 64\nthermal: \"off\"\n",
+             model, data);
+    write_text(yml, text);
+    const char *const y1[] = {"train", "--config", yml, "--out", out, "--steps", "1", NULL};
+    expect("YAML config", run(y1), 0, "1 steps, ", "rank 2", NULL);
+    CHECK(access(out, F_OK) == 0);
+    unlink(out);
+    write_text(yml, "rank: 2\nlearning_rate: 1e-4\n");
+    const char *const y2[] = {"train", "--config", yml, "--model", model, "--data", data, "--out", out, NULL};
+    expect("YAML learning_rate", run(y2), 2, "run.yaml:2: key \"learning_rate\" is no flag of train: did you mean \"lr\" (--lr)?", NULL,
+           NULL);
+    write_text(yml, "rank: 2\n\tlr: 1\n");
+    expect("YAML tab", run(y2), 2, "run.yaml:2:1: a tab in the indentation (YAML indents with spaces)", NULL, NULL);
+    write_text(yml, "rank: &r 2\n");
+    expect("YAML anchor", run(y2), 2, "run.yaml:1:7: an anchor ('&') is not in the YAML subset nightlora reads", NULL, NULL);
+    write_text(yml, "rank: 2\nrank: 3\n");
+    expect("YAML duplicate key", run(y2), 2, "run.yaml:2", "duplicate key \"rank\"", NULL);
+    CHECK(access(out, F_OK) != 0);
+}
+
 int main(void) {
     if (nl_t_tmpdir(tmp, sizeof tmp, "test_cli_args")) return 1;
     path_of(model, sizeof model, "q3.gguf");
@@ -325,6 +387,7 @@ int main(void) {
     test_forged_step();
     test_messages();
     test_long_line();
+    test_suggestions();
     printf("%.1f s\n", nl_now() - t0);
     nl_t_tmpdir_done(tmp);
     return nl_t_done();

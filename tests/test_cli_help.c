@@ -258,7 +258,8 @@ static void test_config(const char *model) {
     CHECKF(nl_t_same_file(b1, b2), "train --config run.json of a run with every option did not rerun it bit for bit");
     static const char *const bads[][2] = {
         {"{\n  \"rank\": 8,\n  \"nosuch\": 1\n}\n", "bad.json:3:3: key \"nosuch\" is no flag of train"},
-        {"{\"rank\": [8]}", "bad.json:1:10: \"rank\": expected a string, number or boolean, got array"},
+        {"{\"rank\": [8]}", "bad.json:1:10: \"rank\": a list must hold strings without commas"},
+        {"{\"rank\": {\"a\": 1}}", "bad.json:1:10: \"rank\": expected a string, number or boolean, got object"},
         {"[1, 2]", "bad.json:1:1: expected a JSON object of flags"},
         {"{\"rank\": 8,}", "bad.json:1:"},
         {"{\"lr\": true}", "\"lr\" takes a value, not true"},

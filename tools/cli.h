@@ -30,6 +30,11 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
  * --config). 0, or 1 after printing an error naming the file, line and key. */
 int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean, int *argc_out,
                   char ***argv_out);
+/* The known flag an unknown one most likely means (NULL: none near): other tools' names for it
+ * (--learning-rate, num_train_epochs, lora_r, ...: a table in cli_args.c), the same name with
+ * '_' or capitals, else the nearest known flag by edit distance. name may start with "--";
+ * *note: a remark to print with it (NULL: none). */
+const char *nl_cli_suggest(const char *name, size_t len, const char *const *known, const char *const *boolean, const char **note);
 /* --help or -h anywhere in argv: nl_cli_check prints the command's help on stdout and the
  * process exits 0. */
 

@@ -266,3 +266,99 @@ int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const c
     free(prefix);
     return rc ? 1 : 0;
 }
+
+/* ---- the nearest known flag ------------------------------------------------------------------ */
+
+/* Other tools' names for nightlora's flags (transformers/PEFT/TRL, Axolotl, mlx-lm,
+ * LLaMA-Factory), normalized: lower case, '-' for '_'. */
+static const struct {
+    const char *alias, *flag, *note;
+} flag_aliases[] = {
+    {"learning-rate", "lr", NULL}, {"lora-r", "rank", NULL}, {"lora-rank", "rank", NULL}, {"r", "rank", NULL},
+    {"lora-alpha", "alpha", NULL}, {"lora-dropout", "dropout", NULL}, {"num-train-epochs", "epochs", NULL},
+    {"num-epochs", "epochs", NULL}, {"max-steps", "steps", NULL}, {"iters", "steps", NULL}, {"num-iters", "steps", NULL},
+    {"warmup-steps", "warmup", NULL}, {"lr-scheduler-type", "schedule", NULL}, {"lr-scheduler", "schedule", NULL},
+    {"max-grad-norm", "clip", NULL}, {"grad-clip", "clip", NULL}, {"max-seq-length", "ctx", NULL},
+    {"max-seq-len", "ctx", NULL}, {"max-length", "ctx", NULL}, {"cutoff-len", "ctx", NULL}, {"sequence-len", "ctx", NULL},
+    {"output-dir", "out", NULL}, {"adapter-path", "out", NULL}, {"adapter-file", "out", NULL}, {"output", "out", NULL},
+    {"model-name-or-path", "model", NULL}, {"base-model", "model", NULL}, {"model-path", "model", NULL},
+    {"dataset", "data", NULL}, {"train-file", "data", NULL}, {"train-data", "data", NULL}, {"data-path", "data", NULL},
+    {"validation-file", "val-data", NULL}, {"valid-data", "val-data", NULL}, {"eval-data", "val-data", NULL},
+    {"val-set-size", "val-split", NULL}, {"validation-split", "val-split", NULL}, {"save-steps", "save-every", NULL},
+    {"eval-steps", "eval-every", NULL}, {"steps-per-eval", "eval-every", NULL}, {"early-stopping-patience", "early-stop", NULL},
+    {"load-best-model-at-end", "keep-best", NULL}, {"resume-from-checkpoint", "resume", NULL},
+    {"resume-adapter-file", "init-adapter", NULL}, {"target-modules", "targets", NULL},
+    {"lora-target-modules", "targets", NULL}, {"lora-target", "targets", NULL}, {"chat-template", "template", NULL},
+    {"batch-size", "batch-tokens", "a batch is counted in tokens, not examples"},
+    {"per-device-train-batch-size", "batch-tokens", "a batch is counted in tokens, not examples"},
+    {"micro-batch-size", "batch-tokens", "a batch is counted in tokens, not examples"},
+    {"gradient-accumulation-steps", "batch-tokens", "a batch is counted in tokens, not examples"},
+    {"num-threads", "threads", NULL}, {"n-threads", "threads", NULL}, {"logging-dir", "log-json", NULL},
+    {"save-total-limit", "save-every", NULL}, {"shuffle", "no-shuffle", NULL}, {"dataset-text-field", "columns", NULL},
+};
+
+static int listed_n(const char *const *list, const char *name) {
+    for (; list && *list; list++)
+        if (!strcmp(*list, name)) return 1;
+    return 0;
+}
+
+/* Edit distance with transpositions (optimal string alignment), capped at 99. */
+static int edit_distance(const char *a, const char *b) {
+    const size_t n = strlen(a), m = strlen(b);
+    if (n > 62 || m > 62) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c) c = d[i - 2][j - 2] + 1;
+            d[i][j] = c;
+        }
+    return d[n][m];
+}
+
+const char *nl_cli_suggest(const char *name, size_t len, const char *const *known, const char *const *boolean, const char **note) {
+    char k[64];
+    *note = NULL;
+    while (len && *name == '-') name++, len--;
+    if (!len || len >= sizeof k) return NULL;
+    for (size_t i = 0; i < len; i++) {
+        const char c = name[i];
+        k[i] = c == '_' ? '-' : (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+    }
+    k[len] = 0;
+    for (size_t i = 0; i < sizeof flag_aliases / sizeof *flag_aliases; i++)
+        if (!strcmp(flag_aliases[i].alias, k) && (listed_n(known, flag_aliases[i].flag) || listed_n(boolean, flag_aliases[i].flag))) {
+            *note = flag_aliases[i].note;
+            return flag_aliases[i].flag;
+        }
+    /* a known flag spelled with '_' or capitals */
+    for (int pass = 0; pass < 2; pass++)
+        for (const char *const *l = pass ? boolean : known; l && *l; l++)
+            if (!strcmp(*l, k)) return *l;
+    /* else the nearest by edit distance, within a third of the name (at least 1, at most 3) */
+    const char *best = NULL;
+    int bd = (int)len / 3 < 1 ? 1 : (int)len / 3 > 3 ? 3 : (int)len / 3;
+    for (int pass = 0; pass < 2; pass++)
+        for (const char *const *l = pass ? boolean : known; l && *l; l++) {
+            const int d = edit_distance(k, *l);
+            if (d < bd || (d == bd && !best)) {
+                best = *l;
+                bd = d;
+            }
+        }
+    /* and the nearest of the other tools' names ("lerning-rate") */
+    for (size_t i = 0; i < sizeof flag_aliases / sizeof *flag_aliases; i++) {
+        const int d = edit_distance(k, flag_aliases[i].alias);
+        if ((d < bd || (d == bd && !best)) && (listed_n(known, flag_aliases[i].flag) || listed_n(boolean, flag_aliases[i].flag))) {
+            best = flag_aliases[i].flag;
+            *note = flag_aliases[i].note;
+            bd = d;
+        }
+    }
+    return best;
+}

@@ -5,14 +5,19 @@
  * "model_path" / "data_path" are --model / --data, "targets" keeps its list (the part before
  * " ("), "shuffle": "0" is --no-shuffle, "template": "auto" and an empty value are no flag, and
  * "val_data_path" is --val-data, and the record-only keys of run.json (the content hashes
- * "model" / "data", "init", "kernels", "validation") are skipped. A value is a string, a number or a boolean (true: the flag is given; false: not);
- * a key that is no flag of the command is an error naming the file, line and key. */
+ * "model" / "data", "init", "kernels", "validation") are skipped. A value is a string, a number or a boolean (true: the flag is given; false: not),
+ * or a list of strings (the flag's comma-separated value: "targets": ["q", "v"]); a key that is
+ * no flag of the command is an error naming the file, line and key, and the nearest known flag
+ * (nl_cli_suggest: "learning_rate" -> "lr").
+ * --config FILE.yaml (or .yml): the same flags as a YAML map, the small strict subset of
+ * util/yaml.h (maps, scalars, lists; no new dependency), errors at FILE:LINE. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "util/json.h"
+#include "util/yaml.h"
 #include "util/util.h"
 
 /* the merged flags of --config: the command's flags point into them to the end of the process */
@@ -52,6 +57,19 @@ static int push(strv *a, const char *s, size_t len) {
     return 0;
 }
 
+/* --config FILE.yaml: errors name the line (the JSON's columns are not the YAML's) */
+static int yaml_cfg;
+
+/* "path:line:col" of a JSON offset ("path:line" for YAML); a static buffer */
+static const char *loc(const char *path, const char *text, size_t len, size_t off) {
+    static char b[600];
+    int line, col;
+    nl_json_linecol(text, len, off, &line, &col);
+    if (yaml_cfg) snprintf(b, sizeof b, "%s:%d", path, line);
+    else snprintf(b, sizeof b, "%s:%d:%d", path, line, col);
+    return b;
+}
+
 /* run.json's content hashes: 16 hex digits */
 static int is_hash(const nl_json *v) {
     if (v->type != NL_JSON_STRING || v->u.str.len != 16) return 0;
@@ -74,12 +92,27 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         fprintf(stderr, "nightlora %s: --config %s: %s\n", cmd, path, nl_last_error());
         return 1;
     }
+    /* FILE.yaml / FILE.yml: the YAML subset (util/yaml.h) read as the JSON of the same lines */
+    const size_t pl = strlen(path);
+    yaml_cfg = (pl > 5 && !strcmp(path + pl - 5, ".yaml")) || (pl > 4 && !strcmp(path + pl - 4, ".yml"));
+    if (yaml_cfg) {
+        nl_yaml_error ye;
+        char *js;
+        size_t jl;
+        if (nl_yaml_to_json(text, len, &js, &jl, &ye)) {
+            fprintf(stderr, "nightlora %s: %s:%d:%d: %s\n", cmd, path, ye.line, ye.col, ye.msg);
+            free(text);
+            return 1;
+        }
+        free(text);
+        text = js;
+        len = jl;
+    }
     nl_json_error je;
     nl_json *root = nl_json_parse(text, len, &je);
-    int line, col;
     if (!root || !nl_json_is_object(root)) {
-        nl_json_linecol(text, len, root ? root->offset : je.offset, &line, &col);
-        fprintf(stderr, "nightlora %s: %s:%d:%d: %s\n", cmd, path, line, col, root ? "expected a JSON object of flags" : je.msg);
+        const char *where = loc(path, text, len, root ? root->offset : je.offset);
+        fprintf(stderr, "nightlora %s: %s: %s\n", cmd, where, root ? (yaml_cfg ? "expected a map of flags (\"key: value\" lines)" : "expected a JSON object of flags") : je.msg);
         nl_json_free(root);
         free(text);
         return 1;
@@ -91,8 +124,8 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         char key[64];
         if (m->key_len >= sizeof key || memchr(m->key, 0, m->key_len)) {
             rc = 2;
-            nl_json_linecol(text, len, m->key_offset, &line, &col);
-            fprintf(stderr, "nightlora %s: %s:%d:%d: key \"%.40s\" is no flag of %s\n", cmd, path, line, col, m->key, cmd);
+            const char *where = loc(path, text, len, m->key_offset);
+            fprintf(stderr, "nightlora %s: %s: key \"%.40s\" is no flag of %s\n", cmd, where, m->key, cmd);
             break;
         }
         for (size_t k = 0; k <= m->key_len; k++) key[k] = m->key[k] == '_' ? '-' : m->key[k];
@@ -108,11 +141,11 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         if (!strcmp(key, "val-data-path")) strcpy(key, "val-data");
         if (!strcmp(key, "config")) {
             rc = 2;
-            nl_json_linecol(text, len, m->key_offset, &line, &col);
-            fprintf(stderr, "nightlora %s: %s:%d:%d: a config cannot name another --config\n", cmd, path, line, col);
+            const char *where = loc(path, text, len, m->key_offset);
+            fprintf(stderr, "nightlora %s: %s: a config cannot name another --config\n", cmd, where);
             break;
         }
-        char num[64];
+        char num[64], list_val[1024];
         const char *val = NULL;
         size_t vlen = 0;
         int flag_on = -1; /* booleans: 1 given, 0 not */
@@ -127,10 +160,30 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
             vlen = strlen(num);
         } else if (v->type == NL_JSON_TRUE || v->type == NL_JSON_FALSE) {
             flag_on = v->type == NL_JSON_TRUE;
+        } else if (v->type == NL_JSON_ARRAY && nl_json_len(v) > 0 && nl_json_len(v) <= 64) {
+            /* a list of strings (targets: [q, v]): the flag's comma-separated value */
+            size_t k = 0;
+            for (size_t i = 0; i < nl_json_len(v) && k < sizeof list_val; i++) {
+                const nl_json *e = nl_json_at(v, i);
+                if (!nl_json_is_string(e) || memchr(e->u.str.s, ',', e->u.str.len) || memchr(e->u.str.s, 0, e->u.str.len)) {
+                    k = sizeof list_val;
+                    break;
+                }
+                k += (size_t)snprintf(list_val + k, sizeof list_val - k, "%s%s", i ? "," : "", e->u.str.s);
+            }
+            if (k >= sizeof list_val) {
+                rc = 2;
+                const char *where = loc(path, text, len, v->offset);
+                fprintf(stderr, "nightlora %s: %s: \"%s\": a list must hold strings without commas (at most %zu bytes)\n", cmd,
+                        where, m->key, sizeof list_val - 1);
+                break;
+            }
+            val = list_val;
+            vlen = k;
         } else {
             rc = 2;
-            nl_json_linecol(text, len, v->offset, &line, &col);
-            fprintf(stderr, "nightlora %s: %s:%d:%d: \"%s\": expected a string, number or boolean, got %s\n", cmd, path, line, col,
+            const char *where = loc(path, text, len, v->offset);
+            fprintf(stderr, "nightlora %s: %s: \"%s\": expected a string, number or boolean, got %s\n", cmd, where,
                     m->key, nl_json_type_name(v->type));
             break;
         }
@@ -148,9 +201,14 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         const int is_bool = listed(boolean, key);
         if (!is_bool && !listed(known, key)) {
             rc = 2;
-            nl_json_linecol(text, len, m->key_offset, &line, &col);
-            fprintf(stderr, "nightlora %s: %s:%d:%d: key \"%s\" is no flag of %s (see 'nightlora %s --help')\n", cmd, path, line, col,
-                    m->key, cmd, cmd);
+            const char *where = loc(path, text, len, m->key_offset);
+            const char *note, *s = nl_cli_suggest(m->key, m->key_len, known, boolean, &note);
+            if (s)
+                fprintf(stderr, "nightlora %s: %s: key \"%s\" is no flag of %s: did you mean \"%s\" (--%s)?%s%s (see 'nightlora"
+                        " %s --help')\n", cmd, where, m->key, cmd, s, s, note ? " " : "", note ? note : "", cmd);
+            else
+                fprintf(stderr, "nightlora %s: %s: key \"%s\" is no flag of %s (see 'nightlora %s --help')\n", cmd, where, m->key, cmd,
+                        cmd);
             break;
         }
         char f[72];
@@ -162,8 +220,8 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         }
         if (flag_on >= 0) {
             rc = 2;
-            nl_json_linecol(text, len, v->offset, &line, &col);
-            fprintf(stderr, "nightlora %s: %s:%d:%d: \"%s\" takes a value, not %s\n", cmd, path, line, col, m->key,
+            const char *where = loc(path, text, len, v->offset);
+            fprintf(stderr, "nightlora %s: %s: \"%s\" takes a value, not %s\n", cmd, where, m->key,
                     flag_on ? "true" : "false");
             break;
         }

@@ -88,7 +88,12 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
         size_t n = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
         if (in_list(a + 2, n, boolean)) continue;
         if (!in_list(a + 2, n, known)) {
-            fprintf(stderr, "nightlora %s: unknown option '%s' (see 'nightlora help %s')\n", cmd, a, cmd);
+            const char *note, *s = nl_cli_suggest(a + 2, n, known, boolean, &note);
+            if (s)
+                fprintf(stderr, "nightlora %s: unknown option '%.*s': did you mean --%s?%s%s (see 'nightlora help %s')\n", cmd,
+                        (int)(n + 2), a, s, note ? " " : "", note ? note : "", cmd);
+            else
+                fprintf(stderr, "nightlora %s: unknown option '%s' (see 'nightlora help %s')\n", cmd, a, cmd);
             return 1;
         }
         if (!eq) {
