@@ -8,7 +8,9 @@
  *
  * Errors: a function returns 0 (or a count, or a handle) on success and -1 (or NULL) on
  * failure; nightlora_last_error() then gives a one-line message naming the file and the byte
- * offset or line, the flag-like field, or what was expected. The message is per thread: a call
+ * offset or line, the flag-like field, or what was expected. Every parameter is checked as the
+ * CLI checks its flag (the same ranges: "--epochs inf: expected a number in [1e-06, 1e+06]")
+ * before anything is read or written. The message is per thread: a call
  * on one thread never overwrites another thread's message.
  *
  * Threads: a model handle serves one call at a time (its projection service has one request in
@@ -55,7 +57,7 @@ extern "C" {
 
 /* ---- versions and errors ---- */
 
-#define NIGHTLORA_ABI_VERSION 2
+#define NIGHTLORA_ABI_VERSION 3
 
 NL_API int nightlora_abi_version(void);          /* the library's NIGHTLORA_ABI_VERSION */
 NL_API const char *nightlora_version(void);      /* the project version, "0.2.0" */
@@ -238,6 +240,15 @@ typedef struct {
     int64_t eval_every;              /* scored after every N steps and after the last (0: the last only) */
     const char *keep_best;           /* NULL | "loss" | "accuracy": out gets the best adapter */
     int64_t early_stop;              /* end after P evaluations without improvement (0: off) */
+    /* The rest of what `train` does (ABI 3): */
+    int64_t save_every;              /* every N steps the adapter also goes to OUT-stepN.gguf (0: none) */
+    const char *report;              /* at the end, the run's HTML report (`train --report`; needs log_json);
+                                      * a report that cannot be written fails the call, the adapter written */
+    int strict_keys;                 /* 1: a data key no format reads is an error (0: skipped and counted) */
+    const char *columns;             /* "prompt=question,completion=answer": other names of a line's keys */
+    const char *alpaca_prompt;       /* Alpaca lines: NULL/"auto" | "alpaca" (the Alpaca template) | "chat" */
+    const char *overlap;             /* NULL/"auto" | "on" | "off": LoRA branches beside the service request */
+    int allow_kernel_change;         /* resume on other kernels than the commits' */
 } nightlora_train_params;
 
 typedef struct {

@@ -361,6 +361,151 @@ static void *fail_in_thread(void *arg) {
     return (void *)(intptr_t)(m == NULL && strstr(nightlora_last_error(), "/nonexistent-in-thread.gguf") != NULL);
 }
 
+/* One validation for every face: the C API refuses what the CLI refuses, naming the option,
+ * before anything is read or written; a plan's step count never spins. */
+static char refused_out[400];
+
+static void expect_refused(nightlora_train_params *p, const char *want, int line) {
+    nightlora_train_result r;
+    p->out = refused_out;
+    unlink(refused_out);
+    const double t0 = nl_now();
+    const int rc = nightlora_train(p, NULL, &r);
+    const double dt = nl_now() - t0;
+    CHECKF(rc == -1 && strstr(nightlora_last_error(), want), "line %d: rc %d: %s (want %s)", line, rc, nightlora_last_error(), want);
+    CHECKF(dt < 10, "line %d: %.1f s to refuse", line, dt);
+    CHECKF(access(refused_out, F_OK) != 0, "line %d: an adapter was written", line);
+}
+#define REFUSED(p, want) expect_refused(&(p), want, __LINE__)
+
+static void test_param_checks(void) {
+    nightlora_train_params p;
+    snprintf(refused_out, sizeof refused_out, "%s/refused.gguf", dir);
+    train_params(&p, out, 0);
+    p.epochs = INFINITY;
+    REFUSED(p, "--epochs inf: expected a number in [9.9999999999999995e-07, 1000000]");
+    p.epochs = 1e300;
+    REFUSED(p, "--epochs 1.0000000000000001e+300: expected a number in");
+    p.epochs = 1e19;
+    REFUSED(p, "--epochs 1e+19: expected a number in");
+    p.epochs = NAN;
+    REFUSED(p, "--epochs nan");
+    p.epochs = 1e12;
+    REFUSED(p, "--epochs 1000000000000: expected a number in");
+    /* in range but a walk of 2^27 shuffled orders: refused at once, not minutes of counting */
+    p.epochs = 1e6;
+    p.batch_tokens = 1;
+    FILE *f = fopen(data, "r");
+    CHECK(f != NULL);
+    if (f) fclose(f);
+    char big[400];
+    snprintf(big, sizeof big, "%s/big.jsonl", dir);
+    f = fopen(big, "w");
+    for (int i = 0; f && i < 200; i++) fprintf(f, "{\"tokens\": [%d, %d]}\n", 1 + i % 50, 2 + i % 40);
+    if (f) fclose(f);
+    p.data = big;
+    REFUSED(p, "more than the 2^27 sequence visits a plan may take; give --steps N");
+    train_params(&p, out, 2);
+    p.rank = 0;
+    REFUSED(p, "--rank 0: expected an integer in [1, 4096]");
+    p.rank = 5000;
+    REFUSED(p, "--rank 5000: expected an integer in [1, 4096]");
+    train_params(&p, out, 2);
+    p.lr = INFINITY;
+    REFUSED(p, "--lr inf");
+    train_params(&p, out, 2);
+    p.dropout = 1.5f;
+    REFUSED(p, "--dropout 1.5");
+    train_params(&p, out, 2);
+    p.batch_tokens = 0;
+    REFUSED(p, "--batch-tokens 0");
+    train_params(&p, out, 2);
+    p.steps = -3;
+    REFUSED(p, "--steps -3");
+    train_params(&p, out, 2);
+    p.warmup = -1;
+    REFUSED(p, "--warmup -1");
+    train_params(&p, out, 2);
+    p.ctx = 1;
+    REFUSED(p, "--ctx 1: expected an integer in [2, 10000000], or 0 (the model's)");
+    train_params(&p, out, 2);
+    p.weight_decay = -1;
+    REFUSED(p, "--weight-decay -1");
+    train_params(&p, out, 2);
+    p.alpha = NAN;
+    REFUSED(p, "--alpha nan");
+    train_params(&p, out, 2);
+    p.clip = NAN;
+    REFUSED(p, "--clip nan");
+    train_params(&p, out, 2);
+    p.mem_limit_mb = -5;
+    REFUSED(p, "--mem-limit-mb");
+    train_params(&p, out, 2);
+    p.val_split = 1.5;
+    REFUSED(p, "--val-split 1.5");
+    train_params(&p, out, 2);
+    p.commit_every = 0;
+    REFUSED(p, "--commit-every 0");
+    train_params(&p, out, 2);
+    p.eval_every = -1;
+    p.val_split = 0.25;
+    REFUSED(p, "--eval-every -1");
+    /* the documented "off" values pass: clip <= 0, lr_min < 0, ctx 0, act_budget_mb -1 */
+    train_params(&p, refused_out, 1);
+    p.clip = -1;
+    p.lr_min = -1;
+    p.ctx = 0;
+    p.act_budget_mb = -1;
+    nightlora_train_result r;
+    CHECKF(nightlora_train(&p, NULL, &r) == 0 && r.steps_done == 1, "%s", nightlora_last_error());
+    unlink(refused_out);
+}
+
+/* Everything train does is a parameter: snapshots, the report, the data readers' options. */
+static void test_train_features(void) {
+    char snap_out[400], log[400], report[400], s1[400], s2[400], extra[400];
+    snprintf(snap_out, sizeof snap_out, "%s/snap.gguf", dir);
+    snprintf(log, sizeof log, "%s/snap.jsonl", dir);
+    snprintf(report, sizeof report, "%s/snap.html", dir);
+    nightlora_train_params p;
+    train_params(&p, snap_out, 2);
+    p.save_every = 1;
+    p.report = report;
+    nightlora_train_result r0;
+    CHECK(nightlora_train(&p, NULL, &r0) == -1 && strstr(nightlora_last_error(), "report") && strstr(nightlora_last_error(), "log_json"));
+    p.log_json = log;
+    nightlora_train_result r;
+    CHECKF(nightlora_train(&p, NULL, &r) == 0 && r.steps_done == 2, "%s", nightlora_last_error());
+    char *s = nl_train_snapshot_path(snap_out, 1), *t = nl_train_snapshot_path(snap_out, 2);
+    snprintf(s1, sizeof s1, "%s", s);
+    snprintf(s2, sizeof s2, "%s", t);
+    free(s);
+    free(t);
+    CHECK(access(s1, F_OK) == 0 && access(s2, F_OK) == 0 && access(snap_out, F_OK) == 0);
+    size_t n = 0;
+    char *html = nl_read_file(report, &n);
+    CHECK(html && strstr(html, "<svg") && strstr(html, "</html>"));
+    free(html);
+    /* keys no format reads: skipped by default, refused with strict_keys; columns maps names */
+    snprintf(extra, sizeof extra, "%s/extra.jsonl", dir);
+    FILE *f = fopen(extra, "w");
+    for (int i = 0; f && i < 4; i++) fprintf(f, "{\"id\": %d, \"q\": \"note %d:\", \"a\": \" odd\"}\n", i, i);
+    if (f) fclose(f);
+    train_params(&p, snap_out, 1);
+    p.data = extra;
+    p.strict_keys = 1;
+    p.columns = "prompt=q,completion=a";
+    nightlora_train_result r2;
+    CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "extra.jsonl:1:2: unknown key \"id\""));
+    p.strict_keys = 0;
+    CHECKF(nightlora_train(&p, NULL, &r2) == 0 && r2.steps_done == 1, "%s", nightlora_last_error());
+    p.columns = "prompt";
+    CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "--columns prompt: expected KEY=COLUMN pairs"));
+    p.columns = NULL;
+    p.alpaca_prompt = "neither";
+    CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "--alpaca-prompt neither"));
+}
+
 static void test_errors(void) {
     CHECK(nightlora_abi_version() == NIGHTLORA_ABI_VERSION && nightlora_version()[0]);
     nightlora_mkmodel_params mk;
@@ -392,6 +537,8 @@ int main(void) {
     test_internal_defaults();
     test_train();
     test_validation();
+    test_param_checks();
+    test_train_features();
     test_infer();
     test_errors();
     nl_t_tmpdir_done(dir);

@@ -42,7 +42,7 @@ __all__ = [
     "abi_version", "version", "mkmodel", "train", "eval", "generate", "logits", "tokenize", "library_path",
 ]
 
-ABI_VERSION = 2  # the NIGHTLORA_ABI_VERSION these bindings mirror
+ABI_VERSION = 3  # the NIGHTLORA_ABI_VERSION these bindings mirror
 
 
 class NightloraError(RuntimeError):
@@ -107,6 +107,8 @@ _TRAIN_FIELDS = [
     ("on_progress", _PROGRESS_FN), ("user", _c.c_void_p),
     ("val_data", _str), ("val_split", _c.c_double), ("eval_every", _c.c_int64), ("keep_best", _str),
     ("early_stop", _c.c_int64),
+    ("save_every", _c.c_int64), ("report", _str), ("strict_keys", _c.c_int), ("columns", _str), ("alpaca_prompt", _str),
+    ("overlap", _str), ("allow_kernel_change", _c.c_int),
 ]
 
 
@@ -219,11 +221,67 @@ for _name, _cls in _STRUCTS.items():
                           % (_name, _sizeof(_name.encode()), library_path, ctypes.sizeof(_cls)))
 
 
-def _b(s):
-    """A str or path as the C side's bytes (None stays NULL)."""
+def _b(s, what="a string"):
+    """A str or path as the C side's bytes (None stays NULL); a NUL byte inside is refused,
+    since C would read only the part before it."""
     if s is None:
         return None
-    return os.fsencode(s)
+    b = os.fsencode(s)
+    if b"\0" in b:
+        raise ValueError("%s: %r holds a NUL byte (C would read only %r)" % (what, s, b.split(b"\0", 1)[0]))
+    return b
+
+
+def _text(s, what):
+    """UTF-8 text for the C side, a NUL byte inside refused."""
+    b = s.encode("utf-8")
+    if b"\0" in b:
+        raise ValueError("%s: the text holds a NUL byte (C would read only what is before it)" % what)
+    return b
+
+
+_INT_RANGES = {
+    _c.c_int: (-(2 ** 31), 2 ** 31 - 1, "int"), _c.c_int32: (-(2 ** 31), 2 ** 31 - 1, "int32"),
+    _c.c_int64: (-(2 ** 63), 2 ** 63 - 1, "int64"), _c.c_uint64: (0, 2 ** 64 - 1, "uint64"),
+}
+
+
+def _num(v, ctype, what):
+    """v checked against the C field's width: an integer that does not fit is refused, not
+    wrapped; a float beyond float's range is refused, not made infinite."""
+    if ctype in _INT_RANGES:
+        if isinstance(v, bool):
+            v = int(v)
+        if not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise TypeError("%s: expected an integer, got %r" % (what, v))
+        lo, hi, name = _INT_RANGES[ctype]
+        if not lo <= v <= hi:
+            raise ValueError("%s: %d does not fit the C %s of the library ([%d, %d])" % (what, v, name, lo, hi))
+        return v
+    if ctype in (_c.c_float, _c.c_double):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError("%s: expected a number, got %r" % (what, v))
+        v = float(v)
+        if ctype is _c.c_float and v == v and abs(v) != float("inf") and abs(v) > 3.4028234663852886e38:
+            raise ValueError("%s: %r is beyond a C float's range" % (what, v))
+        return v
+    return v
+
+
+def _set(cstruct, name, v, what):
+    """cstruct.name = v, checked as _b / _num check it."""
+    t = dict(cstruct._fields_)[name]
+    setattr(cstruct, name, _b(v, "%s: %s" % (what, name)) if t is _str else _num(v, t, "%s: %s" % (what, name)))
+
+
+def _ids(ids, what):
+    """Token ids as a C int32 array: each an integer that fits int32 (the vocabulary is the
+    library's check)."""
+    ids = [_num(i, _c.c_int32, "%s: token %d" % (what, k)) for k, i in enumerate(ids)]
+    return ids, (_c.c_int32 * max(len(ids), 1))(*ids)
 
 
 def _fail(what):
@@ -244,8 +302,9 @@ def mkmodel(path, arch="qwen3", preset="tiny", type="f32", seed=42):
     """Write a synthetic model (random weights, a real byte-level BPE vocabulary) to path."""
     p = _MkmodelParams()
     _mk_defaults(p)
-    p.arch, p.preset, p.type, p.seed = _b(arch), _b(preset), _b(type), seed
-    if _mkmodel(_b(path), p):
+    for k, v in (("arch", arch), ("preset", preset), ("type", type), ("seed", seed)):
+        _set(p, k, v, "mkmodel")
+    if _mkmodel(_b(path, "mkmodel: path"), p):
         _fail("mkmodel")
 
 
@@ -328,7 +387,11 @@ def train(model, data, out, progress=None, run=None, **params):
     precision, compute, method, mezo_eps, thermal, thermal_status_file, battery_temp_file,
     log_json, log_stderr, init_adapter, targets, chat_template, and the validation set's
     val_data (a JSONL file) or val_split (a fraction of data), eval_every, keep_best ("loss" or
-    "accuracy"), early_stop (threads= stands for n_threads, template= for chat_template).
+    "accuracy"), early_stop, save_every (snapshots OUT-stepN.gguf), report (an HTML report, with
+    log_json), strict_keys, columns ("prompt=question,completion=answer"), alpaca_prompt
+    ("auto", "alpaca" or "chat"), overlap, allow_kernel_change (threads= stands for n_threads,
+    template= for chat_template). Every value is checked as the CLI checks its flag: an
+    integer that does not fit the C field, a NUL byte in a string, an epochs of inf are refused.
     progress(Progress) is called after every step and every validation pass on this thread;
     run (a Run) cancels it. An exception raised by progress cancels the run and is raised again
     once the run has ended (its last commit kept). Returns a TrainResult."""
@@ -342,10 +405,10 @@ def train(model, data, out, progress=None, run=None, **params):
         if k not in fields or k in ("on_progress", "user"):
             raise TypeError("train: unknown parameter '%s'" % k)
         if fields[k] is _str:
-            v = _b(v)
+            v = _b(v, "train: %s" % k)
             keep.append(v)
-        elif isinstance(v, bool):
-            v = int(v)
+        else:
+            v = _num(v, fields[k], "train: %s" % k)
         setattr(p, k, v)
     own_run = None
     if progress is not None and run is None:
@@ -380,9 +443,10 @@ class Model:
     def __init__(self, path, adapter=None, backend="host", threads=0, precision=None, compute=None, wire_f16=False):
         p = _ModelParams()
         _model_defaults(p)
-        p.adapter, p.backend, p.n_threads = _b(adapter), _b(backend), threads
-        p.precision, p.compute, p.wire_f16 = _b(precision), _b(compute), int(wire_f16)
-        self._h = _model_open(_b(path), p)
+        for k, v in (("adapter", adapter), ("backend", backend), ("n_threads", threads), ("precision", precision),
+                     ("compute", compute), ("wire_f16", int(wire_f16))):
+            _set(p, k, v, "Model")
+        self._h = _model_open(_b(path, "Model: path"), p)
         if not self._h:
             _fail(str(path))
         self.path = str(path)
@@ -416,7 +480,7 @@ class Model:
     def tokenize(self, text, special=True):
         """Token ids of text (special: BOS/EOS as the vocabulary says and control-token text
         matched, as `nightlora tokenize`; False: neither, as --no-special)."""
-        t = text.encode("utf-8")
+        t = _text(text, "tokenize")
         n = _tokenize(self._handle(), t, int(special), None, 0)
         if n < 0:
             _fail("tokenize")
@@ -426,7 +490,7 @@ class Model:
         return list(buf[:n])
 
     def detokenize(self, ids):
-        arr = (_c.c_int32 * max(len(ids), 1))(*ids)
+        ids, arr = _ids(ids, "detokenize")
         n = _detokenize(self._handle(), arr, len(ids), None, 0)
         if n < 0:
             _fail("detokenize")
@@ -437,9 +501,8 @@ class Model:
     def logits(self, ids):
         """The forward over ids: float32 logits [len(ids)][n_vocab], what `nightlora logits`
         writes; a numpy array when numpy is importable, else a list of lists."""
-        ids = [int(i) for i in ids]
+        ids, arr = _ids(ids, "logits")
         n, V = len(ids), self.n_vocab
-        arr = (_c.c_int32 * max(n, 1))(*ids)
         if _np is not None:
             out = _np.empty((n, V), dtype=_np.float32)
             ptr = out.ctypes.data_as(_c.c_void_p)
@@ -459,8 +522,9 @@ class Model:
         called with each token."""
         p = _GenerateParams()
         _gen_defaults(p)
-        p.n_predict, p.temp, p.top_p, p.seed, p.raw = n_predict, temp, top_p, seed, int(raw)
-        p.chat_template = _b(template)
+        for k, v in (("n_predict", n_predict), ("temp", temp), ("top_p", top_p), ("seed", seed), ("raw", int(raw)),
+                     ("chat_template", template)):
+            _set(p, k, v, "generate")
         raised = []
 
         def relay(_user, tid, text, n):
@@ -473,7 +537,7 @@ class Model:
         cb = _TOKEN_FN(relay) if on_token is not None else _TOKEN_FN()
         p.on_token = cb
         text = _c.c_void_p()
-        n = _generate(self._handle(), prompt.encode("utf-8"), p, _c.byref(text))
+        n = _generate(self._handle(), _text(prompt, "generate: prompt"), p, _c.byref(text))
         if raised:
             if text:
                 _free(text)
@@ -489,9 +553,10 @@ class Model:
         """Loss, perplexity and accuracy on a JSONL file (`nightlora eval`): an EvalResult."""
         p = _EvalParams()
         _eval_defaults(p)
-        p.chat_template, p.ctx = _b(template), ctx
+        _set(p, "chat_template", template, "eval")
+        _set(p, "ctx", ctx, "eval")
         r = _EvalResult()
-        if _eval(self._handle(), _b(data), p, r):
+        if _eval(self._handle(), _b(data, "eval: data"), p, r):
             _fail("eval")
         return EvalResult(r)
 

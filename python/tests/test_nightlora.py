@@ -45,7 +45,7 @@ def trained():
 
 
 def test_versions():
-    assert nightlora.abi_version() == nightlora.ABI_VERSION == 2
+    assert nightlora.abi_version() == nightlora.ABI_VERSION == 3
     assert nightlora.version().count(".") == 2
     assert os.path.exists(nightlora.library_path) or os.sep not in nightlora.library_path
 
@@ -236,6 +236,50 @@ def test_errors(tmp_path):
         assert "closed" in str(e)
     else:
         raise AssertionError("a closed model was used")
+
+
+def _refused(exc, fn, *want):
+    try:
+        fn()
+    except exc as e:
+        for w in want:
+            assert w in str(e), "%r not in %r" % (w, str(e))
+    else:
+        raise AssertionError("accepted: %s" % (want,))
+
+
+def test_validation_as_the_cli(tmp_path):
+    """One validation for every face: integers that do not fit the C field are refused (not
+    wrapped), NUL bytes in strings and paths are refused (not cut), and the library refuses
+    the values the CLI refuses, naming the option."""
+    model, _ = trained()
+    out = str(tmp_path / "a.gguf")
+    m = nightlora.Model(model)
+    try:
+        _refused(ValueError, lambda: m.logits([2 ** 32 + 5]), "logits: token 0", "does not fit the C int32")
+        _refused(ValueError, lambda: m.detokenize([-(2 ** 40)]), "detokenize: token 0")
+        _refused(ValueError, lambda: m.tokenize("Hello\x00 world"), "tokenize", "NUL byte")
+        _refused(ValueError, lambda: m.generate("a\x00b"), "generate: prompt", "NUL byte")
+        _refused(ValueError, lambda: m.generate("a", n_predict=2 ** 31), "generate: n_predict", "int")
+        _refused(ValueError, lambda: m.generate("a", seed=-1), "generate: seed", "uint64")
+        _refused(ValueError, lambda: m.eval(TEST + "\x00x"), "eval: data", "NUL byte")
+        _refused(nightlora.NightloraError, lambda: m.logits([m.n_vocab]), "outside the vocabulary")
+        assert m.tokenize("Hello") != m.tokenize("Hello world")
+    finally:
+        m.close()
+    _refused(ValueError, lambda: nightlora.Model(model + "\x00.bak"), "Model: path", "NUL byte")
+    _refused(ValueError, lambda: nightlora.Model(model, threads=2 ** 32 + 1), "Model: n_threads")
+    for k, v, want in [("steps", 2 ** 64 + 1, "does not fit the C int64"), ("rank", 2 ** 32 + 4, "does not fit the C int"),
+                       ("seed", 2 ** 64, "uint64"), ("alpha", 1e300, "beyond a C float"),
+                       ("log_json", str(tmp_path / "l\x00og"), "NUL byte"), ("rank", 2.5, "expected an integer")]:
+        _refused((ValueError, TypeError), lambda: nightlora.train(model, TRAIN, out, thermal="off", **{k: v}), "train: " + k, want)
+    for k, v, want in [("epochs", float("inf"), "--epochs inf"), ("epochs", 1e300, "--epochs 1.0000000000000001e+300"),
+                       ("epochs", 1e19, "--epochs 1e+19"), ("rank", 0, "--rank 0: expected an integer in [1, 4096]"),
+                       ("lr", float("nan"), "--lr nan"), ("batch_tokens", -1, "--batch-tokens -1"),
+                       ("dropout", 2.0, "--dropout 2")]:
+        _refused(nightlora.NightloraError, lambda: nightlora.train(model, TRAIN, out, thermal="off", steps=0 if k == "epochs" else 2,
+                                                                 **{k: v}), want)
+    assert not os.path.exists(out)
 
 
 def teardown_module(module=None):

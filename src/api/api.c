@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "eval/eval.h"
+#include "eval/report.h"
 #include "eval/session.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -413,6 +414,13 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
     o.early_stop = p->early_stop;
     if (p->keep_best && (o.keep_best = nl_train_keep_best_from_name(p->keep_best)) < 0)
         return nl_err("train: keep_best '%s': expected loss or accuracy", p->keep_best);
+    o.save_every = p->save_every;
+    o.strict_keys = p->strict_keys != 0;
+    o.columns = p->columns;
+    o.alpaca_prompt = p->alpaca_prompt;
+    o.overlap = p->overlap;
+    o.allow_kernel_change = p->allow_kernel_change != 0;
+    if (p->report && !p->log_json) return nl_err("train: report %s is drawn from the per-step log: set log_json too", p->report);
     o.cancel = run ? &run->cancel : NULL;
     nl_train_result res;
     memset(&res, 0, sizeof res);
@@ -434,6 +442,11 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
         r->best_step = res.best_step;
         r->best_loss = res.best_step > 0 ? res.best_loss : 0;
         r->best_accuracy = res.best_step > 0 ? (isnan(res.best_accuracy) ? -1 : res.best_accuracy) : 0;
+    }
+    if (p->report) {
+        /* the report train --report writes (its run.json when there is a checkpoint_dir) */
+        nl_report_opts ro = {.log = p->log_json, .run_json = p->checkpoint_dir};
+        if (nl_report_write(&ro, p->report)) return nl_err_prefix("train: report %s (the adapter is written to %s)", p->report, p->out);
     }
     return 0;
 }
