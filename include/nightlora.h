@@ -272,6 +272,29 @@ NL_API void nightlora_train_default_params(nightlora_train_params *p);
  * was committed to checkpoint_dir stays committed. */
 NL_API int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlora_train_result *r);
 
+/* ---- merge and export (ABI 3) ---- */
+
+typedef struct {
+    int n_adapted;           /* adapted tensors merged */
+    int n_retyped;           /* of those, written in a finer type than stored (a <= 6-bit base: Q8_0) */
+    double lost;             /* the update's part the written weights' rounding loses, over every adapted
+                              * tensor: ||Q(W+dW) - Q(W) - dW|| / ||dW|| (0: all of it kept) */
+    double worst;            /* the largest one tensor's lost */
+} nightlora_merge_result;
+
+/* Base + adapter merged into one GGUF (`nightlora merge`): type NULL keeps what was learned
+ * (untouched tensors as stored, adapted ones of a <= 6-bit base as Q8_0), else "f32" | "f16" |
+ * "bf16" | "q8_0" | "q4_0" | "q4_1" for every projection. max_lost >= 0: nothing is written when
+ * more than that fraction of the update is lost (`--strict`'s refusal); < 0: no bound. out must
+ * be neither input. r may be NULL. */
+NL_API int nightlora_merge(const char *model, const char *adapter, const char *out, const char *type, double max_lost,
+                           nightlora_merge_result *r);
+/* An adapter converted (`nightlora export`): format "peft" (a PEFT directory: adapter_config.json,
+ * adapter_model.safetensors and the manifest; base_model NULL: the Hugging Face repository the
+ * GGUF names, else null) or "gguf" (llama.cpp's LoRA GGUF); adapter is a GGUF or a PEFT
+ * directory, model its base. out must be neither input. */
+NL_API int nightlora_export(const char *model, const char *adapter, const char *format, const char *out, const char *base_model);
+
 #ifdef __cplusplus
 }
 #endif

@@ -506,6 +506,39 @@ static void test_train_features(void) {
     CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "--alpaca-prompt neither"));
 }
 
+/* merge and export are functions of the API: the CLI's files, inputs never replaced. */
+static void test_merge_export(void) {
+    char merged[400], peft[400], back[400];
+    snprintf(merged, sizeof merged, "%s/merged.gguf", dir);
+    snprintf(peft, sizeof peft, "%s/peft", dir);
+    snprintf(back, sizeof back, "%s/back.gguf", dir);
+    nightlora_merge_result r;
+    CHECKF(nightlora_merge(model, out, merged, NULL, -1, &r) == 0, "%s", nightlora_last_error());
+    CHECK(r.n_adapted > 0 && r.lost >= 0 && r.lost < 0.01 && r.worst >= r.lost * 0.999);
+    CHECK(nightlora_merge(model, out, model, NULL, -1, NULL) == -1 && strstr(nightlora_last_error(), "would replace an input"));
+    CHECK(nightlora_merge(model, out, merged, "q5_k", -1, NULL) == -1 && strstr(nightlora_last_error(), "type 'q5_k'"));
+    /* the merged model scores as base + adapter does (f32 base: within float rounding) */
+    nightlora_model *mm = nightlora_model_open(merged, NULL), *ma;
+    nightlora_model_params mp;
+    nightlora_model_default_params(&mp);
+    mp.adapter = out;
+    ma = nightlora_model_open(model, &mp);
+    nightlora_eval_result e1, e2;
+    CHECK(mm && ma && nightlora_eval(mm, data, NULL, &e1) == 0 && nightlora_eval(ma, data, NULL, &e2) == 0 &&
+          fabs(e1.loss - e2.loss) < 1e-3);
+    nightlora_model_close(mm);
+    nightlora_model_close(ma);
+    CHECKF(nightlora_export(model, out, "peft", peft, "org/base") == 0, "%s", nightlora_last_error());
+    char cfg[500];
+    snprintf(cfg, sizeof cfg, "%s/adapter_config.json", peft);
+    CHECK(nl_t_file_has(cfg, "\"base_model_name_or_path\": \"org/base\""));
+    CHECKF(nightlora_export(model, peft, "gguf", back, NULL) == 0, "%s", nightlora_last_error());
+    CHECK(nightlora_export(model, out, "onnx", back, NULL) == -1 && strstr(nightlora_last_error(), "format 'onnx'"));
+    CHECK(nightlora_export(model, out, "gguf", out, NULL) == -1 && strstr(nightlora_last_error(), "would replace an input"));
+    CHECK(nightlora_export(model, out, "gguf", back, "org/base") == -1 && strstr(nightlora_last_error(), "only with peft"));
+    CHECK(nightlora_sizeof("nightlora_merge_result") == sizeof(nightlora_merge_result));
+}
+
 static void test_errors(void) {
     CHECK(nightlora_abi_version() == NIGHTLORA_ABI_VERSION && nightlora_version()[0]);
     nightlora_mkmodel_params mk;
@@ -540,6 +573,7 @@ int main(void) {
     test_param_checks();
     test_train_features();
     test_infer();
+    test_merge_export();
     test_errors();
     nl_t_tmpdir_done(dir);
     return nl_t_done();

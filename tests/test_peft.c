@@ -17,6 +17,7 @@
 #include "model/peft.h"
 #include "model/safetensors.h"
 #include "sys/io.h"
+#include "model/gguf.h"
 #include "test.h"
 #include "util/util.h"
 
@@ -477,6 +478,48 @@ static void test_cli(void) {
           nl_t_file_has(err, "nightlora export: ") && nl_t_file_has(err, "gated delta-net"));
 }
 
+/* base_model_name_or_path from the GGUF: the source repository, a huggingface.co URL, an
+ * ORG/NAME general.name; none (null) from a name that is no repository id. */
+static int with_str(const char *src, const char *dst, const char *key, const char *value) {
+    nl_gguf *g = nl_gguf_open(src);
+    nl_gguf_writer *w = nl_gguf_writer_new();
+    int rc = g && w ? nl_gguf_copy_kvs(w, g) : -1;
+    if (!rc) rc = nl_gguf_set_str(w, key, value);
+    for (int64_t i = 0; rc == 0 && i < g->n_tensors; i++)
+        rc = nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne,
+                                g->tensors[i].data, true);
+    if (!rc) rc = nl_gguf_write(w, dst);
+    if (w) nl_gguf_writer_free(w);
+    if (g) nl_gguf_close(g);
+    return rc;
+}
+
+static void test_base_model(void) {
+    char src[512], dst[512], bb[256];
+    snprintf(src, sizeof src, "%s/llama.gguf", dir);
+    snprintf(dst, sizeof dst, "%s/named.gguf", dir);
+    static const struct {
+        const char *key, *value, *want;
+    } cases[] = {
+        {"general.source.huggingface.repository", "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"},
+        {"general.source.url", "https://huggingface.co/Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"},
+        {"general.base_model.0.repo_url", "https://huggingface.co/google/gemma-3-270m/", "google/gemma-3-270m"},
+        {"general.name", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B"},
+        {"general.name", "Smollm2 135M 8k Lc100K Mix1 Ep2", NULL},
+        {"general.source.url", "https://example.com/a/b", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        CHECK(with_str(src, dst, cases[i].key, cases[i].value) == 0);
+        nl_model *m = nl_model_load(dst);
+        CHECKF(m != NULL, "%s", nl_last_error());
+        if (!m) continue;
+        const char *got = nl_peft_base_model(m, bb, sizeof bb);
+        CHECKF(cases[i].want ? got && !strcmp(got, cases[i].want) : got == NULL, "%s = %s: got %s", cases[i].key, cases[i].value,
+               got ? got : "(null)");
+        nl_model_free(m);
+    }
+}
+
 int main(void) {
     if (nl_t_tmpdir(dir, sizeof dir, "peft")) return 1;
     test_round_trip(NL_ARCH_LLAMA);
@@ -493,6 +536,7 @@ int main(void) {
     }
     nl_model_free(m);
     test_cli();
+    test_base_model();
     nl_t_tmpdir_done(dir);
     return nl_t_done();
 }

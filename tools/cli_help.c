@@ -106,7 +106,7 @@ static const help_row rows[] = {
     {"export:model", "M.gguf", "the adapter's base model: its architecture and heads (llama's q/k row order) [required]"},
     {"format", "peft|gguf", "peft: a PEFT directory (adapter_config.json + adapter_model.safetensors); gguf: llama.cpp's LoRA GGUF [required]"},
     {"export:out", "DIR|A.gguf", "the directory (created if missing) or the GGUF file written (never one of the inputs) [required]"},
-    {"base-model", "NAME", "adapter_config.json's base_model_name_or_path (default: the GGUF's general.source.huggingface.repository, else null)"},
+    {"base-model", "ORG/NAME", "adapter_config.json's base_model_name_or_path, what AutoPeftModelForCausalLM loads (default: the Hugging Face repository the GGUF names: general.source.huggingface.repository, a huggingface.co URL, an ORG/NAME general.name; else null, with a warning)"},
     {"text", "TEXT", "the text to tokenize [required]"},
     {"no-special", NULL, "treat special-token text as plain text"},
     {"special", NULL, "parse special-token text as special tokens (the default)"},

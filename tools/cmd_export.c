@@ -33,6 +33,11 @@ int nl_cmd_export(int argc, char **argv) {
     nl_model *m = nl_model_load(model);
     if (!m) return nl_cli_fail("export");
     nl_cli_model_warning("export", m);
+    char bb[256];
+    if (peft && !base && !nl_peft_base_model(m, bb, sizeof bb))
+        fprintf(stderr, "nightlora export: warning: %s names no Hugging Face repository (general.source.huggingface.repository,"
+                        " a huggingface.co URL or an ORG/NAME general.name): base_model_name_or_path is null; give --base-model"
+                        " ORG/NAME so that AutoPeftModelForCausalLM can load the base\n", model);
     nl_adapter *a = nl_adapter_load(m, adapter);
     int rc = (!a || (peft ? nl_peft_save(a, m, out, base) : nl_adapter_save(a, m, out))) ? nl_cli_fail("export") : 0;
     if (rc == 0) {

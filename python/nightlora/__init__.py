@@ -40,6 +40,7 @@ except ImportError:  # logits come back as lists of floats then
 __all__ = [
     "NightloraError", "Model", "Run", "Progress", "TrainResult", "EvalResult",
     "abi_version", "version", "mkmodel", "train", "eval", "generate", "logits", "tokenize", "library_path",
+    "merge", "export", "MergeResult",
 ]
 
 ABI_VERSION = 3  # the NIGHTLORA_ABI_VERSION these bindings mirror
@@ -124,11 +125,16 @@ class _TrainResult(_c.Structure):
                 ("best_step", _c.c_int64), ("best_loss", _c.c_double), ("best_accuracy", _c.c_double)]
 
 
+class _MergeResult(_c.Structure):
+    _fields_ = [("n_adapted", _c.c_int), ("n_retyped", _c.c_int), ("lost", _c.c_double), ("worst", _c.c_double)]
+
+
 _STRUCTS = {
     "nightlora_mkmodel_params": _MkmodelParams, "nightlora_model_params": _ModelParams,
     "nightlora_generate_params": _GenerateParams, "nightlora_eval_params": _EvalParams,
     "nightlora_eval_result": _EvalResult, "nightlora_progress": _Progress,
     "nightlora_train_params": _TrainParams, "nightlora_train_result": _TrainResult,
+    "nightlora_merge_result": _MergeResult,
 }
 
 # ---- finding and loading the library ----
@@ -212,6 +218,8 @@ _run_reset = _fn("nightlora_run_reset", None, _c.c_void_p)
 _run_free = _fn("nightlora_run_free", None, _c.c_void_p)
 _train_defaults = _fn("nightlora_train_default_params", None, _c.POINTER(_TrainParams))
 _train = _fn("nightlora_train", _c.c_int, _c.POINTER(_TrainParams), _c.c_void_p, _c.POINTER(_TrainResult))
+_merge = _fn("nightlora_merge", _c.c_int, _str, _str, _str, _str, _c.c_double, _c.POINTER(_MergeResult))
+_export = _fn("nightlora_export", _c.c_int, _str, _str, _str, _str, _str)
 
 if _abi() != ABI_VERSION:
     raise ImportError("nightlora: %s has ABI %d, these bindings mirror ABI %d" % (library_path, _abi(), ABI_VERSION))
@@ -434,6 +442,32 @@ def train(model, data, out, progress=None, run=None, **params):
     if rc:
         _fail("train")
     return TrainResult(r)
+
+
+class MergeResult(_Record):
+    """n_adapted, n_retyped (written finer than stored), lost (the part of the update the
+    written weights' rounding loses: 0 all kept), worst (one tensor's largest)."""
+
+
+def merge(model, adapter, out, type=None, max_lost=None):
+    """Base + adapter merged into one GGUF at out (`nightlora merge`): type None keeps what was
+    learned (adapted tensors of a <= 6-bit base as Q8_0), else "f32", "f16", "bf16", "q8_0",
+    "q4_0" or "q4_1". max_lost (a fraction): nothing is written when more of the update is lost.
+    Returns a MergeResult."""
+    r = _MergeResult()
+    if _merge(_b(model, "merge: model"), _b(adapter, "merge: adapter"), _b(out, "merge: out"), _b(type, "merge: type"),
+              -1.0 if max_lost is None else _num(max_lost, _c.c_double, "merge: max_lost"), r):
+        _fail("merge")
+    return MergeResult(r)
+
+
+def export(model, adapter, out, format="peft", base_model=None):
+    """The adapter (a GGUF or a PEFT directory) converted (`nightlora export`): format "peft" (a
+    PEFT directory; base_model: its base_model_name_or_path, None: the repository the GGUF names)
+    or "gguf" (llama.cpp's LoRA GGUF)."""
+    if _export(_b(model, "export: model"), _b(adapter, "export: adapter"), _b(format, "export: format"), _b(out, "export: out"),
+               _b(base_model, "export: base_model")):
+        _fail("export")
 
 
 class Model:

@@ -238,6 +238,27 @@ def test_errors(tmp_path):
         raise AssertionError("a closed model was used")
 
 
+def test_merge_export(tmp_path):
+    """merge and export are functions: the same files as the CLI's."""
+    model, adapter = trained()
+    merged, cli_merged = str(tmp_path / "m.gguf"), str(tmp_path / "cli.gguf")
+    r = nightlora.merge(model, adapter, merged)
+    assert r.n_adapted > 0 and 0 <= r.lost < 0.01, r
+    run_cli("merge", "--model", model, "--adapter", adapter, "--out", cli_merged)
+    assert open(merged, "rb").read() == open(cli_merged, "rb").read()
+    _refused(nightlora.NightloraError, lambda: nightlora.merge(model, adapter, model), "the output would replace an input")
+    _refused(nightlora.NightloraError, lambda: nightlora.merge(model, adapter, merged, type="q5_k"), "type 'q5_k'")
+    peft_dir, cli_dir = str(tmp_path / "peft"), str(tmp_path / "cli-peft")
+    nightlora.export(model, adapter, peft_dir, base_model="org/base")
+    run_cli("export", "--model", model, "--adapter", adapter, "--format", "peft", "--out", cli_dir, "--base-model", "org/base")
+    for f in ("adapter_config.json", "adapter_model.safetensors"):
+        assert open(os.path.join(peft_dir, f), "rb").read() == open(os.path.join(cli_dir, f), "rb").read()
+    back = str(tmp_path / "back.gguf")
+    nightlora.export(model, peft_dir, back, format="gguf")
+    assert nightlora.eval(model, TEST, adapter=back).loss == nightlora.eval(model, TEST, adapter=adapter).loss
+    _refused(nightlora.NightloraError, lambda: nightlora.export(model, adapter, back, format="onnx"), "format 'onnx'")
+
+
 def _refused(exc, fn, *want):
     try:
         fn()

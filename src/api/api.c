@@ -6,13 +6,16 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "eval/eval.h"
 #include "eval/report.h"
 #include "eval/session.h"
+#include "model/adapter.h"
 #include "model/model.h"
+#include "model/peft.h"
 #include "model/quant.h"
 #include "proj/proj.h"
 #include "sys/signals.h"
@@ -47,6 +50,7 @@ size_t nightlora_sizeof(const char *name) {
 #define S(t) {#t, sizeof(t)}
         S(nightlora_mkmodel_params), S(nightlora_model_params), S(nightlora_generate_params), S(nightlora_eval_params),
         S(nightlora_eval_result),    S(nightlora_progress),     S(nightlora_train_params),    S(nightlora_train_result),
+        S(nightlora_merge_result),
 #undef S
     };
     for (size_t i = 0; name && i < sizeof sizes / sizeof *sizes; i++)
@@ -277,6 +281,60 @@ int nightlora_eval(nightlora_model *m, const char *data, const nightlora_eval_pa
         r->n_dropped = er.n_dropped;
     }
     return 0;
+}
+
+/* ---- merge and export ---- */
+
+/* out is neither input (the same inode, or the same text) */
+static int not_an_input(const char *who, const char *out, const char *model, const char *adapter) {
+    const char *in[2] = {model, adapter};
+    struct stat so, si;
+    const int have = stat(out, &so) == 0;
+    for (int k = 0; k < 2; k++)
+        if (!strcmp(out, in[k]) || (have && stat(in[k], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino))
+            return nl_err("%s: out %s is the %s: the output would replace an input", who, out, k ? "adapter" : "model");
+    return 0;
+}
+
+int nightlora_merge(const char *model, const char *adapter, const char *out, const char *type, double max_lost,
+                    nightlora_merge_result *r) {
+    if (!model || !adapter || !out) return nl_err("merge: model, adapter and out are required");
+    if (not_an_input("merge", out, model, adapter)) return -1;
+    int t = -1;
+    if (type && ((t = nl_type_from_name(type)) < 0 || !nl_type_get(t) || !nl_type_get(t)->from_float))
+        return nl_err("merge: type '%s': expected f32, f16, bf16, q8_0, q4_0 or q4_1", type);
+    if (isnan(max_lost)) return nl_err("merge: max_lost nan: expected a fraction >= 0 (or < 0: no bound)");
+    nl_model *m = nl_model_load(model);
+    if (!m) return -1;
+    nl_adapter *a = nl_adapter_load(m, adapter);
+    nl_merge_stats st;
+    memset(&st, 0, sizeof st);
+    const int rc = (!a || nl_merge_ex(m, a, t, max_lost, &st, out)) ? -1 : 0;
+    nl_adapter_free(a);
+    nl_model_free(m);
+    if (rc == 0 && r) {
+        memset(r, 0, sizeof *r);
+        r->n_adapted = st.n_adapted;
+        r->n_retyped = st.n_retyped;
+        r->lost = st.lost;
+        r->worst = st.worst;
+    }
+    return rc;
+}
+
+int nightlora_export(const char *model, const char *adapter, const char *format, const char *out, const char *base_model) {
+    if (!model || !adapter || !format || !out) return nl_err("export: model, adapter, format and out are required");
+    const int peft = !strcmp(format, "peft");
+    if (!peft && strcmp(format, "gguf")) return nl_err("export: format '%s': expected peft or gguf", format);
+    if (base_model && !peft) return nl_err("export: base_model names the PEFT config's base_model_name_or_path: only with peft");
+    if (not_an_input("export", out, model, adapter)) return -1;
+    nl_model *m = nl_model_load(model);
+    if (!m) return -1;
+    nl_adapter *a = nl_adapter_load(m, adapter);
+    const int rc = (!a || (peft ? nl_peft_save(a, m, out, base_model) : nl_adapter_save(a, m, out))) ? -1 : 0;
+    nl_adapter_free(a);
+    nl_model_free(m);
+    return rc;
 }
 
 /* ---- training ---- */

@@ -217,6 +217,43 @@ static char *config_text(const nl_adapter *a, const nl_model *m, const char *bas
     return txt;
 }
 
+/* A Hugging Face repository id: "org/name", one slash, no spaces or other URL parts. */
+static int repo_id(const char *s, size_t n) {
+    int slashes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char c = s[i];
+        slashes += c == '/';
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
+              c == '/'))
+            return 0;
+    }
+    return slashes == 1 && n > 2 && s[0] != '/' && s[n - 1] != '/';
+}
+
+const char *nl_peft_base_model(const nl_model *m, char *buf, size_t cap) {
+    const char *v = NULL;
+    /* the repository the GGUF was converted from, as convert_hf_to_gguf writes it */
+    if (!nl_gguf_get_str(m->gguf, "general.source.huggingface.repository", &v) && v && repo_id(v, strlen(v))) return v;
+    static const char *const urls[] = {"general.source.url", "general.base_model.0.repo_url", "general.url"};
+    static const char hf[] = "https://huggingface.co/";
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        v = NULL;
+        if (nl_gguf_get_str(m->gguf, urls[i], &v) || !v || strncmp(v, hf, sizeof hf - 1)) continue;
+        const char *id = v + sizeof hf - 1;
+        size_t n = strlen(id);
+        while (n && id[n - 1] == '/') n--;
+        if (repo_id(id, n) && n < cap) {
+            memcpy(buf, id, n);
+            buf[n] = 0;
+            return buf;
+        }
+    }
+    /* a general.name that is itself a repository id ("Qwen/Qwen3-0.6B") */
+    v = NULL;
+    if (!nl_gguf_get_str(m->gguf, "general.name", &v) && v && repo_id(v, strlen(v))) return v;
+    return NULL;
+}
+
 int nl_peft_save_io(const nl_io *io, const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model) {
     char mod[96];
     for (int i = 0; i < a->n; i++)
@@ -230,7 +267,8 @@ int nl_peft_save_io(const nl_io *io, const nl_adapter *a, const nl_model *m, con
                               "lora_alpha for that", dir, a->t[i].rank, a->rank);
         alpha = (float)a->rank;
     }
-    if (!base_model) nl_gguf_get_str(m->gguf, "general.source.huggingface.repository", &base_model);
+    char base_buf[256];
+    if (!base_model) base_model = nl_peft_base_model(m, base_buf, sizeof base_buf);
     for (int i = 0; i < a->n; i++) {
         int heads = permuted_heads(m, a->t[i].proj);
         if (heads && check_heads(m, a->t[i].proj, heads)) return nl_err_prefix("%s", dir);

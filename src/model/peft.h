@@ -34,6 +34,11 @@
 #define NL_PEFT_WEIGHTS "adapter_model.safetensors"
 #define NL_PEFT_MANIFEST "nightlora-manifest.json"
 
+/* The Hugging Face repository the GGUF names (adapter_config's base_model_name_or_path):
+ * general.source.huggingface.repository, else a https://huggingface.co/ORG/NAME in
+ * general.source.url / general.base_model.0.repo_url / general.url, else a general.name that
+ * is an "ORG/NAME" id; NULL when none (buf holds a derived one). */
+const char *nl_peft_base_model(const nl_model *m, char *buf, size_t cap);
 /* Write `a` (an adapter of m) into the directory dir (created when missing). base_model:
  * adapter_config's base_model_name_or_path; NULL takes the GGUF's
  * general.source.huggingface.repository when it has one, else null. 0 or -1.

@@ -388,6 +388,7 @@ int nl_yaml_to_json(const char *s, size_t len, char **json, size_t *json_len, nl
     if (pending) put(&y.o, "null", 4);
     while (depth > 0) putc1(&y.o, st[--depth].kind == 'm' ? '}' : ']');
     if (!started) put(&y.o, "null", 4);
+    if (len > 0 && s[len - 1] == '\n') putc1(&y.o, '\n'); /* as many lines as the input */
     rc = 0;
 done:
     if (!rc && y.o.oom) {
