@@ -1159,7 +1159,9 @@ static void test_spans_linear(void) {
         }
         nl_tokenizer_free(tok);
     }
-    CHECKF(compared >= 12, "%d conversations compared", compared);
+    /* 18 pairs; those both ways refuse alike (an empty last assistant target, tool calls a template
+     * drops: the data reader's rules) are not compared */
+    CHECKF(compared >= 10, "%d conversations compared", compared);
     /* 20,000 turns through Qwen3's template */
     nl_tokenizer *q3 = vocab_with_file("qwen3.jinja", false);
     nl_chat_template *ct = NULL;
