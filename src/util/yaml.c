@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,27 @@ static int fail(yrd *y, size_t at, const char *fmt, ...) {
     y->err->line = y->line;
     y->err->col = (int)(at - y->ls) + 1;
     return -1;
+}
+
+/* The first byte of s[p, e) that does not begin a well-formed UTF-8 sequence (no overlong forms,
+ * no surrogates, at most U+10FFFF), or e: the converted JSON must be text the JSON reader takes. */
+static size_t utf8_bad(const char *s, size_t p, size_t e) {
+    while (p < e) {
+        unsigned char b = (unsigned char)s[p];
+        size_t n = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+        if (n == 0 || p + n > e) return p;
+        uint32_t c = n == 1 ? b : n == 2 ? (b & 0x1Fu) : n == 3 ? (b & 0x0Fu) : (b & 0x07u);
+        for (size_t k = 1; k < n; k++) {
+            unsigned char t = (unsigned char)s[p + k];
+            if ((t & 0xC0) != 0x80) return p;
+            c = c << 6 | (t & 0x3Fu);
+        }
+        if ((n == 2 && c < 0x80) || (n == 3 && c < 0x800) || (n == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
+            (c >= 0xD800 && c <= 0xDFFF))
+            return p;
+        p += n;
+    }
+    return e;
 }
 
 /* a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
@@ -270,6 +292,11 @@ int nl_yaml_to_json(const char *s, size_t len, char **json, size_t *json_len, nl
                 fail(&y, k, "a control byte 0x%02x", (unsigned char)s[k]);
                 goto done;
             }
+        size_t bad = utf8_bad(s, c, e);
+        if (bad < e) {
+            fail(&y, bad, "not UTF-8 text (byte 0x%02x)", (unsigned char)s[bad]);
+            goto done;
+        }
         pos = next;
         if (c == e || s[c] == '#') continue;
         const int indent = (int)(c - y.ls);
