@@ -4,6 +4,7 @@
 #include "cpu/peak.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/amx.h"
@@ -22,7 +23,11 @@ typedef double (*peak_loop)(long it);
 
 #define ACC12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 /* the operands stay in registers and look changed to the compiler, so nothing is hoisted */
+#if defined(__aarch64__)
+#define PEAK_KEEP(x, y) __asm__ volatile("" : "+w"(x), "+w"(y))
+#else
 #define PEAK_KEEP(x, y) __asm__ volatile("" : "+v"(x), "+v"(y))
+#endif
 
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) static double loop_fp32_512(long it) {
