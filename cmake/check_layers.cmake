@@ -1,7 +1,8 @@
 # The dependency rule, checked (ctest: layers): every file of src/<room>/ and tools/ includes
 # only its own room's headers and those of the rooms below it (cmake/rooms.cmake), in any
 # spelling: "room/x.h" or <room/x.h>; a relative "../" include and nightlora.h below api/ are
-# breaks too. Prints each as "file:line: room includes ... (why)", and every folder of src/ that
+# breaks too, and so is ISA code (a target attribute, a GCC target pragma, <immintrin.h>/<arm_neon.h>)
+# outside src/cpu/'s *_<isa>.c files. Prints each as "file:line: room includes ... (why)", and every folder of src/ that
 # is not a room. (cmake/check_layers_link.cmake checks the same at link level.) Fails when the count differs from EXPECT (0 for
 # the tree; the self-test runs it on a fixture with known violations, so the check can fail).
 #   cmake -DROOT=<tree> [-DEXPECT=n] -P cmake/check_layers.cmake
@@ -46,9 +47,21 @@ foreach(f IN LISTS files)
     continue()
   endif()
   file(STRINGS "${ROOT}/${f}" lines)
+  # the one ISA mechanism (cpu/kernels.h): vector intrinsics and target attributes only in a
+  # src/cpu/*_<isa>.c file (built with that ISA's flags) or cpu/gdn_simd.h (included by those)
+  set(isa_file 0)
+  if(f MATCHES "^src/cpu/[a-z0-9_]*_(avx512vnni|avxvnni|avx512|avx2|amx|neon)\\.c$" OR f STREQUAL "src/cpu/gdn_simd.h")
+    set(isa_file 1)
+  endif()
   set(n 0)
   foreach(l IN LISTS lines)
     math(EXPR n "${n} + 1")
+    if(NOT isa_file AND (l MATCHES "__attribute__[ \t]*\\(\\([ \t]*target[ \t]*\\(" OR l MATCHES "^[ \t]*#[ \t]*pragma[ \t]+GCC[ \t]+target"
+                         OR l MATCHES "^[ \t]*#[ \t]*include[ \t]*<(immintrin|x86intrin|arm_neon|arm_sve|arm_sme)\\.h>"))
+      math(EXPR found "${found} + 1")
+      string(APPEND report "${f}:${n}: ISA code outside a src/cpu/*_<isa>.c file (the one ISA mechanism: move it into the kernel room's ISA files and call it through the kernel table)\n")
+      continue()
+    endif()
     if(NOT l MATCHES "^[ \t]*#[ \t]*include[ \t]*([\"<])([^\">]*)[\">]")
       continue()
     endif()

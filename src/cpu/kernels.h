@@ -105,6 +105,10 @@ typedef struct nl_host_kernels {
                   size_t ldc, int acc);
     void (*gdn_transpose8)(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
     int (*gdn_silu_d)(float *y, float *d, const float *x, int n);
+    /* nn/lora.c's dropout mask, one row: mr[i] = inv where the 32-bit half (i even: low, odd:
+     * high) of nl_rng_u64(kt, i/2) is >= thr, else 0, for i below the count it returns (a
+     * multiple of 16, <= K; the node does the rest); integer arithmetic, the node's bits. */
+    int (*dropout_mask_row)(uint64_t kt, int K, uint32_t thr, float inv, float *mr);
 } nl_host_kernels;
 
 extern const nl_host_kernels nl_host_kernels_scalar;

@@ -45,7 +45,7 @@ const nl_amx_tiles nl_amx_tiles_real = {
 /* cpu/peak's AMX loops: 4 accumulator tiles fed by 2 A and 2 B tiles (the kernel's 2x2 block),
  * `it` times; the operations done (2 per multiply-add). Only after nl_amx_available() (and, for
  * int8, CPUID AMX-INT8). */
-__attribute__((target("amx-tile,amx-bf16,amx-int8"), noinline)) static double real_peak(int int8, long it) {
+__attribute__((noinline)) static double real_peak(int int8, long it) {
     _Alignas(64) uint16_t ones[16 * 32];
     _Alignas(64) float out[256];
     for (int i = 0; i < 16 * 32; i++) ones[i] = int8 ? 0x0101 : 0x3f80;

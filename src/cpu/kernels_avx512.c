@@ -9,6 +9,7 @@
 
 #include "cpu/gemm_bf16.h"
 #include "cpu/kernels.h"
+#include "util/rng.h"
 
 #define MR 6
 #define AI __attribute__((always_inline)) static inline
@@ -348,6 +349,32 @@ static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uin
     }
 }
 
+/* nn/lora.c's dropout mask row (kernels.h: dropout_mask_row). 16 mask elements per step: 8 consecutive counters' splitmix64 values in one zmm; read as 16
+ * uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c, 2c+1 in order.
+ * Integer arithmetic only: the same bits as the scalar loop. */
+static int z_dropout_mask_row(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
+    const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
+    const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
+    const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
+    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL), c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
+    const __m512i vthr = _mm512_set1_epi32((int)thr);
+    const __m512 vinv = _mm512_set1_ps(inv);
+    /* z_c = kt + (c + 1)·γ for c = 0..7, then += 8γ per step */
+    __m512i z = _mm512_add_epi64(_mm512_set1_epi64((long long)kt), _mm512_mullo_epi64(lane, gamma));
+    int i = 0;
+    for (; i + 16 <= K; i += 16) {
+        __m512i v = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
+        v = _mm512_mullo_epi64(v, c1);
+        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 27));
+        v = _mm512_mullo_epi64(v, c2);
+        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
+        const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vthr);
+        _mm512_storeu_ps(mr + i, _mm512_maskz_mov_ps(keep, vinv));
+        z = _mm512_add_epi64(z, step);
+    }
+    return i;
+}
+
 const nl_host_kernels nl_host_kernels_avx512 = {
     .name = "avx512",
     .has_bf16 = 1,
@@ -373,5 +400,6 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gdn_mm = nl_gdn_mm_avx512,
     .gdn_transpose8 = nl_gdn_transpose8_avx2,
     .gdn_silu_d = nl_gdn_silu_d_avx512,
+    .dropout_mask_row = z_dropout_mask_row,
 };
 #endif

@@ -1,6 +1,7 @@
-/* cpu/peak: the register-only peak loops (contract: peak.h). The x86 loops carry their own
- * target attributes and run only where the CPU has the instructions; the AMX loops are in
- * kernels_amx.c (every tile instruction lives there, tests/amx_code.sh). */
+/* cpu/peak: the register-only peaks (contract: peak.h). The loops are in peak_<isa>.c, built with
+ * that ISA's flags (the one ISA mechanism, cpu/kernels.h); this file runs one only where the CPU
+ * has the instructions. The AMX loops are in kernels_amx.c (every tile instruction lives there,
+ * tests/amx_code.sh). */
 #include "cpu/peak.h"
 
 #include <pthread.h>
@@ -9,103 +10,17 @@
 
 #include "cpu/amx.h"
 #include "cpu/cpu.h"
+#include "cpu/peak_loops.h"
 #include "util/util.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
-#include <immintrin.h>
-#elif defined(__aarch64__)
-#include <arm_neon.h>
 #endif
 
 /* one loop: `it` iterations, returns the operations done (2 per multiply-add) */
 typedef double (*peak_loop)(long it);
 
-#define ACC12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-/* the operands stay in registers and look changed to the compiler, so nothing is hoisted */
-#if defined(__aarch64__)
-#define PEAK_KEEP(x, y) __asm__ volatile("" : "+w"(x), "+w"(y))
-#else
-#define PEAK_KEEP(x, y) __asm__ volatile("" : "+v"(x), "+v"(y))
-#endif
-
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) static double loop_fp32_512(long it) {
-    __m512 a[12], x = _mm512_set1_ps(1e-9f), y = _mm512_set1_ps(1.0f);
-    for (int i = 0; i < 12; i++) a[i] = _mm512_setzero_ps();
-    for (long i = 0; i < it; i++) {
-#define F(k) a[k] = _mm512_fmadd_ps(x, y, a[k]);
-        ACC12(F)
-#undef F
-        PEAK_KEEP(x, y);
-    }
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(a[i]);
-    __asm__ volatile("" ::"x"(s));
-    return (double)it * 12 * 16 * 2;
-}
-
-__attribute__((target("avx2,fma"))) static double loop_fp32_256(long it) {
-    __m256 a[12], x = _mm256_set1_ps(1e-9f), y = _mm256_set1_ps(1.0f);
-    for (int i = 0; i < 12; i++) a[i] = _mm256_setzero_ps();
-    for (long i = 0; i < it; i++) {
-#define F(k) a[k] = _mm256_fmadd_ps(x, y, a[k]);
-        ACC12(F)
-#undef F
-        PEAK_KEEP(x, y);
-    }
-    __m256 s = a[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
-    __asm__ volatile("" ::"x"(s));
-    return (double)it * 12 * 8 * 2;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static double loop_bf16_512(long it) {
-    __m512 a[12];
-    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = x;
-    for (int i = 0; i < 12; i++) a[i] = _mm512_setzero_ps();
-    for (long i = 0; i < it; i++) {
-#define B(k) a[k] = _mm512_dpbf16_ps(a[k], x, y);
-        ACC12(B)
-#undef B
-        PEAK_KEEP(x, y);
-    }
-    float s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_ps(a[i]);
-    __asm__ volatile("" ::"x"(s));
-    return (double)it * 12 * 32 * 2;
-}
-
-__attribute__((target("avx512f,avx512vnni"))) static double loop_int8_512(long it) {
-    __m512i a[12], x = _mm512_set1_epi8(1), y = x;
-    for (int i = 0; i < 12; i++) a[i] = _mm512_setzero_si512();
-    for (long i = 0; i < it; i++) {
-#define I(k) a[k] = _mm512_dpbusd_epi32(a[k], x, y);
-        ACC12(I)
-#undef I
-        PEAK_KEEP(x, y);
-    }
-    int s = 0;
-    for (int i = 0; i < 12; i++) s += _mm512_reduce_add_epi32(a[i]);
-    __asm__ volatile("" ::"r"(s));
-    return (double)it * 12 * 64 * 2;
-}
-
-__attribute__((target("avx2,avxvnni"))) static double loop_int8_256(long it) {
-    __m256i a[12], x = _mm256_set1_epi8(1), y = x;
-    for (int i = 0; i < 12; i++) a[i] = _mm256_setzero_si256();
-    for (long i = 0; i < it; i++) {
-#define I(k) a[k] = _mm256_dpbusd_avx_epi32(a[k], x, y);
-        ACC12(I)
-#undef I
-        PEAK_KEEP(x, y);
-    }
-    __m256i s = a[0];
-    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, a[i]);
-    __asm__ volatile("" ::"x"(s));
-    return (double)it * 12 * 32 * 2;
-}
-
 /* CPUID bits the probe of cpu.h does not keep: AVX512_VNNI (7.0:ECX bit 11), AVX-VNNI
  * (7.1:EAX bit 4), AMX-INT8 (7.0:EDX bit 25) */
 static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
@@ -118,21 +33,6 @@ static int cpuid_bit(unsigned leaf, unsigned sub, int reg, int bit) {
 static double loop_amx_bf16(long it) { return nl_amx_peak_loop(0, it); }
 static double loop_amx_int8(long it) { return nl_amx_peak_loop(1, it); }
 #endif
-#elif defined(__aarch64__)
-static double loop_fp32_neon(long it) {
-    float32x4_t a[12], x = vdupq_n_f32(1e-9f), y = vdupq_n_f32(1.0f);
-    for (int i = 0; i < 12; i++) a[i] = vdupq_n_f32(0.0f);
-    for (long i = 0; i < it; i++) {
-#define F(k) a[k] = vfmaq_f32(a[k], x, y);
-        ACC12(F)
-#undef F
-        PEAK_KEEP(x, y);
-    }
-    float32x4_t s = a[0];
-    for (int i = 1; i < 12; i++) s = vaddq_f32(s, a[i]);
-    __asm__ volatile("" ::"w"(s));
-    return (double)it * 12 * 4 * 2;
-}
 #endif
 
 static peak_loop loop_of(nl_peak_kind k, const char **insn) {
@@ -141,15 +41,15 @@ static peak_loop loop_of(nl_peak_kind k, const char **insn) {
 #if defined(__x86_64__)
     switch (k) {
     case NL_PEAK_FP32:
-        if (nl_cpu_has(NL_CPU_AVX512)) f = loop_fp32_512, name = "avx512 vfmadd231ps zmm";
-        else if (nl_cpu_has(NL_CPU_AVX2)) f = loop_fp32_256, name = "avx2 vfmadd231ps ymm";
+        if (nl_cpu_has(NL_CPU_AVX512)) f = nl_peak_fp32_avx512, name = "avx512 vfmadd231ps zmm";
+        else if (nl_cpu_has(NL_CPU_AVX2)) f = nl_peak_fp32_avx2, name = "avx2 vfmadd231ps ymm";
         break;
     case NL_PEAK_BF16:
-        if (nl_cpu_has(NL_CPU_AVX512BF16)) f = loop_bf16_512, name = "avx512_bf16 vdpbf16ps zmm";
+        if (nl_cpu_has(NL_CPU_AVX512BF16)) f = nl_peak_bf16_avx512, name = "avx512_bf16 vdpbf16ps zmm";
         break;
     case NL_PEAK_INT8:
-        if (nl_cpu_has(NL_CPU_AVX512) && cpuid_bit(7, 0, 2, 11)) f = loop_int8_512, name = "avx512_vnni vpdpbusd zmm";
-        else if (nl_cpu_has(NL_CPU_AVX2) && cpuid_bit(7, 1, 0, 4)) f = loop_int8_256, name = "avx_vnni vpdpbusd ymm";
+        if (nl_cpu_has(NL_CPU_AVX512) && cpuid_bit(7, 0, 2, 11)) f = nl_peak_int8_avx512vnni, name = "avx512_vnni vpdpbusd zmm";
+        else if (nl_cpu_has(NL_CPU_AVX2) && cpuid_bit(7, 1, 0, 4)) f = nl_peak_int8_avxvnni, name = "avx_vnni vpdpbusd ymm";
         break;
 #if defined(NL_HAVE_AMX)
     case NL_PEAK_AMX_BF16:
@@ -163,7 +63,7 @@ static peak_loop loop_of(nl_peak_kind k, const char **insn) {
         break;
     }
 #elif defined(__aarch64__)
-    if (k == NL_PEAK_FP32) f = loop_fp32_neon, name = "neon fmla v.4s";
+    if (k == NL_PEAK_FP32) f = nl_peak_fp32_neon, name = "neon fmla v.4s";
 #endif
     (void)k;
     if (insn) *insn = name;

@@ -15,6 +15,7 @@
  * full or packed call's (whose other rows are zeros) and the gradients would depend on which
  * rows share the call. */
 #include "cpu/cpu.h"
+#include "cpu/kernels.h"
 #include "cpu/tiles.h"
 #include "cpu/vecmath.h"
 #include "nn/lora.h"
@@ -45,35 +46,6 @@ static uint32_t keep_threshold(float p) {
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
 }
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-/* 16 mask elements per step: 8 consecutive counters' splitmix64 values in one zmm; read as 16
- * uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c, 2c+1 in order.
- * Integer arithmetic only: the same bits as the scalar loop. */
-__attribute__((target("avx512f,avx512dq"))) static int mask_row_avx512(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
-    const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
-    const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
-    const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
-    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL), c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
-    const __m512i vthr = _mm512_set1_epi32((int)thr);
-    const __m512 vinv = _mm512_set1_ps(inv);
-    /* z_c = kt + (c + 1)·γ for c = 0..7, then += 8γ per step */
-    __m512i z = _mm512_add_epi64(_mm512_set1_epi64((long long)kt), _mm512_mullo_epi64(lane, gamma));
-    int i = 0;
-    for (; i + 16 <= K; i += 16) {
-        __m512i v = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
-        v = _mm512_mullo_epi64(v, c1);
-        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 27));
-        v = _mm512_mullo_epi64(v, c2);
-        v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
-        const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vthr);
-        _mm512_storeu_ps(mr + i, _mm512_maskz_mov_ps(keep, vinv));
-        z = _mm512_add_epi64(z, step);
-    }
-    return i;
-}
-#endif
-
 /* Token index of row t of a call: toks[t] when the rows were gathered, else tok0 + t. */
 static int64_t tok_of(int64_t tok0, const int64_t *toks, int64_t t) { return toks ? toks[t] : tok0 + t; }
 
@@ -83,16 +55,12 @@ static void make_mask(const nl_lora *L, int64_t tok0, const int64_t *toks, int64
     const int K = L->n_in;
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
-#if defined(__x86_64__)
-    const int wide = nl_cpu_has(NL_CPU_AVX512);
-#endif
+    int (*const wide)(uint64_t, int, uint32_t, float, float *) = nl_cpu_kernels()->dropout_mask_row;
     for (int b = 0; b < nb; b++) {
         const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t + b));
         float *mr = m + (int64_t)b * K;
         int i = 0;
-#if defined(__x86_64__)
-        if (wide) i = mask_row_avx512(kt, K, thr, inv, mr);
-#endif
+        if (wide) i = wide(kt, K, thr, inv, mr);
         for (; i + 2 <= K; i += 2) {
             const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
             mr[i] = (uint32_t)v >= thr ? inv : 0.0f;
