@@ -1189,7 +1189,24 @@ static void test_spans_linear(void) {
     int spans = 0;
     for (int i = 1; rc == 0 && i < n; i++) spans += tg[i] && !tg[i - 1];
     CHECKF(rc == 0 && spans == N / 2, "%d spans", spans);
-    CHECKF(secs < 1.0, "20,000 turns: %.3f s", secs);
+    /* linear, not quadratic: a tenth of the turns (best of 3) against the whole, so the check
+     * holds under an emulator and on a loaded machine (linear: ~10x; quadratic: ~100x); the
+     * issue's absolute bound (under a second) natively, where the CPU is a real one */
+    double tenth = 1e30;
+    for (int r = 0; rc == 0 && r < 3; r++) {
+        int32_t *i2 = NULL;
+        uint8_t *t2 = NULL;
+        int n2 = 0;
+        const double a = nl_now();
+        const int rc2 = nl_chat_template_tokenize(ct, m, N / 10, NULL, false, &i2, &t2, &n2);
+        const double d = nl_now() - a;
+        CHECKF(rc2 == 0, "%s", nl_last_error());
+        if (d < tenth) tenth = d;
+        free(i2);
+        free(t2);
+    }
+    CHECKF(secs < 30.0 * tenth + 0.05, "20,000 turns: %.3f s, 2,000: %.3f s (not linear)", secs, tenth);
+    if (!nl_t_small()) CHECKF(secs < 1.0, "20,000 turns: %.3f s", secs);
     free(ids);
     free(tg);
     free(m);
