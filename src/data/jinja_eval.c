@@ -413,6 +413,8 @@ static nl_jv *concat_str(const nl_jv *a, const nl_jv *b) {
     return nl_jbuf_take(&o);
 }
 
+/* A binary operator's value. Long (~130 lines): one case per operator and operand types, in one
+ * switch, so the language's coercion rules read in one place. */
 nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
     if (op == OP_EQ) return nl_jv_bool(jv_equal(a, b));
     if (op == OP_NE) return nl_jv_bool(!jv_equal(a, b));
@@ -721,6 +723,8 @@ nl_jv *nl_jinja_slice(rstate *R, const node *n, nl_jv *obj, nl_jv *const *parts)
     return out;
 }
 
+/* An expression's value. Long (~140 lines): one case per expression node kind in one switch, each
+ * short; the budget and the reference counting are the same in every case. */
 nl_jv *nl_jinja_eval(rstate *R, frame *f, const node *n) {
     R->at = n;
     if (nl_jb_charge(0, 1)) return NULL;

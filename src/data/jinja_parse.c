@@ -698,6 +698,8 @@ static int parse_body(parser *P, node *body, const char *const *ends, int *which
     }
 }
 
+/* Long (~160 lines): one case per statement tag (if, for, set, macro, call, filter, ...), each a
+ * few lines of the same parser state; a table of functions would only move the cases apart. */
 /* Current token: the tag's name. */
 static int parse_block_tag(parser *P, node *body, bool *handled) {
     const token *nm = cur(P);

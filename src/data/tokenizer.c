@@ -540,6 +540,9 @@ static int special_cmp(const void *x, const void *y) { /* longest first, then lo
     return (a->id > b->id) - (a->id < b->id);
 }
 
+/* The tokenizer from the GGUF's fields. Long (~165 lines) because it is one validation pass:
+ * every table (tokens, types, scores, merges, the special tokens) is checked against the others
+ * as it is built, with one cleanup for the partly built tokenizer. */
 nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
     if (!sp || !sp->model) { nl_err("tokenizer.ggml.model: missing"); return NULL; }
     int kind;

@@ -553,6 +553,8 @@ static int same_file(const char *a, const char *b) {
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* The page. Long (~240 lines): the HTML is written top to bottom in the order it reads (the
+ * settings, the charts, the tables), each part a few lines of the same buffer and run log. */
 static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char *run_path) {
     const int ns = l->ns, ne = l->ne;
     const step_row *s = l->s;

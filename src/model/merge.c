@@ -38,6 +38,9 @@ static int copy_fill(void *user, int idx, void *dst, uint64_t nbytes) {
     return 0;
 }
 
+/* Long (~150 lines): one pass over the tensors that writes each (copied, or W + ΔW in its output
+ * type) and measures what the type kept of ΔW on the same rows it just computed; the
+ * measurement's buffers and the writer's ownership list share one cleanup. */
 int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_lost, nl_merge_stats *st, const char *out_path) {
     const nl_gguf *g = m->gguf;
     nl_merge_stats dummy;

@@ -449,6 +449,8 @@ end:
     return rc;
 }
 
+/* A PEFT directory as an adapter. Long (~125 lines): the config, the manifest, the tensors' names,
+ * ranks and shapes are checked against each other and the model in one pass with one cleanup. */
 nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
     nl_adapter *a = NULL;
     nl_safetensors *st = NULL;

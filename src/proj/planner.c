@@ -480,7 +480,10 @@ static void pick_sample(const nl_proj_service *s, unsigned char *pick) {
 
 /* The plan; when read_cache, verdicts may come from the cache (a sample measured again); 1 when
  * a measured verdict differed from its cached one (the cache is then not to be trusted: the
- * caller plans again without it). */
+ * caller plans again without it). Long (~220 lines) on purpose: its steps (sorted buckets, fresh
+ * routes, cache keys, the checks, the sampled re-check, installing the routes under the lock)
+ * share the service's lock state and one cleanup path for every allocation; split, each part
+ * would take most of the locals. */
 static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int read_cache) {
     if (!buckets || n_buckets <= 0) {
         buckets = default_buckets;

@@ -268,7 +268,9 @@ void nl_ckpt_free(nl_ckpt *ck) {
 }
 
 /* Returns LOAD_OK, LOAD_CORRUPT (bad/truncated/unreadable file) or LOAD_MISMATCH (a verified
- * file for another model/config); nl_err holds the reason, naming the file. */
+ * file for another model/config); nl_err holds the reason, naming the file. Long (~125 lines):
+ * one reader of one file format, every length checked against the file's real size before it is
+ * used, in the order the bytes come; each check names its field. */
 static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
                     uint64_t n_expect, nl_ckpt *out, const nl_io *io) {
     memset(out, 0, sizeof *out);

@@ -267,6 +267,9 @@ typedef struct {
     int count;
 } level;
 
+/* Long (~165 lines): one line-by-line state machine (the stack of open maps and lists, the key
+ * waiting for its value, the output) whose cases read and change the same state; split, each
+ * part would take all of it. */
 int nl_yaml_to_json(const char *s, size_t len, char **json, size_t *json_len, nl_yaml_error *err) {
     memset(err, 0, sizeof *err);
     yrd y = {.s = s, .len = len, .err = err};
