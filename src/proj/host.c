@@ -263,6 +263,14 @@ static void transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t 
         for (int cc = 0; cc < cols; cc++) dst[(int64_t)cc * ldd + r] = src[(int64_t)r * lds + cc];
 }
 
+/* The output panels (NL_HOST_NP columns of `cols`) thread tid of the request computes: [p0, p1).
+ * Threads split the output, never the reduction. */
+static void thread_panels(const host_ctx *c, int tid, int64_t cols, int64_t *p0, int64_t *p1) {
+    const int64_t np = (cols + NL_HOST_NP - 1) / NL_HOST_NP;
+    *p0 = np * tid / c->nth;
+    *p1 = np * (tid + 1) / c->nth;
+}
+
 /* FWD: output panels of n, chunks of k. */
 static void task_fwd(host_ctx *c, int tid) {
     const nl_proj_weight *w = c->w;
@@ -271,8 +279,8 @@ static void task_fwd(host_ctx *c, int tid) {
     const int64_t K = w->n_in, N = w->n_out;
     const size_t rb = row_bytes(w->type, K);
     const uint8_t *W = w->data;
-    const int64_t np = (N + NL_HOST_NP - 1) / NL_HOST_NP;
-    const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
+    int64_t p0, p1;
+    thread_panels(c, tid, N, &p0, &p1);
     /* panel-outer: Y[T][panel] (T·NP floats) stays in L2 while the chunks of K go by, chunk 0
      * storing and later chunks adding, so Y is written to memory once (a vocabulary-sized Y
      * is far larger than the caches); X (T·K) is read once per panel, from L2/L3. */
@@ -286,7 +294,7 @@ static void task_fwd(host_ctx *c, int tid) {
                  * B[p/2][j] = (tile[j][p], tile[j][p+1]) as one 32-bit pair */
                 const int nb = kc / 32;
                 uint16_t *tile = (uint16_t *)s->tile;
-                const size_t bb = w->type == NL_TYPE_Q8_0 ? 34 : 18;
+                const size_t bb = nl_row_bytes(w->type, 32); /* one block's bytes */
                 for (int j = 0; j < NL_HOST_NP; j++) {
                     uint16_t *tr = tile + (size_t)j * NL_HOST_KC;
                     if (j >= ncols) {
@@ -351,8 +359,8 @@ static void task_bwd(host_ctx *c, int tid) {
     const int64_t K = w->n_in, N = w->n_out;
     const size_t rb = row_bytes(w->type, K);
     const uint8_t *W = w->data;
-    const int64_t np = (K + NL_HOST_NP - 1) / NL_HOST_NP;
-    const int64_t p0 = np * tid / c->nth, p1 = np * (tid + 1) / c->nth;
+    int64_t p0, p1;
+    thread_panels(c, tid, K, &p0, &p1);
     /* panel-outer, as in task_fwd: Y[T][panel] is finished in L2 and written once */
     for (int64_t p = p0; p < p1; p++) {
         for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
