@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """bench/torch_compare.py: one LoRA training step (forward + loss + backward) of the qwen3-0.6b
-shape in PyTorch (FP32, then BF16 unless --no-bf16) and in nightlora, one after the other, and
-the ratios.
+shape in PyTorch (FP32, then BF16 unless --no-bf16; each with the explicit attention and with
+F.scaled_dot_product_attention, the faster one the peer; each configuration in its own process,
+so its peak RSS is its own) and in nightlora, one after the other, and the ratios (tokens/s and
+peak RSS).
+
+The PyTorch is today's: PyPI's torch 2.x in the project's venv (bench/llamacpp/env.sh; the
+script re-runs itself under the venv's Python); --python-as-is uses the Python it was started
+with instead (e.g. Debian's torch 1.13, only where asked).
 
 Shape: 28 layers, n_embd 1024, n_ff 3072, 16 query heads / 8 kv heads of 128, q/k RMSNorm,
 RoPE (neox), vocabulary 151936 (tied head); LoRA rank 16 (alpha 32) on q, k, v, o, gate, up,
@@ -16,7 +22,7 @@ projection service computes on the CPU cores, as the host backend does) twice: t
 attention where the CPU has AVX512_BF16). --config d times the overlapped path instead.
 
 Usage: bench/torch_compare.py --nightlora build/nightlora [--model q06.gguf] [--tokens 512] [--config c|d]
-                              [--threads 2] [--reps 3] [--bench-cmd "bench step"]
+                              [--threads 2] [--reps 3] [--bench-cmd "bench step"] [--no-bf16] [--python-as-is]
 Without PyTorch the script says so and exits 0 (nothing to compare).
 """
 import argparse
@@ -31,7 +37,7 @@ import time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
-def torch_step_seconds(T, threads, reps, dtype="fp32"):
+def torch_step_seconds(T, threads, reps, dtype="fp32", attn="explicit"):
     import torch
     import torch.nn.functional as F
 
@@ -91,8 +97,13 @@ def torch_step_seconds(T, threads, reps, dtype="fp32"):
             q, k = rope(q), rope(k)
             k = k.repeat_interleave(H // HKV, dim=1)
             v = v.repeat_interleave(H // HKV, dim=1)
-            att = torch.einsum("thd,shd->hts", q, k) / HD ** 0.5 + mask
-            o = torch.einsum("hts,shd->thd", att.softmax(-1), v).reshape(T, H * HD)
+            if attn == "sdpa":
+                o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                                   v.transpose(0, 1)[None], is_causal=True)
+                o = o[0].transpose(0, 1).reshape(T, H * HD)
+            else:
+                att = torch.einsum("thd,shd->hts", q, k) / HD ** 0.5 + mask
+                o = torch.einsum("hts,shd->thd", att.softmax(-1), v).reshape(T, H * HD)
             x = x + ly["o"](o)
             h = rms(x, ly["n2"])
             x = x + ly["down"](F.silu(ly["gate"](h)) * ly["up"](h))
@@ -128,23 +139,58 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--config", choices=("c", "d"), default="c", help="bench step configuration (c: synchronous, d: overlapped)")
     ap.add_argument("--no-bf16", action="store_true", help="skip the PyTorch BF16 step")
+    ap.add_argument("--python-as-is", action="store_true",
+                    help="use this Python's torch (e.g. Debian's 1.13) instead of the project's venv (bench/llamacpp/env.sh)")
+    ap.add_argument("--torch-only", nargs=2, metavar=("DTYPE", "ATTN"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.torch_only:  # one PyTorch configuration in its own process: its time and its own peak RSS
+        import resource
+        secs, ver = torch_step_seconds(a.tokens, a.threads, a.reps, a.torch_only[0], a.torch_only[1])
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(json.dumps({"seconds": secs, "version": ver, "peak_rss_bytes": rss}))
+        return 0
+    venv_py = os.path.join(os.environ.get("NL_VENV", os.path.join(os.environ.get(
+        "NL_MODEL_CACHE", os.path.expanduser("~/.cache/nightlora")), "venv")), "bin", "python")
+    if not a.python_as_is and os.path.realpath(sys.executable) != os.path.realpath(venv_py):
+        if os.access(venv_py, os.X_OK):  # today's PyTorch: the project's venv
+            os.execv(venv_py, [venv_py] + sys.argv)
+        print(f"torch_compare: the project's venv ({venv_py}) is missing: make it with "
+              "`. bench/llamacpp/env.sh && nl_need_torch`, or pass --python-as-is to use this Python's torch")
+        return 0
     try:
         import torch  # noqa: F401
     except ImportError:
         print("torch_compare: PyTorch is not installed (python3 -c 'import torch' fails): nothing to compare, skipping")
         return 0
-    secs, ver = torch_step_seconds(a.tokens, a.threads, a.reps)
-    tps_torch = a.tokens / secs
-    print(f"pytorch {ver} fp32, {a.threads} threads: {secs:.3f} s/step, {tps_torch:.1f} tokens/s")
-    tps_bf16 = None
-    if not a.no_bf16:
-        try:
-            secs16, _ = torch_step_seconds(a.tokens, a.threads, a.reps, "bf16")
-            tps_bf16 = a.tokens / secs16
-            print(f"pytorch {ver} bf16 (weights, LoRA, activations), {a.threads} threads: {secs16:.3f} s/step, {tps_bf16:.1f} tokens/s")
-        except RuntimeError as e:  # an op without a BF16 CPU kernel in this PyTorch
-            print(f"pytorch bf16: not run ({e})")
+
+    def torch_run(dtype, attn):
+        argv = [sys.executable, os.path.abspath(__file__), "--torch-only", dtype, attn, "--tokens", str(a.tokens),
+                "--threads", str(a.threads), "--reps", str(a.reps), "--python-as-is"]
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    # each precision with both attentions (SDPA was slower than the explicit one on some CPUs); the
+    # faster is the peer
+    best = {}
+    for dtype in ("fp32",) + (() if a.no_bf16 else ("bf16",)):
+        for attn in ("explicit", "sdpa"):
+            try:
+                r = torch_run(dtype, attn)
+            except RuntimeError as e:  # an op without a BF16 CPU kernel in this PyTorch
+                print(f"pytorch {dtype} {attn}: not run ({e})")
+                continue
+            print(f"pytorch {r['version']} {dtype} ({'weights, LoRA, activations' if dtype == 'bf16' else 'all FP32'}), "
+                  f"{attn} attention, {a.threads} threads: {r['seconds']:.3f} s/step, {a.tokens / r['seconds']:.1f} "
+                  f"tokens/s, peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
+            if dtype not in best or r["seconds"] < best[dtype]["seconds"]:
+                best[dtype] = dict(r, attn=attn)
+    if "fp32" not in best:
+        print("torch_compare: no PyTorch step ran")
+        return 1
+    tps_torch = a.tokens / best["fp32"]["seconds"]
+    tps_bf16 = a.tokens / best["bf16"]["seconds"] if "bf16" in best else None
     with tempfile.TemporaryDirectory() as tmp:
         model = a.model
         if not model:
@@ -155,8 +201,10 @@ def main():
                              ("default (q8_0 resident, bf16 compute)", [])):
             r = nightlora_step(a.nightlora, a.bench_cmd, model, a.tokens, a.threads, a.reps, extra, a.config)
             print(f"nightlora {label}: {r['seconds_per_step']:.3f} s/step, {r['tokens_per_s']:.1f} tokens/s, "
-                  f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB; ratio to pytorch fp32 {r['tokens_per_s'] / tps_torch:.2f}x"
-                  + (f", to pytorch bf16 {r['tokens_per_s'] / tps_bf16:.2f}x" if tps_bf16 else ""))
+                  f"peak RSS {r['peak_rss_bytes'] / 1e9:.2f} GB; ratio to pytorch fp32 ({best['fp32']['attn']}) "
+                  f"{r['tokens_per_s'] / tps_torch:.2f}x, RSS {r['peak_rss_bytes'] / best['fp32']['peak_rss_bytes']:.2f}x"
+                  + (f"; to pytorch bf16 ({best['bf16']['attn']}) {r['tokens_per_s'] / tps_bf16:.2f}x, RSS "
+                     f"{r['peak_rss_bytes'] / best['bf16']['peak_rss_bytes']:.2f}x" if tps_bf16 else ""))
     return 0
 
 

@@ -4,11 +4,13 @@ bench/peers_compare.sh, which also sets up the environment).
 
   compare.py --bin build/nightlora --model M.gguf --train T.jsonl --test E.jsonl --work DIR
              [--rank 16 --alpha 32 --lr 1e-3 --warmup 5 --steps N --batch-tokens 512 --seed 1 --threads 2]
-             [--no-peft] [--no-llamacpp]
+             [--no-peft] [--no-peft-bf16] [--no-llamacpp]
 
 The same weights (the GGUF), data (the JSONL files), rank/alpha/targets/lr/schedule/steps/seed:
   nightlora       `eval` of the base, `train --no-shuffle --log-json`, `eval --adapter`
-  PEFT            bench/peers/peft_lora.py: transformers + PEFT on the CPU, base from the same GGUF
+  PEFT            bench/peers/peft_lora.py: transformers + PEFT on the CPU, base from the same GGUF;
+                  twice: FP32 one sequence at a time (the losses compared), and BF16 with one padded
+                  batch a step (what a PEFT user runs on a BF16-capable CPU; --no-peft-bf16 skips it)
                   (FP32), the same batches in the same order (checked: every step's token and
                   target counts equal nightlora's)
   llama.cpp       llama-cpp-python with nightlora's adapter (lora_path), then the merged model:
@@ -96,6 +98,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--probe", type=int, default=20, help="held-out contexts for the next-token agreement")
     ap.add_argument("--no-peft", action="store_true")
+    ap.add_argument("--no-peft-bf16", action="store_true", help="only the FP32 per-sequence PEFT peer")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp with the adapter and the merged model")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -125,17 +128,24 @@ def main():
         print("  " + l)
 
     # --- PEFT
-    peft_res = None
+    peft_res = peft_bf16 = None
     if not a.no_peft:
-        out = os.path.join(a.work, "peft.json")
-        run([sys.executable, os.path.join(HERE, "peft_lora.py"), "--model", a.model, "--train", a.train,
-             "--test", a.test, "--out", out, "--threads", str(a.threads)] + hyper)
-        peft_res = json.load(open(out))
-        same = [(s["tokens"], s["targets"]) for s in steps] == [(s["tokens"], s["targets"]) for s in peft_res["steps"]]
-        peft_res["same_batches"] = same
-        print(f"PEFT: base {peft_res['base_correct']}/{peft_res['n_test']}, after {peft_res['correct']}/"
-              f"{peft_res['n_test']}; {peft_res['tokens']} tokens in {peft_res['train_s']:.1f} s; batches "
-              f"{'identical to' if same else 'DIFFERENT from'} nightlora's", flush=True)
+        def peft_run(name, extra):
+            out = os.path.join(a.work, name)
+            run([sys.executable, os.path.join(HERE, "peft_lora.py"), "--model", a.model, "--train", a.train,
+                 "--test", a.test, "--out", out, "--threads", str(a.threads)] + hyper + extra)
+            r = json.load(open(out))
+            r["same_batches"] = [(s["tokens"], s["targets"]) for s in steps] == [(s["tokens"], s["targets"])
+                                                                                 for s in r["steps"]]
+            print(f"PEFT {r.get('dtype', 'fp32')}{' padded' if r.get('padded') else ''}: base "
+                  f"{r.get('base_correct', '-')}/{r['n_test']}, after {r['correct']}/{r['n_test']}; {r['tokens']} "
+                  f"tokens in {r['train_s']:.1f} s; batches {'identical to' if r['same_batches'] else 'DIFFERENT from'} "
+                  f"nightlora's", flush=True)
+            return r
+        peft_res = peft_run("peft.json", [])
+        # what a PEFT user runs on a BF16-capable CPU: BF16 weights, one padded batch a step
+        if not a.no_peft_bf16:
+            peft_bf16 = peft_run("peft-bf16.json", ["--dtype", "bf16", "--padded", "--no-base-eval"])
 
     # --- llama.cpp with the adapter, and the merged model
     ll_acc = llm_acc = ag = agm = worst = worstm = nm = None
@@ -165,6 +175,11 @@ def main():
         ratio = (nl_tokens / nl_step_s) / peft_res["tokens_per_s"]
         print(f"| transformers + PEFT LoRA (FP32) | {pct(peft_res['correct'])} | {peft_res['tokens_per_s']:.0f} "
               f"(nightlora {ratio:.2f}x) | same batches: {'yes' if peft_res['same_batches'] else 'NO'} |")
+    if peft_bf16:
+        ratio = (nl_tokens / nl_step_s) / peft_bf16["tokens_per_s"]
+        print(f"| transformers + PEFT LoRA (BF16, one padded batch a step) | {pct(peft_bf16['correct'])} | "
+              f"{peft_bf16['tokens_per_s']:.0f} (nightlora {ratio:.2f}x) | same batches: "
+              f"{'yes' if peft_bf16['same_batches'] else 'NO'} |")
     if not a.no_llamacpp:
         print(f"| llama.cpp + nightlora's adapter | {pct(ll_acc)} | | next token: top-1 {ag}/{a.probe}, "
               f"max KL {worst['max_kl']:.1e} |")
@@ -180,12 +195,14 @@ def main():
     print(f"  step {s['step']:4d}: {s['loss']:.4f}" + (f" / {peft_res['steps'][-1]['loss']:.4f}" if peft_res else ""))
     summary = {"nightlora": {"base": base, "after": after, "tokens": nl_tokens, "step_s": nl_step_s,
                              "train_wall_s": train_wall, "steps": steps},
-               "peft": peft_res, "llamacpp": {"adapter_acc": ll_acc, "merged_acc": llm_acc, "agree": ag,
+               "peft": peft_res, "peft_bf16": peft_bf16, "llamacpp": {"adapter_acc": ll_acc, "merged_acc": llm_acc, "agree": ag,
                                               "agree_merged": agm, "worst": worst, "worst_merged": worstm}}
     json.dump(summary, open(os.path.join(a.work, "summary.json"), "w"), indent=1)
     ok = a.no_llamacpp or (ag == a.probe and agm == a.probe and abs(ll_acc - after["correct"]) <= max(1, n // 100))
     if peft_res:
         ok = ok and peft_res["same_batches"]
+    if peft_bf16:
+        ok = ok and peft_bf16["same_batches"]
     return 0 if ok else 1
 
 

@@ -5,6 +5,13 @@ PEFT on the CPU, for bench/peers_compare.sh.
   peft_lora.py --model M.gguf --train T.jsonl --test E.jsonl --out RESULT.json
                [--rank 16 --alpha 32 --dropout 0.05 --lr 1e-3 --lr-min 1e-4 --warmup 5 --steps N
                 --batch-tokens 512 --clip 1.0 --seed 1 --threads 2 --targets q,k,v,o,gate,up,down]
+               [--dtype fp32|bf16] [--padded]
+
+Two ways to run it: the default, FP32 with one forward/backward per sequence (the reference the
+losses are compared with), and what a PEFT user runs on a BF16-capable CPU: --dtype bf16 (the base
+and the LoRA weights in BF16, as from_pretrained(dtype=torch.bfloat16) + get_peft_model give;
+the loss in FP32) --padded (each step's sequences right-padded into one batch with an attention
+mask, one forward and one backward a step). Tokens/s counts real tokens, never padding.
 
 The base comes from the same GGUF (transformers dequantizes it to FP32 on load). The data are the
 same JSONL lines, tokenized by llama.cpp's tokenizer (llama-cpp-python, vocab only; bench/llamacpp/
@@ -160,6 +167,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--targets", default="q,k,v,o,gate,up,down")
     ap.add_argument("--no-base-eval", action="store_true")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--padded", action="store_true", help="one padded batch a step (attention mask)")
     a = ap.parse_args()
     lr_min = 0.1 * a.lr if a.lr_min is None else a.lr_min
 
@@ -177,9 +186,11 @@ def main():
     t0 = time.time()
     model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(a.model)),
                                                  gguf_file=os.path.basename(a.model), dtype=torch.float32)
+    if a.dtype == "bf16":
+        model = model.to(torch.bfloat16)
     load_s = time.time() - t0
     res = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
-           "load_s": load_s, "threads": a.threads}
+           "load_s": load_s, "threads": a.threads, "dtype": a.dtype, "padded": a.padded}
     model.eval()
     if not a.no_base_eval:
         t0 = time.time()
@@ -204,7 +215,23 @@ def main():
         n_tok = sum(len(train[i][0]) for i in b)
         loss_sum = 0.0
         opt.zero_grad(set_to_none=True)
-        for i in b:
+        if a.padded:
+            # one right-padded batch: padding is masked out of attention and of the loss
+            L = max(len(train[i][0]) for i in b)
+            x = torch.zeros((len(b), L), dtype=torch.long)
+            att = torch.zeros((len(b), L), dtype=torch.long)
+            m = torch.zeros((len(b), L - 1), dtype=torch.bool)
+            for r, i in enumerate(b):
+                ids, tgt = train[i]
+                x[r, :len(ids)] = torch.tensor(ids)
+                att[r, :len(ids)] = 1
+                m[r, :len(ids) - 1] = torch.tensor(tgt[1:], dtype=torch.bool)
+            logits = model(input_ids=x, attention_mask=att).logits[:, :-1].float()
+            y = x[:, 1:]
+            ce = torch.nn.functional.cross_entropy(logits[m], y[m], reduction="sum")
+            (ce / n_tgt).backward()
+            loss_sum = float(ce.detach())
+        for i in ([] if a.padded else b):
             ids, tgt = train[i]
             x = torch.tensor([ids])
             logits = model(x).logits[0, :-1].float()
