@@ -469,6 +469,93 @@ static void test_batches(nl_arch arch) {
     nl_session_close(&s);
 }
 
+/* The prompt once (its choices continuing it, the loss shared with the answer) against every
+ * choice its own sequence (per_choice, the path before): the same bits on the FP32 path and on
+ * the host's default compute, per example and in total, for several batch sizes, on each
+ * architecture (gemma3's sliding window with the tiny model's window, qwen35's recurrent layers
+ * from the prompt's state). A prompt longer than the attention's query block and than gemma3's
+ * window (the chat data's system turn) is in the second file. */
+static void test_shared_prefix(nl_arch arch) {
+    const char *name = nl_arch_name(arch);
+    char model[512];
+    snprintf(model, sizeof model, "%s/%s-q8-sp.gguf", tmpdir, name);
+    if (nl_mkmodel(arch, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    static const char *const computes[] = {"f32", NULL};
+    static const char *const files[] = {NL_TEST_DATA "/eval/choices.jsonl", NL_TEST_DATA "/../../examples/tagging-chat-test.jsonl"};
+    for (int cm = 0; cm < 2; cm++) {
+        nl_session s;
+        nl_proj_config cfg = {.backend = "host", .n_threads = 2, .precision = "keep", .compute = computes[cm]};
+        if (nl_session_open(&s, model, NULL, &cfg)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+        for (int f = 0; f < 2; f++) {
+            nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
+            nl_dataset ds;
+            if (nl_dataset_load(files[f], s.tok, &dopt, &ds)) { CHECKF(0, "%s", nl_last_error()); continue; }
+            const int n_all = ds.n, n_max = nl_t_small() ? 6 : 16;
+            if (ds.n > n_max) ds.n = n_max;
+            static per_ex ref, got;
+            memset(&ref, 0, sizeof ref);
+            nl_eval_opts o1 = {.batch_tokens = 1, .per_choice = 1, .on_example = on_ex, .user = &ref};
+            nl_eval_result r1, r;
+            CHECKF(nl_eval_dataset_opts(&s.rt, &ds, 4096, &o1, &r1) == 0, "%s", nl_last_error());
+            int choices = 0, longest = 0;
+            for (int i = 0; i < ds.n; i++) {
+                choices += ds.ex[i].n_choices > 0;
+                longest = ds.ex[i].n_prompt > longest ? ds.ex[i].n_prompt : longest;
+            }
+            CHECK(ref.n == ds.n && choices > 0 && r1.n_items == choices && r1.n_shared == 0);
+            static const int sizes[] = {1, 40, 0};
+            for (int b = 0; b < 3; b++) {
+                memset(&got, 0, sizeof got);
+                nl_eval_opts o = {.batch_tokens = sizes[b], .on_example = on_ex, .user = &got};
+                CHECKF(nl_eval_dataset_opts(&s.rt, &ds, 4096, &o, &r) == 0, "%s", nl_last_error());
+                double worst = 0;
+                int bad = got.n != ref.n;
+                for (int i = 0; i < ref.n && !bad; i++) {
+                    bad |= got.loss[i] != ref.loss[i] || got.count[i] != ref.count[i] || got.pred[i] != ref.pred[i];
+                    for (int k = 0; k < ref.nch[i]; k++) {
+                        const double d = fabs(got.ll[i][k] - ref.ll[i][k]);
+                        worst = d > worst || d != d ? d : worst;
+                    }
+                }
+                /* every prompt shared but the tokens line's 4 (nl_attention_prefix_rows) */
+                CHECKF(r.n_shared == choices - (f == 0), "%s: %d of %d prompts shared", name, r.n_shared, choices);
+                CHECKF(!bad && worst == 0 && r.loss_sum == r1.loss_sum && r.n_targets == r1.n_targets && r.n_correct == r1.n_correct,
+                       "%s %s compute %s batch %d: shared prefix vs per choice: max |d ll| %.3g, loss %.17g vs %.17g", name, files[f],
+                       computes[cm] ? computes[cm] : "default", sizes[b], worst, r.loss_sum, r1.loss_sum);
+            }
+            fprintf(stderr, "%s %s compute %s: shared prefix = per choice bit for bit (%d examples, prompts up to %d tokens)\n", name,
+                    files[f], computes[cm] ? computes[cm] : "default", ds.n, longest);
+            ds.n = n_all;
+            nl_dataset_free(&ds);
+        }
+        nl_session_close(&s);
+    }
+}
+
+/* nl_forward_packed_prefix refuses a continuation with no prefix right before it. */
+static void test_prefix_rules(const char *model) {
+    nl_session s;
+    nl_proj_config cfg = {.backend = "host", .n_threads = 1, .precision = "keep"};
+    if (nl_session_open(&s, model, NULL, &cfg)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    const int E = s.m->hp.n_embd;
+    static const int32_t tok[6] = {1, 2, 3, 4, 5, 6};
+    float *h = malloc(sizeof(float) * 6 * (size_t)E);
+    const int seg[3] = {2, 2, 2};
+    static const int bad1[3] = {-1, 0, 1}, bad2[3] = {1, -1, 1}, bad3[3] = {-1, -1, 0}, good[3] = {-1, 0, 0};
+    const int *bad[3] = {bad1, bad2, bad3};
+    for (int i = 0; i < 3; i++) {
+        CHECK(nl_forward_packed_prefix(&s.rt, tok, 6, 3, seg, bad[i], h) != 0);
+        CHECKF(strstr(nl_last_error(), "continues sequence"), "%s", nl_last_error());
+    }
+    CHECKF(nl_forward_packed_prefix(&s.rt, tok, 6, 3, seg, good, h) == 0, "%s", nl_last_error());
+    /* a prefix of 3 rows and a continuation of 3: alone the prefix's attention takes the
+     * direct scores, joined the packed ones */
+    const int seg2[2] = {3, 3};
+    CHECK(nl_forward_packed_prefix(&s.rt, tok, 6, 2, seg2, good, h) != 0 && strstr(nl_last_error(), "nl_attention_prefix_rows"));
+    free(h);
+    nl_session_close(&s);
+}
+
 /* eval --json: one JSON object (the project's strict parser reads it) with the totals the text
  * line prints and every example in file order; --batch-tokens does not change a number. */
 static void test_eval_json(const char *model) {
@@ -526,8 +613,13 @@ int main(void) {
     test_batches(NL_ARCH_LLAMA);
     test_batches(NL_ARCH_QWEN35);
     test_batches(NL_ARCH_GEMMA3);
+    test_shared_prefix(NL_ARCH_LLAMA);
+    test_shared_prefix(NL_ARCH_QWEN3);
+    test_shared_prefix(NL_ARCH_QWEN35);
+    test_shared_prefix(NL_ARCH_GEMMA3);
     char model[512];
     snprintf(model, sizeof model, "%s/qwen3.gguf", tmpdir);
+    test_prefix_rules(model);
     test_cli_errors(model);
     test_context_cut(model);
     test_data_dir(model);

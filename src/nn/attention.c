@@ -180,6 +180,18 @@ int nl_attention_forward(float *out, float *lse, const float *q, const float *k,
     return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, 0, Hkv);
 }
 
+int nl_attention_prefix_rows(int P, int S) { return (P > SMALL_T) == (S > SMALL_T); }
+
+int nl_attention_tail_start(int P, int S) {
+    /* A query row of the FP32 forward does not depend on the block it is in: each score is one
+     * chain over d (a GEMM element or one vdot), its max, exp and Σ run over its visible keys in
+     * key order, and P·V is one chain over the block's keys with exact zeros past the visible
+     * ones. Only packed (GEMM) vs direct (vdot) scores follow the call's T: when the whole call
+     * would pack, the tail keeps more than SMALL_T queries so that it packs too. */
+    if (S <= SMALL_T || S - P > SMALL_T) return P;
+    return S - SMALL_T - 1;
+}
+
 int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
                                  int window, int g0, int g1) {

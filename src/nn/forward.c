@@ -203,9 +203,9 @@ int nl_embed_rows(nl_runtime *rt, const int32_t *tokens, int T, float *x) {
 }
 
 /* nl_forward (n_seg 0: one sequence, at st's position) and nl_forward_packed (n_seg fresh
- * sequences, no state). */
+ * sequences, no state; seg_pre: nl_forward_packed_prefix's continuations). */
 static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, int n_seg, const int *seg_T,
-                        float *x) {
+                        const int *seg_pre, float *x) {
     const nl_model *m = rt->m;
     const nl_hparams *hp = &m->hp;
     if (nl_check_tokens(m, tokens, T)) return -1;
@@ -218,13 +218,16 @@ static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens,
     if (!pos) return -1;
     int base = st ? st->n_past : 0;
     if (n_seg > 1) {
-        for (int i = 0, t0 = 0; i < n_seg; t0 += seg_T[i++])
-            for (int t = 0; t < seg_T[i]; t++) pos[t0 + t] = t;
+        for (int i = 0, t0 = 0; i < n_seg; t0 += seg_T[i++]) {
+            const int p0 = seg_pre && seg_pre[i] >= 0 ? seg_T[seg_pre[i]] : 0; /* a continuation goes on after its prefix */
+            for (int t = 0; t < seg_T[i]; t++) pos[t0 + t] = p0 + t;
+        }
     } else {
         for (int t = 0; t < T; t++) pos[t] = base + t;
     }
-    const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seg > 1 ? n_seg : 0, .seg_T = n_seg > 1 ? seg_T : NULL};
-    int rc = 0;
+    const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seg > 1 ? n_seg : 0, .seg_T = n_seg > 1 ? seg_T : NULL,
+                        .seg_pre = n_seg > 1 ? seg_pre : NULL};
+    int rc = nl_span_check(&sp);
     for (int l = 0; l < hp->n_layer && rc == 0; l++) {
         nl_arena_mark mk = nl_arena_top(&ws);
         nl_layer_cache c;
@@ -239,10 +242,15 @@ static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens,
 }
 
 int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, float *x) {
-    return forward_span(rt, st, tokens, T, 0, NULL, x);
+    return forward_span(rt, st, tokens, T, 0, NULL, NULL, x);
 }
 
 int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, float *hidden) {
+    return nl_forward_packed_prefix(rt, tokens, T, n_seg, seg_T, NULL, hidden);
+}
+
+int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, const int *seg_pre,
+                             float *hidden) {
     if (n_seg < 1 || !seg_T) return nl_err("forward: no sequences");
     int64_t sum = 0;
     for (int i = 0; i < n_seg; i++) {
@@ -250,7 +258,8 @@ int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, c
         sum += seg_T[i];
     }
     if (sum != T) return nl_err("forward: the sequences hold %lld tokens, not %d", (long long)sum, T);
-    return forward_span(rt, NULL, tokens, T, n_seg, seg_T, hidden);
+    if (seg_pre && n_seg == 1 && seg_pre[0] != -1) return nl_err("forward: sequence 0 continues sequence %d, but no prefix comes before it", seg_pre[0]);
+    return forward_span(rt, NULL, tokens, T, n_seg, seg_T, seg_pre, hidden);
 }
 
 int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits) {

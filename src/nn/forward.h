@@ -97,6 +97,16 @@ int nl_forward(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens, int T, f
  * all of them; each sequence's rows are the bits nl_forward(rt, NULL, ...) gives it alone (the
  * service's rows are independent). */
 int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, float *hidden);
+/* nl_forward_packed with shared prefixes (eval's choices after their prompt): seg_pre[i] = -1
+ * (a fresh sequence), or the index p < i of a fresh sequence whose rows are sequence i's
+ * prefix: sequence i goes on after p's tokens (positions seg_T[p]..), attends over p's rows
+ * and its own, its recurrent (GDN) layers start from p's state after them; a prefix's
+ * continuations follow it, nothing else between, and each fits nl_attention_prefix_rows(seg_T[p],
+ * seg_T[p] + seg_T[i]) (nn/nn.h; -1 + nl_err otherwise). Each continuation's
+ * rows are the bits nl_forward(rt, NULL, ...) gives the joined sequence's rows after p (the
+ * prefix is computed once for all of them). seg_pre NULL: nl_forward_packed. */
+int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, const int *seg_pre,
+                             float *hidden);
 /* Rows a head call projects at a time (nl_head_loss here, the training graph's head): the
  * vocabulary product is the largest of a training step (V·E per row, both directions) and runs
  * at its best rate on 256-row buckets, while the logits chunk stays at 256·V floats (155 MB for

@@ -124,7 +124,60 @@ static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *
     return ps->proj(ps->user, NL_BWD, l, kind, ps->rt->m->layers[l].p[kind], dy, x, NULL, u, T, dx);
 }
 
+/* ---- segments ---- */
+
+int nl_span_check(const nl_span *sp) {
+    if (!sp->seg_pre || nl_span_n(sp) < 2) return 0;
+    for (int i = 0, last = -1; i < sp->n_seg; i++) {
+        const int p = sp->seg_pre[i];
+        if (p == -1) {
+            last = i;
+        } else if (p < 0 || p != last) {
+            if (last < 0) return nl_err("forward: sequence %d continues sequence %d, but no prefix comes before it", i, p);
+            return nl_err("forward: sequence %d continues sequence %d, not the prefix %d before it", i, p, last);
+        } else if (!nl_attention_prefix_rows(sp->seg_T[p], sp->seg_T[p] + sp->seg_T[i])) {
+            return nl_err("forward: sequence %d continues sequence %d of %d rows: with its %d rows the attention would not give "
+                          "the prefix the rows it has alone (nl_attention_prefix_rows)", i, p, sp->seg_T[p], sp->seg_T[i]);
+        }
+    }
+    return 0;
+}
+
 /* ---- attention mixer ---- */
+
+/* The rows [t0, t0+Ti) of a segment continuing the prefix rows [p0, p0+P) (nl_span.seg_pre):
+ * the joined sequence's keys gathered into one block, its queries from nl_attention_tail_start
+ * on (a few of the prefix's again where the tail would be short), the continuation's out/lse
+ * rows copied back: the bits of the FP32 self-attention of the joined sequence. */
+static int attn_continuation(nl_pass *ps, int l, nl_layer_cache *c, int p0, int P, int t0, int Ti) {
+    const nl_hparams *hp = &ps->rt->m->hp;
+    const int H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    const int window = ps->rt->m->layers[l].swa ? hp->n_swa : 0;
+    const size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd, fs = sizeof(float);
+    const int S = P + Ti, qs = nl_attention_tail_start(P, S), Tq = S - qs, nre = P - qs;
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    float *kb = falloc(ps, (size_t)S * kr), *vb = falloc(ps, (size_t)S * kr), *qb = falloc(ps, (size_t)Tq * qr);
+    float *ob = falloc(ps, (size_t)Tq * qr), *lb = falloc(ps, (size_t)Tq * H);
+    int rc = -1;
+    if (kb && vb && qb && ob && lb) {
+        NL_TIMED(ps->prof, NL_GP_ADD, {
+            memcpy(kb, c->k + (size_t)p0 * kr, (size_t)P * kr * fs);
+            memcpy(kb + (size_t)P * kr, c->k + (size_t)t0 * kr, (size_t)Ti * kr * fs);
+            memcpy(vb, c->v + (size_t)p0 * kr, (size_t)P * kr * fs);
+            memcpy(vb + (size_t)P * kr, c->v + (size_t)t0 * kr, (size_t)Ti * kr * fs);
+            memcpy(qb, c->q + (size_t)(p0 + qs) * qr, (size_t)nre * qr * fs);
+            memcpy(qb + (size_t)nre * qr, c->q + (size_t)t0 * qr, (size_t)Ti * qr * fs);
+        });
+        NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
+                 rc = nl_par_attention_forward(POOL(ps), 0, NULL, ob, lb, qb, kb, vb, Tq, S, H, Hkv, hd, hp->attn_scale, window));
+        if (rc == 0) {
+            memcpy(c->o + (size_t)t0 * qr, ob + (size_t)nre * qr, (size_t)Ti * qr * fs);
+            memcpy(c->lse + (size_t)t0 * H, lb + (size_t)nre * H, (size_t)Ti * H * fs);
+        }
+    }
+    nl_arena_release(ps->ws, mk);
+    return rc;
+}
 
 /* The sequence-local part of the attention mixer: c->o = attention of c->q over c->k, c->v
  * (with st: over the KV cache, this call's rows appended at st->n_past). */
@@ -138,9 +191,16 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     if (!st && nl_span_n(sp) > 1) {
         /* packed sequences: each attends over its own rows only */
         size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd;
-        for (int i = 0, t0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
+        if (sp->seg_pre && (ps->attn_bf16 || ps->tiles)) return nl_err("internal: shared prefixes with the BF16 or tile attention");
+        for (int i = 0, t0 = 0, p0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
             int Ti = sp->seg_T[i];
             int rc = 0;
+            const int pre = sp->seg_pre ? sp->seg_pre[i] : -1;
+            if (pre >= 0) {
+                if ((rc = attn_continuation(ps, l, c, p0, sp->seg_T[pre], t0, Ti))) return rc;
+                continue;
+            }
+            p0 = t0;
             NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
                      rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
                                                    c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
@@ -282,14 +342,36 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
      * carried for decoding */
     nl_gdn_weights w = gdn_weights(L);
     if (st && nl_span_n(sp) > 1) { nl_err("internal: a decoding state with several sequences in one call"); goto done; }
+    /* shared prefixes (nl_span.seg_pre): a prefix with continuations runs from a zero state
+     * kept in pst; each continuation from a copy of it (cst), as one call over the joined
+     * sequence would (pieces of a sequence give the bits of one call: nn/gdn.h) */
+    const int *pre = nl_span_n(sp) > 1 ? sp->seg_pre : NULL;
+    if (pre && c->gc) { nl_err("internal: shared prefixes in the training graph"); goto done; }
+    const size_t n_conv = (size_t)(s->K - 1) * cd + 1, n_S = (size_t)s->Hv * s->dk * s->dv;
+    nl_gdn_state pst = {0}, cst = {0};
+    if (pre) {
+        pst.conv = falloc(ps, n_conv), pst.S = falloc(ps, n_S);
+        cst.conv = falloc(ps, n_conv), cst.S = falloc(ps, n_S);
+        if (!pst.conv || !pst.S || !cst.conv || !cst.S) goto done;
+    }
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
         int Ti = nl_span_len(sp, i), e;
         size_t o = (size_t)t0;
+        nl_gdn_state *gst = st ? &st->gdn[l] : NULL;
+        if (pre && pre[i] >= 0) {
+            memcpy(cst.conv, pst.conv, n_conv * sizeof(float));
+            memcpy(cst.S, pst.S, n_S * sizeof(float));
+            gst = &cst;
+        } else if (pre && i + 1 < sp->n_seg && pre[i + 1] == i) {
+            memset(pst.conv, 0, n_conv * sizeof(float));
+            memset(pst.S, 0, n_S * sizeof(float));
+            gst = &pst;
+        }
         NL_TIMED(ps->prof, NL_GP_GDN,
               e = c->gc ? nl_gdn_forward_train(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
                                                c->gc[i])
                         : nl_gdn_forward(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
-                                         st ? &st->gdn[l] : NULL));
+                                         gst));
         if (e) goto done;
     }
     rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c->lu[NL_P_OUT]);

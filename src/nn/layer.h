@@ -67,13 +67,23 @@ typedef struct nl_pass {
 
 /* The token rows of one call: T rows at positions pos[T]; one sequence (n_seg <= 1) or
  * n_seg sequences packed back to back, seg_T[i] rows each (Σ seg_T = T; pos restarts at 0 in
- * each). Only the attention core and the GDN recurrence see the boundaries. */
+ * each). Only the attention core and the GDN recurrence see the boundaries.
+ * seg_pre (NULL: none; forward with no decoding state only, FP32 attention): seg_pre[i] = -1,
+ * or the index p < i of a segment with seg_pre[p] = -1 whose rows come before segment i's as
+ * a shared prefix: segment i continues sequence p (its positions from seg_T[p] on), attends
+ * over p's rows and its own, and its recurrent layers start from p's state after p's rows; a
+ * prefix's continuations follow it, nothing else between (nl_span_check). Each continuation's
+ * rows are the bits of a forward of p's tokens followed by its own as one sequence. */
 typedef struct {
     int T;
     const int32_t *pos;
     int n_seg;
     const int *seg_T;
+    const int *seg_pre;
 } nl_span;
+
+/* 0 when sp's segments fit its rules above, else -1 + nl_err ("forward: ..."). */
+int nl_span_check(const nl_span *sp);
 
 /* Sequences in the span and the rows of sequence i. */
 static inline int nl_span_n(const nl_span *sp) { return sp->n_seg > 1 ? sp->n_seg : 1; }

@@ -56,6 +56,16 @@ int nl_attention_forward_range(float *out, float *lse, const float *q, const flo
 int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                                  const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
                                  int window, int g0, int g1);
+/* The first query row a forward over keys [0, S) must run (q = rows [start, S) of the
+ * sequence, T = S − start) so that its rows [P, S) are the bits the FP32 self-attention call
+ * over all S rows (T = S) gives them: P, or a few rows before it where the short tail would
+ * take the direct (decoding) scores. The shared-prefix forward (nn/layer.c: a choice's rows
+ * after its prompt's) runs the FP32 call only. */
+int nl_attention_tail_start(int P, int S);
+/* 1 when the FP32 self-attention over the first P rows alone gives those rows the bits the
+ * call over S > P rows gives them (both calls take the same scores: packed, or the direct ones
+ * of a few rows), so that a prefix of P rows can be computed once for sequences of S rows. */
+int nl_attention_prefix_rows(int P, int S);
 /* BF16 variant of the two range calls (training's default compute path): the inputs of every
  * GEMM (Q, K, V, dO, P, dS) rounded to BF16 (nearest even), products accumulated in FP32; row
  * max, exp, Σ, lse, D and the scalings in FP32. Same structure and thread-split invariance as

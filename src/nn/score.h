@@ -21,6 +21,8 @@ typedef struct {
     int n_truncated;        /* examples cut to it: their targets past it are not scored */
     int n_dropped;          /* examples with no target within it: not in the loss */
     int dropped_line[8];    /* the file lines of the first min(n_dropped, 8) of those */
+    int n_shared;           /* examples with choices whose prompt ran once for all of them (the
+                             * others: per choice, nl_eval_opts.per_choice) */
 } nl_eval_result;
 
 static inline double nl_eval_loss(const nl_eval_result *r) { return r->n_targets ? r->loss_sum / (double)r->n_targets : 0.0; }
@@ -48,14 +50,18 @@ typedef struct {
 #define NL_EVAL_BATCH_TOKENS 2048
 
 typedef struct {
-    int batch_tokens;   /* rows per packed forward (0: NL_EVAL_BATCH_TOKENS; 1: every sequence alone) */
+    int batch_tokens;   /* rows per packed forward (0: NL_EVAL_BATCH_TOKENS; 1: every example alone) */
+    /* 1: every choice its own sequence, prompt + choice, the prompt computed again for each
+     * (NL_EVAL_PER_CHOICE=1 in the environment asks the same); 0: the prompt once, its choices
+     * continuing it (nl_forward_packed_prefix), the same bits */
+    int per_choice;
     void (*on_example)(void *user, const nl_eval_example *e); /* each example in file order (may be NULL) */
     void *user;
 } nl_eval_opts;
 
 /* nl_eval_dataset with options (o may be NULL). The result is the same bits for any
- * batch_tokens: each sequence's rows are those of a forward of it alone. A choice is scored as
- * its own sequence, prompt + choice. */
+ * batch_tokens and either per_choice: each sequence's rows are those of a forward of it alone.
+ * A choice is scored as the sequence prompt + choice, the prompt computed once per example. */
 int nl_eval_dataset_opts(nl_runtime *rt, const nl_dataset *ds, int max_ctx, const nl_eval_opts *o, nl_eval_result *r);
 /* What nl_eval_dataset checks before it scores anything, without running the model: every
  * choice fits max_ctx, some example has a target within it; r gets the counts of the examples,
