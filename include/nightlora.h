@@ -205,8 +205,10 @@ typedef struct {
     float dropout;                   /* 0.05 */
     double lr;                       /* 2e-4 (method "mezo": set it yourself, ~1e-4) */
     int64_t steps;                   /* 0: from epochs */
-    double epochs;                   /* 1 */
-    int batch_tokens;                /* 4096 */
+    double epochs;                   /* 3 */
+    int batch_tokens;                /* 0 (default): sized to the data, the largest of 4096, 2048, ...
+                                      * with at least 20 steps an epoch (4096 with steps); a resume
+                                      * takes its run's */
     int warmup;                      /* 0 */
     const char *schedule;            /* "cosine" (default) | "constant" */
     double lr_min;                   /* the cosine's floor; < 0: 0.1 * lr (default) */

@@ -417,8 +417,8 @@ static void test_param_checks(void) {
     p.dropout = 1.5f;
     REFUSED(p, "--dropout 1.5");
     train_params(&p, out, 2);
-    p.batch_tokens = 0;
-    REFUSED(p, "--batch-tokens 0");
+    p.batch_tokens = -1; /* 0 is the default: the batch sized to the data */
+    REFUSED(p, "--batch-tokens -1");
     train_params(&p, out, 2);
     p.steps = -3;
     REFUSED(p, "--steps -3");

@@ -87,6 +87,95 @@ static void test_steps_and_warning(void) {
     nl_dataset_free(&ds);
 }
 
+/* The batch of a run that gives none: sized to the data for NL_TRAIN_FEW_STEPS steps an epoch
+ * (the largest of 4096, 2048, ...), 4096 with --steps, a sequence a step where nothing gives
+ * enough; a resume takes its run.json's (a value that is no batch is not taken); a batch given
+ * is kept. */
+static void test_batch_sizing(const char *dir) {
+    nl_dataset ds;
+    nl_packing pk;
+    make_packing(120, 12, &ds, &pk); /* 1440 tokens: 4096..128 give at most 12 steps, 64 gives 24 */
+    nl_train_opts o;
+    nl_train_defaults(&o);
+    CHECK(o.batch_tokens == 0 && o.epochs == 3 && o.steps == 0);
+    int64_t pe = -1;
+    CHECK(nl_train_batch_for(&o, &pk, &pe) == 64 && pe == 24);
+    o.epochs = 0.5; /* the epochs asked for do not change the batch: an epoch's steps do */
+    CHECK(nl_train_batch_for(&o, &pk, &pe) == 64 && pe == 24);
+    o.epochs = 3;
+    CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_SIZED && o.batch_tokens == 64);
+    CHECK(nl_train_count_steps(&o, &pk, &pe) == 72 && pe == 24);
+    char note[200];
+    CHECKF(!strcmp(nl_train_batch_note(NL_BATCH_SIZED, note, sizeof note),
+                   "sized to the data: the largest of 4096, 2048, ... with at least 20 steps an epoch; --batch-tokens N sets one"), "%s", note);
+    /* a batch given is kept, however few steps it gives */
+    o.batch_tokens = 4096;
+    CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_GIVEN && o.batch_tokens == 4096);
+    /* --steps: the 4096-token batch */
+    o.batch_tokens = 0;
+    o.steps = 7;
+    CHECK(nl_train_batch_for(&o, &pk, &pe) == 4096 && pe == 1);
+    CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_SIZED && o.batch_tokens == 4096);
+    o.steps = 0;
+    o.batch_tokens = 0;
+    /* unshuffled data sizes the same */
+    o.shuffle = 0;
+    CHECK(nl_train_batch_for(&o, &pk, &pe) == 64 && pe == 24);
+    o.shuffle = 1;
+    /* a resume takes the batch its run.json records, sized or given */
+    char ck[300], path[320];
+    snprintf(ck, sizeof ck, "%s/sizing-ck", dir);
+    mkdir(ck, 0700);
+    snprintf(path, sizeof path, "%s/run.json", ck);
+    static const struct { const char *json; int how, bt; } rj[] = {
+        {"{\"batch_tokens\": \"512\", \"batch_sizing\": \"data\"}", NL_BATCH_RESUMED_SIZED, 512},
+        {"{\"batch_tokens\": \"4096\"}", NL_BATCH_RESUMED_GIVEN, 4096},
+        /* not a batch: sized anew (the resume then refuses a batch that differs, naming it) */
+        {"{\"batch_tokens\": \"0\", \"batch_sizing\": \"data\"}", NL_BATCH_SIZED, 64},
+        {"{\"batch_tokens\": \"12x\"}", NL_BATCH_SIZED, 64},
+        {"{\"batch_tokens\": \"-5\"}", NL_BATCH_SIZED, 64},
+        {"{\"batch_tokens\": \"99999999999999999999\"}", NL_BATCH_SIZED, 64},
+        {"{\"batch_tokens\": 512}", NL_BATCH_SIZED, 64},
+        {"[\"batch_tokens\", \"512\"]", NL_BATCH_SIZED, 64},
+        {"{\"batch_tokens\": \"51", NL_BATCH_SIZED, 64},
+    };
+    o.checkpoint_dir = ck;
+    for (size_t i = 0; i < sizeof rj / sizeof *rj; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(rj[i].json, f);
+        fclose(f);
+        o.batch_tokens = 0;
+        o.resume = 1;
+        int how = nl_train_resolve_batch(&o, &pk);
+        CHECKF(how == rj[i].how && o.batch_tokens == rj[i].bt, "%s: way %d, batch %d", rj[i].json, how, o.batch_tokens);
+        /* not a resume: run.json is not read */
+        o.batch_tokens = 0;
+        o.resume = 0;
+        CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_SIZED && o.batch_tokens == 64);
+        /* a batch given wins over run.json */
+        o.batch_tokens = 100;
+        o.resume = 1;
+        CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_GIVEN && o.batch_tokens == 100);
+    }
+    unlink(path);
+    o.batch_tokens = 0;
+    CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_SIZED && o.batch_tokens == 64); /* no run.json */
+    o.checkpoint_dir = NULL;
+    o.resume = 0;
+    nl_packing_free(&pk);
+    nl_dataset_free(&ds);
+    /* 5 sequences: no batch gives 20 steps; 16 tokens is the largest with a sequence a step */
+    make_packing(5, 12, &ds, &pk);
+    CHECK(nl_train_batch_for(&o, &pk, &pe) == 16 && pe == 5);
+    nl_packing_free(&pk);
+    nl_dataset_free(&ds);
+    /* longer sequences: halving reaches a sequence a step (256) with 30 steps */
+    make_packing(30, 200, &ds, &pk); /* 6000 tokens: 4096 gives 2 steps, 512 gives 15, 256 gives 30 */
+    CHECK(nl_train_batch_for(&o, &pk, &pe) == 256 && pe == 30);
+    nl_packing_free(&pk);
+    nl_dataset_free(&ds);
+}
+
 static void test_render(const nl_tokenizer *tok) {
     const char *a = "Tag:", *b = " travel";
     int32_t *ia, *ib;
@@ -165,8 +254,71 @@ static void test_dry_run_cli(const char *dir, const char *model) {
                         "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
     rc = nl_t_run(v3, errf, NULL);
     e = nl_t_slurp(errf, NULL);
-    CHECKF(rc == 0 && e && strstr(e, " 80 steps, ") && !strstr(e, "warning: "), "exit %d: %s", rc, e ? e : "");
+    CHECKF(rc == 0 && e && strstr(e, " 240 steps, ") && !strstr(e, "warning: "), "exit %d: %s", rc, e ? e : ""); /* 3 epochs */
     free(e);
+    unlink(out);
+    /* no --batch-tokens, --steps or --epochs: the batch sized to the data, said on the plan line and
+     * at the start; run.json records it and a resume keeps it (with --steps too, which alone
+     * would take 4096); a batch given overrides it */
+    const char *vd[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--dry-run", NULL};
+    rc = nl_t_run(vd, errf, outf);
+    o = nl_t_slurp(outf, NULL);
+    const char *pl = o ? strstr(o, "\nplan: ") : NULL, *bp = pl ? strstr(pl, "; --batch-tokens ") : NULL;
+    int bt = bp ? atoi(bp + 17) : 0;
+    long per = 0;
+    const char *pp = bp ? strstr(bp, " (sized to the data: the largest of 4096, 2048, ... with at least 20 steps an epoch;"
+                                      " --batch-tokens N sets one): ") : NULL;
+    if (pp) per = atol(strchr(pp, ')') + 3);
+    char wantp[256];
+    snprintf(wantp, sizeof wantp, " steps an epoch; --epochs 3: %ld optimizer steps\n", 3 * per);
+    CHECKF(rc == 0 && pp && bt >= 1 && bt < 4096 && per >= 20 && strstr(pp, wantp) && !strstr(o, "warning: only"), "exit %d: %s", rc,
+           o ? o : "");
+    free(o);
+    char ck2[600], rj[640], again[600];
+    snprintf(ck2, sizeof ck2, "%s/ck-sized", dir);
+    snprintf(rj, sizeof rj, "%s/run.json", ck2);
+    snprintf(again, sizeof again, "%s/again.gguf", dir);
+    const char *vs[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2,
+                        "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    rc = nl_t_run(vs, errf, NULL);
+    char wantb[256], wantj[128];
+    snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), sized to the data: the largest of 4096, 2048, ...", bt,
+             per);
+    snprintf(wantj, sizeof wantj, "\"batch_tokens\": \"%d\",", bt);
+    e = nl_t_slurp(errf, NULL);
+    char *j = nl_t_slurp(rj, NULL);
+    CHECKF(rc == 0 && e && strstr(e, wantb) && j && strstr(j, wantj), "exit %d: %s\n%s", rc, e ? e : "", j ? j : "");
+    free(e);
+    free(j);
+    /* resumed with more --steps: the run's batch, not --steps' 4096 */
+    const char *vr[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--resume",
+                        "--steps", "300", "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    rc = nl_t_run(vr, errf, NULL);
+    snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), the resumed run's (run.json)\n",
+             bt, per);
+    e = nl_t_slurp(errf, NULL);
+    j = nl_t_slurp(rj, NULL);
+    CHECKF(rc == 0 && e && strstr(e, "resumed from ") && strstr(e, "/300") && strstr(e, wantb) && j && strstr(j, wantj) &&
+           strstr(j, "\"steps\": \"300\""), "exit %d: %s\n%s", rc, e ? e : "", j ? j : "");
+    free(e);
+    free(j);
+    /* a batch given on the resume overrides run.json's: here another batch than the commits' */
+    const char *vx[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--resume",
+                        "--batch-tokens", "4096", "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    rc = nl_t_run(vx, errf, NULL);
+    snprintf(wantb, sizeof wantb, "cannot resume: this run's settings differ from those the commits were made with: batch_tokens %d there,"
+             " 4096 now", bt);
+    CHECKF(rc == 1 && nl_t_file_has(errf, wantb) && !nl_t_file_has(errf, "\nbatch: "), "exit %d", rc);
+    /* a fresh run given its batch: no batch line */
+    snprintf(ck2, sizeof ck2, "%s/ck-given", dir);
+    snprintf(rj, sizeof rj, "%s/run.json", ck2);
+    const char *vg[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--batch-tokens", "128",
+                        "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    rc = nl_t_run(vg, errf, NULL);
+    j = nl_t_slurp(rj, NULL);
+    CHECKF(rc == 0 && !nl_t_file_has(errf, "\nbatch: ") && j && strstr(j, "\"batch_tokens\": \"128\","),
+           "exit %d: %s", rc, j ? j : "");
+    free(j);
     unlink(out);
     /* no --out needed; a data error is the run's own, at file:line */
     f = fopen(data, "w");
@@ -184,6 +336,7 @@ int main(void) {
     test_steps_and_warning();
     char dir[256], model[300];
     if (nl_t_tmpdir(dir, sizeof dir, "test_plan")) return 1;
+    test_batch_sizing(dir);
     snprintf(model, sizeof model, "%s/tiny.gguf", dir);
     if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F32, 3, model)) {
         fprintf(stderr, "%s\n", nl_last_error());

@@ -61,7 +61,7 @@ int nl_train_check_opts(const nl_train_opts *o) {
     if (in_range("rank", o->rank, NULL, 0) || in_range("alpha", o->alpha, NULL, 0) || in_range("dropout", o->dropout, NULL, 0) ||
         in_range("lr", o->lr, NULL, 0) || (o->lr_min >= 0 && in_range("lr-min", o->lr_min, NULL, 0)) ||
         (isnan(o->lr_min) && in_range("lr-min", o->lr_min, NULL, 0)) || in_range("steps", (double)o->steps, "from epochs", 0) ||
-        (o->steps == 0 && in_range("epochs", o->epochs, NULL, 0)) || in_range("batch-tokens", o->batch_tokens, NULL, 0) ||
+        (o->steps == 0 && in_range("epochs", o->epochs, NULL, 0)) || in_range("batch-tokens", o->batch_tokens, "sized to the data", 0) ||
         in_range("commit-every", (double)o->commit_every, NULL, 0) || in_range("save-every", (double)o->save_every, "off", 0) ||
         in_range("act-budget-mb", (double)o->act_budget_mb, "from the memory available", -1) || in_range("warmup", o->warmup, NULL, 0) ||
         (!(o->clip <= 0) && in_range("clip", o->clip, NULL, 0)) || in_range("weight-decay", o->weight_decay, NULL, 0) ||

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
+#include "util/json.h"
 #include "train/trainer_impl.h"
 #include "util/util.h"
 
@@ -98,6 +99,84 @@ static int64_t steps_with(const nl_train_opts *o, const nl_packing *pk, int batc
     c.epochs = epochs;
     c.batch_tokens = batch_tokens;
     return nl_train_count_steps(&c, pk, per_epoch);
+}
+
+int nl_train_batch_for(const nl_train_opts *o, const nl_packing *pk, int64_t *per_epoch) {
+    int bt = NL_TRAIN_BATCH_TOKENS;
+    int64_t pe = 0;
+    if (o->steps > 0) {
+        if (per_epoch && steps_with(o, pk, bt, 1, per_epoch) < 0) return -1;
+        return bt;
+    }
+    for (;;) {
+        if (steps_with(o, pk, bt, 1, &pe) < 0) return -1;
+        /* enough steps, or a sequence a step already (a smaller batch gives no more: the
+         * first such batch, halving, is the largest) */
+        if (pe >= NL_TRAIN_FEW_STEPS || pe >= pk->n || bt == 1) break;
+        bt /= 2;
+    }
+    if (per_epoch) *per_epoch = pe;
+    return bt;
+}
+
+/* DIR/run.json's value of key as a string (malloc'd), or NULL when the file or the key is not
+ * there or not readable (no error set). */
+static char *run_json_value(const char *dir, const char *key) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/run.json", dir) >= (int)sizeof path) return NULL;
+    size_t len;
+    char *buf = nl_read_file(path, &len), *val = NULL;
+    if (!buf) {
+        nl_clear_error();
+        return NULL;
+    }
+    nl_json *j = nl_json_parse(buf, len, NULL);
+    const nl_json *v = nl_json_is_object(j) ? nl_json_get(j, key) : NULL;
+    if (nl_json_is_string(v) && !memchr(v->u.str.s, 0, v->u.str.len) && (val = malloc(v->u.str.len + 1))) {
+        memcpy(val, v->u.str.s, v->u.str.len);
+        val[v->u.str.len] = 0;
+    }
+    nl_json_free(j);
+    free(buf);
+    nl_clear_error();
+    return val;
+}
+
+int nl_train_resolve_batch(nl_train_opts *o, const nl_packing *pk) {
+    if (o->batch_tokens > 0) return NL_BATCH_GIVEN;
+    if (o->resume && o->checkpoint_dir) {
+        /* the run resumed keeps its batch: a string of digits in the flag's range, nothing else */
+        char *v = run_json_value(o->checkpoint_dir, "batch_tokens");
+        const nl_train_range *r = nl_train_range_of("batch-tokens");
+        char *end = NULL;
+        long long bt = v && v[0] >= '0' && v[0] <= '9' ? strtoll(v, &end, 10) : 0;
+        const int ok = end && !*end && bt >= (long long)r->lo && bt <= (long long)r->hi;
+        free(v);
+        if (ok) {
+            char *how = run_json_value(o->checkpoint_dir, "batch_sizing");
+            const int sized = how && !strcmp(how, "data");
+            free(how);
+            o->batch_tokens = (int)bt;
+            return sized ? NL_BATCH_RESUMED_SIZED : NL_BATCH_RESUMED_GIVEN;
+        }
+    }
+    int bt = nl_train_batch_for(o, pk, NULL);
+    if (bt < 0) return -1;
+    o->batch_tokens = bt;
+    return NL_BATCH_SIZED;
+}
+
+const char *nl_train_batch_note(int how, char *buf, size_t cap) {
+    if (how == NL_BATCH_SIZED)
+        snprintf(buf, cap, "sized to the data: the largest of %d, %d, ... with at least %d steps an epoch; --batch-tokens N"
+                 " sets one", NL_TRAIN_BATCH_TOKENS, NL_TRAIN_BATCH_TOKENS / 2, NL_TRAIN_FEW_STEPS);
+    else if (how == NL_BATCH_RESUMED_SIZED)
+        snprintf(buf, cap, "the resumed run's, sized to its data (run.json)");
+    else if (how == NL_BATCH_RESUMED_GIVEN)
+        snprintf(buf, cap, "the resumed run's (run.json)");
+    else
+        buf[0] = 0;
+    return buf;
 }
 
 int nl_train_short_run(const nl_train_opts *o, const nl_packing *pk, int64_t total, int64_t per_epoch, char *buf,
@@ -198,8 +277,9 @@ static const char *format_name(nl_line_format f) {
     return f == NL_LINE_PROMPT ? "prompt/completion" : f == NL_LINE_MESSAGES ? "chat" : f == NL_LINE_TEXT ? "text" : "tokens";
 }
 
-int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
-    if (!o->model || !o->data) return nl_err("train: --model and --data are required");
+int nl_train_dry_run(const nl_train_opts *given, int n_show, FILE *f) {
+    if (!given->model || !given->data) return nl_err("train: --model and --data are required");
+    nl_train_opts run = *given, *o = &run; /* the batch made the run's (nl_train_resolve_batch) */
     nl_model *m = nl_model_load(o->model);
     if (!m) return -1;
     nl_tokenizer *tok = NULL;
@@ -213,6 +293,8 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
     }
     if (m->warning) fprintf(f, "warning: %s: %s\n", o->model, m->warning);
     if (nl_train_load_data(o, m, tok, &ds, &pk, &max_ctx, &held)) goto done;
+    const int how = nl_train_resolve_batch(o, &pk);
+    if (how < 0) goto done;
     int64_t per_epoch = 0, total = nl_train_count_steps(o, &pk, &per_epoch);
     if (total < 0) goto done;
     fprintf(f, "dry run: %s on %s; nothing is trained or written\n", o->model, o->data);
@@ -242,13 +324,15 @@ int nl_train_dry_run(const nl_train_opts *o, int n_show, FILE *f) {
         tokens += pk.seq[i].n_tokens;
         targets += pk.seq[i].n_targets;
     }
-    char run[64];
-    if (o->steps > 0) snprintf(run, sizeof run, "--steps %" PRId64, o->steps);
-    else snprintf(run, sizeof run, "--epochs %g", o->epochs);
+    char what[64];
+    if (o->steps > 0) snprintf(what, sizeof what, "--steps %" PRId64, o->steps);
+    else snprintf(what, sizeof what, "--epochs %g", o->epochs);
+    char note[160], why[176] = "";
+    if (how != NL_BATCH_GIVEN) snprintf(why, sizeof why, " (%s)", nl_train_batch_note(how, note, sizeof note));
     fprintf(f, "\nplan: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), %" PRId64
-            " tokens and %" PRId64 " targets an epoch; --batch-tokens %d: %" PRId64 " steps an epoch; %s: %" PRId64
-            " optimizer steps\n", ds.n, pk.n, pk.n_truncated, max_ctx, pk.n_dropped, tokens, targets, o->batch_tokens, per_epoch,
-            run, total);
+            " tokens and %" PRId64 " targets an epoch; --batch-tokens %d%s: %" PRId64 " steps an epoch; %s: %" PRId64
+            " optimizer steps\n", ds.n, pk.n, pk.n_truncated, max_ctx, pk.n_dropped, tokens, targets, o->batch_tokens, why,
+            per_epoch, what, total);
     char warn[640];
     if (nl_dataset_note(&ds, warn, sizeof warn)[0]) fprintf(f, "data: %s\n", warn);
     if (nl_train_short_run(o, &pk, total, per_epoch, warn, sizeof warn)) goto done;

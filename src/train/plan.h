@@ -14,8 +14,11 @@
 #include "model/model.h"
 #include "train/trainer.h"
 
-/* Fewer optimizer steps than this draw the short-run warning. */
+/* Fewer optimizer steps than this draw the short-run warning; a batch sized to the data gives
+ * an epoch at least this many. */
 #define NL_TRAIN_FEW_STEPS 20
+/* The largest batch a run sizes to its data, and the batch of a --steps run without one. */
+#define NL_TRAIN_BATCH_TOKENS 4096
 
 /* The run's data: o->data read with the model's tokenizer (o->chat_template,
  * o->strict_keys, o->columns, o->alpaca_prompt), with o->val_split its held-out examples moved into *held
@@ -30,6 +33,27 @@ int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_token
  * last epoch is that share of its batches, rounded up), at least 1. *per_epoch (may be NULL):
  * the first epoch's batches. -1 on error (out of memory). */
 int64_t nl_train_count_steps(const nl_train_opts *o, const nl_packing *pk, int64_t *per_epoch);
+
+/* The batch of a run that gives none (o->batch_tokens 0) over pk: NL_TRAIN_BATCH_TOKENS for a
+ * run of o->steps, else the largest of 4096, 2048, 1024, ... whose first epoch has at least
+ * NL_TRAIN_FEW_STEPS batches (where none does, the largest that gives one sequence a batch):
+ * what a small personal dataset needs to learn, where one 4096-token batch can hold a whole
+ * epoch. *per_epoch (may be NULL): that batch's steps an epoch. -1 on error. */
+int nl_train_batch_for(const nl_train_opts *o, const nl_packing *pk, int64_t *per_epoch);
+
+/* How a run's batch was chosen (nl_train_resolve_batch). */
+enum { NL_BATCH_GIVEN, NL_BATCH_SIZED, NL_BATCH_RESUMED_SIZED, NL_BATCH_RESUMED_GIVEN };
+
+/* o->batch_tokens made the run's: kept when given (NL_BATCH_GIVEN); with 0, on o->resume the
+ * batch o->checkpoint_dir/run.json records (its "batch_sizing" "data": NL_BATCH_RESUMED_SIZED,
+ * else NL_BATCH_RESUMED_GIVEN), so that a resume keeps the run's batch whatever else it
+ * changes (--steps); otherwise nl_train_batch_for (NL_BATCH_SIZED). A run.json batch that is no
+ * integer in the flag's range is not taken. Returns the way, or -1 on error. */
+int nl_train_resolve_batch(nl_train_opts *o, const nl_packing *pk);
+
+/* What the plan says of a batch chosen by `how` (not NL_BATCH_GIVEN), into buf: "sized to the
+ * data for at least 20 steps an epoch" ... ; "" for NL_BATCH_GIVEN. */
+const char *nl_train_batch_note(int how, char *buf, size_t cap);
 
 /* The short-run warning, without the "warning: " prefix, into buf: the run has fewer than
  * NL_TRAIN_FEW_STEPS optimizer steps, or covers less than one epoch; it names the cause

@@ -44,8 +44,8 @@ void nl_train_defaults(nl_train_opts *o) {
     o->alpha = 32.0f;
     o->dropout = 0.05f;
     o->lr = 2e-4;
-    o->epochs = 1.0;
-    o->batch_tokens = 4096;
+    o->epochs = 3.0;
+    o->batch_tokens = 0; /* sized to the data (train/plan.h) */
     o->cosine = 1;
     o->lr_min = -1;
     o->clip = 1.0;
@@ -667,7 +667,7 @@ static int check_opts(const nl_train_opts *o) {
     if (o->mem_limit_mb < 0 || !isfinite(o->mem_limit_mb)) return nl_err("--mem-limit-mb %g: expected > 0", o->mem_limit_mb);
     if (o->overlap && strcmp(o->overlap, "auto") && strcmp(o->overlap, "on") && strcmp(o->overlap, "off"))
         return nl_err("--overlap %s: expected auto, on or off", o->overlap);
-    if (o->batch_tokens < 1) return nl_err("--batch-tokens %d: expected >= 1", o->batch_tokens);
+    if (o->batch_tokens < 0) return nl_err("--batch-tokens %d: expected >= 1 (0: sized to the data)", o->batch_tokens);
     if (o->dropout < 0 || o->dropout >= 1) return nl_err("--dropout %g: expected 0 <= p < 1", o->dropout);
     if (!(o->lr > 0)) return nl_err("--lr %g: expected > 0", o->lr);
     if (o->cosine && !(o->lr_min < 0) && !(o->lr_min <= o->lr))
@@ -1032,6 +1032,9 @@ static int start_run(nl_trainer *t, int64_t *step) {
                 o->model, o->data, t->ds.n, t->pk.n, t->pk.n_truncated, t->max_ctx, t->pk.n_dropped, t->total, t->ad->n,
                 t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
         char warn[640];
+        if (t->batch_sized != NL_BATCH_GIVEN)
+            fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens, t->per_epoch,
+                    nl_train_batch_note(t->batch_sized, warn, sizeof warn));
         if (nl_dataset_note(&t->ds, warn, sizeof warn)[0]) fprintf(o->progress, "data: %s\n", warn);
         if (nl_train_short_run(o, &t->pk, t->total, t->per_epoch, warn, sizeof warn)) return -1;
         if (warn[0]) fprintf(o->progress, "warning: %s\n", warn);
@@ -1275,7 +1278,9 @@ static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
 int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hooked(o, NULL, res); }
 
 int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
-    nl_trainer t = {.o = o, .lock_fd = -1, .lock_dir_fd = -1};
+    /* the run's own options: o with its batch made the run's once the data is packed */
+    nl_train_opts run = *o;
+    nl_trainer t = {.o = &run, .lock_fd = -1, .lock_dir_fd = -1};
     if (h) t.hk = *h;
     memset(res, 0, sizeof *res);
     int rc = -1;
@@ -1288,7 +1293,7 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd, &t.lock_dir_fd)) return -1;
 
     int64_t step = 0;
-    if (open_run(&t) || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
+    if (open_run(&t) || (t.batch_sized = nl_train_resolve_batch(&run, &t.pk)) < 0 || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
     if (model_changed(&t, t.last_commit)) goto done;
     t.run_start = nl_now();
     /* a run cancelled before its first step takes none (the adapter as it starts is written) */

@@ -50,8 +50,11 @@ typedef struct {
     float dropout;                       /* 0.05 */
     double lr;                           /* 2e-4 */
     int64_t steps;                       /* 0: from epochs */
-    double epochs;                       /* 1 */
-    int batch_tokens;                    /* 4096 */
+    double epochs;                       /* 3 */
+    int batch_tokens;                    /* 0 (the default): sized to the data (nl_train_batch_for:
+                                          * the largest of 4096, 2048, ... giving an epoch at least
+                                          * NL_TRAIN_FEW_STEPS steps; 4096 with steps), a resume
+                                          * taking its run's (run.json) */
     int warmup;                          /* warmup steps */
     int cosine;                          /* 1: cosine schedule, 0: constant */
     double lr_min;                       /* the cosine's floor, reached after the last step

@@ -53,6 +53,8 @@ typedef struct {
     int max_ctx;            /* the longest sequence the data was packed to */
     int64_t total;          /* optimizer steps of the whole run */
     int64_t per_epoch;      /* the first epoch's batches (train/plan.h) */
+    int batch_sized;        /* batch_tokens was 0: the run's batch sized to the data (1) or taken
+                             * from the run resumed, as it was sized there (2) or set there (3) */
     nl_schedule sched;      /* the learning rate of each step */
     nl_adamw aw;            /* backprop: AdamW's settings (lr set each step) */
     nl_mezo_cfg mz;         /* MeZO: its settings (lr set each step) */
