@@ -259,7 +259,7 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     unlink(out);
     /* no --batch-tokens, --steps or --epochs: the batch sized to the data, said on the plan line and
      * at the start; run.json records it and a resume keeps it (with --steps too, which alone
-     * would take 4096); a batch given overrides it */
+     * would take 4096), a --config run.json replays it; a batch given overrides it */
     const char *vd[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--dry-run", NULL};
     rc = nl_t_run(vd, errf, outf);
     o = nl_t_slurp(outf, NULL);
@@ -284,7 +284,7 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     char wantb[256], wantj[128];
     snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), sized to the data: the largest of 4096, 2048, ...", bt,
              per);
-    snprintf(wantj, sizeof wantj, "\"batch_tokens\": \"%d\",", bt);
+    snprintf(wantj, sizeof wantj, "\"batch_tokens\": \"%d\",\n  \"batch_sizing\": \"data\",", bt);
     e = nl_t_slurp(errf, NULL);
     char *j = nl_t_slurp(rj, NULL);
     CHECKF(rc == 0 && e && strstr(e, wantb) && j && strstr(j, wantj), "exit %d: %s\n%s", rc, e ? e : "", j ? j : "");
@@ -294,7 +294,7 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     const char *vr[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--resume",
                         "--steps", "300", "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
     rc = nl_t_run(vr, errf, NULL);
-    snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), the resumed run's (run.json)\n",
+    snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), the resumed run's, sized to its data (run.json)\n",
              bt, per);
     e = nl_t_slurp(errf, NULL);
     j = nl_t_slurp(rj, NULL);
@@ -309,14 +309,19 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     snprintf(wantb, sizeof wantb, "cannot resume: this run's settings differ from those the commits were made with: batch_tokens %d there,"
              " 4096 now", bt);
     CHECKF(rc == 1 && nl_t_file_has(errf, wantb) && !nl_t_file_has(errf, "\nbatch: "), "exit %d", rc);
-    /* a fresh run given its batch: no batch line */
+    /* --config run.json: batch_sizing is a record, batch_tokens its flag (the plan says the batch given) */
+    const char *vc[] = {NL_CLI, "train", "--config", rj, "--out", again, "--dry-run", NULL};
+    rc = nl_t_run(vc, errf, outf);
+    snprintf(wantb, sizeof wantb, "; --batch-tokens %d: %ld steps an epoch; --steps 300: 300 optimizer steps\n", bt, per);
+    CHECKF(rc == 0 && nl_t_file_has(outf, wantb), "exit %d", rc);
+    /* a fresh run given its batch: no batch line, no batch_sizing */
     snprintf(ck2, sizeof ck2, "%s/ck-given", dir);
     snprintf(rj, sizeof rj, "%s/run.json", ck2);
     const char *vg[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--batch-tokens", "128",
                         "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
     rc = nl_t_run(vg, errf, NULL);
     j = nl_t_slurp(rj, NULL);
-    CHECKF(rc == 0 && !nl_t_file_has(errf, "\nbatch: ") && j && strstr(j, "\"batch_tokens\": \"128\","),
+    CHECKF(rc == 0 && !nl_t_file_has(errf, "\nbatch: ") && j && strstr(j, "\"batch_tokens\": \"128\",") && !strstr(j, "batch_sizing"),
            "exit %d: %s", rc, j ? j : "");
     free(j);
     unlink(out);

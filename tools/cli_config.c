@@ -5,7 +5,8 @@
  * "model_path" / "data_path" are --model / --data, "targets" keeps its list (the part before
  * " ("), "shuffle": "0" is --no-shuffle, "template": "auto" and an empty value are no flag, and
  * "val_data_path" is --val-data, and the record-only keys of run.json (the content hashes
- * "model" / "data", "init", "kernels", "validation") are skipped. A value is a string, a number or a boolean (true: the flag is given; false: not),
+ * "model" / "data", "init", "kernels", "validation", "batch_sizing": its "batch_tokens" is the
+ * batch sized, given as --batch-tokens) are skipped. A value is a string, a number or a boolean (true: the flag is given; false: not),
  * or a list of strings (the flag's comma-separated value: "targets": ["q", "v"]); a key that is
  * no flag of the command is an error naming the file, line and key, and the nearest known flag
  * (nl_cli_suggest: "learning_rate" -> "lr").
@@ -132,7 +133,7 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         const nl_json *v = &m->value;
         /* run.json's record-only keys: the content hashes of model and data, init, kernels */
         if ((!strcmp(key, "model") || !strcmp(key, "data")) && is_hash(v)) continue;
-        if (!strcmp(key, "init") || !strcmp(key, "kernels") || !strcmp(key, "validation")) continue;
+        if (!strcmp(key, "init") || !strcmp(key, "kernels") || !strcmp(key, "validation") || !strcmp(key, "batch-sizing")) continue;
         /* --steps and --epochs exclude each other: the command line's wins */
         if ((!strcmp(key, "steps") && nl_cli_opt(argc, argv, "epochs")) || (!strcmp(key, "epochs") && nl_cli_opt(argc, argv, "steps")))
             continue;

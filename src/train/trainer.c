@@ -380,6 +380,9 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     /* the schedule: recorded, not hashed; a resume may change it (resume_from) */
     nl_desc_add(d, "steps", NL_KV_SCHEDULE, "%" PRId64, total);
     nl_desc_add(d, "batch_tokens", NL_KV_CONFIG, "%d", o->batch_tokens);
+    /* a batch sized to the data says so (record only): a resume keeps it (nl_train_resolve_batch) */
+    if (t->batch_sized == NL_BATCH_SIZED || t->batch_sized == NL_BATCH_RESUMED_SIZED)
+        nl_desc_add(d, "batch_sizing", NL_KV_INFO, "data");
     nl_desc_add(d, "lr", NL_KV_SCHEDULE, "%s", nl_desc_num(nb, sizeof nb, o->lr, 0));
     nl_desc_add(d, "schedule", NL_KV_SCHEDULE, "%s", o->cosine ? "cosine" : "constant");
     /* the floor is reached after the last step (a commit of the older schedule, which gave
