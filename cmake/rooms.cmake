@@ -1,10 +1,10 @@
 # The rooms of the library and their order (docs/architecture.md): a room may include its own
 # headers and those of the rooms below it, never one above it or beside it.
-#   util -> sys -> model -> cpu -> data -> proj -> nn -> train | eval -> api -> tools
-# train and eval stand side by side: neither includes the other. api/ (the public C API of
-# include/nightlora.h) is over both; tools/ (the CLI) is on top.
-set(NL_ROOMS util sys model cpu data proj nn train eval api tools)
-set(NL_ROOM_ORDER "util -> sys -> model -> cpu -> data -> proj -> nn -> train | eval -> api -> tools")
+#   util -> sys -> model -> cpu -> data -> proj -> nn -> eval -> train -> api -> tools
+# eval/ (the scorer, sessions, the report) is below train/, whose validation runs eval's scorer.
+# api/ (the public C API of include/nightlora.h) is over both; tools/ (the CLI) is on top.
+set(NL_ROOMS util sys model cpu data proj nn eval train api tools)
+set(NL_ROOM_ORDER "util -> sys -> model -> cpu -> data -> proj -> nn -> eval -> train -> api -> tools")
 set(NL_ROOM_RANK_util 0)
 set(NL_ROOM_RANK_sys 1)
 set(NL_ROOM_RANK_model 2)
@@ -12,10 +12,10 @@ set(NL_ROOM_RANK_cpu 3)
 set(NL_ROOM_RANK_data 4)
 set(NL_ROOM_RANK_proj 5)
 set(NL_ROOM_RANK_nn 6)
-set(NL_ROOM_RANK_train 7)
 set(NL_ROOM_RANK_eval 7)
-set(NL_ROOM_RANK_api 8)
-set(NL_ROOM_RANK_tools 9)
+set(NL_ROOM_RANK_train 8)
+set(NL_ROOM_RANK_api 9)
+set(NL_ROOM_RANK_tools 10)
 
 # Why room `from` may not use room `to` ("above it", "beside it"), or "" when it may (its own
 # room, one below it, or a name that is no room).

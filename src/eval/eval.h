@@ -1,10 +1,10 @@
 /* eval/eval: loss, perplexity and labelled accuracy of a model (+ adapter) on a dataset
- * (`nightlora eval`, the public API's nl_eval_dataset). The scorer itself is nn/score.h, the one
- * training's validation runs too (train and eval may not include each other). */
+ * (`nightlora eval`, the public API's nl_eval_dataset). The scorer itself is eval/score.h, the one
+ * training's validation runs too (train, the room above, includes it). */
 #ifndef NL_EVAL_H
 #define NL_EVAL_H
 
-#include "nn/score.h"
+#include "eval/score.h"
 
 /* `nightlora eval` over a JSONL file: loaded with tok (the model's vocabulary; NULL: tokens
  * lines only) and opts (NULL: the defaults; its n_vocab is the model's whatever it says), cut

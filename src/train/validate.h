@@ -2,7 +2,7 @@
  * the best adapter kept (--keep-best loss|accuracy) and early stop (--early-stop P).
  *
  * An evaluation scores the validation set with the adapter being trained through the run's own
- * runtime and service: nn/score's nl_eval_dataset, the scorer `nightlora eval` runs, so the loss
+ * runtime and service: eval/score's nl_eval_dataset, the scorer `nightlora eval` runs, so the loss
  * at the end equals `nightlora eval --adapter OUT` on the same file whenever eval's service has
  * the training's numerics (a model already in its resident types, e.g. Q8_0 with --precision
  * auto; else eval --precision P with the training's P). Dropout is off, nothing is learned.
@@ -20,7 +20,7 @@
 #include <stdio.h>
 
 #include "model/adapter.h"
-#include "nn/score.h"
+#include "eval/score.h"
 #include "train/trainer.h" /* NL_KEEP_* */
 
 

@@ -1,5 +1,5 @@
 /* Scoring a dataset (loss, accuracy); see score.h. */
-#include "nn/score.h"
+#include "eval/score.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
-/* nn/score: loss, perplexity and labelled accuracy of a model (+ adapter) on a dataset, through
+/* eval/score: loss, perplexity and labelled accuracy of a model (+ adapter) on a dataset, through
  * the model forward (nn/forward.h). One scorer for `nightlora eval` (eval/eval.h) and for the
- * validation during training (train/validate.h): train and eval stand side by side and neither
- * includes the other, so the scoring they share lives here, below both. */
+ * validation during training (train/validate.h): eval is the room below train, so training's
+ * validation runs the evaluation's own scorer. */
 #ifndef NL_SCORE_H
 #define NL_SCORE_H
 

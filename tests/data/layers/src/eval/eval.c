@@ -1,0 +1,2 @@
+#include "eval/eval.h"
+#include "train/trainer.h"
