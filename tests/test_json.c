@@ -2,6 +2,7 @@
 #include <stdint.h>
 
 #include "util/json.h"
+#include "util/yaml.h"
 #include "test.h"
 #include "util/util.h"
 
@@ -393,6 +394,41 @@ static void test_fuzz(void) {
     CHECK(prefix_ok);
 }
 
+/* util/yaml's \u escapes: what it accepts the JSON reader takes (a surrogate pair), what the
+ * JSON reader would refuse (a lone surrogate) it refuses at its line:column (found by fuzz_yaml:
+ * a lone \uDDDF passed through) */
+static void test_yaml_unicode(void) {
+    static const struct {
+        const char *doc;
+        int ok, line, col;
+    } cs[] = {
+        {"a: \"\\u00e9\"\n", 1, 0, 0},
+        {"a: \"x \\uD83D\\uDE00 y\"\n", 1, 0, 0},
+        {"a: \"ok\"\nb: \"tab \\uDDDF\"\n", 0, 2, 9},
+        {"a: \"\\uD83D\"\n", 0, 1, 5},
+        {"a: \"\\uD83Dx\"\n", 0, 1, 5},
+        {"a: \"\\uD83D\\u0041\"\n", 0, 1, 5},
+        {"a: \"\\u00eG\"\n", 0, 1, 5},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char *js = NULL;
+        size_t n = 0;
+        nl_yaml_error ye;
+        const int rc = nl_yaml_to_json(cs[i].doc, strlen(cs[i].doc), &js, &n, &ye);
+        if (cs[i].ok) {
+            CHECKF(rc == 0, "yaml case %zu: %s", i, ye.msg);
+            nl_json_error je;
+            nl_json *j = rc == 0 ? nl_json_parse(js, n, &je) : NULL;
+            CHECKF(j != NULL, "yaml case %zu: the JSON reader refused its conversion: %s", i, js ? js : "");
+            nl_json_free(j);
+        } else {
+            CHECKF(rc != 0 && ye.line == cs[i].line && ye.col == cs[i].col, "yaml case %zu: rc %d at %d:%d (%s), want %d:%d",
+                   i, rc, ye.line, ye.col, ye.msg, cs[i].line, cs[i].col);
+        }
+        free(js);
+    }
+}
+
 int main(void) {
     test_valid();
     test_invalid();
@@ -402,5 +438,6 @@ int main(void) {
     test_large_and_dups();
     test_escape_roundtrip();
     test_fuzz();
+    test_yaml_unicode();
     return nl_t_done();
 }

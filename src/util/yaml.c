@@ -172,13 +172,28 @@ static int quoted(yrd *y, size_t p, size_t e, size_t *end) {
                 continue;
             }
             if (x == 'u') {
-                for (int k = 0; k < 4; k++) {
-                    const char h = i + 2 + (size_t)k < e ? y->s[i + 2 + (size_t)k] : 0;
-                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
-                        return fail(y, i, "\\u needs four hex digits");
+                /* four hex digits; a surrogate only as a high one followed by a \u low one (the
+                 * JSON reader refuses a lone one: the subset does too, at its place) */
+                unsigned v[2] = {0, 0};
+                int n_u = 1;
+                for (int u = 0; u < n_u; u++) {
+                    const size_t at = i + 6 * (size_t)u;
+                    if (u && (at + 1 >= e || y->s[at] != '\\' || y->s[at + 1] != 'u'))
+                        return fail(y, i, "\\u%04X is a high surrogate without a \\u low one after it", v[0]);
+                    for (int k = 0; k < 4; k++) {
+                        const char h = at + 2 + (size_t)k < e ? y->s[at + 2 + (size_t)k] : 0;
+                        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                        if (d < 0) return fail(y, at, "\\u needs four hex digits");
+                        v[u] = v[u] << 4 | (unsigned)d;
+                    }
+                    if (!u && v[0] >= 0xD800 && v[0] <= 0xDBFF) n_u = 2;
+                    else if (!u && v[0] >= 0xDC00 && v[0] <= 0xDFFF)
+                        return fail(y, i, "\\u%04X is a lone low surrogate (not a character)", v[0]);
+                    else if (u && !(v[1] >= 0xDC00 && v[1] <= 0xDFFF))
+                        return fail(y, i, "\\u%04X is a high surrogate without a \\u low one after it", v[0]);
                 }
-                put(o, y->s + i, 6);
-                i += 6;
+                put(o, y->s + i, 6 * (size_t)n_u);
+                i += 6 * (size_t)n_u;
                 continue;
             }
             return fail(y, i, "the escape \\%c is not in the subset (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX are)", x);
