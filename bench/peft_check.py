@@ -25,6 +25,16 @@ the logits must agree to TOL.
         directory: `nightlora logits --adapter DIR` vs PEFT's logits, `nightlora eval` loss on the
         prompts vs PEFT's cross-entropy; `export --format gguf` then `--format peft` gives back
         PEFT's tensors bit for bit.
+  readme (--readme README.md, SmolLM2 only) the README's PEFT lines as printed: its `nightlora export
+        --format peft ... --base-model HuggingFaceTB/SmolLM2-135M-Instruct` on the adapter trained
+        above (the README's build/nightlora, $M and my-adapter.gguf are this run's) writes that id as
+        base_model_name_or_path, and its `python -c "from peft import AutoPeftModelForCausalLM; ..."`
+        runs verbatim (exit 0), then once more with the logits of the `m` it loads: within TOL of
+        `nightlora logits --adapter`. There is no network to huggingface.co here, so the id resolves
+        offline (HF_HUB_OFFLINE=1) to a Hugging Face cache under DIR (HF_HOME) whose snapshot of that
+        repository is the transformers model this check loaded from the GGUF (FP32 safetensors and
+        its config.json): the loading path is AutoPeftModelForCausalLM's own (config, base by
+        name, adapter), the base's weights are the GGUF's, not the repository's BF16 originals.
 
 Prints one row per check and writes DIR/peft-check.json; exits 1 when a check fails."""
 import argparse
@@ -107,6 +117,89 @@ def compare_logits(rep, name, ours, theirs, base, what):
             f"the adapter moves the logits by up to {effect:.3f}")
 
 
+def readme_block(path):
+    """The README's export command (backslash lines joined) and its python -c command, from the
+    fenced block that loads the export with AutoPeftModelForCausalLM."""
+    text = open(path).read()
+    for block in re.findall(r"```\n(.*?)```", text, re.S):
+        if "AutoPeftModelForCausalLM" not in block:
+            continue
+        lines = re.sub(r"\\\n\s*", " ", block).splitlines()
+        export = next(l for l in lines if " export " in l and "--format peft" in l)
+        py = next(l for l in lines if l.startswith("python -c ") and "AutoPeftModelForCausalLM" in l)
+        return export, py
+    raise RuntimeError(f"{path}: no block loads an export with AutoPeftModelForCausalLM")
+
+
+def readme_rows(a, rep, nl_gguf, base, prompts, ours, base_logits):
+    """The README's PEFT lines as printed (the module docstring's `readme` row)."""
+    import shlex
+    export, py = readme_block(a.readme)
+    # the README's export, with this run's binary, model and adapter, in a directory of its own
+    wd = os.path.join(a.work, "readme")
+    os.makedirs(wd, exist_ok=True)
+    argv = shlex.split(export.split(" #")[0])
+    absp = lambda x: os.path.abspath(x) if os.sep in x else x  # noqa: E731 (run from another directory)
+    sub = {"build/nightlora": absp(a.bin), "$M": os.path.abspath(a.model), "my-adapter.gguf": os.path.abspath(nl_gguf)}
+    argv = [sub.get(x, x) for x in argv]
+    out_dir = argv[argv.index("--out") + 1]
+    repo = argv[argv.index("--base-model") + 1]
+    subprocess.run(["rm", "-rf", os.path.join(wd, out_dir)], check=True)
+    r = subprocess.run(argv, cwd=wd, capture_output=True, text=True)
+    named = None
+    if r.returncode == 0:
+        with open(os.path.join(wd, out_dir, "adapter_config.json")) as f:
+            named = json.load(f).get("base_model_name_or_path")
+    rep.add("readme: export", r.returncode == 0 and named == repo,
+            f"the README's `{export.split(' #')[0].strip()}`: exit {r.returncode}, base_model_name_or_path {named!r}"
+            + (f" ({r.stderr.strip()})" if r.returncode else ""))
+    if named != repo:
+        return
+    # the Hugging Face cache the id resolves to, offline: its snapshot is the base loaded above
+    hf = os.path.join(a.work, "hf")
+    repo_dir = os.path.join(hf, "hub", "models--" + repo.replace("/", "--"))
+    snap = os.path.join(repo_dir, "snapshots", "0" * 40)
+    if not os.path.exists(os.path.join(snap, "config.json")):
+        os.makedirs(os.path.join(repo_dir, "refs"), exist_ok=True)
+        # save_pretrained refuses a model loaded from a GGUF: its weights (FP32, dequantized) and
+        # its config without the GGUF's quantization record, as a checkpoint transformers reads
+        from safetensors.torch import save_model
+        os.makedirs(snap, exist_ok=True)
+        save_model(base, os.path.join(snap, "model.safetensors"), metadata={"format": "pt"})
+        cfg = base.config.to_dict()
+        cfg.pop("quantization_config", None)
+        with open(os.path.join(snap, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=1)
+        with open(os.path.join(repo_dir, "refs", "main"), "w") as f:
+            f.write("0" * 40)
+    env = dict(os.environ, HF_HOME=hf, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    cmd = py.split("  #")[0].strip()
+    r = subprocess.run(["sh", "-c", cmd], cwd=wd, env=env, capture_output=True, text=True)
+    rep.add("readme: AutoPeftModelForCausalLM", r.returncode == 0,
+            f"the README's `{cmd}` as printed (python: {sys.executable}), {repo} from the offline cache: exit {r.returncode}"
+            + (f" ({r.stderr.strip()[-400:]})" if r.returncode else ""))
+    if r.returncode:
+        return
+    # the same lines again, then the logits of the model they loaded
+    code = shlex.split(cmd)[2]
+    ids_path, out_path = os.path.join(wd, "ids.json"), os.path.join(wd, "readme-logits.npz")
+    with open(ids_path, "w") as f:
+        json.dump(prompts, f)
+    code += ("\nimport json, numpy, torch\nm.eval()\nwith torch.no_grad():\n"
+             f"    z = [m(torch.tensor([ids])).logits[0].float().numpy() for ids in json.load(open({ids_path!r}))]\n"
+             f"numpy.savez({out_path!r}, *z)\nprint(type(m).__name__, m.base_model.model.dtype)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=wd, env=env, capture_output=True, text=True)
+    if r.returncode:
+        rep.add("readme: logits", False, f"the README's lines then the logits: exit {r.returncode} ({r.stderr.strip()[-400:]})")
+        return
+    z = np.load(out_path)
+    theirs = [z[f"arr_{i}"] for i in range(len(prompts))]
+    compare_logits(rep, "readme: logits", ours, theirs, base_logits,
+                   f"the model the README's AutoPeftModelForCausalLM line loads ({r.stdout.strip()}) vs "
+                   f"`nightlora logits --adapter A.gguf`, {sum(map(len, prompts))} positions")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -115,6 +208,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--readme", help="README.md: run its PEFT export and AutoPeftModelForCausalLM lines as printed")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     t_start = time.time()
@@ -209,6 +303,8 @@ def main():
         rep.add("out: without the permutation", dn > 10 * TOL,
                 f"the same adapter with q/k lora_B left in the GGUF's row order: max |Δ| {dn:.3f} (the permutation is needed)")
     base = pm.unload()
+    if a.readme:
+        readme_rows(a, rep, nl_gguf, base, prompts, ours, base_logits)
 
     # ---- in: PEFT -> nightlora
     torch.manual_seed(7)

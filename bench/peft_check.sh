@@ -14,10 +14,11 @@
 set -e
 case "${1:-smollm2}" in
 smollm2)
-    target=smollm2 fetch= model=SmolLM2-135M-Instruct.Q4_1.gguf data=tagging-chat-train.jsonl work=/tmp/nightlora-peft ;;
+    # and the README's PEFT lines as printed (its export and AutoPeftModelForCausalLM load)
+    target=smollm2 fetch= model=SmolLM2-135M-Instruct.Q4_1.gguf data=tagging-chat-train.jsonl work=/tmp/nightlora-peft readme=--readme ;;
 gemma3)
     # a base model without a chat template: the prompt/completion form of the task
-    target=gemma3 fetch=gemma3 model=gemma-3-270m-q4_k_m.gguf data=tagging-train.jsonl work=/tmp/nightlora-peft-gemma3 ;;
+    target=gemma3 fetch=gemma3 model=gemma-3-270m-q4_k_m.gguf data=tagging-train.jsonl work=/tmp/nightlora-peft-gemma3 readme= ;;
 *)
     echo "usage: sh bench/peft_check.sh [smollm2|gemma3]" >&2
     exit 2 ;;
@@ -45,4 +46,4 @@ if ! "$NL_PY" -c "import gguf" 2>/dev/null &&
 fi
 mkdir -p "$WORK"
 exec nice -n 10 "$NL_PY" "$HERE/peft_check.py" --bin "$BIN" --model "$NL_MODEL_CACHE/$model" \
-    --data "$ROOT/examples/$data" --work "$WORK" --steps "$STEPS" --threads "$THREADS"
+    --data "$ROOT/examples/$data" --work "$WORK" --steps "$STEPS" --threads "$THREADS" ${readme:+$readme "$ROOT/README.md"}
