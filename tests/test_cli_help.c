@@ -279,6 +279,28 @@ static void test_config(const char *model) {
     }
 }
 
+/* --quiet hides the progress, never a warning, a data note or the outcome: a run whose data has a
+ * key no format reads, with a --save-every beyond its steps and too few steps to learn, says all
+ * three and its done line, and no step line (before: the warnings went with the progress) */
+static void test_quiet(const char *model) {
+    char data[600], a[600];
+    snprintf(data, sizeof data, "%s/extra-key.jsonl", dir);
+    snprintf(a, sizeof a, "%s/quiet.gguf", dir);
+    FILE *f = fopen(data, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"note %d: buy milk\", \"completion\": \" shopping\", \"source\": \"phone\"}\n", i);
+    fclose(f);
+    const char *t[] = {"train", "--model", model, "--data", data, "--out", a, "--steps", "2", "--batch-tokens", "64", "--save-every", "50",
+                       "--quiet", NULL};
+    CHECK(cli(t) == 0);
+    static const char *const want[] = {"data: 8 keys no format reads skipped (the first \"source\" on line 1",
+                                       "warning: --save-every 50 is beyond this run's 2 steps", "warning: only 2 optimizer steps",
+                                       "done after 2/2 steps"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECKF(nl_t_file_has(err, want[i]), "train --quiet: no '%s' on stderr", want[i]);
+    CHECKF(!nl_t_file_has(err, "step 1/") && !nl_t_file_has(err, "training "), "train --quiet printed progress");
+}
+
 int main(void) {
     if (nl_t_tmpdir(dir, sizeof dir, "cli_help")) return 1;
     snprintf(out, sizeof out, "%s/out.txt", dir);
@@ -293,6 +315,7 @@ int main(void) {
     test_usage_errors();
     test_pieces_chat(model);
     test_config(model);
+    test_quiet(model);
     nl_t_tmpdir_done(dir);
     return nl_t_done();
 }

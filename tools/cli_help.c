@@ -72,7 +72,7 @@ static const help_row rows[] = {
     {"log-json", "FILE", "one JSON row per step (loss, lr, tokens, times, pacing) (default none)"},
     {"report", "FILE.html", "at the end (and when the run stops early after its commit) the run's report drawn from --log-json, with the command line and run.json (default none)"},
     {"dump-grads", "G.gguf", "write the first step's adapter gradients and stop (for gradient checks)"},
-    {"quiet", NULL, "no progress lines"},
+    {"quiet", NULL, "no progress lines; warnings and the outcome (done, early stop, where the adapter is) stay"},
     {"train:verbose", NULL, "the planner's checks, the memory plan and per-step details on stderr"},
     {"method", "backprop|mezo", "gradients by backpropagation, or MeZO's two forward passes (default backprop)"},
     {"mezo-eps", "E", "MeZO's perturbation size (default 1e-3)"},

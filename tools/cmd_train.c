@@ -38,7 +38,7 @@ static int write_report(int argc, char **argv, const nl_train_opts *o, const cha
         fprintf(stderr, "nightlora train: --report %s: %s (the adapter is written to %s)\n", path, nl_last_error(), o->out);
         return 1;
     }
-    if (o->progress) fprintf(o->progress, "report written to %s\n", path);
+    fprintf(o->progress ? o->progress : stderr, "report written to %s\n", path); /* an outcome: --quiet keeps it */
     return 0;
 }
 
@@ -142,7 +142,7 @@ int nl_cmd_train(int argc, char **argv) {
     o.dump_grads = nl_cli_opt(argc, argv, "dump-grads");
     o.thermal_status_file = nl_cli_opt(argc, argv, "thermal-status-file");
     o.battery_temp_file = nl_cli_opt(argc, argv, "battery-temp-file");
-    if (nl_cli_flag(argc, argv, "quiet")) o.progress = NULL;
+    if (nl_cli_flag(argc, argv, "quiet")) o.progress = NULL; /* progress only: warnings (o.warnings) and the outcome stay */
     double x = 0;
     if ((v = nl_cli_opt(argc, argv, "thermal"))) {
         if (strcmp(v, "auto") && strcmp(v, "off")) {

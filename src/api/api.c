@@ -460,6 +460,7 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
     o.battery_temp_file = p->battery_temp_file;
     o.log_json = p->log_json;
     o.progress = p->log_stderr ? stderr : NULL;
+    o.warnings = o.progress; /* a library caller's stderr is its own: warnings too only with log_stderr */
     o.count_process = 0; /* a library caller's own memory is its own */
     progress_relay relay = {p->on_progress, p->user};
     if (p->on_progress) {

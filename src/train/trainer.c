@@ -56,6 +56,7 @@ void nl_train_defaults(nl_train_opts *o) {
     nl_proj_config_defaults(&o->proj); /* the CLI's: host, every core up to 8, precision auto */
     o->thermal = "auto";
     o->progress = stderr;
+    o->warnings = stderr;
     o->method = "backprop";
     o->mezo_eps = 1e-3;
 }
@@ -96,7 +97,7 @@ static int pace_hook(void *user) {
          * must not end an overnight run: warn once per outage, train on, read again at the
          * next check. An unavailable reading never blocks (pacing.h), so this is the same
          * rule. A bad file at start-up is still an error (nl_thermal_open). */
-        if (!t->pace_failing && t->o->progress) fprintf(t->o->progress, "warning: pacing: %s; training on without this reading\n", nl_last_error());
+        if (!t->pace_failing && t->o->warnings) fprintf(t->o->warnings, "warning: pacing: %s; training on without this reading\n", nl_last_error());
         t->pace_failing = 1;
         return 0;
     }
@@ -706,7 +707,7 @@ static int open_run(nl_trainer *t) {
     t->m = nl_model_load(o->model);
     if (!t->m) return -1;
     if (nl_tokenizer_for_model(t->m, &t->tok)) return -1;
-    if (t->m->warning && o->progress) fprintf(o->progress, "warning: %s: %s\n", o->model, t->m->warning);
+    if (t->m->warning && o->warnings) fprintf(o->warnings, "warning: %s: %s\n", o->model, t->m->warning);
     if (!t->tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); return -1; }
     if (o->init_adapter) t->ad = nl_adapter_load(t->m, o->init_adapter);
     else t->ad = nl_adapter_new(t->m, o->targets, o->rank, o->alpha, o->seed);
@@ -907,7 +908,7 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
             nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
         return -1;
     }
-    if (warn[0] && o->progress) fprintf(o->progress, "warning: %s\n", warn);
+    if (warn[0] && o->warnings) fprintf(o->warnings, "warning: %s\n", warn);
     if (r != 0) {
         if (o->progress) fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
         return 0;
@@ -937,11 +938,11 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
         if (!o->allow_kernel_change)
             return nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
                           "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
-        if (o->progress) fprintf(o->progress, "warning: resuming on other kernels (%s)\n", diff);
+        if (o->warnings) fprintf(o->warnings, "warning: resuming on other kernels (%s)\n", diff);
     }
     diff[0] = 0;
-    if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->progress)
-        fprintf(o->progress, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
+    if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->warnings)
+        fprintf(o->warnings, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
     /* an extended run: more steps, another learning rate or schedule, with the optimizer state */
     char chg[1024] = "";
     if (nl_desc_changes(desc, o->checkpoint_dir, NL_KV_SCHEDULE, chg, sizeof chg) > 0 && o->progress)
@@ -956,8 +957,8 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     }
     if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->total);
     struct stat st;
-    if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->progress)
-        fprintf(o->progress, "warning: the best adapter so far (step %" PRId64 ") was written to --out %s, which is not there now\n",
+    if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->warnings)
+        fprintf(o->warnings, "warning: the best adapter so far (step %" PRId64 ") was written to --out %s, which is not there now\n",
                 t->val.st.best_step, o->out);
     return 0;
 }
@@ -980,8 +981,8 @@ static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
  * commit and its snapshot). A run whose steps end before the first snapshot is told. */
 static int start_snapshots(nl_trainer *t, int64_t step) {
     const nl_train_opts *o = t->o;
-    if (o->save_every > t->total && o->progress)
-        fprintf(o->progress, "warning: --save-every %" PRId64 " is beyond this run's %" PRId64 " steps: no snapshot will be written\n",
+    if (o->save_every > t->total && o->warnings)
+        fprintf(o->warnings, "warning: --save-every %" PRId64 " is beyond this run's %" PRId64 " steps: no snapshot will be written\n",
                 o->save_every, t->total);
     if (step == 0 || step % o->save_every) return 0;
     char *path = nl_train_snapshot_path(o->out, step);
@@ -1029,18 +1030,26 @@ static int start_run(nl_trainer *t, int64_t *step) {
         if (o->resume && log_keep_steps(o->log_json, *step)) return -1;
         if (!(t->log = open_log(o->log_json, o->resume))) return -1;
     }
-    if (o->progress) {
+    if (o->progress)
         fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
                              "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
                 o->model, o->data, t->ds.n, t->pk.n, t->pk.n_truncated, t->max_ctx, t->pk.n_dropped, t->total, t->ad->n,
                 t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
+    if (o->progress && t->batch_sized != NL_BATCH_GIVEN) {
+        char note[640];
+        fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens, t->per_epoch,
+                nl_train_batch_note(t->batch_sized, note, sizeof note));
+    }
+    /* how the data was read (keys skipped, Alpaca's prompt) and a run too short to learn: said
+     * on the warnings stream, which a quiet run (no progress) keeps */
+    if (o->warnings) {
         char warn[640];
-        if (t->batch_sized != NL_BATCH_GIVEN)
-            fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens, t->per_epoch,
-                    nl_train_batch_note(t->batch_sized, warn, sizeof warn));
-        if (nl_dataset_note(&t->ds, warn, sizeof warn)[0]) fprintf(o->progress, "data: %s\n", warn);
+        if (nl_dataset_note(&t->ds, warn, sizeof warn)[0]) fprintf(o->warnings, "data: %s\n", warn);
         if (nl_train_short_run(o, &t->pk, t->total, t->per_epoch, warn, sizeof warn)) return -1;
-        if (warn[0]) fprintf(o->progress, "warning: %s\n", warn);
+        if (warn[0]) fprintf(o->warnings, "warning: %s\n", warn);
+        fflush(o->warnings);
+    }
+    if (o->progress) {
         if (t->val.loaded) {
             char what[600];
             if (o->val_split > 0) snprintf(what, sizeof what, "held out of %s by --val-split %g", o->data, o->val_split);
@@ -1124,7 +1133,7 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     if (have_j && nl_energy_read(t->en, &j1) != 0) {
         have_j = 0;
         t->energy_failing = 1;
-        if (o->progress) fprintf(o->progress, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
+        if (o->warnings) fprintf(o->warnings, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
     }
     nl_proj_stats st1;
     nl_proj_get_stats(t->svc, &st1);

@@ -87,6 +87,9 @@ typedef struct {
     int stop_after;                      /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
     double pacing_poll_s;                /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
     FILE *progress;                      /* progress lines (stderr); NULL = quiet */
+    /* "warning: ..." lines and data notes (stderr; NULL: none): a quiet run (progress NULL)
+     * still says what it ignored or could not do */
+    FILE *warnings;
     /* Called on the training thread with each progress row (NULL: none). */
     void (*on_progress)(void *user, const nl_train_progress *p);
     void *progress_user;
