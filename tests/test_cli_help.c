@@ -18,9 +18,13 @@
 static char dir[256], out[512], err[512];
 
 static int cli(const char *const *args) {
-    const char *argv[64] = {NL_CLI};
+    const char *argv[160] = {NL_CLI};
     int n = 1;
-    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+    for (; args[n - 1] && n < 159; n++) argv[n] = args[n - 1];
+    if (args[n - 1]) {
+        fprintf(stderr, "cli: more than %d arguments\n", n - 1);
+        return -1;
+    }
     argv[n] = NULL;
     return nl_t_run(argv, err, out);
 }
@@ -207,10 +211,33 @@ static void test_config(const char *model) {
     const char *t3[] = {"train", "--config", cfg, "--out", a3, "--lr", "3e-3", "--quiet", NULL};
     CHECK(cli(t3) == 0);
     CHECKF(!nl_t_same_file(a1, a3), "--lr on the command line did not win over the config's");
-    /* a run with every option that shapes it set, its data under a path longer than run.json's
-     * values once held (200 chars), replays from its run.json alone (before: run.json kept 32
-     * keys, and dropped data_path past them) */
-    char ldir[900], ldata[1000], ck2[700], b1[700], b2[700], cfg2[700];
+    /* Every flag of train is replayed by run.json or named here as no setting of the run. Two runs
+     * set every recorded flag between them (flags that exclude each other: --alpha/--targets and
+     * --init-adapter, --val-split and --val-data, --steps and --epochs, backprop and MeZO), and
+     * each replays from its run.json alone, bit for bit, snapshots included. The first's data
+     * lies under a path longer than run.json's values once held (200 chars; before: run.json
+     * kept 32 keys and dropped data_path past them), its columns renamed (--columns). The flags
+     * come from `train --help`, which lists every flag the command accepts: a new flag fails
+     * here until it is recorded or listed below. */
+    static const char *const recorded[][2] = {
+        {"model", "model_path"}, {"data", "data_path"}, {"rank", "rank"}, {"alpha", "alpha"}, {"dropout", "dropout"}, {"lr", "lr"},
+        {"lr-min", "lr_min"}, {"steps", "steps"}, {"epochs", "steps"}, {"batch-tokens", "batch_tokens"}, {"targets", "targets"},
+        {"init-adapter", "init_adapter"}, {"backend", "backend"}, {"precision", "precision"}, {"precision-map", "precision_map"},
+        {"wire", "wire"}, {"compute", "compute"}, {"commit-every", "commit_every"}, {"seed", "seed"}, {"thermal", "thermal"},
+        {"warmup", "warmup"}, {"schedule", "schedule"}, {"clip", "clip"}, {"weight-decay", "weight_decay"}, {"ctx", "ctx"},
+        {"on-long", "on_long"}, {"template", "template"}, {"columns", "columns"}, {"alpaca-prompt", "alpaca_prompt"},
+        {"method", "method"}, {"mezo-eps", "mezo_eps"}, {"overlap", "overlap"}, {"save-every", "save_every"},
+        {"val-data", "val_data_path"}, {"val-split", "val_split"}, {"eval-every", "eval_every"}, {"keep-best", "keep_best"},
+        {"early-stop", "early_stop"}, {"no-shuffle", "shuffle"}, {"strict-keys", "strict_keys"}};
+    static const char *const not_settings[] = {
+        /* what the run writes and how the process runs: a replay names its own */
+        "out", "checkpoint-dir", "log-json", "dump-grads", "report", "config", "resume", "dry-run", "stop-after", "help",
+        /* this machine's, never the result's (bit-identical for any thread count or budget) */
+        "threads", "act-budget-mb", "mem-limit-mb", "vulkan-device", "thermal-status-file", "battery-temp-file", "pacing-poll-ms",
+        "no-plan-cache", "verbose", "quiet", "allow-kernel-change",
+        /* the default's old name: no effect */
+        "ignore-unknown-keys"};
+    char ldir[900], ldata[1000], ck2[700], b1[700], b2[700], cfg2[700], ck3[700], c1[700], c2[700], cfg3[700], val[700];
     snprintf(ldir, sizeof ldir, "%s/%s", dir,
              "a-data-folder-whose-name-is-long-enough-to-make-the-path-longer-than-two-hundred-characters-"
              "as-a-path-on-a-phone-or-in-a-synced-home-folder-may-well-be-once-the-user-has-nested-their-"
@@ -222,43 +249,117 @@ static void test_config(const char *model) {
     f = rj ? fopen(ldata, "w") : NULL;
     CHECK(f != NULL);
     if (!f) { free(rj); return; }
-    fwrite(rj, 1, n, f);
+    /* "prompt" -> "question", "completion" -> "answer": read back by --columns */
+    for (const char *p = rj; *p;) {
+        const char *pr = strstr(p, "\"prompt\": "), *c = strstr(p, "\"completion\": ");
+        const char *q = pr && (!c || pr < c) ? pr : c;
+        if (!q) {
+            fputs(p, f);
+            break;
+        }
+        fwrite(p, 1, (size_t)(q - p), f);
+        fputs(q == pr ? "\"question\": " : "\"answer\": ", f);
+        p = q + (q == pr ? strlen("\"prompt\": ") : strlen("\"completion\": "));
+    }
     fclose(f);
     free(rj);
     snprintf(ck2, sizeof ck2, "%s/ck-all", dir);
     snprintf(b1, sizeof b1, "%s/b1.gguf", dir);
     snprintf(b2, sizeof b2, "%s/b2.gguf", dir);
     snprintf(cfg2, sizeof cfg2, "%s/run-all.json", dir);
+    snprintf(ck3, sizeof ck3, "%s/ck-all2", dir);
+    snprintf(c1, sizeof c1, "%s/c1.gguf", dir);
+    snprintf(c2, sizeof c2, "%s/c2.gguf", dir);
+    snprintf(cfg3, sizeof cfg3, "%s/run-all2.json", dir);
+    snprintf(val, sizeof val, "%s/../../examples/tagging-test.jsonl", NL_TEST_DATA);
     const char *t4[] = {"train", "--model", model, "--data", ldata, "--out", b1, "--steps", "4", "--lr", "2e-3", "--lr-min", "1e-4",
                         "--schedule", "cosine", "--warmup", "1", "--batch-tokens", "200", "--rank", "3", "--alpha", "5",
                         "--dropout", "0.1", "--clip", "0.5", "--weight-decay", "0.01", "--seed", "9", "--ctx", "48",
                         "--on-long", "truncate", "--targets", "q,v,down", "--no-shuffle", "--val-split", "0.2", "--eval-every", "2",
                         "--keep-best", "loss", "--early-stop", "3", "--precision", "q8_0", "--precision-map", "head=q8_0",
-                        "--wire", "f16", "--method", "backprop", "--template", "chatml", "--checkpoint-dir", ck2, "--quiet", NULL};
+                        "--wire", "f16", "--method", "backprop", "--template", "chatml", "--columns", "prompt=question,completion=answer",
+                        "--alpaca-prompt", "alpaca", "--strict-keys", "--backend", "host", "--compute", "f32", "--commit-every", "2",
+                        "--save-every", "2", "--thermal", "off", "--overlap", "off", "--checkpoint-dir", ck2, "--quiet", NULL};
+    /* from an adapter (t1's), MeZO, a validation file, --epochs */
+    const char *t6[] = {"train", "--model", model, "--data", data, "--out", c1, "--init-adapter", a1, "--rank", "4", "--method", "mezo",
+                        "--mezo-eps", "2e-3", "--epochs", "0.1", "--batch-tokens", "256", "--val-data", val, "--on-long", "refuse",
+                        "--checkpoint-dir", ck3, "--quiet", NULL};
+    const char *const *runs[2] = {t4, t6};
+    const char *const ckdirs[2] = {ck2, ck3};
     CHECK(cli(t4) == 0);
     /* --quiet hides the progress, never the outcome: the done / early-stop line, the best adapter */
     CHECKF((nl_t_file_has(err, "done after") || nl_t_file_has(err, "early stop after")) && nl_t_file_has(err, "best adapter") &&
                !nl_t_file_has(err, "step 1/"),
            "train --quiet: the run's outcome is not on stderr, or progress is");
-    char runjson2[800];
-    snprintf(runjson2, sizeof runjson2, "%s/run.json", ck2);
-    rj = nl_t_slurp(runjson2, &n);
-    CHECK(rj != NULL);
-    if (!rj) return;
-    static const char *const keys[] = {"\"data_path\"", "\"model_path\"", "\"early_stop\"", "\"keep_best\"", "\"eval_every\"",
-                                       "\"val_split\"", "\"wire\"", "\"precision_map\"", "\"lr_min\""};
-    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) CHECKF(strstr(rj, keys[k]) != NULL, "run.json lacks %s", keys[k]);
-    CHECKF(strstr(rj, ldata) != NULL, "run.json does not hold the data's whole path");
-    f = fopen(cfg2, "w");
-    CHECK(f != NULL);
-    if (!f) { free(rj); return; }
-    fwrite(rj, 1, n, f);
-    fclose(f);
-    free(rj);
-    const char *t5[] = {"train", "--config", cfg2, "--out", b2, "--quiet", NULL};
-    const int rc5 = cli(t5);
-    CHECKF(rc5 == 0, "train --config run.json of a run with every option: exit %d", rc5);
-    CHECKF(nl_t_same_file(b1, b2), "train --config run.json of a run with every option did not rerun it bit for bit");
+    const int rc6 = cli(t6);
+    CHECKF(rc6 == 0, "train --init-adapter --method mezo --epochs --val-data: exit %d", rc6);
+    char *rjs[2];
+    for (int r = 0; r < 2; r++) {
+        char p[800];
+        snprintf(p, sizeof p, "%s/run.json", ckdirs[r]);
+        rjs[r] = nl_t_slurp(p, NULL);
+        CHECKF(rjs[r] != NULL, "no %s", p);
+        if (!rjs[r]) rjs[r] = calloc(1, 1);
+    }
+    CHECKF(strstr(rjs[0], ldata) != NULL, "run.json does not hold the data's whole path");
+    /* the flags of train --help */
+    const char *hl[] = {"train", "--help", NULL};
+    CHECK(cli(hl) == 0);
+    char *help = slurp_out();
+    int n_flags = 0;
+    for (const char *p = help; (p = strstr(p, "\n  --")) != NULL;) {
+        p += 5;
+        char flag[64];
+        size_t k = 0;
+        while (k + 1 < sizeof flag && (p[k] == '-' || (p[k] >= 'a' && p[k] <= 'z') || (p[k] >= '0' && p[k] <= '9'))) {
+            flag[k] = p[k];
+            k++;
+        }
+        flag[k] = 0;
+        n_flags++;
+        int listed = 0;
+        for (size_t i = 0; i < sizeof not_settings / sizeof *not_settings; i++) listed |= !strcmp(flag, not_settings[i]);
+        const char *key = NULL;
+        for (size_t i = 0; i < sizeof recorded / sizeof *recorded; i++)
+            if (!strcmp(flag, recorded[i][0])) key = recorded[i][1];
+        CHECKF(listed || key, "train --%s is neither recorded in run.json nor listed as no setting of the run (test_cli_help.c)", flag);
+        if (!key) continue;
+        /* set in one of the two runs, and that run's run.json has its key */
+        char dashed[72], quoted[72];
+        snprintf(dashed, sizeof dashed, "--%s", flag);
+        snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+        int in = -1;
+        for (int r = 0; r < 2 && in < 0; r++)
+            for (const char *const *a = runs[r]; *a; a++)
+                if (!strcmp(*a, dashed)) in = r;
+        CHECKF(in >= 0, "train --%s is set in neither run of the replay test", flag);
+        if (in >= 0) CHECKF(strstr(rjs[in], quoted) != NULL, "train --%s: its run.json has no %s", flag, quoted);
+    }
+    CHECKF(n_flags > 50, "train --help lists %d flags", n_flags);
+    free(help);
+    /* each replays from its run.json alone, bit for bit */
+    const char *const firsts[2] = {b1, c1}, *const seconds[2] = {b2, c2}, *const cfgs[2] = {cfg2, cfg3};
+    for (int r = 0; r < 2; r++) {
+        f = fopen(cfgs[r], "w");
+        CHECK(f != NULL);
+        if (!f) break;
+        fputs(rjs[r], f);
+        fclose(f);
+        const char *t5[] = {"train", "--config", cfgs[r], "--out", seconds[r], "--quiet", NULL};
+        const int rc5 = cli(t5);
+        CHECKF(rc5 == 0, "train --config run.json of the run with every option (%d): exit %d", r, rc5);
+        CHECKF(nl_t_same_file(firsts[r], seconds[r]), "train --config run.json of the run with every option (%d) did not rerun it bit for bit",
+               r);
+    }
+    /* the snapshots too (--save-every 2: steps 2 and 4) */
+    for (int k = 2; k <= 4; k += 2) {
+        char s1[800], s2[800];
+        snprintf(s1, sizeof s1, "%s/b1-step%d.gguf", dir, k);
+        snprintf(s2, sizeof s2, "%s/b2-step%d.gguf", dir, k);
+        CHECKF(nl_t_same_file(s1, s2), "the replay's snapshot of step %d differs from the run's (or is missing)", k);
+    }
+    free(rjs[0]);
+    free(rjs[1]);
     static const char *const bads[][2] = {
         {"{\n  \"rank\": 8,\n  \"nosuch\": 1\n}\n", "bad.json:3:3: key \"nosuch\" is no flag of train"},
         {"{\"rank\": [8]}", "bad.json:1:10: \"rank\": a list must hold strings without commas"},

@@ -6,10 +6,12 @@
  * " ("), "shuffle": "0" is --no-shuffle, "template": "auto" and an empty value are no flag, and
  * "val_data_path" is --val-data, and the record-only keys of run.json (the content hashes
  * "model" / "data", "init", "kernels", "validation", "batch_sizing": its "batch_tokens" is the
- * batch sized, given as --batch-tokens) are skipped. A value is a string, a number or a boolean (true: the flag is given; false: not),
- * or a list of strings (the flag's comma-separated value: "targets": ["q", "v"]); a key that is
- * no flag of the command is an error naming the file, line and key, and the nearest known flag
- * (nl_cli_suggest: "learning_rate" -> "lr").
+ * batch sized, given as --batch-tokens) are skipped, and so are "alpha" and "targets" of a run
+ * that started from an adapter (its "init_adapter" gives them). A value is a string, a number or
+ * a boolean (true: the flag is given; false: not), or a list of strings (the flag's
+ * comma-separated value: "targets": ["q", "v"]); a key that is no flag of the command is an error
+ * naming the file, line and key, and the nearest known flag (nl_cli_suggest: "learning_rate" ->
+ * "lr").
  * --config FILE.yaml (or .yml): the same flags as a YAML map, the small strict subset of
  * util/yaml.h (maps, scalars, lists; no new dependency), errors at FILE:LINE. */
 #include <stdio.h>
@@ -118,6 +120,10 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         free(text);
         return 1;
     }
+    /* a run.json of a run that started from an adapter ("init": "adapter HASH"): its alpha and
+     * targets are the adapter's, which --init-adapter (its "init_adapter") brings again */
+    const nl_json *init = nl_json_get(root, "init");
+    const int from_adapter = nl_json_is_string(init) && !strncmp(init->u.str.s, "adapter ", 8) && nl_json_get(root, "init_adapter");
     strv a = {0};
     int rc = push(&a, argv[0], strlen(argv[0]));
     for (size_t i = 0; !rc && i < root->u.obj.n; i++) {
@@ -134,6 +140,7 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         /* run.json's record-only keys: the content hashes of model and data, init, kernels */
         if ((!strcmp(key, "model") || !strcmp(key, "data")) && is_hash(v)) continue;
         if (!strcmp(key, "init") || !strcmp(key, "kernels") || !strcmp(key, "validation") || !strcmp(key, "batch-sizing")) continue;
+        if (from_adapter && (!strcmp(key, "alpha") || !strcmp(key, "targets"))) continue;
         /* --steps and --epochs exclude each other: the command line's wins */
         if ((!strcmp(key, "steps") && nl_cli_opt(argc, argv, "epochs")) || (!strcmp(key, "epochs") && nl_cli_opt(argc, argv, "steps")))
             continue;

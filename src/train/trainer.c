@@ -425,6 +425,21 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
         nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
     nl_desc_add(d, "model_path", NL_KV_INFO, "%s", o->model);
     nl_desc_add(d, "data_path", NL_KV_INFO, "%s", o->data);
+    /* the rest of what `train --config run.json` replays (recorded, never hashed or compared, so
+     * the commits of runs before them still resume): how the data's lines are read (their effect
+     * is in the data hash), the adapter the run starts from (its content is "init"), the compute
+     * mode asked for (the kernels it gave are "kernels"), and how the run commits, snapshots,
+     * paces and overlaps. tests/test_cli_help.c checks that every flag of train is a key here or
+     * named as no setting of the run. */
+    if (o->init_adapter) nl_desc_add(d, "init_adapter", NL_KV_INFO, "%s", o->init_adapter);
+    if (o->columns) nl_desc_add(d, "columns", NL_KV_INFO, "%s", o->columns);
+    if (o->alpaca_prompt) nl_desc_add(d, "alpaca_prompt", NL_KV_INFO, "%s", o->alpaca_prompt);
+    if (o->strict_keys) nl_desc_add(d, "strict_keys", NL_KV_INFO, "1");
+    if (o->proj.compute) nl_desc_add(d, "compute", NL_KV_INFO, "%s", o->proj.compute);
+    nl_desc_add(d, "commit_every", NL_KV_INFO, "%" PRId64, o->commit_every);
+    if (o->save_every > 0) nl_desc_add(d, "save_every", NL_KV_INFO, "%" PRId64, o->save_every);
+    nl_desc_add(d, "thermal", NL_KV_INFO, "%s", o->thermal ? o->thermal : "auto");
+    if (o->overlap) nl_desc_add(d, "overlap", NL_KV_INFO, "%s", o->overlap);
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
