@@ -277,7 +277,7 @@ static void test_truncated_commit(void) {
     CHECK(stat(cfile, &st) == 0);
     CHECK(truncate(cfile, st.st_size - 100) == 0);
     FILE *prog = tmpfile();
-    o.progress = prog;
+    o.progress = o.warnings = prog; /* the warnings too: the test reads both */
     o.stop_after = 0;
     o.resume = 1;
     CHECKF(nl_train(&o, &r) == 0 && r.steps_done == 4, "%s", nl_last_error());
@@ -315,7 +315,7 @@ static void test_listing_failure(void) {
         nl_train_hooks hk = {.ckpt_io = &f.io};
         o.resume = resume;
         FILE *prog = tmpfile();
-        o.progress = prog;
+        o.progress = o.warnings = prog; /* the warnings too: the test reads both */
         int rc = nl_train_hooked(&o, &hk, &r);
         o.progress = NULL;
         const char *e = nl_last_error();
@@ -452,7 +452,7 @@ static void test_fifos(void) {
     FILE *prog = tmpfile();
     o.stop_after = 0;
     o.resume = 1;
-    o.progress = prog;
+    o.progress = o.warnings = prog; /* the warnings too: the test reads both */
     int rc = nl_train(&o, &r);
     o.progress = NULL;
     char text[8192] = "";

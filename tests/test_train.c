@@ -632,7 +632,7 @@ static void test_refusals(const char *model, const char *data) {
     CHECKF(train(&o, &r) == -1 && strstr(nl_last_error(), "--allow-kernel-change"), "another backend: %s", nl_last_error());
     o.allow_kernel_change = 1;
     FILE *prog = tmpfile();
-    o.progress = prog;
+    o.progress = o.warnings = prog; /* the warnings too: the test reads both */
     CHECK(train(&o, &r) == 0 && r.steps_done == 5 && !r.stopped);
     long sz = ftell(prog);
     char *text = calloc(1, (size_t)sz + 1);
@@ -705,7 +705,7 @@ static void test_pacing(const char *model, const char *data) {
     o.thermal = "auto";
     o.thermal_status_file = status;
     o.pacing_poll_s = 0.02;
-    o.progress = prog;
+    o.progress = o.warnings = prog; /* the warnings too: the test reads both */
     pacing_ctx c = {.status = status, .log = log, .hot_s = 0.5};
     pthread_t th;
     pthread_create(&th, NULL, pacing_thread, &c);
@@ -785,7 +785,7 @@ static void test_startup(const char *model, const char *data) {
     o.max_ctx = 16;
     o.steps = 1;
     FILE *prog = tmpfile();
-    o.progress = prog;
+    o.progress = o.warnings = prog; /* the warnings too: the test reads both */
     CHECK(train(&o, &r) == 0);
     long sz = ftell(prog);
     char *text = calloc(1, (size_t)sz + 1);
@@ -819,7 +819,7 @@ static void test_startup(const char *model, const char *data) {
         o.proj.backend = "host";
         o.proj.compute = c ? "f32" : NULL;
         prog = tmpfile();
-        o.progress = prog;
+        o.progress = o.warnings = prog; /* the warnings too: the test reads both */
         CHECK(train(&o, &r) == 0);
         sz = ftell(prog);
         text = calloc(1, (size_t)sz + 1);
@@ -959,7 +959,7 @@ static void test_energy(const char *model, const char *data) {
     o.batch_tokens = 100;
     o.log_json = log;
     nl_train_hooks hk = {.energy_root = root};
-    o.progress = tmpfile();
+    o.progress = o.warnings = tmpfile(); /* the warnings too: the test reads both */
     int rc = train_hooked(&o, &hk, NULL);
     c.stop = 1;
     pthread_join(th, NULL);
@@ -992,7 +992,7 @@ static void test_energy(const char *model, const char *data) {
     snprintf(cmd, sizeof cmd, "mkdir -p %s", root);
     CHECK(system(cmd) == 0);
     hk.energy_root = root;
-    o.progress = tmpfile();
+    o.progress = o.warnings = tmpfile(); /* the warnings too: the test reads both */
     CHECK(train_hooked(&o, &hk, NULL) == 0);
     text = progress_text(o.progress);
     CHECKF(strstr(text, "energy counters not available: ") && strstr(text, "powercap"), "progress: %s", text);
@@ -1032,7 +1032,7 @@ static void test_memory(const char *model_q8) {
     o.batch_tokens = 2048;
     o.act_budget_mb = 1024;
     o.mem_limit_mb = 1000;
-    o.progress = tmpfile();
+    o.progress = o.warnings = tmpfile(); /* the warnings too: the test reads both */
     CHECK(train(&o, NULL) == 0);
     char *text = progress_text(o.progress);
     /* the rows of one graph call: the step's four sequences packed (1000 + 3 x 20) */
@@ -1087,7 +1087,7 @@ static void test_memory(const char *model_q8) {
         o.proj.precision = k ? "q8_0" : "f32";
         o.act_budget_mb = 0; /* all recomputed: the plan does not shrink under a lower limit */
         o.mem_limit_mb = 1000;
-        o.progress = tmpfile();
+        o.progress = o.warnings = tmpfile(); /* the warnings too: the test reads both */
         CHECK(train(&o, NULL) == 0);
         char *pt = progress_text(o.progress);
         const char *q = pt ? strstr(pt, "memory: needs ") : NULL;
