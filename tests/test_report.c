@@ -94,12 +94,13 @@ static void test_full(void) {
     CHECK(!strncmp(h, "<!DOCTYPE html>", 15));
     CHECK(self_contained(h));
     CHECK(count(h, "<svg") == count(h, "</svg>"));
-    CHECK(count(h, "<svg") == 6); /* loss, accuracy, lr, gradient norm, throughput, time per step */
+    CHECK(count(h, "<svg") == 7); /* loss (log, and linear in a <details>), accuracy, lr, gradient norm, throughput, time per step */
     static const char *const series[] = {"train-loss", "train-loss-mean", "val-loss", "val-accuracy", "lr", "grad-norm", "tokens-per-s", "service-s", "cpu-s", NULL};
     for (const char *const *s = series; *s; s++) {
         char key[64];
         snprintf(key, sizeof key, "data-series=\"%s\"", *s);
-        CHECKF(count(h, key) == 1, "%s: %d", key, count(h, key));
+        const int want = !strncmp(*s, "train-loss", 10) || !strcmp(*s, "val-loss") ? 2 : 1; /* the loss: log and linear */
+        CHECKF(count(h, key) == want, "%s: %d", key, count(h, key));
     }
     CHECK(strstr(h, "data-series=\"train-loss\" data-points=\"120\""));
     CHECK(count(h, "<title>paused 3.0 s in step ") == 3);
@@ -343,9 +344,30 @@ static void test_cli(void) {
     CHECK(nl_t_file_has(at("err"), "report written to"));
     char *h = nl_t_slurp(at("t.html"), NULL);
     CHECK(h && strstr(h, "steps 1 to 4")); /* stopped early, after its commit: the report of what ran */
-    CHECK(h && strstr(h, "<tr><th>command</th><td>nightlora train --model "));
+    /* the command from the checkpoint directory's history (runs.jsonl) */
+    CHECK(h && strstr(h, "<tr><th>started (to step 6)</th><td>nightlora train --model "));
     CHECK(h && strstr(h, "<tr><th>rank</th><td>16</td></tr>")); /* from the checkpoint directory's run.json */
     CHECK(h && strstr(h, "data-series=\"service-s\"") && strstr(h, "data-series=\"lr\""));
+    CHECK(h && count(h, "<g class=\"resume\"") == 0);
+    free(h);
+    /* resumed with more steps: both commands, what the resume changed, its marker on every chart,
+     * the data's path beside its hash */
+    const char *re[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--steps", "8", "--batch-tokens", "128",
+                        "--threads", "1", "--checkpoint-dir", at("ck2"), "--log-json", at("t.jsonl"), "--report", at("t.html"), "--resume",
+                        "--quiet", NULL};
+    CHECK(nl_t_run(re, at("err"), NULL) == 0);
+    CHECK(nl_t_file_has(at("err"), "report written to")); /* --quiet keeps it */
+    h = nl_t_slurp(at("t.html"), NULL);
+    CHECK(h && strstr(h, "steps 1 to 8"));
+    CHECK(h && strstr(h, "<tr><th>started (to step 6)</th><td>nightlora train --model ") && strstr(h, "--stop-after 4</td></tr>"));
+    CHECK(h && strstr(h, "<tr class=\"resume\"><th>resumed at step 4 (to step 8)</th><td>nightlora train --model "));
+    CHECK(h && strstr(h, "--resume --quiet<br>changed: --steps 6 -&gt; 8</td></tr>"));
+    CHECKF(h && count(h, "<g class=\"resume\" data-x=\"4\">") == 5, "%d step charts marked", h ? count(h, "<g class=\"resume\" data-x=\"4\">") : -1);
+    CHECK(h && count(h, "<g class=\"resume\"") == 6); /* loss, loss linear, lr, grad norm, time per step; throughput at its time */
+    char want[700];
+    snprintf(want, sizeof want, "<tr><th>data</th><td>%s (content hash ", data);
+    CHECKF(h && strstr(h, want), "no '%s'", want);
+    CHECK(h && !strstr(h, "<th>data_path</th>"));
     free(h);
     const char *no_log[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--report", at("t.html"), NULL};
     CHECK(nl_t_run(no_log, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "give --log-json FILE too"));
@@ -355,6 +377,95 @@ static void test_cli(void) {
     CHECK(nl_t_file_has(at("t.jsonl"), "\"step\": 4"));
 }
 
+/* y of the tick label `label` in the chart figure id (a log axis's ticks); NAN when absent */
+static double tick_y(const char *h, const char *id, const char *label) {
+    char key[80];
+    snprintf(key, sizeof key, "<figure id=\"%s\">", id);
+    const char *f = strstr(h, key), *end = f ? strstr(f, "</figure>") : NULL;
+    snprintf(key, sizeof key, "text-anchor=\"end\">%s</text>", label);
+    for (const char *p = f; p && (p = strstr(p, key)) && p < end; p++) {
+        const char *y = p;
+        while (y > f && strncmp(y, " y=\"", 4)) y--;
+        return strtod(y + 4, NULL);
+    }
+    return NAN;
+}
+
+/* cx of the first point of a series in the chart figure id */
+static double first_cx(const char *h, const char *id, const char *series) {
+    char key[80];
+    snprintf(key, sizeof key, "<figure id=\"%s\">", id);
+    const char *f = strstr(h, key);
+    snprintf(key, sizeof key, "data-series=\"%s\"", series);
+    const char *p = f ? strstr(f, key) : NULL;
+    p = p ? strstr(p, "cx=\"") : NULL;
+    return p ? strtod(p + 4, NULL) : NAN;
+}
+
+/* A resumed run (DIR/runs.jsonl beside run.json): every command with what it changed, a marker
+ * at each resume's step on every chart (at its time on the throughput chart), the data's path
+ * beside its hash; the loss on a log axis (the linear one in a <details>); the accuracy on the
+ * loss's x axis (its points where the validation loss's are, though the steps start before the
+ * first evaluation); a bad history line named; a log with a loss <= 0 drawn linear. */
+static void test_history(void) {
+    write_log(at("h.jsonl"), 20, NULL, 4, 1, NULL, NULL);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/hk", dir);
+    CHECK(system(cmd) == 0);
+    put(at("hk/run.json"), "{\n  \"model\": \"0123456789abcdef\",\n  \"data\": \"fedcba9876543210\",\n  \"rank\": \"8\",\n"
+                           "  \"model_path\": \"/m/base.gguf\",\n  \"data_path\": \"/d/notes & <tags>.jsonl\"\n}\n");
+    put(at("hk/runs.jsonl"), "{\"step\": 0, \"resume\": false, \"steps\": 8, \"command\": \"nightlora train --steps 8\", \"changes\": \"\"}\n"
+                             "{\"step\": 8, \"resume\": true, \"steps\": 14, \"command\": \"nightlora train --steps 14 --resume\", \"changes\": \"--steps 8 -> 14\"}\n"
+                             "{\"step\": 14, \"resume\": true, \"steps\": 20}\n"
+                             "{\"step\": 20, \"resu"); /* a line cut by a crash: left out */
+    char *h = report(at("h.jsonl"), at("hk"), at("h.html"));
+    CHECK(h != NULL);
+    if (!h) return;
+    CHECK(self_contained(h));
+    CHECK(strstr(h, "<tr><th>started (to step 8)</th><td>nightlora train --steps 8</td></tr>"));
+    CHECK(strstr(h, "<tr class=\"resume\"><th>resumed at step 8 (to step 14)</th><td>nightlora train --steps 14 --resume<br>changed: --steps 8 -&gt; 14</td></tr>"));
+    CHECK(strstr(h, "<tr class=\"resume\"><th>resumed at step 14 (to step 20)</th><td>(not recorded: a library call)</td></tr>"));
+    CHECK(count(h, "<tr class=\"resume\">") == 2);
+    /* 7 charts, two resumes each: on the 6 step charts at steps 8 and 14 */
+    CHECKF(count(h, "<g class=\"resume\"") == 14, "%d resume markers", count(h, "<g class=\"resume\""));
+    CHECK(count(h, "<g class=\"resume\" data-x=\"8\">") == 6 && count(h, "<g class=\"resume\" data-x=\"14\">") == 6);
+    CHECK(strstr(h, "<title>resumed at step 8 (to step 14): nightlora train --steps 14 --resume; changed --steps 8 -&gt; 14</title>"));
+    CHECK(count(h, "resumed (--resume)</text>") == 7);
+    CHECK(strstr(h, "<tr><th>data</th><td>/d/notes &amp; &lt;tags&gt;.jsonl (content hash fedcba9876543210)</td></tr>"));
+    CHECK(strstr(h, "<tr><th>model</th><td>/m/base.gguf (content hash 0123456789abcdef)</td></tr>"));
+    CHECK(!strstr(h, "<th>data_path</th>") && !strstr(h, "<th>model_path</th>"));
+    /* the log axis: the loss chart's ticks at 2 and 5 (and 1), spaced as their logarithms */
+    const char *fl = strstr(h, "<figure id=\"loss\">"), *fa = strstr(h, "<figure id=\"accuracy\">");
+    CHECK(fl && strstr(fl, "data-scale=\"log\"") && strstr(fl, "data-scale=\"log\"") < strstr(fl, "</figure>"));
+    CHECK(strstr(h, "Training and validation loss (log scale)</figcaption>"));
+    CHECK(strstr(h, "<details class=\"linear\"><summary>") && strstr(h, "<figure id=\"loss-linear\">"));
+    /* the losses span 3.6 to 7.7, less than a decade: ticks at 4, 5, 6, 7 spaced as their
+     * logarithms (log 5/4 : log 6/5 : log 7/6), where the linear chart spaces them evenly */
+    double y4 = tick_y(h, "loss", "4"), y5 = tick_y(h, "loss", "5"), y6 = tick_y(h, "loss", "6"), y7 = tick_y(h, "loss", "7");
+    CHECKF(isfinite(y4) && isfinite(y5) && isfinite(y6) && isfinite(y7) && y4 > y5 && y5 > y6 && y6 > y7, "ticks at %g %g %g %g", y4, y5, y6, y7);
+    CHECKF(fabs((y4 - y5) / (y5 - y6) - log(5.0 / 4) / log(6.0 / 5)) < 0.02 && fabs((y5 - y6) / (y6 - y7) - log(6.0 / 5) / log(7.0 / 6)) < 0.02,
+           "log ticks 4, 5, 6, 7 at %g %g %g %g", y4, y5, y6, y7);
+    double l4 = tick_y(h, "loss-linear", "4"), l5 = tick_y(h, "loss-linear", "5"), l6 = tick_y(h, "loss-linear", "6");
+    CHECKF(fabs((l4 - l5) - (l5 - l6)) < 0.2, "linear ticks 4, 5, 6 at %g %g %g", l4, l5, l6);
+    /* the accuracy on the loss's x axis: the first evaluation (step 4) at the same x in both */
+    double cl = first_cx(h, "loss", "val-loss"), ca = first_cx(h, "accuracy", "val-accuracy");
+    CHECKF(isfinite(cl) && fabs(cl - ca) < 0.05, "step 4: x %g in the loss chart, %g in the accuracy chart", cl, ca);
+    CHECK(fa != NULL);
+    free(h);
+    /* a bad history line: named by file and line; the output is never the history */
+    put(at("hk/runs.jsonl"), "{\"step\": 0, \"resume\": false}\n{\"step\": \"8\", \"resume\": true}\n");
+    nl_report_opts o = {.log = at("h.jsonl"), .run_json = at("hk")};
+    CHECK(nl_report_write(&o, at("h.html")) != 0 && strstr(nl_last_error(), "runs.jsonl:2: expected a run's row"));
+    put(at("hk/runs.jsonl"), "{\"step\": 0, \"resume\": false}\n");
+    CHECK(nl_report_write(&o, at("hk/runs.jsonl")) != 0 && strstr(nl_last_error(), "the run's history"));
+    CHECK(nl_t_file_has(at("hk/runs.jsonl"), "\"resume\": false"));
+    /* a loss <= 0 (a log of another tool): the linear axis */
+    put(at("z.jsonl"), "{\"step\": 1, \"loss\": 0.5, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 0, \"tokens\": 1, \"seconds\": 1}\n");
+    h = report(at("z.jsonl"), NULL, at("z.html"));
+    CHECK(h && !strstr(h, "data-scale=\"log\"") && !strstr(h, "loss-linear") && !strstr(h, "(log scale)"));
+    free(h);
+}
+
 int main(void) {
     if (nl_t_tmpdir(dir, sizeof dir, "report")) return 1;
     test_full();
@@ -362,6 +473,7 @@ int main(void) {
     test_without_validation();
     test_bad_input();
     test_settings();
+    test_history();
     test_output();
     test_cli();
     nl_t_tmpdir_done(dir);

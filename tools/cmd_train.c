@@ -11,13 +11,13 @@
 #include "train/trainer.h"
 #include "util/util.h"
 
-/* --report FILE: at the end of the run, or when it stopped early (after its commit), the
- * report of its log, with the command line and the checkpoint directory's run.json. */
-static int write_report(int argc, char **argv, const nl_train_opts *o, const char *path) {
+/* The command line as given, quoted for a shell where it needs it ("nightlora train ..."):
+ * for runs.jsonl and the report. malloc'd; NULL when out of memory. */
+static char *command_line(int argc, char **argv) {
     size_t cap = 16;
     for (int i = 1; i < argc; i++) cap += strlen(argv[i]) * 4 + 3;
     char *cmd = malloc(cap);
-    if (!cmd) return nl_cli_fail("train");
+    if (!cmd) return NULL;
     size_t n = (size_t)snprintf(cmd, cap, "nightlora train");
     for (int i = 1; i < argc; i++) {
         int plain = argv[i][0] != 0 && strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == strlen(argv[i]);
@@ -30,11 +30,16 @@ static int write_report(int argc, char **argv, const nl_train_opts *o, const cha
         if (!plain) cmd[n++] = '\'';
     }
     cmd[n] = 0;
+    return cmd;
+}
+
+/* --report FILE: at the end of the run, or when it stopped early (after its commit), the
+ * report of its log, with the checkpoint directory's run.json and runs.jsonl (every command of
+ * the run, resumes included); without a checkpoint directory, this command line. */
+static int write_report(const char *cmd, const nl_train_opts *o, const char *path) {
     nl_report_kv info[1] = {{"command", cmd}};
-    nl_report_opts ro = {.log = o->log_json, .run_json = o->checkpoint_dir, .info = info, .n_info = 1};
-    int rc = nl_report_write(&ro, path);
-    free(cmd);
-    if (rc) {
+    nl_report_opts ro = {.log = o->log_json, .run_json = o->checkpoint_dir, .info = info, .n_info = o->checkpoint_dir ? 0 : 1};
+    if (nl_report_write(&ro, path)) {
         fprintf(stderr, "nightlora train: --report %s: %s (the adapter is written to %s)\n", path, nl_last_error(), o->out);
         return 1;
     }
@@ -76,6 +81,9 @@ int nl_cmd_train(int argc, char **argv) {
     if (nl_cli_check("train", argc, argv, known, boolean)) return 2;
     nl_train_opts o;
     nl_train_defaults(&o);
+    static char *cmd_line; /* static: reachable until exit */
+    if (!(cmd_line = command_line(user_argc, user_argv))) return nl_cli_fail("train");
+    o.command = cmd_line;
     o.model = nl_cli_opt(argc, argv, "model");
     o.data = nl_cli_opt(argc, argv, "data");
     o.out = nl_cli_opt(argc, argv, "out");
@@ -287,7 +295,7 @@ int nl_cmd_train(int argc, char **argv) {
                 res.first_loss, res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, res.paused_seconds, ev,
                 best[0] ? best : "", best[0] ? "" : "; adapter written to ", best[0] ? "" : o.out);
     }
-    if (report && write_report(user_argc, user_argv, &o, report)) return 1;
+    if (report && write_report(cmd_line, &o, report)) return 1;
     /* a stop by SIGINT/SIGTERM after its commit: distinct from done (0), so that a script can
      * tell the run is not finished (--resume continues it) */
     return res.stopped && res.signalled ? 3 : 0;

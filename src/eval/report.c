@@ -290,6 +290,12 @@ typedef struct {
     int nb;
     int y_zero;    /* the y axis starts at 0 */
     int y_percent; /* y in [0, 100] */
+    int y_log;     /* a log10 y axis (every y > 0: the caller checks) */
+    int x_fixed;   /* x spans [x_lo, x_hi] (the step charts share one span), not the data's own */
+    double x_lo, x_hi;
+    const double *marks;            /* resumes: a dashed vertical line at each x */
+    const char *const *mark_tips;   /* what each resume was (the command, its changes) */
+    int nmarks;
 } chart;
 
 typedef struct {
@@ -320,11 +326,31 @@ static void tick_label(char *buf, size_t cap, double v, double step) {
 }
 
 typedef struct {
-    axis ax, ay;
+    axis ax, ay; /* ay in log10 units when ylog */
+    int ylog;
 } frame;
 
 static double px(const frame *f, double x) { return CH_L + (x - f->ax.lo) / (f->ax.hi - f->ax.lo) * (CH_W - CH_L - CH_R); }
-static double py(const frame *f, double y) { return CH_T + (f->ay.hi - y) / (f->ay.hi - f->ay.lo) * (CH_H - CH_T - CH_B); }
+static double py(const frame *f, double y) {
+    if (f->ylog) y = log10(y);
+    return CH_T + (f->ay.hi - y) / (f->ay.hi - f->ay.lo) * (CH_H - CH_T - CH_B);
+}
+
+/* A log axis's ticks over [10^lo, 10^hi]: 1, 2 and 5 x 10^k, or every m x 10^k (m = 1..9) where
+ * that gives fewer than 3; *n of at most cap. */
+static int log_ticks(double lo, double hi, double *t, int cap) {
+    for (int dense = 0; dense < 2; dense++) {
+        int n = 0;
+        for (int k = (int)floor(lo) - 1; k <= (int)ceil(hi) && n < cap; k++)
+            for (int m = 1; m <= 9 && n < cap; m++) {
+                if (!dense && m != 1 && m != 2 && m != 5) continue;
+                double v = m * pow(10, k), lv = log10(v);
+                if (lv >= lo - 1e-9 && lv <= hi + 1e-9) t[n++] = v;
+            }
+        if (n >= 3 || dense) return n;
+    }
+    return 0;
+}
 
 /* The points a line or area draws: every point, or the means of MAX_PTS bins of them. */
 static int bin_of(int n, int k, int m, int *i0, int *i1) {
@@ -381,6 +407,9 @@ static void draw_series(sbuf *b, const frame *f, const series *s) {
     SB(b, "\"/>\n");
 }
 
+/* One chart as inline SVG. Long (~135 lines): the frame (the data's span, a fixed step span or a
+ * log axis), then each layer in drawing order (bands, grid, ticks, series, resume markers, the
+ * legend), each a few lines writing the same buffer with the same frame. */
 static void draw_chart(sbuf *b, const chart *c, const char *caption) {
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     for (int i = 0; i < c->ns; i++)
@@ -395,11 +424,25 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         xlo = fmin(xlo, c->b[i].x0);
         xhi = fmax(xhi, c->b[i].x1);
     }
+    for (int i = 0; i < c->nmarks; i++) {
+        xlo = fmin(xlo, c->marks[i]);
+        xhi = fmax(xhi, c->marks[i]);
+    }
+    if (c->x_fixed) { xlo = c->x_lo; xhi = c->x_hi; }
     if (c->y_percent) { ylo = 0; yhi = 100; }
     if (!(xlo <= xhi)) xlo = xhi = 0;
     if (!(ylo <= yhi)) ylo = yhi = 0;
-    frame f = {nice_axis(xlo, xhi, 0), nice_axis(ylo, yhi, c->y_zero || c->y_percent)};
+    frame f = {nice_axis(xlo, xhi, 0), nice_axis(ylo, yhi, c->y_zero || c->y_percent), 0};
     if (xhi > xlo) { f.ax.lo = xlo; f.ax.hi = xhi; } /* x: the data's own span; ticks at the nice steps inside it */
+    double lt[40];
+    int nlt = 0;
+    if (c->y_log && ylo > 0 && yhi >= ylo) {
+        /* log10 units, a twentieth of the span (or of a decade) as margin */
+        double lo = log10(ylo), hi = log10(yhi), pad = fmax(hi - lo, 0.3) * 0.05;
+        f.ylog = 1;
+        f.ay = (axis){lo - pad, hi + pad, 1};
+        nlt = log_ticks(f.ay.lo, f.ay.hi, lt, 40);
+    }
     sb_printf(b, "<figure id=\"%s\">\n<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
                  "role=\"img\" aria-label=\"", c->id, CH_W, CH_H, CH_W, CH_H);
     sb_escs(b, c->title);
@@ -415,13 +458,22 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
     }
     char lab[48];
     SB(b, "<g class=\"grid\">");
-    for (double v = f.ay.lo; v <= f.ay.hi + f.ay.step * 1e-6; v += f.ay.step)
-        sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>", x0, x1, py(&f, v), py(&f, v));
-    SB(b, "</g>\n<g class=\"ticks\">");
-    for (double v = f.ay.lo; v <= f.ay.hi + f.ay.step * 1e-6; v += f.ay.step) {
-        tick_label(lab, sizeof lab, v, f.ay.step);
-        sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", x0 - 6, py(&f, v) + 4, lab);
-    }
+    if (f.ylog)
+        for (int i = 0; i < nlt; i++) sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>", x0, x1, py(&f, lt[i]), py(&f, lt[i]));
+    else
+        for (double v = f.ay.lo; v <= f.ay.hi + f.ay.step * 1e-6; v += f.ay.step)
+            sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>", x0, x1, py(&f, v), py(&f, v));
+    sb_printf(b, "</g>\n<g class=\"ticks\"%s>", f.ylog ? " data-scale=\"log\"" : "");
+    if (f.ylog)
+        for (int i = 0; i < nlt; i++) {
+            snprintf(lab, sizeof lab, "%g", lt[i]);
+            sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", x0 - 6, py(&f, lt[i]) + 4, lab);
+        }
+    else
+        for (double v = f.ay.lo; v <= f.ay.hi + f.ay.step * 1e-6; v += f.ay.step) {
+            tick_label(lab, sizeof lab, v, f.ay.step);
+            sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>", x0 - 6, py(&f, v) + 4, lab);
+        }
     double t = ceil(f.ax.lo / f.ax.step - 1e-9) * f.ax.step;
     for (; t <= f.ax.hi + f.ax.step * 1e-6; t += f.ax.step) {
         tick_label(lab, sizeof lab, t, f.ax.step);
@@ -434,6 +486,14 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         if (c->s[i].kind == S_AREA) draw_series(b, &f, &c->s[i]);
     for (int i = 0; i < c->ns; i++)
         if (c->s[i].kind != S_AREA) draw_series(b, &f, &c->s[i]);
+    /* the resumes: a dashed line at the step (or time) each started from, labelled */
+    for (int i = 0; i < c->nmarks; i++) {
+        double mx = px(&f, c->marks[i]);
+        sb_printf(b, "<g class=\"resume\" data-x=\"%.6g\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\">resume</text><title>",
+                  c->marks[i], mx, mx, y0, y1, mx + 3, y0 + 11);
+        sb_escs(b, c->mark_tips && c->mark_tips[i] ? c->mark_tips[i] : "resumed");
+        SB(b, "</title></g>\n");
+    }
     /* axis titles and the legend */
     sb_printf(b, "<text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (x0 + x1) / 2, CH_H - 6);
     sb_escs(b, c->xlabel);
@@ -471,8 +531,14 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
                   lx + 19, what);
         lx += 32 + 6.3 * (double)strlen(what);
     }
+    if (c->nmarks) {
+        sb_printf(b, "<line class=\"resume-key\" x1=\"%.0f\" x2=\"%.0f\" y1=\"9\" y2=\"19\"/><text x=\"%.0f\" y=\"18\">resumed (--resume)</text>", lx + 7,
+                  lx + 7, lx + 19);
+        lx += 32 + 6.3 * 18;
+    }
     SB(b, "</g>\n</svg>\n<figcaption>");
     sb_escs(b, c->title);
+    if (f.ylog) SB(b, " (log scale)");
     if (caption && *caption) {
         SB(b, ". ");
         sb_escs(b, caption);
@@ -490,6 +556,8 @@ static const char css[] =
     "figure{margin:10px 0 18px}figcaption{font-size:13px;color:#5a6776;margin-top:2px}\n"
     "svg.chart{display:block;max-width:100%;height:auto;font-size:11px;fill:#34404d}\n"
     "svg .plot{fill:#fbfcfd}svg .frame{fill:none;stroke:#aab4c0}svg .grid line{stroke:#e6eaef}svg .tick{stroke:#aab4c0}\n"
+    "svg .resume line,svg .resume-key{stroke:#b8322a;stroke-width:1.5;stroke-dasharray:5 3}svg .resume text{fill:#b8322a;font-size:10px}\n"
+    "details summary{font-size:13px;color:#5a6776;cursor:pointer}\n"
     "svg .axis{font-size:12px;fill:#34404d}svg .band.pause{fill:#f4a261;fill-opacity:.35}svg .band.eval{fill:#8fbf6a;fill-opacity:.35}\n"
     "table{border-collapse:collapse;font-size:14px;margin:6px 0 12px}td,th{text-align:left;padding:3px 14px 3px 0;vertical-align:top}\n"
     "th{color:#5a6776;font-weight:600;white-space:nowrap}td{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
@@ -535,10 +603,22 @@ static int settings_rows(sbuf *b, const char *path) {
     if (!nl_json_is_object(j)) rc = nl_err("%s: is %s, expected the JSON object a run.json holds", path, kind_of(j));
     for (size_t i = 0; rc == 0 && i < nl_json_len(j); i++) {
         const nl_json_member *m = &j->u.obj.members[i];
+        /* the model and the data: the file's path beside its content hash (one row) */
+        const int is_file = !strcmp(m->key, "model") || !strcmp(m->key, "data");
+        char pk[16];
+        snprintf(pk, sizeof pk, "%.5s_path", m->key);
+        const nl_json *path = is_file ? nl_json_get(j, pk) : NULL;
+        if ((!strcmp(m->key, "model_path") && nl_json_get(j, "model")) || (!strcmp(m->key, "data_path") && nl_json_get(j, "data")))
+            continue; /* shown with the hash */
         SB(b, "<tr><th>");
         sb_esc(b, m->key, m->key_len);
         SB(b, "</th><td>");
-        if (nl_json_is_string(&m->value)) sb_esc(b, m->value.u.str.s, m->value.u.str.len);
+        if (nl_json_is_string(path) && nl_json_is_string(&m->value)) {
+            sb_esc(b, path->u.str.s, path->u.str.len);
+            SB(b, " (content hash ");
+            sb_esc(b, m->value.u.str.s, m->value.u.str.len);
+            SB(b, ")");
+        } else if (nl_json_is_string(&m->value)) sb_esc(b, m->value.u.str.s, m->value.u.str.len);
         else if (nl_json_is_number(&m->value)) sb_printf(b, "%.17g", m->value.u.num.d);
         else sb_escs(b, nl_json_type_name(m->value.type));
         SB(b, "</td></tr>\n");
@@ -548,14 +628,89 @@ static int settings_rows(sbuf *b, const char *path) {
     return rc;
 }
 
+/* ---- the run's history: DIR/runs.jsonl beside run.json (train/rundesc.h) ---- */
+
+typedef struct {
+    int64_t step, steps; /* the step it started from, the run's total then */
+    int resume;
+    char *command, *changes; /* NULL: not recorded */
+} run_hist;
+
+typedef struct {
+    run_hist *r;
+    int n, cap;
+    char *path;
+} history;
+
+static void hist_free(history *h) {
+    for (int i = 0; i < h->n; i++) {
+        free(h->r[i].command);
+        free(h->r[i].changes);
+    }
+    free(h->r);
+    free(h->path);
+    memset(h, 0, sizeof *h);
+}
+
+static char *json_strdup(const nl_json *v) {
+    if (!nl_json_is_string(v)) return NULL;
+    char *c = malloc(v->u.str.len + 1);
+    if (c) {
+        memcpy(c, v->u.str.s, v->u.str.len);
+        c[v->u.str.len] = 0;
+    }
+    return c;
+}
+
+/* The history beside run_path (none when there is no runs.jsonl: a run from before it, or a
+ * run.json copied elsewhere); a line that is no history row is an error naming the file and line. */
+static int read_history(history *h, const char *run_path) {
+    memset(h, 0, sizeof *h);
+    if (!run_path) return 0;
+    const char *slash = strrchr(run_path, '/');
+    size_t dl = slash ? (size_t)(slash - run_path) : 1;
+    if (!(h->path = nl_malloc(dl + 12))) return -1;
+    snprintf(h->path, dl + 12, "%.*s/runs.jsonl", (int)dl, slash ? run_path : ".");
+    struct stat st;
+    if (stat(h->path, &st) != 0) return 0;
+    size_t len;
+    char *buf = nl_read_file(h->path, &len);
+    if (!buf) { hist_free(h); return -1; }
+    int rc = 0, line = 1;
+    for (const char *p = buf, *end = buf + len; p < end && !rc; line++) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (!eol) break; /* cut by a crash: left out */
+        nl_json_error je;
+        nl_json *j = nl_json_parse(p, (size_t)(eol - p), &je);
+        int64_t st_ = 0, tot = 0;
+        const nl_json *rs = j ? nl_json_get(j, "resume") : NULL;
+        if (!j) rc = nl_err("%s:%d:%zu: %s", h->path, line, je.offset + 1, je.msg);
+        else if (!nl_json_is_object(j) || nl_json_int64(nl_json_get(j, "step"), &st_) || st_ < 0 || !rs ||
+                 (rs->type != NL_JSON_TRUE && rs->type != NL_JSON_FALSE))
+            rc = nl_err("%s:%d: expected a run's row {\"step\": N, \"resume\": true|false, ...}", h->path, line);
+        else if (grow((void **)&h->r, &h->cap, h->n, sizeof *h->r))
+            rc = -1;
+        else {
+            nl_json_int64(nl_json_get(j, "steps"), &tot);
+            h->r[h->n++] = (run_hist){st_, tot, rs->type == NL_JSON_TRUE, json_strdup(nl_json_get(j, "command")),
+                                      json_strdup(nl_json_get(j, "changes"))};
+        }
+        nl_json_free(j);
+        p = eol + 1;
+    }
+    free(buf);
+    if (rc) hist_free(h);
+    return rc;
+}
+
 static int same_file(const char *a, const char *b) {
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-/* The page. Long (~240 lines): the HTML is written top to bottom in the order it reads (the
+/* The page. Long (~300 lines): the HTML is written top to bottom in the order it reads (the
  * settings, the charts, the tables), each part a few lines of the same buffer and run log. */
-static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char *run_path) {
+static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char *run_path, const history *h) {
     const int ns = l->ns, ne = l->ne;
     const step_row *s = l->s;
     const eval_row *e = l->e;
@@ -590,11 +745,19 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     band *bands = calloc((size_t)(n_paused + ne) + 1, sizeof *bands);
     const char **tips = calloc((size_t)ne + 1, sizeof *tips);
     char *tipbuf = malloc(((size_t)ne + 1) * 2 * 96);
-    if (!xs || !bands || !tips || !tipbuf) {
+    /* the resumes: the step each started from, its time in the run, what it was */
+    enum { MTIP = 1200 };
+    double *mk = malloc(((size_t)h->n + 1) * 2 * sizeof(double));
+    const char **mtips = calloc((size_t)h->n + 1, sizeof *mtips);
+    char *mtipbuf = malloc(((size_t)h->n + 1) * MTIP);
+    if (!xs || !bands || !tips || !tipbuf || !mk || !mtips || !mtipbuf) {
         free(xs);
         free(bands);
         free(tips);
         free(tipbuf);
+        free(mk);
+        free(mtips);
+        free(mtipbuf);
         return nl_err("out of memory drawing the report");
     }
     double *step_x = xs, *loss = xs + nb, *mean = xs + 2 * nb, *lr = xs + 3 * nb, *gn = xs + 4 * nb, *t_end = xs + 5 * nb,
@@ -602,6 +765,31 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     double clock = l->clock;
     const char *unit = clock < 180 ? "s" : clock < 3 * 3600 ? "min" : "h";
     double per = clock < 180 ? 1 : clock < 3 * 3600 ? 60 : 3600;
+    int nm = 0;
+    double *mk_t = mk + h->n + 1;
+    for (int i = 0; i < h->n; i++) {
+        if (!h->r[i].resume) continue;
+        int j = 0;
+        while (j < ns && s[j].step <= h->r[i].step) j++;
+        mk[nm] = (double)h->r[i].step;
+        mk_t[nm] = (j < ns ? s[j].t0 : clock) / per;
+        char *t = mtipbuf + (size_t)nm * MTIP;
+        snprintf(t, MTIP, "resumed at step %lld (to step %lld): %s%s%s", (long long)h->r[i].step, (long long)h->r[i].steps,
+                 h->r[i].command ? h->r[i].command : "the command is not recorded (a library call)",
+                 h->r[i].changes && h->r[i].changes[0] ? "; changed " : "", h->r[i].changes ? h->r[i].changes : "");
+        mtips[nm++] = t;
+    }
+    /* the step charts share one x span: the steps, the evaluations and the resumes */
+    double sxlo = (double)s[0].step, sxhi = (double)s[ns - 1].step;
+    for (int i = 0; i < ne; i++) {
+        sxlo = fmin(sxlo, (double)e[i].step);
+        sxhi = fmax(sxhi, (double)e[i].step);
+    }
+    for (int i = 0; i < nm; i++) {
+        sxlo = fmin(sxlo, mk[i]);
+        sxhi = fmax(sxhi, mk[i]);
+    }
+#define STEP_AXIS .x_fixed = 1, .x_lo = sxlo, .x_hi = sxhi, .marks = mk, .mark_tips = mtips, .nmarks = nm
     int window = ns >= 40 ? (ns / 20 < 200 ? ns / 20 : 200) : 0, nband = 0;
     double run_sum = 0;
     for (int i = 0; i < ns; i++) {
@@ -659,7 +847,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
 
     /* 1. loss */
     SB(b, "<h2>Loss</h2>\n");
-    chart c = {.id = "loss", .title = ne ? "Training and validation loss" : "Training loss", .xlabel = "step", .ylabel = "loss (nats per target token)"};
+    chart c = {.id = "loss", .title = ne ? "Training and validation loss" : "Training loss", .xlabel = "step", .ylabel = "loss (nats per target token)", STEP_AXIS};
     c.s[c.ns++] = (series){"train-loss", "training loss", window ? "#9fc3e6" : "#2f6db5", S_LINE, step_x, loss, NULL, NULL, ns};
     if (window) c.s[c.ns++] = (series){"train-loss-mean", "training loss, moving mean", "#2f6db5", S_LINE, step_x + window, mean + window, NULL, NULL, ns - 2 * window};
     if (ne) {
@@ -669,7 +857,19 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     char cap[400];
     if (window) snprintf(cap, sizeof cap, "The moving mean is over %d steps.%s", 2 * window + 1, ne ? "" : " No validation rows in this log.");
     else snprintf(cap, sizeof cap, "%s", ne ? "" : "No validation rows in this log (train with --val-data or --val-split).");
+    /* a log axis (0.19 and 0.09 apart as 0.9 and 0.4 are), the linear one a click away */
+    int all_pos = 1;
+    for (int i = 0; i < ns; i++) all_pos &= s[i].loss > 0;
+    for (int i = 0; i < ne; i++) all_pos &= e[i].loss > 0;
+    c.y_log = all_pos;
     draw_chart(b, &c, cap);
+    if (all_pos) {
+        SB(b, "<details class=\"linear\"><summary>The loss on a linear axis</summary>\n");
+        c.y_log = 0;
+        c.id = "loss-linear";
+        draw_chart(b, &c, cap);
+        SB(b, "</details>\n");
+    }
 
     /* 2. accuracy */
     if (n_acc) {
@@ -690,7 +890,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
                     snprintf(t, 96, "step %lld: accuracy %.1f%%", (long long)e[i].step, 100 * e[i].accuracy);
                     atips[k++] = t;
                 }
-            chart a = {.id = "accuracy", .title = "Validation accuracy", .xlabel = "step", .ylabel = "accuracy (%)", .y_percent = 1};
+            chart a = {.id = "accuracy", .title = "Validation accuracy", .xlabel = "step", .ylabel = "accuracy (%)", .y_percent = 1, STEP_AXIS};
             a.s[a.ns++] = (series){"val-accuracy-line", NULL, "#3d8b37", S_LINE, axx, ay, NULL, NULL, n_acc};
             a.s[a.ns++] = (series){"val-accuracy", "validation accuracy", "#3d8b37", S_POINTS, axx, ay, NULL, atips, n_acc};
             SB(b, "<h2>Accuracy</h2>\n");
@@ -706,13 +906,13 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
 
     /* 3. learning rate, gradient norm */
     if (any & HAS_LR) {
-        chart r = {.id = "lr", .title = "Learning rate", .xlabel = "step", .ylabel = "learning rate", .y_zero = 1};
+        chart r = {.id = "lr", .title = "Learning rate", .xlabel = "step", .ylabel = "learning rate", .y_zero = 1, STEP_AXIS};
         r.s[r.ns++] = (series){"lr", "learning rate", "#7a4fb5", S_LINE, step_x, lr, NULL, NULL, ns};
         SB(b, "<h2>Learning rate</h2>\n");
         draw_chart(b, &r, "");
     }
     if (any & HAS_GNORM) {
-        chart g = {.id = "grad-norm", .title = "Gradient norm (before clipping)", .xlabel = "step", .ylabel = "gradient L2 norm", .y_zero = 1};
+        chart g = {.id = "grad-norm", .title = "Gradient norm (before clipping)", .xlabel = "step", .ylabel = "gradient L2 norm", .y_zero = 1, STEP_AXIS};
         g.s[g.ns++] = (series){"grad-norm", "gradient norm", "#8a6d3b", S_LINE, step_x, gn, NULL, NULL, ns};
         SB(b, "<h2>Gradient norm</h2>\n");
         draw_chart(b, &g, "");
@@ -722,7 +922,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     char tx[48];
     snprintf(tx, sizeof tx, "time in the run (%s)", unit);
     chart th = {.id = "throughput", .title = "Training tokens/s (paused time excluded) over the run", .xlabel = tx, .ylabel = "tokens/s", .y_zero = 1,
-                .b = bands, .nb = nband};
+                .b = bands, .nb = nband, .marks = mk_t, .mark_tips = mtips, .nmarks = nm};
     th.s[th.ns++] = (series){"tokens-per-s", "tokens/s", "#1f8a8a", S_LINE, t_end, tps, NULL, NULL, ns};
     fmt_dur(d1, sizeof d1, paused);
     fmt_dur(d2, sizeof d2, eval_s);
@@ -734,7 +934,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     draw_chart(b, &th, cap);
 
     /* 5. service vs CPU time per step */
-    chart tm = {.id = "step-time", .title = "Seconds per step not paused: the projection service and the CPU", .xlabel = "step", .ylabel = "seconds", .y_zero = 1};
+    chart tm = {.id = "step-time", .title = "Seconds per step not paused: the projection service and the CPU", .xlabel = "step", .ylabel = "seconds", .y_zero = 1, STEP_AXIS};
     tm.s[tm.ns++] = (series){"cpu-s", "CPU (the rest of the step)", "#8da9c4", S_AREA, step_x, cpu_y, svc_y, NULL, ns};
     if (any & HAS_SVC) tm.s[tm.ns++] = (series){"service-s", "projection service", "#2f6db5", S_AREA, step_x, svc_y, NULL, NULL, ns};
     fmt_dur(d1, sizeof d1, svc);
@@ -768,7 +968,25 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     }
     if (any & HAS_JOULES) fact(b, "energy", "%.1f J (%.4g J per token)", joules, tokens > 0 ? joules / tokens : 0);
     if (l->n_other) fact(b, "other rows", "%d, not drawn (%s)", l->n_other, l->other_kinds);
-    SB(b, "</table>\n<h2>Settings</h2>\n");
+    SB(b, "</table>\n");
+    /* every command of the run, from its history: the first and each resume, what it changed */
+    if (h->n) {
+        SB(b, "<h2>Commands</h2>\n<table class=\"commands\">\n");
+        for (int i = 0; i < h->n; i++) {
+            const run_hist *r = &h->r[i];
+            if (r->resume) sb_printf(b, "<tr class=\"resume\"><th>resumed at step %lld (to step %lld)</th><td>", (long long)r->step, (long long)r->steps);
+            else sb_printf(b, "<tr><th>started (to step %lld)</th><td>", (long long)r->steps);
+            sb_escs(b, r->command ? r->command : "(not recorded: a library call)");
+            if (r->changes && r->changes[0]) {
+                SB(b, "<br>changed: ");
+                sb_escs(b, r->changes);
+            }
+            SB(b, "</td></tr>\n");
+        }
+        SB(b, "</table>\n");
+    }
+#undef STEP_AXIS
+    SB(b, "<h2>Settings</h2>\n");
     int rc = 0;
     if (o->n_info || run_path) {
         SB(b, "<table class=\"settings\">\n");
@@ -791,6 +1009,9 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     free(bands);
     free(tips);
     free(tipbuf);
+    free(mk);
+    free(mtips);
+    free(mtipbuf);
     return rc;
 }
 
@@ -812,21 +1033,34 @@ int nl_report_write(const nl_report_opts *o, const char *out) {
     char *tmp = nl_malloc(tn);
     if (!tmp) { free(run_path); return -1; }
     snprintf(tmp, tn, "%s.tmp", out);
-    const char *inputs[2] = {o->log, run_path};
-    for (int i = 0; i < 2; i++) {
+    history h;
+    if (read_history(&h, run_path)) {
+        free(tmp);
+        free(run_path);
+        return -1;
+    }
+    const char *inputs[3] = {o->log, run_path, h.path};
+    static const char *const what[3] = {"the log", "the run.json", "the run's history"};
+    for (int i = 0; i < 3; i++) {
         if (!inputs[i]) continue;
         if (same_file(out, inputs[i]) || same_file(tmp, inputs[i])) {
-            nl_err("%s: is %s %s (or its temp file %s is): the report never replaces what it reads", out, i ? "the run.json" : "the log", inputs[i], tmp);
+            nl_err("%s: is %s %s (or its temp file %s is): the report never replaces what it reads", out, what[i], inputs[i], tmp);
             free(tmp);
             free(run_path);
+            hist_free(&h);
             return -1;
         }
     }
     free(tmp);
     run_log l;
-    if (read_log(&l, o->log)) { free(run_path); return -1; }
+    if (read_log(&l, o->log)) {
+        free(run_path);
+        hist_free(&h);
+        return -1;
+    }
     sbuf b = {0};
-    int rc = render(&b, &l, o, run_path);
+    int rc = render(&b, &l, o, run_path, &h);
+    hist_free(&h);
     if (rc == 0 && b.oom) rc = nl_err("out of memory writing the report");
     if (rc == 0) {
         rc = nl_io_write_file(o->io, out, b.p, b.n);

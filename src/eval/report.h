@@ -3,8 +3,13 @@
  * Drawn from the rows of a --log-json file (trainer.h): one chart each, inline SVG, for the
  * training loss with the validation loss, the validation accuracy, the learning rate, the
  * gradient norm, tokens/s over the run's time axis (paused intervals, thermal or battery, and
- * evaluations shaded on it), and service vs CPU seconds per step; then the run's settings (its
- * run.json and what the log carries). Inline CSS, no script, nothing fetched from anywhere:
+ * evaluations shaded on it), and service vs CPU seconds per step; then the run's commands and
+ * settings. The loss is drawn on a log axis (the linear one in a <details> under it) when every
+ * loss is > 0; the step charts share one x span, so the accuracy lines up with the loss. With a
+ * run.json, the run's history beside it (DIR/runs.jsonl, train/rundesc.h) lists every command,
+ * the first and each resume with what it changed, and each resume is a dashed marker on every
+ * chart (at its step; on the time axis at the time its first step began); the model and the
+ * data are shown as their paths beside their content hashes. Inline CSS, no script, nothing fetched from anywhere:
  * any browser shows it offline.
  *
  * The log's rows, one JSON object a line:

@@ -215,3 +215,52 @@ int nl_desc_compare(const nl_run_desc *d, const char *dir, int kind, const char 
 int nl_desc_changes(const nl_run_desc *d, const char *dir, int kind, char *msg, size_t cap) {
     return compare(d, dir, kind, NULL, 1, msg, cap);
 }
+
+int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int resumed, int64_t total, const char *command) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    size_t pn = strlen(dir) + 12;
+    char *path = nl_malloc(pn);
+    if (!path) return -1;
+    snprintf(path, pn, "%s/runs.jsonl", dir);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    if (resumed) { /* the lines before, each complete (a line cut by a crash goes) */
+        struct stat st;
+        size_t len = 0;
+        char *old = stat(path, &st) == 0 ? nl_read_file(path, &len) : NULL;
+        nl_clear_error();
+        const char *end = old ? old + len : NULL;
+        while (end && end > old && end[-1] != '\n') end--;
+        if (old && end > old && (buf = malloc((size_t)(end - old) + 1))) {
+            memcpy(buf, old, (size_t)(end - old));
+            n = cap = (size_t)(end - old);
+            buf[n] = 0;
+        } else if (old && end > old) {
+            rc = nl_err("out of memory");
+        }
+        free(old);
+    }
+    /* what this run changed: every kind a resume may change (the config cannot: it is refused) */
+    char chg[2048] = "";
+    static const int kinds[] = {NL_KV_SCHEDULE, NL_KV_NUMERICS, NL_KV_INFO};
+    for (size_t k = 0; resumed && k < sizeof kinds / sizeof *kinds; k++) {
+        size_t l = strlen(chg);
+        if (l && l + 2 < sizeof chg) strcpy(chg + l, ", ");
+        if (nl_desc_changes(d, dir, kinds[k], chg + strlen(chg), sizeof chg - strlen(chg)) <= 0) chg[l] = 0;
+    }
+    char num[64];
+    snprintf(num, sizeof num, "{\"step\": %lld, \"resume\": %s, \"steps\": %lld", (long long)step, resumed ? "true" : "false",
+             (long long)total);
+    if (!rc) rc = buf_raw(&buf, &n, &cap, num);
+    if (!rc && command) rc = buf_raw(&buf, &n, &cap, ", \"command\": ");
+    if (!rc && command) rc = nl_json_escape(&buf, &n, &cap, command, strlen(command));
+    if (!rc) rc = buf_raw(&buf, &n, &cap, ", \"changes\": ");
+    if (!rc) rc = nl_json_escape(&buf, &n, &cap, chg, strlen(chg));
+    if (!rc) rc = buf_raw(&buf, &n, &cap, "}\n");
+    if (rc && !nl_last_error()[0]) nl_err("out of memory");
+    if (!rc) rc = nl_io_write_file(NULL, path, buf, n);
+    free(buf);
+    free(path);
+    return rc;
+}

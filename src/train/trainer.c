@@ -1037,6 +1037,8 @@ static int start_run(nl_trainer *t, int64_t *step) {
     if (!drc && o->resume && resume_from(t, &desc, step)) drc = -1;
     t->first_step = t->last_commit = *step;
     if (!drc && o->save_every > 0 && start_snapshots(t, *step)) drc = -1;
+    /* the history first: it says what this run changed against the run.json it replaces */
+    if (!drc && o->checkpoint_dir && nl_desc_history(&desc, o->checkpoint_dir, *step, *step > 0, t->total, o->command)) drc = -1;
     if (!drc && o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) drc = -1;
     nl_desc_free(&desc);
     if (drc) return -1;

@@ -66,6 +66,9 @@ typedef struct {
     int shuffle;                         /* 1 */
     uint64_t seed;                       /* 42 */
     const char *checkpoint_dir;          /* NULL: no commits */
+    /* the command line that started this run, for checkpoint_dir/runs.jsonl (the history the
+     * report lists and marks resumes from; train/rundesc.h); NULL: not recorded */
+    const char *command;
     int64_t commit_every;                /* 1 */
     /* > 0: every save_every optimizer steps the adapter is also written to
      * nl_train_snapshot_path(out, step) (OUT-stepN.gguf, the format of out), committed first
