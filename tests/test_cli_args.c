@@ -140,6 +140,13 @@ static void test_no_overwrite(void) {
     expect("train --data in --checkpoint-dir (run.json)", run(t2), 2, "--data", "--checkpoint-dir", NULL);
     CHECK(unchanged(ckdata, &d));
     CHECK(rename(ckdata, data) == 0);
+    /* its history too (runs.jsonl, the report's list of commands) */
+    snprintf(ckdata, sizeof ckdata, "%s/runs.jsonl", ck);
+    d = take(data);
+    CHECK(rename(data, ckdata) == 0);
+    expect("train --data in --checkpoint-dir (runs.jsonl)", run(t2), 2, "--data", "--checkpoint-dir", NULL);
+    CHECK(unchanged(ckdata, &d));
+    CHECK(rename(ckdata, data) == 0);
     expect("train --checkpoint-dir = --model", run(TRAIN("--out", out, "--checkpoint-dir", model)), 2, "--checkpoint-dir", "--model", NULL);
     expect("train --out = --log-json", run(TRAIN("--out", out, "--log-json", out)), 2, "--out", "--log-json", NULL);
     CHECK(access(out, F_OK) != 0);

@@ -131,7 +131,7 @@ static int same(const path_id *a, const path_id *b) {
 /* The files a run writes inside its checkpoint directory (train/checkpoint.h, trainer.c). */
 static int run_writes_name(const char *name) {
     return !strcmp(name, "lock") || !strcmp(name, "run.json") || !strcmp(name, "run.json.tmp") || !strcmp(name, "ckpt.tmp") ||
-           !strncmp(name, "commit-", 7);
+           !strcmp(name, "runs.jsonl") || !strcmp(name, "runs.jsonl.tmp") || !strncmp(name, "commit-", 7);
 }
 
 /* `in` lies in the directory `dir` under a name the run writes there. */
@@ -197,7 +197,7 @@ int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *cons
             rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same path: choose another --%s\n", cmd, dir.flag, dir.path,
                          in[i].flag, in[i].path, dir.flag);
         else if (in_run_dir(&in[i], &dir))
-            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s (its lock, run.json or commits): "
+            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s (its lock, run.json, runs.jsonl or commits): "
                          "the input would be replaced; choose another --%s\n", cmd, in[i].flag, in[i].path, dir.flag, dir.path,
                          dir.flag);
     }
