@@ -3,7 +3,8 @@
 with pauses and validation rows) and `train --report` (a real run of a tiny model) to PNG
 screenshots; the test checks every SVG parses as XML with the series it should hold, that the
 page fetches nothing, and that the screenshots are not blank (non-white pixels, pixel variance,
-the loss line's and the shaded pauses' colours). Exit 77 (ctest: skipped) when no Chromium is
+the loss line's and the shaded pauses' colours), and a resumed run's report (its resume marker
+drawn on every chart, at one x on the step charts). Exit 77 (ctest: skipped) when no Chromium is
 found: set NL_CHROMIUM to its path, or install Debian's `chromium`.
 
 usage: report_browser.py NIGHTLORA_CLI REPO_ROOT [OUT_DIR]   (OUT_DIR: keep the files there)"""
@@ -215,6 +216,35 @@ def main():
     png2 = os.path.join(out, "run.png")
     screenshot(chromium, html2, png2, profile)
     check_png(png2, {"loss line": blue})
+    # 3. a resumed run with validation: the resume's dashed marker drawn on every chart, at one
+    # x on the five step charts (loss, accuracy, lr, gradient norm, time per step share the span)
+    data = os.path.join(root, "examples", "tagging-train.jsonl")
+    html3 = os.path.join(out, "resumed.html")
+    for steps, extra in (("20", []), ("40", ["--resume", "--report", html3])):
+        subprocess.run([cli, "train", "--model", model, "--data", data, "--out", os.path.join(out, "r.gguf"), "--steps", steps,
+                        "--batch-tokens", "128", "--threads", "1", "--lr", "2e-3", "--val-data", os.path.join(root, "examples", "tagging-test.jsonl"), "--eval-every", "10",
+                        "--checkpoint-dir", os.path.join(out, "ck3"), "--log-json", os.path.join(out, "resumed.jsonl"),
+                        "--quiet"] + extra, check=True)
+    check_html(html3, {"loss": ["train-loss", "val-loss"], "accuracy": ["val-accuracy"], "lr": ["lr"],
+                       "throughput": ["tokens-per-s"], "step-time": ["service-s", "cpu-s"]})
+    text = open(html3, encoding="utf-8").read()
+    assert text.count('<g class="resume" data-x="20">') == 6, "the resume at step 20 on the six step charts"
+    assert "changed: --steps 20 -&gt; 40" in text, "the resume's change listed"
+    png3 = os.path.join(out, "resumed.png")
+    screenshot(chromium, html3, png3, profile)
+    red = ((0xb8, 0x32, 0x2a), 40)
+    check_png(png3, {"loss line": ((0x2f, 0x6d, 0xb5), 30), "resume markers": red})
+    w, h, rows = read_png(png3)
+    cols = [0] * w
+    for y in range(h):
+        for x, p in enumerate(rows[y]):
+            if near(p, red[0], red[1]):
+                cols[x] += 1
+    best = max(range(w - 1), key=lambda x: cols[x] + cols[x + 1])
+    aligned = cols[best] + cols[best + 1]
+    print(f"{png3}: resume markers: {sum(cols)} red px, {aligned} in columns {best}-{best + 1}")
+    # five dashed lines of ~200 px at 5:3 on, ~125 px each, at the same x
+    assert aligned >= 400, f"{png3}: the step charts' resume markers are not at one x ({aligned} px in the best column pair)"
     if len(sys.argv) <= 3:
         shutil.rmtree(out, ignore_errors=True)
     print("report_browser: passed")

@@ -459,6 +459,11 @@ static void test_history(void) {
     put(at("hk/runs.jsonl"), "{\"step\": 0, \"resume\": false}\n");
     CHECK(nl_report_write(&o, at("hk/runs.jsonl")) != 0 && strstr(nl_last_error(), "the run's history"));
     CHECK(nl_t_file_has(at("hk/runs.jsonl"), "\"resume\": false"));
+    /* a narrow span (5.3 to 6.3, one tick of 1..9 inside): out to the ticks around it, 5 to 7 */
+    put(at("n.jsonl"), "{\"step\": 1, \"loss\": 6.3, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 5.3, \"tokens\": 1, \"seconds\": 1}\n");
+    h = report(at("n.jsonl"), NULL, at("n.html"));
+    CHECK(h && isfinite(tick_y(h, "loss", "5")) && isfinite(tick_y(h, "loss", "6")) && isfinite(tick_y(h, "loss", "7")));
+    free(h);
     /* a loss <= 0 (a log of another tool): the linear axis */
     put(at("z.jsonl"), "{\"step\": 1, \"loss\": 0.5, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 0, \"tokens\": 1, \"seconds\": 1}\n");
     h = report(at("z.jsonl"), NULL, at("z.html"));

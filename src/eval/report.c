@@ -442,6 +442,12 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         f.ylog = 1;
         f.ay = (axis){lo - pad, hi + pad, 1};
         nlt = log_ticks(f.ay.lo, f.ay.hi, lt, 40);
+        if (nlt < 3) { /* a narrow span (5.3 to 6.3): out to the ticks around it (5 to 7) */
+            double vlo = pow(10, f.ay.lo), vhi = pow(10, f.ay.hi), klo = pow(10, floor(log10(vlo))), khi = pow(10, floor(log10(vhi)));
+            f.ay.lo = log10(floor(vlo / klo) * klo);
+            f.ay.hi = log10(ceil(vhi / khi) * khi);
+            nlt = log_ticks(f.ay.lo, f.ay.hi, lt, 40);
+        }
     }
     sb_printf(b, "<figure id=\"%s\">\n<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
                  "role=\"img\" aria-label=\"", c->id, CH_W, CH_H, CH_W, CH_H);
