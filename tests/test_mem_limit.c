@@ -91,8 +91,39 @@ static void limit_holds(const char *what, int type) {
     }
 }
 
+/* A long line under a limit it cannot be read in: refused before it is read, naming the line,
+ * and the process never came near what reading it would have taken (it peaked at 1308 MiB
+ * before the refusal under --mem-limit-mb 300 with a 60 MB line). */
+static void long_line_refused(void) {
+    char model[512], data[512], out[512], err[512];
+    snprintf(model, sizeof model, "%s/ll.gguf", tmp);
+    snprintf(data, sizeof data, "%s/longline.jsonl", tmp);
+    snprintf(out, sizeof out, "%s/ll_adapter.gguf", tmp);
+    snprintf(err, sizeof err, "%s/ll.err", tmp);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "small", NL_TYPE_Q8_0, 3, model) == 0);
+    FILE *f = fopen(data, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"text\": \"short one\"}\n{\"text\": \"", f);
+    for (int i = 0; i < 1500000; i++) fputs(i % 7 ? "word " : "river ", f); /* ~8 MB */
+    fputs("\"}\n", f);
+    fclose(f);
+    long kb = 0;
+    const char *a[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--ctx", "64", "--batch-tokens", "64",
+                       "--threads", "2", "--thermal", "off", "--mem-limit-mb", "120", NULL};
+    int rc = run(a, err, &kb);
+    CHECKF(rc == 1 && nl_t_file_has(err, "not enough memory: reading the data would need about ") && nl_t_file_has(err, "longline.jsonl:2 is ") &&
+               nl_t_file_has(err, "nothing was read or trained") && access(out, F_OK) != 0,
+           "long line: exit %d", rc);
+    printf("long line, --mem-limit-mb 120: refused before reading, peak RSS %.2f MiB\n", kb / 1024.0);
+#ifndef __SANITIZE_ADDRESS__
+    CHECKF((double)kb / 1024.0 <= 120, "long line: peak RSS %.2f MiB over --mem-limit-mb 120", kb / 1024.0);
+#endif
+}
+
 int main(void) {
     if (nl_t_tmpdir(tmp, sizeof tmp, "test_mem_limit")) return 1;
+    long_line_refused();
     limit_holds("q8_0", NL_TYPE_Q8_0);
     limit_holds("f32", NL_TYPE_F32); /* converted to Q8_0 at load */
     nl_t_tmpdir_done(tmp);
