@@ -227,6 +227,56 @@ static void test_forward_is_graph(nl_arch arch, const char *backend, int threads
     nl_session_close(&s);
 }
 
+/* The call's peak bound (nl_graph_call_bytes, what the memory preflight counts) against the
+ * arena's measured peak: never under it, and tight (the bound adds only the recurrent layers'
+ * GDN caches, which live on the heap, and the head's chunk when fewer rows are targets): a
+ * step, with every layer kept, none, or half, and the loss-only call, on every architecture,
+ * an adapter on every projection and the head, dropout on. */
+static void test_call_bytes(nl_arch arch) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-cb.gguf", tmpdir, nl_arch_name(arch));
+    CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 19, path) == 0);
+    nl_proj_config pc = {.backend = "host", .n_threads = 2};
+    nl_session s;
+    if (nl_session_open(&s, path, NULL, &pc)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    nl_adapter *ad = nl_adapter_new(s.m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output", 4, 8.0f, 3);
+    CHECK(ad != NULL);
+    s.rt.adapter = ad;
+    const int V = s.m->hp.n_vocab, nL = s.m->hp.n_layer;
+    float *gr = calloc(ad->n_params, sizeof(float));
+    const int Ts[3] = {37, 300, 530};
+    for (int c = 0; c < 3; c++) {
+        const int T = Ts[c];
+        int32_t *tok = malloc(sizeof(int32_t) * T), *tgt = malloc(sizeof(int32_t) * T);
+        for (int t = 0; t < T; t++) {
+            tok[t] = (int32_t)((t * 41 + 5) % V);
+            tgt[t] = (int32_t)((t * 29 + 7) % V);
+        }
+        uint64_t gdn = 0;
+        for (int l = 0; l < nL; l++)
+            if (s.m->layers[l].recurrent) gdn += nl_gdn_cache_bytes(&s.rt.gdn, T) + 256;
+        nl_graph g0 = {.rt = &s.rt, .ad = ad};
+        const uint64_t half = nl_graph_layer_bytes(&g0, 0, T) * (uint64_t)nL / 2;
+        const uint64_t budgets[3] = {UINT64_MAX, 0, half};
+        for (int v = 0; v < 4; v++) {
+            nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr, .dropout = 0.3f, .seed = 8, .step = 1, .keep_scratch = 1,
+                          .act_budget = v < 3 ? budgets[v] : 0};
+            double loss;
+            CHECK((v < 3 ? nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss) : nl_graph_loss(&g, tok, tgt, T, &loss)) == 0);
+            const uint64_t bound = nl_graph_call_bytes(&g, T, g.act_budget, v < 3, NULL);
+            const uint64_t peak = g.ws ? ((nl_arena *)g.ws)->peak : 0;
+            CHECKF(peak > 0 && peak <= bound && bound - peak <= gdn + bound / 20, "%s T=%d case %d: arena peak %llu, bound %llu (GDN caches %llu)",
+                   nl_arch_name(arch), T, v, (unsigned long long)peak, (unsigned long long)bound, (unsigned long long)gdn);
+            nl_graph_free(&g);
+        }
+        free(tok), free(tgt);
+    }
+    free(gr);
+    s.rt.adapter = NULL;
+    nl_adapter_free(ad);
+    nl_session_close(&s);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/nl_test_graph_%d", (int)getpid());
     char cmd[300];
@@ -238,6 +288,7 @@ int main(void) {
     test_arch(NL_ARCH_GEMMA3); /* T = 21 crosses the tiny preset's sliding window of 8 */
     const nl_arch archs[4] = {NL_ARCH_LLAMA, NL_ARCH_QWEN3, NL_ARCH_QWEN35, NL_ARCH_GEMMA3};
     for (int a = 0; a < 4; a++) {
+        test_call_bytes(archs[a]);
         test_forward_is_graph(archs[a], "ref", 1);
         test_forward_is_graph(archs[a], "host", 2);
         test_shortcuts(archs[a], "ref");

@@ -121,9 +121,67 @@ static void long_line_refused(void) {
 #endif
 }
 
+/* The hardening issue's case: a q8_0 model, one 3000-word text line (4096 tokens at the model's
+ * context). Under --mem-limit-mb 285 it said "needs 277.89 MiB" and peaked at 310.7 MiB (the
+ * backward's temporaries, the layer inputs' dx and the head's buffers were not counted); with
+ * 200 and the --ctx / --batch-tokens it suggested, 212.6 MiB. Now: refused before any work
+ * (the peak stays far under), and the suggested settings train within the limit. */
+static void long_text_case(double limit_mb) {
+    char model[512], data[512], out[512], err[512], lim[32];
+    snprintf(model, sizeof model, "%s/lt.gguf", tmp);
+    snprintf(data, sizeof data, "%s/words3000.jsonl", tmp);
+    snprintf(out, sizeof out, "%s/lt_adapter.gguf", tmp);
+    snprintf(err, sizeof err, "%s/lt.err", tmp);
+    snprintf(lim, sizeof lim, "%.0f", limit_mb);
+    if (access(model, F_OK) != 0) {
+        CHECK(nl_mkmodel(NL_ARCH_QWEN3, "small", NL_TYPE_Q8_0, 3, model) == 0);
+        FILE *f = fopen(data, "w");
+        CHECK(f != NULL);
+        if (!f) return;
+        static const char *const w[] = {"river", "stone", "light", "word", "green", "house", "quick", "table"};
+        fputs("{\"text\": \"", f);
+        for (int i = 0; i < 3000; i++) fprintf(f, "%s%s", i ? " " : "", w[(i * 7 + i / 5) % 8]);
+        fputs("\"}\n", f);
+        fclose(f);
+    }
+    long kb = 0;
+    const char *a[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--threads", "2", "--thermal", "off",
+                       "--mem-limit-mb", lim, NULL, NULL, NULL, NULL, NULL};
+    unlink(out);
+    int rc = run(a, err, &kb);
+    char *e = nl_t_slurp(err, NULL);
+    const char *p = e ? strstr(e, "use --ctx ") : NULL;
+    int ctx = 0, bt = 0;
+    CHECKF(rc == 1 && p && sscanf(p, "use --ctx %d --batch-tokens %d", &ctx, &bt) == 2 && access(out, F_OK) != 0,
+           "3000 words, --mem-limit-mb %s: exit %d, %s", lim, rc, e ? e : "");
+    free(e);
+    printf("3000 words, --mem-limit-mb %s: refused before training (peak RSS %.2f MiB), suggests --ctx %d --batch-tokens %d\n", lim,
+           kb / 1024.0, ctx, bt);
+#ifndef __SANITIZE_ADDRESS__
+    CHECKF((double)kb / 1024.0 <= limit_mb / 2, "3000 words: the refusal peaked at %.2f MiB", kb / 1024.0);
+#endif
+    if (ctx < 16) return;
+    char cs[16], bs[16];
+    snprintf(cs, sizeof cs, "%d", ctx);
+    snprintf(bs, sizeof bs, "%d", bt);
+    a[15] = "--ctx", a[16] = cs, a[17] = "--batch-tokens", a[18] = bs;
+    rc = run(a, err, &kb);
+    const double need = needs_mib(err);
+    CHECKF(rc == 0 && access(out, F_OK) == 0 && need > 0 && need <= limit_mb, "3000 words, --mem-limit-mb %s --ctx %d: exit %d, needs %.2f",
+           lim, ctx, rc, need);
+    printf("  --ctx %d --batch-tokens %d: needs %.2f MiB, peak RSS %.2f MiB\n", ctx, bt, need, kb / 1024.0);
+#ifndef __SANITIZE_ADDRESS__
+    CHECKF((double)kb / 1024.0 <= limit_mb, "3000 words: peak RSS %.2f MiB over --mem-limit-mb %s (--ctx %d)", kb / 1024.0, lim, ctx);
+    /* and the estimate is not far above what the run takes (the suggestion is not needlessly small) */
+    CHECKF(need <= 1.15 * (double)kb / 1024.0, "3000 words: needs %.2f MiB, but the run peaked at %.2f MiB", need, kb / 1024.0);
+#endif
+}
+
 int main(void) {
     if (nl_t_tmpdir(tmp, sizeof tmp, "test_mem_limit")) return 1;
     long_line_refused();
+    long_text_case(200);
+    long_text_case(285);
     limit_holds("q8_0", NL_TYPE_Q8_0);
     limit_holds("f32", NL_TYPE_F32); /* converted to Q8_0 at load */
     nl_t_tmpdir_done(tmp);

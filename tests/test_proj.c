@@ -510,7 +510,7 @@ static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     return 0;
 }
 static const char *fake_compute(const void *ctx) { (void)ctx; return "bf16"; }
-static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 static void test_planner(void) {
     nl_t_rng_state = 5;
@@ -553,7 +553,7 @@ static void test_planner(void) {
     CHECK(s && strcmp(nl_proj_compute(s), "f32") == 0); /* no compute hook: f32 */
     {
         /* the service asks the backend's hook, whatever the backend */
-        static const nl_proj_backend bf16_backend = {"fake16", fake_init, fake_supports, fake_run, fake_free, 0, NULL, fake_compute, NULL, NULL, NULL, NULL};
+        static const nl_proj_backend bf16_backend = {"fake16", fake_init, fake_supports, fake_run, fake_free, 0, NULL, fake_compute, NULL, NULL, NULL, NULL, NULL};
         nl_proj_config c16 = c;
         c16.backend_impl = &bf16_backend;
         nl_proj_service *s16 = nl_proj_service_new(&c16);
@@ -627,7 +627,7 @@ static int colbad_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const floa
         }
     return 0;
 }
-static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* Plan one projection with colbad; returns the largest and smallest rel_err of direction dir
  * (over the buckets {2, 4}) and whether every check of that direction failed / passed. */
@@ -894,8 +894,8 @@ static int counting_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const fl
     cache_runs++;
     return fake_run(ctx, w, dir, x, T, y);
 }
-static const nl_proj_backend counting_backend = {"counting", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL};
-static const nl_proj_backend counting_backend2 = {"counting2", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend counting_backend = {"counting", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend counting_backend2 = {"counting2", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* A service of (a, m) on backend be with the cache in dir, planned on buckets {2, 4, 8}; the
  * backend's runs it took, its summary in sum. */

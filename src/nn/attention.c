@@ -531,3 +531,30 @@ int nl_attention_backward_range_tiles(const nl_amx_tiles *tl, float *dq, float *
     }
     return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
 }
+
+/* ---- the per-thread scratch, bounded (nl_attention_thread_bytes) ----
+ * Each path's nl_thread_scratch request above, as sized there (S = T: the training graph). */
+static uint64_t ldb64(int64_t n) { return (uint64_t)((n + 15) & ~(int64_t)15) + 16; }
+
+uint64_t nl_attention_thread_bytes(int T, int d) {
+    if (T < 1 || d < 1) return 0;
+    const uint64_t t = (uint64_t)T, D = (uint64_t)d, bq = (uint64_t)(T < BQ ? T : BQ), dw = (D + 1) / 2, th = (t + 1) / 2;
+    /* FP32: forward (Kᵀ panel, scores), backward (Kᵀ, Vᵀ, scores, dP) */
+    uint64_t b = 4 * (D * t + bq * t + 1);
+    uint64_t x = 4 * (2 * D * t + 2 * bq * t + 1);
+    if (x > b) b = x;
+    /* BF16 */
+    x = 4 * (dw * ldb64(T) + th * ldb64(d) + bq * dw + bq * th) + 4 * bq * t;
+    if (x > b) b = x;
+    const uint64_t n_words = 2 * dw * ldb64(T) + th * ldb64(d) + 2 * D * ((th + 15) & ~(uint64_t)15) + 2 * bq * dw + bq * th +
+                             2 * ((bq + 1) / 2) * ldb64(T);
+    x = 4 * n_words + 4 * (2 * bq * t + 2 * D * ldb64(T));
+    if (x > b) b = x;
+    /* tiles */
+    const uint64_t dp = (uint64_t)nl_tile_up(d), tp = (uint64_t)nl_tile_up(T);
+    x = 4 * (dp / 2 * tp + tp / 2 * dp + BQT * dp / 2 + BQT * tp / 2) + 4 * BQT * tp;
+    if (x > b) b = x;
+    x = 4 * (2 * (dp / 2 * tp) + tp / 2 * dp + 2 * (BKV / 2 * dp) + 2 * (BQT * dp / 2) + BQT * tp / 2 + 2 * (BKV * tp / 2)) + 8 * BQT * tp;
+    if (x > b) b = x;
+    return (b + 63) / 64 * 64;
+}

@@ -428,6 +428,15 @@ uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s) {
     return 4 * (bwd_work_floats(s) + (uint64_t)s->K * nl_gdn_conv_dim(s));
 }
 
+static uint64_t al64(uint64_t b) { return b ? (b + 63) & ~(uint64_t)63 : 64; }
+
+uint64_t nl_gdn_train_ws_bytes(const nl_gdn_shape *s, int T, int bwd) {
+    if (check_shape(s) || T < 1) return 0;
+    const uint64_t cd = (uint64_t)nl_gdn_conv_dim(s), K = (uint64_t)s->K;
+    if (bwd) return al64(4 * (bwd_work_floats(s) * (uint64_t)s->Hk + K * cd));
+    return al64(4 * ((uint64_t)T * cd + (K - 1) * cd + K * cd)) + al64(4 * (uint64_t)s->Hv * ((uint64_t)s->dk * s->dv + 3 * (uint64_t)s->dv));
+}
+
 nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max) {
     if (check_shape(s)) return NULL;
     if (T_max < 1) {

@@ -76,6 +76,9 @@ uint64_t nl_gdn_cache_bytes(const nl_gdn_shape *s, int T);
  * (About 14 KiB of 16×16 matrices live on the stack.) */
 uint64_t nl_gdn_backward_work_bytes(const nl_gdn_shape *s);
 uint64_t nl_gdn_backward_thread_bytes(const nl_gdn_shape *s);
+/* The most arena bytes nl_gdn_forward_train (bwd 0) or nl_gdn_backward (bwd 1) takes from its
+ * ws for T tokens, on any pool (its tasks bounded by the heads); 0 for an invalid shape. */
+uint64_t nl_gdn_train_ws_bytes(const nl_gdn_shape *s, int T, int bwd);
 
 /* A cache able to hold up to T_max tokens; NULL + nl_err on failure. */
 nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max);

@@ -109,6 +109,46 @@ int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     return 0;
 }
 
+/* ---- the temporaries' bound (nl_layer_temp_bytes): each allocation below, as sized there ---- */
+
+static uint64_t A4(uint64_t floats) { return nl_arena_size((size_t)(4 * floats)); }
+static uint64_t max2(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* the hook's most over the kinds [k0, k1) of layer l (kinds the layer lacks count 0) */
+static uint64_t hooks(const nl_runtime *rt, int l, int k0, int k1, nl_dir dir, int T, nl_proj_temp_fn fn, void *user) {
+    uint64_t b = 0;
+    for (int k = k0; k < k1; k++) {
+        int p = rt->m->layers[l].p[k];
+        if (p >= 0 && fn) b = max2(b, fn(user, dir, p, T));
+    }
+    return b;
+}
+
+uint64_t nl_layer_temp_bytes(const nl_runtime *rt, int l, int T, int bwd, nl_proj_temp_fn proj_temp, void *user) {
+    const nl_model *m = rt->m;
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    const uint64_t t = (uint64_t)T, n = t * (uint64_t)hp->n_embd, nf = t * (uint64_t)hp->n_ff;
+    const uint64_t qn = t * (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvn = t * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const nl_dir dir = bwd ? NL_BWD : NL_FWD;
+    const uint64_t mlp = max2(max2(hooks(rt, l, NL_P_GATE, NL_P_GATE + 1, dir, T, proj_temp, user),
+                                   hooks(rt, l, NL_P_UP, NL_P_UP + 1, dir, T, proj_temp, user)),
+                              hooks(rt, l, NL_P_DOWN, NL_P_DOWN + 1, dir, T, proj_temp, user));
+    uint64_t mixer;
+    if (L->recurrent) {
+        const nl_gdn_shape *s = &rt->gdn;
+        const uint64_t cd = (uint64_t)nl_gdn_conv_dim(s), vd = (uint64_t)s->Hv * (uint64_t)s->dv, Hv = (uint64_t)s->Hv;
+        const uint64_t buf = bwd ? A4(t * (vd + cd + vd + 2 * Hv + (uint64_t)hp->n_embd)) : A4(t * (cd + vd + 2 * Hv));
+        mixer = buf + max2(hooks(rt, l, NL_P_QKV, NL_P_OUT + 1, dir, T, proj_temp, user), nl_gdn_train_ws_bytes(s, T, bwd));
+    } else {
+        const uint64_t hk = hooks(rt, l, NL_P_Q, NL_P_O + 1, dir, T, proj_temp, user);
+        if (bwd) mixer = A4(6 * qn + 2 * kvn + n) + hk;
+        else mixer = m->arch == NL_ARCH_QWEN35 ? A4(2 * qn) + hk : hk;
+    }
+    if (bwd) return A4(3 * nf + (hp->post_norms ? 4 : 3) * n) + max2(mlp, mixer);
+    return A4(n) + max2(mlp, mixer);
+}
+
 void nl_layer_cache_free(nl_layer_cache *c) {
     for (int i = 0; i < c->n_gc; i++) nl_gdn_cache_free(c->gc[i]);
     memset(c, 0, sizeof *c);

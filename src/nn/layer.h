@@ -116,6 +116,16 @@ typedef struct {
 uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, const nl_span *sp);
 uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T);
 
+/* What a pass's projection hook takes from ps->ws for one request of T rows to projection p in
+ * direction dir (the training graph: its LoRA branch's output and scratch). */
+typedef uint64_t (*nl_proj_temp_fn)(void *user, nl_dir dir, int p, int T);
+/* The most arena bytes layer l's forward (bwd 0) or backward (bwd 1) over T rows takes from
+ * ps->ws on top of its cache (every temporary as nl_layer_forward / nl_layer_backward size
+ * it, rounded as the arena rounds, the hook's per request from proj_temp, may be NULL: none):
+ * what the training graph's peak bound adds to a layer's cache (tests/test_graph.c checks it
+ * against the arena's measured peak). */
+uint64_t nl_layer_temp_bytes(const nl_runtime *rt, int l, int T, int bwd, nl_proj_temp_fn proj_temp, void *user);
+
 /* Lay out layer l's cache for the span's rows in ps->ws (released with the arena mark taken
  * before the call; nl_layer_cache_free first). 0 ok, -1 + nl_err. */
 int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c);

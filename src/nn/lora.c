@@ -334,3 +334,16 @@ int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx
                      const float *dy, const float *x, const float *u, int T, int64_t tok0) {
     return nl_lora_backward_to(L, A, B, dx, 1, dA, dB, dy, x, u, T, tok0);
 }
+
+/* The most of nl_thread_scratch any path above asks for L (each request as sized there). */
+uint64_t nl_lora_thread_bytes(const nl_lora *L) {
+    const uint64_t K = (uint64_t)(L->n_in > 0 ? L->n_in : 0), N = (uint64_t)(L->n_out > 0 ? L->n_out : 0), r = (uint64_t)(L->rank > 0 ? L->rank : 0);
+    const uint64_t Kp = (uint64_t)nl_tile_up((int)K), Np = (uint64_t)nl_tile_up((int)N), rp = (uint64_t)nl_tile_up((int)r), tb = TB;
+    const uint64_t nx = L->dropout > 0.0f ? 3 * tb * K : 0; /* the most any path takes for its masks */
+    uint64_t b = 4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r);              /* tiles FWD */
+    uint64_t x = 4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) + 4 * (nx + tb * r + 1); /* tiles BWD */
+    if (x > b) b = x;
+    x = 4 * (K * r + r * N + nx + 3 * tb * r + 1); /* FP32: FWD, BWD rows, BWD on one thread */
+    if (x > b) b = x;
+    return (b + 63) / 64 * 64;
+}

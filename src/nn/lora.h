@@ -86,6 +86,9 @@ int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float
  * Together: the bits of nl_lora_backward_to for the same arguments (toks == NULL). Phase 2
  * returns -1 + nl_err only on the tiles (out of memory for its packing scratch). */
 size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T);
+/* The most per-thread scratch (nl_thread_scratch) a LoRA product of L takes on any path (FP32
+ * or tiles, either direction), independent of T: a thread's block grows to it. */
+uint64_t nl_lora_thread_bytes(const nl_lora *L);
 int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
                           const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
                           int t1);

@@ -78,6 +78,10 @@ int nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const floa
                                       const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
                                       int Hkv, int d, float scale, int window, int g0, int g1);
 int nl_attention_bf16_active(void);
+/* The most per-thread scratch (nl_thread_scratch) one thread's attention over T rows of head
+ * size d takes on any path (FP32, BF16, tiles; forward or backward, S = T): a thread's block
+ * grows to it. */
+uint64_t nl_attention_thread_bytes(int T, int d);
 /* The same on the matrix engine's tiles (cpu/tiles.h; tl: cpu/amx.h's tile operations, real
  * or emulated): the FP32 calls' blocks and row steps (softmax, lse, D, the scalings in FP32)
  * with every GEMM a tile GEMM on BF16 operands (nearest even) accumulated in FP32. Same

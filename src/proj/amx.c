@@ -301,6 +301,21 @@ static void task_bwd(void *arg, int tid, int nth) {
     j->tl->end();
 }
 
+void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T, int split, uint64_t *shared, uint64_t *per_thread) {
+    const uint64_t Kp = (uint64_t)up32(K), Np = (uint64_t)up32(N), Tp = (uint64_t)up32(T);
+    /* the packed activations (nl_amx_run) and a thread's scratch (scratch_for), as sized there */
+    *shared = (Tp * (dir == NL_FWD ? Kp : Np) * 2 * (split ? 2 : 1) + 63) / 64 * 64;
+    uint64_t need;
+    if (dir == NL_FWD) {
+        need = 2 * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4;
+        if (need < Kp * 8) need = Kp * 8;
+    } else {
+        need = 2 * ((uint64_t)BWD_NC / 2 * BWD_KW * 4) + 2 * BWD_KW * 4 + al64((size_t)(Tp * BWD_KW * 4)) + 1024 * 4;
+        if (need < Np * 4) need = Np * 4;
+    }
+    *per_thread = (uint64_t)(n_threads < 1 ? 1 : n_threads) * ((need + 63) / 64 * 64);
+}
+
 int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
                const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split) {
     if (T <= 0) return 0;

@@ -445,6 +445,21 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     return 0;
 }
 
+/* what a request holds beyond the context's fixed scratch (made at init): the tile driver's
+ * packed activations and threads' scratch, or the BF16 copy of the activations */
+static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, uint64_t *shared, uint64_t *per_thread) {
+    host_ctx *c = ctx;
+    *shared = *per_thread = 0;
+    if (!c || !w || T < 1) return;
+    const int mode = mode_of(c);
+    if (amx_takes(mode, w)) {
+        nl_amx_scratch_bytes(c->nth, w->n_in, w->n_out, dir, T, w->cls == NL_CLASS_RECURRENT, shared, per_thread);
+    } else if (mode == MODE_BF16 && nl_host_type_bf16(w->type)) {
+        const uint64_t ldx = dir == NL_FWD ? (uint64_t)w->n_in : ((uint64_t)w->n_out + 1) / 2 * 2;
+        *shared = ((uint64_t)T * ldx * 2 + 63) / 64 * 64;
+    }
+}
+
 /* the nodes follow the service: its tiles (real or emulated) in the tile modes, BF16 attention
  * in bf16 */
 static void host_nodes(const void *ctx, const nl_amx_tiles **tiles, int *bf16) {
@@ -464,4 +479,5 @@ const nl_proj_backend nl_proj_backend_host = {
     .compute = nl_proj_host_compute,
     .computes = host_computes,
     .nodes = host_nodes,
+    .scratch = host_scratch,
 };

@@ -51,6 +51,10 @@ nl_amx_ctx *nl_amx_new(int n_threads);
 void nl_amx_free(nl_amx_ctx *a);
 /* One request: Y = X·Wᵀ (FWD) or dY·W (BWD), W any host type (nl_host_type_ok), split 1 =
  * split-BF16 (3 products), 0 = one BF16 product. Threads: the pool (pool size == n_threads). */
+/* What nl_amx_run on a context of n_threads holds for a K×N weight, direction dir, T rows:
+ * the packed activations (*shared, one buffer grown to its largest request) and every thread's
+ * scratch (*per_thread, all threads together, each grown to its largest). */
+void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T, int split, uint64_t *shared, uint64_t *per_thread);
 int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
                const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split);
 

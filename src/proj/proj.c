@@ -574,6 +574,34 @@ int nl_proj_exec_backend(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const
     return run_padded(s, e, dir, x, rows, bucket, y);
 }
 
+uint64_t nl_proj_scratch_bytes(const nl_proj_service *s, int T, int T_head) {
+    uint64_t pad = 0, wire = 0, shared = 0, per_thread = 0;
+    const int B = s->buckets && s->n_buckets > 0 ? s->buckets[s->n_buckets - 1] : 0;
+    for (int i = 0; i < s->n; i++) {
+        const nl_proj_entry *e = &s->e[i];
+        if (e->res.cls == NL_CLASS_EMBED) continue;
+        const int rows = e->res.cls == NL_CLASS_HEAD ? T_head : T;
+        if (rows < 1) continue;
+        for (int d = 0; d < 2; d++) {
+            const nl_dir dir = d ? NL_BWD : NL_FWD;
+            const uint64_t io = (uint64_t)(e->res.n_in + e->res.n_out) * sizeof(float);
+            int whole = !s->buckets || (s->be->any_T && s->be->supports(s->be_ctx, &e->res, dir, rows));
+            for (int b = 0; whole && s->buckets && b < s->n_buckets; b++) whole = e->route && e->route[d * s->n_buckets + b] == NL_ROUTE_BACKEND;
+            /* split onto buckets: a chunk of at most the largest bucket, padded (xbuf, ybuf) */
+            const int chunk = whole ? rows : (B > 0 && B < rows ? B : rows);
+            if (!whole && B > 0 && (uint64_t)B * io > pad) pad = (uint64_t)B * io;
+            if (s->cfg.wire_f16 && (uint64_t)chunk * (io + 2 * sizeof(int)) > wire) wire = (uint64_t)chunk * (io + 2 * sizeof(int));
+            if (s->be->scratch) {
+                uint64_t sh = 0, pt = 0;
+                s->be->scratch(s->be_ctx, &e->res, dir, whole ? rows : (B > chunk ? B : chunk), &sh, &pt);
+                if (sh > shared) shared = sh;
+                if (pt > per_thread) per_thread = pt;
+            }
+        }
+    }
+    return pad + wire + shared + per_thread;
+}
+
 /* Splits T onto the validated buckets: whole largest buckets while they fit, then the
  * largest bucket <= the rest, and finally the smallest bucket >= the rest (zero padded).
  * On an any_T backend with every bucket of (id, dir) validated: one whole request. */

@@ -67,6 +67,11 @@ typedef struct nl_proj_backend {
      * products may run on (NULL: none), and whether they compute in BF16 as the service does.
      * NULL hook: neither. */
     void (*nodes)(const void *ctx, const struct nl_amx_tiles **tiles, int *bf16);
+    /* Optional: the memory a request of T rows to w in direction dir makes the context hold
+     * beyond what init allocated: *shared (buffers grown to the largest request, one for the
+     * context) and *per_thread (all its threads' scratch together). NULL: none (the memory
+     * preflight counts what the service's hook says: nl_proj_scratch_bytes). */
+    void (*scratch)(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, uint64_t *shared, uint64_t *per_thread);
 } nl_proj_backend;
 
 typedef struct nl_proj_service nl_proj_service;
@@ -196,6 +201,11 @@ void nl_proj_get_stats(const nl_proj_service *s, nl_proj_stats *out);
 uint64_t nl_proj_resident_bytes(const nl_proj_service *s, int cls, int type);
 /* Bytes the service allocated for converted copies (0 when everything is in place). */
 uint64_t nl_proj_converted_bytes(const nl_proj_service *s);
+/* The most the service holds for requests of at most T rows (T_head for the head's weights;
+ * the embedding is never a request) once planned: its padding and FP16-wire buffers where a
+ * request is split onto buckets, and the backend's buffers and threads' scratch (its scratch
+ * hook), each grown to its largest. What the memory preflight counts for the service. */
+uint64_t nl_proj_scratch_bytes(const nl_proj_service *s, int T, int T_head);
 /* "attn Q8_0 1.20 GB, mlp Q8_0 2.72 GB, recurrent F16 2.02 GB, embed Q6_K 0.41 GB" into buf
  * (always NUL-terminated); returns the length it needed (like snprintf). */
 int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap);

@@ -38,6 +38,68 @@ static float *falloc(nl_graph *g, size_t n) { return nl_arena_floats(g->ws, n); 
 
 uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) { return nl_layer_cache_bytes(g->rt, g->ad, 1, layer, T); }
 
+/* ---- the call's peak, bounded (nl_graph_call_bytes) ---- */
+
+static uint64_t A4(uint64_t floats) { return nl_arena_size((size_t)(4 * floats)); }
+static uint64_t max2(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* what tproj takes from the arena for one request: the LoRA branch's output, its scratch */
+static uint64_t proj_temp(void *user, nl_dir dir, int p, int T) {
+    const nl_graph *g = user;
+    const int e = p >= 0 ? g->ad->by_proj[p] : -1;
+    if (e < 0) return 0;
+    const nl_lora_tensor *t = &g->ad->t[e];
+    if (dir == NL_FWD) return A4((uint64_t)T * t->n_out);
+    const nl_lora L = {.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank, .dropout = g->dropout};
+    return A4((uint64_t)T * t->n_in) + A4(nl_lora_bwd_scratch_floats(&L, T));
+}
+
+/* the head's temporaries (head, head_compact with every row a target, its requests) */
+static uint64_t head_temp(const nl_graph *g, int T, int want_grad) {
+    const nl_model *m = g->rt->m;
+    const uint64_t E = (uint64_t)m->hp.n_embd, V = (uint64_t)m->hp.n_vocab, t = (uint64_t)T;
+    const int r = nl_adapter_rank(g->ad, m->p_output), C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
+    uint64_t b = A4(2 * t * E + t);
+    b += A4((uint64_t)C * V + (uint64_t)C * (uint64_t)(r ? r : 1) + 2 * (uint64_t)C * E) + nl_arena_size(8 * (t + (uint64_t)C)) +
+         nl_arena_size(4 * (t + (uint64_t)C)) + nl_arena_size(8 * (uint64_t)C);
+    uint64_t req = proj_temp((void *)g, NL_FWD, m->p_output, C);
+    if (want_grad) req = max2(req, proj_temp((void *)g, NL_BWD, m->p_output, C));
+    return b + req;
+}
+
+uint64_t nl_graph_call_bytes(const nl_graph *g, int T, uint64_t budget, int want_grad, uint64_t *kept_out) {
+    const nl_runtime *rt = g->rt;
+    const int nL = rt->m->hp.n_layer;
+    const uint64_t n = (uint64_t)T * (uint64_t)rt->m->hp.n_embd;
+    uint64_t *lb = malloc(((size_t)nL + 1) * sizeof *lb);
+    unsigned char *keep = malloc((size_t)nL + 1);
+    if (!lb || !keep) {
+        free(lb);
+        free(keep);
+        return UINT64_MAX;
+    }
+    for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
+    nl_act_plan plan;
+    if (nl_act_plan_layers(lb, nL, want_grad ? budget : 0, keep, &plan)) memset(keep, 0, (size_t)nL);
+    /* run()'s own: the layer inputs, the final state and dx; positions, the plan, the marks, the caches' headers */
+    const uint64_t base = A4((uint64_t)(nL + 2) * n) + A4((uint64_t)T) + nl_arena_size((size_t)nL) + nl_arena_size((size_t)nL * 8) +
+                          nl_arena_size((size_t)nL * sizeof(nl_arena_mark)) + nl_arena_size((size_t)nL * sizeof(nl_layer_cache));
+    uint64_t below = 0, peak = 0;
+    for (int l = 0; l < nL; l++) {
+        /* a layer's cache (its block; a recurrent one's GDN cache pointers and caches) */
+        const uint64_t c = nl_arena_size((size_t)lb[l]) + (rt->m->layers[l].recurrent ? 64 : 0);
+        const uint64_t fwd = nl_layer_temp_bytes(rt, l, T, 0, proj_temp, (void *)g);
+        peak = max2(peak, below + c + fwd);
+        if (want_grad) peak = max2(peak, below + c + max2(keep[l] ? 0 : fwd, nl_layer_temp_bytes(rt, l, T, 1, proj_temp, (void *)g)));
+        if (keep[l]) below += c;
+    }
+    peak = max2(peak, below + head_temp(g, T, want_grad));
+    if (kept_out) *kept_out = below;
+    free(lb);
+    free(keep);
+    return base + peak;
+}
+
 static double tic(const nl_graph *g) { return nl_prof_tic(g->prof); }
 static double toc(nl_graph *g, int k, double t0) { return nl_prof_toc(g->prof, k, t0); }
 
@@ -342,6 +404,8 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
     nl_arena *a = ws_of(g);
     if (!a) return -1;
     double t_other = tic(g);
+    /* one block for the whole call (a spill would leave the first block's touched tail resident) */
+    if (nl_arena_reserve(a, (size_t)nl_graph_call_bytes(g, T, g->act_budget, want_grad, NULL))) return -1;
     nl_arena_mark m0 = nl_arena_top(a);
     /* xs[l] = input of layer l (always kept); xs[nL] = final hidden state; then dx. */
     float *xs = falloc(g, (size_t)(nL + 2) * n);

@@ -54,6 +54,13 @@ typedef struct {
 /* Bytes of one layer's intermediates for T tokens (what the budget counts). */
 uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T);
 
+/* The most bytes one call of T rows holds at once (its arena: every layer input, the kept
+ * layers' caches, a layer's cache with its forward or backward temporaries, or the head's; the
+ * recurrent layers' GDN caches), under the plan run() makes with activation budget `budget`
+ * (want_grad 0: nl_graph_loss's call, nothing kept); *kept_out (may be NULL): the kept layers'
+ * bytes. Each call reserves it as one arena block. UINT64_MAX when out of memory. */
+uint64_t nl_graph_call_bytes(const nl_graph *g, int T, uint64_t budget, int want_grad, uint64_t *kept_out);
+
 /* Forward + head + backward of one sequence. targets[t] is the token predicted at row t (< 0:
  * not a target). Gradients of the loss sum·inv_n are accumulated into g->grads; *loss_sum
  * gets the un-normalised sum of target cross-entropies. */

@@ -9,6 +9,10 @@
 
 #include "model/quant.h"
 #include "nn/forward.h"
+#include "nn/lora.h"
+#include "nn/nn.h"
+#include "util/arena.h"
+#include "util/pool.h"
 #include "sys/mem.h"
 #include "train/budget.h"
 #include "train/trainer_impl.h"
@@ -22,71 +26,64 @@ typedef struct {
     int n_kept;
 } mem_est;
 
-/* The activation plan for T tokens under `budget`: kept bytes and the largest layer. */
-static void act_plan(nl_graph *g, int T, uint64_t budget, uint64_t *kept, uint64_t *maxl, int *n_kept) {
-    int nL = g->rt->m->hp.n_layer;
-    uint64_t lb[512];
-    unsigned char keep[512];
-    *kept = *maxl = 0;
-    *n_kept = 0;
-    if (nL > 512) nL = 512; /* no such model; keeps the arrays on the stack */
-    for (int l = 0; l < nL; l++) {
-        lb[l] = nl_graph_layer_bytes(g, l, T);
-        if (lb[l] > *maxl) *maxl = lb[l];
-    }
-    nl_act_plan plan;
-    if (nl_act_plan_layers(lb, nL, budget, keep, &plan) == 0) { *kept = plan.kept_bytes; *n_kept = plan.n_kept; }
-}
-
 /* The run's memory for the longest sequence T with `weights` resident bytes. budget: the
  * activation budget in bytes, or UINT64_MAX-1 for "the default": whatever the limit leaves
  * (avail - the rest - reserve). */
 #define BUDGET_DEFAULT (UINT64_MAX - 1)
-/* The buffers a step adds on top of the plan: the service's padded request buffers (the
- * largest request of T tokens, the head's in chunks) and the threads' own. */
-static uint64_t service_buffers(const nl_model *m, int T, int n_threads) {
-    int Tb = T, C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST, Cb = C;
-    for (int i = 0; i < nl_train_n_buckets; i++)
-        if (nl_train_buckets[i] >= T) { Tb = nl_train_buckets[i]; break; }
-    for (int i = 0; i < nl_train_n_buckets; i++)
-        if (nl_train_buckets[i] >= C) { Cb = nl_train_buckets[i]; break; }
-    uint64_t b = 0, io = 0;
-    for (int i = 0; i < m->n_projs; i++) {
-        const nl_proj_desc *d = &m->projs[i];
-        uint64_t rows = (uint64_t)(i == m->p_output ? Cb : Tb), x = rows * (uint64_t)(d->n_in + d->n_out) * sizeof(float);
-        if (d->cls != NL_CLASS_EMBED && x > b) b = x;
-        if (d->cls != NL_CLASS_EMBED && i != m->p_output && (uint64_t)(d->n_in + d->n_out) > io) io = (uint64_t)(d->n_in + d->n_out);
+
+/* What a step holds outside the graph's call (nl_graph_call_bytes) and the adapter state: the
+ * service's buffers and its threads' scratch for T rows (the head's in chunks), the nodes'
+ * per-thread scratch (attention over T rows, the LoRA products), the RoPE tables (a table
+ * grown while the old one lives), and every thread's stack and allocator arena as touched
+ * (256 KiB each: the service's pool and dispatcher, the runtime's pool, the caller). */
+static uint64_t step_buffers(const nl_trainer *t, int T) {
+    const nl_model *m = t->m;
+    const int C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST, nth = nl_proj_threads(t->svc);
+    const int node_threads = (t->rt.pool ? nl_pool_size(t->rt.pool) : 1) + 1;
+    uint64_t per = nl_attention_thread_bytes(T, m->hp.head_dim);
+    for (int i = 0; i < t->ad->n; i++) {
+        const nl_lora_tensor *e = &t->ad->t[i];
+        const nl_lora L = {.n_in = (int)e->n_in, .n_out = (int)e->n_out, .rank = e->rank, .dropout = t->o->dropout,
+                           .tiles = t->rt.tiles};
+        const uint64_t b = nl_lora_thread_bytes(&L);
+        if (b > per) per = b;
     }
-    /* each thread (the service's workers, the caller, the LoRA overlap thread): its scratch
-     * (nl_thread_scratch: a projection's input and output rows for T tokens at most), its
-     * stack and its allocator arena as touched (256 KiB) */
-    return b + (uint64_t)(n_threads + 2) * ((uint64_t)T * io * sizeof(float) + (256u << 10));
+    const uint64_t rope = 2ull * 2 * (uint64_t)T * (uint64_t)m->hp.head_dim * sizeof(float) * (m->hp.n_swa > 0 ? 2 : 1);
+    return nl_proj_scratch_bytes(t->svc, T, C) + (uint64_t)node_threads * per + rope +
+           (uint64_t)(2 * nth + node_threads + 2) * (256u << 10);
 }
 
 static void mem_estimate(const nl_trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t held, uint64_t loaded, uint64_t budget,
                          int64_t avail, uint64_t reserve, mem_est *e) {
     const nl_hparams *hp = &t->m->hp;
+    const int want_grad = !t->mezo;
     memset(e, 0, sizeof *e);
     e->T = T;
     e->weights = weights;
     e->held = held;
-    e->buffers = service_buffers(t->m, T, nl_proj_threads(t->svc));
+    e->buffers = step_buffers(t, T);
     e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
-    uint64_t maxl, kept;
-    int nk;
-    act_plan(g, T, 0, &kept, &maxl, &nk);
-    e->scratch = maxl;
-    int C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST;
-    e->head = 2ull * (uint64_t)C * (uint64_t)hp->n_vocab * sizeof(float);
-    if (t->mezo) {
-        /* forward only: the current layer input and output, one layer's intermediates */
-        e->inputs = 2ull * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
-    } else {
-        e->inputs = (uint64_t)(hp->n_layer + 1) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float);
-        uint64_t fixed = e->weights + e->held + e->buffers + e->state + e->inputs + e->scratch + e->head;
+    /* the graph's call (train/graph.h), nothing kept: every layer input, the largest layer's
+     * cache with its temporaries or the head's */
+    const uint64_t call0 = nl_graph_call_bytes(g, T, 0, want_grad, NULL);
+    e->inputs = nl_arena_size((size_t)((uint64_t)(hp->n_layer + 2) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float)));
+    if (e->inputs > call0) e->inputs = call0;
+    e->scratch = call0 - e->inputs;
+    e->head = 0; /* in the call's scratch */
+    if (want_grad) {
+        uint64_t fixed = e->weights + e->held + e->buffers + e->state + call0;
         if (budget == BUDGET_DEFAULT)
             budget = avail < 0 ? UINT64_MAX : (uint64_t)avail > fixed + reserve ? (uint64_t)avail - fixed - reserve : 0;
-        act_plan(g, T, budget, &e->kept, &maxl, &e->n_kept);
+        /* kept layers add at most their bytes to the call's peak */
+        uint64_t kept = 0;
+        const uint64_t call = nl_graph_call_bytes(g, T, budget, 1, &kept);
+        e->kept = call > call0 ? call - call0 : 0;
+        uint64_t lb[512];
+        unsigned char keep[512];
+        int nL = hp->n_layer < 512 ? hp->n_layer : 512;
+        for (int l = 0; l < nL; l++) lb[l] = nl_graph_layer_bytes(g, l, T);
+        nl_act_plan plan;
+        e->n_kept = nl_act_plan_layers(lb, nL, budget, keep, &plan) == 0 ? plan.n_kept : 0;
     }
     e->total = e->weights + e->held + e->buffers + e->state + e->inputs + e->kept + e->scratch + e->head;
     e->loaded = loaded;
@@ -141,11 +138,12 @@ static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
     fmt_bytes(sc, sizeof sc, e->scratch);
     fmt_bytes(h, sizeof h, e->head);
     if (mezo)
-        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter %s, activations %s + layer scratch %s for %d tokens, head %s, "
-                           "buffers %s)", tot, lp, w, hd, s, in, sc, e->T, h, bf);
+        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter %s, layer inputs %s + layer scratch %s for %d tokens, "
+                           "buffers %s)", tot, lp, w, hd, s, in, sc, e->T, bf);
     else
         snprintf(buf, cap, "%s (%sweights %s, held %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute "
-                           "scratch %s for %d tokens, head %s, buffers %s)", tot, lp, w, hd, s, in, e->n_kept, k, sc, e->T, h, bf);
+                           "scratch %s for %d tokens (a layer's cache and temporaries, or the head's), buffers %s)", tot, lp, w, hd,
+                 s, in, e->n_kept, k, sc, e->T, bf);
 }
 
 /* Check the estimate against the limit; on refusal name what would fit. T: the rows of one
@@ -192,12 +190,14 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     /* It does not fit: compute what would. */
     char sug[3][96];
     int ns = 0;
-    uint64_t A = (uint64_t)avail;
+    /* what a suggestion must fit in: the limit less a margin for what the next run's process
+     * holds differently (its heap before the preflight varied by 2 MiB in 285 between runs): 2% */
+    const uint64_t A = (uint64_t)avail, A_sug = A - A / 50;
     int explicit_budget = o->act_budget_mb > 0;
     uint64_t fixed = e.total - e.kept;
-    if (!t->mezo && explicit_budget && fixed <= A) {
+    if (!t->mezo && explicit_budget && fixed <= A_sug) {
         /* the kept layers are what overflow: a budget of what is left (recompute the rest) */
-        snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)", (unsigned long long)((A - fixed) >> 20));
+        snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)", (unsigned long long)((A_sug - fixed) >> 20));
     }
     /* the longest context that fits with the same other settings */
     {
@@ -207,7 +207,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
             mem_est x;
             mem_estimate(t, g, mid, weights, held, loaded, budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
                          avail, reserve, &x);
-            if (x.need <= A) { best = mid; lo = mid + 1; }
+            if (x.need <= A_sug) { best = mid; lo = mid + 1; }
             else hi = mid - 1;
         }
         if (best >= 32) best -= best % 16;
@@ -225,7 +225,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
         if (w2 >= weights) continue;
         mem_est x;
         mem_estimate(t, g, T, w2, held, loaded, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
-        if (x.need <= A) {
+        if (x.need <= A_sug) {
             snprintf(sug[ns++], sizeof sug[0], "--precision %s", nl_type_name(types[k]));
             break;
         }

@@ -12,6 +12,7 @@
 typedef struct nl_arena_blk nl_arena_blk;
 typedef struct {
     nl_arena_blk *first, *cur;
+    size_t peak; /* the most bytes live at once since the arena was made (rounded sizes) */
 } nl_arena;
 typedef struct {
     nl_arena_blk *b;
@@ -27,5 +28,13 @@ nl_arena_mark nl_arena_top(const nl_arena *a);
 void nl_arena_release(nl_arena *a, nl_arena_mark m);
 /* Free every block (the arena is empty and usable again). */
 void nl_arena_free(nl_arena *a);
+/* Make the first block at least `bytes` (virtual: nothing is touched), so a call whose peak
+ * is known stays in one block: a stack that spills into a second block leaves the pages it
+ * touched at the end of the first resident, and the blocks' resident sum exceeds the peak.
+ * Only on an empty arena (no block yet, or every block released); 0, or -1 + nl_err. */
+int nl_arena_reserve(nl_arena *a, size_t bytes);
+/* The bytes nl_arena_alloc(a, n) takes (n rounded up to 64): what a bound on an arena's peak
+ * adds per allocation. */
+static inline size_t nl_arena_size(size_t n) { return n ? (n + 63) & ~(size_t)63 : 64; }
 
 #endif
