@@ -80,6 +80,15 @@ void nl_runtime_free(nl_runtime *rt) {
     rt->pool = NULL;
     nl_rope_free_table(&rt->rope);
     nl_rope_free_table(&rt->rope_swa);
+    if (rt->fws) nl_arena_free(rt->fws);
+    free(rt->fws);
+    rt->fws = NULL;
+}
+
+/* the forward's arena (made at the first call) */
+static nl_arena *fws_of(nl_runtime *rt) {
+    if (!rt->fws) rt->fws = nl_calloc(1, sizeof *rt->fws);
+    return rt->fws;
 }
 
 int nl_runtime_set_threads(nl_runtime *rt, int n) {
@@ -160,20 +169,25 @@ int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y) {
     if (nl_rt_pace(rt)) return -1;
     if (nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
     float *ly = NULL;
-    if (e >= 0) {
+    nl_arena *ws = e >= 0 ? fws_of(rt) : NULL;
+    nl_arena_mark mk = ws ? nl_arena_top(ws) : (nl_arena_mark){0};
+    if (e >= 0 && ws) {
         /* The LoRA branch runs on the CPU while the base product is in flight. */
         const nl_lora_tensor *t = &a->t[e];
         nl_lora L = {.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank, .scale = nl_adapter_scale(a, e)};
-        ly = nl_calloc((size_t)T * (size_t)t->n_out, sizeof(float));
-        if (ly && nl_lora_apply(&L, nl_lora_A(a, e), nl_lora_B(a, e), ly, x, T)) { free(ly); ly = NULL; }
+        ly = nl_arena_floats(ws, (size_t)T * (size_t)t->n_out);
+        if (ly) memset(ly, 0, (size_t)T * (size_t)t->n_out * sizeof(float));
+        if (ly && nl_lora_apply(&L, nl_lora_A(a, e), nl_lora_B(a, e), ly, x, T)) ly = NULL;
     }
     int rc = nl_proj_wait(rt->svc);
     if (rc == 0 && e >= 0) {
-        if (!ly) return -1;
-        size_t n = (size_t)T * (size_t)rt->m->projs[p].n_out;
-        for (size_t i = 0; i < n; i++) y[i] += ly[i];
+        if (!ly) rc = -1;
+        else {
+            size_t n = (size_t)T * (size_t)rt->m->projs[p].n_out;
+            for (size_t i = 0; i < n; i++) y[i] += ly[i];
+        }
     }
-    free(ly);
+    if (ws) nl_arena_release(ws, mk);
     return rc;
 }
 
@@ -212,9 +226,11 @@ static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens,
     if (nl_embed_rows(rt, tokens, T, x)) return -1;
     /* the layers of nn/layer.h, each cache a temporary: no LoRA u rows, no GDN cache (the
      * recurrence carries st's state instead), attention in FP32 */
-    nl_arena ws = {0};
-    nl_pass ps = {.rt = rt, .ws = &ws, .proj = forward_proj, .user = rt};
-    int32_t *pos = nl_arena_alloc(&ws, (size_t)T * sizeof *pos);
+    nl_arena *ws = fws_of(rt);
+    if (!ws) return -1;
+    const nl_arena_mark m0 = nl_arena_top(ws);
+    nl_pass ps = {.rt = rt, .ws = ws, .proj = forward_proj, .user = rt};
+    int32_t *pos = nl_arena_alloc(ws, (size_t)T * sizeof *pos);
     if (!pos) return -1;
     int base = st ? st->n_past : 0;
     if (n_seg > 1) {
@@ -228,16 +244,26 @@ static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens,
     const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seg > 1 ? n_seg : 0, .seg_T = n_seg > 1 ? seg_T : NULL,
                         .seg_pre = n_seg > 1 ? seg_pre : NULL};
     int rc = nl_span_check(&sp);
+    if (rc == 0 && !st) {
+        /* fresh sequences (eval's batches): cos/sin of their positions once, in the runtime's
+         * table (the same floats as computed in every RoPE call; decoding keeps computing them,
+         * so a long generation grows no table) */
+        int n_pos = 0;
+        for (int t = 0; t < T; t++)
+            if (pos[t] + 1 > n_pos) n_pos = pos[t] + 1;
+        rc = nl_rope_table(&rt->rope, n_pos);
+        if (rc == 0 && hp->n_swa > 0) rc = nl_rope_table(&rt->rope_swa, n_pos);
+    }
     for (int l = 0; l < hp->n_layer && rc == 0; l++) {
-        nl_arena_mark mk = nl_arena_top(&ws);
+        nl_arena_mark mk = nl_arena_top(ws);
         nl_layer_cache c;
         rc = nl_layer_cache_alloc(&ps, l, &sp, &c);
         if (rc == 0) rc = nl_layer_forward(&ps, l, &sp, &c, st, x, x);
         nl_layer_cache_free(&c);
-        nl_arena_release(&ws, mk);
+        nl_arena_release(ws, mk);
     }
     if (rc == 0 && st) st->n_past += T;
-    nl_arena_free(&ws);
+    nl_arena_release(ws, m0);
     return rc;
 }
 
@@ -265,11 +291,14 @@ int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n
 int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits) {
     const nl_model *m = rt->m;
     int E = m->hp.n_embd;
-    float *hn = nl_malloc((size_t)T * E * sizeof(float));
+    nl_arena *ws = fws_of(rt);
+    if (!ws) return -1;
+    const nl_arena_mark mk = nl_arena_top(ws);
+    float *hn = nl_arena_floats(ws, (size_t)T * E);
     if (!hn) return -1;
     nl_rmsnorm_forward(hn, NULL, hidden, m->output_norm, T, E, m->hp.rms_eps);
     int rc = nl_rt_proj(rt, m->p_output, hn, T, logits);
-    free(hn);
+    nl_arena_release(ws, mk);
     return rc;
 }
 
@@ -279,7 +308,10 @@ static int head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets
     const nl_model *m = rt->m;
     int E = m->hp.n_embd, V = m->hp.n_vocab;
     int C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
-    float *z = nl_malloc((size_t)C * V * sizeof(float));
+    nl_arena *ws = fws_of(rt);
+    if (!ws) return -1;
+    const nl_arena_mark mk = nl_arena_top(ws);
+    float *z = nl_arena_floats(ws, (size_t)C * V);
     if (!z) return -1;
     *sum = 0.0;
     int rc = 0;
@@ -295,7 +327,7 @@ static int head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets
             if (row_loss_d) row_loss_d[t0 + t] = l;
         }
     }
-    free(z);
+    nl_arena_release(ws, mk);
     return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "nn/gdn.h"
 #include "nn/nn.h"
 #include "proj/proj.h"
+#include "util/arena.h"
 #include "util/pool.h"
 
 typedef struct nl_runtime {
@@ -48,6 +49,12 @@ typedef struct nl_runtime {
      * do not depend on the count. Created by nl_runtime_init with the service's thread count
      * (NULL when 1); owned. */
     nl_pool *pool;
+    /* The model forward's scratch (layer caches and temporaries, the head's logits, the LoRA
+     * branches' rows): one arena kept across calls, so a pass over many batches (eval) does
+     * not map, fault in and unmap its buffers again for each; the pages of the largest call
+     * stay resident until nl_runtime_free. Owned; NULL until the first call. One caller at a
+     * time (as the rest of the runtime). */
+    nl_arena *fws;
 } nl_runtime;
 
 static inline int nl_rt_pace(nl_runtime *rt) { return rt->pace ? rt->pace(rt->pace_user) : 0; }
