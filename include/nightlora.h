@@ -57,7 +57,7 @@ extern "C" {
 
 /* ---- versions and errors ---- */
 
-#define NIGHTLORA_ABI_VERSION 3
+#define NIGHTLORA_ABI_VERSION 4
 
 NL_API int nightlora_abi_version(void);          /* the library's NIGHTLORA_ABI_VERSION */
 NL_API const char *nightlora_version(void);      /* the project version, "0.2.0" */
@@ -89,13 +89,18 @@ typedef struct nightlora_model nightlora_model;
 
 typedef struct {
     const char *adapter;     /* a LoRA adapter GGUF to apply (NULL: none) */
-    const char *backend;     /* "host" (default) | "ref" (FP32 reference) */
+    const char *backend;     /* "host" (default) | "ref" (FP32 reference) | "vulkan" (where the
+                              * library was built with it: compute shaders on a GPU) */
     int n_threads;           /* service threads; 0: every core up to 8 */
     const char *precision;   /* resident types: NULL = "keep" (as stored; what llama.cpp computes
                               * with) | "auto" (training's policy) | "f32" | "f16" | "bf16" |
                               * "q8_0" | "q4_0" | "q4_1" */
     const char *compute;     /* host arithmetic: NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" */
     int wire_f16;            /* 1: FP16 wire to the service (NPU-faithful mode) */
+    const char *device;      /* ABI 4: the backend's device, `--vulkan-device N`'s "N" (vulkan:
+                              * the index nightlora_check lists); NULL: the backend's own choice
+                              * (a discrete GPU, else integrated, ..., a CPU driver last); a
+                              * device for a backend without devices is an error */
 } nightlora_model_params;
 
 NL_API void nightlora_model_default_params(nightlora_model_params *p);
@@ -223,7 +228,7 @@ typedef struct {
     int resume;                      /* continue from checkpoint_dir's last commit */
     int64_t act_budget_mb;           /* -1: from the memory available */
     double mem_limit_mb;             /* 0: MemAvailable */
-    const char *backend;             /* "host" (default) | "ref" */
+    const char *backend;             /* "host" (default) | "ref" | "vulkan" (where built) */
     int n_threads;                   /* 0: every core up to 8 */
     const char *precision;           /* NULL = "auto" (Q8_0 attn/mlp/head, F16 recurrent) | "keep" | ... */
     const char *compute;             /* NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" */
@@ -251,6 +256,8 @@ typedef struct {
     const char *alpaca_prompt;       /* Alpaca lines: NULL/"auto" | "alpaca" (the Alpaca template) | "chat" */
     const char *overlap;             /* NULL/"auto" | "on" | "off": LoRA branches beside the service request */
     int allow_kernel_change;         /* resume on other kernels than the commits' */
+    const char *device;              /* ABI 4: the backend's device ("0", "1", ...: vulkan's
+                                      * --vulkan-device N); NULL: the backend's own choice */
 } nightlora_train_params;
 
 typedef struct {

@@ -147,6 +147,9 @@ static void test_train(void) {
     p.backend = "gpu";
     CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "backend 'gpu'"));
     train_params(&p, cut, 2);
+    p.device = "1";
+    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "device '1': backend 'host' has no devices"));
+    train_params(&p, cut, 2);
     p.data = "/nonexistent.jsonl";
     CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "/nonexistent.jsonl"));
     CHECK(nightlora_train(NULL, NULL, &r) == -1);
@@ -351,6 +354,17 @@ static void test_infer(void) {
     nightlora_model_default_params(&mp);
     mp.compute = "fast";
     CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "compute 'fast'"));
+    /* a device: only for a backend with devices, and only an index */
+    nightlora_model_default_params(&mp);
+    mp.device = "0";
+    CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "backend 'host' has no devices"));
+    mp.backend = "ref";
+    CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "backend 'ref' has no devices"));
+    if (nl_proj_backend_find("vulkan")) {
+        mp.backend = "vulkan";
+        mp.device = "first";
+        CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "device 'first': expected a device index"));
+    }
     CHECK(nightlora_model_open("/nonexistent.gguf", NULL) == NULL && strstr(nightlora_last_error(), "/nonexistent.gguf"));
 }
 

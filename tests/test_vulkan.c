@@ -7,13 +7,17 @@
  *     the weights split across buffers (a forced small buffer limit), through a staging copy;
  *   - the service: buckets and the planner (every check passes; a weight the device cannot
  *     hold is routed to the CPU), the FP16 wire with its retries;
- *   - the CLI: a training run of a tiny model on --backend vulkan whose losses match the host
- *     backend's, and a resume on another backend refused unless --allow-kernel-change.
+ *   - the CLI: a training run of a tiny model of each architecture (llama, qwen3, qwen35, gemma3)
+ *     on --backend vulkan whose losses match the host backend's, and a resume on another backend
+ *     refused unless --allow-kernel-change;
+ *   - the C API's device choice (nightlora_model_params.device, ABI 4): device 0 opens, its
+ *     logits match the host backend's; a device index the machine lacks is an error.
  * Skipped (exit 77, "SKIPPED: ..." line) where the build or the machine has no Vulkan. */
 #include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "nightlora.h"
 #include "model/model.h"
 #include "model/quant.h"
 #include "proj/host.h"
@@ -399,6 +403,100 @@ static void test_cli(const char *cpu_kind) {
     nl_t_tmpdir_done(dir);
 }
 
+/* The "loss" of each line of a --log-json file -> loss[] (full precision, unlike the log's 4 decimals) */
+static int read_json_losses(const char *path, double *loss, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[2048];
+    int n = 0;
+    while (fgets(line, sizeof line, f) && n < cap) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (p) loss[n++] = strtod(p + 8, NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* A tiny model of `arch` trained 4 steps on host (f32) and on vulkan: every loss within the
+ * planner's bound, nothing routed away from the device. */
+static void test_cli_arch(const char *arch) {
+    char dir[256], cmd[4096], hp[512], vp[512];
+    if (nl_t_tmpdir(dir, sizeof dir, "vulkan-arch")) {
+        CHECK(0);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "%s mkmodel --arch %s --preset tiny --out %s/m.gguf > /dev/null && "
+             "printf '{\"text\": \"hello vulkan, %s\"}\\n{\"text\": \"one more line of text\"}\\n{\"text\": \"and a third\"}\\n' > %s/d.jsonl",
+             NL_CLI, arch, dir, arch, dir);
+    CHECK(sh(cmd) == 0);
+    const char *common = "--steps 4 --batch-tokens 48 --rank 4 --threads 2 --thermal off --seed 7";
+    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/h.gguf %s --backend host --compute f32 "
+             "--log-json %s/host.jsonl > %s/host.txt 2>&1",
+             NL_CLI, dir, dir, dir, common, dir, dir);
+    CHECKF(sh(cmd) == 0, "%s: train on host", arch);
+    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan "
+             "--log-json %s/vk.jsonl > %s/vk.txt 2>&1",
+             NL_CLI, dir, dir, dir, common, dir, dir);
+    CHECKF(sh(cmd) == 0, "%s: train on vulkan", arch);
+    snprintf(hp, sizeof hp, "%s/host.txt", dir);
+    snprintf(vp, sizeof vp, "%s/vk.txt", dir);
+    CHECKF(nl_t_file_has(vp, "service: vulkan backend, f32 compute on device "), "%s: train does not name the device", arch);
+    CHECKF(nl_t_file_has(vp, " 0 routed to CPU"), "%s: the planner routed a projection of the tiny model away from vulkan", arch);
+    double lh[16], lv[16];
+    snprintf(hp, sizeof hp, "%s/host.jsonl", dir);
+    snprintf(vp, sizeof vp, "%s/vk.jsonl", dir);
+    const int nh = read_json_losses(hp, lh, 16), nv = read_json_losses(vp, lv, 16);
+    CHECKF(nh == 4 && nv == 4, "%s: %d host and %d vulkan loss lines", arch, nh, nv);
+    double worst = 0;
+    for (int i = 0; i < nh && i < nv; i++) {
+        const double d = fabs(lh[i] - lv[i]) / fabs(lh[i]);
+        if (d > worst) worst = d;
+        CHECKF(d <= 2e-2, "%s step %d: loss %.6f on host, %.6f on vulkan", arch, i + 1, lh[i], lv[i]);
+    }
+    printf("vulkan: %s trains: 4 losses within %.2g of the host's f32 (relative; first %.9f vs %.9f)\n", arch, worst, lh[0], lv[0]);
+    nl_t_tmpdir_done(dir);
+}
+
+/* The C API chooses the device: nightlora_model_params.device "0" opens on it (logits within the
+ * f32 bound of the host backend's), an index past the last device is refused. */
+static void test_api_device(void) {
+    char dir[256], cmd[1024], model[512];
+    if (nl_t_tmpdir(dir, sizeof dir, "vulkan-api")) {
+        CHECK(0);
+        return;
+    }
+    snprintf(model, sizeof model, "%s/m.gguf", dir);
+    snprintf(cmd, sizeof cmd, "%s mkmodel --arch llama --preset tiny --out %s > /dev/null", NL_CLI, model);
+    CHECK(sh(cmd) == 0);
+    nightlora_model_params mp;
+    nightlora_model_default_params(&mp);
+    mp.compute = "f32";
+    nightlora_model *h = nightlora_model_open(model, &mp);
+    mp.backend = "vulkan";
+    mp.device = "0";
+    nightlora_model *v = nightlora_model_open(model, &mp);
+    CHECKF(h && v, "%s", nightlora_last_error());
+    if (h && v) {
+        const int32_t ids[] = {1, 17, 42, 99, 5, 250, 3};
+        const int n = 7, nv = nightlora_model_n_vocab(h);
+        float *lh = malloc(sizeof(float) * n * nv), *lv = malloc(sizeof(float) * n * nv);
+        CHECK(lh && lv && nightlora_logits(h, ids, n, lh) == 0 && nightlora_logits(v, ids, n, lv) == 0);
+        double worst = 0, scale = 0;
+        for (int i = 0; lh && lv && i < n * nv; i++) {
+            if (fabs(lh[i] - lv[i]) > worst) worst = fabs(lh[i] - lv[i]);
+            if (fabs(lh[i]) > scale) scale = fabs(lh[i]);
+        }
+        CHECKF(worst <= 1e-3 * scale, "logits on vulkan device 0 differ from the host's by %g (scale %g)", worst, scale);
+        free(lh);
+        free(lv);
+    }
+    nightlora_model_close(h);
+    nightlora_model_close(v);
+    mp.device = "999";
+    CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "999"));
+    nl_t_tmpdir_done(dir);
+}
+
 int main(void) {
     char why[512];
     if (!nl_proj_vulkan_available(why, sizeof why)) {
@@ -430,6 +528,10 @@ int main(void) {
     test_service();
     test_wire();
     test_cli(kind);
+    test_cli_arch("llama");
+    test_cli_arch("qwen35");
+    test_cli_arch("gemma3");
+    test_api_device();
     return nl_t_done();
 }
 

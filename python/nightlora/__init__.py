@@ -43,7 +43,7 @@ __all__ = [
     "merge", "export", "MergeResult",
 ]
 
-ABI_VERSION = 3  # the NIGHTLORA_ABI_VERSION these bindings mirror
+ABI_VERSION = 4  # the NIGHTLORA_ABI_VERSION these bindings mirror
 
 
 class NightloraError(RuntimeError):
@@ -62,7 +62,7 @@ class _MkmodelParams(_c.Structure):
 
 class _ModelParams(_c.Structure):
     _fields_ = [("adapter", _str), ("backend", _str), ("n_threads", _c.c_int), ("precision", _str),
-                ("compute", _str), ("wire_f16", _c.c_int)]
+                ("compute", _str), ("wire_f16", _c.c_int), ("device", _str)]
 
 
 _TOKEN_FN = _c.CFUNCTYPE(None, _c.c_void_p, _c.c_int32, _c.POINTER(_c.c_char), _c.c_size_t)
@@ -109,7 +109,7 @@ _TRAIN_FIELDS = [
     ("val_data", _str), ("val_split", _c.c_double), ("eval_every", _c.c_int64), ("keep_best", _str),
     ("early_stop", _c.c_int64),
     ("save_every", _c.c_int64), ("report", _str), ("strict_keys", _c.c_int), ("columns", _str), ("alpaca_prompt", _str),
-    ("overlap", _str), ("allow_kernel_change", _c.c_int),
+    ("overlap", _str), ("allow_kernel_change", _c.c_int), ("device", _str),
 ]
 
 
@@ -397,7 +397,8 @@ def train(model, data, out, progress=None, run=None, **params):
     val_data (a JSONL file) or val_split (a fraction of data), eval_every, keep_best ("loss" or
     "accuracy"), early_stop, save_every (snapshots OUT-stepN.gguf), report (an HTML report, with
     log_json), strict_keys, columns ("prompt=question,completion=answer"), alpaca_prompt
-    ("auto", "alpaca" or "chat"), overlap, allow_kernel_change (threads= stands for n_threads,
+    ("auto", "alpaca" or "chat"), overlap, allow_kernel_change, device (backend="vulkan"'s
+    device index as a string or int, what --vulkan-device takes; threads= stands for n_threads,
     template= for chat_template). Every value is checked as the CLI checks its flag: an
     integer that does not fit the C field, a NUL byte in a string, an epochs of inf are refused.
     progress(Progress) is called after every step and every validation pass on this thread;
@@ -412,6 +413,8 @@ def train(model, data, out, progress=None, run=None, **params):
         k = alias.get(k, k)
         if k not in fields or k in ("on_progress", "user"):
             raise TypeError("train: unknown parameter '%s'" % k)
+        if k == "device" and isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)
         if fields[k] is _str:
             v = _b(v, "train: %s" % k)
             keep.append(v)
@@ -474,11 +477,14 @@ class Model:
     """A base GGUF (with an adapter) and its projection service, for inference. One call at a
     time per Model; open one per thread to infer concurrently."""
 
-    def __init__(self, path, adapter=None, backend="host", threads=0, precision=None, compute=None, wire_f16=False):
+    def __init__(self, path, adapter=None, backend="host", threads=0, precision=None, compute=None, wire_f16=False,
+                 device=None):
         p = _ModelParams()
         _model_defaults(p)
+        if isinstance(device, int) and not isinstance(device, bool):
+            device = str(device)
         for k, v in (("adapter", adapter), ("backend", backend), ("n_threads", threads), ("precision", precision),
-                     ("compute", compute), ("wire_f16", int(wire_f16))):
+                     ("compute", compute), ("wire_f16", int(wire_f16)), ("device", device)):
             _set(p, k, v, "Model")
         self._h = _model_open(_b(path, "Model: path"), p)
         if not self._h:
@@ -596,7 +602,7 @@ class Model:
 
 
 def _with_model(model, adapter, kw, fn):
-    keys = ("backend", "threads", "precision", "compute", "wire_f16")
+    keys = ("backend", "threads", "precision", "compute", "wire_f16", "device")
     mkw = {k: kw.pop(k) for k in keys if k in kw}
     with Model(model, adapter=adapter, **mkw) as m:
         return fn(m, kw)

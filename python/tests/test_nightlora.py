@@ -45,7 +45,7 @@ def trained():
 
 
 def test_versions():
-    assert nightlora.abi_version() == nightlora.ABI_VERSION == 3
+    assert nightlora.abi_version() == nightlora.ABI_VERSION == 4
     assert nightlora.version().count(".") == 2
     assert os.path.exists(nightlora.library_path) or os.sep not in nightlora.library_path
 
@@ -257,6 +257,16 @@ def test_merge_export(tmp_path):
     nightlora.export(model, peft_dir, back, format="gguf")
     assert nightlora.eval(model, TEST, adapter=back).loss == nightlora.eval(model, TEST, adapter=adapter).loss
     _refused(nightlora.NightloraError, lambda: nightlora.export(model, adapter, back, format="onnx"), "format 'onnx'")
+
+
+def test_device():
+    """device= (ABI 4) reaches the service config: a device for the host backend is refused by name,
+    from Model, eval and train (test_vulkan opens a model on vulkan's device 0 through the C API)."""
+    model, adapter = trained()
+    _refused(nightlora.NightloraError, lambda: nightlora.Model(model, device=0), "backend 'host' has no devices")
+    _refused(nightlora.NightloraError, lambda: nightlora.eval(model, TEST, device="0"), "backend 'host' has no devices")
+    _refused(nightlora.NightloraError, lambda: nightlora.train(model, TRAIN, adapter + ".x", thermal="off", steps=1, device=0),
+             "backend 'host' has no devices")
 
 
 def _refused(exc, fn, *want):

@@ -91,11 +91,17 @@ void nightlora_model_default_params(nightlora_model_params *p) {
 }
 
 /* The projection service's config from the public fields, checked as the CLI checks its flags. */
-static int proj_config(nl_proj_config *cfg, const char *backend, int n_threads, const char *precision, const char *compute,
-                       int wire_f16) {
+static int proj_config(nl_proj_config *cfg, const char *backend, const char *device, int n_threads, const char *precision,
+                       const char *compute, int wire_f16) {
     nl_proj_config_defaults(cfg);
     if (backend) cfg->backend = backend;
-    if (!nl_proj_backend_find(cfg->backend)) return nl_err("backend '%s': expected ref, host or vulkan (where the build has it)", cfg->backend);
+    const nl_proj_backend *be = nl_proj_backend_find(cfg->backend);
+    if (!be) return nl_err("backend '%s': expected ref, host or vulkan (where the build has it)", cfg->backend);
+    if (device && !be->init_device) return nl_err("device '%s': backend '%s' has no devices to choose from", device, cfg->backend);
+    if (device && (!*device || strspn(device, "0123456789") != strlen(device) || strlen(device) > 4))
+        return nl_err("device '%s': expected a device index (0, 1, ...: nightlora check --backend %s --verbose lists them)", device,
+                      cfg->backend);
+    cfg->device = device;
     if (n_threads < 0 || n_threads > 256) return nl_err("n_threads %d: expected 0 (every core up to 8) to 256", n_threads);
     if (n_threads > 0) cfg->n_threads = n_threads;
     cfg->precision = precision;
@@ -116,7 +122,7 @@ nightlora_model *nightlora_model_open(const char *path, const nightlora_model_pa
         return NULL;
     }
     nl_proj_config cfg;
-    if (proj_config(&cfg, p->backend, p->n_threads, p->precision, p->compute, p->wire_f16)) return NULL;
+    if (proj_config(&cfg, p->backend, p->device, p->n_threads, p->precision, p->compute, p->wire_f16)) return NULL;
     if (!cfg.precision) cfg.precision = "keep"; /* inference: the weights as stored, like the CLI */
     nightlora_model *m = nl_calloc(1, sizeof *m);
     if (!m) return NULL;
@@ -424,7 +430,7 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
         return -1;
     nl_train_opts o;
     nl_train_defaults(&o);
-    if (proj_config(&o.proj, p->backend, p->n_threads, p->precision, p->compute, 0)) return nl_err_prefix("train");
+    if (proj_config(&o.proj, p->backend, p->device, p->n_threads, p->precision, p->compute, 0)) return nl_err_prefix("train");
     o.model = p->model;
     o.data = p->data;
     o.out = p->out;
