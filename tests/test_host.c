@@ -303,14 +303,14 @@ static void test_threads(const mode *m, int type) {
 }
 
 /* bf16 mode really runs a different path than f32 (a test that can fail if the mode is ignored). */
-static void test_bf16_differs(void) {
+static void test_bf16_differs(const char *kernels) {
     const int N = 64, K = 256, T = 8;
     uint8_t *w = malloc(t_row_bytes(NL_TYPE_Q8_0, K) * N);
     nl_t_rand_weight(NL_TYPE_Q8_0, N, K, w);
     nl_proj_weight pw = {.name = "w", .type = NL_TYPE_Q8_0, .n_in = K, .n_out = N, .data = w};
     float x[8 * 256], y0[8 * 64], y1[8 * 64];
     for (int i = 0; i < T * K; i++) x[i] = (float)nl_t_rand();
-    void *a = new_ctx(1, "avx512", "f32"), *b = new_ctx(1, "avx512", "bf16");
+    void *a = new_ctx(1, kernels, "f32"), *b = new_ctx(1, kernels, "bf16");
     CHECK(a && b);
     if (a && b) {
         CHECK(nl_proj_backend_host.run(a, &pw, NL_FWD, x, T, y0) == 0);
@@ -362,6 +362,8 @@ int main(void) {
     if (nl_proj_host_cpu_has("avx512")) modes[nm++] = (mode){"avx512", "f32"};
     if (nl_proj_host_cpu_has("avx512bf16")) modes[nm++] = (mode){"avx512", "bf16"};
     if (nl_proj_host_cpu_has("neon")) modes[nm++] = (mode){"neon", "f32"};
+    if (nl_proj_host_cpu_has("neonbf16")) modes[nm++] = (mode){"neonbf16", "f32"};
+    if (nl_proj_host_cpu_has("neonbf16")) modes[nm++] = (mode){"neonbf16", "bf16"};
     for (int i = 0; i < nm; i++) {
         printf("kernels %s, compute %s\n", modes[i].kernels, modes[i].compute);
         max_err_ratio = 0;
@@ -379,7 +381,17 @@ int main(void) {
         test_threads(&modes[i], NL_TYPE_Q4_1);
         test_threads(&modes[i], NL_TYPE_Q5_0);
     }
-    if (nl_proj_host_cpu_has("avx512bf16")) test_bf16_differs();
+    if (nl_proj_host_cpu_has("avx512bf16")) test_bf16_differs("avx512");
+    if (nl_proj_host_cpu_has("neonbf16")) {
+        test_bf16_differs("neonbf16");
+        /* an Arm core with BF16: the default row and compute are neonbf16 / bf16 */
+        void *c = new_ctx(1, "auto", NULL);
+        char d[256] = "";
+        CHECK(c != NULL);
+        if (c) nl_proj_host_describe(c, d, sizeof d);
+        CHECKF(!strcmp(d, "bf16 compute (neonbf16 kernels)"), "describe: '%s'", d);
+        if (c) nl_proj_backend_host.free(c);
+    }
     test_errors();
     return nl_t_done();
 }

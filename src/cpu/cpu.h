@@ -13,6 +13,10 @@ typedef enum {
                         * enabled by the OS (XCR0 bits 17, 18); Linux also wants a per-process
                         * permission before the first tile instruction (cpu/amx.h asks for it) */
     NL_CPU_INTEL,      /* x86-64: the vendor is Intel ("GenuineIntel"): kernel choices by family */
+    NL_CPU_ARM_BF16,   /* aarch64: FEAT_BF16 (BFMMLA, BFDOT; Linux HWCAP2_BF16) */
+    NL_CPU_ARM_I8MM,   /* aarch64: FEAT_I8MM (SMMLA; HWCAP2_I8MM) */
+    NL_CPU_ARM_DOTPROD,/* aarch64: FEAT_DotProd (SDOT; HWCAP_ASIMDDP) */
+    NL_CPU_ARM_SME,    /* aarch64: FEAT_SME (streaming mode, ZA; HWCAP2_SME) */
     NL_CPU_N_FEATURES
 } nl_cpu_feature;
 

@@ -17,6 +17,7 @@ static const struct {
     {&nl_host_kernels_avx2, NL_CPU_AVX2},
 #endif
 #if defined(__aarch64__)
+    {&nl_host_kernels_neonbf16, NL_CPU_ARM_BF16},
     {&nl_host_kernels_neon, NL_CPU_NEON},
 #endif
     {&nl_host_kernels_scalar, -1},

@@ -1,6 +1,6 @@
 /* cpu/kernels: the kernel table, one row per ISA level (docs/design.md §2, docs/architecture.md
  * "Adding an ISA"): kernels_scalar.c, kernels_avx2.c, kernels_avx512.c (x86-64) and
- * kernels_neon.c (aarch64), each defining one nl_host_kernels; dispatch.c, the one dispatcher,
+ * kernels_neon.c, kernels_neonbf16.c (aarch64), each defining one nl_host_kernels; dispatch.c, the one dispatcher,
  * lists them and picks the best this CPU runs (nl_cpu_kernels). Every GEMM-shaped kernel of the
  * library is an entry of the row: the `host` backend's (its knobs: proj/host.h) and the nodes'
  * (cpu/gemm.c's small GEMM, cpu/gemm_bf16.h's attention pieces, nn/gdn.c's chunk products).
@@ -133,6 +133,12 @@ int nl_gdn_silu_d_avx512(float *y, float *d, const float *x, int n);
 #endif
 #if defined(__aarch64__)
 extern const nl_host_kernels nl_host_kernels_neon;
+extern const nl_host_kernels nl_host_kernels_neonbf16; /* kernels_neonbf16.c: FEAT_BF16 */
+/* the f32 entries the Arm rows share (kernels_neon.c) */
+void nl_neon_dq_f16(const uint16_t *src, float *dst, int n);
+void nl_neon_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks);
+void nl_neon_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+                      int accumulate);
 void nl_gemm_nn_neon(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
                      int N, int K, int accumulate);
 void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
@@ -142,7 +148,7 @@ void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int l
 /* The row in use: the best this CPU runs (the first of dispatch.c's list whose ISA it has)
  * unless nl_cpu_use chose another. The nodes call through it; the host backend's "auto". */
 const nl_host_kernels *nl_cpu_kernels(void);
-/* The row named `name` ("scalar", "avx2", "avx512", "neon"; "auto" = the best) if this CPU runs
+/* The row named `name` ("scalar", "avx2", "avx512", "neon", "neonbf16"; "auto" = the best) if this CPU runs
  * it, else NULL. */
 const nl_host_kernels *nl_cpu_kernels_find(const char *name);
 /* Make the row named `name` (NULL = "auto") the one in use for every later nl_cpu_kernels

@@ -11,7 +11,7 @@
 #define MR 6
 #define AI __attribute__((always_inline)) static inline
 
-static void n_dq_f16(const uint16_t *src, float *dst, int n) {
+void nl_neon_dq_f16(const uint16_t *src, float *dst, int n) {
     int i = 0;
     for (; i + 4 <= n; i += 4) {
         uint16x4_t h = vld1_u16(src + i);
@@ -20,7 +20,7 @@ static void n_dq_f16(const uint16_t *src, float *dst, int n) {
     for (; i < n; i++) dst[i] = nl_host_f16_to_f32(src[i]);
 }
 
-static void n_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
+void nl_neon_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     for (int b = 0; b < nblocks; b++) {
         const float d = nl_host_f16_to_f32(src[b].d);
         for (int j = 0; j < 32; j += 8) {
@@ -76,12 +76,17 @@ AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, f
 
 NL_HOST_GEMM_F32_6ROWS(n_gemm_f32, ukr)
 
+void nl_neon_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+                      int accumulate) {
+    n_gemm_f32(m, kc, A, lda, B, C, ldc, ncols, accumulate);
+}
+
 const nl_host_kernels nl_host_kernels_neon = {
     .name = "neon",
     .has_bf16 = 0,
-    .dq_f16 = n_dq_f16,
-    .dq_q8_0 = n_dq_q8_0,
-    .gemm_f32 = n_gemm_f32,
+    .dq_f16 = nl_neon_dq_f16,
+    .dq_q8_0 = nl_neon_dq_q8_0,
+    .gemm_f32 = nl_neon_gemm_f32,
     .gemm_nn = nl_gemm_nn_neon,
     .dot_rows = nl_dot_rows_neon,
 };

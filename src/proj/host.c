@@ -24,6 +24,7 @@ int nl_proj_host_cpu_has(const char *name) {
     if (!strcmp(name, "avx512")) return nl_cpu_has(NL_CPU_AVX512);
     if (!strcmp(name, "avx512bf16")) return nl_cpu_has(NL_CPU_AVX512BF16);
     if (!strcmp(name, "neon")) return nl_cpu_has(NL_CPU_NEON);
+    if (!strcmp(name, "neonbf16")) return nl_cpu_has(NL_CPU_ARM_BF16);
     if (!strcmp(name, "amx")) return nl_amx_available(NULL, 0);
     return 0;
 }
@@ -44,11 +45,17 @@ static int parse_mode(const char *mode) {
 
 #define MODES "f32, bf16, amx, amx-emu or auto"
 
+/* 1 if this CPU has BF16 dot products for a row's gemm_bf16_* (x86 AVX512_BF16, Arm FEAT_BF16) */
+static int cpu_bf16(void) { return nl_cpu_has(NL_CPU_AVX512BF16) || nl_cpu_has(NL_CPU_ARM_BF16); }
+
+/* 1 if the row's bf16 entries run here */
+static int row_bf16(const nl_host_kernels *ks) { return ks->has_bf16 && cpu_bf16(); }
+
 /* -1 + nl_err when mode m cannot run here. */
 static int mode_check(int m) {
     char why[192];
-    if (m == MODE_BF16 && !nl_cpu_has(NL_CPU_AVX512BF16))
-        return nl_err("host: compute bf16 needs AVX512_BF16, which this CPU lacks");
+    if (m == MODE_BF16 && !cpu_bf16())
+        return nl_err("host: compute bf16 needs AVX512_BF16 (x86) or BF16 (Arm), which this CPU lacks");
     if (m == MODE_AMX && !nl_amx_available(why, sizeof why))
         return nl_err("host: compute amx: %s (--compute amx-emu runs the same kernels emulated)", why);
     return 0;
@@ -164,8 +171,8 @@ int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute) 
         m = parse_mode(compute);
         if (m == -2) return nl_err("host: unknown compute mode '%s' (expected " MODES ")", compute);
     }
-    if (m == MODE_BF16 && !(ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16)))
-        return nl_err("host: compute bf16 needs the avx512 kernel set on a CPU with AVX512_BF16");
+    if (m == MODE_BF16 && !row_bf16(ks))
+        return nl_err("host: compute bf16 needs the avx512 kernel set on a CPU with AVX512_BF16 (or neonbf16 on Arm)");
     if (mode_check(m)) return -1;
     c->ks = ks;
     c->compute = m;
@@ -180,10 +187,11 @@ const char *nl_proj_host_kernels(const void *ctx) { return ctx ? ((const host_ct
  *   AVX512_BF16 with the avx512 set: bf16, except on Intel CPUs, whose FP32 FMA path measured
  *   faster than VDPBF16PS (a Sapphire Rapids-class Xeon: 85 vs 67 tok/s a qwen3-0.6b step;
  *   on AMD Zen 4 bf16 is the faster, 118 vs ~100);
+ *   the neonbf16 set (an Arm core with BF16): bf16 (BFMMLA; not yet timed on a real core);
  *   else f32. */
 static int mode_of(const host_ctx *c) {
     const int m = c->compute;
-    const int can_bf16 = c->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
+    const int can_bf16 = row_bf16(c->ks);
     if (m == MODE_AUTO) {
         const char *env = getenv("NL_AMX");
         if (env && !strcmp(env, "emulate")) return MODE_AMX_EMU;
@@ -519,11 +527,12 @@ static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, 
 }
 
 /* the nodes follow the service: its tiles (real or emulated) in the tile modes, BF16 attention
- * in bf16 */
+ * in bf16 where the attention's BF16 pieces exist (cpu/gemm_bf16.h: x86 AVX512_BF16 only; an
+ * Arm core in bf16 compute keeps the FP32 attention) */
 static void host_nodes(const void *ctx, const nl_amx_tiles **tiles, int *bf16) {
     const int m = ctx ? mode_of(ctx) : MODE_F32;
     *tiles = m == MODE_AMX ? nl_amx_tiles_of("amx") : m == MODE_AMX_EMU ? &nl_amx_tiles_emu : NULL;
-    *bf16 = m == MODE_BF16;
+    *bf16 = m == MODE_BF16 && nl_cpu_has(NL_CPU_AVX512BF16);
 }
 
 const nl_proj_backend nl_proj_backend_host = {
