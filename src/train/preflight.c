@@ -37,32 +37,32 @@ typedef struct {
  * grown while the old one lives), and every thread's stack and allocator arena as touched
  * (256 KiB each: the service's pool and dispatcher, the runtime's pool, the caller). */
 static uint64_t step_buffers(const nl_trainer *t, int T) {
-    const nl_model *m = t->m;
-    const int C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST, nth = nl_proj_threads(t->svc);
-    const int node_threads = (t->rt.pool ? nl_pool_size(t->rt.pool) : 1) + 1;
+    const nl_model *m = t->res.m;
+    const int C = T < HEAD_CHUNK_EST ? T : HEAD_CHUNK_EST, nth = nl_proj_threads(t->res.svc);
+    const int node_threads = (t->res.rt.pool ? nl_pool_size(t->res.rt.pool) : 1) + 1;
     uint64_t per = nl_attention_thread_bytes(T, m->hp.head_dim);
-    for (int i = 0; i < t->ad->n; i++) {
-        const nl_lora_tensor *e = &t->ad->t[i];
+    for (int i = 0; i < t->res.ad->n; i++) {
+        const nl_lora_tensor *e = &t->res.ad->t[i];
         const nl_lora L = {.n_in = (int)e->n_in, .n_out = (int)e->n_out, .rank = e->rank, .dropout = t->o->dropout,
-                           .tiles = t->rt.tiles};
+                           .tiles = t->res.rt.tiles};
         const uint64_t b = nl_lora_thread_bytes(&L);
         if (b > per) per = b;
     }
     const uint64_t rope = 2ull * 2 * (uint64_t)T * (uint64_t)m->hp.head_dim * sizeof(float) * (m->hp.n_swa > 0 ? 2 : 1);
-    return nl_proj_scratch_bytes(t->svc, T, C) + (uint64_t)node_threads * per + rope +
+    return nl_proj_scratch_bytes(t->res.svc, T, C) + (uint64_t)node_threads * per + rope +
            (uint64_t)(2 * nth + node_threads + 2) * (256u << 10);
 }
 
 static void mem_estimate(const nl_trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t held, uint64_t loaded, uint64_t budget,
                          int64_t avail, uint64_t reserve, mem_est *e) {
-    const nl_hparams *hp = &t->m->hp;
-    const int want_grad = !t->mezo;
+    const nl_hparams *hp = &t->res.m->hp;
+    const int want_grad = !t->plan.mezo;
     memset(e, 0, sizeof *e);
     e->T = T;
     e->weights = weights;
     e->held = held;
     e->buffers = step_buffers(t, T);
-    e->state = (uint64_t)t->ad->n_params * sizeof(float) * (t->mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
+    e->state = (uint64_t)t->res.ad->n_params * sizeof(float) * (t->plan.mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
     /* the graph's call (train/graph.h), nothing kept: every layer input, the largest layer's
      * cache with its temporaries or the head's */
     const uint64_t call0 = nl_graph_call_bytes(g, T, 0, want_grad, NULL);
@@ -151,8 +151,8 @@ static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
  * (the activation budget to use). */
 int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int from_limit, int64_t rss0, uint64_t *budget_out) {
     const nl_train_opts *o = t->o;
-    nl_graph *g = &t->g;
-    uint64_t weights = nl_proj_resident_bytes(t->svc, -1, -1);
+    nl_graph *g = &t->res.g;
+    uint64_t weights = nl_proj_resident_bytes(t->res.svc, -1, -1);
     /* What the run holds now beyond the weights not yet touched and the adapter's parameters
      * (counted in its state): the converted weights' source pages (mapped, read by the
      * conversion), the model's other pages read so far, the tokenized data, the heap so far.
@@ -162,7 +162,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     int64_t rss = nl_rss_bytes();
     if (rss0 >= 0 && rss > rss0) {
         /* weights resident in place may have been read already (counted as weights) */
-        uint64_t d = (uint64_t)(o->count_process ? rss : rss - rss0), known = weights + (uint64_t)t->ad->n_params * sizeof(float);
+        uint64_t d = (uint64_t)(o->count_process ? rss : rss - rss0), known = weights + (uint64_t)t->res.ad->n_params * sizeof(float);
         held = d > known ? d - known : 0;
     }
     /* the process's peak so far (loading, converting, planning), when the process is what is
@@ -174,7 +174,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     mem_est e;
     mem_estimate(t, g, T, weights, held, loaded, budget, avail, reserve, &e);
     char est[512], av[32];
-    fmt_est(est, sizeof est, &e, t->mezo);
+    fmt_est(est, sizeof est, &e, t->plan.mezo);
     if (avail >= 0) fmt_bytes(av, sizeof av, (uint64_t)avail);
     if (o->progress)
         fprintf(o->progress, "memory: needs %s; %s%s\n", est, avail >= 0 ? av : "available memory unknown: not checked",
@@ -195,7 +195,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     const uint64_t A = (uint64_t)avail, A_sug = A - A / 50;
     int explicit_budget = o->act_budget_mb > 0;
     uint64_t fixed = e.total - e.kept;
-    if (!t->mezo && explicit_budget && fixed <= A_sug) {
+    if (!t->plan.mezo && explicit_budget && fixed <= A_sug) {
         /* the kept layers are what overflow: a budget of what is left (recompute the rest) */
         snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)", (unsigned long long)((A_sug - fixed) >> 20));
     }
@@ -221,7 +221,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     /* a smaller resident precision (the embedding keeps its type) */
     static const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0};
     for (int k = 0; k < 2; k++) {
-        uint64_t w2 = weights_at(t->m, types[k]);
+        uint64_t w2 = weights_at(t->res.m, types[k]);
         if (w2 >= weights) continue;
         mem_est x;
         mem_estimate(t, g, T, w2, held, loaded, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
@@ -235,7 +235,7 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     const char *what = from_limit ? "allowed by --mem-limit-mb" : "available";
     if (ns == 0) {
         mem_est x;
-        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->m, NL_TYPE_Q4_0) < weights ? weights_at(t->m, NL_TYPE_Q4_0) : weights, held, loaded, 0,
+        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->res.m, NL_TYPE_Q4_0) < weights ? weights_at(t->res.m, NL_TYPE_Q4_0) : weights, held, loaded, 0,
                      avail, reserve, &x);
         char least[32];
         fmt_bytes(least, sizeof least, x.need);

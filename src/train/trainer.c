@@ -90,18 +90,18 @@ const int nl_train_n_buckets = (int)(sizeof nl_train_buckets / sizeof *nl_train_
 
 static int pace_hook(void *user) {
     nl_trainer *t = user;
-    int r = nl_pacer_check(&t->pacer);
-    if (r == 1) { t->stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
+    int r = nl_pacer_check(&t->res.pacer);
+    if (r == 1) { t->count.stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
     if (r < 0) {
         /* A reading that fails (a host app's status file missing or half-written for a moment)
          * must not end an overnight run: warn once per outage, train on, read again at the
          * next check. An unavailable reading never blocks (pacing.h), so this is the same
          * rule. A bad file at start-up is still an error (nl_thermal_open). */
-        if (!t->pace_failing && t->o->warnings) fprintf(t->o->warnings, "warning: pacing: %s; training on without this reading\n", nl_last_error());
-        t->pace_failing = 1;
+        if (!t->count.pace_failing && t->o->warnings) fprintf(t->o->warnings, "warning: pacing: %s; training on without this reading\n", nl_last_error());
+        t->count.pace_failing = 1;
         return 0;
     }
-    t->pace_failing = 0;
+    t->count.pace_failing = 0;
     return r;
 }
 
@@ -111,25 +111,25 @@ static void pace_log(void *user, const char *msg) {
 }
 
 static void trainer_free(nl_trainer *t) {
-    nl_graph_free(&t->g);
-    if (t->lock_fd >= 0) close(t->lock_fd); /* releases the lock */
-    if (t->lock_dir_fd >= 0) close(t->lock_dir_fd);
-    if (t->log && t->log != stdout) fclose(t->log);
-    if (t->pacer_ok) nl_pacer_free(&t->pacer);
-    nl_batcher_free(t->bt);
-    if (t->pk_loaded) nl_packing_free(&t->pk);
-    if (t->ds_loaded) nl_dataset_free(&t->ds);
+    nl_graph_free(&t->res.g);
+    if (t->res.lock_fd >= 0) close(t->res.lock_fd); /* releases the lock */
+    if (t->res.lock_dir_fd >= 0) close(t->res.lock_dir_fd);
+    if (t->res.log && t->res.log != stdout) fclose(t->res.log);
+    if (t->res.pacer_ok) nl_pacer_free(&t->res.pacer);
+    nl_batcher_free(t->res.bt);
+    if (t->res.pk_loaded) nl_packing_free(&t->res.pk);
+    if (t->res.ds_loaded) nl_dataset_free(&t->res.ds);
     nl_val_free(&t->val);
-    nl_runtime_free(&t->rt);
-    if (t->svc) nl_proj_service_free(t->svc);
-    nl_adapter_free(t->ad);
-    nl_tokenizer_free(t->tok);
-    if (t->m) nl_model_free(t->m);
-    free(t->grads);
-    free(t->mom);
-    free(t->vel);
-    free(t->zeros);
-    nl_energy_close(t->en);
+    nl_runtime_free(&t->res.rt);
+    if (t->res.svc) nl_proj_service_free(t->res.svc);
+    nl_adapter_free(t->res.ad);
+    nl_tokenizer_free(t->res.tok);
+    if (t->res.m) nl_model_free(t->res.m);
+    free(t->res.grads);
+    free(t->res.mom);
+    free(t->res.vel);
+    free(t->res.zeros);
+    nl_energy_close(t->res.en);
 }
 
 /* DIR/lock, opened never through a symbolic link planted there (O_NOFOLLOW; created with
@@ -351,7 +351,7 @@ static uint64_t packing_hash(const nl_packing *pk) {
 
 static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, nl_run_desc *d) {
     const nl_train_opts *o = t->o;
-    const nl_adapter *ad = t->ad;
+    const nl_adapter *ad = t->res.ad;
     memset(d, 0, sizeof *d);
     nl_desc_add(d, "model", NL_KV_CONFIG, "%016llx", (unsigned long long)model_hash);
     nl_desc_add(d, "data", NL_KV_CONFIG, "%016llx", (unsigned long long)data_hash);
@@ -360,7 +360,7 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     size_t kl = 0;
     for (int k = 0; k < NL_P_KIND_COUNT; k++) {
         int any = 0;
-        for (int i = 0; i < ad->n && !any; i++) any = t->m->projs[ad->t[i].proj].kind == (nl_proj_kind)k;
+        for (int i = 0; i < ad->n && !any; i++) any = t->res.m->projs[ad->t[i].proj].kind == (nl_proj_kind)k;
         if (any && kl < sizeof kinds)
             kl += (size_t)snprintf(kinds + kl, sizeof kinds - kl, "%s%s", kl ? "," : "", nl_proj_kind_name((nl_proj_kind)k));
     }
@@ -376,13 +376,13 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
         nl_desc_add(d, "init", NL_KV_CONFIG, "adapter %016llx", (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
     else
         nl_desc_add(d, "init", NL_KV_CONFIG, "fresh");
-    nl_desc_add(d, "method", NL_KV_CONFIG, "%s", t->mezo ? "mezo" : "backprop");
-    if (t->mezo) nl_desc_add(d, "mezo_eps", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->mezo_eps, 0));
+    nl_desc_add(d, "method", NL_KV_CONFIG, "%s", t->plan.mezo ? "mezo" : "backprop");
+    if (t->plan.mezo) nl_desc_add(d, "mezo_eps", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->mezo_eps, 0));
     /* the schedule: recorded, not hashed; a resume may change it (resume_from) */
     nl_desc_add(d, "steps", NL_KV_SCHEDULE, "%" PRId64, total);
     nl_desc_add(d, "batch_tokens", NL_KV_CONFIG, "%d", o->batch_tokens);
     /* a batch sized to the data says so (record only): a resume keeps it (nl_train_resolve_batch) */
-    if (t->batch_sized == NL_BATCH_SIZED || t->batch_sized == NL_BATCH_RESUMED_SIZED)
+    if (t->plan.batch_sized == NL_BATCH_SIZED || t->plan.batch_sized == NL_BATCH_RESUMED_SIZED)
         nl_desc_add(d, "batch_sizing", NL_KV_INFO, "data");
     nl_desc_add(d, "lr", NL_KV_SCHEDULE, "%s", nl_desc_num(nb, sizeof nb, o->lr, 0));
     nl_desc_add(d, "schedule", NL_KV_SCHEDULE, "%s", o->cosine ? "cosine" : "constant");
@@ -418,9 +418,9 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     nl_desc_add(d, "precision_map", NL_KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
     nl_desc_add(d, "wire", NL_KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
     char kern[256];
-    nl_proj_describe(t->svc, kern, sizeof kern);
-    if (t->rt.tiles) /* the nodes' products follow the service onto the tiles (nn/forward.h) */
-        nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s; attention and lora on %s tiles", kern, t->rt.tiles->name);
+    nl_proj_describe(t->res.svc, kern, sizeof kern);
+    if (t->res.rt.tiles) /* the nodes' products follow the service onto the tiles (nn/forward.h) */
+        nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s; attention and lora on %s tiles", kern, t->res.rt.tiles->name);
     else
         nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
     nl_desc_add(d, "model_path", NL_KV_INFO, "%s", o->model);
@@ -451,10 +451,10 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 }
 
 static int commit_state(nl_trainer *t, uint64_t cfg_hash, uint64_t model_hash, int64_t step, nl_data_cursor cur) {
-    const float *m = t->mezo ? t->zeros : t->mom, *v = t->mezo ? t->zeros : t->vel;
+    const float *m = t->plan.mezo ? t->res.zeros : t->res.mom, *v = t->plan.mezo ? t->res.zeros : t->res.vel;
     nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
-                  .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->ad->rank,
-                  .alpha = t->ad->alpha, .n_params = t->ad->n_params, .params = t->ad->params,
+                  .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->res.ad->rank,
+                  .alpha = t->res.ad->alpha, .n_params = t->res.ad->n_params, .params = t->res.ad->params,
                   .m = (float *)m, .v = (float *)v};
     uint64_t vw[NL_VAL_WORDS];
     if (t->val.loaded) { /* the best so far and the patience counter travel with the step */
@@ -486,7 +486,7 @@ static void commit_error(int64_t step, int64_t last_commit, int rc) {
 /* The model file changed under the run (truncated or rewritten: model/gguf.h): what was
  * computed since the last check read pages that are gone, so nothing more is committed. */
 static int model_changed(const nl_trainer *t, int64_t last_commit) {
-    if (!nl_gguf_changed(t->m->gguf)) return 0;
+    if (!nl_gguf_changed(t->res.m->gguf)) return 0;
     const nl_train_opts *o = t->o;
     if (o->checkpoint_dir && last_commit > 0)
         return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: the last commit (step %" PRId64
@@ -542,7 +542,7 @@ static int all_finite(const float *x, size_t n, size_t *bad) {
  * a non-finite value, described into buf ("parameter blk.1.attn_q.lora_b[5] = nan"); 0 when
  * there is none. grads may be NULL (MeZO). */
 static int find_nonfinite(const nl_trainer *t, const float *grads, char *buf, size_t cap) {
-    const nl_adapter *ad = t->ad;
+    const nl_adapter *ad = t->res.ad;
     for (int i = 0; i < ad->n; i++) {
         const nl_lora_tensor *lt = &ad->t[i];
         for (int part = 0; part < 2; part++) {
@@ -551,7 +551,7 @@ static int find_nonfinite(const nl_trainer *t, const float *grads, char *buf, si
                 const float *x = isg ? grads : ad->params;
                 if (!x || all_finite(x + off, n, &bad)) continue;
                 char name[160];
-                nl_adapter_elem_name(ad, t->m, off + bad, name, sizeof name);
+                nl_adapter_elem_name(ad, t->res.m, off + bad, name, sizeof name);
                 snprintf(buf, cap, "%s %s = %g", isg ? "gradient of" : "parameter", name, (double)x[off + bad]);
                 return 1;
             }
@@ -575,11 +575,11 @@ static int nonfinite_error(const nl_trainer *t, int64_t step, int64_t last_commi
 
 /* ---- one step's sequences in one graph call ---- */
 
-/* The nseq sequences of the step (t->pk.seq[idx[i]]) packed back to back through
+/* The nseq sequences of the step (t->res.pk.seq[idx[i]]) packed back to back through
  * nl_graph_seqs; their losses added in order into *loss_sum (as one call each would). */
 static int step_packed(nl_trainer *t, nl_graph *g, const int *idx, int nseq, float inv_n, double *loss_sum, int64_t *n_tokens) {
     int64_t T = 0;
-    for (int i = 0; i < nseq; i++) T += t->pk.seq[idx[i]].n_tokens;
+    for (int i = 0; i < nseq; i++) T += t->res.pk.seq[idx[i]].n_tokens;
     if (T > INT32_MAX) return nl_err("a step of %" PRId64 " tokens is too long for one call", T);
     int32_t *ids = nl_malloc((size_t)T * 2 * sizeof *ids);
     int *seg = nl_malloc((size_t)nseq * sizeof *seg);
@@ -588,7 +588,7 @@ static int step_packed(nl_trainer *t, nl_graph *g, const int *idx, int nseq, flo
     if (!ids || !seg || !ls) goto out;
     int32_t *rows = ids + T;
     for (int i = 0, t0 = 0; i < nseq; t0 += seg[i++]) {
-        const nl_seq *sq = &t->pk.seq[idx[i]];
+        const nl_seq *sq = &t->res.pk.seq[idx[i]];
         seg[i] = sq->n_tokens;
         memcpy(ids + t0, sq->ids, (size_t)sq->n_tokens * sizeof *ids);
         nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows + t0);
@@ -604,29 +604,37 @@ out:
 }
 
 /* ---- the step kinds --------------------------------------------------------------------
- * One optimizer step `step` (1-based) on the batch idx[0..nseq): the params are updated in
- * place. Return 0 (done), 1 (stopped inside a pause: the params are those of the last step),
- * -1 (an error, set; a non-finite value is named). */
+ * One optimizer step `step` (1-based) on the batch idx[0..nseq) through the run's graph, at
+ * the learning rate of t->plan (aw / mz): the params are updated in place, so (n_targets in,
+ * the rest out) says what it did. Return 0 (done), 1 (stopped inside a pause: the params are
+ * those of the last step), -1 (an error, set; a non-finite value is named). */
+
+/* What a step did (step_backprop / step_mezo). */
+typedef struct {
+    double loss, gnorm, pgrad, lr;
+    int64_t n_tokens, n_targets;
+} step_out;
+
 
 /* MeZO: two forwards, no backward; the step updates the params itself (on any error they are
  * as before). */
-static int step_mezo(nl_trainer *t, nl_graph *g, const nl_mezo_cfg *mz, int64_t step, const int *idx, int nseq,
-                     int64_t last_commit, double *loss, double *gnorm, double *pgrad, int64_t *n_tokens) {
+static int step_mezo(nl_trainer *t, int64_t step, const int *idx, int nseq, step_out *so) {
+    const int64_t last_commit = t->count.last_commit;
     nl_mezo_result mr;
-    if (nl_mezo_step(g, mz, step, t->pk.seq, idx, nseq, &mr)) {
-        if (!t->stop_in_pause) {
+    if (nl_mezo_step(&t->res.g, &t->plan.mz, step, t->res.pk.seq, idx, nseq, &mr)) {
+        if (!t->count.stop_in_pause) {
             /* the loss was not finite (the params are back at θ): name the tensor */
             if (strstr(nl_last_error(), "not finite")) nonfinite_error(t, step, last_commit, NAN, NULL);
             return -1;
         }
         return 1;
     }
-    *loss = mr.loss;
-    *pgrad = mr.proj_grad;
-    *n_tokens = mr.n_tokens;
-    *gnorm = mr.grad_norm;
-    if (!all_finite(t->ad->params, t->ad->n_params, &(size_t){0})) {
-        nonfinite_error(t, step, last_commit, *loss, NULL);
+    so->loss = mr.loss;
+    so->pgrad = mr.proj_grad;
+    so->n_tokens = mr.n_tokens;
+    so->gnorm = mr.grad_norm;
+    if (!all_finite(t->res.ad->params, t->res.ad->n_params, &(size_t){0})) {
+        nonfinite_error(t, step, last_commit, so->loss, NULL);
         return -1;
     }
     return 0;
@@ -634,11 +642,14 @@ static int step_mezo(nl_trainer *t, nl_graph *g, const nl_mezo_cfg *mz, int64_t 
 
 /* Backprop: the gradients of the step's sequences (one graph call, or one a sequence with the
  * tests' hook), clipped, then AdamW. */
-static int step_backprop(nl_trainer *t, nl_graph *g, const nl_adamw *aw, int64_t step, const int *idx, int nseq,
-                         int64_t n_targets, int64_t last_commit, double *loss, double *gnorm, int64_t *n_tokens) {
+static int step_backprop(nl_trainer *t, int64_t step, const int *idx, int nseq, step_out *so) {
     const nl_train_opts *o = t->o;
-    size_t np = t->ad->n_params;
-    memset(t->grads, 0, np * sizeof(float));
+    nl_graph *g = &t->res.g;
+    const int64_t n_targets = so->n_targets, last_commit = t->count.last_commit;
+    int64_t *n_tokens = &so->n_tokens;
+    double *loss = &so->loss;
+    size_t np = t->res.ad->n_params;
+    memset(t->res.grads, 0, np * sizeof(float));
     g->step = step;
     g->tok_base = 0;
     double loss_sum = 0.0;
@@ -646,32 +657,32 @@ static int step_backprop(nl_trainer *t, nl_graph *g, const nl_adamw *aw, int64_t
     if (!t->hk.per_sequence) {
         /* the step's sequences in one graph call: one request per projection */
         int r = step_packed(t, g, idx, nseq, inv_n, &loss_sum, n_tokens);
-        if (r) return t->stop_in_pause ? 1 : -1;
+        if (r) return t->count.stop_in_pause ? 1 : -1;
     }
     for (int i = 0; t->hk.per_sequence && i < nseq; i++) {
-        const nl_seq *sq = &t->pk.seq[idx[i]];
+        const nl_seq *sq = &t->res.pk.seq[idx[i]];
         int32_t *rows = nl_malloc((size_t)sq->n_tokens * sizeof *rows);
         if (!rows) return -1;
         nl_row_targets(sq->ids, sq->target, sq->n_tokens, rows);
         double ls;
         int r = nl_graph_seq(g, sq->ids, rows, sq->n_tokens, inv_n, &ls);
         free(rows);
-        if (r) return t->stop_in_pause ? 1 : -1;
+        if (r) return t->count.stop_in_pause ? 1 : -1;
         loss_sum += ls;
         g->tok_base += sq->n_tokens;
         *n_tokens += sq->n_tokens;
     }
     *loss = n_targets ? loss_sum / (double)n_targets : 0.0;
-    if (t->hk.after_backward) t->hk.after_backward(t->hk.user, step, t->ad, t->grads);
+    if (t->hk.after_backward) t->hk.after_backward(t->hk.user, step, t->res.ad, t->res.grads);
     size_t bad;
-    if (!isfinite(*loss) || !all_finite(t->grads, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->grads), -1;
+    if (!isfinite(*loss) || !all_finite(t->res.grads, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
     if (o->dump_grads && step == 1) {
-        if (nl_adapter_save_values(t->ad, t->m, t->grads, o->dump_grads)) return -1;
+        if (nl_adapter_save_values(t->res.ad, t->res.m, t->res.grads, o->dump_grads)) return -1;
     }
-    *gnorm = nl_grad_clip(t->grads, np, o->clip);
-    if (!isfinite(*gnorm)) return nonfinite_error(t, step, last_commit, *loss, t->grads), -1;
-    if (adamw_pool(&t->rt, t->ad->params, t->grads, t->mom, t->vel, np, aw, step)) return -1;
-    if (!all_finite(t->ad->params, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->grads), -1;
+    so->gnorm = nl_grad_clip(t->res.grads, np, o->clip);
+    if (!isfinite(so->gnorm)) return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
+    if (adamw_pool(&t->res.rt, t->res.ad->params, t->res.grads, t->res.mom, t->res.vel, np, &t->plan.aw, step)) return -1;
+    if (!all_finite(t->res.ad->params, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
     return 0;
 }
 
@@ -716,22 +727,22 @@ static int check_opts(const nl_train_opts *o) {
 
 /* Opens what a run reads: the model and its tokenizer, the adapter (fresh or --init-adapter),
  * the projection service and runtime, the checkpoint directory's state for a fresh run, and
- * the data, tokenized and packed into sequences of at most t->max_ctx tokens. */
+ * the data, tokenized and packed into sequences of at most t->plan.max_ctx tokens. */
 static int open_run(nl_trainer *t) {
     const nl_train_opts *o = t->o;
-    t->m = nl_model_load(o->model);
-    if (!t->m) return -1;
-    if (nl_tokenizer_for_model(t->m, &t->tok)) return -1;
-    if (t->m->warning && o->warnings) fprintf(o->warnings, "warning: %s: %s\n", o->model, t->m->warning);
-    if (!t->tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); return -1; }
-    if (o->init_adapter) t->ad = nl_adapter_load(t->m, o->init_adapter);
-    else t->ad = nl_adapter_new(t->m, o->targets, o->rank, o->alpha, o->seed);
-    if (!t->ad) return -1;
+    t->res.m = nl_model_load(o->model);
+    if (!t->res.m) return -1;
+    if (nl_tokenizer_for_model(t->res.m, &t->res.tok)) return -1;
+    if (t->res.m->warning && o->warnings) fprintf(o->warnings, "warning: %s: %s\n", o->model, t->res.m->warning);
+    if (!t->res.tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); return -1; }
+    if (o->init_adapter) t->res.ad = nl_adapter_load(t->res.m, o->init_adapter);
+    else t->res.ad = nl_adapter_new(t->res.m, o->targets, o->rank, o->alpha, o->seed);
+    if (!t->res.ad) return -1;
     /* llama.cpp finds a LoRA pair by its base tensor's name: a tied model has no output.weight,
      * and token_embd.weight.lora_a/b is validated and applied as an EMBEDDING adapter (at the
      * token lookup), so no adapter file adapts a tied head alone; merge cannot either (the head
      * and the embedding are one tensor). Refused before anything is trained. */
-    if (t->m->tied_head && t->ad->by_proj[t->m->p_output] >= 0) {
+    if (t->res.m->tied_head && t->res.ad->by_proj[t->res.m->p_output] >= 0) {
         if (o->init_adapter)
             nl_err("--init-adapter %s adapts the output head, which this model ties to token_embd.weight: an adapter on a "
                    "tied head loads in neither llama.cpp nor merge; start a fresh adapter without \"output\" in --targets",
@@ -743,15 +754,15 @@ static int open_run(nl_trainer *t) {
                    "--targets (\"all\" leaves the head out)", o->model);
         return -1;
     }
-    if (o->init_adapter && o->init_rank > 0 && t->ad->rank != o->init_rank) {
+    if (o->init_adapter && o->init_rank > 0 && t->res.ad->rank != o->init_rank) {
         nl_err("--init-adapter %s has rank %d, --rank %d was asked: drop --rank (the adapter's rank is used) or start "
-               "a fresh adapter without --init-adapter", o->init_adapter, t->ad->rank, o->init_rank);
+               "a fresh adapter without --init-adapter", o->init_adapter, t->res.ad->rank, o->init_rank);
         return -1;
     }
-    t->svc = nl_proj_service_new(&o->proj);
-    if (!t->svc || nl_runtime_init(&t->rt, t->m, t->svc)) return -1;
-    t->rt.adapter = t->ad;
-    t->rt.sync = nl_train_sync_mode(o);
+    t->res.svc = nl_proj_service_new(&o->proj);
+    if (!t->res.svc || nl_runtime_init(&t->res.rt, t->res.m, t->res.svc)) return -1;
+    t->res.rt.adapter = t->res.ad;
+    t->res.rt.sync = nl_train_sync_mode(o);
     if (o->checkpoint_dir && !o->resume) {
         /* A fresh run must not silently replace the commits of another run, and a listing that
          * fails must not pass for an empty directory. */
@@ -766,14 +777,14 @@ static int open_run(nl_trainer *t) {
         }
     }
 
-    if (nl_train_load_data(o, t->m, t->tok, &t->ds, &t->pk, &t->max_ctx, &t->val.ds)) return -1;
-    t->ds_loaded = t->pk_loaded = 1;
+    if (nl_train_load_data(o, t->res.m, t->res.tok, &t->res.ds, &t->res.pk, &t->plan.max_ctx, &t->val.ds)) return -1;
+    t->res.ds_loaded = t->res.pk_loaded = 1;
     /* the validation set: held out of the data before it was packed (--val-split), or its own file */
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->m->hp.n_vocab,
+    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->res.m->hp.n_vocab,
                          .strict_keys = o->strict_keys, .columns = o->columns, .alpaca = o->alpaca_prompt};
-    if (o->val_data && nl_dataset_load(o->val_data, t->tok, &dopt, &t->val.ds)) return -1;
+    if (o->val_data && nl_dataset_load(o->val_data, t->res.tok, &dopt, &t->val.ds)) return -1;
     t->val.loaded = o->val_split > 0 || o->val_data;
-    if (t->val.loaded && nl_val_init(&t->val, t->max_ctx, o->eval_every, o->keep_best, o->early_stop)) return -1;
+    if (t->val.loaded && nl_val_init(&t->val, t->plan.max_ctx, o->eval_every, o->keep_best, o->early_stop)) return -1;
     return 0;
 }
 
@@ -787,9 +798,9 @@ static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
     const nl_train_opts *o = t->o;
     int max_T = 1, longest;
     int64_t all_T = 0;
-    for (int i = 0; i < t->pk.n; i++) {
-        if (t->pk.seq[i].n_tokens > max_T) max_T = t->pk.seq[i].n_tokens;
-        all_T += t->pk.seq[i].n_tokens;
+    for (int i = 0; i < t->res.pk.n; i++) {
+        if (t->res.pk.seq[i].n_tokens > max_T) max_T = t->res.pk.seq[i].n_tokens;
+        all_T += t->res.pk.seq[i].n_tokens;
     }
     /* the rows of one graph call: a step's sequences packed (at most --batch-tokens, or one
      * longer sequence) */
@@ -799,30 +810,30 @@ static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
         if (packed > max_T) max_T = (int)packed;
     }
     /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
-    t->g = (nl_graph){.rt = &t->rt, .ad = t->ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
+    t->res.g = (nl_graph){.rt = &t->res.rt, .ad = t->res.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
     /* planned first: its checks' buffers are part of the peak the preflight counts */
-    if (nl_proj_plan(t->svc, NULL, 0)) return -1;
+    if (nl_proj_plan(t->res.svc, NULL, 0)) return -1;
     uint64_t budget;
     if (nl_train_mem_preflight(t, max_T, longest, avail, o->mem_limit_mb > 0, rss0, &budget)) return -1;
     if (o->act_budget_mb == 0) budget = 0;
-    t->g.act_budget = budget;
+    t->res.g.act_budget = budget;
     if (o->progress) {
         char line[256], mem[512];
-        nl_proj_format_precision(t->svc, line, sizeof line);
+        nl_proj_format_precision(t->res.svc, line, sizeof line);
         fprintf(o->progress, "precision: %s\n", line);
-        nl_proj_plan_format_summary(t->svc, line, sizeof line);
-        nl_proj_format_resident(t->svc, mem, sizeof mem);
+        nl_proj_plan_format_summary(t->res.svc, line, sizeof line);
+        nl_proj_format_resident(t->res.svc, mem, sizeof mem);
         char kern[256];
-        const int kn = nl_proj_describe(t->svc, kern, sizeof kern);
+        const int kn = nl_proj_describe(t->res.svc, kern, sizeof kern);
         const char *colon = kn > 0 ? strchr(kern, ':') : NULL; /* "host: ..." -> "..." */
         char nodes[64];
-        if (t->rt.tiles) snprintf(nodes, sizeof nodes, "attention and lora on %s tiles", t->rt.tiles->name);
-        else snprintf(nodes, sizeof nodes, "attention %s", t->rt.attn_bf16 ? "bf16" : "f32");
+        if (t->res.rt.tiles) snprintf(nodes, sizeof nodes, "attention and lora on %s tiles", t->res.rt.tiles->name);
+        else snprintf(nodes, sizeof nodes, "attention %s", t->res.rt.attn_bf16 ? "bf16" : "f32");
         fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, %s\n",
                 o->proj.backend ? o->proj.backend : "ref", colon ? colon + 2 : "f32 compute", line, mem,
-                t->rt.sync ? "synchronous" : "LoRA overlapped with requests", nodes);
+                t->res.rt.sync ? "synchronous" : "LoRA overlapped with requests", nodes);
         if (o->proj.verbose) {
-            char *table = nl_proj_plan_format_table(t->svc);
+            char *table = nl_proj_plan_format_table(t->res.svc);
             if (table) fputs(table, o->progress);
             free(table);
         }
@@ -844,19 +855,19 @@ static int open_pacing(nl_trainer *t) {
     pc.log_ctx = o->progress;
     pc.should_stop = nl_cancel_poll;
     pc.stop_ctx = o->cancel;
-    if (nl_pacer_init(&t->pacer, &pc, &prov)) return -1;
-    t->pacer_ok = 1;
-    t->rt.pace = pace_hook;
-    t->rt.pace_user = t;
-    t->en = nl_energy_open(t->hk.energy_root);
-    if (!t->en) return -1;
-    if (nl_energy_available(t->en)) {
-        if (nl_energy_start_sampler(t->en, 0.5)) return -1;
+    if (nl_pacer_init(&t->res.pacer, &pc, &prov)) return -1;
+    t->res.pacer_ok = 1;
+    t->res.rt.pace = pace_hook;
+    t->res.rt.pace_user = t;
+    t->res.en = nl_energy_open(t->hk.energy_root);
+    if (!t->res.en) return -1;
+    if (nl_energy_available(t->res.en)) {
+        if (nl_energy_start_sampler(t->res.en, 0.5)) return -1;
         if (o->progress)
             fprintf(o->progress, "energy: %s counters (%s)\n",
-                    nl_energy_kind_of(t->en) == NL_ENERGY_RAPL ? "RAPL package" : "battery", nl_energy_source(t->en));
+                    nl_energy_kind_of(t->res.en) == NL_ENERGY_RAPL ? "RAPL package" : "battery", nl_energy_source(t->res.en));
     } else if (o->progress) {
-        fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t->en));
+        fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t->res.en));
     }
     return 0;
 }
@@ -865,28 +876,28 @@ static int open_pacing(nl_trainer *t) {
  * moments; MeZO: the zero moments its commits carry), the schedule and the step configs. */
 static int open_state(nl_trainer *t) {
     const nl_train_opts *o = t->o;
-    t->total = nl_train_count_steps(o, &t->pk, &t->per_epoch);
-    if (t->total < 0) return -1;
-    t->bt = nl_batcher_new(&t->pk, o->seed, o->shuffle, o->batch_tokens);
-    if (!t->bt) return -1;
-    size_t np = t->ad->n_params;
-    if (t->mezo) {
-        t->zeros = nl_calloc(np ? np : 1, sizeof(float));
-        if (!t->zeros) return -1;
+    t->plan.total = nl_train_count_steps(o, &t->res.pk, &t->plan.per_epoch);
+    if (t->plan.total < 0) return -1;
+    t->res.bt = nl_batcher_new(&t->res.pk, o->seed, o->shuffle, o->batch_tokens);
+    if (!t->res.bt) return -1;
+    size_t np = t->res.ad->n_params;
+    if (t->plan.mezo) {
+        t->res.zeros = nl_calloc(np ? np : 1, sizeof(float));
+        if (!t->res.zeros) return -1;
     } else {
-        t->grads = nl_calloc(np, sizeof(float));
-        t->mom = nl_calloc(np, sizeof(float));
-        t->vel = nl_calloc(np, sizeof(float));
-        if (!t->grads || !t->mom || !t->vel) return -1;
+        t->res.grads = nl_calloc(np, sizeof(float));
+        t->res.mom = nl_calloc(np, sizeof(float));
+        t->res.vel = nl_calloc(np, sizeof(float));
+        if (!t->res.grads || !t->res.mom || !t->res.vel) return -1;
     }
-    t->g.grads = t->grads;
-    t->sched = nl_train_schedule(o);
-    nl_adamw_defaults(&t->aw);
-    t->aw.weight_decay = o->weight_decay;
-    nl_mezo_defaults(&t->mz);
-    t->mz.eps = o->mezo_eps;
-    t->mz.weight_decay = o->weight_decay;
-    t->mz.seed = o->seed;
+    t->res.g.grads = t->res.grads;
+    t->plan.sched = nl_train_schedule(o);
+    nl_adamw_defaults(&t->plan.aw);
+    t->plan.aw.weight_decay = o->weight_decay;
+    nl_mezo_defaults(&t->plan.mz);
+    t->plan.mz.eps = o->mezo_eps;
+    t->plan.mz.weight_decay = o->weight_decay;
+    t->plan.mz.seed = o->seed;
     return 0;
 }
 
@@ -896,10 +907,10 @@ static int open_state(nl_trainer *t) {
  * unless allowed, other numerics warn. No commit: *step stays 0. */
 static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     const nl_train_opts *o = t->o;
-    size_t np = t->ad->n_params;
+    size_t np = t->res.ad->n_params;
     nl_ckpt ck;
     char warn[512];
-    int r = nl_ckpt_load_latest(o->checkpoint_dir, t->cfg_hash, t->model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io);
+    int r = nl_ckpt_load_latest(o->checkpoint_dir, t->plan.cfg_hash, t->plan.model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io);
     int legacy = 0;
     if (r < 0) {
         /* commits of a build before the schedule left the config hash carry the older hash
@@ -907,8 +918,8 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
         char first[1536];
         snprintf(first, sizeof first, "%s", nl_last_error());
         uint64_t lh = nl_desc_legacy_config_hash(desc, o->checkpoint_dir);
-        if (lh && lh != t->cfg_hash &&
-            nl_ckpt_load_latest(o->checkpoint_dir, lh, t->model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io) == 0) {
+        if (lh && lh != t->plan.cfg_hash &&
+            nl_ckpt_load_latest(o->checkpoint_dir, lh, t->plan.model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io) == 0) {
             legacy = 1;
             r = 0;
         } else {
@@ -928,10 +939,10 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
         if (o->progress) fprintf(o->progress, "no commit in %s: starting from step 0\n", o->checkpoint_dir);
         return 0;
     }
-    memcpy(t->ad->params, ck.params, np * sizeof(float));
-    if (!t->mezo) {
-        memcpy(t->mom, ck.m, np * sizeof(float));
-        memcpy(t->vel, ck.v, np * sizeof(float));
+    memcpy(t->res.ad->params, ck.params, np * sizeof(float));
+    if (!t->plan.mezo) {
+        memcpy(t->res.mom, ck.m, np * sizeof(float));
+        memcpy(t->res.vel, ck.v, np * sizeof(float));
     }
     uint64_t ck_step = ck.step;
     nl_data_cursor cur = {.epoch = (int64_t)ck.epoch, .index = (int64_t)ck.index};
@@ -941,10 +952,10 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     }
     nl_ckpt_free(&ck);
     /* a step is never trusted into a narrower type: a forged one above the run's count is refused */
-    if (ck_step > (uint64_t)t->total)
-        return nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps", o->checkpoint_dir, ck_step, t->total);
+    if (ck_step > (uint64_t)t->plan.total)
+        return nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps", o->checkpoint_dir, ck_step, t->plan.total);
     *step = (int64_t)ck_step;
-    if (nl_batcher_seek(t->bt, cur)) return -1;
+    if (nl_batcher_seek(t->res.bt, cur)) return -1;
     char diff[1024] = "";
     /* other kernels are refused, whether by capability (another machine, the same settings) or
      * asked for (another backend, e.g. vulkan after host): the run would not be the bits an
@@ -965,12 +976,12 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     if (legacy) {
         /* committed again in the current format (same state, this run's config hash) before the
          * run.json of this run replaces the one the old hash was checked against */
-        if (commit_state(t, t->cfg_hash, t->model_hash, *step, cur) < 0) return -1;
+        if (commit_state(t, t->plan.cfg_hash, t->plan.model_hash, *step, cur) < 0) return -1;
         if (o->progress)
             fprintf(o->progress, "the commit of step %" PRId64 " was made by an older build (its config hash includes the schedule): "
                                  "committed again in the current format\n", *step);
     }
-    if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->total);
+    if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->plan.total);
     struct stat st;
     if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->warnings)
         fprintf(o->warnings, "warning: the best adapter so far (step %" PRId64 ") was written to --out %s, which is not there now\n",
@@ -982,11 +993,11 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
  * (sys/io). A failure ends the run like a failed --out. */
 static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
     const nl_train_opts *o = t->o;
-    if (!nl_adapter_save(t->ad, t->m, path)) return 0;
+    if (!nl_adapter_save(t->res.ad, t->res.m, path)) return 0;
     char why[1024];
     snprintf(why, sizeof why, "--save-every %" PRId64 ": writing the snapshot of step %" PRId64 " failed: %s", o->save_every, step,
              nl_last_error());
-    output_error(o, step, why, t->last_commit, "--out");
+    output_error(o, step, why, t->count.last_commit, "--out");
     return -1;
 }
 
@@ -996,9 +1007,9 @@ static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
  * commit and its snapshot). A run whose steps end before the first snapshot is told. */
 static int start_snapshots(nl_trainer *t, int64_t step) {
     const nl_train_opts *o = t->o;
-    if (o->save_every > t->total && o->warnings)
+    if (o->save_every > t->plan.total && o->warnings)
         fprintf(o->warnings, "warning: --save-every %" PRId64 " is beyond this run's %" PRId64 " steps: no snapshot will be written\n",
-                o->save_every, t->total);
+                o->save_every, t->plan.total);
     if (step == 0 || step % o->save_every) return 0;
     char *path = nl_train_snapshot_path(o->out, step);
     if (!path) return -1;
@@ -1022,47 +1033,47 @@ static int start_run(nl_trainer *t, int64_t *step) {
      * while it is hashed is caught by the check before the first step); only commits need it. */
     if (o->checkpoint_dir) {
         double th = nl_now();
-        t->model_hash = nl_content_hash64(t->m->gguf->base, t->m->gguf->size);
+        t->plan.model_hash = nl_content_hash64(t->res.m->gguf->base, t->res.m->gguf->size);
         if (o->proj.verbose && o->progress) {
             double dt = nl_now() - th;
             fprintf(o->progress, "model identity: %s hashed whole (%.1f MiB) in %.3f s (%.1f GB/s)\n", o->model,
-                    (double)t->m->gguf->size / NL_MB, dt, dt > 0 ? (double)t->m->gguf->size / dt / 1e9 : 0.0);
+                    (double)t->res.m->gguf->size / NL_MB, dt, dt > 0 ? (double)t->res.m->gguf->size / dt / 1e9 : 0.0);
         }
     }
     nl_run_desc desc;
-    build_desc(t, t->model_hash, packing_hash(&t->pk), t->total, t->max_ctx, &desc);
-    t->cfg_hash = nl_desc_config_hash(&desc);
+    build_desc(t, t->plan.model_hash, packing_hash(&t->res.pk), t->plan.total, t->plan.max_ctx, &desc);
+    t->plan.cfg_hash = nl_desc_config_hash(&desc);
     *step = 0;
     int drc = desc.oom ? nl_err("out of memory describing the run") : 0;
     if (!drc && o->resume && resume_from(t, &desc, step)) drc = -1;
-    t->first_step = t->last_commit = *step;
+    t->count.first_step = t->count.last_commit = *step;
     if (!drc && o->save_every > 0 && start_snapshots(t, *step)) drc = -1;
     /* the history first: it says what this run changed against the run.json it replaces */
-    if (!drc && o->checkpoint_dir && nl_desc_history(&desc, o->checkpoint_dir, *step, *step > 0, t->total, o->command)) drc = -1;
+    if (!drc && o->checkpoint_dir && nl_desc_history(&desc, o->checkpoint_dir, *step, *step > 0, t->plan.total, o->command)) drc = -1;
     if (!drc && o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) drc = -1;
     nl_desc_free(&desc);
     if (drc) return -1;
     if (o->log_json) {
         /* A resumed run logs from its commit on: lines of later steps (replayed now) go. */
         if (o->resume && log_keep_steps(o->log_json, *step)) return -1;
-        if (!(t->log = open_log(o->log_json, o->resume))) return -1;
+        if (!(t->res.log = open_log(o->log_json, o->resume))) return -1;
     }
     if (o->progress)
         fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
                              "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
-                o->model, o->data, t->ds.n, t->pk.n, t->pk.n_truncated, t->max_ctx, t->pk.n_dropped, t->total, t->ad->n,
-                t->ad->n_params, t->ad->rank, t->mezo ? ", MeZO (two forwards a step, no backward)" : "");
-    if (o->progress && t->batch_sized != NL_BATCH_GIVEN) {
+                o->model, o->data, t->res.ds.n, t->res.pk.n, t->res.pk.n_truncated, t->plan.max_ctx, t->res.pk.n_dropped, t->plan.total, t->res.ad->n,
+                t->res.ad->n_params, t->res.ad->rank, t->plan.mezo ? ", MeZO (two forwards a step, no backward)" : "");
+    if (o->progress && t->plan.batch_sized != NL_BATCH_GIVEN) {
         char note[640];
-        fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens, t->per_epoch,
-                nl_train_batch_note(t->batch_sized, note, sizeof note));
+        fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens, t->plan.per_epoch,
+                nl_train_batch_note(t->plan.batch_sized, note, sizeof note));
     }
     /* how the data was read (keys skipped, Alpaca's prompt) and a run too short to learn: said
      * on the warnings stream, which a quiet run (no progress) keeps */
     if (o->warnings) {
         char warn[640];
-        if (nl_dataset_note(&t->ds, warn, sizeof warn)[0]) fprintf(o->warnings, "data: %s\n", warn);
-        if (nl_train_short_run(o, &t->pk, t->total, t->per_epoch, warn, sizeof warn)) return -1;
+        if (nl_dataset_note(&t->res.ds, warn, sizeof warn)[0]) fprintf(o->warnings, "data: %s\n", warn);
+        if (nl_train_short_run(o, &t->res.pk, t->plan.total, t->plan.per_epoch, warn, sizeof warn)) return -1;
         if (warn[0]) fprintf(o->warnings, "warning: %s\n", warn);
         fflush(o->warnings);
     }
@@ -1087,28 +1098,22 @@ typedef struct {
     nl_proj_stats st0;
 } step_mark;
 
-/* What a step did (step_backprop / step_mezo). */
-typedef struct {
-    double loss, gnorm, pgrad, lr;
-    int64_t n_tokens, n_targets;
-} step_out;
-
 static void mark_step(nl_trainer *t, step_mark *mk) {
-    mk->paused0 = t->pacer.paused_seconds;
-    t->pacer.pause_kinds = 0; /* what pauses this step: its log row's pause_kind */
+    mk->paused0 = t->res.pacer.paused_seconds;
+    t->res.pacer.pause_kinds = 0; /* what pauses this step: its log row's pause_kind */
     mk->t0 = nl_now();
     mk->j0 = 0;
-    mk->have_j = nl_energy_available(t->en) && !t->energy_failing && nl_energy_read(t->en, &mk->j0) == 0;
-    nl_proj_get_stats(t->svc, &mk->st0);
+    mk->have_j = nl_energy_available(t->res.en) && !t->count.energy_failing && nl_energy_read(t->res.en, &mk->j0) == 0;
+    nl_proj_get_stats(t->res.svc, &mk->st0);
 }
 
 /* The row of finished step `step` for o->on_progress: before the stop check, so that a cancel
  * from the callback ends the run at this step, with its commit. */
 static void progress_step(const nl_trainer *t, int64_t step, const step_out *so, double seconds, double paused_s) {
-    double el = nl_now() - t->run_start;
-    nl_train_progress p = {.kind = NL_PROGRESS_STEP, .step = step, .total_steps = t->total, .loss = so->loss, .lr = so->lr,
+    double el = nl_now() - t->count.run_start;
+    nl_train_progress p = {.kind = NL_PROGRESS_STEP, .step = step, .total_steps = t->plan.total, .loss = so->loss, .lr = so->lr,
                            .grad_norm = so->gnorm, .tokens = so->n_tokens, .seconds = seconds, .paused_seconds = paused_s,
-                           .tokens_per_s = el > 0 ? (double)t->run_tokens / el : 0.0, .elapsed_seconds = el,
+                           .tokens_per_s = el > 0 ? (double)t->count.run_tokens / el : 0.0, .elapsed_seconds = el,
                            .eval_accuracy = -1};
     t->o->on_progress(t->o->progress_user, &p);
 }
@@ -1117,21 +1122,21 @@ static void progress_step(const nl_trainer *t, int64_t step, const step_out *so,
  * 0 done, 1 stopped while paused in it (nothing recorded), -1 an error (set). */
 static int val_eval(nl_trainer *t, int64_t step) {
     const nl_train_opts *o = t->o;
-    int vr = nl_val_eval(&t->val, &t->rt, step, &t->pacer.paused_seconds, t->log, o->progress, t->ad, t->m, o->out);
-    if (vr == -1 && t->stop_in_pause) return 1;
+    int vr = nl_val_eval(&t->val, &t->res.rt, step, &t->res.pacer.paused_seconds, t->res.log, o->progress, t->res.ad, t->res.m, o->out);
+    if (vr == -1 && t->count.stop_in_pause) return 1;
     if (vr == 0 && o->on_progress) { /* the validation row for the library's caller */
         const nl_eval_result *r = &t->val.last;
         const double acc = nl_val_accuracy(r);
-        nl_train_progress p = {.kind = NL_PROGRESS_EVAL, .step = step, .total_steps = t->total, .eval_loss = nl_eval_loss(r),
+        nl_train_progress p = {.kind = NL_PROGRESS_EVAL, .step = step, .total_steps = t->plan.total, .eval_loss = nl_eval_loss(r),
                                .eval_accuracy = isnan(acc) ? -1 : acc, .eval_examples = r->n_examples, .eval_tokens = r->n_targets,
-                               .eval_seconds = t->val.last_seconds, .paused_seconds = t->pacer.paused_seconds,
-                               .elapsed_seconds = nl_now() - t->run_start};
+                               .eval_seconds = t->val.last_seconds, .paused_seconds = t->res.pacer.paused_seconds,
+                               .elapsed_seconds = nl_now() - t->count.run_start};
         o->on_progress(o->progress_user, &p);
     }
     if (vr == -2) {
         char why[1024];
         snprintf(why, sizeof why, "%s", nl_last_error());
-        output_error(o, step, why, t->last_commit, t->val.failed_flag);
+        output_error(o, step, why, t->count.last_commit, t->val.failed_flag);
     }
     return vr < 0 ? -1 : 0;
 }
@@ -1142,57 +1147,57 @@ static int val_eval(nl_trainer *t, int64_t step) {
  * --early-stop ends it (committed), 0 to go on, -1 on an error (set). */
 static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const step_out *so, nl_train_result *res) {
     const nl_train_opts *o = t->o;
-    t->steps_this_run++;
-    t->run_tokens += so->n_tokens;
+    t->count.steps_this_run++;
+    t->count.run_tokens += so->n_tokens;
     double dt = nl_now() - mk->t0;
     double j1 = 0;
     int have_j = mk->have_j;
-    if (have_j && nl_energy_read(t->en, &j1) != 0) {
+    if (have_j && nl_energy_read(t->res.en, &j1) != 0) {
         have_j = 0;
-        t->energy_failing = 1;
+        t->count.energy_failing = 1;
         if (o->warnings) fprintf(o->warnings, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
     }
     nl_proj_stats st1;
-    nl_proj_get_stats(t->svc, &st1);
+    nl_proj_get_stats(t->res.svc, &st1);
     double svc_s = (st1.busy_s[0] + st1.busy_s[1]) - (mk->st0.busy_s[0] + mk->st0.busy_s[1]);
-    double paused_s = t->pacer.paused_seconds - mk->paused0;
+    double paused_s = t->res.pacer.paused_seconds - mk->paused0;
     res->service_seconds += svc_s;
     res->tokens += so->n_tokens;
-    if (step == t->first_step + 1) res->first_loss = so->loss;
+    if (step == t->count.first_step + 1) res->first_loss = so->loss;
     res->last_loss = so->loss;
     if (o->on_progress) progress_step(t, step, so, dt, paused_s);
     const int signalled = nl_cancel_requested(o->cancel); /* SIGINT/SIGTERM in the CLI */
-    int stop = (o->stop_after > 0 && t->steps_this_run >= o->stop_after) || signalled;
+    int stop = (o->stop_after > 0 && t->count.steps_this_run >= o->stop_after) || signalled;
     res->signalled = signalled;
     /* a snapshot step is a commit step, the commit first: a resume never replays the step of a
      * snapshot written, and one killed in between writes the missing snapshot (start_run) */
     int snap = o->save_every > 0 && step % o->save_every == 0;
-    int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == t->total || stop || snap);
+    int commit = o->checkpoint_dir && (step % o->commit_every == 0 || step == t->plan.total || stop || snap);
     /* The log line goes out BEFORE the commit (and is made durable with it): a kill in
      * between leaves a line for an uncommitted step, which the resume drops and replays;
      * the other order could lose the line of a committed step for good. */
-    if (t->log) {
-        fprintf(t->log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
+    if (t->res.log) {
+        fprintf(t->res.log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
                         "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
                 step, so->loss, (long long)so->n_tokens, (long long)so->n_targets, dt, svc_s, paused_s, so->lr, so->gnorm);
-        const char *pk = paused_s > 0 ? nl_pause_kind_name(t->pacer.pause_kinds) : NULL;
-        if (pk) fprintf(t->log, ", \"pause_kind\": \"%s\"", pk);
-        if (t->mezo) fprintf(t->log, ", \"projected_grad\": %.17g", so->pgrad);
+        const char *pk = paused_s > 0 ? nl_pause_kind_name(t->res.pacer.pause_kinds) : NULL;
+        if (pk) fprintf(t->res.log, ", \"pause_kind\": \"%s\"", pk);
+        if (t->plan.mezo) fprintf(t->res.log, ", \"projected_grad\": %.17g", so->pgrad);
         if (have_j)
-            fprintf(t->log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - mk->j0,
+            fprintf(t->res.log, ", \"joules\": %.6g, \"joules_per_token\": %.6g", j1 - mk->j0,
                     so->n_tokens ? (j1 - mk->j0) / (double)so->n_tokens : 0.0);
-        fputs("}\n", t->log);
-        if (fflush(t->log) != 0 || (commit && fsync(fileno(t->log)) != 0)) {
+        fputs("}\n", t->res.log);
+        if (fflush(t->res.log) != 0 || (commit && fsync(fileno(t->res.log)) != 0)) {
             char why[512];
             snprintf(why, sizeof why, "--log-json %s: write failed: %s", o->log_json, strerror(errno));
-            output_error(o, step, why, t->last_commit, "--log-json");
+            output_error(o, step, why, t->count.last_commit, "--log-json");
             return -1;
         }
     }
     /* The evaluation after this step, before its commit (which carries what it decided); a
      * signal skips it (the commit then has it pending: a resume evaluates first). */
     int early = 0;
-    if (t->val.loaded && !signalled && nl_val_due(step, t->total, o->eval_every)) {
+    if (t->val.loaded && !signalled && nl_val_due(step, t->plan.total, o->eval_every)) {
         int vr = val_eval(t, step);
         if (vr < 0) return -1;
         if (vr > 0) { /* stopped while paused in it: commit the step, the evaluation pending */
@@ -1201,20 +1206,20 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
         }
         early = vr == 0 && nl_val_stop(&t->val.st, o->early_stop);
         if (early && o->checkpoint_dir) commit = 1;
-        if (commit && t->log && fsync(fileno(t->log)) != 0) {
+        if (commit && t->res.log && fsync(fileno(t->res.log)) != 0) {
             char why[512];
             snprintf(why, sizeof why, "--log-json %s: write failed: %s", o->log_json, strerror(errno));
-            output_error(o, step, why, t->last_commit, "--log-json");
+            output_error(o, step, why, t->count.last_commit, "--log-json");
             return -1;
         }
     }
     if (commit) {
-        int crc = commit_state(t, t->cfg_hash, t->model_hash, step, nl_batcher_cursor(t->bt));
+        int crc = commit_state(t, t->plan.cfg_hash, t->plan.model_hash, step, nl_batcher_cursor(t->res.bt));
         if (crc) {
-            commit_error(step, t->last_commit, crc);
+            commit_error(step, t->count.last_commit, crc);
             return -1;
         }
-        t->last_commit = step;
+        t->count.last_commit = step;
     }
     char *snap_path = NULL;
     if (snap && (!(snap_path = nl_train_snapshot_path(o->out, step)) || write_snapshot(t, step, snap_path))) {
@@ -1223,11 +1228,11 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     }
     if (o->progress) {
         /* training time only: paused time (pacing) and evaluations count in neither figure */
-        double el = nl_now() - t->run_start - t->pacer.paused_seconds - t->val.seconds, tps = el > 0 ? (double)t->run_tokens / el : 0.0;
+        double el = nl_now() - t->count.run_start - t->res.pacer.paused_seconds - t->val.seconds, tps = el > 0 ? (double)t->count.run_tokens / el : 0.0;
         char eta[32], paused[48] = "";
-        fmt_eta(el / (double)t->steps_this_run * (double)(t->total - step), eta, sizeof eta);
-        if (t->pacer.paused_seconds > 0) snprintf(paused, sizeof paused, "  paused %.1fs", t->pacer.paused_seconds);
-        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s%s  %s%s%s%s\n", step, t->total, so->loss, tps, eta,
+        fmt_eta(el / (double)t->count.steps_this_run * (double)(t->plan.total - step), eta, sizeof eta);
+        if (t->res.pacer.paused_seconds > 0) snprintf(paused, sizeof paused, "  paused %.1fs", t->res.pacer.paused_seconds);
+        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s%s  %s%s%s%s\n", step, t->plan.total, so->loss, tps, eta,
                 paused, paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "", snap_path ? "  snapshot " : "",
                 snap_path ? snap_path : "");
         fflush(o->progress);
@@ -1241,16 +1246,16 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
  * run finished a step. */
 static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_train_result *res) {
     const nl_train_opts *o = t->o;
-    if (nl_batcher_seek(t->bt, prev)) return -1;
+    if (nl_batcher_seek(t->res.bt, prev)) return -1;
     res->stopped = 1;
     res->signalled = 1;
-    const int commit = o->checkpoint_dir && step > t->first_step;
-    int crc = commit ? commit_state(t, t->cfg_hash, t->model_hash, step, prev) : 0;
+    const int commit = o->checkpoint_dir && step > t->count.first_step;
+    int crc = commit ? commit_state(t, t->plan.cfg_hash, t->plan.model_hash, step, prev) : 0;
     if (crc) {
-        commit_error(step, t->last_commit, crc);
+        commit_error(step, t->count.last_commit, crc);
         return -1;
     }
-    if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, t->total, commit ? " (committed)" : "");
+    if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, t->plan.total, commit ? " (committed)" : "");
     return 0;
 }
 
@@ -1259,8 +1264,8 @@ static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_trai
  * network filesystem reports there, means lines are lost: the run does not end with 0). */
 static int close_log(nl_trainer *t, int64_t step) {
     const nl_io *io = t->hk.log_io ? t->hk.log_io : nl_io_posix();
-    FILE *f = t->log;
-    t->log = NULL;
+    FILE *f = t->res.log;
+    t->res.log = NULL;
     const char *what = "write";
     int rc = fflush(f) == 0 ? 0 : -1, e = errno;
     int fd = rc ? -1 : dup(fileno(f)); /* the descriptor the checked fsync and close go through */
@@ -1271,24 +1276,24 @@ static int close_log(nl_trainer *t, int64_t step) {
     if (rc) {
         char why[1024];
         snprintf(why, sizeof why, "--log-json %s: %s failed: %s", t->o->log_json, what, strerror(e));
-        output_error(t->o, step, why, t->last_commit, "--log-json");
+        output_error(t->o, step, why, t->count.last_commit, "--log-json");
     }
     return rc;
 }
 
 static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
     const nl_train_opts *o = t->o;
-    if (model_changed(t, t->last_commit)) return -1;
-    if (t->log && t->log != stdout && close_log(t, step)) return -1;
+    if (model_changed(t, t->count.last_commit)) return -1;
+    if (t->res.log && t->res.log != stdout && close_log(t, step)) return -1;
     /* --keep-best: --out holds the best evaluation's adapter (none yet: this one) */
     const int kept = t->val.loaded && o->keep_best && t->val.st.best_step > 0;
-    if (!kept && nl_adapter_save(t->ad, t->m, o->out)) {
+    if (!kept && nl_adapter_save(t->res.ad, t->res.m, o->out)) {
         char why[1024];
         snprintf(why, sizeof why, "--out %s: writing the adapter failed: %s", o->out, nl_last_error());
-        output_error(o, step, why, t->last_commit, "--out");
+        output_error(o, step, why, t->count.last_commit, "--out");
         return -1;
     }
-    res->paused_seconds = t->pacer.paused_seconds;
+    res->paused_seconds = t->res.pacer.paused_seconds;
     if (t->val.loaded) {
         res->n_evals = t->val.n_evals;
         res->eval_seconds = t->val.seconds;
@@ -1300,7 +1305,7 @@ static int finish_run(nl_trainer *t, int64_t step, nl_train_result *res) {
         res->best_accuracy = t->val.st.best_accuracy;
     }
     res->steps_done = step;
-    res->total_steps = t->total;
+    res->total_steps = t->plan.total;
     return 0;
 }
 
@@ -1309,7 +1314,7 @@ int nl_train(const nl_train_opts *o, nl_train_result *res) { return nl_train_hoo
 int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_result *res) {
     /* the run's own options: o with its batch made the run's once the data is packed */
     nl_train_opts run = *o;
-    nl_trainer t = {.o = &run, .lock_fd = -1, .lock_dir_fd = -1};
+    nl_trainer t = {.o = &run, .res = {.lock_fd = -1, .lock_dir_fd = -1}};
     if (h) t.hk = *h;
     memset(res, 0, sizeof *res);
     int rc = -1;
@@ -1318,36 +1323,35 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     int64_t avail = o->mem_limit_mb > 0 ? (int64_t)(o->mem_limit_mb * NL_MB) : nl_mem_available_bytes();
     int64_t rss0 = nl_rss_bytes(); /* the process before the run: what the run takes is counted from here */
     if (check_opts(o)) return -1;
-    t.mezo = o->method && !strcmp(o->method, "mezo");
-    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.lock_fd, &t.lock_dir_fd)) return -1;
+    t.plan.mezo = o->method && !strcmp(o->method, "mezo");
+    if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.res.lock_fd, &t.res.lock_dir_fd)) return -1;
 
     int64_t step = 0;
-    if (open_run(&t) || (t.batch_sized = nl_train_resolve_batch(&run, &t.pk)) < 0 || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
-    if (model_changed(&t, t.last_commit)) goto done;
-    t.run_start = nl_now();
+    if (open_run(&t) || (t.plan.batch_sized = nl_train_resolve_batch(&run, &t.res.pk)) < 0 || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
+    if (model_changed(&t, t.count.last_commit)) goto done;
+    t.count.run_start = nl_now();
     /* a run cancelled before its first step takes none (the adapter as it starts is written) */
-    if (nl_cancel_requested(o->cancel)) res->stopped = res->signalled = step < t.total;
+    if (nl_cancel_requested(o->cancel)) res->stopped = res->signalled = step < t.plan.total;
     /* an evaluation the last commit left pending (a cancel came first) is done first */
-    if (!res->stopped && t.val.loaded && step > 0 && t.val.st.last_eval < step && nl_val_due(step, t.total, o->eval_every)) {
+    if (!res->stopped && t.val.loaded && step > 0 && t.val.st.last_eval < step && nl_val_due(step, t.plan.total, o->eval_every)) {
         int vr = val_eval(&t, step);
         if (vr < 0) goto done;
         if (vr > 0) res->stopped = res->signalled = 1; /* stopped while paused in it: still pending */
     }
     int early = t.val.loaded && nl_val_stop(&t.val.st, o->early_stop); /* a resume of a run that stopped early */
-    while (step < t.total && !early && !res->stopped) {
+    while (step < t.plan.total && !early && !res->stopped) {
         const int *idx;
         int nseq;
-        nl_data_cursor prev_cursor = nl_batcher_cursor(t.bt);
-        if (nl_batcher_next(t.bt, &idx, &nseq)) goto done;
+        nl_data_cursor prev_cursor = nl_batcher_cursor(t.res.bt);
+        if (nl_batcher_next(t.res.bt, &idx, &nseq)) goto done;
         step_mark mk;
         mark_step(&t, &mk);
         step_out so = {0};
-        for (int i = 0; i < nseq; i++) so.n_targets += t.pk.seq[idx[i]].n_targets;
-        t.aw.lr = nl_lr_at(&t.sched, step + 1, t.total);
-        t.mz.lr = so.lr = t.aw.lr;
-        int sr = t.mezo ? step_mezo(&t, &t.g, &t.mz, step + 1, idx, nseq, t.last_commit, &so.loss, &so.gnorm, &so.pgrad, &so.n_tokens)
-                        : step_backprop(&t, &t.g, &t.aw, step + 1, idx, nseq, so.n_targets, t.last_commit, &so.loss, &so.gnorm, &so.n_tokens);
-        if (sr < 0 || model_changed(&t, t.last_commit)) goto done;
+        for (int i = 0; i < nseq; i++) so.n_targets += t.res.pk.seq[idx[i]].n_targets;
+        t.plan.aw.lr = nl_lr_at(&t.plan.sched, step + 1, t.plan.total);
+        t.plan.mz.lr = so.lr = t.plan.aw.lr;
+        int sr = t.plan.mezo ? step_mezo(&t, step + 1, idx, nseq, &so) : step_backprop(&t, step + 1, idx, nseq, &so);
+        if (sr < 0 || model_changed(&t, t.count.last_commit)) goto done;
         if (sr > 0) { /* stopped inside a pause: step + 1 is abandoned */
             if (stop_paused(&t, step, prev_cursor, res)) goto done;
             break;
@@ -1355,12 +1359,12 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         int r = report_step(&t, ++step, &mk, &so, res);
         if (r < 0) goto done;
         if (r == 2) { early = 1; break; }
-        if (r > 0) { res->stopped = step < t.total; break; } /* a stop at the last step is the end */
+        if (r > 0) { res->stopped = step < t.plan.total; break; } /* a stop at the last step is the end */
     }
-    res->early_stopped = early && step < t.total;
+    res->early_stopped = early && step < t.plan.total;
     if (res->early_stopped && o->progress)
         fprintf(o->progress, "early stop at step %" PRId64 "/%" PRId64 ": %" PRId64 " evaluations without improvement on step %" PRId64 "\n",
-                step, t.total, t.val.st.bad, t.val.st.best_step);
+                step, t.plan.total, t.val.st.bad, t.val.st.best_step);
     if (finish_run(&t, step, res)) goto done;
     rc = 0;
 done:

@@ -25,9 +25,9 @@
 extern const int nl_train_buckets[];
 extern const int nl_train_n_buckets;
 
+/* What one run holds, by kind of state: what it opened (freed by trainer_free), what it planned
+ * before its first step (fixed for the run), and what this process has done so far. */
 typedef struct {
-    const nl_train_opts *o;
-    nl_train_hooks hk;      /* the tests' hooks (all zero for nl_train) */
     nl_model *m;
     nl_tokenizer *tok;      /* the model's vocabulary */
     nl_adapter *ad;
@@ -36,20 +36,20 @@ typedef struct {
     nl_dataset ds;
     nl_packing pk;
     nl_batcher *bt;
+    nl_graph g;             /* the step graph (its kept scratch is freed with the trainer) */
     float *grads, *mom, *vel;
     float *zeros;           /* MeZO: the (unused) AdamW moments written in commits */
-    int mezo;
     nl_energy *en;
     FILE *log;
     int ds_loaded, pk_loaded;
     nl_pacer pacer;
     int pacer_ok;
-    int stop_in_pause;      /* a stop was requested while paused: abort the step */
-    int pace_failing;       /* the last pacer reading failed (warned once per outage) */
     int lock_fd;            /* DIR/lock, held (flock) for the whole run; -1: none */
     int lock_dir_fd;        /* the checkpoint directory itself, flocked too (a deleted lock file admits no second run) */
-    nl_graph g;             /* the step graph (its kept scratch is freed with the trainer) */
-    /* the run, once planned */
+} nl_train_res;
+
+typedef struct {
+    int mezo;               /* --method mezo */
     int max_ctx;            /* the longest sequence the data was packed to */
     int64_t total;          /* optimizer steps of the whole run */
     int64_t per_epoch;      /* the first epoch's batches (train/plan.h) */
@@ -59,12 +59,24 @@ typedef struct {
     nl_adamw aw;            /* backprop: AdamW's settings (lr set each step) */
     nl_mezo_cfg mz;         /* MeZO: its settings (lr set each step) */
     uint64_t model_hash, cfg_hash; /* the commits' identity (model_hash: 0 without commits) */
-    /* this process's part of the run */
+} nl_train_plan;
+
+typedef struct {
     int64_t first_step;     /* the step it started from (a resume's commit, else 0) */
     int64_t steps_this_run, last_commit;
     int64_t run_tokens;
     double run_start;
     int energy_failing;     /* the energy counter failed once: no more joules */
+    int stop_in_pause;      /* a stop was requested while paused: abort the step */
+    int pace_failing;       /* the last pacer reading failed (warned once per outage) */
+} nl_train_count;
+
+typedef struct {
+    const nl_train_opts *o;
+    nl_train_hooks hk;      /* the tests' hooks (all zero for nl_train) */
+    nl_train_res res;       /* what the run opened */
+    nl_train_plan plan;     /* what it planned before its first step */
+    nl_train_count count;   /* this process's part of the run */
     nl_validator val;       /* validation (val.loaded: a validation set; train/validate.h) */
 } nl_trainer;
 
