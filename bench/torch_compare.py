@@ -149,9 +149,11 @@ def main():
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         print(json.dumps({"seconds": secs, "version": ver, "peak_rss_bytes": rss}))
         return 0
-    venv_py = os.path.join(os.environ.get("NL_VENV", os.path.join(os.environ.get(
-        "NL_MODEL_CACHE", os.path.expanduser("~/.cache/nightlora")), "venv")), "bin", "python")
-    if not a.python_as_is and os.path.realpath(sys.executable) != os.path.realpath(venv_py):
+    venv = os.environ.get("NL_VENV", os.path.join(os.environ.get("NL_MODEL_CACHE", os.path.expanduser("~/.cache/nightlora")), "venv"))
+    venv_py = os.path.join(venv, "bin", "python")
+    # in the venv or not is sys.prefix's question: the venv's python is a symlink to the base
+    # interpreter, so the two executables' real paths can be the same file
+    if not a.python_as_is and os.path.realpath(sys.prefix) != os.path.realpath(venv):
         if os.access(venv_py, os.X_OK):  # today's PyTorch: the project's venv
             os.execv(venv_py, [venv_py] + sys.argv)
         print(f"torch_compare: the project's venv ({venv_py}) is missing: make it with "
