@@ -5,6 +5,7 @@
  * K <= 32 take their own row-outer path), a power-of-two row stride, or a transposed A.
  * Checked bit for bit against that chain written out in scalar C, on odd shapes. */
 #include "test.h"
+#include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 
 #include <stdint.h>
@@ -53,8 +54,7 @@ static void one(int M, int N, int K, int ldc, int tn, int acc) {
     free(C0);
 }
 
-int main(void) {
-    nl_t_rng_state = 5;
+static void all_shapes(void) {
     /* short reductions (the LoRA rank), power-of-two and odd strides, every row/column edge */
     const int Ms[] = {1, 5, 6, 7, 13, 32, 33};
     const int Ns[] = {1, 8, 9, 16, 17, 31, 255, 256, 257, 600};
@@ -70,6 +70,25 @@ int main(void) {
     one(32, 2048, 16, 2048, 0, 1);
     one(32, 2048, 16, 2048, 0, 0);
     one(16, 2048, 32, 2048, 1, 1);
-    printf("gemm: %s kernel, every element one k-ordered chain\n", nl_gemm_wide() ? "fused (AVX2+FMA or NEON)" : "portable");
+    /* the LoRA rank outputs (N = r = 16, long reductions) and the gradients' shapes */
+    one(32, 16, 1024, 16, 0, 0);
+    one(13, 16, 3072, 16, 0, 1);
+    one(16, 1024, 512, 1024, 1, 1);
+    one(3072, 16, 512, 16, 1, 1);
+}
+
+int main(void) {
+    nl_t_rng_state = 5;
+    /* every kernel row this CPU runs (the default one last, as the library uses it) */
+    static const char *const rows[] = {"scalar", "avx2", "avx512", "neon"};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        if (!nl_cpu_kernels_find(rows[i])) continue;
+        CHECK(nl_cpu_use(rows[i]) == 0);
+        all_shapes();
+        printf("gemm (%s row): %s kernel, every element one k-ordered chain\n", rows[i],
+               nl_gemm_wide() ? "fused" : "portable");
+    }
+    CHECK(nl_cpu_use(NULL) == 0);
+    all_shapes();
     return nl_t_done();
 }

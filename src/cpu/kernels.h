@@ -119,6 +119,10 @@ extern const nl_host_kernels nl_host_kernels_avx512;
 void nl_gemm_nn_avx2(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
                      int N, int K, int accumulate);
 void nl_dot_rows_avx2(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
+/* gemm_avx512.c: the AVX-512 row's gemm_nn (16-lane tiles; the same chains, the same bits as
+ * nl_gemm_nn_avx2 and the portable fused chain) */
+void nl_gemm_nn_avx512(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                       int N, int K, int accumulate);
 void nl_gdn_step32_avx2(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
                         float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
 void nl_gdn_step64_avx512(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,

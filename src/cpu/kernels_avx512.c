@@ -392,7 +392,7 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .dq_q5_0 = z_dq_q5_0,
     /* the nodes: the AVX2 + FMA small GEMM (its 6×16 tiles are the faster at the nodes' shapes),
      * the BF16 attention pieces, the GDN kernels on 64 columns */
-    .gemm_nn = nl_gemm_nn_avx2,
+    .gemm_nn = nl_gemm_nn_avx512,
     .dot_rows = nl_dot_rows_avx2,
     .bf16 = &nl_cpu_bf16_avx512,
     .gdn_step_cols = 64,
