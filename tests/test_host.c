@@ -116,6 +116,19 @@ static void test_decoders(void) {
         t_dequant_row(types[i], w, K, a);
         nl_type_get(types[i])->to_float(w, b, K);
         CHECKF(memcmp(a, b, sizeof a) == 0, "type %d: test decoder != quant.c", types[i]);
+        /* every kernel set's row decode (its dq_q5_0 / dq_q4_1 where it has them), whole row
+         * and a block-aligned middle part, gives quant.c's floats */
+        static const char *const sets[] = {"scalar", "avx2", "avx512", "neon"};
+        for (int s = 0; s < 4; s++) {
+            const nl_host_kernels *ks = nl_cpu_kernels_find(sets[s]);
+            if (!ks) continue;
+            float c[512];
+            nl_host_dequant(ks, types[i], w, 0, K, c);
+            CHECKF(memcmp(c, b, sizeof c) == 0, "%s: type %d: nl_host_dequant != quant.c", sets[s], types[i]);
+            nl_host_dequant(ks, types[i], w, 64, 96, c);
+            CHECKF(memcmp(c, b + 64, 96 * sizeof(float)) == 0, "%s: type %d: nl_host_dequant [64, 160) != quant.c", sets[s],
+                   types[i]);
+        }
         free(w);
     }
 }

@@ -81,6 +81,9 @@ typedef struct nl_host_kernels {
      * alignment) -> dst[32·nblocks] = (q - 16)·d, the same floats as to_float (the product is
      * exact in FP32: 5 × 11 bits), so every compute mode decodes Q5_0 as before, only faster. */
     void (*dq_q5_0)(const uint8_t *src, float *dst, int nblocks);
+    /* Optional (NULL = to_float): nblocks Q4_1 blocks (20 bytes each, any alignment) -> dst[32·nblocks]
+     * = q·d + m, the same floats as to_float (q·d exact in FP32, one rounding either way). */
+    void (*dq_q4_1)(const uint8_t *src, float *dst, int nblocks);
     /* bf16 BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
      * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
     void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,

@@ -52,6 +52,23 @@ static void z_dq_q5_0(const uint8_t *src, float *dst, int nblocks) {
     }
 }
 
+/* Q4_1 (docs/formats.md §1): { f16 d; f16 m; qs[16] }, element j < 16 the low nibble of qs[j],
+ * j + 16 the high one; value q·d + m. q·d is exact in FP32 (4 × 11 bits), so the FMA rounds once
+ * as model/quant's q*d + m does: the same floats. */
+static void z_dq_q4_1(const uint8_t *src, float *dst, int nblocks) {
+    const __m512i low4 = _mm512_set1_epi32(0x0f);
+    for (int b = 0; b < nblocks; b++, src += 20) {
+        uint16_t hd, hm;
+        memcpy(&hd, src, 2);
+        memcpy(&hm, src + 2, 2);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd)), m = _mm512_set1_ps(_cvtsh_ss(hm));
+        const __m512i qs = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + 4)));
+        const __m512i q0 = _mm512_and_si512(qs, low4), q1 = _mm512_srli_epi32(qs, 4);
+        _mm512_storeu_ps(dst + 32 * b, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), d, m));
+        _mm512_storeu_ps(dst + 32 * b + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), d, m));
+    }
+}
+
 /* 16×16 32-bit transposes: interleave row pairs (32-bit), then row quads (64-bit), then
  * swap 128-bit lanes (4×4 lane transpose) — column 4L+c ends in output row 4L+c. */
 static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
@@ -106,35 +123,38 @@ static void z_pairs_to_bf16(const float *r0, const float *r1, int n, uint32_t *d
     }
 }
 
+typedef union { __m512i i; __m512bh h; } bh512;
+
 /* BWD pairs straight from two rows' Q8_0 blocks: the same values as dq_q8_0 + pairs_to_bf16
  * (q·d is exact in FP32, then rounded to nearest even). b1 NULL = zeros. */
 static void z_q8_0_pairs_to_bf16(const nl_block_q8_0 *b0, const nl_block_q8_0 *b1, int nblocks, uint32_t *dst) {
-    for (int b = 0; b < nblocks; b++)
+    /* word 2i <- word i (row 0), word 2i + 1 <- word 16 + i (row 1) of one VCVTNE2PS2BF16 */
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                         20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int b = 0; b < nblocks; b++) {
+        const __m512 d0 = _mm512_set1_ps(_cvtsh_ss(b0[b].d));
+        const __m512 d1 = b1 ? _mm512_set1_ps(_cvtsh_ss(b1[b].d)) : _mm512_setzero_ps();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b0[b].qs + 16 * h)))),
-                                            _mm512_set1_ps(_cvtsh_ss(b0[b].d)));
-            const __m512 f1 = b1 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b1[b].qs + 16 * h)))),
-                                                 _mm512_set1_ps(_cvtsh_ss(b1[b].d)))
+            const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b0[b].qs + 16 * h)))), d0);
+            const __m512 f1 = b1 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b1[b].qs + 16 * h)))), d1)
                                  : _mm512_setzero_ps();
-            bh256 l, u;
-            l.h = _mm512_cvtneps_pbh(f0);
-            u.h = _mm512_cvtneps_pbh(f1);
-            _mm512_storeu_si512((void *)(dst + 32 * b + 16 * h),
-                                _mm512_or_si512(_mm512_cvtepu16_epi32(l.i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(u.i), 16)));
+            bh512 u;
+            u.h = _mm512_cvtne2ps_pbh(f1, f0);
+            _mm512_storeu_si512((void *)(dst + 32 * b + 16 * h), _mm512_permutexvar_epi16(ilv, u.i));
         }
+    }
 }
 
 static void z_q8_0_to_bf16(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride) {
     for (int b = 0; b < nblocks; b++) {
         d[b * d_stride] = _cvtsh_ss(src[b].d);
-        const __m512i q = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)src[b].qs));
-        /* BF16 of an integer |q| < 256: the high half of its FP32, exact (via two 16-lane halves) */
-        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(q)));
-        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(q, 1)));
-        const __m512i h0 = _mm512_srli_epi32(_mm512_castps_si512(f0), 16);
-        const __m512i h1 = _mm512_srli_epi32(_mm512_castps_si512(f1), 16);
-        _mm256_storeu_si256((__m256i *)(dst + 32 * b), _mm512_cvtepi32_epi16(h0));
-        _mm256_storeu_si256((__m256i *)(dst + 32 * b + 16), _mm512_cvtepi32_epi16(h1));
+        /* BF16 of an integer |q| <= 128 is exact (8 significant bits): one rounding conversion */
+        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)src[b].qs)));
+        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src[b].qs + 16))));
+        bh512 u;
+        u.h = _mm512_cvtne2ps_pbh(f1, f0);
+        _mm512_storeu_si512((void *)(dst + 32 * b), u.i);
     }
 }
 
@@ -209,7 +229,6 @@ static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *
 
 /* ---------------- AVX512_BF16 ---------------- */
 
-typedef union { __m512i i; __m512bh h; } bh512;
 
 AI __m512bh as_bh(__m512i v) {
     bh512 u;
@@ -390,6 +409,7 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .q8_0_to_bf16 = z_q8_0_to_bf16,
     .q8_0_pairs_to_bf16 = z_q8_0_pairs_to_bf16,
     .dq_q5_0 = z_dq_q5_0,
+    .dq_q4_1 = z_dq_q4_1,
     /* the nodes: the AVX2 + FMA small GEMM (its 6×16 tiles are the faster at the nodes' shapes),
      * the BF16 attention pieces, the GDN kernels on 64 columns */
     .gemm_nn = nl_gemm_nn_avx512,

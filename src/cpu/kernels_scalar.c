@@ -1,7 +1,7 @@
 /* cpu/kernels_scalar: the portable kernel set (any CPU) and the block decoders every set
  * shares. Block layouts: docs/formats.md §1. F16, Q8_0 and Q4_0 have their own
  * decoders here (the values equal model/quant's to_float bit for bit: exact widening and
- * (float)q*d), Q5_0 the set's dq_q5_0 where it has one (the same values); every other block
+ * (float)q*d), Q5_0 and Q4_1 the set's dq_q5_0 / dq_q4_1 where it has them (the same values); every other block
  * type goes through model/quant's to_float. */
 #include <string.h>
 
@@ -78,6 +78,8 @@ static void decode_block(const nl_host_kernels *ks, int type, const uint8_t *blk
         for (int i = 0; i < 32; i++) out[i] = (float)q[i] * d;
     } else if (type == NL_TYPE_Q5_0 && ks->dq_q5_0) {
         ks->dq_q5_0(blk, out, 1);
+    } else if (type == NL_TYPE_Q4_1 && ks->dq_q4_1) {
+        ks->dq_q4_1(blk, out, 1);
     } else {
         nl_type_get(type)->to_float(blk, out, nl_type_get(type)->blck);
     }
@@ -106,6 +108,10 @@ void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64
     }
     if (type == NL_TYPE_Q5_0 && ks->dq_q5_0 && k0 % 32 == 0 && n % 32 == 0) {
         ks->dq_q5_0(r + (size_t)(k0 / 32) * bytes, dst, n / 32);
+        return;
+    }
+    if (type == NL_TYPE_Q4_1 && ks->dq_q4_1 && k0 % 32 == 0 && n % 32 == 0) {
+        ks->dq_q4_1(r + (size_t)(k0 / 32) * bytes, dst, n / 32);
         return;
     }
     float tmp[256];
