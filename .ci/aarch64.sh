@@ -14,7 +14,8 @@
 #      phone", says which differ and why)
 # Runs when CI_AARCH64=1, or when the cross tools are already installed; otherwise it says so and
 # exits 0. With CI_AARCH64=1 it installs what is missing (Debian 12):
-#   gcc-aarch64-linux-gnu qemu-user-static
+#   gcc-aarch64-linux-gnu qemu-user-static clang-19 (clang builds the SME tile kernel,
+#   src/cpu/kernels_sme.c, which gcc 12 cannot; without it the build leaves SME out and says so)
 # Usage: .ci/aarch64.sh [build-dir (default build-aarch64)]
 #   X86_BUILD=build (the x86 build the losses are compared with; built, incrementally, here)
 #   AARCH64_STEPS="tests a53 demo determinism" (which steps)
@@ -36,6 +37,10 @@ if ! have; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user-static cmake make >/dev/null
+fi
+if [ "${CI_AARCH64:-0}" = 1 ] && ! command -v clang-19 >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq clang-19 >/dev/null; } || echo "aarch64: clang-19 cannot be installed: the SME tile kernel is left out"
 fi
 step() { echo "== aarch64: $* ($(date -u +%H:%M:%S))"; }
 took() { echo "== aarch64: $1 took $(( SECONDS - $2 )) s"; }

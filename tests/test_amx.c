@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "proj/host.h"
 #include "proj/proj.h"
+#include "arm_bf16.h"
 #include "test.h"
 #include "tile_model.h"
 #include "util/pool.h"
@@ -38,6 +39,10 @@ static uint16_t m_plane(float v, int lo) {
 /* y[t][n] (FWD, reduction over K) or y[t][k] (BWD, over N): for each 32-step chunk, the
  * passes (w plane, x plane): FWD (hi,hi) (hi,lo) (lo,hi); BWD (hi,hi) (lo,hi) (hi,lo)
  * (A·B, A·Blo, Alo·B with A = W FWD, A = dY BWD). wd: N×K dequantized floats. */
+/* the reading the model follows: 0 TDPBF16PS's chain (amx-emu-chain), 1 SME's BFMOPA (every pair
+ * one BFDotAdd, arm_bf16.h: rounded to odd) */
+static int g_sme;
+
 static void model(nl_dir dir, const float *wd, int N, int K, const float *x, int T, int split, float *y) {
     const int R = dir == NL_FWD ? K : N, O = dir == NL_FWD ? N : K, Rp = (R + 31) / 32 * 32;
     static const int fwd_p[3][2] = {{0, 0}, {0, 1}, {1, 0}}, bwd_p[3][2] = {{0, 0}, {1, 0}, {0, 1}};
@@ -48,10 +53,17 @@ static void model(nl_dir dir, const float *wd, int N, int K, const float *x, int
                 for (int p = 0; p < (split ? 3 : 1); p++) {
                     const int wl = dir == NL_FWD ? fwd_p[p][0] : bwd_p[p][0];
                     const int xl = dir == NL_FWD ? fwd_p[p][1] : bwd_p[p][1];
-                    for (int r = r0; r < r0 + 32; r++) {
-                        const float wv = r < R ? (dir == NL_FWD ? wd[(size_t)o * K + r] : wd[(size_t)r * K + o]) : 0.0f;
-                        const float xv = r < R ? x[(size_t)t * R + r] : 0.0f;
-                        c = m_step(c, m_plane(wv, wl), m_plane(xv, xl));
+                    for (int r = r0; r < r0 + 32; r += 1 + g_sme) {
+                        uint32_t wp = 0, xp = 0; /* the pair (r, r+1) of planes, SME */
+                        for (int h = 0; h <= g_sme; h++) {
+                            const int rr = r + h;
+                            const float wv = rr < R ? (dir == NL_FWD ? wd[(size_t)o * K + rr] : wd[(size_t)rr * K + o]) : 0.0f;
+                            const float xv = rr < R ? x[(size_t)t * R + rr] : 0.0f;
+                            if (!g_sme) c = m_step(c, m_plane(wv, wl), m_plane(xv, xl));
+                            wp |= (uint32_t)m_plane(wv, wl) << 16 * h;
+                            xp |= (uint32_t)m_plane(xv, xl) << 16 * h;
+                        }
+                        if (g_sme) c = bfdotadd(c, wp, xp);
                     }
                 }
             y[(size_t)t * O + o] = c;
@@ -350,7 +362,7 @@ static void check_onehot(const nl_amx_tiles *tl, int exact, const weight *W, int
             const float wv = W->wd[(size_t)n * K + k];
             /* the products of the other elements are zeros: +0 + hi (+ lo) */
             float want = m_ftz(0.0f + m_in(m_plane(wv, 0)));
-            if (split) want = m_ftz(want + m_in(m_plane(wv, 1)));
+            if (split) want = g_sme ? bf_round_op(want, m_in(m_plane(wv, 1)), 0) : m_ftz(want + m_in(m_plane(wv, 1)));
             same &= !memcmp(&f, &b, 4);
             if (exact) eff &= !memcmp(&f, &want, 4);
         }
@@ -425,15 +437,16 @@ static void test_kernels(const nl_amx_tiles *tl, int exact) {
 
 /* ---- the host backend in amx-emu mode ---- */
 
-static void test_host_mode(void) {
+/* mode: "amx-emu" or "sme"; tl its tiles; d_main/d_rec: what describe says of them */
+static void test_host_mode(const char *mode, const nl_amx_tiles *tl, const char *d_main, const char *d_rec) {
     void *ctx = NULL, *ref32 = NULL;
-    CHECK(nl_proj_backend_host.init(&ctx, 2, "amx-emu") == 0);
+    CHECK(nl_proj_backend_host.init(&ctx, 2, mode) == 0);
     CHECK(nl_proj_backend_host.init(&ref32, 2, "f32") == 0);
-    CHECK(!strcmp(nl_proj_host_compute(ctx), "amx-emu"));
+    CHECK(!strcmp(nl_proj_host_compute(ctx), mode));
     char d[256];
     nl_proj_host_describe(ctx, d, sizeof d);
-    CHECKF(strstr(d, "amx-bf16 (emulated) for attn/mlp/head") && strstr(d, "split-bf16 (emulated) for recurrent"), "%s", d);
-    if (!nl_proj_host_cpu_has("amx")) {
+    CHECKF(strstr(d, d_main) && strstr(d, d_rec), "%s", d);
+    if (!strcmp(mode, "amx-emu") && !nl_proj_host_cpu_has("amx")) {
         CHECK(nl_proj_host_configure(ctx, NULL, "amx") == -1);
         CHECKF(strstr(nl_last_error(), "amx-emu") != NULL, "%s", nl_last_error());
         nl_clear_error();
@@ -449,11 +462,11 @@ static void test_host_mode(void) {
             float *x = malloc(sizeof(float) * T * R), *y = malloc(sizeof(float) * T * O), *ya = malloc(sizeof(float) * T * O);
             nl_t_fill(x, (int64_t)T * R, 1.0);
             CHECK(nl_proj_backend_host.run(ctx, &v, (nl_dir)dir, x, T, y) == 0);
-            CHECK(run_amx(&nl_amx_tiles_emu, simd_set(), &W, (nl_dir)dir, x, T, cases[i].split, 2, ya) == 0);
-            CHECKF(!memcmp(y, ya, sizeof(float) * T * O), "host amx-emu %s class %d dir %d: not the tile kernel's bits",
+            CHECK(run_amx(tl, simd_set(), &W, (nl_dir)dir, x, T, cases[i].split, 2, ya) == 0);
+            CHECKF(!memcmp(y, ya, sizeof(float) * T * O), "host %s %s class %d dir %d: not the tile kernel's bits", mode,
                    nl_type_name(cases[i].type), cases[i].cls, dir);
             const double tol = nl_proj_host_rel_tol_for(ctx, &v, R);
-            CHECKF(rel_err(&W, (nl_dir)dir, x, T, y) <= tol, "host amx-emu %s: error above its own bound %g", nl_type_name(cases[i].type), tol);
+            CHECKF(rel_err(&W, (nl_dir)dir, x, T, y) <= tol, "host %s %s: error above its own bound %g", mode, nl_type_name(cases[i].type), tol);
             free(x);
             free(y);
             free(ya);
@@ -468,7 +481,7 @@ static void test_host_mode(void) {
     nl_t_fill(x, 4 * 70, 1.0);
     CHECK(nl_proj_backend_host.run(ctx, &v, NL_FWD, x, 4, y) == 0);
     CHECK(nl_proj_backend_host.run(ref32, &v, NL_FWD, x, 4, y32) == 0);
-    CHECKF(!memcmp(y, y32, sizeof y), "amx-emu: an F32 weight did not take the f32 path");
+    CHECKF(!memcmp(y, y32, sizeof y), "%s: an F32 weight did not take the f32 path", mode);
     free_weight(&W);
     nl_proj_backend_host.free(ctx);
     nl_proj_backend_host.free(ref32);
@@ -577,7 +590,20 @@ int main(void) {
     } else {
         printf("real AMX not run here: %s\n", why);
     }
-    test_host_mode();
+    test_host_mode("amx-emu", &nl_amx_tiles_emu, "amx-bf16 (emulated) for attn/mlp/head", "split-bf16 (emulated) for recurrent");
+    /* Arm SME (kernels_sme.c): the same tests, the model on BFMOPA's arithmetic, bit for bit */
+    if (nl_sme_available(why, sizeof why)) {
+        const nl_amx_tiles *sme = nl_amx_tiles_of("sme");
+        CHECK(sme != NULL);
+        if (sme) {
+            g_sme = 1;
+            test_kernels(sme, 1);
+            g_sme = 0;
+            test_host_mode("sme", sme, "sme-bf16 for attn/mlp/head", "split-bf16 for recurrent");
+        }
+    } else {
+        printf("SME not run here: %s\n", why);
+    }
     test_service();
     test_cli();
     return nl_t_done();

@@ -13,53 +13,12 @@
  * nearest (FMLA), C = acc or C + acc. The model's own arithmetic is checked on known values
  * everywhere; the kernels run where the CPU has BF16 (aarch64 HWCAP2_BF16: qemu -cpu max in CI),
  * with one check that the hardware rounds to odd where round-to-nearest would differ. */
-#include <fenv.h>
-#include <float.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "arm_bf16.h"
 #include "cpu/kernels.h"
 #include "test.h"
-
-static uint32_t fbits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float bitsf(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float bf16f(uint16_t h) { return bitsf((uint32_t)h << 16); }
-
-/* an FP32 input below the normal range reads as a zero of its sign */
-static float ftz(float f) { return fabsf(f) < FLT_MIN ? copysignf(0.0f, f) : f; }
-
-/* BFRound of the exact a + b (or a · b): round to odd, flush, overflow to infinity */
-static float bf_round_op(float a, float b, int mul) {
-    fenv_t env;
-    feholdexcept(&env);
-    fesetround(FE_TOWARDZERO);
-    volatile float va = a, vb = b;
-    volatile float r = mul ? va * vb : va + vb;
-    const int inexact = fetestexcept(FE_INEXACT) != 0, over = fetestexcept(FE_OVERFLOW) != 0;
-    fesetenv(&env);
-    float v = r;
-    if (isnan(v)) return bitsf(0x7fc00000u); /* the default NaN */
-    if (over) return copysignf(INFINITY, v);
-    if (fabsf(v) < FLT_MIN) return copysignf(0.0f, v);
-    if (inexact && !isinf(v)) v = bitsf(fbits(v) | 1u);
-    return v;
-}
-
-/* BFDotAdd(sum, (e1.lo, e1.hi), (e2.lo, e2.hi)), FPCR.EBF = 0 */
-static float bfdotadd(float sum, uint32_t e1, uint32_t e2) {
-    const float a0 = ftz(bf16f((uint16_t)e1)), a1 = ftz(bf16f((uint16_t)(e1 >> 16)));
-    const float b0 = ftz(bf16f((uint16_t)e2)), b1 = ftz(bf16f((uint16_t)(e2 >> 16)));
-    const float p0 = bf_round_op(a0, b0, 1), p1 = bf_round_op(a1, b1, 1);
-    return bf_round_op(ftz(sum), bf_round_op(p0, p1, 0), 0);
-}
 
 static void test_model(void) {
     /* round to odd: 1 + 2⁻³⁰ and 1 + 0.75 ulp keep 1's bits with the last one set; exact sums stay */

@@ -87,13 +87,24 @@ extern const nl_amx_tiles nl_amx_tiles_real; /* kernels_amx.c: x86-64 with a com
 double nl_amx_peak_loop(int int8, long it);
 #endif
 
+#if defined(NL_HAVE_SME)
+/* kernels_sme.c (aarch64, built by a compiler with SME): the same block on Arm SME (BFMOPA into
+ * ZA tiles, 512-bit streaming vectors); only where nl_sme_available() */
+extern const nl_amx_tiles nl_amx_tiles_sme;
+int nl_sme_svl_bytes(void); /* this thread's streaming vector length */
+#endif
+/* 1 if the SME tile kernel may run here (cpu/sme.c: built, HWCAP2_SME, a 512-bit streaming
+ * vector length); why gets the reason when it is 0 */
+int nl_sme_available(char *why, size_t cap);
+
 /* 1 if the real tile instructions may run in this process: CPUID AMX-TILE and AMX-BF16, the OS
  * tile state (XCR0 bits 17, 18) and the Linux permission (arch_prctl ARCH_REQ_XCOMP_PERM). The
  * answer is found once and kept; why (may be NULL) gets the reason when it is 0. */
 int nl_amx_available(char *why, size_t cap);
 
 /* The tile operations named `name` (nl_amx_tiles.name): "amx" the real instructions (only
- * where nl_amx_available), "amx-emu" the emulator, anything else NULL. The nodes do not call
+ * where nl_amx_available), "sme" Arm's (only where nl_sme_available), "amx-emu" the emulator,
+ * anything else NULL. The nodes do not call
  * this: they take the service's answer (proj.h: nl_proj_node_tiles). */
 const nl_amx_tiles *nl_amx_tiles_of(const char *compute);
 

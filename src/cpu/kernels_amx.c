@@ -133,5 +133,8 @@ const nl_amx_tiles *nl_amx_tiles_of(const char *compute) {
 #if defined(__x86_64__) && defined(NL_HAVE_AMX)
     if (!strcmp(compute, "amx") && nl_amx_available(NULL, 0)) return &nl_amx_tiles_real;
 #endif
+#if defined(NL_HAVE_SME)
+    if (!strcmp(compute, "sme") && nl_sme_available(NULL, 0)) return &nl_amx_tiles_sme;
+#endif
     return NULL;
 }

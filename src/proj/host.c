@@ -14,7 +14,7 @@
 #include "util/pool.h"
 #include "util/util.h"
 
-enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3 };
+enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3, MODE_SME = 4 };
 
 
 int nl_proj_host_cpu_has(const char *name) {
@@ -40,10 +40,11 @@ static int parse_mode(const char *mode) {
     if (!strcmp(mode, "bf16")) return MODE_BF16;
     if (!strcmp(mode, "amx")) return MODE_AMX;
     if (!strcmp(mode, "amx-emu")) return MODE_AMX_EMU;
+    if (!strcmp(mode, "sme")) return MODE_SME;
     return -2;
 }
 
-#define MODES "f32, bf16, amx, amx-emu or auto"
+#define MODES "f32, bf16, amx, amx-emu, sme or auto"
 
 /* 1 if this CPU has BF16 dot products for a row's gemm_bf16_* (x86 AVX512_BF16, Arm FEAT_BF16) */
 static int cpu_bf16(void) { return nl_cpu_has(NL_CPU_AVX512BF16) || nl_cpu_has(NL_CPU_ARM_BF16); }
@@ -58,10 +59,11 @@ static int mode_check(int m) {
         return nl_err("host: compute bf16 needs AVX512_BF16 (x86) or BF16 (Arm), which this CPU lacks");
     if (m == MODE_AMX && !nl_amx_available(why, sizeof why))
         return nl_err("host: compute amx: %s (--compute amx-emu runs the same kernels emulated)", why);
+    if (m == MODE_SME && !nl_sme_available(why, sizeof why)) return nl_err("host: compute sme: %s", why);
     return 0;
 }
 
-static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", NULL};
+static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", "sme", NULL};
 
 /* ---- context and thread pool ---- */
 
@@ -202,7 +204,13 @@ static int mode_of(const host_ctx *c) {
     return m;
 }
 
-static int amx_mode(int m) { return m == MODE_AMX || m == MODE_AMX_EMU; }
+static int amx_mode(int m) { return m == MODE_AMX || m == MODE_AMX_EMU || m == MODE_SME; }
+
+/* the tile operations of a tile mode (amx.h); sme and amx are refused where they cannot run */
+static const nl_amx_tiles *mode_tiles(int m) {
+    if (m == MODE_AMX_EMU) return &nl_amx_tiles_emu;
+    return nl_amx_tiles_of(m == MODE_SME ? "sme" : "amx");
+}
 
 /* The tile kernels take every type but F32: a weight kept in F32 was asked for FP32 products
  * (its planner bound is 1e-5), which the FP32 vector kernels give. */
@@ -210,7 +218,7 @@ static int amx_takes(int mode, const nl_proj_weight *w) { return amx_mode(mode) 
 
 const char *nl_proj_host_compute(const void *ctx) {
     if (!ctx) return "f32";
-    static const char *const names[] = {"f32", "bf16", "amx", "amx-emu"};
+    static const char *const names[] = {"f32", "bf16", "amx", "amx-emu", "sme"};
     return names[mode_of(ctx)];
 }
 
@@ -220,8 +228,8 @@ int nl_proj_host_describe(const void *ctx, char *buf, size_t cap) {
     const int m = mode_of(c);
     if (amx_mode(m)) {
         const char *e = m == MODE_AMX_EMU ? " (emulated)" : "";
-        return snprintf(buf, cap, "amx-bf16%s for attn/mlp/head, split-bf16%s for recurrent, %s f32 for F32 weights", e, e,
-                        c->ks->name);
+        return snprintf(buf, cap, "%s-bf16%s for attn/mlp/head, split-bf16%s for recurrent, %s f32 for F32 weights",
+                        m == MODE_SME ? "sme" : "amx", e, e, c->ks->name);
     }
     return snprintf(buf, cap, "%s compute (%s kernels)", m == MODE_BF16 ? "bf16" : "f32", c->ks->name);
 }
@@ -482,11 +490,8 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     const int mode = mode_of(c);
     if (amx_takes(mode, w)) {
         if (!c->amx && !(c->amx = nl_amx_new(c->nth))) return -1;
-#if defined(NL_HAVE_AMX)
-        const nl_amx_tiles *tl = mode == MODE_AMX ? &nl_amx_tiles_real : &nl_amx_tiles_emu;
-#else
-        const nl_amx_tiles *tl = &nl_amx_tiles_emu; /* MODE_AMX is refused where the build has no AMX */
-#endif
+        const nl_amx_tiles *tl = mode_tiles(mode);
+        if (!tl) return nl_err("host: compute %s: the tiles cannot run here", nl_proj_host_compute(c));
         return nl_amx_run(c->amx, tl, c->ks, c->pool, w, dir, x, T, y, w->cls == NL_CLASS_RECURRENT);
     }
     c->w = w;
@@ -531,7 +536,7 @@ static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, 
  * Arm core in bf16 compute keeps the FP32 attention) */
 static void host_nodes(const void *ctx, const nl_amx_tiles **tiles, int *bf16) {
     const int m = ctx ? mode_of(ctx) : MODE_F32;
-    *tiles = m == MODE_AMX ? nl_amx_tiles_of("amx") : m == MODE_AMX_EMU ? &nl_amx_tiles_emu : NULL;
+    *tiles = amx_mode(m) ? mode_tiles(m) : NULL;
     *bf16 = m == MODE_BF16 && nl_cpu_has(NL_CPU_AVX512BF16);
 }
 
