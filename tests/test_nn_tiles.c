@@ -3,8 +3,8 @@
  * from C) on the tile emulator against the plain C model of the tile product, bit for bit, on
  * odd shapes; a reduction split into consecutive calls of whole 32-element steps gives the
  * same bits; rows and columns computed apart give the same bits; against a float64 reference
- * within the BF16 bound — and, where this CPU has usable AMX, the real instructions within
- * that bound too. (The attention's and LoRA's products on the tiles: test_nn_attention,
+ * within the BF16 bound — and, where this CPU has usable AMX (or Arm SME), the real
+ * instructions within that bound too. (The attention's and LoRA's products on the tiles: test_nn_attention,
  * test_nn_lora.) */
 #include "cpu/tiles.h"
 #include "test.h"
@@ -153,6 +153,10 @@ int main(void) {
     const nl_amx_tiles *real = nl_amx_tiles_of("amx");
     if (real) test_all(real, 0);
     else printf("no usable AMX here: the real instructions not run (the emulator was)\n");
+    /* Arm SME's tiles (kernels_sme.c; BFMOPA rounds to odd: test_amx checks its bits) within the bound */
+    const nl_amx_tiles *sme = nl_amx_tiles_of("sme");
+    if (sme) test_all(sme, 0);
+    else printf("no usable SME here: its tiles not run\n");
     CHECK(nl_amx_tiles_of("amx-emu") == &nl_amx_tiles_emu && nl_amx_tiles_of("bf16") == NULL && nl_amx_tiles_of(NULL) == NULL);
     return nl_t_done();
 }
