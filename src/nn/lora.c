@@ -102,6 +102,11 @@ NL_CLONES static void add_masked(float *dxb, const float *tmp, const float *m, i
         for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * m[i];
 }
 
+/* y += t (n elements): the add of a block's LoRA term (NL_LORA_ADD) */
+NL_CLONES static void add_into(float *y, const float *t, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += t[i];
+}
+
 /* ---- on the tiles ---- */
 
 /* u rows [nb][r] = xb·Aᵀ (xa: scratch for the packed rows, at: Aᵀ packed) */
@@ -184,11 +189,14 @@ NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, 
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
+    if (L->tiles && accumulate == NL_LORA_ADD) return nl_err("internal: lora %s: NL_LORA_ADD on the tiles", what);
     if (L->tiles) return lora_fwd_tiles(L, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     const size_t nAT = (size_t)K * r, nBT = (size_t)r * N, nx = drop ? 2 * (size_t)TB * K : 0;
-    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r));
+    const size_t ny = accumulate == NL_LORA_ADD ? (size_t)TB * N : 0;
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r + ny));
     if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
     float *AT = buf, *BT = AT + nAT, *mb = BT + nBT, *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
+    float *yt = su + (size_t)TB * r;
     pack_AT(AT, A, r, K);
     pack_AT(BT, B, N, r); /* BT[k][o] = B[o][k] */
     for (int t0 = ta; t0 < tb; t0 += TB) {
@@ -197,15 +205,27 @@ NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, 
         float *ur = u ? u + (int64_t)t0 * r : ub;
         nl_gemm(ur, r, xb, K, AT, r, nb, r, K, 0);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
-        nl_gemm(y + (int64_t)t0 * N, N, su, r, BT, N, nb, N, r, accumulate);
+        if (accumulate == NL_LORA_ADD) {
+            nl_gemm(yt, N, su, r, BT, N, nb, N, r, 0);
+            add_into(y + (int64_t)t0 * N, yt, (int64_t)nb * N);
+        } else {
+            nl_gemm(y + (int64_t)t0 * N, N, su, r, BT, N, nb, N, r, accumulate);
+        }
     }
     return 0;
 }
 
-/* dx[nb][K] (+)= (du · A) ⊙ m for one token block (m NULL: no dropout; tmp: nb·K scratch). */
+/* dx[nb][K] (+)= (du · A) ⊙ m for one token block (m NULL: no dropout; tmp: nb·K scratch).
+ * NL_LORA_ADD: dx += ((du · A) ⊙ m), the term rounded before the add. */
 NL_CLONES static void dx_rows(const nl_lora *L, const float *A, const float *du, int nb, float *dxb, int accumulate,
                               const float *m, float *tmp) {
     const int K = L->n_in, r = L->rank;
+    if (accumulate == NL_LORA_ADD) {
+        nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
+        if (m) add_masked(dxb, tmp, m, (int64_t)nb * K, 1); /* dxb[i] += tmp[i]·m[i]: no contraction (-std=c11) */
+        else add_into(dxb, tmp, (int64_t)nb * K);
+        return;
+    }
     if (!m) {
         nl_gemm(dxb, K, du, r, A, K, nb, K, r, accumulate);
         return;
@@ -246,15 +266,16 @@ NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const floa
                           int t1) {
     if (check(L, "backward")) return -1;
     if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
+    if (L->tiles && dx && dx_accumulate == NL_LORA_ADD) return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
     if (L->tiles) return lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
     const size_t nAT = u ? 0 : (size_t)K * r;
-    const size_t nx = drop ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
-    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nx + (size_t)TB * r + 1));
+    const size_t nm = drop ? (size_t)TB * K : 0, nt = drop || dx_accumulate == NL_LORA_ADD ? (size_t)TB * K : 0;
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nm + nt + (size_t)TB * r + 1)); /* mask, (du·A) before it is added */
     if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
-    float *AT = buf, *mb = AT + nAT, *tmp = mb + (drop ? (size_t)TB * K : 0), *ub = tmp + (drop ? (size_t)TB * K : 0);
+    float *AT = buf, *mb = AT + nAT, *tmp = mb + nm, *ub = tmp + nt;
     if (!u) pack_AT(AT, A, r, K);
     for (int ta = t0; ta < t1; ta += TB) {
         const int nb = t1 - ta < TB ? t1 - ta : TB;
@@ -343,7 +364,7 @@ uint64_t nl_lora_thread_bytes(const nl_lora *L) {
     uint64_t b = 4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r);              /* tiles FWD */
     uint64_t x = 4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) + 4 * (nx + tb * r + 1); /* tiles BWD */
     if (x > b) b = x;
-    x = 4 * (K * r + r * N + nx + 3 * tb * r + 1); /* FP32: FWD, BWD rows, BWD on one thread */
+    x = 4 * (K * r + r * N + nx + 3 * tb * r + 1 + tb * (K > N ? K : N)); /* FP32: FWD, BWD rows (NL_LORA_ADD's block), BWD on one thread */
     if (x > b) b = x;
     return (b + 63) / 64 * 64;
 }

@@ -72,6 +72,14 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
  * Token row t's dropout mask is keyed by toks[t] when toks != NULL (rows gathered out of a
  * longer sequence keep their masks), else by tok0 + t. */
 
+/* NL_LORA_ADD as accumulate (forward) or dx_accumulate (backward rows), FP32 path only (not on
+ * the tiles): y (dx) += the LoRA term computed on its own, i.e. the bits of the term written
+ * into a buffer with accumulate = 0 and that buffer added to y afterwards, without the
+ * buffer: each token block's term goes through a block of the thread's scratch and is added
+ * while it is in cache (train/graph's synchronous path adds the branch into the service's
+ * output so). */
+#define NL_LORA_ADD 2
+
 /* Forward of rows [t0, t1); y, u, x are the whole call's arrays (row t at t·n_out etc.). */
 int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int64_t tok0,
                          const int64_t *toks, int accumulate, int t0, int t1);

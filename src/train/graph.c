@@ -122,7 +122,7 @@ typedef struct {
     const nl_lora *L;
     const float *A, *B;
     nl_dir dir;
-    int phase, T;
+    int phase, T, acc; /* acc: 0, or NL_LORA_ADD (out is the service's output) */
     float *out, *u_save, *dA, *dB, *scr;
     const float *in, *x, *u_in;
     int64_t tok0;
@@ -141,9 +141,9 @@ static void lora_task(void *arg, int task, int n_tasks) {
     const int t0 = (int)((int64_t)j->T * task / n_tasks), t1 = (int)((int64_t)j->T * (task + 1) / n_tasks);
     if (t0 >= t1) return;
     if (j->dir == NL_FWD)
-        j->rc[task] = nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, 0, t0, t1);
+        j->rc[task] = nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, j->acc, t0, t1);
     else
-        j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, 0, j->in, j->x, j->u_in, j->T, j->tok0, j->toks, j->scr,
+        j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, j->acc, j->in, j->x, j->u_in, j->T, j->tok0, j->toks, j->scr,
                                             t0, t1);
 }
 
@@ -175,9 +175,10 @@ static int lora_run(nl_graph *g, lora_job *j) {
  * toks: the token index of each row for the dropout masks (NULL: g->tok_base + row).
  * NL_BWD with out == NULL: no input gradient wanted (layer 0's mixer inputs): no service
  * request, only the LoRA gradients.
- * The LoRA branch runs on this thread while the base product is in flight, or after it on the
- * runtime's pool when rt->sync, into its own buffer (the service is writing `out`); it is
- * added after the wait. */
+ * The LoRA branch runs on this thread while the base product is in flight, into its own
+ * buffer (the service is writing `out`), added after the wait; or, when rt->sync, after the
+ * wait on the runtime's pool, each token block's term added into `out` as it is computed
+ * (NL_LORA_ADD: the same bits as the buffer and the add; on the tiles still the buffer). */
 static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const float *in, const float *x,
                  float *u_save, const float *u_in, int T, float *out, const int64_t *toks) {
     nl_runtime *rt = g->rt;
@@ -195,16 +196,18 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
     nl_arena_mark mk = nl_arena_top(g->ws);
     float *lo = NULL;
     size_t n = 0;
+    const int fused = rt->sync && base && !rt->tiles;
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
         n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
-        lo = base ? falloc(g, n) : NULL;
+        lo = !base ? NULL : fused ? out : falloc(g, n);
         float *scr = dir == NL_BWD ? falloc(g, nl_lora_bwd_scratch_floats(&L, T)) : NULL;
         t = toc(g, NL_GP_OTHER, t);
         if ((base && !lo) || (dir == NL_BWD && !scr)) {
             rc = -1;
         } else {
             lora_job j = {.L = &L, .A = nl_lora_A(g->ad, e), .B = nl_lora_B(g->ad, e), .dir = dir, .T = T, .out = lo,
+                          .acc = fused ? NL_LORA_ADD : 0,
                           .u_save = u_save, .in = in, .x = x, .u_in = u_in, .tok0 = g->tok_base, .toks = toks, .scr = scr,
                           .dA = g->grads + g->ad->t[e].off_a, .dB = g->grads + g->ad->t[e].off_b};
             rc = lora_run(g, &j);
@@ -216,7 +219,7 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
         if (nl_proj_wait(rt->svc)) rc = -1;
         t = toc(g, NL_GP_WAIT, t);
     }
-    if (rc == 0 && lo) nl_par_add(POOL(g), out, lo, n);
+    if (rc == 0 && lo && !fused) nl_par_add(POOL(g), out, lo, n);
     nl_arena_release(g->ws, mk);
     toc(g, NL_GP_ADD, t);
     return rc;
