@@ -70,6 +70,42 @@ static inline void nl_vaxpy(float *restrict y, float a, const float *restrict x,
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+/* The memory-bound passes of the nodes (the LoRA branch's dropout products and adds, the
+ * residual adds): 8-lane bodies so that they vectorise at -O2 (plain loops of unknown length
+ * stayed scalar); each element's arithmetic is that of the plain loop (a product is rounded
+ * before an add: no contraction under -std=c11), so the bits are the plain loop's. */
+/* y[i] += x[i] */
+static inline void nl_vadd(float *restrict y, const float *restrict x, int64_t n) {
+    int64_t i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) y[i + l] += x[i + l];
+    for (; i < n; i++) y[i] += x[i];
+}
+
+/* y[i] = a[i] + b[i] */
+static inline void nl_vadd2(float *restrict y, const float *restrict a, const float *restrict b, int64_t n) {
+    int64_t i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) y[i + l] = a[i + l] + b[i + l];
+    for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* y[i] = a[i] · b[i] */
+static inline void nl_vmul(float *restrict y, const float *restrict a, const float *restrict b, int64_t n) {
+    int64_t i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) y[i + l] = a[i + l] * b[i + l];
+    for (; i < n; i++) y[i] = a[i] * b[i];
+}
+
+/* y[i] += a[i] · b[i] (the product rounded, then the add) */
+static inline void nl_vmuladd(float *restrict y, const float *restrict a, const float *restrict b, int64_t n) {
+    int64_t i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) y[i + l] += a[i + l] * b[i + l];
+    for (; i < n; i++) y[i] += a[i] * b[i];
+}
+
 /* y[i] *= a */
 static inline void nl_vscale(float *y, float a, int n) {
     int i = 0;

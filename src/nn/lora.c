@@ -90,22 +90,18 @@ NL_CLONES static const float *masked_rows(const nl_lora *L, int drop, const floa
     if (!drop) return x;
     const int64_t n = (int64_t)nb * L->n_in;
     make_mask(L, tok0, toks, t, nb, mbuf);
-    for (int64_t i = 0; i < n; i++) xm[i] = x[i] * mbuf[i];
+    nl_vmul(xm, x, mbuf, n);
     return xm;
 }
 
 /* dx (+)= (du·A) ⊙ m, with du·A in tmp (n elements) */
 NL_CLONES static void add_masked(float *dxb, const float *tmp, const float *m, int64_t n, int accumulate) {
-    if (accumulate)
-        for (int64_t i = 0; i < n; i++) dxb[i] += tmp[i] * m[i];
-    else
-        for (int64_t i = 0; i < n; i++) dxb[i] = tmp[i] * m[i];
+    if (accumulate) nl_vmuladd(dxb, tmp, m, n);
+    else nl_vmul(dxb, tmp, m, n);
 }
 
 /* y += t (n elements): the add of a block's LoRA term (NL_LORA_ADD) */
-NL_CLONES static void add_into(float *y, const float *t, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += t[i];
-}
+NL_CLONES static void add_into(float *y, const float *t, int64_t n) { nl_vadd(y, t, n); }
 
 /* ---- on the tiles ---- */
 

@@ -3,6 +3,7 @@
 
 #include <stddef.h>
 
+#include "cpu/vecmath.h"
 #include "util/util.h"
 
 typedef struct {
@@ -140,18 +141,18 @@ void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dou
     elem_backward(pool, nl_gate_backward, d_o, dg, dout, o, g, n);
 }
 
-static void add_range(void *arg, int64_t i0, int64_t i1) {
+NL_CLONES static void add_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
-    for (int64_t i = i0; i < i1; i++) j->y[i] += j->a[i];
+    nl_vadd(j->y + i0, j->a + i0, i1 - i0);
 }
 void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n) {
     elem_job j = {.y = y, .a = x};
     nl_par_run(pool, add_range, &j, n, ELEM_GRAIN, n);
 }
 
-static void add2_range(void *arg, int64_t i0, int64_t i1) {
+NL_CLONES static void add2_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
-    for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] + j->b[i];
+    nl_vadd2(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
 }
 void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n) {
     elem_job j = {.y = y, .a = a, .b = b};
