@@ -173,9 +173,9 @@ int nl_proj_host_configure(void *ctx, const char *kernels, const char *compute) 
         m = parse_mode(compute);
         if (m == -2) return nl_err("host: unknown compute mode '%s' (expected " MODES ")", compute);
     }
+    if (mode_check(m)) return -1; /* first: what the CPU lacks */
     if (m == MODE_BF16 && !row_bf16(ks))
         return nl_err("host: compute bf16 needs the avx512 kernel set on a CPU with AVX512_BF16 (or neonbf16 on Arm)");
-    if (mode_check(m)) return -1;
     c->ks = ks;
     c->compute = m;
     return 0;
