@@ -286,9 +286,9 @@ static void test_threads(const mode *m, int type) {
     for (int i = 0; i < T * (K > N ? K : N); i++) x[i] = (float)nl_t_rand();
     for (int d = 0; d < 2; d++) {
         const int nout = d == NL_FWD ? N : K, nin = d == NL_FWD ? K : N;
-        float *y[3];
-        static const int nth[3] = {1, 2, 4};
-        for (int i = 0; i < 3; i++) {
+        float *y[4];
+        static const int nth[4] = {1, 2, 4, 8}; /* 8: fewer panels than threads, rows split */
+        for (int i = 0; i < 4; i++) {
             y[i] = malloc(sizeof(float) * T * nout);
             void *ctx = new_ctx(nth[i], m->kernels, m->compute);
             CHECK(ctx != NULL);
@@ -309,7 +309,8 @@ static void test_threads(const mode *m, int type) {
         }
         CHECKF(memcmp(y[0], y[1], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 2 threads", m->kernels, m->compute, type);
         CHECKF(memcmp(y[0], y[2], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 4 threads", m->kernels, m->compute, type);
-        for (int i = 0; i < 3; i++) free(y[i]);
+        CHECKF(memcmp(y[0], y[3], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 8 threads", m->kernels, m->compute, type);
+        for (int i = 0; i < 4; i++) free(y[i]);
     }
     free(w);
     free(x);

@@ -279,12 +279,26 @@ static void transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t 
         for (int cc = 0; cc < cols; cc++) dst[(int64_t)cc * ldd + r] = src[(int64_t)r * lds + cc];
 }
 
-/* The output panels (NL_HOST_NP columns of `cols`) thread tid of the request computes: [p0, p1).
- * Threads split the output, never the reduction. */
-static void thread_panels(const host_ctx *c, int tid, int64_t cols, int64_t *p0, int64_t *p1) {
+/* The part of the output thread tid of the request computes: the output panels (NL_HOST_NP
+ * columns of `cols`) [p0, p1) of the rows [r0, r1). With at least as many panels as threads,
+ * a share of the panels and every row; with fewer (a 16-column projection), every panel and a
+ * share of the rows, in 6-row units (each thread packs the tiles itself). Threads split the
+ * output, never the reduction: an element's chain is the same whichever thread computes it. */
+static void thread_part(const host_ctx *c, int tid, int64_t cols, int64_t *p0, int64_t *p1, int *r0, int *r1) {
     const int64_t np = (cols + NL_HOST_NP - 1) / NL_HOST_NP;
-    *p0 = np * tid / c->nth;
-    *p1 = np * (tid + 1) / c->nth;
+    if (np >= c->nth) {
+        *p0 = np * tid / c->nth;
+        *p1 = np * (tid + 1) / c->nth;
+        *r0 = 0;
+        *r1 = c->T;
+        return;
+    }
+    const int64_t units = (c->T + 5) / 6;
+    *p0 = 0;
+    *p1 = np;
+    *r0 = (int)min64(c->T, 6 * (units * tid / c->nth));
+    *r1 = (int)min64(c->T, 6 * (units * (tid + 1) / c->nth));
+    if (*r0 >= *r1) *p1 = 0; /* no rows: nothing to pack */
 }
 
 /* The W bytes a later tile reads, touched ahead (into L2) while the current tile computes: the
@@ -328,7 +342,8 @@ static void task_fwd(host_ctx *c, int tid) {
     const size_t rb = row_bytes(w->type, K);
     const uint8_t *W = w->data;
     int64_t p0, p1;
-    thread_panels(c, tid, N, &p0, &p1);
+    int tlo, thi;
+    thread_part(c, tid, N, &p0, &p1, &tlo, &thi);
     /* panel-outer: Y[T][panel] (T·NP floats) stays in L2 while the chunks of K go by, chunk 0
      * storing and later chunks adding, so Y is written to memory once (a vocabulary-sized Y
      * is far larger than the caches); X (T·K) is read once per panel, from L2/L3. */
@@ -376,9 +391,9 @@ static void task_fwd(host_ctx *c, int tid) {
                     }
                 }
                 transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc / 2);
-                for (int t0 = 0; t0 < c->T; t0 += AHEAD_ROWS) {
-                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 + AHEAD_ROWS) / c->T) + 1);
-                    ks->gemm_bf16_fwd((int)min64(AHEAD_ROWS, c->T - t0), kc, c->xb + (size_t)t0 * K + k0, K, s->Bp, s->S,
+                for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
+                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
+                    ks->gemm_bf16_fwd((int)min64(AHEAD_ROWS, thi - t0), kc, c->xb + (size_t)t0 * K + k0, K, s->Bp, s->S,
                                       c->y + (size_t)t0 * N + n0, N, ncols, k0 > 0);
                 }
             } else {
@@ -391,9 +406,9 @@ static void task_fwd(host_ctx *c, int tid) {
                         memset(tr, 0, (size_t)kc * 4);
                 }
                 transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, NL_HOST_NP, kc);
-                for (int t0 = 0; t0 < c->T; t0 += AHEAD_ROWS) {
-                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 + AHEAD_ROWS) / c->T) + 1);
-                    ks->gemm_f32((int)min64(AHEAD_ROWS, c->T - t0), kc, c->x + (size_t)t0 * K + k0, K, s->B,
+                for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
+                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
+                    ks->gemm_f32((int)min64(AHEAD_ROWS, thi - t0), kc, c->x + (size_t)t0 * K + k0, K, s->B,
                                  c->y + (size_t)t0 * N + n0, N, ncols, k0 > 0);
                 }
             }
@@ -421,7 +436,8 @@ static void task_bwd(host_ctx *c, int tid) {
     const size_t rb = row_bytes(w->type, K);
     const uint8_t *W = w->data;
     int64_t p0, p1;
-    thread_panels(c, tid, K, &p0, &p1);
+    int tlo, thi;
+    thread_part(c, tid, K, &p0, &p1, &tlo, &thi);
     /* panel-outer, as in task_fwd: Y[T][panel] is finished in L2 and written once */
     for (int64_t p = p0; p < p1; p++) {
         for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
@@ -457,9 +473,9 @@ static void task_bwd(host_ctx *c, int tid) {
                         ks->pairs_to_bf16(r0, has1 ? r1 : NULL, NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
                     }
                 }
-                for (int t0 = 0; t0 < c->T; t0 += AHEAD_ROWS) {
-                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 + AHEAD_ROWS) / c->T) + 1);
-                    ks->gemm_bf16((int)min64(AHEAD_ROWS, c->T - t0), (nc + 1) / 2, c->xb + (size_t)t0 * c->ldx + n0, c->ldx, s->Bp,
+                for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
+                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
+                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), (nc + 1) / 2, c->xb + (size_t)t0 * c->ldx + n0, c->ldx, s->Bp,
                                   c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
                 }
             } else {
@@ -469,9 +485,9 @@ static void task_bwd(host_ctx *c, int tid) {
                     nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, b);
                     for (int j = ncols; j < NL_HOST_NP; j++) b[j] = 0.0f;
                 }
-                for (int t0 = 0; t0 < c->T; t0 += AHEAD_ROWS) {
-                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 + AHEAD_ROWS) / c->T) + 1);
-                    ks->gemm_f32((int)min64(AHEAD_ROWS, c->T - t0), nc, c->x + (size_t)t0 * N + n0, N, s->B,
+                for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
+                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
+                    ks->gemm_f32((int)min64(AHEAD_ROWS, thi - t0), nc, c->x + (size_t)t0 * N + n0, N, s->B,
                                  c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
                 }
             }
