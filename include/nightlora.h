@@ -95,7 +95,7 @@ typedef struct {
     const char *precision;   /* resident types: NULL = "keep" (as stored; what llama.cpp computes
                               * with) | "auto" (training's policy) | "f32" | "f16" | "bf16" |
                               * "q8_0" | "q4_0" | "q4_1" */
-    const char *compute;     /* host arithmetic: NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" */
+    const char *compute;     /* host arithmetic: NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" | "int8" */
     int wire_f16;            /* 1: FP16 wire to the service (NPU-faithful mode) */
     const char *device;      /* ABI 4: the backend's device, `--vulkan-device N`'s "N" (vulkan:
                               * the index nightlora_check lists); NULL: the backend's own choice
@@ -231,7 +231,7 @@ typedef struct {
     const char *backend;             /* "host" (default) | "ref" | "vulkan" (where built) */
     int n_threads;                   /* 0: every core up to 8 */
     const char *precision;           /* NULL = "auto" (Q8_0 attn/mlp/head, F16 recurrent) | "keep" | ... */
-    const char *compute;             /* NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" */
+    const char *compute;             /* NULL = "auto" | "f32" | "bf16" | "amx" | "amx-emu" | "int8" */
     const char *method;              /* "backprop" (default) | "mezo" */
     double mezo_eps;                 /* 1e-3 */
     const char *thermal;             /* "auto" (default: sysfs) | "off" */

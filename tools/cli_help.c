@@ -24,7 +24,7 @@ static const help_row rows[] = {
     {"threads", "N", "service threads (default every core, up to 8)"},
     {"precision", "P", "resident weight types: auto (attn/mlp/head Q8_0, recurrent F16), keep (as stored), f32, f16, bf16, q8_0, q4_0, q4_1 (default: auto for train, keep for inference)"},
     {"precision-map", "CLASS=TYPE,...", "per-class or per-projection types after --precision, e.g. recurrent=f16,head=q8_0 (default none)"},
-    {"compute", "MODE", "host compute: f32, bf16, amx, amx-emu, sme or auto (default auto: amx where the CPU has it, bf16 on AVX512_BF16 or Arm BF16, else f32)"},
+    {"compute", "MODE", "host compute: f32, bf16, amx, amx-emu, sme, int8 (FWD of integer-quantized weights with int8 activations as llama.cpp quantizes them, the rest bf16/f32) or auto (default auto: amx where the CPU has it, bf16 on AVX512_BF16 or Arm BF16, else f32)"},
     {"wire", "f32|f16", "activations to and from the service: f32, or f16 with per-row scaling and retries (default f32)"},
     {"verbose", NULL, "the planner's checks and the service's details on stderr"},
     {"no-plan-cache", NULL, "check every projection again: neither read nor write the planner's verdicts in $NL_PLAN_CACHE, else ${NL_MODEL_CACHE:-~/.cache/nightlora}/plan (default: a second command on the same model, kernels and threads reads them)"},

@@ -119,8 +119,8 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
     X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf|DIR --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1] [--strict] [service flags]") \
     X("report", nl_cmd_report, "report --log train-log.jsonl --out report.html [--run CHECKPOINT_DIR or its run.json] [--title TEXT]   (one HTML file: losses, accuracy, lr, tokens/s, pauses, settings)") \
     X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special] [--pieces]") \
-    X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|amx|amx-emu|sme|auto --wire f32|f16] [--verbose] [--json]") \
-    X("bench", nl_cmd_bench, "bench peak|proj|step ... [--json]   peak: [--threads N --seconds S]   proj: --model M.gguf [--threads N --tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|sme|auto --precision P]   step: --model M.gguf [--tokens T --answer-tokens N --only abcd --skip-ref --profile]") \
+    X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|amx|amx-emu|sme|int8|auto --wire f32|f16] [--verbose] [--json]") \
+    X("bench", nl_cmd_bench, "bench peak|proj|step ... [--json]   peak: [--threads N --seconds S]   proj: --model M.gguf [--threads N --tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|sme|int8|auto --precision P]   step: --model M.gguf [--tokens T --answer-tokens N --only abcd --skip-ref --profile]") \
     X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35|gemma3 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b|gemma3-270m --out M.gguf [--type f32|f16|q8_0] [--seed S]") \
     /* end of the list */
 

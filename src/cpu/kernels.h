@@ -151,6 +151,44 @@ void nl_gemm_nn_neon(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_
 void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
 #endif
 
+/* ---- the int8 FWD rows (cpu/i8.c; docs/design.md §2 "int8") --------------------------------
+ * `--compute int8` on integer-quantized weights (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K, Q6_K): the FWD
+ * product with the activations quantized as llama.cpp's CPU backend does for the type (proj/
+ * host_int8.c: Q8_0 per 32-block, Q8_1 for Q4_1, Q8_K per 256 for the K-quants), integer dot
+ * products, then the float scales. BWD stays on the float kernels.
+ *
+ * gemm_i8_fwd contract (one call = m rows × one packed panel of NL_HOST_NP columns × kc
+ * reduction elements, kc a multiple of gs; gs = 32, or 16 for Q6_K):
+ *   A   m rows of u8 activations, the int8 q + 128, stride lda bytes (row i: A + i·lda);
+ *   DX  the activations' group scales: DX[i·ldd + g], g < kc/gs; SX the same layout, the
+ *       activation sum terms (NULL when MW is NULL);
+ *   B   kc/4 rows of NL_HOST_NP uint32: lane j of row r holds the int8 weights q[4r..4r+3][j]
+ *       (byte 0 = k 4r): the VNNI layout (vpdpbusd / SDOT / SMMLA take 4 consecutive k);
+ *   BC  kc/gs rows of NL_HOST_NP int32: -128 · Σ_{p in g} q[p][j] (removes the +128, exact);
+ *   SW  kc/gs rows of NL_HOST_NP float weight scales; MW the same, the weight min terms, or NULL.
+ *   Columns past ncols are zero in B, BC, SW, MW; C columns past ncols are not written.
+ * For i < m, j < ncols: acc = accumulate ? C[i][j] : 0; then for g = 0, 1, ... in order:
+ *   isum = BC[g][j] + Σ_{p in g} A[i][p]·q[p][j]      (int32, exact: |isum| < 2^20)
+ *   acc  = fma((float)isum, SW[g][j] · DX[i][g], acc)  (the product rounded, then one FMA)
+ *   acc  = fma(MW[g][j], SX[i][g], acc)                (only when MW)
+ * and C[i][j] = acc. Every row follows this order, so every row gives the same bits as the
+ * scalar one (tests/test_int8.c); threads split panels, never a reduction. A row for a new ISA
+ * (SDOT, SMMLA, AVX-VNNI) is an nl_i8_kernels in a cpu/i8_<isa>.c file and a line in i8.c. */
+typedef struct nl_i8_kernels {
+    const char *name;
+    void (*gemm_i8_fwd)(int m, int kc, int gs, const uint8_t *A, int64_t lda, const float *DX, const float *SX,
+                        int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW, float *C,
+                        int64_t ldc, int ncols, int accumulate);
+} nl_i8_kernels;
+
+extern const nl_i8_kernels nl_i8_kernels_scalar;
+#if defined(__x86_64__) || defined(_M_X64)
+extern const nl_i8_kernels nl_i8_kernels_avx512vnni;
+#endif
+/* The best int8 row this CPU runs ("auto"/NULL), or the one named ("scalar", "avx512vnni")
+ * when it runs here, else NULL. */
+const nl_i8_kernels *nl_cpu_i8_kernels(const char *name);
+
 /* ---- the dispatcher (dispatch.c) ------------------------------------------------------- */
 /* The row in use: the best this CPU runs (the first of dispatch.c's list whose ISA it has)
  * unless nl_cpu_use chose another. The nodes call through it; the host backend's "auto". */

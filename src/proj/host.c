@@ -11,10 +11,11 @@
 #include "cpu/cpu.h"
 #include "model/model.h"
 #include "proj/host.h"
+#include "proj/host_int8.h"
 #include "util/pool.h"
 #include "util/util.h"
 
-enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3, MODE_SME = 4 };
+enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3, MODE_SME = 4, MODE_INT8 = 5 };
 
 
 int nl_proj_host_cpu_has(const char *name) {
@@ -41,10 +42,11 @@ static int parse_mode(const char *mode) {
     if (!strcmp(mode, "amx")) return MODE_AMX;
     if (!strcmp(mode, "amx-emu")) return MODE_AMX_EMU;
     if (!strcmp(mode, "sme")) return MODE_SME;
+    if (!strcmp(mode, "int8")) return MODE_INT8;
     return -2;
 }
 
-#define MODES "f32, bf16, amx, amx-emu, sme or auto"
+#define MODES "f32, bf16, amx, amx-emu, sme, int8 or auto"
 
 /* 1 if this CPU has BF16 dot products for a row's gemm_bf16_* (x86 AVX512_BF16, Arm FEAT_BF16) */
 static int cpu_bf16(void) { return nl_cpu_has(NL_CPU_AVX512BF16) || nl_cpu_has(NL_CPU_ARM_BF16); }
@@ -63,7 +65,7 @@ static int mode_check(int m) {
     return 0;
 }
 
-static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", "sme", NULL};
+static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", "sme", "int8", NULL};
 
 /* ---- context and thread pool ---- */
 
@@ -86,6 +88,7 @@ struct host_ctx {
     scratch *scr;       /* [nth]: task tid uses scr[tid] */
     nl_pool *pool;      /* nth threads (the caller is one of them) */
     nl_amx_ctx *amx;    /* the tile kernels' driver, made at the first AMX request */
+    nl_host_int8 *i8;   /* the int8 FWD's scratch, made at the first int8 request */
     task_fn fn;
     /* the job */
     const nl_proj_weight *w;
@@ -116,6 +119,7 @@ static void host_free(void *ctx) {
     if (!c) return;
     if (c->pool) nl_pool_free(c->pool);
     nl_amx_free(c->amx);
+    nl_host_int8_free(c->i8);
     if (c->scr)
         for (int i = 0; i < c->nth; i++) free(c->scr[i].mem);
     free(c->scr);
@@ -204,6 +208,29 @@ static int mode_of(const host_ctx *c) {
     return m;
 }
 
+/* ---- int8 compute (host_int8.c): the FWD of integer-quantized weights in int8; everything
+ * else (BWD, F16/F32 weights) as bf16 compute where the CPU has it, else f32 ---- */
+static int int8_float_bf16(const void *ctx) { return row_bf16(((const host_ctx *)ctx)->ks); }
+
+/* the int8 row: the scalar model when the scalar kernel set was asked for, else the best */
+static const nl_i8_kernels *int8_row(const host_ctx *c) {
+    return c->ks == &nl_host_kernels_scalar ? &nl_i8_kernels_scalar : nl_cpu_i8_kernels(NULL);
+}
+
+static int int8_describe(const host_ctx *c, char *buf, size_t cap) {
+    return snprintf(buf, cap, "int8 compute (%s int8 FWD for q8_0/q4_0/q5_0/q4_1/q4_k/q6_k, %s for the rest, %s kernels)",
+                    int8_row(c)->name, int8_float_bf16(c) ? "bf16" : "f32", c->ks->name);
+}
+
+static int int8_takes(int mode, const nl_proj_weight *w, nl_dir dir) {
+    return mode == MODE_INT8 && dir == NL_FWD && nl_host_int8_type(w->type);
+}
+
+static int int8_run(host_ctx *c, const nl_proj_weight *w, const float *x, int T, float *y) {
+    if (!c->i8 && !(c->i8 = nl_host_int8_new(c->nth))) return -1;
+    return nl_host_int8_run(c->i8, int8_row(c), c->pool, w, x, T, y);
+}
+
 static int amx_mode(int m) { return m == MODE_AMX || m == MODE_AMX_EMU || m == MODE_SME; }
 
 /* the tile operations of a tile mode (amx.h); sme and amx are refused where they cannot run */
@@ -218,7 +245,7 @@ static int amx_takes(int mode, const nl_proj_weight *w) { return amx_mode(mode) 
 
 const char *nl_proj_host_compute(const void *ctx) {
     if (!ctx) return "f32";
-    static const char *const names[] = {"f32", "bf16", "amx", "amx-emu", "sme"};
+    static const char *const names[] = {"f32", "bf16", "amx", "amx-emu", "sme", "int8"};
     return names[mode_of(ctx)];
 }
 
@@ -231,6 +258,7 @@ int nl_proj_host_describe(const void *ctx, char *buf, size_t cap) {
         return snprintf(buf, cap, "%s-bf16%s for attn/mlp/head, split-bf16%s for recurrent, %s f32 for F32 weights",
                         m == MODE_SME ? "sme" : "amx", e, e, c->ks->name);
     }
+    if (m == MODE_INT8) return int8_describe(c, buf, cap);
     return snprintf(buf, cap, "%s compute (%s kernels)", m == MODE_BF16 ? "bf16" : "f32", c->ks->name);
 }
 
@@ -242,6 +270,8 @@ double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_
     const int m = mode_of(ctx);
     if (amx_takes(m, w)) return w->cls == NL_CLASS_RECURRENT ? 1e-4 + f32 : 1e-2;
     if (m == MODE_BF16 && nl_host_type_bf16(w->type)) return 1e-2;
+    if (m == MODE_INT8 && nl_host_int8_type(w->type)) return 3e-2;
+    if (m == MODE_INT8 && int8_float_bf16(ctx) && nl_host_type_bf16(w->type)) return 1e-2;
     return f32;
 }
 
@@ -510,12 +540,13 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
         if (!tl) return nl_err("host: compute %s: the tiles cannot run here", nl_proj_host_compute(c));
         return nl_amx_run(c->amx, tl, c->ks, c->pool, w, dir, x, T, y, w->cls == NL_CLASS_RECURRENT);
     }
+    if (int8_takes(mode, w, dir)) return int8_run(c, w, x, T, y);
     c->w = w;
     c->dir = dir;
     c->x = x;
     c->T = T;
     c->y = y;
-    c->bf16 = mode == MODE_BF16 && nl_host_type_bf16(w->type);
+    c->bf16 = (mode == MODE_BF16 || (mode == MODE_INT8 && int8_float_bf16(c))) && nl_host_type_bf16(w->type);
     if (c->bf16) {
         c->ldx = dir == NL_FWD ? w->n_in : (w->n_out + 1) / 2 * 2;
         const size_t need = (size_t)T * (size_t)c->ldx;
@@ -541,7 +572,9 @@ static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, 
     const int mode = mode_of(c);
     if (amx_takes(mode, w)) {
         nl_amx_scratch_bytes(c->nth, w->n_in, w->n_out, dir, T, w->cls == NL_CLASS_RECURRENT, shared, per_thread);
-    } else if (mode == MODE_BF16 && nl_host_type_bf16(w->type)) {
+    } else if (int8_takes(mode, w, dir)) {
+        *shared = nl_host_int8_scratch(w, T);
+    } else if ((mode == MODE_BF16 || (mode == MODE_INT8 && int8_float_bf16(c))) && nl_host_type_bf16(w->type)) {
         const uint64_t ldx = dir == NL_FWD ? (uint64_t)w->n_in : ((uint64_t)w->n_out + 1) / 2 * 2;
         *shared = ((uint64_t)T * ldx * 2 + 63) / 64 * 64;
     }
@@ -553,7 +586,7 @@ static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, 
 static void host_nodes(const void *ctx, const nl_amx_tiles **tiles, int *bf16) {
     const int m = ctx ? mode_of(ctx) : MODE_F32;
     *tiles = amx_mode(m) ? mode_tiles(m) : NULL;
-    *bf16 = m == MODE_BF16 && nl_cpu_has(NL_CPU_AVX512BF16);
+    *bf16 = (m == MODE_BF16 || (m == MODE_INT8 && int8_float_bf16(ctx))) && nl_cpu_has(NL_CPU_AVX512BF16);
 }
 
 const nl_proj_backend nl_proj_backend_host = {

@@ -92,7 +92,7 @@ typedef struct {
      * original weight. Counted in nl_proj_stats.retries / fallbacks. */
     int wire_f16;
     int verbose;
-    /* The host backend's compute mode: "f32", "bf16", "amx", "amx-emu" or "auto" (NULL: auto,
+    /* The host backend's compute mode: "f32", "bf16", "amx", "amx-emu", "int8" or "auto" (NULL: auto,
      * by capability; proj/host.h). Handed to the backend's init; ref computes in FP32 whatever
      * it says (but refuses an unknown mode). */
     const char *compute;

@@ -1,0 +1,209 @@
+/* test_int8: the int8 compute mode (kernels.h "the int8 FWD rows", proj/host_int8.c).
+ *  - the rows: every int8 row this CPU runs against the scalar model, bit for bit, random data,
+ *    odd row counts, odd column counts, group sizes 32 and 16, storing and accumulating;
+ *  - the host backend with --compute int8, every integer type (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K,
+ *    Q6_K), odd T and N: the scalar kernel set and the best one bit for bit; 1/2/3 threads bit for
+ *    bit; T=1 rows equal to the same rows of a larger T; against the product of the llama.cpp-way
+ *    quantized activations (written here from its definitions) with the dequantized weights,
+ *    in double, within 1e-4 relative Frobenius; against the FP32 product within the planner's
+ *    int8 bound (3e-2); BWD the float path's bits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "model/model.h"
+#include "model/quant.h"
+#include "proj/host.h"
+#include "proj/proj.h"
+#include "test.h"
+#include "util/util.h"
+
+static void rows_vs_scalar(void) {
+    const nl_i8_kernels *best = nl_cpu_i8_kernels(NULL);
+    printf("int8 row in use: %s\n", best->name);
+    const int NP = NL_HOST_NP;
+    for (int gi = 0; gi < 2; gi++) {
+        const int gs = gi ? 16 : 32, kc = gi ? 256 : 160;
+        const int ng = kc / gs;
+        const int ms[] = {1, 5, 6, 7, 13};
+        const int ncs[] = {64, 37, 5, 16, 33};
+        for (int mi = 0; mi < 5; mi++) {
+            const int m = ms[mi], nc = ncs[mi], lda = kc + 7, ldd = ng + 3, ldc = 70;
+            uint8_t *A = malloc((size_t)m * lda);
+            float *DX = malloc(sizeof(float) * m * ldd), *SX = malloc(sizeof(float) * m * ldd);
+            uint32_t *B = calloc((size_t)kc / 4 * NP, 4);
+            int32_t *BC = calloc((size_t)ng * NP, 4);
+            float *SW = calloc((size_t)ng * NP, 4), *MW = calloc((size_t)ng * NP, 4);
+            float *c0 = malloc(sizeof(float) * m * ldc), *c1 = malloc(sizeof(float) * m * ldc);
+            for (int i = 0; i < m * lda; i++) A[i] = (uint8_t)((nl_t_rand() + 1) * 128);
+            for (int i = 0; i < m * ldd; i++) DX[i] = (float)(nl_t_rand() * 0.01), SX[i] = (float)nl_t_rand();
+            for (int r = 0; r < kc / 4; r++)
+                for (int j = 0; j < nc; j++) B[r * NP + j] = (uint32_t)((nl_t_rand() + 1) * 2147483648.0);
+            for (int g = 0; g < ng; g++)
+                for (int j = 0; j < nc; j++) {
+                    int s = 0;
+                    for (int r = g * gs / 4; r < (g + 1) * gs / 4; r++)
+                        for (int b = 0; b < 4; b++) s += (int8_t)(uint8_t)(B[r * NP + j] >> (8 * b));
+                    BC[g * NP + j] = -128 * s;
+                    SW[g * NP + j] = (float)(nl_t_rand() * 0.02);
+                    MW[g * NP + j] = (float)(nl_t_rand() * 0.1);
+                }
+            for (int acc = 0; acc < 2; acc++)
+                for (int mn = 0; mn < 2; mn++) {
+                    for (int i = 0; i < m * ldc; i++) c0[i] = c1[i] = (float)nl_t_rand();
+                    nl_i8_kernels_scalar.gemm_i8_fwd(m, kc, gs, A, lda, DX, mn ? SX : NULL, ldd, B, BC, SW, mn ? MW : NULL, c0,
+                                                    ldc, nc, acc);
+                    best->gemm_i8_fwd(m, kc, gs, A, lda, DX, mn ? SX : NULL, ldd, B, BC, SW, mn ? MW : NULL, c1, ldc, nc, acc);
+                    CHECKF(memcmp(c0, c1, sizeof(float) * m * ldc) == 0, "%s vs scalar: gs %d m %d ncols %d acc %d min %d",
+                           best->name, gs, m, nc, acc, mn);
+                }
+            free(A), free(DX), free(SX), free(B), free(BC), free(SW), free(MW), free(c0), free(c1);
+        }
+    }
+}
+
+/* ---- the llama.cpp-way activations, written from its definitions (independent of host_int8.c) */
+static float h16(float v) { return nl_f16_to_f32(nl_f32_to_f16(v)); }
+
+/* x̂ = the dequantized quantized activations of one row; for Q4_1 also the per-block s */
+static void ref_quant(int type, const float *x, int K, double *xh, double *s) {
+    if (type == NL_TYPE_Q4_K || type == NL_TYPE_Q6_K) {
+        for (int b = 0; b < K / 256; b++) {
+            float amax = 0, max = 0;
+            for (int i = 0; i < 256; i++)
+                if (fabsf(x[256 * b + i]) > amax) amax = fabsf(x[256 * b + i]), max = x[256 * b + i];
+            const float is = amax ? -127.0f / max : 0, d = amax ? 1.0f / is : 0;
+            for (int i = 0; i < 256; i++) {
+                float q = amax ? rintf(is * x[256 * b + i]) : 0;
+                if (q > 127) q = 127;
+                xh[256 * b + i] = (double)q * d;
+            }
+        }
+        return;
+    }
+    for (int b = 0; b < K / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+        const float d = amax / 127.0f, id = amax ? 127.0f / amax : 0;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            const float q = rintf(x[32 * b + i] * id);
+            sum += (int)q;
+            xh[32 * b + i] = (double)q * h16(d);
+        }
+        if (s) s[b] = h16(d * (float)sum);
+    }
+}
+
+static void *new_ctx(int nth, const char *kernels, const char *compute) {
+    void *ctx = NULL;
+    if (nl_proj_backend_host.init(&ctx, nth, NULL) != 0) return NULL;
+    if (nl_proj_host_configure(ctx, kernels, compute) != 0) {
+        nl_proj_backend_host.free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static void host_type(int type, int N, int K, int T) {
+    const size_t rb = nl_row_bytes(type, K);
+    uint8_t *w = malloc(rb * (size_t)N);
+    float *wd = malloc(sizeof(float) * (size_t)N * K), *x = malloc(sizeof(float) * (size_t)T * K);
+    float *y[4];
+    for (int i = 0; i < 4; i++) y[i] = malloc(sizeof(float) * (size_t)T * N);
+    nl_t_rand_weight(type, N, K, w);
+    for (int n = 0; n < N; n++) nl_type_get(type)->to_float(w + rb * n, wd + (size_t)n * K, K);
+    for (int i = 0; i < T * K; i++) x[i] = (float)(nl_t_rand() * (1 + (i % 37 == 0) * 4));
+    if (T > 2) memset(x + K, 0, sizeof(float) * K); /* an all-zero row: d = 0 */
+    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w, .cls = NL_CLASS_ATTN};
+    const char *const kset[] = {"scalar", "auto", "auto", "auto"};
+    const int nths[] = {1, 1, 2, 3};
+    for (int i = 0; i < 4; i++) {
+        void *ctx = new_ctx(nths[i], kset[i], "int8");
+        CHECK(ctx != NULL);
+        if (!ctx) continue;
+        CHECK(strcmp(nl_proj_host_compute(ctx), "int8") == 0);
+        CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x, T, y[i]) == 0);
+        if (i == 3) { /* a row alone equals that row of the request */
+            float *y1 = malloc(sizeof(float) * N);
+            CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x + (size_t)(T - 1) * K, 1, y1) == 0);
+            CHECKF(memcmp(y1, y[i] + (size_t)(T - 1) * N, sizeof(float) * N) == 0, "%s: T=1 row differs", nl_type_name(type));
+            free(y1);
+        }
+        nl_proj_backend_host.free(ctx);
+    }
+    for (int i = 1; i < 4; i++)
+        CHECKF(memcmp(y[0], y[i], sizeof(float) * (size_t)T * N) == 0, "%s %dx%d T=%d: run %d differs from the scalar run",
+               nl_type_name(type), N, K, T, i);
+    /* the llama.cpp-way product in double, and the FP32 one */
+    double *xh = malloc(sizeof(double) * K), *s = malloc(sizeof(double) * (K / 32));
+    double e2 = 0, r2 = 0, f2 = 0;
+    for (int t = 0; t < T; t++) {
+        ref_quant(type, x + (size_t)t * K, K, xh, type == NL_TYPE_Q4_1 ? s : NULL);
+        for (int n = 0; n < N; n++) {
+            const float *wr = wd + (size_t)n * K;
+            double ref = 0, full = 0;
+            if (type == NL_TYPE_Q4_1) {
+                /* Σ_b d_w·(Σ q_w·x̂) + m_w·s: the block min meets s, not Σx̂ */
+                for (int b = 0; b < K / 32; b++) {
+                    uint16_t mh;
+                    memcpy(&mh, w + rb * n + 20 * b + 2, 2);
+                    const double m = nl_f16_to_f32(mh);
+                    double a = 0;
+                    for (int i = 32 * b; i < 32 * b + 32; i++) a += xh[i] * ((double)wr[i] - m);
+                    ref += a + m * s[b];
+                }
+            } else {
+                for (int i = 0; i < K; i++) ref += xh[i] * wr[i];
+            }
+            for (int i = 0; i < K; i++) full += (double)x[(size_t)t * K + i] * wr[i];
+            const double v = y[0][(size_t)t * N + n];
+            e2 += (v - ref) * (v - ref);
+            r2 += ref * ref;
+            f2 += (v - full) * (v - full);
+        }
+    }
+    double r2f = 0;
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            double full = 0;
+            for (int i = 0; i < K; i++) full += (double)x[(size_t)t * K + i] * wd[(size_t)n * K + i];
+            r2f += full * full;
+        }
+    const double el = sqrt(e2 / r2), ef = sqrt(f2 / r2f);
+    printf("%-5s %3dx%-4d T=%-3d vs llama.cpp-way %.2e, vs fp32 %.2e\n", nl_type_name(type), N, K, T, el, ef);
+    CHECKF(el < 1e-4, "%s: %.3e from the llama.cpp-way product", nl_type_name(type), el);
+    CHECKF(ef < 3e-2, "%s: %.3e from the FP32 product", nl_type_name(type), ef);
+    /* BWD: the float path (bf16 where the CPU has it, else f32), bit for bit */
+    void *ci = new_ctx(2, "auto", "int8");
+    void *cf = new_ctx(2, "auto", nl_proj_host_cpu_has("avx512bf16") ? "bf16" : "f32");
+    if (ci && cf) {
+        float *gi = malloc(sizeof(float) * (size_t)T * K), *gf = malloc(sizeof(float) * (size_t)T * K);
+        float *dy = malloc(sizeof(float) * (size_t)T * N);
+        for (int i = 0; i < T * N; i++) dy[i] = (float)nl_t_rand();
+        CHECK(nl_proj_backend_host.run(ci, &pw, NL_BWD, dy, T, gi) == 0);
+        CHECK(nl_proj_backend_host.run(cf, &pw, NL_BWD, dy, T, gf) == 0);
+        CHECKF(memcmp(gi, gf, sizeof(float) * (size_t)T * K) == 0, "%s: int8 BWD differs from the float path", nl_type_name(type));
+        free(gi), free(gf), free(dy);
+    }
+    if (ci) nl_proj_backend_host.free(ci);
+    if (cf) nl_proj_backend_host.free(cf);
+    free(xh), free(s), free(w), free(wd), free(x);
+    for (int i = 0; i < 4; i++) free(y[i]);
+}
+
+int main(void) {
+    rows_vs_scalar();
+    const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+    for (int i = 0; i < 6; i++) {
+        const int kq = types[i] == NL_TYPE_Q4_K || types[i] == NL_TYPE_Q6_K;
+        host_type(types[i], 77, kq ? 768 : 352, 13);
+        host_type(types[i], 130, kq ? 256 : 96, 7);
+    }
+    /* the mode's name is the service's */
+    CHECK(nl_proj_compute_known("int8") == 0);
+    CHECK(nl_proj_compute_known("int4") != 0);
+    return nl_t_done();
+}
