@@ -25,7 +25,7 @@
 #
 # Environment: BIN (build/nightlora), WORK (/tmp/nightlora-llamacpp), ARCHS ("llama qwen3 qwen35"),
 # STEPS (120), REAL (1: the real-model parts; 0 skips them), REAL_MODELS ("smollm2 gemma3"),
-# GEMMA_TIMEOUT (1500), GEMMA_CHAT (0), NL_MODEL_CACHE. Exit status 1 if
+# GEMMA_TIMEOUT (1500), GEMMA_CHAT (0), INT8 (1), INT8_TIMEOUT (300), NL_MODEL_CACHE. Exit status 1 if
 # llama.cpp refuses a file, an F32 synthetic model's top token differs, or a real-model check
 # fails (the Q8_0 rows are reported only: llama.cpp rounds activations to 8 bits there, so a near
 # tie among the top tokens of these nearly flat distributions may go either way). When
@@ -97,6 +97,23 @@ for arch in $ARCHS; do
     check "$arch q8_0 + adapter" "$mq" 0 "$a"
 done
 [ "$status" -eq 0 ] && echo "synthetic models: llama.cpp loaded every model and adapter; F32 top tokens agree"
+# 4. --compute int8 (the FWD of integer-quantized weights with llama.cpp's own activation
+#    quantization) against llama.cpp's CPU logits on the same files, beside the bf16 and f32
+#    paths (bench/llamacpp/int8.py: the relative L2 difference of every prompt row's logits;
+#    reported, not a verdict: the KV cache in F16 and the other float orders stay different).
+#    INT8 (1) runs it, bounded by INT8_TIMEOUT seconds per model (300).
+INT8=${INT8:-1}
+INT8_TIMEOUT=${INT8_TIMEOUT:-300}
+if [ "$INT8" = 1 ]; then
+    I8TOKS="1 500 77 1200 9 3000 41 2 2222 345 17 88 1000 23 5 600"
+    for im in "$WORK/qwen35-small-q8_0.gguf" "$WORK/llama-small-q8_0.gguf" \
+        "$NL_MODEL_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf" "$NL_MODEL_CACHE/gemma-3-270m-q4_k_m.gguf"; do
+        [ -f "$im" ] || continue
+        echo "int8 logits vs llama.cpp: $(basename "$im")"
+        timeout "$INT8_TIMEOUT" "$NL_PY" "$HERE/llamacpp/int8.py" "$BIN" "$im" "$I8TOKS" 2>/dev/null | grep -v '^llama' ||
+            echo "  (not finished in $INT8_TIMEOUT s, or failed)"
+    done
+fi
 case " $REAL_MODELS " in *" smollm2 "*) real_smollm2=$REAL ;; *) real_smollm2=0 ;; esac
 case " $REAL_MODELS " in *" gemma3 "*) real_gemma3=$REAL ;; *) real_gemma3=0 ;; esac
 if [ "$real_smollm2" = 1 ]; then
