@@ -34,16 +34,14 @@ static void gemm_i8_fwd_scalar(int m, int kc, int gs, const uint8_t *A, int64_t 
 
 const nl_i8_kernels nl_i8_kernels_scalar = {.name = "scalar", .gemm_i8_fwd = gemm_i8_fwd_scalar};
 
+#if defined(__x86_64__)
 /* AVX512_VNNI: CPUID.(7,0):ECX bit 11, with the AVX-512 set cpu.h probes (OS state included) */
 static int has_avx512vnni(void) {
-#if defined(__x86_64__)
     unsigned r[4];
     if (!nl_cpu_has(NL_CPU_AVX512) || !__get_cpuid_count(7, 0, &r[0], &r[1], &r[2], &r[3])) return 0;
     return (r[2] >> 11) & 1;
-#else
-    return 0;
-#endif
 }
+#endif
 
 static const struct {
     const nl_i8_kernels *ks;
