@@ -14,7 +14,7 @@ static inline __attribute__((always_inline)) void ukr(const int mr, int kc, int 
     const int n1 = ncols - 16;
     const __mmask16 m1 = n1 >= 16 ? 0xffff : (__mmask16)((1u << (n1 > 0 ? n1 : 0)) - 1u);
     __m512 f0[6], f1[6];
-    for (int i = 0; i < mr; i++) {
+    _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
         if (accumulate) {
             f0[i] = _mm512_maskz_loadu_ps(m0, C + i * ldc);
             f1[i] = _mm512_maskz_loadu_ps(m1, C + i * ldc + 16);
@@ -27,12 +27,12 @@ static inline __attribute__((always_inline)) void ukr(const int mr, int kc, int 
     for (int g = 0; g < ng; g++) {
         const __m512i c0 = _mm512_loadu_si512(BC + g * NL_HOST_NP), c1 = _mm512_loadu_si512(BC + g * NL_HOST_NP + 16);
         __m512i s0[6], s1[6];
-        for (int i = 0; i < mr; i++) s0[i] = c0, s1[i] = c1;
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) s0[i] = c0, s1[i] = c1;
         const uint32_t *b = B + (int64_t)g * rq * NL_HOST_NP;
         const uint8_t *a = A + g * gs;
         for (int r = 0; r < rq; r++) {
             const __m512i b0 = _mm512_loadu_si512(b + r * NL_HOST_NP), b1 = _mm512_loadu_si512(b + r * NL_HOST_NP + 16);
-            for (int i = 0; i < mr; i++) {
+            _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
                 int32_t av;
                 __builtin_memcpy(&av, a + i * lda + 4 * r, 4);
                 const __m512i x = _mm512_set1_epi32(av);
@@ -41,21 +41,21 @@ static inline __attribute__((always_inline)) void ukr(const int mr, int kc, int 
             }
         }
         const __m512 w0 = _mm512_loadu_ps(SW + g * NL_HOST_NP), w1 = _mm512_loadu_ps(SW + g * NL_HOST_NP + 16);
-        for (int i = 0; i < mr; i++) {
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
             const __m512 dx = _mm512_set1_ps(DX[i * ldd + g]);
             f0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(w0, dx), f0[i]);
             f1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(w1, dx), f1[i]);
         }
         if (MW) {
             const __m512 v0 = _mm512_loadu_ps(MW + g * NL_HOST_NP), v1 = _mm512_loadu_ps(MW + g * NL_HOST_NP + 16);
-            for (int i = 0; i < mr; i++) {
+            _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
                 const __m512 sx = _mm512_set1_ps(SX[i * ldd + g]);
                 f0[i] = _mm512_fmadd_ps(v0, sx, f0[i]);
                 f1[i] = _mm512_fmadd_ps(v1, sx, f1[i]);
             }
         }
     }
-    for (int i = 0; i < mr; i++) {
+    _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
         _mm512_mask_storeu_ps(C + i * ldc, m0, f0[i]);
         _mm512_mask_storeu_ps(C + i * ldc + 16, m1, f1[i]);
     }
