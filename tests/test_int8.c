@@ -176,9 +176,9 @@ static void host_type(int type, int N, int K, int T) {
     printf("%-5s %3dx%-4d T=%-3d vs llama.cpp-way %.2e, vs fp32 %.2e\n", nl_type_name(type), N, K, T, el, ef);
     CHECKF(el < 1e-4, "%s: %.3e from the llama.cpp-way product", nl_type_name(type), el);
     CHECKF(ef < 3e-2, "%s: %.3e from the FP32 product", nl_type_name(type), ef);
-    /* BWD: the float path (bf16 where the CPU has it, else f32), bit for bit */
+    /* BWD: the float path (bf16 where the CPU has it: AVX512_BF16 or Arm BF16; else f32), bit for bit */
     void *ci = new_ctx(2, "auto", "int8");
-    void *cf = new_ctx(2, "auto", nl_proj_host_cpu_has("avx512bf16") ? "bf16" : "f32");
+    void *cf = new_ctx(2, "auto", nl_proj_host_cpu_has("avx512bf16") || nl_proj_host_cpu_has("neonbf16") ? "bf16" : "f32");
     if (ci && cf) {
         float *gi = malloc(sizeof(float) * (size_t)T * K), *gf = malloc(sizeof(float) * (size_t)T * K);
         float *dy = malloc(sizeof(float) * (size_t)T * N);

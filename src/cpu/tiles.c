@@ -16,15 +16,12 @@ static uint16_t bf16(float f) { return nl_amx_f32_to_bf16(f); }
 
 static uint32_t pair(float lo, float hi) { return (uint32_t)bf16(lo) | (uint32_t)bf16(hi) << 16; }
 
+#if defined(__x86_64__)
 /* the vector packers, where they run and the destination is whole words */
 static int vec_ok(const void *dst, int64_t ldd_halves) {
-#if defined(__x86_64__)
     return nl_bf16_ok() && ldd_halves % 2 == 0 && ((uintptr_t)dst & 3) == 0;
-#else
-    (void)dst, (void)ldd_halves;
-    return 0;
-#endif
 }
+#endif
 
 void nl_tile_pack_a(uint16_t *dst, int64_t ldd, const float *x, int64_t ld, int trans, int M, int K) {
     const int Mp = nl_tile_up(M), Kp = nl_tile_up(K);
