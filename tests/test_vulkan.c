@@ -329,15 +329,17 @@ static int sh(const char *cmd) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* "step N/M loss L" lines of a training log -> losses[] */
-static int read_losses(const char *path, double *loss, int cap) {
+/* The number after `key` on each line starting with `prefix` -> loss[]: a training log's
+ * "step N/M loss L" lines (prefix "step ", key "loss ", 4 decimals) or a --log-json file's
+ * (prefix "{", key "\"loss\": ", full precision) */
+static int read_losses(const char *path, const char *prefix, const char *key, double *loss, int cap) {
     FILE *f = fopen(path, "r");
     if (!f) return 0;
-    char line[1024];
+    char line[2048];
     int n = 0;
     while (fgets(line, sizeof line, f) && n < cap) {
-        const char *p = strstr(line, "loss ");
-        if (!strncmp(line, "step ", 5) && p) loss[n++] = strtod(p + 5, NULL);
+        const char *p = strstr(line, key);
+        if (!strncmp(line, prefix, strlen(prefix)) && p) loss[n++] = strtod(p + strlen(key), NULL);
     }
     fclose(f);
     return n;
@@ -372,7 +374,7 @@ static void test_cli(const char *cpu_kind) {
     double lh[16], lv[16];
     char hp[512];
     snprintf(hp, sizeof hp, "%s/host.txt", dir);
-    const int nh = read_losses(hp, lh, 16), nv = read_losses(path, lv, 16);
+    const int nh = read_losses(hp, "step ", "loss ", lh, 16), nv = read_losses(path, "step ", "loss ", lv, 16);
     CHECKF(nh == 4 && nv == 4, "%d host and %d vulkan loss lines", nh, nv);
     for (int i = 0; i < nh && i < nv; i++)
         CHECKF(fabs(lh[i] - lv[i]) <= 2e-2 * fabs(lh[i]), "step %d: loss %.6f on host, %.6f on vulkan", i + 1, lh[i], lv[i]);
@@ -403,20 +405,6 @@ static void test_cli(const char *cpu_kind) {
     nl_t_tmpdir_done(dir);
 }
 
-/* The "loss" of each line of a --log-json file -> loss[] (full precision, unlike the log's 4 decimals) */
-static int read_json_losses(const char *path, double *loss, int cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[2048];
-    int n = 0;
-    while (fgets(line, sizeof line, f) && n < cap) {
-        const char *p = strstr(line, "\"loss\": ");
-        if (p) loss[n++] = strtod(p + 8, NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 /* A tiny model of `arch` trained 4 steps on host (f32) and on vulkan: every loss within the
  * planner's bound, nothing routed away from the device. */
 static void test_cli_arch(const char *arch) {
@@ -445,7 +433,7 @@ static void test_cli_arch(const char *arch) {
     double lh[16], lv[16];
     snprintf(hp, sizeof hp, "%s/host.jsonl", dir);
     snprintf(vp, sizeof vp, "%s/vk.jsonl", dir);
-    const int nh = read_json_losses(hp, lh, 16), nv = read_json_losses(vp, lv, 16);
+    const int nh = read_losses(hp, "{", "\"loss\": ", lh, 16), nv = read_losses(vp, "{", "\"loss\": ", lv, 16);
     CHECKF(nh == 4 && nv == 4, "%s: %d host and %d vulkan loss lines", arch, nh, nv);
     double worst = 0;
     for (int i = 0; i < nh && i < nv; i++) {
