@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     float *dy = rnd((size_t)T * vd, -1, 1), *y = rnd((size_t)T * vd, 0, 1);
     float *dm = rnd((size_t)T * cd, 0, 1), *dz = rnd((size_t)T * vd, 0, 1);
     float *db = rnd((size_t)T * s.Hv, 0, 1), *da = rnd((size_t)T * s.Hv, 0, 1);
-    nl_gdn_cache *c = nl_gdn_cache_new(&s, T);
+    nl_gdn_cache *c = nl_gdn_cache_new(NULL, &s, T);
     if (!c) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
     double best[3] = {1e30, 1e30, 1e30};
     for (int r = 0; r < reps; r++) {

@@ -178,7 +178,7 @@ static void test_forward(int tiled, int with_state) {
     }
     /* the training forward gives the same y bit for bit (zero start only) */
     if (!with_state) {
-        nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T + 3);
+        nl_gdn_cache *c = nl_gdn_cache_new(NULL, &F.s, T + 3);
         float *y2 = malloc(sizeof(float) * ny);
         CHECK(c && nl_gdn_forward_train(NULL, NULL, &F.s, &w, y2, F.mixed, F.z, F.b, F.a, T, c) == 0);
         CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
@@ -339,7 +339,7 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
         rvec[i] = dy[i];
     }
     nl_gdn_weights w = fw(&F);
-    nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T > 40 ? T : 40);
+    nl_gdn_cache *c = nl_gdn_cache_new(NULL, &F.s, T > 40 ? T : 40);
     float *gm = malloc(sizeof(float) * (size_t)T * cd), *gz = malloc(sizeof(float) * ny);
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
     CHECK(c != NULL);
@@ -395,7 +395,7 @@ static void test_backward_direction(int Hk, int Hv, int dk, int dv, int tiled, i
     float *dy = malloc(sizeof(float) * ny), *y = malloc(sizeof(float) * ny);
     for (size_t i = 0; i < ny; i++) rvec[i] = dy[i] = (float)nl_t_rand();
     nl_gdn_weights w = fw(&F);
-    nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
+    nl_gdn_cache *c = nl_gdn_cache_new(NULL, &F.s, T);
     float *gm = malloc(sizeof(float) * (size_t)T * cd), *gz = malloc(sizeof(float) * ny);
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
     CHECK(c && nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
@@ -445,7 +445,7 @@ static void test_cache_size(void) {
     CHECK(nl_gdn_cache_bytes(&s, 16) - nl_gdn_cache_bytes(&s, 15) == 4 * per_tok);
     CHECK(nl_gdn_cache_bytes(&s, 17) - nl_gdn_cache_bytes(&s, 16) == 4 * (per_tok + hs));
     CHECK(nl_gdn_cache_bytes(&s, 33) - nl_gdn_cache_bytes(&s, 17) == 4 * (16 * per_tok + hs));
-    nl_gdn_cache *c = nl_gdn_cache_new(&s, 37);
+    nl_gdn_cache *c = nl_gdn_cache_new(NULL, &s, 37);
     CHECK(c && nl_gdn_cache_size(c) == nl_gdn_cache_bytes(&s, 37));
     nl_gdn_cache_free(c);
     /* the qwen35-0.8b layer at T = 512: 31 checkpoints of 1 MiB dominate */
@@ -477,8 +477,8 @@ static void test_errors(void) {
     CHECK(nl_gdn_forward(NULL, NULL, &bad, &w, y, F.mixed, F.z, F.b, F.a, 20, NULL) == -1);
     CHECK(strstr(nl_last_error(), "multiple") != NULL);
     CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 0, NULL) == 0);
-    CHECK(nl_gdn_cache_new(&F.s, 0) == NULL);
-    nl_gdn_cache *c = nl_gdn_cache_new(&F.s, 10);
+    CHECK(nl_gdn_cache_new(NULL, &F.s, 0) == NULL);
+    nl_gdn_cache *c = nl_gdn_cache_new(NULL, &F.s, 10);
     CHECK(c != NULL);
     CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == -1); /* no forward yet */
     CHECK(nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, 20, c) == -1);
@@ -546,13 +546,19 @@ static void test_simd_same_bits(void) {
             CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
             CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
                                  F.b + (size_t)t1 * Hv, F.a + (size_t)t1 * Hv, T - t1, &st) == 0);
-            nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
+            /* the middle level's training calls take the cache and their temporaries from an
+             * arena (the pass's way), the others from the heap: the same bits */
+            nl_arena ar = {0};
+            nl_arena *ws = m == 1 ? &ar : NULL;
+            nl_gdn_cache *c = nl_gdn_cache_new(ws, &F.s, T);
+            CHECK(!ws || ar.peak == nl_gdn_cache_arena_bytes(&F.s, T));
             float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
-            CHECK(c && nl_gdn_forward_train(NULL, NULL, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
-            CHECK(c && nl_gdn_backward(NULL, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+            CHECK(c && nl_gdn_forward_train(NULL, ws, &F.s, &w, yt, F.mixed, F.z, F.b, F.a, T, c) == 0);
+            CHECK(c && nl_gdn_backward(NULL, ws, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
             CHECKF(memcmp(y, yt, sizeof(float) * ny) == 0, "shape %d level %s: training forward differs", si, got[m]);
             nl_gdn_cache_free(c);
+            nl_arena_free(&ar);
             float *o[9] = {y, ys, S, hist, gm, gz, gb, ga, yt};
             memcpy(out[m], o, sizeof o);
             if (m == 2) { /* vs the float64 reference, from the past state */
@@ -614,7 +620,7 @@ static void test_threads_same_bits(void) {
             CHECK(nl_gdn_forward(pool, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
             nl_gdn_state st = {hist, S};
             CHECK(nl_gdn_forward(pool, NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, T, &st) == 0);
-            nl_gdn_cache *c = nl_gdn_cache_new(&F.s, T);
+            nl_gdn_cache *c = nl_gdn_cache_new(NULL, &F.s, T);
             float *gm = malloc(sizeof(float) * nm), *gz = malloc(sizeof(float) * ny);
             float *gb = malloc(sizeof(float) * ng), *ga = malloc(sizeof(float) * ng);
             float *yt = malloc(sizeof(float) * ny);

@@ -228,8 +228,8 @@ static void test_forward_is_graph(nl_arch arch, const char *backend, int threads
 }
 
 /* The call's peak bound (nl_graph_call_bytes, what the memory preflight counts) against the
- * arena's measured peak: never under it, and tight (the bound adds only the recurrent layers'
- * GDN caches, which live on the heap, and the head's chunk when fewer rows are targets): a
+ * arena's measured peak: never under it, and tight (within 5%: the bound adds only the head's
+ * chunk when fewer rows are targets; the GDN caches are the arena's too): a
  * step, with every layer kept, none, or half, and the loss-only call, on every architecture,
  * an adapter on every projection and the head, dropout on. */
 static void test_call_bytes(nl_arch arch) {
@@ -252,9 +252,6 @@ static void test_call_bytes(nl_arch arch) {
             tok[t] = (int32_t)((t * 41 + 5) % V);
             tgt[t] = (int32_t)((t * 29 + 7) % V);
         }
-        uint64_t gdn = 0;
-        for (int l = 0; l < nL; l++)
-            if (s.m->layers[l].recurrent) gdn += nl_gdn_cache_bytes(&s.rt.gdn, T) + 256;
         nl_graph g0 = {.rt = &s.rt, .ad = ad};
         const uint64_t half = nl_graph_layer_bytes(&g0, 0, T) * (uint64_t)nL / 2;
         const uint64_t budgets[3] = {UINT64_MAX, 0, half};
@@ -265,8 +262,8 @@ static void test_call_bytes(nl_arch arch) {
             CHECK((v < 3 ? nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss) : nl_graph_loss(&g, tok, tgt, T, &loss)) == 0);
             const uint64_t bound = nl_graph_call_bytes(&g, T, g.act_budget, v < 3, NULL);
             const uint64_t peak = g.ws ? ((nl_arena *)g.ws)->peak : 0;
-            CHECKF(peak > 0 && peak <= bound && bound - peak <= gdn + bound / 20, "%s T=%d case %d: arena peak %llu, bound %llu (GDN caches %llu)",
-                   nl_arch_name(arch), T, v, (unsigned long long)peak, (unsigned long long)bound, (unsigned long long)gdn);
+            CHECKF(peak > 0 && peak <= bound && bound - peak <= bound / 20, "%s T=%d case %d: arena peak %llu, bound %llu",
+                   nl_arch_name(arch), T, v, (unsigned long long)peak, (unsigned long long)bound);
             nl_graph_free(&g);
         }
         free(tok), free(tgt);

@@ -43,6 +43,7 @@ struct nl_gdn_cache {
     nl_gdn_shape shape;
     int T_max, T;   /* T: tokens of the last nl_gdn_forward_train (0: none yet) */
     uint64_t bytes; /* size of data */
+    int heap;       /* 1: the struct and data are the heap's (nl_gdn_cache_free frees them) */
     float *data;
     float *cpre;                /* [T_max][conv_dim] conv output before SiLU */
     float *z;                   /* [T_max][Hv*dv] */
@@ -437,7 +438,12 @@ uint64_t nl_gdn_train_ws_bytes(const nl_gdn_shape *s, int T, int bwd) {
     return al64(4 * ((uint64_t)T * cd + (K - 1) * cd + K * cd)) + al64(4 * (uint64_t)s->Hv * ((uint64_t)s->dk * s->dv + 3 * (uint64_t)s->dv));
 }
 
-nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max) {
+uint64_t nl_gdn_cache_arena_bytes(const nl_gdn_shape *s, int T) {
+    const uint64_t b = nl_gdn_cache_bytes(s, T);
+    return b ? nl_arena_size(sizeof(nl_gdn_cache)) + nl_arena_size((size_t)b) : 0;
+}
+
+nl_gdn_cache *nl_gdn_cache_new(nl_arena *ws, const nl_gdn_shape *s, int T_max) {
     if (check_shape(s)) return NULL;
     if (T_max < 1) {
         nl_err("gdn: cache for %d tokens (need >= 1)", T_max);
@@ -448,11 +454,13 @@ nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max) {
         nl_err("gdn: cache for %d tokens overflows", T_max);
         return NULL;
     }
-    nl_gdn_cache *c = nl_calloc(1, sizeof *c);
+    nl_gdn_cache *c = ws ? nl_arena_alloc(ws, sizeof *c) : nl_calloc(1, sizeof *c);
     if (!c) return NULL;
-    c->data = nl_malloc((size_t)f * 4);
+    memset(c, 0, sizeof *c);
+    c->heap = !ws;
+    c->data = ws ? nl_arena_floats(ws, (size_t)f) : nl_malloc((size_t)f * 4);
     if (!c->data) {
-        free(c);
+        if (!ws) free(c);
         return NULL;
     }
     c->shape = *s;
@@ -469,7 +477,7 @@ nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max) {
 }
 
 void nl_gdn_cache_free(nl_gdn_cache *c) {
-    if (!c) return;
+    if (!c || !c->heap) return;
     free(c->data);
     free(c);
 }

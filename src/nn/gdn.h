@@ -80,9 +80,14 @@ uint64_t nl_gdn_backward_thread_bytes(const nl_gdn_shape *s);
  * ws for T tokens, on any pool (its tasks bounded by the heads); 0 for an invalid shape. */
 uint64_t nl_gdn_train_ws_bytes(const nl_gdn_shape *s, int T, int bwd);
 
-/* A cache able to hold up to T_max tokens; NULL + nl_err on failure. */
-nl_gdn_cache *nl_gdn_cache_new(const nl_gdn_shape *s, int T_max);
+/* A cache able to hold up to T_max tokens, from ws (the pass's arena: released with the mark
+ * taken before the call, nl_gdn_cache_free then only forgets it) or, ws NULL, the heap (tests,
+ * benchmarks); NULL + nl_err on failure. */
+nl_gdn_cache *nl_gdn_cache_new(nl_arena *ws, const nl_gdn_shape *s, int T_max);
 void nl_gdn_cache_free(nl_gdn_cache *c);
+/* The arena bytes nl_gdn_cache_new(ws, s, T) takes (its header and data, rounded as the arena
+ * rounds); 0 where nl_gdn_cache_bytes is 0. */
+uint64_t nl_gdn_cache_arena_bytes(const nl_gdn_shape *s, int T);
 /* Bytes of the cache's data allocation (== nl_gdn_cache_bytes(shape, T_max)). */
 uint64_t nl_gdn_cache_size(const nl_gdn_cache *c);
 

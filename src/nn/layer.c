@@ -101,7 +101,7 @@ int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
         c->gc = nl_arena_alloc(ps->ws, (size_t)n * sizeof *c->gc);
         if (!c->gc) { c->base = NULL; return -1; }
         for (int i = 0; i < n; i++) {
-            c->gc[i] = nl_gdn_cache_new(&ps->rt->gdn, nl_span_len(sp, i));
+            c->gc[i] = nl_gdn_cache_new(ps->ws, &ps->rt->gdn, nl_span_len(sp, i));
             if (!c->gc[i]) { nl_layer_cache_free(c); return -1; }
             c->n_gc = i + 1;
         }

@@ -86,8 +86,11 @@ uint64_t nl_graph_call_bytes(const nl_graph *g, int T, uint64_t budget, int want
                           nl_arena_size((size_t)nL * sizeof(nl_arena_mark)) + nl_arena_size((size_t)nL * sizeof(nl_layer_cache));
     uint64_t below = 0, peak = 0;
     for (int l = 0; l < nL; l++) {
-        /* a layer's cache (its block; a recurrent one's GDN cache pointers and caches) */
-        const uint64_t c = nl_arena_size((size_t)lb[l]) + (rt->m->layers[l].recurrent ? 64 : 0);
+        /* a layer's cache (its block; a recurrent one's GDN cache pointers and cache, all in the arena) */
+        const uint64_t c = rt->m->layers[l].recurrent
+                               ? nl_arena_size((size_t)nl_layer_cache_bytes(rt, g->ad, 0, l, T)) + nl_arena_size(sizeof(void *)) +
+                                     nl_gdn_cache_arena_bytes(&rt->gdn, T)
+                               : nl_arena_size((size_t)lb[l]);
         const uint64_t fwd = nl_layer_temp_bytes(rt, l, T, 0, proj_temp, (void *)g);
         peak = max2(peak, below + c + fwd);
         if (want_grad) peak = max2(peak, below + c + max2(keep[l] ? 0 : fwd, nl_layer_temp_bytes(rt, l, T, 1, proj_temp, (void *)g)));
