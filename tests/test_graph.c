@@ -8,6 +8,7 @@
 #include "test.h"
 #include "eval/session.h"
 #include "model/quant.h"
+#include "nn/nn.h"
 #include "train/graph.h"
 #include "util/util.h"
 
@@ -117,8 +118,42 @@ static void test_arch(nl_arch arch) {
     nl_session_close(&s);
 }
 
+/* The head on every row, chunk by chunk (NL_HEAD_CHUNK rows; a chunk without a target sends
+ * no request), no gathering, one thread: the longer way nn/head's head (the target rows
+ * gathered) must give bit for bit (nl_graph_test.head). */
+static int head_all_rows(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss, float *dx) {
+    const nl_model *m = ps->rt->m;
+    const int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer, p = m->p_output;
+    const int r = nl_adapter_rank(ps->save_u, p), C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
+    const size_t n = (size_t)T * E;
+    float *hn = malloc(n * sizeof(float)), *dhn = calloc(n, sizeof(float)), *rstd = malloc((size_t)T * sizeof(float));
+    float *z = malloc((size_t)C * V * sizeof(float)), *u = malloc((size_t)C * (r ? r : 1) * sizeof(float));
+    int64_t *rows = malloc((size_t)C * sizeof(int64_t));
+    CHECK(hn && dhn && rstd && z && u && rows);
+    nl_rmsnorm_forward(hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps);
+    int rc = 0;
+    for (int t0 = 0; t0 < T && rc == 0; t0 += C) {
+        const int nc = T - t0 < C ? T - t0 : C;
+        int any = 0;
+        for (int t = 0; t < nc; t++) {
+            row_loss[t0 + t] = 0.0;
+            rows[t] = t0 + t;
+            any |= targets[t0 + t] >= 0;
+        }
+        if (!any) continue;
+        rc = ps->proj(ps->user, NL_FWD, L, NL_P_OUTPUT, p, hn + (size_t)t0 * E, NULL, r ? u : NULL, NULL, nc, rows, z);
+        if (rc) break;
+        for (int t = 0; t < nc; t++) /* a row without a target: loss 0, dz 0 */
+            row_loss[t0 + t] = nl_xent_chunk(z + (size_t)t * V, targets + t0 + t, 1, V, inv_n, dx != NULL);
+        if (dx) rc = ps->proj(ps->user, NL_BWD, L, NL_P_OUTPUT, p, z, hn + (size_t)t0 * E, NULL, r ? u : NULL, nc, rows, dhn + (size_t)t0 * E);
+    }
+    if (rc == 0 && dx) nl_rmsnorm_backward(dx, dhn, x, m->output_norm, rstd, T, E);
+    free(hn), free(dhn), free(rstd), free(z), free(u), free(rows);
+    return rc;
+}
+
 /* Work the graph leaves out, checked against the full computation bit for bit: the head on
- * the target rows only (head_all_rows = 0 vs 1), with sparse targets (3 of 37 rows) and with
+ * the target rows only (nn/head's vs head_all_rows above), with sparse targets (3 of 37 rows) and with
  * more target rows than one head chunk (T = 530, every other row; recompute), an adapter on
  * the output projection with dropout (gathered rows keep their masks); and layer 0's input
  * gradient not formed (full_input_grads = 0 vs 1: 3 or 4 BWD requests fewer). Ref and host
@@ -154,7 +189,7 @@ static void test_shortcuts(nl_arch arch, const char *backend) {
         for (int v = 0; v < 3; v++) {
             gr[v] = calloc(ad->n_params, sizeof(float));
             nl_graph_prof prof = {0};
-            nl_graph_test hooks = {.head_all_rows = v == 1, .full_input_grads = v == 2};
+            nl_graph_test hooks = {.head = v == 1 ? head_all_rows : NULL, .full_input_grads = v == 2};
             nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[v], .dropout = 0.3f, .seed = 8, .step = 1, .tok_base = 1000,
                           .act_budget = c ? 0 : UINT64_MAX, .test = &hooks, .prof = &prof};
             CHECK(nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss[v]) == 0);

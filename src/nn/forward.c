@@ -6,6 +6,7 @@
 
 #include "cpu/amx.h"
 #include "cpu/vecmath.h"
+#include "nn/head.h"
 #include "nn/layer.h"
 #include "nn/lora.h"
 #include "util/util.h"
@@ -193,8 +194,8 @@ int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y) {
 
 /* The layers' projections in the forward: the service plus the adapter's LoRA (nl_rt_proj). */
 static int forward_proj(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
-                        const float *u_in, int T, float *out) {
-    (void)layer, (void)kind, (void)x, (void)u_save, (void)u_in;
+                        const float *u_in, int T, const int64_t *rows, float *out) {
+    (void)layer, (void)kind, (void)x, (void)u_save, (void)u_in, (void)rows;
     if (dir != NL_FWD) return nl_err("internal: the model forward has no backward");
     return nl_rt_proj(user, p, in, T, out);
 }
@@ -288,44 +289,29 @@ int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n
     return forward_span(rt, NULL, tokens, T, n_seg, seg_T, seg_pre, hidden);
 }
 
+/* ---- the head (nn/head.h) with the model forward's projections and arena ---- */
+
 int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits) {
-    const nl_model *m = rt->m;
-    int E = m->hp.n_embd;
     nl_arena *ws = fws_of(rt);
     if (!ws) return -1;
-    const nl_arena_mark mk = nl_arena_top(ws);
-    float *hn = nl_arena_floats(ws, (size_t)T * E);
-    if (!hn) return -1;
-    nl_rmsnorm_forward(hn, NULL, hidden, m->output_norm, T, E, m->hp.rms_eps);
-    int rc = nl_rt_proj(rt, m->p_output, hn, T, logits);
-    nl_arena_release(ws, mk);
-    return rc;
+    nl_pass ps = {.rt = rt, .ws = ws, .proj = forward_proj, .user = rt};
+    return nl_head_pass_logits(&ps, hidden, T, logits);
 }
 
 /* nl_head_loss with the rows' losses as floats (row_loss) and/or doubles (row_loss_d) */
 static int head_loss(nl_runtime *rt, const float *hidden, const int32_t *targets, int T, double *sum, float *row_loss,
                      double *row_loss_d) {
-    const nl_model *m = rt->m;
-    int E = m->hp.n_embd, V = m->hp.n_vocab;
-    int C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
     nl_arena *ws = fws_of(rt);
     if (!ws) return -1;
     const nl_arena_mark mk = nl_arena_top(ws);
-    float *z = nl_arena_floats(ws, (size_t)C * V);
-    if (!z) return -1;
+    double *rl = row_loss_d ? row_loss_d : nl_arena_alloc(ws, (size_t)T * sizeof *rl);
+    if (!rl) return -1;
+    nl_pass ps = {.rt = rt, .ws = ws, .proj = forward_proj, .user = rt};
+    int rc = nl_head_pass_loss(&ps, hidden, targets, T, 1.0f, rl, NULL);
     *sum = 0.0;
-    int rc = 0;
-    for (int t0 = 0; t0 < T && rc == 0; t0 += C) {
-        int n = T - t0 < C ? T - t0 : C;
-        rc = nl_head_logits(rt, hidden + (size_t)t0 * E, n, z);
-        if (rc) break;
-        for (int t = 0; t < n; t++) {
-            double l = 0.0;
-            if (targets[t0 + t] >= 0) l = nl_xent_chunk(z + (size_t)t * V, targets + t0 + t, 1, V, 1.0f, 0);
-            *sum += l;
-            if (row_loss) row_loss[t0 + t] = (float)l;
-            if (row_loss_d) row_loss_d[t0 + t] = l;
-        }
+    for (int t = 0; rc == 0 && t < T; t++) {
+        *sum += rl[t]; /* in row order */
+        if (row_loss) row_loss[t] = (float)rl[t];
     }
     nl_arena_release(ws, mk);
     return rc;

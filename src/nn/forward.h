@@ -114,13 +114,14 @@ int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, c
  * prefix is computed once for all of them). seg_pre NULL: nl_forward_packed. */
 int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, const int *seg_pre,
                              float *hidden);
-/* Rows a head call projects at a time (nl_head_loss here, the training graph's head): the
+/* Rows a head request projects at a time (nn/head: the inference's and the training graph's): the
  * vocabulary product is the largest of a training step (V·E per row, both directions) and runs
  * at its best rate on 256-row buckets, while the logits chunk stays at 256·V floats (155 MB for
  * V = 151936). */
 #define NL_HEAD_CHUNK 256
 
-/* Final norm + vocabulary projection of T rows: logits[T][n_vocab]. */
+/* The head (nn/head.h) with the model forward's projections (the service plus the adapter's
+ * LoRA) and arena. Final norm + vocabulary projection of T rows: logits[T][n_vocab]. */
 int nl_head_logits(nl_runtime *rt, const float *hidden, int T, float *logits);
 
 /* Sum of target cross-entropies over targets[T] (< 0 = not a target), head in token chunks so

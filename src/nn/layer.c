@@ -157,11 +157,11 @@ void nl_layer_cache_free(nl_layer_cache *c) {
 /* ---- projections through the pass ---- */
 
 static int proj_fwd(nl_pass *ps, int l, int kind, const float *x, int T, float *y, float *u_save) {
-    return ps->proj(ps->user, NL_FWD, l, kind, ps->rt->m->layers[l].p[kind], x, NULL, u_save, NULL, T, y);
+    return ps->proj(ps->user, NL_FWD, l, kind, ps->rt->m->layers[l].p[kind], x, NULL, u_save, NULL, T, NULL, y);
 }
 
 static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *x, const float *u, int T, float *dx) {
-    return ps->proj(ps->user, NL_BWD, l, kind, ps->rt->m->layers[l].p[kind], dy, x, NULL, u, T, dx);
+    return ps->proj(ps->user, NL_BWD, l, kind, ps->rt->m->layers[l].p[kind], dy, x, NULL, u, T, NULL, dx);
 }
 
 /* ---- segments ---- */

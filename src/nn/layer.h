@@ -1,6 +1,7 @@
 /* nn/layer: one layer definition per architecture (llama, qwen3, qwen35, gemma3), the only one: the
  * model forward (nn/forward: logits, generate, eval, with its KV cache / GDN state) and the
- * training graph (train/graph: saves, recompute, backward) both run their layers through it.
+ * training graph (train/graph: saves, recompute, backward) both run their layers through it
+ * (and their vocabulary head through nn/head, on the same pass).
  *
  *   xmid = x + mixer(attn_norm(x)),   x_out = xmid + down(swiglu(gate(h2), up(h2))),
  *   h2 = ffn_norm(xmid)
@@ -54,9 +55,11 @@ typedef struct nl_pass {
      *   NL_BWD: out[T][n_in] = in·W + LoRA's dx, with in = dy, x and u_in the forward's input
      *           and saved u; the LoRA gradients accumulate. out == NULL: no input gradient,
      *           only the LoRA gradients.
+     * rows: each of the T rows' index in the pass's span (the head's gathered target rows keep
+     * their LoRA dropout masks: nn/head.h); NULL: rows 0 .. T-1 (the layers).
      * 0 ok, -1 + nl_err. */
     int (*proj)(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
-                const float *u_in, int T, float *out);
+                const float *u_in, int T, const int64_t *rows, float *out);
     void *user;
     const nl_adapter *save_u; /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
     int save_gdn;             /* recurrent layers keep the GDN cache for the backward */

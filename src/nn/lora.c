@@ -46,8 +46,8 @@ static uint32_t keep_threshold(float p) {
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
 }
 
-/* Token index of row t of a call: toks[t] when the rows were gathered, else tok0 + t. */
-static int64_t tok_of(int64_t tok0, const int64_t *toks, int64_t t) { return toks ? toks[t] : tok0 + t; }
+/* Token index of row t of a call: tok0 + toks[t] when the rows were gathered, else tok0 + t. */
+static int64_t tok_of(int64_t tok0, const int64_t *toks, int64_t t) { return tok0 + (toks ? toks[t] : t); }
 
 /* m[nb][n_in] for token rows t .. t+nb-1 of a call (token indices tok_of). Value c of the
  * token's key gives elements 2c (low 32 bits) and 2c+1 (high 32 bits). */

@@ -69,8 +69,8 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
  * The same products as nl_lora_forward_to / nl_lora_backward_to restricted to part of the
  * outputs; parts computed by different threads together give exactly the bits of the whole
  * call (nl_gemm computes every element as one chain over k, whatever M, N or the split of k).
- * Token row t's dropout mask is keyed by toks[t] when toks != NULL (rows gathered out of a
- * longer sequence keep their masks), else by tok0 + t. */
+ * Token row t's dropout mask is keyed by tok0 + toks[t] when toks != NULL (rows gathered out
+ * of a longer sequence keep their masks), else by tok0 + t. */
 
 /* NL_LORA_ADD as accumulate (forward) or dx_accumulate (backward rows), FP32 path only (not on
  * the tiles): y (dx) += the LoRA term computed on its own, i.e. the bits of the term written

@@ -1,5 +1,5 @@
 /* nn/prof: the optional per-call timing of a pass's main thread (bench step): wall seconds by
- * node class, charged by the layers (nn/layer.c) and the training graph's head (train/graph.c). */
+ * node class, charged by the layers (nn/layer.c) and the head (nn/head.c). */
 #ifndef NL_NN_PROF_H
 #define NL_NN_PROF_H
 

@@ -1,11 +1,12 @@
 /* The training graph; see graph.h. The layers themselves (forward, backward): nn/layer.c;
- * here the step around them: which caches stay, recompute, the head, the LoRA branches with
- * their gradients. */
+ * here the step around them: which caches stay, recompute, the head (nn/head.c's, its loss summed
+ * per sequence), the LoRA branches with their gradients. */
 #include "train/graph.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/head.h"
 #include "nn/layer.h"
 #include "nn/lora.h"
 #include "nn/par.h"
@@ -54,17 +55,9 @@ static uint64_t proj_temp(void *user, nl_dir dir, int p, int T) {
     return A4((uint64_t)T * t->n_in) + A4(nl_lora_bwd_scratch_floats(&L, T));
 }
 
-/* the head's temporaries (head, head_compact with every row a target, its requests) */
+/* the head's temporaries: head()'s row losses, nn/head's */
 static uint64_t head_temp(const nl_graph *g, int T, int want_grad) {
-    const nl_model *m = g->rt->m;
-    const uint64_t E = (uint64_t)m->hp.n_embd, V = (uint64_t)m->hp.n_vocab, t = (uint64_t)T;
-    const int r = nl_adapter_rank(g->ad, m->p_output), C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
-    uint64_t b = A4(2 * t * E + t);
-    b += A4((uint64_t)C * V + (uint64_t)C * (uint64_t)(r ? r : 1) + 2 * (uint64_t)C * E) + nl_arena_size(8 * (t + (uint64_t)C)) +
-         nl_arena_size(4 * (t + (uint64_t)C)) + nl_arena_size(8 * (uint64_t)C);
-    uint64_t req = proj_temp((void *)g, NL_FWD, m->p_output, C);
-    if (want_grad) req = max2(req, proj_temp((void *)g, NL_BWD, m->p_output, C));
-    return b + req;
+    return nl_arena_size(8 * (size_t)T) + nl_head_pass_bytes(g->rt, g->ad, T, want_grad, proj_temp, (void *)g);
 }
 
 uint64_t nl_graph_call_bytes(const nl_graph *g, int T, uint64_t budget, int want_grad, uint64_t *kept_out) {
@@ -175,7 +168,8 @@ static int lora_run(nl_graph *g, lora_job *j) {
  *   NL_FWD: out[T][N] = in·Wᵀ + LoRA(in); u_save[T][r] receives the LoRA u (when adapted).
  *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
  *           saved u; the LoRA gradients accumulate into g->grads.
- * toks: the token index of each row for the dropout masks (NULL: g->tok_base + row).
+ * toks: each row's index in the call (the head's gathered rows), its dropout masks keyed by
+ * g->tok_base + toks[row]; NULL: g->tok_base + row.
  * NL_BWD with out == NULL: no input gradient wanted (layer 0's mixer inputs): no service
  * request, only the LoRA gradients.
  * The LoRA branch runs on this thread while the base product is in flight, into its own
@@ -228,139 +222,31 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
     return rc;
 }
 
-static int tproj_fwd(nl_graph *g, int layer, int kind, int p, const float *x, int T, float *y, float *u_save) {
-    return tproj(g, NL_FWD, layer, kind, p, x, NULL, u_save, NULL, T, y, NULL);
-}
-
-static int tproj_bwd(nl_graph *g, int layer, int kind, int p, const float *dy, const float *x, const float *u, int T, float *dx) {
-    return tproj(g, NL_BWD, layer, kind, p, dy, x, NULL, u, T, dx, NULL);
-}
-
-/* The layers' projections (nn/layer.h's pass hook). */
+/* The layers' and the head's projections (nn/layer.h's pass hook). */
 static int pass_proj(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
-                     const float *u_in, int T, float *out) {
-    return tproj(user, dir, layer, kind, p, in, x, u_save, u_in, T, out, NULL);
+                     const float *u_in, int T, const int64_t *rows, float *out) {
+    return tproj(user, dir, layer, kind, p, in, x, u_save, u_in, T, out, rows);
 }
 
 
-/* ---- head: final norm + vocabulary projection + cross-entropy, in token chunks ----
- * NL_HEAD_CHUNK (nn/forward.h) rows a chunk, as the model forward's head. */
-#define HEAD_CHUNK NL_HEAD_CHUNK
+/* ---- head: nn/head's, through the pass's hook ---- */
 
-/* The head on every row, chunk by chunk (chunks without a target skipped): the reference the
- * compacted head must reproduce bit for bit (the test hook head_all_rows selects it). */
-static int head_all_seq(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, int T, float inv_n, int want_grad,
-                        double *loss_sum) {
-    const nl_model *m = g->rt->m;
-    int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
-    int p = m->p_output, r = nl_adapter_rank(g->ad, p);
-    int C = T < HEAD_CHUNK ? T : HEAD_CHUNK;
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1));
-    double *row_loss = nl_arena_alloc(g->ws, (size_t)C * sizeof(double));
-    if (!z || !row_loss) { nl_arena_release(g->ws, mk); return -1; }
-    float *u = z + (size_t)C * V;
-    int rc = 0;
-    for (int t0 = 0; t0 < T && rc == 0; t0 += C) {
-        int nc = T - t0 < C ? T - t0 : C, any = 0;
-        for (int t = 0; t < nc; t++) any |= targets[t0 + t] >= 0;
-        if (!any) continue; /* no target: no loss, zero gradient, no service request */
-        int64_t saved = g->tok_base;
-        g->tok_base = saved + t0;
-        rc = tproj_fwd(g, L, NL_P_OUTPUT, p, hn + (size_t)t0 * E, nc, z, r ? u : NULL);
-        if (rc == 0) {
-            /* rows in parallel; the chunk's sum in row order (the same bits as one thread) */
-            double t1 = tic(g);
-            nl_par_xent_rows(POOL(g), row_loss, z, targets + t0, nc, V, inv_n, want_grad);
-            double cs = 0.0;
-            for (int t = 0; t < nc; t++) cs += row_loss[t];
-            *loss_sum += cs;
-            toc(g, NL_GP_XENT, t1);
-            if (want_grad) rc = tproj_bwd(g, L, NL_P_OUTPUT, p, z, hn + (size_t)t0 * E, r ? u : NULL, nc, dhn + (size_t)t0 * E);
-        }
-        g->tok_base = saved;
-    }
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
-/* The head on the target rows only: they are gathered into a compact buffer (256 a chunk),
- * the vocabulary product, cross-entropy and head BWD run on those rows, and their dhn rows are
- * scattered back (the other rows' dhn stay 0: a row without a target has zero logit gradient).
- * For prompt/answer data most rows are prompt, so most of the vocabulary work goes. Bit for
- * bit the uncompacted head: every service row and every LoRA row depends on its own input row
- * only (a planner that routes the two request sizes to different backends would break that,
- * as it already does between sequence lengths), the LoRA dropout masks keep each row's token
- * index (the toks array), and the loss is summed in the uncompacted chunks' grouping. */
-/* head_all_seq over each sequence of the span (its rows at token offset t0 of the step). */
-static int head_all(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, const nl_span *sp, float inv_n,
-                    int want_grad, double *loss_sums) {
-    const size_t E = (size_t)g->rt->m->hp.n_embd;
-    const int64_t saved = g->tok_base;
-    int rc = 0;
-    for (int i = 0, t0 = 0; i < nl_span_n(sp) && rc == 0; t0 += nl_span_len(sp, i++)) {
-        g->tok_base = saved + t0;
-        loss_sums[i] = 0.0;
-        rc = head_all_seq(g, hn + t0 * E, dhn + t0 * E, targets + t0, nl_span_len(sp, i), inv_n, want_grad, &loss_sums[i]);
-    }
-    g->tok_base = saved;
-    return rc;
-}
-
-static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t *targets, const nl_span *sp, float inv_n,
-                        int want_grad, double *loss_sums) {
+/* The head over the span's rows; loss_sums[i] is sequence i's, summed per chunk of
+ * NL_HEAD_CHUNK rows from the sequence's start (chunks with a target), each chunk in row order:
+ * the grouping that makes nl_graph_seqs' sums those of nl_graph_seq on each sequence. */
+static int head(nl_graph *g, nl_pass *ps, const float *x, const int32_t *targets, const nl_span *sp, float inv_n, int want_grad,
+                double *loss_sums, float *dx) {
     const int T = sp->T;
     for (int i = 0; i < nl_span_n(sp); i++) loss_sums[i] = 0.0;
-    const nl_model *m = g->rt->m;
-    int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer;
-    int p = m->p_output, r = nl_adapter_rank(g->ad, p);
-    int nt = 0;
-    for (int t = 0; t < T; t++) nt += targets[t] >= 0;
-    if (nt == 0) return 0;
-    int C = nt < HEAD_CHUNK ? nt : HEAD_CHUNK;
     nl_arena_mark mk = nl_arena_top(g->ws);
-    float *z = falloc(g, (size_t)C * V + (size_t)C * (r ? r : 1) + 2 * (size_t)C * E);
-    double *rl = nl_arena_alloc(g->ws, ((size_t)T + C) * sizeof(double));
-    int32_t *idx = nl_arena_alloc(g->ws, ((size_t)nt + C) * sizeof(int32_t));
-    int64_t *toks = nl_arena_alloc(g->ws, (size_t)C * sizeof(int64_t));
-    if (!z || !rl || !idx || !toks) { nl_arena_release(g->ws, mk); return -1; }
-    float *u = z + (size_t)C * V, *hc = u + (size_t)C * (r ? r : 1), *dhc = hc + (size_t)C * E;
-    double *rlc = rl + T;
-    int32_t *tc = idx + nt;
-    for (int t = 0, i = 0; t < T; t++) {
-        rl[t] = 0.0; /* what the cross-entropy gives a row without a target */
-        if (targets[t] >= 0) idx[i++] = t;
-    }
-    int rc = 0;
-    for (int i0 = 0; i0 < nt && rc == 0; i0 += C) {
-        int nc = nt - i0 < C ? nt - i0 : C;
-        double t1 = tic(g);
-        for (int i = 0; i < nc; i++) {
-            int t = idx[i0 + i];
-            memcpy(hc + (size_t)i * E, hn + (size_t)t * E, (size_t)E * sizeof(float));
-            tc[i] = targets[t];
-            toks[i] = g->tok_base + t;
-        }
-        toc(g, NL_GP_ADD, t1);
-        rc = tproj(g, NL_FWD, L, NL_P_OUTPUT, p, hc, NULL, r ? u : NULL, NULL, nc, z, toks);
-        if (rc) break;
-        t1 = tic(g);
-        nl_par_xent_rows(POOL(g), rlc, z, tc, nc, V, inv_n, want_grad);
-        for (int i = 0; i < nc; i++) rl[idx[i0 + i]] = rlc[i];
-        toc(g, NL_GP_XENT, t1);
-        if (!want_grad) continue;
-        rc = tproj(g, NL_BWD, L, NL_P_OUTPUT, p, z, hc, NULL, r ? u : NULL, nc, dhc, toks);
-        t1 = tic(g);
-        for (int i = 0; rc == 0 && i < nc; i++)
-            memcpy(dhn + (size_t)idx[i0 + i] * E, dhc + (size_t)i * E, (size_t)E * sizeof(float));
-        toc(g, NL_GP_ADD, t1);
-    }
-    /* the loss in head_all's grouping: per sequence, per chunk of HEAD_CHUNK rows from the
-     * sequence's start, in row order */
+    double *rl = nl_arena_alloc(g->ws, (size_t)T * sizeof *rl);
+    if (!rl) return -1;
+    nl_graph_head_fn fn = g->test && g->test->head ? g->test->head : nl_head_pass_loss;
+    int rc = fn(ps, x, targets, T, inv_n, rl, want_grad ? dx : NULL);
     for (int i = 0, s0 = 0; i < nl_span_n(sp) && rc == 0; s0 += nl_span_len(sp, i++)) {
         const int Ti = nl_span_len(sp, i);
-        for (int t0 = 0; t0 < Ti; t0 += HEAD_CHUNK) {
-            int nc = Ti - t0 < HEAD_CHUNK ? Ti - t0 : HEAD_CHUNK, any = 0;
+        for (int t0 = 0; t0 < Ti; t0 += NL_HEAD_CHUNK) {
+            int nc = Ti - t0 < NL_HEAD_CHUNK ? Ti - t0 : NL_HEAD_CHUNK, any = 0;
             double cs = 0.0;
             for (int t = 0; t < nc; t++) {
                 any |= targets[s0 + t0 + t] >= 0;
@@ -369,24 +255,6 @@ static int head_compact(nl_graph *g, const float *hn, float *dhn, const int32_t 
             if (any) loss_sums[i] += cs;
         }
     }
-    nl_arena_release(g->ws, mk);
-    return rc;
-}
-
-static int head(nl_graph *g, const float *x, const int32_t *targets, const nl_span *sp, float inv_n, int want_grad,
-                double *loss_sums, float *dx) {
-    const nl_model *m = g->rt->m;
-    int E = m->hp.n_embd, T = sp->T;
-    size_t n = (size_t)T * E;
-    nl_arena_mark mk = nl_arena_top(g->ws);
-    float *hn = falloc(g, 2 * n + (size_t)T);
-    if (!hn) return -1;
-    float *dhn = hn + n, *rstd = dhn + n;
-    NL_TIMED(g->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(g), hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
-    memset(dhn, 0, n * sizeof(float));
-    int rc = g->test && g->test->head_all_rows ? head_all(g, hn, dhn, targets, sp, inv_n, want_grad, loss_sums)
-                                               : head_compact(g, hn, dhn, targets, sp, inv_n, want_grad, loss_sums);
-    if (rc == 0 && want_grad) NL_TIMED(g->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(g), dx, dhn, x, m->output_norm, rstd, T, E));
     nl_arena_release(g->ws, mk);
     return rc;
 }
@@ -453,7 +321,7 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
             nl_arena_release(a, kmark[l]);
         }
     }
-    if (head(g, xs + (size_t)nL * n, targets, &sp, inv_n, want_grad, loss_sums, dx)) goto done;
+    if (head(g, &ps, xs + (size_t)nL * n, targets, &sp, inv_n, want_grad, loss_sums, dx)) goto done;
     if (want_grad) {
         for (int l = nL - 1; l >= 0; l--) {
             nl_layer_cache *c = &caches[l];

@@ -21,9 +21,14 @@
 
 /* Test hooks: the longer ways to the same bits that the tests check the graph's shortcuts
  * against. The library never sets them (nl_graph.test is NULL). */
+/* A head with nn/head's nl_head_pass_loss contract. */
+typedef int (*nl_graph_head_fn)(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss,
+                                float *dx);
+
 typedef struct {
-    /* run the head on every row instead of gathering the target rows (more work) */
-    int head_all_rows;
+    /* the head to run instead of nn/head's (NULL: nn/head's; tests/test_graph.c's reference:
+     * every row, chunk by chunk, no gathering) */
+    nl_graph_head_fn head;
     /* form layer 0's input gradient too (BWD of its mixer input projections and the
      * attention-norm backward), which nothing uses (more work) */
     int full_input_grads;
