@@ -253,7 +253,14 @@ static void test_merge_unwritable(const char *f32_path) {
                 const size_t bytes = nl_row_bytes(NL_TYPE_Q8_0, tm->ne[0]) * (size_t)tm->ne[1];
                 uint8_t *want = malloc(bytes);
                 nl_type_get(NL_TYPE_Q8_0)->from_float((const float *)tf->data, want, n);
-                bad += tm->type != NL_TYPE_Q8_0 || tf->type != NL_TYPE_F32 || memcmp(want, tm->data, bytes) != 0;
+                /* the reference quantization of the F32 merge, but for merge's rounding that keeps
+                 * the update: the same block scales, each value at most one step from nearest */
+                int off = tm->type != NL_TYPE_Q8_0 || tf->type != NL_TYPE_F32 || tm->nbytes != bytes;
+                for (size_t b = 0; !off && b < bytes; b += 34) {
+                    off += memcmp(want + b, (const uint8_t *)tm->data + b, 2) != 0;
+                    for (int j = 0; j < 32; j++) off += abs((int)(int8_t)want[b + 2 + j] - (int)((const int8_t *)tm->data)[b + 2 + j]) > 1;
+                }
+                bad += off != 0;
                 free(want);
             } else {
                 /* F32 weights stay F32 (adapted or not); norms and the embedding byte for byte */
@@ -366,6 +373,47 @@ static void test_merge_kept(const char *f32_path) {
         if (tb->type == NL_TYPE_Q4_1) CHECKF(tm->type == NL_TYPE_Q8_0, "%s written as %s", tm->name, nl_type_name(tm->type));
         else CHECKF(tm->type == tb->type && tm->nbytes == tb->nbytes && memcmp(tm->data, tb->data, (size_t)tb->nbytes) == 0, "%s changed", tm->name);
     }
+    /* the default's Q8_0 rounding keeps the update (merge.c q8_0_keep_update): block scales the
+     * reference quantizer's, every element within 1.5 steps of W + ΔW, and the error on A's rows
+     * well under nearest rounding's */
+    double e_keep = 0, e_near = 0;
+    int n_far = 0, n_scale = 0;
+    for (int i = 0; gb && gm && i < a->n; i++) {
+        const nl_gguf_tensor *tw = m->projs[a->t[i].proj].w, *tm = nl_gguf_tensor_find(gm, tw->name);
+        if (!tm || tm->type != NL_TYPE_Q8_0) continue;
+        const int64_t K = a->t[i].n_in, N = a->t[i].n_out;
+        const int r = a->t[i].rank;
+        const float sc = nl_adapter_scale(a, i), *A = nl_lora_A(a, i), *B = nl_lora_B(a, i);
+        float *row = malloc(sizeof(float) * (size_t)K), *wq = malloc(sizeof(float) * (size_t)K), *nq = malloc(sizeof(float) * (size_t)K);
+        uint8_t *nb8 = malloc(nl_row_bytes(NL_TYPE_Q8_0, K));
+        const size_t rs = nl_row_bytes(tw->type, K), r8 = nl_row_bytes(NL_TYPE_Q8_0, K);
+        for (int64_t o = 0; o < N; o++) {
+            nl_type_get(tw->type)->to_float((const uint8_t *)tw->data + (size_t)o * rs, row, K);
+            for (int j = 0; j < r; j++)
+                for (int64_t k = 0; k < K; k++) row[k] += sc * B[o * r + j] * A[(size_t)j * K + k];
+            const uint8_t *qm = (const uint8_t *)tm->data + (size_t)o * r8;
+            nl_type_get(NL_TYPE_Q8_0)->to_float(qm, wq, K);
+            nl_type_get(NL_TYPE_Q8_0)->from_float(row, nb8, K);
+            nl_type_get(NL_TYPE_Q8_0)->to_float(nb8, nq, K);
+            for (int64_t b = 0; b < K / 32; b++) {
+                n_scale += memcmp(qm + b * 34, nb8 + b * 34, 2) != 0;
+                const float step = nl_f16_to_f32((uint16_t)(nb8[b * 34] | (nb8[b * 34 + 1] << 8)));
+                for (int k = 0; k < 32; k++) n_far += fabsf(wq[b * 32 + k] - row[b * 32 + k]) > 1.5f * step + 1e-7f;
+            }
+            for (int j = 0; j < r; j++) {
+                double pk = 0, pn = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    pk += ((double)wq[k] - row[k]) * A[(size_t)j * K + k];
+                    pn += ((double)nq[k] - row[k]) * A[(size_t)j * K + k];
+                }
+                e_keep += pk * pk, e_near += pn * pn;
+            }
+        }
+        free(row); free(wq); free(nq); free(nb8);
+    }
+    printf("merge kept: error on A's rows, kept rounding / nearest: %.3f\n", sqrt(e_keep / e_near));
+    CHECKF(n_scale == 0 && n_far == 0, "default Q8_0: %d block scales not the reference's, %d elements over 1.5 steps from W + dW", n_scale, n_far);
+    CHECKF(e_near > 0 && e_keep < 0.5 * e_near, "default Q8_0: error on A's rows %g of nearest rounding's", sqrt(e_keep / e_near));
     nl_gguf_close(gb);
     nl_gguf_close(gm);
     /* the measure tells what the logits tell */

@@ -39,15 +39,16 @@ typedef struct nl_adapter {
  * is uniform value c of `key`. */
 void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t key);
 
-/* What a merge kept of the adapter's update ΔW = s·B·A, over the adapted tensors: for each, the
- * written weights' change Q(W+ΔW) − Q(W) (Q: the written type, encoded and decoded) against ΔW;
- * lost = ‖Q(W+ΔW) − Q(W) − ΔW‖ / ‖ΔW‖ (0: every bit of the update is in the file; ≥ 1: none). */
+/* What a merge kept of the adapter's update ΔW = s·B·A, over the adapted tensors: for each, what
+ * the written weights compute against base + adapter on the inputs the adapter reads, A's rows
+ * (P an orthonormal basis of them; Q: the written type, encoded and decoded):
+ * lost = ‖(Q(W+ΔW) − W − ΔW)·Pᵀ‖ / ‖ΔW‖ (0: every bit of the update is in the file; ≥ 1: none). */
 #define NL_MERGE_NTYPES 43 /* ggml's id space (model/quant.h's NL_TYPE_COUNT) */
 typedef struct {
     int n_adapted;              /* adapted tensors merged */
     int n_retyped;              /* of those, written in another type than stored */
     int by_type[NL_MERGE_NTYPES]; /* adapted tensors by written type (ggml id) */
-    double dw2, err2;           /* Σ‖ΔW‖², Σ‖Q(W+ΔW) − Q(W) − ΔW‖² */
+    double dw2, err2;           /* Σ‖ΔW‖², Σ‖(Q(W+ΔW) − W − ΔW)·Pᵀ‖² */
     double lost;                /* sqrt(err2 / dw2), over every adapted tensor */
     double worst;               /* the largest one tensor's lost */
     char worst_name[96];        /* its name */

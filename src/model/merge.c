@@ -12,12 +12,46 @@
 
 /* ≤ 6-bit grids are far coarser than a LoRA update (a Q4_1 step is 1/15 of a block's range):
  * requantized there the update drowns. F32, F16, BF16 and Q8_0 keep their own type; everything
- * else is written as Q8_0 (SmolLM2's Q4_1 file, a 10-step tagging adapter: Q8_0 and F16 both
- * keep base + adapter's 95.8% held-out, Q4_1 falls to 19.2%; Q8_0 is half F16's size). */
+ * else is written as Q8_0, rounded to keep the update (q8_0_keep_update). SmolLM2's Q4_1 file, a
+ * 10-step tagging adapter, held-out accuracy: base + adapter 98.3%, merged Q8_0 98.3% (95.8%
+ * rounded to nearest), F16 97.5%, Q4_1 19.2%; Q8_0 is half F16's size. */
 int nl_merge_out_type(int type) {
     switch (type) {
     case NL_TYPE_F32: case NL_TYPE_F16: case NL_TYPE_BF16: case NL_TYPE_Q8_0: return type;
     default: return NL_TYPE_Q8_0;
+    }
+}
+
+/* Q8_0 rounding that keeps the update on the adapter's input directions. Nearest rounding of
+ * W + ΔW leaves an error e whose part on A's rows, P·e (P an orthonormal basis of them), is what
+ * the merged model computes wrong on every input the adapter reads; at Q8_0 it is about 29% of
+ * ΔW's own part there (SmolLM2 Q4_1, a 10-step tagging adapter: held-out accuracy 95.8% merged
+ * against 98.3% base + adapter). This rounds the row in order with error diffusion in those r
+ * directions: c = P·e over the elements done, and each element's target moves by −α·(Pᵀc)ₖ
+ * (α = K / elements left, at most 8; the move at most one step) before it is rounded to nearest,
+ * so the elements after it cancel what the rounding did so far. The block scales are the
+ * reference quantizer's, and each element stays within 1.5 steps of its target. The same run:
+ * 8.2% on A's rows, probe logits off by 6.1% of the adapter's change (8.5% nearest), 98.3%
+ * held-out. Pt is P transposed (K×r), c r doubles of scratch. */
+static void q8_0_keep_update(const float *t, uint8_t *qo, const double *Pt, int r, int64_t K, double *c) {
+    for (int j = 0; j < r; j++) c[j] = 0.0;
+    for (int64_t b = 0; b < K / 32; b++) {
+        uint8_t *blk = qo + (size_t)b * 34;
+        const double d = (double)nl_f16_to_f32((uint16_t)(blk[0] | (blk[1] << 8)));
+        if (!(d > 0.0)) continue;
+        for (int i = 0; i < 32; i++) {
+            const int64_t k = b * 32 + i;
+            const double *pk = Pt + (size_t)k * r;
+            double g = 0.0;
+            for (int j = 0; j < r; j++) g += c[j] * pk[j];
+            const double alpha = fmin(8.0, (double)K / (double)(K - k));
+            const double sh = fmax(-d, fmin(d, alpha * g));
+            long q = lround(((double)t[k] - sh) / d);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            blk[2 + i] = (uint8_t)(int8_t)q;
+            const double e = (double)q * d - (double)t[k];
+            for (int j = 0; j < r; j++) c[j] += e * pk[j];
+        }
     }
 }
 
@@ -56,7 +90,6 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
     if (!owned) rc = -1;
     copy_ctx cc = {g, g->path};
     float *row = NULL, *rq = NULL, *r0 = NULL, *d = NULL;
-    void *q0 = NULL;
     int64_t row_cap = 0;
     for (int64_t i = 0; i < g->n_tensors && rc == 0; i++) {
         const nl_gguf_tensor *t = &g->tensors[i];
@@ -79,14 +112,13 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         if (K % dst->blck) { rc = nl_err("merge: tensor '%s' row of %lld is not a multiple of %s blocks", t->name, (long long)K, dst->name); break; }
         const size_t rs = nl_row_bytes(t->type, K), rd = nl_row_bytes(out_type, K);
         if (K > row_cap) {
-            free(row); free(rq); free(r0); free(d); free(q0);
+            free(row); free(rq); free(r0); free(d);
             row = nl_malloc((size_t)K * sizeof(float));
             rq = nl_malloc((size_t)K * sizeof(float));
             r0 = nl_malloc((size_t)K * sizeof(float));
             d = nl_malloc((size_t)K * sizeof(float));
-            q0 = nl_malloc((size_t)K * sizeof(float)); /* no row of any type is wider than f32's */
             row_cap = K;
-            if (!row || !rq || !r0 || !d || !q0) { rc = -1; row_cap = 0; break; }
+            if (!row || !rq || !r0 || !d) { rc = -1; row_cap = 0; break; }
         }
         uint8_t *q = nl_malloc(rd * (size_t)N);
         if (!q) { rc = -1; break; }
@@ -95,7 +127,7 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         const int r = e >= 0 ? a->t[e].rank : 0;
         const float s = e >= 0 ? nl_adapter_scale(a, e) : 0.0f;
         double dw2 = 0.0, err2 = 0.0;
-        double *P = NULL;
+        double *P = NULL, *Pt = NULL;
         if (e >= 0) {
             /* an orthonormal basis of A's rows (Gram-Schmidt in double; a dependent row is dropped) */
             P = nl_calloc((size_t)r * (size_t)K, sizeof(double));
@@ -115,6 +147,10 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
                 const double inv = nn > 1e-24 ? 1.0 / sqrt(nn) : 0.0;
                 for (int64_t k = 0; k < K; k++) Pj[k] *= inv;
             }
+            Pt = nl_malloc(((size_t)r * (size_t)K + (size_t)r) * sizeof(double));
+            if (!Pt) { free(P); rc = -1; break; }
+            for (int j = 0; j < r; j++)
+                for (int64_t k = 0; k < K; k++) Pt[(size_t)k * r + j] = P[(size_t)j * K + k];
         }
         for (int64_t o = 0; o < N && rc == 0; o++) {
             src->to_float((const uint8_t *)t->data + (size_t)o * rs, row, K);
@@ -126,6 +162,7 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
             }
             uint8_t *qo = q + (size_t)o * rd;
             dst->from_float(row, qo, K);
+            if (e >= 0 && out_type == NL_TYPE_Q8_0) q8_0_keep_update(row, qo, Pt, r, K, Pt + (size_t)r * K);
             /* what check would refuse is never written: an update that overflows the type */
             const int64_t bad = nl_type_first_nonfinite(out_type, qo, K);
             if (bad >= 0) {
@@ -135,13 +172,11 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
                 break;
             }
             if (e < 0) continue;
-            /* the update the file holds, D = Q(W+ΔW) − Q(W), against ΔW, on the inputs the
-             * adapter reads (ΔW x = s·B·(A x) is zero off A's rows): ‖(D − ΔW)·Pᵀ‖ against
-             * ‖ΔW·Pᵀ‖ = ‖ΔW‖, P an orthonormal basis of A's rows. Rounding noise off those rows
-             * is the requantization's, as any quantization of W has, and is not counted. */
+            /* what the file computes against base + adapter on the inputs the adapter reads
+             * (ΔW x = s·B·(A x) is zero off A's rows): ‖(Q(W+ΔW) − (W+ΔW))·Pᵀ‖ against ‖ΔW·Pᵀ‖ =
+             * ‖ΔW‖, P an orthonormal basis of A's rows. Off those rows the error is the
+             * requantization's, as any quantization of W has, and is not counted. */
             dst->to_float(qo, rq, K);
-            dst->from_float(r0, q0, K);
-            dst->to_float(q0, r0, K); /* Q(W), over W's copy */
             for (int j = 0; j < r; j++) {
                 const float c = s * B[o * r + j];
                 const float *Aj = A + (size_t)j * K;
@@ -160,6 +195,7 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
             }
         }
         free(P);
+        free(Pt);
         if (rc) break;
         if (e >= 0) {
             st->n_adapted++;
@@ -175,7 +211,7 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         }
         rc = nl_gguf_add_tensor(w, t->name, out_type, (int)t->n_dims, t->ne, q, true);
     }
-    free(row); free(rq); free(r0); free(d); free(q0);
+    free(row); free(rq); free(r0); free(d);
     if (st->worst < 0) st->worst = 0.0;
     st->lost = st->dw2 > 0 ? sqrt(st->err2 / st->dw2) : 0.0;
     if (rc == 0 && max_lost >= 0 && st->lost > max_lost)
