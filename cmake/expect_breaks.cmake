@@ -1,0 +1,28 @@
+# The self-tests' exact check (cmake/check_layers.cmake, check_layers_link.cmake): with
+# EXPECT_FILE (one expected break a line, "#" comments and blank lines ignored), every listed
+# break must be among `keys` (where the check found its breaks) and every found one listed;
+# EXPECT becomes the list's length. Without EXPECT_FILE: nothing (the count alone is checked).
+function(nl_expect_breaks what keys)
+  if(NOT DEFINED EXPECT_FILE)
+    return()
+  endif()
+  file(STRINGS "${EXPECT_FILE}" want REGEX "^[^# \t]")
+  set(bad "")
+  foreach(w IN LISTS want)
+    list(FIND keys "${w}" i)
+    if(i EQUAL -1)
+      string(APPEND bad "  not found: ${w}\n")
+    endif()
+  endforeach()
+  foreach(k IN LISTS keys)
+    list(FIND want "${k}" i)
+    if(i EQUAL -1)
+      string(APPEND bad "  not listed in ${EXPECT_FILE}: ${k}\n")
+    endif()
+  endforeach()
+  if(NOT bad STREQUAL "")
+    message(FATAL_ERROR "${what}: the breaks found differ from the expected ones:\n${bad}")
+  endif()
+  list(LENGTH want n)
+  set(EXPECT ${n} PARENT_SCOPE)
+endfunction()
