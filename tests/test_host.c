@@ -1,8 +1,8 @@
 /* test_host: the `host` projection backend against a float64 reference built from the
  * dequantized weights, for every kernel set this CPU runs (scalar, avx2, avx512 / neon) and both
  * compute modes (f32, bf16), FWD and BWD, odd shapes, F16/Q8_0/Q4_0/Q4_1/Q5_0/Q4_K/Q6_K weights;
- * one-hot bit-identity in both directions (bf16 BWD, and bf16 FWD of Q4_1/Q5_0/Q4_K/Q6_K: the dequantized row
- * rounded to BF16, see kernels.h);
+ * one-hot bit-identity in both directions (in bf16 compute the dequantized weight rounded to BF16,
+ * the same effective weight FWD and BWD: kernels.h);
  * 1/2/4 threads bit-identical; results independent of T.
  *
  * Error bound per output element: |y - ref| <= tol · Σ|x·w| (the sum of the absolute products
@@ -225,54 +225,54 @@ static float t_bf16_round(float f) {
     return f;
 }
 
-/* One-hot rows: FWD of e_k is column k of the dequantized W, BWD of e_n is row n, bit for bit
- * (compared as floats, so ±0 count as equal). bf16 BWD multiplies by the dequantized weight
- * rounded to BF16 (nearest even): there the row is exactly that rounding. */
+/* One-hot rows: FWD of e_k is column k of the effective W, BWD of e_n is row n, bit for bit
+ * (compared as floats, so ±0 count as equal), and the two directions see the same effective
+ * weights: the dequantized value, rounded to BF16 (nearest even) in bf16 compute for every
+ * quantized block type (kernels.h: one dequantizer, both directions). */
 static void test_one_hot(const mode *m, int type, int N, int K) {
     void *ctx = new_ctx(2, m->kernels, m->compute);
     CHECK(ctx != NULL);
     if (!ctx) return;
-    /* bf16 compute: BWD multiplies by the BF16 rounding of the dequantized weight; for the
-     * non-integer block types (Q4_1, Q5_0, Q4_K, Q6_K) FWD does too */
     const int on_bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16");
     const int bf16 = on_bf16 && type != NL_TYPE_F16 && type != NL_TYPE_F32;
-    const int bf16_fwd = bf16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0;
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
     float *wd = malloc(sizeof(float) * (size_t)N * K);
     nl_t_rand_weight(type, N, K, w);
     for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
+    if (bf16)
+        for (size_t i = 0; i < (size_t)N * K; i++) wd[i] = t_bf16_round(wd[i]);
     nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
     /* FWD: T = K rows, row t = e_t */
-    float *x = calloc((size_t)K * (K > N ? K : N), sizeof(float));
-    float *y = malloc(sizeof(float) * (size_t)K * (K > N ? K : N));
+    const size_t M = (size_t)(K > N ? K : N);
+    float *x = calloc(M * M, sizeof(float));
+    float *yf = malloc(sizeof(float) * (size_t)K * N), *yb = malloc(sizeof(float) * (size_t)N * K);
     for (int t = 0; t < K; t++) x[(size_t)t * K + t] = 1.0f;
-    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x, K, y) == 0);
+    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x, K, yf) == 0);
     int bad = 0;
     for (int t = 0; t < K; t++)
-        for (int n = 0; n < N; n++) {
-            float want = wd[(size_t)n * K + t];
-            if (bf16_fwd) want = t_bf16_round(want);
-            bad += y[(size_t)t * N + n] != want;
-        }
+        for (int n = 0; n < N; n++) bad += yf[(size_t)t * N + n] != wd[(size_t)n * K + t];
     CHECKF(bad == 0, "%s/%s type %d fwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
            nl_proj_host_compute(ctx), type, bad);
     /* BWD: T = N rows, row t = e_t */
-    memset(x, 0, sizeof(float) * (size_t)N * N);
+    memset(x, 0, sizeof(float) * M * M);
     for (int t = 0; t < N; t++) x[(size_t)t * N + t] = 1.0f;
-    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_BWD, x, N, y) == 0);
+    CHECK(nl_proj_backend_host.run(ctx, &pw, NL_BWD, x, N, yb) == 0);
     bad = 0;
     for (int t = 0; t < N; t++)
-        for (int k = 0; k < K; k++) {
-            float got = y[(size_t)t * K + k], want = wd[(size_t)t * K + k];
-            if (bf16) want = t_bf16_round(want);
-            bad += got != want;
-        }
+        for (int k = 0; k < K; k++) bad += yb[(size_t)t * K + k] != wd[(size_t)t * K + k];
     CHECKF(bad == 0, "%s/%s type %d bwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
+           nl_proj_host_compute(ctx), type, bad);
+    /* FWD's column k of row n and BWD's row n at k: one effective weight */
+    bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++) bad += yf[(size_t)k * N + n] != yb[(size_t)n * K + k];
+    CHECKF(bad == 0, "%s/%s type %d: one-hot FWD and BWD see different weights in %d", nl_proj_host_kernels(ctx),
            nl_proj_host_compute(ctx), type, bad);
     free(w);
     free(wd);
     free(x);
-    free(y);
+    free(yf);
+    free(yb);
     nl_proj_backend_host.free(ctx);
 }
 

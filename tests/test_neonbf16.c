@@ -8,9 +8,8 @@
  *   t = BFRound(p0 + p1), sum = BFRound(sum + t);
  * BFRound: round to odd (truncate; set the last fraction bit if anything was dropped), results
  * below 2⁻¹²⁶ flushed to a zero of their sign, overflow to infinity; BF16 and FP32 inputs below the
- * normal range read as zero; FPCR's rounding mode and FZ are ignored. FWD (the contract's
- * (Σ bf16(x)·q)·d): a fresh chain per 32-element block, then acc = fma(t, d, acc) in FP32 round to
- * nearest (FMLA), C = acc or C + acc. The model's own arithmetic is checked on known values
+ * normal range read as zero; FPCR's rounding mode and FZ are ignored. (FWD and BWD run the same
+ * kernel, gemm_bf16, on host.c's panels.) The model's own arithmetic is checked on known values
  * everywhere; the kernels run where the CPU has BF16 (aarch64 HWCAP2_BF16: qemu -cpu max in CI),
  * with one check that the hardware rounds to odd where round-to-nearest would differ. */
 #include <stdint.h>
@@ -100,53 +99,6 @@ static void check_bwd(const nl_host_kernels *ks, int m, int kp, int ncols, int a
     free(C0);
 }
 
-/* one FWD call (m × kc, integer q in BF16, block scales) against the model */
-static void check_fwd(const nl_host_kernels *ks, int m, int kc, int ncols, int accumulate) {
-    const int lda = kc + 8;
-    uint16_t *A = malloc(sizeof *A * (size_t)m * lda);
-    uint32_t *B = malloc(sizeof *B * (size_t)(kc / 2) * NL_HOST_NP);
-    float *S = malloc(sizeof *S * (size_t)(kc / 32) * NL_HOST_NP);
-    const int ldc = NL_HOST_NP + 1;
-    float *C = malloc(sizeof *C * (size_t)m * ldc), *C0 = malloc(sizeof *C0 * (size_t)m * ldc);
-    for (int i = 0; i < m * lda; i++) A[i] = rbf16(i % 5 == 0 ? 30.0 : 1.0);
-    for (int p = 0; p < kc / 2; p++)
-        for (int j = 0; j < NL_HOST_NP; j++) {
-            int8_t q[2] = {(int8_t)(nl_t_rand() * 127), (int8_t)(nl_t_rand() * 127)};
-            B[p * NL_HOST_NP + j] = j < ncols ? (uint32_t)nl_host_f32_to_bf16(q[0]) | (uint32_t)nl_host_f32_to_bf16(q[1]) << 16 : 0;
-        }
-    for (int b = 0; b < kc / 32; b++)
-        for (int j = 0; j < NL_HOST_NP; j++) S[b * NL_HOST_NP + j] = j < ncols ? (float)(nl_t_rand() * 0.01) : 0.0f;
-    for (int i = 0; i < m * ldc; i++) C[i] = C0[i] = (float)nl_t_rand();
-    ks->gemm_bf16_fwd(m, kc, A, lda, B, S, C, ldc, ncols, accumulate);
-    int bad = 0;
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < ldc; j++) {
-            float want = C0[i * ldc + j];
-            if (j < ncols) {
-                float acc = 0.0f;
-                for (int b = 0; b < kc / 32; b++) {
-                    float t = 0.0f;
-                    for (int p = 16 * b; p < 16 * b + 16; p++) {
-                        uint32_t a;
-                        memcpy(&a, A + i * lda + 2 * p, 4);
-                        t = bfdotadd(t, a, B[p * NL_HOST_NP + j]);
-                    }
-                    acc = fmaf(t, S[b * NL_HOST_NP + j], acc);
-                }
-                want = accumulate ? want + acc : acc;
-            }
-            if (fbits(want) != fbits(C[i * ldc + j]) && bad++ < 3)
-                fprintf(stderr, "fwd m %d kc %d ncols %d acc %d: C[%d][%d] = %a, model %a\n", m, kc, ncols, accumulate, i, j,
-                        (double)C[i * ldc + j], (double)want);
-        }
-    CHECKF(bad == 0, "fwd m %d kc %d ncols %d acc %d: %d elements differ", m, kc, ncols, accumulate, bad);
-    free(A);
-    free(B);
-    free(S);
-    free(C);
-    free(C0);
-}
-
 static void test_conversions(const nl_host_kernels *ks) {
     enum { N = 4096 };
     float *f = malloc(sizeof *f * N), *g = malloc(sizeof *g * N);
@@ -165,10 +117,6 @@ static void test_conversions(const nl_host_kernels *ks) {
     for (int i = 0; i < N; i++) bad += pr[i] != ((uint32_t)nl_host_f32_to_bf16(f[i]) | (uint32_t)nl_host_f32_to_bf16(g[i]) << 16);
     ks->pairs_to_bf16(g, NULL, N, pr);
     for (int i = 0; i < N; i++) bad += pr[i] != nl_host_f32_to_bf16(g[i]);
-    int8_t q[256];
-    for (int i = 0; i < 256; i++) q[i] = (int8_t)(i - 128);
-    ks->i8_to_bf16(q, 256, h);
-    for (int i = 0; i < 256; i++) bad += bf16f(h[i]) != (float)q[i];
     CHECKF(bad == 0, "conversions: %d values differ from nl_host_f32_to_bf16", bad);
     free(f);
     free(g);
@@ -193,12 +141,8 @@ static void test_kernels(void) {
     for (int a = 0; a < 7; a++)
         for (int b = 0; b < 7; b++)
             for (int c = 0; c < 7; c += small ? 2 : 1) check_bwd(ks, ms[a], kps[b], ncs[c], (a + b + c) & 1);
-    const int kcs[] = {32, 64, 256};
-    for (int a = 0; a < 7; a++)
-        for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 7; c += small ? 2 : 1) check_fwd(ks, ms[a], kcs[b], ncs[c], (a + b + c) & 1);
     check_bwd(ks, 6, 128, 64, 1);
-    check_fwd(ks, 8, 256, 64, 1);
+    check_bwd(ks, 8, 128, 64, 1);
 }
 #else
 static void test_kernels(void) { printf("not aarch64: the neonbf16 kernels are not built here\n"); }

@@ -22,10 +22,12 @@
  * Both directions decode W with the same block decoder (value = (float)q · d for Q8_0/Q4_0,
  * the F16 value for F16, model/quant's to_float for other block types), so in f32 compute a
  * one-hot input gives the dequantized column (FWD) / row (BWD) bit for bit. In bf16 compute
- * (Q8_0/Q4_0 only) the activations are rounded to BF16 once per request; FWD does
- * (Σ bf16(x)·q)·d with the integer q (exact in BF16) and d in FP32, so one-hot FWD is exact;
- * BWD multiplies by bf16(q·d), the dequantized value rounded to BF16 when the panel is packed,
- * so one-hot BWD equals the dequantized row within 2⁻⁹ relative.
+ * (the quantized block types: nl_host_type_bf16) the activations are rounded to BF16 once per
+ * request and both directions multiply by bf16(w), the dequantized value rounded to BF16
+ * (nearest even) when the panel is packed, through the same kernel (gemm_bf16): FWD's panel
+ * pairs two consecutive k of one row of W, BWD's two consecutive rows. So FWD and BWD see the
+ * same effective weights: one-hot FWD gives the column, one-hot BWD the row of bf16(w), bit for
+ * bit (bf16(w) is within 2⁻⁹ relative of the dequantized value).
  * Threads split the OUTPUT panels, never the reduction: every output element is the same
  * FMA chain whatever the thread count or T (a row of Y does not depend on the other rows). */
 #ifndef NL_CPU_KERNELS_H
@@ -41,7 +43,7 @@
 
 typedef struct nl_host_kernels {
     const char *name;
-    int has_bf16; /* gemm_bf16_* present */
+    int has_bf16; /* gemm_bf16 and the BF16 packs present */
 
     /* Row decoders into f32 (exact: F16 widening, (float)q*d for Q8_0). n / nblocks elements
      * or blocks; dst holds n or 32*nblocks floats. */
@@ -54,26 +56,22 @@ typedef struct nl_host_kernels {
     void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
                      int64_t ldc, int ncols, int accumulate);
 
-    /* bf16 FWD on integer weights. A: m rows of BF16 activations (stride lda elements, even),
-     * kc a multiple of 32. B: kc/2 rows of NP pairs (uint32: low half = even p, high half =
-     * odd p; BF16 of the integer q). S: kc/32 rows of NP block scales.
-     * C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} A[i][p] · q[p][j]). */
-    void (*gemm_bf16_fwd)(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
-                          const float *S, float *C, int64_t ldc, int ncols, int accumulate);
     /* dst[c*ldd + r] = src[r*lds + c] for r < rows (a multiple of 16), c < cols: the FWD
      * panel transpose (f32 values or BF16 pairs). NULL = host.c's scalar loop. */
     void (*transpose32)(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
                         int cols);
-    /* dst[i] = BF16 of the integer q[i], exact, i < n (a multiple of 16; bf16 sets only). */
-    void (*i8_to_bf16)(const int8_t *q, int n, uint16_t *dst);
     /* dst[i] = BF16(r0[i]) | BF16(r1[i]) << 16 (round to nearest even), i < n (a multiple of
      * 16); r1 NULL = zeros: the BWD pairs of two consecutive dequantized rows of W (bf16 sets). */
     void (*pairs_to_bf16)(const float *r0, const float *r1, int n, uint32_t *dst);
     /* dst[i] = BF16 of src[i], round to nearest even, i < n (bf16 sets only). */
     void (*to_bf16)(const float *src, int n, uint16_t *dst);
-    /* Optional (NULL = the generic decode): nblocks Q8_0 blocks -> dst[32·nblocks] BF16 of the
-     * integers q (exact) and d[b·d_stride] = the FP32 block scales (the FWD tile rows). */
-    void (*q8_0_to_bf16)(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride);
+    /* Optional (NULL = to_bf16 into a tile, then transpose32): the FWD panel's pairs of 16 rows of
+     * W straight from their FP32 decode, rows[r·ldr + p] for r < 16, p < kc (a multiple of 32):
+     * dst[(p/2)·ldd + r] = BF16(row r, p) | BF16(row r, p + 1) << 16, round to nearest even. */
+    void (*fwd_pairs_f32)(const float *rows, int64_t ldr, int kc, uint32_t *dst, int64_t ldd);
+    /* Optional: the same from 16 rows' Q8_0 blocks (rows[r]: nblocks blocks each), the values
+     * of dq_q8_0 (q·d, exact) rounded to BF16: dst[p2·ldd + r], p2 < 16·nblocks. */
+    void (*q8_0_fwd_pairs)(const nl_block_q8_0 *const rows[16], int nblocks, uint32_t *dst, int64_t ldd);
     /* Optional: pairs_to_bf16 of two rows' dequantized Q8_0 blocks (nblocks each; b1 NULL =
      * zeros), dst[32·nblocks], the same bits as dq_q8_0 followed by pairs_to_bf16. */
     void (*q8_0_pairs_to_bf16)(const nl_block_q8_0 *b0, const nl_block_q8_0 *b1, int nblocks, uint32_t *dst);
@@ -84,7 +82,7 @@ typedef struct nl_host_kernels {
     /* Optional (NULL = to_float): nblocks Q4_1 blocks (20 bytes each, any alignment) -> dst[32·nblocks]
      * = q·d + m, the same floats as to_float (q·d exact in FP32, one rounding either way). */
     void (*dq_q4_1)(const uint8_t *src, float *dst, int nblocks);
-    /* bf16 BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
+    /* bf16 FWD and BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
      * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
     void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,
                       int64_t ldc, int ncols, int accumulate);
@@ -236,11 +234,9 @@ void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64
                      float *dst);
 /* 1 if host.c can decode this weight type. */
 int nl_host_type_ok(int type);
-/* 1 for types with an integer (q, d) form usable by the bf16 kernels (32-element blocks). */
-int nl_host_type_int(int type);
-/* 1 for the weight types bf16 compute takes: the integer types exactly (q in BF16, d applied in
- * FP32), every other quantized block type (Q4_1, Q4_K, Q6_K) as its FP32 decode rounded to BF16
- * (nearest even), in both directions. F32, F16 and BF16 weights stay on the FP32 kernels. */
+/* 1 for the weight types bf16 compute takes: every quantized block type (Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q4_K, Q6_K), as its FP32 decode rounded to BF16 (nearest even), the same values in both
+ * directions. F32, F16 and BF16 weights stay on the FP32 kernels. */
 int nl_host_type_bf16(int type);
 
 #endif

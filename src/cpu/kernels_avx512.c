@@ -1,8 +1,7 @@
 /* cpu/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
  * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; the dispatcher
  * (dispatch.c) hands it out only after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
- * FP32 accumulators for gemm_f32 and gemm_bf16; 6 × 2 vectors (+ 6 × 2 per-block partial
- * sums) for gemm_bf16_fwd. */
+ * FP32 accumulators for gemm_f32 and gemm_bf16 (FWD and BWD). */
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
 #include <string.h>
@@ -69,46 +68,44 @@ static void z_dq_q4_1(const uint8_t *src, float *dst, int nblocks) {
     }
 }
 
-/* 16×16 32-bit transposes: interleave row pairs (32-bit), then row quads (64-bit), then
- * swap 128-bit lanes (4×4 lane transpose) — column 4L+c ends in output row 4L+c. */
+/* 16×16 32-bit transpose in registers: interleave row pairs (32-bit), then row quads (64-bit),
+ * then swap 128-bit lanes (4×4 lane transpose) — column c of the 16 rows a[] is stored at
+ * dst + c·ldd. */
+AI void tr16_store(__m512i a[16], uint32_t *dst, int64_t ldd) {
+    __m512i b[16];
+    for (int i = 0; i < 16; i += 2) {
+        b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+        b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+        a[g + 0] = _mm512_unpacklo_epi64(b[g + 0], b[g + 2]);
+        a[g + 1] = _mm512_unpackhi_epi64(b[g + 0], b[g + 2]);
+        a[g + 2] = _mm512_unpacklo_epi64(b[g + 1], b[g + 3]);
+        a[g + 3] = _mm512_unpackhi_epi64(b[g + 1], b[g + 3]);
+    }
+    /* a[4g + c], lane L = column 4L+c, rows 4g..4g+3 */
+    for (int c = 0; c < 4; c++) {
+        const __m512i x0 = a[c], x1 = a[4 + c], x2 = a[8 + c], x3 = a[12 + c];
+        const __m512i y0 = _mm512_shuffle_i32x4(x0, x1, 0x44), y1 = _mm512_shuffle_i32x4(x0, x1, 0xEE);
+        const __m512i y2 = _mm512_shuffle_i32x4(x2, x3, 0x44), y3 = _mm512_shuffle_i32x4(x2, x3, 0xEE);
+        _mm512_storeu_si512((void *)(dst + (0 + c) * ldd), _mm512_shuffle_i32x4(y0, y2, 0x88));
+        _mm512_storeu_si512((void *)(dst + (4 + c) * ldd), _mm512_shuffle_i32x4(y0, y2, 0xDD));
+        _mm512_storeu_si512((void *)(dst + (8 + c) * ldd), _mm512_shuffle_i32x4(y1, y3, 0x88));
+        _mm512_storeu_si512((void *)(dst + (12 + c) * ldd), _mm512_shuffle_i32x4(y1, y3, 0xDD));
+    }
+}
+
 static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
                           int cols) {
     for (int r0 = 0; r0 < rows; r0 += 16) {
         int c0 = 0;
         for (; c0 + 16 <= cols; c0 += 16) {
-            __m512i a[16], b[16];
+            __m512i a[16];
             for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_si512((const void *)(src + (r0 + i) * lds + c0));
-            for (int i = 0; i < 16; i += 2) {
-                b[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
-                b[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
-            }
-            for (int g = 0; g < 16; g += 4) {
-                a[g + 0] = _mm512_unpacklo_epi64(b[g + 0], b[g + 2]);
-                a[g + 1] = _mm512_unpackhi_epi64(b[g + 0], b[g + 2]);
-                a[g + 2] = _mm512_unpacklo_epi64(b[g + 1], b[g + 3]);
-                a[g + 3] = _mm512_unpackhi_epi64(b[g + 1], b[g + 3]);
-            }
-            /* a[4g + c], lane L = column 4L+c, rows 4g..4g+3 */
-            for (int c = 0; c < 4; c++) {
-                const __m512i x0 = a[c], x1 = a[4 + c], x2 = a[8 + c], x3 = a[12 + c];
-                const __m512i y0 = _mm512_shuffle_i32x4(x0, x1, 0x44), y1 = _mm512_shuffle_i32x4(x0, x1, 0xEE);
-                const __m512i y2 = _mm512_shuffle_i32x4(x2, x3, 0x44), y3 = _mm512_shuffle_i32x4(x2, x3, 0xEE);
-                _mm512_storeu_si512((void *)(dst + (c0 + 0 + c) * ldd + r0), _mm512_shuffle_i32x4(y0, y2, 0x88));
-                _mm512_storeu_si512((void *)(dst + (c0 + 4 + c) * ldd + r0), _mm512_shuffle_i32x4(y0, y2, 0xDD));
-                _mm512_storeu_si512((void *)(dst + (c0 + 8 + c) * ldd + r0), _mm512_shuffle_i32x4(y1, y3, 0x88));
-                _mm512_storeu_si512((void *)(dst + (c0 + 12 + c) * ldd + r0), _mm512_shuffle_i32x4(y1, y3, 0xDD));
-            }
+            tr16_store(a, dst + c0 * ldd + r0, ldd);
         }
         for (; c0 < cols; c0++)
             for (int i = 0; i < 16; i++) dst[c0 * ldd + r0 + i] = src[(r0 + i) * lds + c0];
-    }
-}
-
-static void z_i8_to_bf16(const int8_t *q, int n, uint16_t *dst) {
-    for (int i = 0; i < n; i += 16) {
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
-        const __m512i h = _mm512_srli_epi32(_mm512_castps_si512(f), 16); /* exact: |q| < 256 */
-        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(h));
     }
 }
 
@@ -146,15 +143,36 @@ static void z_q8_0_pairs_to_bf16(const nl_block_q8_0 *b0, const nl_block_q8_0 *b
     }
 }
 
-static void z_q8_0_to_bf16(const nl_block_q8_0 *src, int nblocks, uint16_t *dst, float *d, int64_t d_stride) {
+/* FWD panel pairs of 16 rows of W: dst[p2·ldd + r] = BF16(w_r[2p2]) | BF16(w_r[2p2+1]) << 16
+ * for r < 16, p2 < kc/2: the rows' BF16 values (to_bf16's, or dq_q8_0 + to_bf16's) transposed
+ * in registers, 16 pairs of 16 rows at a time (no row-major tile in memory). */
+static void z_fwd_pairs_f32(const float *rows, int64_t ldr, int kc, uint32_t *dst, int64_t ldd) {
+    for (int p = 0; p < kc; p += 32) {
+        __m512i a[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            bh512 u;
+            u.h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(rows + r * ldr + p + 16), _mm512_loadu_ps(rows + r * ldr + p));
+            a[r] = u.i;
+        }
+        tr16_store(a, dst + (size_t)(p / 2) * ldd, ldd);
+    }
+}
+
+static void z_q8_0_fwd_pairs(const nl_block_q8_0 *const rows[16], int nblocks, uint32_t *dst, int64_t ldd) {
     for (int b = 0; b < nblocks; b++) {
-        d[b * d_stride] = _cvtsh_ss(src[b].d);
-        /* BF16 of an integer |q| <= 128 is exact (8 significant bits): one rounding conversion */
-        const __m512 f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)src[b].qs)));
-        const __m512 f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(src[b].qs + 16))));
-        bh512 u;
-        u.h = _mm512_cvtne2ps_pbh(f1, f0);
-        _mm512_storeu_si512((void *)(dst + 32 * b), u.i);
+        __m512i a[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            const nl_block_q8_0 *q = rows[r] + b;
+            const __m512 d = _mm512_set1_ps(_cvtsh_ss(q->d));
+            const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->qs))), d);
+            const __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q->qs + 16)))), d);
+            bh512 u;
+            u.h = _mm512_cvtne2ps_pbh(f1, f0);
+            a[r] = u.i;
+        }
+        tr16_store(a, dst + (size_t)(16 * b) * ldd, ldd);
     }
 }
 
@@ -253,68 +271,6 @@ AI void to_bf16_row(const float *a, const float *d, int n, uint16_t *dst) {
     }
 }
 
-AI void ukr_bf16_fwd(const int mr, int kc, const uint32_t *a, int64_t lda2, const uint32_t *B, const float *S,
-                     float *C, int64_t ldc, int ncols, int accumulate) {
-    /* a: mr rows of BF16 pairs, lda2 pairs apart; B/S point at this 32-column half of the panel. */
-    __m512 acc[MR][4];
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int blk = 0; blk < kc / 32; blk++) {
-        __m512 t[MR][2];
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) t[i][0] = t[i][1] = _mm512_setzero_ps();
-        for (int pp = 0; pp < 16; pp++) {
-            const int p2 = blk * 16 + pp;
-            const uint32_t *b = B + (size_t)p2 * NL_HOST_NP;
-            const __m512bh b0 = as_bh(_mm512_loadu_si512((const void *)b));
-            const __m512bh b1 = as_bh(_mm512_loadu_si512((const void *)(b + 16)));
-#pragma GCC unroll 6
-            for (int i = 0; i < MR; i++) {
-                if (i >= mr) break;
-                const __m512bh av = as_bh(_mm512_set1_epi32((int)a[i * lda2 + p2]));
-                t[i][0] = _mm512_dpbf16_ps(t[i][0], av, b0);
-                t[i][1] = _mm512_dpbf16_ps(t[i][1], av, b1);
-            }
-        }
-        const __m512 s0 = _mm512_loadu_ps(S + (size_t)blk * NL_HOST_NP);
-        const __m512 s1 = _mm512_loadu_ps(S + (size_t)blk * NL_HOST_NP + 16);
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
-            if (i >= mr) break;
-            acc[i][0] = _mm512_fmadd_ps(t[i][0], s0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(t[i][1], s1, acc[i][1]);
-        }
-    }
-    store_tile(acc, mr, 2, C, ldc, ncols, accumulate);
-}
-
-static void z_gemm_bf16_fwd(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B,
-                            const float *S, float *C, int64_t ldc, int ncols, int accumulate) {
-    const int64_t lda2 = lda / 2; /* in pairs */
-    for (int i0 = 0; i0 < m; i0 += MR) {
-        const int mr = m - i0 < MR ? m - i0 : MR;
-        const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);
-        const int nr = m - i0 - MR < MR ? m - i0 - MR : MR;
-        for (int r = 0; r < nr; r++)
-            for (int p = 0; p < kc; p += 32) _mm_prefetch((const char *)(A + (i0 + MR + r) * lda + p), _MM_HINT_T0);
-        for (int h = 0; h < 2; h++) {
-            const int nc = ncols - 32 * h;
-            if (nc <= 0) break;
-            float *c = C + i0 * ldc + 32 * h;
-            const uint32_t *b = B + 32 * h;
-            const float *s = S + 32 * h;
-            switch (mr) {
-            case 6: ukr_bf16_fwd(6, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
-            case 5: ukr_bf16_fwd(5, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
-            case 4: ukr_bf16_fwd(4, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
-            case 3: ukr_bf16_fwd(3, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
-            case 2: ukr_bf16_fwd(2, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
-            default: ukr_bf16_fwd(1, kc, a, lda2, b, s, c, ldc, nc, accumulate); break;
-            }
-        }
-    }
-}
-
 static void z_to_bf16(const float *src, int n, uint16_t *dst) {
     int i = 0;
     for (; i + 32 <= n; i += 32) to_bf16_row(src + i, NULL, 32, dst + i);
@@ -400,13 +356,12 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .dq_f16 = z_dq_f16,
     .dq_q8_0 = z_dq_q8_0,
     .gemm_f32 = z_gemm_f32,
-    .gemm_bf16_fwd = z_gemm_bf16_fwd,
     .gemm_bf16 = z_gemm_bf16,
     .to_bf16 = z_to_bf16,
     .transpose32 = z_transpose32,
-    .i8_to_bf16 = z_i8_to_bf16,
     .pairs_to_bf16 = z_pairs_to_bf16,
-    .q8_0_to_bf16 = z_q8_0_to_bf16,
+    .fwd_pairs_f32 = z_fwd_pairs_f32,
+    .q8_0_fwd_pairs = z_q8_0_fwd_pairs,
     .q8_0_pairs_to_bf16 = z_q8_0_pairs_to_bf16,
     .dq_q5_0 = z_dq_q5_0,
     .dq_q4_1 = z_dq_q4_1,

@@ -1,6 +1,6 @@
 /* cpu/kernels_neonbf16: the AArch64 row for cores with FEAT_BF16 (Armv8.6-A phone cores: BFMMLA,
  * BFDOT); the dispatcher hands it out where HWCAP2_BF16 is set. Its bf16 entries follow kernels.h's
- * gemm_bf16_fwd / gemm_bf16 contract on the same packed panels as the avx512 row (B: NP pairs a
+ * gemm_bf16 contract (FWD and BWD) on the same packed panels as the avx512 row (B: NP pairs a
  * row, low half = even p), so host.c's bf16 mode runs on it unchanged; its f32 entries are the
  * neon row's (kernels_neon.c), so FP32 compute gives the same bits as there.
  *
@@ -172,105 +172,6 @@ static void k_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uin
     }
 }
 
-/* ---- FWD: C[i][j] (=|+=) Σ_b S[b][j] · (Σ_{p in block b} A[i][p] · q[p][j]) ---- */
-
-/* rows [0, mr) (mr 2..4) × the 8 columns at B / S */
-AI void ukr_fwd_mmla(const int mr, int kc, const uint16_t *A, int64_t lda, const uint32_t *B, const float *S, float *C,
-                     int64_t ldc, int nc, int accumulate) {
-    const int nrp = (mr + 1) / 2;
-    const uint16_t *row[4];
-    for (int i = 0; i < 4; i++) row[i] = i < mr ? A + i * lda : zrow;
-    float32x4_t acc[2][4];
-#pragma GCC unroll 2
-    for (int r = 0; r < 2; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_f32(0.0f);
-    for (int blk = 0; blk < kc / 32; blk++) {
-        float32x4_t t[2][4];
-#pragma GCC unroll 2
-        for (int r = 0; r < 2; r++)
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) t[r][c] = vdupq_n_f32(0.0f);
-        for (int qq = 0; qq < 8; qq++) {
-            const int q = 8 * blk + qq;
-            const uint32_t *b0 = B + (size_t)(2 * q) * NP;
-            bfloat16x8_t bq[4];
-            b_quads(b0, b0 + NP, 0, &bq[0], &bq[1]);
-            b_quads(b0, b0 + NP, 1, &bq[2], &bq[3]);
-#pragma GCC unroll 2
-            for (int r = 0; r < 2; r++) {
-                if (r >= nrp) break;
-                const bfloat16x8_t a = a_quad(row[2 * r], row[2 * r + 1], 4 * q);
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++) t[r][c] = vbfmmlaq_f32(t[r][c], a, bq[c]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            const float32x2_t s = vld1_f32(S + (size_t)blk * NP + 2 * c);
-            const float32x4_t s2 = vcombine_f32(s, s);
-#pragma GCC unroll 2
-            for (int r = 0; r < 2; r++) {
-                if (r >= nrp) break;
-                acc[r][c] = vfmaq_f32(acc[r][c], t[r][c], s2);
-            }
-        }
-    }
-    for (int r = 0; r < nrp; r++)
-        for (int c = 0; c < 4; c++)
-            store_2x2(acc[r][c], C + 2 * r * ldc + 2 * c, ldc, mr - 2 * r < 2 ? 1 : 2, nc - 2 * c, accumulate);
-}
-
-/* one row (BFDOT) × 16 columns */
-AI void ukr_fwd_dot(int kc, const uint16_t *A, const uint32_t *B, const float *S, float *C, int nc, int accumulate) {
-    float32x4_t acc[4];
-    for (int c = 0; c < 4; c++) acc[c] = vdupq_n_f32(0.0f);
-    for (int blk = 0; blk < kc / 32; blk++) {
-        float32x4_t t[4];
-        for (int c = 0; c < 4; c++) t[c] = vdupq_n_f32(0.0f);
-        for (int p2 = 16 * blk; p2 < 16 * blk + 16; p2 += 4) {
-            const bfloat16x8_t a = bf(vld1q_u16(A + 2 * p2));
-#define DOT_STEP(lane)                                                                              \
-    do {                                                                                            \
-        const uint32_t *b = B + (size_t)(p2 + (lane)) * NP;                                        \
-        for (int c = 0; c < 4; c++)                                                                 \
-            t[c] = vbfdotq_laneq_f32(t[c], bf(vreinterpretq_u16_u32(vld1q_u32(b + 4 * c))), a, lane); \
-    } while (0)
-            DOT_STEP(0);
-            DOT_STEP(1);
-            DOT_STEP(2);
-            DOT_STEP(3);
-#undef DOT_STEP
-        }
-        for (int c = 0; c < 4; c++) acc[c] = vfmaq_f32(acc[c], t[c], vld1q_f32(S + (size_t)blk * NP + 4 * c));
-    }
-    for (int c = 0; c < 4; c++) store_row4(acc[c], C + 4 * c, nc - 4 * c, accumulate);
-}
-
-static void k_gemm_bf16_fwd(int m, int kc, const uint16_t *A, int64_t lda, const uint32_t *B, const float *S, float *C,
-                            int64_t ldc, int ncols, int accumulate) {
-    for (int i0 = 0; i0 < m; i0 += 4) {
-        const int mr = m - i0 < 4 ? m - i0 : 4;
-        const uint16_t *a = A + i0 * lda;
-        float *c = C + i0 * ldc;
-        if (mr == 1) {
-            for (int s = 0; s < NP / 16 && 16 * s < ncols; s++)
-                ukr_fwd_dot(kc, a, B + 16 * s, S + 16 * s, c + 16 * s, ncols - 16 * s, accumulate);
-            continue;
-        }
-        for (int s = 0; s < NP / 8 && 8 * s < ncols; s++) {
-            const uint32_t *b = B + 8 * s;
-            const float *sc = S + 8 * s;
-            const int nc = ncols - 8 * s;
-            switch (mr) {
-            case 4: ukr_fwd_mmla(4, kc, a, lda, b, sc, c + 8 * s, ldc, nc, accumulate); break;
-            case 3: ukr_fwd_mmla(3, kc, a, lda, b, sc, c + 8 * s, ldc, nc, accumulate); break;
-            default: ukr_fwd_mmla(2, kc, a, lda, b, sc, c + 8 * s, ldc, nc, accumulate); break;
-            }
-        }
-    }
-}
-
 /* ---- conversions (integer arithmetic: the same bits as nl_host_f32_to_bf16) ---- */
 
 /* BF16 of four floats in the low halves: round to nearest even, NaN quieted */
@@ -288,16 +189,6 @@ static void k_to_bf16(const float *src, int n, uint16_t *dst) {
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
-static void k_i8_to_bf16(const int8_t *q, int n, uint16_t *dst) {
-    for (int i = 0; i < n; i += 8) {
-        const int16x8_t h = vmovl_s8(vld1_s8(q + i));
-        /* an integer |q| < 256 is exact in BF16: the high half of its FP32 */
-        const uint32x4_t lo = vreinterpretq_u32_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(h))));
-        const uint32x4_t hi = vreinterpretq_u32_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(h))));
-        vst1q_u16(dst + i, vcombine_u16(vshrn_n_u32(lo, 16), vshrn_n_u32(hi, 16)));
-    }
-}
-
 static void k_pairs_to_bf16(const float *r0, const float *r1, int n, uint32_t *dst) {
     for (int i = 0; i < n; i += 4) {
         const uint32x4_t lo = bf16_bits(vld1q_f32(r0 + i));
@@ -312,10 +203,8 @@ const nl_host_kernels nl_host_kernels_neonbf16 = {
     .dq_f16 = nl_neon_dq_f16,
     .dq_q8_0 = nl_neon_dq_q8_0,
     .gemm_f32 = nl_neon_gemm_f32,
-    .gemm_bf16_fwd = k_gemm_bf16_fwd,
     .gemm_bf16 = k_gemm_bf16,
     .to_bf16 = k_to_bf16,
-    .i8_to_bf16 = k_i8_to_bf16,
     .pairs_to_bf16 = k_pairs_to_bf16,
     .gemm_nn = nl_gemm_nn_neon,
     .dot_rows = nl_dot_rows_neon,

@@ -43,11 +43,8 @@ int nl_host_type_ok(int type) {
     return tr && tr->to_float && tr->blck > 1 && tr->blck <= 256;
 }
 
-int nl_host_type_int(int type) { return type == NL_TYPE_Q8_0 || type == NL_TYPE_Q4_0; }
-
 int nl_host_type_bf16(int type) {
-    if (nl_host_type_int(type)) return 1;
-    /* the other block types (Q4_1, Q4_K, Q6_K): decoded to FP32, then rounded to BF16 */
+    /* every block type: decoded to FP32, then rounded to BF16 */
     const nl_type_traits *tr = nl_type_get(type);
     return tr && nl_host_type_ok(type) && tr->blck > 1;
 }

@@ -72,7 +72,6 @@ static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", "sm
 typedef struct {
     float *B;       /* KC × NP packed f32 panel */
     uint32_t *Bp;   /* KC/2 × NP packed bf16 pairs */
-    float *S;       /* KC/32 × NP block scales (bf16 FWD) */
     float *row;     /* 2 × KC floats of decode scratch */
     float *tile;    /* NP × KC rows of W before the FWD transpose (f32 or BF16) */
     void *mem;
@@ -138,8 +137,8 @@ static int host_init(void **out, int n_threads, const char *compute) {
     c->nth = n_threads;
     c->scr = nl_calloc((size_t)n_threads, sizeof *c->scr);
     if (!c->scr) goto fail;
-    const size_t nB = (size_t)NL_HOST_KC * NL_HOST_NP, nBp = nB / 2, nS = nB / 32;
-    const size_t total = (2 * nB + nBp + nS + 3 * NL_HOST_KC + 64) * 4;
+    const size_t nB = (size_t)NL_HOST_KC * NL_HOST_NP, nBp = nB / 2;
+    const size_t total = (2 * nB + nBp + 3 * NL_HOST_KC + 64) * 4;
     for (int i = 0; i < n_threads; i++) {
         scratch *s = &c->scr[i];
         s->mem = aligned_alloc(64, (total + 63) / 64 * 64);
@@ -150,8 +149,7 @@ static int host_init(void **out, int n_threads, const char *compute) {
         float *f = s->mem;
         s->B = f;
         s->Bp = (uint32_t *)(f + nB);
-        s->S = f + nB + nBp;
-        s->row = s->S + nS;
+        s->row = f + nB + nBp;
         s->tile = s->row + 3 * NL_HOST_KC + 48; /* stays 64-byte aligned */
     }
     c->pool = nl_pool_new(n_threads);
@@ -363,6 +361,51 @@ static void ahead_to(ahead *a, int upto) {
 /* rows per slice of the product between prefetches (a multiple of the kernels' 6 rows) */
 #define AHEAD_ROWS 48
 
+/* zero Q8_0 blocks: the rows of a FWD panel past ncols (q·d = 0) */
+static const nl_block_q8_0 zero_q8_0[NL_HOST_KC / 32];
+
+/* The bf16 FWD panel: s->Bp[p/2][j] = bf16(w[n0+j][k0+p]) | bf16(w[n0+j][k0+p+1]) << 16, zero
+ * for j >= ncols. 16 rows at a time straight into the pairs where the set can (fwd_pairs_f32,
+ * q8_0_fwd_pairs), else BF16 rows in a tile, then transposed. */
+static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, const uint8_t *W, size_t rb, int64_t n0,
+                          int ncols, int64_t k0, int kc, scratch *s) {
+    if (w->type == NL_TYPE_Q8_0 && ks->q8_0_fwd_pairs) {
+        for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
+            const nl_block_q8_0 *rows[16];
+            for (int r = 0; r < 16; r++)
+                rows[r] = j0 + r < ncols ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + j0 + r) * rb) + k0 / 32
+                                         : zero_q8_0;
+            ks->q8_0_fwd_pairs(rows, kc / 32, s->Bp + j0, NL_HOST_NP);
+        }
+        return;
+    }
+    if (ks->fwd_pairs_f32) {
+        float *rows = s->tile; /* 16 rows of KC floats */
+        for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
+            for (int r = 0; r < 16; r++) {
+                float *dst = rows + (size_t)r * NL_HOST_KC;
+                if (j0 + r < ncols)
+                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + j0 + r) * rb, k0, kc, dst);
+                else
+                    memset(dst, 0, (size_t)kc * 4);
+            }
+            ks->fwd_pairs_f32(rows, NL_HOST_KC, kc, s->Bp + j0, NL_HOST_NP);
+        }
+        return;
+    }
+    uint16_t *tile = (uint16_t *)s->tile;
+    for (int j = 0; j < NL_HOST_NP; j++) {
+        uint16_t *tr = tile + (size_t)j * NL_HOST_KC;
+        if (j >= ncols) {
+            memset(tr, 0, (size_t)kc * 2);
+            continue;
+        }
+        nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, s->row);
+        ks->to_bf16(s->row, kc, tr);
+    }
+    transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc / 2);
+}
+
 /* FWD: output panels of n, chunks of k. */
 static void task_fwd(host_ctx *c, int tid) {
     const nl_proj_weight *w = c->w;
@@ -388,43 +431,13 @@ static void task_fwd(host_ctx *c, int tid) {
             else if (p + 1 < p1)
                 ahead_set(&nx, w, n0 + NL_HOST_NP, min64(NL_HOST_NP, N - n0 - NL_HOST_NP), 0, min64(NL_HOST_KC, K));
             if (c->bf16) {
-                /* tile[j][p] = BF16 of q[n0+j][k0+p]; S[b][j] = d of block b; then
-                 * B[p/2][j] = (tile[j][p], tile[j][p+1]) as one 32-bit pair */
-                const int nb = kc / 32;
-                uint16_t *tile = (uint16_t *)s->tile;
-                const size_t bb = nl_row_bytes(w->type, 32); /* one block's bytes */
-                for (int j = 0; j < NL_HOST_NP; j++) {
-                    uint16_t *tr = tile + (size_t)j * NL_HOST_KC;
-                    if (j >= ncols) {
-                        memset(tr, 0, (size_t)kc * 2);
-                        for (int b = 0; b < nb; b++) s->S[b * NL_HOST_NP + j] = 0;
-                        continue;
-                    }
-                    const uint8_t *row = W + (size_t)(n0 + j) * rb;
-                    if (w->type == NL_TYPE_Q8_0 && ks->q8_0_to_bf16) {
-                        ks->q8_0_to_bf16((const nl_block_q8_0 *)(const void *)row + k0 / 32, nb, tr, s->S + j, NL_HOST_NP);
-                        continue;
-                    }
-                    if (!nl_host_type_int(w->type)) {
-                        /* the FP32 decode rounded to BF16, scale 1 */
-                        nl_host_dequant(ks, w->type, row, k0, kc, s->row);
-                        ks->to_bf16(s->row, kc, tr);
-                        for (int b = 0; b < nb; b++) s->S[b * NL_HOST_NP + j] = 1.0f;
-                        continue;
-                    }
-                    for (int b = 0; b < nb; b++) {
-                        int8_t q[32];
-                        float d;
-                        nl_host_decode_int_block(w->type, row + (size_t)(k0 / 32 + b) * bb, q, &d);
-                        s->S[b * NL_HOST_NP + j] = d;
-                        ks->i8_to_bf16(q, 32, tr + 32 * b);
-                    }
-                }
-                transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc / 2);
+                /* B[p/2][j] = (bf16(w[n0+j][k0+p]), bf16(w[n0+j][k0+p+1])), the dequantized values
+                 * rounded to BF16 (the BWD pack's values) paired along k: the BWD kernel's panel */
+                pack_fwd_bf16(ks, w, W, rb, n0, ncols, k0, kc, s);
                 for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
                     ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
-                    ks->gemm_bf16_fwd((int)min64(AHEAD_ROWS, thi - t0), kc, c->xb + (size_t)t0 * K + k0, K, s->Bp, s->S,
-                                      c->y + (size_t)t0 * N + n0, N, ncols, k0 > 0);
+                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), kc / 2, c->xb + (size_t)t0 * K + k0, K, s->Bp,
+                                  c->y + (size_t)t0 * N + n0, N, ncols, k0 > 0);
                 }
             } else {
                 /* tile[j][p] = W[n0+j][k0+p], then B[p][j] = tile[j][p] */

@@ -14,9 +14,9 @@
 
 /* Compute modes (nl_proj_config.compute, handed to nl_proj_backend_host.init, or
  * nl_proj_host_configure on a context): "f32" (FP32 activations and weights, FMA)
- * or "bf16" (AVX512_BF16 dot products on Q8_0/Q4_0 integers, which BF16 holds exactly; the
- * block scales are applied in FP32; activations are rounded to BF16; weights with no integer
- * form (F16, F32, BF16, Q4_K, Q6_K) run the f32 path), "amx" (the matrix engine's BF16 tiles,
+ * or "bf16" (AVX512_BF16 / Arm BF16 dot products on the quantized block types, dequantized and
+ * rounded to BF16 as each panel is packed, the same effective weights FWD and BWD; activations
+ * are rounded to BF16; F16, F32 and BF16 weights run the f32 path), "amx" (the matrix engine's BF16 tiles,
  * FP32 accumulation, every type but F32 dequantized to BF16 on the fly; the recurrent class in
  * split-BF16; F32 weights on the f32 path: cpu/amx.h) or "amx-emu" (the same kernels on the
  * portable tile emulator: any machine, slow) or "int8" (the FWD of Q8_0/Q4_0/Q5_0/Q4_1/Q4_K/Q6_K
