@@ -403,7 +403,7 @@ int main(void) {
         char d[256] = "";
         CHECK(c != NULL);
         if (c) nl_proj_host_describe(c, d, sizeof d);
-        CHECKF(!strcmp(d, "bf16 compute (neonbf16 kernels)"), "describe: '%s'", d);
+        CHECKF(!strcmp(d, "bf16 compute (neonbf16 kernels, BF16 weights)"), "describe: '%s'", d);
         if (c) nl_proj_backend_host.free(c);
     }
     test_errors();

@@ -276,7 +276,7 @@ static void test_presets(void) {
     }
     CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN3, "llama3.2-1b", &hp) == -1 && has("--arch llama"));
     CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN3, "huge", &hp) == -1 && has("unknown preset 'huge'"));
-    CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q4_0, 1, "test_model_never.gguf") == -1 && has("q4_0"));
+    CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q6_K, 1, "test_model_never.gguf") == -1 && has("q6_k"));
     CHECK(file_size("test_model_never.gguf") < 0);
 }
 
@@ -587,8 +587,13 @@ static void test_cli(void) {
     CHECK(rc == 0);
     CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F16, 9, "test_model_lib.gguf") == 0);
     CHECK(nl_t_same_file("test_model_cli.gguf", "test_model_lib.gguf"));
+    /* Q4_0 / Q4_1 projection weights (model/quant's quantizers, as merge writes them) */
+    CHECK(system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type q4_1 --seed 9 > /dev/null") == 0);
+    CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q4_1, 9, "test_model_lib.gguf") == 0);
+    CHECK(nl_t_same_file("test_model_cli.gguf", "test_model_lib.gguf"));
+    CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q4_0, 9, "test_model_lib.gguf") == 0);
     CHECK(system(NL_CLI " mkmodel --arch gpt2 --preset tiny --out test_model_cli.gguf 2> /dev/null") != 0);
-    CHECK(system(NL_CLI " mkmodel --arch llama --preset tiny --out test_model_cli.gguf --type q4_0 2> /dev/null") != 0);
+    CHECK(system(NL_CLI " mkmodel --arch llama --preset tiny --out test_model_cli.gguf --type q6_k 2> /dev/null") != 0);
     CHECK(system(NL_CLI " mkmodel --arch llama --preset qwen3-0.6b --out test_model_cli.gguf 2> /dev/null") != 0);
     CHECK(system(NL_CLI " mkmodel --arch llama --out test_model_cli.gguf 2> /dev/null") != 0);
     remove("test_model_cli.gguf");

@@ -120,7 +120,7 @@ static const help_row rows[] = {
     {"arch", "ARCH", "architecture: llama, qwen3, qwen35 or gemma3 [required]"},
     {"preset", "NAME", "shape: tiny, small, llama3.2-1b, qwen3-0.6b or qwen35-0.8b [required]"},
     {"mkmodel:out", "M.gguf", "the synthetic model (random weights) [required]"},
-    {"mkmodel:type", "TYPE", "weight type: f32, f16 or q8_0 (default f32)"},
+    {"mkmodel:type", "TYPE", "weight type: f32, f16, q8_0, q4_0 or q4_1 (model/quant's quantizers, as merge writes them; default f32)"},
     {"mkmodel:seed", "S", "seed of the random weights (default 42)"},
     {"bench:tokens", "T[,T...]", "tokens per request: a list for proj (default 64,512), one for step (default 512)"},
     {"reps", "R", "timed repetitions, best kept (default 3)"},

@@ -26,8 +26,8 @@ int nl_cmd_mkmodel(int argc, char **argv) {
     int type = NL_TYPE_F32;
     if (type_s) {
         type = nl_type_from_name(type_s);
-        if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0) {
-            fprintf(stderr, "nightlora mkmodel: unknown --type '%s' (expected f32, f16 or q8_0)\n", type_s);
+        if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 && type != NL_TYPE_Q4_1) {
+            fprintf(stderr, "nightlora mkmodel: unknown --type '%s' (expected f32, f16, q8_0, q4_0 or q4_1)\n", type_s);
             return 2;
         }
     }

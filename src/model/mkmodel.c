@@ -609,7 +609,7 @@ static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int w
     rc |= nl_gguf_set_str(w, "general.architecture", a);
     rc |= nl_gguf_set_str(w, "general.type", "model");
     rc |= nl_gguf_set_str(w, "general.name", name);
-    rc |= nl_gguf_set_u32(w, "general.file_type", (uint32_t)nl_type_ftype(wtype)); /* f32, f16 or q8_0 */
+    rc |= nl_gguf_set_u32(w, "general.file_type", (uint32_t)nl_type_ftype(wtype)); /* f32, f16, q8_0, q4_0 or q4_1 */
     rc |= nl_gguf_set_u32(w, "general.quantization_version", 2);
     rc |= nl_gguf_set_u32(w, K("context_length"), (uint32_t)hp->n_ctx_train);
     rc |= nl_gguf_set_u32(w, K("embedding_length"), (uint32_t)hp->n_embd);
@@ -662,8 +662,8 @@ static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int w
 int nl_mkmodel(nl_arch arch, const char *preset, int type, uint64_t seed, const char *out_path) {
     nl_hparams hp;
     if (nl_mkmodel_hparams(arch, preset, &hp)) return -1;
-    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0)
-        return nl_err("mkmodel: weight type %s not offered (expected f32, f16 or q8_0)", nl_type_name(type));
+    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 && type != NL_TYPE_Q4_1)
+        return nl_err("mkmodel: weight type %s not offered (expected f32, f16, q8_0, q4_0 or q4_1)", nl_type_name(type));
     const nl_type_traits *tt = nl_type_get(type);
     if (!tt || !tt->from_float) return nl_err("mkmodel: type %s cannot be written", nl_type_name(type));
     const preset_t *p = find_preset(arch, preset);

@@ -113,7 +113,7 @@ void nl_hparams_arch(nl_arch a, nl_hparams *hp);
 int nl_model_proj(const nl_model *m, int layer, nl_proj_kind kind);
 
 /* Synthetic models (mkmodel). Presets: "tiny", "small", "llama3.2-1b", "qwen3-0.6b",
- * "qwen35-0.8b", "gemma3-270m". type: NL_TYPE_F32/F16/Q8_0 for the projection weights. Deterministic in seed. */
+ * "qwen35-0.8b", "gemma3-270m". type: NL_TYPE_F32/F16/Q8_0/Q4_0/Q4_1 for the projection weights (model/quant's from_float). Deterministic in seed. */
 int nl_mkmodel(nl_arch arch, const char *preset, int type, uint64_t seed, const char *out_path);
 /* The hyper-parameters a preset gives (what nl_mkmodel writes); -1 + error for an unknown
  * preset or one meant for another architecture. */

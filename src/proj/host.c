@@ -257,7 +257,10 @@ int nl_proj_host_describe(const void *ctx, char *buf, size_t cap) {
                         m == MODE_SME ? "sme" : "amx", e, e, c->ks->name);
     }
     if (m == MODE_INT8) return int8_describe(c, buf, cap);
-    return snprintf(buf, cap, "%s compute (%s kernels)", m == MODE_BF16 ? "bf16" : "f32", c->ks->name);
+    /* bf16: "BF16 weights" since FWD multiplies by bf16(w) as BWD does (before: the integer q and
+     * the scale in FP32), so a run committed by an older build is not resumed as the same kernels */
+    if (m == MODE_BF16) return snprintf(buf, cap, "bf16 compute (%s kernels, BF16 weights)", c->ks->name);
+    return snprintf(buf, cap, "f32 compute (%s kernels)", c->ks->name);
 }
 
 static int host_describe(void *ctx, char *buf, size_t cap) { return nl_proj_host_describe(ctx, buf, cap); }
