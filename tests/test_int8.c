@@ -1,6 +1,7 @@
 /* test_int8: the int8 compute mode (kernels.h "the int8 FWD rows", proj/host_int8.c).
- *  - the rows: every int8 row this CPU runs against the scalar model, bit for bit, random data,
- *    odd row counts, odd column counts, group sizes 32 and 16, storing and accumulating;
+ *  - the rows: "auto" is the CPU's best (aarch64: I8MM, then DotProd, from HWCAP/HWCAP2); every
+ *    int8 row this CPU runs against the scalar model, bit for bit, random data, row counts 1..7
+ *    and 13, odd column counts, group sizes 32 and 16, storing and accumulating;
  *  - the host backend with --compute int8, every integer type (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K,
  *    Q6_K), odd T and N: the scalar kernel set and the best one bit for bit; 1/2/3 threads bit for
  *    bit; T=1 rows equal to the same rows of a larger T; against the product of the llama.cpp-way
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/cpu.h"
 #include "cpu/kernels.h"
 #include "model/model.h"
 #include "model/quant.h"
@@ -20,16 +22,30 @@
 #include "test.h"
 #include "util/util.h"
 
-static void rows_vs_scalar(void) {
+/* the row "auto" gives: the first of i8.c's list this CPU has (aarch64: HWCAP2_I8MM, then
+ * HWCAP_ASIMDDP; qemu -cpu max has both, -cpu cortex-a76 dotprod alone, cortex-a53 neither) */
+static void row_choice(void) {
     const nl_i8_kernels *best = nl_cpu_i8_kernels(NULL);
     printf("int8 row in use: %s\n", best->name);
+    const char *want = "scalar";
+#if defined(__aarch64__)
+    want = nl_cpu_has(NL_CPU_ARM_I8MM) ? "i8mm" : nl_cpu_has(NL_CPU_ARM_DOTPROD) ? "dotprod" : "scalar";
+#elif defined(__x86_64__)
+    if (nl_cpu_i8_kernels("avx512vnni")) want = "avx512vnni";
+#endif
+    CHECKF(strcmp(best->name, want) == 0, "auto int8 row %s, the CPU's best %s", best->name, want);
+    CHECK(nl_cpu_i8_kernels("scalar") == &nl_i8_kernels_scalar);
+}
+
+static void rows_vs_scalar(const nl_i8_kernels *best) {
+    printf("int8 row %s against the scalar model\n", best->name);
     const int NP = NL_HOST_NP;
     for (int gi = 0; gi < 2; gi++) {
         const int gs = gi ? 16 : 32, kc = gi ? 256 : 160;
         const int ng = kc / gs;
-        const int ms[] = {1, 5, 6, 7, 13};
-        const int ncs[] = {64, 37, 5, 16, 33};
-        for (int mi = 0; mi < 5; mi++) {
+        const int ms[] = {1, 5, 6, 7, 13, 2, 3, 4};
+        const int ncs[] = {64, 37, 5, 16, 33, 9, 1, 63};
+        for (int mi = 0; mi < 8; mi++) {
             const int m = ms[mi], nc = ncs[mi], lda = kc + 7, ldd = ng + 3, ldc = 70;
             uint8_t *A = malloc((size_t)m * lda);
             float *DX = malloc(sizeof(float) * m * ldd), *SX = malloc(sizeof(float) * m * ldd);
@@ -195,7 +211,11 @@ static void host_type(int type, int N, int K, int T) {
 }
 
 int main(void) {
-    rows_vs_scalar();
+    row_choice();
+    /* every row this CPU runs (aarch64 -cpu max: i8mm and dotprod) */
+    const char *const rows[] = {"avx512vnni", "i8mm", "dotprod"};
+    for (int i = 0; i < 3; i++)
+        if (nl_cpu_i8_kernels(rows[i])) rows_vs_scalar(nl_cpu_i8_kernels(rows[i]));
     const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
     for (int i = 0; i < 6; i++) {
         const int kq = types[i] == NL_TYPE_Q4_K || types[i] == NL_TYPE_Q6_K;

@@ -42,6 +42,11 @@ static int has_avx512vnni(void) {
     return (r[2] >> 11) & 1;
 }
 #endif
+#if defined(__aarch64__)
+/* FEAT_I8MM (HWCAP2_I8MM), FEAT_DotProd (HWCAP_ASIMDDP): cpu.c's getauxval probe */
+static int has_i8mm(void) { return nl_cpu_has(NL_CPU_ARM_I8MM); }
+static int has_dotprod(void) { return nl_cpu_has(NL_CPU_ARM_DOTPROD); }
+#endif
 
 static const struct {
     const nl_i8_kernels *ks;
@@ -49,6 +54,10 @@ static const struct {
 } rows[] = {
 #if defined(__x86_64__)
     {&nl_i8_kernels_avx512vnni, has_avx512vnni},
+#endif
+#if defined(__aarch64__)
+    {&nl_i8_kernels_i8mm, has_i8mm},
+    {&nl_i8_kernels_dotprod, has_dotprod},
 #endif
     {&nl_i8_kernels_scalar, NULL},
 };

@@ -162,7 +162,8 @@ void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int l
  *       activation sum terms (NULL when MW is NULL);
  *   B   kc/4 rows of NL_HOST_NP uint32: lane j of row r holds the int8 weights q[4r..4r+3][j]
  *       (byte 0 = k 4r): the VNNI layout (vpdpbusd / SDOT / SMMLA take 4 consecutive k);
- *   BC  kc/gs rows of NL_HOST_NP int32: -128 · Σ_{p in g} q[p][j] (removes the +128, exact);
+ *   BC  kc/gs rows of NL_HOST_NP int32: -128 · Σ_{p in g} q[p][j] (removes the +128, exact;
+ *       exactly this: the SDOT row sums Σ (A-128)·q, signed × signed, and does not read BC);
  *   SW  kc/gs rows of NL_HOST_NP float weight scales; MW the same, the weight min terms, or NULL.
  *   Columns past ncols are zero in B, BC, SW, MW; C columns past ncols are not written.
  * For i < m, j < ncols: acc = accumulate ? C[i][j] : 0; then for g = 0, 1, ... in order:
@@ -171,7 +172,8 @@ void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int l
  *   acc  = fma(MW[g][j], SX[i][g], acc)                (only when MW)
  * and C[i][j] = acc. Every row follows this order, so every row gives the same bits as the
  * scalar one (tests/test_int8.c); threads split panels, never a reduction. A row for a new ISA
- * (SDOT, SMMLA, AVX-VNNI) is an nl_i8_kernels in a cpu/i8_<isa>.c file and a line in i8.c. */
+ * (AVX-VNNI; as the Arm SDOT and I8MM rows, i8_dotprod.c and i8_i8mm.c) is an nl_i8_kernels in
+ * a cpu/i8_<isa>.c file and a line in i8.c. */
 typedef struct nl_i8_kernels {
     const char *name;
     void (*gemm_i8_fwd)(int m, int kc, int gs, const uint8_t *A, int64_t lda, const float *DX, const float *SX,
@@ -183,7 +185,12 @@ extern const nl_i8_kernels nl_i8_kernels_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_i8_kernels nl_i8_kernels_avx512vnni;
 #endif
-/* The best int8 row this CPU runs ("auto"/NULL), or the one named ("scalar", "avx512vnni")
+#if defined(__aarch64__)
+extern const nl_i8_kernels nl_i8_kernels_i8mm;    /* i8_i8mm.c: USMMLA (FEAT_I8MM) */
+extern const nl_i8_kernels nl_i8_kernels_dotprod; /* i8_dotprod.c: SDOT (FEAT_DotProd) */
+#endif
+/* The best int8 row this CPU runs ("auto"/NULL), or the one named ("scalar", "avx512vnni",
+ * "i8mm", "dotprod")
  * when it runs here, else NULL. */
 const nl_i8_kernels *nl_cpu_i8_kernels(const char *name);
 
