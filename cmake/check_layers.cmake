@@ -55,7 +55,7 @@ foreach(f IN LISTS files)
   # the one ISA mechanism (cpu/kernels.h): vector intrinsics and target attributes only in a
   # src/cpu/*_<isa>.c file (built with that ISA's flags) or cpu/gdn_simd.h (included by those)
   set(isa_file 0)
-  if(f MATCHES "^src/cpu/[a-z0-9_]*_(avx512vnni|avxvnni|avx512|avx2|amx|neonbf16|neon|sme)\\.c$" OR f STREQUAL "src/cpu/gdn_simd.h")
+  if(f MATCHES "^src/cpu/[a-z0-9_]*_(avx512vnni|avxvnni|avx512|avx2|amx|neonbf16|neon|dotprod|i8mm|sme)\\.c$" OR f STREQUAL "src/cpu/gdn_simd.h")
     set(isa_file 1)
   endif()
   set(n 0)
