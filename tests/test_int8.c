@@ -1,7 +1,8 @@
 /* test_int8: the int8 compute mode (kernels.h "the int8 FWD rows", proj/host_int8.c).
  *  - the rows: "auto" is the CPU's best (aarch64: I8MM, then DotProd, from HWCAP/HWCAP2); every
- *    int8 row this CPU runs against the scalar model, bit for bit, random data, row counts 1..7
- *    and 13, odd column counts, group sizes 32 and 16, storing and accumulating;
+ *    int8 row this CPU runs against the scalar model, bit for bit, random data, odd row counts
+ *    (1..7, 13, 23, 27), odd column counts, group sizes 32 and 16, storing and accumulating; the
+ *    best row's pack_b (the VNNI layout and BC) against the scalar pack;
  *  - the host backend with --compute int8, every integer type (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K,
  *    Q6_K), odd T and N: the scalar kernel set and the best one bit for bit; 1/2/3 threads bit for
  *    bit; T=1 rows equal to the same rows of a larger T; against the product of the llama.cpp-way
@@ -43,9 +44,9 @@ static void rows_vs_scalar(const nl_i8_kernels *best) {
     for (int gi = 0; gi < 2; gi++) {
         const int gs = gi ? 16 : 32, kc = gi ? 256 : 160;
         const int ng = kc / gs;
-        const int ms[] = {1, 5, 6, 7, 13, 2, 3, 4};
-        const int ncs[] = {64, 37, 5, 16, 33, 9, 1, 63};
-        for (int mi = 0; mi < 8; mi++) {
+        const int ms[] = {1, 5, 6, 7, 13, 2, 3, 4, 23, 27};
+        const int ncs[] = {64, 37, 5, 16, 33, 9, 1, 63, 64, 48};
+        for (int mi = 0; mi < 10; mi++) {
             const int m = ms[mi], nc = ncs[mi], lda = kc + 7, ldd = ng + 3, ldc = 70;
             uint8_t *A = malloc((size_t)m * lda);
             float *DX = malloc(sizeof(float) * m * ldd), *SX = malloc(sizeof(float) * m * ldd);
@@ -78,6 +79,31 @@ static void rows_vs_scalar(const nl_i8_kernels *best) {
             free(A), free(DX), free(SX), free(B), free(BC), free(SW), free(MW), free(c0), free(c1);
         }
     }
+}
+
+/* pack_b of the best row against the scalar one: kc 256, 160 and 32 (a partial 16-row block),
+ * group sizes 32 and 16, B and BC bit for bit */
+static void pack_vs_scalar(void) {
+    const nl_i8_kernels *best = nl_cpu_i8_kernels(NULL);
+    if (!best->pack_b) return;
+    const int NP = NL_HOST_NP, ldt = NL_HOST_KC;
+    int8_t *tile = malloc((size_t)NP * ldt);
+    uint32_t *b0 = malloc((size_t)ldt / 4 * NP * 4), *b1 = malloc((size_t)ldt / 4 * NP * 4);
+    int32_t *c0 = malloc((size_t)ldt / 16 * NP * 4), *c1 = malloc((size_t)ldt / 16 * NP * 4);
+    for (int i = 0; i < NP * ldt; i++) tile[i] = (int8_t)(int)(nl_t_rand() * 127.5);
+    for (int i = 0; i < 40; i++) tile[(i * 97) % (NP * ldt)] = -128;
+    const int kcs[] = {256, 160, 32};
+    for (int ki = 0; ki < 3; ki++)
+        for (int gs = 16; gs <= 32; gs += 16) {
+            const int kc = kcs[ki];
+            memset(b0, 0xa5, (size_t)ldt / 4 * NP * 4), memset(b1, 0xa5, (size_t)ldt / 4 * NP * 4);
+            memset(c0, 0x5a, (size_t)ldt / 16 * NP * 4), memset(c1, 0x5a, (size_t)ldt / 16 * NP * 4);
+            nl_i8_pack_b_scalar(tile, ldt, kc, gs, b0, c0);
+            best->pack_b(tile, ldt, kc, gs, b1, c1);
+            CHECKF(memcmp(b0, b1, (size_t)kc / 4 * NP * 4) == 0 && memcmp(c0, c1, (size_t)kc / gs * NP * 4) == 0,
+                   "%s pack_b vs scalar: kc %d gs %d", best->name, kc, gs);
+        }
+    free(tile), free(b0), free(b1), free(c0), free(c1);
 }
 
 /* ---- the llama.cpp-way activations, written from its definitions (independent of host_int8.c) */
@@ -216,6 +242,7 @@ int main(void) {
     const char *const rows[] = {"avx512vnni", "i8mm", "dotprod"};
     for (int i = 0; i < 3; i++)
         if (nl_cpu_i8_kernels(rows[i])) rows_vs_scalar(nl_cpu_i8_kernels(rows[i]));
+    pack_vs_scalar();
     const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
     for (int i = 0; i < 6; i++) {
         const int kq = types[i] == NL_TYPE_Q4_K || types[i] == NL_TYPE_Q6_K;

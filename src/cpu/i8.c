@@ -32,7 +32,23 @@ static void gemm_i8_fwd_scalar(int m, int kc, int gs, const uint8_t *A, int64_t 
     }
 }
 
-const nl_i8_kernels nl_i8_kernels_scalar = {.name = "scalar", .gemm_i8_fwd = gemm_i8_fwd_scalar};
+void nl_i8_pack_b_scalar(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int32_t *BC) {
+    for (int j = 0; j < NL_HOST_NP; j++) {
+        const int8_t *t = tile + (int64_t)j * ldt;
+        for (int g = 0; g < kc / gs; g++) {
+            int sum = 0;
+            for (int i = g * gs; i < (g + 1) * gs; i++) sum += t[i];
+            BC[g * NL_HOST_NP + j] = -128 * sum;
+        }
+        for (int r = 0; r < kc / 4; r++) {
+            uint32_t v;
+            memcpy(&v, t + 4 * r, 4);
+            B[(int64_t)r * NL_HOST_NP + j] = v;
+        }
+    }
+}
+
+const nl_i8_kernels nl_i8_kernels_scalar = {.name = "scalar", .gemm_i8_fwd = gemm_i8_fwd_scalar, .pack_b = nl_i8_pack_b_scalar};
 
 #if defined(__x86_64__)
 /* AVX512_VNNI: CPUID.(7,0):ECX bit 11, with the AVX-512 set cpu.h probes (OS state included) */

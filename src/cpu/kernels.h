@@ -173,14 +173,20 @@ void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int l
  * and C[i][j] = acc. Every row follows this order, so every row gives the same bits as the
  * scalar one (tests/test_int8.c); threads split panels, never a reduction. A row for a new ISA
  * (AVX-VNNI; as the Arm SDOT and I8MM rows, i8_dotprod.c and i8_i8mm.c) is an nl_i8_kernels in
- * a cpu/i8_<isa>.c file and a line in i8.c. */
+ * a cpu/i8_<isa>.c file and a line in i8.c.
+ *
+ * pack_b (optional; NULL: nl_i8_pack_b_scalar): B and BC above from a decoded tile, the int8
+ * weights of NL_HOST_NP columns, column j's kc values at tile + j·ldt (kc a multiple of gs,
+ * columns past ncols zero in the tile); the same integers whatever the row. */
 typedef struct nl_i8_kernels {
     const char *name;
     void (*gemm_i8_fwd)(int m, int kc, int gs, const uint8_t *A, int64_t lda, const float *DX, const float *SX,
                         int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW, float *C,
                         int64_t ldc, int ncols, int accumulate);
+    void (*pack_b)(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int32_t *BC);
 } nl_i8_kernels;
 
+void nl_i8_pack_b_scalar(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int32_t *BC);
 extern const nl_i8_kernels nl_i8_kernels_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_i8_kernels nl_i8_kernels_avx512vnni;

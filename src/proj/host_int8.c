@@ -277,24 +277,16 @@ static void task_fwd(void *arg, int tid, int n) {
                 if (j < ncols) {
                     decode_row(w->type, (const uint8_t *)w->data + (size_t)(n0 + j) * rb, k0, kc, tr, s->SW + j, s->MW + j,
                                NL_HOST_NP);
-                    for (int g = 0; g < ng; g++) {
-                        int sum = 0;
-                        for (int i = g * gs; i < (g + 1) * gs; i++) sum += tr[i];
-                        s->BC[g * NL_HOST_NP + j] = -128 * sum;
-                    }
                 } else {
                     memset(tr, 0, (size_t)kc);
                     for (int g = 0; g < ng; g++) {
-                        s->BC[g * NL_HOST_NP + j] = 0;
                         s->SW[g * NL_HOST_NP + j] = 0.0f;
                         s->MW[g * NL_HOST_NP + j] = 0.0f;
                     }
                 }
             }
-            /* B[r][j] = the 4 bytes tile[j][4r..4r+3] */
-            const uint32_t *t32 = (const uint32_t *)(const void *)s->tile;
-            for (int r = 0; r < kc / 4; r++)
-                for (int j = 0; j < NL_HOST_NP; j++) s->B[(size_t)r * NL_HOST_NP + j] = t32[(size_t)j * (NL_HOST_KC / 4) + r];
+            /* B[r][j] = the 4 bytes tile[j][4r..4r+3], BC = -128·Σq per group */
+            (c->ik->pack_b ? c->ik->pack_b : nl_i8_pack_b_scalar)(s->tile, NL_HOST_KC, kc, gs, s->B, s->BC);
             c->ik->gemm_i8_fwd(c->T, kc, gs, c->xq + k0, K, c->dx + k0 / gs, mn ? c->sx + k0 / gs : NULL, ldd, s->B, s->BC,
                                s->SW, mn ? s->MW : NULL, c->y + n0, N, ncols, k0 > 0);
         }
