@@ -58,7 +58,10 @@ static void quant_row(int type, const float *x, int64_t K, uint8_t *xq, float *d
         for (int64_t b = 0; b < K / 32; b++) {
             const float *v = x + 32 * b;
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+            for (int i = 0; i < 32; i++) {
+                const float ax = fabsf(v[i]);
+                amax = ax > amax ? ax : amax; /* fmaxf's value (amax is never NaN), inlined */
+            }
             const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
             int sum = 0;
             for (int i = 0; i < 32; i++) {
