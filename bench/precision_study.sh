@@ -17,6 +17,14 @@
 # Environment: BIN (build/nightlora), OUT (out/precision-study), ARCHS ("llama qwen3 qwen35"),
 # PRESET (small), EPOCHS (3), LR (2e-3), BATCH (256), THREADS (2), SEED (1), MEZO_LR (1e-4), MEZO_EPS (1e-3),
 # NICE (10; "" = not niced).
+#
+# STUDY=int8: the int8 compute study instead (issue 22 item 3): `--compute int8` against
+# `--compute bf16`, weights resident as stored (--precision keep), same seed, each adapter
+# evaluated at the compute it was trained with; on MODELS (default: SmolLM2-135M Q4_1 and
+# Gemma 3 270M Q4_K_M from ~/.cache/nightlora, and a synthetic qwen35 `--preset small --type
+# q8_0`), INT8_EPOCHS (default 1) for the pretrained models, EPOCHS for the synthetic one.
+# Results in $OUT/int8.md. Decision rule (docs/precision-study.md): held-out accuracy within 1
+# point and final loss within 2% of bf16 on every model.
 set -e
 BIN=${BIN:-build/nightlora}
 OUT=${OUT:-out/precision-study}
@@ -36,6 +44,53 @@ RUN=""
 [ -n "$NICE" ] && RUN="nice -n $NICE"
 mkdir -p "$OUT"
 RES="$OUT/results.md"
+
+if [ "${STUDY:-}" = int8 ]; then
+    C=${NL_MODEL_CACHE:-$HOME/.cache/nightlora}
+    syn="$OUT/qwen35-$PRESET-q8_0.gguf"
+    MODELS=${MODELS:-"$C/SmolLM2-135M-Instruct.Q4_1.gguf $C/gemma-3-270m-q4_k_m.gguf $syn"}
+    INT8_EPOCHS=${INT8_EPOCHS:-1}
+    R8="$OUT/int8.md"
+    {
+        echo "| model | compute | steps | train s | loss first → last | held-out accuracy | held-out loss |"
+        echo "|---|---|---|---|---|---|---|"
+    } >"$R8"
+    for model in $MODELS; do
+        name=$(basename "$model" .gguf)
+        ep=$INT8_EPOCHS
+        if [ "$model" = "$syn" ]; then
+            "$BIN" mkmodel --arch qwen35 --preset "$PRESET" --type q8_0 --seed "$SEED" --out "$syn" >/dev/null
+            ep=$EPOCHS
+        fi
+        for c in bf16 int8; do
+            echo "== $name, $c: training ($ep epochs)" >&2
+            fl="--backend host --threads $THREADS --precision keep --compute $c"
+            log="$OUT/$name-$c.train"
+            t0=$(date +%s.%N)
+            # shellcheck disable=SC2086
+            $RUN "$BIN" train --model "$model" --data "$TRAIN" --out "$OUT/$name-$c.gguf" $fl --batch-tokens "$BATCH" \
+                --seed "$SEED" --epochs "$ep" --lr "$LR" --warmup 5 --log-json "$log.jsonl" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+            t1=$(date +%s.%N)
+            set -- $(sed -n 's/^done after \([0-9]*\)\/[0-9]* steps: loss \([0-9.]*\) -> \([0-9.]*\).*/\1 \2 \3/p' "$log")
+            steps=$1 l0=$2 l1=$3
+            # shellcheck disable=SC2086
+            $RUN "$BIN" eval --model "$model" --adapter "$OUT/$name-$c.gguf" --data "$TEST" $fl >"$OUT/$name-$c.eval" 2>&1 ||
+                { cat "$OUT/$name-$c.eval" >&2; exit 1; }
+            r=$(sed -n 's/.*loss \([0-9.]*\), ppl.*accuracy \([0-9.]*%\) (\([0-9]*\/[0-9]*\)).*/\2 (\3)|\1/p' "$OUT/$name-$c.eval" | tail -1)
+            printf '| %s | %s | %s | %.0f | %s → %s | %s | %s |\n' "$name" "$c" "$steps" "$(echo "$t1 - $t0" | bc)" "$l0" "$l1" \
+                "${r%%|*}" "${r##*|}" >>"$R8"
+        done
+    done
+    {
+        echo
+        echo "Machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo 2>/dev/null | head -1), $(nproc) CPUs, --threads $THREADS;" \
+            "nightlora $(git rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u +%Y-%m-%d)."
+        echo "Settings: --precision keep; train --epochs $INT8_EPOCHS (synthetic: $EPOCHS) --lr $LR --warmup 5" \
+            "--batch-tokens $BATCH --seed $SEED (rank 16, alpha 32, dropout 0.05, every projection)."
+    } >>"$R8"
+    cat "$R8"
+    exit 0
+fi
 
 # Does this build's train know --method? (an unknown option is reported before anything runs)
 if "$BIN" train --method mezo 2>&1 | grep -q "unknown option '--method'"; then HAVE_MEZO=0; else HAVE_MEZO=1; fi
