@@ -365,7 +365,9 @@ def check_generate(a, rep, chat, ll, llf):
     tok, q, prompts = chat.tok, chat.ftype, chat.prompts
     same_exact = same_q = ties = 0
     kern = default_kernels(a)
-    tiles = "amx-bf16" in kern
+    # the AMX tiles, and the bf16 mode of every CPU since its FWD multiplies by bf16(w), round the
+    # weights to BF16: the exact claims are then made of --compute f32
+    tiles = "amx-bf16" in kern or "BF16 weights" in kern
     if tiles:
         same_d = 0
         for p in prompts:
@@ -376,7 +378,7 @@ def check_generate(a, rep, chat, ll, llf):
             ids = chat.ids(p) if chat.tpl else tok.tokenize(p.encode("utf-8"), add_bos=True, special=False)
             same_d += r.returncode == 0 and ours == tok.detokenize(llf.greedy(ids, 32)).decode("utf-8", errors="replace")
         default_row = (f"default flags ({kern}): llama.cpp on the F32 expansion gives nightlora's continuation on "
-                       f"{same_d}/{len(prompts)} (not a verdict: the tiles round the weights to BF16)")
+                       f"{same_d}/{len(prompts)} (not a verdict: the default rounds the weights to BF16)")
     for p in prompts:
         r = run([a.bin, "generate", "--model", a.model, "--prompt", p, "--n", "32"]
                 + (chat.flags() if chat.tpl else ["--raw"]) + (["--compute", "f32"] if tiles else []))
@@ -411,7 +413,7 @@ def check_generate(a, rep, chat, ll, llf):
     n = len(prompts)
     ok = same_exact == n and same_q + ties == n
     rep.add("generate", ok, f"greedy, 32 tokens, five {'prompts' if chat.tpl else 'text prompts (--raw)'}"
-            f"{', --compute f32 (the default runs the BF16 tiles)' if tiles else ''}: llama.cpp "
+            f"{', --compute f32 (the default rounds the weights to BF16)' if tiles else ''}: llama.cpp "
             f"on the F32 expansion gives nightlora's continuation on {same_exact}/{n}; on the {q} file on "
             f"{same_q}/{n}, the other {n - same_q} where llama.cpp's own run on the F32 expansion parts from it ({ties})")
     if tiles:
