@@ -89,7 +89,7 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
     void **owned = nl_calloc((size_t)g->n_tensors + 1, sizeof(void *));
     if (!owned) rc = -1;
     copy_ctx cc = {g, g->path};
-    float *row = NULL, *rq = NULL, *r0 = NULL, *d = NULL;
+    float *row = NULL, *rq = NULL, *r0 = NULL;
     int64_t row_cap = 0;
     for (int64_t i = 0; i < g->n_tensors && rc == 0; i++) {
         const nl_gguf_tensor *t = &g->tensors[i];
@@ -112,13 +112,12 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         if (K % dst->blck) { rc = nl_err("merge: tensor '%s' row of %lld is not a multiple of %s blocks", t->name, (long long)K, dst->name); break; }
         const size_t rs = nl_row_bytes(t->type, K), rd = nl_row_bytes(out_type, K);
         if (K > row_cap) {
-            free(row); free(rq); free(r0); free(d);
+            free(row); free(rq); free(r0);
             row = nl_malloc((size_t)K * sizeof(float));
             rq = nl_malloc((size_t)K * sizeof(float));
             r0 = nl_malloc((size_t)K * sizeof(float));
-            d = nl_malloc((size_t)K * sizeof(float));
             row_cap = K;
-            if (!row || !rq || !r0 || !d) { rc = -1; row_cap = 0; break; }
+            if (!row || !rq || !r0) { rc = -1; row_cap = 0; break; }
         }
         uint8_t *q = nl_malloc(rd * (size_t)N);
         if (!q) { rc = -1; break; }
@@ -178,17 +177,11 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
              * requantization's, as any quantization of W has, and is not counted. */
             dst->to_float(qo, rq, K);
             for (int j = 0; j < r; j++) {
-                const float c = s * B[o * r + j];
-                const float *Aj = A + (size_t)j * K;
-                if (j == 0) for (int64_t k = 0; k < K; k++) d[k] = c * Aj[k];
-                else for (int64_t k = 0; k < K; k++) d[k] += c * Aj[k];
-            }
-            for (int j = 0; j < r; j++) {
                 const double *Pj = P + (size_t)j * K;
                 double pe = 0.0, pd = 0.0;
                 for (int64_t k = 0; k < K; k++) {
-                    pe += ((double)rq[k] - (double)r0[k] - (double)d[k]) * Pj[k];
-                    pd += (double)d[k] * Pj[k];
+                    pe += ((double)rq[k] - (double)row[k]) * Pj[k];
+                    pd += ((double)row[k] - (double)r0[k]) * Pj[k];
                 }
                 err2 += pe * pe;
                 dw2 += pd * pd;
@@ -211,7 +204,7 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         }
         rc = nl_gguf_add_tensor(w, t->name, out_type, (int)t->n_dims, t->ne, q, true);
     }
-    free(row); free(rq); free(r0); free(d);
+    free(row); free(rq); free(r0);
     if (st->worst < 0) st->worst = 0.0;
     st->lost = st->dw2 > 0 ? sqrt(st->err2 / st->dw2) : 0.0;
     if (rc == 0 && max_lost >= 0 && st->lost > max_lost)
