@@ -75,7 +75,7 @@ NL_API size_t nightlora_sizeof(const char *struct_name);
 typedef struct {
     const char *arch;        /* "llama" | "qwen3" (default) | "qwen35" | "gemma3" */
     const char *preset;      /* "tiny" (default) | "small" | "llama3.2-1b" | "qwen3-0.6b" | "qwen35-0.8b" | "gemma3-270m" */
-    const char *type;        /* projection weights: "f32" (default) | "f16" | "q8_0" */
+    const char *type;        /* projection weights: "f32" (default) | "f16" | "q8_0" | "q4_0" | "q4_1" */
     uint64_t seed;           /* 42; the file is a function of (arch, preset, type, seed) */
 } nightlora_mkmodel_params;
 

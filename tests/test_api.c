@@ -559,6 +559,16 @@ static void test_errors(void) {
     nightlora_mkmodel_default_params(&mk);
     mk.arch = "gpt2";
     CHECK(nightlora_mkmodel("/tmp/never.gguf", &mk) == -1 && strstr(nightlora_last_error(), "arch 'gpt2'"));
+    /* the types the CLI offers (it writes through this call): q4_0/q4_1 too, q5_0 not */
+    char q4[4200];
+    snprintf(q4, sizeof q4, "%s/q4_1.gguf", dir);
+    nightlora_mkmodel_default_params(&mk);
+    mk.type = "q4_1";
+    CHECKF(nightlora_mkmodel(q4, &mk) == 0, "%s", nightlora_last_error());
+    mk.type = "q5_0";
+    CHECK(nightlora_mkmodel(q4, &mk) == -1 && strstr(nightlora_last_error(), "type 'q5_0'"));
+    mk.arch = "gpt2";
+    CHECK(nightlora_mkmodel("/tmp/never.gguf", &mk) == -1 && strstr(nightlora_last_error(), "arch 'gpt2'"));
     pthread_t th;
     void *ok = NULL;
     CHECK(pthread_create(&th, NULL, fail_in_thread, NULL) == 0 && pthread_join(th, &ok) == 0 && ok);

@@ -307,7 +307,8 @@ def version():
 
 
 def mkmodel(path, arch="qwen3", preset="tiny", type="f32", seed=42):
-    """Write a synthetic model (random weights, a real byte-level BPE vocabulary) to path."""
+    """Write a synthetic model (random weights, a real byte-level BPE vocabulary) to path;
+    type: "f32", "f16", "q8_0", "q4_0" or "q4_1"."""
     p = _MkmodelParams()
     _mk_defaults(p)
     for k, v in (("arch", arch), ("preset", preset), ("type", type), ("seed", seed)):

@@ -78,8 +78,8 @@ int nightlora_mkmodel(const char *path, const nightlora_mkmodel_params *p) {
     int arch = nl_arch_from_name(p->arch ? p->arch : "");
     if (arch < 0) return nl_err("mkmodel: arch '%s': expected llama, qwen3, qwen35 or gemma3", p->arch ? p->arch : "(null)");
     int type = p->type ? nl_type_from_name(p->type) : NL_TYPE_F32;
-    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0)
-        return nl_err("mkmodel: type '%s': expected f32, f16 or q8_0", p->type);
+    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 && type != NL_TYPE_Q4_1)
+        return nl_err("mkmodel: type '%s': expected f32, f16, q8_0, q4_0 or q4_1", p->type);
     return nl_mkmodel((nl_arch)arch, p->preset ? p->preset : "tiny", type, p->seed, path);
 }
 
