@@ -1,12 +1,12 @@
 # The rooms of the library and their order (docs/architecture.md): a room may include its own
 # headers and those of the rooms below it, never one above it or beside it.
-#   util -> sys -> model -> cpu -> data -> proj -> nn -> eval -> train -> api -> tools
+#   util -> os -> model -> cpu -> data -> proj -> nn -> eval -> train -> api -> tools
 # eval/ (the scorer, sessions, the report) is below train/, whose validation runs eval's scorer.
 # api/ (the public C API of include/nightlora.h) is over both; tools/ (the CLI) is on top.
-set(NL_ROOMS util sys model cpu data proj nn eval train api tools)
-set(NL_ROOM_ORDER "util -> sys -> model -> cpu -> data -> proj -> nn -> eval -> train -> api -> tools")
+set(NL_ROOMS util os model cpu data proj nn eval train api tools)
+set(NL_ROOM_ORDER "util -> os -> model -> cpu -> data -> proj -> nn -> eval -> train -> api -> tools")
 set(NL_ROOM_RANK_util 0)
-set(NL_ROOM_RANK_sys 1)
+set(NL_ROOM_RANK_os 1)
 set(NL_ROOM_RANK_model 2)
 set(NL_ROOM_RANK_cpu 3)
 set(NL_ROOM_RANK_data 4)

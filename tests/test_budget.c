@@ -3,7 +3,7 @@
 #include <stdint.h>
 
 #include "test.h"
-#include "sys/mem.h"
+#include "os/mem.h"
 #include "train/budget.h"
 #include "util/util.h"
 

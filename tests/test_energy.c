@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "sys/energy.h"
+#include "os/energy.h"
 #include "util/util.h"
 
 static char base[256];

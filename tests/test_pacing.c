@@ -1,4 +1,4 @@
-/* sys/pacing (+ sys/signals): exact pause/resume points and hysteresis on scripted
+/* os/pacing (+ os/signals): exact pause/resume points and hysteresis on scripted
  * heating/cooling with a fake clock; file and sysfs providers, bad contents; a cancel handle
  * cancelled by a real in-process signal. */
 #include <errno.h>
@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "sys/pacing.h"
-#include "sys/signals.h"
+#include "os/pacing.h"
+#include "os/signals.h"
 #include "util/util.h"
 
 /* ---------------------------------------------------------------- fakes */

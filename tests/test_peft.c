@@ -16,7 +16,7 @@
 #include "model/model.h"
 #include "model/peft.h"
 #include "model/safetensors.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "model/gguf.h"
 #include "test.h"
 #include "util/util.h"

@@ -29,7 +29,7 @@
 #include "model/quant.h"
 #include "nn/forward.h"
 #include "proj/proj.h"
-#include "sys/mem.h"
+#include "os/mem.h"
 #include "train/budget.h"
 #include "train/graph.h"
 #include "util/util.h"

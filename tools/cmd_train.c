@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "data/dataset.h"
-#include "sys/signals.h"
+#include "os/signals.h"
 #include "train/plan.h"
 #include "eval/report.h"
 #include "train/trainer.h"
@@ -262,7 +262,7 @@ int nl_cmd_train(int argc, char **argv) {
         return 2;
     }
     /* SIGINT / SIGTERM cancel this run: a commit at the next step boundary, exit 3; a second
-     * one ends the process at once (sys/signals.h) */
+     * one ends the process at once (os/signals.h) */
     nl_cancel cancel = {0};
     o.cancel = &cancel;
     if (nl_signals_install(&cancel)) return nl_cli_fail("train");

@@ -18,7 +18,7 @@
 #include "model/peft.h"
 #include "model/quant.h"
 #include "proj/proj.h"
-#include "sys/signals.h"
+#include "os/signals.h"
 #include "train/trainer.h"
 #include "util/util.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sys/pacing.h"
+#include "os/pacing.h"
 #include "util/json.h"
 #include "util/util.h"
 

@@ -27,7 +27,7 @@
 #ifndef NL_REPORT_H
 #define NL_REPORT_H
 
-#include "sys/io.h"
+#include "os/io.h"
 
 typedef struct {
     const char *key, *value;
@@ -42,7 +42,7 @@ typedef struct {
     const nl_io *io;            /* the output's writes (NULL: nl_io_posix(); tests inject faults) */
 } nl_report_opts;
 
-/* Writes the report to `out` atomically (sys/io.h: OUT.tmp, fsync, rename), so a failure leaves
+/* Writes the report to `out` atomically (os/io.h: OUT.tmp, fsync, rename), so a failure leaves
  * what was there. `out` (or OUT.tmp) being one of the inputs is refused before anything is
  * written. Returns 0, or -1 (NL_IO_NOT_DURABLE when only the directory's fsync failed) with
  * nl_err naming the file. */

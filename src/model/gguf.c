@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "model/quant.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "util/hash.h"
 #include "util/util.h"
 
@@ -990,6 +990,6 @@ static int write_body(void *user, nl_io_out *o) {
     return 0;
 }
 
-/* sys/io's one atomic file write: PATH.tmp (O_EXCL|O_NOFOLLOW), fsync, rename, fsync of the
+/* os/io's one atomic file write: PATH.tmp (O_EXCL|O_NOFOLLOW), fsync, rename, fsync of the
  * directory. */
 int nl_gguf_write(nl_gguf_writer *w, const char *path) { return nl_io_write_atomic(NULL, path, NULL, write_body, w); }

@@ -125,8 +125,8 @@ int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims
 typedef int (*nl_gguf_fill_fn)(void *user, int tensor_index, void *dst, uint64_t nbytes);
 int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n_dims,
                             const int64_t *ne, nl_gguf_fill_fn fill, void *user);
-/* Write the file with sys/io's one atomic write (path.tmp created O_EXCL|O_NOFOLLOW, fsync,
- * rename, fsync of the directory). 0, -1 (path unchanged) or NL_IO_NOT_DURABLE (sys/io.h: the
+/* Write the file with os/io's one atomic write (path.tmp created O_EXCL|O_NOFOLLOW, fsync,
+ * rename, fsync of the directory). 0, -1 (path unchanged) or NL_IO_NOT_DURABLE (os/io.h: the
  * new file is in place but its directory could not be synced), with nl_err set. */
 int nl_gguf_write(nl_gguf_writer *w, const char *path);
 

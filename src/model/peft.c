@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "model/safetensors.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/util.h"
@@ -110,7 +110,7 @@ static char *manifest_text(uint64_t h_cfg, uint64_t h_w, size_t *len) {
 }
 
 /* The pair, whole (peft.h): each file written whole beside its final name (NAME.new, through
- * the atomic write of sys/io.h), the manifest naming both hashes; only then the renames,
+ * the atomic write of os/io.h), the manifest naming both hashes; only then the renames,
  * manifest first. Until the first rename DIR is as it was; after it, a reader finds the
  * manifest naming the new pair, so an old file still in place (a crash between renames) is
  * refused, never read with the other's half. */

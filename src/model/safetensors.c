@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "model/quant.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "util/util.h"
 
 static const struct {

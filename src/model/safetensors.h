@@ -74,7 +74,7 @@ typedef struct {
 } nl_st_out;
 
 /* Write tensors t[0..n) in that order, with "__metadata__" from meta (key, value, key, value,
- * ..., NULL; may be NULL), atomically (sys/io.h). The header is padded with spaces to a multiple
+ * ..., NULL; may be NULL), atomically (os/io.h). The header is padded with spaces to a multiple
  * of 8 bytes, so every tensor's data starts 8-aligned in the file when its offset is. 0 or -1. */
 int nl_st_write(const char *path, const nl_st_out *t, int n, const char *const *meta);
 /* The same through io (NULL = nl_io_posix(); tests inject faults). */

@@ -47,7 +47,7 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "proj/proj_impl.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "util/hash.h"
 #include "util/rng.h"
 #include "util/pool.h"

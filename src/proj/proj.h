@@ -120,7 +120,7 @@ typedef struct {
      * (nl_proj_describe), its thread count, the wire and each check's direction, bucket and
      * bound; a later plan of the same service reads the verdicts instead of checking again. A
      * file that does not verify (size, magic, checksum, keys) is ignored, said in the summary,
-     * and written again. Written atomically (sys/io), through a temp file of this process. */
+     * and written again. Written atomically (os/io), through a temp file of this process. */
     const char *plan_cache_dir;
     /* The backend's device (vulkan: the index of vkEnumeratePhysicalDevices, --vulkan-device N);
      * NULL: the backend's choice (vulkan: a discrete GPU, else integrated, ..., a CPU driver last). */

@@ -2,7 +2,7 @@
  *
  * A commit is one file DIR/commit-<step>.nlck (step in decimal, no leading zeros) holding
  * everything needed to continue bit-identically: the adapter parameters, AdamW's m and v,
- * the optimizer step, the data cursor and the RNG state. Commit protocol (SQLite's; sys/io's
+ * the optimizer step, the data cursor and the RNG state. Commit protocol (SQLite's; os/io's
  * one atomic file write, nl_io_write_atomic, does 1-5):
  *   1. write DIR/ckpt.tmp            4. rename ckpt.tmp -> commit-<step>.nlck
  *   2. fsync it                      5. fsync DIR
@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include "util/hash.h" /* nl_hash64: the checksum */
 
-#include "sys/io.h"
+#include "os/io.h"
 
 #define NL_CKPT_VERSION 1
 #define NL_CKPT_KEEP 2              /* commits kept on disk: the newest and the one before */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "data/tokenizer.h"
-#include "sys/mem.h"
+#include "os/mem.h"
 #include "util/json.h"
 #include "train/trainer_impl.h"
 #include "util/util.h"

@@ -13,7 +13,7 @@
 #include "nn/nn.h"
 #include "util/arena.h"
 #include "util/pool.h"
-#include "sys/mem.h"
+#include "os/mem.h"
 #include "train/budget.h"
 #include "train/trainer_impl.h"
 #include "util/util.h"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "util/json.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "util/hash.h"
 #include "util/util.h"
 

@@ -60,7 +60,7 @@ int nl_desc_changes(const nl_run_desc *d, const char *dir, int kind, char *msg, 
  * NULL: a library caller), "changes": "--steps 10 -> 20, ..." (what it changed against
  * run.json: the schedule, the numerics and the recorded flags; "" for none)}. A resume
  * appends its line; a run that starts from step 0 without a commit begins the file anew.
- * Written atomically (the whole file, sys/io.h). The report draws a resume's marker and lists
+ * Written atomically (the whole file, os/io.h). The report draws a resume's marker and lists
  * every command from it (eval/report.h). Call before nl_desc_write replaces run.json. */
 int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int resumed, int64_t total, const char *command);
 

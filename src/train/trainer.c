@@ -22,10 +22,10 @@
 #include "model/model.h"
 #include "model/quant.h"
 #include "nn/forward.h"
-#include "sys/energy.h"
-#include "sys/mem.h"
-#include "sys/pacing.h"
-#include "sys/signals.h"
+#include "os/energy.h"
+#include "os/mem.h"
+#include "os/pacing.h"
+#include "os/signals.h"
 #include "train/budget.h"
 #include "train/checkpoint.h"
 #include "train/graph.h"
@@ -253,7 +253,7 @@ static int lock_dir(const char *dir, int *fd_out, int *dir_fd_out) {
 /* ---- files ------------------------------------------------------------------------------ */
 
 /* An output written at the END of a long run (the adapter, the gradient dump) is checked
- * before the run starts: the writers create PATH.tmp and rename it onto PATH (sys/io's atomic
+ * before the run starts: the writers create PATH.tmp and rename it onto PATH (os/io's atomic
  * write), so create and remove that temp file now. `flag` names the option in the message. */
 static int probe_output(const char *flag, const char *path) {
     struct stat st;
@@ -990,7 +990,7 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
 }
 
 /* The snapshot of `step` (save_every) at `path`: the adapter as --out is written, atomically
- * (sys/io). A failure ends the run like a failed --out. */
+ * (os/io). A failure ends the run like a failed --out. */
 static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
     const nl_train_opts *o = t->o;
     if (!nl_adapter_save(t->res.ad, t->res.m, path)) return 0;

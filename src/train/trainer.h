@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "proj/proj.h"
-#include "sys/signals.h"
+#include "os/signals.h"
 #include "train/optim.h"
 
 /* What nl_train reports to on_progress: a row per optimizer step (before its log line and
@@ -98,7 +98,7 @@ typedef struct {
     void *progress_user;
     /* The run's cancel handle (NULL: none): a request ends the run at the next step boundary
      * with a commit (at once while paused), res->stopped = 1. The CLI points its SIGINT/SIGTERM
-     * handlers at it (sys/signals.h). */
+     * handlers at it (os/signals.h). */
     nl_cancel *cancel;
     /* The optimizer: "backprop" (default, NULL: forward + backward + AdamW) or "mezo"
      * (train/mezo.h: two forwards per step, SGD on a projected gradient, no backward, no AdamW
@@ -223,7 +223,7 @@ typedef struct {
  *    "paused_seconds", "lr", "grad_norm"}
  * with MeZO also "projected_grad" (g = (L+ - L-)/(2 eps)); "loss" is then (L+ + L-)/2, the
  * batch loss at the unperturbed params up to O(eps^2), and "grad_norm" the norm of the
- * gradient estimate |g| * |z|. Where an energy counter exists (sys/energy.h), also
+ * gradient estimate |g| * |z|. Where an energy counter exists (os/energy.h), also
  * "joules" (used during the step, commit excluded) and "joules_per_token"; never estimated.
  * A fresh run truncates the file. A resumed run first keeps only the complete lines with
  * step <= the commit it resumes from, then appends: the steps it replays after the commit are

@@ -4,7 +4,7 @@
 #define NL_TRAINER_HOOKS_H
 
 #include "model/adapter.h"
-#include "sys/io.h"
+#include "os/io.h"
 #include "train/trainer.h"
 
 typedef struct {

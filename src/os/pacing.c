@@ -1,5 +1,5 @@
-/* sys/pacing: thermal/battery providers and the pause/resume policy. See pacing.h. */
-#include "sys/pacing.h"
+/* os/pacing: thermal/battery providers and the pause/resume policy. See pacing.h. */
+#include "os/pacing.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sys/sysfs.h"
+#include "os/sysfs.h"
 #include "util/util.h"
 
 /* sysfs.h's reader: 0, or -1 with errno. */

@@ -1,4 +1,4 @@
-/* sys/sysfs: the one reader of small kernel / host-app files (sysfs attributes, /proc-like
+/* os/sysfs: the one reader of small kernel / host-app files (sysfs attributes, /proc-like
  * text, a host app's status file) and of the directories that hold them, for the OS probes
  * (pacing, energy). */
 #ifndef NL_SYSFS_H
@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "sys/io.h"
+#include "os/io.h"
 
 /* Read a small file into buf (at most cap - 1 bytes, NUL-terminated, trailing '\n', '\r', ' '
  * and '\t' cut). The file is opened non-blocking and refused unless it is a regular file, so

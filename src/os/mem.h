@@ -1,4 +1,4 @@
-/* sys/mem: how much memory there is and how much this process used (/proc, else libc). */
+/* os/mem: how much memory there is and how much this process used (/proc, else libc). */
 #ifndef NL_SYS_MEM_H
 #define NL_SYS_MEM_H
 

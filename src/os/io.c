@@ -1,6 +1,6 @@
-/* sys/io: POSIX implementation of the injectable I/O table, the one atomic file write, and a
+/* os/io: POSIX implementation of the injectable I/O table, the one atomic file write, and a
  * fault injector. */
-#include "sys/io.h"
+#include "os/io.h"
 
 #include <dirent.h>
 #include <errno.h>

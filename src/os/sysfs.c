@@ -1,5 +1,5 @@
-/* sys/sysfs: small-file and directory reads for the OS probes. See sysfs.h. */
-#include "sys/sysfs.h"
+/* os/sysfs: small-file and directory reads for the OS probes. See sysfs.h. */
+#include "os/sysfs.h"
 
 #include <errno.h>
 #include <fcntl.h>

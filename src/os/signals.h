@@ -1,4 +1,4 @@
-/* sys/signals: a run's cancel handle, and SIGINT / SIGTERM pointed at one.
+/* os/signals: a run's cancel handle, and SIGINT / SIGTERM pointed at one.
  *
  * A cancel handle (nl_cancel) asks a training run to commit and stop at the next safe point:
  * the trainer polls it between steps, the pacer while paused. Each run has its own (a host app

@@ -1,4 +1,4 @@
-/* sys/io: the tiny injectable file-I/O layer under every file the library commits (checkpoints,
+/* os/io: the tiny injectable file-I/O layer under every file the library commits (checkpoints,
  * adapters, models, run.json) and under the directory listings whose errors matter.
  *
  * Every call goes through an nl_io table, so tests can make the k-th call fail with ENOSPC or

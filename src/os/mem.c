@@ -1,5 +1,5 @@
-/* sys/mem: memory probes from /proc. See mem.h. */
-#include "sys/mem.h"
+/* os/mem: memory probes from /proc. See mem.h. */
+#include "os/mem.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* sys/pacing: pause training while the device is hot, resume when it has cooled.
+/* os/pacing: pause training while the device is hot, resume when it has cooled.
  *
  * A provider reads two numbers, either of which may be unavailable:
  *   thermal status  0..6, Android PowerManager's scale: 0 NONE, 1 LIGHT, 2 MODERATE,
@@ -11,7 +11,7 @@
 #ifndef NL_PACING_H
 #define NL_PACING_H
 
-#include "sys/io.h"
+#include "os/io.h"
 
 /* A source of readings. Each read function returns 0 with the value, 1 when this source does
  * not have that reading (now or ever), -1 on error (nl_err names the file and what was wrong).

@@ -1,5 +1,5 @@
-/* sys/energy: energy counters (RAPL, battery); see energy.h. */
-#include "sys/energy.h"
+/* os/energy: energy counters (RAPL, battery); see energy.h. */
+#include "os/energy.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sys/sysfs.h"
+#include "os/sysfs.h"
 #include "util/util.h"
 
 #define MAX_ZONES 16

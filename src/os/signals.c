@@ -1,5 +1,5 @@
-/* sys/signals: cancel handles, and the SIGINT / SIGTERM handlers that cancel one. See signals.h. */
-#include "sys/signals.h"
+/* os/signals: cancel handles, and the SIGINT / SIGTERM handlers that cancel one. See signals.h. */
+#include "os/signals.h"
 
 #include <errno.h>
 #include <signal.h>

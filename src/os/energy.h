@@ -1,4 +1,4 @@
-/* sys/energy: cumulative energy use of the machine, where it exposes a counter, for
+/* os/energy: cumulative energy use of the machine, where it exposes a counter, for
  * joules/token in `train` and `bench step`.
  *
  * Sources, tried in this order under a root directory (normally "/"; tests pass a fake tree):
@@ -26,7 +26,7 @@
 #ifndef NL_ENERGY_H
 #define NL_ENERGY_H
 
-#include "sys/io.h"
+#include "os/io.h"
 
 typedef struct nl_energy nl_energy;
 
