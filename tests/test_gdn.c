@@ -8,6 +8,7 @@
  *   backward:           |g - g_fd| <= 1e-4 * max(1, max|g_fd| of that input) + 1e-4 * |g_fd|
  *                       (central differences on the double reference, h = 1e-5) */
 #include "cpu/kernels.h"
+#include "cpu/vecmath.h"
 #include "nn/gdn.h"
 
 #include "test.h"
@@ -499,7 +500,7 @@ static void test_errors(void) {
 
 /* Forward (zero start and a random past state, streamed in two pieces), training forward and
  * backward at each kernel set of the table (portable; AVX2, forced with nl_cpu_use("avx2") also
- * on an AVX-512 CPU; the best, AVX-512): the same bits. Shapes with dv >= 64 (the AVX-512 column blocks; the
+ * on an AVX-512 CPU, or on aarch64 the neon row; the best, AVX-512 or neonbf16): the same bits. Shapes with dv >= 64 (the AVX-512 column blocks; the
  * AVX2 step's are 32), column tails (dv = 70, 21; dk = 33, 17, 13, 9: the products' 16- and
  * 8-column blocks and the portable rest), odd dk, several 16-token chunks and T not a multiple
  * of 16, both head mappings; also the float64 reference at those shapes (with the past state). */
@@ -512,12 +513,18 @@ static const char *use_level(const char *name) {
 static void test_simd_same_bits(void) {
     int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {1, 2, 17, 128, 3, 0, 50}, {1, 1, 9, 64, 4, 1, 16},
                        {2, 2, 128, 128, 4, 1, 40}, {2, 4, 13, 21, 4, 0, 47}};
-    const char *levels[3] = {"scalar", "avx2", "auto"}; /* the rows of cpu/kernels.h's table */
+    /* the rows of cpu/kernels.h's table: on aarch64 the middle level is the neon row (the best,
+     * neonbf16 where the CPU has FEAT_BF16, shares its GDN entries) */
+#if defined(__aarch64__)
+    const char *levels[3] = {"scalar", "neon", "auto"};
+#else
+    const char *levels[3] = {"scalar", "avx2", "auto"};
+#endif
     const char *got[3];
     for (int m = 0; m < 3; m++) got[m] = use_level(levels[m]);
     CHECK(nl_cpu_use(NULL) == 0);
     CHECK(!strcmp(got[0], "scalar") && nl_cpu_kernels_find("scalar")->gdn_step == NULL);
-    if (strcmp(got[1], "avx2")) printf("note: no AVX2 kernels on this CPU; that level runs the portable ones\n");
+    if (strcmp(got[1], levels[1])) printf("note: no %s kernels on this CPU; that level runs the portable ones\n", levels[1]);
     printf("note: the best kernel set here: %s\n", got[2]);
     for (int si = 0; si < 5; si++) {
         int *p = shapes[si], Hv = p[1], dk = p[2], dv = p[3], K = p[4], T = p[6];
@@ -584,6 +591,130 @@ static void test_simd_same_bits(void) {
             for (int v = 0; v < 9; v++) free(out[m][v]);
         free(hist0); free(S0); free(dh); free(dS); free(dy);
         fix_free(&F);
+    }
+}
+
+/* ---------------- (e2) each row's GDN entries against their contracts, directly ---------------- */
+
+/* The portable forms' arithmetic per element (nn/gdn.c: step_c, mm_c's row_axpy, silu_d_row with
+ * cpu/vecmath.h's nl_fsigmoid): every product rounded, then the add (no contraction at -std=c11),
+ * so a row's entry must match these bit for bit. Random data, odd sizes, strided A, both
+ * accumulate modes, S_prev separate and in place; SiLU on the values where nl_fexp's masks
+ * decide (|x| past 87, ±inf, ±0, tiny). Every row this CPU runs that has the entries. */
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, sizeof(float) * n) == 0; }
+
+static void ref_step(float *S, const float *Sp, size_t ld, const float *k, const float *v, const float *q, float alpha,
+                     float beta, float scale, int dk, int n, float *u, float *r_out, float *o) {
+    for (int c = 0; c < n; c++) {
+        float p = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float x = alpha * Sp[(size_t)i * ld + c];
+            S[(size_t)i * ld + c] = x;
+            p += k[i] * x;
+        }
+        float r = v[c] - p;
+        if (r_out) r_out[c] = r;
+        u[c] = beta * r;
+        float oc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            float x = S[(size_t)i * ld + c] + k[i] * u[c];
+            S[(size_t)i * ld + c] = x;
+            oc += q[i] * x;
+        }
+        o[c] = oc * scale;
+    }
+}
+
+static void test_row_entries(void) {
+    const char *rows[4] = {"avx2", "avx512", "neon", "neonbf16"};
+    for (int ri = 0; ri < 4; ri++) {
+        const nl_host_kernels *ks = nl_cpu_kernels_find(rows[ri]);
+        if (!ks || !ks->gdn_step) continue;
+        printf("note: GDN entries of row %s checked directly\n", rows[ri]);
+        /* gdn_mm: M rows × N columns × Kd, A row stride ars and column stride acs (1 or, as the
+         * backward's transposed products, the row length) */
+        int mm_sizes[][3] = {{1, 1, 1}, {5, 37, 3}, {4, 16, 16}, {7, 13, 33}, {16, 70, 9}, {3, 4, 1}, {9, 3, 5}, {6, 29, 17}};
+        for (int si = 0; si < 8; si++) {
+            const int M = mm_sizes[si][0], N = mm_sizes[si][1], Kd = mm_sizes[si][2];
+            for (int tr = 0; tr <= 1; tr++)
+                for (int acc = 0; acc <= 1; acc++) {
+                    const size_t ars = tr ? 1 : (size_t)Kd + 2, acs = tr ? (size_t)M + 1 : 1;
+                    const size_t ldb = (size_t)N + 3, ldc = (size_t)N + 5;
+                    float *A = malloc(sizeof(float) * (tr ? (size_t)Kd * acs : (size_t)M * ars));
+                    float *B = malloc(sizeof(float) * (size_t)Kd * ldb);
+                    float *C0 = malloc(sizeof(float) * (size_t)M * ldc), *C1 = malloc(sizeof(float) * (size_t)M * ldc);
+                    for (size_t i = 0; i < (tr ? (size_t)Kd * acs : (size_t)M * ars); i++) A[i] = (float)nl_t_rand();
+                    for (size_t i = 0; i < (size_t)Kd * ldb; i++) B[i] = (float)nl_t_rand();
+                    for (size_t i = 0; i < (size_t)M * ldc; i++) C0[i] = C1[i] = (float)nl_t_rand();
+                    const int j0 = ks->gdn_mm(M, N, Kd, A, ars, acs, B, ldb, C1, ldc, acc);
+                    CHECK(j0 >= 0 && j0 <= N);
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < j0; j++) {
+                            float c = acc ? C0[(size_t)i * ldc + j] : 0.0f;
+                            for (int l = 0; l < Kd; l++) c += A[(size_t)i * ars + (size_t)l * acs] * B[(size_t)l * ldb + j];
+                            C0[(size_t)i * ldc + j] = c;
+                        }
+                    CHECKF(same_bits(C0, C1, (size_t)M * ldc), "row %s gdn_mm %dx%dx%d tr %d acc %d", rows[ri], M, N, Kd,
+                           tr, acc);
+                    free(A); free(B); free(C0); free(C1);
+                }
+        }
+        /* gdn_step on whole gdn_step_cols blocks of a wider state (row stride ld > columns) */
+        int dks[4] = {1, 9, 33, 128};
+        const int w = ks->gdn_step_cols;
+        for (int di = 0; di < 4; di++)
+            for (int mode = 0; mode < 3; mode++) { /* 0: in place, 1: from S_prev, 2: in place, no r_out */
+                const int dk = dks[di];
+                const size_t ld = (size_t)w + 7, nS = (size_t)dk * ld;
+                float *S0 = malloc(sizeof(float) * nS), *S1 = malloc(sizeof(float) * nS), *Sp = malloc(sizeof(float) * nS);
+                float k[128], q[128], v[64], u0[64], u1[64], r0[64], r1[64], o0[64], o1[64];
+                for (size_t i = 0; i < nS; i++) S0[i] = S1[i] = Sp[i] = (float)nl_t_rand();
+                for (int i = 0; i < dk; i++) k[i] = (float)nl_t_rand(), q[i] = (float)nl_t_rand();
+                for (int c = 0; c < w; c++) v[c] = (float)nl_t_rand(), r0[c] = r1[c] = 7.0f;
+                const float alpha = 0.93f, beta = 0.61f, scale = 1.0f / sqrtf((float)dk);
+                ref_step(S0, mode == 1 ? Sp : S0, ld, k, v, q, alpha, beta, scale, dk, w, u0, mode == 2 ? NULL : r0, o0);
+                ks->gdn_step(S1, mode == 1 ? Sp : S1, ld, k, v, q, alpha, beta, scale, dk, u1, mode == 2 ? NULL : r1, o1);
+                CHECKF(same_bits(S0, S1, nS) && same_bits(u0, u1, w) && same_bits(r0, r1, w) && same_bits(o0, o1, w),
+                       "row %s gdn_step dk %d mode %d", rows[ri], dk, mode);
+                free(S0); free(S1); free(Sp);
+            }
+        /* gdn_transpose8: the whole 8×8 blocks, nothing else written */
+        int tsz[][2] = {{8, 8}, {13, 21}, {16, 70}, {33, 9}, {7, 40}};
+        for (int ti = 0; ti < 5; ti++) {
+            const int R = tsz[ti][0], Cc = tsz[ti][1];
+            const size_t lds = (size_t)Cc + 1, ldd = (size_t)R + 3;
+            float *src = malloc(sizeof(float) * (size_t)R * lds), *dst = malloc(sizeof(float) * (size_t)Cc * ldd);
+            for (size_t i = 0; i < (size_t)R * lds; i++) src[i] = (float)nl_t_rand();
+            for (size_t i = 0; i < (size_t)Cc * ldd; i++) dst[i] = -9.0f;
+            ks->gdn_transpose8(dst, ldd, src, lds, R, Cc);
+            int bad = 0;
+            for (int c = 0; c < Cc; c++)
+                for (int r = 0; r < R; r++) {
+                    const int in = r < (R & ~7) && c < (Cc & ~7);
+                    const float want = in ? src[(size_t)r * lds + c] : -9.0f;
+                    bad += memcmp(&dst[(size_t)c * ldd + r], &want, 4) != 0;
+                }
+            CHECKF(bad == 0, "row %s gdn_transpose8 %dx%d: %d wrong", rows[ri], R, Cc, bad);
+            free(src); free(dst);
+        }
+        /* gdn_silu_d: random x in [-12, 12), then the edges of nl_fexp's range and its masks */
+        enum { NX = 203 };
+        float x[NX], y0[NX], d0[NX], y1[NX], d1[NX];
+        const float edge[] = {0.0f, -0.0f, 87.0f, -87.0f, 87.4f, -87.4f, 88.0f, -88.0f, 88.8f, -88.8f, 100.0f, -100.0f,
+                              1e7f, -1e7f, 1e30f, -1e30f, INFINITY, -INFINITY, 1e-30f, -1e-30f, 1e-45f, 20.0f, -20.0f};
+        const int ne = (int)(sizeof edge / sizeof edge[0]);
+        for (int i = 0; i < NX; i++) x[i] = i < ne ? edge[i] : (float)(12.0 * nl_t_rand());
+        for (int n = 1; n <= NX; n += n < 20 ? 1 : 61) {
+            for (int i = 0; i < n; i++) {
+                const float sg = nl_fsigmoid(x[i]);
+                y0[i] = x[i] * sg;
+                d0[i] = sg * (1.0f + x[i] * (1.0f - sg));
+            }
+            const int done = ks->gdn_silu_d(y1, d1, x, n);
+            CHECK(done >= 0 && done <= n);
+            CHECKF(same_bits(y0, y1, (size_t)done) && same_bits(d0, d1, (size_t)done), "row %s gdn_silu_d n %d",
+                   rows[ri], n);
+        }
     }
 }
 
@@ -682,5 +813,6 @@ int main(void) {
     test_threads_same_bits();
     test_cache_size();
     test_errors();
+    test_row_entries(); /* last: its random draws leave the other tests' data as it was */
     return nl_t_done();
 }

@@ -95,7 +95,7 @@ typedef struct nl_host_kernels {
     void (*dot_rows)(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
     /* the attention's BF16 pieces (cpu/gemm_bf16.h; used only where the CPU has AVX512_BF16) */
     const struct nl_bf16_kernels *bf16;
-    /* nn/gdn.c: the state step on gdn_step_cols columns (cpu/gdn_simd.h); the chunk products
+    /* nn/gdn.c: the state step on gdn_step_cols columns (cpu/gdn_simd.h, cpu/gdn_neon.c); the chunk products
      * (returns the columns it did, the node does the rest); the 8×8-block transpose (the node
      * does the edges); SiLU and its derivative (returns the elements it did). The same bits as
      * the node's portable forms at every level. */
@@ -147,6 +147,13 @@ void nl_neon_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B
 void nl_gemm_nn_neon(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
                      int N, int K, int accumulate);
 void nl_dot_rows_neon(float *out, const float *A, int lda, const float *B, int ldb, int n, int K);
+/* gdn_neon.c: the GDN entries both Arm rows share (the same bits as nn/gdn.c's portable forms) */
+void nl_gdn_step32_neon(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
+                        float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
+int nl_gdn_mm_neon(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
+                   size_t ldc, int acc);
+void nl_gdn_transpose8_neon(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
+int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n);
 #endif
 
 /* ---- the int8 FWD rows (cpu/i8.c; docs/design.md §2 "int8") --------------------------------

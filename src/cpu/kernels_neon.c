@@ -89,6 +89,11 @@ const nl_host_kernels nl_host_kernels_neon = {
     .gemm_f32 = nl_neon_gemm_f32,
     .gemm_nn = nl_gemm_nn_neon,
     .dot_rows = nl_dot_rows_neon,
+    .gdn_step_cols = 32,
+    .gdn_step = nl_gdn_step32_neon,
+    .gdn_mm = nl_gdn_mm_neon,
+    .gdn_transpose8 = nl_gdn_transpose8_neon,
+    .gdn_silu_d = nl_gdn_silu_d_neon,
 };
 #else
 typedef int nl_kernels_neon_empty; /* ISO C: a translation unit must not be empty */

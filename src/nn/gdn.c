@@ -228,7 +228,7 @@ static void step_c(float *S, const float *S_prev, size_t ld, const float *k, con
 
 
 /* step_c over n columns, in blocks of the kernel set's gdn_step (64 columns on AVX-512, 32 on
- * AVX2: cpu/gdn_simd.h), the rest portable. */
+ * AVX2: cpu/gdn_simd.h; 32 on the Arm rows: cpu/gdn_neon.c), the rest portable. */
 static void gdn_step(const nl_host_kernels *ks, float *S, const float *S_prev, size_t ld, const float *k,
                      const float *v, const float *q, float alpha, float beta, float scale, int dk, int n,
                      float *restrict p, float *restrict u, float *r_out, float *restrict o) {
@@ -570,7 +570,7 @@ static void mm_c(int M, int N, int Kd, const float *A, size_t ars, size_t acs, c
 }
 
 /* The kernel set's gdn_mm on the columns it takes (all on AVX-512, whole 8-column blocks on
- * AVX2), mm_c on the rest. */
+ * AVX2, whole 4-column blocks on the Arm rows), mm_c on the rest. */
 static void mm(const nl_host_kernels *ks, int M, int N, int Kd, const float *A, size_t ars, size_t acs,
                const float *B, size_t ldb, float *Cm, size_t ldc, int acc) {
     const int j0 = ks->gdn_mm ? ks->gdn_mm(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc) : 0;
