@@ -1,6 +1,6 @@
 /* cpu/gdn_neon: the GDN node's kernels on AArch64 Advanced SIMD (nn/gdn.c's contracts: the same
  * bits as its portable forms): the state step on 32 columns (8 q registers each of p, o and u),
- * SiLU and its derivative 4 lanes at a time, the chunk products in register blocks of 4 or 1
+ * SiLU and its derivative 4 lanes at a time, the chunk products in register blocks of 3 or 1
  * rows × 16, 8 or 4 columns, the 8×8 transposes as four 4×4 TRN1/TRN2 ones. The neon and
  * neonbf16 rows' gdn_* entries; built only on aarch64 (the file's name), baseline flags.
  *
@@ -105,7 +105,7 @@ int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n) {
  * element, then FADD): mm_c's row_axpy chain. Constant R and NV keep c[][] in registers. */
 AI void mm_blk(const int R, const int NV, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
                float *Cm, size_t ldc, int acc) {
-    float32x4_t c[4][4];
+    float32x4_t c[3][4];
 #pragma GCC unroll 4
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
@@ -128,7 +128,8 @@ AI void mm_blk(const int R, const int NV, int Kd, const float *A, size_t ars, si
         for (int j = 0; j < NV; j++) vst1q_f32(Cm + (size_t)i * ldc + 4 * j, c[i][j]);
 }
 
-/* Column blocks of 16, then one of 8 and one of 4 where they fit, rows by 4 then 1; the last < 4
+/* Column blocks of 16, then one of 8 and one of 4 where they fit, rows by 3 then 1 (4 rows × 16
+ * columns spill an accumulator: gcc's scheduler hoists the 16 products); the last < 4
  * columns are left to the node's mm_c (every element is summed on its own, so any split gives the
  * same bits): returns the columns done. */
 int nl_gdn_mm_neon(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm,
@@ -138,12 +139,12 @@ int nl_gdn_mm_neon(int M, int N, int Kd, const float *A, size_t ars, size_t acs,
         const int w = N - j0 >= 16 ? 16 : N - j0 >= 8 ? 8 : 4;
         const float *b = B + j0;
         int i = 0;
-        for (; i + 4 <= M; i += 4) {
+        for (; i + 3 <= M; i += 3) {
             const float *a = A + (size_t)i * ars;
             float *c = Cm + (size_t)i * ldc + j0;
-            if (w == 16) mm_blk(4, 4, Kd, a, ars, acs, b, ldb, c, ldc, acc);
-            else if (w == 8) mm_blk(4, 2, Kd, a, ars, acs, b, ldb, c, ldc, acc);
-            else mm_blk(4, 1, Kd, a, ars, acs, b, ldb, c, ldc, acc);
+            if (w == 16) mm_blk(3, 4, Kd, a, ars, acs, b, ldb, c, ldc, acc);
+            else if (w == 8) mm_blk(3, 2, Kd, a, ars, acs, b, ldb, c, ldc, acc);
+            else mm_blk(3, 1, Kd, a, ars, acs, b, ldb, c, ldc, acc);
         }
         for (; i < M; i++) {
             const float *a = A + (size_t)i * ars;
