@@ -2,8 +2,10 @@
  * Every forward is compared with a float64 reference written here from the formulas
  * (docs/formats.md §3); every backward with float64 central finite differences of a
  * random linear functional Σ w·out of that reference. Sizes are odd on purpose. */
+#include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "nn/nn.h"
+#include "nn/par.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -288,11 +290,74 @@ static void test_xent(void) {
     free(zd);
 }
 
+/* ---------------------------------------------------------------- every row, the same bits */
+/* The element-wise nodes run their loops through the kernel table's row (nl_vec_kernels: one
+ * source, cpu/vec_body.h, built per ISA): each row that runs here gives the scalar row's bits,
+ * at odd sizes (the 8-lane tails), with aliasing outputs and rows past the 1024-logit exp chunk. */
+enum { RB_T = 3, RB_N = 1037, RB_V = 2113 };
+typedef struct {
+    float norm[RB_T * RB_N], rstd[RB_T], dnorm[RB_T * RB_N], ew[6][RB_N], rope[2][RB_T * 4 * 22], z[2][RB_T * RB_V];
+    float add[4][RB_N];
+    double loss[2];
+} rows_out;
+static void rows_run(rows_out *o) {
+    static float x[RB_T * RB_N], w[RB_N], a[RB_N], b[RB_N], dy[RB_T * RB_N], z0[RB_T * RB_V], r0[RB_T * 4 * 22];
+    nl_t_rng_state = 0x1234567ULL;
+    nl_t_fill(x, RB_T * RB_N, 2.0);
+    nl_t_fill(w, RB_N, 1.0);
+    nl_t_fill(a, RB_N, 6.0);
+    nl_t_fill(b, RB_N, 1.0);
+    nl_t_fill(dy, RB_T * RB_N, 1.0);
+    nl_t_fill(z0, RB_T * RB_V, 8.0);
+    nl_t_fill(r0, RB_T * 4 * 22, 1.0);
+    nl_rmsnorm_forward(o->norm, o->rstd, x, w, RB_T, RB_N, 1e-6f);
+    memcpy(o->dnorm, dy, sizeof o->dnorm);
+    nl_rmsnorm_backward(o->dnorm, o->dnorm, x, w, o->rstd, RB_T, RB_N); /* dx aliasing dy */
+    nl_swiglu_forward(o->ew[0], a, b, RB_N);
+    nl_swiglu_backward(o->ew[1], o->ew[2], dy, a, b, RB_N);
+    nl_gate_forward(o->ew[3], a, b, RB_N);
+    nl_gate_backward(o->ew[4], o->ew[5], dy, a, b, RB_N);
+    const int32_t pos[RB_T] = {0, 7, 40000};
+    for (int neox = 0; neox < 2; neox++) {
+        nl_rope r = {.head_dim = 22, .n_rot = 20, .neox = neox, .base = 10000.0f, .freq_scale = 1.0f};
+        memcpy(o->rope[neox], r0, sizeof r0);
+        nl_rope_forward(&r, o->rope[neox], RB_T, 4, pos);
+        nl_rope_backward(&r, o->rope[neox], 2, 4, pos + 1);
+    }
+    const int32_t tg[RB_T] = {5, -1, RB_V - 1};
+    for (int g = 0; g < 2; g++) {
+        memcpy(o->z[g], z0, sizeof z0);
+        o->loss[g] = nl_xent_chunk(o->z[g], tg, RB_T, RB_V, 0.25f, g);
+    }
+    memcpy(o->add[0], a, sizeof a);
+    nl_par_add(NULL, o->add[0], b, RB_N);
+    nl_par_add2(NULL, o->add[1], a, b, RB_N);
+    nl_cpu_kernels()->vec->mul(o->add[2], a, b, RB_N); /* nn/lora.c's dropout products */
+    memcpy(o->add[3], dy, sizeof o->add[3]);
+    nl_cpu_kernels()->vec->muladd(o->add[3], a, b, RB_N);
+}
+static void test_rows_same_bits(void) {
+    static rows_out ref, got;
+    CHECK(nl_cpu_use("scalar") == 0);
+    rows_run(&ref);
+    static const char *const rows[] = {"avx2", "avx512", "neon", "neonbf16"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!nl_cpu_kernels_find(rows[i])) continue;
+        CHECK(nl_cpu_use(rows[i]) == 0);
+        memset(&got, 0, sizeof got);
+        rows_run(&got);
+        CHECKF(memcmp(&got, &ref, sizeof ref) == 0, "the %s row's element-wise nodes give the scalar row's bits", rows[i]);
+        printf("element-wise nodes (%s row): the scalar row's bits\n", rows[i]);
+    }
+    CHECK(nl_cpu_use(NULL) == 0);
+}
+
 int main(void) {
     test_fexp();
     test_rmsnorm();
     test_rope();
     test_elementwise();
     test_xent();
+    test_rows_same_bits();
     return nl_t_done();
 }

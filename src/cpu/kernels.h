@@ -3,13 +3,15 @@
  * kernels_neon.c, kernels_neonbf16.c (aarch64), each defining one nl_host_kernels; dispatch.c, the one dispatcher,
  * lists them and picks the best this CPU runs (nl_cpu_kernels). Every GEMM-shaped kernel of the
  * library is an entry of the row: the `host` backend's (its knobs: proj/host.h) and the nodes'
- * (cpu/gemm.c's small GEMM, cpu/gemm_bf16.h's attention pieces, nn/gdn.c's chunk products).
+ * (cpu/gemm.c's small GEMM, cpu/gemm_bf16.h's attention pieces, nn/gdn.c's chunk products), and
+ * so are the element-wise nodes' vector bodies (norms, SwiGLU, gates, RoPE, cross-entropy, the
+ * residual adds, LoRA's dropout products: nl_vec_kernels below, one source, cpu/vec_body.h).
  *
  * One ISA mechanism: a file of src/cpu/ whose name ends in _<isa>.c (kernels_avx2.c,
- * gemm_avx2.c, gdn_avx512.c, kernels_amx.c, ...) is built with that ISA's flags and only on
- * its architecture (CMakeLists.txt); no other file carries ISA flags or target attributes (the
- * element-wise nodes' target_clones, cpu/vecmath.h's NL_CLONES, aside). Its functions run only
- * through a row the dispatcher hands out where the CPU has the ISA.
+ * gemm_avx2.c, gdn_avx512.c, vec_avx2.c, kernels_amx.c, ...) is built with that ISA's flags and
+ * only on its architecture (CMakeLists.txt); no other file carries ISA flags or target
+ * attributes. Its functions run only through a row the dispatcher hands out where the CPU has
+ * the ISA.
  *
  * The host backend's contract between host.c (tiling, packing, threads) and a row:
  *
@@ -40,6 +42,41 @@
 
 #define NL_HOST_NP 64  /* output columns per packed panel */
 #define NL_HOST_KC 256 /* reduction elements per packed chunk (multiple of 32 and of 256) */
+
+/* The element-wise nodes' bodies: one source (cpu/vec_body.h) built once per row's flags (cpu/vec.c:
+ * portable, the scalar and Arm rows; vec_avx2.c, vec_avx512.c). Every row gives the same bits
+ * (the 8-lane loops of cpu/vecmath.h, a reduction's order fixed by its partial sums, no FMA
+ * contraction under -std=c11). The nodes keep their control flow (rows, tokens, threads,
+ * scratch) and call these for the loops. */
+typedef struct nl_vec_kernels {
+    /* nn/norm.c, one row of n: y = w ⊙ (x · rs), returns rs = 1/sqrt(mean(x²) + eps) (in double) */
+    float (*rmsnorm_row)(float *y, const float *x, const float *w, int n, float eps);
+    /* dx = rs · (dy⊙w − x · c), c = (Σ dy·w·x) · rs² / n (8 partial sums); dx may alias dy */
+    void (*rmsnorm_bwd_row)(float *dx, const float *dy, const float *x, const float *w, float rs, int n);
+    /* nn/mlp.c's contracts (nl_swiglu_forward, ...; outputs may alias inputs elementwise) */
+    void (*swiglu_fwd)(float *h, const float *a, const float *b, int64_t n);
+    void (*swiglu_bwd)(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
+    void (*gate_fwd)(float *out, const float *o, const float *g, int64_t n);
+    void (*gate_bwd)(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
+    /* nn/xent.c, one target row z[V] (0 <= y < V): returns logsumexp(z) − z[y]; want_grad:
+     * z = (softmax(z) − onehot(y)) · inv_n */
+    double (*xent_row)(float *z, int y, int V, float inv_n, int want_grad);
+    /* nn/rope.c: pairs c0 .. c0+nc-1 of each of one token's n_heads heads (x[h·hd ..]) rotated
+     * by cs[j], sn[j]; neox: pairs (i, i + half), else (2i, 2i+1) */
+    void (*rope_rotate)(float *x, int n_heads, int hd, int half, int c0, int nc, const float *cs, const float *sn,
+                        int neox);
+    /* y += x; y = a + b; y = a · b; y += a · b (the product rounded, then the add) */
+    void (*add)(float *restrict y, const float *restrict x, int64_t n);
+    void (*add2)(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
+    void (*mul)(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
+    void (*muladd)(float *restrict y, const float *restrict a, const float *restrict b, int64_t n);
+} nl_vec_kernels;
+
+extern const nl_vec_kernels nl_vec_kernels_portable;
+#if defined(__x86_64__) || defined(_M_X64)
+extern const nl_vec_kernels nl_vec_kernels_avx2;
+extern const nl_vec_kernels nl_vec_kernels_avx512;
+#endif
 
 typedef struct nl_host_kernels {
     const char *name;
@@ -110,6 +147,8 @@ typedef struct nl_host_kernels {
      * high) of nl_rng_u64(kt, i/2) is >= thr, else 0, for i below the count it returns (a
      * multiple of 16, <= K; the node does the rest); integer arithmetic, the node's bits. */
     int (*dropout_mask_row)(uint64_t kt, int K, uint32_t thr, float inv, float *mr);
+    /* the element-wise nodes' bodies (required: every row points at one of the builds above) */
+    const nl_vec_kernels *vec;
 } nl_host_kernels;
 
 extern const nl_host_kernels nl_host_kernels_scalar;

@@ -138,5 +138,6 @@ const nl_host_kernels nl_host_kernels_avx2 = {
     .gdn_mm = nl_gdn_mm_avx2,
     .gdn_transpose8 = nl_gdn_transpose8_avx2,
     .gdn_silu_d = nl_gdn_silu_d_avx2,
+    .vec = &nl_vec_kernels_avx2,
 };
 #endif

@@ -376,5 +376,6 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gdn_transpose8 = nl_gdn_transpose8_avx2,
     .gdn_silu_d = nl_gdn_silu_d_avx512,
     .dropout_mask_row = z_dropout_mask_row,
+    .vec = &nl_vec_kernels_avx512,
 };
 #endif

@@ -169,4 +169,5 @@ const nl_host_kernels nl_host_kernels_scalar = {
     .dq_f16 = s_dq_f16,
     .dq_q8_0 = s_dq_q8_0,
     .gemm_f32 = s_gemm_f32,
+    .vec = &nl_vec_kernels_portable,
 };

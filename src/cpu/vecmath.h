@@ -14,16 +14,10 @@
 
 #define NL_LANES 8
 
-/* Element-wise nodes (norms, SwiGLU, gates, RoPE, cross-entropy) are built for the baseline ISA
- * and, on x86-64, also for x86-64-v3 (AVX2 + FMA), picked at load time: their 8-lane loops then
- * run as one 256-bit vector instead of two 128-bit ones. Every thread runs the same version, so
- * results stay independent of the thread count (they may differ between CPUs in the last bits,
- * through FMA contraction). */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(NL_NO_CLONES)
-#define NL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define NL_CLONES
-#endif
+/* The element-wise nodes' loops built from these (norms, SwiGLU, gates, RoPE, cross-entropy,
+ * the residual adds, LoRA's dropout products) are the kernel table's nl_vec_kernels
+ * (cpu/vec_body.h, one source built per row's ISA flags: cpu/kernels.h); every build gives the
+ * same bits (fixed 8-lane reduction orders, no contraction under -std=c11). */
 
 /* C[M][N] += A[M][K] · B[K][N], row-major with row strides ldc/lda/ldb (cpu/gemm.c). C must not
  * overlap A or B. Used for the attention blocks and the LoRA rank-r products. Internal to

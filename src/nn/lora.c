@@ -85,23 +85,23 @@ static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k
 
 /* xm[nb][K] = x ⊙ m for rows t .. t+nb-1 (x points at row t; m written into mbuf), or a
  * pointer to x when there is no dropout. */
-NL_CLONES static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks, int64_t t,
+static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks, int64_t t,
                                 int nb, float *mbuf, float *xm) {
     if (!drop) return x;
     const int64_t n = (int64_t)nb * L->n_in;
     make_mask(L, tok0, toks, t, nb, mbuf);
-    nl_vmul(xm, x, mbuf, n);
+    nl_cpu_kernels()->vec->mul(xm, x, mbuf, n);
     return xm;
 }
 
 /* dx (+)= (du·A) ⊙ m, with du·A in tmp (n elements) */
-NL_CLONES static void add_masked(float *dxb, const float *tmp, const float *m, int64_t n, int accumulate) {
-    if (accumulate) nl_vmuladd(dxb, tmp, m, n);
-    else nl_vmul(dxb, tmp, m, n);
+static void add_masked(float *dxb, const float *tmp, const float *m, int64_t n, int accumulate) {
+    if (accumulate) nl_cpu_kernels()->vec->muladd(dxb, tmp, m, n);
+    else nl_cpu_kernels()->vec->mul(dxb, tmp, m, n);
 }
 
 /* y += t (n elements): the add of a block's LoRA term (NL_LORA_ADD) */
-NL_CLONES static void add_into(float *y, const float *t, int64_t n) { nl_vadd(y, t, n); }
+static void add_into(float *y, const float *t, int64_t n) { nl_cpu_kernels()->vec->add(y, t, n); }
 
 /* ---- on the tiles ---- */
 
@@ -180,7 +180,7 @@ static int lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B,
 }
 
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
-NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
+static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
                     int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
@@ -213,7 +213,7 @@ NL_CLONES static int lora_fwd(const nl_lora *L, const float *A, const float *B, 
 
 /* dx[nb][K] (+)= (du · A) ⊙ m for one token block (m NULL: no dropout; tmp: nb·K scratch).
  * NL_LORA_ADD: dx += ((du · A) ⊙ m), the term rounded before the add. */
-NL_CLONES static void dx_rows(const nl_lora *L, const float *A, const float *du, int nb, float *dxb, int accumulate,
+static void dx_rows(const nl_lora *L, const float *A, const float *du, int nb, float *dxb, int accumulate,
                               const float *m, float *tmp) {
     const int K = L->n_in, r = L->rank;
     if (accumulate == NL_LORA_ADD) {
@@ -257,7 +257,7 @@ size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T) {
 }
 
 /* scratch: du [T][r] = s·dy·B, su [T][r] = s·u, then (dropout only) xm [T][K] = x ⊙ m. */
-NL_CLONES int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
+int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
                           const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
                           int t1) {
     if (check(L, "backward")) return -1;
@@ -306,7 +306,7 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
     return 0;
 }
 
-NL_CLONES int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
+int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
                         const float *dy, const float *x, const float *u, int T, int64_t tok0) {
     if (check(L, "backward")) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;

@@ -7,37 +7,19 @@
  *   Gate:    out = o ⊙ σ(g);  do = dout ⊙ σ(g),  dg = dout ⊙ o ⊙ σ(g)(1 − σ(g))
  * All arrays hold n floats. Outputs may alias inputs elementwise (each element is read
  * before it is written). Facts: docs/backward.md. */
-#include "cpu/vecmath.h"
+#include "cpu/kernels.h"
 #include "nn/nn.h"
 
 #include <math.h>
 
-/* Each function runs 8-lane blocks (inputs loaded into locals, results computed, then
- * stored: so outputs may alias inputs and gcc -O2 still vectorises, see vecmath.h) plus a
- * scalar tail. */
+/* SwiGLU and the gate: the kernel table's element-wise bodies (cpu/vec_body.h, 8-lane blocks). */
 
-NL_CLONES void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, y[NL_LANES] = {0}, r[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = a[i0 + l], y[l] = b[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(x[l]) * y[l];
-        for (int l = 0; l < w; l++) h[i0 + l] = r[l];
-    }
+void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n) {
+    nl_cpu_kernels()->vec->swiglu_fwd(h, a, b, n);
 }
 
-NL_CLONES void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, y[NL_LANES] = {0}, g[NL_LANES] = {0}, ra[NL_LANES], rb[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = a[i0 + l], y[l] = b[i0 + l], g[l] = dh[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) {
-            const float sg = nl_fsigmoid(x[l]);
-            ra[l] = g[l] * y[l] * sg * (1.0f + x[l] * (1.0f - sg));
-            rb[l] = g[l] * x[l] * sg;
-        }
-        for (int l = 0; l < w; l++) da[i0 + l] = ra[l], db[i0 + l] = rb[l];
-    }
+void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+    nl_cpu_kernels()->vec->swiglu_bwd(da, db, dh, a, b, n);
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -62,26 +44,10 @@ void nl_geglu_backward(float *da, float *db, const float *dh, const float *a, co
     }
 }
 
-NL_CLONES void nl_gate_forward(float *out, const float *o, const float *g, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, z[NL_LANES] = {0}, r[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = o[i0 + l], z[l] = g[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(z[l]);
-        for (int l = 0; l < w; l++) out[i0 + l] = r[l];
-    }
+void nl_gate_forward(float *out, const float *o, const float *g, int64_t n) {
+    nl_cpu_kernels()->vec->gate_fwd(out, o, g, n);
 }
 
-NL_CLONES void nl_gate_backward(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, z[NL_LANES] = {0}, dy[NL_LANES] = {0}, ro[NL_LANES], rg[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = o[i0 + l], z[l] = g[i0 + l], dy[l] = dout[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) {
-            const float sg = nl_fsigmoid(z[l]);
-            ro[l] = dy[l] * sg;
-            rg[l] = dy[l] * x[l] * sg * (1.0f - sg);
-        }
-        for (int l = 0; l < w; l++) d_o[i0 + l] = ro[l], dg[i0 + l] = rg[l];
-    }
+void nl_gate_backward(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+    nl_cpu_kernels()->vec->gate_bwd(d_o, dg, dout, o, g, n);
 }

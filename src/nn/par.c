@@ -3,7 +3,7 @@
 
 #include <stddef.h>
 
-#include "cpu/vecmath.h"
+#include "cpu/kernels.h"
 #include "util/util.h"
 
 typedef struct {
@@ -141,18 +141,18 @@ void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dou
     elem_backward(pool, nl_gate_backward, d_o, dg, dout, o, g, n);
 }
 
-NL_CLONES static void add_range(void *arg, int64_t i0, int64_t i1) {
+static void add_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
-    nl_vadd(j->y + i0, j->a + i0, i1 - i0);
+    nl_cpu_kernels()->vec->add(j->y + i0, j->a + i0, i1 - i0);
 }
 void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n) {
     elem_job j = {.y = y, .a = x};
     nl_par_run(pool, add_range, &j, n, ELEM_GRAIN, n);
 }
 
-NL_CLONES static void add2_range(void *arg, int64_t i0, int64_t i1) {
+static void add2_range(void *arg, int64_t i0, int64_t i1) {
     const elem_job *j = arg;
-    nl_vadd2(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
+    nl_cpu_kernels()->vec->add2(j->y + i0, j->a + i0, j->b + i0, i1 - i0);
 }
 void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n) {
     elem_job j = {.y = y, .a = a, .b = b};

@@ -8,7 +8,7 @@
  *
  * cos/sin are computed once per (token, pair) in double (θ reaches ~1e5 rad at long positions;
  * a float θ would lose ~1e-2 rad there) and shared by all heads of the token. */
-#include "cpu/vecmath.h"
+#include "cpu/kernels.h"
 #include "nn/nn.h"
 
 #include <math.h>
@@ -55,11 +55,13 @@ void nl_rope_free_table(nl_rope *r) {
     r->tab_n = 0;
 }
 
-NL_CLONES static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
+static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int32_t *pos, double sign) {
     const int half = r->n_rot / 2;
     const int hd = r->head_dim;
     double invf[ROPE_CHUNK];
     float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+    /* the rotation of every head: the kernel table's element-wise body (cpu/vec_body.h) */
+    const nl_vec_kernels *v = nl_cpu_kernels()->vec;
     for (int c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
         const int nc = half - c0 < ROPE_CHUNK ? half - c0 : ROPE_CHUNK;
         for (int j = 0; j < nc; j++) invf[j] = inv_freq(r, c0 + j);
@@ -77,25 +79,7 @@ NL_CLONES static void rope_apply(const nl_rope *r, float *x, int T, int n_heads,
                     sn[j] = (float)(sign * sin(th));
                 }
             }
-            float *xt = x + (int64_t)t * n_heads * hd;
-            for (int h = 0; h < n_heads; h++) {
-                float *xh = xt + (int64_t)h * hd;
-                if (r->neox) {
-                    float *a = xh + c0, *b = xh + c0 + half;
-                    for (int j = 0; j < nc; j++) {
-                        float x0 = a[j], x1 = b[j];
-                        a[j] = x0 * cs[j] - x1 * sn[j];
-                        b[j] = x0 * sn[j] + x1 * cs[j];
-                    }
-                } else {
-                    float *a = xh + 2 * c0;
-                    for (int j = 0; j < nc; j++) {
-                        float x0 = a[2 * j], x1 = a[2 * j + 1];
-                        a[2 * j] = x0 * cs[j] - x1 * sn[j];
-                        a[2 * j + 1] = x0 * sn[j] + x1 * cs[j];
-                    }
-                }
-            }
+            v->rope_rotate(x + (int64_t)t * n_heads * hd, n_heads, hd, half, c0, nc, cs, sn, r->neox);
         }
     }
 }

@@ -1,0 +1,187 @@
+/* cpu/vec_body: the element-wise nodes' bodies (cpu/kernels.h: nl_vec_kernels), ONE source
+ * for every row: included by cpu/vec.c (the portable build: the scalar row, and the Arm rows,
+ * whose baseline has NEON), cpu/vec_avx2.c and cpu/vec_avx512.c (those get their ISA's flags
+ * from the file-name rule, CMakeLists.txt). Define NL_VEC_ISA (the name suffix: portable, avx2,
+ * avx512) and include this once; it defines static functions <name>_<isa> and the table
+ * nl_vec_kernels_<isa>.
+ *
+ * The same bits in every row: the loops are cpu/vecmath.h's 8-lane shapes (a reduction's order
+ * is fixed by its 8 partial sums, never by the vector width), and -std=c11 turns off FMA
+ * contraction, so a body built with -mavx2 -mfma rounds every product and sum exactly as the
+ * portable one; only the width of the instructions differs. */
+#ifndef NL_VEC_ISA
+#error "define NL_VEC_ISA before including cpu/vec_body.h"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+
+#include "cpu/kernels.h"
+#include "cpu/vecmath.h"
+
+#define NL_VEC_CAT2(a, b) a##_##b
+#define NL_VEC_CAT(a, b) NL_VEC_CAT2(a, b)
+#define NL_VEC_FN(f) NL_VEC_CAT(f, NL_VEC_ISA)
+
+/* ---- nn/norm.c: RMSNorm, one row ---- */
+
+static float NL_VEC_FN(rmsnorm_row)(float *y, const float *x, const float *w, int n, float eps) {
+    const double ms = (double)nl_vdot(x, x, n) / (double)n;
+    const float rs = (float)(1.0 / sqrt(ms + (double)eps));
+    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * rs);
+    return rs;
+}
+
+static void NL_VEC_FN(rmsnorm_bwd_row)(float *dx, const float *dy, const float *x, const float *w, float rs, int n) {
+    /* g·x = Σ dy·w·x with 8 partial sums */
+    float acc[NL_LANES] = {0};
+    int i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) acc[l] += dy[i + l] * w[i + l] * x[i + l];
+    float gx = 0.0f;
+    for (; i < n; i++) gx += dy[i] * w[i] * x[i];
+    gx += nl_lanes_sum(acc);
+    const float c = gx * rs * rs / (float)n;
+    for (i = 0; i < n; i++) dx[i] = rs * (dy[i] * w[i] - x[i] * c);
+}
+
+/* ---- nn/mlp.c: SwiGLU and the sigmoid gate. 8-lane blocks (inputs loaded into locals,
+ * results computed, then stored: outputs may alias inputs elementwise and gcc -O2 still
+ * vectorises, see vecmath.h); the last block is zero-padded. ---- */
+
+static void NL_VEC_FN(swiglu_fwd)(float *h, const float *a, const float *b, int64_t n) {
+    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
+        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
+        float x[NL_LANES] = {0}, y[NL_LANES] = {0}, r[NL_LANES];
+        for (int l = 0; l < w; l++) x[l] = a[i0 + l], y[l] = b[i0 + l];
+        for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(x[l]) * y[l];
+        for (int l = 0; l < w; l++) h[i0 + l] = r[l];
+    }
+}
+
+static void NL_VEC_FN(swiglu_bwd)(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
+        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
+        float x[NL_LANES] = {0}, y[NL_LANES] = {0}, g[NL_LANES] = {0}, ra[NL_LANES], rb[NL_LANES];
+        for (int l = 0; l < w; l++) x[l] = a[i0 + l], y[l] = b[i0 + l], g[l] = dh[i0 + l];
+        for (int l = 0; l < NL_LANES; l++) {
+            const float sg = nl_fsigmoid(x[l]);
+            ra[l] = g[l] * y[l] * sg * (1.0f + x[l] * (1.0f - sg));
+            rb[l] = g[l] * x[l] * sg;
+        }
+        for (int l = 0; l < w; l++) da[i0 + l] = ra[l], db[i0 + l] = rb[l];
+    }
+}
+
+static void NL_VEC_FN(gate_fwd)(float *out, const float *o, const float *g, int64_t n) {
+    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
+        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
+        float x[NL_LANES] = {0}, z[NL_LANES] = {0}, r[NL_LANES];
+        for (int l = 0; l < w; l++) x[l] = o[i0 + l], z[l] = g[i0 + l];
+        for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(z[l]);
+        for (int l = 0; l < w; l++) out[i0 + l] = r[l];
+    }
+}
+
+static void NL_VEC_FN(gate_bwd)(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
+        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
+        float x[NL_LANES] = {0}, z[NL_LANES] = {0}, dy[NL_LANES] = {0}, ro[NL_LANES], rg[NL_LANES];
+        for (int l = 0; l < w; l++) x[l] = o[i0 + l], z[l] = g[i0 + l], dy[l] = dout[i0 + l];
+        for (int l = 0; l < NL_LANES; l++) {
+            const float sg = nl_fsigmoid(z[l]);
+            ro[l] = dy[l] * sg;
+            rg[l] = dy[l] * x[l] * sg * (1.0f - sg);
+        }
+        for (int l = 0; l < w; l++) d_o[i0 + l] = ro[l], dg[i0 + l] = rg[l];
+    }
+}
+
+/* ---- nn/xent.c: one target row of logits z[V] (target y, 0 <= y < V) ---- */
+
+#define NL_VEC_XCH 1024 /* exp is evaluated in chunks of this many logits (stack scratch) */
+
+static double NL_VEC_FN(xent_row)(float *z, int y, int V, float inv_n, int want_grad) {
+    float e[NL_VEC_XCH];
+    float m = z[0];
+    for (int j = 1; j < V; j++) m = z[j] > m ? z[j] : m;
+    /* Σ exp(z − m): 8-lane float partials per chunk, chunks summed in double. With want_grad
+     * the exponentials are kept in z (one exp pass, not two): z[y] is read first. */
+    const float zy = z[y];
+    double sum = 0.0;
+    for (int j0 = 0; j0 < V; j0 += NL_VEC_XCH) {
+        const int nc = V - j0 < NL_VEC_XCH ? V - j0 : NL_VEC_XCH;
+        float *ev = want_grad ? z + j0 : e;
+        for (int j = 0; j < nc; j++) ev[j] = z[j0 + j] - m;
+        nl_vexp(ev, ev, nc);
+        float acc[NL_LANES] = {0};
+        int j = 0;
+        for (; j + NL_LANES <= nc; j += NL_LANES)
+            for (int l = 0; l < NL_LANES; l++) acc[l] += ev[j + l];
+        double part = 0.0;
+        for (; j < nc; j++) part += ev[j];
+        for (int l = 0; l < NL_LANES; l++) part += acc[l];
+        sum += part;
+    }
+    const double lse = (double)m + log(sum);
+    if (want_grad) {
+        /* softmax·inv_n = exp(z − m) · (inv_n / Σ) */
+        const float c = (float)((double)inv_n / sum);
+        nl_vscale(z, c, V);
+        z[y] -= inv_n;
+    }
+    return lse - (double)zy;
+}
+
+/* ---- nn/rope.c: pairs c0 .. c0+nc-1 of every head of one token x[n_heads][hd], rotated by
+ * (cs[j], sn[j]); NEOX pairs (i, i + half), NORM pairs (2i, 2i+1) ---- */
+
+static void NL_VEC_FN(rope_rotate)(float *x, int n_heads, int hd, int half, int c0, int nc, const float *cs,
+                                   const float *sn, int neox) {
+    for (int h = 0; h < n_heads; h++) {
+        float *xh = x + (int64_t)h * hd;
+        if (neox) {
+            float *a = xh + c0, *b = xh + c0 + half;
+            for (int j = 0; j < nc; j++) {
+                float x0 = a[j], x1 = b[j];
+                a[j] = x0 * cs[j] - x1 * sn[j];
+                b[j] = x0 * sn[j] + x1 * cs[j];
+            }
+        } else {
+            float *a = xh + 2 * c0;
+            for (int j = 0; j < nc; j++) {
+                float x0 = a[2 * j], x1 = a[2 * j + 1];
+                a[2 * j] = x0 * cs[j] - x1 * sn[j];
+                a[2 * j + 1] = x0 * sn[j] + x1 * cs[j];
+            }
+        }
+    }
+}
+
+/* ---- the memory-bound passes (nn/par.c's residual adds, nn/lora.c's dropout products) ---- */
+
+static void NL_VEC_FN(add)(float *restrict y, const float *restrict x, int64_t n) { nl_vadd(y, x, n); }
+static void NL_VEC_FN(add2)(float *restrict y, const float *restrict a, const float *restrict b, int64_t n) {
+    nl_vadd2(y, a, b, n);
+}
+static void NL_VEC_FN(mul)(float *restrict y, const float *restrict a, const float *restrict b, int64_t n) {
+    nl_vmul(y, a, b, n);
+}
+static void NL_VEC_FN(muladd)(float *restrict y, const float *restrict a, const float *restrict b, int64_t n) {
+    nl_vmuladd(y, a, b, n);
+}
+
+const nl_vec_kernels NL_VEC_FN(nl_vec_kernels) = {
+    .rmsnorm_row = NL_VEC_FN(rmsnorm_row),
+    .rmsnorm_bwd_row = NL_VEC_FN(rmsnorm_bwd_row),
+    .swiglu_fwd = NL_VEC_FN(swiglu_fwd),
+    .swiglu_bwd = NL_VEC_FN(swiglu_bwd),
+    .gate_fwd = NL_VEC_FN(gate_fwd),
+    .gate_bwd = NL_VEC_FN(gate_bwd),
+    .xent_row = NL_VEC_FN(xent_row),
+    .rope_rotate = NL_VEC_FN(rope_rotate),
+    .add = NL_VEC_FN(add),
+    .add2 = NL_VEC_FN(add2),
+    .mul = NL_VEC_FN(mul),
+    .muladd = NL_VEC_FN(muladd),
+};
