@@ -61,7 +61,7 @@ foreach(f IN LISTS files)
   set(n 0)
   foreach(l IN LISTS lines)
     math(EXPR n "${n} + 1")
-    if(NOT isa_file AND (l MATCHES "__attribute__[ \t]*\\(\\([ \t]*target[ \t]*\\(" OR l MATCHES "^[ \t]*#[ \t]*pragma[ \t]+GCC[ \t]+target"
+    if(NOT isa_file AND (l MATCHES "__attribute__[ \t]*\\(\\([ \t]*target(_clones)?[ \t]*\\(" OR l MATCHES "^[ \t]*#[ \t]*pragma[ \t]+GCC[ \t]+target"
                          OR l MATCHES "^[ \t]*#[ \t]*include[ \t]*<(immintrin|x86intrin|arm_neon|arm_sve|arm_sme)\\.h>"))
       math(EXPR found "${found} + 1")
       list(APPEND keys "${f}:${n}")
