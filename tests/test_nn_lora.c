@@ -420,6 +420,14 @@ static void test_errors_and_init(void) {
     L.dropout = 0.0f;
     L.rank = 0;
     CHECK(nl_lora_apply(&L, A, B, y, x, 1) == -1);
+    /* out of memory for the scratch on the tiles' backward is an error, not a crash: a shape
+     * whose packing buffers no address space holds (r = n_in = n_out = 2^24: B packed is
+     * 2^49 bytes), asked for before any row is read (T = 0) */
+    const nl_lora Lh = {1 << 24, 1 << 24, 1 << 24, 1.0f, 0.0f, 0, &nl_amx_tiles_emu};
+    CHECK(nl_lora_backward_to(&Lh, A, B, NULL, 1, A, B, y, x, NULL, 0, 0) == -1);
+    CHECK(strstr(nl_last_error(), "lora backward: out of memory") != NULL);
+    CHECK(nl_lora_backward_rows(&Lh, A, B, NULL, 1, y, x, NULL, 0, 0, NULL, A, 0, 0) == -1);
+    CHECK(strstr(nl_last_error(), "lora backward: out of memory") != NULL);
     enum { R = 3, K = 50, N = 7 };
     float a1[R * K], a2[R * K], b[N * R];
     for (int i = 0; i < N * R; i++) b[i] = 1.0f;

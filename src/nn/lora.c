@@ -136,18 +136,25 @@ static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, floa
     return 0;
 }
 
-/* Phase 1 on the tiles (the contract of nl_lora_backward_rows). */
-static int lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
-                               const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch,
-                               int t0, int t1) {
+/* The bytes of lora_bwd_rows_tiles' packing and block buffer (u given or recomputed). */
+static size_t bwd_rows_tiles_bytes(const nl_lora *L, int have_u) {
+    const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
+    const size_t n_at = have_u ? 0 : (size_t)Kp / 2 * rp, n_bb = (size_t)Np / 2 * rp, n_ba = (size_t)rp / 2 * Kp;
+    const size_t n_xa = (size_t)TB * (Kp > Np ? Kp : Np) / 2, n_sa = (size_t)TB * rp / 2;
+    const size_t nx = L->dropout > 0.0f ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
+    return sizeof(uint32_t) * (n_at + n_bb + n_ba + n_xa + n_sa) + sizeof(float) * (nx + (size_t)TB * r + 1);
+}
+
+/* Phase 1 on the tiles (the contract of nl_lora_backward_rows); buf: bwd_rows_tiles_bytes(L, u != NULL)
+ * bytes (the caller's thread scratch). */
+static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
+                                const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch,
+                                int t0, int t1, uint32_t *buf) {
     const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
     const size_t n_at = u ? 0 : (size_t)Kp / 2 * rp, n_bb = (size_t)Np / 2 * rp, n_ba = (size_t)rp / 2 * Kp;
     const size_t n_xa = (size_t)TB * (Kp > Np ? Kp : Np) / 2, n_sa = (size_t)TB * rp / 2;
-    const size_t nx = drop ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
-    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bb + n_ba + n_xa + n_sa) + sizeof(float) * (nx + (size_t)TB * r + 1));
-    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
     uint32_t *at = buf, *bb = at + n_at, *ba = bb + n_bb;
     uint16_t *xa = (uint16_t *)(ba + n_ba), *sa = xa + 2 * n_xa;
     float *mb = (float *)(buf + n_at + n_bb + n_ba + n_xa + n_sa), *tmp = mb + (drop ? (size_t)TB * K : 0),
@@ -176,7 +183,6 @@ static int lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B,
         nl_tile_gemm(L->tiles, tmp, K, sa, rp, ba, Kp, nb, K, r, 0);
         add_masked(dxb, tmp, mb, (int64_t)nb * K, dx_accumulate);
     }
-    return 0;
 }
 
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
@@ -263,7 +269,12 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
     if (check(L, "backward")) return -1;
     if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
     if (L->tiles && dx && dx_accumulate == NL_LORA_ADD) return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
-    if (L->tiles) return lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
+    if (L->tiles) {
+        uint32_t *buf = nl_thread_scratch(bwd_rows_tiles_bytes(L, u != NULL));
+        if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", L->n_in, L->n_out, L->rank);
+        lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1, buf);
+        return 0;
+    }
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
@@ -311,13 +322,22 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
     if (check(L, "backward")) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
-    if (L->tiles) { /* the two phases on one thread */
-        float *scr = nl_malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(L, T) + 1));
-        if (!scr) return -1;
-        int rc = nl_lora_backward_rows(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, NULL, scr, 0, T);
-        if (rc == 0) rc = nl_lora_backward_params(L, dA, dB, dy, x, T, scr, 0, K + N);
-        free(scr);
-        return rc;
+    if (L->tiles) {
+        /* the two phases on one thread, a block of TB rows at a time (the blocks phase 1 takes
+         * anyway; phase 2's chains over t continued block by block, as below): the block's
+         * phase-1 scratch after the packing buffer, in one thread-scratch request */
+        if (dx && dx_accumulate == NL_LORA_ADD) return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
+        const size_t nrows = bwd_rows_tiles_bytes(L, u != NULL), ns = nl_lora_bwd_scratch_floats(L, TB);
+        uint32_t *buf = nl_thread_scratch(nrows + sizeof(float) * ns);
+        if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+        float *scr = (float *)((char *)buf + nrows);
+        for (int t0 = 0; t0 < T; t0 += TB) {
+            const int nb = T - t0 < TB ? T - t0 : TB;
+            lora_bwd_rows_tiles(L, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
+                                x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0, nb, buf);
+            if (nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N)) return -1;
+        }
+        return 0;
     }
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
@@ -358,7 +378,8 @@ uint64_t nl_lora_thread_bytes(const nl_lora *L) {
     const uint64_t Kp = (uint64_t)nl_tile_up((int)K), Np = (uint64_t)nl_tile_up((int)N), rp = (uint64_t)nl_tile_up((int)r), tb = TB;
     const uint64_t nx = L->dropout > 0.0f ? 3 * tb * K : 0; /* the most any path takes for its masks */
     uint64_t b = 4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r);              /* tiles FWD */
-    uint64_t x = 4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) + 4 * (nx + tb * r + 1); /* tiles BWD */
+    uint64_t x = 4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) + 4 * (nx + tb * r + 1) +
+                 4 * (tb * (2 * r + (L->dropout > 0.0f ? K : 0))); /* tiles BWD (on one thread: a block's phase-1 scratch too) */
     if (x > b) b = x;
     x = 4 * (K * r + r * N + nx + 3 * tb * r + 1 + tb * (K > N ? K : N)); /* FP32: FWD, BWD rows (NL_LORA_ADD's block), BWD on one thread */
     if (x > b) b = x;
