@@ -48,21 +48,30 @@ typedef struct {
 static void *attn_run(void *arg) {
     const attn_job *j = arg;
     if (j->tl && !j->bwd)
-        nl_attention_forward_range_tiles(j->tl, j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0,
-                                         j->g1);
+        nl_attention_forward_range_tiles(j->tl, &(nl_attn_fwd){.out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v,
+                                                               .T = j->T, .S = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d,
+                                                               .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
     else if (j->tl)
-        nl_attention_backward_range_tiles(j->tl, j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv,
-                                          j->d, j->scale, 0, j->g0, j->g1);
+        nl_attention_backward_range_tiles(j->tl, &(nl_attn_bwd){.dq = j->dq, .dk = j->dk, .dv = j->dv, .dout = j->dout,
+                                                                .out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v,
+                                                                .T = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d,
+                                                                .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
     else if (!j->bwd && j->bf16)
-        nl_attention_forward_range_bf16(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0, j->g1);
+        nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T,
+                                                       .S = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d, .scale = j->scale,
+                                                       .g0 = j->g0, .g1 = j->g1});
     else if (!j->bwd)
-        nl_attention_forward_range(j->o, j->lse, j->q, j->k, j->v, j->T, j->T, j->Hq, j->Hkv, j->d, j->scale, 0, j->g0, j->g1);
+        nl_attention_forward_range(&(nl_attn_fwd){.out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T,
+                                                  .S = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d, .scale = j->scale,
+                                                  .g0 = j->g0, .g1 = j->g1});
     else if (j->bf16)
-        nl_attention_backward_range_bf16(j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv,
-                                         j->d, j->scale, 0, j->g0, j->g1);
+        nl_attention_backward_range_bf16(&(nl_attn_bwd){.dq = j->dq, .dk = j->dk, .dv = j->dv, .dout = j->dout, .out = j->o,
+                                                        .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T, .Hq = j->Hq,
+                                                        .Hkv = j->Hkv, .d = j->d, .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
     else
-        nl_attention_backward_range(j->dq, j->dk, j->dv, j->dout, j->o, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d,
-                                    j->scale, 0, j->g0, j->g1);
+        nl_attention_backward_range(&(nl_attn_bwd){.dq = j->dq, .dk = j->dk, .dv = j->dv, .dout = j->dout, .out = j->o,
+                                                   .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T, .Hq = j->Hq,
+                                                   .Hkv = j->Hkv, .d = j->d, .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
     return NULL;
 }
 

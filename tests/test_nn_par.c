@@ -70,14 +70,19 @@ int main(void) {
         /* attention: q = x, k = b, v = dy (as [T][H][hd] and [T][Hkv][hd]) */
         for (int bf16 = 0; bf16 < 2; bf16++) {
             float lse0[67 * 4], lse1[67 * 4];
-            (bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(y0, lse0, x, b, dy, T, T, H, Hkv, hd, sc, 0, 0, Hkv);
-            nl_par_attention_forward(p, bf16, NULL, y1, lse1, x, b, dy, T, T, H, Hkv, hd, sc, 0);
+            nl_attn_fwd af = {.out = y0, .lse = lse0, .q = x, .k = b, .v = dy, .T = T, .S = T, .Hq = H, .Hkv = Hkv, .d = hd,
+                              .scale = sc, .g1 = Hkv};
+            (bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(&af);
+            af.out = y1, af.lse = lse1;
+            nl_par_attention_forward(p, bf16, NULL, &af);
             SAME(y0, y1, qn, "attention forward");
             SAME(lse0, lse1, T * H, "attention lse");
             float *dq0 = z0, *dk0 = z0 + qn, *dv0 = dk0 + kvn, *dq1 = z1, *dk1 = z1 + qn, *dv1 = dk1 + kvn;
-            (bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(dq0, dk0, dv0, dout, y0, lse0, x, b, dy, T, H,
-                                                                                    Hkv, hd, sc, 0, 0, Hkv);
-            nl_par_attention_backward(p, bf16, NULL, dq1, dk1, dv1, dout, y0, lse0, x, b, dy, T, H, Hkv, hd, sc, 0);
+            nl_attn_bwd ab = {.dq = dq0, .dk = dk0, .dv = dv0, .dout = dout, .out = y0, .lse = lse0, .q = x, .k = b, .v = dy,
+                              .T = T, .Hq = H, .Hkv = Hkv, .d = hd, .scale = sc, .g1 = Hkv};
+            (bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(&ab);
+            ab.dq = dq1, ab.dk = dk1, ab.dv = dv1;
+            nl_par_attention_backward(p, bf16, NULL, &ab);
             SAME(z0, z1, qn + 2 * kvn, "attention backward");
         }
         /* cross-entropy rows of z[T][V] (V·T < ne) */

@@ -129,8 +129,11 @@ static void row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, floa
     for (j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
 }
 
-int nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
+int nl_attention_forward_range(const nl_attn_fwd *a) {
+    float *const out = a->out, *const lse = a->lse;
+    const float *const q = a->q, *const k = a->k, *const v = a->v;
+    const int T = a->T, S = a->S, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
+    const float scale = a->scale;
     const int group = Hq / Hkv;
     const int past = S - T;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
@@ -175,9 +178,10 @@ int nl_attention_forward_range(float *out, float *lse, const float *q, const flo
     return 0;
 }
 
-int nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq,
-                          int Hkv, int d, float scale) {
-    return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, 0, 0, Hkv);
+int nl_attention_forward(const nl_attn_fwd *a) {
+    nl_attn_fwd r = *a;
+    r.g0 = 0, r.g1 = a->Hkv;
+    return nl_attention_forward_range(&r);
 }
 
 int nl_attention_prefix_rows(int P, int S) { return (P > SMALL_T) == (S > SMALL_T); }
@@ -192,9 +196,11 @@ int nl_attention_tail_start(int P, int S) {
     return S - SMALL_T - 1;
 }
 
-int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                                 const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
-                                 int window, int g0, int g1) {
+int nl_attention_backward_range(const nl_attn_bwd *a) {
+    float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
+    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k, *const v = a->v;
+    const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
+    const float scale = a->scale;
     const int group = Hq / Hkv;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t lds = T;
@@ -237,9 +243,10 @@ int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *do
     return 0;
 }
 
-int nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                           const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale) {
-    return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, 0, 0, Hkv);
+int nl_attention_backward(const nl_attn_bwd *a) {
+    nl_attn_bwd r = *a;
+    r.g0 = 0, r.g1 = a->Hkv;
+    return nl_attention_backward_range(&r);
 }
 
 /* ---- BF16 variant (cpu/gemm_bf16.h) ----
@@ -263,8 +270,11 @@ int nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, co
 static int64_t ld_b(int n) { return (int64_t)((n + 15) & ~15) + 16; }
 
 /* 0, or -1 when out of memory (nothing written) */
-static int fwd_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S, int Hq, int Hkv,
-                    int d, float scale, int window, int g0, int g1) {
+static int fwd_bf16(const nl_attn_fwd *a) {
+    float *const out = a->out, *const lse = a->lse;
+    const float *const q = a->q, *const k = a->k, *const v = a->v;
+    const int T = a->T, S = a->S, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
+    const float scale = a->scale;
     const int group = Hq / Hkv, past = S - T, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t ld_kw = ld_b(S), ld_vi = ld_b(d), ld_pw = (S + 1) / 2;
@@ -303,8 +313,11 @@ static int fwd_bf16(float *out, float *lse, const float *q, const float *k, cons
     return 0;
 }
 
-static int bwd_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q,
-                    const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
+static int bwd_bf16(const nl_attn_bwd *a) {
+    float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
+    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k, *const v = a->v;
+    const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
+    const float scale = a->scale;
     const int group = Hq / Hkv, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const int64_t ld_t = ld_b(T), ld_ki = ld_b(d), ld_qt = (((T + 1) / 2 + 15) & ~15), ld_sr = (T + 1) / 2;
@@ -367,25 +380,18 @@ int nl_attention_bf16_active(void) {
 #endif
 }
 
-int nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                     int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
+int nl_attention_forward_range_bf16(const nl_attn_fwd *a) {
 #ifdef NL_ATT_BF16
-    if (T > SMALL_T && nl_bf16_ok()) {
-        return fwd_bf16(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1) ? fwd_oom(S, d) : 0;
-    }
+    if (a->T > SMALL_T && nl_bf16_ok()) return fwd_bf16(a) ? fwd_oom(a->S, a->d) : 0;
 #endif
-    return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
+    return nl_attention_forward_range(a);
 }
 
-int nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                      const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
-                                      int Hkv, int d, float scale, int window, int g0, int g1) {
+int nl_attention_backward_range_bf16(const nl_attn_bwd *a) {
 #ifdef NL_ATT_BF16
-    if (T > SMALL_T && nl_bf16_ok()) {
-        return bwd_bf16(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1) ? bwd_oom(T, d) : 0;
-    }
+    if (a->T > SMALL_T && nl_bf16_ok()) return bwd_bf16(a) ? bwd_oom(a->T, a->d) : 0;
 #endif
-    return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
+    return nl_attention_backward_range(a);
 }
 
 /* ---- on the matrix engine's tiles (cpu/tiles.h) ----
@@ -409,8 +415,11 @@ int nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const floa
 #define BKV 128 /* queries per dK/dV product: 4 steps per load and store of an output block */
 
 /* 0, or -1 when out of memory (nothing written) */
-static int fwd_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k, const float *v, int T,
-                     int S, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
+static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
+    float *const out = a->out, *const lse = a->lse;
+    const float *const q = a->q, *const k = a->k, *const v = a->v;
+    const int T = a->T, S = a->S, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
+    const float scale = a->scale;
     const int group = Hq / Hkv, past = S - T, dp = nl_tile_up(d), Sp = nl_tile_up(S);
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     const size_t n_kb = (size_t)dp / 2 * Sp, n_vb = (size_t)Sp / 2 * dp, n_qa = (size_t)BQT * dp / 2,
@@ -451,9 +460,11 @@ static int fwd_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float
     return 0;
 }
 
-static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout, const float *out,
-                     const float *lse, const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d,
-                     float scale, int window, int g0, int g1) {
+static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
+    float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
+    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k, *const v = a->v;
+    const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
+    const float scale = a->scale;
     const int group = Hq / Hkv, dp = nl_tile_up(d), Tp = nl_tile_up(T);
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of BKV queries; then BF16 rows (2 a
@@ -514,22 +525,14 @@ static int bwd_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, co
     return 0;
 }
 
-int nl_attention_forward_range_tiles(const nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
-                                      const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window, int g0,
-                                      int g1) {
-    if (T > SMALL_T) {
-        return fwd_tiles(tl, out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1) ? fwd_oom(S, d) : 0;
-    }
-    return nl_attention_forward_range(out, lse, q, k, v, T, S, Hq, Hkv, d, scale, window, g0, g1);
+int nl_attention_forward_range_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
+    if (a->T > SMALL_T) return fwd_tiles(tl, a) ? fwd_oom(a->S, a->d) : 0;
+    return nl_attention_forward_range(a);
 }
 
-int nl_attention_backward_range_tiles(const nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
-                                       const float *out, const float *lse, const float *q, const float *k, const float *v,
-                                       int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1) {
-    if (T > SMALL_T) {
-        return bwd_tiles(tl, dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1) ? bwd_oom(T, d) : 0;
-    }
-    return nl_attention_backward_range(dq, dk, dv, dout, out, lse, q, k, v, T, Hq, Hkv, d, scale, window, g0, g1);
+int nl_attention_backward_range_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
+    if (a->T > SMALL_T) return bwd_tiles(tl, a) ? bwd_oom(a->T, a->d) : 0;
+    return nl_attention_backward_range(a);
 }
 
 /* ---- the per-thread scratch, bounded (nl_attention_thread_bytes) ----

@@ -209,7 +209,10 @@ static int attn_continuation(nl_pass *ps, int l, nl_layer_cache *c, int p0, int 
             memcpy(qb + (size_t)nre * qr, c->q + (size_t)t0 * qr, (size_t)Ti * qr * fs);
         });
         NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
-                 rc = nl_par_attention_forward(POOL(ps), 0, NULL, ob, lb, qb, kb, vb, Tq, S, H, Hkv, hd, hp->attn_scale, window));
+                 rc = nl_par_attention_forward(POOL(ps), 0, NULL,
+                                               &(nl_attn_fwd){.out = ob, .lse = lb, .q = qb, .k = kb, .v = vb, .T = Tq, .S = S,
+                                                              .Hq = H, .Hkv = Hkv, .d = hd, .scale = hp->attn_scale,
+                                                              .window = window}));
         if (rc == 0) {
             memcpy(c->o + (size_t)t0 * qr, ob + (size_t)nre * qr, (size_t)Ti * qr * fs);
             memcpy(c->lse + (size_t)t0 * H, lb + (size_t)nre * H, (size_t)Ti * H * fs);
@@ -242,9 +245,11 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
             }
             p0 = t0;
             NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
-                     rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o + t0 * qr, c->lse + (size_t)t0 * H,
-                                                   c->q + t0 * qr, c->k + t0 * kr, c->v + t0 * kr, Ti, Ti, H, Hkv, hd, scale,
-                                                   window));
+                     rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles,
+                                                   &(nl_attn_fwd){.out = c->o + t0 * qr, .lse = c->lse + (size_t)t0 * H,
+                                                                  .q = c->q + t0 * qr, .k = c->k + t0 * kr, .v = c->v + t0 * kr,
+                                                                  .T = Ti, .S = Ti, .Hq = H, .Hkv = Hkv, .d = hd, .scale = scale,
+                                                                  .window = window}));
             if (rc) return rc;
         }
         return 0;
@@ -263,8 +268,9 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     }
     int rc = 0;
     NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
-             rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles, c->o, c->lse, c->q, k, v, T, S, H, Hkv, hd, scale,
-                                           window));
+             rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles,
+                                           &(nl_attn_fwd){.out = c->o, .lse = c->lse, .q = c->q, .k = k, .v = v, .T = T, .S = S,
+                                                          .Hq = H, .Hkv = Hkv, .d = hd, .scale = scale, .window = window}));
     return rc;
 }
 
@@ -326,9 +332,12 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
         int rc = 0;
         NL_TIMED(ps->prof, NL_GP_ATTN_BWD,
-                 rc = nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles, dq + qo, dk + ko, dv + ko, dattn + qo,
-                                                c->o + qo, c->lse + (size_t)t0 * H, c->q + qo, c->k + ko, c->v + ko,
-                                                nl_span_len(sp, i), H, Hkv, hd, hp->attn_scale, L->swa ? hp->n_swa : 0));
+                 rc = nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles,
+                                                &(nl_attn_bwd){.dq = dq + qo, .dk = dk + ko, .dv = dv + ko, .dout = dattn + qo,
+                                                               .out = c->o + qo, .lse = c->lse + (size_t)t0 * H, .q = c->q + qo,
+                                                               .k = c->k + ko, .v = c->v + ko, .T = nl_span_len(sp, i), .Hq = H,
+                                                               .Hkv = Hkv, .d = hd, .scale = hp->attn_scale,
+                                                               .window = L->swa ? hp->n_swa : 0}));
         if (rc) return rc;
     }
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));

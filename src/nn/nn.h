@@ -38,24 +38,37 @@ void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int
  * q[T][Hq][d]; k, v[S][Hkv][d] with S >= T: the first S-T keys are the past (KV cache); query
  * t attends to keys 0 .. S-T+t. Query head h uses kv head h / (Hq/Hkv).
  * out[T][Hq][d]; lse[T][Hq] = logsumexp of the scaled scores (saved for backward; may be NULL).
- * The _range calls take a sliding window (gemma3): window > 0 lets query t (at position
- * S-T+t) see only keys j with S-T+t − j < window; 0 = the whole causal prefix.
- * Every call returns 0, or -1 with nl_err when its scratch cannot be had (out of memory: an error
- * the step reports, never NaN in the output). */
-int nl_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                          int T, int S, int Hq, int Hkv, int d, float scale);
-/* Self-attention backward (S == T). dq, dk, dv overwritten. */
-int nl_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                           const float *lse, const float *q, const float *k, const float *v,
-                           int T, int Hq, int Hkv, int d, float scale);
+ * window > 0 (gemma3's sliding window) lets query t (at position S-T+t) see only keys j with
+ * S-T+t − j < window; 0 = the whole causal prefix.
+ * A call is one request (callers name its fields; what a call does not use stays 0): */
+typedef struct {
+    float *out, *lse;        /* written: out[T][Hq][d], lse[T][Hq] (may be NULL) */
+    const float *q, *k, *v;  /* q[T][Hq][d]; k, v[S][Hkv][d] */
+    int T, S, Hq, Hkv, d;
+    float scale;             /* scores = scale · q·k */
+    int window;              /* 0: none */
+    int g0, g1;              /* the _range calls: kv heads [g0, g1) */
+} nl_attn_fwd;
+/* The self-attention backward (S == T) of a forward with the same q, k, v, shape, scale and
+ * window: dq, dk, dv overwritten. */
+typedef struct {
+    float *dq, *dk, *dv;                    /* written: [T][Hq][d], [T][Hkv][d], [T][Hkv][d] */
+    const float *dout, *out, *lse;          /* dLoss/dout, the forward's out and lse */
+    const float *q, *k, *v;
+    int T, Hq, Hkv, d;
+    float scale;
+    int window;
+    int g0, g1;                             /* the _range calls: kv heads [g0, g1) */
+} nl_attn_bwd;
+/* Every call returns 0, or -1 with nl_err when its scratch cannot be had (out of memory: an error
+ * the step reports, never NaN in the output). The whole calls: every kv head (g0, g1 unused). */
+int nl_attention_forward(const nl_attn_fwd *a);
+int nl_attention_backward(const nl_attn_bwd *a);
 /* The same for kv heads [g0, g1) only (and their query heads g·Hq/Hkv ..): every output element
  * of those heads is written exactly as the whole call writes it, nothing else is touched, so
  * callers may split kv heads over threads with bit-identical results. */
-int nl_attention_forward_range(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
-int nl_attention_backward_range(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                                 const float *q, const float *k, const float *v, int T, int Hq, int Hkv, int d, float scale,
-                                 int window, int g0, int g1);
+int nl_attention_forward_range(const nl_attn_fwd *a);
+int nl_attention_backward_range(const nl_attn_bwd *a);
 /* The first query row a forward over keys [0, S) must run (q = rows [start, S) of the
  * sequence, T = S − start) so that its rows [P, S) are the bits the FP32 self-attention call
  * over all S rows (T = S) gives them: P, or a few rows before it where the short tail would
@@ -72,11 +85,8 @@ int nl_attention_prefix_rows(int P, int S);
  * the FP32 calls; results agree with them to BF16 accuracy (about 1e-2 of the magnitude), not
  * bit for bit. Where the CPU lacks AVX512_BF16 (checked at run time), or for decoding-size
  * query blocks, they ARE the FP32 calls. nl_attention_bf16_active() says which runs. */
-int nl_attention_forward_range_bf16(float *out, float *lse, const float *q, const float *k, const float *v, int T, int S,
-                                     int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
-int nl_attention_backward_range_bf16(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                      const float *lse, const float *q, const float *k, const float *v, int T, int Hq,
-                                      int Hkv, int d, float scale, int window, int g0, int g1);
+int nl_attention_forward_range_bf16(const nl_attn_fwd *a);
+int nl_attention_backward_range_bf16(const nl_attn_bwd *a);
 int nl_attention_bf16_active(void);
 /* The most per-thread scratch (nl_thread_scratch) one thread's attention over T rows of head
  * size d takes on any path (FP32, BF16, tiles; forward or backward, S = T): a thread's block
@@ -88,12 +98,8 @@ uint64_t nl_attention_thread_bytes(int T, int d);
  * thread-split invariance; agrees with the FP32 calls to BF16 accuracy. Decoding-size query
  * blocks (T <= 4) ARE the FP32 calls. */
 struct nl_amx_tiles;
-int nl_attention_forward_range_tiles(const struct nl_amx_tiles *tl, float *out, float *lse, const float *q, const float *k,
-                                      const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window, int g0,
-                                      int g1);
-int nl_attention_backward_range_tiles(const struct nl_amx_tiles *tl, float *dq, float *dk, float *dv, const float *dout,
-                                       const float *out, const float *lse, const float *q, const float *k, const float *v,
-                                       int T, int Hq, int Hkv, int d, float scale, int window, int g0, int g1);
+int nl_attention_forward_range_tiles(const struct nl_amx_tiles *tl, const nl_attn_fwd *a);
+int nl_attention_backward_range_tiles(const struct nl_amx_tiles *tl, const nl_attn_bwd *a);
 
 /* ---- SwiGLU: h = silu(a) ⊙ b, n elements. */
 void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n);

@@ -162,64 +162,49 @@ void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_
 /* ---- attention, split over kv heads ---- */
 
 typedef struct {
-    float *out, *lse;
-    const float *q, *k, *v;
-    int T, S, Hq, Hkv, d, bf16, window;
-    float scale;
+    const nl_attn_fwd *a; /* the whole call (its g0, g1 unused) */
+    int bf16;
     const struct nl_amx_tiles *tiles;
     int failed; /* a range ran out of memory for its scratch (its thread's nl_err) */
 } attn_f_job;
 
 static void attn_f_range(void *arg, int64_t g0, int64_t g1) {
     attn_f_job *j = arg;
+    nl_attn_fwd r = *j->a;
+    r.g0 = (int)g0, r.g1 = (int)g1;
     int rc;
-    if (j->tiles)
-        rc = nl_attention_forward_range_tiles(j->tiles, j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->d,
-                                              j->scale, j->window, (int)g0, (int)g1);
-    else
-        rc = (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(
-            j->out, j->lse, j->q, j->k, j->v, j->T, j->S, j->Hq, j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
+    if (j->tiles) rc = nl_attention_forward_range_tiles(j->tiles, &r);
+    else rc = (j->bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(&r);
     if (rc) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
-int nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse,
-                              const float *q, const float *k, const float *v, int T, int S, int Hq, int Hkv, int d, float scale,
-                              int window) {
-    attn_f_job j = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = S, .Hq = Hq, .Hkv = Hkv, .d = d, .bf16 = bf16,
-                    .scale = scale, .window = window, .tiles = tiles};
-    nl_par_run(pool, attn_f_range, &j, Hkv, 1, (int64_t)T * S * Hq * d);
-    return j.failed ? nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S) : 0;
+int nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, const nl_attn_fwd *a) {
+    attn_f_job j = {.a = a, .bf16 = bf16, .tiles = tiles};
+    nl_par_run(pool, attn_f_range, &j, a->Hkv, 1, (int64_t)a->T * a->S * a->Hq * a->d);
+    return j.failed ? nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", a->d, a->S) : 0;
 }
 
 typedef struct {
-    float *dq, *dk, *dv;
-    const float *dout, *out, *lse, *q, *k, *v;
-    int T, Hq, Hkv, d, bf16, window;
-    float scale;
+    const nl_attn_bwd *a; /* the whole call (its g0, g1 unused) */
+    int bf16;
     const struct nl_amx_tiles *tiles;
     int failed;
 } attn_b_job;
 
 static void attn_b_range(void *arg, int64_t g0, int64_t g1) {
     attn_b_job *j = arg;
+    nl_attn_bwd r = *j->a;
+    r.g0 = (int)g0, r.g1 = (int)g1;
     int rc;
-    if (j->tiles)
-        rc = nl_attention_backward_range_tiles(j->tiles, j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T,
-                                               j->Hq, j->Hkv, j->d, j->scale, j->window, (int)g0, (int)g1);
-    else
-        rc = (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(
-            j->dq, j->dk, j->dv, j->dout, j->out, j->lse, j->q, j->k, j->v, j->T, j->Hq, j->Hkv, j->d, j->scale, j->window,
-            (int)g0, (int)g1);
+    if (j->tiles) rc = nl_attention_backward_range_tiles(j->tiles, &r);
+    else rc = (j->bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(&r);
     if (rc) __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
 }
 
-int nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv,
-                               const float *dout, const float *out, const float *lse, const float *q, const float *k,
-                               const float *v, int T, int Hq, int Hkv, int d, float scale, int window) {
-    attn_b_job j = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .Hq = Hq,
-                    .Hkv = Hkv, .d = d, .bf16 = bf16, .scale = scale, .window = window, .tiles = tiles};
-    nl_par_run(pool, attn_b_range, &j, Hkv, 1, (int64_t)T * T * Hq * d);
-    return j.failed ? nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T) : 0;
+int nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, const nl_attn_bwd *a) {
+    attn_b_job j = {.a = a, .bf16 = bf16, .tiles = tiles};
+    nl_par_run(pool, attn_b_range, &j, a->Hkv, 1, (int64_t)a->T * a->T * a->Hq * a->d);
+    return j.failed ? nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", a->d, a->T) : 0;
 }
 
 /* ---- cross-entropy, row by row ---- */

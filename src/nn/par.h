@@ -31,16 +31,12 @@ void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float 
 void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
 void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n);                   /* y += x */
 void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n);  /* y = a + b */
-/* Attention (kv heads split): nl_attention_forward_range / _backward_range, their tile
- * variants when tiles (nn.h; cpu/amx.h's tile operations), else their BF16 variants when bf16.
- * Forward: k, v hold S >= T rows (the first S - T the past). window: the sliding window
- * (0 = none), nn.h. */
+/* Attention (kv heads split): nl_attention_forward_range / _backward_range over every kv head
+ * (a->g0, a->g1 unused), their tile variants when tiles (nn.h; cpu/amx.h's tile operations),
+ * else their BF16 variants when bf16. */
 struct nl_amx_tiles;
-int nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *out, float *lse, const float *q, const float *k,
-                              const float *v, int T, int S, int Hq, int Hkv, int d, float scale, int window);
-int nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, float *dq, float *dk, float *dv, const float *dout,
-                               const float *out, const float *lse, const float *q, const float *k, const float *v, int T,
-                               int Hq, int Hkv, int d, float scale, int window);
+int nl_par_attention_forward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, const nl_attn_fwd *a);
+int nl_par_attention_backward(nl_pool *pool, int bf16, const struct nl_amx_tiles *tiles, const nl_attn_bwd *a);
 /* Cross-entropy of each row of z[T][V] on its own (rows split): row_loss[t] =
  * nl_xent_chunk(row t) (0 for a row without a target); with want_grad z becomes dz. */
 void nl_par_xent_rows(nl_pool *pool, double *row_loss, float *z, const int32_t *targets, int T, int V, float inv_n,
