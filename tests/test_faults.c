@@ -182,8 +182,18 @@ static void test_commit_faults(void) {
     CHECKF(c3 > c2 + 5, "commit 3 made %ld calls", c3 - c2);
     int n_cases = 0, n_fail = 0, n_prune = 0;
     int seen_unlink = 0, seen_fsync_dir = 0, seen_rename = 0;
+    int n_skipped = 0;
     for (long k = c2; k < c3 && k < MAXCALLS; k++) {
         const char *call = r3.name[k];
+        /* NL_TEST_SMALL (qemu, .ci/aarch64.sh): of a run of calls of one kind (the commit's
+         * writes), the first and the last only: every kind of call and every neighbour pair
+         * still faulted (3 of commit 3's 12 calls skipped, 6 of 24 runs, each a train and a
+         * resume: ~20 s under qemu) */
+        if (nl_t_small() && k > c2 && k + 1 < c3 && k + 1 < MAXCALLS && !strcmp(call, r3.name[k - 1]) &&
+            !strcmp(call, r3.name[k + 1])) {
+            n_skipped++;
+            continue;
+        }
         /* a clean commit lists the directory and unlinks only old commits: the prune */
         int prune = !strcmp(call, "unlink") || !strcmp(call, "list");
         seen_unlink |= prune;
@@ -250,8 +260,8 @@ static void test_commit_faults(void) {
         }
     }
     CHECK(seen_unlink && seen_fsync_dir && seen_rename);
-    printf("commit faults: %ld calls in commit 3, %d runs (%d stopped with an error, %d failed prunes that did not matter)\n",
-           c3 - c2, n_cases, n_fail, n_prune);
+    printf("commit faults: %ld calls in commit 3 (%d skipped, NL_TEST_SMALL), %d runs (%d stopped with an error, %d failed prunes"
+           " that did not matter)\n", c3 - c2, n_skipped, n_cases, n_fail, n_prune);
 }
 
 /* A case's checkpoint directory, adapter and log (512 bytes each), and a clean run stopped
