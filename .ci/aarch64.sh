@@ -6,12 +6,18 @@
 #      NL_TEST_SMALL=1: the heaviest tests take their smaller cases (tests/test.h nl_t_small)
 #   2. the rooms that ask the CPU what it can do (cpu, proj, nn: their ctest labels) again under
 #      `-cpu cortex-a53`, a plain Armv8.0 core, so the fallbacks run
-#   3. make demo's training run shortened to 12 steps (examples/demo.sh's flags), on the default
-#      and the FP32 path, under both CPU models; its losses against the x86 build's (FP32: every
-#      printed loss the same; default: within 2e-2 relative, the x86 default path is BF16)
+#   3. make demo's training run (examples/demo.sh's model and flags) shortened: batches of 128
+#      tokens, 6 steps under -cpu max and 3 under -cpu cortex-a53 (DEMO_STEPS_MAX, DEMO_STEPS_A53,
+#      DEMO_TOKENS), on the default and the FP32 path; its losses against the x86 build's run of
+#      the same length (FP32: every printed loss the same; default: within 2e-2 relative, the x86
+#      default path is BF16)
 #   4. tools/determinism.sh under qemu against the x86 build's lines: the FP32 lines must be the
 #      same; the others are printed with the x86 line beside them (docs/real-models.md, "On a
 #      phone", says which differ and why)
+# Time (qemu on a 2-core x86 machine, loaded, one job at a time): step 1 is well over an hour on
+# one core (test_graph 886 s, test_graph_threads ~800, test_faults 438, test_eval 381 before the
+# first three's smaller cases); step 3's default path under -cpu max took 649 s (6 steps of 128
+# tokens, ~270 s before the first); .ci/run runs step 1 on a list of tests (it says why).
 # Runs when CI_AARCH64=1, or when the cross tools are already installed; otherwise it says so and
 # exits 0. With CI_AARCH64=1 it installs what is missing (Debian 12):
 #   gcc-aarch64-linux-gnu qemu-user-static clang-19 (clang builds the SME tile kernel,
@@ -80,34 +86,41 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/nl_aarch64.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 losses() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
 
-# 3. make demo's training run, 12 steps, x86 and both CPU models, default and FP32 paths
+# 3. make demo's training run, shortened, x86 and both CPU models, default and FP32 paths (the
+# small model's step is slow under qemu: 12 steps of 256 tokens on the FP32 path took 446 s under
+# -cpu max and 723 s under -cpu cortex-a53 on this 2-core machine, loaded)
 if on demo; then
-  step "make demo's training run (12 steps) under qemu against x86"
+  TOKENS=${DEMO_TOKENS:-128}
+  step "make demo's training run ($TOKENS-token batches: ${DEMO_STEPS_MAX:-6} steps -cpu max, ${DEMO_STEPS_A53:-3} -cpu cortex-a53) under qemu against x86"
   t=$SECONDS
   "$X86/nightlora" mkmodel --arch qwen3 --preset small --type q8_0 --seed 1 --out "$work/small.gguf" >/dev/null
-  train() { # BIN-prefix... -- tag extra...
-    local tag=$1 mode=$2; shift 2
+  train() { # tag mode steps BIN-prefix...
+    local tag=$1 mode=$2 steps=$3; shift 3
     local extra=""
     [ "$mode" = f32 ] && extra="--precision f32 --compute f32"
     # shellcheck disable=SC2086
     timeout 1200 "$@" train --model "$work/small.gguf" --data examples/tagging-train.jsonl --out "$work/$tag-$mode.gguf" \
-      --backend host --threads 2 --steps 12 --batch-tokens 256 --lr 2e-3 --warmup 5 --seed 7 \
+      --backend host --threads 2 --steps "$steps" --batch-tokens "$TOKENS" --lr 2e-3 --warmup 2 --seed 7 \
       --log-json "$work/$tag-$mode.jsonl" --quiet $extra >"$work/$tag-$mode.log" 2>&1 ||
       { cat "$work/$tag-$mode.log"; echo "aarch64: demo training ($tag, $mode) failed"; exit 1; }
   }
   bad=0
   for mode in default f32; do
-    train x86 $mode "$X86/nightlora"
     for cpu in max cortex-a53; do
-      train "$cpu" $mode env QEMU_CPU=$cpu "${EMU[@]}" "$CLI"
-      python3 - "$work/x86-$mode.jsonl" "$work/$cpu-$mode.jsonl" "$mode" "$cpu" <<'EOF' || bad=1
+      n=${DEMO_STEPS_MAX:-6}
+      [ $cpu = max ] || n=${DEMO_STEPS_A53:-3}
+      t_run=$SECONDS
+      train "x86-$n" $mode "$n" "$X86/nightlora"
+      train "$cpu" $mode "$n" env QEMU_CPU=$cpu "${EMU[@]}" "$CLI"
+      echo "demo $mode -cpu $cpu: $n steps in $(( SECONDS - t_run )) s"
+      python3 - "$work/x86-$n-$mode.jsonl" "$work/$cpu-$mode.jsonl" "$mode" "$cpu" "$n" <<'EOF' || bad=1
 import json, sys
 def losses(p):
     return [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]
 x, a = losses(sys.argv[1]), losses(sys.argv[2])
-mode, cpu = sys.argv[3], sys.argv[4]
-if len(x) != 12 or len(a) != 12:
-    sys.exit(f"demo {mode} -cpu {cpu}: {len(a)} losses under qemu, {len(x)} on x86, expected 12")
+mode, cpu, n = sys.argv[3], sys.argv[4], int(sys.argv[5])
+if len(x) != n or len(a) != n:
+    sys.exit(f"demo {mode} -cpu {cpu}: {len(a)} losses under qemu, {len(x)} on x86, expected {n}")
 rel = max(abs(p - q) / abs(q) for p, q in zip(a, x))
 same = a == x
 print(f"demo {mode} path, -cpu {cpu}: final loss {a[-1]:.6f} (x86 {x[-1]:.6f}), max rel diff {rel:.3g}"
