@@ -154,11 +154,15 @@ static int head_all_rows(nl_pass *ps, const float *x, const int32_t *targets, in
             any |= targets[t0 + t] >= 0;
         }
         if (!any) continue;
-        rc = ps->proj(ps->user, NL_FWD, L, NL_P_OUTPUT, p, hn + (size_t)t0 * E, NULL, r ? u : NULL, NULL, nc, rows, z);
+        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = hn + (size_t)t0 * E,
+                                               .u_save = r ? u : NULL, .T = nc, .rows = rows, .out = z});
         if (rc) break;
         for (int t = 0; t < nc; t++) /* a row without a target: loss 0, dz 0 */
             row_loss[t0 + t] = nl_xent_chunk(z + (size_t)t * V, targets + t0 + t, 1, V, inv_n, dx != NULL);
-        if (dx) rc = ps->proj(ps->user, NL_BWD, L, NL_P_OUTPUT, p, z, hn + (size_t)t0 * E, NULL, r ? u : NULL, nc, rows, dhn + (size_t)t0 * E);
+        if (dx)
+            rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = z,
+                                                   .x = hn + (size_t)t0 * E, .u_in = r ? u : NULL, .T = nc, .rows = rows,
+                                                   .out = dhn + (size_t)t0 * E});
     }
     if (rc == 0 && dx) nl_rmsnorm_backward(dx, dhn, x, m->output_norm, rstd, T, E);
     free(hn), free(dhn), free(rstd), free(z), free(u), free(rows);

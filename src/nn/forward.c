@@ -193,11 +193,9 @@ int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y) {
 }
 
 /* The layers' projections in the forward: the service plus the adapter's LoRA (nl_rt_proj). */
-static int forward_proj(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
-                        const float *u_in, int T, const int64_t *rows, float *out) {
-    (void)layer, (void)kind, (void)x, (void)u_save, (void)u_in, (void)rows;
-    if (dir != NL_FWD) return nl_err("internal: the model forward has no backward");
-    return nl_rt_proj(user, p, in, T, out);
+static int forward_proj(void *user, const nl_pass_req *r) {
+    if (r->dir != NL_FWD) return nl_err("internal: the model forward has no backward");
+    return nl_rt_proj(user, r->p, r->in, r->T, r->out);
 }
 
 int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T) {

@@ -14,7 +14,8 @@ int nl_head_pass_logits(nl_pass *ps, const float *x, int T, float *logits) {
     float *hn = nl_arena_floats(ps->ws, (size_t)T * E);
     if (!hn) return -1;
     NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(ps->rt->pool, hn, NULL, x, m->output_norm, T, E, m->hp.rms_eps));
-    int rc = ps->proj(ps->user, NL_FWD, m->hp.n_layer, NL_P_OUTPUT, m->p_output, hn, NULL, NULL, NULL, T, NULL, logits);
+    int rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = m->hp.n_layer, .kind = NL_P_OUTPUT, .p = m->p_output,
+                                               .in = hn, .T = T, .out = logits});
     nl_arena_release(ps->ws, mk);
     return rc;
 }
@@ -47,14 +48,16 @@ static int head_rows(nl_pass *ps, const float *hn, float *dhn, const int32_t *ta
             rows[i] = t;
         }
         nl_prof_toc(ps->prof, NL_GP_ADD, t1);
-        rc = ps->proj(ps->user, NL_FWD, L, NL_P_OUTPUT, p, hc, NULL, r ? u : NULL, NULL, nc, rows, z);
+        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = hc,
+                                               .u_save = r ? u : NULL, .T = nc, .rows = rows, .out = z});
         if (rc) break;
         t1 = nl_prof_tic(ps->prof);
         nl_par_xent_rows(ps->rt->pool, rlc, z, tc, nc, V, inv_n, dhn != NULL);
         for (int i = 0; i < nc; i++) row_loss[idx[i0 + i]] = rlc[i];
         nl_prof_toc(ps->prof, NL_GP_XENT, t1);
         if (!dhn) continue;
-        rc = ps->proj(ps->user, NL_BWD, L, NL_P_OUTPUT, p, z, hc, NULL, r ? u : NULL, nc, rows, dhc);
+        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = z, .x = hc,
+                                               .u_in = r ? u : NULL, .T = nc, .rows = rows, .out = dhc});
         t1 = nl_prof_tic(ps->prof);
         for (int i = 0; rc == 0 && i < nc; i++)
             memcpy(dhn + (size_t)idx[i0 + i] * E, dhc + (size_t)i * E, (size_t)E * sizeof(float));

@@ -157,11 +157,13 @@ void nl_layer_cache_free(nl_layer_cache *c) {
 /* ---- projections through the pass ---- */
 
 static int proj_fwd(nl_pass *ps, int l, int kind, const float *x, int T, float *y, float *u_save) {
-    return ps->proj(ps->user, NL_FWD, l, kind, ps->rt->m->layers[l].p[kind], x, NULL, u_save, NULL, T, NULL, y);
+    return ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = l, .kind = kind, .p = ps->rt->m->layers[l].p[kind],
+                                             .in = x, .u_save = u_save, .T = T, .out = y});
 }
 
 static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *x, const float *u, int T, float *dx) {
-    return ps->proj(ps->user, NL_BWD, l, kind, ps->rt->m->layers[l].p[kind], dy, x, NULL, u, T, NULL, dx);
+    return ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD, .layer = l, .kind = kind, .p = ps->rt->m->layers[l].p[kind],
+                                             .in = dy, .x = x, .u_in = u, .T = T, .out = dx});
 }
 
 /* ---- segments ---- */

@@ -45,21 +45,31 @@
 #include "util/arena.h"
 #include "util/util.h"
 
+/* One request to a pass's projection hook: frozen projection p with its LoRA branch,
+ *   NL_FWD: out[T][n_out] = in·Wᵀ + LoRA(in); u_save[T][r] receives LoRA's u (may be NULL);
+ *   NL_BWD: out[T][n_in] = in·W + LoRA's dx, with in = dy, x and u_in the forward's input
+ *           and saved u; the LoRA gradients accumulate. out == NULL: no input gradient,
+ *           only the LoRA gradients.
+ * Callers name the fields; what a direction does not use stays NULL. */
+typedef struct {
+    nl_dir dir;
+    int layer, kind, p;      /* layer l (the head: n_layer) and kind NL_P_*: the dropout key; p: model projection index */
+    const float *in;         /* NL_FWD: x [T][n_in]; NL_BWD: dy [T][n_out] */
+    const float *x;          /* NL_BWD: the forward's input [T][n_in] */
+    float *u_save;           /* NL_FWD: LoRA's u [T][r] written here (may be NULL) */
+    const float *u_in;       /* NL_BWD: the forward's saved u (NULL: recomputed) */
+    int T;
+    /* each of the T rows' index in the pass's span (the head's gathered target rows keep their
+     * LoRA dropout masks: nn/head.h); NULL: rows 0 .. T-1 (the layers) */
+    const int64_t *rows;
+    float *out;
+} nl_pass_req;
+
 /* One pass over the layers: what differs between inference and training. */
 typedef struct nl_pass {
     nl_runtime *rt;           /* borrowed */
     nl_arena *ws;             /* every temporary and cache of the pass (borrowed) */
-    /* Frozen projection p (model projection index; kind NL_P_*, layer l: the dropout key) with
-     * its LoRA branch:
-     *   NL_FWD: out[T][n_out] = in·Wᵀ + LoRA(in); u_save[T][r] receives LoRA's u (may be NULL);
-     *   NL_BWD: out[T][n_in] = in·W + LoRA's dx, with in = dy, x and u_in the forward's input
-     *           and saved u; the LoRA gradients accumulate. out == NULL: no input gradient,
-     *           only the LoRA gradients.
-     * rows: each of the T rows' index in the pass's span (the head's gathered target rows keep
-     * their LoRA dropout masks: nn/head.h); NULL: rows 0 .. T-1 (the layers).
-     * 0 ok, -1 + nl_err. */
-    int (*proj)(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
-                const float *u_in, int T, const int64_t *rows, float *out);
+    int (*proj)(void *user, const nl_pass_req *r); /* every frozen-weight product: 0 ok, -1 + nl_err */
     void *user;
     const nl_adapter *save_u; /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
     int save_gdn;             /* recurrent layers keep the GDN cache for the backward */

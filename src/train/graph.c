@@ -168,7 +168,7 @@ static int lora_run(nl_graph *g, lora_job *j) {
  *   NL_FWD: out[T][N] = in·Wᵀ + LoRA(in); u_save[T][r] receives the LoRA u (when adapted).
  *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
  *           saved u; the LoRA gradients accumulate into g->grads.
- * toks: each row's index in the call (the head's gathered rows), its dropout masks keyed by
+ * r->rows: each row's index in the call (the head's gathered rows), its dropout masks keyed by
  * g->tok_base + toks[row]; NULL: g->tok_base + row.
  * NL_BWD with out == NULL: no input gradient wanted (layer 0's mixer inputs): no service
  * request, only the LoRA gradients.
@@ -176,8 +176,12 @@ static int lora_run(nl_graph *g, lora_job *j) {
  * buffer (the service is writing `out`), added after the wait; or, when rt->sync, after the
  * wait on the runtime's pool, each token block's term added into `out` as it is computed
  * (NL_LORA_ADD: the same bits as the buffer and the add; on the tiles still the buffer). */
-static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const float *in, const float *x,
-                 float *u_save, const float *u_in, int T, float *out, const int64_t *toks) {
+static int tproj(nl_graph *g, const nl_pass_req *r) {
+    const nl_dir dir = r->dir;
+    const int layer = r->layer, kind = r->kind, p = r->p, T = r->T;
+    const float *in = r->in, *x = r->x, *u_in = r->u_in;
+    float *u_save = r->u_save, *out = r->out;
+    const int64_t *toks = r->rows;
     nl_runtime *rt = g->rt;
     int e = g->ad->by_proj[p];
     double t = tic(g);
@@ -223,10 +227,7 @@ static int tproj(nl_graph *g, nl_dir dir, int layer, int kind, int p, const floa
 }
 
 /* The layers' and the head's projections (nn/layer.h's pass hook). */
-static int pass_proj(void *user, nl_dir dir, int layer, int kind, int p, const float *in, const float *x, float *u_save,
-                     const float *u_in, int T, const int64_t *rows, float *out) {
-    return tproj(user, dir, layer, kind, p, in, x, u_save, u_in, T, out, rows);
-}
+static int pass_proj(void *user, const nl_pass_req *r) { return tproj(user, r); }
 
 
 /* ---- head: nn/head's, through the pass's hook ---- */
