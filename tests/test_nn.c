@@ -352,6 +352,105 @@ static void test_rows_same_bits(void) {
     CHECK(nl_cpu_use(NULL) == 0);
 }
 
+/* Each row's entries called directly against the scalar row's, bit for bit: every size 1 .. 40
+ * (the 4- and 8-lane tails), inputs salted with the edges of nl_fexp's masks (±87.3, ±88, huge),
+ * signed zeros, and for the cross-entropy rows NaN (first or later) and zero maxima of either
+ * sign (the max keeps the first of equal values); outputs aliasing inputs. */
+static const float rows_edge[] = {0.0f,  -0.0f,  87.3f, -87.3f, 87.34f, -87.34f, 88.0f, -88.0f,
+                                  88.8f, -88.8f, 1e30f, -1e30f, 1e-30f, -1e-30f, 20.0f, -20.0f};
+static void rows_salt(float *p, int n, double amp) {
+    nl_t_fill(p, n, amp);
+    for (int i = 0; i < n; i++)
+        if (nl_t_rand() > 0.6) p[i] = rows_edge[(int)((nl_t_rand() + 1.0) * 8.0) & 15];
+}
+#define RE_N 40
+static int rows_same(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+static void rows_entries_one(const nl_vec_kernels *v, const nl_vec_kernels *s, const char *name) {
+    int bad = 0;
+    for (int n = 1; n <= RE_N; n++) {
+        float x[RE_N], w[RE_N], a[RE_N], b[RE_N], g[RE_N], o1[2][RE_N], o2[2][RE_N];
+        nl_t_rng_state = 0xABCDEF01ULL + (unsigned)n;
+        nl_t_fill(x, n, 3.0);
+        nl_t_fill(w, n, 1.0);
+        nl_t_fill(g, n, 1.0);
+        rows_salt(a, n, 30.0);
+        rows_salt(b, n, 30.0);
+        /* RMSNorm: y, rs; the backward with dx aliasing dy */
+        const float r1 = v->rmsnorm_row(o1[0], x, w, n, 1e-6f), r2 = s->rmsnorm_row(o2[0], x, w, n, 1e-6f);
+        bad += !rows_same(&r1, &r2, sizeof r1) || !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n);
+        memcpy(o1[0], g, sizeof g);
+        memcpy(o2[0], g, sizeof g);
+        v->rmsnorm_bwd_row(o1[0], o1[0], x, w, r1, n);
+        s->rmsnorm_bwd_row(o2[0], o2[0], x, w, r2, n);
+        bad += !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n);
+        /* SwiGLU and the gate, out of place and in place (h = a; da = dh, db = b) */
+        v->swiglu_fwd(o1[0], a, b, n);
+        s->swiglu_fwd(o2[0], a, b, n);
+        bad += !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n);
+        v->gate_fwd(o1[0], b, a, n);
+        s->gate_fwd(o2[0], b, a, n);
+        bad += !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n);
+        v->swiglu_bwd(o1[0], o1[1], g, a, b, n);
+        s->swiglu_bwd(o2[0], o2[1], g, a, b, n);
+        bad +=
+            !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n) || !rows_same(o1[1], o2[1], sizeof(float) * (size_t)n);
+        v->gate_bwd(o1[0], o1[1], g, b, a, n);
+        s->gate_bwd(o2[0], o2[1], g, b, a, n);
+        bad +=
+            !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n) || !rows_same(o1[1], o2[1], sizeof(float) * (size_t)n);
+        memcpy(o1[0], a, sizeof a);
+        memcpy(o2[0], a, sizeof a);
+        v->swiglu_fwd(o1[0], o1[0], b, n);
+        s->swiglu_fwd(o2[0], o2[0], b, n);
+        bad += !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n);
+        memcpy(o1[0], g, sizeof g), memcpy(o1[1], b, sizeof b);
+        memcpy(o2[0], g, sizeof g), memcpy(o2[1], b, sizeof b);
+        v->swiglu_bwd(o1[0], o1[1], o1[0], a, o1[1], n);
+        s->swiglu_bwd(o2[0], o2[1], o2[0], a, o2[1], n);
+        bad +=
+            !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n) || !rows_same(o1[1], o2[1], sizeof(float) * (size_t)n);
+        /* cross-entropy: plain, a zero maximum (−0 before +0 and after), NaN first and later */
+        for (int k = 0; k < 6; k++) {
+            float z[RE_N];
+            for (int i = 0; i < n; i++) z[i] = k < 1 ? a[i] : -fabsf(a[i]) - 1.0f;
+            if (k == 1 || k == 2) z[n / 3] = -0.0f, z[(2 * n) / 3] = 0.0f;
+            if (k == 2) z[n / 3] = 0.0f, z[(2 * n) / 3] = -0.0f;
+            if (k == 3) z[0] = NAN;
+            if (k == 4) z[n - 1] = NAN;
+            if (k == 5) z[n / 2] = -INFINITY, z[0] = -INFINITY;
+            const int y = (k * 7) % n;
+            for (int gr = 0; gr < 2; gr++) {
+                memcpy(o1[0], z, sizeof z);
+                memcpy(o2[0], z, sizeof z);
+                const double l1 = v->xent_row(o1[0], y, n, 0.125f, gr), l2 = s->xent_row(o2[0], y, n, 0.125f, gr);
+                bad += !rows_same(&l1, &l2, sizeof l1) || !rows_same(o1[0], o2[0], sizeof(float) * (size_t)n);
+            }
+        }
+        /* RoPE: NEOX and NORM pairs, c0 > 0, nc = n / 2 odd or even, two heads */
+        for (int neox = 0; neox < 2; neox++) {
+            float r[2][2 * RE_N + 8];
+            const int nc = (n + 1) / 2, c0 = n % 3, half = c0 + nc, hd = 2 * half;
+            nl_t_fill(r[0], 2 * hd, 2.0);
+            memcpy(r[1], r[0], sizeof r[0]);
+            v->rope_rotate(r[0], 2, hd, half, c0, nc, x, w, neox);
+            s->rope_rotate(r[1], 2, hd, half, c0, nc, x, w, neox);
+            bad += !rows_same(r[0], r[1], sizeof(float) * (size_t)(2 * hd));
+        }
+    }
+    CHECKF(bad == 0, "the %s row's entries give the scalar row's bits (sizes 1..%d, edges, NaN, aliasing): %d differ",
+           name, RE_N, bad);
+    printf("element-wise entries (%s row), sizes 1..%d, edges: the scalar row's bits\n", name, RE_N);
+}
+static void test_rows_entries(void) {
+    const nl_host_kernels *sc = nl_cpu_kernels_find("scalar");
+    CHECK(sc != NULL);
+    static const char *const rows[] = {"avx2", "avx512", "neon", "neonbf16"};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const nl_host_kernels *k = nl_cpu_kernels_find(rows[i]);
+        if (k && sc) rows_entries_one(k->vec, sc->vec, rows[i]);
+    }
+}
+
 int main(void) {
     test_fexp();
     test_rmsnorm();
@@ -359,5 +458,6 @@ int main(void) {
     test_elementwise();
     test_xent();
     test_rows_same_bits();
+    test_rows_entries();
     return nl_t_done();
 }
