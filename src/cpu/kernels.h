@@ -44,7 +44,8 @@
 #define NL_HOST_KC 256 /* reduction elements per packed chunk (multiple of 32 and of 256) */
 
 /* The element-wise nodes' bodies: one source (cpu/vec_body.h) built once per row's flags (cpu/vec.c:
- * portable, the scalar and Arm rows; vec_avx2.c, vec_avx512.c). Every row gives the same bits
+ * portable, the scalar row; vec_avx2.c, vec_avx512.c; vec_neon.c, the Arm rows: NEON intrinsics
+ * for the loops gcc leaves scalar, the portable bodies for the rest). Every row gives the same bits
  * (the 8-lane loops of cpu/vecmath.h, a reduction's order fixed by its partial sums, no FMA
  * contraction under -std=c11). The nodes keep their control flow (rows, tokens, threads,
  * scratch) and call these for the loops. */
@@ -76,6 +77,9 @@ extern const nl_vec_kernels nl_vec_kernels_portable;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_vec_kernels nl_vec_kernels_avx2;
 extern const nl_vec_kernels nl_vec_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const nl_vec_kernels nl_vec_kernels_neon; /* cpu/vec_neon.c: the neon and neonbf16 rows' */
 #endif
 
 typedef struct nl_host_kernels {

@@ -213,7 +213,7 @@ const nl_host_kernels nl_host_kernels_neonbf16 = {
     .gdn_mm = nl_gdn_mm_neon,
     .gdn_transpose8 = nl_gdn_transpose8_neon,
     .gdn_silu_d = nl_gdn_silu_d_neon,
-    .vec = &nl_vec_kernels_portable,
+    .vec = &nl_vec_kernels_neon,
 };
 #else
 typedef int nl_kernels_neonbf16_empty; /* ISO C: a translation unit must not be empty */

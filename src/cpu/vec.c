@@ -1,5 +1,5 @@
 /* cpu/vec: the element-wise nodes' bodies built for the baseline ISA (cpu/vec_body.h): the
- * scalar row's, and the Arm rows' (the aarch64 baseline has NEON: gcc vectorises the 8-lane
- * loops into it). */
+ * scalar row's (the Arm rows' are cpu/vec_neon.c's: NEON intrinsics where gcc leaves these
+ * loops scalar, these bodies elsewhere). */
 #define NL_VEC_ISA portable
 #include "cpu/vec_body.h"

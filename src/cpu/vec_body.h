@@ -3,7 +3,9 @@
  * whose baseline has NEON), cpu/vec_avx2.c and cpu/vec_avx512.c (those get their ISA's flags
  * from the file-name rule, CMakeLists.txt). Define NL_VEC_ISA (the name suffix: portable, avx2,
  * avx512) and include this once; it defines static functions <name>_<isa> and the table
- * nl_vec_kernels_<isa>.
+ * nl_vec_kernels_<isa>. A file with its own body for an entry (cpu/vec_neon.c) defines
+ * NL_VEC_OWN_<name> and that <name>_<isa> before including this: the entry is then its own, every
+ * other entry this source's.
  *
  * The same bits in every row: the loops are cpu/vecmath.h's 8-lane shapes (a reduction's order
  * is fixed by its 8 partial sums, never by the vector width), and -std=c11 turns off FMA
@@ -25,13 +27,16 @@
 
 /* ---- nn/norm.c: RMSNorm, one row ---- */
 
+#ifndef NL_VEC_OWN_rmsnorm_row
 static float NL_VEC_FN(rmsnorm_row)(float *y, const float *x, const float *w, int n, float eps) {
     const double ms = (double)nl_vdot(x, x, n) / (double)n;
     const float rs = (float)(1.0 / sqrt(ms + (double)eps));
     for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * rs);
     return rs;
 }
+#endif
 
+#ifndef NL_VEC_OWN_rmsnorm_bwd_row
 static void NL_VEC_FN(rmsnorm_bwd_row)(float *dx, const float *dy, const float *x, const float *w, float rs, int n) {
     /* g·x = Σ dy·w·x with 8 partial sums */
     float acc[NL_LANES] = {0};
@@ -44,11 +49,13 @@ static void NL_VEC_FN(rmsnorm_bwd_row)(float *dx, const float *dy, const float *
     const float c = gx * rs * rs / (float)n;
     for (i = 0; i < n; i++) dx[i] = rs * (dy[i] * w[i] - x[i] * c);
 }
+#endif
 
 /* ---- nn/mlp.c: SwiGLU and the sigmoid gate. 8-lane blocks (inputs loaded into locals,
  * results computed, then stored: outputs may alias inputs elementwise and gcc -O2 still
  * vectorises, see vecmath.h); the last block is zero-padded. ---- */
 
+#ifndef NL_VEC_OWN_swiglu_fwd
 static void NL_VEC_FN(swiglu_fwd)(float *h, const float *a, const float *b, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
@@ -58,7 +65,9 @@ static void NL_VEC_FN(swiglu_fwd)(float *h, const float *a, const float *b, int6
         for (int l = 0; l < w; l++) h[i0 + l] = r[l];
     }
 }
+#endif
 
+#ifndef NL_VEC_OWN_swiglu_bwd
 static void NL_VEC_FN(swiglu_bwd)(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
@@ -72,7 +81,9 @@ static void NL_VEC_FN(swiglu_bwd)(float *da, float *db, const float *dh, const f
         for (int l = 0; l < w; l++) da[i0 + l] = ra[l], db[i0 + l] = rb[l];
     }
 }
+#endif
 
+#ifndef NL_VEC_OWN_gate_fwd
 static void NL_VEC_FN(gate_fwd)(float *out, const float *o, const float *g, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
@@ -82,7 +93,9 @@ static void NL_VEC_FN(gate_fwd)(float *out, const float *o, const float *g, int6
         for (int l = 0; l < w; l++) out[i0 + l] = r[l];
     }
 }
+#endif
 
+#ifndef NL_VEC_OWN_gate_bwd
 static void NL_VEC_FN(gate_bwd)(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
     for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
         const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
@@ -96,11 +109,13 @@ static void NL_VEC_FN(gate_bwd)(float *d_o, float *dg, const float *dout, const 
         for (int l = 0; l < w; l++) d_o[i0 + l] = ro[l], dg[i0 + l] = rg[l];
     }
 }
+#endif
 
 /* ---- nn/xent.c: one target row of logits z[V] (target y, 0 <= y < V) ---- */
 
 #define NL_VEC_XCH 1024 /* exp is evaluated in chunks of this many logits (stack scratch) */
 
+#ifndef NL_VEC_OWN_xent_row
 static double NL_VEC_FN(xent_row)(float *z, int y, int V, float inv_n, int want_grad) {
     float e[NL_VEC_XCH];
     float m = z[0];
@@ -132,10 +147,12 @@ static double NL_VEC_FN(xent_row)(float *z, int y, int V, float inv_n, int want_
     }
     return lse - (double)zy;
 }
+#endif
 
 /* ---- nn/rope.c: pairs c0 .. c0+nc-1 of every head of one token x[n_heads][hd], rotated by
  * (cs[j], sn[j]); NEOX pairs (i, i + half), NORM pairs (2i, 2i+1) ---- */
 
+#ifndef NL_VEC_OWN_rope_rotate
 static void NL_VEC_FN(rope_rotate)(float *x, int n_heads, int hd, int half, int c0, int nc, const float *cs,
                                    const float *sn, int neox) {
     for (int h = 0; h < n_heads; h++) {
@@ -157,6 +174,7 @@ static void NL_VEC_FN(rope_rotate)(float *x, int n_heads, int hd, int half, int 
         }
     }
 }
+#endif
 
 /* ---- the memory-bound passes (nn/par.c's residual adds, nn/lora.c's dropout products) ---- */
 
