@@ -332,15 +332,15 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     /* the sequence-local part: self-attention of the call's rows */
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
         size_t qo = (size_t)t0 * H * hd, ko = (size_t)t0 * Hkv * hd;
-        int rc = 0;
+        int arc = 0;
         NL_TIMED(ps->prof, NL_GP_ATTN_BWD,
-                 rc = nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles,
+                 arc = nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles,
                                                 &(nl_attn_bwd){.dq = dq + qo, .dk = dk + ko, .dv = dv + ko, .dout = dattn + qo,
                                                                .out = c->o + qo, .lse = c->lse + (size_t)t0 * H, .q = c->q + qo,
                                                                .k = c->k + ko, .v = c->v + ko, .T = nl_span_len(sp, i), .Hq = H,
                                                                .Hkv = Hkv, .d = hd, .scale = hp->attn_scale,
                                                                .window = L->swa ? hp->n_swa : 0}));
-        if (rc) return rc;
+        if (arc) goto done; /* rc is -1: the arena mark is released there */
     }
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));
