@@ -21,7 +21,10 @@ static float frand(float lo, float hi) { /* xorshift64, uniform in [lo, hi) */
 }
 static float *rnd(size_t n, float lo, float hi) {
     float *p = malloc(sizeof(float) * n);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
     for (size_t i = 0; i < n; i++) p[i] = frand(lo, hi);
     return p;
 }
@@ -35,7 +38,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     nl_pool *pool = nth > 1 ? nl_pool_new(nth) : NULL;
-    if (nth > 1 && !pool) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (nth > 1 && !pool) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     nl_gdn_shape s = {.Hk = 16, .Hv = 16, .dk = 128, .dv = 128, .K = 4, .eps = 1e-6f, .kv_tiled = 1};
     int cd = nl_gdn_conv_dim(&s), vd = s.Hv * s.dv;
     float *conv = rnd((size_t)cd * s.K, -0.5f, 0.5f), *dt = rnd(s.Hv, -1, 1), *A = rnd(s.Hv, -2, -0.1f);
@@ -47,7 +53,10 @@ int main(int argc, char **argv) {
     float *dm = rnd((size_t)T * cd, 0, 1), *dz = rnd((size_t)T * vd, 0, 1);
     float *db = rnd((size_t)T * s.Hv, 0, 1), *da = rnd((size_t)T * s.Hv, 0, 1);
     nl_gdn_cache *c = nl_gdn_cache_new(NULL, &s, T);
-    if (!c) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (!c) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     double best[3] = {1e30, 1e30, 1e30};
     for (int r = 0; r < reps; r++) {
         double t0 = nl_now();
@@ -63,8 +72,8 @@ int main(int argc, char **argv) {
     }
     /* recurrence flops per token and head: forward 2 passes x 2 FMA x dk*dv */
     double gf = 8.0 * T * s.Hv * s.dk * s.dv * 1e-9;
-    printf("gdn qwen35-0.8b shape (Hk=Hv=16, dk=dv=128, K=4), T=%d, best of %d, %d thread%s, %s kernels\n", T, reps, nth,
-           nth > 1 ? "s" : "", nl_cpu_kernels()->name);
+    printf("gdn qwen35-0.8b shape (Hk=Hv=16, dk=dv=128, K=4), T=%d, best of %d, %d thread%s, %s kernels\n", T, reps,
+           nth, nth > 1 ? "s" : "", nl_cpu_kernels()->name);
     printf("  forward        %8.1f ms  (%.2f GFLOP/s on the recurrence)\n", best[0] * 1e3, gf / best[0]);
     printf("  forward_train  %8.1f ms\n", best[1] * 1e3);
     printf("  backward       %8.1f ms  (%.2fx forward)\n", best[2] * 1e3, best[2] / best[0]);

@@ -48,30 +48,98 @@ typedef struct {
 static void *attn_run(void *arg) {
     const attn_job *j = arg;
     if (j->tl && !j->bwd)
-        nl_attention_forward_range_tiles(j->tl, &(nl_attn_fwd){.out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v,
-                                                               .T = j->T, .S = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d,
-                                                               .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
+        nl_attention_forward_range_tiles(j->tl, &(nl_attn_fwd){.out = j->o,
+                                                               .lse = j->lse,
+                                                               .q = j->q,
+                                                               .k = j->k,
+                                                               .v = j->v,
+                                                               .T = j->T,
+                                                               .S = j->T,
+                                                               .Hq = j->Hq,
+                                                               .Hkv = j->Hkv,
+                                                               .d = j->d,
+                                                               .scale = j->scale,
+                                                               .g0 = j->g0,
+                                                               .g1 = j->g1});
     else if (j->tl)
-        nl_attention_backward_range_tiles(j->tl, &(nl_attn_bwd){.dq = j->dq, .dk = j->dk, .dv = j->dv, .dout = j->dout,
-                                                                .out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v,
-                                                                .T = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d,
-                                                                .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
+        nl_attention_backward_range_tiles(j->tl, &(nl_attn_bwd){.dq = j->dq,
+                                                                .dk = j->dk,
+                                                                .dv = j->dv,
+                                                                .dout = j->dout,
+                                                                .out = j->o,
+                                                                .lse = j->lse,
+                                                                .q = j->q,
+                                                                .k = j->k,
+                                                                .v = j->v,
+                                                                .T = j->T,
+                                                                .Hq = j->Hq,
+                                                                .Hkv = j->Hkv,
+                                                                .d = j->d,
+                                                                .scale = j->scale,
+                                                                .g0 = j->g0,
+                                                                .g1 = j->g1});
     else if (!j->bwd && j->bf16)
-        nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T,
-                                                       .S = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d, .scale = j->scale,
-                                                       .g0 = j->g0, .g1 = j->g1});
+        nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = j->o,
+                                                       .lse = j->lse,
+                                                       .q = j->q,
+                                                       .k = j->k,
+                                                       .v = j->v,
+                                                       .T = j->T,
+                                                       .S = j->T,
+                                                       .Hq = j->Hq,
+                                                       .Hkv = j->Hkv,
+                                                       .d = j->d,
+                                                       .scale = j->scale,
+                                                       .g0 = j->g0,
+                                                       .g1 = j->g1});
     else if (!j->bwd)
-        nl_attention_forward_range(&(nl_attn_fwd){.out = j->o, .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T,
-                                                  .S = j->T, .Hq = j->Hq, .Hkv = j->Hkv, .d = j->d, .scale = j->scale,
-                                                  .g0 = j->g0, .g1 = j->g1});
+        nl_attention_forward_range(&(nl_attn_fwd){.out = j->o,
+                                                  .lse = j->lse,
+                                                  .q = j->q,
+                                                  .k = j->k,
+                                                  .v = j->v,
+                                                  .T = j->T,
+                                                  .S = j->T,
+                                                  .Hq = j->Hq,
+                                                  .Hkv = j->Hkv,
+                                                  .d = j->d,
+                                                  .scale = j->scale,
+                                                  .g0 = j->g0,
+                                                  .g1 = j->g1});
     else if (j->bf16)
-        nl_attention_backward_range_bf16(&(nl_attn_bwd){.dq = j->dq, .dk = j->dk, .dv = j->dv, .dout = j->dout, .out = j->o,
-                                                        .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T, .Hq = j->Hq,
-                                                        .Hkv = j->Hkv, .d = j->d, .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
+        nl_attention_backward_range_bf16(&(nl_attn_bwd){.dq = j->dq,
+                                                        .dk = j->dk,
+                                                        .dv = j->dv,
+                                                        .dout = j->dout,
+                                                        .out = j->o,
+                                                        .lse = j->lse,
+                                                        .q = j->q,
+                                                        .k = j->k,
+                                                        .v = j->v,
+                                                        .T = j->T,
+                                                        .Hq = j->Hq,
+                                                        .Hkv = j->Hkv,
+                                                        .d = j->d,
+                                                        .scale = j->scale,
+                                                        .g0 = j->g0,
+                                                        .g1 = j->g1});
     else
-        nl_attention_backward_range(&(nl_attn_bwd){.dq = j->dq, .dk = j->dk, .dv = j->dv, .dout = j->dout, .out = j->o,
-                                                   .lse = j->lse, .q = j->q, .k = j->k, .v = j->v, .T = j->T, .Hq = j->Hq,
-                                                   .Hkv = j->Hkv, .d = j->d, .scale = j->scale, .g0 = j->g0, .g1 = j->g1});
+        nl_attention_backward_range(&(nl_attn_bwd){.dq = j->dq,
+                                                   .dk = j->dk,
+                                                   .dv = j->dv,
+                                                   .dout = j->dout,
+                                                   .out = j->o,
+                                                   .lse = j->lse,
+                                                   .q = j->q,
+                                                   .k = j->k,
+                                                   .v = j->v,
+                                                   .T = j->T,
+                                                   .Hq = j->Hq,
+                                                   .Hkv = j->Hkv,
+                                                   .d = j->d,
+                                                   .scale = j->scale,
+                                                   .g0 = j->g0,
+                                                   .g1 = j->g1});
     return NULL;
 }
 
@@ -99,7 +167,8 @@ int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     const int T = 512, Hq = 16, Hkv = 8, d = 128;
     const size_t nq = (size_t)T * Hq * d, nk = (size_t)T * Hkv * d;
-    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4), *lse = malloc((size_t)T * Hq * 4);
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4),
+          *lse = malloc((size_t)T * Hq * 4);
     float *dout = malloc(nq * 4), *dq = malloc(nq * 4), *dk = malloc(nk * 4), *dv = malloc(nk * 4);
     unsigned s = 1;
     fill(q, nq, &s), fill(k, nk, &s), fill(v, nk, &s), fill(dout, nq, &s);
@@ -124,7 +193,8 @@ int main(int argc, char **argv) {
         for (int nt = 1; nt <= 2; nt++) {
             best_f = best_b = 1e30;
             for (int r = 0; r < reps; r++) {
-                attn_job jf = {bf == 1, 0, o, lse, q, k, v, dout, dq, dk, dv, T, Hq, Hkv, d, scale, 0, Hkv, bf == 2 ? amx : NULL};
+                attn_job jf = {
+                    bf == 1, 0, o, lse, q, k, v, dout, dq, dk, dv, T, Hq, Hkv, d, scale, 0, Hkv, bf == 2 ? amx : NULL};
                 double tf, tb;
                 if (nt == 1) {
                     double t0 = nl_now();
@@ -143,8 +213,11 @@ int main(int argc, char **argv) {
             }
             printf("attention %s T=%d Hq=%d Hkv=%d d=%d, %d thread%s: forward %.1f ms (%.1f GFLOP/s), backward %.1f ms "
                    "(%.1f GFLOP/s), both %.1f ms\n",
-                   bf == 2 ? "amx " : bf ? "bf16" : "fp32", T, Hq, Hkv, d, nt, nt == 1 ? " " : "s", best_f * 1e3, flop_f / best_f * 1e-9,
-                   best_b * 1e3, 2.5 * flop_f / best_b * 1e-9, (best_f + best_b) * 1e3);
+                   bf == 2 ? "amx "
+                   : bf    ? "bf16"
+                           : "fp32",
+                   T, Hq, Hkv, d, nt, nt == 1 ? " " : "s", best_f * 1e3, flop_f / best_f * 1e-9, best_b * 1e3,
+                   2.5 * flop_f / best_b * 1e-9, (best_f + best_b) * 1e3);
         }
     }
 
@@ -170,7 +243,8 @@ int main(int argc, char **argv) {
             if (t1 - t0 < best_f) best_f = t1 - t0;
             if (t2 - t1 < best_b) best_b = t2 - t1;
         }
-        printf("lora%s T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n",
+        printf("lora%s T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f "
+               "GFLOP/s)\n",
                ti ? " amx" : "", T, K, N, R, best_f * 1e3, lf / best_f * 1e-9, best_b * 1e3, 2 * lf / best_b * 1e-9);
     }
     /* gemm shapes: {M, N, K, transposed A} */
@@ -190,7 +264,8 @@ int main(int argc, char **argv) {
             double t = (nl_now() - t0) / 20;
             if (t < best) best = t;
         }
-        printf("gemm%s M=%d N=%d K=%d: %.1f us (%.1f GFLOP/s)\n", tn ? "_tn" : "   ", M, N, Kk, best * 1e6, 2.0 * M * N * Kk / best * 1e-9);
+        printf("gemm%s M=%d N=%d K=%d: %.1f us (%.1f GFLOP/s)\n", tn ? "_tn" : "   ", M, N, Kk, best * 1e6,
+               2.0 * M * N * Kk / best * 1e-9);
     }
     printf("(checksum %g)\n", (double)o[123] + dq[77] + dk[5] + dv[9] + y[3] + dx[4] + dA[5] + dB[6]);
     return 0;

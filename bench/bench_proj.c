@@ -25,8 +25,8 @@
 #ifdef NL_HAVE_OPENBLAS
 /* The two cblas entry points used (declared here so no cblas.h is needed). */
 enum { CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 };
-void cblas_sgemm(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc);
+void cblas_sgemm(int order, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
 void openblas_set_num_threads(int n);
 #endif
 
@@ -36,8 +36,8 @@ typedef struct {
 } shape;
 
 static const shape shapes[] = {
-    {"q", 1024, 2048}, {"k/v", 1024, 1024}, {"o", 2048, 1024}, {"gate/up", 1024, 3072}, {"down", 3072, 1024},
-    {"head", 1024, 151936}, /* only with -s head (its FP32 copy for SGEMM is 622 MB) */
+    {"q", 1024, 2048},    {"k/v", 1024, 1024},    {"o", 2048, 1024}, {"gate/up", 1024, 3072},
+    {"down", 3072, 1024}, {"head", 1024, 151936}, /* only with -s head (its FP32 copy for SGEMM is 622 MB) */
 };
 #define NSHAPES 5
 
@@ -92,16 +92,26 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-k")) kernels = argv[i + 1];
         else if (!strcmp(argv[i], "-c")) use_cpu_clock = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-T")) { Ts[0] = atoi(argv[i + 1]); nT = 1; }
-        else if (!strcmp(argv[i], "-s")) only = argv[i + 1];
-        else { fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1] [-k kernels] [-s shape|head]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "-T")) {
+            Ts[0] = atoi(argv[i + 1]);
+            nT = 1;
+        } else if (!strcmp(argv[i], "-s")) only = argv[i + 1];
+        else {
+            fprintf(stderr, "usage: %s [-t threads] [-T tokens] [-r reps] [-c 0|1] [-k kernels] [-s shape|head]\n",
+                    argv[0]);
+            return 2;
+        }
     }
-    if (n_threads < 1 || reps < 1 || Ts[0] < 1) { fprintf(stderr, "bad arguments\n"); return 2; }
+    if (n_threads < 1 || reps < 1 || Ts[0] < 1) {
+        fprintf(stderr, "bad arguments\n");
+        return 2;
+    }
 #ifdef NL_HAVE_OPENBLAS
     openblas_set_num_threads(n_threads);
 #endif
     const char *modes[2] = {"f32", "bf16"};
-    const int nmodes = nl_proj_host_cpu_has("avx512bf16") && (!strcmp(kernels, "auto") || !strcmp(kernels, "avx512")) ? 2 : 1;
+    const int nmodes =
+        nl_proj_host_cpu_has("avx512bf16") && (!strcmp(kernels, "auto") || !strcmp(kernels, "avx512")) ? 2 : 1;
     void *ctx[2] = {NULL, NULL};
     for (int m = 0; m < nmodes; m++) {
         if (nl_proj_backend_host.init(&ctx[m], n_threads, NULL) || nl_proj_host_configure(ctx[m], kernels, modes[m])) {
@@ -109,15 +119,16 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    printf("host kernels %s, %d threads, best of %d, %s clock%s\n", nl_proj_host_kernels(ctx[0]), n_threads, reps, use_cpu_clock ? "CPU" : "wall",
+    printf("host kernels %s, %d threads, best of %d, %s clock%s\n", nl_proj_host_kernels(ctx[0]), n_threads, reps,
+           use_cpu_clock ? "CPU" : "wall",
 #ifdef NL_HAVE_OPENBLAS
            ", vs OpenBLAS SGEMM on FP32 copies"
 #else
            " (no OpenBLAS: no SGEMM column)"
 #endif
     );
-    printf("%-8s %5s %-5s %-4s %-3s %9s %8s %9s %8s %6s\n", "proj", "T", "type", "mode", "dir", "host ms",
-           "GFLOP/s", "sgemm ms", "GFLOP/s", "ratio");
+    printf("%-8s %5s %-5s %-4s %-3s %9s %8s %9s %8s %6s\n", "proj", "T", "type", "mode", "dir", "host ms", "GFLOP/s",
+           "sgemm ms", "GFLOP/s", "ratio");
     /* totals[T][type][mode][dir] */
     acc tot[2][2][2][2];
     memset(tot, 0, sizeof tot);
@@ -135,7 +146,8 @@ int main(int argc, char **argv) {
                 void *w = make_weight(type, N, K);
                 const size_t rb = type == NL_TYPE_F16 ? (size_t)K * 2 : (size_t)K / 32 * 34;
                 for (int n = 0; n < N; n++)
-                    nl_host_dequant(&nl_host_kernels_scalar, type, (const uint8_t *)w + rb * n, 0, K, wf + (size_t)n * K);
+                    nl_host_dequant(&nl_host_kernels_scalar, type, (const uint8_t *)w + rb * n, 0, K,
+                                    wf + (size_t)n * K);
                 nl_proj_weight pw = {.name = shapes[s].name, .type = type, .n_in = K, .n_out = N, .data = w};
                 const double flops = 2.0 * T * N * K;
                 for (int d = 0; d < 2; d++) {
@@ -160,9 +172,11 @@ int main(int argc, char **argv) {
                     for (int r = 0; r <= reps; r++) {
                         double t0 = now();
                         if (d == 0)
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, wf, K, 0.0f, y, N);
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, wf, K, 0.0f, y,
+                                        N);
                         else
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, K, N, 1.0f, x, N, wf, K, 0.0f, y, K);
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, K, N, 1.0f, x, N, wf, K, 0.0f, y,
+                                        K);
                         double dt = now() - t0;
                         if (r > 0 && dt < tb) tb = dt;
                     }
@@ -176,10 +190,8 @@ int main(int argc, char **argv) {
                         a->flops += flops;
                         printf("%-8s %5d %-5s %-4s %-3s %9.3f %8.1f", shapes[s].name, T, ty ? "f16" : "q8_0",
                                nl_proj_host_compute(ctx[m]), d ? "bwd" : "fwd", th * 1e3, flops / th * 1e-9);
-                        if (tb > 0)
-                            printf(" %9.3f %8.1f %6.2f\n", tb * 1e3, flops / tb * 1e-9, tb / th);
-                        else
-                            printf("\n");
+                        if (tb > 0) printf(" %9.3f %8.1f %6.2f\n", tb * 1e3, flops / tb * 1e-9, tb / th);
+                        else printf("\n");
                     }
                 }
                 free(w);
@@ -199,10 +211,8 @@ int main(int argc, char **argv) {
                     const char *mode = (m == 1 && ty == 0) ? "bf16" : m == 1 ? "bf16*" : "f32";
                     printf("%5d %-5s %-5s %-3s %8.1f", Ts[ti], ty ? "f16" : "q8_0", mode, d ? "bwd" : "fwd",
                            a->flops / a->t_host * 1e-9);
-                    if (a->t_blas > 0)
-                        printf(" %8.1f %6.2f\n", a->flops / a->t_blas * 1e-9, a->t_blas / a->t_host);
-                    else
-                        printf("\n");
+                    if (a->t_blas > 0) printf(" %8.1f %6.2f\n", a->flops / a->t_blas * 1e-9, a->t_blas / a->t_host);
+                    else printf("\n");
                 }
     if (nmodes == 2) printf("(bf16* = F16 weights always run the f32 path)\n");
     for (int m = 0; m < nmodes; m++) nl_proj_backend_host.free(ctx[m]);

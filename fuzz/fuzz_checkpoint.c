@@ -26,7 +26,9 @@ typedef struct {
 } memfile;
 
 static int m_open(void *ctx, const char *path, int flags, int mode) {
-    (void)path; (void)flags; (void)mode;
+    (void)path;
+    (void)flags;
+    (void)mode;
     ((memfile *)ctx)->open_fds++;
     return 3;
 }
@@ -44,7 +46,10 @@ static ssize_t m_read(void *ctx, int fd, void *buf, size_t n) {
     return (ssize_t)n;
 }
 static ssize_t m_write(void *ctx, int fd, const void *buf, size_t n) {
-    (void)ctx; (void)fd; (void)buf; (void)n;
+    (void)ctx;
+    (void)fd;
+    (void)buf;
+    (void)n;
     FUZZ_CHECK(0, "the loader wrote");
     return -1;
 }
@@ -54,24 +59,58 @@ static int m_fstat(void *ctx, int fd, uint64_t *bytes, uint32_t *mode) {
     *mode = S_IFREG | 0644;
     return 0;
 }
-static int m_fsync(void *ctx, int fd) { (void)ctx; (void)fd; return 0; }
+static int m_fsync(void *ctx, int fd) {
+    (void)ctx;
+    (void)fd;
+    return 0;
+}
 static int m_close(void *ctx, int fd) {
     FUZZ_CHECK(fd == 3, "close of fd %d", fd);
     ((memfile *)ctx)->open_fds--;
     return 0;
 }
-static int m_rename(void *ctx, const char *a, const char *b) { (void)ctx; (void)a; (void)b; FUZZ_CHECK(0, "the loader renamed"); return -1; }
-static int m_unlink(void *ctx, const char *p) { (void)ctx; (void)p; FUZZ_CHECK(0, "the loader unlinked"); return -1; }
-static int m_fsync_dir(void *ctx, const char *d) { (void)ctx; (void)d; return 0; }
-static int m_lstat(void *ctx, const char *p, uint32_t *mode) { (void)ctx; (void)p; (void)mode; FUZZ_CHECK(0, "the loader examined a path"); return -1; }
-static int m_list(void *ctx, const char *d, int (*each)(void *, const char *), void *u) { (void)ctx; (void)d; (void)each; (void)u; FUZZ_CHECK(0, "the loader listed a directory"); return -1; }
+static int m_rename(void *ctx, const char *a, const char *b) {
+    (void)ctx;
+    (void)a;
+    (void)b;
+    FUZZ_CHECK(0, "the loader renamed");
+    return -1;
+}
+static int m_unlink(void *ctx, const char *p) {
+    (void)ctx;
+    (void)p;
+    FUZZ_CHECK(0, "the loader unlinked");
+    return -1;
+}
+static int m_fsync_dir(void *ctx, const char *d) {
+    (void)ctx;
+    (void)d;
+    return 0;
+}
+static int m_lstat(void *ctx, const char *p, uint32_t *mode) {
+    (void)ctx;
+    (void)p;
+    (void)mode;
+    FUZZ_CHECK(0, "the loader examined a path");
+    return -1;
+}
+static int m_list(void *ctx, const char *d, int (*each)(void *, const char *), void *u) {
+    (void)ctx;
+    (void)d;
+    (void)each;
+    (void)u;
+    FUZZ_CHECK(0, "the loader listed a directory");
+    return -1;
+}
 
 static uint64_t le64(const uint8_t *p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
     return v;
 }
-static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -105,7 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const size_t max_read[4] = {0, 1, 7, 64};
     memfile mf = {file, n, 0, max_read[(mode >> 3) & 3], (mode >> 5) & 1, 0};
     if (mf.fail_after_header && n > 96 && valid) valid = false; /* the arrays (or the checksum) are after the header */
-    nl_io io = {m_open, m_read, m_write, m_fstat, m_fsync, m_close, m_rename, m_unlink, m_fsync_dir, m_lstat, m_list, &mf};
+    nl_io io = {m_open,   m_read,   m_write,     m_fstat, m_fsync, m_close,
+                m_rename, m_unlink, m_fsync_dir, m_lstat, m_list,  &mf};
 
     nl_ckpt ck;
     memset(&ck, 0x5A, sizeof ck);
@@ -123,7 +163,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FUZZ_CHECK(ck.config_hash == le64(file + 16) && ck.model_hash == le64(file + 24), "hashes");
-    FUZZ_CHECK(ck.step == le64(file + 32) && ck.epoch == le64(file + 40) && ck.index == le64(file + 48), "cursor fields");
+    FUZZ_CHECK(ck.step == le64(file + 32) && ck.epoch == le64(file + 40) && ck.index == le64(file + 48),
+               "cursor fields");
     FUZZ_CHECK(ck.n_params == n_params && ck.n_cursor == n_cursor && ck.n_rng == n_rng, "counts");
     FUZZ_CHECK(ck.rank == le32(file + 72) && !memcmp(&ck.alpha, file + 76, 4), "rank / alpha");
     const uint8_t *p = file + 96;

@@ -121,7 +121,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < e->n_tokens; i++) {
             FUZZ_CHECK(e->target[i] <= 1, "target value %d", e->target[i]);
             nt += e->target[i];
-            if (n_vocab > 0) FUZZ_CHECK(e->ids[i] >= 0 && e->ids[i] < n_vocab, "line %d: id %d outside vocab %d", e->line, e->ids[i], n_vocab);
+            if (n_vocab > 0)
+                FUZZ_CHECK(e->ids[i] >= 0 && e->ids[i] < n_vocab, "line %d: id %d outside vocab %d", e->line, e->ids[i],
+                           n_vocab);
         }
         FUZZ_CHECK(nt == e->n_targets, "line %d: n_targets %d, counted %d", e->line, e->n_targets, nt);
         FUZZ_CHECK(nt >= 1, "line %d: example without a target accepted", e->line);
@@ -132,20 +134,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             continue;
         }
         FUZZ_CHECK(e->n_choices >= 2, "line %d: %d choices", e->line, e->n_choices);
-        FUZZ_CHECK(e->answer >= 0 && e->answer < e->n_choices, "line %d: answer %d of %d", e->line, e->answer, e->n_choices);
+        FUZZ_CHECK(e->answer >= 0 && e->answer < e->n_choices, "line %d: answer %d of %d", e->line, e->answer,
+                   e->n_choices);
         for (int c = 0; c < e->n_choices; c++) {
             FUZZ_CHECK(e->choice_len[c] >= 1, "line %d: empty choice %d", e->line, c);
             for (int i = 0; i < e->choice_len[c]; i++)
                 if (n_vocab > 0) FUZZ_CHECK(e->choice_ids[c][i] >= 0 && e->choice_ids[c][i] < n_vocab, "choice id");
         }
         int cl = e->choice_len[e->answer];
-        FUZZ_CHECK(e->n_prompt >= 0 && e->n_prompt + cl == e->n_tokens, "line %d: context %d + choice %d != %d tokens", e->line,
-                   e->n_prompt, cl, e->n_tokens);
+        FUZZ_CHECK(e->n_prompt >= 0 && e->n_prompt + cl == e->n_tokens, "line %d: context %d + choice %d != %d tokens",
+                   e->line, e->n_prompt, cl, e->n_tokens);
         FUZZ_CHECK(!memcmp(e->ids + e->n_prompt, e->choice_ids[e->answer], (size_t)cl * sizeof(int32_t)),
                    "line %d: sequence does not end with the correct choice", e->line);
         for (int i = 0; i < e->n_tokens; i++)
-            FUZZ_CHECK(e->target[i] == (i >= e->n_prompt && i > 0), "line %d: choice example target[%d] = %d", e->line, i,
-                       e->target[i]);
+            FUZZ_CHECK(e->target[i] == (i >= e->n_prompt && i > 0), "line %d: choice example target[%d] = %d", e->line,
+                       i, e->target[i]);
     }
     FUZZ_CHECK(tot_tokens == ds.n_tokens && tot_targets == ds.n_targets, "totals");
     FUZZ_NOTE("accepted: %d examples", ds.n);

@@ -33,10 +33,17 @@ static bool inside(const uint8_t *base, size_t size, const void *p, uint64_t n) 
 
 static size_t elem_size(int t) {
     switch (t) {
-    case NL_GGUF_UINT8: case NL_GGUF_INT8: case NL_GGUF_BOOL: return 1;
-    case NL_GGUF_UINT16: case NL_GGUF_INT16: return 2;
-    case NL_GGUF_UINT32: case NL_GGUF_INT32: case NL_GGUF_FLOAT32: return 4;
-    case NL_GGUF_UINT64: case NL_GGUF_INT64: case NL_GGUF_FLOAT64: return 8;
+    case NL_GGUF_UINT8:
+    case NL_GGUF_INT8:
+    case NL_GGUF_BOOL: return 1;
+    case NL_GGUF_UINT16:
+    case NL_GGUF_INT16: return 2;
+    case NL_GGUF_UINT32:
+    case NL_GGUF_INT32:
+    case NL_GGUF_FLOAT32: return 4;
+    case NL_GGUF_UINT64:
+    case NL_GGUF_INT64:
+    case NL_GGUF_FLOAT64: return 8;
     default: return 0;
     }
 }
@@ -95,7 +102,8 @@ static void walk_kv(const nl_gguf *g, const nl_gguf_kv *kv, const uint8_t *data,
     }
     size_t es = elem_size(kv->arr_type);
     FUZZ_CHECK(es > 0, "element size");
-    FUZZ_CHECK(kv->arr_n <= size / es, "array of %llu x %zu bytes in a %zu-byte file", (unsigned long long)kv->arr_n, es, size);
+    FUZZ_CHECK(kv->arr_n <= size / es, "array of %llu x %zu bytes in a %zu-byte file", (unsigned long long)kv->arr_n,
+               es, size);
     FUZZ_CHECK(kv->arr_n == 0 || inside(data, size, kv->arr_data, kv->arr_n * es), "array payload outside the input");
     if (kv->arr_n) touch(kv->arr_data, kv->arr_n * es);
     /* element accessors: in range ok, first out-of-range index refused */
@@ -114,7 +122,8 @@ static void walk_kv(const nl_gguf *g, const nl_gguf_kv *kv, const uint8_t *data,
         }
         if ((is_int_type(kv->arr_type) || kv->arr_type == NL_GGUF_BOOL) && fits)
             FUZZ_CHECK(ri == 0, "arr_i64 on an integer array failed: %s", nl_last_error());
-        if (ri == 0 && rf == 0 && fits) FUZZ_CHECK((double)x == d, "arr_i64 %lld and arr_f64 %.17g disagree", (long long)x, d);
+        if (ri == 0 && rf == 0 && fits)
+            FUZZ_CHECK((double)x == d, "arr_i64 %lld and arr_f64 %.17g disagree", (long long)x, d);
         if (!fits) FUZZ_CHECK(ri != 0, "arr_i64 accepted a uint64 above INT64_MAX");
     }
     int64_t x;
@@ -131,7 +140,8 @@ static void walk_tensors(const nl_gguf *g, const uint8_t *data, size_t size) {
         FUZZ_CHECK(t->name && strlen(t->name) < NL_GGUF_MAX_NAME, "tensor %lld name", (long long)i);
         FUZZ_CHECK(nl_gguf_tensor_find(g, t->name) == t, "lookup of tensor '%s' found another entry", t->name);
         FUZZ_CHECK(t->n_dims <= NL_GGUF_MAX_DIMS, "n_dims %u", t->n_dims);
-        for (uint32_t d = t->n_dims; d < NL_GGUF_MAX_DIMS; d++) FUZZ_CHECK(t->ne[d] == 1, "missing dim %u is %lld", d, (long long)t->ne[d]);
+        for (uint32_t d = t->n_dims; d < NL_GGUF_MAX_DIMS; d++)
+            FUZZ_CHECK(t->ne[d] == 1, "missing dim %u is %lld", d, (long long)t->ne[d]);
         int blck;
         size_t bb;
         FUZZ_CHECK(nl_gguf_type_info(t->type, &blck, &bb) == 0 && blck > 0 && bb > 0, "type %d", t->type);
@@ -147,7 +157,8 @@ static void walk_tensors(const nl_gguf *g, const uint8_t *data, size_t size) {
         uint64_t want = 0;
         FUZZ_CHECK(nl_mul_ok(n / (uint64_t)blck, bb, &want) == 0 && want == t->nbytes, "nbytes %llu, expected %llu",
                    (unsigned long long)t->nbytes, (unsigned long long)want);
-        FUZZ_CHECK(t->offset % g->alignment == 0, "offset %llu not aligned to %u", (unsigned long long)t->offset, g->alignment);
+        FUZZ_CHECK(t->offset % g->alignment == 0, "offset %llu not aligned to %u", (unsigned long long)t->offset,
+                   g->alignment);
         FUZZ_CHECK(t->offset >= prev_end, "tensor '%s' overlaps the previous one", t->name);
         FUZZ_CHECK(t->data == data + g->data_offset + t->offset, "data pointer of '%s'", t->name);
         FUZZ_CHECK(inside(data, size, t->data, t->nbytes), "tensor '%s' data outside the input", t->name);

@@ -21,7 +21,8 @@ static const char vars_json[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
     " {\"role\": \"user\", \"content\": \" Hi <|im_end|> \"},"
     " {\"role\": \"assistant\", \"content\": \"<think>\\nr\\n</think>\\n\\nYo\", \"reasoning_content\": \"why\","
-    " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"a\": [1, 2.5, null, true]}}}]},"
+    " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"a\": [1, 2.5, null, "
+    "true]}}}]},"
     " {\"role\": \"tool\", \"content\": \"{\\\"ok\\\": 1}\"}, {\"role\": \"user\", \"content\": \"again\"}],"
     " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}],"
     " \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"documents\": null}";
@@ -38,8 +39,8 @@ static void check_err(const char *what, int n_lines) {
     FUZZ_CHECK(strncmp(e, "fuzz.jinja:", 11) == 0, "%s error without the label: %s", what, e);
     char *end;
     long line = strtol(e + 11, &end, 10);
-    FUZZ_CHECK(end > e + 11 && *end == ':' && line >= 0 && line <= n_lines + 1, "%s error line %ld of %d: %s", what, line,
-               n_lines, e);
+    FUZZ_CHECK(end > e + 11 && *end == ':' && line >= 0 && line <= n_lines + 1, "%s error line %ld of %d: %s", what,
+               line, n_lines, e);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -74,7 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(n[0] == n[1] && !memcmp(out[0], out[1], n[0]) && !memcmp(fl[0], fl[1], n[0]), "renderings differ");
         bool has_var = memmem(data, size, "{{", 2) || memmem(data, size, "{%", 2);
         if (!has_var)
-            for (size_t i = 0; i < n[0]; i++) FUZZ_CHECK(fl[0][i] == 0, "data flag at %zu in a template without tags", i);
+            for (size_t i = 0; i < n[0]; i++)
+                FUZZ_CHECK(fl[0][i] == 0, "data flag at %zu in a template without tags", i);
     }
     for (int k = 0; k < 2; k++) {
         free(out[k]);

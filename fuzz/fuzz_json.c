@@ -45,8 +45,9 @@ static void emit(sbuf *b, const nl_json *v) {
     case NL_JSON_TRUE: put(b, "true", 4); break;
     case NL_JSON_NUMBER: {
         /* "-0" is integer text with i = 0: print it from d to keep the sign */
-        int k = v->u.num.is_int && !(v->u.num.i == 0 && signbit(v->u.num.d)) ? snprintf(num, sizeof num, "%lld", (long long)v->u.num.i)
-                                : snprintf(num, sizeof num, "%.17g", v->u.num.d);
+        int k = v->u.num.is_int && !(v->u.num.i == 0 && signbit(v->u.num.d))
+                    ? snprintf(num, sizeof num, "%lld", (long long)v->u.num.i)
+                    : snprintf(num, sizeof num, "%.17g", v->u.num.d);
         put(b, num, (size_t)k);
         break;
     }
@@ -81,7 +82,8 @@ static void equal(const nl_json *a, const nl_json *b) {
     FUZZ_CHECK(a->type == b->type, "type %d vs %d after a round trip", a->type, b->type);
     switch (a->type) {
     case NL_JSON_NUMBER:
-        FUZZ_CHECK(same_double(a->u.num.d, b->u.num.d), "number %.17g vs %.17g after a round trip", a->u.num.d, b->u.num.d);
+        FUZZ_CHECK(same_double(a->u.num.d, b->u.num.d), "number %.17g vs %.17g after a round trip", a->u.num.d,
+                   b->u.num.d);
         if (a->u.num.is_int && b->u.num.is_int) FUZZ_CHECK(a->u.num.i == b->u.num.i, "integer changed");
         break;
     case NL_JSON_STRING:
@@ -113,7 +115,8 @@ static int check(const nl_json *v, const uint8_t *src, size_t len) {
     case NL_JSON_NUMBER: {
         char text[512];
         size_t k = 0;
-        while (v->offset + k < len && k + 1 < sizeof text && strchr("+-0123456789.eE", src[v->offset + k]) && src[v->offset + k])
+        while (v->offset + k < len && k + 1 < sizeof text && strchr("+-0123456789.eE", src[v->offset + k]) &&
+               src[v->offset + k])
             text[k] = (char)src[v->offset + k], k++;
         text[k] = 0;
         FUZZ_CHECK(k > 0, "number at a '%c'", src[v->offset]);
@@ -123,7 +126,8 @@ static int check(const nl_json *v, const uint8_t *src, size_t len) {
             bool int_text = !strpbrk(text, ".eE");
             if (v->u.num.is_int) {
                 FUZZ_CHECK(int_text, "'%s' is not integer text but is_int", text);
-                FUZZ_CHECK(strtoll(text, NULL, 10) == v->u.num.i, "'%s' is_int with i = %lld", text, (long long)v->u.num.i);
+                FUZZ_CHECK(strtoll(text, NULL, 10) == v->u.num.i, "'%s' is_int with i = %lld", text,
+                           (long long)v->u.num.i);
             }
         }
         int64_t i;
@@ -167,7 +171,8 @@ static int check(const nl_json *v, const uint8_t *src, size_t len) {
             if (strlen(m->key) == m->key_len) FUZZ_CHECK(nl_json_get(v, m->key) == g, "get disagrees with getn");
             for (size_t j = 0; j < i; j++) /* keys are unique (small objects only: quadratic) */
                 if (i < 64)
-                    FUZZ_CHECK(v->u.obj.members[j].key_len != m->key_len || memcmp(v->u.obj.members[j].key, m->key, m->key_len),
+                    FUZZ_CHECK(v->u.obj.members[j].key_len != m->key_len ||
+                                   memcmp(v->u.obj.members[j].key, m->key, m->key_len),
                                "duplicate key accepted");
             int d = check(&m->value, src, len);
             if (d > depth) depth = d;

@@ -40,8 +40,8 @@ static void check(const nl_safetensors *st, size_t size) {
             FUZZ_CHECK(t->shape[d] >= 0, "shape[%d] = %lld", d, (long long)t->shape[d]);
             ne *= (uint64_t)t->shape[d]; /* bounded: n_elems × size fits the input */
         }
-        FUZZ_CHECK(ne == (uint64_t)t->n_elems && t->nbytes == ne * dsize[t->dtype], "'%s': %llu elements, %llu bytes", t->name,
-                   (unsigned long long)ne, (unsigned long long)t->nbytes);
+        FUZZ_CHECK(ne == (uint64_t)t->n_elems && t->nbytes == ne * dsize[t->dtype], "'%s': %llu elements, %llu bytes",
+                   t->name, (unsigned long long)ne, (unsigned long long)t->nbytes);
         FUZZ_CHECK(t->offset >= 8 + hl && t->offset + t->nbytes <= size, "'%s' data outside the input", t->name);
         FUZZ_CHECK((const char *)t->data == st->buf + t->offset, "data pointer");
         FUZZ_CHECK(nl_st_find(st, t->name) == t, "'%s' does not find itself", t->name);
@@ -54,8 +54,8 @@ static void check(const nl_safetensors *st, size_t size) {
     qsort(order, (size_t)st->n, sizeof *order, by_offset);
     uint64_t pos = 8 + hl;
     for (int i = 0; i < st->n; i++) {
-        FUZZ_CHECK(order[i]->offset == pos, "'%s' at %llu, expected %llu", order[i]->name, (unsigned long long)order[i]->offset,
-                   (unsigned long long)pos);
+        FUZZ_CHECK(order[i]->offset == pos, "'%s' at %llu, expected %llu", order[i]->name,
+                   (unsigned long long)order[i]->offset, (unsigned long long)pos);
         pos += order[i]->nbytes;
     }
     FUZZ_CHECK(pos == size, "the tensors end at %llu of %zu", (unsigned long long)pos, size);
@@ -64,7 +64,8 @@ static void check(const nl_safetensors *st, size_t size) {
     nl_st_out *out = calloc((size_t)st->n + 1, sizeof *out);
     FUZZ_CHECK(out, "oom");
     for (int i = 0; i < st->n; i++) {
-        out[i] = (nl_st_out){.name = st->t[i].name, .dtype = st->t[i].dtype, .n_dims = st->t[i].n_dims, .data = st->t[i].data};
+        out[i] = (nl_st_out){
+            .name = st->t[i].name, .dtype = st->t[i].dtype, .n_dims = st->t[i].n_dims, .data = st->t[i].data};
         memcpy(out[i].shape, st->t[i].shape, sizeof out[i].shape);
     }
     FUZZ_CHECK(nl_st_write(tmp_path, out, st->n, NULL) == 0, "rewrite: %s", nl_last_error());
@@ -74,9 +75,10 @@ static void check(const nl_safetensors *st, size_t size) {
     FUZZ_CHECK(again->n == st->n, "%d tensors, expected %d", again->n, st->n);
     for (int i = 0; i < st->n; i++) {
         const nl_st_tensor *a = &st->t[i], *b = nl_st_find(again, a->name);
-        FUZZ_CHECK(b && b->dtype == a->dtype && b->n_dims == a->n_dims && b->nbytes == a->nbytes, "'%s' changed", a->name);
-        FUZZ_CHECK(!memcmp(a->shape, b->shape, sizeof a->shape) && !memcmp(a->data, b->data, (size_t)a->nbytes), "'%s' changed",
+        FUZZ_CHECK(b && b->dtype == a->dtype && b->n_dims == a->n_dims && b->nbytes == a->nbytes, "'%s' changed",
                    a->name);
+        FUZZ_CHECK(!memcmp(a->shape, b->shape, sizeof a->shape) && !memcmp(a->data, b->data, (size_t)a->nbytes),
+                   "'%s' changed", a->name);
     }
     nl_st_close(again);
     remove(tmp_path);
@@ -85,7 +87,8 @@ static void check(const nl_safetensors *st, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nl_safetensors *st = nl_st_open_buffer(data, size, "input.safetensors");
     if (!st) {
-        FUZZ_CHECK(strstr(nl_last_error(), "input.safetensors") != NULL, "error without the label: %s", nl_last_error());
+        FUZZ_CHECK(strstr(nl_last_error(), "input.safetensors") != NULL, "error without the label: %s",
+                   nl_last_error());
         FUZZ_NOTE("refused: %s", nl_last_error());
         return 0;
     }

@@ -76,15 +76,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             char *back = NULL;
             size_t blen = 0;
             FUZZ_CHECK(nl_detokenize(t, ids, n, &back, &blen) == 0, "detokenize: %s", nl_last_error());
-            FUZZ_CHECK(blen == len && !memcmp(back, text, len), "round trip (vocab %d, parse_special %d): %zu bytes in, %zu out",
-                       which, parse_special, len, blen);
+            FUZZ_CHECK(blen == len && !memcmp(back, text, len),
+                       "round trip (vocab %d, parse_special %d): %zu bytes in, %zu out", which, parse_special, len,
+                       blen);
             free(back);
             if (!parse_special)
                 for (int i = 0; i < n; i++)
                     FUZZ_CHECK(!nl_token_is_control(t, ids[i]), "control token %d without parse_special", ids[i]);
         }
         if (add_special && nl_tokenizer_add_bos(t)) {
-            FUZZ_CHECK(n >= 1 && ids[0] == nl_token_bos(t), "add_special: first id %d, BOS %d", n ? ids[0] : -1, nl_token_bos(t));
+            FUZZ_CHECK(n >= 1 && ids[0] == nl_token_bos(t), "add_special: first id %d, BOS %d", n ? ids[0] : -1,
+                       nl_token_bos(t));
         }
         for (int i = 0; i < n && i < 64; i++) {
             size_t pl;

@@ -26,13 +26,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         nl_json *root = nl_json_parse(js, jl, &je);
         /* the JSON reader may still refuse what only it checks (a duplicate key, a number beyond a
          * double): the config loader reports that at its line */
-        FUZZ_CHECK(root != NULL || strstr(je.msg, "duplicate key") || strstr(je.msg, "out of range"), "the JSON of an accepted document does not parse: %s (%.200s)",
-                   je.msg, js);
+        FUZZ_CHECK(root != NULL || strstr(je.msg, "duplicate key") || strstr(je.msg, "out of range"),
+                   "the JSON of an accepted document does not parse: %s (%.200s)", je.msg, js);
         nl_json_free(root);
         free(js);
     } else {
-        FUZZ_CHECK(e.line >= 1 && e.line <= lines && e.col >= 1 && e.msg[0], "error at %d:%d (%d lines): %s", e.line, e.col, lines,
-                   e.msg);
+        FUZZ_CHECK(e.line >= 1 && e.line <= lines && e.col >= 1 && e.msg[0], "error at %d:%d (%d lines): %s", e.line,
+                   e.col, lines, e.msg);
     }
     free(buf);
     return 0;

@@ -74,7 +74,15 @@ static char *vocab_gguf(const char *model, const char *pre, bool llama3, size_t 
 /* Mini vocabularies (a few hundred bytes): small inputs for the fuzzer to grow from, so the
  * merged corpus is not all 5 KB copies of the full seed vocabularies. */
 static void seeds_mini_vocab(void) {
-    static const char *const bpe[] = {"a", "b", "c", "\xC4\xA0", "ab", "\xC4\xA0" "a", "<|im_end|>", "<s>"};
+    static const char *const bpe[] = {"a",
+                                      "b",
+                                      "c",
+                                      "\xC4\xA0",
+                                      "ab",
+                                      "\xC4\xA0"
+                                      "a",
+                                      "<|im_end|>",
+                                      "<s>"};
     static const int32_t bpe_ty[] = {1, 1, 1, 1, 1, 1, 3, 3};
     static const char *const merges[] = {"a b", "\xC4\xA0 a"};
     static const char *const spm[] = {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "a", "b", "ab", "<0x41>"};
@@ -239,14 +247,17 @@ static void seeds_dataset(const char *td) {
         "{\"tokens\": [1, 2], \"choices\": [[3], [4, 5]], \"answer\": 1}\r\n",
         "\xEF\xBB\xBF{\"text\": \"a b c\"}\n\n",
         "{\"prompt\": \"\", \"completion\": \"x\", \"choices\": [\"x\", \"y\"]}\n",
-        "{\"messages\": [{\"role\": \"user\", \"content\": \"  hi  \"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"  hi  \"}, {\"role\": \"assistant\", \"content\": "
+        "\"yo\"}]}\n",
         "{\"text\": \"<|im_start|>not special<|im_end|>\"}\n",
         "{\"completon\": \"typo\"}\n",
         "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"human\", \"value\": \"hi\"},"
         " {\"from\": \"gpt\", \"value\": \"yo\"}]}\n",
         "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"a\"},"
-        " {\"role\": \"user\", \"content\": \"?\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
-        "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"hi\", \"weight\": 0}, {\"from\": \"gpt\", \"value\": \"yo\"}],"
+        " {\"role\": \"user\", \"content\": \"?\"}], \"completion\": [{\"role\": \"assistant\", \"content\": "
+        "\"yo\"}]}\n",
+        "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"hi\", \"weight\": 0}, {\"from\": \"gpt\", "
+        "\"value\": \"yo\"}],"
         " \"source\": \"x\"}\n",
     };
     /* 0x20: strict_keys */
@@ -279,8 +290,8 @@ static void seeds_tokenize(const char *td) {
         p = e + strlen(sep);
     }
     free(b);
-    static const char *const extra[] = {"<|im_start|>user\nhello<|im_end|>\n", "   three   spaces   ", "the then 1234567 aaaa",
-                                        "\xE2\x96\x81the caf\xC3\xA9", "\xC3\x28 invalid"};
+    static const char *const extra[] = {"<|im_start|>user\nhello<|im_end|>\n", "   three   spaces   ",
+                                        "the then 1234567 aaaa", "\xE2\x96\x81the caf\xC3\xA9", "\xC3\x28 invalid"};
     for (size_t k = 0; k < sizeof extra / sizeof extra[0]; k++)
         for (int f = 0; f < 4; f++) {
             uint8_t pre[2] = {(uint8_t)f, (uint8_t)(f == 0 ? 0 : f == 1 ? 1 : f == 2 ? 3 : FUZZ_N_PRE + 1)};

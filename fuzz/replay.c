@@ -28,7 +28,11 @@ static int run_file(const char *path) {
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
         uint8_t *nb = realloc(buf, cap * 2);
-        if (!nb) { free(buf); buf = NULL; break; }
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
         buf = nb;
         cap *= 2;
     }
@@ -41,7 +45,10 @@ static int run_file(const char *path) {
     }
     /* an exact-size copy, so a read past the input is caught by ASan as under libFuzzer */
     uint8_t *exact = malloc(n ? n : 1);
-    if (!exact) { free(buf); return -1; }
+    if (!exact) {
+        free(buf);
+        return -1;
+    }
     memcpy(exact, buf, n);
     free(buf);
     LLVMFuzzerTestOneInput(exact, n);
@@ -86,8 +93,7 @@ int main(int argc, char **argv) {
         }
         free(ents);
     }
-    printf("replayed %d inputs in %.2f s CPU, %d unreadable\n", files, (double)(clock() - t0) / CLOCKS_PER_SEC,
-           errors);
+    printf("replayed %d inputs in %.2f s CPU, %d unreadable\n", files, (double)(clock() - t0) / CLOCKS_PER_SEC, errors);
     /* the test must be able to fail: no input at all means the corpus went missing */
     if (files == 0) {
         fprintf(stderr, "replay: no inputs found\n");

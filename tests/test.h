@@ -14,27 +14,27 @@ static int nl_t_pass, nl_t_fail;
  * Needs proj/proj.h. */
 #define NL_T_REF_CFG (&(nl_proj_config){.backend = "ref", .n_threads = 1})
 
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (cond) nl_t_pass++;                                                      \
-        else {                                                                      \
-            nl_t_fail++;                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                           \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (cond) nl_t_pass++;                                                                                         \
+        else {                                                                                                         \
+            nl_t_fail++;                                                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                                   \
+        }                                                                                                              \
     } while (0)
 
-#define CHECKF(cond, ...)                                               \
-    do {                                                                \
-        if (cond) nl_t_pass++;                                          \
-        else {                                                          \
-            nl_t_fail++;                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                               \
-            fputc('\n', stderr);                                        \
-        }                                                               \
+#define CHECKF(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (cond) nl_t_pass++;                                                                                         \
+        else {                                                                                                         \
+            nl_t_fail++;                                                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
     } while (0)
 
-#define CHECK_NEAR(a, b, tol) \
+#define CHECK_NEAR(a, b, tol)                                                                                          \
     CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%.9g vs %.9g (tol %g)", (double)(a), (double)(b), (double)(tol))
 
 static inline int nl_t_done(void) {
@@ -53,7 +53,9 @@ static inline int nl_t_small(void) {
 static unsigned long long nl_t_rng_state = 0x9E3779B97F4A7C15ULL;
 static inline double nl_t_rand(void) {
     unsigned long long x = nl_t_rng_state;
-    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
     nl_t_rng_state = x;
     return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
@@ -167,13 +169,17 @@ static inline int nl_t_args_run(const nl_t_args *a, const char *err_path) { retu
  * 48-token batches, the host backend on 2 threads, no pacing; the caller adds the rest. */
 static inline void nl_t_train_args(nl_t_args *a, const char *model, const char *data, const char *out) {
     a->n = a->nn = 0;
-    static const char *const fixed[] = {"--batch-tokens", "48", "--rank", "4", "--dropout", "0.1", "--backend", "host",
-                                        "--threads", "2", "--thermal", "off", NULL};
+    static const char *const fixed[] = {
+        "--batch-tokens", "48",        "--rank", "4",         "--dropout", "0.1", "--backend",
+        "host",           "--threads", "2",      "--thermal", "off",       NULL};
     nl_t_arg(a, NL_CLI);
     nl_t_arg(a, "train");
-    nl_t_arg(a, "--model"); nl_t_arg(a, model);
-    nl_t_arg(a, "--data"); nl_t_arg(a, data);
-    nl_t_arg(a, "--out"); nl_t_arg(a, out);
+    nl_t_arg(a, "--model");
+    nl_t_arg(a, model);
+    nl_t_arg(a, "--data");
+    nl_t_arg(a, data);
+    nl_t_arg(a, "--out");
+    nl_t_arg(a, out);
     for (const char *const *f = fixed; *f; f++) nl_t_arg(a, *f);
 }
 #endif
@@ -283,7 +289,8 @@ static inline int nl_t_cached_model(char *buf, size_t cap, const char *file, con
     else snprintf(buf, cap, "%s/.cache/nightlora/%s", home ? home : "", file);
     if (access(buf, R_OK) == 0) return 1;
     printf("SKIP %s: %s not found (run tools/fetch-models.sh%s%s; it caches the model in "
-           "${NL_MODEL_CACHE:-$HOME/.cache/nightlora})\n", what, buf, *target ? " " : "", target);
+           "${NL_MODEL_CACHE:-$HOME/.cache/nightlora})\n",
+           what, buf, *target ? " " : "", target);
     return 0;
 }
 /* The real pretrained model tools/fetch-models.sh caches (SmolLM2-135M-Instruct, Q4_1). */

@@ -6,8 +6,9 @@
  *     against the emulator bit for bit over the whole exponent range;
  *   - the emulated kernel on the chain reading (nl_amx_tiles_emu_chain; FWD and BWD, plain
  *     BF16 and split-BF16) against a plain C model of the whole product (dequantize with the
- *     type's to_float, round to BF16, accumulate in 32-element steps, one chain), bit for bit, for every resident type, on odd shapes (rows/cols/K not
- *     multiples of 16/32/64); both kernel sets' packing (scalar and SIMD) give the same bits;
+ *     type's to_float, round to BF16, accumulate in 32-element steps, one chain), bit for bit, for every resident type,
+ * on odd shapes (rows/cols/K not multiples of 16/32/64); both kernel sets' packing (scalar and SIMD) give the same
+ * bits;
  *   - kernel vs a float64 reference within the bound (|y - ref| <= tol·Σ|x·w|), real too;
  *   - one-hot: FWD's column and BWD's row of every weight are the same bits (and the model's
  *     effective weight: bf16(w), or hi + lo split);
@@ -57,7 +58,8 @@ static void model(nl_dir dir, const float *wd, int N, int K, const float *x, int
                         uint32_t wp = 0, xp = 0; /* the pair (r, r+1) of planes, SME */
                         for (int h = 0; h <= g_sme; h++) {
                             const int rr = r + h;
-                            const float wv = rr < R ? (dir == NL_FWD ? wd[(size_t)o * K + rr] : wd[(size_t)rr * K + o]) : 0.0f;
+                            const float wv =
+                                rr < R ? (dir == NL_FWD ? wd[(size_t)o * K + rr] : wd[(size_t)rr * K + o]) : 0.0f;
                             const float xv = rr < R ? x[(size_t)t * R + rr] : 0.0f;
                             if (!g_sme) c = m_step(c, m_plane(wv, wl), m_plane(xv, xl));
                             wp |= (uint32_t)m_plane(wv, wl) << 16 * h;
@@ -77,7 +79,9 @@ static uint16_t rand_bf16(void) {
     const double r = nl_t_rand();
     uint16_t s = nl_t_rand() < 0 ? 0x8000 : 0;
     if (r < -0.8) return (uint16_t)(s | ((unsigned)((nl_t_rand() + 1) * 63) & 0x7f)); /* denormal */
-    if (r < -0.5) return (uint16_t)(s | (unsigned)(5 + (int)((nl_t_rand() + 1) * 30)) << 7 | ((unsigned)((nl_t_rand() + 1) * 63) & 0x7f));
+    if (r < -0.5)
+        return (uint16_t)(s | (unsigned)(5 + (int)((nl_t_rand() + 1) * 30)) << 7 |
+                          ((unsigned)((nl_t_rand() + 1) * 63) & 0x7f));
     return m_bf16((float)nl_t_rand() * 4.0f);
 }
 
@@ -107,8 +111,15 @@ static void test_tile_op(void) {
         float want[1024], want_sdm[1024];
         memcpy(want, c, sizeof want);
         memcpy(want_sdm, c, sizeof want_sdm);
-        nl_amx_block blk = {.a = {(const uint8_t *)a[0], (const uint8_t *)a[1]}, .b = {(const uint8_t *)b[0], (const uint8_t *)b[1]},
-                            .lda = 64, .ldb = 64, .astep = 0, .bstep = 0, .steps = 2, .load = rep % 2, .c = c};
+        nl_amx_block blk = {.a = {(const uint8_t *)a[0], (const uint8_t *)a[1]},
+                            .b = {(const uint8_t *)b[0], (const uint8_t *)b[1]},
+                            .lda = 64,
+                            .ldb = 64,
+                            .astep = 0,
+                            .bstep = 0,
+                            .steps = 2,
+                            .load = rep % 2,
+                            .c = c};
         nl_amx_tiles_emu_chain.begin();
         nl_amx_tiles_emu_chain.block(&blk);
         nl_amx_tiles_emu_chain.end();
@@ -150,7 +161,8 @@ static void test_tile_op(void) {
 static uint16_t rand_bf16_wide(int spread) {
     int e = 127 + (int)((nl_t_rand() + 1.0) * 0.5 * (2 * spread + 1)) - spread;
     e = e < 0 ? 0 : e > 254 ? 254 : e;
-    return (uint16_t)((nl_t_rand() < 0 ? 0x8000u : 0u) | (unsigned)e << 7 | ((unsigned)((nl_t_rand() + 1) * 64) & 0x7f));
+    return (uint16_t)((nl_t_rand() < 0 ? 0x8000u : 0u) | (unsigned)e << 7 |
+                      ((unsigned)((nl_t_rand() + 1) * 64) & 0x7f));
 }
 
 static void test_real_tile_op(void) {
@@ -174,8 +186,15 @@ static void test_real_tile_op(void) {
         memcpy(c2, c, sizeof c2);
         float c3[1024] __attribute__((aligned(64)));
         memcpy(c3, c, sizeof c3);
-        nl_amx_block blk = {.a = {(const uint8_t *)a[0], (const uint8_t *)a[1]}, .b = {(const uint8_t *)b[0], (const uint8_t *)b[1]},
-                            .lda = 64, .ldb = 64, .astep = 1024, .bstep = 1024, .steps = 3, .load = rep % 2, .c = c};
+        nl_amx_block blk = {.a = {(const uint8_t *)a[0], (const uint8_t *)a[1]},
+                            .b = {(const uint8_t *)b[0], (const uint8_t *)b[1]},
+                            .lda = 64,
+                            .ldb = 64,
+                            .astep = 1024,
+                            .bstep = 1024,
+                            .steps = 3,
+                            .load = rep % 2,
+                            .c = c};
         real->begin();
         real->block(&blk);
         real->end();
@@ -212,8 +231,10 @@ static void test_config(void) {
     CHECKF(ok, "nl_amx_config is not palette 1 with tiles 0-7 of 16 rows x 64 bytes");
     CHECK(nl_amx_config_ok(c));
     /* what the hardware refuses (#GP), the emulator refuses too */
-    static const struct { int at, val; } bad[] = {{0, 2}, {1, 1}, {2, 1}, {15, 1}, {16, 65}, {30, 65}, {32, 64}, {46, 1},
-                                                 {48, 17}, {55, 17}, {56, 16}, {63, 1}, {48, 0}, {16, 0}};
+    static const struct {
+        int at, val;
+    } bad[] = {{0, 2},  {1, 1},   {2, 1},   {15, 1},  {16, 65}, {30, 65}, {32, 64},
+               {46, 1}, {48, 17}, {55, 17}, {56, 16}, {63, 1},  {48, 0},  {16, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint8_t m[64];
         memcpy(m, c, 64);
@@ -229,7 +250,8 @@ static void test_config(void) {
 
 /* ---- the kernels ---- */
 
-static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+static const int all_types[] = {NL_TYPE_F32,  NL_TYPE_F16,  NL_TYPE_BF16, NL_TYPE_Q8_0,
+                                NL_TYPE_Q4_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
 
 typedef struct {
     int type, N, K;
@@ -259,8 +281,8 @@ static nl_proj_weight view(const weight *W, int cls) {
 }
 
 /* Y through nl_amx_run with nth threads. */
-static int run_amx(const nl_amx_tiles *tl, const nl_host_kernels *ks, const weight *W, nl_dir dir, const float *x, int T,
-                   int split, int nth, float *y) {
+static int run_amx(const nl_amx_tiles *tl, const nl_host_kernels *ks, const weight *W, nl_dir dir, const float *x,
+                   int T, int split, int nth, float *y) {
     nl_pool *pool = nl_pool_new(nth);
     nl_amx_ctx *a = nl_amx_new(nth);
     nl_proj_weight v = view(W, NL_CLASS_ATTN);
@@ -312,8 +334,8 @@ static void check_kernel(const nl_amx_tiles *tl, int exact, const weight *W, nl_
     CHECK(run_amx(tl, &nl_host_kernels_scalar, W, dir, x, T, split, 1, y1) == 0);
     if (exact) {
         model(dir, W->wd, W->N, W->K, x, T, split, ym);
-        CHECKF(!memcmp(y1, ym, sizeof(float) * (size_t)T * O), "%s %s %s %dx%d T=%d: emulated kernel != model", tl->name, tn, dn,
-               W->N, W->K, T);
+        CHECKF(!memcmp(y1, ym, sizeof(float) * (size_t)T * O), "%s %s %s %dx%d T=%d: emulated kernel != model",
+               tl->name, tn, dn, W->N, W->K, T);
     }
     /* the SIMD set's packing, and 2 / 3 threads: the same bits */
     CHECK(run_amx(tl, simd_set(), W, dir, x, T, split, 2, y2) == 0);
@@ -322,7 +344,8 @@ static void check_kernel(const nl_amx_tiles *tl, int exact, const weight *W, nl_
            "%s %s %s %dx%d T=%d: threads or kernel sets differ", tl->name, tn, dn, W->N, W->K, T);
     /* a row alone: the same bits as in the whole request */
     CHECK(run_amx(tl, simd_set(), W, dir, x + (size_t)(T - 1) * R, 1, split, 2, y2) == 0);
-    CHECKF(!memcmp(y2, y1 + (size_t)(T - 1) * O, sizeof(float) * (size_t)O), "%s %s %s: row T-1 alone differs", tl->name, tn, dn);
+    CHECKF(!memcmp(y2, y1 + (size_t)(T - 1) * O, sizeof(float) * (size_t)O), "%s %s %s: row T-1 alone differs",
+           tl->name, tn, dn);
     /* the bound, for any TDPBF16PS that rounds each FP32 sum faithfully (the SDM says nearest
      * even; truncation would be within it too), in any order: the BF16 inputs (8 significant
      * bits: each ≤ 2^-8 relative, a product ≤ 2^-7 + 2^-16; split, hi + lo of x and of w leave
@@ -367,7 +390,8 @@ static void check_onehot(const nl_amx_tiles *tl, int exact, const weight *W, int
             if (exact) eff &= !memcmp(&f, &want, 4);
         }
     CHECKF(same, "%s %s split %d: one-hot FWD and BWD see different weights", tl->name, nl_type_name(W->type), split);
-    CHECKF(eff, "%s %s split %d: one-hot weight != the model's effective weight", tl->name, nl_type_name(W->type), split);
+    CHECKF(eff, "%s %s split %d: one-hot weight != the model's effective weight", tl->name, nl_type_name(W->type),
+           split);
     if (split && W->type == NL_TYPE_F16) {
         /* hi + lo of an F16 value is the value itself */
         int exact_f16 = 1;
@@ -391,20 +415,23 @@ static void test_denormal_inputs(void) {
      * flushes denormal sums), so a denormal read as 2^-126 instead of 0 shows in the output */
     uint16_t *wh = (uint16_t *)(void *)W.w;
     for (int i = 0; i < W.N * W.K; i++) wh[i] = i % 3 ? 0x5400 : 0xd400;
-    for (int n = 0; n < W.N; n++) nl_type_get(W.type)->to_float(W.w + nl_row_bytes(W.type, W.K) * (size_t)n, W.wd + (size_t)n * W.K, W.K);
+    for (int n = 0; n < W.N; n++)
+        nl_type_get(W.type)->to_float(W.w + nl_row_bytes(W.type, W.K) * (size_t)n, W.wd + (size_t)n * W.K, W.K);
     for (int dir = 0; dir < 2; dir++)
         for (int split = 0; split < 2; split++) {
             const int T = 5, R = dir == NL_FWD ? W.K : W.N, O = dir == NL_FWD ? W.N : W.K;
-            float *x = malloc(sizeof(float) * T * R), *y1 = malloc(sizeof(float) * T * O), *y2 = malloc(sizeof(float) * T * O),
-                  *ym = malloc(sizeof(float) * T * O);
+            float *x = malloc(sizeof(float) * T * R), *y1 = malloc(sizeof(float) * T * O),
+                  *y2 = malloc(sizeof(float) * T * O), *ym = malloc(sizeof(float) * T * O);
             nl_t_fill(x, (int64_t)T * R, 1.0);
             for (int i = 0; i < T * R; i += 3) memcpy(&x[i], &den[(i / 3) % 5], 4);
             for (int i = 0; i < R; i++) memcpy(&x[i], &den[0], 4); /* row 0: denormals alone */
             CHECK(run_amx(&nl_amx_tiles_emu_chain, &nl_host_kernels_scalar, &W, (nl_dir)dir, x, T, split, 1, y1) == 0);
             CHECK(run_amx(&nl_amx_tiles_emu_chain, simd_set(), &W, (nl_dir)dir, x, T, split, 2, y2) == 0);
             model((nl_dir)dir, W.wd, W.N, W.K, x, T, split, ym);
-            CHECKF(!memcmp(y1, y2, sizeof(float) * T * O), "denormal inputs dir %d split %d: scalar and SIMD packing differ", dir, split);
-            CHECKF(!memcmp(y1, ym, sizeof(float) * T * O), "denormal inputs dir %d split %d: not the model's bits", dir, split);
+            CHECKF(!memcmp(y1, y2, sizeof(float) * T * O),
+                   "denormal inputs dir %d split %d: scalar and SIMD packing differ", dir, split);
+            CHECKF(!memcmp(y1, ym, sizeof(float) * T * O), "denormal inputs dir %d split %d: not the model's bits", dir,
+                   split);
             free(x), free(y1), free(y2), free(ym);
         }
     free_weight(&W);
@@ -412,8 +439,10 @@ static void test_denormal_inputs(void) {
 
 static void test_kernels(const nl_amx_tiles *tl, int exact) {
     /* odd shapes: N, K, T not multiples of 16/32/64 where the type allows */
-    const struct { int N, K, T; } any_k[] = {{37, 45, 5}, {70, 160, 33}, {16, 64, 1}}, blk32[] = {{37, 96, 5}, {70, 160, 33}},
-                                   blk256[] = {{19, 256, 17}, {45, 512, 3}};
+    const struct {
+        int N, K, T;
+    } any_k[] = {{37, 45, 5}, {70, 160, 33}, {16, 64, 1}}, blk32[] = {{37, 96, 5}, {70, 160, 33}},
+      blk256[] = {{19, 256, 17}, {45, 512, 3}};
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
         const int type = all_types[ti], blck = nl_type_get(type)->blck;
         const int ns = blck == 1 ? 3 : 2;
@@ -431,7 +460,8 @@ static void test_kernels(const nl_amx_tiles *tl, int exact) {
             free_weight(&W);
         }
     }
-    printf("%s: F16 weights, worst |y - ref| / sum|x*w|: bf16 tiles %.3g, split-bf16 %.3g\n", tl->name, worst_plain_f16, worst_split_f16);
+    printf("%s: F16 weights, worst |y - ref| / sum|x*w|: bf16 tiles %.3g, split-bf16 %.3g\n", tl->name, worst_plain_f16,
+           worst_split_f16);
     worst_plain_f16 = worst_split_f16 = 0;
 }
 
@@ -452,21 +482,26 @@ static void test_host_mode(const char *mode, const nl_amx_tiles *tl, const char 
         nl_clear_error();
     }
     const int T = 9;
-    struct { int type, cls, split; } cases[] = {{NL_TYPE_Q8_0, NL_CLASS_MLP, 0}, {NL_TYPE_F16, NL_CLASS_RECURRENT, 1}, {NL_TYPE_Q6_K, NL_CLASS_HEAD, 0}};
+    struct {
+        int type, cls, split;
+    } cases[] = {
+        {NL_TYPE_Q8_0, NL_CLASS_MLP, 0}, {NL_TYPE_F16, NL_CLASS_RECURRENT, 1}, {NL_TYPE_Q6_K, NL_CLASS_HEAD, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         weight W;
         make_weight(&W, cases[i].type, 40, 256);
         nl_proj_weight v = view(&W, cases[i].cls);
         for (int dir = 0; dir < 2; dir++) {
             const int R = dir == NL_FWD ? W.K : W.N, O = dir == NL_FWD ? W.N : W.K;
-            float *x = malloc(sizeof(float) * T * R), *y = malloc(sizeof(float) * T * O), *ya = malloc(sizeof(float) * T * O);
+            float *x = malloc(sizeof(float) * T * R), *y = malloc(sizeof(float) * T * O),
+                  *ya = malloc(sizeof(float) * T * O);
             nl_t_fill(x, (int64_t)T * R, 1.0);
             CHECK(nl_proj_backend_host.run(ctx, &v, (nl_dir)dir, x, T, y) == 0);
             CHECK(run_amx(tl, simd_set(), &W, (nl_dir)dir, x, T, cases[i].split, 2, ya) == 0);
-            CHECKF(!memcmp(y, ya, sizeof(float) * T * O), "host %s %s class %d dir %d: not the tile kernel's bits", mode,
-                   nl_type_name(cases[i].type), cases[i].cls, dir);
+            CHECKF(!memcmp(y, ya, sizeof(float) * T * O), "host %s %s class %d dir %d: not the tile kernel's bits",
+                   mode, nl_type_name(cases[i].type), cases[i].cls, dir);
             const double tol = nl_proj_host_rel_tol_for(ctx, &v, R);
-            CHECKF(rel_err(&W, (nl_dir)dir, x, T, y) <= tol, "host %s %s: error above its own bound %g", mode, nl_type_name(cases[i].type), tol);
+            CHECKF(rel_err(&W, (nl_dir)dir, x, T, y) <= tol, "host %s %s: error above its own bound %g", mode,
+                   nl_type_name(cases[i].type), tol);
             free(x);
             free(y);
             free(ya);
@@ -493,8 +528,12 @@ static void test_service(void) {
     nl_proj_service *s = nl_proj_service_new(&cfg);
     CHECK(s != NULL);
     weight ws[4];
-    const struct { int type, N, K, cls; } spec[] = {
-        {NL_TYPE_F32, 48, 64, NL_CLASS_ATTN}, {NL_TYPE_F16, 40, 96, NL_CLASS_RECURRENT}, {NL_TYPE_Q4_0, 70, 64, NL_CLASS_MLP}, {NL_TYPE_Q4_K, 33, 256, NL_CLASS_HEAD}};
+    const struct {
+        int type, N, K, cls;
+    } spec[] = {{NL_TYPE_F32, 48, 64, NL_CLASS_ATTN},
+                {NL_TYPE_F16, 40, 96, NL_CLASS_RECURRENT},
+                {NL_TYPE_Q4_0, 70, 64, NL_CLASS_MLP},
+                {NL_TYPE_Q4_K, 33, 256, NL_CLASS_HEAD}};
     for (int i = 0; i < 4; i++) {
         make_weight(&ws[i], spec[i].type, spec[i].N, spec[i].K);
         nl_proj_weight v = view(&ws[i], spec[i].cls);
@@ -525,7 +564,8 @@ static void test_cli(void) {
     char cmd[2048], path[256];
     snprintf(cmd, sizeof cmd, "%s mkmodel --arch qwen35 --preset tiny --out %s/m.gguf > /dev/null", NL_CLI, dir);
     CHECK(sh(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "%s check --model %s/m.gguf --backend host --compute amx-emu > %s/check.txt 2>&1", NL_CLI, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s check --model %s/m.gguf --backend host --compute amx-emu > %s/check.txt 2>&1", NL_CLI,
+             dir, dir);
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/check.txt", dir);
     CHECKF(nl_t_file_has(path, "amx-bf16 (emulated) for attn/mlp/head"), "check does not name the kernels");
@@ -537,8 +577,10 @@ static void test_cli(void) {
              dir, NL_CLI, dir, dir, dir, dir, dir);
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/train.txt", dir);
-    CHECKF(nl_t_file_has(path, "service: host backend, amx-bf16 (emulated) for attn/mlp/head, split-bf16 (emulated) for recurrent"),
-           "train does not print the kernels");
+    CHECKF(
+        nl_t_file_has(
+            path, "service: host backend, amx-bf16 (emulated) for attn/mlp/head, split-bf16 (emulated) for recurrent"),
+        "train does not print the kernels");
     CHECKF(nl_t_file_has(path, "attention and lora on amx-emu tiles"), "train does not say the nodes run on the tiles");
     CHECKF(nl_t_file_has(path, "step 2/3"), "the training run did not run its steps");
     /* NL_AMX_NODES=off: the service on the tiles, the nodes on the vector paths */
@@ -553,7 +595,8 @@ static void test_cli(void) {
            "NL_AMX_NODES=off: the nodes not on the vector paths");
     snprintf(path, sizeof path, "%s/ck/run.json", dir);
     CHECKF(nl_t_file_has(path, "\"kernels\": \"host: amx-bf16 (emulated)"), "run.json does not record the kernels");
-    CHECKF(nl_t_file_has(path, "; attention and lora on amx-emu tiles\""), "run.json does not record the nodes' kernels");
+    CHECKF(nl_t_file_has(path, "; attention and lora on amx-emu tiles\""),
+           "run.json does not record the nodes' kernels");
     /* a resume with other kernels is refused, unless asked to continue with them */
     snprintf(cmd, sizeof cmd,
              "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/a.gguf --steps 3 --backend host --compute f32 "
@@ -590,7 +633,8 @@ int main(void) {
     } else {
         printf("real AMX not run here: %s\n", why);
     }
-    test_host_mode("amx-emu", &nl_amx_tiles_emu, "amx-bf16 (emulated) for attn/mlp/head", "split-bf16 (emulated) for recurrent");
+    test_host_mode("amx-emu", &nl_amx_tiles_emu, "amx-bf16 (emulated) for attn/mlp/head",
+                   "split-bf16 (emulated) for recurrent");
     /* Arm SME (kernels_sme.c): the same tests, the model on BFMOPA's arithmetic, bit for bit */
     if (nl_sme_available(why, sizeof why)) {
         const nl_amx_tiles *sme = nl_amx_tiles_of("sme");

@@ -1,8 +1,7 @@
 /* The public API (nightlora.h): a model made, an adapter trained with the progress callback and
- * cancelled through its run handle, validated during training (its eval rows), then evaluated, tokenized, generated from and its logits
- * taken, each checked against the internal call the CLI makes; errors per thread. And the
- * library's defaults (the internal nl_train_defaults, nl_session_open with no config) are the
- * CLI's. */
+ * cancelled through its run handle, validated during training (its eval rows), then evaluated, tokenized, generated
+ * from and its logits taken, each checked against the internal call the CLI makes; errors per thread. And the library's
+ * defaults (the internal nl_train_defaults, nl_session_open with no config) are the CLI's. */
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,13 +43,16 @@ typedef struct {
     int rows, bad_kind, out_of_order;
     int64_t last_step, total;
     double last_loss, last_tps;
-    int cancel_at;               /* cancel the run from the callback after this step (0: never) */
+    int cancel_at; /* cancel the run from the callback after this step (0: never) */
     nightlora_run *run;
 } progress_log;
 
 static void on_progress(void *user, const nightlora_progress *p) {
     progress_log *l = user;
-    if (p->kind != NIGHTLORA_PROGRESS_STEP) { l->bad_kind++; return; }
+    if (p->kind != NIGHTLORA_PROGRESS_STEP) {
+        l->bad_kind++;
+        return;
+    }
     if (p->step != l->last_step + 1) l->out_of_order++;
     l->rows++;
     l->last_step = p->step;
@@ -76,9 +78,9 @@ static void test_train(void) {
     nightlora_train_default_params(&p);
     nl_train_opts o;
     nl_train_defaults(&o);
-    CHECK(p.rank == o.rank && p.alpha == o.alpha && p.lr == o.lr && p.batch_tokens == o.batch_tokens && p.seed == o.seed &&
-          p.clip == o.clip && p.lr_min == o.lr_min && !strcmp(p.schedule, "cosine") && !strcmp(p.backend, "host") &&
-          p.log_stderr == 0 && p.on_progress == NULL);
+    CHECK(p.rank == o.rank && p.alpha == o.alpha && p.lr == o.lr && p.batch_tokens == o.batch_tokens &&
+          p.seed == o.seed && p.clip == o.clip && p.lr_min == o.lr_min && !strcmp(p.schedule, "cosine") &&
+          !strcmp(p.backend, "host") && p.log_stderr == 0 && p.on_progress == NULL);
 
     /* a row per step, in order, the last one the result's */
     train_params(&p, out, 3);
@@ -120,8 +122,8 @@ static void test_train(void) {
     p.on_progress = on_progress;
     p.user = &lc;
     CHECKF(nightlora_train(&p, run, &r) == 0, "%s", nightlora_last_error());
-    CHECKF(r.cancelled && r.steps_done == 2 && r.total_steps == 6 && lc.rows == 2, "cancelled %d, %lld steps, %d rows", r.cancelled,
-           (long long)r.steps_done, lc.rows);
+    CHECKF(r.cancelled && r.steps_done == 2 && r.total_steps == 6 && lc.rows == 2, "cancelled %d, %lld steps, %d rows",
+           r.cancelled, (long long)r.steps_done, lc.rows);
     CHECK(nightlora_run_cancelled(run));
     struct stat st;
     CHECK(stat(cut, &st) == 0 && st.st_size > 0);
@@ -148,7 +150,8 @@ static void test_train(void) {
     CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "backend 'gpu'"));
     train_params(&p, cut, 2);
     p.device = "1";
-    CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "device '1': backend 'host' has no devices"));
+    CHECK(nightlora_train(&p, NULL, &r) == -1 &&
+          strstr(nightlora_last_error(), "device '1': backend 'host' has no devices"));
     train_params(&p, cut, 2);
     p.data = "/nonexistent.jsonl";
     CHECK(nightlora_train(&p, NULL, &r) == -1 && strstr(nightlora_last_error(), "/nonexistent.jsonl"));
@@ -187,7 +190,8 @@ static void test_validation(void) {
     CHECK(f != NULL);
     if (!f) return;
     for (int i = 0; i < 5; i++)
-        fprintf(f, "{\"prompt\": \"note %d:\", \"choices\": [\" odd\", \" even\"], \"answer\": %d}\n", i + 10, i % 2 ? 0 : 1);
+        fprintf(f, "{\"prompt\": \"note %d:\", \"choices\": [\" odd\", \" even\"], \"answer\": %d}\n", i + 10,
+                i % 2 ? 0 : 1);
     fclose(f);
     nightlora_train_params p;
     train_params(&p, vout, 5);
@@ -202,8 +206,8 @@ static void test_validation(void) {
     static const int want_kind[] = {1, 1, 2, 1, 1, 2, 1, 2}, want_step[] = {1, 2, 2, 3, 4, 4, 5, 5};
     CHECKF(l.n == 8, "%d rows", l.n);
     for (int i = 0; i < l.n && i < 8; i++)
-        CHECKF(l.rows[i].kind == want_kind[i] && l.rows[i].step == want_step[i] && l.rows[i].total_steps == 5, "row %d: kind %d step %lld", i,
-               l.rows[i].kind, (long long)l.rows[i].step);
+        CHECKF(l.rows[i].kind == want_kind[i] && l.rows[i].step == want_step[i] && l.rows[i].total_steps == 5,
+               "row %d: kind %d step %lld", i, l.rows[i].kind, (long long)l.rows[i].step);
     /* the internal run's rows, field for field (the seconds are the clock's) */
     nl_train_opts o;
     nl_train_defaults(&o);
@@ -228,14 +232,16 @@ static void test_validation(void) {
         evals++;
         const nightlora_progress *a = &l.rows[i];
         const nl_train_progress *b = &il.rows[i];
-        CHECKF(b->kind == NL_PROGRESS_EVAL && a->step == b->step && a->eval_loss == b->eval_loss && a->eval_accuracy == b->eval_accuracy &&
-                   a->eval_examples == b->eval_examples && a->eval_tokens == b->eval_tokens,
+        CHECKF(b->kind == NL_PROGRESS_EVAL && a->step == b->step && a->eval_loss == b->eval_loss &&
+                   a->eval_accuracy == b->eval_accuracy && a->eval_examples == b->eval_examples &&
+                   a->eval_tokens == b->eval_tokens,
                "eval row %d: loss %.17g vs %.17g", i, a->eval_loss, b->eval_loss);
-        CHECK(a->eval_examples == 5 && a->eval_tokens > 0 && a->eval_accuracy >= 0 && a->eval_accuracy <= 1 && a->eval_seconds > 0 &&
-              isfinite(a->eval_loss));
+        CHECK(a->eval_examples == 5 && a->eval_tokens > 0 && a->eval_accuracy >= 0 && a->eval_accuracy <= 1 &&
+              a->eval_seconds > 0 && isfinite(a->eval_loss));
     }
     CHECK(evals == 3);
-    CHECKF(r.evaluations == 3 && ir.n_evals == 3 && r.eval_seconds > 0 && !r.early_stopped && r.best_step >= 2 && r.best_step <= 5,
+    CHECKF(r.evaluations == 3 && ir.n_evals == 3 && r.eval_seconds > 0 && !r.early_stopped && r.best_step >= 2 &&
+               r.best_step <= 5,
            "%d evaluations, best step %lld", r.evaluations, (long long)r.best_step);
     /* the last pass: eval's numbers on the adapter written */
     nightlora_model_params mp;
@@ -248,7 +254,8 @@ static void test_validation(void) {
     if (m && l.n == 8) {
         CHECKF(nightlora_eval(m, val, NULL, &er) == 0, "%s", nightlora_last_error());
         CHECKF(er.loss == l.rows[7].eval_loss && er.accuracy == l.rows[7].eval_accuracy && er.n_examples == 5,
-               "eval %.17g / %g, the last row %.17g / %g", er.loss, er.accuracy, l.rows[7].eval_loss, l.rows[7].eval_accuracy);
+               "eval %.17g / %g, the last row %.17g / %g", er.loss, er.accuracy, l.rows[7].eval_loss,
+               l.rows[7].eval_accuracy);
     }
     nightlora_model_close(m);
     /* keep_best: a name checked; a validation setting without a set refused */
@@ -301,7 +308,8 @@ static void test_infer(void) {
     CHECK(nightlora_tokenize(m, text, 0, NULL, 0) == n);
     int32_t *iv = NULL;
     int in = 0;
-    CHECK(nl_tokenize(s.tok, text, strlen(text), false, false, &iv, &in) == 0 && in == n && !memcmp(iv, ids, (size_t)n * sizeof *ids));
+    CHECK(nl_tokenize(s.tok, text, strlen(text), false, false, &iv, &in) == 0 && in == n &&
+          !memcmp(iv, ids, (size_t)n * sizeof *ids));
     free(iv);
     char back[256];
     CHECK(nightlora_detokenize(m, ids, n, back, sizeof back) == (int64_t)strlen(text) && !strcmp(back, text));
@@ -326,8 +334,8 @@ static void test_infer(void) {
     char *t1 = NULL, *t2 = NULL;
     token_calls = 0;
     int g1 = nightlora_generate(m, "Note: Book the hotel for Friday", &gp, &t1);
-    CHECKF(g1 >= 1 && g1 <= 6 && token_calls == g1 && t1 && !strcmp(t1, token_text), "%d tokens, %d calls: %s", g1, token_calls,
-           nightlora_last_error());
+    CHECKF(g1 >= 1 && g1 <= 6 && token_calls == g1 && t1 && !strcmp(t1, token_text), "%d tokens, %d calls: %s", g1,
+           token_calls, nightlora_last_error());
     gp.on_token = NULL;
     int g2 = nightlora_generate(m, "Note: Book the hotel for Friday", &gp, &t2);
     CHECK(g2 == g1 && t2 && t1 && !strcmp(t1, t2));
@@ -341,8 +349,8 @@ static void test_infer(void) {
     CHECKF(nightlora_eval(m, data, NULL, &er) == 0, "%s", nightlora_last_error());
     nl_eval_result ir;
     CHECK(nl_eval_file(&s.rt, s.tok, data, NULL, 0, NULL, &ir) == 0);
-    CHECK(er.n_examples == ir.n_examples && er.n_targets == ir.n_targets && er.loss == nl_eval_loss(&ir) && er.accuracy == -1.0 &&
-          fabs(er.ppl - exp(er.loss)) < 1e-9 * er.ppl);
+    CHECK(er.n_examples == ir.n_examples && er.n_targets == ir.n_targets && er.loss == nl_eval_loss(&ir) &&
+          er.accuracy == -1.0 && fabs(er.ppl - exp(er.loss)) < 1e-9 * er.ppl);
     nightlora_eval_params ep;
     nightlora_eval_default_params(&ep);
     ep.ctx = 1;
@@ -363,9 +371,11 @@ static void test_infer(void) {
     if (nl_proj_backend_find("vulkan")) {
         mp.backend = "vulkan";
         mp.device = "first";
-        CHECK(nightlora_model_open(model, &mp) == NULL && strstr(nightlora_last_error(), "device 'first': expected a device index"));
+        CHECK(nightlora_model_open(model, &mp) == NULL &&
+              strstr(nightlora_last_error(), "device 'first': expected a device index"));
     }
-    CHECK(nightlora_model_open("/nonexistent.gguf", NULL) == NULL && strstr(nightlora_last_error(), "/nonexistent.gguf"));
+    CHECK(nightlora_model_open("/nonexistent.gguf", NULL) == NULL &&
+          strstr(nightlora_last_error(), "/nonexistent.gguf"));
 }
 
 /* Each thread has its own error message. */
@@ -386,7 +396,8 @@ static void expect_refused(nightlora_train_params *p, const char *want, int line
     const double t0 = nl_now();
     const int rc = nightlora_train(p, NULL, &r);
     const double dt = nl_now() - t0;
-    CHECKF(rc == -1 && strstr(nightlora_last_error(), want), "line %d: rc %d: %s (want %s)", line, rc, nightlora_last_error(), want);
+    CHECKF(rc == -1 && strstr(nightlora_last_error(), want), "line %d: rc %d: %s (want %s)", line, rc,
+           nightlora_last_error(), want);
     CHECKF(dt < 10, "line %d: %.1f s to refuse", line, dt);
     CHECKF(access(refused_out, F_OK) != 0, "line %d: an adapter was written", line);
 }
@@ -486,7 +497,8 @@ static void test_train_features(void) {
     p.save_every = 1;
     p.report = report;
     nightlora_train_result r0;
-    CHECK(nightlora_train(&p, NULL, &r0) == -1 && strstr(nightlora_last_error(), "report") && strstr(nightlora_last_error(), "log_json"));
+    CHECK(nightlora_train(&p, NULL, &r0) == -1 && strstr(nightlora_last_error(), "report") &&
+          strstr(nightlora_last_error(), "log_json"));
     p.log_json = log;
     nightlora_train_result r;
     CHECKF(nightlora_train(&p, NULL, &r) == 0 && r.steps_done == 2, "%s", nightlora_last_error());
@@ -510,11 +522,13 @@ static void test_train_features(void) {
     p.strict_keys = 1;
     p.columns = "prompt=q,completion=a";
     nightlora_train_result r2;
-    CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "extra.jsonl:1:2: unknown key \"id\""));
+    CHECK(nightlora_train(&p, NULL, &r2) == -1 &&
+          strstr(nightlora_last_error(), "extra.jsonl:1:2: unknown key \"id\""));
     p.strict_keys = 0;
     CHECKF(nightlora_train(&p, NULL, &r2) == 0 && r2.steps_done == 1, "%s", nightlora_last_error());
     p.columns = "prompt";
-    CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "--columns prompt: expected KEY=COLUMN pairs"));
+    CHECK(nightlora_train(&p, NULL, &r2) == -1 &&
+          strstr(nightlora_last_error(), "--columns prompt: expected KEY=COLUMN pairs"));
     p.columns = NULL;
     p.alpaca_prompt = "neither";
     CHECK(nightlora_train(&p, NULL, &r2) == -1 && strstr(nightlora_last_error(), "--alpaca-prompt neither"));
@@ -529,7 +543,8 @@ static void test_merge_export(void) {
     nightlora_merge_result r;
     CHECKF(nightlora_merge(model, out, merged, NULL, -1, &r) == 0, "%s", nightlora_last_error());
     CHECK(r.n_adapted > 0 && r.lost >= 0 && r.lost < 0.01 && r.worst >= r.lost * 0.999);
-    CHECK(nightlora_merge(model, out, model, NULL, -1, NULL) == -1 && strstr(nightlora_last_error(), "would replace an input"));
+    CHECK(nightlora_merge(model, out, model, NULL, -1, NULL) == -1 &&
+          strstr(nightlora_last_error(), "would replace an input"));
     CHECK(nightlora_merge(model, out, merged, "q5_k", -1, NULL) == -1 && strstr(nightlora_last_error(), "type 'q5_k'"));
     /* the merged model scores as base + adapter does (f32 base: within float rounding) */
     nightlora_model *mm = nightlora_model_open(merged, NULL), *ma;
@@ -548,8 +563,10 @@ static void test_merge_export(void) {
     CHECK(nl_t_file_has(cfg, "\"base_model_name_or_path\": \"org/base\""));
     CHECKF(nightlora_export(model, peft, "gguf", back, NULL) == 0, "%s", nightlora_last_error());
     CHECK(nightlora_export(model, out, "onnx", back, NULL) == -1 && strstr(nightlora_last_error(), "format 'onnx'"));
-    CHECK(nightlora_export(model, out, "gguf", out, NULL) == -1 && strstr(nightlora_last_error(), "would replace an input"));
-    CHECK(nightlora_export(model, out, "gguf", back, "org/base") == -1 && strstr(nightlora_last_error(), "only with peft"));
+    CHECK(nightlora_export(model, out, "gguf", out, NULL) == -1 &&
+          strstr(nightlora_last_error(), "would replace an input"));
+    CHECK(nightlora_export(model, out, "gguf", back, "org/base") == -1 &&
+          strstr(nightlora_last_error(), "only with peft"));
     CHECK(nightlora_sizeof("nightlora_merge_result") == sizeof(nightlora_merge_result));
 }
 
@@ -589,7 +606,8 @@ int main(void) {
     FILE *f = fopen(data, "w");
     CHECK(f != NULL);
     if (!f) return nl_t_done();
-    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"note %d:\", \"completion\": \" %s\"}\n", i, i % 2 ? "odd" : "even");
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "{\"prompt\": \"note %d:\", \"completion\": \" %s\"}\n", i, i % 2 ? "odd" : "even");
     fclose(f);
     test_internal_defaults();
     test_train();

@@ -58,15 +58,24 @@ static int train_cli(const char *m, const char *d, const char *o, const char *co
     int n = 0;
     v[n++] = NL_CLI;
     v[n++] = "train";
-    v[n++] = "--model"; v[n++] = m;
-    v[n++] = "--data"; v[n++] = d;
-    v[n++] = "--out"; v[n++] = o;
-    v[n++] = "--steps"; v[n++] = "2";
-    v[n++] = "--batch-tokens"; v[n++] = "64";
+    v[n++] = "--model";
+    v[n++] = m;
+    v[n++] = "--data";
+    v[n++] = d;
+    v[n++] = "--out";
+    v[n++] = o;
+    v[n++] = "--steps";
+    v[n++] = "2";
+    v[n++] = "--batch-tokens";
+    v[n++] = "64";
     int has_rank = 0;
     for (int i = 0; extra && extra[i]; i++) has_rank |= !strcmp(extra[i], "--rank");
-    if (!has_rank) { v[n++] = "--rank"; v[n++] = "4"; }
-    v[n++] = "--thermal"; v[n++] = "off";
+    if (!has_rank) {
+        v[n++] = "--rank";
+        v[n++] = "4";
+    }
+    v[n++] = "--thermal";
+    v[n++] = "off";
     for (int i = 0; extra && extra[i] && n < 46; i++) v[n++] = extra[i];
     v[n] = NULL;
     return nl_t_run(v, errf, NULL);
@@ -116,9 +125,11 @@ static void test_data_errors(void) {
     fprintf(f, "\"}\n{\"text\": \"a short one\"}\n");
     fclose(f);
     const char *refuse[] = {"--ctx", "64", "--on-long", "refuse", NULL};
-    expect("example over --ctx, --on-long refuse", train_cli(model, p, out, refuse), 1, "long.jsonl:1:", "more than the context of 64", NULL);
+    expect("example over --ctx, --on-long refuse", train_cli(model, p, out, refuse), 1,
+           "long.jsonl:1:", "more than the context of 64", NULL);
     const char *trunc[] = {"--ctx", "64", "--on-long", "truncate", NULL};
-    expect("example over --ctx, --on-long truncate", train_cli(model, p, out, trunc), 0, "(1 truncated to 64 tokens", NULL, NULL);
+    expect("example over --ctx, --on-long truncate", train_cli(model, p, out, trunc), 0, "(1 truncated to 64 tokens",
+           NULL, NULL);
     /* a prompt that fills the context: nothing of the completion is left */
     path_of(p, sizeof p, "longprompt.jsonl");
     f = fopen(p, "w");
@@ -126,15 +137,19 @@ static void test_data_errors(void) {
     for (int i = 0; i < 200; i++) fprintf(f, "word ");
     fprintf(f, "\", \"completion\": \" tag\"}\n");
     fclose(f);
-    expect("prompt fills the context", train_cli(model, p, out, trunc), 1, "no example has a target token within the context of 64", NULL, NULL);
+    expect("prompt fills the context", train_cli(model, p, out, trunc), 1,
+           "no example has a target token within the context of 64", NULL, NULL);
 
     path_of(p, sizeof p, "emptycompl.jsonl");
-    write_text(p, "{\"prompt\": \"Note: milk\", \"completion\": \" shopping\"}\n{\"prompt\": \"hi\", \"completion\": \"\"}\n");
-    expect("empty completion", train_cli(model, p, out, NULL), 1, "emptycompl.jsonl:2:", "\"completion\" is empty", NULL);
+    write_text(
+        p, "{\"prompt\": \"Note: milk\", \"completion\": \" shopping\"}\n{\"prompt\": \"hi\", \"completion\": \"\"}\n");
+    expect("empty completion", train_cli(model, p, out, NULL), 1, "emptycompl.jsonl:2:", "\"completion\" is empty",
+           NULL);
 
     path_of(p, sizeof p, "types.jsonl");
     write_text(p, "{\"prompt\": 5, \"completion\": \"x\"}\n");
-    expect("wrong JSON type", train_cli(model, p, out, NULL), 1, "types.jsonl:1:", "\"prompt\" must be a string, found number", NULL);
+    expect("wrong JSON type", train_cli(model, p, out, NULL), 1,
+           "types.jsonl:1:", "\"prompt\" must be a string, found number", NULL);
     path_of(p, sizeof p, "types2.jsonl");
     write_text(p, "{\"tokens\": [1, \"two\", 3]}\n");
     expect("wrong JSON type in tokens", train_cli(model, p, out, NULL), 1, "types2.jsonl:1:", NULL, NULL);
@@ -143,12 +158,14 @@ static void test_data_errors(void) {
     expect("a line that is not JSON", train_cli(model, p, out, NULL), 1, "notjson.jsonl:2:", NULL, NULL);
 
     const char *tmpl[] = {"--template", "alpaca", NULL};
-    expect("unknown --template", train_cli(model, data, out, tmpl), 1, "--template alpaca: unknown chat template", "chatml, llama3", NULL);
+    expect("unknown --template", train_cli(model, data, out, tmpl), 1, "--template alpaca: unknown chat template",
+           "chatml, llama3", NULL);
     char tp[1024];
     path_of(tp, sizeof tp, "bad.jinja");
     write_text(tp, "{% for m in messages %}\n{{ m.content | wordwrap }}{% endfor %}\n");
     const char *tmpl2[] = {"--template", tp, NULL};
-    expect("--template FILE.jinja the interpreter cannot run", train_cli(model, data, out, tmpl2), 1, "bad.jinja:2: filter 'wordwrap' is not supported", NULL, NULL);
+    expect("--template FILE.jinja the interpreter cannot run", train_cli(model, data, out, tmpl2), 1,
+           "bad.jinja:2: filter 'wordwrap' is not supported", NULL, NULL);
 
     path_of(p, sizeof p, "latin1.jsonl");
     write_text(p, "{\"prompt\": \"caf\xe9\", \"completion\": \" x\"}\n");
@@ -167,26 +184,34 @@ static void test_data_errors(void) {
 static void test_exported_data(void) {
     char p[512];
     path_of(p, sizeof p, "sharegpt.jsonl");
-    write_text(p, "{\"conversations\": [{\"from\": \"human\", \"value\": \"Note: milk\"}, {\"from\": \"gpt\", \"value\": \"shopping\"}]}\n"
-                  "{\"prompt\": [{\"role\": \"user\", \"content\": \"Note: flight\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"travel\"}]}\n");
+    write_text(p, "{\"conversations\": [{\"from\": \"human\", \"value\": \"Note: milk\"}, {\"from\": \"gpt\", "
+                  "\"value\": \"shopping\"}]}\n"
+                  "{\"prompt\": [{\"role\": \"user\", \"content\": \"Note: flight\"}], \"completion\": [{\"role\": "
+                  "\"assistant\", \"content\": \"travel\"}]}\n");
     expect("ShareGPT and TRL lines", train_cli(model, p, out, NULL), 0, "sharegpt.jsonl: 2 examples", NULL, NULL);
     path_of(p, sizeof p, "sharegpt_role.jsonl");
-    write_text(p, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"gpt\", \"value\": \"b\"}]}\n"
-                  "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"bot\", \"value\": \"b\"}]}\n");
-    expect("ShareGPT: unknown \"from\"", train_cli(model, p, out, NULL), 1, "sharegpt_role.jsonl:2:62: conversations[1]: unknown \"from\" \"bot\"",
-           "expected human, gpt or system", NULL);
+    write_text(
+        p, "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"gpt\", \"value\": \"b\"}]}\n"
+           "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"bot\", \"value\": \"b\"}]}\n");
+    expect("ShareGPT: unknown \"from\"", train_cli(model, p, out, NULL), 1,
+           "sharegpt_role.jsonl:2:62: conversations[1]: unknown \"from\" \"bot\"", "expected human, gpt or system",
+           NULL);
     path_of(p, sizeof p, "sharegpt_empty.jsonl");
     write_text(p, "{\"conversations\": []}\n");
-    expect("ShareGPT: empty conversation", train_cli(model, p, out, NULL), 1, "sharegpt_empty.jsonl:1:19: \"conversations\" is empty", NULL, NULL);
+    expect("ShareGPT: empty conversation", train_cli(model, p, out, NULL), 1,
+           "sharegpt_empty.jsonl:1:19: \"conversations\" is empty", NULL, NULL);
     path_of(p, sizeof p, "sharegpt_missing.jsonl");
     write_text(p, "{\"conversations\": [{\"from\": \"gpt\"}]}\n");
-    expect("ShareGPT: a turn without value", train_cli(model, p, out, NULL), 1, "sharegpt_missing.jsonl:1:20: conversations[0] needs \"value\"", NULL, NULL);
+    expect("ShareGPT: a turn without value", train_cli(model, p, out, NULL), 1,
+           "sharegpt_missing.jsonl:1:20: conversations[0] needs \"value\"", NULL, NULL);
     path_of(p, sizeof p, "trl_mixed.jsonl");
     write_text(p, "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}\n");
-    expect("TRL: a list prompt, a string completion", train_cli(model, p, out, NULL), 1, "trl_mixed.jsonl:1:62: \"completion\" is a string but \"prompt\" is a message list", NULL, NULL);
+    expect("TRL: a list prompt, a string completion", train_cli(model, p, out, NULL), 1,
+           "trl_mixed.jsonl:1:62: \"completion\" is a string but \"prompt\" is a message list", NULL, NULL);
 
     path_of(p, sizeof p, "extra.jsonl");
-    write_text(p, "{\"id\": 1, \"prompt\": \"Note: milk\\nTag:\", \"completion\": \" shopping\", \"source\": \"app\"}\n");
+    write_text(p,
+               "{\"id\": 1, \"prompt\": \"Note: milk\\nTag:\", \"completion\": \" shopping\", \"source\": \"app\"}\n");
     expect("extra columns: skipped, counted", train_cli(model, p, out, NULL), 0, "extra.jsonl: 1 examples",
            "data: 2 keys no format reads skipped (the first \"id\" on line 1; --strict-keys refuses them)", NULL);
     const char *strict[] = {"--strict-keys", NULL};
@@ -203,19 +228,22 @@ static void test_exported_data(void) {
     expect("Alpaca, a JSON array", train_cli(model, p, out, NULL), 0, "alpaca.json: 2 examples",
            "data: read as a JSON array of examples; 2 Alpaca lines, the prompt built with the chat template", NULL);
     const char *alp[] = {"--alpaca-prompt", "alpaca", NULL};
-    expect("Alpaca, --alpaca-prompt alpaca", train_cli(model, p, out, alp), 0, "2 Alpaca lines, the prompt built with the Alpaca template",
-           NULL, NULL);
+    expect("Alpaca, --alpaca-prompt alpaca", train_cli(model, p, out, alp), 0,
+           "2 Alpaca lines, the prompt built with the Alpaca template", NULL, NULL);
     path_of(p, sizeof p, "qa.jsonl");
     write_text(p, "{\"question\": \"Note: milk\\nTag:\", \"answer\": \" shopping\"}\n");
     const char *cols[] = {"--columns", "prompt=question,completion=answer", NULL};
     expect("--columns prompt=question,...", train_cli(model, p, out, cols), 0, "qa.jsonl: 1 examples", NULL, NULL);
     const char *badcols[] = {"--columns", "prompt:question", NULL};
-    expect("--columns, a bad pair", train_cli(model, p, out, badcols), 1, "--columns prompt:question: expected KEY=COLUMN pairs", NULL, NULL);
+    expect("--columns, a bad pair", train_cli(model, p, out, badcols), 1,
+           "--columns prompt:question: expected KEY=COLUMN pairs", NULL, NULL);
 
     char dir[400], want[1600];
     path_of(dir, sizeof dir, "exported");
     CHECK(mkdir(dir, 0755) == 0);
-    snprintf(want, sizeof want, "--data %s: %s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s/train.jsonl cannot be read",
+    snprintf(want, sizeof want,
+             "--data %s: %s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s/train.jsonl cannot "
+             "be read",
              dir, dir, dir);
     expect("--data DIR without train.jsonl", train_cli(model, dir, out, NULL), 1, want, NULL, NULL);
     snprintf(p, sizeof p, "%s/train.jsonl", dir);
@@ -308,7 +336,8 @@ static void test_adapter_errors(void) {
     CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q8_0, 3, llama) == 0);
     CHECK(train_cli(llama, data, llama_ad, NULL) == 0);
     const char *a1[] = {"--init-adapter", llama_ad, NULL};
-    expect("adapter for another architecture", train_cli(model, data, out, a1), 1, "adapter is for architecture 'llama' but the model is 'qwen3'", NULL, NULL);
+    expect("adapter for another architecture", train_cli(model, data, out, a1), 1,
+           "adapter is for architecture 'llama' but the model is 'qwen3'", NULL, NULL);
     /* same architecture, another size */
     path_of(small, sizeof small, "small.gguf");
     path_of(small_ad, sizeof small_ad, "small_adapter.gguf");
@@ -316,22 +345,25 @@ static void test_adapter_errors(void) {
     const char *sm[] = {"--targets", "q", "--steps", "1", NULL};
     CHECK(train_cli(small, data, small_ad, sm) == 0);
     const char *a2[] = {"--init-adapter", small_ad, NULL};
-    expect("adapter for another model size", train_cli(model, data, out, a2), 1, "small_adapter.gguf", "do not fit base", NULL);
+    expect("adapter for another model size", train_cli(model, data, out, a2), 1, "small_adapter.gguf",
+           "do not fit base", NULL);
     /* --rank against the adapter's */
     const char *r8[] = {"--init-adapter", good, "--rank", "8", NULL};
-    expect("--init-adapter with another --rank", train_cli(model, data, out, r8), 1, "has rank 4, --rank 8 was asked", "drop --rank", NULL);
+    expect("--init-adapter with another --rank", train_cli(model, data, out, r8), 1, "has rank 4, --rank 8 was asked",
+           "drop --rank", NULL);
     const char *r4[] = {"--init-adapter", good, NULL}; /* --rank 4 (train_cli's) = the adapter's */
     expect("--init-adapter with the same --rank", train_cli(model, data, out, r4), 0, "training ", NULL, NULL);
     /* lora_a rank 4, lora_b rank 3 */
     path_of(bad, sizeof bad, "rank_mismatch.gguf");
     CHECK(write_rank_mismatch(good, bad) == 0);
     const char *a3[] = {"--init-adapter", bad, NULL};
-    expect("lora_a / lora_b ranks disagree", train_cli(model, data, out, a3), 1, "rank_mismatch.gguf", "do not fit base",
-           "expected lora_a {");
+    expect("lora_a / lora_b ranks disagree", train_cli(model, data, out, a3), 1, "rank_mismatch.gguf",
+           "do not fit base", "expected lora_a {");
     /* a NaN in the adapter */
     path_of(bad, sizeof bad, "nan_adapter.gguf");
     CHECK(write_poisoned(good, bad, NAN) == 0);
-    expect("--init-adapter holding a NaN", train_cli(model, data, out, a3), 1, "non-finite value: parameter blk.0.", ".lora_b[0] = nan", NULL);
+    expect("--init-adapter holding a NaN", train_cli(model, data, out, a3), 1, "non-finite value: parameter blk.0.",
+           ".lora_b[0] = nan", NULL);
     /* huge but finite values: the forward would overflow; refused at load naming the tensor */
     path_of(bad, sizeof bad, "huge_adapter.gguf");
     CHECK(write_poisoned(good, bad, 3e38f) == 0);
@@ -346,8 +378,8 @@ static void expect_cmd(const char *what, int rc, const char *cmd, int want_rc, c
     const char *p = b ? strstr(b, head) : NULL;
     char msg[2048] = "";
     if (p) snprintf(msg, sizeof msg, "%.*s", (int)strcspn(p, "\n"), p);
-    CHECKF(rc == want_rc && p && (!n1 || strstr(msg, n1)) && (!n2 || strstr(msg, n2)), "%s: exit %d (expected %d): %s", what, rc, want_rc,
-           b ? b : "");
+    CHECKF(rc == want_rc && p && (!n1 || strstr(msg, n1)) && (!n2 || strstr(msg, n2)), "%s: exit %d (expected %d): %s",
+           what, rc, want_rc, b ? b : "");
     printf("%-34s exit %d  %s\n", what, rc, msg);
     free(b);
 }
@@ -385,9 +417,11 @@ static void test_nonfinite_inputs(void) {
     for (int v = 0; v < 2; v++) {
         nl_gguf *g = nl_gguf_open(good);
         nl_gguf_writer *w = nl_gguf_writer_new();
-        CHECK(g && w && nl_gguf_copy_kvs(w, g) == 0 && nl_gguf_set_f32(w, "adapter.lora.alpha", v ? 1e38f : INFINITY) == 0);
+        CHECK(g && w && nl_gguf_copy_kvs(w, g) == 0 &&
+              nl_gguf_set_f32(w, "adapter.lora.alpha", v ? 1e38f : INFINITY) == 0);
         for (int64_t i = 0; g && i < g->n_tensors; i++)
-            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne,
+                               g->tensors[i].data, true);
         CHECK(nl_gguf_write(w, v ? big_alpha : inf_alpha) == 0);
         nl_gguf_writer_free(w);
         nl_gguf_close(g);
@@ -396,25 +430,36 @@ static void test_nonfinite_inputs(void) {
      * 3: alpha 1e38 (finite, the scale overflows the forward) */
     for (int k = 0; k < 4; k++) {
         const char *ad = k == 0 ? nan_ad : k == 1 ? inf_alpha : k == 2 ? huge_ad : big_alpha;
-        const char *n1 = k == 0 ? "nan_adapter.gguf: non-finite value: parameter blk.0."
+        const char *n1 = k == 0   ? "nan_adapter.gguf: non-finite value: parameter blk.0."
                          : k == 1 ? "inf_alpha.gguf: adapter.lora.alpha = inf: expected a finite number"
                          : k == 2 ? "huge_adapter.gguf: 'blk.0."
                                   : "alpha1e38.gguf: 'blk.0.";
         const char *n2 = k == 0 ? ".lora_b[0] = nan" : k == 1 ? NULL : "overflows the forward";
-        const char *ev[] = {NL_CLI, "eval", "--model", model, "--adapter", ad, "--data", data, "--backend", "ref", "--threads", "1", NULL};
-        expect_cmd(k == 0 ? "eval, adapter holding a NaN" : k == 1 ? "eval, adapter alpha inf" : k == 2 ? "eval, adapter lora_b 3e38" : "eval, adapter alpha 1e38", nl_t_run(ev, errf, NULL), "eval", 1, n1, n2);
-        const char *gen[] = {NL_CLI, "generate", "--model", model, "--adapter", ad, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
-        expect_cmd(k ? "generate, adapter that overflows" : "generate, adapter holding a NaN", nl_t_run(gen, errf, NULL), "generate", 1, n1, n2);
+        const char *ev[] = {NL_CLI, "eval",      "--model", model,       "--adapter", ad,  "--data",
+                            data,   "--backend", "ref",     "--threads", "1",         NULL};
+        expect_cmd(k == 0   ? "eval, adapter holding a NaN"
+                   : k == 1 ? "eval, adapter alpha inf"
+                   : k == 2 ? "eval, adapter lora_b 3e38"
+                            : "eval, adapter alpha 1e38",
+                   nl_t_run(ev, errf, NULL), "eval", 1, n1, n2);
+        const char *gen[] = {NL_CLI, "generate", "--model", model,       "--adapter", ad,  "--prompt",
+                             "hi",   "--n",      "2",       "--backend", "ref",       NULL};
+        expect_cmd(k ? "generate, adapter that overflows" : "generate, adapter holding a NaN",
+                   nl_t_run(gen, errf, NULL), "generate", 1, n1, n2);
         char lg[512];
         path_of(lg, sizeof lg, "logits.f32");
-        const char *lo[] = {NL_CLI, "logits", "--model", model, "--adapter", ad, "--tokens", "1 2 3", "--out", lg, "--backend", "ref", NULL};
-        expect_cmd(k ? "logits, adapter that overflows" : "logits, adapter holding a NaN", nl_t_run(lo, errf, NULL), "logits", 1, n1, n2);
+        const char *lo[] = {NL_CLI,  "logits", "--model", model,       "--adapter", ad,  "--tokens",
+                            "1 2 3", "--out",  lg,        "--backend", "ref",       NULL};
+        expect_cmd(k ? "logits, adapter that overflows" : "logits, adapter holding a NaN", nl_t_run(lo, errf, NULL),
+                   "logits", 1, n1, n2);
         CHECK(!exists(lg));
         const char *mg[] = {NL_CLI, "merge", "--model", model, "--adapter", ad, "--out", merged, NULL};
-        expect_cmd(k ? "merge, adapter that overflows" : "merge, adapter holding a NaN", nl_t_run(mg, errf, NULL), "merge", 1, n1, n2);
+        expect_cmd(k ? "merge, adapter that overflows" : "merge, adapter holding a NaN", nl_t_run(mg, errf, NULL),
+                   "merge", 1, n1, n2);
         CHECK(!exists(merged));
         const char *a[] = {"--init-adapter", ad, NULL};
-        expect(k ? "--init-adapter that overflows (again)" : "--init-adapter holding a NaN (again)", train_cli(model, data, out, a), 1, n1, n2, NULL);
+        expect(k ? "--init-adapter that overflows (again)" : "--init-adapter holding a NaN (again)",
+               train_cli(model, data, out, a), 1, n1, n2, NULL);
     }
     /* base weights: a NaN scale in a Q8_0 projection (block 3), a NaN in an F32 norm */
     char nan_q[512], nan_norm[512];
@@ -425,9 +470,12 @@ static void test_nonfinite_inputs(void) {
     CHECK(patch_tensor(model, nan_q, "blk.0.attn_q.weight", 3 * 34, nan16, 2) == 0);
     CHECK(patch_tensor(model, nan_norm, "blk.1.ffn_norm.weight", 7 * 4, &fnan, 4) == 0);
     expect("base weight with a NaN block scale", train_cli(nan_q, data, out, NULL), 1,
-           "nan_q8.gguf: tensor 'blk.0.attn_q.weight' holds non-finite values (element 96 = nan, in the q8_0 block at file offset ", NULL, NULL);
+           "nan_q8.gguf: tensor 'blk.0.attn_q.weight' holds non-finite values (element 96 = nan, in the q8_0 block at "
+           "file offset ",
+           NULL, NULL);
     const char *ev[] = {NL_CLI, "eval", "--model", nan_norm, "--data", data, "--backend", "ref", NULL};
-    expect_cmd("eval, base norm holding a NaN", nl_t_run(ev, errf, NULL), "eval", 1, "nan_norm.gguf: tensor 'blk.1.ffn_norm.weight' holds non-finite values (element 7 = nan", NULL);
+    expect_cmd("eval, base norm holding a NaN", nl_t_run(ev, errf, NULL), "eval", 1,
+               "nan_norm.gguf: tensor 'blk.1.ffn_norm.weight' holds non-finite values (element 7 = nan", NULL);
     /* finite weights whose forward overflows (a norm of 3e38): no command exits 0 with a NaN
      * result (eval printed loss -nan, logits wrote NaN, generate printed tokens, all exit 0) */
     char huge_norm[512], lg[512];
@@ -438,11 +486,15 @@ static void test_nonfinite_inputs(void) {
     CHECK(patch_tensor(model, huge_norm, "blk.0.attn_norm.weight", 0, big, sizeof big) == 0);
     const char *ev2[] = {NL_CLI, "eval", "--model", huge_norm, "--data", data, "--backend", "ref", NULL};
     expect_cmd("eval, forward overflows", nl_t_run(ev2, errf, NULL), "eval", 1, "the loss is not finite", "no result");
-    const char *lo2[] = {NL_CLI, "logits", "--model", huge_norm, "--tokens", "1 2 3", "--out", lg, "--backend", "ref", NULL};
-    expect_cmd("logits, forward overflows", nl_t_run(lo2, errf, NULL), "logits", 1, "huge_norm.gguf: the forward is not finite", "no result");
+    const char *lo2[] = {NL_CLI,  "logits", "--model",   huge_norm, "--tokens", "1 2 3",
+                         "--out", lg,       "--backend", "ref",     NULL};
+    expect_cmd("logits, forward overflows", nl_t_run(lo2, errf, NULL), "logits", 1,
+               "huge_norm.gguf: the forward is not finite", "no result");
     CHECK(!exists(lg));
-    const char *gen2[] = {NL_CLI, "generate", "--model", huge_norm, "--prompt", "hi", "--n", "2", "--backend", "ref", NULL};
-    expect_cmd("generate, forward overflows", nl_t_run(gen2, errf, NULL), "generate", 1, "the forward is not finite", NULL);
+    const char *gen2[] = {NL_CLI, "generate", "--model",   huge_norm, "--prompt", "hi",
+                          "--n",  "2",        "--backend", "ref",     NULL};
+    expect_cmd("generate, forward overflows", nl_t_run(gen2, errf, NULL), "generate", 1, "the forward is not finite",
+               NULL);
     /* a LoRA on the tied head (token_embd.weight.lora_a/b): eval, generate, logits refuse it as
      * train and merge do (eval dropped it silently) */
     char tied[512];
@@ -453,9 +505,10 @@ static void test_nonfinite_inputs(void) {
     nl_adapter_free(ta);
     nl_model_free(mm);
     const char *ev3[] = {NL_CLI, "eval", "--model", model, "--adapter", tied, "--data", data, "--backend", "ref", NULL};
-    expect_cmd("eval, tied-head adapter", nl_t_run(ev3, errf, NULL), "eval", 1, "tied_head_adapter.gguf adapts token_embd.weight",
-               "ties to its output head");
-    const char *lo3[] = {NL_CLI, "logits", "--model", model, "--adapter", tied, "--tokens", "1 2", "--out", lg, "--backend", "ref", NULL};
+    expect_cmd("eval, tied-head adapter", nl_t_run(ev3, errf, NULL), "eval", 1,
+               "tied_head_adapter.gguf adapts token_embd.weight", "ties to its output head");
+    const char *lo3[] = {NL_CLI, "logits", "--model", model,       "--adapter", tied, "--tokens",
+                         "1 2",  "--out",  lg,        "--backend", "ref",       NULL};
     expect_cmd("logits, tied-head adapter", nl_t_run(lo3, errf, NULL), "logits", 1, "adapts token_embd.weight", NULL);
 }
 
@@ -497,7 +550,8 @@ static void test_nan_gradient(void) {
         const char *nm = m->projs[ad->t[5].proj].name;
         snprintf(want, sizeof want, "gradient of %.*s.lora_b[0] = nan", (int)(strlen(nm) - 7), nm);
     }
-    CHECKF(rc == -1 && strstr(msg, "step 3: non-finite values") && strstr(msg, want) && strstr(msg, "the last commit (step 2) is kept"),
+    CHECKF(rc == -1 && strstr(msg, "step 3: non-finite values") && strstr(msg, want) &&
+               strstr(msg, "the last commit (step 2) is kept"),
            "message: %s (expected '%s')", msg, want);
     printf("%-34s %s\n", "NaN gradient at step 3", msg);
     CHECK(exists(c2) && !exists(c3) && !exists(out));
@@ -510,14 +564,15 @@ static void test_nan_gradient(void) {
 
 static void test_path_errors(void) {
     const char *none[] = {NULL};
-    expect("unwritable --out", train_cli(model, data, "/nonexistent-dir/adapter.gguf", none), 1, "--out /nonexistent-dir/adapter.gguf",
-           "cannot write there", "nothing was trained");
+    expect("unwritable --out", train_cli(model, data, "/nonexistent-dir/adapter.gguf", none), 1,
+           "--out /nonexistent-dir/adapter.gguf", "cannot write there", "nothing was trained");
     char file[512], ckd[600], log[600];
     path_of(file, sizeof file, "a_file");
     write_text(file, "x");
     snprintf(ckd, sizeof ckd, "%s/ck", file);
     const char *c1[] = {"--checkpoint-dir", ckd, NULL};
-    expect("unwritable --checkpoint-dir", train_cli(model, data, out, c1), 1, ckd, "cannot create the checkpoint directory", "Not a directory");
+    expect("unwritable --checkpoint-dir", train_cli(model, data, out, c1), 1, ckd,
+           "cannot create the checkpoint directory", "Not a directory");
     snprintf(log, sizeof log, "%s/log.jsonl", file);
     const char *l1[] = {"--log-json", log, NULL};
     expect("unwritable --log-json", train_cli(model, data, out, l1), 1, log, "cannot open for writing", NULL);
@@ -531,7 +586,8 @@ static void test_path_errors(void) {
     fwrite(b, 1, (size_t)st.st_size * 2 / 3, f);
     fclose(f);
     free(b);
-    expect("truncated model file", train_cli(trunc, data, out, NULL), 1, "truncated.gguf: offset ", "past the end of the file", NULL);
+    expect("truncated model file", train_cli(trunc, data, out, NULL), 1, "truncated.gguf: offset ",
+           "past the end of the file", NULL);
 }
 
 int main(void) {
@@ -543,9 +599,13 @@ int main(void) {
     path_of(data, sizeof data, "notes.jsonl");
     path_of(errf, sizeof errf, "stderr.txt");
     path_of(out, sizeof out, "out.gguf");
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     FILE *f = fopen(data, "w");
-    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
     fclose(f);
     double t0 = nl_now();
     test_data_errors();

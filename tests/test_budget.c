@@ -130,8 +130,7 @@ static void test_proc(void) {
     volatile char *big = malloc(n);
     for (size_t i = 0; i < n; i += 4096) big[i] = (char)i;
     int64_t peak1 = nl_peak_rss_bytes();
-    CHECKF(peak1 >= peak0 + (int64_t)(40u << 20), "peak %lld -> %lld", (long long)peak0,
-           (long long)peak1);
+    CHECKF(peak1 >= peak0 + (int64_t)(40u << 20), "peak %lld -> %lld", (long long)peak0, (long long)peak1);
     free((void *)big);
     /* a high-water mark stays up after the free (the kernel's RSS counters are batched per
      * thread, so allow a little slack) */

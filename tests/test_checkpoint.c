@@ -48,15 +48,13 @@ static void make_state(state *s, uint64_t step, uint64_t n_params, float *big) {
 }
 
 static int same_state(const nl_ckpt *a, const nl_ckpt *b) {
-    if (a->config_hash != b->config_hash || a->model_hash != b->model_hash ||
-        a->step != b->step || a->epoch != b->epoch || a->index != b->index ||
-        a->n_cursor != b->n_cursor || a->n_rng != b->n_rng || a->rank != b->rank ||
-        memcmp(&a->alpha, &b->alpha, 4) != 0 || a->n_params != b->n_params)
+    if (a->config_hash != b->config_hash || a->model_hash != b->model_hash || a->step != b->step ||
+        a->epoch != b->epoch || a->index != b->index || a->n_cursor != b->n_cursor || a->n_rng != b->n_rng ||
+        a->rank != b->rank || memcmp(&a->alpha, &b->alpha, 4) != 0 || a->n_params != b->n_params)
         return 0;
     size_t fb = (size_t)a->n_params * 4;
-    return memcmp(a->cursor, b->cursor, a->n_cursor * 8) == 0 &&
-           memcmp(a->rng, b->rng, a->n_rng * 8) == 0 && memcmp(a->params, b->params, fb) == 0 &&
-           memcmp(a->m, b->m, fb) == 0 && memcmp(a->v, b->v, fb) == 0;
+    return memcmp(a->cursor, b->cursor, a->n_cursor * 8) == 0 && memcmp(a->rng, b->rng, a->n_rng * 8) == 0 &&
+           memcmp(a->params, b->params, fb) == 0 && memcmp(a->m, b->m, fb) == 0 && memcmp(a->v, b->v, fb) == 0;
 }
 
 static char dir[256];
@@ -76,9 +74,7 @@ static int no_fsync_dir(void *ctx, const char *d) {
     return 0;
 }
 
-static void path_of(char *buf, size_t cap, const char *name) {
-    snprintf(buf, cap, "%s/%s", dir, name);
-}
+static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
 
 static void clear_dir(void) {
     DIR *d = opendir(dir);
@@ -139,7 +135,7 @@ static void test_file_hash(void) {
     CHECK(nl_content_hash64(data, n) == h0); /* the same identity from memory (a mapping) */
     spit("copy.bin", data, n);
     CHECK(nl_file_hash64(p2, &h1) == 0 && h1 == h0); /* same bytes elsewhere: same hash */
-    data[100] ^= 1; /* in the first MiB */
+    data[100] ^= 1;                                  /* in the first MiB */
     spit("copy.bin", data, n);
     CHECK(nl_file_hash64(p2, &h1) == 0 && h1 != h0);
     data[100] ^= 1;
@@ -250,8 +246,7 @@ static void test_prune(void) {
     spit("notes.txt", "x", 1);
     make_state(&s, 50, NP, NULL);
     CHECK(nl_ckpt_commit(dir, &s.ck, &fast) == 0);
-    CHECK(exists("commit-07.nlck") && exists("notes.txt") && exists("commit-35.nlck") &&
-          !exists("commit-30.nlck"));
+    CHECK(exists("commit-07.nlck") && exists("notes.txt") && exists("commit-35.nlck") && !exists("commit-30.nlck"));
 }
 
 /* A directory listing that fails (opendir, or readdir part way: nl_io_fault's list delivers
@@ -268,7 +263,8 @@ static void test_listing_errors(void) {
     CHECK(nl_ckpt_dir_has_commits(dir, &fast) == 1);
     nl_io_fault_init(&f, &fast, 0, EIO, 0);
     CHECKF(nl_ckpt_dir_has_commits(dir, &f.io) == -1 && strstr(nl_last_error(), dir) &&
-           strstr(nl_last_error(), "cannot list") && strstr(nl_last_error(), strerror(EIO)), "%s", nl_last_error());
+               strstr(nl_last_error(), "cannot list") && strstr(nl_last_error(), strerror(EIO)),
+           "%s", nl_last_error());
     char missing[512];
     path_of(missing, sizeof missing, "no-such-dir");
     CHECK(nl_ckpt_dir_has_commits(missing, &fast) == 0);
@@ -323,8 +319,7 @@ static void test_commit_faults(void) {
                 int rc = nl_ckpt_commit(dir, &next.ck, &f.io);
                 if (f.failed == 0) bad++; /* the k-th call must exist */
                 if (rc == 0) ok_returns++;
-                else if (!strstr(nl_last_error(), strerror(errs[e])) || !strstr(nl_last_error(), dir))
-                    bad++;
+                else if (!strstr(nl_last_error(), strerror(errs[e])) || !strstr(nl_last_error(), dir)) bad++;
                 /* the previous commit is untouched and loads, bit-identical */
                 size_t len;
                 unsigned char *b = slurp("commit-5.nlck", &len);
@@ -333,9 +328,7 @@ static void test_commit_faults(void) {
                 char p[512];
                 path_of(p, sizeof p, "commit-5.nlck");
                 nl_ckpt out;
-                if (nl_ckpt_load_file(p, 0xC0FFEE, 0xABCDEF, NP, &out, NULL) != 0 ||
-                    !same_state(&out, &prev.ck))
-                    bad++;
+                if (nl_ckpt_load_file(p, 0xC0FFEE, 0xABCDEF, NP, &out, NULL) != 0 || !same_state(&out, &prev.ck)) bad++;
                 nl_ckpt_free(&out);
                 /* a failed commit cleans up after itself unless the disk is "dead" */
                 if (rc != 0 && !sticky && exists("ckpt.tmp")) bad++;
@@ -343,9 +336,7 @@ static void test_commit_faults(void) {
                 if (rc != 0 && !exists("commit-4.nlck")) bad++;
                 /* whatever happened, resume finds a verified state: 6 if it got durable, else 5 */
                 char warn[512];
-                if (nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, warn, sizeof warn,
-                                        NULL) != 0)
-                    bad++;
+                if (nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, warn, sizeof warn, NULL) != 0) bad++;
                 else if (!(out.step == 5 && same_state(&out, &prev.ck)) &&
                          !(out.step == 6 && same_state(&out, &next.ck)))
                     bad++;
@@ -356,8 +347,7 @@ static void test_commit_faults(void) {
             CHECKF(bad == 0, "errno %d sticky %d: %d bad outcomes", errs[e], sticky, bad);
             /* only the best-effort prune (the last two calls: list, unlink) may fail without
              * failing the commit */
-            CHECKF(ok_returns == 2, "errno %d sticky %d: %d commits reported success",
-                   errs[e], sticky, ok_returns);
+            CHECKF(ok_returns == 2, "errno %d sticky %d: %d commits reported success", errs[e], sticky, ok_returns);
         }
     free(pbytes);
 }
@@ -388,8 +378,7 @@ static void test_load_faults(void) {
         } else if (rc == 0 && out.step == 8) {
             if (!same_state(&out, &b.ck)) bad++;
             if (k < ncalls - 1) bad++; /* only the final close may fail harmlessly */
-        } else
-            bad++;
+        } else bad++;
         nl_ckpt_free(&out);
     }
     CHECKF(bad == 0, "%d bad", bad);
@@ -415,8 +404,8 @@ static void test_truncation_and_flips(void) {
         if (nl_ckpt_load_file(p7, 0xC0FFEE, 0xABCDEF, NP, &out, NULL) != -1) bad++;
         char warn[1024];
         int rc = nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, warn, sizeof warn, NULL);
-        if (rc != 0 || out.step != 6 || !same_state(&out, &a.ck) ||
-            !strstr(warn, "commit-7.nlck") || !strstr(warn, "commit-6.nlck"))
+        if (rc != 0 || out.step != 6 || !same_state(&out, &a.ck) || !strstr(warn, "commit-7.nlck") ||
+            !strstr(warn, "commit-6.nlck"))
             bad++;
         nl_ckpt_free(&out);
     }
@@ -436,8 +425,7 @@ static void test_truncation_and_flips(void) {
         spit("commit-7.nlck", good, len);
         if (nl_ckpt_load_file(p7, 0xC0FFEE, 0xABCDEF, NP, &out, NULL) != -1) bad++;
         char warn[1024];
-        if (nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, warn, sizeof warn, NULL) != 0 ||
-            out.step != 6)
+        if (nl_ckpt_load_latest(dir, 0xC0FFEE, 0xABCDEF, NP, &out, warn, sizeof warn, NULL) != 0 || out.step != 6)
             bad++;
         nl_ckpt_free(&out);
         good[bit / 8] ^= (unsigned char)(1u << (bit % 8));
@@ -449,11 +437,11 @@ static void test_truncation_and_flips(void) {
         unsigned char *c = malloc(len);
         memcpy(c, good, len);
         int nb = 2 + t % 5;
-        for (int j = 0; j < nb; j++) c[(size_t)((nl_t_rand() + 1) * 0.5 * (double)len) % len] ^=
-            (unsigned char)(1 + (int)((nl_t_rand() + 1) * 127));
+        for (int j = 0; j < nb; j++)
+            c[(size_t)((nl_t_rand() + 1) * 0.5 * (double)len) % len] ^=
+                (unsigned char)(1 + (int)((nl_t_rand() + 1) * 127));
         spit("commit-7.nlck", c, len);
-        if (memcmp(c, good, len) != 0 && nl_ckpt_load_file(p7, 0xC0FFEE, 0xABCDEF, NP, &out, NULL) != -1)
-            bad++;
+        if (memcmp(c, good, len) != 0 && nl_ckpt_load_file(p7, 0xC0FFEE, 0xABCDEF, NP, &out, NULL) != -1) bad++;
         nl_ckpt_free(&out);
         free(c);
     }
@@ -482,10 +470,10 @@ static void test_untrusted_lengths(void) {
         int off, size;
         uint64_t val;
         const char *msg;
-    } cases[] = {{56, 8, 1ull << 60, "implies"},        {56, 8, UINT64_MAX / 4, "implies"},
-                 {56, 8, NP + 1, "implies"},            {64, 4, 5000, "limit"},
-                 {68, 4, 0xFFFFFFFFu, "limit"},         {8, 4, 2, "version"},
-                 {12, 4, 64, "version"},                {0, 1, 'X', "magic"}};
+    } cases[] = {{56, 8, 1ull << 60, "implies"}, {56, 8, UINT64_MAX / 4, "implies"},
+                 {56, 8, NP + 1, "implies"},     {64, 4, 5000, "limit"},
+                 {68, 4, 0xFFFFFFFFu, "limit"},  {8, 4, 2, "version"},
+                 {12, 4, 64, "version"},         {0, 1, 'X', "magic"}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         unsigned char *b = malloc(len);
         memcpy(b, g, len);
@@ -494,8 +482,8 @@ static void test_untrusted_lengths(void) {
         for (int i = 0; i < 8; i++) b[len - 8 + i] = (unsigned char)(h >> (8 * i));
         spit("commit-2.nlck", b, len);
         CHECK(nl_ckpt_load_file(p, 0xC0FFEE, 0xABCDEF, 0, &out, NULL) == -1);
-        CHECKF(strstr(nl_last_error(), cases[c].msg) && strstr(nl_last_error(), "commit-2.nlck"),
-               "case %zu: %s", c, nl_last_error());
+        CHECKF(strstr(nl_last_error(), cases[c].msg) && strstr(nl_last_error(), "commit-2.nlck"), "case %zu: %s", c,
+               nl_last_error());
         free(b);
     }
     free(g);

@@ -85,8 +85,9 @@ static int unchanged(const char *p, snap *s) {
     return r;
 }
 
-#define TRAIN(...) ((const char *const[]){"train", "--model", model, "--data", data, "--steps", "1", "--batch-tokens", "64", \
-                                          "--rank", "2", "--thermal", "off", __VA_ARGS__, NULL})
+#define TRAIN(...)                                                                                                     \
+    ((const char *const[]){"train", "--model", model, "--data", data, "--steps", "1", "--batch-tokens", "64",          \
+                           "--rank", "2", "--thermal", "off", __VA_ARGS__, NULL})
 
 static void test_no_overwrite(void) {
     char adapter[512], slink[512], hard[512], ck[512], ckdata[600], tmpin[600], out[512];
@@ -101,11 +102,13 @@ static void test_no_overwrite(void) {
     expect("train --out = --data", run(TRAIN("--out", data)), 2, "--out", "--data", "same file");
     CHECK(unchanged(data, &d));
     d = take(data);
-    expect("train --log-json = --data", run(TRAIN("--out", out, "--log-json", data)), 2, "--log-json", "--data", "same file");
+    expect("train --log-json = --data", run(TRAIN("--out", out, "--log-json", data)), 2, "--log-json", "--data",
+           "same file");
     CHECK(unchanged(data, &d));
     d = take(data);
-    expect("train --dump-grads = --init-adapter", run(TRAIN("--out", out, "--init-adapter", adapter, "--dump-grads", adapter)), 2,
-           "--dump-grads", "--init-adapter", NULL);
+    expect("train --dump-grads = --init-adapter",
+           run(TRAIN("--out", out, "--init-adapter", adapter, "--dump-grads", adapter)), 2, "--dump-grads",
+           "--init-adapter", NULL);
     CHECK(unchanged(adapter, &a));
     /* another spelling, a symlink, a hard link: the same file */
     char spelled[600];
@@ -126,7 +129,8 @@ static void test_no_overwrite(void) {
     snprintf(tmpin, sizeof tmpin, "%s.tmp", out);
     CHECK(rename(data, tmpin) == 0);
     d = take(tmpin);
-    const char *const t1[] = {"train", "--model", model, "--data", tmpin, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    const char *const t1[] = {"train", "--model", model, "--data",    tmpin, "--out",
+                              out,     "--steps", "1",   "--thermal", "off", NULL};
     expect("train --data = OUT.tmp", run(t1), 2, "--out", "--data", ".tmp");
     CHECK(unchanged(tmpin, &d));
     CHECK(rename(tmpin, data) == 0);
@@ -136,7 +140,8 @@ static void test_no_overwrite(void) {
     snprintf(ckdata, sizeof ckdata, "%s/run.json", ck);
     d = take(data);
     CHECK(rename(data, ckdata) == 0);
-    const char *const t2[] = {"train", "--model", model, "--data", ckdata, "--out", out, "--checkpoint-dir", ck, "--thermal", "off", NULL};
+    const char *const t2[] = {"train", "--model",          model, "--data",    ckdata, "--out",
+                              out,     "--checkpoint-dir", ck,    "--thermal", "off",  NULL};
     expect("train --data in --checkpoint-dir (run.json)", run(t2), 2, "--data", "--checkpoint-dir", NULL);
     CHECK(unchanged(ckdata, &d));
     CHECK(rename(ckdata, data) == 0);
@@ -147,7 +152,8 @@ static void test_no_overwrite(void) {
     expect("train --data in --checkpoint-dir (runs.jsonl)", run(t2), 2, "--data", "--checkpoint-dir", NULL);
     CHECK(unchanged(ckdata, &d));
     CHECK(rename(ckdata, data) == 0);
-    expect("train --checkpoint-dir = --model", run(TRAIN("--out", out, "--checkpoint-dir", model)), 2, "--checkpoint-dir", "--model", NULL);
+    expect("train --checkpoint-dir = --model", run(TRAIN("--out", out, "--checkpoint-dir", model)), 2,
+           "--checkpoint-dir", "--model", NULL);
     expect("train --out = --log-json", run(TRAIN("--out", out, "--log-json", out)), 2, "--out", "--log-json", NULL);
     CHECK(access(out, F_OK) != 0);
     /* merge and logits */
@@ -157,7 +163,8 @@ static void test_no_overwrite(void) {
     expect("merge --out = --model", run(g1), 2, "--out", "--model", "same file");
     const char *const g2[] = {"merge", "--model", model, "--adapter", adapter, "--out", adapter, NULL};
     expect("merge --out = --adapter", run(g2), 2, "--out", "--adapter", NULL);
-    const char *const g3[] = {"logits", "--model", model, "--adapter", adapter, "--tokens", "1 2", "--out", adapter, NULL};
+    const char *const g3[] = {"logits",   "--model", model,   "--adapter", adapter,
+                              "--tokens", "1 2",     "--out", adapter,     NULL};
     expect("logits --out = --adapter", run(g3), 2, "--out", "--adapter", NULL);
     const char *const g4[] = {"logits", "--model", model, "--tokens", "1 2", "--out", model, NULL};
     expect("logits --out = --model", run(g4), 2, "--out", "--model", NULL);
@@ -174,19 +181,24 @@ static void test_no_overwrite(void) {
 static void test_numbers(void) {
     char out[512];
     path_of(out, sizeof out, "out.gguf");
-    expect("--rank 1.9", run(TRAIN("--out", out, "--rank", "1.9")), 2, "--rank 1.9: expected an integer in [1, 4096]", NULL, NULL);
-    expect("--seed 1e3", run(TRAIN("--out", out, "--seed", "1e3")), 2, "--seed 1e3: expected an integer in [0, 18446744073709551615]",
+    expect("--rank 1.9", run(TRAIN("--out", out, "--rank", "1.9")), 2, "--rank 1.9: expected an integer in [1, 4096]",
            NULL, NULL);
-    expect("--threads 1e9", run(TRAIN("--out", out, "--threads", "1e9")), 2, "--threads 1e9: expected an integer in [1, 256]", NULL, NULL);
+    expect("--seed 1e3", run(TRAIN("--out", out, "--seed", "1e3")), 2,
+           "--seed 1e3: expected an integer in [0, 18446744073709551615]", NULL, NULL);
+    expect("--threads 1e9", run(TRAIN("--out", out, "--threads", "1e9")), 2,
+           "--threads 1e9: expected an integer in [1, 256]", NULL, NULL);
     /* a whole number in range written otherwise: said how to write it (the range holds it) */
     expect("--batch-tokens 1e9", run(TRAIN("--out", out, "--batch-tokens", "1e9")), 2,
-           "--batch-tokens 1e9: expected an integer in [1, 1000000000] written in digits (1e9: give 1000000000)", NULL, NULL);
-    expect("--seed 1e3 (hint)", run(TRAIN("--out", out, "--seed", "1e3")), 2, "written in digits (1e3: give 1000)", NULL, NULL);
-    expect("--rank 1.9 (no hint)", run(TRAIN("--out", out, "--rank", "1.9")), 2, "--rank 1.9: expected an integer in [1, 4096]\n", NULL, NULL);
-    expect("--threads 100000000000", run(TRAIN("--out", out, "--threads", "100000000000")), 2, "expected an integer in [1, 256]", NULL,
+           "--batch-tokens 1e9: expected an integer in [1, 1000000000] written in digits (1e9: give 1000000000)", NULL,
            NULL);
-    expect("--steps 1e30", run(TRAIN("--out", out, "--steps", "99999999999999999999")), 2, "--steps 99999999999999999999: expected an integer",
+    expect("--seed 1e3 (hint)", run(TRAIN("--out", out, "--seed", "1e3")), 2, "written in digits (1e3: give 1000)",
            NULL, NULL);
+    expect("--rank 1.9 (no hint)", run(TRAIN("--out", out, "--rank", "1.9")), 2,
+           "--rank 1.9: expected an integer in [1, 4096]\n", NULL, NULL);
+    expect("--threads 100000000000", run(TRAIN("--out", out, "--threads", "100000000000")), 2,
+           "expected an integer in [1, 256]", NULL, NULL);
+    expect("--steps 1e30", run(TRAIN("--out", out, "--steps", "99999999999999999999")), 2,
+           "--steps 99999999999999999999: expected an integer", NULL, NULL);
     expect("--lr nan", run(TRAIN("--out", out, "--lr", "nan")), 2, "--lr nan: expected a number in", NULL, NULL);
     const char *const m1[] = {"mkmodel", "--arch", "qwen3", "--preset", "tiny", "--out", out, "--seed", "-1", NULL};
     expect("mkmodel --seed -1", run(m1), 2, "--seed -1: expected an integer", NULL, NULL);
@@ -209,14 +221,31 @@ static void test_numbers(void) {
     FILE *f = fopen(many, "w");
     for (int i = 0; i < 2200; i++) fprintf(f, "{\"tokens\": [%d, %d]}\n", 1 + i % 50, 2 + i % 40);
     fclose(f);
-    const char *const s1[] = {"train", "--model", model, "--data", many, "--out", out, "--epochs", "1000000", "--batch-tokens", "1",
-                              "--no-shuffle", "--stop-after", "1", "--rank", "2", "--thermal", "off", NULL};
+    const char *const s1[] = {"train",
+                              "--model",
+                              model,
+                              "--data",
+                              many,
+                              "--out",
+                              out,
+                              "--epochs",
+                              "1000000",
+                              "--batch-tokens",
+                              "1",
+                              "--no-shuffle",
+                              "--stop-after",
+                              "1",
+                              "--rank",
+                              "2",
+                              "--thermal",
+                              "off",
+                              NULL};
     expect("2200 sequences x 1e6 epochs", run(s1), 0, " 2200000000 steps", "stopped after 1/2200000000 steps", NULL);
     /* no epoch cap: 200000 epochs of one batch are 200000 steps */
     path_of(many, sizeof many, "one.jsonl");
     write_text(many, "{\"tokens\": [5, 6, 7]}\n");
-    const char *const s2[] = {"train", "--model", model, "--data", many, "--out", out, "--epochs", "200000", "--stop-after", "1",
-                              "--rank", "2", "--thermal", "off", NULL};
+    const char *const s2[] = {"train",  "--model",      model, "--data", many, "--out",     out,   "--epochs",
+                              "200000", "--stop-after", "1",   "--rank", "2",  "--thermal", "off", NULL};
     expect("200000 epochs", run(s2), 0, " 200000 steps", "stopped after 1/200000 steps", NULL);
     unlink(out);
 }
@@ -227,8 +256,9 @@ static void test_forged_step(void) {
     char ck[512], c2[600], forged[600], out[512];
     path_of(ck, sizeof ck, "ck_forged");
     path_of(out, sizeof out, "out.gguf");
-    const char *const t1[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-tokens", "64", "--rank", "2",
-                              "--thermal", "off", "--checkpoint-dir", ck, NULL};
+    const char *const t1[] = {"train", "--model",   model, "--data",           data, "--out",
+                              out,     "--steps",   "2",   "--batch-tokens",   "64", "--rank",
+                              "2",     "--thermal", "off", "--checkpoint-dir", ck,   NULL};
     CHECK(run(t1) == 0);
     snprintf(c2, sizeof c2, "%s/commit-2.nlck", ck);
     size_t n;
@@ -245,8 +275,9 @@ static void test_forged_step(void) {
     fclose(f);
     free(b);
     unlink(out);
-    const char *const t2[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "2", "--batch-tokens", "64", "--rank", "2",
-                              "--thermal", "off", "--checkpoint-dir", ck, "--resume", NULL};
+    const char *const t2[] = {"train", "--model",        model, "--data", data, "--out",     out,   "--steps",
+                              "2",     "--batch-tokens", "64",  "--rank", "2",  "--thermal", "off", "--checkpoint-dir",
+                              ck,      "--resume",       NULL};
     expect("a commit step above INT_MAX", run(t2), 1, "at step 4294967297, beyond this run's 2 steps", NULL, NULL);
     CHECK(access(out, F_OK) != 0);
 }
@@ -274,7 +305,8 @@ static void test_messages(void) {
     /* a token id too large for int64 is an integer outside the vocabulary */
     path_of(p, sizeof p, "bigid.jsonl");
     write_text(p, "{\"tokens\": [1, 99999999999999999999, 3]}\n");
-    const char *const t1[] = {"train", "--model", model, "--data", p, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    const char *const t1[] = {"train", "--model", model, "--data",    p,     "--out",
+                              out,     "--steps", "1",   "--thermal", "off", NULL};
     expect("a token id above int64", run(t1), 1, "bigid.jsonl:1:", "tokens[1] = 1e+20 is outside the vocabulary", NULL);
     char *e = nl_t_slurp(errf, NULL);
     CHECKF(e && !strstr(e, "fraction"), "%s", e ? e : "");
@@ -282,7 +314,8 @@ static void test_messages(void) {
     /* context length 1 in the GGUF: named with the model file */
     path_of(m1, sizeof m1, "ctx1.gguf");
     CHECK(with_u32(model, m1, "qwen3.context_length", 1) == 0);
-    const char *const t2[] = {"train", "--model", m1, "--data", data, "--out", out, "--steps", "1", "--thermal", "off", NULL};
+    const char *const t2[] = {"train", "--model", m1,  "--data",    data,  "--out",
+                              out,     "--steps", "1", "--thermal", "off", NULL};
     expect("model context length 1 (train)", run(t2), 1, "ctx1.gguf: the model's context length is 1", NULL, NULL);
     const char *const t3[] = {"eval", "--model", m1, "--data", data, NULL};
     expect("model context length 1 (eval)", run(t3), 1, "ctx1.gguf: the model's context length is 1", NULL, NULL);
@@ -306,12 +339,15 @@ static void test_long_line(void) {
     for (size_t k = 0; k < n; k += sizeof words - 1) fputs(words, f);
     fputs("\"}\n", f);
     fclose(f);
-    const char *const t1[] = {"train", "--model", model, "--data", p, "--out", out, "--steps", "1", "--thermal", "off", NULL};
-    expect("a JSONL line over 64 MiB", run(t1), 1, "longline.jsonl:2: the line is ", "more than the 64 MiB a line may hold", NULL);
+    const char *const t1[] = {"train", "--model", model, "--data",    p,     "--out",
+                              out,     "--steps", "1",   "--thermal", "off", NULL};
+    expect("a JSONL line over 64 MiB", run(t1), 1, "longline.jsonl:2: the line is ",
+           "more than the 64 MiB a line may hold", NULL);
 #ifndef __SANITIZE_ADDRESS__ /* ASan's shadow and quarantine add to every allocation's RSS */
     CHECKF((double)last_maxrss_kb * 1024 < 3.0 * (double)n, "peak RSS %ld KiB for a %zu-byte line", last_maxrss_kb, n);
 #endif
-    printf("%-40s peak RSS %.1f MiB (%.2fx the line)\n", "", last_maxrss_kb / 1024.0, last_maxrss_kb * 1024.0 / (double)n);
+    printf("%-40s peak RSS %.1f MiB (%.2fx the line)\n", "", last_maxrss_kb / 1024.0,
+           last_maxrss_kb * 1024.0 / (double)n);
     CHECK(access(out, F_OK) != 0);
     unlink(p);
 }
@@ -348,17 +384,20 @@ static void test_suggestions(void) {
     path_of(cfg, sizeof cfg, "hf.json");
     write_text(cfg, "{\"learning_rate\": 1e-4,\n \"num_train_epochs\": 2}\n");
     const char *const c1[] = {"train", "--config", cfg, "--model", model, "--data", data, "--out", out, NULL};
-    expect("config learning_rate", run(c1), 2, "hf.json:1:2: key \"learning_rate\" is no flag of train: did you mean \"lr\" (--lr)?", NULL,
-           NULL);
+    expect("config learning_rate", run(c1), 2,
+           "hf.json:1:2: key \"learning_rate\" is no flag of train: did you mean \"lr\" (--lr)?", NULL, NULL);
     write_text(cfg, "{\"lr\": 1e-4,\n \"lora_r\": 8}\n");
-    expect("config lora_r", run(c1), 2, "hf.json:2:2: key \"lora_r\" is no flag of train: did you mean \"rank\" (--rank)?", NULL, NULL);
+    expect("config lora_r", run(c1), 2,
+           "hf.json:2:2: key \"lora_r\" is no flag of train: did you mean \"rank\" (--rank)?", NULL, NULL);
     CHECK(access(out, F_OK) != 0);
 
     /* a YAML config: the same flags, a list for --targets; errors at FILE:LINE */
     char yml[512];
     path_of(yml, sizeof yml, "run.yaml");
     char text[1500];
-    snprintf(text, sizeof text, "# a run\nmodel: %s\ndata: '%s'\nlr: 1e-3\nrank: 2\ntargets:\n  - q\n  - v\nbatch_tokens: 64\nthermal: \"off\"\n",
+    snprintf(text, sizeof text,
+             "# a run\nmodel: %s\ndata: '%s'\nlr: 1e-3\nrank: 2\ntargets:\n  - q\n  - v\nbatch_tokens: 64\nthermal: "
+             "\"off\"\n",
              model, data);
     write_text(yml, text);
     const char *const y1[] = {"train", "--config", yml, "--out", out, "--steps", "1", NULL};
@@ -367,12 +406,13 @@ static void test_suggestions(void) {
     unlink(out);
     write_text(yml, "rank: 2\nlearning_rate: 1e-4\n");
     const char *const y2[] = {"train", "--config", yml, "--model", model, "--data", data, "--out", out, NULL};
-    expect("YAML learning_rate", run(y2), 2, "run.yaml:2: key \"learning_rate\" is no flag of train: did you mean \"lr\" (--lr)?", NULL,
-           NULL);
+    expect("YAML learning_rate", run(y2), 2,
+           "run.yaml:2: key \"learning_rate\" is no flag of train: did you mean \"lr\" (--lr)?", NULL, NULL);
     write_text(yml, "rank: 2\n\tlr: 1\n");
     expect("YAML tab", run(y2), 2, "run.yaml:2:1: a tab in the indentation (YAML indents with spaces)", NULL, NULL);
     write_text(yml, "rank: &r 2\n");
-    expect("YAML anchor", run(y2), 2, "run.yaml:1:7: an anchor ('&') is not in the YAML subset nightlora reads", NULL, NULL);
+    expect("YAML anchor", run(y2), 2, "run.yaml:1:7: an anchor ('&') is not in the YAML subset nightlora reads", NULL,
+           NULL);
     write_text(yml, "rank: 2\nrank: 3\n");
     expect("YAML duplicate key", run(y2), 2, "run.yaml:2", "duplicate key \"rank\"", NULL);
     CHECK(access(out, F_OK) != 0);
@@ -384,9 +424,13 @@ int main(void) {
     path_of(data, sizeof data, "notes.jsonl");
     path_of(errf, sizeof errf, "stderr.txt");
     path_of(outf, sizeof outf, "stdout.txt");
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     FILE *f = fopen(data, "w");
-    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
     fclose(f);
     double t0 = nl_now();
     test_no_overwrite();

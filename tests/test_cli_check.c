@@ -94,21 +94,24 @@ static void test_check(const char *path, const char *label) {
         snprintf(word, sizeof word, " %s ", nl_proj_class_name((nl_proj_class)c));
         if (classes[c]) CHECKF(tab && strstr(tab, word), "%s: class%smissing", label, word);
     }
-    CHECK(out && strstr(out, "resident: ") && strstr(out, "memory estimate: ") && strstr(out, "service kernels host: "));
+    CHECK(out && strstr(out, "resident: ") && strstr(out, "memory estimate: ") &&
+          strstr(out, "service kernels host: "));
     CHECK(out && strstr(out, "n_embd ") && strstr(out, "n_layer "));
     free(out);
 
     /* host backend, 2 threads: every check passes on these shapes */
     snprintf(args, sizeof args, "check --model %s --backend host --threads 2", path);
     rc = run_cli(args, &out);
-    CHECKF(rc == 0 && parse_summary(out, &n, &p, &r) && n == 6 * n_checked && p == n, "%s host: %s", label, out ? out : "");
+    CHECKF(rc == 0 && parse_summary(out, &n, &p, &r) && n == 6 * n_checked && p == n, "%s host: %s", label,
+           out ? out : "");
     free(out);
 
     /* the compute line and the kernels are the service's own: ref says it is the FP32
      * reference, host the mode --compute asked for */
     snprintf(args, sizeof args, "check --model %s --backend ref --compute bf16", path);
     rc = run_cli(args, &out);
-    CHECKF(rc == 0 && out && strstr(out, "\ncompute f32\n") && strstr(out, "service kernels ref: f32 compute (reference"),
+    CHECKF(rc == 0 && out && strstr(out, "\ncompute f32\n") &&
+               strstr(out, "service kernels ref: f32 compute (reference"),
            "%s: check --backend ref: %s", label, out ? out : "");
     free(out);
     snprintf(args, sizeof args, "check --model %s --backend host --compute f32", path);
@@ -123,7 +126,8 @@ static void test_check(const char *path, const char *label) {
     CHECK(rc == 0 && out && strstr(out, "rel_err") && strstr(out, "bound"));
     nl_model *m = nl_model_load(path);
     if (m && out)
-        for (int i = 0; i < m->n_projs; i++) CHECKF(strstr(out, m->projs[i].name) != NULL, "%s missing", m->projs[i].name);
+        for (int i = 0; i < m->n_projs; i++)
+            CHECKF(strstr(out, m->projs[i].name) != NULL, "%s missing", m->projs[i].name);
     if (m && out && classes[NL_CLASS_RECURRENT]) CHECK(strstr(out, "recurrent F32") != NULL);
     /* the per-check table has one line per check, after its header */
     int rows = 0;
@@ -188,7 +192,8 @@ static void test_bench(const char *path) {
         CHECK(nl_json_int64(nl_json_get(o, "k"), &k) == 0 && nl_json_int64(nl_json_get(o, "n"), &n) == 0);
         CHECK(nl_json_is_number(hm) && hm->u.num.d > 0 && hm->u.num.d < 1e4);
         /* GFLOP/s is consistent with the time: 2·T·N·K / ms */
-        CHECK(nl_json_is_number(hg) && fabs(hg->u.num.d - 2.0 * T * k * n / (hm->u.num.d * 1e-3) * 1e-9) <= 1e-3 * hg->u.num.d + 1e-6);
+        CHECK(nl_json_is_number(hg) &&
+              fabs(hg->u.num.d - 2.0 * T * k * n / (hm->u.num.d * 1e-3) * 1e-9) <= 1e-3 * hg->u.num.d + 1e-6);
         CHECK(nl_json_is_number(rg) && rg->u.num.d > 0); /* T <= 64: ref ran too */
         /* host and ref agree within the bf16/q8_0 tolerance */
         CHECKF(nl_json_is_number(rd) && rd->u.num.d < 2e-2, "rel_diff %g", nl_json_is_number(rd) ? rd->u.num.d : -1);
@@ -216,7 +221,8 @@ static void test_bench(const char *path) {
     for (size_t i = 0; pks && i < nl_json_len(pks); i++) {
         const nl_json *o = nl_json_at(pks, i), *k = nl_json_get(o, "kind"), *one = nl_json_get(o, "one_thread"),
                       *all = nl_json_get(o, "all_threads");
-        CHECK(nl_json_is_string(k) && nl_json_is_number(one) && nl_json_is_number(all) && one->u.num.d > 0 && all->u.num.d > 0);
+        CHECK(nl_json_is_string(k) && nl_json_is_number(one) && nl_json_is_number(all) && one->u.num.d > 0 &&
+              all->u.num.d > 0);
         have_fp32 |= nl_json_is_string(k) && !strcmp(k->u.str.s, "fp32");
     }
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -260,7 +266,8 @@ static void test_bench(const char *path) {
 static void test_version(void) {
     char *out = NULL;
     int rc = run_cli("--version", &out);
-    CHECKF(rc == 0 && out && !strncmp(out, "nightlora 0.", 12) && strstr(out, "(commit "), "--version: %s", out ? out : "");
+    CHECKF(rc == 0 && out && !strncmp(out, "nightlora 0.", 12) && strstr(out, "(commit "), "--version: %s",
+           out ? out : "");
     free(out);
     rc = run_cli("version", &out);
     CHECK(rc == 0 && out && strstr(out, "(commit "));

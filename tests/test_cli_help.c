@@ -66,14 +66,17 @@ static double help_default(const char *help, const char *flag) {
 }
 
 static void test_help_all(void) {
-    static const char *const cmds[][3] = {{"train"}, {"eval"}, {"logits"}, {"generate"}, {"chat"}, {"merge"}, {"tokenize"},
-                                          {"check"}, {"mkmodel"}, {"bench", "proj"}, {"bench", "step"}};
+    static const char *const cmds[][3] = {{"train"},   {"eval"},          {"logits"},       {"generate"},
+                                          {"chat"},    {"merge"},         {"tokenize"},     {"check"},
+                                          {"mkmodel"}, {"bench", "proj"}, {"bench", "step"}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         const char *a[4] = {cmds[i][0], cmds[i][1] ? cmds[i][1] : "--help", cmds[i][1] ? "--help" : NULL, NULL};
         int rc = cli(a);
         char *h = slurp_out();
-        CHECKF(rc == 0, "%s %s --help: exit %d (3: a flag without a description)", cmds[i][0], cmds[i][1] ? cmds[i][1] : "", rc);
-        CHECKF(strstr(h, "usage: nightlora ") && strstr(h, "options:") && strstr(h, "exit status:"), "%s --help: %.200s", cmds[i][0], h);
+        CHECKF(rc == 0, "%s %s --help: exit %d (3: a flag without a description)", cmds[i][0],
+               cmds[i][1] ? cmds[i][1] : "", rc);
+        CHECKF(strstr(h, "usage: nightlora ") && strstr(h, "options:") && strstr(h, "exit status:"),
+               "%s --help: %.200s", cmds[i][0], h);
         CHECKF(!strstr(h, "(no description)"), "%s --help has a flag without a description", cmds[i][0]);
         /* `help CMD [SUB]` is the same text */
         const char *b[4] = {"help", cmds[i][0], cmds[i][1], NULL};
@@ -87,7 +90,8 @@ static void test_help_all(void) {
     const char *a[] = {"train", "--help", NULL};
     CHECK(cli(a) == 0);
     char *h = slurp_out();
-    static const char *const flags[] = {"model", "data", "out", "rank", "lr", "steps", "epochs", "resume", "checkpoint-dir", "log-json", "quiet"};
+    static const char *const flags[] = {"model",  "data",           "out",      "rank", "lr", "steps", "epochs",
+                                        "resume", "checkpoint-dir", "log-json", "quiet"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         char key[64];
         snprintf(key, sizeof key, "\n  --%s", flags[i]);
@@ -95,17 +99,30 @@ static void test_help_all(void) {
     }
     nl_train_opts o;
     nl_train_defaults(&o);
-    struct { const char *flag; double want; } d[] = {
-        {"rank", o.rank}, {"alpha", o.alpha}, {"dropout", o.dropout}, {"lr", o.lr}, {"epochs", o.epochs},
-        {"clip", o.clip}, {"commit-every", (double)o.commit_every},
-        {"seed", (double)o.seed}, {"mezo-eps", o.mezo_eps}, {"warmup", (double)o.warmup}, {"weight-decay", o.weight_decay},
+    struct {
+        const char *flag;
+        double want;
+    } d[] = {
+        {"rank", o.rank},
+        {"alpha", o.alpha},
+        {"dropout", o.dropout},
+        {"lr", o.lr},
+        {"epochs", o.epochs},
+        {"clip", o.clip},
+        {"commit-every", (double)o.commit_every},
+        {"seed", (double)o.seed},
+        {"mezo-eps", o.mezo_eps},
+        {"warmup", (double)o.warmup},
+        {"weight-decay", o.weight_decay},
     };
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
         double got = help_default(h, d[i].flag);
-        CHECKF(fabs(got - d[i].want) <= 1e-6 * fabs(d[i].want), "train --help: --%s default %g, the library's is %g", d[i].flag, got, d[i].want);
+        CHECKF(fabs(got - d[i].want) <= 1e-6 * fabs(d[i].want), "train --help: --%s default %g, the library's is %g",
+               d[i].flag, got, d[i].want);
     }
     /* the library's batch is sized to the data (0), and the help says so */
-    CHECKF(o.batch_tokens == 0 && strstr(h, "(default: sized to the data, the largest of 4096, 2048, ... with at least 20 steps an epoch"),
+    CHECKF(o.batch_tokens == 0 &&
+               strstr(h, "(default: sized to the data, the largest of 4096, 2048, ... with at least 20 steps an epoch"),
            "train --help: --batch-tokens: the library's default is %d", o.batch_tokens);
     free(h);
 }
@@ -148,7 +165,8 @@ static void test_pieces_chat(const char *model) {
         control += strstr(sp + 1, "\" control") != NULL;
         lines++;
     }
-    CHECKF(!strncmp(joined, ids, strlen(joined)) && ids[strlen(joined)] == '\n', "pieces ids '%s' vs tokenize '%s'", joined, ids);
+    CHECKF(!strncmp(joined, ids, strlen(joined)) && ids[strlen(joined)] == '\n', "pieces ids '%s' vs tokenize '%s'",
+           joined, ids);
     CHECKF(control == 1, "%d control tokens marked (want 1: <|im_start|>)", control);
     CHECK(lines >= 4);
     free(p);
@@ -156,7 +174,8 @@ static void test_pieces_chat(const char *model) {
 
     /* generate --system: a different prompt than without it, so (greedy) it may differ, and it
      * is refused with --raw */
-    const char *g[] = {"generate", "--model", model, "--prompt", "note: buy milk", "--system", "Tag the note.", "--n", "4", NULL};
+    const char *g[] = {"generate", "--model",       model, "--prompt", "note: buy milk",
+                       "--system", "Tag the note.", "--n", "4",        NULL};
     CHECK(cli(g) == 0);
     char *gen = slurp_out();
     const char *graw[] = {"generate", "--model", model, "--prompt", "x", "--system", "y", "--raw", NULL};
@@ -190,8 +209,11 @@ static void test_config(const char *model) {
     snprintf(a3, sizeof a3, "%s/a3.gguf", dir);
     snprintf(cfg, sizeof cfg, "%s/run-copy.json", dir);
     snprintf(bad, sizeof bad, "%s/bad.json", dir);
-    const char *t1[] = {"train", "--model", model, "--data", data, "--out", a1, "--steps", "3", "--lr", "1e-3", "--batch-tokens", "256",
-                        "--rank", "4", "--checkpoint-dir", ck, "--no-shuffle", "--quiet", NULL};
+    const char *t1[] = {"train", "--model",      model,     "--data",
+                        data,    "--out",        a1,        "--steps",
+                        "3",     "--lr",         "1e-3",    "--batch-tokens",
+                        "256",   "--rank",       "4",       "--checkpoint-dir",
+                        ck,      "--no-shuffle", "--quiet", NULL};
     CHECK(cli(t1) == 0);
     char runjson[700];
     snprintf(runjson, sizeof runjson, "%s/run.json", ck);
@@ -219,22 +241,53 @@ static void test_config(const char *model) {
      * kept 32 keys and dropped data_path past them), its columns renamed (--columns). The flags
      * come from `train --help`, which lists every flag the command accepts: a new flag fails
      * here until it is recorded or listed below. */
-    static const char *const recorded[][2] = {
-        {"model", "model_path"}, {"data", "data_path"}, {"rank", "rank"}, {"alpha", "alpha"}, {"dropout", "dropout"}, {"lr", "lr"},
-        {"lr-min", "lr_min"}, {"steps", "steps"}, {"epochs", "steps"}, {"batch-tokens", "batch_tokens"}, {"targets", "targets"},
-        {"init-adapter", "init_adapter"}, {"backend", "backend"}, {"precision", "precision"}, {"precision-map", "precision_map"},
-        {"wire", "wire"}, {"compute", "compute"}, {"commit-every", "commit_every"}, {"seed", "seed"}, {"thermal", "thermal"},
-        {"warmup", "warmup"}, {"schedule", "schedule"}, {"clip", "clip"}, {"weight-decay", "weight_decay"}, {"ctx", "ctx"},
-        {"on-long", "on_long"}, {"template", "template"}, {"columns", "columns"}, {"alpaca-prompt", "alpaca_prompt"},
-        {"method", "method"}, {"mezo-eps", "mezo_eps"}, {"overlap", "overlap"}, {"save-every", "save_every"},
-        {"val-data", "val_data_path"}, {"val-split", "val_split"}, {"eval-every", "eval_every"}, {"keep-best", "keep_best"},
-        {"early-stop", "early_stop"}, {"no-shuffle", "shuffle"}, {"strict-keys", "strict_keys"}};
+    static const char *const recorded[][2] = {{"model", "model_path"},
+                                              {"data", "data_path"},
+                                              {"rank", "rank"},
+                                              {"alpha", "alpha"},
+                                              {"dropout", "dropout"},
+                                              {"lr", "lr"},
+                                              {"lr-min", "lr_min"},
+                                              {"steps", "steps"},
+                                              {"epochs", "steps"},
+                                              {"batch-tokens", "batch_tokens"},
+                                              {"targets", "targets"},
+                                              {"init-adapter", "init_adapter"},
+                                              {"backend", "backend"},
+                                              {"precision", "precision"},
+                                              {"precision-map", "precision_map"},
+                                              {"wire", "wire"},
+                                              {"compute", "compute"},
+                                              {"commit-every", "commit_every"},
+                                              {"seed", "seed"},
+                                              {"thermal", "thermal"},
+                                              {"warmup", "warmup"},
+                                              {"schedule", "schedule"},
+                                              {"clip", "clip"},
+                                              {"weight-decay", "weight_decay"},
+                                              {"ctx", "ctx"},
+                                              {"on-long", "on_long"},
+                                              {"template", "template"},
+                                              {"columns", "columns"},
+                                              {"alpaca-prompt", "alpaca_prompt"},
+                                              {"method", "method"},
+                                              {"mezo-eps", "mezo_eps"},
+                                              {"overlap", "overlap"},
+                                              {"save-every", "save_every"},
+                                              {"val-data", "val_data_path"},
+                                              {"val-split", "val_split"},
+                                              {"eval-every", "eval_every"},
+                                              {"keep-best", "keep_best"},
+                                              {"early-stop", "early_stop"},
+                                              {"no-shuffle", "shuffle"},
+                                              {"strict-keys", "strict_keys"}};
     static const char *const not_settings[] = {
         /* what the run writes and how the process runs: a replay names its own */
-        "out", "checkpoint-dir", "log-json", "dump-grads", "report", "config", "resume", "dry-run", "stop-after", "help",
+        "out", "checkpoint-dir", "log-json", "dump-grads", "report", "config", "resume", "dry-run", "stop-after",
+        "help",
         /* this machine's, never the result's (bit-identical for any thread count or budget) */
-        "threads", "act-budget-mb", "mem-limit-mb", "vulkan-device", "thermal-status-file", "battery-temp-file", "pacing-poll-ms",
-        "no-plan-cache", "verbose", "quiet", "allow-kernel-change",
+        "threads", "act-budget-mb", "mem-limit-mb", "vulkan-device", "thermal-status-file", "battery-temp-file",
+        "pacing-poll-ms", "no-plan-cache", "verbose", "quiet", "allow-kernel-change",
         /* the default's old name: no effect */
         "ignore-unknown-keys"};
     char ldir[900], ldata[1000], ck2[700], b1[700], b2[700], cfg2[700], ck3[700], c1[700], c2[700], cfg3[700], val[700];
@@ -248,7 +301,10 @@ static void test_config(const char *model) {
     rj = nl_t_slurp(data, &n);
     f = rj ? fopen(ldata, "w") : NULL;
     CHECK(f != NULL);
-    if (!f) { free(rj); return; }
+    if (!f) {
+        free(rj);
+        return;
+    }
     /* "prompt" -> "question", "completion" -> "answer": read back by --columns */
     for (const char *p = rj; *p;) {
         const char *pr = strstr(p, "\"prompt\": "), *c = strstr(p, "\"completion\": ");
@@ -272,24 +328,95 @@ static void test_config(const char *model) {
     snprintf(c2, sizeof c2, "%s/c2.gguf", dir);
     snprintf(cfg3, sizeof cfg3, "%s/run-all2.json", dir);
     snprintf(val, sizeof val, "%s/../../examples/tagging-test.jsonl", NL_TEST_DATA);
-    const char *t4[] = {"train", "--model", model, "--data", ldata, "--out", b1, "--steps", "4", "--lr", "2e-3", "--lr-min", "1e-4",
-                        "--schedule", "cosine", "--warmup", "1", "--batch-tokens", "200", "--rank", "3", "--alpha", "5",
-                        "--dropout", "0.1", "--clip", "0.5", "--weight-decay", "0.01", "--seed", "9", "--ctx", "48",
-                        "--on-long", "truncate", "--targets", "q,v,down", "--no-shuffle", "--val-split", "0.2", "--eval-every", "2",
-                        "--keep-best", "loss", "--early-stop", "3", "--precision", "q8_0", "--precision-map", "head=q8_0",
-                        "--wire", "f16", "--method", "backprop", "--template", "chatml", "--columns", "prompt=question,completion=answer",
-                        "--alpaca-prompt", "alpaca", "--strict-keys", "--backend", "host", "--compute", "f32", "--commit-every", "2",
-                        "--save-every", "2", "--thermal", "off", "--overlap", "off", "--checkpoint-dir", ck2, "--quiet", NULL};
+    const char *t4[] = {"train",
+                        "--model",
+                        model,
+                        "--data",
+                        ldata,
+                        "--out",
+                        b1,
+                        "--steps",
+                        "4",
+                        "--lr",
+                        "2e-3",
+                        "--lr-min",
+                        "1e-4",
+                        "--schedule",
+                        "cosine",
+                        "--warmup",
+                        "1",
+                        "--batch-tokens",
+                        "200",
+                        "--rank",
+                        "3",
+                        "--alpha",
+                        "5",
+                        "--dropout",
+                        "0.1",
+                        "--clip",
+                        "0.5",
+                        "--weight-decay",
+                        "0.01",
+                        "--seed",
+                        "9",
+                        "--ctx",
+                        "48",
+                        "--on-long",
+                        "truncate",
+                        "--targets",
+                        "q,v,down",
+                        "--no-shuffle",
+                        "--val-split",
+                        "0.2",
+                        "--eval-every",
+                        "2",
+                        "--keep-best",
+                        "loss",
+                        "--early-stop",
+                        "3",
+                        "--precision",
+                        "q8_0",
+                        "--precision-map",
+                        "head=q8_0",
+                        "--wire",
+                        "f16",
+                        "--method",
+                        "backprop",
+                        "--template",
+                        "chatml",
+                        "--columns",
+                        "prompt=question,completion=answer",
+                        "--alpaca-prompt",
+                        "alpaca",
+                        "--strict-keys",
+                        "--backend",
+                        "host",
+                        "--compute",
+                        "f32",
+                        "--commit-every",
+                        "2",
+                        "--save-every",
+                        "2",
+                        "--thermal",
+                        "off",
+                        "--overlap",
+                        "off",
+                        "--checkpoint-dir",
+                        ck2,
+                        "--quiet",
+                        NULL};
     /* from an adapter (t1's), MeZO, a validation file, --epochs */
-    const char *t6[] = {"train", "--model", model, "--data", data, "--out", c1, "--init-adapter", a1, "--rank", "4", "--method", "mezo",
-                        "--mezo-eps", "2e-3", "--epochs", "0.1", "--batch-tokens", "256", "--val-data", val, "--on-long", "refuse",
-                        "--checkpoint-dir", ck3, "--quiet", NULL};
+    const char *t6[] = {"train", "--model",        model,  "--data",    data,     "--out",
+                        c1,      "--init-adapter", a1,     "--rank",    "4",      "--method",
+                        "mezo",  "--mezo-eps",     "2e-3", "--epochs",  "0.1",    "--batch-tokens",
+                        "256",   "--val-data",     val,    "--on-long", "refuse", "--checkpoint-dir",
+                        ck3,     "--quiet",        NULL};
     const char *const *runs[2] = {t4, t6};
     const char *const ckdirs[2] = {ck2, ck3};
     CHECK(cli(t4) == 0);
     /* --quiet hides the progress, never the outcome: the done / early-stop line, the best adapter */
-    CHECKF((nl_t_file_has(err, "done after") || nl_t_file_has(err, "early stop after")) && nl_t_file_has(err, "best adapter") &&
-               !nl_t_file_has(err, "step 1/"),
+    CHECKF((nl_t_file_has(err, "done after") || nl_t_file_has(err, "early stop after")) &&
+               nl_t_file_has(err, "best adapter") && !nl_t_file_has(err, "step 1/"),
            "train --quiet: the run's outcome is not on stderr, or progress is");
     const int rc6 = cli(t6);
     CHECKF(rc6 == 0, "train --init-adapter --method mezo --epochs --val-data: exit %d", rc6);
@@ -318,11 +445,14 @@ static void test_config(const char *model) {
         flag[k] = 0;
         n_flags++;
         int listed = 0;
-        for (size_t i = 0; i < sizeof not_settings / sizeof *not_settings; i++) listed |= !strcmp(flag, not_settings[i]);
+        for (size_t i = 0; i < sizeof not_settings / sizeof *not_settings; i++)
+            listed |= !strcmp(flag, not_settings[i]);
         const char *key = NULL;
         for (size_t i = 0; i < sizeof recorded / sizeof *recorded; i++)
             if (!strcmp(flag, recorded[i][0])) key = recorded[i][1];
-        CHECKF(listed || key, "train --%s is neither recorded in run.json nor listed as no setting of the run (test_cli_help.c)", flag);
+        CHECKF(listed || key,
+               "train --%s is neither recorded in run.json nor listed as no setting of the run (test_cli_help.c)",
+               flag);
         if (!key) continue;
         /* set in one of the two runs, and that run's run.json has its key */
         char dashed[72], quoted[72];
@@ -348,8 +478,8 @@ static void test_config(const char *model) {
         const char *t5[] = {"train", "--config", cfgs[r], "--out", seconds[r], "--quiet", NULL};
         const int rc5 = cli(t5);
         CHECKF(rc5 == 0, "train --config run.json of the run with every option (%d): exit %d", r, rc5);
-        CHECKF(nl_t_same_file(firsts[r], seconds[r]), "train --config run.json of the run with every option (%d) did not rerun it bit for bit",
-               r);
+        CHECKF(nl_t_same_file(firsts[r], seconds[r]),
+               "train --config run.json of the run with every option (%d) did not rerun it bit for bit", r);
     }
     /* the snapshots too (--save-every 2: steps 2 and 4) */
     for (int k = 2; k <= 4; k += 2) {
@@ -376,7 +506,8 @@ static void test_config(const char *model) {
         fclose(f);
         const char *t[] = {"train", "--config", bad, "--model", model, "--data", data, "--out", a3, NULL};
         const int rc = cli(t);
-        CHECKF(rc == 2 && nl_t_file_has(err, bads[i][1]), "config %s: exit %d, want 2 and '%s'", bads[i][0], rc, bads[i][1]);
+        CHECKF(rc == 2 && nl_t_file_has(err, bads[i][1]), "config %s: exit %d, want 2 and '%s'", bads[i][0], rc,
+               bads[i][1]);
     }
 }
 
@@ -390,15 +521,17 @@ static void test_quiet(const char *model) {
     FILE *f = fopen(data, "w");
     CHECK(f != NULL);
     if (!f) return;
-    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"note %d: buy milk\", \"completion\": \" shopping\", \"source\": \"phone\"}\n", i);
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "{\"prompt\": \"note %d: buy milk\", \"completion\": \" shopping\", \"source\": \"phone\"}\n", i);
     fclose(f);
-    const char *t[] = {"train", "--model", model, "--data", data, "--out", a, "--steps", "2", "--batch-tokens", "64", "--save-every", "50",
-                       "--quiet", NULL};
+    const char *t[] = {"train", "--model",        model, "--data",       data, "--out",   a,   "--steps",
+                       "2",     "--batch-tokens", "64",  "--save-every", "50", "--quiet", NULL};
     CHECK(cli(t) == 0);
     static const char *const want[] = {"data: 8 keys no format reads skipped (the first \"source\" on line 1",
-                                       "warning: --save-every 50 is beyond this run's 2 steps", "warning: only 2 optimizer steps",
-                                       "done after 2/2 steps"};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECKF(nl_t_file_has(err, want[i]), "train --quiet: no '%s' on stderr", want[i]);
+                                       "warning: --save-every 50 is beyond this run's 2 steps",
+                                       "warning: only 2 optimizer steps", "done after 2/2 steps"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECKF(nl_t_file_has(err, want[i]), "train --quiet: no '%s' on stderr", want[i]);
     CHECKF(!nl_t_file_has(err, "step 1/") && !nl_t_file_has(err, "training "), "train --quiet printed progress");
 }
 

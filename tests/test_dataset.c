@@ -10,17 +10,17 @@
 #include "test.h"
 #include "util/util.h"
 
-static int strict_keys = 1; /* nl_data_opts.strict_keys of load() and EXPECT_ERR */
+static int strict_keys = 1;          /* nl_data_opts.strict_keys of load() and EXPECT_ERR */
 static const char *columns, *alpaca; /* its columns and alpaca */
 
 static int load(const char *text, const nl_tokenizer *tok, const char *tmpl, nl_dataset *ds) {
-    nl_data_opts o = {.chat_template = tmpl, .n_vocab = 100, .strict_keys = strict_keys, .columns = columns, .alpaca = alpaca};
+    nl_data_opts o = {
+        .chat_template = tmpl, .n_vocab = 100, .strict_keys = strict_keys, .columns = columns, .alpaca = alpaca};
     return nl_dataset_load_buffer(text, strlen(text), "t.jsonl", tok, &o, ds);
 }
 
 /* Loading must fail with exactly this message. */
-static void expect_err(const char *text, const nl_tokenizer *tok, const char *tmpl, const char *want,
-                       int src_line) {
+static void expect_err(const char *text, const nl_tokenizer *tok, const char *tmpl, const char *want, int src_line) {
     nl_dataset ds;
     int rc = load(text, tok, tmpl, &ds);
     if (rc == 0) {
@@ -58,13 +58,12 @@ static int seq_is(const nl_example *e, const int32_t *ids, const uint8_t *tg, in
 
 static void test_tokens_lines(void) {
     nl_dataset ds;
-    const char *text =
-        "{\"tokens\": [1, 2, 3]}\n"
-        "\n"
-        "  \t\r\n"
-        "{\"tokens\": [5, 6, 7, 8], \"loss_mask\": [1, 0, 1, 1]}\r\n"
-        "{\"loss_mask\": [0, 0, 1], \"tokens\": [9, 10, 11]}\n"
-        "{\"tokens\": [4, 2], \"choices\": [[3], [4, 5]], \"answer\": 1}";
+    const char *text = "{\"tokens\": [1, 2, 3]}\n"
+                       "\n"
+                       "  \t\r\n"
+                       "{\"tokens\": [5, 6, 7, 8], \"loss_mask\": [1, 0, 1, 1]}\r\n"
+                       "{\"loss_mask\": [0, 0, 1], \"tokens\": [9, 10, 11]}\n"
+                       "{\"tokens\": [4, 2], \"choices\": [[3], [4, 5]], \"answer\": 1}";
     CHECK(load(text, NULL, NULL, &ds) == 0);
     CHECK(ds.n == 4);
     if (ds.n == 4) {
@@ -94,8 +93,7 @@ static void test_tokens_lines(void) {
 
 static void test_errors(void) {
     /* JSON errors carry the line and the byte column of the problem. */
-    EXPECT_ERR("{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2,]}\n", NULL, NULL,
-               "t.jsonl:2:18: trailing comma before ']'");
+    EXPECT_ERR("{\"tokens\": [1, 2]}\n{\"tokens\": [1, 2,]}\n", NULL, NULL, "t.jsonl:2:18: trailing comma before ']'");
     EXPECT_ERR("{\"tokens\": [1, 2]}\n\n{\"tokens\": [1 2]}", NULL, NULL,
                "t.jsonl:3:15: expected ',' or ']' after an array element, found '2'");
     EXPECT_ERR("{\"text\": \"a\xff\"}", NULL, NULL, "t.jsonl:1:12: invalid UTF-8 byte 0xFF in string");
@@ -106,13 +104,17 @@ static void test_errors(void) {
     EXPECT_ERR("", NULL, NULL, "t.jsonl: no examples (the file is empty or has only blank lines)");
     EXPECT_ERR("\n  \n\r\n", NULL, NULL, "t.jsonl: no examples (the file is empty or has only blank lines)");
     /* Keys. */
-    EXPECT_ERR("{\"tokens\": [1, 2], \"id\": 7}", NULL, NULL,
-               "t.jsonl:1:20: unknown key \"id\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
-               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys nightlora"
-               " does not read are skipped)");
+    EXPECT_ERR(
+        "{\"tokens\": [1, 2], \"id\": 7}", NULL, NULL,
+        "t.jsonl:1:20: unknown key \"id\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
+        " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys "
+        "nightlora"
+        " does not read are skipped)");
     EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", NULL, NULL,
-               "t.jsonl:1:17: unknown key \"completon\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
-               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys nightlora"
+               "t.jsonl:1:17: unknown key \"completon\" (a line is prompt+completion, messages, conversations, "
+               "instruction [+ input]"
+               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys "
+               "nightlora"
                " does not read are skipped)");
     EXPECT_ERR("{\"tokens\": [1, 2], \"text\": \"x\"}", NULL, NULL,
                "t.jsonl:1:20: \"text\" cannot be combined with \"tokens\" on one line");
@@ -130,21 +132,24 @@ static void test_errors(void) {
     /* Token ids and masks. */
     EXPECT_ERR("{\"tokens\": [1, 2, 100]}", NULL, NULL,
                "t.jsonl:1:19: tokens[2] = 100 is outside the vocabulary [0, 100)");
-    EXPECT_ERR("{\"tokens\": [1, -1]}", NULL, NULL,
-               "t.jsonl:1:16: tokens[1] = -1 is outside the vocabulary [0, 100)");
-    EXPECT_ERR("{\"tokens\": [1, 2.5]}", NULL, NULL,
-               "t.jsonl:1:16: tokens[1] must be an integer token id written in digits, found a number with a fraction or an"
-               " exponent");
+    EXPECT_ERR("{\"tokens\": [1, -1]}", NULL, NULL, "t.jsonl:1:16: tokens[1] = -1 is outside the vocabulary [0, 100)");
+    EXPECT_ERR(
+        "{\"tokens\": [1, 2.5]}", NULL, NULL,
+        "t.jsonl:1:16: tokens[1] must be an integer token id written in digits, found a number with a fraction or an"
+        " exponent");
     /* 1e-400 underflows to 0, 5.0 and 1e1 are integral: none is a token id written as one */
-    EXPECT_ERR("{\"tokens\": [1, 1e-400]}", NULL, NULL,
-               "t.jsonl:1:16: tokens[1] must be an integer token id written in digits, found a number with a fraction or an"
-               " exponent");
-    EXPECT_ERR("{\"tokens\": [5.0, 1]}", NULL, NULL,
-               "t.jsonl:1:13: tokens[0] must be an integer token id written in digits, found a number with a fraction or an"
-               " exponent");
-    EXPECT_ERR("{\"tokens\": [1, 2], \"choices\": [[1e1], [3]], \"answer\": 0}", NULL, NULL,
-               "t.jsonl:1:33: choice[0] must be an integer token id written in digits, found a number with a fraction or an"
-               " exponent");
+    EXPECT_ERR(
+        "{\"tokens\": [1, 1e-400]}", NULL, NULL,
+        "t.jsonl:1:16: tokens[1] must be an integer token id written in digits, found a number with a fraction or an"
+        " exponent");
+    EXPECT_ERR(
+        "{\"tokens\": [5.0, 1]}", NULL, NULL,
+        "t.jsonl:1:13: tokens[0] must be an integer token id written in digits, found a number with a fraction or an"
+        " exponent");
+    EXPECT_ERR(
+        "{\"tokens\": [1, 2], \"choices\": [[1e1], [3]], \"answer\": 0}", NULL, NULL,
+        "t.jsonl:1:33: choice[0] must be an integer token id written in digits, found a number with a fraction or an"
+        " exponent");
     EXPECT_ERR("{\"tokens\": [1, \"2\"]}", NULL, NULL,
                "t.jsonl:1:16: tokens[1] must be an integer token id, found string");
     EXPECT_ERR("{\"tokens\": 5}", NULL, NULL, "t.jsonl:1:12: \"tokens\" must be an array of token ids, found number");
@@ -152,7 +157,8 @@ static void test_errors(void) {
     EXPECT_ERR("{\"tokens\": [1, 2, 3], \"loss_mask\": [1, 1]}", NULL, NULL,
                "t.jsonl:1:36: \"loss_mask\" has 2 entries but \"tokens\" has 3");
     EXPECT_ERR("{\"tokens\": [1, 2], \"loss_mask\": [0, 2]}", NULL, NULL, "t.jsonl:1:37: loss_mask[1] must be 0 or 1");
-    EXPECT_ERR("{\"tokens\": [1, 2], \"loss_mask\": [0, true]}", NULL, NULL, "t.jsonl:1:37: loss_mask[1] must be 0 or 1");
+    EXPECT_ERR("{\"tokens\": [1, 2], \"loss_mask\": [0, true]}", NULL, NULL,
+               "t.jsonl:1:37: loss_mask[1] must be 0 or 1");
     EXPECT_ERR("{\"tokens\": [1, 2], \"loss_mask\": {}}", NULL, NULL,
                "t.jsonl:1:33: \"loss_mask\" must be an array of 0/1, found object");
     EXPECT_ERR("{\"tokens\": [7]}", NULL, NULL,
@@ -224,8 +230,10 @@ static void test_data_dir(void) {
     CHECK(nl_data_dir_file(dir, "valid.jsonl", 0, &file) == 0 && file == NULL);
     CHECK(nl_data_dir_file(dir, "test.jsonl", 1, &file) == -1 && file == NULL);
     char want[400];
-    snprintf(want, sizeof want, "%s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s/test.jsonl cannot be"
-             " read: No such file or directory", dir, dir);
+    snprintf(want, sizeof want,
+             "%s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s/test.jsonl cannot be"
+             " read: No such file or directory",
+             dir, dir);
     CHECKF(strcmp(nl_last_error(), want) == 0, "%s", nl_last_error());
     CHECK(nl_data_dir_file(p, "train.jsonl", 1, &file) == 0 && file == NULL);
     CHECK(nl_data_dir_file("/nonexistent/x.jsonl", "train.jsonl", 1, &file) == 0 && file == NULL);
@@ -310,7 +318,8 @@ static void test_pack(void) {
 
     CHECK(nl_pack(&ds, buckets, 3, 10, NL_OVERLONG_REFUSE, &p) == -1);
     CHECKF(strcmp(nl_last_error(), "p.jsonl:5:1: example has 12 tokens, more than the context of 10 "
-                                   "(shorten it, raise the context or truncate)") == 0, "%s", nl_last_error());
+                                   "(shorten it, raise the context or truncate)") == 0,
+           "%s", nl_last_error());
     CHECK(nl_pack(&ds, (int[]){8, 4}, 2, 10, NL_OVERLONG_TRUNCATE, &p) == -1);
     CHECK(strstr(nl_last_error(), "ascending") != NULL);
     nl_dataset_free(&ds);
@@ -445,7 +454,11 @@ static int put_byte_token(char *o, int b) {
             if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) k++;
         cp = 0x100 + k;
     }
-    if (cp < 0x80) { o[0] = (char)cp; o[1] = 0; return 1; }
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        o[1] = 0;
+        return 1;
+    }
     o[0] = (char)(0xC0 | (cp >> 6));
     o[1] = (char)(0x80 | (cp & 0x3F));
     o[2] = 0;
@@ -453,8 +466,8 @@ static int put_byte_token(char *o, int b) {
 }
 
 /* A vocab where byte b is token b (no merges) followed by the template tokens:
- * 256 <|im_start|>, 257 <|im_end|> (reserved names in the llama3 vocab), 258 <|start_header_id|>, 259 <|end_header_id|>,
- * 260 <|eot_id|>, 261 <|begin_of_text|>, 262 <|endoftext|>. */
+ * 256 <|im_start|>, 257 <|im_end|> (reserved names in the llama3 vocab), 258 <|start_header_id|>, 259
+ * <|end_header_id|>, 260 <|eot_id|>, 261 <|begin_of_text|>, 262 <|endoftext|>. */
 static nl_tokenizer *chat_vocab(const char *path, bool llama3, const char *tmpl) {
     static char bytes[256][4];
     const char *toks[263];
@@ -464,8 +477,8 @@ static nl_tokenizer *chat_vocab(const char *path, bool llama3, const char *tmpl)
         toks[b] = bytes[b];
         types[b] = 1;
     }
-    const char *sp[] = {"<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>",
-                        "<|eot_id|>", "<|begin_of_text|>", "<|endoftext|>"};
+    const char *sp[] = {"<|im_start|>", "<|im_end|>",        "<|start_header_id|>", "<|end_header_id|>",
+                        "<|eot_id|>",   "<|begin_of_text|>", "<|endoftext|>"};
     if (llama3) { /* a Llama-3 vocab has no ChatML markers */
         sp[0] = "<|reserved_special_token_0|>";
         sp[1] = "<|reserved_special_token_1|>";
@@ -486,14 +499,16 @@ static nl_tokenizer *chat_vocab(const char *path, bool llama3, const char *tmpl)
     nl_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", llama3 ? 260 : 262);
     nl_gguf_set_u32(w, "tokenizer.ggml.eot_token_id", llama3 ? 260 : 257);
     nl_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", llama3);
-    nl_gguf_set_str(w, "tokenizer.chat_template",
-                    tmpl     ? tmpl
-                    : llama3 ? "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] +"
-                               " '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
-                               "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
-                             : "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] +"
-                               " '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-                               "{%- endif %}");
+    nl_gguf_set_str(
+        w, "tokenizer.chat_template",
+        tmpl ? tmpl
+        : llama3
+            ? "{{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] +"
+              " '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+              "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+            : "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] +"
+              " '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+              "{%- endif %}");
     int rc = nl_gguf_write(w, path);
     nl_gguf_writer_free(w);
     CHECKF(rc == 0, "%s", nl_last_error());
@@ -523,7 +538,10 @@ typedef struct {
     uint8_t tg[512];
     int n;
 } seqb;
-static void sb_id(seqb *s, int32_t id, int t) { s->ids[s->n] = id; s->tg[s->n++] = (uint8_t)t; }
+static void sb_id(seqb *s, int32_t id, int t) {
+    s->ids[s->n] = id;
+    s->tg[s->n++] = (uint8_t)t;
+}
 static void sb_txt(seqb *s, const char *txt, int t) {
     for (const char *p = txt; *p; p++) sb_id(s, (unsigned char)*p, t);
 }
@@ -564,22 +582,43 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     CHECK(ims >= 0 && ime >= 0 && hs >= 0 && he >= 0 && eot >= 0 && bos >= 0);
 
     /* ChatML: loss on assistant content + <|im_end|>, not on headers or the "\n" after. */
-    const char *line = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
-                       " {\"role\": \"assistant\", \"content\": \"Yo\"}, {\"role\": \"user\", \"content\": \"?\"},"
-                       " {\"role\": \"assistant\", \"content\": \"ok\"}]}";
+    const char *line =
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
+        " {\"role\": \"assistant\", \"content\": \"Yo\"}, {\"role\": \"user\", \"content\": \"?\"},"
+        " {\"role\": \"assistant\", \"content\": \"ok\"}]}";
     seqb e = {0};
-    sb_id(&e, ims, 0); sb_txt(&e, "system\nS", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-    sb_id(&e, ims, 0); sb_txt(&e, "user\nHi", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-    sb_id(&e, ims, 0); sb_txt(&e, "assistant\n", 0); sb_txt(&e, "Yo", 1); sb_id(&e, ime, 1); sb_txt(&e, "\n", 0);
-    sb_id(&e, ims, 0); sb_txt(&e, "user\n?", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-    sb_id(&e, ims, 0); sb_txt(&e, "assistant\n", 0); sb_txt(&e, "ok", 1); sb_id(&e, ime, 1); sb_txt(&e, "\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "system\nS", 0);
+    sb_id(&e, ime, 0);
+    sb_txt(&e, "\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "user\nHi", 0);
+    sb_id(&e, ime, 0);
+    sb_txt(&e, "\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "assistant\n", 0);
+    sb_txt(&e, "Yo", 1);
+    sb_id(&e, ime, 1);
+    sb_txt(&e, "\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "user\n?", 0);
+    sb_id(&e, ime, 0);
+    sb_txt(&e, "\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "assistant\n", 0);
+    sb_txt(&e, "ok", 1);
+    sb_id(&e, ime, 1);
+    sb_txt(&e, "\n", 0);
     nl_dataset ds;
     CHECKF(load(line, cml, NULL, &ds) == 0, "%s", nl_last_error());
     if (ds.n == 1) CHECK(seq_is(&ds.ex[0], e.ids, e.tg, e.n) && ds.ex[0].format == NL_LINE_MESSAGES);
     nl_dataset_free(&ds);
     /* The same via nl_chat_tokenize, and the rendered text tokenized with parse_special
      * gives the same ids (content here has no seam effects). */
-    nl_chat_msg mm[] = {{"system", "S", 1, NULL}, {"user", "Hi", 2, NULL}, {"assistant", "Yo", 2, NULL}, {"user", "?", 1, NULL},
+    nl_chat_msg mm[] = {{"system", "S", 1, NULL},
+                        {"user", "Hi", 2, NULL},
+                        {"assistant", "Yo", 2, NULL},
+                        {"user", "?", 1, NULL},
                         {"assistant", "ok", 2, NULL}};
     int32_t *ids;
     uint8_t *tg;
@@ -595,11 +634,20 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     free(txt);
 
     /* Llama-3: BOS, trimmed content, loss on content + <|eot_id|>. */
-    line = "{\"messages\": [{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": \"\\n Yo\\t\"}]}";
+    line = "{\"messages\": [{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": \"\\n "
+           "Yo\\t\"}]}";
     e.n = 0;
     sb_id(&e, bos, 0);
-    sb_id(&e, hs, 0); sb_txt(&e, "user", 0); sb_id(&e, he, 0); sb_txt(&e, "\n\nHi", 0); sb_id(&e, eot, 0);
-    sb_id(&e, hs, 0); sb_txt(&e, "assistant", 0); sb_id(&e, he, 0); sb_txt(&e, "\n\n", 0); sb_txt(&e, "Yo", 1);
+    sb_id(&e, hs, 0);
+    sb_txt(&e, "user", 0);
+    sb_id(&e, he, 0);
+    sb_txt(&e, "\n\nHi", 0);
+    sb_id(&e, eot, 0);
+    sb_id(&e, hs, 0);
+    sb_txt(&e, "assistant", 0);
+    sb_id(&e, he, 0);
+    sb_txt(&e, "\n\n", 0);
+    sb_txt(&e, "Yo", 1);
     sb_id(&e, eot, 1);
     CHECKF(load(line, l3, NULL, &ds) == 0, "%s", nl_last_error());
     if (ds.n == 1) CHECK(seq_is(&ds.ex[0], e.ids, e.tg, e.n));
@@ -610,30 +658,47 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     /* ...and the chatml vocab (which has the llama3 tokens too) can be forced to llama3. */
     CHECK(load(line, cml, "llama3", &ds) == 0 && ds.n == 1 && ds.ex[0].ids[0] == hs); /* no BOS: add_bos off */
     nl_dataset_free(&ds);
-    EXPECT_ERR(line, cml, "zephyr", "t.jsonl:1:14: unknown chat template \"zephyr\" (known: chatml, llama3; or a FILE.jinja)");
+    EXPECT_ERR(line, cml, "zephyr",
+               "t.jsonl:1:14: unknown chat template \"zephyr\" (known: chatml, llama3; or a FILE.jinja)");
 
     /* Generation prompt for `nightlora generate`. */
     CHECK(nl_chat_prompt_tokens(cml, NULL, "Hi", 2, &ids, &n) == 0);
     e.n = 0;
-    sb_id(&e, ims, 0); sb_txt(&e, "user\nHi", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-    sb_id(&e, ims, 0); sb_txt(&e, "assistant\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "user\nHi", 0);
+    sb_id(&e, ime, 0);
+    sb_txt(&e, "\n", 0);
+    sb_id(&e, ims, 0);
+    sb_txt(&e, "assistant\n", 0);
     CHECK(n == e.n && memcmp(ids, e.ids, (size_t)n * 4) == 0);
     free(ids);
     CHECK(nl_chat_prompt_tokens(l3, NULL, "Hi", 2, &ids, &n) == 0);
     e.n = 0;
     sb_id(&e, bos, 0);
-    sb_id(&e, hs, 0); sb_txt(&e, "user", 0); sb_id(&e, he, 0); sb_txt(&e, "\n\nHi", 0); sb_id(&e, eot, 0);
-    sb_id(&e, hs, 0); sb_txt(&e, "assistant", 0); sb_id(&e, he, 0); sb_txt(&e, "\n\n", 0);
+    sb_id(&e, hs, 0);
+    sb_txt(&e, "user", 0);
+    sb_id(&e, he, 0);
+    sb_txt(&e, "\n\nHi", 0);
+    sb_id(&e, eot, 0);
+    sb_id(&e, hs, 0);
+    sb_txt(&e, "assistant", 0);
+    sb_id(&e, he, 0);
+    sb_txt(&e, "\n\n", 0);
     CHECK(n == e.n && memcmp(ids, e.ids, (size_t)n * 4) == 0);
     free(ids);
 
     /* Messages with choices: context = conversation + generation prompt. */
-    line = "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"choices\": [\"3\", \"4\"], \"answer\": \"4\"}";
+    line =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"choices\": [\"3\", \"4\"], \"answer\": \"4\"}";
     CHECKF(load(line, cml, NULL, &ds) == 0, "%s", nl_last_error());
     if (ds.n == 1) {
         e.n = 0;
-        sb_id(&e, ims, 0); sb_txt(&e, "user\n2+2?", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-        sb_id(&e, ims, 0); sb_txt(&e, "assistant\n", 0);
+        sb_id(&e, ims, 0);
+        sb_txt(&e, "user\n2+2?", 0);
+        sb_id(&e, ime, 0);
+        sb_txt(&e, "\n", 0);
+        sb_id(&e, ims, 0);
+        sb_txt(&e, "assistant\n", 0);
         int np = e.n;
         sb_txt(&e, "4", 1);
         CHECK(seq_is(&ds.ex[0], e.ids, e.tg, e.n) && ds.ex[0].n_prompt == np && ds.ex[0].answer == 1);
@@ -660,17 +725,21 @@ static void test_chat(const nl_tokenizer *cml, const nl_tokenizer *l3) {
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", cml, NULL,
                "t.jsonl:1:43: \"content\" must be a string, found number");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\"}]}", cml, NULL, "t.jsonl:1:15: messages[0] needs \"content\"");
-    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"nmae\": \"x\"}]}", cml, NULL,
-               "t.jsonl:1:48: messages[0]: unknown key \"nmae\" (expected \"role\" and \"content\", optionally tool_calls,"
-               " reasoning_content, name, tool_call_id; without --strict-keys the keys nightlora does not read are skipped)");
-    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
-               " \"tools\": {}}", cml, NULL, "t.jsonl:1:98: \"tools\" must be an array (of function descriptions), found object");
+    EXPECT_ERR(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"nmae\": \"x\"}]}", cml, NULL,
+        "t.jsonl:1:48: messages[0]: unknown key \"nmae\" (expected \"role\" and \"content\", optionally tool_calls,"
+        " reasoning_content, name, tool_call_id; without --strict-keys the keys nightlora does not read are skipped)");
+    EXPECT_ERR(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
+        " \"tools\": {}}",
+        cml, NULL, "t.jsonl:1:98: \"tools\" must be an array (of function descriptions), found object");
     EXPECT_ERR("{\"text\": \"a\", \"tools\": []}", cml, NULL,
                "t.jsonl:1:24: \"tools\" belongs with a conversation (\"messages\"), not \"text\"");
     EXPECT_ERR("{\"messages\": [1]}", cml, NULL, "t.jsonl:1:15: messages[0] must be an object, found number");
-    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
-               " \"choices\": [\"x\", \"y\"], \"answer\": 0}", cml, NULL,
-               "t.jsonl:1:14: with \"choices\", the conversation must not end with an assistant message");
+    EXPECT_ERR(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}],"
+        " \"choices\": [\"x\", \"y\"], \"answer\": 0}",
+        cml, NULL, "t.jsonl:1:14: with \"choices\", the conversation must not end with an assistant message");
 }
 
 /* Two examples hold the same tokens and targets. */
@@ -692,16 +761,19 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
         " {\"role\": \"assistant\", \"content\": \"ok\"}]}\n"
         /* 2: ShareGPT, human/gpt */
         "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"human\", \"value\": \"Hi\"},"
-        " {\"from\": \"gpt\", \"value\": \"Yo\"}, {\"value\": \"?\", \"from\": \"human\"}, {\"from\": \"gpt\", \"value\": \"ok\"}]}\n"
+        " {\"from\": \"gpt\", \"value\": \"Yo\"}, {\"value\": \"?\", \"from\": \"human\"}, {\"from\": \"gpt\", "
+        "\"value\": \"ok\"}]}\n"
         /* 3: ShareGPT with user/assistant names */
         "{\"conversations\": [{\"from\": \"system\", \"value\": \"S\"}, {\"from\": \"user\", \"value\": \"Hi\"},"
-        " {\"from\": \"assistant\", \"value\": \"Yo\"}, {\"from\": \"user\", \"value\": \"?\"}, {\"from\": \"assistant\", \"value\": \"ok\"}]}\n"
+        " {\"from\": \"assistant\", \"value\": \"Yo\"}, {\"from\": \"user\", \"value\": \"?\"}, {\"from\": "
+        "\"assistant\", \"value\": \"ok\"}]}\n"
         /* 4: TRL: the prompt's assistant turn is context, the loss is on the completion */
         "{\"prompt\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
         " {\"role\": \"assistant\", \"content\": \"Yo\"}, {\"role\": \"user\", \"content\": \"?\"}],"
         " \"completion\": [{\"role\": \"assistant\", \"content\": \"ok\"}]}\n"
         /* 5: TRL, one turn each; 6: its messages line */
-        "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"Yo\"}]}\n"
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"completion\": [{\"role\": \"assistant\", "
+        "\"content\": \"Yo\"}]}\n"
         "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}\n"
         /* 7: TRL with choices; 8: its messages line */
         "{\"prompt\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"choices\": [\"3\", \"4\"], \"answer\": 1}\n"
@@ -735,29 +807,35 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
 
     /* Extra columns: an error by default that names the line and the key and says how to
      * skip them; skipped with ignore_unknown_keys (on the line and in its turns). */
-    const char *extra = "{\"id\": 7, \"source\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\", \"weight\": 0},"
-                        " {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
-    EXPECT_ERR(extra, cml, NULL,
-               "t.jsonl:1:2: unknown key \"id\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
-               " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys nightlora"
-               " does not read are skipped)");
+    const char *extra =
+        "{\"id\": 7, \"source\": \"x\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\", \"weight\": 0},"
+        " {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
+    EXPECT_ERR(
+        extra, cml, NULL,
+        "t.jsonl:1:2: unknown key \"id\" (a line is prompt+completion, messages, conversations, instruction [+ input]"
+        " + output, text or tokens [+ loss_mask], with optional choices/answer; without --strict-keys the keys "
+        "nightlora"
+        " does not read are skipped)");
     strict_keys = 0;
     CHECKF(load(extra, cml, NULL, &ds) == 0, "%s", nl_last_error());
     nl_dataset d2;
-    CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}", cml,
-               NULL, &d2) == 0);
+    CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": "
+               "\"Yo\"}]}",
+               cml, NULL, &d2) == 0);
     if (ds.n == 1 && d2.n == 1) CHECK(same_seq(&ds.ex[0], &d2.ex[0]));
     nl_dataset_free(&ds);
     nl_dataset_free(&d2);
     CHECK(load("{\"tokens\": [1, 2], \"id\": \"a\", \"source\": {\"k\": [1]}}", NULL, NULL, &ds) == 0 && ds.n == 1);
     nl_dataset_free(&ds);
     /* what the flag does not excuse: no format key, two formats, a bad value of a known key */
-    EXPECT_ERR("{\"id\": 7, \"input\": \"x\"}", cml, NULL,
-               "t.jsonl:1:2: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
-               " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"; the line's \"id\" is no key nightlora reads (a typo?"
-               " --columns KEY=id reads it as KEY)");
+    EXPECT_ERR(
+        "{\"id\": 7, \"input\": \"x\"}", cml, NULL,
+        "t.jsonl:1:2: a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
+        " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"; the line's \"id\" is no key nightlora reads (a typo?"
+        " --columns KEY=id reads it as KEY)");
     EXPECT_ERR("{\"prompt\": \"a\", \"completon\": \"b\"}", cml, NULL,
-               "t.jsonl:1:17: a \"prompt\" line needs \"completion\"; the line's \"completon\" is no key nightlora reads (a typo?"
+               "t.jsonl:1:17: a \"prompt\" line needs \"completion\"; the line's \"completon\" is no key nightlora "
+               "reads (a typo?"
                " --columns KEY=completon reads it as KEY)");
     EXPECT_ERR("{\"id\": 1, \"conversations\": [{\"from\": \"human\", \"value\": 3}]}", cml, NULL,
                "t.jsonl:1:56: \"value\" must be a string, found number");
@@ -767,18 +845,24 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
                " --strict-keys the keys nightlora does not read are skipped)");
 
     /* ShareGPT errors: wrong types, missing fields, an unknown "from", an empty conversation. */
-    EXPECT_ERR("{\"conversations\": \"hi\"}", cml, NULL, "t.jsonl:1:19: \"conversations\" must be an array, found string");
+    EXPECT_ERR("{\"conversations\": \"hi\"}", cml, NULL,
+               "t.jsonl:1:19: \"conversations\" must be an array, found string");
     EXPECT_ERR("{\"conversations\": []}", cml, NULL, "t.jsonl:1:19: \"conversations\" is empty");
-    EXPECT_ERR("{\"conversations\": [\"hi\"]}", cml, NULL, "t.jsonl:1:20: conversations[0] must be an object, found string");
-    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\"}]}", cml, NULL, "t.jsonl:1:20: conversations[0] needs \"value\"");
+    EXPECT_ERR("{\"conversations\": [\"hi\"]}", cml, NULL,
+               "t.jsonl:1:20: conversations[0] must be an object, found string");
+    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\"}]}", cml, NULL,
+               "t.jsonl:1:20: conversations[0] needs \"value\"");
     EXPECT_ERR("{\"conversations\": [{\"value\": \"a\"}]}", cml, NULL, "t.jsonl:1:20: conversations[0] needs \"from\"");
     EXPECT_ERR("{\"conversations\": [{\"from\": 1, \"value\": \"a\"}]}", cml, NULL,
                "t.jsonl:1:29: \"from\" must be a string, found number");
     EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": null}]}", cml, NULL,
                "t.jsonl:1:47: \"value\" must be a string, found null");
-    EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"function\", \"value\": \"b\"}]}", cml, NULL,
-               "t.jsonl:1:62: conversations[1]: unknown \"from\" \"function\" (expected human, gpt or system; user, assistant and tool are"
-               " taken too)");
+    EXPECT_ERR(
+        "{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}, {\"from\": \"function\", \"value\": \"b\"}]}",
+        cml, NULL,
+        "t.jsonl:1:62: conversations[1]: unknown \"from\" \"function\" (expected human, gpt or system; user, assistant "
+        "and tool are"
+        " taken too)");
     EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}]}", cml, NULL,
                "t.jsonl:1:19: no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
     EXPECT_ERR("{\"conversations\": [{\"from\": \"human\", \"value\": \"a\"}], \"messages\": []}", cml, NULL,
@@ -789,32 +873,43 @@ static void test_chat_shapes(const nl_tokenizer *cml) {
                "t.jsonl:1:19: \"conversations\" needs a tokenizer (only \"tokens\" lines can be read without a model)");
 
     /* TRL errors: mixed string/list, an empty or assistant-less completion, bad turns. */
-    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}", cml, NULL,
-               "t.jsonl:1:62: \"completion\" is a string but \"prompt\" is a message list: give both as strings, or both as"
-               " lists of {\"role\", \"content\"} messages (TRL's conversational form)");
-    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}", cml, NULL,
-               "t.jsonl:1:31: \"completion\" is a message list but \"prompt\" is a string: give both as strings, or both as"
-               " lists of {\"role\", \"content\"} messages (TRL's conversational form)");
+    EXPECT_ERR(
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": \"b\"}", cml, NULL,
+        "t.jsonl:1:62: \"completion\" is a string but \"prompt\" is a message list: give both as strings, or both as"
+        " lists of {\"role\", \"content\"} messages (TRL's conversational form)");
+    EXPECT_ERR(
+        "{\"prompt\": \"a\", \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}", cml, NULL,
+        "t.jsonl:1:31: \"completion\" is a message list but \"prompt\" is a string: give both as strings, or both as"
+        " lists of {\"role\", \"content\"} messages (TRL's conversational form)");
     EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": []}", cml, NULL,
                "t.jsonl:1:62: \"completion\" is empty");
     EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": 5}", cml, NULL,
                "t.jsonl:1:62: \"completion\" must be an array, found number");
-    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}]}", cml, NULL, "t.jsonl:1:1: a \"prompt\" line needs \"completion\"");
-    EXPECT_ERR("{\"prompt\": [{\"role\": \"assistant\", \"content\": \"a\"}], \"completion\": [{\"role\": \"user\", \"content\": \"b\"}]}",
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}]}", cml, NULL,
+               "t.jsonl:1:1: a \"prompt\" line needs \"completion\"");
+    EXPECT_ERR(
+        "{\"prompt\": [{\"role\": \"assistant\", \"content\": \"a\"}], \"completion\": [{\"role\": \"user\", "
+        "\"content\": \"b\"}]}",
+        cml, NULL,
+        "t.jsonl:1:67: \"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to"
+        " learn)");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"gpt\", "
+               "\"content\": \"b\"}]}",
                cml, NULL,
-               "t.jsonl:1:67: \"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to"
-               " learn)");
-    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"gpt\", \"content\": \"b\"}]}", cml,
-               NULL, "t.jsonl:1:72: completion[0]: unknown role \"gpt\" (expected system, user, assistant or tool)");
-    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\"}]}", cml, NULL,
-               "t.jsonl:1:63: completion[0] needs \"content\"");
+               "t.jsonl:1:72: completion[0]: unknown role \"gpt\" (expected system, user, assistant or tool)");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\"}]}",
+               cml, NULL, "t.jsonl:1:63: completion[0] needs \"content\"");
     EXPECT_ERR("{\"prompt\": [7], \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}", cml, NULL,
                "t.jsonl:1:13: prompt[0] must be an object, found number");
     EXPECT_ERR("{\"prompt\": [], \"completion\": []}", cml, NULL, "t.jsonl:1:30: \"completion\" is empty");
-    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}],"
-               " \"choices\": [\"b\", \"c\"], \"answer\": 0}", cml, NULL,
-               "t.jsonl:1:62: with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one of the choices)");
-    EXPECT_ERR("{\"prompt\": [], \"choices\": [\"b\", \"c\"], \"answer\": 0}", cml, NULL, "t.jsonl:1:12: \"prompt\" is empty");
+    EXPECT_ERR("{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"completion\": [{\"role\": \"assistant\", "
+               "\"content\": \"b\"}],"
+               " \"choices\": [\"b\", \"c\"], \"answer\": 0}",
+               cml, NULL,
+               "t.jsonl:1:62: with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one "
+               "of the choices)");
+    EXPECT_ERR("{\"prompt\": [], \"choices\": [\"b\", \"c\"], \"answer\": 0}", cml, NULL,
+               "t.jsonl:1:12: \"prompt\" is empty");
 }
 
 static void test_plain_text(const nl_tokenizer *g2) {
@@ -875,7 +970,8 @@ static void test_plain_text(const nl_tokenizer *g2) {
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"\"}", g2, NULL,
                "t.jsonl:1:31: \"completion\" is empty (nothing to learn)");
     EXPECT_ERR("{\"prompt\": \"a\"}", g2, NULL, "t.jsonl:1:1: a \"prompt\" line needs \"completion\"");
-    EXPECT_ERR("{\"prompt\": 1, \"completion\": \"b\"}", g2, NULL, "t.jsonl:1:12: \"prompt\" must be a string, found number");
+    EXPECT_ERR("{\"prompt\": 1, \"completion\": \"b\"}", g2, NULL,
+               "t.jsonl:1:12: \"prompt\" must be a string, found number");
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": null}", g2, NULL,
                "t.jsonl:1:31: \"completion\" must be a string, found null");
     EXPECT_ERR("{\"text\": \"\"}", g2, NULL, "t.jsonl:1:10: \"text\" is empty");
@@ -883,10 +979,12 @@ static void test_plain_text(const nl_tokenizer *g2) {
                "t.jsonl:1:10: no target tokens (the text is a single token: nothing to predict)");
     /* an empty prompt with one-token choices (GPT-2 adds no BOS): the answer would be the
      * sequence's first token */
-    EXPECT_ERR("{\"prompt\": \"\", \"choices\": [\"a\", \"b\"], \"answer\": 0}", g2, NULL,
-               "t.jsonl:1:27: no target tokens (the only target is the first token of the sequence, with nothing before it to "
-               "predict it from: give a non-empty prompt; this model adds no BOS token)");
-    EXPECT_ERR("{\"tokens\": [50257, 1]}", g2, NULL, "t.jsonl:1:13: tokens[0] = 50257 is outside the vocabulary [0, 50257)");
+    EXPECT_ERR(
+        "{\"prompt\": \"\", \"choices\": [\"a\", \"b\"], \"answer\": 0}", g2, NULL,
+        "t.jsonl:1:27: no target tokens (the only target is the first token of the sequence, with nothing before it to "
+        "predict it from: give a non-empty prompt; this model adds no BOS token)");
+    EXPECT_ERR("{\"tokens\": [50257, 1]}", g2, NULL,
+               "t.jsonl:1:13: tokens[0] = 50257 is outside the vocabulary [0, 50257)");
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"c\", \"choices\": [\"b\", \"d\"]}", g2, NULL,
                "t.jsonl:1:31: \"completion\" is not one of the choices");
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\", \"choices\": [\"b\", \"d\"], \"answer\": 1}", g2, NULL,
@@ -897,7 +995,8 @@ static void test_plain_text(const nl_tokenizer *g2) {
                "t.jsonl:1:34: choices[1] is empty");
     /* The GPT-2 vocab has no chat template and no chatml tokens. */
     EXPECT_ERR("{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}]}", g2, NULL,
-               "t.jsonl:1:14: the model has no chat template (tokenizer.chat_template); name one: chatml, llama3 or FILE.jinja");
+               "t.jsonl:1:14: the model has no chat template (tokenizer.chat_template); name one: chatml, llama3 or "
+               "FILE.jinja");
     EXPECT_ERR("{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}]}", g2, "chatml",
                "t.jsonl:1:14: chat template chatml needs the token <|im_start|>, which the vocabulary lacks");
     /* The sample file: every plain format, a blank line, line numbers. */
@@ -928,10 +1027,13 @@ static void test_default_system(void) {
         "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
         "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
         "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
-        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+        "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
+        "'<|im_end|>\\n' }}"
         "{%- else %}{{- '<|im_start|>system\\nYou are Qwen, it\\'s a \\\\test.<|im_end|>\\n' }}{%- endif %}"
-        "{%- for message in messages %}{%- if message.role == 'user' or (message.role == 'system' and not loop.first) or"
-        " message.role == 'assistant' %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+        "{%- for message in messages %}{%- if message.role == 'user' or (message.role == 'system' and not loop.first) "
+        "or"
+        " message.role == 'assistant' %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + "
+        "'\\n' }}"
         "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
     };
     static const char *const sys[] = {"system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face",
@@ -941,16 +1043,28 @@ static void test_default_system(void) {
         if (!t) return;
         int32_t ims = nl_token_lookup(t, "<|im_start|>"), ime = nl_token_lookup(t, "<|im_end|>");
         seqb e = {0};
-        sb_id(&e, ims, 0); sb_txt(&e, sys[k], 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-        sb_id(&e, ims, 0); sb_txt(&e, "user\nHi", 0); sb_id(&e, ime, 0); sb_txt(&e, "\n", 0);
-        sb_id(&e, ims, 0); sb_txt(&e, "assistant\n", 0); sb_txt(&e, "Yo", 1); sb_id(&e, ime, 1); sb_txt(&e, "\n", 0);
+        sb_id(&e, ims, 0);
+        sb_txt(&e, sys[k], 0);
+        sb_id(&e, ime, 0);
+        sb_txt(&e, "\n", 0);
+        sb_id(&e, ims, 0);
+        sb_txt(&e, "user\nHi", 0);
+        sb_id(&e, ime, 0);
+        sb_txt(&e, "\n", 0);
+        sb_id(&e, ims, 0);
+        sb_txt(&e, "assistant\n", 0);
+        sb_txt(&e, "Yo", 1);
+        sb_id(&e, ime, 1);
+        sb_txt(&e, "\n", 0);
         nl_dataset ds;
-        const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+        const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+                           "\"content\": \"Yo\"}]}";
         CHECKF(load(line, t, NULL, &ds) == 0, "%s", nl_last_error());
         if (ds.n == 1) CHECKF(seq_is(&ds.ex[0], e.ids, e.tg, e.n), "template %d: default system turn", k);
         nl_dataset_free(&ds);
         /* a conversation with its own system message gets no second one */
-        line = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+        line = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"Hi\"}, "
+               "{\"role\": \"assistant\", \"content\": \"Yo\"}]}";
         CHECKF(load(line, t, NULL, &ds) == 0, "%s", nl_last_error());
         if (ds.n == 1) CHECK(ds.ex[0].n_tokens == e.n - (int)strlen(sys[k]) + (int)strlen("system\nS"));
         nl_dataset_free(&ds);
@@ -1008,9 +1122,10 @@ static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3
     /* Qwen3: the last assistant turn after the last user query has its <think> block (from
      * reasoning_content) inside the span; the earlier one renders without it. */
     nl_tokenizer *q3 = vocab_with_file("qwen3.jinja", false);
-    const char *line = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"x\","
-                       " \"reasoning_content\": \"r1\"}, {\"role\": \"user\", \"content\": \"b <|im_end|>\"},"
-                       " {\"role\": \"assistant\", \"content\": \"y\", \"reasoning_content\": \"r2\"}]}";
+    const char *line =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"x\","
+        " \"reasoning_content\": \"r1\"}, {\"role\": \"user\", \"content\": \"b <|im_end|>\"},"
+        " {\"role\": \"assistant\", \"content\": \"y\", \"reasoning_content\": \"r2\"}]}";
     if (q3) {
         CHECKF(load(line, q3, NULL, &ds) == 0, "%s", nl_last_error());
         if (ds.n == 1) {
@@ -1024,19 +1139,22 @@ static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3
         }
         nl_dataset_free(&ds);
         /* tools: the tool call rendered after the content is inside the span; tool turns are not */
-        line = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\","
-               " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"c\": 1}}}]},"
-               " {\"role\": \"tool\", \"content\": \"sun\"}, {\"role\": \"assistant\", \"content\": \"ok\"}],"
-               " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}";
+        line =
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\","
+            " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"c\": 1}}}]},"
+            " {\"role\": \"tool\", \"content\": \"sun\"}, {\"role\": \"assistant\", \"content\": \"ok\"}],"
+            " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}";
         CHECKF(load(line, q3, NULL, &ds) == 0, "%s", nl_last_error());
         if (ds.n == 1) {
             target_text(q3, &ds.ex[0], got, sizeof got);
             CHECKF(!strcmp(got, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"c\": 1}}\n</tool_call><|im_end|>|"
-                                "<think>\n\n</think>\n\nok<|im_end|>"), "qwen3 tool targets: [%s]", got);
+                                "<think>\n\n</think>\n\nok<|im_end|>"),
+                   "qwen3 tool targets: [%s]", got);
             char *txt = NULL;
             size_t tl = 0;
             CHECK(nl_detokenize(q3, ds.ex[0].ids, ds.ex[0].n_tokens, &txt, &tl) == 0);
-            CHECK(txt && strstr(txt, "# Tools") && strstr(txt, "<|im_start|>user\n<tool_response>\nsun\n</tool_response><|im_end|>"));
+            CHECK(txt && strstr(txt, "# Tools") &&
+                  strstr(txt, "<|im_start|>user\n<tool_response>\nsun\n</tool_response><|im_end|>"));
             free(txt);
         }
         nl_dataset_free(&ds);
@@ -1045,7 +1163,8 @@ static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3
     /* Llama 3.2 as the GGUF's template: its system header with the fixed date, one BOS (the
      * template's bos_token), trimmed content. */
     nl_tokenizer *t32 = vocab_with_file("llama3.2.jinja", true);
-    line = "{\"messages\": [{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": \" Yo \"}]}";
+    line = "{\"messages\": [{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": \" Yo "
+           "\"}]}";
     if (t32) {
         CHECKF(load(line, t32, NULL, &ds) == 0, "%s", nl_last_error());
         if (ds.n == 1) {
@@ -1068,7 +1187,8 @@ static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3
     CHECKF(load(line, cml, gem, &ds) == 0, "%s", nl_last_error());
     if (ds.n == 1) {
         target_text(cml, &ds.ex[0], got, sizeof got);
-        CHECKF(!strcmp(got, "Yo<end_of_turn>"), "gemma3 targets: [%s]", got); /* no control token ends it in this vocab: the text up to the turn's end, less the newline */
+        CHECKF(!strcmp(got, "Yo<end_of_turn>"), "gemma3 targets: [%s]",
+               got); /* no control token ends it in this vocab: the text up to the turn's end, less the newline */
     }
     nl_dataset_free(&ds);
     line = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"},"
@@ -1076,23 +1196,29 @@ static void test_jinja_templates(const nl_tokenizer *cml, const nl_tokenizer *l3
     CHECKF(load(line, cml, gem, &ds) == 0, "%s", nl_last_error());
     if (ds.n == 1) {
         target_text(cml, &ds.ex[0], got, sizeof got);
-        CHECKF(!strcmp(got, "b<end_of_turn>|d<end_of_turn>"), "gemma3 targets: [%s]", got); /* the span stops at its turn */
+        CHECKF(!strcmp(got, "b<end_of_turn>|d<end_of_turn>"), "gemma3 targets: [%s]",
+               got); /* the span stops at its turn */
     }
     nl_dataset_free(&ds);
     /* the template's own errors, at the line and the template's line */
     line = "{\"messages\": [{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"},"
            " {\"role\": \"assistant\", \"content\": \"c\"}]}";
     nl_dataset_load_buffer(line, strlen(line), "t.jsonl", cml, &(nl_data_opts){.chat_template = gem}, &ds);
-    CHECKF(strstr(nl_last_error(), "t.jsonl:1:14: ") && strstr(nl_last_error(), "gemma3.jinja:16: the template raised an error: "
-           "Conversation roles must alternate"), "%s", nl_last_error());
-    nl_tokenizer *bad = chat_vocab("nl_test_jinja_vocab.gguf", false, "{% for m in messages %}\n{{ m.content | wordwrap }}{% endfor %}");
+    CHECKF(strstr(nl_last_error(), "t.jsonl:1:14: ") &&
+               strstr(nl_last_error(), "gemma3.jinja:16: the template raised an error: "
+                                       "Conversation roles must alternate"),
+           "%s", nl_last_error());
+    nl_tokenizer *bad = chat_vocab("nl_test_jinja_vocab.gguf", false,
+                                   "{% for m in messages %}\n{{ m.content | wordwrap }}{% endfor %}");
     if (bad) {
-        EXPECT_ERR(line, bad, NULL, "t.jsonl:1:14: tokenizer.chat_template:2: filter 'wordwrap' is not supported (--template"
+        EXPECT_ERR(line, bad, NULL,
+                   "t.jsonl:1:14: tokenizer.chat_template:2: filter 'wordwrap' is not supported (--template"
                    " chatml, llama3 or FILE.jinja renders with another template)");
         nl_tokenizer_free(bad);
     }
     EXPECT_ERR(line, cml, "nosuch/t.jinja", "t.jsonl:1:14: nosuch/t.jinja: cannot open: No such file or directory");
-    CHECK(nl_chat_template_check("chatml") == 0 && nl_chat_template_check(NULL) == 0 && nl_chat_template_check(gem) == 0);
+    CHECK(nl_chat_template_check("chatml") == 0 && nl_chat_template_check(NULL) == 0 &&
+          nl_chat_template_check(gem) == 0);
     CHECK(nl_chat_template_check("alpaca") == -1 && strstr(nl_last_error(), "unknown chat template"));
     /* the same conversation, the GGUF's mkmodel-style template and the built-in: the same */
     line = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \" Hi \"},"
@@ -1130,15 +1256,17 @@ static double time_turns(nl_chat_template *ct, const nl_chat_msg *m, int n) {
 }
 
 static void test_spans_linear(void) {
-    static const char *const files[] = {"qwen3.jinja", "qwen3.5.jinja", "smollm2.jinja", "llama3.1.jinja", "llama3.2.jinja",
-                                        "gemma3.jinja"};
+    static const char *const files[] = {"qwen3.jinja",    "qwen3.5.jinja",  "smollm2.jinja",
+                                        "llama3.1.jinja", "llama3.2.jinja", "gemma3.jinja"};
     static const char *const convs[] = {
         "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \" x \"},"
         " {\"role\": \"user\", \"content\": \"b\"}, {\"role\": \"assistant\", \"content\": \"y\\n\"},"
         " {\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"content\": \"\"}]",
         "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"a\"},"
-        " {\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": \"r1\"}, {\"role\": \"user\", \"content\": \"b\"},"
-        " {\"role\": \"assistant\", \"content\": \"<think>\\nq\\n</think>\\n\\ny\"}, {\"role\": \"user\", \"content\": \"c\"},"
+        " {\"role\": \"assistant\", \"content\": \"x\", \"reasoning_content\": \"r1\"}, {\"role\": \"user\", "
+        "\"content\": \"b\"},"
+        " {\"role\": \"assistant\", \"content\": \"<think>\\nq\\n</think>\\n\\ny\"}, {\"role\": \"user\", \"content\": "
+        "\"c\"},"
         " {\"role\": \"assistant\", \"content\": \"z\", \"reasoning_content\": \"r3\"}]",
         "[{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\","
         " \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": {\"c\": 1}}}]},"
@@ -1249,25 +1377,32 @@ static void test_common_tools(const nl_tokenizer *cml) {
     if (!cml) return;
     nl_dataset ds, ref;
     char note[512];
-    const char *msgs = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+    const char *msgs =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
     CHECKF(load(msgs, cml, "chatml", &ref) == 0, "%s", nl_last_error());
     /* ShareGPT with {"role", "content"} turns (and {"from", "value"} ones on the same line) */
-    CHECKF(load("{\"conversations\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}", cml, "chatml",
-                &ds) == 0, "%s", nl_last_error());
+    CHECKF(
+        load("{\"conversations\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}",
+             cml, "chatml", &ds) == 0,
+        "%s", nl_last_error());
     CHECK(ds.n == 1 && ref.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]));
     nl_dataset_free(&ds);
-    EXPECT_ERR("{\"conversations\": [{\"role\": \"human\", \"content\": \"Hi\"}, {\"role\": \"bot\", \"content\": \"Yo\"}]}", cml,
-               "chatml", "t.jsonl:1:65: conversations[1]: unknown role \"bot\" (expected system, user, assistant or tool)");
+    EXPECT_ERR(
+        "{\"conversations\": [{\"role\": \"human\", \"content\": \"Hi\"}, {\"role\": \"bot\", \"content\": \"Yo\"}]}",
+        cml, "chatml",
+        "t.jsonl:1:65: conversations[1]: unknown role \"bot\" (expected system, user, assistant or tool)");
 
     /* Alpaca through the chat template: the same as the messages line */
     alpaca = "chat";
-    CHECKF(load("{\"instruction\": \"Hi\", \"input\": \"\", \"output\": \"Yo\"}", cml, "chatml", &ds) == 0, "%s", nl_last_error());
+    CHECKF(load("{\"instruction\": \"Hi\", \"input\": \"\", \"output\": \"Yo\"}", cml, "chatml", &ds) == 0, "%s",
+           nl_last_error());
     CHECK(ds.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]) && ds.n_alpaca == 1 && ds.alpaca_chat == 1);
     CHECK(strstr(nl_dataset_note(&ds, note, sizeof note), "1 Alpaca lines, the prompt built with the chat template"));
     nl_dataset_free(&ds);
     nl_dataset_free(&ref);
     CHECK(load("{\"instruction\": \"Hi\", \"input\": \"there\", \"output\": \"Yo\"}", cml, "chatml", &ds) == 0);
-    CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\n\\nthere\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}",
+    CHECK(load("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\\n\\nthere\"}, {\"role\": \"assistant\", "
+               "\"content\": \"Yo\"}]}",
                cml, "chatml", &ref) == 0);
     CHECK(ds.n == 1 && ref.n == 1 && same_seq(&ds.ex[0], &ref.ex[0]) && ds.ex[0].format == NL_LINE_MESSAGES);
     nl_dataset_free(&ds);
@@ -1278,24 +1413,32 @@ static void test_common_tools(const nl_tokenizer *cml) {
     nl_dataset_free(&ds);
     /* the Alpaca template: the prompt line of its text */
     alpaca = "alpaca";
-    CHECKF(load("{\"instruction\": \"Sum\", \"input\": \"1 2\", \"output\": \"3\"}\n{\"instruction\": \"Hi\", \"output\": \"Yo\"}",
-                cml, NULL, &ds) == 0, "%s", nl_last_error());
-    CHECK(load("{\"prompt\": \"Below is an instruction that describes a task, paired with an input that provides further context."
-               " Write a response that appropriately completes the request.\\n\\n### Instruction:\\nSum\\n\\n### Input:\\n1 2\\n\\n"
+    CHECKF(load("{\"instruction\": \"Sum\", \"input\": \"1 2\", \"output\": \"3\"}\n{\"instruction\": \"Hi\", "
+                "\"output\": \"Yo\"}",
+                cml, NULL, &ds) == 0,
+           "%s", nl_last_error());
+    CHECK(load("{\"prompt\": \"Below is an instruction that describes a task, paired with an input that provides "
+               "further context."
+               " Write a response that appropriately completes the request.\\n\\n### Instruction:\\nSum\\n\\n### "
+               "Input:\\n1 2\\n\\n"
                "### Response:\\n\", \"completion\": \"3\"}\n"
-               "{\"prompt\": \"Below is an instruction that describes a task. Write a response that appropriately completes the"
-               " request.\\n\\n### Instruction:\\nHi\\n\\n### Response:\\n\", \"completion\": \"Yo\"}", cml, NULL, &ref) == 0);
+               "{\"prompt\": \"Below is an instruction that describes a task. Write a response that appropriately "
+               "completes the"
+               " request.\\n\\n### Instruction:\\nHi\\n\\n### Response:\\n\", \"completion\": \"Yo\"}",
+               cml, NULL, &ref) == 0);
     CHECK(ds.n == 2 && ref.n == 2 && same_seq(&ds.ex[0], &ref.ex[0]) && same_seq(&ds.ex[1], &ref.ex[1]));
     CHECK(ds.n == 2 && ds.ex[0].format == NL_LINE_PROMPT && ds.alpaca_chat == 0);
     CHECK(strstr(nl_dataset_note(&ds, note, sizeof note), "2 Alpaca lines, the prompt built with the Alpaca template"));
     nl_dataset_free(&ds);
     nl_dataset_free(&ref);
     /* Alpaca with choices: the prompt is the context */
-    CHECKF(load("{\"instruction\": \"2+2?\", \"choices\": [\"3\", \"4\"], \"answer\": 1}", cml, NULL, &ds) == 0, "%s", nl_last_error());
+    CHECKF(load("{\"instruction\": \"2+2?\", \"choices\": [\"3\", \"4\"], \"answer\": 1}", cml, NULL, &ds) == 0, "%s",
+           nl_last_error());
     CHECK(ds.n == 1 && ds.ex[0].n_choices == 2 && ds.ex[0].answer == 1);
     nl_dataset_free(&ds);
     EXPECT_ERR("{\"instruction\": \"a\"}", cml, NULL, "t.jsonl:1:1: an \"instruction\" line needs \"output\"");
-    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"\"}", cml, NULL, "t.jsonl:1:32: \"output\" is empty (nothing to learn)");
+    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"\"}", cml, NULL,
+               "t.jsonl:1:32: \"output\" is empty (nothing to learn)");
     EXPECT_ERR("{\"instruction\": \"a\", \"input\": 3, \"output\": \"b\"}", cml, NULL,
                "t.jsonl:1:31: \"input\" must be a string, found number");
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\", \"output\": \"c\"}", cml, NULL,
@@ -1303,11 +1446,13 @@ static void test_common_tools(const nl_tokenizer *cml) {
     EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"b\", \"messages\": []}", cml, NULL,
                "t.jsonl:1:37: \"messages\" cannot be combined with \"instruction\" on one line");
     alpaca = "both";
-    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"b\"}", cml, NULL, "--alpaca-prompt both: expected auto, alpaca or chat");
+    EXPECT_ERR("{\"instruction\": \"a\", \"output\": \"b\"}", cml, NULL,
+               "--alpaca-prompt both: expected auto, alpaca or chat");
     alpaca = NULL;
 
     /* a JSON array file (datasets' to_json(lines=False)); an element's line is where it starts */
-    CHECKF(load("\xEF\xBB\xBF  [\n  {\"tokens\": [1, 2]},\n  {\"tokens\": [3,\n 4, 5]}, {\"tokens\": [6, 7]}\n]\n", NULL, NULL, &ds) == 0,
+    CHECKF(load("\xEF\xBB\xBF  [\n  {\"tokens\": [1, 2]},\n  {\"tokens\": [3,\n 4, 5]}, {\"tokens\": [6, 7]}\n]\n",
+                NULL, NULL, &ds) == 0,
            "%s", nl_last_error());
     CHECK(ds.n == 3 && ds.json_array == 1);
     if (ds.n == 3) CHECK(ds.ex[0].line == 2 && ds.ex[1].line == 3 && ds.ex[2].line == 4 && ds.ex[1].n_tokens == 3);
@@ -1321,11 +1466,13 @@ static void test_common_tools(const nl_tokenizer *cml) {
 
     /* keys no format reads: skipped and counted by default, refused with strict_keys */
     strict_keys = 0;
-    CHECKF(load("{\"tokens\": [1, 2], \"id\": 1}\n{\"id\": 2, \"src\": \"a\", \"tokens\": [1, 2]}\n", NULL, NULL, &ds) == 0, "%s",
-           nl_last_error());
+    CHECKF(load("{\"tokens\": [1, 2], \"id\": 1}\n{\"id\": 2, \"src\": \"a\", \"tokens\": [1, 2]}\n", NULL, NULL,
+                &ds) == 0,
+           "%s", nl_last_error());
     CHECK(ds.n == 2 && ds.n_skipped_keys == 3 && !strcmp(ds.skipped_key, "id") && ds.skipped_line == 1);
     CHECKF(strstr(nl_dataset_note(&ds, note, sizeof note), "3 keys no format reads skipped (the first \"id\" on line 1;"
-                                                           " --strict-keys refuses them)"), "%s", note);
+                                                           " --strict-keys refuses them)"),
+           "%s", note);
     nl_dataset_free(&ds);
     CHECK(load("{\"tokens\": [1, 2]}", NULL, NULL, &ds) == 0 && ds.n_skipped_keys == 0);
     CHECK(nl_dataset_note(&ds, note, sizeof note)[0] == 0);
@@ -1340,39 +1487,49 @@ static void test_common_tools(const nl_tokenizer *cml) {
     nl_dataset_free(&ds);
     nl_dataset_free(&ref);
     columns = "messages=dialog";
-    CHECKF(load("{\"dialog\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}", cml,
-                "chatml", &ds) == 0, "%s", nl_last_error());
+    CHECKF(
+        load(
+            "{\"dialog\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}",
+            cml, "chatml", &ds) == 0,
+        "%s", nl_last_error());
     CHECK(ds.n == 1 && ds.ex[0].format == NL_LINE_MESSAGES);
     nl_dataset_free(&ds);
     columns = "prompt=question,completion=answer";
     EXPECT_ERR("{\"question\": \"a\", \"prompt\": \"b\", \"answer\": \"c\"}", cml, NULL,
-               "t.jsonl:1:29: the line has both \"prompt\" and \"question\", which --columns prompt=question reads as \"prompt\"");
-    EXPECT_ERR("{\"question\": 1, \"answer\": \"c\"}", cml, NULL, "t.jsonl:1:14: \"prompt\" must be a string, found number");
+               "t.jsonl:1:29: the line has both \"prompt\" and \"question\", which --columns prompt=question reads as "
+               "\"prompt\"");
+    EXPECT_ERR("{\"question\": 1, \"answer\": \"c\"}", cml, NULL,
+               "t.jsonl:1:14: \"prompt\" must be a string, found number");
     columns = "prompt";
     EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL,
                "--columns prompt: expected KEY=COLUMN pairs separated by commas (prompt=question,completion=answer)");
     columns = "question=prompt";
-    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL,
-               "--columns question=prompt: \"question\" is no key of a line (prompt, completion, messages, conversations,"
-               " instruction, input, output, text, tokens, loss_mask, choices, answer, tools)");
+    EXPECT_ERR(
+        "{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL,
+        "--columns question=prompt: \"question\" is no key of a line (prompt, completion, messages, conversations,"
+        " instruction, input, output, text, tokens, loss_mask, choices, answer, tools)");
     columns = "prompt=a,prompt=b";
-    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL, "--columns prompt=a,prompt=b: \"prompt\" or \"b\" is named twice");
+    EXPECT_ERR("{\"prompt\": \"a\", \"completion\": \"b\"}", cml, NULL,
+               "--columns prompt=a,prompt=b: \"prompt\" or \"b\" is named twice");
     columns = NULL;
     strict_keys = 1;
 
     /* tool calls: a template that leaves them out (the built-in chatml) is refused by name; one
      * that renders them trains on the call; an assistant turn with nothing is refused */
-    const char *call = "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"tool_calls\":"
-                       " [{\"type\": \"function\", \"function\": {\"name\": \"get_w\", \"arguments\": {\"c\": 1}}}]},"
-                       " {\"role\": \"tool\", \"content\": \"sun\"}, {\"role\": \"assistant\", \"content\": \"ok\"}]}";
+    const char *call =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"tool_calls\":"
+        " [{\"type\": \"function\", \"function\": {\"name\": \"get_w\", \"arguments\": {\"c\": 1}}}]},"
+        " {\"role\": \"tool\", \"content\": \"sun\"}, {\"role\": \"assistant\", \"content\": \"ok\"}]}";
     EXPECT_ERR(call, cml, "chatml",
-               "t.jsonl:1:50: messages[1]: the chat template (chatml) does not render \"tool_calls\": the call would be left out"
+               "t.jsonl:1:50: messages[1]: the chat template (chatml) does not render \"tool_calls\": the call would "
+               "be left out"
                " of what is trained (use a template that renders tool calls: the model's own tokenizer.chat_template or"
                " --template FILE.jinja)");
-    const char *with_calls = write_tmp("calls.jinja",
-        "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}{%- if m.tool_calls -%}{%- for c in m.tool_calls -%}"
-        "<call>{{ c.function.name }}</call>{%- endfor -%}{%- endif -%}<|im_end|>\n{% endfor -%}"
-        "{%- if add_generation_prompt -%}<|im_start|>assistant\n{% endif -%}");
+    const char *with_calls = write_tmp(
+        "calls.jinja", "{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}{%- if m.tool_calls -%}{%- "
+                       "for c in m.tool_calls -%}"
+                       "<call>{{ c.function.name }}</call>{%- endfor -%}{%- endif -%}<|im_end|>\n{% endfor -%}"
+                       "{%- if add_generation_prompt -%}<|im_start|>assistant\n{% endif -%}");
     CHECKF(load(call, cml, with_calls, &ds) == 0, "%s", nl_last_error());
     if (ds.n == 1) {
         char got[512];
@@ -1380,20 +1537,28 @@ static void test_common_tools(const nl_tokenizer *cml) {
         CHECKF(!strcmp(got, "<call>get_w</call><|im_end|>|ok<|im_end|>"), "targets: [%s]", got);
     }
     nl_dataset_free(&ds);
-    const char *drops_tool = write_tmp("notool.jinja",
-        "{%- for m in messages -%}{%- if m.role != 'tool' -%}<|im_start|>{{ m.role }}\n{{ m.content }}{%- if m.tool_calls -%}"
-        "<call>{{ m.tool_calls[0].function.name }}</call>{%- endif -%}<|im_end|>\n{%- endif -%}{% endfor -%}"
-        "{%- if add_generation_prompt -%}<|im_start|>assistant\n{% endif -%}");
+    const char *drops_tool =
+        write_tmp("notool.jinja",
+                  "{%- for m in messages -%}{%- if m.role != 'tool' -%}<|im_start|>{{ m.role }}\n{{ m.content }}{%- if "
+                  "m.tool_calls -%}"
+                  "<call>{{ m.tool_calls[0].function.name }}</call>{%- endif -%}<|im_end|>\n{%- endif -%}{% endfor -%}"
+                  "{%- if add_generation_prompt -%}<|im_start|>assistant\n{% endif -%}");
     char want[600];
-    snprintf(want, sizeof want, "t.jsonl:1:165: messages[2]: the chat template (%s) leaves the \"tool\" message's content out: the"
+    snprintf(want, sizeof want,
+             "t.jsonl:1:165: messages[2]: the chat template (%s) leaves the \"tool\" message's content out: the"
              " result would not be in what is trained (use a template that renders tool results: the model's own"
-             " tokenizer.chat_template or --template FILE.jinja)", drops_tool);
+             " tokenizer.chat_template or --template FILE.jinja)",
+             drops_tool);
     EXPECT_ERR(call, cml, drops_tool, want);
-    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\"}]}", cml,
-               "chatml", "t.jsonl:1:50: messages[1]: the assistant message is empty: its target would be only the end of the"
-               " turn (nothing to learn)");
-    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\", \"tool_calls\": [{\"function\": {\"name\": \"f\"}}]},"
-               " {\"role\": \"assistant\", \"content\": \"a\"}]}", cml, "chatml",
+    EXPECT_ERR(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\", \"content\": \"\"}]}",
+        cml, "chatml",
+        "t.jsonl:1:50: messages[1]: the assistant message is empty: its target would be only the end of the"
+        " turn (nothing to learn)");
+    EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\", \"tool_calls\": [{\"function\": {\"name\": "
+               "\"f\"}}]},"
+               " {\"role\": \"assistant\", \"content\": \"a\"}]}",
+               cml, "chatml",
                "t.jsonl:1:63: messages[0]: \"tool_calls\" belong to an assistant message, not a user one");
     EXPECT_ERR("{\"messages\": [{\"role\": \"user\", \"content\": \"w?\"}, {\"role\": \"assistant\"}]}", cml, "chatml",
                "t.jsonl:1:50: messages[1] needs \"content\"");

@@ -114,7 +114,8 @@ static void test_missing(void) {
     new_root(root, sizeof root);
     nl_energy *e = nl_energy_open(root);
     CHECK(e && !nl_energy_available(e));
-    CHECKF(strstr(nl_energy_reason(e), "powercap") && strstr(nl_energy_reason(e), "power_supply"), "%s", nl_energy_reason(e));
+    CHECKF(strstr(nl_energy_reason(e), "powercap") && strstr(nl_energy_reason(e), "power_supply"), "%s",
+           nl_energy_reason(e));
     double j;
     CHECK(nl_energy_read(e, &j) == -1);
     CHECK(strstr(nl_last_error(), "not available") != NULL);
@@ -125,7 +126,8 @@ static void test_missing(void) {
     zone(root, "intel-rapl:0", "package-0\n", "10\n", NULL);
     e = nl_energy_open(root);
     CHECK(!nl_energy_available(e));
-    CHECKF(strstr(nl_energy_reason(e), "intel-rapl:0/max_energy_range_uj: No such file") != NULL, "%s", nl_energy_reason(e));
+    CHECKF(strstr(nl_energy_reason(e), "intel-rapl:0/max_energy_range_uj: No such file") != NULL, "%s",
+           nl_energy_reason(e));
     nl_energy_close(e);
     /* one package readable, the other not: refuse rather than under-count */
     new_root(root, sizeof root);
@@ -133,7 +135,8 @@ static void test_missing(void) {
     zone(root, "intel-rapl:1", "package-1\n", "-3\n", "1000\n");
     e = nl_energy_open(root);
     CHECK(!nl_energy_available(e));
-    CHECKF(strstr(nl_energy_reason(e), "intel-rapl:1/energy_uj: expected a non-negative") != NULL, "%s", nl_energy_reason(e));
+    CHECKF(strstr(nl_energy_reason(e), "intel-rapl:1/energy_uj: expected a non-negative") != NULL, "%s",
+           nl_energy_reason(e));
     nl_energy_close(e);
     /* energy above the range */
     new_root(root, sizeof root);
@@ -202,7 +205,7 @@ static void test_battery(void) {
     nl_energy *e = nl_energy_open_clock(root, fake_clock, NULL);
     CHECK(nl_energy_available(e) && nl_energy_kind_of(e) == NL_ENERGY_BATTERY);
     fake_t = 110.0;
-    CHECK_NEAR(read_j(e), 20.0, 1e-9);                /* 2 W × 10 s */
+    CHECK_NEAR(read_j(e), 20.0, 1e-9);                                      /* 2 W × 10 s */
     wfile(root, "sys/class/power_supply/battery/current_now", "1000000\n"); /* 4 W */
     fake_t = 120.0;
     CHECK_NEAR(read_j(e), 20.0 + 0.5 * (2 + 4) * 10, 1e-9);
@@ -255,7 +258,8 @@ static void test_listing_error(void) {
     nl_energy *e = nl_energy_open_io(root, NULL, NULL, &f.io);
     CHECK(e && f.failed == 1);
     CHECKF(nl_energy_kind_of(e) != NL_ENERGY_RAPL && strstr(nl_energy_reason(e), "powercap") &&
-           strstr(nl_energy_reason(e), strerror(EIO)), "kind %d, reason '%s'", (int)nl_energy_kind_of(e), nl_energy_reason(e));
+               strstr(nl_energy_reason(e), strerror(EIO)),
+           "kind %d, reason '%s'", (int)nl_energy_kind_of(e), nl_energy_reason(e));
     nl_energy_close(e);
     nl_io_fault_init(&f, NULL, -1, 0, 0);
     e = nl_energy_open_io(root, NULL, NULL, &f.io);

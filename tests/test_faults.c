@@ -59,22 +59,72 @@ typedef struct {
     const char *name[MAXCALLS];
 } recorder;
 
-#define REC(r, nm) do { recorder *r_ = (r); if (r_->n < MAXCALLS) r_->name[r_->n] = nm; r_->n++; } while (0)
-static int rc_open(void *c, const char *p, int fl, int mode) { recorder *r = c; REC(r, "open"); return r->base->open(r->base->ctx, p, fl, mode); }
-static ssize_t rc_read(void *c, int fd, void *b, size_t n) { recorder *r = c; REC(r, "read"); return r->base->read(r->base->ctx, fd, b, n); }
-static ssize_t rc_write(void *c, int fd, const void *b, size_t n) { recorder *r = c; REC(r, "write"); return r->base->write(r->base->ctx, fd, b, n); }
-static int rc_fstat(void *c, int fd, uint64_t *s, uint32_t *m) { recorder *r = c; REC(r, "fstat"); return r->base->fstat(r->base->ctx, fd, s, m); }
-static int rc_fsync(void *c, int fd) { recorder *r = c; REC(r, "fsync"); return r->base->fsync(r->base->ctx, fd); }
-static int rc_close(void *c, int fd) { recorder *r = c; REC(r, "close"); return r->base->close(r->base->ctx, fd); }
-static int rc_rename(void *c, const char *a, const char *b) { recorder *r = c; REC(r, "rename"); return r->base->rename(r->base->ctx, a, b); }
-static int rc_unlink(void *c, const char *p) { recorder *r = c; REC(r, "unlink"); return r->base->unlink(r->base->ctx, p); }
-static int rc_fsync_dir(void *c, const char *d) { recorder *r = c; REC(r, "fsync_dir"); return r->base->fsync_dir(r->base->ctx, d); }
-static int rc_lstat(void *c, const char *p, uint32_t *m) { recorder *r = c; REC(r, "lstat"); return r->base->lstat(r->base->ctx, p, m); }
-static int rc_list(void *c, const char *d, int (*each)(void *, const char *), void *u) { recorder *r = c; REC(r, "list"); return r->base->list(r->base->ctx, d, each, u); }
+#define REC(r, nm)                                                                                                     \
+    do {                                                                                                               \
+        recorder *r_ = (r);                                                                                            \
+        if (r_->n < MAXCALLS) r_->name[r_->n] = nm;                                                                    \
+        r_->n++;                                                                                                       \
+    } while (0)
+static int rc_open(void *c, const char *p, int fl, int mode) {
+    recorder *r = c;
+    REC(r, "open");
+    return r->base->open(r->base->ctx, p, fl, mode);
+}
+static ssize_t rc_read(void *c, int fd, void *b, size_t n) {
+    recorder *r = c;
+    REC(r, "read");
+    return r->base->read(r->base->ctx, fd, b, n);
+}
+static ssize_t rc_write(void *c, int fd, const void *b, size_t n) {
+    recorder *r = c;
+    REC(r, "write");
+    return r->base->write(r->base->ctx, fd, b, n);
+}
+static int rc_fstat(void *c, int fd, uint64_t *s, uint32_t *m) {
+    recorder *r = c;
+    REC(r, "fstat");
+    return r->base->fstat(r->base->ctx, fd, s, m);
+}
+static int rc_fsync(void *c, int fd) {
+    recorder *r = c;
+    REC(r, "fsync");
+    return r->base->fsync(r->base->ctx, fd);
+}
+static int rc_close(void *c, int fd) {
+    recorder *r = c;
+    REC(r, "close");
+    return r->base->close(r->base->ctx, fd);
+}
+static int rc_rename(void *c, const char *a, const char *b) {
+    recorder *r = c;
+    REC(r, "rename");
+    return r->base->rename(r->base->ctx, a, b);
+}
+static int rc_unlink(void *c, const char *p) {
+    recorder *r = c;
+    REC(r, "unlink");
+    return r->base->unlink(r->base->ctx, p);
+}
+static int rc_fsync_dir(void *c, const char *d) {
+    recorder *r = c;
+    REC(r, "fsync_dir");
+    return r->base->fsync_dir(r->base->ctx, d);
+}
+static int rc_lstat(void *c, const char *p, uint32_t *m) {
+    recorder *r = c;
+    REC(r, "lstat");
+    return r->base->lstat(r->base->ctx, p, m);
+}
+static int rc_list(void *c, const char *d, int (*each)(void *, const char *), void *u) {
+    recorder *r = c;
+    REC(r, "list");
+    return r->base->list(r->base->ctx, d, each, u);
+}
 
 static void recorder_init(recorder *r) {
     memset(r, 0, sizeof *r);
-    r->io = (nl_io){rc_open, rc_read, rc_write, rc_fstat, rc_fsync, rc_close, rc_rename, rc_unlink, rc_fsync_dir, rc_lstat, rc_list, r};
+    r->io = (nl_io){rc_open,   rc_read,   rc_write,     rc_fstat, rc_fsync, rc_close,
+                    rc_rename, rc_unlink, rc_fsync_dir, rc_lstat, rc_list,  r};
     r->base = nl_io_posix();
 }
 
@@ -99,7 +149,8 @@ static int log_sig(const char *path, char *out, size_t cap) {
         nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
         int64_t s;
         const nl_json *lo = nl_json_get(j, "loss"), *gn = nl_json_get(j, "grad_norm");
-        if (j && !nl_json_int64(nl_json_get(j, "step"), &s) && nl_json_is_number(lo) && nl_json_is_number(gn) && o < cap)
+        if (j && !nl_json_int64(nl_json_get(j, "step"), &s) && nl_json_is_number(lo) && nl_json_is_number(gn) &&
+            o < cap)
             o += (size_t)snprintf(out + o, cap - o, "%lld %.17g %.17g\n", (long long)s, lo->u.num.d, gn->u.num.d);
         nl_json_free(j);
         n++;
@@ -202,7 +253,8 @@ static void test_commit_faults(void) {
         for (int sticky = 0; sticky < 2; sticky++) {
             int err = (k + sticky) % 2 ? EIO : ENOSPC;
             char ck[512], out[512], log[512], what[128], prev[600];
-            snprintf(what, sizeof what, "call %ld (%s, %s, %s)", k - c2, call, strerror(err), sticky ? "sticky" : "once");
+            snprintf(what, sizeof what, "call %ld (%s, %s, %s)", k - c2, call, strerror(err),
+                     sticky ? "sticky" : "once");
             snprintf(ck, sizeof ck, "%s/ck_fault", tmp);
             snprintf(out, sizeof out, "%s/fault.gguf", tmp);
             snprintf(log, sizeof log, "%s/fault.jsonl", tmp);
@@ -228,9 +280,9 @@ static void test_commit_faults(void) {
             const char *step = prune ? "step 4: commit failed" : "step 3: commit failed";
             const char *words = prune ? "cannot create" : call_words(call);
             /* what is kept: after a failed directory fsync the new commit is already in place */
-            const char *kept = prune ? "previous commit (step 3) is kept"
+            const char *kept = prune                        ? "previous commit (step 3) is kept"
                                : !strcmp(call, "fsync_dir") ? "the commit of step 3 is in place"
-                                                             : "previous commit (step 2) is kept";
+                                                            : "previous commit (step 2) is kept";
             CHECKF(rc == -1 && strstr(e, step) && strstr(e, words) && strstr(e, strerror(err)) && strstr(e, kept) &&
                        (strcmp(call, "fsync_dir") || !strstr(e, "previous commit (step 2) is kept")),
                    "%s: rc %d, message: %s", what, rc, e);
@@ -243,7 +295,10 @@ static void test_commit_faults(void) {
                 size_t len;
                 char *b = nl_t_slurp(prev, &len);
                 uint64_t ch = 0, mh = 0;
-                if (b && len >= 32) { memcpy(&ch, b + 16, 8); memcpy(&mh, b + 24, 8); }
+                if (b && len >= 32) {
+                    memcpy(&ch, b + 16, 8);
+                    memcpy(&mh, b + 24, 8);
+                }
                 free(b);
                 nl_ckpt v;
                 int ok = nl_ckpt_load_file(prev, ch, mh, 0, &v, NULL) == 0 && v.step == (uint64_t)(prune ? 3 : 2);
@@ -256,12 +311,15 @@ static void test_commit_faults(void) {
             char sig[8192];
             CHECKF(rc == 0 && res.steps_done == 4, "%s: resume: %s", what, nl_last_error());
             CHECKF(nl_t_same_file(out, ref_out), "%s: resumed adapter differs from the uninterrupted run", what);
-            CHECKF(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig), "%s: resumed log differs:\n%s", what, sig);
+            CHECKF(log_sig(log, sig, sizeof sig) == 4 && !strcmp(sig, ref_sig), "%s: resumed log differs:\n%s", what,
+                   sig);
         }
     }
     CHECK(seen_unlink && seen_fsync_dir && seen_rename);
-    printf("commit faults: %ld calls in commit 3 (%d skipped, NL_TEST_SMALL), %d runs (%d stopped with an error, %d failed prunes"
-           " that did not matter)\n", c3 - c2, n_skipped, n_cases, n_fail, n_prune);
+    printf("commit faults: %ld calls in commit 3 (%d skipped, NL_TEST_SMALL), %d runs (%d stopped with an error, %d "
+           "failed prunes"
+           " that did not matter)\n",
+           c3 - c2, n_skipped, n_cases, n_fail, n_prune);
 }
 
 /* A case's checkpoint directory, adapter and log (512 bytes each), and a clean run stopped
@@ -297,7 +355,8 @@ static void test_truncated_commit(void) {
     rewind(prog);
     CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
     fclose(prog);
-    CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck") && strstr(text, "at step 2/4"), "progress: %s", text);
+    CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck") && strstr(text, "at step 2/4"), "progress: %s",
+           text);
     free(text);
     char sig[8192];
     CHECK(nl_t_same_file(out, ref_out));
@@ -404,7 +463,8 @@ static void test_planted_symlinks(void) {
         nl_train_result r;
         int rc = nl_train(&o, &r);
         const char *e = nl_last_error();
-        CHECKF(rc == -1 && strstr(e, link) && strstr(e, "symbolic link") && strstr(e, "remove it"), "%s: rc %d, %s", links[i], rc, e);
+        CHECKF(rc == -1 && strstr(e, link) && strstr(e, "symbolic link") && strstr(e, "remove it"), "%s: rc %d, %s",
+               links[i], rc, e);
         CHECKF(victim_intact(), "%s: the file the link points to changed", links[i]);
         CHECKF(!lexists(out), "%s: an adapter was written", links[i]);
         if (i == 0) printf("planted link: %s\n", e);
@@ -412,7 +472,8 @@ static void test_planted_symlinks(void) {
         CHECK(unlink(link) == 0);
         if (!strcmp(links[i], "ckpt.tmp") || !strcmp(links[i], "run.json.tmp")) o.resume = 1; /* commits may be there */
         rc = nl_train(&o, &r);
-        CHECKF(rc == 0 && r.steps_done == 4 && nl_t_same_file(out, ref_out), "%s: after removing the link: %s", links[i], nl_last_error());
+        CHECKF(rc == 0 && r.steps_done == 4 && nl_t_same_file(out, ref_out), "%s: after removing the link: %s",
+               links[i], nl_last_error());
     }
 }
 
@@ -439,7 +500,8 @@ static void test_stale_temp_files(void) {
     CHECK(mkfifo(p, 0600) == 0);
     char x[600];
     snprintf(x, sizeof x, "%s/x", ck);
-    CHECK(nl_io_write_file(NULL, x, "abc", 3) == -1 && strstr(nl_last_error(), "is a FIFO") && strstr(nl_last_error(), p));
+    CHECK(nl_io_write_file(NULL, x, "abc", 3) == -1 && strstr(nl_last_error(), "is a FIFO") &&
+          strstr(nl_last_error(), p));
     CHECK(unlink(p) == 0 && mkdir(p, 0700) == 0);
     CHECK(nl_io_write_file(NULL, x, "abc", 3) == -1 && strstr(nl_last_error(), "is a directory"));
     CHECK(rmdir(p) == 0);
@@ -471,7 +533,8 @@ static void test_fifos(void) {
     text[n] = 0;
     fclose(prog);
     CHECKF(rc == 0 && r.steps_done == 4 && nl_t_same_file(out, ref_out), "resume over a FIFO: %s", nl_last_error());
-    CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck: is a FIFO, not a regular file") && strstr(text, "at step 2/4"),
+    CHECKF(strstr(text, "warning: ") && strstr(text, "commit-3.nlck: is a FIFO, not a regular file") &&
+               strstr(text, "at step 2/4"),
            "progress: %s", text);
 
     /* FIFOs as the thermal / battery files, --log-json, --model; a directory as --data */
@@ -521,7 +584,8 @@ static void test_fsync_dir_message(void) {
     int rc = nl_train_hooked(&o, &hk, &r);
     const char *e = nl_last_error();
     CHECKF(rc == -1 && strstr(e, "step 3: commit failed") && strstr(e, "fsync of the directory") &&
-           strstr(e, "the commit of step 3 is in place") && !strstr(e, "previous commit (step 2) is kept"), "%s", e);
+               strstr(e, "the commit of step 3 is in place") && !strstr(e, "previous commit (step 2) is kept"),
+           "%s", e);
     char c[600];
     snprintf(c, sizeof c, "%s/commit-3.nlck", ck);
     CHECK(lexists(c));
@@ -533,13 +597,17 @@ static void test_fsync_dir_message(void) {
  * the kept commit, and --resume with another --out gives the adapter. */
 static char grown_dir[600];
 static void make_dir_at_out(void *user, int step, const nl_adapter *ad, float *grads) {
-    (void)user; (void)ad; (void)grads;
+    (void)user;
+    (void)ad;
+    (void)grads;
     if (step == 4) CHECK(mkdir(grown_dir, 0700) == 0);
 }
 
 static char fsize_log[512];
 static void limit_log_at_3(void *user, int step, const nl_adapter *ad, float *grads) {
-    (void)user; (void)ad; (void)grads;
+    (void)user;
+    (void)ad;
+    (void)grads;
     struct stat st;
     if (step != 3 || stat(fsize_log, &st) != 0) return;
     struct rlimit lim;
@@ -559,7 +627,8 @@ static void test_output_write_failures(void) {
     int rc = nl_train_hooked(&o, &hk, &r);
     const char *e = nl_last_error();
     CHECKF(rc == -1 && strstr(e, "step 4: --out") && strstr(e, "writing the adapter failed") &&
-           strstr(e, "the last commit (step 4) is kept: --resume with another --out"), "%s", e);
+               strstr(e, "the last commit (step 4) is kept: --resume with another --out"),
+           "%s", e);
     printf("--out failure: %s\n", e);
     snprintf(out2, sizeof out2, "%s2", out);
     o.out = out2;
@@ -580,7 +649,8 @@ static void test_output_write_failures(void) {
     signal(SIGXFSZ, prev);
     e = nl_last_error();
     CHECKF(rc == -1 && strstr(e, "step 3: --log-json") && strstr(e, "write failed") && strstr(e, strerror(EFBIG)) &&
-           strstr(e, "the last commit (step 2) is kept: --resume with another --log-json"), "%s", e);
+               strstr(e, "the last commit (step 2) is kept: --resume with another --log-json"),
+           "%s", e);
     o.resume = 1;
     CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "resume after the log failure: %s", nl_last_error());
 }
@@ -602,15 +672,16 @@ static void test_log_close_eio(void) {
         const char *e = nl_last_error();
         char want[64];
         snprintf(want, sizeof want, ": %s failed: %s", k ? "close" : "fsync", strerror(EIO));
-        CHECKF(rc == -1 && f.failed == 1 && strstr(e, "--log-json") && strstr(e, want) && strstr(e, "the last commit (step 4) is kept") &&
-                   !exists(out),
+        CHECKF(rc == -1 && f.failed == 1 && strstr(e, "--log-json") && strstr(e, want) &&
+                   strstr(e, "the last commit (step 4) is kept") && !exists(out),
                "log %s EIO: rc %d: %s", k ? "close" : "fsync", rc, e);
         printf("--log-json %s EIO: %s\n", k ? "close" : "fsync", e);
         char log2[600];
         snprintf(log2, sizeof log2, "%s2", log);
         o.log_json = log2;
         o.resume = 1;
-        CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "resume after the log close failure: %s", nl_last_error());
+        CHECKF(nl_train(&o, &r) == 0 && nl_t_same_file(out, ref_out), "resume after the log close failure: %s",
+               nl_last_error());
     }
 }
 
@@ -629,8 +700,8 @@ static void test_lock_deleted(void) {
     nl_train_result r;
     int rc = nl_train(&o, &r);
     const char *e = nl_last_error();
-    CHECKF(rc == -1 && strstr(e, "is in use by another training run") && strstr(e, "lock file") && strstr(e, "was removed") &&
-               !exists(out),
+    CHECKF(rc == -1 && strstr(e, "is in use by another training run") && strstr(e, "lock file") &&
+               strstr(e, "was removed") && !exists(out),
            "%s", e);
     printf("lock deleted: %s\n", e);
     close(dfd);
@@ -659,7 +730,8 @@ static void test_lock_stale_pid(void) {
     char stale[64];
     snprintf(stale, sizeof stale, "(pid %d)", (int)gone);
     CHECKF(rc == -1 && strstr(e, "in use by another training run") && !strstr(e, stale) && strstr(e, "pid unknown") &&
-           strstr(e, "not running"), "%s", e);
+               strstr(e, "not running"),
+           "%s", e);
     close(fd);
 }
 
@@ -702,7 +774,8 @@ static void test_thread_errno(void) {
         printf("thread errno: %s (qemu-user ignores RLIMIT_AS): not checked\n", msg + 6);
         return;
     }
-    CHECKF(strstr(msg, "cannot start worker thread") && strchr(msg, ':') && strstr(msg, strerror(EAGAIN)), "message: %s", msg);
+    CHECKF(strstr(msg, "cannot start worker thread") && strchr(msg, ':') && strstr(msg, strerror(EAGAIN)),
+           "message: %s", msg);
 #endif
 }
 
@@ -715,13 +788,17 @@ int main(void) {
     snprintf(data, sizeof data, "%s/notes.jsonl", tmp);
     snprintf(victim, sizeof victim, "%s/victim.txt", tmp);
     alarm(600); /* a regression that blocks on a FIFO fails here instead of hanging */
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
-    static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
-                                  "Send the report to the team", "Refill at the physio", "Renew the passport"};
+    static const char *notes[] = {"Book the hotel for Friday",   "Call mum about the weekend", "Buy milk and eggs",
+                                  "Send the report to the team", "Refill at the physio",       "Renew the passport"};
     FILE *f = fopen(data, "w");
     for (int i = 0; i < 10; i++)
-        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 6], i % 3 ? " please" : "", tags[(i * 3) % 5]);
+        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 6],
+                i % 3 ? " please" : "", tags[(i * 3) % 5]);
     fclose(f);
     double t0 = nl_now();
     reference();

@@ -27,9 +27,8 @@ static double r_softplus(double x) { return x > 20.0 ? x : log(1.0 + exp(x)); }
 
 /* hist[(K-1)][cd] (oldest first) and S[Hv][dk][dv] are the incoming state (may be NULL = zeros);
  * they are updated when non-NULL. */
-static void ref_forward(const nl_gdn_shape *s, const refw *w, double *y, const double *mixed,
-                        const double *z, const double *b, const double *a, int T, double *hist,
-                        double *S_io) {
+static void ref_forward(const nl_gdn_shape *s, const refw *w, double *y, const double *mixed, const double *z,
+                        const double *b, const double *a, int T, double *hist, double *S_io) {
     int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, K = s->K, cd = nl_gdn_conv_dim(s);
     double eps = s->eps;
     /* full input sequence with the history in front: rows -(K-1) .. T-1 */
@@ -83,7 +82,12 @@ static void ref_forward(const nl_gdn_shape *s, const refw *w, double *y, const d
     }
     if (hist) memcpy(hist, seq + (size_t)T * cd, sizeof(double) * (size_t)(K - 1) * cd);
     if (S_io) memcpy(S_io, S, sizeof(double) * (size_t)Hv * dk * dv);
-    free(seq); free(S); free(c); free(Sp); free(u); free(o);
+    free(seq);
+    free(S);
+    free(c);
+    free(Sp);
+    free(u);
+    free(o);
 }
 
 /* ---------------- fixtures ---------------- */
@@ -91,9 +95,9 @@ static void ref_forward(const nl_gdn_shape *s, const refw *w, double *y, const d
 typedef struct {
     nl_gdn_shape s;
     int cd, T;
-    float *conv, *dt, *A, *norm;   /* weights */
+    float *conv, *dt, *A, *norm; /* weights */
     double *dconv, *ddt, *dA, *dnorm;
-    float *mixed, *z, *b, *a;      /* inputs */
+    float *mixed, *z, *b, *a; /* inputs */
     double *dmixed, *dz, *db, *da;
 } fix;
 
@@ -131,9 +135,22 @@ static void fix_init(fix *F, int Hk, int Hv, int dk, int dv, int K, int tiled, i
 }
 
 static void fix_free(fix *F) {
-    free(F->conv); free(F->dconv); free(F->dt); free(F->ddt); free(F->A); free(F->dA);
-    free(F->norm); free(F->dnorm); free(F->mixed); free(F->dmixed); free(F->z); free(F->dz);
-    free(F->b); free(F->db); free(F->a); free(F->da);
+    free(F->conv);
+    free(F->dconv);
+    free(F->dt);
+    free(F->ddt);
+    free(F->A);
+    free(F->dA);
+    free(F->norm);
+    free(F->dnorm);
+    free(F->mixed);
+    free(F->dmixed);
+    free(F->z);
+    free(F->dz);
+    free(F->b);
+    free(F->db);
+    free(F->a);
+    free(F->da);
 }
 
 static nl_gdn_weights fw(const fix *F) {
@@ -186,7 +203,12 @@ static void test_forward(int tiled, int with_state) {
         free(y2);
         nl_gdn_cache_free(c);
     }
-    free(y); free(yr); free(hist); free(S); free(dh); free(dS);
+    free(y);
+    free(yr);
+    free(hist);
+    free(S);
+    free(dh);
+    free(dS);
     fix_free(&F);
 }
 
@@ -216,12 +238,14 @@ static void test_forward_shapes(void) {
         for (int t0 = 0; t0 < T; t0 += 4) {
             int n = T - t0 < 4 ? T - t0 : 4;
             CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, y2 + (size_t)t0 * vd, F.mixed + (size_t)t0 * F.cd,
-                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * p[1], F.a + (size_t)t0 * p[1], n,
-                                 &st) == 0);
+                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * p[1], F.a + (size_t)t0 * p[1], n, &st) == 0);
         }
         CHECKF(memcmp(y, y2, sizeof(float) * ny) == 0, "shape %d: streamed y differs", si);
-        free(y2); free(S); free(hist);
-        free(y); free(yr);
+        free(y2);
+        free(S);
+        free(hist);
+        free(y);
+        free(yr);
         fix_free(&F);
     }
 }
@@ -246,8 +270,7 @@ static void test_streaming(int tiled) {
         for (int t0 = 0; t0 < T; t0 += steps[m]) {
             int n = T - t0 < steps[m] ? T - t0 : steps[m];
             ok &= nl_gdn_forward(NULL, NULL, &F.s, &w, y[m] + (size_t)t0 * vd, F.mixed + (size_t)t0 * cd,
-                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * Hv, F.a + (size_t)t0 * Hv, n,
-                                 &st) == 0;
+                                 F.z + (size_t)t0 * vd, F.b + (size_t)t0 * Hv, F.a + (size_t)t0 * Hv, n, &st) == 0;
         }
         CHECK(ok);
     }
@@ -257,12 +280,15 @@ static void test_streaming(int tiled) {
     for (int m = 1; m < 3; m++) {
         CHECKF(memcmp(y[0], y[m], sizeof(float) * ny) == 0, "y: one call vs steps of %d differ", steps[m]);
         CHECKF(memcmp(S[0], S[m], sizeof(float) * nS) == 0, "S: one call vs steps of %d differ", steps[m]);
-        CHECKF(memcmp(hist[0], hist[m], sizeof(float) * nh) == 0, "conv: one call vs steps of %d differ",
-               steps[m]);
+        CHECKF(memcmp(hist[0], hist[m], sizeof(float) * nh) == 0, "conv: one call vs steps of %d differ", steps[m]);
     }
     /* and the streamed final conv history is the last K-1 inputs */
     CHECK(memcmp(hist[0], F.mixed + (size_t)(T - K + 1) * cd, sizeof(float) * nh) == 0);
-    for (int m = 0; m < 3; m++) { free(y[m]); free(hist[m]); free(S[m]); }
+    for (int m = 0; m < 3; m++) {
+        free(y[m]);
+        free(hist[m]);
+        free(S[m]);
+    }
     free(y0);
     fix_free(&F);
 }
@@ -365,8 +391,8 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
             if (e > 1e-4 * fmax(1.0, gmax) + 1e-4 * fabs(ref[i])) bad++;
             if (e > err) err = e, worst = i;
         }
-        CHECKF(bad == 0, "d%s tiled=%d T=%d: %d bad, max err %.3g at %zu (%.6g vs %.6g), max|g| %.3g",
-               in[v].name, tiled, T, bad, err, worst, (double)in[v].g[worst], ref[worst], gmax);
+        CHECKF(bad == 0, "d%s tiled=%d T=%d: %d bad, max err %.3g at %zu (%.6g vs %.6g), max|g| %.3g", in[v].name,
+               tiled, T, bad, err, worst, (double)in[v].g[worst], ref[worst], gmax);
         /* (at T = 1 da is exactly 0: the decay only scales the zero initial state) */
         /* (and the gate gradients are ~0 where the gates saturate: a for decays near 0 and 1, b
          * for β near 0 and 1) */
@@ -378,7 +404,14 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
         free(ref);
     }
     nl_gdn_cache_free(c);
-    free(rvec); free(ybuf); free(dy); free(y); free(gm); free(gz); free(gb); free(ga);
+    free(rvec);
+    free(ybuf);
+    free(dy);
+    free(y);
+    free(gm);
+    free(gz);
+    free(gb);
+    free(ga);
     fix_free(&F);
 }
 
@@ -419,8 +452,8 @@ static void test_backward_direction(int Hk, int Hv, int dk, int dv, int tiled, i
         double lm = ref_loss(&F, rvec, ybuf);
         memcpy(in[v].x, x0, sizeof(double) * n);
         double fdv = (lp - lm) / (2 * h), e = fabs(fdv - gr) / fmax(1e-3, ga_);
-        CHECKF(e <= 1e-5, "d%s dk=%d dv=%d T=%d: directional %.9g vs %.9g (rel %.3g of %.3g)", in[v].name, dk, dv,
-               T, gr, fdv, e, ga_);
+        CHECKF(e <= 1e-5, "d%s dk=%d dv=%d T=%d: directional %.9g vs %.9g (rel %.3g of %.3g)", in[v].name, dk, dv, T,
+               gr, fdv, e, ga_);
         if (getenv("NL_TEST_VERBOSE"))
             printf("d%-5s dk=%d dv=%d T=%d: directional rel err %.3g (of sum|g r| %.3g)\n", in[v].name, dk, dv, T, e,
                    ga_);
@@ -428,7 +461,14 @@ static void test_backward_direction(int Hk, int Hv, int dk, int dv, int tiled, i
         free(x0);
     }
     nl_gdn_cache_free(c);
-    free(rvec); free(ybuf); free(dy); free(y); free(gm); free(gz); free(gb); free(ga);
+    free(rvec);
+    free(ybuf);
+    free(dy);
+    free(y);
+    free(gm);
+    free(gz);
+    free(gb);
+    free(ga);
     fix_free(&F);
 }
 
@@ -491,19 +531,22 @@ static void test_errors(void) {
     CHECK(nl_gdn_backward(NULL, NULL, &other, &w, c, y, 10, dm, dz, db, da) == -1);
     CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, y, 10, dm, dz, db, da) == 0);
     nl_gdn_cache_free(c);
-    free(y); free(dm); free(dz); free(db); free(da);
+    free(y);
+    free(dm);
+    free(dz);
+    free(db);
+    free(da);
     fix_free(&F);
 }
-
 
 /* ---------------- (e) the SIMD kernels against the portable ones ---------------- */
 
 /* Forward (zero start and a random past state, streamed in two pieces), training forward and
  * backward at each kernel set of the table (portable; AVX2, forced with nl_cpu_use("avx2") also
- * on an AVX-512 CPU, or on aarch64 the neon row; the best, AVX-512 or neonbf16): the same bits. Shapes with dv >= 64 (the AVX-512 column blocks; the
- * AVX2 step's are 32), column tails (dv = 70, 21; dk = 33, 17, 13, 9: the products' 16- and
- * 8-column blocks and the portable rest), odd dk, several 16-token chunks and T not a multiple
- * of 16, both head mappings; also the float64 reference at those shapes (with the past state). */
+ * on an AVX-512 CPU, or on aarch64 the neon row; the best, AVX-512 or neonbf16): the same bits. Shapes with dv >= 64
+ * (the AVX-512 column blocks; the AVX2 step's are 32), column tails (dv = 70, 21; dk = 33, 17, 13, 9: the products' 16-
+ * and 8-column blocks and the portable rest), odd dk, several 16-token chunks and T not a multiple of 16, both head
+ * mappings; also the float64 reference at those shapes (with the past state). */
 /* the kernel set `name` in use from now on (the portable one where this CPU lacks it): its name */
 static const char *use_level(const char *name) {
     if (nl_cpu_use(name) != 0) CHECK(nl_cpu_use("scalar") == 0);
@@ -511,8 +554,11 @@ static const char *use_level(const char *name) {
 }
 
 static void test_simd_same_bits(void) {
-    int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {1, 2, 17, 128, 3, 0, 50}, {1, 1, 9, 64, 4, 1, 16},
-                       {2, 2, 128, 128, 4, 1, 40}, {2, 4, 13, 21, 4, 0, 47}};
+    int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37},
+                       {1, 2, 17, 128, 3, 0, 50},
+                       {1, 1, 9, 64, 4, 1, 16},
+                       {2, 2, 128, 128, 4, 1, 40},
+                       {2, 4, 13, 21, 4, 0, 47}};
     /* the rows of cpu/kernels.h's table: on aarch64 the middle level is the neon row (the best,
      * neonbf16 where the CPU has FEAT_BF16, shares its GDN entries) */
 #if defined(__aarch64__)
@@ -524,7 +570,8 @@ static void test_simd_same_bits(void) {
     for (int m = 0; m < 3; m++) got[m] = use_level(levels[m]);
     CHECK(nl_cpu_use(NULL) == 0);
     CHECK(!strcmp(got[0], "scalar") && nl_cpu_kernels_find("scalar")->gdn_step == NULL);
-    if (strcmp(got[1], levels[1])) printf("note: no %s kernels on this CPU; that level runs the portable ones\n", levels[1]);
+    if (strcmp(got[1], levels[1]))
+        printf("note: no %s kernels on this CPU; that level runs the portable ones\n", levels[1]);
     printf("note: the best kernel set here: %s\n", got[2]);
     for (int si = 0; si < 5; si++) {
         int *p = shapes[si], Hv = p[1], dk = p[2], dv = p[3], K = p[4], T = p[6];
@@ -551,8 +598,9 @@ static void test_simd_same_bits(void) {
             nl_gdn_state st = {hist, S};
             int t1 = T / 3;
             CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys, F.mixed, F.z, F.b, F.a, t1, &st) == 0);
-            CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd, F.z + (size_t)t1 * vd,
-                                 F.b + (size_t)t1 * Hv, F.a + (size_t)t1 * Hv, T - t1, &st) == 0);
+            CHECK(nl_gdn_forward(NULL, NULL, &F.s, &w, ys + (size_t)t1 * vd, F.mixed + (size_t)t1 * cd,
+                                 F.z + (size_t)t1 * vd, F.b + (size_t)t1 * Hv, F.a + (size_t)t1 * Hv, T - t1,
+                                 &st) == 0);
             /* the middle level's training calls take the cache and their temporaries from an
              * arena (the pass's way), the others from the heap: the same bits */
             nl_arena ar = {0};
@@ -589,7 +637,11 @@ static void test_simd_same_bits(void) {
                        "shape %d: %s differs between level %s and portable", si, name[v], got[m]);
         for (int m = 0; m < 3; m++)
             for (int v = 0; v < 9; v++) free(out[m][v]);
-        free(hist0); free(S0); free(dh); free(dS); free(dy);
+        free(hist0);
+        free(S0);
+        free(dh);
+        free(dS);
+        free(dy);
         fix_free(&F);
     }
 }
@@ -633,7 +685,8 @@ static void test_row_entries(void) {
         printf("note: GDN entries of row %s checked directly\n", rows[ri]);
         /* gdn_mm: M rows × N columns × Kd, A row stride ars and column stride acs (1 or, as the
          * backward's transposed products, the row length) */
-        int mm_sizes[][3] = {{1, 1, 1}, {5, 37, 3}, {4, 16, 16}, {7, 13, 33}, {16, 70, 9}, {3, 4, 1}, {9, 3, 5}, {6, 29, 17}};
+        int mm_sizes[][3] = {{1, 1, 1},   {5, 37, 3}, {4, 16, 16}, {7, 13, 33},
+                             {16, 70, 9}, {3, 4, 1},  {9, 3, 5},   {6, 29, 17}};
         for (int si = 0; si < 8; si++) {
             const int M = mm_sizes[si][0], N = mm_sizes[si][1], Kd = mm_sizes[si][2];
             for (int tr = 0; tr <= 1; tr++)
@@ -651,12 +704,16 @@ static void test_row_entries(void) {
                     for (int i = 0; i < M; i++)
                         for (int j = 0; j < j0; j++) {
                             float c = acc ? C0[(size_t)i * ldc + j] : 0.0f;
-                            for (int l = 0; l < Kd; l++) c += A[(size_t)i * ars + (size_t)l * acs] * B[(size_t)l * ldb + j];
+                            for (int l = 0; l < Kd; l++)
+                                c += A[(size_t)i * ars + (size_t)l * acs] * B[(size_t)l * ldb + j];
                             C0[(size_t)i * ldc + j] = c;
                         }
-                    CHECKF(same_bits(C0, C1, (size_t)M * ldc), "row %s gdn_mm %dx%dx%d tr %d acc %d", rows[ri], M, N, Kd,
-                           tr, acc);
-                    free(A); free(B); free(C0); free(C1);
+                    CHECKF(same_bits(C0, C1, (size_t)M * ldc), "row %s gdn_mm %dx%dx%d tr %d acc %d", rows[ri], M, N,
+                           Kd, tr, acc);
+                    free(A);
+                    free(B);
+                    free(C0);
+                    free(C1);
                 }
         }
         /* gdn_step on whole gdn_step_cols blocks of a wider state (row stride ld > columns) */
@@ -666,17 +723,22 @@ static void test_row_entries(void) {
             for (int mode = 0; mode < 3; mode++) { /* 0: in place, 1: from S_prev, 2: in place, no r_out */
                 const int dk = dks[di];
                 const size_t ld = (size_t)w + 7, nS = (size_t)dk * ld;
-                float *S0 = malloc(sizeof(float) * nS), *S1 = malloc(sizeof(float) * nS), *Sp = malloc(sizeof(float) * nS);
+                float *S0 = malloc(sizeof(float) * nS), *S1 = malloc(sizeof(float) * nS),
+                      *Sp = malloc(sizeof(float) * nS);
                 float k[128], q[128], v[64], u0[64], u1[64], r0[64], r1[64], o0[64], o1[64];
                 for (size_t i = 0; i < nS; i++) S0[i] = S1[i] = Sp[i] = (float)nl_t_rand();
                 for (int i = 0; i < dk; i++) k[i] = (float)nl_t_rand(), q[i] = (float)nl_t_rand();
                 for (int c = 0; c < w; c++) v[c] = (float)nl_t_rand(), r0[c] = r1[c] = 7.0f;
                 const float alpha = 0.93f, beta = 0.61f, scale = 1.0f / sqrtf((float)dk);
-                ref_step(S0, mode == 1 ? Sp : S0, ld, k, v, q, alpha, beta, scale, dk, w, u0, mode == 2 ? NULL : r0, o0);
-                ks->gdn_step(S1, mode == 1 ? Sp : S1, ld, k, v, q, alpha, beta, scale, dk, u1, mode == 2 ? NULL : r1, o1);
+                ref_step(S0, mode == 1 ? Sp : S0, ld, k, v, q, alpha, beta, scale, dk, w, u0, mode == 2 ? NULL : r0,
+                         o0);
+                ks->gdn_step(S1, mode == 1 ? Sp : S1, ld, k, v, q, alpha, beta, scale, dk, u1, mode == 2 ? NULL : r1,
+                             o1);
                 CHECKF(same_bits(S0, S1, nS) && same_bits(u0, u1, w) && same_bits(r0, r1, w) && same_bits(o0, o1, w),
                        "row %s gdn_step dk %d mode %d", rows[ri], dk, mode);
-                free(S0); free(S1); free(Sp);
+                free(S0);
+                free(S1);
+                free(Sp);
             }
         /* gdn_transpose8: the whole 8×8 blocks, nothing else written */
         int tsz[][2] = {{8, 8}, {13, 21}, {16, 70}, {33, 9}, {7, 40}};
@@ -695,13 +757,15 @@ static void test_row_entries(void) {
                     bad += memcmp(&dst[(size_t)c * ldd + r], &want, 4) != 0;
                 }
             CHECKF(bad == 0, "row %s gdn_transpose8 %dx%d: %d wrong", rows[ri], R, Cc, bad);
-            free(src); free(dst);
+            free(src);
+            free(dst);
         }
         /* gdn_silu_d: random x in [-12, 12), then the edges of nl_fexp's range and its masks */
         enum { NX = 203 };
         float x[NX], y0[NX], d0[NX], y1[NX], d1[NX];
-        const float edge[] = {0.0f, -0.0f, 87.0f, -87.0f, 87.4f, -87.4f, 88.0f, -88.0f, 88.8f, -88.8f, 100.0f, -100.0f,
-                              1e7f, -1e7f, 1e30f, -1e30f, INFINITY, -INFINITY, 1e-30f, -1e-30f, 1e-45f, 20.0f, -20.0f};
+        const float edge[] = {0.0f,     -0.0f,     87.0f,  -87.0f,  87.4f,  -87.4f, 88.0f, -88.0f,
+                              88.8f,    -88.8f,    100.0f, -100.0f, 1e7f,   -1e7f,  1e30f, -1e30f,
+                              INFINITY, -INFINITY, 1e-30f, -1e-30f, 1e-45f, 20.0f,  -20.0f};
         const int ne = (int)(sizeof edge / sizeof edge[0]);
         for (int i = 0; i < NX; i++) x[i] = i < ne ? edge[i] : (float)(12.0 * nl_t_rand());
         for (int n = 1; n <= NX; n += n < 20 ? 1 : 61) {
@@ -724,7 +788,8 @@ static void test_row_entries(void) {
  * state), training forward and backward; shapes where several value heads share a key head
  * (both mappings) and where the heads do not split evenly. */
 static void test_threads_same_bits(void) {
-    int shapes[][7] = {{2, 4, 33, 70, 4, 1, 37}, {3, 6, 9, 64, 3, 0, 23}, {1, 2, 5, 3, 4, 1, 35}, {3, 3, 4, 6, 1, 0, 18}};
+    int shapes[][7] = {
+        {2, 4, 33, 70, 4, 1, 37}, {3, 6, 9, 64, 3, 0, 23}, {1, 2, 5, 3, 4, 1, 35}, {3, 3, 4, 6, 1, 0, 18}};
     nl_pool *pools[3] = {NULL, nl_pool_new(2), nl_pool_new(3)};
     CHECK(pools[1] && pools[2]);
     for (int si = 0; si < 4; si++) {
@@ -767,11 +832,15 @@ static void test_threads_same_bits(void) {
         const char *name[8] = {"y", "y (past state)", "S", "conv history", "dmixed", "dz", "db", "da"};
         for (int m = 1; m < 3; m++)
             for (int v = 0; v < 8; v++)
-                CHECKF(memcmp(out[0][v], out[m][v], sizeof(float) * len[v]) == 0, "shape %d: %s differs on %d threads", si,
-                       name[v], m + 1);
+                CHECKF(memcmp(out[0][v], out[m][v], sizeof(float) * len[v]) == 0, "shape %d: %s differs on %d threads",
+                       si, name[v], m + 1);
         for (int m = 0; m < 3; m++)
             for (int v = 0; v < 8; v++) free(out[m][v]);
-        free(hist0); free(S0); free(dh); free(dS); free(dy);
+        free(hist0);
+        free(S0);
+        free(dh);
+        free(dS);
+        free(dy);
         fix_free(&F);
     }
     nl_pool_free(pools[1]);
@@ -793,7 +862,7 @@ int main(void) {
     test_backward_shape(1, 2, 11, 10, 3, 1, 20); /* dk, dv > 8: the 8-wide kernel blocks + tails */
     test_backward_shape(3, 3, 4, 6, 1, 0, 18);   /* K = 1, Hk == Hv */
     fd_stride = 5;
-    test_backward_shape(1, 2, 9, 67, 3, 1, 35);  /* dv >= 64: the SIMD column blocks + a tail; 3 chunks */
+    test_backward_shape(1, 2, 9, 67, 3, 1, 35); /* dv >= 64: the SIMD column blocks + a tail; 3 chunks */
     fd_stride = 1;
     /* the chunked backward: T < 16, several chunks with a short last one, dk/dv odd and not
      * multiples of the vector width (16), both head mappings, shared key heads */

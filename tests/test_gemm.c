@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-static float chain(int wide, float c0, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int i, int j,
-                   int K) {
+static float chain(int wide, float c0, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int i,
+                   int j, int K) {
     float s = c0;
     for (int k = 0; k < K; k++) {
         const float a = A[i * a_rs + k * a_cs], b = B[(int64_t)k * ldb + j];
@@ -46,8 +46,8 @@ static void one(int M, int N, int K, int ldc, int tn, int acc) {
                                   : chain(wide, acc ? C0[i * ldc + j] : 0.0f, A, lda, 1, B, ldb, i, j, K);
             bad += memcmp(&want, &C[i * ldc + j], sizeof want) != 0;
         }
-    CHECKF(bad == 0 && untouched, "gemm%s M=%d N=%d K=%d ldc=%d acc=%d: %d elements differ from the chain%s", tn ? "_tn" : "",
-           M, N, K, ldc, acc, bad, untouched ? "" : ", and columns past N were written");
+    CHECKF(bad == 0 && untouched, "gemm%s M=%d N=%d K=%d ldc=%d acc=%d: %d elements differ from the chain%s",
+           tn ? "_tn" : "", M, N, K, ldc, acc, bad, untouched ? "" : ", and columns past N were written");
     free(A);
     free(B);
     free(C);

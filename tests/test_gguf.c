@@ -24,8 +24,12 @@ static size_t after(const uint8_t *buf, size_t len, const char *needle) {
     return 0;
 }
 
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
 
 /* Parse a copy of exactly len bytes (so ASan sees any over-read). */
 static nl_gguf *parse_copy(const uint8_t *buf, size_t len, uint8_t **copy) {
@@ -49,12 +53,34 @@ static void expect_fail(const uint8_t *buf, size_t len, const char *what, const 
 }
 
 /* ---- a hand-built file holding every scalar type (the writer has setters for only some) */
-typedef struct { uint8_t *p; size_t n; } buf_t;
-static void b_raw(buf_t *b, const void *s, size_t n) { b->p = realloc(b->p, b->n + n); memcpy(b->p + b->n, s, n); b->n += n; }
-static void b_u32(buf_t *b, uint32_t v) { uint8_t x[4]; put32(x, v); b_raw(b, x, 4); }
-static void b_u64(buf_t *b, uint64_t v) { uint8_t x[8]; put64(x, v); b_raw(b, x, 8); }
-static void b_str(buf_t *b, const char *s) { b_u64(b, strlen(s)); b_raw(b, s, strlen(s)); }
-static void b_kv(buf_t *b, const char *key, uint32_t type, const void *val, size_t n) { b_str(b, key); b_u32(b, type); b_raw(b, val, n); }
+typedef struct {
+    uint8_t *p;
+    size_t n;
+} buf_t;
+static void b_raw(buf_t *b, const void *s, size_t n) {
+    b->p = realloc(b->p, b->n + n);
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+static void b_u32(buf_t *b, uint32_t v) {
+    uint8_t x[4];
+    put32(x, v);
+    b_raw(b, x, 4);
+}
+static void b_u64(buf_t *b, uint64_t v) {
+    uint8_t x[8];
+    put64(x, v);
+    b_raw(b, x, 8);
+}
+static void b_str(buf_t *b, const char *s) {
+    b_u64(b, strlen(s));
+    b_raw(b, s, strlen(s));
+}
+static void b_kv(buf_t *b, const char *key, uint32_t type, const void *val, size_t n) {
+    b_str(b, key);
+    b_u32(b, type);
+    b_raw(b, val, n);
+}
 
 static void test_all_scalar_types(void) {
     buf_t b = {0};
@@ -62,15 +88,28 @@ static void test_all_scalar_types(void) {
     b_u32(&b, 3);
     b_u64(&b, 0);
     b_u64(&b, 11);
-    uint8_t u8 = 200; int8_t i8 = -100;
+    uint8_t u8 = 200;
+    int8_t i8 = -100;
     uint8_t u16[2] = {0x34, 0x12}, i16[2] = {0xfe, 0xff}; /* 0x1234, -2 */
-    uint8_t i32[4]; put32(i32, (uint32_t)-123456);
-    uint8_t u64[8]; put64(u64, 0x123456789abcdef0ull);
-    uint8_t i64[8]; put64(i64, (uint64_t)(int64_t)-5000000000ll);
-    double d = -2.5e100; uint64_t db; memcpy(&db, &d, 8); uint8_t f64[8]; put64(f64, db);
-    float f = 0.375f; uint32_t fb; memcpy(&fb, &f, 4); uint8_t f32[4]; put32(f32, fb);
+    uint8_t i32[4];
+    put32(i32, (uint32_t)-123456);
+    uint8_t u64[8];
+    put64(u64, 0x123456789abcdef0ull);
+    uint8_t i64[8];
+    put64(i64, (uint64_t)(int64_t)-5000000000ll);
+    double d = -2.5e100;
+    uint64_t db;
+    memcpy(&db, &d, 8);
+    uint8_t f64[8];
+    put64(f64, db);
+    float f = 0.375f;
+    uint32_t fb;
+    memcpy(&fb, &f, 4);
+    uint8_t f32[4];
+    put32(f32, fb);
     uint8_t bo = 1;
-    uint8_t u32[4]; put32(u32, 4000000000u);
+    uint8_t u32[4];
+    put32(u32, 4000000000u);
     b_kv(&b, "t.u8", NL_GGUF_UINT8, &u8, 1);
     b_kv(&b, "t.i8", NL_GGUF_INT8, &i8, 1);
     b_kv(&b, "t.u16", NL_GGUF_UINT16, u16, 2);
@@ -87,7 +126,10 @@ static void test_all_scalar_types(void) {
         uint8_t *copy;
         nl_gguf *g = parse_copy(b.p, b.n, &copy);
         CHECKF(g != NULL, "%s", nl_last_error());
-        if (!g) { free(copy); break; }
+        if (!g) {
+            free(copy);
+            break;
+        }
         CHECK(g->n_kv == 11 && g->n_tensors == 0 && g->data_offset == b.n);
         CHECK(nl_gguf_get(g, "t.u8")->v.u64 == 200 && nl_gguf_get(g, "t.u8")->type == NL_GGUF_UINT8);
         CHECK(nl_gguf_get(g, "t.i8")->v.i64 == -100);
@@ -97,7 +139,10 @@ static void test_all_scalar_types(void) {
         CHECK(nl_gguf_get(g, "t.u64")->v.u64 == 0x123456789abcdef0ull);
         CHECK(nl_gguf_get(g, "t.i64")->v.i64 == -5000000000ll);
         CHECK(nl_gguf_get(g, "t.f64")->v.f64 == -2.5e100);
-        uint32_t v32; int64_t v64; float vf; bool vb;
+        uint32_t v32;
+        int64_t v64;
+        float vf;
+        bool vb;
         CHECK(nl_gguf_get_u32(g, "t.u32", &v32) == 0 && v32 == 4000000000u);
         CHECK(nl_gguf_get_u32(g, "t.u8", &v32) == 0 && v32 == 200);
         CHECK(nl_gguf_get_u32(g, "t.i32", &v32) == -1 && has("t.i32")); /* negative does not fit */
@@ -130,7 +175,8 @@ static void test_all_scalar_types(void) {
 
 /* ---- writer round trip with arrays, strings, tensors of several types */
 static const int T_TYPES[] = {0 /*f32*/, 1 /*f16*/, 8 /*q8_0*/, 12 /*q4_k*/, 26 /*i32*/, 30 /*bf16*/, 2 /*q4_0*/};
-static const int64_t T_NE[][4] = {{7, 3, 1, 1}, {5, 1, 1, 1}, {64, 3, 1, 1}, {256, 2, 1, 1}, {3, 2, 2, 1}, {9, 1, 1, 1}, {32, 1, 2, 2}};
+static const int64_t T_NE[][4] = {{7, 3, 1, 1}, {5, 1, 1, 1}, {64, 3, 1, 1}, {256, 2, 1, 1},
+                                  {3, 2, 2, 1}, {9, 1, 1, 1}, {32, 1, 2, 2}};
 static const int T_NDIMS[] = {2, 1, 2, 2, 3, 1, 4};
 #define N_T ((int)(sizeof T_TYPES / sizeof T_TYPES[0]))
 
@@ -177,7 +223,8 @@ static uint8_t *make_file(const char *path, uint32_t align, size_t *len, uint8_t
             boff += 2 * 144;
             continue;
         }
-        int blck; size_t bb;
+        int blck;
+        size_t bb;
         nl_gguf_type_info(T_TYPES[i], &blck, &bb);
         size_t nb = (size_t)(T_NE[i][0] / blck) * bb * (size_t)(T_NE[i][1] * T_NE[i][2] * T_NE[i][3]);
         for (size_t j = 0; j < nb; j++) blobs[boff + j] = (uint8_t)(j * 31 + (size_t)i);
@@ -187,7 +234,8 @@ static uint8_t *make_file(const char *path, uint32_t align, size_t *len, uint8_t
     CHECK(nl_gguf_add_tensor(w, "t0.weight", 0, 1, T_NE[0], blobs, true) == -1 && has("duplicate")); /* duplicate */
     int64_t bad_ne[1] = {33};
     CHECK(nl_gguf_add_tensor(w, "bad", 8, 1, bad_ne, blobs, true) == -1 && has("block size"));
-    CHECK(nl_gguf_add_tensor(w, "x123456789012345678901234567890123456789012345678901234567890abc", 0, 1, bad_ne, blobs, true) == -1);
+    CHECK(nl_gguf_add_tensor(w, "x123456789012345678901234567890123456789012345678901234567890abc", 0, 1, bad_ne, blobs,
+                             true) == -1);
     CHECKF(nl_gguf_write(w, path) == 0, "%s", nl_last_error());
     nl_gguf_writer_free(w);
     char tmp[256];
@@ -204,14 +252,21 @@ static void test_round_trip(uint32_t align) {
     CHECK(file != NULL);
     nl_gguf *g = nl_gguf_open("test_gguf_rt.gguf");
     CHECKF(g != NULL, "%s", nl_last_error());
-    if (!g) { free(file); free(blobs); return; }
+    if (!g) {
+        free(file);
+        free(blobs);
+        return;
+    }
     uint32_t A = align ? align : 32;
     CHECK(g->alignment == A && g->version == 3 && g->mapped);
     CHECK(g->data_offset % A == 0);
     const char *s;
     CHECK(nl_gguf_get_str(g, "general.name", &s) == 0 && strcmp(s, "replaced") == 0);
     CHECK(nl_gguf_get_str(g, "a.empty", &s) == 0 && s[0] == 0);
-    uint32_t u; int64_t i64; float f; bool b;
+    uint32_t u;
+    int64_t i64;
+    float f;
+    bool b;
     CHECK(nl_gguf_get_u32(g, "a.u32", &u) == 0 && u == 42);
     CHECK(nl_gguf_get_i64(g, "a.i32", &i64) == 0 && i64 == -7);
     CHECK(nl_gguf_get_i64(g, "a.u64", &i64) == 0 && i64 == (1ll << 40));
@@ -227,7 +282,8 @@ static void test_round_trip(uint32_t align) {
     CHECK(kv && kv->arr_n == 3 && nl_gguf_arr_f64(kv, 1, &d) == 0 && d == -1.25);
     CHECK(nl_gguf_arr_i64(kv, 0, &i64) == -1); /* floats are not integers */
     kv = nl_gguf_get(g, "a.arr_bool");
-    CHECK(kv && kv->arr_n == 4 && nl_gguf_arr_i64(kv, 1, &i64) == 0 && i64 == 0 && nl_gguf_arr_i64(kv, 3, &i64) == 0 && i64 == 1);
+    CHECK(kv && kv->arr_n == 4 && nl_gguf_arr_i64(kv, 1, &i64) == 0 && i64 == 0 && nl_gguf_arr_i64(kv, 3, &i64) == 0 &&
+          i64 == 1);
     kv = nl_gguf_get(g, "a.arr_u16");
     CHECK(kv && nl_gguf_arr_i64(kv, 0, &i64) == 0 && i64 == 65535);
     kv = nl_gguf_get(g, "a.arr_empty");
@@ -235,7 +291,8 @@ static void test_round_trip(uint32_t align) {
     kv = nl_gguf_get(g, "a.arr_str");
     CHECK(kv && kv->arr_type == NL_GGUF_STRING && kv->arr_n == 4);
     if (kv && kv->arr_n == 4) {
-        CHECK(strcmp(kv->arr_str[0], "hello") == 0 && kv->arr_str[1][0] == 0 && strcmp(kv->arr_str[2], "w\xc3\xb6rld") == 0);
+        CHECK(strcmp(kv->arr_str[0], "hello") == 0 && kv->arr_str[1][0] == 0 &&
+              strcmp(kv->arr_str[2], "w\xc3\xb6rld") == 0);
         CHECK(kv->arr_str_len[2] == 6 && strcmp(kv->arr_str[3], "a b") == 0);
     }
     CHECK(nl_gguf_get(g, "missing") == NULL && nl_gguf_get(g, "a.removed") == NULL);
@@ -309,7 +366,8 @@ static void test_vocab_files(void) {
         CHECK(g->n_tensors == 0 && g->data_offset == g->size); /* ends right after the KVs */
         if (strstr(e->d_name, "gpt-2")) {
             /* GPT-2: 50257 tokens; token 0 is "!" and 50256 is <|endoftext|>. */
-            CHECK(tok && tok->arr_n == 50257 && strcmp(tok->arr_str[0], "!") == 0 && strcmp(tok->arr_str[50256], "<|endoftext|>") == 0);
+            CHECK(tok && tok->arr_n == 50257 && strcmp(tok->arr_str[0], "!") == 0 &&
+                  strcmp(tok->arr_str[50256], "<|endoftext|>") == 0);
         }
         nl_gguf_close(g);
     }
@@ -327,16 +385,24 @@ static void test_malformed(void) {
     uint8_t *b = malloc(len);
     char s[128];
 
-    { uint8_t *c; nl_gguf *g = parse_copy(good, len, &c); CHECKF(g != NULL, "%s", nl_last_error()); nl_gguf_close(g); free(c); }
+    {
+        uint8_t *c;
+        nl_gguf *g = parse_copy(good, len, &c);
+        CHECKF(g != NULL, "%s", nl_last_error());
+        nl_gguf_close(g);
+        free(c);
+    }
 
-    memcpy(b, good, len); b[1] = 'X';
+    memcpy(b, good, len);
+    b[1] = 'X';
     expect_fail(b, len, "bad magic", "offset 0", "not a GGUF");
     expect_fail(good, 3, "short magic", "offset 0", "not a GGUF");
     expect_fail(good, 0, "empty", "offset 0", "not a GGUF");
 
     uint32_t versions[3] = {0, 1, 4};
     for (int i = 0; i < 3; i++) {
-        memcpy(b, good, len); put32(b + 4, versions[i]);
+        memcpy(b, good, len);
+        put32(b + 4, versions[i]);
         snprintf(s, sizeof s, "version %u", versions[i]);
         expect_fail(b, len, "bad version", "offset 4", s);
     }
@@ -354,60 +420,74 @@ static void test_malformed(void) {
 
     /* string longer than the file */
     size_t sl = after(good, len, "general.name") + 4;
-    memcpy(b, good, len); put64(b + sl, 1ull << 40);
+    memcpy(b, good, len);
+    put64(b + sl, 1ull << 40);
     snprintf(s, sizeof s, "offset %zu", sl);
     expect_fail(b, len, "long string", s, "longer than");
-    memcpy(b, good, len); put64(b + sl, UINT64_MAX);
+    memcpy(b, good, len);
+    put64(b + sl, UINT64_MAX);
     expect_fail(b, len, "huge string", s, "longer than");
 
     /* array longer than the file (numeric and strings) */
     size_t al = after(good, len, "a.arr_i32") + 8;
-    memcpy(b, good, len); put64(b + al, 1ull << 61);
+    memcpy(b, good, len);
+    put64(b + al, 1ull << 61);
     snprintf(s, sizeof s, "offset %zu", al);
     expect_fail(b, len, "long array", s, "array of");
     al = after(good, len, "a.arr_str") + 8;
-    memcpy(b, good, len); put64(b + al, 1ull << 50);
+    memcpy(b, good, len);
+    put64(b + al, 1ull << 50);
     snprintf(s, sizeof s, "offset %zu", al);
     expect_fail(b, len, "long string array", s, "strings");
 
     /* unknown KV type and unknown array element type */
     size_t kt = after(good, len, "a.u32");
-    memcpy(b, good, len); put32(b + kt, 13);
+    memcpy(b, good, len);
+    put32(b + kt, 13);
     snprintf(s, sizeof s, "offset %zu", kt);
     expect_fail(b, len, "unknown KV type", s, "unknown value type 13");
     kt = after(good, len, "a.arr_i32") + 4;
-    memcpy(b, good, len); put32(b + kt, 9);
+    memcpy(b, good, len);
+    put32(b + kt, 9);
     snprintf(s, sizeof s, "offset %zu", kt);
     expect_fail(b, len, "array of arrays", s, "array element type 9");
 
     /* unknown tensor type (5 was removed from ggml) */
     size_t tt = after(good, len, "t0.weight") + 4 + 2 * 8;
-    memcpy(b, good, len); put32(b + tt, 5);
+    memcpy(b, good, len);
+    put32(b + tt, 5);
     snprintf(s, sizeof s, "offset %zu", tt);
     expect_fail(b, len, "unknown tensor type", s, "unknown ggml type 5");
 
     /* dims overflow */
     size_t ne = after(good, len, "t0.weight") + 4;
-    memcpy(b, good, len); put64(b + ne, 1ull << 40); put64(b + ne + 8, 1ull << 40);
+    memcpy(b, good, len);
+    put64(b + ne, 1ull << 40);
+    put64(b + ne + 8, 1ull << 40);
     snprintf(s, sizeof s, "offset %zu", ne);
     expect_fail(b, len, "dims overflow", s, "overflow");
-    memcpy(b, good, len); put64(b + ne, (uint64_t)-4);
+    memcpy(b, good, len);
+    put64(b + ne, (uint64_t)-4);
     expect_fail(b, len, "negative dim", s, "expected >= 0");
     /* ne0 not a multiple of the block size (q8_0 tensor t2) */
     ne = after(good, len, "t2.weight") + 4;
-    memcpy(b, good, len); put64(b + ne, 40);
+    memcpy(b, good, len);
+    put64(b + ne, 40);
     snprintf(s, sizeof s, "offset %zu", ne);
     expect_fail(b, len, "partial block", s, "block size");
     /* too many dims */
-    memcpy(b, good, len); put32(b + ne - 4, 5);
+    memcpy(b, good, len);
+    put32(b + ne - 4, 5);
     expect_fail(b, len, "n_dims", "5 dims", "at most 4");
 
     /* data offset out of range / overlapping (non-contiguous) */
     size_t of = after(good, len, "t1.weight") + 4 + 8 + 4;
-    memcpy(b, good, len); put64(b + of, 0); /* overlaps t0 */
+    memcpy(b, good, len);
+    put64(b + of, 0); /* overlaps t0 */
     snprintf(s, sizeof s, "offset %zu", of);
     expect_fail(b, len, "overlapping offset", s, "has data offset 0, expected 96");
-    memcpy(b, good, len); put64(b + of, 1ull << 62);
+    memcpy(b, good, len);
+    put64(b + of, 1ull << 62);
     expect_fail(b, len, "offset out of range", s, "expected 96");
 
     /* tensor data past the end of the file */
@@ -417,16 +497,19 @@ static void test_malformed(void) {
 
     /* duplicate key, duplicate tensor name */
     size_t k2 = after(good, len, "a.i32");
-    memcpy(b, good, len); memcpy(b + k2 - 5, "a.u32", 5);
+    memcpy(b, good, len);
+    memcpy(b + k2 - 5, "a.u32", 5);
     snprintf(s, sizeof s, "offset %zu", k2 - 5 - 8);
     expect_fail(b, len, "duplicate key", s, "duplicate key 'a.u32'");
     size_t t1 = after(good, len, "t1.weight");
-    memcpy(b, good, len); b[t1 - 8] = '0';
+    memcpy(b, good, len);
+    b[t1 - 8] = '0';
     snprintf(s, sizeof s, "offset %zu", t1 - 9 - 8);
     expect_fail(b, len, "duplicate tensor", s, "duplicate tensor name 't0.weight'");
 
     /* tensor name >= 64 bytes: grow the name length into the following bytes */
-    memcpy(b, good, len); put64(b + t1 - 9 - 8, 64);
+    memcpy(b, good, len);
+    put64(b + t1 - 9 - 8, 64);
     snprintf(s, sizeof s, "offset %zu", t1 - 9 - 8);
     expect_fail(b, len, "long name", s, "expected < 64");
 
@@ -446,7 +529,8 @@ static void test_malformed(void) {
     ab[av] = 48;
     snprintf(s, sizeof s, "offset %zu", av - 4 - 8 - 17);
     expect_fail(ab, alen, "alignment not pow2", s, "power of two");
-    ab[av] = 16; put32(ab + av - 4, NL_GGUF_INT32);
+    ab[av] = 16;
+    put32(ab + av - 4, NL_GGUF_INT32);
     expect_fail(ab, alen, "alignment type", s, "expected uint32");
     free(ab);
 
@@ -458,11 +542,14 @@ static void test_malformed(void) {
     expect_fail(b, len, "empty key", s, "empty key");
 
     /* counts larger than the file */
-    memcpy(b, good, len); put64(b + 16, 1ull << 40);
+    memcpy(b, good, len);
+    put64(b + 16, 1ull << 40);
     expect_fail(b, len, "kv count", "offset", "of KV 15"); /* runs into the tensor infos */
-    memcpy(b, good, len); put64(b + 8, 1ull << 62);
+    memcpy(b, good, len);
+    put64(b + 8, 1ull << 62);
     expect_fail(b, len, "tensor count", "offset", "tensor info");
-    memcpy(b, good, len); put64(b + 8, (uint64_t)-1);
+    memcpy(b, good, len);
+    put64(b + 8, (uint64_t)-1);
     expect_fail(b, len, "tensor count", "offset 8", "tensor count -1");
 
     /* files: missing, empty, directory */
@@ -487,7 +574,10 @@ static void test_truncation_and_fuzz(void) {
     free(blobs);
     nl_gguf *g0 = nl_gguf_open_buffer(good, len, LABEL);
     CHECK(g0 != NULL);
-    if (!g0) { free(good); return; }
+    if (!g0) {
+        free(good);
+        return;
+    }
     const nl_gguf_tensor *last = &g0->tensors[g0->n_tensors - 1];
     size_t need = (size_t)(g0->data_offset + last->offset + last->nbytes);
     nl_gguf_close(g0);

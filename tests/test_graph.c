@@ -1,8 +1,8 @@
 /* Training graph: dLoss/dA and dLoss/dB of every LoRA tensor vs central finite differences of
- * the loss (float64 accumulation of float32 forwards) on tiny models of every arch (gemma3's across its sliding window), with
- * dropout on; recompute (budget 0) gives bit-identical gradients to keeping everything; the
- * graph's loss equals the inference path's loss; the head on target rows only gives the bits of
- * the head on every row, and skipping layer 0's input gradient changes no bit. */
+ * the loss (float64 accumulation of float32 forwards) on tiny models of every arch (gemma3's across its sliding
+ * window), with dropout on; recompute (budget 0) gives bit-identical gradients to keeping everything; the graph's loss
+ * equals the inference path's loss; the head on target rows only gives the bits of the head on every row, and skipping
+ * layer 0's input gradient changes no bit. */
 #include <unistd.h>
 
 #include "test.h"
@@ -19,13 +19,16 @@ static char tmpdir[256];
 
 static double loss_of(nl_graph *g, const int32_t *tok, const int32_t *tgt, int T) {
     double s;
-    if (nl_graph_loss(g, tok, tgt, T, &s)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_graph_loss(g, tok, tgt, T, &s)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     return s;
 }
 
 /* (L(p + eps·v) − L(p − eps·v)) / 2eps along dir v of the cnt parameters at off (restored). */
-static double central(nl_graph *g, nl_adapter *ad, size_t off, size_t cnt, const float *save, const float *dir, double eps,
-                      const int32_t *tok, const int32_t *tgt, int T) {
+static double central(nl_graph *g, nl_adapter *ad, size_t off, size_t cnt, const float *save, const float *dir,
+                      double eps, const int32_t *tok, const int32_t *tgt, int T) {
     for (size_t j = 0; j < cnt; j++) ad->params[off + j] = (float)(save[off + j] + eps * dir[j]);
     double lp = loss_of(g, tok, tgt, T);
     for (size_t j = 0; j < cnt; j++) ad->params[off + j] = (float)(save[off + j] - eps * dir[j]);
@@ -39,7 +42,10 @@ static void test_arch(nl_arch arch) {
     snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, nl_arch_name(arch));
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 11, path) == 0);
     nl_session s;
-    if (nl_session_open(&s, path, NULL, NL_T_REF_CFG)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_session_open(&s, path, NULL, NL_T_REF_CFG)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     nl_adapter *ad = nl_adapter_new(s.m, "all", 2, 4.0f, 5);
     CHECK(ad != NULL);
     /* non-zero B so that gradients reach A */
@@ -56,8 +62,8 @@ static void test_arch(nl_arch arch) {
         tgt[t] = t % 4 == 1 ? -1 : (int32_t)((t * 31 + 7) % V);
     }
     float *g_keep = calloc(ad->n_params, sizeof(float)), *g_rec = calloc(ad->n_params, sizeof(float));
-    nl_graph g = {.rt = &s.rt, .ad = ad, .grads = g_keep, .dropout = DROP, .seed = 9, .step = 3,
-                  .act_budget = UINT64_MAX};
+    nl_graph g = {
+        .rt = &s.rt, .ad = ad, .grads = g_keep, .dropout = DROP, .seed = 9, .step = 3, .act_budget = UINT64_MAX};
     double l1, l2;
     CHECK(nl_graph_seq(&g, tok, tgt, T, 1.0f, &l1) == 0);
     CHECK(g.n_kept == s.m->hp.n_layer && g.n_recomputed == 0);
@@ -66,7 +72,8 @@ static void test_arch(nl_arch arch) {
     CHECK(nl_graph_seq(&g, tok, tgt, T, 1.0f, &l2) == 0);
     CHECK(g.n_kept == 0 && g.n_recomputed == s.m->hp.n_layer);
     CHECK(l1 == l2);
-    CHECKF(memcmp(g_keep, g_rec, ad->n_params * sizeof(float)) == 0, "%s: recompute changed gradients", nl_arch_name(arch));
+    CHECKF(memcmp(g_keep, g_rec, ad->n_params * sizeof(float)) == 0, "%s: recompute changed gradients",
+           nl_arch_name(arch));
     /* loss equals the inference path's when dropout is off */
     g.dropout = 0.0f;
     double l0 = loss_of(&g, tok, tgt, T), li;
@@ -96,7 +103,8 @@ static void test_arch(nl_arch arch) {
             /* gemma3's post-norms renormalise the small outputs of a random tiny model, so its
              * loss is strongly curved in the LoRA parameters: Richardson's extrapolation of two
              * steps cancels the eps² term of the central difference */
-            if (arch == NL_ARCH_GEMMA3) fd = (4.0 * central(&g, ad, off, cnt, save, dir, eps / 2, tok, tgt, T) - fd) / 3.0;
+            if (arch == NL_ARCH_GEMMA3)
+                fd = (4.0 * central(&g, ad, off, cnt, save, dir, eps / 2, tok, tgt, T) - fd) / 3.0;
             /* the denominator's floor: the loss is a sum of float32 row losses (~100 here) and
              * carries ~3e-7 of rounding noise, ~1e-4 in gemma3's Richardson estimate (4/3 of a
              * central difference at eps/2; measured on x86 on its blk.2.attn_q lora_b direction,
@@ -115,14 +123,15 @@ static void test_arch(nl_arch arch) {
             checked++;
             if (err > 2e-2) {
                 bad++;
-                fprintf(stderr, "%s %s.%s: fd %.6g analytic %.6g\n", nl_arch_name(arch),
-                        s.m->projs[ad->t[i].proj].name, which ? "lora_b" : "lora_a", fd, gv);
+                fprintf(stderr, "%s %s.%s: fd %.6g analytic %.6g\n", nl_arch_name(arch), s.m->projs[ad->t[i].proj].name,
+                        which ? "lora_b" : "lora_a", fd, gv);
             }
         }
     }
     free(dir);
     free(save);
-    CHECKF(bad == 0, "%s: %d of %d finite-difference checks failed (worst rel err %.3g)", nl_arch_name(arch), bad, checked, worst);
+    CHECKF(bad == 0, "%s: %d of %d finite-difference checks failed (worst rel err %.3g)", nl_arch_name(arch), bad,
+           checked, worst);
     printf("%s: %d FD checks, worst rel err %.3g\n", nl_arch_name(arch), checked, worst);
     free(g_keep);
     free(g_rec);
@@ -134,7 +143,8 @@ static void test_arch(nl_arch arch) {
 /* The head on every row, chunk by chunk (NL_HEAD_CHUNK rows; a chunk without a target sends
  * no request), no gathering, one thread: the longer way nn/head's head (the target rows
  * gathered) must give bit for bit (nl_graph_test.head). */
-static int head_all_rows(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss, float *dx) {
+static int head_all_rows(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss,
+                         float *dx) {
     const nl_model *m = ps->rt->m;
     const int E = m->hp.n_embd, V = m->hp.n_vocab, L = m->hp.n_layer, p = m->p_output;
     const int r = nl_adapter_rank(ps->save_u, p), C = T < NL_HEAD_CHUNK ? T : NL_HEAD_CHUNK;
@@ -154,14 +164,28 @@ static int head_all_rows(nl_pass *ps, const float *x, const int32_t *targets, in
             any |= targets[t0 + t] >= 0;
         }
         if (!any) continue;
-        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = hn + (size_t)t0 * E,
-                                               .u_save = r ? u : NULL, .T = nc, .rows = rows, .out = z});
+        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD,
+                                               .layer = L,
+                                               .kind = NL_P_OUTPUT,
+                                               .p = p,
+                                               .in = hn + (size_t)t0 * E,
+                                               .u_save = r ? u : NULL,
+                                               .T = nc,
+                                               .rows = rows,
+                                               .out = z});
         if (rc) break;
         for (int t = 0; t < nc; t++) /* a row without a target: loss 0, dz 0 */
             row_loss[t0 + t] = nl_xent_chunk(z + (size_t)t * V, targets + t0 + t, 1, V, inv_n, dx != NULL);
         if (dx)
-            rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = z,
-                                                   .x = hn + (size_t)t0 * E, .u_in = r ? u : NULL, .T = nc, .rows = rows,
+            rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD,
+                                                   .layer = L,
+                                                   .kind = NL_P_OUTPUT,
+                                                   .p = p,
+                                                   .in = z,
+                                                   .x = hn + (size_t)t0 * E,
+                                                   .u_in = r ? u : NULL,
+                                                   .T = nc,
+                                                   .rows = rows,
                                                    .out = dhn + (size_t)t0 * E});
     }
     if (rc == 0 && dx) nl_rmsnorm_backward(dx, dhn, x, m->output_norm, rstd, T, E);
@@ -181,7 +205,10 @@ static void test_shortcuts(nl_arch arch, const char *backend) {
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 13, path) == 0);
     nl_proj_config pc = {.backend = backend, .n_threads = 1};
     nl_session s;
-    if (nl_session_open(&s, path, NULL, &pc)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_session_open(&s, path, NULL, &pc)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     nl_adapter *ad = nl_adapter_new(s.m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output", 3, 6.0f, 2);
     CHECK(ad != NULL && ad->by_proj[s.m->p_output] >= 0);
     for (int i = 0; i < ad->n; i++) {
@@ -209,24 +236,34 @@ static void test_shortcuts(nl_arch arch, const char *backend) {
             gr[v] = calloc(ad->n_params, sizeof(float));
             nl_graph_prof prof = {0};
             nl_graph_test hooks = {.head = v == 1 ? head_all_rows : NULL, .full_input_grads = v == 2};
-            nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[v], .dropout = 0.3f, .seed = 8, .step = 1, .tok_base = 1000,
-                          .act_budget = c ? 0 : UINT64_MAX, .test = &hooks, .prof = &prof};
+            nl_graph g = {.rt = &s.rt,
+                          .ad = ad,
+                          .grads = gr[v],
+                          .dropout = 0.3f,
+                          .seed = 8,
+                          .step = 1,
+                          .tok_base = 1000,
+                          .act_budget = c ? 0 : UINT64_MAX,
+                          .test = &hooks,
+                          .prof = &prof};
             CHECK(nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss[v]) == 0);
             req[v] = prof.requests;
             CHECK(nl_graph_loss(&g, tok, tgt, T, &lo[v]) == 0);
         }
-        CHECKF(loss[0] == loss[1] && lo[0] == lo[1], "%s %s T=%d: compacted head loss %.17g vs %.17g", nl_arch_name(arch),
-               backend, T, loss[0], loss[1]);
+        CHECKF(loss[0] == loss[1] && lo[0] == lo[1], "%s %s T=%d: compacted head loss %.17g vs %.17g",
+               nl_arch_name(arch), backend, T, loss[0], loss[1]);
         CHECKF(memcmp(gr[0], gr[1], ad->n_params * sizeof(float)) == 0, "%s %s T=%d: compacted head changed gradients",
                nl_arch_name(arch), backend, T);
         CHECKF(loss[0] == loss[2] && memcmp(gr[0], gr[2], ad->n_params * sizeof(float)) == 0,
-               "%s %s T=%d: skipping layer 0's input gradient changed the loss or gradients", nl_arch_name(arch), backend, T);
+               "%s %s T=%d: skipping layer 0's input gradient changed the loss or gradients", nl_arch_name(arch),
+               backend, T);
         /* and the skip happened: layer 0's mixer input projections (q, k, v or qkv, z, beta, alpha)
          * sent no BWD request */
         const int n_in_proj = s.m->layers[0].recurrent ? 4 : 3;
         /* the head: T = 530 has 265 target rows, 2 compact chunks against 3 row chunks */
-        CHECKF(req[2] == req[0] + (uint64_t)n_in_proj && req[1] == req[0] + (c ? 2 : 0), "%s %s T=%d: requests %llu / %llu / %llu",
-               nl_arch_name(arch), backend, T, (unsigned long long)req[0], (unsigned long long)req[1], (unsigned long long)req[2]);
+        CHECKF(req[2] == req[0] + (uint64_t)n_in_proj && req[1] == req[0] + (c ? 2 : 0),
+               "%s %s T=%d: requests %llu / %llu / %llu", nl_arch_name(arch), backend, T, (unsigned long long)req[0],
+               (unsigned long long)req[1], (unsigned long long)req[2]);
         const nl_lora_tensor *ho = &ad->t[ad->by_proj[s.m->p_output]];
         double nb = 0.0;
         for (size_t i = 0; i < (size_t)ho->rank * (size_t)ho->n_out; i++) nb += fabs(gr[0][ho->off_b + i]);
@@ -248,7 +285,10 @@ static void test_forward_is_graph(nl_arch arch, const char *backend, int threads
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 17, path) == 0);
     nl_proj_config pc = {.backend = backend, .n_threads = threads};
     nl_session s;
-    if (nl_session_open(&s, path, NULL, &pc)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_session_open(&s, path, NULL, &pc)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     nl_adapter *ad = nl_adapter_new(s.m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output", 4, 8.0f, 3);
     CHECK(ad != NULL);
     for (int i = 0; i < ad->n; i++) {
@@ -272,8 +312,8 @@ static void test_forward_is_graph(nl_arch arch, const char *backend, int threads
         double lg = -1.0, lf = -2.0;
         CHECK(nl_graph_loss(&g, tok, tgt, T, &lg) == 0);
         CHECK(nl_forward(&s.rt, NULL, tok, T, h) == 0 && nl_head_loss(&s.rt, h, tgt, T, &lf, NULL) == 0);
-        CHECKF(lg == lf && lg > 0.0, "%s %s %d threads T=%d: graph loss %.17g, forward loss %.17g", nl_arch_name(arch), backend,
-               threads, T, lg, lf);
+        CHECKF(lg == lf && lg > 0.0, "%s %s %d threads T=%d: graph loss %.17g, forward loss %.17g", nl_arch_name(arch),
+               backend, threads, T, lg, lf);
         free(tok), free(tgt), free(h);
     }
     s.rt.adapter = NULL;
@@ -292,7 +332,10 @@ static void test_call_bytes(nl_arch arch) {
     CHECK(nl_mkmodel(arch, "tiny", NL_TYPE_F32, 19, path) == 0);
     nl_proj_config pc = {.backend = "host", .n_threads = 2};
     nl_session s;
-    if (nl_session_open(&s, path, NULL, &pc)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_session_open(&s, path, NULL, &pc)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     nl_adapter *ad = nl_adapter_new(s.m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output", 4, 8.0f, 3);
     CHECK(ad != NULL);
     s.rt.adapter = ad;
@@ -311,14 +354,21 @@ static void test_call_bytes(nl_arch arch) {
         const uint64_t half = nl_graph_layer_bytes(&g0, 0, T) * (uint64_t)nL / 2;
         const uint64_t budgets[3] = {UINT64_MAX, 0, half};
         for (int v = 0; v < 4; v++) {
-            nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr, .dropout = 0.3f, .seed = 8, .step = 1, .keep_scratch = 1,
+            nl_graph g = {.rt = &s.rt,
+                          .ad = ad,
+                          .grads = gr,
+                          .dropout = 0.3f,
+                          .seed = 8,
+                          .step = 1,
+                          .keep_scratch = 1,
                           .act_budget = v < 3 ? budgets[v] : 0};
             double loss;
             CHECK((v < 3 ? nl_graph_seq(&g, tok, tgt, T, 0.25f, &loss) : nl_graph_loss(&g, tok, tgt, T, &loss)) == 0);
             const uint64_t bound = nl_graph_call_bytes(&g, T, g.act_budget, v < 3, NULL);
             const uint64_t peak = g.ws ? ((nl_arena *)g.ws)->peak : 0;
-            CHECKF(peak > 0 && peak <= bound && bound - peak <= bound / 20, "%s T=%d case %d: arena peak %llu, bound %llu",
-                   nl_arch_name(arch), T, v, (unsigned long long)peak, (unsigned long long)bound);
+            CHECKF(peak > 0 && peak <= bound && bound - peak <= bound / 20,
+                   "%s T=%d case %d: arena peak %llu, bound %llu", nl_arch_name(arch), T, v, (unsigned long long)peak,
+                   (unsigned long long)bound);
             nl_graph_free(&g);
         }
         free(tok), free(tgt);

@@ -27,7 +27,8 @@ static void test_mask_definition(void) {
     const int Ks[] = {1, 2, 15, 16, 17, 33, 1000, 1024, 3071};
     for (int ki = 0; ki < (int)(sizeof Ks / sizeof Ks[0]); ki++) {
         const int K = Ks[ki];
-        nl_lora L = {.n_in = K, .n_out = 3, .rank = 2, .scale = 1.0f, .dropout = 0.3f, .key = nl_lora_dropout_key(5, 6, 7, 1)};
+        nl_lora L = {
+            .n_in = K, .n_out = 3, .rank = 2, .scale = 1.0f, .dropout = 0.3f, .key = nl_lora_dropout_key(5, 6, 7, 1)};
         float *m = malloc(sizeof(float) * (size_t)K);
         int ok = 1;
         for (int64_t tok = 0; tok < 5; tok++) {
@@ -51,7 +52,11 @@ static void run_case(nl_arch arch, const char *preset, int T) {
     CHECK(nl_mkmodel(arch, preset, NL_TYPE_F32, 7, path) == 0);
     /* host backend (Q8_0 by the default policy, f32 compute: deterministic and fast), 1
      * service thread, no planner (whole requests) */
-    struct { nl_model *m; nl_proj_service *svc; nl_runtime rt; } s;
+    struct {
+        nl_model *m;
+        nl_proj_service *svc;
+        nl_runtime rt;
+    } s;
     nl_proj_config pc = {.backend = "host", .n_threads = 1, .compute = "f32"};
     s.m = nl_model_load(path);
     s.svc = s.m ? nl_proj_service_new(&pc) : NULL;
@@ -87,8 +92,14 @@ static void run_case(nl_arch arch, const char *preset, int T) {
         gr[r] = calloc(ad->n_params, sizeof(float));
         CHECK(nl_runtime_set_threads(&s.rt, threads[r]) == 0);
         s.rt.sync = r == 3 || r >= 5;
-        nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gr[r], .dropout = 0.1f, .seed = 4, .step = 2,
-                      .act_budget = UINT64_MAX, .keep_scratch = r == 4};
+        nl_graph g = {.rt = &s.rt,
+                      .ad = ad,
+                      .grads = gr[r],
+                      .dropout = 0.1f,
+                      .seed = 4,
+                      .step = 2,
+                      .act_budget = UINT64_MAX,
+                      .keep_scratch = r == 4};
         if (r == 4) { /* a first call to warm the arena (different T), then the measured one */
             float *junk = calloc(ad->n_params, sizeof(float));
             double lj;
@@ -100,8 +111,8 @@ static void run_case(nl_arch arch, const char *preset, int T) {
         }
         CHECK(nl_graph_seq(&g, tok, tgt, T, 1.0f / (float)T, &loss[r]) == 0);
         if (s.rt.sync && threads[r] > 1) /* every LoRA branch of these shapes is worth the hand-off */
-            CHECKF(g.n_lora_pool >= 2 * 7 * s.m->hp.n_layer, "%s run %d: %d LoRA branches on the pool", nl_arch_name(arch), r,
-                   g.n_lora_pool);
+            CHECKF(g.n_lora_pool >= 2 * 7 * s.m->hp.n_layer, "%s run %d: %d LoRA branches on the pool",
+                   nl_arch_name(arch), r, g.n_lora_pool);
         else CHECK(g.n_lora_pool == 0);
         if (r == 4) CHECK(g.ws != NULL);
         else CHECK(g.ws == NULL);
@@ -134,8 +145,8 @@ static void run_case(nl_arch arch, const char *preset, int T) {
             s.rt.sync = r;
             s.rt.attn_bf16 = !tiles;
             s.rt.tiles = tiles ? &nl_amx_tiles_emu : NULL;
-            nl_graph g = {.rt = &s.rt, .ad = ad, .grads = gb[r], .dropout = 0.1f, .seed = 4, .step = 2,
-                          .act_budget = UINT64_MAX};
+            nl_graph g = {
+                .rt = &s.rt, .ad = ad, .grads = gb[r], .dropout = 0.1f, .seed = 4, .step = 2, .act_budget = UINT64_MAX};
             CHECK(nl_graph_seq(&g, tok, tgt, T, 1.0f / (float)T, &lb[r]) == 0);
             nl_graph_free(&g);
             s.rt.attn_bf16 = 0;
@@ -146,7 +157,8 @@ static void run_case(nl_arch arch, const char *preset, int T) {
         double dn = 0;
         for (size_t i = 0; i < ad->n_params; i++) dn += ((double)gb[0][i] - gr[0][i]) * ((double)gb[0][i] - gr[0][i]);
         const double rel = sqrt(dn / nrm);
-        if (tiles || nl_attention_bf16_active()) CHECKF(lb[0] != loss[0] && rel > 0, "%s: %s changed nothing", nl_arch_name(arch), what);
+        if (tiles || nl_attention_bf16_active())
+            CHECKF(lb[0] != loss[0] && rel > 0, "%s: %s changed nothing", nl_arch_name(arch), what);
         else CHECK(lb[0] == loss[0] && rel == 0);
         CHECKF(fabs(lb[0] - loss[0]) < 1e-2 * fabs(loss[0]) && rel < 3e-2, "%s: %s loss %.6f vs %.6f, grad rel diff %g",
                nl_arch_name(arch), what, lb[0], loss[0], rel);
@@ -154,8 +166,9 @@ static void run_case(nl_arch arch, const char *preset, int T) {
         free(gb[0]);
         free(gb[1]);
     }
-    printf("%s %s T=%d: loss %.6f, |grad| %.4g, identical across 1/2/3 threads, sync (LoRA on the pool) and kept scratch\n", nl_arch_name(arch),
-           preset, T, loss[0], sqrt(nrm));
+    printf("%s %s T=%d: loss %.6f, |grad| %.4g, identical across 1/2/3 threads, sync (LoRA on the pool) and kept "
+           "scratch\n",
+           nl_arch_name(arch), preset, T, loss[0], sqrt(nrm));
     for (int r = 0; r < NRUN; r++) free(gr[r]);
     free(tok);
     free(tgt);

@@ -126,8 +126,8 @@ static void test_decoders(void) {
             nl_host_dequant(ks, types[i], w, 0, K, c);
             CHECKF(memcmp(c, b, sizeof c) == 0, "%s: type %d: nl_host_dequant != quant.c", sets[s], types[i]);
             nl_host_dequant(ks, types[i], w, 64, 96, c);
-            CHECKF(memcmp(c, b + 64, 96 * sizeof(float)) == 0, "%s: type %d: nl_host_dequant [64, 160) != quant.c", sets[s],
-                   types[i]);
+            CHECKF(memcmp(c, b + 64, 96 * sizeof(float)) == 0, "%s: type %d: nl_host_dequant [64, 160) != quant.c",
+                   sets[s], types[i]);
         }
         free(w);
     }
@@ -181,8 +181,8 @@ static void check_shape(void *ctx, int bf16, int type, int N, int K, int T, nl_d
             if (!(err <= bound)) {
                 bad++;
                 fprintf(stderr, "%s/%s type %d %s N=%d K=%d T=%d: y[%d][%d] = %.9g, ref %.9g, bound %.3g\n",
-                        nl_proj_host_kernels(ctx), nl_proj_host_compute(ctx), type,
-                        dir == NL_FWD ? "fwd" : "bwd", N, K, T, t, o, y[(size_t)t * nout + o], ref, bound);
+                        nl_proj_host_kernels(ctx), nl_proj_host_compute(ctx), type, dir == NL_FWD ? "fwd" : "bwd", N, K,
+                        T, t, o, y[(size_t)t * nout + o], ref, bound);
             }
         }
     CHECK(bad == 0);
@@ -251,8 +251,8 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     int bad = 0;
     for (int t = 0; t < K; t++)
         for (int n = 0; n < N; n++) bad += yf[(size_t)t * N + n] != wd[(size_t)n * K + t];
-    CHECKF(bad == 0, "%s/%s type %d fwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
-           nl_proj_host_compute(ctx), type, bad);
+    CHECKF(bad == 0, "%s/%s type %d fwd one-hot: %d mismatches", nl_proj_host_kernels(ctx), nl_proj_host_compute(ctx),
+           type, bad);
     /* BWD: T = N rows, row t = e_t */
     memset(x, 0, sizeof(float) * M * M);
     for (int t = 0; t < N; t++) x[(size_t)t * N + t] = 1.0f;
@@ -260,8 +260,8 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
     bad = 0;
     for (int t = 0; t < N; t++)
         for (int k = 0; k < K; k++) bad += yb[(size_t)t * K + k] != wd[(size_t)t * K + k];
-    CHECKF(bad == 0, "%s/%s type %d bwd one-hot: %d mismatches", nl_proj_host_kernels(ctx),
-           nl_proj_host_compute(ctx), type, bad);
+    CHECKF(bad == 0, "%s/%s type %d bwd one-hot: %d mismatches", nl_proj_host_kernels(ctx), nl_proj_host_compute(ctx),
+           type, bad);
     /* FWD's column k of row n and BWD's row n at k: one effective weight */
     bad = 0;
     for (int n = 0; n < N; n++)
@@ -307,9 +307,12 @@ static void test_threads(const mode *m, int type) {
                 nl_proj_backend_host.free(ctx);
             }
         }
-        CHECKF(memcmp(y[0], y[1], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 2 threads", m->kernels, m->compute, type);
-        CHECKF(memcmp(y[0], y[2], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 4 threads", m->kernels, m->compute, type);
-        CHECKF(memcmp(y[0], y[3], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 8 threads", m->kernels, m->compute, type);
+        CHECKF(memcmp(y[0], y[1], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 2 threads", m->kernels,
+               m->compute, type);
+        CHECKF(memcmp(y[0], y[2], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 4 threads", m->kernels,
+               m->compute, type);
+        CHECKF(memcmp(y[0], y[3], sizeof(float) * T * nout) == 0, "%s/%s type %d: 1 vs 8 threads", m->kernels,
+               m->compute, type);
         for (int i = 0; i < 4; i++) free(y[i]);
     }
     free(w);

@@ -1,5 +1,5 @@
-/* Inference path: decode == prefill on every arch (gemma3's past its sliding window), adapters (B = 0 is exact, rank-1 == merge),
- * sampling. Models are made by mkmodel (tiny preset). */
+/* Inference path: decode == prefill on every arch (gemma3's past its sliding window), adapters (B = 0 is exact, rank-1
+ * == merge), sampling. Models are made by mkmodel (tiny preset). */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,7 +40,8 @@ static void test_decode_equals_prefill(const char *path) {
     int V = s.m->hp.n_vocab, E = s.m->hp.n_embd;
     int32_t tok[T];
     for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 37 + 11) % V);
-    float *full = malloc(sizeof(float) * T * V), *step = malloc(sizeof(float) * T * V), *h = malloc(sizeof(float) * T * E);
+    float *full = malloc(sizeof(float) * T * V), *step = malloc(sizeof(float) * T * V),
+          *h = malloc(sizeof(float) * T * E);
     CHECK(nl_session_logits(&s, tok, T, full) == 0);
     nl_seq_state st;
     CHECK(nl_seq_state_init(&st, s.m, 64) == 0);
@@ -94,7 +95,9 @@ static void test_decode_equals_prefill(const char *path) {
         free(h2);
     }
     nl_seq_state_free(&st, s.m);
-    free(full); free(step); free(h);
+    free(full);
+    free(step);
+    free(h);
     nl_session_close(&s);
 }
 
@@ -113,7 +116,8 @@ static void test_adapters(const char *path, const char *tag) {
     int V = m->hp.n_vocab;
     int32_t tok[T];
     for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 53 + 5) % V);
-    float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V), *merged = malloc(sizeof(float) * T * V);
+    float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V),
+          *merged = malloc(sizeof(float) * T * V);
     nl_session s;
     CHECK(nl_session_open(&s, path, NULL, &f32cfg) == 0);
     CHECK(nl_session_logits(&s, tok, T, base) == 0);
@@ -165,13 +169,17 @@ static void test_adapters(const char *path, const char *tag) {
         int n_q41 = 0, bad = 0;
         for (int64_t i = 0; i < gq->n_tensors; i++) {
             const nl_gguf_tensor *tq = &gq->tensors[i], *tf = nl_gguf_tensor_find(gf, tq->name);
-            if (!tf) { bad++; continue; }
+            if (!tf) {
+                bad++;
+                continue;
+            }
             if (tq->type != NL_TYPE_Q4_1) continue;
             n_q41++;
             const int64_t n = tf->ne[0] * tf->ne[1];
             uint8_t *want = malloc(nl_row_bytes(NL_TYPE_Q4_1, tf->ne[0]) * (size_t)tf->ne[1]);
             nl_type_get(NL_TYPE_Q4_1)->from_float((const float *)tf->data, want, n);
-            bad += tf->type != NL_TYPE_F32 || memcmp(want, tq->data, nl_row_bytes(NL_TYPE_Q4_1, tf->ne[0]) * (size_t)tf->ne[1]) != 0;
+            bad += tf->type != NL_TYPE_F32 ||
+                   memcmp(want, tq->data, nl_row_bytes(NL_TYPE_Q4_1, tf->ne[0]) * (size_t)tf->ne[1]) != 0;
             free(want);
         }
         CHECKF(bad == 0 && n_q41 >= a->n, "%s: q4_1 merge: %d of %d tensors differ", tag, bad, n_q41);
@@ -180,7 +188,9 @@ static void test_adapters(const char *path, const char *tag) {
     nl_gguf_close(gq);
     nl_adapter_free(a);
     nl_model_free(m);
-    free(base); free(with); free(merged);
+    free(base);
+    free(with);
+    free(merged);
 }
 
 /* merge of an adapter into weights of a type nightlora cannot quantize to (the real Gemma 3 file
@@ -246,7 +256,10 @@ static void test_merge_unwritable(const char *f32_path) {
         for (int64_t i = 0; i < gm->n_tensors; i++) {
             const nl_gguf_tensor *tm = &gm->tensors[i], *tb = nl_gguf_tensor_find(gb, tm->name),
                                  *tf = nl_gguf_tensor_find(gf, tm->name);
-            if (!tb || !tf) { bad++; continue; }
+            if (!tb || !tf) {
+                bad++;
+                continue;
+            }
             const int64_t n = tm->ne[0] * tm->ne[1];
             if (tb->type == NL_TYPE_Q5_0) {
                 n_q8++;
@@ -258,7 +271,8 @@ static void test_merge_unwritable(const char *f32_path) {
                 int off = tm->type != NL_TYPE_Q8_0 || tf->type != NL_TYPE_F32 || tm->nbytes != bytes;
                 for (size_t b = 0; !off && b < bytes; b += 34) {
                     off += memcmp(want + b, (const uint8_t *)tm->data + b, 2) != 0;
-                    for (int j = 0; j < 32; j++) off += abs((int)(int8_t)want[b + 2 + j] - (int)((const int8_t *)tm->data)[b + 2 + j]) > 1;
+                    for (int j = 0; j < 32; j++)
+                        off += abs((int)(int8_t)want[b + 2 + j] - (int)((const int8_t *)tm->data)[b + 2 + j]) > 1;
                 }
                 bad += off != 0;
                 free(want);
@@ -280,7 +294,8 @@ static void test_merge_unwritable(const char *f32_path) {
     const int V = m->hp.n_vocab;
     int32_t tok[T];
     for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 31 + 2) % V);
-    float *with = malloc(sizeof(float) * T * V), *merged = malloc(sizeof(float) * T * V), *base = malloc(sizeof(float) * T * V);
+    float *with = malloc(sizeof(float) * T * V), *merged = malloc(sizeof(float) * T * V),
+          *base = malloc(sizeof(float) * T * V);
     nl_session s;
     CHECK(nl_session_open(&s, path, NULL, &f32cfg) == 0 && nl_session_logits(&s, tok, T, base) == 0);
     nl_session_close(&s);
@@ -290,7 +305,9 @@ static void test_merge_unwritable(const char *f32_path) {
     nl_session_close(&s);
     const double d = max_rel_diff(with, merged, (size_t)T * V), moved = max_rel_diff(with, base, (size_t)T * V);
     CHECKF(d < 0.1 * moved, "q5_0 merge: merged vs adapter rel diff %g, the adapter moves the logits by %g", d, moved);
-    free(with); free(merged); free(base);
+    free(with);
+    free(merged);
+    free(base);
     nl_adapter_free(a);
     nl_model_free(m);
 }
@@ -318,7 +335,8 @@ static void test_merge_kept(const char *f32_path) {
     int nb = 0;
     for (int64_t i = 0; rc == 0 && i < g->n_tensors; i++) {
         const nl_gguf_tensor *t = &g->tensors[i];
-        const int proj = (strstr(t->name, "attn_") || strstr(t->name, "ffn_")) && !strstr(t->name, "norm") && t->n_dims == 2;
+        const int proj =
+            (strstr(t->name, "attn_") || strstr(t->name, "ffn_")) && !strstr(t->name, "norm") && t->n_dims == 2;
         if (!proj || t->type != NL_TYPE_F32 || nb == 256 || t->ne[0] % 32) {
             rc = nl_gguf_add_tensor(w, t->name, t->type, (int)t->n_dims, t->ne, t->data, true);
             continue;
@@ -339,7 +357,10 @@ static void test_merge_kept(const char *f32_path) {
     if (!m) return;
     nl_adapter *a = nl_adapter_new(m, "q,k,v,o,gate,up,down", 2, 4.0f, 9);
     CHECK(a != NULL);
-    if (!a) { nl_model_free(m); return; }
+    if (!a) {
+        nl_model_free(m);
+        return;
+    }
     for (int i = 0; i < a->n; i++) {
         float *B = nl_lora_B(a, i);
         for (int64_t j = 0; j < a->t[i].n_out * 2; j++) B[j] = (float)(0.02 * nl_t_rand());
@@ -356,11 +377,15 @@ static void test_merge_kept(const char *f32_path) {
     CHECK(nl_merge_ex(m, a, NL_TYPE_Q4_1, -1.0, &s4, m4) == 0);
     CHECK(nl_merge_ex(m, a, NL_TYPE_F16, 0.10, &s16, m16) == 0);
     CHECK(nl_merge_ex(m, a, NL_TYPE_F32, 0.0001, &s32, m32) == 0);
-    printf("merge kept: lost q8_0 (default) %.4f, q4_1 %.4f, f16 %.6f, f32 %.2g\n", sd.lost, s4.lost, s16.lost, s32.lost);
-    CHECKF(sd.n_adapted == a->n && sd.n_retyped == a->n && sd.by_type[NL_TYPE_Q8_0] == a->n, "default: %d adapted, %d retyped, %d q8_0 of %d",
-           sd.n_adapted, sd.n_retyped, sd.by_type[NL_TYPE_Q8_0], a->n);
-    CHECKF(sd.lost < 0.10 && sd.worst >= sd.lost && sd.worst_name[0], "default merge lost %g (worst %g)", sd.lost, sd.worst);
-    CHECKF(s4.lost > 0.15 && s4.lost > 5 * sd.lost, "q4_1 merge lost only %g of an update under its step (q8_0: %g)", s4.lost, sd.lost);
+    printf("merge kept: lost q8_0 (default) %.4f, q4_1 %.4f, f16 %.6f, f32 %.2g\n", sd.lost, s4.lost, s16.lost,
+           s32.lost);
+    CHECKF(sd.n_adapted == a->n && sd.n_retyped == a->n && sd.by_type[NL_TYPE_Q8_0] == a->n,
+           "default: %d adapted, %d retyped, %d q8_0 of %d", sd.n_adapted, sd.n_retyped, sd.by_type[NL_TYPE_Q8_0],
+           a->n);
+    CHECKF(sd.lost < 0.10 && sd.worst >= sd.lost && sd.worst_name[0], "default merge lost %g (worst %g)", sd.lost,
+           sd.worst);
+    CHECKF(s4.lost > 0.15 && s4.lost > 5 * sd.lost, "q4_1 merge lost only %g of an update under its step (q8_0: %g)",
+           s4.lost, sd.lost);
     CHECKF(s16.lost < 0.01 && s16.lost < sd.lost, "f16 merge lost %g", s16.lost);
     CHECKF(s32.lost < 1e-5, "f32 merge lost %g", s32.lost);
     /* the file: adapted weights Q8_0, the rest (the embedding, the norms) as stored */
@@ -370,8 +395,12 @@ static void test_merge_kept(const char *f32_path) {
         const nl_gguf_tensor *tm = &gm->tensors[i], *tb = nl_gguf_tensor_find(gb, tm->name);
         CHECK(tb != NULL);
         if (!tb) continue;
-        if (tb->type == NL_TYPE_Q4_1) CHECKF(tm->type == NL_TYPE_Q8_0, "%s written as %s", tm->name, nl_type_name(tm->type));
-        else CHECKF(tm->type == tb->type && tm->nbytes == tb->nbytes && memcmp(tm->data, tb->data, (size_t)tb->nbytes) == 0, "%s changed", tm->name);
+        if (tb->type == NL_TYPE_Q4_1)
+            CHECKF(tm->type == NL_TYPE_Q8_0, "%s written as %s", tm->name, nl_type_name(tm->type));
+        else
+            CHECKF(tm->type == tb->type && tm->nbytes == tb->nbytes &&
+                       memcmp(tm->data, tb->data, (size_t)tb->nbytes) == 0,
+                   "%s changed", tm->name);
     }
     /* the default's Q8_0 rounding keeps the update (merge.c q8_0_keep_update): block scales the
      * reference quantizer's, every element within 1.5 steps of W + ΔW, and the error on A's rows
@@ -384,7 +413,8 @@ static void test_merge_kept(const char *f32_path) {
         const int64_t K = a->t[i].n_in, N = a->t[i].n_out;
         const int r = a->t[i].rank;
         const float sc = nl_adapter_scale(a, i), *A = nl_lora_A(a, i), *B = nl_lora_B(a, i);
-        float *row = malloc(sizeof(float) * (size_t)K), *wq = malloc(sizeof(float) * (size_t)K), *nq = malloc(sizeof(float) * (size_t)K);
+        float *row = malloc(sizeof(float) * (size_t)K), *wq = malloc(sizeof(float) * (size_t)K),
+              *nq = malloc(sizeof(float) * (size_t)K);
         uint8_t *nb8 = malloc(nl_row_bytes(NL_TYPE_Q8_0, K));
         const size_t rs = nl_row_bytes(tw->type, K), r8 = nl_row_bytes(NL_TYPE_Q8_0, K);
         for (int64_t o = 0; o < N; o++) {
@@ -409,11 +439,16 @@ static void test_merge_kept(const char *f32_path) {
                 e_keep += pk * pk, e_near += pn * pn;
             }
         }
-        free(row); free(wq); free(nq); free(nb8);
+        free(row);
+        free(wq);
+        free(nq);
+        free(nb8);
     }
     printf("merge kept: error on A's rows, kept rounding / nearest: %.3f\n", sqrt(e_keep / e_near));
-    CHECKF(n_scale == 0 && n_far == 0, "default Q8_0: %d block scales not the reference's, %d elements over 1.5 steps from W + dW", n_scale, n_far);
-    CHECKF(e_near > 0 && e_keep < 0.5 * e_near, "default Q8_0: error on A's rows %g of nearest rounding's", sqrt(e_keep / e_near));
+    CHECKF(n_scale == 0 && n_far == 0,
+           "default Q8_0: %d block scales not the reference's, %d elements over 1.5 steps from W + dW", n_scale, n_far);
+    CHECKF(e_near > 0 && e_keep < 0.5 * e_near, "default Q8_0: error on A's rows %g of nearest rounding's",
+           sqrt(e_keep / e_near));
     nl_gguf_close(gb);
     nl_gguf_close(gm);
     /* the measure tells what the logits tell */
@@ -421,8 +456,8 @@ static void test_merge_kept(const char *f32_path) {
     const int V = m->hp.n_vocab;
     int32_t tok[T];
     for (int t = 0; t < T; t++) tok[t] = (int32_t)((t * 37 + 3) % V);
-    float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V), *ld = malloc(sizeof(float) * T * V),
-          *l4 = malloc(sizeof(float) * T * V);
+    float *base = malloc(sizeof(float) * T * V), *with = malloc(sizeof(float) * T * V),
+          *ld = malloc(sizeof(float) * T * V), *l4 = malloc(sizeof(float) * T * V);
     logits_of(path, NULL, tok, T, base);
     logits_of(path, apath, tok, T, with);
     logits_of(mdef, NULL, tok, T, ld);
@@ -434,10 +469,14 @@ static void test_merge_kept(const char *f32_path) {
         e4 += ((double)with[i] - l4[i]) * ((double)with[i] - l4[i]);
     }
     moved = sqrt(moved), ed = sqrt(ed), e4 = sqrt(e4);
-    printf("merge kept: logits |merged - (base+adapter)| / |adapter's change|: q8_0 %.4f, q4_1 %.4f\n", ed / moved, e4 / moved);
+    printf("merge kept: logits |merged - (base+adapter)| / |adapter's change|: q8_0 %.4f, q4_1 %.4f\n", ed / moved,
+           e4 / moved);
     CHECKF(moved > 0 && ed < 0.2 * moved, "default merge: logits off by %g of the adapter's change", ed / moved);
     CHECKF(e4 > 0.5 * moved, "q4_1 merge: logits off by only %g of the adapter's change", e4 / moved);
-    free(base); free(with); free(ld); free(l4);
+    free(base);
+    free(with);
+    free(ld);
+    free(l4);
     /* a bound on the loss refuses, nothing written, the figures in the message */
     nl_merge_stats sb;
     CHECK(nl_merge_ex(m, a, NL_TYPE_Q4_1, 0.10, &sb, mbad) == -1);
@@ -455,13 +494,15 @@ static void test_merge_kept(const char *f32_path) {
     free(e);
     struct stat st0;
     CHECK(stat(outp, &st0) == 0);
-    const char *const c2[] = {NL_CLI, "merge", "--model", path, "--adapter", apath, "--out", mbad, "--type", "q4_1", NULL};
+    const char *const c2[] = {NL_CLI,  "merge", "--model", path,   "--adapter", apath,
+                              "--out", mbad,    "--type",  "q4_1", NULL};
     CHECK(nl_t_run(c2, errp, NULL) == 0);
     e = nl_t_slurp(errp, NULL);
     CHECKF(e && strstr(e, "warning: --type q4_1 misses"), "%s", e ? e : "");
     free(e);
     unlink(mbad);
-    const char *const c3[] = {NL_CLI, "merge", "--model", path, "--adapter", apath, "--out", outp, "--type", "q4_1", "--strict", NULL};
+    const char *const c3[] = {NL_CLI,  "merge", "--model", path,   "--adapter", apath,
+                              "--out", outp,    "--type",  "q4_1", "--strict",  NULL};
     CHECK(nl_t_run(c3, errp, NULL) == 1);
     e = nl_t_slurp(errp, NULL);
     CHECKF(e && strstr(e, "--strict") && strstr(e, "nothing written"), "%s", e ? e : "");
@@ -469,7 +510,8 @@ static void test_merge_kept(const char *f32_path) {
     struct stat st1;
     char probe_path[600];
     snprintf(probe_path, sizeof probe_path, "%s.probe", outp);
-    CHECK(stat(outp, &st1) == 0 && st1.st_ino == st0.st_ino && st1.st_size == st0.st_size && access(probe_path, F_OK) != 0);
+    CHECK(stat(outp, &st1) == 0 && st1.st_ino == st0.st_ino && st1.st_size == st0.st_size &&
+          access(probe_path, F_OK) != 0);
     /* an update that overflows the written type: refused, nothing written */
     float *B0 = nl_lora_B(a, 0);
     for (int64_t j = 0; j < a->t[0].n_out * 2; j++) B0[j] = 1e30f;

@@ -70,11 +70,12 @@ static void rows_vs_scalar(const nl_i8_kernels *best) {
             for (int acc = 0; acc < 2; acc++)
                 for (int mn = 0; mn < 2; mn++) {
                     for (int i = 0; i < m * ldc; i++) c0[i] = c1[i] = (float)nl_t_rand();
-                    nl_i8_kernels_scalar.gemm_i8_fwd(m, kc, gs, A, lda, DX, mn ? SX : NULL, ldd, B, BC, SW, mn ? MW : NULL, c0,
-                                                    ldc, nc, acc);
-                    best->gemm_i8_fwd(m, kc, gs, A, lda, DX, mn ? SX : NULL, ldd, B, BC, SW, mn ? MW : NULL, c1, ldc, nc, acc);
-                    CHECKF(memcmp(c0, c1, sizeof(float) * m * ldc) == 0, "%s vs scalar: gs %d m %d ncols %d acc %d min %d",
-                           best->name, gs, m, nc, acc, mn);
+                    nl_i8_kernels_scalar.gemm_i8_fwd(m, kc, gs, A, lda, DX, mn ? SX : NULL, ldd, B, BC, SW,
+                                                     mn ? MW : NULL, c0, ldc, nc, acc);
+                    best->gemm_i8_fwd(m, kc, gs, A, lda, DX, mn ? SX : NULL, ldd, B, BC, SW, mn ? MW : NULL, c1, ldc,
+                                      nc, acc);
+                    CHECKF(memcmp(c0, c1, sizeof(float) * m * ldc) == 0,
+                           "%s vs scalar: gs %d m %d ncols %d acc %d min %d", best->name, gs, m, nc, acc, mn);
                 }
             free(A), free(DX), free(SX), free(B), free(BC), free(SW), free(MW), free(c0), free(c1);
         }
@@ -171,14 +172,15 @@ static void host_type(int type, int N, int K, int T) {
         if (i == 3) { /* a row alone equals that row of the request */
             float *y1 = malloc(sizeof(float) * N);
             CHECK(nl_proj_backend_host.run(ctx, &pw, NL_FWD, x + (size_t)(T - 1) * K, 1, y1) == 0);
-            CHECKF(memcmp(y1, y[i] + (size_t)(T - 1) * N, sizeof(float) * N) == 0, "%s: T=1 row differs", nl_type_name(type));
+            CHECKF(memcmp(y1, y[i] + (size_t)(T - 1) * N, sizeof(float) * N) == 0, "%s: T=1 row differs",
+                   nl_type_name(type));
             free(y1);
         }
         nl_proj_backend_host.free(ctx);
     }
     for (int i = 1; i < 4; i++)
-        CHECKF(memcmp(y[0], y[i], sizeof(float) * (size_t)T * N) == 0, "%s %dx%d T=%d: run %d differs from the scalar run",
-               nl_type_name(type), N, K, T, i);
+        CHECKF(memcmp(y[0], y[i], sizeof(float) * (size_t)T * N) == 0,
+               "%s %dx%d T=%d: run %d differs from the scalar run", nl_type_name(type), N, K, T, i);
     /* the llama.cpp-way product in double, and the FP32 one */
     double *xh = malloc(sizeof(double) * K), *s = malloc(sizeof(double) * (K / 32));
     double e2 = 0, r2 = 0, f2 = 0;
@@ -220,14 +222,16 @@ static void host_type(int type, int N, int K, int T) {
     CHECKF(ef < 3e-2, "%s: %.3e from the FP32 product", nl_type_name(type), ef);
     /* BWD: the float path (bf16 where the CPU has it: AVX512_BF16 or Arm BF16; else f32), bit for bit */
     void *ci = new_ctx(2, "auto", "int8");
-    void *cf = new_ctx(2, "auto", nl_proj_host_cpu_has("avx512bf16") || nl_proj_host_cpu_has("neonbf16") ? "bf16" : "f32");
+    void *cf =
+        new_ctx(2, "auto", nl_proj_host_cpu_has("avx512bf16") || nl_proj_host_cpu_has("neonbf16") ? "bf16" : "f32");
     if (ci && cf) {
         float *gi = malloc(sizeof(float) * (size_t)T * K), *gf = malloc(sizeof(float) * (size_t)T * K);
         float *dy = malloc(sizeof(float) * (size_t)T * N);
         for (int i = 0; i < T * N; i++) dy[i] = (float)nl_t_rand();
         CHECK(nl_proj_backend_host.run(ci, &pw, NL_BWD, dy, T, gi) == 0);
         CHECK(nl_proj_backend_host.run(cf, &pw, NL_BWD, dy, T, gf) == 0);
-        CHECKF(memcmp(gi, gf, sizeof(float) * (size_t)T * K) == 0, "%s: int8 BWD differs from the float path", nl_type_name(type));
+        CHECKF(memcmp(gi, gf, sizeof(float) * (size_t)T * K) == 0, "%s: int8 BWD differs from the float path",
+               nl_type_name(type));
         free(gi), free(gf), free(dy);
     }
     if (ci) nl_proj_backend_host.free(ci);

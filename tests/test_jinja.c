@@ -39,8 +39,8 @@ static char *render_json(const char *src, const char *vars_json, const char *lab
 static void expect_render(const char *src, const char *vars, const char *want, int line) {
     char *got = render_json(src, vars, "t.jinja");
     if (!got || strcmp(got, want) != 0)
-        fprintf(stderr, "test_jinja.c:%d: template %s\n  want [%s]\n  got  [%s] %s\n", line, src, want, got ? got : "(error)",
-                got ? "" : nl_last_error());
+        fprintf(stderr, "test_jinja.c:%d: template %s\n  want [%s]\n  got  [%s] %s\n", line, src, want,
+                got ? got : "(error)", got ? "" : nl_last_error());
     CHECK(got && strcmp(got, want) == 0);
     free(got);
 }
@@ -49,7 +49,9 @@ static void expect_render(const char *src, const char *vars, const char *want, i
 static void expect_error(const char *src, const char *vars, const char *want, int line) {
     char *got = render_json(src, vars, "t.jinja");
     bool ok = !got && strstr(nl_last_error(), want);
-    if (!ok) fprintf(stderr, "test_jinja.c:%d: template %s: want error [%s], got [%s]\n", line, src, want, got ? got : nl_last_error());
+    if (!ok)
+        fprintf(stderr, "test_jinja.c:%d: template %s: want error [%s], got [%s]\n", line, src, want,
+                got ? got : nl_last_error());
     CHECK(ok);
     free(got);
 }
@@ -95,7 +97,9 @@ static void vectors(void) {
             bool ok;
             if (werr) {
                 ok = rc != 0 && strstr(nl_last_error(), werr->u.str.s) != NULL;
-                if (!ok) fprintf(stderr, "%s %s: want the error \"%s\", got %s\n", cur_name, cs->u.str.s, werr->u.str.s, rc ? nl_last_error() : out);
+                if (!ok)
+                    fprintf(stderr, "%s %s: want the error \"%s\", got %s\n", cur_name, cs->u.str.s, werr->u.str.s,
+                            rc ? nl_last_error() : out);
             } else {
                 ok = rc == 0 && n == want->u.str.len && memcmp(out, want->u.str.s, n) == 0;
                 if (!ok) {
@@ -127,48 +131,67 @@ static void vectors(void) {
 static void constructs(void) {
     EXPECT("a {{ 1 + 2 * 3 }} b", "{}", "a 7 b");
     EXPECT("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }}", "{}", "3 -4 1 2 3.5 1024");
-    EXPECT("{{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 3.0 * 2 }}", "{}", "1.0 0.30000000000000004 1e+20 1.5e-07 6.0");
+    EXPECT("{{ 1.0 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 3.0 * 2 }}", "{}",
+           "1.0 0.30000000000000004 1e+20 1.5e-07 6.0");
     EXPECT("{{ 'a' ~ 1 ~ none ~ true }}", "{}", "a1NoneTrue");
     EXPECT("{{ x }}|{{ x is defined }}|{{ x is undefined }}|{{ d.y is defined }}", "{\"d\":{}}", "|False|True|False");
     EXPECT("{% if a %}A{% elif b %}B{% else %}C{% endif %}", "{\"a\":0,\"b\":\"\"}", "C");
     EXPECT("{% for x in xs %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% else %}empty{% endfor %}",
            "{\"xs\":[\"a\",\"b\",\"c\"]}", "1a,2b,3c");
     EXPECT("{% for x in xs %}{{ x }}{% else %}empty{% endfor %}", "{\"xs\":[]}", "empty");
-    EXPECT("{% for x in xs if x > 1 %}{{ loop.index0 }}:{{ x }}/{{ loop.length }} {% endfor %}", "{\"xs\":[1,2,3]}", "0:2/2 1:3/2 ");
+    EXPECT("{% for x in xs if x > 1 %}{{ loop.index0 }}:{{ x }}/{{ loop.length }} {% endfor %}", "{\"xs\":[1,2,3]}",
+           "0:2/2 1:3/2 ");
     EXPECT("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", "{\"d\":{\"b\":1,\"a\":[1,2]}}", "b=1;a=[1, 2];");
-    EXPECT("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    EXPECT("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% "
+           "endfor %}",
            "{\"xs\":[1,2,3,4,5]}", "13");
-    EXPECT("{% for x in xs %}{{ loop.previtem }}>{{ x }}>{{ loop.nextitem }} {% endfor %}", "{\"xs\":[1,2,3]}", ">1>2 1>2>3 2>3> ");
+    EXPECT("{% for x in xs %}{{ loop.previtem }}>{{ x }}>{{ loop.nextitem }} {% endfor %}", "{\"xs\":[1,2,3]}",
+           ">1>2 1>2>3 2>3> ");
     EXPECT("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}", "{}", "1");
-    EXPECT("{% set ns = namespace(x=1) %}{% for i in [1,2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}", "{}", "4");
+    EXPECT("{% set ns = namespace(x=1) %}{% for i in [1,2] %}{% set ns.x = ns.x + i %}{% endfor %}{{ ns.x }}", "{}",
+           "4");
     EXPECT("{% set b %}in {{ 1 }} block{% endset %}[{{ b }}]", "{}", "[in 1 block]");
     EXPECT("{% set b | upper %}shout{% endset %}{{ b }}", "{}", "SHOUT");
-    EXPECT("{% macro m(a, b='B', c=none) %}{{ a }}-{{ b }}-{{ c }}{% endmacro %}{{ m(1) }} {{ m(1, c=3) }} {{ m(1, 2, 3) }}",
+    EXPECT("{% macro m(a, b='B', c=none) %}{{ a }}-{{ b }}-{{ c }}{% endmacro %}{{ m(1) }} {{ m(1, c=3) }} {{ m(1, 2, "
+           "3) }}",
            "{}", "1-B-None 1-B-3 1-2-3");
     EXPECT("{{ 'abcdef'[1:3] }} {{ 'abcdef'[::-1] }} {{ [1,2,3,4][-2:] }} {{ [1,2,3][::2] }} {{ 'héllo'[1] }}", "{}",
            "bc fedcba [3, 4] [1, 3] é");
-    EXPECT("{{ '  x  ' | trim }}|{{ 'xxhixx'.strip('x') }}|{{ ' a b  c '.split() }}|{{ 'a,b,,c'.split(',') }}|{{ 'a-b-c'.rsplit('-', 1) }}",
+    EXPECT("{{ '  x  ' | trim }}|{{ 'xxhixx'.strip('x') }}|{{ ' a b  c '.split() }}|{{ 'a,b,,c'.split(',') }}|{{ "
+           "'a-b-c'.rsplit('-', 1) }}",
            "{}", "x|hi|['a', 'b', 'c']|['a', 'b', '', 'c']|['a-b', 'c']");
-    EXPECT("{{ 'Hello'.startswith('He') }} {{ 'Hello'.endswith(('x', 'lo')) }} {{ 'a.b.a'.replace('a', 'z') }} {{ 'ab'.upper() }}",
+    EXPECT("{{ 'Hello'.startswith('He') }} {{ 'Hello'.endswith(('x', 'lo')) }} {{ 'a.b.a'.replace('a', 'z') }} {{ "
+           "'ab'.upper() }}",
            "{}", "True True z.b.z AB");
-    EXPECT("{{ [3,1,2] | length }} {{ 'héllo' | length }} {{ {'a':1} | length }} {{ [1,2] | first }} {{ [1,2] | last }}", "{}",
-           "3 5 1 1 2");
-    EXPECT("{{ xs | selectattr('on') | map(attribute='n') | join(',') }}|{{ xs | rejectattr('on') | map(attribute='n') | list }}",
+    EXPECT(
+        "{{ [3,1,2] | length }} {{ 'héllo' | length }} {{ {'a':1} | length }} {{ [1,2] | first }} {{ [1,2] | last }}",
+        "{}", "3 5 1 1 2");
+    EXPECT("{{ xs | selectattr('on') | map(attribute='n') | join(',') }}|{{ xs | rejectattr('on') | map(attribute='n') "
+           "| list }}",
            "{\"xs\":[{\"n\":\"a\",\"on\":true},{\"n\":\"b\",\"on\":false},{\"n\":\"c\",\"on\":1}]}", "a,c|['b']");
-    EXPECT("{{ [1,2,3,4] | select('odd') | list }} {{ ['a','b'] | reject('equalto','a') | list }} {{ ['x','y'] | map('upper') | join }}",
+    EXPECT("{{ [1,2,3,4] | select('odd') | list }} {{ ['a','b'] | reject('equalto','a') | list }} {{ ['x','y'] | "
+           "map('upper') | join }}",
            "{}", "[1, 3] ['b'] XY");
-    EXPECT("{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}", "{\"d\":{\"a\":[1,2.5,null,true],\"b\":{}}}",
-           "{\"a\": [1, 2.5, null, true], \"b\": {}}|{\n  \"a\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"b\": {}\n}|\"é\\\"\\n\"");
-    EXPECT("{{ x | default('d') }} {{ '' | default('d', true) }} {{ 3 | string ~ 'x' }} {{ '12' | int + 1 }}", "{}", "d d 3x 13");
-    EXPECT("{{ 'b' in 'abc' }} {{ 2 in [1,2] }} {{ 'k' in {'k':1} }} {{ 'z' not in 'abc' }}", "{}", "True True True True");
-    EXPECT("{{ 'yes' if 1 > 2 else 'no' }} {{ 'x' if false }}|{{ none is none }} {{ 1 is number }} {{ 'a' is string }} {{ {} is mapping }}",
+    EXPECT("{{ d | tojson }}|{{ d | tojson(indent=2) }}|{{ 'é\"\\n' | tojson }}",
+           "{\"d\":{\"a\":[1,2.5,null,true],\"b\":{}}}",
+           "{\"a\": [1, 2.5, null, true], \"b\": {}}|{\n  \"a\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  "
+           "\"b\": {}\n}|\"é\\\"\\n\"");
+    EXPECT("{{ x | default('d') }} {{ '' | default('d', true) }} {{ 3 | string ~ 'x' }} {{ '12' | int + 1 }}", "{}",
+           "d d 3x 13");
+    EXPECT("{{ 'b' in 'abc' }} {{ 2 in [1,2] }} {{ 'k' in {'k':1} }} {{ 'z' not in 'abc' }}", "{}",
+           "True True True True");
+    EXPECT("{{ 'yes' if 1 > 2 else 'no' }} {{ 'x' if false }}|{{ none is none }} {{ 1 is number }} {{ 'a' is string }} "
+           "{{ {} is mapping }}",
            "{}", "no |True True True True");
-    EXPECT("{{ [] is iterable }} {{ 3 is odd }} {{ 4 is even }} {{ 6 is divisibleby 3 }} {{ x is sameas none }} {{ true is true }}",
+    EXPECT("{{ [] is iterable }} {{ 3 is odd }} {{ 4 is even }} {{ 6 is divisibleby 3 }} {{ x is sameas none }} {{ "
+           "true is true }}",
            "{\"x\":null}", "True True True True True True");
-    EXPECT("{{ d.get('a') }} {{ d.get('z', 0) }} {{ d['a'] }} {{ d.a }} {{ d.keys() | list }} {{ d.values() | list }}", "{\"d\":{\"a\":5}}",
-           "5 0 5 5 ['a'] [5]");
-    EXPECT("{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ 'ab' * 2 }} {{ [1] + [2] }}", "{}", "[0, 1, 2] [1, 3, 5] abab [1, 2]");
-    EXPECT("{{ \"it's\" }} {{ 'say \"hi\"' }} {{ 'a\\tb\\u00e9\\x41' }} {{ 'con' 'cat' }}", "{}", "it's say \"hi\" a\tbéA concat");
+    EXPECT("{{ d.get('a') }} {{ d.get('z', 0) }} {{ d['a'] }} {{ d.a }} {{ d.keys() | list }} {{ d.values() | list }}",
+           "{\"d\":{\"a\":5}}", "5 0 5 5 ['a'] [5]");
+    EXPECT("{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ 'ab' * 2 }} {{ [1] + [2] }}", "{}",
+           "[0, 1, 2] [1, 3, 5] abab [1, 2]");
+    EXPECT("{{ \"it's\" }} {{ 'say \"hi\"' }} {{ 'a\\tb\\u00e9\\x41' }} {{ 'con' 'cat' }}", "{}",
+           "it's say \"hi\" a\tbéA concat");
     EXPECT("{{ ['it\\'s', 'x'] }}", "{}", "[\"it's\", 'x']");
     /* whitespace: trim_blocks, lstrip_blocks, '-' and '+' */
     EXPECT("a\n  {% if true %}\n  b\n  {% endif %}\nc", "{}", "a\n  b\nc");
@@ -194,7 +217,8 @@ static void errors(void) {
     EXPECT_ERR("{{ 'abc }}", "{}", "unterminated string literal");
     EXPECT_ERR("{% raw %}{{ ot }}{% endraw %draw %t", "{}", "t.jinja:1: {% raw %} without {% endraw %}");
     EXPECT_ERR("{{ 1 + }}", "{}", "t.jinja:1: unexpected '}}' in an expression");
-    EXPECT_ERR("\n\n{{ raise_exception('Roles must alternate') }}", "{}", "t.jinja:3: the template raised an error: Roles must alternate");
+    EXPECT_ERR("\n\n{{ raise_exception('Roles must alternate') }}", "{}",
+               "t.jinja:3: the template raised an error: Roles must alternate");
     EXPECT_ERR("{{ x.y }}", "{}", "t.jinja:1: 'x' is undefined");
     EXPECT_ERR("{{ 'a' + 1 }}", "{}", "unsupported operand types for +: string and int");
     EXPECT_ERR("{{ 1 // 0 }}", "{}", "division by zero");
@@ -203,15 +227,17 @@ static void errors(void) {
     EXPECT_ERR("{{ x.cycle('a') }}", "{\"x\":{}}", "'cycle' is undefined (called as a function)");
     EXPECT_ERR("{{ x(1) }}", "{\"x\":3}", "a value of type int is not callable");
     EXPECT_ERR("{% macro m(a) %}{{ m(a) }}{% endmacro %}{{ m(1) }}", "{}", "nested too deeply");
-    EXPECT_ERR("{{ ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((("
-               "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1 }}",
-               "{}", "nested too deeply");
+    EXPECT_ERR(
+        "{{ ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((("
+        "((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1 }}",
+        "{}", "nested too deeply");
 }
 
 /* Data flags: message text keeps its flag through the template's string handling; template
  * literals do not have it. */
 static void taint(void) {
-    const char *src = "{{ '<|im_start|>' + m.role + '\\n' + m.content | trim + '<|im_end|>' }}{{ m.content.split('|')[1] }}";
+    const char *src =
+        "{{ '<|im_start|>' + m.role + '\\n' + m.content | trim + '<|im_end|>' }}{{ m.content.split('|')[1] }}";
     nl_jinja *t = nl_jinja_parse(src, strlen(src), "t");
     CHECK(t != NULL);
     nl_json_error je;
@@ -225,7 +251,11 @@ static void taint(void) {
     const char *want = "<|im_start|>user\na|<|im_end|><|im_end|><";
     CHECK(out && strcmp(out, want) == 0);
     /* flags: 12 template, 4 data (user), 1 template, 12 data (trimmed content), 10 template, 1 data */
-    const char *wf = "0000000000001111" "0" "111111111111" "0000000000" "1";
+    const char *wf = "0000000000001111"
+                     "0"
+                     "111111111111"
+                     "0000000000"
+                     "1";
     bool same = fl && strlen(wf) == n;
     for (size_t i = 0; same && i < n; i++) same = fl[i] == (uint8_t)(wf[i] - '0');
     CHECK(same);
@@ -254,14 +284,15 @@ static char *timed_render(const char *src, size_t len, const nl_jinja_limits *li
 }
 
 /* A bomb is refused with an error naming the template, its line and the limit, in well under a
- * second (the bound, 2 s, is generous for a loaded machine: these take milliseconds to ~0.3 s alone, up to 1.1 s seen under make test on 2 shared vCPUs). */
+ * second (the bound, 2 s, is generous for a loaded machine: these take milliseconds to ~0.3 s alone, up to 1.1 s seen
+ * under make test on 2 shared vCPUs). */
 static void expect_bomb(const char *src, size_t len, const char *want, int line) {
     double secs;
     char *out = timed_render(src, len, NULL, &secs);
     bool ok = !out && strstr(nl_last_error(), want) && !strncmp(nl_last_error(), "bomb.jinja:", 11) && secs < 2.0;
     if (!ok)
-        fprintf(stderr, "test_jinja.c:%d: bomb %.60s...: want error [%s] within 2 s, got [%s] after %.3f s\n", line, src, want,
-                out ? "(rendered)" : nl_last_error(), secs);
+        fprintf(stderr, "test_jinja.c:%d: bomb %.60s...: want error [%s] within 2 s, got [%s] after %.3f s\n", line,
+                src, want, out ? "(rendered)" : nl_last_error(), secs);
     CHECK(ok);
     free(out);
 }
@@ -280,28 +311,34 @@ static char *repeat(const char *head, const char *unit, size_t n, const char *ta
 /* The budget (jinja.h): memory, operations, nesting; the parser linear on long input. */
 static void budget(void) {
     /* memory: a list doubled 64 times (23 GB before the budget), a string doubled 27 times */
-    EXPECT_BOMB("{% set ns = namespace(s=[1]) %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}",
+    EXPECT_BOMB("{% set ns = namespace(s=[1]) %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ "
+                "ns.s|length }}",
                 "the template needs more than 8.0 MiB (its memory limit for one rendering)");
-    EXPECT_BOMB("{% set ns = namespace(s='ab') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
-                "needs more than 8.0 MiB");
+    EXPECT_BOMB(
+        "{% set ns = namespace(s='ab') %}{% for i in range(27) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "needs more than 8.0 MiB");
     EXPECT_BOMB("{{ 'x' * 1000000000 }}", "bomb.jinja:1: the template");
     EXPECT_BOMB("{% for i in range(1000000) %}{{ i }}{% endfor %}", "bomb.jinja:1: the template needs more than");
     /* operations: 10^4 x 5000 empty iterations (65 s before), 10^5 x 10^5, a macro called 10^8 times */
     EXPECT_BOMB("{% for a in range(10000) %}{% for b in range(5000) %}{% endfor %}{% endfor %}",
                 "ran past 2000000 operations");
-    EXPECT_BOMB("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "bomb.jinja:1: the template");
-    EXPECT_BOMB("{% macro m() %}{% endmacro %}{% for a in range(10000) %}{% for b in range(10000) %}{{ m() }}{% endfor %}{% endfor %}",
+    EXPECT_BOMB("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+                "bomb.jinja:1: the template");
+    EXPECT_BOMB("{% macro m() %}{% endmacro %}{% for a in range(10000) %}{% for b in range(10000) %}{{ m() }}{% endfor "
+                "%}{% endfor %}",
                 "ran past 2000000 operations");
     EXPECT_BOMB("{% set s = 'a' * 100000 %}{% for a in range(10000) %}{% if 'b' in s %}{% endif %}{% endfor %}",
                 "ran past 2000000 operations");
     /* nesting of values: printed, compared, freed (a list 100k deep, iteratively) */
     EXPECT_BOMB("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}",
                 "a value nested more than 200 deep");
-    EXPECT_BOMB("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l == ns.l }}",
-                "a value nested more than 200 deep");
+    EXPECT_BOMB(
+        "{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l == ns.l }}",
+        "a value nested more than 200 deep");
     nl_jinja_limits big = {.mem_bytes = (size_t)256 << 20, .ops = 100000000};
     double secs;
-    const char *deep = "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}done";
+    const char *deep =
+        "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}done";
     char *out = timed_render(deep, strlen(deep), &big, &secs);
     CHECK(out && !strcmp(out, "done"));
     free(out);
@@ -348,7 +385,8 @@ static void budget(void) {
     free(src);
     /* a rendering within the budget is unchanged by it (an iteration is ~25 operations: its
      * scope and its loop.* values), and the budget is per rendering */
-    for (int k = 0; k < 3; k++) EXPECT("{% for a in range(200) %}{% for b in range(200) %}{% endfor %}{% endfor %}ok", "{}", "ok");
+    for (int k = 0; k < 3; k++)
+        EXPECT("{% for a in range(200) %}{% for b in range(200) %}{% endfor %}{% endfor %}ok", "{}", "ok");
     nl_jinja_limits tiny = {.mem_bytes = 4096, .ops = 0};
     const char *small = "{{ 'x' * 10000 }}";
     out = timed_render(small, strlen(small), &tiny, &secs);

@@ -8,14 +8,56 @@
 
 /* Valid documents (parsed with strlen as length). */
 static const char *valid[] = {
-    "null", "true", "false", "0", "-0", "1", "-1", "123", "1.5", "-1.5e10", "1E2", "1e+2",
-    "1e-2", "0.0", "0e0", "0E-0", "1.7976931348623157e308", "5e-324", "1e-400",
-    "\"\"", "\"a\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\u0041\"", "\"\\uD83D\\uDE00\"",
-    "\"\xc3\xa9\"", "\"\xe2\x82\xac\"", "\"\xf0\x9f\x98\x80\"", "\"\xef\xbf\xbf\"", "\"\xf4\x8f\xbf\xbf\"",
-    "\"\x7f\"", "[]", "{}", "[ ]", "{ }", " \t\r\n[1,2,3] \t\r\n", "[[[]]]", "{\"a\":{\"b\":[null]}}",
-    "[1,\"x\",true,false,null,{},[]]", "{\"\":0}", "{\"a\":1,\"b\":2}", "{\"a\":1,\"A\":2}",
-    "[-0.0e-0]", "{\"\\u0000\":1,\"\\u0000a\":2}", "[1e308]", "[-1e308]", "\"\\u00e9\"",
-    "\"\\uDBFF\\uDFFF\"", "9223372036854775807", "-9223372036854775808", "18446744073709551616",
+    "null",
+    "true",
+    "false",
+    "0",
+    "-0",
+    "1",
+    "-1",
+    "123",
+    "1.5",
+    "-1.5e10",
+    "1E2",
+    "1e+2",
+    "1e-2",
+    "0.0",
+    "0e0",
+    "0E-0",
+    "1.7976931348623157e308",
+    "5e-324",
+    "1e-400",
+    "\"\"",
+    "\"a\"",
+    "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"",
+    "\"\\u0041\"",
+    "\"\\uD83D\\uDE00\"",
+    "\"\xc3\xa9\"",
+    "\"\xe2\x82\xac\"",
+    "\"\xf0\x9f\x98\x80\"",
+    "\"\xef\xbf\xbf\"",
+    "\"\xf4\x8f\xbf\xbf\"",
+    "\"\x7f\"",
+    "[]",
+    "{}",
+    "[ ]",
+    "{ }",
+    " \t\r\n[1,2,3] \t\r\n",
+    "[[[]]]",
+    "{\"a\":{\"b\":[null]}}",
+    "[1,\"x\",true,false,null,{},[]]",
+    "{\"\":0}",
+    "{\"a\":1,\"b\":2}",
+    "{\"a\":1,\"A\":2}",
+    "[-0.0e-0]",
+    "{\"\\u0000\":1,\"\\u0000a\":2}",
+    "[1e308]",
+    "[-1e308]",
+    "\"\\u00e9\"",
+    "\"\\uDBFF\\uDFFF\"",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "18446744073709551616",
 };
 
 typedef struct {
@@ -81,27 +123,31 @@ static const bad_case invalid[] = {
     {"\"\\uD800\\uD800\"", 0, 1, "lone high surrogate"},
     {"\"\\uDC00\"", 0, 1, "lone low surrogate"},
     {"\"\\uDFFF\\uD800\"", 0, 1, "lone low surrogate"},
-    {"\"\xc0\x80\"", 0, 1, "invalid UTF-8"},        /* overlong NUL */
-    {"\"\xc1\xbf\"", 0, 1, "invalid UTF-8"},        /* overlong */
-    {"\"\xe0\x80\xaf\"", 0, 1, "invalid UTF-8"},    /* overlong '/' */
-    {"\"\xf0\x80\x80\xaf\"", 0, 1, "invalid UTF-8"},/* overlong '/' */
-    {"\"\xed\xa0\x80\"", 0, 1, "invalid UTF-8"},    /* U+D800 encoded */
-    {"\"\xed\xbf\xbf\"", 0, 1, "invalid UTF-8"},    /* U+DFFF encoded */
-    {"\"\xf4\x90\x80\x80\"", 0, 1, "invalid UTF-8"},/* U+110000 */
+    {"\"\xc0\x80\"", 0, 1, "invalid UTF-8"},         /* overlong NUL */
+    {"\"\xc1\xbf\"", 0, 1, "invalid UTF-8"},         /* overlong */
+    {"\"\xe0\x80\xaf\"", 0, 1, "invalid UTF-8"},     /* overlong '/' */
+    {"\"\xf0\x80\x80\xaf\"", 0, 1, "invalid UTF-8"}, /* overlong '/' */
+    {"\"\xed\xa0\x80\"", 0, 1, "invalid UTF-8"},     /* U+D800 encoded */
+    {"\"\xed\xbf\xbf\"", 0, 1, "invalid UTF-8"},     /* U+DFFF encoded */
+    {"\"\xf4\x90\x80\x80\"", 0, 1, "invalid UTF-8"}, /* U+110000 */
     {"\"\xf5\x80\x80\x80\"", 0, 1, "invalid UTF-8"},
     {"\"\xff\"", 0, 1, "invalid UTF-8"},
-    {"\"\x80\"", 0, 1, "invalid UTF-8"},            /* stray continuation */
-    {"\"ab\xc3\"", 0, 3, "invalid UTF-8"},          /* truncated */
-    {"\"\xe2\x82\"", 0, 1, "invalid UTF-8"},        /* truncated */
-    {"\"\xe2\x28\xa1\"", 0, 1, "invalid UTF-8"},    /* bad continuation */
-    {"\xef\xbb\xbf{}", 0, 0, "byte 0xEF"},           /* BOM */
-    {"\xc3\xa9", 0, 0, "byte 0xC3"},                 /* non-ASCII outside a string */
+    {"\"\x80\"", 0, 1, "invalid UTF-8"},         /* stray continuation */
+    {"\"ab\xc3\"", 0, 3, "invalid UTF-8"},       /* truncated */
+    {"\"\xe2\x82\"", 0, 1, "invalid UTF-8"},     /* truncated */
+    {"\"\xe2\x28\xa1\"", 0, 1, "invalid UTF-8"}, /* bad continuation */
+    {"\xef\xbb\xbf{}", 0, 0, "byte 0xEF"},       /* BOM */
+    {"\xc3\xa9", 0, 0, "byte 0xC3"},             /* non-ASCII outside a string */
     {"{\"a\":1,\"a\":2}", 0, 7, "duplicate key \"a\""},
     {"{\"b\":0,\"a\":1,\"c\":[{\"x\":1,\"x\":1}],\"a\":2}", 0, 25, "duplicate key \"x\""},
     {"{\"\\u0061\":1,\"a\":2}", 0, 12, "duplicate key"},
-    {"[1,\x0b" "2]", 0, 3, "expected a value"},       /* vertical tab is not whitespace */
-    {"[1,\xc2\xa0" "2]", 0, 3, "expected a value"},   /* no-break space is not whitespace */
-    {"\"a\0b\"", 5, 2, "control character 0x00"},      /* raw NUL */
+    {"[1,\x0b"
+     "2]",
+     0, 3, "expected a value"}, /* vertical tab is not whitespace */
+    {"[1,\xc2\xa0"
+     "2]",
+     0, 3, "expected a value"},                   /* no-break space is not whitespace */
+    {"\"a\0b\"", 5, 2, "control character 0x00"}, /* raw NUL */
     {"[1]\0", 4, 3, "unexpected byte 0x00"},
 };
 
@@ -121,11 +167,12 @@ static void test_invalid(void) {
         nl_json_error e;
         nl_json *v = nl_json_parse(c->text, len, &e);
         CHECKF(v == NULL, "invalid[%zu] accepted", i);
-        if (v) { nl_json_free(v); continue; }
-        CHECKF(e.offset == c->offset, "invalid[%zu] offset %zu, expected %zu (%s)", i, e.offset,
-               c->offset, e.msg);
-        CHECKF(strstr(e.msg, c->needle) != NULL, "invalid[%zu] msg '%s' lacks '%s'", i, e.msg,
-               c->needle);
+        if (v) {
+            nl_json_free(v);
+            continue;
+        }
+        CHECKF(e.offset == c->offset, "invalid[%zu] offset %zu, expected %zu (%s)", i, e.offset, c->offset, e.msg);
+        CHECKF(strstr(e.msg, c->needle) != NULL, "invalid[%zu] msg '%s' lacks '%s'", i, e.msg, c->needle);
         /* The error slot carries the same message with the offset. */
         char want[64];
         snprintf(want, sizeof want, "offset %zu: ", c->offset);
@@ -158,17 +205,30 @@ static void test_values(void) {
     nl_json_free(v);
 
     /* Numbers. */
-    struct { const char *t; double d; int is_int; int64_t i; } nums[] = {
-        {"0", 0, 1, 0}, {"-0", -0.0, 1, 0}, {"42", 42, 1, 42}, {"-17", -17, 1, -17},
-        {"1.5", 1.5, 0, 0}, {"-2.5e-3", -2.5e-3, 0, 0}, {"1e308", 1e308, 0, 0},
-        {"1E+2", 100, 0, 0}, {"5e-324", 5e-324, 0, 0},
+    struct {
+        const char *t;
+        double d;
+        int is_int;
+        int64_t i;
+    } nums[] = {
+        {"0", 0, 1, 0},
+        {"-0", -0.0, 1, 0},
+        {"42", 42, 1, 42},
+        {"-17", -17, 1, -17},
+        {"1.5", 1.5, 0, 0},
+        {"-2.5e-3", -2.5e-3, 0, 0},
+        {"1e308", 1e308, 0, 0},
+        {"1E+2", 100, 0, 0},
+        {"5e-324", 5e-324, 0, 0},
         {"9223372036854775807", 9223372036854775807.0, 1, INT64_MAX},
         {"-9223372036854775808", -9223372036854775808.0, 1, INT64_MIN},
         {"9223372036854775808", 9223372036854775808.0, 0, 0},
         {"123456789012345678901234567890", 1.2345678901234568e29, 0, 0},
-        {"0.1", 0.1, 0, 0}, {"999999999999999999", 1e18, 1, 999999999999999999LL},
+        {"0.1", 0.1, 0, 0},
+        {"999999999999999999", 1e18, 1, 999999999999999999LL},
         {"-123456789012345678", -123456789012345678.0, 1, -123456789012345678LL},
-        {"1234567890123456789", 1234567890123456789.0, 1, 1234567890123456789LL}, {"2.2250738585072014e-308", 2.2250738585072014e-308, 0, 0},
+        {"1234567890123456789", 1234567890123456789.0, 1, 1234567890123456789LL},
+        {"2.2250738585072014e-308", 2.2250738585072014e-308, 0, 0},
     };
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         nl_json *n = nl_json_parse(nums[i].t, strlen(nums[i].t), NULL);
@@ -235,16 +295,21 @@ static void test_depth_and_bounds(void) {
         if (depth <= NL_JSON_MAX_DEPTH) {
             CHECKF(v != NULL, "depth %d: %s", depth, e.msg);
         } else {
-            CHECKF(v == NULL && e.offset == NL_JSON_MAX_DEPTH && strstr(e.msg, "nesting"),
-                   "depth %d", depth);
+            CHECKF(v == NULL && e.offset == NL_JSON_MAX_DEPTH && strstr(e.msg, "nesting"), "depth %d", depth);
         }
         nl_json_free(v);
     }
     /* Mixed objects/arrays count together. */
     int n = 0;
-    for (int i = 0; i < 40; i++) { memcpy(buf + n, "{\"a\":[", 6); n += 6; }
+    for (int i = 0; i < 40; i++) {
+        memcpy(buf + n, "{\"a\":[", 6);
+        n += 6;
+    }
     buf[n++] = '1';
-    for (int i = 0; i < 40; i++) { buf[n++] = ']'; buf[n++] = '}'; }
+    for (int i = 0; i < 40; i++) {
+        buf[n++] = ']';
+        buf[n++] = '}';
+    }
     nl_json_error e;
     nl_json *v = nl_json_parse(buf, (size_t)n, &e);
     CHECK(v == NULL && strstr(e.msg, "nesting"));
@@ -312,7 +377,10 @@ static void test_large_and_dups(void) {
     char *s = malloc(m * 2 + 3);
     len = 0;
     s[len++] = '"';
-    for (size_t i = 0; i < m; i++) { s[len++] = '\\'; s[len++] = 'n'; }
+    for (size_t i = 0; i < m; i++) {
+        s[len++] = '\\';
+        s[len++] = 'n';
+    }
     s[len++] = '"';
     v = nl_json_parse(s, len, &e);
     CHECK(v && v->u.str.len == m && v->u.str.s[m - 1] == '\n');
@@ -422,8 +490,9 @@ static void test_yaml_unicode(void) {
             CHECKF(j != NULL, "yaml case %zu: the JSON reader refused its conversion: %s", i, js ? js : "");
             nl_json_free(j);
         } else {
-            CHECKF(rc != 0 && ye.line == cs[i].line && ye.col == cs[i].col, "yaml case %zu: rc %d at %d:%d (%s), want %d:%d",
-                   i, rc, ye.line, ye.col, ye.msg, cs[i].line, cs[i].col);
+            CHECKF(rc != 0 && ye.line == cs[i].line && ye.col == cs[i].col,
+                   "yaml case %zu: rc %d at %d:%d (%s), want %d:%d", i, rc, ye.line, ye.col, ye.msg, cs[i].line,
+                   cs[i].col);
         }
         free(js);
     }

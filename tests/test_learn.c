@@ -125,7 +125,10 @@ static int read_losses(const char *path, double *loss, int cap) {
         int step;
         double l;
         if (sscanf(line, "{\"step\": %d, \"loss\": %lf", &step, &l) == 2 && step == n + 1) loss[n++] = l;
-        else { n = -1; break; }
+        else {
+            n = -1;
+            break;
+        }
     }
     fclose(f);
     return n;
@@ -161,7 +164,7 @@ static void test_arch(nl_arch arch, const char *train_path, const char *test_pat
     o.batch_tokens = 96;
     o.seed = 42 + seed_base;
     o.proj = host2;
-    o.thermal = "off";     /* no pauses from this machine's sensors */
+    o.thermal = "off"; /* no pauses from this machine's sensors */
     o.log_json = log;
     o.progress = NULL;
     nl_train_result res;
@@ -185,8 +188,8 @@ static void test_arch(nl_arch arch, const char *train_path, const char *test_pat
     double after = accuracy(model, adapter, test_path);
     CHECKF(before >= 0 && before <= 0.45, "%s: accuracy before training %.3f (chance 0.25)", name, before);
     CHECKF(after >= 0.90, "%s: accuracy after training %.3f", name, after);
-    printf("%-6s loss %.4f -> %.4f (last-10 mean), held-out accuracy %.1f%% -> %.1f%%, %.1f s\n", name, loss[0],
-           last10, 100 * before, 100 * after, nl_now() - t0);
+    printf("%-6s loss %.4f -> %.4f (last-10 mean), held-out accuracy %.1f%% -> %.1f%%, %.1f s\n", name, loss[0], last10,
+           100 * before, 100 * after, nl_now() - t0);
 }
 
 int main(void) {

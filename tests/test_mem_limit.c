@@ -2,8 +2,8 @@
  * converted to Q8_0 at load (its source pages are read by the conversion), is run with the limit
  * just above what its preflight says it needs ("memory: needs N MiB"): it trains, and the
  * process's peak RSS (wait4's ru_maxrss, the child's VmHWM) stays under the limit; below it,
- * the run keeps fewer layers (and still holds the limit) or is refused before training. The peak is not checked under ASan (its shadow memory
- * and quarantine add to every allocation's RSS). */
+ * the run keeps fewer layers (and still holds the limit) or is refused before training. The peak is not checked under
+ * ASan (its shadow memory and quarantine add to every allocation's RSS). */
 #include <errno.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -50,8 +50,24 @@ static void limit_holds(const char *what, int type) {
     snprintf(err, sizeof err, "%s/%s.err", tmp, what);
     CHECK(nl_mkmodel(NL_ARCH_QWEN3, "small", type, 3, model) == 0);
     long probe_kb = 0, kb = 0;
-    const char *a[] = {"train", "--model", model, "--data", NL_TEST_DATA "/../../examples/tagging-train.jsonl", "--out", out, "--steps", "2",
-                       "--batch-tokens", "64", "--threads", "2", "--thermal", "off", "--mem-limit-mb", "100000", NULL};
+    const char *a[] = {"train",
+                       "--model",
+                       model,
+                       "--data",
+                       NL_TEST_DATA "/../../examples/tagging-train.jsonl",
+                       "--out",
+                       out,
+                       "--steps",
+                       "2",
+                       "--batch-tokens",
+                       "64",
+                       "--threads",
+                       "2",
+                       "--thermal",
+                       "off",
+                       "--mem-limit-mb",
+                       "100000",
+                       NULL};
     CHECK(run(a, err, &probe_kb) == 0);
     double need = needs_mib(err);
     CHECKF(need > 0, "%s: no \"memory: needs N MiB\"", what);
@@ -65,8 +81,8 @@ static void limit_holds(const char *what, int type) {
     CHECKF(rc == 0 && access(out, F_OK) == 0, "%s: --mem-limit-mb %s: exit %d", what, lim, rc);
     printf("%-6s needs %.2f MiB; --mem-limit-mb %s: peak RSS %.2f MiB\n", what, need, lim, kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
-    CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s (the preflight said %.2f MiB)", what, kb / 1024.0,
-           lim, need);
+    CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s (the preflight said %.2f MiB)",
+           what, kb / 1024.0, lim, need);
 #else
     printf("       (ASan build: the peak is not checked against the limit; shadow memory counts in RSS)\n");
 #endif
@@ -79,11 +95,13 @@ static void limit_holds(const char *what, int type) {
         rc = run(a, err, &kb);
         double got = needs_mib(err);
         if (rc == 1) {
-            CHECKF(nl_t_file_has(err, "not enough memory: needs ") && access(out, F_OK) != 0, "%s: --mem-limit-mb %s: exit 1", what, lim);
+            CHECKF(nl_t_file_has(err, "not enough memory: needs ") && access(out, F_OK) != 0,
+                   "%s: --mem-limit-mb %s: exit 1", what, lim);
             printf("       --mem-limit-mb %s: refused\n", lim);
             continue;
         }
-        CHECKF(rc == 0 && got > 0 && got <= limit, "%s: --mem-limit-mb %s: exit %d, needs %.2f MiB", what, lim, rc, got);
+        CHECKF(rc == 0 && got > 0 && got <= limit, "%s: --mem-limit-mb %s: exit %d, needs %.2f MiB", what, lim, rc,
+               got);
         printf("       --mem-limit-mb %s: needs %.2f MiB (less kept), peak RSS %.2f MiB\n", lim, got, kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
         CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s", what, kb / 1024.0, lim);
@@ -109,11 +127,13 @@ static void long_line_refused(void) {
     fputs("\"}\n", f);
     fclose(f);
     long kb = 0;
-    const char *a[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--ctx", "64", "--batch-tokens", "64",
-                       "--threads", "2", "--thermal", "off", "--mem-limit-mb", "120", NULL};
+    const char *a[] = {
+        "train", "--model",        model, "--data",    data, "--out",     out,   "--steps",        "1",   "--ctx",
+        "64",    "--batch-tokens", "64",  "--threads", "2",  "--thermal", "off", "--mem-limit-mb", "120", NULL};
     int rc = run(a, err, &kb);
-    CHECKF(rc == 1 && nl_t_file_has(err, "not enough memory: reading the data would need about ") && nl_t_file_has(err, "longline.jsonl:2 is ") &&
-               nl_t_file_has(err, "nothing was read or trained") && access(out, F_OK) != 0,
+    CHECKF(rc == 1 && nl_t_file_has(err, "not enough memory: reading the data would need about ") &&
+               nl_t_file_has(err, "longline.jsonl:2 is ") && nl_t_file_has(err, "nothing was read or trained") &&
+               access(out, F_OK) != 0,
            "long line: exit %d", rc);
     printf("long line, --mem-limit-mb 120: refused before reading, peak RSS %.2f MiB\n", kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
@@ -145,8 +165,8 @@ static void long_text_case(double limit_mb) {
         fclose(f);
     }
     long kb = 0;
-    const char *a[] = {"train", "--model", model, "--data", data, "--out", out, "--steps", "1", "--threads", "2", "--thermal", "off",
-                       "--mem-limit-mb", lim, NULL, NULL, NULL, NULL, NULL};
+    const char *a[] = {"train", "--model",   model, "--data",         data, "--out", out,  "--steps", "1",  "--threads",
+                       "2",     "--thermal", "off", "--mem-limit-mb", lim,  NULL,    NULL, NULL,      NULL, NULL};
     unlink(out);
     int rc = run(a, err, &kb);
     char *e = nl_t_slurp(err, NULL);
@@ -155,8 +175,9 @@ static void long_text_case(double limit_mb) {
     CHECKF(rc == 1 && p && sscanf(p, "use --ctx %d --batch-tokens %d", &ctx, &bt) == 2 && access(out, F_OK) != 0,
            "3000 words, --mem-limit-mb %s: exit %d, %s", lim, rc, e ? e : "");
     free(e);
-    printf("3000 words, --mem-limit-mb %s: refused before training (peak RSS %.2f MiB), suggests --ctx %d --batch-tokens %d\n", lim,
-           kb / 1024.0, ctx, bt);
+    printf("3000 words, --mem-limit-mb %s: refused before training (peak RSS %.2f MiB), suggests --ctx %d "
+           "--batch-tokens %d\n",
+           lim, kb / 1024.0, ctx, bt);
 #ifndef __SANITIZE_ADDRESS__
     CHECKF((double)kb / 1024.0 <= limit_mb / 2, "3000 words: the refusal peaked at %.2f MiB", kb / 1024.0);
 #endif
@@ -167,13 +188,15 @@ static void long_text_case(double limit_mb) {
     a[15] = "--ctx", a[16] = cs, a[17] = "--batch-tokens", a[18] = bs;
     rc = run(a, err, &kb);
     const double need = needs_mib(err);
-    CHECKF(rc == 0 && access(out, F_OK) == 0 && need > 0 && need <= limit_mb, "3000 words, --mem-limit-mb %s --ctx %d: exit %d, needs %.2f",
-           lim, ctx, rc, need);
+    CHECKF(rc == 0 && access(out, F_OK) == 0 && need > 0 && need <= limit_mb,
+           "3000 words, --mem-limit-mb %s --ctx %d: exit %d, needs %.2f", lim, ctx, rc, need);
     printf("  --ctx %d --batch-tokens %d: needs %.2f MiB, peak RSS %.2f MiB\n", ctx, bt, need, kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
-    CHECKF((double)kb / 1024.0 <= limit_mb, "3000 words: peak RSS %.2f MiB over --mem-limit-mb %s (--ctx %d)", kb / 1024.0, lim, ctx);
+    CHECKF((double)kb / 1024.0 <= limit_mb, "3000 words: peak RSS %.2f MiB over --mem-limit-mb %s (--ctx %d)",
+           kb / 1024.0, lim, ctx);
     /* and the estimate is not far above what the run takes (the suggestion is not needlessly small) */
-    CHECKF(need <= 1.15 * (double)kb / 1024.0, "3000 words: needs %.2f MiB, but the run peaked at %.2f MiB", need, kb / 1024.0);
+    CHECKF(need <= 1.15 * (double)kb / 1024.0, "3000 words: needs %.2f MiB, but the run peaked at %.2f MiB", need,
+           kb / 1024.0);
 #endif
 }
 

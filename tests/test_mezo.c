@@ -38,7 +38,8 @@ static void make_task(batch *b, int n_seq, int T, int V, int K, uint64_t seed) {
             b->ids[s][t] = t % 2 ? K : (int32_t)(nl_rng_u32(key, (uint64_t)(s * 64 + t)) % (uint32_t)V);
             b->tgt[s][t] = t % 2 ? 1 : 0;
         }
-        b->seq[s] = (nl_seq){.ids = b->ids[s], .target = b->tgt[s], .n_tokens = T, .n_targets = T / 2, .bucket = 32, .example = s};
+        b->seq[s] = (nl_seq){
+            .ids = b->ids[s], .target = b->tgt[s], .n_tokens = T, .n_targets = T / 2, .bucket = 32, .example = s};
     }
 }
 
@@ -52,7 +53,8 @@ static void make_random(batch *b, int n_seq, int T, int V) {
             b->tgt[s][t] = t > 0 && (t + s) % 3 != 0;
             nt += b->tgt[s][t];
         }
-        b->seq[s] = (nl_seq){.ids = b->ids[s], .target = b->tgt[s], .n_tokens = T - s, .n_targets = 0, .bucket = 32, .example = s};
+        b->seq[s] = (nl_seq){
+            .ids = b->ids[s], .target = b->tgt[s], .n_tokens = T - s, .n_targets = 0, .bucket = 32, .example = s};
         nt = 0;
         for (int t = 0; t < T - s; t++) nt += b->tgt[s][t];
         b->seq[s].n_targets = nt;
@@ -201,7 +203,7 @@ static void test_fd_identity(nl_arch arch) {
         l0 += ls;
     }
     l0 /= (double)nt;
-    g.grads = NULL; /* MeZO must not need a gradient buffer */
+    g.grads = NULL;   /* MeZO must not need a gradient buffer */
     g.dropout = 0.1f; /* and must switch dropout off itself */
     nl_mezo_cfg cfg;
     nl_mezo_defaults(&cfg);
@@ -269,8 +271,8 @@ static void test_learns_and_determinism(void) {
     double dt = nl_now() - t0;
     if (nl_mezo_batch_loss(&g, train.seq, NULL, train.n, &tr1, NULL, NULL)) die();
     if (nl_mezo_batch_loss(&g, held.seq, NULL, held.n, &he1, NULL, NULL)) die();
-    printf("MeZO %d steps (%zu params, %.2f s): train loss %.4f -> %.4f, held-out %.4f -> %.4f\n", STEPS, n, dt,
-           tr0, tr1, he0, he1);
+    printf("MeZO %d steps (%zu params, %.2f s): train loss %.4f -> %.4f, held-out %.4f -> %.4f\n", STEPS, n, dt, tr0,
+           tr1, he0, he1);
     CHECKF(tr1 < tr0 - 0.5, "train loss %.4f -> %.4f", tr0, tr1);
     CHECKF(he1 < he0 - 0.5, "held-out loss %.4f -> %.4f", he0, he1);
 

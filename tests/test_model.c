@@ -10,7 +10,6 @@
 #include "test.h"
 #include "util/util.h"
 
-
 /* What opening a model for use checks: the model (nl_model_load) and its vocabulary
  * (nl_tokenizer_for_model, which the session and the trainer call next). NULL when either
  * refuses the file. */
@@ -33,12 +32,16 @@ static long file_size(const char *path) {
 }
 
 static void check_hparams_equal(const nl_hparams *a, const nl_hparams *b, const char *what) {
-    CHECKF(a->n_vocab == b->n_vocab && a->n_embd == b->n_embd && a->n_layer == b->n_layer && a->n_ff == b->n_ff, "%s dims", what);
-    CHECKF(a->n_head == b->n_head && a->n_head_kv == b->n_head_kv && a->head_dim == b->head_dim && a->n_rot == b->n_rot, "%s heads", what);
-    CHECKF(a->n_ctx_train == b->n_ctx_train && a->rope_base == b->rope_base && a->rms_eps == b->rms_eps, "%s rope/eps", what);
+    CHECKF(a->n_vocab == b->n_vocab && a->n_embd == b->n_embd && a->n_layer == b->n_layer && a->n_ff == b->n_ff,
+           "%s dims", what);
+    CHECKF(a->n_head == b->n_head && a->n_head_kv == b->n_head_kv && a->head_dim == b->head_dim && a->n_rot == b->n_rot,
+           "%s heads", what);
+    CHECKF(a->n_ctx_train == b->n_ctx_train && a->rope_base == b->rope_base && a->rms_eps == b->rms_eps, "%s rope/eps",
+           what);
     CHECKF(a->rope_freq_scale == b->rope_freq_scale && a->rope_neox == b->rope_neox, "%s rope mode", what);
     CHECKF(a->ssm_d_conv == b->ssm_d_conv && a->ssm_d_state == b->ssm_d_state && a->ssm_n_group == b->ssm_n_group &&
-               a->ssm_dt_rank == b->ssm_dt_rank && a->ssm_d_inner == b->ssm_d_inner && a->full_attn_interval == b->full_attn_interval,
+               a->ssm_dt_rank == b->ssm_dt_rank && a->ssm_d_inner == b->ssm_d_inner &&
+               a->full_attn_interval == b->full_attn_interval,
            "%s ssm", what);
     CHECKF(a->n_swa == b->n_swa && a->swa_pattern == b->swa_pattern && a->rope_base_swa == b->rope_base_swa &&
                a->attn_scale == b->attn_scale && a->embd_scale == b->embd_scale && a->mlp_gelu == b->mlp_gelu &&
@@ -54,7 +57,9 @@ static void test_tiny_models(void) {
             snprintf(path, sizeof path, "test_model_%s_%s.gguf", nl_arch_name((nl_arch)a), nl_type_name(types[ti]));
             snprintf(what, sizeof what, "%s/%s", nl_arch_name((nl_arch)a), nl_type_name(types[ti]));
             CHECKF(nl_mkmodel((nl_arch)a, "tiny", types[ti], 7, path) == 0, "%s: %s", what, nl_last_error());
-            if (types[ti] == NL_TYPE_F32) CHECKF(file_size(path) > 0 && file_size(path) <= 2 * 1024 * 1024, "%s: %ld bytes", what, file_size(path));
+            if (types[ti] == NL_TYPE_F32)
+                CHECKF(file_size(path) > 0 && file_size(path) <= 2 * 1024 * 1024, "%s: %ld bytes", what,
+                       file_size(path));
             nl_model *m = nl_model_load(path);
             CHECKF(m != NULL, "%s: %s", what, nl_last_error());
             if (!m) continue;
@@ -81,7 +86,8 @@ static void test_tiny_models(void) {
                     int Hv = hp->ssm_dt_rank, conv_dim = 2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
                     CHECK(L->ssm_conv && L->ssm_dt_bias && L->ssm_a && L->ssm_norm && !L->q_norm);
                     int ok = 1;
-                    for (int h = 0; h < Hv; h++) ok &= L->ssm_a[h] <= -1.0f && L->ssm_a[h] >= -16.0f && fabsf(L->ssm_dt_bias[h]) < 1.0f;
+                    for (int h = 0; h < Hv; h++)
+                        ok &= L->ssm_a[h] <= -1.0f && L->ssm_a[h] >= -16.0f && fabsf(L->ssm_dt_bias[h]) < 1.0f;
                     CHECK(ok);
                     double s2 = 0;
                     for (int i = 0; i < conv_dim * hp->ssm_d_conv; i++) s2 += (double)L->ssm_conv[i] * L->ssm_conv[i];
@@ -97,12 +103,13 @@ static void test_tiny_models(void) {
                 }
                 for (int k = NL_P_GATE; k <= NL_P_DOWN; k++) CHECK(L->p[k] >= 0);
                 /* gemma3: post-norms on every layer, sliding window on all but every 6th */
-                CHECK((L->attn_post_norm != NULL) == (a == NL_ARCH_GEMMA3) && (L->ffn_post_norm != NULL) == (a == NL_ARCH_GEMMA3));
+                CHECK((L->attn_post_norm != NULL) == (a == NL_ARCH_GEMMA3) &&
+                      (L->ffn_post_norm != NULL) == (a == NL_ARCH_GEMMA3));
                 CHECKF(L->swa == (a == NL_ARCH_GEMMA3 && il != 5), "%s layer %d swa", what, il);
             }
             if (a == NL_ARCH_GEMMA3)
-                CHECK(hp->n_swa == 8 && hp->rope_base_swa == 10000.0f && hp->mlp_gelu && hp->post_norms && hp->embd_scale == 8.0f &&
-                      hp->attn_scale == 0.25f);
+                CHECK(hp->n_swa == 8 && hp->rope_base_swa == 10000.0f && hp->mlp_gelu && hp->post_norms &&
+                      hp->embd_scale == 8.0f && hp->attn_scale == 0.25f);
             else
                 CHECK(hp->n_swa == 0 && !hp->mlp_gelu && !hp->post_norms && hp->embd_scale == 1.0f &&
                       hp->attn_scale == 1.0f / sqrtf((float)hp->head_dim));
@@ -112,25 +119,31 @@ static void test_tiny_models(void) {
             for (int p = 0; p < m->n_projs; p++) {
                 const nl_proj_desc *d = &m->projs[p];
                 CHECK(d->w && d->w->ne[0] == d->n_in && d->w->ne[1] == d->n_out && d->w->type == types[ti]);
-                nl_proj_class want_cls = d->kind <= NL_P_O ? NL_CLASS_ATTN : d->kind <= NL_P_DOWN ? NL_CLASS_MLP
-                                       : d->kind <= NL_P_OUT ? NL_CLASS_RECURRENT : d->kind == NL_P_OUTPUT ? NL_CLASS_HEAD : NL_CLASS_EMBED;
+                nl_proj_class want_cls = d->kind <= NL_P_O        ? NL_CLASS_ATTN
+                                         : d->kind <= NL_P_DOWN   ? NL_CLASS_MLP
+                                         : d->kind <= NL_P_OUT    ? NL_CLASS_RECURRENT
+                                         : d->kind == NL_P_OUTPUT ? NL_CLASS_HEAD
+                                                                  : NL_CLASS_EMBED;
                 CHECK(d->cls == want_cls);
                 if (d->layer >= 0) CHECK(nl_model_proj(m, d->layer, d->kind) == p);
             }
             const nl_proj_desc *e = &m->projs[m->p_embed], *o = &m->projs[m->p_output];
-            CHECK(e->kind == NL_P_EMBED && e->layer == -1 && e->n_in == 64 && e->n_out == 512 && strcmp(e->name, "token_embd.weight") == 0);
+            CHECK(e->kind == NL_P_EMBED && e->layer == -1 && e->n_in == 64 && e->n_out == 512 &&
+                  strcmp(e->name, "token_embd.weight") == 0);
             CHECK(o->kind == NL_P_OUTPUT && o->cls == NL_CLASS_HEAD && o->w == e->w); /* tied */
             CHECK(nl_model_proj(m, -1, NL_P_OUTPUT) == m->p_output && nl_model_proj(m, 99, NL_P_Q) == -1);
             int l0 = a == NL_ARCH_QWEN35 ? 1 : 0; /* an attention layer */
             const nl_proj_desc *q = &m->projs[m->layers[l0].p[NL_P_Q]];
             CHECK(q->n_in == 64 && q->n_out == (a == NL_ARCH_QWEN35 ? 2 * 64 : 64) && q->layer == l0);
             const nl_proj_desc *k = &m->projs[m->layers[l0].p[NL_P_K]];
-            CHECK(k->n_out == (a == NL_ARCH_GEMMA3 ? 16 : 32) && k->cls == NL_CLASS_ATTN); /* gemma3 tiny: one kv head */
+            CHECK(k->n_out == (a == NL_ARCH_GEMMA3 ? 16 : 32) &&
+                  k->cls == NL_CLASS_ATTN); /* gemma3 tiny: one kv head */
             const nl_proj_desc *dn = &m->projs[m->layers[l0].p[NL_P_DOWN]];
             CHECK(dn->n_in == 160 && dn->n_out == 64 && dn->cls == NL_CLASS_MLP);
             if (a == NL_ARCH_QWEN35) {
                 const nl_proj_desc *qkv = &m->projs[m->layers[0].p[NL_P_QKV]];
-                CHECK(qkv->n_out == 2 * 2 * 16 + 4 * 16 && qkv->cls == NL_CLASS_RECURRENT && strcmp(qkv->name, "blk.0.attn_qkv.weight") == 0);
+                CHECK(qkv->n_out == 2 * 2 * 16 + 4 * 16 && qkv->cls == NL_CLASS_RECURRENT &&
+                      strcmp(qkv->name, "blk.0.attn_qkv.weight") == 0);
                 CHECK(m->projs[m->layers[2].p[NL_P_ALPHA]].n_out == 4 && m->projs[m->layers[2].p[NL_P_OUT]].n_in == 64);
             }
             /* weights look like N(0, 0.02) after dequantization */
@@ -149,18 +162,22 @@ static void test_tiny_models(void) {
             const nl_gguf *g = m->gguf;
             const char *s;
             CHECK(nl_gguf_get_str(g, "tokenizer.ggml.model", &s) == 0 && strcmp(s, "gpt2") == 0);
-            CHECK(nl_gguf_get_str(g, "tokenizer.ggml.pre", &s) == 0 &&
-                  strcmp(s, a == NL_ARCH_LLAMA ? "llama-bpe" : a == NL_ARCH_QWEN35 ? "qwen35" : "qwen2") == 0);
+            CHECK(nl_gguf_get_str(g, "tokenizer.ggml.pre", &s) == 0 && strcmp(s, a == NL_ARCH_LLAMA    ? "llama-bpe"
+                                                                                 : a == NL_ARCH_QWEN35 ? "qwen35"
+                                                                                                       : "qwen2") == 0);
             CHECK(nl_gguf_get_str(g, "tokenizer.chat_template", &s) == 0 &&
                   strstr(s, a == NL_ARCH_LLAMA ? "<|start_header_id|>" : "<|im_start|>") != NULL);
-            const nl_gguf_kv *toks = nl_gguf_get(g, "tokenizer.ggml.tokens"), *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
+            const nl_gguf_kv *toks = nl_gguf_get(g, "tokenizer.ggml.tokens"),
+                             *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
             const nl_gguf_kv *mg = nl_gguf_get(g, "tokenizer.ggml.merges");
             CHECK(toks && toks->arr_n == 512 && tt && tt->arr_n == 512 && mg && mg->arr_n > 100);
             if (toks && tt && mg && toks->arr_n == 512) {
-                CHECK(strcmp(toks->arr_str[' '], "\xc4\xa0") == 0 && strcmp(toks->arr_str['\n'], "\xc4\x8a") == 0); /* Ġ, Ċ */
-                CHECK(strcmp(toks->arr_str['A'], "A") == 0 && strcmp(toks->arr_str[0], "\xc4\x80") == 0);      /* U+0100 */
+                CHECK(strcmp(toks->arr_str[' '], "\xc4\xa0") == 0 &&
+                      strcmp(toks->arr_str['\n'], "\xc4\x8a") == 0);                                      /* Ġ, Ċ */
+                CHECK(strcmp(toks->arr_str['A'], "A") == 0 && strcmp(toks->arr_str[0], "\xc4\x80") == 0); /* U+0100 */
                 uint32_t bos, eot;
-                CHECK(nl_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &bos) == 0 && nl_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &eot) == 0);
+                CHECK(nl_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &bos) == 0 &&
+                      nl_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &eot) == 0);
                 CHECK(strcmp(toks->arr_str[bos], a == NL_ARCH_LLAMA ? "<|begin_of_text|>" : "<|endoftext|>") == 0);
                 CHECK(strcmp(toks->arr_str[eot], a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0);
                 int64_t ty;
@@ -176,13 +193,17 @@ static void test_tiny_models(void) {
                 }
                 CHECK(layout_ok && n_control == (a == NL_ARCH_LLAMA ? 5 : 3));
                 bool add_bos;
-                CHECK(nl_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) == 0 && add_bos == (a == NL_ARCH_LLAMA));
+                CHECK(nl_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos) == 0 &&
+                      add_bos == (a == NL_ARCH_LLAMA));
                 /* every merge "l r": both halves and their concatenation are tokens */
                 int bad = 0;
                 for (uint64_t i = 0; i < mg->arr_n; i++) {
                     char buf[128];
                     const char *sp = strchr(mg->arr_str[i] + 1, ' ');
-                    if (!sp) { bad++; continue; }
+                    if (!sp) {
+                        bad++;
+                        continue;
+                    }
                     size_t ll = (size_t)(sp - mg->arr_str[i]);
                     int fl = 0, fr = 0, fm = 0;
                     snprintf(buf, sizeof buf, "%.*s%s", (int)ll, mg->arr_str[i], sp + 1);
@@ -204,7 +225,8 @@ static void test_tiny_models(void) {
                 int32_t eot = nl_token_eot(tok);
                 size_t pl;
                 const char *piece = nl_token_piece(tok, eot, &pl);
-                CHECK(piece && strcmp(piece, a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0 && nl_token_is_control(tok, eot));
+                CHECK(piece && strcmp(piece, a == NL_ARCH_LLAMA ? "<|eot_id|>" : "<|im_end|>") == 0 &&
+                      nl_token_is_control(tok, eot));
                 const char *text = "The night shift on the farm began, and the model learns.";
                 int32_t *ids = NULL;
                 int n = 0;
@@ -215,7 +237,10 @@ static void test_tiny_models(void) {
                 size_t bl = 0;
                 for (int i = 0; i < n; i++) {
                     const char *pc = nl_token_piece(tok, ids[i], &pl);
-                    if (pc && bl + pl < sizeof back) { memcpy(back + bl, pc, pl); bl += pl; }
+                    if (pc && bl + pl < sizeof back) {
+                        memcpy(back + bl, pc, pl);
+                        bl += pl;
+                    }
                 }
                 back[bl] = 0;
                 CHECK(strcmp(back, text) == 0);
@@ -248,25 +273,37 @@ static void test_determinism(void) {
 static void test_presets(void) {
     nl_hparams hp;
     CHECK(nl_mkmodel_hparams(NL_ARCH_LLAMA, "llama3.2-1b", &hp) == 0);
-    CHECK(hp.n_embd == 2048 && hp.n_layer == 16 && hp.n_head == 32 && hp.n_head_kv == 8 && hp.head_dim == 64 && hp.n_ff == 8192);
-    CHECK(hp.n_vocab == 128256 && hp.rope_base == 500000.0f && hp.rms_eps == 1e-5f && hp.n_ctx_train == 131072 && hp.n_rot == 64);
+    CHECK(hp.n_embd == 2048 && hp.n_layer == 16 && hp.n_head == 32 && hp.n_head_kv == 8 && hp.head_dim == 64 &&
+          hp.n_ff == 8192);
+    CHECK(hp.n_vocab == 128256 && hp.rope_base == 500000.0f && hp.rms_eps == 1e-5f && hp.n_ctx_train == 131072 &&
+          hp.n_rot == 64);
     CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN3, "qwen3-0.6b", &hp) == 0);
-    CHECK(hp.n_embd == 1024 && hp.n_layer == 28 && hp.n_head == 16 && hp.n_head_kv == 8 && hp.head_dim == 128 && hp.n_ff == 3072);
-    CHECK(hp.n_vocab == 151936 && hp.rope_base == 1e6f && hp.rms_eps == 1e-6f && hp.n_ctx_train == 40960 && hp.rope_neox == 1);
+    CHECK(hp.n_embd == 1024 && hp.n_layer == 28 && hp.n_head == 16 && hp.n_head_kv == 8 && hp.head_dim == 128 &&
+          hp.n_ff == 3072);
+    CHECK(hp.n_vocab == 151936 && hp.rope_base == 1e6f && hp.rms_eps == 1e-6f && hp.n_ctx_train == 40960 &&
+          hp.rope_neox == 1);
     CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN35, "qwen35-0.8b", &hp) == 0);
-    CHECK(hp.n_embd == 1024 && hp.n_layer == 24 && hp.n_head == 8 && hp.n_head_kv == 2 && hp.head_dim == 256 && hp.n_rot == 64);
-    CHECK(hp.n_ff == 3584 && hp.n_vocab == 248320 && hp.rope_base == 1e7f && hp.full_attn_interval == 4 && hp.n_ctx_train == 262144);
-    CHECK(hp.ssm_n_group == 16 && hp.ssm_dt_rank == 16 && hp.ssm_d_state == 128 && hp.ssm_d_inner == 2048 && hp.ssm_d_conv == 4);
+    CHECK(hp.n_embd == 1024 && hp.n_layer == 24 && hp.n_head == 8 && hp.n_head_kv == 2 && hp.head_dim == 256 &&
+          hp.n_rot == 64);
+    CHECK(hp.n_ff == 3584 && hp.n_vocab == 248320 && hp.rope_base == 1e7f && hp.full_attn_interval == 4 &&
+          hp.n_ctx_train == 262144);
+    CHECK(hp.ssm_n_group == 16 && hp.ssm_dt_rank == 16 && hp.ssm_d_state == 128 && hp.ssm_d_inner == 2048 &&
+          hp.ssm_d_conv == 4);
     CHECK(nl_mkmodel_hparams(NL_ARCH_GEMMA3, "gemma3-270m", &hp) == 0); /* the GGUF's metadata */
-    CHECK(hp.n_embd == 640 && hp.n_layer == 18 && hp.n_head == 4 && hp.n_head_kv == 1 && hp.head_dim == 256 && hp.n_ff == 2048);
-    CHECK(hp.n_vocab == 262144 && hp.rope_base == 1e6f && hp.rms_eps == 1e-6f && hp.n_ctx_train == 32768 && hp.n_swa == 512);
-    CHECK(hp.swa_pattern == 6 && hp.rope_base_swa == 10000.0f && hp.attn_scale == 1.0f / 16 && hp.embd_scale == sqrtf(640.0f));
+    CHECK(hp.n_embd == 640 && hp.n_layer == 18 && hp.n_head == 4 && hp.n_head_kv == 1 && hp.head_dim == 256 &&
+          hp.n_ff == 2048);
+    CHECK(hp.n_vocab == 262144 && hp.rope_base == 1e6f && hp.rms_eps == 1e-6f && hp.n_ctx_train == 32768 &&
+          hp.n_swa == 512);
+    CHECK(hp.swa_pattern == 6 && hp.rope_base_swa == 10000.0f && hp.attn_scale == 1.0f / 16 &&
+          hp.embd_scale == sqrtf(640.0f));
     CHECK(nl_mkmodel_hparams(NL_ARCH_QWEN35, "small", &hp) == 0);
-    CHECK(hp.n_layer == 8 && hp.full_attn_interval == 4 && hp.ssm_n_group == 4 && hp.ssm_dt_rank == 8 && hp.ssm_d_state == 48);
+    CHECK(hp.n_layer == 8 && hp.full_attn_interval == 4 && hp.ssm_n_group == 4 && hp.ssm_dt_rank == 8 &&
+          hp.ssm_d_state == 48);
     /* small: 10-30 M parameters */
     for (int a = 0; a < NL_ARCH_COUNT; a++) {
         CHECK(nl_mkmodel_hparams((nl_arch)a, "small", &hp) == 0);
-        double E = hp.n_embd, per_attn = E * hp.head_dim * hp.n_head * (a == NL_ARCH_QWEN35 ? 3 : 2) + 2 * E * hp.head_dim * hp.n_head_kv;
+        double E = hp.n_embd, per_attn = E * hp.head_dim * hp.n_head * (a == NL_ARCH_QWEN35 ? 3 : 2) +
+                                         2 * E * hp.head_dim * hp.n_head_kv;
         double kd = (double)hp.ssm_n_group * hp.ssm_d_state, vd = hp.ssm_d_inner;
         double per_gdn = E * (2 * kd + vd) + E * vd + 2 * E * hp.ssm_dt_rank + vd * E, ffn = 3 * E * hp.n_ff;
         double total = E * hp.n_vocab;
@@ -339,7 +376,9 @@ static void mod_interval3_flags(nl_gguf_writer *w) {
     uint8_t flags[4] = {1, 0, 1, 0};
     nl_gguf_set_arr(w, "qwen35.attention.recurrent_layers", NL_GGUF_BOOL, flags, 4);
 }
-static void mod_eps_as_string(nl_gguf_writer *w) { nl_gguf_set_str(w, "qwen3.attention.layer_norm_rms_epsilon", "tiny"); }
+static void mod_eps_as_string(nl_gguf_writer *w) {
+    nl_gguf_set_str(w, "qwen3.attention.layer_norm_rms_epsilon", "tiny");
+}
 static void mod_ff_array(nl_gguf_writer *w) {
     uint32_t ff[2] = {160, 160};
     nl_gguf_set_arr(w, "qwen3.feed_forward_length", NL_GGUF_UINT32, ff, 2);
@@ -375,7 +414,10 @@ static void mod_head_count_short(nl_gguf_writer *w) {
  * (fell back to token 11); a token text that is not UTF-8. */
 static void test_values(void) {
     const char *L = "test_model_llama_f32.gguf", *B = "test_model_bad.gguf";
-    static const struct { void (*mod)(nl_gguf_writer *); const char *n1, *n2; } bad[] = {
+    static const struct {
+        void (*mod)(nl_gguf_writer *);
+        const char *n1, *n2;
+    } bad[] = {
         {mod_rope_base_inf, "key 'llama.rope.freq_base' = inf: expected a finite number > 0", NULL},
         {mod_rope_base_nan, "key 'llama.rope.freq_base' = nan: expected a finite number > 0", NULL},
         {mod_eps_nan, "key 'llama.attention.layer_norm_rms_epsilon' = nan: expected a finite number > 0", NULL},
@@ -386,13 +428,15 @@ static void test_values(void) {
         {mod_eos_past, "key 'tokenizer.ggml.eos_token_id' = 512: expected a token id in [0, 512)", NULL},
         {mod_bos_negative, "key 'tokenizer.ggml.bos_token_id' = -1: expected a token id in [0, 512)", NULL},
         {mod_eot_past, "key 'tokenizer.ggml.eot_token_id' = 100000", NULL},
-        {mod_head_count_short, "key 'llama.attention.head_count' holds 1 values, but block_count is 2: expected one per layer", ": offset "},
+        {mod_head_count_short,
+         "key 'llama.attention.head_count' holds 1 values, but block_count is 2: expected one per layer", ": offset "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         rewrite_t r = {.mod = bad[i].mod};
         CHECK(rewrite(L, B, &r) == 0);
         nl_model *m = load_with_vocab(B);
-        CHECKF(m == NULL && has(B) && has(bad[i].n1) && (!bad[i].n2 || has(bad[i].n2)), "case %zu: %s", i, m ? "loaded" : nl_last_error());
+        CHECKF(m == NULL && has(B) && has(bad[i].n1) && (!bad[i].n2 || has(bad[i].n2)), "case %zu: %s", i,
+               m ? "loaded" : nl_last_error());
         nl_model_free(m);
     }
     /* "none" is no scaling */
@@ -404,17 +448,22 @@ static void test_values(void) {
     /* a tensor of a layer past block_count: an error; an unused tensor: a warning naming it */
     rewrite_t rx = {.add_vec = "blk.2.attn_norm.weight"};
     CHECK(rewrite(L, B, &rx) == 0);
-    CHECKF(load_with_vocab(B) == NULL && has("tensor 'blk.2.attn_norm.weight' is of layer 2, but block_count is 2"), "%s", nl_last_error());
+    CHECKF(load_with_vocab(B) == NULL && has("tensor 'blk.2.attn_norm.weight' is of layer 2, but block_count is 2"),
+           "%s", nl_last_error());
     rewrite_t ru = {.add_vec = "blk.0.attn_sinks.weight"};
     CHECK(rewrite(L, B, &ru) == 0);
     m = load_with_vocab(B);
-    CHECKF(m && m->warning && strstr(m->warning, "1 tensor that nightlora's llama graph does not use, ignored: blk.0.attn_sinks.weight"),
-           "%s", m ? (m->warning ? m->warning : "no warning") : nl_last_error());
+    CHECKF(
+        m && m->warning &&
+            strstr(m->warning, "1 tensor that nightlora's llama graph does not use, ignored: blk.0.attn_sinks.weight"),
+        "%s", m ? (m->warning ? m->warning : "no warning") : nl_last_error());
     nl_model_free(m);
     /* and the CLI prints it */
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt hi --n 1 --backend ref 2>&1 >/dev/null | grep -q 'warning: %s: 1 tensor that'",
-             NL_CLI, B, B);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s generate --model %s --prompt hi --n 1 --backend ref 2>&1 >/dev/null | grep -q 'warning: %s: 1 tensor that'",
+        NL_CLI, B, B);
     CHECK(system(cmd) == 0);
     /* a token text that is not UTF-8 */
     {
@@ -428,12 +477,14 @@ static void test_values(void) {
         toks[300] = "ab\xff";
         nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, tk->arr_n);
         for (int64_t i = 0; i < g->n_tensors; i++)
-            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne,
+                               g->tensors[i].data, true);
         CHECK(nl_gguf_write(w, B) == 0);
         nl_gguf_writer_free(w);
         nl_gguf_close(g);
         free(toks);
-        CHECKF(load_with_vocab(B) == NULL && has("tokenizer.ggml.tokens[300] is not valid UTF-8 (byte 0xFF at 2)"), "%s", nl_last_error());
+        CHECKF(load_with_vocab(B) == NULL && has("tokenizer.ggml.tokens[300] is not valid UTF-8 (byte 0xFF at 2)"),
+               "%s", nl_last_error());
     }
     /* a NUL inside a token's text, a token type of 99: refused naming the file offset, which
      * holds that byte / value */
@@ -441,7 +492,8 @@ static void test_values(void) {
         nl_gguf *g = nl_gguf_open(L);
         nl_gguf_writer *w = nl_gguf_writer_new();
         nl_gguf_copy_kvs(w, g);
-        const nl_gguf_kv *tk = nl_gguf_get(g, "tokenizer.ggml.tokens"), *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
+        const nl_gguf_kv *tk = nl_gguf_get(g, "tokenizer.ggml.tokens"),
+                         *tt = nl_gguf_get(g, "tokenizer.ggml.token_type");
         CHECK(tk && tk->arr_n > 300 && tt && tt->arr_n == tk->arr_n);
         const char **toks = malloc(sizeof(char *) * tk->arr_n);
         for (uint64_t i = 0; i < tk->arr_n; i++) toks[i] = tk->arr_str[i];
@@ -452,7 +504,8 @@ static void test_values(void) {
         nl_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, tk->arr_n);
         nl_gguf_set_arr(w, "tokenizer.ggml.token_type", NL_GGUF_INT32, types, tt->arr_n);
         for (int64_t i = 0; i < g->n_tensors; i++)
-            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne,
+                               g->tensors[i].data, true);
         CHECK(nl_gguf_write(w, B) == 0);
         nl_gguf_writer_free(w);
         nl_gguf_close(g);
@@ -466,12 +519,14 @@ static void test_values(void) {
         FILE *f = fopen(B, "wb");
         CHECK(f && fwrite(b, 1, n, f) == n);
         if (f) fclose(f);
-        CHECKF(load_with_vocab(B) == NULL && has(B) && has(k ? "tokenizer.ggml.token_type[77] = 99: expected a token type in 0..6"
-                                                             : "tokenizer.ggml.tokens[300] holds a NUL byte (at 3 of its 9)"),
+        CHECKF(load_with_vocab(B) == NULL && has(B) &&
+                   has(k ? "tokenizer.ggml.token_type[77] = 99: expected a token type in 0..6"
+                         : "tokenizer.ggml.tokens[300] holds a NUL byte (at 3 of its 9)"),
                "%s: %s", k ? "type 99" : "NUL", nl_last_error());
         const char *o = strstr(nl_last_error(), ": offset ");
         unsigned long long off = o ? strtoull(o + 9, NULL, 10) : 0;
-        CHECKF(o && off < n && (k ? b[off] == 99 && b[off + 1] == 0 : b[off] == 0 && off == (size_t)(q - b) + 3), "offset %llu", off);
+        CHECKF(o && off < n && (k ? b[off] == 99 && b[off + 1] == 0 : b[off] == 0 && off == (size_t)(q - b) + 3),
+               "offset %llu", off);
         free(b);
     }
     remove(B);
@@ -497,22 +552,26 @@ static void test_errors(void) {
 
     rewrite_t r2 = {.replace_tensor = "blk.1.attn_k.weight", .r_type = NL_TYPE_F32, .r_ne = {64, 48}, .r_ndims = 2};
     CHECK(rewrite(L, B, &r2) == 0);
-    CHECKF(nl_model_load(B) == NULL && has(B) && has("tensor 'blk.1.attn_k.weight' has shape {64, 48}, expected {64, 32}"), "%s",
-           nl_last_error());
+    CHECKF(nl_model_load(B) == NULL && has(B) &&
+               has("tensor 'blk.1.attn_k.weight' has shape {64, 48}, expected {64, 32}"),
+           "%s", nl_last_error());
     rewrite_t r2b = {.replace_tensor = "blk.0.ssm_norm.weight", .r_type = NL_TYPE_F32, .r_ne = {16, 2}, .r_ndims = 2};
     CHECK(rewrite(Q35, B, &r2b) == 0);
-    CHECKF(nl_model_load(B) == NULL && has("tensor 'blk.0.ssm_norm.weight' has shape {16, 2}, expected {16}"), "%s", nl_last_error());
+    CHECKF(nl_model_load(B) == NULL && has("tensor 'blk.0.ssm_norm.weight' has shape {16, 2}, expected {16}"), "%s",
+           nl_last_error());
     rewrite_t r2c = {.replace_tensor = "output_norm.weight", .r_type = 7 /* q5_1 */, .r_ne = {64}, .r_ndims = 1};
     CHECK(rewrite(Q3, B, &r2c) == 0);
     CHECKF(nl_model_load(B) == NULL && has("output_norm.weight") && has("q5_1"), "%s", nl_last_error());
 
     rewrite_t r3 = {.drop_tensor = "blk.0.ffn_up.weight"};
     CHECK(rewrite(Q3, B, &r3) == 0);
-    CHECKF(nl_model_load(B) == NULL && has("missing tensor 'blk.0.ffn_up.weight' (expected shape {64, 160})"), "%s", nl_last_error());
+    CHECKF(nl_model_load(B) == NULL && has("missing tensor 'blk.0.ffn_up.weight' (expected shape {64, 160})"), "%s",
+           nl_last_error());
 
     rewrite_t r4 = {.mod = mod_arch_gptneox};
     CHECK(rewrite(L, B, &r4) == 0);
-    CHECKF(nl_model_load(B) == NULL && has("unsupported architecture 'gpt-neox'") && has("llama, qwen3, qwen35"), "%s", nl_last_error());
+    CHECKF(nl_model_load(B) == NULL && has("unsupported architecture 'gpt-neox'") && has("llama, qwen3, qwen35"), "%s",
+           nl_last_error());
 
     /* a bias tensor nightlora's graph would ignore is refused */
     rewrite_t r5 = {.add_vec = "blk.1.attn_output.bias"};
@@ -525,7 +584,8 @@ static void test_errors(void) {
         nl_gguf_writer *w = nl_gguf_writer_new();
         nl_gguf_copy_kvs(w, g);
         for (int64_t i = 0; i < g->n_tensors; i++)
-            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne, g->tensors[i].data, true);
+            nl_gguf_add_tensor(w, g->tensors[i].name, g->tensors[i].type, (int)g->tensors[i].n_dims, g->tensors[i].ne,
+                               g->tensors[i].data, true);
         const nl_gguf_tensor *te = nl_gguf_tensor_find(g, "token_embd.weight");
         nl_gguf_add_tensor(w, "output.weight", te->type, 2, te->ne, te->data, true);
         float ff[8] = {1, 1, 2, 4, 8, 16, 32, 32};
@@ -542,7 +602,8 @@ static void test_errors(void) {
         m = nl_model_load(B);
         CHECKF(m != NULL, "%s", nl_last_error());
         if (m) {
-            CHECK(!m->tied_head && strcmp(m->projs[m->p_output].name, "output.weight") == 0 && m->projs[m->p_output].w != m->projs[m->p_embed].w);
+            CHECK(!m->tied_head && strcmp(m->projs[m->p_output].name, "output.weight") == 0 &&
+                  m->projs[m->p_output].w != m->projs[m->p_embed].w);
             CHECK(m->rope_freqs && m->rope_freqs[0] == 1 && m->rope_freqs[7] == 32);
             CHECK(m->n_projs == 2 + 7 * 2);
             nl_model_free(m);
@@ -567,15 +628,17 @@ static void test_errors(void) {
     rewrite_t r8b = {.mod = mod_interval3_flags};
     CHECK(rewrite(Q35, B, &r8b) == 0);
     m = nl_model_load(B);
-    CHECKF(m && m->layers[0].recurrent && !m->layers[1].recurrent && m->layers[2].recurrent && !m->layers[3].recurrent &&
-               m->hp.full_attn_interval == 3, "%s", nl_last_error());
+    CHECKF(m && m->layers[0].recurrent && !m->layers[1].recurrent && m->layers[2].recurrent &&
+               !m->layers[3].recurrent && m->hp.full_attn_interval == 3,
+           "%s", nl_last_error());
     nl_model_free(m);
     /* per-layer arrays (uniform) and defaults: head_dim = n_embd/n_head, n_rot = head_dim,
      * freq_base 10000, vocab from the token list */
     rewrite_t r9 = {.mod = mod_ff_array};
     CHECK(rewrite(Q3, B, &r9) == 0);
     m = nl_model_load(B);
-    CHECKF(m && m->hp.n_ff == 160 && m->hp.head_dim == 16 && m->hp.n_rot == 16 && m->hp.rope_base == 10000.0f && m->hp.n_vocab == 512,
+    CHECKF(m && m->hp.n_ff == 160 && m->hp.head_dim == 16 && m->hp.n_rot == 16 && m->hp.rope_base == 10000.0f &&
+               m->hp.n_vocab == 512,
            "%s", nl_last_error());
     nl_model_free(m);
     CHECK(nl_model_load("/nonexistent/m.gguf") == NULL && has("/nonexistent/m.gguf"));
@@ -583,12 +646,15 @@ static void test_errors(void) {
 }
 
 static void test_cli(void) {
-    int rc = system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type f16 --seed 9 > /dev/null");
+    int rc =
+        system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type f16 --seed 9 > /dev/null");
     CHECK(rc == 0);
     CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_F16, 9, "test_model_lib.gguf") == 0);
     CHECK(nl_t_same_file("test_model_cli.gguf", "test_model_lib.gguf"));
     /* Q4_0 / Q4_1 projection weights (model/quant's quantizers, as merge writes them) */
-    CHECK(system(NL_CLI " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type q4_1 --seed 9 > /dev/null") == 0);
+    CHECK(system(NL_CLI
+                 " mkmodel --arch qwen3 --preset tiny --out test_model_cli.gguf --type q4_1 --seed 9 > /dev/null") ==
+          0);
     CHECK(nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q4_1, 9, "test_model_lib.gguf") == 0);
     CHECK(nl_t_same_file("test_model_cli.gguf", "test_model_lib.gguf"));
     CHECK(nl_mkmodel(NL_ARCH_LLAMA, "tiny", NL_TYPE_Q4_0, 9, "test_model_lib.gguf") == 0);
@@ -608,7 +674,10 @@ static void test_fuzz(void) {
     uint8_t *good = (uint8_t *)nl_read_file("test_model_fuzz.gguf", &len);
     nl_gguf *g0 = nl_gguf_open_buffer(good, len, "fuzz");
     CHECK(g0 != NULL);
-    if (!g0) { free(good); return; }
+    if (!g0) {
+        free(good);
+        return;
+    }
     /* the KVs before the token list, and the tensor-info block */
     size_t kv_end = 0, ti_start = 0, ti_end = (size_t)g0->data_offset;
     for (size_t i = 0; i + 21 < len && !kv_end; i++)
@@ -630,7 +699,8 @@ static void test_fuzz(void) {
         if (m) {
             loaded++;
             int ok = 1;
-            for (int p = 0; p < m->n_projs; p++) ok &= m->projs[p].w->ne[0] == m->projs[p].n_in && m->projs[p].w->ne[1] == m->projs[p].n_out;
+            for (int p = 0; p < m->n_projs; p++)
+                ok &= m->projs[p].w->ne[0] == m->projs[p].n_in && m->projs[p].w->ne[1] == m->projs[p].n_out;
             CHECK(ok);
             nl_model_free(m);
         } else {

@@ -142,9 +142,10 @@ static void test_truncated_during_run(void) {
     path_of(err, sizeof err, "trunc.err");
     CHECK(copy_file(model, m) == 0 && copy_file(model, keep) == 0);
     write_status("0\n");
-    const char *const a[] = {"train", "--model", m, "--data", data, "--out", out, "--steps", "40", "--batch-tokens", "32", "--rank", "2",
-                             "--checkpoint-dir", ck, "--thermal", "auto", "--thermal-status-file", status_file, "--pacing-poll-ms", "10",
-                             "--threads", "1", NULL};
+    const char *const a[] = {"train",     "--model",          m,    "--data",         data,   "--out",
+                             out,         "--steps",          "40", "--batch-tokens", "32",   "--rank",
+                             "2",         "--checkpoint-dir", ck,   "--thermal",      "auto", "--thermal-status-file",
+                             status_file, "--pacing-poll-ms", "10", "--threads",      "1",    NULL};
     pid_t pid = spawn(a, err);
     double t0 = nl_now();
     while (newest_commit(ck) < 2 && nl_now() - t0 < 60) nl_t_sleep(0.0005);
@@ -159,13 +160,16 @@ static void test_truncated_during_run(void) {
     snprintf(want, sizeof want, "the last commit (step %d) is kept", at);
     CHECKF(paused, "the run never paused");
     CHECKF(rc == 1, "exit %d (expected 1; 135 is a SIGBUS)", rc);
-    CHECKF(nl_t_file_has(err, "run.gguf changed while the run was using it") && nl_t_file_has(err, want), "expected '%s'", want);
+    CHECKF(nl_t_file_has(err, "run.gguf changed while the run was using it") && nl_t_file_has(err, want),
+           "expected '%s'", want);
     CHECK(at >= 2 && at < 40 && access(out, F_OK) != 0);
     show("model truncated during a run", err);
     /* the commits are intact: with the model as it was, --resume finishes */
     CHECK(copy_file(keep, m) == 0);
-    const char *const r[] = {"train", "--model", m, "--data", data, "--out", out, "--steps", "40", "--batch-tokens", "32", "--rank", "2",
-                             "--checkpoint-dir", ck, "--thermal", "off", "--threads", "1", "--resume", NULL};
+    const char *const r[] = {"train", "--model",          m,    "--data",         data,  "--out",
+                             out,     "--steps",          "40", "--batch-tokens", "32",  "--rank",
+                             "2",     "--checkpoint-dir", ck,   "--thermal",      "off", "--threads",
+                             "1",     "--resume",         NULL};
     rc = run(r, err);
     snprintf(want, sizeof want, "resumed from %s at step %d/40", ck, at);
     CHECKF(rc == 0 && nl_t_file_has(err, want) && access(out, F_OK) == 0, "resume: exit %d, expected '%s'", rc, want);
@@ -179,10 +183,12 @@ static void test_weight_changed(void) {
     path_of(out, sizeof out, "weight_adapter.gguf");
     path_of(err, sizeof err, "weight.err");
     CHECK(nl_mkmodel(NL_ARCH_QWEN3, "small", NL_TYPE_Q8_0, 3, m) == 0);
-    const char *const a[] = {"train", "--model", m, "--data", data, "--out", out, "--steps", "2", "--stop-after", "1", "--batch-tokens", "32",
-                             "--rank", "2", "--targets", "q", "--checkpoint-dir", ck, "--thermal", "off", "--verbose", NULL};
+    const char *const a[] = {"train", "--model",          m,   "--data",         data,  "--out",     out, "--steps",
+                             "2",     "--stop-after",     "1", "--batch-tokens", "32",  "--rank",    "2", "--targets",
+                             "q",     "--checkpoint-dir", ck,  "--thermal",      "off", "--verbose", NULL};
     CHECK(run(a, err) == 0);
-    CHECKF(nl_t_file_has(err, "model identity: ") && nl_t_file_has(err, "hashed whole"), "--verbose prints no hash time");
+    CHECKF(nl_t_file_has(err, "model identity: ") && nl_t_file_has(err, "hashed whole"),
+           "--verbose prints no hash time");
     /* a byte inside a tensor, away from the first and last MiB and from the 256 blocks of
      * 4 KiB the former identity sampled */
     nl_gguf *g = nl_gguf_open(m);
@@ -205,10 +211,12 @@ static void test_weight_changed(void) {
     b ^= 1; /* the lowest bit: a Q8_0 quant or the low mantissa bit of a scale, still finite */
     CHECK(pwrite(fd, &b, 1, (off_t)at) == 1);
     close(fd);
-    const char *const r[] = {"train", "--model", m, "--data", data, "--out", out, "--steps", "2", "--batch-tokens", "32", "--rank", "2",
-                             "--targets", "q", "--checkpoint-dir", ck, "--thermal", "off", "--resume", NULL};
+    const char *const r[] = {"train", "--model",        m,     "--data",   data, "--out",     out, "--steps",
+                             "2",     "--batch-tokens", "32",  "--rank",   "2",  "--targets", "q", "--checkpoint-dir",
+                             ck,      "--thermal",      "off", "--resume", NULL};
     int rc = run(r, err);
-    CHECKF(rc == 1 && nl_t_file_has(err, "cannot resume") && nl_t_file_has(err, "model "), "a changed weight byte: exit %d", rc);
+    CHECKF(rc == 1 && nl_t_file_has(err, "cannot resume") && nl_t_file_has(err, "model "),
+           "a changed weight byte: exit %d", rc);
     show("one weight byte changed", err);
 }
 
@@ -217,9 +225,13 @@ int main(void) {
     path_of(model, sizeof model, "q3.gguf");
     path_of(data, sizeof data, "notes.jsonl");
     path_of(status_file, sizeof status_file, "thermal");
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     FILE *f = fopen(data, "w");
-    for (int i = 0; i < 8; i++) fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
+    for (int i = 0; i < 8; i++)
+        fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n", i);
     fclose(f);
     double t0 = nl_now();
     test_reader();

@@ -26,7 +26,7 @@ static void test_model(void) {
     CHECK(fbits(bf_round_op(1.0f, ldexpf(1.0f, -23), 0)) == 0x3f800001u);
     CHECK(fbits(bf_round_op(1.5f, 0.25f, 0)) == fbits(1.75f));
     CHECK(fbits(bf_round_op(1.0f, -ldexpf(1.0f, -30), 0)) == 0x3f7fffffu); /* truncated 1 - 2⁻³⁰: odd already */
-    CHECK(fbits(bf_round_op(ldexpf(1.0f, -100), ldexpf(1.0f, -30), 1)) == 0u);      /* flushed */
+    CHECK(fbits(bf_round_op(ldexpf(1.0f, -100), ldexpf(1.0f, -30), 1)) == 0u); /* flushed */
     CHECK(fbits(bf_round_op(-ldexpf(1.0f, -100), ldexpf(1.0f, -30), 1)) == 0x80000000u);
     CHECK(isinf(bf_round_op(FLT_MAX, FLT_MAX, 0)));
     CHECK(fbits(bf_round_op(1.0f, -1.0f, 0)) == 0u);
@@ -89,8 +89,8 @@ static void check_bwd(const nl_host_kernels *ks, int m, int kp, int ncols, int a
                 want = accumulate ? want + s : s;
             }
             if (fbits(want) != fbits(C[i * ldc + j]) && bad++ < 3)
-                fprintf(stderr, "bwd m %d kp %d ncols %d acc %d: C[%d][%d] = %a, model %a\n", m, kp, ncols, accumulate, i, j,
-                        (double)C[i * ldc + j], (double)want);
+                fprintf(stderr, "bwd m %d kp %d ncols %d acc %d: C[%d][%d] = %a, model %a\n", m, kp, ncols, accumulate,
+                        i, j, (double)C[i * ldc + j], (double)want);
         }
     CHECKF(bad == 0, "bwd m %d kp %d ncols %d acc %d: %d elements differ", m, kp, ncols, accumulate, bad);
     free(A);
@@ -114,7 +114,8 @@ static void test_conversions(const nl_host_kernels *ks) {
     ks->to_bf16(f, N - 3, h); /* an odd tail */
     for (int i = 0; i < N - 3; i++) bad += h[i] != nl_host_f32_to_bf16(f[i]);
     ks->pairs_to_bf16(f, g, N, pr);
-    for (int i = 0; i < N; i++) bad += pr[i] != ((uint32_t)nl_host_f32_to_bf16(f[i]) | (uint32_t)nl_host_f32_to_bf16(g[i]) << 16);
+    for (int i = 0; i < N; i++)
+        bad += pr[i] != ((uint32_t)nl_host_f32_to_bf16(f[i]) | (uint32_t)nl_host_f32_to_bf16(g[i]) << 16);
     ks->pairs_to_bf16(g, NULL, N, pr);
     for (int i = 0; i < N; i++) bad += pr[i] != nl_host_f32_to_bf16(g[i]);
     CHECKF(bad == 0, "conversions: %d values differ from nl_host_f32_to_bf16", bad);

@@ -69,7 +69,11 @@ static void test_fexp(void) {
 }
 
 /* ---------------------------------------------------------------- RMSNorm */
-typedef struct { int T, n; float eps; const float *w; } norm_ctx;
+typedef struct {
+    int T, n;
+    float eps;
+    const float *w;
+} norm_ctx;
 static void norm_ref(double *y, const double *x, void *vc) {
     const norm_ctx *c = vc;
     for (int t = 0; t < c->T; t++) {
@@ -108,7 +112,11 @@ static void test_rmsnorm(void) {
 }
 
 /* ---------------------------------------------------------------- RoPE */
-typedef struct { const nl_rope *r; int T, H; const int32_t *pos; } rope_ctx;
+typedef struct {
+    const nl_rope *r;
+    int T, H;
+    const int32_t *pos;
+} rope_ctx;
 static void rope_ref(double *y, const double *x, void *vc) {
     const rope_ctx *c = vc;
     const nl_rope *r = c->r;
@@ -130,7 +138,8 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
     enum { T = 7, H = 3, HD = 10 };
     const int64_t N = T * H * HD;
     const int32_t pos[T] = {0, 1, 2, 5, 17, 301, 4099};
-    nl_rope r = {.head_dim = HD, .n_rot = n_rot, .neox = neox, .base = 10000.0f, .freq_scale = freq_scale, .freq_factors = ff};
+    nl_rope r = {
+        .head_dim = HD, .n_rot = n_rot, .neox = neox, .base = 10000.0f, .freq_scale = freq_scale, .freq_factors = ff};
     rope_ctx c = {&r, T, H, pos};
     float x[N], y[N], dy[N];
     double yr[N], g[N];
@@ -140,7 +149,8 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
     rope_ref(yr, xd, &c);
     memcpy(y, x, sizeof x);
     nl_rope_forward(&r, y, T, H, pos);
-    CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 2e-6, "rope fwd neox=%d n_rot=%d err %g", neox, n_rot, nl_t_rel_err(y, yr, N, 1e-6));
+    CHECKF(nl_t_rel_err(y, yr, N, 1e-6) < 2e-6, "rope fwd neox=%d n_rot=%d err %g", neox, n_rot,
+           nl_t_rel_err(y, yr, N, 1e-6));
     /* dims past n_rot untouched, bit-exact */
     int pass = 1;
     for (int64_t i = 0; i < N; i++)
@@ -150,7 +160,8 @@ static void test_rope_case(int neox, int n_rot, const float *ff, float freq_scal
     float dy_in[N];
     memcpy(dy_in, dy, sizeof dy_in);
     nl_rope_backward(&r, dy, T, H, pos);
-    CHECKF(nl_t_rel_err(dy, g, N, 1e-6) < 1e-5, "rope bwd neox=%d n_rot=%d err %g", neox, n_rot, nl_t_rel_err(dy, g, N, 1e-6));
+    CHECKF(nl_t_rel_err(dy, g, N, 1e-6) < 1e-5, "rope bwd neox=%d n_rot=%d err %g", neox, n_rot,
+           nl_t_rel_err(dy, g, N, 1e-6));
     /* the cos/sin table (positions < 302 from it, 4099 computed) gives the same bits */
     float yt[N], dyt[N];
     memcpy(dyt, dy_in, sizeof dyt);
@@ -183,7 +194,10 @@ static void test_rope(void) {
 }
 
 /* ---------------------------------------------------------------- SwiGLU, GeGLU and the gate */
-typedef struct { int64_t n; int which; } ew_ctx; /* which: 0 swiglu, 1 gate, 2 geglu */
+typedef struct {
+    int64_t n;
+    int which;
+} ew_ctx; /* which: 0 swiglu, 1 gate, 2 geglu */
 static double sigd(double x) { return 1.0 / (1.0 + exp(-x)); }
 /* the tanh GELU in float64 */
 static double gelud(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
@@ -221,7 +235,8 @@ static void test_elementwise(void) {
         ew_bwd(which, da, db, dy, x, x + N, N);
         fd_grad(g, ew_ref, &c, x, 2 * N, dy, N);
         CHECKF(nl_t_rel_err(da, g, N, 1e-6) < 1e-5, "%s bwd da err %g", ew_name[which], nl_t_rel_err(da, g, N, 1e-6));
-        CHECKF(nl_t_rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", ew_name[which], nl_t_rel_err(db, g + N, N, 1e-6));
+        CHECKF(nl_t_rel_err(db, g + N, N, 1e-6) < 1e-5, "%s bwd db err %g", ew_name[which],
+               nl_t_rel_err(db, g + N, N, 1e-6));
         /* in place: output over an input */
         float xa[2 * N];
         memcpy(xa, x, sizeof x);
@@ -232,7 +247,11 @@ static void test_elementwise(void) {
 }
 
 /* ---------------------------------------------------------------- cross-entropy */
-typedef struct { int T, V; const int32_t *tg; double inv_n; } xent_ctx;
+typedef struct {
+    int T, V;
+    const int32_t *tg;
+    double inv_n;
+} xent_ctx;
 static void xent_ref(double *y, const double *z, void *vc) { /* y[0] = inv_n · Σ CE */
     const xent_ctx *c = vc;
     double s = 0;
@@ -346,7 +365,8 @@ static void test_rows_same_bits(void) {
         CHECK(nl_cpu_use(rows[i]) == 0);
         memset(&got, 0, sizeof got);
         rows_run(&got);
-        CHECKF(memcmp(&got, &ref, sizeof ref) == 0, "the %s row's element-wise nodes give the scalar row's bits", rows[i]);
+        CHECKF(memcmp(&got, &ref, sizeof ref) == 0, "the %s row's element-wise nodes give the scalar row's bits",
+               rows[i]);
         printf("element-wise nodes (%s row): the scalar row's bits\n", rows[i]);
     }
     CHECK(nl_cpu_use(NULL) == 0);

@@ -15,7 +15,11 @@
 
 static double rel_err(const float *a, const double *b, int64_t n) { return nl_t_rel_err(a, b, n, 1e-6); }
 
-typedef struct { int T, S, Hq, Hkv, d; double c; int w; } shape; /* w: sliding window (0: none) */
+typedef struct {
+    int T, S, Hq, Hkv, d;
+    double c;
+    int w;
+} shape; /* w: sliding window (0: none) */
 
 /* key j visible to query t (position past + t) */
 static int visible(const shape *s, int t, int j) {
@@ -25,7 +29,8 @@ static int visible(const shape *s, int t, int j) {
 
 /* Naive reference. q[T][Hq][d], k/v[S][Hkv][d]; P[h][t][s] (probabilities, 0 where masked) is
  * returned for the analytic backward when P != NULL. */
-static void attn_ref(double *out, double *lse, double *P, const double *q, const double *k, const double *v, const shape *s) {
+static void attn_ref(double *out, double *lse, double *P, const double *q, const double *k, const double *v,
+                     const shape *s) {
     const int T = s->T, S = s->S, Hq = s->Hq, Hkv = s->Hkv, d = s->d, past = S - T;
     double *row = malloc(sizeof(double) * S);
     for (int h = 0; h < Hq; h++) {
@@ -101,7 +106,6 @@ static void attn_ref_bwd(double *dq, double *dk, double *dv, const double *dout,
     free(ds);
 }
 
-
 /* random inputs of a shape; returns q, k, v (float) */
 static void make_qkv(const shape *s, float **q, float **k, float **v) {
     const int64_t nq = (int64_t)s->T * s->Hq * s->d, nk = (int64_t)s->S * s->Hkv * s->d;
@@ -121,19 +125,49 @@ static void check_forward(const shape *s, const char *name) {
     double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk);
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
-    nl_attention_forward_range(&(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = s->T, .S = s->S, .Hq = s->Hq,
-                                              .Hkv = s->Hkv, .d = s->d, .scale = (float)s->c, .window = s->w, .g1 = s->Hkv});
+    nl_attention_forward_range(&(nl_attn_fwd){.out = out,
+                                              .lse = lse,
+                                              .q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .T = s->T,
+                                              .S = s->S,
+                                              .Hq = s->Hq,
+                                              .Hkv = s->Hkv,
+                                              .d = s->d,
+                                              .scale = (float)s->c,
+                                              .window = s->w,
+                                              .g1 = s->Hkv});
     CHECKF(rel_err(out, outr, nq) < 3e-6, "%s: out err %g", name, rel_err(out, outr, nq));
     CHECKF(rel_err(lse, lser, nl) < 3e-6, "%s: lse err %g", name, rel_err(lse, lser, nl));
     /* lse may be NULL, same output bits */
     float *out2 = malloc(sizeof(float) * nq);
-    nl_attention_forward_range(&(nl_attn_fwd){.out = out2, .lse = NULL, .q = q, .k = k, .v = v, .T = s->T, .S = s->S,
-                                              .Hq = s->Hq, .Hkv = s->Hkv, .d = s->d, .scale = (float)s->c, .window = s->w,
+    nl_attention_forward_range(&(nl_attn_fwd){.out = out2,
+                                              .lse = NULL,
+                                              .q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .T = s->T,
+                                              .S = s->S,
+                                              .Hq = s->Hq,
+                                              .Hkv = s->Hkv,
+                                              .d = s->d,
+                                              .scale = (float)s->c,
+                                              .window = s->w,
                                               .g1 = s->Hkv});
     CHECK(memcmp(out, out2, sizeof(float) * nq) == 0);
     if (s->w <= 0) { /* the plain call is window 0 */
-        nl_attention_forward(&(nl_attn_fwd){.out = out2, .lse = NULL, .q = q, .k = k, .v = v, .T = s->T, .S = s->S, .Hq = s->Hq,
-                                            .Hkv = s->Hkv, .d = s->d, .scale = (float)s->c});
+        nl_attention_forward(&(nl_attn_fwd){.out = out2,
+                                            .lse = NULL,
+                                            .q = q,
+                                            .k = k,
+                                            .v = v,
+                                            .T = s->T,
+                                            .S = s->S,
+                                            .Hq = s->Hq,
+                                            .Hkv = s->Hkv,
+                                            .d = s->d,
+                                            .scale = (float)s->c});
         CHECK(memcmp(out, out2, sizeof(float) * nq) == 0);
     }
     free(q), free(k), free(v), free(out), free(out2), free(lse), free(qd), free(kd), free(vd), free(outr), free(lser);
@@ -149,14 +183,38 @@ static void check_backward(const shape *s, int fd, const char *name) {
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *dout = malloc(sizeof(float) * nq);
     float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
     nl_t_fill(dout, nq, 1.0);
-    nl_attention_forward_range(&(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = T, .S = T, .Hq = s->Hq,
-                                              .Hkv = s->Hkv, .d = s->d, .scale = (float)s->c, .window = s->w, .g1 = s->Hkv});
+    nl_attention_forward_range(&(nl_attn_fwd){.out = out,
+                                              .lse = lse,
+                                              .q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .T = T,
+                                              .S = T,
+                                              .Hq = s->Hq,
+                                              .Hkv = s->Hkv,
+                                              .d = s->d,
+                                              .scale = (float)s->c,
+                                              .window = s->w,
+                                              .g1 = s->Hkv});
     /* poison the outputs: they must be overwritten, not accumulated into */
     for (int64_t i = 0; i < nq; i++) dq[i] = 1e3f;
     for (int64_t i = 0; i < nk; i++) dk[i] = dv[i] = -1e3f;
-    nl_attention_backward_range(&(nl_attn_bwd){.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse, .q = q,
-                                               .k = k, .v = v, .T = T, .Hq = s->Hq, .Hkv = s->Hkv, .d = s->d,
-                                               .scale = (float)s->c, .window = s->w, .g1 = s->Hkv});
+    nl_attention_backward_range(&(nl_attn_bwd){.dq = dq,
+                                               .dk = dk,
+                                               .dv = dv,
+                                               .dout = dout,
+                                               .out = out,
+                                               .lse = lse,
+                                               .q = q,
+                                               .k = k,
+                                               .v = v,
+                                               .T = T,
+                                               .Hq = s->Hq,
+                                               .Hkv = s->Hkv,
+                                               .d = s->d,
+                                               .scale = (float)s->c,
+                                               .window = s->w,
+                                               .g1 = s->Hkv});
     double *qd = nl_t_to_d(q, nq), *kd = nl_t_to_d(k, nk), *vd = nl_t_to_d(v, nk), *dod = nl_t_to_d(dout, nq);
     double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
     attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
@@ -208,12 +266,12 @@ static void test_layout(void) {
     make_qkv(&s, &q, &k, &v);
     const int64_t nq = 5 * 4 * 6;
     float a[5 * 4 * 6], b[5 * 4 * 6];
-    nl_attention_forward(&(nl_attn_fwd){.out = a, .lse = NULL, .q = q, .k = k, .v = v, .T = 5, .S = 5, .Hq = 4, .Hkv = 2, .d = 6,
-                                        .scale = 0.5f});
+    nl_attention_forward(&(nl_attn_fwd){
+        .out = a, .lse = NULL, .q = q, .k = k, .v = v, .T = 5, .S = 5, .Hq = 4, .Hkv = 2, .d = 6, .scale = 0.5f});
     /* change kv head 1 of key 2: only query heads 2, 3 at tokens >= 2 may change */
     for (int i = 0; i < 6; i++) k[(2 * 2 + 1) * 6 + i] += 0.5f, v[(2 * 2 + 1) * 6 + i] -= 0.5f;
-    nl_attention_forward(&(nl_attn_fwd){.out = b, .lse = NULL, .q = q, .k = k, .v = v, .T = 5, .S = 5, .Hq = 4, .Hkv = 2, .d = 6,
-                                        .scale = 0.5f});
+    nl_attention_forward(&(nl_attn_fwd){
+        .out = b, .lse = NULL, .q = q, .k = k, .v = v, .T = 5, .S = 5, .Hq = 4, .Hkv = 2, .d = 6, .scale = 0.5f});
     int ok = 1;
     for (int t = 0; t < 5; t++)
         for (int h = 0; h < 4; h++) {
@@ -313,25 +371,77 @@ static void errs(const float *a, const double *b, int64_t n, double *mx, double 
 
 /* The variant under test: the BF16 vector kernels (g_tiles NULL) or the tile kernels. */
 static const nl_amx_tiles *g_tiles;
-static void fwd_v(float *out, float *lse, const float *q, const float *k, const float *v, const shape *s, int g0, int g1) {
-    if (g_tiles) nl_attention_forward_range_tiles(g_tiles, &(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = k, .v = v,
-                                                                          .T = s->T, .S = s->S, .Hq = s->Hq, .Hkv = s->Hkv,
-                                                                          .d = s->d, .scale = (float)s->c, .window = s->w,
-                                                                          .g0 = g0, .g1 = g1});
-    else nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = k, .v = v, .T = s->T, .S = s->S,
-                                                        .Hq = s->Hq, .Hkv = s->Hkv, .d = s->d, .scale = (float)s->c,
-                                                        .window = s->w, .g0 = g0, .g1 = g1});
-}
-static void bwd_v(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse, const float *q,
-                  const float *k, const float *v, const shape *s, int g0, int g1) {
+static void fwd_v(float *out, float *lse, const float *q, const float *k, const float *v, const shape *s, int g0,
+                  int g1) {
     if (g_tiles)
-        nl_attention_backward_range_tiles(g_tiles, &(nl_attn_bwd){.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out,
-                                                                  .lse = lse, .q = q, .k = k, .v = v, .T = s->T, .Hq = s->Hq,
-                                                                  .Hkv = s->Hkv, .d = s->d, .scale = (float)s->c, .window = s->w,
-                                                                  .g0 = g0, .g1 = g1});
-    else nl_attention_backward_range_bf16(&(nl_attn_bwd){.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse,
-                                                         .q = q, .k = k, .v = v, .T = s->T, .Hq = s->Hq, .Hkv = s->Hkv,
-                                                         .d = s->d, .scale = (float)s->c, .window = s->w, .g0 = g0, .g1 = g1});
+        nl_attention_forward_range_tiles(g_tiles, &(nl_attn_fwd){.out = out,
+                                                                 .lse = lse,
+                                                                 .q = q,
+                                                                 .k = k,
+                                                                 .v = v,
+                                                                 .T = s->T,
+                                                                 .S = s->S,
+                                                                 .Hq = s->Hq,
+                                                                 .Hkv = s->Hkv,
+                                                                 .d = s->d,
+                                                                 .scale = (float)s->c,
+                                                                 .window = s->w,
+                                                                 .g0 = g0,
+                                                                 .g1 = g1});
+    else
+        nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = out,
+                                                       .lse = lse,
+                                                       .q = q,
+                                                       .k = k,
+                                                       .v = v,
+                                                       .T = s->T,
+                                                       .S = s->S,
+                                                       .Hq = s->Hq,
+                                                       .Hkv = s->Hkv,
+                                                       .d = s->d,
+                                                       .scale = (float)s->c,
+                                                       .window = s->w,
+                                                       .g0 = g0,
+                                                       .g1 = g1});
+}
+static void bwd_v(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                  const float *q, const float *k, const float *v, const shape *s, int g0, int g1) {
+    if (g_tiles)
+        nl_attention_backward_range_tiles(g_tiles, &(nl_attn_bwd){.dq = dq,
+                                                                  .dk = dk,
+                                                                  .dv = dv,
+                                                                  .dout = dout,
+                                                                  .out = out,
+                                                                  .lse = lse,
+                                                                  .q = q,
+                                                                  .k = k,
+                                                                  .v = v,
+                                                                  .T = s->T,
+                                                                  .Hq = s->Hq,
+                                                                  .Hkv = s->Hkv,
+                                                                  .d = s->d,
+                                                                  .scale = (float)s->c,
+                                                                  .window = s->w,
+                                                                  .g0 = g0,
+                                                                  .g1 = g1});
+    else
+        nl_attention_backward_range_bf16(&(nl_attn_bwd){.dq = dq,
+                                                        .dk = dk,
+                                                        .dv = dv,
+                                                        .dout = dout,
+                                                        .out = out,
+                                                        .lse = lse,
+                                                        .q = q,
+                                                        .k = k,
+                                                        .v = v,
+                                                        .T = s->T,
+                                                        .Hq = s->Hq,
+                                                        .Hkv = s->Hkv,
+                                                        .d = s->d,
+                                                        .scale = (float)s->c,
+                                                        .window = s->w,
+                                                        .g0 = g0,
+                                                        .g1 = g1});
 }
 /* whether the variant's own kernels run for this shape (else it is the FP32 call) */
 static int v_active(const shape *s) { return g_tiles ? s->T > 4 : nl_attention_bf16_active(); }
@@ -349,8 +459,19 @@ static void check_bf16(const shape *s, const char *name) {
     double *outr = malloc(sizeof(double) * nq), *lser = malloc(sizeof(double) * nl);
     attn_ref(outr, lser, NULL, qd, kd, vd, s);
     fwd_v(out, lse, q, k, v, s, 0, Hkv);
-    nl_attention_forward_range(&(nl_attn_fwd){.out = out32, .lse = lse32, .q = q, .k = k, .v = v, .T = T, .S = S, .Hq = Hq,
-                                              .Hkv = Hkv, .d = d, .scale = c, .window = s->w, .g1 = Hkv});
+    nl_attention_forward_range(&(nl_attn_fwd){.out = out32,
+                                              .lse = lse32,
+                                              .q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .T = T,
+                                              .S = S,
+                                              .Hq = Hq,
+                                              .Hkv = Hkv,
+                                              .d = d,
+                                              .scale = c,
+                                              .window = s->w,
+                                              .g1 = Hkv});
     double em, e2, e32;
     errs(out, outr, nq, &em, &e2);
     CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 out err max %g l2 %g", name, em, e2);
@@ -375,7 +496,8 @@ static void check_bf16(const shape *s, const char *name) {
         /* as in training: the backward consumes the BF16 forward's out and lse */
         bwd_v(dq, dk, dv, dout, out, lse, q, k, v, s, 0, Hkv);
         double *dod = nl_t_to_d(dout, nq);
-        double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk), *dvr = malloc(sizeof(double) * nk);
+        double *dqr = malloc(sizeof(double) * nq), *dkr = malloc(sizeof(double) * nk),
+               *dvr = malloc(sizeof(double) * nk);
         attn_ref_bwd(dqr, dkr, dvr, dod, qd, kd, vd, s);
         const float *got[3] = {dq, dk, dv};
         const double *ref[3] = {dqr, dkr, dvr};
@@ -385,22 +507,34 @@ static void check_bf16(const shape *s, const char *name) {
             CHECKF(em < BF16_TOL_MAX && e2 < BF16_TOL_L2, "%s: bf16 d%c err max %g l2 %g", name, "qkv"[w], em, e2);
         }
         if (v_active(s)) {
-            nl_attention_backward_range(&(nl_attn_bwd){.dq = dq2, .dk = dk2, .dv = dv2, .dout = dout, .out = out, .lse = lse,
-                                                       .q = q, .k = k, .v = v, .T = T, .Hq = Hq, .Hkv = Hkv, .d = d, .scale = c,
-                                                       .window = s->w, .g1 = Hkv});
+            nl_attention_backward_range(&(nl_attn_bwd){.dq = dq2,
+                                                       .dk = dk2,
+                                                       .dv = dv2,
+                                                       .dout = dout,
+                                                       .out = out,
+                                                       .lse = lse,
+                                                       .q = q,
+                                                       .k = k,
+                                                       .v = v,
+                                                       .T = T,
+                                                       .Hq = Hq,
+                                                       .Hkv = Hkv,
+                                                       .d = d,
+                                                       .scale = c,
+                                                       .window = s->w,
+                                                       .g1 = Hkv});
             double *dq32 = nl_t_to_d(dq2, nq);
             CHECKF(rel_err(dq, dq32, nq) > 1e-4, "%s: bf16 dq too close to fp32: not taken?", name);
             free(dq32);
         }
-        for (int g = Hkv - 1; g >= 0; g--)
-            bwd_v(dq2, dk2, dv2, dout, out, lse, q, k, v, s, g, g + 1);
+        for (int g = Hkv - 1; g >= 0; g--) bwd_v(dq2, dk2, dv2, dout, out, lse, q, k, v, s, g, g + 1);
         CHECK(memcmp(dq, dq2, sizeof(float) * nq) == 0 && memcmp(dk, dk2, sizeof(float) * nk) == 0 &&
               memcmp(dv, dv2, sizeof(float) * nk) == 0);
         free(dout), free(dq), free(dk), free(dv), free(dq2), free(dk2), free(dv2), free(dod), free(dqr), free(dkr),
             free(dvr);
     }
-    free(q), free(k), free(v), free(out), free(lse), free(out32), free(lse32), free(out2), free(lse2), free(qd), free(kd),
-        free(vd), free(outr), free(lser), free(o32d);
+    free(q), free(k), free(v), free(out), free(lse), free(out32), free(lse32), free(out2), free(lse2), free(qd),
+        free(kd), free(vd), free(outr), free(lser), free(o32d);
 }
 
 /* Decoding-size blocks (T <= 4) always take the FP32 code: the same bits. */
@@ -410,10 +544,30 @@ static void test_bf16_small_t(void) {
     make_qkv(&s, &q, &k, &v);
     const int64_t nq = 3 * 4 * 16;
     float a[3 * 4 * 16], b[3 * 4 * 16], la[12], lb[12];
-    nl_attention_forward_range(&(nl_attn_fwd){.out = a, .lse = la, .q = q, .k = k, .v = v, .T = 3, .S = 9, .Hq = 4, .Hkv = 2,
-                                              .d = 16, .scale = 0.25f, .g1 = 2});
-    nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = b, .lse = lb, .q = q, .k = k, .v = v, .T = 3, .S = 9, .Hq = 4,
-                                                   .Hkv = 2, .d = 16, .scale = 0.25f, .g1 = 2});
+    nl_attention_forward_range(&(nl_attn_fwd){.out = a,
+                                              .lse = la,
+                                              .q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .T = 3,
+                                              .S = 9,
+                                              .Hq = 4,
+                                              .Hkv = 2,
+                                              .d = 16,
+                                              .scale = 0.25f,
+                                              .g1 = 2});
+    nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = b,
+                                                   .lse = lb,
+                                                   .q = q,
+                                                   .k = k,
+                                                   .v = v,
+                                                   .T = 3,
+                                                   .S = 9,
+                                                   .Hq = 4,
+                                                   .Hkv = 2,
+                                                   .d = 16,
+                                                   .scale = 0.25f,
+                                                   .g1 = 2});
     CHECK(memcmp(a, b, sizeof(float) * nq) == 0 && memcmp(la, lb, sizeof la) == 0);
     free(q), free(k), free(v);
 }
@@ -454,7 +608,8 @@ static void test_bf16(void) {
 #define MB 32
 static float m_qk(const float *a, const float *b, int d) { /* one element of a tile product over d */
     float c = 0.0f;
-    for (int i = 0; i < (d + 31) / 32 * 32; i++) c = m_step(c, i < d ? m_bf16_daz(a[i]) : 0, i < d ? m_bf16_daz(b[i]) : 0);
+    for (int i = 0; i < (d + 31) / 32 * 32; i++)
+        c = m_step(c, i < d ? m_bf16_daz(a[i]) : 0, i < d ? m_bf16_daz(b[i]) : 0);
     return c;
 }
 static float m_row_sum(const float *p, int nv) { /* row_exp_sum's order */
@@ -529,7 +684,8 @@ static void model_tiles_bwd(float *dq, float *dk, float *dv, const float *dout, 
                 for (int e = 0; e < d; e++) {
                     float a = 0.0f;
                     for (int j = 0; j < (kend + 31) / 32 * 32; j++)
-                        a = m_step(a, m_bf16_daz(DS[i * Tp + j]), j < T ? m_bf16_daz(k[((int64_t)j * Hkv + g) * d + e]) : 0);
+                        a = m_step(a, m_bf16_daz(DS[i * Tp + j]),
+                                   j < T ? m_bf16_daz(k[((int64_t)j * Hkv + g) * d + e]) : 0);
                     dqt[e] = a;
                 }
             }
@@ -558,9 +714,19 @@ static void check_tiles_model(const shape *s, const char *name) {
     const int64_t nq = (int64_t)T * Hq * d, nk = (int64_t)S * Hkv * d, nl = (int64_t)T * Hq;
     float *out = malloc(sizeof(float) * nq), *lse = malloc(sizeof(float) * nl), *om = malloc(sizeof(float) * nq),
           *lm = malloc(sizeof(float) * nl);
-    nl_attention_forward_range_tiles(&nl_amx_tiles_emu_chain, &(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = k, .v = v,
-                                                                             .T = T, .S = S, .Hq = Hq, .Hkv = Hkv, .d = d,
-                                                                             .scale = (float)s->c, .window = s->w, .g1 = Hkv});
+    nl_attention_forward_range_tiles(&nl_amx_tiles_emu_chain, &(nl_attn_fwd){.out = out,
+                                                                             .lse = lse,
+                                                                             .q = q,
+                                                                             .k = k,
+                                                                             .v = v,
+                                                                             .T = T,
+                                                                             .S = S,
+                                                                             .Hq = Hq,
+                                                                             .Hkv = Hkv,
+                                                                             .d = d,
+                                                                             .scale = (float)s->c,
+                                                                             .window = s->w,
+                                                                             .g1 = Hkv});
     model_tiles_fwd(om, lm, q, k, v, s);
     CHECKF(memcmp(out, om, sizeof(float) * nq) == 0 && memcmp(lse, lm, sizeof(float) * nl) == 0,
            "%s: tile forward not the model's bits", name);
@@ -569,10 +735,22 @@ static void check_tiles_model(const shape *s, const char *name) {
               *dv = malloc(sizeof(float) * nk), *dqm = malloc(sizeof(float) * nq), *dkm = malloc(sizeof(float) * nk),
               *dvm = malloc(sizeof(float) * nk);
         nl_t_fill(dout, nq, 1.0);
-        nl_attention_backward_range_tiles(&nl_amx_tiles_emu_chain, &(nl_attn_bwd){.dq = dq, .dk = dk, .dv = dv, .dout = dout,
-                                                                                  .out = out, .lse = lse, .q = q, .k = k, .v = v,
-                                                                                  .T = T, .Hq = Hq, .Hkv = Hkv, .d = d,
-                                                                                  .scale = (float)s->c, .window = s->w, .g1 = Hkv});
+        nl_attention_backward_range_tiles(&nl_amx_tiles_emu_chain, &(nl_attn_bwd){.dq = dq,
+                                                                                  .dk = dk,
+                                                                                  .dv = dv,
+                                                                                  .dout = dout,
+                                                                                  .out = out,
+                                                                                  .lse = lse,
+                                                                                  .q = q,
+                                                                                  .k = k,
+                                                                                  .v = v,
+                                                                                  .T = T,
+                                                                                  .Hq = Hq,
+                                                                                  .Hkv = Hkv,
+                                                                                  .d = d,
+                                                                                  .scale = (float)s->c,
+                                                                                  .window = s->w,
+                                                                                  .g1 = Hkv});
         model_tiles_bwd(dqm, dkm, dvm, dout, out, lse, q, k, v, s);
         CHECKF(memcmp(dq, dqm, sizeof(float) * nq) == 0, "%s: tile dq not the model's bits", name);
         CHECKF(memcmp(dk, dkm, sizeof(float) * nk) == 0 && memcmp(dv, dvm, sizeof(float) * nk) == 0,
@@ -608,20 +786,61 @@ static void test_oom_is_error(void) {
     for (int i = 0; i < 8 * 64; i++) out[i] = 7.0f, q[i] = 0.0f;
     for (int i = 0; i < 64; i++) kv[i] = 0.0f;
     const int S = 1 << 30;
-    CHECK(nl_attention_forward_range(&(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = kv, .v = kv, .T = 8, .S = S, .Hq = 1,
-                                                    .Hkv = 1, .d = 64, .scale = 0.125f, .g1 = 1}) == -1);
+    CHECK(nl_attention_forward_range(&(nl_attn_fwd){.out = out,
+                                                    .lse = lse,
+                                                    .q = q,
+                                                    .k = kv,
+                                                    .v = kv,
+                                                    .T = 8,
+                                                    .S = S,
+                                                    .Hq = 1,
+                                                    .Hkv = 1,
+                                                    .d = 64,
+                                                    .scale = 0.125f,
+                                                    .g1 = 1}) == -1);
     CHECK(strstr(nl_last_error(), "out of memory") != NULL);
-    CHECK(nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = kv, .v = kv, .T = 8, .S = S,
-                                                         .Hq = 1, .Hkv = 1, .d = 64, .scale = 0.125f, .g1 = 1}) == -1);
-    CHECK(nl_attention_forward_range_tiles(&nl_amx_tiles_emu, &(nl_attn_fwd){.out = out, .lse = lse, .q = q, .k = kv, .v = kv,
-                                                                             .T = 8, .S = S, .Hq = 1, .Hkv = 1, .d = 64,
-                                                                             .scale = 0.125f, .g1 = 1}) == -1);
+    CHECK(nl_attention_forward_range_bf16(&(nl_attn_fwd){.out = out,
+                                                         .lse = lse,
+                                                         .q = q,
+                                                         .k = kv,
+                                                         .v = kv,
+                                                         .T = 8,
+                                                         .S = S,
+                                                         .Hq = 1,
+                                                         .Hkv = 1,
+                                                         .d = 64,
+                                                         .scale = 0.125f,
+                                                         .g1 = 1}) == -1);
+    CHECK(nl_attention_forward_range_tiles(&nl_amx_tiles_emu, &(nl_attn_fwd){.out = out,
+                                                                             .lse = lse,
+                                                                             .q = q,
+                                                                             .k = kv,
+                                                                             .v = kv,
+                                                                             .T = 8,
+                                                                             .S = S,
+                                                                             .Hq = 1,
+                                                                             .Hkv = 1,
+                                                                             .d = 64,
+                                                                             .scale = 0.125f,
+                                                                             .g1 = 1}) == -1);
     int untouched = 1;
     for (int i = 0; i < 8 * 64; i++) untouched &= out[i] == 7.0f;
     CHECKF(untouched, "the output was written on out of memory");
     /* backward: T = 2^30 queries (no head to do, g1 = 0: only the scratch is asked for) */
-    CHECK(nl_attention_backward_range(&(nl_attn_bwd){.dq = dq, .dk = dk, .dv = dv, .dout = q, .out = out, .lse = lse, .q = q,
-                                                     .k = kv, .v = kv, .T = 1 << 30, .Hq = 1, .Hkv = 1, .d = 64, .scale = 0.125f,
+    CHECK(nl_attention_backward_range(&(nl_attn_bwd){.dq = dq,
+                                                     .dk = dk,
+                                                     .dv = dv,
+                                                     .dout = q,
+                                                     .out = out,
+                                                     .lse = lse,
+                                                     .q = q,
+                                                     .k = kv,
+                                                     .v = kv,
+                                                     .T = 1 << 30,
+                                                     .Hq = 1,
+                                                     .Hkv = 1,
+                                                     .d = 64,
+                                                     .scale = 0.125f,
                                                      .g1 = 0}) == -1);
     CHECK(strstr(nl_last_error(), "attention backward: out of memory") != NULL);
 }
@@ -661,10 +880,21 @@ int main(void) {
         const shape wide = {9, 9, 2, 1, 8, 0.5, 9};
         float *q, *k, *v, a[9 * 2 * 8], b[9 * 2 * 8];
         make_qkv(&wide, &q, &k, &v);
-        nl_attention_forward_range(&(nl_attn_fwd){.out = a, .lse = NULL, .q = q, .k = k, .v = v, .T = 9, .S = 9, .Hq = 2,
-                                                  .Hkv = 1, .d = 8, .scale = 0.5f, .window = 9, .g1 = 1});
-        nl_attention_forward(&(nl_attn_fwd){.out = b, .lse = NULL, .q = q, .k = k, .v = v, .T = 9, .S = 9, .Hq = 2, .Hkv = 1,
-                                            .d = 8, .scale = 0.5f});
+        nl_attention_forward_range(&(nl_attn_fwd){.out = a,
+                                                  .lse = NULL,
+                                                  .q = q,
+                                                  .k = k,
+                                                  .v = v,
+                                                  .T = 9,
+                                                  .S = 9,
+                                                  .Hq = 2,
+                                                  .Hkv = 1,
+                                                  .d = 8,
+                                                  .scale = 0.5f,
+                                                  .window = 9,
+                                                  .g1 = 1});
+        nl_attention_forward(&(nl_attn_fwd){
+            .out = b, .lse = NULL, .q = q, .k = k, .v = v, .T = 9, .S = 9, .Hq = 2, .Hkv = 1, .d = 8, .scale = 0.5f});
         CHECK(memcmp(a, b, sizeof a) == 0);
         free(q), free(k), free(v);
     }

@@ -39,7 +39,8 @@ static void test_rng(void) {
         su += u[i];
         sg += g[i];
         sg2 += (double)g[i] * g[i];
-        if (i % 997 == 0) same &= u[i] == nl_rng_uniform(k1, 100 + (uint64_t)i) && g[i] == nl_rng_normal(k1, 100 + (uint64_t)i);
+        if (i % 997 == 0)
+            same &= u[i] == nl_rng_uniform(k1, 100 + (uint64_t)i) && g[i] == nl_rng_normal(k1, 100 + (uint64_t)i);
     }
     CHECK(in01);
     CHECK(same);
@@ -51,7 +52,11 @@ static void test_rng(void) {
 }
 
 /* ------------------------------------------------------------------------- LoRA reference */
-typedef struct { int T, K, N, r; double s; const float *m; } lora_shape; /* m[T][K] mask */
+typedef struct {
+    int T, K, N, r;
+    double s;
+    const float *m;
+} lora_shape; /* m[T][K] mask */
 
 /* y = y0 + s · ((m⊙x) Aᵀ) Bᵀ; also u when u != NULL */
 static void lora_ref(double *y, double *u, const double *y0, const double *x, const double *A, const double *B,
@@ -72,7 +77,6 @@ static void lora_ref(double *y, double *u, const double *y0, const double *x, co
     }
     free(ur);
 }
-
 
 static void test_mask(void) {
     nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1), NULL};
@@ -132,7 +136,8 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
     memcpy(y2, y0, sizeof(float) * ny);
     const int T1 = T / 2;
     CHECK(nl_lora_forward(&L, A, B, y2, u2, x, T1, tok0) == 0);
-    CHECK(nl_lora_forward(&L, A, B, y2 + (int64_t)T1 * N, u2 + (int64_t)T1 * r, x + (int64_t)T1 * K, T - T1, tok0 + T1) == 0);
+    CHECK(nl_lora_forward(&L, A, B, y2 + (int64_t)T1 * N, u2 + (int64_t)T1 * r, x + (int64_t)T1 * K, T - T1,
+                          tok0 + T1) == 0);
     CHECK(memcmp(y, y2, sizeof(float) * ny) == 0);
     CHECK(memcmp(u, u2, sizeof(float) * T * r) == 0);
 
@@ -228,7 +233,8 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
         memcpy(y2, y, sizeof(float) * ny);
         CHECK(nl_lora_forward_to(&L, A, B, y, u, x, T, tok0, acc) == 0);
         const int cut[] = {T, T / 3, 1, 0}; /* ranges [T/3, T), [1, T/3), [0, 1) */
-        for (int i = 0; i < 3; i++) CHECK(nl_lora_forward_rows(&L, A, B, y2, u2, x, tok0, NULL, acc, cut[i + 1], cut[i]) == 0);
+        for (int i = 0; i < 3; i++)
+            CHECK(nl_lora_forward_rows(&L, A, B, y2, u2, x, tok0, NULL, acc, cut[i + 1], cut[i]) == 0);
         CHECKF(memcmp(y, y2, sizeof(float) * ny) == 0, "split forward T=%d p=%g acc=%d differs", T, p, acc);
         CHECK(memcmp(u, u2, sizeof(float) * T * r) == 0);
     }
@@ -254,8 +260,8 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     /* gathered rows: 3 rows of the T, keyed by their token indices */
     const int rows[3] = {1, T / 2, T - 1};
     int64_t toks[3];
-    float *xg = malloc(sizeof(float) * 3 * K), *yg = malloc(sizeof(float) * 3 * N), *dyg = malloc(sizeof(float) * 3 * N),
-          *dxg = malloc(sizeof(float) * 3 * K);
+    float *xg = malloc(sizeof(float) * 3 * K), *yg = malloc(sizeof(float) * 3 * N),
+          *dyg = malloc(sizeof(float) * 3 * N), *dxg = malloc(sizeof(float) * 3 * K);
     for (int i = 0; i < 3; i++) {
         toks[i] = tok0 + rows[i];
         memcpy(xg + (int64_t)i * K, x + (int64_t)rows[i] * K, sizeof(float) * K);
@@ -304,7 +310,8 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
     const float s = 16.0f / (float)r;
     nl_lora L = {K, N, r, s, p, nl_lora_dropout_key(4321, 2, 1, 5), tl}, L32 = L;
     L32.tiles = NULL;
-    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r, nu = (int64_t)T * r;
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r,
+                  nu = (int64_t)T * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb),
           *m = malloc(sizeof(float) * nx), *xm = malloc(sizeof(float) * nx), *y0 = malloc(sizeof(float) * ny),
           *y = malloc(sizeof(float) * ny), *ym = malloc(sizeof(float) * ny), *y32 = malloc(sizeof(float) * ny),
@@ -360,8 +367,8 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
                "lora tiles T=%d K=%d N=%d r=%d p=%g: backward not the model's bits", T, K, N, r, p);
     /* against the float64 analytic backward: du = s·dy·B, dx += (du·A)⊙m, dA += duᵀ(m⊙x),
      * dB += s·dyᵀ·u (the increments alone, each relative to its own magnitude) */
-    double *dud = malloc(sizeof(double) * nu), *ix = calloc((size_t)nx, sizeof(double)), *iA = calloc((size_t)na, sizeof(double)),
-           *iB = calloc((size_t)nb, sizeof(double));
+    double *dud = malloc(sizeof(double) * nu), *ix = calloc((size_t)nx, sizeof(double)),
+           *iA = calloc((size_t)na, sizeof(double)), *iB = calloc((size_t)nb, sizeof(double));
     for (int t = 0; t < T; t++)
         for (int i = 0; i < r; i++) {
             double a = 0;
@@ -391,10 +398,13 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
     for (int64_t i = 0; i < na; i++) gA[i] = (float)(dA[i] - dA0[i]);
     for (int64_t i = 0; i < nb; i++) gB[i] = (float)(dB[i] - dB0[i]);
     const double ex = rel_err(gx, ix, nx), eA = rel_err(gA, iA, na), eB = rel_err(gB, iB, nb);
-    CHECKF(ex < TILE_TOL && eA < TILE_TOL && eB < TILE_TOL, "lora tiles %s T=%d K=%d N=%d r=%d p=%g: backward err dx %g dA %g dB %g",
-           tl->name, T, K, N, r, p, ex, eA, eB);
-    free(x), free(A), free(B), free(m), free(xm), free(y0), free(y), free(ym), free(y32), free(u), free(um), free(su), free(du);
-    free(dy), free(tmp), free(yr), free(ur), free(xd), free(Ad), free(Bd), free(y0d), free(tr), free(tg), free(dx), free(dA);
+    CHECKF(ex < TILE_TOL && eA < TILE_TOL && eB < TILE_TOL,
+           "lora tiles %s T=%d K=%d N=%d r=%d p=%g: backward err dx %g dA %g dB %g", tl->name, T, K, N, r, p, ex, eA,
+           eB);
+    free(x), free(A), free(B), free(m), free(xm), free(y0), free(y), free(ym), free(y32), free(u), free(um), free(su),
+        free(du);
+    free(dy), free(tmp), free(yr), free(ur), free(xd), free(Ad), free(Bd), free(y0d), free(tr), free(tg), free(dx),
+        free(dA);
     free(dB), free(dxm), free(dAm), free(dBm), free(dx0), free(dA0), free(dB0), free(dud), free(ix), free(iA), free(iB);
     free(gx), free(gA), free(gB);
 }

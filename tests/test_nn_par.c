@@ -7,10 +7,12 @@
 #include "nn/nn.h"
 #include "nn/par.h"
 
-#define SAME(a, b, n, what) CHECKF(memcmp((a), (b), (size_t)(n) * sizeof *(a)) == 0, "%s: %d threads differ from one", what, nt)
+#define SAME(a, b, n, what)                                                                                            \
+    CHECKF(memcmp((a), (b), (size_t)(n) * sizeof *(a)) == 0, "%s: %d threads differ from one", what, nt)
 
 int main(void) {
-    const int T = 67, n = 601, H = 4, Hkv = 2, hd = 16, V = 523, RH = 36; /* RH rope heads: T·RH·hd above the hand-off */
+    const int T = 67, n = 601, H = 4, Hkv = 2, hd = 16, V = 523,
+              RH = 36; /* RH rope heads: T·RH·hd above the hand-off */
     const int64_t ne = (int64_t)T * n;
     float *x = malloc(sizeof(float) * ne), *w = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * ne);
     float *b = malloc(sizeof(float) * ne), *y0 = malloc(sizeof(float) * ne), *y1 = malloc(sizeof(float) * ne);
@@ -70,16 +72,39 @@ int main(void) {
         /* attention: q = x, k = b, v = dy (as [T][H][hd] and [T][Hkv][hd]) */
         for (int bf16 = 0; bf16 < 2; bf16++) {
             float lse0[67 * 4], lse1[67 * 4];
-            nl_attn_fwd af = {.out = y0, .lse = lse0, .q = x, .k = b, .v = dy, .T = T, .S = T, .Hq = H, .Hkv = Hkv, .d = hd,
-                              .scale = sc, .g1 = Hkv};
+            nl_attn_fwd af = {.out = y0,
+                              .lse = lse0,
+                              .q = x,
+                              .k = b,
+                              .v = dy,
+                              .T = T,
+                              .S = T,
+                              .Hq = H,
+                              .Hkv = Hkv,
+                              .d = hd,
+                              .scale = sc,
+                              .g1 = Hkv};
             (bf16 ? nl_attention_forward_range_bf16 : nl_attention_forward_range)(&af);
             af.out = y1, af.lse = lse1;
             nl_par_attention_forward(p, bf16, NULL, &af);
             SAME(y0, y1, qn, "attention forward");
             SAME(lse0, lse1, T * H, "attention lse");
             float *dq0 = z0, *dk0 = z0 + qn, *dv0 = dk0 + kvn, *dq1 = z1, *dk1 = z1 + qn, *dv1 = dk1 + kvn;
-            nl_attn_bwd ab = {.dq = dq0, .dk = dk0, .dv = dv0, .dout = dout, .out = y0, .lse = lse0, .q = x, .k = b, .v = dy,
-                              .T = T, .Hq = H, .Hkv = Hkv, .d = hd, .scale = sc, .g1 = Hkv};
+            nl_attn_bwd ab = {.dq = dq0,
+                              .dk = dk0,
+                              .dv = dv0,
+                              .dout = dout,
+                              .out = y0,
+                              .lse = lse0,
+                              .q = x,
+                              .k = b,
+                              .v = dy,
+                              .T = T,
+                              .Hq = H,
+                              .Hkv = Hkv,
+                              .d = hd,
+                              .scale = sc,
+                              .g1 = Hkv};
             (bf16 ? nl_attention_backward_range_bf16 : nl_attention_backward_range)(&ab);
             ab.dq = dq1, ab.dk = dk1, ab.dv = dv1;
             nl_par_attention_backward(p, bf16, NULL, &ab);
@@ -96,7 +121,8 @@ int main(void) {
         }
         nl_pool_free(p);
     }
-    free(x), free(w), free(dy), free(b), free(y0), free(y1), free(z0), free(z1), free(r0), free(r1), free(pos), free(tg);
+    free(x), free(w), free(dy), free(b), free(y0), free(y1), free(z0), free(z1), free(r0), free(r1), free(pos),
+        free(tg);
     free(l0), free(l1), free(dout);
     return nl_t_done();
 }

@@ -20,7 +20,8 @@
 
 static void check_gemm(const nl_amx_tiles *tl, int exact, int M, int N, int K, int ta, int tb, int acc) {
     const int64_t ldc = N + 3, lda = ta ? M + 1 : K + 2, ldb = tb ? K + 1 : N + 5;
-    float *X = malloc(sizeof(float) * (size_t)(ta ? K : M) * lda), *Y = malloc(sizeof(float) * (size_t)(tb ? N : K) * ldb);
+    float *X = malloc(sizeof(float) * (size_t)(ta ? K : M) * lda),
+          *Y = malloc(sizeof(float) * (size_t)(tb ? N : K) * ldb);
     float *C = malloc(sizeof(float) * (size_t)M * ldc), *Cm = malloc(sizeof(float) * (size_t)M * ldc),
           *C0 = malloc(sizeof(float) * (size_t)M * ldc), *C2 = malloc(sizeof(float) * (size_t)M * ldc);
     nl_t_fill(X, (int64_t)(ta ? K : M) * lda, 1.0);
@@ -44,8 +45,8 @@ static void check_gemm(const nl_amx_tiles *tl, int exact, int M, int N, int K, i
         for (int64_t n = N; n < ldc; n++) untouched &= C[m * ldc + n] == C0[m * ldc + n];
     CHECKF(untouched, "%s M=%d N=%d K=%d: wrote past N", tl->name, M, N, K);
     if (exact)
-        CHECKF(memcmp(C, Cm, sizeof(float) * (size_t)M * ldc) == 0, "%s M=%d N=%d K=%d ta=%d tb=%d acc=%d: not the model's bits",
-               tl->name, M, N, K, ta, tb, acc);
+        CHECKF(memcmp(C, Cm, sizeof(float) * (size_t)M * ldc) == 0,
+               "%s M=%d N=%d K=%d ta=%d tb=%d acc=%d: not the model's bits", tl->name, M, N, K, ta, tb, acc);
     double worst = 0;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -67,8 +68,8 @@ static void check_gemm(const nl_amx_tiles *tl, int exact, int M, int N, int K, i
         memcpy(C2, C0, sizeof(float) * (size_t)M * ldc);
         nl_tile_gemm(tl, C2, ldc, A, pa, B, pb, M, N, k1, acc);
         nl_tile_gemm(tl, C2, ldc, A + k1, pa, B + (int64_t)(k1 / 2) * pb, pb, M, N, K - k1, 1);
-        CHECKF(memcmp(C, C2, sizeof(float) * (size_t)M * ldc) == 0, "%s M=%d N=%d K=%d: split reduction differs", tl->name, M,
-               N, K);
+        CHECKF(memcmp(C, C2, sizeof(float) * (size_t)M * ldc) == 0, "%s M=%d N=%d K=%d: split reduction differs",
+               tl->name, M, N, K);
     }
     if (M > 32 && N > 32) {
         /* rows [32, M) and columns [32, N) apart (as threads would split them) */
@@ -76,8 +77,8 @@ static void check_gemm(const nl_amx_tiles *tl, int exact, int M, int N, int K, i
         nl_tile_gemm(tl, C2, ldc, A, pa, B, pb, 32, N, K, acc);
         nl_tile_gemm(tl, C2 + 32 * ldc, ldc, A + 32 * pa, pa, B, pb, M - 32, 32, K, acc);
         nl_tile_gemm(tl, C2 + 32 * ldc + 32, ldc, A + 32 * pa, pa, B + 32, pb, M - 32, N - 32, K, acc);
-        CHECKF(memcmp(C, C2, sizeof(float) * (size_t)M * ldc) == 0, "%s M=%d N=%d K=%d: split rows/columns differ", tl->name,
-               M, N, K);
+        CHECKF(memcmp(C, C2, sizeof(float) * (size_t)M * ldc) == 0, "%s M=%d N=%d K=%d: split rows/columns differ",
+               tl->name, M, N, K);
     }
     free(X), free(Y), free(C), free(Cm), free(C0), free(C2), free(A), free(B);
 }
@@ -107,9 +108,9 @@ static void test_pack(void) {
     /* special values, every orientation: the rounding is the model's (FP32 denormals, the top
      * of their range too, read as zeros of their sign; NaN quieted; ±inf, ±0, ties) whichever
      * packer runs (AVX512_BF16 or the scalar loops) */
-    static const uint32_t sp[] = {0x00000001u, 0x007fffffu, 0x807fffffu, 0x80400000u, 0x00018000u, 0x7f800001u, 0xffc00001u,
-                                  0x7f800000u, 0xff800000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00800000u,
-                                  0x3f800001u, 0xbf7fffffu, 0x00ffffffu};
+    static const uint32_t sp[] = {0x00000001u, 0x007fffffu, 0x807fffffu, 0x80400000u, 0x00018000u, 0x7f800001u,
+                                  0xffc00001u, 0x7f800000u, 0xff800000u, 0x80000000u, 0x3f808000u, 0x3f818000u,
+                                  0x7f7fffffu, 0x00800000u, 0x3f800001u, 0xbf7fffffu, 0x00ffffffu};
     enum { R = 7, C = 37 };
     float xs[R * C];
     for (int i = 0; i < R * C; i++) {
@@ -140,7 +141,8 @@ static void test_pack(void) {
 }
 
 static void test_all(const nl_amx_tiles *tl, int exact) {
-    static const int shapes[][3] = {{1, 1, 1}, {16, 16, 32}, {32, 32, 32}, {45, 37, 70}, {5, 100, 16}, {70, 24, 9}, {33, 65, 129}, {100, 8, 300}};
+    static const int shapes[][3] = {{1, 1, 1},    {16, 16, 32}, {32, 32, 32},  {45, 37, 70},
+                                    {5, 100, 16}, {70, 24, 9},  {33, 65, 129}, {100, 8, 300}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int way = 0; way < 8; way++)
             check_gemm(tl, exact, shapes[s][0], shapes[s][1], shapes[s][2], way & 1, (way >> 1) & 1, (way >> 2) & 1);
@@ -157,6 +159,7 @@ int main(void) {
     const nl_amx_tiles *sme = nl_amx_tiles_of("sme");
     if (sme) test_all(sme, 0);
     else printf("no usable SME here: its tiles not run\n");
-    CHECK(nl_amx_tiles_of("amx-emu") == &nl_amx_tiles_emu && nl_amx_tiles_of("bf16") == NULL && nl_amx_tiles_of(NULL) == NULL);
+    CHECK(nl_amx_tiles_of("amx-emu") == &nl_amx_tiles_emu && nl_amx_tiles_of("bf16") == NULL &&
+          nl_amx_tiles_of(NULL) == NULL);
     return nl_t_done();
 }

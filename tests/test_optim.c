@@ -6,8 +6,8 @@
 
 /* Float64 reference AdamW written straight from the paper's formulas (Loshchilov & Hutter,
  * decoupled decay), with the state kept in double. */
-static void ref_adamw(double *p, const double *g, double *m, double *v, size_t n, double lr,
-                      double b1, double b2, double eps, double wd, int t) {
+static void ref_adamw(double *p, const double *g, double *m, double *v, size_t n, double lr, double b1, double b2,
+                      double eps, double wd, int t) {
     for (size_t i = 0; i < n; i++) {
         m[i] = b1 * m[i] + (1 - b1) * g[i];
         v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
@@ -122,10 +122,10 @@ static void test_schedule(void) {
     CHECK(nl_lr_at(&s, 11, 110) == 2e-4);                  /* the first decay step: p = 0 */
     CHECK_NEAR(nl_lr_at(&s, 61, 110), 2e-4 * 0.55, 1e-15); /* half way: mean of peak and floor */
     double last = 2e-5 + 1.8e-4 * 0.5 * (1 + cos(M_PI * 0.99));
-    CHECK_NEAR(nl_lr_at(&s, 110, 110), last, 1e-15);       /* the last step: above the floor */
+    CHECK_NEAR(nl_lr_at(&s, 110, 110), last, 1e-15); /* the last step: above the floor */
     CHECK(nl_lr_at(&s, 110, 110) > 2e-5);
-    CHECK_NEAR(nl_lr_at(&s, 111, 110), 2e-5, 1e-15);       /* the step after the last: floor */
-    CHECK_NEAR(nl_lr_at(&s, 200, 110), 2e-5, 1e-15);       /* beyond: floor */
+    CHECK_NEAR(nl_lr_at(&s, 111, 110), 2e-5, 1e-15); /* the step after the last: floor */
+    CHECK_NEAR(nl_lr_at(&s, 200, 110), 2e-5, 1e-15); /* beyond: floor */
     double q = 2e-4 * (0.1 + 0.9 * 0.5 * (1 + cos(M_PI * 0.25)));
     CHECK_NEAR(nl_lr_at(&s, 36, 110), q, 1e-15);
     /* monotone non-increasing after warmup, strictly decreasing within the decay */

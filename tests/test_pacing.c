@@ -18,7 +18,7 @@
 typedef struct {
     double t;
     int sleeps;
-    int raise_on_sleep; /* raise SIGINT on this sleep (1-based), 0 = never */
+    int raise_on_sleep;       /* raise SIGINT on this sleep (1-based), 0 = never */
     void (*hook)(int sleeps); /* called after each sleep (the world changes meanwhile) */
 } fake_clock;
 static double fk_now(void *c) { return ((fake_clock *)c)->t; }
@@ -140,7 +140,8 @@ static void test_status_and_battery(void) {
 static void test_kind_names(void) {
     CHECK(nl_pause_kind_name(0) == NULL && !strcmp(nl_pause_kind_name(NL_PAUSE_THERMAL), "thermal") &&
           !strcmp(nl_pause_kind_name(NL_PAUSE_BATTERY), "battery") &&
-          !strcmp(nl_pause_kind_name(NL_PAUSE_THERMAL | NL_PAUSE_BATTERY), "thermal+battery") && nl_pause_kind_name(4) == NULL);
+          !strcmp(nl_pause_kind_name(NL_PAUSE_THERMAL | NL_PAUSE_BATTERY), "thermal+battery") &&
+          nl_pause_kind_name(4) == NULL);
     for (unsigned k = 1; k < 4; k++) CHECK(nl_pause_kind_parse(nl_pause_kind_name(k)) == k);
     CHECK(nl_pause_kind_parse("cold") == 0 && nl_pause_kind_parse("") == 0 && nl_pause_kind_parse(NULL) == 0 &&
           nl_pause_kind_parse("battery+thermal") == 0);
@@ -256,8 +257,8 @@ static void test_signals(void) {
     CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
     CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "child status %d", status);
     char *said = nl_t_slurp(errp, NULL);
-    CHECKF(said && !strcmp(said, "first: stopping at the end of this step\nbetween\nsecond: stopped at once\n"), "stderr: %s",
-           said ? said : "(none)");
+    CHECKF(said && !strcmp(said, "first: stopping at the end of this step\nbetween\nsecond: stopped at once\n"),
+           "stderr: %s", said ? said : "(none)");
     free(said);
     unlink(errp);
 }
@@ -306,15 +307,13 @@ static void test_files(void) {
     const char *bad_status[] = {"abc", "7", "-1", "", "2 3", "2.5", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad_status / sizeof *bad_status; i++) {
         put("status", bad_status[i]);
-        CHECKF(nl_thermal_files(&pr, sf, NULL) == -1 && strstr(nl_last_error(), sf) &&
-                   strstr(nl_last_error(), "0..6"),
+        CHECKF(nl_thermal_files(&pr, sf, NULL) == -1 && strstr(nl_last_error(), sf) && strstr(nl_last_error(), "0..6"),
                "'%s': %s", bad_status[i], nl_last_error());
     }
     const char *bad_batt[] = {"warm", "", "1e400", "38,5", "nan", "400"};
     for (size_t i = 0; i < sizeof bad_batt / sizeof *bad_batt; i++) {
         put("batt", bad_batt[i]);
-        CHECKF(nl_thermal_files(&pr, NULL, bf) == -1 && strstr(nl_last_error(), bf) &&
-                   strstr(nl_last_error(), "°C"),
+        CHECKF(nl_thermal_files(&pr, NULL, bf) == -1 && strstr(nl_last_error(), bf) && strstr(nl_last_error(), "°C"),
                "'%s': %s", bad_batt[i], nl_last_error());
     }
     char missing[512];
@@ -382,18 +381,16 @@ static void test_sysfs(void) {
     const struct {
         const char *z0, *z1;
         int want;
-    } cases[] = {{"49999", "45000", 0}, {"60000", "45000", 2}, {"84999", "45000", 2},
-                 {"85000", "45000", 4}, {"95000", "45000", 6}, {"20000", "64999", 0},
-                 {"20000", "65000", 1}, {"20000", "75000", 2}, {"20000", "85000", 3},
-                 {"20000", "95000", 4}, {"250000", "45000", 0} /* broken sensor ignored */};
+    } cases[] = {{"49999", "45000", 0}, {"60000", "45000", 2}, {"84999", "45000", 2}, {"85000", "45000", 4},
+                 {"95000", "45000", 6}, {"20000", "64999", 0}, {"20000", "65000", 1}, {"20000", "75000", 2},
+                 {"20000", "85000", 3}, {"20000", "95000", 4}, {"250000", "45000", 0} /* broken sensor ignored */};
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         put("sys1/sys/class/thermal/thermal_zone0/temp", cases[i].z0);
         put("sys1/sys/class/thermal/thermal_zone1/temp", cases[i].z1);
         if (pr.thermal_status(pr.ctx, &s) != 0 || s != cases[i].want) {
             bad++;
-            fprintf(stderr, "zone temps %s/%s: status %d want %d\n", cases[i].z0, cases[i].z1, s,
-                    cases[i].want);
+            fprintf(stderr, "zone temps %s/%s: status %d want %d\n", cases[i].z0, cases[i].z1, s, cases[i].want);
         }
     }
     CHECK(bad == 0);
@@ -445,7 +442,8 @@ static void test_sysfs_listing_errors(void) {
         nl_io_fault_init(&f, NULL, k, EIO, 0);
         int rc = nl_thermal_sysfs_io(&pr, r, &f.io);
         const char *e = nl_last_error();
-        CHECKF(rc == -1 && strstr(e, "cannot list") && strstr(e, strerror(EIO)) && strstr(e, r) && strstr(e, "--thermal off"),
+        CHECKF(rc == -1 && strstr(e, "cannot list") && strstr(e, strerror(EIO)) && strstr(e, r) &&
+                   strstr(e, "--thermal off"),
                "listing %ld failing: rc %d, %s", k, rc, e);
         if (rc == 0) nl_thermal_free(&pr);
         /* not readable here: no zones / no battery, no error */

@@ -56,20 +56,25 @@ static void sys_ok(const char *fmt, const char *arg1, const char *arg2) {
 
 /* The file's B of (the first layer with kind) against the adapter's: llama q/k per head GGUF rows
  * 0, 2, 4, ..., hd-2, 1, 3, ..., hd-1 in that order; otherwise the same rows. A unchanged. */
-static void check_file_order(const nl_adapter *a, const nl_model *m, const char *pdir, nl_proj_kind kind, const char *module) {
+static void check_file_order(const nl_adapter *a, const nl_model *m, const char *pdir, nl_proj_kind kind,
+                             const char *module) {
     char path[512], name[256];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", pdir);
     nl_safetensors *st = nl_st_open(path);
     int i = find_kind(a, m, kind);
     CHECK(st && i >= 0);
-    if (!st || i < 0) { nl_st_close(st); return; }
+    if (!st || i < 0) {
+        nl_st_close(st);
+        return;
+    }
     const nl_lora_tensor *lt = &a->t[i];
     int layer = m->projs[lt->proj].layer;
     snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_B.weight", layer, module);
     const nl_st_tensor *tb = nl_st_find(st, name);
     snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_A.weight", layer, module);
     const nl_st_tensor *ta = nl_st_find(st, name);
-    CHECK(tb && ta && tb->shape[0] == lt->n_out && tb->shape[1] == lt->rank && ta->shape[0] == lt->rank && ta->shape[1] == lt->n_in);
+    CHECK(tb && ta && tb->shape[0] == lt->n_out && tb->shape[1] == lt->rank && ta->shape[0] == lt->rank &&
+          ta->shape[1] == lt->n_in);
     if (tb && ta) {
         float *b = malloc((size_t)tb->n_elems * sizeof(float)), *av = malloc((size_t)ta->n_elems * sizeof(float));
         nl_st_to_f32(tb, b);
@@ -83,7 +88,8 @@ static void check_file_order(const nl_adapter *a, const nl_model *m, const char 
             if (permuted) src = h * hd + (rr < hd / 2 ? 2 * rr : 2 * (rr - hd / 2) + 1);
             ok &= memcmp(b + row * lt->rank, g + src * lt->rank, (size_t)lt->rank * sizeof(float)) == 0;
         }
-        CHECKF(ok && (!permuted || heads * hd == lt->n_out), "%s %s: rows in the wrong order", nl_arch_name(m->arch), module);
+        CHECKF(ok && (!permuted || heads * hd == lt->n_out), "%s %s: rows in the wrong order", nl_arch_name(m->arch),
+               module);
         if (permuted) CHECK(memcmp(b, g, (size_t)tb->n_elems * sizeof(float)) != 0);
         free(b);
         free(av);
@@ -102,12 +108,14 @@ static void test_round_trip(nl_arch arch) {
     snprintf(pdir, sizeof pdir, "%s/%s-peft", dir, nl_arch_name(arch));
     CHECKF(nl_peft_save(a, m, pdir, "org/base") == 0, "%s", nl_last_error());
     nl_adapter *b = nl_adapter_load(m, pdir); /* a directory: read as PEFT */
-    CHECKF(same_adapter(a, b), "%s: export -> import is not bit-exact (%s)", nl_arch_name(arch), b ? "values" : nl_last_error());
+    CHECKF(same_adapter(a, b), "%s: export -> import is not bit-exact (%s)", nl_arch_name(arch),
+           b ? "values" : nl_last_error());
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/adapter_config.json", pdir);
-    CHECK(nl_t_file_has(cfg, "\"r\": 4,") && nl_t_file_has(cfg, "\"lora_alpha\": 8,") && nl_t_file_has(cfg, "\"org/base\"") &&
-          nl_t_file_has(cfg, "\"peft_type\": \"LORA\"") && nl_t_file_has(cfg, "\"task_type\": \"CAUSAL_LM\"") &&
-          nl_t_file_has(cfg, "\"down_proj\"") && nl_t_file_has(cfg, "\"rank_pattern\": {}"));
+    CHECK(nl_t_file_has(cfg, "\"r\": 4,") && nl_t_file_has(cfg, "\"lora_alpha\": 8,") &&
+          nl_t_file_has(cfg, "\"org/base\"") && nl_t_file_has(cfg, "\"peft_type\": \"LORA\"") &&
+          nl_t_file_has(cfg, "\"task_type\": \"CAUSAL_LM\"") && nl_t_file_has(cfg, "\"down_proj\"") &&
+          nl_t_file_has(cfg, "\"rank_pattern\": {}"));
     check_file_order(a, m, pdir, NL_P_Q, "self_attn.q_proj");
     check_file_order(a, m, pdir, NL_P_K, "self_attn.k_proj");
     check_file_order(a, m, pdir, NL_P_V, "self_attn.v_proj");
@@ -132,7 +140,8 @@ static void test_round_trip(nl_arch arch) {
 
 /* ranks per module (rank_pattern), alpha 0 */
 static void test_ranks(nl_model *m) {
-    int projs[3] = {nl_model_proj(m, 0, NL_P_Q), nl_model_proj(m, 0, NL_P_V), nl_model_proj(m, 1, NL_P_K)}, ranks[3] = {4, 2, 4};
+    int projs[3] = {nl_model_proj(m, 0, NL_P_Q), nl_model_proj(m, 0, NL_P_V), nl_model_proj(m, 1, NL_P_K)},
+        ranks[3] = {4, 2, 4};
     nl_adapter *a = nl_adapter_alloc(m, projs, ranks, 3, 6.0f);
     fill(a, 0.1);
     char pdir[512], cfg[600];
@@ -248,13 +257,17 @@ static void test_refusals(nl_model *m) {
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", good);
     nl_safetensors *st = nl_st_open(path);
     CHECK(st != NULL);
-    if (!st) { nl_adapter_free(a); return; }
+    if (!st) {
+        nl_adapter_free(a);
+        return;
+    }
     int n = st->n;
     nl_st_out *t = calloc((size_t)n + 1, sizeof *t);
     uint16_t *bf = calloc((size_t)a->n_params, sizeof *bf);
     float nan_row[256];
     for (int i = 0; i < n; i++) {
-        t[i] = (nl_st_out){.name = st->t[i].name, .dtype = st->t[i].dtype, .n_dims = st->t[i].n_dims, .data = st->t[i].data};
+        t[i] = (nl_st_out){
+            .name = st->t[i].name, .dtype = st->t[i].dtype, .n_dims = st->t[i].n_dims, .data = st->t[i].data};
         memcpy(t[i].shape, st->t[i].shape, sizeof t[i].shape);
     }
     /* BF16 and F16 tensors are read, to their values */
@@ -266,7 +279,8 @@ static void test_refusals(nl_model *m) {
         t16[i].data = bf + off;
         float *v = malloc((size_t)st->t[i].n_elems * sizeof(float));
         nl_st_to_f32(&st->t[i], v);
-        if (i % 2) for (int64_t k = 0; k < st->t[i].n_elems; k++) bf[off + k] = nl_f32_to_bf16(v[k]);
+        if (i % 2)
+            for (int64_t k = 0; k < st->t[i].n_elems; k++) bf[off + k] = nl_f32_to_bf16(v[k]);
         else nl_type_get(NL_TYPE_F16)->from_float(v, bf + off, st->t[i].n_elems);
         off += (size_t)st->t[i].n_elems;
         free(v);
@@ -282,7 +296,8 @@ static void test_refusals(nl_model *m) {
     t[n] = t[0];
     t[n].name = "base_model.model.model.layers.0.self_attn.rotary.lora_A.weight";
     variant(good, bad, NULL, NULL, t, n + 1);
-    REFUSED(m, bad, "'base_model.model.model.layers.0.self_attn.rotary.lora_A.weight' adapts a module this llama model has no");
+    REFUSED(m, bad,
+            "'base_model.model.model.layers.0.self_attn.rotary.lora_A.weight' adapts a module this llama model has no");
     t[n].name = "base_model.model.model.layers.9.self_attn.q_proj.lora_A.weight";
     variant(good, bad, NULL, NULL, t, n + 1);
     REFUSED(m, bad, "layers.9.self_attn.q_proj.lora_A.weight' adapts a module");
@@ -299,7 +314,8 @@ static void test_refusals(nl_model *m) {
     t[0].shape[0] = 8;
     t[0].shape[1] = 32;
     variant(good, bad, NULL, NULL, t, n);
-    REFUSED(m, bad, "'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' [8, 32]", "do not fit", "expected lora_A [r, 64]");
+    REFUSED(m, bad, "'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' [8, 32]", "do not fit",
+            "expected lora_A [r, 64]");
     t[0] = keep;
     /* a NaN */
     const nl_st_tensor *q_b = nl_st_find(st, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
@@ -315,7 +331,6 @@ static void test_refusals(nl_model *m) {
     nl_adapter_free(a);
 }
 
-
 /* The pair is whole: an export of B over A's directory, crashed (every I/O call from the k-th on
  * failing: nothing after it reaches the disk) or out of space (the k-th call only) at each of
  * its calls in turn, is read back as A, as B, or refused by the manifest, never as a mix; a
@@ -327,7 +342,11 @@ static void test_whole(nl_model *m) {
     snprintf(pdir, sizeof pdir, "%s/whole-peft", dir);
     nl_adapter *a = nl_adapter_new(m, "q,k,v,o,gate,up,down", 4, 8.0f, 1), *b = nl_adapter_new(m, "q,v", 2, 3.0f, 1);
     CHECK(a && b);
-    if (!a || !b) { nl_adapter_free(a); nl_adapter_free(b); return; }
+    if (!a || !b) {
+        nl_adapter_free(a);
+        nl_adapter_free(b);
+        return;
+    }
     fill(a, 0.1);
     fill(b, 0.3);
     nl_io_fault f;
@@ -345,12 +364,14 @@ static void test_whole(nl_model *m) {
             int rc = nl_peft_save_io(&f.io, b, m, pdir, NULL);
             char why[1024];
             snprintf(why, sizeof why, "%s", rc ? nl_last_error() : "");
-            if (rc && !sticky && strstr(why, "No space left") && strstr(why, "not written") && strstr(why, "is unchanged"))
+            if (rc && !sticky && strstr(why, "No space left") && strstr(why, "not written") &&
+                strstr(why, "is unchanged"))
                 seen_enospc_named++;
             nl_adapter *got = nl_peft_load(m, pdir);
             int is_a = same_adapter(got, a), is_b = same_adapter(got, b);
             CHECKF(got == NULL ? strstr(nl_last_error(), "does not match") != NULL : (is_a || is_b),
-                   "fault at call %ld (%s): %s", k, sticky ? "crash" : "ENOSPC", got ? "read as a mix" : nl_last_error());
+                   "fault at call %ld (%s): %s", k, sticky ? "crash" : "ENOSPC",
+                   got ? "read as a mix" : nl_last_error());
             /* a failure that says the directory is unchanged leaves A */
             if (rc && strstr(why, "is unchanged")) CHECKF(is_a, "call %ld: '%s' but A is not what is read", k, why);
             if (rc == 0) CHECKF(is_b, "call %ld: the export succeeded but B is not read", k);
@@ -359,8 +380,8 @@ static void test_whole(nl_model *m) {
             seen_refused += got == NULL;
             nl_adapter_free(got);
         }
-    CHECKF(seen_a && seen_b && seen_refused && seen_enospc_named, "A %d, B %d, refused %d, ENOSPC named %d", seen_a, seen_b,
-           seen_refused, seen_enospc_named);
+    CHECKF(seen_a && seen_b && seen_refused && seen_enospc_named, "A %d, B %d, refused %d, ENOSPC named %d", seen_a,
+           seen_b, seen_refused, seen_enospc_named);
     /* the mixed pair itself: B's weights beside A's config */
     snprintf(keep, sizeof keep, "%s/a_config.json", dir);
     snprintf(cfg, sizeof cfg, "%s/adapter_config.json", pdir);
@@ -370,7 +391,8 @@ static void test_whole(nl_model *m) {
     CHECK(nl_peft_save(b, m, pdir, NULL) == 0);
     sys_ok("cp '%s' '%s'", keep, cfg);
     nl_adapter *got = nl_peft_load(m, pdir);
-    CHECKF(!got && strstr(nl_last_error(), "adapter_config.json does not match") && strstr(nl_last_error(), "export again"),
+    CHECKF(!got && strstr(nl_last_error(), "adapter_config.json does not match") &&
+               strstr(nl_last_error(), "export again"),
            "mixed pair: %s", got ? "read" : nl_last_error());
     nl_adapter_free(got);
     /* PEFT's own directory has no manifest: read as it is */
@@ -383,7 +405,6 @@ static void test_whole(nl_model *m) {
     nl_adapter_free(a);
     nl_adapter_free(b);
 }
-
 
 /* Finite values that overflow the forward are refused at load as in a GGUF: a lora_A value of
  * 3e38, lora_alpha 1e300 (beyond float: the scale would be inf). */
@@ -399,14 +420,15 @@ static void test_overflow(nl_model *m) {
     nl_lora_A(a, 1)[3] = 3e38f;
     CHECK(nl_peft_save(a, m, pdir, NULL) == 0);
     nl_adapter *b = nl_peft_load(m, pdir);
-    CHECKF(!b && strstr(nl_last_error(), "adapter_model.safetensors: 'blk.0.attn_v' overflows the forward"), "lora_A 3e38: %s",
-           b ? "read" : nl_last_error());
+    CHECKF(!b && strstr(nl_last_error(), "adapter_model.safetensors: 'blk.0.attn_v' overflows the forward"),
+           "lora_A 3e38: %s", b ? "read" : nl_last_error());
     nl_adapter_free(b);
     nl_lora_A(a, 1)[3] = 0.01f;
     CHECK(nl_peft_save(a, m, pdir, NULL) == 0 && unlink(man) == 0);
     sys_ok("sed -i 's/\"lora_alpha\": 8,/\"lora_alpha\": 1e300,/' '%s'%s", cfg, "");
     b = nl_peft_load(m, pdir);
-    CHECKF(!b && strstr(nl_last_error(), "adapter_config.json:") && strstr(nl_last_error(), "lora_alpha 1e+300: beyond the float range"),
+    CHECKF(!b && strstr(nl_last_error(), "adapter_config.json:") &&
+               strstr(nl_last_error(), "lora_alpha 1e+300: beyond the float range"),
            "lora_alpha 1e300: %s", b ? "read" : nl_last_error());
     nl_adapter_free(b);
     nl_adapter_free(a);
@@ -425,7 +447,8 @@ static int cli(const char *const *args, const char *errf, const char *outf) {
 #define CLI(errf, outf, ...) cli((const char *const[]){__VA_ARGS__, NULL}, errf, outf)
 
 static void test_cli(void) {
-    char model[512], data[512], ad[512], pdir[512], back[512], err[512], out1[512], out2[512], t1[512], t2[512], q35[512];
+    char model[512], data[512], ad[512], pdir[512], back[512], err[512], out1[512], out2[512], t1[512], t2[512],
+        q35[512];
     snprintf(model, sizeof model, "%s/cli.gguf", dir);
     snprintf(data, sizeof data, "%s/data.jsonl", dir);
     snprintf(ad, sizeof ad, "%s/a.gguf", dir);
@@ -438,12 +461,14 @@ static void test_cli(void) {
     snprintf(t2, sizeof t2, "%s/t2.gguf", dir);
     CHECK(CLI(err, NULL, "mkmodel", "--arch", "llama", "--preset", "tiny", "--out", model, "--seed", "3") == 0);
     FILE *f = fopen(data, "w");
-    for (int i = 0; f && i < 6; i++) fprintf(f, "{\"prompt\": \"Note %d: call mum\\nTag:\", \"completion\": \" family\"}\n", i);
+    for (int i = 0; f && i < 6; i++)
+        fprintf(f, "{\"prompt\": \"Note %d: call mum\\nTag:\", \"completion\": \" family\"}\n", i);
     if (f) fclose(f);
-    CHECK(CLI(err, NULL, "train", "--model", model, "--data", data, "--out", ad, "--steps", "3", "--rank", "4", "--lr", "1e-2",
-              "--backend", "ref", "--quiet") == 0);
+    CHECK(CLI(err, NULL, "train", "--model", model, "--data", data, "--out", ad, "--steps", "3", "--rank", "4", "--lr",
+              "1e-2", "--backend", "ref", "--quiet") == 0);
     CHECK(CLI(err, out1, "export", "--model", model, "--adapter", ad, "--format", "peft", "--out", pdir) == 0);
-    CHECKF(nl_t_file_has(out1, "PEFT LoRA adapter") && nl_t_file_has(out1, "q/k lora_B rows in transformers' order"), "stdout");
+    CHECKF(nl_t_file_has(out1, "PEFT LoRA adapter") && nl_t_file_has(out1, "q/k lora_B rows in transformers' order"),
+           "stdout");
     CHECK(CLI(err, NULL, "export", "--model", model, "--adapter", pdir, "--format", "gguf", "--out", back) == 0);
     CHECKF(nl_t_same_file(ad, back), "GGUF -> PEFT -> GGUF changed the bytes");
     /* eval reads the directory as the GGUF */
@@ -451,12 +476,13 @@ static void test_cli(void) {
     CHECK(CLI(err, out2, "eval", "--model", model, "--adapter", pdir, "--data", data, "--backend", "ref") == 0);
     char *e1 = nl_t_slurp(out1, NULL), *e2 = nl_t_slurp(out2, NULL), *p;
     /* the lines name the data file only; compare them whole */
-    CHECKF(e1 && e2 && !strcmp(e1, e2) && (p = strstr(e1, "loss ")) != NULL, "eval: %s / %s", e1 ? e1 : "", e2 ? e2 : "");
+    CHECKF(e1 && e2 && !strcmp(e1, e2) && (p = strstr(e1, "loss ")) != NULL, "eval: %s / %s", e1 ? e1 : "",
+           e2 ? e2 : "");
     free(e1);
     free(e2);
     /* train --init-adapter DIR continues exactly as from the GGUF */
-    CHECK(CLI(err, NULL, "train", "--model", model, "--data", data, "--out", t1, "--steps", "2", "--init-adapter", ad, "--backend",
-              "ref", "--quiet") == 0);
+    CHECK(CLI(err, NULL, "train", "--model", model, "--data", data, "--out", t1, "--steps", "2", "--init-adapter", ad,
+              "--backend", "ref", "--quiet") == 0);
     CHECK(CLI(err, NULL, "train", "--model", model, "--data", data, "--out", t2, "--steps", "2", "--init-adapter", pdir,
               "--backend", "ref", "--quiet") == 0);
     CHECKF(nl_t_same_file(t1, t2), "train --init-adapter DIR differs from --init-adapter A.gguf");
@@ -465,15 +491,16 @@ static void test_cli(void) {
           nl_t_file_has(err, "--format onnx: expected peft"));
     CHECK(CLI(err, NULL, "export", "--adapter", ad, "--format", "peft", "--out", pdir) == 2 &&
           nl_t_file_has(err, "--model, --adapter, --format and --out are required"));
-    CHECK(CLI(err, NULL, "export", "--model", model, "--adapter", ad, "--format", "gguf", "--out", back, "--base-model", "x") == 2);
+    CHECK(CLI(err, NULL, "export", "--model", model, "--adapter", ad, "--format", "gguf", "--out", back, "--base-model",
+              "x") == 2);
     CHECK(CLI(err, NULL, "export", "--model", model, "--adapter", ad, "--format", "gguf", "--out", ad) == 2 &&
           nl_t_file_has(err, "the same file"));
     CHECK(CLI(err, NULL, "export", "--model", model, "--adapter", ad, "--format", "peft", "--out", data) == 1 &&
           nl_t_file_has(err, "exists and is not a directory"));
     snprintf(q35, sizeof q35, "%s/q35.gguf", dir);
     CHECK(CLI(err, NULL, "mkmodel", "--arch", "qwen35", "--preset", "tiny", "--out", q35) == 0);
-    CHECK(CLI(err, NULL, "train", "--model", q35, "--data", data, "--out", t1, "--steps", "1", "--rank", "2", "--backend", "ref",
-              "--quiet") == 0);
+    CHECK(CLI(err, NULL, "train", "--model", q35, "--data", data, "--out", t1, "--steps", "1", "--rank", "2",
+              "--backend", "ref", "--quiet") == 0);
     CHECK(CLI(err, NULL, "export", "--model", q35, "--adapter", t1, "--format", "peft", "--out", pdir) == 1 &&
           nl_t_file_has(err, "nightlora export: ") && nl_t_file_has(err, "gated delta-net"));
 }
@@ -501,7 +528,8 @@ static void test_base_model(void) {
     static const struct {
         const char *key, *value, *want;
     } cases[] = {
-        {"general.source.huggingface.repository", "HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"},
+        {"general.source.huggingface.repository", "HuggingFaceTB/SmolLM2-135M-Instruct",
+         "HuggingFaceTB/SmolLM2-135M-Instruct"},
         {"general.source.url", "https://huggingface.co/Qwen/Qwen3-0.6B", "Qwen/Qwen3-0.6B"},
         {"general.base_model.0.repo_url", "https://huggingface.co/google/gemma-3-270m/", "google/gemma-3-270m"},
         {"general.name", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B"},
@@ -514,8 +542,8 @@ static void test_base_model(void) {
         CHECKF(m != NULL, "%s", nl_last_error());
         if (!m) continue;
         const char *got = nl_peft_base_model(m, bb, sizeof bb);
-        CHECKF(cases[i].want ? got && !strcmp(got, cases[i].want) : got == NULL, "%s = %s: got %s", cases[i].key, cases[i].value,
-               got ? got : "(null)");
+        CHECKF(cases[i].want ? got && !strcmp(got, cases[i].want) : got == NULL, "%s = %s: got %s", cases[i].key,
+               cases[i].value, got ? got : "(null)");
         nl_model_free(m);
     }
 }

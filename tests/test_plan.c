@@ -48,8 +48,10 @@ static void test_steps_and_warning(void) {
     CHECK(nl_train_count_steps(&o, &pk, &pe) == 2 && pe == 1);
     /* the README's old example: 2 steps; halving the batch, 128 tokens (10 sequences) is the
      * largest that gives 20 or more */
-    EXPECT_WARNING(&o, &pk, "only 2 optimizer steps (1 an epoch of 120 sequences, 1440 tokens, at --batch-tokens 4096): too few to"
-                            " learn much; --batch-tokens 128 gives 24 steps");
+    EXPECT_WARNING(
+        &o, &pk,
+        "only 2 optimizer steps (1 an epoch of 120 sequences, 1440 tokens, at --batch-tokens 4096): too few to"
+        " learn much; --batch-tokens 128 gives 24 steps");
     o.batch_tokens = 128;
     CHECK(nl_train_count_steps(&o, &pk, &pe) == 24 && pe == 12);
     EXPECT_WARNING(&o, &pk, "");
@@ -58,15 +60,18 @@ static void test_steps_and_warning(void) {
     CHECK(nl_train_count_steps(&o, &pk, &pe) == 6 && pe == 12);
     o.batch_tokens = 36; /* 3 sequences a step: 40 an epoch */
     CHECK(nl_train_count_steps(&o, &pk, &pe) == 20 && pe == 40);
-    EXPECT_WARNING(&o, &pk, "20 optimizer steps cover 50% of one epoch (40 steps at --batch-tokens 36): part of the data is never"
-                            " trained on; --epochs 1 gives 40 steps");
+    EXPECT_WARNING(
+        &o, &pk,
+        "20 optimizer steps cover 50% of one epoch (40 steps at --batch-tokens 36): part of the data is never"
+        " trained on; --epochs 1 gives 40 steps");
     /* --steps: what it says, and an epoch's batches beside it */
     o.epochs = 1;
     o.steps = 5;
     CHECK(nl_train_count_steps(&o, &pk, &pe) == 5 && pe == 40);
     CHECK(nl_train_count_steps(&o, &pk, NULL) == 5);
-    EXPECT_WARNING(&o, &pk, "only 5 optimizer steps (40 an epoch of 120 sequences, 1440 tokens, at --batch-tokens 36), less than"
-                            " one epoch: too few to learn much; --epochs 1 (instead of --steps) gives 40 steps");
+    EXPECT_WARNING(&o, &pk,
+                   "only 5 optimizer steps (40 an epoch of 120 sequences, 1440 tokens, at --batch-tokens 36), less than"
+                   " one epoch: too few to learn much; --epochs 1 (instead of --steps) gives 40 steps");
     o.steps = 40;
     EXPECT_WARNING(&o, &pk, "");
     /* shuffled epochs: each epoch's batches counted in its own order */
@@ -81,8 +86,10 @@ static void test_steps_and_warning(void) {
     make_packing(5, 12, &ds, &pk);
     o.epochs = 1;
     o.batch_tokens = 4096;
-    EXPECT_WARNING(&o, &pk, "only 1 optimizer step (1 an epoch of 5 sequences, 60 tokens, at --batch-tokens 4096): too few to learn"
-                            " much; --batch-tokens 16 --epochs 4 gives 20 steps");
+    EXPECT_WARNING(
+        &o, &pk,
+        "only 1 optimizer step (1 an epoch of 5 sequences, 60 tokens, at --batch-tokens 4096): too few to learn"
+        " much; --batch-tokens 16 --epochs 4 gives 20 steps");
     nl_packing_free(&pk);
     nl_dataset_free(&ds);
 }
@@ -107,7 +114,9 @@ static void test_batch_sizing(const char *dir) {
     CHECK(nl_train_count_steps(&o, &pk, &pe) == 72 && pe == 24);
     char note[200];
     CHECKF(!strcmp(nl_train_batch_note(NL_BATCH_SIZED, note, sizeof note),
-                   "sized to the data: the largest of 4096, 2048, ... with at least 20 steps an epoch; --batch-tokens N sets one"), "%s", note);
+                   "sized to the data: the largest of 4096, 2048, ... with at least 20 steps an epoch; --batch-tokens "
+                   "N sets one"),
+           "%s", note);
     /* a batch given is kept, however few steps it gives */
     o.batch_tokens = 4096;
     CHECK(nl_train_resolve_batch(&o, &pk) == NL_BATCH_GIVEN && o.batch_tokens == 4096);
@@ -127,7 +136,10 @@ static void test_batch_sizing(const char *dir) {
     snprintf(ck, sizeof ck, "%s/sizing-ck", dir);
     mkdir(ck, 0700);
     snprintf(path, sizeof path, "%s/run.json", ck);
-    static const struct { const char *json; int how, bt; } rj[] = {
+    static const struct {
+        const char *json;
+        int how, bt;
+    } rj[] = {
         {"{\"batch_tokens\": \"512\", \"batch_sizing\": \"data\"}", NL_BATCH_RESUMED_SIZED, 512},
         {"{\"batch_tokens\": \"4096\"}", NL_BATCH_RESUMED_GIVEN, 4096},
         /* not a batch: sized anew (the resume then refuses a batch that differs, naming it) */
@@ -217,44 +229,54 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     snprintf(outf, sizeof outf, "%s/stdout.txt", dir);
     FILE *f = fopen(data, "w");
     for (int i = 0; i < 40; i++)
-        fprintf(f, "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n"
-                   "{\"messages\": [{\"role\": \"user\", \"content\": \"Note: fly %d\"}, {\"role\": \"assistant\", \"content\": \"travel\"}]}\n",
+        fprintf(f,
+                "{\"prompt\": \"Note: buy milk %d\\nTag:\", \"completion\": \" shopping\"}\n"
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Note: fly %d\"}, {\"role\": \"assistant\", "
+                "\"content\": \"travel\"}]}\n",
                 i, i);
     fclose(f);
-    const char *v[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck, "--log-json", log,
-                       "--epochs", "2", "--batch-tokens", "4096", "--dry-run", NULL};
+    const char *v[] = {NL_CLI,     "train", "--model",          model,  "--data",     dir,
+                       "--out",    out,     "--checkpoint-dir", ck,     "--log-json", log,
+                       "--epochs", "2",     "--batch-tokens",   "4096", "--dry-run",  NULL};
     int rc = nl_t_run(v, errf, outf);
     char *o = nl_t_slurp(outf, NULL), *e = nl_t_slurp(errf, NULL);
     char want[1600];
-    snprintf(want, sizeof want, "dry run: %s on %s; nothing is trained or written\nchat template: the model's own "
-             "(tokenizer.chat_template)\n\nsequence 1 of 80: line 1 (prompt/completion), ", model, data);
+    snprintf(want, sizeof want,
+             "dry run: %s on %s; nothing is trained or written\nchat template: the model's own "
+             "(tokenizer.chat_template)\n\nsequence 1 of 80: line 1 (prompt/completion), ",
+             model, data);
     CHECKF(rc == 0 && o && strncmp(o, want, strlen(want)) == 0, "exit %d: %s%s", rc, o ? o : "", e ? e : "");
     CHECKF(o && strstr(o, "Note: buy milk 0\nTag:[[ shopping<|endoftext|>]]\n"), "%s", o ? o : "");
     CHECKF(o && strstr(o, "sequence 2 of 80: line 2 (chat), ") &&
-           strstr(o, "<|im_start|>user\nNote: fly 0<|im_end|>\n<|im_start|>assistant\n[[travel<|im_end|>]]\n"), "%s", o ? o : "");
+               strstr(o, "<|im_start|>user\nNote: fly 0<|im_end|>\n<|im_start|>assistant\n[[travel<|im_end|>]]\n"),
+           "%s", o ? o : "");
     CHECK(o && strstr(o, "sequence 3 of 80") && !strstr(o, "sequence 4 of 80"));
     CHECKF(o && strstr(o, "\nplan: 80 examples, 80 sequences (0 truncated to ") &&
-           strstr(o, "; --batch-tokens 4096: 1 steps an epoch; --epochs 2: 2 optimizer steps\n") &&
-           strstr(o, "\nwarning: only 2 optimizer steps (1 an epoch of 80 sequences, "), "%s", o ? o : "");
+               strstr(o, "; --batch-tokens 4096: 1 steps an epoch; --epochs 2: 2 optimizer steps\n") &&
+               strstr(o, "\nwarning: only 2 optimizer steps (1 an epoch of 80 sequences, "),
+           "%s", o ? o : "");
     struct stat st;
     CHECK(stat(out, &st) != 0 && stat(ck, &st) != 0 && stat(log, &st) != 0);
     free(o);
     free(e);
     /* training prints the same warning after its start-up line (and none for a run of a
      * sequence a step over an epoch: 80 steps); --stop-after 1 keeps the runs short */
-    const char *v1[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--epochs", "2", "--batch-tokens", "4096",
-                        "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    const char *v1[] = {
+        NL_CLI,           "train", "--model",   model, "--data",    dir,   "--out",        out, "--epochs", "2",
+        "--batch-tokens", "4096",  "--threads", "1",   "--thermal", "off", "--stop-after", "1", NULL};
     rc = nl_t_run(v1, errf, NULL);
     e = nl_t_slurp(errf, NULL);
     CHECKF(rc == 0 && e && strstr(e, " 2 steps, ") &&
-           strstr(e, "\nwarning: only 2 optimizer steps (1 an epoch of 80 sequences, ") && strstr(e, " gives "), "exit %d: %s", rc,
-           e ? e : "");
+               strstr(e, "\nwarning: only 2 optimizer steps (1 an epoch of 80 sequences, ") && strstr(e, " gives "),
+           "exit %d: %s", rc, e ? e : "");
     free(e);
-    const char *v3[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--batch-tokens", "1",
-                        "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    const char *v3[] = {NL_CLI,      "train", "--model",        model, "--data",    dir,
+                        "--out",     out,     "--batch-tokens", "1",   "--threads", "1",
+                        "--thermal", "off",   "--stop-after",   "1",   NULL};
     rc = nl_t_run(v3, errf, NULL);
     e = nl_t_slurp(errf, NULL);
-    CHECKF(rc == 0 && e && strstr(e, " 240 steps, ") && !strstr(e, "warning: "), "exit %d: %s", rc, e ? e : ""); /* 3 epochs */
+    CHECKF(rc == 0 && e && strstr(e, " 240 steps, ") && !strstr(e, "warning: "), "exit %d: %s", rc,
+           e ? e : ""); /* 3 epochs */
     free(e);
     unlink(out);
     /* no --batch-tokens, --steps or --epochs: the batch sized to the data, said on the plan line and
@@ -266,23 +288,27 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     const char *pl = o ? strstr(o, "\nplan: ") : NULL, *bp = pl ? strstr(pl, "; --batch-tokens ") : NULL;
     int bt = bp ? atoi(bp + 17) : 0;
     long per = 0;
-    const char *pp = bp ? strstr(bp, " (sized to the data: the largest of 4096, 2048, ... with at least 20 steps an epoch;"
-                                      " --batch-tokens N sets one): ") : NULL;
+    const char *pp =
+        bp ? strstr(bp, " (sized to the data: the largest of 4096, 2048, ... with at least 20 steps an epoch;"
+                        " --batch-tokens N sets one): ")
+           : NULL;
     if (pp) per = atol(strchr(pp, ')') + 3);
     char wantp[256];
     snprintf(wantp, sizeof wantp, " steps an epoch; --epochs 3: %ld optimizer steps\n", 3 * per);
-    CHECKF(rc == 0 && pp && bt >= 1 && bt < 4096 && per >= 20 && strstr(pp, wantp) && !strstr(o, "warning: only"), "exit %d: %s", rc,
-           o ? o : "");
+    CHECKF(rc == 0 && pp && bt >= 1 && bt < 4096 && per >= 20 && strstr(pp, wantp) && !strstr(o, "warning: only"),
+           "exit %d: %s", rc, o ? o : "");
     free(o);
     char ck2[600], rj[640], again[600];
     snprintf(ck2, sizeof ck2, "%s/ck-sized", dir);
     snprintf(rj, sizeof rj, "%s/run.json", ck2);
     snprintf(again, sizeof again, "%s/again.gguf", dir);
-    const char *vs[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2,
-                        "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    const char *vs[] = {NL_CLI,      "train", "--model",          model, "--data",    dir,
+                        "--out",     out,     "--checkpoint-dir", ck2,   "--threads", "1",
+                        "--thermal", "off",   "--stop-after",     "1",   NULL};
     rc = nl_t_run(vs, errf, NULL);
     char wantb[256], wantj[128];
-    snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), sized to the data: the largest of 4096, 2048, ...", bt,
+    snprintf(wantb, sizeof wantb,
+             "\nbatch: --batch-tokens %d (%ld steps an epoch), sized to the data: the largest of 4096, 2048, ...", bt,
              per);
     snprintf(wantj, sizeof wantj, "\"batch_tokens\": \"%d\",\n  \"batch_sizing\": \"data\",", bt);
     e = nl_t_slurp(errf, NULL);
@@ -291,37 +317,48 @@ static void test_dry_run_cli(const char *dir, const char *model) {
     free(e);
     free(j);
     /* resumed with more --steps: the run's batch, not --steps' 4096 */
-    const char *vr[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--resume",
-                        "--steps", "300", "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    const char *vr[] = {NL_CLI, "train",    "--model", model, "--data",    dir, "--out",     out,   "--checkpoint-dir",
+                        ck2,    "--resume", "--steps", "300", "--threads", "1", "--thermal", "off", "--stop-after",
+                        "1",    NULL};
     rc = nl_t_run(vr, errf, NULL);
-    snprintf(wantb, sizeof wantb, "\nbatch: --batch-tokens %d (%ld steps an epoch), the resumed run's, sized to its data (run.json)\n",
-             bt, per);
+    snprintf(wantb, sizeof wantb,
+             "\nbatch: --batch-tokens %d (%ld steps an epoch), the resumed run's, sized to its data (run.json)\n", bt,
+             per);
     e = nl_t_slurp(errf, NULL);
     j = nl_t_slurp(rj, NULL);
-    CHECKF(rc == 0 && e && strstr(e, "resumed from ") && strstr(e, "/300") && strstr(e, wantb) && j && strstr(j, wantj) &&
-           strstr(j, "\"steps\": \"300\""), "exit %d: %s\n%s", rc, e ? e : "", j ? j : "");
+    CHECKF(rc == 0 && e && strstr(e, "resumed from ") && strstr(e, "/300") && strstr(e, wantb) && j &&
+               strstr(j, wantj) && strstr(j, "\"steps\": \"300\""),
+           "exit %d: %s\n%s", rc, e ? e : "", j ? j : "");
     free(e);
     free(j);
     /* a batch given on the resume overrides run.json's: here another batch than the commits' */
-    const char *vx[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--resume",
-                        "--batch-tokens", "4096", "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    const char *vx[] = {
+        NL_CLI, "train",    "--model",        model,  "--data",    dir, "--out",     out,   "--checkpoint-dir",
+        ck2,    "--resume", "--batch-tokens", "4096", "--threads", "1", "--thermal", "off", "--stop-after",
+        "1",    NULL};
     rc = nl_t_run(vx, errf, NULL);
-    snprintf(wantb, sizeof wantb, "cannot resume: this run's settings differ from those the commits were made with: batch_tokens %d there,"
-             " 4096 now", bt);
+    snprintf(wantb, sizeof wantb,
+             "cannot resume: this run's settings differ from those the commits were made with: batch_tokens %d there,"
+             " 4096 now",
+             bt);
     CHECKF(rc == 1 && nl_t_file_has(errf, wantb) && !nl_t_file_has(errf, "\nbatch: "), "exit %d", rc);
     /* --config run.json: batch_sizing is a record, batch_tokens its flag (the plan says the batch given) */
     const char *vc[] = {NL_CLI, "train", "--config", rj, "--out", again, "--dry-run", NULL};
     rc = nl_t_run(vc, errf, outf);
-    snprintf(wantb, sizeof wantb, "; --batch-tokens %d: %ld steps an epoch; --steps 300: 300 optimizer steps\n", bt, per);
+    snprintf(wantb, sizeof wantb, "; --batch-tokens %d: %ld steps an epoch; --steps 300: 300 optimizer steps\n", bt,
+             per);
     CHECKF(rc == 0 && nl_t_file_has(outf, wantb), "exit %d", rc);
     /* a fresh run given its batch: no batch line, no batch_sizing */
     snprintf(ck2, sizeof ck2, "%s/ck-given", dir);
     snprintf(rj, sizeof rj, "%s/run.json", ck2);
-    const char *vg[] = {NL_CLI, "train", "--model", model, "--data", dir, "--out", out, "--checkpoint-dir", ck2, "--batch-tokens", "128",
-                        "--threads", "1", "--thermal", "off", "--stop-after", "1", NULL};
+    const char *vg[] = {NL_CLI,      "train", "--model",          model, "--data",         dir,
+                        "--out",     out,     "--checkpoint-dir", ck2,   "--batch-tokens", "128",
+                        "--threads", "1",     "--thermal",        "off", "--stop-after",   "1",
+                        NULL};
     rc = nl_t_run(vg, errf, NULL);
     j = nl_t_slurp(rj, NULL);
-    CHECKF(rc == 0 && !nl_t_file_has(errf, "\nbatch: ") && j && strstr(j, "\"batch_tokens\": \"128\",") && !strstr(j, "batch_sizing"),
+    CHECKF(rc == 0 && !nl_t_file_has(errf, "\nbatch: ") && j && strstr(j, "\"batch_tokens\": \"128\",") &&
+               !strstr(j, "batch_sizing"),
            "exit %d: %s", rc, j ? j : "");
     free(j);
     unlink(out);

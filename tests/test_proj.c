@@ -20,8 +20,8 @@
 typedef struct {
     int type;
     int64_t K, N;
-    void *data;   /* GGUF-like bytes */
-    float *wf;    /* [N][K] dequantized through the traits table */
+    void *data; /* GGUF-like bytes */
+    float *wf;  /* [N][K] dequantized through the traits table */
 } tw;
 
 static void tw_make(tw *w, int type, int64_t K, int64_t N, float scale) {
@@ -47,21 +47,29 @@ static void tw_make(tw *w, int type, int64_t K, int64_t N, float scale) {
             uint8_t *b = p + blk * tt->bytes;
             if (type == NL_TYPE_Q5_0) { /* 32-element blocks: d first */
                 uint16_t d = nl_f32_to_f16(scale * 0.004f * (float)(1.0 + nl_t_rand()));
-                b[0] = (uint8_t)d; b[1] = (uint8_t)(d >> 8);
+                b[0] = (uint8_t)d;
+                b[1] = (uint8_t)(d >> 8);
             } else if (type == NL_TYPE_Q4_K) {
                 uint16_t d = nl_f32_to_f16(scale * 0.01f * (float)(1.0 + nl_t_rand()));
                 uint16_t dm = nl_f32_to_f16(scale * 0.005f * (float)(1.0 + nl_t_rand()));
-                b[0] = (uint8_t)d; b[1] = (uint8_t)(d >> 8); b[2] = (uint8_t)dm; b[3] = (uint8_t)(dm >> 8);
+                b[0] = (uint8_t)d;
+                b[1] = (uint8_t)(d >> 8);
+                b[2] = (uint8_t)dm;
+                b[3] = (uint8_t)(dm >> 8);
             } else {
                 uint16_t d = nl_f32_to_f16(scale * 0.001f * (float)(1.0 + nl_t_rand()));
-                b[208] = (uint8_t)d; b[209] = (uint8_t)(d >> 8);
+                b[208] = (uint8_t)d;
+                b[209] = (uint8_t)(d >> 8);
             }
         }
     }
     for (int64_t n = 0; n < N; n++) tt->to_float((uint8_t *)w->data + n * rb, w->wf + n * K, K);
 }
 
-static void tw_free(tw *w) { free(w->data); free(w->wf); }
+static void tw_free(tw *w) {
+    free(w->data);
+    free(w->wf);
+}
 
 static nl_proj_weight tw_view(const tw *w, const char *name, int cls) {
     nl_proj_weight v = {name, w->type, w->K, w->N, w->data, cls};
@@ -110,8 +118,8 @@ static nl_proj_service *svc(const char *precision, const char *map, int threads,
     return s;
 }
 
-static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0,
-                                NL_TYPE_Q4_K, NL_TYPE_Q6_K};
+static const int all_types[] = {NL_TYPE_F32,  NL_TYPE_F16,  NL_TYPE_BF16, NL_TYPE_Q8_0,
+                                NL_TYPE_Q4_0, NL_TYPE_Q5_0, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
 
 /* ---- ref vs float64, one-hot identities, get_rows ----------------------------------------- */
 
@@ -154,7 +162,9 @@ static void test_ref_all_types(void) {
                 }
             }
             CHECKF(bad == 0, "type %s dir %d: one-hot differs in %d", nl_type_name(type), d, bad);
-            free(x); free(y); free(yd);
+            free(x);
+            free(y);
+            free(yd);
         }
 
         /* get_rows: the same dequantizer */
@@ -185,7 +195,7 @@ static void test_policy(void) {
     tw_make(&q8, NL_TYPE_Q8_0, 64, 7, 1.0f);
     tw_make(&q4k, NL_TYPE_Q4_K, 256, 3, 1.0f);
     tw_make(&big, NL_TYPE_F32, 32, 2, 1.0f);
-    ((float *)big.data)[5] = 1e5f; /* beyond F16 range */
+    ((float *)big.data)[5] = 1e5f;           /* beyond F16 range */
     tw_make(&odd, NL_TYPE_F32, 48, 2, 1.0f); /* K not a multiple of 32 */
     tw_make(&q8r, NL_TYPE_Q8_0, 32, 4, 1.0f);
 
@@ -199,7 +209,7 @@ static void test_policy(void) {
     int ie = nl_proj_add(s, &v);
     v = tw_view(&e, "token_embd.weight", NL_CLASS_HEAD); /* tied head */
     int ih = nl_proj_add(s, &v);
-    int ih2 = nl_proj_add(s, &v);                          /* same source, same target: shared */
+    int ih2 = nl_proj_add(s, &v); /* same source, same target: shared */
     v = tw_view(&h16, "blk.1.attn_gate.weight", NL_CLASS_RECURRENT);
     int i16 = nl_proj_add(s, &v);
     v = tw_view(&q8, "blk.1.ffn_up.weight", NL_CLASS_MLP);
@@ -220,12 +230,12 @@ static void test_policy(void) {
     CHECK(nl_proj_get(s, ir)->type == NL_TYPE_F16);
     CHECK(nl_proj_get(s, ie)->type == NL_TYPE_F32 && nl_proj_get(s, ie)->data == e.data); /* embed: in place */
     CHECK(nl_proj_get(s, ih)->type == NL_TYPE_Q8_0);
-    CHECK(nl_proj_get(s, ih2)->data == nl_proj_get(s, ih)->data);                          /* converted once */
+    CHECK(nl_proj_get(s, ih2)->data == nl_proj_get(s, ih)->data);                             /* converted once */
     CHECK(nl_proj_get(s, i16)->type == NL_TYPE_F16 && nl_proj_get(s, i16)->data == h16.data); /* zero copy */
     CHECK(nl_proj_get(s, iq8)->type == NL_TYPE_Q8_0 && nl_proj_get(s, iq8)->data == q8.data);
-    CHECK(nl_proj_get(s, iq4)->type == NL_TYPE_Q4_K && nl_proj_get(s, iq4)->data == q4k.data); /* no requant */
-    CHECK(nl_proj_get(s, ibig)->type == NL_TYPE_F32 && nl_proj_get(s, ibig)->data == big.data); /* F16 overflow */
-    CHECK(nl_proj_get(s, iodd)->type == NL_TYPE_F32);                                       /* K % 32 != 0 */
+    CHECK(nl_proj_get(s, iq4)->type == NL_TYPE_Q4_K && nl_proj_get(s, iq4)->data == q4k.data);   /* no requant */
+    CHECK(nl_proj_get(s, ibig)->type == NL_TYPE_F32 && nl_proj_get(s, ibig)->data == big.data);  /* F16 overflow */
+    CHECK(nl_proj_get(s, iodd)->type == NL_TYPE_F32);                                            /* K % 32 != 0 */
     CHECK(nl_proj_get(s, iq8r)->type == NL_TYPE_Q8_0 && nl_proj_get(s, iq8r)->data == q8r.data); /* no narrowing */
     CHECK(strcmp(nl_proj_get(s, ia)->name, "blk.0.attn_q.weight") == 0);
     CHECK(nl_proj_get(s, ia)->cls == NL_CLASS_ATTN);
@@ -272,13 +282,13 @@ static void test_policy(void) {
     v = tw_view(&a, "blk.3.ffn_up.weight", NL_CLASS_MLP);
     CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F16);
     v = tw_view(&h16, "blk.3.attn_k.weight", NL_CLASS_ATTN);
-    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32);       /* widened */
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32); /* widened */
     v = tw_view(&q8, "blk.3.attn_v.weight", NL_CLASS_ATTN);
-    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32);       /* exact expansion */
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_F32); /* exact expansion */
     v = tw_view(&r, "blk.3.attn_qkv.weight", NL_CLASS_RECURRENT);
-    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->data == r.data);            /* keep */
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->data == r.data); /* keep */
     v = tw_view(&q4k, "blk.0.ffn_down.weight", NL_CLASS_MLP);
-    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_Q4_K);      /* q8_0 asked: no requant */
+    CHECK(nl_proj_get(s, nl_proj_add(s, &v))->type == NL_TYPE_Q4_K); /* q8_0 asked: no requant */
     nl_proj_service_free(s);
 
     /* "keep": every weight in its GGUF type (F32 stays F32, F16 stays F16, in place), the map
@@ -299,7 +309,8 @@ static void test_policy(void) {
     nl_proj_service_free(s);
     s = svc(NULL, NULL, 1, 0);
     nl_proj_format_precision(s, pol, sizeof pol);
-    CHECKF(!strcmp(pol, "auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF tensors as stored)"), "%s", pol);
+    CHECKF(!strcmp(pol, "auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF tensors as stored)"),
+           "%s", pol);
     nl_proj_service_free(s);
 
     /* bad configs and weights */
@@ -327,8 +338,15 @@ static void test_policy(void) {
     CHECK(nl_proj_get(s, 0) == NULL && nl_proj_count(s) == 0);
     nl_proj_service_free(s);
 
-    tw_free(&a); tw_free(&r); tw_free(&e); tw_free(&h16); tw_free(&q8); tw_free(&q4k);
-    tw_free(&big); tw_free(&odd); tw_free(&q8r);
+    tw_free(&a);
+    tw_free(&r);
+    tw_free(&e);
+    tw_free(&h16);
+    tw_free(&q8);
+    tw_free(&q4k);
+    tw_free(&big);
+    tw_free(&odd);
+    tw_free(&q8r);
 }
 
 /* ---- queue, counters, threads ------------------------------------------------------------- */
@@ -351,10 +369,10 @@ static void test_queue_and_counters(void) {
     CHECK(nl_proj_wait(s) == -1);
     CHECK(nl_proj_run(s, id, NL_FWD, x, 9, y2) == 0);
     CHECK(memcmp(y, y2, sizeof(float) * 9 * 13) == 0);
-    CHECK(nl_proj_submit(s, 5, NL_FWD, x, 9, y) == -1);          /* bad id: nothing in flight */
-    CHECK(nl_proj_submit(s, id, NL_BWD, x, 4, y) == 0);          /* x is 4 x 13 here */
+    CHECK(nl_proj_submit(s, 5, NL_FWD, x, 9, y) == -1); /* bad id: nothing in flight */
+    CHECK(nl_proj_submit(s, id, NL_BWD, x, 4, y) == 0); /* x is 4 x 13 here */
     CHECK(nl_proj_wait(s) == 0);
-    CHECK(nl_proj_run(s, id, NL_BWD, x, 0, y) == 0);             /* empty request */
+    CHECK(nl_proj_run(s, id, NL_BWD, x, 0, y) == 0); /* empty request */
 
     nl_proj_stats st;
     nl_proj_get_stats(s, &st);
@@ -384,7 +402,9 @@ static void test_queue_and_counters(void) {
     waitpid(pid, &status, 0);
     CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d", status);
 
-    free(x); free(y); free(y2);
+    free(x);
+    free(y);
+    free(y2);
     tw_free(&w);
 }
 
@@ -410,14 +430,21 @@ static void test_threads_identical(void) {
             nl_proj_service_free(s);
         }
         for (int i = 1; i < 3; i++) {
-            CHECKF(memcmp(yf[0], yf[i], sizeof(float) * (size_t)(T * N)) == 0, "fwd %s threads %d", nl_type_name(types[ti]), th[i]);
-            CHECKF(memcmp(yb[0], yb[i], sizeof(float) * (size_t)(T * K)) == 0, "bwd %s threads %d", nl_type_name(types[ti]), th[i]);
+            CHECKF(memcmp(yf[0], yf[i], sizeof(float) * (size_t)(T * N)) == 0, "fwd %s threads %d",
+                   nl_type_name(types[ti]), th[i]);
+            CHECKF(memcmp(yb[0], yb[i], sizeof(float) * (size_t)(T * K)) == 0, "bwd %s threads %d",
+                   nl_type_name(types[ti]), th[i]);
         }
         double *yd = malloc(sizeof(double) * (size_t)(T * K));
         ref64(&w, NL_BWD, xb, T, yd);
         CHECK(max_rel(yb[0], yd, (size_t)(T * K)) < 1e-6);
-        for (int i = 0; i < 3; i++) { free(yf[i]); free(yb[i]); }
-        free(yd); free(xf); free(xb);
+        for (int i = 0; i < 3; i++) {
+            free(yf[i]);
+            free(yb[i]);
+        }
+        free(yd);
+        free(xf);
+        free(xb);
         tw_free(&w);
     }
 }
@@ -431,7 +458,10 @@ static void test_threads_identical(void) {
  * with usable AMX, or with NL_AMX=emulate). */
 static void test_resident_as_stored(void) {
     nl_t_rng_state = 17;
-    static const struct { int type, cls; int64_t K, N; } ws[] = {
+    static const struct {
+        int type, cls;
+        int64_t K, N;
+    } ws[] = {
         {NL_TYPE_Q5_0, NL_CLASS_ATTN, 640, 40}, {NL_TYPE_Q5_0, NL_CLASS_MLP, 96, 67},
         {NL_TYPE_Q4_K, NL_CLASS_ATTN, 512, 24}, {NL_TYPE_Q6_K, NL_CLASS_MLP, 768, 19},
         {NL_TYPE_Q4_K, NL_CLASS_HEAD, 256, 33},
@@ -460,8 +490,9 @@ static void test_resident_as_stored(void) {
                nl_type_name(r->type), r->data == w[i].data ? "in place" : "a copy");
     }
     for (int t = 0; t < NL_TYPE_COUNT; t++)
-        if (stored[t]) CHECKF(nl_proj_resident_bytes(s, -1, t) == stored[t], "%s: resident %llu B, stored %llu B",
-                              nl_type_name(t), (unsigned long long)nl_proj_resident_bytes(s, -1, t), (unsigned long long)stored[t]);
+        if (stored[t])
+            CHECKF(nl_proj_resident_bytes(s, -1, t) == stored[t], "%s: resident %llu B, stored %llu B", nl_type_name(t),
+                   (unsigned long long)nl_proj_resident_bytes(s, -1, t), (unsigned long long)stored[t]);
     CHECK(nl_proj_converted_bytes(s) == 0);
     CHECK(nl_proj_plan(s, NULL, 0) == 0);
     nl_proj_plan_totals tot;
@@ -482,9 +513,10 @@ static void test_resident_as_stored(void) {
                     if (bf16) want = nl_t_bf16_round(want);
                     bad += y[t * out + o] != want;
                 }
-            CHECKF(bad == 0, "%s %s one-hot (%s compute): %d of %lld differ from the stored weight", nl_type_name(ws[i].type),
-                   d ? "bwd" : "fwd", nl_proj_compute(s), bad, (long long)(T * out));
-            free(x); free(y);
+            CHECKF(bad == 0, "%s %s one-hot (%s compute): %d of %lld differ from the stored weight",
+                   nl_type_name(ws[i].type), d ? "bwd" : "fwd", nl_proj_compute(s), bad, (long long)(T * out));
+            free(x);
+            free(y);
         }
     }
     nl_proj_service_free(s);
@@ -499,7 +531,9 @@ static int fake_seen_bad_T;
 static int fake_init(void **ctx, int n, const char *compute) { return nl_proj_backend_ref.init(ctx, n, compute); }
 static void fake_free(void *ctx) { nl_proj_backend_ref.free(ctx); }
 static int fake_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
-    (void)ctx; (void)w; (void)dir;
+    (void)ctx;
+    (void)w;
+    (void)dir;
     return T <= 4;
 }
 static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y) {
@@ -509,8 +543,12 @@ static int fake_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
         for (int64_t i = 0; i < (int64_t)T * w->n_in; i++) y[i] *= 1.1f;
     return 0;
 }
-static const char *fake_compute(const void *ctx) { (void)ctx; return "bf16"; }
-static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const char *fake_compute(const void *ctx) {
+    (void)ctx;
+    return "bf16";
+}
+static const nl_proj_backend fake_backend = {"fake", fake_init, fake_supports, fake_run, fake_free, 0,   NULL,
+                                             NULL,   NULL,      NULL,          NULL,     NULL,      NULL};
 
 static void test_planner(void) {
     nl_t_rng_state = 5;
@@ -553,7 +591,9 @@ static void test_planner(void) {
     CHECK(s && strcmp(nl_proj_compute(s), "f32") == 0); /* no compute hook: f32 */
     {
         /* the service asks the backend's hook, whatever the backend */
-        static const nl_proj_backend bf16_backend = {"fake16", fake_init, fake_supports, fake_run, fake_free, 0, NULL, fake_compute, NULL, NULL, NULL, NULL, NULL};
+        static const nl_proj_backend bf16_backend = {"fake16", fake_init, fake_supports, fake_run, fake_free,
+                                                     0,        NULL,      fake_compute,  NULL,     NULL,
+                                                     NULL,     NULL,      NULL};
         nl_proj_config c16 = c;
         c16.backend_impl = &bf16_backend;
         nl_proj_service *s16 = nl_proj_service_new(&c16);
@@ -606,8 +646,12 @@ static void test_planner(void) {
     CHECK(st0.routed_tokens - st1.routed_tokens == 3);
     nl_proj_service_free(s);
 
-    free(x); free(y); free(yd);
-    tw_free(&a); tw_free(&m); tw_free(&emb);
+    free(x);
+    free(y);
+    free(yd);
+    tw_free(&a);
+    tw_free(&m);
+    tw_free(&emb);
 }
 
 /* The planner at sizes where it compares sampled columns + probes instead of every output.
@@ -627,7 +671,8 @@ static int colbad_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const floa
         }
     return 0;
 }
-static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend colbad_backend = {"colbad", fake_init, fake_supports, colbad_run, fake_free, 0,   NULL,
+                                               NULL,     NULL,      NULL,          NULL,       NULL,      NULL};
 
 /* Plan one projection with colbad; returns the largest and smallest rel_err of direction dir
  * (over the buckets {2, 4}) and whether every check of that direction failed / passed. */
@@ -692,8 +737,8 @@ static void test_planner_sampled(void) {
             /* at least about the full error (probes); at most 1e-2 (when it is a sampled
              * column, the sampled comparison gives it weight 1/PLAN_S: stricter) */
             const double expect = 1e-2 / sqrt((double)n_out);
-            CHECKF(fail && lo > expect / 4 && hi <= 1e-2, "dir %d col %d: rel err %g..%g (about %g)", d,
-                   cols[i], lo, hi, expect);
+            CHECKF(fail && lo > expect / 4 && hi <= 1e-2, "dir %d col %d: rel err %g..%g (about %g)", d, cols[i], lo,
+                   hi, expect);
             /* the other direction is untouched */
             plan_colbad(&w, 2, !d, &lo, &hi, &fail, &pass);
             CHECK(pass);
@@ -771,9 +816,11 @@ static void test_host_service(void) {
                     num += (y[j] - yd[j]) * (y[j] - yd[j]);
                     den += yd[j] * yd[j];
                 }
-                CHECKF(sqrt(num / den) < 3e-2, "host wire %d type %s dir %d: rel err %g", wire,
-                       nl_type_name(types[i]), d, sqrt(num / den));
-                free(x); free(y); free(yd);
+                CHECKF(sqrt(num / den) < 3e-2, "host wire %d type %s dir %d: rel err %g", wire, nl_type_name(types[i]),
+                       d, sqrt(num / den));
+                free(x);
+                free(y);
+                free(yd);
             }
         /* host is an any_T backend: with every bucket validated, a request goes whole (no
          * padding) and equals the rows sent one at a time, bit for bit */
@@ -792,11 +839,15 @@ static void test_host_service(void) {
                     const nl_proj_check *ck = nl_proj_plan_get_check(s, k);
                     if (ck->id == i && (int)ck->dir == d) all_ok &= ck->passed;
                 }
-                if (all_ok) CHECKF(st1.padded_tokens == st0.padded_tokens, "type %s dir %d: padded %d", nl_type_name(types[i]), d, (int)(st1.padded_tokens - st0.padded_tokens));
+                if (all_ok)
+                    CHECKF(st1.padded_tokens == st0.padded_tokens, "type %s dir %d: padded %d", nl_type_name(types[i]),
+                           d, (int)(st1.padded_tokens - st0.padded_tokens));
                 for (int t = 0; t < T; t++) CHECK(nl_proj_run(s, i, (nl_dir)d, x + t * in, 1, y1 + t * out) == 0);
                 CHECKF(memcmp(y, y1, sizeof(float) * (size_t)(T * out)) == 0, "wire %d type %s dir %d: whole != rows",
                        wire, nl_type_name(types[i]), d);
-                free(x); free(y); free(y1);
+                free(x);
+                free(y);
+                free(y1);
             }
         nl_proj_service_free(s);
         for (int i = 0; i < 5; i++) tw_free(&w[i]);
@@ -832,7 +883,10 @@ static void test_wire(void) {
         nl_proj_get_stats(s, &st);
         CHECK(st.retries == 0 && st.fallbacks == 0);
         nl_proj_service_free(s);
-        free(x); free(xf); free(y); free(yd);
+        free(x);
+        free(xf);
+        free(y);
+        free(yd);
         tw_free(&w);
     }
     /* 2. a row that overflows once and fits on the retry; 3. a row that never fits */
@@ -894,12 +948,15 @@ static int counting_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const fl
     cache_runs++;
     return fake_run(ctx, w, dir, x, T, y);
 }
-static const nl_proj_backend counting_backend = {"counting", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
-static const nl_proj_backend counting_backend2 = {"counting2", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend counting_backend = {
+    "counting", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+static const nl_proj_backend counting_backend2 = {
+    "counting2", fake_init, fake_supports, counting_run, fake_free, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* A service of (a, m) on backend be with the cache in dir, planned on buckets {2, 4, 8}; the
  * backend's runs it took, its summary in sum. */
-static nl_proj_service *cached_plan(const nl_proj_backend *be, int threads, const char *dir, tw *a, tw *m, int *runs, char *sum, size_t cap) {
+static nl_proj_service *cached_plan(const nl_proj_backend *be, int threads, const char *dir, tw *a, tw *m, int *runs,
+                                    char *sum, size_t cap) {
     nl_proj_config c = {0};
     c.backend_impl = be;
     c.precision_map = "*=keep";
@@ -908,7 +965,8 @@ static nl_proj_service *cached_plan(const nl_proj_backend *be, int threads, cons
     nl_proj_service *s = nl_proj_service_new(&c);
     CHECK(s != NULL);
     if (!s) return NULL;
-    nl_proj_weight va = tw_view(a, "blk.0.attn_q.weight", NL_CLASS_ATTN), vm = tw_view(m, "blk.0.ffn_up.weight", NL_CLASS_MLP);
+    nl_proj_weight va = tw_view(a, "blk.0.attn_q.weight", NL_CLASS_ATTN),
+                   vm = tw_view(m, "blk.0.ffn_up.weight", NL_CLASS_MLP);
     CHECK(nl_proj_add(s, &va) == 0 && nl_proj_add(s, &vm) == 1);
     const int bk[3] = {2, 4, 8};
     cache_runs = 0;
@@ -923,7 +981,8 @@ static int same_plan(const nl_proj_service *x, const nl_proj_service *y) {
     if (!x || !y || nl_proj_plan_check_count(x) != nl_proj_plan_check_count(y)) return 0;
     for (int i = 0; i < nl_proj_plan_check_count(x); i++) {
         const nl_proj_check *p = nl_proj_plan_get_check(x, i), *q = nl_proj_plan_get_check(y, i);
-        if (p->passed != q->passed || p->supported != q->supported || !(p->rel_err == q->rel_err || (isnan(p->rel_err) && isnan(q->rel_err))))
+        if (p->passed != q->passed || p->supported != q->supported ||
+            !(p->rel_err == q->rel_err || (isnan(p->rel_err) && isnan(q->rel_err))))
             return 0;
     }
     return 1;
@@ -953,17 +1012,20 @@ static void test_plan_cache(void) {
     int runs;
     /* a miss: checked, written (the directory made) */
     nl_proj_service *s0 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
-    CHECKF(runs == 8 && !strstr(sum, "plan cache"), "%d runs: %s", runs, sum); /* T <= 4: 2 weights x 2 dirs x 2 buckets */
+    CHECKF(runs == 8 && !strstr(sum, "plan cache"), "%d runs: %s", runs,
+           sum); /* T <= 4: 2 weights x 2 dirs x 2 buckets */
     CHECK(!strcmp(sum, "12 checks, 4 passed, 8 routed to CPU"));
     CHECK(count_files(dir, file, sizeof file) == 1);
     /* private: the directory 0700, the file 0600 */
     struct stat pst;
-    CHECK(stat(dir, &pst) == 0 && (pst.st_mode & 0777) == 0700 && stat(file, &pst) == 0 && (pst.st_mode & 0777) == 0600);
+    CHECK(stat(dir, &pst) == 0 && (pst.st_mode & 0777) == 0700 && stat(file, &pst) == 0 &&
+          (pst.st_mode & 0777) == 0600);
     /* a hit: only the sample (one projection of the two: its 4 supported checks) runs, the same
      * verdicts, said */
     nl_proj_service *s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
-    CHECKF(runs == 4 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; verdicts from the plan cache ") && strstr(sum, file), "%d runs: %s", runs,
-           sum);
+    CHECKF(runs == 4 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; verdicts from the plan cache ") &&
+               strstr(sum, file),
+           "%d runs: %s", runs, sum);
     CHECK(same_plan(s0, s1));
     nl_proj_service_free(s1);
     /* forged: every failing verdict (BWD is 10% wrong) set to 0 with the checksum recomputed, as
@@ -986,7 +1048,8 @@ static void test_plan_cache(void) {
             CHECK(f && fwrite(fb, 1, fl, f) == fl);
             if (f) fclose(f);
             s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
-            CHECKF(runs == 4 + 8 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; plan cache ") && strstr(sum, "forged or stale): checked again"),
+            CHECKF(runs == 4 + 8 && strstr(sum, "12 checks, 4 passed, 8 routed to CPU; plan cache ") &&
+                       strstr(sum, "forged or stale): checked again"),
                    "forged: %d runs: %s", runs, sum);
             CHECK(same_plan(s0, s1));
             nl_proj_service_free(s1);
@@ -997,14 +1060,21 @@ static void test_plan_cache(void) {
             /* not ours, or writable by others, or in a directory others can write: ignored */
             for (int k = geteuid() == 0 ? 0 : 1; k < 3; k++) { /* chown needs root */
                 char c2[700];
-                snprintf(c2, sizeof c2, k == 0 ? "chown 65534 %s" : k == 1 ? "chmod 0666 %s" : "chmod 0777 $(dirname %s)", file);
+                snprintf(c2, sizeof c2,
+                         k == 0   ? "chown 65534 %s"
+                         : k == 1 ? "chmod 0666 %s"
+                                  : "chmod 0777 $(dirname %s)",
+                         file);
                 CHECK(system(c2) == 0);
                 s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
-                const char *want = k == 0 ? "owned by uid 65534, mode 0600" : k == 1 ? "mode 0666: only a file of uid" : "mode 0777: others could replace";
-                CHECKF(runs == 8 && strstr(sum, want) && strstr(sum, "): checked again") && same_plan(s0, s1), "perm %d: %d runs: %s", k, runs, sum);
+                const char *want = k == 0   ? "owned by uid 65534, mode 0600"
+                                   : k == 1 ? "mode 0666: only a file of uid"
+                                            : "mode 0777: others could replace";
+                CHECKF(runs == 8 && strstr(sum, want) && strstr(sum, "): checked again") && same_plan(s0, s1),
+                       "perm %d: %d runs: %s", k, runs, sum);
                 nl_proj_service_free(s1);
-                CHECK(stat(dir, &pst) == 0 && (pst.st_mode & 0777) == 0700 && stat(file, &pst) == 0 && pst.st_uid == geteuid() &&
-                      (pst.st_mode & 0777) == 0600);
+                CHECK(stat(dir, &pst) == 0 && (pst.st_mode & 0777) == 0700 && stat(file, &pst) == 0 &&
+                      pst.st_uid == geteuid() && (pst.st_mode & 0777) == 0600);
             }
         }
         free(fb);
@@ -1034,21 +1104,23 @@ static void test_plan_cache(void) {
     size_t len = 0;
     char *good = nl_t_slurp(file, &len);
     CHECK(good && len == 16 + 12 * 16 + 8);
-    static const char *const why[] = {"checksum mismatch: corrupt", "bytes holding 13 verdicts", "not a plan cache (10 bytes", "version 9"};
+    static const char *const why[] = {"checksum mismatch: corrupt", "bytes holding 13 verdicts",
+                                      "not a plan cache (10 bytes", "version 9"};
     for (int k = 0; k < 4 && good; k++) {
         char *bad = malloc(len);
         memcpy(bad, good, len);
         size_t blen = len;
-        if (k == 0) bad[40] ^= 1;           /* an error's bits */
-        if (k == 1) bad[12] = 13;           /* a count the size does not hold */
-        if (k == 2) blen = 10;              /* cut short */
-        if (k == 3) bad[8] = 9;             /* another format version */
+        if (k == 0) bad[40] ^= 1; /* an error's bits */
+        if (k == 1) bad[12] = 13; /* a count the size does not hold */
+        if (k == 2) blen = 10;    /* cut short */
+        if (k == 3) bad[8] = 9;   /* another format version */
         FILE *f = fopen(file, "wb");
         CHECK(f && fwrite(bad, 1, blen, f) == blen);
         if (f) fclose(f);
         free(bad);
         s1 = cached_plan(&counting_backend, 2, dir, &a, &m, &runs, sum, sizeof sum);
-        CHECKF(runs == 8 && strstr(sum, "ignored (") && strstr(sum, why[k]) && strstr(sum, "): checked again"), "damage %d: %d runs: %s", k, runs, sum);
+        CHECKF(runs == 8 && strstr(sum, "ignored (") && strstr(sum, why[k]) && strstr(sum, "): checked again"),
+               "damage %d: %d runs: %s", k, runs, sum);
         CHECK(same_plan(s0, s1));
         nl_proj_service_free(s1);
         CHECK(nl_t_same_file(file, file) && nl_t_file_has(file, "NLPLANC1"));
@@ -1069,7 +1141,10 @@ static void test_plan_cache(void) {
     nl_proj_service_free(s0);
     snprintf(cmd, sizeof cmd, "rm -rf /tmp/nl_test_proj_cache_%d", (int)getpid());
     CHECK(system(cmd) == 0);
-    free(a.data); free(a.wf); free(m.data); free(m.wf);
+    free(a.data);
+    free(a.wf);
+    free(m.data);
+    free(m.wf);
 }
 
 int main(void) {

@@ -9,16 +9,25 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 /* The hardware conversion (F16C, round to nearest even) as an independent oracle. */
-__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f) {
-    return (uint16_t)_cvtss_sh(f, 0);
-}
+__attribute__((target("f16c"))) static uint16_t hw_f32_to_f16(float f) { return (uint16_t)_cvtss_sh(f, 0); }
 #define HAVE_HW_F16 1
 #endif
 
-static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float fbits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float fbits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void put16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 
 static void test_names(void) {
     for (int t = 0; t < NL_TYPE_COUNT; t++) {
@@ -138,15 +147,15 @@ static void test_f16(void) {
     CHECK(nl_f32_to_f16(-0.0f) == 0x8000);
     CHECK(nl_f32_to_f16(65504.0f) == 0x7bff);
     CHECK(nl_f32_to_f16(65519.996f) == 0x7bff);
-    CHECK(nl_f32_to_f16(65520.0f) == 0x7c00);   /* tie between 65504 (odd) and 2^16 -> inf */
+    CHECK(nl_f32_to_f16(65520.0f) == 0x7c00); /* tie between 65504 (odd) and 2^16 -> inf */
     CHECK(nl_f32_to_f16(1e6f) == 0x7c00);
     CHECK(nl_f32_to_f16(-1e30f) == 0xfc00);
     CHECK(nl_f32_to_f16(INFINITY) == 0x7c00);
     CHECK(nl_f32_to_f16(-INFINITY) == 0xfc00);
     CHECK(nl_f32_to_f16(NAN) == 0x7e00 || nl_f32_to_f16(NAN) == 0xfe00);
     CHECK(nl_f32_to_f16(fbits(0x7fc00000u)) == 0x7e00);
-    CHECK(nl_f32_to_f16(fbits(0x7f800001u)) == 0x7e00);  /* signalling NaN is quieted */
-    CHECK(nl_f32_to_f16(fbits(0x7fa00000u)) == 0x7f00);  /* top payload bits kept */
+    CHECK(nl_f32_to_f16(fbits(0x7f800001u)) == 0x7e00); /* signalling NaN is quieted */
+    CHECK(nl_f32_to_f16(fbits(0x7fa00000u)) == 0x7f00); /* top payload bits kept */
     CHECK(nl_f32_to_f16(fbits(0xffc00000u)) == 0xfe00);
     /* ties to even in the normal range: 1 + 2^-11 lies halfway between 0x3c00 and 0x3c01 */
     CHECK(nl_f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00);
@@ -158,14 +167,14 @@ static void test_f16(void) {
     /* subnormals (unit 2^-24) */
     float u = ldexpf(1.0f, -24);
     CHECK(nl_f32_to_f16(u) == 0x0001);
-    CHECK(nl_f32_to_f16(0.5f * u) == 0x0000);          /* tie -> even 0 */
+    CHECK(nl_f32_to_f16(0.5f * u) == 0x0000); /* tie -> even 0 */
     CHECK(nl_f32_to_f16(0.50001f * u) == 0x0001);
-    CHECK(nl_f32_to_f16(1.5f * u) == 0x0002);          /* tie -> even 2 */
-    CHECK(nl_f32_to_f16(2.5f * u) == 0x0002);          /* tie -> even 2 */
+    CHECK(nl_f32_to_f16(1.5f * u) == 0x0002); /* tie -> even 2 */
+    CHECK(nl_f32_to_f16(2.5f * u) == 0x0002); /* tie -> even 2 */
     CHECK(nl_f32_to_f16(3.5f * u) == 0x0004);
     CHECK(nl_f32_to_f16(-3.0f * u) == 0x8003);
     CHECK(nl_f32_to_f16(1023.0f * u) == 0x03ff);
-    CHECK(nl_f32_to_f16(1023.5f * u) == 0x0400);       /* tie -> rounds up into the normals */
+    CHECK(nl_f32_to_f16(1023.5f * u) == 0x0400); /* tie -> rounds up into the normals */
     CHECK(nl_f32_to_f16(1022.5f * u) == 0x03fe);
     CHECK(nl_f32_to_f16(ldexpf(1.0f, -14)) == 0x0400);
     CHECK(nl_f32_to_f16(ldexpf(1.0f, -26)) == 0x0000);
@@ -220,11 +229,11 @@ static void test_bf16(void) {
     CHECK(nl_f32_to_bf16(fbits(0xbf818000u)) == 0xbf82);
     CHECK(nl_f32_to_bf16(INFINITY) == 0x7f80);
     CHECK(nl_f32_to_bf16(-INFINITY) == 0xff80);
-    CHECK(nl_f32_to_bf16(fbits(0x7f7fffffu)) == 0x7f80);   /* FLT_MAX rounds to inf */
-    CHECK(nl_f32_to_bf16(fbits(0x7f800001u)) == 0x7fc0);   /* sNaN quieted (bit 6 set) */
+    CHECK(nl_f32_to_bf16(fbits(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
+    CHECK(nl_f32_to_bf16(fbits(0x7f800001u)) == 0x7fc0); /* sNaN quieted (bit 6 set) */
     CHECK(nl_f32_to_bf16(fbits(0x7fc00000u)) == 0x7fc0);
     CHECK(nl_f32_to_bf16(fbits(0xff812345u)) == 0xffc1);
-    CHECK(nl_f32_to_bf16(fbits(0x00008000u)) == 0x0000);   /* subnormal tie to even 0 */
+    CHECK(nl_f32_to_bf16(fbits(0x00008000u)) == 0x0000); /* subnormal tie to even 0 */
     CHECK(nl_f32_to_bf16(fbits(0x00018000u)) == 0x0002);
     CHECK(nl_f32_to_bf16(-0.0f) == 0x8000);
 }
@@ -238,10 +247,14 @@ static void test_known_blocks(void) {
         nl_type_get(NL_TYPE_F32)->to_float(x, y, 3);
         CHECK(y[0] == 1.5f && y[1] == -0.25f && y[2] == 1e-3f);
         uint8_t h[6];
-        put16(h, 0x3e00); put16(h + 2, 0xb400); put16(h + 4, 0x0003);
+        put16(h, 0x3e00);
+        put16(h + 2, 0xb400);
+        put16(h + 4, 0x0003);
         nl_type_get(NL_TYPE_F16)->to_float(h, y, 3);
         CHECK(y[0] == 1.5f && y[1] == -0.25f && y[2] == 3 * ldexpf(1.0f, -24));
-        put16(h, 0x3fc0); put16(h + 2, 0xbe80); put16(h + 4, 0x4120);
+        put16(h, 0x3fc0);
+        put16(h + 2, 0xbe80);
+        put16(h + 4, 0x4120);
         nl_type_get(NL_TYPE_BF16)->to_float(h, y, 3);
         CHECK(y[0] == 1.5f && y[1] == -0.25f && y[2] == 10.0f);
         uint8_t o[6];
@@ -297,7 +310,8 @@ static void test_known_blocks(void) {
             bad += y[j + 16] != (float)(((15 - j) | (int)(((qh >> (j + 16)) & 1) << 4)) - 16) * -0.5f;
         }
         CHECKF(bad == 0, "q5_0: %d wrong", bad);
-        CHECK(y[0] == -0.0f && y[4] == 6.0f && y[16] == -7.5f && y[17] == 1.0f); /* (0|16)-16, 4-16, 15+16-16, (14|0)-16 */
+        CHECK(y[0] == -0.0f && y[4] == 6.0f && y[16] == -7.5f &&
+              y[17] == 1.0f); /* (0|16)-16, 4-16, 15+16-16, (14|0)-16 */
     }
     /* Q4_1: two blocks. Block 0: d = 0.5, m = -3; qs[j] = j | (15-j)<<4 -> y[j] = 0.5j - 3,
      * y[j+16] = 0.5(15-j) - 3. Block 1: d = 0.25, m = 2 (a positive min); qs = 0xF0 -> 2, 5.75 */
@@ -348,7 +362,7 @@ static void test_known_blocks(void) {
             bad += y[e] != want;
         }
         CHECKF(bad == 0, "q4_k: %d wrong", bad);
-        CHECK(y[0] == 0.5f * 3);                      /* sc 1, m 0, q 3 */
+        CHECK(y[0] == 0.5f * 3);                       /* sc 1, m 0, q 3 */
         CHECK(y[32] == 0.5f * 63 * q[32] - 0.25f * 7); /* second sub-block */
     }
     /* Q6_K: 16 signed scales, d = 0.25; element e -> (half, quarter, lane) by the layout */
@@ -385,9 +399,21 @@ static void test_quantizers(void) {
     /* Q8_0 block 0: amax 127 -> d = 1 exactly; ties round away from zero (roundf).
      * block 1: all zero -> d = 0, q = 0.  block 2: amax 254 -> d = 2. */
     float x[96] = {0};
-    x[0] = 127; x[1] = -127; x[2] = 63.5f; x[3] = -63.5f; x[4] = 0.49f; x[5] = 0.5f;
-    x[6] = -0.5f; x[7] = 100.2f; x[8] = -1.5f;
-    x[64] = 254; x[65] = 3; x[66] = -3; x[67] = 1; x[68] = -253; x[69] = 0.99f;
+    x[0] = 127;
+    x[1] = -127;
+    x[2] = 63.5f;
+    x[3] = -63.5f;
+    x[4] = 0.49f;
+    x[5] = 0.5f;
+    x[6] = -0.5f;
+    x[7] = 100.2f;
+    x[8] = -1.5f;
+    x[64] = 254;
+    x[65] = 3;
+    x[66] = -3;
+    x[67] = 1;
+    x[68] = -253;
+    x[69] = 0.99f;
     uint8_t b[3 * 34];
     memset(b, 0xAA, sizeof b);
     nl_type_get(NL_TYPE_Q8_0)->from_float(x, b, 96);
@@ -417,16 +443,38 @@ static void test_quantizers(void) {
     /* Q4_0 block 0: |max| 16 twice: -16 at index 5 comes first -> max = -16, d = 2, id = 0.5.
      * q = MIN(15, (int8)(v*0.5 + 8.5)). block 1: max +8 -> d = -1. */
     float y[64] = {0};
-    y[5] = -16; y[9] = 16; y[1] = 1; y[2] = -1; y[3] = 3; y[4] = 2.9f; y[17] = -15; y[20] = 7;
-    y[32] = 8; y[33] = -8; y[34] = 1; y[35] = -1; y[50] = 0.4f;
+    y[5] = -16;
+    y[9] = 16;
+    y[1] = 1;
+    y[2] = -1;
+    y[3] = 3;
+    y[4] = 2.9f;
+    y[17] = -15;
+    y[20] = 7;
+    y[32] = 8;
+    y[33] = -8;
+    y[34] = 1;
+    y[35] = -1;
+    y[50] = 0.4f;
     uint8_t c[36];
     nl_type_get(NL_TYPE_Q4_0)->from_float(y, c, 64);
-    CHECK(c[0] == 0x00 && c[1] == 0x40);          /* d = 2 */
-    CHECK(c[18] == 0x00 && c[19] == 0xbc);        /* d = -1 */
+    CHECK(c[0] == 0x00 && c[1] == 0x40);   /* d = 2 */
+    CHECK(c[18] == 0x00 && c[19] == 0xbc); /* d = -1 */
     int q0[32], q1[32];
     for (int j = 0; j < 32; j++) q0[j] = q1[j] = 8; /* zeros map to 8 */
-    q0[5] = 0; q0[9] = 15; q0[1] = 9; q0[2] = 8; q0[3] = 10; q0[4] = 9; q0[17] = 1; q0[20] = 12;
-    q1[0] = 0; q1[1] = 15; q1[2] = 7; q1[3] = 9; q1[18] = 8;
+    q0[5] = 0;
+    q0[9] = 15;
+    q0[1] = 9;
+    q0[2] = 8;
+    q0[3] = 10;
+    q0[4] = 9;
+    q0[17] = 1;
+    q0[20] = 12;
+    q1[0] = 0;
+    q1[1] = 15;
+    q1[2] = 7;
+    q1[3] = 9;
+    q1[18] = 8;
     int bad = 0;
     for (int j = 0; j < 16; j++) {
         bad += c[2 + j] != (uint8_t)(q0[j] | (q0[j + 16] << 4));
@@ -452,7 +500,10 @@ static void test_quantizers(void) {
 static void test_q4_1_quantizer(void) {
     float x[96];
     for (int j = 0; j < 32; j++) x[j] = -3.0f + 0.25f * (float)(j % 31); /* -3 .. 4.5 */
-    x[5] = -3.0f; x[6] = 4.5f; x[7] = 0.1f; x[8] = -2.76f;
+    x[5] = -3.0f;
+    x[6] = 4.5f;
+    x[7] = 0.1f;
+    x[8] = -2.76f;
     for (int j = 0; j < 32; j++) x[32 + j] = 2.5f;
     for (int j = 0; j < 32; j++) x[64 + j] = 1.0f + (float)j / 31.0f;
     uint8_t b[60];
@@ -491,25 +542,29 @@ static void test_round_trips(void) {
     for (int i = 0; i < 64; i += 9) x[i * 32 + 3] = 0; /* a few zeros */
 
     const nl_type_traits *tt = nl_type_get(NL_TYPE_F32);
-    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    tt->from_float(x, buf, N);
+    tt->to_float(buf, y, N);
     CHECK(memcmp(x, y, sizeof x) == 0);
 
     int bad = 0;
     tt = nl_type_get(NL_TYPE_F16);
-    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    tt->from_float(x, buf, N);
+    tt->to_float(buf, y, N);
     for (int i = 0; i < N; i++) bad += fabsf(x[i] - y[i]) > fabsf(x[i]) * 0x1p-11f + 0x1p-25f;
     CHECKF(bad == 0, "f16: %d", bad);
 
     bad = 0;
     tt = nl_type_get(NL_TYPE_BF16);
-    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    tt->from_float(x, buf, N);
+    tt->to_float(buf, y, N);
     for (int i = 0; i < N; i++) bad += fabsf(x[i] - y[i]) > fabsf(x[i]) * 0x1p-8f;
     CHECKF(bad == 0, "bf16: %d", bad);
 
     /* Q8_0: |err| <= d/2 plus the f16 rounding of d (relative 2^-11, times |q| <= 127) */
     bad = 0;
     tt = nl_type_get(NL_TYPE_Q8_0);
-    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    tt->from_float(x, buf, N);
+    tt->to_float(buf, y, N);
     double sq_err = 0, sq = 0;
     for (int b = 0; b < N / 32; b++) {
         float amax = 0;
@@ -528,7 +583,8 @@ static void test_round_trips(void) {
     /* Q4_0: |err| <= |d| (the one clamp at 15 costs a full step) plus the f16 rounding */
     bad = 0;
     tt = nl_type_get(NL_TYPE_Q4_0);
-    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    tt->from_float(x, buf, N);
+    tt->to_float(buf, y, N);
     sq_err = 0;
     for (int b = 0; b < N / 32; b++) {
         float amax = 0;
@@ -557,7 +613,8 @@ static void test_round_trips(void) {
     bad = 0;
     int bad_min = 0;
     tt = nl_type_get(NL_TYPE_Q4_1);
-    tt->from_float(x, buf, N); tt->to_float(buf, y, N);
+    tt->from_float(x, buf, N);
+    tt->to_float(buf, y, N);
     sq_err = 0;
     for (int b = 0; b < N / 32; b++) {
         float mn = x[b * 32], mx = x[b * 32];
@@ -581,11 +638,14 @@ static void test_round_trips(void) {
  * two poisoned places, for every type that has to_float. */
 static void test_nonfinite(void) {
     /* byte offsets of the f16 scales in a block (the test's own statement of the layouts) */
-    static const struct { int type, n_off, off[2]; } blocks[] = {
-        {NL_TYPE_Q4_0, 1, {0}}, {NL_TYPE_Q4_1, 2, {0, 2}}, {NL_TYPE_Q5_0, 1, {0}}, {NL_TYPE_Q8_0, 1, {0}},
-        {NL_TYPE_Q4_K, 2, {0, 2}}, {NL_TYPE_Q6_K, 1, {208}},
+    static const struct {
+        int type, n_off, off[2];
+    } blocks[] = {
+        {NL_TYPE_Q4_0, 1, {0}}, {NL_TYPE_Q4_1, 2, {0, 2}}, {NL_TYPE_Q5_0, 1, {0}},
+        {NL_TYPE_Q8_0, 1, {0}}, {NL_TYPE_Q4_K, 2, {0, 2}}, {NL_TYPE_Q6_K, 1, {208}},
     };
-    static const uint16_t bad16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xffff}, badbf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81};
+    static const uint16_t bad16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xffff},
+                          badbf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81};
     static const uint32_t bad32[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu};
     enum { N = 4096 };
     float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
@@ -610,7 +670,8 @@ static void test_nonfinite(void) {
         } else {
             for (size_t i = 0; i < nbytes; i++) clean[i] = (uint8_t)((nl_t_rand() + 1) * 128);
             for (int64_t k = 0; k < nb; k++)
-                for (int o = 0; o < blocks[bi].n_off; o++) put16(clean + k * tt->bytes + blocks[bi].off[o], nl_f32_to_f16((float)(nl_t_rand() * 0.1)));
+                for (int o = 0; o < blocks[bi].n_off; o++)
+                    put16(clean + k * tt->bytes + blocks[bi].off[o], nl_f32_to_f16((float)(nl_t_rand() * 0.1)));
         }
         tt->to_float(clean, y, N);
         int all = 1;
@@ -636,7 +697,8 @@ static void test_nonfinite(void) {
             for (int i = 0; i < N && want < 0; i++)
                 if (!isfinite(y[i])) want = i;
             int64_t got = nl_type_first_nonfinite(type, buf, N);
-            CHECKF(want >= 0 && got == want, "%s trial %d: first non-finite %lld, decoded %lld", tt->name, trial, (long long)got, (long long)want);
+            CHECKF(want >= 0 && got == want, "%s trial %d: first non-finite %lld, decoded %lld", tt->name, trial,
+                   (long long)got, (long long)want);
         }
     }
     CHECK(types_seen >= 8);

@@ -84,9 +84,10 @@ int main(void) {
         if (sample[d->w->type] < 0 && d->layer == 7) sample[d->w->type] = i;
     }
     CHECKF(moved == 0, "%d projections not resident as stored", moved);
-    CHECKF(n_type[NL_TYPE_Q5_0] == 81 && n_type[NL_TYPE_Q4_K] == 27 && n_type[NL_TYPE_Q6_K] == 9 && n_type[NL_TYPE_Q8_0] == 10,
-           "tensors: q5_0 %d, q4_k %d, q6_k %d, q8_0 %d", n_type[NL_TYPE_Q5_0], n_type[NL_TYPE_Q4_K], n_type[NL_TYPE_Q6_K],
-           n_type[NL_TYPE_Q8_0]);
+    CHECKF(n_type[NL_TYPE_Q5_0] == 81 && n_type[NL_TYPE_Q4_K] == 27 && n_type[NL_TYPE_Q6_K] == 9 &&
+               n_type[NL_TYPE_Q8_0] == 10,
+           "tensors: q5_0 %d, q4_k %d, q6_k %d, q8_0 %d", n_type[NL_TYPE_Q5_0], n_type[NL_TYPE_Q4_K],
+           n_type[NL_TYPE_Q6_K], n_type[NL_TYPE_Q8_0]);
     for (int t = 0; t < NL_TYPE_COUNT; t++)
         if (stored[t]) {
             const uint64_t res = nl_proj_resident_bytes(s, -1, t);

@@ -103,11 +103,15 @@ int main(void) {
     FILE *f = fopen(data, "w");
     CHECK(f != NULL);
     if (!f) return nl_t_done();
-    static const char *const notes[][2] = {{"Book the hotel for Friday", "travel"}, {"Buy milk and eggs", "shopping"},
-                                           {"Dentist at 3pm", "health"}, {"Send the report to Anna", "work"}};
+    static const char *const notes[][2] = {{"Book the hotel for Friday", "travel"},
+                                           {"Buy milk and eggs", "shopping"},
+                                           {"Dentist at 3pm", "health"},
+                                           {"Send the report to Anna", "work"}};
     for (int i = 0; i < 4; i++)
-        fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"Tag this note: %s\"}, "
-                   "{\"role\": \"assistant\", \"content\": \"%s\"}]}\n", notes[i][0], notes[i][1]);
+        fprintf(f,
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"Tag this note: %s\"}, "
+                "{\"role\": \"assistant\", \"content\": \"%s\"}]}\n",
+                notes[i][0], notes[i][1]);
     fclose(f);
     nl_train_opts o;
     nl_train_defaults(&o);

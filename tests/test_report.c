@@ -24,7 +24,10 @@ static const char *at(const char *name) {
 
 static void put(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
-    if (!f) { CHECKF(0, "cannot write %s", path); return; }
+    if (!f) {
+        CHECKF(0, "cannot write %s", path);
+        return;
+    }
     fputs(text, f);
     fclose(f);
 }
@@ -38,7 +41,8 @@ static int count(const char *hay, const char *needle) {
 /* A log like the trainer's: n steps, a pause in the steps listed in `paused` (0-terminated),
  * a validation row every eval_every steps (0: none), with accuracy when acc. Returns what it
  * wrote in *tokens and *active_s (the seconds not paused). */
-static void write_log(const char *path, int n, const int *paused, int eval_every, int acc, double *tokens, double *active_s) {
+static void write_log(const char *path, int n, const int *paused, int eval_every, int acc, double *tokens,
+                      double *active_s) {
     FILE *f = fopen(path, "w");
     double tok = 0, act = 0;
     for (int s = 1; s <= n; s++) {
@@ -47,16 +51,24 @@ static void write_log(const char *path, int n, const int *paused, int eval_every
             if (*q == s) p = 3.0;
         double sec = 0.1 + 0.001 * (s % 7) + p;
         int t = 200 + s % 5;
-        fprintf(f, "{\"step\": %d, \"loss\": %.17g, \"tokens\": %d, \"targets\": 40, \"seconds\": %.4f, \"service_seconds\": 0.0400, "
-                   "\"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g}\n",
+        fprintf(f,
+                "{\"step\": %d, \"loss\": %.17g, \"tokens\": %d, \"targets\": 40, \"seconds\": %.4f, "
+                "\"service_seconds\": 0.0400, "
+                "\"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g}\n",
                 s, 1 + 7 * exp(-s / 20.0), t, sec, p, 1e-3 * (1 - (double)s / n), 1.0 / s);
         tok += t;
         act += sec - p;
         if (eval_every && s % eval_every == 0) {
-            if (acc) fprintf(f, "{\"eval\": {\"step\": %d, \"loss\": %.6f, \"accuracy\": %.4f, \"examples\": 120, \"tokens\": 430, \"seconds\": 1.25}}\n", s,
-                             1.5 + 6 * exp(-s / 20.0), s / (double)n);
-            else fprintf(f, "{\"eval\": {\"step\": %d, \"loss\": %.6f, \"accuracy\": null, \"examples\": 50, \"tokens\": 300, \"seconds\": 0.5}}\n", s,
-                         1.5 + 6 * exp(-s / 20.0));
+            if (acc)
+                fprintf(f,
+                        "{\"eval\": {\"step\": %d, \"loss\": %.6f, \"accuracy\": %.4f, \"examples\": 120, \"tokens\": "
+                        "430, \"seconds\": 1.25}}\n",
+                        s, 1.5 + 6 * exp(-s / 20.0), s / (double)n);
+            else
+                fprintf(f,
+                        "{\"eval\": {\"step\": %d, \"loss\": %.6f, \"accuracy\": null, \"examples\": 50, \"tokens\": "
+                        "300, \"seconds\": 0.5}}\n",
+                        s, 1.5 + 6 * exp(-s / 20.0));
         }
     }
     fclose(f);
@@ -66,7 +78,8 @@ static void write_log(const char *path, int n, const int *paused, int eval_every
 
 /* Nothing in the page is fetched: no script, link, image, frame, import, url(). */
 static int self_contained(const char *html) {
-    static const char *const bad[] = {"<script", "<link", "<img", "<iframe", "<object", "<embed", "src=", "href=", "url(", "@import", NULL};
+    static const char *const bad[] = {"<script", "<link", "<img", "<iframe", "<object", "<embed",
+                                      "src=",    "href=", "url(", "@import", NULL};
     for (const char *const *b = bad; *b; b++)
         if (strstr(html, *b)) {
             fprintf(stderr, "report holds %s\n", *b);
@@ -94,12 +107,15 @@ static void test_full(void) {
     CHECK(!strncmp(h, "<!DOCTYPE html>", 15));
     CHECK(self_contained(h));
     CHECK(count(h, "<svg") == count(h, "</svg>"));
-    CHECK(count(h, "<svg") == 7); /* loss (log, and linear in a <details>), accuracy, lr, gradient norm, throughput, time per step */
-    static const char *const series[] = {"train-loss", "train-loss-mean", "val-loss", "val-accuracy", "lr", "grad-norm", "tokens-per-s", "service-s", "cpu-s", NULL};
+    CHECK(count(h, "<svg") ==
+          7); /* loss (log, and linear in a <details>), accuracy, lr, gradient norm, throughput, time per step */
+    static const char *const series[] = {"train-loss", "train-loss-mean", "val-loss",  "val-accuracy", "lr",
+                                         "grad-norm",  "tokens-per-s",    "service-s", "cpu-s",        NULL};
     for (const char *const *s = series; *s; s++) {
         char key[64];
         snprintf(key, sizeof key, "data-series=\"%s\"", *s);
-        const int want = !strncmp(*s, "train-loss", 10) || !strcmp(*s, "val-loss") ? 2 : 1; /* the loss: log and linear */
+        const int want =
+            !strncmp(*s, "train-loss", 10) || !strcmp(*s, "val-loss") ? 2 : 1; /* the loss: log and linear */
         CHECKF(count(h, key) == want, "%s: %d", key, count(h, key));
     }
     CHECK(strstr(h, "data-series=\"train-loss\" data-points=\"120\""));
@@ -113,7 +129,8 @@ static void test_full(void) {
     CHECKF(strstr(h, want), "%s", want);
     snprintf(want, sizeof want, "<tr><th>tokens/s</th><td>%.0f (paused time excluded)</td></tr>", tokens / active);
     CHECKF(strstr(h, want), "%s", want);
-    CHECK(strstr(h, "9.0 s paused in 3 steps;") && strstr(h, ">paused (thermal/battery)</text>")); /* no pause_kind: none said */
+    CHECK(strstr(h, "9.0 s paused in 3 steps;") &&
+          strstr(h, ">paused (thermal/battery)</text>")); /* no pause_kind: none said */
     CHECK(strstr(h, "6 evaluations, 7.5 s; best loss"));
     CHECK(strstr(h, "No run.json given"));
     free(h);
@@ -139,15 +156,18 @@ static void test_full(void) {
 /* The pause kind of the step rows (pause_kind): in the band's tooltip, the legend and the
  * facts; a log from before it says none (test_full: "paused (thermal/battery)"). */
 static void test_pause_kinds(void) {
-    static const char *const kinds[] = {"\"pause_kind\": \"thermal\", ", "\"pause_kind\": \"battery\", ", "", "\"pause_kind\": \"thermal+battery\", "};
+    static const char *const kinds[] = {"\"pause_kind\": \"thermal\", ", "\"pause_kind\": \"battery\", ", "",
+                                        "\"pause_kind\": \"thermal+battery\", "};
     for (int v = 0; v < 3; v++) {
         FILE *f = fopen(at("kinds.jsonl"), "w");
         for (int s = 1; s <= 8; s++) {
             /* v 0: thermal in 2, battery in 5, both in 7; v 1: thermal only; v 2: 5 says nothing */
             int k = s == 2 ? 0 : s == 5 ? (v == 0 ? 1 : v == 1 ? 0 : 2) : s == 7 ? (v == 1 ? 0 : 3) : -1;
             if (v == 2 && s == 7) k = 0;
-            fprintf(f, "{\"step\": %d, \"loss\": %g, \"tokens\": 100, \"seconds\": %s, \"paused_seconds\": %s, %s\"lr\": 0.001}\n", s, 3.0 - 0.1 * s,
-                    k >= 0 ? "2.5" : "0.5", k >= 0 ? "2.0" : "0", k >= 0 ? kinds[k] : "");
+            fprintf(f,
+                    "{\"step\": %d, \"loss\": %g, \"tokens\": 100, \"seconds\": %s, \"paused_seconds\": %s, %s\"lr\": "
+                    "0.001}\n",
+                    s, 3.0 - 0.1 * s, k >= 0 ? "2.5" : "0.5", k >= 0 ? "2.0" : "0", k >= 0 ? kinds[k] : "");
         }
         fclose(f);
         char *h = report(at("kinds.jsonl"), NULL, at("kinds.html"));
@@ -155,7 +175,8 @@ static void test_pause_kinds(void) {
         if (!h) continue;
         CHECK(strstr(h, "<title>paused 2.0 s in step 2 (thermal)</title>"));
         if (v == 0) {
-            CHECK(strstr(h, "<title>paused 2.0 s in step 5 (battery)</title>") && strstr(h, "<title>paused 2.0 s in step 7 (thermal+battery)</title>"));
+            CHECK(strstr(h, "<title>paused 2.0 s in step 5 (battery)</title>") &&
+                  strstr(h, "<title>paused 2.0 s in step 7 (thermal+battery)</title>"));
             CHECK(strstr(h, ">paused (thermal, battery)</text>") && !strstr(h, "paused (thermal/battery)"));
             CHECKF(strstr(h, "6.0 s paused in 3 steps (thermal in 2, battery in 2)"), "the facts' kinds");
         } else if (v == 1) {
@@ -212,22 +233,28 @@ static void expect_bad(const char *text, const char *msg) {
     nl_report_opts o = {.log = at("bad.jsonl")};
     int rc = nl_report_write(&o, at("bad.html"));
     CHECKF(rc != 0, "accepted: %s", text);
-    CHECKF(rc != 0 && strstr(nl_last_error(), at("bad.jsonl")) && strstr(nl_last_error(), msg), "%s: got '%s', want '%s'", text, nl_last_error(), msg);
+    CHECKF(rc != 0 && strstr(nl_last_error(), at("bad.jsonl")) && strstr(nl_last_error(), msg),
+           "%s: got '%s', want '%s'", text, nl_last_error(), msg);
     CHECK(nl_t_file_has(at("bad.html"), "old report"));
 }
 
 static void test_bad_input(void) {
     const char *ok = "{\"step\": 1, \"loss\": 2.5, \"tokens\": 10, \"seconds\": 0.5}\n";
     char buf[512];
-    snprintf(buf, sizeof buf, "%s%s{\"step\": 2, \"loss\": 2.5,, \"tokens\": 1}\n", ok, "{\"eval\": {\"step\": 1, \"loss\": 3}}\n");
+    snprintf(buf, sizeof buf, "%s%s{\"step\": 2, \"loss\": 2.5,, \"tokens\": 1}\n", ok,
+             "{\"eval\": {\"step\": 1, \"loss\": 3}}\n");
     expect_bad(buf, "bad.jsonl:3:25: expected a string key");
     snprintf(buf, sizeof buf, "%s[1, 2]\n", ok);
     expect_bad(buf, "bad.jsonl:2: an array, expected a JSON object");
     expect_bad("{\"step\": 1, \"tokens\": 10, \"seconds\": 0.5}\n", "bad.jsonl:1: a step row without \"loss\"");
-    expect_bad("{\"step\": 1, \"loss\": \"2.5\", \"tokens\": 10, \"seconds\": 0.5}\n", "bad.jsonl:1:21: \"loss\" is a string, expected a number");
-    expect_bad("{\"step\": 1.5, \"loss\": 2, \"tokens\": 10, \"seconds\": 0.5}\n", "bad.jsonl:1:10: \"step\" is a fraction, expected an integer");
-    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": -1, \"seconds\": 0.5}\n", "\"tokens\" is -1, expected an integer >= 0");
-    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"paused_seconds\": 0.7}\n", "bad.jsonl:1: \"paused_seconds\" 0.7 is more than");
+    expect_bad("{\"step\": 1, \"loss\": \"2.5\", \"tokens\": 10, \"seconds\": 0.5}\n",
+               "bad.jsonl:1:21: \"loss\" is a string, expected a number");
+    expect_bad("{\"step\": 1.5, \"loss\": 2, \"tokens\": 10, \"seconds\": 0.5}\n",
+               "bad.jsonl:1:10: \"step\" is a fraction, expected an integer");
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": -1, \"seconds\": 0.5}\n",
+               "\"tokens\" is -1, expected an integer >= 0");
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"paused_seconds\": 0.7}\n",
+               "bad.jsonl:1: \"paused_seconds\" 0.7 is more than");
     snprintf(buf, sizeof buf, "%s%s", ok, ok);
     expect_bad(buf, "bad.jsonl:2: step 1 after step 1: steps must increase");
     snprintf(buf, sizeof buf, "%s{\"eval\": {\"step\": 1, \"loss\": 3, \"accuracy\": 87.5}}\n", ok);
@@ -247,9 +274,12 @@ static void test_bad_input(void) {
     CHECK(nl_report_write(&o, at("m.html")) != 0 && strstr(nl_last_error(), "missing.jsonl"));
     o.log = dir;
     CHECK(nl_report_write(&o, at("m.html")) != 0 && strstr(nl_last_error(), "directory"));
-    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"paused_seconds\": 0.2, \"pause_kind\": \"cold\"}\n",
-               "bad.jsonl:1:90: \"pause_kind\" is another string, expected \"thermal\", \"battery\" or \"thermal+battery\"");
-    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"pause_kind\": 2}\n", "bad.jsonl:1:67: \"pause_kind\" is a number, expected");
+    expect_bad(
+        "{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"paused_seconds\": 0.2, \"pause_kind\": "
+        "\"cold\"}\n",
+        "bad.jsonl:1:90: \"pause_kind\" is another string, expected \"thermal\", \"battery\" or \"thermal+battery\"");
+    expect_bad("{\"step\": 1, \"loss\": 2, \"tokens\": 1, \"seconds\": 0.5, \"pause_kind\": 2}\n",
+               "bad.jsonl:1:67: \"pause_kind\" is a number, expected");
 }
 
 static void test_settings(void) {
@@ -277,7 +307,8 @@ static void test_settings(void) {
     CHECK(nl_report_write(&o, at("s.html")) != 0 && strstr(nl_last_error(), "run.json:2:14: expected a string key"));
     CHECK(nl_t_file_has(at("s.html"), "old report"));
     put(at("ck/run.json"), "[]");
-    CHECK(nl_report_write(&o, at("s.html")) != 0 && strstr(nl_last_error(), "expected the JSON object a run.json holds"));
+    CHECK(nl_report_write(&o, at("s.html")) != 0 &&
+          strstr(nl_last_error(), "expected the JSON object a run.json holds"));
 }
 
 /* The report never replaces its input, also not through its temp file; it is written atomically. */
@@ -338,8 +369,29 @@ static void test_cli(void) {
     const char *mk[] = {NL_CLI, "mkmodel", "--arch", "qwen3", "--preset", "tiny", "--out", at("tiny.gguf"), NULL};
     CHECK(nl_t_run(mk, at("err"), NULL) == 0);
     const char *data = NL_TEST_DATA "/../../examples/tagging-train.jsonl";
-    const char *tr[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--steps", "6", "--batch-tokens", "128",
-                        "--threads", "1", "--checkpoint-dir", at("ck2"), "--log-json", at("t.jsonl"), "--report", at("t.html"), "--stop-after", "4", NULL};
+    const char *tr[] = {NL_CLI,
+                        "train",
+                        "--model",
+                        at("tiny.gguf"),
+                        "--data",
+                        data,
+                        "--out",
+                        at("a.gguf"),
+                        "--steps",
+                        "6",
+                        "--batch-tokens",
+                        "128",
+                        "--threads",
+                        "1",
+                        "--checkpoint-dir",
+                        at("ck2"),
+                        "--log-json",
+                        at("t.jsonl"),
+                        "--report",
+                        at("t.html"),
+                        "--stop-after",
+                        "4",
+                        NULL};
     CHECK(nl_t_run(tr, at("err"), NULL) == 0);
     CHECK(nl_t_file_has(at("err"), "report written to"));
     char *h = nl_t_slurp(at("t.html"), NULL);
@@ -352,27 +404,51 @@ static void test_cli(void) {
     free(h);
     /* resumed with more steps: both commands, what the resume changed, its marker on every chart,
      * the data's path beside its hash */
-    const char *re[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--steps", "8", "--batch-tokens", "128",
-                        "--threads", "1", "--checkpoint-dir", at("ck2"), "--log-json", at("t.jsonl"), "--report", at("t.html"), "--resume",
-                        "--quiet", NULL};
+    const char *re[] = {NL_CLI,
+                        "train",
+                        "--model",
+                        at("tiny.gguf"),
+                        "--data",
+                        data,
+                        "--out",
+                        at("a.gguf"),
+                        "--steps",
+                        "8",
+                        "--batch-tokens",
+                        "128",
+                        "--threads",
+                        "1",
+                        "--checkpoint-dir",
+                        at("ck2"),
+                        "--log-json",
+                        at("t.jsonl"),
+                        "--report",
+                        at("t.html"),
+                        "--resume",
+                        "--quiet",
+                        NULL};
     CHECK(nl_t_run(re, at("err"), NULL) == 0);
     CHECK(nl_t_file_has(at("err"), "report written to")); /* --quiet keeps it */
     h = nl_t_slurp(at("t.html"), NULL);
     CHECK(h && strstr(h, "steps 1 to 8"));
-    CHECK(h && strstr(h, "<tr><th>started (to step 6)</th><td>nightlora train --model ") && strstr(h, "--stop-after 4</td></tr>"));
+    CHECK(h && strstr(h, "<tr><th>started (to step 6)</th><td>nightlora train --model ") &&
+          strstr(h, "--stop-after 4</td></tr>"));
     CHECK(h && strstr(h, "<tr class=\"resume\"><th>resumed at step 4 (to step 8)</th><td>nightlora train --model "));
     CHECK(h && strstr(h, "--resume --quiet<br>changed: --steps 6 -&gt; 8</td></tr>"));
-    CHECKF(h && count(h, "<g class=\"resume\" data-x=\"4\">") == 5, "%d step charts marked", h ? count(h, "<g class=\"resume\" data-x=\"4\">") : -1);
-    CHECK(h && count(h, "<g class=\"resume\"") == 6); /* loss, loss linear, lr, grad norm, time per step; throughput at its time */
+    CHECKF(h && count(h, "<g class=\"resume\" data-x=\"4\">") == 5, "%d step charts marked",
+           h ? count(h, "<g class=\"resume\" data-x=\"4\">") : -1);
+    CHECK(h && count(h, "<g class=\"resume\"") ==
+                   6); /* loss, loss linear, lr, grad norm, time per step; throughput at its time */
     char want[700];
     snprintf(want, sizeof want, "<tr><th>data</th><td>%s (content hash ", data);
     CHECKF(h && strstr(h, want), "no '%s'", want);
     CHECK(h && !strstr(h, "<th>data_path</th>"));
     free(h);
-    const char *no_log[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--report", at("t.html"), NULL};
+    const char *no_log[] = {NL_CLI,  "train",      "--model",  at("tiny.gguf"), "--data", data,
+                            "--out", at("a.gguf"), "--report", at("t.html"),    NULL};
     CHECK(nl_t_run(no_log, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "give --log-json FILE too"));
-    const char *same_log[] = {NL_CLI, "train", "--model", at("tiny.gguf"), "--data", data, "--out", at("a.gguf"), "--log-json", at("t.jsonl"),
-                              "--report", at("t.jsonl"), NULL};
+    const char *same_log[] = {NL_CLI,       "train",      "--model",     at("tiny.gguf"), "--data",      data, "--out",
+                              at("a.gguf"), "--log-json", at("t.jsonl"), "--report",      at("t.jsonl"), NULL};
     CHECK(nl_t_run(same_log, at("err"), NULL) == 2 && nl_t_file_has(at("err"), "are the same file"));
     CHECK(nl_t_file_has(at("t.jsonl"), "\"step\": 4"));
 }
@@ -412,10 +488,13 @@ static void test_history(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "mkdir -p %s/hk", dir);
     CHECK(system(cmd) == 0);
-    put(at("hk/run.json"), "{\n  \"model\": \"0123456789abcdef\",\n  \"data\": \"fedcba9876543210\",\n  \"rank\": \"8\",\n"
-                           "  \"model_path\": \"/m/base.gguf\",\n  \"data_path\": \"/d/notes & <tags>.jsonl\"\n}\n");
-    put(at("hk/runs.jsonl"), "{\"step\": 0, \"resume\": false, \"steps\": 8, \"command\": \"nightlora train --steps 8\", \"changes\": \"\"}\n"
-                             "{\"step\": 8, \"resume\": true, \"steps\": 14, \"command\": \"nightlora train --steps 14 --resume\", \"changes\": \"--steps 8 -> 14\"}\n"
+    put(at("hk/run.json"),
+        "{\n  \"model\": \"0123456789abcdef\",\n  \"data\": \"fedcba9876543210\",\n  \"rank\": \"8\",\n"
+        "  \"model_path\": \"/m/base.gguf\",\n  \"data_path\": \"/d/notes & <tags>.jsonl\"\n}\n");
+    put(at("hk/runs.jsonl"), "{\"step\": 0, \"resume\": false, \"steps\": 8, \"command\": \"nightlora train --steps "
+                             "8\", \"changes\": \"\"}\n"
+                             "{\"step\": 8, \"resume\": true, \"steps\": 14, \"command\": \"nightlora train --steps 14 "
+                             "--resume\", \"changes\": \"--steps 8 -> 14\"}\n"
                              "{\"step\": 14, \"resume\": true, \"steps\": 20}\n"
                              "{\"step\": 20, \"resu"); /* a line cut by a crash: left out */
     char *h = report(at("h.jsonl"), at("hk"), at("h.html"));
@@ -423,15 +502,20 @@ static void test_history(void) {
     if (!h) return;
     CHECK(self_contained(h));
     CHECK(strstr(h, "<tr><th>started (to step 8)</th><td>nightlora train --steps 8</td></tr>"));
-    CHECK(strstr(h, "<tr class=\"resume\"><th>resumed at step 8 (to step 14)</th><td>nightlora train --steps 14 --resume<br>changed: --steps 8 -&gt; 14</td></tr>"));
-    CHECK(strstr(h, "<tr class=\"resume\"><th>resumed at step 14 (to step 20)</th><td>(not recorded: a library call)</td></tr>"));
+    CHECK(strstr(h, "<tr class=\"resume\"><th>resumed at step 8 (to step 14)</th><td>nightlora train --steps 14 "
+                    "--resume<br>changed: --steps 8 -&gt; 14</td></tr>"));
+    CHECK(strstr(
+        h,
+        "<tr class=\"resume\"><th>resumed at step 14 (to step 20)</th><td>(not recorded: a library call)</td></tr>"));
     CHECK(count(h, "<tr class=\"resume\">") == 2);
     /* 7 charts, two resumes each: on the 6 step charts at steps 8 and 14 */
     CHECKF(count(h, "<g class=\"resume\"") == 14, "%d resume markers", count(h, "<g class=\"resume\""));
     CHECK(count(h, "<g class=\"resume\" data-x=\"8\">") == 6 && count(h, "<g class=\"resume\" data-x=\"14\">") == 6);
-    CHECK(strstr(h, "<title>resumed at step 8 (to step 14): nightlora train --steps 14 --resume; changed --steps 8 -&gt; 14</title>"));
+    CHECK(strstr(h, "<title>resumed at step 8 (to step 14): nightlora train --steps 14 --resume; changed --steps 8 "
+                    "-&gt; 14</title>"));
     CHECK(count(h, "resumed (--resume)</text>") == 7);
-    CHECK(strstr(h, "<tr><th>data</th><td>/d/notes &amp; &lt;tags&gt;.jsonl (content hash fedcba9876543210)</td></tr>"));
+    CHECK(
+        strstr(h, "<tr><th>data</th><td>/d/notes &amp; &lt;tags&gt;.jsonl (content hash fedcba9876543210)</td></tr>"));
     CHECK(strstr(h, "<tr><th>model</th><td>/m/base.gguf (content hash 0123456789abcdef)</td></tr>"));
     CHECK(!strstr(h, "<th>data_path</th>") && !strstr(h, "<th>model_path</th>"));
     /* the log axis: the loss chart's ticks at 2 and 5 (and 1), spaced as their logarithms */
@@ -441,9 +525,12 @@ static void test_history(void) {
     CHECK(strstr(h, "<details class=\"linear\"><summary>") && strstr(h, "<figure id=\"loss-linear\">"));
     /* the losses span 3.6 to 7.7, less than a decade: ticks at 4, 5, 6, 7 spaced as their
      * logarithms (log 5/4 : log 6/5 : log 7/6), where the linear chart spaces them evenly */
-    double y4 = tick_y(h, "loss", "4"), y5 = tick_y(h, "loss", "5"), y6 = tick_y(h, "loss", "6"), y7 = tick_y(h, "loss", "7");
-    CHECKF(isfinite(y4) && isfinite(y5) && isfinite(y6) && isfinite(y7) && y4 > y5 && y5 > y6 && y6 > y7, "ticks at %g %g %g %g", y4, y5, y6, y7);
-    CHECKF(fabs((y4 - y5) / (y5 - y6) - log(5.0 / 4) / log(6.0 / 5)) < 0.02 && fabs((y5 - y6) / (y6 - y7) - log(6.0 / 5) / log(7.0 / 6)) < 0.02,
+    double y4 = tick_y(h, "loss", "4"), y5 = tick_y(h, "loss", "5"), y6 = tick_y(h, "loss", "6"),
+           y7 = tick_y(h, "loss", "7");
+    CHECKF(isfinite(y4) && isfinite(y5) && isfinite(y6) && isfinite(y7) && y4 > y5 && y5 > y6 && y6 > y7,
+           "ticks at %g %g %g %g", y4, y5, y6, y7);
+    CHECKF(fabs((y4 - y5) / (y5 - y6) - log(5.0 / 4) / log(6.0 / 5)) < 0.02 &&
+               fabs((y5 - y6) / (y6 - y7) - log(6.0 / 5) / log(7.0 / 6)) < 0.02,
            "log ticks 4, 5, 6, 7 at %g %g %g %g", y4, y5, y6, y7);
     double l4 = tick_y(h, "loss-linear", "4"), l5 = tick_y(h, "loss-linear", "5"), l6 = tick_y(h, "loss-linear", "6");
     CHECKF(fabs((l4 - l5) - (l5 - l6)) < 0.2, "linear ticks 4, 5, 6 at %g %g %g", l4, l5, l6);
@@ -460,12 +547,15 @@ static void test_history(void) {
     CHECK(nl_report_write(&o, at("hk/runs.jsonl")) != 0 && strstr(nl_last_error(), "the run's history"));
     CHECK(nl_t_file_has(at("hk/runs.jsonl"), "\"resume\": false"));
     /* a narrow span (5.3 to 6.3, one tick of 1..9 inside): out to the ticks around it, 5 to 7 */
-    put(at("n.jsonl"), "{\"step\": 1, \"loss\": 6.3, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 5.3, \"tokens\": 1, \"seconds\": 1}\n");
+    put(at("n.jsonl"), "{\"step\": 1, \"loss\": 6.3, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 5.3, "
+                       "\"tokens\": 1, \"seconds\": 1}\n");
     h = report(at("n.jsonl"), NULL, at("n.html"));
-    CHECK(h && isfinite(tick_y(h, "loss", "5")) && isfinite(tick_y(h, "loss", "6")) && isfinite(tick_y(h, "loss", "7")));
+    CHECK(h && isfinite(tick_y(h, "loss", "5")) && isfinite(tick_y(h, "loss", "6")) &&
+          isfinite(tick_y(h, "loss", "7")));
     free(h);
     /* a loss <= 0 (a log of another tool): the linear axis */
-    put(at("z.jsonl"), "{\"step\": 1, \"loss\": 0.5, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 0, \"tokens\": 1, \"seconds\": 1}\n");
+    put(at("z.jsonl"), "{\"step\": 1, \"loss\": 0.5, \"tokens\": 1, \"seconds\": 1}\n{\"step\": 2, \"loss\": 0, "
+                       "\"tokens\": 1, \"seconds\": 1}\n");
     h = report(at("z.jsonl"), NULL, at("z.html"));
     CHECK(h && !strstr(h, "data-scale=\"log\"") && !strstr(h, "loss-linear") && !strstr(h, "(log scale)"));
     free(h);

@@ -34,12 +34,22 @@ static char tmp[256], model[512], data[512], status_file[512];
  * epochs (so a run crosses an epoch boundary). */
 static void base_args(nl_t_args *a, const char *out, const char *ckdir, const char *log) {
     nl_t_train_args(a, model, data, out);
-    nl_t_arg(a, "--epochs"); nl_t_arg(a, "2");
-    nl_t_arg(a, "--lr"); nl_t_arg(a, "3e-3");
-    nl_t_arg(a, "--warmup"); nl_t_arg(a, "2");
-    nl_t_arg(a, "--commit-every"); nl_t_arg(a, "3");
-    if (ckdir) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ckdir); }
-    if (log) { nl_t_arg(a, "--log-json"); nl_t_arg(a, log); }
+    nl_t_arg(a, "--epochs");
+    nl_t_arg(a, "2");
+    nl_t_arg(a, "--lr");
+    nl_t_arg(a, "3e-3");
+    nl_t_arg(a, "--warmup");
+    nl_t_arg(a, "2");
+    nl_t_arg(a, "--commit-every");
+    nl_t_arg(a, "3");
+    if (ckdir) {
+        nl_t_arg(a, "--checkpoint-dir");
+        nl_t_arg(a, ckdir);
+    }
+    if (log) {
+        nl_t_arg(a, "--log-json");
+        nl_t_arg(a, log);
+    }
 }
 
 /* ---- files ---- */
@@ -75,22 +85,29 @@ typedef struct {
     int step[256];
     double loss[256], lr[256], gnorm[256], pgrad[256]; /* pgrad: MeZO's projected_grad, NAN when absent */
     int64_t tokens[256], targets[256];
-    int bad;   /* lines that did not parse or lacked a key */
+    int bad; /* lines that did not parse or lacked a key */
 } steplog;
 
 static void read_log(const char *path, steplog *L) {
     memset(L, 0, sizeof *L);
     size_t len;
     char *b = nl_t_slurp(path, &len);
-    if (!b) { L->bad = 1; return; }
+    if (!b) {
+        L->bad = 1;
+        return;
+    }
     for (char *p = b; p < b + len && L->n < 256;) {
         char *eol = memchr(p, '\n', (size_t)(b + len - p));
-        if (!eol) { L->bad++; break; }
+        if (!eol) {
+            L->bad++;
+            break;
+        }
         nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
         int64_t s, tk, tg;
         const nl_json *lo = nl_json_get(j, "loss"), *lr = nl_json_get(j, "lr"), *gn = nl_json_get(j, "grad_norm");
         if (j && !nl_json_int64(nl_json_get(j, "step"), &s) && !nl_json_int64(nl_json_get(j, "tokens"), &tk) &&
-            !nl_json_int64(nl_json_get(j, "targets"), &tg) && nl_json_is_number(lo) && nl_json_is_number(lr) && nl_json_is_number(gn)) {
+            !nl_json_int64(nl_json_get(j, "targets"), &tg) && nl_json_is_number(lo) && nl_json_is_number(lr) &&
+            nl_json_is_number(gn)) {
             L->step[L->n] = (int)s;
             L->loss[L->n] = lo->u.num.d;
             L->lr[L->n] = lr->u.num.d;
@@ -114,8 +131,8 @@ static int same_log(const steplog *a, const steplog *b, const char *what) {
         return 0;
     }
     for (int i = 0; i < a->n; i++)
-        if (a->step[i] != b->step[i] || a->loss[i] != b->loss[i] || a->lr[i] != b->lr[i] || a->gnorm[i] != b->gnorm[i] ||
-            a->tokens[i] != b->tokens[i] || a->targets[i] != b->targets[i] ||
+        if (a->step[i] != b->step[i] || a->loss[i] != b->loss[i] || a->lr[i] != b->lr[i] ||
+            a->gnorm[i] != b->gnorm[i] || a->tokens[i] != b->tokens[i] || a->targets[i] != b->targets[i] ||
             !(a->pgrad[i] == b->pgrad[i] || (isnan(a->pgrad[i]) && isnan(b->pgrad[i])))) {
             fprintf(stderr, "%s: line %d differs: step %d loss %.17g vs step %d loss %.17g\n", what, i + 1, a->step[i],
                     a->loss[i], b->step[i], b->loss[i]);
@@ -133,15 +150,18 @@ static void make_inputs(void) {
     snprintf(model, sizeof model, "%s/q3.gguf", tmp);
     snprintf(data, sizeof data, "%s/train.jsonl", tmp);
     snprintf(status_file, sizeof status_file, "%s/thermal", tmp);
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
-    static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
-                                  "Send the report to the team", "Refill at the physio", "Renew the passport",
-                                  "Pick up the kids at five", "Dentist at nine on Monday"};
+    static const char *notes[] = {"Book the hotel for Friday",   "Call mum about the weekend", "Buy milk and eggs",
+                                  "Send the report to the team", "Refill at the physio",       "Renew the passport",
+                                  "Pick up the kids at five",    "Dentist at nine on Monday"};
     FILE *f = fopen(data, "w");
     for (int i = 0; i < 14; i++)
-        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 8], i % 3 ? " please" : "",
-                tags[(i * 3) % 5]);
+        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 8],
+                i % 3 ? " please" : "", tags[(i * 3) % 5]);
     fclose(f);
 }
 
@@ -185,7 +205,8 @@ static void test_reference(void) {
     read_log(log2, &L);
     CHECK(same_log(&REF, &L, "second run"));
     STEP_SECONDS = N_STEPS ? LOOP_SECONDS / N_STEPS : 0.01;
-    printf("reference: %d steps in %.2f s (%.1f ms a step with commits and logs)\n", N_STEPS, REF_SECONDS, 1e3 * STEP_SECONDS);
+    printf("reference: %d steps in %.2f s (%.1f ms a step with commits and logs)\n", N_STEPS, REF_SECONDS,
+           1e3 * STEP_SECONDS);
 }
 
 /* The end of every interrupted scenario: resume to completion, then compare with the reference. */
@@ -222,7 +243,8 @@ static void test_clean_stops(void) {
         int rc = nl_t_args_run(&a, err);
         expect += atoi(stops[i]);
         CHECKF(rc == 0, "stop %d exited %d", i, rc);
-        CHECKF(newest_commit(ck) == expect, "after stop %d: newest commit %d, expected %d", i, newest_commit(ck), expect);
+        CHECKF(newest_commit(ck) == expect, "after stop %d: newest commit %d, expected %d", i, newest_commit(ck),
+               expect);
         CHECK(nl_t_file_has(err, "stopped after"));
         steplog L;
         read_log(log, &L);
@@ -241,7 +263,8 @@ static void test_corrupt_commit(void) {
     snprintf(err, sizeof err, "%s/corrupt.err", tmp);
     nl_t_args a;
     base_args(&a, out, ck, log);
-    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "6");
+    nl_t_arg(&a, "--stop-after");
+    nl_t_arg(&a, "6");
     CHECK(nl_t_args_run(&a, err) == 0 && newest_commit(ck) == 6);
     snprintf(cfile, sizeof cfile, "%s/commit-6.nlck", ck);
     FILE *f = fopen(cfile, "r+b");
@@ -254,9 +277,11 @@ static void test_corrupt_commit(void) {
     fclose(f);
     base_args(&a, out, ck, log);
     nl_t_arg(&a, "--resume");
-    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "1");
+    nl_t_arg(&a, "--stop-after");
+    nl_t_arg(&a, "1");
     CHECK(nl_t_args_run(&a, err) == 0);
-    CHECKF(nl_t_file_has(err, "warning: ") && nl_t_file_has(err, "checksum") && nl_t_file_has(err, "at step 3/"), "no warning / not resumed from commit 3");
+    CHECKF(nl_t_file_has(err, "warning: ") && nl_t_file_has(err, "checksum") && nl_t_file_has(err, "at step 3/"),
+           "no warning / not resumed from commit 3");
     finish_and_compare(ck, out, log, "corrupt commit");
 }
 
@@ -307,8 +332,9 @@ static void test_random_kills(void) {
         int target = from + 1 + (int)((0.5 + 0.5 * nl_t_rand()) * room) % room;
         double frac = 0.5 + 0.5 * nl_t_rand();
         /* the state this kill starts from, to undo a kill that missed */
-        snprintf(cmd, sizeof cmd, "rm -rf %s %s.log; if [ -d %s ]; then cp -a %s %s; fi; if [ -f %s ]; then cp %s %s.log; fi", snap, snap, ck, ck,
-                 snap, log, log, snap);
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf %s %s.log; if [ -d %s ]; then cp -a %s %s; fi; if [ -f %s ]; then cp %s %s.log; fi", snap,
+                 snap, ck, ck, snap, log, log, snap);
         CHECK(system(cmd) == 0);
         nl_t_args a;
         base_args(&a, out, ck, log);
@@ -331,12 +357,17 @@ static void test_random_kills(void) {
         int at = newest_commit(ck) > 0 ? newest_commit(ck) : 0;
         steplog L;
         read_log(log, &L);
-        const int missed = rc != 128 + SIGKILL || (i < 3 && N_STEPS - 3 - at < 3 - i); /* a step of room for each kill after it */
-        printf("random kill %d at step %d + %.2f step: rc %d, newest commit %d, log %d lines%s\n", i, target, frac, rc, at, L.n,
-               missed ? " (missed: undone, tried again)" : L.n > at ? " (steps past the commit: replayed on resume)" : "");
+        const int missed =
+            rc != 128 + SIGKILL || (i < 3 && N_STEPS - 3 - at < 3 - i); /* a step of room for each kill after it */
+        printf("random kill %d at step %d + %.2f step: rc %d, newest commit %d, log %d lines%s\n", i, target, frac, rc,
+               at, L.n,
+               missed     ? " (missed: undone, tried again)"
+               : L.n > at ? " (steps past the commit: replayed on resume)"
+                          : "");
         if (missed) {
-            snprintf(cmd, sizeof cmd, "rm -rf %s %s; if [ -d %s ]; then mv %s %s; fi; if [ -f %s.log ]; then mv %s.log %s; fi", ck, log, snap, snap, ck,
-                     snap, snap, log);
+            snprintf(cmd, sizeof cmd,
+                     "rm -rf %s %s; if [ -d %s ]; then mv %s %s; fi; if [ -f %s.log ]; then mv %s.log %s; fi", ck, log,
+                     snap, snap, ck, snap, snap, log);
             CHECK(system(cmd) == 0);
             continue;
         }
@@ -387,8 +418,10 @@ static void test_signal_in_pause(void) {
     nl_t_args a;
     base_args(&a, out, ck, log);
     nl_t_set(&a, "--thermal", "auto");
-    nl_t_arg(&a, "--thermal-status-file"); nl_t_arg(&a, status_file);
-    nl_t_arg(&a, "--pacing-poll-ms"); nl_t_arg(&a, "10");
+    nl_t_arg(&a, "--thermal-status-file");
+    nl_t_arg(&a, status_file);
+    nl_t_arg(&a, "--pacing-poll-ms");
+    nl_t_arg(&a, "10");
     pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (newest_commit(ck) < 3 && nl_now() - t0 < 30) nl_t_sleep(0.0005);
@@ -425,8 +458,10 @@ static void test_dir_lock(void) {
     nl_t_args a;
     base_args(&a, out, ck, log);
     nl_t_set(&a, "--thermal", "auto");
-    nl_t_arg(&a, "--thermal-status-file"); nl_t_arg(&a, status_file);
-    nl_t_arg(&a, "--pacing-poll-ms"); nl_t_arg(&a, "10");
+    nl_t_arg(&a, "--thermal-status-file");
+    nl_t_arg(&a, status_file);
+    nl_t_arg(&a, "--pacing-poll-ms");
+    nl_t_arg(&a, "10");
     pid_t pid = nl_t_spawn(a.v, err, NULL);
     double t0 = nl_now();
     while (!nl_t_file_has(err, "paused: thermal status 3") && nl_now() - t0 < 30) nl_t_sleep(0.002);
@@ -472,7 +507,8 @@ static void test_refuse_fresh(void) {
     CHECK(stat(out, &st) != 0); /* nothing written */
     /* --steps and --epochs together: a usage error */
     base_args(&a, out, NULL, NULL);
-    nl_t_arg(&a, "--steps"); nl_t_arg(&a, "3");
+    nl_t_arg(&a, "--steps");
+    nl_t_arg(&a, "3");
     CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "not both"));
 }
 
@@ -481,8 +517,10 @@ static void test_refuse_fresh(void) {
  * MeZO run (adapter bytes; losses and projected gradients in the log). */
 static void mezo_args(nl_t_args *a, const char *out, const char *ck, const char *log) {
     base_args(a, out, ck, log);
-    nl_t_arg(a, "--method"); nl_t_arg(a, "mezo");
-    nl_t_arg(a, "--mezo-eps"); nl_t_arg(a, "1e-3");
+    nl_t_arg(a, "--method");
+    nl_t_arg(a, "mezo");
+    nl_t_arg(a, "--mezo-eps");
+    nl_t_arg(a, "1e-3");
 }
 
 static void test_mezo_resume(void) {
@@ -507,7 +545,8 @@ static void test_mezo_resume(void) {
     /* the same settings but backprop's commits cannot be resumed as MeZO (config hash) */
     {
         base_args(&a, out, ck, log);
-        nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "2");
+        nl_t_arg(&a, "--stop-after");
+        nl_t_arg(&a, "2");
         CHECK(nl_t_args_run(&a, err) == 0);
         mezo_args(&a, out, ck, log);
         nl_t_arg(&a, "--resume");
@@ -518,7 +557,8 @@ static void test_mezo_resume(void) {
     }
     /* stop after 4, resume; kill after the next commit, resume to the end */
     mezo_args(&a, out, ck, log);
-    nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "4");
+    nl_t_arg(&a, "--stop-after");
+    nl_t_arg(&a, "4");
     CHECK(nl_t_args_run(&a, err) == 0 && newest_commit(ck) == 4);
     mezo_args(&a, out, ck, log);
     nl_t_arg(&a, "--resume");

@@ -58,8 +58,8 @@ static void test_round_trip(const char *dir) {
     CHECK(nl_st_meta(st, "format") && !strcmp(nl_st_meta(st, "format"), "pt"));
     CHECK(nl_st_meta(st, "note") && !strcmp(nl_st_meta(st, "note"), "a\nb"));
     CHECK(nl_st_meta(st, "none") == NULL);
-    const nl_st_tensor *ta = nl_st_find(st, "a.weight"), *th = nl_st_find(st, "half \"quoted\""), *tb = nl_st_find(st, "brain"),
-                       *te = nl_st_find(st, "empty");
+    const nl_st_tensor *ta = nl_st_find(st, "a.weight"), *th = nl_st_find(st, "half \"quoted\""),
+                       *tb = nl_st_find(st, "brain"), *te = nl_st_find(st, "empty");
     CHECK(ta && th && tb && te && !nl_st_find(st, "a"));
     if (ta && th && tb && te) {
         CHECK(ta->dtype == NL_ST_F32 && ta->n_dims == 2 && ta->shape[0] == 2 && ta->shape[1] == 3 && ta->n_elems == 6);
@@ -125,8 +125,10 @@ static void test_malformed(void) {
     REFUSED(buf, n, "tensor 'w' is described by a array");
     n = build(buf, "{\"__metadata__\":{\"k\":1}}", 0);
     REFUSED(buf, n, "__metadata__ 'k' is a number, expected a string");
-    n = build(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                   "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+    n = build(buf,
+              "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+              8);
     REFUSED(buf, n, "tensor 'y' data", "overlaps tensor 'x'");
     n = build(buf, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
     REFUSED(buf, n, "bytes [", "belong to no tensor");

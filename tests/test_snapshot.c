@@ -27,11 +27,18 @@ static char tmp[256], model[512], data[512];
  * adapter whatever the step depends on */
 static void base_args(nl_t_args *a, const char *out, const char *ck) {
     nl_t_train_args(a, model, data, out);
-    nl_t_arg(a, "--steps"); nl_t_arg(a, "6");
-    nl_t_arg(a, "--lr"); nl_t_arg(a, "3e-3");
-    nl_t_arg(a, "--warmup"); nl_t_arg(a, "2");
-    nl_t_arg(a, "--commit-every"); nl_t_arg(a, "5");
-    if (ck) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ck); }
+    nl_t_arg(a, "--steps");
+    nl_t_arg(a, "6");
+    nl_t_arg(a, "--lr");
+    nl_t_arg(a, "3e-3");
+    nl_t_arg(a, "--warmup");
+    nl_t_arg(a, "2");
+    nl_t_arg(a, "--commit-every");
+    nl_t_arg(a, "5");
+    if (ck) {
+        nl_t_arg(a, "--checkpoint-dir");
+        nl_t_arg(a, ck);
+    }
 }
 
 static void path(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
@@ -81,19 +88,25 @@ static int has_tmp_file(const char *dir) {
 static void make_inputs(void) {
     snprintf(model, sizeof model, "%s/q3.gguf", tmp);
     snprintf(data, sizeof data, "%s/train.jsonl", tmp);
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
-    static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
-                                  "Send the report to the team", "Refill at the physio", "Renew the passport"};
+    static const char *notes[] = {"Book the hotel for Friday",   "Call mum about the weekend", "Buy milk and eggs",
+                                  "Send the report to the team", "Refill at the physio",       "Renew the passport"};
     FILE *f = fopen(data, "w");
     for (int i = 0; i < 12; i++)
-        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 6], i % 3 ? " please" : "",
-                tags[(i * 3) % 5]);
+        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 6],
+                i % 3 ? " please" : "", tags[(i * 3) % 5]);
     fclose(f);
 }
 
 static void test_path_rule(void) {
-    static const struct { const char *out, *want; long long step; } cases[] = {
+    static const struct {
+        const char *out, *want;
+        long long step;
+    } cases[] = {
         {"out/adapter.gguf", "out/adapter-step40.gguf", 40},
         {"adapter.gguf", "adapter-step1.gguf", 1},
         {"out/adapter", "out/adapter-step7.gguf", 7},
@@ -103,8 +116,8 @@ static void test_path_rule(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *p = nl_train_snapshot_path(cases[i].out, cases[i].step);
-        CHECKF(p && !strcmp(p, cases[i].want), "%s step %lld: %s, expected %s", cases[i].out, cases[i].step, p ? p : "NULL",
-               cases[i].want);
+        CHECKF(p && !strcmp(p, cases[i].want), "%s step %lld: %s, expected %s", cases[i].out, cases[i].step,
+               p ? p : "NULL", cases[i].want);
         free(p);
     }
 }
@@ -129,7 +142,7 @@ static void test_snapshots(void) {
     CHECKF(rc == 0, "run exited %d", rc);
     for (int k = 0; k < 3; k++) CHECKF(exists(snap[k]), "%s missing", snap[k]);
     CHECK(!nl_t_same_file(snap[0], snap[1])); /* the steps differ */
-    CHECK(nl_t_same_file(snap[2], ref_out)); /* step 6 is the end */
+    CHECK(nl_t_same_file(snap[2], ref_out));  /* step 6 is the end */
     CHECK(!has_tmp_file(tmp));
     /* a snapshot step is a commit step (commits every 5 here), the commit first: a resume never
      * replays the step of a snapshot written */
@@ -156,7 +169,8 @@ static void test_snapshots(void) {
         base_args(&a, out, NULL);
         nl_t_argi(&a, "--stop-after", 2 * (k + 1));
         CHECK(nl_t_args_run(&a, err) == 0);
-        CHECKF(nl_t_same_file(out, snap[k]), "--stop-after %d: --out differs from the snapshot of step %d", 2 * (k + 1), 2 * (k + 1));
+        CHECKF(nl_t_same_file(out, snap[k]), "--stop-after %d: --out differs from the snapshot of step %d", 2 * (k + 1),
+               2 * (k + 1));
     }
     /* without a checkpoint directory the snapshots are the same */
     char out[512], s4[512];
@@ -246,24 +260,28 @@ static void test_refusals(void) {
     path(ref, sizeof ref, "ref.gguf");
     nl_t_args a;
     base_args(&a, ref, NULL);
-    nl_t_arg(&a, "--init-adapter"); nl_t_arg(&a, init);
+    nl_t_arg(&a, "--init-adapter");
+    nl_t_arg(&a, init);
     nl_t_argi(&a, "--save-every", 2);
     int rc = nl_t_args_run(&a, err);
-    CHECKF(rc == 2 && nl_t_file_has(err, "--init-adapter") && nl_t_file_has(err, "at step 4") && nl_t_file_has(err, "another --out"),
+    CHECKF(rc == 2 && nl_t_file_has(err, "--init-adapter") && nl_t_file_has(err, "at step 4") &&
+               nl_t_file_has(err, "another --out"),
            "init-adapter = a snapshot: rc %d", rc);
     /* through a symbolic link, and the temp file of a snapshot as --log-json */
     char link[512], tmpname[600];
     path(link, sizeof link, "link.gguf");
     CHECK(symlink(init, link) == 0);
     base_args(&a, ref, NULL);
-    nl_t_arg(&a, "--init-adapter"); nl_t_arg(&a, link);
+    nl_t_arg(&a, "--init-adapter");
+    nl_t_arg(&a, link);
     nl_t_argi(&a, "--save-every", 4);
     CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "at step 4"));
     snprintf(tmpname, sizeof tmpname, "%s/ref-step6.gguf.tmp", tmp);
     FILE *f = fopen(tmpname, "w");
     if (f) fclose(f);
     base_args(&a, ref, NULL);
-    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, tmpname);
+    nl_t_arg(&a, "--log-json");
+    nl_t_arg(&a, tmpname);
     nl_t_argi(&a, "--save-every", 3);
     CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "--log-json") && nl_t_file_has(err, "temp file"));
     unlink(tmpname);
@@ -276,7 +294,8 @@ static void test_refusals(void) {
     char out2[512];
     path(out2, sizeof out2, "ref2.gguf");
     base_args(&a, out2, NULL);
-    nl_t_arg(&a, "--init-adapter"); nl_t_arg(&a, init);
+    nl_t_arg(&a, "--init-adapter");
+    nl_t_arg(&a, init);
     nl_t_argi(&a, "--save-every", 3);
     nl_t_argi(&a, "--stop-after", 1);
     CHECK(nl_t_args_run(&a, err) == 0);

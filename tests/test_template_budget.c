@@ -33,7 +33,8 @@ static int with_template(const char *good, const char *bad, const char *tmpl) {
 }
 
 /* Runs argv; exit status want_rc within `bound` seconds, stderr holding n1 and n2. */
-static void expect_cmd(const char *what, const char *const *argv, int want_rc, const char *n1, const char *n2, double bound) {
+static void expect_cmd(const char *what, const char *const *argv, int want_rc, const char *n1, const char *n2,
+                       double bound) {
     char errf[128];
     path_of(errf, sizeof errf, "err.txt");
     double t0 = nl_now();
@@ -42,8 +43,8 @@ static void expect_cmd(const char *what, const char *const *argv, int want_rc, c
     char *e = nl_t_slurp(errf, NULL);
     bool ok = rc == want_rc && e && (!n1 || strstr(e, n1)) && (!n2 || strstr(e, n2)) && secs < bound;
     if (!ok)
-        fprintf(stderr, "%s: exit %d (want %d) after %.2f s (bound %.0f s), stderr [%s], want [%s] [%s]\n", what, rc, want_rc, secs,
-                bound, e ? e : "", n1 ? n1 : "", n2 ? n2 : "");
+        fprintf(stderr, "%s: exit %d (want %d) after %.2f s (bound %.0f s), stderr [%s], want [%s] [%s]\n", what, rc,
+                want_rc, secs, bound, e ? e : "", n1 ? n1 : "", n2 ? n2 : "");
     CHECK(ok);
     free(e);
 }
@@ -62,12 +63,16 @@ int main(void) {
      * eval ran past 300 s), and a list doubled 27 times (451 MB in generate and eval) */
     CHECK(with_template(good, loop,
                         "{% for a in range(10000) %}{% for b in range(5000) %}{% endfor %}{% endfor %}"
-                        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}") == 0);
-    CHECK(with_template(good, mem,
-                        "{% set ns = namespace(s=[1]) %}\n{% for i in range(27) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
-                        "{{ ns.s|length }}") == 0);
+                        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}") ==
+          0);
+    CHECK(with_template(
+              good, mem,
+              "{% set ns = namespace(s=[1]) %}\n{% for i in range(27) %}{% set ns.s = ns.s + ns.s %}{% endfor %}"
+              "{{ ns.s|length }}") == 0);
     FILE *f = fopen(data, "w");
-    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n", f);
+    fputs(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
+        f);
     fclose(f);
 
     /* the good model loads and checks */
@@ -96,7 +101,8 @@ int main(void) {
     fputs("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", f);
     fclose(f);
     snprintf(want, sizeof want, "%s:1: the template", tfile);
-    const char *c7[] = {NL_CLI, "train", "--model", good, "--data", data, "--out", out, "--steps", "1", "--template", tfile, NULL};
+    const char *c7[] = {NL_CLI, "train",   "--model", good,         "--data", data, "--out",
+                        out,    "--steps", "1",       "--template", tfile,    NULL};
     expect_cmd("train --template bomb", c7, 1, want, "probe conversation", 10);
     const char *c8[] = {NL_CLI, "eval", "--model", good, "--data", data, "--template", tfile, NULL};
     expect_cmd("eval --template bomb", c8, 1, want, NULL, 10);

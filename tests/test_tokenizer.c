@@ -57,7 +57,10 @@ static void check_split(const char *pre, const char *text, const char *const *wa
     if (!ok) {
         off = 0;
         fprintf(stderr, "  got:");
-        for (int i = 0; i < n; i++) { fprintf(stderr, " [%.*s]", (int)lens[i], text + off); off += lens[i]; }
+        for (int i = 0; i < n; i++) {
+            fprintf(stderr, " [%.*s]", (int)lens[i], text + off);
+            off += lens[i];
+        }
         fprintf(stderr, "\n  want:");
         for (int i = 0; i < nw; i++) fprintf(stderr, " [%s]", want[i]);
         fprintf(stderr, "\n");
@@ -87,7 +90,12 @@ static void check_vectors(nl_tokenizer *t, const char *name, const char *inp_pat
     char *inp = nl_read_file(inp_path, &ilen);
     char *out = nl_read_file(out_path, &olen);
     CHECKF(inp && out, "%s: %s", name, nl_last_error());
-    if (!inp || !out) { free(inp); free(out); nl_tokenizer_free(t); return; }
+    if (!inp || !out) {
+        free(inp);
+        free(out);
+        nl_tokenizer_free(t);
+        return;
+    }
     int n_cases = 0, n_ok = 0, n_rt = 0;
     char *ip = inp, *op = out;
     for (;;) {
@@ -113,7 +121,8 @@ static void check_vectors(nl_tokenizer *t, const char *name, const char *inp_pat
         n_cases++;
         if (rc == 0 && ids_eq(ids, n, want, nw)) n_ok++;
         else {
-            fprintf(stderr, "%s case %d \"%.*s\": mismatch (%s)\n", name, n_cases, (int)len, ip, rc ? nl_last_error() : "");
+            fprintf(stderr, "%s case %d \"%.*s\": mismatch (%s)\n", name, n_cases, (int)len, ip,
+                    rc ? nl_last_error() : "");
             print_ids("want", want, nw);
             if (rc == 0) print_ids("got ", ids, n);
         }
@@ -183,22 +192,22 @@ static void test_real_vocab(void) {
 static void test_splits(void) {
     /* gpt-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
     SPLIT("gpt-2", "Hello world!!", "Hello", " world", "!!");
-    SPLIT("gpt-2", "I'M don't", "I", "'", "M", " don", "'t");      /* case-sensitive contractions */
-    SPLIT("gpt-2", "a   b", "a", "  ", " b");                       /* \s+(?!\S) leaves one space */
-    SPLIT("gpt-2", "x 1234567 ", "x", " 1234567", " ");            /* digits unbounded, trailing ws */
-    SPLIT("gpt-2", "\tx", "\t", "x");                               /* lone ws before non-space */
+    SPLIT("gpt-2", "I'M don't", "I", "'", "M", " don", "'t"); /* case-sensitive contractions */
+    SPLIT("gpt-2", "a   b", "a", "  ", " b");                 /* \s+(?!\S) leaves one space */
+    SPLIT("gpt-2", "x 1234567 ", "x", " 1234567", " ");       /* digits unbounded, trailing ws */
+    SPLIT("gpt-2", "\tx", "\t", "x");                         /* lone ws before non-space */
     SPLIT("gpt-2", "na\xC3\xAFve caf\xC3\xA9", "na\xC3\xAFve", " caf\xC3\xA9");
     SPLIT("mpt", "a,b", "a", ",", "b");
     /* llama3: (?i:'s|..)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
     SPLIT("llama3", "Hello world", "Hello", " world");
     SPLIT("llama3", "1234567", "123", "456", "7");
-    SPLIT("llama3", "I'M don'T", "I", "'M", " don", "'T");         /* case-insensitive */
+    SPLIT("llama3", "I'M don'T", "I", "'M", " don", "'T"); /* case-insensitive */
     SPLIT("llama3", "  x", " ", " x");
-    SPLIT("llama3", "a  \n\n  b", "a", "  \n\n", " ", " b");        /* \s*[\r\n]+ ends at the last \n */
+    SPLIT("llama3", "a  \n\n  b", "a", "  \n\n", " ", " b"); /* \s*[\r\n]+ ends at the last \n */
     SPLIT("llama3", "x   ", "x", "   ");
-    SPLIT("llama3", "a.\r\nb", "a", ".\r\n", "b");                  /* punctuation takes [\r\n]* */
+    SPLIT("llama3", "a.\r\nb", "a", ".\r\n", "b"); /* punctuation takes [\r\n]* */
     SPLIT("llama3", "abc123def", "abc", "123", "def");
-    SPLIT("llama3", "!abc ?!x", "!abc", " ?!", "x");                /* one non-letter may lead a word */
+    SPLIT("llama3", "!abc ?!x", "!abc", " ?!", "x"); /* one non-letter may lead a word */
     SPLIT("llama3", "\tHello\nWorld", "\tHello", "\n", "World");
     SPLIT("llama-bpe", "12345", "123", "45");
     SPLIT("llama-v3", "12345", "123", "45");
@@ -212,13 +221,16 @@ static void test_splits(void) {
      * follows, so they fall into the punctuation run */
     SPLIT("qwen35", "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82\xE0\xA4\xA6\xE0\xA5\x80", /* Devanagari, 3 marks */
           "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82\xE0\xA4\xA6\xE0\xA5\x80");
-    SPLIT("qwen2", "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82\xE0\xA4\xA6\xE0\xA5\x80",
-          "\xE0\xA4\xB9", "\xE0\xA4\xBF\xE0\xA4\x82", "\xE0\xA4\xA6", "\xE0\xA5\x80");
+    SPLIT("qwen2", "\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\x82\xE0\xA4\xA6\xE0\xA5\x80", "\xE0\xA4\xB9",
+          "\xE0\xA4\xBF\xE0\xA4\x82", "\xE0\xA4\xA6", "\xE0\xA5\x80");
     SPLIT("qwen35", "12", "1", "2");
     /* deepseek-coder: [\r\n] | \s?\p{L}+ | \s?\p{P}+ | CJK+ | \p{N} */
     SPLIT("deepseek-coder", "x12 ab.\n", "x", "1", "2", " ab", ".", "\n");
     /* deepseek-llm: [\r\n] | \s?[cased letters]+ | \s?[!-/:-~...]+ | \s+$ | CJK+ | \p{N}+ */
-    SPLIT("deepseek-llm", "Hello \xE4\xB8\x96\xE7\x95\x8C" "123", "Hello", " ", "\xE4\xB8\x96\xE7\x95\x8C", "123");
+    SPLIT("deepseek-llm",
+          "Hello \xE4\xB8\x96\xE7\x95\x8C"
+          "123",
+          "Hello", " ", "\xE4\xB8\x96\xE7\x95\x8C", "123");
     SPLIT("deepseek-llm", "ab  ", "ab", "  ");
 }
 
@@ -243,7 +255,16 @@ static void test_splits2(void) {
 
 /* ---- 3. BPE merge loop on a tiny hand vocab ---- */
 static nl_tokenizer *tiny_bpe(const char *pre, const char *const *merges, int n_merges) {
-    static const char *const toks[] = {"a", "b", "c", "ab", "bc", "abc", "aa", "\xC4\xA0", "\xC4\xA0" "a"};
+    static const char *const toks[] = {"a",
+                                       "b",
+                                       "c",
+                                       "ab",
+                                       "bc",
+                                       "abc",
+                                       "aa",
+                                       "\xC4\xA0",
+                                       "\xC4\xA0"
+                                       "a"};
     nl_tokenizer_spec sp = {0};
     sp.model = "gpt2";
     sp.pre = pre;
@@ -259,15 +280,18 @@ static nl_tokenizer *tiny_bpe(const char *pre, const char *const *merges, int n_
     return t;
 }
 
-#define EXPECT_IDS(t, text, as, ps, ...)                                              \
-    do {                                                                              \
-        const int32_t want_[] = {__VA_ARGS__};                                        \
-        int32_t *got_ = NULL;                                                         \
-        int ng_ = tok(t, text, as, ps, &got_);                                        \
-        int nw_ = (int)(sizeof(want_) / sizeof(want_[0]));                            \
-        CHECKF(ids_eq(got_, ng_, want_, nw_), "ids of \"%s\"", text);                 \
-        if (!ids_eq(got_, ng_, want_, nw_)) { print_ids("want", want_, nw_); print_ids("got ", got_, ng_); } \
-        free(got_);                                                                   \
+#define EXPECT_IDS(t, text, as, ps, ...)                                                                               \
+    do {                                                                                                               \
+        const int32_t want_[] = {__VA_ARGS__};                                                                         \
+        int32_t *got_ = NULL;                                                                                          \
+        int ng_ = tok(t, text, as, ps, &got_);                                                                         \
+        int nw_ = (int)(sizeof(want_) / sizeof(want_[0]));                                                             \
+        CHECKF(ids_eq(got_, ng_, want_, nw_), "ids of \"%s\"", text);                                                  \
+        if (!ids_eq(got_, ng_, want_, nw_)) {                                                                          \
+            print_ids("want", want_, nw_);                                                                             \
+            print_ids("got ", got_, ng_);                                                                              \
+        }                                                                                                              \
+        free(got_);                                                                                                    \
     } while (0)
 
 static void test_bpe_loop(void) {
@@ -275,25 +299,28 @@ static void test_bpe_loop(void) {
     const char *m1[] = {"b c", "a b", "ab c"};
     nl_tokenizer *t = tiny_bpe("gpt-2", m1, 3);
     if (!t) return;
-    EXPECT_IDS(t, "abc", false, false, 0, 4);   /* rank 0 "b c" first; "a bc" is no merge */
+    EXPECT_IDS(t, "abc", false, false, 0, 4); /* rank 0 "b c" first; "a bc" is no merge */
     nl_tokenizer_free(t);
     const char *m2[] = {"a b", "b c", "ab c", "a a", "\xC4\xA0 a"};
     t = tiny_bpe("gpt-2", m2, 5);
     if (!t) return;
-    EXPECT_IDS(t, "abc", false, false, 5);      /* a b -> ab, then ab c -> abc */
-    EXPECT_IDS(t, "aaa", false, false, 6, 0);   /* equal ranks: leftmost pair first */
-    EXPECT_IDS(t, "a a", false, false, 0, 8);   /* ' ' maps to U+0120, merged with 'a' */
-    EXPECT_IDS(t, "abd", false, false, 3);      /* 'd' has no token: its byte is dropped */
+    EXPECT_IDS(t, "abc", false, false, 5);    /* a b -> ab, then ab c -> abc */
+    EXPECT_IDS(t, "aaa", false, false, 6, 0); /* equal ranks: leftmost pair first */
+    EXPECT_IDS(t, "a a", false, false, 0, 8); /* ' ' maps to U+0120, merged with 'a' */
+    EXPECT_IDS(t, "abd", false, false, 3);    /* 'd' has no token: its byte is dropped */
     nl_tokenizer_free(t);
     /* ignore_merges (llama3): a whole pre-token that is a token is emitted as is */
     const char *m3[] = {"a b"};
     t = tiny_bpe("gpt-2", m3, 1);
-    if (t) { EXPECT_IDS(t, "abc", false, false, 3, 2); nl_tokenizer_free(t); }
+    if (t) {
+        EXPECT_IDS(t, "abc", false, false, 3, 2);
+        nl_tokenizer_free(t);
+    }
     t = tiny_bpe("llama3", m3, 1);
     if (t) {
         EXPECT_IDS(t, "abc", false, false, 5);
         EXPECT_IDS(t, "abcab", false, false, 3, 2, 3); /* not a token: merges as usual */
-        CHECK(nl_token_bos(t) == -1); /* the gpt2 default 11 is out of range for 9 tokens */
+        CHECK(nl_token_bos(t) == -1);                  /* the gpt2 default 11 is out of range for 9 tokens */
         nl_tokenizer_free(t);
     }
 }
@@ -359,7 +386,9 @@ static void test_gpt2_specials(void) {
             int n456 = tok(t, "456", false, false, &z);
             CHECK(nx == n123 + n456 + 1 && x && y && z && !memcmp(x, y, (size_t)n123 * 4) &&
                   !memcmp(x + n123, z, (size_t)n456 * 4) && x[nx - 1] == nl_token_lookup(t, "7"));
-            free(x); free(y); free(z);
+            free(x);
+            free(y);
+            free(z);
             int nq = tok(q2, "1234567", false, false, &x);
             CHECK(nq == 7 && x);
             for (int i = 0; x && i < 7; i++) {
@@ -417,7 +446,10 @@ static void test_vocab_specials(void) {
         free(a);
         free(b);
         /* CONTROL text needs parse_special; USER_DEFINED (<|EOT|>) is matched regardless */
-        na = tok(t, "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", false, true, &a);
+        na = tok(t,
+                 "<\xEF\xBD\x9C"
+                 "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                 false, true, &a);
         CHECK(na == 1 && a && a[0] == 32014);
         free(a);
         na = tok(t, "x<|EOT|>", false, false, &a);
@@ -444,13 +476,16 @@ static void test_vocab_specials(void) {
 static void test_invalid_utf8(void) {
     nl_tokenizer *t = open_vocab("gpt-2", NULL);
     if (!t) return;
-    struct { const char *s; size_t len, off; } bad[] = {
-        {"ab\xC3(", 4, 2},            /* lead byte without continuation */
-        {"\xC0\xAF", 2, 0},           /* overlong '/' */
-        {"ok\xED\xA0\x80", 5, 2},     /* UTF-16 surrogate */
-        {"xyz\xF4\x90\x80\x80", 7, 3},/* > U+10FFFF */
-        {"end\xE2\x82", 5, 3},        /* truncated */
-        {"\x80", 1, 0},               /* stray continuation */
+    struct {
+        const char *s;
+        size_t len, off;
+    } bad[] = {
+        {"ab\xC3(", 4, 2},             /* lead byte without continuation */
+        {"\xC0\xAF", 2, 0},            /* overlong '/' */
+        {"ok\xED\xA0\x80", 5, 2},      /* UTF-16 surrogate */
+        {"xyz\xF4\x90\x80\x80", 7, 3}, /* > U+10FFFF */
+        {"end\xE2\x82", 5, 3},         /* truncated */
+        {"\x80", 1, 0},                /* stray continuation */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int32_t *ids = (int32_t *)1;
@@ -475,9 +510,15 @@ static void test_spm(void) {
     const char *toks[SPM_N];
     float scores[SPM_N];
     int32_t types[SPM_N];
-    toks[0] = "<unk>"; types[0] = 2; scores[0] = 0;
-    toks[1] = "<s>"; types[1] = 3; scores[1] = 0;
-    toks[2] = "</s>"; types[2] = 3; scores[2] = 0;
+    toks[0] = "<unk>";
+    types[0] = 2;
+    scores[0] = 0;
+    toks[1] = "<s>";
+    types[1] = 3;
+    scores[1] = 0;
+    toks[2] = "</s>";
+    types[2] = 3;
+    scores[2] = 0;
     for (int b = 0; b < 256; b++) {
         snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
         toks[3 + b] = bytes[b];
@@ -485,10 +526,14 @@ static void test_spm(void) {
         scores[3 + b] = 0;
     }
 #define U "\xE2\x96\x81" /* U+2581 */
-    static const struct { const char *t; float s; } normal[22] = {
-        {U, -10}, {"h", -10}, {"e", -10}, {"l", -10}, {"o", -10}, {"w", -10}, {"r", -10}, {"d", -10},
-        {"he", -1}, {"ll", -2}, {"llo", -3}, {U "he", -4}, {U "hello", -5}, {U "w", -6}, {"or", -6},
-        {"ld", -7}, {U "world", -9}, {U "wor", -0.5f}, {"a", -10}, {"b", -10}, {"ab", -1}, {"bc", -1},
+    static const struct {
+        const char *t;
+        float s;
+    } normal[22] = {
+        {U, -10},        {"h", -10},  {"e", -10}, {"l", -10}, {"o", -10},      {"w", -10},
+        {"r", -10},      {"d", -10},  {"he", -1}, {"ll", -2}, {"llo", -3},     {U "he", -4},
+        {U "hello", -5}, {U "w", -6}, {"or", -6}, {"ld", -7}, {U "world", -9}, {U "wor", -0.5f},
+        {"a", -10},      {"b", -10},  {"ab", -1}, {"bc", -1},
     };
     for (int i = 0; i < 22; i++) {
         toks[259 + i] = normal[i].t;
@@ -620,7 +665,8 @@ static void test_unicode(void) {
 /* ---- 10. CLI ---- */
 static void test_cli(void) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s tokenize --model %sggml-vocab-gpt-2.gguf --text 'Hello world<|endoftext|>'", NL_CLI, TOKDIR);
+    snprintf(cmd, sizeof cmd, "%s tokenize --model %sggml-vocab-gpt-2.gguf --text 'Hello world<|endoftext|>'", NL_CLI,
+             TOKDIR);
     FILE *f = popen(cmd, "r");
     CHECK(f != NULL);
     if (!f) return;
@@ -628,7 +674,8 @@ static void test_cli(void) {
     char *r = fgets(line, sizeof line, f);
     int st = pclose(f);
     CHECKF(r && st == 0 && !strcmp(line, "15496 995 50256\n"), "cli: '%s' status %d", line, st);
-    snprintf(cmd, sizeof cmd, "%s tokenize --model %sggml-vocab-gpt-2.gguf --text 'Hello<|endoftext|>' --no-special", NL_CLI, TOKDIR);
+    snprintf(cmd, sizeof cmd, "%s tokenize --model %sggml-vocab-gpt-2.gguf --text 'Hello<|endoftext|>' --no-special",
+             NL_CLI, TOKDIR);
     f = popen(cmd, "r");
     if (!f) return;
     memset(line, 0, sizeof line);
@@ -643,7 +690,10 @@ static void test_speed(const char *vocab) {
     if (!t) return;
     size_t il;
     char *inp = nl_read_file(TOKDIR "ggml-vocab-qwen35.gguf.inp", &il);
-    if (!inp) { nl_tokenizer_free(t); return; }
+    if (!inp) {
+        nl_tokenizer_free(t);
+        return;
+    }
     size_t n = 100 * 1024;
     char *big = malloc(n);
     for (size_t k = 0; k < n; k += il) memcpy(big + k, inp, n - k < il ? n - k : il);
@@ -673,7 +723,10 @@ static int pretok_filter(void) {
     static char line[1 << 16];
     while (fgets(line, sizeof line, stdin)) {
         char *tab = strchr(line, '\t');
-        if (!tab) { printf("ERR\n"); continue; }
+        if (!tab) {
+            printf("ERR\n");
+            continue;
+        }
         *tab = 0;
         char *hex = tab + 1;
         size_t hl = strcspn(hex, "\r\n"), n = hl / 2;

@@ -61,9 +61,9 @@ static void write_text(const char *path, const char *text) {
 /* prompt/completion notes, lengths varying */
 static void write_notes(const char *path, int n, int variant) {
     static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
-    static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
-                                  "Send the report to the team", "Refill at the physio", "Renew the passport",
-                                  "Pick up the kids at five", "Dentist at nine on Monday"};
+    static const char *notes[] = {"Book the hotel for Friday",   "Call mum about the weekend", "Buy milk and eggs",
+                                  "Send the report to the team", "Refill at the physio",       "Renew the passport",
+                                  "Pick up the kids at five",    "Dentist at nine on Monday"};
     FILE *f = fopen(path, "w");
     for (int i = 0; i < n; i++)
         fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[(i + variant) % 8],
@@ -117,19 +117,25 @@ static void read_log(const char *path, steplog *L) {
     memset(L, 0, sizeof *L);
     size_t len;
     char *b = nl_t_slurp(path, &len);
-    if (!b) { L->bad = 1; return; }
+    if (!b) {
+        L->bad = 1;
+        return;
+    }
     for (char *p = b; p < b + len && L->n < MAXL;) {
         char *eol = memchr(p, '\n', (size_t)(b + len - p));
-        if (!eol) { L->bad++; break; }
+        if (!eol) {
+            L->bad++;
+            break;
+        }
         nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
         int i = L->n;
         if (nl_json_is_object(j) && !nl_json_int64(nl_json_get(j, "step"), &L->step[i]) &&
-            !nl_json_int64(nl_json_get(j, "tokens"), &L->tokens[i]) && !nl_json_int64(nl_json_get(j, "targets"), &L->targets[i]) &&
-            !num(j, "loss", &L->loss[i]) && !num(j, "seconds", &L->seconds[i]) && !num(j, "service_seconds", &L->service[i]) &&
+            !nl_json_int64(nl_json_get(j, "tokens"), &L->tokens[i]) &&
+            !nl_json_int64(nl_json_get(j, "targets"), &L->targets[i]) && !num(j, "loss", &L->loss[i]) &&
+            !num(j, "seconds", &L->seconds[i]) && !num(j, "service_seconds", &L->service[i]) &&
             !num(j, "paused_seconds", &L->paused[i]) && !num(j, "lr", &L->lr[i]) && !num(j, "grad_norm", &L->gnorm[i]))
             L->n++;
-        else
-            L->bad++;
+        else L->bad++;
         nl_json_free(j);
         p = eol + 1;
     }
@@ -169,10 +175,14 @@ static void test_determinism(nl_arch arch) {
         steplog L[5];
         for (int k = 0; k < 5; k++) read_log(logs[k], &L[k]);
         CHECKF(L[0].n == 4 && L[0].loss[0] > 0, "%s %s: %d steps", nl_arch_name(arch), backend, L[0].n);
-        CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s %s: run to run", nl_arch_name(arch), backend);
-        CHECKF(nl_t_same_file(outs[0], outs[2]) && same_losses(&L[0], &L[2]), "%s %s: threads 1 vs 2", nl_arch_name(arch), backend);
-        CHECKF(nl_t_same_file(outs[0], outs[3]) && same_losses(&L[0], &L[3]), "%s %s: act budget 0 vs 1024 MB", nl_arch_name(arch), backend);
-        CHECKF(nl_t_same_file(outs[0], outs[4]) && same_losses(&L[0], &L[4]), "%s %s: --overlap on vs off", nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s %s: run to run", nl_arch_name(arch),
+               backend);
+        CHECKF(nl_t_same_file(outs[0], outs[2]) && same_losses(&L[0], &L[2]), "%s %s: threads 1 vs 2",
+               nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[3]) && same_losses(&L[0], &L[3]), "%s %s: act budget 0 vs 1024 MB",
+               nl_arch_name(arch), backend);
+        CHECKF(nl_t_same_file(outs[0], outs[4]) && same_losses(&L[0], &L[4]), "%s %s: --overlap on vs off",
+               nl_arch_name(arch), backend);
         /* training moved the adapter: the losses are not all equal */
         CHECK(L[0].loss[0] != L[0].loss[3] || L[0].loss[1] != L[0].loss[2]);
     }
@@ -207,10 +217,10 @@ static void test_packing(nl_arch arch) {
             CHECK(train_hooked(&o, &h, NULL) == 0);
             read_log(logs[k], &L[k]);
         }
-        CHECKF(L[0].n == 3 && L[0].tokens[0] > 60, "%s %d: %d steps, %lld tokens in the first", nl_arch_name(arch), c, L[0].n,
-               (long long)L[0].tokens[0]);
-        CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]), "%s config %d: packed step vs one call a sequence",
-               nl_arch_name(arch), c);
+        CHECKF(L[0].n == 3 && L[0].tokens[0] > 60, "%s %d: %d steps, %lld tokens in the first", nl_arch_name(arch), c,
+               L[0].n, (long long)L[0].tokens[0]);
+        CHECKF(nl_t_same_file(outs[0], outs[1]) && same_losses(&L[0], &L[1]),
+               "%s config %d: packed step vs one call a sequence", nl_arch_name(arch), c);
     }
 }
 
@@ -276,7 +286,8 @@ static void test_log_json(const char *model, const char *data) {
 /* ---- --dump-grads ---- */
 
 /* The trainer's first batch and its gradients, computed here with the same parts. */
-static int direct_grads(const char *model, const char *data, const nl_train_opts *o, const char *init, float **grads, size_t *n) {
+static int direct_grads(const char *model, const char *data, const nl_train_opts *o, const char *init, float **grads,
+                        size_t *n) {
     nl_session s;
     if (nl_session_open(&s, model, NULL, NL_T_REF_CFG)) return -1;
     nl_adapter *ad = init ? nl_adapter_load(s.m, init) : nl_adapter_new(s.m, o->targets, o->rank, o->alpha, o->seed);
@@ -293,7 +304,13 @@ static int direct_grads(const char *model, const char *data, const nl_train_opts
     s.rt.adapter = ad;
     *n = ad->n_params;
     *grads = calloc(ad->n_params, sizeof(float));
-    nl_graph g = {.rt = &s.rt, .ad = ad, .grads = *grads, .dropout = o->dropout, .seed = o->seed, .step = 1, .act_budget = UINT64_MAX};
+    nl_graph g = {.rt = &s.rt,
+                  .ad = ad,
+                  .grads = *grads,
+                  .dropout = o->dropout,
+                  .seed = o->seed,
+                  .step = 1,
+                  .act_budget = UINT64_MAX};
     int64_t nt = 0;
     for (int i = 0; i < nseq; i++) nt += pk.seq[idx[i]].n_targets;
     int rc = 0;
@@ -316,18 +333,29 @@ static int direct_grads(const char *model, const char *data, const nl_train_opts
 }
 
 /* Checks a dump against the direct gradients; returns (via *a_zero) whether every dA is 0. */
-static void check_dump(const char *model, const char *dump, const float *want, size_t n, int *a_zero, int *b_zero, const char *what) {
+static void check_dump(const char *model, const char *dump, const float *want, size_t n, int *a_zero, int *b_zero,
+                       const char *what) {
     nl_model *m = nl_model_load(model);
     nl_adapter *g = m ? nl_adapter_load(m, dump) : NULL; /* names and shapes of an adapter of m */
     CHECKF(g != NULL, "%s: the dump does not load as an adapter: %s", what, nl_last_error());
-    if (!g) { nl_model_free(m); return; }
-    CHECKF(g->n_params == n && !memcmp(g->params, want, n * sizeof(float)), "%s: dumped gradients differ from nl_graph_seq's", what);
+    if (!g) {
+        nl_model_free(m);
+        return;
+    }
+    CHECKF(g->n_params == n && !memcmp(g->params, want, n * sizeof(float)),
+           "%s: dumped gradients differ from nl_graph_seq's", what);
     int fin = 1;
     *a_zero = *b_zero = 1;
     for (int i = 0; i < g->n; i++) {
         const float *A = nl_lora_A(g, i), *B = nl_lora_B(g, i);
-        for (int64_t j = 0; j < g->t[i].rank * g->t[i].n_in; j++) { fin &= isfinite(A[j]) != 0; *a_zero &= A[j] == 0.0f; }
-        for (int64_t j = 0; j < g->t[i].rank * g->t[i].n_out; j++) { fin &= isfinite(B[j]) != 0; *b_zero &= B[j] == 0.0f; }
+        for (int64_t j = 0; j < g->t[i].rank * g->t[i].n_in; j++) {
+            fin &= isfinite(A[j]) != 0;
+            *a_zero &= A[j] == 0.0f;
+        }
+        for (int64_t j = 0; j < g->t[i].rank * g->t[i].n_out; j++) {
+            fin &= isfinite(B[j]) != 0;
+            *b_zero &= B[j] == 0.0f;
+        }
     }
     CHECKF(fin, "%s: non-finite gradients", what);
     nl_adapter_free(g);
@@ -388,7 +416,8 @@ static void test_dump_grads_and_init(const char *model, const char *data) {
     s.rt.adapter = NULL;
     CHECK(nl_eval_dataset(&s.rt, &ds, 2048, &er) == 0);
     double base = nl_eval_loss(&er);
-    CHECKF(fabs(r.first_loss - with) <= 1e-5 * with, "first loss %.9g vs eval loss of the init adapter %.9g", r.first_loss, with);
+    CHECKF(fabs(r.first_loss - with) <= 1e-5 * with, "first loss %.9g vs eval loss of the init adapter %.9g",
+           r.first_loss, with);
     CHECKF(fabs(base - with) > 1e-3, "the init adapter should change the loss (%.9g vs base %.9g)", with, base);
     nl_dataset_free(&ds);
     /* the written adapter has the init's shape */
@@ -430,8 +459,10 @@ static void test_targets(const char *model, const char *data) {
     remove(out);
     o.targets = "q,output";
     CHECK(nl_train(&o, &r) == -1);
-    CHECKF(strstr(nl_last_error(), "--targets output: ") && strstr(nl_last_error(), "ties its output head to token_embd.weight") &&
-           strstr(nl_last_error(), "llama.cpp") && strstr(nl_last_error(), "merge"), "%s", nl_last_error());
+    CHECKF(strstr(nl_last_error(), "--targets output: ") &&
+               strstr(nl_last_error(), "ties its output head to token_embd.weight") &&
+               strstr(nl_last_error(), "llama.cpp") && strstr(nl_last_error(), "merge"),
+           "%s", nl_last_error());
     CHECK(access(out, F_OK) != 0);
     char init[512];
     path_of(init, sizeof init, "tied-head-init.gguf");
@@ -478,7 +509,10 @@ static void test_epochs(const char *model) {
         fprintf(f, "]}\n");
     }
     fclose(f);
-    struct { double epochs; int steps, want; } cases[] = {{2, 0, 10}, {1.5, 0, 8}, {0.3, 0, 2}, {1, 7, 7}, {1, 0, 5}};
+    struct {
+        double epochs;
+        int steps, want;
+    } cases[] = {{2, 0, 10}, {1.5, 0, 8}, {0.3, 0, 2}, {1, 7, 7}, {1, 0, 5}};
     for (int c = 0; c < 5; c++) {
         for (int sh = 0; sh < 2; sh++) {
             nl_train_opts o;
@@ -490,8 +524,9 @@ static void test_epochs(const char *model) {
             o.log_json = log;
             nl_train_result r;
             CHECK(train(&o, &r) == 0);
-            CHECKF(r.total_steps == cases[c].want && r.steps_done == cases[c].want, "epochs %g steps %d: %lld steps, expected %d",
-                   cases[c].epochs, cases[c].steps, (long long)r.total_steps, cases[c].want);
+            CHECKF(r.total_steps == cases[c].want && r.steps_done == cases[c].want,
+                   "epochs %g steps %d: %lld steps, expected %d", cases[c].epochs, cases[c].steps,
+                   (long long)r.total_steps, cases[c].want);
             steplog L;
             read_log(log, &L);
             CHECK(L.n == cases[c].want);
@@ -521,8 +556,10 @@ static void test_schedule(const char *model, const char *data) {
         read_log(log, &L);
         CHECK(L.n == 6);
         /* the default floor is 0.1 * lr */
-        nl_schedule s = {.kind = cos ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = 1e-3, .warmup_steps = 2, .lr_min = cos == 2 ? 0 : 1e-4};
-        for (int i = 0; i < L.n; i++) CHECKF(L.lr[i] == nl_lr_at(&s, i + 1, 6), "%d step %d: lr %.17g", cos, i + 1, L.lr[i]);
+        nl_schedule s = {
+            .kind = cos ? NL_LR_COSINE : NL_LR_CONSTANT, .lr = 1e-3, .warmup_steps = 2, .lr_min = cos == 2 ? 0 : 1e-4};
+        for (int i = 0; i < L.n; i++)
+            CHECKF(L.lr[i] == nl_lr_at(&s, i + 1, 6), "%d step %d: lr %.17g", cos, i + 1, L.lr[i]);
         CHECK(L.lr[0] == 5e-4 && L.lr[1] == 1e-3);
         if (cos) {
             /* steps 3..6 decay over p = 0, 1/4, 2/4, 3/4; the floor would be step 7's */
@@ -610,10 +647,14 @@ static void test_refusals(const char *model, const char *data) {
         if (c == 1) b.dropout = 0.2f;
         if (c == 2) b.rank = 8;
         if (c == 3) b.data = data2;
-        if (c == 4) { b.seed = 7; b.clip = 0.5; }
+        if (c == 4) {
+            b.seed = 7;
+            b.clip = 0.5;
+        }
         int rc = nl_train(&b, &r);
         const char *e = nl_last_error();
-        CHECKF(rc == -1 && strstr(e, "cannot resume") && strstr(e, cases[c].needle1) && (!cases[c].needle2 || strstr(e, cases[c].needle2)),
+        CHECKF(rc == -1 && strstr(e, "cannot resume") && strstr(e, cases[c].needle1) &&
+                   (!cases[c].needle2 || strstr(e, cases[c].needle2)),
                "%s: rc %d, message: %s", cases[c].what, rc, e);
         if (c == 1) printf("refused resume: %s\n", e);
     }
@@ -629,7 +670,8 @@ static void test_refusals(const char *model, const char *data) {
      * then continued with allow_kernel_change, which warns (its numerics differ from the run so far) */
     o.resume = 1;
     o.proj.backend = "host";
-    CHECKF(train(&o, &r) == -1 && strstr(nl_last_error(), "--allow-kernel-change"), "another backend: %s", nl_last_error());
+    CHECKF(train(&o, &r) == -1 && strstr(nl_last_error(), "--allow-kernel-change"), "another backend: %s",
+           nl_last_error());
     o.allow_kernel_change = 1;
     FILE *prog = tmpfile();
     o.progress = o.warnings = prog; /* the warnings too: the test reads both */
@@ -639,10 +681,12 @@ static void test_refusals(const char *model, const char *data) {
     rewind(prog);
     CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
     fclose(prog);
-    CHECKF(strstr(text, "warning: resuming with other numerics (backend ref there, host now)") && strstr(text, "resumed from ") &&
-           strstr(text, "at step 2/5"), "progress: %s", text);
+    CHECKF(strstr(text, "warning: resuming with other numerics (backend ref there, host now)") &&
+               strstr(text, "resumed from ") && strstr(text, "at step 2/5"),
+           "progress: %s", text);
     /* training keeps the paper's precision policy, and says so */
-    CHECKF(strstr(text, "precision: auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF tensors as stored)\n"),
+    CHECKF(strstr(text, "precision: auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF tensors "
+                        "as stored)\n"),
            "progress: %s", text);
     free(text);
     steplog L;
@@ -717,10 +761,15 @@ static void test_pacing(const char *model, const char *data) {
     read_log(log, &L);
     double sum = 0;
     int paused_steps = 0;
-    for (int i = 0; i < L.n; i++) { sum += L.paused[i]; paused_steps += L.paused[i] > 0; }
+    for (int i = 0; i < L.n; i++) {
+        sum += L.paused[i];
+        paused_steps += L.paused[i] > 0;
+    }
     /* no tight timing bounds: the machine may be loaded (the status is hot for 0.5 s) */
-    CHECKF(r.paused_seconds > 0.05 && r.paused_seconds < 30.0, "paused %.3f s (status hot for 0.5 s)", r.paused_seconds);
-    CHECKF(fabs(sum - r.paused_seconds) < 1e-3 && paused_steps >= 1, "log paused_seconds sum %.4f over %d steps", sum, paused_steps);
+    CHECKF(r.paused_seconds > 0.05 && r.paused_seconds < 30.0, "paused %.3f s (status hot for 0.5 s)",
+           r.paused_seconds);
+    CHECKF(fabs(sum - r.paused_seconds) < 1e-3 && paused_steps >= 1, "log paused_seconds sum %.4f over %d steps", sum,
+           paused_steps);
     /* the paused steps' rows say why (the status file: thermal), the others say nothing */
     char *lt = nl_t_slurp(log, NULL);
     int n_kind = 0, n_other = 0;
@@ -729,7 +778,8 @@ static void test_pacing(const char *model, const char *data) {
         n_other += strncmp(q + 14, "\"thermal\"", 9) != 0;
     }
     free(lt);
-    CHECKF(n_kind == paused_steps && n_other == 0, "%d rows with pause_kind (%d not thermal), %d paused steps", n_kind, n_other, paused_steps);
+    CHECKF(n_kind == paused_steps && n_other == 0, "%d rows with pause_kind (%d not thermal), %d paused steps", n_kind,
+           n_other, paused_steps);
     fflush(prog);
     long sz = ftell(prog);
     char *text = calloc(1, (size_t)sz + 1);
@@ -759,7 +809,8 @@ static void test_startup(const char *model, const char *data) {
     defaults(&o, model, data, "/nonexistent-dir/adapter.gguf");
     o.log_json = log;
     nl_train_result r;
-    CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "/nonexistent-dir/adapter.gguf") && strstr(nl_last_error(), "cannot write"));
+    CHECK(nl_train(&o, &r) == -1 && strstr(nl_last_error(), "/nonexistent-dir/adapter.gguf") &&
+          strstr(nl_last_error(), "cannot write"));
     CHECK(r.steps_done == 0); /* refused before the first step */
     struct stat st;
     CHECK(stat(log, &st) != 0);
@@ -801,7 +852,9 @@ static void test_startup(const char *model, const char *data) {
     void *hctx = NULL;
     CHECK(nl_proj_backend_host.init(&hctx, 1, NULL) == 0);
     const char *mode = hctx ? nl_proj_host_compute(hctx) : "f32";
-    static const struct { const char *mode, *svc, *nodes; } lines[] = {
+    static const struct {
+        const char *mode, *svc, *nodes;
+    } lines[] = {
         {"f32", "f32 compute (", "synchronous, attention f32"},
         {"bf16", "bf16 compute (", "synchronous, attention bf16"},
         {"amx", "amx-bf16 for attn/mlp/head", "synchronous, attention and lora on amx tiles"},
@@ -827,11 +880,11 @@ static void test_startup(const char *model, const char *data) {
         CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
         fclose(prog);
         const int li = c ? 0 : auto_line;
-        CHECKF(strstr(text, lines[li].svc) && strstr(text, lines[li].nodes), "progress (%s): %s", c ? "f32" : mode, text);
+        CHECKF(strstr(text, lines[li].svc) && strstr(text, lines[li].nodes), "progress (%s): %s", c ? "f32" : mode,
+               text);
         free(text);
     }
 }
-
 
 /* ---- MeZO ---- */
 
@@ -924,7 +977,11 @@ static void *rapl_thread(void *arg) {
         char t[720];
         snprintf(t, sizeof t, "%s.tmp", c->path);
         FILE *f = fopen(t, "w");
-        if (f) { fprintf(f, "%lld\n", uj); fclose(f); rename(t, c->path); }
+        if (f) {
+            fprintf(f, "%lld\n", uj);
+            fclose(f);
+            rename(t, c->path);
+        }
         nl_t_sleep(0.001);
     }
     return NULL;
@@ -944,7 +1001,9 @@ static void test_energy(const char *model, const char *data) {
     char root[512], dir[600], out[512], log[512], cmd[3000];
     path_of(root, sizeof root, "fake_sys");
     snprintf(dir, sizeof dir, "%s/sys/class/powercap/intel-rapl:0", root);
-    snprintf(cmd, sizeof cmd, "mkdir -p %s && echo package-0 > %s/name && echo 1000000 > %s/energy_uj && echo 262143328850 > %s/max_energy_range_uj",
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s && echo package-0 > %s/name && echo 1000000 > %s/energy_uj && echo 262143328850 > "
+             "%s/max_energy_range_uj",
              dir, dir, dir, dir);
     CHECK(system(cmd) == 0);
     path_of(out, sizeof out, "energy.gguf");
@@ -975,8 +1034,7 @@ static void test_energy(const char *model, const char *data) {
         nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
         double jl, jpt, tok;
         lines++;
-        if (!num(j, "joules", &jl) && !num(j, "joules_per_token", &jpt) && !num(j, "tokens", &tok))
-        {
+        if (!num(j, "joules", &jl) && !num(j, "joules_per_token", &jpt) && !num(j, "tokens", &tok)) {
             /* the fake counter moves every ms; a step on a loaded machine may see no tick */
             good += jl >= 0 && fabs(jpt - jl / tok) <= 1e-5 * jpt;
             positive += jl > 0;
@@ -985,8 +1043,8 @@ static void test_energy(const char *model, const char *data) {
         p = eol + 1;
     }
     free(b);
-    CHECKF(lines == 6 && good == 6 && positive >= 1, "%d lines, %d with joules >= 0 and joules_per_token = joules/tokens, %d > 0",
-           lines, good, positive);
+    CHECKF(lines == 6 && good == 6 && positive >= 1,
+           "%d lines, %d with joules >= 0 and joules_per_token = joules/tokens, %d > 0", lines, good, positive);
     /* no counter under this root: said so at start-up, no joules in the log */
     path_of(root, sizeof root, "empty_sys");
     snprintf(cmd, sizeof cmd, "mkdir -p %s", root);
@@ -1036,7 +1094,9 @@ static void test_memory(const char *model_q8) {
     CHECK(train(&o, NULL) == 0);
     char *text = progress_text(o.progress);
     /* the rows of one graph call: the step's four sequences packed (1000 + 3 x 20) */
-    CHECKF(strstr(text, "memory: needs ") && strstr(text, "for 1060 tokens") && strstr(text, "allowed (--mem-limit-mb)"), "%s", text);
+    CHECKF(strstr(text, "memory: needs ") && strstr(text, "for 1060 tokens") &&
+               strstr(text, "allowed (--mem-limit-mb)"),
+           "%s", text);
     free(text);
     /* too small a limit, with a large explicit budget: refused, quickly, with suggestions */
     int refused = 0;
@@ -1052,26 +1112,29 @@ static void test_memory(const char *model_q8) {
         if (rc == 0) continue;
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", nl_last_error());
-        CHECKF(strstr(msg, "not enough memory: needs ") && strstr(msg, "allowed by --mem-limit-mb") && strstr(msg, "nothing was trained"),
+        CHECKF(strstr(msg, "not enough memory: needs ") && strstr(msg, "allowed by --mem-limit-mb") &&
+                   strstr(msg, "nothing was trained"),
                "limit %g: %s", lim, msg);
         CHECK(r.steps_done == 0);
         struct stat st;
         CHECK(stat(out, &st) != 0);
-        double ab = suggested(msg, "--act-budget-mb"), ctx = suggested(msg, "--ctx"), bt = suggested(msg, "--batch-tokens");
+        double ab = suggested(msg, "--act-budget-mb"), ctx = suggested(msg, "--ctx"),
+               bt = suggested(msg, "--batch-tokens");
         if (!refused) printf("limit %g MB: %s\n", lim, msg);
         refused++;
         CHECKF(ab >= 0 || ctx >= 2, "limit %g: no suggestion: %s", lim, msg);
         if (ab >= 0) {
             o.act_budget_mb = (int64_t)ab;
-            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --act-budget-mb %g does not run", lim, ab);
+            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --act-budget-mb %g does not run",
+                   lim, ab);
             o.act_budget_mb = 1024;
         }
         if (ctx >= 2) {
             /* with --batch-tokens where the packed step is over too */
             o.max_ctx = (int)ctx;
             if (bt >= 1) o.batch_tokens = (int)bt;
-            CHECKF(train(&o, &r) == 0 && r.steps_done == 1, "limit %g: the suggested --ctx %g (--batch-tokens %g) does not run", lim,
-                   ctx, bt);
+            CHECKF(train(&o, &r) == 0 && r.steps_done == 1,
+                   "limit %g: the suggested --ctx %g (--batch-tokens %g) does not run", lim, ctx, bt);
         }
     }
     CHECKF(refused >= 3, "only %d limits were refused", refused);
@@ -1104,7 +1167,8 @@ static void test_memory(const char *model_q8) {
      * run estimates it (its held memory is the f32 run's) does. The "held" term is measured RSS,
      * which moves by some 10 KiB from run to run: a limit 0.01 MiB under f32's need was flaky. */
     o.mem_limit_mb = need[0] - (need[0] - need[1]) / 4;
-#ifndef __SANITIZE_ADDRESS__ /* the preflight's "held" term is measured RSS, which ASan's shadow and quarantine inflate */
+#ifndef __SANITIZE_ADDRESS__ /* the preflight's "held" term is measured RSS, which ASan's shadow and quarantine        \
+                                inflate */
     CHECK(nl_train(&o, &r) == -1);
     const char *e = nl_last_error();
     CHECKF(strstr(e, "--precision q8_0"), "%s (needs %g MiB at f32, %g at q8_0)", e, need[0], need[1]);
@@ -1125,7 +1189,10 @@ int main(void) {
     char model[512], data[512];
     path_of(model, sizeof model, "q3.gguf");
     path_of(data, sizeof data, "notes.jsonl");
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); return 1; }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        return 1;
+    }
     write_notes(data, 12, 0);
     double t0 = nl_now();
     test_determinism(NL_ARCH_LLAMA);

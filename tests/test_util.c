@@ -17,7 +17,10 @@ static int cpuinfo_has(const char *want) {
     char line[8192];
     int found = -1;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "flags", 5)) { found = 1; break; }
+        if (!strncmp(line, "flags", 5)) {
+            found = 1;
+            break;
+        }
     fclose(f);
     if (found < 0) return -1;
     char w[256];
@@ -44,8 +47,10 @@ static void test_cpu(void) {
     int bf16 = cpuinfo_has("avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_bf16");
     if (avx2 >= 0) {
         CHECKF(nl_cpu_has(NL_CPU_AVX2) == avx2, "avx2 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX2), avx2);
-        CHECKF(nl_cpu_has(NL_CPU_AVX512) == avx512, "avx512 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512), avx512);
-        CHECKF(nl_cpu_has(NL_CPU_AVX512BF16) == bf16, "bf16 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512BF16), bf16);
+        CHECKF(nl_cpu_has(NL_CPU_AVX512) == avx512, "avx512 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512),
+               avx512);
+        CHECKF(nl_cpu_has(NL_CPU_AVX512BF16) == bf16, "bf16 probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AVX512BF16),
+               bf16);
         /* Linux lists amx_tile / amx_bf16 only where it enabled the tile state */
         const int amx = cpuinfo_has("amx_tile amx_bf16");
         CHECKF(nl_cpu_has(NL_CPU_AMX) == amx, "amx probe %d, /proc/cpuinfo %d", nl_cpu_has(NL_CPU_AMX), amx);
@@ -120,8 +125,8 @@ static void test_splitmix_fnv(void) {
     CHECK(nl_fnv1a("foobar", 6) == 0x88FAD7C0A8FF07F2ULL);
 }
 
-/* The arena: sizes rounded up to 64 bytes (malloc's alignment at least), LIFO release to a mark reuses the same bytes (also across a
- * block boundary), an allocation larger than a block gets its own block, free empties it. */
+/* The arena: sizes rounded up to 64 bytes (malloc's alignment at least), LIFO release to a mark reuses the same bytes
+ * (also across a block boundary), an allocation larger than a block gets its own block, free empties it. */
 static void test_arena(void) {
     nl_arena a = {0};
     char *p0 = nl_arena_alloc(&a, 10);
@@ -146,7 +151,10 @@ static void test_arena(void) {
 
 /* the pool: every task runs exactly once, with its n_tasks, whatever the pool size and task
  * count (fewer tasks than workers, many more, one, none), job after job */
-typedef struct { int *hits; int n_tasks, bad; } pool_job;
+typedef struct {
+    int *hits;
+    int n_tasks, bad;
+} pool_job;
 static void count_task(void *arg, int task, int n_tasks) {
     pool_job *j = arg;
     if (n_tasks != j->n_tasks) __atomic_store_n(&j->bad, 1, __ATOMIC_RELAXED);

@@ -28,28 +28,34 @@
 static char tmp[256], model[512], data[512], val[512], val_nochoice[512];
 
 static const char *tags[] = {"work", "family", "shopping", "travel", "health"};
-static const char *notes[] = {"Book the hotel for Friday", "Call mum about the weekend", "Buy milk and eggs",
-                              "Send the report to the team", "Refill at the physio", "Renew the passport",
-                              "Pick up the kids at five", "Dentist at nine on Monday"};
+static const char *notes[] = {"Book the hotel for Friday",   "Call mum about the weekend", "Buy milk and eggs",
+                              "Send the report to the team", "Refill at the physio",       "Renew the passport",
+                              "Pick up the kids at five",    "Dentist at nine on Monday"};
 
 static void make_inputs(void) {
     snprintf(model, sizeof model, "%s/q3.gguf", tmp);
     snprintf(data, sizeof data, "%s/train.jsonl", tmp);
     snprintf(val, sizeof val, "%s/valid.jsonl", tmp);
     snprintf(val_nochoice, sizeof val_nochoice, "%s/valid_plain.jsonl", tmp);
-    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) { fprintf(stderr, "%s\n", nl_last_error()); exit(1); }
+    if (nl_mkmodel(NL_ARCH_QWEN3, "tiny", NL_TYPE_Q8_0, 5, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
     FILE *f = fopen(data, "w");
     for (int i = 0; i < 14; i++)
-        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 8], i % 3 ? " please" : "",
-                tags[(i * 3) % 5]);
+        fprintf(f, "{\"prompt\": \"Note: %s%s\\nTag:\", \"completion\": \" %s\"}\n", notes[i % 8],
+                i % 3 ? " please" : "", tags[(i * 3) % 5]);
     fclose(f);
     /* held-out notes tagged otherwise than in training: the validation loss falls, then rises */
     f = fopen(val, "w");
     FILE *g = fopen(val_nochoice, "w");
     for (int i = 0; i < 6; i++) {
         const char *tag = tags[(i * 3 + 2) % 5];
-        fprintf(f, "{\"prompt\": \"Note: %s soon\\nTag:\", \"completion\": \" %s\", \"choices\": [\" work\", \" family\", \" shopping\", "
-                   "\" travel\", \" health\"], \"answer\": \" %s\"}\n", notes[(i + 3) % 8], tag, tag);
+        fprintf(f,
+                "{\"prompt\": \"Note: %s soon\\nTag:\", \"completion\": \" %s\", \"choices\": [\" work\", \" family\", "
+                "\" shopping\", "
+                "\" travel\", \" health\"], \"answer\": \" %s\"}\n",
+                notes[(i + 3) % 8], tag, tag);
         fprintf(g, "{\"prompt\": \"Note: %s soon\\nTag:\", \"completion\": \" %s\"}\n", notes[(i + 3) % 8], tag);
     }
     fclose(f);
@@ -61,9 +67,12 @@ static void make_inputs(void) {
 /* constant lr, no warmup: the first k steps of a longer run are a k-step run */
 static void base_args(nl_t_args *a, const char *out, const char *steps) {
     nl_t_train_args(a, model, data, out);
-    nl_t_arg(a, "--steps"); nl_t_arg(a, steps);
-    nl_t_arg(a, "--lr"); nl_t_arg(a, "2e-2");
-    nl_t_arg(a, "--schedule"); nl_t_arg(a, "constant");
+    nl_t_arg(a, "--steps");
+    nl_t_arg(a, steps);
+    nl_t_arg(a, "--lr");
+    nl_t_arg(a, "2e-2");
+    nl_t_arg(a, "--schedule");
+    nl_t_arg(a, "constant");
 }
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", tmp, name); }
@@ -82,10 +91,16 @@ static void read_evals(const char *path, evals *E) {
     memset(E, 0, sizeof *E);
     size_t len;
     char *b = nl_t_slurp(path, &len);
-    if (!b) { E->bad = 1; return; }
+    if (!b) {
+        E->bad = 1;
+        return;
+    }
     for (char *p = b; *p;) {
         char *eol = strchr(p, '\n');
-        if (!eol) { E->bad = 1; break; }
+        if (!eol) {
+            E->bad = 1;
+            break;
+        }
         nl_json *j = nl_json_parse(p, (size_t)(eol - p), NULL);
         const nl_json *e = j ? nl_json_get(j, "eval") : NULL;
         if (!j) E->bad = 1;
@@ -101,7 +116,8 @@ static void read_evals(const char *path, evals *E) {
             const nl_json *a = nl_json_get(e, "accuracy");
             E->acc_null[i] = a && a->type == NL_JSON_NULL;
             E->acc[i] = a && nl_json_is_number(a) ? a->u.num.d : -1;
-            if (nl_json_int64(nl_json_get(e, "step"), &E->step[i]) || nl_json_int64(nl_json_get(e, "examples"), &E->examples[i]) ||
+            if (nl_json_int64(nl_json_get(e, "step"), &E->step[i]) ||
+                nl_json_int64(nl_json_get(e, "examples"), &E->examples[i]) ||
                 nl_json_int64(nl_json_get(e, "tokens"), &E->tokens[i]) || !nl_json_is_number(nl_json_get(e, "loss")) ||
                 !nl_json_is_number(nl_json_get(e, "seconds")))
                 E->bad = 1;
@@ -119,7 +135,9 @@ static void read_evals(const char *path, evals *E) {
 static int same_evals(const evals *a, const evals *b) {
     if (a->n != b->n) return 0;
     for (int i = 0; i < a->n; i++)
-        if (a->step[i] != b->step[i] || a->loss[i] != b->loss[i] || a->acc[i] != b->acc[i] || a->tokens[i] != b->tokens[i]) return 0;
+        if (a->step[i] != b->step[i] || a->loss[i] != b->loss[i] || a->acc[i] != b->acc[i] ||
+            a->tokens[i] != b->tokens[i])
+            return 0;
     return 1;
 }
 
@@ -129,8 +147,11 @@ static int64_t expected_stop(const evals *E, int P, int64_t *best_step) {
     int bad = 0;
     *best_step = 0;
     for (int i = 0; i < E->n; i++) {
-        if (*best_step == 0 || E->loss[i] < best) { best = E->loss[i]; *best_step = E->step[i]; bad = 0; }
-        else if (++bad >= P) return E->step[i];
+        if (*best_step == 0 || E->loss[i] < best) {
+            best = E->loss[i];
+            *best_step = E->step[i];
+            bad = 0;
+        } else if (++bad >= P) return E->step[i];
     }
     return 0;
 }
@@ -146,21 +167,26 @@ static void test_rows_and_eval(void) {
     path_of(plain, sizeof plain, "plain.gguf");
     nl_t_args a;
     base_args(&a, out, "6");
-    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
-    nl_t_arg(&a, "--eval-every"); nl_t_arg(&a, "2");
-    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, log);
+    nl_t_arg(&a, "--val-data");
+    nl_t_arg(&a, val);
+    nl_t_arg(&a, "--eval-every");
+    nl_t_arg(&a, "2");
+    nl_t_arg(&a, "--log-json");
+    nl_t_arg(&a, log);
     int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "exited %d", rc);
     evals E;
     read_evals(log, &E);
     CHECKF(E.bad == 0 && E.n == 3 && E.n_steps == 6, "%d eval rows, %d step rows, bad %d", E.n, E.n_steps, E.bad);
     for (int i = 0; i < E.n && i < 3; i++) {
-        CHECK(E.step[i] == 2 * (i + 1) && E.examples[i] == 6 && E.tokens[i] > 0 && !E.acc_null[i] && E.acc[i] >= 0 && E.acc[i] <= 1);
+        CHECK(E.step[i] == 2 * (i + 1) && E.examples[i] == 6 && E.tokens[i] > 0 && !E.acc_null[i] && E.acc[i] >= 0 &&
+              E.acc[i] <= 1);
         CHECK(E.seconds[i] >= 0 && isfinite(E.loss[i]));
     }
     CHECK(nl_t_file_has(err, "eval at step 2: val loss ") && nl_t_file_has(err, "eval at step 6: val loss "));
     /* the end's validation loss is what eval prints for the adapter written */
-    const char *const ev[] = {NL_CLI, "eval", "--model", model, "--adapter", out, "--data", val, "--backend", "host", "--threads", "2", NULL};
+    const char *const ev[] = {NL_CLI, "eval",      "--model", model,       "--adapter", out, "--data",
+                              val,    "--backend", "host",    "--threads", "2",         NULL};
     CHECK(nl_t_run(ev, err, eout) == 0);
     snprintf(line, sizeof line, "loss %.4f,", E.loss[2]);
     CHECKF(nl_t_file_has(eout, line), "eval does not print '%s'", line);
@@ -173,16 +199,18 @@ static void test_rows_and_eval(void) {
     CHECK(nl_t_same_file(out, plain));
     /* --val-split 0.25: lines 4, 8, 12 held out; one evaluation, at the end */
     base_args(&a, out, "3");
-    nl_t_arg(&a, "--val-split"); nl_t_arg(&a, "0.25");
-    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, log);
+    nl_t_arg(&a, "--val-split");
+    nl_t_arg(&a, "0.25");
+    nl_t_arg(&a, "--log-json");
+    nl_t_arg(&a, log);
     CHECK(nl_t_args_run(&a, err) == 0);
     read_evals(log, &E);
     CHECKF(E.n == 1 && E.step[0] == 3 && E.examples[0] == 3 && E.acc_null[0], "%d rows", E.n);
     CHECK(nl_t_file_has(err, ": 11 examples"));
 }
 
-static int64_t BEST, STOP, BEST_AT_STOP; /* of the 10-step run with an evaluation after every step */
-static char best_ref[512], stop_ref[512];  /* the adapters of a BEST-step and a BEST_AT_STOP-step run */
+static int64_t BEST, STOP, BEST_AT_STOP;  /* of the 10-step run with an evaluation after every step */
+static char best_ref[512], stop_ref[512]; /* the adapters of a BEST-step and a BEST_AT_STOP-step run */
 static evals FULL;
 
 static void test_keep_best(void) {
@@ -193,10 +221,13 @@ static void test_keep_best(void) {
     path_of(best_ref, sizeof best_ref, "best_ref.gguf");
     nl_t_args a;
     base_args(&a, out, "10");
-    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
-    nl_t_arg(&a, "--eval-every"); nl_t_arg(&a, "1");
+    nl_t_arg(&a, "--val-data");
+    nl_t_arg(&a, val);
+    nl_t_arg(&a, "--eval-every");
+    nl_t_arg(&a, "1");
     nl_t_arg(&a, "--keep-best");
-    nl_t_arg(&a, "--log-json"); nl_t_arg(&a, log);
+    nl_t_arg(&a, "--log-json");
+    nl_t_arg(&a, log);
     CHECK(nl_t_args_run(&a, err) == 0);
     read_evals(log, &FULL);
     CHECK(FULL.n == 10 && FULL.bad == 0);
@@ -207,8 +238,8 @@ static void test_keep_best(void) {
         if (i == 0 || FULL.loss[i] < FULL.loss[BEST - 1]) BEST = FULL.step[i];
     printf("keep-best: val losses");
     for (int i = 0; i < FULL.n; i++) printf(" %.4f", FULL.loss[i]);
-    printf("; best at step %lld; --early-stop 2 stops at %lld (best then: step %lld)\n", (long long)BEST, (long long)STOP,
-           (long long)best_before_stop);
+    printf("; best at step %lld; --early-stop 2 stops at %lld (best then: step %lld)\n", (long long)BEST,
+           (long long)STOP, (long long)best_before_stop);
     BEST_AT_STOP = best_before_stop;
     /* the inputs are made for the best to come before the end: else the test shows nothing */
     CHECKF(BEST >= 1 && BEST < 10, "best step %lld", (long long)BEST);
@@ -224,19 +255,30 @@ static void test_keep_best(void) {
     CHECKF(nl_t_same_file(out, best_ref), "--out is not the adapter of step %lld", (long long)BEST);
     snprintf(want, sizeof want, "best so far: adapter of step %lld written to %s", (long long)BEST, out);
     CHECK(nl_t_file_has(err, want));
-    snprintf(want, sizeof want, "the best adapter (step %lld, val loss %.4f) is in %s", (long long)BEST, FULL.loss[BEST - 1], out);
+    snprintf(want, sizeof want, "the best adapter (step %lld, val loss %.4f) is in %s", (long long)BEST,
+             FULL.loss[BEST - 1], out);
     CHECKF(nl_t_file_has(err, want), "no '%s'", want);
 }
 
 /* The early-stop run's arguments: keep-best, an evaluation after every step, patience 2. */
 static void es_args(nl_t_args *a, const char *out, const char *log, const char *ck) {
     base_args(a, out, "10");
-    nl_t_arg(a, "--val-data"); nl_t_arg(a, val);
-    nl_t_arg(a, "--eval-every"); nl_t_arg(a, "1");
-    nl_t_arg(a, "--keep-best"); nl_t_arg(a, "loss");
-    nl_t_arg(a, "--early-stop"); nl_t_arg(a, "2");
-    nl_t_arg(a, "--log-json"); nl_t_arg(a, log);
-    if (ck) { nl_t_arg(a, "--checkpoint-dir"); nl_t_arg(a, ck); nl_t_arg(a, "--commit-every"); nl_t_arg(a, "3"); }
+    nl_t_arg(a, "--val-data");
+    nl_t_arg(a, val);
+    nl_t_arg(a, "--eval-every");
+    nl_t_arg(a, "1");
+    nl_t_arg(a, "--keep-best");
+    nl_t_arg(a, "loss");
+    nl_t_arg(a, "--early-stop");
+    nl_t_arg(a, "2");
+    nl_t_arg(a, "--log-json");
+    nl_t_arg(a, log);
+    if (ck) {
+        nl_t_arg(a, "--checkpoint-dir");
+        nl_t_arg(a, ck);
+        nl_t_arg(a, "--commit-every");
+        nl_t_arg(a, "3");
+    }
 }
 
 static evals ES;
@@ -254,8 +296,8 @@ static void test_early_stop(void) {
     int rc = nl_t_args_run(&a, err);
     CHECKF(rc == 0, "exited %d", rc);
     read_evals(log, &ES);
-    CHECKF(ES.n > 0 && ES.step[ES.n - 1] == STOP && ES.n_steps == STOP, "stopped after %d rows, %d steps; expected step %lld", ES.n,
-           ES.n_steps, (long long)STOP);
+    CHECKF(ES.n > 0 && ES.step[ES.n - 1] == STOP && ES.n_steps == STOP,
+           "stopped after %d rows, %d steps; expected step %lld", ES.n, ES.n_steps, (long long)STOP);
     snprintf(want, sizeof want, "early stop after %lld/10 steps", (long long)STOP);
     CHECKF(nl_t_file_has(err, want), "no '%s'", want);
     CHECK(nl_t_file_has(err, "without improvement: early stop"));
@@ -300,9 +342,11 @@ static void test_resume(int kill_at) {
         for (int i = 0; i < 2; i++) {
             es_args(&a, out, log, ck);
             if (i) nl_t_arg(&a, "--resume");
-            nl_t_arg(&a, "--stop-after"); nl_t_arg(&a, "2");
+            nl_t_arg(&a, "--stop-after");
+            nl_t_arg(&a, "2");
             int rc = nl_t_args_run(&a, err);
-            CHECKF(rc == 0 && newest_commit(ck) == 2 * (i + 1), "%s %d: rc %d, newest commit %d", name, i, rc, newest_commit(ck));
+            CHECKF(rc == 0 && newest_commit(ck) == 2 * (i + 1), "%s %d: rc %d, newest commit %d", name, i, rc,
+                   newest_commit(ck));
         }
     }
     es_args(&a, out, log, ck);
@@ -311,8 +355,8 @@ static void test_resume(int kill_at) {
     CHECKF(rc == 0, "%s: resume exited %d", name, rc);
     evals E;
     read_evals(log, &E);
-    CHECKF(same_evals(&E, &ES) && E.n_steps == ES.n_steps, "%s: evaluation rows differ from the uninterrupted run's (%d vs %d)", name, E.n,
-           ES.n);
+    CHECKF(same_evals(&E, &ES) && E.n_steps == ES.n_steps,
+           "%s: evaluation rows differ from the uninterrupted run's (%d vs %d)", name, E.n, ES.n);
     CHECKF(nl_t_same_file(out, es_out), "%s: the adapter differs from the uninterrupted run's", name);
     CHECK(newest_commit(ck) == STOP);
     /* resumed once more at the early stop: nothing to do, the same adapter */
@@ -325,23 +369,34 @@ static void test_refusals(void) {
     path_of(err, sizeof err, "r.err");
     nl_t_args a;
     base_args(&a, out, "2");
-    nl_t_arg(&a, "--eval-every"); nl_t_arg(&a, "1");
-    CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "--eval-every needs a validation set: --val-data FILE or --val-split F"));
+    nl_t_arg(&a, "--eval-every");
+    nl_t_arg(&a, "1");
+    CHECK(nl_t_args_run(&a, err) == 2 &&
+          nl_t_file_has(err, "--eval-every needs a validation set: --val-data FILE or --val-split F"));
     base_args(&a, out, "2");
-    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val_nochoice);
-    nl_t_arg(&a, "--keep-best"); nl_t_arg(&a, "accuracy");
-    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "--keep-best accuracy: the validation set") && nl_t_file_has(err, "has no line with \"choices\""));
+    nl_t_arg(&a, "--val-data");
+    nl_t_arg(&a, val_nochoice);
+    nl_t_arg(&a, "--keep-best");
+    nl_t_arg(&a, "accuracy");
+    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "--keep-best accuracy: the validation set") &&
+          nl_t_file_has(err, "has no line with \"choices\""));
     base_args(&a, out, "2");
-    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
-    nl_t_arg(&a, "--keep-best"); nl_t_arg(&a, "lowest");
+    nl_t_arg(&a, "--val-data");
+    nl_t_arg(&a, val);
+    nl_t_arg(&a, "--keep-best");
+    nl_t_arg(&a, "lowest");
     CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "unexpected argument 'lowest'"));
     base_args(&a, out, "2");
-    nl_t_arg(&a, "--val-data"); nl_t_arg(&a, val);
-    nl_t_arg(&a, "--val-split"); nl_t_arg(&a, "0.2");
+    nl_t_arg(&a, "--val-data");
+    nl_t_arg(&a, val);
+    nl_t_arg(&a, "--val-split");
+    nl_t_arg(&a, "0.2");
     CHECK(nl_t_args_run(&a, err) == 2 && nl_t_file_has(err, "give --val-data or --val-split, not both"));
     base_args(&a, out, "2");
-    nl_t_arg(&a, "--val-split"); nl_t_arg(&a, "0.05");
-    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "--val-split 0.05: ") && nl_t_file_has(err, "14 examples, too few"));
+    nl_t_arg(&a, "--val-split");
+    nl_t_arg(&a, "0.05");
+    CHECK(nl_t_args_run(&a, err) == 1 && nl_t_file_has(err, "--val-split 0.05: ") &&
+          nl_t_file_has(err, "14 examples, too few"));
 }
 
 int main(void) {

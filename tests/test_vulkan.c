@@ -29,7 +29,7 @@
 
 #if defined(NL_HAVE_VULKAN)
 
-static const int all_types[] = {NL_TYPE_F32, NL_TYPE_F16, NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0,
+static const int all_types[] = {NL_TYPE_F32,  NL_TYPE_F16,  NL_TYPE_BF16, NL_TYPE_Q8_0, NL_TYPE_Q4_0,
                                 NL_TYPE_Q4_1, NL_TYPE_Q5_0, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
 #define N_TYPES ((int)(sizeof all_types / sizeof *all_types))
 
@@ -173,12 +173,13 @@ static void test_bits(void *ctx, int type) {
                    nl_proj_vulkan_weight_parts(small, &pw));
             bad = 0;
             for (size_t i = 0; i < n; i++) bad += y0[i] != y1[i];
-            CHECKF(bad == 0, "type %s dir %d: split into %d buffers of %llu bytes: %d outputs differ", nl_type_name(type), d,
-                   nl_proj_vulkan_weight_parts(small, &pw), (unsigned long long)lim, bad);
+            CHECKF(bad == 0, "type %s dir %d: split into %d buffers of %llu bytes: %d outputs differ",
+                   nl_type_name(type), d, nl_proj_vulkan_weight_parts(small, &pw), (unsigned long long)lim, bad);
         }
         if (staged) {
             CHECK(nl_proj_backend_vulkan.run(staged, &pw, (nl_dir)d, x, T, y1) == 0);
-            CHECKF(memcmp(y0, y1, sizeof(float) * n) == 0, "type %s dir %d: staged upload differs", nl_type_name(type), d);
+            CHECKF(memcmp(y0, y1, sizeof(float) * n) == 0, "type %s dir %d: staged upload differs", nl_type_name(type),
+                   d);
         }
         free(y0);
         free(y1);
@@ -239,13 +240,18 @@ static void test_service(void) {
     for (int i = 0; i < N_TYPES; i++) {
         const int K = all_types[i] == NL_TYPE_Q4_K || all_types[i] == NL_TYPE_Q6_K ? 256 : 96, N = 70 + i;
         ws[i] = rand_weight(all_types[i], N, K);
-        nl_proj_weight w = {.name = nl_type_name(all_types[i]), .type = all_types[i], .n_in = K, .n_out = N, .data = ws[i],
+        nl_proj_weight w = {.name = nl_type_name(all_types[i]),
+                            .type = all_types[i],
+                            .n_in = K,
+                            .n_out = N,
+                            .data = ws[i],
                             .cls = NL_CLASS_MLP};
         CHECK(nl_proj_add(s, &w) == i && nl_proj_add(h, &w) == i);
     }
     /* an F32 weight whose row is larger than the buffers once they are lowered: routed */
     ws[N_TYPES] = rand_weight(NL_TYPE_F32, 3, 2048);
-    nl_proj_weight big = {.name = "wide", .type = NL_TYPE_F32, .n_in = 2048, .n_out = 3, .data = ws[N_TYPES], .cls = NL_CLASS_MLP};
+    nl_proj_weight big = {
+        .name = "wide", .type = NL_TYPE_F32, .n_in = 2048, .n_out = 3, .data = ws[N_TYPES], .cls = NL_CLASS_MLP};
     CHECK(nl_proj_add(s, &big) == N_TYPES && nl_proj_add(h, &big) == N_TYPES);
     CHECK(nl_proj_vulkan_set_buffer_limit(s->be_ctx, 4096) == 0);
     const int buckets[] = {1, 16, 40};
@@ -253,15 +259,16 @@ static void test_service(void) {
     CHECK(nl_proj_plan(h, buckets, 3) == 0);
     nl_proj_plan_totals tot;
     nl_proj_plan_get_totals(s, &tot);
-    CHECKF(tot.checks == (N_TYPES + 1) * 6 && tot.passed == N_TYPES * 6 && tot.routed == 6, "%d checks, %d passed, %d routed",
-           tot.checks, tot.passed, tot.routed);
+    CHECKF(tot.checks == (N_TYPES + 1) * 6 && tot.passed == N_TYPES * 6 && tot.routed == 6,
+           "%d checks, %d passed, %d routed", tot.checks, tot.passed, tot.routed);
     char sum[256];
     nl_proj_plan_format_summary(s, sum, sizeof sum);
     printf("plan: %s\n", sum);
     for (int i = 0; i <= N_TYPES; i++)
         for (int d = 0; d < 2; d++) {
             const nl_proj_weight *w = nl_proj_get(s, i);
-            const int nin = d == NL_FWD ? (int)w->n_in : (int)w->n_out, nout = d == NL_FWD ? (int)w->n_out : (int)w->n_in;
+            const int nin = d == NL_FWD ? (int)w->n_in : (int)w->n_out,
+                      nout = d == NL_FWD ? (int)w->n_out : (int)w->n_in;
             const int T = 53; /* 40 + 1 x 13: two buckets */
             float *x = malloc(sizeof(float) * (size_t)T * nin), *y = malloc(sizeof(float) * (size_t)T * nout),
                   *yh = malloc(sizeof(float) * (size_t)T * nout);
@@ -310,8 +317,8 @@ static void test_wire(void) {
     /* the activations crossed as FP16 (2 bytes each; the outputs 4), the retries too */
     uint64_t out_b, in_b = nl_proj_vulkan_io_bytes(s->be_ctx, &out_b);
     CHECKF(in_b > 2 * (uint64_t)K * T && in_b * 2 * N == out_b * K,
-           "wire bytes: %llu in, %llu out for %d rows and %llu retries", (unsigned long long)in_b, (unsigned long long)out_b, T,
-           (unsigned long long)st.retries);
+           "wire bytes: %llu in, %llu out for %d rows and %llu retries", (unsigned long long)in_b,
+           (unsigned long long)out_b, T, (unsigned long long)st.retries);
     double e = 0, m = 0;
     for (int i = 0; i < T * N; i++) {
         e += ((double)y[i] - yr[i]) * ((double)y[i] - yr[i]);
@@ -352,56 +359,72 @@ static void test_cli(const char *cpu_kind) {
         CHECK(0);
         return;
     }
-    snprintf(cmd, sizeof cmd, "%s mkmodel --arch qwen3 --preset tiny --out %s/m.gguf > /dev/null && "
-             "printf '{\"text\": \"hello vulkan\"}\\n{\"text\": \"one more line of text\"}\\n{\"text\": \"and a third\"}\\n' > %s/d.jsonl",
+    snprintf(cmd, sizeof cmd,
+             "%s mkmodel --arch qwen3 --preset tiny --out %s/m.gguf > /dev/null && "
+             "printf '{\"text\": \"hello vulkan\"}\\n{\"text\": \"one more line of text\"}\\n{\"text\": \"and a "
+             "third\"}\\n' > %s/d.jsonl",
              NL_CLI, dir, dir);
     CHECK(sh(cmd) == 0);
     const char *common = "--steps 4 --batch-tokens 48 --rank 4 --threads 2 --thermal off --seed 7";
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/h.gguf %s --backend host --compute f32 > %s/host.txt 2>&1",
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/h.gguf %s --backend host --compute f32 > "
+             "%s/host.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir);
     CHECK(sh(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan --vulkan-device 0 "
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan --vulkan-device 0 "
              "--checkpoint-dir %s/ck --stop-after 2 > %s/vk.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir, dir);
     CHECK(sh(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan "
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan "
              "--checkpoint-dir %s/ck --resume >> %s/vk.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir, dir);
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/vk.txt", dir);
     CHECKF(nl_t_file_has(path, "service: vulkan backend, f32 compute on device 0, "), "train does not name the device");
-    CHECKF(nl_t_file_has(path, " 0 routed to CPU"), "the planner routed a projection of the tiny model away from vulkan");
+    CHECKF(nl_t_file_has(path, " 0 routed to CPU"),
+           "the planner routed a projection of the tiny model away from vulkan");
     double lh[16], lv[16];
     char hp[512];
     snprintf(hp, sizeof hp, "%s/host.txt", dir);
     const int nh = read_losses(hp, "step ", "loss ", lh, 16), nv = read_losses(path, "step ", "loss ", lv, 16);
     CHECKF(nh == 4 && nv == 4, "%d host and %d vulkan loss lines", nh, nv);
     for (int i = 0; i < nh && i < nv; i++)
-        CHECKF(fabs(lh[i] - lv[i]) <= 2e-2 * fabs(lh[i]), "step %d: loss %.6f on host, %.6f on vulkan", i + 1, lh[i], lv[i]);
+        CHECKF(fabs(lh[i] - lv[i]) <= 2e-2 * fabs(lh[i]), "step %d: loss %.6f on host, %.6f on vulkan", i + 1, lh[i],
+               lv[i]);
     /* a resume on another backend: refused, unless asked */
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --steps 6 --backend host "
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --steps 6 --backend host "
              "--checkpoint-dir %s/ck --resume > %s/r1.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir, dir);
     CHECK(sh(cmd) != 0);
     snprintf(path, sizeof path, "%s/r1.txt", dir);
     CHECKF(nl_t_file_has(path, "--allow-kernel-change"), "the refused resume does not say how to continue");
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --steps 6 --backend host "
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --steps 6 --backend host "
              "--checkpoint-dir %s/ck --resume --allow-kernel-change > %s/r2.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir, dir);
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/r2.txt", dir);
     CHECKF(nl_t_file_has(path, "warning: resuming on other kernels"), "the accepted resume does not warn");
     /* bench proj on this backend: a CPU driver gets no speed figure, only the difference from ref */
-    snprintf(cmd, sizeof cmd, "%s bench proj --model %s/m.gguf --backend vulkan --reps 1 --tokens 4 > %s/bench.txt 2>&1", NL_CLI, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s bench proj --model %s/m.gguf --backend vulkan --reps 1 --tokens 4 > %s/bench.txt 2>&1", NL_CLI, dir,
+             dir);
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/bench.txt", dir);
-    CHECKF(nl_t_file_has(path, "vulkan backend: f32 compute on device") && nl_t_file_has(path, "vulkan ms"), "bench proj --backend vulkan");
+    CHECKF(nl_t_file_has(path, "vulkan backend: f32 compute on device") && nl_t_file_has(path, "vulkan ms"),
+           "bench proj --backend vulkan");
     if (!strcmp(cpu_kind, "cpu"))
         CHECKF(nl_t_file_has(path, ": a CPU driver, no speed figure"), "bench proj on a CPU driver gave speed figures");
-    snprintf(cmd, sizeof cmd, "%s bench proj --model %s/m.gguf --backend ref --reps 1 --tokens 4 --json > %s/bench.json 2>&1", NL_CLI, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "%s bench proj --model %s/m.gguf --backend ref --reps 1 --tokens 4 --json > %s/bench.json 2>&1", NL_CLI,
+             dir, dir);
     CHECK(sh(cmd) == 0);
     snprintf(path, sizeof path, "%s/bench.json", dir);
-    CHECKF(nl_t_file_has(path, "\"ref_ms\": ") && nl_t_file_has(path, "\"backend\": \"ref\""), "bench proj --backend ref --json");
+    CHECKF(nl_t_file_has(path, "\"ref_ms\": ") && nl_t_file_has(path, "\"backend\": \"ref\""),
+           "bench proj --backend ref --json");
     nl_t_tmpdir_done(dir);
 }
 
@@ -413,23 +436,29 @@ static void test_cli_arch(const char *arch) {
         CHECK(0);
         return;
     }
-    snprintf(cmd, sizeof cmd, "%s mkmodel --arch %s --preset tiny --out %s/m.gguf > /dev/null && "
-             "printf '{\"text\": \"hello vulkan, %s\"}\\n{\"text\": \"one more line of text\"}\\n{\"text\": \"and a third\"}\\n' > %s/d.jsonl",
+    snprintf(cmd, sizeof cmd,
+             "%s mkmodel --arch %s --preset tiny --out %s/m.gguf > /dev/null && "
+             "printf '{\"text\": \"hello vulkan, %s\"}\\n{\"text\": \"one more line of text\"}\\n{\"text\": \"and a "
+             "third\"}\\n' > %s/d.jsonl",
              NL_CLI, arch, dir, arch, dir);
     CHECK(sh(cmd) == 0);
     const char *common = "--steps 4 --batch-tokens 48 --rank 4 --threads 2 --thermal off --seed 7";
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/h.gguf %s --backend host --compute f32 "
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/h.gguf %s --backend host --compute f32 "
              "--log-json %s/host.jsonl > %s/host.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir, dir);
     CHECKF(sh(cmd) == 0, "%s: train on host", arch);
-    snprintf(cmd, sizeof cmd, "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan "
+    snprintf(cmd, sizeof cmd,
+             "%s train --model %s/m.gguf --data %s/d.jsonl --out %s/v.gguf %s --backend vulkan "
              "--log-json %s/vk.jsonl > %s/vk.txt 2>&1",
              NL_CLI, dir, dir, dir, common, dir, dir);
     CHECKF(sh(cmd) == 0, "%s: train on vulkan", arch);
     snprintf(hp, sizeof hp, "%s/host.txt", dir);
     snprintf(vp, sizeof vp, "%s/vk.txt", dir);
-    CHECKF(nl_t_file_has(vp, "service: vulkan backend, f32 compute on device "), "%s: train does not name the device", arch);
-    CHECKF(nl_t_file_has(vp, " 0 routed to CPU"), "%s: the planner routed a projection of the tiny model away from vulkan", arch);
+    CHECKF(nl_t_file_has(vp, "service: vulkan backend, f32 compute on device "), "%s: train does not name the device",
+           arch);
+    CHECKF(nl_t_file_has(vp, " 0 routed to CPU"),
+           "%s: the planner routed a projection of the tiny model away from vulkan", arch);
     double lh[16], lv[16];
     snprintf(hp, sizeof hp, "%s/host.jsonl", dir);
     snprintf(vp, sizeof vp, "%s/vk.jsonl", dir);
@@ -441,7 +470,8 @@ static void test_cli_arch(const char *arch) {
         if (d > worst) worst = d;
         CHECKF(d <= 2e-2, "%s step %d: loss %.6f on host, %.6f on vulkan", arch, i + 1, lh[i], lv[i]);
     }
-    printf("vulkan: %s trains: 4 losses within %.2g of the host's f32 (relative; first %.9f vs %.9f)\n", arch, worst, lh[0], lv[0]);
+    printf("vulkan: %s trains: 4 losses within %.2g of the host's f32 (relative; first %.9f vs %.9f)\n", arch, worst,
+           lh[0], lv[0]);
     nl_t_tmpdir_done(dir);
 }
 
@@ -474,7 +504,8 @@ static void test_api_device(void) {
             if (fabs(lh[i] - lv[i]) > worst) worst = fabs(lh[i] - lv[i]);
             if (fabs(lh[i]) > scale) scale = fabs(lh[i]);
         }
-        CHECKF(worst <= 1e-3 * scale, "logits on vulkan device 0 differ from the host's by %g (scale %g)", worst, scale);
+        CHECKF(worst <= 1e-3 * scale, "logits on vulkan device 0 differ from the host's by %g (scale %g)", worst,
+               scale);
         free(lh);
         free(lv);
     }
@@ -526,7 +557,8 @@ int main(void) {
 #else
 
 int main(void) {
-    printf("SKIPPED: this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)\n");
+    printf("SKIPPED: this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or "
+           "-DNL_VULKAN=OFF)\n");
     return 77;
 }
 

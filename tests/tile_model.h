@@ -39,8 +39,8 @@ static inline float m_step(float c, uint16_t a, uint16_t b) { return m_ftz(c + m
 /* C[M][N] (ldc) (=|+=) A·B as the nodes' tile GEMM computes it (cpu/tiles.h): the FP32 inputs
  * rounded by m_bf16_daz, one chain per element over k = 0 .. up32(K) − 1 (zeros past K),
  * A[m][k] = a[m·ras + k·cas], B[k][n] = b[k·rbs + n·cbs]. */
-static inline void m_gemm(float *C, int64_t ldc, const float *a, int64_t ras, int64_t cas, const float *b, int64_t rbs, int64_t cbs,
-                   int M, int N, int K, int accumulate) {
+static inline void m_gemm(float *C, int64_t ldc, const float *a, int64_t ras, int64_t cas, const float *b, int64_t rbs,
+                          int64_t cbs, int M, int N, int K, int accumulate) {
     const int Kp = (K + 31) / 32 * 32;
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {

@@ -28,13 +28,14 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
  * '-'; a checkpoint directory's run.json works as is) put before the command line's, so the
  * command line wins; *argc_out and *argv_out are the merged flags (argv itself when there is no
  * --config). 0, or 1 after printing an error naming the file, line and key. */
-int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean, int *argc_out,
-                  char ***argv_out);
+int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean,
+                  int *argc_out, char ***argv_out);
 /* The known flag an unknown one most likely means (NULL: none near): other tools' names for it
  * (--learning-rate, num_train_epochs, lora_r, ...: a table in cli_args.c), the same name with
  * '_' or capitals, else the nearest known flag by edit distance. name may start with "--";
  * *note: a remark to print with it (NULL: none). */
-const char *nl_cli_suggest(const char *name, size_t len, const char *const *known, const char *const *boolean, const char **note);
+const char *nl_cli_suggest(const char *name, size_t len, const char *const *known, const char *const *boolean,
+                           const char **note);
 /* --help or -h anywhere in argv: nl_cli_check prints the command's help on stdout and the
  * process exits 0. */
 
@@ -67,7 +68,8 @@ int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *cons
  * OUT-stepK.gguf at every multiple K of N, whatever step a run reaches, and their temp files):
  * none may be one of the files the flags `files` name. 0, or 1 after printing an error naming
  * the flag, the snapshot and its step. */
-int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const char *const *files, const char *out, int64_t every);
+int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const char *const *files, const char *out,
+                                 int64_t every);
 
 /* Shared projection-service flags (--backend, --threads, --wire, --verbose). 0 ok, else usage error printed. */
 #include "proj/proj.h"
@@ -76,7 +78,8 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
 /* Tokenize a user prompt for generation: through the model's chat template unless raw
  * (template_name overrides the GGUF's). ids malloc'd. */
 struct nl_tokenizer;
-int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n);
+int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name,
+                         int32_t **ids, int *n);
 
 /* The inference commands' service flags: nl_cli_proj_config, and with no --precision the
  * weights in their stored types ("keep"). 0, or 1 after a usage error. */

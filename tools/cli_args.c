@@ -42,8 +42,8 @@ int nl_cli_int(const char *cmd, int argc, char **argv, const char *flag, int64_t
     long long x = is_decimal(v) ? strtoll(v, NULL, 10) : 0;
     if (!is_decimal(v) || errno || x < lo || x > hi) {
         char hint[96];
-        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [%" PRId64 ", %" PRId64 "]%s\n", cmd, flag, v, lo, hi,
-                is_decimal(v) ? "" : digits_hint(v, (double)lo, (double)hi, hint, sizeof hint));
+        fprintf(stderr, "nightlora %s: --%s %s: expected an integer in [%" PRId64 ", %" PRId64 "]%s\n", cmd, flag, v,
+                lo, hi, is_decimal(v) ? "" : digits_hint(v, (double)lo, (double)hi, hint, sizeof hint));
         return -1;
     }
     *out = (int64_t)x;
@@ -85,7 +85,7 @@ typedef struct {
     const char *flag, *path;
     int exists;
     struct stat st;
-    char *real;       /* resolved path: realpath, or realpath(parent) + "/" + name; else the text */
+    char *real; /* resolved path: realpath, or realpath(parent) + "/" + name; else the text */
 } path_id;
 
 /* realpath() of p when it exists; otherwise its parent resolved plus its last name (an output
@@ -130,8 +130,9 @@ static int same(const path_id *a, const path_id *b) {
 
 /* The files a run writes inside its checkpoint directory (train/checkpoint.h, trainer.c). */
 static int run_writes_name(const char *name) {
-    return !strcmp(name, "lock") || !strcmp(name, "run.json") || !strcmp(name, "run.json.tmp") || !strcmp(name, "ckpt.tmp") ||
-           !strcmp(name, "runs.jsonl") || !strcmp(name, "runs.jsonl.tmp") || !strncmp(name, "commit-", 7);
+    return !strcmp(name, "lock") || !strcmp(name, "run.json") || !strcmp(name, "run.json.tmp") ||
+           !strcmp(name, "ckpt.tmp") || !strcmp(name, "runs.jsonl") || !strcmp(name, "runs.jsonl.tmp") ||
+           !strncmp(name, "commit-", 7);
 }
 
 /* `in` lies in the directory `dir` under a name the run writes there. */
@@ -178,28 +179,34 @@ int nl_cli_no_overwrite(const char *cmd, int argc, char **argv, const char *cons
     for (int o = 0; o < n_out && !rc; o++) {
         for (int i = 0; i < n_in && !rc; i++) {
             if (same(&out[o], &in[i]))
-                rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same file: the output would replace the input; "
-                             "choose another --%s\n", cmd, out[o].flag, out[o].path, in[i].flag, in[i].path, out[o].flag);
+                rc = fprintf(stderr,
+                             "nightlora %s: --%s %s and --%s %s are the same file: the output would replace the input; "
+                             "choose another --%s\n",
+                             cmd, out[o].flag, out[o].path, in[i].flag, in[i].path, out[o].flag);
             else if (same(&tmp[o], &in[i]))
-                rc = fprintf(stderr, "nightlora %s: --%s %s is written through %s, which is --%s %s: choose another --%s\n", cmd,
-                             out[o].flag, out[o].path, tmp[o].path, in[i].flag, in[i].path, out[o].flag);
+                rc = fprintf(stderr,
+                             "nightlora %s: --%s %s is written through %s, which is --%s %s: choose another --%s\n",
+                             cmd, out[o].flag, out[o].path, tmp[o].path, in[i].flag, in[i].path, out[o].flag);
         }
         for (int k = 0; k < o && !rc; k++)
             if (same(&out[o], &out[k]))
-                rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same file: give each output its own path\n", cmd,
-                             out[k].flag, out[k].path, out[o].flag, out[o].path);
+                rc = fprintf(stderr,
+                             "nightlora %s: --%s %s and --%s %s are the same file: give each output its own path\n",
+                             cmd, out[k].flag, out[k].path, out[o].flag, out[o].path);
         if (!rc && have_dir && (same(&out[o], &dir) || in_run_dir(&out[o], &dir)))
-            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s: choose another --%s\n", cmd, out[o].flag,
-                         out[o].path, dir.flag, dir.path, out[o].flag);
+            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s: choose another --%s\n",
+                         cmd, out[o].flag, out[o].path, dir.flag, dir.path, out[o].flag);
     }
     for (int i = 0; i < n_in && have_dir && !rc; i++) {
         if (same(&in[i], &dir))
-            rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same path: choose another --%s\n", cmd, dir.flag, dir.path,
-                         in[i].flag, in[i].path, dir.flag);
+            rc = fprintf(stderr, "nightlora %s: --%s %s and --%s %s are the same path: choose another --%s\n", cmd,
+                         dir.flag, dir.path, in[i].flag, in[i].path, dir.flag);
         else if (in_run_dir(&in[i], &dir))
-            rc = fprintf(stderr, "nightlora %s: --%s %s is a file the run writes in --%s %s (its lock, run.json, runs.jsonl or commits): "
-                         "the input would be replaced; choose another --%s\n", cmd, in[i].flag, in[i].path, dir.flag, dir.path,
-                         dir.flag);
+            rc = fprintf(stderr,
+                         "nightlora %s: --%s %s is a file the run writes in --%s %s (its lock, run.json, runs.jsonl or "
+                         "commits): "
+                         "the input would be replaced; choose another --%s\n",
+                         cmd, in[i].flag, in[i].path, dir.flag, dir.path, dir.flag);
     }
     for (int i = 0; i < n_in; i++) free(in[i].real);
     for (int o = 0; o < n_out; o++) {
@@ -223,7 +230,8 @@ static int64_t snapshot_step(const char *name, const char *prefix) {
     return (int64_t)k;
 }
 
-int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const char *const *files, const char *out, int64_t every) {
+int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const char *const *files, const char *out,
+                                 int64_t every) {
     /* the name pattern, from the path of step 1: "DIR/adapter-step1.gguf" -> "adapter-step" */
     char *first = nl_train_snapshot_path(out, 1);
     if (!first) return fprintf(stderr, "nightlora %s: out of memory\n", cmd), 1;
@@ -253,9 +261,11 @@ int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const c
             id_init(&s, "", sp);
             id_init(&t, "", tp ? tp : sp);
             if (same(&f, &s) || same(&f, &t))
-                rc = fprintf(stderr, "nightlora %s: --%s %s would be replaced by the snapshot that --save-every %" PRId64
-                             " writes at step %" PRId64 " (%s%s%s, from --out %s): choose another --out\n", cmd, *files, p, every,
-                             k, sp, same(&f, &s) ? "" : ", through its temp file ", same(&f, &s) ? "" : t.path, out);
+                rc = fprintf(stderr,
+                             "nightlora %s: --%s %s would be replaced by the snapshot that --save-every %" PRId64
+                             " writes at step %" PRId64 " (%s%s%s, from --out %s): choose another --out\n",
+                             cmd, *files, p, every, k, sp, same(&f, &s) ? "" : ", through its temp file ",
+                             same(&f, &s) ? "" : t.path, out);
             free(s.real);
             free(t.real);
             free(tp);
@@ -274,27 +284,64 @@ int nl_cli_no_snapshot_overwrite(const char *cmd, int argc, char **argv, const c
 static const struct {
     const char *alias, *flag, *note;
 } flag_aliases[] = {
-    {"learning-rate", "lr", NULL}, {"lora-r", "rank", NULL}, {"lora-rank", "rank", NULL}, {"r", "rank", NULL},
-    {"lora-alpha", "alpha", NULL}, {"lora-dropout", "dropout", NULL}, {"num-train-epochs", "epochs", NULL},
-    {"num-epochs", "epochs", NULL}, {"max-steps", "steps", NULL}, {"iters", "steps", NULL}, {"num-iters", "steps", NULL},
-    {"warmup-steps", "warmup", NULL}, {"lr-scheduler-type", "schedule", NULL}, {"lr-scheduler", "schedule", NULL},
-    {"max-grad-norm", "clip", NULL}, {"grad-clip", "clip", NULL}, {"max-seq-length", "ctx", NULL},
-    {"max-seq-len", "ctx", NULL}, {"max-length", "ctx", NULL}, {"cutoff-len", "ctx", NULL}, {"sequence-len", "ctx", NULL},
-    {"output-dir", "out", NULL}, {"adapter-path", "out", NULL}, {"adapter-file", "out", NULL}, {"output", "out", NULL},
-    {"model-name-or-path", "model", NULL}, {"base-model", "model", NULL}, {"model-path", "model", NULL},
-    {"dataset", "data", NULL}, {"train-file", "data", NULL}, {"train-data", "data", NULL}, {"data-path", "data", NULL},
-    {"validation-file", "val-data", NULL}, {"valid-data", "val-data", NULL}, {"eval-data", "val-data", NULL},
-    {"val-set-size", "val-split", NULL}, {"validation-split", "val-split", NULL}, {"save-steps", "save-every", NULL},
-    {"eval-steps", "eval-every", NULL}, {"steps-per-eval", "eval-every", NULL}, {"early-stopping-patience", "early-stop", NULL},
-    {"load-best-model-at-end", "keep-best", NULL}, {"resume-from-checkpoint", "resume", NULL},
-    {"resume-adapter-file", "init-adapter", NULL}, {"target-modules", "targets", NULL},
-    {"lora-target-modules", "targets", NULL}, {"lora-target", "targets", NULL}, {"chat-template", "template", NULL},
+    {"learning-rate", "lr", NULL},
+    {"lora-r", "rank", NULL},
+    {"lora-rank", "rank", NULL},
+    {"r", "rank", NULL},
+    {"lora-alpha", "alpha", NULL},
+    {"lora-dropout", "dropout", NULL},
+    {"num-train-epochs", "epochs", NULL},
+    {"num-epochs", "epochs", NULL},
+    {"max-steps", "steps", NULL},
+    {"iters", "steps", NULL},
+    {"num-iters", "steps", NULL},
+    {"warmup-steps", "warmup", NULL},
+    {"lr-scheduler-type", "schedule", NULL},
+    {"lr-scheduler", "schedule", NULL},
+    {"max-grad-norm", "clip", NULL},
+    {"grad-clip", "clip", NULL},
+    {"max-seq-length", "ctx", NULL},
+    {"max-seq-len", "ctx", NULL},
+    {"max-length", "ctx", NULL},
+    {"cutoff-len", "ctx", NULL},
+    {"sequence-len", "ctx", NULL},
+    {"output-dir", "out", NULL},
+    {"adapter-path", "out", NULL},
+    {"adapter-file", "out", NULL},
+    {"output", "out", NULL},
+    {"model-name-or-path", "model", NULL},
+    {"base-model", "model", NULL},
+    {"model-path", "model", NULL},
+    {"dataset", "data", NULL},
+    {"train-file", "data", NULL},
+    {"train-data", "data", NULL},
+    {"data-path", "data", NULL},
+    {"validation-file", "val-data", NULL},
+    {"valid-data", "val-data", NULL},
+    {"eval-data", "val-data", NULL},
+    {"val-set-size", "val-split", NULL},
+    {"validation-split", "val-split", NULL},
+    {"save-steps", "save-every", NULL},
+    {"eval-steps", "eval-every", NULL},
+    {"steps-per-eval", "eval-every", NULL},
+    {"early-stopping-patience", "early-stop", NULL},
+    {"load-best-model-at-end", "keep-best", NULL},
+    {"resume-from-checkpoint", "resume", NULL},
+    {"resume-adapter-file", "init-adapter", NULL},
+    {"target-modules", "targets", NULL},
+    {"lora-target-modules", "targets", NULL},
+    {"lora-target", "targets", NULL},
+    {"chat-template", "template", NULL},
     {"batch-size", "batch-tokens", "a batch is counted in tokens, not examples"},
     {"per-device-train-batch-size", "batch-tokens", "a batch is counted in tokens, not examples"},
     {"micro-batch-size", "batch-tokens", "a batch is counted in tokens, not examples"},
     {"gradient-accumulation-steps", "batch-tokens", "a batch is counted in tokens, not examples"},
-    {"num-threads", "threads", NULL}, {"n-threads", "threads", NULL}, {"logging-dir", "log-json", NULL},
-    {"save-total-limit", "save-every", NULL}, {"shuffle", "no-shuffle", NULL}, {"dataset-text-field", "columns", NULL},
+    {"num-threads", "threads", NULL},
+    {"n-threads", "threads", NULL},
+    {"logging-dir", "log-json", NULL},
+    {"save-total-limit", "save-every", NULL},
+    {"shuffle", "no-shuffle", NULL},
+    {"dataset-text-field", "columns", NULL},
 };
 
 static int listed_n(const char *const *list, const char *name) {
@@ -315,13 +362,15 @@ static int edit_distance(const char *a, const char *b) {
             int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
             if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
             if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c) c = d[i - 2][j - 2] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < c)
+                c = d[i - 2][j - 2] + 1;
             d[i][j] = c;
         }
     return d[n][m];
 }
 
-const char *nl_cli_suggest(const char *name, size_t len, const char *const *known, const char *const *boolean, const char **note) {
+const char *nl_cli_suggest(const char *name, size_t len, const char *const *known, const char *const *boolean,
+                           const char **note) {
     char k[64];
     *note = NULL;
     while (len && *name == '-') name++, len--;
@@ -332,7 +381,8 @@ const char *nl_cli_suggest(const char *name, size_t len, const char *const *know
     }
     k[len] = 0;
     for (size_t i = 0; i < sizeof flag_aliases / sizeof *flag_aliases; i++)
-        if (!strcmp(flag_aliases[i].alias, k) && (listed_n(known, flag_aliases[i].flag) || listed_n(boolean, flag_aliases[i].flag))) {
+        if (!strcmp(flag_aliases[i].alias, k) &&
+            (listed_n(known, flag_aliases[i].flag) || listed_n(boolean, flag_aliases[i].flag))) {
             *note = flag_aliases[i].note;
             return flag_aliases[i].flag;
         }
@@ -354,7 +404,8 @@ const char *nl_cli_suggest(const char *name, size_t len, const char *const *know
     /* and the nearest of the other tools' names ("lerning-rate") */
     for (size_t i = 0; i < sizeof flag_aliases / sizeof *flag_aliases; i++) {
         const int d = edit_distance(k, flag_aliases[i].alias);
-        if ((d < bd || (d == bd && !best)) && (listed_n(known, flag_aliases[i].flag) || listed_n(boolean, flag_aliases[i].flag))) {
+        if ((d < bd || (d == bd && !best)) &&
+            (listed_n(known, flag_aliases[i].flag) || listed_n(boolean, flag_aliases[i].flag))) {
             best = flag_aliases[i].flag;
             *note = flag_aliases[i].note;
             bd = d;

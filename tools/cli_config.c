@@ -83,8 +83,8 @@ static int is_hash(const nl_json *v) {
     return 1;
 }
 
-int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean, int *argc_out,
-                  char ***argv_out) {
+int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *known, const char *const *boolean,
+                  int *argc_out, char ***argv_out) {
     *argc_out = argc;
     *argv_out = argv;
     const char *path = nl_cli_opt(argc, argv, "config");
@@ -115,7 +115,9 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
     nl_json *root = nl_json_parse(text, len, &je);
     if (!root || !nl_json_is_object(root)) {
         const char *where = loc(path, text, len, root ? root->offset : je.offset);
-        fprintf(stderr, "nightlora %s: %s: %s\n", cmd, where, root ? (yaml_cfg ? "expected a map of flags (\"key: value\" lines)" : "expected a JSON object of flags") : je.msg);
+        fprintf(stderr, "nightlora %s: %s: %s\n", cmd, where,
+                root ? (yaml_cfg ? "expected a map of flags (\"key: value\" lines)" : "expected a JSON object of flags")
+                     : je.msg);
         nl_json_free(root);
         free(text);
         return 1;
@@ -123,7 +125,8 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
     /* a run.json of a run that started from an adapter ("init": "adapter HASH"): its alpha and
      * targets are the adapter's, which --init-adapter (its "init_adapter") brings again */
     const nl_json *init = nl_json_get(root, "init");
-    const int from_adapter = nl_json_is_string(init) && !strncmp(init->u.str.s, "adapter ", 8) && nl_json_get(root, "init_adapter");
+    const int from_adapter =
+        nl_json_is_string(init) && !strncmp(init->u.str.s, "adapter ", 8) && nl_json_get(root, "init_adapter");
     strv a = {0};
     int rc = push(&a, argv[0], strlen(argv[0]));
     for (size_t i = 0; !rc && i < root->u.obj.n; i++) {
@@ -139,10 +142,13 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
         const nl_json *v = &m->value;
         /* run.json's record-only keys: the content hashes of model and data, init, kernels */
         if ((!strcmp(key, "model") || !strcmp(key, "data")) && is_hash(v)) continue;
-        if (!strcmp(key, "init") || !strcmp(key, "kernels") || !strcmp(key, "validation") || !strcmp(key, "batch-sizing")) continue;
+        if (!strcmp(key, "init") || !strcmp(key, "kernels") || !strcmp(key, "validation") ||
+            !strcmp(key, "batch-sizing"))
+            continue;
         if (from_adapter && (!strcmp(key, "alpha") || !strcmp(key, "targets"))) continue;
         /* --steps and --epochs exclude each other: the command line's wins */
-        if ((!strcmp(key, "steps") && nl_cli_opt(argc, argv, "epochs")) || (!strcmp(key, "epochs") && nl_cli_opt(argc, argv, "steps")))
+        if ((!strcmp(key, "steps") && nl_cli_opt(argc, argv, "epochs")) ||
+            (!strcmp(key, "epochs") && nl_cli_opt(argc, argv, "steps")))
             continue;
         if (!strcmp(key, "model-path")) strcpy(key, "model");
         if (!strcmp(key, "data-path")) strcpy(key, "data");
@@ -173,7 +179,8 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
             size_t k = 0;
             for (size_t i = 0; i < nl_json_len(v) && k < sizeof list_val; i++) {
                 const nl_json *e = nl_json_at(v, i);
-                if (!nl_json_is_string(e) || memchr(e->u.str.s, ',', e->u.str.len) || memchr(e->u.str.s, 0, e->u.str.len)) {
+                if (!nl_json_is_string(e) || memchr(e->u.str.s, ',', e->u.str.len) ||
+                    memchr(e->u.str.s, 0, e->u.str.len)) {
                     k = sizeof list_val;
                     break;
                 }
@@ -182,7 +189,8 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
             if (k >= sizeof list_val) {
                 rc = 2;
                 const char *where = loc(path, text, len, v->offset);
-                fprintf(stderr, "nightlora %s: %s: \"%s\": a list must hold strings without commas (at most %zu bytes)\n", cmd,
+                fprintf(stderr,
+                        "nightlora %s: %s: \"%s\": a list must hold strings without commas (at most %zu bytes)\n", cmd,
                         where, m->key, sizeof list_val - 1);
                 break;
             }
@@ -212,11 +220,13 @@ int nl_cli_config(const char *cmd, int argc, char **argv, const char *const *kno
             const char *where = loc(path, text, len, m->key_offset);
             const char *note, *s = nl_cli_suggest(m->key, m->key_len, known, boolean, &note);
             if (s)
-                fprintf(stderr, "nightlora %s: %s: key \"%s\" is no flag of %s: did you mean \"%s\" (--%s)?%s%s (see 'nightlora"
-                        " %s --help')\n", cmd, where, m->key, cmd, s, s, note ? " " : "", note ? note : "", cmd);
+                fprintf(stderr,
+                        "nightlora %s: %s: key \"%s\" is no flag of %s: did you mean \"%s\" (--%s)?%s%s (see 'nightlora"
+                        " %s --help')\n",
+                        cmd, where, m->key, cmd, s, s, note ? " " : "", note ? note : "", cmd);
             else
-                fprintf(stderr, "nightlora %s: %s: key \"%s\" is no flag of %s (see 'nightlora %s --help')\n", cmd, where, m->key, cmd,
-                        cmd);
+                fprintf(stderr, "nightlora %s: %s: key \"%s\" is no flag of %s (see 'nightlora %s --help')\n", cmd,
+                        where, m->key, cmd, cmd);
             break;
         }
         char f[72];

@@ -5,8 +5,8 @@
  * bench proj: for each distinct (projection shape, resident type) of the model (the precision
  * policy applied, as a run would hold them), each direction and each T of --tokens: the time
  * of one product through the backend of --backend (default host; best of --reps after a
- * warm-up; compute mode from --compute; vulkan on --vulkan-device) and through ref on the same resident weight (ref only for T <= 64, best of
- * max(1, reps/3), no warm-up: it is slow), and the relative Frobenius difference of the two.
+ * warm-up; compute mode from --compute; vulkan on --vulkan-device) and through ref on the same resident weight (ref
+ * only for T <= 64, best of max(1, reps/3), no warm-up: it is slow), and the relative Frobenius difference of the two.
  * Where the CPU has usable AMX and --compute does not already pick it, the AMX tile kernels are
  * timed too (amx_ms / amx_gflops). FLOPs of one product = 2·T·N·K. --json: one JSON array, an
  * object per row (the backend's columns named after it: host_ms, vulkan_ms, ...).
@@ -63,8 +63,8 @@ static int parse_tokens(const char *s, int *ts, int *n) {
 }
 
 /* Best wall time of `reps` runs (after `warm` untimed ones); < 0 on error. */
-static double time_run(const nl_proj_backend *be, void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x,
-                       int T, float *y, int warm, int reps) {
+static double time_run(const nl_proj_backend *be, void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x, int T,
+                       float *y, int warm, int reps) {
     for (int r = 0; r < warm; r++)
         if (be->run(ctx, w, dir, x, T, y)) return -1;
     double best = INFINITY;
@@ -93,7 +93,7 @@ typedef struct {
     int64_t K, N;
     int type;
     int count;
-    char label[64];       /* "gate/up" */
+    char label[64]; /* "gate/up" */
 } bench_shape;
 
 /* "model name" of /proc/cpuinfo (Linux x86), else "this CPU" */
@@ -148,16 +148,18 @@ static int cmd_bench_peak(int argc, char **argv) {
         nl_cli_json_str(name);
         printf(", \"threads\": %d, \"seconds\": %g, \"peaks\": [", (int)nt, secs);
     } else {
-        printf("bench peak: %s, register-only loops (12 vector accumulators; AMX: 4 accumulator tiles), about %g s each;\n"
-               "1 thread, then %d thread%s at once (the sum of their rates); 2 operations per multiply-add\n",
-               name, secs, (int)nt, nt == 1 ? "" : "s");
+        printf(
+            "bench peak: %s, register-only loops (12 vector accumulators; AMX: 4 accumulator tiles), about %g s each;\n"
+            "1 thread, then %d thread%s at once (the sum of their rates); 2 operations per multiply-add\n",
+            name, secs, (int)nt, nt == 1 ? "" : "s");
         printf("%-9s %-28s %12s %12s %8s  %s\n", "kind", "instruction", "1 thread", "all", "scaling", "unit");
     }
     int first = 1, any = 0;
     for (int k = 0; k < NL_PEAK_N; k++) {
         const char *insn = nl_peak_insn((nl_peak_kind)k);
         if (!insn) {
-            if (!json) printf("%-9s %-28s %12s %12s %8s\n", nl_peak_name((nl_peak_kind)k), "(not on this CPU)", "-", "-", "-");
+            if (!json)
+                printf("%-9s %-28s %12s %12s %8s\n", nl_peak_name((nl_peak_kind)k), "(not on this CPU)", "-", "-", "-");
             continue;
         }
         const double one = nl_peak_measure((nl_peak_kind)k, 1, secs);
@@ -168,15 +170,15 @@ static int cmd_bench_peak(int argc, char **argv) {
         }
         any = 1;
         if (json) {
-            printf("%s\n {\"kind\": \"%s\", \"instruction\": \"%s\", \"unit\": \"%s\", \"one_thread\": ", first ? "" : ",",
-                   nl_peak_name((nl_peak_kind)k), insn, nl_peak_unit((nl_peak_kind)k));
+            printf("%s\n {\"kind\": \"%s\", \"instruction\": \"%s\", \"unit\": \"%s\", \"one_thread\": ",
+                   first ? "" : ",", nl_peak_name((nl_peak_kind)k), insn, nl_peak_unit((nl_peak_kind)k));
             nl_cli_json_num(one);
             printf(", \"all_threads\": ");
             nl_cli_json_num(all);
             printf("}");
         } else {
-            printf("%-9s %-28s %12.1f %12.1f %7.2fx  %s\n", nl_peak_name((nl_peak_kind)k), insn, one, all, one > 0 ? all / one : 0.0,
-                   nl_peak_unit((nl_peak_kind)k));
+            printf("%-9s %-28s %12.1f %12.1f %7.2fx  %s\n", nl_peak_name((nl_peak_kind)k), insn, one, all,
+                   one > 0 ? all / one : 0.0, nl_peak_unit((nl_peak_kind)k));
         }
         fflush(stdout);
         first = 0;
@@ -187,7 +189,8 @@ static int cmd_bench_peak(int argc, char **argv) {
 }
 
 static int cmd_bench_proj(int argc, char **argv) {
-    static const char *const known[] = {"model", "backend", "vulkan-device", "threads", "tokens", "reps", "compute", "precision", "precision-map", NULL};
+    static const char *const known[] = {"model", "backend", "vulkan-device", "threads",       "tokens",
+                                        "reps",  "compute", "precision",     "precision-map", NULL};
     static const char *const boolean[] = {"json", NULL};
     if (nl_cli_check("bench proj", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
@@ -236,7 +239,8 @@ static int cmd_bench_proj(int argc, char **argv) {
     float *x = NULL, *y = NULL, *yr = NULL;
     int rc = 1, n_sh = 0;
     if (!svc || nl_runtime_init(&rt, m, svc)) goto done;
-    if (be->init_device ? be->init_device(&hctx, cfg.n_threads, cfg.compute, device) : be->init(&hctx, cfg.n_threads, cfg.compute)) {
+    if (be->init_device ? be->init_device(&hctx, cfg.n_threads, cfg.compute, device)
+                        : be->init(&hctx, cfg.n_threads, cfg.compute)) {
         hctx = NULL;
         nl_err_prefix("backend %s", be->name);
         goto done;
@@ -245,7 +249,8 @@ static int cmd_bench_proj(int argc, char **argv) {
     char no_speed[300] = "";
     if (!strcmp(be->name, "vulkan") && !strcmp(nl_proj_vulkan_device_kind(hctx), "cpu")) {
         const char *dn = nl_proj_vulkan_device_name(hctx);
-        snprintf(no_speed, sizeof no_speed, "%s: a CPU driver, no speed figure", !strncmp(dn, "llvmpipe", 8) ? "lavapipe" : dn);
+        snprintf(no_speed, sizeof no_speed, "%s: a CPU driver, no speed figure",
+                 !strncmp(dn, "llvmpipe", 8) ? "lavapipe" : dn);
     }
     char bdesc[512] = "";
     if (be->describe) be->describe(hctx, bdesc, sizeof bdesc);
@@ -304,19 +309,22 @@ static int cmd_bench_proj(int argc, char **argv) {
         x[i] = (float)((double)(nl_splitmix64(&st) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 
     /* the peaks of the timed compute modes at this thread count (bench peak's loops, short) */
-    const double peak_h = is_host && !no_speed[0] ? peak_for(be->compute ? be->compute(hctx) : "f32", cfg.n_threads, 0.2) : 0.0;
+    const double peak_h =
+        is_host && !no_speed[0] ? peak_for(be->compute ? be->compute(hctx) : "f32", cfg.n_threads, 0.2) : 0.0;
     const double peak_a = actx ? peak_for("amx", cfg.n_threads, 0.2) : 0.0;
     if (json) {
         printf("[");
     } else {
         if (peak_h > 0 || peak_a > 0)
-            printf("peak (bench peak's loop, %d thread%s): %s %.0f GFLOP/s%s", cfg.n_threads, cfg.n_threads == 1 ? "" : "s",
-                   nl_proj_host_compute(hctx), peak_h, peak_a > 0 ? ", amx " : "\n");
+            printf("peak (bench peak's loop, %d thread%s): %s %.0f GFLOP/s%s", cfg.n_threads,
+                   cfg.n_threads == 1 ? "" : "s", nl_proj_host_compute(hctx), peak_h, peak_a > 0 ? ", amx " : "\n");
         if (peak_a > 0) printf("%.0f GFLOP/s\n", peak_a);
         if (is_host)
-            printf("bench proj: %s %s, host kernels %s compute %s%s, %d thread%s, host best of %d, ref best of %d (T <= %d)\n",
+            printf("bench proj: %s %s, host kernels %s compute %s%s, %d thread%s, host best of %d, ref best of %d (T "
+                   "<= %d)\n",
                    nl_arch_name(m->arch), model, nl_proj_host_kernels(hctx), nl_proj_host_compute(hctx),
-                   actx ? " (and the amx tile kernels)" : "", cfg.n_threads, cfg.n_threads == 1 ? "" : "s", reps, ref_reps, REF_MAX_T);
+                   actx ? " (and the amx tile kernels)" : "", cfg.n_threads, cfg.n_threads == 1 ? "" : "s", reps,
+                   ref_reps, REF_MAX_T);
         else
             printf("bench proj: %s %s, %s backend: %s; %s best of %d, ref best of %d (T <= %d) on %d thread%s\n",
                    nl_arch_name(m->arch), model, be->name, bdesc, be->name, reps, ref_reps, REF_MAX_T, cfg.n_threads,
@@ -324,8 +332,8 @@ static int cmd_bench_proj(int argc, char **argv) {
         if (no_speed[0]) printf("%s\n", no_speed);
         char bms[32];
         snprintf(bms, sizeof bms, "%s ms", be->name);
-        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %7s %10s %8s %8s %9s", "proj", "count", "K x N", "type", "dir", "T",
-               bms, "GFLOP/s", "of peak", "ref ms", "GFLOP/s", "speedup", "rel diff");
+        printf("%-14s %5s %12s %-5s %-3s %5s %10s %8s %7s %10s %8s %8s %9s", "proj", "count", "K x N", "type", "dir",
+               "T", bms, "GFLOP/s", "of peak", "ref ms", "GFLOP/s", "speedup", "rel diff");
         if (actx) printf(" %10s %8s %7s", "amx ms", "GFLOP/s", "of peak");
         printf("\n");
     }
@@ -359,7 +367,8 @@ static int cmd_bench_proj(int argc, char **argv) {
                     printf(", \"count\": %d, \"k\": %lld, \"n\": %lld, \"type\": \"%s\", \"dir\": \"%s\", \"T\": %d, "
                            "\"threads\": %d, \"backend\": \"%s\", \"compute\": \"%s\", \"%s_ms\": ",
                            sh[s].count, (long long)w->n_in, (long long)w->n_out, nl_type_name(w->type),
-                           d ? "bwd" : "fwd", T, cfg.n_threads, be->name, be->compute ? be->compute(hctx) : "f32", be->name);
+                           d ? "bwd" : "fwd", T, cfg.n_threads, be->name, be->compute ? be->compute(hctx) : "f32",
+                           be->name);
                     nl_cli_json_num(th * 1e3);
                     printf(", \"%s_gflops\": ", be->name);
                     nl_cli_json_num(flops / th * 1e-9);
@@ -387,16 +396,14 @@ static int cmd_bench_proj(int argc, char **argv) {
                         printf("%-14s %5d %12s %-5s %-3s %5d %10.3f %8.1f", sh[s].label, sh[s].count, shape,
                                nl_type_name(w->type), d ? "bwd" : "fwd", T, th * 1e3, flops / th * 1e-9);
                     else
-                        printf("%-14s %5d %12s %-5s %-3s %5d %10s %8s", sh[s].label, sh[s].count, shape, nl_type_name(w->type),
-                               d ? "bwd" : "fwd", T, "-", "-");
+                        printf("%-14s %5d %12s %-5s %-3s %5d %10s %8s", sh[s].label, sh[s].count, shape,
+                               nl_type_name(w->type), d ? "bwd" : "fwd", T, "-", "-");
                     if (peak_h > 0 && isfinite(th)) printf(" %7.2f", flops / th * 1e-9 / peak_h);
                     else printf(" %7s", "-");
                     if (isfinite(tr) && isfinite(th))
                         printf(" %10.3f %8.2f %7.1fx %9.1e", tr * 1e3, flops / tr * 1e-9, tr / th, diff);
-                    else if (isfinite(tr))
-                        printf(" %10.3f %8.2f %8s %9.1e", tr * 1e3, flops / tr * 1e-9, "-", diff);
-                    else
-                        printf(" %10s %8s %8s %9s", "-", "-", "-", "-");
+                    else if (isfinite(tr)) printf(" %10.3f %8.2f %8s %9.1e", tr * 1e3, flops / tr * 1e-9, "-", diff);
+                    else printf(" %10s %8s %8s %9s", "-", "-", "-", "-");
                     if (actx) {
                         printf(" %10.3f %8.1f", ta * 1e3, flops / ta * 1e-9);
                         if (peak_a > 0) printf(" %7.2f", flops / ta * 1e-9 / peak_a);
@@ -432,11 +439,13 @@ int nl_cmd_bench(int argc, char **argv) {
     if (sub && !strcmp(sub, "proj")) return cmd_bench_proj(argc - 1, argv + 1);
     if (sub && !strcmp(sub, "step")) return nl_cmd_bench_step(argc - 1, argv + 1);
     if (sub && (!strcmp(sub, "--help") || !strcmp(sub, "-h"))) {
-        printf("usage: nightlora %s\n\n'nightlora bench peak --help', 'nightlora bench proj --help', 'nightlora bench step --help': each one's flags\n",
+        printf("usage: nightlora %s\n\n'nightlora bench peak --help', 'nightlora bench proj --help', 'nightlora bench "
+               "step --help': each one's flags\n",
                nl_cli_usage("bench"));
         return 0;
     }
-    fprintf(stderr, "nightlora bench: expected a benchmark, 'peak', 'proj' or 'step'%s%s%s (see 'nightlora help bench')\n",
+    fprintf(stderr,
+            "nightlora bench: expected a benchmark, 'peak', 'proj' or 'step'%s%s%s (see 'nightlora help bench')\n",
             sub ? ", not '" : "", sub ? sub : "", sub ? "'" : "");
     return 2;
 }

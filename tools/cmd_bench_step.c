@@ -115,8 +115,15 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     else if (b->budget_mb >= 0) budget = (uint64_t)b->budget_mb << 20;
     else budget = nl_act_budget_bytes(0, nl_mem_available_bytes(), (uint64_t)512 << 20);
     nl_graph_prof prof;
-    nl_graph g = {.rt = &rt, .ad = b->ad, .grads = b->grads, .dropout = 0.05f, .seed = 1, .step = 1,
-                  .act_budget = budget, .prof = &prof, .keep_scratch = 1};
+    nl_graph g = {.rt = &rt,
+                  .ad = b->ad,
+                  .grads = b->grads,
+                  .dropout = 0.05f,
+                  .seed = 1,
+                  .step = 1,
+                  .act_budget = budget,
+                  .prof = &prof,
+                  .keep_scratch = 1};
     int n = b->warmup + b->reps;
     double *wall = nl_calloc((size_t)n, sizeof *wall);
     nl_graph_prof *profs = nl_calloc((size_t)n, sizeof *profs);
@@ -142,18 +149,26 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
         profs[i] = prof;
         r->loss = loss * inv_n;
         if (b->profile)
-            fprintf(stderr, "  (%s) step %d/%d: %.3f s%s\n", cfg_label[which], i + 1, n, wall[i], i < b->warmup ? " (warm-up)" : "");
+            fprintf(stderr, "  (%s) step %d/%d: %.3f s%s\n", cfg_label[which], i + 1, n, wall[i],
+                    i < b->warmup ? " (warm-up)" : "");
     }
     /* the median rep (by wall time) gives every number of the row */
     int *idx = nl_malloc((size_t)b->reps * sizeof *idx);
     double *sorted = nl_malloc((size_t)b->reps * sizeof *sorted);
-    if (!idx || !sorted) { free(idx); free(sorted); goto done_free; }
+    if (!idx || !sorted) {
+        free(idx);
+        free(sorted);
+        goto done_free;
+    }
     for (int i = 0; i < b->reps; i++) sorted[i] = wall[b->warmup + i];
     qsort(sorted, (size_t)b->reps, sizeof *sorted, cmp_double);
     double med = sorted[(b->reps - 1) / 2];
     int mi = b->warmup;
     for (int i = b->warmup; i < n; i++)
-        if (wall[i] == med) { mi = i; break; }
+        if (wall[i] == med) {
+            mi = i;
+            break;
+        }
     free(idx);
     free(sorted);
     r->ran = 1;
@@ -185,32 +200,43 @@ done:
     return rc;
 }
 
-static double svc_gflops(const cfg_result *r) { return r->service_s > 0 ? r->service_flops / r->service_s * 1e-9 : 0.0; }
+static double svc_gflops(const cfg_result *r) {
+    return r->service_s > 0 ? r->service_flops / r->service_s * 1e-9 : 0.0;
+}
 
-static void print_json(FILE *f, const bench *b, const char *model, const cfg_result *r, const char *compute, double peak) {
-    fprintf(f, "{\"model\": \"%s\", \"tokens\": %d, \"threads\": %d, \"reps\": %d, \"warmup\": %d, \"compute\": \"%s\", \"configs\": {",
+static void print_json(FILE *f, const bench *b, const char *model, const cfg_result *r, const char *compute,
+                       double peak) {
+    fprintf(f,
+            "{\"model\": \"%s\", \"tokens\": %d, \"threads\": %d, \"reps\": %d, \"warmup\": %d, \"compute\": \"%s\", "
+            "\"configs\": {",
             model, b->T, b->threads, b->reps, b->warmup, compute);
     int first = 1;
     for (int c = 0; c < N_CFG; c++) {
         if (!r[c].ran) continue;
-        fprintf(f, "%s\"%s\": {\"desc\": \"%s\", \"seconds_per_step\": %.6f, \"cpu_seconds\": %.6f, \"service_seconds\": %.6f, "
-                   "\"wait_seconds\": %.6f, \"main_thread_cpu_seconds\": %.6f, \"process_cpu_seconds\": %.6f, \"tokens_per_s\": %.3f, "
-                   "\"loss\": %.6f, \"peak_rss_bytes\": %lld, \"layers_kept\": %d, \"layers_recomputed\": %d, \"activation_peak_bytes\": %llu, "
-                   "\"requests\": %llu, \"service_gflops\": %.3f, \"service_of_peak\": %.4f, \"plan\": \"%s\", \"resident\": {",
+        fprintf(f,
+                "%s\"%s\": {\"desc\": \"%s\", \"seconds_per_step\": %.6f, \"cpu_seconds\": %.6f, \"service_seconds\": "
+                "%.6f, "
+                "\"wait_seconds\": %.6f, \"main_thread_cpu_seconds\": %.6f, \"process_cpu_seconds\": %.6f, "
+                "\"tokens_per_s\": %.3f, "
+                "\"loss\": %.6f, \"peak_rss_bytes\": %lld, \"layers_kept\": %d, \"layers_recomputed\": %d, "
+                "\"activation_peak_bytes\": %llu, "
+                "\"requests\": %llu, \"service_gflops\": %.3f, \"service_of_peak\": %.4f, \"plan\": \"%s\", "
+                "\"resident\": {",
                 first ? "" : ", ", cfg_label[c], cfg_desc[c], r[c].step_s, r[c].cpu_s, r[c].service_s, r[c].wait_s,
                 r[c].thread_cpu_s, r[c].process_cpu_s, r[c].tok_s, r[c].loss, (long long)r[c].peak_rss, r[c].n_kept,
-                r[c].n_recomputed, (unsigned long long)r[c].peak_cache, (unsigned long long)r[c].prof.requests, svc_gflops(&r[c]),
-                peak > 0 ? svc_gflops(&r[c]) / peak : 0.0, r[c].plan);
+                r[c].n_recomputed, (unsigned long long)r[c].peak_cache, (unsigned long long)r[c].prof.requests,
+                svc_gflops(&r[c]), peak > 0 ? svc_gflops(&r[c]) / peak : 0.0, r[c].plan);
         int fr = 1;
         for (int k = 0; k < NL_CLASS_COUNT; k++)
             for (int t = 0; t < NL_TYPE_COUNT; t++)
                 if (r[c].res_bytes[k][t]) {
-                    fprintf(f, "%s\"%s/%s\": %llu", fr ? "" : ", ", nl_proj_class_name((nl_proj_class)k), nl_type_name(t),
-                            (unsigned long long)r[c].res_bytes[k][t]);
+                    fprintf(f, "%s\"%s/%s\": %llu", fr ? "" : ", ", nl_proj_class_name((nl_proj_class)k),
+                            nl_type_name(t), (unsigned long long)r[c].res_bytes[k][t]);
                     fr = 0;
                 }
         fprintf(f, "}, \"profile\": {");
-        for (int k = 0; k < NL_GP_COUNT; k++) fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", nl_graph_prof_name(k), r[c].prof.s[k]);
+        for (int k = 0; k < NL_GP_COUNT; k++)
+            fprintf(f, "%s\"%s\": %.6f", k ? ", " : "", nl_graph_prof_name(k), r[c].prof.s[k]);
         fprintf(f, "}}");
         first = 0;
     }
@@ -218,7 +244,8 @@ static void print_json(FILE *f, const bench *b, const char *model, const cfg_res
     first = 1;
     for (int c = 1; c < N_CFG; c++)
         if (r[c].ran && r[c - 1].ran) {
-            fprintf(f, "%s\"%s/%s\": %.4f", first ? "" : ", ", cfg_label[c], cfg_label[c - 1], r[c - 1].step_s / r[c].step_s);
+            fprintf(f, "%s\"%s/%s\": %.4f", first ? "" : ", ", cfg_label[c], cfg_label[c - 1],
+                    r[c - 1].step_s / r[c].step_s);
             first = 0;
         }
     fprintf(f, "}}\n");
@@ -230,8 +257,9 @@ static void fmt_mb(char *buf, size_t cap, int64_t b) {
 }
 
 int nl_cmd_bench_step(int argc, char **argv) {
-    static const char *const known[] = {"model", "tokens", "threads", "reps", "warmup", "only", "precision", "precision-map",
-                                        "compute", "wire", "backend", "act-budget-mb", "rank", "seed", "answer-tokens", NULL};
+    static const char *const known[] = {
+        "model",   "tokens", "threads", "reps",          "warmup", "only", "precision",     "precision-map",
+        "compute", "wire",   "backend", "act-budget-mb", "rank",   "seed", "answer-tokens", NULL};
     static const char *const boolean[] = {"json", "skip-ref", "no-plan", "profile", "verbose", NULL};
     if (nl_cli_check("bench step", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
@@ -243,9 +271,11 @@ int nl_cmd_bench_step(int argc, char **argv) {
     int64_t T = 512, reps = 3, warmup = 1, rank = 16, budget_mb = -1, answer = -1;
     uint64_t seed = 1;
     const char *c = "bench step";
-    if (nl_cli_int(c, argc, argv, "tokens", 2, 1 << 20, &T) < 0 || nl_cli_int(c, argc, argv, "reps", 1, 1000, &reps) < 0 ||
-        nl_cli_int(c, argc, argv, "warmup", 0, 100, &warmup) < 0 || nl_cli_int(c, argc, argv, "rank", 1, 4096, &rank) < 0 ||
-        nl_cli_u64(c, argc, argv, "seed", &seed) < 0 || nl_cli_int(c, argc, argv, "act-budget-mb", 0, INT64_C(1) << 40, &budget_mb) < 0)
+    if (nl_cli_int(c, argc, argv, "tokens", 2, 1 << 20, &T) < 0 ||
+        nl_cli_int(c, argc, argv, "reps", 1, 1000, &reps) < 0 ||
+        nl_cli_int(c, argc, argv, "warmup", 0, 100, &warmup) < 0 ||
+        nl_cli_int(c, argc, argv, "rank", 1, 4096, &rank) < 0 || nl_cli_u64(c, argc, argv, "seed", &seed) < 0 ||
+        nl_cli_int(c, argc, argv, "act-budget-mb", 0, INT64_C(1) << 40, &budget_mb) < 0)
         return 2;
     /* --answer-tokens N: only the last N rows are targets (a prompt/answer example); default
      * all; checked after --tokens, whose range it depends on */
@@ -259,8 +289,14 @@ int nl_cmd_bench_step(int argc, char **argv) {
         for (int c = 0; c < N_CFG; c++) want[c] = strchr(v, cfg_label[c][0]) != NULL;
     }
     int json = nl_cli_flag(argc, argv, "json");
-    bench b = {.T = T, .reps = reps, .warmup = warmup, .threads = pcfg.n_threads, .plan = !nl_cli_flag(argc, argv, "no-plan"),
-               .profile = nl_cli_flag(argc, argv, "profile"), .budget_mb = budget_mb, .base_cfg = &pcfg};
+    bench b = {.T = T,
+               .reps = reps,
+               .warmup = warmup,
+               .threads = pcfg.n_threads,
+               .plan = !nl_cli_flag(argc, argv, "no-plan"),
+               .profile = nl_cli_flag(argc, argv, "profile"),
+               .budget_mb = budget_mb,
+               .base_cfg = &pcfg};
     int rc = 1;
     nl_model *m = nl_model_load(model);
     nl_adapter *ad = NULL;
@@ -320,11 +356,13 @@ int nl_cmd_bench_step(int argc, char **argv) {
     } else {
         printf("bench step: %s, %s, T=%d, batch 1, LoRA r%d on %d projections, %d thread%s, host compute %s, "
                "median of %d after %d warm-up\n",
-               model, nl_arch_name(m->arch), b.T, (int)rank, ad->n, b.threads, b.threads == 1 ? "" : "s", compute, b.reps, b.warmup);
-        if (peak > 0) printf("peak (bench peak's %s loop, %d thread%s): %.0f %s\n", nl_peak_name((nl_peak_kind)pk_kind), b.threads,
-                             b.threads == 1 ? "" : "s", peak, nl_peak_unit((nl_peak_kind)pk_kind));
-        printf("%-3s %9s %9s %9s %9s %9s %10s %6s %9s %7s  %s\n", "", "s/step", "cpu s", "service s", "wait s", "tok/s", "peak RSS",
-               "kept", "svc GF/s", "of peak", "configuration");
+               model, nl_arch_name(m->arch), b.T, (int)rank, ad->n, b.threads, b.threads == 1 ? "" : "s", compute,
+               b.reps, b.warmup);
+        if (peak > 0)
+            printf("peak (bench peak's %s loop, %d thread%s): %.0f %s\n", nl_peak_name((nl_peak_kind)pk_kind),
+                   b.threads, b.threads == 1 ? "" : "s", peak, nl_peak_unit((nl_peak_kind)pk_kind));
+        printf("%-3s %9s %9s %9s %9s %9s %10s %6s %9s %7s  %s\n", "", "s/step", "cpu s", "service s", "wait s", "tok/s",
+               "peak RSS", "kept", "svc GF/s", "of peak", "configuration");
         for (int c = 0; c < N_CFG; c++) {
             if (!res[c].ran) continue;
             char mb[32];
@@ -332,9 +370,9 @@ int nl_cmd_bench_step(int argc, char **argv) {
             char frac[16];
             if (peak > 0 && c >= CFG_C) snprintf(frac, sizeof frac, "%.2f", svc_gflops(&res[c]) / peak);
             else snprintf(frac, sizeof frac, "-");
-            printf("(%s) %9.3f %9.3f %9.3f %9.3f %9.2f %10s %3d/%-2d %9.1f %7s  %s\n", cfg_label[c], res[c].step_s, res[c].cpu_s,
-                   res[c].service_s, res[c].wait_s, res[c].tok_s, mb, res[c].n_kept, m->hp.n_layer, svc_gflops(&res[c]), frac,
-                   cfg_desc[c]);
+            printf("(%s) %9.3f %9.3f %9.3f %9.3f %9.2f %10s %3d/%-2d %9.1f %7s  %s\n", cfg_label[c], res[c].step_s,
+                   res[c].cpu_s, res[c].service_s, res[c].wait_s, res[c].tok_s, mb, res[c].n_kept, m->hp.n_layer,
+                   svc_gflops(&res[c]), frac, cfg_desc[c]);
         }
         printf("speed-ups:");
         for (int c = 1; c < N_CFG; c++)
@@ -343,18 +381,20 @@ int nl_cmd_bench_step(int argc, char **argv) {
         printf("\n");
         for (int c = 0; c < N_CFG; c++)
             if (res[c].ran) {
-                printf("(%s) resident: %s; planner: %s; loss %.4f\n", cfg_label[c], res[c].resident, res[c].plan, res[c].loss);
+                printf("(%s) resident: %s; planner: %s; loss %.4f\n", cfg_label[c], res[c].resident, res[c].plan,
+                       res[c].loss);
             }
         if (b.profile)
             for (int c = 0; c < N_CFG; c++) {
                 if (!res[c].ran) continue;
                 printf("(%s) main thread:", cfg_label[c]);
                 for (int k = 0; k < NL_GP_COUNT; k++) printf(" %s %.3f", nl_graph_prof_name(k), res[c].prof.s[k]);
-                printf(" | thread cpu %.3f, process cpu %.3f, %llu requests\n", res[c].thread_cpu_s, res[c].process_cpu_s,
-                       (unsigned long long)res[c].prof.requests);
+                printf(" | thread cpu %.3f, process cpu %.3f, %llu requests\n", res[c].thread_cpu_s,
+                       res[c].process_cpu_s, (unsigned long long)res[c].prof.requests);
             }
         printf("notes: cpu s = the main thread's time outside nl_proj_wait; service s = the service's busy time; "
-               "svc GF/s = the service requests' 2*T*K*N over its busy time, of peak = that over bench peak's figure (host rows); "
+               "svc GF/s = the service requests' 2*T*K*N over its busy time, of peak = that over bench peak's figure "
+               "(host rows); "
                "(a) is not an unfused implementation (nightlora has none): it recomputes every layer%s\n",
                peak_ok ? "" : "; peak RSS is the process peak (VmHWM could not be reset)");
     }

@@ -75,8 +75,9 @@ static void conv_free(conv *c) {
 }
 
 int nl_cmd_chat(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "system", "n", "temp", "top-p", "seed", "backend", "vulkan-device", "threads", "wire",
-                                        "precision", "precision-map", "compute", "template", NULL};
+    static const char *const known[] = {"model",         "adapter", "system",        "n",       "temp", "top-p",
+                                        "seed",          "backend", "vulkan-device", "threads", "wire", "precision",
+                                        "precision-map", "compute", "template",      NULL};
     static const char *const boolean[] = {"verbose", "no-plan-cache", NULL};
     if (nl_cli_check("chat", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *system = nl_cli_opt(argc, argv, "system");

@@ -2,8 +2,8 @@
  * registers every projection with the service (precision policy applied), runs the planner,
  * and reports: architecture and hyper-parameters, every projection (class, K×N, GGUF type ->
  * resident type, in place / converted / shared, bytes), resident memory per class, the
- * service's compute mode and kernels (its backend's describe), the planner summary (and with --verbose its per-check table),
- * and a memory estimate. --json prints the same as one JSON object.
+ * service's compute mode and kernels (its backend's describe), the planner summary (and with --verbose its per-check
+ * table), and a memory estimate. --json prints the same as one JSON object.
  *
  * Exit status: 0 when the model loads and the planner ran (checks routed to the CPU are a
  * finding, not an error: the run stays correct), 1 on an error, 2 on a usage error. */
@@ -32,13 +32,13 @@ static void fmt_bytes(char *buf, size_t cap, uint64_t b) {
 
 /* How one projection is held. */
 typedef struct {
-    int model_idx;        /* index into m->projs */
-    int sid;              /* service id */
-    int shared_with;      /* model index of the projection that registered sid first, or -1 */
+    int model_idx;   /* index into m->projs */
+    int sid;         /* service id */
+    int shared_with; /* model index of the projection that registered sid first, or -1 */
     int gguf_type, res_type, cls;
     int64_t K, N;
-    int in_place;         /* resident bytes are the GGUF mapping */
-    uint64_t bytes;       /* resident bytes */
+    int in_place;   /* resident bytes are the GGUF mapping */
+    uint64_t bytes; /* resident bytes */
 } proj_row;
 
 static const char *storage_name(const proj_row *r) {
@@ -82,7 +82,8 @@ static void json_hparams(const nl_model *m) {
 }
 
 int nl_cmd_check(int argc, char **argv) {
-    static const char *const known[] = {"model", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", NULL};
+    static const char *const known[] = {"model",     "backend",       "vulkan-device", "threads", "wire",
+                                        "precision", "precision-map", "compute",       NULL};
     static const char *const boolean[] = {"verbose", "json", "no-plan-cache", NULL};
     if (nl_cli_check("check", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model");
@@ -237,12 +238,13 @@ int nl_cmd_check(int argc, char **argv) {
             const nl_proj_weight *w = nl_proj_get(svc, c->id);
             printf("%s\n  {\"name\": ", i ? "," : "");
             nl_cli_json_str(w->name);
-            printf(", \"dir\": \"%s\", \"T\": %d, \"type\": \"%s\", \"rel_err\": ", c->dir == NL_FWD ? "fwd" : "bwd", c->T,
-                   nl_type_name(w->type));
+            printf(", \"dir\": \"%s\", \"T\": %d, \"type\": \"%s\", \"rel_err\": ", c->dir == NL_FWD ? "fwd" : "bwd",
+                   c->T, nl_type_name(w->type));
             nl_cli_json_num(c->rel_err);
             printf(", \"bound\": ");
             nl_cli_json_num(c->bound);
-            printf(", \"supported\": %s, \"passed\": %s}", c->supported ? "true" : "false", c->passed ? "true" : "false");
+            printf(", \"supported\": %s, \"passed\": %s}", c->supported ? "true" : "false",
+                   c->passed ? "true" : "false");
         }
         printf("]}}\n");
         rc = 0;
@@ -261,10 +263,11 @@ int nl_cmd_check(int argc, char **argv) {
         if (nl_proj_vulkan_list(devs, sizeof devs) >= 0) printf("vulkan devices (--vulkan-device N):\n%s\n", devs);
     }
 
-    printf("\nprojections (%d%s):\n", m->n_projs, verbose ? "" : ", grouped by class, shape and types; --verbose lists each");
+    printf("\nprojections (%d%s):\n", m->n_projs,
+           verbose ? "" : ", grouped by class, shape and types; --verbose lists each");
     if (verbose) {
-        printf("  %-32s %-6s %-9s %13s  %-15s %-10s %10s\n", "name", "kind", "class", "K x N", "gguf -> type", "storage",
-               "bytes");
+        printf("  %-32s %-6s %-9s %13s  %-15s %-10s %10s\n", "name", "kind", "class", "K x N", "gguf -> type",
+               "storage", "bytes");
         for (int i = 0; i < m->n_projs; i++) {
             const proj_row *r = &rows[i];
             char shape[40], types[40], bytes[32];

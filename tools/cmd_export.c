@@ -21,11 +21,14 @@ int nl_cmd_export(int argc, char **argv) {
     }
     int peft = !strcmp(format, "peft");
     if (!peft && strcmp(format, "gguf")) {
-        fprintf(stderr, "nightlora export: --format %s: expected peft (a PEFT directory) or gguf (a llama.cpp LoRA GGUF)\n", format);
+        fprintf(stderr,
+                "nightlora export: --format %s: expected peft (a PEFT directory) or gguf (a llama.cpp LoRA GGUF)\n",
+                format);
         return 2;
     }
     if (base && !peft) {
-        fprintf(stderr, "nightlora export: --base-model names the PEFT config's base_model_name_or_path: only with --format peft\n");
+        fprintf(stderr, "nightlora export: --base-model names the PEFT config's base_model_name_or_path: only with "
+                        "--format peft\n");
         return 2;
     }
     static const char *const inputs[] = {"model", "adapter", NULL}, *const outputs[] = {"out", NULL};
@@ -35,9 +38,11 @@ int nl_cmd_export(int argc, char **argv) {
     nl_cli_model_warning("export", m);
     char bb[256];
     if (peft && !base && !nl_peft_base_model(m, bb, sizeof bb))
-        fprintf(stderr, "nightlora export: warning: %s names no Hugging Face repository (general.source.huggingface.repository,"
-                        " a huggingface.co URL or an ORG/NAME general.name): base_model_name_or_path is null; give --base-model"
-                        " ORG/NAME so that AutoPeftModelForCausalLM can load the base\n", model);
+        fprintf(stderr,
+                "nightlora export: warning: %s names no Hugging Face repository (general.source.huggingface.repository,"
+                " a huggingface.co URL or an ORG/NAME general.name): base_model_name_or_path is null; give --base-model"
+                " ORG/NAME so that AutoPeftModelForCausalLM can load the base\n",
+                model);
     nl_adapter *a = nl_adapter_load(m, adapter);
     int rc = (!a || (peft ? nl_peft_save(a, m, out, base) : nl_adapter_save(a, m, out))) ? nl_cli_fail("export") : 0;
     if (rc == 0) {
@@ -45,8 +50,11 @@ int nl_cmd_export(int argc, char **argv) {
         for (int i = 0; i < a->n && m->arch == NL_ARCH_LLAMA; i++)
             qk |= m->projs[a->t[i].proj].kind == NL_P_Q || m->projs[a->t[i].proj].kind == NL_P_K;
         printf("wrote %s: %s, %d adapted projections, rank %d, alpha %g%s\n", out,
-               peft ? "PEFT LoRA adapter (" NL_PEFT_CONFIG " + " NL_PEFT_WEIGHTS ")" : "llama.cpp LoRA GGUF", a->n, a->rank,
-               (double)a->alpha, !qk ? "" : peft ? "; q/k lora_B rows in transformers' order" : "; q/k lora_b rows in the GGUF's order");
+               peft ? "PEFT LoRA adapter (" NL_PEFT_CONFIG " + " NL_PEFT_WEIGHTS ")" : "llama.cpp LoRA GGUF", a->n,
+               a->rank, (double)a->alpha,
+               !qk    ? ""
+               : peft ? "; q/k lora_B rows in transformers' order"
+                      : "; q/k lora_b rows in the GGUF's order");
     }
     nl_adapter_free(a);
     nl_model_free(m);

@@ -44,7 +44,9 @@ int nl_cli_proj_config(const char *cmd, int argc, char **argv, nl_proj_config *c
         char why[512] = "";
         if (!strcmp(cfg->backend, "vulkan")) nl_proj_vulkan_available(why, sizeof why);
         fprintf(stderr, "nightlora %s: --backend %s: %s\n", cmd, cfg->backend,
-                why[0] ? why : nl_proj_backend_find("vulkan") ? "expected ref, host or vulkan" : "expected ref or host");
+                why[0]                           ? why
+                : nl_proj_backend_find("vulkan") ? "expected ref, host or vulkan"
+                                                 : "expected ref or host");
         return 1;
     }
     cfg->device = nl_cli_opt(argc, argv, "vulkan-device");
@@ -62,7 +64,7 @@ void nl_cli_plan_cache(int argc, char **argv, nl_proj_config *cfg) {
     cfg->plan_cache_dir = NULL;
     if (nl_cli_flag(argc, argv, "no-plan-cache")) return;
     const char *own = getenv("NL_PLAN_CACHE"), *base = getenv("NL_MODEL_CACHE"), *home = getenv("HOME");
-    int n = own && own[0] ? snprintf(dir, sizeof dir, "%s", own)
+    int n = own && own[0]     ? snprintf(dir, sizeof dir, "%s", own)
             : base && base[0] ? snprintf(dir, sizeof dir, "%s/plan", base)
             : home && home[0] ? snprintf(dir, sizeof dir, "%s/.cache/nightlora/plan", home)
                               : -1;
@@ -84,7 +86,8 @@ int nl_cli_sample_params(const char *cmd, int argc, char **argv, int n_default, 
     int64_t n_predict = sp->n_predict;
     double temp = sp->temp, top_p = sp->top_p;
     /* strict and finite: "--temp nan" would sample nothing and exit 0 */
-    if (nl_cli_int(cmd, argc, argv, "n", 1, 1000000, &n_predict) < 0 || nl_cli_num(cmd, argc, argv, "temp", 0, 1e6, &temp) < 0 ||
+    if (nl_cli_int(cmd, argc, argv, "n", 1, 1000000, &n_predict) < 0 ||
+        nl_cli_num(cmd, argc, argv, "temp", 0, 1e6, &temp) < 0 ||
         nl_cli_num(cmd, argc, argv, "top-p", 1e-9, 1, &top_p) < 0 || nl_cli_u64(cmd, argc, argv, "seed", &sp->seed) < 0)
         return 1;
     sp->n_predict = (int)n_predict;
@@ -112,20 +115,27 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
         if (k == cap) {
             cap *= 2;
             int32_t *nv = realloc(v, (size_t)cap * sizeof *v);
-            if (!nv) { free(v); return nl_err("out of memory"); }
+            if (!nv) {
+                free(v);
+                return nl_err("out of memory");
+            }
             v = nv;
         }
         v[k++] = (int32_t)x;
         p = end;
     }
-    if (k == 0) { free(v); return nl_err("--tokens: no token ids given"); }
+    if (k == 0) {
+        free(v);
+        return nl_err("--tokens: no token ids given");
+    }
     *ids = v;
     *n = k;
     return 0;
 }
 
 int nl_cmd_logits(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "tokens", "out", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", NULL};
+    static const char *const known[] = {"model",   "adapter", "tokens",    "out",           "backend", "vulkan-device",
+                                        "threads", "wire",    "precision", "precision-map", "compute", NULL};
     static const char *const boolean[] = {"verbose", "no-plan-cache", NULL};
     if (nl_cli_check("logits", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *tokens = nl_cli_opt(argc, argv, "tokens"),
@@ -142,7 +152,10 @@ int nl_cmd_logits(int argc, char **argv) {
     int T = 0;
     if (parse_ids(tokens, &ids, &T)) return nl_cli_fail("logits");
     nl_session s;
-    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) { free(ids); return nl_cli_fail("logits"); }
+    if (nl_session_open(&s, model, nl_cli_opt(argc, argv, "adapter"), &cfg)) {
+        free(ids);
+        return nl_cli_fail("logits");
+    }
     nl_cli_model_warning("logits", s.m);
     int V = s.m->hp.n_vocab, rc = 1;
     float *logits = nl_malloc((size_t)T * V * sizeof(float));
@@ -179,7 +192,9 @@ static void print_token(void *user, int32_t id) {
 }
 
 int nl_cmd_generate(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "prompt", "system", "n", "temp", "top-p", "seed", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", "template", NULL};
+    static const char *const known[] = {"model",     "adapter",       "prompt",  "system",        "n",       "temp",
+                                        "top-p",     "seed",          "backend", "vulkan-device", "threads", "wire",
+                                        "precision", "precision-map", "compute", "template",      NULL};
     static const char *const boolean[] = {"raw", "verbose", "no-plan-cache", NULL};
     if (nl_cli_check("generate", argc, argv, known, boolean)) return 2;
     const char *system = nl_cli_opt(argc, argv, "system");
@@ -205,9 +220,11 @@ int nl_cmd_generate(int argc, char **argv) {
     if (!s.tok) {
         nl_err("%s: the model has no tokenizer vocabulary", model);
     } else if ((system ? nl_cli_render_conv(s.tok, nl_cli_opt(argc, argv, "template"),
-                                            (const nl_chat_msg[]){{"system", system, strlen(system), NULL}, {"user", prompt, strlen(prompt), NULL}},
+                                            (const nl_chat_msg[]){{"system", system, strlen(system), NULL},
+                                                                  {"user", prompt, strlen(prompt), NULL}},
                                             2, &ids, &n)
-                       : nl_cli_render_prompt(s.tok, prompt, nl_cli_flag(argc, argv, "raw"), nl_cli_opt(argc, argv, "template"), &ids, &n)) == 0) {
+                       : nl_cli_render_prompt(s.tok, prompt, nl_cli_flag(argc, argv, "raw"),
+                                              nl_cli_opt(argc, argv, "template"), &ids, &n)) == 0) {
         printf("%s", nl_cli_flag(argc, argv, "raw") ? prompt : "");
         rc = nl_generate(&s, ids, n, &sp, print_token, s.tok, NULL, NULL) ? 1 : 0;
         printf("\n");
@@ -242,7 +259,10 @@ static int merge_probe(int argc, char **argv, const char *model, const char *ada
     size_t V = 0;
     for (int k = 0; k < 3 && rc == 0; k++) {
         nl_session s;
-        if (nl_session_open(&s, paths[k][0], paths[k][1], &cfg)) { rc = -1; break; }
+        if (nl_session_open(&s, paths[k][0], paths[k][1], &cfg)) {
+            rc = -1;
+            break;
+        }
         if (k == 0 && nl_chat_prompt_tokens(s.tok, NULL, probe, strlen(probe), &ids, &n) &&
             nl_tokenize(s.tok, probe, strlen(probe), true, false, &ids, &n))
             rc = -1;
@@ -267,8 +287,9 @@ static int merge_probe(int argc, char **argv, const char *model, const char *ada
 }
 
 int nl_cmd_merge(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "out", "type", "strict", "backend", "threads", "precision",
-                                        "precision-map", "compute", "wire", "verbose", "no-plan-cache", NULL},
+    static const char *const known[] = {"model",         "adapter",   "out",           "type",    "strict", "backend",
+                                        "threads",       "precision", "precision-map", "compute", "wire",   "verbose",
+                                        "no-plan-cache", NULL},
                              *const boolean[] = {"strict", "verbose", "no-plan-cache", NULL};
     if (nl_cli_check("merge", argc, argv, known, boolean)) return 2;
     const char *model = nl_cli_opt(argc, argv, "model"), *adapter = nl_cli_opt(argc, argv, "adapter"),
@@ -293,7 +314,8 @@ int nl_cmd_merge(int argc, char **argv) {
         return 2;
     }
     if (access(staged, F_OK) == 0) {
-        fprintf(stderr, "nightlora merge: %s exists (a merge interrupted before it was probed?); remove it first\n", staged);
+        fprintf(stderr, "nightlora merge: %s exists (a merge interrupted before it was probed?); remove it first\n",
+                staged);
         return 1;
     }
     nl_model *m = nl_model_load(model);
@@ -311,9 +333,11 @@ int nl_cmd_merge(int argc, char **argv) {
         rc = nl_cli_fail("merge");
     }
     if (rc == 0 && strict && off > NL_MERGE_MAX_OFF) {
-        fprintf(stderr, "nightlora merge: --strict: the merged model misses %.1f%% of the adapter's effect on the probe's logits "
-                        "(more than %.0f%%); nothing written (the default types, or --type q8_0 / f16, keep it)\n",
-                100.0 * off, 100.0 * NL_MERGE_MAX_OFF);
+        fprintf(
+            stderr,
+            "nightlora merge: --strict: the merged model misses %.1f%% of the adapter's effect on the probe's logits "
+            "(more than %.0f%%); nothing written (the default types, or --type q8_0 / f16, keep it)\n",
+            100.0 * off, 100.0 * NL_MERGE_MAX_OFF);
         rc = 1;
     }
     if (rc == 0 && rename(staged, out)) {
@@ -328,28 +352,37 @@ int nl_cmd_merge(int argc, char **argv) {
     size_t n = 0;
     types[0] = 0;
     for (int k = 0; k < NL_MERGE_NTYPES && n < sizeof types - 40; k++)
-        if (st.by_type[k]) n += (size_t)snprintf(types + n, sizeof types - n, "%s%d %s", n ? ", " : "", st.by_type[k], nl_type_name(k));
+        if (st.by_type[k])
+            n +=
+                (size_t)snprintf(types + n, sizeof types - n, "%s%d %s", n ? ", " : "", st.by_type[k], nl_type_name(k));
     /* one line: what was merged, in which types, and how much of the adapter the file holds */
-    fprintf(stderr, "merged %d adapted projections into %s (%s%s): kept %.1f%% of the adapter's effect (probe logits off by %.2f%% "
-                    "of its change; the weights' rounding on its input directions %.1f%% of the update, worst %s %.1f%%)\n",
-            n_adapted, out, types[0] ? types : "none", t < 0 && st.n_retyped ? ", finer than stored" : "",
-            100.0 * (off < 1.0 ? 1.0 - off : 0.0), 100.0 * off, 100.0 * st.lost, st.worst_name[0] ? st.worst_name : "-", 100.0 * st.worst);
+    fprintf(
+        stderr,
+        "merged %d adapted projections into %s (%s%s): kept %.1f%% of the adapter's effect (probe logits off by %.2f%% "
+        "of its change; the weights' rounding on its input directions %.1f%% of the update, worst %s %.1f%%)\n",
+        n_adapted, out, types[0] ? types : "none", t < 0 && st.n_retyped ? ", finer than stored" : "",
+        100.0 * (off < 1.0 ? 1.0 - off : 0.0), 100.0 * off, 100.0 * st.lost, st.worst_name[0] ? st.worst_name : "-",
+        100.0 * st.worst);
     if (off > NL_MERGE_MAX_OFF)
-        fprintf(stderr, "nightlora merge: warning: --type %s misses %.1f%% of the adapter's effect (more than %.0f%%): the merged model "
-                        "does not do what the adapter does; the default types (or --type q8_0 / f16) keep it, --strict refuses\n",
-                type ? type : "(default)", 100.0 * off, 100.0 * NL_MERGE_MAX_OFF);
+        fprintf(
+            stderr,
+            "nightlora merge: warning: --type %s misses %.1f%% of the adapter's effect (more than %.0f%%): the merged "
+            "model "
+            "does not do what the adapter does; the default types (or --type q8_0 / f16) keep it, --strict refuses\n",
+            type ? type : "(default)", 100.0 * off, 100.0 * NL_MERGE_MAX_OFF);
     return 0;
 }
 
-int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name, int32_t **ids, int *n) {
+int nl_cli_render_prompt(const struct nl_tokenizer *tok, const char *prompt, int raw, const char *template_name,
+                         int32_t **ids, int *n) {
     if (raw) return nl_tokenize(tok, prompt, strlen(prompt), true, false, ids, n);
     return nl_chat_prompt_tokens(tok, template_name, prompt, strlen(prompt), ids, n);
 }
 
 void nl_cli_print_eval(const char *label, const nl_eval_result *r) {
     double loss = nl_eval_loss(r);
-    printf("%s: %d examples, %lld target tokens, loss %.4f, ppl %.3f", label, r->n_examples,
-           (long long)r->n_targets, loss, exp(loss));
+    printf("%s: %d examples, %lld target tokens, loss %.4f, ppl %.3f", label, r->n_examples, (long long)r->n_targets,
+           loss, exp(loss));
     if (r->n_items) printf(", accuracy %.1f%% (%d/%d)", 100.0 * r->n_correct / r->n_items, r->n_correct, r->n_items);
     char cut[256];
     nl_eval_format_cut(r, cut, sizeof cut);
@@ -370,11 +403,17 @@ static void rows_add(eval_rows *r, const char *fmt, ...) {
     char tmp[256];
     int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (k < 0 || (size_t)k >= sizeof tmp) { r->oom = 1; return; }
+    if (k < 0 || (size_t)k >= sizeof tmp) {
+        r->oom = 1;
+        return;
+    }
     if (r->n + (size_t)k + 1 > r->cap) {
         size_t cap = (r->n + (size_t)k + 1) * 2;
         char *b = realloc(r->buf, cap);
-        if (!b) { r->oom = 1; return; }
+        if (!b) {
+            r->oom = 1;
+            return;
+        }
         r->buf = b;
         r->cap = cap;
     }
@@ -392,8 +431,8 @@ static const char *jnum(char *b, size_t cap, double v) {
 static void eval_row(void *user, const nl_eval_example *e) {
     eval_rows *r = user;
     char a[32];
-    rows_add(r, "%s\n    {\"line\": %d, \"targets\": %lld, \"loss\": %s", r->count++ ? "," : "", e->line, (long long)e->n_targets,
-             e->n_targets ? jnum(a, sizeof a, e->loss_sum / (double)e->n_targets) : "null");
+    rows_add(r, "%s\n    {\"line\": %d, \"targets\": %lld, \"loss\": %s", r->count++ ? "," : "", e->line,
+             (long long)e->n_targets, e->n_targets ? jnum(a, sizeof a, e->loss_sum / (double)e->n_targets) : "null");
     if (e->n_choices > 0) {
         rows_add(r, ", \"choices_ll\": [");
         for (int k = 0; k < e->n_choices; k++) rows_add(r, "%s%s", k ? ", " : "", jnum(a, sizeof a, e->ll[k]));
@@ -411,16 +450,20 @@ static void print_eval_json(const char *data, const nl_eval_result *r, const eva
     printf(", \"examples\": %d, \"targets\": %lld, \"loss\": %s", r->n_examples, (long long)r->n_targets,
            r->n_targets ? jnum(a, sizeof a, loss) : "null");
     printf(", \"ppl\": %s", r->n_targets ? jnum(a, sizeof a, exp(loss)) : "null");
-    if (r->n_items) printf(", \"accuracy\": %s, \"correct\": %d, \"items\": %d", jnum(a, sizeof a, (double)r->n_correct / r->n_items),
-                           r->n_correct, r->n_items);
+    if (r->n_items)
+        printf(", \"accuracy\": %s, \"correct\": %d, \"items\": %d",
+               jnum(a, sizeof a, (double)r->n_correct / r->n_items), r->n_correct, r->n_items);
     else printf(", \"accuracy\": null");
     printf(", \"ctx\": %d, \"truncated\": %d, \"dropped\": %d,\n  \"per_example\": [%s\n  ]}\n", r->ctx, r->n_truncated,
            r->n_dropped, rows->buf ? rows->buf : "");
 }
 
 int nl_cmd_eval(int argc, char **argv) {
-    static const char *const known[] = {"model", "adapter", "data", "backend", "vulkan-device", "threads", "wire", "precision", "precision-map", "compute", "template", "ctx", "batch-tokens", "columns", "alpaca-prompt", NULL};
-    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "strict-keys", "json", "no-plan-cache", NULL};
+    static const char *const known[] = {
+        "model",         "adapter", "data",     "backend", "vulkan-device", "threads", "wire",          "precision",
+        "precision-map", "compute", "template", "ctx",     "batch-tokens",  "columns", "alpaca-prompt", NULL};
+    static const char *const boolean[] = {"verbose", "ignore-unknown-keys", "strict-keys",
+                                          "json",    "no-plan-cache",       NULL};
     if (nl_cli_check("eval", argc, argv, known, boolean)) return 2;
     int64_t batch = NL_EVAL_BATCH_TOKENS;
     if (nl_cli_int("eval", argc, argv, "batch-tokens", 1, 1 << 24, &batch) < 0) return 2;

@@ -38,7 +38,8 @@ int nl_cmd_mkmodel(int argc, char **argv) {
     nl_mkmodel_hparams((nl_arch)arch, preset, &hp);
     struct stat st;
     double mb = stat(out, &st) == 0 ? (double)st.st_size / (1024.0 * 1024.0) : 0;
-    printf("wrote %s: %s %s, %d layers, n_embd %d, vocab %d, %s weights, seed %llu, %.1f MiB in %.1f s\n", out, arch_s, preset,
-           hp.n_layer, hp.n_embd, hp.n_vocab, nl_type_name(type), (unsigned long long)mp.seed, mb, nl_now() - t0);
+    printf("wrote %s: %s %s, %d layers, n_embd %d, vocab %d, %s weights, seed %llu, %.1f MiB in %.1f s\n", out, arch_s,
+           preset, hp.n_layer, hp.n_embd, hp.n_vocab, nl_type_name(type), (unsigned long long)mp.seed, mb,
+           nl_now() - t0);
     return 0;
 }

@@ -20,12 +20,16 @@ static char *command_line(int argc, char **argv) {
     if (!cmd) return NULL;
     size_t n = (size_t)snprintf(cmd, cap, "nightlora train");
     for (int i = 1; i < argc; i++) {
-        int plain = argv[i][0] != 0 && strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") == strlen(argv[i]);
+        int plain = argv[i][0] != 0 &&
+                    strspn(argv[i], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+@%") ==
+                        strlen(argv[i]);
         cmd[n++] = ' ';
         if (!plain) cmd[n++] = '\'';
         for (const char *c = argv[i]; *c; c++) {
-            if (*c == '\'' && !plain) { memcpy(cmd + n, "'\\''", 4); n += 4; }
-            else cmd[n++] = *c;
+            if (*c == '\'' && !plain) {
+                memcpy(cmd + n, "'\\''", 4);
+                n += 4;
+            } else cmd[n++] = *c;
         }
         if (!plain) cmd[n++] = '\'';
     }
@@ -38,9 +42,11 @@ static char *command_line(int argc, char **argv) {
  * the run, resumes included); without a checkpoint directory, this command line. */
 static int write_report(const char *cmd, const nl_train_opts *o, const char *path) {
     nl_report_kv info[1] = {{"command", cmd}};
-    nl_report_opts ro = {.log = o->log_json, .run_json = o->checkpoint_dir, .info = info, .n_info = o->checkpoint_dir ? 0 : 1};
+    nl_report_opts ro = {
+        .log = o->log_json, .run_json = o->checkpoint_dir, .info = info, .n_info = o->checkpoint_dir ? 0 : 1};
     if (nl_report_write(&ro, path)) {
-        fprintf(stderr, "nightlora train: --report %s: %s (the adapter is written to %s)\n", path, nl_last_error(), o->out);
+        fprintf(stderr, "nightlora train: --report %s: %s (the adapter is written to %s)\n", path, nl_last_error(),
+                o->out);
         return 1;
     }
     fprintf(o->progress ? o->progress : stderr, "report written to %s\n", path); /* an outcome: --quiet keeps it */
@@ -66,14 +72,62 @@ static char **keep_best_value(int *argc, char **argv, char **buf, int cap) {
 int nl_cmd_train(int argc, char **argv) {
     int user_argc = argc; /* the command line as given, for the report (argv may grow below) */
     char **user_argv = argv;
-    static const char *const known[] = {
-        "model", "data", "out", "rank", "alpha", "dropout", "lr", "lr-min", "steps", "epochs", "batch-tokens",
-        "targets", "init-adapter", "backend", "vulkan-device", "threads", "precision", "precision-map", "wire", "compute",
-        "checkpoint-dir", "commit-every", "act-budget-mb", "seed", "thermal", "thermal-status-file",
-        "battery-temp-file", "log-json", "dump-grads", "warmup", "schedule", "clip", "weight-decay",
-        "ctx", "on-long", "template", "columns", "alpaca-prompt", "stop-after", "pacing-poll-ms", "method", "mezo-eps", "mem-limit-mb", "overlap", "config", "save-every", "report",
-        "val-data", "val-split", "eval-every", "keep-best", "early-stop", NULL};
-    static const char *const boolean[] = {"resume", "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "strict-keys", "dry-run", "no-plan-cache", NULL};
+    static const char *const known[] = {"model",
+                                        "data",
+                                        "out",
+                                        "rank",
+                                        "alpha",
+                                        "dropout",
+                                        "lr",
+                                        "lr-min",
+                                        "steps",
+                                        "epochs",
+                                        "batch-tokens",
+                                        "targets",
+                                        "init-adapter",
+                                        "backend",
+                                        "vulkan-device",
+                                        "threads",
+                                        "precision",
+                                        "precision-map",
+                                        "wire",
+                                        "compute",
+                                        "checkpoint-dir",
+                                        "commit-every",
+                                        "act-budget-mb",
+                                        "seed",
+                                        "thermal",
+                                        "thermal-status-file",
+                                        "battery-temp-file",
+                                        "log-json",
+                                        "dump-grads",
+                                        "warmup",
+                                        "schedule",
+                                        "clip",
+                                        "weight-decay",
+                                        "ctx",
+                                        "on-long",
+                                        "template",
+                                        "columns",
+                                        "alpaca-prompt",
+                                        "stop-after",
+                                        "pacing-poll-ms",
+                                        "method",
+                                        "mezo-eps",
+                                        "mem-limit-mb",
+                                        "overlap",
+                                        "config",
+                                        "save-every",
+                                        "report",
+                                        "val-data",
+                                        "val-split",
+                                        "eval-every",
+                                        "keep-best",
+                                        "early-stop",
+                                        NULL};
+    static const char *const boolean[] = {
+        "resume",  "allow-kernel-change", "no-shuffle", "quiet", "verbose", "ignore-unknown-keys", "strict-keys",
+        "dry-run", "no-plan-cache",       NULL};
     /* --config FILE.json: its flags first, then the command line's (which win) */
     if (nl_cli_config("train", argc, argv, known, boolean, &argc, &argv)) return 2;
     char *kb_args[256];
@@ -121,11 +175,13 @@ int nl_cmd_train(int argc, char **argv) {
     }
     /* the validation set: --val-data, or DIR/valid.jsonl */
     o.val_data = nl_cli_opt(argc, argv, "val-data");
-    static const char *const inputs[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
+    static const char *const inputs[] = {
+        "model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", NULL};
     static const char *const outputs[] = {"out", "log-json", "dump-grads", "report", NULL};
     const char *report = nl_cli_opt(argc, argv, "report");
     if (report && !nl_cli_opt(argc, argv, "log-json")) {
-        fprintf(stderr, "nightlora train: --report %s is drawn from the per-step log: give --log-json FILE too\n", report);
+        fprintf(stderr, "nightlora train: --report %s is drawn from the per-step log: give --log-json FILE too\n",
+                report);
         return 2;
     }
     if (nl_cli_no_overwrite("train", argc, argv, inputs, outputs, "checkpoint-dir")) return 2;
@@ -150,7 +206,8 @@ int nl_cmd_train(int argc, char **argv) {
     o.dump_grads = nl_cli_opt(argc, argv, "dump-grads");
     o.thermal_status_file = nl_cli_opt(argc, argv, "thermal-status-file");
     o.battery_temp_file = nl_cli_opt(argc, argv, "battery-temp-file");
-    if (nl_cli_flag(argc, argv, "quiet")) o.progress = NULL; /* progress only: warnings (o.warnings) and the outcome stay */
+    if (nl_cli_flag(argc, argv, "quiet"))
+        o.progress = NULL; /* progress only: warnings (o.warnings) and the outcome stay */
     double x = 0;
     if ((v = nl_cli_opt(argc, argv, "thermal"))) {
         if (strcmp(v, "auto") && strcmp(v, "off")) {
@@ -185,7 +242,9 @@ int nl_cmd_train(int argc, char **argv) {
         o.refuse_long = !strcmp(v, "refuse");
     }
     if (o.init_adapter && (nl_cli_opt(argc, argv, "alpha") || nl_cli_opt(argc, argv, "targets"))) {
-        fprintf(stderr, "nightlora train: --init-adapter takes rank, alpha and targets from the adapter; drop --alpha/--targets\n");
+        fprintf(
+            stderr,
+            "nightlora train: --init-adapter takes rank, alpha and targets from the adapter; drop --alpha/--targets\n");
         return 2;
     }
     if ((v = nl_cli_opt(argc, argv, "method"))) {
@@ -208,13 +267,14 @@ int nl_cmd_train(int argc, char **argv) {
     /* integers parsed strictly, numbers finite, each in its range (cli.h) */
     int64_t iv;
     uint64_t uv;
-#define INT(flag, dst)                                                                                      \
-    if ((r = nl_cli_int("train", argc, argv, flag, (int64_t)nl_train_range_of(flag)->lo, (int64_t)nl_train_range_of(flag)->hi, \
-                        &iv)) < 0)                                                                          \
-        return 2;                                                                                           \
+#define INT(flag, dst)                                                                                                 \
+    if ((r = nl_cli_int("train", argc, argv, flag, (int64_t)nl_train_range_of(flag)->lo,                               \
+                        (int64_t)nl_train_range_of(flag)->hi, &iv)) < 0)                                               \
+        return 2;                                                                                                      \
     if (r) dst = iv;
-#define NUM(flag, dst)                                                                                      \
-    if ((r = nl_cli_num("train", argc, argv, flag, nl_train_range_of(flag)->lo, nl_train_range_of(flag)->hi, &x)) < 0) return 2; \
+#define NUM(flag, dst)                                                                                                 \
+    if ((r = nl_cli_num("train", argc, argv, flag, nl_train_range_of(flag)->lo, nl_train_range_of(flag)->hi, &x)) < 0) \
+        return 2;                                                                                                      \
     if (r) dst = x;
     int r;
     /* the ranges: train/options.c, the table nl_train checks every caller's options against */
@@ -249,7 +309,9 @@ int nl_cmd_train(int argc, char **argv) {
     /* the examples as rendered and the step plan; no service, nothing written */
     if (dry_run) return nl_train_dry_run(&o, 3, stdout) ? nl_cli_fail("train") : 0;
     /* the snapshots' paths are derived from --out: none may be an input or another output */
-    static const char *const files[] = {"model", "data", "val-data", "init-adapter", "thermal-status-file", "battery-temp-file", "log-json", "dump-grads", NULL};
+    static const char *const files[] = {
+        "model",    "data",       "val-data", "init-adapter", "thermal-status-file", "battery-temp-file",
+        "log-json", "dump-grads", NULL};
     if (o.save_every > 0 && nl_cli_no_snapshot_overwrite("train", argc, argv, files, o.out, o.save_every)) return 2;
     if (o.init_adapter) o.init_rank = nl_cli_opt(argc, argv, "rank") ? o.rank : 0; /* must match the file's */
     if (o.val_data && o.val_split > 0) {
@@ -257,8 +319,12 @@ int nl_cmd_train(int argc, char **argv) {
         return 2;
     }
     if ((o.eval_every || o.keep_best || o.early_stop) && !o.val_data && !(o.val_split > 0)) {
-        fprintf(stderr, "nightlora train: --%s needs a validation set: --val-data FILE or --val-split F (or --data DIR with a valid.jsonl)\n",
-                o.eval_every ? "eval-every" : o.keep_best ? "keep-best" : "early-stop");
+        fprintf(stderr,
+                "nightlora train: --%s needs a validation set: --val-data FILE or --val-split F (or --data DIR with a "
+                "valid.jsonl)\n",
+                o.eval_every  ? "eval-every"
+                : o.keep_best ? "keep-best"
+                              : "early-stop");
         return 2;
     }
     /* SIGINT / SIGTERM cancel this run: a commit at the next step boundary, exit 3; a second
@@ -268,15 +334,17 @@ int nl_cmd_train(int argc, char **argv) {
     if (nl_signals_install(&cancel)) return nl_cli_fail("train");
     /* said at once: a big step may take a minute to end */
     if (o.checkpoint_dir)
-        nl_signals_notes("\nnightlora train: stopping at the end of this step: it commits there and writes the adapter (signal "
-                         "again to stop at once)\n",
-                         "\nnightlora train: stopped at once: this step is lost, the last commit is kept (--resume continues "
-                         "from it)\n");
+        nl_signals_notes(
+            "\nnightlora train: stopping at the end of this step: it commits there and writes the adapter (signal "
+            "again to stop at once)\n",
+            "\nnightlora train: stopped at once: this step is lost, the last commit is kept (--resume continues "
+            "from it)\n");
     else
-        nl_signals_notes("\nnightlora train: stopping at the end of this step, where the adapter is written (signal again to "
-                         "stop at once)\n",
-                         "\nnightlora train: stopped at once: nothing was written (no --checkpoint-dir: the run must start "
-                         "again)\n");
+        nl_signals_notes(
+            "\nnightlora train: stopping at the end of this step, where the adapter is written (signal again to "
+            "stop at once)\n",
+            "\nnightlora train: stopped at once: nothing was written (no --checkpoint-dir: the run must start "
+            "again)\n");
     nl_train_result res;
     int rc = nl_train(&o, &res);
     nl_signals_restore();
@@ -287,13 +355,21 @@ int nl_cmd_train(int argc, char **argv) {
     {
         FILE *say = o.progress ? o.progress : stderr;
         char ev[160] = "", best[320] = "";
-        if (res.n_evals) snprintf(ev, sizeof ev, ", %d evaluation%s %.1f s", res.n_evals, res.n_evals == 1 ? "" : "s", res.eval_seconds);
+        if (res.n_evals)
+            snprintf(ev, sizeof ev, ", %d evaluation%s %.1f s", res.n_evals, res.n_evals == 1 ? "" : "s",
+                     res.eval_seconds);
         if (o.keep_best && res.best_step > 0)
-            snprintf(best, sizeof best, "; the best adapter (step %lld, val loss %.4f) is in %s", (long long)res.best_step, res.best_loss, o.out);
-        fprintf(say, "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s, paused %.1f s%s)%s%s%s\n",
-                res.stopped ? "stopped" : res.early_stopped ? "early stop" : "done", (long long)res.steps_done, (long long)res.total_steps,
-                res.first_loss, res.last_loss, (long long)res.tokens, res.seconds, res.service_seconds, res.paused_seconds, ev,
-                best[0] ? best : "", best[0] ? "" : "; adapter written to ", best[0] ? "" : o.out);
+            snprintf(best, sizeof best, "; the best adapter (step %lld, val loss %.4f) is in %s",
+                     (long long)res.best_step, res.best_loss, o.out);
+        fprintf(say,
+                "%s after %lld/%lld steps: loss %.4f -> %.4f, %lld tokens in %.1f s (service %.1f s, paused %.1f "
+                "s%s)%s%s%s\n",
+                res.stopped         ? "stopped"
+                : res.early_stopped ? "early stop"
+                                    : "done",
+                (long long)res.steps_done, (long long)res.total_steps, res.first_loss, res.last_loss,
+                (long long)res.tokens, res.seconds, res.service_seconds, res.paused_seconds, ev, best[0] ? best : "",
+                best[0] ? "" : "; adapter written to ", best[0] ? "" : o.out);
     }
     if (report && write_report(cmd_line, &o, report)) return 1;
     /* a stop by SIGINT/SIGTERM after its commit: distinct from done (0), so that a script can

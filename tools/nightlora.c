@@ -40,8 +40,14 @@ static int flag_match(const char *arg, const char *name, const char **value) {
     if (arg[0] != '-' || arg[1] != '-') return 0;
     size_t n = strlen(name);
     if (strncmp(arg + 2, name, n) != 0) return 0;
-    if (arg[2 + n] == 0) { *value = NULL; return 1; }
-    if (arg[2 + n] == '=') { *value = arg + 3 + n; return 1; }
+    if (arg[2 + n] == 0) {
+        *value = NULL;
+        return 1;
+    }
+    if (arg[2 + n] == '=') {
+        *value = arg + 3 + n;
+        return 1;
+    }
     return 0;
 }
 
@@ -90,10 +96,10 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
         if (!in_list(a + 2, n, known)) {
             const char *note, *s = nl_cli_suggest(a + 2, n, known, boolean, &note);
             if (s)
-                fprintf(stderr, "nightlora %s: unknown option '%.*s': did you mean --%s?%s%s (see 'nightlora help %s')\n", cmd,
+                fprintf(stderr,
+                        "nightlora %s: unknown option '%.*s': did you mean --%s?%s%s (see 'nightlora help %s')\n", cmd,
                         (int)(n + 2), a, s, note ? " " : "", note ? note : "", cmd);
-            else
-                fprintf(stderr, "nightlora %s: unknown option '%s' (see 'nightlora help %s')\n", cmd, a, cmd);
+            else fprintf(stderr, "nightlora %s: unknown option '%s' (see 'nightlora help %s')\n", cmd, a, cmd);
             return 1;
         }
         if (!eq) {
@@ -108,20 +114,41 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
 }
 
 /* Sub-commands: each lives in tools/cmd_<name>.c. */
-#define NL_COMMANDS(X) \
-    /* X(name, function, usage) */ \
-    X("eval", nl_cmd_eval, "eval --model M.gguf [--adapter A.gguf|DIR] --data test.jsonl|DIR (DIR/test.jsonl) [--template chatml|llama3|FILE.jinja --ignore-unknown-keys] [--backend ref|host --threads N]") \
-    X("generate", nl_cmd_generate, "generate --model M.gguf [--adapter A.gguf|DIR] --prompt TEXT [--system TEXT] [--n N --temp T --top-p P --seed S --raw --template chatml|llama3|FILE.jinja]") \
-    X("logits", nl_cmd_logits, "logits --model M.gguf [--adapter A.gguf|DIR] --tokens \"1 2 3\" --out L.f32") \
-    X("train", nl_cmd_train, "train --model M.gguf --data train.jsonl|DIR (DIR/train.jsonl) --out adapter.gguf [options: nightlora train --help]") \
-    X("chat", nl_cmd_chat, "chat --model M.gguf [--adapter A.gguf|DIR] [--system TEXT] [--n N --temp T --top-p P --seed S --template chatml|llama3|FILE.jinja]   (user turns from stdin, a line each)") \
-    X("export", nl_cmd_export, "export --model M.gguf --adapter A.gguf|DIR --format peft|gguf --out DIR|A.gguf [--base-model NAME]   (peft: a PEFT directory, adapter_config.json + adapter_model.safetensors)") \
-    X("merge", nl_cmd_merge, "merge --model M.gguf --adapter A.gguf|DIR --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1] [--strict] [service flags]") \
-    X("report", nl_cmd_report, "report --log train-log.jsonl --out report.html [--run CHECKPOINT_DIR or its run.json] [--title TEXT]   (one HTML file: losses, accuracy, lr, tokens/s, pauses, settings)") \
-    X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special] [--pieces]") \
-    X("check", nl_cmd_check, "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP --compute f32|bf16|amx|amx-emu|sme|int8|auto --wire f32|f16] [--verbose] [--json]") \
-    X("bench", nl_cmd_bench, "bench peak|proj|step ... [--json]   peak: [--threads N --seconds S]   proj: --model M.gguf [--threads N --tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|sme|int8|auto --precision P]   step: --model M.gguf [--tokens T --answer-tokens N --only abcd --skip-ref --profile]") \
-    X("mkmodel", nl_cmd_mkmodel, "mkmodel --arch llama|qwen3|qwen35|gemma3 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b|gemma3-270m --out M.gguf [--type f32|f16|q8_0] [--seed S]") \
+#define NL_COMMANDS(X)                                                                                                 \
+    /* X(name, function, usage) */                                                                                     \
+    X("eval", nl_cmd_eval,                                                                                             \
+      "eval --model M.gguf [--adapter A.gguf|DIR] --data test.jsonl|DIR (DIR/test.jsonl) [--template "                 \
+      "chatml|llama3|FILE.jinja --ignore-unknown-keys] [--backend ref|host --threads N]")                              \
+    X("generate", nl_cmd_generate,                                                                                     \
+      "generate --model M.gguf [--adapter A.gguf|DIR] --prompt TEXT [--system TEXT] [--n N --temp T --top-p P --seed " \
+      "S --raw --template chatml|llama3|FILE.jinja]")                                                                  \
+    X("logits", nl_cmd_logits, "logits --model M.gguf [--adapter A.gguf|DIR] --tokens \"1 2 3\" --out L.f32")          \
+    X("train", nl_cmd_train,                                                                                           \
+      "train --model M.gguf --data train.jsonl|DIR (DIR/train.jsonl) --out adapter.gguf [options: nightlora train "    \
+      "--help]")                                                                                                       \
+    X("chat", nl_cmd_chat,                                                                                             \
+      "chat --model M.gguf [--adapter A.gguf|DIR] [--system TEXT] [--n N --temp T --top-p P --seed S --template "      \
+      "chatml|llama3|FILE.jinja]   (user turns from stdin, a line each)")                                              \
+    X("export", nl_cmd_export,                                                                                         \
+      "export --model M.gguf --adapter A.gguf|DIR --format peft|gguf --out DIR|A.gguf [--base-model NAME]   (peft: a " \
+      "PEFT directory, adapter_config.json + adapter_model.safetensors)")                                              \
+    X("merge", nl_cmd_merge,                                                                                           \
+      "merge --model M.gguf --adapter A.gguf|DIR --out merged.gguf [--type f32|f16|bf16|q8_0|q4_0|q4_1] [--strict] "   \
+      "[service flags]")                                                                                               \
+    X("report", nl_cmd_report,                                                                                         \
+      "report --log train-log.jsonl --out report.html [--run CHECKPOINT_DIR or its run.json] [--title TEXT]   (one "   \
+      "HTML file: losses, accuracy, lr, tokens/s, pauses, settings)")                                                  \
+    X("tokenize", nl_cmd_tokenize, "tokenize --model M.gguf --text TEXT [--no-special] [--pieces]")                    \
+    X("check", nl_cmd_check,                                                                                           \
+      "check --model M.gguf [--backend host|ref --threads N --precision auto|f32|f16|q8_0 --precision-map MAP "        \
+      "--compute f32|bf16|amx|amx-emu|sme|int8|auto --wire f32|f16] [--verbose] [--json]")                             \
+    X("bench", nl_cmd_bench,                                                                                           \
+      "bench peak|proj|step ... [--json]   peak: [--threads N --seconds S]   proj: --model M.gguf [--threads N "       \
+      "--tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|sme|int8|auto --precision P]   step: --model M.gguf "   \
+      "[--tokens T --answer-tokens N --only abcd --skip-ref --profile]")                                               \
+    X("mkmodel", nl_cmd_mkmodel,                                                                                       \
+      "mkmodel --arch llama|qwen3|qwen35|gemma3 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b|gemma3-270m "   \
+      "--out M.gguf [--type f32|f16|q8_0] [--seed S]")                                                                 \
     /* end of the list */
 
 #define NL_DECLARE(name, fn, usage) int fn(int argc, char **argv);
@@ -129,8 +156,7 @@ NL_COMMANDS(NL_DECLARE)
 
 static const nl_cli_command commands[] = {
 #define NL_ENTRY(name, fn, usage) {name, fn, usage},
-    NL_COMMANDS(NL_ENTRY)
-    {NULL, NULL, NULL},
+    NL_COMMANDS(NL_ENTRY){NULL, NULL, NULL},
 };
 
 const char *nl_cli_usage(const char *cmd) {
@@ -163,7 +189,8 @@ int main(int argc, char **argv) {
         /* a bare `nightlora` is a usage error; `nightlora help` asked for this */
         usage(argc < 2 ? stderr : stdout);
         if (argc >= 2) {
-            fprintf(stdout, "\n'nightlora help CMD' or 'nightlora CMD --help': a command's flags and their defaults\n\n");
+            fprintf(stdout,
+                    "\n'nightlora help CMD' or 'nightlora CMD --help': a command's flags and their defaults\n\n");
             nl_cli_print_exit_statuses(stdout);
         }
         return argc < 2 ? 2 : 0;

@@ -48,9 +48,9 @@ size_t nightlora_sizeof(const char *name) {
         size_t size;
     } sizes[] = {
 #define S(t) {#t, sizeof(t)}
-        S(nightlora_mkmodel_params), S(nightlora_model_params), S(nightlora_generate_params), S(nightlora_eval_params),
-        S(nightlora_eval_result),    S(nightlora_progress),     S(nightlora_train_params),    S(nightlora_train_result),
-        S(nightlora_merge_result),
+        S(nightlora_mkmodel_params), S(nightlora_model_params), S(nightlora_generate_params),
+        S(nightlora_eval_params),    S(nightlora_eval_result),  S(nightlora_progress),
+        S(nightlora_train_params),   S(nightlora_train_result), S(nightlora_merge_result),
 #undef S
     };
     for (size_t i = 0; name && i < sizeof sizes / sizeof *sizes; i++)
@@ -76,9 +76,11 @@ int nightlora_mkmodel(const char *path, const nightlora_mkmodel_params *p) {
     }
     if (!path) return nl_err("mkmodel: path: expected a file name, got NULL");
     int arch = nl_arch_from_name(p->arch ? p->arch : "");
-    if (arch < 0) return nl_err("mkmodel: arch '%s': expected llama, qwen3, qwen35 or gemma3", p->arch ? p->arch : "(null)");
+    if (arch < 0)
+        return nl_err("mkmodel: arch '%s': expected llama, qwen3, qwen35 or gemma3", p->arch ? p->arch : "(null)");
     int type = p->type ? nl_type_from_name(p->type) : NL_TYPE_F32;
-    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 && type != NL_TYPE_Q4_1)
+    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 &&
+        type != NL_TYPE_Q4_1)
         return nl_err("mkmodel: type '%s': expected f32, f16, q8_0, q4_0 or q4_1", p->type);
     return nl_mkmodel((nl_arch)arch, p->preset ? p->preset : "tiny", type, p->seed, path);
 }
@@ -91,18 +93,21 @@ void nightlora_model_default_params(nightlora_model_params *p) {
 }
 
 /* The projection service's config from the public fields, checked as the CLI checks its flags. */
-static int proj_config(nl_proj_config *cfg, const char *backend, const char *device, int n_threads, const char *precision,
-                       const char *compute, int wire_f16) {
+static int proj_config(nl_proj_config *cfg, const char *backend, const char *device, int n_threads,
+                       const char *precision, const char *compute, int wire_f16) {
     nl_proj_config_defaults(cfg);
     if (backend) cfg->backend = backend;
     const nl_proj_backend *be = nl_proj_backend_find(cfg->backend);
     if (!be) return nl_err("backend '%s': expected ref, host or vulkan (where the build has it)", cfg->backend);
-    if (device && !be->init_device) return nl_err("device '%s': backend '%s' has no devices to choose from", device, cfg->backend);
+    if (device && !be->init_device)
+        return nl_err("device '%s': backend '%s' has no devices to choose from", device, cfg->backend);
     if (device && (!*device || strspn(device, "0123456789") != strlen(device) || strlen(device) > 4))
-        return nl_err("device '%s': expected a device index (0, 1, ...: nightlora check --backend %s --verbose lists them)", device,
-                      cfg->backend);
+        return nl_err(
+            "device '%s': expected a device index (0, 1, ...: nightlora check --backend %s --verbose lists them)",
+            device, cfg->backend);
     cfg->device = device;
-    if (n_threads < 0 || n_threads > 256) return nl_err("n_threads %d: expected 0 (every core up to 8) to 256", n_threads);
+    if (n_threads < 0 || n_threads > 256)
+        return nl_err("n_threads %d: expected 0 (every core up to 8) to 256", n_threads);
     if (n_threads > 0) cfg->n_threads = n_threads;
     cfg->precision = precision;
     cfg->compute = compute;
@@ -181,7 +186,8 @@ static int check_ids(const nightlora_model *m, const int32_t *ids, int n, const 
     if (n < 1 || !ids) return nl_err("%s: expected at least one token id, got %d", who, n);
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= m->s.m->hp.n_vocab)
-            return nl_err("%s: token %d (id %d): outside the vocabulary of %d", who, i, (int)ids[i], m->s.m->hp.n_vocab);
+            return nl_err("%s: token %d (id %d): outside the vocabulary of %d", who, i, (int)ids[i],
+                          m->s.m->hp.n_vocab);
     return 0;
 }
 
@@ -219,7 +225,10 @@ static void gen_token(void *user, int32_t id) {
         size_t cap = g->cap ? g->cap : 256;
         while (cap < g->len + len + 1) cap *= 2;
         char *nt = realloc(g->text, cap);
-        if (!nt) { g->oom = 1; return; }
+        if (!nt) {
+            g->oom = 1;
+            return;
+        }
         g->text = nt;
         g->cap = cap;
     }
@@ -237,7 +246,8 @@ int nightlora_generate(nightlora_model *m, const char *prompt, const nightlora_g
     if (text) *text = NULL;
     if (need_tokenizer(m, "generate")) return -1;
     if (!prompt) return nl_err("generate: prompt: NULL");
-    if (p->n_predict < 1 || p->n_predict > 1000000) return nl_err("generate: n_predict %d: expected 1 to 1000000", p->n_predict);
+    if (p->n_predict < 1 || p->n_predict > 1000000)
+        return nl_err("generate: n_predict %d: expected 1 to 1000000", p->n_predict);
     if (!(p->temp >= 0.0f && p->temp <= 1e6f)) return nl_err("generate: temp %g: expected 0 to 1e6", (double)p->temp);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) return nl_err("generate: top_p %g: expected (0, 1]", (double)p->top_p);
     int32_t *ids = NULL;
@@ -245,7 +255,8 @@ int nightlora_generate(nightlora_model *m, const char *prompt, const nightlora_g
     int rc = p->raw ? nl_tokenize(m->s.tok, prompt, strlen(prompt), true, false, &ids, &n)
                     : nl_chat_prompt_tokens(m->s.tok, p->chat_template, prompt, strlen(prompt), &ids, &n);
     if (rc) return -1;
-    nl_sample_params sp = {.n_predict = p->n_predict, .temp = p->temp, .top_p = p->top_p, .seed = p->seed, .stop_at_eog = 1};
+    nl_sample_params sp = {
+        .n_predict = p->n_predict, .temp = p->temp, .top_p = p->top_p, .seed = p->seed, .stop_at_eog = 1};
     gen_sink g = {.m = m, .p = p};
     int n_gen = 0;
     rc = nl_generate(&m->s, ids, n, &sp, gen_token, &g, NULL, &n_gen);
@@ -328,11 +339,13 @@ int nightlora_merge(const char *model, const char *adapter, const char *out, con
     return rc;
 }
 
-int nightlora_export(const char *model, const char *adapter, const char *format, const char *out, const char *base_model) {
+int nightlora_export(const char *model, const char *adapter, const char *format, const char *out,
+                     const char *base_model) {
     if (!model || !adapter || !format || !out) return nl_err("export: model, adapter, format and out are required");
     const int peft = !strcmp(format, "peft");
     if (!peft && strcmp(format, "gguf")) return nl_err("export: format '%s': expected peft or gguf", format);
-    if (base_model && !peft) return nl_err("export: base_model names the PEFT config's base_model_name_or_path: only with peft");
+    if (base_model && !peft)
+        return nl_err("export: base_model names the PEFT config's base_model_name_or_path: only with peft");
     if (not_an_input("export", out, model, adapter)) return -1;
     nl_model *m = nl_model_load(model);
     if (!m) return -1;
@@ -430,7 +443,8 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
         return -1;
     nl_train_opts o;
     nl_train_defaults(&o);
-    if (proj_config(&o.proj, p->backend, p->device, p->n_threads, p->precision, p->compute, 0)) return nl_err_prefix("train");
+    if (proj_config(&o.proj, p->backend, p->device, p->n_threads, p->precision, p->compute, 0))
+        return nl_err_prefix("train");
     o.model = p->model;
     o.data = p->data;
     o.out = p->out;
@@ -467,7 +481,7 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
     o.log_json = p->log_json;
     o.progress = p->log_stderr ? stderr : NULL;
     o.warnings = o.progress; /* a library caller's stderr is its own: warnings too only with log_stderr */
-    o.count_process = 0; /* a library caller's own memory is its own */
+    o.count_process = 0;     /* a library caller's own memory is its own */
     progress_relay relay = {p->on_progress, p->user};
     if (p->on_progress) {
         o.on_progress = relay_progress;
@@ -485,7 +499,8 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
     o.alpaca_prompt = p->alpaca_prompt;
     o.overlap = p->overlap;
     o.allow_kernel_change = p->allow_kernel_change != 0;
-    if (p->report && !p->log_json) return nl_err("train: report %s is drawn from the per-step log: set log_json too", p->report);
+    if (p->report && !p->log_json)
+        return nl_err("train: report %s is drawn from the per-step log: set log_json too", p->report);
     o.cancel = run ? &run->cancel : NULL;
     nl_train_result res;
     memset(&res, 0, sizeof res);
@@ -511,7 +526,8 @@ int nightlora_train(const nightlora_train_params *p, nightlora_run *run, nightlo
     if (p->report) {
         /* the report train --report writes (its run.json when there is a checkpoint_dir) */
         nl_report_opts ro = {.log = p->log_json, .run_json = p->checkpoint_dir};
-        if (nl_report_write(&ro, p->report)) return nl_err_prefix("train: report %s (the adapter is written to %s)", p->report, p->out);
+        if (nl_report_write(&ro, p->report))
+            return nl_err_prefix("train: report %s (the adapter is written to %s)", p->report, p->out);
     }
     return 0;
 }

@@ -39,8 +39,8 @@ typedef struct {
     const uint8_t *alo[2], *blo[2]; /* NULL unless split */
     int64_t lda, ldb, astep, bstep; /* bytes */
     int steps;
-    int load;                       /* 1: start from c, 0: from zero */
-    float *c;                       /* 4 × 256 floats, 64-byte aligned */
+    int load; /* 1: start from c, 0: from zero */
+    float *c; /* 4 × 256 floats, 64-byte aligned */
 } nl_amx_block;
 
 /* The 64-byte tile configuration (ldtilecfg's operand, the SDM's palette 1 layout): byte 0
@@ -63,10 +63,10 @@ extern const nl_amx_cfg nl_amx_config;
 int nl_amx_config_ok(const void *cfg);
 
 typedef struct nl_amx_tiles {
-    const char *name;               /* "amx" or "amx-emu" */
-    void (*begin)(void);            /* load the tile configuration (once per thread and task) */
+    const char *name;    /* "amx" or "amx-emu" */
+    void (*begin)(void); /* load the tile configuration (once per thread and task) */
     void (*block)(const nl_amx_block *blk);
-    void (*end)(void);              /* release the tiles */
+    void (*end)(void); /* release the tiles */
 } nl_amx_tiles;
 
 /* amx_emu.c, every machine: TDPBF16PS as the hardware computes it (the SDM's reading: two

@@ -18,9 +18,23 @@ AMX_ATTR static void AMX_FN(end)(void) { TILE_RELEASE(); }
 
 /* C(i,j) += A_i · B_j for the 2×2 block; loads of an A pair / a B pair (tile numbers are
  * compile-time constants of the instructions) */
-#define AMX_DP4() do { TILE_DP(0, 4, 6); TILE_DP(1, 4, 7); TILE_DP(2, 5, 6); TILE_DP(3, 5, 7); } while (0)
-#define AMX_LOAD_A(p0, p1, ld) do { TILE_LOAD(4, p0, ld); TILE_LOAD(5, p1, ld); } while (0)
-#define AMX_LOAD_B(p0, p1, ld) do { TILE_LOAD(6, p0, ld); TILE_LOAD(7, p1, ld); } while (0)
+#define AMX_DP4()                                                                                                      \
+    do {                                                                                                               \
+        TILE_DP(0, 4, 6);                                                                                              \
+        TILE_DP(1, 4, 7);                                                                                              \
+        TILE_DP(2, 5, 6);                                                                                              \
+        TILE_DP(3, 5, 7);                                                                                              \
+    } while (0)
+#define AMX_LOAD_A(p0, p1, ld)                                                                                         \
+    do {                                                                                                               \
+        TILE_LOAD(4, p0, ld);                                                                                          \
+        TILE_LOAD(5, p1, ld);                                                                                          \
+    } while (0)
+#define AMX_LOAD_B(p0, p1, ld)                                                                                         \
+    do {                                                                                                               \
+        TILE_LOAD(6, p0, ld);                                                                                          \
+        TILE_LOAD(7, p1, ld);                                                                                          \
+    } while (0)
 
 /* The A·B, A·Blo, Alo·B order of a split step is the contract of amx.h (it makes both
  * directions see hi + lo of a weight the same way). */

@@ -34,16 +34,17 @@ static unsigned probe(void) {
             if (((lo >> 17) & 3) == 3) m |= 1u << NL_CPU_AMX;
         }
     }
-    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) m |= 1u << NL_CPU_INTEL;
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu)
+        m |= 1u << NL_CPU_INTEL;
 #elif defined(__aarch64__)
     m |= 1u << NL_CPU_NEON;
 #if defined(__linux__)
     /* the kernel's HWCAP words (asm/hwcap.h bit numbers; spelled here so old headers build) */
     const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
-    if ((hw2 >> 14) & 1) m |= 1u << NL_CPU_ARM_BF16;    /* HWCAP2_BF16 */
-    if ((hw2 >> 13) & 1) m |= 1u << NL_CPU_ARM_I8MM;    /* HWCAP2_I8MM */
-    if ((hw >> 20) & 1) m |= 1u << NL_CPU_ARM_DOTPROD;  /* HWCAP_ASIMDDP */
-    if ((hw2 >> 23) & 1) m |= 1u << NL_CPU_ARM_SME;     /* HWCAP2_SME */
+    if ((hw2 >> 14) & 1) m |= 1u << NL_CPU_ARM_BF16;   /* HWCAP2_BF16 */
+    if ((hw2 >> 13) & 1) m |= 1u << NL_CPU_ARM_I8MM;   /* HWCAP2_I8MM */
+    if ((hw >> 20) & 1) m |= 1u << NL_CPU_ARM_DOTPROD; /* HWCAP_ASIMDDP */
+    if ((hw2 >> 23) & 1) m |= 1u << NL_CPU_ARM_SME;    /* HWCAP2_SME */
 #endif
 #endif
     return m;

@@ -16,10 +16,10 @@ GDN_SILU(nl_gdn_silu_d_avx2, 256, 8)
 /* AVX2 (no FMA): register blocks of 4 or 1 rows × 16 or 8 columns, unmasked; the last < 8
  * columns are left to the caller's mm_c (every element is summed on its own, so any split
  * gives the same bits): returns the columns done. */
-#define M2_LD(r, v) (acc ? _mm256_loadu_ps(Cm + (size_t)(r) * ldc + 8 * (v)) : _mm256_setzero_ps())
-#define M2_ST(r, v, x) _mm256_storeu_ps(Cm + (size_t)(r) * ldc + 8 * (v), x)
+#define M2_LD(r, v) (acc ? _mm256_loadu_ps(Cm + (size_t)(r)*ldc + 8 * (v)) : _mm256_setzero_ps())
+#define M2_ST(r, v, x) _mm256_storeu_ps(Cm + (size_t)(r)*ldc + 8 * (v), x)
 #define M2_UP(x, a, b) x = _mm256_add_ps(x, _mm256_mul_ps(a, b))
-#define M2_ARGS \
+#define M2_ARGS                                                                                                        \
     int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm, size_t ldc, int acc
 
 static void mm2_4x16(M2_ARGS) {
@@ -66,13 +66,12 @@ static void mm2_4x8(M2_ARGS) {
 static void mm2_1x8(M2_ARGS) {
     __m256 c00 = M2_LD(0, 0);
     (void)ars;
-    for (int l = 0; l < Kd; l++)
-        M2_UP(c00, _mm256_set1_ps(A[(size_t)l * acs]), _mm256_loadu_ps(B + (size_t)l * ldb));
+    for (int l = 0; l < Kd; l++) M2_UP(c00, _mm256_set1_ps(A[(size_t)l * acs]), _mm256_loadu_ps(B + (size_t)l * ldb));
     M2_ST(0, 0, c00);
 }
 
-int nl_gdn_mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
-                   float *Cm, size_t ldc, int acc) {
+int nl_gdn_mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm,
+                   size_t ldc, int acc) {
     int j0 = 0;
     while (j0 + 8 <= N) {
         const int w = N - j0 >= 16 ? 16 : 8;
@@ -89,7 +88,8 @@ int nl_gdn_mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs,
 }
 
 /* dst[c][r] = src[r][c] on the whole 8×8 blocks (rows & ~7, cols & ~7); the caller does the edges. */
-void nl_gdn_transpose8_avx2(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int rows, int cols) {
+void nl_gdn_transpose8_avx2(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int rows,
+                            int cols) {
     const int R8 = rows & ~7, C8 = cols & ~7;
     for (int r = 0; r < R8; r += 8)
         for (int c = 0; c < C8; c += 8) {

@@ -17,11 +17,11 @@ GDN_SILU(nl_gdn_silu_d_avx512, 512, 16)
 
 /* Register blocks: 4 or 1 rows × 4 or 1 vectors of 16 columns (masks m[v] for the columns);
  * the accumulators are named variables so that they stay in registers. */
-#define MM_LD(r, v) (acc ? _mm512_maskz_loadu_ps(m##v, Cm + (size_t)(r) * ldc + 16 * (v)) : _mm512_setzero_ps())
-#define MM_ST(r, v, x) _mm512_mask_storeu_ps(Cm + (size_t)(r) * ldc + 16 * (v), m##v, x)
+#define MM_LD(r, v) (acc ? _mm512_maskz_loadu_ps(m##v, Cm + (size_t)(r)*ldc + 16 * (v)) : _mm512_setzero_ps())
+#define MM_ST(r, v, x) _mm512_mask_storeu_ps(Cm + (size_t)(r)*ldc + 16 * (v), m##v, x)
 #define MM_UP(x, a, b) x = _mm512_add_ps(x, _mm512_mul_ps(a, b))
-#define MM_ARGS                                                                                               \
-    int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm, size_t ldc, int acc, \
+#define MM_ARGS                                                                                                        \
+    int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm, size_t ldc, int acc,        \
         const __mmask16 *mk
 
 static void mm_4x64(MM_ARGS) {
@@ -98,11 +98,11 @@ int nl_gdn_mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t ac
         }
         int i = 0;
         for (; i + 4 <= M; i += 4)
-            (w > 16 ? mm_4x64 : mm_4x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
-                                         ldc, acc, m);
+            (w > 16 ? mm_4x64 : mm_4x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0, ldc,
+                                         acc, m);
         for (; i < M; i++)
-            (w > 16 ? mm_1x64 : mm_1x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0,
-                                         ldc, acc, m);
+            (w > 16 ? mm_1x64 : mm_1x16)(Kd, A + (size_t)i * ars, ars, acs, B + j0, ldb, Cm + (size_t)i * ldc + j0, ldc,
+                                         acc, m);
         j0 += w;
     }
     return N;

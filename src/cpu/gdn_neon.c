@@ -173,7 +173,8 @@ AI void tr4(float *restrict dst, size_t ldd, const float *restrict src, size_t l
 }
 
 /* dst[c][r] = src[r][c] on the whole 8×8 blocks (rows & ~7, cols & ~7); the caller does the edges. */
-void nl_gdn_transpose8_neon(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int rows, int cols) {
+void nl_gdn_transpose8_neon(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int rows,
+                            int cols) {
     const int R8 = rows & ~7, C8 = cols & ~7;
     for (int r = 0; r < R8; r += 8)
         for (int c = 0; c < C8; c += 8)

@@ -12,11 +12,11 @@
  * tiling, the thread that computes it, or on splitting the k range over several calls
  * (gradient accumulation across token blocks gives the same bits as one call).
  *
- * The kernel set's gemm_nn where it has one (cpu/kernels.h; gemm_avx2.c: x86-64 with AVX2+FMA): 6×16 register tiles of fused multiply-adds
- * (12 ymm accumulators), n-panels outside so a K×16 panel of B stays in L1 while the row
- * tiles go by; partial panels with masked loads/stores; on AArch64 (gemm_neon.c) the same fused
- * chains in 4×8 blocks of FMLA, so its bits are x86-64's. Elsewhere: portable C with separate
- * multiply and add (no FMA contraction under -std=c11), the same chain order. */
+ * The kernel set's gemm_nn where it has one (cpu/kernels.h; gemm_avx2.c: x86-64 with AVX2+FMA): 6×16 register tiles of
+ * fused multiply-adds (12 ymm accumulators), n-panels outside so a K×16 panel of B stays in L1 while the row tiles go
+ * by; partial panels with masked loads/stores; on AArch64 (gemm_neon.c) the same fused chains in 4×8 blocks of FMLA, so
+ * its bits are x86-64's. Elsewhere: portable C with separate multiply and add (no FMA contraction under -std=c11), the
+ * same chain order. */
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 
@@ -109,8 +109,8 @@ void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, c
     gemm(C, ldc, A, lda, 1, B, ldb, M, N, K, 1);
 }
 
-void nl_gemm(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M, int N,
-             int K, int accumulate) {
+void nl_gemm(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
+             int N, int K, int accumulate) {
     gemm(C, ldc, A, lda, 1, B, ldb, M, N, K, accumulate);
 }
 

@@ -10,8 +10,8 @@
 
 /* One tile: rows m..m+MR-1 (MR <= 6, a compile-time constant after inlining), columns
  * n..n+NV*8-1; when MASKED the last vector's lanes are limited by `mask`. */
-AI void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
-                  const float *B, int ldb, int K, int acc, __m256i mask) {
+AI void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs,
+             int64_t a_cs, const float *B, int ldb, int K, int acc, __m256i mask) {
     __m256 c[6][2];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
@@ -45,10 +45,11 @@ AI void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, co
 }
 
 /* All row tiles of one column panel of NV vectors. */
-AI void panel(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb,
-                   int M, int K, int acc, __m256i mask) {
+AI void panel(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
+              const float *B, int ldb, int M, int K, int acc, __m256i mask) {
     int m = 0;
-    for (; m + 6 <= M; m += 6) tile(6, NV, MASKED, C + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, B, ldb, K, acc, mask);
+    for (; m + 6 <= M; m += 6)
+        tile(6, NV, MASKED, C + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, B, ldb, K, acc, mask);
     const int r = M - m;
     float *Cm = C + (int64_t)m * ldc;
     const float *Am = A + m * a_rs;
@@ -69,7 +70,7 @@ AI void panel(const int NV, const int MASKED, float *C, int ldc, const float *A,
 #define KC 256
 
 AI void panel_packed(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
-                          const float *B, int ldb, int M, int K, int acc, __m256i mask, float *buf) {
+                     const float *B, int ldb, int M, int K, int acc, __m256i mask, float *buf) {
     const int w = NV * 8;
     if (ldb == w) { /* already contiguous */
         panel(NV, MASKED, C, ldc, A, a_rs, a_cs, B, ldb, M, K, acc, mask);
@@ -104,7 +105,7 @@ AI void panel_packed(const int NV, const int MASKED, float *C, int ldc, const fl
 #define SK_NC 256
 
 AI void rowtile_smallk(const int MR, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *P,
-                            int nc, int K, int acc, __m256i mask) {
+                       int nc, int K, int acc, __m256i mask) {
     int n = 0;
     for (; n + 16 <= nc; n += 16) tile(MR, 2, 0, C + n, ldc, A, a_rs, a_cs, P + (int64_t)n * K, 16, K, acc, mask);
     const int rest = nc - n;
@@ -113,7 +114,7 @@ AI void rowtile_smallk(const int MR, float *C, int ldc, const float *A, int64_t 
 }
 
 static void gemm_avx2_smallk(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb,
-                                  int M, int N, int K, int acc) {
+                             int M, int N, int K, int acc) {
     float P[SK_K * SK_NC] __attribute__((aligned(32)));
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int n0 = 0; n0 < N; n0 += SK_NC) {
@@ -136,7 +137,8 @@ static void gemm_avx2_smallk(float *C, int ldc, const float *A, int64_t a_rs, in
         const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), lane);
         float *Cn = C + n0;
         int m = 0;
-        for (; m + 6 <= M; m += 6) rowtile_smallk(6, Cn + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, P, nc, K, acc, mask);
+        for (; m + 6 <= M; m += 6)
+            rowtile_smallk(6, Cn + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, P, nc, K, acc, mask);
         float *Cm = Cn + (int64_t)m * ldc;
         const float *Am = A + m * a_rs;
         switch (M - m) {
@@ -151,7 +153,7 @@ static void gemm_avx2_smallk(float *C, int ldc, const float *A, int64_t a_rs, in
 }
 
 void nl_gemm_nn_avx2(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
-                           int N, int K, int acc) {
+                     int N, int K, int acc) {
     if (K <= SK_K && N > 16) {
         gemm_avx2_smallk(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
         return;
@@ -191,4 +193,3 @@ void nl_dot_rows_avx2(float *out, const float *A, int lda, const float *B, int l
         out[i] = s0;
     }
 }
-

@@ -16,8 +16,8 @@
 
 /* One tile: rows 0..MR-1 of C/A (MR <= 12 for NV = 1 (8 used), <= 6 for NV = 2: compile-time constants
  * after inlining), columns 0..NV*16-1; when MASKED the last vector's lanes are `mask`. */
-AI void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
-             const float *B, int ldb, int K, int acc, __mmask16 mask) {
+AI void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs,
+             int64_t a_cs, const float *B, int ldb, int K, int acc, __mmask16 mask) {
     __m512 c[12][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++)
@@ -51,25 +51,25 @@ AI void tile(const int MR, const int NV, const int MASKED, float *C, int ldc, co
 }
 
 /* rows m .. M-1 (fewer than MR) through a tile with a constant row count */
-#define TILE_REST(NV, MASKED, r, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask)                \
-    switch (r) {                                                                                \
-    case 11: tile(11, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;        \
-    case 10: tile(10, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;        \
-    case 9: tile(9, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 8: tile(8, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 7: tile(7, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 6: tile(6, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 5: tile(5, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 4: tile(4, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 3: tile(3, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 2: tile(2, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    case 1: tile(1, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;          \
-    default: break;                                                                             \
+#define TILE_REST(NV, MASKED, r, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask)                                        \
+    switch (r) {                                                                                                       \
+    case 11: tile(11, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                               \
+    case 10: tile(10, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                               \
+    case 9: tile(9, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 8: tile(8, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 7: tile(7, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 6: tile(6, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 5: tile(5, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 4: tile(4, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 3: tile(3, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 2: tile(2, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    case 1: tile(1, NV, MASKED, Cm, ldc, Am, a_rs, a_cs, B, ldb, K, acc, mask); break;                                 \
+    default: break;                                                                                                    \
     }
 
 /* All row tiles of one column panel of NV vectors. */
-AI void panel(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B,
-              int ldb, int M, int K, int acc, __mmask16 mask) {
+AI void panel(const int NV, const int MASKED, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs,
+              const float *B, int ldb, int M, int K, int acc, __mmask16 mask) {
     const int MR = NV == 1 ? 8 : 6;
     int m = 0;
     for (; m + MR <= M; m += MR)
@@ -125,8 +125,8 @@ AI void panel_packed(const int NV, const int MASKED, float *C, int ldc, const fl
 #define SK_K 32
 #define SK_NC 256
 
-AI void rowtile_smallk(const int MR, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *P, int nc,
-                       int K, int acc, __mmask16 mask) {
+AI void rowtile_smallk(const int MR, float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *P,
+                       int nc, int K, int acc, __mmask16 mask) {
     int n = 0;
     for (; n + 32 <= nc; n += 32) tile(MR, 2, 0, C + n, ldc, A, a_rs, a_cs, P + (int64_t)n * K, 32, K, acc, mask);
     const int rest = nc - n;
@@ -134,8 +134,8 @@ AI void rowtile_smallk(const int MR, float *C, int ldc, const float *A, int64_t 
     else if (rest > 0) tile(MR, 1, 1, C + n, ldc, A, a_rs, a_cs, P + (int64_t)n * K, 32, K, acc, mask);
 }
 
-static void gemm_smallk(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M, int N,
-                        int K, int acc) {
+static void gemm_smallk(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                        int N, int K, int acc) {
     float P[SK_K * SK_NC] __attribute__((aligned(64)));
     for (int n0 = 0; n0 < N; n0 += SK_NC) {
         const int nc = N - n0 < SK_NC ? N - n0 : SK_NC;
@@ -155,7 +155,8 @@ static void gemm_smallk(float *C, int ldc, const float *A, int64_t a_rs, int64_t
         const __mmask16 mask = (__mmask16)((1u << live) - 1);
         float *Cn = C + n0;
         int m = 0;
-        for (; m + 6 <= M; m += 6) rowtile_smallk(6, Cn + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, P, nc, K, acc, mask);
+        for (; m + 6 <= M; m += 6)
+            rowtile_smallk(6, Cn + (int64_t)m * ldc, ldc, A + m * a_rs, a_rs, a_cs, P, nc, K, acc, mask);
         float *Cm = Cn + (int64_t)m * ldc;
         const float *Am = A + m * a_rs;
         switch (M - m) {
@@ -169,8 +170,8 @@ static void gemm_smallk(float *C, int ldc, const float *A, int64_t a_rs, int64_t
     }
 }
 
-void nl_gemm_nn_avx512(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M, int N,
-                       int K, int acc) {
+void nl_gemm_nn_avx512(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
+                       int N, int K, int acc) {
     if (K <= SK_K && N > 16) {
         gemm_smallk(C, ldc, A, a_rs, a_cs, B, ldb, M, N, K, acc);
         return;

@@ -29,7 +29,7 @@ static inline __mmask16 mask16(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <
 AI __m512i cvt_words(__m512 lo, __m512 hi) { return (__m512i)_mm512_cvtne2ps_pbh(hi, lo); }
 
 /* a[0..15], b[0..15] -> 16 words (a_c, b_c): convert, then interleave the two halves. */
-static const uint16_t pair_idx[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+static const uint16_t pair_idx[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 AI __m512i cvt_pairs(__m512 a, __m512 b, __m512i idx) {
     return _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(b, a));
@@ -52,7 +52,8 @@ AI void tr16(__m512i r[16]) {
     }
     for (int b = 0; b < 4; b++) {
         const __m512i v0 = _mm512_shuffle_i32x4(u[b], u[4 + b], 0x44), v1 = _mm512_shuffle_i32x4(u[b], u[4 + b], 0xEE);
-        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0x44), v3 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0xEE);
+        const __m512i v2 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0x44),
+                      v3 = _mm512_shuffle_i32x4(u[8 + b], u[12 + b], 0xEE);
         r[b] = _mm512_shuffle_i32x4(v0, v2, 0x88);
         r[4 + b] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
         r[8 + b] = _mm512_shuffle_i32x4(v1, v3, 0x88);
@@ -89,7 +90,8 @@ static void z_rows_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, in
         const __mmask16 mr = mask16(rpad - r0);
         for (int w0 = 0; w0 < nw; w0 += 16) {
             __m512i v[16];
-            for (int j = 0; j < 16; j++) v[j] = r0 + j < R ? row_words(x + (r0 + j) * lds, C, w0) : _mm512_setzero_si512();
+            for (int j = 0; j < 16; j++)
+                v[j] = r0 + j < R ? row_words(x + (r0 + j) * lds, C, w0) : _mm512_setzero_si512();
             tr16(v);
             const int nb = nw - w0 < 16 ? nw - w0 : 16;
             for (int i = 0; i < nb; i++) _mm512_mask_storeu_epi32(dst + (w0 + i) * ldd + r0, mr, v[i]);
@@ -150,7 +152,7 @@ static void z_transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds
  * limit the live columns of the two vectors (C is loaded and stored under them; B is read in
  * full vectors, its padding). */
 AI void tile(const int MR, const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B,
-                int64_t ldb, int K2, int acc, __mmask16 m0, __mmask16 m1) {
+             int64_t ldb, int K2, int acc, __mmask16 m0, __mmask16 m1) {
     __m512 c[8][2];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++)
@@ -174,8 +176,8 @@ AI void tile(const int MR, const int NV, float *C, int64_t ldc, const uint32_t *
         for (int v = 0; v < NV; v++) _mm512_mask_storeu_ps(C + i * ldc + 16 * v, v ? m1 : m0, c[i][v]);
 }
 
-AI void panel(const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int M,
-                 int K2, int acc, __mmask16 m0, __mmask16 m1) {
+AI void panel(const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb,
+              int M, int K2, int acc, __mmask16 m0, __mmask16 m1) {
     int m = 0;
     for (; m + 8 <= M; m += 8) tile(8, NV, C + m * ldc, ldc, A + m * lda, lda, B, ldb, K2, acc, m0, m1);
     float *Cm = C + m * ldc;
@@ -195,7 +197,7 @@ AI void panel(const int NV, float *C, int64_t ldc, const uint32_t *A, int64_t ld
 #define KC 128 /* words of the reduction per chunk: a KC×32 panel of B is 16 KiB */
 
 static void z_gemm(float *C, int64_t ldc, const uint32_t *A, int64_t lda, const uint32_t *B, int64_t ldb, int M, int N,
-                     int K2, int accumulate) {
+                   int K2, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K2 <= 0) {
         if (!accumulate)
@@ -256,8 +258,10 @@ static float z_row_exp_pack(uint32_t *pw, const float *sr, int nv, int nw, float
     for (int w0 = 0; w0 < nw; w0 += 16) {
         const int j = 2 * w0;
         const __mmask16 m0 = mask16(nv - j), m1 = mask16(nv - j - 16);
-        const __m512 e0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, sr + (m0 ? j : 0)), vm)));
-        const __m512 e1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, sr + (m1 ? j + 16 : 0)), vm)));
+        const __m512 e0 =
+            _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m0, sr + (m0 ? j : 0)), vm)));
+        const __m512 e1 =
+            _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m1, sr + (m1 ? j + 16 : 0)), vm)));
         s0 = _mm512_add_ps(s0, e0);
         s1 = _mm512_add_ps(s1, e1);
         _mm512_mask_storeu_epi32(pw + w0, mask16(nw - w0), cvt_words(e0, e1));

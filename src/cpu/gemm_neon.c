@@ -15,26 +15,26 @@ static inline float chain_fma(float s, const float *a, int64_t a_cs, const float
 }
 
 /* Rows m..m+R-1 (R <= 4) × columns n..n+7: R×2 q accumulators of FMLA by element. */
-#define NEON_BLOCK(R)                                                                                           \
-    do {                                                                                                        \
-        float32x4_t c[4][2];                                                                                    \
-        for (int i = 0; i < (R); i++) {                                                                         \
-            c[i][0] = acc ? vld1q_f32(cr + (int64_t)i * ldc) : vdupq_n_f32(0.0f);                               \
-            c[i][1] = acc ? vld1q_f32(cr + (int64_t)i * ldc + 4) : vdupq_n_f32(0.0f);                           \
-        }                                                                                                       \
-        const float *b = B + n;                                                                                 \
-        for (int k = 0; k < K; k++, b += ldb) {                                                                 \
-            const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4);                                         \
-            for (int i = 0; i < (R); i++) {                                                                     \
-                const float x = am[i * a_rs + k * a_cs];                                                        \
-                c[i][0] = vfmaq_n_f32(c[i][0], b0, x);                                                          \
-                c[i][1] = vfmaq_n_f32(c[i][1], b1, x);                                                          \
-            }                                                                                                   \
-        }                                                                                                       \
-        for (int i = 0; i < (R); i++) {                                                                         \
-            vst1q_f32(cr + (int64_t)i * ldc, c[i][0]);                                                          \
-            vst1q_f32(cr + (int64_t)i * ldc + 4, c[i][1]);                                                      \
-        }                                                                                                       \
+#define NEON_BLOCK(R)                                                                                                  \
+    do {                                                                                                               \
+        float32x4_t c[4][2];                                                                                           \
+        for (int i = 0; i < (R); i++) {                                                                                \
+            c[i][0] = acc ? vld1q_f32(cr + (int64_t)i * ldc) : vdupq_n_f32(0.0f);                                      \
+            c[i][1] = acc ? vld1q_f32(cr + (int64_t)i * ldc + 4) : vdupq_n_f32(0.0f);                                  \
+        }                                                                                                              \
+        const float *b = B + n;                                                                                        \
+        for (int k = 0; k < K; k++, b += ldb) {                                                                        \
+            const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4);                                                \
+            for (int i = 0; i < (R); i++) {                                                                            \
+                const float x = am[i * a_rs + k * a_cs];                                                               \
+                c[i][0] = vfmaq_n_f32(c[i][0], b0, x);                                                                 \
+                c[i][1] = vfmaq_n_f32(c[i][1], b1, x);                                                                 \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int i = 0; i < (R); i++) {                                                                                \
+            vst1q_f32(cr + (int64_t)i * ldc, c[i][0]);                                                                 \
+            vst1q_f32(cr + (int64_t)i * ldc + 4, c[i][1]);                                                             \
+        }                                                                                                              \
     } while (0)
 
 void nl_gemm_nn_neon(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,

@@ -22,7 +22,8 @@ static void gemm_i8_fwd_scalar(int m, int kc, int gs, const uint8_t *A, int64_t 
                 int32_t isum = BC[g * NL_HOST_NP + j];
                 for (int r = g * gs / 4; r < (g + 1) * gs / 4; r++) {
                     const uint32_t w = B[(int64_t)r * NL_HOST_NP + j];
-                    for (int b = 0; b < 4; b++) isum += (int32_t)a[4 * r + b] * (int32_t)(int8_t)(uint8_t)(w >> (8 * b));
+                    for (int b = 0; b < 4; b++)
+                        isum += (int32_t)a[4 * r + b] * (int32_t)(int8_t)(uint8_t)(w >> (8 * b));
                 }
                 acc = fmaf((float)isum, SW[g * NL_HOST_NP + j] * DX[(int64_t)i * ldd + g], acc);
                 if (MW) acc = fmaf(MW[g * NL_HOST_NP + j], SX[(int64_t)i * ldd + g], acc);
@@ -48,7 +49,8 @@ void nl_i8_pack_b_scalar(const int8_t *tile, int ldt, int kc, int gs, uint32_t *
     }
 }
 
-const nl_i8_kernels nl_i8_kernels_scalar = {.name = "scalar", .gemm_i8_fwd = gemm_i8_fwd_scalar, .pack_b = nl_i8_pack_b_scalar};
+const nl_i8_kernels nl_i8_kernels_scalar = {
+    .name = "scalar", .gemm_i8_fwd = gemm_i8_fwd_scalar, .pack_b = nl_i8_pack_b_scalar};
 
 #if defined(__x86_64__)
 /* AVX512_VNNI: CPUID.(7,0):ECX bit 11, with the AVX-512 set cpu.h probes (OS state included) */

@@ -12,11 +12,11 @@
 
 #define MR 12
 
-static inline __attribute__((always_inline)) void ukr(const int mr, const int gs, const int mn, int kc, const uint8_t *A,
-                                                      int64_t lda, const float *DX, const float *SX, int64_t ldd,
-                                                      const uint32_t *B, const int32_t *BC, const float *SW, const float *MW,
-                                                      float *C, int64_t ldc, int ncols, int accumulate, const uint8_t *An,
-                                                      int mn_next) {
+static inline __attribute__((always_inline)) void ukr(const int mr, const int gs, const int mn, int kc,
+                                                      const uint8_t *A, int64_t lda, const float *DX, const float *SX,
+                                                      int64_t ldd, const uint32_t *B, const int32_t *BC,
+                                                      const float *SW, const float *MW, float *C, int64_t ldc,
+                                                      int ncols, int accumulate, const uint8_t *An, int mn_next) {
     const __mmask16 m0 = ncols >= 16 ? 0xffff : (__mmask16)((1u << (ncols > 0 ? ncols : 0)) - 1u);
     const int n1 = ncols - 16;
     const __mmask16 m1 = n1 >= 16 ? 0xffff : (__mmask16)((1u << (n1 > 0 ? n1 : 0)) - 1u);
@@ -56,8 +56,10 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int gs
             const __m512 v0 = _mm512_loadu_ps(MW + g * NL_HOST_NP), v1 = _mm512_loadu_ps(MW + g * NL_HOST_NP + 16);
             _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
                 const __m512 dx = _mm512_set1_ps(DX[i * ldd + g]), sx = _mm512_set1_ps(SX[i * ldd + g]);
-                __m512 f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(w0, dx), _mm512_load_ps(acc + 32 * i));
-                __m512 f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(w1, dx), _mm512_load_ps(acc + 32 * i + 16));
+                __m512 f0 =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(w0, dx), _mm512_load_ps(acc + 32 * i));
+                __m512 f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(w1, dx),
+                                            _mm512_load_ps(acc + 32 * i + 16));
                 _mm512_store_ps(acc + 32 * i, _mm512_fmadd_ps(v0, sx, f0));
                 _mm512_store_ps(acc + 32 * i + 16, _mm512_fmadd_ps(v1, sx, f1));
             }
@@ -79,16 +81,19 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int gs
 
 /* one instantiation per (rows, group size, min term) */
 #define UKR_ARGS kc, A, lda, DX, SX, ldd, B, BC, SW, MW, C, ldc, ncols, accumulate, An, mn_next
-#define UKR_PARAMS                                                                                                       \
-    int kc, const uint8_t *A, int64_t lda, const float *DX, const float *SX, int64_t ldd, const uint32_t *B,            \
+#define UKR_PARAMS                                                                                                     \
+    int kc, const uint8_t *A, int64_t lda, const float *DX, const float *SX, int64_t ldd, const uint32_t *B,           \
         const int32_t *BC, const float *SW, const float *MW, float *C, int64_t ldc, int ncols, int accumulate,         \
         const uint8_t *An, int mn_next
-#define UKR_DEF(mr, gs, mn)                                                                                              \
+#define UKR_DEF(mr, gs, mn)                                                                                            \
     static void ukr_##mr##_##gs##_##mn(UKR_PARAMS) { ukr(mr, gs, mn, UKR_ARGS); }
+/* an X-macro list, laid out by hand (clang-format splits it differently on each pass) */
+// clang-format off
 #define UKR_SET(gs, mn)                                                                                                  \
     UKR_DEF(12, gs, mn)                                                                                                  \
     UKR_DEF(8, gs, mn) UKR_DEF(4, gs, mn) UKR_DEF(2, gs, mn) UKR_DEF(1, gs, mn) static void (*const ukrs_##gs##_##mn[5])( \
         UKR_PARAMS) = {ukr_12_##gs##_##mn, ukr_8_##gs##_##mn, ukr_4_##gs##_##mn, ukr_2_##gs##_##mn, ukr_1_##gs##_##mn};
+// clang-format on
 UKR_SET(32, 0)
 UKR_SET(32, 1)
 UKR_SET(16, 0)
@@ -97,8 +102,7 @@ UKR_SET(16, 1)
 static void gemm_i8_fwd(int m, int kc, int gs, const uint8_t *A, int64_t lda, const float *DX, const float *SX,
                         int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW, float *C,
                         int64_t ldc, int ncols, int accumulate) {
-    void (*const *ks)(UKR_PARAMS) =
-        gs == 32 ? (MW ? ukrs_32_1 : ukrs_32_0) : (MW ? ukrs_16_1 : ukrs_16_0);
+    void (*const *ks)(UKR_PARAMS) = gs == 32 ? (MW ? ukrs_32_1 : ukrs_32_0) : (MW ? ukrs_16_1 : ukrs_16_0);
     static const int rows[5] = {12, 8, 4, 2, 1};
     for (int s = 0; s < NL_HOST_NP && s < ncols; s += 32) {
         const uint32_t *b = B + s;
@@ -109,8 +113,8 @@ static void gemm_i8_fwd(int m, int kc, int gs, const uint8_t *A, int64_t lda, co
         for (int t = 0; t < 5; t++)
             for (; i + rows[t] <= m; i += rows[t]) {
                 const int inext = i + rows[t], mnext = m - inext < MR ? m - inext : MR;
-                ks[t](kc, A + i * lda, lda, DX + i * ldd, SX ? SX + i * ldd : NULL, ldd, b, bc, sw, mw, C + i * ldc + s, ldc,
-                      nc, accumulate, mnext > 0 ? A + inext * lda : NULL, mnext);
+                ks[t](kc, A + i * lda, lda, DX + i * ldd, SX ? SX + i * ldd : NULL, ldd, b, bc, sw, mw, C + i * ldc + s,
+                      ldc, nc, accumulate, mnext > 0 ? A + inext * lda : NULL, mnext);
             }
     }
 }

@@ -58,15 +58,15 @@ AI void ukr(const int mr, int kc, int gs, const uint8_t *A, int64_t lda, const f
                 a[i] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(A + i * lda + p), flip));
             }
             const uint32_t *b = B + (int64_t)(p / 4) * NP;
-#define DOT_STEP(l)                                                                                    \
-    do {                                                                                               \
-        int8x16_t bv[4];                                                                               \
-        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) bv[c] =                                    \
-            vreinterpretq_s8_u32(vld1q_u32(b + (l) * NP + 4 * c));                                     \
-        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                          \
-            if (i >= mr) break;                                                                        \
-            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) s[i][c] = vdotq_laneq_s32(s[i][c], bv[c], a[i], l); \
-        }                                                                                              \
+#define DOT_STEP(l)                                                                                                    \
+    do {                                                                                                               \
+        int8x16_t bv[4];                                                                                               \
+        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) bv[c] =                                                    \
+            vreinterpretq_s8_u32(vld1q_u32(b + (l)*NP + 4 * c));                                                       \
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                                          \
+            if (i >= mr) break;                                                                                        \
+            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) s[i][c] = vdotq_laneq_s32(s[i][c], bv[c], a[i], l);    \
+        }                                                                                                              \
     } while (0)
             DOT_STEP(0);
             DOT_STEP(1);

@@ -24,8 +24,14 @@
 #define NP NL_HOST_NP
 
 /* [v[0], v[1], v[0], v[1]]: a column pair's value for both rows of a tile */
-AI int32x4_t cols2_s32(const int32_t *v) { const int32x2_t x = vld1_s32(v); return vcombine_s32(x, x); }
-AI float32x4_t cols2_f32(const float *v) { const float32x2_t x = vld1_f32(v); return vcombine_f32(x, x); }
+AI int32x4_t cols2_s32(const int32_t *v) {
+    const int32x2_t x = vld1_s32(v);
+    return vcombine_s32(x, x);
+}
+AI float32x4_t cols2_f32(const float *v) {
+    const float32x2_t x = vld1_f32(v);
+    return vcombine_f32(x, x);
+}
 /* [a, a, b, b]: a row pair's value for both columns of a tile */
 AI float32x4_t rows2_f32(float a, float b) { return vcombine_f32(vdup_n_f32(a), vdup_n_f32(b)); }
 

@@ -94,13 +94,12 @@ typedef struct nl_host_kernels {
     /* C[i][j] (= or += when accumulate) Σ_p A[i*lda + p] · B[p*NP + j]
      * for i < m, p < kc, j < ncols (≤ NP). B is a packed panel, NP floats a row, zero-padded
      * past ncols. Each C element is one FMA chain in p order (p = 0 first). */
-    void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
-                     int64_t ldc, int ncols, int accumulate);
+    void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+                     int accumulate);
 
     /* dst[c*ldd + r] = src[r*lds + c] for r < rows (a multiple of 16), c < cols: the FWD
      * panel transpose (f32 values or BF16 pairs). NULL = host.c's scalar loop. */
-    void (*transpose32)(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
-                        int cols);
+    void (*transpose32)(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows, int cols);
     /* dst[i] = BF16(r0[i]) | BF16(r1[i]) << 16 (round to nearest even), i < n (a multiple of
      * 16); r1 NULL = zeros: the BWD pairs of two consecutive dequantized rows of W (bf16 sets). */
     void (*pairs_to_bf16)(const float *r0, const float *r1, int n, uint32_t *dst);
@@ -125,8 +124,8 @@ typedef struct nl_host_kernels {
     void (*dq_q4_1)(const uint8_t *src, float *dst, int nblocks);
     /* bf16 FWD and BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
      * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
-    void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,
-                      int64_t ldc, int ncols, int accumulate);
+    void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C, int64_t ldc,
+                      int ncols, int accumulate);
 
     /* ---- the nodes' kernels (NULL: the node's portable form, the same contract) ---------- */
     /* cpu/gemm.c's small GEMM: C[M][N] (=|+=) Σ_k A[i·a_rs + k·a_cs] · B[k][N], each element one
@@ -173,8 +172,8 @@ void nl_gdn_step64_avx512(float *S, const float *S_prev, size_t ld, const float 
                           float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
 int nl_gdn_mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
                    size_t ldc, int acc);
-int nl_gdn_mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
-                     float *C, size_t ldc, int acc);
+int nl_gdn_mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
+                     size_t ldc, int acc);
 void nl_gdn_transpose8_avx2(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
 int nl_gdn_silu_d_avx2(float *y, float *d, const float *x, int n);
 int nl_gdn_silu_d_avx512(float *y, float *d, const float *x, int n);
@@ -264,25 +263,25 @@ int nl_cpu_use(const char *name);
 /* The f32 panel walk every row with a 6-row micro-kernel shares: 16-column strips of the packed
  * panel, MR = 6 rows at a time, the last 1..5 rows through the same micro-kernel with a constant
  * row count (so each is specialised). ukr(mr, kc, A, lda, B, C, ldc, ncols, accumulate). */
-#define NL_HOST_GEMM_F32_6ROWS(name, ukr)                                                                         \
-    static void name(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,  \
-                     int accumulate) {                                                                              \
-        for (int s = 0; s < NL_HOST_NP / 16 && 16 * s < ncols; s++) {                                              \
-            const float *b = B + 16 * s;                                                                            \
-            const int nc = ncols - 16 * s;                                                                          \
-            int i = 0;                                                                                              \
-            for (; i + 6 <= m; i += 6) ukr(6, kc, A + i * lda, lda, b, C + i * ldc + 16 * s, ldc, nc, accumulate);  \
-            const float *a = A + i * lda;                                                                           \
-            float *c = C + i * ldc + 16 * s;                                                                        \
-            switch (m - i) {                                                                                        \
-            case 1: ukr(1, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
-            case 2: ukr(2, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
-            case 3: ukr(3, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
-            case 4: ukr(4, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
-            case 5: ukr(5, kc, a, lda, b, c, ldc, nc, accumulate); break;                                           \
-            default: break;                                                                                         \
-            }                                                                                                       \
-        }                                                                                                           \
+#define NL_HOST_GEMM_F32_6ROWS(name, ukr)                                                                              \
+    static void name(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,     \
+                     int accumulate) {                                                                                 \
+        for (int s = 0; s < NL_HOST_NP / 16 && 16 * s < ncols; s++) {                                                  \
+            const float *b = B + 16 * s;                                                                               \
+            const int nc = ncols - 16 * s;                                                                             \
+            int i = 0;                                                                                                 \
+            for (; i + 6 <= m; i += 6) ukr(6, kc, A + i * lda, lda, b, C + i * ldc + 16 * s, ldc, nc, accumulate);     \
+            const float *a = A + i * lda;                                                                              \
+            float *c = C + i * ldc + 16 * s;                                                                           \
+            switch (m - i) {                                                                                           \
+            case 1: ukr(1, kc, a, lda, b, c, ldc, nc, accumulate); break;                                              \
+            case 2: ukr(2, kc, a, lda, b, c, ldc, nc, accumulate); break;                                              \
+            case 3: ukr(3, kc, a, lda, b, c, ldc, nc, accumulate); break;                                              \
+            case 4: ukr(4, kc, a, lda, b, c, ldc, nc, accumulate); break;                                              \
+            case 5: ukr(5, kc, a, lda, b, c, ldc, nc, accumulate); break;                                              \
+            default: break;                                                                                            \
+            }                                                                                                          \
+        }                                                                                                              \
     }
 
 /* Shared scalar helpers (kernels_scalar.c). */
@@ -293,8 +292,7 @@ uint16_t nl_host_f32_to_bf16(float f); /* round to nearest even (like VCVTNEPS2B
 void nl_host_decode_int_block(int type, const void *block, int8_t *q, float *d);
 /* Decode elements [k0, k0+n) of one row of `type` (any supported type; k0 need not be
  * block-aligned) into dst using the set's fast row decoders where there are some. */
-void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64_t k0, int n,
-                     float *dst);
+void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64_t k0, int n, float *dst);
 /* 1 if host.c can decode this weight type. */
 int nl_host_type_ok(int type);
 /* 1 for the weight types bf16 compute takes: every quantized block type (Q8_0, Q4_0, Q4_1, Q5_0,

@@ -27,10 +27,18 @@
  * tileloadd: the compiler barrier before each makes every earlier store (the packed operands,
  * the C block) reach memory first, whatever inlining or link-time optimisation does */
 #define NL_AMX_BARRIER() __asm__ volatile("" ::: "memory")
-#define TILE_LOADCONFIG(p) do { NL_AMX_BARRIER(); _tile_loadconfig(p); } while (0)
+#define TILE_LOADCONFIG(p)                                                                                             \
+    do {                                                                                                               \
+        NL_AMX_BARRIER();                                                                                              \
+        _tile_loadconfig(p);                                                                                           \
+    } while (0)
 #define TILE_RELEASE() _tile_release()
 #define TILE_ZERO(t) _tile_zero(t)
-#define TILE_LOAD(t, p, stride) do { NL_AMX_BARRIER(); _tile_loadd(t, p, stride); } while (0)
+#define TILE_LOAD(t, p, stride)                                                                                        \
+    do {                                                                                                               \
+        NL_AMX_BARRIER();                                                                                              \
+        _tile_loadd(t, p, stride);                                                                                     \
+    } while (0)
 #define TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define TILE_DP(c, a, b) _tile_dpbf16ps(c, a, b)
 #include "cpu/amx_kern.h"
@@ -85,7 +93,9 @@ double nl_amx_peak_loop(int int8, long it) { return real_peak(int8, it); }
 /* 1 = usable; else 0 and the reason in why */
 static int probe(char *why, size_t cap) {
     if (!nl_cpu_has(NL_CPU_AMX)) {
-        snprintf(why, cap, "the CPU has no AMX-TILE/AMX-BF16, or the OS has not enabled the tile state (CPUID.7.0:EDX bits 24, 22; XCR0 bits 17, 18)");
+        snprintf(why, cap,
+                 "the CPU has no AMX-TILE/AMX-BF16, or the OS has not enabled the tile state (CPUID.7.0:EDX bits 24, "
+                 "22; XCR0 bits 17, 18)");
         return 0;
     }
     /* per process (every thread, present and future; inherited by fork, cleared by exec); the
@@ -99,7 +109,8 @@ static int probe(char *why, size_t cap) {
     }
     unsigned long long perm = 0;
     if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &perm) != 0 || !((perm >> XFEATURE_XTILEDATA) & 1)) {
-        snprintf(why, cap, "the tile permission is not in the process's permitted set (arch_prctl ARCH_GET_XCOMP_PERM)");
+        snprintf(why, cap,
+                 "the tile permission is not in the process's permitted set (arch_prctl ARCH_GET_XCOMP_PERM)");
         return 0;
     }
     return 1;

@@ -12,8 +12,7 @@
 
 static void y_dq_f16(const uint16_t *src, float *dst, int n) {
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = nl_host_f16_to_f32(src[i]);
 }
 
@@ -43,8 +42,10 @@ static void y_dq_q5_0(const uint8_t *src, float *dst, int nblocks) {
             const __m256i qs = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(src + 6 + j)));
             const __m256i h0 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(qh >> j)), lane), one);
             const __m256i h1 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)(qh >> (j + 16))), lane), one);
-            const __m256i q0 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(qs, low4), _mm256_slli_epi32(h0, 4)), b16);
-            const __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(qs, 4), _mm256_slli_epi32(h1, 4)), b16);
+            const __m256i q0 =
+                _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(qs, low4), _mm256_slli_epi32(h0, 4)), b16);
+            const __m256i q1 =
+                _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(qs, 4), _mm256_slli_epi32(h1, 4)), b16);
             _mm256_storeu_ps(dst + 32 * b + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q0), d));
             _mm256_storeu_ps(dst + 32 * b + 16 + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q1), d));
         }
@@ -52,8 +53,7 @@ static void y_dq_q5_0(const uint8_t *src, float *dst, int nblocks) {
 }
 
 /* 8×8 32-bit transposes (unpack, shuffle, 128-bit lane swap); dst[c*ldd + r] = src[r*lds + c]. */
-static void y_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
-                          int cols) {
+static void y_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows, int cols) {
     for (int r0 = 0; r0 < rows; r0 += 8) {
         int c0 = 0;
         for (; c0 + 8 <= cols; c0 += 8) {
@@ -71,7 +71,8 @@ static void y_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64
             }
             for (int c = 0; c < 4; c++) {
                 _mm256_storeu_ps((float *)(dst + (c0 + c) * ldd + r0), _mm256_permute2f128_ps(u[c], u[c + 4], 0x20));
-                _mm256_storeu_ps((float *)(dst + (c0 + c + 4) * ldd + r0), _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
+                _mm256_storeu_ps((float *)(dst + (c0 + c + 4) * ldd + r0),
+                                 _mm256_permute2f128_ps(u[c], u[c + 4], 0x31));
             }
         }
         for (; c0 < cols; c0++)
@@ -79,8 +80,8 @@ static void y_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64
     }
 }
 
-AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C,
-            int64_t ldc, int ncols, int accumulate) {
+AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+            int accumulate) {
     __m256 acc[MR][2];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();

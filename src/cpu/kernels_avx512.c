@@ -13,7 +13,10 @@
 #define MR 6
 #define AI __attribute__((always_inline)) static inline
 
-typedef union { __m256i i; __m256bh h; } bh256;
+typedef union {
+    __m256i i;
+    __m256bh h;
+} bh256;
 
 static void z_dq_f16(const uint16_t *src, float *dst, int n) {
     int i = 0;
@@ -95,8 +98,7 @@ AI void tr16_store(__m512i a[16], uint32_t *dst, int64_t ldd) {
     }
 }
 
-static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows,
-                          int cols) {
+static void z_transpose32(const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd, int rows, int cols) {
     for (int r0 = 0; r0 < rows; r0 += 16) {
         int c0 = 0;
         for (; c0 + 16 <= cols; c0 += 16) {
@@ -120,21 +122,27 @@ static void z_pairs_to_bf16(const float *r0, const float *r1, int n, uint32_t *d
     }
 }
 
-typedef union { __m512i i; __m512bh h; } bh512;
+typedef union {
+    __m512i i;
+    __m512bh h;
+} bh512;
 
 /* BWD pairs straight from two rows' Q8_0 blocks: the same values as dq_q8_0 + pairs_to_bf16
  * (q·d is exact in FP32, then rounded to nearest even). b1 NULL = zeros. */
 static void z_q8_0_pairs_to_bf16(const nl_block_q8_0 *b0, const nl_block_q8_0 *b1, int nblocks, uint32_t *dst) {
     /* word 2i <- word i (row 0), word 2i + 1 <- word 16 + i (row 1) of one VCVTNE2PS2BF16 */
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                         20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int b = 0; b < nblocks; b++) {
         const __m512 d0 = _mm512_set1_ps(_cvtsh_ss(b0[b].d));
         const __m512 d1 = b1 ? _mm512_set1_ps(_cvtsh_ss(b1[b].d)) : _mm512_setzero_ps();
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b0[b].qs + 16 * h)))), d0);
-            const __m512 f1 = b1 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b1[b].qs + 16 * h)))), d1)
+            const __m512 f0 = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b0[b].qs + 16 * h)))), d0);
+            const __m512 f1 = b1 ? _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                     _mm_loadu_si128((const __m128i *)(b1[b].qs + 16 * h)))),
+                                                 d1)
                                  : _mm512_setzero_ps();
             bh512 u;
             u.h = _mm512_cvtne2ps_pbh(f1, f0);
@@ -166,8 +174,10 @@ static void z_q8_0_fwd_pairs(const nl_block_q8_0 *const rows[16], int nblocks, u
         for (int r = 0; r < 16; r++) {
             const nl_block_q8_0 *q = rows[r] + b;
             const __m512 d = _mm512_set1_ps(_cvtsh_ss(q->d));
-            const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->qs))), d);
-            const __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q->qs + 16)))), d);
+            const __m512 f0 =
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->qs))), d);
+            const __m512 f1 = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q->qs + 16)))), d);
             bh512 u;
             u.h = _mm512_cvtne2ps_pbh(f1, f0);
             a[r] = u.i;
@@ -182,8 +192,7 @@ static __mmask16 col_mask(int ncols, int r) {
 }
 
 /* C (=|+=) acc, rows < mr, vectors < nv, masked to ncols. */
-AI void store_tile(__m512 acc[MR][4], int mr, int nv, float *C, int64_t ldc, int ncols,
-                   int accumulate) {
+AI void store_tile(__m512 acc[MR][4], int mr, int nv, float *C, int64_t ldc, int ncols, int accumulate) {
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
         if (i >= mr) break;
@@ -199,8 +208,8 @@ AI void store_tile(__m512 acc[MR][4], int mr, int nv, float *C, int64_t ldc, int
     }
 }
 
-AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C,
-                int64_t ldc, int ncols, int accumulate) {
+AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+                int accumulate) {
     __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
@@ -223,8 +232,8 @@ AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *
     store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
 }
 
-static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
-                       int64_t ldc, int ncols, int accumulate) {
+static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+                       int accumulate) {
     int i = 0;
     for (; i + MR <= m; i += MR) {
         /* the next block's activation rows, while this block computes */
@@ -246,7 +255,6 @@ static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *
 }
 
 /* ---------------- AVX512_BF16 ---------------- */
-
 
 AI __m512bh as_bh(__m512i v) {
     bh512 u;
@@ -277,8 +285,8 @@ static void z_to_bf16(const float *src, int n, uint16_t *dst) {
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
-AI void ukr_bf16(const int mr, int kp, const uint32_t *a, int64_t lda2, const uint32_t *B, float *C,
-                 int64_t ldc, int ncols, int accumulate) {
+AI void ukr_bf16(const int mr, int kp, const uint32_t *a, int64_t lda2, const uint32_t *B, float *C, int64_t ldc,
+                 int ncols, int accumulate) {
     __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)
@@ -303,8 +311,8 @@ AI void ukr_bf16(const int mr, int kp, const uint32_t *a, int64_t lda2, const ui
     store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
 }
 
-static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,
-                        int64_t ldc, int ncols, int accumulate) {
+static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C, int64_t ldc,
+                        int ncols, int accumulate) {
     const int64_t lda2 = lda / 2; /* in pairs */
     for (int i0 = 0; i0 < m; i0 += MR) {
         const int mr = m - i0 < MR ? m - i0 : MR;
@@ -324,14 +332,15 @@ static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uin
     }
 }
 
-/* nn/lora.c's dropout mask row (kernels.h: dropout_mask_row). 16 mask elements per step: 8 consecutive counters' splitmix64 values in one zmm; read as 16
- * uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c, 2c+1 in order.
- * Integer arithmetic only: the same bits as the scalar loop. */
+/* nn/lora.c's dropout mask row (kernels.h: dropout_mask_row). 16 mask elements per step: 8 consecutive counters'
+ * splitmix64 values in one zmm; read as 16 uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c,
+ * 2c+1 in order. Integer arithmetic only: the same bits as the scalar loop. */
 static int z_dropout_mask_row(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
     const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
     const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
     const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
-    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL), c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
+    const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ULL),
+                  c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBULL);
     const __m512i vthr = _mm512_set1_epi32((int)thr);
     const __m512 vinv = _mm512_set1_ps(inv);
     /* z_c = kt + (c + 1)·γ for c = 0..7, then += 8γ per step */

@@ -33,8 +33,8 @@ void nl_neon_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
     }
 }
 
-AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C,
-            int64_t ldc, int ncols, int accumulate) {
+AI void ukr(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+            int accumulate) {
     float32x4_t acc[MR][4];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++)

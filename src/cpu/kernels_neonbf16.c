@@ -130,11 +130,11 @@ AI void ukr_bwd_dot(int kp, const uint16_t *A, const uint32_t *B, float *C, int 
     float32x4_t acc[4];
     for (int c = 0; c < 4; c++) acc[c] = vdupq_n_f32(0.0f);
     int p2 = 0;
-#define DOT_STEP(lane)                                                                              \
-    do {                                                                                            \
-        const uint32_t *b = B + (size_t)(p2 + (lane)) * NP;                                        \
-        for (int c = 0; c < 4; c++)                                                                 \
-            acc[c] = vbfdotq_laneq_f32(acc[c], bf(vreinterpretq_u16_u32(vld1q_u32(b + 4 * c))), a, lane); \
+#define DOT_STEP(lane)                                                                                                 \
+    do {                                                                                                               \
+        const uint32_t *b = B + (size_t)(p2 + (lane)) * NP;                                                            \
+        for (int c = 0; c < 4; c++)                                                                                    \
+            acc[c] = vbfdotq_laneq_f32(acc[c], bf(vreinterpretq_u16_u32(vld1q_u32(b + 4 * c))), a, lane);              \
     } while (0)
     for (; p2 + 4 <= kp; p2 += 4) {
         const bfloat16x8_t a = bf(vld1q_u16(A + 2 * p2));
@@ -177,7 +177,8 @@ static void k_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uin
 /* BF16 of four floats in the low halves: round to nearest even, NaN quieted */
 AI uint32x4_t bf16_bits(float32x4_t f) {
     const uint32x4_t u = vreinterpretq_u32_f32(f);
-    const uint32x4_t rne = vshrq_n_u32(vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fffu), vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1)))), 16);
+    const uint32x4_t rne =
+        vshrq_n_u32(vaddq_u32(u, vaddq_u32(vdupq_n_u32(0x7fffu), vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1)))), 16);
     const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
     return vbslq_u32(nan, vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(64)), rne);
 }
@@ -185,7 +186,8 @@ AI uint32x4_t bf16_bits(float32x4_t f) {
 static void k_to_bf16(const float *src, int n, uint16_t *dst) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        vst1q_u16(dst + i, vcombine_u16(vmovn_u32(bf16_bits(vld1q_f32(src + i))), vmovn_u32(bf16_bits(vld1q_f32(src + i + 4)))));
+        vst1q_u16(dst + i,
+                  vcombine_u16(vmovn_u32(bf16_bits(vld1q_f32(src + i))), vmovn_u32(bf16_bits(vld1q_f32(src + i + 4)))));
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 

@@ -19,7 +19,10 @@ float nl_host_f16_to_f32(uint16_t h) {
         bits = sign;
     } else { /* subnormal: normalize */
         int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400));
         bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
     }
     float f;
@@ -82,8 +85,7 @@ static void decode_block(const nl_host_kernels *ks, int type, const uint8_t *blk
     }
 }
 
-void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64_t k0, int n,
-                     float *dst) {
+void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64_t k0, int n, float *dst) {
     const uint8_t *r = row;
     switch (type) {
     case NL_TYPE_F32: memcpy(dst, r + 4 * k0, (size_t)n * 4); return;
@@ -140,8 +142,8 @@ static void s_dq_q8_0(const nl_block_q8_0 *src, float *dst, int nblocks) {
 }
 
 /* 4 rows × 64 columns of accumulators per pass; plain C, one chain per element. */
-static void s_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C,
-                       int64_t ldc, int ncols, int accumulate) {
+static void s_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
+                       int accumulate) {
     for (int i0 = 0; i0 < m; i0 += 4) {
         const int mr = m - i0 < 4 ? m - i0 : 4;
         float acc[4][NL_HOST_NP];

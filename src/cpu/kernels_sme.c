@@ -50,21 +50,21 @@ static void sme_begin(void) {
 static void sme_end(void) {}
 
 /* ZA2 (ZA3) = the 16 rows of 32 BF16 at p, rows ld bytes apart */
-#define LOAD_A(tile, p, ld)                                                                  \
-    do {                                                                                     \
-        for (uint32_t r = 0; r < 16; r++) svld1_hor_za32(tile, r, pw, (p) + (int64_t)r * (ld)); \
+#define LOAD_A(tile, p, ld)                                                                                            \
+    do {                                                                                                               \
+        for (uint32_t r = 0; r < 16; r++) svld1_hor_za32(tile, r, pw, (p) + (int64_t)r * (ld));                        \
     } while (0)
 
 /* ZA0 += col p of atile ⊗ row p of b0, ZA1 += ... ⊗ row p of b1, p = 0..15 in order */
-#define MOPA_STEP(atile, b0, b1, ld)                                                                   \
-    do {                                                                                               \
-        for (uint32_t p = 0; p < 16; p++) {                                                            \
-            const svbfloat16_t zn = svreinterpret_bf16_u32(svread_ver_za32_u32_m(svdup_u32(0), pw, atile, p)); \
-            const svbfloat16_t z0 = svreinterpret_bf16_u8(svld1_u8(pb, (b0) + (int64_t)p * (ld)));       \
-            const svbfloat16_t z1 = svreinterpret_bf16_u8(svld1_u8(pb, (b1) + (int64_t)p * (ld)));       \
-            svmopa_za32_bf16_m(0, ph, ph, zn, z0);                                                     \
-            svmopa_za32_bf16_m(1, ph, ph, zn, z1);                                                     \
-        }                                                                                              \
+#define MOPA_STEP(atile, b0, b1, ld)                                                                                   \
+    do {                                                                                                               \
+        for (uint32_t p = 0; p < 16; p++) {                                                                            \
+            const svbfloat16_t zn = svreinterpret_bf16_u32(svread_ver_za32_u32_m(svdup_u32(0), pw, atile, p));         \
+            const svbfloat16_t z0 = svreinterpret_bf16_u8(svld1_u8(pb, (b0) + (int64_t)p * (ld)));                     \
+            const svbfloat16_t z1 = svreinterpret_bf16_u8(svld1_u8(pb, (b1) + (int64_t)p * (ld)));                     \
+            svmopa_za32_bf16_m(0, ph, ph, zn, z0);                                                                     \
+            svmopa_za32_bf16_m(1, ph, ph, zn, z1);                                                                     \
+        }                                                                                                              \
     } while (0)
 
 __arm_locally_streaming __arm_new("za") static void sme_block(const nl_amx_block *k) {

@@ -48,8 +48,10 @@ static peak_loop loop_of(nl_peak_kind k, const char **insn) {
         if (nl_cpu_has(NL_CPU_AVX512BF16)) f = nl_peak_bf16_avx512, name = "avx512_bf16 vdpbf16ps zmm";
         break;
     case NL_PEAK_INT8:
-        if (nl_cpu_has(NL_CPU_AVX512) && cpuid_bit(7, 0, 2, 11)) f = nl_peak_int8_avx512vnni, name = "avx512_vnni vpdpbusd zmm";
-        else if (nl_cpu_has(NL_CPU_AVX2) && cpuid_bit(7, 1, 0, 4)) f = nl_peak_int8_avxvnni, name = "avx_vnni vpdpbusd ymm";
+        if (nl_cpu_has(NL_CPU_AVX512) && cpuid_bit(7, 0, 2, 11))
+            f = nl_peak_int8_avx512vnni, name = "avx512_vnni vpdpbusd zmm";
+        else if (nl_cpu_has(NL_CPU_AVX2) && cpuid_bit(7, 1, 0, 4))
+            f = nl_peak_int8_avxvnni, name = "avx_vnni vpdpbusd ymm";
         break;
 #if defined(NL_HAVE_AMX)
     case NL_PEAK_AMX_BF16:
@@ -59,8 +61,7 @@ static peak_loop loop_of(nl_peak_kind k, const char **insn) {
         if (nl_amx_available(NULL, 0) && cpuid_bit(7, 0, 3, 25)) f = loop_amx_int8, name = "amx tdpbssd";
         break;
 #endif
-    default:
-        break;
+    default: break;
     }
 #elif defined(__aarch64__)
     if (k == NL_PEAK_FP32) f = nl_peak_fp32_neon, name = "neon fmla v.4s";
@@ -102,8 +103,7 @@ typedef struct {
 static void *peak_thread(void *p) {
     peak_arg *a = p;
     int g;
-    while (!(g = __atomic_load_n(a->go, __ATOMIC_ACQUIRE))) {
-    }
+    while (!(g = __atomic_load_n(a->go, __ATOMIC_ACQUIRE))) {}
     if (g < 0) return NULL;
     const double t0 = nl_now();
     const double ops = a->f(a->it);

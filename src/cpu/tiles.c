@@ -126,11 +126,15 @@ void nl_tile_gemm(const nl_amx_tiles *tl, float *C, int64_t ldc, const uint16_t 
             float *Cb = C + (int64_t)m0 * ldc + n0;
             if (accumulate) block_io(c, Cb, ldc, mr, nr, 0);
             const uint16_t *a = A + (int64_t)m0 * lda;
-            nl_amx_block b = {
-                .a = {(const uint8_t *)a, (const uint8_t *)(a + 16 * lda)},
-                .b = {(const uint8_t *)(B + n0), (const uint8_t *)(B + n0 + 16)},
-                .lda = lda * 2, .ldb = ldb * 4, .astep = 64, .bstep = 16 * ldb * 4,
-                .steps = (K + 31) / 32, .load = accumulate, .c = c};
+            nl_amx_block b = {.a = {(const uint8_t *)a, (const uint8_t *)(a + 16 * lda)},
+                              .b = {(const uint8_t *)(B + n0), (const uint8_t *)(B + n0 + 16)},
+                              .lda = lda * 2,
+                              .ldb = ldb * 4,
+                              .astep = 64,
+                              .bstep = 16 * ldb * 4,
+                              .steps = (K + 31) / 32,
+                              .load = accumulate,
+                              .c = c};
             tl->block(&b);
             block_io(c, Cb, ldc, mr, nr, 1);
         }

@@ -22,12 +22,12 @@
 /* C[M][N] += A[M][K] · B[K][N], row-major with row strides ldc/lda/ldb (cpu/gemm.c). C must not
  * overlap A or B. Used for the attention blocks and the LoRA rank-r products. Internal to
  * nn/ (not part of the nn.h contract). */
-void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb,
-                 int M, int N, int K);
+void nl_gemm_acc(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
+                 int N, int K);
 /* C[M][N] (+)= A[M][K] · B[K][N]: accumulate = 0 overwrites C (no need to zero it first; the
  * same bits as zeroing and accumulating). */
-void nl_gemm(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M, int N,
-             int K, int accumulate);
+void nl_gemm(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
+             int N, int K, int accumulate);
 /* C[M][N] (+)= Aᵀ · B with A stored [K][M] (row stride lda): no transposed copy needed. */
 void nl_gemm_tn(float *restrict C, int ldc, const float *restrict A, int lda, const float *restrict B, int ldb, int M,
                 int N, int K, int accumulate);
@@ -129,9 +129,9 @@ static inline float nl_fexp(float x) {
     /* biased exponent of 2^n (meaningless when |x| is huge: the masks below take over). t < 0
      * only when x < -8.7e6, where the answer is 0; masking the sign keeps the int math in range. */
     int32_t e = ((tb & 0x7FFFFFFF) - 0x4B400000) + 127;
-    int32_t neg = tb >> 31;                 /* all ones iff t < 0 */
-    int32_t lo = ~((e - 1) >> 31) & ~neg;   /* all ones iff e >= 1 and t >= 0 (no underflow) */
-    int32_t hi = ((e - 255) >> 31) | neg;   /* all ones iff e < 255 or t < 0 (no overflow) */
+    int32_t neg = tb >> 31;               /* all ones iff t < 0 */
+    int32_t lo = ~((e - 1) >> 31) & ~neg; /* all ones iff e >= 1 and t >= 0 (no underflow) */
+    int32_t hi = ((e - 255) >> 31) | neg; /* all ones iff e < 255 or t < 0 (no overflow) */
     int32_t eb = (e & lo & hi) << 23;
     float sc;
     memcpy(&sc, &eb, 4);

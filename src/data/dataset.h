@@ -35,9 +35,9 @@
  *  {"text": S}
  *      BOS + tok(S); every token is a target except the first. No EOS is appended.
  *  {"tokens": [ids...], "loss_mask": [0|1...]}
- *      Taken as is: no BOS, ids in [0, n_vocab), written as digits (1e-400, 5.0 are errors). target[i] = loss_mask[i] for i >= 1;
- *      loss_mask[0] is ignored; without loss_mask every token but the first is a target.
- *      loss_mask must have exactly as many entries as tokens.
+ *      Taken as is: no BOS, ids in [0, n_vocab), written as digits (1e-400, 5.0 are errors). target[i] = loss_mask[i]
+ * for i >= 1; loss_mask[0] is ignored; without loss_mask every token but the first is a target. loss_mask must have
+ * exactly as many entries as tokens.
  *  {"instruction": I, "input": X, "output": O}                  (Alpaca; "input" optional)
  *      Either the Alpaca template: BOS + tok("Below is an instruction that describes a task[,
  *      paired with an input that provides further context]. Write a response that
@@ -116,25 +116,25 @@
 #include "data/tokenizer.h"
 
 typedef enum {
-    NL_LINE_PROMPT = 0,   /* prompt + completion */
+    NL_LINE_PROMPT = 0, /* prompt + completion */
     NL_LINE_MESSAGES,
     NL_LINE_TEXT,
     NL_LINE_TOKENS,
 } nl_line_format;
 
 typedef struct {
-    int32_t *ids;          /* n_tokens token ids */
-    uint8_t *target;       /* n_tokens flags: 1 = ids[i] is a loss target; target[0] == 0 */
+    int32_t *ids;    /* n_tokens token ids */
+    uint8_t *target; /* n_tokens flags: 1 = ids[i] is a loss target; target[0] == 0 */
     int n_tokens;
-    int n_targets;         /* count of target[i] == 1 */
-    int line;              /* 1-based line in the source file */
+    int n_targets; /* count of target[i] == 1 */
+    int line;      /* 1-based line in the source file */
     nl_line_format format;
     /* Labelled multiple choice (n_choices == 0: none). The context is ids[0..n_prompt). */
     int n_prompt;
     int n_choices;
-    int32_t **choice_ids;  /* n_choices arrays */
-    int *choice_len;       /* their lengths (>= 1) */
-    int answer;            /* index of the correct choice; -1 when n_choices == 0 */
+    int32_t **choice_ids; /* n_choices arrays */
+    int *choice_len;      /* their lengths (>= 1) */
+    int answer;           /* index of the correct choice; -1 when n_choices == 0 */
 } nl_example;
 
 /* The example's targets among its first max_ctx tokens (what is left of it when it is cut to
@@ -146,16 +146,16 @@ int nl_example_targets_within(const nl_example *ex, int max_ctx);
 void nl_row_targets(const int32_t *ids, const uint8_t *target, int n, int32_t *rows);
 
 typedef struct {
-    char *path;            /* label used in errors (owned) */
-    nl_example *ex;        /* n examples in file order (owned) */
+    char *path;     /* label used in errors (owned) */
+    nl_example *ex; /* n examples in file order (owned) */
     int n;
     int64_t n_tokens, n_targets; /* totals */
     /* how the file was read (nl_dataset_note says it) */
-    int json_array;        /* 1: a JSON array of examples, not JSON Lines */
-    int n_alpaca;          /* Alpaca lines ... */
-    int alpaca_chat;       /* ... rendered with the chat template (0: the Alpaca template) */
+    int json_array;         /* 1: a JSON array of examples, not JSON Lines */
+    int n_alpaca;           /* Alpaca lines ... */
+    int alpaca_chat;        /* ... rendered with the chat template (0: the Alpaca template) */
     int64_t n_skipped_keys; /* keys no format reads, skipped (not strict) */
-    char skipped_key[48];  /* the first of them, and its line */
+    char skipped_key[48];   /* the first of them, and its line */
     int skipped_line;
 } nl_dataset;
 
@@ -179,11 +179,10 @@ typedef struct {
 /* Load a JSONL file. tok may be NULL, then only tokens lines are accepted (ids checked against
  * opts->n_vocab when > 0). opts may be NULL (defaults). On error: -1, error slot set,
  * *out left empty. */
-int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opts *opts,
-                    nl_dataset *out);
+int nl_dataset_load(const char *path, const nl_tokenizer *tok, const nl_data_opts *opts, nl_dataset *out);
 /* Same over a caller's buffer; `label` stands for the file name in errors. */
-int nl_dataset_load_buffer(const char *buf, size_t len, const char *label,
-                           const nl_tokenizer *tok, const nl_data_opts *opts, nl_dataset *out);
+int nl_dataset_load_buffer(const char *buf, size_t len, const char *label, const nl_tokenizer *tok,
+                           const nl_data_opts *opts, nl_dataset *out);
 void nl_dataset_free(nl_dataset *ds);
 /* One line saying how the file was read, for the plan line: a JSON array, the Alpaca lines'
  * prompt (which template), the skipped keys (how many, the first and its line). buf, "" when
@@ -209,8 +208,8 @@ typedef enum { NL_TMPL_NONE = 0, NL_TMPL_CHATML, NL_TMPL_LLAMA3 } nl_chat_tmpl;
 
 struct nl_json;
 typedef struct {
-    const char *role;      /* "system", "user", "assistant" or "tool" (NUL-terminated) */
-    const char *content;   /* UTF-8, content_len bytes */
+    const char *role;    /* "system", "user", "assistant" or "tool" (NUL-terminated) */
+    const char *content; /* UTF-8, content_len bytes */
     size_t content_len;
     const struct nl_json *extra; /* NULL, or the turn's JSON object: its other members
                                   * (tool_calls, reasoning_content, name, ...) reach a Jinja
@@ -223,8 +222,8 @@ int nl_chat_template_pick(const char *name, const char *gguf_template, nl_chat_t
 const char *nl_chat_template_name(nl_chat_tmpl t);
 
 /* The template as text (no BOS), for display and tests. *text is malloc'd, NUL-terminated. */
-int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
-                   char **text, size_t *text_len);
+int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add_generation_prompt, char **text,
+                   size_t *text_len);
 
 /* Tokens of a conversation (BOS if the tokenizer adds one), with targets on assistant content
  * and its end-of-turn token (target may be NULL). *ids / *target are malloc'd. */
@@ -233,8 +232,8 @@ int nl_chat_tokenize(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg 
 
 /* For `nightlora generate`: one user message + the generation prompt, as tokens, with the
  * template nl_chat_template_open(tok, tmpl_name) gives. */
-int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user,
-                          size_t user_len, int32_t **ids, int *n_ids);
+int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user, size_t user_len,
+                          int32_t **ids, int *n_ids);
 
 /* ---- the template a conversation is rendered with ----
  * name NULL, "" or "auto": the GGUF's own tokenizer.chat_template, rendered by the Jinja
@@ -283,12 +282,12 @@ void nl_chat_template_exact_spans(bool on);
 /* Tokens of a conversation through the template (as a messages line: targets on the assistant
  * spans; target may be NULL). *ids / *target malloc'd. */
 int nl_chat_template_tokenize(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,
-                              const struct nl_json *tools, bool add_generation_prompt, int32_t **ids,
-                              uint8_t **target, int *n_ids);
+                              const struct nl_json *tools, bool add_generation_prompt, int32_t **ids, uint8_t **target,
+                              int *n_ids);
 /* The conversation as text (no BOS added), as the template renders it. tools: NULL or a JSON
  * array (the template's `tools`). *text malloc'd. */
-int nl_chat_template_text(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,
-                          const struct nl_json *tools, bool add_generation_prompt, char **text, size_t *len);
+int nl_chat_template_text(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const struct nl_json *tools,
+                          bool add_generation_prompt, char **text, size_t *len);
 
 /* ---- packing and batch order ---- */
 typedef enum { NL_OVERLONG_TRUNCATE = 0, NL_OVERLONG_REFUSE } nl_overlong;
@@ -298,28 +297,27 @@ typedef struct {
     const uint8_t *target; /* borrowed */
     int n_tokens;          /* <= max_ctx (after truncation) */
     int n_targets;
-    int bucket;            /* length class: smallest bucket >= n_tokens */
-    int example;           /* index into the dataset */
+    int bucket;  /* length class: smallest bucket >= n_tokens */
+    int example; /* index into the dataset */
 } nl_seq;
 
 typedef struct {
-    nl_seq *seq;           /* owned; in file order */
+    nl_seq *seq; /* owned; in file order */
     int n;
-    int n_truncated;       /* examples cut to max_ctx */
-    int n_dropped;         /* examples left with no target after truncation (not in seq) */
+    int n_truncated; /* examples cut to max_ctx */
+    int n_dropped;   /* examples left with no target after truncation (not in seq) */
 } nl_packing;
 
 /* buckets: ascending lengths (values > max_ctx are ignored; max_ctx is always the last
  * class). REFUSE: an example longer than max_ctx is an error "file:line:1: ...". TRUNCATE:
  * keep its first max_ctx tokens; if no target remains it is dropped and counted. Error if
  * no sequence remains. */
-int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx,
-            nl_overlong policy, nl_packing *out);
+int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx, nl_overlong policy, nl_packing *out);
 void nl_packing_free(nl_packing *p);
 
 typedef struct {
-    int64_t epoch;         /* 0-based */
-    int64_t index;         /* position in that epoch's order of the next sequence */
+    int64_t epoch; /* 0-based */
+    int64_t index; /* position in that epoch's order of the next sequence */
 } nl_data_cursor;
 
 /* The order of epoch `epoch`: perm[k] = sequence index at position k (n entries). Identity

@@ -56,8 +56,8 @@ void nl_jv_unref(nl_jv *v);
 
 /* Render with the variables of `ctx` (a dict, borrowed). *text (malloc'd, NUL-terminated,
  * *len bytes) and, when from_data is not NULL, *from_data (malloc'd, *len flags: 1 = the
- * byte came from a data string; nl_jv_str_flags' own values kept). -1 + "label:line: message" on error (raise_exception's
- * message, an undefined value used where one is needed, a type error). */
+ * byte came from a data string; nl_jv_str_flags' own values kept). -1 + "label:line: message" on error
+ * (raise_exception's message, an undefined value used where one is needed, a type error). */
 int nl_jinja_render(const nl_jinja *t, const nl_jv *ctx, char **text, size_t *len, uint8_t **from_data);
 
 /* A rendering's budget. mem_bytes: the bytes it may hold at once (every value, string, list,

@@ -159,15 +159,17 @@ static nl_jv *case_map(const nl_jv *s, int mode) {
     return o;
 }
 
-static nl_jv *replace_str(rstate *R, const node *n, const nl_jv *s, const nl_jv *old, const nl_jv *new_, int64_t count) {
-    if (need_str(R, n, old, "replace's first argument") || need_str(R, n, new_, "replace's second argument")) return NULL;
+static nl_jv *replace_str(rstate *R, const node *n, const nl_jv *s, const nl_jv *old, const nl_jv *new_,
+                          int64_t count) {
+    if (need_str(R, n, old, "replace's first argument") || need_str(R, n, new_, "replace's second argument"))
+        return NULL;
     buf b = {0};
     size_t m = old->u.s.n;
     int64_t done = 0;
     int rc = 0;
     if (m == 0) {
         /* Python inserts the replacement between characters */
-        for (size_t i = 0; i <= s->u.s.n && !rc; ) {
+        for (size_t i = 0; i <= s->u.s.n && !rc;) {
             if (count < 0 || done < count) {
                 rc = nl_jbuf_jv(&b, new_);
                 done++;
@@ -242,8 +244,7 @@ static nl_jv *call_method(rstate *R, const node *n, nl_jv *self, const char *nam
         size_t nc = 0;
         if (a0->type == V_LIST)
             for (size_t i = 0; i < a0->u.l.n && nc < 64; i++) cands[nc++] = a0->u.l.v[i];
-        else
-            cands[nc++] = a0;
+        else cands[nc++] = a0;
         for (size_t i = 0; i < nc; i++) {
             if (need_str(R, n, cands[i], name)) return NULL;
             size_t m = cands[i]->u.s.n;
@@ -382,7 +383,8 @@ nl_jv *nl_jinja_call_value(rstate *R, frame *f, const node *n, nl_jv *fn, const 
         }
         }
     }
-    if (fn->type == V_UNDEF) nl_jinja_rerr(R, n, "'%s' is undefined (called as a function)", fn->u.undef ? fn->u.undef : "value");
+    if (fn->type == V_UNDEF)
+        nl_jinja_rerr(R, n, "'%s' is undefined (called as a function)", fn->u.undef ? fn->u.undef : "value");
     else nl_jinja_rerr(R, n, "a value of type %s is not callable", nl_jinja_type_name(fn));
     return NULL;
 }
@@ -449,8 +451,8 @@ static nl_jv *filter_seq(rstate *R, frame *f, const node *n, int id, nl_jv *v, c
         /* map('filtername', ...) */
         map_filter = true;
         map_fid = nl_jinja_find_name(nl_jinja_filter_names, F_N, a->pos[0]->u.s.s, a->pos[0]->u.s.n);
-        if (map_fid != F_STRING && map_fid != F_TRIM && map_fid != F_LOWER && map_fid != F_UPPER && map_fid != F_LENGTH &&
-            map_fid != F_INT && map_fid != F_FLOAT && map_fid != F_TOJSON) {
+        if (map_fid != F_STRING && map_fid != F_TRIM && map_fid != F_LOWER && map_fid != F_UPPER &&
+            map_fid != F_LENGTH && map_fid != F_INT && map_fid != F_FLOAT && map_fid != F_TOJSON) {
             nl_jinja_rerr(R, n, "map: filter '%s' is not supported there", a->pos[0]->u.s.s);
             goto fail;
         }
@@ -479,8 +481,12 @@ static nl_jv *filter_seq(rstate *R, frame *f, const node *n, int id, nl_jv *v, c
             if (map_filter) {
                 if (map_fid == F_STRING) mv = nl_jinja_str_of(it);
                 else if (map_fid == F_TRIM) mv = it->type == V_STR ? nl_jinja_strip(it, 3, NULL) : nl_jinja_str_of(it);
-                else if (map_fid == F_LOWER || map_fid == F_UPPER) mv = it->type == V_STR ? case_map(it, map_fid == F_UPPER ? 1 : 2) : nl_jinja_str_of(it);
-                else if (map_fid == F_LENGTH) mv = nl_jv_int(it->type == V_STR ? (int64_t)it->u.s.n : it->type == V_LIST ? (int64_t)it->u.l.n : (int64_t)it->u.d.n);
+                else if (map_fid == F_LOWER || map_fid == F_UPPER)
+                    mv = it->type == V_STR ? case_map(it, map_fid == F_UPPER ? 1 : 2) : nl_jinja_str_of(it);
+                else if (map_fid == F_LENGTH)
+                    mv = nl_jv_int(it->type == V_STR    ? (int64_t)it->u.s.n
+                                   : it->type == V_LIST ? (int64_t)it->u.l.n
+                                                        : (int64_t)it->u.d.n);
                 else {
                     buf b = {0};
                     if (nl_jinja_to_json(&b, it, -1, 0, false, R, n)) {
@@ -548,7 +554,8 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
             return nl_jv_int(c);
         }
         case V_LIST: return nl_jv_int((int64_t)v->u.l.n);
-        case V_DICT: case V_NS: return nl_jv_int((int64_t)v->u.d.n);
+        case V_DICT:
+        case V_NS: return nl_jv_int((int64_t)v->u.d.n);
         case V_UNDEF: return nl_jv_int(0);
         default: nl_jinja_rerr(R, n, "length: a value of type %s has no length", nl_jinja_type_name(v)); return NULL;
         }
@@ -596,13 +603,17 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
         }
         return nl_jbuf_take(&b);
     }
-    case F_SELECT: case F_REJECT: case F_SELECTATTR: case F_REJECTATTR: case F_MAP:
-        return filter_seq(R, f, n, id, v, a);
+    case F_SELECT:
+    case F_REJECT:
+    case F_SELECTATTR:
+    case F_REJECTATTR:
+    case F_MAP: return filter_seq(R, f, n, id, v, a);
     case F_FIRST:
     case F_LAST: {
         nl_jv *items = nl_jinja_as_list(R, n, v);
         if (!items) return NULL;
-        nl_jv *r = items->u.l.n ? nl_jv_ref(items->u.l.v[id == F_FIRST ? 0 : items->u.l.n - 1]) : nl_jv_undef("first/last of an empty sequence");
+        nl_jv *r = items->u.l.n ? nl_jv_ref(items->u.l.v[id == F_FIRST ? 0 : items->u.l.n - 1])
+                                : nl_jv_undef("first/last of an empty sequence");
         nl_jv_unref(items);
         return r;
     }
@@ -632,10 +643,18 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
         if (use) return d ? nl_jv_ref(d) : nl_jv_cstr("");
         return nl_jv_ref(v);
     }
-    case F_UPPER: case F_LOWER: case F_CAPITALIZE: case F_TITLE: {
+    case F_UPPER:
+    case F_LOWER:
+    case F_CAPITALIZE:
+    case F_TITLE: {
         nl_jv *s = nl_jinja_str_of(v);
         if (!s) return NULL;
-        nl_jv *r = call_method(R, n, s, id == F_UPPER ? "upper" : id == F_LOWER ? "lower" : id == F_TITLE ? "title" : "capitalize", a);
+        nl_jv *r = call_method(R, n, s,
+                               id == F_UPPER   ? "upper"
+                               : id == F_LOWER ? "lower"
+                               : id == F_TITLE ? "title"
+                                               : "capitalize",
+                               a);
         nl_jv_unref(s);
         return r;
     }
@@ -673,8 +692,11 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
         for (size_t i = 0; i <= s->u.s.n && !rc; i++) {
             if (i < s->u.s.n && s->u.s.s[i] != '\n') continue;
             bool blank = i == st;
-            if ((first_line ? fst && nl_jinja_truthy(fst) : true) && (!blank || (bl && nl_jinja_truthy(bl))) && pad.n) rc = nl_jbuf_add(&b, pad.s, pad.n, NULL, 0);
-            if (!rc) rc = nl_jbuf_add(&b, s->u.s.s + st, i - st + (i < s->u.s.n), s->u.s.taint ? s->u.s.taint + st : NULL, 0);
+            if ((first_line ? fst && nl_jinja_truthy(fst) : true) && (!blank || (bl && nl_jinja_truthy(bl))) && pad.n)
+                rc = nl_jbuf_add(&b, pad.s, pad.n, NULL, 0);
+            if (!rc)
+                rc =
+                    nl_jbuf_add(&b, s->u.s.s + st, i - st + (i < s->u.s.n), s->u.s.taint ? s->u.s.taint + st : NULL, 0);
             st = i + 1;
             first_line = false;
         }
@@ -686,9 +708,7 @@ nl_jv *nl_jinja_apply_filter(rstate *R, frame *f, const node *n, int id, nl_jv *
         }
         return nl_jbuf_take(&b);
     }
-    default:
-        nl_jinja_rerr(R, n, "filter '%s' is not supported", nl_jinja_filter_names[id]);
-        return NULL;
+    default: nl_jinja_rerr(R, n, "filter '%s' is not supported", nl_jinja_filter_names[id]); return NULL;
     }
 }
 
@@ -710,14 +730,24 @@ nl_jv *nl_jinja_apply_test(rstate *R, frame *f, const node *n, int id, nl_jv *v,
     case TS_BOOLEAN: r = v->type == V_BOOL; break;
     case TS_TRUE: r = v->type == V_BOOL && v->u.b; break;
     case TS_FALSE: r = v->type == V_BOOL && !v->u.b; break;
-    case TS_EQUALTO: case TS_EQ: case TS_EQEQ: case TS_NE: case TS_SAMEAS: case TS_GT: case TS_LT: case TS_GE: case TS_LE:
-    case TS_IN: case TS_DIVISIBLEBY:
+    case TS_EQUALTO:
+    case TS_EQ:
+    case TS_EQEQ:
+    case TS_NE:
+    case TS_SAMEAS:
+    case TS_GT:
+    case TS_LT:
+    case TS_GE:
+    case TS_LE:
+    case TS_IN:
+    case TS_DIVISIBLEBY:
         if (!x) {
             nl_jinja_rerr(R, n, "test '%s' needs an argument", nl_jinja_test_names[id]);
             return NULL;
         }
         if (id == TS_SAMEAS) {
-            r = v->type == x->type && ((v->type == V_NONE || v->type == V_UNDEF) || (v->type == V_BOOL && v->u.b == x->u.b) || v == x);
+            r = v->type == x->type &&
+                ((v->type == V_NONE || v->type == V_UNDEF) || (v->type == V_BOOL && v->u.b == x->u.b) || v == x);
         } else if (id == TS_IN) {
             nl_jv *b = nl_jinja_binop(R, n, OP_IN, v, x);
             if (!b) return NULL;
@@ -730,14 +760,20 @@ nl_jv *nl_jinja_apply_test(rstate *R, frame *f, const node *n, int id, nl_jv *v,
             }
             r = nl_jinja_num_i(v) % nl_jinja_num_i(x) == 0;
         } else {
-            int op = id == TS_NE ? OP_NE : id == TS_GT ? OP_GT : id == TS_LT ? OP_LT : id == TS_GE ? OP_GE : id == TS_LE ? OP_LE : OP_EQ;
+            int op = id == TS_NE   ? OP_NE
+                     : id == TS_GT ? OP_GT
+                     : id == TS_LT ? OP_LT
+                     : id == TS_GE ? OP_GE
+                     : id == TS_LE ? OP_LE
+                                   : OP_EQ;
             nl_jv *b = nl_jinja_binop(R, n, op, v, x);
             if (!b) return NULL;
             r = b->u.b;
             nl_jv_unref(b);
         }
         break;
-    case TS_ODD: case TS_EVEN:
+    case TS_ODD:
+    case TS_EVEN:
         if (!nl_jinja_is_num(v)) {
             nl_jinja_rerr(R, n, "test '%s' needs a number", nl_jinja_test_names[id]);
             return NULL;
@@ -745,13 +781,20 @@ nl_jv *nl_jinja_apply_test(rstate *R, frame *f, const node *n, int id, nl_jv *v,
         r = (nl_jinja_num_i(v) % 2 != 0) == (id == TS_ODD);
         break;
     case TS_CALLABLE: r = v->type == V_MACRO || v->type == V_FUNC || v->type == V_METHOD; break;
-    case TS_LOWER: case TS_UPPER: {
+    case TS_LOWER:
+    case TS_UPPER: {
         r = v->type == V_STR;
         bool any = false;
         for (size_t i = 0; r && i < v->u.s.n; i++) {
             char c = v->u.s.s[i];
-            if (c >= 'a' && c <= 'z') { any = true; if (id == TS_UPPER) r = false; }
-            if (c >= 'A' && c <= 'Z') { any = true; if (id == TS_LOWER) r = false; }
+            if (c >= 'a' && c <= 'z') {
+                any = true;
+                if (id == TS_UPPER) r = false;
+            }
+            if (c >= 'A' && c <= 'Z') {
+                any = true;
+                if (id == TS_LOWER) r = false;
+            }
         }
         r = r && any;
         break;

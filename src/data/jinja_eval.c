@@ -39,7 +39,8 @@ const char *nl_jinja_type_name(const nl_jv *v) {
 
 bool nl_jinja_truthy(const nl_jv *v) {
     switch (v->type) {
-    case V_UNDEF: case V_NONE: return false;
+    case V_UNDEF:
+    case V_NONE: return false;
     case V_BOOL: return v->u.b;
     case V_INT: return v->u.i != 0;
     case V_FLOAT: return v->u.f != 0;
@@ -54,7 +55,9 @@ bool nl_jinja_is_num(const nl_jv *v) { return v->type == V_INT || v->type == V_F
 double nl_jinja_num_f(const nl_jv *v) {
     return v->type == V_FLOAT ? v->u.f : v->type == V_INT ? (double)v->u.i : (double)v->u.b;
 }
-int64_t nl_jinja_num_i(const nl_jv *v) { return v->type == V_INT ? v->u.i : v->type == V_BOOL ? v->u.b : (int64_t)v->u.f; }
+int64_t nl_jinja_num_i(const nl_jv *v) {
+    return v->type == V_INT ? v->u.i : v->type == V_BOOL ? v->u.b : (int64_t)v->u.f;
+}
 
 /* A value nested past MAX_DEPTH in a printer or a comparison: the rendering fails (its budget
  * says why), the C stack stays bounded. */
@@ -75,7 +78,8 @@ static bool jv_equal_at(const nl_jv *a, const nl_jv *b, int depth) {
     }
     if (a->type != b->type) return false;
     switch (a->type) {
-    case V_UNDEF: case V_NONE: return true;
+    case V_UNDEF:
+    case V_NONE: return true;
     case V_STR: return a->u.s.n == b->u.s.n && memcmp(a->u.s.s, b->u.s.s, a->u.s.n) == 0;
     case V_LIST:
         if (a->u.l.n != b->u.l.n) return false;
@@ -98,8 +102,14 @@ static bool jv_equal(const nl_jv *a, const nl_jv *b) { return jv_equal_at(a, b, 
 
 /* Python's repr of a float (shortest round-trip digits, its exponent rules). */
 static void fmt_float(double f, char *out, size_t n) {
-    if (isnan(f)) { snprintf(out, n, "nan"); return; }
-    if (isinf(f)) { snprintf(out, n, f < 0 ? "-inf" : "inf"); return; }
+    if (isnan(f)) {
+        snprintf(out, n, "nan");
+        return;
+    }
+    if (isinf(f)) {
+        snprintf(out, n, f < 0 ? "-inf" : "inf");
+        return;
+    }
     char tmp[40];
     int prec = 1;
     for (; prec <= 17; prec++) {
@@ -138,8 +148,7 @@ static void fmt_float(double f, char *out, size_t n) {
         out[k++] = '.';
         if (nd > ex + 1)
             for (int i = ex + 1; i < nd; i++) out[k++] = digits[i];
-        else
-            out[k++] = '0';
+        else out[k++] = '0';
     }
     out[k] = 0;
 }
@@ -204,7 +213,8 @@ static int repr_at(buf *b, const nl_jv *v, int depth) {
         return nl_jbuf_str(b, "}");
     case V_NS: return nl_jbuf_str(b, "<Namespace>");
     case V_MACRO: return nl_jbuf_str(b, "<Macro>");
-    case V_FUNC: case V_METHOD: return nl_jbuf_str(b, "<function>");
+    case V_FUNC:
+    case V_METHOD: return nl_jbuf_str(b, "<function>");
     default: return nl_jinja_to_str(b, v);
     }
 }
@@ -332,8 +342,10 @@ size_t nl_jinja_uspace_at(const char *s, size_t n, size_t i) {
     if (c < 0x80) return 0;
     uint32_t cp = 0;
     size_t len = 0;
-    if ((c & 0xE0) == 0xC0 && i + 1 < n) { cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F); len = 2; }
-    else if ((c & 0xF0) == 0xE0 && i + 2 < n) {
+    if ((c & 0xE0) == 0xC0 && i + 1 < n) {
+        cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+        len = 2;
+    } else if ((c & 0xF0) == 0xE0 && i + 2 < n) {
         cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
         len = 3;
     } else return 0;
@@ -422,7 +434,8 @@ nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
         bool r = false;
         if (b->type == V_STR) {
             if (a->type != V_STR) {
-                nl_jinja_rerr(R, n, "'in <string>' requires a string as the left operand, not %s", nl_jinja_type_name(a));
+                nl_jinja_rerr(R, n, "'in <string>' requires a string as the left operand, not %s",
+                              nl_jinja_type_name(a));
                 return NULL;
             }
             if (nl_jb_charge(0, b->u.s.n / 8 * (a->u.s.n / 64 + 1))) return NULL; /* a memcmp a byte */
@@ -486,7 +499,8 @@ nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
     }
     if (!nl_jinja_is_num(a) || !nl_jinja_is_num(b)) {
         static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
-        nl_jinja_rerr(R, n, "unsupported operand types for %s: %s and %s", sym[op], nl_jinja_type_name(a), nl_jinja_type_name(b));
+        nl_jinja_rerr(R, n, "unsupported operand types for %s: %s and %s", sym[op], nl_jinja_type_name(a),
+                      nl_jinja_type_name(b));
         return NULL;
     }
     bool fl = a->type == V_FLOAT || b->type == V_FLOAT;
@@ -517,9 +531,15 @@ nl_jv *nl_jinja_binop(rstate *R, const node *n, int op, nl_jv *a, nl_jv *b) {
     }
     int64_t x = nl_jinja_num_i(a), y = nl_jinja_num_i(b), r = 0;
     switch (op) {
-    case OP_ADD: if (__builtin_add_overflow(x, y, &r)) goto ovf; break;
-    case OP_SUB: if (__builtin_sub_overflow(x, y, &r)) goto ovf; break;
-    case OP_MUL: if (__builtin_mul_overflow(x, y, &r)) goto ovf; break;
+    case OP_ADD:
+        if (__builtin_add_overflow(x, y, &r)) goto ovf;
+        break;
+    case OP_SUB:
+        if (__builtin_sub_overflow(x, y, &r)) goto ovf;
+        break;
+    case OP_MUL:
+        if (__builtin_mul_overflow(x, y, &r)) goto ovf;
+        break;
     case OP_POW:
         if (y < 0) return nl_jv_float(pow((double)x, (double)y));
         r = 1;
@@ -550,8 +570,9 @@ ovf:
 }
 
 /* Attribute (or item) of obj named by the string key; V_UNDEF when absent. */
-static const char *const str_methods[] = {"startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip",
-                                          "replace", "upper", "lower", "title", "capitalize", "find", "count", "join", NULL};
+static const char *const str_methods[] = {"startswith", "endswith", "split", "rsplit", "strip", "lstrip",
+                                          "rstrip",     "replace",  "upper", "lower",  "title", "capitalize",
+                                          "find",       "count",    "join",  NULL};
 static const char *const dict_methods[] = {"items", "keys", "values", "get", NULL};
 
 nl_jv *nl_jinja_method(nl_jv *self, const char *name) {
@@ -564,19 +585,22 @@ nl_jv *nl_jinja_method(nl_jv *self, const char *name) {
 
 static nl_jv *get_attr(rstate *R, const node *n, nl_jv *obj, const char *name, size_t len) {
     if (obj->type == V_UNDEF) {
-        nl_jinja_rerr(R, n, "'%s' is undefined (reading its '%.*s')", obj->u.undef ? obj->u.undef : "value", (int)len, name);
+        nl_jinja_rerr(R, n, "'%s' is undefined (reading its '%.*s')", obj->u.undef ? obj->u.undef : "value", (int)len,
+                      name);
         return NULL;
     }
     if (obj->type == V_DICT || obj->type == V_NS) {
         if (obj->type == V_DICT)
             for (int i = 0; dict_methods[i]; i++)
-                if (strlen(dict_methods[i]) == len && !memcmp(dict_methods[i], name, len)) return nl_jinja_method(obj, dict_methods[i]);
+                if (strlen(dict_methods[i]) == len && !memcmp(dict_methods[i], name, len))
+                    return nl_jinja_method(obj, dict_methods[i]);
         nl_jv *v = nl_jv_dict_getn(obj, name, len);
         return v ? nl_jv_ref(v) : nl_jv_undef(n->name ? n->name : "attribute");
     }
     if (obj->type == V_STR)
         for (int i = 0; str_methods[i]; i++)
-            if (strlen(str_methods[i]) == len && !memcmp(str_methods[i], name, len)) return nl_jinja_method(obj, str_methods[i]);
+            if (strlen(str_methods[i]) == len && !memcmp(str_methods[i], name, len))
+                return nl_jinja_method(obj, str_methods[i]);
     return nl_jv_undef(n->name ? n->name : "attribute");
 }
 
@@ -629,7 +653,8 @@ nl_jv *nl_jinja_as_list(rstate *R, const node *n, const nl_jv *v) {
     nl_jv *l = nl_jv_list();
     if (!l) return NULL;
     switch (v->type) {
-    case V_UNDEF: case V_NONE:
+    case V_UNDEF:
+    case V_NONE:
         if (v->type == V_NONE) {
             nl_jv_unref(l);
             nl_jinja_rerr(R, n, "none is not iterable");
@@ -681,7 +706,8 @@ nl_jv *nl_jinja_slice(rstate *R, const node *n, nl_jv *obj, nl_jv *const *parts)
     }
     nl_jv *items = obj->type == V_STR || obj->type == V_LIST ? nl_jinja_as_list(R, n, obj) : NULL;
     if (!items) {
-        if (obj->type != V_STR && obj->type != V_LIST) nl_jinja_rerr(R, n, "a value of type %s cannot be sliced", nl_jinja_type_name(obj));
+        if (obj->type != V_STR && obj->type != V_LIST)
+            nl_jinja_rerr(R, n, "a value of type %s cannot be sliced", nl_jinja_type_name(obj));
         return NULL;
     }
     int64_t len = (int64_t)items->u.l.n;
@@ -802,7 +828,8 @@ nl_jv *nl_jinja_eval(rstate *R, frame *f, const node *n) {
     case N_POS:
         if (!(a = nl_jinja_eval(R, f, n->a))) break;
         if (!nl_jinja_is_num(a)) {
-            nl_jinja_rerr(R, n, "bad operand type for unary %c: %s", n->kind == N_NEG ? '-' : '+', nl_jinja_type_name(a));
+            nl_jinja_rerr(R, n, "bad operand type for unary %c: %s", n->kind == N_NEG ? '-' : '+',
+                          nl_jinja_type_name(a));
             break;
         }
         if (n->kind == N_POS) res = a->type == V_FLOAT ? nl_jv_float(a->u.f) : nl_jv_int(nl_jinja_num_i(a));
@@ -834,7 +861,9 @@ nl_jv *nl_jinja_eval(rstate *R, frame *f, const node *n) {
         break;
     case N_COND:
         if (!(a = nl_jinja_eval(R, f, n->a))) break;
-        res = nl_jinja_truthy(a) ? nl_jinja_eval(R, f, n->b) : n->c ? nl_jinja_eval(R, f, n->c) : nl_jv_undef("the else of a conditional");
+        res = nl_jinja_truthy(a) ? nl_jinja_eval(R, f, n->b)
+              : n->c             ? nl_jinja_eval(R, f, n->c)
+                                 : nl_jv_undef("the else of a conditional");
         break;
     case N_LIST:
     case N_TUPLE:
@@ -895,7 +924,9 @@ static int exec_for(rstate *R, frame *f, const node *n, buf *out) {
             if (n->n_names == 1) rc = nl_jinja_frame_set(&ff, n->names[0], nl_jv_ref(x));
             else
                 for (int k = 0; k < n->n_names && !rc; k++)
-                    rc = nl_jinja_frame_set(&ff, n->names[k], x->type == V_LIST && (size_t)k < x->u.l.n ? nl_jv_ref(x->u.l.v[k]) : nl_jv_undef(n->names[k]));
+                    rc = nl_jinja_frame_set(&ff, n->names[k],
+                                            x->type == V_LIST && (size_t)k < x->u.l.n ? nl_jv_ref(x->u.l.v[k])
+                                                                                      : nl_jv_undef(n->names[k]));
             nl_jv *c = rc ? NULL : nl_jinja_eval(R, &ff, n->b);
             if (!c) rc = -1;
             else if (nl_jinja_truthy(c)) rc = nl_jv_push(kept, nl_jv_ref(x));
@@ -941,8 +972,10 @@ static int exec_for(rstate *R, frame *f, const node *n, buf *out) {
             } else {
                 nl_jv *tu = x->type == V_LIST ? nl_jv_ref(x) : NULL;
                 if (!tu || tu->u.l.n != (size_t)n->n_names)
-                    rc = nl_jinja_rerr(R, n, "cannot unpack a %s into %d loop variables", nl_jinja_type_name(x), n->n_names);
-                for (int k = 0; k < n->n_names && !rc; k++) rc = nl_jinja_frame_set(&ff, n->names[k], nl_jv_ref(tu->u.l.v[k]));
+                    rc = nl_jinja_rerr(R, n, "cannot unpack a %s into %d loop variables", nl_jinja_type_name(x),
+                                       n->n_names);
+                for (int k = 0; k < n->n_names && !rc; k++)
+                    rc = nl_jinja_frame_set(&ff, n->names[k], nl_jv_ref(tu->u.l.v[k]));
                 nl_jv_unref(tu);
             }
         }
@@ -1039,12 +1072,8 @@ int nl_jinja_exec_body(rstate *R, frame *f, const node *body, buf *out) {
             if (nl_jinja_frame_set(f, s->name, m)) return -1;
             break;
         }
-        case S_BREAK:
-            R->brk = 1;
-            break;
-        case S_CONTINUE:
-            R->brk = 2;
-            break;
+        case S_BREAK: R->brk = 1; break;
+        case S_CONTINUE: R->brk = 2; break;
         default: return nl_jinja_rerr(R, s, "not a statement");
         }
     }
@@ -1080,8 +1109,7 @@ int nl_jinja_render_ex(const nl_jinja *t, const nl_jv *ctx, const nl_jinja_limit
                           "the template ran past %" PRIu64 " operations (its limit for one rendering: values made, "
                           "expressions, loop iterations, calls, output bytes / 64)",
                           B.ops_limit);
-        else if (B.over == NL_JB_DEPTH)
-            nl_jinja_rerr(&R, R.at, "a value nested more than %d deep", MAX_DEPTH);
+        else if (B.over == NL_JB_DEPTH) nl_jinja_rerr(&R, R.at, "a value nested more than %d deep", MAX_DEPTH);
         return B.over ? NL_JINJA_OVER_BUDGET : -1;
     }
     *text = out.s;

@@ -11,7 +11,7 @@
 #include "data/jinja.h"
 #include "util/util.h"
 
-#define MAX_DEPTH 200      /* nesting of the parser and of macro calls */
+#define MAX_DEPTH 200 /* nesting of the parser and of macro calls */
 #define MAX_OUTPUT (1u << 30)
 
 /* ---- the rendering's budget ----
@@ -44,15 +44,31 @@ struct nl_jv {
         bool b;
         int64_t i;
         double f;
-        struct { char *s; uint8_t *taint; size_t n; } s;  /* taint NULL: no data byte */
-        struct { nl_jv **v; size_t n, cap; } l;
+        struct {
+            char *s;
+            uint8_t *taint;
+            size_t n;
+        } s; /* taint NULL: no data byte */
+        struct {
+            nl_jv **v;
+            size_t n, cap;
+        } l;
         /* keys are strings (V_DICT, V_NS); idx: a hash index of icap slots (entry + 1, 0 empty),
          * from 16 keys on */
-        struct { nl_jv **k; nl_jv **v; size_t n, cap; uint32_t *idx; uint32_t icap; } d;
+        struct {
+            nl_jv **k;
+            nl_jv **v;
+            size_t n, cap;
+            uint32_t *idx;
+            uint32_t icap;
+        } d;
         const struct node *macro;
-        int func;                                       /* builtin id */
-        struct { nl_jv *self; const char *name; } m;    /* bound method */
-        const char *undef;                              /* the name that was looked up */
+        int func; /* builtin id */
+        struct {
+            nl_jv *self;
+            const char *name;
+        } m;               /* bound method */
+        const char *undef; /* the name that was looked up */
     } u;
 };
 
@@ -63,20 +79,32 @@ typedef struct {
 } buf;
 
 /* ---- lexer ---- */
-typedef enum { T_TEXT, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END, T_NAME, T_STRING, T_INT, T_FLOAT, T_OP, T_EOF } ttype;
+typedef enum {
+    T_TEXT,
+    T_VAR_BEGIN,
+    T_VAR_END,
+    T_BLOCK_BEGIN,
+    T_BLOCK_END,
+    T_NAME,
+    T_STRING,
+    T_INT,
+    T_FLOAT,
+    T_OP,
+    T_EOF
+} ttype;
 
 typedef struct {
     ttype type;
     int line;
     const char *s; /* source text (T_NAME, T_OP, T_INT, T_FLOAT); T_TEXT/T_STRING: decoded in str */
     size_t n;
-    char *str;     /* owned: decoded text or string literal */
+    char *str; /* owned: decoded text or string literal */
     size_t str_n;
 } token;
 
 typedef struct {
     const char *label;
-    char *src;     /* newline-normalized copy */
+    char *src; /* newline-normalized copy */
     size_t len;
     token *tok;
     size_t n_tok, cap_tok;
@@ -86,28 +114,70 @@ typedef struct {
 /* ---- tree ---- */
 typedef enum {
     /* expressions */
-    N_LIT, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_KWARG, N_FILTER, N_TEST, N_NOT, N_NEG, N_POS,
-    N_BIN, N_AND, N_OR, N_COND, N_LIST, N_TUPLE, N_DICT, N_CONCAT,
+    N_LIT,
+    N_NAME,
+    N_ATTR,
+    N_ITEM,
+    N_SLICE,
+    N_CALL,
+    N_KWARG,
+    N_FILTER,
+    N_TEST,
+    N_NOT,
+    N_NEG,
+    N_POS,
+    N_BIN,
+    N_AND,
+    N_OR,
+    N_COND,
+    N_LIST,
+    N_TUPLE,
+    N_DICT,
+    N_CONCAT,
     /* statements */
-    S_BODY, S_TEXT, S_OUT, S_IF, S_FOR, S_SET, S_MACRO, S_BREAK, S_CONTINUE,
+    S_BODY,
+    S_TEXT,
+    S_OUT,
+    S_IF,
+    S_FOR,
+    S_SET,
+    S_MACRO,
+    S_BREAK,
+    S_CONTINUE,
 } nkind;
 
-typedef enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FDIV, OP_MOD, OP_POW, OP_EQ, OP_NE, OP_LT, OP_GT, OP_LE, OP_GE, OP_IN, OP_NOTIN } binop;
+typedef enum {
+    OP_ADD,
+    OP_SUB,
+    OP_MUL,
+    OP_DIV,
+    OP_FDIV,
+    OP_MOD,
+    OP_POW,
+    OP_EQ,
+    OP_NE,
+    OP_LT,
+    OP_GT,
+    OP_LE,
+    OP_GE,
+    OP_IN,
+    OP_NOTIN
+} binop;
 
 typedef struct node {
     nkind kind;
     int line;
-    int op;              /* binop; N_TEST: negated */
-    char *name;          /* N_NAME, N_ATTR, N_FILTER, N_TEST, N_KWARG, S_SET, S_MACRO */
-    char *attr;          /* S_SET: ns.attr */
-    nl_jv *lit;          /* N_LIT, S_TEXT */
+    int op;     /* binop; N_TEST: negated */
+    char *name; /* N_NAME, N_ATTR, N_FILTER, N_TEST, N_KWARG, S_SET, S_MACRO */
+    char *attr; /* S_SET: ns.attr */
+    nl_jv *lit; /* N_LIT, S_TEXT */
     struct node *a, *b, *c;
     struct node **kids;
     int n_kids, cap_kids;
-    char **names;        /* S_FOR targets, S_MACRO parameters */
+    char **names; /* S_FOR targets, S_MACRO parameters */
     int n_names;
-    int filter_id;       /* N_FILTER / N_TEST: table index */
-    struct node *next;   /* node_free's worklist */
+    int filter_id;     /* N_FILTER / N_TEST: table index */
+    struct node *next; /* node_free's worklist */
 } node;
 
 struct nl_jinja {
@@ -116,16 +186,74 @@ struct nl_jinja {
 };
 
 typedef enum {
-    F_TRIM, F_LENGTH, F_COUNT, F_TOJSON, F_ITEMS, F_STRING, F_SAFE, F_JOIN, F_SELECT, F_REJECT, F_SELECTATTR,
-    F_REJECTATTR, F_MAP, F_FIRST, F_LAST, F_LIST, F_DEFAULT, F_D, F_UPPER, F_LOWER, F_CAPITALIZE, F_TITLE,
-    F_REPLACE, F_INT, F_FLOAT, F_ABS, F_REVERSE, F_DICTSORT, F_UNIQUE, F_INDENT, F_SORT, F_MIN, F_MAX, F_SUM,
+    F_TRIM,
+    F_LENGTH,
+    F_COUNT,
+    F_TOJSON,
+    F_ITEMS,
+    F_STRING,
+    F_SAFE,
+    F_JOIN,
+    F_SELECT,
+    F_REJECT,
+    F_SELECTATTR,
+    F_REJECTATTR,
+    F_MAP,
+    F_FIRST,
+    F_LAST,
+    F_LIST,
+    F_DEFAULT,
+    F_D,
+    F_UPPER,
+    F_LOWER,
+    F_CAPITALIZE,
+    F_TITLE,
+    F_REPLACE,
+    F_INT,
+    F_FLOAT,
+    F_ABS,
+    F_REVERSE,
+    F_DICTSORT,
+    F_UNIQUE,
+    F_INDENT,
+    F_SORT,
+    F_MIN,
+    F_MAX,
+    F_SUM,
     F_N
 } filter_id;
 
 typedef enum {
-    TS_DEFINED, TS_UNDEFINED, TS_NONE, TS_STRING, TS_MAPPING, TS_ITERABLE, TS_SEQUENCE, TS_NUMBER, TS_INTEGER,
-    TS_FLOAT, TS_BOOLEAN, TS_TRUE, TS_FALSE, TS_EQUALTO, TS_EQ, TS_EQEQ, TS_NE, TS_SAMEAS, TS_IN, TS_ODD,
-    TS_EVEN, TS_DIVISIBLEBY, TS_CALLABLE, TS_LOWER, TS_UPPER, TS_GT, TS_LT, TS_GE, TS_LE, TS_N
+    TS_DEFINED,
+    TS_UNDEFINED,
+    TS_NONE,
+    TS_STRING,
+    TS_MAPPING,
+    TS_ITERABLE,
+    TS_SEQUENCE,
+    TS_NUMBER,
+    TS_INTEGER,
+    TS_FLOAT,
+    TS_BOOLEAN,
+    TS_TRUE,
+    TS_FALSE,
+    TS_EQUALTO,
+    TS_EQ,
+    TS_EQEQ,
+    TS_NE,
+    TS_SAMEAS,
+    TS_IN,
+    TS_ODD,
+    TS_EVEN,
+    TS_DIVISIBLEBY,
+    TS_CALLABLE,
+    TS_LOWER,
+    TS_UPPER,
+    TS_GT,
+    TS_LT,
+    TS_GE,
+    TS_LE,
+    TS_N
 } test_id;
 
 enum { B_RAISE, B_NAMESPACE, B_RANGE, B_DICT, B_N };
@@ -146,7 +274,7 @@ typedef struct {
     frame *root;
     int depth;
     const node *at; /* the node last evaluated: where a budget ran out */
-    int brk; /* 1 break, 2 continue pending */
+    int brk;        /* 1 break, 2 continue pending */
 } rstate;
 
 /* ---- calls ---- */

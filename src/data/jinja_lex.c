@@ -57,14 +57,25 @@ static int line_at(const lexer *L, size_t pos) {
 }
 
 static int utf8_put(char *out, uint32_t c) {
-    if (c < 0x80) { out[0] = (char)c; return 1; }
-    if (c < 0x800) { out[0] = (char)(0xC0 | (c >> 6)); out[1] = (char)(0x80 | (c & 63)); return 2; }
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (char)(0xC0 | (c >> 6));
+        out[1] = (char)(0x80 | (c & 63));
+        return 2;
+    }
     if (c < 0x10000) {
-        out[0] = (char)(0xE0 | (c >> 12)); out[1] = (char)(0x80 | ((c >> 6) & 63)); out[2] = (char)(0x80 | (c & 63));
+        out[0] = (char)(0xE0 | (c >> 12));
+        out[1] = (char)(0x80 | ((c >> 6) & 63));
+        out[2] = (char)(0x80 | (c & 63));
         return 3;
     }
-    out[0] = (char)(0xF0 | (c >> 18)); out[1] = (char)(0x80 | ((c >> 12) & 63));
-    out[2] = (char)(0x80 | ((c >> 6) & 63)); out[3] = (char)(0x80 | (c & 63));
+    out[0] = (char)(0xF0 | (c >> 18));
+    out[1] = (char)(0x80 | ((c >> 12) & 63));
+    out[2] = (char)(0x80 | ((c >> 6) & 63));
+    out[3] = (char)(0x80 | (c & 63));
     return 4;
 }
 
@@ -116,7 +127,10 @@ static int lex_string(lexer *L, size_t *pos, int line) {
         case 'x': digits = 2; break;
         case 'u': digits = 4; break;
         case 'U': digits = 8; break;
-        default: out[n++] = '\\'; out[n++] = e; break;
+        default:
+            out[n++] = '\\';
+            out[n++] = e;
+            break;
         }
         if (digits) {
             uint32_t cp = 0;
@@ -317,7 +331,8 @@ int nl_jinja_lex(lexer *L) {
                 while (j < L->len && is_ws(L->src[j])) j++;
                 bool strip_in = j < L->len && L->src[j] == '-';
                 if (strip_in) j++;
-                if (j + 1 >= L->len || L->src[j] != '%' || L->src[j + 1] != '}') return lex_err(L, line, "expected %%} after raw");
+                if (j + 1 >= L->len || L->src[j] != '%' || L->src[j + 1] != '}')
+                    return lex_err(L, line, "expected %%} after raw");
                 j += 2;
                 if (strip_in)
                     while (j < L->len && is_ws(L->src[j])) j++;

@@ -84,14 +84,15 @@ static int node_add_name(node *p, const char *s, size_t n) {
 /* ---- filters, tests, builtins: the tables ---- */
 
 const char *const nl_jinja_filter_names[F_N] = {
-    "trim", "length", "count", "tojson", "items", "string", "safe", "join", "select", "reject", "selectattr",
-    "rejectattr", "map", "first", "last", "list", "default", "d", "upper", "lower", "capitalize", "title",
-    "replace", "int", "float", "abs", "reverse", "dictsort", "unique", "indent", "sort", "min", "max", "sum"};
+    "trim",     "length",     "count",      "tojson", "items",   "string", "safe",  "join",    "select",
+    "reject",   "selectattr", "rejectattr", "map",    "first",   "last",   "list",  "default", "d",
+    "upper",    "lower",      "capitalize", "title",  "replace", "int",    "float", "abs",     "reverse",
+    "dictsort", "unique",     "indent",     "sort",   "min",     "max",    "sum"};
 
 const char *const nl_jinja_test_names[TS_N] = {
-    "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number", "integer",
-    "float", "boolean", "true", "false", "equalto", "eq", "==", "ne", "sameas", "in", "odd",
-    "even", "divisibleby", "callable", "lower", "upper", "gt", "lt", "ge", "le"};
+    "defined", "undefined",   "none",     "string",  "mapping", "iterable", "sequence", "number", "integer", "float",
+    "boolean", "true",        "false",    "equalto", "eq",      "==",       "ne",       "sameas", "in",      "odd",
+    "even",    "divisibleby", "callable", "lower",   "upper",   "gt",       "lt",       "ge",     "le"};
 
 const char *const nl_jinja_builtin_names[B_N] = {"raise_exception", "namespace", "range", "dict"};
 
@@ -128,7 +129,10 @@ static int perr(const parser *P, const char *fmt, ...) {
 
 static const char *tok_desc(const token *t, char *tmp, size_t n) {
     switch (t->type) {
-    case T_NAME: case T_OP: case T_INT: case T_FLOAT: snprintf(tmp, n, "'%.*s'", (int)(t->n > 40 ? 40 : t->n), t->s); break;
+    case T_NAME:
+    case T_OP:
+    case T_INT:
+    case T_FLOAT: snprintf(tmp, n, "'%.*s'", (int)(t->n > 40 ? 40 : t->n), t->s); break;
     case T_STRING: snprintf(tmp, n, "a string"); break;
     case T_VAR_END: snprintf(tmp, n, "'}}'"); break;
     case T_BLOCK_END: snprintf(tmp, n, "'%%}'"); break;
@@ -492,7 +496,11 @@ static node *parse_pow(parser *P) {
 static node *parse_math2(parser *P) {
     node *l = parse_pow(P);
     while (l) {
-        int op = at_op(P, "*") ? OP_MUL : at_op(P, "/") ? OP_DIV : at_op(P, "//") ? OP_FDIV : at_op(P, "%") ? OP_MOD : -1;
+        int op = at_op(P, "*")    ? OP_MUL
+                 : at_op(P, "/")  ? OP_DIV
+                 : at_op(P, "//") ? OP_FDIV
+                 : at_op(P, "%")  ? OP_MOD
+                                  : -1;
         if (op < 0) break;
         int line = cur(P)->line;
         P->p++;
@@ -524,8 +532,14 @@ static node *parse_compare(parser *P) {
     node *l = parse_math1(P);
     while (l) {
         int line = cur(P)->line;
-        int op = at_op(P, "==") ? OP_EQ : at_op(P, "!=") ? OP_NE : at_op(P, "<") ? OP_LT : at_op(P, ">") ? OP_GT
-               : at_op(P, "<=") ? OP_LE : at_op(P, ">=") ? OP_GE : at_name(P, "in") ? OP_IN : -1;
+        int op = at_op(P, "==")     ? OP_EQ
+                 : at_op(P, "!=")   ? OP_NE
+                 : at_op(P, "<")    ? OP_LT
+                 : at_op(P, ">")    ? OP_GT
+                 : at_op(P, "<=")   ? OP_LE
+                 : at_op(P, ">=")   ? OP_GE
+                 : at_name(P, "in") ? OP_IN
+                                    : -1;
         if (op < 0 && at_name(P, "not") && tok_is(&P->L->tok[P->p + 1], T_NAME, "in")) {
             op = OP_NOTIN;
             P->p++;
@@ -687,7 +701,8 @@ static int parse_body(parser *P, node *body, const char *const *ends, int *which
             if (!handled) {
                 char name[48];
                 snprintf(name, sizeof name, "%.*s", (int)(nm->n > 40 ? 40 : nm->n), nm->s);
-                static const char *const known_ends[] = {"endif", "endfor", "endset", "endmacro", "elif", "else", "endgeneration", NULL};
+                static const char *const known_ends[] = {"endif", "endfor", "endset",        "endmacro",
+                                                         "elif",  "else",   "endgeneration", NULL};
                 if (nl_jinja_find_name(known_ends, 7, nm->s, nm->n) >= 0) return perr(P, "unexpected {%% %s %%}", name);
                 return perr(P, "tag '%s' is not supported", name);
             }

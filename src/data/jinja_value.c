@@ -93,7 +93,10 @@ void nl_jv_unref(nl_jv *v) {
         }
         nl_jb_release(jv_bytes(w));
         switch (w->type) {
-        case V_STR: free(w->u.s.s); free(w->u.s.taint); break;
+        case V_STR:
+            free(w->u.s.s);
+            free(w->u.s.taint);
+            break;
         case V_LIST: free(w->u.l.v); break;
         case V_DICT:
         case V_NS:

@@ -21,22 +21,22 @@
 typedef struct {
     const char *label;
     int line;
-    size_t col0;           /* bytes before the line's parsed text (the BOM on line 1) */
+    size_t col0; /* bytes before the line's parsed text (the BOM on line 1) */
     const nl_tokenizer *tok;
-    int n_vocab;           /* 0: unchecked */
+    int n_vocab; /* 0: unchecked */
     const char *tmpl_name;
-    nl_chat_template *tmpl; /* NULL until the first messages line (owned) */
-    bool strict;           /* a key nothing reads is refused, not skipped */
-    const char *doc;       /* a JSON array file: the whole text (errors' line:column from the offset), else NULL */
+    nl_chat_template *tmpl;   /* NULL until the first messages line (owned) */
+    bool strict;              /* a key nothing reads is refused, not skipped */
+    const char *doc;          /* a JSON array file: the whole text (errors' line:column from the offset), else NULL */
     size_t doc_len, doc_base; /* its length; the offsets' origin in it (the BOM) */
-    int n_cols;            /* --columns: a line's key cols[i].from is read as cols[i].to */
+    int n_cols;               /* --columns: a line's key cols[i].from is read as cols[i].to */
     struct {
         const char *to;
         char from[64];
     } cols[16];
-    int alpaca;            /* Alpaca lines: 0 not decided yet, 1 the Alpaca template, 2 the chat template */
+    int alpaca; /* Alpaca lines: 0 not decided yet, 1 the Alpaca template, 2 the chat template */
     const char *alpaca_opt;
-    nl_dataset *out;       /* the counts of what was skipped and how lines were read */
+    nl_dataset *out; /* the counts of what was skipped and how lines were read */
 } loader;
 
 /* "label:line:col: message"; off is the byte offset in the line's text. */
@@ -62,8 +62,9 @@ static int lerr_slot(const loader *L, size_t off) {
     return lerr(L, off, "%s", msg);
 }
 
-static const char *const known_keys[] = {"prompt", "completion", "messages", "conversations", "text", "tokens",
-                                         "loss_mask", "choices", "answer", "tools", "instruction", "input", "output"};
+static const char *const known_keys[] = {"prompt",      "completion", "messages", "conversations", "text",
+                                         "tokens",      "loss_mask",  "choices",  "answer",        "tools",
+                                         "instruction", "input",      "output"};
 /* the keys that name a line's format (one per line) */
 static const char *const format_keys[] = {"prompt", "messages", "conversations", "text", "tokens", "instruction"};
 
@@ -97,8 +98,10 @@ static int token_id(const loader *L, const nl_json *v, const char *what, size_t 
     int64_t x;
     /* digits only: 1e-400 (read as 0), 5.0 or 1e3 are no token id */
     if (v->type == NL_JSON_NUMBER && !v->u.num.is_int && isfinite(v->u.num.d) && fabs(v->u.num.d) < 9007199254740992.0)
-        return lerr(L, v->offset, "%s[%zu] must be an integer token id written in digits, found a number with a fraction or an"
-                    " exponent", what, i);
+        return lerr(L, v->offset,
+                    "%s[%zu] must be an integer token id written in digits, found a number with a fraction or an"
+                    " exponent",
+                    what, i);
     if (nl_json_int64(v, &x)) {
         /* an integer too large for int64 (or for a double's exact range) is still an integer */
         if (v->type == NL_JSON_NUMBER && isfinite(v->u.num.d) && v->u.num.d == floor(v->u.num.d))
@@ -108,8 +111,8 @@ static int token_id(const loader *L, const nl_json *v, const char *what, size_t 
                     v->type == NL_JSON_NUMBER ? "a fraction" : nl_json_type_name(v->type));
     }
     if (x < 0 || (L->n_vocab > 0 && x >= L->n_vocab) || x > INT32_MAX)
-        return lerr(L, v->offset, "%s[%zu] = %lld is outside the vocabulary [0, %d)", what, i,
-                    (long long)x, L->n_vocab > 0 ? L->n_vocab : INT32_MAX);
+        return lerr(L, v->offset, "%s[%zu] = %lld is outside the vocabulary [0, %d)", what, i, (long long)x,
+                    L->n_vocab > 0 ? L->n_vocab : INT32_MAX);
     *out = (int32_t)x;
     return 0;
 }
@@ -137,13 +140,12 @@ static void example_free(nl_example *e) {
 }
 
 /* Choices: fills ex->choice_*, and *answer from "answer" / the completion (-1 if neither). */
-static int parse_choices(const loader *L, const nl_json *root, const nl_json *choices,
-                         nl_line_format fmt, nl_example *ex) {
+static int parse_choices(const loader *L, const nl_json *root, const nl_json *choices, nl_line_format fmt,
+                         nl_example *ex) {
     const nl_json *answer = nl_json_get(root, "answer");
     const nl_json *completion = nl_json_get(root, "completion");
     if (!nl_json_is_array(choices))
-        return lerr(L, choices->offset, "\"choices\" must be an array, found %s",
-                    nl_json_type_name(choices->type));
+        return lerr(L, choices->offset, "\"choices\" must be an array, found %s", nl_json_type_name(choices->type));
     size_t nc = nl_json_len(choices);
     if (nc < 2) return lerr(L, choices->offset, "\"choices\" needs at least 2 entries, found %zu", nc);
     if (nc > 1024) return lerr(L, choices->offset, "\"choices\" has %zu entries (at most 1024)", nc);
@@ -156,8 +158,8 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
         nl_tokbuf b = {0};
         if (fmt == NL_LINE_TOKENS) {
             if (!nl_json_is_array(c))
-                return lerr(L, c->offset, "choices[%zu] of a tokens line must be an array of token ids, found %s",
-                            i, nl_json_type_name(c->type));
+                return lerr(L, c->offset, "choices[%zu] of a tokens line must be an array of token ids, found %s", i,
+                            nl_json_type_name(c->type));
             for (size_t k = 0; k < nl_json_len(c); k++) {
                 int32_t id;
                 if (token_id(L, nl_json_at(c, k), "choice", k, &id) || nl_tokbuf_push(&b, id, 1)) {
@@ -206,8 +208,7 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
         int ci = -1;
         for (size_t i = 0; i < nc && ci < 0; i++) {
             const nl_json *c = nl_json_at(choices, i);
-            if (c->u.str.len == completion->u.str.len &&
-                memcmp(c->u.str.s, completion->u.str.s, c->u.str.len) == 0)
+            if (c->u.str.len == completion->u.str.len && memcmp(c->u.str.s, completion->u.str.s, c->u.str.len) == 0)
                 ci = (int)i;
         }
         if (ci < 0) return lerr(L, completion->offset, "\"completion\" is not one of the choices");
@@ -216,7 +217,8 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
         ans = ci;
     }
     if (ans < 0)
-        return lerr(L, choices->offset, "a line with \"choices\" needs \"answer\" (an index or the correct choice's text)");
+        return lerr(L, choices->offset,
+                    "a line with \"choices\" needs \"answer\" (an index or the correct choice's text)");
     ex->answer = ans;
     return 0;
 }
@@ -227,7 +229,7 @@ static int parse_choices(const loader *L, const nl_json *root, const nl_json *ch
  * (system, human, gpt; user and assistant are taken too). */
 
 typedef struct {
-    const char *name;          /* the line's key, for errors */
+    const char *name; /* the line's key, for errors */
     const char *role_key, *content_key;
     bool sharegpt;
 } turn_list;
@@ -247,11 +249,12 @@ static int turn_count(const loader *L, const nl_json *v, const turn_list *tl, bo
 }
 
 static const char *turn_role(const nl_json *v, bool sharegpt) {
-    static const char *const names[][2] = {{"system", "system"}, {"user", "user"}, {"assistant", "assistant"},
-                                           {"tool", "tool"}, {"human", "user"}, {"gpt", "assistant"}};
+    static const char *const names[][2] = {{"system", "system"}, {"user", "user"},  {"assistant", "assistant"},
+                                           {"tool", "tool"},     {"human", "user"}, {"gpt", "assistant"}};
     const size_t n = sharegpt ? 6 : 4;
     for (size_t i = 0; i < n; i++)
-        if (v->u.str.len == strlen(names[i][0]) && memcmp(v->u.str.s, names[i][0], v->u.str.len) == 0) return names[i][1];
+        if (v->u.str.len == strlen(names[i][0]) && memcmp(v->u.str.s, names[i][0], v->u.str.len) == 0)
+            return names[i][1];
     return NULL;
 }
 
@@ -287,7 +290,8 @@ static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, n
                 skipped_key(L, mm);
                 continue;
             }
-            return lerr(L, mm->key_offset, "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"%s; without"
+            return lerr(L, mm->key_offset,
+                        "%s[%zu]: unknown key \"%.60s\" (expected \"%s\" and \"%s\"%s; without"
                         " --strict-keys the keys nightlora does not read are skipped)",
                         tl->name, i, mm->key, role_key, content_key,
                         sharegpt ? "" : ", optionally tool_calls, reasoning_content, name, tool_call_id");
@@ -303,14 +307,18 @@ static int parse_turns(const loader *L, const nl_json *v, const turn_list *tl, n
         if (content && !(calls && nl_json_is_null(content)) && need_string(L, content, what)) return -1;
         const char *r = turn_role(role, tl->sharegpt);
         if (!r && sharegpt)
-            return lerr(L, role->offset, "%s[%zu]: unknown \"from\" \"%.40s\" (expected human, gpt or system; "
-                        "user, assistant and tool are taken too)", tl->name, i, role->u.str.s);
+            return lerr(L, role->offset,
+                        "%s[%zu]: unknown \"from\" \"%.40s\" (expected human, gpt or system; "
+                        "user, assistant and tool are taken too)",
+                        tl->name, i, role->u.str.s);
         if (!r)
             return lerr(L, role->offset, "%s[%zu]: unknown role \"%.40s\" (expected system, user, assistant or tool)",
                         tl->name, i, role->u.str.s);
         if (calls && r[0] != 'a')
-            return lerr(L, nl_json_get(o, "tool_calls")->offset, "%s[%zu]: \"tool_calls\" belong to an assistant message, not"
-                        " a %s one", tl->name, i, r);
+            return lerr(L, nl_json_get(o, "tool_calls")->offset,
+                        "%s[%zu]: \"tool_calls\" belong to an assistant message, not"
+                        " a %s one",
+                        tl->name, i, r);
         if (r[0] == 'a') (*n_asst)++;
         nl_chat_msg *t = &m[(*n_out)++];
         t->role = r;
@@ -329,20 +337,22 @@ static int missing_key(const loader *L, const nl_json *root, const char *msg) {
     for (size_t i = 0; i < root->u.obj.n; i++) {
         const nl_json_member *m = &root->u.obj.members[i];
         if (!key_in(m, known_keys, sizeof known_keys / sizeof *known_keys))
-            return lerr(L, m->key_offset, "%s; the line's \"%.60s\" is no key nightlora reads (a typo? --columns KEY=%.60s reads"
-                        " it as KEY)", msg, m->key, m->key);
+            return lerr(L, m->key_offset,
+                        "%s; the line's \"%.60s\" is no key nightlora reads (a typo? --columns KEY=%.60s reads"
+                        " it as KEY)",
+                        msg, m->key, m->key);
     }
     return lerr(L, root->offset, "%s", msg);
 }
 
 /* A line's members, looked up once (NULL when absent). */
 typedef struct {
-    const nl_json *root;   /* the line's object (under --columns: `view`, its keys renamed) */
-    const char *fmt_key;   /* the key naming the line's format */
-    const nl_json *fv;     /* its value */
+    const nl_json *root; /* the line's object (under --columns: `view`, its keys renamed) */
+    const char *fmt_key; /* the key naming the line's format */
+    const nl_json *fv;   /* its value */
     const nl_json *choices, *answer, *completion, *loss_mask, *tools, *input, *output;
-    bool trl;              /* TRL's conversational prompt/completion: two message lists */
-    nl_json view;          /* --columns: the line's object with its keys renamed */
+    bool trl;                /* TRL's conversational prompt/completion: two message lists */
+    nl_json view;            /* --columns: the line's object with its keys renamed */
     nl_json_member *members; /* view's members (malloc'd), NULL without --columns */
 } line_keys;
 
@@ -357,8 +367,8 @@ static int rename_columns(const loader *L, const nl_json *root, line_keys *k) {
         const nl_json *from = nl_json_get(root, L->cols[c].from), *to = nl_json_get(root, L->cols[c].to);
         if (!from) continue;
         if (to)
-            return lerr(L, to->offset, "the line has both \"%s\" and \"%s\", which --columns %s=%s reads as \"%s\"", L->cols[c].to,
-                        L->cols[c].from, L->cols[c].to, L->cols[c].from, L->cols[c].to);
+            return lerr(L, to->offset, "the line has both \"%s\" and \"%s\", which --columns %s=%s reads as \"%s\"",
+                        L->cols[c].to, L->cols[c].from, L->cols[c].to, L->cols[c].from, L->cols[c].to);
         for (size_t i = 0; i < n; i++)
             if (&root->u.obj.members[i].value == from) {
                 k->members[i].key = L->cols[c].to;
@@ -388,19 +398,23 @@ static int line_keys_read(const loader *L, const nl_json *root, line_keys *k, nl
                 skipped_key(L, m);
                 continue;
             }
-            return lerr(L, m->key_offset, "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations,"
-                                          " instruction [+ input] + output, text or tokens [+ loss_mask], with optional"
-                                          " choices/answer; without --strict-keys the keys nightlora does not read are"
-                                          " skipped)", m->key);
+            return lerr(L, m->key_offset,
+                        "unknown key \"%.60s\" (a line is prompt+completion, messages, conversations,"
+                        " instruction [+ input] + output, text or tokens [+ loss_mask], with optional"
+                        " choices/answer; without --strict-keys the keys nightlora does not read are"
+                        " skipped)",
+                        m->key);
         }
         if (key_in(m, format_keys, sizeof format_keys / sizeof *format_keys)) {
-            if (fmt_key) return lerr(L, m->key_offset, "\"%s\" cannot be combined with \"%s\" on one line", m->key, fmt_key);
+            if (fmt_key)
+                return lerr(L, m->key_offset, "\"%s\" cannot be combined with \"%s\" on one line", m->key, fmt_key);
             fmt_key = m->key;
         }
     }
     if (!fmt_key)
-        return missing_key(L, root, "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
-                                    " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"");
+        return missing_key(L, root,
+                           "a line needs one of \"prompt\" (+ \"completion\"), \"messages\", \"conversations\","
+                           " \"instruction\" (+ \"output\"), \"text\" or \"tokens\"");
     k->fmt_key = fmt_key;
     k->choices = nl_json_get(root, "choices");
     k->answer = nl_json_get(root, "answer");
@@ -416,15 +430,16 @@ static int line_keys_read(const loader *L, const nl_json *root, line_keys *k, nl
         return lerr(L, k->loss_mask->offset, "\"loss_mask\" belongs with \"tokens\", not \"%s\"", fmt_key);
     const nl_json *io = k->input ? k->input : k->output;
     if (io && strcmp(fmt_key, "instruction") != 0)
-        return lerr(L, io->offset, "\"%s\" belongs with \"instruction\" (Alpaca), not \"%s\"", k->input ? "input" : "output",
-                    fmt_key);
+        return lerr(L, io->offset, "\"%s\" belongs with \"instruction\" (Alpaca), not \"%s\"",
+                    k->input ? "input" : "output", fmt_key);
     if (k->answer && !k->choices) return lerr(L, k->answer->offset, "\"answer\" without \"choices\"");
     if (k->tools && !nl_json_is_array(k->tools))
         return lerr(L, k->tools->offset, "\"tools\" must be an array (of function descriptions), found %s",
                     nl_json_type_name(k->tools->type));
     k->trl = !strcmp(fmt_key, "prompt") && nl_json_is_array(k->fv);
     if (!strcmp(fmt_key, "tokens")) ex->format = NL_LINE_TOKENS;
-    else if (!strcmp(fmt_key, "prompt") || !strcmp(fmt_key, "instruction")) ex->format = k->trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
+    else if (!strcmp(fmt_key, "prompt") || !strcmp(fmt_key, "instruction"))
+        ex->format = k->trl ? NL_LINE_MESSAGES : NL_LINE_PROMPT;
     else if (!strcmp(fmt_key, "messages") || !strcmp(fmt_key, "conversations")) ex->format = NL_LINE_MESSAGES;
     else ex->format = NL_LINE_TEXT;
     if (ex->format != NL_LINE_TOKENS && need_tok(L, k->fv, fmt_key)) return -1;
@@ -440,16 +455,20 @@ static int check_prompt(const loader *L, const line_keys *k) {
     const bool trl = k->trl;
     if (!trl && need_string(L, fv, "\"prompt\"")) return -1;
     if (!completion && !k->choices) return missing_key(L, k->root, "a \"prompt\" line needs \"completion\"");
-    if (completion && trl != nl_json_is_array(completion) && (nl_json_is_string(completion) || nl_json_is_array(completion)))
-        return lerr(L, completion->offset, "\"completion\" is a %s but \"prompt\" is a %s: give both as strings, or both as lists"
-                    " of {\"role\", \"content\"} messages (TRL's conversational form)", trl ? "string" : "message list",
-                    trl ? "message list" : "string");
+    if (completion && trl != nl_json_is_array(completion) &&
+        (nl_json_is_string(completion) || nl_json_is_array(completion)))
+        return lerr(L, completion->offset,
+                    "\"completion\" is a %s but \"prompt\" is a %s: give both as strings, or both as lists"
+                    " of {\"role\", \"content\"} messages (TRL's conversational form)",
+                    trl ? "string" : "message list", trl ? "message list" : "string");
     if (trl && completion && k->choices)
-        return lerr(L, completion->offset, "with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one"
+        return lerr(L, completion->offset,
+                    "with \"choices\", a message-list \"prompt\" takes no \"completion\" (the answer is one"
                     " of the choices)");
     if (completion && !trl) {
         if (need_string(L, completion, "\"completion\"")) return -1;
-        if (completion->u.str.len == 0) return lerr(L, completion->offset, "\"completion\" is empty (nothing to learn)");
+        if (completion->u.str.len == 0)
+            return lerr(L, completion->offset, "\"completion\" is empty (nothing to learn)");
     }
     return 0;
 }
@@ -483,10 +502,12 @@ static int line_text(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf *b
  * newline as alpaca-lora writes it), or a user turn (instruction, a blank line, input) of the
  * chat template and the output its assistant answer. */
 
-static const char alpaca_head_input[] = "Below is an instruction that describes a task, paired with an input that provides further"
-                                        " context. Write a response that appropriately completes the request.\n\n### Instruction:\n";
-static const char alpaca_head[] = "Below is an instruction that describes a task. Write a response that appropriately completes"
-                                  " the request.\n\n### Instruction:\n";
+static const char alpaca_head_input[] =
+    "Below is an instruction that describes a task, paired with an input that provides further"
+    " context. Write a response that appropriately completes the request.\n\n### Instruction:\n";
+static const char alpaca_head[] =
+    "Below is an instruction that describes a task. Write a response that appropriately completes"
+    " the request.\n\n### Instruction:\n";
 static const char alpaca_input[] = "\n\n### Input:\n";
 static const char alpaca_response[] = "\n\n### Response:\n";
 
@@ -498,7 +519,9 @@ static int alpaca_mode(loader *L) {
     if (o && !strcmp(o, "alpaca")) L->alpaca = 1;
     else if (o && !strcmp(o, "chat")) L->alpaca = 2;
     else
-        L->alpaca = (L->tmpl_name && L->tmpl_name[0] && strcmp(L->tmpl_name, "auto")) || nl_tokenizer_chat_template(L->tok) ? 2 : 1;
+        L->alpaca =
+            (L->tmpl_name && L->tmpl_name[0] && strcmp(L->tmpl_name, "auto")) || nl_tokenizer_chat_template(L->tok) ? 2
+                                                                                                                    : 1;
     L->out->alpaca_chat = L->alpaca == 2;
     return L->alpaca;
 }
@@ -520,7 +543,8 @@ static int line_alpaca(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf 
     if (outp) {
         if (need_string(L, outp, "\"output\"")) return -1;
         if (choices)
-            return lerr(L, outp->offset, "with \"choices\", an \"instruction\" line takes no \"output\" (the answer is one of the"
+            return lerr(L, outp->offset,
+                        "with \"choices\", an \"instruction\" line takes no \"output\" (the answer is one of the"
                         " choices)");
         if (outp->u.str.len == 0) return lerr(L, outp->offset, "\"output\" is empty (nothing to learn)");
     }
@@ -530,7 +554,8 @@ static int line_alpaca(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf 
     char *p = NULL;
     size_t n = 0;
     int rc = -1;
-    if (!chat && cat_text(&p, &n, has_in ? alpaca_head_input : alpaca_head, strlen(has_in ? alpaca_head_input : alpaca_head)))
+    if (!chat &&
+        cat_text(&p, &n, has_in ? alpaca_head_input : alpaca_head, strlen(has_in ? alpaca_head_input : alpaca_head)))
         goto oom;
     if (cat_text(&p, &n, ins->u.str.s, ins->u.str.len)) goto oom;
     if (has_in && (cat_text(&p, &n, chat ? "\n\n" : alpaca_input, chat ? 2 : strlen(alpaca_input)) ||
@@ -538,7 +563,8 @@ static int line_alpaca(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf 
         goto oom;
     if (!chat && cat_text(&p, &n, alpaca_response, strlen(alpaca_response))) goto oom;
     if (chat) {
-        nl_chat_msg m[2] = {{"user", p, n, NULL}, {"assistant", outp ? outp->u.str.s : "", outp ? outp->u.str.len : 0, NULL}};
+        nl_chat_msg m[2] = {{"user", p, n, NULL},
+                            {"assistant", outp ? outp->u.str.s : "", outp ? outp->u.str.len : 0, NULL}};
         if (ensure_template(L, ins->offset)) goto done;
         if (nl_chat_template_tokens(L->tmpl, m, choices ? 1 : 2, NULL, choices != NULL, choices ? 0 : 1, b)) {
             lerr_slot(L, ins->offset);
@@ -579,12 +605,15 @@ static const nl_json *turn_at(const line_keys *k, int i, int n_ctx, const char *
  * the turn's end. */
 static int empty_targets(const loader *L, const line_keys *k, const nl_chat_msg *msgs, int n_msgs, int n_ctx) {
     for (int i = k->trl ? n_ctx : 0; i < n_msgs; i++) {
-        if (msgs[i].role[0] != 'a' || msgs[i].content_len > 0 || (msgs[i].extra && turn_tool_calls(msgs[i].extra))) continue;
+        if (msgs[i].role[0] != 'a' || msgs[i].content_len > 0 || (msgs[i].extra && turn_tool_calls(msgs[i].extra)))
+            continue;
         const char *list;
         int idx;
         const nl_json *o = turn_at(k, i, n_ctx, &list, &idx);
-        return lerr(L, o->offset, "%s[%d]: the assistant message is empty: its target would be only the end of the turn"
-                    " (nothing to learn)", list, idx);
+        return lerr(L, o->offset,
+                    "%s[%d]: the assistant message is empty: its target would be only the end of the turn"
+                    " (nothing to learn)",
+                    list, idx);
     }
     return 0;
 }
@@ -659,12 +688,13 @@ static int tools_rendered(loader *L, const line_keys *k, const nl_chat_msg *msgs
             const char *list;
             int idx;
             const nl_json *o = turn_at(k, i, n_ctx, &list, &idx);
-            lerr(L, o->offset, pass ? "%s[%d]: the chat template (%s) leaves the \"tool\" message's content out: the result would"
-                                      " not be in what is trained (use a template that renders tool results: the model's own"
-                                      " tokenizer.chat_template or --template FILE.jinja)"
-                                    : "%s[%d]: the chat template (%s) does not render \"tool_calls\": the call would be left out"
-                                      " of what is trained (use a template that renders tool calls: the model's own"
-                                      " tokenizer.chat_template or --template FILE.jinja)",
+            lerr(L, o->offset,
+                 pass ? "%s[%d]: the chat template (%s) leaves the \"tool\" message's content out: the result would"
+                        " not be in what is trained (use a template that renders tool results: the model's own"
+                        " tokenizer.chat_template or --template FILE.jinja)"
+                      : "%s[%d]: the chat template (%s) does not render \"tool_calls\": the call would be left out"
+                        " of what is trained (use a template that renders tool calls: the model's own"
+                        " tokenizer.chat_template or --template FILE.jinja)",
                  list, idx, nl_chat_template_desc(L->tmpl));
             goto done;
         }
@@ -701,7 +731,10 @@ static int line_messages(loader *L, const line_keys *k, nl_example *ex, nl_tokbu
         goto done;
     }
     if (!choices && n_asst - (trl ? n_ctx_asst : 0) == 0) {
-        if (trl) lerr(L, completion->offset, "\"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to learn)");
+        if (trl)
+            lerr(L, completion->offset,
+                 "\"completion\" has no assistant message (loss is on the completion's assistant turns: nothing to "
+                 "learn)");
         else if (tl.sharegpt) lerr(L, fv->offset, "no \"gpt\" turn (loss is on the assistant turns: nothing to learn)");
         else lerr(L, fv->offset, "no assistant message (loss is on assistant turns: nothing to learn)");
         goto done;
@@ -719,7 +752,8 @@ static int line_messages(loader *L, const line_keys *k, nl_example *ex, nl_tokbu
         int bad = nl_chat_template_tokens(L->tmpl, msgs, n_ctx, tools, false, 1, &pb);
         if (bad) lerr_slot(L, fv->offset);
         else if (pb.n > b->n || memcmp(pb.ids, b->ids, (size_t)pb.n * sizeof *pb.ids) != 0)
-            bad = lerr(L, fv->offset, "the chat template renders the prompt's turns differently inside the whole"
+            bad = lerr(L, fv->offset,
+                       "the chat template renders the prompt's turns differently inside the whole"
                        " conversation: the completion's tokens cannot be told apart");
         else memset(b->tgt, 0, (size_t)pb.n);
         nl_tokbuf_free(&pb);
@@ -755,7 +789,8 @@ static int line_tokens(loader *L, const line_keys *k, nl_example *ex, nl_tokbuf 
         if (loss_mask) {
             const nl_json *mv = nl_json_at(loss_mask, i);
             int64_t x;
-            if (nl_json_int64(mv, &x) || (x != 0 && x != 1)) return lerr(L, mv->offset, "loss_mask[%zu] must be 0 or 1", i);
+            if (nl_json_int64(mv, &x) || (x != 0 && x != 1))
+                return lerr(L, mv->offset, "loss_mask[%zu] must be 0 or 1", i);
             t = (uint8_t)x;
         }
         if (nl_tokbuf_push(b, id, t)) return lerr_slot(L, fv->offset);
@@ -779,13 +814,14 @@ static int line_finish(const loader *L, const line_keys *k, nl_example *ex, nl_t
     for (int i = 0; i < b->n; i++) nt += b->tgt[i];
     if (nt == 0) {
         const nl_json *at = ex->format == NL_LINE_PROMPT && k->completion ? k->completion : choices ? choices : k->fv;
-        return lerr(L, at->offset, "no target tokens (%s)",
-                    first_was_target && b->n == 1 && (choices || ex->format == NL_LINE_PROMPT)
-                        ? "the only target is the first token of the sequence, with nothing before it to predict it from: "
-                          "give a non-empty prompt; this model adds no BOS token"
-                    : ex->format == NL_LINE_TEXT   ? "the text is a single token: nothing to predict"
-                    : ex->format == NL_LINE_TOKENS ? "loss_mask selects no token after the first, or only one token"
-                                                   : "the completion produced no tokens");
+        return lerr(
+            L, at->offset, "no target tokens (%s)",
+            first_was_target && b->n == 1 && (choices || ex->format == NL_LINE_PROMPT)
+                ? "the only target is the first token of the sequence, with nothing before it to predict it from: "
+                  "give a non-empty prompt; this model adds no BOS token"
+            : ex->format == NL_LINE_TEXT   ? "the text is a single token: nothing to predict"
+            : ex->format == NL_LINE_TOKENS ? "loss_mask selects no token after the first, or only one token"
+                                           : "the completion produced no tokens");
     }
     ex->ids = b->ids;
     ex->target = b->tgt;
@@ -861,14 +897,17 @@ static int parse_columns(loader *L, const char *spec) {
         const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
         const char *eq = memchr(p, '=', (size_t)(end - p));
         if (!eq || eq == p || eq + 1 == end)
-            return nl_err("--columns %s: expected KEY=COLUMN pairs separated by commas (prompt=question,completion=answer)",
-                          spec);
+            return nl_err(
+                "--columns %s: expected KEY=COLUMN pairs separated by commas (prompt=question,completion=answer)",
+                spec);
         const char *to = NULL;
         for (size_t j = 0; j < sizeof known_keys / sizeof *known_keys && !to; j++)
-            if (strlen(known_keys[j]) == (size_t)(eq - p) && !memcmp(known_keys[j], p, (size_t)(eq - p))) to = known_keys[j];
+            if (strlen(known_keys[j]) == (size_t)(eq - p) && !memcmp(known_keys[j], p, (size_t)(eq - p)))
+                to = known_keys[j];
         if (!to)
             return nl_err("--columns %s: \"%.*s\" is no key of a line (prompt, completion, messages, conversations,"
-                          " instruction, input, output, text, tokens, loss_mask, choices, answer, tools)", spec, (int)(eq - p), p);
+                          " instruction, input, output, text, tokens, loss_mask, choices, answer, tools)",
+                          spec, (int)(eq - p), p);
         const size_t fl = (size_t)(end - eq - 1);
         if (L->n_cols == (int)(sizeof L->cols / sizeof *L->cols) || fl >= sizeof L->cols[0].from)
             return nl_err("--columns %s: at most %zu pairs, each column name under %zu bytes", spec,
@@ -959,7 +998,8 @@ static int load_lines(loader *L, const char *buf, size_t len, const char *label,
         L->col0 = 3;
     }
     size_t first = pos;
-    while (first < len && (buf[first] == ' ' || buf[first] == '\t' || buf[first] == '\r' || buf[first] == '\n')) first++;
+    while (first < len && (buf[first] == ' ' || buf[first] == '\t' || buf[first] == '\r' || buf[first] == '\n'))
+        first++;
     if (first < len && buf[first] == '[') {
         /* a JSON array of examples, not JSON Lines */
         if (load_array(L, buf, len, pos, out)) {
@@ -983,8 +1023,8 @@ static int load_lines(loader *L, const char *buf, size_t len, const char *label,
          * many times its size */
         if (lend - pos > NL_DATA_MAX_LINE) {
             nl_dataset_free(out);
-            return nl_err("%s:%d: the line is %zu bytes, more than the %d MiB a line may hold (split the example)", label, L->line,
-                          lend - pos, NL_DATA_MAX_LINE >> 20);
+            return nl_err("%s:%d: the line is %zu bytes, more than the %d MiB a line may hold (split the example)",
+                          label, L->line, lend - pos, NL_DATA_MAX_LINE >> 20);
         }
         if (!blank(buf + pos, lend - pos)) {
             nl_example *ex = next_slot(out, &cap, label);
@@ -1010,14 +1050,18 @@ const char *nl_dataset_note(const nl_dataset *ds, char *buf, size_t cap) {
     buf[0] = 0;
     if (ds->json_array) k += snprintf(buf + k, cap - (size_t)k, "read as a JSON array of examples");
     if (ds->n_alpaca && k < (int)cap)
-        k += snprintf(buf + k, cap - (size_t)k, "%s%d Alpaca lines, the prompt built with %s", k ? "; " : "", ds->n_alpaca,
-                      ds->alpaca_chat ? "the chat template (the instruction and input as the user turn, the output as the"
-                                        " assistant's; --alpaca-prompt alpaca for the Alpaca template)"
-                                      : "the Alpaca template (\"Below is an instruction that describes a task ... ### Response:\";"
-                                        " --alpaca-prompt chat for the chat template)");
+        k += snprintf(buf + k, cap - (size_t)k, "%s%d Alpaca lines, the prompt built with %s", k ? "; " : "",
+                      ds->n_alpaca,
+                      ds->alpaca_chat
+                          ? "the chat template (the instruction and input as the user turn, the output as the"
+                            " assistant's; --alpaca-prompt alpaca for the Alpaca template)"
+                          : "the Alpaca template (\"Below is an instruction that describes a task ... ### Response:\";"
+                            " --alpaca-prompt chat for the chat template)");
     if (ds->n_skipped_keys && k < (int)cap)
-        snprintf(buf + k, cap - (size_t)k, "%s%" PRId64 " keys no format reads skipped (the first \"%s\" on line %d; --strict-keys"
-                 " refuses them)", k ? "; " : "", ds->n_skipped_keys, ds->skipped_key, ds->skipped_line);
+        snprintf(buf + k, cap - (size_t)k,
+                 "%s%" PRId64 " keys no format reads skipped (the first \"%s\" on line %d; --strict-keys"
+                 " refuses them)",
+                 k ? "; " : "", ds->n_skipped_keys, ds->skipped_key, ds->skipped_line);
     return buf;
 }
 
@@ -1045,7 +1089,8 @@ int nl_data_dir_file(const char *path, const char *name, int must_exist, char **
             free(f);
             return 0;
         }
-        nl_err("%s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s cannot be read: %s", path, f, strerror(e));
+        nl_err("%s is a directory, read as train.jsonl / valid.jsonl / test.jsonl, and %s cannot be read: %s", path, f,
+               strerror(e));
         free(f);
         return -1;
     }

@@ -28,8 +28,7 @@ int nl_example_targets_within(const nl_example *ex, int max_ctx) {
     return nt;
 }
 
-int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx, nl_overlong policy,
-            nl_packing *out) {
+int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx, nl_overlong policy, nl_packing *out) {
     memset(out, 0, sizeof *out);
     if (max_ctx < 2) return nl_err("context length %d is too small (at least 2)", max_ctx);
     for (int i = 0; i < n_buckets; i++)
@@ -44,7 +43,8 @@ int nl_pack(const nl_dataset *ds, const int *buckets, int n_buckets, int max_ctx
             if (policy == NL_OVERLONG_REFUSE) {
                 nl_packing_free(out);
                 return nl_err("%s:%d:1: example has %d tokens, more than the context of %d "
-                              "(shorten it, raise the context or truncate)", ds->path, ex->line, n, max_ctx);
+                              "(shorten it, raise the context or truncate)",
+                              ds->path, ex->line, n, max_ctx);
             }
             n = max_ctx;
             nt = nl_example_targets_within(ex, max_ctx);
@@ -97,10 +97,10 @@ struct nl_batcher {
     uint64_t seed;
     bool shuffle;
     int batch_tokens;
-    int *perm;            /* order of perm_epoch */
-    int64_t perm_epoch;   /* -1: none yet */
+    int *perm;          /* order of perm_epoch */
+    int64_t perm_epoch; /* -1: none yet */
     nl_data_cursor cur;
-    int *out;             /* indices of the last batch */
+    int *out; /* indices of the last batch */
 };
 
 nl_batcher *nl_batcher_new(const nl_packing *p, uint64_t seed, bool shuffle, int batch_tokens) {
@@ -137,8 +137,8 @@ void nl_batcher_free(nl_batcher *b) {
 
 int nl_batcher_seek(nl_batcher *b, nl_data_cursor cur) {
     if (cur.epoch < 0 || cur.index < 0 || cur.index > b->p->n)
-        return nl_err("data cursor (epoch %lld, index %lld) is outside the data (%d sequences)",
-                      (long long)cur.epoch, (long long)cur.index, b->p->n);
+        return nl_err("data cursor (epoch %lld, index %lld) is outside the data (%d sequences)", (long long)cur.epoch,
+                      (long long)cur.index, b->p->n);
     if (cur.index == b->p->n) {
         cur.epoch++;
         cur.index = 0;

@@ -14,10 +14,19 @@ static const nl_pre_def PRE_DEFS[] = {
     {"qwen2", 1, {{ST_QWEN2, 0, 0}}, 0},
     {"deepseek-r1-qwen", 1, {{ST_QWEN2, 0, 0}}, 0},
     {"qwen35", 1, {{ST_QWEN35, 0, 0}}, 0},
-    {"deepseek-llm", 6, {{ST_ONE, C_CRLF, 0}, {ST_RUN, C_DS_LETTER, 1}, {ST_RUN, C_DS_PUNCT, 1},
-                         {ST_TRAIL_WS, 0, 0}, {ST_RUN, C_CJK, 0}, {ST_RUN, C_N, 0}}, 0},
-    {"deepseek-coder", 5, {{ST_ONE, C_CRLF, 0}, {ST_RUN, C_L, 1}, {ST_RUN, C_P, 1},
-                           {ST_RUN, C_CJK, 0}, {ST_ONE, C_N, 0}}, 0},
+    {"deepseek-llm",
+     6,
+     {{ST_ONE, C_CRLF, 0},
+      {ST_RUN, C_DS_LETTER, 1},
+      {ST_RUN, C_DS_PUNCT, 1},
+      {ST_TRAIL_WS, 0, 0},
+      {ST_RUN, C_CJK, 0},
+      {ST_RUN, C_N, 0}},
+     0},
+    {"deepseek-coder",
+     5,
+     {{ST_ONE, C_CRLF, 0}, {ST_RUN, C_L, 1}, {ST_RUN, C_P, 1}, {ST_RUN, C_CJK, 0}, {ST_ONE, C_N, 0}},
+     0},
     {"falcon", 3, {{ST_RUN, C_FALCON, 0}, {ST_GPT2, 0, 0}, {ST_DIGIT3, 0, 0}}, 0},
     {"starcoder", 2, {{ST_ONE, C_N, 0}, {ST_GPT2, 0, 0}}, 0},
     {"refact", 2, {{ST_ONE, C_N, 0}, {ST_GPT2, 0, 0}}, 0},
@@ -41,7 +50,14 @@ const nl_pre_def *nl_pre_find(const char *name) {
 #define OOR 0xFFFFFFFFu
 #define CPAT(i) ((i) < b ? cp[i] : OOR)
 #define FLAT(i) ((i) < b ? fl[i] : 0u)
-#define EMIT(end) do { size_t e_ = (end); if (e_ > prev) { out[(*n)++] = e_ - prev; prev = e_; } } while (0)
+#define EMIT(end)                                                                                                      \
+    do {                                                                                                               \
+        size_t e_ = (end);                                                                                             \
+        if (e_ > prev) {                                                                                               \
+            out[(*n)++] = e_ - prev;                                                                                   \
+            prev = e_;                                                                                                 \
+        }                                                                                                              \
+    } while (0)
 
 static void scan_gpt2(const uint32_t *cp, const uint32_t *fl, size_t a, size_t b, size_t *out, size_t *n) {
     size_t pos = a, prev = a;
@@ -49,11 +65,17 @@ static void scan_gpt2(const uint32_t *cp, const uint32_t *fl, size_t a, size_t b
         uint32_t c = cp[pos], f = fl[pos];
         if (c == '\'' && pos + 1 < b) { /* 's|'t|'re|'ve|'m|'ll|'d (case-sensitive) */
             uint32_t c1 = cp[pos + 1];
-            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') { pos += 2; EMIT(pos); continue; }
+            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+                pos += 2;
+                EMIT(pos);
+                continue;
+            }
             if (pos + 2 < b) {
                 uint32_t c2 = cp[pos + 2];
                 if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-                    pos += 3; EMIT(pos); continue;
+                    pos += 3;
+                    EMIT(pos);
+                    continue;
                 }
             }
         }
@@ -61,12 +83,14 @@ static void scan_gpt2(const uint32_t *cp, const uint32_t *fl, size_t a, size_t b
         if (f2 & NL_UF_L) { /* ' ?\p{L}+' */
             pos += c == ' ';
             while (FLAT(pos) & NL_UF_L) pos++;
-            EMIT(pos); continue;
+            EMIT(pos);
+            continue;
         }
         if (f2 & NL_UF_N) { /* ' ?\p{N}+' */
             pos += c == ' ';
             while (FLAT(pos) & NL_UF_N) pos++;
-            EMIT(pos); continue;
+            EMIT(pos);
+            continue;
         }
         if (!(f2 & (NL_UF_WS | NL_UF_L | NL_UF_N)) && f2) { /* ' ?[^\s\p{L}\p{N}]+' */
             pos += c == ' ';
@@ -75,12 +99,21 @@ static void scan_gpt2(const uint32_t *cp, const uint32_t *fl, size_t a, size_t b
                 if ((g & (NL_UF_WS | NL_UF_L | NL_UF_N)) || !g) break;
                 pos++;
             }
-            EMIT(pos); continue;
+            EMIT(pos);
+            continue;
         }
         size_t nws = 0;
         while (FLAT(pos + nws) & NL_UF_WS) nws++;
-        if (nws > 1 && pos + nws < b) { pos += nws - 1; EMIT(pos); continue; } /* \s+(?!\S) */
-        if (nws > 0) { pos += nws; EMIT(pos); continue; } /* unmatched whitespace */
+        if (nws > 1 && pos + nws < b) {
+            pos += nws - 1;
+            EMIT(pos);
+            continue;
+        } /* \s+(?!\S) */
+        if (nws > 0) {
+            pos += nws;
+            EMIT(pos);
+            continue;
+        } /* unmatched whitespace */
         pos++;
         EMIT(pos);
     }
@@ -96,11 +129,17 @@ static void scan_llama3(const uint32_t *cp, const uint32_t *fl, size_t a, size_t
         uint32_t c = cp[pos], f = fl[pos];
         if (c == '\'' && pos + 1 < b) { /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
             uint32_t c1 = nl_unicode_tolower(cp[pos + 1]);
-            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') { pos += 2; EMIT(pos); continue; }
+            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
+                pos += 2;
+                EMIT(pos);
+                continue;
+            }
             if (pos + 2 < b) {
                 uint32_t c2 = nl_unicode_tolower(cp[pos + 2]);
                 if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-                    pos += 3; EMIT(pos); continue;
+                    pos += 3;
+                    EMIT(pos);
+                    continue;
                 }
             }
         }
@@ -109,24 +148,33 @@ static void scan_llama3(const uint32_t *cp, const uint32_t *fl, size_t a, size_t
             if ((f & word) || (FLAT(pos + 1) & word)) {
                 pos++;
                 while (FLAT(pos) & word) pos++;
-                EMIT(pos); continue;
+                EMIT(pos);
+                continue;
             }
         }
         if (f & NL_UF_N) { /* \p{N}{1,digits} */
             size_t ini = pos;
             while (FLAT(pos) & NL_UF_N) {
                 pos++;
-                if (pos - ini >= digits) { EMIT(pos); ini = pos; }
+                if (pos - ini >= digits) {
+                    EMIT(pos);
+                    ini = pos;
+                }
             }
-            EMIT(pos); continue;
+            EMIT(pos);
+            continue;
         }
         /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
         uint32_t f2 = c == ' ' ? FLAT(pos + 1) : f;
         if (!(f2 & not_punct) && f) {
             pos += c == ' ';
-            while (!(f2 & not_punct) && f2) { pos++; f2 = FLAT(pos); }
+            while (!(f2 & not_punct) && f2) {
+                pos++;
+                f2 = FLAT(pos);
+            }
             while (CPAT(pos) == '\r' || CPAT(pos) == '\n') pos++;
-            EMIT(pos); continue;
+            EMIT(pos);
+            continue;
         }
         size_t nws = 0, last_rn = 0;
         while (FLAT(pos + nws) & NL_UF_WS) {
@@ -134,9 +182,21 @@ static void scan_llama3(const uint32_t *cp, const uint32_t *fl, size_t a, size_t
             if (c2 == '\r' || c2 == '\n') last_rn = pos + nws + 1;
             nws++;
         }
-        if (last_rn > 0) { pos = last_rn; EMIT(pos); continue; }                  /* \s*[\r\n]+ */
-        if (nws > 1 && pos + nws < b) { pos += nws - 1; EMIT(pos); continue; }   /* \s+(?!\S) */
-        if (nws > 0) { pos += nws; EMIT(pos); continue; }                        /* \s+ */
+        if (last_rn > 0) {
+            pos = last_rn;
+            EMIT(pos);
+            continue;
+        } /* \s*[\r\n]+ */
+        if (nws > 1 && pos + nws < b) {
+            pos += nws - 1;
+            EMIT(pos);
+            continue;
+        } /* \s+(?!\S) */
+        if (nws > 0) {
+            pos += nws;
+            EMIT(pos);
+            continue;
+        } /* \s+ */
         pos++;
         EMIT(pos);
     }
@@ -184,8 +244,8 @@ static size_t match_at(const pre_stage *st, const uint32_t *cp, const uint32_t *
 }
 
 /* Generic stage over a segment: successive leftmost matches; text between matches is a piece. */
-static void scan_generic(const pre_stage *st, const uint32_t *cp, const uint32_t *fl, size_t a, size_t b,
-                         size_t *out, size_t *n) {
+static void scan_generic(const pre_stage *st, const uint32_t *cp, const uint32_t *fl, size_t a, size_t b, size_t *out,
+                         size_t *n) {
     size_t prev = a;
     if (st->kind == ST_TRAIL_WS) { /* \s+$: the maximal whitespace run at the segment end */
         size_t s = b;
@@ -197,7 +257,10 @@ static void scan_generic(const pre_stage *st, const uint32_t *cp, const uint32_t
     size_t pos = a;
     while (pos < b) {
         size_t m = match_at(st, cp, fl, pos, b);
-        if (m == 0) { pos++; continue; }
+        if (m == 0) {
+            pos++;
+            continue;
+        }
         EMIT(pos);
         EMIT(pos + m);
         pos += m;
@@ -207,8 +270,8 @@ static void scan_generic(const pre_stage *st, const uint32_t *cp, const uint32_t
 
 /* Run the stages of `pre` over cp[0..ncp): piece lengths in codepoints into segs (capacity ncp),
  * tmp is scratch of the same size. Returns the piece count. */
-size_t nl_pre_split(const nl_pre_def *pre, const uint32_t *cp, const uint32_t *fl, size_t ncp,
-                        size_t *segs, size_t *tmp) {
+size_t nl_pre_split(const nl_pre_def *pre, const uint32_t *cp, const uint32_t *fl, size_t ncp, size_t *segs,
+                    size_t *tmp) {
     if (ncp == 0) return 0;
     size_t nseg = 1;
     segs[0] = ncp;

@@ -10,14 +10,14 @@
 
 /* ---- pre-tokenizer stages ---- */
 enum {
-    ST_GPT2,    /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
-    ST_LLAMA3,  /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-    ST_QWEN2,   /* as LLAMA3 with \p{N} (single digits) */
-    ST_QWEN35,  /* as QWEN2 with [\p{L}\p{M}]+ words and \p{M} excluded from the punctuation run */
-    ST_RUN,     /* \s?CLASS+ (ws_opt) or CLASS+ */
-    ST_ONE,     /* CLASS */
-    ST_TRAIL_WS,/* \s+$ */
-    ST_DIGIT3,  /* [0-9][0-9][0-9] */
+    ST_GPT2,   /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
+    ST_LLAMA3, /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+    ST_QWEN2,  /* as LLAMA3 with \p{N} (single digits) */
+    ST_QWEN35, /* as QWEN2 with [\p{L}\p{M}]+ words and \p{M} excluded from the punctuation run */
+    ST_RUN,    /* \s?CLASS+ (ws_opt) or CLASS+ */
+    ST_ONE,    /* CLASS */
+    ST_TRAIL_WS, /* \s+$ */
+    ST_DIGIT3,   /* [0-9][0-9][0-9] */
 };
 enum {
     C_CRLF,      /* [\r\n] */
@@ -30,7 +30,9 @@ enum {
     C_DS_PUNCT,  /* deepseek-llm [!-/:-~！-／：-～‘-‟　-。] */
     C_CJK,       /* [一-龥ࠀ-一가-퟿] */
 };
-typedef struct { int kind, cls, ws_opt; } pre_stage;
+typedef struct {
+    int kind, cls, ws_opt;
+} pre_stage;
 #define MAX_STAGES 6
 typedef struct {
     const char *name;
@@ -43,7 +45,7 @@ typedef struct {
 const nl_pre_def *nl_pre_find(const char *name);
 /* Run the stages of `pre` over cp[0..ncp) (flags fl from data/unicode): piece lengths in
  * codepoints into segs (capacity ncp), tmp is scratch of the same size. Returns the count. */
-size_t nl_pre_split(const nl_pre_def *pre, const uint32_t *cp, const uint32_t *fl, size_t ncp,
-                    size_t *segs, size_t *tmp);
+size_t nl_pre_split(const nl_pre_def *pre, const uint32_t *cp, const uint32_t *fl, size_t ncp, size_t *segs,
+                    size_t *tmp);
 
 #endif

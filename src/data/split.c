@@ -6,7 +6,9 @@
 #include "data/dataset.h"
 #include "util/util.h"
 
-int nl_dataset_is_held_out(int64_t i, double frac) { return i >= 1 && floor((double)i * frac) > floor((double)(i - 1) * frac); }
+int nl_dataset_is_held_out(int64_t i, double frac) {
+    return i >= 1 && floor((double)i * frac) > floor((double)(i - 1) * frac);
+}
 
 static void totals(nl_dataset *ds) {
     ds->n_tokens = ds->n_targets = 0;
@@ -22,8 +24,8 @@ int nl_dataset_split(nl_dataset *ds, double frac, nl_dataset *held) {
     int nh = 0; /* floor(n * frac) < n: never every example */
     for (int i = 1; i <= ds->n; i++) nh += nl_dataset_is_held_out(i, frac);
     if (nh == 0)
-        return nl_err("--val-split %g: %s has %d examples, too few to hold any out (at least %.0f are needed)", frac, ds->path, ds->n,
-                      ceil(1.0 / frac));
+        return nl_err("--val-split %g: %s has %d examples, too few to hold any out (at least %.0f are needed)", frac,
+                      ds->path, ds->n, ceil(1.0 / frac));
     held->path = nl_strdup(ds->path);
     held->ex = nl_malloc((size_t)nh * sizeof *held->ex);
     if (!held->path || !held->ex) {

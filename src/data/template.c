@@ -89,12 +89,13 @@ const char *nl_chat_template_name(nl_chat_tmpl t) {
     }
 }
 
-static bool is_ascii_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+static bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 static void trim(const char **s, size_t *len) {
-    while (*len && is_ascii_space(**s)) { (*s)++; (*len)--; }
+    while (*len && is_ascii_space(**s)) {
+        (*s)++;
+        (*len)--;
+    }
     while (*len && is_ascii_space((*s)[*len - 1])) (*len)--;
 }
 
@@ -122,8 +123,8 @@ static int sb_add(strbuf *b, const char *s, size_t len) {
 }
 static int sb_str(strbuf *b, const char *s) { return sb_add(b, s, strlen(s)); }
 
-int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add_generation_prompt,
-                   char **text, size_t *text_len) {
+int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add_generation_prompt, char **text,
+                   size_t *text_len) {
     strbuf b = {0};
     int rc = sb_add(&b, "", 0);
     if (t != NL_TMPL_CHATML && t != NL_TMPL_LLAMA3) rc = nl_err("nl_chat_render: no template");
@@ -131,12 +132,12 @@ int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add
         const char *c = msgs[i].content;
         size_t cl = msgs[i].content_len;
         if (t == NL_TMPL_CHATML) {
-            rc = sb_str(&b, "<|im_start|>") || sb_str(&b, msgs[i].role) || sb_str(&b, "\n") ||
-                 sb_add(&b, c, cl) || sb_str(&b, "<|im_end|>\n");
+            rc = sb_str(&b, "<|im_start|>") || sb_str(&b, msgs[i].role) || sb_str(&b, "\n") || sb_add(&b, c, cl) ||
+                 sb_str(&b, "<|im_end|>\n");
         } else {
             trim(&c, &cl);
-            rc = sb_str(&b, "<|start_header_id|>") || sb_str(&b, msgs[i].role) ||
-                 sb_str(&b, "<|end_header_id|>\n\n") || sb_add(&b, c, cl) || sb_str(&b, "<|eot_id|>");
+            rc = sb_str(&b, "<|start_header_id|>") || sb_str(&b, msgs[i].role) || sb_str(&b, "<|end_header_id|>\n\n") ||
+                 sb_add(&b, c, cl) || sb_str(&b, "<|eot_id|>");
         }
     }
     if (rc == 0 && add_generation_prompt)
@@ -153,8 +154,7 @@ int nl_chat_render(nl_chat_tmpl t, const nl_chat_msg *msgs, int n_msgs, bool add
 
 static int tmpl_lookup(const nl_tokenizer *tok, const char *tmpl, const char *text, int32_t *id) {
     *id = nl_token_lookup(tok, text);
-    if (*id < 0)
-        return nl_err("chat template %s needs the token %s, which the vocabulary lacks", tmpl, text);
+    if (*id < 0) return nl_err("chat template %s needs the token %s, which the vocabulary lacks", tmpl, text);
     return 0;
 }
 
@@ -176,8 +176,7 @@ int nl_tmpl_ids_get(const nl_tokenizer *tok, nl_chat_tmpl t, nl_tmpl_ids *ti) {
 }
 
 /* Header of one turn: chatml "<|im_start|>{role}\n", llama3 "<|start_header_id|>{role}<|end_header_id|>\n\n". */
-static int chat_header(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_tmpl_ids *ti, const char *role,
-                       nl_tokbuf *b) {
+static int chat_header(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_tmpl_ids *ti, const char *role, nl_tokbuf *b) {
     if (nl_tokbuf_push(b, ti->open, 0)) return -1;
     if (t == NL_TMPL_CHATML) {
         /* role + "\n" is one text fragment between markers, tokenized together. */
@@ -256,7 +255,8 @@ int nl_chat_tokens(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *m
         size_t cl = msgs[i].content_len;
         if (chat_header(tok, t, &ti, msgs[i].role, b)) return -1;
         if (t == NL_TMPL_CHATML) {
-            if (nl_tokbuf_text(tok, b, c, cl, tg) || nl_tokbuf_push(b, ti.close, tg) || nl_tokbuf_text(tok, b, "\n", 1, 0))
+            if (nl_tokbuf_text(tok, b, c, cl, tg) || nl_tokbuf_push(b, ti.close, tg) ||
+                nl_tokbuf_text(tok, b, "\n", 1, 0))
                 return -1;
         } else {
             trim(&c, &cl);
@@ -282,8 +282,8 @@ int nl_chat_tokenize(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg 
     return 0;
 }
 
-int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user,
-                          size_t user_len, int32_t **ids, int *n_ids) {
+int nl_chat_prompt_tokens(const nl_tokenizer *tok, const char *tmpl_name, const char *user, size_t user_len,
+                          int32_t **ids, int *n_ids) {
     nl_chat_template *ct;
     if (nl_chat_template_open(tok, tmpl_name, &ct)) return -1;
     nl_chat_msg m = {"user", user, user_len, NULL};
@@ -305,9 +305,9 @@ struct nl_chat_template {
     nl_chat_tmpl builtin;    /* NL_TMPL_NONE: jinja */
     nl_jinja *jinja;
     char *desc;
-    ctl_text *ctl;           /* control tokens by text, sorted by (first byte, length desc) */
+    ctl_text *ctl; /* control tokens by text, sorted by (first byte, length desc) */
     int n_ctl;
-    int first[257];          /* ctl index range by first byte: [first[c], first[c+1]) */
+    int first[257]; /* ctl index range by first byte: [first[c], first[c+1]) */
 };
 
 static bool is_builtin_name(const char *name) { return !strcmp(name, "chatml") || !strcmp(name, "llama3"); }
@@ -486,8 +486,10 @@ static nl_jv *jinja_vars(const nl_chat_template *ct, const nl_chat_msg *msgs, in
     if (nl_jv_set(v, "tools", tools ? nl_jv_from_json(tools) : nl_jv_none()) ||
         nl_jv_set(v, "documents", nl_jv_none()) || nl_jv_set(v, "add_generation_prompt", nl_jv_bool(gen)))
         goto fail;
-    const struct { const char *key; int32_t id; } sp[] = {{"bos_token", ct->tok ? nl_token_bos(ct->tok) : -1},
-                                                          {"eos_token", ct->tok ? nl_token_eos(ct->tok) : -1}};
+    const struct {
+        const char *key;
+        int32_t id;
+    } sp[] = {{"bos_token", ct->tok ? nl_token_bos(ct->tok) : -1}, {"eos_token", ct->tok ? nl_token_eos(ct->tok) : -1}};
     for (size_t k = 0; k < 2; k++) {
         size_t n;
         const char *s = sp[k].id >= 0 ? nl_token_piece(ct->tok, sp[k].id, &n) : NULL;
@@ -510,7 +512,8 @@ static size_t json_weight(const nl_json *j) {
         for (size_t i = 0; i < j->u.arr.n; i++) w += json_weight(&j->u.arr.items[i]);
         break;
     case NL_JSON_OBJECT:
-        for (size_t i = 0; i < j->u.obj.n; i++) w += j->u.obj.members[i].key_len + json_weight(&j->u.obj.members[i].value);
+        for (size_t i = 0; i < j->u.obj.n; i++)
+            w += j->u.obj.members[i].key_len + json_weight(&j->u.obj.members[i].value);
         break;
     default: break;
     }
@@ -526,8 +529,8 @@ static nl_jinja_limits render_limits(const nl_chat_msg *msgs, int n_msgs, const 
     return (nl_jinja_limits){.mem_bytes = ((size_t)8 << 20) + 16 * w, .ops = 2000000u + 64 * (uint64_t)w};
 }
 
-static int jinja_render_s(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools, bool gen,
-                          bool sentinel, char **text, size_t *len, uint8_t **flags) {
+static int jinja_render_s(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, const nl_json *tools,
+                          bool gen, bool sentinel, char **text, size_t *len, uint8_t **flags) {
     nl_jv *v = jinja_vars(ct, msgs, n_msgs, tools, gen, sentinel);
     if (!v) return -1;
     nl_jinja_limits lim = render_limits(msgs, n_msgs, tools);
@@ -625,8 +628,8 @@ static int exact_start(const nl_chat_template *ct, const nl_chat_msg *msgs, int 
 }
 
 /* Where its content ends by rendering: where a rendering with that content extended departs. */
-static int exact_content_end(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i, const nl_json *tools,
-                             const char *r, size_t rn, size_t *c) {
+static int exact_content_end(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i,
+                             const nl_json *tools, const char *r, size_t rn, size_t *c) {
     nl_chat_msg *m2 = nl_malloc((size_t)n_msgs * sizeof *m2);
     char *c2 = m2 ? nl_malloc(msgs[i].content_len + 2) : NULL;
     if (!c2) {
@@ -682,7 +685,8 @@ static int span_end(const nl_chat_template *ct, const nl_chat_msg *msgs, int i, 
 static int assistant_span(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs, int i, const nl_json *tools,
                           const char *r, size_t rn, const uint8_t *fl, span *out) {
     size_t s, c;
-    if (exact_start(ct, msgs, i, tools, r, rn, &s) || exact_content_end(ct, msgs, n_msgs, i, tools, r, rn, &c)) return -1;
+    if (exact_start(ct, msgs, i, tools, r, rn, &s) || exact_content_end(ct, msgs, n_msgs, i, tools, r, rn, &c))
+        return -1;
     if (c >= rn || c < s) c = s; /* the content is not rendered (a tool call alone) */
     out->s = s;
     return span_end(ct, msgs, i, tools, r, rn, fl, s, c, &out->e);
@@ -699,7 +703,8 @@ void nl_chat_template_exact_spans(bool on) { exact_only = on; }
  * goes on. c[k] for assistant ordinal k; false when the renderings do not line up that way
  * (a template that renders a content twice, out of order, or its length): the caller then
  * renders per message. */
-static bool sentinel_ends(const char *r, size_t rn, const char *r2, const uint8_t *f2, size_t r2n, int n_asst, size_t *c) {
+static bool sentinel_ends(const char *r, size_t rn, const char *r2, const uint8_t *f2, size_t r2n, int n_asst,
+                          size_t *c) {
     size_t p = 0, q = 0;
     int k = 0;
     while (q < r2n) {
@@ -743,7 +748,8 @@ static int jinja_spans(const nl_chat_template *ct, const nl_chat_msg *msgs, int 
     bool fast = !exact_only && n_asst > 1;
     if (fast) {
         /* the generation prompt: with and without it, over the messages before the first assistant */
-        if (jinja_render(ct, msgs, first, tools, true, &a, &an, NULL) || jinja_render(ct, msgs, first, tools, false, &b, &bn, NULL))
+        if (jinja_render(ct, msgs, first, tools, true, &a, &an, NULL) ||
+            jinja_render(ct, msgs, first, tools, false, &b, &bn, NULL))
             goto done;
         size_t k = 0;
         while (k < an && k < bn && a[k] == b[k]) k++;
@@ -829,7 +835,8 @@ static int jinja_tokens(const nl_chat_template *ct, const nl_chat_msg *msgs, int
         size_t l;
         int k = fl[p] == 0 ? match_ctl(ct, r + p, fl + p, rn - p, &l) : -1;
         if (k >= 0) {
-            if ((p > a && piece(ct, b, r, a, p, in ? asst_target : 0)) || nl_tokbuf_push(b, ct->ctl[k].id, in ? asst_target : 0))
+            if ((p > a && piece(ct, b, r, a, p, in ? asst_target : 0)) ||
+                nl_tokbuf_push(b, ct->ctl[k].id, in ? asst_target : 0))
                 goto done;
             p += l;
             a = p;

@@ -24,8 +24,8 @@ int nl_tokbuf_bos(const nl_tokenizer *tok, nl_tokbuf *b);
 
 /* Marker token ids of a template, looked up by their text. */
 typedef struct {
-    int32_t open, close;   /* chatml: <|im_start|>, <|im_end|>; llama3: header start/end */
-    int32_t eot;           /* llama3: <|eot_id|>; chatml: = close */
+    int32_t open, close; /* chatml: <|im_start|>, <|im_end|>; llama3: header start/end */
+    int32_t eot;         /* llama3: <|eot_id|>; chatml: = close */
 } nl_tmpl_ids;
 
 /* The markers of template t; an error naming the token the vocabulary lacks. */
@@ -37,7 +37,6 @@ int nl_chat_tokens(const nl_tokenizer *tok, nl_chat_tmpl t, const nl_chat_msg *m
 /* The same through a template object (dataset.h): a built-in as above, or a Jinja template
  * (its loss spans found by rendering); tools: NULL or the line's "tools" array. */
 int nl_chat_template_tokens(const nl_chat_template *ct, const nl_chat_msg *msgs, int n_msgs,
-                            const struct nl_json *tools, bool add_generation_prompt, uint8_t asst_target,
-                            nl_tokbuf *b);
+                            const struct nl_json *tools, bool add_generation_prompt, uint8_t asst_target, nl_tokbuf *b);
 
 #endif

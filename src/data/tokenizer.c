@@ -26,8 +26,12 @@
 
 /* token attributes (bit set, as llama.cpp keeps them) */
 enum {
-    A_UNKNOWN = 1 << 0, A_UNUSED = 1 << 1, A_NORMAL = 1 << 2, A_CONTROL = 1 << 3,
-    A_USER = 1 << 4, A_BYTE = 1 << 5,
+    A_UNKNOWN = 1 << 0,
+    A_UNUSED = 1 << 1,
+    A_NORMAL = 1 << 2,
+    A_CONTROL = 1 << 3,
+    A_USER = 1 << 4,
+    A_BYTE = 1 << 5,
 };
 enum { KIND_BPE, KIND_SPM };
 
@@ -36,11 +40,11 @@ struct nl_tokenizer {
     int kind;
     const nl_pre_def *pre;
     int32_t n_vocab;
-    char **text;          /* raw token texts (NUL-terminated copies) */
+    char **text; /* raw token texts (NUL-terminated copies) */
     uint32_t *text_len;
     uint8_t *attr;
     float *score;
-    char **piece;         /* decoded bytes (nl_token_piece) */
+    char **piece; /* decoded bytes (nl_token_piece) */
     uint32_t *piece_len;
     /* text -> id: open addressing over ids, capacity a power of two */
     int32_t *hslot;
@@ -71,7 +75,11 @@ static int32_t vocab_find(const nl_tokenizer *t, const char *s, size_t n) {
 }
 
 static uint64_t mix64(uint64_t k) {
-    k ^= k >> 33; k *= 0xff51afd7ed558ccdULL; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ULL; k ^= k >> 33;
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
     return k;
 }
 
@@ -82,7 +90,10 @@ static int32_t merge_find(const nl_tokenizer *t, int32_t l, int32_t r, int32_t *
     uint64_t i = mix64(key) & t->mmask;
     for (;;) {
         if (t->mrank[i] < 0) return -1;
-        if (t->mkey[i] == key) { *res = t->mres[i]; return t->mrank[i]; }
+        if (t->mkey[i] == key) {
+            *res = t->mres[i];
+            return t->mrank[i];
+        }
         i = (i + 1) & t->mmask;
     }
 }
@@ -110,7 +121,10 @@ static int cp_to_byte(uint32_t cp) {
 }
 
 /* ---- small growable int32 vector ---- */
-typedef struct { int32_t *v; size_t n, cap; } ivec;
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} ivec;
 static int ivec_push(ivec *a, int32_t x) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
@@ -124,12 +138,15 @@ static int ivec_push(ivec *a, int32_t x) {
 }
 
 /* ---- scratch for one nl_tokenize call ---- */
-typedef struct { double key; int32_t left, right, a, b; } bigram;
+typedef struct {
+    double key;
+    int32_t left, right, a, b;
+} bigram;
 typedef struct {
     uint32_t *cp, *fl;
-    size_t *off;              /* byte offset of each codepoint (+ end) */
+    size_t *off; /* byte offset of each codepoint (+ end) */
     size_t *segs, *tmp;
-    char *buf;                /* mapped / escaped text */
+    char *buf; /* mapped / escaped text */
     int32_t *sid, *sprev, *snext;
     uint32_t *sstart, *slen;
     bigram *heap;
@@ -146,7 +163,9 @@ static void heap_push(scratch *s, bigram g) {
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (!big_less(&s->heap[i], &s->heap[p])) break;
-        bigram tmp = s->heap[i]; s->heap[i] = s->heap[p]; s->heap[p] = tmp;
+        bigram tmp = s->heap[i];
+        s->heap[i] = s->heap[p];
+        s->heap[p] = tmp;
         i = p;
     }
 }
@@ -159,7 +178,9 @@ static bigram heap_pop(scratch *s) {
         if (l < s->nheap && big_less(&s->heap[l], &s->heap[m])) m = l;
         if (r < s->nheap && big_less(&s->heap[r], &s->heap[m])) m = r;
         if (m == i) break;
-        bigram tmp = s->heap[i]; s->heap[i] = s->heap[m]; s->heap[m] = tmp;
+        bigram tmp = s->heap[i];
+        s->heap[i] = s->heap[m];
+        s->heap[m] = tmp;
         i = m;
     }
     return top;
@@ -265,10 +286,15 @@ static int spm_emit_byte(const nl_tokenizer *t, uint8_t b, ivec *out) {
 
 static int spm_fragment(const nl_tokenizer *t, scratch *s, const uint8_t *text, size_t len, bool prefix, ivec *out) {
     size_t k = 0;
-    if (prefix) { memcpy(s->buf, "\xE2\x96\x81", 3); k = 3; }
+    if (prefix) {
+        memcpy(s->buf, "\xE2\x96\x81", 3);
+        k = 3;
+    }
     for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') { memcpy(s->buf + k, "\xE2\x96\x81", 3); k += 3; }
-        else s->buf[k++] = (char)text[i];
+        if (text[i] == ' ') {
+            memcpy(s->buf + k, "\xE2\x96\x81", 3);
+            k += 3;
+        } else s->buf[k++] = (char)text[i];
     }
     size_t nsym = 0, pos = 0;
     while (pos < k) {
@@ -308,8 +334,14 @@ static int spm_fragment(const nl_tokenizer *t, scratch *s, const uint8_t *text, 
 }
 
 /* ---- special-token partition ---- */
-typedef struct { size_t off, len; int32_t id; } frag; /* id < 0: raw text */
-typedef struct { frag *v; size_t n, cap; } fvec;
+typedef struct {
+    size_t off, len;
+    int32_t id;
+} frag; /* id < 0: raw text */
+typedef struct {
+    frag *v;
+    size_t n, cap;
+} fvec;
 static int fvec_push(fvec *a, frag f) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 16;
@@ -358,7 +390,10 @@ static int partition(const nl_tokenizer *t, const char *text, size_t len, bool p
         int found = 0;
         for (size_t fi = 0; fi < out->n && rc == 0; fi++) {
             frag f = out->v[fi];
-            if (f.id >= 0 || f.len < tl) { rc = fvec_push(&next, f); continue; }
+            if (f.id >= 0 || f.len < tl) {
+                rc = fvec_push(&next, f);
+                continue;
+            }
             size_t start = f.off, end = f.off + f.len;
             while (rc == 0) {
                 const char *hit = end - start >= tl ? memmem(text + start, end - start, tx, tl) : NULL;
@@ -373,15 +408,19 @@ static int partition(const nl_tokenizer *t, const char *text, size_t len, bool p
                 start = h + tl;
             }
         }
-        if (rc == 0 && found) { fvec tmp = *out; *out = next; next = tmp; }
+        if (rc == 0 && found) {
+            fvec tmp = *out;
+            *out = next;
+            next = tmp;
+        }
     }
     free(next.v);
     free(pairs);
     return rc;
 }
 
-int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_special,
-                bool parse_special, int32_t **ids, int *n_ids) {
+int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                int32_t **ids, int *n_ids) {
     *ids = NULL;
     *n_ids = 0;
     if (!t) return nl_err("nl_tokenize: no tokenizer");
@@ -409,8 +448,8 @@ int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_sp
     s.sstart = malloc(3 * n * sizeof(uint32_t));
     s.slen = malloc(3 * n * sizeof(uint32_t));
     s.heap = malloc(6 * n * sizeof(bigram)); /* initial pairs + 2 per merge */
-    if (!s.cp || !s.fl || !s.off || !s.segs || !s.tmp || !s.buf || !s.sid || !s.sprev || !s.snext ||
-        !s.sstart || !s.slen || !s.heap) {
+    if (!s.cp || !s.fl || !s.off || !s.segs || !s.tmp || !s.buf || !s.sid || !s.sprev || !s.snext || !s.sstart ||
+        !s.slen || !s.heap) {
         rc = nl_err("tokenize: out of memory for %zu bytes of text", len);
         goto done;
     }
@@ -431,12 +470,31 @@ int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_sp
     }
     if (rc == 0 && add_special && t->add_eos && t->eos >= 0) rc = ivec_push(&out, t->eos);
 done:
-    free(s.cp); free(s.fl); free(s.off); free(s.segs); free(s.tmp); free(s.buf);
-    free(s.sid); free(s.sprev); free(s.snext); free(s.sstart); free(s.slen); free(s.heap);
+    free(s.cp);
+    free(s.fl);
+    free(s.off);
+    free(s.segs);
+    free(s.tmp);
+    free(s.buf);
+    free(s.sid);
+    free(s.sprev);
+    free(s.snext);
+    free(s.sstart);
+    free(s.slen);
+    free(s.heap);
     free(frags.v);
-    if (rc) { free(out.v); return -1; }
-    if (out.n > (size_t)INT32_MAX) { free(out.v); return nl_err("tokenize: too many tokens"); }
-    if (!out.v) { out.v = malloc(sizeof(int32_t)); if (!out.v) return nl_err("tokenize: out of memory"); }
+    if (rc) {
+        free(out.v);
+        return -1;
+    }
+    if (out.n > (size_t)INT32_MAX) {
+        free(out.v);
+        return nl_err("tokenize: too many tokens");
+    }
+    if (!out.v) {
+        out.v = malloc(sizeof(int32_t));
+        if (!out.v) return nl_err("tokenize: out of memory");
+    }
     *ids = out.v;
     *n_ids = (int)out.n;
     return 0;
@@ -454,7 +512,10 @@ int nl_pretokenize(const char *pre, const char *text, size_t len, size_t **piece
     size_t *off = malloc((n + 1) * sizeof(size_t)), *segs = malloc(n * sizeof(size_t));
     size_t *tmp = malloc(n * sizeof(size_t));
     int rc = 0;
-    if (!cp || !fl || !off || !segs || !tmp) { rc = nl_err("pretokenize: out of memory"); goto done; }
+    if (!cp || !fl || !off || !segs || !tmp) {
+        rc = nl_err("pretokenize: out of memory");
+        goto done;
+    }
     size_t ncp = 0, pos = 0;
     while (pos < len) {
         uint32_t c;
@@ -476,7 +537,11 @@ int nl_pretokenize(const char *pre, const char *text, size_t len, size_t **piece
     segs = NULL;
     *n_pieces = (int)nseg;
 done:
-    free(cp); free(fl); free(off); free(segs); free(tmp);
+    free(cp);
+    free(fl);
+    free(off);
+    free(segs);
+    free(tmp);
     return rc;
 }
 
@@ -504,7 +569,8 @@ static int make_piece(nl_tokenizer *t, int32_t id) {
         unsigned v;
         char hex[3] = {0};
         if (n == 6 && !memcmp(tx, "<0x", 3) && tx[5] == '>') {
-            hex[0] = tx[3]; hex[1] = tx[4];
+            hex[0] = tx[3];
+            hex[1] = tx[4];
             char *end;
             v = (unsigned)strtoul(hex, &end, 16);
             if (*end == 0) p[k++] = (char)v;
@@ -512,18 +578,26 @@ static int make_piece(nl_tokenizer *t, int32_t id) {
     } else if (a & A_NORMAL) {
         if (t->kind == KIND_SPM) { /* U+2581 -> ' ' */
             for (size_t i = 0; i < n;) {
-                if (i + 3 <= n && !memcmp(tx + i, "\xE2\x96\x81", 3)) { p[k++] = ' '; i += 3; }
-                else p[k++] = tx[i++];
+                if (i + 3 <= n && !memcmp(tx + i, "\xE2\x96\x81", 3)) {
+                    p[k++] = ' ';
+                    i += 3;
+                } else p[k++] = tx[i++];
             }
         } else { /* undo the byte-level mapping; codepoints outside it are kept as they are */
             size_t pos = 0;
             while (pos < n) {
                 size_t p0 = pos;
                 uint32_t c;
-                if (nl_utf8_next((const uint8_t *)tx, n, &pos, &c) != 0) { p[k++] = tx[pos++]; continue; }
+                if (nl_utf8_next((const uint8_t *)tx, n, &pos, &c) != 0) {
+                    p[k++] = tx[pos++];
+                    continue;
+                }
                 int b = cp_to_byte(c);
                 if (b >= 0) p[k++] = (char)b;
-                else { memcpy(p + k, tx + p0, pos - p0); k += pos - p0; }
+                else {
+                    memcpy(p + k, tx + p0, pos - p0);
+                    k += pos - p0;
+                }
             }
         }
     } /* UNUSED / UNDEFINED tokens decode to nothing, as in llama.cpp */
@@ -533,7 +607,10 @@ static int make_piece(nl_tokenizer *t, int32_t id) {
     return 0;
 }
 
-typedef struct { uint32_t len; int32_t id; } len_id;
+typedef struct {
+    uint32_t len;
+    int32_t id;
+} len_id;
 static int special_cmp(const void *x, const void *y) { /* longest first, then lower id */
     const len_id *a = x, *b = y;
     if (a->len != b->len) return a->len > b->len ? -1 : 1;
@@ -544,18 +621,33 @@ static int special_cmp(const void *x, const void *y) { /* longest first, then lo
  * every table (tokens, types, scores, merges, the special tokens) is checked against the others
  * as it is built, with one cleanup for the partly built tokenizer. */
 nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
-    if (!sp || !sp->model) { nl_err("tokenizer.ggml.model: missing"); return NULL; }
+    if (!sp || !sp->model) {
+        nl_err("tokenizer.ggml.model: missing");
+        return NULL;
+    }
     int kind;
     if (!strcmp(sp->model, "gpt2")) kind = KIND_BPE;
     else if (!strcmp(sp->model, "llama")) kind = KIND_SPM;
-    else { nl_err("tokenizer.ggml.model: unsupported tokenizer '%s' (expected \"gpt2\" or \"llama\")", sp->model); return NULL; }
+    else {
+        nl_err("tokenizer.ggml.model: unsupported tokenizer '%s' (expected \"gpt2\" or \"llama\")", sp->model);
+        return NULL;
+    }
     const nl_pre_def *pre = NULL;
     if (kind == KIND_BPE) {
         pre = nl_pre_find(sp->pre);
-        if (!pre) { nl_err("tokenizer.ggml.pre: unsupported pre-tokenizer '%s'", sp->pre); return NULL; }
+        if (!pre) {
+            nl_err("tokenizer.ggml.pre: unsupported pre-tokenizer '%s'", sp->pre);
+            return NULL;
+        }
     }
-    if (sp->n_vocab <= 0 || !sp->tokens) { nl_err("tokenizer.ggml.tokens: empty vocabulary"); return NULL; }
-    if (kind == KIND_BPE && sp->n_merges > 0 && !sp->merges) { nl_err("tokenizer.ggml.merges: missing"); return NULL; }
+    if (sp->n_vocab <= 0 || !sp->tokens) {
+        nl_err("tokenizer.ggml.tokens: empty vocabulary");
+        return NULL;
+    }
+    if (kind == KIND_BPE && sp->n_merges > 0 && !sp->merges) {
+        nl_err("tokenizer.ggml.merges: missing");
+        return NULL;
+    }
 
     nl_tokenizer *t = nl_calloc(1, sizeof(*t));
     if (!t) return NULL;
@@ -581,14 +673,25 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
     for (int32_t i = 0; i < n; i++) {
         const char *s = sp->tokens[i] ? sp->tokens[i] : "";
         size_t len = sp->token_lens ? sp->token_lens[i] : strlen(s);
-        if (len > UINT32_MAX / 4) { nl_err("tokenizer.ggml.tokens: token %d is too long", i); goto fail; }
+        if (len > UINT32_MAX / 4) {
+            nl_err("tokenizer.ggml.tokens: token %d is too long", i);
+            goto fail;
+        }
         t->text[i] = dup_bytes(s, len);
-        if (!t->text[i]) { nl_err("tokenizer: out of memory"); goto fail; }
+        if (!t->text[i]) {
+            nl_err("tokenizer: out of memory");
+            goto fail;
+        }
         t->text_len[i] = (uint32_t)len;
         t->score[i] = sp->scores ? sp->scores[i] : 0.0f;
         int ty = sp->types ? sp->types[i] : 1;
-        t->attr[i] = ty == 1 ? A_NORMAL : ty == 2 ? A_UNKNOWN : ty == 3 ? A_CONTROL : ty == 4 ? A_USER
-                   : ty == 5 ? A_UNUSED : ty == 6 ? A_BYTE : 0;
+        t->attr[i] = ty == 1   ? A_NORMAL
+                     : ty == 2 ? A_UNKNOWN
+                     : ty == 3 ? A_CONTROL
+                     : ty == 4 ? A_USER
+                     : ty == 5 ? A_UNUSED
+                     : ty == 6 ? A_BYTE
+                               : 0;
         if (len == 0) continue; /* an empty token can never be matched */
         uint32_t h = (uint32_t)nl_fnv1a(s, len) & t->hmask;
         while (t->hslot[h] >= 0) {
@@ -604,8 +707,16 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
 
     /* end-of-turn style tokens are control tokens whatever the file says (llama.cpp does the same) */
     static const char *const eog_texts[] = {
-        "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-        "<EOT>", "<|eom_id|>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+        "<|im_end|>",
+        "<|eot_id|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "<|end_of_text|>",
+        "<EOT>",
+        "<|eom_id|>",
+        "<\xEF\xBD\x9C"
+        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
     };
     for (size_t k = 0; k < sizeof(eog_texts) / sizeof(eog_texts[0]); k++) {
         int32_t id = vocab_find(t, eog_texts[k], strlen(eog_texts[k]));
@@ -620,7 +731,10 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
         t->mrank = malloc(mcap * sizeof(int32_t));
         t->mres = malloc(mcap * sizeof(int32_t));
         t->mmask = mcap - 1;
-        if (!t->mkey || !t->mrank || !t->mres) { nl_err("tokenizer: out of memory for merges"); goto fail; }
+        if (!t->mkey || !t->mrank || !t->mres) {
+            nl_err("tokenizer: out of memory for merges");
+            goto fail;
+        }
         memset(t->mrank, 0xFF, mcap * sizeof(int32_t));
         char *cat = NULL;
         size_t catcap = 0;
@@ -635,7 +749,11 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
             if (la + lb > catcap) {
                 catcap = 2 * (la + lb);
                 char *c2 = realloc(cat, catcap);
-                if (!c2) { free(cat); nl_err("tokenizer: out of memory"); goto fail; }
+                if (!c2) {
+                    free(cat);
+                    nl_err("tokenizer: out of memory");
+                    goto fail;
+                }
                 cat = c2;
             }
             memcpy(cat, m, la);
@@ -684,8 +802,14 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
     t->add_bos = sp->add_bos >= 0 ? sp->add_bos != 0 : (kind == KIND_SPM || (pre && pre->llama3));
     t->add_eos = sp->add_eos >= 0 ? sp->add_eos != 0 : false;
     t->add_space_prefix = kind == KIND_SPM && (sp->add_space_prefix >= 0 ? sp->add_space_prefix != 0 : true);
-    if (t->add_bos && t->bos < 0) { nl_err("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"); goto fail; }
-    if (t->add_eos && t->eos < 0) { nl_err("tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set"); goto fail; }
+    if (t->add_bos && t->bos < 0) {
+        nl_err("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+        goto fail;
+    }
+    if (t->add_eos && t->eos < 0) {
+        nl_err("tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+        goto fail;
+    }
     if (sp->chat_template && !(t->chat_template = nl_strdup(sp->chat_template))) goto fail;
 
     int ns = 0;
@@ -693,7 +817,11 @@ nl_tokenizer *nl_tokenizer_from_spec(const nl_tokenizer_spec *sp) {
         if ((t->attr[i] & (A_CONTROL | A_USER | A_UNKNOWN)) && t->text_len[i] > 0) ns++;
     t->special = malloc((size_t)(ns ? ns : 1) * sizeof(int32_t));
     len_id *order = malloc((size_t)(ns ? ns : 1) * sizeof(len_id));
-    if (!t->special || !order) { free(order); nl_err("tokenizer: out of memory"); goto fail; }
+    if (!t->special || !order) {
+        free(order);
+        nl_err("tokenizer: out of memory");
+        goto fail;
+    }
     for (int32_t i = 0; i < n; i++)
         if ((t->attr[i] & (A_CONTROL | A_USER | A_UNKNOWN)) && t->text_len[i] > 0)
             order[t->n_special++] = (len_id){t->text_len[i], i};
@@ -715,8 +843,18 @@ void nl_tokenizer_free(nl_tokenizer *t) {
         if (t->text) free(t->text[i]);
         if (t->piece) free(t->piece[i]);
     }
-    free(t->text); free(t->text_len); free(t->attr); free(t->score); free(t->piece); free(t->piece_len);
-    free(t->hslot); free(t->mkey); free(t->mrank); free(t->mres); free(t->special); free(t->chat_template);
+    free(t->text);
+    free(t->text_len);
+    free(t->attr);
+    free(t->score);
+    free(t->piece);
+    free(t->piece_len);
+    free(t->hslot);
+    free(t->mkey);
+    free(t->mrank);
+    free(t->mres);
+    free(t->special);
+    free(t->chat_template);
     free(t);
 }
 
@@ -731,7 +869,8 @@ int nl_tokenizer_for_model(const nl_model *m, nl_tokenizer **out) {
         return -1;
     }
     if (nl_tokenizer_n_vocab(t) > m->hp.n_vocab) {
-        nl_err("%s: tokenizer has %d tokens but the model's vocabulary is %d", g->path, nl_tokenizer_n_vocab(t), m->hp.n_vocab);
+        nl_err("%s: tokenizer has %d tokens but the model's vocabulary is %d", g->path, nl_tokenizer_n_vocab(t),
+               m->hp.n_vocab);
         nl_tokenizer_free(t);
         return -1;
     }
@@ -750,10 +889,10 @@ static const nl_gguf_kv *arr_kv(const nl_gguf *g, const char *key, int elem_type
     *rc = 0;
     if (!kv) return NULL;
     if (kv->type != NL_GGUF_ARRAY || kv->arr_type != elem_type) {
-        *rc = nl_err("%s: %s: expected an array of %s, found %s%s%s", g->path ? g->path : "gguf", key,
-                     nl_gguf_vtype_name(elem_type), nl_gguf_vtype_name(kv->type),
-                     kv->type == NL_GGUF_ARRAY ? " of " : "",
-                     kv->type == NL_GGUF_ARRAY ? nl_gguf_vtype_name(kv->arr_type) : "");
+        *rc =
+            nl_err("%s: %s: expected an array of %s, found %s%s%s", g->path ? g->path : "gguf", key,
+                   nl_gguf_vtype_name(elem_type), nl_gguf_vtype_name(kv->type), kv->type == NL_GGUF_ARRAY ? " of " : "",
+                   kv->type == NL_GGUF_ARRAY ? nl_gguf_vtype_name(kv->arr_type) : "");
         return NULL;
     }
     return kv;
@@ -786,7 +925,10 @@ static int get_flag(const nl_gguf *g, const char *key, int *out) {
 
 nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     const char *path = g && g->path ? g->path : "gguf";
-    if (!g) { nl_err("nl_tokenizer_from_gguf: no file"); return NULL; }
+    if (!g) {
+        nl_err("nl_tokenizer_from_gguf: no file");
+        return NULL;
+    }
     nl_tokenizer_spec sp = {0};
     int rc;
     if (nl_gguf_get_str(g, "tokenizer.ggml.model", &sp.model) != 0) {
@@ -796,7 +938,10 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     if (nl_gguf_get_str(g, "tokenizer.ggml.pre", &sp.pre) < 0) return NULL;
     const nl_gguf_kv *tok = arr_kv(g, "tokenizer.ggml.tokens", NL_GGUF_STRING, &rc);
     if (rc) return NULL;
-    if (!tok) { nl_err("%s: tokenizer.ggml.tokens: missing", path); return NULL; }
+    if (!tok) {
+        nl_err("%s: tokenizer.ggml.tokens: missing", path);
+        return NULL;
+    }
     if (tok->arr_n == 0 || tok->arr_n > INT32_MAX / 2) {
         nl_err("%s: tokenizer.ggml.tokens: bad token count %llu", path, (unsigned long long)tok->arr_n);
         return NULL;
@@ -808,13 +953,17 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     int32_t *types = NULL;
     float *scores = NULL;
     nl_tokenizer *t = NULL;
-    if (!lens) { nl_err("tokenizer: out of memory"); return NULL; }
+    if (!lens) {
+        nl_err("tokenizer: out of memory");
+        return NULL;
+    }
     uint64_t at = tok->offset; /* file offset of token i's length, then its text */
     for (int32_t i = 0; i < n; i++) {
         lens[i] = (size_t)tok->arr_str_len[i];
         const char *nul = memchr(tok->arr_str[i], 0, lens[i]);
         if (nul) {
-            nl_err("%s: offset %llu: tokenizer.ggml.tokens[%d] holds a NUL byte (at %zu of its %zu): a token's text has none",
+            nl_err("%s: offset %llu: tokenizer.ggml.tokens[%d] holds a NUL byte (at %zu of its %zu): a token's text "
+                   "has none",
                    path, (unsigned long long)(at + 8 + (uint64_t)(nul - tok->arr_str[i])), (int)i,
                    (size_t)(nul - tok->arr_str[i]), lens[i]);
             free(lens);
@@ -841,14 +990,18 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
             goto done;
         }
         types = malloc((size_t)n * sizeof(int32_t));
-        if (!types) { nl_err("tokenizer: out of memory"); goto done; }
+        if (!types) {
+            nl_err("tokenizer: out of memory");
+            goto done;
+        }
         for (int32_t i = 0; i < n; i++) {
             int64_t v;
             if (nl_gguf_arr_i64(tt, (uint64_t)i, &v)) goto done;
             /* llama.cpp's types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined,
              * 5 unused, 6 byte */
             if (v < 0 || v > 6) {
-                nl_err("%s: offset %llu: tokenizer.ggml.token_type[%d] = %lld: expected a token type in 0..6 (normal 1, unknown 2, "
+                nl_err("%s: offset %llu: tokenizer.ggml.token_type[%d] = %lld: expected a token type in 0..6 (normal "
+                       "1, unknown 2, "
                        "control 3, user-defined 4, unused 5, byte 6)",
                        path, (unsigned long long)(tt->offset + 4ull * (uint64_t)i), (int)i, (long long)v);
                 goto done;
@@ -860,7 +1013,8 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     const nl_gguf_kv *sc = nl_gguf_get(g, "tokenizer.ggml.scores");
     if (sc) {
         if (sc->type != NL_GGUF_ARRAY || (sc->arr_type != NL_GGUF_FLOAT32 && sc->arr_type != NL_GGUF_INT32)) {
-            nl_err("%s: tokenizer.ggml.scores: expected an array of FLOAT32, found %s", path, nl_gguf_vtype_name(sc->type));
+            nl_err("%s: tokenizer.ggml.scores: expected an array of FLOAT32, found %s", path,
+                   nl_gguf_vtype_name(sc->type));
             goto done;
         }
         if (sc->arr_n < (uint64_t)n) {
@@ -868,7 +1022,10 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
             goto done;
         }
         scores = malloc((size_t)n * sizeof(float));
-        if (!scores) { nl_err("tokenizer: out of memory"); goto done; }
+        if (!scores) {
+            nl_err("tokenizer: out of memory");
+            goto done;
+        }
         for (int32_t i = 0; i < n; i++) {
             double v;
             if (nl_gguf_arr_f64(sc, (uint64_t)i, &v)) goto done;
@@ -879,7 +1036,10 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     const nl_gguf_kv *mg = arr_kv(g, "tokenizer.ggml.merges", NL_GGUF_STRING, &rc);
     if (rc) goto done;
     if (mg) {
-        if (mg->arr_n > INT32_MAX) { nl_err("%s: tokenizer.ggml.merges: too many merges", path); goto done; }
+        if (mg->arr_n > INT32_MAX) {
+            nl_err("%s: tokenizer.ggml.merges: too many merges", path);
+            goto done;
+        }
         sp.merges = (const char *const *)mg->arr_str;
         sp.n_merges = (int32_t)mg->arr_n;
     } else if (!strcmp(sp.model, "gpt2")) {
@@ -887,7 +1047,8 @@ nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
         goto done;
     }
     if (get_id(g, "tokenizer.ggml.bos_token_id", n, &sp.bos) || get_id(g, "tokenizer.ggml.eos_token_id", n, &sp.eos) ||
-        get_id(g, "tokenizer.ggml.eot_token_id", n, &sp.eot) || get_id(g, "tokenizer.ggml.unknown_token_id", n, &sp.unk) ||
+        get_id(g, "tokenizer.ggml.eot_token_id", n, &sp.eot) ||
+        get_id(g, "tokenizer.ggml.unknown_token_id", n, &sp.unk) ||
         get_flag(g, "tokenizer.ggml.add_bos_token", &sp.add_bos) ||
         get_flag(g, "tokenizer.ggml.add_eos_token", &sp.add_eos) ||
         get_flag(g, "tokenizer.ggml.add_space_prefix", &sp.add_space_prefix))
@@ -921,7 +1082,8 @@ int nl_detokenize(const nl_tokenizer *t, const int32_t *ids, int n_ids, char **t
     if (len) *len = 0;
     size_t total = 0;
     for (int i = 0; i < n_ids; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_vocab) return nl_err("detokenize: token id %d out of range (vocab %d)", ids[i], t->n_vocab);
+        if (ids[i] < 0 || ids[i] >= t->n_vocab)
+            return nl_err("detokenize: token id %d out of range (vocab %d)", ids[i], t->n_vocab);
         total += t->piece_len[ids[i]];
     }
     char *out = malloc(total + 1);
@@ -933,7 +1095,10 @@ int nl_detokenize(const nl_tokenizer *t, const int32_t *ids, int n_ids, char **t
         const char *p = t->piece[id];
         size_t pl = t->piece_len[id];
         bool special = (t->attr[id] & (A_CONTROL | A_USER | A_UNKNOWN)) != 0;
-        if (!special && after_special && t->add_space_prefix && pl > 0 && p[0] == ' ') { p++; pl--; }
+        if (!special && after_special && t->add_space_prefix && pl > 0 && p[0] == ' ') {
+            p++;
+            pl--;
+        }
         memcpy(out + k, p, pl);
         k += pl;
         after_special = special;

@@ -27,8 +27,8 @@ int nl_tokenizer_for_model(const nl_model *m, nl_tokenizer **out);
  * whatever parse_special says, as llama.cpp does (mpt's runs of spaces, deepseek's <|EOT|>).
  * *ids is malloc'd (caller frees). Invalid UTF-8 is an error naming the byte offset.
  * A tokenizer is read-only after construction: concurrent calls are safe. */
-int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_special,
-                bool parse_special, int32_t **ids, int *n_ids);
+int nl_tokenize(const nl_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                int32_t **ids, int *n_ids);
 
 /* Bytes of one token as text would contain them (byte-level mapping undone). *len set.
  * Returns a pointer valid until free, or NULL for an invalid id. */
@@ -37,9 +37,9 @@ const char *nl_token_piece(const nl_tokenizer *t, int32_t id, size_t *len);
 int32_t nl_token_lookup(const nl_tokenizer *t, const char *text);
 
 int nl_tokenizer_n_vocab(const nl_tokenizer *t);
-int32_t nl_token_bos(const nl_tokenizer *t);  /* -1 if none */
+int32_t nl_token_bos(const nl_tokenizer *t); /* -1 if none */
 int32_t nl_token_eos(const nl_tokenizer *t);
-int32_t nl_token_eot(const nl_tokenizer *t);  /* end of turn (<|im_end|>, <|eot_id|>) or eos */
+int32_t nl_token_eot(const nl_tokenizer *t); /* end of turn (<|im_end|>, <|eot_id|>) or eos */
 bool nl_tokenizer_add_bos(const nl_tokenizer *t);
 bool nl_token_is_control(const nl_tokenizer *t, int32_t id);
 const char *nl_tokenizer_chat_template(const nl_tokenizer *t); /* NULL if absent */
@@ -50,14 +50,14 @@ const char *nl_tokenizer_chat_template(const nl_tokenizer *t); /* NULL if absent
  * usable directly by tests and tools. Arrays are copied (nothing is borrowed). */
 #define NL_TOK_ID_DEFAULT (-2) /* id "absent from the file": the model type's default applies */
 typedef struct {
-    const char *model;          /* "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE) */
-    const char *pre;            /* tokenizer.ggml.pre (gpt2 only); NULL or "" = "default" */
+    const char *model; /* "gpt2" (byte-level BPE) or "llama" (SentencePiece BPE) */
+    const char *pre;   /* tokenizer.ggml.pre (gpt2 only); NULL or "" = "default" */
     int32_t n_vocab;
-    const char *const *tokens;  /* n_vocab texts */
-    const size_t *token_lens;   /* NULL: strlen of each */
-    const int32_t *types;       /* NULL: all NORMAL (1); values as tokenizer.ggml.token_type */
-    const float *scores;        /* NULL: all 0 (SPM merges by these) */
-    const char *const *merges;  /* gpt2: "left right", rank = index */
+    const char *const *tokens; /* n_vocab texts */
+    const size_t *token_lens;  /* NULL: strlen of each */
+    const int32_t *types;      /* NULL: all NORMAL (1); values as tokenizer.ggml.token_type */
+    const float *scores;       /* NULL: all 0 (SPM merges by these) */
+    const char *const *merges; /* gpt2: "left right", rank = index */
     int32_t n_merges;
     int32_t bos, eos, eot, unk; /* NL_TOK_ID_DEFAULT when the key is absent, -1 = none */
     int add_bos, add_eos;       /* -1: default (add_bos: SPM and llama3 pre true, else false) */

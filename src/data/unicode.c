@@ -37,13 +37,26 @@ int nl_utf8_next(const uint8_t *s, size_t len, size_t *pos, uint32_t *cp) {
     size_t i = *pos;
     if (i >= len) return -1;
     uint8_t c = s[i];
-    if (c < 0x80) { *cp = c; *pos = i + 1; return 0; }
+    if (c < 0x80) {
+        *cp = c;
+        *pos = i + 1;
+        return 0;
+    }
     int n;
     uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) { n = 1; v = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { n = 2; v = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { n = 3; v = c & 0x07; min = 0x10000; }
-    else return -1; /* continuation byte, overlong lead C0/C1, or F5..FF */
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 1;
+        v = c & 0x1F;
+        min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 2;
+        v = c & 0x0F;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 3;
+        v = c & 0x07;
+        min = 0x10000;
+    } else return -1; /* continuation byte, overlong lead C0/C1, or F5..FF */
     if (len - i - 1 < (size_t)n) return -1;
     for (int k = 1; k <= n; k++) {
         uint8_t cc = s[i + k];
@@ -60,14 +73,20 @@ size_t nl_utf8_validate(const uint8_t *s, size_t len) {
     size_t pos = 0;
     uint32_t cp;
     while (pos < len) {
-        if (s[pos] < 0x80) { pos++; continue; }
+        if (s[pos] < 0x80) {
+            pos++;
+            continue;
+        }
         if (nl_utf8_next(s, len, &pos, &cp) != 0) return pos;
     }
     return len;
 }
 
 int nl_utf8_put(uint32_t cp, char out[4]) {
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
     if (cp < 0x800) {
         out[0] = (char)(0xC0 | (cp >> 6));
         out[1] = (char)(0x80 | (cp & 0x3F));

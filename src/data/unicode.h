@@ -9,23 +9,28 @@
 
 /* Codepoint flags: one general-category group bit (Cn = NL_UF_UNDEF), plus White_Space. */
 enum {
-    NL_UF_L = 1,      /* letter        \p{L} */
-    NL_UF_N = 2,      /* number        \p{N} */
-    NL_UF_M = 4,      /* mark          \p{M} */
-    NL_UF_P = 8,      /* punctuation   \p{P} */
-    NL_UF_S = 16,     /* symbol        \p{S} */
-    NL_UF_Z = 32,     /* separator     \p{Z} */
-    NL_UF_C = 64,     /* other (Cc Cf Cs Co) */
-    NL_UF_UNDEF = 128,/* unassigned (Cn) */
-    NL_UF_WS = 256,   /* White_Space property (\s) */
+    NL_UF_L = 1,       /* letter        \p{L} */
+    NL_UF_N = 2,       /* number        \p{N} */
+    NL_UF_M = 4,       /* mark          \p{M} */
+    NL_UF_P = 8,       /* punctuation   \p{P} */
+    NL_UF_S = 16,      /* symbol        \p{S} */
+    NL_UF_Z = 32,      /* separator     \p{Z} */
+    NL_UF_C = 64,      /* other (Cc Cf Cs Co) */
+    NL_UF_UNDEF = 128, /* unassigned (Cn) */
+    NL_UF_WS = 256,    /* White_Space property (\s) */
 };
 
-typedef struct { uint32_t first; uint32_t flags; } nl_ucd_range;
-typedef struct { uint32_t a, b; } nl_ucd_pair;
+typedef struct {
+    uint32_t first;
+    uint32_t flags;
+} nl_ucd_range;
+typedef struct {
+    uint32_t a, b;
+} nl_ucd_pair;
 
 extern const nl_ucd_range nl_ucd_flags[];
 extern const size_t nl_ucd_flags_n;
-extern const nl_ucd_pair nl_ucd_lower[];   /* {cp, lowercase} sorted by cp */
+extern const nl_ucd_pair nl_ucd_lower[]; /* {cp, lowercase} sorted by cp */
 extern const size_t nl_ucd_lower_n;
 /* Inclusive codepoint spans {lo, hi}, sorted, non-overlapping: the literal classes of the
  * deepseek-llm/deepseek-coder regexes. */

@@ -21,7 +21,7 @@ typedef struct {
     double loss, seconds, service, paused, lr, gnorm, joules;
     unsigned has;
     unsigned pause_kind; /* NL_PAUSE_* ("pause_kind"; 0: not said, a log from before it was) */
-    double t0; /* the run's clock at the step's start, seconds (steps, pauses and evaluations) */
+    double t0;           /* the run's clock at the step's start, seconds (steps, pauses and evaluations) */
 } step_row;
 
 typedef struct {
@@ -36,9 +36,9 @@ typedef struct {
     int ns, cap_s;
     eval_row *e;
     int ne, cap_e;
-    int n_other;          /* rows of other kinds */
+    int n_other;           /* rows of other kinds */
     char other_kinds[160]; /* their first keys, ", "-separated */
-    int tail_line;        /* > 0: that last line had no newline and was no JSON: left out */
+    int tail_line;         /* > 0: that last line had no newline and was no JSON: left out */
     double clock;
 } run_log;
 
@@ -69,28 +69,32 @@ static const char *kind_of(const nl_json *v) {
 }
 
 /* A row's member as a number: required or not (*has says whether it was there), finite, >= lo. */
-static int row_num(const run_log *l, int line, const char *kind, const nl_json *row, const char *key, int required, double lo,
-                   double *out, int *has) {
+static int row_num(const run_log *l, int line, const char *kind, const nl_json *row, const char *key, int required,
+                   double lo, double *out, int *has) {
     const nl_json *v = nl_json_get(row, key);
     if (has) *has = 0;
     if (!v) return required ? nl_err("%s:%d: %s row without \"%s\"", l->path, line, kind, key) : 0;
     if (!nl_json_is_number(v))
         return nl_err("%s:%d:%zu: \"%s\" is %s, expected a number", l->path, line, v->offset + 1, key, kind_of(v));
-    if (!(v->u.num.d >= lo)) return nl_err("%s:%d:%zu: \"%s\" is %g, expected a number >= %g", l->path, line, v->offset + 1, key, v->u.num.d, lo);
+    if (!(v->u.num.d >= lo))
+        return nl_err("%s:%d:%zu: \"%s\" is %g, expected a number >= %g", l->path, line, v->offset + 1, key, v->u.num.d,
+                      lo);
     *out = v->u.num.d;
     if (has) *has = 1;
     return 0;
 }
 
-static int row_int(const run_log *l, int line, const char *kind, const nl_json *row, const char *key, int required, int64_t lo,
-                   int64_t *out) {
+static int row_int(const run_log *l, int line, const char *kind, const nl_json *row, const char *key, int required,
+                   int64_t lo, int64_t *out) {
     const nl_json *v = nl_json_get(row, key);
     if (!v) return required ? nl_err("%s:%d: %s row without \"%s\"", l->path, line, kind, key) : 0;
     int64_t i;
     if (nl_json_int64(v, &i) != 0)
         return nl_err("%s:%d:%zu: \"%s\" is %s, expected an integer", l->path, line, v->offset + 1, key,
                       nl_json_is_number(v) ? "a fraction" : kind_of(v));
-    if (i < lo) return nl_err("%s:%d:%zu: \"%s\" is %lld, expected an integer >= %lld", l->path, line, v->offset + 1, key, (long long)i, (long long)lo);
+    if (i < lo)
+        return nl_err("%s:%d:%zu: \"%s\" is %lld, expected an integer >= %lld", l->path, line, v->offset + 1, key,
+                      (long long)i, (long long)lo);
     *out = i;
     return 0;
 }
@@ -99,8 +103,10 @@ static int read_step(run_log *l, int line, const nl_json *row) {
     if (grow((void **)&l->s, &l->cap_s, l->ns, sizeof *l->s)) return -1;
     step_row r = {0};
     int h = 0;
-    if (row_int(l, line, "a step", row, "step", 1, 1, &r.step) || row_num(l, line, "a step", row, "loss", 1, -INFINITY, &r.loss, NULL) ||
-        row_int(l, line, "a step", row, "tokens", 1, 0, &r.tokens) || row_num(l, line, "a step", row, "seconds", 1, 0, &r.seconds, NULL))
+    if (row_int(l, line, "a step", row, "step", 1, 1, &r.step) ||
+        row_num(l, line, "a step", row, "loss", 1, -INFINITY, &r.loss, NULL) ||
+        row_int(l, line, "a step", row, "tokens", 1, 0, &r.tokens) ||
+        row_num(l, line, "a step", row, "seconds", 1, 0, &r.seconds, NULL))
         return -1;
     if (row_num(l, line, "a step", row, "service_seconds", 0, 0, &r.service, &h)) return -1;
     r.has |= h ? HAS_SVC : 0;
@@ -108,8 +114,8 @@ static int read_step(run_log *l, int line, const nl_json *row) {
     r.has |= h ? HAS_PAUSED : 0;
     const nl_json *pk = nl_json_get(row, "pause_kind");
     if (pk && !(nl_json_is_string(pk) && (r.pause_kind = nl_pause_kind_parse(pk->u.str.s)) != 0))
-        return nl_err("%s:%d:%zu: \"pause_kind\" is %s, expected \"thermal\", \"battery\" or \"thermal+battery\"", l->path, line, pk->offset + 1,
-                      nl_json_is_string(pk) ? "another string" : kind_of(pk));
+        return nl_err("%s:%d:%zu: \"pause_kind\" is %s, expected \"thermal\", \"battery\" or \"thermal+battery\"",
+                      l->path, line, pk->offset + 1, nl_json_is_string(pk) ? "another string" : kind_of(pk));
     if (row_num(l, line, "a step", row, "lr", 0, 0, &r.lr, &h)) return -1;
     r.has |= h ? HAS_LR : 0;
     if (row_num(l, line, "a step", row, "grad_norm", 0, 0, &r.gnorm, &h)) return -1;
@@ -117,9 +123,11 @@ static int read_step(run_log *l, int line, const nl_json *row) {
     if (row_num(l, line, "a step", row, "joules", 0, 0, &r.joules, &h)) return -1;
     r.has |= h ? HAS_JOULES : 0;
     if (r.paused > r.seconds)
-        return nl_err("%s:%d: \"paused_seconds\" %g is more than the step's \"seconds\" %g", l->path, line, r.paused, r.seconds);
+        return nl_err("%s:%d: \"paused_seconds\" %g is more than the step's \"seconds\" %g", l->path, line, r.paused,
+                      r.seconds);
     if (l->ns && r.step <= l->s[l->ns - 1].step)
-        return nl_err("%s:%d: step %lld after step %lld: steps must increase (a log holds one run; a new run without --resume starts "
+        return nl_err("%s:%d: step %lld after step %lld: steps must increase (a log holds one run; a new run without "
+                      "--resume starts "
                       "its log anew)",
                       l->path, line, (long long)r.step, (long long)l->s[l->ns - 1].step);
     r.t0 = l->clock;
@@ -134,15 +142,17 @@ static int read_eval(run_log *l, int line, const nl_json *ev) {
     if (grow((void **)&l->e, &l->cap_e, l->ne, sizeof *l->e)) return -1;
     eval_row r = {0};
     r.accuracy = NAN;
-    if (row_int(l, line, "a validation", ev, "step", 1, 0, &r.step) || row_num(l, line, "a validation", ev, "loss", 1, -INFINITY, &r.loss, NULL) ||
-        row_int(l, line, "a validation", ev, "examples", 0, 0, &r.examples) || row_int(l, line, "a validation", ev, "tokens", 0, 0, &r.tokens) ||
+    if (row_int(l, line, "a validation", ev, "step", 1, 0, &r.step) ||
+        row_num(l, line, "a validation", ev, "loss", 1, -INFINITY, &r.loss, NULL) ||
+        row_int(l, line, "a validation", ev, "examples", 0, 0, &r.examples) ||
+        row_int(l, line, "a validation", ev, "tokens", 0, 0, &r.tokens) ||
         row_num(l, line, "a validation", ev, "seconds", 0, 0, &r.seconds, NULL))
         return -1;
     const nl_json *a = nl_json_get(ev, "accuracy");
     if (a && !nl_json_is_null(a)) {
         if (!nl_json_is_number(a) || a->u.num.d < 0 || a->u.num.d > 1)
-            return nl_err("%s:%d:%zu: \"accuracy\" is %s, expected a fraction in [0, 1] or null", l->path, line, a->offset + 1,
-                          nl_json_is_number(a) ? "out of range" : kind_of(a));
+            return nl_err("%s:%d:%zu: \"accuracy\" is %s, expected a fraction in [0, 1] or null", l->path, line,
+                          a->offset + 1, nl_json_is_number(a) ? "out of range" : kind_of(a));
         r.accuracy = a->u.num.d;
     }
     r.t0 = l->clock;
@@ -176,15 +186,22 @@ static int read_log(run_log *l, const char *path) {
         const char *next = eol ? eol + 1 : end;
         size_t k = 0;
         while (k < n && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r')) k++;
-        if (k == n) { p = next; continue; } /* a blank line */
+        if (k == n) {
+            p = next;
+            continue;
+        } /* a blank line */
         nl_json_error je;
         nl_json *row = nl_json_parse(p, n, &je);
         if (!row) {
-            if (!eol) { l->tail_line = line; break; } /* written by a run killed at that moment */
+            if (!eol) {
+                l->tail_line = line;
+                break;
+            } /* written by a run killed at that moment */
             rc = nl_err("%s:%d:%zu: %s", path, line, je.offset + 1, je.msg);
             break;
         }
-        if (!nl_json_is_object(row)) rc = nl_err("%s:%d: %s, expected a JSON object (a step or an \"eval\" row)", path, line, kind_of(row));
+        if (!nl_json_is_object(row))
+            rc = nl_err("%s:%d: %s, expected a JSON object (a step or an \"eval\" row)", path, line, kind_of(row));
         else if (nl_json_get(row, "step")) rc = read_step(l, line, row);
         else if (nl_json_get(row, "eval")) rc = read_eval(l, line, nl_json_get(row, "eval"));
         else note_other(l, row);
@@ -212,7 +229,10 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
         size_t nc = b->cap ? b->cap : 65536;
         while (nc < b->n + n + 1) nc *= 2;
         char *q = realloc(b->p, nc);
-        if (!q) { b->oom = 1; return; }
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
         b->p = q;
         b->cap = nc;
     }
@@ -229,9 +249,15 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
     if (n < 0) return;
-    if ((size_t)n < sizeof small) { sb_put(b, small, (size_t)n); return; }
+    if ((size_t)n < sizeof small) {
+        sb_put(b, small, (size_t)n);
+        return;
+    }
     char *big = malloc((size_t)n + 1);
-    if (!big) { b->oom = 1; return; }
+    if (!big) {
+        b->oom = 1;
+        return;
+    }
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -293,8 +319,8 @@ typedef struct {
     int y_log;     /* a log10 y axis (every y > 0: the caller checks) */
     int x_fixed;   /* x spans [x_lo, x_hi] (the step charts share one span), not the data's own */
     double x_lo, x_hi;
-    const double *marks;            /* resumes: a dashed vertical line at each x */
-    const char *const *mark_tips;   /* what each resume was (the command, its changes) */
+    const double *marks;          /* resumes: a dashed vertical line at each x */
+    const char *const *mark_tips; /* what each resume was (the command, its changes) */
     int nmarks;
 } chart;
 
@@ -330,7 +356,9 @@ typedef struct {
     int ylog;
 } frame;
 
-static double px(const frame *f, double x) { return CH_L + (x - f->ax.lo) / (f->ax.hi - f->ax.lo) * (CH_W - CH_L - CH_R); }
+static double px(const frame *f, double x) {
+    return CH_L + (x - f->ax.lo) / (f->ax.hi - f->ax.lo) * (CH_W - CH_L - CH_R);
+}
 static double py(const frame *f, double y) {
     if (f->ylog) y = log10(y);
     return CH_T + (f->ay.hi - y) / (f->ay.hi - f->ay.lo) * (CH_H - CH_T - CH_B);
@@ -360,8 +388,10 @@ static int bin_of(int n, int k, int m, int *i0, int *i1) {
 }
 static void series_point(const series *s, int k, int m, double *x, double *y, double *y0) {
     int i0, i1;
-    if (m == s->n) { i0 = k; i1 = k + 1; }
-    else bin_of(s->n, k, m, &i0, &i1);
+    if (m == s->n) {
+        i0 = k;
+        i1 = k + 1;
+    } else bin_of(s->n, k, m, &i0, &i1);
     double sx = 0, sy = 0, s0 = 0;
     for (int i = i0; i < i1; i++) {
         sx += s->x[i];
@@ -389,7 +419,8 @@ static void draw_series(sbuf *b, const frame *f, const series *s) {
         SB(b, "</g>\n");
         return;
     }
-    sb_printf(b, "<path class=\"series %s\" data-series=\"%s\" data-points=\"%d\" ", s->kind == S_AREA ? "area" : "line", s->id, s->n);
+    sb_printf(b, "<path class=\"series %s\" data-series=\"%s\" data-points=\"%d\" ",
+              s->kind == S_AREA ? "area" : "line", s->id, s->n);
     if (s->kind == S_AREA) sb_printf(b, "fill=\"%s\" fill-opacity=\"0.75\" stroke=\"none\" d=\"", s->color);
     else sb_printf(b, "fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" stroke-linejoin=\"round\" d=\"", s->color);
     double x, y, y0;
@@ -428,12 +459,21 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         xlo = fmin(xlo, c->marks[i]);
         xhi = fmax(xhi, c->marks[i]);
     }
-    if (c->x_fixed) { xlo = c->x_lo; xhi = c->x_hi; }
-    if (c->y_percent) { ylo = 0; yhi = 100; }
+    if (c->x_fixed) {
+        xlo = c->x_lo;
+        xhi = c->x_hi;
+    }
+    if (c->y_percent) {
+        ylo = 0;
+        yhi = 100;
+    }
     if (!(xlo <= xhi)) xlo = xhi = 0;
     if (!(ylo <= yhi)) ylo = yhi = 0;
     frame f = {nice_axis(xlo, xhi, 0), nice_axis(ylo, yhi, c->y_zero || c->y_percent), 0};
-    if (xhi > xlo) { f.ax.lo = xlo; f.ax.hi = xhi; } /* x: the data's own span; ticks at the nice steps inside it */
+    if (xhi > xlo) {
+        f.ax.lo = xlo;
+        f.ax.hi = xhi;
+    } /* x: the data's own span; ticks at the nice steps inside it */
     double lt[40];
     int nlt = 0;
     if (c->y_log && ylo > 0 && yhi >= ylo) {
@@ -443,14 +483,18 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         f.ay = (axis){lo - pad, hi + pad, 1};
         nlt = log_ticks(f.ay.lo, f.ay.hi, lt, 40);
         if (nlt < 3) { /* a narrow span (5.3 to 6.3): out to the ticks around it (5 to 7) */
-            double vlo = pow(10, f.ay.lo), vhi = pow(10, f.ay.hi), klo = pow(10, floor(log10(vlo))), khi = pow(10, floor(log10(vhi)));
+            double vlo = pow(10, f.ay.lo), vhi = pow(10, f.ay.hi), klo = pow(10, floor(log10(vlo))),
+                   khi = pow(10, floor(log10(vhi)));
             f.ay.lo = log10(floor(vlo / klo) * klo);
             f.ay.hi = log10(ceil(vhi / khi) * khi);
             nlt = log_ticks(f.ay.lo, f.ay.hi, lt, 40);
         }
     }
-    sb_printf(b, "<figure id=\"%s\">\n<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
-                 "role=\"img\" aria-label=\"", c->id, CH_W, CH_H, CH_W, CH_H);
+    sb_printf(b,
+              "<figure id=\"%s\">\n<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" "
+              "width=\"%d\" height=\"%d\" "
+              "role=\"img\" aria-label=\"",
+              c->id, CH_W, CH_H, CH_W, CH_H);
     sb_escs(b, c->title);
     SB(b, "\">\n");
     int x0 = CH_L, x1 = CH_W - CH_R, y0 = CH_T, y1 = CH_H - CH_B;
@@ -458,14 +502,16 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
     for (int i = 0; i < c->nb; i++) {
         const band *bd = &c->b[i];
         double a = px(&f, bd->x0), w = px(&f, bd->x1) - a;
-        sb_printf(b, "<rect class=\"band %s\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\"><title>", bd->cls, a, y0, w < 1 ? 1.0 : w, y1 - y0);
+        sb_printf(b, "<rect class=\"band %s\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\"><title>", bd->cls, a, y0,
+                  w < 1 ? 1.0 : w, y1 - y0);
         sb_escs(b, bd->tip);
         SB(b, "</title></rect>\n");
     }
     char lab[48];
     SB(b, "<g class=\"grid\">");
     if (f.ylog)
-        for (int i = 0; i < nlt; i++) sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>", x0, x1, py(&f, lt[i]), py(&f, lt[i]));
+        for (int i = 0; i < nlt; i++)
+            sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>", x0, x1, py(&f, lt[i]), py(&f, lt[i]));
     else
         for (double v = f.ay.lo; v <= f.ay.hi + f.ay.step * 1e-6; v += f.ay.step)
             sb_printf(b, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>", x0, x1, py(&f, v), py(&f, v));
@@ -483,7 +529,9 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
     double t = ceil(f.ax.lo / f.ax.step - 1e-9) * f.ax.step;
     for (; t <= f.ax.hi + f.ax.step * 1e-6; t += f.ax.step) {
         tick_label(lab, sizeof lab, t, f.ax.step);
-        sb_printf(b, "<line class=\"tick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>",
+        sb_printf(b,
+                  "<line class=\"tick\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\" "
+                  "text-anchor=\"middle\">%s</text>",
                   px(&f, t), px(&f, t), y1, y1 + 4, px(&f, t), y1 + 17, lab);
     }
     SB(b, "</g>\n");
@@ -495,7 +543,9 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
     /* the resumes: a dashed line at the step (or time) each started from, labelled */
     for (int i = 0; i < c->nmarks; i++) {
         double mx = px(&f, c->marks[i]);
-        sb_printf(b, "<g class=\"resume\" data-x=\"%.6g\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/><text x=\"%.1f\" y=\"%d\">resume</text><title>",
+        sb_printf(b,
+                  "<g class=\"resume\" data-x=\"%.6g\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/><text "
+                  "x=\"%.1f\" y=\"%d\">resume</text><title>",
                   c->marks[i], mx, mx, y0, y1, mx + 3, y0 + 11);
         sb_escs(b, c->mark_tips && c->mark_tips[i] ? c->mark_tips[i] : "resumed");
         SB(b, "</title></g>\n");
@@ -503,13 +553,15 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
     /* axis titles and the legend */
     sb_printf(b, "<text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (x0 + x1) / 2, CH_H - 6);
     sb_escs(b, c->xlabel);
-    sb_printf(b, "</text>\n<text class=\"axis\" transform=\"translate(14 %d) rotate(-90)\" text-anchor=\"middle\">", (y0 + y1) / 2);
+    sb_printf(b, "</text>\n<text class=\"axis\" transform=\"translate(14 %d) rotate(-90)\" text-anchor=\"middle\">",
+              (y0 + y1) / 2);
     sb_escs(b, c->ylabel);
     SB(b, "</text>\n<g class=\"legend\">");
     double lx = x0;
     for (int i = 0; i < c->ns; i++) {
         if (!c->s[i].label) continue;
-        sb_printf(b, "<rect x=\"%.0f\" y=\"9\" width=\"14\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"18\">", lx, c->s[i].color, lx + 19);
+        sb_printf(b, "<rect x=\"%.0f\" y=\"9\" width=\"14\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"18\">", lx,
+                  c->s[i].color, lx + 19);
         sb_escs(b, c->s[i].label);
         SB(b, "</text>");
         lx += 32 + 6.3 * (double)strlen(c->s[i].label);
@@ -522,7 +574,7 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
             kinds |= c->b[i].kind;
             unsaid |= !c->b[i].kind;
         }
-    const char *pause_what = unsaid || !kinds ? "paused (thermal/battery)"
+    const char *pause_what = unsaid || !kinds            ? "paused (thermal/battery)"
                              : kinds == NL_PAUSE_THERMAL ? "paused (thermal)"
                              : kinds == NL_PAUSE_BATTERY ? "paused (battery)"
                                                          : "paused (thermal, battery)";
@@ -533,13 +585,17 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
         if (pause) seen_pause = 1;
         else seen_eval = 1;
         const char *what = pause ? pause_what : "validation";
-        sb_printf(b, "<rect class=\"band %s\" x=\"%.0f\" y=\"9\" width=\"14\" height=\"10\"/><text x=\"%.0f\" y=\"18\">%s</text>", c->b[i].cls, lx,
-                  lx + 19, what);
+        sb_printf(b,
+                  "<rect class=\"band %s\" x=\"%.0f\" y=\"9\" width=\"14\" height=\"10\"/><text x=\"%.0f\" "
+                  "y=\"18\">%s</text>",
+                  c->b[i].cls, lx, lx + 19, what);
         lx += 32 + 6.3 * (double)strlen(what);
     }
     if (c->nmarks) {
-        sb_printf(b, "<line class=\"resume-key\" x1=\"%.0f\" x2=\"%.0f\" y1=\"9\" y2=\"19\"/><text x=\"%.0f\" y=\"18\">resumed (--resume)</text>", lx + 7,
-                  lx + 7, lx + 19);
+        sb_printf(b,
+                  "<line class=\"resume-key\" x1=\"%.0f\" x2=\"%.0f\" y1=\"9\" y2=\"19\"/><text x=\"%.0f\" "
+                  "y=\"18\">resumed (--resume)</text>",
+                  lx + 7, lx + 7, lx + 19);
         lx += 32 + 6.3 * 18;
     }
     SB(b, "</g>\n</svg>\n<figcaption>");
@@ -554,21 +610,27 @@ static void draw_chart(sbuf *b, const chart *c, const char *caption) {
 
 /* ---- the page ---- */
 
-static const char css[] =
-    "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,sans-serif;color:#1d2733;background:#fff;"
-    "margin:24px auto;max-width:920px;padding:0 16px;line-height:1.4}\n"
-    "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d8dee6;padding-bottom:4px}\n"
-    "p.sub{color:#5a6776;margin:0 0 12px}p.note{color:#5a6776;font-size:14px}\n"
-    "figure{margin:10px 0 18px}figcaption{font-size:13px;color:#5a6776;margin-top:2px}\n"
-    "svg.chart{display:block;max-width:100%;height:auto;font-size:11px;fill:#34404d}\n"
-    "svg .plot{fill:#fbfcfd}svg .frame{fill:none;stroke:#aab4c0}svg .grid line{stroke:#e6eaef}svg .tick{stroke:#aab4c0}\n"
-    "svg .resume line,svg .resume-key{stroke:#b8322a;stroke-width:1.5;stroke-dasharray:5 3}svg .resume text{fill:#b8322a;font-size:10px}\n"
-    "details summary{font-size:13px;color:#5a6776;cursor:pointer}\n"
-    "svg .axis{font-size:12px;fill:#34404d}svg .band.pause{fill:#f4a261;fill-opacity:.35}svg .band.eval{fill:#8fbf6a;fill-opacity:.35}\n"
-    "table{border-collapse:collapse;font-size:14px;margin:6px 0 12px}td,th{text-align:left;padding:3px 14px 3px 0;vertical-align:top}\n"
-    "th{color:#5a6776;font-weight:600;white-space:nowrap}td{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
-    "font-size:13px;word-break:break-all}\n"
-    ".facts td{font-family:inherit;font-size:14px;word-break:normal}\n";
+static const char css[] = "body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica "
+                          "Neue',Arial,sans-serif;color:#1d2733;background:#fff;"
+                          "margin:24px auto;max-width:920px;padding:0 16px;line-height:1.4}\n"
+                          "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px "
+                          "solid #d8dee6;padding-bottom:4px}\n"
+                          "p.sub{color:#5a6776;margin:0 0 12px}p.note{color:#5a6776;font-size:14px}\n"
+                          "figure{margin:10px 0 18px}figcaption{font-size:13px;color:#5a6776;margin-top:2px}\n"
+                          "svg.chart{display:block;max-width:100%;height:auto;font-size:11px;fill:#34404d}\n"
+                          "svg .plot{fill:#fbfcfd}svg .frame{fill:none;stroke:#aab4c0}svg .grid "
+                          "line{stroke:#e6eaef}svg .tick{stroke:#aab4c0}\n"
+                          "svg .resume line,svg .resume-key{stroke:#b8322a;stroke-width:1.5;stroke-dasharray:5 3}svg "
+                          ".resume text{fill:#b8322a;font-size:10px}\n"
+                          "details summary{font-size:13px;color:#5a6776;cursor:pointer}\n"
+                          "svg .axis{font-size:12px;fill:#34404d}svg .band.pause{fill:#f4a261;fill-opacity:.35}svg "
+                          ".band.eval{fill:#8fbf6a;fill-opacity:.35}\n"
+                          "table{border-collapse:collapse;font-size:14px;margin:6px 0 "
+                          "12px}td,th{text-align:left;padding:3px 14px 3px 0;vertical-align:top}\n"
+                          "th{color:#5a6776;font-weight:600;white-space:nowrap}td{font-family:ui-monospace,SFMono-"
+                          "Regular,Menlo,Consolas,monospace;"
+                          "font-size:13px;word-break:break-all}\n"
+                          ".facts td{font-family:inherit;font-size:14px;word-break:normal}\n";
 
 static void fact(sbuf *b, const char *key, const char *fmt, ...) NL_PRINTF(3, 4);
 static void fact(sbuf *b, const char *key, const char *fmt, ...) {
@@ -614,7 +676,8 @@ static int settings_rows(sbuf *b, const char *path) {
         char pk[16];
         snprintf(pk, sizeof pk, "%.5s_path", m->key);
         const nl_json *path = is_file ? nl_json_get(j, pk) : NULL;
-        if ((!strcmp(m->key, "model_path") && nl_json_get(j, "model")) || (!strcmp(m->key, "data_path") && nl_json_get(j, "data")))
+        if ((!strcmp(m->key, "model_path") && nl_json_get(j, "model")) ||
+            (!strcmp(m->key, "data_path") && nl_json_get(j, "data")))
             continue; /* shown with the hash */
         SB(b, "<tr><th>");
         sb_esc(b, m->key, m->key_len);
@@ -681,7 +744,10 @@ static int read_history(history *h, const char *run_path) {
     if (stat(h->path, &st) != 0) return 0;
     size_t len;
     char *buf = nl_read_file(h->path, &len);
-    if (!buf) { hist_free(h); return -1; }
+    if (!buf) {
+        hist_free(h);
+        return -1;
+    }
     int rc = 0, line = 1;
     for (const char *p = buf, *end = buf + len; p < end && !rc; line++) {
         const char *eol = memchr(p, '\n', (size_t)(end - p));
@@ -694,8 +760,7 @@ static int read_history(history *h, const char *run_path) {
         else if (!nl_json_is_object(j) || nl_json_int64(nl_json_get(j, "step"), &st_) || st_ < 0 || !rs ||
                  (rs->type != NL_JSON_TRUE && rs->type != NL_JSON_FALSE))
             rc = nl_err("%s:%d: expected a run's row {\"step\": N, \"resume\": true|false, ...}", h->path, line);
-        else if (grow((void **)&h->r, &h->cap, h->n, sizeof *h->r))
-            rc = -1;
+        else if (grow((void **)&h->r, &h->cap, h->n, sizeof *h->r)) rc = -1;
         else {
             nl_json_int64(nl_json_get(j, "steps"), &tot);
             h->r[h->n++] = (run_hist){st_, tot, rs->type == NL_JSON_TRUE, json_strdup(nl_json_get(j, "command")),
@@ -766,8 +831,9 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         free(mtipbuf);
         return nl_err("out of memory drawing the report");
     }
-    double *step_x = xs, *loss = xs + nb, *mean = xs + 2 * nb, *lr = xs + 3 * nb, *gn = xs + 4 * nb, *t_end = xs + 5 * nb,
-           *tps = xs + 6 * nb, *svc_y = xs + 7 * nb, *cpu_y = xs + 8 * nb, *ex = xs + 9 * nb, *ey = xs + 10 * nb;
+    double *step_x = xs, *loss = xs + nb, *mean = xs + 2 * nb, *lr = xs + 3 * nb, *gn = xs + 4 * nb,
+           *t_end = xs + 5 * nb, *tps = xs + 6 * nb, *svc_y = xs + 7 * nb, *cpu_y = xs + 8 * nb, *ex = xs + 9 * nb,
+           *ey = xs + 10 * nb;
     double clock = l->clock;
     const char *unit = clock < 180 ? "s" : clock < 3 * 3600 ? "min" : "h";
     double per = clock < 180 ? 1 : clock < 3 * 3600 ? 60 : 3600;
@@ -780,7 +846,8 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         mk[nm] = (double)h->r[i].step;
         mk_t[nm] = (j < ns ? s[j].t0 : clock) / per;
         char *t = mtipbuf + (size_t)nm * MTIP;
-        snprintf(t, MTIP, "resumed at step %lld (to step %lld): %s%s%s", (long long)h->r[i].step, (long long)h->r[i].steps,
+        snprintf(t, MTIP, "resumed at step %lld (to step %lld): %s%s%s", (long long)h->r[i].step,
+                 (long long)h->r[i].steps,
                  h->r[i].command ? h->r[i].command : "the command is not recorded (a library call)",
                  h->r[i].changes && h->r[i].changes[0] ? "; changed " : "", h->r[i].changes ? h->r[i].changes : "");
         mtips[nm++] = t;
@@ -807,7 +874,7 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         double act = s[i].seconds - s[i].paused;
         tps[i] = act > 0 ? (double)s[i].tokens / act : 0;
         svc_y[i] = fmin(s[i].service, act);
-        cpu_y[i] = act;          /* service + the rest of the step on the CPU */
+        cpu_y[i] = act; /* service + the rest of the step on the CPU */
         run_sum += s[i].loss;
         if (i >= 2 * window + 1) run_sum -= s[i - 2 * window - 1].loss;
         if (window && i >= 2 * window) mean[i - window] = run_sum / (2 * window + 1);
@@ -818,15 +885,16 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
             bd->cls = "pause";
             bd->kind = s[i].pause_kind;
             const char *kn = nl_pause_kind_name(s[i].pause_kind);
-            snprintf(bd->tip, sizeof bd->tip, "paused %.1f s in step %lld%s%s%s", s[i].paused, (long long)s[i].step, kn ? " (" : "", kn ? kn : "",
-                     kn ? ")" : "");
+            snprintf(bd->tip, sizeof bd->tip, "paused %.1f s in step %lld%s%s%s", s[i].paused, (long long)s[i].step,
+                     kn ? " (" : "", kn ? kn : "", kn ? ")" : "");
         }
     }
     for (int i = 0; i < ne; i++) {
         ex[i] = (double)e[i].step;
         ey[i] = e[i].loss;
         char *t = tipbuf + (size_t)i * 2 * 96;
-        snprintf(t, 96, "step %lld: validation loss %.4f (%lld examples)", (long long)e[i].step, e[i].loss, (long long)e[i].examples);
+        snprintf(t, 96, "step %lld: validation loss %.4f (%lld examples)", (long long)e[i].step, e[i].loss,
+                 (long long)e[i].examples);
         tips[i] = t;
         if (e[i].seconds > 0) {
             band *bd = &bands[nband++];
@@ -839,30 +907,56 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
 
     const char *title = o->title ? o->title : "nightlora training report";
     char d1[32], d2[32], d3[32];
-    SB(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>");
+    SB(b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" "
+          "content=\"width=device-width, initial-scale=1\">\n<title>");
     sb_escs(b, title);
     sb_printf(b, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<h1>", css);
     sb_escs(b, title);
     fmt_dur(d1, sizeof d1, clock);
-    sb_printf(b, "</h1>\n<p class=\"sub\">steps %lld to %lld, %.0f tokens, %s on the clock (training, pauses and validation); loss %.4f &#8594; %.4f",
+    sb_printf(b,
+              "</h1>\n<p class=\"sub\">steps %lld to %lld, %.0f tokens, %s on the clock (training, pauses and "
+              "validation); loss %.4f &#8594; %.4f",
               (long long)s[0].step, (long long)s[ns - 1].step, tokens, d1, s[0].loss, s[ns - 1].loss);
     if (best >= 0) sb_printf(b, "; best validation loss %.4f at step %lld", e[best].loss, (long long)e[best].step);
-    if (best_acc >= 0) sb_printf(b, ", best accuracy %.1f%% at step %lld", 100 * e[best_acc].accuracy, (long long)e[best_acc].step);
+    if (best_acc >= 0)
+        sb_printf(b, ", best accuracy %.1f%% at step %lld", 100 * e[best_acc].accuracy, (long long)e[best_acc].step);
     SB(b, "</p>\n");
-    if (l->tail_line) sb_printf(b, "<p class=\"note\">Line %d of the log has no newline and is no JSON (a run stopped while writing it): left out.</p>\n", l->tail_line);
+    if (l->tail_line)
+        sb_printf(b,
+                  "<p class=\"note\">Line %d of the log has no newline and is no JSON (a run stopped while writing "
+                  "it): left out.</p>\n",
+                  l->tail_line);
 
     /* 1. loss */
     SB(b, "<h2>Loss</h2>\n");
-    chart c = {.id = "loss", .title = ne ? "Training and validation loss" : "Training loss", .xlabel = "step", .ylabel = "loss (nats per target token)", STEP_AXIS};
-    c.s[c.ns++] = (series){"train-loss", "training loss", window ? "#9fc3e6" : "#2f6db5", S_LINE, step_x, loss, NULL, NULL, ns};
-    if (window) c.s[c.ns++] = (series){"train-loss-mean", "training loss, moving mean", "#2f6db5", S_LINE, step_x + window, mean + window, NULL, NULL, ns - 2 * window};
+    chart c = {.id = "loss",
+               .title = ne ? "Training and validation loss" : "Training loss",
+               .xlabel = "step",
+               .ylabel = "loss (nats per target token)",
+               STEP_AXIS};
+    c.s[c.ns++] =
+        (series){"train-loss", "training loss", window ? "#9fc3e6" : "#2f6db5", S_LINE, step_x, loss, NULL, NULL, ns};
+    if (window)
+        c.s[c.ns++] = (series){"train-loss-mean",
+                               "training loss, moving mean",
+                               "#2f6db5",
+                               S_LINE,
+                               step_x + window,
+                               mean + window,
+                               NULL,
+                               NULL,
+                               ns - 2 * window};
     if (ne) {
         c.s[c.ns++] = (series){"val-loss-line", NULL, "#d9731a", S_LINE, ex, ey, NULL, NULL, ne};
         c.s[c.ns++] = (series){"val-loss", "validation loss", "#d9731a", S_POINTS, ex, ey, NULL, tips, ne};
     }
     char cap[400];
-    if (window) snprintf(cap, sizeof cap, "The moving mean is over %d steps.%s", 2 * window + 1, ne ? "" : " No validation rows in this log.");
-    else snprintf(cap, sizeof cap, "%s", ne ? "" : "No validation rows in this log (train with --val-data or --val-split).");
+    if (window)
+        snprintf(cap, sizeof cap, "The moving mean is over %d steps.%s", 2 * window + 1,
+                 ne ? "" : " No validation rows in this log.");
+    else
+        snprintf(cap, sizeof cap, "%s",
+                 ne ? "" : "No validation rows in this log (train with --val-data or --val-split).");
     /* a log axis (0.19 and 0.09 apart as 0.9 and 0.4 are), the linear one a click away */
     int all_pos = 1;
     for (int i = 0; i < ns; i++) all_pos &= s[i].loss > 0;
@@ -896,9 +990,15 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
                     snprintf(t, 96, "step %lld: accuracy %.1f%%", (long long)e[i].step, 100 * e[i].accuracy);
                     atips[k++] = t;
                 }
-            chart a = {.id = "accuracy", .title = "Validation accuracy", .xlabel = "step", .ylabel = "accuracy (%)", .y_percent = 1, STEP_AXIS};
+            chart a = {.id = "accuracy",
+                       .title = "Validation accuracy",
+                       .xlabel = "step",
+                       .ylabel = "accuracy (%)",
+                       .y_percent = 1,
+                       STEP_AXIS};
             a.s[a.ns++] = (series){"val-accuracy-line", NULL, "#3d8b37", S_LINE, axx, ay, NULL, NULL, n_acc};
-            a.s[a.ns++] = (series){"val-accuracy", "validation accuracy", "#3d8b37", S_POINTS, axx, ay, NULL, atips, n_acc};
+            a.s[a.ns++] =
+                (series){"val-accuracy", "validation accuracy", "#3d8b37", S_POINTS, axx, ay, NULL, atips, n_acc};
             SB(b, "<h2>Accuracy</h2>\n");
             draw_chart(b, &a, "The share of validation examples whose answer scores highest among their choices.");
         }
@@ -906,19 +1006,26 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         free(atips);
     } else {
         SB(b, "<h2>Accuracy</h2>\n<p class=\"note\">");
-        sb_escs(b, ne ? "The validation rows carry no accuracy (their lines have no choices)." : "No validation rows in this log: no accuracy.");
+        sb_escs(b, ne ? "The validation rows carry no accuracy (their lines have no choices)."
+                      : "No validation rows in this log: no accuracy.");
         SB(b, "</p>\n");
     }
 
     /* 3. learning rate, gradient norm */
     if (any & HAS_LR) {
-        chart r = {.id = "lr", .title = "Learning rate", .xlabel = "step", .ylabel = "learning rate", .y_zero = 1, STEP_AXIS};
+        chart r = {
+            .id = "lr", .title = "Learning rate", .xlabel = "step", .ylabel = "learning rate", .y_zero = 1, STEP_AXIS};
         r.s[r.ns++] = (series){"lr", "learning rate", "#7a4fb5", S_LINE, step_x, lr, NULL, NULL, ns};
         SB(b, "<h2>Learning rate</h2>\n");
         draw_chart(b, &r, "");
     }
     if (any & HAS_GNORM) {
-        chart g = {.id = "grad-norm", .title = "Gradient norm (before clipping)", .xlabel = "step", .ylabel = "gradient L2 norm", .y_zero = 1, STEP_AXIS};
+        chart g = {.id = "grad-norm",
+                   .title = "Gradient norm (before clipping)",
+                   .xlabel = "step",
+                   .ylabel = "gradient L2 norm",
+                   .y_zero = 1,
+                   STEP_AXIS};
         g.s[g.ns++] = (series){"grad-norm", "gradient norm", "#8a6d3b", S_LINE, step_x, gn, NULL, NULL, ns};
         SB(b, "<h2>Gradient norm</h2>\n");
         draw_chart(b, &g, "");
@@ -927,26 +1034,46 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     /* 4. throughput over the run's time, pauses and validations shaded */
     char tx[48];
     snprintf(tx, sizeof tx, "time in the run (%s)", unit);
-    chart th = {.id = "throughput", .title = "Training tokens/s (paused time excluded) over the run", .xlabel = tx, .ylabel = "tokens/s", .y_zero = 1,
-                .b = bands, .nb = nband, .marks = mk_t, .mark_tips = mtips, .nmarks = nm};
+    chart th = {.id = "throughput",
+                .title = "Training tokens/s (paused time excluded) over the run",
+                .xlabel = tx,
+                .ylabel = "tokens/s",
+                .y_zero = 1,
+                .b = bands,
+                .nb = nband,
+                .marks = mk_t,
+                .mark_tips = mtips,
+                .nmarks = nm};
     th.s[th.ns++] = (series){"tokens-per-s", "tokens/s", "#1f8a8a", S_LINE, t_end, tps, NULL, NULL, ns};
     fmt_dur(d1, sizeof d1, paused);
     fmt_dur(d2, sizeof d2, eval_s);
-    int k = snprintf(cap, sizeof cap, "Each step's tokens over its time not paused; %.0f tokens/s over the run. ", active > 0 ? tokens / active : 0);
-    if (n_paused) k += snprintf(cap + k, sizeof cap - (size_t)k, "%s paused in %d step%s", d1, n_paused, n_paused == 1 ? "" : "s");
+    int k = snprintf(cap, sizeof cap, "Each step's tokens over its time not paused; %.0f tokens/s over the run. ",
+                     active > 0 ? tokens / active : 0);
+    if (n_paused)
+        k +=
+            snprintf(cap + k, sizeof cap - (size_t)k, "%s paused in %d step%s", d1, n_paused, n_paused == 1 ? "" : "s");
     else k += snprintf(cap + k, sizeof cap - (size_t)k, "No pause");
     snprintf(cap + k, sizeof cap - (size_t)k, "%s%s.", ne ? ", validation " : "", ne ? d2 : "");
     SB(b, "<h2>Throughput and pauses</h2>\n");
     draw_chart(b, &th, cap);
 
     /* 5. service vs CPU time per step */
-    chart tm = {.id = "step-time", .title = "Seconds per step not paused: the projection service and the CPU", .xlabel = "step", .ylabel = "seconds", .y_zero = 1, STEP_AXIS};
+    chart tm = {.id = "step-time",
+                .title = "Seconds per step not paused: the projection service and the CPU",
+                .xlabel = "step",
+                .ylabel = "seconds",
+                .y_zero = 1,
+                STEP_AXIS};
     tm.s[tm.ns++] = (series){"cpu-s", "CPU (the rest of the step)", "#8da9c4", S_AREA, step_x, cpu_y, svc_y, NULL, ns};
-    if (any & HAS_SVC) tm.s[tm.ns++] = (series){"service-s", "projection service", "#2f6db5", S_AREA, step_x, svc_y, NULL, NULL, ns};
+    if (any & HAS_SVC)
+        tm.s[tm.ns++] = (series){"service-s", "projection service", "#2f6db5", S_AREA, step_x, svc_y, NULL, NULL, ns};
     fmt_dur(d1, sizeof d1, svc);
     fmt_dur(d3, sizeof d3, active);
-    snprintf(cap, sizeof cap, "Stacked: the service's busy time and the rest of the step (paused time is left out: the pauses are shaded above). Service %s of %s (%.0f%%)%s.", d1, d3,
-             active > 0 ? 100 * svc / active : 0, ns > MAX_PTS ? "; each point the mean of consecutive steps" : "");
+    snprintf(cap, sizeof cap,
+             "Stacked: the service's busy time and the rest of the step (paused time is left out: the pauses are "
+             "shaded above). Service %s of %s (%.0f%%)%s.",
+             d1, d3, active > 0 ? 100 * svc / active : 0,
+             ns > MAX_PTS ? "; each point the mean of consecutive steps" : "");
     SB(b, "<h2>Time per step</h2>\n");
     draw_chart(b, &tm, cap);
 
@@ -961,14 +1088,17 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
     if (n_thermal || n_battery) snprintf(why, sizeof why, " (thermal in %d, battery in %d)", n_thermal, n_battery);
     fact(b, "training time", "%s (%s paused in %d steps%s; %s not paused)", d1, d2, n_paused, why, d3);
     fact(b, "tokens/s", "%.0f (paused time excluded)", active > 0 ? tokens / active : 0);
-    fact(b, "loss", "%.4f at step %lld, %.4f at step %lld", s[0].loss, (long long)s[0].step, s[ns - 1].loss, (long long)s[ns - 1].step);
+    fact(b, "loss", "%.4f at step %lld, %.4f at step %lld", s[0].loss, (long long)s[0].step, s[ns - 1].loss,
+         (long long)s[ns - 1].step);
     if (ne) {
         fmt_dur(d1, sizeof d1, eval_s);
-        fact(b, "validation", "%d evaluations, %s; best loss %.4f at step %lld, last %.4f at step %lld", ne, d1, e[best].loss, (long long)e[best].step,
-             e[ne - 1].loss, (long long)e[ne - 1].step);
+        fact(b, "validation", "%d evaluations, %s; best loss %.4f at step %lld, last %.4f at step %lld", ne, d1,
+             e[best].loss, (long long)e[best].step, e[ne - 1].loss, (long long)e[ne - 1].step);
         if (best_acc >= 0)
-            fact(b, "accuracy", "best %.1f%% at step %lld, last %s", 100 * e[best_acc].accuracy, (long long)e[best_acc].step,
-                 isnan(e[ne - 1].accuracy) ? "none" : (snprintf(d2, sizeof d2, "%.1f%%", 100 * e[ne - 1].accuracy), d2));
+            fact(b, "accuracy", "best %.1f%% at step %lld, last %s", 100 * e[best_acc].accuracy,
+                 (long long)e[best_acc].step,
+                 isnan(e[ne - 1].accuracy) ? "none"
+                                           : (snprintf(d2, sizeof d2, "%.1f%%", 100 * e[ne - 1].accuracy), d2));
     } else {
         fact(b, "validation", "none logged");
     }
@@ -980,7 +1110,9 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         SB(b, "<h2>Commands</h2>\n<table class=\"commands\">\n");
         for (int i = 0; i < h->n; i++) {
             const run_hist *r = &h->r[i];
-            if (r->resume) sb_printf(b, "<tr class=\"resume\"><th>resumed at step %lld (to step %lld)</th><td>", (long long)r->step, (long long)r->steps);
+            if (r->resume)
+                sb_printf(b, "<tr class=\"resume\"><th>resumed at step %lld (to step %lld)</th><td>",
+                          (long long)r->step, (long long)r->steps);
             else sb_printf(b, "<tr><th>started (to step %lld)</th><td>", (long long)r->steps);
             sb_escs(b, r->command ? r->command : "(not recorded: a library call)");
             if (r->changes && r->changes[0]) {
@@ -1007,7 +1139,8 @@ static int render(sbuf *b, const run_log *l, const nl_report_opts *o, const char
         SB(b, "</table>\n");
     }
     if (!run_path)
-        SB(b, "<p class=\"note\">No run.json given: the settings above are what the log carries (train with --checkpoint-dir for the run.json).</p>\n");
+        SB(b, "<p class=\"note\">No run.json given: the settings above are what the log carries (train with "
+              "--checkpoint-dir for the run.json).</p>\n");
     SB(b, "<p class=\"note\">Written by nightlora from ");
     sb_escs(b, l->path);
     SB(b, ".</p>\n</body>\n</html>\n");
@@ -1037,7 +1170,10 @@ int nl_report_write(const nl_report_opts *o, const char *out) {
     }
     size_t tn = strlen(out) + 5;
     char *tmp = nl_malloc(tn);
-    if (!tmp) { free(run_path); return -1; }
+    if (!tmp) {
+        free(run_path);
+        return -1;
+    }
     snprintf(tmp, tn, "%s.tmp", out);
     history h;
     if (read_history(&h, run_path)) {
@@ -1050,7 +1186,8 @@ int nl_report_write(const nl_report_opts *o, const char *out) {
     for (int i = 0; i < 3; i++) {
         if (!inputs[i]) continue;
         if (same_file(out, inputs[i]) || same_file(tmp, inputs[i])) {
-            nl_err("%s: is %s %s (or its temp file %s is): the report never replaces what it reads", out, what[i], inputs[i], tmp);
+            nl_err("%s: is %s %s (or its temp file %s is): the report never replaces what it reads", out, what[i],
+                   inputs[i], tmp);
             free(tmp);
             free(run_path);
             hist_free(&h);
@@ -1068,9 +1205,7 @@ int nl_report_write(const nl_report_opts *o, const char *out) {
     int rc = render(&b, &l, o, run_path, &h);
     hist_free(&h);
     if (rc == 0 && b.oom) rc = nl_err("out of memory writing the report");
-    if (rc == 0) {
-        rc = nl_io_write_file(o->io, out, b.p, b.n);
-    }
+    if (rc == 0) { rc = nl_io_write_file(o->io, out, b.p, b.n); }
     free(b.p);
     log_free(&l);
     free(run_path);

@@ -34,12 +34,12 @@ typedef struct {
 } nl_report_kv;
 
 typedef struct {
-    const char *log;            /* the --log-json file (required) */
-    const char *run_json;       /* the checkpoint directory's run.json, or the directory (NULL: none) */
-    const char *title;          /* the page's heading (NULL: "nightlora training report") */
-    const nl_report_kv *info;   /* more settings rows, shown first (the command line); borrowed */
+    const char *log;          /* the --log-json file (required) */
+    const char *run_json;     /* the checkpoint directory's run.json, or the directory (NULL: none) */
+    const char *title;        /* the page's heading (NULL: "nightlora training report") */
+    const nl_report_kv *info; /* more settings rows, shown first (the command line); borrowed */
     int n_info;
-    const nl_io *io;            /* the output's writes (NULL: nl_io_posix(); tests inject faults) */
+    const nl_io *io; /* the output's writes (NULL: nl_io_posix(); tests inject faults) */
 } nl_report_opts;
 
 /* Writes the report to `out` atomically (os/io.h: OUT.tmp, fsync, rename), so a failure leaves

@@ -17,40 +17,39 @@
  * answer's choice scored once for both. Per choice (nl_eval_opts.per_choice,
  * NL_EVAL_PER_CHOICE=1) every choice is its own sequence, prompt + choice, as before the shared
  * prefixes; so is every choice of a prompt too short to share (nl_attention_prefix_rows: a
- * prompt of a few tokens, a choice making it longer). Groups of consecutive examples (an example's prompt, its choices and its loss) are
- * packed back to back up to batch_tokens rows (a longer group runs alone) and go through the
- * forward as one request per projection, then the head over the rows that predict a target
- * only (per choice: over every row). Each item's sum is its target rows' losses added in row
- * order: the bits of a forward of the item alone (the service's rows are independent, and a
- * continuation's rows are those of prompt + choice as one sequence). */
+ * prompt of a few tokens, a choice making it longer). Groups of consecutive examples (an example's prompt, its choices
+ * and its loss) are packed back to back up to batch_tokens rows (a longer group runs alone) and go through the forward
+ * as one request per projection, then the head over the rows that predict a target only (per choice: over every row).
+ * Each item's sum is its target rows' losses added in row order: the bits of a forward of the item alone (the service's
+ * rows are independent, and a continuation's rows are those of prompt + choice as one sequence). */
 enum { IT_SEQ, IT_PREFIX, IT_BRANCH };
 
 typedef struct {
-    int ex;       /* example index */
-    int choice;   /* IT_SEQ: -1 the example's loss, else the choice; IT_BRANCH: the choice */
-    int n;        /* rows of its segment */
-    int kind;     /* IT_SEQ: a sequence of its own; IT_PREFIX: the example's prompt (no score);
-                   * IT_BRANCH: a choice continuing the IT_PREFIX before it */
+    int ex;        /* example index */
+    int choice;    /* IT_SEQ: -1 the example's loss, else the choice; IT_BRANCH: the choice */
+    int n;         /* rows of its segment */
+    int kind;      /* IT_SEQ: a sequence of its own; IT_PREFIX: the example's prompt (no score);
+                    * IT_BRANCH: a choice continuing the IT_PREFIX before it */
     int also_loss; /* IT_BRANCH: its sum is the example's loss too */
 } item;
 
 typedef struct {
     nl_runtime *rt;
     const nl_dataset *ds;
-    int max_ctx, cap;       /* cap: rows per batch */
+    int max_ctx, cap; /* cap: rows per batch */
     int per_choice;
     item *it;
     int n_it, it_cap;
-    int rows;               /* queued rows */
-    int32_t *tok, *tgt;     /* [buf_rows] */
+    int rows;                   /* queued rows */
+    int32_t *tok, *tgt;         /* [buf_rows] */
     int32_t *sel_row, *sel_tgt; /* the head's rows: row of h, its target */
-    double *rl;             /* [buf_rows] */
-    float *h, *hs;          /* hidden rows [buf_rows][E]; the head's rows gathered */
+    double *rl;                 /* [buf_rows] */
+    float *h, *hs;              /* hidden rows [buf_rows][E]; the head's rows gathered */
     int buf_rows;
-    double **ll;            /* [ds->n]: each example's choice log-likelihoods (NULL: none yet) */
-    double *loss;           /* [ds->n] */
-    int64_t *count;         /* [ds->n] */
-    int n_shared;           /* examples queued with their prompt once */
+    double **ll;    /* [ds->n]: each example's choice log-likelihoods (NULL: none yet) */
+    double *loss;   /* [ds->n] */
+    int64_t *count; /* [ds->n] */
+    int n_shared;   /* examples queued with their prompt once */
 } batcher;
 
 static int reserve(batcher *b, int rows) {
@@ -138,7 +137,8 @@ static int flush(batcher *b) {
     if (rc == 0 && b->per_choice) {
         rc = nl_head_loss_rows(b->rt, b->h, b->tgt, b->rows, b->rl); /* every row is selected, in order */
     } else if (rc == 0) {
-        for (int j = 0; j < n_sel; j++) memcpy(b->hs + (size_t)j * E, b->h + (size_t)b->sel_row[j] * E, (size_t)E * sizeof *b->hs);
+        for (int j = 0; j < n_sel; j++)
+            memcpy(b->hs + (size_t)j * E, b->h + (size_t)b->sel_row[j] * E, (size_t)E * sizeof *b->hs);
         if (n_sel > 0) rc = nl_head_loss_rows(b->rt, b->hs, b->sel_tgt, n_sel, b->rl);
     }
     for (int i = 0; rc == 0 && i < b->n_it; i++) {
@@ -189,7 +189,9 @@ static int add(batcher *b, item it) {
     return 0;
 }
 
-static int push(batcher *b, int ex, int choice, int n) { return group(b, n) || add(b, (item){ex, choice, n, IT_SEQ, 0}) ? -1 : 0; }
+static int push(batcher *b, int ex, int choice, int n) {
+    return group(b, n) || add(b, (item){ex, choice, n, IT_SEQ, 0}) ? -1 : 0;
+}
 
 /* 1 when the example's loss sequence (its first n tokens) is its prompt + the answer with
  * targets on the answer only: the answer's continuation scores it. */
@@ -207,7 +209,8 @@ static int queue_example(batcher *b, int i, int n) {
     const nl_example *ex = &b->ds->ex[i];
     if (ex->n_choices > 0 && !(b->ll[i] = nl_malloc((size_t)ex->n_choices * sizeof **b->ll))) return -1;
     int alone = ex->n_choices == 0 || b->per_choice || ex->n_prompt == 0;
-    for (int k = 0; !alone && k < ex->n_choices; k++) alone = !nl_attention_prefix_rows(ex->n_prompt, ex->n_prompt + ex->choice_len[k]);
+    for (int k = 0; !alone && k < ex->n_choices; k++)
+        alone = !nl_attention_prefix_rows(ex->n_prompt, ex->n_prompt + ex->choice_len[k]);
     if (alone) {
         if (n > 0 && push(b, i, -1, n)) return -1;
         for (int k = 0; k < ex->n_choices; k++)
@@ -230,7 +233,8 @@ static int queue_example(batcher *b, int i, int n) {
 static void format_lines(const nl_eval_result *r, char *buf, size_t cap) {
     const int shown = r->n_dropped < 8 ? r->n_dropped : 8;
     size_t k = (size_t)snprintf(buf, cap, "line%s", shown > 1 ? "s" : "");
-    for (int i = 0; i < shown && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, "%s %d", i ? "," : "", r->dropped_line[i]);
+    for (int i = 0; i < shown && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s %d", i ? "," : "", r->dropped_line[i]);
     if (r->n_dropped > shown && k < cap) snprintf(buf + k, cap - k, ", ...");
 }
 
@@ -250,21 +254,26 @@ int nl_eval_check(const nl_dataset *ds, int max_ctx, nl_eval_result *r) {
         r->n_examples++;
         if (n > 0) targets += nl_example_targets_within(ex, n);
         if (n == 0) {
-            if (r->n_dropped < (int)(sizeof r->dropped_line / sizeof *r->dropped_line)) r->dropped_line[r->n_dropped] = ex->line;
+            if (r->n_dropped < (int)(sizeof r->dropped_line / sizeof *r->dropped_line))
+                r->dropped_line[r->n_dropped] = ex->line;
             r->n_dropped++;
         } else if (n < ex->n_tokens) {
             r->n_truncated++;
         }
         for (int k = 0; k < ex->n_choices; k++) {
             int len = ex->n_prompt + ex->choice_len[k];
-            if (len > max_ctx) return nl_err("%s:%d: choice %d needs %d tokens, more than the context %d", ds->path, ex->line, k, len, max_ctx);
+            if (len > max_ctx)
+                return nl_err("%s:%d: choice %d needs %d tokens, more than the context %d", ds->path, ex->line, k, len,
+                              max_ctx);
         }
     }
     if (targets == 0) {
         char lines[128];
         format_lines(r, lines, sizeof lines);
-        return nl_err("%s: no example has a target token within the context of %d: all %d dropped (%s); raise --ctx or shorten "
-                      "what comes before the targets", ds->path, max_ctx, r->n_examples, lines);
+        return nl_err(
+            "%s: no example has a target token within the context of %d: all %d dropped (%s); raise --ctx or shorten "
+            "what comes before the targets",
+            ds->path, max_ctx, r->n_examples, lines);
     }
     return 0;
 }
@@ -293,8 +302,13 @@ int nl_eval_dataset_opts(nl_runtime *rt, const nl_dataset *ds, int max_ctx, cons
         const int upto = b.n_it > 0 ? b.it[0].ex : (i < ds->n ? i + 1 : ds->n);
         for (; rc == 0 && done < upto; done++) {
             const nl_example *ex = &ds->ex[done];
-            nl_eval_example e = {.line = ex->line, .loss_sum = b.loss[done], .n_targets = b.count[done], .n_choices = ex->n_choices,
-                                 .ll = b.ll[done], .predicted = -1, .answer = ex->answer};
+            nl_eval_example e = {.line = ex->line,
+                                 .loss_sum = b.loss[done],
+                                 .n_targets = b.count[done],
+                                 .n_choices = ex->n_choices,
+                                 .ll = b.ll[done],
+                                 .predicted = -1,
+                                 .answer = ex->answer};
             r->loss_sum += e.loss_sum;
             r->n_targets += e.n_targets;
             if (ex->n_choices > 0) {

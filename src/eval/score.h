@@ -12,20 +12,22 @@
 #include "nn/forward.h"
 
 typedef struct {
-    double loss_sum;        /* sum of target cross-entropies (nats) */
+    double loss_sum; /* sum of target cross-entropies (nats) */
     int64_t n_targets;
-    int n_items;            /* examples with choices */
-    int n_correct;          /* of those, argmax log-likelihood == answer */
-    int n_examples;         /* every example of the file */
-    int ctx;                /* the context the examples were cut to */
-    int n_truncated;        /* examples cut to it: their targets past it are not scored */
-    int n_dropped;          /* examples with no target within it: not in the loss */
-    int dropped_line[8];    /* the file lines of the first min(n_dropped, 8) of those */
-    int n_shared;           /* examples with choices whose prompt ran once for all of them (the
-                             * others: per choice, nl_eval_opts.per_choice) */
+    int n_items;         /* examples with choices */
+    int n_correct;       /* of those, argmax log-likelihood == answer */
+    int n_examples;      /* every example of the file */
+    int ctx;             /* the context the examples were cut to */
+    int n_truncated;     /* examples cut to it: their targets past it are not scored */
+    int n_dropped;       /* examples with no target within it: not in the loss */
+    int dropped_line[8]; /* the file lines of the first min(n_dropped, 8) of those */
+    int n_shared;        /* examples with choices whose prompt ran once for all of them (the
+                          * others: per choice, nl_eval_opts.per_choice) */
 } nl_eval_result;
 
-static inline double nl_eval_loss(const nl_eval_result *r) { return r->n_targets ? r->loss_sum / (double)r->n_targets : 0.0; }
+static inline double nl_eval_loss(const nl_eval_result *r) {
+    return r->n_targets ? r->loss_sum / (double)r->n_targets : 0.0;
+}
 
 /* Every example's targets contribute to the loss (sequences longer than max_ctx are cut to it:
  * counted in n_truncated, or in n_dropped when no target is left, the rule nl_pack applies in
@@ -36,12 +38,12 @@ int nl_eval_dataset(nl_runtime *rt, const nl_dataset *ds, int max_ctx, nl_eval_r
 
 /* One example's result, for eval --json and the validation rows. */
 typedef struct {
-    int line;           /* the example's line in its file */
-    double loss_sum;    /* its targets' cross-entropy within the context (0: dropped) */
+    int line;        /* the example's line in its file */
+    double loss_sum; /* its targets' cross-entropy within the context (0: dropped) */
     int64_t n_targets;
-    int n_choices;      /* 0: no choices */
-    const double *ll;   /* [n_choices]: each choice's log-likelihood after the prompt */
-    int predicted;      /* argmax of ll (the first of equals); -1 without choices */
+    int n_choices;    /* 0: no choices */
+    const double *ll; /* [n_choices]: each choice's log-likelihood after the prompt */
+    int predicted;    /* argmax of ll (the first of equals); -1 without choices */
     int answer;
 } nl_eval_example;
 
@@ -50,7 +52,7 @@ typedef struct {
 #define NL_EVAL_BATCH_TOKENS 2048
 
 typedef struct {
-    int batch_tokens;   /* rows per packed forward (0: NL_EVAL_BATCH_TOKENS; 1: every example alone) */
+    int batch_tokens; /* rows per packed forward (0: NL_EVAL_BATCH_TOKENS; 1: every example alone) */
     /* 1: every choice its own sequence, prompt + choice, the prompt computed again for each
      * (NL_EVAL_PER_CHOICE=1 in the environment asks the same); 0: the prompt once, its choices
      * continuing it (nl_forward_packed_prefix), the same bits */

@@ -26,9 +26,11 @@ int nl_session_open(nl_session *s, const char *model_path, const char *adapter_p
         /* as train and merge: a LoRA on a head tied to the embedding (token_embd.weight.lora_a/b)
          * is llama.cpp's embedding adapter, not a head one; no command computes it as either */
         if (s->m->tied_head && s->adapter->by_proj[s->m->p_output] >= 0) {
-            nl_err("%s adapts token_embd.weight, which %s ties to its output head: llama.cpp applies such a pair as an "
-                   "embedding adapter, nightlora's graph as a head one, and merge refuses it; retrain without \"output\" "
-                   "in --targets", adapter_path, model_path);
+            nl_err(
+                "%s adapts token_embd.weight, which %s ties to its output head: llama.cpp applies such a pair as an "
+                "embedding adapter, nightlora's graph as a head one, and merge refuses it; retrain without \"output\" "
+                "in --targets",
+                adapter_path, model_path);
             goto fail;
         }
     }
@@ -75,7 +77,10 @@ int nl_session_logits(nl_session *s, const int32_t *tokens, int T, float *logits
     return rc;
 }
 
-typedef struct { float p; int32_t id; } prob_id;
+typedef struct {
+    float p;
+    int32_t id;
+} prob_id;
 
 static int cmp_prob_desc(const void *a, const void *b) {
     const prob_id *x = a, *y = b;
@@ -103,7 +108,10 @@ int32_t nl_sample(const float *logits, int V, float temp, float top_p, double u)
         double c = 0.0;
         for (int i = 0; i < V; i++) {
             c += pi[i].p / sum;
-            if (c >= top_p) { n = i + 1; break; }
+            if (c >= top_p) {
+                n = i + 1;
+                break;
+            }
         }
     }
     double mass = 0.0;
@@ -112,7 +120,10 @@ int32_t nl_sample(const float *logits, int V, float temp, float top_p, double u)
     int32_t id = pi[n - 1].id;
     for (int i = 0; i < n; i++) {
         c += pi[i].p;
-        if (c > target) { id = pi[i].id; break; }
+        if (c > target) {
+            id = pi[i].id;
+            break;
+        }
     }
     free(pi);
     return id;
@@ -139,20 +150,31 @@ int nl_generate(nl_session *s, const int32_t *prompt, int n_prompt, const nl_sam
     int rc = -1, ng = 0;
     if (!h || !logits || !gen) goto done;
     if (nl_forward(&s->rt, &st, prompt, n_prompt, h)) goto done;
-    if (nl_head_logits(&s->rt, h + (size_t)(n_prompt - 1) * E, 1, logits) || check_logits(s, logits, 1, V, n_prompt - 1)) goto done;
+    if (nl_head_logits(&s->rt, h + (size_t)(n_prompt - 1) * E, 1, logits) ||
+        check_logits(s, logits, 1, V, n_prompt - 1))
+        goto done;
     int32_t eos = s->tok ? nl_token_eos(s->tok) : -1, eot = s->tok ? nl_token_eot(s->tok) : -1;
     for (ng = 0; ng < p->n_predict; ng++) {
         int32_t id = nl_sample(logits, V, p->temp, p->top_p, sample_uniform(p->seed, (uint64_t)ng));
         gen[ng] = id;
         if (on_token) on_token(user, id);
-        if (p->stop_at_eog && (id == eos || id == eot)) { ng++; break; }
-        if (st.n_past >= n_ctx) { ng++; break; }
+        if (p->stop_at_eog && (id == eos || id == eot)) {
+            ng++;
+            break;
+        }
+        if (st.n_past >= n_ctx) {
+            ng++;
+            break;
+        }
         if (nl_forward(&s->rt, &st, &id, 1, h)) goto done;
         if (nl_head_logits(&s->rt, h, 1, logits) || check_logits(s, logits, 1, V, st.n_past - 1)) goto done;
     }
     rc = 0;
 done:
-    if (rc == 0 && out) { *out = gen; gen = NULL; }
+    if (rc == 0 && out) {
+        *out = gen;
+        gen = NULL;
+    }
     if (n_out) *n_out = ng;
     free(gen);
     free(h);

@@ -13,8 +13,8 @@
 
 typedef struct {
     nl_model *m;
-    nl_tokenizer *tok;        /* the model's vocabulary; NULL when the GGUF has none */
-    nl_adapter *adapter;      /* may be NULL */
+    nl_tokenizer *tok;   /* the model's vocabulary; NULL when the GGUF has none */
+    nl_adapter *adapter; /* may be NULL */
     nl_proj_service *svc;
     nl_runtime rt;
 } nl_session;
@@ -28,11 +28,11 @@ void nl_session_close(nl_session *s);
 int nl_session_logits(nl_session *s, const int32_t *tokens, int T, float *logits);
 
 typedef struct {
-    int n_predict;            /* tokens to generate */
-    float temp;               /* 0 = greedy */
-    float top_p;              /* 1 = off */
+    int n_predict; /* tokens to generate */
+    float temp;    /* 0 = greedy */
+    float top_p;   /* 1 = off */
     uint64_t seed;
-    int stop_at_eog;          /* stop at EOS / end of turn */
+    int stop_at_eog; /* stop at EOS / end of turn */
 } nl_sample_params;
 
 /* Prefill `prompt`, then decode token by token with the KV cache / GDN state. Each generated id

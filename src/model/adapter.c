@@ -15,10 +15,10 @@
 #include "util/util.h"
 
 static const char *const kind_names[] = {
-    [NL_P_Q] = "q", [NL_P_K] = "k", [NL_P_V] = "v", [NL_P_O] = "o",
-    [NL_P_GATE] = "gate", [NL_P_UP] = "up", [NL_P_DOWN] = "down",
-    [NL_P_QKV] = "qkv", [NL_P_Z] = "z", [NL_P_ALPHA] = "alpha", [NL_P_BETA] = "beta",
-    [NL_P_OUT] = "out", [NL_P_OUTPUT] = "output", [NL_P_EMBED] = "embed",
+    [NL_P_Q] = "q",           [NL_P_K] = "k",         [NL_P_V] = "v",       [NL_P_O] = "o",
+    [NL_P_GATE] = "gate",     [NL_P_UP] = "up",       [NL_P_DOWN] = "down", [NL_P_QKV] = "qkv",
+    [NL_P_Z] = "z",           [NL_P_ALPHA] = "alpha", [NL_P_BETA] = "beta", [NL_P_OUT] = "out",
+    [NL_P_OUTPUT] = "output", [NL_P_EMBED] = "embed",
 };
 
 int nl_parse_targets(const char *targets, uint32_t *mask) {
@@ -35,7 +35,8 @@ int nl_parse_targets(const char *targets, uint32_t *mask) {
         for (int k = 0; k < NL_P_EMBED; k++)
             if (strlen(kind_names[k]) == n && !strncmp(kind_names[k], p, n)) found = k;
         if (found < 0)
-            return nl_err("--targets: unknown projection '%.*s' (known: q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output, or all)",
+            return nl_err("--targets: unknown projection '%.*s' (known: "
+                          "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out,output, or all)",
                           (int)n, p);
         *mask |= 1u << found;
         p += n + (e ? 1 : 0);
@@ -52,7 +53,10 @@ nl_adapter *nl_adapter_alloc(const nl_model *m, const int *projs, const int *ran
     a->n_model_projs = m->n_projs;
     a->t = nl_calloc((size_t)n, sizeof *a->t);
     a->by_proj = nl_malloc((size_t)m->n_projs * sizeof *a->by_proj);
-    if (!a->t || !a->by_proj) { nl_adapter_free(a); return NULL; }
+    if (!a->t || !a->by_proj) {
+        nl_adapter_free(a);
+        return NULL;
+    }
     for (int i = 0; i < m->n_projs; i++) a->by_proj[i] = -1;
     size_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -71,7 +75,10 @@ nl_adapter *nl_adapter_alloc(const nl_model *m, const int *projs, const int *ran
     }
     a->n_params = off;
     a->params = nl_calloc(off, sizeof(float));
-    if (!a->params) { nl_adapter_free(a); return NULL; }
+    if (!a->params) {
+        nl_adapter_free(a);
+        return NULL;
+    }
     return a;
 }
 
@@ -85,10 +92,17 @@ void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t ke
 nl_adapter *nl_adapter_new(const nl_model *m, const char *targets, int rank, float alpha, uint64_t seed) {
     uint32_t mask;
     if (nl_parse_targets(targets, &mask)) return NULL;
-    if (rank < 1 || rank > 4096) { nl_err("--rank %d: expected 1..4096", rank); return NULL; }
+    if (rank < 1 || rank > 4096) {
+        nl_err("--rank %d: expected 1..4096", rank);
+        return NULL;
+    }
     int *projs = nl_malloc((size_t)m->n_projs * sizeof *projs);
     int *ranks = nl_malloc((size_t)m->n_projs * sizeof *ranks);
-    if (!projs || !ranks) { free(projs); free(ranks); return NULL; }
+    if (!projs || !ranks) {
+        free(projs);
+        free(ranks);
+        return NULL;
+    }
     int n = 0;
     for (int i = 0; i < m->n_projs; i++) {
         const nl_proj_desc *d = &m->projs[i];
@@ -129,7 +143,8 @@ static int find_proj_by_name(const nl_model *m, const char *name, size_t len) {
 static int tensor_to_f32(const char *path, const nl_gguf_tensor *t, float *out) {
     const nl_type_traits *tr = nl_type_get(t->type);
     if (!tr || !tr->to_float)
-        return nl_err("%s: tensor '%s' has type %s, expected f32, f16, bf16 or q8_0", path, t->name, nl_type_name(t->type));
+        return nl_err("%s: tensor '%s' has type %s, expected f32, f16, bf16 or q8_0", path, t->name,
+                      nl_type_name(t->type));
     int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     tr->to_float(t->data, out, n);
     return 0;
@@ -158,8 +173,14 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
     }
     float alpha = 0.0f;
     int r = nl_gguf_get_f32(g, "adapter.lora.alpha", &alpha);
-    if (r < 0) { nl_err_prefix("%s", path); goto fail; }
-    if (!isfinite(alpha)) { nl_err("%s: adapter.lora.alpha = %g: expected a finite number", path, (double)alpha); goto fail; }
+    if (r < 0) {
+        nl_err_prefix("%s", path);
+        goto fail;
+    }
+    if (!isfinite(alpha)) {
+        nl_err("%s: adapter.lora.alpha = %g: expected a finite number", path, (double)alpha);
+        goto fail;
+    }
 
     projs = nl_malloc((size_t)(g->n_tensors + 1) * sizeof(int));
     ranks = nl_malloc((size_t)(g->n_tensors + 1) * sizeof(int));
@@ -180,26 +201,36 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
         if (!is_a) continue;
         int p = find_proj_by_name(m, t->name, len - 7);
         if (p < 0) {
-            nl_err("%s: tensor '%s' adapts '%.*s', which this %s model does not have", path, t->name,
-                   (int)(len - 7), t->name, nl_arch_name(m->arch));
+            nl_err("%s: tensor '%s' adapts '%.*s', which this %s model does not have", path, t->name, (int)(len - 7),
+                   t->name, nl_arch_name(m->arch));
             goto fail;
         }
         char bname[NL_GGUF_MAX_NAME + 8];
         snprintf(bname, sizeof bname, "%.*s.lora_b", (int)(len - 7), t->name);
         const nl_gguf_tensor *tb = nl_gguf_tensor_find(g, bname);
-        if (!tb) { nl_err("%s: '%s' has no matching '%s'", path, t->name, bname); goto fail; }
+        if (!tb) {
+            nl_err("%s: '%s' has no matching '%s'", path, t->name, bname);
+            goto fail;
+        }
         const nl_proj_desc *d = &m->projs[p];
-        if (t->n_dims != 2 || tb->n_dims != 2 || t->ne[0] != d->n_in || tb->ne[1] != d->n_out || t->ne[1] != tb->ne[0]) {
+        if (t->n_dims != 2 || tb->n_dims != 2 || t->ne[0] != d->n_in || tb->ne[1] != d->n_out ||
+            t->ne[1] != tb->ne[0]) {
             nl_err("%s: '%s' {%lld, %lld} / '%s' {%lld, %lld} do not fit base '%s' {%lld, %lld} "
                    "(expected lora_a {%lld, r} and lora_b {r, %lld})",
                    path, t->name, (long long)t->ne[0], (long long)t->ne[1], tb->name, (long long)tb->ne[0],
-                   (long long)tb->ne[1], d->name, (long long)d->n_in, (long long)d->n_out,
-                   (long long)d->n_in, (long long)d->n_out);
+                   (long long)tb->ne[1], d->name, (long long)d->n_in, (long long)d->n_out, (long long)d->n_in,
+                   (long long)d->n_out);
             goto fail;
         }
-        if (t->ne[1] < 1 || t->ne[1] > 4096) { nl_err("%s: '%s' has rank %lld, expected 1..4096", path, t->name, (long long)t->ne[1]); goto fail; }
+        if (t->ne[1] < 1 || t->ne[1] > 4096) {
+            nl_err("%s: '%s' has rank %lld, expected 1..4096", path, t->name, (long long)t->ne[1]);
+            goto fail;
+        }
         for (int j = 0; j < n; j++)
-            if (projs[j] == p) { nl_err("%s: '%s' appears twice", path, t->name); goto fail; }
+            if (projs[j] == p) {
+                nl_err("%s: '%s' appears twice", path, t->name);
+                goto fail;
+            }
         projs[n] = p;
         ranks[n] = (int)t->ne[1];
         ia[n] = (int)i;
@@ -213,10 +244,16 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
         if (len > 7 && !strcmp(name + len - 7, ".lora_b")) {
             int ok = 0;
             for (int j = 0; j < n; j++) ok |= ib[j] == (int)i;
-            if (!ok) { nl_err("%s: '%s' has no matching lora_a", path, name); goto fail; }
+            if (!ok) {
+                nl_err("%s: '%s' has no matching lora_a", path, name);
+                goto fail;
+            }
         }
     }
-    if (n == 0) { nl_err("%s: the adapter has no lora_a/lora_b tensors", path); goto fail; }
+    if (n == 0) {
+        nl_err("%s: the adapter has no lora_a/lora_b tensors", path);
+        goto fail;
+    }
     a = nl_adapter_alloc(m, projs, ranks, n, alpha);
     if (!a) goto fail;
     for (int i = 0; i < n; i++) {
@@ -224,11 +261,17 @@ static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
         if (tensor_to_f32(path, &g->tensors[ib[i]], nl_lora_B(a, i))) goto fail;
     }
     if (nl_adapter_check_finite(a, m, path)) goto fail;
-    free(projs); free(ranks); free(ia); free(ib);
+    free(projs);
+    free(ranks);
+    free(ia);
+    free(ib);
     nl_gguf_close(g);
     return a;
 fail:
-    free(projs); free(ranks); free(ia); free(ib);
+    free(projs);
+    free(ranks);
+    free(ia);
+    free(ib);
     nl_adapter_free(a);
     nl_gguf_close(g);
     return NULL;
@@ -262,10 +305,11 @@ int nl_adapter_check_finite(const nl_adapter *a, const nl_model *m, const char *
             const char *nm = m->projs[lt->proj].name;
             size_t bl = strlen(nm);
             if (bl > 7 && !strcmp(nm + bl - 7, ".weight")) bl -= 7;
-            return nl_err("%s: '%.*s' overflows the forward: its update scale %g x |B| %g x |A| %g (largest row sums) can "
-                          "multiply an activation by %.3g, more than the %g a finite forward allows: its values or its "
-                          "alpha are out of range (the adapter is damaged, or was trained to diverge)",
-                          label, (int)bl, nm, s, nb, na, gain, NL_ADAPTER_MAX_GAIN);
+            return nl_err(
+                "%s: '%.*s' overflows the forward: its update scale %g x |B| %g x |A| %g (largest row sums) can "
+                "multiply an activation by %.3g, more than the %g a finite forward allows: its values or its "
+                "alpha are out of range (the adapter is damaged, or was trained to diverge)",
+                label, (int)bl, nm, s, nb, na, gain, NL_ADAPTER_MAX_GAIN);
         }
     }
     return 0;

@@ -16,21 +16,21 @@
 #include "model/model.h"
 
 typedef struct {
-    int proj;              /* index into nl_model.projs */
+    int proj; /* index into nl_model.projs */
     int rank;
     int64_t n_in, n_out;
-    size_t off_a, off_b;   /* offsets (floats) of A and B inside params */
+    size_t off_a, off_b; /* offsets (floats) of A and B inside params */
 } nl_lora_tensor;
 
 typedef struct nl_adapter {
     nl_arch arch;
     float alpha;
     int rank;
-    int n;                 /* adapted projections */
+    int n; /* adapted projections */
     nl_lora_tensor *t;
-    int *by_proj;          /* [model->n_projs]: entry index or -1 */
+    int *by_proj; /* [model->n_projs]: entry index or -1 */
     int n_model_projs;
-    float *params;         /* owned, n_params floats */
+    float *params; /* owned, n_params floats */
     size_t n_params;
 } nl_adapter;
 
@@ -45,13 +45,13 @@ void nl_lora_init(float *A, float *B, int rank, int n_in, int n_out, uint64_t ke
  * lost = ‖(Q(W+ΔW) − W − ΔW)·Pᵀ‖ / ‖ΔW‖ (0: every bit of the update is in the file; ≥ 1: none). */
 #define NL_MERGE_NTYPES 43 /* ggml's id space (model/quant.h's NL_TYPE_COUNT) */
 typedef struct {
-    int n_adapted;              /* adapted tensors merged */
-    int n_retyped;              /* of those, written in another type than stored */
+    int n_adapted;                /* adapted tensors merged */
+    int n_retyped;                /* of those, written in another type than stored */
     int by_type[NL_MERGE_NTYPES]; /* adapted tensors by written type (ggml id) */
-    double dw2, err2;           /* Σ‖ΔW‖², Σ‖(Q(W+ΔW) − W − ΔW)·Pᵀ‖² */
-    double lost;                /* sqrt(err2 / dw2), over every adapted tensor */
-    double worst;               /* the largest one tensor's lost */
-    char worst_name[96];        /* its name */
+    double dw2, err2;             /* Σ‖ΔW‖², Σ‖(Q(W+ΔW) − W − ΔW)·Pᵀ‖² */
+    double lost;                  /* sqrt(err2 / dw2), over every adapted tensor */
+    double worst;                 /* the largest one tensor's lost */
+    char worst_name[96];          /* its name */
 } nl_merge_stats;
 
 /* Write base + merged adapter (W + s·B·A for every adapted projection) as GGUF (model/merge.c).
@@ -59,7 +59,8 @@ typedef struct {
  * are written in `type`, and general.file_type names it. Stats into *st (may be NULL). Nothing is
  * written when a merged weight is not finite in its type (what the model loader refuses), when
  * the base changed while it was read, or when max_lost ≥ 0 and st->lost exceeds it. */
-int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_lost, nl_merge_stats *st, const char *out_path);
+int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_lost, nl_merge_stats *st,
+                const char *out_path);
 /* nl_merge_ex with no stats and no bound on the loss. */
 int nl_merge(const nl_model *m, const nl_adapter *a, int type, const char *out_path);
 /* The type merge (type < 0) writes an adapted tensor of `type` in: F32, F16, BF16 and Q8_0 their

@@ -43,17 +43,35 @@ static int last_known_type(void) {
 static int tensor_nbytes(int type, const int64_t ne[NL_GGUF_MAX_DIMS], uint64_t *out, const char **why) {
     int blck;
     size_t bb;
-    if (nl_gguf_type_info(type, &blck, &bb) != 0) { *why = "unknown ggml type"; return -1; }
+    if (nl_gguf_type_info(type, &blck, &bb) != 0) {
+        *why = "unknown ggml type";
+        return -1;
+    }
     for (int d = 0; d < NL_GGUF_MAX_DIMS; d++)
-        if (ne[d] < 0) { *why = "negative dimension"; return -1; }
-    if (ne[0] % blck != 0) { *why = "ne0 is not a multiple of the block size"; return -1; }
+        if (ne[d] < 0) {
+            *why = "negative dimension";
+            return -1;
+        }
+    if (ne[0] % blck != 0) {
+        *why = "ne0 is not a multiple of the block size";
+        return -1;
+    }
     /* The element count must fit int64 (ggml_nelements) and the byte size uint64. */
     uint64_t nel = 1, bytes;
-    if (nl_mul_ok((uint64_t)(ne[0] / blck), bb, &bytes) != 0) { *why = "dims overflow"; return -1; }
+    if (nl_mul_ok((uint64_t)(ne[0] / blck), bb, &bytes) != 0) {
+        *why = "dims overflow";
+        return -1;
+    }
     for (int d = 0; d < NL_GGUF_MAX_DIMS; d++)
-        if (nl_mul_ok(nel, (uint64_t)ne[d], &nel) != 0 || nel > (uint64_t)INT64_MAX) { *why = "dims overflow"; return -1; }
+        if (nl_mul_ok(nel, (uint64_t)ne[d], &nel) != 0 || nel > (uint64_t)INT64_MAX) {
+            *why = "dims overflow";
+            return -1;
+        }
     for (int d = 1; d < NL_GGUF_MAX_DIMS; d++)
-        if (nl_mul_ok(bytes, (uint64_t)ne[d], &bytes) != 0 || bytes > (uint64_t)INT64_MAX) { *why = "dims overflow"; return -1; }
+        if (nl_mul_ok(bytes, (uint64_t)ne[d], &bytes) != 0 || bytes > (uint64_t)INT64_MAX) {
+            *why = "dims overflow";
+            return -1;
+        }
     *out = bytes;
     return 0;
 }
@@ -62,17 +80,24 @@ static uint64_t pad_to(uint64_t x, uint64_t align) { return (x + align - 1) / al
 
 static size_t vtype_size(int t) {
     switch (t) {
-    case NL_GGUF_UINT8: case NL_GGUF_INT8: case NL_GGUF_BOOL: return 1;
-    case NL_GGUF_UINT16: case NL_GGUF_INT16: return 2;
-    case NL_GGUF_UINT32: case NL_GGUF_INT32: case NL_GGUF_FLOAT32: return 4;
-    case NL_GGUF_UINT64: case NL_GGUF_INT64: case NL_GGUF_FLOAT64: return 8;
+    case NL_GGUF_UINT8:
+    case NL_GGUF_INT8:
+    case NL_GGUF_BOOL: return 1;
+    case NL_GGUF_UINT16:
+    case NL_GGUF_INT16: return 2;
+    case NL_GGUF_UINT32:
+    case NL_GGUF_INT32:
+    case NL_GGUF_FLOAT32: return 4;
+    case NL_GGUF_UINT64:
+    case NL_GGUF_INT64:
+    case NL_GGUF_FLOAT64: return 8;
     default: return 0; /* STRING, ARRAY, unknown */
     }
 }
 
 const char *nl_gguf_vtype_name(int type) {
-    static const char *names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-                                  "bool", "string", "array", "uint64", "int64", "float64"};
+    static const char *names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                  "bool",  "string", "array",  "uint64", "int64",  "float64"};
     if (type < 0 || type > NL_GGUF_FLOAT64) return "unknown";
     return names[type];
 }
@@ -114,9 +139,9 @@ static int64_t set_find(const name_set *s, char *const *names, const char *name,
 typedef struct {
     nl_gguf pub;
     name_set kv_set, t_set;
-    int fd;               /* the mapped file, kept open to notice it changing (-1: none) */
-    struct stat st;       /* its size and modification time at open */
-    int watch;            /* its slot in the SIGBUS watch list (-1: none) */
+    int fd;         /* the mapped file, kept open to notice it changing (-1: none) */
+    struct stat st; /* its size and modification time at open */
+    int watch;      /* its slot in the SIGBUS watch list (-1: none) */
 } gguf_impl;
 
 /* ---- a mapped file changing under the reader ----
@@ -148,7 +173,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         if (!__atomic_load_n(&watch[i].used, __ATOMIC_ACQUIRE) || a < watch[i].lo || a >= watch[i].hi) continue;
         uintptr_t from = a & ~(page_size - 1);
         /* mmap is a plain system call here: safe in a handler on Linux */
-        if (mmap((void *)from, watch[i].hi - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+        if (mmap((void *)from, watch[i].hi - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+            MAP_FAILED) {
             watch[i].changed = 1;
             return; /* the access is retried and reads zeros */
         }
@@ -194,7 +220,8 @@ int nl_gguf_changed(const nl_gguf *g) {
     if (im->watch >= 0 && watch[im->watch].changed) return 1;
     struct stat st;
     if (im->fd < 0 || fstat(im->fd, &st) != 0) return 0;
-    return st.st_size != im->st.st_size || st.st_mtim.tv_sec != im->st.st_mtim.tv_sec || st.st_mtim.tv_nsec != im->st.st_mtim.tv_nsec;
+    return st.st_size != im->st.st_size || st.st_mtim.tv_sec != im->st.st_mtim.tv_sec ||
+           st.st_mtim.tv_nsec != im->st.st_mtim.tv_nsec;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -216,7 +243,9 @@ static int need(const cursor *c, uint64_t n, const char *what) {
     return 0;
 }
 
-static uint32_t ld32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 static uint64_t ld64(const uint8_t *p) { return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32; }
 
 static int rd_u32(cursor *c, uint32_t *v, const char *what) {
@@ -260,10 +289,20 @@ static void load_scalar(nl_gguf_kv *kv, int t, const uint8_t *p) {
     case NL_GGUF_INT16: kv->v.i64 = (int16_t)(uint16_t)(p[0] | p[1] << 8); break;
     case NL_GGUF_UINT32: kv->v.u64 = ld32(p); break;
     case NL_GGUF_INT32: kv->v.i64 = (int32_t)ld32(p); break;
-    case NL_GGUF_FLOAT32: { uint32_t u = ld32(p); float f; memcpy(&f, &u, 4); kv->v.f64 = f; break; }
+    case NL_GGUF_FLOAT32: {
+        uint32_t u = ld32(p);
+        float f;
+        memcpy(&f, &u, 4);
+        kv->v.f64 = f;
+        break;
+    }
     case NL_GGUF_UINT64: kv->v.u64 = ld64(p); break;
     case NL_GGUF_INT64: kv->v.i64 = (int64_t)ld64(p); break;
-    case NL_GGUF_FLOAT64: { uint64_t u = ld64(p); memcpy(&kv->v.f64, &u, 8); break; }
+    case NL_GGUF_FLOAT64: {
+        uint64_t u = ld64(p);
+        memcpy(&kv->v.f64, &u, 8);
+        break;
+    }
     }
 }
 
@@ -273,17 +312,21 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     snprintf(what, sizeof what, "key of KV %" PRId64, i);
     kv->key = rd_str(c, &klen, what);
     if (!kv->key) return -1;
-    if (klen == 0) return nl_err("%s: offset %" PRIu64 ": KV %" PRId64 " has an empty key, expected a non-empty string", c->label, at, i);
+    if (klen == 0)
+        return nl_err("%s: offset %" PRIu64 ": KV %" PRId64 " has an empty key, expected a non-empty string", c->label,
+                      at, i);
     /* Keys are looked up as C strings: one with a NUL inside could never be found, and two
      * differing only after the NUL would look like duplicates. */
     if (strlen(kv->key) != klen)
-        return nl_err("%s: offset %" PRIu64 ": KV %" PRId64 " key contains a NUL byte, expected a key without NUL", c->label, at, i);
+        return nl_err("%s: offset %" PRIu64 ": KV %" PRId64 " key contains a NUL byte, expected a key without NUL",
+                      c->label, at, i);
     uint32_t t;
     snprintf(what, sizeof what, "value type of KV %" PRId64 " '%.64s'", i, kv->key);
     at = c->pos;
     if (rd_u32(c, &t, what)) return -1;
     if (t > NL_GGUF_FLOAT64)
-        return nl_err("%s: offset %" PRIu64 ": unknown value type %" PRIu32 " for KV '%.64s', expected 0..12", c->label, at, t, kv->key);
+        return nl_err("%s: offset %" PRIu64 ": unknown value type %" PRIu32 " for KV '%.64s', expected 0..12", c->label,
+                      at, t, kv->key);
     kv->type = (int)t;
     kv->offset = c->pos;
     snprintf(what, sizeof what, "value of KV '%.64s'", kv->key);
@@ -305,7 +348,8 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     at = c->pos;
     if (rd_u32(c, &et, what)) return -1;
     if (et > NL_GGUF_FLOAT64 || et == NL_GGUF_ARRAY)
-        return nl_err("%s: offset %" PRIu64 ": unknown array element type %" PRIu32 " for KV '%.64s', expected 0..12 other than 9 (array)",
+        return nl_err("%s: offset %" PRIu64 ": unknown array element type %" PRIu32
+                      " for KV '%.64s', expected 0..12 other than 9 (array)",
                       c->label, at, et, kv->key);
     kv->arr_type = (int)et;
     snprintf(what, sizeof what, "array length of KV '%.64s'", kv->key);
@@ -316,7 +360,8 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     if (et == NL_GGUF_STRING) {
         /* Each string needs at least its 8-byte length: bound n before allocating. */
         if (n > left(c) / 8)
-            return nl_err("%s: offset %" PRIu64 ": array of %" PRIu64 " strings in KV '%.64s' is longer than the file (%" PRIu64
+            return nl_err("%s: offset %" PRIu64 ": array of %" PRIu64
+                          " strings in KV '%.64s' is longer than the file (%" PRIu64
                           " bytes left, each string needs at least 8)",
                           c->label, at, n, kv->key, left(c));
         kv->arr_str = nl_calloc(n ? n : 1, sizeof *kv->arr_str);
@@ -331,7 +376,8 @@ static int parse_kv(cursor *c, nl_gguf_kv *kv, int64_t i) {
     }
     size_t es = vtype_size((int)et);
     if (n > left(c) / es)
-        return nl_err("%s: offset %" PRIu64 ": array of %" PRIu64 " %s in KV '%.64s' needs more than the %" PRIu64 " bytes left in the file",
+        return nl_err("%s: offset %" PRIu64 ": array of %" PRIu64 " %s in KV '%.64s' needs more than the %" PRIu64
+                      " bytes left in the file",
                       c->label, at, n, nl_gguf_vtype_name((int)et), kv->key, left(c));
     kv->arr_data = c->b + c->pos;
     c->pos += n * es;
@@ -353,8 +399,8 @@ static int parse_tensor_info(cursor *c, nl_gguf_tensor *t, int64_t i) {
     at = c->pos;
     if (rd_u32(c, &t->n_dims, what)) return -1;
     if (t->n_dims > NL_GGUF_MAX_DIMS)
-        return nl_err("%s: offset %" PRIu64 ": tensor '%s' has %" PRIu32 " dims, expected at most %d", c->label, at, t->name, t->n_dims,
-                      NL_GGUF_MAX_DIMS);
+        return nl_err("%s: offset %" PRIu64 ": tensor '%s' has %" PRIu32 " dims, expected at most %d", c->label, at,
+                      t->name, t->n_dims, NL_GGUF_MAX_DIMS);
     for (int d = 0; d < NL_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     uint64_t at_ne = c->pos;
     for (uint32_t d = 0; d < t->n_dims; d++) {
@@ -363,8 +409,8 @@ static int parse_tensor_info(cursor *c, nl_gguf_tensor *t, int64_t i) {
         at = c->pos;
         if (rd_u64(c, &v, what)) return -1;
         if ((int64_t)v < 0)
-            return nl_err("%s: offset %" PRIu64 ": tensor '%s' ne[%" PRIu32 "] = %" PRId64 ", expected >= 0", c->label, at, t->name, d,
-                          (int64_t)v);
+            return nl_err("%s: offset %" PRIu64 ": tensor '%s' ne[%" PRIu32 "] = %" PRId64 ", expected >= 0", c->label,
+                          at, t->name, d, (int64_t)v);
         t->ne[d] = (int64_t)v;
     }
     uint32_t ty;
@@ -373,12 +419,13 @@ static int parse_tensor_info(cursor *c, nl_gguf_tensor *t, int64_t i) {
     if (rd_u32(c, &ty, what)) return -1;
     t->type = (int)ty;
     if (nl_gguf_type_info(t->type, NULL, NULL) != 0)
-        return nl_err("%s: offset %" PRIu64 ": tensor '%s' has unknown ggml type %" PRIu32 ", expected a known type id (0..%d)",
+        return nl_err("%s: offset %" PRIu64 ": tensor '%s' has unknown ggml type %" PRIu32
+                      ", expected a known type id (0..%d)",
                       c->label, at, t->name, ty, last_known_type());
     const char *why;
     if (tensor_nbytes(t->type, t->ne, &t->nbytes, &why) != 0)
-        return nl_err("%s: offset %" PRIu64 ": tensor '%s' {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "} %s: %s", c->label, at_ne,
-                      t->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], nl_type_name(t->type), why);
+        return nl_err("%s: offset %" PRIu64 ": tensor '%s' {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "} %s: %s",
+                      c->label, at_ne, t->name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], nl_type_name(t->type), why);
     snprintf(what, sizeof what, "data offset of tensor info '%s'", t->name);
     if (rd_u64(c, &t->offset, what)) return -1;
     return 0;
@@ -443,18 +490,21 @@ static int parse(gguf_impl *im) {
     g->alignment = NL_GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < nkv; i++) {
         uint64_t at = c.pos;
-        if (i >= kv_cap) return nl_err("%s: offset %" PRIu64 ": internal: KV count bound", g->path, at); /* unreachable */
+        if (i >= kv_cap)
+            return nl_err("%s: offset %" PRIu64 ": internal: KV count bound", g->path, at); /* unreachable */
         g->n_kv = (int64_t)i + 1; /* so close() frees the partially parsed entry */
         nl_gguf_kv *kv = &g->kv[i];
         if (parse_kv(&c, kv, (int64_t)i)) return -1;
         if (set_find(&im->kv_set, &g->kv[0].key, kv->key, strlen(kv->key), (int64_t)i, sizeof *kv) >= 0)
-            return nl_err("%s: offset %" PRIu64 ": duplicate key '%s' (KV %" PRIu64 "), expected unique keys", g->path, at, kv->key, i);
+            return nl_err("%s: offset %" PRIu64 ": duplicate key '%s' (KV %" PRIu64 "), expected unique keys", g->path,
+                          at, kv->key, i);
         if (strcmp(kv->key, "general.alignment") == 0) {
             if (kv->type != NL_GGUF_UINT32)
                 return nl_err("%s: offset %" PRIu64 ": general.alignment has type %s, expected uint32", g->path, at,
                               nl_gguf_vtype_name(kv->type));
             if (kv->v.u64 == 0 || (kv->v.u64 & (kv->v.u64 - 1)) != 0)
-                return nl_err("%s: offset %" PRIu64 ": general.alignment = %" PRIu64 ", expected a power of two", g->path, at, kv->v.u64);
+                return nl_err("%s: offset %" PRIu64 ": general.alignment = %" PRIu64 ", expected a power of two",
+                              g->path, at, kv->v.u64);
             g->alignment = (uint32_t)kv->v.u64;
         }
     }
@@ -463,16 +513,23 @@ static int parse(gguf_impl *im) {
     uint64_t *at_of = nl_malloc(t_cap * sizeof *at_of); /* info offsets, for errors */
     if (!at_of) return -1;
     for (uint64_t i = 0; i < nt; i++) {
-        if (i >= t_cap) { free(at_of); return nl_err("%s: offset %" PRIu64 ": internal: tensor count bound", g->path, c.pos); } /* unreachable */
+        if (i >= t_cap) {
+            free(at_of);
+            return nl_err("%s: offset %" PRIu64 ": internal: tensor count bound", g->path, c.pos);
+        } /* unreachable */
         at_of[i] = c.pos;
         g->n_tensors = (int64_t)i + 1;
         nl_gguf_tensor *t = &g->tensors[i];
-        if (parse_tensor_info(&c, t, (int64_t)i)) { free(at_of); return -1; }
+        if (parse_tensor_info(&c, t, (int64_t)i)) {
+            free(at_of);
+            return -1;
+        }
         if (set_find(&im->t_set, &g->tensors[0].name, t->name, strlen(t->name), (int64_t)i, sizeof *t) >= 0) {
             uint64_t at = at_of[i];
             free(at_of);
-            return nl_err("%s: offset %" PRIu64 ": duplicate tensor name '%s' (tensor %" PRIu64 "), expected unique names", g->path, at,
-                          t->name, i);
+            return nl_err("%s: offset %" PRIu64 ": duplicate tensor name '%s' (tensor %" PRIu64
+                          "), expected unique names",
+                          g->path, at, t->name, i);
         }
     }
     g->n_tensors = (int64_t)nt;
@@ -486,7 +543,8 @@ static int parse(gguf_impl *im) {
     g->data_offset = pad_to(c.pos, g->alignment);
     if (g->data_offset > g->size) {
         free(at_of);
-        return nl_err("%s: offset %" PRIu64 ": truncated padding before the data section: expected the data section at offset %" PRIu64
+        return nl_err("%s: offset %" PRIu64
+                      ": truncated padding before the data section: expected the data section at offset %" PRIu64
                       ", file size %" PRIu64,
                       g->path, c.pos, g->data_offset, g->size);
     }
@@ -503,8 +561,9 @@ static int parse(gguf_impl *im) {
         }
         if (t->nbytes > avail || t->offset > avail - t->nbytes) {
             free(at_of);
-            return nl_err("%s: offset %" PRIu64 ": tensor '%s' data [%" PRIu64 ", %" PRIu64 ") in the data section at %" PRIu64
-                          " runs past the end of the file (size %" PRIu64 "): expected the file to hold it",
+            return nl_err("%s: offset %" PRIu64 ": tensor '%s' data [%" PRIu64 ", %" PRIu64
+                          ") in the data section at %" PRIu64 " runs past the end of the file (size %" PRIu64
+                          "): expected the file to hold it",
                           g->path, off_at, t->name, t->offset, t->offset + t->nbytes, g->data_offset, g->size);
         }
         t->data = g->base + g->data_offset + t->offset;
@@ -520,7 +579,8 @@ static int parse(gguf_impl *im) {
 }
 
 /* fd, st: the mapped file (fd is owned from here on), or -1 / NULL for a buffer. */
-static nl_gguf *open_common(const uint8_t *base, uint64_t size, const char *label, int mapped, int fd, const struct stat *st) {
+static nl_gguf *open_common(const uint8_t *base, uint64_t size, const char *label, int mapped, int fd,
+                            const struct stat *st) {
     gguf_impl *im = nl_calloc(1, sizeof *im);
     if (!im) {
         if (mapped && base) munmap((void *)base, (size_t)size);
@@ -595,8 +655,12 @@ const nl_gguf_tensor *nl_gguf_tensor_find(const nl_gguf *g, const char *name) {
     return i >= 0 ? &g->tensors[i] : NULL;
 }
 
-static int is_unsigned(int t) { return t == NL_GGUF_UINT8 || t == NL_GGUF_UINT16 || t == NL_GGUF_UINT32 || t == NL_GGUF_UINT64; }
-static int is_signed(int t) { return t == NL_GGUF_INT8 || t == NL_GGUF_INT16 || t == NL_GGUF_INT32 || t == NL_GGUF_INT64; }
+static int is_unsigned(int t) {
+    return t == NL_GGUF_UINT8 || t == NL_GGUF_UINT16 || t == NL_GGUF_UINT32 || t == NL_GGUF_UINT64;
+}
+static int is_signed(int t) {
+    return t == NL_GGUF_INT8 || t == NL_GGUF_INT16 || t == NL_GGUF_INT32 || t == NL_GGUF_INT64;
+}
 
 static int wrong_type(const nl_gguf *g, const nl_gguf_kv *kv, const char *expected) {
     return nl_err("%s: key '%s' has type %s, expected %s", g->path, kv->key, nl_gguf_vtype_name(kv->type), expected);
@@ -605,7 +669,10 @@ static int wrong_type(const nl_gguf *g, const nl_gguf_kv *kv, const char *expect
 int nl_gguf_get_i64(const nl_gguf *g, const char *key, int64_t *out) {
     const nl_gguf_kv *kv = nl_gguf_get(g, key);
     if (!kv) return 1;
-    if (is_signed(kv->type)) { *out = kv->v.i64; return 0; }
+    if (is_signed(kv->type)) {
+        *out = kv->v.i64;
+        return 0;
+    }
     if (is_unsigned(kv->type)) {
         if (kv->v.u64 > (uint64_t)INT64_MAX)
             return nl_err("%s: key '%s' = %" PRIu64 " does not fit int64", g->path, key, kv->v.u64);
@@ -619,7 +686,8 @@ int nl_gguf_get_u32(const nl_gguf *g, const char *key, uint32_t *out) {
     const nl_gguf_kv *kv = nl_gguf_get(g, key);
     if (!kv) return 1;
     if (is_unsigned(kv->type)) {
-        if (kv->v.u64 > UINT32_MAX) return nl_err("%s: key '%s' = %" PRIu64 " does not fit uint32", g->path, key, kv->v.u64);
+        if (kv->v.u64 > UINT32_MAX)
+            return nl_err("%s: key '%s' = %" PRIu64 " does not fit uint32", g->path, key, kv->v.u64);
         *out = (uint32_t)kv->v.u64;
         return 0;
     }
@@ -635,29 +703,40 @@ int nl_gguf_get_u32(const nl_gguf *g, const char *key, uint32_t *out) {
 int nl_gguf_get_f32(const nl_gguf *g, const char *key, float *out) {
     const nl_gguf_kv *kv = nl_gguf_get(g, key);
     if (!kv) return 1;
-    if (kv->type == NL_GGUF_FLOAT32 || kv->type == NL_GGUF_FLOAT64) { *out = (float)kv->v.f64; return 0; }
+    if (kv->type == NL_GGUF_FLOAT32 || kv->type == NL_GGUF_FLOAT64) {
+        *out = (float)kv->v.f64;
+        return 0;
+    }
     return wrong_type(g, kv, "float32");
 }
 
 int nl_gguf_get_bool(const nl_gguf *g, const char *key, bool *out) {
     const nl_gguf_kv *kv = nl_gguf_get(g, key);
     if (!kv) return 1;
-    if (kv->type == NL_GGUF_BOOL) { *out = kv->v.u64 != 0; return 0; }
+    if (kv->type == NL_GGUF_BOOL) {
+        *out = kv->v.u64 != 0;
+        return 0;
+    }
     return wrong_type(g, kv, "bool");
 }
 
 int nl_gguf_get_str(const nl_gguf *g, const char *key, const char **out) {
     const nl_gguf_kv *kv = nl_gguf_get(g, key);
     if (!kv) return 1;
-    if (kv->type == NL_GGUF_STRING) { *out = kv->str; return 0; }
+    if (kv->type == NL_GGUF_STRING) {
+        *out = kv->str;
+        return 0;
+    }
     return wrong_type(g, kv, "string");
 }
 
 static int arr_elem(const nl_gguf_kv *kv, uint64_t i, nl_gguf_kv *tmp) {
     if (!kv || kv->type != NL_GGUF_ARRAY) return nl_err("key '%s' is not an array", kv ? kv->key : "(null)");
     size_t es = vtype_size(kv->arr_type);
-    if (!es || !kv->arr_data) return nl_err("key '%s' is an array of %s, expected numbers", kv->key, nl_gguf_vtype_name(kv->arr_type));
-    if (i >= kv->arr_n) return nl_err("key '%s': index %" PRIu64 " out of range (array of %" PRIu64 ")", kv->key, i, kv->arr_n);
+    if (!es || !kv->arr_data)
+        return nl_err("key '%s' is an array of %s, expected numbers", kv->key, nl_gguf_vtype_name(kv->arr_type));
+    if (i >= kv->arr_n)
+        return nl_err("key '%s': index %" PRIu64 " out of range (array of %" PRIu64 ")", kv->key, i, kv->arr_n);
     memset(tmp, 0, sizeof *tmp);
     load_scalar(tmp, kv->arr_type, (const uint8_t *)kv->arr_data + i * es);
     return 0;
@@ -713,7 +792,11 @@ struct nl_gguf_writer {
 };
 
 /* Growable byte buffer for serialising a value. */
-typedef struct { uint8_t *p; size_t n, cap; int oom; } bbuf;
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} bbuf;
 
 static void bb_put(bbuf *b, const void *src, size_t n) {
     if (b->oom) return;
@@ -721,23 +804,42 @@ static void bb_put(bbuf *b, const void *src, size_t n) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n) cap *= 2;
         uint8_t *np = realloc(b->p, cap);
-        if (!np) { b->oom = 1; nl_err("out of memory serialising GGUF value"); return; }
+        if (!np) {
+            b->oom = 1;
+            nl_err("out of memory serialising GGUF value");
+            return;
+        }
         b->p = np;
         b->cap = cap;
     }
     memcpy(b->p + b->n, src, n);
     b->n += n;
 }
-static void bb_u32(bbuf *b, uint32_t v) { uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)}; bb_put(b, x, 4); }
-static void bb_u64(bbuf *b, uint64_t v) { bb_u32(b, (uint32_t)v); bb_u32(b, (uint32_t)(v >> 32)); }
-static void bb_str(bbuf *b, const char *s, uint64_t n) { bb_u64(b, n); bb_put(b, s, (size_t)n); }
+static void bb_u32(bbuf *b, uint32_t v) {
+    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    bb_put(b, x, 4);
+}
+static void bb_u64(bbuf *b, uint64_t v) {
+    bb_u32(b, (uint32_t)v);
+    bb_u32(b, (uint32_t)(v >> 32));
+}
+static void bb_str(bbuf *b, const char *s, uint64_t n) {
+    bb_u64(b, n);
+    bb_put(b, s, (size_t)n);
+}
 
 nl_gguf_writer *nl_gguf_writer_new(void) { return nl_calloc(1, sizeof(nl_gguf_writer)); }
 
 void nl_gguf_writer_free(nl_gguf_writer *w) {
     if (!w) return;
-    for (size_t i = 0; i < w->n_kv; i++) { free(w->kv[i].key); free(w->kv[i].val); }
-    for (size_t i = 0; i < w->n_t; i++) { free(w->t[i].name); free(w->t[i].owned); }
+    for (size_t i = 0; i < w->n_kv; i++) {
+        free(w->kv[i].key);
+        free(w->kv[i].val);
+    }
+    for (size_t i = 0; i < w->n_t; i++) {
+        free(w->t[i].name);
+        free(w->t[i].owned);
+    }
     free(w->kv);
     free(w->t);
     free(w);
@@ -745,8 +847,14 @@ void nl_gguf_writer_free(nl_gguf_writer *w) {
 
 /* Takes ownership of b->p. */
 static int set_kv(nl_gguf_writer *w, const char *key, bbuf *b) {
-    if (b->oom) { free(b->p); return -1; }
-    if (!w || !key || !key[0]) { free(b->p); return nl_err("gguf writer: empty key"); }
+    if (b->oom) {
+        free(b->p);
+        return -1;
+    }
+    if (!w || !key || !key[0]) {
+        free(b->p);
+        return nl_err("gguf writer: empty key");
+    }
     for (size_t i = 0; i < w->n_kv; i++)
         if (strcmp(w->kv[i].key, key) == 0) {
             free(w->kv[i].val);
@@ -757,12 +865,18 @@ static int set_kv(nl_gguf_writer *w, const char *key, bbuf *b) {
     if (w->n_kv == w->cap_kv) {
         size_t cap = w->cap_kv ? w->cap_kv * 2 : 32;
         wkv *nk = realloc(w->kv, cap * sizeof *nk);
-        if (!nk) { free(b->p); return nl_err("out of memory adding GGUF key '%s'", key); }
+        if (!nk) {
+            free(b->p);
+            return nl_err("out of memory adding GGUF key '%s'", key);
+        }
         w->kv = nk;
         w->cap_kv = cap;
     }
     char *k = nl_strdup(key);
-    if (!k) { free(b->p); return -1; }
+    if (!k) {
+        free(b->p);
+        return -1;
+    }
     w->kv[w->n_kv++] = (wkv){k, b->p, b->n};
     return 0;
 }
@@ -807,7 +921,9 @@ int nl_gguf_set_str(nl_gguf_writer *w, const char *key, const char *v) {
 
 int nl_gguf_set_arr(nl_gguf_writer *w, const char *key, int elem_type, const void *data, uint64_t n) {
     size_t es = vtype_size(elem_type);
-    if (!es) return nl_err("gguf writer: key '%s': array element type %s is not numeric", key, nl_gguf_vtype_name(elem_type));
+    if (!es)
+        return nl_err("gguf writer: key '%s': array element type %s is not numeric", key,
+                      nl_gguf_vtype_name(elem_type));
     uint64_t bytes;
     if (nl_mul_ok(n, es, &bytes) || bytes > SIZE_MAX / 2) return nl_err("gguf writer: key '%s': array too large", key);
     if (n && !data) return nl_err("gguf writer: key '%s': NULL array data", key);
@@ -819,7 +935,8 @@ int nl_gguf_set_arr(nl_gguf_writer *w, const char *key, int elem_type, const voi
     return set_kv(w, key, &b);
 }
 
-static int set_arr_str_len(nl_gguf_writer *w, const char *key, const char *const *strs, const uint64_t *lens, uint64_t n) {
+static int set_arr_str_len(nl_gguf_writer *w, const char *key, const char *const *strs, const uint64_t *lens,
+                           uint64_t n) {
     bbuf b = {0};
     bb_u32(&b, NL_GGUF_ARRAY);
     bb_u32(&b, NL_GGUF_STRING);
@@ -862,8 +979,12 @@ int nl_gguf_copy_kvs(nl_gguf_writer *w, const nl_gguf *g) {
             uint8_t x[8];
             size_t n = vtype_size(kv->type);
             uint64_t bits = kv->v.u64;
-            if (kv->type == NL_GGUF_FLOAT32) { float f = (float)kv->v.f64; uint32_t u; memcpy(&u, &f, 4); bits = u; }
-            else if (kv->type == NL_GGUF_FLOAT64) memcpy(&bits, &kv->v.f64, 8);
+            if (kv->type == NL_GGUF_FLOAT32) {
+                float f = (float)kv->v.f64;
+                uint32_t u;
+                memcpy(&u, &f, 4);
+                bits = u;
+            } else if (kv->type == NL_GGUF_FLOAT64) memcpy(&bits, &kv->v.f64, 8);
             for (size_t j = 0; j < n; j++) x[j] = (uint8_t)(bits >> (8 * j));
             rc = set_scalar(w, kv->key, kv->type, x, n);
         }
@@ -872,10 +993,13 @@ int nl_gguf_copy_kvs(nl_gguf_writer *w, const nl_gguf *g) {
     return 0;
 }
 
-static int add_tensor_common(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, wtensor *out) {
+static int add_tensor_common(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne,
+                             wtensor *out) {
     if (!name || strlen(name) >= NL_GGUF_MAX_NAME || !name[0])
-        return nl_err("gguf writer: tensor name '%s' must be 1..%d bytes", name ? name : "(null)", NL_GGUF_MAX_NAME - 1);
-    if (n_dims < 1 || n_dims > NL_GGUF_MAX_DIMS) return nl_err("gguf writer: tensor '%s': n_dims %d, expected 1..4", name, n_dims);
+        return nl_err("gguf writer: tensor name '%s' must be 1..%d bytes", name ? name : "(null)",
+                      NL_GGUF_MAX_NAME - 1);
+    if (n_dims < 1 || n_dims > NL_GGUF_MAX_DIMS)
+        return nl_err("gguf writer: tensor '%s': n_dims %d, expected 1..4", name, n_dims);
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) return nl_err("gguf writer: duplicate tensor name '%s'", name);
     memset(out, 0, sizeof *out);
@@ -884,8 +1008,8 @@ static int add_tensor_common(nl_gguf_writer *w, const char *name, int type, int 
     for (int d = 0; d < NL_GGUF_MAX_DIMS; d++) out->ne[d] = d < n_dims ? ne[d] : 1;
     const char *why;
     if (tensor_nbytes(type, out->ne, &out->nbytes, &why))
-        return nl_err("gguf writer: tensor '%s' (type %d, {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}): %s", name, type, out->ne[0],
-                      out->ne[1], out->ne[2], out->ne[3], why);
+        return nl_err("gguf writer: tensor '%s' (type %d, {%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}): %s",
+                      name, type, out->ne[0], out->ne[1], out->ne[2], out->ne[3], why);
     if (w->n_t == w->cap_t) {
         size_t cap = w->cap_t ? w->cap_t * 2 : 64;
         wtensor *nt = realloc(w->t, cap * sizeof *nt);
@@ -897,16 +1021,26 @@ static int add_tensor_common(nl_gguf_writer *w, const char *name, int type, int 
     return out->name ? 0 : -1;
 }
 
-int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, const void *data, bool borrow) {
+int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, const void *data,
+                       bool borrow) {
     wtensor t;
     if (add_tensor_common(w, name, type, n_dims, ne, &t)) return -1;
-    if (t.nbytes && !data) { free(t.name); return nl_err("gguf writer: tensor '%s': NULL data", name); }
+    if (t.nbytes && !data) {
+        free(t.name);
+        return nl_err("gguf writer: tensor '%s': NULL data", name);
+    }
     if (borrow) {
         t.data = data;
     } else {
-        if (t.nbytes > SIZE_MAX) { free(t.name); return nl_err("gguf writer: tensor '%s' too large", name); }
+        if (t.nbytes > SIZE_MAX) {
+            free(t.name);
+            return nl_err("gguf writer: tensor '%s' too large", name);
+        }
         t.owned = nl_malloc((size_t)t.nbytes);
-        if (!t.owned) { free(t.name); return -1; }
+        if (!t.owned) {
+            free(t.name);
+            return -1;
+        }
         if (t.nbytes) memcpy(t.owned, data, (size_t)t.nbytes);
         t.data = t.owned;
     }
@@ -914,8 +1048,8 @@ int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims
     return 0;
 }
 
-int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, nl_gguf_fill_fn fill,
-                            void *user) {
+int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne,
+                            nl_gguf_fill_fn fill, void *user) {
     wtensor t;
     if (!fill) return nl_err("gguf writer: tensor '%s': NULL fill callback", name ? name : "(null)");
     if (add_tensor_common(w, name, type, n_dims, ne, &t)) return -1;
@@ -945,7 +1079,8 @@ static int write_body(void *user, nl_io_out *o) {
             if (w->kv[i].val_len != 8 || ld32(w->kv[i].val) != NL_GGUF_UINT32)
                 return nl_err("%s: general.alignment must be uint32", path);
             align = ld32(w->kv[i].val + 4);
-            if (align == 0 || (align & (align - 1))) return nl_err("%s: general.alignment %" PRIu32 " is not a power of two", path, align);
+            if (align == 0 || (align & (align - 1)))
+                return nl_err("%s: general.alignment %" PRIu32 " is not a power of two", path, align);
         }
     bbuf h = {0};
     bb_put(&h, "GGUF", 4);
@@ -966,7 +1101,10 @@ static int write_body(void *user, nl_io_out *o) {
         bb_u64(&h, off);
         off += pad_to(t->nbytes, align);
     }
-    if (h.oom) { free(h.p); return -1; }
+    if (h.oom) {
+        free(h.p);
+        return -1;
+    }
     int rc = nl_io_out_write(o, h.p, h.n);
     uint64_t pos = h.n;
     free(h.p);
@@ -978,7 +1116,10 @@ static int write_body(void *user, nl_io_out *o) {
         if (t->fill) {
             void *buf = nl_malloc((size_t)t->nbytes);
             if (!buf) return -1;
-            if (t->fill(t->user, (int)i, buf, t->nbytes)) { free(buf); return nl_err_prefix("%s: tensor '%s'", path, t->name); }
+            if (t->fill(t->user, (int)i, buf, t->nbytes)) {
+                free(buf);
+                return nl_err_prefix("%s: tensor '%s'", path, t->name);
+            }
             rc = nl_io_out_write(o, buf, (size_t)t->nbytes);
             free(buf);
             if (rc) return -1;

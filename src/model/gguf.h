@@ -12,9 +12,18 @@
 #include <stdint.h>
 
 enum nl_gguf_vtype {
-    NL_GGUF_UINT8 = 0, NL_GGUF_INT8 = 1, NL_GGUF_UINT16 = 2, NL_GGUF_INT16 = 3,
-    NL_GGUF_UINT32 = 4, NL_GGUF_INT32 = 5, NL_GGUF_FLOAT32 = 6, NL_GGUF_BOOL = 7,
-    NL_GGUF_STRING = 8, NL_GGUF_ARRAY = 9, NL_GGUF_UINT64 = 10, NL_GGUF_INT64 = 11,
+    NL_GGUF_UINT8 = 0,
+    NL_GGUF_INT8 = 1,
+    NL_GGUF_UINT16 = 2,
+    NL_GGUF_INT16 = 3,
+    NL_GGUF_UINT32 = 4,
+    NL_GGUF_INT32 = 5,
+    NL_GGUF_FLOAT32 = 6,
+    NL_GGUF_BOOL = 7,
+    NL_GGUF_STRING = 8,
+    NL_GGUF_ARRAY = 9,
+    NL_GGUF_UINT64 = 10,
+    NL_GGUF_INT64 = 11,
     NL_GGUF_FLOAT64 = 12,
 };
 
@@ -24,19 +33,19 @@ enum nl_gguf_vtype {
 
 typedef struct {
     char *key;
-    int type;             /* enum nl_gguf_vtype */
+    int type; /* enum nl_gguf_vtype */
     union {
-        uint64_t u64;     /* any unsigned scalar, bool (0/1) */
-        int64_t i64;      /* any signed scalar */
-        double f64;       /* FLOAT32 / FLOAT64 */
+        uint64_t u64; /* any unsigned scalar, bool (0/1) */
+        int64_t i64;  /* any signed scalar */
+        double f64;   /* FLOAT32 / FLOAT64 */
     } v;
-    char *str;            /* STRING */
-    int arr_type;         /* ARRAY: element type */
-    uint64_t arr_n;       /* ARRAY: element count */
-    const void *arr_data; /* ARRAY of numbers/bools: little-endian payload inside the mapping */
-    char **arr_str;       /* ARRAY of strings: arr_n NUL-terminated copies */
-    uint64_t *arr_str_len;/* their byte lengths (strings may contain NUL in theory) */
-    uint64_t offset;      /* file offset of the value (ARRAY: of its first element), for messages */
+    char *str;             /* STRING */
+    int arr_type;          /* ARRAY: element type */
+    uint64_t arr_n;        /* ARRAY: element count */
+    const void *arr_data;  /* ARRAY of numbers/bools: little-endian payload inside the mapping */
+    char **arr_str;        /* ARRAY of strings: arr_n NUL-terminated copies */
+    uint64_t *arr_str_len; /* their byte lengths (strings may contain NUL in theory) */
+    uint64_t offset;       /* file offset of the value (ARRAY: of its first element), for messages */
 } nl_gguf_kv;
 
 typedef struct {
@@ -46,12 +55,12 @@ typedef struct {
     int type;                     /* ggml type id (model/quant.h) */
     uint64_t offset;              /* relative to the data section */
     uint64_t nbytes;
-    const void *data;             /* inside the mapping */
+    const void *data; /* inside the mapping */
 } nl_gguf_tensor;
 
 typedef struct nl_gguf {
     char *path;
-    const uint8_t *base;  /* mapping (or caller's buffer) */
+    const uint8_t *base; /* mapping (or caller's buffer) */
     uint64_t size;
     int mapped;
     uint32_t version;
@@ -117,14 +126,14 @@ int nl_gguf_remove_key(nl_gguf_writer *w, const char *key);
 int nl_gguf_copy_kvs(nl_gguf_writer *w, const nl_gguf *g);
 /* Add a tensor; `data` (nbytes of `type`) is copied unless `borrow` (then it must stay valid
  * until write). Tensors are written in the order added. */
-int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims,
-                       const int64_t *ne, const void *data, bool borrow);
+int nl_gguf_add_tensor(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne, const void *data,
+                       bool borrow);
 /* Add a tensor whose bytes are produced at write time: fill(user, index, dst, nbytes) writes
  * nbytes into dst (a buffer the writer owns for that one call) and returns 0, or -1 + error.
  * Lets a producer stream large models without holding every tensor in memory. */
 typedef int (*nl_gguf_fill_fn)(void *user, int tensor_index, void *dst, uint64_t nbytes);
-int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n_dims,
-                            const int64_t *ne, nl_gguf_fill_fn fill, void *user);
+int nl_gguf_add_tensor_fill(nl_gguf_writer *w, const char *name, int type, int n_dims, const int64_t *ne,
+                            nl_gguf_fill_fn fill, void *user);
 /* Write the file with os/io's one atomic write (path.tmp created O_EXCL|O_NOFOLLOW, fsync,
  * rename, fsync of the directory). 0, -1 (path unchanged) or NL_IO_NOT_DURABLE (os/io.h: the
  * new file is in place but its directory could not be synced), with nl_err set. */

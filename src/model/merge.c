@@ -17,7 +17,10 @@
  * rounded to nearest), F16 97.5%, Q4_1 19.2%; Q8_0 is half F16's size. */
 int nl_merge_out_type(int type) {
     switch (type) {
-    case NL_TYPE_F32: case NL_TYPE_F16: case NL_TYPE_BF16: case NL_TYPE_Q8_0: return type;
+    case NL_TYPE_F32:
+    case NL_TYPE_F16:
+    case NL_TYPE_BF16:
+    case NL_TYPE_Q8_0: return type;
     default: return NL_TYPE_Q8_0;
     }
 }
@@ -75,7 +78,8 @@ static int copy_fill(void *user, int idx, void *dst, uint64_t nbytes) {
 /* Long (~150 lines): one pass over the tensors that writes each (copied, or W + ΔW in its output
  * type) and measures what the type kept of ΔW on the same rows it just computed; the
  * measurement's buffers and the writer's ownership list share one cleanup. */
-int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_lost, nl_merge_stats *st, const char *out_path) {
+int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_lost, nl_merge_stats *st,
+                const char *out_path) {
     const nl_gguf *g = m->gguf;
     nl_merge_stats dummy;
     if (!st) st = &dummy;
@@ -85,7 +89,8 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
     if (!w) return -1;
     int rc = nl_gguf_copy_kvs(w, g);
     if (rc == 0 && a && m->tied_head && a->by_proj[m->p_output] >= 0)
-        rc = nl_err("merge: the adapter adapts the tied output head, which shares token_embd.weight; merging it would change the embedding too");
+        rc = nl_err("merge: the adapter adapts the tied output head, which shares token_embd.weight; merging it would "
+                    "change the embedding too");
     void **owned = nl_calloc((size_t)g->n_tensors + 1, sizeof(void *));
     if (!owned) rc = -1;
     copy_ctx cc = {g, g->path};
@@ -106,21 +111,40 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
             continue;
         }
         const nl_type_traits *src = nl_type_get(t->type), *dst = nl_type_get(out_type);
-        if (!src || !src->to_float) { rc = nl_err("merge: cannot read tensor '%s' of type %s", t->name, nl_type_name(t->type)); break; }
-        if (!dst || !dst->from_float) { rc = nl_err("merge: cannot write type %s", nl_type_name(out_type)); break; }
+        if (!src || !src->to_float) {
+            rc = nl_err("merge: cannot read tensor '%s' of type %s", t->name, nl_type_name(t->type));
+            break;
+        }
+        if (!dst || !dst->from_float) {
+            rc = nl_err("merge: cannot write type %s", nl_type_name(out_type));
+            break;
+        }
         int64_t K = t->ne[0], N = t->ne[1] * t->ne[2] * t->ne[3];
-        if (K % dst->blck) { rc = nl_err("merge: tensor '%s' row of %lld is not a multiple of %s blocks", t->name, (long long)K, dst->name); break; }
+        if (K % dst->blck) {
+            rc = nl_err("merge: tensor '%s' row of %lld is not a multiple of %s blocks", t->name, (long long)K,
+                        dst->name);
+            break;
+        }
         const size_t rs = nl_row_bytes(t->type, K), rd = nl_row_bytes(out_type, K);
         if (K > row_cap) {
-            free(row); free(rq); free(r0);
+            free(row);
+            free(rq);
+            free(r0);
             row = nl_malloc((size_t)K * sizeof(float));
             rq = nl_malloc((size_t)K * sizeof(float));
             r0 = nl_malloc((size_t)K * sizeof(float));
             row_cap = K;
-            if (!row || !rq || !r0) { rc = -1; row_cap = 0; break; }
+            if (!row || !rq || !r0) {
+                rc = -1;
+                row_cap = 0;
+                break;
+            }
         }
         uint8_t *q = nl_malloc(rd * (size_t)N);
-        if (!q) { rc = -1; break; }
+        if (!q) {
+            rc = -1;
+            break;
+        }
         owned[i] = q;
         const float *A = e >= 0 ? nl_lora_A(a, e) : NULL, *B = e >= 0 ? nl_lora_B(a, e) : NULL;
         const int r = e >= 0 ? a->t[e].rank : 0;
@@ -130,7 +154,10 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         if (e >= 0) {
             /* an orthonormal basis of A's rows (Gram-Schmidt in double; a dependent row is dropped) */
             P = nl_calloc((size_t)r * (size_t)K, sizeof(double));
-            if (!P) { rc = -1; break; }
+            if (!P) {
+                rc = -1;
+                break;
+            }
             for (int j = 0; j < r; j++) {
                 double *Pj = P + (size_t)j * K;
                 for (int64_t k = 0; k < K; k++) Pj[k] = A[(size_t)j * K + k];
@@ -147,7 +174,11 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
                 for (int64_t k = 0; k < K; k++) Pj[k] *= inv;
             }
             Pt = nl_malloc(((size_t)r * (size_t)K + (size_t)r) * sizeof(double));
-            if (!Pt) { free(P); rc = -1; break; }
+            if (!Pt) {
+                free(P);
+                rc = -1;
+                break;
+            }
             for (int j = 0; j < r; j++)
                 for (int64_t k = 0; k < K; k++) Pt[(size_t)k * r + j] = P[(size_t)j * K + k];
         }
@@ -165,7 +196,8 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
             /* what check would refuse is never written: an update that overflows the type */
             const int64_t bad = nl_type_first_nonfinite(out_type, qo, K);
             if (bad >= 0) {
-                rc = nl_err("merge: tensor '%s' row %lld element %lld is not finite once merged (%g as f32, %s written): the adapter's "
+                rc = nl_err("merge: tensor '%s' row %lld element %lld is not finite once merged (%g as f32, %s "
+                            "written): the adapter's "
                             "update overflows the weight; nothing written",
                             t->name, (long long)o, (long long)bad, (double)row[bad], dst->name);
                 break;
@@ -204,13 +236,16 @@ int nl_merge_ex(const nl_model *m, const nl_adapter *a, int type, double max_los
         }
         rc = nl_gguf_add_tensor(w, t->name, out_type, (int)t->n_dims, t->ne, q, true);
     }
-    free(row); free(rq); free(r0);
+    free(row);
+    free(rq);
+    free(r0);
     if (st->worst < 0) st->worst = 0.0;
     st->lost = st->dw2 > 0 ? sqrt(st->err2 / st->dw2) : 0.0;
     if (rc == 0 && max_lost >= 0 && st->lost > max_lost)
-        rc = nl_err("merge: the written types would lose %.1f%% of the adapter's update (more than %.1f%%; worst %s, %.1f%%); "
-                    "nothing written (a finer --type, e.g. q8_0 or f16, keeps it)",
-                    100.0 * st->lost, 100.0 * max_lost, st->worst_name, 100.0 * st->worst);
+        rc = nl_err(
+            "merge: the written types would lose %.1f%% of the adapter's update (more than %.1f%%; worst %s, %.1f%%); "
+            "nothing written (a finer --type, e.g. q8_0 or f16, keeps it)",
+            100.0 * st->lost, 100.0 * max_lost, st->worst_name, 100.0 * st->worst);
     if (rc == 0 && type >= 0) {
         const int ft = nl_type_ftype(type);
         rc = nl_gguf_set_u32(w, "general.file_type", (uint32_t)(ft >= 0 ? ft : NL_FTYPE_ALL_F32));

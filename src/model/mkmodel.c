@@ -24,7 +24,11 @@
 
 /* ------------------------------------------------------------------------------------------
  * RNG: splitmix64 seeds a xorshift64* stream; Box-Muller gives normals. */
-typedef struct { uint64_t s; int has_spare; float spare; } rng_t;
+typedef struct {
+    uint64_t s;
+    int has_spare;
+    float spare;
+} rng_t;
 
 static void rng_seed(rng_t *r, uint64_t seed, const char *name) {
     uint64_t s = seed ^ nl_fnv1a(name, strlen(name));
@@ -34,7 +38,9 @@ static void rng_seed(rng_t *r, uint64_t seed, const char *name) {
 
 static uint64_t rng_next(rng_t *r) {
     uint64_t x = r->s;
-    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
     r->s = x;
     return x * 0x2545F4914F6CDD1Dull;
 }
@@ -44,7 +50,10 @@ static float rng_unif(rng_t *r) { return (float)(rng_next(r) >> 40) * (1.0f / 16
 
 /* Box-Muller in its polar form (Marsaglia): one log and one sqrt per two normals, no trig. */
 static float rng_normal(rng_t *r) {
-    if (r->has_spare) { r->has_spare = 0; return r->spare; }
+    if (r->has_spare) {
+        r->has_spare = 0;
+        return r->spare;
+    }
     float u, v, s;
     do {
         u = 2.0f * rng_unif(r) - 1.0f;
@@ -61,13 +70,13 @@ static float rng_normal(rng_t *r) {
  * Presets */
 typedef struct {
     const char *name;
-    int arch;            /* -1: any arch */
+    int arch; /* -1: any arch */
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_rot, n_ff, n_vocab, n_ctx;
     float rope_base, eps;
-    int interval;        /* qwen35 full_attention_interval */
+    int interval; /* qwen35 full_attention_interval */
     int Hk, Hv, dk, dconv;
-    int llama3_rope;     /* write rope_freqs.weight (factor 32, low 1, high 4, old ctx 8192) */
-    int swa;             /* gemma3 attention.sliding_window */
+    int llama3_rope; /* write rope_freqs.weight (factor 32, low 1, high 4, old ctx 8192) */
+    int swa;         /* gemma3 attention.sliding_window */
 } preset_t;
 
 /* n_rot 0 = head_dim. rope_base / eps 0 = the architecture's usual value. */
@@ -86,18 +95,22 @@ static const preset_t presets[] = {
     {"qwen3-0.6b", NL_ARCH_QWEN3, 1024, 28, 16, 8, 128, 0, 3072, 151936, 40960, 1e6f, 1e-6f, 0, 0, 0, 0, 0, 0, 0},
     /* Qwen3.5-0.8B: 24 layers, hidden 1024, 8 heads / 2 KV heads, 262144 context, GDN 16 heads
      * with dk = dv = 128 match public descriptions; n_ff 3584 and 16 key heads are as briefed. */
-    {"qwen35-0.8b", NL_ARCH_QWEN35, 1024, 24, 8, 2, 256, 64, 3584, 248320, 262144, 1e7f, 1e-6f, 4, 16, 16, 128, 4, 0, 0},
+    {"qwen35-0.8b", NL_ARCH_QWEN35, 1024,  24, 8,  2,  256, 64, 3584, 248320,
+     262144,        1e7f,           1e-6f, 4,  16, 16, 128, 4,  0,    0},
 };
 
 static const preset_t *find_preset(nl_arch arch, const char *name) {
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        if (strcmp(presets[i].name, name) == 0 && (presets[i].arch < 0 || presets[i].arch == (int)arch)) return &presets[i];
+        if (strcmp(presets[i].name, name) == 0 && (presets[i].arch < 0 || presets[i].arch == (int)arch))
+            return &presets[i];
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, name) == 0) {
-            nl_err("mkmodel: preset '%s' is for --arch %s, not %s", name, nl_arch_name((nl_arch)presets[i].arch), nl_arch_name(arch));
+            nl_err("mkmodel: preset '%s' is for --arch %s, not %s", name, nl_arch_name((nl_arch)presets[i].arch),
+                   nl_arch_name(arch));
             return NULL;
         }
-    nl_err("mkmodel: unknown preset '%s' (expected tiny, small, llama3.2-1b, qwen3-0.6b, qwen35-0.8b or gemma3-270m)", name);
+    nl_err("mkmodel: unknown preset '%s' (expected tiny, small, llama3.2-1b, qwen3-0.6b, qwen35-0.8b or gemma3-270m)",
+           name);
     return NULL;
 }
 
@@ -115,7 +128,8 @@ int nl_mkmodel_hparams(nl_arch arch, const char *preset, nl_hparams *hp) {
     hp->head_dim = p->head_dim;
     hp->n_rot = p->n_rot ? p->n_rot : p->head_dim;
     hp->n_ctx_train = p->n_ctx;
-    static const float base[NL_ARCH_COUNT] = {500000.0f, 1e6f, 1e7f, 1e6f}, eps[NL_ARCH_COUNT] = {1e-5f, 1e-6f, 1e-6f, 1e-6f};
+    static const float base[NL_ARCH_COUNT] = {500000.0f, 1e6f, 1e7f, 1e6f},
+                       eps[NL_ARCH_COUNT] = {1e-5f, 1e-6f, 1e-6f, 1e-6f};
     hp->rope_base = p->rope_base > 0 ? p->rope_base : base[arch];
     hp->rms_eps = p->eps > 0 ? p->eps : eps[arch];
     hp->rope_freq_scale = 1.0f;
@@ -195,15 +209,18 @@ static uint32_t byte_cp(int b) {
 }
 
 static int utf8_put(char *out, uint32_t cp) {
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
     out[0] = (char)(0xC0 | (cp >> 6));
     out[1] = (char)(0x80 | (cp & 0x3F));
     return 2; /* all mapped code points are < 0x800 */
 }
 
 typedef struct {
-    char **tok;          /* token strings (mapped) */
-    int32_t *type;       /* token types */
+    char **tok;    /* token strings (mapped) */
+    int32_t *type; /* token types */
     int n, cap;
     char **merges;
     int n_merges;
@@ -220,7 +237,10 @@ static void vocab_free(vocab_t *v) {
 
 static int vocab_add(vocab_t *v, char *s, int type) {
     if (!s) return -1;
-    if (v->n >= v->cap) { free(s); return nl_err("mkmodel: vocabulary overflow"); }
+    if (v->n >= v->cap) {
+        free(s);
+        return nl_err("mkmodel: vocabulary overflow");
+    }
     v->tok[v->n] = s;
     v->type[v->n] = type;
     return v->n++;
@@ -260,7 +280,11 @@ static size_t piece_len(const char *s, size_t i, size_t n) {
     return j - i;
 }
 
-typedef struct { int *sym; int len; int count; } word_t;
+typedef struct {
+    int *sym;
+    int len;
+    int count;
+} word_t;
 
 /* Learns up to max_new merges; appends new tokens to v (ids 256..). */
 static int learn_merges(vocab_t *v, int max_new) {
@@ -274,21 +298,30 @@ static int learn_merges(vocab_t *v, int max_new) {
             if ((size_t)words[w].len == l && words[w].count > 0) {
                 int eq = 1;
                 for (size_t k = 0; k < l && eq; k++) eq = words[w].sym[k] == (uint8_t)corpus[i + k];
-                if (eq) { found = w; break; }
+                if (eq) {
+                    found = w;
+                    break;
+                }
             }
         if (found >= 0) words[found].count++;
         else {
             if (n_words == cap_words) {
                 cap_words = cap_words ? cap_words * 2 : 256;
                 word_t *nw = realloc(words, (size_t)cap_words * sizeof *nw);
-                if (!nw) { nl_err("out of memory"); goto out; }
+                if (!nw) {
+                    nl_err("out of memory");
+                    goto out;
+                }
                 words = nw;
             }
             word_t *w = &words[n_words++];
             w->sym = nl_malloc(l * sizeof *w->sym);
             w->len = (int)l;
             w->count = 1;
-            if (!w->sym) { n_words--; goto out; }
+            if (!w->sym) {
+                n_words--;
+                goto out;
+            }
             for (size_t k = 0; k < l; k++) w->sym[k] = (uint8_t)corpus[i + k];
         }
         i += l;
@@ -301,7 +334,11 @@ static int learn_merges(vocab_t *v, int max_new) {
     enum { CAP = 1 << 14 };
     uint64_t *keys = nl_malloc(CAP * sizeof *keys);
     int *vals = nl_malloc(CAP * sizeof *vals);
-    if (!keys || !vals) { free(keys); free(vals); goto out; }
+    if (!keys || !vals) {
+        free(keys);
+        free(vals);
+        goto out;
+    }
     int failed = 0;
     for (int it = 0; it < max_new; it++) {
         int best_a = -1, best_b = -1, best = 1;
@@ -327,7 +364,12 @@ static int learn_merges(vocab_t *v, int max_new) {
         if (best_a < 0) break; /* no pair occurs twice: stop */
         size_t la = strlen(v->tok[best_a]), lb = strlen(v->tok[best_b]);
         char *merged = nl_malloc(la + lb + 1), *rule = nl_malloc(la + lb + 2);
-        if (!merged || !rule) { free(merged); free(rule); failed = 1; break; }
+        if (!merged || !rule) {
+            free(merged);
+            free(rule);
+            failed = 1;
+            break;
+        }
         memcpy(merged, v->tok[best_a], la);
         memcpy(merged + la, v->tok[best_b], lb + 1);
         memcpy(rule, v->tok[best_a], la);
@@ -335,10 +377,17 @@ static int learn_merges(vocab_t *v, int max_new) {
         memcpy(rule + la + 1, v->tok[best_b], lb + 1);
         int id = -1;
         for (int t = 256; t < v->n; t++)
-            if (strcmp(v->tok[t], merged) == 0) { id = t; break; }
+            if (strcmp(v->tok[t], merged) == 0) {
+                id = t;
+                break;
+            }
         if (id < 0) {
             id = vocab_add(v, merged, 1 /* NORMAL */);
-            if (id < 0) { free(rule); failed = 1; break; }
+            if (id < 0) {
+                free(rule);
+                failed = 1;
+                break;
+            }
         } else {
             free(merged);
         }
@@ -367,8 +416,8 @@ out:
 
 static int build_vocab(vocab_t *v, nl_arch arch, int n_vocab) {
     static const char *const qwen_special[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-    static const char *const llama_special[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                                                "<|eot_id|>"};
+    static const char *const llama_special[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                                "<|end_header_id|>", "<|eot_id|>"};
     const char *const *sp = arch == NL_ARCH_LLAMA ? llama_special : qwen_special;
     int n_sp = arch == NL_ARCH_LLAMA ? 5 : 3;
     memset(v, 0, sizeof *v);
@@ -393,7 +442,7 @@ static int build_vocab(vocab_t *v, nl_arch arch, int n_vocab) {
         v->eos = first_sp + 1; /* <|end_of_text|> */
         v->eot = first_sp + 4; /* <|eot_id|> */
     } else {
-        v->bos = first_sp;     /* <|endoftext|> */
+        v->bos = first_sp; /* <|endoftext|> */
         v->eos = first_sp;
         v->eot = first_sp + 2; /* <|im_end|> */
     }
@@ -414,7 +463,8 @@ static const char chatml_template[] =
 static const char llama3_template[] =
     "{{- bos_token }}"
     "{%- for message in messages %}"
-    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + "
+    "'<|eot_id|>' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}";
 
@@ -489,7 +539,10 @@ static void *fill_worker(void *arg) {
     const tspec *t = j->t;
     const int64_t n = t->ne0;
     float *row = t->type == NL_TYPE_F32 ? NULL : malloc((size_t)n * sizeof *row);
-    if (t->type != NL_TYPE_F32 && !row) { j->failed = 1; return NULL; }
+    if (t->type != NL_TYPE_F32 && !row) {
+        j->failed = 1;
+        return NULL;
+    }
     for (int64_t ch = j->tid; ch < j->n_chunks; ch += j->n_threads) {
         rng_t r;
         char key[96];
@@ -560,7 +613,8 @@ static int build_specs(mk_ctx *c, nl_arch arch, const nl_hparams *hp, int wtype,
     rc |= add_spec(c, "token_embd.weight", wtype, E, V, INIT_NORMAL, std);
     if (llama3_rope) rc |= add_spec(c, "rope_freqs.weight", f32, hp->n_rot / 2, 0, INIT_ROPE_FREQS, 0);
     rc |= add_spec(c, "output_norm.weight", f32, E, 0, INIT_ONES, 0);
-#define T(stem, type, ne0, ne1, init, sd) (snprintf(nm, sizeof nm, "blk.%d.%s", il, stem), add_spec(c, nm, type, ne0, ne1, init, sd))
+#define T(stem, type, ne0, ne1, init, sd)                                                                              \
+    (snprintf(nm, sizeof nm, "blk.%d.%s", il, stem), add_spec(c, nm, type, ne0, ne1, init, sd))
     for (int il = 0; il < hp->n_layer && !rc; il++) {
         int recurrent = arch == NL_ARCH_QWEN35 && ((il + 1) % hp->full_attn_interval) != 0;
         rc |= T("attn_norm.weight", f32, E, 0, INIT_ONES, 0);
@@ -600,7 +654,8 @@ static int build_specs(mk_ctx *c, nl_arch arch, const nl_hparams *hp, int wtype,
     return rc ? -1 : 0;
 }
 
-static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int wtype, const nl_hparams *hp, const vocab_t *v) {
+static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int wtype, const nl_hparams *hp,
+                      const vocab_t *v) {
     const char *a = nl_arch_name(arch);
     char key[128], name[128];
 #define K(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
@@ -662,8 +717,10 @@ static int write_keys(nl_gguf_writer *w, nl_arch arch, const char *preset, int w
 int nl_mkmodel(nl_arch arch, const char *preset, int type, uint64_t seed, const char *out_path) {
     nl_hparams hp;
     if (nl_mkmodel_hparams(arch, preset, &hp)) return -1;
-    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 && type != NL_TYPE_Q4_1)
-        return nl_err("mkmodel: weight type %s not offered (expected f32, f16, q8_0, q4_0 or q4_1)", nl_type_name(type));
+    if (type != NL_TYPE_F32 && type != NL_TYPE_F16 && type != NL_TYPE_Q8_0 && type != NL_TYPE_Q4_0 &&
+        type != NL_TYPE_Q4_1)
+        return nl_err("mkmodel: weight type %s not offered (expected f32, f16, q8_0, q4_0 or q4_1)",
+                      nl_type_name(type));
     const nl_type_traits *tt = nl_type_get(type);
     if (!tt || !tt->from_float) return nl_err("mkmodel: type %s cannot be written", nl_type_name(type));
     const preset_t *p = find_preset(arch, preset);

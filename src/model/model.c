@@ -23,8 +23,8 @@ int nl_arch_from_name(const char *s) {
 }
 
 const char *nl_proj_kind_name(nl_proj_kind k) {
-    static const char *const n[NL_P_KIND_COUNT] = {"q", "k", "v", "o", "gate", "up", "down", "qkv",
-                                                   "z", "alpha", "beta", "out", "output", "embed"};
+    static const char *const n[NL_P_KIND_COUNT] = {"q",   "k", "v",     "o",    "gate", "up",     "down",
+                                                   "qkv", "z", "alpha", "beta", "out",  "output", "embed"};
     return (k >= 0 && k < NL_P_KIND_COUNT) ? n[k] : "unknown";
 }
 
@@ -34,14 +34,19 @@ const char *nl_proj_class_name(nl_proj_class c) {
 }
 
 /* GGUF tensor-name stem per projection kind (blk.%d.<stem>.weight). */
-static const char *const kind_stem[NL_P_KIND_COUNT] = {
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-    "attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "output", "token_embd"};
+static const char *const kind_stem[NL_P_KIND_COUNT] = {"attn_q",   "attn_k",   "attn_v",   "attn_output", "ffn_gate",
+                                                       "ffn_up",   "ffn_down", "attn_qkv", "attn_gate",   "ssm_alpha",
+                                                       "ssm_beta", "ssm_out",  "output",   "token_embd"};
 
 static nl_proj_class kind_class(nl_proj_kind k) {
     switch (k) {
-    case NL_P_Q: case NL_P_K: case NL_P_V: case NL_P_O: return NL_CLASS_ATTN;
-    case NL_P_GATE: case NL_P_UP: case NL_P_DOWN: return NL_CLASS_MLP;
+    case NL_P_Q:
+    case NL_P_K:
+    case NL_P_V:
+    case NL_P_O: return NL_CLASS_ATTN;
+    case NL_P_GATE:
+    case NL_P_UP:
+    case NL_P_DOWN: return NL_CLASS_MLP;
     case NL_P_OUTPUT: return NL_CLASS_HEAD;
     case NL_P_EMBED: return NL_CLASS_EMBED;
     default: return NL_CLASS_RECURRENT;
@@ -61,9 +66,16 @@ void nl_model_free(nl_model *m) {
     if (m->layers)
         for (int il = 0; il < m->hp.n_layer; il++) {
             nl_layer *L = &m->layers[il];
-            free(L->attn_norm); free(L->ffn_norm); free(L->q_norm); free(L->k_norm);
-            free(L->attn_post_norm); free(L->ffn_post_norm);
-            free(L->ssm_conv); free(L->ssm_dt_bias); free(L->ssm_a); free(L->ssm_norm);
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->q_norm);
+            free(L->k_norm);
+            free(L->attn_post_norm);
+            free(L->ffn_post_norm);
+            free(L->ssm_conv);
+            free(L->ssm_dt_bias);
+            free(L->ssm_a);
+            free(L->ssm_norm);
         }
     free(m->layers);
     free(m->projs);
@@ -96,7 +108,7 @@ typedef struct {
     const nl_gguf *g;
     char key[160];
     int block_count;
-    uint8_t *used;   /* [g->n_tensors]: found by find_tensor */
+    uint8_t *used; /* [g->n_tensors]: found by find_tensor */
 } loader;
 
 static const char *akey(loader *ld, const char *suffix) {
@@ -119,7 +131,8 @@ static int get_u32_or_arr(loader *ld, const char *suffix, int required, int dflt
         if (kv->arr_n == 0) return nl_err("%s: key '%s' is an empty array", ld->g->path, key);
         /* one value per layer: a shorter array leaves layers without one */
         if (kv->arr_n < (uint64_t)n_layer)
-            return nl_err("%s: offset %" PRIu64 ": key '%s' holds %" PRIu64 " values, but block_count is %d: expected one per layer",
+            return nl_err("%s: offset %" PRIu64 ": key '%s' holds %" PRIu64
+                          " values, but block_count is %d: expected one per layer",
                           ld->g->path, kv->offset, key, kv->arr_n, n_layer);
         if (nl_gguf_arr_i64(kv, 0, &v)) return nl_err_prefix("%s", ld->g->path);
         for (uint64_t i = 1; i < kv->arr_n; i++) {
@@ -133,7 +146,8 @@ static int get_u32_or_arr(loader *ld, const char *suffix, int required, int dflt
     } else if (nl_gguf_get_i64(ld->g, key, &v) != 0) {
         return -1;
     }
-    if (v <= 0 || v > INT32_MAX) return nl_err("%s: key '%s' = %" PRId64 ", expected a positive 32-bit value", ld->g->path, key, v);
+    if (v <= 0 || v > INT32_MAX)
+        return nl_err("%s: key '%s' = %" PRId64 ", expected a positive 32-bit value", ld->g->path, key, v);
     *out = (int)v;
     return 0;
 }
@@ -148,7 +162,8 @@ static int get_u32(loader *ld, const char *suffix, int required, int dflt, int *
         *out = dflt;
         return 0;
     }
-    if (v == 0 || v > INT32_MAX) return nl_err("%s: key '%s' = %" PRIu32 ", expected a positive value", ld->g->path, key, v);
+    if (v == 0 || v > INT32_MAX)
+        return nl_err("%s: key '%s' = %" PRIu32 ", expected a positive value", ld->g->path, key, v);
     *out = (int)v;
     return 0;
 }
@@ -177,13 +192,14 @@ static int read_hparams(loader *ld) {
     if (!rc) rc |= get_u32_or_arr(ld, "attention.head_count_kv", 0, hp->n_head, block_count, &hp->n_head_kv);
     if (rc) return -1;
     if (hp->n_embd % hp->n_head != 0 && !nl_gguf_get(ld->g, akey(ld, "attention.key_length")))
-        return nl_err("%s: n_embd %d is not a multiple of n_head %d and '%s' is absent", path, hp->n_embd, hp->n_head, ld->key);
+        return nl_err("%s: n_embd %d is not a multiple of n_head %d and '%s' is absent", path, hp->n_embd, hp->n_head,
+                      ld->key);
     int value_length;
     if (get_u32(ld, "attention.key_length", 0, hp->n_embd / hp->n_head, &hp->head_dim)) return -1;
     if (get_u32(ld, "attention.value_length", 0, hp->head_dim, &value_length)) return -1;
     if (value_length != hp->head_dim)
-        return nl_err("%s: attention.value_length %d != key_length %d: only equal head sizes are supported", path, value_length,
-                      hp->head_dim);
+        return nl_err("%s: attention.value_length %d != key_length %d: only equal head sizes are supported", path,
+                      value_length, hp->head_dim);
     if (get_u32(ld, "rope.dimension_count", 0, hp->head_dim, &hp->n_rot)) return -1;
     if (get_f32(ld, "rope.freq_base", 0, 10000.0f, &hp->rope_base)) return -1;
     if (!(hp->rope_base > 0) || !isfinite(hp->rope_base))
@@ -198,11 +214,13 @@ static int read_hparams(loader *ld) {
     const char *stype = NULL;
     if (nl_gguf_get_str(ld->g, akey(ld, "rope.scaling.type"), &stype) < 0) return -1;
     if (stype && strcmp(stype, "none") && strcmp(stype, "linear"))
-        return nl_err("%s: key '%s' = '%s': this RoPE scaling is not implemented (nightlora has linear, or none)", path, ld->key, stype);
+        return nl_err("%s: key '%s' = '%s': this RoPE scaling is not implemented (nightlora has linear, or none)", path,
+                      ld->key, stype);
     if (stype && strcmp(stype, "linear") == 0) {
         float factor = 1.0f;
         if (get_f32(ld, "rope.scaling.factor", 0, 1.0f, &factor)) return -1;
-        if (!(factor > 0) || !isfinite(factor)) return nl_err("%s: key '%s' = %g: expected a finite number > 0", path, ld->key, factor);
+        if (!(factor > 0) || !isfinite(factor))
+            return nl_err("%s: key '%s' = %g: expected a finite number > 0", path, ld->key, factor);
         hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_neox = m->arch != NL_ARCH_LLAMA;
@@ -220,7 +238,8 @@ static int read_hparams(loader *ld) {
         int r = nl_gguf_get_u32(ld->g, k, &v);
         if (r < 0) return -1;
         if (r == 0) nextn = (int)v;
-        if (nextn >= block_count) return nl_err("%s: key '%s' = %d leaves no layers of %d", path, k, nextn, block_count);
+        if (nextn >= block_count)
+            return nl_err("%s: key '%s' = %d leaves no layers of %d", path, k, nextn, block_count);
     }
     hp->n_layer = block_count - nextn; /* MTP blocks come after the main stack and are ignored */
     ld->block_count = block_count;
@@ -234,19 +253,22 @@ static int read_hparams(loader *ld) {
         return nl_err("%s: llama requires rope.dimension_count (%d) == head_dim (%d)", path, hp->n_rot, hp->head_dim);
 
     if (m->arch == NL_ARCH_QWEN35) {
-        if (get_u32(ld, "ssm.conv_kernel", 1, 0, &hp->ssm_d_conv) || get_u32(ld, "ssm.state_size", 1, 0, &hp->ssm_d_state) ||
-            get_u32(ld, "ssm.group_count", 1, 0, &hp->ssm_n_group) || get_u32(ld, "ssm.time_step_rank", 1, 0, &hp->ssm_dt_rank) ||
-            get_u32(ld, "ssm.inner_size", 1, 0, &hp->ssm_d_inner) || get_u32(ld, "full_attention_interval", 0, 4, &hp->full_attn_interval))
+        if (get_u32(ld, "ssm.conv_kernel", 1, 0, &hp->ssm_d_conv) ||
+            get_u32(ld, "ssm.state_size", 1, 0, &hp->ssm_d_state) ||
+            get_u32(ld, "ssm.group_count", 1, 0, &hp->ssm_n_group) ||
+            get_u32(ld, "ssm.time_step_rank", 1, 0, &hp->ssm_dt_rank) ||
+            get_u32(ld, "ssm.inner_size", 1, 0, &hp->ssm_d_inner) ||
+            get_u32(ld, "full_attention_interval", 0, 4, &hp->full_attn_interval))
             return -1;
         if (!nl_gguf_get(ld->g, akey(ld, "rope.dimension_sections")))
             return nl_err("%s: missing required key '%s'", path, ld->key);
         if (hp->ssm_dt_rank % hp->ssm_n_group != 0)
-            return nl_err("%s: ssm.time_step_rank %d (value heads) is not a multiple of ssm.group_count %d (key heads)", path,
-                          hp->ssm_dt_rank, hp->ssm_n_group);
+            return nl_err("%s: ssm.time_step_rank %d (value heads) is not a multiple of ssm.group_count %d (key heads)",
+                          path, hp->ssm_dt_rank, hp->ssm_n_group);
         /* llama.cpp sizes the value heads with state_size too, so inner_size must agree. */
         if ((int64_t)hp->ssm_d_state * hp->ssm_dt_rank != hp->ssm_d_inner)
-            return nl_err("%s: ssm.inner_size %d != ssm.state_size %d * ssm.time_step_rank %d", path, hp->ssm_d_inner, hp->ssm_d_state,
-                          hp->ssm_dt_rank);
+            return nl_err("%s: ssm.inner_size %d != ssm.state_size %d * ssm.time_step_rank %d", path, hp->ssm_d_inner,
+                          hp->ssm_d_state, hp->ssm_dt_rank);
     }
     return 0;
 }
@@ -254,14 +276,16 @@ static int read_hparams(loader *ld) {
 /* ---- tensors */
 static void shape_str(const int64_t *ne, int nd, char *buf, size_t cap) {
     int n = snprintf(buf, cap, "{%" PRId64, ne[0]);
-    for (int d = 1; d < nd && n > 0 && (size_t)n < cap; d++) n += snprintf(buf + n, cap - (size_t)n, ", %" PRId64, ne[d]);
+    for (int d = 1; d < nd && n > 0 && (size_t)n < cap; d++)
+        n += snprintf(buf + n, cap - (size_t)n, ", %" PRId64, ne[d]);
     if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "}");
 }
 
 /* Finds `name` and checks its shape {ne0} (ne1 == 0) or {ne0, ne1} and that its type can be
  * read. Returns 0 (found, *out set), 1 (absent; an error naming it is set when required),
  * -1 (present but wrong: the error names the tensor and both shapes, or the type). */
-static int find_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, int required, const nl_gguf_tensor **out) {
+static int find_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, int required,
+                       const nl_gguf_tensor **out) {
     const nl_gguf_tensor *t = nl_gguf_tensor_find(ld->g, name);
     int nd = ne1 > 0 ? 2 : 1;
     int64_t want[4] = {ne0, nd == 2 ? ne1 : 1, 1, 1};
@@ -277,7 +301,8 @@ static int find_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, i
     }
     const nl_type_traits *tt = nl_type_get(t->type);
     if (!tt || !tt->to_float)
-        return nl_err("%s: tensor '%s' has type %s, which nightlora cannot read", ld->g->path, name, nl_type_name(t->type));
+        return nl_err("%s: tensor '%s' has type %s, which nightlora cannot read", ld->g->path, name,
+                      nl_type_name(t->type));
     /* Inf/NaN weights are the file's fault: say so here, not later as a non-finite loss or
      * gradient (one pass over the bytes, at memory speed: scales and exponents only) */
     const int64_t bad = nl_type_first_nonfinite(t->type, t->data, t->ne[0] * t->ne[1]);
@@ -285,10 +310,11 @@ static int find_tensor(loader *ld, const char *name, int64_t ne0, int64_t ne1, i
         float blk[256];
         const int64_t b0 = bad / tt->blck * tt->blck;
         tt->to_float((const uint8_t *)t->data + (size_t)(bad / tt->blck) * tt->bytes, blk, tt->blck);
-        return nl_err("%s: tensor '%s' holds non-finite values (element %" PRId64 " = %g, %s%s%s at file offset %" PRIu64
-                      "): the model file is damaged or was converted wrongly",
-                      ld->g->path, name, bad, (double)blk[bad - b0], tt->blck > 1 ? "in the " : "", tt->blck > 1 ? tt->name : "",
-                      tt->blck > 1 ? " block" : "", ld->g->data_offset + t->offset + (uint64_t)(bad / tt->blck) * tt->bytes);
+        return nl_err("%s: tensor '%s' holds non-finite values (element %" PRId64
+                      " = %g, %s%s%s at file offset %" PRIu64 "): the model file is damaged or was converted wrongly",
+                      ld->g->path, name, bad, (double)blk[bad - b0], tt->blck > 1 ? "in the " : "",
+                      tt->blck > 1 ? tt->name : "", tt->blck > 1 ? " block" : "",
+                      ld->g->data_offset + t->offset + (uint64_t)(bad / tt->blck) * tt->bytes);
     }
     ld->used[t - ld->g->tensors] = 1;
     *out = t;
@@ -306,14 +332,18 @@ static float *load_f32(loader *ld, const char *name, int64_t ne0, int64_t ne1, i
     }
     int64_t n = ne0 * (ne1 > 0 ? ne1 : 1);
     float *v = nl_malloc((size_t)n * sizeof *v);
-    if (!v) { *err = 1; return NULL; }
+    if (!v) {
+        *err = 1;
+        return NULL;
+    }
     nl_type_get(t->type)->to_float(t->data, v, n);
     return v;
 }
 
 /* Registers a projection (W ggml {n_in, n_out}). Returns its id, -1 when absent and optional,
  * -2 on error. */
-static int add_proj(loader *ld, const char *name, int il, nl_proj_kind kind, int64_t n_in, int64_t n_out, int required) {
+static int add_proj(loader *ld, const char *name, int il, nl_proj_kind kind, int64_t n_in, int64_t n_out,
+                    int required) {
     nl_model *m = ld->m;
     const nl_gguf_tensor *t;
     int rc = find_tensor(ld, name, n_in, n_out, required, &t);
@@ -353,43 +383,48 @@ static int load_layer(loader *ld, int il) {
 
     if (!(L->attn_norm = layer_vec(ld, il, "attn_norm.weight", E, 0, &err))) return -1;
     /* qwen35's post_attention_norm is the pre-FFN norm */
-    if (!(L->ffn_norm = layer_vec(ld, il, m->arch == NL_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight", E, 0, &err)))
+    if (!(L->ffn_norm = layer_vec(ld, il, m->arch == NL_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight",
+                                  E, 0, &err)))
         return -1;
     if (!L->recurrent) {
         int64_t q_out = m->arch == NL_ARCH_QWEN35 ? hd * H * 2 : hd * H; /* qwen35: [q_h | gate_h] per head */
-        if (layer_proj(ld, il, NL_P_Q, E, q_out) || layer_proj(ld, il, NL_P_K, E, hd * Hkv) || layer_proj(ld, il, NL_P_V, E, hd * Hkv) ||
-            layer_proj(ld, il, NL_P_O, hd * H, E))
+        if (layer_proj(ld, il, NL_P_Q, E, q_out) || layer_proj(ld, il, NL_P_K, E, hd * Hkv) ||
+            layer_proj(ld, il, NL_P_V, E, hd * Hkv) || layer_proj(ld, il, NL_P_O, hd * H, E))
             return -1;
         if (m->arch != NL_ARCH_LLAMA) {
             if (!(L->q_norm = layer_vec(ld, il, "attn_q_norm.weight", hd, 0, &err))) return -1;
             if (!(L->k_norm = layer_vec(ld, il, "attn_k_norm.weight", hd, 0, &err))) return -1;
         }
     } else {
-        const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, dv = hp->ssm_d_inner / hp->ssm_dt_rank;
+        const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state,
+                      dv = hp->ssm_d_inner / hp->ssm_dt_rank;
         const int64_t key_dim = Hk * dk, value_dim = Hv * dv, conv_dim = 2 * key_dim + value_dim;
-        if (layer_proj(ld, il, NL_P_QKV, E, conv_dim) || layer_proj(ld, il, NL_P_Z, E, value_dim) || layer_proj(ld, il, NL_P_ALPHA, E, Hv) ||
-            layer_proj(ld, il, NL_P_BETA, E, Hv) || layer_proj(ld, il, NL_P_OUT, value_dim, E))
+        if (layer_proj(ld, il, NL_P_QKV, E, conv_dim) || layer_proj(ld, il, NL_P_Z, E, value_dim) ||
+            layer_proj(ld, il, NL_P_ALPHA, E, Hv) || layer_proj(ld, il, NL_P_BETA, E, Hv) ||
+            layer_proj(ld, il, NL_P_OUT, value_dim, E))
             return -1;
         if (!(L->ssm_conv = layer_vec(ld, il, "ssm_conv1d.weight", hp->ssm_d_conv, conv_dim, &err))) return -1;
         if (!(L->ssm_dt_bias = layer_vec(ld, il, "ssm_dt.bias", Hv, 0, &err))) return -1;
         if (!(L->ssm_a = layer_vec(ld, il, "ssm_a", Hv, 0, &err))) return -1;
         if (!(L->ssm_norm = layer_vec(ld, il, "ssm_norm.weight", dv, 0, &err))) return -1;
     }
-    if (layer_proj(ld, il, NL_P_GATE, E, F) || layer_proj(ld, il, NL_P_UP, E, F) || layer_proj(ld, il, NL_P_DOWN, F, E)) return -1;
+    if (layer_proj(ld, il, NL_P_GATE, E, F) || layer_proj(ld, il, NL_P_UP, E, F) || layer_proj(ld, il, NL_P_DOWN, F, E))
+        return -1;
     if (hp->post_norms) {
         if (!(L->attn_post_norm = layer_vec(ld, il, "post_attention_norm.weight", E, 0, &err))) return -1;
         if (!(L->ffn_post_norm = layer_vec(ld, il, "post_ffw_norm.weight", E, 0, &err))) return -1;
     }
     /* llama.cpp's loader also knows biases and a fused attn_qkv for other checkpoints;
      * nightlora's graph has neither, so refuse such a file rather than ignore tensors. */
-    static const char *const extra[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
+    static const char *const extra[] = {"attn_q.bias",   "attn_k.bias", "attn_v.bias",   "attn_output.bias",
                                         "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "attn_qkv.weight"};
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
         if (L->recurrent && i == sizeof extra / sizeof extra[0] - 1) continue;
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, extra[i]);
         if (nl_gguf_tensor_find(ld->g, name))
-            return nl_err("%s: tensor '%s' is not supported by nightlora's %s graph", ld->g->path, name, nl_arch_name(m->arch));
+            return nl_err("%s: tensor '%s' is not supported by nightlora's %s graph", ld->g->path, name,
+                          nl_arch_name(m->arch));
     }
     return 0;
 }
@@ -406,9 +441,11 @@ static int set_recurrent(loader *ld) {
     const nl_gguf_kv *kv = nl_gguf_get(ld->g, key);
     if (!kv) return 0;
     if (kv->type != NL_GGUF_ARRAY || kv->arr_type == NL_GGUF_STRING)
-        return nl_err("%s: key '%s' has type %s, expected an array of bool", ld->g->path, key, nl_gguf_vtype_name(kv->type));
+        return nl_err("%s: key '%s' has type %s, expected an array of bool", ld->g->path, key,
+                      nl_gguf_vtype_name(kv->type));
     if (kv->arr_n < (uint64_t)hp->n_layer)
-        return nl_err("%s: key '%s' has %" PRIu64 " entries, expected %d (one per layer)", ld->g->path, key, kv->arr_n, hp->n_layer);
+        return nl_err("%s: key '%s' has %" PRIu64 " entries, expected %d (one per layer)", ld->g->path, key, kv->arr_n,
+                      hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++) {
         int64_t v;
         if (nl_gguf_arr_i64(kv, (uint64_t)il, &v)) return nl_err_prefix("%s", ld->g->path);
@@ -435,15 +472,17 @@ static int check_unused(loader *ld) {
             if (*end != '.') layer = -1;
         }
         if (layer >= ld->block_count)
-            return nl_err("%s: tensor '%s' is of layer %ld, but block_count is %d: the file holds more layers than it says", g->path,
-                          name, layer, ld->block_count);
+            return nl_err(
+                "%s: tensor '%s' is of layer %ld, but block_count is %d: the file holds more layers than it says",
+                g->path, name, layer, ld->block_count);
         if (ld->used[i] || layer >= ld->m->hp.n_layer) continue;
-        if (n_unused++ < 8 && k < sizeof list) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", name);
+        if (n_unused++ < 8 && k < sizeof list)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", name);
     }
     if (n_unused == 0) return 0;
     char buf[700];
-    snprintf(buf, sizeof buf, "%d tensor%s that nightlora's %s graph does not use, ignored: %s%s", n_unused, n_unused > 1 ? "s" : "",
-             nl_arch_name(ld->m->arch), list, n_unused > 8 ? ", ..." : "");
+    snprintf(buf, sizeof buf, "%d tensor%s that nightlora's %s graph does not use, ignored: %s%s", n_unused,
+             n_unused > 1 ? "s" : "", nl_arch_name(ld->m->arch), list, n_unused > 8 ? ", ..." : "");
     ld->m->warning = nl_strdup(buf);
     return ld->m->warning ? 0 : -1;
 }
@@ -451,7 +490,10 @@ static int check_unused(loader *ld) {
 nl_model *nl_model_from_gguf(nl_gguf *g) {
     if (!g) return NULL;
     nl_model *m = nl_calloc(1, sizeof *m);
-    if (!m) { nl_gguf_close(g); return NULL; }
+    if (!m) {
+        nl_gguf_close(g);
+        return NULL;
+    }
     m->gguf = g;
     m->path = nl_strdup(g->path);
     m->p_embed = m->p_output = -1;
@@ -482,13 +524,15 @@ nl_model *nl_model_from_gguf(nl_gguf *g) {
     } else if (te && te->ne[1] > 0 && te->ne[1] <= INT32_MAX) {
         hp->n_vocab = (int)te->ne[1];
     } else {
-        nl_err("%s: cannot tell the vocabulary size: no '%s', no tokenizer.ggml.tokens, no token_embd.weight", g->path, ld.key);
+        nl_err("%s: cannot tell the vocabulary size: no '%s', no tokenizer.ggml.tokens, no token_embd.weight", g->path,
+               ld.key);
         goto fail;
     }
 
     /* Never trust block_count for an allocation: every layer has at least 9 tensors. */
     if ((int64_t)hp->n_layer * 9 > g->n_tensors) {
-        nl_err("%s: block_count %d needs at least %" PRId64 " tensors, the file has %" PRId64, g->path, hp->n_layer, (int64_t)hp->n_layer * 9, g->n_tensors);
+        nl_err("%s: block_count %d needs at least %" PRId64 " tensors, the file has %" PRId64, g->path, hp->n_layer,
+               (int64_t)hp->n_layer * 9, g->n_tensors);
         goto fail;
     }
     m->layers = nl_calloc((size_t)hp->n_layer, sizeof *m->layers);

@@ -17,12 +17,19 @@
 
 /* transformers' module of each projection kind inside layer N (NULL: none) */
 static const char *const hf_names[NL_P_KIND_COUNT] = {
-    [NL_P_Q] = "self_attn.q_proj", [NL_P_K] = "self_attn.k_proj", [NL_P_V] = "self_attn.v_proj",
-    [NL_P_O] = "self_attn.o_proj", [NL_P_GATE] = "mlp.gate_proj", [NL_P_UP] = "mlp.up_proj",
+    [NL_P_Q] = "self_attn.q_proj",
+    [NL_P_K] = "self_attn.k_proj",
+    [NL_P_V] = "self_attn.v_proj",
+    [NL_P_O] = "self_attn.o_proj",
+    [NL_P_GATE] = "mlp.gate_proj",
+    [NL_P_UP] = "mlp.up_proj",
     [NL_P_DOWN] = "mlp.down_proj",
     /* qwen35 gated delta-net: named, to be refused by name */
-    [NL_P_QKV] = "linear_attn.in_proj_qkv", [NL_P_Z] = "linear_attn.in_proj_z", [NL_P_ALPHA] = "linear_attn.in_proj_a",
-    [NL_P_BETA] = "linear_attn.in_proj_b", [NL_P_OUT] = "linear_attn.out_proj",
+    [NL_P_QKV] = "linear_attn.in_proj_qkv",
+    [NL_P_Z] = "linear_attn.in_proj_z",
+    [NL_P_ALPHA] = "linear_attn.in_proj_a",
+    [NL_P_BETA] = "linear_attn.in_proj_b",
+    [NL_P_OUT] = "linear_attn.out_proj",
 };
 
 static int is_gdn(nl_proj_kind k) { return k >= NL_P_QKV && k <= NL_P_OUT; }
@@ -40,10 +47,11 @@ int nl_peft_module(const nl_model *m, int p, char *buf, size_t cap) {
     if (module_name(m, p, buf, cap) != 0)
         return nl_err("'%s' has no PEFT (transformers) module name in nightlora's mapping", d->name);
     if (is_gdn(d->kind))
-        return nl_err("'%s' (%s) is a qwen35 gated delta-net projection: the GGUF orders its value heads otherwise than "
-                      "transformers (tiled, not grouped) and nightlora does not map that order to PEFT; adapt only "
-                      "q,k,v,o,gate,up,down,output to move an adapter to or from PEFT",
-                      d->name, buf);
+        return nl_err(
+            "'%s' (%s) is a qwen35 gated delta-net projection: the GGUF orders its value heads otherwise than "
+            "transformers (tiled, not grouped) and nightlora does not map that order to PEFT; adapt only "
+            "q,k,v,o,gate,up,down,output to move an adapter to or from PEFT",
+            d->name, buf);
     return 0;
 }
 
@@ -70,8 +78,8 @@ static void permute_rows(const float *src, float *dst, int64_t n_out, int r, int
 static int check_heads(const nl_model *m, int p, int heads) {
     const nl_proj_desc *d = &m->projs[p];
     if (heads < 1 || d->n_out % heads || (d->n_out / heads) % 2)
-        return nl_err("'%s' {%" PRId64 ", %" PRId64 "}: %d heads of an even size do not fill its %" PRId64 " rows", d->name, d->n_in,
-                      d->n_out, heads, d->n_out);
+        return nl_err("'%s' {%" PRId64 ", %" PRId64 "}: %d heads of an even size do not fill its %" PRId64 " rows",
+                      d->name, d->n_in, d->n_out, heads, d->n_out);
     return 0;
 }
 
@@ -103,8 +111,10 @@ static char *suffixed(const char *path, const char *suffix) {
 static char *manifest_text(uint64_t h_cfg, uint64_t h_w, size_t *len) {
     char *txt = nl_malloc(256);
     if (!txt) return NULL;
-    int n = snprintf(txt, 256, "{\n  \"nightlora_manifest\": 1,\n  \"files\": {\n    \"" NL_PEFT_CONFIG "\": \"%016" PRIx64
-                     "\",\n    \"" NL_PEFT_WEIGHTS "\": \"%016" PRIx64 "\"\n  }\n}\n", h_cfg, h_w);
+    int n = snprintf(txt, 256,
+                     "{\n  \"nightlora_manifest\": 1,\n  \"files\": {\n    \"" NL_PEFT_CONFIG "\": \"%016" PRIx64
+                     "\",\n    \"" NL_PEFT_WEIGHTS "\": \"%016" PRIx64 "\"\n  }\n}\n",
+                     h_cfg, h_w);
     *len = (size_t)n;
     return txt;
 }
@@ -117,7 +127,8 @@ static char *manifest_text(uint64_t h_cfg, uint64_t h_w, size_t *len) {
 static int commit_dir(const nl_io *io, const char *dir, const char *wpath, const char *cpath, const nl_st_out *t, int n,
                       const char *const *meta, const char *cfg, size_t clen) {
     char *mpath = join(dir, NL_PEFT_MANIFEST);
-    char *w_new = suffixed(wpath, ".new"), *c_new = suffixed(cpath, ".new"), *m_new = mpath ? suffixed(mpath, ".new") : NULL;
+    char *w_new = suffixed(wpath, ".new"), *c_new = suffixed(cpath, ".new"),
+         *m_new = mpath ? suffixed(mpath, ".new") : NULL;
     char *man = NULL;
     int rc = -1, staged = 0;
     if (!mpath || !w_new || !c_new || !m_new) goto end;
@@ -145,9 +156,10 @@ static int commit_dir(const nl_io *io, const char *dir, const char *wpath, const
             int e = errno;
             if (k == 0) nl_err("%s: rename to %s failed: %s (%s is unchanged)", from[k], to[k], strerror(e), dir);
             else {
-                nl_err("%s: rename to %s failed: %s; the export is not whole: %s names the new files, so readers refuse "
-                       "the directory until an export completes there: export again",
-                       from[k], to[k], strerror(e), mpath);
+                nl_err(
+                    "%s: rename to %s failed: %s; the export is not whole: %s names the new files, so readers refuse "
+                    "the directory until an export completes there: export again",
+                    from[k], to[k], strerror(e), mpath);
                 staged = 0; /* the remaining staged files are the export's only copy: keep them */
             }
             goto end;
@@ -177,17 +189,22 @@ end:
 static char *config_text(const nl_adapter *a, const nl_model *m, const char *base_model, float alpha, size_t *len) {
     char *txt = NULL;
     FILE *f = open_memstream(&txt, len);
-    if (!f) { nl_err("out of memory"); return NULL; }
+    if (!f) {
+        nl_err("out of memory");
+        return NULL;
+    }
     int rc = 0;
     char mod[96];
     fputs("{\n  \"alpha_pattern\": {},\n  \"auto_mapping\": null,\n  \"base_model_name_or_path\": ", f);
     if (base_model) rc |= nl_st_json_str(f, base_model);
     else fputs("null", f);
-    fprintf(f, ",\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": false,\n  \"inference_mode\": true,\n"
-               "  \"init_lora_weights\": true,\n  \"layers_pattern\": null,\n  \"layers_to_transform\": null,\n"
-               "  \"lora_alpha\": %.9g,\n  \"lora_dropout\": 0.0,\n  \"modules_to_save\": null,\n  \"peft_type\": \"LORA\",\n"
-               "  \"r\": %d,\n  \"rank_pattern\": {",
-            (double)alpha, a->rank);
+    fprintf(
+        f,
+        ",\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": false,\n  \"inference_mode\": true,\n"
+        "  \"init_lora_weights\": true,\n  \"layers_pattern\": null,\n  \"layers_to_transform\": null,\n"
+        "  \"lora_alpha\": %.9g,\n  \"lora_dropout\": 0.0,\n  \"modules_to_save\": null,\n  \"peft_type\": \"LORA\",\n"
+        "  \"r\": %d,\n  \"rank_pattern\": {",
+        (double)alpha, a->rank);
     int np = 0;
     for (int i = 0; i < a->n; i++)
         if (a->t[i].rank != a->rank) {
@@ -223,8 +240,8 @@ static int repo_id(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const char c = s[i];
         slashes += c == '/';
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.' ||
-              c == '/'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == '.' || c == '/'))
             return 0;
     }
     return slashes == 1 && n > 2 && s[0] != '/' && s[n - 1] != '/';
@@ -263,8 +280,10 @@ int nl_peft_save_io(const nl_io *io, const nl_adapter *a, const nl_model *m, con
         /* llama.cpp's alpha 0 means scale 1: PEFT says that with lora_alpha = r */
         for (int i = 0; i < a->n; i++)
             if (a->t[i].rank != a->rank)
-                return nl_err("%s: the adapter's alpha is 0 (scale 1) and its ranks differ (%d and %d): PEFT has no single "
-                              "lora_alpha for that", dir, a->t[i].rank, a->rank);
+                return nl_err(
+                    "%s: the adapter's alpha is 0 (scale 1) and its ranks differ (%d and %d): PEFT has no single "
+                    "lora_alpha for that",
+                    dir, a->t[i].rank, a->rank);
         alpha = (float)a->rank;
     }
     char base_buf[256];
@@ -337,17 +356,21 @@ static int cfg_err(const cfg_src *c, const nl_json *v, const char *why, const ch
 
 /* The config's checks: what PEFT would compute and nightlora cannot is refused by name. */
 static int check_config(const cfg_src *c, const nl_json *root, int *r_out, float *alpha_out, int *has_rank_pattern) {
-    if (!nl_json_is_object(root)) return nl_err("%s:1:1: the config is a %s, expected an object", c->path, nl_json_type_name(root->type));
+    if (!nl_json_is_object(root))
+        return nl_err("%s:1:1: the config is a %s, expected an object", c->path, nl_json_type_name(root->type));
     const nl_json *v = nl_json_get(root, "peft_type");
     if (!v) return nl_err("%s: no peft_type: not a PEFT adapter config", c->path);
     if (!nl_json_is_string(v) || strcmp(v->u.str.s, "LORA"))
         return cfg_err(c, v, "nightlora reads LoRA adapters only (peft_type \"LORA\")", "peft_type is not \"LORA\":");
     /* switches that change the math: false or absent */
-    static const char *const must_be_false[] = {"use_dora", "use_rslora", "fan_in_fan_out", "lora_bias", "use_qalora", NULL};
-    static const char *const why_false[] = {
-        "DoRA's magnitude vector is not LoRA's y = Wx + s·BAx", "rank-stabilised scaling alpha/sqrt(r) is not alpha/r",
-        "GPT-2-style Conv1D weights are stored transposed", "a LoRA bias term has no place in nightlora's adapter",
-        "QALoRA pools the input", NULL};
+    static const char *const must_be_false[] = {"use_dora",  "use_rslora", "fan_in_fan_out",
+                                                "lora_bias", "use_qalora", NULL};
+    static const char *const why_false[] = {"DoRA's magnitude vector is not LoRA's y = Wx + s·BAx",
+                                            "rank-stabilised scaling alpha/sqrt(r) is not alpha/r",
+                                            "GPT-2-style Conv1D weights are stored transposed",
+                                            "a LoRA bias term has no place in nightlora's adapter",
+                                            "QALoRA pools the input",
+                                            NULL};
     for (int k = 0; must_be_false[k]; k++) {
         v = nl_json_get(root, must_be_false[k]);
         if (v && !nl_json_is_null(v) && v->type != NL_JSON_FALSE) {
@@ -360,14 +383,20 @@ static int check_config(const cfg_src *c, const nl_json *root, int *r_out, float
     if (v && !nl_json_is_null(v) && !(nl_json_is_string(v) && !strcmp(v->u.str.s, "none")))
         return cfg_err(c, v, "nightlora adapts weights only (bias \"none\")", "bias is not \"none\":");
     /* lists or objects that must be empty: extra trained modules, per-module alpha, ... */
-    static const char *const must_be_empty[] = {"modules_to_save", "alpha_pattern", "layer_replication", "target_parameters",
-                                                "trainable_token_indices", "alora_invocation_tokens", NULL};
+    static const char *const must_be_empty[] = {"modules_to_save",
+                                                "alpha_pattern",
+                                                "layer_replication",
+                                                "target_parameters",
+                                                "trainable_token_indices",
+                                                "alora_invocation_tokens",
+                                                NULL};
     for (int k = 0; must_be_empty[k]; k++) {
         v = nl_json_get(root, must_be_empty[k]);
         if (v && !nl_json_is_null(v) && nl_json_len(v) != 0) {
             char what[64];
             snprintf(what, sizeof what, "%s is not empty:", must_be_empty[k]);
-            return cfg_err(c, v, k == 1 ? "nightlora holds one alpha for every module" : "nightlora reads LoRA pairs only", what);
+            return cfg_err(
+                c, v, k == 1 ? "nightlora holds one alpha for every module" : "nightlora reads LoRA pairs only", what);
         }
     }
     v = nl_json_get(root, "r");
@@ -383,8 +412,10 @@ static int check_config(const cfg_src *c, const nl_json *root, int *r_out, float
         return cfg_err(c, v, "beyond the float range (|alpha| < 3.4e38): the adapter's scale would be infinite", what);
     }
     if (v->u.num.d == 0.0)
-        return cfg_err(c, v, "PEFT scales the adapter by 0/r = 0, where nightlora's (and llama.cpp's) alpha 0 means scale 1: "
-                       "refused rather than computed otherwise", "lora_alpha is 0:");
+        return cfg_err(c, v,
+                       "PEFT scales the adapter by 0/r = 0, where nightlora's (and llama.cpp's) alpha 0 means scale 1: "
+                       "refused rather than computed otherwise",
+                       "lora_alpha is 0:");
     *r_out = (int)r;
     *alpha_out = (float)v->u.num.d;
     v = nl_json_get(root, "rank_pattern");
@@ -394,7 +425,8 @@ static int check_config(const cfg_src *c, const nl_json *root, int *r_out, float
 
 static void shape_str(const nl_st_tensor *t, char *buf, size_t cap) {
     size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < t->n_dims && k < cap; d++) k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+    for (int d = 0; d < t->n_dims && k < cap; d++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
@@ -423,8 +455,10 @@ static int check_manifest(const char *dir, const char *cpath, const char *text, 
     root = nl_json_parse(mt, mlen, &je);
     const nl_json *files = root ? nl_json_get(root, "files") : NULL;
     if (!files || !nl_json_is_object(files)) {
-        nl_err("%s: not a manifest of nightlora's (expected {\"nightlora_manifest\": 1, \"files\": {...}}): remove it, or "
-               "export again", mpath);
+        nl_err(
+            "%s: not a manifest of nightlora's (expected {\"nightlora_manifest\": 1, \"files\": {...}}): remove it, or "
+            "export again",
+            mpath);
         goto end;
     }
     const char *names[2] = {NL_PEFT_CONFIG, NL_PEFT_WEIGHTS}, *paths[2] = {cpath, wpath};
@@ -434,10 +468,11 @@ static int check_manifest(const char *dir, const char *cpath, const char *text, 
         char hex[17];
         snprintf(hex, sizeof hex, "%016" PRIx64, have[k]);
         if (!v || !nl_json_is_string(v) || strcmp(v->u.str.s, hex)) {
-            nl_err("%s does not match %s (its hash is %s, the manifest names %s): the two files are not of one export (an "
-                   "export into %s was interrupted, or a file was changed since); export again (or remove the manifest to "
-                   "take the files as they are)",
-                   paths[k], mpath, hex, v && nl_json_is_string(v) ? v->u.str.s : "none", dir);
+            nl_err(
+                "%s does not match %s (its hash is %s, the manifest names %s): the two files are not of one export (an "
+                "export into %s was interrupted, or a file was changed since); export again (or remove the manifest to "
+                "take the files as they are)",
+                paths[k], mpath, hex, v && nl_json_is_string(v) ? v->u.str.s : "none", dir);
             goto end;
         }
     }
@@ -483,8 +518,10 @@ nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
         char *bin = join(dir, "adapter_model.bin");
         int pickle = bin && stat(bin, &sb) == 0;
         free(bin);
-        if (pickle) nl_err("%s: holds adapter_model.bin (a pickle) but no %s: nightlora reads safetensors only (PEFT's "
-                           "save_pretrained writes it by default)", dir, NL_PEFT_WEIGHTS);
+        if (pickle)
+            nl_err("%s: holds adapter_model.bin (a pickle) but no %s: nightlora reads safetensors only (PEFT's "
+                   "save_pretrained writes it by default)",
+                   dir, NL_PEFT_WEIGHTS);
         else nl_err("%s: cannot read: %s", wpath, strerror(errno));
         goto fail;
     }
@@ -505,14 +542,21 @@ nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
         snprintf(nb, sizeof nb, "base_model.model.%s.lora_B.weight", mod);
         const nl_st_tensor *ta = nl_st_find(st, na), *tb = nl_st_find(st, nb);
         if (!ta && !tb) continue;
-        if (!ta || !tb) { nl_err("%s: '%s' has no matching '%s'", wpath, ta ? na : nb, ta ? nb : na); goto fail; }
-        if (nl_peft_module(m, p, mod, sizeof mod)) { nl_err_prefix("%s: tensor '%s'", wpath, na); goto fail; }
-        if (ta->n_dims != 2 || tb->n_dims != 2 || ta->shape[1] != d->n_in || tb->shape[0] != d->n_out || ta->shape[0] != tb->shape[1]) {
+        if (!ta || !tb) {
+            nl_err("%s: '%s' has no matching '%s'", wpath, ta ? na : nb, ta ? nb : na);
+            goto fail;
+        }
+        if (nl_peft_module(m, p, mod, sizeof mod)) {
+            nl_err_prefix("%s: tensor '%s'", wpath, na);
+            goto fail;
+        }
+        if (ta->n_dims != 2 || tb->n_dims != 2 || ta->shape[1] != d->n_in || tb->shape[0] != d->n_out ||
+            ta->shape[0] != tb->shape[1]) {
             char sa[64], sb2[64];
             shape_str(ta, sa, sizeof sa);
             shape_str(tb, sb2, sizeof sb2);
-            nl_err("%s: '%s' %s / '%s' %s do not fit %s (base '%s' {%" PRId64 ", %" PRId64 "}): expected lora_A [r, %" PRId64
-                   "] and lora_B [%" PRId64 ", r]",
+            nl_err("%s: '%s' %s / '%s' %s do not fit %s (base '%s' {%" PRId64 ", %" PRId64
+                   "}): expected lora_A [r, %" PRId64 "] and lora_B [%" PRId64 ", r]",
                    wpath, na, sa, nb, sb2, mod, d->name, d->n_in, d->n_out, d->n_in, d->n_out);
             goto fail;
         }
@@ -521,11 +565,15 @@ nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
             goto fail;
         }
         if (!has_rank_pattern && ta->shape[0] != r_cfg) {
-            nl_err("%s: '%s' has rank %" PRId64 " but %s says r = %d (and has no rank_pattern)", wpath, na, ta->shape[0], cpath, r_cfg);
+            nl_err("%s: '%s' has rank %" PRId64 " but %s says r = %d (and has no rank_pattern)", wpath, na,
+                   ta->shape[0], cpath, r_cfg);
             goto fail;
         }
         int heads = permuted_heads(m, p);
-        if (heads && check_heads(m, p, heads)) { nl_err_prefix("%s", wpath); goto fail; }
+        if (heads && check_heads(m, p, heads)) {
+            nl_err_prefix("%s", wpath);
+            goto fail;
+        }
         projs[n] = p;
         ranks[n] = (int)ta->shape[0];
         ia[n] = (int)(ta - st->t);
@@ -542,10 +590,14 @@ nl_adapter *nl_peft_load(const nl_model *m, const char *dir) {
                        wpath, nm, nl_arch_name(m->arch));
             else
                 nl_err("%s: tensor '%s' is not a LoRA pair's base_model.model.<module>.lora_A.weight or .lora_B.weight "
-                       "(embedding LoRA, DoRA magnitudes and other PEFT tensors are not read)", wpath, nm);
+                       "(embedding LoRA, DoRA magnitudes and other PEFT tensors are not read)",
+                       wpath, nm);
             goto fail;
         }
-    if (n == 0) { nl_err("%s: the adapter has no lora_A/lora_B tensors", wpath); goto fail; }
+    if (n == 0) {
+        nl_err("%s: the adapter has no lora_A/lora_B tensors", wpath);
+        goto fail;
+    }
     a = nl_adapter_alloc(m, projs, ranks, n, alpha);
     if (!a) goto fail;
     for (int i = 0; i < n; i++) {
@@ -567,7 +619,11 @@ fail:
     nl_adapter_free(a);
     a = NULL;
 done:
-    free(projs); free(ranks); free(ia); free(ib); free(used);
+    free(projs);
+    free(ranks);
+    free(ia);
+    free(ib);
+    free(used);
     nl_st_close(st);
     nl_json_free(root);
     free(text);

@@ -52,7 +52,8 @@ const char *nl_peft_base_model(const nl_model *m, char *buf, size_t cap);
  * manifest. io: NULL = nl_io_posix() (tests inject faults). */
 int nl_peft_save(const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model);
 struct nl_io;
-int nl_peft_save_io(const struct nl_io *io, const nl_adapter *a, const nl_model *m, const char *dir, const char *base_model);
+int nl_peft_save_io(const struct nl_io *io, const nl_adapter *a, const nl_model *m, const char *dir,
+                    const char *base_model);
 /* Read a PEFT adapter directory for m (validated like nl_adapter_load). A directory with a
  * nightlora-manifest.json is read only when both files match it ("DIR/adapter_model.safetensors
  * does not match DIR/nightlora-manifest.json ..."); one without (PEFT's own) as it is. */

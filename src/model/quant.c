@@ -13,8 +13,16 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Scalar conversions                                                                        */
 
-static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 float nl_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -36,13 +44,13 @@ uint16_t nl_f32_to_f16(float f) {
     uint32_t x = f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7fffffffu;
-    uint32_t e = ax >> 23;            /* biased f32 exponent */
+    uint32_t e = ax >> 23; /* biased f32 exponent */
     uint32_t mant = ax & 0x7fffff;
     if (e == 0xff) {
         if (mant == 0) return sign | 0x7c00;
         return sign | 0x7e00 | (uint16_t)(mant >> 13);
     }
-    if (e > 142) return sign | 0x7c00;  /* >= 2^16: inf */
+    if (e > 142) return sign | 0x7c00; /* >= 2^16: inf */
     if (e >= 113) {
         /* normal half: exponent e-112, 10 mantissa bits, round on the 13 dropped bits.
          * A carry out of the mantissa moves to the exponent (and 65520.. to inf): correct. */
@@ -67,21 +75,20 @@ float nl_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 uint16_t nl_f32_to_bf16(float f) {
     uint32_t x = f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64); /* quiet NaN */
-    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);               /* nearest even */
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);                /* nearest even */
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* Row converters (n elements, n a multiple of the block size)                               */
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static void wr16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static void wr16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 
-static void f32_to_float(const void *src, float *dst, int64_t n) {
-    memcpy(dst, src, (size_t)n * sizeof(float));
-}
-static void f32_from_float(const float *src, void *dst, int64_t n) {
-    memcpy(dst, src, (size_t)n * sizeof(float));
-}
+static void f32_to_float(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+static void f32_from_float(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 
 static void f16_to_float(const void *src, float *dst, int64_t n) {
     const uint8_t *s = src;
@@ -146,7 +153,10 @@ static void q4_0_from_float(const float *src, void *dst, int64_t n) {
         const float *x = src + i * 32;
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < 32; j++)
-            if (amax < fabsf(x[j])) { amax = fabsf(x[j]); max = x[j]; }
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
         const float d = max / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         wr16(b, nl_f32_to_f16(d));

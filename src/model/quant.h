@@ -8,15 +8,22 @@
 #include <stdint.h>
 
 enum nl_type {
-    NL_TYPE_F32 = 0, NL_TYPE_F16 = 1, NL_TYPE_Q4_0 = 2, NL_TYPE_Q4_1 = 3, NL_TYPE_Q5_0 = 6, NL_TYPE_Q8_0 = 8,
-    NL_TYPE_Q4_K = 12, NL_TYPE_Q6_K = 14, NL_TYPE_BF16 = 30,
+    NL_TYPE_F32 = 0,
+    NL_TYPE_F16 = 1,
+    NL_TYPE_Q4_0 = 2,
+    NL_TYPE_Q4_1 = 3,
+    NL_TYPE_Q5_0 = 6,
+    NL_TYPE_Q8_0 = 8,
+    NL_TYPE_Q4_K = 12,
+    NL_TYPE_Q6_K = 14,
+    NL_TYPE_BF16 = 30,
     NL_TYPE_COUNT = 43, /* ggml's id space */
 };
 
 typedef struct {
-    const char *name;    /* "f32", "q8_0", ... (lower case, as the CLI spells them) */
-    int blck;            /* elements per block; 0 when the layout is not known (removed ids) */
-    size_t bytes;        /* bytes per block */
+    const char *name; /* "f32", "q8_0", ... (lower case, as the CLI spells them) */
+    int blck;         /* elements per block; 0 when the layout is not known (removed ids) */
+    size_t bytes;     /* bytes per block */
     /* n must be a multiple of blck. NULL when the direction is not supported. */
     void (*to_float)(const void *src, float *dst, int64_t n);
     void (*from_float)(const float *src, void *dst, int64_t n);
@@ -44,8 +51,14 @@ int nl_type_from_name(const char *name);
 int64_t nl_type_first_nonfinite(int type, const void *src, int64_t n);
 /* llama.cpp's llama_ftype (general.file_type): the type most of a model file's weights have. */
 enum nl_ftype {
-    NL_FTYPE_ALL_F32 = 0, NL_FTYPE_MOSTLY_F16 = 1, NL_FTYPE_MOSTLY_Q4_0 = 2, NL_FTYPE_MOSTLY_Q4_1 = 3,
-    NL_FTYPE_MOSTLY_Q8_0 = 7, NL_FTYPE_MOSTLY_Q4_K_M = 15, NL_FTYPE_MOSTLY_Q6_K = 18, NL_FTYPE_MOSTLY_BF16 = 32,
+    NL_FTYPE_ALL_F32 = 0,
+    NL_FTYPE_MOSTLY_F16 = 1,
+    NL_FTYPE_MOSTLY_Q4_0 = 2,
+    NL_FTYPE_MOSTLY_Q4_1 = 3,
+    NL_FTYPE_MOSTLY_Q8_0 = 7,
+    NL_FTYPE_MOSTLY_Q4_K_M = 15,
+    NL_FTYPE_MOSTLY_Q6_K = 18,
+    NL_FTYPE_MOSTLY_BF16 = 32,
 };
 /* The file type of a model whose weights are `type`; -1 when llama.cpp names none for it. */
 int nl_type_ftype(int type);
@@ -53,13 +66,22 @@ int nl_type_ftype(int type);
 size_t nl_row_bytes(int type, int64_t ne0);
 
 float nl_f16_to_f32(uint16_t h);
-uint16_t nl_f32_to_f16(float f);   /* round to nearest even, like F16C */
+uint16_t nl_f32_to_f16(float f); /* round to nearest even, like F16C */
 float nl_bf16_to_f32(uint16_t h);
-uint16_t nl_f32_to_bf16(float f);  /* ggml's rounding, NaN kept quiet */
+uint16_t nl_f32_to_bf16(float f); /* ggml's rounding, NaN kept quiet */
 
 /* Q8_0 block, exposed for the kernels (proj/). */
-typedef struct { uint16_t d; int8_t qs[32]; } nl_block_q8_0;
-typedef struct { uint16_t d; uint8_t qs[16]; } nl_block_q4_0;
-typedef struct { uint16_t d, m; uint8_t qs[16]; } nl_block_q4_1;
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} nl_block_q8_0;
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} nl_block_q4_0;
+typedef struct {
+    uint16_t d, m;
+    uint8_t qs[16];
+} nl_block_q4_1;
 
 #endif

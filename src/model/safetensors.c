@@ -16,8 +16,9 @@ static const struct {
 } dtypes[] = {[NL_ST_F32] = {"F32", 4}, [NL_ST_F16] = {"F16", 2}, [NL_ST_BF16] = {"BF16", 2}};
 
 /* dtypes of the format nightlora does not read, named in the refusal */
-static const char *const other_dtypes[] = {"F64", "I64", "U64", "I32", "U32", "I16", "U16", "I8", "U8", "BOOL",
-                                           "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", NULL};
+static const char *const other_dtypes[] = {"F64",     "I64",     "U64",     "I32",  "U32",     "I16",
+                                           "U16",     "I8",      "U8",      "BOOL", "F8_E5M2", "F8_E4M3",
+                                           "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4",   NULL};
 
 const char *nl_st_dtype_name(nl_st_dtype t) { return (unsigned)t <= NL_ST_BF16 ? dtypes[t].name : "?"; }
 
@@ -40,30 +41,36 @@ static int by_begin(const void *a, const void *b) {
 static int header_uint(const nl_safetensors *st, const nl_json *v, const char *name, const char *what, uint64_t *out) {
     int64_t x;
     if (!nl_json_is_number(v) || nl_json_int64(v, &x) != 0 || x < 0)
-        return nl_err("%s: offset %zu: tensor '%s': %s is not a non-negative integer", st->label, 8 + v->offset, name, what);
+        return nl_err("%s: offset %zu: tensor '%s': %s is not a non-negative integer", st->label, 8 + v->offset, name,
+                      what);
     *out = (uint64_t)x;
     return 0;
 }
 
 /* Validate one header member (a tensor) into *t. data_len: bytes after the header. */
-static int parse_tensor(nl_safetensors *st, const nl_json_member *mb, uint64_t data_start, uint64_t data_len, nl_st_tensor *t) {
+static int parse_tensor(nl_safetensors *st, const nl_json_member *mb, uint64_t data_start, uint64_t data_len,
+                        nl_st_tensor *t) {
     const char *name = mb->key;
     const nl_json *v = &mb->value;
     size_t at = 8 + v->offset;
     if (mb->key_len == 0 || strlen(name) != mb->key_len)
         return nl_err("%s: offset %zu: a tensor name is empty or holds a NUL byte", st->label, 8 + mb->key_offset);
     if (!nl_json_is_object(v))
-        return nl_err("%s: offset %zu: tensor '%s' is described by a %s, expected an object {dtype, shape, data_offsets}",
-                      st->label, at, name, nl_json_type_name(v->type));
+        return nl_err(
+            "%s: offset %zu: tensor '%s' is described by a %s, expected an object {dtype, shape, data_offsets}",
+            st->label, at, name, nl_json_type_name(v->type));
     for (size_t i = 0; i < v->u.obj.n; i++) {
         const char *k = v->u.obj.members[i].key;
         if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
-            return nl_err("%s: offset %zu: tensor '%s' has an unknown field '%s' (expected dtype, shape, data_offsets)", st->label,
-                          8 + v->u.obj.members[i].key_offset, name, k);
+            return nl_err("%s: offset %zu: tensor '%s' has an unknown field '%s' (expected dtype, shape, data_offsets)",
+                          st->label, 8 + v->u.obj.members[i].key_offset, name, k);
     }
     const nl_json *dt = nl_json_get(v, "dtype"), *sh = nl_json_get(v, "shape"), *off = nl_json_get(v, "data_offsets");
     if (!dt || !sh || !off)
-        return nl_err("%s: offset %zu: tensor '%s' has no %s", st->label, at, name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+        return nl_err("%s: offset %zu: tensor '%s' has no %s", st->label, at, name,
+                      !dt   ? "dtype"
+                      : !sh ? "shape"
+                            : "data_offsets");
     if (!nl_json_is_string(dt))
         return nl_err("%s: offset %zu: tensor '%s': dtype is a %s, expected a string", st->label, 8 + dt->offset, name,
                       nl_json_type_name(dt->type));
@@ -73,28 +80,31 @@ static int parse_tensor(nl_safetensors *st, const nl_json_member *mb, uint64_t d
     if (found < 0) {
         for (const char *const *o = other_dtypes; *o; o++)
             if (!strcmp(dt->u.str.s, *o))
-                return nl_err("%s: offset %zu: tensor '%s' has dtype %s: nightlora reads F32, F16 or BF16 tensors", st->label,
-                              8 + dt->offset, name, *o);
-        return nl_err("%s: offset %zu: tensor '%s' has an unknown dtype '%s'", st->label, 8 + dt->offset, name, dt->u.str.s);
+                return nl_err("%s: offset %zu: tensor '%s' has dtype %s: nightlora reads F32, F16 or BF16 tensors",
+                              st->label, 8 + dt->offset, name, *o);
+        return nl_err("%s: offset %zu: tensor '%s' has an unknown dtype '%s'", st->label, 8 + dt->offset, name,
+                      dt->u.str.s);
     }
     t->name = name;
     t->dtype = (nl_st_dtype)found;
     if (!nl_json_is_array(sh) || sh->u.arr.n > NL_ST_MAX_DIMS)
-        return nl_err("%s: offset %zu: tensor '%s': shape is not an array of at most %d integers", st->label, 8 + sh->offset, name,
-                      NL_ST_MAX_DIMS);
+        return nl_err("%s: offset %zu: tensor '%s': shape is not an array of at most %d integers", st->label,
+                      8 + sh->offset, name, NL_ST_MAX_DIMS);
     t->n_dims = (int)sh->u.arr.n;
     uint64_t n_elems = 1;
     for (int d = 0; d < t->n_dims; d++) {
         uint64_t x;
         if (header_uint(st, &sh->u.arr.items[d], name, "a shape entry", &x)) return -1;
         if (x > INT64_MAX || nl_mul_ok(n_elems, x, &n_elems) || n_elems > INT64_MAX)
-            return nl_err("%s: offset %zu: tensor '%s': the shape's element count overflows", st->label, 8 + sh->offset, name);
+            return nl_err("%s: offset %zu: tensor '%s': the shape's element count overflows", st->label, 8 + sh->offset,
+                          name);
         t->shape[d] = (int64_t)x;
     }
     t->n_elems = (int64_t)n_elems;
     uint64_t b, e, need = 0;
     if (!nl_json_is_array(off) || off->u.arr.n != 2)
-        return nl_err("%s: offset %zu: tensor '%s': data_offsets is not an array [begin, end]", st->label, 8 + off->offset, name);
+        return nl_err("%s: offset %zu: tensor '%s': data_offsets is not an array [begin, end]", st->label,
+                      8 + off->offset, name);
     if (header_uint(st, &off->u.arr.items[0], name, "data_offsets[0]", &b) ||
         header_uint(st, &off->u.arr.items[1], name, "data_offsets[1]", &e))
         return -1;
@@ -121,33 +131,42 @@ static int parse_tensor(nl_safetensors *st, const nl_json_member *mb, uint64_t d
 /* Parse st->buf[0..len); fills the rest of st. */
 static int parse(nl_safetensors *st) {
     if (st->len < 8)
-        return nl_err("%s: offset 0: the file is %zu bytes, too short for the 8-byte header length", st->label, st->len);
+        return nl_err("%s: offset 0: the file is %zu bytes, too short for the 8-byte header length", st->label,
+                      st->len);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | (uint8_t)st->buf[i];
     if (n > st->len - 8)
-        return nl_err("%s: offset 0: the header length %" PRIu64 " runs past the end of the file (size %zu): truncated or not a "
-                      "safetensors file", st->label, n, st->len);
+        return nl_err("%s: offset 0: the header length %" PRIu64
+                      " runs past the end of the file (size %zu): truncated or not a "
+                      "safetensors file",
+                      st->label, n, st->len);
     if (n > NL_ST_MAX_HEADER)
-        return nl_err("%s: offset 0: the header length %" PRIu64 " is more than the %" PRIu64 " bytes a header may hold", st->label, n,
-                      NL_ST_MAX_HEADER);
+        return nl_err("%s: offset 0: the header length %" PRIu64 " is more than the %" PRIu64
+                      " bytes a header may hold",
+                      st->label, n, NL_ST_MAX_HEADER);
     nl_json_error je;
     st->header = nl_json_parse(st->buf + 8, (size_t)n, &je);
-    if (!st->header) return nl_err("%s: offset %zu: the header is not valid JSON: %s", st->label, 8 + je.offset, je.msg);
+    if (!st->header)
+        return nl_err("%s: offset %zu: the header is not valid JSON: %s", st->label, 8 + je.offset, je.msg);
     if (!nl_json_is_object(st->header))
-        return nl_err("%s: offset 8: the header is a %s, expected an object", st->label, nl_json_type_name(st->header->type));
+        return nl_err("%s: offset 8: the header is a %s, expected an object", st->label,
+                      nl_json_type_name(st->header->type));
     const uint64_t data_start = 8 + n, data_len = st->len - data_start;
     size_t members = st->header->u.obj.n;
     st->t = nl_calloc(members ? members : 1, sizeof *st->t);
     nl_st_tensor **order = nl_calloc(members ? members : 1, sizeof *order);
-    if (!st->t || !order) { free(order); return -1; }
+    if (!st->t || !order) {
+        free(order);
+        return -1;
+    }
     int rc = 0;
     for (size_t i = 0; i < members && !rc; i++) {
         const nl_json_member *mb = &st->header->u.obj.members[i];
         if (!strcmp(mb->key, "__metadata__")) {
             const nl_json *md = &mb->value;
             if (!nl_json_is_object(md)) {
-                rc = nl_err("%s: offset %zu: __metadata__ is a %s, expected an object of strings", st->label, 8 + md->offset,
-                            nl_json_type_name(md->type));
+                rc = nl_err("%s: offset %zu: __metadata__ is a %s, expected an object of strings", st->label,
+                            8 + md->offset, nl_json_type_name(md->type));
                 break;
             }
             for (size_t k = 0; k < md->u.obj.n && !rc; k++)
@@ -159,7 +178,10 @@ static int parse(nl_safetensors *st) {
             continue;
         }
         rc = parse_tensor(st, mb, data_start, data_len, &st->t[st->n]);
-        if (!rc) { order[st->n] = &st->t[st->n]; st->n++; }
+        if (!rc) {
+            order[st->n] = &st->t[st->n];
+            st->n++;
+        }
     }
     /* the tensors tile the data section: sorted by begin, each starts where the one before ends */
     if (!rc) {
@@ -167,16 +189,17 @@ static int parse(nl_safetensors *st) {
         uint64_t pos = data_start;
         for (int i = 0; i < st->n && !rc; i++) {
             if (order[i]->offset < pos)
-                rc = nl_err("%s: tensor '%s' data [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' (file offsets)", st->label,
-                            order[i]->name, order[i]->offset, order[i]->offset + order[i]->nbytes, order[i - 1]->name);
+                rc = nl_err("%s: tensor '%s' data [%" PRIu64 ", %" PRIu64 ") overlaps tensor '%s' (file offsets)",
+                            st->label, order[i]->name, order[i]->offset, order[i]->offset + order[i]->nbytes,
+                            order[i - 1]->name);
             else if (order[i]->offset > pos)
-                rc = nl_err("%s: offset %" PRIu64 ": bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor", st->label, pos, pos,
-                            order[i]->offset);
+                rc = nl_err("%s: offset %" PRIu64 ": bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor", st->label,
+                            pos, pos, order[i]->offset);
             pos = order[i]->offset + order[i]->nbytes;
         }
         if (!rc && pos != st->len)
-            rc = nl_err("%s: offset %" PRIu64 ": the %" PRIu64 " bytes after the last tensor belong to no tensor", st->label, pos,
-                        (uint64_t)st->len - pos);
+            rc = nl_err("%s: offset %" PRIu64 ": the %" PRIu64 " bytes after the last tensor belong to no tensor",
+                        st->label, pos, (uint64_t)st->len - pos);
     }
     free(order);
     return rc;
@@ -184,11 +207,17 @@ static int parse(nl_safetensors *st) {
 
 static nl_safetensors *open_owned(char *buf, size_t len, const char *label) {
     nl_safetensors *st = nl_calloc(1, sizeof *st);
-    if (!st) { free(buf); return NULL; }
+    if (!st) {
+        free(buf);
+        return NULL;
+    }
     st->buf = buf;
     st->len = len;
     st->label = nl_strdup(label);
-    if (!st->label || parse(st)) { nl_st_close(st); return NULL; }
+    if (!st->label || parse(st)) {
+        nl_st_close(st);
+        return NULL;
+    }
     return st;
 }
 
@@ -266,7 +295,8 @@ static int write_body(void *user, nl_io_out *o) {
 int nl_st_write_io(const nl_io *io, const char *path, const nl_st_out *t, int n, const char *const *meta) {
     for (int i = 0; i < n; i++)
         if (t[i].n_dims < 0 || t[i].n_dims > NL_ST_MAX_DIMS || (unsigned)t[i].dtype > NL_ST_BF16)
-            return nl_err("%s: tensor '%s': %d dimensions or dtype %d cannot be written", path, t[i].name, t[i].n_dims, (int)t[i].dtype);
+            return nl_err("%s: tensor '%s': %d dimensions or dtype %d cannot be written", path, t[i].name, t[i].n_dims,
+                          (int)t[i].dtype);
     char *hdr = NULL;
     size_t hlen = 0;
     FILE *f = open_memstream(&hdr, &hlen);
@@ -296,7 +326,10 @@ int nl_st_write_io(const nl_io *io, const char *path, const nl_st_out *t, int n,
     fputc('}', f);
     /* pad with spaces so the data section starts 8-aligned */
     long pos = ftell(f);
-    while (pos >= 0 && (8 + pos) % 8) { fputc(' ', f); pos++; }
+    while (pos >= 0 && (8 + pos) % 8) {
+        fputc(' ', f);
+        pos++;
+    }
     if (ferror(f) || pos < 0) rc = -1;
     if (fclose(f) || rc) {
         free(hdr);

@@ -32,23 +32,23 @@ typedef enum { NL_ST_F32 = 0, NL_ST_F16, NL_ST_BF16 } nl_st_dtype;
 const char *nl_st_dtype_name(nl_st_dtype t); /* "F32", "F16", "BF16" */
 
 typedef struct {
-    const char *name;                /* borrowed from the header DOM */
+    const char *name; /* borrowed from the header DOM */
     nl_st_dtype dtype;
     int n_dims;
     int64_t shape[NL_ST_MAX_DIMS];
-    int64_t n_elems;                 /* product of shape (1 for a scalar) */
-    uint64_t offset;                 /* file offset of the first data byte */
+    int64_t n_elems; /* product of shape (1 for a scalar) */
+    uint64_t offset; /* file offset of the first data byte */
     uint64_t nbytes;
-    const void *data;                /* inside the file's bytes (any alignment) */
+    const void *data; /* inside the file's bytes (any alignment) */
 } nl_st_tensor;
 
 typedef struct {
-    char *label;                     /* the path, for messages */
-    char *buf;                       /* the whole file (owned) */
+    char *label; /* the path, for messages */
+    char *buf;   /* the whole file (owned) */
     size_t len;
-    nl_json *header;                 /* owned */
-    const nl_json *metadata;         /* "__metadata__" or NULL */
-    nl_st_tensor *t;                 /* in header order */
+    nl_json *header;         /* owned */
+    const nl_json *metadata; /* "__metadata__" or NULL */
+    nl_st_tensor *t;         /* in header order */
     int n;
 } nl_safetensors;
 

@@ -33,14 +33,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BQ 48 /* queries per block: 8 row tiles of the GEMM; causal waste BQ/2 keys per query */
+#define BQ 48     /* queries per block: 8 row tiles of the GEMM; causal waste BQ/2 keys per query */
 #define SMALL_T 4 /* up to this many queries: no packing (decoding) */
 _Static_assert(BQ % 2 == 0, "BF16 blocks start on a pair of queries");
 
 /* Out of memory for the scratch: -1 with nl_err (this thread's; nn/par.c reports it to the caller).
  * Nothing is written: the caller's step fails, it does not go on with NaN. */
-static int fwd_oom(int S, int d) { return nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S); }
-static int bwd_oom(int T, int d) { return nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T); }
+static int fwd_oom(int S, int d) {
+    return nl_err("attention forward: out of memory for scratch (d = %d, S = %d)", d, S);
+}
+static int bwd_oom(int T, int d) {
+    return nl_err("attention backward: out of memory for scratch (d = %d, T = %d)", d, T);
+}
 
 /* dst[i][j] = src row j (stride lds), element i, for j < n: Kᵀ as a d×ldd panel. */
 static void pack_t(float *dst, int64_t ldd, const float *src, int64_t lds, int n, int d) {
@@ -198,7 +202,8 @@ int nl_attention_tail_start(int P, int S) {
 
 int nl_attention_backward_range(const nl_attn_bwd *a) {
     float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
-    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k, *const v = a->v;
+    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k,
+                       *const v = a->v;
     const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
     const float scale = a->scale;
     const int group = Hq / Hkv;
@@ -234,9 +239,10 @@ int nl_attention_backward_range(const nl_attn_bwd *a) {
                     const int t = q0 + i;
                     row_bwd(s + i * lds, dp + i * lds, t + 1, kend, scale, lse[(int64_t)t * Hq + h], D[i]);
                 }
-                nl_gemm(dq + (int64_t)q0 * ldq + hoff, (int)ldq, dp, (int)lds, kg, (int)ldk, nq, d, kend, 0); /* dq = c·ds·K */
-                nl_gemm_tn(dkg, (int)ldk, dp, (int)lds, qb, (int)ldq, kend, d, nq, 1);  /* dk += c·dsᵀ·Q */
-                nl_gemm_tn(dvg, (int)ldk, s, (int)lds, dob, (int)ldq, kend, d, nq, 1);  /* dv += pᵀ·dO */
+                nl_gemm(dq + (int64_t)q0 * ldq + hoff, (int)ldq, dp, (int)lds, kg, (int)ldk, nq, d, kend,
+                        0);                                                            /* dq = c·ds·K */
+                nl_gemm_tn(dkg, (int)ldk, dp, (int)lds, qb, (int)ldq, kend, d, nq, 1); /* dk += c·dsᵀ·Q */
+                nl_gemm_tn(dvg, (int)ldk, s, (int)lds, dob, (int)ldq, kend, d, nq, 1); /* dv += pᵀ·dO */
             }
         }
     }
@@ -315,7 +321,8 @@ static int fwd_bf16(const nl_attn_fwd *a) {
 
 static int bwd_bf16(const nl_attn_bwd *a) {
     float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
-    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k, *const v = a->v;
+    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k,
+                       *const v = a->v;
     const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
     const float scale = a->scale;
     const int group = Hq / Hkv, dw = (d + 1) / 2, bq = T < BQ ? T : BQ;
@@ -328,8 +335,8 @@ static int bwd_bf16(const nl_attn_bwd *a) {
     const size_t n_words = 2 * n_kw + n_ki + 2 * n_qt + 2 * n_qr + n_sr + 2 * n_pi;
     uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * (2 * n_s + 2 * n_dt));
     if (!buf) return -1;
-    uint32_t *kw = buf, *vw = kw + n_kw, *ki = vw + n_kw, *qt = ki + n_ki, *ot = qt + n_qt, *qr = ot + n_qt, *dor = qr + n_qr,
-             *dsr = dor + n_qr, *pi = dsr + n_sr, *dsi = pi + n_pi;
+    uint32_t *kw = buf, *vw = kw + n_kw, *ki = vw + n_kw, *qt = ki + n_ki, *ot = qt + n_qt, *qr = ot + n_qt,
+             *dor = qr + n_qr, *dsr = dor + n_qr, *pi = dsr + n_sr, *dsi = pi + n_pi;
     float *s = (float *)(buf + n_words), *dp = s + n_s, *dkt = dp + n_s, *dvt = dkt + n_dt;
     for (int g = g0; g < g1; g++) {
         const int64_t kvoff = (int64_t)g * d;
@@ -355,14 +362,16 @@ static int bwd_bf16(const nl_attn_bwd *a) {
                 nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
                 for (int i = 0; i < nq; i++) {
                     const int t = q0 + i;
-                    nl_bf16_row_bwd(s + (int64_t)i * T, dp + (int64_t)i * T, t + 1, kend, scale, lse[(int64_t)t * Hq + h], D[i]);
+                    nl_bf16_row_bwd(s + (int64_t)i * T, dp + (int64_t)i * T, t + 1, kend, scale,
+                                    lse[(int64_t)t * Hq + h], D[i]);
                 }
                 nl_bf16_rows(dsr, ld_sr, dp, T, nq, kend, kw_n);
                 nl_bf16_pairs(pi, ld_t, s, T, nq, kend, (kend + 15) & ~15);
                 nl_bf16_pairs(dsi, ld_t, dp, T, nq, kend, (kend + 15) & ~15);
-                nl_gemm_bf16(dq + (int64_t)q0 * ldq + hoff, ldq, dsr, ld_sr, ki, ld_ki, nq, d, kw_n, 0); /* dq = c·ds·K */
-                nl_gemm_bf16(dkt, ld_dt, qt + q0 / 2, ld_qt, dsi, ld_t, d, kend, qw_n, 1);                     /* dkᵀ += c·Qᵀ·ds */
-                nl_gemm_bf16(dvt, ld_dt, ot + q0 / 2, ld_qt, pi, ld_t, d, kend, qw_n, 1);                      /* dvᵀ += dOᵀ·p */
+                nl_gemm_bf16(dq + (int64_t)q0 * ldq + hoff, ldq, dsr, ld_sr, ki, ld_ki, nq, d, kw_n,
+                             0);                                                           /* dq = c·ds·K */
+                nl_gemm_bf16(dkt, ld_dt, qt + q0 / 2, ld_qt, dsi, ld_t, d, kend, qw_n, 1); /* dkᵀ += c·Qᵀ·ds */
+                nl_gemm_bf16(dvt, ld_dt, ot + q0 / 2, ld_qt, pi, ld_t, d, kend, qw_n, 1);  /* dvᵀ += dOᵀ·p */
             }
         }
         nl_transpose_f32(dk + kvoff, ldk, dkt, ld_dt, d, T);
@@ -462,7 +471,8 @@ static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
 
 static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
     float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
-    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k, *const v = a->v;
+    const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k,
+                       *const v = a->v;
     const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
     const float scale = a->scale;
     const int group = Hq / Hkv, dp = nl_tile_up(d), Tp = nl_tile_up(T);
@@ -470,7 +480,8 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
     /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of BKV queries; then BF16 rows (2 a
      * word): Q, dO [BQT][dp]; dS [BQT][Tp]; dSᵀ, Pᵀ [Tp][BKV]; then FP32 s, dp [BQT][Tp] */
     const size_t n_kb = (size_t)dp / 2 * Tp, n_kr = (size_t)Tp / 2 * dp, n_qb = (size_t)BKV / 2 * dp;
-    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * Tp / 2, n_st = (size_t)BKV * Tp / 2, n_s = (size_t)BQT * Tp;
+    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * Tp / 2, n_st = (size_t)BKV * Tp / 2,
+                 n_s = (size_t)BQT * Tp;
     const size_t n_words = 2 * n_kb + n_kr + 2 * n_qb + 2 * n_qa + n_sa + 2 * n_st;
     uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * 2 * n_s);
     if (!buf) return -1;
@@ -507,7 +518,8 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
                 nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
                 for (int i = 0; i < nq; i++) {
                     const int t = q0 + i;
-                    row_bwd(s + (int64_t)i * Tp, dpb + (int64_t)i * Tp, t + 1, kend, scale, lse[(int64_t)t * Hq + h], D[i]);
+                    row_bwd(s + (int64_t)i * Tp, dpb + (int64_t)i * Tp, t + 1, kend, scale, lse[(int64_t)t * Hq + h],
+                            D[i]);
                 }
                 nl_tile_pack_a(dsa, Tp, dpb, Tp, 0, nq, kend);
                 nl_tile_gemm(tl, dq + (int64_t)q0 * ldq + hoff, ldq, dsa, Tp, kr, dp, nq, d, kend, 0); /* dq = c·ds·K */
@@ -541,7 +553,8 @@ static uint64_t ldb64(int64_t n) { return (uint64_t)((n + 15) & ~(int64_t)15) + 
 
 uint64_t nl_attention_thread_bytes(int T, int d) {
     if (T < 1 || d < 1) return 0;
-    const uint64_t t = (uint64_t)T, D = (uint64_t)d, bq = (uint64_t)(T < BQ ? T : BQ), dw = (D + 1) / 2, th = (t + 1) / 2;
+    const uint64_t t = (uint64_t)T, D = (uint64_t)d, bq = (uint64_t)(T < BQ ? T : BQ), dw = (D + 1) / 2,
+                   th = (t + 1) / 2;
     /* FP32: forward (Kᵀ panel, scores), backward (Kᵀ, Vᵀ, scores, dP) */
     uint64_t b = 4 * (D * t + bq * t + 1);
     uint64_t x = 4 * (2 * D * t + 2 * bq * t + 1);
@@ -549,15 +562,17 @@ uint64_t nl_attention_thread_bytes(int T, int d) {
     /* BF16 */
     x = 4 * (dw * ldb64(T) + th * ldb64(d) + bq * dw + bq * th) + 4 * bq * t;
     if (x > b) b = x;
-    const uint64_t n_words = 2 * dw * ldb64(T) + th * ldb64(d) + 2 * D * ((th + 15) & ~(uint64_t)15) + 2 * bq * dw + bq * th +
-                             2 * ((bq + 1) / 2) * ldb64(T);
+    const uint64_t n_words = 2 * dw * ldb64(T) + th * ldb64(d) + 2 * D * ((th + 15) & ~(uint64_t)15) + 2 * bq * dw +
+                             bq * th + 2 * ((bq + 1) / 2) * ldb64(T);
     x = 4 * n_words + 4 * (2 * bq * t + 2 * D * ldb64(T));
     if (x > b) b = x;
     /* tiles */
     const uint64_t dp = (uint64_t)nl_tile_up(d), tp = (uint64_t)nl_tile_up(T);
     x = 4 * (dp / 2 * tp + tp / 2 * dp + BQT * dp / 2 + BQT * tp / 2) + 4 * BQT * tp;
     if (x > b) b = x;
-    x = 4 * (2 * (dp / 2 * tp) + tp / 2 * dp + 2 * (BKV / 2 * dp) + 2 * (BQT * dp / 2) + BQT * tp / 2 + 2 * (BKV * tp / 2)) + 8 * BQT * tp;
+    x = 4 * (2 * (dp / 2 * tp) + tp / 2 * dp + 2 * (BKV / 2 * dp) + 2 * (BQT * dp / 2) + BQT * tp / 2 +
+             2 * (BKV * tp / 2)) +
+        8 * BQT * tp;
     if (x > b) b = x;
     return (b + 63) / 64 * 64;
 }

@@ -15,8 +15,12 @@
 static nl_gdn_shape gdn_shape(const nl_model *m) {
     const nl_hparams *hp = &m->hp;
     return (nl_gdn_shape){
-        .Hk = hp->ssm_n_group, .Hv = hp->ssm_dt_rank, .dk = hp->ssm_d_state,
-        .dv = hp->ssm_d_inner / hp->ssm_dt_rank, .K = hp->ssm_d_conv, .eps = hp->rms_eps,
+        .Hk = hp->ssm_n_group,
+        .Hv = hp->ssm_dt_rank,
+        .dk = hp->ssm_d_state,
+        .dv = hp->ssm_d_inner / hp->ssm_dt_rank,
+        .K = hp->ssm_d_conv,
+        .eps = hp->rms_eps,
         .kv_tiled = 1,
     };
 }
@@ -47,16 +51,27 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
         int cls = d->cls;
         if (m->tied_head && d->w == m->projs[m->p_output].w) cls = NL_CLASS_HEAD;
         nl_proj_weight w = {
-            .name = d->name, .type = d->w->type, .n_in = d->n_in, .n_out = d->n_out,
-            .data = d->w->data, .cls = cls,
+            .name = d->name,
+            .type = d->w->type,
+            .n_in = d->n_in,
+            .n_out = d->n_out,
+            .data = d->w->data,
+            .cls = cls,
         };
         rt->svc_id[i] = nl_proj_add(svc, &w);
-        if (rt->svc_id[i] < 0) { nl_runtime_free(rt); return -1; }
+        if (rt->svc_id[i] < 0) {
+            nl_runtime_free(rt);
+            return -1;
+        }
     }
     const nl_hparams *hp = &m->hp;
     rt->rope = (nl_rope){
-        .head_dim = hp->head_dim, .n_rot = hp->n_rot, .neox = hp->rope_neox,
-        .base = hp->rope_base, .freq_scale = hp->rope_freq_scale, .freq_factors = m->rope_freqs,
+        .head_dim = hp->head_dim,
+        .n_rot = hp->n_rot,
+        .neox = hp->rope_neox,
+        .base = hp->rope_base,
+        .freq_scale = hp->rope_freq_scale,
+        .freq_factors = m->rope_freqs,
     };
     rt->rope_swa = rt->rope;
     if (hp->n_swa > 0) {
@@ -64,7 +79,10 @@ int nl_runtime_init(nl_runtime *rt, const nl_model *m, nl_proj_service *svc) {
         rt->rope_swa.base = hp->rope_base_swa;
         rt->rope_swa.freq_scale = 1.0f;
     }
-    if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) { nl_runtime_free(rt); return -1; }
+    if (nl_runtime_set_threads(rt, nl_proj_threads(svc))) {
+        nl_runtime_free(rt);
+        return -1;
+    }
     rt->attn_bf16 = nl_proj_node_bf16(svc);
     /* NL_AMX_NODES=off keeps the nodes on the vector paths under a tile service (to measure
      * the nodes' share: docs/bench-proj.md) */
@@ -155,7 +173,10 @@ void nl_seq_state_free(nl_seq_state *st, const nl_model *m) {
     for (int l = 0; l < m->hp.n_layer; l++) {
         if (st->k) free(st->k[l]);
         if (st->v) free(st->v[l]);
-        if (st->gdn) { free(st->gdn[l].conv); free(st->gdn[l].S); }
+        if (st->gdn) {
+            free(st->gdn[l].conv);
+            free(st->gdn[l].S);
+        }
     }
     free(st->k);
     free(st->v);
@@ -234,13 +255,17 @@ static int forward_span(nl_runtime *rt, nl_seq_state *st, const int32_t *tokens,
     int base = st ? st->n_past : 0;
     if (n_seg > 1) {
         for (int i = 0, t0 = 0; i < n_seg; t0 += seg_T[i++]) {
-            const int p0 = seg_pre && seg_pre[i] >= 0 ? seg_T[seg_pre[i]] : 0; /* a continuation goes on after its prefix */
+            const int p0 =
+                seg_pre && seg_pre[i] >= 0 ? seg_T[seg_pre[i]] : 0; /* a continuation goes on after its prefix */
             for (int t = 0; t < seg_T[i]; t++) pos[t0 + t] = p0 + t;
         }
     } else {
         for (int t = 0; t < T; t++) pos[t] = base + t;
     }
-    const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seg > 1 ? n_seg : 0, .seg_T = n_seg > 1 ? seg_T : NULL,
+    const nl_span sp = {.T = T,
+                        .pos = pos,
+                        .n_seg = n_seg > 1 ? n_seg : 0,
+                        .seg_T = n_seg > 1 ? seg_T : NULL,
                         .seg_pre = n_seg > 1 ? seg_pre : NULL};
     int rc = nl_span_check(&sp);
     if (rc == 0 && !st) {
@@ -274,8 +299,8 @@ int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, c
     return nl_forward_packed_prefix(rt, tokens, T, n_seg, seg_T, NULL, hidden);
 }
 
-int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, const int *seg_pre,
-                             float *hidden) {
+int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T,
+                             const int *seg_pre, float *hidden) {
     if (n_seg < 1 || !seg_T) return nl_err("forward: no sequences");
     int64_t sum = 0;
     for (int i = 0; i < n_seg; i++) {
@@ -283,7 +308,8 @@ int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n
         sum += seg_T[i];
     }
     if (sum != T) return nl_err("forward: the sequences hold %lld tokens, not %d", (long long)sum, T);
-    if (seg_pre && n_seg == 1 && seg_pre[0] != -1) return nl_err("forward: sequence 0 continues sequence %d, but no prefix comes before it", seg_pre[0]);
+    if (seg_pre && n_seg == 1 && seg_pre[0] != -1)
+        return nl_err("forward: sequence 0 continues sequence %d, but no prefix comes before it", seg_pre[0]);
     return forward_span(rt, NULL, tokens, T, n_seg, seg_T, seg_pre, hidden);
 }
 

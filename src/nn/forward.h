@@ -18,12 +18,12 @@
 #include "util/pool.h"
 
 typedef struct nl_runtime {
-    const nl_model *m;          /* borrowed */
-    nl_proj_service *svc;       /* borrowed */
-    int *svc_id;                /* [m->n_projs]: model projection -> service id (owned) */
-    const nl_adapter *adapter;  /* borrowed, may be NULL */
+    const nl_model *m;         /* borrowed */
+    nl_proj_service *svc;      /* borrowed */
+    int *svc_id;               /* [m->n_projs]: model projection -> service id (owned) */
+    const nl_adapter *adapter; /* borrowed, may be NULL */
     nl_rope rope;
-    nl_rope rope_swa;           /* gemma3's sliding-window layers: base hp.rope_base_swa */
+    nl_rope rope_swa; /* gemma3's sliding-window layers: base hp.rope_base_swa */
     nl_gdn_shape gdn;
     /* Pacing hook, called before every service request (thermal/battery pauses); may be
      * NULL. A non-zero return aborts the computation with that status. */
@@ -70,8 +70,8 @@ int nl_runtime_set_threads(nl_runtime *rt, int n);
  * and V; per GDN layer its conv window and recurrent state. */
 typedef struct {
     int n_ctx, n_past;
-    float **k, **v;             /* [n_layer], NULL for recurrent layers */
-    nl_gdn_state *gdn;          /* [n_layer], zeroed arrays for recurrent layers */
+    float **k, **v;    /* [n_layer], NULL for recurrent layers */
+    nl_gdn_state *gdn; /* [n_layer], zeroed arrays for recurrent layers */
 } nl_seq_state;
 
 int nl_seq_state_init(nl_seq_state *st, const nl_model *m, int n_ctx);
@@ -92,7 +92,9 @@ int nl_check_tokens(const nl_model *m, const int32_t *tokens, int T);
 int nl_embed_rows(nl_runtime *rt, const int32_t *tokens, int T, float *x);
 
 /* The RoPE of layer l (the sliding-window one on gemma3's local layers). */
-static inline const nl_rope *nl_rt_rope(const nl_runtime *rt, int l) { return rt->m->layers[l].swa ? &rt->rope_swa : &rt->rope; }
+static inline const nl_rope *nl_rt_rope(const nl_runtime *rt, int l) {
+    return rt->m->layers[l].swa ? &rt->rope_swa : &rt->rope;
+}
 
 /* Run tokens[T] at positions st->n_past .. n_past+T-1 (st may be NULL: a fresh sequence, no
  * cache kept). hidden[T][n_embd] receives the last layer's output (before the final norm). */
@@ -112,8 +114,8 @@ int nl_forward_packed(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, c
  * seg_T[p] + seg_T[i]) (nn/nn.h; -1 + nl_err otherwise). Each continuation's
  * rows are the bits nl_forward(rt, NULL, ...) gives the joined sequence's rows after p (the
  * prefix is computed once for all of them). seg_pre NULL: nl_forward_packed. */
-int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T, const int *seg_pre,
-                             float *hidden);
+int nl_forward_packed_prefix(nl_runtime *rt, const int32_t *tokens, int T, int n_seg, const int *seg_T,
+                             const int *seg_pre, float *hidden);
 /* Rows a head request projects at a time (nn/head: the inference's and the training graph's): the
  * vocabulary product is the largest of a training step (V·E per row, both directions) and runs
  * at its best rate on 256-row buckets, while the logits chunk stays at 256·V floats (155 MB for

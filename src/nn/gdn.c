@@ -45,10 +45,10 @@ struct nl_gdn_cache {
     uint64_t bytes; /* size of data */
     int heap;       /* 1: the struct and data are the heap's (nl_gdn_cache_free frees them) */
     float *data;
-    float *cpre;                /* [T_max][conv_dim] conv output before SiLU */
-    float *z;                   /* [T_max][Hv*dv] */
-    float *beta, *g, *dgda;     /* [T_max][Hv] */
-    float *ck;                  /* [(T_max-1)/16][Hv][dk][dv]: S before tokens 16, 32, ... */
+    float *cpre;            /* [T_max][conv_dim] conv output before SiLU */
+    float *z;               /* [T_max][Hv*dv] */
+    float *beta, *g, *dgda; /* [T_max][Hv] */
+    float *ck;              /* [(T_max-1)/16][Hv][dk][dv]: S before tokens 16, 32, ... */
 };
 
 /* ---- small scalar helpers ---- */
@@ -73,16 +73,15 @@ static inline float dot(const float *restrict x, const float *restrict y, int n)
 static int check_shape(const nl_gdn_shape *s) {
     if (!s) return nl_err("gdn: NULL shape");
     if (s->Hk < 1 || s->Hv < 1 || s->dk < 1 || s->dv < 1 || s->K < 1)
-        return nl_err("gdn: bad shape Hk=%d Hv=%d dk=%d dv=%d K=%d (all must be >= 1)", s->Hk, s->Hv,
-                      s->dk, s->dv, s->K);
-    if (s->Hv % s->Hk)
-        return nl_err("gdn: value heads Hv=%d not a multiple of key heads Hk=%d", s->Hv, s->Hk);
+        return nl_err("gdn: bad shape Hk=%d Hv=%d dk=%d dv=%d K=%d (all must be >= 1)", s->Hk, s->Hv, s->dk, s->dv,
+                      s->K);
+    if (s->Hv % s->Hk) return nl_err("gdn: value heads Hv=%d not a multiple of key heads Hk=%d", s->Hv, s->Hk);
     if (!(s->eps > 0.0f) || !isfinite(s->eps)) return nl_err("gdn: eps %g must be > 0", (double)s->eps);
     /* keep conv_dim and dk*dv well inside int */
     int64_t cd = 2 * (int64_t)s->Hk * s->dk + (int64_t)s->Hv * s->dv;
     if (cd > (1 << 28) || (int64_t)s->dk * s->dv > (1 << 28) || s->K > 4096)
-        return nl_err("gdn: shape too large (conv_dim %lld, dk*dv %lld, K %d)", (long long)cd,
-                      (long long)s->dk * s->dv, s->K);
+        return nl_err("gdn: shape too large (conv_dim %lld, dk*dv %lld, K %d)", (long long)cd, (long long)s->dk * s->dv,
+                      s->K);
     return 0;
 }
 
@@ -92,9 +91,7 @@ static int check_weights(const nl_gdn_weights *w, int need_gates) {
     return 0;
 }
 
-static inline int key_head(const nl_gdn_shape *s, int j) {
-    return s->kv_tiled ? j % s->Hk : j / (s->Hv / s->Hk);
-}
+static inline int key_head(const nl_gdn_shape *s, int j) { return s->kv_tiled ? j % s->Hk : j / (s->Hv / s->Hk); }
 
 /* dst = silu(src) / max(||silu(src)||, eps) over n; returns the norm ||silu(src)||. (The
  * forward's; the backward recomputes q̂/k̂ with silu_l2_d, within an ulp or two of these.) */
@@ -122,8 +119,8 @@ static inline void row_fma(float *restrict out, const float *restrict a, const f
 /* Causal depthwise conv: cpre[t][ch] = sum_i w[ch][i] * m_{t-K+1+i}[ch] (summed i = 0..K-1),
  * where positions < 0 come from hist[(K-1)][cd] (oldest first; hist[K-1+pos]).
  * wt[K][cd] is scratch for the transposed kernel, so every inner loop is contiguous. */
-static void conv_forward(float *cpre, const float *mixed, const float *hist, const float *w, int T,
-                         int cd, int K, float *wt) {
+static void conv_forward(float *cpre, const float *mixed, const float *hist, const float *w, int T, int cd, int K,
+                         float *wt) {
     for (int ch = 0; ch < cd; ch++)
         for (int i = 0; i < K; i++) wt[(size_t)i * cd + ch] = w[(size_t)ch * K + i];
     for (int t = 0; t < T; t++) {
@@ -168,8 +165,8 @@ static inline void row_scale_acc(float *restrict d, float alpha, float *restrict
 }
 
 /* d = α x (out of place);  acc += s d */
-static inline void row_scale_acc_from(float *restrict d, const float *restrict x, float alpha,
-                                      float *restrict acc, float s, int n) {
+static inline void row_scale_acc_from(float *restrict d, const float *restrict x, float alpha, float *restrict acc,
+                                      float s, int n) {
     int c = 0;
     for (; c + 8 <= n; c += 8)
         for (int l = 0; l < 8; l++) {
@@ -185,8 +182,8 @@ static inline void row_scale_acc_from(float *restrict d, const float *restrict x
 }
 
 /* d += a x;  acc += s d */
-static inline void row_axpy_acc(float *restrict d, float a, const float *restrict x,
-                                float *restrict acc, float s, int n) {
+static inline void row_axpy_acc(float *restrict d, float a, const float *restrict x, float *restrict acc, float s,
+                                int n) {
     int c = 0;
     for (; c + 8 <= n; c += 8)
         for (int l = 0; l < 8; l++) {
@@ -207,15 +204,14 @@ static inline void row_axpy_acc(float *restrict d, float a, const float *restric
  * whole row. S_prev == S (in place) or a separate state (backward keeps every state of a chunk);
  * both paths do the same arithmetic. r_out (v − p) is kept for backward when non-NULL. p: [n]
  * scratch. Portable form. */
-static void step_c(float *S, const float *S_prev, size_t ld, const float *k, const float *v,
-                   const float *q, float alpha, float beta, float scale, int dk, int n,
-                   float *restrict p, float *restrict u, float *r_out, float *restrict o) {
+static void step_c(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
+                   float alpha, float beta, float scale, int dk, int n, float *restrict p, float *restrict u,
+                   float *r_out, float *restrict o) {
     for (int c = 0; c < n; c++) p[c] = 0.0f;
     if (S_prev == S)
         for (int i = 0; i < dk; i++) row_scale_acc(S + (size_t)i * ld, alpha, p, k[i], n);
     else
-        for (int i = 0; i < dk; i++)
-            row_scale_acc_from(S + (size_t)i * ld, S_prev + (size_t)i * ld, alpha, p, k[i], n);
+        for (int i = 0; i < dk; i++) row_scale_acc_from(S + (size_t)i * ld, S_prev + (size_t)i * ld, alpha, p, k[i], n);
     for (int c = 0; c < n; c++) {
         float r = v[c] - p[c];
         if (r_out) r_out[c] = r;
@@ -225,7 +221,6 @@ static void step_c(float *S, const float *S_prev, size_t ld, const float *k, con
     for (int i = 0; i < dk; i++) row_axpy_acc(S + (size_t)i * ld, k[i], u, o, q[i], n);
     for (int c = 0; c < n; c++) o[c] *= scale;
 }
-
 
 /* step_c over n columns, in blocks of the kernel set's gdn_step (64 columns on AVX-512, 32 on
  * AVX2: cpu/gdn_simd.h; 32 on the Arm rows: cpu/gdn_neon.c), the rest portable. */
@@ -251,8 +246,8 @@ static void gated_norm(float *o, const float *z, const float *nw, int dv, float 
 }
 
 /* β, g (and dg/da when dgda != NULL) for T tokens. */
-static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b, const float *a,
-                  int T, float *beta, float *g, float *dgda) {
+static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b, const float *a, int T, float *beta,
+                  float *g, float *dgda) {
     int H = s->Hv;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < H; j++) {
@@ -334,8 +329,8 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
                 size_t gi = (size_t)t * Hv + j;
                 float *o = J->y + (size_t)t * Hv * dv + (size_t)j * dv + c0;
                 gdn_step(J->ks, S + c0, S + c0, (size_t)dv, row + Hk * dk + (size_t)kh * dk,
-                         row + 2 * Hk * dk + (size_t)j * dv + c0, row + (size_t)kh * dk, expf(J->g[gi]),
-                         J->beta[gi], scale, dk, n, p, u, NULL, o);
+                         row + 2 * Hk * dk + (size_t)j * dv + c0, row + (size_t)kh * dk, expf(J->g[gi]), J->beta[gi],
+                         scale, dk, n, p, u, NULL, o);
             }
         }
         for (int t = 0; t < T; t++) {
@@ -349,22 +344,33 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
  * may equal cpre. Sstate: [Hv][dk][dv] read and updated, or NULL (zero start). ck: checkpoint
  * array or NULL. Value heads split over the pool's threads. */
 static int forward_core(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
-                        const float *cpre, float *xs, const float *z, const float *beta, const float *g,
-                        int T, float *Sstate, float *ck) {
+                        const float *cpre, float *xs, const float *z, const float *beta, const float *g, int T,
+                        float *Sstate, float *ck) {
     int nh = n_tasks_for(pool, s->Hv), nr = n_tasks_for(pool, T);
     nl_arena_mark m = {0};
     float *scratch = tmp_get(ws, &m, (size_t)nh * ((size_t)s->dk * s->dv + 3 * (size_t)s->dv));
     if (!scratch) return -1;
-    fwd_job J = {.s = s, .w = w, .y = y, .xs = xs, .Sstate = Sstate, .ck = ck, .scratch = scratch, .cpre = cpre,
-                 .z = z, .beta = beta, .g = g, .T = T, .ks = nl_cpu_kernels()};
+    fwd_job J = {.s = s,
+                 .w = w,
+                 .y = y,
+                 .xs = xs,
+                 .Sstate = Sstate,
+                 .ck = ck,
+                 .scratch = scratch,
+                 .cpre = cpre,
+                 .z = z,
+                 .beta = beta,
+                 .g = g,
+                 .T = T,
+                 .ks = nl_cpu_kernels()};
     run_tasks(pool, nr, fwd_rows_task, &J);
     run_tasks(pool, nh, fwd_heads_task, &J);
     tmp_put(ws, m, scratch);
     return 0;
 }
 
-int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
-                   const float *z, const float *b, const float *a, int T, nl_gdn_state *state) {
+int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                   const float *mixed, const float *z, const float *b, const float *a, int T, nl_gdn_state *state) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
     if (T < 0) return nl_err("gdn: negative token count %d", T);
     if (T == 0) return 0;
@@ -435,7 +441,8 @@ uint64_t nl_gdn_train_ws_bytes(const nl_gdn_shape *s, int T, int bwd) {
     if (check_shape(s) || T < 1) return 0;
     const uint64_t cd = (uint64_t)nl_gdn_conv_dim(s), K = (uint64_t)s->K;
     if (bwd) return al64(4 * (bwd_work_floats(s) * (uint64_t)s->Hk + K * cd));
-    return al64(4 * ((uint64_t)T * cd + (K - 1) * cd + K * cd)) + al64(4 * (uint64_t)s->Hv * ((uint64_t)s->dk * s->dv + 3 * (uint64_t)s->dv));
+    return al64(4 * ((uint64_t)T * cd + (K - 1) * cd + K * cd)) +
+           al64(4 * (uint64_t)s->Hv * ((uint64_t)s->dk * s->dv + 3 * (uint64_t)s->dv));
 }
 
 uint64_t nl_gdn_cache_arena_bytes(const nl_gdn_shape *s, int T) {
@@ -485,18 +492,17 @@ void nl_gdn_cache_free(nl_gdn_cache *c) {
 uint64_t nl_gdn_cache_size(const nl_gdn_cache *c) { return c ? c->bytes : 0; }
 
 static int same_shape(const nl_gdn_shape *a, const nl_gdn_shape *b) {
-    return a->Hk == b->Hk && a->Hv == b->Hv && a->dk == b->dk && a->dv == b->dv && a->K == b->K &&
-           a->eps == b->eps && (a->kv_tiled != 0) == (b->kv_tiled != 0);
+    return a->Hk == b->Hk && a->Hv == b->Hv && a->dk == b->dk && a->dv == b->dv && a->K == b->K && a->eps == b->eps &&
+           (a->kv_tiled != 0) == (b->kv_tiled != 0);
 }
 
 int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
-                         const float *mixed, const float *z, const float *b, const float *a,
-                         int T, nl_gdn_cache *cache) {
+                         const float *mixed, const float *z, const float *b, const float *a, int T,
+                         nl_gdn_cache *cache) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
     if (!cache) return nl_err("gdn: NULL cache");
     if (!same_shape(s, &cache->shape)) return nl_err("gdn: cache was made for another shape");
-    if (T < 1 || T > cache->T_max)
-        return nl_err("gdn: %d tokens for a cache of at most %d", T, cache->T_max);
+    if (T < 1 || T > cache->T_max) return nl_err("gdn: %d tokens for a cache of at most %d", T, cache->T_max);
     if (!y || !mixed || !z || !b || !a) return nl_err("gdn: NULL activation pointer");
     int cd = nl_gdn_conv_dim(s), K = s->K;
     size_t n_tc = (size_t)T * cd, n_hist = (size_t)(K - 1) * cd;
@@ -538,17 +544,14 @@ int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, con
 #else
 #define GDN_IVDEP
 #endif
-#define GDN_EACH(c, n, ...)                                        \
-    do {                                                           \
-        int c##_0 = 0;                                             \
-        for (; c##_0 + 8 <= (n); c##_0 += 8)                       \
-            GDN_IVDEP for (int c##_l = 0; c##_l < 8; c##_l++) {    \
-                const int c = c##_0 + c##_l;                       \
-                __VA_ARGS__;                                       \
-            }                                                      \
-        for (int c = c##_0; c < (n); c++) {                        \
-            __VA_ARGS__;                                           \
-        }                                                          \
+#define GDN_EACH(c, n, ...)                                                                                            \
+    do {                                                                                                               \
+        int c##_0 = 0;                                                                                                 \
+        for (; c##_0 + 8 <= (n); c##_0 += 8) GDN_IVDEP for (int c##_l = 0; c##_l < 8; c##_l++) {                       \
+                const int c = c##_0 + c##_l;                                                                           \
+                __VA_ARGS__;                                                                                           \
+            }                                                                                                          \
+        for (int c = c##_0; c < (n); c++) { __VA_ARGS__; }                                                             \
     } while (0)
 
 /* out[j] += a * x[j] over n (8-wide blocks + tail). */
@@ -559,8 +562,8 @@ static inline void row_axpy(float *restrict out, float a, const float *restrict 
     for (; c < n; c++) out[c] += a * x[c];
 }
 
-static void mm_c(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb,
-                 float *Cm, size_t ldc, int acc) {
+static void mm_c(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *Cm,
+                 size_t ldc, int acc) {
     for (int i = 0; i < M; i++) {
         float *c = Cm + (size_t)i * ldc;
         if (!acc)
@@ -571,8 +574,8 @@ static void mm_c(int M, int N, int Kd, const float *A, size_t ars, size_t acs, c
 
 /* The kernel set's gdn_mm on the columns it takes (all on AVX-512, whole 8-column blocks on
  * AVX2, whole 4-column blocks on the Arm rows), mm_c on the rest. */
-static void mm(const nl_host_kernels *ks, int M, int N, int Kd, const float *A, size_t ars, size_t acs,
-               const float *B, size_t ldb, float *Cm, size_t ldc, int acc) {
+static void mm(const nl_host_kernels *ks, int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B,
+               size_t ldb, float *Cm, size_t ldc, int acc) {
     const int j0 = ks->gdn_mm ? ks->gdn_mm(M, N, Kd, A, ars, acs, B, ldb, Cm, ldc, acc) : 0;
     if (j0 < N) mm_c(M, N - j0, Kd, A, ars, acs, B + j0, ldb, Cm + j0, ldc, acc);
 }
@@ -580,14 +583,14 @@ static void mm(const nl_host_kernels *ks, int M, int N, int Kd, const float *A, 
 /* dst[c][r] = src[r][c] for a rows × cols src (row strides lds, ldd); exact, so the AVX form
  * (8×8 blocks in registers, at the AVX2 and AVX-512 levels) gives the same bits as the
  * portable loop. */
-static void transpose_c(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int r0, int r1,
-                        int c0, int c1) {
+static void transpose_c(float *restrict dst, size_t ldd, const float *restrict src, size_t lds, int r0, int r1, int c0,
+                        int c1) {
     for (int r = r0; r < r1; r++)
         for (int c = c0; c < c1; c++) dst[(size_t)c * ldd + r] = src[(size_t)r * lds + c];
 }
 
-static void transpose(const nl_host_kernels *ks, float *restrict dst, size_t ldd, const float *restrict src,
-                      size_t lds, int rows, int cols) {
+static void transpose(const nl_host_kernels *ks, float *restrict dst, size_t ldd, const float *restrict src, size_t lds,
+                      int rows, int cols) {
     if (ks->gdn_transpose8) { /* the whole 8×8 blocks in registers, the edges here */
         const int R8 = rows & ~7, C8 = cols & ~7;
         ks->gdn_transpose8(dst, ldd, src, lds, rows, cols);
@@ -623,8 +626,8 @@ static void silu_d_row(const nl_host_kernels *ks, float *restrict y, float *rest
 
 /* q̂ or k̂ of one head: dst = silu(src) / max(||silu(src)||, eps), ds = silu'(src); returns
  * ||silu(src)||. (The backward's own recomputation: within an ulp or two of silu_l2.) */
-static float silu_l2_d(const nl_host_kernels *ks, float *restrict dst, float *restrict ds, const float *restrict src, int n,
-                       float eps) {
+static float silu_l2_d(const nl_host_kernels *ks, float *restrict dst, float *restrict ds, const float *restrict src,
+                       int n, float eps) {
     silu_d_row(ks, dst, ds, src, n);
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)dst[i] * dst[i];
@@ -635,9 +638,9 @@ static float silu_l2_d(const nl_host_kernels *ks, float *restrict dst, float *re
 }
 
 /* The gated RMSNorm's backward: given o (pre-norm), z and dy, writes dz and d_o. */
-static void gated_norm_backward(const nl_host_kernels *ks, float *restrict d_o, float *restrict dz, const float *restrict o,
-                                const float *restrict z, const float *restrict nw, const float *restrict dy, int dv,
-                                float eps) {
+static void gated_norm_backward(const nl_host_kernels *ks, float *restrict d_o, float *restrict dz,
+                                const float *restrict o, const float *restrict z, const float *restrict nw,
+                                const float *restrict dy, int dv, float eps) {
     double ss = 0.0;
     for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
     const float rstd = (float)(1.0 / sqrt(ss / dv + eps));
@@ -652,9 +655,9 @@ static void gated_norm_backward(const nl_host_kernels *ks, float *restrict d_o, 
 /* Per-thread backward scratch (floats): G = Hv/Hk carried gradients dS, the transposed
  * checkpoint and dS, and the chunk's rows. The C×C matrices live on the stack. */
 typedef struct {
-    float *dS, *S0T, *dST;      /* [G][dk][dv], [dv][dk], [dv][dk] */
-    float *QK, *dQK, *dsQK, *KT, *Z; /* [2C][dk] q̂ then k̂ rows, their gradient, silu'; [dk][C]; [C][dk] */
-    float *PW, *dPW, *DOX;      /* [2C][dv]: Q S0 then K S0; their gradients; dO' then dX */
+    float *dS, *S0T, *dST;                /* [G][dk][dv], [dv][dk], [dv][dk] */
+    float *QK, *dQK, *dsQK, *KT, *Z;      /* [2C][dk] q̂ then k̂ rows, their gradient, silu'; [dk][C]; [C][dk] */
+    float *PW, *dPW, *DOX;                /* [2C][dv]: Q S0 then K S0; their gradients; dO' then dX */
     float *V, *dsV, *R, *U, *UT, *dU, *O; /* [C][dv] (UT [dv][C]) */
 } bwd_buf;
 
@@ -700,14 +703,13 @@ typedef struct {
 /* A chunk's per-token decays and gates and its decayed 16×16 matrices (value head j); entries
  * outside the stated triangles are 0 (the products below run over full n×n blocks). */
 typedef struct {
-    float al[CH], be[CH], gam[CH];       /* α_i, β_i, γ_i = α_0···α_i */
+    float al[CH], be[CH], gam[CH];           /* α_i, β_i, γ_i = α_0···α_i */
     float E[CH][CH], Lm[CH][CH], Mq[CH][CH]; /* E_im = α_{m+1}···α_i; L_im (m < i); Mq_im (m <= i) */
-    float X[CH][CH];                     /* (I + diag(β) L)⁻¹, unit lower triangular */
+    float X[CH][CH];                         /* (I + diag(β) L)⁻¹, unit lower triangular */
 } chunk_m;
 
 /* From g, β ([T][Hv]) and the chunk's Gram matrix [Q; K] Kᵀ ([2n][C]: q̂_i·k̂_m, then k̂_i·k̂_m). */
-static void chunk_mats(chunk_m *M, const float *g, const float *beta, int Hv, int j, int t0, int n,
-                       const float *Gram) {
+static void chunk_mats(chunk_m *M, const float *g, const float *beta, int Hv, int j, int t0, int n, const float *Gram) {
     for (int i = 0; i < n; i++) {
         size_t gi = (size_t)(t0 + i) * Hv + j;
         M->al[i] = expf(g[gi]);
@@ -732,8 +734,8 @@ static void chunk_mats(chunk_m *M, const float *g, const float *beta, int Hv, in
 /* R_i = V_i − γ_i W_i; U = X diag(β) R (the delta rule's u of the chunk); O = scale (diag(γ) P +
  * Mq U) into O (row stride ldo). P, W: [n][dv] (Q S0, K S0), P NULL for a zero S0. R, U:
  * [n][dv]. */
-static void chunk_uo(const nl_host_kernels *ks, const chunk_m *M, int n, int dv, float scale, const float *V, size_t ldv,
-                     const float *P, const float *W, float *R, float *U, float *O, size_t ldo) {
+static void chunk_uo(const nl_host_kernels *ks, const chunk_m *M, int n, int dv, float scale, const float *V,
+                     size_t ldv, const float *P, const float *W, float *R, float *U, float *O, size_t ldo) {
     float XB[CH][CH];
     for (int i = 0; i < n; i++) {
         float *r = R + (size_t)i * dv, *o = O + (size_t)i * ldo;
@@ -858,15 +860,12 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
         mm(ks, 2 * n, dk, dv, b->dPW, (size_t)dv, 1, b->S0T, (size_t)dk, b->dQK, (size_t)dk, 1);
     }
     if (live)
-        for (int m = 0; m < n; m++)
-            GDN_EACH(r, dk, dK[(size_t)m * dk + r] += b->Z[(size_t)m * dk + r]);
+        for (int m = 0; m < n; m++) GDN_EACH(r, dk, dK[(size_t)m * dk + r] += b->Z[(size_t)m * dk + r]);
     /* dS0 = γ_{n-1} dS + Qᵀ dP + Kᵀ dW */
     if (S0) {
         const size_t hs = (size_t)dk * dv;
-        if (live)
-            GDN_EACH(e, dk * dv, dS[e] *= gam[n - 1]);
-        else
-            memset(dS, 0, sizeof(float) * hs);
+        if (live) GDN_EACH(e, dk * dv, dS[e] *= gam[n - 1]);
+        else memset(dS, 0, sizeof(float) * hs);
         mm(ks, dk, dv, 2 * n, b->QK, 1, (size_t)dk, b->dPW, (size_t)dv, dS, (size_t)dv, 1);
     }
     /* dg_l = Σ_{i >= l} dG_i; then through the gates */
@@ -905,8 +904,8 @@ static void bwd_heads_task(void *arg, int task, int n_tasks) {
             for (int i = 0; i < n; i++) {
                 const float *cp = cache->cpre + (size_t)(t0 + i) * cd;
                 nrm[i] = silu_l2_d(ks, b.QK + (size_t)i * dk, b.dsQK + (size_t)i * dk, cp + qoff, dk, s->eps);
-                nrm[n + i] = silu_l2_d(ks, b.QK + (size_t)(n + i) * dk, b.dsQK + (size_t)(n + i) * dk, cp + koff, dk,
-                                       s->eps);
+                nrm[n + i] =
+                    silu_l2_d(ks, b.QK + (size_t)(n + i) * dk, b.dsQK + (size_t)(n + i) * dk, cp + koff, dk, s->eps);
             }
             transpose(ks, b.KT, CH, b.QK + (size_t)n * dk, (size_t)dk, n, dk);
             mm(ks, 2 * n, n, dk, b.QK, (size_t)dk, 1, b.KT, CH, Gram, CH, 0);
@@ -966,8 +965,8 @@ static void bwd_conv_task(void *arg, int task, int n_tasks) {
     }
 }
 
-int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
-                    const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
+int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w,
+                    const nl_gdn_cache *cache, const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
     if (check_shape(s) || check_weights(w, 0)) return -1;
     if (!cache) return nl_err("gdn: NULL cache");
     if (!same_shape(s, &cache->shape)) return nl_err("gdn: cache was made for another shape");
@@ -984,8 +983,18 @@ int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl
     for (int ch = 0; ch < cd; ch++)
         for (size_t i = 0; i < K; i++) wt[i * (size_t)cd + ch] = w->conv[(size_t)ch * K + i];
     memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
-    bwd_job J = {.s = s, .w = w, .cache = cache, .dy = dy, .dmixed = dmixed, .dz = dz, .db = db, .da = da,
-                 .scratch = scratch, .wt = wt, .T = T, .ks = nl_cpu_kernels()};
+    bwd_job J = {.s = s,
+                 .w = w,
+                 .cache = cache,
+                 .dy = dy,
+                 .dmixed = dmixed,
+                 .dz = dz,
+                 .db = db,
+                 .da = da,
+                 .scratch = scratch,
+                 .wt = wt,
+                 .T = T,
+                 .ks = nl_cpu_kernels()};
     run_tasks(pool, nh, bwd_heads_task, &J);
     run_tasks(pool, nc, bwd_conv_task, &J);
     tmp_put(ws, m, scratch);

@@ -12,11 +12,11 @@
 #include "util/pool.h"
 
 typedef struct {
-    int Hk, Hv;        /* key heads (ssm.group_count), value heads (ssm.time_step_rank) */
-    int dk, dv;        /* head dims */
-    int K;             /* conv kernel */
-    float eps;         /* rms_norm_eps (L2 norm and gated RMSNorm) */
-    int kv_tiled;      /* 1: v-head j uses k-head j % Hk (qwen35); 0: j / (Hv/Hk) (qwen3next) */
+    int Hk, Hv;   /* key heads (ssm.group_count), value heads (ssm.time_step_rank) */
+    int dk, dv;   /* head dims */
+    int K;        /* conv kernel */
+    float eps;    /* rms_norm_eps (L2 norm and gated RMSNorm) */
+    int kv_tiled; /* 1: v-head j uses k-head j % Hk (qwen35); 0: j / (Hv/Hk) (qwen3next) */
 } nl_gdn_shape;
 /* conv_dim = 2*Hk*dk + Hv*dv */
 static inline int nl_gdn_conv_dim(const nl_gdn_shape *s) { return 2 * s->Hk * s->dk + s->Hv * s->dv; }
@@ -44,8 +44,8 @@ typedef struct {
  * returns; every call here takes one) or, ws NULL, the heap. pool may be NULL (one thread): the value heads
  * are split over its threads, each head's arithmetic as on one thread, so y and the state are
  * the same bits for any pool size. Cost O(T*Hv*dk*dv). */
-int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y, const float *mixed,
-                   const float *z, const float *b, const float *a, int T, nl_gdn_state *state);
+int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                   const float *mixed, const float *z, const float *b, const float *a, int T, nl_gdn_state *state);
 
 /* ---- Training (sequences start from the zero state; no incoming state).
  *
@@ -95,8 +95,8 @@ uint64_t nl_gdn_cache_size(const nl_gdn_cache *c);
  * the cache's). The inputs may be freed afterwards: the cache is self-contained. Scratch as
  * nl_gdn_forward (pool as there). */
 int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
-                         const float *mixed, const float *z, const float *b, const float *a,
-                         int T, nl_gdn_cache *cache);
+                         const float *mixed, const float *z, const float *b, const float *a, int T,
+                         nl_gdn_cache *cache);
 
 /* Backward of the last nl_gdn_forward_train on this cache (T must equal its T).
  * dy[T][Hv*dv] -> dmixed[T][conv_dim], dz[T][Hv*dv], db[T][Hv], da[T][Hv] (all overwritten).
@@ -105,8 +105,8 @@ int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, con
  * 3x the forward's arithmetic, in matrix form). pool may be NULL: the key heads (each with its
  * value heads in order) are split over its threads, then the conv channels: the same bits for
  * any pool size. */
-int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, const nl_gdn_cache *cache,
-                    const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
+int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w,
+                    const nl_gdn_cache *cache, const float *dy, int T, float *dmixed, float *dz, float *db, float *da);
 
 /* The recurrence's SIMD kernels (the forward's state update, the backward's matrix products,
  * SiLU and transposes) are the kernel table's gdn_* entries (cpu/kernels.h: AVX-512, AVX2, or

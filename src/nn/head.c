@@ -13,9 +13,15 @@ int nl_head_pass_logits(nl_pass *ps, const float *x, int T, float *logits) {
     const nl_arena_mark mk = nl_arena_top(ps->ws);
     float *hn = nl_arena_floats(ps->ws, (size_t)T * E);
     if (!hn) return -1;
-    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(ps->rt->pool, hn, NULL, x, m->output_norm, T, E, m->hp.rms_eps));
-    int rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = m->hp.n_layer, .kind = NL_P_OUTPUT, .p = m->p_output,
-                                               .in = hn, .T = T, .out = logits});
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_forward(ps->rt->pool, hn, NULL, x, m->output_norm, T, E, m->hp.rms_eps));
+    int rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD,
+                                               .layer = m->hp.n_layer,
+                                               .kind = NL_P_OUTPUT,
+                                               .p = m->p_output,
+                                               .in = hn,
+                                               .T = T,
+                                               .out = logits});
     nl_arena_release(ps->ws, mk);
     return rc;
 }
@@ -48,16 +54,31 @@ static int head_rows(nl_pass *ps, const float *hn, float *dhn, const int32_t *ta
             rows[i] = t;
         }
         nl_prof_toc(ps->prof, NL_GP_ADD, t1);
-        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = hc,
-                                               .u_save = r ? u : NULL, .T = nc, .rows = rows, .out = z});
+        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD,
+                                               .layer = L,
+                                               .kind = NL_P_OUTPUT,
+                                               .p = p,
+                                               .in = hc,
+                                               .u_save = r ? u : NULL,
+                                               .T = nc,
+                                               .rows = rows,
+                                               .out = z});
         if (rc) break;
         t1 = nl_prof_tic(ps->prof);
         nl_par_xent_rows(ps->rt->pool, rlc, z, tc, nc, V, inv_n, dhn != NULL);
         for (int i = 0; i < nc; i++) row_loss[idx[i0 + i]] = rlc[i];
         nl_prof_toc(ps->prof, NL_GP_XENT, t1);
         if (!dhn) continue;
-        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD, .layer = L, .kind = NL_P_OUTPUT, .p = p, .in = z, .x = hc,
-                                               .u_in = r ? u : NULL, .T = nc, .rows = rows, .out = dhc});
+        rc = ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD,
+                                               .layer = L,
+                                               .kind = NL_P_OUTPUT,
+                                               .p = p,
+                                               .in = z,
+                                               .x = hc,
+                                               .u_in = r ? u : NULL,
+                                               .T = nc,
+                                               .rows = rows,
+                                               .out = dhc});
         t1 = nl_prof_tic(ps->prof);
         for (int i = 0; rc == 0 && i < nc; i++)
             memcpy(dhn + (size_t)idx[i0 + i] * E, dhc + (size_t)i * E, (size_t)E * sizeof(float));
@@ -66,7 +87,8 @@ static int head_rows(nl_pass *ps, const float *hn, float *dhn, const int32_t *ta
     return rc;
 }
 
-int nl_head_pass_loss(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss, float *dx) {
+int nl_head_pass_loss(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss,
+                      float *dx) {
     const nl_model *m = ps->rt->m;
     const int E = m->hp.n_embd;
     const size_t n = (size_t)T * E;
@@ -79,16 +101,18 @@ int nl_head_pass_loss(nl_pass *ps, const float *x, const int32_t *targets, int T
     float *hn = nl_arena_floats(ps->ws, dx ? 2 * n + (size_t)T : n);
     if (!hn) return -1;
     float *dhn = dx ? hn + n : NULL, *rstd = dx ? hn + 2 * n : NULL;
-    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(ps->rt->pool, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_forward(ps->rt->pool, hn, rstd, x, m->output_norm, T, E, m->hp.rms_eps));
     if (dhn) memset(dhn, 0, n * sizeof(float));
     int rc = nt ? head_rows(ps, hn, dhn, targets, T, nt, inv_n, row_loss) : 0;
-    if (rc == 0 && dx) NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(ps->rt->pool, dx, dhn, x, m->output_norm, rstd, T, E));
+    if (rc == 0 && dx)
+        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(ps->rt->pool, dx, dhn, x, m->output_norm, rstd, T, E));
     nl_arena_release(ps->ws, mk);
     return rc;
 }
 
-uint64_t nl_head_pass_bytes(const nl_runtime *rt, const nl_adapter *save_u, int T, int want_grad, nl_proj_temp_fn proj_temp,
-                            void *user) {
+uint64_t nl_head_pass_bytes(const nl_runtime *rt, const nl_adapter *save_u, int T, int want_grad,
+                            nl_proj_temp_fn proj_temp, void *user) {
     const nl_model *m = rt->m;
     const uint64_t E = (uint64_t)m->hp.n_embd, V = (uint64_t)m->hp.n_vocab, t = (uint64_t)T;
     const int r = nl_adapter_rank(save_u, m->p_output);

@@ -26,13 +26,14 @@ int nl_head_pass_logits(nl_pass *ps, const float *x, int T, float *logits);
  * dx != NULL: the backward of inv_n · Σ loss_t: dz = (softmax(z) − onehot)·inv_n on the target
  * rows, dhn = dz·W_out + LoRA's (the hook's NL_BWD, which accumulates the LoRA gradients), dx =
  * the norm's backward of dhn (overwritten; dhn is 0 on the other rows). 0, or -1 + nl_err. */
-int nl_head_pass_loss(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss, float *dx);
+int nl_head_pass_loss(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss,
+                      float *dx);
 
 /* The most bytes nl_head_pass_loss over T rows takes from ps->ws (want_grad: dx != NULL;
  * save_u: the pass's save_u, whose u rows of the output projection it keeps for the backward;
  * the hook's per request from proj_temp, may be NULL: none), rounded as the arena rounds: what
  * the training graph's peak bound counts for its head. */
-uint64_t nl_head_pass_bytes(const nl_runtime *rt, const nl_adapter *save_u, int T, int want_grad, nl_proj_temp_fn proj_temp,
-                            void *user);
+uint64_t nl_head_pass_bytes(const nl_runtime *rt, const nl_adapter *save_u, int T, int want_grad,
+                            nl_proj_temp_fn proj_temp, void *user);
 
 #endif

@@ -10,9 +10,8 @@
 /* ---- timing (bench step) ---- */
 
 static const char *const prof_names[NL_GP_COUNT] = {"wait", "lora_fwd", "lora_bwd", "attn_fwd", "attn_bwd", "norm",
-                                                     "rope", "act", "xent", "add", "gdn", "other"};
+                                                    "rope", "act",      "xent",     "add",      "gdn",      "other"};
 const char *nl_graph_prof_name(int k) { return k >= 0 && k < NL_GP_COUNT ? prof_names[k] : "?"; }
-
 
 #define POOL(ps) ((ps)->rt->pool)
 
@@ -99,10 +98,16 @@ int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     if (ps->save_gdn && m->layers[l].recurrent) {
         int n = nl_span_n(sp);
         c->gc = nl_arena_alloc(ps->ws, (size_t)n * sizeof *c->gc);
-        if (!c->gc) { c->base = NULL; return -1; }
+        if (!c->gc) {
+            c->base = NULL;
+            return -1;
+        }
         for (int i = 0; i < n; i++) {
             c->gc[i] = nl_gdn_cache_new(ps->ws, &ps->rt->gdn, nl_span_len(sp, i));
-            if (!c->gc[i]) { nl_layer_cache_free(c); return -1; }
+            if (!c->gc[i]) {
+                nl_layer_cache_free(c);
+                return -1;
+            }
             c->n_gc = i + 1;
         }
     }
@@ -129,7 +134,8 @@ uint64_t nl_layer_temp_bytes(const nl_runtime *rt, int l, int T, int bwd, nl_pro
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     const uint64_t t = (uint64_t)T, n = t * (uint64_t)hp->n_embd, nf = t * (uint64_t)hp->n_ff;
-    const uint64_t qn = t * (uint64_t)hp->n_head * (uint64_t)hp->head_dim, kvn = t * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const uint64_t qn = t * (uint64_t)hp->n_head * (uint64_t)hp->head_dim,
+                   kvn = t * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     const nl_dir dir = bwd ? NL_BWD : NL_FWD;
     const uint64_t mlp = max2(max2(hooks(rt, l, NL_P_GATE, NL_P_GATE + 1, dir, T, proj_temp, user),
                                    hooks(rt, l, NL_P_UP, NL_P_UP + 1, dir, T, proj_temp, user)),
@@ -139,7 +145,8 @@ uint64_t nl_layer_temp_bytes(const nl_runtime *rt, int l, int T, int bwd, nl_pro
         const nl_gdn_shape *s = &rt->gdn;
         const uint64_t cd = (uint64_t)nl_gdn_conv_dim(s), vd = (uint64_t)s->Hv * (uint64_t)s->dv, Hv = (uint64_t)s->Hv;
         const uint64_t buf = bwd ? A4(t * (vd + cd + vd + 2 * Hv + (uint64_t)hp->n_embd)) : A4(t * (cd + vd + 2 * Hv));
-        mixer = buf + max2(hooks(rt, l, NL_P_QKV, NL_P_OUT + 1, dir, T, proj_temp, user), nl_gdn_train_ws_bytes(s, T, bwd));
+        mixer =
+            buf + max2(hooks(rt, l, NL_P_QKV, NL_P_OUT + 1, dir, T, proj_temp, user), nl_gdn_train_ws_bytes(s, T, bwd));
     } else {
         const uint64_t hk = hooks(rt, l, NL_P_Q, NL_P_O + 1, dir, T, proj_temp, user);
         if (bwd) mixer = A4(6 * qn + 2 * kvn + n) + hk;
@@ -157,13 +164,26 @@ void nl_layer_cache_free(nl_layer_cache *c) {
 /* ---- projections through the pass ---- */
 
 static int proj_fwd(nl_pass *ps, int l, int kind, const float *x, int T, float *y, float *u_save) {
-    return ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD, .layer = l, .kind = kind, .p = ps->rt->m->layers[l].p[kind],
-                                             .in = x, .u_save = u_save, .T = T, .out = y});
+    return ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD,
+                                             .layer = l,
+                                             .kind = kind,
+                                             .p = ps->rt->m->layers[l].p[kind],
+                                             .in = x,
+                                             .u_save = u_save,
+                                             .T = T,
+                                             .out = y});
 }
 
 static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *x, const float *u, int T, float *dx) {
-    return ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD, .layer = l, .kind = kind, .p = ps->rt->m->layers[l].p[kind],
-                                             .in = dy, .x = x, .u_in = u, .T = T, .out = dx});
+    return ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD,
+                                             .layer = l,
+                                             .kind = kind,
+                                             .p = ps->rt->m->layers[l].p[kind],
+                                             .in = dy,
+                                             .x = x,
+                                             .u_in = u,
+                                             .T = T,
+                                             .out = dx});
 }
 
 /* ---- segments ---- */
@@ -175,11 +195,14 @@ int nl_span_check(const nl_span *sp) {
         if (p == -1) {
             last = i;
         } else if (p < 0 || p != last) {
-            if (last < 0) return nl_err("forward: sequence %d continues sequence %d, but no prefix comes before it", i, p);
+            if (last < 0)
+                return nl_err("forward: sequence %d continues sequence %d, but no prefix comes before it", i, p);
             return nl_err("forward: sequence %d continues sequence %d, not the prefix %d before it", i, p, last);
         } else if (!nl_attention_prefix_rows(sp->seg_T[p], sp->seg_T[p] + sp->seg_T[i])) {
-            return nl_err("forward: sequence %d continues sequence %d of %d rows: with its %d rows the attention would not give "
-                          "the prefix the rows it has alone (nl_attention_prefix_rows)", i, p, sp->seg_T[p], sp->seg_T[i]);
+            return nl_err(
+                "forward: sequence %d continues sequence %d of %d rows: with its %d rows the attention would not give "
+                "the prefix the rows it has alone (nl_attention_prefix_rows)",
+                i, p, sp->seg_T[p], sp->seg_T[i]);
         }
     }
     return 0;
@@ -212,8 +235,17 @@ static int attn_continuation(nl_pass *ps, int l, nl_layer_cache *c, int p0, int 
         });
         NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
                  rc = nl_par_attention_forward(POOL(ps), 0, NULL,
-                                               &(nl_attn_fwd){.out = ob, .lse = lb, .q = qb, .k = kb, .v = vb, .T = Tq, .S = S,
-                                                              .Hq = H, .Hkv = Hkv, .d = hd, .scale = hp->attn_scale,
+                                               &(nl_attn_fwd){.out = ob,
+                                                              .lse = lb,
+                                                              .q = qb,
+                                                              .k = kb,
+                                                              .v = vb,
+                                                              .T = Tq,
+                                                              .S = S,
+                                                              .Hq = H,
+                                                              .Hkv = Hkv,
+                                                              .d = hd,
+                                                              .scale = hp->attn_scale,
                                                               .window = window}));
         if (rc == 0) {
             memcpy(c->o + (size_t)t0 * qr, ob + (size_t)nre * qr, (size_t)Ti * qr * fs);
@@ -236,7 +268,8 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     if (!st && nl_span_n(sp) > 1) {
         /* packed sequences: each attends over its own rows only */
         size_t qr = (size_t)H * hd, kr = (size_t)Hkv * hd;
-        if (sp->seg_pre && (ps->attn_bf16 || ps->tiles)) return nl_err("internal: shared prefixes with the BF16 or tile attention");
+        if (sp->seg_pre && (ps->attn_bf16 || ps->tiles))
+            return nl_err("internal: shared prefixes with the BF16 or tile attention");
         for (int i = 0, t0 = 0, p0 = 0; i < sp->n_seg; t0 += sp->seg_T[i++]) {
             int Ti = sp->seg_T[i];
             int rc = 0;
@@ -248,9 +281,17 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
             p0 = t0;
             NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
                      rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles,
-                                                   &(nl_attn_fwd){.out = c->o + t0 * qr, .lse = c->lse + (size_t)t0 * H,
-                                                                  .q = c->q + t0 * qr, .k = c->k + t0 * kr, .v = c->v + t0 * kr,
-                                                                  .T = Ti, .S = Ti, .Hq = H, .Hkv = Hkv, .d = hd, .scale = scale,
+                                                   &(nl_attn_fwd){.out = c->o + t0 * qr,
+                                                                  .lse = c->lse + (size_t)t0 * H,
+                                                                  .q = c->q + t0 * qr,
+                                                                  .k = c->k + t0 * kr,
+                                                                  .v = c->v + t0 * kr,
+                                                                  .T = Ti,
+                                                                  .S = Ti,
+                                                                  .Hq = H,
+                                                                  .Hkv = Hkv,
+                                                                  .d = hd,
+                                                                  .scale = scale,
                                                                   .window = window}));
             if (rc) return rc;
         }
@@ -271,8 +312,18 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     int rc = 0;
     NL_TIMED(ps->prof, NL_GP_ATTN_FWD,
              rc = nl_par_attention_forward(POOL(ps), ps->attn_bf16, ps->tiles,
-                                           &(nl_attn_fwd){.out = c->o, .lse = c->lse, .q = c->q, .k = k, .v = v, .T = T, .S = S,
-                                                          .Hq = H, .Hkv = Hkv, .d = hd, .scale = scale, .window = window}));
+                                           &(nl_attn_fwd){.out = c->o,
+                                                          .lse = c->lse,
+                                                          .q = c->q,
+                                                          .k = k,
+                                                          .v = v,
+                                                          .T = T,
+                                                          .S = S,
+                                                          .Hq = H,
+                                                          .Hkv = Hkv,
+                                                          .d = hd,
+                                                          .scale = scale,
+                                                          .window = window}));
     return rc;
 }
 
@@ -289,18 +340,24 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         nl_arena_mark mk = nl_arena_top(ps->ws);
         float *qg = falloc(ps, 2 * qn);
         if (!qg) return -1;
-        if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q])) { nl_arena_release(ps->ws, mk); return -1; }
-        NL_TIMED(ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
-            memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
-            memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
-        });
+        if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q])) {
+            nl_arena_release(ps->ws, mk);
+            return -1;
+        }
+        NL_TIMED(
+            ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+                memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
+                memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
+            });
         nl_arena_release(ps->ws, mk);
     } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
     if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V])) return -1;
     if (L->q_norm) {
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
     }
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->q, T, H, sp->pos));
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->k, T, Hkv, sp->pos));
@@ -335,25 +392,38 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         int arc = 0;
         NL_TIMED(ps->prof, NL_GP_ATTN_BWD,
                  arc = nl_par_attention_backward(POOL(ps), ps->attn_bf16, ps->tiles,
-                                                &(nl_attn_bwd){.dq = dq + qo, .dk = dk + ko, .dv = dv + ko, .dout = dattn + qo,
-                                                               .out = c->o + qo, .lse = c->lse + (size_t)t0 * H, .q = c->q + qo,
-                                                               .k = c->k + ko, .v = c->v + ko, .T = nl_span_len(sp, i), .Hq = H,
-                                                               .Hkv = Hkv, .d = hd, .scale = hp->attn_scale,
-                                                               .window = L->swa ? hp->n_swa : 0}));
+                                                 &(nl_attn_bwd){.dq = dq + qo,
+                                                                .dk = dk + ko,
+                                                                .dv = dv + ko,
+                                                                .dout = dattn + qo,
+                                                                .out = c->o + qo,
+                                                                .lse = c->lse + (size_t)t0 * H,
+                                                                .q = c->q + qo,
+                                                                .k = c->k + ko,
+                                                                .v = c->v + ko,
+                                                                .T = nl_span_len(sp, i),
+                                                                .Hq = H,
+                                                                .Hkv = Hkv,
+                                                                .d = hd,
+                                                                .scale = hp->attn_scale,
+                                                                .window = L->swa ? hp->n_swa : 0}));
         if (arc) goto done; /* rc is -1: the arena mark is released there */
     }
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
     NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));
     if (L->q_norm) {
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
     }
     const float *dqin = dq;
     if (gated) {
-        NL_TIMED(ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
-            memcpy(dqg + th * 2 * hd, dq + th * hd, hd * sizeof(float));
-            memcpy(dqg + th * 2 * hd + hd, dgate + th * hd, hd * sizeof(float));
-        });
+        NL_TIMED(
+            ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+                memcpy(dqg + th * 2 * hd, dq + th * hd, hd * sizeof(float));
+                memcpy(dqg + th * 2 * hd + hd, dgate + th * hd, hd * sizeof(float));
+            });
         dqin = dqg;
     }
     /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
@@ -392,12 +462,18 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     /* the sequence-local part: the recurrence, its cache kept for the backward or its state
      * carried for decoding */
     nl_gdn_weights w = gdn_weights(L);
-    if (st && nl_span_n(sp) > 1) { nl_err("internal: a decoding state with several sequences in one call"); goto done; }
+    if (st && nl_span_n(sp) > 1) {
+        nl_err("internal: a decoding state with several sequences in one call");
+        goto done;
+    }
     /* shared prefixes (nl_span.seg_pre): a prefix with continuations runs from a zero state
      * kept in pst; each continuation from a copy of it (cst), as one call over the joined
      * sequence would (pieces of a sequence give the bits of one call: nn/gdn.h) */
     const int *pre = nl_span_n(sp) > 1 ? sp->seg_pre : NULL;
-    if (pre && c->gc) { nl_err("internal: shared prefixes in the training graph"); goto done; }
+    if (pre && c->gc) {
+        nl_err("internal: shared prefixes in the training graph");
+        goto done;
+    }
     const size_t n_conv = (size_t)(s->K - 1) * cd + 1, n_S = (size_t)s->Hv * s->dk * s->dv;
     nl_gdn_state pst = {0}, cst = {0};
     if (pre) {
@@ -419,10 +495,10 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
             gst = &pst;
         }
         NL_TIMED(ps->prof, NL_GP_GDN,
-              e = c->gc ? nl_gdn_forward_train(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
-                                               c->gc[i])
-                        : nl_gdn_forward(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd, b + o * s->Hv, a + o * s->Hv, Ti,
-                                         gst));
+                 e = c->gc ? nl_gdn_forward_train(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd,
+                                                  b + o * s->Hv, a + o * s->Hv, Ti, c->gc[i])
+                           : nl_gdn_forward(POOL(ps), ps->ws, s, &w, c->y + o * vd, mixed + o * cd, z + o * vd,
+                                            b + o * s->Hv, a + o * s->Hv, Ti, gst));
         if (e) goto done;
     }
     rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c->lu[NL_P_OUT]);
@@ -440,17 +516,21 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     nl_arena_mark mk = nl_arena_top(ps->ws);
     float *buf = falloc(ps, t * (vd + cd + vd + 2 * (size_t)s->Hv + E));
     if (!buf) return -1;
-    float *dy = buf, *dmixed = dy + t * vd, *dz = dmixed + t * cd, *db = dz + t * vd, *da = db + t * s->Hv, *tmp = da + t * s->Hv;
+    float *dy = buf, *dmixed = dy + t * vd, *dz = dmixed + t * cd, *db = dz + t * vd, *da = db + t * s->Hv,
+          *tmp = da + t * s->Hv;
     int rc = -1;
     nl_gdn_weights w = gdn_weights(L);
     if (proj_bwd(ps, l, NL_P_OUT, dout, c->y, c->lu[NL_P_OUT], T, dy)) goto done;
-    if (c->n_gc != nl_span_n(sp)) { nl_err("internal: GDN backward with %d caches for %d sequences", c->n_gc, nl_span_n(sp)); goto done; }
+    if (c->n_gc != nl_span_n(sp)) {
+        nl_err("internal: GDN backward with %d caches for %d sequences", c->n_gc, nl_span_n(sp));
+        goto done;
+    }
     for (int i = 0, t0 = 0; i < c->n_gc; t0 += nl_span_len(sp, i++)) {
         size_t o = (size_t)t0;
         int e;
         NL_TIMED(ps->prof, NL_GP_GDN,
-              e = nl_gdn_backward(POOL(ps), ps->ws, s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i), dmixed + o * cd, dz + o * vd,
-                                  db + o * s->Hv, da + o * s->Hv));
+                 e = nl_gdn_backward(POOL(ps), ps->ws, s, &w, c->gc[i], dy + o * vd, nl_span_len(sp, i),
+                                     dmixed + o * cd, dz + o * vd, db + o * s->Hv, da + o * s->Hv));
         if (e) goto done;
     }
     /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
@@ -477,34 +557,44 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
     const nl_layer *L = &m->layers[l];
     int T = sp->T;
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
-    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_forward(POOL(ps), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
     nl_arena_mark mk = nl_arena_top(ps->ws);
     float *mo = falloc(ps, n);
     if (!mo) return -1;
     /* with post-norms (gemma3) the mixer's and the MLP's outputs (ao, fo, kept) are normed
      * into mo before their residual adds */
     const int pn = hp->post_norms;
-    int rc = L->recurrent ? mixer_gdn_fwd(ps, l, sp, c, st, pn ? c->ao : mo) : mixer_attn_fwd(ps, l, sp, c, st, pn ? c->ao : mo);
+    int rc = L->recurrent ? mixer_gdn_fwd(ps, l, sp, c, st, pn ? c->ao : mo)
+                          : mixer_attn_fwd(ps, l, sp, c, st, pn ? c->ao : mo);
     if (rc == 0) {
-        if (pn) NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_ao, c->ao, L->attn_post_norm, T, hp->n_embd, hp->rms_eps));
+        if (pn)
+            NL_TIMED(
+                ps->prof, NL_GP_NORM,
+                nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_ao, c->ao, L->attn_post_norm, T, hp->n_embd, hp->rms_eps));
         NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add2(POOL(ps), c->xmid, x_in, mo, (int64_t)n));
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
         rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            if (hp->mlp_gelu) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            if (hp->mlp_gelu)
+                NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
             else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
             rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, pn ? c->fo : mo, c->lu[NL_P_DOWN]);
         }
         if (rc == 0 && pn)
-            NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_fo, c->fo, L->ffn_post_norm, T, hp->n_embd, hp->rms_eps));
+            NL_TIMED(
+                ps->prof, NL_GP_NORM,
+                nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_fo, c->fo, L->ffn_post_norm, T, hp->n_embd, hp->rms_eps));
         if (rc == 0) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add2(POOL(ps), x_out, c->xmid, mo, (int64_t)n));
     }
     nl_arena_release(ps->ws, mk);
     return rc;
 }
 
-int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *x_in, float *dx, int want_dx) {
+int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *x_in, float *dx,
+                      int want_dx) {
     const nl_model *m = ps->rt->m;
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
@@ -519,16 +609,19 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     /* MLP: x_out = xmid + down(act(gate(hn2), up(hn2))), with post-norms xmid + norm(down(..)) */
     const float *dfo = dx;
     if (pn) {
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dx, c->fo, L->ffn_post_norm, c->rstd_fo, T, hp->n_embd));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_backward(POOL(ps), dpost, dx, c->fo, L->ffn_post_norm, c->rstd_fo, T, hp->n_embd));
         dfo = dpost;
     }
     if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
-    if (hp->mlp_gelu) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    if (hp->mlp_gelu)
+        NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
     else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
     if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
     NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
-    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_backward(POOL(ps), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
     NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dxmid, dx, (int64_t)n));
     /* mixer: xmid = x_in + mixer(attn_norm(x_in)); without want_dx (layer 0, whose x_in is the
      * frozen embedding rows) no BWD requests for the mixer's input projections (their LoRA A/B
@@ -536,12 +629,14 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     float *dmix = want_dx ? dhn : NULL;
     const float *dao = dxmid;
     if (pn) {
-        NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dpost, dxmid, c->ao, L->attn_post_norm, c->rstd_ao, T, hp->n_embd));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_backward(POOL(ps), dpost, dxmid, c->ao, L->attn_post_norm, c->rstd_ao, T, hp->n_embd));
         dao = dpost;
     }
     rc = L->recurrent ? mixer_gdn_bwd(ps, l, sp, c, dao, dmix) : mixer_attn_bwd(ps, l, sp, c, dao, dmix);
     if (rc || !want_dx) goto done;
-    NL_TIMED(ps->prof, NL_GP_NORM, nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
     NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dx, dxmid, (int64_t)n));
 done:
     nl_arena_release(ps->ws, mk);

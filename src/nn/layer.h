@@ -53,11 +53,11 @@
  * Callers name the fields; what a direction does not use stays NULL. */
 typedef struct {
     nl_dir dir;
-    int layer, kind, p;      /* layer l (the head: n_layer) and kind NL_P_*: the dropout key; p: model projection index */
-    const float *in;         /* NL_FWD: x [T][n_in]; NL_BWD: dy [T][n_out] */
-    const float *x;          /* NL_BWD: the forward's input [T][n_in] */
-    float *u_save;           /* NL_FWD: LoRA's u [T][r] written here (may be NULL) */
-    const float *u_in;       /* NL_BWD: the forward's saved u (NULL: recomputed) */
+    int layer, kind, p; /* layer l (the head: n_layer) and kind NL_P_*: the dropout key; p: model projection index */
+    const float *in;    /* NL_FWD: x [T][n_in]; NL_BWD: dy [T][n_out] */
+    const float *x;     /* NL_BWD: the forward's input [T][n_in] */
+    float *u_save;      /* NL_FWD: LoRA's u [T][r] written here (may be NULL) */
+    const float *u_in;  /* NL_BWD: the forward's saved u (NULL: recomputed) */
     int T;
     /* each of the T rows' index in the pass's span (the head's gathered target rows keep their
      * LoRA dropout masks: nn/head.h); NULL: rows 0 .. T-1 (the layers) */
@@ -67,15 +67,15 @@ typedef struct {
 
 /* One pass over the layers: what differs between inference and training. */
 typedef struct nl_pass {
-    nl_runtime *rt;           /* borrowed */
-    nl_arena *ws;             /* every temporary and cache of the pass (borrowed) */
+    nl_runtime *rt;                                /* borrowed */
+    nl_arena *ws;                                  /* every temporary and cache of the pass (borrowed) */
     int (*proj)(void *user, const nl_pass_req *r); /* every frozen-weight product: 0 ok, -1 + nl_err */
     void *user;
-    const nl_adapter *save_u; /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
-    int save_gdn;             /* recurrent layers keep the GDN cache for the backward */
-    int attn_bf16;            /* attention through nl_attention_*_range_bf16 */
+    const nl_adapter *save_u;         /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
+    int save_gdn;                     /* recurrent layers keep the GDN cache for the backward */
+    int attn_bf16;                    /* attention through nl_attention_*_range_bf16 */
     const struct nl_amx_tiles *tiles; /* non-NULL: attention through nl_attention_*_range_tiles */
-    nl_graph_prof *prof;      /* NULL: no timing */
+    nl_graph_prof *prof;              /* NULL: no timing */
 } nl_pass;
 
 /* The token rows of one call: T rows at positions pos[T]; one sequence (n_seg <= 1) or
@@ -114,11 +114,11 @@ typedef struct {
     nl_gdn_cache **gc;                    /* the GDN node's own caches, one per sequence of the
                                            * span (pass->save_gdn; n_gc of them) */
     int n_gc;
-    float *ao, *rstd_ao, *fo, *rstd_fo;   /* post-norms (gemma3): mixer and MLP outputs before
-                                           * their norms, 1/rms [T] */
-    float *xmid, *rstd2, *hn2;            /* after the mixer residual; ffn norm */
-    float *g, *u, *h;                     /* SwiGLU / GeGLU: gate, up, act(gate)*up [T][F] */
-    float *lu[NL_P_KIND_COUNT];           /* LoRA u = A(m⊙x) per adapted projection [T][r] */
+    float *ao, *rstd_ao, *fo, *rstd_fo; /* post-norms (gemma3): mixer and MLP outputs before
+                                         * their norms, 1/rms [T] */
+    float *xmid, *rstd2, *hn2;          /* after the mixer residual; ffn norm */
+    float *g, *u, *h;                   /* SwiGLU / GeGLU: gate, up, act(gate)*up [T][F] */
+    float *lu[NL_P_KIND_COUNT];         /* LoRA u = A(m⊙x) per adapted projection [T][r] */
     float *base;
     uint64_t bytes;
 } nl_layer_cache;
@@ -155,6 +155,7 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
  * receives dLoss/dx_in; with want_dx == 0 (layer 0: nothing trainable below) the mixer's input
  * gradient is not formed (no BWD requests for its input projections, only their LoRA
  * gradients) and dx is left as it is. */
-int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *x_in, float *dx, int want_dx);
+int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *x_in, float *dx,
+                      int want_dx);
 
 #endif

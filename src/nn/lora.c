@@ -85,8 +85,8 @@ static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k
 
 /* xm[nb][K] = x ⊙ m for rows t .. t+nb-1 (x points at row t; m written into mbuf), or a
  * pointer to x when there is no dropout. */
-static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks, int64_t t,
-                                int nb, float *mbuf, float *xm) {
+static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks,
+                                int64_t t, int nb, float *mbuf, float *xm) {
     if (!drop) return x;
     const int64_t n = (int64_t)nb * L->n_in;
     make_mask(L, tok0, toks, t, nb, mbuf);
@@ -115,9 +115,11 @@ static void tile_u(const nl_lora *L, const uint32_t *at, const float *xb, int nb
 static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta,
                           int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
     const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
-    const size_t n_at = (size_t)Kp / 2 * rp, n_bt = (size_t)rp / 2 * Np, n_xa = (size_t)TB * Kp / 2, n_sa = (size_t)TB * rp / 2;
+    const size_t n_at = (size_t)Kp / 2 * rp, n_bt = (size_t)rp / 2 * Np, n_xa = (size_t)TB * Kp / 2,
+                 n_sa = (size_t)TB * rp / 2;
     const size_t nx = drop ? 2 * (size_t)TB * K : 0;
-    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bt + n_xa + n_sa) + sizeof(float) * (nx + 2 * (size_t)TB * r));
+    uint32_t *buf =
+        nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bt + n_xa + n_sa) + sizeof(float) * (nx + 2 * (size_t)TB * r));
     if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
     uint32_t *at = buf, *bt = at + n_at;
     uint16_t *xa = (uint16_t *)(bt + n_bt), *sa = xa + 2 * n_xa;
@@ -147,9 +149,9 @@ static size_t bwd_rows_tiles_bytes(const nl_lora *L, int have_u) {
 
 /* Phase 1 on the tiles (the contract of nl_lora_backward_rows); buf: bwd_rows_tiles_bytes(L, u != NULL)
  * bytes (the caller's thread scratch). */
-static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
-                                const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch,
-                                int t0, int t1, uint32_t *buf) {
+static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate,
+                                const float *dy, const float *x, const float *u, int T, int64_t tok0,
+                                const int64_t *toks, float *scratch, int t0, int t1, uint32_t *buf) {
     const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
@@ -186,8 +188,8 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
 }
 
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
-static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta, int tb,
-                    int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
+static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta,
+                    int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
@@ -220,7 +222,7 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
 /* dx[nb][K] (+)= (du · A) ⊙ m for one token block (m NULL: no dropout; tmp: nb·K scratch).
  * NL_LORA_ADD: dx += ((du · A) ⊙ m), the term rounded before the add. */
 static void dx_rows(const nl_lora *L, const float *A, const float *du, int nb, float *dxb, int accumulate,
-                              const float *m, float *tmp) {
+                    const float *m, float *tmp) {
     const int K = L->n_in, r = L->rank;
     if (accumulate == NL_LORA_ADD) {
         nl_gemm(tmp, K, du, r, A, K, nb, K, r, 0);
@@ -236,8 +238,8 @@ static void dx_rows(const nl_lora *L, const float *A, const float *du, int nb, f
     add_masked(dxb, tmp, m, (int64_t)nb * K, accumulate);
 }
 
-int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
-                    int T, int64_t tok0) {
+int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
+                    int64_t tok0) {
     return lora_fwd(L, A, B, y, u, x, 0, T, tok0, NULL, 1, 1, "forward");
 }
 
@@ -252,8 +254,8 @@ int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, co
 
 /* ---- one call split over threads ---- */
 
-int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int64_t tok0,
-                         const int64_t *toks, int accumulate, int t0, int t1) {
+int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
+                         int64_t tok0, const int64_t *toks, int accumulate, int t0, int t1) {
     if (t0 < 0 || t1 < t0) return nl_err("lora forward: bad row range [%d, %d)", t0, t1);
     return lora_fwd(L, A, B, y, u, x, t0, t1, tok0, toks, 1, accumulate, "forward");
 }
@@ -263,15 +265,18 @@ size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T) {
 }
 
 /* scratch: du [T][r] = s·dy·B, su [T][r] = s·u, then (dropout only) xm [T][K] = x ⊙ m. */
-int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
-                          const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
-                          int t1) {
+int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate,
+                          const float *dy, const float *x, const float *u, int T, int64_t tok0, const int64_t *toks,
+                          float *scratch, int t0, int t1) {
     if (check(L, "backward")) return -1;
     if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
-    if (L->tiles && dx && dx_accumulate == NL_LORA_ADD) return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
+    if (L->tiles && dx && dx_accumulate == NL_LORA_ADD)
+        return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
     if (L->tiles) {
         uint32_t *buf = nl_thread_scratch(bwd_rows_tiles_bytes(L, u != NULL));
-        if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", L->n_in, L->n_out, L->rank);
+        if (!buf)
+            return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", L->n_in, L->n_out,
+                          L->rank);
         lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1, buf);
         return 0;
     }
@@ -280,7 +285,8 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nm = drop ? (size_t)TB * K : 0, nt = drop || dx_accumulate == NL_LORA_ADD ? (size_t)TB * K : 0;
-    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nm + nt + (size_t)TB * r + 1)); /* mask, (du·A) before it is added */
+    float *buf =
+        nl_thread_scratch(sizeof(float) * (nAT + nm + nt + (size_t)TB * r + 1)); /* mask, (du·A) before it is added */
     if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
     float *AT = buf, *mb = AT + nAT, *tmp = mb + nm, *ub = tmp + nt;
     if (!u) pack_AT(AT, A, r, K);
@@ -317,8 +323,8 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
     return 0;
 }
 
-int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
-                        const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA,
+                        float *dB, const float *dy, const float *x, const float *u, int T, int64_t tok0) {
     if (check(L, "backward")) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
@@ -334,14 +340,16 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
         for (int t0 = 0; t0 < T; t0 += TB) {
             const int nb = T - t0 < TB ? T - t0 : TB;
             lora_bwd_rows_tiles(L, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
-                                x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0, nb, buf);
-            if (nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N)) return -1;
+                                x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0, nb,
+                                buf);
+            if (nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N))
+                return -1;
         }
         return 0;
     }
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
-    const size_t nsmall = 3 * (size_t)TB * r;      /* du, recomputed u, s·u */
+    const size_t nsmall = 3 * (size_t)TB * r;        /* du, recomputed u, s·u */
     float *buf = nl_thread_scratch(sizeof(float) * (nAT + nx + nsmall + 1));
     if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
     float *AT = buf, *mb = AT + nAT, *xm = mb + (drop ? (size_t)TB * K : 0), *tmp = xm + (drop ? (size_t)TB * K : 0);
@@ -367,21 +375,26 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
     return 0;
 }
 
-int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
-                     const float *dy, const float *x, const float *u, int T, int64_t tok0) {
+int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB, const float *dy,
+                     const float *x, const float *u, int T, int64_t tok0) {
     return nl_lora_backward_to(L, A, B, dx, 1, dA, dB, dy, x, u, T, tok0);
 }
 
 /* The most of nl_thread_scratch any path above asks for L (each request as sized there). */
 uint64_t nl_lora_thread_bytes(const nl_lora *L) {
-    const uint64_t K = (uint64_t)(L->n_in > 0 ? L->n_in : 0), N = (uint64_t)(L->n_out > 0 ? L->n_out : 0), r = (uint64_t)(L->rank > 0 ? L->rank : 0);
-    const uint64_t Kp = (uint64_t)nl_tile_up((int)K), Np = (uint64_t)nl_tile_up((int)N), rp = (uint64_t)nl_tile_up((int)r), tb = TB;
+    const uint64_t K = (uint64_t)(L->n_in > 0 ? L->n_in : 0), N = (uint64_t)(L->n_out > 0 ? L->n_out : 0),
+                   r = (uint64_t)(L->rank > 0 ? L->rank : 0);
+    const uint64_t Kp = (uint64_t)nl_tile_up((int)K), Np = (uint64_t)nl_tile_up((int)N),
+                   rp = (uint64_t)nl_tile_up((int)r), tb = TB;
     const uint64_t nx = L->dropout > 0.0f ? 3 * tb * K : 0; /* the most any path takes for its masks */
-    uint64_t b = 4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r);              /* tiles FWD */
-    uint64_t x = 4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) + 4 * (nx + tb * r + 1) +
-                 4 * (tb * (2 * r + (L->dropout > 0.0f ? K : 0))); /* tiles BWD (on one thread: a block's phase-1 scratch too) */
+    uint64_t b = 4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r); /* tiles FWD */
+    uint64_t x =
+        4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) +
+        4 * (nx + tb * r + 1) +
+        4 * (tb * (2 * r + (L->dropout > 0.0f ? K : 0))); /* tiles BWD (on one thread: a block's phase-1 scratch too) */
     if (x > b) b = x;
-    x = 4 * (K * r + r * N + nx + 3 * tb * r + 1 + tb * (K > N ? K : N)); /* FP32: FWD, BWD rows (NL_LORA_ADD's block), BWD on one thread */
+    x = 4 * (K * r + r * N + nx + 3 * tb * r + 1 +
+             tb * (K > N ? K : N)); /* FP32: FWD, BWD rows (NL_LORA_ADD's block), BWD on one thread */
     if (x > b) b = x;
     return (b + 63) / 64 * 64;
 }

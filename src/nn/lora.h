@@ -49,21 +49,21 @@ void nl_lora_dropout_mask(const nl_lora *L, int64_t token, float *m);
 
 /* Training forward: y[T][n_out] += s·u·Bᵀ. u[T][r] is written (save it for backward) or may be
  * NULL (then the backward recomputes it). x[T][n_in]; token rows are tok0 .. tok0+T-1. */
-int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
-                    int T, int64_t tok0);
+int nl_lora_forward(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
+                    int64_t tok0);
 
 /* Backward for the same (L, x, T, tok0) as the forward. u from the forward, or NULL to recompute.
  * dx[T][n_in] += (du·A) ⊙ m (dx may be NULL: not needed, e.g. the first layer's input);
  * dA[r][n_in] += duᵀ·(m ⊙ x); dB[n_out][r] += s·dyᵀ·u. */
-int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB,
-                     const float *dy, const float *x, const float *u, int T, int64_t tok0);
+int nl_lora_backward(const nl_lora *L, const float *A, const float *B, float *dx, float *dA, float *dB, const float *dy,
+                     const float *x, const float *u, int T, int64_t tok0);
 
 /* The same with a choice: accumulate = 0 OVERWRITES y (or dx) with the LoRA term (the bits
  * of a zeroed buffer plus the accumulating call, without the zeroing pass). */
 int nl_lora_forward_to(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int T,
                        int64_t tok0, int accumulate);
-int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA, float *dB,
-                        const float *dy, const float *x, const float *u, int T, int64_t tok0);
+int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, float *dA,
+                        float *dB, const float *dy, const float *x, const float *u, int T, int64_t tok0);
 
 /* ---- one call split over threads (train/graph runs these on the runtime's pool) ----
  * The same products as nl_lora_forward_to / nl_lora_backward_to restricted to part of the
@@ -81,8 +81,8 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
 #define NL_LORA_ADD 2
 
 /* Forward of rows [t0, t1); y, u, x are the whole call's arrays (row t at t·n_out etc.). */
-int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int64_t tok0,
-                         const int64_t *toks, int accumulate, int t0, int t1);
+int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x,
+                         int64_t tok0, const int64_t *toks, int accumulate, int t0, int t1);
 
 /* Backward in two phases around a scratch of nl_lora_bwd_scratch_floats(L, T) floats shared
  * by all threads:
@@ -97,9 +97,9 @@ size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T);
 /* The most per-thread scratch (nl_thread_scratch) a LoRA product of L takes on any path (FP32
  * or tiles, either direction), independent of T: a thread's block grows to it. */
 uint64_t nl_lora_thread_bytes(const nl_lora *L);
-int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate, const float *dy,
-                          const float *x, const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0,
-                          int t1);
+int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate,
+                          const float *dy, const float *x, const float *u, int T, int64_t tok0, const int64_t *toks,
+                          float *scratch, int t0, int t1);
 int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
                             const float *scratch, int j0, int j1);
 

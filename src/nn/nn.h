@@ -42,23 +42,23 @@ void nl_rope_backward(const nl_rope *r, float *dx, int T, int n_heads, const int
  * S-T+t − j < window; 0 = the whole causal prefix.
  * A call is one request (callers name its fields; what a call does not use stays 0): */
 typedef struct {
-    float *out, *lse;        /* written: out[T][Hq][d], lse[T][Hq] (may be NULL) */
-    const float *q, *k, *v;  /* q[T][Hq][d]; k, v[S][Hkv][d] */
+    float *out, *lse;       /* written: out[T][Hq][d], lse[T][Hq] (may be NULL) */
+    const float *q, *k, *v; /* q[T][Hq][d]; k, v[S][Hkv][d] */
     int T, S, Hq, Hkv, d;
-    float scale;             /* scores = scale · q·k */
-    int window;              /* 0: none */
-    int g0, g1;              /* the _range calls: kv heads [g0, g1) */
+    float scale; /* scores = scale · q·k */
+    int window;  /* 0: none */
+    int g0, g1;  /* the _range calls: kv heads [g0, g1) */
 } nl_attn_fwd;
 /* The self-attention backward (S == T) of a forward with the same q, k, v, shape, scale and
  * window: dq, dk, dv overwritten. */
 typedef struct {
-    float *dq, *dk, *dv;                    /* written: [T][Hq][d], [T][Hkv][d], [T][Hkv][d] */
-    const float *dout, *out, *lse;          /* dLoss/dout, the forward's out and lse */
+    float *dq, *dk, *dv;           /* written: [T][Hq][d], [T][Hkv][d], [T][Hkv][d] */
+    const float *dout, *out, *lse; /* dLoss/dout, the forward's out and lse */
     const float *q, *k, *v;
     int T, Hq, Hkv, d;
     float scale;
     int window;
-    int g0, g1;                             /* the _range calls: kv heads [g0, g1) */
+    int g0, g1; /* the _range calls: kv heads [g0, g1) */
 } nl_attn_bwd;
 /* Every call returns 0, or -1 with nl_err when its scratch cannot be had (out of memory: an error
  * the step reports, never NaN in the output). The whole calls: every kv head (g0, g1 unused). */

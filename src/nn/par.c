@@ -44,7 +44,8 @@ static void norm_f_range(void *arg, int64_t i0, int64_t i1) {
     nl_rmsnorm_forward(j->y + i0 * n, j->rstd ? j->rstd + i0 : NULL, j->x + i0 * n, j->w, (int)(i1 - i0), j->n, j->eps);
 }
 
-void nl_par_rmsnorm_forward(nl_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps) {
+void nl_par_rmsnorm_forward(nl_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n,
+                            float eps) {
     norm_f_job j = {.y = y, .rstd = rstd, .x = x, .w = w, .n = n, .eps = eps};
     nl_par_run(pool, norm_f_range, &j, T, 1, (int64_t)T * n);
 }
@@ -61,8 +62,8 @@ static void norm_b_range(void *arg, int64_t i0, int64_t i1) {
     nl_rmsnorm_backward(j->dx + i0 * n, j->dy + i0 * n, j->x + i0 * n, j->w, j->rstd + i0, (int)(i1 - i0), j->n);
 }
 
-void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const float *x, const float *w, const float *rstd,
-                             int T, int n) {
+void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const float *x, const float *w,
+                             const float *rstd, int T, int n) {
     norm_b_job j = {.dx = dx, .dy = dy, .x = x, .w = w, .rstd = rstd, .n = n};
     nl_par_run(pool, norm_b_range, &j, T, 1, (int64_t)T * n);
 }
@@ -125,19 +126,22 @@ static void elem_backward(nl_pool *pool, elem_bwd_fn fn, float *da, float *db, c
 void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
     elem_forward(pool, nl_swiglu_forward, h, a, b, n);
 }
-void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b,
+                            int64_t n) {
     elem_backward(pool, nl_swiglu_backward, da, db, dh, a, b, n);
 }
 void nl_par_geglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n) {
     elem_forward(pool, nl_geglu_forward, h, a, b, n);
 }
-void nl_par_geglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+void nl_par_geglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b,
+                           int64_t n) {
     elem_backward(pool, nl_geglu_backward, da, db, dh, a, b, n);
 }
 void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float *g, int64_t n) {
     elem_forward(pool, nl_gate_forward, out, o, g, n);
 }
-void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g,
+                          int64_t n) {
     elem_backward(pool, nl_gate_backward, d_o, dg, dout, o, g, n);
 }
 

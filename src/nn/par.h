@@ -17,20 +17,24 @@ typedef void (*nl_par_fn)(void *job, int64_t i0, int64_t i1);
 void nl_par_run(nl_pool *pool, nl_par_fn fn, void *job, int64_t len, int64_t grain, int64_t work);
 
 /* RMSNorm over T rows of n (rows split). */
-void nl_par_rmsnorm_forward(nl_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n, float eps);
-void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const float *x, const float *w, const float *rstd,
-                             int T, int n);
+void nl_par_rmsnorm_forward(nl_pool *pool, float *y, float *rstd, const float *x, const float *w, int T, int n,
+                            float eps);
+void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const float *x, const float *w,
+                             const float *rstd, int T, int n);
 /* RoPE of x[T][heads][head_dim] (rows split); bwd = 1: the backward (rotation by -θ). */
 void nl_par_rope(nl_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos);
 /* Element-wise nodes over n elements (split in blocks of 64). */
 void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n);
-void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
+void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b,
+                            int64_t n);
 void nl_par_geglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n);
-void nl_par_geglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
+void nl_par_geglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b,
+                           int64_t n);
 void nl_par_gate_forward(nl_pool *pool, float *out, const float *o, const float *g, int64_t n);
-void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n);
-void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n);                   /* y += x */
-void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n);  /* y = a + b */
+void nl_par_gate_backward(nl_pool *pool, float *d_o, float *dg, const float *dout, const float *o, const float *g,
+                          int64_t n);
+void nl_par_add(nl_pool *pool, float *y, const float *x, int64_t n);                  /* y += x */
+void nl_par_add2(nl_pool *pool, float *y, const float *a, const float *b, int64_t n); /* y = a + b */
 /* Attention (kv heads split): nl_attention_forward_range / _backward_range over every kv head
  * (a->g0, a->g1 unused), their tile variants when tiles (nn.h; cpu/amx.h's tile operations),
  * else their BF16 variants when bf16. */

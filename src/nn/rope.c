@@ -27,7 +27,8 @@ static double inv_freq(const nl_rope *r, int i) {
 int nl_rope_table(nl_rope *r, int n_pos) {
     const int half = r->n_rot / 2;
     if (n_pos <= r->tab_n || half <= 0) return 0;
-    float *c = malloc(sizeof(float) * (size_t)n_pos * (size_t)half), *s = malloc(sizeof(float) * (size_t)n_pos * (size_t)half);
+    float *c = malloc(sizeof(float) * (size_t)n_pos * (size_t)half),
+          *s = malloc(sizeof(float) * (size_t)n_pos * (size_t)half);
     if (!c || !s) {
         free(c);
         free(s);
@@ -67,7 +68,8 @@ static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int
         for (int j = 0; j < nc; j++) invf[j] = inv_freq(r, c0 + j);
         for (int t = 0; t < T; t++) {
             if (pos[t] >= 0 && pos[t] < r->tab_n) { /* the table: the same floats (sign flips exactly) */
-                const float *tc = r->tab_cos + (size_t)pos[t] * half + c0, *ts = r->tab_sin + (size_t)pos[t] * half + c0;
+                const float *tc = r->tab_cos + (size_t)pos[t] * half + c0,
+                            *ts = r->tab_sin + (size_t)pos[t] * half + c0;
                 for (int j = 0; j < nc; j++) {
                     cs[j] = tc[j];
                     sn[j] = sign > 0 ? ts[j] : -ts[j];

@@ -19,7 +19,7 @@
 
 typedef struct {
     char energy[PATH_CAP];
-    uint64_t range_uj;     /* counter wraps to 0 after this value */
+    uint64_t range_uj; /* counter wraps to 0 after this value */
     uint64_t last_uj;
 } zone;
 
@@ -29,7 +29,7 @@ struct nl_energy {
     char source[256];
     double (*clock)(void *);
     void *clock_user;
-    const nl_io *io;       /* the directory listings (NULL: POSIX) */
+    const nl_io *io; /* the directory listings (NULL: POSIX) */
     /* RAPL */
     zone z[MAX_ZONES];
     int n_zones;
@@ -40,7 +40,7 @@ struct nl_energy {
     /* running total since open (J) and the state of the sampler */
     double joules;
     long samples;
-    char fail[512];        /* sticky failure of a background sample ("" = none) */
+    char fail[512]; /* sticky failure of a background sample ("" = none) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
@@ -67,9 +67,13 @@ static int read_int(const char *path, int allow_negative, int64_t *out, char *ms
     if (read_small(path, buf, sizeof buf, msg, msg_cap)) return -1;
     const char *p = buf;
     int neg = 0;
-    if (*p == '-' && allow_negative) { neg = 1; p++; }
+    if (*p == '-' && allow_negative) {
+        neg = 1;
+        p++;
+    }
     if (*p < '0' || *p > '9') {
-        snprintf(msg, msg_cap, "%s: expected a%s decimal integer, read '%.32s'", path, allow_negative ? "" : " non-negative", buf);
+        snprintf(msg, msg_cap, "%s: expected a%s decimal integer, read '%.32s'", path,
+                 allow_negative ? "" : " non-negative", buf);
         return -1;
     }
     uint64_t v = 0;
@@ -149,11 +153,14 @@ static int probe_rapl(nl_energy *e, const char *root) {
     for (int pass = 0; pass < 2 && e->n_zones == 0; pass++) {
         for (int i = 0; i < n && e->n_zones < MAX_ZONES; i++) {
             char path[PATH_CAP], zname[64] = "";
-            if (join(path, sizeof path, dir, names[i], "name") || read_small(path, zname, sizeof zname, msg, sizeof msg)) snprintf(zname, sizeof zname, "%s", names[i]);
+            if (join(path, sizeof path, dir, names[i], "name") ||
+                read_small(path, zname, sizeof zname, msg, sizeof msg))
+                snprintf(zname, sizeof zname, "%s", names[i]);
             if ((strcmp(zname, "psys") == 0) != (pass == 1)) continue;
             zone *z = &e->z[e->n_zones];
             int64_t range, v;
-            if (join(path, sizeof path, dir, names[i], "max_energy_range_uj") || join(z->energy, sizeof z->energy, dir, names[i], "energy_uj")) {
+            if (join(path, sizeof path, dir, names[i], "max_energy_range_uj") ||
+                join(z->energy, sizeof z->energy, dir, names[i], "energy_uj")) {
                 if (!first_fail[0]) snprintf(first_fail, sizeof first_fail, "%s/%s: path too long", dir, names[i]);
                 continue;
             }
@@ -170,7 +177,9 @@ static int probe_rapl(nl_energy *e, const char *root) {
                 continue;
             }
             if (v > range) {
-                if (!first_fail[0]) snprintf(first_fail, sizeof first_fail, "%s: %lld exceeds max_energy_range_uj %lld", z->energy, (long long)v, (long long)range);
+                if (!first_fail[0])
+                    snprintf(first_fail, sizeof first_fail, "%s: %lld exceeds max_energy_range_uj %lld", z->energy,
+                             (long long)v, (long long)range);
                 continue;
             }
             z->range_uj = (uint64_t)range;
@@ -208,7 +217,10 @@ static int battery_watts(nl_energy *e, double *w, char *msg, size_t cap) {
         char st[64];
         if (read_small(e->status_path, st, sizeof st, msg, cap)) return -1;
         if (is_charging(st)) {
-            snprintf(msg, cap, "%s: the battery is %s, so its current is no longer the device's consumption; energy since the start is unknown", e->status_path, st);
+            snprintf(msg, cap,
+                     "%s: the battery is %s, so its current is no longer the device's consumption; energy since the "
+                     "start is unknown",
+                     e->status_path, st);
             return -1;
         }
     }
@@ -218,7 +230,8 @@ static int battery_watts(nl_energy *e, double *w, char *msg, size_t cap) {
 
 static int battery_type(const char *dir, const char *name) {
     char path[PATH_CAP], t[32], msg[PATH_CAP + 64];
-    return join(path, sizeof path, dir, name, "type") == 0 && read_small(path, t, sizeof t, msg, sizeof msg) == 0 && !strcmp(t, "Battery");
+    return join(path, sizeof path, dir, name, "type") == 0 && read_small(path, t, sizeof t, msg, sizeof msg) == 0 &&
+           !strcmp(t, "Battery");
 }
 
 static int probe_battery(nl_energy *e, const char *root) {
@@ -309,7 +322,8 @@ static int sample_locked(nl_energy *e) {
             int64_t v;
             if (read_int(e->z[i].energy, 0, &v, msg, sizeof msg)) goto fail;
             if ((uint64_t)v > e->z[i].range_uj) {
-                snprintf(msg, sizeof msg, "%s: %lld exceeds max_energy_range_uj %llu", e->z[i].energy, (long long)v, (unsigned long long)e->z[i].range_uj);
+                snprintf(msg, sizeof msg, "%s: %lld exceeds max_energy_range_uj %llu", e->z[i].energy, (long long)v,
+                         (unsigned long long)e->z[i].range_uj);
                 goto fail;
             }
             now[i] = (uint64_t)v;
@@ -363,7 +377,10 @@ static void *sampler_main(void *arg) {
         double s = floor(e->period_s);
         ts.tv_sec += (time_t)s;
         ts.tv_nsec += (long)((e->period_s - s) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
         int r = 0;
         while (!e->stop && r != ETIMEDOUT) r = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
         if (e->stop) break;
@@ -375,7 +392,8 @@ static void *sampler_main(void *arg) {
 
 int nl_energy_start_sampler(nl_energy *e, double period_s) {
     if (e->kind == NL_ENERGY_NONE) return 0;
-    if (!(period_s > 0) || period_s > 3600) return nl_err("energy: sampler period %g s: expected 0 < period <= 3600", period_s);
+    if (!(period_s > 0) || period_s > 3600)
+        return nl_err("energy: sampler period %g s: expected 0 < period <= 3600", period_s);
     if (e->running) return nl_err("energy: the sampler is already running");
     e->period_s = period_s;
     e->stop = 0;

@@ -109,8 +109,8 @@ static int px_list(void *ctx, const char *dir, int (*each)(void *user, const cha
     return rc;
 }
 
-static const nl_io posix_io = {px_open, px_read, px_write, px_fstat, px_fsync, px_close,
-                               px_rename, px_unlink, px_fsync_dir, px_lstat, px_list, NULL};
+static const nl_io posix_io = {px_open,   px_read,   px_write,     px_fstat, px_fsync, px_close,
+                               px_rename, px_unlink, px_fsync_dir, px_lstat, px_list,  NULL};
 
 const nl_io *nl_io_posix(void) { return &posix_io; }
 
@@ -169,7 +169,8 @@ static int create_tmp(const nl_io *io, const char *tmp) {
         if (!S_ISREG(mode)) return nl_err("%s: is %s, not a temp file of ours; remove it", tmp, nl_file_kind(mode));
         /* a regular file: the temp file of a run that was killed while writing */
         if (io->unlink(io->ctx, tmp) != 0 && errno != ENOENT)
-            return nl_err("%s: cannot create: a stale temp file is in the way and cannot be removed: %s", tmp, strerror(errno));
+            return nl_err("%s: cannot create: a stale temp file is in the way and cannot be removed: %s", tmp,
+                          strerror(errno));
     }
 }
 
@@ -204,7 +205,8 @@ int nl_io_write_atomic(const nl_io *io, const char *path, const char *tmp, nl_io
     if (!rc && io->fsync(io->ctx, out.fd) != 0) rc = nl_err("%s: fsync failed: %s", tmp, strerror(errno));
     int close_rc = io->close(io->ctx, out.fd); /* the descriptor is released either way */
     if (!rc && close_rc != 0) rc = nl_err("%s: close failed: %s", tmp, strerror(errno));
-    if (!rc && io->rename(io->ctx, tmp, path) != 0) rc = nl_err("%s: rename to %s failed: %s", tmp, path, strerror(errno));
+    if (!rc && io->rename(io->ctx, tmp, path) != 0)
+        rc = nl_err("%s: rename to %s failed: %s", tmp, path, strerror(errno));
     if (rc) {
         /* nothing durable changed: drop the partial temp file, keep the error message */
         io->unlink(io->ctx, tmp);
@@ -319,8 +321,8 @@ static int ft_list(void *c, const char *d, int (*each)(void *, const char *), vo
 }
 
 void nl_io_fault_init(nl_io_fault *f, const nl_io *base, long fail_at, int err, int sticky) {
-    f->io = (nl_io){ft_open, ft_read, ft_write, ft_fstat, ft_fsync, ft_close,
-                    ft_rename, ft_unlink, ft_fsync_dir, ft_lstat, ft_list, f};
+    f->io = (nl_io){ft_open,   ft_read,   ft_write,     ft_fstat, ft_fsync, ft_close,
+                    ft_rename, ft_unlink, ft_fsync_dir, ft_lstat, ft_list,  f};
     f->base = base ? base : nl_io_posix();
     f->calls = 0;
     f->fail_at = fail_at;

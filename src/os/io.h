@@ -15,15 +15,15 @@
 #include <sys/types.h>
 
 typedef struct nl_io {
-    int (*open)(void *ctx, const char *path, int flags, int mode); /* returns fd */
-    ssize_t (*read)(void *ctx, int fd, void *buf, size_t n);       /* may return short */
-    ssize_t (*write)(void *ctx, int fd, const void *buf, size_t n); /* may return short */
+    int (*open)(void *ctx, const char *path, int flags, int mode);    /* returns fd */
+    ssize_t (*read)(void *ctx, int fd, void *buf, size_t n);          /* may return short */
+    ssize_t (*write)(void *ctx, int fd, const void *buf, size_t n);   /* may return short */
     int (*fstat)(void *ctx, int fd, uint64_t *bytes, uint32_t *mode); /* st_size, st_mode */
     int (*fsync)(void *ctx, int fd);
     int (*close)(void *ctx, int fd);
     int (*rename)(void *ctx, const char *from, const char *to);
     int (*unlink)(void *ctx, const char *path);
-    int (*fsync_dir)(void *ctx, const char *dir); /* open(O_RDONLY|O_DIRECTORY), fsync, close */
+    int (*fsync_dir)(void *ctx, const char *dir);              /* open(O_RDONLY|O_DIRECTORY), fsync, close */
     int (*lstat)(void *ctx, const char *path, uint32_t *mode); /* st_mode, links not followed */
     /* Every entry of dir but "." and ".." to each(user, name), in directory order; each returns
      * 0 to go on (non-zero stops the listing and is returned). 0 at the end; -1 with errno when
@@ -94,13 +94,13 @@ int nl_io_probe_tmp(const nl_io *io, const char *tmp);
  * reaches the disk, not even cleanup). fail_at < 0 never fails (use it to count a clean run's
  * calls). */
 typedef struct {
-    nl_io io;          /* pass &fault.io to the code under test */
+    nl_io io; /* pass &fault.io to the code under test */
     const nl_io *base;
-    long calls;        /* calls made so far */
+    long calls; /* calls made so far */
     long fail_at;
     int err;
     int sticky;
-    int failed;        /* number of calls failed so far */
+    int failed; /* number of calls failed so far */
 } nl_io_fault;
 
 void nl_io_fault_init(nl_io_fault *f, const nl_io *base, long fail_at, int err, int sticky);

@@ -26,8 +26,7 @@ int64_t nl_proc_kb_field(const char *text, const char *key) {
             while (*end == ' ' || *end == '\t') end++;
             uint64_t mul = 1;
             if (strncmp(end, "kB", 2) == 0) mul = 1024;
-            else if (*end != '\n' && *end != 0)
-                return -1;
+            else if (*end != '\n' && *end != 0) return -1;
             uint64_t bytes;
             if (nl_mul_ok(v, mul, &bytes) || bytes > (uint64_t)INT64_MAX) return -1;
             return (int64_t)bytes;

@@ -94,8 +94,7 @@ static int files_status(void *vctx, int *status) {
     long v;
     if (parse_long(buf, &v) != 0 || v < 0 || v > 6) {
         excerpt(buf, ex, sizeof ex);
-        return nl_err("%s: expected a thermal status, an integer 0..6, got '%s'", c->status_file,
-                      ex);
+        return nl_err("%s: expected a thermal status, an integer 0..6, got '%s'", c->status_file, ex);
     }
     *status = (int)v;
     return 0;
@@ -127,8 +126,7 @@ static void files_destroy(void *vctx) {
     free(c);
 }
 
-int nl_thermal_files(nl_thermal_provider *out, const char *status_file,
-                     const char *battery_file) {
+int nl_thermal_files(nl_thermal_provider *out, const char *status_file, const char *battery_file) {
     memset(out, 0, sizeof *out);
     files_ctx *c = nl_calloc(1, sizeof *c);
     if (!c) return -1;
@@ -147,8 +145,8 @@ int nl_thermal_files(nl_thermal_provider *out, const char *status_file,
     out->battery_temp_c = files_batt;
     out->destroy = files_destroy;
     out->ctx = c;
-    snprintf(out->desc, sizeof out->desc, "files: status %s; battery %s",
-             status_file ? status_file : "-", battery_file ? battery_file : "-");
+    snprintf(out->desc, sizeof out->desc, "files: status %s; battery %s", status_file ? status_file : "-",
+             battery_file ? battery_file : "-");
     return 0;
 }
 
@@ -206,8 +204,8 @@ static int sysfs_status(void *vctx, int *status) {
     for (int i = 0; i < c->n_zones; i++) {
         char buf[64];
         long t;
-        if (read_small(c->zones[i].temp_path, buf, sizeof buf) != 0 || parse_long(buf, &t) != 0 ||
-            t < -200000 || t > 200000 || !sane_mc(t *= c->zones[i].scale))
+        if (read_small(c->zones[i].temp_path, buf, sizeof buf) != 0 || parse_long(buf, &t) != 0 || t < -200000 ||
+            t > 200000 || !sane_mc(t *= c->zones[i].scale))
             continue;
         int s = zone_status(&c->zones[i], t);
         if (s > best) best = s;
@@ -221,8 +219,8 @@ static int sysfs_batt(void *vctx, float *celsius) {
     sysfs_ctx *c = vctx;
     char buf[64];
     long t;
-    if (!c->battery_path || read_small(c->battery_path, buf, sizeof buf) != 0 ||
-        parse_long(buf, &t) != 0 || t < -400 || t > 1500)
+    if (!c->battery_path || read_small(c->battery_path, buf, sizeof buf) != 0 || parse_long(buf, &t) != 0 || t < -400 ||
+        t > 1500)
         return 1;
     *celsius = (float)t / 10.0f;
     return 0;
@@ -339,18 +337,14 @@ static void read_trips(const char *zdir, zone *z) {
         snprintf(name, sizeof name, "/trip_point_%d_temp", k);
         char *tt = join(zdir, name, NULL);
         long t;
-        int ok = tp && tt && read_small(tp, buf, sizeof buf) == 0 &&
-                 read_small(tt, tbuf, sizeof tbuf) == 0 && parse_long(tbuf, &t) == 0 &&
-                 t >= -200000 && t <= 200000 && sane_mc(t *= z->scale);
+        int ok = tp && tt && read_small(tp, buf, sizeof buf) == 0 && read_small(tt, tbuf, sizeof tbuf) == 0 &&
+                 parse_long(tbuf, &t) == 0 && t >= -200000 && t <= 200000 && sane_mc(t *= z->scale);
         free(tp);
         free(tt);
         if (!ok) continue;
-        if (strcmp(buf, "passive") == 0 && (z->passive_mc == LONG_MIN || t < z->passive_mc))
-            z->passive_mc = t;
-        else if (strcmp(buf, "hot") == 0 && (z->hot_mc == LONG_MIN || t < z->hot_mc))
-            z->hot_mc = t;
-        else if (strcmp(buf, "critical") == 0 && (z->crit_mc == LONG_MIN || t < z->crit_mc))
-            z->crit_mc = t;
+        if (strcmp(buf, "passive") == 0 && (z->passive_mc == LONG_MIN || t < z->passive_mc)) z->passive_mc = t;
+        else if (strcmp(buf, "hot") == 0 && (z->hot_mc == LONG_MIN || t < z->hot_mc)) z->hot_mc = t;
+        else if (strcmp(buf, "critical") == 0 && (z->crit_mc == LONG_MIN || t < z->crit_mc)) z->crit_mc = t;
     }
 }
 
@@ -422,8 +416,7 @@ int nl_thermal_sysfs_io(nl_thermal_provider *out, const char *root, const nl_io 
     return 0;
 }
 
-int nl_thermal_open(nl_thermal_provider *out, const char *mode, const char *status_file,
-                    const char *battery_file) {
+int nl_thermal_open(nl_thermal_provider *out, const char *mode, const char *status_file, const char *battery_file) {
     if (mode && strcmp(mode, "off") == 0) {
         nl_thermal_none(out);
         return 0;
@@ -468,8 +461,7 @@ int nl_pacer_init(nl_pacer *p, const nl_pacer_cfg *cfg, nl_thermal_provider *src
     if (cfg->resume_status > cfg->pause_status || cfg->resume_battery_c > cfg->pause_battery_c)
         return nl_err("pacer: resume thresholds (status %d, %.1f °C) must not exceed pause "
                       "thresholds (status %d, %.1f °C)",
-                      cfg->resume_status, cfg->resume_battery_c, cfg->pause_status,
-                      cfg->pause_battery_c);
+                      cfg->resume_status, cfg->resume_battery_c, cfg->pause_status, cfg->pause_battery_c);
     if (!(cfg->poll_interval_s > 0) || !(cfg->check_interval_s >= 0))
         return nl_err("pacer: poll interval must be > 0 and check interval >= 0");
     p->cfg = *cfg;
@@ -478,8 +470,7 @@ int nl_pacer_init(nl_pacer *p, const nl_pacer_cfg *cfg, nl_thermal_provider *src
     if (src) {
         p->src = *src;
         memset(src, 0, sizeof *src);
-    } else
-        nl_thermal_none(&p->src);
+    } else nl_thermal_none(&p->src);
     p->last_read = -1;
     return 0;
 }
@@ -544,12 +535,9 @@ int nl_pacer_check(nl_pacer *p) {
 
     int hot_s = p->have_status && p->status >= p->cfg.pause_status;
     int hot_b = p->have_battery && p->battery_c >= p->cfg.pause_battery_c;
-    if (hot_s && hot_b)
-        logf_(p, "paused: thermal status %d, battery %.1f °C", p->status, (double)p->battery_c);
-    else if (hot_s)
-        logf_(p, "paused: thermal status %d", p->status);
-    else
-        logf_(p, "paused: battery %.1f °C", (double)p->battery_c);
+    if (hot_s && hot_b) logf_(p, "paused: thermal status %d, battery %.1f °C", p->status, (double)p->battery_c);
+    else if (hot_s) logf_(p, "paused: thermal status %d", p->status);
+    else logf_(p, "paused: battery %.1f °C", (double)p->battery_c);
     p->n_pauses++;
     p->pause_kinds |= (hot_s ? NL_PAUSE_THERMAL : 0u) | (hot_b ? NL_PAUSE_BATTERY : 0u);
     double start = p->last_read;

@@ -64,8 +64,7 @@ int nl_thermal_sysfs_io(nl_thermal_provider *out, const char *root, const nl_io 
 
 /* The CLI's choice: mode "off" -> none; status_file or battery_file given -> files;
  * otherwise ("auto" or NULL) -> sysfs. Returns 0 or -1 (nl_err; also for an unknown mode). */
-int nl_thermal_open(nl_thermal_provider *out, const char *mode, const char *status_file,
-                    const char *battery_file);
+int nl_thermal_open(nl_thermal_provider *out, const char *mode, const char *status_file, const char *battery_file);
 
 void nl_thermal_free(nl_thermal_provider *p);
 

@@ -67,8 +67,7 @@ int nl_signals_install(nl_cancel *c) {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0; /* no SA_RESTART: a sleeping pacer wakes up at once */
-    if (sigaction(SIGINT, &sa, &old_int) != 0)
-        return nl_err("cannot install the SIGINT handler: %s", strerror(errno));
+    if (sigaction(SIGINT, &sa, &old_int) != 0) return nl_err("cannot install the SIGINT handler: %s", strerror(errno));
     if (sigaction(SIGTERM, &sa, &old_term) != 0) {
         int e = errno;
         sigaction(SIGINT, &old_int, NULL);

@@ -16,11 +16,11 @@
 /* A request to stop, set from any thread or a signal handler (nl_cancel_request is a lone
  * atomic store, async-signal-safe). A zeroed one is not cancelled. */
 typedef struct {
-    int requested;            /* 0, or the signal number (1 when asked for from code) */
+    int requested; /* 0, or the signal number (1 when asked for from code) */
 } nl_cancel;
 
-void nl_cancel_request(nl_cancel *c, int sig);   /* sig <= 0 records 1 */
-int nl_cancel_requested(const nl_cancel *c);     /* NULL: 0 (nothing can cancel it) */
+void nl_cancel_request(nl_cancel *c, int sig); /* sig <= 0 records 1 */
+int nl_cancel_requested(const nl_cancel *c);   /* NULL: 0 (nothing can cancel it) */
 void nl_cancel_clear(nl_cancel *c);
 /* nl_cancel_requested in the shape of a callback (nl_pacer_cfg.should_stop); ctx: the handle. */
 int nl_cancel_poll(void *ctx);

@@ -200,12 +200,16 @@ static void task_fwd(void *arg, int tid, int nth) {
             }
         }
         for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
-            nl_amx_block b = {
-                .a = {(const uint8_t *)s->whi, (const uint8_t *)(s->whi + 16 * Kp)},
-                .b = {(const uint8_t *)((const uint32_t *)(const void *)j->xhi + tb * kp2 * 16),
-                      (const uint8_t *)((const uint32_t *)(const void *)j->xhi + (tb + 1) * kp2 * 16)},
-                .lda = Kp * 2, .ldb = 64, .astep = 64, .bstep = 1024,
-                .steps = (int)(Kp / 32), .load = 0, .c = s->c};
+            nl_amx_block b = {.a = {(const uint8_t *)s->whi, (const uint8_t *)(s->whi + 16 * Kp)},
+                              .b = {(const uint8_t *)((const uint32_t *)(const void *)j->xhi + tb * kp2 * 16),
+                                    (const uint8_t *)((const uint32_t *)(const void *)j->xhi + (tb + 1) * kp2 * 16)},
+                              .lda = Kp * 2,
+                              .ldb = 64,
+                              .astep = 64,
+                              .bstep = 1024,
+                              .steps = (int)(Kp / 32),
+                              .load = 0,
+                              .c = s->c};
             if (j->split) {
                 b.alo[0] = (const uint8_t *)s->wlo;
                 b.alo[1] = (const uint8_t *)(s->wlo + 16 * Kp);
@@ -268,8 +272,12 @@ static void task_bwd(void *arg, int tid, int nth) {
                     nl_amx_block b = {
                         .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
                         .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
-                        .lda = Np * 2, .ldb = BWD_KW * 4, .astep = 64, .bstep = 16 * BWD_KW * 4,
-                        .steps = nc / 32, .load = n0 > 0,
+                        .lda = Np * 2,
+                        .ldb = BWD_KW * 4,
+                        .astep = 64,
+                        .bstep = 16 * BWD_KW * 4,
+                        .steps = nc / 32,
+                        .load = n0 > 0,
                         .c = s->acc + ((tb / 2) * 2 + kp) * 1024};
                     if (j->split) {
                         const uint16_t *xl = j->xlo + tb * 16 * Np + n0;
@@ -301,7 +309,8 @@ static void task_bwd(void *arg, int tid, int nth) {
     j->tl->end();
 }
 
-void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T, int split, uint64_t *shared, uint64_t *per_thread) {
+void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T, int split, uint64_t *shared,
+                          uint64_t *per_thread) {
     const uint64_t Kp = (uint64_t)up32(K), Np = (uint64_t)up32(N), Tp = (uint64_t)up32(T);
     /* the packed activations (nl_amx_run) and a thread's scratch (scratch_for), as sized there */
     *shared = (Tp * (dir == NL_FWD ? Kp : Np) * 2 * (split ? 2 : 1) + 63) / 64 * 64;
@@ -319,9 +328,10 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
 int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
                const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split) {
     if (T <= 0) return 0;
-    if (nl_pool_size(pool) != a->nth) return nl_err("amx: pool of %d threads for a context of %d", nl_pool_size(pool), a->nth);
-    amx_job j = {.a = a, .tl = tiles, .ks = ks, .w = w, .x = x, .y = y, .T = T, .split = split,
-                 .K = w->n_in, .N = w->n_out};
+    if (nl_pool_size(pool) != a->nth)
+        return nl_err("amx: pool of %d threads for a context of %d", nl_pool_size(pool), a->nth);
+    amx_job j = {
+        .a = a, .tl = tiles, .ks = ks, .w = w, .x = x, .y = y, .T = T, .split = split, .K = w->n_in, .N = w->n_out};
     j.Kp = up32(j.K);
     j.Np = up32(j.N);
     j.Tp = up32(T);

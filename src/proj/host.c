@@ -17,7 +17,6 @@
 
 enum { MODE_AUTO = -1, MODE_F32 = 0, MODE_BF16 = 1, MODE_AMX = 2, MODE_AMX_EMU = 3, MODE_SME = 4, MODE_INT8 = 5 };
 
-
 int nl_proj_host_cpu_has(const char *name) {
     if (!name) return 0;
     if (!strcmp(name, "scalar")) return 1;
@@ -70,10 +69,10 @@ static const char *const host_computes[] = {"f32", "bf16", "amx", "amx-emu", "sm
 /* ---- context and thread pool ---- */
 
 typedef struct {
-    float *B;       /* KC × NP packed f32 panel */
-    uint32_t *Bp;   /* KC/2 × NP packed bf16 pairs */
-    float *row;     /* 2 × KC floats of decode scratch */
-    float *tile;    /* NP × KC rows of W before the FWD transpose (f32 or BF16) */
+    float *B;     /* KC × NP packed f32 panel */
+    uint32_t *Bp; /* KC/2 × NP packed bf16 pairs */
+    float *row;   /* 2 × KC floats of decode scratch */
+    float *tile;  /* NP × KC rows of W before the FWD transpose (f32 or BF16) */
     void *mem;
 } scratch;
 
@@ -84,10 +83,10 @@ struct host_ctx {
     const nl_host_kernels *ks;
     int compute; /* MODE_*: AUTO picks by capability (mode_of) */
     int nth;
-    scratch *scr;       /* [nth]: task tid uses scr[tid] */
-    nl_pool *pool;      /* nth threads (the caller is one of them) */
-    nl_amx_ctx *amx;    /* the tile kernels' driver, made at the first AMX request */
-    nl_host_int8 *i8;   /* the int8 FWD's scratch, made at the first int8 request */
+    scratch *scr;     /* [nth]: task tid uses scr[tid] */
+    nl_pool *pool;    /* nth threads (the caller is one of them) */
+    nl_amx_ctx *amx;  /* the tile kernels' driver, made at the first AMX request */
+    nl_host_int8 *i8; /* the int8 FWD's scratch, made at the first int8 request */
     task_fn fn;
     /* the job */
     const nl_proj_weight *w;
@@ -216,7 +215,8 @@ static const nl_i8_kernels *int8_row(const host_ctx *c) {
 }
 
 static int int8_describe(const host_ctx *c, char *buf, size_t cap) {
-    return snprintf(buf, cap, "int8 compute (%s int8 FWD for q8_0/q4_0/q5_0/q4_1/q4_k/q6_k, %s for the rest, %s kernels)",
+    return snprintf(buf, cap,
+                    "int8 compute (%s int8 FWD for q8_0/q4_0/q5_0/q4_1/q4_k/q6_k, %s for the rest, %s kernels)",
                     int8_row(c)->name, int8_float_bf16(c) ? "bf16" : "f32", c->ks->name);
 }
 
@@ -300,8 +300,8 @@ static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) 
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static void transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst,
-                        int64_t ldd, int rows, int cols) {
+static void transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd,
+                        int rows, int cols) {
     if (ks->transpose32) {
         ks->transpose32(src, lds, dst, ldd, rows, cols);
         return;
@@ -376,8 +376,9 @@ static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, co
         for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
             const nl_block_q8_0 *rows[16];
             for (int r = 0; r < 16; r++)
-                rows[r] = j0 + r < ncols ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + j0 + r) * rb) + k0 / 32
-                                         : zero_q8_0;
+                rows[r] = j0 + r < ncols
+                              ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + j0 + r) * rb) + k0 / 32
+                              : zero_q8_0;
             ks->q8_0_fwd_pairs(rows, kc / 32, s->Bp + j0, NL_HOST_NP);
         }
         return;
@@ -387,10 +388,8 @@ static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, co
         for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
             for (int r = 0; r < 16; r++) {
                 float *dst = rows + (size_t)r * NL_HOST_KC;
-                if (j0 + r < ncols)
-                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + j0 + r) * rb, k0, kc, dst);
-                else
-                    memset(dst, 0, (size_t)kc * 4);
+                if (j0 + r < ncols) nl_host_dequant(ks, w->type, W + (size_t)(n0 + j0 + r) * rb, k0, kc, dst);
+                else memset(dst, 0, (size_t)kc * 4);
             }
             ks->fwd_pairs_f32(rows, NL_HOST_KC, kc, s->Bp + j0, NL_HOST_NP);
         }
@@ -446,10 +445,8 @@ static void task_fwd(host_ctx *c, int tid) {
                 /* tile[j][p] = W[n0+j][k0+p], then B[p][j] = tile[j][p] */
                 for (int j = 0; j < NL_HOST_NP; j++) {
                     float *tr = s->tile + (size_t)j * NL_HOST_KC;
-                    if (j < ncols)
-                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, tr);
-                    else
-                        memset(tr, 0, (size_t)kc * 4);
+                    if (j < ncols) nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, tr);
+                    else memset(tr, 0, (size_t)kc * 4);
                 }
                 transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, NL_HOST_NP, kc);
                 for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
@@ -502,8 +499,11 @@ static void task_bwd(host_ctx *c, int tid) {
                 if (w->type == NL_TYPE_Q8_0 && ks->q8_0_pairs_to_bf16) {
                     for (int i = 0; i < nc; i += 2) {
                         uint32_t *dst = s->Bp + (size_t)(i / 2) * NL_HOST_NP;
-                        const nl_block_q8_0 *b0 = (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i) * rb) + k0 / 32;
-                        const nl_block_q8_0 *b1 = i + 1 < nc ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i + 1) * rb) + k0 / 32 : NULL;
+                        const nl_block_q8_0 *b0 =
+                            (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i) * rb) + k0 / 32;
+                        const nl_block_q8_0 *b1 =
+                            i + 1 < nc ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i + 1) * rb) + k0 / 32
+                                       : NULL;
                         ks->q8_0_pairs_to_bf16(b0, b1, ncols / 32, dst);
                         if (ncols < NL_HOST_NP) memset(dst + ncols, 0, (size_t)(NL_HOST_NP - ncols) * 4);
                     }
@@ -521,8 +521,8 @@ static void task_bwd(host_ctx *c, int tid) {
                 }
                 for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
                     ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
-                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), (nc + 1) / 2, c->xb + (size_t)t0 * c->ldx + n0, c->ldx, s->Bp,
-                                  c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
+                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), (nc + 1) / 2, c->xb + (size_t)t0 * c->ldx + n0,
+                                  c->ldx, s->Bp, c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
                 }
             } else {
                 /* B[i][j] = W[n0+i][k0+j] */
@@ -581,7 +581,8 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
 
 /* what a request holds beyond the context's fixed scratch (made at init): the tile driver's
  * packed activations and threads' scratch, or the BF16 copy of the activations */
-static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, uint64_t *shared, uint64_t *per_thread) {
+static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, uint64_t *shared,
+                         uint64_t *per_thread) {
     host_ctx *c = ctx;
     *shared = *per_thread = 0;
     if (!c || !w || T < 1) return;

@@ -134,7 +134,8 @@ static void decode_row(int type, const uint8_t *row, int64_t k0, int kc, int8_t 
             if (type == NL_TYPE_Q8_0) {
                 memcpy(o, p + 2, 32);
             } else if (type == NL_TYPE_Q4_0) {
-                for (int j = 0; j < 16; j++) o[j] = (int8_t)((p[2 + j] & 0xf) - 8), o[j + 16] = (int8_t)((p[2 + j] >> 4) - 8);
+                for (int j = 0; j < 16; j++)
+                    o[j] = (int8_t)((p[2 + j] & 0xf) - 8), o[j + 16] = (int8_t)((p[2 + j] >> 4) - 8);
             } else if (type == NL_TYPE_Q5_0) {
                 uint32_t qh;
                 memcpy(&qh, p + 2, 4);
@@ -196,12 +197,12 @@ static void decode_row(int type, const uint8_t *row, int64_t k0, int kc, int8_t 
 struct nl_host_int8 {
     int nth;
     struct scr {
-        int8_t *tile;  /* NP × KC */
-        uint32_t *B;   /* KC/4 × NP */
-        int32_t *BC;   /* KC/16 × NP */
+        int8_t *tile; /* NP × KC */
+        uint32_t *B;  /* KC/4 × NP */
+        int32_t *BC;  /* KC/16 × NP */
         float *SW, *MW;
         void *mem;
-    } *s;
+    } * s;
     uint8_t *xq;
     float *dx, *sx;
     size_t cap_q, cap_d;
@@ -256,8 +257,8 @@ static void task_quant(void *arg, int tid, int n) {
     const int64_t K = c->w->n_in, ng = K / gs_of(c->w->type);
     const int t0 = (int)((int64_t)c->T * tid / n), t1 = (int)((int64_t)c->T * (tid + 1) / n);
     for (int t = t0; t < t1; t++)
-        quant_row(c->w->type, c->x + (size_t)t * (size_t)K, K, c->xq + (size_t)t * (size_t)K, c->dx + (size_t)t * (size_t)ng,
-                  has_min(c->w->type) ? c->sx + (size_t)t * (size_t)ng : NULL);
+        quant_row(c->w->type, c->x + (size_t)t * (size_t)K, K, c->xq + (size_t)t * (size_t)K,
+                  c->dx + (size_t)t * (size_t)ng, has_min(c->w->type) ? c->sx + (size_t)t * (size_t)ng : NULL);
 }
 
 static void task_fwd(void *arg, int tid, int n) {
@@ -278,8 +279,8 @@ static void task_fwd(void *arg, int tid, int n) {
             for (int j = 0; j < NL_HOST_NP; j++) {
                 int8_t *tr = s->tile + (size_t)j * NL_HOST_KC;
                 if (j < ncols) {
-                    decode_row(w->type, (const uint8_t *)w->data + (size_t)(n0 + j) * rb, k0, kc, tr, s->SW + j, s->MW + j,
-                               NL_HOST_NP);
+                    decode_row(w->type, (const uint8_t *)w->data + (size_t)(n0 + j) * rb, k0, kc, tr, s->SW + j,
+                               s->MW + j, NL_HOST_NP);
                 } else {
                     memset(tr, 0, (size_t)kc);
                     for (int g = 0; g < ng; g++) {
@@ -290,8 +291,8 @@ static void task_fwd(void *arg, int tid, int n) {
             }
             /* B[r][j] = the 4 bytes tile[j][4r..4r+3], BC = -128·Σq per group */
             (c->ik->pack_b ? c->ik->pack_b : nl_i8_pack_b_scalar)(s->tile, NL_HOST_KC, kc, gs, s->B, s->BC);
-            c->ik->gemm_i8_fwd(c->T, kc, gs, c->xq + k0, K, c->dx + k0 / gs, mn ? c->sx + k0 / gs : NULL, ldd, s->B, s->BC,
-                               s->SW, mn ? s->MW : NULL, c->y + n0, N, ncols, k0 > 0);
+            c->ik->gemm_i8_fwd(c->T, kc, gs, c->xq + k0, K, c->dx + k0 / gs, mn ? c->sx + k0 / gs : NULL, ldd, s->B,
+                               s->BC, s->SW, mn ? s->MW : NULL, c->y + n0, N, ncols, k0 > 0);
         }
     }
 }

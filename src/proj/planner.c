@@ -55,14 +55,14 @@
 
 static const int default_buckets[] = {16, 64, 256};
 
-#define PLAN_S 16                     /* sampled output columns per direction */
-#define PLAN_G 8                      /* probe groups per direction */
-#define PLAN_FULL_N 64                /* n_out <= this: compare every output */
-#define PLAN_FULL_ELEMS (1 << 18)     /* or n_in·n_out <= this */
-#define PLAN_CHUNKS 16                /* row chunks of the decoding pass (not the thread count) */
-#define PLAN_PART_BYTES (64u << 20)   /* cap on the chunks' FWD probe partial sums */
-#define PLAN_TBLK 8                   /* rows of X per task of the reference product */
-#define PLAN_IBLK 128                 /* inputs per block of the reference product */
+#define PLAN_S 16                   /* sampled output columns per direction */
+#define PLAN_G 8                    /* probe groups per direction */
+#define PLAN_FULL_N 64              /* n_out <= this: compare every output */
+#define PLAN_FULL_ELEMS (1 << 18)   /* or n_in·n_out <= this */
+#define PLAN_CHUNKS 16              /* row chunks of the decoding pass (not the thread count) */
+#define PLAN_PART_BYTES (64u << 20) /* cap on the chunks' FWD probe partial sums */
+#define PLAN_TBLK 8                 /* rows of X per task of the reference product */
+#define PLAN_IBLK 128               /* inputs per block of the reference product */
 
 static double type_bound(int type) {
     switch (type) {
@@ -89,25 +89,25 @@ static int cmp_int(const void *a, const void *b) {
  * sampled columns of W (FWD: rows n of W; BWD: columns k of W). yref = X·aux ([tmax][width]).
  * full: width = n_out, no probes, aux column c = output column c. */
 typedef struct {
-    int need;             /* some bucket of this direction runs the backend */
+    int need; /* some bucket of this direction runs the backend */
     int64_t n_in, n_out;
     int full, G, S, width;
-    int *cols;            /* [S] sampled output columns (ascending) */
-    float *sign;          /* [n_out] ±1 probe signs (G > 0) */
-    int *col_slot;        /* FWD only: [n_out] -> sampled slot or -1 */
-    float *x;             /* [tmax][n_in] */
-    double *aux;          /* [n_in][width] */
-    double *yref;         /* [tmax][width] */
+    int *cols;     /* [S] sampled output columns (ascending) */
+    float *sign;   /* [n_out] ±1 probe signs (G > 0) */
+    int *col_slot; /* FWD only: [n_out] -> sampled slot or -1 */
+    float *x;      /* [tmax][n_in] */
+    double *aux;   /* [n_in][width] */
+    double *yref;  /* [tmax][width] */
 } dir_ref;
 
 typedef struct {
     const nl_proj_entry *e;
     const nl_type_traits *tt;
     size_t row_bytes;
-    dir_ref *f, *b;       /* f->need / b->need say which parts to build */
+    dir_ref *f, *b; /* f->need / b->need say which parts to build */
     int n_chunks;
-    float *wrow;          /* [n_chunks][K] decode scratch */
-    double *part;         /* [n_chunks][G][K] FWD probe partial sums */
+    float *wrow;  /* [n_chunks][K] decode scratch */
+    double *part; /* [n_chunks][G][K] FWD probe partial sums */
 } pass_job;
 
 /* Decode rows [n0, n1) of the original W once and build both directions' reference columns:
@@ -310,8 +310,8 @@ static uint64_t cache_keys(nl_proj_service *s, const nl_proj_check *checks, int 
     char kern[320];
     int kl = nl_proj_describe(s, kern, sizeof kern);
     if (kl < 0 || (size_t)kl >= sizeof kern) kl = (int)strlen(kern);
-    uint64_t sk[5] = {nl_hash64(kern, (size_t)kl, 0x6e6c70636bull), (uint64_t)s->n_threads, (uint64_t)s->cfg.wire_f16, PLAN_CACHE_VERSION,
-                      (uint64_t)PLAN_S << 32 | (uint64_t)PLAN_G};
+    uint64_t sk[5] = {nl_hash64(kern, (size_t)kl, 0x6e6c70636bull), (uint64_t)s->n_threads, (uint64_t)s->cfg.wire_f16,
+                      PLAN_CACHE_VERSION, (uint64_t)PLAN_S << 32 | (uint64_t)PLAN_G};
     const uint64_t skey = nl_hash64(sk, sizeof sk, 0x6e6c706373ull);
     nl_hasher fh;
     nl_hasher_init(&fh, skey);
@@ -350,7 +350,8 @@ static void wr64(unsigned char *p, uint64_t v) {
 
 /* The errors of a verified file whose keys are `keys` into err[]: 0; 1 no file; -1 ignored
  * (why in `why`: the file's size, magic, version, count, checksum or keys). */
-static int cache_read(const char *dir, const char *path, const uint64_t *keys, int n, double *err, char *why, size_t cap) {
+static int cache_read(const char *dir, const char *path, const uint64_t *keys, int n, double *err, char *why,
+                      size_t cap) {
     struct stat st;
     if (lstat(path, &st) != 0) return 1;
     /* as ssh with its keys: only a file of ours that no one else could have written, in a
@@ -367,8 +368,8 @@ static int cache_read(const char *dir, const char *path, const uint64_t *keys, i
         return -1;
     }
     if (stat(dir, &ds) != 0 || ds.st_uid != me || (ds.st_mode & 022)) {
-        snprintf(why, cap, "its directory %s is owned by uid %u, mode %04o: others could replace the file",
-                 dir, (unsigned)ds.st_uid, (unsigned)(ds.st_mode & 07777));
+        snprintf(why, cap, "its directory %s is owned by uid %u, mode %04o: others could replace the file", dir,
+                 (unsigned)ds.st_uid, (unsigned)(ds.st_mode & 07777));
         return -1;
     }
     size_t len = 0;
@@ -380,11 +381,15 @@ static int cache_read(const char *dir, const char *path, const uint64_t *keys, i
     }
     int rc = -1;
     const size_t want = 16 + (size_t)n * 16 + 8;
-    if (len < 24 || memcmp(b, "NLPLANC1", 8)) snprintf(why, cap, "not a plan cache (%zu bytes, no NLPLANC1 magic)", len);
-    else if ((uint32_t)rd64(b + 8) != PLAN_CACHE_VERSION) snprintf(why, cap, "version %u, this build writes %u", (unsigned)(uint32_t)rd64(b + 8), PLAN_CACHE_VERSION);
+    if (len < 24 || memcmp(b, "NLPLANC1", 8))
+        snprintf(why, cap, "not a plan cache (%zu bytes, no NLPLANC1 magic)", len);
+    else if ((uint32_t)rd64(b + 8) != PLAN_CACHE_VERSION)
+        snprintf(why, cap, "version %u, this build writes %u", (unsigned)(uint32_t)rd64(b + 8), PLAN_CACHE_VERSION);
     else if ((uint64_t)(rd64(b + 8) >> 32) != (uint64_t)n || len != want)
-        snprintf(why, cap, "%zu bytes holding %llu verdicts, %zu bytes for this plan's %d", len, (unsigned long long)(rd64(b + 8) >> 32), want, n);
-    else if (rd64(b + len - 8) != nl_hash64(b, len - 8, 0x6e6c706366ull)) snprintf(why, cap, "checksum mismatch: corrupt");
+        snprintf(why, cap, "%zu bytes holding %llu verdicts, %zu bytes for this plan's %d", len,
+                 (unsigned long long)(rd64(b + 8) >> 32), want, n);
+    else if (rd64(b + len - 8) != nl_hash64(b, len - 8, 0x6e6c706366ull))
+        snprintf(why, cap, "checksum mismatch: corrupt");
     else {
         rc = 0;
         for (int i = 0; i < n && !rc; i++) {
@@ -410,7 +415,8 @@ static int make_dirs(const char *dir) {
         if (p[i] == '/' || p[i] == 0) {
             char c = p[i];
             p[i] = 0;
-            if (mkdir(p, 0700) != 0 && errno != EEXIST) return nl_err("%s: cannot create the plan cache directory: %s", p, strerror(errno));
+            if (mkdir(p, 0700) != 0 && errno != EEXIST)
+                return nl_err("%s: cannot create the plan cache directory: %s", p, strerror(errno));
             p[i] = c;
         }
     /* the cache directory itself 0700 (one made by an older build, or by hand, is narrowed) */
@@ -446,7 +452,8 @@ static int cache_write(const char *dir, const char *path, const uint64_t *keys, 
     wr64(b + len - 8, nl_hash64(b, len - 8, 0x6e6c706366ull));
     char tmp[4200];
     int rc = make_dirs(dir);
-    if (!rc && snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) rc = nl_err("%s: path too long", path);
+    if (!rc && snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp)
+        rc = nl_err("%s: path too long", path);
     cache_body cb = {b, len};
     if (!rc) rc = nl_io_write_atomic(NULL, path, tmp, cache_body_write, &cb) == -1 ? -1 : 0;
     /* 0600 whatever the umask: a group-writable file would not be trusted on the next load */
@@ -464,7 +471,8 @@ static void pick_sample(const nl_proj_service *s, unsigned char *pick) {
     int k = (n + 15) / 16;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&ts;
+    uint64_t seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32 ^
+                    (uint64_t)(uintptr_t)&ts;
     for (int j = 0; j < k && n > 0; j++) {
         /* the r-th projection not yet picked */
         uint64_t r = nl_rng_u64(seed, (uint64_t)j) % (uint64_t)(n - j);
@@ -541,21 +549,27 @@ static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int 
             double bound = type_bound(e->res.type);
             if (s->cfg.wire_f16 && bound < 1e-2) bound = 1e-2;
             for (int d = 0; d < 2; d++)
-                for (int bi = 0; bi < nb; bi++, k++) checks[k] = (nl_proj_check){.id = id, .dir = (nl_dir)d, .T = s->buckets[bi], .bound = bound};
+                for (int bi = 0; bi < nb; bi++, k++)
+                    checks[k] = (nl_proj_check){.id = id, .dir = (nl_dir)d, .T = s->buckets[bi], .bound = bound};
         }
         keys = nl_malloc(sizeof *keys * (size_t)n_checks);
         cached = nl_malloc(sizeof *cached * (size_t)n_checks);
         if (keys && cached) {
             fkey = cache_keys(s, checks, n_checks, keys);
-            snprintf(cache_path, sizeof cache_path, "%s/plan-%016llx.nlpc", s->cfg.plan_cache_dir, (unsigned long long)fkey);
+            snprintf(cache_path, sizeof cache_path, "%s/plan-%016llx.nlpc", s->cfg.plan_cache_dir,
+                     (unsigned long long)fkey);
             char why[512] = "";
-            int cr = read_cache ? cache_read(s->cfg.plan_cache_dir, cache_path, keys, n_checks, cached, why, sizeof why) : 1;
+            int cr =
+                read_cache ? cache_read(s->cfg.plan_cache_dir, cache_path, keys, n_checks, cached, why, sizeof why) : 1;
             if (cr == 0 && !(recheck = nl_calloc((size_t)s->n + 1, 1))) cr = 1;
             if (cr == 0) {
                 pick_sample(s, recheck);
-                snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; verdicts from the plan cache %s", cache_path);
+                snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; verdicts from the plan cache %s",
+                         cache_path);
             } else {
-                if (cr < 0) snprintf(s->plan_cache_note, sizeof s->plan_cache_note, "; plan cache %s ignored (%s): checked again", cache_path, why);
+                if (cr < 0)
+                    snprintf(s->plan_cache_note, sizeof s->plan_cache_note,
+                             "; plan cache %s ignored (%s): checked again", cache_path, why);
                 free(cached);
                 cached = NULL;
             }
@@ -606,9 +620,8 @@ static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int 
         if (dr[0].need || dr[1].need) {
             /* the reference columns of both directions, from one pass over the original W */
             for (int d = 0; d < 2 && rc == 0; d++)
-                if (dr[d].need &&
-                    dir_setup(&dr[d], &bufs[d], d ? N : K, d ? K : N, tmax,
-                              0x6E6C706C616E6E72ull ^ ((uint64_t)id << 1 | (uint64_t)d), d == 0))
+                if (dr[d].need && dir_setup(&dr[d], &bufs[d], d ? N : K, d ? K : N, tmax,
+                                            0x6E6C706C616E6E72ull ^ ((uint64_t)id << 1 | (uint64_t)d), d == 0))
                     rc = -1;
             if (rc) break;
             pass_job pj = {e, nl_type_get(e->orig.type), nl_row_bytes(e->orig.type, K), &dr[0], &dr[1], 0, NULL, NULL};
@@ -630,7 +643,8 @@ static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int 
                 for (int64_t k = 0; k < K; k++)
                     for (int g = 0; g < dr[0].G; g++) {
                         double acc = 0;
-                        for (int c = 0; c < nc; c++) acc += part[((size_t)c * dr[0].G + (size_t)g) * (size_t)K + (size_t)k];
+                        for (int c = 0; c < nc; c++)
+                            acc += part[((size_t)c * dr[0].G + (size_t)g) * (size_t)K + (size_t)k];
                         dr[0].aux[(size_t)k * dr[0].width + (size_t)g] = acc;
                     }
             }
@@ -667,8 +681,12 @@ static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int 
     memset(&s->wst, 0, sizeof s->wst);
     nl_pool_free(pool);
     for (int d = 0; d < 2; d++) {
-        free(bufs[d].cols); free(bufs[d].col_slot); free(bufs[d].sign);
-        free(bufs[d].x); free(bufs[d].aux); free(bufs[d].yref);
+        free(bufs[d].cols);
+        free(bufs[d].col_slot);
+        free(bufs[d].sign);
+        free(bufs[d].x);
+        free(bufs[d].aux);
+        free(bufs[d].yref);
     }
     free(ybe);
     free(wrow);
@@ -679,10 +697,12 @@ static int plan_impl(nl_proj_service *s, const int *buckets, int n_buckets, int 
     s->n_checks = ci;
     int unsure = 0; /* a backend error is a failed check now, not a verdict to keep */
     for (int i = 0; i < ci; i++) unsure |= checks[i].supported && isnan(checks[i].rel_err);
-    if (!rc && keys && !cached && !unsure && ci == n_checks && cache_write(s->cfg.plan_cache_dir, cache_path, keys, checks, n_checks)) {
+    if (!rc && keys && !cached && !unsure && ci == n_checks &&
+        cache_write(s->cfg.plan_cache_dir, cache_path, keys, checks, n_checks)) {
         /* a cache that cannot be written costs the next run its checks, nothing else */
         size_t l = strlen(s->plan_cache_note);
-        snprintf(s->plan_cache_note + l, sizeof s->plan_cache_note - l, "; plan cache not written: %s", nl_last_error());
+        snprintf(s->plan_cache_note + l, sizeof s->plan_cache_note - l, "; plan cache not written: %s",
+                 nl_last_error());
         nl_clear_error();
     }
     free(keys);
@@ -716,7 +736,8 @@ int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets) {
     if (rc == 1) rc = 0; /* not reached: nothing cached was read */
     if (rc == 0) {
         char note[2 * sizeof s->plan_cache_note + 128];
-        snprintf(note, sizeof note, "; %s ignored (a re-checked verdict differs from the one it holds: forged or stale): checked again%s",
+        snprintf(note, sizeof note,
+                 "; %s ignored (a re-checked verdict differs from the one it holds: forged or stale): checked again%s",
                  path ? path : "plan cache", s->plan_cache_note);
         size_t l = strlen(note);
         if (l >= sizeof s->plan_cache_note) l = sizeof s->plan_cache_note - 1;
@@ -744,23 +765,25 @@ const nl_proj_check *nl_proj_plan_get_check(const nl_proj_service *s, int i) {
 int nl_proj_plan_format_summary(const nl_proj_service *s, char *buf, size_t cap) {
     nl_proj_plan_totals t;
     nl_proj_plan_get_totals(s, &t);
-    return snprintf(buf, cap, "%d checks, %d passed, %d routed to CPU%s", t.checks, t.passed, t.routed, s->plan_cache_note);
+    return snprintf(buf, cap, "%d checks, %d passed, %d routed to CPU%s", t.checks, t.passed, t.routed,
+                    s->plan_cache_note);
 }
 
 char *nl_proj_plan_format_table(const nl_proj_service *s) {
     size_t cap = 128 + (size_t)s->n_checks * 160, len = 0;
     char *out = nl_malloc(cap);
     if (!out) return NULL;
-    len += (size_t)snprintf(out, cap, "%-32s %-3s %6s %-5s %10s %8s  %s\n", "projection", "dir", "T", "type",
-                            "rel_err", "bound", "result");
+    len += (size_t)snprintf(out, cap, "%-32s %-3s %6s %-5s %10s %8s  %s\n", "projection", "dir", "T", "type", "rel_err",
+                            "bound", "result");
     for (int i = 0; i < s->n_checks; i++) {
         const nl_proj_check *c = &s->checks[i];
         const nl_proj_entry *e = &s->e[c->id];
         char err[32];
         if (isnan(c->rel_err)) snprintf(err, sizeof err, "-");
         else snprintf(err, sizeof err, "%.2e", c->rel_err);
-        const char *why = c->passed ? "ok" : !c->supported ? "routed to CPU (unsupported)"
-                                                           : "routed to CPU (error above bound)";
+        const char *why = c->passed       ? "ok"
+                          : !c->supported ? "routed to CPU (unsupported)"
+                                          : "routed to CPU (error above bound)";
         int n = snprintf(out + len, cap - len, "%-32.32s %-3s %6d %-5s %10s %8.0e  %s\n", e->name,
                          c->dir == NL_FWD ? "fwd" : "bwd", c->T, nl_type_name(e->res.type), err, c->bound, why);
         if (n > 0) len += (size_t)n < cap - len ? (size_t)n : cap - len - 1;

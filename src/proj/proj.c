@@ -96,7 +96,8 @@ static int parse_precision_map(nl_proj_service *s, const char *map) {
             while (v0 < b && (*v0 == ' ' || *v0 == '\t')) v0++;
             nl_proj_rule r = {0};
             if (parse_target(v0, (size_t)(b - v0), &r.type))
-                return nl_err("precision map: \"%.*s\": unknown type \"%.*s\" (expected f32, f16, bf16, q8_0, q4_0, q4_1 or keep)",
+                return nl_err("precision map: \"%.*s\": unknown type \"%.*s\" (expected f32, f16, bf16, q8_0, q4_0, "
+                              "q4_1 or keep)",
                               (int)(b - a), a, (int)(b - v0), v0);
             r.cls = class_from_name(a, (size_t)(k1 - a));
             if (r.cls < 0) {
@@ -140,13 +141,16 @@ void nl_proj_config_defaults(nl_proj_config *cfg) {
 
 int nl_proj_format_precision(const nl_proj_service *s, char *buf, size_t cap) {
     const char *rules = s->n_rules ? ", then the precision map" : "";
-    if (s->keep_all)
-        return snprintf(buf, cap, "keep (every weight in its GGUF type%s)", rules);
+    if (s->keep_all) return snprintf(buf, cap, "keep (every weight in its GGUF type%s)", rules);
     if (s->precision >= 0)
-        return snprintf(buf, cap, "%s (every projection widened or narrowed to %s where feasible; embed and "
-                        "quantized GGUF tensors as stored%s)", nl_type_name(s->precision), nl_type_name(s->precision), rules);
-    return snprintf(buf, cap, "auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF "
-                    "tensors as stored%s)", rules);
+        return snprintf(buf, cap,
+                        "%s (every projection widened or narrowed to %s where feasible; embed and "
+                        "quantized GGUF tensors as stored%s)",
+                        nl_type_name(s->precision), nl_type_name(s->precision), rules);
+    return snprintf(buf, cap,
+                    "auto (attn, mlp, head -> q8_0, recurrent -> f16; embed and quantized GGUF "
+                    "tensors as stored%s)",
+                    rules);
 }
 
 /* The type the policy asks for (-1 = keep), before feasibility. */
@@ -262,7 +266,8 @@ nl_proj_service *nl_proj_service_new(const nl_proj_config *cfg) {
     if (cfg->precision && strcmp(cfg->precision, "auto") != 0) {
         int t;
         if (parse_target(cfg->precision, strlen(cfg->precision), &t)) {
-            nl_err("proj: unknown precision \"%s\" (expected auto, keep, f32, f16, bf16, q8_0, q4_0 or q4_1)", cfg->precision);
+            nl_err("proj: unknown precision \"%s\" (expected auto, keep, f32, f16, bf16, q8_0, q4_0 or q4_1)",
+                   cfg->precision);
             goto fail;
         }
         s->precision = t;
@@ -317,8 +322,12 @@ void nl_proj_service_free(nl_proj_service *s) {
     free(s->rules);
     free(s->buckets);
     free(s->checks);
-    free(s->xbuf); free(s->ybuf); free(s->wx); free(s->wy);
-    free(s->shift); free(s->rowi);
+    free(s->xbuf);
+    free(s->ybuf);
+    free(s->wx);
+    free(s->wy);
+    free(s->shift);
+    free(s->rowi);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv_req);
     pthread_cond_destroy(&s->cv_done);
@@ -333,8 +342,8 @@ int nl_proj_add(nl_proj_service *s, const nl_proj_weight *w) {
     if (w->n_in <= 0 || w->n_out <= 0 || w->n_in > INT32_MAX || w->n_out > INT32_MAX)
         return nl_err("proj: %s: bad shape K=%lld N=%lld", nm, (long long)w->n_in, (long long)w->n_out);
     if (w->n_in % tt->blck)
-        return nl_err("proj: %s: K=%lld is not a multiple of the %s block size %d", nm, (long long)w->n_in,
-                      tt->name, tt->blck);
+        return nl_err("proj: %s: K=%lld is not a multiple of the %s block size %d", nm, (long long)w->n_in, tt->name,
+                      tt->blck);
     if (w->cls < 0 || w->cls >= NL_CLASS_COUNT) return nl_err("proj: %s: bad class %d", nm, w->cls);
     pthread_mutex_lock(&s->mu);
     int busy = s->in_flight;
@@ -478,8 +487,8 @@ int nl_proj_exec_ref(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const flo
 
 /* rows -> bucket rows (zero padded), backend, first `rows` rows back. bucket 0: any T (an
  * any_T backend's whole request), no padding. */
-static int run_padded(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows,
-                      int bucket, float *y) {
+static int run_padded(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows, int bucket,
+                      float *y) {
     if (rows == bucket || bucket == 0) return s->be->run(s->be_ctx, &e->res, dir, x, rows, y);
     const size_t n_in = (size_t)(dir == NL_FWD ? e->res.n_in : e->res.n_out);
     const size_t n_out = (size_t)(dir == NL_FWD ? e->res.n_out : e->res.n_in);
@@ -514,8 +523,7 @@ static int row_shift(const float *row, size_t n) {
  * non-finite or reaches 60000 is sent again with a further 2^-8, at most three times; then it
  * is computed by ref on the original weight. Retries run in the same bucket (zero padded), or
  * unpadded when bucket is 0 (any T). */
-static int run_wire(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows,
-                    int bucket, float *y) {
+static int run_wire(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows, int bucket, float *y) {
     const size_t n_in = (size_t)(dir == NL_FWD ? e->res.n_in : e->res.n_out);
     const size_t n_out = (size_t)(dir == NL_FWD ? e->res.n_out : e->res.n_in);
     if (grow((void **)&s->wx, &s->wx_n, (size_t)rows * n_in, sizeof(float)) ||
@@ -568,8 +576,8 @@ static int run_wire(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const floa
     return 0;
 }
 
-int nl_proj_exec_backend(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows,
-                         int bucket, float *y) {
+int nl_proj_exec_backend(nl_proj_service *s, nl_proj_entry *e, nl_dir dir, const float *x, int rows, int bucket,
+                         float *y) {
     if (s->cfg.wire_f16) return run_wire(s, e, dir, x, rows, bucket, y);
     return run_padded(s, e, dir, x, rows, bucket, y);
 }
@@ -586,11 +594,13 @@ uint64_t nl_proj_scratch_bytes(const nl_proj_service *s, int T, int T_head) {
             const nl_dir dir = d ? NL_BWD : NL_FWD;
             const uint64_t io = (uint64_t)(e->res.n_in + e->res.n_out) * sizeof(float);
             int whole = !s->buckets || (s->be->any_T && s->be->supports(s->be_ctx, &e->res, dir, rows));
-            for (int b = 0; whole && s->buckets && b < s->n_buckets; b++) whole = e->route && e->route[d * s->n_buckets + b] == NL_ROUTE_BACKEND;
+            for (int b = 0; whole && s->buckets && b < s->n_buckets; b++)
+                whole = e->route && e->route[d * s->n_buckets + b] == NL_ROUTE_BACKEND;
             /* split onto buckets: a chunk of at most the largest bucket, padded (xbuf, ybuf) */
             const int chunk = whole ? rows : (B > 0 && B < rows ? B : rows);
             if (!whole && B > 0 && (uint64_t)B * io > pad) pad = (uint64_t)B * io;
-            if (s->cfg.wire_f16 && (uint64_t)chunk * (io + 2 * sizeof(int)) > wire) wire = (uint64_t)chunk * (io + 2 * sizeof(int));
+            if (s->cfg.wire_f16 && (uint64_t)chunk * (io + 2 * sizeof(int)) > wire)
+                wire = (uint64_t)chunk * (io + 2 * sizeof(int));
             if (s->be->scratch) {
                 uint64_t sh = 0, pt = 0;
                 s->be->scratch(s->be_ctx, &e->res, dir, whole ? rows : (B > chunk ? B : chunk), &sh, &pt);
@@ -760,8 +770,8 @@ int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap) {
             for (; nm[k] && k + 1 < sizeof up; k++) up[k] = (char)(nm[k] >= 'a' && nm[k] <= 'z' ? nm[k] - 32 : nm[k]);
             up[k] = 0;
             fmt_bytes(sz, sizeof sz, b);
-            int n = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s%s%s %s",
-                             len ? ", " : "", first ? nl_proj_class_name((nl_proj_class)c) : "", first ? " " : "", up, sz);
+            int n = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s%s%s %s", len ? ", " : "",
+                             first ? nl_proj_class_name((nl_proj_class)c) : "", first ? " " : "", up, sz);
             first = 0;
             len += (size_t)n;
         }

@@ -21,14 +21,14 @@ typedef enum { NL_FWD = 0, NL_BWD = 1 } nl_dir;
  * the service converted once at load). */
 typedef struct {
     const char *name;
-    int type;             /* nl_type of data */
-    int64_t n_in, n_out;  /* K, N */
-    const void *data;     /* N rows of nl_row_bytes(type, K) bytes */
-    int cls;              /* nl_proj_class */
+    int type;            /* nl_type of data */
+    int64_t n_in, n_out; /* K, N */
+    const void *data;    /* N rows of nl_row_bytes(type, K) bytes */
+    int cls;             /* nl_proj_class */
 } nl_proj_weight;
 
 typedef struct nl_proj_backend {
-    const char *name;                                     /* "ref", "host", ... */
+    const char *name; /* "ref", "host", ... */
     /* compute: the arithmetic asked for (nl_proj_config.compute; NULL = the backend's default).
      * A backend refuses a mode it does not know (-1 + nl_err); one it knows but only another
      * backend runs (ref and "bf16") it ignores. */
@@ -76,15 +76,15 @@ typedef struct nl_proj_backend {
 
 typedef struct nl_proj_service nl_proj_service;
 
-extern const nl_proj_backend nl_proj_backend_ref;   /* ref.c: FP32 reference, every type */
-extern const nl_proj_backend nl_proj_backend_host;  /* host.c: resident-type SIMD kernels */
+extern const nl_proj_backend nl_proj_backend_ref;  /* ref.c: FP32 reference, every type */
+extern const nl_proj_backend nl_proj_backend_host; /* host.c: resident-type SIMD kernels */
 /* vulkan.c (proj/vulkan.h; only where the build found Vulkan): compute shaders on a GPU */
 /* The backend registered under `name` ("ref", ...), or NULL. */
 const nl_proj_backend *nl_proj_backend_find(const char *name);
 
 typedef struct {
-    const char *backend;  /* "ref" (the default of a zeroed config), "host" or "vulkan" */
-    int n_threads;        /* service worker threads (0 = 1) */
+    const char *backend; /* "ref" (the default of a zeroed config), "host" or "vulkan" */
+    int n_threads;       /* service worker threads (0 = 1) */
     /* FP16 wire (NPU-faithful mode), done by the service around any backend: each input row
      * is scaled by a power of two so max|x| lands in [2^11, 2^12) and rounded to FP16; the
      * outputs are rounded to FP16 and unscaled in FP32. A row whose output is non-finite or
@@ -184,14 +184,14 @@ int nl_proj_get_rows(nl_proj_service *s, int id, const int32_t *rows, int n, flo
 
 /* ---- counters ---------------------------------------------------------------------------- */
 typedef struct {
-    uint64_t requests[2];      /* per nl_dir */
-    uint64_t tokens[2];        /* rows of X submitted, per nl_dir */
-    double busy_s[2];          /* wall seconds the service spent computing, per nl_dir */
-    double flops[2];           /* 2·T·K·N of the requests (counted as submitted), per nl_dir */
-    uint64_t retries;          /* FP16 wire: rows sent again with a further 2^-8 */
-    uint64_t fallbacks;        /* FP16 wire: rows that never fit, computed by ref */
-    uint64_t routed_tokens;    /* rows computed by ref because the planner routed them */
-    uint64_t padded_tokens;    /* zero rows added to fill a token bucket */
+    uint64_t requests[2];   /* per nl_dir */
+    uint64_t tokens[2];     /* rows of X submitted, per nl_dir */
+    double busy_s[2];       /* wall seconds the service spent computing, per nl_dir */
+    double flops[2];        /* 2·T·K·N of the requests (counted as submitted), per nl_dir */
+    uint64_t retries;       /* FP16 wire: rows sent again with a further 2^-8 */
+    uint64_t fallbacks;     /* FP16 wire: rows that never fit, computed by ref */
+    uint64_t routed_tokens; /* rows computed by ref because the planner routed them */
+    uint64_t padded_tokens; /* zero rows added to fill a token bucket */
 } nl_proj_stats;
 void nl_proj_get_stats(const nl_proj_service *s, nl_proj_stats *out);
 
@@ -222,15 +222,17 @@ int nl_proj_format_resident(const nl_proj_service *s, char *buf, size_t cap);
 int nl_proj_plan(nl_proj_service *s, const int *buckets, int n_buckets);
 
 typedef struct {
-    int id;                /* projection */
+    int id; /* projection */
     nl_dir dir;
-    int T;                 /* bucket */
-    int supported;         /* backend->supports said yes */
-    double rel_err;        /* measured (NAN when not run) */
+    int T;          /* bucket */
+    int supported;  /* backend->supports said yes */
+    double rel_err; /* measured (NAN when not run) */
     double bound;
-    int passed;            /* else routed to ref */
+    int passed; /* else routed to ref */
 } nl_proj_check;
-typedef struct { int checks, passed, routed; } nl_proj_plan_totals;
+typedef struct {
+    int checks, passed, routed;
+} nl_proj_plan_totals;
 void nl_proj_plan_get_totals(const nl_proj_service *s, nl_proj_plan_totals *out);
 int nl_proj_plan_check_count(const nl_proj_service *s);
 const nl_proj_check *nl_proj_plan_get_check(const nl_proj_service *s, int i);

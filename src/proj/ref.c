@@ -23,15 +23,15 @@
 #define SLICE 256
 
 typedef struct {
-    double *acc;     /* BWD: [T][SLICE]; FWD: unused */
-    float *w;        /* a dequantized row (FWD, K floats) or slice (BWD, SLICE floats) */
+    double *acc; /* BWD: [T][SLICE]; FWD: unused */
+    float *w;    /* a dequantized row (FWD, K floats) or slice (BWD, SLICE floats) */
     size_t acc_n, w_n;
 } ref_scratch;
 
 typedef struct {
     nl_pool *pool;
     int n_threads;
-    ref_scratch *sc;   /* one per task */
+    ref_scratch *sc; /* one per task */
 } ref_ctx;
 
 typedef struct {
@@ -74,7 +74,9 @@ static void ref_free(void *ctx) {
 }
 
 static int ref_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) {
-    (void)ctx; (void)dir; (void)T;
+    (void)ctx;
+    (void)dir;
+    (void)T;
     const nl_type_traits *tt = nl_type_get(w->type);
     return tt && tt->to_float && w->n_in % tt->blck == 0;
 }
@@ -137,8 +139,7 @@ static void bwd_task(void *arg, int task, int n_tasks) {
             }
         }
         for (int t = 0; t < j->T; t++)
-            for (int64_t k = 0; k < len; k++)
-                j->y[(size_t)t * K + k0 + k] = (float)sc->acc[(size_t)t * SLICE + k];
+            for (int64_t k = 0; k < len; k++) j->y[(size_t)t * K + k0 + k] = (float)sc->acc[(size_t)t * SLICE + k];
     }
 }
 
@@ -155,7 +156,8 @@ static int ref_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *
     ref_ctx *c = ctx;
     const nl_type_traits *tt = nl_type_get(w->type);
     if (!tt || !tt->to_float) return nl_err("ref: %s: type %s not supported", w->name, nl_type_name(w->type));
-    if (w->n_in % tt->blck) return nl_err("ref: %s: K=%lld not a multiple of %d", w->name, (long long)w->n_in, tt->blck);
+    if (w->n_in % tt->blck)
+        return nl_err("ref: %s: K=%lld not a multiple of %d", w->name, (long long)w->n_in, tt->blck);
     if (T <= 0) return 0;
     int n_tasks = c->n_threads;
     for (int i = 0; i < n_tasks; i++) {

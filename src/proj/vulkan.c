@@ -34,13 +34,17 @@
 #if !defined(NL_HAVE_VULKAN)
 
 int nl_proj_vulkan_available(char *why, size_t cap) {
-    if (why && cap) snprintf(why, cap, "this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)");
+    if (why && cap)
+        snprintf(
+            why, cap,
+            "this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)");
     return 0;
 }
 int nl_proj_vulkan_list(char *buf, size_t cap) {
     (void)buf;
     (void)cap;
-    return nl_err("vulkan: this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)");
+    return nl_err(
+        "vulkan: this build has no Vulkan backend (CMake left it out: no Vulkan headers, no glslc or -DNL_VULKAN=OFF)");
 }
 const char *nl_proj_vulkan_device_kind(const void *ctx) {
     (void)ctx;
@@ -140,10 +144,15 @@ typedef struct {
 
 /* ---- the entry points, loaded from the loader ---- */
 
+/* an X-macro list, laid out by hand (clang-format splits it differently on each pass) */
+// clang-format off
 #define VK_INSTANCE_FNS(X)                                                                          \
     X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)              \
     X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties) X(vkCreateDevice) \
     X(vkGetDeviceProcAddr)
+// clang-format on
+/* an X-macro list, laid out by hand (clang-format splits it differently on each pass) */
+// clang-format off
 #define VK_DEVICE_FNS(X)                                                                             \
     X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer)                        \
     X(vkGetBufferMemoryRequirements) X(vkAllocateMemory) X(vkFreeMemory) X(vkBindBufferMemory)         \
@@ -156,6 +165,7 @@ typedef struct {
     X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets) X(vkCmdPushConstants) X(vkCmdDispatch)             \
     X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCreateFence) X(vkDestroyFence) X(vkResetFences)     \
     X(vkWaitForFences) X(vkQueueSubmit) X(vkDeviceWaitIdle)
+// clang-format on
 
 #define DECL_FN(name) PFN_##name name;
 
@@ -181,10 +191,10 @@ typedef struct {
     const void *data; /* the key: the resident bytes, their type and shape */
     int type;
     int64_t n_in, n_out;
-    uint64_t sample;  /* sample_hash of the bytes when uploaded */
+    uint64_t sample; /* sample_hash of the bytes when uploaded */
     int n_parts;
-    int64_t *row0;    /* [n_parts + 1] first row of each part */
-    vk_buf *part;     /* [n_parts] */
+    int64_t *row0; /* [n_parts + 1] first row of each part */
+    vk_buf *part;  /* [n_parts] */
 } vk_weight;
 
 typedef struct {
@@ -196,21 +206,21 @@ typedef struct {
     VkPhysicalDeviceMemoryProperties mp;
     VkPhysicalDeviceProperties props;
     char driver[256];
-    int index;                    /* the device's index in vkEnumeratePhysicalDevices */
-    uint64_t limit;               /* bytes one binding may hold (maxStorageBufferRange or lower) */
-    int force_staging;            /* NL_VULKAN_STAGING=1: weights through a staging copy */
-    int wire16;                   /* the service runs the FP16 wire: X crosses as FP16 */
-    uint64_t x_bytes, y_bytes;    /* activations sent, outputs read back */
+    int index;                 /* the device's index in vkEnumeratePhysicalDevices */
+    uint64_t limit;            /* bytes one binding may hold (maxStorageBufferRange or lower) */
+    int force_staging;         /* NL_VULKAN_STAGING=1: weights through a staging copy */
+    int wire16;                /* the service runs the FP16 wire: X crosses as FP16 */
+    uint64_t x_bytes, y_bytes; /* activations sent, outputs read back */
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
-    VkPipeline pipe[N_SHADERS];   /* made at a type's first request */
+    VkPipeline pipe[N_SHADERS]; /* made at a type's first request */
     VkDescriptorPool dpool;
     uint32_t dpool_sets;
     VkDescriptorSet *sets;
     VkCommandPool cpool;
     VkCommandBuffer cb;
     VkFence fence;
-    vk_buf x, y;                  /* host-visible activations and outputs */
+    vk_buf x, y; /* host-visible activations and outputs */
     vk_weight *w;
     int n_w, cap_w;
     uint64_t uploaded;
@@ -235,10 +245,10 @@ static const char *vk_result_name(VkResult r) {
     }
 }
 
-#define VKCHECK(call, what)                                                                  \
-    do {                                                                                     \
-        VkResult r_ = (call);                                                                \
-        if (r_ != VK_SUCCESS) return nl_err("vulkan: %s: %s (%d)", what, vk_result_name(r_), (int)r_); \
+#define VKCHECK(call, what)                                                                                            \
+    do {                                                                                                               \
+        VkResult r_ = (call);                                                                                          \
+        if (r_ != VK_SUCCESS) return nl_err("vulkan: %s: %s (%d)", what, vk_result_name(r_), (int)r_);                 \
     } while (0)
 
 /* ---- loader and instance ---- */
@@ -251,7 +261,8 @@ static void loader_close(vk_loader *L) {
 
 static int loader_open(vk_loader *L) {
     memset(L, 0, sizeof *L);
-    static const char *const names[] = {"libvulkan.so.1", "libvulkan.so", "libvulkan.1.dylib", "libMoltenVK.dylib", NULL};
+    static const char *const names[] = {"libvulkan.so.1", "libvulkan.so", "libvulkan.1.dylib", "libMoltenVK.dylib",
+                                        NULL};
     const char *err = "";
     for (int i = 0; names[i] && !L->lib; i++) {
         L->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -275,8 +286,10 @@ static int loader_open(vk_loader *L) {
         loader_close(L);
         return nl_err("vulkan: the loader has no vkCreateInstance");
     }
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "nightlora",
-                             .pEngineName = "nightlora", .apiVersion = L->inst_api};
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                             .pApplicationName = "nightlora",
+                             .pEngineName = "nightlora",
+                             .apiVersion = L->inst_api};
     VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     VkResult r = L->vkCreateInstance(&ici, NULL, &L->inst);
     if (r != VK_SUCCESS) {
@@ -284,11 +297,11 @@ static int loader_open(vk_loader *L) {
         loader_close(L);
         return nl_err("vulkan: vkCreateInstance: %s (%d)", vk_result_name(r), (int)r);
     }
-#define LOAD_INST(name)                                                                   \
-    L->name = (PFN_##name)L->vkGetInstanceProcAddr(L->inst, #name);                       \
-    if (!L->name) {                                                                       \
-        loader_close(L);                                                                  \
-        return nl_err("vulkan: the loader has no %s", #name);                             \
+#define LOAD_INST(name)                                                                                                \
+    L->name = (PFN_##name)L->vkGetInstanceProcAddr(L->inst, #name);                                                    \
+    if (!L->name) {                                                                                                    \
+        loader_close(L);                                                                                               \
+        return nl_err("vulkan: the loader has no %s", #name);                                                          \
     }
     VK_INSTANCE_FNS(LOAD_INST)
 #undef LOAD_INST
@@ -354,7 +367,8 @@ static void driver_of(vk_loader *L, VkPhysicalDevice pd, const VkPhysicalDeviceP
 static int enumerate(vk_loader *L, VkPhysicalDevice *pd, uint32_t *n) {
     *n = MAX_DEVICES;
     VkResult r = L->vkEnumeratePhysicalDevices(L->inst, n, pd);
-    if (r != VK_SUCCESS && r != VK_INCOMPLETE) return nl_err("vulkan: vkEnumeratePhysicalDevices: %s", vk_result_name(r));
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return nl_err("vulkan: vkEnumeratePhysicalDevices: %s", vk_result_name(r));
     if (*n == 0) return nl_err("vulkan: no Vulkan device (the loader found no driver with a device)");
     return 0;
 }
@@ -378,8 +392,9 @@ int nl_proj_vulkan_list(char *buf, size_t cap) {
         uint32_t fam;
         const int ok = compute_family(&L, pd[i], &fam);
         int k = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%u: %s, %s, %s, Vulkan %u.%u.%u%s",
-                         len ? "\n" : "", i, p.deviceName, kind_name(p.deviceType), drv, VK_API_VERSION_MAJOR(p.apiVersion),
-                         VK_API_VERSION_MINOR(p.apiVersion), VK_API_VERSION_PATCH(p.apiVersion), ok ? "" : " (no compute queue)");
+                         len ? "\n" : "", i, p.deviceName, kind_name(p.deviceType), drv,
+                         VK_API_VERSION_MAJOR(p.apiVersion), VK_API_VERSION_MINOR(p.apiVersion),
+                         VK_API_VERSION_PATCH(p.apiVersion), ok ? "" : " (no compute queue)");
         len += (size_t)k;
     }
     loader_close(&L);
@@ -424,10 +439,12 @@ static void buf_free(vk_ctx *c, vk_buf *b) {
 
 /* A buffer of `size` bytes in the first memory type that has all of one of `prefs` (tried in
  * order; a failed allocation tries the next), mapped when host-visible. */
-static int buf_new(vk_ctx *c, vk_buf *b, VkDeviceSize size, VkBufferUsageFlags usage, const VkMemoryPropertyFlags *prefs,
-                   int n_prefs, const char *what) {
+static int buf_new(vk_ctx *c, vk_buf *b, VkDeviceSize size, VkBufferUsageFlags usage,
+                   const VkMemoryPropertyFlags *prefs, int n_prefs, const char *what) {
     memset(b, 0, sizeof *b);
-    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size, .usage = usage,
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                             .size = size,
+                             .usage = usage,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VKCHECK(c->L.vkCreateBuffer(c->dev, &bi, NULL, &b->buf), what);
     VkMemoryRequirements req;
@@ -436,7 +453,8 @@ static int buf_new(vk_ctx *c, vk_buf *b, VkDeviceSize size, VkBufferUsageFlags u
     for (int p = 0; p < n_prefs; p++) {
         const int t = mem_type(c, req.memoryTypeBits, prefs[p]);
         if (t < 0) continue;
-        VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+        VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                   .allocationSize = req.size,
                                    .memoryTypeIndex = (uint32_t)t};
         last = c->L.vkAllocateMemory(c->dev, &ai, NULL, &b->mem);
         if (last != VK_SUCCESS) {
@@ -535,11 +553,13 @@ static int pick_device(vk_ctx *c, const char *device) {
     if (device && *device && strcmp(device, "auto") != 0) {
         char *end;
         long v = strtol(device, &end, 10);
-        if (*end || end == device || v < 0) return nl_err("vulkan: device \"%s\": expected a device index (0, 1, ...) or auto", device);
+        if (*end || end == device || v < 0)
+            return nl_err("vulkan: device \"%s\": expected a device index (0, 1, ...) or auto", device);
         if (v >= (long)n) {
             char list[1024];
             nl_proj_vulkan_list(list, sizeof list);
-            return nl_err("vulkan: device %ld: this machine has %u Vulkan device%s (%s)", v, n, n == 1 ? "" : "s", list);
+            return nl_err("vulkan: device %ld: this machine has %u Vulkan device%s (%s)", v, n, n == 1 ? "" : "s",
+                          list);
         }
         want = (int)v;
     }
@@ -570,12 +590,15 @@ static int pick_device(vk_ctx *c, const char *device) {
 
 static int device_setup(vk_ctx *c) {
     const float prio = 1.0f;
-    VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = c->qfam,
-                                  .queueCount = 1, .pQueuePriorities = &prio};
-    VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi};
+    VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                  .queueFamilyIndex = c->qfam,
+                                  .queueCount = 1,
+                                  .pQueuePriorities = &prio};
+    VkDeviceCreateInfo di = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qi};
     VKCHECK(c->L.vkCreateDevice(c->pd, &di, NULL, &c->dev), "vkCreateDevice");
-#define LOAD_DEV(name)                                                                           \
-    c->L.name = (PFN_##name)c->L.vkGetDeviceProcAddr(c->dev, #name);                             \
+#define LOAD_DEV(name)                                                                                                 \
+    c->L.name = (PFN_##name)c->L.vkGetDeviceProcAddr(c->dev, #name);                                                   \
     if (!c->L.name) return nl_err("vulkan: the driver has no %s", #name);
     VK_DEVICE_FNS(LOAD_DEV)
 #undef LOAD_DEV
@@ -588,19 +611,28 @@ static int device_setup(vk_ctx *c) {
 
     VkDescriptorSetLayoutBinding b[3];
     for (int i = 0; i < 3; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-    VkDescriptorSetLayoutCreateInfo dli = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = 3, .pBindings = b};
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i,
+                                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    VkDescriptorSetLayoutCreateInfo dli = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = 3, .pBindings = b};
     VKCHECK(c->L.vkCreateDescriptorSetLayout(c->dev, &dli, NULL, &c->dsl), "vkCreateDescriptorSetLayout");
     VkPushConstantRange pr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = sizeof(push_consts)};
-    VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
-                                      .pSetLayouts = &c->dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pr};
+    VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                      .setLayoutCount = 1,
+                                      .pSetLayouts = &c->dsl,
+                                      .pushConstantRangeCount = 1,
+                                      .pPushConstantRanges = &pr};
     VKCHECK(c->L.vkCreatePipelineLayout(c->dev, &pli, NULL, &c->layout), "vkCreatePipelineLayout");
     VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, .queueFamilyIndex = c->qfam};
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = c->qfam};
     VKCHECK(c->L.vkCreateCommandPool(c->dev, &cpi, NULL, &c->cpool), "vkCreateCommandPool");
-    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = c->cpool,
-                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                       .commandPool = c->cpool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                       .commandBufferCount = 1};
     VKCHECK(c->L.vkAllocateCommandBuffers(c->dev, &cai, &c->cb), "vkAllocateCommandBuffers");
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VKCHECK(c->L.vkCreateFence(c->dev, &fi, NULL, &c->fence), "vkCreateFence");
@@ -726,7 +758,8 @@ static vk_weight *ensure_weight(vk_ctx *c, const nl_proj_weight *w) {
     VkMemoryPropertyFlags prefs[3];
     int np = 0;
     if (!c->force_staging)
-        prefs[np++] = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+        prefs[np++] = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                      VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     prefs[np++] = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     prefs[np++] = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     uint64_t bytes = 0;
@@ -734,8 +767,8 @@ static vk_weight *ensure_weight(vk_ctx *c, const nl_proj_weight *w) {
         const size_t n = (size_t)(v->row0[p + 1] - v->row0[p]) * rb;
         char what[160];
         snprintf(what, sizeof what, "weight %.100s (part %d/%d)", w->name ? w->name : "?", p + 1, n_parts);
-        if (buf_new(c, &v->part[p], (n + 3) / 4 * 4, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                    prefs, np, what) ||
+        if (buf_new(c, &v->part[p], (n + 3) / 4 * 4,
+                    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT, prefs, np, what) ||
             upload(c, &v->part[p], (const uint8_t *)w->data + (size_t)v->row0[p] * rb, n)) {
             v->n_parts = p + 1;
             weight_free(c, v);
@@ -756,19 +789,20 @@ static vk_weight *ensure_weight(vk_ctx *c, const nl_proj_weight *w) {
 
 static VkPipeline pipeline(vk_ctx *c, int si) {
     if (c->pipe[si]) return c->pipe[si];
-    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = shaders[si].bytes,
-                                   .pCode = shaders[si].code};
+    VkShaderModuleCreateInfo mi = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = shaders[si].bytes, .pCode = shaders[si].code};
     VkShaderModule mod;
     VkResult r = c->L.vkCreateShaderModule(c->dev, &mi, NULL, &mod);
     if (r != VK_SUCCESS) {
         nl_err("vulkan: vkCreateShaderModule (%s): %s", nl_type_name(shaders[si].type), vk_result_name(r));
         return NULL;
     }
-    VkComputePipelineCreateInfo pi = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .module = mod, .pName = "main"},
-        .layout = c->layout};
+    VkComputePipelineCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                                      .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                                                .module = mod,
+                                                .pName = "main"},
+                                      .layout = c->layout};
     r = c->L.vkCreateComputePipelines(c->dev, VK_NULL_HANDLE, 1, &pi, NULL, &c->pipe[si]);
     c->L.vkDestroyShaderModule(c->dev, mod, NULL);
     if (r != VK_SUCCESS) {
@@ -787,8 +821,10 @@ static int alloc_sets(vk_ctx *c, uint32_t n) {
         c->dpool_sets = 0;
         uint32_t cap = n < 8 ? 8 : n;
         VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 3 * cap};
-        VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = cap,
-                                         .poolSizeCount = 1, .pPoolSizes = &ps};
+        VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                         .maxSets = cap,
+                                         .poolSizeCount = 1,
+                                         .pPoolSizes = &ps};
         VKCHECK(c->L.vkCreateDescriptorPool(c->dev, &pi, NULL, &c->dpool), "vkCreateDescriptorPool");
         VkDescriptorSet *s = realloc(c->sets, sizeof *s * cap);
         if (!s) return nl_err("vulkan: out of memory");
@@ -801,8 +837,10 @@ static int alloc_sets(vk_ctx *c, uint32_t n) {
     for (uint32_t i0 = 0; i0 < n; i0 += 64) {
         const uint32_t k = n - i0 < 64 ? n - i0 : 64;
         for (uint32_t i = 0; i < k; i++) layouts[i] = c->dsl;
-        VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = c->dpool,
-                                          .descriptorSetCount = k, .pSetLayouts = layouts};
+        VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                          .descriptorPool = c->dpool,
+                                          .descriptorSetCount = k,
+                                          .pSetLayouts = layouts};
         VKCHECK(c->L.vkAllocateDescriptorSets(c->dev, &ai, c->sets + i0), "vkAllocateDescriptorSets");
     }
     return 0;
@@ -854,12 +892,16 @@ static int vk_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x
     if (alloc_sets(c, (uint32_t)v->n_parts)) return -1;
     const size_t rb = nl_row_bytes(w->type, K);
     for (int p = 0; p < v->n_parts; p++) {
-        VkDescriptorBufferInfo bi[3] = {{v->part[p].buf, 0, v->part[p].size}, {c->x.buf, 0, c->x.size}, {c->y.buf, 0, c->y.size}};
+        VkDescriptorBufferInfo bi[3] = {
+            {v->part[p].buf, 0, v->part[p].size}, {c->x.buf, 0, c->x.size}, {c->y.buf, 0, c->y.size}};
         VkWriteDescriptorSet ws[3];
         for (int i = 0; i < 3; i++)
-            ws[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = c->sets[p],
-                                           .dstBinding = (uint32_t)i, .descriptorCount = 1,
-                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i]};
+            ws[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                           .dstSet = c->sets[p],
+                                           .dstBinding = (uint32_t)i,
+                                           .descriptorCount = 1,
+                                           .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                           .pBufferInfo = &bi[i]};
         c->L.vkUpdateDescriptorSets(c->dev, 3, ws, 0, NULL);
     }
     for (int64_t t0 = 0; t0 < T; t0 += tc) {
@@ -878,7 +920,8 @@ static int vk_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x
         c->L.vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
         for (int p = 0; p < v->n_parts; p++) {
             const uint32_t pr = (uint32_t)(v->row0[p + 1] - v->row0[p]);
-            push_consts pc = {.T = (uint32_t)rows, .rowb = (uint32_t)rb, .dir = (uint32_t)dir, .xh = (uint32_t)c->wire16};
+            push_consts pc = {
+                .T = (uint32_t)rows, .rowb = (uint32_t)rb, .dir = (uint32_t)dir, .xh = (uint32_t)c->wire16};
             if (dir == NL_FWD) {
                 pc.I = (uint32_t)K;
                 pc.O = pr;
@@ -893,19 +936,22 @@ static int vk_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float *x
                 pc.xoff = (uint32_t)v->row0[p];
                 pc.accum = p > 0;
                 if (p > 0) { /* the previous part's sums are this one's start */
-                    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                                           .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-                    c->L.vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0,
-                                              1, &mb, 0, NULL, 0, NULL);
+                    c->L.vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
                 }
             }
             c->L.vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &c->sets[p], 0, NULL);
             c->L.vkCmdPushConstants(c->cb, c->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
             c->L.vkCmdDispatch(c->cb, (pc.O + TILE_O - 1) / TILE_O, (uint32_t)((rows + TILE_T - 1) / TILE_T), 1);
         }
-        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                              .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                               .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-        c->L.vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+        c->L.vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0,
+                                  NULL, 0, NULL);
         if (cb_submit_wait(c)) return nl_err_prefix("vulkan: %s", nm);
         memcpy(y + (size_t)t0 * (size_t)nout, c->y.map, sizeof(float) * (size_t)(rows * nout));
     }
@@ -916,7 +962,9 @@ static int vk_describe(void *ctx, char *buf, size_t cap) {
     const vk_ctx *c = ctx;
     if (!c) return snprintf(buf, cap, "no vulkan context");
     const uint32_t a = c->props.apiVersion;
-    return snprintf(buf, cap, "f32 compute on device %d, %s (%s%s), %s, Vulkan %u.%u.%u; shaders for f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q4_k q6_k",
+    return snprintf(buf, cap,
+                    "f32 compute on device %d, %s (%s%s), %s, Vulkan %u.%u.%u; shaders for f32 f16 bf16 q8_0 q4_0 q4_1 "
+                    "q5_0 q4_k q6_k",
                     c->index, c->props.deviceName, kind_name(c->props.deviceType),
                     c->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? ": a CPU driver" : "", c->driver,
                     VK_API_VERSION_MAJOR(a), VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a));
@@ -941,7 +989,9 @@ const char *nl_proj_vulkan_device_kind(const void *ctx) {
     return ctx ? kind_name(((const vk_ctx *)ctx)->props.deviceType) : "none";
 }
 
-const char *nl_proj_vulkan_device_name(const void *ctx) { return ctx ? ((const vk_ctx *)ctx)->props.deviceName : "none"; }
+const char *nl_proj_vulkan_device_name(const void *ctx) {
+    return ctx ? ((const vk_ctx *)ctx)->props.deviceName : "none";
+}
 
 uint64_t nl_proj_vulkan_buffer_limit(const void *ctx) { return ctx ? ((const vk_ctx *)ctx)->limit : 0; }
 

@@ -32,8 +32,7 @@ static uint64_t plan_peak(const uint64_t *b, int n, const unsigned char *keep, u
     return peak;
 }
 
-int nl_act_plan_layers(const uint64_t *b, int n, uint64_t budget, unsigned char *keep,
-                       nl_act_plan *plan) {
+int nl_act_plan_layers(const uint64_t *b, int n, uint64_t budget, unsigned char *keep, nl_act_plan *plan) {
     if (n < 0 || (n > 0 && (!b || !keep))) return nl_err("act plan: bad arguments");
     for (int i = 0; i < n; i++) keep[i] = 0;
     /* Layers are decided from the last down, so when deciding i every kept layer so far has
@@ -51,8 +50,7 @@ int nl_act_plan_layers(const uint64_t *b, int n, uint64_t budget, unsigned char 
                 continue;
             }
             if (b[j] > budget) continue;
-            if (!add_within(below, b[i], budget) || !add_within(below + b[i], b[j], budget))
-                ok = 0;
+            if (!add_within(below, b[i], budget) || !add_within(below + b[i], b[j], budget)) ok = 0;
         }
         if (!ok) continue;
         keep[i] = 1;

@@ -34,7 +34,7 @@ typedef struct {
  * within the budget with it. So the result is the longest suffix that fits, extended by any
  * earlier layer that still fits without making a later recompute overflow. Deterministic.
  * `plan` may be NULL. Returns 0, or -1 (nl_err) on bad arguments. */
-int nl_act_plan_layers(const uint64_t *layer_bytes, int n_layers, uint64_t budget,
-                       unsigned char *keep, nl_act_plan *plan);
+int nl_act_plan_layers(const uint64_t *layer_bytes, int n_layers, uint64_t budget, unsigned char *keep,
+                       nl_act_plan *plan);
 
 #endif

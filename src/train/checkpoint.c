@@ -177,14 +177,12 @@ int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io) {
     if (!io) io = nl_io_posix();
     if (!host_is_le()) return nl_err("checkpoint: big-endian hosts are not supported");
     if (ck->n_cursor > NL_CKPT_MAX_WORDS || ck->n_rng > NL_CKPT_MAX_WORDS)
-        return nl_err("checkpoint: n_cursor %u / n_rng %u over the limit %d", ck->n_cursor,
-                      ck->n_rng, NL_CKPT_MAX_WORDS);
-    if ((ck->n_cursor && !ck->cursor) || (ck->n_rng && !ck->rng) ||
-        (ck->n_params && (!ck->params || !ck->m || !ck->v)))
+        return nl_err("checkpoint: n_cursor %u / n_rng %u over the limit %d", ck->n_cursor, ck->n_rng,
+                      NL_CKPT_MAX_WORDS);
+    if ((ck->n_cursor && !ck->cursor) || (ck->n_rng && !ck->rng) || (ck->n_params && (!ck->params || !ck->m || !ck->v)))
         return nl_err("checkpoint: missing array");
     uint64_t total;
-    if (file_bytes(ck->n_cursor, ck->n_rng, ck->n_params, &total) ||
-        ck->n_params > SIZE_MAX / sizeof(float))
+    if (file_bytes(ck->n_cursor, ck->n_rng, ck->n_params, &total) || ck->n_params > SIZE_MAX / sizeof(float))
         return nl_err("checkpoint: n_params %llu too large", (unsigned long long)ck->n_params);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return nl_err("%s: cannot create checkpoint directory: %s", dir, strerror(errno));
@@ -271,8 +269,8 @@ void nl_ckpt_free(nl_ckpt *ck) {
  * file for another model/config); nl_err holds the reason, naming the file. Long (~125 lines):
  * one reader of one file format, every length checked against the file's real size before it is
  * used, in the order the bytes come; each check names its field. */
-static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
-                    uint64_t n_expect, nl_ckpt *out, const nl_io *io) {
+static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash, uint64_t n_expect, nl_ckpt *out,
+                    const nl_io *io) {
     memset(out, 0, sizeof *out);
     if (!host_is_le()) return nl_err("checkpoint: big-endian hosts are not supported");
     uint64_t size;
@@ -281,8 +279,7 @@ static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
     int rc = LOAD_CORRUPT;
     uint8_t hdr[HDR];
     if (size < HDR + 8) {
-        nl_err("%s: truncated: %llu bytes, a checkpoint has at least %d", path,
-               (unsigned long long)size, HDR + 8);
+        nl_err("%s: truncated: %llu bytes, a checkpoint has at least %d", path, (unsigned long long)size, HDR + 8);
         goto done;
     }
     if (r_bytes(io, fd, hdr, HDR) != 0) {
@@ -295,28 +292,25 @@ static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
     }
     uint32_t ver = get32(hdr + 8), hbytes = get32(hdr + 12);
     if (ver != NL_CKPT_VERSION || hbytes != HDR) {
-        nl_err("%s: offset 8: version %u / header %u bytes, expected version %d / %d bytes",
-               path, ver, hbytes, NL_CKPT_VERSION, HDR);
+        nl_err("%s: offset 8: version %u / header %u bytes, expected version %d / %d bytes", path, ver, hbytes,
+               NL_CKPT_VERSION, HDR);
         goto done;
     }
     uint64_t n_params = load_le64(hdr + 56);
     uint32_t n_cursor = get32(hdr + 64), n_rng = get32(hdr + 68);
     if (n_cursor > NL_CKPT_MAX_WORDS || n_rng > NL_CKPT_MAX_WORDS) {
-        nl_err("%s: offset 64: n_cursor %u / n_rng %u over the limit %d", path, n_cursor, n_rng,
-               NL_CKPT_MAX_WORDS);
+        nl_err("%s: offset 64: n_cursor %u / n_rng %u over the limit %d", path, n_cursor, n_rng, NL_CKPT_MAX_WORDS);
         goto done;
     }
     uint64_t want;
     if (n_params > SIZE_MAX / sizeof(float)) { /* 32-bit hosts */
-        nl_err("%s: offset 56: n_params %llu too large for this host", path,
-               (unsigned long long)n_params);
+        nl_err("%s: offset 56: n_params %llu too large for this host", path, (unsigned long long)n_params);
         goto done;
     }
     if (file_bytes(n_cursor, n_rng, n_params, &want) || want != size) {
         nl_err("%s: size %llu bytes but the header (n_params %llu) implies %llu: truncated or "
                "corrupt",
-               path, (unsigned long long)size, (unsigned long long)n_params,
-               (unsigned long long)want);
+               path, (unsigned long long)size, (unsigned long long)n_params, (unsigned long long)want);
         goto done;
     }
     /* size is real (fstat), and want == size, so these allocations are bounded by the file */
@@ -362,8 +356,8 @@ static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
     }
     uint64_t stored = load_le64(sum), computed = nl_hasher_final(&h);
     if (stored != computed) {
-        nl_err("%s: checksum mismatch (stored %016llx, computed %016llx): corrupt", path,
-               (unsigned long long)stored, (unsigned long long)computed);
+        nl_err("%s: checksum mismatch (stored %016llx, computed %016llx): corrupt", path, (unsigned long long)stored,
+               (unsigned long long)computed);
         goto done;
     }
     out->config_hash = load_le64(hdr + 16);
@@ -388,8 +382,8 @@ static int load_one(const char *path, uint64_t config_hash, uint64_t model_hash,
         goto done;
     }
     if (n_expect && n_params != n_expect) {
-        nl_err("%s: holds %llu adapter parameters, %llu expected", path,
-               (unsigned long long)n_params, (unsigned long long)n_expect);
+        nl_err("%s: holds %llu adapter parameters, %llu expected", path, (unsigned long long)n_params,
+               (unsigned long long)n_expect);
         goto done;
     }
     rc = LOAD_OK;
@@ -399,12 +393,9 @@ done:
     return rc;
 }
 
-int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_hash,
-                      uint64_t n_params, nl_ckpt *out, const nl_io *io) {
-    return load_one(path, config_hash, model_hash, n_params, out, io ? io : nl_io_posix()) ==
-                   LOAD_OK
-               ? 0
-               : -1;
+int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_hash, uint64_t n_params, nl_ckpt *out,
+                      const nl_io *io) {
+    return load_one(path, config_hash, model_hash, n_params, out, io ? io : nl_io_posix()) == LOAD_OK ? 0 : -1;
 }
 
 /* Append "; <formatted>" (or just it when buf is empty) to a bounded buffer. */
@@ -422,9 +413,8 @@ static void NL_PRINTF(3, 4) appendf(char *buf, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
-int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_hash,
-                        uint64_t n_params, nl_ckpt *out, char *warning, size_t cap,
-                        const nl_io *io) {
+int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_hash, uint64_t n_params, nl_ckpt *out,
+                        char *warning, size_t cap, const nl_io *io) {
     if (!io) io = nl_io_posix();
     memset(out, 0, sizeof *out);
     if (warning && cap) warning[0] = 0;
@@ -439,9 +429,7 @@ int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_ha
         int rc = load_one(path, config_hash, model_hash, n_params, out, io);
         if (rc == LOAD_OK) {
             free(steps);
-            if (skipped[0]) {
-                appendf(warning, cap, "%s; resuming from %s", skipped, path);
-            }
+            if (skipped[0]) { appendf(warning, cap, "%s; resuming from %s", skipped, path); }
             nl_clear_error();
             return 0;
         }

@@ -34,8 +34,8 @@
 #include "os/io.h"
 
 #define NL_CKPT_VERSION 1
-#define NL_CKPT_KEEP 2              /* commits kept on disk: the newest and the one before */
-#define NL_CKPT_MAX_WORDS 4096      /* bound on n_cursor and n_rng */
+#define NL_CKPT_KEEP 2         /* commits kept on disk: the newest and the one before */
+#define NL_CKPT_MAX_WORDS 4096 /* bound on n_cursor and n_rng */
 #define NL_CKPT_HASH_SEED 0x6e6c636b70740001ull
 
 /* The training state. For nl_ckpt_commit every pointer is BORROWED from the caller. After a
@@ -49,11 +49,11 @@ typedef struct {
     uint64_t index;       /* ... and position within it */
     uint32_t n_cursor;    /* opaque extra cursor words (shuffle state, bucket pos, ...) */
     uint64_t *cursor;
-    uint32_t n_rng;       /* RNG state words */
+    uint32_t n_rng; /* RNG state words */
     uint64_t *rng;
-    uint32_t rank;        /* adapter hyper-parameters */
+    uint32_t rank; /* adapter hyper-parameters */
     float alpha;
-    uint64_t n_params;    /* length of params, m and v */
+    uint64_t n_params; /* length of params, m and v */
     float *params, *m, *v;
 } nl_ckpt;
 
@@ -78,9 +78,8 @@ int nl_ckpt_commit(const char *dir, const nl_ckpt *ck, const nl_io *io);
  * Returns 0 (out filled, owning its arrays), 1 when DIR has no commit file or does not exist
  * (out zeroed), -1 on error (no commit verifies, a hash differs, I/O error listing DIR).
  * warning may be NULL. io: NULL = nl_io_posix(). */
-int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_hash,
-                        uint64_t n_params, nl_ckpt *out, char *warning, size_t cap,
-                        const nl_io *io);
+int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_hash, uint64_t n_params, nl_ckpt *out,
+                        char *warning, size_t cap, const nl_io *io);
 
 /* Whether DIR holds a file named commit-* (a commit, or what looks like one): 1 yes, 0 no (also
  * when DIR does not exist), -1 when DIR cannot be listed (nl_err: the directory and errno; a
@@ -88,8 +87,8 @@ int nl_ckpt_load_latest(const char *dir, uint64_t config_hash, uint64_t model_ha
 int nl_ckpt_dir_has_commits(const char *dir, const nl_io *io);
 
 /* Load and verify one checkpoint file (same checks as above). 0 or -1. */
-int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_hash,
-                      uint64_t n_params, nl_ckpt *out, const nl_io *io);
+int nl_ckpt_load_file(const char *path, uint64_t config_hash, uint64_t model_hash, uint64_t n_params, nl_ckpt *out,
+                      const nl_io *io);
 
 /* Free the arrays of a loaded checkpoint and zero the struct (NULL-safe). */
 void nl_ckpt_free(nl_ckpt *ck);

@@ -36,8 +36,9 @@ static float *falloc(nl_graph *g, size_t n) { return nl_arena_floats(g->ws, n); 
 /* ---- CPU nodes on the runtime's pool (nn/par.h) ---- */
 #define POOL(g) ((g)->rt->pool)
 
-
-uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) { return nl_layer_cache_bytes(g->rt, g->ad, 1, layer, T); }
+uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) {
+    return nl_layer_cache_bytes(g->rt, g->ad, 1, layer, T);
+}
 
 /* ---- the call's peak, bounded (nl_graph_call_bytes) ---- */
 
@@ -75,18 +76,21 @@ uint64_t nl_graph_call_bytes(const nl_graph *g, int T, uint64_t budget, int want
     nl_act_plan plan;
     if (nl_act_plan_layers(lb, nL, want_grad ? budget : 0, keep, &plan)) memset(keep, 0, (size_t)nL);
     /* run()'s own: the layer inputs, the final state and dx; positions, the plan, the marks, the caches' headers */
-    const uint64_t base = A4((uint64_t)(nL + 2) * n) + A4((uint64_t)T) + nl_arena_size((size_t)nL) + nl_arena_size((size_t)nL * 8) +
-                          nl_arena_size((size_t)nL * sizeof(nl_arena_mark)) + nl_arena_size((size_t)nL * sizeof(nl_layer_cache));
+    const uint64_t base = A4((uint64_t)(nL + 2) * n) + A4((uint64_t)T) + nl_arena_size((size_t)nL) +
+                          nl_arena_size((size_t)nL * 8) + nl_arena_size((size_t)nL * sizeof(nl_arena_mark)) +
+                          nl_arena_size((size_t)nL * sizeof(nl_layer_cache));
     uint64_t below = 0, peak = 0;
     for (int l = 0; l < nL; l++) {
         /* a layer's cache (its block; a recurrent one's GDN cache pointers and cache, all in the arena) */
         const uint64_t c = rt->m->layers[l].recurrent
-                               ? nl_arena_size((size_t)nl_layer_cache_bytes(rt, g->ad, 0, l, T)) + nl_arena_size(sizeof(void *)) +
-                                     nl_gdn_cache_arena_bytes(&rt->gdn, T)
+                               ? nl_arena_size((size_t)nl_layer_cache_bytes(rt, g->ad, 0, l, T)) +
+                                     nl_arena_size(sizeof(void *)) + nl_gdn_cache_arena_bytes(&rt->gdn, T)
                                : nl_arena_size((size_t)lb[l]);
         const uint64_t fwd = nl_layer_temp_bytes(rt, l, T, 0, proj_temp, (void *)g);
         peak = max2(peak, below + c + fwd);
-        if (want_grad) peak = max2(peak, below + c + max2(keep[l] ? 0 : fwd, nl_layer_temp_bytes(rt, l, T, 1, proj_temp, (void *)g)));
+        if (want_grad)
+            peak =
+                max2(peak, below + c + max2(keep[l] ? 0 : fwd, nl_layer_temp_bytes(rt, l, T, 1, proj_temp, (void *)g)));
         if (keep[l]) below += c;
     }
     peak = max2(peak, below + head_temp(g, T, want_grad));
@@ -104,9 +108,13 @@ static double toc(nl_graph *g, int k, double t0) { return nl_prof_toc(g->prof, k
 /* The LoRA node's view of adapter entry e, with its dropout key for (layer, kind). */
 static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
     const nl_lora_tensor *t = &g->ad->t[e];
-    return (nl_lora){.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank,
-                     .scale = nl_adapter_scale(g->ad, e), .dropout = g->dropout,
-                     .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind), .tiles = g->rt->tiles};
+    return (nl_lora){.n_in = (int)t->n_in,
+                     .n_out = (int)t->n_out,
+                     .rank = t->rank,
+                     .scale = nl_adapter_scale(g->ad, e),
+                     .dropout = g->dropout,
+                     .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind),
+                     .tiles = g->rt->tiles};
 }
 
 /* The LoRA branch of one projection as pool tasks (nn/lora.h's split API). Phase 0: FWD rows
@@ -137,10 +145,11 @@ static void lora_task(void *arg, int task, int n_tasks) {
     const int t0 = (int)((int64_t)j->T * task / n_tasks), t1 = (int)((int64_t)j->T * (task + 1) / n_tasks);
     if (t0 >= t1) return;
     if (j->dir == NL_FWD)
-        j->rc[task] = nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, j->acc, t0, t1);
+        j->rc[task] =
+            nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, j->acc, t0, t1);
     else
-        j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, j->acc, j->in, j->x, j->u_in, j->T, j->tok0, j->toks, j->scr,
-                                            t0, t1);
+        j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, j->acc, j->in, j->x, j->u_in, j->T, j->tok0,
+                                            j->toks, j->scr, t0, t1);
 }
 
 /* On the pool only in synchronous mode (the service is idle then; while a request is in
@@ -158,7 +167,8 @@ static int lora_run(nl_graph *g, lora_job *j) {
         else lora_task(j, 0, 1);
         for (int i = 0; i < n; i++)
             if (j->rc[i]) /* the task's message is in its own thread's error slot */
-                return n > 1 ? nl_err("lora %s: a pool task failed (out of memory for scratch?)", j->dir == NL_FWD ? "forward" : "backward")
+                return n > 1 ? nl_err("lora %s: a pool task failed (out of memory for scratch?)",
+                                      j->dir == NL_FWD ? "forward" : "backward")
                              : -1;
     }
     return 0;
@@ -207,10 +217,22 @@ static int tproj(nl_graph *g, const nl_pass_req *r) {
         if ((base && !lo) || (dir == NL_BWD && !scr)) {
             rc = -1;
         } else {
-            lora_job j = {.L = &L, .A = nl_lora_A(g->ad, e), .B = nl_lora_B(g->ad, e), .dir = dir, .T = T, .out = lo,
+            lora_job j = {.L = &L,
+                          .A = nl_lora_A(g->ad, e),
+                          .B = nl_lora_B(g->ad, e),
+                          .dir = dir,
+                          .T = T,
+                          .out = lo,
                           .acc = fused ? NL_LORA_ADD : 0,
-                          .u_save = u_save, .in = in, .x = x, .u_in = u_in, .tok0 = g->tok_base, .toks = toks, .scr = scr,
-                          .dA = g->grads + g->ad->t[e].off_a, .dB = g->grads + g->ad->t[e].off_b};
+                          .u_save = u_save,
+                          .in = in,
+                          .x = x,
+                          .u_in = u_in,
+                          .tok0 = g->tok_base,
+                          .toks = toks,
+                          .scr = scr,
+                          .dA = g->grads + g->ad->t[e].off_a,
+                          .dB = g->grads + g->ad->t[e].off_b};
             rc = lora_run(g, &j);
         }
         t = toc(g, dir == NL_FWD ? NL_GP_LORA_FWD : NL_GP_LORA_BWD, t);
@@ -229,14 +251,13 @@ static int tproj(nl_graph *g, const nl_pass_req *r) {
 /* The layers' and the head's projections (nn/layer.h's pass hook). */
 static int pass_proj(void *user, const nl_pass_req *r) { return tproj(user, r); }
 
-
 /* ---- head: nn/head's, through the pass's hook ---- */
 
 /* The head over the span's rows; loss_sums[i] is sequence i's, summed per chunk of
  * NL_HEAD_CHUNK rows from the sequence's start (chunks with a target), each chunk in row order:
  * the grouping that makes nl_graph_seqs' sums those of nl_graph_seq on each sequence. */
-static int head(nl_graph *g, nl_pass *ps, const float *x, const int32_t *targets, const nl_span *sp, float inv_n, int want_grad,
-                double *loss_sums, float *dx) {
+static int head(nl_graph *g, nl_pass *ps, const float *x, const int32_t *targets, const nl_span *sp, float inv_n,
+                int want_grad, double *loss_sums, float *dx) {
     const int T = sp->T;
     for (int i = 0; i < nl_span_n(sp); i++) loss_sums[i] = 0.0;
     nl_arena_mark mk = nl_arena_top(g->ws);
@@ -268,14 +289,16 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
     if (n_seq < 1) return nl_err("internal: a graph call without a sequence");
     int T = 0, T_max = 0;
     for (int i = 0; i < n_seq; i++) {
-        if (seq_T[i] < 1 || seq_T[i] > INT32_MAX - T) return nl_err("internal: sequence %d of the call has %d rows", i, seq_T[i]);
+        if (seq_T[i] < 1 || seq_T[i] > INT32_MAX - T)
+            return nl_err("internal: sequence %d of the call has %d rows", i, seq_T[i]);
         T += seq_T[i];
         if (seq_T[i] > T_max) T_max = seq_T[i];
     }
     size_t n = (size_t)T * E;
     if (nl_check_tokens(m, tokens, T)) return -1;
     for (int t = 0; t < T; t++)
-        if (targets[t] >= m->hp.n_vocab) return nl_err("target %d at position %d is outside the vocabulary", targets[t], t);
+        if (targets[t] >= m->hp.n_vocab)
+            return nl_err("target %d at position %d is outside the vocabulary", targets[t], t);
     nl_arena *a = ws_of(g);
     if (!a) return -1;
     double t_other = tic(g);
@@ -309,8 +332,15 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
     toc(g, NL_GP_OTHER, t_other);
     /* the layers (nn/layer.h): every cache kept for the backward (the GDN node's too), the LoRA
      * u rows of the adapter saved */
-    nl_pass ps = {.rt = rt, .ws = a, .proj = pass_proj, .user = g, .save_u = g->ad, .save_gdn = 1, .attn_bf16 = rt->attn_bf16,
-                  .tiles = rt->tiles, .prof = g->prof};
+    nl_pass ps = {.rt = rt,
+                  .ws = a,
+                  .proj = pass_proj,
+                  .user = g,
+                  .save_u = g->ad,
+                  .save_gdn = 1,
+                  .attn_bf16 = rt->attn_bf16,
+                  .tiles = rt->tiles,
+                  .prof = g->prof};
     for (int l = 0; l < nL; l++) {
         kmark[l] = nl_arena_top(a);
         if (nl_layer_cache_alloc(&ps, l, &sp, &caches[l])) goto done;

@@ -22,8 +22,8 @@
 /* Test hooks: the longer ways to the same bits that the tests check the graph's shortcuts
  * against. The library never sets them (nl_graph.test is NULL). */
 /* A head with nn/head's nl_head_pass_loss contract. */
-typedef int (*nl_graph_head_fn)(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n, double *row_loss,
-                                float *dx);
+typedef int (*nl_graph_head_fn)(nl_pass *ps, const float *x, const int32_t *targets, int T, float inv_n,
+                                double *row_loss, float *dx);
 
 typedef struct {
     /* the head to run instead of nn/head's (NULL: nn/head's; tests/test_graph.c's reference:
@@ -35,25 +35,25 @@ typedef struct {
 } nl_graph_test;
 
 typedef struct {
-    nl_runtime *rt;           /* borrowed; rt->adapter must be `ad` */
-    nl_adapter *ad;           /* the trainable adapter (borrowed) */
-    float *grads;             /* [ad->n_params]: backward ACCUMULATES here (borrowed) */
-    float dropout;            /* LoRA dropout probability */
+    nl_runtime *rt; /* borrowed; rt->adapter must be `ad` */
+    nl_adapter *ad; /* the trainable adapter (borrowed) */
+    float *grads;   /* [ad->n_params]: backward ACCUMULATES here (borrowed) */
+    float dropout;  /* LoRA dropout probability */
     uint64_t seed;
-    int64_t step;             /* optimizer step: part of the dropout key */
-    int64_t tok_base;         /* token offset of this sequence inside the step (dropout key) */
-    uint64_t act_budget;      /* bytes of layer intermediates that may stay resident */
-    nl_graph_prof *prof;      /* NULL = no timing */
+    int64_t step;        /* optimizer step: part of the dropout key */
+    int64_t tok_base;    /* token offset of this sequence inside the step (dropout key) */
+    uint64_t act_budget; /* bytes of layer intermediates that may stay resident */
+    nl_graph_prof *prof; /* NULL = no timing */
     /* Keep the call's scratch (layer inputs, caches, temporaries: one arena) for the next call
      * instead of freeing it: saves the page faults of ~RSS-peak bytes per step. The caller
      * then releases it with nl_graph_free. */
     int keep_scratch;
-    void *ws;                 /* the scratch arena (internal; NULL until the first call) */
+    void *ws;                  /* the scratch arena (internal; NULL until the first call) */
     const nl_graph_test *test; /* the tests' longer ways (NULL in the library) */
     /* stats of the last call */
     int n_kept, n_recomputed;
     uint64_t peak_cache_bytes;
-    int n_lora_pool;          /* LoRA branches (FWD or BWD) split over the runtime's pool */
+    int n_lora_pool; /* LoRA branches (FWD or BWD) split over the runtime's pool */
 } nl_graph;
 
 /* Bytes of one layer's intermediates for T tokens (what the budget counts). */

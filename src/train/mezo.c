@@ -42,7 +42,8 @@ typedef struct {
 static void axpz_task(void *arg, int task, int n_tasks) {
     const axpz_job *j = arg;
     const size_t i0 = j->n * (size_t)task / (size_t)n_tasks, i1 = j->n * (size_t)(task + 1) / (size_t)n_tasks;
-    for (size_t i = i0; i < i1; i++) j->dst[i] = (float)(j->a * (double)j->src[i] + j->b * (double)nl_rng_normal(j->key, (uint64_t)i));
+    for (size_t i = i0; i < i1; i++)
+        j->dst[i] = (float)(j->a * (double)j->src[i] + j->b * (double)nl_rng_normal(j->key, (uint64_t)i));
 }
 
 static void axpz(nl_graph *g, float *dst, const float *src, size_t n, uint64_t key, double a, double b) {
@@ -52,8 +53,8 @@ static void axpz(nl_graph *g, float *dst, const float *src, size_t n, uint64_t k
     else axpz_task(&j, 0, 1);
 }
 
-int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_seq, double *loss,
-                       int64_t *n_targets, int64_t *n_tokens) {
+int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_seq, double *loss, int64_t *n_targets,
+                       int64_t *n_tokens) {
     double sum = 0.0;
     int64_t nt = 0, ntok = 0;
     int max_T = 0;
@@ -68,7 +69,10 @@ int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_se
         const nl_seq *s = &seqs[idx ? idx[i] : i];
         nl_row_targets(s->ids, s->target, s->n_tokens, rows);
         double ls;
-        if (nl_graph_loss(g, s->ids, rows, s->n_tokens, &ls)) { free(rows); return -1; }
+        if (nl_graph_loss(g, s->ids, rows, s->n_tokens, &ls)) {
+            free(rows);
+            return -1;
+        }
         sum += ls;
         nt += s->n_targets;
         ntok += s->n_tokens;
@@ -81,8 +85,8 @@ int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_se
     return 0;
 }
 
-int nl_mezo_step(nl_graph *g, const nl_mezo_cfg *cfg, int64_t step, const nl_seq *seqs, const int *idx,
-                 int n_seq, nl_mezo_result *res) {
+int nl_mezo_step(nl_graph *g, const nl_mezo_cfg *cfg, int64_t step, const nl_seq *seqs, const int *idx, int n_seq,
+                 nl_mezo_result *res) {
     if (!(cfg->eps > 0) || !isfinite(cfg->eps)) return nl_err("mezo: eps %g: expected a finite value > 0", cfg->eps);
     if (!(cfg->lr >= 0) || !isfinite(cfg->lr)) return nl_err("mezo: lr %g: expected a finite value >= 0", cfg->lr);
     if (!(cfg->weight_decay >= 0) || !isfinite(cfg->weight_decay))

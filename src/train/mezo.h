@@ -43,12 +43,12 @@ typedef struct {
 void nl_mezo_defaults(nl_mezo_cfg *cfg);
 
 typedef struct {
-    double loss;         /* (L+ + L−)/2: the batch's mean target CE at θ, up to O(ε²) (free) */
+    double loss; /* (L+ + L−)/2: the batch's mean target CE at θ, up to O(ε²) (free) */
     double loss_plus, loss_minus;
-    double proj_grad;    /* g = (L+ − L−) / (2ε) */
-    double grad_norm;    /* |g·z|, the norm of the step's gradient estimate (z summed in double) */
-    int64_t n_targets;   /* targets in the batch */
-    int64_t n_tokens;    /* tokens forwarded per pass (the step forwards 2× this) */
+    double proj_grad;  /* g = (L+ − L−) / (2ε) */
+    double grad_norm;  /* |g·z|, the norm of the step's gradient estimate (z summed in double) */
+    int64_t n_targets; /* targets in the batch */
+    int64_t n_tokens;  /* tokens forwarded per pass (the step forwards 2× this) */
 } nl_mezo_result;
 
 /* The perturbation key of a step: z_i = nl_rng_normal(key, i). */
@@ -62,8 +62,8 @@ void nl_mezo_perturb(float *dst, const float *src, size_t n, uint64_t key, doubl
  * The batch is seqs[idx[0]], ..., seqs[idx[n_seq-1]] (idx NULL: seqs[0..n_seq)), exactly what
  * the trainer's batcher hands out. Row targets follow nl_row_targets. g->tok_base is set per
  * sequence like the backprop trainer does. A batch with no target gives loss 0. */
-int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_seq, double *loss,
-                       int64_t *n_targets, int64_t *n_tokens);
+int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_seq, double *loss, int64_t *n_targets,
+                       int64_t *n_tokens);
 
 /* One MeZO step on the adapter g->ad (g->grads is not used and may be NULL). `step` is the
  * 1-based optimizer step (the same number the trainer passes to nl_lr_at); g->step is set to
@@ -71,7 +71,7 @@ int nl_mezo_batch_loss(nl_graph *g, const nl_seq *seqs, const int *idx, int n_se
  * loss is not finite the params are left at θ and -1 is returned (nl_err). On any error
  * (including a pace hook that stops the run inside a forward) the params are bit-identical
  * to what they were on entry. */
-int nl_mezo_step(nl_graph *g, const nl_mezo_cfg *cfg, int64_t step, const nl_seq *seqs, const int *idx,
-                 int n_seq, nl_mezo_result *res);
+int nl_mezo_step(nl_graph *g, const nl_mezo_cfg *cfg, int64_t step, const nl_seq *seqs, const int *idx, int n_seq,
+                 nl_mezo_result *res);
 
 #endif

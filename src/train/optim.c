@@ -13,14 +13,12 @@ void nl_adamw_defaults(nl_adamw *cfg) {
     cfg->weight_decay = 0.0;
 }
 
-int nl_adamw_step(float *params, const float *grads, float *m, float *v, size_t n,
-                  const nl_adamw *cfg, int64_t step) {
+int nl_adamw_step(float *params, const float *grads, float *m, float *v, size_t n, const nl_adamw *cfg, int64_t step) {
     if (step < 1) return nl_err("adamw: step must be >= 1 (got %lld)", (long long)step);
     if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
         return nl_err("adamw: betas must be in [0, 1) (got %g, %g)", cfg->beta1, cfg->beta2);
     if (!(cfg->eps > 0) || !isfinite(cfg->lr) || !(cfg->weight_decay >= 0))
-        return nl_err("adamw: bad eps %g / lr %g / weight_decay %g", cfg->eps, cfg->lr,
-                      cfg->weight_decay);
+        return nl_err("adamw: bad eps %g / lr %g / weight_decay %g", cfg->eps, cfg->lr, cfg->weight_decay);
     const double b1 = cfg->beta1, b2 = cfg->beta2;
     /* Bias corrections once per step; pow keeps them exact for large step counts. */
     const double c1 = 1.0 - pow(b1, (double)step);

@@ -31,8 +31,7 @@ void nl_adamw_defaults(nl_adamw *cfg);
  *     p = p - lr*wd*p - lr * m_hat / (sqrt(v_hat) + eps)
  * The decay uses p before the update (as PyTorch's AdamW). Arithmetic is in double per element,
  * stored back as float. Returns 0, or -1 (nl_err) on step < 1 or a bad configuration. */
-int nl_adamw_step(float *params, const float *grads, float *m, float *v, size_t n,
-                  const nl_adamw *cfg, int64_t step);
+int nl_adamw_step(float *params, const float *grads, float *m, float *v, size_t n, const nl_adamw *cfg, int64_t step);
 
 /* sqrt(sum g_i^2), accumulated in double in index order (deterministic). May return inf/NaN
  * when a gradient is not finite: the trainer should then skip the update. */
@@ -51,9 +50,9 @@ typedef enum {
 
 typedef struct {
     nl_lr_kind kind;
-    double lr;           /* peak learning rate */
-    int warmup_steps;    /* linear warmup length (0 = none) */
-    double lr_min;       /* cosine floor (reached after the last step; 0 <= lr_min <= lr) */
+    double lr;        /* peak learning rate */
+    int warmup_steps; /* linear warmup length (0 = none) */
+    double lr_min;    /* cosine floor (reached after the last step; 0 <= lr_min <= lr) */
 } nl_schedule;
 
 /* Learning rate of the 1-based optimizer step `step` of `total_steps`:

@@ -50,26 +50,34 @@ static int in_range(const char *flag, double v, const char *off_what, double off
     if (!(v >= r->lo && v <= r->hi) || (r->integer && v != floor(v))) {
         char alt[64] = "";
         if (off_what) snprintf(alt, sizeof alt, ", or %g (%s)", off, off_what);
-        return nl_err("--%s %.17g: expected %s in [%.17g, %.17g]%s", flag, v, r->integer ? "an integer" : "a number", r->lo, r->hi,
-                      alt);
+        return nl_err("--%s %.17g: expected %s in [%.17g, %.17g]%s", flag, v, r->integer ? "an integer" : "a number",
+                      r->lo, r->hi, alt);
     }
     return 0;
 }
 
 int nl_train_check_opts(const nl_train_opts *o) {
     /* the flags' ranges; 0 (or -1) where a field documents it as "off" / "from elsewhere" */
-    if (in_range("rank", o->rank, NULL, 0) || in_range("alpha", o->alpha, NULL, 0) || in_range("dropout", o->dropout, NULL, 0) ||
-        in_range("lr", o->lr, NULL, 0) || (o->lr_min >= 0 && in_range("lr-min", o->lr_min, NULL, 0)) ||
-        (isnan(o->lr_min) && in_range("lr-min", o->lr_min, NULL, 0)) || in_range("steps", (double)o->steps, "from epochs", 0) ||
-        (o->steps == 0 && in_range("epochs", o->epochs, NULL, 0)) || in_range("batch-tokens", o->batch_tokens, "sized to the data", 0) ||
-        in_range("commit-every", (double)o->commit_every, NULL, 0) || in_range("save-every", (double)o->save_every, "off", 0) ||
-        in_range("act-budget-mb", (double)o->act_budget_mb, "from the memory available", -1) || in_range("warmup", o->warmup, NULL, 0) ||
-        (!(o->clip <= 0) && in_range("clip", o->clip, NULL, 0)) || in_range("weight-decay", o->weight_decay, NULL, 0) ||
-        in_range("ctx", o->max_ctx, "the model's", 0) || in_range("stop-after", o->stop_after, "off", 0) ||
-        (o->method && !strcmp(o->method, "mezo") && in_range("mezo-eps", o->mezo_eps, NULL, 0)) || in_range("mem-limit-mb", o->mem_limit_mb, "MemAvailable", 0) ||
-        in_range("val-split", o->val_split, "none", 0) || in_range("eval-every", (double)o->eval_every, "after the last step only", 0) ||
+    if (in_range("rank", o->rank, NULL, 0) || in_range("alpha", o->alpha, NULL, 0) ||
+        in_range("dropout", o->dropout, NULL, 0) || in_range("lr", o->lr, NULL, 0) ||
+        (o->lr_min >= 0 && in_range("lr-min", o->lr_min, NULL, 0)) ||
+        (isnan(o->lr_min) && in_range("lr-min", o->lr_min, NULL, 0)) ||
+        in_range("steps", (double)o->steps, "from epochs", 0) ||
+        (o->steps == 0 && in_range("epochs", o->epochs, NULL, 0)) ||
+        in_range("batch-tokens", o->batch_tokens, "sized to the data", 0) ||
+        in_range("commit-every", (double)o->commit_every, NULL, 0) ||
+        in_range("save-every", (double)o->save_every, "off", 0) ||
+        in_range("act-budget-mb", (double)o->act_budget_mb, "from the memory available", -1) ||
+        in_range("warmup", o->warmup, NULL, 0) || (!(o->clip <= 0) && in_range("clip", o->clip, NULL, 0)) ||
+        in_range("weight-decay", o->weight_decay, NULL, 0) || in_range("ctx", o->max_ctx, "the model's", 0) ||
+        in_range("stop-after", o->stop_after, "off", 0) ||
+        (o->method && !strcmp(o->method, "mezo") && in_range("mezo-eps", o->mezo_eps, NULL, 0)) ||
+        in_range("mem-limit-mb", o->mem_limit_mb, "MemAvailable", 0) ||
+        in_range("val-split", o->val_split, "none", 0) ||
+        in_range("eval-every", (double)o->eval_every, "after the last step only", 0) ||
         in_range("early-stop", (double)o->early_stop, "off", 0))
         return -1;
-    if (isnan(o->clip) || o->clip < -1e9) return nl_err("--clip %g: expected a number in [0, 1e9] (<= 0: off)", o->clip);
+    if (isnan(o->clip) || o->clip < -1e9)
+        return nl_err("--clip %g: expected a number in [0, 1e9] (<= 0: off)", o->clip);
     return 0;
 }

@@ -31,13 +31,19 @@ static int scan_lines(const char *path, uint64_t *size, uint64_t *longest, int64
             const char *nl = memchr(p, '\n', (size_t)(end - p));
             cur += (uint64_t)((nl ? nl : end) - p);
             if (!nl) break;
-            if (cur > *longest) { *longest = cur; *longest_line = line; }
+            if (cur > *longest) {
+                *longest = cur;
+                *longest_line = line;
+            }
             cur = 0;
             line++;
             p = nl + 1;
         }
     }
-    if (cur > *longest) { *longest = cur; *longest_line = line; }
+    if (cur > *longest) {
+        *longest = cur;
+        *longest_line = line;
+    }
     int rc = buf && !ferror(f) ? 0 : -1;
     free(buf);
     fclose(f);
@@ -64,15 +70,20 @@ static int check_read_memory(const nl_train_opts *o) {
         int64_t line;
         if (!files[k] || scan_lines(files[k], &size, &longest, &line)) continue;
         need += 2 * size; /* the file's text, and its examples' tokens and strings */
-        if (longest > worst) { worst = longest; worst_file = files[k]; worst_line = line; }
+        if (longest > worst) {
+            worst = longest;
+            worst_file = files[k];
+            worst_line = line;
+        }
     }
     need += (uint64_t)READ_BYTES_PER_LINE_BYTE * worst;
     const uint64_t limit = (uint64_t)(o->mem_limit_mb * NL_MB);
     if (need <= limit) return 0;
-    return nl_err("not enough memory: reading the data would need about %.2f MiB at its peak (%s:%" PRId64 " is %" PRIu64
-                  " bytes, which the reader and the tokenizer hold about %d times over), %.2f MiB allowed by --mem-limit-mb: "
-                  "split that example or raise --mem-limit-mb; nothing was read or trained",
-                  (double)need / NL_MB, worst_file, worst_line, worst, READ_BYTES_PER_LINE_BYTE, o->mem_limit_mb);
+    return nl_err(
+        "not enough memory: reading the data would need about %.2f MiB at its peak (%s:%" PRId64 " is %" PRIu64
+        " bytes, which the reader and the tokenizer hold about %d times over), %.2f MiB allowed by --mem-limit-mb: "
+        "split that example or raise --mem-limit-mb; nothing was read or trained",
+        (double)need / NL_MB, worst_file, worst_line, worst, READ_BYTES_PER_LINE_BYTE, o->mem_limit_mb);
 }
 
 int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_tokenizer *tok, nl_dataset *ds,
@@ -80,29 +91,37 @@ int nl_train_load_data(const nl_train_opts *o, const nl_model *m, const nl_token
     memset(pk, 0, sizeof *pk);
     memset(held, 0, sizeof *held);
     if (check_read_memory(o)) return -1;
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = m->hp.n_vocab,
-                         .strict_keys = o->strict_keys, .columns = o->columns, .alpaca = o->alpaca_prompt};
+    nl_data_opts dopt = {.chat_template = o->chat_template,
+                         .n_vocab = m->hp.n_vocab,
+                         .strict_keys = o->strict_keys,
+                         .columns = o->columns,
+                         .alpaca = o->alpaca_prompt};
     if (nl_dataset_load(o->data, tok, &dopt, ds)) return -1;
     /* the validation split comes out before packing: what is held out is never trained on */
     if (o->val_split > 0 && nl_dataset_split(ds, o->val_split, held)) {
         nl_dataset_free(ds);
         return -1;
     }
-    const int ctx = o->max_ctx > 0 ? o->max_ctx : (m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    const int ctx =
+        o->max_ctx > 0 ? o->max_ctx : (m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (ctx < 2) {
         if (o->max_ctx > 0) nl_err("--ctx %d: expected >= 2", o->max_ctx);
-        else nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)", o->model, ctx);
+        else
+            nl_err("%s: the model's context length is %d, too small to train on (at least 2; --ctx sets another)",
+                   o->model, ctx);
         nl_dataset_free(ds);
         nl_dataset_free(held);
         return -1;
     }
-    if (nl_pack(ds, nl_train_buckets, nl_train_n_buckets, ctx, o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, pk)) {
+    if (nl_pack(ds, nl_train_buckets, nl_train_n_buckets, ctx,
+                o->refuse_long ? NL_OVERLONG_REFUSE : NL_OVERLONG_TRUNCATE, pk)) {
         nl_dataset_free(ds);
         nl_dataset_free(held);
         return -1;
     }
     if (pk->n == 0) {
-        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, ds->n, pk->n_dropped);
+        nl_err("%s: no example has a target token left to train on (%d examples, %d dropped)", o->data, ds->n,
+               pk->n_dropped);
         nl_packing_free(pk);
         nl_dataset_free(ds);
         nl_dataset_free(held);
@@ -119,9 +138,10 @@ int64_t nl_train_count_steps(const nl_train_opts *o, const nl_packing *pk, int64
     if (o->steps <= 0 && !(o->epochs > 0 && o->epochs <= 1e6))
         return nl_err("--epochs %g: expected a number in [1e-06, 1e+06]", o->epochs);
     if (o->steps <= 0 && o->shuffle && ceil(o->epochs) * (double)pk->n > 134217728.0)
-        return nl_err("--epochs %g over %d sequences, shuffled: %.3g epochs' orders to walk to count the steps, more than the"
-                      " 2^27 sequence visits a plan may take; give --steps N (or --no-shuffle)", o->epochs, pk->n,
-                      ceil(o->epochs));
+        return nl_err(
+            "--epochs %g over %d sequences, shuffled: %.3g epochs' orders to walk to count the steps, more than the"
+            " 2^27 sequence visits a plan may take; give --steps N (or --no-shuffle)",
+            o->epochs, pk->n, ceil(o->epochs));
     /* walk the batcher through ceil(epochs) epochs, counting batches: with shuffling an
      * epoch's batch count depends on its order; without, every epoch has the first one's.
      * 64-bit: 200k sequences a batch each over 11000 epochs are 2.2e9 steps. */
@@ -157,7 +177,8 @@ int64_t nl_train_count_steps(const nl_train_opts *o, const nl_packing *pk, int64
 }
 
 /* The steps of o's run over pk with another batch size and a number of epochs. */
-static int64_t steps_with(const nl_train_opts *o, const nl_packing *pk, int batch_tokens, double epochs, int64_t *per_epoch) {
+static int64_t steps_with(const nl_train_opts *o, const nl_packing *pk, int batch_tokens, double epochs,
+                          int64_t *per_epoch) {
     nl_train_opts c = *o;
     c.steps = 0;
     c.epochs = epochs;
@@ -232,14 +253,13 @@ int nl_train_resolve_batch(nl_train_opts *o, const nl_packing *pk) {
 
 const char *nl_train_batch_note(int how, char *buf, size_t cap) {
     if (how == NL_BATCH_SIZED)
-        snprintf(buf, cap, "sized to the data: the largest of %d, %d, ... with at least %d steps an epoch; --batch-tokens N"
-                 " sets one", NL_TRAIN_BATCH_TOKENS, NL_TRAIN_BATCH_TOKENS / 2, NL_TRAIN_FEW_STEPS);
-    else if (how == NL_BATCH_RESUMED_SIZED)
-        snprintf(buf, cap, "the resumed run's, sized to its data (run.json)");
-    else if (how == NL_BATCH_RESUMED_GIVEN)
-        snprintf(buf, cap, "the resumed run's (run.json)");
-    else
-        buf[0] = 0;
+        snprintf(buf, cap,
+                 "sized to the data: the largest of %d, %d, ... with at least %d steps an epoch; --batch-tokens N"
+                 " sets one",
+                 NL_TRAIN_BATCH_TOKENS, NL_TRAIN_BATCH_TOKENS / 2, NL_TRAIN_FEW_STEPS);
+    else if (how == NL_BATCH_RESUMED_SIZED) snprintf(buf, cap, "the resumed run's, sized to its data (run.json)");
+    else if (how == NL_BATCH_RESUMED_GIVEN) snprintf(buf, cap, "the resumed run's (run.json)");
+    else buf[0] = 0;
     return buf;
 }
 
@@ -269,17 +289,21 @@ int nl_train_short_run(const nl_train_opts *o, const nl_packing *pk, int64_t tot
     for (int i = 0; i < pk->n; i++) tokens += pk->seq[i].n_tokens;
     char cause[320], set[96] = "";
     if (few)
-        snprintf(cause, sizeof cause, "only %" PRId64 " optimizer step%s (%" PRId64 " an epoch of %d sequence%s, %" PRId64
-                 " tokens, at --batch-tokens %d)%s: too few to learn much", total, total == 1 ? "" : "s", per_epoch, pk->n,
-                 pk->n == 1 ? "" : "s", tokens, o->batch_tokens, part ? ", less than one epoch" : "");
+        snprintf(cause, sizeof cause,
+                 "only %" PRId64 " optimizer step%s (%" PRId64 " an epoch of %d sequence%s, %" PRId64
+                 " tokens, at --batch-tokens %d)%s: too few to learn much",
+                 total, total == 1 ? "" : "s", per_epoch, pk->n, pk->n == 1 ? "" : "s", tokens, o->batch_tokens,
+                 part ? ", less than one epoch" : "");
     else
-        snprintf(cause, sizeof cause, "%" PRId64 " optimizer steps cover %.0f%% of one epoch (%" PRId64 " steps at --batch-tokens %d):"
-                 " part of the data is never trained on", total, 100.0 * (double)total / (double)per_epoch, per_epoch,
-                 o->batch_tokens);
+        snprintf(cause, sizeof cause,
+                 "%" PRId64 " optimizer steps cover %.0f%% of one epoch (%" PRId64 " steps at --batch-tokens %d):"
+                 " part of the data is never trained on",
+                 total, 100.0 * (double)total / (double)per_epoch, per_epoch, o->batch_tokens);
     int n = 0;
     if (bt != o->batch_tokens) n += snprintf(set + n, sizeof set - (size_t)n, "--batch-tokens %d", bt);
     if (o->steps > 0 || ep != o->epochs)
-        snprintf(set + n, sizeof set - (size_t)n, "%s--epochs %g%s", n ? " " : "", ep, o->steps > 0 ? " (instead of --steps)" : "");
+        snprintf(set + n, sizeof set - (size_t)n, "%s--epochs %g%s", n ? " " : "", ep,
+                 o->steps > 0 ? " (instead of --steps)" : "");
     snprintf(buf, cap, "%s; %s gives %" PRId64 " steps", cause, set, got);
     return 0;
 }
@@ -338,7 +362,10 @@ int nl_train_render_seq(const nl_tokenizer *tok, const int32_t *ids, const uint8
 }
 
 static const char *format_name(nl_line_format f) {
-    return f == NL_LINE_PROMPT ? "prompt/completion" : f == NL_LINE_MESSAGES ? "chat" : f == NL_LINE_TEXT ? "text" : "tokens";
+    return f == NL_LINE_PROMPT     ? "prompt/completion"
+           : f == NL_LINE_MESSAGES ? "chat"
+           : f == NL_LINE_TEXT     ? "text"
+                                   : "tokens";
 }
 
 int nl_train_dry_run(const nl_train_opts *given, int n_show, FILE *f) {
@@ -378,9 +405,9 @@ int nl_train_dry_run(const nl_train_opts *given, int n_show, FILE *f) {
         const nl_example *ex = &ds.ex[s->example];
         char *text;
         if (nl_train_render_seq(tok, s->ids, s->target, s->n_tokens, 4000, &text)) goto done;
-        fprintf(f, "\nsequence %d of %d: line %d (%s), %d tokens%s, %d targets [[marked]]:\n%s\n", i + 1, pk.n, ex->line,
-                format_name(ex->format), s->n_tokens, s->n_tokens < ex->n_tokens ? " (cut to the context)" : "", s->n_targets,
-                text);
+        fprintf(f, "\nsequence %d of %d: line %d (%s), %d tokens%s, %d targets [[marked]]:\n%s\n", i + 1, pk.n,
+                ex->line, format_name(ex->format), s->n_tokens,
+                s->n_tokens < ex->n_tokens ? " (cut to the context)" : "", s->n_targets, text);
         free(text);
     }
     int64_t tokens = 0, targets = 0;
@@ -393,10 +420,12 @@ int nl_train_dry_run(const nl_train_opts *given, int n_show, FILE *f) {
     else snprintf(what, sizeof what, "--epochs %g", o->epochs);
     char note[160], why[176] = "";
     if (how != NL_BATCH_GIVEN) snprintf(why, sizeof why, " (%s)", nl_train_batch_note(how, note, sizeof note));
-    fprintf(f, "\nplan: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), %" PRId64
+    fprintf(f,
+            "\nplan: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), %" PRId64
             " tokens and %" PRId64 " targets an epoch; --batch-tokens %d%s: %" PRId64 " steps an epoch; %s: %" PRId64
-            " optimizer steps\n", ds.n, pk.n, pk.n_truncated, max_ctx, pk.n_dropped, tokens, targets, o->batch_tokens, why,
-            per_epoch, what, total);
+            " optimizer steps\n",
+            ds.n, pk.n, pk.n_truncated, max_ctx, pk.n_dropped, tokens, targets, o->batch_tokens, why, per_epoch, what,
+            total);
     char warn[640];
     if (nl_dataset_note(&ds, warn, sizeof warn)[0]) fprintf(f, "data: %s\n", warn);
     if (nl_train_short_run(o, &pk, total, per_epoch, warn, sizeof warn)) goto done;

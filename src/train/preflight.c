@@ -43,7 +43,10 @@ static uint64_t step_buffers(const nl_trainer *t, int T) {
     uint64_t per = nl_attention_thread_bytes(T, m->hp.head_dim);
     for (int i = 0; i < t->res.ad->n; i++) {
         const nl_lora_tensor *e = &t->res.ad->t[i];
-        const nl_lora L = {.n_in = (int)e->n_in, .n_out = (int)e->n_out, .rank = e->rank, .dropout = t->o->dropout,
+        const nl_lora L = {.n_in = (int)e->n_in,
+                           .n_out = (int)e->n_out,
+                           .rank = e->rank,
+                           .dropout = t->o->dropout,
                            .tiles = t->res.rt.tiles};
         const uint64_t b = nl_lora_thread_bytes(&L);
         if (b > per) per = b;
@@ -53,8 +56,8 @@ static uint64_t step_buffers(const nl_trainer *t, int T) {
            (uint64_t)(2 * nth + node_threads + 2) * (256u << 10);
 }
 
-static void mem_estimate(const nl_trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t held, uint64_t loaded, uint64_t budget,
-                         int64_t avail, uint64_t reserve, mem_est *e) {
+static void mem_estimate(const nl_trainer *t, nl_graph *g, int T, uint64_t weights, uint64_t held, uint64_t loaded,
+                         uint64_t budget, int64_t avail, uint64_t reserve, mem_est *e) {
     const nl_hparams *hp = &t->res.m->hp;
     const int want_grad = !t->plan.mezo;
     memset(e, 0, sizeof *e);
@@ -62,11 +65,13 @@ static void mem_estimate(const nl_trainer *t, nl_graph *g, int T, uint64_t weigh
     e->weights = weights;
     e->held = held;
     e->buffers = step_buffers(t, T);
-    e->state = (uint64_t)t->res.ad->n_params * sizeof(float) * (t->plan.mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
+    e->state = (uint64_t)t->res.ad->n_params * sizeof(float) *
+               (t->plan.mezo ? 3 : 4); /* MeZO: params, θ copy, zero m/v for commits */
     /* the graph's call (train/graph.h), nothing kept: every layer input, the largest layer's
      * cache with its temporaries or the head's */
     const uint64_t call0 = nl_graph_call_bytes(g, T, 0, want_grad, NULL);
-    e->inputs = nl_arena_size((size_t)((uint64_t)(hp->n_layer + 2) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float)));
+    e->inputs =
+        nl_arena_size((size_t)((uint64_t)(hp->n_layer + 2) * (uint64_t)T * (uint64_t)hp->n_embd * sizeof(float)));
     if (e->inputs > call0) e->inputs = call0;
     e->scratch = call0 - e->inputs;
     e->head = 0; /* in the call's scratch */
@@ -138,18 +143,22 @@ static void fmt_est(char *buf, size_t cap, const mem_est *e, int mezo) {
     fmt_bytes(sc, sizeof sc, e->scratch);
     fmt_bytes(h, sizeof h, e->head);
     if (mezo)
-        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter %s, layer inputs %s + layer scratch %s for %d tokens, "
-                           "buffers %s)", tot, lp, w, hd, s, in, sc, e->T, bf);
+        snprintf(buf, cap,
+                 "%s (%sweights %s, held %s, adapter %s, layer inputs %s + layer scratch %s for %d tokens, "
+                 "buffers %s)",
+                 tot, lp, w, hd, s, in, sc, e->T, bf);
     else
-        snprintf(buf, cap, "%s (%sweights %s, held %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute "
-                           "scratch %s for %d tokens (a layer's cache and temporaries, or the head's), buffers %s)", tot, lp, w, hd,
-                 s, in, e->n_kept, k, sc, e->T, bf);
+        snprintf(buf, cap,
+                 "%s (%sweights %s, held %s, adapter+grads+AdamW %s, layer inputs %s + %d kept layers %s + recompute "
+                 "scratch %s for %d tokens (a layer's cache and temporaries, or the head's), buffers %s)",
+                 tot, lp, w, hd, s, in, e->n_kept, k, sc, e->T, bf);
 }
 
 /* Check the estimate against the limit; on refusal name what would fit. T: the rows of one
  * graph call (the step's sequences packed), longest: the longest sequence. Sets *budget_out
  * (the activation budget to use). */
-int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int from_limit, int64_t rss0, uint64_t *budget_out) {
+int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int from_limit, int64_t rss0,
+                           uint64_t *budget_out) {
     const nl_train_opts *o = t->o;
     nl_graph *g = &t->res.g;
     uint64_t weights = nl_proj_resident_bytes(t->res.svc, -1, -1);
@@ -162,7 +171,8 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     int64_t rss = nl_rss_bytes();
     if (rss0 >= 0 && rss > rss0) {
         /* weights resident in place may have been read already (counted as weights) */
-        uint64_t d = (uint64_t)(o->count_process ? rss : rss - rss0), known = weights + (uint64_t)t->res.ad->n_params * sizeof(float);
+        uint64_t d = (uint64_t)(o->count_process ? rss : rss - rss0),
+                 known = weights + (uint64_t)t->res.ad->n_params * sizeof(float);
         held = d > known ? d - known : 0;
     }
     /* the process's peak so far (loading, converting, planning), when the process is what is
@@ -178,7 +188,9 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     if (avail >= 0) fmt_bytes(av, sizeof av, (uint64_t)avail);
     if (o->progress)
         fprintf(o->progress, "memory: needs %s; %s%s\n", est, avail >= 0 ? av : "available memory unknown: not checked",
-                avail < 0 ? "" : from_limit ? " allowed (--mem-limit-mb)" : " available (MemAvailable)");
+                avail < 0    ? ""
+                : from_limit ? " allowed (--mem-limit-mb)"
+                             : " available (MemAvailable)");
     /* the budget the graph gets: what the estimate assumed (explicit, or what is left) */
     if (budget == BUDGET_DEFAULT) {
         uint64_t fixed = e.total - e.kept;
@@ -197,7 +209,8 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     uint64_t fixed = e.total - e.kept;
     if (!t->plan.mezo && explicit_budget && fixed <= A_sug) {
         /* the kept layers are what overflow: a budget of what is left (recompute the rest) */
-        snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)", (unsigned long long)((A_sug - fixed) >> 20));
+        snprintf(sug[ns++], sizeof sug[0], "--act-budget-mb %llu (recompute)",
+                 (unsigned long long)((A_sug - fixed) >> 20));
     }
     /* the longest context that fits with the same other settings */
     {
@@ -205,16 +218,20 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
         while (lo <= hi) {
             int mid = lo + (hi - lo) / 2;
             mem_est x;
-            mem_estimate(t, g, mid, weights, held, loaded, budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
+            mem_estimate(t, g, mid, weights, held, loaded,
+                         budget == UINT64_MAX ? BUDGET_DEFAULT : (o->act_budget_mb >= 0 ? budget : BUDGET_DEFAULT),
                          avail, reserve, &x);
-            if (x.need <= A_sug) { best = mid; lo = mid + 1; }
-            else hi = mid - 1;
+            if (x.need <= A_sug) {
+                best = mid;
+                lo = mid + 1;
+            } else hi = mid - 1;
         }
         if (best >= 32) best -= best % 16;
         /* a call's rows: the longest sequence, or the step's sequences packed up to
          * --batch-tokens: bound whichever is over */
         int packs = !t->hk.per_sequence && o->batch_tokens > best;
-        if (best >= 2 && longest > best && packs) snprintf(sug[ns++], sizeof sug[0], "--ctx %d --batch-tokens %d", best, best);
+        if (best >= 2 && longest > best && packs)
+            snprintf(sug[ns++], sizeof sug[0], "--ctx %d --batch-tokens %d", best, best);
         else if (best >= 2 && longest > best) snprintf(sug[ns++], sizeof sug[0], "--ctx %d", best);
         else if (best >= 2 && packs) snprintf(sug[ns++], sizeof sug[0], "--batch-tokens %d", best);
     }
@@ -224,7 +241,8 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
         uint64_t w2 = weights_at(t->res.m, types[k]);
         if (w2 >= weights) continue;
         mem_est x;
-        mem_estimate(t, g, T, w2, held, loaded, o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
+        mem_estimate(t, g, T, w2, held, loaded,
+                     o->act_budget_mb >= 0 ? (uint64_t)o->act_budget_mb << 20 : BUDGET_DEFAULT, avail, reserve, &x);
         if (x.need <= A_sug) {
             snprintf(sug[ns++], sizeof sug[0], "--precision %s", nl_type_name(types[k]));
             break;
@@ -235,8 +253,9 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
     const char *what = from_limit ? "allowed by --mem-limit-mb" : "available";
     if (ns == 0) {
         mem_est x;
-        mem_estimate(t, g, T < 16 ? T : 16, weights_at(t->res.m, NL_TYPE_Q4_0) < weights ? weights_at(t->res.m, NL_TYPE_Q4_0) : weights, held, loaded, 0,
-                     avail, reserve, &x);
+        mem_estimate(t, g, T < 16 ? T : 16,
+                     weights_at(t->res.m, NL_TYPE_Q4_0) < weights ? weights_at(t->res.m, NL_TYPE_Q4_0) : weights, held,
+                     loaded, 0, avail, reserve, &x);
         char least[32];
         fmt_bytes(least, sizeof least, x.need);
         return nl_err("not enough memory: needs %s, %s %s; no --act-budget-mb, --ctx or --precision makes it fit "
@@ -244,6 +263,6 @@ int nl_train_mem_preflight(nl_trainer *t, int T, int longest, int64_t avail, int
                       need, av, what, least);
     }
     return nl_err("not enough memory: needs %s, %s %s: use %s%s%s%s%s; nothing was trained", need, av, what, sug[0],
-                  ns > 1 ? (ns > 2 ? ", " : ", or ") : "", ns > 1 ? sug[1] : "", ns > 2 ? ", or " : "", ns > 2 ? sug[2] : "");
+                  ns > 1 ? (ns > 2 ? ", " : ", or ") : "", ns > 1 ? sug[1] : "", ns > 2 ? ", or " : "",
+                  ns > 2 ? sug[2] : "");
 }
-

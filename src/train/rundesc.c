@@ -18,7 +18,10 @@ void nl_desc_add(nl_run_desc *d, const char *key, int kind, const char *fmt, ...
     if (d->n == d->cap) {
         const int nc = d->cap ? 2 * d->cap : 48;
         nl_run_kv *k = realloc(d->kv, (size_t)nc * sizeof *k);
-        if (!k) { d->oom = 1; return; }
+        if (!k) {
+            d->oom = 1;
+            return;
+        }
         d->kv = k;
         d->cap = nc;
     }
@@ -30,7 +33,10 @@ void nl_desc_add(nl_run_desc *d, const char *key, int kind, const char *fmt, ...
     char *v = len >= 0 ? malloc((size_t)len + 1) : NULL;
     if (v) vsnprintf(v, (size_t)len + 1, fmt, aq);
     va_end(aq);
-    if (!v) { d->oom = 1; return; }
+    if (!v) {
+        d->oom = 1;
+        return;
+    }
     d->kv[d->n++] = (nl_run_kv){key, kind, v};
 }
 
@@ -84,14 +90,24 @@ static nl_json *read_run_json(const char *dir) {
     char *path = run_json_path(dir);
     if (!path) return NULL;
     struct stat st;
-    if (stat(path, &st) != 0) { free(path); return NULL; }
+    if (stat(path, &st) != 0) {
+        free(path);
+        return NULL;
+    }
     size_t len;
     char *buf = nl_read_file(path, &len);
     free(path);
-    if (!buf) { nl_clear_error(); return NULL; }
+    if (!buf) {
+        nl_clear_error();
+        return NULL;
+    }
     nl_json *j = nl_json_parse(buf, len, NULL);
     free(buf);
-    if (!nl_json_is_object(j)) { nl_json_free(j); nl_clear_error(); return NULL; }
+    if (!nl_json_is_object(j)) {
+        nl_json_free(j);
+        nl_clear_error();
+        return NULL;
+    }
     return j;
 }
 
@@ -109,7 +125,11 @@ uint64_t nl_desc_legacy_config_hash(const nl_run_desc *d, const char *dir) {
     if (!j) return hash_kinds(d, 1u << NL_KV_CONFIG | 1u << NL_KV_SCHEDULE);
     /* this description with the schedule as run.json has it, in run.json's (description) order */
     nl_run_desc *l = nl_calloc(1, sizeof *l);
-    if (!l) { nl_json_free(j); nl_clear_error(); return 0; }
+    if (!l) {
+        nl_json_free(j);
+        nl_clear_error();
+        return 0;
+    }
     for (int i = 0; i < d->n; i++) {
         const nl_run_kv *kv = &d->kv[i];
         if (kv->kind == NL_KV_SCHEDULE) {
@@ -124,7 +144,8 @@ uint64_t nl_desc_legacy_config_hash(const nl_run_desc *d, const char *dir) {
             if (strcmp(j->u.obj.members[m].key, kv->key)) continue;
             for (size_t k = m + 1; k < j->u.obj.n; k++) {
                 const nl_json_member *mk = &j->u.obj.members[k];
-                if (!legacy_schedule_key(mk->key) || nl_desc_get(d, mk->key)[0] || !nl_json_is_string(&mk->value)) break;
+                if (!legacy_schedule_key(mk->key) || nl_desc_get(d, mk->key)[0] || !nl_json_is_string(&mk->value))
+                    break;
                 nl_desc_add(l, mk->key, NL_KV_SCHEDULE, "%s", mk->value.u.str.s);
             }
             break;
@@ -154,7 +175,8 @@ static int buf_raw(char **buf, size_t *n, size_t *cap, const char *s) {
 /* DIR/run.json: one JSON object, every value a string. */
 int nl_desc_write(const nl_run_desc *d, const char *dir) {
     if (d->oom) return nl_err("out of memory describing the run");
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     char *buf = NULL;
     size_t n = 0, cap = 0;
     int rc = 0;
@@ -175,7 +197,8 @@ int nl_desc_write(const nl_run_desc *d, const char *dir) {
 /* Compare `d` with DIR/run.json: append every differing setting of `kind` to msg, as
  * "key A there, B now; ..." or (as_flags) "--key A -> B, ...". Returns the number of
  * differences, or -1 when there is no readable run.json (nothing to compare). */
-static int compare(const nl_run_desc *d, const char *dir, int kind, const char *only, int as_flags, char *msg, size_t cap) {
+static int compare(const nl_run_desc *d, const char *dir, int kind, const char *only, int as_flags, char *msg,
+                   size_t cap) {
     nl_json *j = read_run_json(dir);
     if (!j) return -1;
     int nd = 0;
@@ -216,8 +239,10 @@ int nl_desc_changes(const nl_run_desc *d, const char *dir, int kind, char *msg, 
     return compare(d, dir, kind, NULL, 1, msg, cap);
 }
 
-int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int resumed, int64_t total, const char *command) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int resumed, int64_t total,
+                    const char *command) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     size_t pn = strlen(dir) + 12;
     char *path = nl_malloc(pn);
     if (!path) return -1;
@@ -250,8 +275,8 @@ int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int res
         if (nl_desc_changes(d, dir, kinds[k], chg + strlen(chg), sizeof chg - strlen(chg)) <= 0) chg[l] = 0;
     }
     char num[64];
-    snprintf(num, sizeof num, "{\"step\": %lld, \"resume\": %s, \"steps\": %lld", (long long)step, resumed ? "true" : "false",
-             (long long)total);
+    snprintf(num, sizeof num, "{\"step\": %lld, \"resume\": %s, \"steps\": %lld", (long long)step,
+             resumed ? "true" : "false", (long long)total);
     if (!rc) rc = buf_raw(&buf, &n, &cap, num);
     if (!rc && command) rc = buf_raw(&buf, &n, &cap, ", \"command\": ");
     if (!rc && command) rc = nl_json_escape(&buf, &n, &cap, command, strlen(command));

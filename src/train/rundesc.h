@@ -62,6 +62,7 @@ int nl_desc_changes(const nl_run_desc *d, const char *dir, int kind, char *msg, 
  * appends its line; a run that starts from step 0 without a commit begins the file anew.
  * Written atomically (the whole file, os/io.h). The report draws a resume's marker and lists
  * every command from it (eval/report.h). Call before nl_desc_write replaces run.json. */
-int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int resumed, int64_t total, const char *command);
+int nl_desc_history(const nl_run_desc *d, const char *dir, int64_t step, int resumed, int64_t total,
+                    const char *command);
 
 #endif

@@ -86,18 +86,23 @@ char *nl_train_snapshot_path(const char *out, int64_t step) {
 const int nl_train_buckets[] = {16, 64, 256, 1024, 4096};
 const int nl_train_n_buckets = (int)(sizeof nl_train_buckets / sizeof *nl_train_buckets);
 
-#define NL_STOPPED 2        /* pace hook status: stop requested during a pause */
+#define NL_STOPPED 2 /* pace hook status: stop requested during a pause */
 
 static int pace_hook(void *user) {
     nl_trainer *t = user;
     int r = nl_pacer_check(&t->res.pacer);
-    if (r == 1) { t->count.stop_in_pause = 1; nl_err("stopped while paused"); return NL_STOPPED; }
+    if (r == 1) {
+        t->count.stop_in_pause = 1;
+        nl_err("stopped while paused");
+        return NL_STOPPED;
+    }
     if (r < 0) {
         /* A reading that fails (a host app's status file missing or half-written for a moment)
          * must not end an overnight run: warn once per outage, train on, read again at the
          * next check. An unavailable reading never blocks (pacing.h), so this is the same
          * rule. A bad file at start-up is still an error (nl_thermal_open). */
-        if (!t->count.pace_failing && t->o->warnings) fprintf(t->o->warnings, "warning: pacing: %s; training on without this reading\n", nl_last_error());
+        if (!t->count.pace_failing && t->o->warnings)
+            fprintf(t->o->warnings, "warning: pacing: %s; training on without this reading\n", nl_last_error());
         t->count.pace_failing = 1;
         return 0;
     }
@@ -143,7 +148,8 @@ static int open_lock(const char *path) {
             if (fd < 0 && errno == EEXIST) continue; /* another run created it in between */
         }
         if (fd < 0) {
-            if (errno == ELOOP) return nl_err("%s: is a symbolic link, not our lock file: refusing to follow it; remove it", path);
+            if (errno == ELOOP)
+                return nl_err("%s: is a symbolic link, not our lock file: refusing to follow it; remove it", path);
             return nl_err("%s: cannot create: %s", path, strerror(errno));
         }
         struct stat st;
@@ -173,12 +179,9 @@ static void lock_holder(int fd, char *buf, size_t cap) {
     pid[strcspn(pid, "\n")] = 0;
     char *end;
     long v = strtol(pid, &end, 10);
-    if (pid[0] && !*end && v > 0 && (kill((pid_t)v, 0) == 0 || errno == EPERM))
-        snprintf(buf, cap, "pid %ld", v);
-    else if (pid[0])
-        snprintf(buf, cap, "pid unknown: the lock file names %.20s, which is not running", pid);
-    else
-        snprintf(buf, cap, "pid unknown");
+    if (pid[0] && !*end && v > 0 && (kill((pid_t)v, 0) == 0 || errno == EPERM)) snprintf(buf, cap, "pid %ld", v);
+    else if (pid[0]) snprintf(buf, cap, "pid unknown: the lock file names %.20s, which is not running", pid);
+    else snprintf(buf, cap, "pid unknown");
 }
 
 /* One run per checkpoint directory: two runs committing into the same directory (a scheduler
@@ -188,7 +191,8 @@ static void lock_holder(int fd, char *buf, size_t cap) {
  * lock on the file and writes its pid there, for the message of a run refused. DIR is created
  * (one level) if missing. */
 static int lock_dir(const char *dir, int *fd_out, int *dir_fd_out) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return nl_err("%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     size_t n = strlen(dir) + 6;
     char *path = nl_malloc(n);
     if (!path) return -1;
@@ -214,9 +218,10 @@ static int lock_dir(const char *dir, int *fd_out, int *dir_fd_out) {
             snprintf(who, sizeof who, "pid unknown: its lock file %s was removed", path);
         }
         if (e == EWOULDBLOCK)
-            nl_err("%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)", dir, who);
-        else
-            nl_err("%s: cannot lock: %s", dir, strerror(e));
+            nl_err(
+                "%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)",
+                dir, who);
+        else nl_err("%s: cannot lock: %s", dir, strerror(e));
         free(path);
         return -1;
     }
@@ -232,9 +237,10 @@ static int lock_dir(const char *dir, int *fd_out, int *dir_fd_out) {
         if (e == EWOULDBLOCK) lock_holder(fd, who, sizeof who);
         close(fd);
         if (e == EWOULDBLOCK)
-            nl_err("%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)", dir, who);
-        else
-            nl_err("%s: cannot lock: %s", path, strerror(e));
+            nl_err(
+                "%s is in use by another training run (%s): wait for it to end, or stop it (SIGINT commits and exits)",
+                dir, who);
+        else nl_err("%s: cannot lock: %s", path, strerror(e));
         close(dfd);
         free(path);
         return -1;
@@ -242,10 +248,12 @@ static int lock_dir(const char *dir, int *fd_out, int *dir_fd_out) {
     free(path);
     *dir_fd_out = dfd;
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-    if (fcntl(fd, F_SETLK, &fl) != 0) { /* only for the message: the flock is the lock */ }
+    if (fcntl(fd, F_SETLK, &fl) != 0) { /* only for the message: the flock is the lock */
+    }
     char pid[24];
     int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pl, 0) != pl) { /* the pid is only for the message */ }
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)pl, 0) != pl) { /* the pid is only for the message */
+    }
     *fd_out = fd;
     return 0;
 }
@@ -302,8 +310,8 @@ static FILE *open_log(const char *path, int append) {
 }
 
 /* --log-json on resume: keep only the complete lines of steps <= keep_step (the committed
- * step; an evaluation's row by the step it followed), so the steps the resumed run replays are not logged twice and a line half-written
- * by a killed run disappears. Written back atomically. A missing file is fine. */
+ * step; an evaluation's row by the step it followed), so the steps the resumed run replays are not logged twice and a
+ * line half-written by a killed run disappears. Written back atomically. A missing file is fine. */
 static int log_keep_steps(const char *path, int64_t keep_step) {
     struct stat st;
     if (stat(path, &st) != 0) return 0;
@@ -311,7 +319,10 @@ static int log_keep_steps(const char *path, int64_t keep_step) {
     char *buf = nl_read_file(path, &len);
     if (!buf) return -1;
     char *out = nl_malloc(len + 1);
-    if (!out) { free(buf); return -1; }
+    if (!out) {
+        free(buf);
+        return -1;
+    }
     size_t n = 0;
     for (char *p = buf; p < buf + len;) {
         char *eol = memchr(p, '\n', (size_t)(buf + len - p));
@@ -349,7 +360,8 @@ static uint64_t packing_hash(const nl_packing *pk) {
     return nl_hasher_final(&h);
 }
 
-static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx, nl_run_desc *d) {
+static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx,
+                       nl_run_desc *d) {
     const nl_train_opts *o = t->o;
     const nl_adapter *ad = t->res.ad;
     memset(d, 0, sizeof *d);
@@ -362,20 +374,22 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
         int any = 0;
         for (int i = 0; i < ad->n && !any; i++) any = t->res.m->projs[ad->t[i].proj].kind == (nl_proj_kind)k;
         if (any && kl < sizeof kinds)
-            kl += (size_t)snprintf(kinds + kl, sizeof kinds - kl, "%s%s", kl ? "," : "", nl_proj_kind_name((nl_proj_kind)k));
+            kl += (size_t)snprintf(kinds + kl, sizeof kinds - kl, "%s%s", kl ? "," : "",
+                                   nl_proj_kind_name((nl_proj_kind)k));
     }
     nl_hasher h;
     nl_hasher_init(&h, 0x6e6c7467ull);
     for (int i = 0; i < ad->n; i++) nl_hasher_update(&h, &ad->t[i].proj, sizeof ad->t[i].proj);
-    nl_desc_add(d, "targets", NL_KV_CONFIG, "%s (%d tensors, #%08x)", kinds, ad->n, (unsigned)(nl_hasher_final(&h) >> 32));
+    nl_desc_add(d, "targets", NL_KV_CONFIG, "%s (%d tensors, #%08x)", kinds, ad->n,
+                (unsigned)(nl_hasher_final(&h) >> 32));
     nl_desc_add(d, "rank", NL_KV_CONFIG, "%d", ad->rank);
     char nb[40];
     nl_desc_add(d, "alpha", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, ad->alpha, 1));
     /* a fresh adapter follows from (model, targets, rank, seed); a loaded one is hashed */
     if (o->init_adapter)
-        nl_desc_add(d, "init", NL_KV_CONFIG, "adapter %016llx", (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
-    else
-        nl_desc_add(d, "init", NL_KV_CONFIG, "fresh");
+        nl_desc_add(d, "init", NL_KV_CONFIG, "adapter %016llx",
+                    (unsigned long long)nl_hash64(ad->params, ad->n_params * sizeof(float), 0x6e6c696e6974ull));
+    else nl_desc_add(d, "init", NL_KV_CONFIG, "fresh");
     nl_desc_add(d, "method", NL_KV_CONFIG, "%s", t->plan.mezo ? "mezo" : "backprop");
     if (t->plan.mezo) nl_desc_add(d, "mezo_eps", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->mezo_eps, 0));
     /* the schedule: recorded, not hashed; a resume may change it (resume_from) */
@@ -388,7 +402,8 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     nl_desc_add(d, "schedule", NL_KV_SCHEDULE, "%s", o->cosine ? "cosine" : "constant");
     /* the floor is reached after the last step (a commit of the older schedule, which gave
      * the last step lr 0, has no lr_min and is refused as made with other settings) */
-    if (o->cosine) nl_desc_add(d, "lr_min", NL_KV_SCHEDULE, "%s", nl_desc_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
+    if (o->cosine)
+        nl_desc_add(d, "lr_min", NL_KV_SCHEDULE, "%s", nl_desc_num(nb, sizeof nb, nl_train_schedule(o).lr_min, 0));
     nl_desc_add(d, "warmup", NL_KV_SCHEDULE, "%d", o->warmup);
     nl_desc_add(d, "dropout", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->dropout, 1));
     nl_desc_add(d, "clip", NL_KV_CONFIG, "%s", nl_desc_num(nb, sizeof nb, o->clip, 0));
@@ -410,10 +425,14 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
             nl_desc_add(d, "val_data_path", NL_KV_INFO, "%s", o->val_data);
         }
         if (o->eval_every) nl_desc_add(d, "eval_every", NL_KV_CONFIG, "%lld", (long long)o->eval_every);
-        if (o->keep_best) nl_desc_add(d, "keep_best", NL_KV_CONFIG, "%s", o->keep_best == NL_KEEP_ACCURACY ? "accuracy" : "loss");
+        if (o->keep_best)
+            nl_desc_add(d, "keep_best", NL_KV_CONFIG, "%s", o->keep_best == NL_KEEP_ACCURACY ? "accuracy" : "loss");
         if (o->early_stop) nl_desc_add(d, "early_stop", NL_KV_CONFIG, "%lld", (long long)o->early_stop);
     }
-    nl_desc_add(d, "backend", NL_KV_NUMERICS, "%s", o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref");
+    nl_desc_add(d, "backend", NL_KV_NUMERICS, "%s",
+                o->proj.backend_impl ? o->proj.backend_impl->name
+                : o->proj.backend    ? o->proj.backend
+                                     : "ref");
     nl_desc_add(d, "precision", NL_KV_NUMERICS, "%s", o->proj.precision ? o->proj.precision : "auto");
     nl_desc_add(d, "precision_map", NL_KV_NUMERICS, "%s", o->proj.precision_map ? o->proj.precision_map : "");
     nl_desc_add(d, "wire", NL_KV_NUMERICS, "%s", o->proj.wire_f16 ? "f16" : "f32");
@@ -421,8 +440,7 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     nl_proj_describe(t->res.svc, kern, sizeof kern);
     if (t->res.rt.tiles) /* the nodes' products follow the service onto the tiles (nn/forward.h) */
         nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s; attention and lora on %s tiles", kern, t->res.rt.tiles->name);
-    else
-        nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
+    else nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
     nl_desc_add(d, "model_path", NL_KV_INFO, "%s", o->model);
     nl_desc_add(d, "data_path", NL_KV_INFO, "%s", o->data);
     /* the rest of what `train --config run.json` replays (recorded, never hashed or compared, so
@@ -443,7 +461,10 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
 }
 
 static void fmt_eta(double s, char *buf, size_t cap) {
-    if (!isfinite(s) || s < 0) { snprintf(buf, cap, "?"); return; }
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, cap, "?");
+        return;
+    }
     long x = (long)(s + 0.5);
     if (x >= 3600) snprintf(buf, cap, "%ldh%02ldm", x / 3600, (x % 3600) / 60);
     else if (x >= 60) snprintf(buf, cap, "%ldm%02lds", x / 60, x % 60);
@@ -452,10 +473,17 @@ static void fmt_eta(double s, char *buf, size_t cap) {
 
 static int commit_state(nl_trainer *t, uint64_t cfg_hash, uint64_t model_hash, int64_t step, nl_data_cursor cur) {
     const float *m = t->plan.mezo ? t->res.zeros : t->res.mom, *v = t->plan.mezo ? t->res.zeros : t->res.vel;
-    nl_ckpt ck = {.config_hash = cfg_hash, .model_hash = model_hash, .step = (uint64_t)step,
-                  .epoch = (uint64_t)cur.epoch, .index = (uint64_t)cur.index, .rank = (uint32_t)t->res.ad->rank,
-                  .alpha = t->res.ad->alpha, .n_params = t->res.ad->n_params, .params = t->res.ad->params,
-                  .m = (float *)m, .v = (float *)v};
+    nl_ckpt ck = {.config_hash = cfg_hash,
+                  .model_hash = model_hash,
+                  .step = (uint64_t)step,
+                  .epoch = (uint64_t)cur.epoch,
+                  .index = (uint64_t)cur.index,
+                  .rank = (uint32_t)t->res.ad->rank,
+                  .alpha = t->res.ad->alpha,
+                  .n_params = t->res.ad->n_params,
+                  .params = t->res.ad->params,
+                  .m = (float *)m,
+                  .v = (float *)v};
     uint64_t vw[NL_VAL_WORDS];
     if (t->val.loaded) { /* the best so far and the patience counter travel with the step */
         nl_val_state_pack(&t->val.st, vw);
@@ -473,14 +501,15 @@ static void commit_error(int64_t step, int64_t last_commit, int rc) {
     char why[1024];
     snprintf(why, sizeof why, "%s", nl_last_error());
     if (rc == NL_IO_NOT_DURABLE)
-        nl_err("step %" PRId64 ": commit failed: %s; training stopped: the commit of step %" PRId64 " is in place but may not survive a power "
+        nl_err("step %" PRId64 ": commit failed: %s; training stopped: the commit of step %" PRId64
+               " is in place but may not survive a power "
                "loss (the one before it is kept too), --resume continues from the newest that verifies",
                step, why, step);
     else if (last_commit > 0)
-        nl_err("step %" PRId64 ": commit failed: %s; training stopped: the previous commit (step %" PRId64 ") is kept, --resume continues from it",
+        nl_err("step %" PRId64 ": commit failed: %s; training stopped: the previous commit (step %" PRId64
+               ") is kept, --resume continues from it",
                step, why, last_commit);
-    else
-        nl_err("step %" PRId64 ": commit failed: %s; training stopped (nothing committed yet)", step, why);
+    else nl_err("step %" PRId64 ": commit failed: %s; training stopped (nothing committed yet)", step, why);
 }
 
 /* The model file changed under the run (truncated or rewritten: model/gguf.h): what was
@@ -489,21 +518,25 @@ static int model_changed(const nl_trainer *t, int64_t last_commit) {
     if (!nl_gguf_changed(t->res.m->gguf)) return 0;
     const nl_train_opts *o = t->o;
     if (o->checkpoint_dir && last_commit > 0)
-        return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: the last commit (step %" PRId64
-                      ") is kept, --resume with the model as it was continues from it; no adapter written", o->model, last_commit);
-    return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: %s, no adapter written", o->model,
-                  o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
+        return nl_err(
+            "%s changed while the run was using it (truncated or rewritten); stopping: the last commit (step %" PRId64
+            ") is kept, --resume with the model as it was continues from it; no adapter written",
+            o->model, last_commit);
+    return nl_err("%s changed while the run was using it (truncated or rewritten); stopping: %s, no adapter written",
+                  o->model, o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
 }
 
 /* A failed write of an output (--out at the end, --log-json at a step) ends the run: say the
  * step and how to get the trained state back (`flag` names the output to change). */
 static void output_error(const nl_train_opts *o, int64_t step, const char *why, int64_t last_commit, const char *flag) {
     if (o->checkpoint_dir && last_commit > 0)
-        nl_err("step %" PRId64 ": %s; the last commit (step %" PRId64 ") is kept: --resume with another %s", step, why, last_commit, flag);
+        nl_err("step %" PRId64 ": %s; the last commit (step %" PRId64 ") is kept: --resume with another %s", step, why,
+               last_commit, flag);
     else if (o->checkpoint_dir)
         nl_err("step %" PRId64 ": %s; nothing was committed yet (the run must start again)", step, why);
     else
-        nl_err("step %" PRId64 ": %s; nothing was committed (no --checkpoint-dir): the run must start again", step, why);
+        nl_err("step %" PRId64 ": %s; nothing was committed (no --checkpoint-dir): the run must start again", step,
+               why);
 }
 
 /* ---- non-finite values ------------------------------------------------------------------- */
@@ -524,7 +557,8 @@ static void adamw_task(void *arg, int task, int n_tasks) {
     nl_adamw_step(j->p + i0, j->g + i0, j->m + i0, j->v + i0, i1 - i0, j->cfg, j->step); /* cfg, step: checked */
 }
 
-static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float *v, size_t n, const nl_adamw *cfg, int64_t step) {
+static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float *v, size_t n, const nl_adamw *cfg,
+                      int64_t step) {
     if (!rt->pool || n < 4096) return nl_adamw_step(p, g, m, v, n, cfg, step);
     if (nl_adamw_step(p, g, m, v, 0, cfg, step)) return -1; /* validates cfg and step, touches nothing */
     adamw_job j = {p, m, v, g, n, cfg, step};
@@ -534,7 +568,10 @@ static int adamw_pool(nl_runtime *rt, float *p, const float *g, float *m, float 
 
 static int all_finite(const float *x, size_t n, size_t *bad) {
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) { *bad = i; return 0; }
+        if (!isfinite(x[i])) {
+            *bad = i;
+            return 0;
+        }
     return 1;
 }
 
@@ -546,7 +583,8 @@ static int find_nonfinite(const nl_trainer *t, const float *grads, char *buf, si
     for (int i = 0; i < ad->n; i++) {
         const nl_lora_tensor *lt = &ad->t[i];
         for (int part = 0; part < 2; part++) {
-            size_t off = part ? lt->off_b : lt->off_a, n = (size_t)lt->rank * (size_t)(part ? lt->n_out : lt->n_in), bad;
+            size_t off = part ? lt->off_b : lt->off_a, n = (size_t)lt->rank * (size_t)(part ? lt->n_out : lt->n_in),
+                   bad;
             for (int isg = 0; isg < 2; isg++) {
                 const float *x = isg ? grads : ad->params;
                 if (!x || all_finite(x + off, n, &bad)) continue;
@@ -564,20 +602,28 @@ static int find_nonfinite(const nl_trainer *t, const float *grads, char *buf, si
 static int nonfinite_error(const nl_trainer *t, int64_t step, int64_t last_commit, double loss, const float *grads) {
     char where[256];
     char kept[96];
-    if (t->o->checkpoint_dir && last_commit > 0) snprintf(kept, sizeof kept, "the last commit (step %" PRId64 ") is kept", last_commit);
-    else snprintf(kept, sizeof kept, "%s", t->o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
+    if (t->o->checkpoint_dir && last_commit > 0)
+        snprintf(kept, sizeof kept, "the last commit (step %" PRId64 ") is kept", last_commit);
+    else
+        snprintf(kept, sizeof kept, "%s",
+                 t->o->checkpoint_dir ? "nothing was committed" : "no --checkpoint-dir: nothing is kept");
     if (find_nonfinite(t, grads, where, sizeof where))
-        return nl_err("step %" PRId64 ": non-finite values (loss %g): first in the %s; stopping, %s, no adapter written "
-                      "(try a lower --lr; check the --init-adapter and the data)", step, loss, where, kept);
-    return nl_err("step %" PRId64 ": the loss is not finite (%g) while every LoRA parameter%s is finite (the base model's "
-                  "activations overflow?); stopping, %s, no adapter written", step, loss, grads ? " and gradient" : "", kept);
+        return nl_err("step %" PRId64
+                      ": non-finite values (loss %g): first in the %s; stopping, %s, no adapter written "
+                      "(try a lower --lr; check the --init-adapter and the data)",
+                      step, loss, where, kept);
+    return nl_err("step %" PRId64
+                  ": the loss is not finite (%g) while every LoRA parameter%s is finite (the base model's "
+                  "activations overflow?); stopping, %s, no adapter written",
+                  step, loss, grads ? " and gradient" : "", kept);
 }
 
 /* ---- one step's sequences in one graph call ---- */
 
 /* The nseq sequences of the step (t->res.pk.seq[idx[i]]) packed back to back through
  * nl_graph_seqs; their losses added in order into *loss_sum (as one call each would). */
-static int step_packed(nl_trainer *t, nl_graph *g, const int *idx, int nseq, float inv_n, double *loss_sum, int64_t *n_tokens) {
+static int step_packed(nl_trainer *t, nl_graph *g, const int *idx, int nseq, float inv_n, double *loss_sum,
+                       int64_t *n_tokens) {
     int64_t T = 0;
     for (int i = 0; i < nseq; i++) T += t->res.pk.seq[idx[i]].n_tokens;
     if (T > INT32_MAX) return nl_err("a step of %" PRId64 " tokens is too long for one call", T);
@@ -614,7 +660,6 @@ typedef struct {
     double loss, gnorm, pgrad, lr;
     int64_t n_tokens, n_targets;
 } step_out;
-
 
 /* MeZO: two forwards, no backward; the step updates the params itself (on any error they are
  * as before). */
@@ -675,13 +720,15 @@ static int step_backprop(nl_trainer *t, int64_t step, const int *idx, int nseq, 
     *loss = n_targets ? loss_sum / (double)n_targets : 0.0;
     if (t->hk.after_backward) t->hk.after_backward(t->hk.user, step, t->res.ad, t->res.grads);
     size_t bad;
-    if (!isfinite(*loss) || !all_finite(t->res.grads, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
+    if (!isfinite(*loss) || !all_finite(t->res.grads, np, &bad))
+        return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
     if (o->dump_grads && step == 1) {
         if (nl_adapter_save_values(t->res.ad, t->res.m, t->res.grads, o->dump_grads)) return -1;
     }
     so->gnorm = nl_grad_clip(t->res.grads, np, o->clip);
     if (!isfinite(so->gnorm)) return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
-    if (adamw_pool(&t->res.rt, t->res.ad->params, t->res.grads, t->res.mom, t->res.vel, np, &t->plan.aw, step)) return -1;
+    if (adamw_pool(&t->res.rt, t->res.ad->params, t->res.grads, t->res.mom, t->res.vel, np, &t->plan.aw, step))
+        return -1;
     if (!all_finite(t->res.ad->params, np, &bad)) return nonfinite_error(t, step, last_commit, *loss, t->res.grads), -1;
     return 0;
 }
@@ -693,8 +740,10 @@ static int check_opts(const nl_train_opts *o) {
     if (o->method && strcmp(o->method, "backprop") && strcmp(o->method, "mezo"))
         return nl_err("--method %s: expected backprop or mezo", o->method);
     const int mezo = o->method && !strcmp(o->method, "mezo");
-    if (mezo && !(o->mezo_eps > 0 && isfinite(o->mezo_eps))) return nl_err("--mezo-eps %g: expected a finite value > 0", o->mezo_eps);
-    if (o->mem_limit_mb < 0 || !isfinite(o->mem_limit_mb)) return nl_err("--mem-limit-mb %g: expected > 0", o->mem_limit_mb);
+    if (mezo && !(o->mezo_eps > 0 && isfinite(o->mezo_eps)))
+        return nl_err("--mezo-eps %g: expected a finite value > 0", o->mezo_eps);
+    if (o->mem_limit_mb < 0 || !isfinite(o->mem_limit_mb))
+        return nl_err("--mem-limit-mb %g: expected > 0", o->mem_limit_mb);
     if (o->overlap && strcmp(o->overlap, "auto") && strcmp(o->overlap, "on") && strcmp(o->overlap, "off"))
         return nl_err("--overlap %s: expected auto, on or off", o->overlap);
     if (o->batch_tokens < 0) return nl_err("--batch-tokens %d: expected >= 1 (0: sized to the data)", o->batch_tokens);
@@ -708,13 +757,15 @@ static int check_opts(const nl_train_opts *o) {
     if (o->save_every < 0) return nl_err("--save-every %" PRId64 ": expected >= 1 (0: no snapshots)", o->save_every);
     if (o->resume && !o->checkpoint_dir) return nl_err("--resume needs --checkpoint-dir");
     if (o->val_data && o->val_split > 0) return nl_err("give --val-data or --val-split, not both");
-    if (o->val_split < 0 || o->val_split >= 1) return nl_err("--val-split %g: expected a fraction in (0, 1)", o->val_split);
+    if (o->val_split < 0 || o->val_split >= 1)
+        return nl_err("--val-split %g: expected a fraction in (0, 1)", o->val_split);
     if (o->eval_every < 0 || o->early_stop < 0 || o->keep_best < 0 || o->keep_best > NL_KEEP_ACCURACY)
         return nl_err("--eval-every %lld / --early-stop %lld / --keep-best %d: out of range", (long long)o->eval_every,
                       (long long)o->early_stop, o->keep_best);
     if ((o->eval_every || o->keep_best || o->early_stop) && !o->val_data && !(o->val_split > 0))
-        return nl_err("--%s needs a validation set: --val-data FILE or --val-split F",
-                      o->eval_every ? "eval-every" : o->keep_best ? "keep-best" : "early-stop");
+        return nl_err("--%s needs a validation set: --val-data FILE or --val-split F", o->eval_every  ? "eval-every"
+                                                                                       : o->keep_best ? "keep-best"
+                                                                                                      : "early-stop");
     /* every numeric option in the range the CLI's flags have (the C API and Python pass here too) */
     if (nl_train_check_opts(o)) return -1;
     /* what is written at the end must be writable now, not after a night of training */
@@ -734,7 +785,10 @@ static int open_run(nl_trainer *t) {
     if (!t->res.m) return -1;
     if (nl_tokenizer_for_model(t->res.m, &t->res.tok)) return -1;
     if (t->res.m->warning && o->warnings) fprintf(o->warnings, "warning: %s: %s\n", o->model, t->res.m->warning);
-    if (!t->res.tok) { nl_err("%s: the model has no tokenizer vocabulary", o->model); return -1; }
+    if (!t->res.tok) {
+        nl_err("%s: the model has no tokenizer vocabulary", o->model);
+        return -1;
+    }
     if (o->init_adapter) t->res.ad = nl_adapter_load(t->res.m, o->init_adapter);
     else t->res.ad = nl_adapter_new(t->res.m, o->targets, o->rank, o->alpha, o->seed);
     if (!t->res.ad) return -1;
@@ -744,19 +798,23 @@ static int open_run(nl_trainer *t) {
      * and the embedding are one tensor). Refused before anything is trained. */
     if (t->res.m->tied_head && t->res.ad->by_proj[t->res.m->p_output] >= 0) {
         if (o->init_adapter)
-            nl_err("--init-adapter %s adapts the output head, which this model ties to token_embd.weight: an adapter on a "
-                   "tied head loads in neither llama.cpp nor merge; start a fresh adapter without \"output\" in --targets",
-                   o->init_adapter);
+            nl_err(
+                "--init-adapter %s adapts the output head, which this model ties to token_embd.weight: an adapter on a "
+                "tied head loads in neither llama.cpp nor merge; start a fresh adapter without \"output\" in --targets",
+                o->init_adapter);
         else
-            nl_err("--targets output: %s ties its output head to token_embd.weight (it has no output.weight), and an "
-                   "adapter on a tied head loads in neither llama.cpp (token_embd.weight.lora_a/b would be taken for an "
-                   "embedding adapter) nor merge (the head and the embedding are one tensor); drop \"output\" from "
-                   "--targets (\"all\" leaves the head out)", o->model);
+            nl_err(
+                "--targets output: %s ties its output head to token_embd.weight (it has no output.weight), and an "
+                "adapter on a tied head loads in neither llama.cpp (token_embd.weight.lora_a/b would be taken for an "
+                "embedding adapter) nor merge (the head and the embedding are one tensor); drop \"output\" from "
+                "--targets (\"all\" leaves the head out)",
+                o->model);
         return -1;
     }
     if (o->init_adapter && o->init_rank > 0 && t->res.ad->rank != o->init_rank) {
         nl_err("--init-adapter %s has rank %d, --rank %d was asked: drop --rank (the adapter's rank is used) or start "
-               "a fresh adapter without --init-adapter", o->init_adapter, t->res.ad->rank, o->init_rank);
+               "a fresh adapter without --init-adapter",
+               o->init_adapter, t->res.ad->rank, o->init_rank);
         return -1;
     }
     t->res.svc = nl_proj_service_new(&o->proj);
@@ -772,7 +830,9 @@ static int open_run(nl_trainer *t) {
             return -1;
         }
         if (has) {
-            nl_err("%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir", o->checkpoint_dir);
+            nl_err(
+                "%s already holds commits of a run: pass --resume to continue it, or choose another --checkpoint-dir",
+                o->checkpoint_dir);
             return -1;
         }
     }
@@ -780,8 +840,11 @@ static int open_run(nl_trainer *t) {
     if (nl_train_load_data(o, t->res.m, t->res.tok, &t->res.ds, &t->res.pk, &t->plan.max_ctx, &t->val.ds)) return -1;
     t->res.ds_loaded = t->res.pk_loaded = 1;
     /* the validation set: held out of the data before it was packed (--val-split), or its own file */
-    nl_data_opts dopt = {.chat_template = o->chat_template, .n_vocab = t->res.m->hp.n_vocab,
-                         .strict_keys = o->strict_keys, .columns = o->columns, .alpaca = o->alpaca_prompt};
+    nl_data_opts dopt = {.chat_template = o->chat_template,
+                         .n_vocab = t->res.m->hp.n_vocab,
+                         .strict_keys = o->strict_keys,
+                         .columns = o->columns,
+                         .alpaca = o->alpaca_prompt};
     if (o->val_data && nl_dataset_load(o->val_data, t->res.tok, &dopt, &t->val.ds)) return -1;
     t->val.loaded = o->val_split > 0 || o->val_data;
     if (t->val.loaded && nl_val_init(&t->val, t->plan.max_ctx, o->eval_every, o->keep_best, o->early_stop)) return -1;
@@ -810,7 +873,8 @@ static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
         if (packed > max_T) max_T = (int)packed;
     }
     /* keep_scratch: the graph's buffers live across steps (freed in trainer_free) */
-    t->res.g = (nl_graph){.rt = &t->res.rt, .ad = t->res.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
+    t->res.g = (nl_graph){
+        .rt = &t->res.rt, .ad = t->res.ad, .grads = NULL, .dropout = o->dropout, .seed = o->seed, .keep_scratch = 1};
     /* planned first: its checks' buffers are part of the peak the preflight counts */
     if (nl_proj_plan(t->res.svc, NULL, 0)) return -1;
     uint64_t budget;
@@ -846,7 +910,8 @@ static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
 static int open_pacing(nl_trainer *t) {
     const nl_train_opts *o = t->o;
     nl_thermal_provider prov;
-    if (nl_thermal_open(&prov, o->thermal ? o->thermal : "auto", o->thermal_status_file, o->battery_temp_file)) return -1;
+    if (nl_thermal_open(&prov, o->thermal ? o->thermal : "auto", o->thermal_status_file, o->battery_temp_file))
+        return -1;
     nl_pacer_cfg pc;
     nl_pacer_defaults(&pc);
     pc.enabled = !(o->thermal && !strcmp(o->thermal, "off")) || o->thermal_status_file || o->battery_temp_file;
@@ -865,7 +930,8 @@ static int open_pacing(nl_trainer *t) {
         if (nl_energy_start_sampler(t->res.en, 0.5)) return -1;
         if (o->progress)
             fprintf(o->progress, "energy: %s counters (%s)\n",
-                    nl_energy_kind_of(t->res.en) == NL_ENERGY_RAPL ? "RAPL package" : "battery", nl_energy_source(t->res.en));
+                    nl_energy_kind_of(t->res.en) == NL_ENERGY_RAPL ? "RAPL package" : "battery",
+                    nl_energy_source(t->res.en));
     } else if (o->progress) {
         fprintf(o->progress, "energy counters not available: %s\n", nl_energy_reason(t->res.en));
     }
@@ -910,7 +976,8 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     size_t np = t->res.ad->n_params;
     nl_ckpt ck;
     char warn[512];
-    int r = nl_ckpt_load_latest(o->checkpoint_dir, t->plan.cfg_hash, t->plan.model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io);
+    int r = nl_ckpt_load_latest(o->checkpoint_dir, t->plan.cfg_hash, t->plan.model_hash, np, &ck, warn, sizeof warn,
+                                t->hk.ckpt_io);
     int legacy = 0;
     if (r < 0) {
         /* commits of a build before the schedule left the config hash carry the older hash
@@ -919,7 +986,8 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
         snprintf(first, sizeof first, "%s", nl_last_error());
         uint64_t lh = nl_desc_legacy_config_hash(desc, o->checkpoint_dir);
         if (lh && lh != t->plan.cfg_hash &&
-            nl_ckpt_load_latest(o->checkpoint_dir, lh, t->plan.model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io) == 0) {
+            nl_ckpt_load_latest(o->checkpoint_dir, lh, t->plan.model_hash, np, &ck, warn, sizeof warn, t->hk.ckpt_io) ==
+                0) {
             legacy = 1;
             r = 0;
         } else {
@@ -929,8 +997,11 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     if (r < 0) {
         /* name what differs when the run's description is there to compare with */
         char why[1536];
-        int n = snprintf(why, sizeof why, "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
-        if (n > 0 && (size_t)n < sizeof why && nl_desc_compare(desc, o->checkpoint_dir, NL_KV_CONFIG, NULL, why, sizeof why) > 0)
+        int n = snprintf(
+            why, sizeof why,
+            "%s: cannot resume: this run's settings differ from those the commits were made with: ", o->checkpoint_dir);
+        if (n > 0 && (size_t)n < sizeof why &&
+            nl_desc_compare(desc, o->checkpoint_dir, NL_KV_CONFIG, NULL, why, sizeof why) > 0)
             nl_err("%s (start a fresh run with another --checkpoint-dir, or resume with the same settings)", why);
         return -1;
     }
@@ -953,7 +1024,8 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
     nl_ckpt_free(&ck);
     /* a step is never trusted into a narrower type: a forged one above the run's count is refused */
     if (ck_step > (uint64_t)t->plan.total)
-        return nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps", o->checkpoint_dir, ck_step, t->plan.total);
+        return nl_err("%s: the newest commit is at step %" PRIu64 ", beyond this run's %" PRId64 " steps",
+                      o->checkpoint_dir, ck_step, t->plan.total);
     *step = (int64_t)ck_step;
     if (nl_batcher_seek(t->res.bt, cur)) return -1;
     char diff[1024] = "";
@@ -962,13 +1034,16 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
      * uninterrupted one gives; --allow-kernel-change continues, with a warning */
     if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_KERNELS, NULL, diff, sizeof diff) > 0) {
         if (!o->allow_kernel_change)
-            return nl_err("%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
-                          "(the result will differ from an uninterrupted run)", o->checkpoint_dir, diff);
+            return nl_err(
+                "%s: cannot resume bit-identically: %s; pass --allow-kernel-change to continue on these kernels "
+                "(the result will differ from an uninterrupted run)",
+                o->checkpoint_dir, diff);
         if (o->warnings) fprintf(o->warnings, "warning: resuming on other kernels (%s)\n", diff);
     }
     diff[0] = 0;
     if (nl_desc_compare(desc, o->checkpoint_dir, NL_KV_NUMERICS, NULL, diff, sizeof diff) > 0 && o->warnings)
-        fprintf(o->warnings, "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
+        fprintf(o->warnings,
+                "warning: resuming with other numerics (%s): the result will differ from an uninterrupted run\n", diff);
     /* an extended run: more steps, another learning rate or schedule, with the optimizer state */
     char chg[1024] = "";
     if (nl_desc_changes(desc, o->checkpoint_dir, NL_KV_SCHEDULE, chg, sizeof chg) > 0 && o->progress)
@@ -978,13 +1053,19 @@ static int resume_from(nl_trainer *t, const nl_run_desc *desc, int64_t *step) {
          * run.json of this run replaces the one the old hash was checked against */
         if (commit_state(t, t->plan.cfg_hash, t->plan.model_hash, *step, cur) < 0) return -1;
         if (o->progress)
-            fprintf(o->progress, "the commit of step %" PRId64 " was made by an older build (its config hash includes the schedule): "
-                                 "committed again in the current format\n", *step);
+            fprintf(o->progress,
+                    "the commit of step %" PRId64
+                    " was made by an older build (its config hash includes the schedule): "
+                    "committed again in the current format\n",
+                    *step);
     }
-    if (o->progress) fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step, t->plan.total);
+    if (o->progress)
+        fprintf(o->progress, "resumed from %s at step %" PRId64 "/%" PRId64 "\n", o->checkpoint_dir, *step,
+                t->plan.total);
     struct stat st;
     if (o->keep_best && t->val.st.best_step > 0 && stat(o->out, &st) != 0 && o->warnings)
-        fprintf(o->warnings, "warning: the best adapter so far (step %" PRId64 ") was written to --out %s, which is not there now\n",
+        fprintf(o->warnings,
+                "warning: the best adapter so far (step %" PRId64 ") was written to --out %s, which is not there now\n",
                 t->val.st.best_step, o->out);
     return 0;
 }
@@ -995,8 +1076,8 @@ static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
     const nl_train_opts *o = t->o;
     if (!nl_adapter_save(t->res.ad, t->res.m, path)) return 0;
     char why[1024];
-    snprintf(why, sizeof why, "--save-every %" PRId64 ": writing the snapshot of step %" PRId64 " failed: %s", o->save_every, step,
-             nl_last_error());
+    snprintf(why, sizeof why, "--save-every %" PRId64 ": writing the snapshot of step %" PRId64 " failed: %s",
+             o->save_every, step, nl_last_error());
     output_error(o, step, why, t->count.last_commit, "--out");
     return -1;
 }
@@ -1008,7 +1089,9 @@ static int write_snapshot(nl_trainer *t, int64_t step, const char *path) {
 static int start_snapshots(nl_trainer *t, int64_t step) {
     const nl_train_opts *o = t->o;
     if (o->save_every > t->plan.total && o->warnings)
-        fprintf(o->warnings, "warning: --save-every %" PRId64 " is beyond this run's %" PRId64 " steps: no snapshot will be written\n",
+        fprintf(o->warnings,
+                "warning: --save-every %" PRId64 " is beyond this run's %" PRId64
+                " steps: no snapshot will be written\n",
                 o->save_every, t->plan.total);
     if (step == 0 || step % o->save_every) return 0;
     char *path = nl_train_snapshot_path(o->out, step);
@@ -1017,7 +1100,8 @@ static int start_snapshots(nl_trainer *t, int64_t step) {
     int rc = 0;
     if (stat(path, &st) != 0 && errno == ENOENT) {
         rc = write_snapshot(t, step, path);
-        if (!rc && o->progress) fprintf(o->progress, "snapshot of step %" PRId64 " was missing: written to %s\n", step, path);
+        if (!rc && o->progress)
+            fprintf(o->progress, "snapshot of step %" PRId64 " was missing: written to %s\n", step, path);
     }
     free(path);
     return rc;
@@ -1049,7 +1133,9 @@ static int start_run(nl_trainer *t, int64_t *step) {
     t->count.first_step = t->count.last_commit = *step;
     if (!drc && o->save_every > 0 && start_snapshots(t, *step)) drc = -1;
     /* the history first: it says what this run changed against the run.json it replaces */
-    if (!drc && o->checkpoint_dir && nl_desc_history(&desc, o->checkpoint_dir, *step, *step > 0, t->plan.total, o->command)) drc = -1;
+    if (!drc && o->checkpoint_dir &&
+        nl_desc_history(&desc, o->checkpoint_dir, *step, *step > 0, t->plan.total, o->command))
+        drc = -1;
     if (!drc && o->checkpoint_dir && nl_desc_write(&desc, o->checkpoint_dir)) drc = -1;
     nl_desc_free(&desc);
     if (drc) return -1;
@@ -1059,14 +1145,17 @@ static int start_run(nl_trainer *t, int64_t *step) {
         if (!(t->res.log = open_log(o->log_json, o->resume))) return -1;
     }
     if (o->progress)
-        fprintf(o->progress, "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
-                             "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
-                o->model, o->data, t->res.ds.n, t->res.pk.n, t->res.pk.n_truncated, t->plan.max_ctx, t->res.pk.n_dropped, t->plan.total, t->res.ad->n,
-                t->res.ad->n_params, t->res.ad->rank, t->plan.mezo ? ", MeZO (two forwards a step, no backward)" : "");
+        fprintf(
+            o->progress,
+            "training %s on %s: %d examples, %d sequences (%d truncated to %d tokens, %d dropped with no target left), "
+            "%" PRId64 " steps, %d adapted projections (%zu parameters, rank %d)%s\n",
+            o->model, o->data, t->res.ds.n, t->res.pk.n, t->res.pk.n_truncated, t->plan.max_ctx, t->res.pk.n_dropped,
+            t->plan.total, t->res.ad->n, t->res.ad->n_params, t->res.ad->rank,
+            t->plan.mezo ? ", MeZO (two forwards a step, no backward)" : "");
     if (o->progress && t->plan.batch_sized != NL_BATCH_GIVEN) {
         char note[640];
-        fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens, t->plan.per_epoch,
-                nl_train_batch_note(t->plan.batch_sized, note, sizeof note));
+        fprintf(o->progress, "batch: --batch-tokens %d (%" PRId64 " steps an epoch), %s\n", o->batch_tokens,
+                t->plan.per_epoch, nl_train_batch_note(t->plan.batch_sized, note, sizeof note));
     }
     /* how the data was read (keys skipped, Alpaca's prompt) and a run too short to learn: said
      * on the warnings stream, which a quiet run (no progress) keeps */
@@ -1080,7 +1169,8 @@ static int start_run(nl_trainer *t, int64_t *step) {
     if (o->progress) {
         if (t->val.loaded) {
             char what[600];
-            if (o->val_split > 0) snprintf(what, sizeof what, "held out of %s by --val-split %g", o->data, o->val_split);
+            if (o->val_split > 0)
+                snprintf(what, sizeof what, "held out of %s by --val-split %g", o->data, o->val_split);
             else snprintf(what, sizeof what, "%s", o->val_data);
             nl_val_say(&t->val, o->progress, what);
         }
@@ -1094,7 +1184,7 @@ static int start_run(nl_trainer *t, int64_t *step) {
 /* What a step is measured from, read just before it. */
 typedef struct {
     double t0, paused0, j0;
-    int have_j;             /* j0 was read */
+    int have_j; /* j0 was read */
     nl_proj_stats st0;
 } step_mark;
 
@@ -1111,9 +1201,17 @@ static void mark_step(nl_trainer *t, step_mark *mk) {
  * from the callback ends the run at this step, with its commit. */
 static void progress_step(const nl_trainer *t, int64_t step, const step_out *so, double seconds, double paused_s) {
     double el = nl_now() - t->count.run_start;
-    nl_train_progress p = {.kind = NL_PROGRESS_STEP, .step = step, .total_steps = t->plan.total, .loss = so->loss, .lr = so->lr,
-                           .grad_norm = so->gnorm, .tokens = so->n_tokens, .seconds = seconds, .paused_seconds = paused_s,
-                           .tokens_per_s = el > 0 ? (double)t->count.run_tokens / el : 0.0, .elapsed_seconds = el,
+    nl_train_progress p = {.kind = NL_PROGRESS_STEP,
+                           .step = step,
+                           .total_steps = t->plan.total,
+                           .loss = so->loss,
+                           .lr = so->lr,
+                           .grad_norm = so->gnorm,
+                           .tokens = so->n_tokens,
+                           .seconds = seconds,
+                           .paused_seconds = paused_s,
+                           .tokens_per_s = el > 0 ? (double)t->count.run_tokens / el : 0.0,
+                           .elapsed_seconds = el,
                            .eval_accuracy = -1};
     t->o->on_progress(t->o->progress_user, &p);
 }
@@ -1122,14 +1220,21 @@ static void progress_step(const nl_trainer *t, int64_t step, const step_out *so,
  * 0 done, 1 stopped while paused in it (nothing recorded), -1 an error (set). */
 static int val_eval(nl_trainer *t, int64_t step) {
     const nl_train_opts *o = t->o;
-    int vr = nl_val_eval(&t->val, &t->res.rt, step, &t->res.pacer.paused_seconds, t->res.log, o->progress, t->res.ad, t->res.m, o->out);
+    int vr = nl_val_eval(&t->val, &t->res.rt, step, &t->res.pacer.paused_seconds, t->res.log, o->progress, t->res.ad,
+                         t->res.m, o->out);
     if (vr == -1 && t->count.stop_in_pause) return 1;
     if (vr == 0 && o->on_progress) { /* the validation row for the library's caller */
         const nl_eval_result *r = &t->val.last;
         const double acc = nl_val_accuracy(r);
-        nl_train_progress p = {.kind = NL_PROGRESS_EVAL, .step = step, .total_steps = t->plan.total, .eval_loss = nl_eval_loss(r),
-                               .eval_accuracy = isnan(acc) ? -1 : acc, .eval_examples = r->n_examples, .eval_tokens = r->n_targets,
-                               .eval_seconds = t->val.last_seconds, .paused_seconds = t->res.pacer.paused_seconds,
+        nl_train_progress p = {.kind = NL_PROGRESS_EVAL,
+                               .step = step,
+                               .total_steps = t->plan.total,
+                               .eval_loss = nl_eval_loss(r),
+                               .eval_accuracy = isnan(acc) ? -1 : acc,
+                               .eval_examples = r->n_examples,
+                               .eval_tokens = r->n_targets,
+                               .eval_seconds = t->val.last_seconds,
+                               .paused_seconds = t->res.pacer.paused_seconds,
                                .elapsed_seconds = nl_now() - t->count.run_start};
         o->on_progress(o->progress_user, &p);
     }
@@ -1155,7 +1260,8 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     if (have_j && nl_energy_read(t->res.en, &j1) != 0) {
         have_j = 0;
         t->count.energy_failing = 1;
-        if (o->warnings) fprintf(o->warnings, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
+        if (o->warnings)
+            fprintf(o->warnings, "warning: energy counter: %s; no more joules in the log\n", nl_last_error());
     }
     nl_proj_stats st1;
     nl_proj_get_stats(t->res.svc, &st1);
@@ -1177,9 +1283,11 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
      * between leaves a line for an uncommitted step, which the resume drops and replays;
      * the other order could lose the line of a committed step for good. */
     if (t->res.log) {
-        fprintf(t->res.log, "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
-                        "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
-                step, so->loss, (long long)so->n_tokens, (long long)so->n_targets, dt, svc_s, paused_s, so->lr, so->gnorm);
+        fprintf(t->res.log,
+                "{\"step\": %" PRId64 ", \"loss\": %.17g, \"tokens\": %lld, \"targets\": %lld, \"seconds\": %.4f, "
+                "\"service_seconds\": %.4f, \"paused_seconds\": %.4f, \"lr\": %.17g, \"grad_norm\": %.17g",
+                step, so->loss, (long long)so->n_tokens, (long long)so->n_targets, dt, svc_s, paused_s, so->lr,
+                so->gnorm);
         const char *pk = paused_s > 0 ? nl_pause_kind_name(t->res.pacer.pause_kinds) : NULL;
         if (pk) fprintf(t->res.log, ", \"pause_kind\": \"%s\"", pk);
         if (t->plan.mezo) fprintf(t->res.log, ", \"projected_grad\": %.17g", so->pgrad);
@@ -1228,13 +1336,15 @@ static int report_step(nl_trainer *t, int64_t step, const step_mark *mk, const s
     }
     if (o->progress) {
         /* training time only: paused time (pacing) and evaluations count in neither figure */
-        double el = nl_now() - t->count.run_start - t->res.pacer.paused_seconds - t->val.seconds, tps = el > 0 ? (double)t->count.run_tokens / el : 0.0;
+        double el = nl_now() - t->count.run_start - t->res.pacer.paused_seconds - t->val.seconds,
+               tps = el > 0 ? (double)t->count.run_tokens / el : 0.0;
         char eta[32], paused[48] = "";
         fmt_eta(el / (double)t->count.steps_this_run * (double)(t->plan.total - step), eta, sizeof eta);
-        if (t->res.pacer.paused_seconds > 0) snprintf(paused, sizeof paused, "  paused %.1fs", t->res.pacer.paused_seconds);
-        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s%s  %s%s%s%s\n", step, t->plan.total, so->loss, tps, eta,
-                paused, paused_s > 0 ? "paused" : "running", commit ? "  (committed)" : "", snap_path ? "  snapshot " : "",
-                snap_path ? snap_path : "");
+        if (t->res.pacer.paused_seconds > 0)
+            snprintf(paused, sizeof paused, "  paused %.1fs", t->res.pacer.paused_seconds);
+        fprintf(o->progress, "step %" PRId64 "/%" PRId64 "  loss %.4f  %.0f tok/s  ETA %s%s  %s%s%s%s\n", step,
+                t->plan.total, so->loss, tps, eta, paused, paused_s > 0 ? "paused" : "running",
+                commit ? "  (committed)" : "", snap_path ? "  snapshot " : "", snap_path ? snap_path : "");
         fflush(o->progress);
     }
     free(snap_path);
@@ -1255,7 +1365,9 @@ static int stop_paused(nl_trainer *t, int64_t step, nl_data_cursor prev, nl_trai
         commit_error(step, t->count.last_commit, crc);
         return -1;
     }
-    if (o->progress) fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, t->plan.total, commit ? " (committed)" : "");
+    if (o->progress)
+        fprintf(o->progress, "stopped at step %" PRId64 "/%" PRId64 "%s\n", step, t->plan.total,
+                commit ? " (committed)" : "");
     return 0;
 }
 
@@ -1327,13 +1439,16 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
     if (o->checkpoint_dir && lock_dir(o->checkpoint_dir, &t.res.lock_fd, &t.res.lock_dir_fd)) return -1;
 
     int64_t step = 0;
-    if (open_run(&t) || (t.plan.batch_sized = nl_train_resolve_batch(&run, &t.res.pk)) < 0 || plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step)) goto done;
+    if (open_run(&t) || (t.plan.batch_sized = nl_train_resolve_batch(&run, &t.res.pk)) < 0 ||
+        plan_run(&t, avail, rss0) || open_pacing(&t) || open_state(&t) || start_run(&t, &step))
+        goto done;
     if (model_changed(&t, t.count.last_commit)) goto done;
     t.count.run_start = nl_now();
     /* a run cancelled before its first step takes none (the adapter as it starts is written) */
     if (nl_cancel_requested(o->cancel)) res->stopped = res->signalled = step < t.plan.total;
     /* an evaluation the last commit left pending (a cancel came first) is done first */
-    if (!res->stopped && t.val.loaded && step > 0 && t.val.st.last_eval < step && nl_val_due(step, t.plan.total, o->eval_every)) {
+    if (!res->stopped && t.val.loaded && step > 0 && t.val.st.last_eval < step &&
+        nl_val_due(step, t.plan.total, o->eval_every)) {
         int vr = val_eval(&t, step);
         if (vr < 0) goto done;
         if (vr > 0) res->stopped = res->signalled = 1; /* stopped while paused in it: still pending */
@@ -1358,12 +1473,20 @@ int nl_train_hooked(const nl_train_opts *o, const nl_train_hooks *h, nl_train_re
         }
         int r = report_step(&t, ++step, &mk, &so, res);
         if (r < 0) goto done;
-        if (r == 2) { early = 1; break; }
-        if (r > 0) { res->stopped = step < t.plan.total; break; } /* a stop at the last step is the end */
+        if (r == 2) {
+            early = 1;
+            break;
+        }
+        if (r > 0) {
+            res->stopped = step < t.plan.total;
+            break;
+        } /* a stop at the last step is the end */
     }
     res->early_stopped = early && step < t.plan.total;
     if (res->early_stopped && o->progress)
-        fprintf(o->progress, "early stop at step %" PRId64 "/%" PRId64 ": %" PRId64 " evaluations without improvement on step %" PRId64 "\n",
+        fprintf(o->progress,
+                "early stop at step %" PRId64 "/%" PRId64 ": %" PRId64
+                " evaluations without improvement on step %" PRId64 "\n",
                 step, t.plan.total, t.val.st.bad, t.val.st.best_step);
     if (finish_run(&t, step, res)) goto done;
     rc = 0;

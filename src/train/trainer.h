@@ -18,17 +18,17 @@
 typedef enum { NL_PROGRESS_STEP = 1, NL_PROGRESS_EVAL = 2 } nl_progress_kind;
 
 typedef struct {
-    int kind;                            /* nl_progress_kind */
-    int64_t step, total_steps;           /* 1-based optimizer step (a resumed run's counted) */
+    int kind;                  /* nl_progress_kind */
+    int64_t step, total_steps; /* 1-based optimizer step (a resumed run's counted) */
     /* NL_PROGRESS_STEP */
-    double loss, lr, grad_norm;          /* as in the --log-json line */
-    int64_t tokens;                      /* the step's */
-    double seconds;                      /* the step's wall time */
-    double tokens_per_s;                 /* this run so far */
-    double paused_seconds;               /* this step's pause */
-    double elapsed_seconds;              /* since this run's first step */
+    double loss, lr, grad_norm; /* as in the --log-json line */
+    int64_t tokens;             /* the step's */
+    double seconds;             /* the step's wall time */
+    double tokens_per_s;        /* this run so far */
+    double paused_seconds;      /* this step's pause */
+    double elapsed_seconds;     /* since this run's first step */
     /* NL_PROGRESS_EVAL: the validation pass after `step` */
-    double eval_loss, eval_accuracy;     /* accuracy -1 when no example has choices */
+    double eval_loss, eval_accuracy; /* accuracy -1 when no example has choices */
     int64_t eval_examples, eval_tokens;
     double eval_seconds;
 } nl_train_progress;
@@ -36,60 +36,60 @@ typedef struct {
 enum { NL_KEEP_OFF = 0, NL_KEEP_LOSS = 1, NL_KEEP_ACCURACY = 2 }; /* nl_train_opts.keep_best */
 
 typedef struct {
-    const char *model, *data, *out;      /* required */
-    const char *init_adapter;            /* start from an adapter (rank, alpha, targets from it) */
-    int init_rank;                       /* with init_adapter: the rank asked for (--rank); 0 = the file's.
-                                          * An adapter of another rank is refused. */
-    const char *targets;                 /* --targets list (default: every linear projection) */
-    const char *chat_template;           /* override the GGUF's */
-    int strict_keys;                     /* data lines: a key no format reads is an error (nl_data_opts) */
-    const char *columns;                 /* data lines: "prompt=question,..." key names (nl_data_opts) */
-    const char *alpaca_prompt;           /* Alpaca lines: NULL/"auto" | "alpaca" | "chat" (nl_data_opts) */
-    int rank;                            /* 16 */
-    float alpha;                         /* 32 */
-    float dropout;                       /* 0.05 */
-    double lr;                           /* 2e-4 */
-    int64_t steps;                       /* 0: from epochs */
-    double epochs;                       /* 3 */
-    int batch_tokens;                    /* 0 (the default): sized to the data (nl_train_batch_for:
-                                          * the largest of 4096, 2048, ... giving an epoch at least
-                                          * NL_TRAIN_FEW_STEPS steps; 4096 with steps), a resume
-                                          * taking its run's (run.json) */
-    int warmup;                          /* warmup steps */
-    int cosine;                          /* 1: cosine schedule, 0: constant */
-    double lr_min;                       /* the cosine's floor, reached after the last step
-                                          * (0 <= lr_min <= lr); < 0: 0.1 * lr (the default) */
-    double clip;                         /* max global grad norm (1.0; <= 0 off) */
-    double weight_decay;                 /* 0 */
-    int max_ctx;                         /* 0: the model's context, capped at 4096 */
-    int refuse_long;                     /* 1: error on an example longer than max_ctx */
-    int shuffle;                         /* 1 */
-    uint64_t seed;                       /* 42 */
-    const char *checkpoint_dir;          /* NULL: no commits */
+    const char *model, *data, *out; /* required */
+    const char *init_adapter;       /* start from an adapter (rank, alpha, targets from it) */
+    int init_rank;                  /* with init_adapter: the rank asked for (--rank); 0 = the file's.
+                                     * An adapter of another rank is refused. */
+    const char *targets;            /* --targets list (default: every linear projection) */
+    const char *chat_template;      /* override the GGUF's */
+    int strict_keys;                /* data lines: a key no format reads is an error (nl_data_opts) */
+    const char *columns;            /* data lines: "prompt=question,..." key names (nl_data_opts) */
+    const char *alpaca_prompt;      /* Alpaca lines: NULL/"auto" | "alpaca" | "chat" (nl_data_opts) */
+    int rank;                       /* 16 */
+    float alpha;                    /* 32 */
+    float dropout;                  /* 0.05 */
+    double lr;                      /* 2e-4 */
+    int64_t steps;                  /* 0: from epochs */
+    double epochs;                  /* 3 */
+    int batch_tokens;               /* 0 (the default): sized to the data (nl_train_batch_for:
+                                     * the largest of 4096, 2048, ... giving an epoch at least
+                                     * NL_TRAIN_FEW_STEPS steps; 4096 with steps), a resume
+                                     * taking its run's (run.json) */
+    int warmup;                     /* warmup steps */
+    int cosine;                     /* 1: cosine schedule, 0: constant */
+    double lr_min;                  /* the cosine's floor, reached after the last step
+                                     * (0 <= lr_min <= lr); < 0: 0.1 * lr (the default) */
+    double clip;                    /* max global grad norm (1.0; <= 0 off) */
+    double weight_decay;            /* 0 */
+    int max_ctx;                    /* 0: the model's context, capped at 4096 */
+    int refuse_long;                /* 1: error on an example longer than max_ctx */
+    int shuffle;                    /* 1 */
+    uint64_t seed;                  /* 42 */
+    const char *checkpoint_dir;     /* NULL: no commits */
     /* the command line that started this run, for checkpoint_dir/runs.jsonl (the history the
      * report lists and marks resumes from; train/rundesc.h); NULL: not recorded */
     const char *command;
-    int64_t commit_every;                /* 1 */
+    int64_t commit_every; /* 1 */
     /* > 0: every save_every optimizer steps the adapter is also written to
      * nl_train_snapshot_path(out, step) (OUT-stepN.gguf, the format of out), committed first
      * when there is a checkpoint_dir (a snapshot step is a commit step); 0: none */
     int64_t save_every;
     int resume;
-    int allow_kernel_change;             /* --resume on other kernels than the commits': continue */
-    int64_t act_budget_mb;               /* -1: MemAvailable-based */
-    nl_proj_config proj;                 /* nl_proj_config_defaults: host, every core up to 8, precision auto */
+    int allow_kernel_change; /* --resume on other kernels than the commits': continue */
+    int64_t act_budget_mb;   /* -1: MemAvailable-based */
+    nl_proj_config proj;     /* nl_proj_config_defaults: host, every core up to 8, precision auto */
     /* LoRA branches overlapped with the in-flight service request: "auto" (NULL) = "off" when
      * the service computes on these CPU cores (backend host or ref: overlapping would
      * oversubscribe them; the branches are then split over the CPU node pool after each
      * request), "on" for any other backend; "on" | "off" force it. Bit-identical either way. */
     const char *overlap;
-    const char *thermal;                 /* "auto" | "off" */
+    const char *thermal; /* "auto" | "off" */
     const char *thermal_status_file, *battery_temp_file;
-    const char *log_json;                /* one JSON object per optimizer step (see below) */
-    const char *dump_grads;              /* step 1's dA/dB (before clipping) as GGUF; not on a resumed run */
-    int stop_after;                      /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
-    double pacing_poll_s;                /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
-    FILE *progress;                      /* progress lines (stderr); NULL = quiet */
+    const char *log_json;   /* one JSON object per optimizer step (see below) */
+    const char *dump_grads; /* step 1's dA/dB (before clipping) as GGUF; not on a resumed run */
+    int stop_after;         /* testing: stop (as if signalled) after this many steps in this run; 0 = off */
+    double pacing_poll_s;   /* testing: pacer check and poll interval in seconds (0: 1 s / 5 s) */
+    FILE *progress;         /* progress lines (stderr); NULL = quiet */
     /* "warning: ..." lines and data notes (stderr; NULL: none): a quiet run (progress NULL)
      * still says what it ignored or could not do */
     FILE *warnings;
@@ -106,7 +106,7 @@ typedef struct {
      * CLI's default with --method mezo is 1e-4 (the paper's LoRA setting), against 2e-4 for
      * AdamW, and often 1e-5..1e-4 is right; clip does not apply. */
     const char *method;
-    double mezo_eps;                     /* MeZO perturbation scale (1e-3) */
+    double mezo_eps; /* MeZO perturbation scale (1e-3) */
     /* Memory preflight (see nl_train): the memory the run may use, in MB (fractions allowed);
      * 0 = MemAvailable at start-up. */
     double mem_limit_mb;
@@ -152,21 +152,21 @@ int nl_train_sync_mode(const nl_train_opts *o);
 char *nl_train_snapshot_path(const char *out, int64_t step);
 
 typedef struct {
-    int64_t steps_done;                  /* optimizer steps completed overall (incl. resumed) */
-    int64_t total_steps;                 /* 64-bit: sequences x epochs can pass 2^31 */
+    int64_t steps_done;  /* optimizer steps completed overall (incl. resumed) */
+    int64_t total_steps; /* 64-bit: sequences x epochs can pass 2^31 */
     double first_loss, last_loss;
     double seconds, service_seconds, paused_seconds;
     int64_t tokens;
-    int stopped;                         /* stopped early by a signal / stop_after */
-    int signalled;                       /* of those, by SIGINT/SIGTERM (the CLI exits 3) */
-    int early_stopped;                   /* ended by early_stop (not a stop: the run is done) */
+    int stopped;       /* stopped early by a signal / stop_after */
+    int signalled;     /* of those, by SIGINT/SIGTERM (the CLI exits 3) */
+    int early_stopped; /* ended by early_stop (not a stop: the run is done) */
     /* Validation (zero without a validation set): this process's evaluations and their time
      * (pauses excluded; not in seconds' training share, nor in tokens/s), the last one, and the
      * best so far of the whole run (best_step 0: none). */
     int n_evals;
     double eval_seconds;
     int64_t val_step;
-    double val_loss, val_accuracy;       /* accuracy NAN without choices */
+    double val_loss, val_accuracy; /* accuracy NAN without choices */
     int64_t best_step;
     double best_loss, best_accuracy;
 } nl_train_result;

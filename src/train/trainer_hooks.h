@@ -8,9 +8,9 @@
 #include "train/trainer.h"
 
 typedef struct {
-    const nl_io *ckpt_io;                /* commits go through this I/O layer (NULL: POSIX) */
-    const nl_io *log_io;                 /* the --log-json's last fsync and close at the run's end (NULL: POSIX) */
-    const char *energy_root;             /* root of the sysfs tree for energy counters (NULL: "/") */
+    const nl_io *ckpt_io;    /* commits go through this I/O layer (NULL: POSIX) */
+    const nl_io *log_io;     /* the --log-json's last fsync and close at the run's end (NULL: POSIX) */
+    const char *energy_root; /* root of the sysfs tree for energy counters (NULL: "/") */
     /* Called after each backprop step's backward, before the gradients are checked, clipped and
      * applied (step: 1-based optimizer step; grads: [ad->n_params]); the non-finite check's test
      * writes a NaN there. NULL: none. */

@@ -43,7 +43,9 @@ void nl_val_state_pack(const nl_val_state *s, uint64_t w[NL_VAL_WORDS]) {
 int nl_val_state_unpack(const uint64_t *w, uint32_t n, const char *path, nl_val_state *s) {
     nl_val_state_init(s);
     if (n != NL_VAL_WORDS || w[0] != VAL_TAG)
-        return nl_err("%s: the commit holds no validation state (%u extra words): it was made by a run without validation", path, n);
+        return nl_err(
+            "%s: the commit holds no validation state (%u extra words): it was made by a run without validation", path,
+            n);
     /* counts are never trusted into a wider meaning: a step beyond INT64_MAX is corrupt */
     if (w[1] > INT64_MAX || w[2] > INT64_MAX || w[5] > INT64_MAX || w[2] > w[1])
         return nl_err("%s: the commit's validation state is out of range", path);
@@ -63,7 +65,8 @@ int nl_val_update(nl_val_state *s, int metric, int64_t step, const nl_eval_resul
     const double loss = nl_eval_loss(r), acc = nl_val_accuracy(r);
     int better;
     if (s->best_step == 0) better = 1;
-    else if (metric == NL_KEEP_ACCURACY) better = acc > s->best_accuracy || (acc == s->best_accuracy && loss < s->best_loss);
+    else if (metric == NL_KEEP_ACCURACY)
+        better = acc > s->best_accuracy || (acc == s->best_accuracy && loss < s->best_loss);
     else better = loss < s->best_loss;
     s->last_eval = step;
     if (!better) {
@@ -82,17 +85,21 @@ int nl_val_log_row(FILE *f, int64_t step, const nl_eval_result *r, double second
     char a[40];
     if (isnan(acc)) snprintf(a, sizeof a, "null");
     else snprintf(a, sizeof a, "%.17g", acc);
-    return fprintf(f, "{\"eval\": {\"step\": %" PRId64 ", \"loss\": %.17g, \"accuracy\": %s, \"examples\": %d, \"tokens\": %" PRId64
-                      ", \"seconds\": %.4f}}\n",
+    return fprintf(f,
+                   "{\"eval\": {\"step\": %" PRId64
+                   ", \"loss\": %.17g, \"accuracy\": %s, \"examples\": %d, \"tokens\": %" PRId64
+                   ", \"seconds\": %.4f}}\n",
                    step, nl_eval_loss(r), a, r->n_examples, r->n_targets, seconds);
 }
 
 void nl_val_format(char *buf, size_t cap, int64_t step, const nl_eval_result *r, double seconds) {
     int k = snprintf(buf, cap, "eval at step %" PRId64 ": val loss %.4f", step, nl_eval_loss(r));
     if (k >= 0 && (size_t)k < cap && r->n_items)
-        k += snprintf(buf + k, cap - (size_t)k, ", accuracy %.1f%% (%d/%d)", 100.0 * r->n_correct / r->n_items, r->n_correct, r->n_items);
+        k += snprintf(buf + k, cap - (size_t)k, ", accuracy %.1f%% (%d/%d)", 100.0 * r->n_correct / r->n_items,
+                      r->n_correct, r->n_items);
     if (k >= 0 && (size_t)k < cap)
-        snprintf(buf + k, cap - (size_t)k, ", %d examples, %" PRId64 " target tokens, %.1f s", r->n_examples, r->n_targets, seconds);
+        snprintf(buf + k, cap - (size_t)k, ", %d examples, %" PRId64 " target tokens, %.1f s", r->n_examples,
+                 r->n_targets, seconds);
 }
 
 int nl_train_keep_best_from_name(const char *name) {
@@ -114,7 +121,8 @@ int nl_val_init(nl_validator *v, int max_ctx, int64_t every, int keep, int64_t p
         int items = 0;
         for (int i = 0; i < v->ds.n; i++) items += v->ds.ex[i].n_choices > 0;
         if (!items)
-            return nl_err("--keep-best accuracy: the validation set %s has no line with \"choices\" to score (use --keep-best loss)",
+            return nl_err("--keep-best accuracy: the validation set %s has no line with \"choices\" to score (use "
+                          "--keep-best loss)",
                           v->ds.path);
     }
     return 0;
@@ -143,7 +151,8 @@ void nl_val_say(const nl_validator *v, FILE *f, const char *what) {
     if (v->every == 1) snprintf(when, sizeof when, "after every step");
     else if (v->every > 0) snprintf(when, sizeof when, "after every %" PRId64 " steps and at the end", v->every);
     fprintf(f, "validation: %d examples (%s), %s", v->ds.n, what, when);
-    if (v->keep) fprintf(f, "; the best adapter by %s kept in --out", v->keep == NL_KEEP_ACCURACY ? "accuracy" : "loss");
+    if (v->keep)
+        fprintf(f, "; the best adapter by %s kept in --out", v->keep == NL_KEEP_ACCURACY ? "accuracy" : "loss");
     if (v->patience > 0) fprintf(f, "; early stop after %" PRId64 " evaluations without improvement", v->patience);
     fputc('\n', f);
 }
@@ -176,11 +185,13 @@ int nl_val_eval(nl_validator *v, nl_runtime *rt, int64_t step, const double *pau
     if (progress) {
         char line[320];
         nl_val_format(line, sizeof line, step, &r, sec);
-        if (better && v->keep) fprintf(progress, "%s  best so far: adapter of step %" PRId64 " written to %s\n", line, step, out);
+        if (better && v->keep)
+            fprintf(progress, "%s  best so far: adapter of step %" PRId64 " written to %s\n", line, step, out);
         else if (better) fprintf(progress, "%s  best so far\n", line);
         else
-            fprintf(progress, "%s  no better than step %" PRId64 " (%" PRId64 " evaluation%s without improvement%s)\n", line, v->st.best_step,
-                    v->st.bad, v->st.bad == 1 ? "" : "s", nl_val_stop(&v->st, v->patience) ? ": early stop" : "");
+            fprintf(progress, "%s  no better than step %" PRId64 " (%" PRId64 " evaluation%s without improvement%s)\n",
+                    line, v->st.best_step, v->st.bad, v->st.bad == 1 ? "" : "s",
+                    nl_val_stop(&v->st, v->patience) ? ": early stop" : "");
         fflush(progress);
     }
     return 0;

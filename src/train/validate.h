@@ -23,13 +23,12 @@
 #include "eval/score.h"
 #include "train/trainer.h" /* NL_KEEP_* */
 
-
 typedef struct {
-    int64_t last_eval;      /* the step of the last evaluation done (0: none yet) */
-    int64_t best_step;      /* the step of the best evaluation (0: none yet) */
-    double best_loss;       /* its mean target loss (nats) */
-    double best_accuracy;   /* its choice accuracy in [0, 1]; NAN when the set has no choices */
-    int64_t bad;            /* evaluations since the best that did not improve on it */
+    int64_t last_eval;    /* the step of the last evaluation done (0: none yet) */
+    int64_t best_step;    /* the step of the best evaluation (0: none yet) */
+    double best_loss;     /* its mean target loss (nats) */
+    double best_accuracy; /* its choice accuracy in [0, 1]; NAN when the set has no choices */
+    int64_t bad;          /* evaluations since the best that did not improve on it */
 } nl_val_state;
 
 /* The state as checkpoint cursor words: [0] tag "NLVAL001", [1] last_eval, [2] best_step,
@@ -63,22 +62,21 @@ int nl_val_log_row(FILE *f, int64_t step, const nl_eval_result *r, double second
  * (114/120), 120 examples, 430 target tokens, 1.2 s" (no newline). */
 void nl_val_format(char *buf, size_t cap, int64_t step, const nl_eval_result *r, double seconds);
 
-
 /* ---- a run's validation ---- */
 
 typedef struct {
-    nl_dataset ds;          /* the validation set (owned) */
+    nl_dataset ds; /* the validation set (owned) */
     int loaded;
-    int max_ctx;            /* the run's context: examples are cut to it, as in training */
-    int64_t every;          /* --eval-every (0: at the end only) */
-    int keep;               /* --keep-best: NL_KEEP_OFF, _LOSS, _ACCURACY */
-    int metric;             /* what "improves" means: keep's metric, else the loss */
-    int64_t patience;       /* --early-stop (0: off) */
-    nl_val_state st;        /* committed with each step */
-    double seconds;         /* this process's evaluations, pauses excluded */
-    int n_evals;            /* this process's evaluations */
-    double last_seconds;    /* the last one's time, pauses excluded */
-    nl_eval_result last;    /* the last evaluation (last_step 0: none in this process) */
+    int max_ctx;         /* the run's context: examples are cut to it, as in training */
+    int64_t every;       /* --eval-every (0: at the end only) */
+    int keep;            /* --keep-best: NL_KEEP_OFF, _LOSS, _ACCURACY */
+    int metric;          /* what "improves" means: keep's metric, else the loss */
+    int64_t patience;    /* --early-stop (0: off) */
+    nl_val_state st;     /* committed with each step */
+    double seconds;      /* this process's evaluations, pauses excluded */
+    int n_evals;         /* this process's evaluations */
+    double last_seconds; /* the last one's time, pauses excluded */
+    nl_eval_result last; /* the last evaluation (last_step 0: none in this process) */
     int64_t last_step;
     const char *failed_flag; /* after -2 from nl_val_eval: the output that failed ("--log-json", "--out") */
 } nl_validator;

@@ -21,9 +21,8 @@
 static inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 static inline uint64_t load_le64(const uint8_t *p) {
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
-           (uint64_t)p[7] << 56;
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 |
+           (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
 }
 
 /* Bijective 64-bit mixer (xor-shift / multiply rounds): the splitmix64 finaliser. */
@@ -31,9 +30,7 @@ static inline uint64_t mix64(uint64_t x) { return nl_rng_mix64(x); }
 
 /* One lane round; for a fixed word it is a bijection of the lane, and for a fixed lane a
  * bijection of the word, so a change in one word always survives to the end. */
-static inline uint64_t lane_round(uint64_t lane, uint64_t w) {
-    return rotl64(lane + w * K1, 29) * K2;
-}
+static inline uint64_t lane_round(uint64_t lane, uint64_t w) { return rotl64(lane + w * K1, 29) * K2; }
 
 void nl_hasher_init(nl_hasher *h, uint64_t seed) {
     for (int i = 0; i < 4; i++) h->lane[i] = seed ^ (K3 * (uint64_t)(i + 1));

@@ -19,9 +19,9 @@ typedef struct chunk {
 } chunk;
 
 typedef struct {
-    chunk *chunks;    /* newest first */
-    size_t next_cap;  /* size of the next chunk to allocate */
-    nl_json root;     /* nl_json_free recovers the doc from &root */
+    chunk *chunks;   /* newest first */
+    size_t next_cap; /* size of the next chunk to allocate */
+    nl_json root;    /* nl_json_free recovers the doc from &root */
 } doc;
 
 static void *arena_alloc(doc *d, size_t n) {
@@ -108,14 +108,22 @@ static size_t utf8_seq(const unsigned char *s, size_t len, size_t i) {
     size_t n;
     unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
     if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c == 0xE0) { n = 3; lo = 0xA0; }
-    else if (c >= 0xE1 && c <= 0xEC) n = 3;
-    else if (c == 0xED) { n = 3; hi = 0x9F; }
-    else if (c >= 0xEE && c <= 0xEF) n = 3;
-    else if (c == 0xF0) { n = 4; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) n = 4;
-    else if (c == 0xF4) { n = 4; hi = 0x8F; }
-    else return 0;
+    else if (c == 0xE0) {
+        n = 3;
+        lo = 0xA0;
+    } else if (c >= 0xE1 && c <= 0xEC) n = 3;
+    else if (c == 0xED) {
+        n = 3;
+        hi = 0x9F;
+    } else if (c >= 0xEE && c <= 0xEF) n = 3;
+    else if (c == 0xF0) {
+        n = 4;
+        lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else if (c == 0xF4) {
+        n = 4;
+        hi = 0x8F;
+    } else return 0;
     if (len - i < n) return 0;
     if (s[i + 1] < lo || s[i + 1] > hi) return 0;
     for (size_t k = 2; k < n; k++)
@@ -139,7 +147,10 @@ static int hex4(const unsigned char *s, size_t len, size_t i, unsigned *out) {
 }
 
 static size_t put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
     if (cp < 0x800) {
         o[0] = (char)(0xC0 | (cp >> 6));
         o[1] = (char)(0x80 | (cp & 0x3F));
@@ -185,14 +196,12 @@ static int parse_string(parser *p, const char **out, size_t *out_len) {
             case 't': buf[o++] = '\t'; break;
             case 'u': {
                 unsigned cp;
-                if (hex4(s, end, i + 2, &cp))
-                    return fail(p, i, "\\u must be followed by four hex digits");
-                if (cp >= 0xDC00 && cp <= 0xDFFF)
-                    return fail(p, i, "lone low surrogate \\u%04X", cp);
+                if (hex4(s, end, i + 2, &cp)) return fail(p, i, "\\u must be followed by four hex digits");
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return fail(p, i, "lone low surrogate \\u%04X", cp);
                 if (cp >= 0xD800 && cp <= 0xDBFF) {
                     unsigned lo;
-                    if (end - i < 12 || s[i + 6] != '\\' || s[i + 7] != 'u' ||
-                        hex4(s, end, i + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                    if (end - i < 12 || s[i + 6] != '\\' || s[i + 7] != 'u' || hex4(s, end, i + 8, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
                         return fail(p, i, "lone high surrogate \\u%04X (expected a \\uDC00-\\uDFFF escape next)", cp);
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     i += 6;
@@ -234,13 +243,15 @@ static int parse_number(parser *p, nl_json *v) {
     size_t start = p->pos, i = start;
     char fb[16];
     bool neg = false, integral = true;
-    if (s[i] == '-') { neg = true; i++; }
+    if (s[i] == '-') {
+        neg = true;
+        i++;
+    }
     if (i >= p->len || s[i] < '0' || s[i] > '9')
         return fail(p, i, "expected a digit after '-', found %s", found(p, i, fb, sizeof fb));
     if (s[i] == '0') {
         i++;
-        if (i < p->len && s[i] >= '0' && s[i] <= '9')
-            return fail(p, start, "leading zeros are not allowed in numbers");
+        if (i < p->len && s[i] >= '0' && s[i] <= '9') return fail(p, start, "leading zeros are not allowed in numbers");
     } else {
         while (i < p->len && s[i] >= '0' && s[i] <= '9') i++;
     }
@@ -294,7 +305,10 @@ static int parse_number(parser *p, nl_json *v) {
         bool ok = true;
         for (size_t k = start + (neg ? 1 : 0); k < int_end; k++) {
             int dg = s[k] - '0';
-            if (acc < (INT64_MIN + dg) / 10) { ok = false; break; }
+            if (acc < (INT64_MIN + dg) / 10) {
+                ok = false;
+                break;
+            }
             acc = acc * 10 - dg;
         }
         if (ok && !neg && acc == INT64_MIN) ok = false;
@@ -336,8 +350,7 @@ static int push_mem(parser *p, const nl_json_member *m) {
 static int parse_array(parser *p, int depth, nl_json *v) {
     char fb[16];
     size_t open = p->pos;
-    if (depth >= NL_JSON_MAX_DEPTH)
-        return fail(p, open, "nesting deeper than %d arrays/objects", NL_JSON_MAX_DEPTH);
+    if (depth >= NL_JSON_MAX_DEPTH) return fail(p, open, "nesting deeper than %d arrays/objects", NL_JSON_MAX_DEPTH);
     p->pos++;
     size_t base = p->nvals;
     skip_ws(p);
@@ -348,17 +361,18 @@ static int parse_array(parser *p, int depth, nl_json *v) {
             nl_json item;
             if (parse_value(p, depth + 1, &item) || push_val(p, &item)) return -1;
             skip_ws(p);
-            if (p->pos >= p->len)
-                return fail(p, open, "unterminated array (expected ',' or ']' before end of input)");
+            if (p->pos >= p->len) return fail(p, open, "unterminated array (expected ',' or ']' before end of input)");
             unsigned char c = p->s[p->pos];
-            if (c == ']') { p->pos++; break; }
+            if (c == ']') {
+                p->pos++;
+                break;
+            }
             if (c != ',')
                 return fail(p, p->pos, "expected ',' or ']' after an array element, found %s",
                             found(p, p->pos, fb, sizeof fb));
             p->pos++;
             skip_ws(p);
-            if (p->pos < p->len && p->s[p->pos] == ']')
-                return fail(p, p->pos, "trailing comma before ']'");
+            if (p->pos < p->len && p->s[p->pos] == ']') return fail(p, p->pos, "trailing comma before ']'");
         }
     }
     size_t n = p->nvals - base;
@@ -396,7 +410,10 @@ static int check_dups(parser *p, const nl_json_member *m, size_t n) {
     if (n <= 16) {
         for (size_t j = 1; j < n && bad == (size_t)-1; j++)
             for (size_t i = 0; i < j; i++)
-                if (key_cmp(&m[i], &m[j]) == 0) { bad = j; break; }
+                if (key_cmp(&m[i], &m[j]) == 0) {
+                    bad = j;
+                    break;
+                }
         if (bad == (size_t)-1) return 0;
         return fail(p, m[bad].key_offset, "duplicate key \"%.60s\"", m[bad].key);
     }
@@ -417,8 +434,7 @@ static int check_dups(parser *p, const nl_json_member *m, size_t n) {
 static int parse_object(parser *p, int depth, nl_json *v) {
     char fb[16];
     size_t open = p->pos;
-    if (depth >= NL_JSON_MAX_DEPTH)
-        return fail(p, open, "nesting deeper than %d arrays/objects", NL_JSON_MAX_DEPTH);
+    if (depth >= NL_JSON_MAX_DEPTH) return fail(p, open, "nesting deeper than %d arrays/objects", NL_JSON_MAX_DEPTH);
     p->pos++;
     size_t base = p->nmems;
     skip_ws(p);
@@ -426,8 +442,7 @@ static int parse_object(parser *p, int depth, nl_json *v) {
         p->pos++;
     } else {
         for (;;) {
-            if (p->pos >= p->len)
-                return fail(p, open, "unterminated object (expected a key before end of input)");
+            if (p->pos >= p->len) return fail(p, open, "unterminated object (expected a key before end of input)");
             if (p->s[p->pos] != '"')
                 return fail(p, p->pos, "expected a string key, found %s", found(p, p->pos, fb, sizeof fb));
             nl_json_member m;
@@ -435,22 +450,22 @@ static int parse_object(parser *p, int depth, nl_json *v) {
             if (parse_string(p, &m.key, &m.key_len)) return -1;
             skip_ws(p);
             if (p->pos >= p->len || p->s[p->pos] != ':')
-                return fail(p, p->pos, "expected ':' after an object key, found %s",
-                            found(p, p->pos, fb, sizeof fb));
+                return fail(p, p->pos, "expected ':' after an object key, found %s", found(p, p->pos, fb, sizeof fb));
             p->pos++;
             if (parse_value(p, depth + 1, &m.value) || push_mem(p, &m)) return -1;
             skip_ws(p);
-            if (p->pos >= p->len)
-                return fail(p, open, "unterminated object (expected ',' or '}' before end of input)");
+            if (p->pos >= p->len) return fail(p, open, "unterminated object (expected ',' or '}' before end of input)");
             unsigned char c = p->s[p->pos];
-            if (c == '}') { p->pos++; break; }
+            if (c == '}') {
+                p->pos++;
+                break;
+            }
             if (c != ',')
                 return fail(p, p->pos, "expected ',' or '}' after an object member, found %s",
                             found(p, p->pos, fb, sizeof fb));
             p->pos++;
             skip_ws(p);
-            if (p->pos < p->len && p->s[p->pos] == '}')
-                return fail(p, p->pos, "trailing comma before '}'");
+            if (p->pos < p->len && p->s[p->pos] == '}') return fail(p, p->pos, "trailing comma before '}'");
         }
     }
     size_t n = p->nmems - base;
@@ -486,17 +501,22 @@ static int parse_value(parser *p, int depth, nl_json *v) {
     switch (p->s[p->pos]) {
     case '{': return parse_object(p, depth, v);
     case '[': return parse_array(p, depth, v);
-    case '"':
-        v->type = NL_JSON_STRING;
-        return parse_string(p, &v->u.str.s, &v->u.str.len);
+    case '"': v->type = NL_JSON_STRING; return parse_string(p, &v->u.str.s, &v->u.str.len);
     case 't': return literal(p, "true", NL_JSON_TRUE, v);
     case 'f': return literal(p, "false", NL_JSON_FALSE, v);
     case 'n': return literal(p, "null", NL_JSON_NULL, v);
-    case '-': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
-        return parse_number(p, v);
-    default:
-        return fail(p, p->pos, "expected a value, found %s", found(p, p->pos, fb, sizeof fb));
+    case '-':
+    case '0':
+    case '1':
+    case '2':
+    case '3':
+    case '4':
+    case '5':
+    case '6':
+    case '7':
+    case '8':
+    case '9': return parse_number(p, v);
+    default: return fail(p, p->pos, "expected a value, found %s", found(p, p->pos, fb, sizeof fb));
     }
 }
 
@@ -528,8 +548,7 @@ nl_json *nl_json_parse(const char *s, size_t len, nl_json_error *err) {
     int rc = parse_value(&p, 0, &p.d->root);
     if (rc == 0) {
         skip_ws(&p);
-        if (p.pos != p.len)
-            rc = fail(&p, p.pos, "unexpected %s after the value", found(&p, p.pos, fb, sizeof fb));
+        if (p.pos != p.len) rc = fail(&p, p.pos, "unexpected %s after the value", found(&p, p.pos, fb, sizeof fb));
     }
     free(p.vals);
     free(p.mems);
@@ -634,17 +653,41 @@ int nl_json_escape(char **buf, size_t *n, size_t *cap, const char *s, size_t len
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         switch (c) {
-        case '"': *o++ = '\\'; *o++ = '"'; break;
-        case '\\': *o++ = '\\'; *o++ = '\\'; break;
-        case '\n': *o++ = '\\'; *o++ = 'n'; break;
-        case '\r': *o++ = '\\'; *o++ = 'r'; break;
-        case '\t': *o++ = '\\'; *o++ = 't'; break;
-        case '\b': *o++ = '\\'; *o++ = 'b'; break;
-        case '\f': *o++ = '\\'; *o++ = 'f'; break;
+        case '"':
+            *o++ = '\\';
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            *o++ = '\\';
+            break;
+        case '\n':
+            *o++ = '\\';
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = '\\';
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = '\\';
+            *o++ = 't';
+            break;
+        case '\b':
+            *o++ = '\\';
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = '\\';
+            *o++ = 'f';
+            break;
         default:
             if (c < 0x20) {
                 static const char hx[] = "0123456789abcdef";
-                *o++ = '\\'; *o++ = 'u'; *o++ = '0'; *o++ = '0';
+                *o++ = '\\';
+                *o++ = 'u';
+                *o++ = '0';
+                *o++ = '0';
                 *o++ = hx[c >> 4];
                 *o++ = hx[c & 15];
             } else {

@@ -49,19 +49,19 @@ typedef struct nl_json_member nl_json_member;
 
 struct nl_json {
     nl_json_type type;
-    size_t offset;                 /* byte offset of the value's first byte in the input */
+    size_t offset; /* byte offset of the value's first byte in the input */
     union {
         struct {
-            double d;              /* the value, correctly rounded (strtod) */
-            int64_t i;             /* exact value when is_int */
-            bool is_int;           /* integer text (no '.', no exponent) that fits int64 */
+            double d;    /* the value, correctly rounded (strtod) */
+            int64_t i;   /* exact value when is_int */
+            bool is_int; /* integer text (no '.', no exponent) that fits int64 */
         } num;
         struct {
-            const char *s;         /* decoded UTF-8, NUL-terminated, may contain NUL */
-            size_t len;            /* bytes, without the terminator */
+            const char *s; /* decoded UTF-8, NUL-terminated, may contain NUL */
+            size_t len;    /* bytes, without the terminator */
         } str;
         struct {
-            const nl_json *items;  /* n values in document order */
+            const nl_json *items; /* n values in document order */
             size_t n;
         } arr;
         struct {
@@ -72,15 +72,15 @@ struct nl_json {
 };
 
 struct nl_json_member {
-    const char *key;               /* decoded, NUL-terminated, may contain NUL */
+    const char *key; /* decoded, NUL-terminated, may contain NUL */
     size_t key_len;
-    size_t key_offset;             /* byte offset of the key's opening quote */
+    size_t key_offset; /* byte offset of the key's opening quote */
     nl_json value;
 };
 
 typedef struct {
-    size_t offset;                 /* byte offset of the error in the input */
-    char msg[160];                 /* what was expected / found, no position prefix */
+    size_t offset; /* byte offset of the error in the input */
+    char msg[160]; /* what was expected / found, no position prefix */
 } nl_json_error;
 
 /* Parse `len` bytes (no NUL terminator needed; bytes past len are never read). Returns the

@@ -23,7 +23,10 @@ struct nl_pool {
     int n_tasks;
 };
 
-typedef struct { nl_pool *p; int w; } pool_arg;
+typedef struct {
+    nl_pool *p;
+    int w;
+} pool_arg;
 
 static void *pool_main(void *argp) {
     nl_pool *p = ((pool_arg *)argp)->p;

@@ -140,7 +140,10 @@ double nl_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static _Thread_local struct { void *p; size_t n; } scratch_tls; /* reachable while the thread lives */
+static _Thread_local struct {
+    void *p;
+    size_t n;
+} scratch_tls; /* reachable while the thread lives */
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 static void scratch_free(void *p) { free(p); } /* a thread that ends frees its block */

@@ -58,7 +58,7 @@ typedef struct {
     const char *s;
     size_t len;
     int line;
-    size_t ls;            /* the current line's first byte */
+    size_t ls; /* the current line's first byte */
     nl_yaml_error *err;
     obuf o;
 } yrd;
@@ -102,8 +102,7 @@ static bool json_number(const char *s, size_t n) {
     if (s[i] == '0') i++;
     else if (s[i] >= '1' && s[i] <= '9')
         while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    else
-        return false;
+    else return false;
     if (i < n && s[i] == '.') {
         size_t d = ++i;
         while (i < n && s[i] >= '0' && s[i] <= '9') i++;
@@ -152,7 +151,8 @@ static int quoted(yrd *y, size_t p, size_t e, size_t *end) {
     putc1(o, '"');
     size_t i = p + 1;
     for (;;) {
-        if (i >= e) return fail(y, p, "a quoted scalar must end on its line (multi-line scalars are not in the subset)");
+        if (i >= e)
+            return fail(y, p, "a quoted scalar must end on its line (multi-line scalars are not in the subset)");
         const char c = y->s[i];
         if (q == '\'' && c == '\'') {
             if (i + 1 < e && y->s[i + 1] == '\'') {
@@ -182,7 +182,10 @@ static int quoted(yrd *y, size_t p, size_t e, size_t *end) {
                         return fail(y, i, "\\u%04X is a high surrogate without a \\u low one after it", v[0]);
                     for (int k = 0; k < 4; k++) {
                         const char h = at + 2 + (size_t)k < e ? y->s[at + 2 + (size_t)k] : 0;
-                        const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                        const int d = h >= '0' && h <= '9'   ? h - '0'
+                                      : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                      : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                                             : -1;
                         if (d < 0) return fail(y, at, "\\u needs four hex digits");
                         v[u] = v[u] << 4 | (unsigned)d;
                     }
@@ -196,7 +199,8 @@ static int quoted(yrd *y, size_t p, size_t e, size_t *end) {
                 i += 6 * (size_t)n_u;
                 continue;
             }
-            return fail(y, i, "the escape \\%c is not in the subset (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX are)", x);
+            return fail(y, i, "the escape \\%c is not in the subset (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX are)",
+                        x);
         }
         if ((unsigned char)c < 0x20) {
             char esc[8];
@@ -217,8 +221,13 @@ static int quoted(yrd *y, size_t p, size_t e, size_t *end) {
 
 static int bad_start(yrd *y, size_t p) {
     const char c = y->s[p];
-    const char *what = c == '&' ? "an anchor" : c == '*' ? "an alias" : c == '!' ? "a tag" : (c == '|' || c == '>') ? "a block scalar"
-                       : c == '{' ? "a flow map" : (c == '%' || c == '@' || c == '`') ? "a reserved indicator" : NULL;
+    const char *what = c == '&'                             ? "an anchor"
+                       : c == '*'                           ? "an alias"
+                       : c == '!'                           ? "a tag"
+                       : (c == '|' || c == '>')             ? "a block scalar"
+                       : c == '{'                           ? "a flow map"
+                       : (c == '%' || c == '@' || c == '`') ? "a reserved indicator"
+                                                            : NULL;
     if (what) return fail(y, p, "%s ('%c') is not in the YAML subset nightlora reads (maps, lists, scalars)", what, c);
     return 0;
 }
@@ -278,7 +287,7 @@ static int value(yrd *y, size_t p, size_t e) {
 
 typedef struct {
     int indent;
-    char kind;  /* 'm' map, 's' list */
+    char kind; /* 'm' map, 's' list */
     int count;
 } level;
 
@@ -318,7 +327,8 @@ int nl_yaml_to_json(const char *s, size_t len, char **json, size_t *json_len, nl
         pos = next;
         if (c == e || s[c] == '#') continue;
         const int indent = (int)(c - y.ls);
-        if (indent == 0 && e - c >= 3 && (!memcmp(s + c, "---", 3) || !memcmp(s + c, "...", 3)) && (e - c == 3 || s[c + 3] == ' ')) {
+        if (indent == 0 && e - c >= 3 && (!memcmp(s + c, "---", 3) || !memcmp(s + c, "...", 3)) &&
+            (e - c == 3 || s[c + 3] == ' ')) {
             if (s[c] == '-' && started) {
                 fail(&y, c, "a second document ('---') is not in the subset");
                 goto done;
@@ -348,10 +358,14 @@ int nl_yaml_to_json(const char *s, size_t len, char **json, size_t *json_len, nl
                 y.o = save;
             } else {
                 if (bad_start(&y, c)) goto done;
-                while (k < e && !(s[k] == ':' && (k + 1 == e || s[k + 1] == ' ')) && !(s[k] == '#' && k > c && s[k - 1] == ' ')) k++;
+                while (k < e && !(s[k] == ':' && (k + 1 == e || s[k + 1] == ' ')) &&
+                       !(s[k] == '#' && k > c && s[k - 1] == ' '))
+                    k++;
             }
             if (k >= e || s[k] != ':') {
-                fail(&y, c, depth || started ? "expected \"key: value\" or \"- item\"" : "expected a map (\"key: value\" lines)");
+                fail(&y, c,
+                     depth || started ? "expected \"key: value\" or \"- item\""
+                                      : "expected a map (\"key: value\" lines)");
                 goto done;
             }
             key_end = k;

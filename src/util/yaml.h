@@ -20,7 +20,7 @@
 #define NL_YAML_MAX_DEPTH 32
 
 typedef struct {
-    int line, col;        /* 1-based */
+    int line, col; /* 1-based */
     char msg[160];
 } nl_yaml_error;
 
