@@ -923,6 +923,8 @@ static int get_flag(const nl_gguf *g, const char *key, int *out) {
     return 0;
 }
 
+/* Long (~140 lines): every tokenizer.ggml.* key read and checked in one place, in the order the
+ * vocabulary needs them (model kind, tokens, scores, types, merges, special ids, pre-tokenizer). */
 nl_tokenizer *nl_tokenizer_from_gguf(const nl_gguf *g) {
     const char *path = g && g->path ? g->path : "gguf";
     if (!g) {

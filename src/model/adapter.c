@@ -150,7 +150,9 @@ static int tensor_to_f32(const char *path, const nl_gguf_tensor *t, float *out) 
     return 0;
 }
 
-/* Validate and copy out an opened adapter GGUF; closes g in every case. `path` labels errors. */
+/* Validate and copy out an opened adapter GGUF; closes g in every case. `path` labels errors.
+ * Long (~125 lines): each tensor pair is checked against the model (name, shape, type, rank,
+ * alpha) before anything is copied, so a bad file leaves nothing half loaded. */
 static nl_adapter *load_gguf(const nl_model *m, nl_gguf *g, const char *path) {
     nl_adapter *a = NULL;
     int *projs = NULL, *ranks = NULL, *ia = NULL, *ib = NULL;

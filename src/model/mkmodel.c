@@ -286,7 +286,9 @@ typedef struct {
     int count;
 } word_t;
 
-/* Learns up to max_new merges; appends new tokens to v (ids 256..). */
+/* Learns up to max_new merges; appends new tokens to v (ids 256..). Long (~125 lines): one BPE
+ * training loop (pair counts, the best pair, the merge applied to every word) kept together so
+ * the vocabulary it writes is visibly a function of the text alone. */
 static int learn_merges(vocab_t *v, int max_new) {
     size_t n = sizeof corpus - 1;
     word_t *words = NULL;
