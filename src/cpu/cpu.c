@@ -22,6 +22,8 @@ static unsigned probe(void) {
             m |= 1u << NL_CPU_AVX512;
             /* CPUID.(EAX=7,ECX=1):EAX bit 5 = AVX512_BF16 */
             if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1)) m |= 1u << NL_CPU_AVX512BF16;
+            /* CPUID.(EAX=7,ECX=0):ECX bit 11 = AVX512_VNNI */
+            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1)) m |= 1u << NL_CPU_AVX512VNNI;
         }
     }
     /* CPUID.1:ECX bit 27 = OSXSAVE (xgetbv may run); XCR0 bits 17, 18 = XTILECFG, XTILEDATA */

@@ -17,6 +17,7 @@ typedef enum {
     NL_CPU_ARM_I8MM,    /* aarch64: FEAT_I8MM (SMMLA; HWCAP2_I8MM) */
     NL_CPU_ARM_DOTPROD, /* aarch64: FEAT_DotProd (SDOT; HWCAP_ASIMDDP) */
     NL_CPU_ARM_SME,     /* aarch64: FEAT_SME (streaming mode, ZA; HWCAP2_SME) */
+    NL_CPU_AVX512VNNI,  /* x86-64: AVX512_VNNI (CPUID.(7,0):ECX bit 11), with the AVX-512 set */
     NL_CPU_N_FEATURES
 } nl_cpu_feature;
 

@@ -1,8 +1,11 @@
-/* cpu/dispatch: the one dispatcher of the kernel table (cpu/kernels.h). The rows in order of
- * preference, each with the CPU feature it needs; adding an ISA level is its kernels_<isa>.c and
- * one line here (docs/architecture.md). */
+/* cpu/dispatch: the one dispatcher of the kernel room (cpu/kernels.h, cpu/amx.h): every choice of
+ * a kernel by what this CPU has is made here, from cpu/cpu.c's one probe: the kernel table's rows
+ * (nl_cpu_kernels), the int8 FWD rows (nl_cpu_i8_kernels) and the tile operations
+ * (nl_amx_tiles_of). Each list is in order of preference, each row with the CPU feature it needs;
+ * adding an ISA level is its <table>_<isa>.c and one line here (docs/architecture.md). */
 #include <string.h>
 
+#include "cpu/amx.h"
 #include "cpu/cpu.h"
 #include "cpu/gemm_bf16.h"
 #include "cpu/kernels.h"
@@ -54,4 +57,41 @@ int nl_cpu_use(const char *name) {
 const nl_bf16_kernels *nl_cpu_bf16(void) {
     const nl_bf16_kernels *b = nl_cpu_kernels()->bf16;
     return b && nl_cpu_has(NL_CPU_AVX512BF16) ? b : NULL;
+}
+
+/* ---- the int8 FWD rows (kernels.h "the int8 FWD rows"; the scalar model: cpu/i8.c) ---- */
+static const struct {
+    const nl_i8_kernels *ks;
+    int need; /* nl_cpu_feature, or -1: every CPU */
+} i8_rows[] = {
+#if defined(__x86_64__)
+    {&nl_i8_kernels_avx512vnni, NL_CPU_AVX512VNNI},
+#endif
+#if defined(__aarch64__)
+    {&nl_i8_kernels_i8mm, NL_CPU_ARM_I8MM},
+    {&nl_i8_kernels_dotprod, NL_CPU_ARM_DOTPROD},
+#endif
+    {&nl_i8_kernels_scalar, -1},
+};
+
+const nl_i8_kernels *nl_cpu_i8_kernels(const char *name) {
+    const int any = !name || !strcmp(name, "auto");
+    for (size_t i = 0; i < sizeof i8_rows / sizeof i8_rows[0]; i++)
+        if ((any || !strcmp(name, i8_rows[i].ks->name)) &&
+            (i8_rows[i].need < 0 || nl_cpu_has((nl_cpu_feature)i8_rows[i].need)))
+            return i8_rows[i].ks;
+    return NULL;
+}
+
+/* ---- the tile operations (cpu/amx.h): the emulator everywhere, AMX and SME where they run ---- */
+const nl_amx_tiles *nl_amx_tiles_of(const char *compute) {
+    if (!compute) return NULL;
+    if (!strcmp(compute, "amx-emu")) return &nl_amx_tiles_emu;
+#if defined(__x86_64__) && defined(NL_HAVE_AMX)
+    if (!strcmp(compute, "amx") && nl_amx_available(NULL, 0)) return &nl_amx_tiles_real;
+#endif
+#if defined(NL_HAVE_SME)
+    if (!strcmp(compute, "sme") && nl_sme_available(NULL, 0)) return &nl_amx_tiles_sme;
+#endif
+    return NULL;
 }

@@ -1,14 +1,9 @@
-/* cpu/i8: the int8 FWD rows' scalar form (the model every row matches bit for bit) and their
- * dispatcher (contract: kernels.h, "the int8 FWD rows"). */
+/* cpu/i8: the int8 FWD rows' scalar form, the model every row matches bit for bit (contract:
+ * kernels.h, "the int8 FWD rows"; the rows are chosen in cpu/dispatch.c). */
 #include <math.h>
 #include <string.h>
 
-#include "cpu/cpu.h"
 #include "cpu/kernels.h"
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 static void gemm_i8_fwd_scalar(int m, int kc, int gs, const uint8_t *A, int64_t lda, const float *DX, const float *SX,
                                int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW,
@@ -51,38 +46,3 @@ void nl_i8_pack_b_scalar(const int8_t *tile, int ldt, int kc, int gs, uint32_t *
 
 const nl_i8_kernels nl_i8_kernels_scalar = {
     .name = "scalar", .gemm_i8_fwd = gemm_i8_fwd_scalar, .pack_b = nl_i8_pack_b_scalar};
-
-#if defined(__x86_64__)
-/* AVX512_VNNI: CPUID.(7,0):ECX bit 11, with the AVX-512 set cpu.h probes (OS state included) */
-static int has_avx512vnni(void) {
-    unsigned r[4];
-    if (!nl_cpu_has(NL_CPU_AVX512) || !__get_cpuid_count(7, 0, &r[0], &r[1], &r[2], &r[3])) return 0;
-    return (r[2] >> 11) & 1;
-}
-#endif
-#if defined(__aarch64__)
-/* FEAT_I8MM (HWCAP2_I8MM), FEAT_DotProd (HWCAP_ASIMDDP): cpu.c's getauxval probe */
-static int has_i8mm(void) { return nl_cpu_has(NL_CPU_ARM_I8MM); }
-static int has_dotprod(void) { return nl_cpu_has(NL_CPU_ARM_DOTPROD); }
-#endif
-
-static const struct {
-    const nl_i8_kernels *ks;
-    int (*runs)(void); /* NULL: every CPU */
-} rows[] = {
-#if defined(__x86_64__)
-    {&nl_i8_kernels_avx512vnni, has_avx512vnni},
-#endif
-#if defined(__aarch64__)
-    {&nl_i8_kernels_i8mm, has_i8mm},
-    {&nl_i8_kernels_dotprod, has_dotprod},
-#endif
-    {&nl_i8_kernels_scalar, NULL},
-};
-
-const nl_i8_kernels *nl_cpu_i8_kernels(const char *name) {
-    const int any = !name || !strcmp(name, "auto");
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        if ((any || !strcmp(name, rows[i].ks->name)) && (!rows[i].runs || rows[i].runs())) return rows[i].ks;
-    return NULL;
-}

@@ -198,7 +198,7 @@ void nl_gdn_transpose8_neon(float *dst, size_t ldd, const float *src, size_t lds
 int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n);
 #endif
 
-/* ---- the int8 FWD rows (cpu/i8.c; docs/design.md §2 "int8") --------------------------------
+/* ---- the int8 FWD rows (the scalar model: cpu/i8.c; chosen in dispatch.c; design.md §2 "int8") ----
  * `--compute int8` on integer-quantized weights (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K, Q6_K): the FWD
  * product with the activations quantized as llama.cpp's CPU backend does for the type (proj/
  * host_int8.c: Q8_0 per 32-block, Q8_1 for Q4_1, Q8_K per 256 for the K-quants), integer dot
@@ -222,7 +222,7 @@ int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n);
  * and C[i][j] = acc. Every row follows this order, so every row gives the same bits as the
  * scalar one (tests/test_int8.c); threads split panels, never a reduction. A row for a new ISA
  * (AVX-VNNI; as the Arm SDOT and I8MM rows, i8_dotprod.c and i8_i8mm.c) is an nl_i8_kernels in
- * a cpu/i8_<isa>.c file and a line in i8.c.
+ * a cpu/i8_<isa>.c file and a line in dispatch.c's i8_rows[].
  *
  * pack_b (optional; NULL: nl_i8_pack_b_scalar): B and BC above from a decoded tile, the int8
  * weights of NL_HOST_NP columns, column j's kc values at tile + j·ldt (kc a multiple of gs,

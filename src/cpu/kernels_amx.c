@@ -137,15 +137,3 @@ int nl_amx_available(char *why, size_t cap) {
     if (!g_usable && why && cap) snprintf(why, cap, "%s", g_reason);
     return g_usable;
 }
-
-const nl_amx_tiles *nl_amx_tiles_of(const char *compute) {
-    if (!compute) return NULL;
-    if (!strcmp(compute, "amx-emu")) return &nl_amx_tiles_emu;
-#if defined(__x86_64__) && defined(NL_HAVE_AMX)
-    if (!strcmp(compute, "amx") && nl_amx_available(NULL, 0)) return &nl_amx_tiles_real;
-#endif
-#if defined(NL_HAVE_SME)
-    if (!strcmp(compute, "sme") && nl_sme_available(NULL, 0)) return &nl_amx_tiles_sme;
-#endif
-    return NULL;
-}
