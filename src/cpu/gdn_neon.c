@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cpu/fexp_neon.h"
 #include "cpu/kernels.h"
 
 #define AI __attribute__((always_inline)) static inline
@@ -68,33 +69,11 @@ void nl_gdn_step32_neon(float *S, const float *S_prev, size_t ld, const float *k
  * and masks), then the IEEE division, as gdn_simd.h's GDN_SILU. Returns the elements done (whole
  * vectors); the node does the rest. */
 int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n) {
-    const float32x4_t one = vdupq_n_f32(1.0f), big = vdupq_n_f32(12582912.0f);
-    const int32x4_t i1 = vdupq_n_s32(1), i127 = vdupq_n_s32(127), i255 = vdupq_n_s32(255);
+    const float32x4_t one = vdupq_n_f32(1.0f);
     int i = 0;
     for (; i + 4 <= n; i += 4) {
         const float32x4_t xv = vld1q_f32(x + i);
-        const float32x4_t nx = vnegq_f32(xv); /* -x: the sign flipped, as the C negation */
-        const float32x4_t t = vaddq_f32(vmulq_f32(nx, vdupq_n_f32(1.44269504088896341f)), big);
-        const float32x4_t nn = vsubq_f32(t, big);
-        float32x4_t r = vsubq_f32(nx, vmulq_f32(nn, vdupq_n_f32(0.693145751953125f)));
-        r = vsubq_f32(r, vmulq_f32(nn, vdupq_n_f32(1.42860682030941723e-06f)));
-        float32x4_t p = vdupq_n_f32(1.98756915e-4f);
-        p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(1.39819337e-3f));
-        p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(8.33345205e-3f));
-        p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(4.16657962e-2f));
-        p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(1.66666657e-1f));
-        p = vaddq_f32(vmulq_f32(p, r), vdupq_n_f32(5.0e-1f));
-        p = vaddq_f32(vaddq_f32(vmulq_f32(vmulq_f32(p, r), r), r), one);
-        const int32x4_t tb = vreinterpretq_s32_f32(t);
-        const int32x4_t e = vaddq_s32(vsubq_s32(vandq_s32(tb, vdupq_n_s32(0x7FFFFFFF)), vdupq_n_s32(0x4B400000)), i127);
-        const int32x4_t neg = vshrq_n_s32(tb, 31);
-        /* lo = ~((e - 1) >> 31) & ~neg, hi = ((e - 255) >> 31) | neg */
-        const int32x4_t lo = vbicq_s32(vmvnq_s32(vshrq_n_s32(vsubq_s32(e, i1), 31)), neg);
-        const int32x4_t hi = vorrq_s32(vshrq_n_s32(vsubq_s32(e, i255), 31), neg);
-        const int32x4_t eb = vshlq_n_s32(vandq_s32(vandq_s32(e, lo), hi), 23);
-        const int32x4_t yb = vreinterpretq_s32_f32(vmulq_f32(p, vreinterpretq_f32_s32(eb)));
-        const int32x4_t ex = vorrq_s32(vandq_s32(vandq_s32(yb, lo), hi), vbicq_s32(vdupq_n_s32(0x7F800000), hi));
-        const float32x4_t sg = vdivq_f32(one, vaddq_f32(one, vreinterpretq_f32_s32(ex)));
+        const float32x4_t sg = v_fsigmoid(xv);
         vst1q_f32(y + i, vmulq_f32(xv, sg));
         vst1q_f32(d + i, vmulq_f32(sg, vaddq_f32(one, vmulq_f32(xv, vsubq_f32(one, sg)))));
     }
