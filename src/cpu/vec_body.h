@@ -31,7 +31,16 @@
 static float NL_VEC_FN(rmsnorm_row)(float *y, const float *x, const float *w, int n, float eps) {
     const double ms = (double)nl_vdot(x, x, n) / (double)n;
     const float rs = (float)(1.0 / sqrt(ms + (double)eps));
-    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * rs);
+    /* 8-lane blocks with the inputs in locals (y may alias x): a plain loop of unknown length
+     * stays scalar at -O2 (vecmath.h); each element's arithmetic is the plain loop's */
+    int i = 0;
+    for (; i + NL_LANES <= n; i += NL_LANES) {
+        float xv[NL_LANES], wv[NL_LANES], r[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) xv[l] = x[i + l], wv[l] = w[i + l];
+        for (int l = 0; l < NL_LANES; l++) r[l] = wv[l] * (xv[l] * rs);
+        for (int l = 0; l < NL_LANES; l++) y[i + l] = r[l];
+    }
+    for (; i < n; i++) y[i] = w[i] * (x[i] * rs);
     return rs;
 }
 #endif
@@ -47,67 +56,102 @@ static void NL_VEC_FN(rmsnorm_bwd_row)(float *dx, const float *dy, const float *
     for (; i < n; i++) gx += dy[i] * w[i] * x[i];
     gx += nl_lanes_sum(acc);
     const float c = gx * rs * rs / (float)n;
-    for (i = 0; i < n; i++) dx[i] = rs * (dy[i] * w[i] - x[i] * c);
+    /* dx may alias dy: 8-lane blocks read into locals first */
+    for (i = 0; i + NL_LANES <= n; i += NL_LANES) {
+        float g[NL_LANES], wv[NL_LANES], xv[NL_LANES], r[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) g[l] = dy[i + l], wv[l] = w[i + l], xv[l] = x[i + l];
+        for (int l = 0; l < NL_LANES; l++) r[l] = rs * (g[l] * wv[l] - xv[l] * c);
+        for (int l = 0; l < NL_LANES; l++) dx[i + l] = r[l];
+    }
+    for (; i < n; i++) dx[i] = rs * (dy[i] * w[i] - x[i] * c);
 }
 #endif
 
 /* ---- nn/mlp.c: SwiGLU and the sigmoid gate. 8-lane blocks (inputs loaded into locals,
  * results computed, then stored: outputs may alias inputs elementwise and gcc -O2 still
- * vectorises, see vecmath.h); the last block is zero-padded. ---- */
+ * vectorises, see vecmath.h). Full blocks read and write the arrays directly; the last partial
+ * block goes through zero-padded copies (a copy of a variable length inside every block made
+ * gcc call memcpy per block: 8x slower). Each element's arithmetic is the same either way. ---- */
+
+/* one block: y = f(a, b) (y2 = second output, c = third input where the node has them) */
+#define NL_VEC_BLOCKS2(n, y, a, b, BODY8)                                                                              \
+    do {                                                                                                               \
+        int64_t i0_ = 0;                                                                                               \
+        for (; i0_ + NL_LANES <= (n); i0_ += NL_LANES) BODY8((y) + i0_, (a) + i0_, (b) + i0_);                         \
+        if (i0_ < (n)) {                                                                                               \
+            const int w_ = (int)((n)-i0_);                                                                             \
+            float ta_[NL_LANES] = {0}, tb_[NL_LANES] = {0}, ty_[NL_LANES];                                             \
+            for (int l = 0; l < w_; l++) ta_[l] = (a)[i0_ + l], tb_[l] = (b)[i0_ + l];                                 \
+            BODY8(ty_, ta_, tb_);                                                                                      \
+            for (int l = 0; l < w_; l++) (y)[i0_ + l] = ty_[l];                                                        \
+        }                                                                                                              \
+    } while (0)
+#define NL_VEC_BLOCKS3(n, y, y2, c, a, b, BODY8)                                                                       \
+    do {                                                                                                               \
+        int64_t i0_ = 0;                                                                                               \
+        for (; i0_ + NL_LANES <= (n); i0_ += NL_LANES) BODY8((y) + i0_, (y2) + i0_, (c) + i0_, (a) + i0_, (b) + i0_);  \
+        if (i0_ < (n)) {                                                                                               \
+            const int w_ = (int)((n)-i0_);                                                                             \
+            float ta_[NL_LANES] = {0}, tb_[NL_LANES] = {0}, tc_[NL_LANES] = {0}, ty_[NL_LANES], ty2_[NL_LANES];        \
+            for (int l = 0; l < w_; l++) ta_[l] = (a)[i0_ + l], tb_[l] = (b)[i0_ + l], tc_[l] = (c)[i0_ + l];          \
+            BODY8(ty_, ty2_, tc_, ta_, tb_);                                                                           \
+            for (int l = 0; l < w_; l++) (y)[i0_ + l] = ty_[l], (y2)[i0_ + l] = ty2_[l];                               \
+        }                                                                                                              \
+    } while (0)
 
 #ifndef NL_VEC_OWN_swiglu_fwd
+static inline void NL_VEC_FN(swiglu_fwd8)(float *h, const float *a, const float *b) {
+    float x[NL_LANES], y[NL_LANES], r[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) x[l] = a[l], y[l] = b[l];
+    for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(x[l]) * y[l];
+    for (int l = 0; l < NL_LANES; l++) h[l] = r[l];
+}
 static void NL_VEC_FN(swiglu_fwd)(float *h, const float *a, const float *b, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, y[NL_LANES] = {0}, r[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = a[i0 + l], y[l] = b[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(x[l]) * y[l];
-        for (int l = 0; l < w; l++) h[i0 + l] = r[l];
-    }
+    NL_VEC_BLOCKS2(n, h, a, b, NL_VEC_FN(swiglu_fwd8));
 }
 #endif
 
 #ifndef NL_VEC_OWN_swiglu_bwd
-static void NL_VEC_FN(swiglu_bwd)(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, y[NL_LANES] = {0}, g[NL_LANES] = {0}, ra[NL_LANES], rb[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = a[i0 + l], y[l] = b[i0 + l], g[l] = dh[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) {
-            const float sg = nl_fsigmoid(x[l]);
-            ra[l] = g[l] * y[l] * sg * (1.0f + x[l] * (1.0f - sg));
-            rb[l] = g[l] * x[l] * sg;
-        }
-        for (int l = 0; l < w; l++) da[i0 + l] = ra[l], db[i0 + l] = rb[l];
+static inline void NL_VEC_FN(swiglu_bwd8)(float *da, float *db, const float *dh, const float *a, const float *b) {
+    float x[NL_LANES], y[NL_LANES], g[NL_LANES], ra[NL_LANES], rb[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) x[l] = a[l], y[l] = b[l], g[l] = dh[l];
+    for (int l = 0; l < NL_LANES; l++) {
+        const float sg = nl_fsigmoid(x[l]);
+        ra[l] = g[l] * y[l] * sg * (1.0f + x[l] * (1.0f - sg));
+        rb[l] = g[l] * x[l] * sg;
     }
+    for (int l = 0; l < NL_LANES; l++) da[l] = ra[l], db[l] = rb[l];
+}
+static void NL_VEC_FN(swiglu_bwd)(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+    NL_VEC_BLOCKS3(n, da, db, dh, a, b, NL_VEC_FN(swiglu_bwd8));
 }
 #endif
 
 #ifndef NL_VEC_OWN_gate_fwd
+static inline void NL_VEC_FN(gate_fwd8)(float *out, const float *o, const float *g) {
+    float x[NL_LANES], z[NL_LANES], r[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) x[l] = o[l], z[l] = g[l];
+    for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(z[l]);
+    for (int l = 0; l < NL_LANES; l++) out[l] = r[l];
+}
 static void NL_VEC_FN(gate_fwd)(float *out, const float *o, const float *g, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, z[NL_LANES] = {0}, r[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = o[i0 + l], z[l] = g[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) r[l] = x[l] * nl_fsigmoid(z[l]);
-        for (int l = 0; l < w; l++) out[i0 + l] = r[l];
-    }
+    NL_VEC_BLOCKS2(n, out, o, g, NL_VEC_FN(gate_fwd8));
 }
 #endif
 
 #ifndef NL_VEC_OWN_gate_bwd
-static void NL_VEC_FN(gate_bwd)(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
-    for (int64_t i0 = 0; i0 < n; i0 += NL_LANES) {
-        const int w = n - i0 < NL_LANES ? (int)(n - i0) : NL_LANES;
-        float x[NL_LANES] = {0}, z[NL_LANES] = {0}, dy[NL_LANES] = {0}, ro[NL_LANES], rg[NL_LANES];
-        for (int l = 0; l < w; l++) x[l] = o[i0 + l], z[l] = g[i0 + l], dy[l] = dout[i0 + l];
-        for (int l = 0; l < NL_LANES; l++) {
-            const float sg = nl_fsigmoid(z[l]);
-            ro[l] = dy[l] * sg;
-            rg[l] = dy[l] * x[l] * sg * (1.0f - sg);
-        }
-        for (int l = 0; l < w; l++) d_o[i0 + l] = ro[l], dg[i0 + l] = rg[l];
+static inline void NL_VEC_FN(gate_bwd8)(float *d_o, float *dg, const float *dout, const float *o, const float *g) {
+    float x[NL_LANES], z[NL_LANES], dy[NL_LANES], ro[NL_LANES], rg[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) x[l] = o[l], z[l] = g[l], dy[l] = dout[l];
+    for (int l = 0; l < NL_LANES; l++) {
+        const float sg = nl_fsigmoid(z[l]);
+        ro[l] = dy[l] * sg;
+        rg[l] = dy[l] * x[l] * sg * (1.0f - sg);
     }
+    for (int l = 0; l < NL_LANES; l++) d_o[l] = ro[l], dg[l] = rg[l];
+}
+static void NL_VEC_FN(gate_bwd)(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+    NL_VEC_BLOCKS3(n, d_o, dg, dout, o, g, NL_VEC_FN(gate_bwd8));
 }
 #endif
 
@@ -118,8 +162,16 @@ static void NL_VEC_FN(gate_bwd)(float *d_o, float *dg, const float *dout, const 
 #ifndef NL_VEC_OWN_xent_row
 static double NL_VEC_FN(xent_row)(float *z, int y, int V, float inv_n, int want_grad) {
     float e[NL_VEC_XCH];
+    /* the max in 8 lanes (the same value as a sequential scan; only the sign of a zero max
+     * could follow the order, and z − m, exp and lse = m + log Σ do not see it) */
+    float mx[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) mx[l] = z[0];
+    int jm = 0;
+    for (; jm + NL_LANES <= V; jm += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) mx[l] = z[jm + l] > mx[l] ? z[jm + l] : mx[l];
     float m = z[0];
-    for (int j = 1; j < V; j++) m = z[j] > m ? z[j] : m;
+    for (int l = 0; l < NL_LANES; l++) m = mx[l] > m ? mx[l] : m;
+    for (; jm < V; jm++) m = z[jm] > m ? z[jm] : m;
     /* Σ exp(z − m): 8-lane float partials per chunk, chunks summed in double. With want_grad
      * the exponentials are kept in z (one exp pass, not two): z[y] is read first. */
     const float zy = z[y];
@@ -127,7 +179,13 @@ static double NL_VEC_FN(xent_row)(float *z, int y, int V, float inv_n, int want_
     for (int j0 = 0; j0 < V; j0 += NL_VEC_XCH) {
         const int nc = V - j0 < NL_VEC_XCH ? V - j0 : NL_VEC_XCH;
         float *ev = want_grad ? z + j0 : e;
-        for (int j = 0; j < nc; j++) ev[j] = z[j0 + j] - m;
+        int js = 0;
+        for (; js + NL_LANES <= nc; js += NL_LANES) {
+            float t[NL_LANES];
+            for (int l = 0; l < NL_LANES; l++) t[l] = z[j0 + js + l] - m;
+            for (int l = 0; l < NL_LANES; l++) ev[js + l] = t[l];
+        }
+        for (; js < nc; js++) ev[js] = z[j0 + js] - m;
         nl_vexp(ev, ev, nc);
         float acc[NL_LANES] = {0};
         int j = 0;
@@ -159,14 +217,34 @@ static void NL_VEC_FN(rope_rotate)(float *x, int n_heads, int hd, int half, int 
         float *xh = x + (int64_t)h * hd;
         if (neox) {
             float *a = xh + c0, *b = xh + c0 + half;
-            for (int j = 0; j < nc; j++) {
+            int j = 0;
+            for (; j + NL_LANES <= nc; j += NL_LANES) { /* 8-lane blocks (vecmath.h), the plain loop's arithmetic */
+                float x0[NL_LANES], x1[NL_LANES], r0[NL_LANES], r1[NL_LANES];
+                for (int l = 0; l < NL_LANES; l++) x0[l] = a[j + l], x1[l] = b[j + l];
+                for (int l = 0; l < NL_LANES; l++) {
+                    r0[l] = x0[l] * cs[j + l] - x1[l] * sn[j + l];
+                    r1[l] = x0[l] * sn[j + l] + x1[l] * cs[j + l];
+                }
+                for (int l = 0; l < NL_LANES; l++) a[j + l] = r0[l], b[j + l] = r1[l];
+            }
+            for (; j < nc; j++) {
                 float x0 = a[j], x1 = b[j];
                 a[j] = x0 * cs[j] - x1 * sn[j];
                 b[j] = x0 * sn[j] + x1 * cs[j];
             }
         } else {
             float *a = xh + 2 * c0;
-            for (int j = 0; j < nc; j++) {
+            int j = 0;
+            for (; j + NL_LANES <= nc; j += NL_LANES) {
+                float x0[NL_LANES], x1[NL_LANES], r0[NL_LANES], r1[NL_LANES];
+                for (int l = 0; l < NL_LANES; l++) x0[l] = a[2 * (j + l)], x1[l] = a[2 * (j + l) + 1];
+                for (int l = 0; l < NL_LANES; l++) {
+                    r0[l] = x0[l] * cs[j + l] - x1[l] * sn[j + l];
+                    r1[l] = x0[l] * sn[j + l] + x1[l] * cs[j + l];
+                }
+                for (int l = 0; l < NL_LANES; l++) a[2 * (j + l)] = r0[l], a[2 * (j + l) + 1] = r1[l];
+            }
+            for (; j < nc; j++) {
                 float x0 = a[2 * j], x1 = a[2 * j + 1];
                 a[2 * j] = x0 * cs[j] - x1 * sn[j];
                 a[2 * j + 1] = x0 * sn[j] + x1 * cs[j];
