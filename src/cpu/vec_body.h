@@ -179,20 +179,20 @@ static double NL_VEC_FN(xent_row)(float *z, int y, int V, float inv_n, int want_
     for (int j0 = 0; j0 < V; j0 += NL_VEC_XCH) {
         const int nc = V - j0 < NL_VEC_XCH ? V - j0 : NL_VEC_XCH;
         float *ev = want_grad ? z + j0 : e;
-        int js = 0;
-        for (; js + NL_LANES <= nc; js += NL_LANES) {
-            float t[NL_LANES];
-            for (int l = 0; l < NL_LANES; l++) t[l] = z[j0 + js + l] - m;
-            for (int l = 0; l < NL_LANES; l++) ev[js + l] = t[l];
-        }
-        for (; js < nc; js++) ev[js] = z[j0 + js] - m;
-        nl_vexp(ev, ev, nc);
+        /* z − m, its exp and the 8 partial sums in one pass (each the separate passes' value) */
         float acc[NL_LANES] = {0};
         int j = 0;
-        for (; j + NL_LANES <= nc; j += NL_LANES)
-            for (int l = 0; l < NL_LANES; l++) acc[l] += ev[j + l];
+        for (; j + NL_LANES <= nc; j += NL_LANES) {
+            float t[NL_LANES];
+            for (int l = 0; l < NL_LANES; l++) t[l] = nl_fexp(z[j0 + j + l] - m);
+            for (int l = 0; l < NL_LANES; l++) ev[j + l] = t[l];
+            for (int l = 0; l < NL_LANES; l++) acc[l] += t[l];
+        }
         double part = 0.0;
-        for (; j < nc; j++) part += ev[j];
+        for (; j < nc; j++) {
+            ev[j] = nl_fexp(z[j0 + j] - m);
+            part += ev[j];
+        }
         for (int l = 0; l < NL_LANES; l++) part += acc[l];
         sum += part;
     }
