@@ -1,6 +1,6 @@
 /* nn/par: every node on a pool of 2 and 3 threads gives the bits of the serial node (nn.h)
  * on the same inputs, with shapes above the hand-off threshold and lengths that do not divide
- * evenly (the ranges' edges). */
+ * evenly (the ranges' edges); the fused q/k norm + RoPE pass gives the bits of the two serial calls. */
 #include <string.h>
 
 #include "test.h"
@@ -18,6 +18,7 @@ int main(void) {
     float *b = malloc(sizeof(float) * ne), *y0 = malloc(sizeof(float) * ne), *y1 = malloc(sizeof(float) * ne);
     float *z0 = malloc(sizeof(float) * ne), *z1 = malloc(sizeof(float) * ne);
     float *r0 = malloc(sizeof(float) * T), *r1 = malloc(sizeof(float) * T);
+    float *rr0 = malloc(sizeof(float) * T * RH), *rr1 = malloc(sizeof(float) * T * RH);
     int32_t *pos = malloc(sizeof(int32_t) * T), *tg = malloc(sizeof(int32_t) * T);
     double *l0 = malloc(sizeof(double) * T), *l1 = malloc(sizeof(double) * T);
     nl_t_fill(x, ne, 1.0);
@@ -49,6 +50,26 @@ int main(void) {
             nl_par_rope(p, &rope, bwd, y1, T, RH, pos);
             SAME(y0, y1, nr, bwd ? "rope backward" : "rope forward");
         }
+        /* q/k norm and RoPE in one pass: the bits of the two serial calls (with and without the
+         * cos/sin table, which stops short of the last positions) */
+        for (int tab = 0; tab < 2; tab++) {
+            if (tab) CHECK(nl_rope_table(&rope, 150) == 0);
+            const int64_t nr = (int64_t)T * RH * hd;
+            nl_rmsnorm_forward(y0, rr0, x, w, T * RH, hd, 1e-6f);
+            nl_rope_forward(&rope, y0, T, RH, pos);
+            nl_par_norm_rope_forward(p, &rope, y1, rr1, x, w, T, RH, 1e-6f, pos);
+            SAME(y0, y1, nr, "norm+rope forward");
+            SAME(rr0, rr1, T * RH, "norm+rope rstd");
+            memcpy(y0, dy, sizeof(float) * nr);
+            nl_rope_backward(&rope, y0, T, RH, pos);
+            nl_rmsnorm_backward(y0, y0, x, w, rr0, T * RH, hd);
+            memcpy(y1, dy, sizeof(float) * nr);
+            nl_par_norm_rope_backward(p, &rope, y1, y1, x, w, rr0, T, RH, pos); /* in place */
+            SAME(y0, y1, nr, "norm+rope backward");
+            nl_par_norm_rope_backward(p, &rope, z1, dy, x, w, rr0, T, RH, pos);
+            SAME(y0, z1, nr, "norm+rope backward (dx apart from dy)");
+        }
+        nl_rope_free_table(&rope);
         nl_swiglu_forward(y0, x, b, ne);
         nl_par_swiglu_forward(p, y1, x, b, ne);
         SAME(y0, y1, ne, "swiglu forward");
@@ -123,6 +144,6 @@ int main(void) {
     }
     free(x), free(w), free(dy), free(b), free(y0), free(y1), free(z0), free(z1), free(r0), free(r1), free(pos),
         free(tg);
-    free(l0), free(l1), free(dout);
+    free(l0), free(l1), free(dout), free(rr0), free(rr1);
     return nl_t_done();
 }

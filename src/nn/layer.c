@@ -353,14 +353,24 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
     if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K])) return -1;
     if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V])) return -1;
-    if (L->q_norm) {
+    const nl_rope *rope = nl_rt_rope(ps->rt, l);
+    if (L->q_norm && rope->head_dim == hd) { /* norm and rotation in one pass over each token (profiled as norm) */
+        NL_TIMED(
+            ps->prof, NL_GP_NORM,
+            nl_par_norm_rope_forward(POOL(ps), rope, c->q, c->rstd_q, c->qraw, L->q_norm, T, H, hp->rms_eps, sp->pos));
         NL_TIMED(ps->prof, NL_GP_NORM,
-                 nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
-        NL_TIMED(ps->prof, NL_GP_NORM,
-                 nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+                 nl_par_norm_rope_forward(POOL(ps), rope, c->k, c->rstd_k, c->kraw, L->k_norm, T, Hkv, hp->rms_eps,
+                                          sp->pos));
+    } else {
+        if (L->q_norm) {
+            NL_TIMED(ps->prof, NL_GP_NORM,
+                     nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+            NL_TIMED(ps->prof, NL_GP_NORM,
+                     nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+        }
+        NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 0, c->q, T, H, sp->pos));
+        NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 0, c->k, T, Hkv, sp->pos));
     }
-    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->q, T, H, sp->pos));
-    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 0, c->k, T, Hkv, sp->pos));
     if (attn_core_fwd(ps, l, sp, c, st)) return -1;
     if (gated) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
     return proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
@@ -409,13 +419,21 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
                                                                 .window = L->swa ? hp->n_swa : 0}));
         if (arc) goto done; /* rc is -1: the arena mark is released there */
     }
-    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dq, T, H, sp->pos));
-    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), nl_rt_rope(ps->rt, l), 1, dk, T, Hkv, sp->pos));
-    if (L->q_norm) {
+    const nl_rope *rope = nl_rt_rope(ps->rt, l);
+    if (L->q_norm && rope->head_dim == hd) { /* as in the forward: one pass over each token */
         NL_TIMED(ps->prof, NL_GP_NORM,
-                 nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+                 nl_par_norm_rope_backward(POOL(ps), rope, dq, dq, c->qraw, L->q_norm, c->rstd_q, T, H, sp->pos));
         NL_TIMED(ps->prof, NL_GP_NORM,
-                 nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
+                 nl_par_norm_rope_backward(POOL(ps), rope, dk, dk, c->kraw, L->k_norm, c->rstd_k, T, Hkv, sp->pos));
+    } else {
+        NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 1, dq, T, H, sp->pos));
+        NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 1, dk, T, Hkv, sp->pos));
+        if (L->q_norm) {
+            NL_TIMED(ps->prof, NL_GP_NORM,
+                     nl_par_rmsnorm_backward(POOL(ps), dq, dq, c->qraw, L->q_norm, c->rstd_q, T * H, hd));
+            NL_TIMED(ps->prof, NL_GP_NORM,
+                     nl_par_rmsnorm_backward(POOL(ps), dk, dk, c->kraw, L->k_norm, c->rstd_k, T * Hkv, hd));
+        }
     }
     const float *dqin = dq;
     if (gated) {

@@ -2,6 +2,7 @@
 #include "nn/par.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "cpu/kernels.h"
 #include "util/util.h"
@@ -87,6 +88,55 @@ static void rope_range(void *arg, int64_t i0, int64_t i1) {
 void nl_par_rope(nl_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos) {
     rope_job j = {.r = r, .x = x, .heads = heads, .bwd = bwd, .pos = pos};
     nl_par_run(pool, rope_range, &j, T, 1, (int64_t)T * heads * r->head_dim);
+}
+
+/* ---- q/k norm + RoPE, by token ---- */
+
+typedef struct {
+    const nl_rope *r;
+    float *y, *rstd;
+    const float *x, *w, *dy;
+    int heads;
+    float eps;
+    const int32_t *pos;
+} norm_rope_job;
+
+#define NORM_ROPE_TOKENS 8 /* tokens per pass: 8 · 16 heads · 128 floats = 64 KiB of q */
+
+static void norm_rope_f_range(void *arg, int64_t t0, int64_t t1) {
+    const norm_rope_job *j = arg;
+    const int hd = j->r->head_dim;
+    for (int64_t a = t0; a < t1; a += NORM_ROPE_TOKENS) {
+        const int nt = (int)(t1 - a < NORM_ROPE_TOKENS ? t1 - a : NORM_ROPE_TOKENS);
+        const int64_t o = a * j->heads * hd;
+        nl_rmsnorm_forward(j->y + o, j->rstd + a * j->heads, j->x + o, j->w, nt * j->heads, hd, j->eps);
+        nl_rope_forward(j->r, j->y + o, nt, j->heads, j->pos + a);
+    }
+}
+
+static void norm_rope_b_range(void *arg, int64_t t0, int64_t t1) {
+    const norm_rope_job *j = arg;
+    const int hd = j->r->head_dim;
+    for (int64_t a = t0; a < t1; a += NORM_ROPE_TOKENS) {
+        const int nt = (int)(t1 - a < NORM_ROPE_TOKENS ? t1 - a : NORM_ROPE_TOKENS);
+        const int64_t o = a * j->heads * hd;
+        float *dx = j->y + o;
+        if (dx != j->dy + o) memcpy(dx, j->dy + o, sizeof(float) * (size_t)nt * (size_t)j->heads * (size_t)hd);
+        nl_rope_backward(j->r, dx, nt, j->heads, j->pos + a);
+        nl_rmsnorm_backward(dx, dx, j->x + o, j->w, j->rstd + a * j->heads, nt * j->heads, hd);
+    }
+}
+
+void nl_par_norm_rope_forward(nl_pool *pool, const nl_rope *r, float *y, float *rstd, const float *x, const float *w,
+                              int T, int heads, float eps, const int32_t *pos) {
+    norm_rope_job j = {.r = r, .y = y, .rstd = rstd, .x = x, .w = w, .heads = heads, .eps = eps, .pos = pos};
+    nl_par_run(pool, norm_rope_f_range, &j, T, 1, (int64_t)T * heads * r->head_dim);
+}
+
+void nl_par_norm_rope_backward(nl_pool *pool, const nl_rope *r, float *dx, const float *dy, const float *x,
+                               const float *w, const float *rstd, int T, int heads, const int32_t *pos) {
+    norm_rope_job j = {.r = r, .y = dx, .rstd = (float *)rstd, .x = x, .w = w, .dy = dy, .heads = heads, .pos = pos};
+    nl_par_run(pool, norm_rope_b_range, &j, T, 1, (int64_t)T * heads * r->head_dim);
 }
 
 /* ---- element-wise nodes: y (and y2) from a, b (and c) ---- */

@@ -23,6 +23,14 @@ void nl_par_rmsnorm_backward(nl_pool *pool, float *dx, const float *dy, const fl
                              const float *rstd, int T, int n);
 /* RoPE of x[T][heads][head_dim] (rows split); bwd = 1: the backward (rotation by -θ). */
 void nl_par_rope(nl_pool *pool, const nl_rope *r, int bwd, float *x, int T, int heads, const int32_t *pos);
+/* The attention's q/k norm and RoPE in one pass over the tokens (rows split by token; each
+ * token's rows normed, then rotated, while they are in cache): forward y = rope(rmsnorm(x)),
+ * rstd[T·heads]; backward dx = rmsnorm_bwd(rope_bwd(dy)) in place (dx may alias dy). The same
+ * bits as the two calls one after the other: every token's outputs are its own. */
+void nl_par_norm_rope_forward(nl_pool *pool, const nl_rope *r, float *y, float *rstd, const float *x, const float *w,
+                              int T, int heads, float eps, const int32_t *pos);
+void nl_par_norm_rope_backward(nl_pool *pool, const nl_rope *r, float *dx, const float *dy, const float *x,
+                               const float *w, const float *rstd, int T, int heads, const int32_t *pos);
 /* Element-wise nodes over n elements (split in blocks of 64). */
 void nl_par_swiglu_forward(nl_pool *pool, float *h, const float *a, const float *b, int64_t n);
 void nl_par_swiglu_backward(nl_pool *pool, float *da, float *db, const float *dh, const float *a, const float *b,

@@ -65,7 +65,7 @@ static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int
     const nl_vec_kernels *v = nl_cpu_kernels()->vec;
     for (int c0 = 0; c0 < half; c0 += ROPE_CHUNK) {
         const int nc = half - c0 < ROPE_CHUNK ? half - c0 : ROPE_CHUNK;
-        for (int j = 0; j < nc; j++) invf[j] = inv_freq(r, c0 + j);
+        int have_invf = 0; /* the frequencies (pow) only for a position past the table */
         for (int t = 0; t < T; t++) {
             if (pos[t] >= 0 && pos[t] < r->tab_n) { /* the table: the same floats (sign flips exactly) */
                 const float *tc = r->tab_cos + (size_t)pos[t] * half + c0,
@@ -75,6 +75,9 @@ static void rope_apply(const nl_rope *r, float *x, int T, int n_heads, const int
                     sn[j] = sign > 0 ? ts[j] : -ts[j];
                 }
             } else {
+                if (!have_invf)
+                    for (int j = 0; j < nc; j++) invf[j] = inv_freq(r, c0 + j);
+                have_invf = 1;
                 for (int j = 0; j < nc; j++) {
                     double th = (double)pos[t] * invf[j];
                     cs[j] = (float)cos(th);
