@@ -1,6 +1,115 @@
 /* cpu/vec_avx512: the element-wise nodes' bodies (cpu/vec_body.h) built with the avx512 row's
- * flags (from the file name); the same source and the same bits as cpu/vec.c and vec_avx2.c. */
+ * flags (from the file name); the same source and the same bits as cpu/vec.c and vec_avx2.c,
+ * but for SwiGLU and the gate (their sigmoid is most of the element-wise chain's time): those in
+ * 16 lanes with intrinsics, each lane the exact copy of the portable body (nl_fexp's rounding
+ * trick, Horner steps in order, integer exponent and masks, then the IEEE division; multiplies
+ * and adds separate, never fused: -std=c11 does not contract, and gcc's intrinsics are its
+ * vector operators), the last partial block under a mask (its padded lanes are never stored).
+ * tests/test_nn.c checks each row against the scalar row's bits. */
 #if defined(__x86_64__) && defined(__AVX512F__)
+#include <immintrin.h>
+#include <stdint.h>
+
+/* nl_fexp (cpu/vecmath.h) on 16 lanes */
+static inline __m512 fexp16(__m512 x) {
+    const __m512 big = _mm512_set1_ps(12582912.0f);
+    const __m512 t = _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), big);
+    const __m512 n = _mm512_sub_ps(t, big);
+    __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693145751953125f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(1.42860682030941723e-06f)));
+    __m512 p = _mm512_set1_ps(1.98756915e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.39819337e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.33345205e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.16657962e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.66666657e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0e-1f));
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(p, r), r), r), _mm512_set1_ps(1.0f));
+    const __m512i tb = _mm512_castps_si512(t);
+    const __m512i e = _mm512_add_epi32(
+        _mm512_sub_epi32(_mm512_and_si512(tb, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x4B400000)),
+        _mm512_set1_epi32(127));
+    const __m512i neg = _mm512_srai_epi32(tb, 31);
+    /* lo = ~((e − 1) >> 31) & ~neg, hi = ((e − 255) >> 31) | neg */
+    const __m512i lo = _mm512_andnot_si512(_mm512_srai_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 31),
+                                           _mm512_andnot_si512(neg, _mm512_set1_epi32(-1)));
+    const __m512i hi = _mm512_or_si512(_mm512_srai_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(255)), 31), neg);
+    const __m512i lohi = _mm512_and_si512(lo, hi);
+    const __m512 sc = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(e, lohi), 23));
+    const __m512i yb = _mm512_castps_si512(_mm512_mul_ps(p, sc));
+    return _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_and_si512(yb, lohi), _mm512_andnot_si512(hi, _mm512_set1_epi32(0x7F800000))));
+}
+
+/* nl_fsigmoid: 1 / (1 + e^{-x}) */
+static inline __m512 fsigmoid16(__m512 x) {
+    const __m512 nx = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, fexp16(nx)));
+}
+
+static inline __mmask16 tail16(int64_t n) { return (__mmask16)((1u << n) - 1u); }
+
+/* Blocks of 16, the last under a mask (zeros read, nothing stored past n): each body reads its
+ * inputs with LD(p) and stores with ST(p, v) */
+#define V16_FOR(n) for (int64_t i = 0; i < (n); i += 16)
+#define V16_MASK(n) const __mmask16 m = (n)-i < 16 ? tail16((n)-i) : (__mmask16)0xFFFF
+#define LD(p) _mm512_maskz_loadu_ps(m, (p) + i)
+#define ST(p, v) _mm512_mask_storeu_ps((p) + i, m, (v))
+
+#define NL_VEC_OWN_swiglu_fwd
+static void swiglu_fwd_avx512(float *h, const float *a, const float *b, int64_t n) {
+    /* h = x·σ(x)·y */
+    V16_FOR(n) {
+        V16_MASK(n);
+        const __m512 x = LD(a), y = LD(b);
+        ST(h, _mm512_mul_ps(_mm512_mul_ps(x, fsigmoid16(x)), y));
+    }
+}
+
+#define NL_VEC_OWN_swiglu_bwd
+static void swiglu_bwd_avx512(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n) {
+    /* da = g·y·σ·(1 + x·(1 − σ)), db = g·x·σ */
+    const __m512 one = _mm512_set1_ps(1.0f);
+    V16_FOR(n) {
+        V16_MASK(n);
+        const __m512 x = LD(a), y = LD(b), g = LD(dh);
+        const __m512 sg = fsigmoid16(x);
+        const __m512 ra = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(g, y), sg),
+                                        _mm512_add_ps(one, _mm512_mul_ps(x, _mm512_sub_ps(one, sg))));
+        const __m512 rb = _mm512_mul_ps(_mm512_mul_ps(g, x), sg);
+        ST(da, ra);
+        ST(db, rb);
+    }
+}
+
+#define NL_VEC_OWN_gate_fwd
+static void gate_fwd_avx512(float *out, const float *o, const float *g, int64_t n) {
+    /* out = x·σ(z) */
+    V16_FOR(n) {
+        V16_MASK(n);
+        const __m512 x = LD(o), z = LD(g);
+        ST(out, _mm512_mul_ps(x, fsigmoid16(z)));
+    }
+}
+
+#define NL_VEC_OWN_gate_bwd
+static void gate_bwd_avx512(float *d_o, float *dg, const float *dout, const float *o, const float *g, int64_t n) {
+    /* do = dy·σ, dg = dy·x·σ·(1 − σ) */
+    const __m512 one = _mm512_set1_ps(1.0f);
+    V16_FOR(n) {
+        V16_MASK(n);
+        const __m512 x = LD(o), z = LD(g), dy = LD(dout);
+        const __m512 sg = fsigmoid16(z);
+        const __m512 ro = _mm512_mul_ps(dy, sg);
+        const __m512 rg = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(dy, x), sg), _mm512_sub_ps(one, sg));
+        ST(d_o, ro);
+        ST(dg, rg);
+    }
+}
+
+#undef LD
+#undef ST
+
 #define NL_VEC_ISA avx512
 #include "cpu/vec_body.h"
 #else
