@@ -1,14 +1,20 @@
 /* cpu/vec_avx512: the element-wise nodes' bodies (cpu/vec_body.h) built with the avx512 row's
  * flags (from the file name); the same source and the same bits as cpu/vec.c and vec_avx2.c,
- * but for SwiGLU and the gate (their sigmoid is most of the element-wise chain's time): those in
- * 16 lanes with intrinsics, each lane the exact copy of the portable body (nl_fexp's rounding
- * trick, Horner steps in order, integer exponent and masks, then the IEEE division; multiplies
- * and adds separate, never fused: -std=c11 does not contract, and gcc's intrinsics are its
- * vector operators), the last partial block under a mask (its padded lanes are never stored).
- * tests/test_nn.c checks each row against the scalar row's bits. */
+ * but for SwiGLU, the gate and the cross-entropy row (their exp is most of the element-wise
+ * chain's time): those in 16 lanes with intrinsics, each lane the exact copy of the portable
+ * body (nl_fexp's rounding trick, Horner steps in order, integer exponent and masks, then the
+ * IEEE division; multiplies and adds separate, never fused: -std=c11 does not contract, and
+ * gcc's intrinsics are its vector operators), the reductions in the portable order, the last
+ * partial block under a mask (its padded lanes are never stored). tests/test_nn.c checks each
+ * row against the scalar row's bits. */
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
+
+#include "cpu/vecmath.h"
+
+#define NL_VEC_XCH_AVX512 1024 /* vec_body.h's NL_VEC_XCH: the chunks whose sums are added in double */
 
 /* nl_fexp (cpu/vecmath.h) on 16 lanes */
 static inline __m512 fexp16(__m512 x) {
@@ -109,6 +115,62 @@ static void gate_bwd_avx512(float *d_o, float *dg, const float *dout, const floa
 
 #undef LD
 #undef ST
+
+/* ---- nn/xent.c: one target row; vec_body.h's body with its passes on 16 lanes ---- */
+
+#define NL_VEC_OWN_xent_row
+static double xent_row_avx512(float *z, int y, int V, float inv_n, int want_grad) {
+    /* the max: max_ps(z, m) is `z > m ? z : m` lane by lane (NaN and equal zeros keep m), so the
+     * value of the 8-lane scan (the sign of a zero max aside, which nothing downstream sees) */
+    __m512 mv = _mm512_set1_ps(z[0]);
+    int j = 0;
+    for (; j + 16 <= V; j += 16) mv = _mm512_max_ps(_mm512_loadu_ps(z + j), mv);
+    float lanes[16], m = z[0];
+    _mm512_storeu_ps(lanes, mv);
+    for (int l = 0; l < 16; l++) m = lanes[l] > m ? lanes[l] : m;
+    for (; j < V; j++) m = z[j] > m ? z[j] : m;
+    /* Σ exp(z − m) per 1024-logit chunk: the 8 float partials of the portable body (each 16-lane
+     * block adds its low then its high 8 lanes: blocks of 8 in order), its scalar tail, chunks
+     * summed in double; with want_grad the exponentials are kept in z */
+    const float zy = z[y];
+    const __m512 vm = _mm512_set1_ps(m);
+    double sum = 0.0;
+    for (int j0 = 0; j0 < V; j0 += NL_VEC_XCH_AVX512) {
+        const int nc = V - j0 < NL_VEC_XCH_AVX512 ? V - j0 : NL_VEC_XCH_AVX512;
+        float *zc = z + j0;
+        __m256 acc = _mm256_setzero_ps();
+        int i = 0;
+        for (; i + 16 <= nc; i += 16) {
+            const __m512 t = fexp16(_mm512_sub_ps(_mm512_loadu_ps(zc + i), vm));
+            if (want_grad) _mm512_storeu_ps(zc + i, t);
+            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+            acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
+        }
+        if (i + 8 <= nc) {
+            const __m512 t = fexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(0xFF, zc + i), vm));
+            if (want_grad) _mm512_mask_storeu_ps(zc + i, 0xFF, t);
+            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+            i += 8;
+        }
+        double part = 0.0;
+        for (; i < nc; i++) {
+            const float e = nl_fexp(zc[i] - m);
+            if (want_grad) zc[i] = e;
+            part += e;
+        }
+        float a8[8];
+        _mm256_storeu_ps(a8, acc);
+        for (int l = 0; l < 8; l++) part += a8[l];
+        sum += part;
+    }
+    const double lse = (double)m + log(sum);
+    if (want_grad) {
+        const float c = (float)((double)inv_n / sum);
+        nl_vscale(z, c, V);
+        z[y] -= inv_n;
+    }
+    return lse - (double)zy;
+}
 
 #define NL_VEC_ISA avx512
 #include "cpu/vec_body.h"
