@@ -4,8 +4,10 @@
  * determinism and distributions. The rank-r products on the tiles (cpu/tiles.h): on the emulator
  * against the plain C model of the tile product bit for bit (forward, backward, with and
  * without dropout), against float64 within the BF16 bound, the split API bit for bit; real
- * AMX within the bound where this CPU has it. */
+ * AMX within the bound where this CPU has it. At rank 16 the kernel row's LoRA products
+ * (cpu/lora_avx512.c) against the nl_gemm calls they replace, bit for bit. */
 #include "cpu/amx.h"
+#include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "model/adapter.h"
 #include "nn/lora.h"
@@ -423,6 +425,142 @@ static void test_tiles(const nl_amx_tiles *tl, int exact) {
     g_tiles = NULL;
 }
 
+/* ------------------------------------------------------------------------- rank 16 */
+
+/* The row's rank-16 kernels (cpu/kernels.h: nl_lora_kernels) against the nl_gemm calls they
+ * stand for, bit for bit: odd row counts and lengths, strides a multiple of 4 KB, every mode. */
+static void test_k16_kernels(void) {
+    const nl_lora_kernels *lk = nl_cpu_kernels()->lora;
+    if (!lk) {
+        printf("no rank-16 LoRA kernels in the %s row\n", nl_cpu_kernels()->name);
+        return;
+    }
+    const int shapes[][3] = {{37, 300, 70}, {1, 1, 1}, {16, 1024, 33}, {5, 17, 16}, {33, 129, 95}, {64, 2048, 1}};
+    for (int si = 0; si < 6; si++) {
+        const int M = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+        const int64_t ld = K < 1024 ? K : 1024 * ((K + 1023) / 1024); /* x's row stride */
+        float *X = malloc(sizeof(float) * (size_t)M * ld), *P = malloc(sizeof(float) * (size_t)K * 16);
+        float *c1 = malloc(sizeof(float) * (size_t)M * 16), *c2 = malloc(sizeof(float) * (size_t)M * 16);
+        nl_t_fill(X, (int64_t)M * ld, 1.0), nl_t_fill(P, (int64_t)K * 16, 0.5);
+        lk->thin16(c1, X, ld, P, M, K);
+        nl_gemm(c2, 16, X, (int)ld, P, 16, M, 16, K, 0);
+        CHECKF(memcmp(c1, c2, sizeof(float) * (size_t)M * 16) == 0, "thin16 M=%d K=%d", M, K);
+        /* tn16: C'[16][N] += Σ_t P[t][i]·Q[t][n] over T = M tokens, Q rows ld apart */
+        const int64_t lq = N < 1024 ? N + 3 : 1024;
+        float *Pt = malloc(sizeof(float) * (size_t)M * 16), *Q = malloc(sizeof(float) * (size_t)M * lq);
+        float *d1 = malloc(sizeof(float) * 16 * (size_t)N), *d2 = malloc(sizeof(float) * 16 * (size_t)N);
+        nl_t_fill(Pt, (int64_t)M * 16, 1.0), nl_t_fill(Q, (int64_t)M * lq, 1.0);
+        for (int trans = 0; trans < 2; trans++) {
+            nl_t_fill(d1, 16 * (int64_t)N, 1.0);
+            memcpy(d2, d1, sizeof(float) * 16 * (size_t)N);
+            lk->tn16(d1, trans ? 16 : N, trans, Pt, 16, Q, lq, N, M);
+            if (trans) nl_gemm_tn(d2, 16, Q, (int)lq, Pt, 16, N, 16, M, 1);
+            else nl_gemm_tn(d2, N, Pt, 16, Q, (int)lq, 16, N, M, 1);
+            CHECKF(memcmp(d1, d2, sizeof(float) * 16 * (size_t)N) == 0, "tn16 trans=%d T=%d N=%d", trans, M, N);
+        }
+        /* add16: C[M][N] (op)= P[M][16]·Q[16][N], Q packed as panels */
+        const int64_t np = ((int64_t)N + 31) / 32 * 32, lc = N < 1024 ? N : 1024 * ((N + 1023) / 1024);
+        float *Qr = malloc(sizeof(float) * 16 * (size_t)N), *Qp = calloc((size_t)np * 16, sizeof(float));
+        float *e1 = malloc(sizeof(float) * (size_t)M * lc), *e2 = malloc(sizeof(float) * (size_t)M * lc),
+              *tm = malloc(sizeof(float) * (size_t)M * N);
+        nl_t_fill(Qr, 16 * (int64_t)N, 0.5);
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < 16; k++) Qp[(n / 32 * 16 + k) * 32 + n % 32] = Qr[k * N + n];
+        for (int mode = 0; mode < 3; mode++) {
+            nl_t_fill(e1, (int64_t)M * lc, 1.0);
+            memcpy(e2, e1, sizeof(float) * (size_t)M * lc);
+            lk->add16(e1, lc, Pt, 16, Qp, M, N, mode);
+            if (mode < 2) {
+                nl_gemm(e2, (int)lc, Pt, 16, Qr, N, M, N, 16, mode);
+            } else {
+                nl_gemm(tm, N, Pt, 16, Qr, N, M, N, 16, 0);
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) e2[m * lc + n] += tm[m * N + n];
+            }
+            CHECKF(memcmp(e1, e2, sizeof(float) * (size_t)M * lc) == 0, "add16 mode=%d M=%d N=%d", mode, M, N);
+        }
+        free(X), free(P), free(c1), free(c2), free(Pt), free(Q), free(d1), free(d2), free(Qr), free(Qp), free(e1);
+        free(e2), free(tm);
+    }
+}
+
+/* a fill that depends only on (n, seed): the two runs of k16_outputs see the same data */
+static void fill_seeded(float *p, int64_t n, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (float)(seed >> 8) * (1.0f / 8388608.0f) - 1.0f;
+    }
+}
+
+/* Every output of the split API at rank 16 (forward acc 0/1/NL_LORA_ADD; backward rows dx
+ * none/0/1/NL_LORA_ADD, u given or recomputed; parameter lines in uneven ranges) into out, in
+ * a fixed order; returns the number of floats written. */
+static int64_t k16_outputs(int T, int K, int N, float p, float *out) {
+    const int r = 16;
+    nl_lora L = {K, N, r, 2.0f, p, nl_lora_dropout_key(5, 6, 7, 8), NULL};
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
+    float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+    float *dy = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
+    float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(&L, T) + 1));
+    fill_seeded(x, nx, 1), fill_seeded(A, na, 2), fill_seeded(B, nb, 3), fill_seeded(dy, ny, 4);
+    int64_t o = 0;
+    const int acc[3] = {0, 1, NL_LORA_ADD};
+    for (int a = 0; a < 3; a++) {
+        float *y = out + o;
+        fill_seeded(y, ny, 5);
+        const int cut[] = {T, T / 3, 1, 0};
+        for (int i = 0; i < 3; i++)
+            CHECK(nl_lora_forward_rows(&L, A, B, y, u, x, 0, NULL, acc[a], cut[i + 1], cut[i]) == 0);
+        o += ny;
+    }
+    memcpy(out + o, u, sizeof(float) * T * r);
+    o += (int64_t)T * r;
+    for (int v = 0; v < 8; v++) { /* bit 0: u given; bits 1-2: dx none, 0, 1, NL_LORA_ADD */
+        const int dm = v >> 1;
+        float *dx = dm ? out + o : NULL;
+        if (dx) fill_seeded(dx, nx, 6), o += nx;
+        float *dA = out + o, *dB = dA + na;
+        fill_seeded(dA, na, 7), fill_seeded(dB, nb, 8);
+        o += na + nb;
+        const int dacc = dm == 3 ? NL_LORA_ADD : dm == 2;
+        const int cut[] = {T, 2 * T / 3, 2, 0};
+        for (int i = 0; i < 3; i++)
+            CHECK(nl_lora_backward_rows(&L, A, B, dx, dacc, dy, x, v & 1 ? u : NULL, T, 0, NULL, scr, cut[i + 1],
+                                        cut[i]) == 0);
+        const int J = K + N, jc[] = {0, K / 2, K + 1, J};
+        for (int i = 2; i >= 0; i--) CHECK(nl_lora_backward_params(&L, dA, dB, dy, x, T, scr, jc[i], jc[i + 1]) == 0);
+    }
+    free(x), free(A), free(B), free(dy), free(u), free(scr);
+    return o;
+}
+
+/* Rank 16 through the nodes' calls: the row's rank-16 kernels give the bits of the same row
+ * without them (the AVX2 row: the nl_gemm chains, whose bits every row shares), and the
+ * float64 and split checks above hold at r = 16. */
+static void test_rank16(void) {
+    check_lora(7, 13, 11, 16, 0.0f, 0);
+    check_lora(9, 20, 7, 16, 0.25f, 40);
+    check_split(70, 40, 33, 16, 0.0f, 3);
+    check_split(37, 300, 150, 16, 0.2f, 64);
+    const int shapes[][3] = {{70, 40, 33}, {37, 300, 150}, {5, 17, 1}, {45, 1024, 48}, {33, 64, 2048}};
+    const char *here = nl_cpu_kernels()->name;
+    if (!nl_cpu_kernels()->lora || !nl_cpu_kernels_find("avx2")) return;
+    for (int si = 0; si < 5; si++)
+        for (int pi = 0; pi < 2; pi++) {
+            const int T = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+            const float p = pi ? 0.1f : 0.0f;
+            const size_t n = (size_t)(3 * (int64_t)T * N + 16 * T + 8 * ((int64_t)T * K + 16 * (int64_t)(K + N)));
+            float *o1 = malloc(sizeof(float) * n), *o2 = malloc(sizeof(float) * n);
+            const int64_t n1 = k16_outputs(T, K, N, p, o1);
+            CHECK(nl_cpu_use("avx2") == 0);
+            const int64_t n2 = k16_outputs(T, K, N, p, o2);
+            CHECK(nl_cpu_use(here) == 0);
+            CHECKF(n1 == n2 && memcmp(o1, o2, sizeof(float) * (size_t)n1) == 0,
+                   "rank 16 T=%d K=%d N=%d p=%g: %s and avx2 differ", T, K, N, p, here);
+            free(o1), free(o2);
+        }
+}
+
 static void test_errors_and_init(void) {
     nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0, NULL};
     float A[8] = {0}, B[6] = {0}, x[4] = {0}, y[3] = {0};
@@ -464,6 +602,8 @@ int main(void) {
     check_split(37, 21, 9, 5, 0.5f, 1000);
     check_split(70, 40, 33, 4, 0.0f, 3);
     check_split(70, 40, 33, 4, 0.2f, 64);
+    test_k16_kernels();
+    test_rank16();
     test_errors_and_init();
     test_tiles(&nl_amx_tiles_emu_chain, 1); /* bit for bit against the chain model */
     test_tiles(&nl_amx_tiles_emu, 0);       /* the checks of the real instructions, on the hardware's reading */

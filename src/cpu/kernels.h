@@ -82,6 +82,21 @@ extern const nl_vec_kernels nl_vec_kernels_avx512;
 extern const nl_vec_kernels nl_vec_kernels_neon; /* cpu/vec_neon.c: the neon and neonbf16 rows' */
 #endif
 
+/* nn/lora.c's rank-16 products (cpu/lora_avx512.c; NULL in a row without them: the node's
+ * nl_gemm calls). Every element is the chain cpu/gemm.c's contract gives it (one FMA chain over
+ * k ascending from 0 or from C), so the bits are those of the nl_gemm calls they stand for.
+ *   thin16: C[M][16] = Σ_{k<K} X[m·ldx + k]·P[k·16 + j]           (nl_gemm(C, 16, X, ldx, P, 16, M, 16, K, 0))
+ *   tn16:   C'[i][n] += Σ_{t<T} P[t·ldp + i]·Q[t·ldq + n], i < 16, n < N, C' at C[i·ldc + n], or
+ *           at C[n·ldc + i] when trans (the transposed product: the same chain, a·b = b·a)
+ *   add16:  C[m][n] (op)= Σ_{k<16} P[m·ldp + k]·Qp(k, n), Qp packed as ceil(N/32) panels of
+ *           16 × 32 (panel n/32 at Qp + 16·32·(n/32), zeros past N); op by mode: 0 =, 1 the
+ *           chain from C, 2 C + (the chain from 0, rounded) */
+typedef struct nl_lora_kernels {
+    void (*thin16)(float *C, const float *X, int64_t ldx, const float *P, int M, int K);
+    void (*tn16)(float *C, int ldc, int trans, const float *P, int ldp, const float *Q, int64_t ldq, int N, int T);
+    void (*add16)(float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int M, int N, int mode);
+} nl_lora_kernels;
+
 typedef struct nl_host_kernels {
     const char *name;
     int has_bf16; /* gemm_bf16 and the BF16 packs present */
@@ -150,6 +165,7 @@ typedef struct nl_host_kernels {
      * high) of nl_rng_u64(kt, i/2) is >= thr, else 0, for i below the count it returns (a
      * multiple of 16, <= K; the node does the rest); integer arithmetic, the node's bits. */
     int (*dropout_mask_row)(uint64_t kt, int K, uint32_t thr, float inv, float *mr);
+    const nl_lora_kernels *lora; /* nn/lora.c's rank-16 products (above) */
     /* the element-wise nodes' bodies (required: every row points at one of the builds above) */
     const nl_vec_kernels *vec;
 } nl_host_kernels;
@@ -158,6 +174,7 @@ extern const nl_host_kernels nl_host_kernels_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_host_kernels nl_host_kernels_avx2;
 extern const nl_host_kernels nl_host_kernels_avx512;
+extern const nl_lora_kernels nl_lora_kernels_avx512; /* cpu/lora_avx512.c */
 /* the entries the rows share or take from the ISA's other files (gemm_avx2.c, gdn_avx*.c) */
 void nl_gemm_nn_avx2(float *C, int ldc, const float *A, int64_t a_rs, int64_t a_cs, const float *B, int ldb, int M,
                      int N, int K, int accumulate);

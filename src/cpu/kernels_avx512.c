@@ -385,6 +385,7 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gdn_transpose8 = nl_gdn_transpose8_avx2,
     .gdn_silu_d = nl_gdn_silu_d_avx512,
     .dropout_mask_row = z_dropout_mask_row,
+    .lora = &nl_lora_kernels_avx512,
     .vec = &nl_vec_kernels_avx512,
 };
 #endif

@@ -83,6 +83,24 @@ static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k
         for (int i = 0; i < K; i++) AT[(int64_t)i * r + k] = A[(int64_t)k * K + i];
 }
 
+/* The row's rank-16 kernels (cpu/kernels.h: nl_lora_kernels) when L can take them (FP32, r = 16),
+ * else NULL: the nl_gemm calls, the same bits. */
+static const nl_lora_kernels *k16(const nl_lora *L) {
+    return L->rank == 16 && !L->tiles ? nl_cpu_kernels()->lora : NULL;
+}
+
+/* Columns of a packed add16 operand: N rounded up to the panel width (32). */
+static int64_t panel_cols(int N) { return ((int64_t)N + 31) / 32 * 32; }
+
+/* Qp: the add16 panels of Q(k, n) = S[k·s_k + n·s_n], k < 16, n < N (zeros past N) */
+static void pack_panels(float *Qp, const float *S, int64_t s_k, int64_t s_n, int N) {
+    for (int n0 = 0; n0 < N; n0 += 32)
+        for (int k = 0; k < 16; k++) {
+            float *d = Qp + (int64_t)n0 * 16 + k * 32;
+            for (int j = 0; j < 32; j++) d[j] = n0 + j < N ? S[k * s_k + (n0 + j) * s_n] : 0.0f;
+        }
+}
+
 /* xm[nb][K] = x ⊙ m for rows t .. t+nb-1 (x points at row t; m written into mbuf), or a
  * pointer to x when there is no dropout. */
 static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks,
@@ -187,6 +205,30 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
     }
 }
 
+/* lora_fwd on the row's rank-16 kernels: the same chains (u = x·Aᵀ, then y (+)= (s·u)·Bᵀ per
+ * token block), NL_LORA_ADD in add16's store. */
+static int lora_fwd16(const nl_lora *L, const nl_lora_kernels *lk, const float *A, const float *B, float *y, float *u,
+                      const float *x, int ta, int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate,
+                      const char *what) {
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    const size_t nAT = (size_t)K * r, nBP = (size_t)panel_cols(N) * r, nx = drop ? 2 * (size_t)TB * K : 0;
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nBP + nx + 2 * (size_t)TB * r));
+    if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
+    float *AT = buf, *BP = AT + nAT, *mb = BP + nBP, *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
+    pack_AT(AT, A, r, K);
+    pack_panels(BP, B, 1, r, N); /* Q(k, o) = B[o][k] */
+    const int mode = accumulate == NL_LORA_ADD ? 2 : accumulate ? 1 : 0;
+    for (int t0 = ta; t0 < tb; t0 += TB) {
+        const int nb = tb - t0 < TB ? tb - t0 : TB;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
+        float *ur = u ? u + (int64_t)t0 * r : ub;
+        lk->thin16(ur, xb, K, AT, nb, K);
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        lk->add16(y + (int64_t)t0 * N, N, su, r, BP, nb, N, mode);
+    }
+    return 0;
+}
+
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
 static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta,
                     int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
@@ -195,6 +237,8 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
     drop = drop && L->dropout > 0.0f;
     if (L->tiles && accumulate == NL_LORA_ADD) return nl_err("internal: lora %s: NL_LORA_ADD on the tiles", what);
     if (L->tiles) return lora_fwd_tiles(L, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
+    const nl_lora_kernels *lk = k16(L);
+    if (lk) return lora_fwd16(L, lk, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     const size_t nAT = (size_t)K * r, nBT = (size_t)r * N, nx = drop ? 2 * (size_t)TB * K : 0;
     const size_t ny = accumulate == NL_LORA_ADD ? (size_t)TB * N : 0;
     float *buf = nl_thread_scratch(sizeof(float) * (nAT + nBT + nx + 2 * (size_t)TB * r + ny));
@@ -264,6 +308,44 @@ size_t nl_lora_bwd_scratch_floats(const nl_lora *L, int T) {
     return (size_t)T * (2 * (size_t)L->rank + (L->dropout > 0.0f ? (size_t)L->n_in : 0));
 }
 
+/* nl_lora_backward_rows on the row's rank-16 kernels (the same chains: u, du = dy·B by thin16,
+ * dx (+)= du·A by add16 over A's panels; with dropout (du·A) ⊙ m as the nl_gemm path does it) */
+static int lora_bwd_rows16(const nl_lora *L, const nl_lora_kernels *lk, const float *A, const float *B, float *dx,
+                           int dx_accumulate, const float *dy, const float *x, const float *u, int T, int64_t tok0,
+                           const int64_t *toks, float *scratch, int t0, int t1) {
+    const int K = L->n_in, N = L->n_out, r = L->rank;
+    const int drop = L->dropout > 0.0f;
+    float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
+    const size_t nAT = u ? 0 : (size_t)K * r, nAP = dx ? (size_t)panel_cols(K) * r : 0;
+    const size_t nm = drop ? (size_t)TB * K : 0, nt = drop ? (size_t)TB * K : 0;
+    float *buf = nl_thread_scratch(sizeof(float) * (nAT + nAP + nm + nt + (size_t)TB * r + 1));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+    float *AT = buf, *AP = AT + nAT, *mb = AP + nAP, *tmp = mb + nm, *ub = tmp + nt;
+    if (!u) pack_AT(AT, A, r, K);
+    if (dx) pack_panels(AP, A, K, 1, K); /* Q(k, i) = A[k][i] */
+    const int mode = dx_accumulate == NL_LORA_ADD ? 2 : dx_accumulate ? 1 : 0;
+    for (int ta = t0; ta < t1; ta += TB) {
+        const int nb = t1 - ta < TB ? t1 - ta : TB;
+        const float *dyb = dy + (int64_t)ta * N;
+        float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
+        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *ur = u ? u + (int64_t)ta * r : ub;
+        if (!u) lk->thin16(ub, xb, K, AT, nb, K);
+        lk->thin16(du, dyb, N, B, nb, N);
+        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        if (!dx) continue;
+        float *dxb = dx + (int64_t)ta * K;
+        if (!drop) {
+            lk->add16(dxb, K, du, r, AP, nb, K, mode);
+            continue;
+        }
+        lk->add16(tmp, K, du, r, AP, nb, K, 0);
+        add_masked(dxb, tmp, mb, (int64_t)nb * K, mode != 0);
+    }
+    return 0;
+}
+
 /* scratch: du [T][r] = s·dy·B, su [T][r] = s·u, then (dropout only) xm [T][K] = x ⊙ m. */
 int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate,
                           const float *dy, const float *x, const float *u, int T, int64_t tok0, const int64_t *toks,
@@ -280,6 +362,7 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
         lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1, buf);
         return 0;
     }
+    if (k16(L)) return lora_bwd_rows16(L, k16(L), A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
@@ -318,6 +401,12 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
      * own order (docs/amx.md), so on tiles a gathered call's (or one sequence's) rows would
      * group their terms differently from the full (packed) call's, where the other rows are
      * zeros; one FP32 chain per element over t leaves those zeros exact no-ops. */
+    const nl_lora_kernels *lk = k16(L);
+    if (lk) { /* the same chains; dB as its transpose (su ⊗ dy: a·b = b·a) */
+        if (c1 > c0) lk->tn16(dA + c0, K, 0, du, r, xm + c0, K, c1 - c0, T);
+        if (o1 > o0) lk->tn16(dB + (int64_t)o0 * r, r, 1, su, r, dy + o0, N, o1 - o0, T);
+        return 0;
+    }
     if (c1 > c0) nl_gemm_tn(dA + c0, K, du, r, xm + c0, K, r, c1 - c0, T, 1);
     if (o1 > o0) nl_gemm_tn(dB + (int64_t)o0 * r, r, dy + o0, N, su, r, o1 - o0, r, T, 1);
     return 0;
@@ -393,8 +482,9 @@ uint64_t nl_lora_thread_bytes(const nl_lora *L) {
         4 * (nx + tb * r + 1) +
         4 * (tb * (2 * r + (L->dropout > 0.0f ? K : 0))); /* tiles BWD (on one thread: a block's phase-1 scratch too) */
     if (x > b) b = x;
-    x = 4 * (K * r + r * N + nx + 3 * tb * r + 1 +
-             tb * (K > N ? K : N)); /* FP32: FWD, BWD rows (NL_LORA_ADD's block), BWD on one thread */
+    const uint64_t kn = K > N ? K : N;
+    x = 4 * (K * r + r * ((kn + 31) / 32 * 32) + nx + 3 * tb * r + 1 +
+             tb * kn); /* FP32: FWD, BWD rows (NL_LORA_ADD's block; the rank-16 kernels' panels), BWD on one thread */
     if (x > b) b = x;
     return (b + 63) / 64 * 64;
 }

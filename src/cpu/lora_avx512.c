@@ -1,0 +1,227 @@
+/* cpu/lora_avx512: nn/lora.c's rank-16 products on AVX-512F (kernels.h: nl_lora_kernels), built
+ * with the AVX-512 flags, only on x86-64; the AVX-512 row's `lora`. Every output element is the
+ * chain cpu/gemm.c's contract gives it (one FMA chain over k ascending, from 0 or from C), so
+ * the bits are those of the nl_gemm / nl_gemm_tn calls the node makes without them
+ * (tests/test_nn_lora); what differs is only the order in which elements are computed and how
+ * the operands reach the registers:
+ *   thin16  u = x·Aᵀ, du = dy·B: 16-row tiles (16 accumulators) whose rows are first copied in
+ *           chunks of TK columns into a buffer with a padded stride: the rows of x are a
+ *           multiple of 4 KB apart and 8 or more of them in one L1 set thrashed it;
+ *   tn16    dA += duᵀ·xm and dB += dyᵀ·(s·u) (the sums over the tokens): 16×16 tiles of the
+ *           16 × n result, each a chain over all T tokens kept in registers, one load of the
+ *           long operand per token (dB is computed as its transpose, s·u ⊗ dy: the same
+ *           products, the same order; stored transposed);
+ *   add16   y (+)= (s·u)·Bᵀ, dx (+)= du·A (K = 16): 6×32 tiles over panels packed by the node;
+ *           mode 2 adds the rounded chain to C in the tile's store (the bits of the term
+ *           written to a buffer and added afterwards, NL_LORA_ADD, without the buffer). */
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "cpu/kernels.h"
+
+#define AI __attribute__((always_inline)) static inline
+
+#define TK 128  /* columns of a thin tile's rows per copied chunk */
+#define TKS 144 /* the copy's row stride (floats): not a multiple of 1 KB */
+
+/* C[MR][16] = Σ_k X[i][k]·P[k][0..16], rows of X copied TK columns at a time into buf */
+AI void thin_tile(const int MR, float *C, const float *X, int64_t ldx, const float *P, int K, float *buf) {
+    __m512 c[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) c[i] = _mm512_setzero_ps();
+    for (int k0 = 0; k0 < K; k0 += TK) {
+        const int kc = K - k0 < TK ? K - k0 : TK;
+        for (int i = 0; i < MR; i++) {
+            const float *src = X + (int64_t)i * ldx + k0;
+            float *dst = buf + i * TKS;
+            int k = 0;
+            for (; k + 16 <= kc; k += 16) _mm512_storeu_ps(dst + k, _mm512_loadu_ps(src + k));
+            if (k < kc) {
+                const __mmask16 m = (__mmask16)((1u << (kc - k)) - 1);
+                _mm512_mask_storeu_ps(dst + k, m, _mm512_maskz_loadu_ps(m, src + k));
+            }
+        }
+        const float *p = P + (int64_t)k0 * 16;
+        /* the next chunk's lines of the MR rows, one per k while this chunk computes (the rows are
+         * streams the hardware prefetchers do not all follow) */
+        const int kn = K - k0 - kc < TK ? K - k0 - kc : TK, nl = MR * ((kn + 15) / 16);
+        const float *nx = X + k0 + kc;
+        for (int k = 0; k < kc; k++, p += 16) {
+            if (k < nl) _mm_prefetch((const char *)(nx + (k % MR) * ldx + (k / MR) * 16), _MM_HINT_T0);
+            const __m512 b = _mm512_loadu_ps(p);
+#pragma GCC unroll 16
+            for (int i = 0; i < MR; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(buf[i * TKS + k]), b, c[i]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) _mm512_storeu_ps(C + (int64_t)i * 16, c[i]);
+}
+
+static void z_thin16(float *C, const float *X, int64_t ldx, const float *P, int M, int K) {
+    float buf[16 * TKS] __attribute__((aligned(64)));
+    int m = 0;
+    for (; m + 16 <= M; m += 16) thin_tile(16, C + (int64_t)m * 16, X + m * ldx, ldx, P, K, buf);
+    float *Cm = C + (int64_t)m * 16;
+    const float *Xm = X + m * ldx;
+    switch (M - m) {
+    case 15: thin_tile(15, Cm, Xm, ldx, P, K, buf); break;
+    case 14: thin_tile(14, Cm, Xm, ldx, P, K, buf); break;
+    case 13: thin_tile(13, Cm, Xm, ldx, P, K, buf); break;
+    case 12: thin_tile(12, Cm, Xm, ldx, P, K, buf); break;
+    case 11: thin_tile(11, Cm, Xm, ldx, P, K, buf); break;
+    case 10: thin_tile(10, Cm, Xm, ldx, P, K, buf); break;
+    case 9: thin_tile(9, Cm, Xm, ldx, P, K, buf); break;
+    case 8: thin_tile(8, Cm, Xm, ldx, P, K, buf); break;
+    case 7: thin_tile(7, Cm, Xm, ldx, P, K, buf); break;
+    case 6: thin_tile(6, Cm, Xm, ldx, P, K, buf); break;
+    case 5: thin_tile(5, Cm, Xm, ldx, P, K, buf); break;
+    case 4: thin_tile(4, Cm, Xm, ldx, P, K, buf); break;
+    case 3: thin_tile(3, Cm, Xm, ldx, P, K, buf); break;
+    case 2: thin_tile(2, Cm, Xm, ldx, P, K, buf); break;
+    case 1: thin_tile(1, Cm, Xm, ldx, P, K, buf); break;
+    default: break;
+    }
+}
+
+/* Tokens per pass of tn16: the tiles' chains continue through C from pass to pass (exact). */
+#ifndef TT
+#define TT 64
+#endif
+#ifndef PD
+#define PD 8
+#endif
+
+/* C[n][0..16) += Σ_t Q[t][n]·P[t][0..16), n < NR: the lanes run along P's 16 columns, the
+ * long operand's (4 KB-aligned) rows are only broadcast from, and C is one contiguous 16 × 16
+ * block (C stored with a row stride of the long operand's would alias every load of it) */
+AI void tn_tile(const int NR, float *C, int ldc, const float *P, int ldp, const float *Q, int64_t ldq, int T) {
+    __m512 c[16];
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; n++) c[n] = _mm512_loadu_ps(C + (int64_t)n * ldc);
+    const float *p = P, *q = Q;
+    for (int k = 0; k < T; k++, p += ldp, q += ldq) {
+        /* the long operand's row PD tokens ahead (a new page per token: no hardware prefetcher
+         * follows it); both lines when the 16 floats straddle two */
+        _mm_prefetch((const char *)(q + PD * ldq), _MM_HINT_T0);
+        _mm_prefetch((const char *)(q + PD * ldq + NR - 1), _MM_HINT_T0);
+        const __m512 b = _mm512_loadu_ps(p);
+#pragma GCC unroll 16
+        for (int n = 0; n < NR; n++) c[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n]), b, c[n]);
+    }
+#pragma GCC unroll 16
+    for (int n = 0; n < NR; n++) _mm512_storeu_ps(C + (int64_t)n * ldc, c[n]);
+}
+
+static void tn_tile_n(int nn, float *C, int ldc, const float *P, int ldp, const float *Q, int64_t ldq, int T) {
+    switch (nn) {
+    case 16: tn_tile(16, C, ldc, P, ldp, Q, ldq, T); break;
+    case 15: tn_tile(15, C, ldc, P, ldp, Q, ldq, T); break;
+    case 14: tn_tile(14, C, ldc, P, ldp, Q, ldq, T); break;
+    case 13: tn_tile(13, C, ldc, P, ldp, Q, ldq, T); break;
+    case 12: tn_tile(12, C, ldc, P, ldp, Q, ldq, T); break;
+    case 11: tn_tile(11, C, ldc, P, ldp, Q, ldq, T); break;
+    case 10: tn_tile(10, C, ldc, P, ldp, Q, ldq, T); break;
+    case 9: tn_tile(9, C, ldc, P, ldp, Q, ldq, T); break;
+    case 8: tn_tile(8, C, ldc, P, ldp, Q, ldq, T); break;
+    case 7: tn_tile(7, C, ldc, P, ldp, Q, ldq, T); break;
+    case 6: tn_tile(6, C, ldc, P, ldp, Q, ldq, T); break;
+    case 5: tn_tile(5, C, ldc, P, ldp, Q, ldq, T); break;
+    case 4: tn_tile(4, C, ldc, P, ldp, Q, ldq, T); break;
+    case 3: tn_tile(3, C, ldc, P, ldp, Q, ldq, T); break;
+    case 2: tn_tile(2, C, ldc, P, ldp, Q, ldq, T); break;
+    case 1: tn_tile(1, C, ldc, P, ldp, Q, ldq, T); break;
+    default: break;
+    }
+}
+
+static void z_tn16(float *C, int ldc, int trans, const float *P, int ldp, const float *Q, int64_t ldq, int N, int T) {
+    float t[16][16] __attribute__((aligned(64)));
+    for (int n = 0; n < N; n += 16) {
+        const int nn = N - n < 16 ? N - n : 16;
+        /* the tile as C'ᵀ [nn][16]: C itself when trans and ldc == 16, else a transposed copy */
+        float *ct = trans ? C + (int64_t)n * ldc : t[0];
+        int ldt = trans ? ldc : 16;
+        if (!trans)
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < nn; j++) t[j][i] = C[(int64_t)i * ldc + n + j];
+        for (int t0 = 0; t0 < T; t0 += TT) {
+            const int tt = T - t0 < TT ? T - t0 : TT;
+            tn_tile_n(nn, ct, ldt, P + (int64_t)t0 * ldp, ldp, Q + (int64_t)t0 * ldq + n, ldq, tt);
+        }
+        if (!trans)
+            for (int i = 0; i < 16; i++)
+                for (int j = 0; j < nn; j++) C[(int64_t)i * ldc + n + j] = t[j][i];
+    }
+}
+
+/* rows 0..MR-1 of one 32-column panel: C (op)= Σ_{k<16} P[i][k]·Qp[k][0..32); lanes m0, m1 */
+AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int mode, __mmask16 m0,
+                 __mmask16 m1) {
+    __m512 c[6][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        if (mode == 1) {
+            c[i][0] = _mm512_maskz_loadu_ps(m0, C + (int64_t)i * ldc);
+            c[i][1] = _mm512_maskz_loadu_ps(m1, C + (int64_t)i * ldc + 16);
+        } else {
+            c[i][0] = _mm512_setzero_ps();
+            c[i][1] = _mm512_setzero_ps();
+        }
+    }
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) {
+        const __m512 b0 = _mm512_loadu_ps(Qp + k * 32), b1 = _mm512_loadu_ps(Qp + k * 32 + 16);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const __m512 a = _mm512_set1_ps(P[i * ldp + k]);
+            c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+            c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+        }
+    }
+    /* every load of C before the first store (the rows are a multiple of 4 KB apart: a load
+     * behind a store to another row would wait on it) */
+    if (mode == 2)
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const float *cp = C + (int64_t)i * ldc;
+            c[i][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), c[i][0]);
+            c[i][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), c[i][1]);
+        }
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) {
+        float *cp = C + (int64_t)i * ldc;
+        _mm512_mask_storeu_ps(cp, m0, c[i][0]);
+        _mm512_mask_storeu_ps(cp + 16, m1, c[i][1]);
+    }
+}
+
+AI void add_rows(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int N, int mode) {
+    for (int n = 0; n < N; n += 32) {
+        const int w = N - n < 32 ? N - n : 32;
+        if (mode && n + 64 < N)
+            for (int i = 0; i < MR; i++) {
+                _mm_prefetch((const char *)(C + i * ldc + n + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(C + i * ldc + n + 80), _MM_HINT_T0);
+            }
+        const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
+        const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFFu : w > 16 ? (1u << (w - 16)) - 1 : 0u);
+        add_tile(MR, C + n, ldc, P, ldp, Qp + (int64_t)n * 16, mode, m0, m1);
+    }
+}
+
+static void z_add16(float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int M, int N, int mode) {
+    int m = 0;
+    for (; m + 6 <= M; m += 6) add_rows(6, C + m * ldc, ldc, P + (int64_t)m * ldp, ldp, Qp, N, mode);
+    float *Cm = C + m * ldc;
+    const float *Pm = P + (int64_t)m * ldp;
+    switch (M - m) {
+    case 5: add_rows(5, Cm, ldc, Pm, ldp, Qp, N, mode); break;
+    case 4: add_rows(4, Cm, ldc, Pm, ldp, Qp, N, mode); break;
+    case 3: add_rows(3, Cm, ldc, Pm, ldp, Qp, N, mode); break;
+    case 2: add_rows(2, Cm, ldc, Pm, ldp, Qp, N, mode); break;
+    case 1: add_rows(1, Cm, ldc, Pm, ldp, Qp, N, mode); break;
+    default: break;
+    }
+}
+
+const nl_lora_kernels nl_lora_kernels_avx512 = {.thin16 = z_thin16, .tn16 = z_tn16, .add16 = z_add16};
