@@ -44,8 +44,10 @@ AI void thin_tile(const int MR, float *C, const float *X, int64_t ldx, const flo
         const float *p = P + (int64_t)k0 * 16;
         /* the next chunk's lines of the MR rows, one per k while this chunk computes (the rows are
          * streams the hardware prefetchers do not all follow) */
-        const int kn = K - k0 - kc < TK ? K - k0 - kc : TK, nl = MR * ((kn + 15) / 16);
-        const float *nx = X + k0 + kc;
+        const int last = k0 + kc >= K, kn = last ? (K < TK ? K : TK) : K - k0 - kc < TK ? K - k0 - kc : TK;
+        const int nl = MR * ((kn + 15) / 16);
+        /* after the last chunk: the next tile's first (rows past M are prefetched for nothing) */
+        const float *nx = last ? X + MR * ldx : X + k0 + kc;
         for (int k = 0; k < kc; k++, p += 16) {
             if (k < nl) _mm_prefetch((const char *)(nx + (k % MR) * ldx + (k / MR) * 16), _MM_HINT_T0);
             const __m512 b = _mm512_loadu_ps(p);
@@ -104,6 +106,8 @@ AI void tn_tile(const int NR, float *C, int ldc, const float *P, int ldp, const 
          * follows it); both lines when the 16 floats straddle two */
         _mm_prefetch((const char *)(q + PD * ldq), _MM_HINT_T0);
         _mm_prefetch((const char *)(q + PD * ldq + NR - 1), _MM_HINT_T0);
+        _mm_prefetch((const char *)(q + 16), _MM_HINT_T0); /* and the next column tile's row */
+        _mm_prefetch((const char *)(q + 31), _MM_HINT_T0);
         const __m512 b = _mm512_loadu_ps(p);
 #pragma GCC unroll 16
         for (int n = 0; n < NR; n++) c[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n]), b, c[n]);
@@ -155,8 +159,8 @@ static void z_tn16(float *C, int ldc, int trans, const float *P, int ldp, const 
 }
 
 /* rows 0..MR-1 of one 32-column panel: C (op)= Σ_{k<16} P[i][k]·Qp[k][0..32); lanes m0, m1 */
-AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int mode, __mmask16 m0,
-                 __mmask16 m1) {
+AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, const int mode,
+                 __mmask16 m0, __mmask16 m1) {
     __m512 c[6][2];
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
@@ -195,7 +199,7 @@ AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, c
     }
 }
 
-AI void add_rows(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int N, int mode) {
+AI void add_rows(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int N, const int mode) {
     for (int n = 0; n < N; n += 32) {
         const int w = N - n < 32 ? N - n : 32;
         if (mode && n + 64 < N)
@@ -209,7 +213,7 @@ AI void add_rows(const int MR, float *C, int64_t ldc, const float *P, int ldp, c
     }
 }
 
-static void z_add16(float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int M, int N, int mode) {
+AI void add_all(float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int M, int N, const int mode) {
     int m = 0;
     for (; m + 6 <= M; m += 6) add_rows(6, C + m * ldc, ldc, P + (int64_t)m * ldp, ldp, Qp, N, mode);
     float *Cm = C + m * ldc;
@@ -222,6 +226,12 @@ static void z_add16(float *C, int64_t ldc, const float *P, int ldp, const float 
     case 1: add_rows(1, Cm, ldc, Pm, ldp, Qp, N, mode); break;
     default: break;
     }
+}
+
+static void z_add16(float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int M, int N, int mode) {
+    if (mode == 2) add_all(C, ldc, P, ldp, Qp, M, N, 2);
+    else if (mode == 1) add_all(C, ldc, P, ldp, Qp, M, N, 1);
+    else add_all(C, ldc, P, ldp, Qp, M, N, 0);
 }
 
 const nl_lora_kernels nl_lora_kernels_avx512 = {.thin16 = z_thin16, .tn16 = z_tn16, .add16 = z_add16};
