@@ -191,7 +191,7 @@ static const help_row rows[] = {
      "weight type: f32, f16, q8_0, q4_0 or q4_1 (model/quant's quantizers, as merge writes them; default f32)"},
     {"mkmodel:seed", "S", "seed of the random weights (default 42)"},
     {"bench:tokens", "T[,T...]", "tokens per request: a list for proj (default 64,512), one for step (default 512)"},
-    {"reps", "R", "timed repetitions, best kept (default 3)"},
+    {"reps", "R", "timed repetitions, best kept (default 3; bench proj: at least 0.25 s of them)"},
     {"bench:warmup", "N", "untimed repetitions first (default 1)"},
     {"only", "LETTERS", "the step variants to run, of abcd (default all)"},
     {"skip-ref", NULL, "do not time the reference step"},
