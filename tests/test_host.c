@@ -319,6 +319,68 @@ static void test_threads(const mode *m, int type) {
     free(x);
 }
 
+/* The kernel set's gemm_bf16 (kernels.h) against its chain written out in C: each C element one
+ * chain over the pairs p2 in increasing order from 0, per pair the high products then the low
+ * (VDPBF16PS's order; the products of two BF16 are exact in FP32, each add rounds to nearest), the
+ * chain added to C's old value when accumulating. Bit for bit for every tile the kernel picks
+ * (the live columns ncols 1..64 choose 1..4 vectors and 6..12-row tiles; m covers every tile
+ * height and a tail), and the columns past ncols left as they were. Values are normal BF16 of
+ * moderate size, so DAZ/FTZ never applies. */
+static float t_bf16_val(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_gemm_bf16_chain(const char *kernels) {
+    const nl_host_kernels *ks = nl_cpu_kernels_find(kernels);
+    CHECK(ks != NULL && ks->gemm_bf16 != NULL);
+    if (!ks || !ks->gemm_bf16) return;
+    enum { MMAX = 29, KP = 37, LDA = 2 * KP + 6, LDC = 70 };
+    uint16_t *A = malloc(sizeof(uint16_t) * MMAX * LDA);
+    uint32_t *B = aligned_alloc(64, sizeof(uint32_t) * KP * NL_HOST_NP);
+    float *C = malloc(sizeof(float) * MMAX * LDC), *C0 = malloc(sizeof(float) * MMAX * LDC);
+    for (int i = 0; i < MMAX * LDA; i++) A[i] = nl_host_f32_to_bf16((float)(2.0 * nl_t_rand()));
+    for (int i = 0; i < KP * NL_HOST_NP; i++)
+        B[i] = (uint32_t)nl_host_f32_to_bf16((float)nl_t_rand()) | (uint32_t)nl_host_f32_to_bf16((float)nl_t_rand())
+                                                                       << 16;
+    for (int i = 0; i < MMAX * LDC; i++) C0[i] = (float)(4.0 * nl_t_rand());
+    static const int ncs[] = {1, 7, 16, 17, 31, 32, 33, 45, 48, 49, 63, 64};
+    int bad = 0;
+    for (int m = 1; m <= MMAX; m += (m < 14 ? 1 : 5))
+        for (size_t q = 0; q < sizeof ncs / sizeof ncs[0]; q++)
+            for (int acc = 0; acc < 2; acc++) {
+                const int nc = ncs[q], kp = m % 3 == 0 ? 1 : KP;
+                memcpy(C, C0, sizeof(float) * MMAX * LDC);
+                ks->gemm_bf16(m, kp, A, LDA, B, C, LDC, nc, acc);
+                for (int i = 0; i < MMAX; i++)
+                    for (int j = 0; j < LDC; j++) {
+                        float want = C0[i * LDC + j];
+                        if (i < m && j < nc) {
+                            float sum = 0.0f;
+                            for (int p2 = 0; p2 < kp; p2++) {
+                                const uint32_t b = B[p2 * NL_HOST_NP + j];
+                                volatile float hi =
+                                    t_bf16_val(A[i * LDA + 2 * p2 + 1]) * t_bf16_val((uint16_t)(b >> 16));
+                                volatile float lo = t_bf16_val(A[i * LDA + 2 * p2]) * t_bf16_val((uint16_t)b);
+                                sum = sum + hi;
+                                sum = sum + lo;
+                            }
+                            want = acc ? want + sum : sum;
+                        }
+                        if (memcmp(&want, &C[i * LDC + j], 4) && bad++ < 3)
+                            fprintf(stderr, "%s gemm_bf16 m=%d kp=%d ncols=%d acc=%d: C[%d][%d] = %.9g, chain %.9g\n",
+                                    kernels, m, kp, nc, acc, i, j, C[i * LDC + j], want);
+                    }
+            }
+    CHECKF(bad == 0, "%s gemm_bf16: %d elements differ from the chain", kernels, bad);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
 /* bf16 mode really runs a different path than f32 (a test that can fail if the mode is ignored). */
 static void test_bf16_differs(const char *kernels) {
     const int N = 64, K = 256, T = 8;
@@ -398,7 +460,10 @@ int main(void) {
         test_threads(&modes[i], NL_TYPE_Q4_1);
         test_threads(&modes[i], NL_TYPE_Q5_0);
     }
-    if (nl_proj_host_cpu_has("avx512bf16")) test_bf16_differs("avx512");
+    if (nl_proj_host_cpu_has("avx512bf16")) {
+        test_bf16_differs("avx512");
+        test_gemm_bf16_chain("avx512");
+    }
     if (nl_proj_host_cpu_has("neonbf16")) {
         test_bf16_differs("neonbf16");
         /* an Arm core with BF16: the default row and compute are neonbf16 / bf16 */

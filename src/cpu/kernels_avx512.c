@@ -285,50 +285,99 @@ static void z_to_bf16(const float *src, int n, uint16_t *dst) {
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
-AI void ukr_bf16(const int mr, int kp, const uint32_t *a, int64_t lda2, const uint32_t *B, float *C, int64_t ldc,
-                 int ncols, int accumulate) {
-    __m512 acc[MR][4];
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
+/* The bf16 register tile: mr rows × nv vectors of 16 columns (mr·nv <= 24 accumulators), both
+ * constant after inlining. Each accumulator is one chain of vdpbf16ps over p2 in increasing
+ * order from zero, whatever the tile's shape, so the shapes give the same bits; a panel with
+ * fewer live columns (ncols <= 16·nv) runs only its live vectors, in taller tiles. */
+#define BF16_ROWS 12 /* rows of the tallest tile (nv 1 and 2) */
+AI void ukr_bf16(const int mr, const int nv, int kp, const uint32_t *a, int64_t lda2, const uint32_t *B, float *C,
+                 int64_t ldc, int ncols, int accumulate) {
+    __m512 acc[BF16_ROWS][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < BF16_ROWS; i++)
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
     for (int p2 = 0; p2 < kp; p2++) {
         const uint32_t *b = B + (size_t)p2 * NL_HOST_NP;
-        const __m512bh b0 = as_bh(_mm512_load_si512((const void *)b));
-        const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(b + 16)));
-        const __m512bh b2 = as_bh(_mm512_load_si512((const void *)(b + 32)));
-        const __m512bh b3 = as_bh(_mm512_load_si512((const void *)(b + 48)));
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
+        __m512bh bv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            if (r < nv) bv[r] = as_bh(_mm512_load_si512((const void *)(b + 16 * r)));
+#pragma GCC unroll 12
+        for (int i = 0; i < BF16_ROWS; i++) {
             if (i >= mr) break;
             const __m512bh x = as_bh(_mm512_set1_epi32((int)a[i * lda2 + p2]));
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
-            acc[i][2] = _mm512_dpbf16_ps(acc[i][2], x, b2);
-            acc[i][3] = _mm512_dpbf16_ps(acc[i][3], x, b3);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                if (r < nv) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], x, bv[r]);
         }
     }
-    store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
+#pragma GCC unroll 12
+    for (int i = 0; i < BF16_ROWS; i++) {
+        if (i >= mr) break;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (r >= nv) break;
+            const __mmask16 k = col_mask(ncols, r);
+            float *c = C + i * ldc + 16 * r;
+            __m512 v = acc[i][r];
+            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c), v);
+            _mm512_mask_storeu_ps(c, k, v);
+        }
+    }
 }
+
+/* rows of the tile for nv live vectors: 24 accumulators where they fit (6×4, 8×3, 12×2), 12 for
+ * one vector (12 chains cover the instruction's latency; the broadcasts, one a row, bound it) */
+#define BF16_MR(nv) ((nv) == 4 ? 6 : (nv) == 3 ? 8 : 12)
+
+/* every tile height 1..BF16_MR(NV) of nv = NV */
+#define UKR_CASE(MRv, NV)                                                                                              \
+    case MRv:                                                                                                          \
+        if (MRv <= BF16_MR(NV)) ukr_bf16(MRv, NV, kp, a, lda2, B, c, ldc, ncols, accumulate);                          \
+        break;
+#define UKR_NV(NV)                                                                                                     \
+    static void gemm_bf16_nv##NV(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C,           \
+                                 int64_t ldc, int ncols, int accumulate) {                                             \
+        const int64_t lda2 = lda / 2; /* in pairs */                                                                   \
+        const int R = BF16_MR(NV);                                                                                     \
+        for (int i0 = 0; i0 < m; i0 += R) {                                                                            \
+            const int mr = m - i0 < R ? m - i0 : R;                                                                    \
+            const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);                                        \
+            const int nr = m - i0 - R < R ? m - i0 - R : R;                                                            \
+            for (int r = 0; r < nr; r++)                                                                               \
+                for (int p = 0; p < 2 * kp; p += 32)                                                                   \
+                    _mm_prefetch((const char *)(A + (i0 + R + r) * lda + p), _MM_HINT_T0);                             \
+            float *c = C + i0 * ldc;                                                                                   \
+            switch (mr) {                                                                                              \
+                UKR_CASE(12, NV)                                                                                       \
+                UKR_CASE(11, NV)                                                                                       \
+                UKR_CASE(10, NV)                                                                                       \
+                UKR_CASE(9, NV)                                                                                        \
+                UKR_CASE(8, NV)                                                                                        \
+                UKR_CASE(7, NV)                                                                                        \
+                UKR_CASE(6, NV)                                                                                        \
+                UKR_CASE(5, NV)                                                                                        \
+                UKR_CASE(4, NV)                                                                                        \
+                UKR_CASE(3, NV)                                                                                        \
+                UKR_CASE(2, NV)                                                                                        \
+            default: ukr_bf16(1, NV, kp, a, lda2, B, c, ldc, ncols, accumulate); break;                                \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+UKR_NV(1)
+UKR_NV(2)
+UKR_NV(3)
+UKR_NV(4)
 
 static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C, int64_t ldc,
                         int ncols, int accumulate) {
-    const int64_t lda2 = lda / 2; /* in pairs */
-    for (int i0 = 0; i0 < m; i0 += MR) {
-        const int mr = m - i0 < MR ? m - i0 : MR;
-        const uint32_t *a = (const uint32_t *)(const void *)(A + i0 * lda);
-        const int nr = m - i0 - MR < MR ? m - i0 - MR : MR;
-        for (int r = 0; r < nr; r++)
-            for (int p = 0; p < 2 * kp; p += 32) _mm_prefetch((const char *)(A + (i0 + MR + r) * lda + p), _MM_HINT_T0);
-        float *c = C + i0 * ldc;
-        switch (mr) {
-        case 6: ukr_bf16(6, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
-        case 5: ukr_bf16(5, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
-        case 4: ukr_bf16(4, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
-        case 3: ukr_bf16(3, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
-        case 2: ukr_bf16(2, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
-        default: ukr_bf16(1, kp, a, lda2, B, c, ldc, ncols, accumulate); break;
-        }
+    if (ncols <= 0) return;
+    switch ((ncols + 15) / 16) {
+    case 1: gemm_bf16_nv1(m, kp, A, lda, B, C, ldc, ncols, accumulate); break;
+    case 2: gemm_bf16_nv2(m, kp, A, lda, B, C, ldc, ncols, accumulate); break;
+    case 3: gemm_bf16_nv3(m, kp, A, lda, B, C, ldc, ncols, accumulate); break;
+    default: gemm_bf16_nv4(m, kp, A, lda, B, C, ldc, ncols, accumulate); break;
     }
 }
 
