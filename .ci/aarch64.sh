@@ -13,7 +13,8 @@
 #      default path is BF16)
 #   4. tools/determinism.sh under qemu against the x86 build's lines: the FP32 lines must be the
 #      same; the others are printed with the x86 line beside them (docs/real-models.md, "On a
-#      phone", says which differ and why)
+#      phone", says which differ and why); DET_MODES=f32 runs only the FP32 lines (.ci/run: the
+#      four FP32 trainings, ~2 min under qemu; all 20 lines took 6.5 min on one core here)
 # Time (qemu on a 2-core x86 machine, loaded, one job at a time): step 1 is well over an hour on
 # one core (test_graph 886 s, test_graph_threads ~800, test_faults 438, test_eval 381 before the
 # first three's smaller cases); step 3's default path under -cpu max took 649 s (6 steps of 128
@@ -142,6 +143,8 @@ if on determinism; then
   t=$SECONDS
   printf '#!/bin/sh\nexport QEMU_CPU=max\nexec %s %s "$@"\n' "${EMU[*]}" "$CLI" >"$work/nightlora-max"
   chmod +x "$work/nightlora-max"
+  export DET_MODES="${DET_MODES:-default f32 recompute}"
+  echo "determinism modes: $DET_MODES"
   timeout 600 sh tools/determinism.sh "$X86/nightlora" "$work/det-x86" >"$work/det-x86.txt"
   timeout 2400 sh tools/determinism.sh "$work/nightlora-max" "$work/det-a64" >"$work/det-a64.txt"
   python3 - "$work/det-x86.txt" "$work/det-a64.txt" <<'EOF'

@@ -55,8 +55,16 @@ struct nl_gdn_cache {
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
+/* log(1 + y) for y >= 0 from logf: u = 1 + y rounded, log(u) scaled by y / (u - 1), which
+ * cancels u's rounding (within 2 ulp; y itself when u rounds to 1). Not glibc's log1pf: its
+ * last bit differs between the x86-64 and the AArch64 builds for about 1 input in 1000 (logf's
+ * and expf's agree), and the FP32 path gives the same bits on both. */
+static inline float log1p_pos(float y) {
+    const float u = 1.0f + y;
+    return u == 1.0f ? y : logf(u) * (y / (u - 1.0f));
+}
 /* softplus with ggml's threshold: x > 20 -> x */
-static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+static inline float softplusf(float x) { return x > 20.0f ? x : log1p_pos(expf(x)); }
 
 /* Dot product with 8 fixed partial sums: vectorisable without reassociation flags, and the
  * summation order depends only on n (deterministic). */

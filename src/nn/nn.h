@@ -106,7 +106,7 @@ void nl_swiglu_forward(float *h, const float *a, const float *b, int64_t n);
 void nl_swiglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
 
 /* ---- GeGLU (gemma3): h = gelu(a) ⊙ b with the tanh GELU,
- * gelu(a) = a/2 · (1 + tanh(√(2/π) · (a + 0.044715 a³))), n elements. */
+ * gelu(a) = a/2 · (1 + tanh(√(2/π) · (a + 0.044715 a³))) = a·σ(2√(2/π)(a + 0.044715 a³)), n elements. */
 void nl_geglu_forward(float *h, const float *a, const float *b, int64_t n);
 void nl_geglu_backward(float *da, float *db, const float *dh, const float *a, const float *b, int64_t n);
 
