@@ -15,6 +15,7 @@
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
+#include "nn/lora.h"
 #include "util/json.h"
 #include "util/util.h"
 
@@ -615,6 +616,103 @@ static void test_shared_prefix(nl_arch arch) {
     }
 }
 
+/* nl_rt_proj with an adapter: the service's product plus the LoRA term, bit for bit the sum the
+ * inference forward always computed (a zeroed buffer, nl_lora_apply into it, then y[i] += it),
+ * overlapped (sync 0: the branch on this thread while the request is in flight, the add on the
+ * pool) and synchronous (sync 1, `eval`'s mode on the CPU backends, nl_session_sync_cpu: the branch after
+ * the wait on the pool, each block's term added in cache), on 1 and 3 threads, at odd row counts
+ * (32-row blocks split over the pool's tasks); then eval with the adapter: both modes, the same
+ * per-example numbers. */
+static void test_lora_proj(nl_arch arch) {
+    const char *name = nl_arch_name(arch);
+    char model[512], apath[512];
+    snprintf(model, sizeof model, "%s/%s-q8-lp.gguf", tmpdir, name);
+    snprintf(apath, sizeof apath, "%s/%s-lp-adapter.gguf", tmpdir, name);
+    if (nl_mkmodel(arch, "tiny", NL_TYPE_Q8_0, 7, model)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
+    nl_model *m = nl_model_load(model);
+    CHECK(m != NULL);
+    if (!m) return;
+    nl_adapter *a = nl_adapter_new(m, "q,k,v,o,gate,up,down,qkv,z,alpha,beta,out", 3, 5.0f, 11);
+    CHECK(a != NULL);
+    if (!a) return;
+    for (int i = 0; i < a->n; i++) nl_t_fill(nl_lora_B(a, i), a->t[i].n_out * a->t[i].rank, 0.5);
+    CHECK(nl_adapter_save(a, m, apath) == 0);
+    nl_adapter_free(a);
+    nl_model_free(m);
+    nl_session s;
+    nl_proj_config cfg = {.backend = "host", .n_threads = 3, .precision = "keep"};
+    if (nl_session_open(&s, model, apath, &cfg)) {
+        fprintf(stderr, "%s\n", nl_last_error());
+        exit(1);
+    }
+    nl_session_sync_cpu(&s);
+    CHECK(s.rt.sync == 1); /* eval's mode on the CPU backends */
+    a = s.adapter;
+    static const int rows[] = {1, 5, 33, 70, 131};
+    int n_proj = 0;
+    for (int p = 0; p < s.m->n_projs; p++) {
+        const int e = a->by_proj[p];
+        if (e < 0) continue;
+        const nl_lora_tensor *lt = &a->t[e];
+        const nl_lora L = {
+            .n_in = (int)lt->n_in, .n_out = (int)lt->n_out, .rank = lt->rank, .scale = nl_adapter_scale(a, e)};
+        for (size_t ti = 0; ti < sizeof rows / sizeof *rows; ti++) {
+            const int T = rows[ti];
+            const size_t nx = (size_t)T * L.n_in, ny = (size_t)T * L.n_out;
+            float *x = malloc(nx * sizeof *x), *want = malloc(ny * sizeof *want), *ly = calloc(ny, sizeof *ly),
+                  *got = malloc(ny * sizeof *got);
+            nl_t_fill(x, (int64_t)nx, 1.0);
+            CHECK(nl_proj_run(s.svc, s.rt.svc_id[p], NL_FWD, x, T, want) == 0);
+            CHECK(nl_lora_apply(&L, nl_lora_A(a, e), nl_lora_B(a, e), ly, x, T) == 0);
+            for (size_t i = 0; i < ny; i++) want[i] += ly[i];
+            for (int th = 1; th <= 3; th += 2) {
+                CHECK(nl_runtime_set_threads(&s.rt, th) == 0);
+                for (int sync = 0; sync < 2; sync++) {
+                    s.rt.sync = sync;
+                    CHECK(nl_rt_proj(&s.rt, p, x, T, got) == 0);
+                    CHECKF(!memcmp(got, want, ny * sizeof *got), "%s %s T=%d threads %d sync %d: LoRA sum differs",
+                           name, s.m->projs[p].name, T, th, sync);
+                }
+            }
+            free(x);
+            free(want);
+            free(ly);
+            free(got);
+        }
+        n_proj++;
+    }
+    CHECK(n_proj > 0);
+    nl_data_opts dopt = {.n_vocab = s.m->hp.n_vocab};
+    nl_dataset ds;
+    if (nl_dataset_load(NL_TEST_DATA "/../../examples/tagging-chat-test.jsonl", s.tok, &dopt, &ds)) {
+        CHECKF(0, "%s", nl_last_error());
+        nl_session_close(&s);
+        return;
+    }
+    if (ds.n > 12) ds.n = 12;
+    static per_ex ref, got;
+    nl_eval_result r0, r1;
+    for (int sync = 0; sync < 2; sync++) {
+        s.rt.sync = sync;
+        memset(sync ? &got : &ref, 0, sizeof ref);
+        nl_eval_opts o = {.on_example = on_ex, .user = sync ? &got : &ref};
+        CHECKF(nl_eval_dataset_opts(&s.rt, &ds, 4096, &o, sync ? &r1 : &r0) == 0, "%s", nl_last_error());
+    }
+    int bad = got.n != ref.n || r0.loss_sum != r1.loss_sum || r0.n_correct != r1.n_correct;
+    for (int i = 0; i < ref.n && !bad; i++) {
+        bad |= got.loss[i] != ref.loss[i] || got.pred[i] != ref.pred[i];
+        for (int k = 0; k < ref.nch[i]; k++) bad |= got.ll[i][k] != ref.ll[i][k];
+    }
+    CHECKF(!bad, "%s: eval with an adapter: synchronous and overlapped LoRA differ", name);
+    fprintf(stderr, "%s: nl_rt_proj's LoRA = the zeroed buffer's sum bit for bit (%d projections; eval %d examples)\n",
+            name, n_proj, ds.n);
+    nl_dataset_free(&ds);
+    nl_session_close(&s);
+}
+
 /* nl_forward_packed_prefix refuses a continuation with no prefix right before it. */
 static void test_prefix_rules(const char *model) {
     nl_session s;
@@ -704,6 +802,8 @@ int main(void) {
     test_shared_prefix(NL_ARCH_QWEN3);
     test_shared_prefix(NL_ARCH_QWEN35);
     test_shared_prefix(NL_ARCH_GEMMA3);
+    test_lora_proj(NL_ARCH_LLAMA);
+    test_lora_proj(NL_ARCH_QWEN35);
     char model[512];
     snprintf(model, sizeof model, "%s/qwen3.gguf", tmpdir);
     test_prefix_rules(model);

@@ -489,6 +489,7 @@ int nl_cmd_eval(int argc, char **argv) {
         free(dir_file);
         return nl_cli_fail("eval");
     }
+    nl_session_sync_cpu(&s);
     nl_cli_model_warning("eval", s.m);
     if (cfg.verbose) {
         char line[256];

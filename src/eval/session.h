@@ -22,6 +22,10 @@ typedef struct {
 /* adapter_path may be NULL; cfg may be NULL: the CLI's inference defaults (nl_proj_config_defaults:
  * host backend, every core up to 8; precision "keep": the weights in their stored types). */
 int nl_session_open(nl_session *s, const char *model_path, const char *adapter_path, const nl_proj_config *cfg);
+/* The LoRA branches after each request, on the runtime's pool (rt.sync), when the backend is a
+ * CPU one (host, ref), whose threads own the cores while a request is in flight: what `eval`
+ * runs (the trainer sets the same for its validation). The same bits either way. */
+void nl_session_sync_cpu(nl_session *s);
 void nl_session_close(nl_session *s);
 
 /* Full-sequence forward: logits[T][n_vocab]. */

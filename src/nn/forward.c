@@ -9,6 +9,7 @@
 #include "nn/head.h"
 #include "nn/layer.h"
 #include "nn/lora.h"
+#include "nn/par.h"
 #include "util/util.h"
 
 /* The gated delta-net's shape from the model's ssm_* hyperparameters (qwen35). */
@@ -184,30 +185,75 @@ void nl_seq_state_free(nl_seq_state *st, const nl_model *m) {
     memset(st, 0, sizeof *st);
 }
 
+/* The adapter's LoRA of projection e over rows [t0, t1) of a call. */
+typedef struct {
+    nl_lora L;
+    const float *A, *B, *x;
+    float *y;
+    int T, acc, rc[8];
+} rt_lora_job;
+
+static void rt_lora_task(void *arg, int task, int n_tasks) {
+    rt_lora_job *j = arg;
+    const int64_t nb = (j->T + 31) / 32; /* whole 32-row blocks (nn/lora's) to each task */
+    const int t0 = (int)(32 * (nb * task / n_tasks)),
+              t1 = task + 1 == n_tasks ? j->T : (int)(32 * (nb * (task + 1) / n_tasks));
+    j->rc[task] = t1 > t0 ? nl_lora_forward_rows(&j->L, j->A, j->B, j->y, NULL, j->x, 0, NULL, j->acc, t0, t1) : 0;
+}
+
+/* y (acc NL_LORA_ADD: +)= the LoRA term of rows [0, T), on the runtime's pool when the branch is
+ * worth the hand-off (the service is idle then: rt->sync, or the add after the wait). Every
+ * element's bits are those of nl_lora_forward_to over all rows (one chain per element, whatever
+ * the rows' split); NL_LORA_ADD: y + that term, as a buffer added afterwards. */
+static int rt_lora(nl_runtime *rt, int e, const float *x, int T, float *y, int acc, int on_pool) {
+    const nl_adapter *a = rt->adapter;
+    const nl_lora_tensor *t = &a->t[e];
+    rt_lora_job j = {
+        .L = {.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank, .scale = nl_adapter_scale(a, e)},
+        .A = nl_lora_A(a, e),
+        .B = nl_lora_B(a, e),
+        .x = x,
+        .y = y,
+        .T = T,
+        .acc = acc};
+    const int64_t work = (int64_t)T * t->rank * (t->n_in + t->n_out);
+    int n = on_pool && rt->pool && work >= 32768 && T >= 2 ? nl_pool_size(rt->pool) : 1;
+    if (n > (int)(sizeof j.rc / sizeof *j.rc)) n = (int)(sizeof j.rc / sizeof *j.rc);
+    if (n > T) n = T;
+    if (n > 1) nl_pool_run(rt->pool, n, rt_lora_task, &j);
+    else rt_lora_task(&j, 0, 1);
+    for (int i = 0; i < n; i++)
+        if (j.rc[i]) /* a worker's message is in its own thread's error slot */
+            return n > 1 ? nl_err("lora forward: a pool task failed (out of memory for scratch?)") : -1;
+    return 0;
+}
+
+/* rt->sync (the CPU backends: their threads own the cores while a request is in flight): the
+ * branch after the wait, on the pool, each token block's term added into y while in cache
+ * (NL_LORA_ADD). Otherwise the branch runs on this thread while the request is in flight, into
+ * its own buffer (accumulate 0: no zeroing pass), added after the wait on the pool. Both give
+ * y = W x + (the term) with the term's bits the same. */
 int nl_rt_proj(nl_runtime *rt, int p, const float *x, int T, float *y) {
     if (p < 0) return nl_err("internal: projection missing");
     const nl_adapter *a = rt->adapter;
     int e = a ? a->by_proj[p] : -1;
     if (nl_rt_pace(rt)) return -1;
     if (nl_proj_submit(rt->svc, rt->svc_id[p], NL_FWD, x, T, y)) return -1;
+    if (rt->sync) {
+        if (nl_proj_wait(rt->svc)) return -1;
+        return e >= 0 ? rt_lora(rt, e, x, T, y, NL_LORA_ADD, 1) : 0;
+    }
     float *ly = NULL;
     nl_arena *ws = e >= 0 ? fws_of(rt) : NULL;
     nl_arena_mark mk = ws ? nl_arena_top(ws) : (nl_arena_mark){0};
     if (e >= 0 && ws) {
-        /* The LoRA branch runs on the CPU while the base product is in flight. */
-        const nl_lora_tensor *t = &a->t[e];
-        nl_lora L = {.n_in = (int)t->n_in, .n_out = (int)t->n_out, .rank = t->rank, .scale = nl_adapter_scale(a, e)};
-        ly = nl_arena_floats(ws, (size_t)T * (size_t)t->n_out);
-        if (ly) memset(ly, 0, (size_t)T * (size_t)t->n_out * sizeof(float));
-        if (ly && nl_lora_apply(&L, nl_lora_A(a, e), nl_lora_B(a, e), ly, x, T)) ly = NULL;
+        ly = nl_arena_floats(ws, (size_t)T * (size_t)a->t[e].n_out);
+        if (ly && rt_lora(rt, e, x, T, ly, 0, 0)) ly = NULL;
     }
     int rc = nl_proj_wait(rt->svc);
     if (rc == 0 && e >= 0) {
         if (!ly) rc = -1;
-        else {
-            size_t n = (size_t)T * (size_t)rt->m->projs[p].n_out;
-            for (size_t i = 0; i < n; i++) y[i] += ly[i];
-        }
+        else nl_par_add(rt->pool, y, ly, (int64_t)T * rt->m->projs[p].n_out);
     }
     if (ws) nl_arena_release(ws, mk);
     return rc;

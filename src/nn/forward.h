@@ -2,8 +2,8 @@
  * nn/layer.h (the one layer definition, which the training graph runs too) with the decoding
  * state, and the head.
  *
- * Every frozen-weight product goes through proj/ (nl_proj_submit/wait); while a request is in
- * flight the CPU computes that projection's LoRA branch. */
+ * Every frozen-weight product goes through proj/ (nl_proj_submit/wait); that projection's LoRA
+ * branch runs while the request is in flight, or after it on the pool (nl_runtime.sync). */
 #ifndef NL_FORWARD_H
 #define NL_FORWARD_H
 
@@ -29,9 +29,11 @@ typedef struct nl_runtime {
      * NULL. A non-zero return aborts the computation with that status. */
     int (*pace)(void *user);
     void *pace_user;
-    /* Synchronous mode (benchmarks): wait for each service request before computing the LoRA
-     * branch on the CPU, instead of computing it while the request is in flight. Results are
-     * bit-identical either way; only the overlap changes. */
+    /* Synchronous mode: wait for each service request before computing the LoRA branch, then
+     * compute it on the pool, instead of on this thread while the request is in flight. Results
+     * are bit-identical either way; only the overlap changes. nl_runtime_init leaves it 0; the
+     * trainer (nl_train_sync_mode) and `eval` (nl_session_sync_cpu) set it on the CPU
+     * backends (host, ref), whose threads own the cores while a request is in flight. */
     int sync;
     /* Attention of the training graph in BF16 (nl_attention_*_range_bf16: GEMM inputs rounded
      * to BF16, FP32 accumulation and softmax); 0 = FP32. nl_runtime_init sets it when the
