@@ -46,10 +46,7 @@ fail:
     return -1;
 }
 
-void nl_session_sync_cpu(nl_session *s) {
-    const char *be = nl_proj_backend_name(s->svc);
-    s->rt.sync = be && (!strcmp(be, "host") || !strcmp(be, "ref"));
-}
+void nl_session_sync_cpu(nl_session *s) { s->rt.sync = nl_proj_backend_on_cpu(nl_proj_backend_name(s->svc)); }
 
 void nl_session_close(nl_session *s) {
     nl_runtime_free(&s->rt);

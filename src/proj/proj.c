@@ -420,6 +420,8 @@ int nl_proj_threads(const nl_proj_service *s) { return s->n_threads; }
 
 const char *nl_proj_backend_name(const nl_proj_service *s) { return s->be->name; }
 
+int nl_proj_backend_on_cpu(const char *name) { return name && (!strcmp(name, "host") || !strcmp(name, "ref")); }
+
 const char *nl_proj_compute(const nl_proj_service *s) {
     return s && s->be->compute ? s->be->compute(s->be_ctx) : "f32";
 }

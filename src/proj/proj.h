@@ -155,6 +155,9 @@ int nl_proj_count(const nl_proj_service *s);
 int nl_proj_threads(const nl_proj_service *s);
 /* The backend's name ("host", "ref", ...). */
 const char *nl_proj_backend_name(const nl_proj_service *s);
+/* 1 when the backend named computes on the CPU's own cores (host, ref): the requests then share
+ * the cores with the caller, who waits and runs its CPU work after (the runtime's sync mode). */
+int nl_proj_backend_on_cpu(const char *name);
 /* "bf16" when the service's backend computes in BF16 (host with --compute bf16 or auto on an
  * AVX512_BF16 CPU), else "f32": the training graph runs its attention at the same precision. */
 const char *nl_proj_compute(const nl_proj_service *s);

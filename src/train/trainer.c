@@ -71,7 +71,7 @@ int nl_train_sync_mode(const nl_train_opts *o) {
     if (o->overlap && !strcmp(o->overlap, "on")) return 0;
     if (o->overlap && !strcmp(o->overlap, "off")) return 1;
     const char *b = o->proj.backend_impl ? o->proj.backend_impl->name : o->proj.backend ? o->proj.backend : "ref";
-    return !strcmp(b, "host") || !strcmp(b, "ref");
+    return nl_proj_backend_on_cpu(b);
 }
 
 char *nl_train_snapshot_path(const char *out, int64_t step) {
