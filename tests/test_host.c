@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "model/quant.h"
 #include "proj/host.h"
 #include "proj/proj.h"
@@ -153,7 +154,7 @@ static void *new_ctx(int n_threads, const char *kernels, const char *compute) {
 static double max_err_ratio; /* worst |err| / bound seen, for the log */
 
 /* Run one shape in one mode, compare with the float64 reference. */
-static void check_shape(void *ctx, int bf16, int type, int N, int K, int T, nl_dir dir) {
+static void check_shape(void *ctx, int bf16, int type, int N, int K, int T, nl_dir dir, int cls) {
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
     float *wd = malloc(sizeof(float) * (size_t)N * K);
     const int nin = dir == NL_FWD ? K : N, nout = dir == NL_FWD ? N : K;
@@ -162,11 +163,12 @@ static void check_shape(void *ctx, int bf16, int type, int N, int K, int T, nl_d
     for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
     for (int i = 0; i < T * nin; i++) x[i] = (float)(nl_t_rand() * 3.0);
     for (int i = 0; i < T * nout; i++) y[i] = NAN; /* must be overwritten */
-    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
+    nl_proj_weight pw = {.name = "w", .type = type, .cls = cls, .n_in = K, .n_out = N, .data = w};
     CHECK(nl_proj_backend_host.supports(ctx, &pw, dir, T) == 1);
     CHECK(nl_proj_backend_host.run(ctx, &pw, dir, x, T, y) == 0);
     const double tol = bf16 ? 1e-2 : 2e-6 * (1 + log2((double)nin));
-    CHECK(nl_proj_host_rel_tol(ctx, type, nin) == tol);
+    CHECK(nl_proj_host_rel_tol_for(ctx, &pw, nin) == tol);
+    if (cls == NL_CLASS_ATTN) CHECK(nl_proj_host_rel_tol(ctx, type, nin) == tol);
     int bad = 0;
     for (int t = 0; t < T && bad < 3; t++)
         for (int o = 0; o < nout && bad < 3; o++) {
@@ -206,15 +208,19 @@ static void test_accuracy(const mode *m) {
         for (int ti = 0; ti < 5; ti++) {
             const int T = Ts[ti];
             for (int s = 0; s < 3; s++) {
-                check_shape(ctx, bf16, NL_TYPE_Q8_0, q8[s][0], q8[s][1], T, (nl_dir)d);
-                check_shape(ctx, 0, NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d);
+                check_shape(ctx, bf16, NL_TYPE_Q8_0, q8[s][0], q8[s][1], T, (nl_dir)d, NL_CLASS_ATTN);
+                /* F16: bf16 compute but for the recurrent class (FP32, F16 accuracy) */
+                check_shape(ctx, bf16, NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d, NL_CLASS_ATTN);
+                check_shape(ctx, 0, NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d, NL_CLASS_RECURRENT);
             }
-            check_shape(ctx, bf16, NL_TYPE_Q4_0, 33, 160, T, (nl_dir)d);
-            check_shape(ctx, bf16, NL_TYPE_Q4_1, 67, 96, T, (nl_dir)d);
-            check_shape(ctx, bf16, NL_TYPE_Q4_1, 130, 576, T, (nl_dir)d);
-            for (int s = 0; s < 2; s++) check_shape(ctx, bf16, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d);
-            check_shape(ctx, bf16, NL_TYPE_Q6_K, 19, 256, T, (nl_dir)d);
-            for (int s = 0; s < 3; s++) check_shape(ctx, bf16, NL_TYPE_Q5_0, q5[s][0], q5[s][1], T, (nl_dir)d);
+            check_shape(ctx, bf16, NL_TYPE_Q4_0, 33, 160, T, (nl_dir)d, NL_CLASS_ATTN);
+            check_shape(ctx, bf16, NL_TYPE_Q4_1, 67, 96, T, (nl_dir)d, NL_CLASS_ATTN);
+            check_shape(ctx, bf16, NL_TYPE_Q4_1, 130, 576, T, (nl_dir)d, NL_CLASS_ATTN);
+            for (int s = 0; s < 2; s++)
+                check_shape(ctx, bf16, NL_TYPE_Q4_K, q4k[s][0], q4k[s][1], T, (nl_dir)d, NL_CLASS_ATTN);
+            check_shape(ctx, bf16, NL_TYPE_Q6_K, 19, 256, T, (nl_dir)d, NL_CLASS_ATTN);
+            for (int s = 0; s < 3; s++)
+                check_shape(ctx, bf16, NL_TYPE_Q5_0, q5[s][0], q5[s][1], T, (nl_dir)d, NL_CLASS_ATTN);
         }
     nl_proj_backend_host.free(ctx);
 }
@@ -229,19 +235,19 @@ static float t_bf16_round(float f) {
  * (compared as floats, so ±0 count as equal), and the two directions see the same effective
  * weights: the dequantized value, rounded to BF16 (nearest even) in bf16 compute for every
  * quantized block type (kernels.h: one dequantizer, both directions). */
-static void test_one_hot(const mode *m, int type, int N, int K) {
+static void test_one_hot(const mode *m, int type, int N, int K, int cls) {
     void *ctx = new_ctx(2, m->kernels, m->compute);
     CHECK(ctx != NULL);
     if (!ctx) return;
     const int on_bf16 = !strcmp(nl_proj_host_compute(ctx), "bf16");
-    const int bf16 = on_bf16 && type != NL_TYPE_F16 && type != NL_TYPE_F32;
+    const int bf16 = on_bf16 && type != NL_TYPE_F32 && !(type == NL_TYPE_F16 && cls == NL_CLASS_RECURRENT);
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
     float *wd = malloc(sizeof(float) * (size_t)N * K);
     nl_t_rand_weight(type, N, K, w);
     for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
     if (bf16)
         for (size_t i = 0; i < (size_t)N * K; i++) wd[i] = t_bf16_round(wd[i]);
-    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
+    nl_proj_weight pw = {.name = "w", .type = type, .cls = cls, .n_in = K, .n_out = N, .data = w};
     /* FWD: T = K rows, row t = e_t */
     const size_t M = (size_t)(K > N ? K : N);
     float *x = calloc(M * M, sizeof(float));
@@ -277,11 +283,11 @@ static void test_one_hot(const mode *m, int type, int N, int K) {
 }
 
 /* 1, 2 and 4 threads give the same bits; row t of a T-row run equals a 1-row run of row t. */
-static void test_threads(const mode *m, int type) {
-    const int N = 200, K = type == NL_TYPE_Q4_K ? 512 : 320, T = 17;
+static void test_threads(const mode *m, int type, int cls, int N) {
+    const int K = type == NL_TYPE_Q4_K ? 512 : type == NL_TYPE_F16 ? 333 : 320, T = 17;
     uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
     nl_t_rand_weight(type, N, K, w);
-    nl_proj_weight pw = {.name = "w", .type = type, .n_in = K, .n_out = N, .data = w};
+    nl_proj_weight pw = {.name = "w", .type = type, .cls = cls, .n_in = K, .n_out = N, .data = w};
     float *x = malloc(sizeof(float) * T * (K > N ? K : N));
     for (int i = 0; i < T * (K > N ? K : N); i++) x[i] = (float)nl_t_rand();
     for (int d = 0; d < 2; d++) {
@@ -381,6 +387,113 @@ static void test_gemm_bf16_chain(const char *kernels) {
     free(C0);
 }
 
+/* The kernel set's gemm_f32 against its chain in C (kernels.h: one FMA chain per element over p
+ * from 0, added to C's old value when accumulating), bit for bit for every tile it picks (ncols
+ * 1..64: 1..4 live vectors in 6..12-row tiles; m every tile height and a tail), the columns past
+ * ncols left as they were and the panel's columns past the live 16-column groups not read (NaN). */
+static void test_gemm_f32_chain(const char *kernels) {
+    const nl_host_kernels *ks = nl_cpu_kernels_find(kernels);
+    CHECK(ks != NULL);
+    if (!ks) return;
+    enum { MMAX = 29, KC = 41, LDA = KC + 3, LDC = 70 };
+    float *A = malloc(sizeof(float) * MMAX * LDA), *B = aligned_alloc(64, sizeof(float) * KC * NL_HOST_NP);
+    float *C = malloc(sizeof(float) * MMAX * LDC), *C0 = malloc(sizeof(float) * MMAX * LDC);
+    for (int i = 0; i < MMAX * LDA; i++) A[i] = (float)(2.0 * nl_t_rand());
+    for (int i = 0; i < MMAX * LDC; i++) C0[i] = (float)(4.0 * nl_t_rand());
+    static const int ncs[] = {1, 7, 16, 17, 31, 32, 33, 45, 48, 49, 63, 64};
+    int bad = 0;
+    for (size_t q = 0; q < sizeof ncs / sizeof ncs[0]; q++) {
+        const int nc = ncs[q], live = (nc + 15) / 16 * 16;
+        for (int i = 0; i < KC * NL_HOST_NP; i++) B[i] = i % NL_HOST_NP < live ? (float)nl_t_rand() : NAN;
+        for (int m = 1; m <= MMAX; m += (m < 14 ? 1 : 5))
+            for (int acc = 0; acc < 2; acc++) {
+                const int kc = m % 3 == 0 ? 1 : KC;
+                memcpy(C, C0, sizeof(float) * MMAX * LDC);
+                ks->gemm_f32(m, kc, A, LDA, B, C, LDC, nc, acc);
+                for (int i = 0; i < MMAX; i++)
+                    for (int j = 0; j < LDC; j++) {
+                        float want = C0[i * LDC + j];
+                        if (i < m && j < nc) {
+                            float sum = 0.0f;
+                            for (int p = 0; p < kc; p++) sum = fmaf(A[i * LDA + p], B[p * NL_HOST_NP + j], sum);
+                            want = acc ? want + sum : sum;
+                        }
+                        if (memcmp(&want, &C[i * LDC + j], 4) && bad++ < 3)
+                            fprintf(stderr, "%s gemm_f32 m=%d kc=%d ncols=%d acc=%d: C[%d][%d] = %.9g, chain %.9g\n",
+                                    kernels, m, kc, nc, acc, i, j, C[i * LDC + j], want);
+                    }
+            }
+    }
+    CHECKF(bad == 0, "%s gemm_f32: %d elements differ from the chain", kernels, bad);
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+}
+
+/* bf16 compute, the whole request against its model in C, bit for bit: x and the dequantized
+ * weight rounded to BF16, each output element the chains of gemm_bf16 over the reduction's
+ * chunks of NL_HOST_KC (pairs (2i, 2i + 1), the high product then the low, a zero pad past an odd
+ * length), chunk 0's chain stored and every later chain added. Odd shapes (F16 K 1, 37, 301, 333:
+ * an odd last pair; N 1, 16, 67: narrow and partial panels) FWD and BWD, 1 and 3 threads. */
+static float t_bf16(float f) { return t_bf16_val(nl_host_f32_to_bf16(f)); }
+
+static void check_bf16_model(int type, int N, int K, int T, nl_dir dir, int nth) {
+    void *ctx = new_ctx(nth, "avx512", "bf16");
+    CHECK(ctx != NULL);
+    if (!ctx) return;
+    uint8_t *w = malloc(t_row_bytes(type, K) * (size_t)N);
+    float *wd = malloc(sizeof(float) * (size_t)N * K);
+    const int nin = dir == NL_FWD ? K : N, nout = dir == NL_FWD ? N : K;
+    float *x = malloc(sizeof(float) * (size_t)T * nin), *y = malloc(sizeof(float) * (size_t)T * nout);
+    nl_t_rand_weight(type, N, K, w);
+    for (int n = 0; n < N; n++) t_dequant_row(type, w + t_row_bytes(type, K) * n, K, wd + (size_t)n * K);
+    for (int i = 0; i < T * nin; i++) x[i] = (float)(nl_t_rand() * 3.0);
+    nl_proj_weight pw = {.name = "w", .type = type, .cls = NL_CLASS_ATTN, .n_in = K, .n_out = N, .data = w};
+    CHECK(nl_proj_backend_host.run(ctx, &pw, dir, x, T, y) == 0);
+    int bad = 0;
+    for (int t = 0; t < T; t++)
+        for (int o = 0; o < nout; o++) {
+            float yv = 0.0f;
+            for (int r0 = 0; r0 < nin; r0 += NL_HOST_KC) {
+                float sum = 0.0f;
+                for (int r = r0; r < r0 + NL_HOST_KC && r < nin; r += 2) {
+                    float xv[2] = {0.0f, 0.0f}, wv[2] = {0.0f, 0.0f};
+                    for (int h = 0; h < 2 && r + h < nin; h++) {
+                        xv[h] = t_bf16(x[(size_t)t * nin + r + h]);
+                        wv[h] = t_bf16(dir == NL_FWD ? wd[(size_t)o * K + r + h] : wd[(size_t)(r + h) * K + o]);
+                    }
+                    volatile float hi = xv[1] * wv[1];
+                    volatile float lo = xv[0] * wv[0];
+                    sum = sum + hi;
+                    sum = sum + lo;
+                }
+                yv = r0 == 0 ? sum : yv + sum;
+            }
+            if (memcmp(&yv, &y[(size_t)t * nout + o], 4) && bad++ < 3)
+                fprintf(stderr, "bf16 model type %d %s N=%d K=%d T=%d %d threads: y[%d][%d] = %.9g, model %.9g\n", type,
+                        dir == NL_FWD ? "fwd" : "bwd", N, K, T, nth, t, o, y[(size_t)t * nout + o], yv);
+        }
+    CHECKF(bad == 0, "bf16 model type %d %s N=%d K=%d T=%d: %d differ", type, dir == NL_FWD ? "fwd" : "bwd", N, K, T,
+           bad);
+    free(w);
+    free(wd);
+    free(x);
+    free(y);
+    nl_proj_backend_host.free(ctx);
+}
+
+static void test_bf16_model(void) {
+    static const int f16[][2] = {{1, 1}, {16, 37}, {67, 301}, {16, 333}, {130, 64}}; /* N, K */
+    static const int q8[][2] = {{16, 1024}, {67, 96}, {131, 544}};
+    for (int d = 0; d < 2; d++)
+        for (int nth = 1; nth <= 3; nth += 2)
+            for (int T = 1; T <= 29; T += 14) {
+                for (int s = 0; s < 5; s++) check_bf16_model(NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d, nth);
+                for (int s = 0; s < 3; s++) check_bf16_model(NL_TYPE_Q8_0, q8[s][0], q8[s][1], T, (nl_dir)d, nth);
+            }
+}
+
 /* bf16 mode really runs a different path than f32 (a test that can fail if the mode is ignored). */
 static void test_bf16_differs(const char *kernels) {
     const int N = 64, K = 256, T = 8;
@@ -448,21 +561,28 @@ int main(void) {
         max_err_ratio = 0;
         test_accuracy(&modes[i]);
         printf("  worst error / bound = %.3g\n", max_err_ratio);
-        test_one_hot(&modes[i], NL_TYPE_Q8_0, 67, 96);
-        test_one_hot(&modes[i], NL_TYPE_Q4_0, 33, 64);
-        test_one_hot(&modes[i], NL_TYPE_Q4_1, 35, 96);
-        test_one_hot(&modes[i], NL_TYPE_F16, 65, 71);
-        test_one_hot(&modes[i], NL_TYPE_Q4_K, 9, 256);
-        test_one_hot(&modes[i], NL_TYPE_Q6_K, 5, 256);
-        test_one_hot(&modes[i], NL_TYPE_Q5_0, 37, 672);
-        test_threads(&modes[i], NL_TYPE_Q8_0);
-        test_threads(&modes[i], NL_TYPE_F16);
-        test_threads(&modes[i], NL_TYPE_Q4_1);
-        test_threads(&modes[i], NL_TYPE_Q5_0);
+        test_one_hot(&modes[i], NL_TYPE_Q8_0, 67, 96, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_Q4_0, 33, 64, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_Q4_1, 35, 96, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_F16, 65, 71, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_F16, 65, 71, NL_CLASS_RECURRENT);
+        test_one_hot(&modes[i], NL_TYPE_F16, 16, 301, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_Q4_K, 9, 256, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_Q6_K, 5, 256, NL_CLASS_ATTN);
+        test_one_hot(&modes[i], NL_TYPE_Q5_0, 37, 672, NL_CLASS_ATTN);
+        test_threads(&modes[i], NL_TYPE_Q8_0, NL_CLASS_ATTN, 200);
+        test_threads(&modes[i], NL_TYPE_Q8_0, NL_CLASS_RECURRENT, 16); /* alpha/beta's narrow N */
+        test_threads(&modes[i], NL_TYPE_F16, NL_CLASS_ATTN, 200);
+        test_threads(&modes[i], NL_TYPE_F16, NL_CLASS_RECURRENT, 200);
+        test_threads(&modes[i], NL_TYPE_F16, NL_CLASS_RECURRENT, 16);
+        test_threads(&modes[i], NL_TYPE_Q4_1, NL_CLASS_ATTN, 200);
+        test_threads(&modes[i], NL_TYPE_Q5_0, NL_CLASS_ATTN, 200);
     }
+    if (nl_proj_host_cpu_has("avx512")) test_gemm_f32_chain("avx512");
     if (nl_proj_host_cpu_has("avx512bf16")) {
         test_bf16_differs("avx512");
         test_gemm_bf16_chain("avx512");
+        test_bf16_model();
     }
     if (nl_proj_host_cpu_has("neonbf16")) {
         test_bf16_differs("neonbf16");

@@ -108,7 +108,9 @@ typedef struct nl_host_kernels {
 
     /* C[i][j] (= or += when accumulate) Σ_p A[i*lda + p] · B[p*NP + j]
      * for i < m, p < kc, j < ncols (≤ NP). B is a packed panel, NP floats a row, zero-padded
-     * past ncols. Each C element is one FMA chain in p order (p = 0 first). */
+     * past ncols up to the next multiple of 16; the columns past that hold anything (host.c
+     * packs only the live 16-column groups) and C[i][j < ncols] must not depend on them.
+     * Each C element is one FMA chain in p order (p = 0 first). */
     void (*gemm_f32)(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
                      int accumulate);
 
@@ -138,7 +140,8 @@ typedef struct nl_host_kernels {
      * = q·d + m, the same floats as to_float (q·d exact in FP32, one rounding either way). */
     void (*dq_q4_1)(const uint8_t *src, float *dst, int nblocks);
     /* bf16 FWD and BWD: C[i][j] (=|+=) Σ_{p2 < kp} A[i][2p2]·B[p2][j].lo + A[i][2p2+1]·B[p2][j].hi, i < m,
-     * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs. */
+     * j < ncols. A: BF16 activations, stride lda elements (even); B: kp rows of NP pairs (the
+     * columns past ncols rounded up to 16 hold anything, as for gemm_f32). */
     void (*gemm_bf16)(int m, int kp, const uint16_t *A, int64_t lda, const uint32_t *B, float *C, int64_t ldc,
                       int ncols, int accumulate);
 
@@ -314,7 +317,8 @@ void nl_host_dequant(const nl_host_kernels *ks, int type, const void *row, int64
 int nl_host_type_ok(int type);
 /* 1 for the weight types bf16 compute takes: every quantized block type (Q8_0, Q4_0, Q4_1, Q5_0,
  * Q4_K, Q6_K), as its FP32 decode rounded to BF16 (nearest even), the same values in both
- * directions. F32, F16 and BF16 weights stay on the FP32 kernels. */
+ * directions. F32 and BF16 weights stay on the FP32 kernels; F16 ones take bf16 compute but for
+ * the recurrent class (proj/host.c bf16_weight: the class is kept to F16 accuracy, FP32). */
 int nl_host_type_bf16(int type);
 
 #endif

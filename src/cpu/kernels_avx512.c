@@ -1,7 +1,8 @@
 /* cpu/kernels_avx512: AVX-512 F/BW/VL (+FMA, F16C) kernel set, and the AVX512_BF16 kernels.
  * Built with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c; the dispatcher
  * (dispatch.c) hands it out only after cpuid says so. Register blocking: 6 rows of T × 4 vectors (64 columns) of
- * FP32 accumulators for gemm_f32 and gemm_bf16 (FWD and BWD). */
+ * FP32 accumulators for gemm_f32 and gemm_bf16 (FWD and BWD); a panel with fewer live columns
+ * runs only its live vectors in taller tiles (8 × 3, 12 × 2, 12 × 1). */
 #if defined(__x86_64__) && defined(__AVX512F__)
 #include <immintrin.h>
 #include <string.h>
@@ -10,7 +11,6 @@
 #include "cpu/kernels.h"
 #include "util/rng.h"
 
-#define MR 6
 #define AI __attribute__((always_inline)) static inline
 
 typedef union {
@@ -191,10 +191,35 @@ static __mmask16 col_mask(int ncols, int r) {
     return v >= 16 ? (__mmask16)0xffff : v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1);
 }
 
-/* C (=|+=) acc, rows < mr, vectors < nv, masked to ncols. */
-AI void store_tile(__m512 acc[MR][4], int mr, int nv, float *C, int64_t ldc, int ncols, int accumulate) {
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) {
+/* The f32 register tile: mr rows × nv vectors of 16 columns (both constant after inlining),
+ * each accumulator one FMA chain over p in increasing order from zero whatever the shape, so
+ * the shapes give the same bits; a panel with fewer live columns (ncols <= 16·nv) runs only its
+ * live vectors, in taller tiles (F32_MR), as gemm_bf16 does. */
+#define F32_ROWS 12
+AI void ukr_f32(const int mr, const int nv, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc,
+                int ncols, int accumulate) {
+    __m512 acc[F32_ROWS][4];
+#pragma GCC unroll 12
+    for (int i = 0; i < F32_ROWS; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; p++) {
+        const float *b = B + (size_t)p * NL_HOST_NP;
+        __m512 bv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            if (r < nv) bv[r] = _mm512_load_ps(b + 16 * r);
+#pragma GCC unroll 12
+        for (int i = 0; i < F32_ROWS; i++) {
+            if (i >= mr) break;
+            const __m512 a = _mm512_set1_ps(A[i * lda + p]);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                if (r < nv) acc[i][r] = _mm512_fmadd_ps(a, bv[r], acc[i][r]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < F32_ROWS; i++) {
         if (i >= mr) break;
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
@@ -208,49 +233,54 @@ AI void store_tile(__m512 acc[MR][4], int mr, int nv, float *C, int64_t ldc, int
     }
 }
 
-AI void ukr_f32(const int mr, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
-                int accumulate) {
-    __m512 acc[MR][4];
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
-    for (int p = 0; p < kc; p++) {
-        const float *b = B + (size_t)p * NL_HOST_NP;
-        const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-        const __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
-            if (i >= mr) break;
-            const __m512 a = _mm512_set1_ps(A[i * lda + p]);
-            acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
-            acc[i][2] = _mm512_fmadd_ps(a, b2, acc[i][2]);
-            acc[i][3] = _mm512_fmadd_ps(a, b3, acc[i][3]);
-        }
+/* rows of the f32 tile for nv live vectors: 24 accumulators (6×4, 8×3, 12×2), 12 for one */
+#define F32_MR(nv) ((nv) == 4 ? 6 : (nv) == 3 ? 8 : 12)
+
+#define UKR_F32_CASE(MRv, NV)                                                                                          \
+    case MRv:                                                                                                          \
+        if (MRv <= F32_MR(NV)) ukr_f32(MRv, NV, kc, a, lda, B, c, ldc, ncols, accumulate);                             \
+        break;
+#define UKR_F32_NV(NV)                                                                                                 \
+    static void gemm_f32_nv##NV(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc,     \
+                                int ncols, int accumulate) {                                                           \
+        const int R = F32_MR(NV);                                                                                      \
+        for (int i0 = 0; i0 < m; i0 += R) {                                                                            \
+            const int mr = m - i0 < R ? m - i0 : R;                                                                    \
+            const float *a = A + i0 * lda;                                                                             \
+            /* the next block's activation rows, while this block computes */                                          \
+            const int nr = m - i0 - R < R ? m - i0 - R : R;                                                            \
+            for (int r = 0; r < nr; r++)                                                                               \
+                for (int p = 0; p < kc; p += 16) _mm_prefetch((const char *)(a + (R + r) * lda + p), _MM_HINT_T0);     \
+            float *c = C + i0 * ldc;                                                                                   \
+            switch (mr) {                                                                                              \
+                UKR_F32_CASE(12, NV)                                                                                   \
+                UKR_F32_CASE(11, NV)                                                                                   \
+                UKR_F32_CASE(10, NV)                                                                                   \
+                UKR_F32_CASE(9, NV)                                                                                    \
+                UKR_F32_CASE(8, NV)                                                                                    \
+                UKR_F32_CASE(7, NV)                                                                                    \
+                UKR_F32_CASE(6, NV)                                                                                    \
+                UKR_F32_CASE(5, NV)                                                                                    \
+                UKR_F32_CASE(4, NV)                                                                                    \
+                UKR_F32_CASE(3, NV)                                                                                    \
+                UKR_F32_CASE(2, NV)                                                                                    \
+            default: ukr_f32(1, NV, kc, a, lda, B, c, ldc, ncols, accumulate); break;                                  \
+            }                                                                                                          \
+        }                                                                                                              \
     }
-    store_tile(acc, mr, 4, C, ldc, ncols, accumulate);
-}
+UKR_F32_NV(1)
+UKR_F32_NV(2)
+UKR_F32_NV(3)
+UKR_F32_NV(4)
 
 static void z_gemm_f32(int m, int kc, const float *A, int64_t lda, const float *B, float *C, int64_t ldc, int ncols,
                        int accumulate) {
-    int i = 0;
-    for (; i + MR <= m; i += MR) {
-        /* the next block's activation rows, while this block computes */
-        const int nr = m - i - MR < MR ? m - i - MR : MR;
-        for (int r = 0; r < nr; r++)
-            for (int p = 0; p < kc; p += 16) _mm_prefetch((const char *)(A + (i + MR + r) * lda + p), _MM_HINT_T0);
-        ukr_f32(MR, kc, A + i * lda, lda, B, C + i * ldc, ldc, ncols, accumulate);
-    }
-    const float *a = A + i * lda;
-    float *c = C + i * ldc;
-    switch (m - i) {
-    case 1: ukr_f32(1, kc, a, lda, B, c, ldc, ncols, accumulate); break;
-    case 2: ukr_f32(2, kc, a, lda, B, c, ldc, ncols, accumulate); break;
-    case 3: ukr_f32(3, kc, a, lda, B, c, ldc, ncols, accumulate); break;
-    case 4: ukr_f32(4, kc, a, lda, B, c, ldc, ncols, accumulate); break;
-    case 5: ukr_f32(5, kc, a, lda, B, c, ldc, ncols, accumulate); break;
-    default: break;
+    if (ncols <= 0) return;
+    switch ((ncols + 15) / 16) {
+    case 1: gemm_f32_nv1(m, kc, A, lda, B, C, ldc, ncols, accumulate); break;
+    case 2: gemm_f32_nv2(m, kc, A, lda, B, C, ldc, ncols, accumulate); break;
+    case 3: gemm_f32_nv3(m, kc, A, lda, B, C, ldc, ncols, accumulate); break;
+    default: gemm_f32_nv4(m, kc, A, lda, B, C, ldc, ncols, accumulate); break;
     }
 }
 

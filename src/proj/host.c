@@ -96,7 +96,7 @@ struct host_ctx {
     float *y;
     int bf16;
     uint16_t *xb; /* T×ldx BF16 copy of the activations (bf16 compute) */
-    int64_t ldx;  /* its row stride: K (FWD) or N rounded up to even, the pad zero (BWD) */
+    int64_t ldx;  /* its row stride: K (FWD) or N (BWD) rounded up to even, the pad zero */
     size_t xb_cap;
 };
 
@@ -145,6 +145,7 @@ static int host_init(void **out, int n_threads, const char *compute) {
             nl_err("host: out of memory (%zu bytes of scratch)", total);
             goto fail;
         }
+        memset(s->mem, 0, total); /* the panels' unread columns hold zeros until written */
         float *f = s->mem;
         s->B = f;
         s->Bp = (uint32_t *)(f + nB);
@@ -241,6 +242,22 @@ static const nl_amx_tiles *mode_tiles(int m) {
  * (its planner bound is 1e-5), which the FP32 vector kernels give. */
 static int amx_takes(int mode, const nl_proj_weight *w) { return amx_mode(mode) && w->type != NL_TYPE_F32; }
 
+/* The weights bf16 compute multiplies as BF16: every block type (nl_host_type_bf16) and F16 but
+ * for the recurrent class. A recurrent F16 weight (the auto policy's type for the class: its
+ * products kept to ~F16 accuracy) stays on the FP32 path: on AVX512_BF16 a product with F16
+ * accuracy needs the split-BF16 form of the tile kernels (x_hi·w_hi + x_lo·w_hi + x_hi·w_lo),
+ * 3 MACs per element where VDPBF16PS does 2 per FP32 FMA's 1, so 1.5× the FP32 path's work
+ * (Zen 4: the FP32 path runs F16 at 0.74-0.84 of the FP32 peak, 0.37-0.42 of the BF16 one;
+ * a split could reach 0.33 of it at best). */
+static int bf16_weight(const nl_proj_weight *w) {
+    return nl_host_type_bf16(w->type) || (w->type == NL_TYPE_F16 && w->cls != NL_CLASS_RECURRENT);
+}
+
+/* 1 if mode m multiplies w on the bf16 kernels (bf16 compute, or int8's float path) */
+static int bf16_takes(const host_ctx *c, int m, const nl_proj_weight *w) {
+    return (m == MODE_BF16 || (m == MODE_INT8 && int8_float_bf16(c))) && bf16_weight(w);
+}
+
 const char *nl_proj_host_compute(const void *ctx) {
     if (!ctx) return "f32";
     static const char *const names[] = {"f32", "bf16", "amx", "amx-emu", "sme", "int8"};
@@ -270,9 +287,8 @@ double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_
     if (!ctx) return f32;
     const int m = mode_of(ctx);
     if (amx_takes(m, w)) return w->cls == NL_CLASS_RECURRENT ? 1e-4 + f32 : 1e-2;
-    if (m == MODE_BF16 && nl_host_type_bf16(w->type)) return 1e-2;
     if (m == MODE_INT8 && nl_host_int8_type(w->type)) return 3e-2;
-    if (m == MODE_INT8 && int8_float_bf16(ctx) && nl_host_type_bf16(w->type)) return 1e-2;
+    if (bf16_takes(ctx, m, w)) return 1e-2;
     return f32;
 }
 
@@ -368,12 +384,13 @@ static void ahead_to(ahead *a, int upto) {
 static const nl_block_q8_0 zero_q8_0[NL_HOST_KC / 32];
 
 /* The bf16 FWD panel: s->Bp[p/2][j] = bf16(w[n0+j][k0+p]) | bf16(w[n0+j][k0+p+1]) << 16, zero
- * for j >= ncols. 16 rows at a time straight into the pairs where the set can (fwd_pairs_f32,
- * q8_0_fwd_pairs), else BF16 rows in a tile, then transposed. */
+ * for ncols <= j < ncols rounded up to 16 (the columns past that are not read: kernels.h).
+ * 16 rows at a time straight into the pairs where the set can (fwd_pairs_f32, q8_0_fwd_pairs),
+ * else BF16 rows in a tile, then transposed. */
 static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, const uint8_t *W, size_t rb, int64_t n0,
                           int ncols, int64_t k0, int kc, scratch *s) {
     if (w->type == NL_TYPE_Q8_0 && ks->q8_0_fwd_pairs) {
-        for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
+        for (int j0 = 0; j0 < ncols; j0 += 16) {
             const nl_block_q8_0 *rows[16];
             for (int r = 0; r < 16; r++)
                 rows[r] = j0 + r < ncols
@@ -383,15 +400,22 @@ static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, co
         }
         return;
     }
+    /* kc is a multiple of 32 but in an F16 row's last chunk: zeros up to the next multiple of 32
+     * (the pairs past kc/2 rounded up are not read; the odd kc's last pair has a zero high half) */
+    const int kc32 = (kc + 31) / 32 * 32;
     if (ks->fwd_pairs_f32) {
         float *rows = s->tile; /* 16 rows of KC floats */
-        for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
+        for (int j0 = 0; j0 < ncols; j0 += 16) {
             for (int r = 0; r < 16; r++) {
                 float *dst = rows + (size_t)r * NL_HOST_KC;
-                if (j0 + r < ncols) nl_host_dequant(ks, w->type, W + (size_t)(n0 + j0 + r) * rb, k0, kc, dst);
-                else memset(dst, 0, (size_t)kc * 4);
+                if (j0 + r < ncols) {
+                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + j0 + r) * rb, k0, kc, dst);
+                    memset(dst + kc, 0, (size_t)(kc32 - kc) * 4);
+                } else {
+                    memset(dst, 0, (size_t)kc32 * 4);
+                }
             }
-            ks->fwd_pairs_f32(rows, NL_HOST_KC, kc, s->Bp + j0, NL_HOST_NP);
+            ks->fwd_pairs_f32(rows, NL_HOST_KC, kc32, s->Bp + j0, NL_HOST_NP);
         }
         return;
     }
@@ -399,13 +423,14 @@ static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, co
     for (int j = 0; j < NL_HOST_NP; j++) {
         uint16_t *tr = tile + (size_t)j * NL_HOST_KC;
         if (j >= ncols) {
-            memset(tr, 0, (size_t)kc * 2);
+            memset(tr, 0, (size_t)kc32 * 2);
             continue;
         }
         nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, s->row);
-        ks->to_bf16(s->row, kc, tr);
+        memset(s->row + kc, 0, (size_t)(kc32 - kc) * 4);
+        ks->to_bf16(s->row, kc32, tr);
     }
-    transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc / 2);
+    transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc32 / 2);
 }
 
 /* FWD: output panels of n, chunks of k. */
@@ -438,17 +463,19 @@ static void task_fwd(host_ctx *c, int tid) {
                 pack_fwd_bf16(ks, w, W, rb, n0, ncols, k0, kc, s);
                 for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
                     ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
-                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), kc / 2, c->xb + (size_t)t0 * K + k0, K, s->Bp,
-                                  c->y + (size_t)t0 * N + n0, N, ncols, k0 > 0);
+                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), (kc + 1) / 2, c->xb + (size_t)t0 * c->ldx + k0,
+                                  c->ldx, s->Bp, c->y + (size_t)t0 * N + n0, N, ncols, k0 > 0);
                 }
             } else {
-                /* tile[j][p] = W[n0+j][k0+p], then B[p][j] = tile[j][p] */
-                for (int j = 0; j < NL_HOST_NP; j++) {
+                /* tile[j][p] = W[n0+j][k0+p], then B[p][j] = tile[j][p], for the live 16-column
+                 * groups (the columns past them are not read: kernels.h) */
+                const int nj = (ncols + 15) / 16 * 16;
+                for (int j = 0; j < nj; j++) {
                     float *tr = s->tile + (size_t)j * NL_HOST_KC;
                     if (j < ncols) nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, tr);
                     else memset(tr, 0, (size_t)kc * 4);
                 }
-                transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, NL_HOST_NP, kc);
+                transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, nj, kc);
                 for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
                     ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
                     ks->gemm_f32((int)min64(AHEAD_ROWS, thi - t0), kc, c->x + (size_t)t0 * K + k0, K, s->B,
@@ -562,9 +589,9 @@ static int host_run(void *ctx, const nl_proj_weight *w, nl_dir dir, const float 
     c->x = x;
     c->T = T;
     c->y = y;
-    c->bf16 = (mode == MODE_BF16 || (mode == MODE_INT8 && int8_float_bf16(c))) && nl_host_type_bf16(w->type);
+    c->bf16 = bf16_takes(c, mode, w);
     if (c->bf16) {
-        c->ldx = dir == NL_FWD ? w->n_in : (w->n_out + 1) / 2 * 2;
+        c->ldx = ((dir == NL_FWD ? w->n_in : w->n_out) + 1) / 2 * 2;
         const size_t need = (size_t)T * (size_t)c->ldx;
         if (need > c->xb_cap) {
             free(c->xb);
@@ -591,8 +618,8 @@ static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, 
         nl_amx_scratch_bytes(c->nth, w->n_in, w->n_out, dir, T, w->cls == NL_CLASS_RECURRENT, shared, per_thread);
     } else if (int8_takes(mode, w, dir)) {
         *shared = nl_host_int8_scratch(w, T);
-    } else if ((mode == MODE_BF16 || (mode == MODE_INT8 && int8_float_bf16(c))) && nl_host_type_bf16(w->type)) {
-        const uint64_t ldx = dir == NL_FWD ? (uint64_t)w->n_in : ((uint64_t)w->n_out + 1) / 2 * 2;
+    } else if (bf16_takes(c, mode, w)) {
+        const uint64_t ldx = ((uint64_t)(dir == NL_FWD ? w->n_in : w->n_out) + 1) / 2 * 2;
         *shared = ((uint64_t)T * ldx * 2 + 63) / 64 * 64;
     }
 }

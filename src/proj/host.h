@@ -16,17 +16,16 @@
  * nl_proj_host_configure on a context): "f32" (FP32 activations and weights, FMA)
  * or "bf16" (AVX512_BF16 / Arm BF16 dot products on the quantized block types, dequantized and
  * rounded to BF16 as each panel is packed, the same effective weights FWD and BWD; activations
- * are rounded to BF16; F16, F32 and BF16 weights run the f32 path), "amx" (the matrix engine's BF16 tiles,
- * FP32 accumulation, every type but F32 dequantized to BF16 on the fly; the recurrent class in
- * split-BF16; F32 weights on the f32 path: cpu/amx.h) or "amx-emu" (the same kernels on the
- * portable tile emulator: any machine, slow) or "int8" (the FWD of Q8_0/Q4_0/Q5_0/Q4_1/Q4_K/Q6_K
- * weights with the activations quantized to int8 as llama.cpp's CPU backend does, integer dot
- * products (AVX512_VNNI, else the portable row: cpu/kernels.h "the int8 FWD rows"), the scales
- * in FP32; BWD and the other types as bf16 where the CPU has it, else f32: proj/host_int8.c).
- * "auto" (or NULL): by capability, see host.c
- * mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32).
- * The service checks a name (nl_proj_compute_known, from this backend's list); whether this
- * machine can run it is checked where a context takes it. */
+ * are rounded to BF16; F16 weights too but for the recurrent class (kept to F16 accuracy: the f32
+ * path, the fastest way to it without tiles); F32 and BF16 weights run the f32 path), "amx" (the matrix engine's BF16
+ * tiles, FP32 accumulation, every type but F32 dequantized to BF16 on the fly; the recurrent class in split-BF16; F32
+ * weights on the f32 path: cpu/amx.h) or "amx-emu" (the same kernels on the portable tile emulator: any machine, slow)
+ * or "int8" (the FWD of Q8_0/Q4_0/Q5_0/Q4_1/Q4_K/Q6_K weights with the activations quantized to int8 as llama.cpp's CPU
+ * backend does, integer dot products (AVX512_VNNI, else the portable row: cpu/kernels.h "the int8 FWD rows"), the
+ * scales in FP32; BWD and the other types as bf16 where the CPU has it, else f32: proj/host_int8.c). "auto" (or NULL):
+ * by capability, see host.c mode_of (amx where usable, else bf16 on AVX512_BF16 CPUs but Intel's, else f32). The
+ * service checks a name (nl_proj_compute_known, from this backend's list); whether this machine can run it is checked
+ * where a context takes it. */
 
 /* Per-context override (ctx from nl_proj_backend_host.init). kernels: "auto", "scalar",
  * "avx2", "avx512" or "neon" (NULL = keep); compute as above (NULL = keep). Asking for a set
