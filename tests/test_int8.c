@@ -2,7 +2,8 @@
  *  - the rows: "auto" is the CPU's best (aarch64: I8MM, then DotProd, from HWCAP/HWCAP2); every
  *    int8 row this CPU runs against the scalar model, bit for bit, random data, odd row counts
  *    (1..7, 13, 23, 27), odd column counts, group sizes 32 and 16, storing and accumulating; the
- *    best row's pack_b (the VNNI layout and BC) against the scalar pack;
+ *    best row's pack_b (the VNNI layout and BC) against the scalar pack, its quant_row against
+ *    the scalar quantization (random, constant, zero, tied and non-finite rows), byte for byte;
  *  - the host backend with --compute int8, every integer type (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K,
  *    Q6_K), odd T and N: the scalar kernel set and the best one bit for bit; 1/2/3 threads bit for
  *    bit; T=1 rows equal to the same rows of a larger T; against the product of the llama.cpp-way
@@ -105,6 +106,48 @@ static void pack_vs_scalar(void) {
                    "%s pack_b vs scalar: kc %d gs %d", best->name, kc, gs);
         }
     free(tile), free(b0), free(b1), free(c0), free(c1);
+}
+
+/* quant_row of every row against the scalar form: Q8_0, Q8_1, Q8_K (gs 32, 16), K up to 17
+ * 32-blocks (a partial 16-block chunk) or 3 256-blocks, with sx and without; rows of random
+ * values, of one value, all-zero blocks, ±0, ties of |x|, and ±inf/NaN; bytes and bits equal */
+static void quant_vs_scalar(const nl_i8_kernels *best) {
+    if (!best->quant_row) return;
+    printf("int8 row %s quant_row against the scalar form\n", best->name);
+    const int Ks[] = {32, 96, 512, 544, 256, 768};
+    for (int ki = 0; ki < 6; ki++)
+        for (int act = NL_I8_Q8_0; act <= NL_I8_Q8_K; act++)
+            for (int gs = 32; gs >= 16; gs -= 16)
+                for (int kind = 0; kind < 6; kind++) {
+                    const int K = Ks[ki];
+                    if ((act == NL_I8_Q8_K) != (K % 256 == 0) || (act != NL_I8_Q8_K && gs == 16)) continue;
+                    float *x = malloc(sizeof(float) * K), *d[2], *sx[2];
+                    uint8_t *q[2];
+                    for (int v = 0; v < 2; v++) {
+                        d[v] = malloc(sizeof(float) * (K / 16)), sx[v] = malloc(sizeof(float) * (K / 16));
+                        q[v] = malloc((size_t)K);
+                        memset(d[v], 0x5a, sizeof(float) * (K / 16)), memset(sx[v], 0x5a, sizeof(float) * (K / 16));
+                    }
+                    for (int i = 0; i < K; i++) x[i] = (float)(nl_t_rand() * (1 + (i % 29 == 0) * 30));
+                    if (kind == 1)
+                        for (int i = 0; i < K; i++) x[i] = 0.37f;
+                    if (kind == 2) memset(x, 0, sizeof(float) * (K > 256 ? 256 : 32)); /* a zero block */
+                    if (kind == 3)
+                        for (int i = 0; i < K; i += 5) x[i] = i % 2 ? -0.0f : 0.0f;
+                    if (kind == 4) x[7] = 3.0f, x[9] = -3.0f, x[K - 1] = 3.0f, x[K - 2] = -3.0f; /* ties */
+                    if (kind == 5) x[3] = (float)INFINITY, x[K / 2] = NAN, x[K - 3] = -(float)INFINITY;
+                    for (int wsx = 0; wsx < 2; wsx++) {
+                        nl_i8_quant_row_scalar(act, gs, x, K, q[0], d[0], wsx ? sx[0] : NULL);
+                        best->quant_row(act, gs, x, K, q[1], d[1], wsx ? sx[1] : NULL);
+                        const int g = act == NL_I8_Q8_K ? gs : 32;
+                        CHECKF(memcmp(q[0], q[1], (size_t)K) == 0 && memcmp(d[0], d[1], sizeof(float) * (K / g)) == 0 &&
+                                   memcmp(sx[0], sx[1], sizeof(float) * (K / g)) == 0,
+                               "%s quant_row vs scalar: act %d gs %d K %d kind %d sx %d", best->name, act, gs, K, kind,
+                               wsx);
+                    }
+                    free(x);
+                    for (int v = 0; v < 2; v++) free(d[v]), free(sx[v]), free(q[v]);
+                }
 }
 
 /* ---- the llama.cpp-way activations, written from its definitions (independent of host_int8.c) */
@@ -247,6 +290,7 @@ int main(void) {
     for (int i = 0; i < 3; i++)
         if (nl_cpu_i8_kernels(rows[i])) rows_vs_scalar(nl_cpu_i8_kernels(rows[i]));
     pack_vs_scalar();
+    quant_vs_scalar(nl_cpu_i8_kernels(NULL));
     const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
     for (int i = 0; i < 6; i++) {
         const int kq = types[i] == NL_TYPE_Q4_K || types[i] == NL_TYPE_Q6_K;

@@ -1,49 +1,51 @@
 /* cpu/i8_avx512vnni: the int8 FWD row on AVX512_VNNI (vpdpbusd zmm; contract: kernels.h, "the
- * int8 FWD rows"). A micro-tile is MR <= 12 rows × 32 columns: 24 int32 group accumulators in
- * registers (each started from BC, the -128·Σq correction), the float accumulators in a 12×32
- * buffer on the stack (L1); per group the sums go to float once and meet the scales in the
- * contract's order, so the bits are the scalar row's. The group size (32, 16) and the min term
- * are compile-time, so the group's vpdpbusd are straight-line code with no register copies.
- * The next tile's activation rows are prefetched one group ahead. pack_b: the VNNI transpose of
- * a decoded tile (16×16 dword transposes) and BC through vpdpbusd against ones (exact). */
+ * int8 FWD rows"). A micro-tile is MR <= 6 rows × 32 columns with everything in registers: 12
+ * int32 group accumulators (each started from BC, the -128·Σq correction) and 12 float
+ * accumulators, loaded from C (or zero) once and stored once; per group the sums go to float
+ * once and meet the scales in the contract's order, so the bits are the scalar row's. On Zen 4
+ * vpdpbusd, vmulps and vfmadd share the two FP multiply pipes (vcvtdq2ps does not), so a
+ * 32-group's 16 vpdpbusd per row and 16 columns carry 2 scale operations (3 with the min term):
+ * the tile keeps the row at ~0.8 of the vpdpbusd peak (the 12-row tile with its float
+ * accumulators on the stack ran at ~0.6). Full tiles use plain loads and stores; only the
+ * panel's last columns take masks. The group size (32, 16) and the min term are compile-time.
+ * pack_b: the VNNI transpose of a decoded tile (16×16 dword transposes) and BC through vpdpbusd
+ * against ones (exact). quant_row: the scalar quantization (i8.c) lane by lane. */
 #include <immintrin.h>
 
 #include "cpu/kernels.h"
 
-#define MR 12
+#define MR 6
 
 static inline __attribute__((always_inline)) void ukr(const int mr, const int gs, const int mn, int kc,
                                                       const uint8_t *A, int64_t lda, const float *DX, const float *SX,
                                                       int64_t ldd, const uint32_t *B, const int32_t *BC,
                                                       const float *SW, const float *MW, float *C, int64_t ldc,
-                                                      int ncols, int accumulate, const uint8_t *An, int mn_next) {
-    const __mmask16 m0 = ncols >= 16 ? 0xffff : (__mmask16)((1u << (ncols > 0 ? ncols : 0)) - 1u);
-    const int n1 = ncols - 16;
-    const __mmask16 m1 = n1 >= 16 ? 0xffff : (__mmask16)((1u << (n1 > 0 ? n1 : 0)) - 1u);
-    float acc[MR * 32] __attribute__((aligned(64)));
-    _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
-        if (accumulate) {
-            _mm512_store_ps(acc + 32 * i, _mm512_maskz_loadu_ps(m0, C + i * ldc));
-            _mm512_store_ps(acc + 32 * i + 16, _mm512_maskz_loadu_ps(m1, C + i * ldc + 16));
-        } else {
-            _mm512_store_ps(acc + 32 * i, _mm512_setzero_ps());
-            _mm512_store_ps(acc + 32 * i + 16, _mm512_setzero_ps());
+                                                      int ncols, int accumulate) {
+    __m512 f0[MR], f1[MR];
+    if (ncols >= 32) {
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
+            f0[i] = accumulate ? _mm512_loadu_ps(C + i * ldc) : _mm512_setzero_ps();
+            f1[i] = accumulate ? _mm512_loadu_ps(C + i * ldc + 16) : _mm512_setzero_ps();
+        }
+    } else {
+        const __mmask16 m0 = ncols >= 16 ? 0xffff : (__mmask16)((1u << (ncols > 0 ? ncols : 0)) - 1u);
+        const int n1 = ncols - 16;
+        const __mmask16 m1 = n1 >= 16 ? 0xffff : (__mmask16)((1u << (n1 > 0 ? n1 : 0)) - 1u);
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
+            f0[i] = accumulate ? _mm512_maskz_loadu_ps(m0, C + i * ldc) : _mm512_setzero_ps();
+            f1[i] = accumulate ? _mm512_maskz_loadu_ps(m1, C + i * ldc + 16) : _mm512_setzero_ps();
         }
     }
     const int ng = kc / gs, rq = gs / 4;
     for (int g = 0; g < ng; g++) {
         __m512i s0[MR], s1[MR];
-        _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
-            s0[i] = _mm512_loadu_si512(BC + g * NL_HOST_NP);
-            s1[i] = _mm512_loadu_si512(BC + g * NL_HOST_NP + 16);
-        }
+        const __m512i c0 = _mm512_loadu_si512(BC + g * NL_HOST_NP), c1 = _mm512_loadu_si512(BC + g * NL_HOST_NP + 16);
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) s0[i] = c0, s1[i] = c1;
         const uint32_t *b = B + (int64_t)g * rq * NL_HOST_NP;
         const uint8_t *a = A + g * gs;
-        if (An && (g * gs) % 64 == 0)
-            for (int i = 0; i < mn_next; i++) _mm_prefetch((const char *)(An + i * lda + g * gs), _MM_HINT_T0);
         _Pragma("GCC unroll 8") for (int r = 0; r < rq; r++) {
             const __m512i b0 = _mm512_loadu_si512(b + r * NL_HOST_NP), b1 = _mm512_loadu_si512(b + r * NL_HOST_NP + 16);
-            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
+            _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
                 int32_t av;
                 __builtin_memcpy(&av, a + i * lda + 4 * r, 4);
                 const __m512i x = _mm512_set1_epi32(av);
@@ -52,47 +54,47 @@ static inline __attribute__((always_inline)) void ukr(const int mr, const int gs
             }
         }
         const __m512 w0 = _mm512_loadu_ps(SW + g * NL_HOST_NP), w1 = _mm512_loadu_ps(SW + g * NL_HOST_NP + 16);
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
+            const __m512 dx = _mm512_set1_ps(DX[i * ldd + g]);
+            f0[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(w0, dx), f0[i]);
+            f1[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(w1, dx), f1[i]);
+        }
         if (mn) {
             const __m512 v0 = _mm512_loadu_ps(MW + g * NL_HOST_NP), v1 = _mm512_loadu_ps(MW + g * NL_HOST_NP + 16);
-            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
-                const __m512 dx = _mm512_set1_ps(DX[i * ldd + g]), sx = _mm512_set1_ps(SX[i * ldd + g]);
-                __m512 f0 =
-                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(w0, dx), _mm512_load_ps(acc + 32 * i));
-                __m512 f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(w1, dx),
-                                            _mm512_load_ps(acc + 32 * i + 16));
-                _mm512_store_ps(acc + 32 * i, _mm512_fmadd_ps(v0, sx, f0));
-                _mm512_store_ps(acc + 32 * i + 16, _mm512_fmadd_ps(v1, sx, f1));
-            }
-        } else {
-            _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
-                const __m512 dx = _mm512_set1_ps(DX[i * ldd + g]);
-                _mm512_store_ps(acc + 32 * i, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), _mm512_mul_ps(w0, dx),
-                                                              _mm512_load_ps(acc + 32 * i)));
-                _mm512_store_ps(acc + 32 * i + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), _mm512_mul_ps(w1, dx),
-                                                                   _mm512_load_ps(acc + 32 * i + 16)));
+            _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
+                const __m512 sx = _mm512_set1_ps(SX[i * ldd + g]);
+                f0[i] = _mm512_fmadd_ps(v0, sx, f0[i]);
+                f1[i] = _mm512_fmadd_ps(v1, sx, f1[i]);
             }
         }
     }
-    _Pragma("GCC unroll 12") for (int i = 0; i < mr; i++) {
-        _mm512_mask_storeu_ps(C + i * ldc, m0, _mm512_load_ps(acc + 32 * i));
-        _mm512_mask_storeu_ps(C + i * ldc + 16, m1, _mm512_load_ps(acc + 32 * i + 16));
+    if (ncols >= 32) {
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
+            _mm512_storeu_ps(C + i * ldc, f0[i]);
+            _mm512_storeu_ps(C + i * ldc + 16, f1[i]);
+        }
+    } else {
+        const __mmask16 m0 = ncols >= 16 ? 0xffff : (__mmask16)((1u << (ncols > 0 ? ncols : 0)) - 1u);
+        const int n1 = ncols - 16;
+        const __mmask16 m1 = n1 >= 16 ? 0xffff : (__mmask16)((1u << (n1 > 0 ? n1 : 0)) - 1u);
+        _Pragma("GCC unroll 6") for (int i = 0; i < mr; i++) {
+            _mm512_mask_storeu_ps(C + i * ldc, m0, f0[i]);
+            _mm512_mask_storeu_ps(C + i * ldc + 16, m1, f1[i]);
+        }
     }
 }
 
 /* one instantiation per (rows, group size, min term) */
-#define UKR_ARGS kc, A, lda, DX, SX, ldd, B, BC, SW, MW, C, ldc, ncols, accumulate, An, mn_next
+#define UKR_ARGS kc, A, lda, DX, SX, ldd, B, BC, SW, MW, C, ldc, ncols, accumulate
 #define UKR_PARAMS                                                                                                     \
     int kc, const uint8_t *A, int64_t lda, const float *DX, const float *SX, int64_t ldd, const uint32_t *B,           \
-        const int32_t *BC, const float *SW, const float *MW, float *C, int64_t ldc, int ncols, int accumulate,         \
-        const uint8_t *An, int mn_next
+        const int32_t *BC, const float *SW, const float *MW, float *C, int64_t ldc, int ncols, int accumulate
 #define UKR_DEF(mr, gs, mn)                                                                                            \
     static void ukr_##mr##_##gs##_##mn(UKR_PARAMS) { ukr(mr, gs, mn, UKR_ARGS); }
-/* an X-macro list, laid out by hand (clang-format splits it differently on each pass) */
 // clang-format off
 #define UKR_SET(gs, mn)                                                                                                  \
-    UKR_DEF(12, gs, mn)                                                                                                  \
-    UKR_DEF(8, gs, mn) UKR_DEF(4, gs, mn) UKR_DEF(2, gs, mn) UKR_DEF(1, gs, mn) static void (*const ukrs_##gs##_##mn[5])( \
-        UKR_PARAMS) = {ukr_12_##gs##_##mn, ukr_8_##gs##_##mn, ukr_4_##gs##_##mn, ukr_2_##gs##_##mn, ukr_1_##gs##_##mn};
+    UKR_DEF(6, gs, mn) UKR_DEF(5, gs, mn) UKR_DEF(4, gs, mn) UKR_DEF(3, gs, mn) UKR_DEF(2, gs, mn) UKR_DEF(1, gs, mn) \
+    static void (*const ukrs_##gs##_##mn[7])(UKR_PARAMS) = {NULL, ukr_1_##gs##_##mn, ukr_2_##gs##_##mn, ukr_3_##gs##_##mn, ukr_4_##gs##_##mn, ukr_5_##gs##_##mn, ukr_6_##gs##_##mn};
 // clang-format on
 UKR_SET(32, 0)
 UKR_SET(32, 1)
@@ -103,20 +105,12 @@ static void gemm_i8_fwd(int m, int kc, int gs, const uint8_t *A, int64_t lda, co
                         int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW, float *C,
                         int64_t ldc, int ncols, int accumulate) {
     void (*const *ks)(UKR_PARAMS) = gs == 32 ? (MW ? ukrs_32_1 : ukrs_32_0) : (MW ? ukrs_16_1 : ukrs_16_0);
-    static const int rows[5] = {12, 8, 4, 2, 1};
-    for (int s = 0; s < NL_HOST_NP && s < ncols; s += 32) {
-        const uint32_t *b = B + s;
-        const int32_t *bc = BC + s;
-        const float *sw = SW + s, *mw = MW ? MW + s : NULL;
-        const int nc = ncols - s;
-        int i = 0;
-        for (int t = 0; t < 5; t++)
-            for (; i + rows[t] <= m; i += rows[t]) {
-                const int inext = i + rows[t], mnext = m - inext < MR ? m - inext : MR;
-                ks[t](kc, A + i * lda, lda, DX + i * ldd, SX ? SX + i * ldd : NULL, ldd, b, bc, sw, mw, C + i * ldc + s,
-                      ldc, nc, accumulate, mnext > 0 ? A + inext * lda : NULL, mnext);
-            }
-    }
+    for (int s = 0; s < NL_HOST_NP && s < ncols; s += 32)
+        for (int i = 0; i < m; i += MR) {
+            const int mr = m - i < MR ? m - i : MR;
+            ks[mr](kc, A + i * lda, lda, DX + i * ldd, SX ? SX + i * ldd : NULL, ldd, B + s, BC + s, SW + s,
+                   MW ? MW + s : NULL, C + i * ldc + s, ldc, ncols - s, accumulate);
+        }
 }
 
 /* 16 rows of 16 dwords (r[j] = row j) -> r[k] = the k-th dwords of rows 0..15 */
@@ -166,4 +160,104 @@ static void pack_b(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int
         }
 }
 
-const nl_i8_kernels nl_i8_kernels_avx512vnni = {.name = "avx512vnni", .gemm_i8_fwd = gemm_i8_fwd, .pack_b = pack_b};
+/* ---- quant_row: the scalar form's operations lane by lane (i8.c), so the same bytes ---- */
+
+/* q = (int)((v·s + 2^23·1.5) − 2^23·1.5): the scalar rne of v·s (mul, add, sub: no FMA) */
+static inline __attribute__((always_inline)) __m512i rne16(__m512 v, __m512 s) {
+    const __m512 mg = _mm512_set1_ps(12582912.0f);
+    return _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, s), mg), mg));
+}
+
+/* FP16 round trips of n <= 16 floats in place (vcvtps2ph: round to nearest even, as nl_f32_to_f16) */
+static void f16r16(float *v, int n) {
+    const __mmask16 k = (__mmask16)((1u << n) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(k, v);
+    _mm512_mask_storeu_ps(v, k, _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+}
+
+/* Q8_0 / Q8_1: 16 blocks of 32 at a time (dx, sx rounded to FP16 together) */
+static void quant_q8_0(int q81, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx) {
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i off = _mm512_set1_epi32(128);
+    for (int64_t b0 = 0; b0 < K / 32; b0 += 16) {
+        const int nb = K / 32 - b0 < 16 ? (int)(K / 32 - b0) : 16;
+        float d[16], s[16];
+        for (int b = 0; b < nb; b++) {
+            const float *v = x + 32 * (b0 + b);
+            const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+            /* vmaxps(a, m) = a > m ? a : m, the scalar's step; a NaN lane keeps m */
+            const __m512 m = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), zero));
+            const float amax = _mm512_reduce_max_ps(m); /* no NaN lanes: any order */
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            d[b] = amax / 127.0f;
+            const __m512 idv = _mm512_set1_ps(id);
+            const __m512i q0 = rne16(v0, idv), q1 = rne16(v1, idv);
+            const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)); /* wraps as the scalar int sum */
+            s[b] = d[b] * (float)sum;
+            _mm_storeu_si128((__m128i *)(xq + 32 * (b0 + b)), _mm512_cvtepi32_epi8(_mm512_add_epi32(q0, off)));
+            _mm_storeu_si128((__m128i *)(xq + 32 * (b0 + b) + 16), _mm512_cvtepi32_epi8(_mm512_add_epi32(q1, off)));
+        }
+        f16r16(d, nb);
+        __builtin_memcpy(dx + b0, d, sizeof(float) * (size_t)nb);
+        if (q81 && sx) {
+            f16r16(s, nb);
+            __builtin_memcpy(sx + b0, s, sizeof(float) * (size_t)nb);
+        }
+    }
+}
+
+/* Q8_K: 256-blocks, max = the first x of largest |x| */
+static void quant_q8_k(int gs, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx) {
+    const __m512 zero = _mm512_setzero_ps();
+    const __m512i off = _mm512_set1_epi32(128), top = _mm512_set1_epi32(127);
+    const int ng = 256 / gs;
+    for (int64_t b = 0; b < K / 256; b++) {
+        const float *v = x + 256 * b;
+        __m512 m = zero;
+        for (int i = 0; i < 256; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(v + i)), m);
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.0f) {
+            _mm512_storeu_si512(xq + 256 * b, _mm512_set1_epi8((char)128));
+            _mm512_storeu_si512(xq + 256 * b + 64, _mm512_set1_epi8((char)128));
+            _mm512_storeu_si512(xq + 256 * b + 128, _mm512_set1_epi8((char)128));
+            _mm512_storeu_si512(xq + 256 * b + 192, _mm512_set1_epi8((char)128));
+            for (int g = 0; g < ng; g++) {
+                dx[b * ng + g] = 0.0f;
+                if (sx) sx[b * ng + g] = 0.0f;
+            }
+            continue;
+        }
+        const __m512 am = _mm512_set1_ps(amax);
+        int first = 0;
+        for (int i = 0; i < 256; i += 16) {
+            const __mmask16 e = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(v + i)), am, _CMP_EQ_OQ);
+            if (e) {
+                first = i + __builtin_ctz(e);
+                break;
+            }
+        }
+        const float iscale = -127.0f / v[first], d = 1.0f / iscale;
+        const __m512 isv = _mm512_set1_ps(iscale);
+        __m512i sums[16];
+        for (int i = 0; i < 256; i += 16) {
+            const __m512i q = _mm512_min_epi32(rne16(_mm512_loadu_ps(v + i), isv), top);
+            sums[i / 16] = q;
+            _mm_storeu_si128((__m128i *)(xq + 256 * b + i), _mm512_cvtepi32_epi8(_mm512_add_epi32(q, off)));
+        }
+        for (int g = 0; g < ng; g++) {
+            dx[b * ng + g] = d;
+            if (sx) {
+                const __m512i t = gs == 16 ? sums[g] : _mm512_add_epi32(sums[2 * g], sums[2 * g + 1]);
+                sx[b * ng + g] = d * (float)_mm512_reduce_add_epi32(t);
+            }
+        }
+    }
+}
+
+static void quant_row(int act, int gs, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx) {
+    if (act == NL_I8_Q8_K) quant_q8_k(gs, x, K, xq, dx, sx);
+    else quant_q8_0(act == NL_I8_Q8_1, x, K, xq, dx, sx);
+}
+
+const nl_i8_kernels nl_i8_kernels_avx512vnni = {
+    .name = "avx512vnni", .gemm_i8_fwd = gemm_i8_fwd, .pack_b = pack_b, .quant_row = quant_row};

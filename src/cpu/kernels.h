@@ -246,16 +246,26 @@ int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n);
  *
  * pack_b (optional; NULL: nl_i8_pack_b_scalar): B and BC above from a decoded tile, the int8
  * weights of NL_HOST_NP columns, column j's kc values at tile + j·ldt (kc a multiple of gs,
- * columns past ncols zero in the tile); the same integers whatever the row. */
+ * columns past ncols zero in the tile); the same integers whatever the row.
+ *
+ * quant_row (optional; NULL: nl_i8_quant_row_scalar): one row of K activations quantized as
+ * llama.cpp's CPU backend quantizes them (proj/host_int8.c's comment has the definitions):
+ * act NL_I8_Q8_0 / NL_I8_Q8_1 (32-blocks, gs 32), NL_I8_Q8_K (256-blocks, groups of gs 32 or
+ * 16); xq[K] = q + 128, dx[K/gs] the group scales, sx[K/gs] the sum terms (Q8_1: FP16(d·Σq);
+ * Q8_K: d·Σq of the group; not written when sx is NULL). The same bytes and bits as the scalar
+ * form for every input, non-finite ones included (tests/test_int8.c). */
+enum { NL_I8_Q8_0, NL_I8_Q8_1, NL_I8_Q8_K };
 typedef struct nl_i8_kernels {
     const char *name;
     void (*gemm_i8_fwd)(int m, int kc, int gs, const uint8_t *A, int64_t lda, const float *DX, const float *SX,
                         int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW, float *C,
                         int64_t ldc, int ncols, int accumulate);
     void (*pack_b)(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int32_t *BC);
+    void (*quant_row)(int act, int gs, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx);
 } nl_i8_kernels;
 
 void nl_i8_pack_b_scalar(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int32_t *BC);
+void nl_i8_quant_row_scalar(int act, int gs, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx);
 extern const nl_i8_kernels nl_i8_kernels_scalar;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_i8_kernels nl_i8_kernels_avx512vnni;

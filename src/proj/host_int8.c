@@ -3,7 +3,8 @@
  * vec_dot_type), the weights' integers packed per panel in the VNNI layout, the integer products
  * and the float scales in a cpu/i8 row (contract: kernels.h, "the int8 FWD rows").
  *
- * Activation quantization, per row of X (written anew from llama.cpp's definitions):
+ * Activation quantization, per row of X (written anew from llama.cpp's definitions; the scalar
+ * form is cpu/i8.c's nl_i8_quant_row_scalar, a row's quant_row gives the same bytes):
  *   Q8_0 (for Q8_0, Q4_0, Q5_0), 32-blocks: amax = max|x|, d = amax/127, stored as FP16;
  *     id = amax ? 127/amax : 0; q = round-half-even(x·id) (the x86 path's _mm256_round_ps).
  *   Q8_1 (for Q4_1): as Q8_0 and s = FP16(d · Σq) (d the FP32 value).
@@ -23,8 +24,6 @@
 #include "proj/host_int8.h"
 #include "util/util.h"
 
-enum { ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
-
 int nl_host_int8_type(int type) {
     switch (type) {
     case NL_TYPE_Q8_0:
@@ -38,72 +37,10 @@ int nl_host_int8_type(int type) {
 }
 
 static int act_of(int type) {
-    return type == NL_TYPE_Q4_1 ? ACT_Q8_1 : (type == NL_TYPE_Q4_K || type == NL_TYPE_Q6_K) ? ACT_Q8_K : ACT_Q8_0;
+    return type == NL_TYPE_Q4_1 ? NL_I8_Q8_1 : (type == NL_TYPE_Q4_K || type == NL_TYPE_Q6_K) ? NL_I8_Q8_K : NL_I8_Q8_0;
 }
 static int gs_of(int type) { return type == NL_TYPE_Q6_K ? 16 : 32; }
 static int has_min(int type) { return type == NL_TYPE_Q4_1 || type == NL_TYPE_Q4_K; }
-
-/* round half to even for |v| < 2^22 (the FP32 magic-number add, ggml's nearest_int) */
-static int rne(float v) {
-    const float r = (v + 12582912.0f) - 12582912.0f;
-    return (int)r;
-}
-
-static float f16r(float v) { return nl_f16_to_f32(nl_f32_to_f16(v)); }
-
-/* One row of K activations: xq[K] (q + 128), dx[K/gs], sx[K/gs] (min types). */
-static void quant_row(int type, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx) {
-    const int act = act_of(type), gs = gs_of(type);
-    if (act != ACT_Q8_K) {
-        for (int64_t b = 0; b < K / 32; b++) {
-            const float *v = x + 32 * b;
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++) {
-                const float ax = fabsf(v[i]);
-                amax = ax > amax ? ax : amax; /* fmaxf's value (amax is never NaN), inlined */
-            }
-            const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            int sum = 0;
-            for (int i = 0; i < 32; i++) {
-                const int q = rne(v[i] * id);
-                sum += q;
-                xq[32 * b + i] = (uint8_t)(q + 128);
-            }
-            dx[b] = f16r(d);
-            if (act == ACT_Q8_1) sx[b] = f16r(d * (float)sum);
-        }
-        return;
-    }
-    for (int64_t b = 0; b < K / 256; b++) {
-        const float *v = x + 256 * b;
-        float amax = 0.0f, max = 0.0f;
-        for (int i = 0; i < 256; i++) {
-            const float ax = fabsf(v[i]);
-            if (ax > amax) amax = ax, max = v[i];
-        }
-        const int ng = 256 / gs;
-        if (amax == 0.0f) {
-            memset(xq + 256 * b, 128, 256);
-            for (int g = 0; g < ng; g++) {
-                dx[b * ng + g] = 0.0f;
-                if (sx) sx[b * ng + g] = 0.0f;
-            }
-            continue;
-        }
-        const float iscale = -127.0f / max, d = 1.0f / iscale;
-        for (int g = 0; g < ng; g++) {
-            int sum = 0;
-            for (int i = g * gs; i < (g + 1) * gs; i++) {
-                int q = rne(iscale * v[i]);
-                if (q > 127) q = 127;
-                sum += q;
-                xq[256 * b + i] = (uint8_t)(q + 128);
-            }
-            dx[b * ng + g] = d;
-            if (has_min(type)) sx[b * ng + g] = d * (float)sum;
-        }
-    }
-}
 
 /* Q4_K's 6-bit scale and min of sub-block j (0..7) */
 static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
@@ -256,9 +193,12 @@ static void task_quant(void *arg, int tid, int n) {
     nl_host_int8 *c = arg;
     const int64_t K = c->w->n_in, ng = K / gs_of(c->w->type);
     const int t0 = (int)((int64_t)c->T * tid / n), t1 = (int)((int64_t)c->T * (tid + 1) / n);
+    const int type = c->w->type;
+    void (*const q)(int, int, const float *, int64_t, uint8_t *, float *, float *) =
+        c->ik->quant_row ? c->ik->quant_row : nl_i8_quant_row_scalar;
     for (int t = t0; t < t1; t++)
-        quant_row(c->w->type, c->x + (size_t)t * (size_t)K, K, c->xq + (size_t)t * (size_t)K,
-                  c->dx + (size_t)t * (size_t)ng, has_min(c->w->type) ? c->sx + (size_t)t * (size_t)ng : NULL);
+        q(act_of(type), gs_of(type), c->x + (size_t)t * (size_t)K, K, c->xq + (size_t)t * (size_t)K,
+          c->dx + (size_t)t * (size_t)ng, has_min(type) ? c->sx + (size_t)t * (size_t)ng : NULL);
 }
 
 static void task_fwd(void *arg, int tid, int n) {
