@@ -3,7 +3,8 @@
  *    int8 row this CPU runs against the scalar model, bit for bit, random data, odd row counts
  *    (1..7, 13, 23, 27), odd column counts, group sizes 32 and 16, storing and accumulating; the
  *    best row's pack_b (the VNNI layout and BC) against the scalar pack, its quant_row against
- *    the scalar quantization (random, constant, zero, tied and non-finite rows), byte for byte;
+ *    the scalar quantization (random, constant, zero, tied and non-finite rows), byte for byte,
+ *    its pack_q8_0 against the tile's way (random Q8_0 bytes: every FP16 class of d);
  *  - the host backend with --compute int8, every integer type (Q8_0, Q4_0, Q5_0, Q4_1, Q4_K,
  *    Q6_K), odd T and N: the scalar kernel set and the best one bit for bit; 1/2/3 threads bit for
  *    bit; T=1 rows equal to the same rows of a larger T; against the product of the llama.cpp-way
@@ -150,6 +151,42 @@ static void quant_vs_scalar(const nl_i8_kernels *best) {
                 }
 }
 
+/* pack_q8_0 of the best row against the tile's way (the rows' q bytes in a tile, the scalar
+ * pack, SW = nl_f16_to_f32(d)): random bytes, so d takes every FP16 class (subnormal, inf,
+ * NaN with its payload); kc 256, 160, 32; ncols 64, 37, 16, 5; B, BC and SW bit for bit */
+static void pack_q8_0_vs_tile(const nl_i8_kernels *best) {
+    if (!best->pack_q8_0) return;
+    printf("int8 row %s pack_q8_0 against the tile's way\n", best->name);
+    const int NP = NL_HOST_NP, nb = 12;
+    const size_t rb = 34 * nb;
+    uint8_t *W = malloc(rb * NP);
+    int8_t *tile = malloc((size_t)NP * 256);
+    uint32_t *b0 = malloc(64 * NP * 4), *b1 = malloc(64 * NP * 4);
+    int32_t *c0 = malloc(8 * NP * 4), *c1 = malloc(8 * NP * 4);
+    float *s0 = malloc(8 * NP * 4), *s1 = malloc(8 * NP * 4);
+    for (size_t i = 0; i < rb * NP; i++) W[i] = (uint8_t)(int)((nl_t_rand() + 1) * 127.99);
+    const int kcs[] = {256, 160, 32}, ncs[] = {64, 37, 16, 5};
+    for (int ki = 0; ki < 3; ki++)
+        for (int ni = 0; ni < 4; ni++) {
+            const int kc = kcs[ki], nc = ncs[ni], bs = 3;
+            memset(tile, 0, (size_t)NP * 256);
+            for (int j = 0; j < NP; j++)
+                for (int g = 0; g < kc / 32; g++) {
+                    uint16_t h;
+                    memcpy(&h, W + rb * j + 34 * (bs + g), 2);
+                    s0[g * NP + j] = j < nc ? nl_f16_to_f32(h) : 0.0f;
+                    if (j < nc) memcpy(tile + 256 * j + 32 * g, W + rb * j + 34 * (bs + g) + 2, 32);
+                }
+            nl_i8_pack_b_scalar(tile, 256, kc, 32, b0, c0);
+            memset(b1, 0xa5, 64 * NP * 4), memset(c1, 0x5a, 8 * NP * 4), memset(s1, 0x5a, 8 * NP * 4);
+            best->pack_q8_0(W, rb, bs, kc, nc, b1, c1, s1);
+            CHECKF(memcmp(b0, b1, (size_t)kc / 4 * NP * 4) == 0 && memcmp(c0, c1, (size_t)kc / 32 * NP * 4) == 0 &&
+                       memcmp(s0, s1, (size_t)kc / 32 * NP * 4) == 0,
+                   "%s pack_q8_0 vs the tile: kc %d ncols %d", best->name, kc, nc);
+        }
+    free(W), free(tile), free(b0), free(b1), free(c0), free(c1), free(s0), free(s1);
+}
+
 /* ---- the llama.cpp-way activations, written from its definitions (independent of host_int8.c) */
 static float h16(float v) { return nl_f16_to_f32(nl_f32_to_f16(v)); }
 
@@ -291,6 +328,7 @@ int main(void) {
         if (nl_cpu_i8_kernels(rows[i])) rows_vs_scalar(nl_cpu_i8_kernels(rows[i]));
     pack_vs_scalar();
     quant_vs_scalar(nl_cpu_i8_kernels(NULL));
+    pack_q8_0_vs_tile(nl_cpu_i8_kernels(NULL));
     const int types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_0, NL_TYPE_Q5_0, NL_TYPE_Q4_1, NL_TYPE_Q4_K, NL_TYPE_Q6_K};
     for (int i = 0; i < 6; i++) {
         const int kq = types[i] == NL_TYPE_Q4_K || types[i] == NL_TYPE_Q6_K;

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include "cpu/kernels.h"
+#include "model/quant.h"
 
 #define MR 6
 
@@ -160,6 +161,52 @@ static void pack_b(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int
         }
 }
 
+/* Q8_0 rows straight to B, BC, SW: per 16 columns × 64 k, two 32-byte block loads per row make
+ * the row's 16 dwords, then the tile's transpose; the 16 FP16 d of a group convert at once
+ * (vcvtph2ps, exact; an inf/NaN d takes nl_f16_to_f32, which keeps a NaN's payload unquieted) */
+static void pack_q8_0(const uint8_t *W, size_t rb, int64_t b0, int kc, int ncols, uint32_t *B, int32_t *BC, float *SW) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    const int nr = kc / 4;
+    for (int j0 = 0; j0 < NL_HOST_NP; j0 += 16) {
+        const int nj = ncols - j0 < 0 ? 0 : ncols - j0 < 16 ? ncols - j0 : 16;
+        for (int r0 = 0; r0 < nr; r0 += 16) {
+            const int n = nr - r0 < 16 ? nr - r0 : 16; /* 16 or 8: kc is a multiple of 32 */
+            __m512i v[16];
+            for (int j = 0; j < 16; j++) {
+                if (j < nj) {
+                    const uint8_t *p = W + (size_t)(j0 + j) * rb + (size_t)(b0 + r0 / 8) * 34 + 2;
+                    const __m256i lo = _mm256_loadu_si256((const __m256i *)p);
+                    const __m256i hi = n == 16 ? _mm256_loadu_si256((const __m256i *)(p + 34)) : _mm256_setzero_si256();
+                    v[j] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                } else {
+                    v[j] = _mm512_setzero_si512();
+                }
+            }
+            tr16(v);
+            for (int r = 0; r < n; r++) _mm512_storeu_si512(B + (int64_t)(r0 + r) * NL_HOST_NP + j0, v[r]);
+            for (int r = 0; r < n; r += 8) {
+                __m512i s = _mm512_setzero_si512();
+                for (int q = 0; q < 8; q++) s = _mm512_dpbusd_epi32(s, ones, v[r + q]);
+                _mm512_storeu_si512(BC + (int64_t)((r0 + r) / 8) * NL_HOST_NP + j0,
+                                    _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 7)));
+            }
+        }
+        for (int g = 0; g < kc / 32; g++) {
+            uint16_t h[16] = {0};
+            int special = 0;
+            for (int j = 0; j < nj; j++) {
+                __builtin_memcpy(&h[j], W + (size_t)(j0 + j) * rb + (size_t)(b0 + g) * 34, 2);
+                special |= (h[j] & 0x7c00) == 0x7c00;
+            }
+            float *sw = SW + (int64_t)g * NL_HOST_NP + j0;
+            _mm512_storeu_ps(sw, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h)));
+            if (special)
+                for (int j = 0; j < nj; j++)
+                    if ((h[j] & 0x7c00) == 0x7c00) sw[j] = nl_f16_to_f32(h[j]);
+        }
+    }
+}
+
 /* ---- quant_row: the scalar form's operations lane by lane (i8.c), so the same bytes ---- */
 
 /* q = (int)((v·s + 2^23·1.5) − 2^23·1.5): the scalar rne of v·s (mul, add, sub: no FMA) */
@@ -260,4 +307,4 @@ static void quant_row(int act, int gs, const float *x, int64_t K, uint8_t *xq, f
 }
 
 const nl_i8_kernels nl_i8_kernels_avx512vnni = {
-    .name = "avx512vnni", .gemm_i8_fwd = gemm_i8_fwd, .pack_b = pack_b, .quant_row = quant_row};
+    .name = "avx512vnni", .gemm_i8_fwd = gemm_i8_fwd, .pack_b = pack_b, .pack_q8_0 = pack_q8_0, .quant_row = quant_row};

@@ -248,6 +248,11 @@ int nl_gdn_silu_d_neon(float *y, float *d, const float *x, int n);
  * weights of NL_HOST_NP columns, column j's kc values at tile + j·ldt (kc a multiple of gs,
  * columns past ncols zero in the tile); the same integers whatever the row.
  *
+ * pack_q8_0 (optional; NULL: the weights decoded to a tile, then pack_b): B, BC and SW above
+ * (gs 32) straight from Q8_0 rows: column j < ncols is the row at W + j·rb, its blocks b0 ..
+ * b0 + kc/32 - 1 (34 bytes: FP16 d, 32 int8 q); columns past ncols zero. The same bits as the
+ * tile's way.
+ *
  * quant_row (optional; NULL: nl_i8_quant_row_scalar): one row of K activations quantized as
  * llama.cpp's CPU backend quantizes them (proj/host_int8.c's comment has the definitions):
  * act NL_I8_Q8_0 / NL_I8_Q8_1 (32-blocks, gs 32), NL_I8_Q8_K (256-blocks, groups of gs 32 or
@@ -261,6 +266,7 @@ typedef struct nl_i8_kernels {
                         int64_t ldd, const uint32_t *B, const int32_t *BC, const float *SW, const float *MW, float *C,
                         int64_t ldc, int ncols, int accumulate);
     void (*pack_b)(const int8_t *tile, int ldt, int kc, int gs, uint32_t *B, int32_t *BC);
+    void (*pack_q8_0)(const uint8_t *W, size_t rb, int64_t b0, int kc, int ncols, uint32_t *B, int32_t *BC, float *SW);
     void (*quant_row)(int act, int gs, const float *x, int64_t K, uint8_t *xq, float *dx, float *sx);
 } nl_i8_kernels;
 

@@ -42,6 +42,16 @@ static int act_of(int type) {
 static int gs_of(int type) { return type == NL_TYPE_Q6_K ? 16 : 32; }
 static int has_min(int type) { return type == NL_TYPE_Q4_1 || type == NL_TYPE_Q4_K; }
 
+/* nl_f16_to_f32 inlined for normal values (the same bits; zero, subnormal, inf, NaN take it) */
+static inline float h2f(uint16_t h) {
+    const uint32_t e = (h >> 10) & 0x1f;
+    if (e == 0 || e == 0x1f) return nl_f16_to_f32(h);
+    const uint32_t b = ((uint32_t)(h & 0x8000) << 16) | ((e + 112) << 23) | ((uint32_t)(h & 0x3ff) << 13);
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
 /* Q4_K's 6-bit scale and min of sub-block j (0..7) */
 static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) {
@@ -67,7 +77,7 @@ static void decode_row(int type, const uint8_t *row, int64_t k0, int kc, int8_t 
             int8_t *o = q + 32 * b;
             uint16_t dh;
             memcpy(&dh, p, 2);
-            sw[b * st] = nl_f16_to_f32(dh);
+            sw[b * st] = h2f(dh);
             if (type == NL_TYPE_Q8_0) {
                 memcpy(o, p + 2, 32);
             } else if (type == NL_TYPE_Q4_0) {
@@ -83,7 +93,7 @@ static void decode_row(int type, const uint8_t *row, int64_t k0, int kc, int8_t 
             } else {
                 uint16_t mh;
                 memcpy(&mh, p + 2, 2);
-                mw[b * st] = nl_f16_to_f32(mh);
+                mw[b * st] = h2f(mh);
                 for (int j = 0; j < 16; j++) o[j] = (int8_t)(p[4 + j] & 0xf), o[j + 16] = (int8_t)(p[4 + j] >> 4);
             }
         }
@@ -95,7 +105,7 @@ static void decode_row(int type, const uint8_t *row, int64_t k0, int kc, int8_t 
             uint16_t dh, mh;
             memcpy(&dh, p, 2);
             memcpy(&mh, p + 2, 2);
-            const float d = nl_f16_to_f32(dh), dmin = nl_f16_to_f32(mh);
+            const float d = h2f(dh), dmin = h2f(mh);
             const uint8_t *sc = p + 4, *qs = p + 16;
             for (int j = 0; j < 8; j++) {
                 int s, m;
@@ -115,7 +125,7 @@ static void decode_row(int type, const uint8_t *row, int64_t k0, int kc, int8_t 
             const int8_t *sc = (const int8_t *)(p + 192);
             uint16_t dh;
             memcpy(&dh, p + 208, 2);
-            const float d = nl_f16_to_f32(dh);
+            const float d = h2f(dh);
             for (int g = 0; g < 16; g++) sw[(16 * b + g) * st] = d * (float)sc[g];
             int8_t *o = q + 256 * b;
             for (int h = 0; h < 2; h++, ql += 64, qh += 32, o += 128)
@@ -216,6 +226,13 @@ static void task_fwd(void *arg, int tid, int n) {
         const int ncols = (int)(N - n0 < NL_HOST_NP ? N - n0 : NL_HOST_NP);
         for (int64_t k0 = 0; k0 < K; k0 += NL_HOST_KC) {
             const int kc = (int)(K - k0 < NL_HOST_KC ? K - k0 : NL_HOST_KC), ng = kc / gs;
+            if (w->type == NL_TYPE_Q8_0 && c->ik->pack_q8_0) {
+                c->ik->pack_q8_0((const uint8_t *)w->data + (size_t)n0 * rb, rb, k0 / 32, kc, ncols, s->B, s->BC,
+                                 s->SW);
+                c->ik->gemm_i8_fwd(c->T, kc, gs, c->xq + k0, K, c->dx + k0 / gs, NULL, ldd, s->B, s->BC, s->SW, NULL,
+                                   c->y + n0, N, ncols, k0 > 0);
+                continue;
+            }
             for (int j = 0; j < NL_HOST_NP; j++) {
                 int8_t *tr = s->tile + (size_t)j * NL_HOST_KC;
                 if (j < ncols) {
