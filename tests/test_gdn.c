@@ -371,6 +371,7 @@ static void test_backward_shape(int Hk, int Hv, int dk, int dv, int K, int tiled
     float *gb = malloc(sizeof(float) * (size_t)T * Hv), *ga = malloc(sizeof(float) * (size_t)T * Hv);
     CHECK(c != NULL);
     CHECK(nl_gdn_forward_train(NULL, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
+    for (size_t i = 0; i < (size_t)T * cd; i++) gm[i] = NAN; /* the backward writes every element */
     CHECK(nl_gdn_backward(NULL, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
     grad_in in[4];
     grad_inputs(in, &F, gm, gz, gb, ga);
@@ -740,6 +741,63 @@ static void test_row_entries(void) {
                 free(S1);
                 free(Sp);
             }
+        /* gdn_scan: n tokens of one block against ref_step token after token (row strides wider
+         * than the block, per-token strides of k/q, v, g/β and o as the node's) */
+        if (ks->gdn_scan) {
+            const int ns[4] = {1, 2, 5, 17};
+            for (int di = 0; di < 4; di++)
+                for (int ni = 0; ni < 4; ni++) {
+                    const int dk = dks[di], n = ns[ni];
+                    const size_t ld = (size_t)w + 7, nS = (size_t)dk * ld, ldkq = (size_t)dk + 3;
+                    const size_t ldv = (size_t)w + 5, ldg = 3, ldo = (size_t)w + 9;
+                    float *S0 = malloc(sizeof(float) * nS), *S1 = malloc(sizeof(float) * nS);
+                    float *K = malloc(sizeof(float) * (size_t)n * ldkq), *Q = malloc(sizeof(float) * (size_t)n * ldkq);
+                    float *V = malloc(sizeof(float) * (size_t)n * ldv), *G = malloc(sizeof(float) * (size_t)n * ldg);
+                    float *Bt = malloc(sizeof(float) * (size_t)n * ldg);
+                    float *O0 = malloc(sizeof(float) * (size_t)n * ldo), *O1 = malloc(sizeof(float) * (size_t)n * ldo);
+                    float u[64], r[64];
+                    for (size_t i = 0; i < nS; i++) S0[i] = S1[i] = (float)nl_t_rand();
+                    for (size_t i = 0; i < (size_t)n * ldkq; i++) K[i] = (float)nl_t_rand(), Q[i] = (float)nl_t_rand();
+                    for (size_t i = 0; i < (size_t)n * ldv; i++) V[i] = (float)nl_t_rand();
+                    for (size_t i = 0; i < (size_t)n * ldg; i++)
+                        G[i] = -0.5f * (float)fabs(nl_t_rand()), Bt[i] = 0.5f + 0.4f * (float)nl_t_rand();
+                    for (size_t i = 0; i < (size_t)n * ldo; i++) O0[i] = O1[i] = -9.0f;
+                    const float scale = 1.0f / sqrtf((float)dk);
+                    for (int t = 0; t < n; t++)
+                        ref_step(S0, S0, ld, K + t * ldkq, V + t * ldv, Q + t * ldkq, expf(G[t * ldg]), Bt[t * ldg],
+                                 scale, dk, w, u, r, O0 + t * ldo);
+                    ks->gdn_scan(S1, ld, dk, n, K, Q, ldkq, V, ldv, G, Bt, ldg, scale, O1, ldo);
+                    CHECKF(same_bits(S0, S1, nS) && same_bits(O0, O1, (size_t)n * ldo), "row %s gdn_scan dk %d n %d",
+                           rows[ri], dk, n);
+                    free(S0), free(S1), free(K), free(Q), free(V), free(G), free(Bt), free(O0), free(O1);
+                }
+        }
+        /* gdn_silu against x / (1 + expf(-x)) with the libm this links: every 4099th bit pattern
+         * of the 2^32 (exhaustively checked once) and the edges of expf's fast path, in place */
+        if (ks->gdn_silu) {
+            enum { NB = 4096 };
+            static float xs[NB], ys[NB], want[NB];
+            const uint64_t stride = 4099;
+            int bad = 0, m = 0;
+            const float edge[] = {0.0f,   -0.0f,   88.0f,    -88.0f,    87.99f, -87.99f, 103.97f, -103.97f,
+                                  1e-30f, -1e-30f, INFINITY, -INFINITY, NAN,    1e-45f,  20.0f,   -20.0f};
+            for (uint64_t b = 0; b < (1ull << 32) + sizeof edge / sizeof edge[0]; b += b < (1ull << 32) ? stride : 1) {
+                if (b < (1ull << 32)) {
+                    const uint32_t u = (uint32_t)b;
+                    memcpy(&xs[m], &u, 4);
+                } else {
+                    xs[m] = edge[b - (1ull << 32)];
+                }
+                if (++m < NB && b + 1 < (1ull << 32) + sizeof edge / sizeof edge[0]) continue;
+                for (int i = 0; i < m; i++) want[i] = xs[i] / (1.0f + expf(-xs[i])), ys[i] = -7.0f;
+                memcpy(ys, xs, sizeof(float) * (size_t)m);
+                const int done = ks->gdn_silu(ys, ys, m);
+                bad += done < 0 || done > m;
+                for (int i = 0; i < done; i++) bad += memcmp(&ys[i], &want[i], 4) != 0;
+                m = 0;
+            }
+            CHECKF(bad == 0, "row %s gdn_silu: %d values differ from libm's", rows[ri], bad);
+        }
         /* gdn_transpose8: the whole 8×8 blocks, nothing else written */
         int tsz[][2] = {{8, 8}, {13, 21}, {16, 70}, {33, 9}, {7, 40}};
         for (int ti = 0; ti < 5; ti++) {

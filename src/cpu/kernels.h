@@ -160,10 +160,16 @@ typedef struct nl_host_kernels {
     int gdn_step_cols;
     void (*gdn_step)(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
                      float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
+    /* gdn_step in place over n consecutive tokens of one gdn_step_cols block, the passes of
+     * neighbouring tokens fused (cpu/gdn_simd.h's GDN_SCAN4; NULL: gdn_step token by token) */
+    void (*gdn_scan)(float *S, size_t ld, int dk, int n, const float *K, const float *Q, size_t ldkq, const float *V,
+                     size_t ldv, const float *g, const float *be, size_t ldg, float scale, float *O, size_t ldo);
     int (*gdn_mm)(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
                   size_t ldc, int acc);
     void (*gdn_transpose8)(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
     int (*gdn_silu_d)(float *y, float *d, const float *x, int n);
+    /* y = x / (1 + expf(-x)) with libm's expf bits (y may equal x; returns the elements it did) */
+    int (*gdn_silu)(float *y, const float *x, int n);
     /* nn/lora.c's dropout mask, one row: mr[i] = inv where the 32-bit half (i even: low, odd:
      * high) of nl_rng_u64(kt, i/2) is >= thr, else 0, for i below the count it returns (a
      * multiple of 16, <= K; the node does the rest); integer arithmetic, the node's bits. */
@@ -190,6 +196,9 @@ void nl_gdn_step32_avx2(float *S, const float *S_prev, size_t ld, const float *k
                         float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
 void nl_gdn_step64_avx512(float *S, const float *S_prev, size_t ld, const float *k, const float *v, const float *q,
                           float alpha, float beta, float scale, int dk, float *u, float *r_out, float *o);
+void nl_gdn_scan64_avx512(float *S, size_t ld, int dk, int n, const float *K, const float *Q, size_t ldkq,
+                          const float *V, size_t ldv, const float *g, const float *be, size_t ldg, float scale,
+                          float *O, size_t ldo);
 int nl_gdn_mm_avx2(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
                    size_t ldc, int acc);
 int nl_gdn_mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t acs, const float *B, size_t ldb, float *C,
@@ -197,6 +206,7 @@ int nl_gdn_mm_avx512(int M, int N, int Kd, const float *A, size_t ars, size_t ac
 void nl_gdn_transpose8_avx2(float *dst, size_t ldd, const float *src, size_t lds, int rows, int cols);
 int nl_gdn_silu_d_avx2(float *y, float *d, const float *x, int n);
 int nl_gdn_silu_d_avx512(float *y, float *d, const float *x, int n);
+int nl_gdn_silu_avx512(float *y, const float *x, int n);
 #endif
 #if defined(__aarch64__)
 extern const nl_host_kernels nl_host_kernels_neon;

@@ -25,6 +25,23 @@
 
 #define CH NL_GDN_CHUNK
 
+/* Runs the statement for c = 0..n-1 as 8-wide blocks plus a tail, so that gcc -O2 vectorises it
+ * (element-wise only: any vector width gives the same bits; the arrays must not overlap). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define GDN_IVDEP _Pragma("GCC ivdep")
+#else
+#define GDN_IVDEP
+#endif
+#define GDN_EACH(c, n, ...)                                                                                            \
+    do {                                                                                                               \
+        int c##_0 = 0;                                                                                                 \
+        for (; c##_0 + 8 <= (n); c##_0 += 8) GDN_IVDEP for (int c##_l = 0; c##_l < 8; c##_l++) {                       \
+                const int c = c##_0 + c##_l;                                                                           \
+                __VA_ARGS__;                                                                                           \
+            }                                                                                                          \
+        for (int c = c##_0; c < (n); c++) { __VA_ARGS__; }                                                             \
+    } while (0)
+
 /* The calls' temporaries: from the pass's arena when there is one (released when the call
  * returns), else the heap (tests, benchmarks). */
 static float *tmp_get(nl_arena *ws, nl_arena_mark *m, size_t n) {
@@ -54,7 +71,6 @@ struct nl_gdn_cache {
 /* ---- small scalar helpers ---- */
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
 /* log(1 + y) for y >= 0 from logf: u = 1 + y rounded, log(u) scaled by y / (u - 1), which
  * cancels u's rounding (within 2 ulp; y itself when u rounds to 1). Not glibc's log1pf: its
  * last bit differs between the x86-64 and the AArch64 builds for about 1 input in 1000 (logf's
@@ -101,19 +117,56 @@ static int check_weights(const nl_gdn_weights *w, int need_gates) {
 
 static inline int key_head(const nl_gdn_shape *s, int j) { return s->kv_tiled ? j % s->Hk : j / (s->Hv / s->Hk); }
 
-/* dst = silu(src) / max(||silu(src)||, eps) over n; returns the norm ||silu(src)||. (The
- * forward's; the backward recomputes q̂/k̂ with silu_l2_d, within an ulp or two of these.) */
-static float silu_l2(float *dst, const float *src, int n, float eps) {
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) {
-        float x = siluf(src[i]);
-        dst[i] = x;
-        ss += (double)x * x;
+/* y = silu(x) = x / (1 + expf(-x)) over n (y may equal x): the kernel set's gdn_silu (libm's
+ * expf bits) on what it takes, then libm's expf element by element and the division
+ * vectorised (the same operations: the same bits). */
+static void silu_row(const nl_host_kernels *ks, float *y, const float *x, int n) {
+    float e[256];
+    const int i = ks->gdn_silu ? ks->gdn_silu(y, x, n) : 0;
+    y += i, x += i, n -= i;
+    for (int i0 = 0; i0 < n; i0 += 256) {
+        const int m = n - i0 < 256 ? n - i0 : 256;
+        for (int l = 0; l < m; l++) e[l] = expf(-x[i0 + l]);
+        GDN_EACH(l, m, y[i0 + l] = x[i0 + l] / (1.0f + e[l]));
     }
-    float nrm = (float)sqrt(ss);
-    float inv = 1.0f / (nrm > eps ? nrm : eps);
-    for (int i = 0; i < n; i++) dst[i] *= inv;
-    return nrm;
+}
+
+/* ss[r] = Σ_i x_r[i]² in double, i ascending, for the 4 rows x_r = x + r·ld: four independent
+ * chains side by side (each the order of a single row's loop). */
+static void sumsq4(double ss[4], const float *x, size_t ld, int n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    const float *x1 = x + ld, *x2 = x1 + ld, *x3 = x2 + ld;
+    for (int i = 0; i < n; i++) {
+        s0 += (double)x[i] * x[i];
+        s1 += (double)x1[i] * x1[i];
+        s2 += (double)x2[i] * x2[i];
+        s3 += (double)x3[i] * x3[i];
+    }
+    ss[0] = s0, ss[1] = s1, ss[2] = s2, ss[3] = s3;
+}
+
+static double sumsq(const float *x, int n) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    return ss;
+}
+
+/* Rows r < m of x (stride ld, n each): x_r /= max(||x_r||, eps), with ||silu(src)|| summed as
+ * above (x holds silu(src)). (The forward's q̂, k̂; the backward recomputes them with
+ * silu_l2_d, within an ulp or two of these.) */
+static void l2_rows(float *x, size_t ld, int m, int n, float eps) {
+    for (int r = 0; r < m; r += 4) {
+        double ss[4];
+        const int w = m - r < 4 ? m - r : 4;
+        if (w == 4) sumsq4(ss, x + (size_t)r * ld, ld, n);
+        else
+            for (int l = 0; l < w; l++) ss[l] = sumsq(x + (size_t)(r + l) * ld, n);
+        for (int l = 0; l < w; l++) {
+            float *d = x + (size_t)(r + l) * ld, nrm = (float)sqrt(ss[l]);
+            const float inv = 1.0f / (nrm > eps ? nrm : eps);
+            GDN_EACH(i, n, d[i] *= inv);
+        }
+    }
 }
 
 /* out[c] += a[c] * x[c] over n (8-wide blocks + tail). */
@@ -124,14 +177,13 @@ static inline void row_fma(float *restrict out, const float *restrict a, const f
     for (; c < n; c++) out[c] += a[c] * x[c];
 }
 
-/* Causal depthwise conv: cpre[t][ch] = sum_i w[ch][i] * m_{t-K+1+i}[ch] (summed i = 0..K-1),
- * where positions < 0 come from hist[(K-1)][cd] (oldest first; hist[K-1+pos]).
- * wt[K][cd] is scratch for the transposed kernel, so every inner loop is contiguous. */
-static void conv_forward(float *cpre, const float *mixed, const float *hist, const float *w, int T, int cd, int K,
-                         float *wt) {
-    for (int ch = 0; ch < cd; ch++)
-        for (int i = 0; i < K; i++) wt[(size_t)i * cd + ch] = w[(size_t)ch * K + i];
-    for (int t = 0; t < T; t++) {
+/* Causal depthwise conv of rows [t0, t1): cpre[t][ch] = sum_i w[ch][i] * m_{t-K+1+i}[ch]
+ * (summed i = 0..K-1), where positions < 0 come from hist[(K-1)][cd] (oldest first;
+ * hist[K-1+pos]). wt[K][cd]: the kernel transposed (conv_wt), so every inner loop is contiguous.
+ * Each row on its own: any split of the rows gives the same bits. */
+static void conv_rows(float *cpre, const float *mixed, const float *hist, const float *wt, int t0, int t1, int cd,
+                      int K) {
+    for (int t = t0; t < t1; t++) {
         float *out = cpre + (size_t)t * cd;
         memset(out, 0, sizeof(float) * (size_t)cd);
         for (int i = 0; i < K; i++) {
@@ -140,6 +192,11 @@ static void conv_forward(float *cpre, const float *mixed, const float *hist, con
             row_fma(out, wt + (size_t)i * cd, r, cd);
         }
     }
+}
+
+static void conv_wt(float *wt, const float *w, int cd, int K) {
+    for (int ch = 0; ch < cd; ch++)
+        for (int i = 0; i < K; i++) wt[(size_t)i * cd + ch] = w[(size_t)ch * K + i];
 }
 
 /* The conv history after T more inputs: the last K-1 of (hist ++ mixed). In place, ascending:
@@ -245,19 +302,30 @@ static void gdn_step(const nl_host_kernels *ks, float *S, const float *S_prev, s
                r_out ? r_out + c0 : NULL, o + c0);
 }
 
-/* Gated RMSNorm in place: o <- o / sqrt(mean(o²) + eps) * nw * silu(z), over dv. */
-static void gated_norm(float *o, const float *z, const float *nw, int dv, float eps) {
-    double ss = 0.0;
-    for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
-    float rstd = (float)(1.0 / sqrt(ss / dv + eps));
-    for (int c = 0; c < dv; c++) o[c] = o[c] * rstd * nw[c] * siluf(z[c]);
+/* Gated RMSNorm in place over the T rows of one head (strides ld): o <- o / sqrt(mean(o²) +
+ * eps) * nw * silu(z), over dv; sz: [dv] scratch for silu(z). */
+static void gated_norm_rows(const nl_host_kernels *ks, float *o, const float *z, size_t ld, int T, const float *nw,
+                            int dv, float eps, float *sz) {
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        double ss[4];
+        const int w = T - t0 < 4 ? T - t0 : 4;
+        if (w == 4) sumsq4(ss, o + (size_t)t0 * ld, ld, dv);
+        else
+            for (int l = 0; l < w; l++) ss[l] = sumsq(o + (size_t)(t0 + l) * ld, dv);
+        for (int l = 0; l < w; l++) {
+            float *ot = o + (size_t)(t0 + l) * ld;
+            const float rstd = (float)(1.0 / sqrt(ss[l] / dv + eps));
+            silu_row(ks, sz, z + (size_t)(t0 + l) * ld, dv);
+            GDN_EACH(c, dv, ot[c] = ot[c] * rstd * nw[c] * sz[c]);
+        }
+    }
 }
 
-/* β, g (and dg/da when dgda != NULL) for T tokens. */
-static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b, const float *a, int T, float *beta,
-                  float *g, float *dgda) {
+/* β, g (and dg/da when dgda != NULL) for tokens [t0, t1). */
+static void gates(const nl_gdn_shape *s, const nl_gdn_weights *w, const float *b, const float *a, int t0, int t1,
+                  float *beta, float *g, float *dgda) {
     int H = s->Hv;
-    for (int t = 0; t < T; t++)
+    for (int t = t0; t < t1; t++)
         for (int j = 0; j < H; j++) {
             size_t ix = (size_t)t * H + j;
             float x = a[ix] + w->dt_bias[j];
@@ -285,6 +353,32 @@ static void run_tasks(nl_pool *pool, int n_tasks, void (*fn)(void *, int, int), 
     else fn(job, 0, 1);
 }
 
+/* The forward's element-wise prologue, split by token rows over the pool: the conv, the gates
+ * and (training) the copy of z into the cache. */
+typedef struct {
+    const nl_gdn_shape *s;
+    const nl_gdn_weights *w;
+    float *cpre, *beta, *g, *dgda, *zdst, *wt;
+    const float *mixed, *hist, *b, *a, *z;
+    int T;
+} pro_job;
+
+static void pro_task(void *arg, int task, int n_tasks) {
+    const pro_job *P = arg;
+    const int cd = nl_gdn_conv_dim(P->s);
+    const size_t vd = (size_t)P->s->Hv * P->s->dv;
+    int t0, t1;
+    share(P->T, task, n_tasks, &t0, &t1);
+    conv_rows(P->cpre, P->mixed, P->hist, P->wt, t0, t1, cd, P->s->K);
+    gates(P->s, P->w, P->b, P->a, t0, t1, P->beta, P->g, P->dgda);
+    if (P->zdst) memcpy(P->zdst + (size_t)t0 * vd, P->z + (size_t)t0 * vd, sizeof(float) * (size_t)(t1 - t0) * vd);
+}
+
+static void prologue(nl_pool *pool, pro_job *P) {
+    conv_wt(P->wt, P->w->conv, nl_gdn_conv_dim(P->s), P->s->K);
+    run_tasks(pool, n_tasks_for(pool, P->T), pro_task, P);
+}
+
 typedef struct {
     const nl_gdn_shape *s;
     const nl_gdn_weights *w;
@@ -303,8 +397,36 @@ static void fwd_rows_task(void *arg, int task, int n_tasks) {
     for (int t = t0; t < t1; t++) {
         const float *src = J->cpre + (size_t)t * cd;
         float *dst = J->xs + (size_t)t * cd;
-        for (int h = 0; h < 2 * Hk; h++) silu_l2(dst + (size_t)h * dk, src + (size_t)h * dk, dk, s->eps);
-        for (int c = 2 * Hk * dk; c < cd; c++) dst[c] = siluf(src[c]);
+        silu_row(J->ks, dst, src, cd);
+        l2_rows(dst, (size_t)dk, 2 * Hk, dk, s->eps);
+    }
+}
+
+/* The recurrence of value head j (key head kh) on the state columns [c0, c0 + gdn_step_cols)
+ * over all tokens with the kernel set's gdn_scan: runs of tokens between checkpoints (the
+ * checkpoint copied before each run), the same bits as gdn_step token by token. */
+static void fwd_scan(const fwd_job *J, float *S, int j, int kh, int c0) {
+    const nl_gdn_shape *s = J->s;
+    const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, T = J->T, n = J->ks->gdn_step_cols;
+    const int cd = nl_gdn_conv_dim(s);
+    const size_t hs = (size_t)dk * dv, vd = (size_t)Hv * dv;
+    const float scale = 1.0f / sqrtf((float)dk);
+    for (int t0 = 0; t0 < T;) {
+        int t1 = T;
+        if (J->ck) {
+            if (t0 > 0) {
+                float *dst = J->ck + ((size_t)(t0 / CH - 1) * Hv + j) * hs;
+                for (int i = 0; i < dk; i++)
+                    memcpy(dst + (size_t)i * dv + c0, S + (size_t)i * dv + c0, sizeof(float) * (size_t)n);
+            }
+            if (t0 + CH < T) t1 = t0 + CH;
+        }
+        const float *row = J->xs + (size_t)t0 * cd;
+        J->ks->gdn_scan(S + c0, (size_t)dv, dk, t1 - t0, row + (size_t)(Hk + kh) * dk, row + (size_t)kh * dk,
+                        (size_t)cd, row + 2 * (size_t)Hk * dk + (size_t)j * dv + c0, (size_t)cd,
+                        J->g + (size_t)t0 * Hv + j, J->beta + (size_t)t0 * Hv + j, (size_t)Hv, scale,
+                        J->y + (size_t)t0 * vd + (size_t)j * dv + c0, vd);
+        t0 = t1;
     }
 }
 
@@ -327,6 +449,10 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
         /* column blocks of the state, each over all tokens: dk x GDN_COLS floats stay in L1 */
         for (int c0 = 0; c0 < dv; c0 += GDN_COLS) {
             int n = dv - c0 < GDN_COLS ? dv - c0 : GDN_COLS;
+            if (J->ks->gdn_scan && n == J->ks->gdn_step_cols) {
+                fwd_scan(J, S, j, kh, c0);
+                continue;
+            }
             for (int t = 0; t < T; t++) {
                 const float *row = J->xs + (size_t)t * cd;
                 if (J->ck && t > 0 && t % CH == 0) {
@@ -341,10 +467,8 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
                          scale, dk, n, p, u, NULL, o);
             }
         }
-        for (int t = 0; t < T; t++) {
-            float *o = J->y + (size_t)t * Hv * dv + (size_t)j * dv;
-            gated_norm(o, J->z + (size_t)t * Hv * dv + (size_t)j * dv, J->w->norm, dv, s->eps);
-        }
+        gated_norm_rows(J->ks, J->y + (size_t)j * dv, J->z + (size_t)j * dv, (size_t)Hv * dv, T, J->w->norm, dv, s->eps,
+                        p);
     }
 }
 
@@ -396,9 +520,18 @@ int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_
     if (!buf) return -1;
     float *cpre = buf, *beta = cpre + n_tc, *g = beta + n_g, *hist = g + n_g, *wt = hist + n_hist;
     if (!state) memset(hist, 0, sizeof(float) * n_hist);
-    const float *h = state ? state->conv : hist;
-    conv_forward(cpre, mixed, h, w->conv, T, cd, K, wt);
-    gates(s, w, b, a, T, beta, g, NULL);
+    pro_job P = {.s = s,
+                 .w = w,
+                 .cpre = cpre,
+                 .beta = beta,
+                 .g = g,
+                 .mixed = mixed,
+                 .hist = state ? state->conv : hist,
+                 .wt = wt,
+                 .b = b,
+                 .a = a,
+                 .T = T};
+    prologue(pool, &P);
     /* the state is updated only once nothing can fail */
     if (forward_core(pool, ws, s, w, y, cpre, cpre, z, beta, g, T, state ? state->S : NULL, NULL)) {
         tmp_put(ws, m, buf);
@@ -520,9 +653,21 @@ int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, con
     float *xs = buf, *hist = xs + n_tc, *wt = hist + n_hist;
     memset(hist, 0, sizeof(float) * n_hist);
     cache->T = 0;
-    conv_forward(cache->cpre, mixed, hist, w->conv, T, cd, K, wt);
-    memcpy(cache->z, z, sizeof(float) * (size_t)T * s->Hv * s->dv);
-    gates(s, w, b, a, T, cache->beta, cache->g, cache->dgda);
+    pro_job P = {.s = s,
+                 .w = w,
+                 .cpre = cache->cpre,
+                 .beta = cache->beta,
+                 .g = cache->g,
+                 .dgda = cache->dgda,
+                 .zdst = cache->z,
+                 .mixed = mixed,
+                 .hist = hist,
+                 .wt = wt,
+                 .b = b,
+                 .a = a,
+                 .z = z,
+                 .T = T};
+    prologue(pool, &P);
     int rc = forward_core(pool, ws, s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, cache->ck);
     if (rc == 0) cache->T = T;
     tmp_put(ws, m, buf);
@@ -544,23 +689,6 @@ int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, con
  * multiply and one add per term (no FMA), starting from 0 or from out. The AVX-512 kernel
  * runs 4 rows × 64 columns at a time, the AVX2 one 4 rows × 16 columns, with the same
  * operations per element, so both give the same bits as the portable loop. */
-
-/* Runs the statement for c = 0..n-1 as 8-wide blocks plus a tail, so that gcc -O2 vectorises it
- * (element-wise only: any vector width gives the same bits; the arrays must not overlap). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define GDN_IVDEP _Pragma("GCC ivdep")
-#else
-#define GDN_IVDEP
-#endif
-#define GDN_EACH(c, n, ...)                                                                                            \
-    do {                                                                                                               \
-        int c##_0 = 0;                                                                                                 \
-        for (; c##_0 + 8 <= (n); c##_0 += 8) GDN_IVDEP for (int c##_l = 0; c##_l < 8; c##_l++) {                       \
-                const int c = c##_0 + c##_l;                                                                           \
-                __VA_ARGS__;                                                                                           \
-            }                                                                                                          \
-        for (int c = c##_0; c < (n); c++) { __VA_ARGS__; }                                                             \
-    } while (0)
 
 /* out[j] += a * x[j] over n (8-wide blocks + tail). */
 static inline void row_axpy(float *restrict out, float a, const float *restrict x, int n) {
@@ -988,9 +1116,7 @@ int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl
     float *scratch = tmp_get(ws, &m, n_work + K * (size_t)cd);
     if (!scratch) return -1;
     float *wt = scratch + n_work;
-    for (int ch = 0; ch < cd; ch++)
-        for (size_t i = 0; i < K; i++) wt[i * (size_t)cd + ch] = w->conv[(size_t)ch * K + i];
-    memset(dmixed, 0, sizeof(float) * (size_t)T * cd);
+    conv_wt(wt, w->conv, cd, s->K); /* (dmixed: every element is written by bwd_heads_task) */
     bwd_job J = {.s = s,
                  .w = w,
                  .cache = cache,
