@@ -32,7 +32,6 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
     const nl_layer *L = &m->layers[l];
     size_t E = hp->n_embd, F = hp->n_ff, t = (size_t)T;
     c->bytes = 0;
-    c->hn = carve(c, t * E);
     c->rstd1 = carve(c, t);
     if (L->recurrent) {
         c->y = carve(c, t * (size_t)hp->ssm_d_inner);
@@ -63,10 +62,8 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
     }
     c->xmid = carve(c, t * E);
     c->rstd2 = carve(c, t);
-    c->hn2 = carve(c, t * E);
     c->g = carve(c, t * F);
     c->u = carve(c, t * F);
-    c->h = carve(c, t * F);
     for (int k = 0; k < NL_P_KIND_COUNT; k++) {
         int r = nl_adapter_rank(ad, L->p[k]);
         c->lu[k] = r ? carve(c, t * (size_t)r) : NULL;
@@ -152,8 +149,9 @@ uint64_t nl_layer_temp_bytes(const nl_runtime *rt, int l, int T, int bwd, nl_pro
         if (bwd) mixer = A4(6 * qn + 2 * kvn + n) + hk;
         else mixer = m->arch == NL_ARCH_QWEN35 ? A4(2 * qn) + hk : hk;
     }
-    if (bwd) return A4(3 * nf + (hp->post_norms ? 4 : 3) * n) + max2(mlp, mixer);
-    return A4(n) + max2(mlp, mixer);
+    /* nl_layer_backward's buffer (hn2 and hn in dh's place, an own one when nf < n); the forward's mo, hn/hn2, h */
+    if (bwd) return A4(3 * nf + (hp->post_norms ? 4 : 3) * n + (nf < n ? n : 0)) + max2(mlp, mixer);
+    return A4(2 * n + nf) + max2(mlp, mixer);
 }
 
 void nl_layer_cache_free(nl_layer_cache *c) {
@@ -575,11 +573,14 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
     const nl_layer *L = &m->layers[l];
     int T = sp->T;
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
+    nl_arena_mark mk = nl_arena_top(ps->ws);
+    /* mo; hn, then hn2 in its place; h (the cache keeps none of the three: nl_layer_cache) */
+    float *mo = falloc(ps, 2 * n + nf);
+    if (!mo) return -1;
+    c->hn = c->hn2 = mo + n;
+    c->h = mo + 2 * n;
     NL_TIMED(ps->prof, NL_GP_NORM,
              nl_par_rmsnorm_forward(POOL(ps), c->hn, c->rstd1, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
-    nl_arena_mark mk = nl_arena_top(ps->ws);
-    float *mo = falloc(ps, n);
-    if (!mo) return -1;
     /* with post-norms (gemma3) the mixer's and the MLP's outputs (ao, fo, kept) are normed
      * into mo before their residual adds */
     const int pn = hp->post_norms;
@@ -607,6 +608,7 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
                 nl_par_rmsnorm_forward(POOL(ps), mo, c->rstd_fo, c->fo, L->ffn_post_norm, T, hp->n_embd, hp->rms_eps));
         if (rc == 0) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add2(POOL(ps), x_out, c->xmid, mo, (int64_t)n));
     }
+    c->hn = c->hn2 = c->h = NULL;
     nl_arena_release(ps->ws, mk);
     return rc;
 }
@@ -620,9 +622,12 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     size_t n = (size_t)T * hp->n_embd, nf = (size_t)T * hp->n_ff;
     nl_arena_mark mk = nl_arena_top(ps->ws);
     const int pn = hp->post_norms;
-    float *buf = falloc(ps, 3 * nf + (pn ? 4 : 3) * n);
+    /* hn2, then hn, recomputed into dh's place once dh is spent (an own one when n_ff < n_embd) */
+    const size_t xn = nf < n ? n : 0;
+    float *buf = falloc(ps, 3 * nf + (pn ? 4 : 3) * n + xn);
     if (!buf) return -1;
     float *dh = buf, *dg = dh + nf, *du = dg + nf, *dhn = du + nf, *tmp = dhn + n, *dxmid = tmp + n, *dpost = dxmid + n;
+    float *nbuf = xn ? dxmid + (pn ? 2 : 1) * n : dh;
     int rc = -1;
     /* MLP: x_out = xmid + down(act(gate(hn2), up(hn2))), with post-norms xmid + norm(down(..)) */
     const float *dfo = dx;
@@ -631,12 +636,21 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
                  nl_par_rmsnorm_backward(POOL(ps), dpost, dx, c->fo, L->ffn_post_norm, c->rstd_fo, T, hp->n_embd));
         dfo = dpost;
     }
+    /* h = act(g, u) into dg's place (dg is written after the down projection's backward) */
+    c->h = dg;
+    if (hp->mlp_gelu) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+    else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
     if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
+    c->h = NULL;
     if (hp->mlp_gelu)
         NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
     else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
+    c->hn2 = nbuf; /* the forward's ffn norm again (its rstd2 is kept) */
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_forward(POOL(ps), c->hn2, NULL, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
     if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c->lu[NL_P_GATE], T, dhn)) goto done;
     if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c->lu[NL_P_UP], T, tmp)) goto done;
+    c->hn2 = NULL;
     NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
     NL_TIMED(ps->prof, NL_GP_NORM,
              nl_par_rmsnorm_backward(POOL(ps), dxmid, dhn, c->xmid, L->ffn_norm, c->rstd2, T, hp->n_embd));
@@ -651,12 +665,16 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
                  nl_par_rmsnorm_backward(POOL(ps), dpost, dxmid, c->ao, L->attn_post_norm, c->rstd_ao, T, hp->n_embd));
         dao = dpost;
     }
+    c->hn = nbuf; /* the forward's attention norm again: the mixer's projections' x (rstd1 is kept) */
+    NL_TIMED(ps->prof, NL_GP_NORM,
+             nl_par_rmsnorm_forward(POOL(ps), c->hn, NULL, x_in, L->attn_norm, T, hp->n_embd, hp->rms_eps));
     rc = L->recurrent ? mixer_gdn_bwd(ps, l, sp, c, dao, dmix) : mixer_attn_bwd(ps, l, sp, c, dao, dmix);
     if (rc || !want_dx) goto done;
     NL_TIMED(ps->prof, NL_GP_NORM,
              nl_par_rmsnorm_backward(POOL(ps), dx, dhn, x_in, L->attn_norm, c->rstd1, T, hp->n_embd));
     NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dx, dxmid, (int64_t)n));
 done:
+    c->hn = c->hn2 = c->h = NULL;
     nl_arena_release(ps->ws, mk);
     return rc;
 }

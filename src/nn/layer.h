@@ -102,9 +102,12 @@ int nl_span_check(const nl_span *sp);
 static inline int nl_span_n(const nl_span *sp) { return sp->n_seg > 1 ? sp->n_seg : 1; }
 static inline int nl_span_len(const nl_span *sp, int i) { return sp->n_seg > 1 ? sp->seg_T[i] : sp->T; }
 
-/* One layer's intermediates for T rows, carved out of one block. */
+/* One layer's intermediates for T rows, carved out of one block. hn, hn2 and h are not kept:
+ * each is a temporary of the forward and of the backward, which recomputes it (the same kernel
+ * on the same kept inputs: the same bits) from x_in, xmid and g, u; only while one of them
+ * runs do they point at it. */
 typedef struct {
-    float *hn, *rstd1;                    /* attn_norm output [T][E], 1/rms [T] */
+    float *hn, *rstd1;                    /* attn_norm output [T][E] (not kept), 1/rms [T] */
     float *qraw, *rstd_q, *kraw, *rstd_k; /* q/k before their norms (qk-norm archs) */
     float *q, *k, *v;                     /* after norm + rope: [T][H][hd], [T][Hkv][hd] */
     float *gate;                          /* qwen35 output gate [T][H*hd] */
@@ -116,8 +119,8 @@ typedef struct {
     int n_gc;
     float *ao, *rstd_ao, *fo, *rstd_fo; /* post-norms (gemma3): mixer and MLP outputs before
                                          * their norms, 1/rms [T] */
-    float *xmid, *rstd2, *hn2;          /* after the mixer residual; ffn norm */
-    float *g, *u, *h;                   /* SwiGLU / GeGLU: gate, up, act(gate)*up [T][F] */
+    float *xmid, *rstd2, *hn2;          /* after the mixer residual; ffn norm (hn2 not kept) */
+    float *g, *u, *h;                   /* SwiGLU / GeGLU: gate, up, act(gate)*up [T][F] (h not kept) */
     float *lu[NL_P_KIND_COUNT];         /* LoRA u = A(m⊙x) per adapted projection [T][r] */
     float *base;
     uint64_t bytes;
