@@ -43,8 +43,10 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
             c->kraw = carve(c, t * Hkv * hd);
             c->rstd_k = carve(c, t * Hkv);
         }
-        c->q = carve(c, t * H * hd);
-        c->k = carve(c, t * Hkv * hd);
+        if (!L->q_norm) { /* with qk-norm q and k are recomputed from qraw, kraw (attn_qk_rope) */
+            c->q = carve(c, t * H * hd);
+            c->k = carve(c, t * Hkv * hd);
+        }
         c->v = carve(c, t * Hkv * hd);
         if (m->arch == NL_ARCH_QWEN35) {
             c->gate = carve(c, t * H * hd);
@@ -147,7 +149,7 @@ uint64_t nl_layer_temp_bytes(const nl_runtime *rt, int l, int T, int bwd, nl_pro
     } else {
         const uint64_t hk = hooks(rt, l, NL_P_Q, NL_P_O + 1, dir, T, proj_temp, user);
         if (bwd) mixer = A4(6 * qn + 2 * kvn + n) + hk;
-        else mixer = m->arch == NL_ARCH_QWEN35 ? A4(2 * qn) + hk : hk;
+        else mixer = (L->q_norm ? A4(qn + kvn) : 0) + (m->arch == NL_ARCH_QWEN35 ? A4(2 * qn) : 0) + hk;
     }
     /* nl_layer_backward's buffer (hn2 and hn in dh's place, an own one when nf < n); the forward's mo, hn/hn2, h */
     if (bwd) return A4(3 * nf + (hp->post_norms ? 4 : 3) * n + (nf < n ? n : 0)) + max2(mlp, mixer);
@@ -325,32 +327,13 @@ static int attn_core_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     return rc;
 }
 
-static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, float *out) {
-    const nl_model *m = ps->rt->m;
-    const nl_hparams *hp = &m->hp;
-    const nl_layer *L = &m->layers[l];
-    int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
-    size_t qn = (size_t)T * H * hd;
-    int gated = m->arch == NL_ARCH_QWEN35;
-    float *qdst = L->q_norm ? c->qraw : c->q, *kdst = L->q_norm ? c->kraw : c->k;
-    if (gated) {
-        /* attn_q gives [T][H][q(hd) | gate(hd)]: de-interleave */
-        nl_arena_mark mk = nl_arena_top(ps->ws);
-        float *qg = falloc(ps, 2 * qn);
-        if (!qg) return -1;
-        if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q])) {
-            nl_arena_release(ps->ws, mk);
-            return -1;
-        }
-        NL_TIMED(
-            ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
-                memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
-                memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
-            });
-        nl_arena_release(ps->ws, mk);
-    } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c->lu[NL_P_Q])) return -1;
-    if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K])) return -1;
-    if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V])) return -1;
+/* q and k of the attention: the projections' outputs (c->q, c->k; with qk-norm c->qraw, c->kraw)
+ * through the norms (with qk-norm: into c->q, c->k, rstd_q, rstd_k) and the rotation. With
+ * qk-norm the backward runs it again on the kept qraw, kraw: the same kernels, the same bits. */
+static void attn_qk_rope(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c) {
+    const nl_hparams *hp = &ps->rt->m->hp;
+    const nl_layer *L = &ps->rt->m->layers[l];
+    const int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
     const nl_rope *rope = nl_rt_rope(ps->rt, l);
     if (L->q_norm && rope->head_dim == hd) { /* norm and rotation in one pass over each token (profiled as norm) */
         NL_TIMED(
@@ -359,19 +342,55 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         NL_TIMED(ps->prof, NL_GP_NORM,
                  nl_par_norm_rope_forward(POOL(ps), rope, c->k, c->rstd_k, c->kraw, L->k_norm, T, Hkv, hp->rms_eps,
                                           sp->pos));
-    } else {
-        if (L->q_norm) {
-            NL_TIMED(ps->prof, NL_GP_NORM,
-                     nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
-            NL_TIMED(ps->prof, NL_GP_NORM,
-                     nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
-        }
-        NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 0, c->q, T, H, sp->pos));
-        NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 0, c->k, T, Hkv, sp->pos));
+        return;
     }
-    if (attn_core_fwd(ps, l, sp, c, st)) return -1;
+    if (L->q_norm) {
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_forward(POOL(ps), c->q, c->rstd_q, c->qraw, L->q_norm, T * H, hd, hp->rms_eps));
+        NL_TIMED(ps->prof, NL_GP_NORM,
+                 nl_par_rmsnorm_forward(POOL(ps), c->k, c->rstd_k, c->kraw, L->k_norm, T * Hkv, hd, hp->rms_eps));
+    }
+    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 0, c->q, T, H, sp->pos));
+    NL_TIMED(ps->prof, NL_GP_ROPE, nl_par_rope(POOL(ps), rope, 0, c->k, T, Hkv, sp->pos));
+}
+
+static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, float *out) {
+    const nl_model *m = ps->rt->m;
+    const nl_hparams *hp = &m->hp;
+    const nl_layer *L = &m->layers[l];
+    int T = sp->T, H = hp->n_head, Hkv = hp->n_head_kv, hd = hp->head_dim;
+    size_t qn = (size_t)T * H * hd, kvn = (size_t)T * Hkv * hd;
+    int gated = m->arch == NL_ARCH_QWEN35;
+    const nl_arena_mark mk = nl_arena_top(ps->ws);
+    int rc = -1;
+    if (L->q_norm) { /* q, k: temporaries here (the cache keeps qraw, kraw: nl_layer_cache) */
+        c->q = falloc(ps, qn + kvn);
+        if (!c->q) return -1;
+        c->k = c->q + qn;
+    }
+    float *qdst = L->q_norm ? c->qraw : c->q, *kdst = L->q_norm ? c->kraw : c->k;
+    if (gated) {
+        /* attn_q gives [T][H][q(hd) | gate(hd)]: de-interleave */
+        nl_arena_mark mg = nl_arena_top(ps->ws);
+        float *qg = falloc(ps, 2 * qn);
+        if (!qg || proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q])) goto done;
+        NL_TIMED(
+            ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
+                memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
+                memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
+            });
+        nl_arena_release(ps->ws, mg);
+    } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c->lu[NL_P_Q])) goto done;
+    if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K])) goto done;
+    if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V])) goto done;
+    attn_qk_rope(ps, l, sp, c);
+    if (attn_core_fwd(ps, l, sp, c, st)) goto done;
     if (gated) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
-    return proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
+    rc = proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O]);
+done:
+    if (L->q_norm) c->q = c->k = NULL;
+    nl_arena_release(ps->ws, mk);
+    return rc;
 }
 
 static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, const float *dout, float *dhn) {
@@ -393,6 +412,12 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     if (gated) {
         NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_backward(POOL(ps), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
         dattn = d_o;
+    }
+    if (L->q_norm) { /* q, k again (attn_qk_rope) into dqg's place (qn + kvn <= 2qn), free until the rotation's backward
+                      */
+        c->q = dqg;
+        c->k = dqg + qn;
+        attn_qk_rope(ps, l, sp, c);
     }
     /* the sequence-local part: self-attention of the call's rows */
     for (int i = 0, t0 = 0; i < nl_span_n(sp); t0 += nl_span_len(sp, i++)) {
@@ -451,6 +476,7 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
     rc = 0;
 done:
+    if (L->q_norm) c->q = c->k = NULL;
     nl_arena_release(ps->ws, mk);
     return rc;
 }
