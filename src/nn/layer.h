@@ -102,10 +102,10 @@ int nl_span_check(const nl_span *sp);
 static inline int nl_span_n(const nl_span *sp) { return sp->n_seg > 1 ? sp->n_seg : 1; }
 static inline int nl_span_len(const nl_span *sp, int i) { return sp->n_seg > 1 ? sp->seg_T[i] : sp->T; }
 
-/* One layer's intermediates for T rows, carved out of one block. hn, hn2 and h (and with qk-norm q, k) are not kept:
- * each is a temporary of the forward and of the backward, which recomputes it (the same kernel
- * on the same kept inputs: the same bits) from x_in, xmid and g, u; only while one of them
- * runs do they point at it. */
+/* One layer's intermediates for T rows, carved out of one block. hn, hn2, h and, with qk-norm,
+ * q and k are not kept: each is a temporary of the forward and of the backward, which
+ * recomputes it (the same kernel on the same kept inputs: the same bits) from x_in, xmid,
+ * g and u, qraw and kraw; only while one of them runs do they point at it. */
 typedef struct {
     float *hn, *rstd1;                    /* attn_norm output [T][E] (not kept), 1/rms [T] */
     float *qraw, *rstd_q, *kraw, *rstd_k; /* q/k before their norms (qk-norm archs) */
