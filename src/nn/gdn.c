@@ -151,6 +151,13 @@ static double sumsq(const float *x, int n) {
     return ss;
 }
 
+/* ss[l] = Σ_i x_l[i]² for the w <= 4 rows x_l = x + l·ld (sumsq4 for a full group) */
+static void sumsq_rows(double ss[4], const float *x, size_t ld, int w, int n) {
+    if (w == 4) sumsq4(ss, x, ld, n);
+    else
+        for (int l = 0; l < w; l++) ss[l] = sumsq(x + (size_t)l * ld, n);
+}
+
 /* Rows r < m of x (stride ld, n each): x_r /= max(||x_r||, eps), with ||silu(src)|| summed as
  * above (x holds silu(src)). (The forward's q̂, k̂; the backward recomputes them with
  * silu_l2_d, within an ulp or two of these.) */
@@ -158,9 +165,7 @@ static void l2_rows(float *x, size_t ld, int m, int n, float eps) {
     for (int r = 0; r < m; r += 4) {
         double ss[4];
         const int w = m - r < 4 ? m - r : 4;
-        if (w == 4) sumsq4(ss, x + (size_t)r * ld, ld, n);
-        else
-            for (int l = 0; l < w; l++) ss[l] = sumsq(x + (size_t)(r + l) * ld, n);
+        sumsq_rows(ss, x + (size_t)r * ld, ld, w, n);
         for (int l = 0; l < w; l++) {
             float *d = x + (size_t)(r + l) * ld, nrm = (float)sqrt(ss[l]);
             const float inv = 1.0f / (nrm > eps ? nrm : eps);
@@ -309,9 +314,7 @@ static void gated_norm_rows(const nl_host_kernels *ks, float *o, const float *z,
     for (int t0 = 0; t0 < T; t0 += 4) {
         double ss[4];
         const int w = T - t0 < 4 ? T - t0 : 4;
-        if (w == 4) sumsq4(ss, o + (size_t)t0 * ld, ld, dv);
-        else
-            for (int l = 0; l < w; l++) ss[l] = sumsq(o + (size_t)(t0 + l) * ld, dv);
+        sumsq_rows(ss, o + (size_t)t0 * ld, ld, w, dv);
         for (int l = 0; l < w; l++) {
             float *ot = o + (size_t)(t0 + l) * ld;
             const float rstd = (float)(1.0 / sqrt(ss[l] / dv + eps));
