@@ -592,6 +592,13 @@ done:
 
 /* ---- the layer ---- */
 
+/* c->h = act(c->g, c->u) over nf elements: the forward's, and the backward's rebuild of it */
+static void mlp_act(nl_pass *ps, nl_layer_cache *c, size_t nf) {
+    if (ps->rt->m->hp.mlp_gelu)
+        NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+    else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+}
+
 int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, nl_seq_state *st, const float *x_in,
                      float *x_out) {
     const nl_model *m = ps->rt->m;
@@ -623,9 +630,7 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
         rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c->lu[NL_P_GATE]);
         if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c->lu[NL_P_UP]);
         if (rc == 0) {
-            if (hp->mlp_gelu)
-                NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
-            else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+            mlp_act(ps, c, nf);
             rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, pn ? c->fo : mo, c->lu[NL_P_DOWN]);
         }
         if (rc == 0 && pn)
@@ -664,8 +669,7 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     }
     /* h = act(g, u) into dg's place (dg is written after the down projection's backward) */
     c->h = dg;
-    if (hp->mlp_gelu) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
-    else NL_TIMED(ps->prof, NL_GP_ACT, nl_par_swiglu_forward(POOL(ps), c->h, c->g, c->u, (int64_t)nf));
+    mlp_act(ps, c, nf);
     if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c->lu[NL_P_DOWN], T, dh)) goto done;
     c->h = NULL;
     if (hp->mlp_gelu)
