@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
             printf("lora amx: not measured (%s)\n", why);
             break;
         }
-        nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), ti ? amx : NULL};
+        nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), ti ? amx : NULL, 0};
         best_f = best_b = 1e30;
         for (int r = 0; r < reps; r++) {
             double t0 = nl_now();

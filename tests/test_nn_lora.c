@@ -7,6 +7,7 @@
  * AMX within the bound where this CPU has it. At rank 16 the kernel row's LoRA products
  * (cpu/lora_avx512.c) against the nl_gemm calls they replace, bit for bit. */
 #include "cpu/amx.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "model/adapter.h"
@@ -81,7 +82,7 @@ static void lora_ref(double *y, double *u, const double *y0, const double *x, co
 }
 
 static void test_mask(void) {
-    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1), NULL};
+    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1), NULL, 0};
     float *m1 = malloc(sizeof(float) * 5000), *m2 = malloc(sizeof(float) * 5000), *m3 = malloc(sizeof(float) * 5000);
     nl_lora_dropout_mask(&L, 17, m1);
     nl_lora_dropout_mask(&L, 17, m2);
@@ -114,7 +115,7 @@ static void test_mask(void) {
 
 /* Forward vs reference, then backward vs finite differences, for one (shape, p). */
 static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
-    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL};
+    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL, 0};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
@@ -223,8 +224,9 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
  * uneven ranges, u given or recomputed, dx or none; and rows gathered out of the sequence with
  * their token indices (toks) equal the full call's rows (backward: the other rows' dy = 0). */
 static const nl_amx_tiles *g_tiles; /* check_split's products: NULL FP32, else these tiles */
+static int g_bf16;                  /* check_split's and check_tiles' nl_lora.bf16 */
 static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
-    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4), g_tiles};
+    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4), g_tiles, g_bf16};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r),
@@ -289,7 +291,11 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
      * 32-step in its own order, e.g. the SDM's reading or the real one, would group the 3
      * rows' terms differently from the gathered call's) */
     CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0 && memcmp(dB, dB2, sizeof(float) * nb) == 0,
-           "%s: gathered backward dA/dB differ (p=%g)", g_tiles ? g_tiles->name : "fp32", p);
+           "%s: gathered backward dA/dB differ (p=%g)",
+           g_tiles  ? g_tiles->name
+           : g_bf16 ? "bf16"
+                    : "fp32",
+           p);
     /* and the mask really depends on the token index: other indices change the rows */
     if (p > 0.0f) {
         for (int i = 0; i < 3; i++) toks[i] += 1;
@@ -310,8 +316,10 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
 
 static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, int r, float p, int64_t tok0) {
     const float s = 16.0f / (float)r;
-    nl_lora L = {K, N, r, s, p, nl_lora_dropout_key(4321, 2, 1, 5), tl}, L32 = L;
+    nl_lora L = {K, N, r, s, p, nl_lora_dropout_key(4321, 2, 1, 5), tl, g_bf16}, L32 = L;
     L32.tiles = NULL;
+    L32.bf16 = 0;
+    const char *name = tl ? tl->name : "bf16"; /* tl NULL: the BF16 vector path (g_bf16, r = 16, no model) */
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r,
                   nu = (int64_t)T * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb),
@@ -343,7 +351,7 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
     float *tg = malloc(sizeof(float) * ny);
     for (int64_t i = 0; i < ny; i++) tr[i] = yr[i] - y0d[i], tg[i] = y[i] - y0[i];
     double e = rel_err(tg, tr, ny);
-    CHECKF(e < TILE_TOL, "lora tiles %s T=%d r=%d: forward err %g", tl->name, T, r, e);
+    CHECKF(e < TILE_TOL, "lora tiles %s T=%d r=%d: forward err %g", name, T, r, e);
     CHECKF(memcmp(y, y32, sizeof(float) * ny) != 0, "lora tiles: the same bits as FP32 (not taken?)");
     /* backward: the model */
     float *dx = malloc(sizeof(float) * nx), *dA = malloc(sizeof(float) * na), *dB = malloc(sizeof(float) * nb),
@@ -401,8 +409,7 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
     for (int64_t i = 0; i < nb; i++) gB[i] = (float)(dB[i] - dB0[i]);
     const double ex = rel_err(gx, ix, nx), eA = rel_err(gA, iA, na), eB = rel_err(gB, iB, nb);
     CHECKF(ex < TILE_TOL && eA < TILE_TOL && eB < TILE_TOL,
-           "lora tiles %s T=%d K=%d N=%d r=%d p=%g: backward err dx %g dA %g dB %g", tl->name, T, K, N, r, p, ex, eA,
-           eB);
+           "lora tiles %s T=%d K=%d N=%d r=%d p=%g: backward err dx %g dA %g dB %g", name, T, K, N, r, p, ex, eA, eB);
     free(x), free(A), free(B), free(m), free(xm), free(y0), free(y), free(ym), free(y32), free(u), free(um), free(su),
         free(du);
     free(dy), free(tmp), free(yr), free(ur), free(xd), free(Ad), free(Bd), free(y0d), free(tr), free(tg), free(dx),
@@ -497,7 +504,7 @@ static void fill_seeded(float *p, int64_t n, uint32_t seed) {
  * a fixed order; returns the number of floats written. */
 static int64_t k16_outputs(int T, int K, int N, float p, float *out) {
     const int r = 16;
-    nl_lora L = {K, N, r, 2.0f, p, nl_lora_dropout_key(5, 6, 7, 8), NULL};
+    nl_lora L = {K, N, r, 2.0f, p, nl_lora_dropout_key(5, 6, 7, 8), NULL, 0};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *dy = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
@@ -561,8 +568,108 @@ static void test_rank16(void) {
         }
 }
 
+/* ------------------------------------------------------------------------- rank 16 in BF16 */
+
+/* BF16 bits -> float; a float -> the word half of its BF16 (nearest even: vcvtne2ps2bf16) */
+static float b2f(uint32_t h) {
+    const uint32_t u = (h & 0xFFFFu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f2b(float f) { return nl_host_f32_to_bf16(f); }
+static uint32_t word_of(float lo, float hi) { return f2b(lo) | f2b(hi) << 16; }
+
+/* one vdpbf16ps lane step: the high product added, then the low one (each exact, each add rounded) */
+static float dp_model(float c, uint32_t a, uint32_t b) {
+    volatile float hi = b2f(a >> 16) * b2f(b >> 16);
+    volatile float lo = b2f(a) * b2f(b);
+    c = c + hi;
+    return c + lo;
+}
+
+/* thin16b and add16b (kernels.h) against that model, bit for bit: words built here from random
+ * floats (not by the node's packers), odd row counts, word counts and widths, every mode. */
+static void test_bf16_kernels(void) {
+    const nl_lora_kernels *lk = nl_cpu_kernels()->lora;
+    if (!lk || !lk->thin16b || !nl_bf16_ok()) {
+        printf("no BF16 LoRA kernels here (%s row)\n", nl_cpu_kernels()->name);
+        return;
+    }
+    int bad = 0;
+    const int th[][2] = {{1, 1}, {5, 9}, {16, 150}, {17, 513}, {37, 64}, {33, 1536}}; /* M, Kw */
+    for (int si = 0; si < 6; si++) {
+        const int M = th[si][0], Kw = th[si][1];
+        const int64_t ldx = Kw + 5;
+        uint32_t *X = malloc(4 * (size_t)M * ldx), *P = malloc(4 * (size_t)Kw * 16);
+        float *C = malloc(sizeof(float) * (size_t)M * 16);
+        for (int64_t i = 0; i < M * ldx; i++) X[i] = word_of((float)nl_t_rand(), (float)(3 * nl_t_rand()));
+        for (int64_t i = 0; i < Kw * 16; i++) P[i] = word_of((float)nl_t_rand(), (float)(0.5 * nl_t_rand()));
+        lk->thin16b(C, X, ldx, P, M, Kw);
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < 16; j++) {
+                float c = 0.0f;
+                for (int w = 0; w < Kw; w++) c = dp_model(c, X[m * ldx + w], P[w * 16 + j]);
+                if (memcmp(&c, &C[m * 16 + j], 4) && bad++ < 3)
+                    fprintf(stderr, "thin16b M=%d Kw=%d: C[%d][%d] = %.9g, model %.9g\n", M, Kw, m, j, C[m * 16 + j],
+                            c);
+            }
+        free(X), free(P), free(C);
+    }
+    const int ad[][2] = {{1, 1}, {7, 17}, {8, 32}, {9, 33}, {37, 95}, {20, 300}}; /* M, N */
+    for (int si = 0; si < 6; si++) {
+        const int M = ad[si][0], N = ad[si][1];
+        const int64_t ldq = (N + 31) / 32 * 32 + 3, ldc = N + 7, ldm = N + 2;
+        uint32_t *P = malloc(4 * (size_t)M * 9), *Q = malloc(4 * 8 * (size_t)ldq);
+        float *C = malloc(sizeof(float) * (size_t)M * ldc), *C0 = malloc(sizeof(float) * (size_t)M * ldc),
+              *Mk = malloc(sizeof(float) * (size_t)M * ldm);
+        for (int i = 0; i < M * 9; i++) P[i] = word_of((float)nl_t_rand(), (float)nl_t_rand());
+        for (int64_t i = 0; i < 8 * ldq; i++) Q[i] = word_of((float)nl_t_rand(), (float)(2 * nl_t_rand()));
+        nl_t_fill(C0, (int64_t)M * ldc, 1.0);
+        for (int64_t i = 0; i < M * ldm; i++) Mk[i] = nl_t_rand() < 0 ? 0.0f : 1.25f;
+        for (int mode = 0; mode < 5; mode++) {
+            memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+            lk->add16b(C, ldc, P, 9, Q, ldq, M, N, mode, Mk, ldm);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < ldc; n++) {
+                    const float c0 = C0[m * ldc + n];
+                    float want = c0;
+                    if (n < N) {
+                        float c = mode == 1 ? c0 : 0.0f;
+                        for (int w = 0; w < 8; w++) c = dp_model(c, P[m * 9 + w], Q[w * ldq + n]);
+                        volatile float cm = c * (mode >= 3 ? Mk[m * ldm + n] : 1.0f);
+                        want = mode == 0 || mode == 1 ? c : mode == 2 ? c0 + c : mode == 3 ? c0 + cm : cm;
+                    }
+                    if (memcmp(&want, &C[m * ldc + n], 4) && bad++ < 3)
+                        fprintf(stderr, "add16b M=%d N=%d mode %d: C[%d][%d] = %.9g, model %.9g\n", M, N, mode, m, n,
+                                C[m * ldc + n], want);
+                }
+        }
+        free(P), free(Q), free(C), free(C0), free(Mk);
+    }
+    CHECKF(bad == 0, "BF16 LoRA kernels: %d elements differ from the model", bad);
+}
+
+/* The node with nl_lora.bf16 at rank 16: against float64 within the BF16 bound (check_tiles with
+ * no tiles), the split API (what train/graph's pool runs: any thread count) and the gathered rows
+ * bit for bit (check_split), and other ranks unchanged (they stay FP32). */
+static void test_bf16_node(void) {
+    if (!nl_cpu_kernels()->lora || !nl_cpu_kernels()->lora->thin16b || !nl_bf16_ok()) return;
+    g_bf16 = 1;
+    check_tiles(NULL, 0, 37, 45, 100, 16, 0.0f, 0);
+    check_tiles(NULL, 0, 70, 101, 33, 16, 0.2f, 64);
+    check_tiles(NULL, 0, 40, 300, 270, 16, 0.0f, 1000);
+    check_tiles(NULL, 0, 3, 20, 9, 16, 0.3f, 7);
+    check_tiles(NULL, 0, 33, 1024, 65, 16, 0.1f, 5);
+    check_split(70, 40, 33, 16, 0.0f, 3);
+    check_split(37, 301, 150, 16, 0.2f, 64);
+    check_split(45, 17, 1024, 16, 0.1f, 9);
+    check_split(37, 21, 9, 5, 0.5f, 1000); /* r = 5: FP32 (checked against check_lora's bits below) */
+    g_bf16 = 0;
+}
+
 static void test_errors_and_init(void) {
-    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0, NULL};
+    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0, NULL, 0};
     float A[8] = {0}, B[6] = {0}, x[4] = {0}, y[3] = {0};
     CHECK(nl_lora_forward(&L, A, B, y, NULL, x, 1, 0) == -1); /* p = 1 is invalid */
     L.dropout = 0.0f;
@@ -571,7 +678,7 @@ static void test_errors_and_init(void) {
     /* out of memory for the scratch on the tiles' backward is an error, not a crash: a shape
      * whose packing buffers no address space holds (r = n_in = n_out = 2^24: B packed is
      * 2^49 bytes), asked for before any row is read (T = 0) */
-    const nl_lora Lh = {1 << 24, 1 << 24, 1 << 24, 1.0f, 0.0f, 0, &nl_amx_tiles_emu};
+    const nl_lora Lh = {1 << 24, 1 << 24, 1 << 24, 1.0f, 0.0f, 0, &nl_amx_tiles_emu, 0};
     CHECK(nl_lora_backward_to(&Lh, A, B, NULL, 1, A, B, y, x, NULL, 0, 0) == -1);
     CHECK(strstr(nl_last_error(), "lora backward: out of memory") != NULL);
     CHECK(nl_lora_backward_rows(&Lh, A, B, NULL, 1, y, x, NULL, 0, 0, NULL, A, 0, 0) == -1);
@@ -604,6 +711,8 @@ int main(void) {
     check_split(70, 40, 33, 4, 0.2f, 64);
     test_k16_kernels();
     test_rank16();
+    test_bf16_kernels();
+    test_bf16_node();
     test_errors_and_init();
     test_tiles(&nl_amx_tiles_emu_chain, 1); /* bit for bit against the chain model */
     test_tiles(&nl_amx_tiles_emu, 0);       /* the checks of the real instructions, on the hardware's reading */

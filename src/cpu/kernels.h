@@ -91,10 +91,21 @@ extern const nl_vec_kernels nl_vec_kernels_neon; /* cpu/vec_neon.c: the neon and
  *   add16:  C[m][n] (op)= Σ_{k<16} P[m·ldp + k]·Qp(k, n), Qp packed as ceil(N/32) panels of
  *           16 × 32 (panel n/32 at Qp + 16·32·(n/32), zeros past N); op by mode: 0 =, 1 the
  *           chain from C, 2 C + (the chain from 0, rounded) */
+/* The BF16 pair (AVX512_BF16 vdpbf16ps; called only where nl_bf16_ok(), cpu/gemm_bf16.h): operands
+ * as words of two BF16 (cpu/gemm_bf16.h's packers), every element one chain over the words w
+ * ascending, each word adding its high product and then its low one (both exact in FP32, each
+ * add rounded to nearest even):
+ *   thin16b: C[M][16] = Σ_{w<Kw} X[m·ldx + w]·P[w·16 + j]
+ *   add16b:  C[m][n] (op)= Σ_{w<8} P[m·ldp + w]·Q[w·ldq + n] (Q readable up to N rounded up to
+ *            32); op by mode: 0 =, 1 the chain from C, 2 C + chain, 3 C + (chain·Mk) (the
+ *            product rounded, then the add), 4 chain·Mk; Mk[m·ldm + n] (modes 3, 4 only) */
 typedef struct nl_lora_kernels {
     void (*thin16)(float *C, const float *X, int64_t ldx, const float *P, int M, int K);
     void (*tn16)(float *C, int ldc, int trans, const float *P, int ldp, const float *Q, int64_t ldq, int N, int T);
     void (*add16)(float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int M, int N, int mode);
+    void (*thin16b)(float *C, const uint32_t *X, int64_t ldx, const uint32_t *P, int M, int Kw);
+    void (*add16b)(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
+                   int mode, const float *Mk, int64_t ldm);
 } nl_lora_kernels;
 
 typedef struct nl_host_kernels {

@@ -13,7 +13,10 @@
  *           products, the same order; stored transposed);
  *   add16   y (+)= (s·u)·Bᵀ, dx (+)= du·A (K = 16): 6×32 tiles over panels packed by the node;
  *           mode 2 adds the rounded chain to C in the tile's store (the bits of the term
- *           written to a buffer and added afterwards, NL_LORA_ADD, without the buffer). */
+ *           written to a buffer and added afterwards, NL_LORA_ADD, without the buffer);
+ *   thin16b, add16b  the same two on vdpbf16ps (BF16 words, kernels.h), for the BF16 compute
+ *           mode: chains over word pairs, so not the FP32 bits; add16b's modes 3 and 4 take the
+ *           dropout mask in the store (dx (+)= (du·A) ⊙ m without the buffer). */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -234,4 +237,144 @@ static void z_add16(float *C, int64_t ldc, const float *P, int ldp, const float 
     else add_all(C, ldc, P, ldp, Qp, M, N, 0);
 }
 
-const nl_lora_kernels nl_lora_kernels_avx512 = {.thin16 = z_thin16, .tn16 = z_tn16, .add16 = z_add16};
+/* ---- BF16 (vdpbf16ps; nn/lora.c calls these only where nl_bf16_ok()) ----
+ * The same tiles on words of two BF16: one vdpbf16ps does 32 multiply-adds where an FMA does 16.
+ * The operands come packed by the node (cpu/gemm_bf16.h's packers), the rows of X with a padded
+ * stride, so no copy here. */
+
+/* C[MR][16] = Σ_w X[i][w]·P[w][0..16), one chain over w from 0 */
+AI void thinb_tile(const int MR, float *C, const uint32_t *X, int64_t ldx, const uint32_t *P, int Kw) {
+    __m512 c[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) c[i] = _mm512_setzero_ps();
+    for (int w = 0; w < Kw; w++) {
+        const __m512bh b = (__m512bh)_mm512_loadu_si512(P + (int64_t)w * 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; i++) c[i] = _mm512_dpbf16_ps(c[i], (__m512bh)_mm512_set1_epi32((int)X[i * ldx + w]), b);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) _mm512_storeu_ps(C + (int64_t)i * 16, c[i]);
+}
+
+static void z_thin16b(float *C, const uint32_t *X, int64_t ldx, const uint32_t *P, int M, int Kw) {
+    int m = 0;
+    for (; m + 16 <= M; m += 16) thinb_tile(16, C + (int64_t)m * 16, X + m * ldx, ldx, P, Kw);
+    float *Cm = C + (int64_t)m * 16;
+    const uint32_t *Xm = X + m * ldx;
+    switch (M - m) {
+    case 15: thinb_tile(15, Cm, Xm, ldx, P, Kw); break;
+    case 14: thinb_tile(14, Cm, Xm, ldx, P, Kw); break;
+    case 13: thinb_tile(13, Cm, Xm, ldx, P, Kw); break;
+    case 12: thinb_tile(12, Cm, Xm, ldx, P, Kw); break;
+    case 11: thinb_tile(11, Cm, Xm, ldx, P, Kw); break;
+    case 10: thinb_tile(10, Cm, Xm, ldx, P, Kw); break;
+    case 9: thinb_tile(9, Cm, Xm, ldx, P, Kw); break;
+    case 8: thinb_tile(8, Cm, Xm, ldx, P, Kw); break;
+    case 7: thinb_tile(7, Cm, Xm, ldx, P, Kw); break;
+    case 6: thinb_tile(6, Cm, Xm, ldx, P, Kw); break;
+    case 5: thinb_tile(5, Cm, Xm, ldx, P, Kw); break;
+    case 4: thinb_tile(4, Cm, Xm, ldx, P, Kw); break;
+    case 3: thinb_tile(3, Cm, Xm, ldx, P, Kw); break;
+    case 2: thinb_tile(2, Cm, Xm, ldx, P, Kw); break;
+    case 1: thinb_tile(1, Cm, Xm, ldx, P, Kw); break;
+    default: break;
+    }
+}
+
+/* rows 0..MR-1 (<= 8) of 32 columns: C (op)= Σ_{w<8} P[i][w]·Q[w][0..32); lanes m0, m1 */
+AI void addb_tile(const int MR, float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq,
+                  const int mode, const float *Mk, int64_t ldm, __mmask16 m0, __mmask16 m1) {
+    __m512 c[8][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        if (mode == 1) {
+            c[i][0] = _mm512_maskz_loadu_ps(m0, C + (int64_t)i * ldc);
+            c[i][1] = _mm512_maskz_loadu_ps(m1, C + (int64_t)i * ldc + 16);
+        } else {
+            c[i][0] = _mm512_setzero_ps();
+            c[i][1] = _mm512_setzero_ps();
+        }
+    }
+#pragma GCC unroll 8
+    for (int w = 0; w < 8; w++) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(Q + w * ldq),
+                       b1 = (__m512bh)_mm512_loadu_si512(Q + w * ldq + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const __m512bh a = (__m512bh)_mm512_set1_epi32((int)P[i * ldp + w]);
+            c[i][0] = _mm512_dpbf16_ps(c[i][0], a, b0);
+            c[i][1] = _mm512_dpbf16_ps(c[i][1], a, b1);
+        }
+    }
+    if (mode >= 3)
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const float *mp = Mk + (int64_t)i * ldm;
+            c[i][0] = _mm512_mul_ps(c[i][0], _mm512_maskz_loadu_ps(m0, mp));
+            c[i][1] = _mm512_mul_ps(c[i][1], _mm512_maskz_loadu_ps(m1, mp + 16));
+        }
+    /* every load of C before the first store (add_tile's reason) */
+    if (mode == 2 || mode == 3)
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const float *cp = C + (int64_t)i * ldc;
+            c[i][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), c[i][0]);
+            c[i][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), c[i][1]);
+        }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        float *cp = C + (int64_t)i * ldc;
+        _mm512_mask_storeu_ps(cp, m0, c[i][0]);
+        _mm512_mask_storeu_ps(cp + 16, m1, c[i][1]);
+    }
+}
+
+AI void addb_rows(const int MR, float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq,
+                  int N, const int mode, const float *Mk, int64_t ldm) {
+    for (int n = 0; n < N; n += 32) {
+        const int w = N - n < 32 ? N - n : 32;
+        if (mode != 0 && mode != 4 && n + 64 < N)
+            for (int i = 0; i < MR; i++) {
+                _mm_prefetch((const char *)(C + i * ldc + n + 64), _MM_HINT_T0);
+                _mm_prefetch((const char *)(C + i * ldc + n + 80), _MM_HINT_T0);
+            }
+        const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
+        const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFFu : w > 16 ? (1u << (w - 16)) - 1 : 0u);
+        addb_tile(MR, C + n, ldc, P, ldp, Q + n, ldq, mode, mode >= 3 ? Mk + n : NULL, ldm, m0, m1);
+    }
+}
+
+AI void addb_all(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
+                 const int mode, const float *Mk, int64_t ldm) {
+    int m = 0;
+    for (; m + 8 <= M; m += 8)
+        addb_rows(8, C + m * ldc, ldc, P + (int64_t)m * ldp, ldp, Q, ldq, N, mode, mode >= 3 ? Mk + m * ldm : NULL,
+                  ldm);
+    float *Cm = C + m * ldc;
+    const uint32_t *Pm = P + (int64_t)m * ldp;
+    const float *Mm = mode >= 3 ? Mk + m * ldm : NULL;
+    switch (M - m) {
+    case 7: addb_rows(7, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 6: addb_rows(6, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 5: addb_rows(5, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 4: addb_rows(4, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 3: addb_rows(3, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 2: addb_rows(2, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 1: addb_rows(1, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    default: break;
+    }
+}
+
+static void z_add16b(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
+                     int mode, const float *Mk, int64_t ldm) {
+    switch (mode) {
+    case 0: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 0, NULL, 0); break;
+    case 1: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 1, NULL, 0); break;
+    case 2: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 2, NULL, 0); break;
+    case 3: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 3, Mk, ldm); break;
+    default: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 4, Mk, ldm); break;
+    }
+}
+
+const nl_lora_kernels nl_lora_kernels_avx512 = {
+    .thin16 = z_thin16, .tn16 = z_tn16, .add16 = z_add16, .thin16b = z_thin16b, .add16b = z_add16b};

@@ -15,6 +15,7 @@
  * full or packed call's (whose other rows are zeros) and the gradients would depend on which
  * rows share the call. */
 #include "cpu/cpu.h"
+#include "cpu/gemm_bf16.h"
 #include "cpu/kernels.h"
 #include "cpu/tiles.h"
 #include "cpu/vecmath.h"
@@ -88,6 +89,16 @@ static void pack_AT(float *AT, const float *A, int r, int K) { /* AT[i][k] = A[k
 static const nl_lora_kernels *k16(const nl_lora *L) {
     return L->rank == 16 && !L->tiles ? nl_cpu_kernels()->lora : NULL;
 }
+
+/* Their BF16 pair (thin16b, add16b) when L asks for it (L->bf16) and this CPU runs it, else NULL. */
+static const nl_lora_kernels *kb16(const nl_lora *L) {
+    const nl_lora_kernels *lk = k16(L);
+    return lk && L->bf16 && lk->thin16b && lk->add16b && nl_bf16_ok() ? lk : NULL;
+}
+
+/* Row stride (words) of a block of rows of n floats packed as BF16 words: ceil(n/2) rounded up
+ * to 16, plus 16 (rows 64 bytes off a multiple of 1 KB: thin16b reads 16 of them at once). */
+static int64_t words_ld(int n) { return (((int64_t)n + 1) / 2 + 15) / 16 * 16 + 16; }
 
 /* Columns of a packed add16 operand: N rounded up to the panel width (32). */
 static int64_t panel_cols(int N) { return ((int64_t)N + 31) / 32 * 32; }
@@ -229,6 +240,42 @@ static int lora_fwd16(const nl_lora *L, const nl_lora_kernels *lk, const float *
     return 0;
 }
 
+/* lora_fwd16 on the BF16 pair: u = (m ⊙ x)·Aᵀ and y (+)= (s·u)·Bᵀ on words (nl_lora.bf16), per token
+ * block x (or x ⊙ m) and s·u packed as rows of words; Aᵀ and Bᵀ packed once per call. */
+static size_t fwd16b_bytes(const nl_lora *L) {
+    const int K = L->n_in, N = L->n_out;
+    const size_t nx = L->dropout > 0.0f ? 2 * (size_t)TB * K : 0;
+    return 4 * ((size_t)(K + 1) / 2 * 16 + 8 * (size_t)(panel_cols(N) + 16) + (size_t)TB * words_ld(K) + TB * 8) +
+           4 * (nx + 2 * (size_t)TB * 16);
+}
+
+static int lora_fwd16b(const nl_lora *L, const nl_lora_kernels *lk, const float *A, const float *B, float *y, float *u,
+                       const float *x, int ta, int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate,
+                       const char *what) {
+    const int K = L->n_in, N = L->n_out, r = L->rank, Kw = (K + 1) / 2;
+    const int64_t ldx = words_ld(K), ldq = panel_cols(N) + 16;
+    const size_t nPA = (size_t)Kw * 16, nQB = 8 * (size_t)ldq, nxw = (size_t)TB * ldx,
+                 nx = drop ? 2 * (size_t)TB * K : 0;
+    uint32_t *buf = nl_thread_scratch(fwd16b_bytes(L));
+    if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
+    uint32_t *PA = buf, *QB = PA + nPA, *xw = QB + nQB, *sw = xw + nxw;
+    float *mb = (float *)(sw + (size_t)TB * 8), *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
+    nl_bf16_rows_t(PA, 16, A, K, r, K, 16);                  /* PA[w][j] = (A[j][2w], A[j][2w+1]) */
+    nl_bf16_rows_t(QB, ldq, B, r, N, r, (int)panel_cols(N)); /* QB[w][o] = (B[o][2w], B[o][2w+1]) */
+    const int mode = accumulate == NL_LORA_ADD ? 2 : accumulate ? 1 : 0;
+    for (int t0 = ta; t0 < tb; t0 += TB) {
+        const int nb = tb - t0 < TB ? tb - t0 : TB;
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
+        float *ur = u ? u + (int64_t)t0 * r : ub;
+        nl_bf16_rows(xw, ldx, xb, K, nb, K, Kw);
+        lk->thin16b(ur, xw, ldx, PA, nb, Kw);
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        nl_bf16_rows(sw, 8, su, r, nb, r, 8);
+        lk->add16b(y + (int64_t)t0 * N, N, sw, 8, QB, ldq, nb, N, mode, NULL, 0);
+    }
+    return 0;
+}
+
 /* Rows [ta, tb) of the call (y, u, x are the whole call's arrays). */
 static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, float *u, const float *x, int ta,
                     int tb, int64_t tok0, const int64_t *toks, int drop, int accumulate, const char *what) {
@@ -237,6 +284,7 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
     drop = drop && L->dropout > 0.0f;
     if (L->tiles && accumulate == NL_LORA_ADD) return nl_err("internal: lora %s: NL_LORA_ADD on the tiles", what);
     if (L->tiles) return lora_fwd_tiles(L, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
+    if (kb16(L)) return lora_fwd16b(L, kb16(L), A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     const nl_lora_kernels *lk = k16(L);
     if (lk) return lora_fwd16(L, lk, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     const size_t nAT = (size_t)K * r, nBT = (size_t)r * N, nx = drop ? 2 * (size_t)TB * K : 0;
@@ -346,6 +394,53 @@ static int lora_bwd_rows16(const nl_lora *L, const nl_lora_kernels *lk, const fl
     return 0;
 }
 
+/* nl_lora_backward_rows on the BF16 pair: u (when recomputed) and du = dy·B by thin16b, dx (+)=
+ * du·A by add16b, the mask (dropout) in its store: (du·A) ⊙ m, rounded, then the add, as the FP32
+ * path does it through its buffer. */
+static size_t bwd16b_bytes(const nl_lora *L, int have_u, int want_dx) {
+    const int K = L->n_in, N = L->n_out, kn = K > N ? K : N;
+    return 4 * ((have_u ? 0 : (size_t)(K + 1) / 2 * 16) + (size_t)(N + 1) / 2 * 16 +
+                (want_dx ? 8 * (size_t)(panel_cols(K) + 16) : 0) + (size_t)TB * words_ld(kn) + TB * 8) +
+           4 * ((L->dropout > 0.0f ? (size_t)TB * K : 0) + (size_t)TB * 16 + 1);
+}
+
+static int lora_bwd_rows16b(const nl_lora *L, const nl_lora_kernels *lk, const float *A, const float *B, float *dx,
+                            int dx_accumulate, const float *dy, const float *x, const float *u, int T, int64_t tok0,
+                            const int64_t *toks, float *scratch, int t0, int t1) {
+    const int K = L->n_in, N = L->n_out, r = L->rank, Kw = (K + 1) / 2, Nw = (N + 1) / 2;
+    const int drop = L->dropout > 0.0f;
+    float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
+    const int64_t ldk = words_ld(K), ldn = words_ld(N), ldq = panel_cols(K) + 16;
+    const size_t nPA = u ? 0 : (size_t)Kw * 16, nPB = (size_t)Nw * 16, nQA = dx ? 8 * (size_t)ldq : 0,
+                 nxw = (size_t)TB * (ldk > ldn ? ldk : ldn);
+    uint32_t *buf = nl_thread_scratch(bwd16b_bytes(L, u != NULL, dx != NULL));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+    uint32_t *PA = buf, *PB = PA + nPA, *QA = PB + nPB, *xw = QA + nQA, *dw = xw + nxw;
+    float *mb = (float *)(dw + (size_t)TB * 8), *ub = mb + (drop ? (size_t)TB * K : 0);
+    if (!u) nl_bf16_rows_t(PA, 16, A, K, r, K, 16);                 /* PA[w][j] = (A[j][2w], A[j][2w+1]) */
+    nl_bf16_pairs(PB, 16, B, r, N, r, 16);                          /* PB[w][j] = (B[2w][j], B[2w+1][j]) */
+    if (dx) nl_bf16_pairs(QA, ldq, A, K, r, K, (int)panel_cols(K)); /* QA[w][k] = (A[2w][k], A[2w+1][k]) */
+    const int mode = drop ? (dx_accumulate ? 3 : 4) : dx_accumulate == NL_LORA_ADD ? 2 : dx_accumulate ? 1 : 0;
+    for (int ta = t0; ta < t1; ta += TB) {
+        const int nb = t1 - ta < TB ? t1 - ta : TB;
+        float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
+        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *ur = u ? u + (int64_t)ta * r : ub;
+        if (!u) {
+            nl_bf16_rows(xw, ldk, xb, K, nb, K, Kw);
+            lk->thin16b(ub, xw, ldk, PA, nb, Kw);
+        }
+        nl_bf16_rows(xw, ldn, dy + (int64_t)ta * N, N, nb, N, Nw);
+        lk->thin16b(du, xw, ldn, PB, nb, Nw);
+        for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
+        for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
+        if (!dx) continue;
+        nl_bf16_rows(dw, 8, du, r, nb, r, 8);
+        lk->add16b(dx + (int64_t)ta * K, K, dw, 8, QA, ldq, nb, K, mode, drop ? mb : NULL, K);
+    }
+    return 0;
+}
+
 /* scratch: du [T][r] = s·dy·B, su [T][r] = s·u, then (dropout only) xm [T][K] = x ⊙ m. */
 int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate,
                           const float *dy, const float *x, const float *u, int T, int64_t tok0, const int64_t *toks,
@@ -362,6 +457,7 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
         lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1, buf);
         return 0;
     }
+    if (kb16(L)) return lora_bwd_rows16b(L, kb16(L), A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
     if (k16(L)) return lora_bwd_rows16(L, k16(L), A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
     const int K = L->n_in, N = L->n_out, r = L->rank;
     const int drop = L->dropout > 0.0f;
@@ -436,6 +532,23 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
         }
         return 0;
     }
+    if (kb16(L)) {
+        /* the two phases a block of TB rows at a time, as on the tiles (the rows' products
+         * are per row, the parameters' chains over t continue block by block) */
+        float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(L, TB) + 1));
+        if (!scr) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+        int rc = 0;
+        for (int t0 = 0; t0 < T && rc == 0; t0 += TB) {
+            const int nb = T - t0 < TB ? T - t0 : TB;
+            rc = nl_lora_backward_rows(L, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
+                                       x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0,
+                                       nb);
+            if (rc == 0)
+                rc = nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N);
+        }
+        free(scr);
+        return rc;
+    }
     const size_t nAT = u ? 0 : (size_t)K * r;
     const size_t nx = drop ? 3 * (size_t)TB * K : 0; /* mask, x ⊙ m, (du·A) before the mask */
     const size_t nsmall = 3 * (size_t)TB * r;        /* du, recomputed u, s·u */
@@ -486,5 +599,11 @@ uint64_t nl_lora_thread_bytes(const nl_lora *L) {
     x = 4 * (K * r + r * ((kn + 31) / 32 * 32) + nx + 3 * tb * r + 1 +
              tb * kn); /* FP32: FWD, BWD rows (NL_LORA_ADD's block; the rank-16 kernels' panels), BWD on one thread */
     if (x > b) b = x;
+    if (L->rank == 16 && L->n_in > 0 && L->n_out > 0) { /* the BF16 pair's (whatever L->bf16 says) */
+        x = fwd16b_bytes(L);
+        if (x > b) b = x;
+        x = bwd16b_bytes(L, 0, 1);
+        if (x > b) b = x;
+    }
     return (b + 63) / 64 * 64;
 }

@@ -39,6 +39,15 @@ typedef struct {
      * invariance (below) and the same accumulation contract; agrees with the FP32 products to
      * BF16 accuracy. */
     const struct nl_amx_tiles *tiles;
+    /* 1 (the BF16 compute mode; train/graph sets it with the service's BF16 products): where
+     * there are no tiles, r = 16 and the CPU has AVX512_BF16 (nl_bf16_ok()), the products per
+     * token row, u = (m ⊙ x)·Aᵀ, y (+)= (s·u)·Bᵀ, du = dy·B and dx (+)= du·A, on vdpbf16ps
+     * (cpu/kernels.h: thin16b, add16b): operands rounded to BF16 (nearest even), FP32
+     * accumulation, agreeing with the FP32 products to BF16 accuracy. dA and dB (sums over the
+     * tokens) stay FP32 chains over t, the tiles' reason: BF16 pairs over the tokens would make
+     * the gradients depend on which rows share the call. The scalings, the mask and the adds in
+     * FP32; the same split invariance and accumulation contract. 0, or anywhere else: FP32. */
+    int bf16;
 } nl_lora;
 
 /* Key for the masks of one (seed, optimizer step, layer, projection). */

@@ -105,7 +105,8 @@ static double toc(nl_graph *g, int k, double t0) { return nl_prof_toc(g->prof, k
 
 /* ---- projections with their LoRA branch ---- */
 
-/* The LoRA node's view of adapter entry e, with its dropout key for (layer, kind). */
+/* The LoRA node's view of adapter entry e, with its dropout key for (layer, kind); its per-row
+ * products in BF16 when the step's are (rt->attn_bf16: the service computes in BF16). */
 static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
     const nl_lora_tensor *t = &g->ad->t[e];
     return (nl_lora){.n_in = (int)t->n_in,
@@ -114,7 +115,8 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
                      .scale = nl_adapter_scale(g->ad, e),
                      .dropout = g->dropout,
                      .key = nl_lora_dropout_key(g->seed, (uint64_t)g->step, layer, kind),
-                     .tiles = g->rt->tiles};
+                     .tiles = g->rt->tiles,
+                     .bf16 = g->rt->attn_bf16};
 }
 
 /* The LoRA branch of one projection as pool tasks (nn/lora.h's split API). Phase 0: FWD rows
