@@ -12,7 +12,8 @@
 #
 # Environment: BIN (build/nightlora), WORK (/tmp/nightlora-peers[-gemma3]), STEPS (SmolLM2 44, Gemma 3
 # 13: one epoch of the 440 training lines at 512 tokens a step), THREADS (2), LR (1e-3), NO_PEFT (1
-# skips PEFT), NO_LLAMACPP (1 skips llama.cpp and merge), NL_MODEL_CACHE. Exits 0 with a message when the model or a package cannot be had.
+# skips PEFT), NO_PEFT_FP32 (1 skips the slow FP32 per-sequence PEFT run: only the BF16 padded one,
+# the speed figure), NO_LLAMACPP (1 skips llama.cpp and merge), NL_MODEL_CACHE. Exits 0 with a message when the model or a package cannot be had.
 set -e
 case "${1:-smollm2}" in
 smollm2)
@@ -43,6 +44,7 @@ elif ! nl_need_llamacpp; then
     exit 0
 fi
 peft=
+[ "${NO_PEFT_FP32:-0}" = 1 ] && peft=--no-peft-fp32
 if [ "${NO_PEFT:-0}" = 1 ]; then
     peft=--no-peft
 elif ! nl_need_torch; then

@@ -4,13 +4,14 @@ bench/peers_compare.sh, which also sets up the environment).
 
   compare.py --bin build/nightlora --model M.gguf --train T.jsonl --test E.jsonl --work DIR
              [--rank 16 --alpha 32 --lr 1e-3 --warmup 5 --steps N --batch-tokens 512 --seed 1 --threads 2]
-             [--no-peft] [--no-peft-bf16] [--no-llamacpp]
+             [--no-peft] [--no-peft-bf16] [--no-peft-fp32] [--no-llamacpp]
 
 The same weights (the GGUF), data (the JSONL files), rank/alpha/targets/lr/schedule/steps/seed:
   nightlora       `eval` of the base, `train --no-shuffle --log-json`, `eval --adapter`
   PEFT            bench/peers/peft_lora.py: transformers + PEFT on the CPU, base from the same GGUF;
                   twice: FP32 one sequence at a time (the losses compared), and BF16 with one padded
-                  batch a step (what a PEFT user runs on a BF16-capable CPU; --no-peft-bf16 skips it)
+                  batch a step (what a PEFT user runs on a BF16-capable CPU; --no-peft-bf16 skips it;
+                  --no-peft-fp32 skips the FP32 one, the slow one, for a shorter speed figure)
                   (FP32), the same batches in the same order (checked: every step's token and
                   target counts equal nightlora's)
   llama.cpp       llama-cpp-python with nightlora's adapter (lora_path), then the merged model:
@@ -99,6 +100,7 @@ def main():
     ap.add_argument("--probe", type=int, default=20, help="held-out contexts for the next-token agreement")
     ap.add_argument("--no-peft", action="store_true")
     ap.add_argument("--no-peft-bf16", action="store_true", help="only the FP32 per-sequence PEFT peer")
+    ap.add_argument("--no-peft-fp32", action="store_true", help="only the BF16 padded PEFT peer (the speed figure)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp with the adapter and the merged model")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
@@ -142,7 +144,8 @@ def main():
                   f"tokens in {r['train_s']:.1f} s; batches {'identical to' if r['same_batches'] else 'DIFFERENT from'} "
                   f"nightlora's", flush=True)
             return r
-        peft_res = peft_run("peft.json", [])
+        if not a.no_peft_fp32:
+            peft_res = peft_run("peft.json", [])
         # what a PEFT user runs on a BF16-capable CPU: BF16 weights, one padded batch a step
         if not a.no_peft_bf16:
             peft_bf16 = peft_run("peft-bf16.json", ["--dtype", "bf16", "--padded", "--no-base-eval"])
