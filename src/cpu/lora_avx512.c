@@ -161,13 +161,13 @@ static void z_tn16(float *C, int ldc, int trans, const float *P, int ldp, const 
     }
 }
 
-/* rows 0..MR-1 of one 32-column panel: C (op)= Σ_{k<16} P[i][k]·Qp[k][0..32); lanes m0, m1 */
-AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, const int mode,
-                 __mmask16 m0, __mmask16 m1) {
-    __m512 c[6][2];
-#pragma GCC unroll 6
+/* A register tile's rows 0..MR-1 of 32 columns (lanes m0, m1): start from C (load) or zero, add
+ * C's values in, store. Shared by add_tile (FP32) and addb_tile (BF16 pairs). */
+AI void tile_start(const int MR, __m512 (*c)[2], const float *C, int64_t ldc, const int load, __mmask16 m0,
+                   __mmask16 m1) {
+#pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
-        if (mode == 1) {
+        if (load) {
             c[i][0] = _mm512_maskz_loadu_ps(m0, C + (int64_t)i * ldc);
             c[i][1] = _mm512_maskz_loadu_ps(m1, C + (int64_t)i * ldc + 16);
         } else {
@@ -175,6 +175,33 @@ AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, c
             c[i][1] = _mm512_setzero_ps();
         }
     }
+}
+
+/* c = C + c: every load of C before the first store (the rows are a multiple of 4 KB apart: a
+ * load behind a store to another row would wait on it) */
+AI void tile_add_c(const int MR, __m512 (*c)[2], const float *C, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        const float *cp = C + (int64_t)i * ldc;
+        c[i][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), c[i][0]);
+        c[i][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), c[i][1]);
+    }
+}
+
+AI void tile_store(const int MR, __m512 (*c)[2], float *C, int64_t ldc, __mmask16 m0, __mmask16 m1) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++) {
+        float *cp = C + (int64_t)i * ldc;
+        _mm512_mask_storeu_ps(cp, m0, c[i][0]);
+        _mm512_mask_storeu_ps(cp + 16, m1, c[i][1]);
+    }
+}
+
+/* rows 0..MR-1 of one 32-column panel: C (op)= Σ_{k<16} P[i][k]·Qp[k][0..32); lanes m0, m1 */
+AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, const int mode,
+                 __mmask16 m0, __mmask16 m1) {
+    __m512 c[6][2];
+    tile_start(MR, c, C, ldc, mode == 1, m0, m1);
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
         const __m512 b0 = _mm512_loadu_ps(Qp + k * 32), b1 = _mm512_loadu_ps(Qp + k * 32 + 16);
@@ -185,21 +212,8 @@ AI void add_tile(const int MR, float *C, int64_t ldc, const float *P, int ldp, c
             c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
         }
     }
-    /* every load of C before the first store (the rows are a multiple of 4 KB apart: a load
-     * behind a store to another row would wait on it) */
-    if (mode == 2)
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
-            const float *cp = C + (int64_t)i * ldc;
-            c[i][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), c[i][0]);
-            c[i][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), c[i][1]);
-        }
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) {
-        float *cp = C + (int64_t)i * ldc;
-        _mm512_mask_storeu_ps(cp, m0, c[i][0]);
-        _mm512_mask_storeu_ps(cp + 16, m1, c[i][1]);
-    }
+    if (mode == 2) tile_add_c(MR, c, C, ldc, m0, m1);
+    tile_store(MR, c, C, ldc, m0, m1);
 }
 
 AI void add_rows(const int MR, float *C, int64_t ldc, const float *P, int ldp, const float *Qp, int N, const int mode) {
@@ -285,16 +299,7 @@ static void z_thin16b(float *C, const uint32_t *X, int64_t ldx, const uint32_t *
 AI void addb_tile(const int MR, float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq,
                   const int mode, const float *Mk, int64_t ldm, __mmask16 m0, __mmask16 m1) {
     __m512 c[8][2];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        if (mode == 1) {
-            c[i][0] = _mm512_maskz_loadu_ps(m0, C + (int64_t)i * ldc);
-            c[i][1] = _mm512_maskz_loadu_ps(m1, C + (int64_t)i * ldc + 16);
-        } else {
-            c[i][0] = _mm512_setzero_ps();
-            c[i][1] = _mm512_setzero_ps();
-        }
-    }
+    tile_start(MR, c, C, ldc, mode == 1, m0, m1);
 #pragma GCC unroll 8
     for (int w = 0; w < 8; w++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(Q + w * ldq),
@@ -313,20 +318,8 @@ AI void addb_tile(const int MR, float *C, int64_t ldc, const uint32_t *P, int ld
             c[i][0] = _mm512_mul_ps(c[i][0], _mm512_maskz_loadu_ps(m0, mp));
             c[i][1] = _mm512_mul_ps(c[i][1], _mm512_maskz_loadu_ps(m1, mp + 16));
         }
-    /* every load of C before the first store (add_tile's reason) */
-    if (mode == 2 || mode == 3)
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            const float *cp = C + (int64_t)i * ldc;
-            c[i][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cp), c[i][0]);
-            c[i][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cp + 16), c[i][1]);
-        }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        float *cp = C + (int64_t)i * ldc;
-        _mm512_mask_storeu_ps(cp, m0, c[i][0]);
-        _mm512_mask_storeu_ps(cp + 16, m1, c[i][1]);
-    }
+    if (mode == 2 || mode == 3) tile_add_c(MR, c, C, ldc, m0, m1);
+    tile_store(MR, c, C, ldc, m0, m1);
 }
 
 AI void addb_rows(const int MR, float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq,
