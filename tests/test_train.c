@@ -37,6 +37,7 @@
 #include "eval/eval.h"
 #include "eval/session.h"
 #include "model/quant.h"
+#include "nn/lora.h"
 #include "proj/host.h"
 #include "train/graph.h"
 #include "train/mezo.h"
@@ -872,11 +873,15 @@ static void test_startup(const char *model, const char *data) {
     if (hctx) nl_proj_backend_host.nodes(hctx, &node_tiles, &node_bf16);
     const char *auto_nodes = auto_line == 1 && !node_bf16 ? lines[0].nodes : lines[auto_line].nodes;
     nl_proj_backend_host.free(hctx);
-    for (int c = 0; c < 2; c++) {
+    /* the LoRA products follow the service into BF16 at rank 16 where the pair exists (nn/lora.h),
+     * and the line says so; rank 4 (defaults) stays FP32 */
+    const int lora_bf16 = auto_line == 1 && node_bf16 && nl_lora_bf16_runs(16);
+    for (int c = 0; c < 3; c++) { /* auto, f32, auto at rank 16 */
         defaults(&o, model, data, out);
         o.steps = 1;
         o.proj.backend = "host";
-        o.proj.compute = c ? "f32" : NULL;
+        o.proj.compute = c == 1 ? "f32" : NULL;
+        if (c == 2) o.rank = 16;
         prog = tmpfile();
         o.progress = o.warnings = prog; /* the warnings too: the test reads both */
         CHECK(train(&o, &r) == 0);
@@ -885,9 +890,11 @@ static void test_startup(const char *model, const char *data) {
         rewind(prog);
         CHECK(fread(text, 1, (size_t)sz, prog) == (size_t)sz);
         fclose(prog);
-        const int li = c ? 0 : auto_line;
-        CHECKF(strstr(text, lines[li].svc) && strstr(text, c ? lines[0].nodes : auto_nodes), "progress (%s): %s",
-               c ? "f32" : mode, text);
+        const int li = c == 1 ? 0 : auto_line;
+        CHECKF(strstr(text, lines[li].svc) && strstr(text, c == 1 ? lines[0].nodes : auto_nodes), "progress (%s): %s",
+               c == 1 ? "f32" : mode, text);
+        CHECKF(!strstr(text, ", lora bf16") == !(c == 2 && lora_bf16), "progress (%s, rank %d, lora bf16 %d): %s",
+               c == 1 ? "f32" : mode, o.rank, lora_bf16, text);
         free(text);
     }
 }

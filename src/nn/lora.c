@@ -96,6 +96,11 @@ static const nl_lora_kernels *kb16(const nl_lora *L) {
     return lk && L->bf16 && lk->thin16b && lk->add16b && nl_bf16_ok() ? lk : NULL;
 }
 
+int nl_lora_bf16_runs(int rank) {
+    const nl_lora L = {.rank = rank, .bf16 = 1};
+    return kb16(&L) != NULL;
+}
+
 /* Row stride (words) of a block of rows of n floats packed as BF16 words: ceil(n/2) rounded up
  * to 16, plus 16 (rows 64 bytes off a multiple of 1 KB: thin16b reads 16 of them at once). */
 static int64_t words_ld(int n) { return (((int64_t)n + 1) / 2 + 15) / 16 * 16 + 16; }

@@ -50,6 +50,9 @@ typedef struct {
     int bf16;
 } nl_lora;
 
+/* 1 when an nl_lora of this rank with bf16 = 1 and no tiles runs the BF16 pair on this CPU. */
+int nl_lora_bf16_runs(int rank);
+
 /* Key for the masks of one (seed, optimizer step, layer, projection). */
 uint64_t nl_lora_dropout_key(uint64_t seed, uint64_t step, int layer, int proj);
 

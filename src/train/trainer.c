@@ -21,6 +21,7 @@
 #include "model/adapter.h"
 #include "model/model.h"
 #include "model/quant.h"
+#include "nn/lora.h"
 #include "nn/forward.h"
 #include "os/energy.h"
 #include "os/mem.h"
@@ -360,6 +361,11 @@ static uint64_t packing_hash(const nl_packing *pk) {
     return nl_hasher_final(&h);
 }
 
+/* Whether train/graph's LoRA products run in BF16 (with the service's, at a rank the pair has). */
+static int lora_bf16(const nl_trainer *t) {
+    return !t->res.rt.tiles && t->res.rt.attn_bf16 && t->res.ad && nl_lora_bf16_runs(t->res.ad->rank);
+}
+
 static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_hash, int64_t total, int max_ctx,
                        nl_run_desc *d) {
     const nl_train_opts *o = t->o;
@@ -440,6 +446,8 @@ static void build_desc(const nl_trainer *t, uint64_t model_hash, uint64_t data_h
     nl_proj_describe(t->res.svc, kern, sizeof kern);
     if (t->res.rt.tiles) /* the nodes' products follow the service onto the tiles (nn/forward.h) */
         nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s; attention and lora on %s tiles", kern, t->res.rt.tiles->name);
+    else if (lora_bf16(t)) /* train/graph's LoRA products in BF16 with the service's (nn/lora.h) */
+        nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s; lora bf16", kern);
     else nl_desc_add(d, "kernels", NL_KV_KERNELS, "%s", kern);
     nl_desc_add(d, "model_path", NL_KV_INFO, "%s", o->model);
     nl_desc_add(d, "data_path", NL_KV_INFO, "%s", o->data);
@@ -892,7 +900,9 @@ static int plan_run(nl_trainer *t, int64_t avail, int64_t rss0) {
         const char *colon = kn > 0 ? strchr(kern, ':') : NULL; /* "host: ..." -> "..." */
         char nodes[64];
         if (t->res.rt.tiles) snprintf(nodes, sizeof nodes, "attention and lora on %s tiles", t->res.rt.tiles->name);
-        else snprintf(nodes, sizeof nodes, "attention %s", t->res.rt.attn_bf16 ? "bf16" : "f32");
+        else
+            snprintf(nodes, sizeof nodes, "attention %s%s", t->res.rt.attn_bf16 ? "bf16" : "f32",
+                     lora_bf16(t) ? ", lora bf16" : "");
         fprintf(o->progress, "service: %s backend, %s, %s; resident %s; %s, %s\n",
                 o->proj.backend ? o->proj.backend : "ref", colon ? colon + 2 : "f32 compute", line, mem,
                 t->res.rt.sync ? "synchronous" : "LoRA overlapped with requests", nodes);
