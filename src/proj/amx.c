@@ -16,9 +16,10 @@ typedef struct {
     void *mem;
     size_t cap;
     uint16_t *whi, *wlo; /* FWD: 32 rows × Kp BF16 */
-    uint32_t *phi, *plo; /* BWD: BWD_NC/2 rows × BWD_KW pairs */
-    float *row;          /* FWD: Kp floats; BWD: 2 × BWD_KW floats */
-    float *acc;          /* BWD: Tp × BWD_KW floats of partial sums */
+    uint32_t *wp;        /* FWD (not split): the panel as VNNI pairs, Kp/2 rows × 32 */
+    uint32_t *phi, *plo; /* BWD: BWD_NC/2 rows × gw pairs */
+    float *row;          /* FWD: Kp floats; BWD: 2 × gw floats */
+    float *acc;          /* BWD: Tp × gw floats of partial sums */
     float *c;            /* 1024 floats: one 2×2 block of tiles */
 } amx_scratch;
 
@@ -38,6 +39,7 @@ typedef struct {
     float *y;
     int T, split;
     int64_t K, N, Kp, Np, Tp; /* Kp, Np: K, N rounded up to 32; Tp: T rounded up to 32 */
+    int gp;                   /* BWD: 64-column panels per group (bwd_group) */
     uint16_t *xhi, *xlo;
     size_t rb; /* bytes of one row of W */
 } amx_job;
@@ -104,34 +106,44 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
     size_t need;
     if (dir == NL_FWD) {
         const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2);
-        need = 2 * wp + al64((size_t)j->Kp * 4) + cbytes;
+        need = 3 * wp + al64((size_t)j->Kp * 4) + cbytes;
         if (need < pack) need = pack;
         if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
         uint8_t *m = s->mem;
         s->whi = (uint16_t *)(void *)m;
         s->wlo = (uint16_t *)(void *)(m + wp);
-        s->row = (float *)(void *)(m + 2 * wp);
-        s->c = (float *)(void *)(m + 2 * wp + al64((size_t)j->Kp * 4));
+        s->wp = (uint32_t *)(void *)(m + 2 * wp);
+        s->row = (float *)(void *)(m + 3 * wp);
+        s->c = (float *)(void *)(m + 3 * wp + al64((size_t)j->Kp * 4));
     } else {
-        const size_t pp = (size_t)BWD_NC / 2 * BWD_KW * 4, acc = al64((size_t)j->Tp * BWD_KW * 4);
-        need = 2 * pp + 2 * BWD_KW * 4 + acc + cbytes;
+        const size_t gw = (size_t)j->gp * BWD_KW;
+        const size_t pp = (size_t)BWD_NC / 2 * gw * 4, acc = al64((size_t)j->Tp * gw * 4);
+        need = 2 * pp + 2 * gw * 4 + acc + cbytes;
         if (need < pack) need = pack;
         if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
         uint8_t *m = s->mem;
         s->phi = (uint32_t *)(void *)m;
         s->plo = (uint32_t *)(void *)(m + pp);
         s->row = (float *)(void *)(m + 2 * pp);
-        s->acc = (float *)(void *)(m + 2 * pp + 2 * BWD_KW * 4);
-        s->c = (float *)(void *)(m + 2 * pp + 2 * BWD_KW * 4 + acc);
+        s->acc = (float *)(void *)(m + 2 * pp + 2 * gw * 4);
+        s->c = (float *)(void *)(m + 2 * pp + 2 * gw * 4 + acc);
     }
     return 0;
 }
 
+/* BWD: the 64-column panels a thread packs together from each chunk of rows (so every row's
+ * bytes of the group are read in one pass, not 64 columns at a time across all the rows): as
+ * many as keep the group's partial sums (Tp × 64·gp floats) within 512 KiB, at most 4 */
+static int bwd_group(int64_t Tp) {
+    const int64_t g = (512 * 1024) / (Tp * BWD_KW * 4);
+    return g < 1 ? 1 : g > 4 ? 4 : (int)g;
+}
+
 /* ---- phase 1: the activations, once per request (rows split across threads) ---- */
 
-/* FWD: Xᵀ in VNNI pairs, per t-block of 16: xp[tb][r][t] = (x[t][2r], x[t][2r+1]) as BF16,
+/* FWD, split: Xᵀ in VNNI pairs, per t-block of 16: xp[tb][r][t] = (x[t][2r], x[t][2r+1]) as BF16,
  * r < Kp/2 (zero past K and past T). */
-static void pack_x_fwd(void *arg, int tid, int nth) {
+static void pack_x_fwd_pairs(void *arg, int tid, int nth) {
     amx_job *j = arg;
     const int64_t ntb = j->Tp / 16, b0 = ntb * tid / nth, b1 = ntb * (tid + 1) / nth;
     uint16_t *hrow = (uint16_t *)(void *)j->a->scr[tid].mem, *lrow = hrow + j->Kp;
@@ -158,6 +170,22 @@ static void pack_x_fwd(void *arg, int tid, int nth) {
     }
 }
 
+/* FWD, not split: X as BF16 rows xb[t][k], k < Kp, t < Tp (zero padded): the A operand. */
+static void pack_x_fwd(void *arg, int tid, int nth) {
+    amx_job *j = arg;
+    const int64_t t0 = j->Tp * tid / nth, t1 = j->Tp * (tid + 1) / nth;
+    float *frow = (float *)(void *)j->a->scr[tid].mem;
+    for (int64_t t = t0; t < t1; t++) {
+        if (t < j->T) {
+            memcpy(frow, j->x + t * j->K, (size_t)j->K * 4);
+            memset(frow + j->K, 0, (size_t)(j->Kp - j->K) * 4);
+        } else {
+            memset(frow, 0, (size_t)j->Kp * 4);
+        }
+        to_bf16_split(j->ks, frow, (int)j->Kp, j->xhi + t * j->Kp, NULL);
+    }
+}
+
 /* BWD: dY as BF16 rows xb[t][n], n < Np, t < Tp (zero padded). */
 static void pack_x_bwd(void *arg, int tid, int nth) {
     amx_job *j = arg;
@@ -176,9 +204,9 @@ static void pack_x_bwd(void *arg, int tid, int nth) {
 
 /* ---- phase 2: the products ---- */
 
-/* FWD: thread tid takes 32-row panels of W; each is dequantized once into BF16 tile rows and
+/* FWD, split: thread tid takes 32-row panels of W; each is dequantized once into BF16 tile rows and
  * used against every t-block pair; a finished 2×2 block of Yᵀ tiles goes into Y transposed. */
-static void task_fwd(void *arg, int tid, int nth) {
+static void task_fwd_split(void *arg, int tid, int nth) {
     amx_job *j = arg;
     amx_scratch *s = &j->a->scr[tid];
     const int64_t K = j->K, N = j->N, Kp = j->Kp, kp2 = Kp / 2;
@@ -231,9 +259,81 @@ static void task_fwd(void *arg, int tid, int nth) {
     j->tl->end();
 }
 
-/* BWD: thread tid takes 64-column panels of k; for each chunk of BWD_NC rows of W, the pairs
- * (W[n][k], W[n+1][k]) are packed once and used against every t-block pair, the partial sums
- * kept (exactly, as FP32) in acc between chunks; the finished panel goes into Y. */
+/* The 32 rows n0 .. n0+31 of W (zeros past N) dequantized into BF16 tile rows whi (and wlo,
+ * split), Kp values each (zeros past K). */
+static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0) {
+    const int64_t K = j->K, Kp = j->Kp;
+    for (int r = 0; r < 32; r++) {
+        uint16_t *hi = s->whi + (size_t)r * (size_t)Kp, *lo = s->wlo + (size_t)r * (size_t)Kp;
+        if (n0 + r < j->N) {
+            nl_host_dequant(j->ks, j->w->type, (const uint8_t *)j->w->data + (size_t)(n0 + r) * j->rb, 0, (int)K,
+                            s->row);
+            memset(s->row + K, 0, (size_t)(Kp - K) * 4);
+            to_bf16_split(j->ks, s->row, (int)Kp, hi, j->split ? lo : NULL);
+        } else {
+            memset(hi, 0, (size_t)Kp * 2);
+            if (j->split) memset(lo, 0, (size_t)Kp * 2);
+        }
+    }
+}
+
+/* FWD, not split: thread tid takes 32-row panels of W; each is dequantized once into BF16 rows
+ * and turned into VNNI pairs along k (wp[r][n] = (W[n][2r], W[n][2r+1])), the B operand; A is
+ * X's BF16 rows, so a finished tile is a block of Y itself (rows t, columns n), copied out row
+ * by row. Each element is the same sum as the split form's Yᵀ tile (the same pairs, in the same
+ * 32-element steps: a·b = b·a). */
+static void task_fwd(void *arg, int tid, int nth) {
+    amx_job *j = arg;
+    if (j->split) {
+        task_fwd_split(arg, tid, nth);
+        return;
+    }
+    amx_scratch *s = &j->a->scr[tid];
+    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
+    const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
+    if (p0 >= p1) return;
+    j->tl->begin();
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t n0 = p * 32;
+        const int nr = (int)min64(32, N - n0);
+        panel_rows(j, s, n0);
+        nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, s->wp, 32, 32, (int)kp2);
+        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
+            const uint16_t *xa = j->xhi + tb * 16 * Kp;
+            nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Kp)},
+                              .b = {(const uint8_t *)s->wp, (const uint8_t *)(s->wp + 16)},
+                              .lda = Kp * 2,
+                              .ldb = 32 * 4,
+                              .astep = 64,
+                              .bstep = 16 * 32 * 4,
+                              .steps = (int)(Kp / 32),
+                              .load = 0,
+                              .c = s->c};
+            j->tl->block(&b);
+            /* tile (i, jj) holds Y[t = 16(tb + i) + r][n0 + 16jj + col] */
+            for (int i = 0; i < 2; i++)
+                for (int r = 0; r < 16; r++) {
+                    const int64_t t = (tb + i) * 16 + r;
+                    if (t >= j->T) break;
+                    float *yr = j->y + t * N + n0;
+                    const float *c0 = s->c + (2 * i) * 256 + r * 16;
+                    if (nr == 32) {
+                        memcpy(yr, c0, 64);
+                        memcpy(yr + 16, c0 + 256, 64);
+                    } else {
+                        for (int c = 0; c < nr; c++) yr[c] = c0[(c / 16) * 256 + c % 16];
+                    }
+                }
+        }
+    }
+    j->tl->end();
+}
+
+/* BWD: thread tid takes 64-column panels of k, gp of them at a time (a group, bwd_group); for
+ * each chunk of BWD_NC rows of W, the pairs (W[n][k], W[n+1][k]) of the group's columns are
+ * packed once (each row's bytes of the group read in one pass) and used against every t-block
+ * pair, the partial sums kept (exactly, as FP32) in acc between chunks; the finished group goes
+ * into Y. Each element is the same chain whatever the group: chunk after chunk, ascending. */
 static void task_bwd(void *arg, int tid, int nth) {
     amx_job *j = arg;
     amx_scratch *s = &j->a->scr[tid];
@@ -241,12 +341,15 @@ static void task_bwd(void *arg, int tid, int nth) {
     const int64_t nq = (K + BWD_KW - 1) / BWD_KW, q0 = nq * tid / nth, q1 = nq * (tid + 1) / nth;
     const uint8_t *W = j->w->data;
     if (q0 >= q1) return;
-    float *r0 = s->row, *r1 = s->row + BWD_KW;
+    const int gw = j->gp * BWD_KW;
+    float *r0 = s->row, *r1 = s->row + gw;
+    uint16_t h0[4 * BWD_KW], h1[4 * BWD_KW], l0[4 * BWD_KW], l1[4 * BWD_KW];
     j->tl->begin();
-    for (int64_t q = q0; q < q1; q++) {
-        const int64_t k0 = q * BWD_KW;
-        const int kw = (int)min64(BWD_KW, K - k0);
-        const int nkp = (kw + 31) / 32; /* pairs of k tiles with data */
+    for (int64_t g = q0; g < q1; g += j->gp) {
+        const int64_t k0 = g * BWD_KW;
+        const int kw = (int)min64(min64(q1 - g, j->gp) * BWD_KW, K - k0); /* the group's columns with data */
+        const int kwp = (kw + 31) / 32 * 32;                               /* ... in whole tiles pairs */
+        const int nkp = kwp / 32;
         for (int64_t n0 = 0; n0 < Np; n0 += BWD_NC) {
             const int nc = (int)min64(BWD_NC, Np - n0);
             for (int i = 0; i < nc; i += 2) {
@@ -255,30 +358,27 @@ static void task_bwd(void *arg, int tid, int nth) {
                     const int64_t n = n0 + i + h;
                     if (n < N) nl_host_dequant(j->ks, j->w->type, W + (size_t)n * j->rb, k0, kw, rr[h]);
                     else memset(rr[h], 0, (size_t)kw * 4);
-                    memset(rr[h] + kw, 0, (size_t)(BWD_KW - kw) * 4);
+                    memset(rr[h] + kw, 0, (size_t)(kwp - kw) * 4);
                 }
-                uint16_t h0[BWD_KW], h1[BWD_KW], l0[BWD_KW], l1[BWD_KW];
-                to_bf16_split(j->ks, r0, BWD_KW, h0, j->split ? l0 : NULL);
-                to_bf16_split(j->ks, r1, BWD_KW, h1, j->split ? l1 : NULL);
-                uint32_t *ph = s->phi + (size_t)(i / 2) * BWD_KW, *pl = s->plo + (size_t)(i / 2) * BWD_KW;
-                for (int c = 0; c < BWD_KW; c++) {
-                    ph[c] = (uint32_t)h0[c] | (uint32_t)h1[c] << 16;
-                    if (j->split) pl[c] = (uint32_t)l0[c] | (uint32_t)l1[c] << 16;
-                }
+                to_bf16_split(j->ks, r0, kwp, h0, j->split ? l0 : NULL);
+                to_bf16_split(j->ks, r1, kwp, h1, j->split ? l1 : NULL);
+                uint32_t *ph = s->phi + (size_t)(i / 2) * (size_t)gw, *pl = s->plo + (size_t)(i / 2) * (size_t)gw;
+                for (int c = 0; c < kwp; c++) ph[c] = (uint32_t)h0[c] | (uint32_t)h1[c] << 16;
+                if (j->split)
+                    for (int c = 0; c < kwp; c++) pl[c] = (uint32_t)l0[c] | (uint32_t)l1[c] << 16;
             }
             for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
                 for (int kp = 0; kp < nkp; kp++) {
                     const uint16_t *xa = j->xhi + tb * 16 * Np + n0;
-                    nl_amx_block b = {
-                        .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
-                        .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
-                        .lda = Np * 2,
-                        .ldb = BWD_KW * 4,
-                        .astep = 64,
-                        .bstep = 16 * BWD_KW * 4,
-                        .steps = nc / 32,
-                        .load = n0 > 0,
-                        .c = s->acc + ((tb / 2) * 2 + kp) * 1024};
+                    nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
+                                      .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
+                                      .lda = Np * 2,
+                                      .ldb = (int64_t)gw * 4,
+                                      .astep = 64,
+                                      .bstep = 16 * (int64_t)gw * 4,
+                                      .steps = nc / 32,
+                                      .load = n0 > 0,
+                                      .c = s->acc + ((tb / 2) * nkp + kp) * 1024};
                     if (j->split) {
                         const uint16_t *xl = j->xlo + tb * 16 * Np + n0;
                         b.alo[0] = (const uint8_t *)xl;
@@ -292,7 +392,7 @@ static void task_bwd(void *arg, int tid, int nth) {
         /* block (tb pair, kp) tile (i, jj) holds Y[t = 16(tb + i) + r][k0 + 32kp + 16jj + col] */
         for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
             for (int kp = 0; kp < nkp; kp++) {
-                const float *c = s->acc + ((tb / 2) * 2 + kp) * 1024;
+                const float *c = s->acc + ((tb / 2) * nkp + kp) * 1024;
                 for (int i = 0; i < 2; i++)
                     for (int r = 0; r < 16; r++) {
                         const int64_t t = (tb + i) * 16 + r;
@@ -316,10 +416,11 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
     *shared = (Tp * (dir == NL_FWD ? Kp : Np) * 2 * (split ? 2 : 1) + 63) / 64 * 64;
     uint64_t need;
     if (dir == NL_FWD) {
-        need = 2 * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4;
+        need = 3 * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4;
         if (need < Kp * 8) need = Kp * 8;
     } else {
-        need = 2 * ((uint64_t)BWD_NC / 2 * BWD_KW * 4) + 2 * BWD_KW * 4 + al64((size_t)(Tp * BWD_KW * 4)) + 1024 * 4;
+        const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp) * BWD_KW;
+        need = 2 * ((uint64_t)BWD_NC / 2 * gw * 4) + 2 * gw * 4 + al64((size_t)(Tp * gw * 4)) + 1024 * 4;
         if (need < Np * 4) need = Np * 4;
     }
     *per_thread = (uint64_t)(n_threads < 1 ? 1 : n_threads) * ((need + 63) / 64 * 64);
@@ -336,6 +437,7 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     j.Np = up32(j.N);
     j.Tp = up32(T);
     j.rb = nl_row_bytes(w->type, w->n_in);
+    j.gp = bwd_group(j.Tp);
     /* the activations: FWD Tp × Kp, BWD Tp × Np BF16, per plane */
     const size_t plane = (size_t)j.Tp * (size_t)(dir == NL_FWD ? j.Kp : j.Np);
     void *xm = a->xmem;
@@ -352,7 +454,7 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
         if (scratch_for(&j, dir, s, pack))
             return nl_err("amx: %s: out of memory (thread scratch)", w->name ? w->name : "?");
     }
-    nl_pool_run(pool, a->nth, dir == NL_FWD ? pack_x_fwd : pack_x_bwd, &j);
+    nl_pool_run(pool, a->nth, dir == NL_BWD ? pack_x_bwd : split ? pack_x_fwd_pairs : pack_x_fwd, &j);
     nl_pool_run(pool, a->nth, dir == NL_FWD ? task_fwd : task_bwd, &j);
     return 0;
 }

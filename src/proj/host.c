@@ -316,7 +316,7 @@ static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) 
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static void transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd,
+void nl_host_transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd,
                         int rows, int cols) {
     if (ks->transpose32) {
         ks->transpose32(src, lds, dst, ldd, rows, cols);
@@ -430,7 +430,7 @@ static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, co
         memset(s->row + kc, 0, (size_t)(kc32 - kc) * 4);
         ks->to_bf16(s->row, kc32, tr);
     }
-    transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc32 / 2);
+    nl_host_transpose32(ks, (const uint32_t *)tile, NL_HOST_KC / 2, s->Bp, NL_HOST_NP, NL_HOST_NP, kc32 / 2);
 }
 
 /* FWD: output panels of n, chunks of k. */
@@ -475,7 +475,7 @@ static void task_fwd(host_ctx *c, int tid) {
                     if (j < ncols) nl_host_dequant(ks, w->type, W + (size_t)(n0 + j) * rb, k0, kc, tr);
                     else memset(tr, 0, (size_t)kc * 4);
                 }
-                transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, nj, kc);
+                nl_host_transpose32(ks, (const uint32_t *)s->tile, NL_HOST_KC, (uint32_t *)s->B, NL_HOST_NP, nj, kc);
                 for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
                     ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
                     ks->gemm_f32((int)min64(AHEAD_ROWS, thi - t0), kc, c->x + (size_t)t0 * K + k0, K, s->B,

@@ -48,6 +48,11 @@ double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
  * 1e-4 + the f32 bound; BF16 tiles 1e-2; F32 weights the f32 bound). */
 double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_t n_red);
 
+/* dst[c·ldd + r] = src[r·lds + c] for r < rows (a multiple of 16), c < cols: the kernel set's
+ * transpose (ks->transpose32) or a plain loop */
+void nl_host_transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd,
+                         int rows, int cols);
+
 /* ---- the matrix-engine driver (amx.c; the tile operations: cpu/amx.h) ------------------ */
 typedef struct nl_amx_ctx nl_amx_ctx;
 nl_amx_ctx *nl_amx_new(int n_threads);
