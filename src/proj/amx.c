@@ -9,8 +9,8 @@
 #include "proj/host.h"
 #include "util/util.h"
 
-#define BWD_KW 64  /* BWD output columns k per panel (4 tiles) */
-#define BWD_NC 256 /* BWD reduction rows n per packed chunk of W pairs */
+#define BWD_KW 64   /* BWD output columns k per panel (4 tiles) */
+#define BWD_NC 1024 /* BWD reduction rows n per packed chunk of W pairs */
 
 typedef struct {
     void *mem;
@@ -174,31 +174,30 @@ static void pack_x_fwd_pairs(void *arg, int tid, int nth) {
 static void pack_x_fwd(void *arg, int tid, int nth) {
     amx_job *j = arg;
     const int64_t t0 = j->Tp * tid / nth, t1 = j->Tp * (tid + 1) / nth;
-    float *frow = (float *)(void *)j->a->scr[tid].mem;
     for (int64_t t = t0; t < t1; t++) {
+        uint16_t *hi = j->xhi + t * j->Kp;
+        int64_t k0 = 0;
         if (t < j->T) {
-            memcpy(frow, j->x + t * j->K, (size_t)j->K * 4);
-            memset(frow + j->K, 0, (size_t)(j->Kp - j->K) * 4);
-        } else {
-            memset(frow, 0, (size_t)j->Kp * 4);
+            to_bf16_split(j->ks, j->x + t * j->K, (int)j->K, hi, NULL);
+            k0 = j->K;
         }
-        to_bf16_split(j->ks, frow, (int)j->Kp, j->xhi + t * j->Kp, NULL);
+        memset(hi + k0, 0, (size_t)(j->Kp - k0) * 2);
     }
 }
 
-/* BWD: dY as BF16 rows xb[t][n], n < Np, t < Tp (zero padded). */
+/* BWD: dY as BF16 rows xb[t][n], n < Np, t < Tp (zero padded), converted in place. */
 static void pack_x_bwd(void *arg, int tid, int nth) {
     amx_job *j = arg;
     const int64_t t0 = j->Tp * tid / nth, t1 = j->Tp * (tid + 1) / nth;
-    float *frow = (float *)(void *)j->a->scr[tid].mem;
     for (int64_t t = t0; t < t1; t++) {
+        uint16_t *hi = j->xhi + t * j->Np, *lo = j->split ? j->xlo + t * j->Np : NULL;
+        int64_t n0 = 0;
         if (t < j->T) {
-            memcpy(frow, j->x + t * j->N, (size_t)j->N * 4);
-            memset(frow + j->N, 0, (size_t)(j->Np - j->N) * 4);
-        } else {
-            memset(frow, 0, (size_t)j->Np * 4);
+            to_bf16_split(j->ks, j->x + t * j->N, (int)j->N, hi, lo);
+            n0 = j->N;
         }
-        to_bf16_split(j->ks, frow, (int)j->Np, j->xhi + t * j->Np, j->split ? j->xlo + t * j->Np : NULL);
+        memset(hi + n0, 0, (size_t)(j->Np - n0) * 2);
+        if (lo) memset(lo + n0, 0, (size_t)(j->Np - n0) * 2);
     }
 }
 
@@ -344,15 +343,31 @@ static void task_bwd(void *arg, int tid, int nth) {
     const int gw = j->gp * BWD_KW;
     float *r0 = s->row, *r1 = s->row + gw;
     uint16_t h0[4 * BWD_KW], h1[4 * BWD_KW], l0[4 * BWD_KW], l1[4 * BWD_KW];
+    /* Q8_0 (one product): the kernel set's pairs straight from two rows' blocks, the same values
+     * as the dequantizer and to_bf16_split (VCVTNEPS2BF16's rounding, where the CPU has it) */
+    const int q8 = j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_pairs_to_bf16 && j->ks->has_bf16 &&
+                   nl_cpu_has(NL_CPU_AVX512BF16);
     j->tl->begin();
     for (int64_t g = q0; g < q1; g += j->gp) {
         const int64_t k0 = g * BWD_KW;
         const int kw = (int)min64(min64(q1 - g, j->gp) * BWD_KW, K - k0); /* the group's columns with data */
-        const int kwp = (kw + 31) / 32 * 32;                               /* ... in whole tiles pairs */
+        const int kwp = (kw + 31) / 32 * 32;                              /* ... in whole tiles pairs */
         const int nkp = kwp / 32;
         for (int64_t n0 = 0; n0 < Np; n0 += BWD_NC) {
             const int nc = (int)min64(BWD_NC, Np - n0);
-            for (int i = 0; i < nc; i += 2) {
+            for (int i = 0; i < nc && q8; i += 2) {
+                uint32_t *ph = s->phi + (size_t)(i / 2) * (size_t)gw;
+                const int64_t n = n0 + i;
+                if (n >= N) {
+                    memset(ph, 0, (size_t)kwp * 4);
+                    continue;
+                }
+                const nl_block_q8_0 *b0 = (const nl_block_q8_0 *)(const void *)(W + (size_t)n * j->rb) + k0 / 32;
+                const nl_block_q8_0 *b1 =
+                    n + 1 < N ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n + 1) * j->rb) + k0 / 32 : NULL;
+                j->ks->q8_0_pairs_to_bf16(b0, b1, kw / 32, ph);
+            }
+            for (int i = 0; i < nc && !q8; i += 2) {
                 float *rr[2] = {r0, r1};
                 for (int h = 0; h < 2; h++) {
                     const int64_t n = n0 + i + h;
@@ -367,18 +382,20 @@ static void task_bwd(void *arg, int tid, int nth) {
                 if (j->split)
                     for (int c = 0; c < kwp; c++) pl[c] = (uint32_t)l0[c] | (uint32_t)l1[c] << 16;
             }
-            for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
-                for (int kp = 0; kp < nkp; kp++) {
+            /* kp outer: a kp's pairs (BWD_NC/2 rows × 32, 16 KiB) stay in L1 while dY's rows go by */
+            for (int kp = 0; kp < nkp; kp++)
+                for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
                     const uint16_t *xa = j->xhi + tb * 16 * Np + n0;
-                    nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
-                                      .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
-                                      .lda = Np * 2,
-                                      .ldb = (int64_t)gw * 4,
-                                      .astep = 64,
-                                      .bstep = 16 * (int64_t)gw * 4,
-                                      .steps = nc / 32,
-                                      .load = n0 > 0,
-                                      .c = s->acc + ((tb / 2) * nkp + kp) * 1024};
+                    nl_amx_block b = {
+                        .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
+                        .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
+                        .lda = Np * 2,
+                        .ldb = (int64_t)gw * 4,
+                        .astep = 64,
+                        .bstep = 16 * (int64_t)gw * 4,
+                        .steps = nc / 32,
+                        .load = n0 > 0,
+                        .c = s->acc + ((tb / 2) * nkp + kp) * 1024};
                     if (j->split) {
                         const uint16_t *xl = j->xlo + tb * 16 * Np + n0;
                         b.alo[0] = (const uint8_t *)xl;

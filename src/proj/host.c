@@ -317,7 +317,7 @@ static int host_supports(void *ctx, const nl_proj_weight *w, nl_dir dir, int T) 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 void nl_host_transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd,
-                        int rows, int cols) {
+                         int rows, int cols) {
     if (ks->transpose32) {
         ks->transpose32(src, lds, dst, ldd, rows, cols);
         return;
