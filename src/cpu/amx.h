@@ -9,8 +9,9 @@
  *
  * Both directions read W's resident rows as stored, through the type's one dequantizer
  * (nl_host_dequant), rounded to BF16 (hi) and, split, the rest rounded again (lo = bf16(w - hi)):
- *   FWD  Yᵀ tile[n][t] = Σ_k A[n][k]·B[k][t]   A = 16 rows of W (n) × 32 k,
- *                                              B = Xᵀ in VNNI pairs: row r = (X[t][2r], X[t][2r+1])
+ *   FWD  Y tile[t][n]  = Σ_k A[t][k]·B[k][n]   A = 16 rows of X (t) × 32 k,
+ *                                              B = W's rows in VNNI pairs: row r = (W[n][2r], W[n][2r+1])
+ *        (split: Yᵀ tile[n][t], A = 16 rows of W, B = Xᵀ in pairs, the order below kept)
  *   BWD  Y tile[t][k]  = Σ_n A[t][n]·B[n][k]   A = 16 rows of dY (t) × 32 n,
  *                                              B = W's rows interleaved pairwise: row r =
  *                                              (W[2r][k], W[2r+1][k]) for 16 k

@@ -203,29 +203,36 @@ static void pack_x_bwd(void *arg, int tid, int nth) {
 
 /* ---- phase 2: the products ---- */
 
+/* The 32 rows n0 .. n0+31 of W (zeros past N) dequantized into BF16 tile rows whi (and wlo,
+ * split), Kp values each (zeros past K). */
+static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0) {
+    const int64_t K = j->K, Kp = j->Kp;
+    for (int r = 0; r < 32; r++) {
+        uint16_t *hi = s->whi + (size_t)r * (size_t)Kp, *lo = s->wlo + (size_t)r * (size_t)Kp;
+        if (n0 + r < j->N) {
+            nl_host_dequant(j->ks, j->w->type, (const uint8_t *)j->w->data + (size_t)(n0 + r) * j->rb, 0, (int)K,
+                            s->row);
+            memset(s->row + K, 0, (size_t)(Kp - K) * 4);
+            to_bf16_split(j->ks, s->row, (int)Kp, hi, j->split ? lo : NULL);
+        } else {
+            memset(hi, 0, (size_t)Kp * 2);
+            if (j->split) memset(lo, 0, (size_t)Kp * 2);
+        }
+    }
+}
+
 /* FWD, split: thread tid takes 32-row panels of W; each is dequantized once into BF16 tile rows and
  * used against every t-block pair; a finished 2×2 block of Yᵀ tiles goes into Y transposed. */
 static void task_fwd_split(void *arg, int tid, int nth) {
     amx_job *j = arg;
     amx_scratch *s = &j->a->scr[tid];
-    const int64_t K = j->K, N = j->N, Kp = j->Kp, kp2 = Kp / 2;
+    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
     const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
-    const uint8_t *W = j->w->data;
     if (p0 >= p1) return;
     j->tl->begin();
     for (int64_t p = p0; p < p1; p++) {
         const int64_t n0 = p * 32;
-        for (int r = 0; r < 32; r++) {
-            uint16_t *hi = s->whi + (size_t)r * (size_t)Kp, *lo = s->wlo + (size_t)r * (size_t)Kp;
-            if (n0 + r < N) {
-                nl_host_dequant(j->ks, j->w->type, W + (size_t)(n0 + r) * j->rb, 0, (int)K, s->row);
-                memset(s->row + K, 0, (size_t)(Kp - K) * 4);
-                to_bf16_split(j->ks, s->row, (int)Kp, hi, j->split ? lo : NULL);
-            } else {
-                memset(hi, 0, (size_t)Kp * 2);
-                memset(lo, 0, (size_t)Kp * 2);
-            }
-        }
+        panel_rows(j, s, n0);
         for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
             nl_amx_block b = {.a = {(const uint8_t *)s->whi, (const uint8_t *)(s->whi + 16 * Kp)},
                               .b = {(const uint8_t *)((const uint32_t *)(const void *)j->xhi + tb * kp2 * 16),
@@ -256,24 +263,6 @@ static void task_fwd_split(void *arg, int tid, int nth) {
         }
     }
     j->tl->end();
-}
-
-/* The 32 rows n0 .. n0+31 of W (zeros past N) dequantized into BF16 tile rows whi (and wlo,
- * split), Kp values each (zeros past K). */
-static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0) {
-    const int64_t K = j->K, Kp = j->Kp;
-    for (int r = 0; r < 32; r++) {
-        uint16_t *hi = s->whi + (size_t)r * (size_t)Kp, *lo = s->wlo + (size_t)r * (size_t)Kp;
-        if (n0 + r < j->N) {
-            nl_host_dequant(j->ks, j->w->type, (const uint8_t *)j->w->data + (size_t)(n0 + r) * j->rb, 0, (int)K,
-                            s->row);
-            memset(s->row + K, 0, (size_t)(Kp - K) * 4);
-            to_bf16_split(j->ks, s->row, (int)Kp, hi, j->split ? lo : NULL);
-        } else {
-            memset(hi, 0, (size_t)Kp * 2);
-            if (j->split) memset(lo, 0, (size_t)Kp * 2);
-        }
-    }
 }
 
 /* FWD, not split: thread tid takes 32-row panels of W; each is dequantized once into BF16 rows
