@@ -3,7 +3,9 @@
  * just above what its preflight says it needs ("memory: needs N MiB"): it trains, and the
  * process's peak RSS (wait4's ru_maxrss, the child's VmHWM) stays under the limit; below it,
  * the run keeps fewer layers (and still holds the limit) or is refused before training. The peak is not checked under
- * ASan (its shadow memory and quarantine add to every allocation's RSS). */
+ * ASan (its shadow memory and quarantine add to every allocation's RSS). NL_TEST_SMALL (CI's qemu
+ * runs): the ref backend (no host start checks, ~100 s a run under qemu), the 3000-word case
+ * under 200 MiB only, the Q8_0 file only, one limit below the need. */
 #include <errno.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -15,12 +17,22 @@
 
 static char tmp[256];
 
+/* MiB a peak may pass its limit by: 0, but under qemu-user (QEMU_CPU set, as .ci/aarch64.sh runs
+ * the tests) the RSS measured is the emulator's, whose cache of translated code grows with the
+ * code a run reaches after its start (the 3000-word run at --ctx 576 peaked 2.3 MiB over 80 there
+ * while its preflight, which counts the process's RSS at start, said 77.8) */
+static double emu_slack_mb(void) {
+    const char *q = getenv("QEMU_CPU");
+    return q && *q ? 6.0 : 0.0;
+}
+
 /* run the CLI with args; exit status, the child's peak RSS in *maxrss_kb */
 static int run(const char *const *args, const char *err, long *maxrss_kb) {
     const char *v[64];
     int n = 0;
     v[n++] = NL_CLI;
-    for (int i = 0; args[i] && n < 63; i++) v[n++] = args[i];
+    for (int i = 0; args[i] && n < 61; i++) v[n++] = args[i];
+    if (nl_t_small()) v[n++] = "--backend", v[n++] = "ref";
     v[n] = NULL;
     pid_t pid = nl_t_spawn(v, err, NULL);
     if (pid < 0) return -1;
@@ -81,14 +93,14 @@ static void limit_holds(const char *what, int type) {
     CHECKF(rc == 0 && access(out, F_OK) == 0, "%s: --mem-limit-mb %s: exit %d", what, lim, rc);
     printf("%-6s needs %.2f MiB; --mem-limit-mb %s: peak RSS %.2f MiB\n", what, need, lim, kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
-    CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s (the preflight said %.2f MiB)",
-           what, kb / 1024.0, lim, need);
+    CHECKF((double)kb / 1024.0 <= limit + emu_slack_mb(),
+           "%s: peak RSS %.2f MiB over --mem-limit-mb %s (the preflight said %.2f MiB)", what, kb / 1024.0, lim, need);
 #else
     printf("       (ASan build: the peak is not checked against the limit; shadow memory counts in RSS)\n");
 #endif
     /* below what this plan needs: the default activation budget shrinks to what is left (more
      * recompute), or the run is refused before training; a run that starts holds the limit */
-    for (double below = 0.5; below < 8; below *= 4) {
+    for (double below = 0.5; below < (nl_t_small() ? 1 : 8); below *= 4) {
         limit = need - below;
         snprintf(lim, sizeof lim, "%.2f", limit);
         unlink(out);
@@ -104,7 +116,8 @@ static void limit_holds(const char *what, int type) {
                got);
         printf("       --mem-limit-mb %s: needs %.2f MiB (less kept), peak RSS %.2f MiB\n", lim, got, kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
-        CHECKF((double)kb / 1024.0 <= limit, "%s: peak RSS %.2f MiB over --mem-limit-mb %s", what, kb / 1024.0, lim);
+        CHECKF((double)kb / 1024.0 <= limit + emu_slack_mb(), "%s: peak RSS %.2f MiB over --mem-limit-mb %s", what,
+               kb / 1024.0, lim);
 #endif
     }
 }
@@ -137,7 +150,8 @@ static void long_line_refused(void) {
            "long line: exit %d", rc);
     printf("long line, --mem-limit-mb 120: refused before reading, peak RSS %.2f MiB\n", kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
-    CHECKF((double)kb / 1024.0 <= 120, "long line: peak RSS %.2f MiB over --mem-limit-mb 120", kb / 1024.0);
+    CHECKF((double)kb / 1024.0 <= 120 + emu_slack_mb(), "long line: peak RSS %.2f MiB over --mem-limit-mb 120",
+           kb / 1024.0);
 #endif
 }
 
@@ -192,8 +206,8 @@ static void long_text_case(double limit_mb) {
            "3000 words, --mem-limit-mb %s --ctx %d: exit %d, needs %.2f", lim, ctx, rc, need);
     printf("  --ctx %d --batch-tokens %d: needs %.2f MiB, peak RSS %.2f MiB\n", ctx, bt, need, kb / 1024.0);
 #ifndef __SANITIZE_ADDRESS__
-    CHECKF((double)kb / 1024.0 <= limit_mb, "3000 words: peak RSS %.2f MiB over --mem-limit-mb %s (--ctx %d)",
-           kb / 1024.0, lim, ctx);
+    CHECKF((double)kb / 1024.0 <= limit_mb + emu_slack_mb(),
+           "3000 words: peak RSS %.2f MiB over --mem-limit-mb %s (--ctx %d)", kb / 1024.0, lim, ctx);
     /* and the estimate is not far above what the run takes (the suggestion is not needlessly small) */
     CHECKF(need <= 1.15 * (double)kb / 1024.0, "3000 words: needs %.2f MiB, but the run peaked at %.2f MiB", need,
            kb / 1024.0);
@@ -203,10 +217,10 @@ static void long_text_case(double limit_mb) {
 int main(void) {
     if (nl_t_tmpdir(tmp, sizeof tmp, "test_mem_limit")) return 1;
     long_line_refused();
-    long_text_case(200);
-    long_text_case(285);
+    long_text_case(nl_t_small() ? 80 : 200);
+    if (!nl_t_small()) long_text_case(285);
     limit_holds("q8_0", NL_TYPE_Q8_0);
-    limit_holds("f32", NL_TYPE_F32); /* converted to Q8_0 at load */
+    if (!nl_t_small()) limit_holds("f32", NL_TYPE_F32); /* converted to Q8_0 at load */
     nl_t_tmpdir_done(tmp);
     return nl_t_done();
 }
