@@ -18,7 +18,7 @@
 # Time (qemu on a 2-core x86 machine, loaded, one job at a time): step 1 is well over an hour on
 # one core (test_graph 886 s, test_graph_threads ~800, test_faults 438, test_eval 381 before the
 # first three's smaller cases); step 3's default path under -cpu max took 649 s (6 steps of 128
-# tokens, ~270 s before the first); .ci/run runs step 1 on a list of tests (it says why).
+# tokens, ~270 s before the first); .ci/run runs all four steps, the demo as 3 + 2 steps (it says why).
 # Runs when CI_AARCH64=1, or when the cross tools are already installed; otherwise it says so and
 # exits 0. With CI_AARCH64=1 it installs what is missing (Debian 12):
 #   gcc-aarch64-linux-gnu qemu-user-static clang-19 (clang builds the SME tile kernel,
