@@ -418,6 +418,48 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
     free(gx), free(gA), free(gB);
 }
 
+/* NL_LORA_ADD on the tiles: y0 + the term, bit for bit the unfused call (the term into a buffer
+ * with accumulate 0, then y0[i] + term[i]), forward and backward rows (u given or recomputed),
+ * split in uneven ranges, with and without dropout; T = 0 and empty ranges leave y as it was. */
+static void check_fused(const nl_amx_tiles *tl, int T, int K, int N, int r, float p, int64_t tok0) {
+    const nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(5, 2, 3, 1), tl, 0};
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
+    const int64_t nm = (nx > ny ? nx : ny) + 1;
+    float *x = malloc(sizeof(float) * (nx + 1)), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+    float *dy = malloc(sizeof(float) * (ny + 1)), *u = malloc(sizeof(float) * ((int64_t)T * r + 1));
+    float *base = malloc(sizeof(float) * nm), *term = malloc(sizeof(float) * nm), *want = malloc(sizeof(float) * nm),
+          *got = malloc(sizeof(float) * nm);
+    float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(&L, T) + 1));
+    nl_t_fill(x, nx, 1.0), nl_t_fill(A, na, 0.5), nl_t_fill(B, nb, 0.5), nl_t_fill(dy, ny, 1.0);
+    nl_t_fill(base, nm, 2.0);
+    const int cut[] = {T, 2 * T / 3, T / 3, T / 3, 0}; /* [T/3, T/3) empty */
+    /* forward: the term with accumulate 0, added afterwards */
+    CHECK(nl_lora_forward_to(&L, A, B, term, u, x, T, tok0, 0) == 0);
+    for (int64_t i = 0; i < ny; i++) want[i] = base[i] + term[i];
+    memcpy(got, base, sizeof(float) * ny);
+    CHECK(nl_lora_forward_to(&L, A, B, got, NULL, x, T, tok0, NL_LORA_ADD) == 0);
+    CHECKF(memcmp(got, want, sizeof(float) * ny) == 0, "%s: fused forward T=%d K=%d N=%d r=%d p=%g", tl->name, T, K, N,
+           r, p);
+    memcpy(got, base, sizeof(float) * ny);
+    for (int i = 0; i < 4; i++)
+        CHECK(nl_lora_forward_rows(&L, A, B, got, NULL, x, tok0, NULL, NL_LORA_ADD, cut[i + 1], cut[i]) == 0);
+    CHECKF(memcmp(got, want, sizeof(float) * ny) == 0, "%s: fused split forward T=%d K=%d N=%d r=%d p=%g", tl->name, T,
+           K, N, r, p);
+    /* backward rows: dx with dx_accumulate 0 into the buffer, added afterwards */
+    for (int have_u = 0; have_u < 2; have_u++) {
+        const float *uu = have_u ? u : NULL;
+        CHECK(nl_lora_backward_rows(&L, A, B, term, 0, dy, x, uu, T, tok0, NULL, scr, 0, T) == 0);
+        for (int64_t i = 0; i < nx; i++) want[i] = base[i] + term[i];
+        memcpy(got, base, sizeof(float) * nx);
+        for (int i = 0; i < 4; i++)
+            CHECK(nl_lora_backward_rows(&L, A, B, got, NL_LORA_ADD, dy, x, uu, T, tok0, NULL, scr, cut[i + 1],
+                                        cut[i]) == 0);
+        CHECKF(memcmp(got, want, sizeof(float) * nx) == 0, "%s: fused backward dx T=%d K=%d N=%d r=%d p=%g u=%d",
+               tl->name, T, K, N, r, p, have_u);
+    }
+    free(x), free(A), free(B), free(dy), free(u), free(base), free(term), free(want), free(got), free(scr);
+}
+
 /* Ranks 8/16/24, token counts not a multiple of 16 or 32, n_in/n_out past one 256-line panel. */
 static void test_tiles(const nl_amx_tiles *tl, int exact) {
     check_tiles(tl, exact, 37, 45, 100, 16, 0.0f, 0);
@@ -425,6 +467,12 @@ static void test_tiles(const nl_amx_tiles *tl, int exact) {
     check_tiles(tl, exact, 33, 64, 64, 24, 0.1f, 5);
     check_tiles(tl, exact, 40, 300, 270, 16, 0.0f, 1000);
     check_tiles(tl, exact, 3, 20, 9, 16, 0.3f, 7);
+    check_fused(tl, 37, 45, 100, 16, 0.0f, 0);
+    check_fused(tl, 70, 100, 33, 8, 0.2f, 64);
+    check_fused(tl, 33, 300, 270, 24, 0.1f, 5);
+    check_fused(tl, 1, 20, 9, 16, 0.3f, 7);
+    check_fused(tl, 64, 17, 3, 1, 0.0f, 2);
+    check_fused(tl, 0, 20, 9, 16, 0.0f, 0);
     g_tiles = tl;
     check_split(37, 21, 9, 5, 0.5f, 1000);
     check_split(70, 40, 33, 16, 0.0f, 3);

@@ -151,13 +151,14 @@ static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, floa
     const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
     const size_t n_at = (size_t)Kp / 2 * rp, n_bt = (size_t)rp / 2 * Np, n_xa = (size_t)TB * Kp / 2,
                  n_sa = (size_t)TB * rp / 2;
-    const size_t nx = drop ? 2 * (size_t)TB * K : 0;
-    uint32_t *buf =
-        nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bt + n_xa + n_sa) + sizeof(float) * (nx + 2 * (size_t)TB * r));
+    const size_t nx = drop ? 2 * (size_t)TB * K : 0, ny = accumulate == NL_LORA_ADD ? (size_t)TB * N : 0;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_at + n_bt + n_xa + n_sa) +
+                                      sizeof(float) * (nx + 2 * (size_t)TB * r + ny));
     if (!buf) return nl_err("lora %s: out of memory for scratch (n_in=%d n_out=%d rank=%d)", what, K, N, r);
     uint32_t *at = buf, *bt = at + n_at;
     uint16_t *xa = (uint16_t *)(bt + n_bt), *sa = xa + 2 * n_xa;
     float *mb = (float *)(buf + n_at + n_bt + n_xa + n_sa), *xm = mb + nx / 2, *ub = mb + nx, *su = ub + (size_t)TB * r;
+    float *yt = su + (size_t)TB * r;       /* NL_LORA_ADD: the block's term, added to y while in cache */
     nl_tile_pack_b(at, rp, A, K, 1, K, r); /* B[k][i] = A[i][k] */
     nl_tile_pack_b(bt, Np, B, r, 1, r, N); /* B[i][o] = B[o][i] */
     for (int t0 = ta; t0 < tb; t0 += TB) {
@@ -167,7 +168,12 @@ static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, floa
         tile_u(L, at, xb, nb, xa, ur);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         nl_tile_pack_a(sa, rp, su, r, 0, nb, r);
-        nl_tile_gemm(L->tiles, y + (int64_t)t0 * N, N, sa, rp, bt, Np, nb, N, r, accumulate);
+        if (accumulate == NL_LORA_ADD) {
+            nl_tile_gemm(L->tiles, yt, N, sa, rp, bt, Np, nb, N, r, 0);
+            add_into(y + (int64_t)t0 * N, yt, (int64_t)nb * N);
+        } else {
+            nl_tile_gemm(L->tiles, y + (int64_t)t0 * N, N, sa, rp, bt, Np, nb, N, r, accumulate);
+        }
     }
     return 0;
 }
@@ -177,7 +183,8 @@ static size_t bwd_rows_tiles_bytes(const nl_lora *L, int have_u) {
     const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
     const size_t n_at = have_u ? 0 : (size_t)Kp / 2 * rp, n_bb = (size_t)Np / 2 * rp, n_ba = (size_t)rp / 2 * Kp;
     const size_t n_xa = (size_t)TB * (Kp > Np ? Kp : Np) / 2, n_sa = (size_t)TB * rp / 2;
-    const size_t nx = L->dropout > 0.0f ? 2 * (size_t)TB * K : 0; /* mask, (du·A) before the mask */
+    /* mask and (du·A) before the mask or before the add (dropout or NL_LORA_ADD: always kept) */
+    const size_t nx = (L->dropout > 0.0f ? 2 : 1) * (size_t)TB * K;
     return sizeof(uint32_t) * (n_at + n_bb + n_ba + n_xa + n_sa) + sizeof(float) * (nx + (size_t)TB * r + 1);
 }
 
@@ -194,7 +201,7 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
     uint32_t *at = buf, *bb = at + n_at, *ba = bb + n_bb;
     uint16_t *xa = (uint16_t *)(ba + n_ba), *sa = xa + 2 * n_xa;
     float *mb = (float *)(buf + n_at + n_bb + n_ba + n_xa + n_sa), *tmp = mb + (drop ? (size_t)TB * K : 0),
-          *ub = tmp + (drop ? (size_t)TB * K : 0);
+          *ub = tmp + (size_t)TB * K;
     if (!u) nl_tile_pack_b(at, rp, A, K, 1, K, r);
     nl_tile_pack_b(bb, rp, B, r, 0, N, r); /* B[o][i] */
     nl_tile_pack_b(ba, Kp, A, K, 0, r, K); /* A[i][k] */
@@ -212,12 +219,14 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
         if (!dx) continue;
         float *dxb = dx + (int64_t)ta * K;
         nl_tile_pack_a(sa, rp, du, r, 0, nb, r);
-        if (!drop) {
+        if (!drop && dx_accumulate != NL_LORA_ADD) {
             nl_tile_gemm(L->tiles, dxb, K, sa, rp, ba, Kp, nb, K, r, dx_accumulate);
             continue;
         }
+        /* NL_LORA_ADD: dx += (du·A) ⊙ m, the term rounded before the add (dx_rows' bits) */
         nl_tile_gemm(L->tiles, tmp, K, sa, rp, ba, Kp, nb, K, r, 0);
-        add_masked(dxb, tmp, mb, (int64_t)nb * K, dx_accumulate);
+        if (drop) add_masked(dxb, tmp, mb, (int64_t)nb * K, dx_accumulate != 0);
+        else add_into(dxb, tmp, (int64_t)nb * K);
     }
 }
 
@@ -287,7 +296,6 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
     if (check(L, what)) return -1;
     const int K = L->n_in, N = L->n_out, r = L->rank;
     drop = drop && L->dropout > 0.0f;
-    if (L->tiles && accumulate == NL_LORA_ADD) return nl_err("internal: lora %s: NL_LORA_ADD on the tiles", what);
     if (L->tiles) return lora_fwd_tiles(L, A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     if (kb16(L)) return lora_fwd16b(L, kb16(L), A, B, y, u, x, ta, tb, tok0, toks, drop, accumulate, what);
     const nl_lora_kernels *lk = k16(L);
@@ -452,8 +460,6 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
                           float *scratch, int t0, int t1) {
     if (check(L, "backward")) return -1;
     if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
-    if (L->tiles && dx && dx_accumulate == NL_LORA_ADD)
-        return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
     if (L->tiles) {
         uint32_t *buf = nl_thread_scratch(bwd_rows_tiles_bytes(L, u != NULL));
         if (!buf)
@@ -501,8 +507,9 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
     /* FP32 on the tiles too: these sum over the tokens, and a TDPBF16PS sums a 32-step in its
      * own order (docs/amx.md), so on tiles a gathered call's (or one sequence's) rows would
      * group their terms differently from the full (packed) call's, where the other rows are
-     * zeros; one FP32 chain per element over t leaves those zeros exact no-ops. */
-    const nl_lora_kernels *lk = k16(L);
+     * zeros; one FP32 chain per element over t leaves those zeros exact no-ops. The rank-16
+     * kernels' tn16 computes those same chains (their bits), so the tiles take it too. */
+    const nl_lora_kernels *lk = L->rank == 16 ? nl_cpu_kernels()->lora : NULL;
     if (lk) { /* the same chains; dB as its transpose (su ⊗ dy: a·b = b·a) */
         if (c1 > c0) lk->tn16(dA + c0, K, 0, du, r, xm + c0, K, c1 - c0, T);
         if (o1 > o0) lk->tn16(dB + (int64_t)o0 * r, r, 1, su, r, dy + o0, N, o1 - o0, T);
@@ -522,7 +529,6 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
         /* the two phases on one thread, a block of TB rows at a time (the blocks phase 1 takes
          * anyway; phase 2's chains over t continued block by block, as below): the block's
          * phase-1 scratch after the packing buffer, in one thread-scratch request */
-        if (dx && dx_accumulate == NL_LORA_ADD) return nl_err("internal: lora backward: NL_LORA_ADD on the tiles");
         const size_t nrows = bwd_rows_tiles_bytes(L, u != NULL), ns = nl_lora_bwd_scratch_floats(L, TB);
         uint32_t *buf = nl_thread_scratch(nrows + sizeof(float) * ns);
         if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
@@ -594,10 +600,11 @@ uint64_t nl_lora_thread_bytes(const nl_lora *L) {
     const uint64_t Kp = (uint64_t)nl_tile_up((int)K), Np = (uint64_t)nl_tile_up((int)N),
                    rp = (uint64_t)nl_tile_up((int)r), tb = TB;
     const uint64_t nx = L->dropout > 0.0f ? 3 * tb * K : 0; /* the most any path takes for its masks */
-    uint64_t b = 4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r); /* tiles FWD */
+    uint64_t b =
+        4 * (Kp / 2 * rp + rp / 2 * Np + tb * Kp / 2 + tb * rp / 2) + 4 * (nx + 2 * tb * r + tb * N); /* tiles FWD */
     uint64_t x =
         4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) +
-        4 * (nx + tb * r + 1) +
+        4 * (nx + tb * K + tb * r + 1) +
         4 * (tb * (2 * r + (L->dropout > 0.0f ? K : 0))); /* tiles BWD (on one thread: a block's phase-1 scratch too) */
     if (x > b) b = x;
     const uint64_t kn = K > N ? K : N;

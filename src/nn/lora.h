@@ -84,8 +84,8 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
  * Token row t's dropout mask is keyed by tok0 + toks[t] when toks != NULL (rows gathered out
  * of a longer sequence keep their masks), else by tok0 + t. */
 
-/* NL_LORA_ADD as accumulate (forward) or dx_accumulate (backward rows), FP32 path only (not on
- * the tiles): y (dx) += the LoRA term computed on its own, i.e. the bits of the term written
+/* NL_LORA_ADD as accumulate (forward) or dx_accumulate (backward rows), on every path (the
+ * tiles too): y (dx) += the LoRA term computed on its own, i.e. the bits of the term written
  * into a buffer with accumulate = 0 and that buffer added to y afterwards, without the
  * buffer: each token block's term goes through a block of the thread's scratch and is added
  * while it is in cache (train/graph's synchronous path adds the branch into the service's

@@ -187,7 +187,7 @@ static int lora_run(nl_graph *g, lora_job *j) {
  * The LoRA branch runs on this thread while the base product is in flight, into its own
  * buffer (the service is writing `out`), added after the wait; or, when rt->sync, after the
  * wait on the runtime's pool, each token block's term added into `out` as it is computed
- * (NL_LORA_ADD: the same bits as the buffer and the add; on the tiles still the buffer). */
+ * (NL_LORA_ADD: the same bits as the buffer and the add, on the tiles too). */
 static int tproj(nl_graph *g, const nl_pass_req *r) {
     const nl_dir dir = r->dir;
     const int layer = r->layer, kind = r->kind, p = r->p, T = r->T;
@@ -209,7 +209,7 @@ static int tproj(nl_graph *g, const nl_pass_req *r) {
     nl_arena_mark mk = nl_arena_top(g->ws);
     float *lo = NULL;
     size_t n = 0;
-    const int fused = rt->sync && base && !rt->tiles;
+    const int fused = rt->sync && base;
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
         n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
