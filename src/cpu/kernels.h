@@ -62,6 +62,9 @@ typedef struct nl_vec_kernels {
     /* nn/xent.c, one target row z[V] (0 <= y < V): returns logsumexp(z) − z[y]; want_grad:
      * z = (softmax(z) − onehot(y)) · inv_n */
     double (*xent_row)(float *z, int y, int V, float inv_n, int want_grad);
+    /* nn/attention.c's FP32 softmax rows (its comments: row_exp_sum, row_bwd) */
+    float (*att_exp_sum)(float *sr, int nv, float m);
+    void (*att_row_bwd)(float *sr, float *dpr, int nv, int n, float c, float L, float D);
     /* nn/rope.c: pairs c0 .. c0+nc-1 of each of one token's n_heads heads (x[h·hd ..]) rotated
      * by cs[j], sn[j]; neox: pairs (i, i + half), else (2i, 2i+1) */
     void (*rope_rotate)(float *x, int n_heads, int hd, int half, int c0, int nc, const float *cs, const float *sn,

@@ -62,6 +62,49 @@ static inline __mmask16 tail16(int64_t n) { return (__mmask16)((1u << n) - 1u); 
 #define LD(p) _mm512_maskz_loadu_ps(m, (p) + i)
 #define ST(p, v) _mm512_mask_storeu_ps((p) + i, m, (v))
 
+/* nn/attention.c's softmax rows: 16 lanes, lane l of a block of 16 the portable body's lane
+ * l % 8 (acc[l] takes the low half, then the high half: the portable order), the last
+ * 8-block in the low half of a masked 16-block, the scalar tail as the portable one */
+#define NL_VEC_OWN_att_exp_sum
+static float att_exp_sum_avx512(float *sr, int nv, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m256 acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= nv; j += 16) {
+        const __m512 t = fexp16(_mm512_sub_ps(_mm512_loadu_ps(sr + j), vm));
+        _mm512_storeu_ps(sr + j, t);
+        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+        acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
+    }
+    if (j + 8 <= nv) {
+        const __m512 t = fexp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(0xFF, sr + j), vm));
+        _mm512_mask_storeu_ps(sr + j, 0xFF, t);
+        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+        j += 8;
+    }
+    float a[NL_LANES];
+    _mm256_storeu_ps(a, acc);
+    float tail = 0.0f;
+    for (; j < nv; j++) {
+        sr[j] = nl_fexp(sr[j] - m);
+        tail += sr[j];
+    }
+    return nl_lanes_sum(a) + tail;
+}
+
+#define NL_VEC_OWN_att_row_bwd
+static void att_row_bwd_avx512(float *sr, float *dpr, int nv, int n, float c, float L, float D) {
+    const __m512 vc = _mm512_set1_ps(c), vL = _mm512_set1_ps(L), vD = _mm512_set1_ps(D);
+    for (int64_t i = 0; i < nv; i += 16) {
+        V16_MASK(nv);
+        const __m512 p = fexp16(_mm512_sub_ps(_mm512_mul_ps(LD(sr), vc), vL));
+        const __m512 ds = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(LD(dpr), vD)), vc);
+        ST(sr, p);
+        ST(dpr, ds);
+    }
+    for (int j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
+}
+
 #define NL_VEC_OWN_swiglu_fwd
 static void swiglu_fwd_avx512(float *h, const float *a, const float *b, int64_t n) {
     /* h = x·σ(x)·y */

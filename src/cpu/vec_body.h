@@ -254,6 +254,52 @@ static void NL_VEC_FN(rope_rotate)(float *x, int n_heads, int hd, int half, int 
 }
 #endif
 
+/* ---- nn/attention.c's FP32 softmax rows ---- */
+
+#ifndef NL_VEC_OWN_att_exp_sum
+/* sr[j] = exp(sr[j] − m) for j < nv; returns Σ (8 partial sums, fixed order). */
+static float NL_VEC_FN(att_exp_sum)(float *sr, int nv, float m) {
+    float acc[NL_LANES] = {0};
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES) {
+        float t[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) t[l] = nl_fexp(sr[j + l] - m);
+        for (int l = 0; l < NL_LANES; l++) {
+            sr[j + l] = t[l];
+            acc[l] += t[l];
+        }
+    }
+    float tail = 0.0f;
+    for (; j < nv; j++) {
+        sr[j] = nl_fexp(sr[j] - m);
+        tail += sr[j];
+    }
+    return nl_lanes_sum(acc) + tail;
+}
+#endif
+
+#ifndef NL_VEC_OWN_att_row_bwd
+/* p = exp(s·c − L) into sr, ds = p·(dp − D)·c into dpr, for j < nv; both 0 in [nv, n). */
+static void NL_VEC_FN(att_row_bwd)(float *sr, float *dpr, int nv, int n, float c, float L, float D) {
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES) {
+        float p[NL_LANES], ds[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) p[l] = nl_fexp(sr[j + l] * c - L);
+        for (int l = 0; l < NL_LANES; l++) ds[l] = p[l] * (dpr[j + l] - D) * c;
+        for (int l = 0; l < NL_LANES; l++) {
+            sr[j + l] = p[l];
+            dpr[j + l] = ds[l];
+        }
+    }
+    for (; j < nv; j++) {
+        const float p = nl_fexp(sr[j] * c - L);
+        sr[j] = p;
+        dpr[j] = p * (dpr[j] - D) * c;
+    }
+    for (j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
+}
+#endif
+
 /* ---- the memory-bound passes (nn/par.c's residual adds, nn/lora.c's dropout products) ---- */
 
 static void NL_VEC_FN(add)(float *restrict y, const float *restrict x, int64_t n) { nl_vadd(y, x, n); }
@@ -275,6 +321,8 @@ const nl_vec_kernels NL_VEC_FN(nl_vec_kernels) = {
     .gate_fwd = NL_VEC_FN(gate_fwd),
     .gate_bwd = NL_VEC_FN(gate_bwd),
     .xent_row = NL_VEC_FN(xent_row),
+    .att_exp_sum = NL_VEC_FN(att_exp_sum),
+    .att_row_bwd = NL_VEC_FN(att_row_bwd),
     .rope_rotate = NL_VEC_FN(rope_rotate),
     .add = NL_VEC_FN(add),
     .add2 = NL_VEC_FN(add2),

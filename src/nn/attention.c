@@ -24,6 +24,7 @@
  * Very short query blocks against a long past (decoding) skip the packing and take dot
  * products straight from the cache. The GEMMs are cpu/gemm.c (deterministic FMA chains). */
 #include "cpu/gemm_bf16.h"
+#include "cpu/kernels.h"
 #include "cpu/tiles.h"
 #include "cpu/vecmath.h"
 #include "nn/nn.h"
@@ -92,45 +93,11 @@ static float row_scale_max(float *sr, int nv, int n, float c) {
     return m;
 }
 
-/* sr[j] = exp(sr[j] − m) for j < nv; returns Σ (8 partial sums, fixed order). */
-static float row_exp_sum(float *sr, int nv, float m) {
-    float acc[NL_LANES] = {0};
-    int j = 0;
-    for (; j + NL_LANES <= nv; j += NL_LANES) {
-        float t[NL_LANES];
-        for (int l = 0; l < NL_LANES; l++) t[l] = nl_fexp(sr[j + l] - m);
-        for (int l = 0; l < NL_LANES; l++) {
-            sr[j + l] = t[l];
-            acc[l] += t[l];
-        }
-    }
-    float tail = 0.0f;
-    for (; j < nv; j++) {
-        sr[j] = nl_fexp(sr[j] - m);
-        tail += sr[j];
-    }
-    return nl_lanes_sum(acc) + tail;
-}
-
-/* Backward row: p = exp(s·c − L) into sr, ds = p·(dp − D)·c into dpr, for j < nv; both 0 in
- * [nv, n). */
+/* The softmax rows' exp passes: the kernel table's element-wise bodies (cpu/vec_body.h:
+ * att_exp_sum, att_row_bwd; the same bits in every row of the table) */
+static float row_exp_sum(float *sr, int nv, float m) { return nl_cpu_kernels()->vec->att_exp_sum(sr, nv, m); }
 static void row_bwd(float *sr, float *dpr, int nv, int n, float c, float L, float D) {
-    int j = 0;
-    for (; j + NL_LANES <= nv; j += NL_LANES) {
-        float p[NL_LANES], ds[NL_LANES];
-        for (int l = 0; l < NL_LANES; l++) p[l] = nl_fexp(sr[j + l] * c - L);
-        for (int l = 0; l < NL_LANES; l++) ds[l] = p[l] * (dpr[j + l] - D) * c;
-        for (int l = 0; l < NL_LANES; l++) {
-            sr[j + l] = p[l];
-            dpr[j + l] = ds[l];
-        }
-    }
-    for (; j < nv; j++) {
-        const float p = nl_fexp(sr[j] * c - L);
-        sr[j] = p;
-        dpr[j] = p * (dpr[j] - D) * c;
-    }
-    for (j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
+    nl_cpu_kernels()->vec->att_row_bwd(sr, dpr, nv, n, c, L, D);
 }
 
 int nl_attention_forward_range(const nl_attn_fwd *a) {
