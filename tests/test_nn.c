@@ -457,9 +457,37 @@ static void rows_entries_one(const nl_vec_kernels *v, const nl_vec_kernels *s, c
             bad += !rows_same(r[0], r[1], sizeof(float) * (size_t)(2 * hd));
         }
     }
-    CHECKF(bad == 0, "the %s row's entries give the scalar row's bits (sizes 1..%d, edges, NaN, aliasing): %d differ",
+    /* attention's softmax rows: the 16-lane blocks, the 8-block and the scalar tail at each
+     * split (nv), the zeroed masked columns [nv, n) past them; scores salted with the exp
+     * masks' edges, so some rows' m leaves lanes at exp's limits */
+    static const int att_nv[] = {0, 1, 7, 8, 9, 15, 16, 17, 33, 100};
+    enum { ATT_N = 112 };
+    for (size_t t = 0; t < sizeof att_nv / sizeof att_nv[0]; t++) {
+        const int nv = att_nv[t], n = nv + 1 + (int)t;
+        float sr[2][ATT_N], dp[2][ATT_N];
+        nl_t_rng_state = 0x5EEDULL + (unsigned)nv;
+        rows_salt(sr[0], n, 30.0);
+        nl_t_fill(dp[0], n, 2.0);
+        float m = -INFINITY;
+        for (int j = 0; j < nv; j++) m = sr[0][j] > m ? sr[0][j] : m;
+        if (nv == 0) m = 0.0f;
+        memcpy(sr[1], sr[0], sizeof sr[0]);
+        const float e1 = v->att_exp_sum(sr[0], nv, m), e2 = s->att_exp_sum(sr[1], nv, m);
+        bad += !rows_same(&e1, &e2, sizeof e1) || !rows_same(sr[0], sr[1], sizeof(float) * (size_t)n);
+        rows_salt(sr[0], n, 10.0);
+        memcpy(sr[1], sr[0], sizeof sr[0]);
+        memcpy(dp[1], dp[0], sizeof dp[0]);
+        v->att_row_bwd(sr[0], dp[0], nv, n, 0.0883883f, 1.5f, -0.2537f);
+        s->att_row_bwd(sr[1], dp[1], nv, n, 0.0883883f, 1.5f, -0.2537f);
+        bad +=
+            !rows_same(sr[0], sr[1], sizeof(float) * (size_t)n) || !rows_same(dp[0], dp[1], sizeof(float) * (size_t)n);
+    }
+    CHECKF(bad == 0,
+           "the %s row's entries give the scalar row's bits (sizes 1..%d, attention rows nv 0..100, edges, NaN, "
+           "aliasing): %d differ",
            name, RE_N, bad);
-    printf("element-wise entries (%s row), sizes 1..%d, edges: the scalar row's bits\n", name, RE_N);
+    printf("element-wise entries (%s row), sizes 1..%d, attention rows nv 0..100, edges: the scalar row's bits\n", name,
+           RE_N);
 }
 static void test_rows_entries(void) {
     const nl_host_kernels *sc = nl_cpu_kernels_find("scalar");
