@@ -21,6 +21,7 @@ typedef struct {
     float *row;          /* FWD: Kp floats; BWD: 2 × gw floats */
     float *acc;          /* BWD: Tp × gw floats of partial sums */
     float *c;            /* 1024 floats: one 2×2 block of tiles */
+    nl_block_q8_0 *zq8;  /* FWD: Kp/32 zero blocks (a Q8_0 panel's rows past N) */
 } amx_scratch;
 
 struct nl_amx_ctx {
@@ -40,11 +41,16 @@ typedef struct {
     int T, split;
     int64_t K, N, Kp, Np, Tp; /* Kp, Np: K, N rounded up to 32; Tp: T rounded up to 32 */
     int gp;                   /* BWD: 64-column panels per group (bwd_group) */
+    int64_t ldx;              /* row stride (elements) of the packed activations: pad_ld(Kp or Np), not split FWD */
     uint16_t *xhi, *xlo;
     size_t rb; /* bytes of one row of W */
 } amx_job;
 
 static int64_t up32(int64_t v) { return (v + 31) / 32 * 32; }
+
+/* A row stride of n (a multiple of 32) elements plus one cache line: the 16 rows of a tile load
+ * then fall in 16 different L1 sets (a multiple of 2 KiB would put them in 2 and evict) */
+static int64_t pad_ld(int64_t n) { return n + 32; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static float bf16_val(uint16_t h) {
@@ -106,7 +112,8 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
     size_t need;
     if (dir == NL_FWD) {
         const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2);
-        need = 3 * wp + al64((size_t)j->Kp * 4) + cbytes;
+        const size_t zq = al64((size_t)(j->Kp / 32) * sizeof(nl_block_q8_0));
+        need = 3 * wp + al64((size_t)j->Kp * 4) + cbytes + zq;
         if (need < pack) need = pack;
         if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
         uint8_t *m = s->mem;
@@ -115,6 +122,7 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
         s->wp = (uint32_t *)(void *)(m + 2 * wp);
         s->row = (float *)(void *)(m + 3 * wp);
         s->c = (float *)(void *)(m + 3 * wp + al64((size_t)j->Kp * 4));
+        s->zq8 = (nl_block_q8_0 *)(void *)(m + 3 * wp + al64((size_t)j->Kp * 4) + cbytes);
     } else {
         const size_t gw = (size_t)j->gp * BWD_KW;
         const size_t pp = (size_t)BWD_NC / 2 * gw * 4, acc = al64((size_t)j->Tp * gw * 4);
@@ -175,7 +183,7 @@ static void pack_x_fwd(void *arg, int tid, int nth) {
     amx_job *j = arg;
     const int64_t t0 = j->Tp * tid / nth, t1 = j->Tp * (tid + 1) / nth;
     for (int64_t t = t0; t < t1; t++) {
-        uint16_t *hi = j->xhi + t * j->Kp;
+        uint16_t *hi = j->xhi + t * j->ldx;
         int64_t k0 = 0;
         if (t < j->T) {
             to_bf16_split(j->ks, j->x + t * j->K, (int)j->K, hi, NULL);
@@ -190,7 +198,7 @@ static void pack_x_bwd(void *arg, int tid, int nth) {
     amx_job *j = arg;
     const int64_t t0 = j->Tp * tid / nth, t1 = j->Tp * (tid + 1) / nth;
     for (int64_t t = t0; t < t1; t++) {
-        uint16_t *hi = j->xhi + t * j->Np, *lo = j->split ? j->xlo + t * j->Np : NULL;
+        uint16_t *hi = j->xhi + t * j->ldx, *lo = j->split ? j->xlo + t * j->ldx : NULL;
         int64_t n0 = 0;
         if (t < j->T) {
             to_bf16_split(j->ks, j->x + t * j->N, (int)j->N, hi, lo);
@@ -219,6 +227,13 @@ static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0) {
             if (j->split) memset(lo, 0, (size_t)Kp * 2);
         }
     }
+}
+
+/* FWD, one product, Q8_0: the kernel set's pairs straight from the blocks (q8_0_fwd_pairs) where
+ * it has them with VCVTNEPS2BF16, the rounding to_bf16_split uses there */
+static int fwd_q8(const amx_job *j) {
+    return j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_fwd_pairs && j->ks->has_bf16 &&
+           nl_cpu_has(NL_CPU_AVX512BF16);
 }
 
 /* FWD, split: thread tid takes 32-row panels of W; each is dequantized once into BF16 tile rows and
@@ -280,17 +295,34 @@ static void task_fwd(void *arg, int tid, int nth) {
     const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
     const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
     if (p0 >= p1) return;
+    const int q8 = fwd_q8(j);
+    if (q8 && N % 32) memset(s->zq8, 0, (size_t)(Kp / 32) * sizeof(nl_block_q8_0));
     j->tl->begin();
     for (int64_t p = p0; p < p1; p++) {
         const int64_t n0 = p * 32;
         const int nr = (int)min64(32, N - n0);
-        panel_rows(j, s, n0);
-        nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, s->wp, 32, 32, (int)kp2);
+        if (q8) {
+            /* Q8_0: the pairs straight from 16 rows' blocks at a time, transposed in registers:
+             * the values of the dequantizer + to_bf16_split (q·d exact, then VCVTNEPS2BF16) */
+            for (int h = 0; h < 2; h++) {
+                const nl_block_q8_0 *rows[16];
+                for (int r = 0; r < 16; r++) {
+                    const int64_t n = n0 + 16 * h + r;
+                    rows[r] =
+                        n < N ? (const nl_block_q8_0 *)(const void *)((const uint8_t *)j->w->data + (size_t)n * j->rb)
+                              : s->zq8;
+                }
+                j->ks->q8_0_fwd_pairs(rows, (int)(Kp / 32), s->wp + 16 * h, 32);
+            }
+        } else {
+            panel_rows(j, s, n0);
+            nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, s->wp, 32, 32, (int)kp2);
+        }
         for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
-            const uint16_t *xa = j->xhi + tb * 16 * Kp;
-            nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Kp)},
+            const uint16_t *xa = j->xhi + tb * 16 * j->ldx;
+            nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * j->ldx)},
                               .b = {(const uint8_t *)s->wp, (const uint8_t *)(s->wp + 16)},
-                              .lda = Kp * 2,
+                              .lda = j->ldx * 2,
                               .ldb = 32 * 4,
                               .astep = 64,
                               .bstep = 16 * 32 * 4,
@@ -374,11 +406,11 @@ static void task_bwd(void *arg, int tid, int nth) {
             /* kp outer: a kp's pairs (BWD_NC/2 rows × 32, 16 KiB) stay in L1 while dY's rows go by */
             for (int kp = 0; kp < nkp; kp++)
                 for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
-                    const uint16_t *xa = j->xhi + tb * 16 * Np + n0;
+                    const uint16_t *xa = j->xhi + tb * 16 * j->ldx + n0;
                     nl_amx_block b = {
-                        .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * Np)},
+                        .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * j->ldx)},
                         .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
-                        .lda = Np * 2,
+                        .lda = j->ldx * 2,
                         .ldb = (int64_t)gw * 4,
                         .astep = 64,
                         .bstep = 16 * (int64_t)gw * 4,
@@ -386,9 +418,9 @@ static void task_bwd(void *arg, int tid, int nth) {
                         .load = n0 > 0,
                         .c = s->acc + ((tb / 2) * nkp + kp) * 1024};
                     if (j->split) {
-                        const uint16_t *xl = j->xlo + tb * 16 * Np + n0;
+                        const uint16_t *xl = j->xlo + tb * 16 * j->ldx + n0;
                         b.alo[0] = (const uint8_t *)xl;
-                        b.alo[1] = (const uint8_t *)(xl + 16 * Np);
+                        b.alo[1] = (const uint8_t *)(xl + 16 * j->ldx);
                         b.blo[0] = (const uint8_t *)(s->plo + 32 * kp);
                         b.blo[1] = (const uint8_t *)(s->plo + 32 * kp + 16);
                     }
@@ -419,10 +451,12 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
                           uint64_t *per_thread) {
     const uint64_t Kp = (uint64_t)up32(K), Np = (uint64_t)up32(N), Tp = (uint64_t)up32(T);
     /* the packed activations (nl_amx_run) and a thread's scratch (scratch_for), as sized there */
-    *shared = (Tp * (dir == NL_FWD ? Kp : Np) * 2 * (split ? 2 : 1) + 63) / 64 * 64;
+    const uint64_t ldx = dir == NL_FWD ? (split ? Kp : (uint64_t)pad_ld((int64_t)Kp)) : (uint64_t)pad_ld((int64_t)Np);
+    *shared = (Tp * ldx * 2 * (split ? 2 : 1) + 63) / 64 * 64;
     uint64_t need;
     if (dir == NL_FWD) {
-        need = 3 * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4;
+        need = 3 * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4 +
+               al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
         if (need < Kp * 8) need = Kp * 8;
     } else {
         const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp) * BWD_KW;
@@ -444,8 +478,9 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     j.Tp = up32(T);
     j.rb = nl_row_bytes(w->type, w->n_in);
     j.gp = bwd_group(j.Tp);
-    /* the activations: FWD Tp × Kp, BWD Tp × Np BF16, per plane */
-    const size_t plane = (size_t)j.Tp * (size_t)(dir == NL_FWD ? j.Kp : j.Np);
+    /* the activations: FWD Tp × Kp (split) or Tp × ldx, BWD Tp × ldx BF16, per plane */
+    j.ldx = dir == NL_FWD ? (split ? j.Kp : pad_ld(j.Kp)) : pad_ld(j.Np);
+    const size_t plane = (size_t)j.Tp * (size_t)j.ldx;
     void *xm = a->xmem;
     if (!grow_aligned(&xm, &a->xcap, plane * 2 * (split ? 2 : 1))) {
         a->xmem = NULL;
