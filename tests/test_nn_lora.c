@@ -113,6 +113,47 @@ static void test_mask(void) {
     free(m1), free(m2), free(m3);
 }
 
+/* The kernel row's dropout_apply_row (the node's one-pass mask, x ⊙ m and BF16 packing) against
+ * the separate passes, bit for bit: the mask of nl_lora_dropout_mask, the FP32 product, cpu/amx.h's
+ * rounding; every output alone and together, x with NaN, ±inf, denormals and −0. */
+static void test_dropout_apply(void) {
+    int (*apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *) =
+        nl_cpu_kernels()->dropout_apply_row;
+    if (!apply) {
+        printf("no dropout_apply_row in this kernel row: the node's separate passes\n");
+        return;
+    }
+    const int K = 1000;
+    nl_lora L = {K, 3, 2, 2.0f, 0.2f, nl_lora_dropout_key(9, 1, 2, 3), NULL, 0};
+    const uint32_t thr = (uint32_t)floor((double)L.dropout * 4294967296.0 + 0.5);
+    const float inv = 1.0f / (1.0f - L.dropout);
+    float *x = malloc(sizeof(float) * K), *m = malloc(sizeof(float) * K), *xm = malloc(sizeof(float) * K);
+    float *m2 = malloc(sizeof(float) * K), *xm2 = malloc(sizeof(float) * K);
+    uint32_t *w = malloc(sizeof(uint32_t) * K), *w2 = malloc(sizeof(uint32_t) * K);
+    nl_t_fill(x, K, 3.0);
+    const uint32_t odd[] = {0x7fc00001u, 0xff800000u, 0x7f800000u, 0x00000001u, 0x807fffffu, 0x80000000u,
+                            0x7f7fffffu, 0x3f80ffffu, 0x3f808000u, 0x3f818000u, 0x7f800001u};
+    for (int i = 0; i < (int)(sizeof odd / sizeof odd[0]); i++) memcpy(&x[7 * i + 3], &odd[i], 4);
+    for (int64_t tok = 0; tok < 3; tok++) {
+        nl_lora_dropout_mask(&L, tok, m2);
+        const uint64_t kt = nl_rng_key_add(L.key, (uint64_t)tok);
+        for (int i = 0; i < K; i++) xm2[i] = x[i] * m2[i];
+        for (int i = 0; i + 1 < K; i += 2)
+            w2[i / 2] = (uint32_t)nl_amx_f32_to_bf16(xm2[i]) | (uint32_t)nl_amx_f32_to_bf16(xm2[i + 1]) << 16;
+        for (int mode = 1; mode < 8; mode++) {
+            memset(m, 0xAB, sizeof(float) * K), memset(xm, 0xAB, sizeof(float) * K), memset(w, 0xAB, 4 * (size_t)K);
+            const int n = apply(kt, K, thr, inv, x, mode & 1 ? m : NULL, mode & 2 ? xm : NULL, mode & 4 ? w : NULL);
+            CHECKF(n % 16 == 0 && n <= K && n >= K - 15, "dropout_apply_row did %d of %d", n, K);
+            if (mode & 1)
+                CHECKF(memcmp(m, m2, sizeof(float) * (size_t)n) == 0, "dropout_apply_row mask, mode %d", mode);
+            if (mode & 2)
+                CHECKF(memcmp(xm, xm2, sizeof(float) * (size_t)n) == 0, "dropout_apply_row x*m, mode %d", mode);
+            if (mode & 4) CHECKF(memcmp(w, w2, 2 * (size_t)n) == 0, "dropout_apply_row bf16, mode %d", mode);
+        }
+    }
+    free(x), free(m), free(xm), free(m2), free(xm2), free(w), free(w2);
+}
+
 /* Forward vs reference, then backward vs finite differences, for one (shape, p). */
 static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
     nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL, 0};
@@ -467,6 +508,8 @@ static void test_tiles(const nl_amx_tiles *tl, int exact) {
     check_tiles(tl, exact, 33, 64, 64, 24, 0.1f, 5);
     check_tiles(tl, exact, 40, 300, 270, 16, 0.0f, 1000);
     check_tiles(tl, exact, 3, 20, 9, 16, 0.3f, 7);
+    check_tiles(tl, exact, 21, 37, 40, 1, 0.25f, 9); /* odd n_in: the one-pass dropout's tail */
+    check_fused(tl, 37, 45, 100, 16, 0.15f, 3);
     check_fused(tl, 37, 45, 100, 16, 0.0f, 0);
     check_fused(tl, 70, 100, 33, 8, 0.2f, 64);
     check_fused(tl, 33, 300, 270, 24, 0.1f, 5);
@@ -750,6 +793,7 @@ static void test_errors_and_init(void) {
 int main(void) {
     test_rng();
     test_mask();
+    test_dropout_apply();
     check_lora(7, 13, 11, 3, 0.0f, 0);
     check_lora(7, 13, 11, 3, 0.25f, 40);
     check_lora(37, 21, 9, 5, 0.5f, 1000); /* more rows than one token block */

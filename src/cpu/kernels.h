@@ -188,6 +188,12 @@ typedef struct nl_host_kernels {
      * high) of nl_rng_u64(kt, i/2) is >= thr, else 0, for i below the count it returns (a
      * multiple of 16, <= K; the node does the rest); integer arithmetic, the node's bits. */
     int (*dropout_mask_row)(uint64_t kt, int K, uint32_t thr, float inv, float *mr);
+    /* the same mask applied to one row of x, for the same count (NULL: the node's mask, multiply and
+     * packing): mr[i] = the mask (mr may be NULL), xm[i] = x[i]·mr[i] rounded once (xm may be
+     * NULL), xw[i/2] = that product as BF16 pair words (low half even i) rounded as cpu/amx.h's
+     * nl_amx_f32_to_bf16 (xw may be NULL): the bits of the separate passes */
+    int (*dropout_apply_row)(uint64_t kt, int K, uint32_t thr, float inv, const float *x, float *mr, float *xm,
+                             uint32_t *xw);
     const nl_lora_kernels *lora; /* nn/lora.c's rank-16 products (above) */
     /* the element-wise nodes' bodies (required: every row points at one of the builds above) */
     const nl_vec_kernels *vec;

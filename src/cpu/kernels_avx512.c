@@ -411,10 +411,25 @@ static void z_gemm_bf16(int m, int kp, const uint16_t *A, int64_t lda, const uin
     }
 }
 
-/* nn/lora.c's dropout mask row (kernels.h: dropout_mask_row). 16 mask elements per step: 8 consecutive counters'
- * splitmix64 values in one zmm; read as 16 uint32 lanes they are exactly (low, high) of each value, i.e. elements 2c,
- * 2c+1 in order. Integer arithmetic only: the same bits as the scalar loop. */
-static int z_dropout_mask_row(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
+/* nn/lora.c's dropout rows (kernels.h: dropout_mask_row, dropout_apply_row). 16 mask elements per step: 8
+ * consecutive counters' splitmix64 values in one zmm; read as 16 uint32 lanes they are exactly (low, high) of each
+ * value, i.e. elements 2c, 2c+1 in order. Integer arithmetic only: the same bits as the scalar loop. The apply form
+ * also takes x: x ⊙ m in FP32 (one rounded product, as the node's separate multiply) and/or that product as BF16
+ * pair words, rounded as cpu/amx.h's nl_amx_f32_to_bf16 (integer steps: no AVX512_BF16 needed, the bits of the
+ * tiles' packers). */
+AI __m512i bf16_words(__m512 v) { /* 16 floats -> 16 BF16 (nl_amx_f32_to_bf16), in 32-bit lanes */
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))),
+        16);
+    const __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 den = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(64));
+    return _mm512_mask_and_epi32(r, den, hi, _mm512_set1_epi32(0x8000));
+}
+
+AI int dropout_rows(uint64_t kt, int K, uint32_t thr, float inv, const float *x, float *mr, float *xm, uint32_t *xw) {
     const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
     const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
     const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
@@ -432,10 +447,27 @@ static int z_dropout_mask_row(uint64_t kt, int K, uint32_t thr, float inv, float
         v = _mm512_mullo_epi64(v, c2);
         v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
         const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vthr);
-        _mm512_storeu_ps(mr + i, _mm512_maskz_mov_ps(keep, vinv));
+        const __m512 m = _mm512_maskz_mov_ps(keep, vinv);
+        if (mr) _mm512_storeu_ps(mr + i, m);
+        if (x) {
+            const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i), m);
+            if (xm) _mm512_storeu_ps(xm + i, p);
+            if (xw) _mm256_storeu_si256((__m256i *)(void *)(xw + i / 2), _mm512_cvtepi32_epi16(bf16_words(p)));
+        }
         z = _mm512_add_epi64(z, step);
     }
     return i;
+}
+
+static int z_dropout_mask_row(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
+    return dropout_rows(kt, K, thr, inv, NULL, mr, NULL, NULL);
+}
+
+static int z_dropout_apply_row(uint64_t kt, int K, uint32_t thr, float inv, const float *x, float *mr, float *xm,
+                               uint32_t *xw) {
+    if (mr && xm && !xw) return dropout_rows(kt, K, thr, inv, x, mr, xm, NULL);
+    if (!mr && !xm && xw) return dropout_rows(kt, K, thr, inv, x, NULL, NULL, xw);
+    return dropout_rows(kt, K, thr, inv, x, mr, xm, xw);
 }
 
 const nl_host_kernels nl_host_kernels_avx512 = {
@@ -466,6 +498,7 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gdn_silu_d = nl_gdn_silu_d_avx512,
     .gdn_silu = nl_gdn_silu_avx512,
     .dropout_mask_row = z_dropout_mask_row,
+    .dropout_apply_row = z_dropout_apply_row,
     .lora = &nl_lora_kernels_avx512,
     .vec = &nl_vec_kernels_avx512,
 };

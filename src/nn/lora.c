@@ -25,6 +25,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TB 32 /* token rows per block */
 
@@ -139,6 +140,46 @@ static void add_into(float *y, const float *t, int64_t n) { nl_cpu_kernels()->ve
 
 /* ---- on the tiles ---- */
 
+/* One token block's dropout in a single pass over x (rows t .. t+nb-1 of the call, x at row t):
+ * the mask into mb and x ⊙ m into xm when keep (both [nb][K]), and, when xa != NULL, x ⊙ m as
+ * the tiles' A operand (cpu/tiles.h, row stride up(K) values, up(nb) rows). The bits of
+ * masked_rows followed by nl_tile_pack_a; where the kernel row has no dropout_apply_row, those
+ * two (mb and xm are then written whatever keep says). */
+static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
+                       float *mb, float *xm, int keep, uint16_t *xa) {
+    const int K = L->n_in, Kp = nl_tile_up(K);
+    int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *) =
+        nl_cpu_kernels()->dropout_apply_row;
+    if (!apply) {
+        const float *xb = masked_rows(L, 1, x, tok0, toks, t, nb, mb, xm);
+        if (xa) nl_tile_pack_a(xa, Kp, xb, K, 0, nb, K);
+        return;
+    }
+    const uint32_t thr = keep_threshold(L->dropout);
+    const float inv = 1.0f / (1.0f - L->dropout);
+    for (int b = 0; b < nb; b++) {
+        const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t + b));
+        const float *xr = x + (int64_t)b * K;
+        float *mr = keep ? mb + (int64_t)b * K : NULL, *pr = keep ? xm + (int64_t)b * K : NULL;
+        uint32_t *w = xa ? (uint32_t *)(void *)(xa + (int64_t)b * Kp) : NULL;
+        int i = apply(kt, K, thr, inv, xr, mr, pr, w);
+        for (; i < K; i += 2) { /* the rest as make_mask draws it: value i/2 gives elements i, i+1 */
+            const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
+            const float m0 = (uint32_t)v >= thr ? inv : 0.0f, m1 = (uint32_t)(v >> 32) >= thr ? inv : 0.0f;
+            const float p0 = xr[i] * m0, p1 = i + 1 < K ? xr[i + 1] * m1 : 0.0f;
+            if (keep) {
+                mr[i] = m0, pr[i] = p0;
+                if (i + 1 < K) mr[i + 1] = m1, pr[i + 1] = p1;
+            }
+            if (w) w[i / 2] = (uint32_t)nl_amx_f32_to_bf16(p0) | (uint32_t)nl_amx_f32_to_bf16(p1) << 16;
+        }
+        if (w)
+            for (int j = (K + 1) / 2; j < Kp / 2; j++) w[j] = 0;
+    }
+    if (xa)
+        for (int b = nb; b < nl_tile_up(nb); b++) memset(xa + (int64_t)b * Kp, 0, sizeof(uint16_t) * (size_t)Kp);
+}
+
 /* u rows [nb][r] = xb·Aᵀ (xa: scratch for the packed rows, at: Aᵀ packed) */
 static void tile_u(const nl_lora *L, const uint32_t *at, const float *xb, int nb, uint16_t *xa, float *u) {
     const int K = L->n_in, r = L->rank, Kp = nl_tile_up(K), rp = nl_tile_up(r);
@@ -163,9 +204,13 @@ static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, floa
     nl_tile_pack_b(bt, Np, B, r, 1, r, N); /* B[i][o] = B[o][i] */
     for (int t0 = ta; t0 < tb; t0 += TB) {
         const int nb = tb - t0 < TB ? tb - t0 : TB;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
         float *ur = u ? u + (int64_t)t0 * r : ub;
-        tile_u(L, at, xb, nb, xa, ur);
+        if (drop) { /* x ⊙ m straight into the packed operand */
+            drop_block(L, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0, xa);
+            nl_tile_gemm(L->tiles, ur, r, xa, Kp, at, rp, nb, r, K, 0);
+        } else {
+            tile_u(L, at, x + (int64_t)t0 * K, nb, xa, ur);
+        }
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         nl_tile_pack_a(sa, rp, su, r, 0, nb, r);
         if (accumulate == NL_LORA_ADD) {
@@ -209,9 +254,13 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
         const int nb = t1 - ta < TB ? t1 - ta : TB;
         const float *dyb = dy + (int64_t)ta * N;
         float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
-        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
         const float *ur = u ? u + (int64_t)ta * r : ub;
-        if (!u) tile_u(L, at, xb, nb, xa, ub);
+        if (drop) { /* the mask (dx), x ⊙ m (dA) and, for a recomputed u, its packed operand: one pass */
+            drop_block(L, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1, u ? NULL : xa);
+            if (!u) nl_tile_gemm(L->tiles, ub, r, xa, Kp, at, rp, nb, r, K, 0);
+        } else if (!u) {
+            tile_u(L, at, x + (int64_t)ta * K, nb, xa, ub);
+        }
         nl_tile_pack_a(xa, Np, dyb, N, 0, nb, N);
         nl_tile_gemm(L->tiles, du, r, xa, Np, bb, rp, nb, r, N, 0);
         for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
