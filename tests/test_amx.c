@@ -460,6 +460,15 @@ static void test_kernels(const nl_amx_tiles *tl, int exact) {
             free_weight(&W);
         }
     }
+    /* X past 1 MiB of BF16 rows: the FWD packs several panels per pass (proj/amx.c fwd_group),
+     * N not a multiple of 32 so a group ends in a short panel */
+    const int big_types[] = {NL_TYPE_Q8_0, NL_TYPE_Q4_K};
+    for (size_t ti = 0; ti < sizeof big_types / sizeof *big_types; ti++) {
+        weight W;
+        make_weight(&W, big_types[ti], 300, 1024);
+        check_kernel(tl, exact, &W, NL_FWD, 520, 0);
+        free_weight(&W);
+    }
     printf("%s: F16 weights, worst |y - ref| / sum|x*w|: bf16 tiles %.3g, split-bf16 %.3g\n", tl->name, worst_plain_f16,
            worst_split_f16);
     worst_plain_f16 = worst_split_f16 = 0;

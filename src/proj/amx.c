@@ -41,6 +41,7 @@ typedef struct {
     int T, split;
     int64_t K, N, Kp, Np, Tp; /* Kp, Np: K, N rounded up to 32; Tp: T rounded up to 32 */
     int gp;                   /* BWD: 64-column panels per group (bwd_group) */
+    int gf;                   /* FWD, not split: 32-row panels per group (fwd_group) */
     int64_t ldx;              /* row stride (elements) of the packed activations: pad_ld(Kp or Np), not split FWD */
     uint16_t *xhi, *xlo;
     size_t rb; /* bytes of one row of W */
@@ -111,18 +112,18 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
     const size_t cbytes = 1024 * 4;
     size_t need;
     if (dir == NL_FWD) {
-        const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2);
+        const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2), wg = wp * (size_t)j->gf;
         const size_t zq = al64((size_t)(j->Kp / 32) * sizeof(nl_block_q8_0));
-        need = 3 * wp + al64((size_t)j->Kp * 4) + cbytes + zq;
+        need = 2 * wp + wg + al64((size_t)j->Kp * 4) + cbytes + zq;
         if (need < pack) need = pack;
         if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
         uint8_t *m = s->mem;
         s->whi = (uint16_t *)(void *)m;
         s->wlo = (uint16_t *)(void *)(m + wp);
         s->wp = (uint32_t *)(void *)(m + 2 * wp);
-        s->row = (float *)(void *)(m + 3 * wp);
-        s->c = (float *)(void *)(m + 3 * wp + al64((size_t)j->Kp * 4));
-        s->zq8 = (nl_block_q8_0 *)(void *)(m + 3 * wp + al64((size_t)j->Kp * 4) + cbytes);
+        s->row = (float *)(void *)(m + 2 * wp + wg);
+        s->c = (float *)(void *)(m + 2 * wp + wg + al64((size_t)j->Kp * 4));
+        s->zq8 = (nl_block_q8_0 *)(void *)(m + 2 * wp + wg + al64((size_t)j->Kp * 4) + cbytes);
     } else {
         const size_t gw = (size_t)j->gp * BWD_KW;
         const size_t pp = (size_t)BWD_NC / 2 * gw * 4, acc = al64((size_t)j->Tp * gw * 4);
@@ -145,6 +146,15 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
 static int bwd_group(int64_t Tp) {
     const int64_t g = (512 * 1024) / (Tp * BWD_KW * 4);
     return g < 1 ? 1 : g > 4 ? 4 : (int)g;
+}
+
+/* FWD, not split: the panels a thread packs before a pass over X's t-block pairs. X (Tp rows of
+ * ldx BF16) fits L2 for most shapes and then one panel at a time; where it does not, as many
+ * panels as keep them within 768 KiB, each pair's rows then read from beyond L2 once per group */
+static int fwd_group(int64_t Kp, int64_t Tp, int64_t ldx) {
+    if (Tp * ldx * 2 <= 1024 * 1024) return 1;
+    const int64_t g = (768 * 1024) / (Kp * 64);
+    return g < 1 ? 1 : g > 8 ? 8 : (int)g;
 }
 
 /* ---- phase 1: the activations, once per request (rows split across threads) ---- */
@@ -280,6 +290,28 @@ static void task_fwd_split(void *arg, int tid, int nth) {
     j->tl->end();
 }
 
+/* FWD, not split: the 32 rows n0 .. n0+31 of W (zeros past N) as VNNI pairs along k into wp
+ * (wp[r][n] = (W[n][2r], W[n][2r+1]), Kp/2 rows × 32) */
+static void fwd_panel(amx_job *j, amx_scratch *s, int q8, int64_t n0, uint32_t *wp) {
+    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
+    if (q8) {
+        /* Q8_0: the pairs straight from 16 rows' blocks at a time, transposed in registers: the
+         * values of the dequantizer + to_bf16_split (q·d exact, then VCVTNEPS2BF16) */
+        for (int h = 0; h < 2; h++) {
+            const nl_block_q8_0 *rows[16];
+            for (int r = 0; r < 16; r++) {
+                const int64_t n = n0 + 16 * h + r;
+                rows[r] = n < N ? (const nl_block_q8_0 *)(const void *)((const uint8_t *)j->w->data + (size_t)n * j->rb)
+                                : s->zq8;
+            }
+            j->ks->q8_0_fwd_pairs(rows, (int)(Kp / 32), wp + 16 * h, 32);
+        }
+        return;
+    }
+    panel_rows(j, s, n0);
+    nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, wp, 32, 32, (int)kp2);
+}
+
 /* FWD, not split: thread tid takes 32-row panels of W; each is dequantized once into BF16 rows
  * and turned into VNNI pairs along k (wp[r][n] = (W[n][2r], W[n][2r+1])), the B operand; A is
  * X's BF16 rows, so a finished tile is a block of Y itself (rows t, columns n), copied out row
@@ -292,59 +324,48 @@ static void task_fwd(void *arg, int tid, int nth) {
         return;
     }
     amx_scratch *s = &j->a->scr[tid];
-    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
+    const int64_t N = j->N, Kp = j->Kp;
     const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
     if (p0 >= p1) return;
     const int q8 = fwd_q8(j);
     if (q8 && N % 32) memset(s->zq8, 0, (size_t)(Kp / 32) * sizeof(nl_block_q8_0));
     j->tl->begin();
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t n0 = p * 32;
-        const int nr = (int)min64(32, N - n0);
-        if (q8) {
-            /* Q8_0: the pairs straight from 16 rows' blocks at a time, transposed in registers:
-             * the values of the dequantizer + to_bf16_split (q·d exact, then VCVTNEPS2BF16) */
-            for (int h = 0; h < 2; h++) {
-                const nl_block_q8_0 *rows[16];
-                for (int r = 0; r < 16; r++) {
-                    const int64_t n = n0 + 16 * h + r;
-                    rows[r] =
-                        n < N ? (const nl_block_q8_0 *)(const void *)((const uint8_t *)j->w->data + (size_t)n * j->rb)
-                              : s->zq8;
-                }
-                j->ks->q8_0_fwd_pairs(rows, (int)(Kp / 32), s->wp + 16 * h, 32);
-            }
-        } else {
-            panel_rows(j, s, n0);
-            nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, s->wp, 32, 32, (int)kp2);
-        }
-        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
-            const uint16_t *xa = j->xhi + tb * 16 * j->ldx;
-            nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * j->ldx)},
-                              .b = {(const uint8_t *)s->wp, (const uint8_t *)(s->wp + 16)},
-                              .lda = j->ldx * 2,
-                              .ldb = 32 * 4,
-                              .astep = 64,
-                              .bstep = 16 * 32 * 4,
-                              .steps = (int)(Kp / 32),
-                              .load = 0,
-                              .c = s->c};
-            j->tl->block(&b);
-            /* tile (i, jj) holds Y[t = 16(tb + i) + r][n0 + 16jj + col] */
-            for (int i = 0; i < 2; i++)
-                for (int r = 0; r < 16; r++) {
-                    const int64_t t = (tb + i) * 16 + r;
-                    if (t >= j->T) break;
-                    float *yr = j->y + t * N + n0;
-                    const float *c0 = s->c + (2 * i) * 256 + r * 16;
-                    if (nr == 32) {
-                        memcpy(yr, c0, 64);
-                        memcpy(yr + 16, c0 + 256, 64);
-                    } else {
-                        for (int c = 0; c < nr; c++) yr[c] = c0[(c / 16) * 256 + c % 16];
+    for (int64_t pg = p0; pg < p1; pg += j->gf) {
+        const int ng = (int)min64(j->gf, p1 - pg);
+        for (int g = 0; g < ng; g++) fwd_panel(j, s, q8, (pg + g) * 32, s->wp + (size_t)g * (size_t)Kp * 16);
+        /* t-block pairs outer, the group's panels inner: a pair's rows of X stay in L2 while
+         * they meet every panel of the group (X itself may not fit there) */
+        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
+            for (int g = 0; g < ng; g++) {
+                const int64_t n0 = (pg + g) * 32;
+                const int nr = (int)min64(32, N - n0);
+                const uint32_t *wp = s->wp + (size_t)g * (size_t)Kp * 16;
+                const uint16_t *xa = j->xhi + tb * 16 * j->ldx;
+                nl_amx_block b = {.a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * j->ldx)},
+                                  .b = {(const uint8_t *)wp, (const uint8_t *)(wp + 16)},
+                                  .lda = j->ldx * 2,
+                                  .ldb = 32 * 4,
+                                  .astep = 64,
+                                  .bstep = 16 * 32 * 4,
+                                  .steps = (int)(Kp / 32),
+                                  .load = 0,
+                                  .c = s->c};
+                j->tl->block(&b);
+                /* tile (i, jj) holds Y[t = 16(tb + i) + r][n0 + 16jj + col] */
+                for (int i = 0; i < 2; i++)
+                    for (int r = 0; r < 16; r++) {
+                        const int64_t t = (tb + i) * 16 + r;
+                        if (t >= j->T) break;
+                        float *yr = j->y + t * N + n0;
+                        const float *c0 = s->c + (2 * i) * 256 + r * 16;
+                        if (nr == 32) {
+                            memcpy(yr, c0, 64);
+                            memcpy(yr + 16, c0 + 256, 64);
+                        } else {
+                            for (int c = 0; c < nr; c++) yr[c] = c0[(c / 16) * 256 + c % 16];
+                        }
                     }
-                }
-        }
+            }
     }
     j->tl->end();
 }
@@ -455,7 +476,8 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
     *shared = (Tp * ldx * 2 * (split ? 2 : 1) + 63) / 64 * 64;
     uint64_t need;
     if (dir == NL_FWD) {
-        need = 3 * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4 +
+        const uint64_t gf = split ? 1 : (uint64_t)fwd_group((int64_t)Kp, (int64_t)Tp, (int64_t)ldx);
+        need = (2 + gf) * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4 +
                al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
         if (need < Kp * 8) need = Kp * 8;
     } else {
@@ -478,9 +500,11 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     j.Tp = up32(T);
     j.rb = nl_row_bytes(w->type, w->n_in);
     j.gp = bwd_group(j.Tp);
+    j.gf = 1;
     /* the activations: FWD Tp × Kp (split) or Tp × ldx, BWD Tp × ldx BF16, per plane */
     j.ldx = dir == NL_FWD ? (split ? j.Kp : pad_ld(j.Kp)) : pad_ld(j.Np);
     const size_t plane = (size_t)j.Tp * (size_t)j.ldx;
+    if (dir == NL_FWD && !split) j.gf = fwd_group(j.Kp, j.Tp, j.ldx);
     void *xm = a->xmem;
     if (!grow_aligned(&xm, &a->xcap, plane * 2 * (split ? 2 : 1))) {
         a->xmem = NULL;
