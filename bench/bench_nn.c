@@ -5,7 +5,7 @@
  *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05 (FP32; AMX tiles
  *   where the CPU has them)
  *   gemm (cpu/gemm.c) on the attention and LoRA block shapes
- * Usage: bench_nn [reps]
+ * Usage: bench_nn [reps] [amx]   (amx: the tile attention only, a profiler's run)
  * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): steady on a shared
  * machine, where other tenants' time slices would inflate the wall clock. */
 #include "cpu/amx.h"
@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_cpu(void) {
@@ -165,6 +166,7 @@ static double attn_two(const attn_job *j) {
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
+    const int only_amx = argc > 2 && strcmp(argv[2], "amx") == 0;
     const int T = 512, Hq = 16, Hkv = 8, d = 128;
     const size_t nq = (size_t)T * Hq * d, nk = (size_t)T * Hkv * d;
     float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *o = malloc(nq * 4),
@@ -181,7 +183,7 @@ int main(int argc, char **argv) {
     const nl_amx_tiles *amx = nl_amx_tiles_of("amx");
     char why[200] = "";
     if (!amx) nl_amx_available(why, sizeof why);
-    for (int bf = 0; bf < 3; bf++) {
+    for (int bf = only_amx ? 2 : 0; bf < 3; bf++) {
         if (bf == 1 && !nl_attention_bf16_active()) {
             printf("attention bf16: AVX512_BF16 not available (the BF16 calls run the FP32 code)\n");
             continue;
@@ -220,6 +222,7 @@ int main(int argc, char **argv) {
                    2.5 * flop_f / best_b * 1e-9, (best_f + best_b) * 1e3);
         }
     }
+    if (only_amx) return 0;
 
     const int K = 2048, N = 2048, R = 16;
     float *x = malloc((size_t)T * K * 4), *y = calloc((size_t)T * N, 4), *A = malloc((size_t)R * K * 4);

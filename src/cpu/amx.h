@@ -31,7 +31,9 @@
 
 #include "cpu/kernels.h"
 
-/* One 2×2 block of 16×16 FP32 tiles: c[(2i+j)·256 + 16r + col] (=|+=) Σ_s A_i(s) · B_j(s).
+/* One 2×2 block of 16×16 FP32 tiles: c[(2i+j)·256 + 16r + col] (=|+=) Σ_s A_i(s) · B_j(s)
+ * (ldc 0), or with ldc > 0 a 32×32 block of a caller's matrix: row 16i + r, column 16j + col at
+ * c + (16i + r)·ldc bytes + 16j floats (loaded and stored there; no alignment needed).
  * A_i(s) = 16 rows of 32 BF16 at a[i] + s·astep (rows lda bytes apart); B_j(s) = 16 rows of 16
  * BF16 pairs at b[j] + s·bstep (rows ldb bytes apart). With alo/blo (split), each step adds
  * A·B, then A·Blo, then Alo·B (alo/blo: the lo planes at the same offsets from their bases). */
@@ -40,8 +42,9 @@ typedef struct {
     const uint8_t *alo[2], *blo[2]; /* NULL unless split */
     int64_t lda, ldb, astep, bstep; /* bytes */
     int steps;
-    int load; /* 1: start from c, 0: from zero */
-    float *c; /* 4 × 256 floats, 64-byte aligned */
+    int load;    /* 1: start from c, 0: from zero */
+    float *c;    /* ldc 0: 4 × 256 floats, 64-byte aligned */
+    int64_t ldc; /* bytes between the rows of c; 0: the tiles' own layout above */
 } nl_amx_block;
 
 /* The 64-byte tile configuration (ldtilecfg's operand, the SDM's palette 1 layout): byte 0

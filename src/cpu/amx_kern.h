@@ -39,12 +39,15 @@ AMX_ATTR static void AMX_FN(end)(void) { TILE_RELEASE(); }
 /* The A·B, A·Blo, Alo·B order of a split step is the contract of amx.h (it makes both
  * directions see hi + lo of a weight the same way). */
 AMX_ATTR static void AMX_FN(block)(const nl_amx_block *k) {
-    float *c = k->c;
+    /* C(i,j) at c[i][j], rows ldc bytes apart (amx.h: the tiles' layout or the caller's matrix) */
+    const int64_t ldc = k->ldc ? k->ldc : 64, rs = k->ldc ? 16 * k->ldc : 2048;
+    uint8_t *const c0 = (uint8_t *)k->c, *const c1 = c0 + (k->ldc ? 64 : 1024);
+    uint8_t *const c2 = c0 + rs, *const c3 = c1 + rs;
     if (k->load) {
-        TILE_LOAD(0, c, 64);
-        TILE_LOAD(1, c + 256, 64);
-        TILE_LOAD(2, c + 512, 64);
-        TILE_LOAD(3, c + 768, 64);
+        TILE_LOAD(0, c0, ldc);
+        TILE_LOAD(1, c1, ldc);
+        TILE_LOAD(2, c2, ldc);
+        TILE_LOAD(3, c3, ldc);
     } else {
         TILE_ZERO(0);
         TILE_ZERO(1);
@@ -65,8 +68,8 @@ AMX_ATTR static void AMX_FN(block)(const nl_amx_block *k) {
             AMX_DP4();
         }
     }
-    TILE_STORE(0, c, 64);
-    TILE_STORE(1, c + 256, 64);
-    TILE_STORE(2, c + 512, 64);
-    TILE_STORE(3, c + 768, 64);
+    TILE_STORE(0, c0, ldc);
+    TILE_STORE(1, c1, ldc);
+    TILE_STORE(2, c2, ldc);
+    TILE_STORE(3, c3, ldc);
 }

@@ -70,12 +70,14 @@ static void sme_end(void) {}
 __arm_locally_streaming __arm_new("za") static void sme_block(const nl_amx_block *k) {
     const svbool_t pw = svptrue_b32(), ph = svptrue_b16(), pb = svptrue_b8();
     const int split = k->alo[0] != NULL;
+    /* C(i,j) rows ldc floats apart (amx.h: the tiles' layout or the caller's matrix) */
+    const int64_t ldc = k->ldc ? k->ldc / 4 : 16;
     for (int i = 0; i < 2; i++) {
-        float *c0 = k->c + (2 * i) * 256, *c1 = k->c + (2 * i + 1) * 256;
+        float *c0 = k->ldc ? k->c + 16 * i * ldc : k->c + (2 * i) * 256, *c1 = k->ldc ? c0 + 16 : c0 + 256;
         if (k->load) {
             for (uint32_t r = 0; r < 16; r++) {
-                svld1_hor_za32(0, r, pw, c0 + 16 * r);
-                svld1_hor_za32(1, r, pw, c1 + 16 * r);
+                svld1_hor_za32(0, r, pw, c0 + ldc * r);
+                svld1_hor_za32(1, r, pw, c1 + ldc * r);
             }
         } else {
             svzero_mask_za(0x33); /* ZA0.S, ZA1.S */
@@ -91,8 +93,8 @@ __arm_locally_streaming __arm_new("za") static void sme_block(const nl_amx_block
             }
         }
         for (uint32_t r = 0; r < 16; r++) {
-            svst1_hor_za32(0, r, pw, c0 + 16 * r);
-            svst1_hor_za32(1, r, pw, c1 + 16 * r);
+            svst1_hor_za32(0, r, pw, c0 + ldc * r);
+            svst1_hor_za32(1, r, pw, c1 + ldc * r);
         }
     }
 }

@@ -4,7 +4,7 @@
  * AVX512_BF16 (every AMX CPU has it); elsewhere the scalar loops below give the same bits. An
  * output block goes through a 64-byte aligned buffer in the tiles' layout (cpu/amx.h's
  * nl_amx_block): loaded from C when accumulating, stored back after, so edge blocks need no
- * padding of C. */
+ * padding of C; a whole 32×32 block the tiles load and store in C itself (nl_amx_block.ldc). */
 #include "cpu/tiles.h"
 
 #include <string.h>
@@ -81,17 +81,9 @@ void nl_tile_pack_b(uint32_t *dst, int64_t ldd, const float *x, int64_t ld, int 
     }
 }
 
-/* tile (i, j) of the block, row r: c[(2i + j)·256 + 16r + col] = C[m0 + 16i + r][n0 + 16j + col] */
+/* an edge block (mr or nr < 32): tile (i, j), row r: c[(2i + j)·256 + 16r + col] =
+ * C[m0 + 16i + r][n0 + 16j + col] */
 static void block_io(float *c, float *C, int64_t ldc, int mr, int nr, int store) {
-    if (mr == 32 && nr == 32) { /* a whole block: rows of 16 floats, fixed-size copies */
-        for (int m = 0; m < 32; m++)
-            for (int j = 0; j < 2; j++) {
-                float *t = c + (2 * (m / 16) + j) * 256 + 16 * (m % 16), *cr = C + (int64_t)m * ldc + 16 * j;
-                if (store) memcpy(cr, t, 64);
-                else memcpy(t, cr, 64);
-            }
-        return;
-    }
     for (int i = 0; i < 2; i++)
         for (int r = 0; r < 16; r++) {
             const int m = 16 * i + r;
@@ -124,7 +116,8 @@ void nl_tile_gemm(const nl_amx_tiles *tl, float *C, int64_t ldc, const uint16_t 
         for (int n0 = 0; n0 < N; n0 += 32) {
             const int mr = M - m0 < 32 ? M - m0 : 32, nr = N - n0 < 32 ? N - n0 : 32;
             float *Cb = C + (int64_t)m0 * ldc + n0;
-            if (accumulate) block_io(c, Cb, ldc, mr, nr, 0);
+            const int whole = mr == 32 && nr == 32; /* the tiles load and store C itself */
+            if (accumulate && !whole) block_io(c, Cb, ldc, mr, nr, 0);
             const uint16_t *a = A + (int64_t)m0 * lda;
             nl_amx_block b = {.a = {(const uint8_t *)a, (const uint8_t *)(a + 16 * lda)},
                               .b = {(const uint8_t *)(B + n0), (const uint8_t *)(B + n0 + 16)},
@@ -134,9 +127,10 @@ void nl_tile_gemm(const nl_amx_tiles *tl, float *C, int64_t ldc, const uint16_t 
                               .bstep = 16 * ldb * 4,
                               .steps = (K + 31) / 32,
                               .load = accumulate,
-                              .c = c};
+                              .c = whole ? Cb : c,
+                              .ldc = whole ? ldc * 4 : 0};
             tl->block(&b);
-            block_io(c, Cb, ldc, mr, nr, 1);
+            if (!whole) block_io(c, Cb, ldc, mr, nr, 1);
         }
     tl->end();
 }
