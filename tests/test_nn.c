@@ -2,6 +2,7 @@
  * Every forward is compared with a float64 reference written here from the formulas
  * (docs/formats.md §3); every backward with float64 central finite differences of a
  * random linear functional Σ w·out of that reference. Sizes are odd on purpose. */
+#include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "nn/nn.h"
@@ -474,6 +475,19 @@ static void rows_entries_one(const nl_vec_kernels *v, const nl_vec_kernels *s, c
         memcpy(sr[1], sr[0], sizeof sr[0]);
         const float e1 = v->att_exp_sum(sr[0], nv, m), e2 = s->att_exp_sum(sr[1], nv, m);
         bad += !rows_same(&e1, &e2, sizeof e1) || !rows_same(sr[0], sr[1], sizeof(float) * (size_t)n);
+        /* the tile forward's row: the BF16 of att_exp_sum's values on the scaled scores, its Σ */
+        {
+            uint16_t pa[2][ATT_N + 8];
+            const int np = n + 5;
+            nl_t_fill(sr[0], n, 40.0);
+            float ms = -INFINITY;
+            for (int j = 0; j < nv; j++) sr[1][j] = sr[0][j] * 0.0883883f, ms = sr[1][j] > ms ? sr[1][j] : ms;
+            if (nv == 0) ms = 0.0f;
+            const float b1 = v->att_exp_bf16(pa[0], sr[0], nv, np, 0.0883883f, ms);
+            const float b2 = s->att_exp_sum(sr[1], nv, ms);
+            for (int j = 0; j < np; j++) pa[1][j] = j < nv ? nl_amx_f32_to_bf16(sr[1][j]) : 0;
+            bad += !rows_same(&b1, &b2, sizeof b1) || !rows_same(pa[0], pa[1], sizeof(uint16_t) * (size_t)np);
+        }
         rows_salt(sr[0], n, 10.0);
         memcpy(sr[1], sr[0], sizeof sr[0]);
         memcpy(dp[1], dp[0], sizeof dp[0]);

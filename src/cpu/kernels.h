@@ -65,6 +65,11 @@ typedef struct nl_vec_kernels {
     /* nn/attention.c's FP32 softmax rows (its comments: row_exp_sum, row_bwd) */
     float (*att_exp_sum)(float *sr, int nv, float m);
     void (*att_row_bwd)(float *sr, float *dpr, int nv, int n, float c, float L, float D);
+    /* the tile forward's row (cpu/tiles.h's A rows): pa[j] = bf16(exp(sr[j]·c − m)) for j < nv
+     * (the product rounded, then the difference: att_exp_sum's values on row_scale_max's), 0 for
+     * nv <= j < np; returns Σ of the unrounded exps in att_exp_sum's order. bf16 rounds as
+     * cpu/amx.h's nl_amx_f32_to_bf16. */
+    float (*att_exp_bf16)(uint16_t *pa, const float *sr, int nv, int np, float c, float m);
     /* nn/rope.c: pairs c0 .. c0+nc-1 of each of one token's n_heads heads (x[h·hd ..]) rotated
      * by cs[j], sn[j]; neox: pairs (i, i + half), else (2i, 2i+1) */
     void (*rope_rotate)(float *x, int n_heads, int hd, int half, int c0, int nc, const float *cs, const float *sn,

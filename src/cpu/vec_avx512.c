@@ -1,8 +1,9 @@
 /* cpu/vec_avx512: the element-wise nodes' bodies (cpu/vec_body.h) built with the avx512 row's
  * flags (from the file name); the same source and the same bits as cpu/vec.c and vec_avx2.c,
- * but for SwiGLU, the gate and the cross-entropy row (their exp is most of the element-wise
- * chain's time): those in 16 lanes with intrinsics, each lane the exact copy of the portable
- * body (nl_fexp's rounding trick, Horner steps in order, integer exponent and masks, then the
+ * but for SwiGLU, the gate, the cross-entropy row and attention's softmax rows (their exp is
+ * most of the element-wise chain's time): those in 16 lanes with intrinsics, each lane the exact
+ * copy of the portable body (nl_fexp's rounding trick, Horner steps in order, its exponent
+ * ranges as compares and VSCALEFPS, then the
  * IEEE division; multiplies and adds separate, never fused: -std=c11 does not contract, and
  * gcc's intrinsics are its vector operators), the reductions in the portable order, the last
  * partial block under a mask (its padded lanes are never stored). tests/test_nn.c checks each
@@ -11,7 +12,9 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "cpu/amx.h"
 #include "cpu/vecmath.h"
 
 #define NL_VEC_XCH_AVX512 1024 /* vec_body.h's NL_VEC_XCH: the chunks whose sums are added in double */
@@ -84,6 +87,37 @@ static float att_exp_sum_avx512(float *sr, int nv, float m) {
         sr[j] = nl_fexp(sr[j] - m);
         tail += sr[j];
     }
+    return nl_lanes_sum(a) + tail;
+}
+
+/* att_exp_sum's blocks and sums; the exps to BF16 by VCVTNEPS2BF16 (nl_amx_f32_to_bf16's
+ * rounding: cpu/amx.h) */
+#define NL_VEC_OWN_att_exp_bf16
+static float att_exp_bf16_avx512(uint16_t *pa, const float *sr, int nv, int np, float c, float m) {
+    const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
+    __m256 acc = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= nv; j += 16) {
+        const __m512 t = fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + j), vc), vm));
+        _mm256_storeu_si256((__m256i *)(void *)(pa + j), (__m256i)_mm512_cvtneps_pbh(t));
+        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+        acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
+    }
+    if (j + 8 <= nv) {
+        const __m512 t = fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, sr + j), vc), vm));
+        _mm_storeu_si128((__m128i *)(void *)(pa + j), _mm256_castsi256_si128((__m256i)_mm512_cvtneps_pbh(t)));
+        acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
+        j += 8;
+    }
+    float a[NL_LANES];
+    _mm256_storeu_ps(a, acc);
+    float tail = 0.0f;
+    for (; j < nv; j++) {
+        const float t = nl_fexp(sr[j] * c - m);
+        pa[j] = nl_amx_f32_to_bf16(t);
+        tail += t;
+    }
+    if (np > j) memset(pa + j, 0, sizeof(uint16_t) * (size_t)(np - j));
     return nl_lanes_sum(a) + tail;
 }
 

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cpu/amx.h"
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 
@@ -300,6 +301,29 @@ static void NL_VEC_FN(att_row_bwd)(float *sr, float *dpr, int nv, int n, float c
 }
 #endif
 
+#ifndef NL_VEC_OWN_att_exp_bf16
+static float NL_VEC_FN(att_exp_bf16)(uint16_t *pa, const float *sr, int nv, int np, float c, float m) {
+    float acc[NL_LANES] = {0};
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES) {
+        float t[NL_LANES];
+        for (int l = 0; l < NL_LANES; l++) t[l] = nl_fexp(sr[j + l] * c - m);
+        for (int l = 0; l < NL_LANES; l++) {
+            pa[j + l] = nl_amx_f32_to_bf16(t[l]);
+            acc[l] += t[l];
+        }
+    }
+    float tail = 0.0f;
+    for (; j < nv; j++) {
+        const float t = nl_fexp(sr[j] * c - m);
+        pa[j] = nl_amx_f32_to_bf16(t);
+        tail += t;
+    }
+    for (; j < np; j++) pa[j] = 0;
+    return nl_lanes_sum(acc) + tail;
+}
+#endif
+
 /* ---- the memory-bound passes (nn/par.c's residual adds, nn/lora.c's dropout products) ---- */
 
 static void NL_VEC_FN(add)(float *restrict y, const float *restrict x, int64_t n) { nl_vadd(y, x, n); }
@@ -323,6 +347,7 @@ const nl_vec_kernels NL_VEC_FN(nl_vec_kernels) = {
     .xent_row = NL_VEC_FN(xent_row),
     .att_exp_sum = NL_VEC_FN(att_exp_sum),
     .att_row_bwd = NL_VEC_FN(att_row_bwd),
+    .att_exp_bf16 = NL_VEC_FN(att_exp_bf16),
     .rope_rotate = NL_VEC_FN(rope_rotate),
     .add = NL_VEC_FN(add),
     .add2 = NL_VEC_FN(add2),

@@ -93,6 +93,26 @@ static float row_scale_max(float *sr, int nv, int n, float c) {
     return m;
 }
 
+/* row_scale_max's max, nothing written (the tile forward's exp pass multiplies again: the same
+ * products) */
+static float row_max_scaled(const float *sr, int nv, float c) {
+    float mx[NL_LANES];
+    for (int l = 0; l < NL_LANES; l++) mx[l] = -INFINITY;
+    int j = 0;
+    for (; j + NL_LANES <= nv; j += NL_LANES)
+        for (int l = 0; l < NL_LANES; l++) {
+            const float x = sr[j + l] * c;
+            mx[l] = x > mx[l] ? x : mx[l];
+        }
+    float m = -INFINITY;
+    for (; j < nv; j++) {
+        const float x = sr[j] * c;
+        m = x > m ? x : m;
+    }
+    for (int l = 0; l < NL_LANES; l++) m = mx[l] > m ? mx[l] : m;
+    return m;
+}
+
 /* The softmax rows' exp passes: the kernel table's element-wise bodies (cpu/vec_body.h:
  * att_exp_sum, att_row_bwd; the same bits in every row of the table) */
 static float row_exp_sum(float *sr, int nv, float m) { return nl_cpu_kernels()->vec->att_exp_sum(sr, nv, m); }
@@ -405,6 +425,7 @@ static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
     uint32_t *kb = buf, *vb = kb + n_kb;
     uint16_t *qa = (uint16_t *)(vb + n_vb), *pa = qa + 2 * n_qa;
     float *s = (float *)(buf + n_kb + n_vb + n_qa + n_pa);
+    const nl_vec_kernels *vk = nl_cpu_kernels()->vec;
     for (int g = g0; g < g1; g++) {
         nl_tile_pack_b(kb, Sp, k + (int64_t)g * d, ldk, 1, d, S); /* B[i][j] = K[j][i] */
         nl_tile_pack_b(vb, dp, v + (int64_t)g * d, ldk, 0, S, d); /* B[j][i] = V[j][i] */
@@ -416,14 +437,18 @@ static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
                 nl_tile_pack_a(qa, dp, q + (int64_t)q0 * ldq + (int64_t)h * d, ldq, 0, nq, d);
                 nl_tile_gemm(tl, s, Sp, qa, dp, kb, Sp, nq, kend, d, 0);
                 mask_window(s, Sp, nq, past + q0, window);
+                /* P rows straight from the scores (the pack of row_scale_max + row_exp_sum's
+                 * rows: the same values, Σ of the unrounded p), zero rows up to the A tiles */
                 float mx[BQT], sum[BQT];
+                const int kp = nl_tile_up(kend);
                 for (int i = 0; i < nq; i++) {
-                    float *sr = s + (int64_t)i * Sp;
+                    const float *sr = s + (int64_t)i * Sp;
                     const int nv = past + q0 + i + 1;
-                    mx[i] = row_scale_max(sr, nv, kend, scale);
-                    sum[i] = row_exp_sum(sr, nv, mx[i]);
+                    mx[i] = row_max_scaled(sr, nv, scale);
+                    sum[i] = vk->att_exp_bf16(pa + (int64_t)i * Sp, sr, nv, kp, scale, mx[i]);
                 }
-                nl_tile_pack_a(pa, Sp, s, Sp, 0, nq, kend);
+                for (int i = nq; i < nl_tile_up(nq); i++)
+                    memset(pa + (int64_t)i * Sp, 0, sizeof(uint16_t) * (size_t)kp);
                 float *ob = out + (int64_t)q0 * ldq + (int64_t)h * d;
                 nl_tile_gemm(tl, ob, ldq, pa, Sp, vb, dp, nq, d, kend, 0);
                 for (int i = 0; i < nq; i++) {
