@@ -408,7 +408,8 @@ int nl_attention_backward_range_bf16(const nl_attn_bwd *a) {
  * packing are tested on every machine (tests/test_nn_tiles.c). Sizes (d, S, T) are padded to
  * whole tiles with zeros; any d, T, window. */
 #define BQT 32
-#define BKV 128 /* queries per dK/dV product: 4 steps per load and store of an output block */
+#define LD_PAD 16 /* words past a whole-tile row: power-of-two rows (T = 512) off the same L1 sets */
+#define BKV 128   /* queries per dK/dV product: 4 steps per load and store of an output block */
 
 /* 0, or -1 when out of memory (nothing written) */
 static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
@@ -417,9 +418,10 @@ static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
     const int T = a->T, S = a->S, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
     const float scale = a->scale;
     const int group = Hq / Hkv, past = S - T, dp = nl_tile_up(d), Sp = nl_tile_up(S);
+    const int ls = Sp + LD_PAD, lv = dp + LD_PAD, lp = Sp + 2 * LD_PAD; /* Kᵀ pairs and s, V pairs, P values */
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
-    const size_t n_kb = (size_t)dp / 2 * Sp, n_vb = (size_t)Sp / 2 * dp, n_qa = (size_t)BQT * dp / 2,
-                 n_pa = (size_t)BQT * Sp / 2, n_s = (size_t)BQT * Sp;
+    const size_t n_kb = (size_t)dp / 2 * ls, n_vb = (size_t)Sp / 2 * lv, n_qa = (size_t)BQT * dp / 2,
+                 n_pa = (size_t)BQT * lp / 2, n_s = (size_t)BQT * ls;
     uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_kb + n_vb + n_qa + n_pa) + sizeof(float) * n_s);
     if (!buf) return -1;
     uint32_t *kb = buf, *vb = kb + n_kb;
@@ -427,30 +429,30 @@ static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
     float *s = (float *)(buf + n_kb + n_vb + n_qa + n_pa);
     const nl_vec_kernels *vk = nl_cpu_kernels()->vec;
     for (int g = g0; g < g1; g++) {
-        nl_tile_pack_b(kb, Sp, k + (int64_t)g * d, ldk, 1, d, S); /* B[i][j] = K[j][i] */
-        nl_tile_pack_b(vb, dp, v + (int64_t)g * d, ldk, 0, S, d); /* B[j][i] = V[j][i] */
+        nl_tile_pack_b(kb, ls, k + (int64_t)g * d, ldk, 1, d, S); /* B[i][j] = K[j][i] */
+        nl_tile_pack_b(vb, lv, v + (int64_t)g * d, ldk, 0, S, d); /* B[j][i] = V[j][i] */
         for (int hh = 0; hh < group; hh++) {
             const int h = g * group + hh;
             for (int q0 = 0; q0 < T; q0 += BQT) {
                 const int nq = T - q0 < BQT ? T - q0 : BQT;
                 const int kend = past + q0 + nq;
                 nl_tile_pack_a(qa, dp, q + (int64_t)q0 * ldq + (int64_t)h * d, ldq, 0, nq, d);
-                nl_tile_gemm(tl, s, Sp, qa, dp, kb, Sp, nq, kend, d, 0);
-                mask_window(s, Sp, nq, past + q0, window);
+                nl_tile_gemm(tl, s, ls, qa, dp, kb, ls, nq, kend, d, 0);
+                mask_window(s, ls, nq, past + q0, window);
                 /* P rows straight from the scores (the pack of row_scale_max + row_exp_sum's
                  * rows: the same values, Σ of the unrounded p), zero rows up to the A tiles */
                 float mx[BQT], sum[BQT];
                 const int kp = nl_tile_up(kend);
                 for (int i = 0; i < nq; i++) {
-                    const float *sr = s + (int64_t)i * Sp;
+                    const float *sr = s + (int64_t)i * ls;
                     const int nv = past + q0 + i + 1;
                     mx[i] = row_max_scaled(sr, nv, scale);
-                    sum[i] = vk->att_exp_bf16(pa + (int64_t)i * Sp, sr, nv, kp, scale, mx[i]);
+                    sum[i] = vk->att_exp_bf16(pa + (int64_t)i * lp, sr, nv, kp, scale, mx[i]);
                 }
                 for (int i = nq; i < nl_tile_up(nq); i++)
-                    memset(pa + (int64_t)i * Sp, 0, sizeof(uint16_t) * (size_t)kp);
+                    memset(pa + (int64_t)i * lp, 0, sizeof(uint16_t) * (size_t)kp);
                 float *ob = out + (int64_t)q0 * ldq + (int64_t)h * d;
-                nl_tile_gemm(tl, ob, ldq, pa, Sp, vb, dp, nq, d, kend, 0);
+                nl_tile_gemm(tl, ob, ldq, pa, lp, vb, lv, nq, d, kend, 0);
                 for (int i = 0; i < nq; i++) {
                     nl_vscale(ob + i * ldq, 1.0f / sum[i], d);
                     if (lse) lse[(int64_t)(q0 + i) * Hq + h] = mx[i] + logf(sum[i]);
@@ -468,12 +470,14 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
     const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
     const float scale = a->scale;
     const int group = Hq / Hkv, dp = nl_tile_up(d), Tp = nl_tile_up(T);
+    const int lt = Tp + LD_PAD, lr = dp + LD_PAD,
+              la = Tp + 2 * LD_PAD; /* Kᵀ, Vᵀ pairs and s, dp; K, Q, dO pairs; dS values */
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
     /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of BKV queries; then BF16 rows (2 a
      * word): Q, dO [BQT][dp]; dS [BQT][Tp]; dSᵀ, Pᵀ [Tp][BKV]; then FP32 s, dp [BQT][Tp] */
-    const size_t n_kb = (size_t)dp / 2 * Tp, n_kr = (size_t)Tp / 2 * dp, n_qb = (size_t)BKV / 2 * dp;
-    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * Tp / 2, n_st = (size_t)BKV * Tp / 2,
-                 n_s = (size_t)BQT * Tp;
+    const size_t n_kb = (size_t)dp / 2 * lt, n_kr = (size_t)Tp / 2 * lr, n_qb = (size_t)BKV / 2 * lr;
+    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * la / 2, n_st = (size_t)BKV * Tp / 2,
+                 n_s = (size_t)BQT * lt;
     const size_t n_words = 2 * n_kb + n_kr + 2 * n_qb + 2 * n_qa + n_sa + 2 * n_st;
     uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * 2 * n_s);
     if (!buf) return -1;
@@ -486,9 +490,9 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
         float *dkg = dk + kvoff, *dvg = dv + kvoff;
         for (int t = 0; t < T; t++)
             for (int i = 0; i < d; i++) dkg[t * ldk + i] = dvg[t * ldk + i] = 0.0f;
-        nl_tile_pack_b(kb, Tp, k + kvoff, ldk, 1, d, T);
-        nl_tile_pack_b(vb, Tp, v + kvoff, ldk, 1, d, T);
-        nl_tile_pack_b(kr, dp, k + kvoff, ldk, 0, T, d);
+        nl_tile_pack_b(kb, lt, k + kvoff, ldk, 1, d, T);
+        nl_tile_pack_b(vb, lt, v + kvoff, ldk, 1, d, T);
+        nl_tile_pack_b(kr, lr, k + kvoff, ldk, 0, T, d);
         for (int hh = 0; hh < group; hh++) {
             const int h = g * group + hh;
             const int64_t hoff = (int64_t)h * d;
@@ -503,26 +507,26 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
                 }
                 nl_tile_pack_a(qa, dp, qblk, ldq, 0, nq, d);
                 nl_tile_pack_a(oa, dp, dob, ldq, 0, nq, d);
-                nl_tile_gemm(tl, s, Tp, qa, dp, kb, Tp, nq, kend, d, 0);   /* q·k */
-                nl_tile_gemm(tl, dpb, Tp, oa, dp, vb, Tp, nq, kend, d, 0); /* do·v */
-                mask_window(s, Tp, nq, q0, window);
+                nl_tile_gemm(tl, s, lt, qa, dp, kb, lt, nq, kend, d, 0);   /* q·k */
+                nl_tile_gemm(tl, dpb, lt, oa, dp, vb, lt, nq, kend, d, 0); /* do·v */
+                mask_window(s, lt, nq, q0, window);
                 float D[BQT];
                 nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
                 for (int i = 0; i < nq; i++) {
                     const int t = q0 + i;
-                    row_bwd(s + (int64_t)i * Tp, dpb + (int64_t)i * Tp, t + 1, kend, scale, lse[(int64_t)t * Hq + h],
+                    row_bwd(s + (int64_t)i * lt, dpb + (int64_t)i * lt, t + 1, kend, scale, lse[(int64_t)t * Hq + h],
                             D[i]);
                 }
-                nl_tile_pack_a(dsa, Tp, dpb, Tp, 0, nq, kend);
-                nl_tile_gemm(tl, dq + (int64_t)q0 * ldq + hoff, ldq, dsa, Tp, kr, dp, nq, d, kend, 0); /* dq = c·ds·K */
-                nl_tile_pack_a(dst + BQT * band, BKV, dpb, Tp, 1, kend, nq);
-                nl_tile_pack_a(pt + BQT * band, BKV, s, Tp, 1, kend, nq);
+                nl_tile_pack_a(dsa, la, dpb, lt, 0, nq, kend);
+                nl_tile_gemm(tl, dq + (int64_t)q0 * ldq + hoff, ldq, dsa, la, kr, lr, nq, d, kend, 0); /* dq = c·ds·K */
+                nl_tile_pack_a(dst + BQT * band, BKV, dpb, lt, 1, kend, nq);
+                nl_tile_pack_a(pt + BQT * band, BKV, s, lt, 1, kend, nq);
                 if (kend < sb1) continue;
                 const int nsb = sb1 - sb0;
-                nl_tile_pack_b(qb, dp, q + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
-                nl_tile_gemm(tl, dkg, ldk, dst, BKV, qb, dp, sb1, d, nsb, 1); /* dk += c·dsᵀ·Q */
-                nl_tile_pack_b(ob, dp, dout + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
-                nl_tile_gemm(tl, dvg, ldk, pt, BKV, ob, dp, sb1, d, nsb, 1); /* dv += pᵀ·dO */
+                nl_tile_pack_b(qb, lr, q + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
+                nl_tile_gemm(tl, dkg, ldk, dst, BKV, qb, lr, sb1, d, nsb, 1); /* dk += c·dsᵀ·Q */
+                nl_tile_pack_b(ob, lr, dout + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
+                nl_tile_gemm(tl, dvg, ldk, pt, BKV, ob, lr, sb1, d, nsb, 1); /* dv += pᵀ·dO */
             }
         }
     }
@@ -559,12 +563,13 @@ uint64_t nl_attention_thread_bytes(int T, int d) {
     x = 4 * n_words + 4 * (2 * bq * t + 2 * D * ldb64(T));
     if (x > b) b = x;
     /* tiles */
-    const uint64_t dp = (uint64_t)nl_tile_up(d), tp = (uint64_t)nl_tile_up(T);
-    x = 4 * (dp / 2 * tp + tp / 2 * dp + BQT * dp / 2 + BQT * tp / 2) + 4 * BQT * tp;
+    const uint64_t dp = (uint64_t)nl_tile_up(d), tp = (uint64_t)nl_tile_up(T), lt = tp + LD_PAD, lr = dp + LD_PAD,
+                   la = tp + 2 * LD_PAD;
+    x = 4 * (dp / 2 * lt + tp / 2 * lr + BQT * dp / 2 + BQT * la / 2) + 4 * BQT * lt;
     if (x > b) b = x;
-    x = 4 * (2 * (dp / 2 * tp) + tp / 2 * dp + 2 * (BKV / 2 * dp) + 2 * (BQT * dp / 2) + BQT * tp / 2 +
+    x = 4 * (2 * (dp / 2 * lt) + tp / 2 * lr + 2 * (BKV / 2 * lr) + 2 * (BQT * dp / 2) + BQT * la / 2 +
              2 * (BKV * tp / 2)) +
-        8 * BQT * tp;
+        8 * BQT * lt;
     if (x > b) b = x;
     return (b + 63) / 64 * 64;
 }
