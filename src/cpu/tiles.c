@@ -112,8 +112,13 @@ void nl_tile_gemm(const nl_amx_tiles *tl, float *C, int64_t ldc, const uint16_t 
     }
     _Alignas(64) float c[1024];
     tl->begin();
-    for (int m0 = 0; m0 < M; m0 += 32)
-        for (int n0 = 0; n0 < N; n0 += 32) {
+    /* blocks in any order (each its own): the smaller operand's panels stay in L1 while the
+     * other streams once (A's rows outer when B is the smaller) */
+    const int a_outer = (int64_t)M > (int64_t)N;
+    const int nm = (M + 31) / 32, nn = (N + 31) / 32;
+    for (int bi = 0; bi < nm * nn; bi++) {
+        const int m0 = 32 * (a_outer ? bi / nn : bi % nm), n0 = 32 * (a_outer ? bi % nn : bi / nm);
+        {
             const int mr = M - m0 < 32 ? M - m0 : 32, nr = N - n0 < 32 ? N - n0 : 32;
             float *Cb = C + (int64_t)m0 * ldc + n0;
             const int whole = mr == 32 && nr == 32; /* the tiles load and store C itself */
@@ -132,5 +137,6 @@ void nl_tile_gemm(const nl_amx_tiles *tl, float *C, int64_t ldc, const uint16_t 
             tl->block(&b);
             if (!whole) block_io(c, Cb, ldc, mr, nr, 1);
         }
+    }
     tl->end();
 }
