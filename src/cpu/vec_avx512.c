@@ -90,8 +90,23 @@ static float att_exp_sum_avx512(float *sr, int nv, float m) {
     return nl_lanes_sum(a) + tail;
 }
 
-/* att_exp_sum's blocks and sums; the exps to BF16 by VCVTNEPS2BF16 (nl_amx_f32_to_bf16's
- * rounding: cpu/amx.h) */
+/* 16 floats to BF16 words as nl_amx_f32_to_bf16 (cpu/amx.h) rounds, in integer steps (this row
+ * also runs on AVX-512 CPUs without AVX512_BF16, the tile attention on the emulator): denormals
+ * to ±0, NaN quieted, else round to nearest even */
+static inline __m256i bf16_words_int(__m512 t) {
+    const __m512i u = _mm512_castps_si512(t), hi = _mm512_srli_epi32(u, 16);
+    const __mmask16 zero = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    const __mmask16 nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(64)));
+    r = _mm512_mask_mov_epi32(r, zero, _mm512_and_si512(hi, _mm512_set1_epi32(0x8000)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+/* att_exp_sum's blocks and sums; the exps to BF16 words in integer steps (nl_amx_f32_to_bf16's
+ * rounding, VCVTNEPS2BF16's bits, on every AVX-512 CPU: test_nn checks them on any machine) */
 #define NL_VEC_OWN_att_exp_bf16
 static float att_exp_bf16_avx512(uint16_t *pa, const float *sr, int nv, int np, float c, float m) {
     const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
@@ -99,13 +114,13 @@ static float att_exp_bf16_avx512(uint16_t *pa, const float *sr, int nv, int np, 
     int j = 0;
     for (; j + 16 <= nv; j += 16) {
         const __m512 t = fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + j), vc), vm));
-        _mm256_storeu_si256((__m256i *)(void *)(pa + j), (__m256i)_mm512_cvtneps_pbh(t));
+        _mm256_storeu_si256((__m256i *)(void *)(pa + j), bf16_words_int(t));
         acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
         acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
     }
     if (j + 8 <= nv) {
         const __m512 t = fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, sr + j), vc), vm));
-        _mm_storeu_si128((__m128i *)(void *)(pa + j), _mm256_castsi256_si128((__m256i)_mm512_cvtneps_pbh(t)));
+        _mm_storeu_si128((__m128i *)(void *)(pa + j), _mm256_castsi256_si128(bf16_words_int(t)));
         acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
         j += 8;
     }
