@@ -1146,8 +1146,19 @@ static void test_memory(const char *model_q8) {
             /* with --batch-tokens where the packed step is over too */
             o.max_ctx = (int)ctx;
             if (bt >= 1) o.batch_tokens = (int)bt;
-            CHECKF(train(&o, &r) == 0 && r.steps_done == 1,
-                   "limit %g: the suggested --ctx %g (--batch-tokens %g) does not run", lim, ctx, bt);
+            int ok = train(&o, &r) == 0 && r.steps_done == 1;
+            if (!ok && getenv("QEMU_CPU")) {
+                /* under qemu-user the measured RSS (the preflight's "held") is the emulator's and
+                 * grows as new code is first translated (tests/test_mem_limit.c: up to 6 MiB);
+                 * the second suggestion, made with that grown term, must run */
+                snprintf(msg, sizeof msg, "%s", nl_last_error());
+                const double c2 = suggested(msg, "--ctx"), b2 = suggested(msg, "--batch-tokens");
+                printf("limit %g (qemu): --ctx %g refused (%s); then --ctx %g\n", lim, ctx, msg, c2);
+                if (c2 >= 2) o.max_ctx = (int)c2;
+                if (b2 >= 1) o.batch_tokens = (int)b2;
+                ok = c2 >= 2 && train(&o, &r) == 0 && r.steps_done == 1;
+            }
+            CHECKF(ok, "limit %g: the suggested --ctx %g (--batch-tokens %g) does not run", lim, ctx, bt);
         }
     }
     CHECKF(refused >= 3, "only %d limits were refused", refused);
