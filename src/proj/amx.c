@@ -52,6 +52,11 @@ static int64_t up32(int64_t v) { return (v + 31) / 32 * 32; }
 /* A row stride of n (a multiple of 32) elements plus one cache line: the 16 rows of a tile load
  * then fall in 16 different L1 sets (a multiple of 2 KiB would put them in 2 and evict) */
 static int64_t pad_ld(int64_t n) { return n + 32; }
+
+/* the packed activations' row stride: FWD split keeps Kp (its VNNI-pair layout), else pad_ld */
+static int64_t x_ld(nl_dir dir, int split, int64_t Kp, int64_t Np) {
+    return dir == NL_FWD ? (split ? Kp : pad_ld(Kp)) : pad_ld(Np);
+}
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 static float bf16_val(uint16_t h) {
@@ -472,7 +477,7 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
                           uint64_t *per_thread) {
     const uint64_t Kp = (uint64_t)up32(K), Np = (uint64_t)up32(N), Tp = (uint64_t)up32(T);
     /* the packed activations (nl_amx_run) and a thread's scratch (scratch_for), as sized there */
-    const uint64_t ldx = dir == NL_FWD ? (split ? Kp : (uint64_t)pad_ld((int64_t)Kp)) : (uint64_t)pad_ld((int64_t)Np);
+    const uint64_t ldx = (uint64_t)x_ld(dir, split, (int64_t)Kp, (int64_t)Np);
     *shared = (Tp * ldx * 2 * (split ? 2 : 1) + 63) / 64 * 64;
     uint64_t need;
     if (dir == NL_FWD) {
@@ -502,7 +507,7 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     j.gp = bwd_group(j.Tp);
     j.gf = 1;
     /* the activations: FWD Tp × Kp (split) or Tp × ldx, BWD Tp × ldx BF16, per plane */
-    j.ldx = dir == NL_FWD ? (split ? j.Kp : pad_ld(j.Kp)) : pad_ld(j.Np);
+    j.ldx = x_ld(dir, split, j.Kp, j.Np);
     const size_t plane = (size_t)j.Tp * (size_t)j.ldx;
     if (dir == NL_FWD && !split) j.gf = fwd_group(j.Kp, j.Tp, j.ldx);
     void *xm = a->xmem;
