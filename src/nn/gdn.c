@@ -11,13 +11,17 @@
  *   (so the shared q̂/k̂ gradients are summed in a fixed order), then the L2/SiLU backward of
  *   the chunk's q/k rows.
  * - dmixed doubles as the buffer for d(conv output): the conv backward is done in place,
- *   ascending in time (row s of the result needs rows s..s+K-1 of the input only). */
+ *   ascending in time (row s of the result needs rows s..s+K-1 of the input only).
+ * - Every entry point and every pool task runs with denormals flushed (cpu/fpmode.h): the
+ *   running decay products pass through the denormal range on their way to 0, which on Intel
+ *   cores costs a microcode assist per operation (it tripled the node's time on a Xeon). */
 #include "nn/gdn.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/fpmode.h"
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "util/pool.h"
@@ -350,9 +354,24 @@ static int n_tasks_for(nl_pool *pool, int n) {
     return k < n ? k : n;
 }
 
-/* Runs fn over n_tasks tasks, on the pool when there are several. */
+/* A pool task under the node's FP mode (each pool thread has its own; set and put back). */
+typedef struct {
+    void (*fn)(void *, int, int);
+    void *job;
+} flushed_job;
+
+static void flushed_task(void *arg, int task, int n_tasks) {
+    const flushed_job *F = arg;
+    nl_fpmode m = nl_fpmode_flush();
+    F->fn(F->job, task, n_tasks);
+    nl_fpmode_restore(m);
+}
+
+/* Runs fn over n_tasks tasks, on the pool when there are several (the calling thread's mode is
+ * already the node's: the entry points set it). */
 static void run_tasks(nl_pool *pool, int n_tasks, void (*fn)(void *, int, int), void *job) {
-    if (n_tasks > 1) nl_pool_run(pool, n_tasks, fn, job);
+    flushed_job F = {fn, job};
+    if (n_tasks > 1) nl_pool_run(pool, n_tasks, flushed_task, &F);
     else fn(job, 0, 1);
 }
 
@@ -504,8 +523,9 @@ static int forward_core(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, cons
     return 0;
 }
 
-int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
-                   const float *mixed, const float *z, const float *b, const float *a, int T, nl_gdn_state *state) {
+static int gdn_forward_run(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                           const float *mixed, const float *z, const float *b, const float *a, int T,
+                           nl_gdn_state *state) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
     if (T < 0) return nl_err("gdn: negative token count %d", T);
     if (T == 0) return 0;
@@ -543,6 +563,14 @@ int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_
     if (state && K > 1) conv_state_update(state->conv, mixed, T, cd, K);
     tmp_put(ws, m, buf);
     return 0;
+}
+
+int nl_gdn_forward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                   const float *mixed, const float *z, const float *b, const float *a, int T, nl_gdn_state *state) {
+    nl_fpmode m = nl_fpmode_flush();
+    int rc = gdn_forward_run(pool, ws, s, w, y, mixed, z, b, a, T, state);
+    nl_fpmode_restore(m);
+    return rc;
 }
 
 /* ---- training ---- */
@@ -640,9 +668,9 @@ static int same_shape(const nl_gdn_shape *a, const nl_gdn_shape *b) {
            (a->kv_tiled != 0) == (b->kv_tiled != 0);
 }
 
-int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
-                         const float *mixed, const float *z, const float *b, const float *a, int T,
-                         nl_gdn_cache *cache) {
+static int gdn_forward_train_run(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                                 const float *mixed, const float *z, const float *b, const float *a, int T,
+                                 nl_gdn_cache *cache) {
     if (check_shape(s) || check_weights(w, 1)) return -1;
     if (!cache) return nl_err("gdn: NULL cache");
     if (!same_shape(s, &cache->shape)) return nl_err("gdn: cache was made for another shape");
@@ -674,6 +702,15 @@ int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, con
     int rc = forward_core(pool, ws, s, w, y, cache->cpre, xs, cache->z, cache->beta, cache->g, T, NULL, cache->ck);
     if (rc == 0) cache->T = T;
     tmp_put(ws, m, buf);
+    return rc;
+}
+
+int nl_gdn_forward_train(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w, float *y,
+                         const float *mixed, const float *z, const float *b, const float *a, int T,
+                         nl_gdn_cache *cache) {
+    nl_fpmode m = nl_fpmode_flush();
+    int rc = gdn_forward_train_run(pool, ws, s, w, y, mixed, z, b, a, T, cache);
+    nl_fpmode_restore(m);
     return rc;
 }
 
@@ -1104,8 +1141,9 @@ static void bwd_conv_task(void *arg, int task, int n_tasks) {
     }
 }
 
-int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w,
-                    const nl_gdn_cache *cache, const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
+static int gdn_backward_run(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w,
+                            const nl_gdn_cache *cache, const float *dy, int T, float *dmixed, float *dz, float *db,
+                            float *da) {
     if (check_shape(s) || check_weights(w, 0)) return -1;
     if (!cache) return nl_err("gdn: NULL cache");
     if (!same_shape(s, &cache->shape)) return nl_err("gdn: cache was made for another shape");
@@ -1136,4 +1174,12 @@ int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl
     run_tasks(pool, nc, bwd_conv_task, &J);
     tmp_put(ws, m, scratch);
     return 0;
+}
+
+int nl_gdn_backward(nl_pool *pool, nl_arena *ws, const nl_gdn_shape *s, const nl_gdn_weights *w,
+                    const nl_gdn_cache *cache, const float *dy, int T, float *dmixed, float *dz, float *db, float *da) {
+    nl_fpmode m = nl_fpmode_flush();
+    int rc = gdn_backward_run(pool, ws, s, w, cache, dy, T, dmixed, dz, db, da);
+    nl_fpmode_restore(m);
+    return rc;
 }
