@@ -7,6 +7,7 @@
  *   streaming:          exactly equal (same per-token arithmetic in every split)
  *   backward:           |g - g_fd| <= 1e-4 * max(1, max|g_fd| of that input) + 1e-4 * |g_fd|
  *                       (central differences on the double reference, h = 1e-5) */
+#include "cpu/fpmode.h"
 #include "cpu/kernels.h"
 #include "cpu/vecmath.h"
 #include "nn/gdn.h"
@@ -905,6 +906,61 @@ static void test_threads_same_bits(void) {
     nl_pool_free(pools[2]);
 }
 
+/* The node's FP mode (cpu/fpmode.h): under it a denormal reads as zero; after the node's entry
+ * points (pool tasks included, on a pool of 2 with gates whose decays underflow) every thread
+ * has its own mode back: denormals kept, as IEEE says and as the caller had it. */
+static volatile float fp_tiny = 1e-39f; /* an FP32 denormal (FLT_MIN is 1.18e-38) */
+
+static int denormals_kept(void) { return fp_tiny * 1.0f != 0.0f; }
+
+static void pool_probe(void *arg, int task, int n_tasks) {
+    (void)n_tasks;
+    ((int *)arg)[task] = denormals_kept();
+}
+
+static void test_fpmode(void) {
+    CHECK(denormals_kept());
+#if defined(__x86_64__) || defined(__aarch64__)
+    nl_fpmode m = nl_fpmode_flush();
+    CHECKF(!denormals_kept(), "nl_fpmode_flush: a denormal still reads as %g", (double)(fp_tiny * 1.0f));
+    nl_fpmode_restore(m);
+#endif
+    CHECK(denormals_kept());
+    nl_pool *pool = nl_pool_new(2);
+    CHECK(pool != NULL);
+    if (!pool) return;
+    int T = 37;
+    fix F;
+    fix_init(&F, 2, 4, 5, 3, 4, 1, T);
+    gate_mode = 1;
+    set_gates(&F);
+    gate_mode = 0;
+    size_t ny = (size_t)T * 4 * 3;
+    float *y = malloc(sizeof(float) * ny), *dy = malloc(sizeof(float) * ny), *gz = malloc(sizeof(float) * ny);
+    float *gm = malloc(sizeof(float) * (size_t)T * F.cd), *gb = malloc(sizeof(float) * (size_t)T * 4);
+    float *ga = malloc(sizeof(float) * (size_t)T * 4);
+    for (size_t i = 0; i < ny; i++) dy[i] = (float)nl_t_rand();
+    nl_gdn_weights w = fw(&F);
+    nl_gdn_cache *c = nl_gdn_cache_new(NULL, &F.s, T);
+    CHECK(c && nl_gdn_forward(pool, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, NULL) == 0);
+    CHECK(denormals_kept());
+    CHECK(c && nl_gdn_forward_train(pool, NULL, &F.s, &w, y, F.mixed, F.z, F.b, F.a, T, c) == 0);
+    CHECK(c && nl_gdn_backward(pool, NULL, &F.s, &w, c, dy, T, gm, gz, gb, ga) == 0);
+    CHECKF(denormals_kept(), "the caller's thread left with denormals flushed");
+    int kept[2] = {0, 0};
+    nl_pool_run(pool, 2, pool_probe, kept);
+    CHECKF(kept[0] && kept[1], "a pool thread left with denormals flushed (tasks: %d %d)", kept[0], kept[1]);
+    nl_gdn_cache_free(c);
+    nl_pool_free(pool);
+    free(y);
+    free(dy);
+    free(gz);
+    free(gm);
+    free(gb);
+    free(ga);
+    fix_free(&F);
+}
+
 int main(void) {
     for (int tiled = 0; tiled <= 1; tiled++) {
         test_forward(tiled, 0);
@@ -940,6 +996,7 @@ int main(void) {
     test_threads_same_bits();
     test_cache_size();
     test_errors();
+    test_fpmode();
     test_row_entries(); /* last: its random draws leave the other tests' data as it was */
     return nl_t_done();
 }
