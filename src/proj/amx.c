@@ -16,7 +16,8 @@ typedef struct {
     void *mem;
     size_t cap;
     uint16_t *whi, *wlo; /* FWD: 32 rows × Kp BF16 */
-    uint32_t *wp;        /* FWD (not split): the panel as VNNI pairs, Kp/2 rows × 32 */
+    uint32_t *wp;        /* FWD: the group's panels; not split: VNNI pairs, Kp/2 rows × 32 each; split:
+                          * hi then lo BF16 rows, 32 × pad_ld(Kp) each (fwd_panel_bytes) */
     uint32_t *phi, *plo; /* BWD: BWD_NC/2 rows × gw pairs */
     float *row;          /* FWD: Kp floats; BWD: 2 × gw floats */
     float *acc;          /* BWD: Tp × gw floats of partial sums */
@@ -41,7 +42,7 @@ typedef struct {
     int T, split;
     int64_t K, N, Kp, Np, Tp; /* Kp, Np: K, N rounded up to 32; Tp: T rounded up to 32 */
     int gp;                   /* BWD: 64-column panels per group (bwd_group) */
-    int gf;                   /* FWD, not split: 32-row panels per group (fwd_group) */
+    int gf;                   /* FWD: 32-row panels per group (fwd_group) */
     int64_t ldx;              /* row stride (elements) of the packed activations: pad_ld(Kp or Np), not split FWD */
     uint16_t *xhi, *xlo;
     size_t rb; /* bytes of one row of W */
@@ -111,13 +112,31 @@ static void *grow_aligned(void **mem, size_t *cap, size_t need) {
 
 static size_t al64(size_t b) { return (b + 63) / 64 * 64; }
 
+/* FWD: the panels a thread packs before a pass over X's t-block pairs. X (Tp rows of ldx BF16,
+ * two planes split) fits L2 for most shapes and then one panel at a time; where it does not, as
+ * many panels as keep them within 768 KiB, each pair's rows then read from beyond L2 once per
+ * group */
+static int fwd_group(int64_t Kp, int64_t Tp, int64_t ldx, int split) {
+    const int64_t planes = split ? 2 : 1;
+    if (Tp * ldx * 2 * planes <= 1024 * 1024) return 1;
+    const int64_t g = (768 * 1024) / (Kp * 64 * planes);
+    return g < 1 ? 1 : g > 8 ? 8 : (int)g;
+}
+
+/* FWD: bytes of one panel in the group region: not split Kp/2 × 32 pairs; split the hi and the
+ * lo plane of 32 BF16 rows pad_ld(Kp) apart (a multiple of 2 KiB would put a tile load's 16 rows
+ * in 2 of L1's sets) */
+static size_t fwd_panel_bytes(int split, int64_t Kp) {
+    return split ? 2 * al64((size_t)32 * (size_t)pad_ld(Kp) * 2) : al64((size_t)32 * (size_t)Kp * 2);
+}
+
 /* Lays out a thread's scratch for the job (sizes depend on K, N, T); at least `pack` bytes
  * (the packing phase's rows, from the start of the block). */
 static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
     const size_t cbytes = 1024 * 4;
     size_t need;
     if (dir == NL_FWD) {
-        const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2), wg = wp * (size_t)j->gf;
+        const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2), wg = fwd_panel_bytes(j->split, j->Kp) * (size_t)j->gf;
         const size_t zq = al64((size_t)(j->Kp / 32) * sizeof(nl_block_q8_0));
         need = 2 * wp + wg + al64((size_t)j->Kp * 4) + cbytes + zq;
         if (need < pack) need = pack;
@@ -151,15 +170,6 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
 static int bwd_group(int64_t Tp) {
     const int64_t g = (512 * 1024) / (Tp * BWD_KW * 4);
     return g < 1 ? 1 : g > 4 ? 4 : (int)g;
-}
-
-/* FWD, not split: the panels a thread packs before a pass over X's t-block pairs. X (Tp rows of
- * ldx BF16) fits L2 for most shapes and then one panel at a time; where it does not, as many
- * panels as keep them within 768 KiB, each pair's rows then read from beyond L2 once per group */
-static int fwd_group(int64_t Kp, int64_t Tp, int64_t ldx) {
-    if (Tp * ldx * 2 <= 1024 * 1024) return 1;
-    const int64_t g = (768 * 1024) / (Kp * 64);
-    return g < 1 ? 1 : g > 8 ? 8 : (int)g;
 }
 
 /* ---- phase 1: the activations, once per request (rows split across threads) ---- */
@@ -226,20 +236,20 @@ static void pack_x_bwd(void *arg, int tid, int nth) {
 
 /* ---- phase 2: the products ---- */
 
-/* The 32 rows n0 .. n0+31 of W (zeros past N) dequantized into BF16 tile rows whi (and wlo,
- * split), Kp values each (zeros past K). */
-static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0) {
+/* The 32 rows n0 .. n0+31 of W (zeros past N) dequantized into BF16 tile rows hi (and lo,
+ * split), Kp values each (zeros past K), rows ld elements apart. */
+static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0, uint16_t *whi, uint16_t *wlo, int64_t ld) {
     const int64_t K = j->K, Kp = j->Kp;
     for (int r = 0; r < 32; r++) {
-        uint16_t *hi = s->whi + (size_t)r * (size_t)Kp, *lo = s->wlo + (size_t)r * (size_t)Kp;
+        uint16_t *hi = whi + (size_t)r * (size_t)ld, *lo = j->split ? wlo + (size_t)r * (size_t)ld : NULL;
         if (n0 + r < j->N) {
             nl_host_dequant(j->ks, j->w->type, (const uint8_t *)j->w->data + (size_t)(n0 + r) * j->rb, 0, (int)K,
                             s->row);
             memset(s->row + K, 0, (size_t)(Kp - K) * 4);
-            to_bf16_split(j->ks, s->row, (int)Kp, hi, j->split ? lo : NULL);
+            to_bf16_split(j->ks, s->row, (int)Kp, hi, lo);
         } else {
             memset(hi, 0, (size_t)Kp * 2);
-            if (j->split) memset(lo, 0, (size_t)Kp * 2);
+            if (lo) memset(lo, 0, (size_t)Kp * 2);
         }
     }
 }
@@ -251,46 +261,52 @@ static int fwd_q8(const amx_job *j) {
            nl_cpu_has(NL_CPU_AVX512BF16);
 }
 
-/* FWD, split: thread tid takes 32-row panels of W; each is dequantized once into BF16 tile rows and
- * used against every t-block pair; a finished 2×2 block of Yᵀ tiles goes into Y transposed. */
+/* FWD, split: thread tid takes 32-row panels of W, a group of them at a time (fwd_group); each
+ * is dequantized once into BF16 tile rows (hi and lo, rows pad_ld(Kp) apart) and used against
+ * every t-block pair, the pairs outer so that a pair's Xᵀ meets the whole group while it is in
+ * cache; a finished 2×2 block of Yᵀ tiles goes into Y transposed. Each element is the same sum
+ * whatever the group (its steps ascending, one block). */
 static void task_fwd_split(void *arg, int tid, int nth) {
     amx_job *j = arg;
     amx_scratch *s = &j->a->scr[tid];
-    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
+    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2, lw = pad_ld(Kp);
     const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
+    const size_t pe = fwd_panel_bytes(1, Kp) / 2; /* uint16_t elements per panel (hi + lo) */
+    uint16_t *grp = (uint16_t *)(void *)s->wp;
     if (p0 >= p1) return;
     j->tl->begin();
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t n0 = p * 32;
-        panel_rows(j, s, n0);
-        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
-            nl_amx_block b = {.a = {(const uint8_t *)s->whi, (const uint8_t *)(s->whi + 16 * Kp)},
-                              .b = {(const uint8_t *)((const uint32_t *)(const void *)j->xhi + tb * kp2 * 16),
-                                    (const uint8_t *)((const uint32_t *)(const void *)j->xhi + (tb + 1) * kp2 * 16)},
-                              .lda = Kp * 2,
-                              .ldb = 64,
-                              .astep = 64,
-                              .bstep = 1024,
-                              .steps = (int)(Kp / 32),
-                              .load = 0,
-                              .c = s->c};
-            if (j->split) {
-                b.alo[0] = (const uint8_t *)s->wlo;
-                b.alo[1] = (const uint8_t *)(s->wlo + 16 * Kp);
-                b.blo[0] = (const uint8_t *)((const uint32_t *)(const void *)j->xlo + tb * kp2 * 16);
-                b.blo[1] = (const uint8_t *)((const uint32_t *)(const void *)j->xlo + (tb + 1) * kp2 * 16);
+    for (int64_t pg = p0; pg < p1; pg += j->gf) {
+        const int ng = (int)min64(j->gf, p1 - pg);
+        for (int g = 0; g < ng; g++) panel_rows(j, s, (pg + g) * 32, grp + g * pe, grp + g * pe + pe / 2, lw);
+        for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
+            for (int g = 0; g < ng; g++) {
+                const int64_t n0 = (pg + g) * 32;
+                const uint16_t *hi = grp + g * pe, *lo = hi + pe / 2;
+                nl_amx_block b = {
+                    .a = {(const uint8_t *)hi, (const uint8_t *)(hi + 16 * lw)},
+                    .b = {(const uint8_t *)((const uint32_t *)(const void *)j->xhi + tb * kp2 * 16),
+                          (const uint8_t *)((const uint32_t *)(const void *)j->xhi + (tb + 1) * kp2 * 16)},
+                    .alo = {(const uint8_t *)lo, (const uint8_t *)(lo + 16 * lw)},
+                    .blo = {(const uint8_t *)((const uint32_t *)(const void *)j->xlo + tb * kp2 * 16),
+                            (const uint8_t *)((const uint32_t *)(const void *)j->xlo + (tb + 1) * kp2 * 16)},
+                    .lda = lw * 2,
+                    .ldb = 64,
+                    .astep = 64,
+                    .bstep = 1024,
+                    .steps = (int)(Kp / 32),
+                    .load = 0,
+                    .c = s->c};
+                j->tl->block(&b);
+                /* tile (i, jj) holds Yᵀ[n0 + 16i + r][t = 16(tb + jj) + col] */
+                for (int jj = 0; jj < 2; jj++)
+                    for (int col = 0; col < 16; col++) {
+                        const int64_t t = (tb + jj) * 16 + col;
+                        if (t >= j->T) break;
+                        float *yr = j->y + t * N + n0;
+                        const int nr = (int)min64(32, N - n0);
+                        for (int r = 0; r < nr; r++) yr[r] = s->c[(2 * (r / 16) + jj) * 256 + (r % 16) * 16 + col];
+                    }
             }
-            j->tl->block(&b);
-            /* tile (i, jj) holds Yᵀ[n0 + 16i + r][t = 16(tb + jj) + col] */
-            for (int jj = 0; jj < 2; jj++)
-                for (int col = 0; col < 16; col++) {
-                    const int64_t t = (tb + jj) * 16 + col;
-                    if (t >= j->T) break;
-                    float *yr = j->y + t * N + n0;
-                    const int nr = (int)min64(32, N - n0);
-                    for (int r = 0; r < nr; r++) yr[r] = s->c[(2 * (r / 16) + jj) * 256 + (r % 16) * 16 + col];
-                }
-        }
     }
     j->tl->end();
 }
@@ -313,7 +329,7 @@ static void fwd_panel(amx_job *j, amx_scratch *s, int q8, int64_t n0, uint32_t *
         }
         return;
     }
-    panel_rows(j, s, n0);
+    panel_rows(j, s, n0, s->whi, s->wlo, Kp);
     nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, wp, 32, 32, (int)kp2);
 }
 
@@ -481,9 +497,9 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
     *shared = (Tp * ldx * 2 * (split ? 2 : 1) + 63) / 64 * 64;
     uint64_t need;
     if (dir == NL_FWD) {
-        const uint64_t gf = split ? 1 : (uint64_t)fwd_group((int64_t)Kp, (int64_t)Tp, (int64_t)ldx);
-        need = (2 + gf) * al64((size_t)(32 * Kp * 2)) + al64((size_t)(Kp * 4)) + 1024 * 4 +
-               al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
+        const uint64_t gf = (uint64_t)fwd_group((int64_t)Kp, (int64_t)Tp, (int64_t)ldx, split);
+        need = 2 * al64((size_t)(32 * Kp * 2)) + gf * fwd_panel_bytes(split, (int64_t)Kp) + al64((size_t)(Kp * 4)) +
+               1024 * 4 + al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
         if (need < Kp * 8) need = Kp * 8;
     } else {
         const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp) * BWD_KW;
@@ -509,7 +525,7 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     /* the activations: FWD Tp × Kp (split) or Tp × ldx, BWD Tp × ldx BF16, per plane */
     j.ldx = x_ld(dir, split, j.Kp, j.Np);
     const size_t plane = (size_t)j.Tp * (size_t)j.ldx;
-    if (dir == NL_FWD && !split) j.gf = fwd_group(j.Kp, j.Tp, j.ldx);
+    if (dir == NL_FWD) j.gf = fwd_group(j.Kp, j.Tp, j.ldx, split);
     void *xm = a->xmem;
     if (!grow_aligned(&xm, &a->xcap, plane * 2 * (split ? 2 : 1))) {
         a->xmem = NULL;
