@@ -629,9 +629,57 @@ static void test_cli(void) {
     CHECK(sh(cmd) == 0);
 }
 
+/* The kernel sets' to_bf16_lo (the split form's lo plane) against its scalar rule on random bit
+ * patterns (NaNs, infinities, denormals, ties among them), with hi = bf16(src) and with any hi,
+ * an odd n (the tail). */
+static uint32_t lo_bits(void) {
+    static uint64_t st = 0x9e3779b97f4a7c15ull;
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return (uint32_t)(st >> 16);
+}
+
+static void test_bf16_lo(void) {
+    const nl_host_kernels *sets[] = {&nl_host_kernels_scalar, simd_set()};
+    enum { N = 4099 };
+    float *src = malloc(sizeof(float) * N);
+    uint16_t *hi = malloc(2 * N), *lo = malloc(2 * N);
+    int tested = 0;
+    for (size_t k = 0; k < sizeof sets / sizeof *sets; k++) {
+        if (!sets[k]->to_bf16_lo) continue;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < N; i++) {
+                uint32_t u = lo_bits();
+                if (i % 7 == 0) u &= 0x807fffffu;                 /* a denormal (or zero) */
+                if (i % 11 == 0) u = (u & 0xffff0000u) | 0x8000u; /* a tie, hi = bf16(src) below */
+                if (i % 13 == 0) u |= 0x7f800000u;                /* an infinity or a NaN */
+                memcpy(&src[i], &u, 4);
+                hi[i] = pass ? (uint16_t)lo_bits() : (uint16_t)(u >> 16); /* truncated: the rest is a tie or not */
+            }
+            sets[k]->to_bf16_lo(src, hi, N, lo);
+            int bad = 0;
+            for (int i = 0; i < N; i++) {
+                const uint32_t b = (uint32_t)hi[i] << 16;
+                float f;
+                memcpy(&f, &b, 4);
+                bad += lo[i] != nl_host_f32_to_bf16(src[i] - f);
+            }
+            CHECKF(bad == 0, "%s to_bf16_lo pass %d: %d of %d values differ from the scalar rule", sets[k]->name, pass,
+                   bad, N);
+            tested++;
+        }
+    }
+    if (!tested) printf("to_bf16_lo: no kernel set here has it\n");
+    free(src);
+    free(hi);
+    free(lo);
+}
+
 int main(void) {
     test_config();
     test_tile_op();
+    test_bf16_lo();
     test_kernels(&nl_amx_tiles_emu_chain, 1); /* bit for bit against the chain model */
     test_denormal_inputs();
     /* what the tests check on the real instructions holds on the hardware's reading too */

@@ -141,6 +141,10 @@ typedef struct nl_host_kernels {
     void (*pairs_to_bf16)(const float *r0, const float *r1, int n, uint32_t *dst);
     /* dst[i] = BF16 of src[i], round to nearest even, i < n (bf16 sets only). */
     void (*to_bf16)(const float *src, int n, uint16_t *dst);
+    /* Optional (NULL = the scalar loop): the split form's second plane (proj/amx.c), lo[i] =
+     * nl_host_f32_to_bf16(src[i] − hi[i] as FP32), the difference an FP32 subtraction, i < n
+     * (any n); no BF16 instruction needed. */
+    void (*to_bf16_lo)(const float *src, const uint16_t *hi, int n, uint16_t *lo);
     /* Optional (NULL = to_bf16 into a tile, then transpose32): the FWD panel's pairs of 16 rows of
      * W straight from their FP32 decode, rows[r·ldr + p] for r < 16, p < kc (a multiple of 32):
      * dst[(p/2)·ldd + r] = BF16(row r, p) | BF16(row r, p + 1) << 16, round to nearest even. */

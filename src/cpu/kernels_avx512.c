@@ -315,6 +315,29 @@ static void z_to_bf16(const float *src, int n, uint16_t *dst) {
     for (; i < n; i++) dst[i] = nl_host_f32_to_bf16(src[i]);
 }
 
+/* lo[i] = nl_host_f32_to_bf16(src[i] − hi[i]) in integer steps (round to nearest even on the
+ * bits, a NaN quieted, denormals kept: that function's rule, not VCVTNEPS2BF16's) */
+static void z_to_bf16_lo(const float *src, const uint16_t *hi, int n, uint16_t *lo) {
+    const __m512i exp_inf = _mm512_set1_epi32(0x7f800000), abs_m = _mm512_set1_epi32(0x7fffffff);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(64);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i h = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(hi + i))), 16);
+        const __m512i u = _mm512_castps_si512(_mm512_sub_ps(_mm512_loadu_ps(src + i), _mm512_castsi512_ps(h)));
+        __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, half), _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+        r = _mm512_srli_epi32(r, 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_m), exp_inf);
+        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+        _mm256_storeu_si256((__m256i *)(lo + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < n; i++) {
+        const uint32_t b = (uint32_t)hi[i] << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        lo[i] = nl_host_f32_to_bf16(src[i] - f);
+    }
+}
+
 /* The bf16 register tile: mr rows × nv vectors of 16 columns (mr·nv <= 24 accumulators), both
  * constant after inlining. Each accumulator is one chain of vdpbf16ps over p2 in increasing
  * order from zero, whatever the tile's shape, so the shapes give the same bits; a panel with
@@ -478,6 +501,7 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gemm_f32 = z_gemm_f32,
     .gemm_bf16 = z_gemm_bf16,
     .to_bf16 = z_to_bf16,
+    .to_bf16_lo = z_to_bf16_lo,
     .transpose32 = z_transpose32,
     .pairs_to_bf16 = z_pairs_to_bf16,
     .fwd_pairs_f32 = z_fwd_pairs_f32,

@@ -9,8 +9,12 @@
 #include "proj/host.h"
 #include "util/util.h"
 
-#define BWD_KW 64   /* BWD output columns k per panel (4 tiles) */
-#define BWD_NC 1024 /* BWD reduction rows n per packed chunk of W pairs */
+#define BWD_KW 64 /* BWD output columns k per panel (4 tiles) */
+/* BWD reduction rows n per packed chunk of W pairs: a 32-column pair's chunk is then 16 KiB,
+ * in L1 while dY's rows go by (bench proj on the Xeon: 256 over 128, 512 and 1024) */
+#define BWD_NC 256
+/* BWD: uint32 pairs of one 32-column tile pair's chunk (BWD_NC/2 rows × 32, 16 KiB) */
+#define BWD_KPS ((int64_t)BWD_NC / 2 * 32)
 
 typedef struct {
     void *mem;
@@ -18,7 +22,7 @@ typedef struct {
     uint16_t *whi, *wlo; /* FWD: 32 rows × Kp BF16 */
     uint32_t *wp;        /* FWD: the group's panels; not split: VNNI pairs, Kp/2 rows × 32 each; split:
                           * hi then lo BF16 rows, 32 × pad_ld(Kp) each (fwd_panel_bytes) */
-    uint32_t *phi, *plo; /* BWD: BWD_NC/2 rows × gw pairs */
+    uint32_t *phi, *plo; /* BWD: per 32 columns kp, BWD_NC/2 rows × 32 pairs (BWD_KPS), gw/32 of them */
     float *row;          /* FWD: Kp floats; BWD: 2 × gw floats */
     float *acc;          /* BWD: Tp × gw floats of partial sums */
     float *c;            /* 1024 floats: one 2×2 block of tiles */
@@ -77,7 +81,8 @@ static void to_bf16_split(const nl_host_kernels *ks, const float *src, int n, ui
         ks->to_bf16(src, i, hi);
     }
     for (; i < n; i++) hi[i] = nl_amx_f32_to_bf16(src[i]);
-    if (lo)
+    if (lo && ks->to_bf16_lo) ks->to_bf16_lo(src, hi, n, lo);
+    else if (lo)
         for (int j = 0; j < n; j++) lo[j] = nl_host_f32_to_bf16(src[j] - bf16_val(hi[j]));
 }
 
@@ -419,16 +424,17 @@ static void task_bwd(void *arg, int tid, int nth) {
         for (int64_t n0 = 0; n0 < Np; n0 += BWD_NC) {
             const int nc = (int)min64(BWD_NC, Np - n0);
             for (int i = 0; i < nc && q8; i += 2) {
-                uint32_t *ph = s->phi + (size_t)(i / 2) * (size_t)gw;
+                uint32_t *ph = s->phi + (size_t)(i / 2) * 32;
                 const int64_t n = n0 + i;
                 if (n >= N) {
-                    memset(ph, 0, (size_t)kwp * 4);
+                    for (int kp = 0; kp < nkp; kp++) memset(ph + kp * BWD_KPS, 0, 32 * 4);
                     continue;
                 }
                 const nl_block_q8_0 *b0 = (const nl_block_q8_0 *)(const void *)(W + (size_t)n * j->rb) + k0 / 32;
                 const nl_block_q8_0 *b1 =
                     n + 1 < N ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n + 1) * j->rb) + k0 / 32 : NULL;
-                j->ks->q8_0_pairs_to_bf16(b0, b1, kw / 32, ph);
+                for (int kp = 0; kp < kw / 32; kp++)
+                    j->ks->q8_0_pairs_to_bf16(b0 + kp, b1 ? b1 + kp : NULL, 1, ph + kp * BWD_KPS);
             }
             for (int i = 0; i < nc && !q8; i += 2) {
                 float *rr[2] = {r0, r1};
@@ -440,22 +446,30 @@ static void task_bwd(void *arg, int tid, int nth) {
                 }
                 to_bf16_split(j->ks, r0, kwp, h0, j->split ? l0 : NULL);
                 to_bf16_split(j->ks, r1, kwp, h1, j->split ? l1 : NULL);
-                uint32_t *ph = s->phi + (size_t)(i / 2) * (size_t)gw, *pl = s->plo + (size_t)(i / 2) * (size_t)gw;
-                for (int c = 0; c < kwp; c++) ph[c] = (uint32_t)h0[c] | (uint32_t)h1[c] << 16;
-                if (j->split)
-                    for (int c = 0; c < kwp; c++) pl[c] = (uint32_t)l0[c] | (uint32_t)l1[c] << 16;
+                uint32_t *ph = s->phi + (size_t)(i / 2) * 32, *pl = s->plo + (size_t)(i / 2) * 32;
+                for (int kp = 0; kp < nkp; kp++) {
+                    uint32_t *d = ph + kp * BWD_KPS;
+                    const uint16_t *a = h0 + 32 * kp, *b = h1 + 32 * kp;
+                    for (int c = 0; c < 32; c++) d[c] = (uint32_t)a[c] | (uint32_t)b[c] << 16;
+                }
+                for (int kp = 0; kp < nkp && j->split; kp++) {
+                    uint32_t *d = pl + kp * BWD_KPS;
+                    const uint16_t *a = l0 + 32 * kp, *b = l1 + 32 * kp;
+                    for (int c = 0; c < 32; c++) d[c] = (uint32_t)a[c] | (uint32_t)b[c] << 16;
+                }
             }
-            /* kp outer: a kp's pairs (BWD_NC/2 rows × 32, 16 KiB) stay in L1 while dY's rows go by */
+            /* kp outer: a kp's pairs (BWD_NC/2 rows × 32, contiguous, 16 KiB) stay in L1 while dY's
+             * rows go by */
             for (int kp = 0; kp < nkp; kp++)
                 for (int64_t tb = 0; tb < j->Tp / 16; tb += 2) {
                     const uint16_t *xa = j->xhi + tb * 16 * j->ldx + n0;
                     nl_amx_block b = {
                         .a = {(const uint8_t *)xa, (const uint8_t *)(xa + 16 * j->ldx)},
-                        .b = {(const uint8_t *)(s->phi + 32 * kp), (const uint8_t *)(s->phi + 32 * kp + 16)},
+                        .b = {(const uint8_t *)(s->phi + BWD_KPS * kp), (const uint8_t *)(s->phi + BWD_KPS * kp + 16)},
                         .lda = j->ldx * 2,
-                        .ldb = (int64_t)gw * 4,
+                        .ldb = 32 * 4,
                         .astep = 64,
-                        .bstep = 16 * (int64_t)gw * 4,
+                        .bstep = 16 * 32 * 4,
                         .steps = nc / 32,
                         .load = n0 > 0,
                         .c = s->acc + ((tb / 2) * nkp + kp) * 1024};
@@ -463,8 +477,8 @@ static void task_bwd(void *arg, int tid, int nth) {
                         const uint16_t *xl = j->xlo + tb * 16 * j->ldx + n0;
                         b.alo[0] = (const uint8_t *)xl;
                         b.alo[1] = (const uint8_t *)(xl + 16 * j->ldx);
-                        b.blo[0] = (const uint8_t *)(s->plo + 32 * kp);
-                        b.blo[1] = (const uint8_t *)(s->plo + 32 * kp + 16);
+                        b.blo[0] = (const uint8_t *)(s->plo + BWD_KPS * kp);
+                        b.blo[1] = (const uint8_t *)(s->plo + BWD_KPS * kp + 16);
                     }
                     j->tl->block(&b);
                 }
