@@ -302,6 +302,26 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
         CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0, "split backward dA T=%d p=%g v=%d", T, p, v);
         CHECKF(memcmp(dB, dB2, sizeof(float) * nb) == 0, "split backward dB T=%d p=%g v=%d", T, p, v);
     }
+    /* by lines (the tiles): du rows, then dx's and dA's columns with dB's rows, uneven splits,
+     * every dx mode (NL_LORA_ADD too): the bits of the call above */
+    CHECK(nl_lora_bwd_by_lines(&L) == (g_tiles != NULL));
+    for (int v = 0; g_tiles && v < 8; v++) { /* bit 0: u given, bits 1-2: no dx, dx 0, 1, NL_LORA_ADD */
+        nl_t_fill(dx, nx, 1.0), nl_t_fill(dA, na, 1.0), nl_t_fill(dB, nb, 1.0);
+        memcpy(dx2, dx, sizeof(float) * nx), memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
+        const float *uu = v & 1 ? u : NULL;
+        const int dm = v >> 1, dacc = dm == 3 ? NL_LORA_ADD : dm == 2;
+        float *d1 = dm ? dx : NULL, *d2 = dm ? dx2 : NULL;
+        CHECK(nl_lora_backward_to(&L, A, B, d1, dacc, dA, dB, dy, x, uu, T, tok0) == 0);
+        const int cut[] = {T, 2 * T / 3, 2, 0};
+        for (int i = 0; i < 3; i++)
+            CHECK(nl_lora_backward_du(&L, A, B, dy, x, uu, T, tok0, NULL, scr, cut[i + 1], cut[i]) == 0);
+        const int J = K + N, jc[] = {0, K / 3 | 1, K + 1, J}; /* an odd first column: the mask's high half */
+        for (int i = 2; i >= 0; i--)
+            CHECK(nl_lora_backward_lines(&L, A, d2, dacc, dA2, dB2, dy, x, T, tok0, NULL, scr, jc[i], jc[i + 1]) == 0);
+        CHECKF(memcmp(dx, dx2, sizeof(float) * nx) == 0, "by lines dx T=%d K=%d p=%g v=%d", T, K, p, v);
+        CHECKF(memcmp(dA, dA2, sizeof(float) * na) == 0, "by lines dA T=%d K=%d p=%g v=%d", T, K, p, v);
+        CHECKF(memcmp(dB, dB2, sizeof(float) * nb) == 0, "by lines dB T=%d K=%d p=%g v=%d", T, K, p, v);
+    }
     /* gathered rows: 3 rows of the T, keyed by their token indices */
     const int rows[3] = {1, T / 2, T - 1};
     int64_t toks[3];
@@ -321,12 +341,22 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
     for (int i = 0; i < 3; i++) memcpy(dyz + (int64_t)rows[i] * N, dyg + (int64_t)i * N, sizeof(float) * N);
     nl_t_fill(dA, na, 1.0), nl_t_fill(dB, nb, 1.0);
     memcpy(dA2, dA, sizeof(float) * na), memcpy(dB2, dB, sizeof(float) * nb);
+    float *dxl = malloc(sizeof(float) * 3 * K), *dAl = malloc(sizeof(float) * na), *dBl = malloc(sizeof(float) * nb);
+    memcpy(dAl, dA, sizeof(float) * na), memcpy(dBl, dB, sizeof(float) * nb);
     CHECK(nl_lora_backward_to(&L, A, B, dx, 0, dA, dB, dyz, x, NULL, T, tok0) == 0);
     CHECK(nl_lora_backward_rows(&L, A, B, dxg, 0, dyg, xg, NULL, 3, 0, toks, scr, 0, 3) == 0);
     CHECK(nl_lora_backward_params(&L, dA2, dB2, dyg, xg, 3, scr, 0, K + N) == 0);
     same = 1;
     for (int i = 0; i < 3; i++) same &= memcmp(dxg + (int64_t)i * K, dx + (int64_t)rows[i] * K, sizeof(float) * K) == 0;
     CHECKF(same, "gathered backward dx rows differ (p=%g)", p);
+    if (g_tiles) { /* by lines: the gathered rows' dx, dA, dB those of the rows and params above */
+        CHECK(nl_lora_backward_du(&L, A, B, dyg, xg, NULL, 3, 0, toks, scr, 0, 3) == 0);
+        CHECK(nl_lora_backward_lines(&L, A, dxl, 0, dAl, dBl, dyg, xg, 3, 0, toks, scr, 0, K + N) == 0);
+        CHECKF(memcmp(dxl, dxg, sizeof(float) * 3 * K) == 0 && memcmp(dAl, dA2, sizeof(float) * na) == 0 &&
+                   memcmp(dBl, dB2, sizeof(float) * nb) == 0,
+               "gathered backward by lines differs (p=%g)", p);
+    }
+    free(dxl), free(dAl), free(dBl);
     /* dA, dB sum over the tokens: the full call's zero rows are exact no-ops in one FP32 chain
      * per element, which the tiles mode keeps for these too (on tiles a TDPBF16PS that sums a
      * 32-step in its own order, e.g. the SDM's reading or the real one, would group the 3
@@ -520,6 +550,7 @@ static void test_tiles(const nl_amx_tiles *tl, int exact) {
     check_split(37, 21, 9, 5, 0.5f, 1000);
     check_split(70, 40, 33, 16, 0.0f, 3);
     check_split(70, 300, 280, 24, 0.2f, 64);
+    check_split(40, 600, 70, 16, 0.1f, 5); /* by lines: two strips of a thread's columns */
     g_tiles = NULL;
 }
 

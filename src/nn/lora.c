@@ -13,7 +13,9 @@
  * too: the real TDPBF16PS does not sum a 32-step as a chain (docs/amx.md), so on tiles the
  * rows of a gathered call or of one sequence would group their terms differently from the
  * full or packed call's (whose other rows are zeros) and the gradients would depend on which
- * rows share the call. */
+ * rows share the call. The pool's backward on the tiles goes by lines (nl_lora_backward_du, then
+ * nl_lora_backward_lines): x is read once, for dA and dx's mask together, and x ⊙ m is rebuilt
+ * per strip from the mask's key instead of stored in the scratch and read back. */
 #include "cpu/cpu.h"
 #include "cpu/gemm_bf16.h"
 #include "cpu/kernels.h"
@@ -234,10 +236,11 @@ static size_t bwd_rows_tiles_bytes(const nl_lora *L, int have_u) {
 }
 
 /* Phase 1 on the tiles (the contract of nl_lora_backward_rows); buf: bwd_rows_tiles_bytes(L, u != NULL)
- * bytes (the caller's thread scratch). */
+ * bytes (the caller's thread scratch). keep_xm 0 (nl_lora_backward_du: dx NULL): x ⊙ m is not
+ * stored, and x is read only to recompute u. */
 static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B, float *dx, int dx_accumulate,
                                 const float *dy, const float *x, const float *u, int T, int64_t tok0,
-                                const int64_t *toks, float *scratch, int t0, int t1, uint32_t *buf) {
+                                const int64_t *toks, float *scratch, int t0, int t1, uint32_t *buf, int keep_xm) {
     const int K = L->n_in, N = L->n_out, r = L->rank, Kp = nl_tile_up(K), Np = nl_tile_up(N), rp = nl_tile_up(r);
     const int drop = L->dropout > 0.0f;
     float *du_all = scratch, *su_all = du_all + (size_t)T * r, *xm_all = su_all + (size_t)T * r;
@@ -248,15 +251,17 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
     float *mb = (float *)(buf + n_at + n_bb + n_ba + n_xa + n_sa), *tmp = mb + (drop ? (size_t)TB * K : 0),
           *ub = tmp + (size_t)TB * K;
     if (!u) nl_tile_pack_b(at, rp, A, K, 1, K, r);
-    nl_tile_pack_b(bb, rp, B, r, 0, N, r); /* B[o][i] */
-    nl_tile_pack_b(ba, Kp, A, K, 0, r, K); /* A[i][k] */
+    nl_tile_pack_b(bb, rp, B, r, 0, N, r);         /* B[o][i] */
+    if (dx) nl_tile_pack_b(ba, Kp, A, K, 0, r, K); /* A[i][k] */
     for (int ta = t0; ta < t1; ta += TB) {
         const int nb = t1 - ta < TB ? t1 - ta : TB;
         const float *dyb = dy + (int64_t)ta * N;
         float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
         const float *ur = u ? u + (int64_t)ta * r : ub;
-        if (drop) { /* the mask (dx), x ⊙ m (dA) and, for a recomputed u, its packed operand: one pass */
-            drop_block(L, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1, u ? NULL : xa);
+        if (drop && (keep_xm || !u)) { /* the mask (dx), x ⊙ m (dA) and, for a recomputed u, its packed operand:
+                                          one pass */
+            drop_block(L, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, keep_xm ? xm_all + (int64_t)ta * K : tmp,
+                       keep_xm, u ? NULL : xa);
             if (!u) nl_tile_gemm(L->tiles, ub, r, xa, Kp, at, rp, nb, r, K, 0);
         } else if (!u) {
             tile_u(L, at, x + (int64_t)ta * K, nb, xa, ub);
@@ -514,7 +519,7 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
         if (!buf)
             return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", L->n_in, L->n_out,
                           L->rank);
-        lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1, buf);
+        lora_bwd_rows_tiles(L, A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1, buf, 1);
         return 0;
     }
     if (kb16(L)) return lora_bwd_rows16b(L, kb16(L), A, B, dx, dx_accumulate, dy, x, u, T, tok0, toks, scratch, t0, t1);
@@ -540,6 +545,146 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
         for (int i = 0; i < nb * r; i++) du[i] *= L->scale;
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         if (dx) dx_rows(L, A, du, nb, dx + (int64_t)ta * K, dx_accumulate, drop ? mb : NULL, tmp);
+    }
+    return 0;
+}
+
+/* ---- the backward by lines (the tiles) ---- */
+
+int nl_lora_bwd_by_lines(const nl_lora *L) { return L->tiles != NULL; }
+
+int nl_lora_backward_du(const nl_lora *L, const float *A, const float *B, const float *dy, const float *x,
+                        const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0, int t1) {
+    if (check(L, "backward")) return -1;
+    if (!nl_lora_bwd_by_lines(L)) return nl_err("lora backward: by lines only on the tiles");
+    if (t0 < 0 || t1 < t0 || t1 > T) return nl_err("lora backward: bad row range [%d, %d) of %d", t0, t1, T);
+    uint32_t *buf = nl_thread_scratch(bwd_rows_tiles_bytes(L, u != NULL));
+    if (!buf)
+        return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", L->n_in, L->n_out,
+                      L->rank);
+    lora_bwd_rows_tiles(L, A, B, NULL, 0, dy, x, u, T, tok0, toks, scratch, t0, t1, buf, 0);
+    return 0;
+}
+
+#define SW 256 /* columns of x, dx and dA per strip of a token block (nl_lora_backward_lines) */
+
+/* The mask and x ⊙ m of columns [c, c + n) of one token row (key kt, x at the row's column c):
+ * drop_block's values for those columns (value j of the row's key gives elements 2j, 2j + 1; the
+ * kernel row from the even column on, its key advanced by those values' counters). */
+static void drop_strip(const nl_lora *L, uint64_t kt, int c, int n, const float *x, float *mr, float *xm) {
+    int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *) =
+        nl_cpu_kernels()->dropout_apply_row;
+    const uint32_t thr = keep_threshold(L->dropout);
+    const float inv = 1.0f / (1.0f - L->dropout);
+    int i = 0;
+    if (c & 1) { /* the high half of value (c − 1) / 2 */
+        mr[0] = (uint32_t)(nl_rng_u64(kt, (uint64_t)(c >> 1)) >> 32) >= thr ? inv : 0.0f;
+        xm[0] = x[0] * mr[0];
+        i = 1;
+    }
+    if (apply && i < n) /* nl_rng_u64(kt, j0 + j) = nl_rng_u64(kt + j0·γ, j) */
+        i += apply(kt + (uint64_t)((c + i) >> 1) * NL_RNG_GAMMA, n - i, thr, inv, x + i, mr + i, xm + i, NULL);
+    for (; i < n; i++) {
+        const uint64_t v = nl_rng_u64(kt, (uint64_t)((c + i) >> 1));
+        mr[i] = (uint32_t)((c + i) & 1 ? v >> 32 : v) >= thr ? inv : 0.0f;
+        xm[i] = x[i] * mr[i];
+    }
+}
+
+/* dA's columns [c0, c1) and dx's, a block of TB token rows at a time, each block's columns in
+ * strips of SW: x ⊙ m of the strip rebuilt (drop_strip), dx (+)= (du·A) ⊙ m as
+ * lora_bwd_rows_tiles computes it (the tiles give each element the bits of the full rows), dA's
+ * chains over t continued block by block (tn16 / nl_gemm_tn from C: exact). */
+static int bwd_cols_tiles(const nl_lora *L, const float *A, float *dx, int dx_accumulate, float *dA, const float *x,
+                          int T, int64_t tok0, const int64_t *toks, const float *du_all, int c0, int c1) {
+    const int K = L->n_in, r = L->rank, rp = nl_tile_up(r), w = c1 - c0, wp = nl_tile_up(w), sm = wp < SW ? wp : SW;
+    const int drop = L->dropout > 0.0f;
+    const nl_lora_kernels *lk = r == 16 ? nl_cpu_kernels()->lora : NULL;
+    const size_t n_ba = (size_t)rp / 2 * wp, n_sa = (size_t)TB * rp / 2, n_at = lk ? (size_t)w * 16 : 0;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_ba + n_sa) + sizeof(float) * (3 * (size_t)TB * sm + n_at));
+    if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, L->n_out, r);
+    uint32_t *ba = buf;
+    uint16_t *sa = (uint16_t *)(ba + n_ba);
+    float *mb = (float *)(ba + n_ba + n_sa), *xm = mb + (size_t)TB * sm, *tmp = xm + (size_t)TB * sm,
+          *dat = tmp + (size_t)TB * sm;
+    if (dx) nl_tile_pack_b(ba, wp, A + c0, K, 0, r, w); /* B[i][k] = A[i][c0 + k] */
+    /* tn16: dA's columns transposed ([w][16], tn16's trans form) for the whole call, so the
+     * blocks' calls do not transpose a tile in and out each (exact copies either way) */
+    if (lk)
+        for (int i = 0; i < 16; i++)
+            for (int c = 0; c < w; c++) dat[(int64_t)c * 16 + i] = dA[(int64_t)i * K + c0 + c];
+    for (int t0 = 0; t0 < T; t0 += TB) {
+        const int nb = T - t0 < TB ? T - t0 : TB;
+        const float *du = du_all + (int64_t)t0 * r;
+        if (dx) nl_tile_pack_a(sa, rp, du, r, 0, nb, r);
+        for (int s0 = 0; s0 < w; s0 += SW) {
+            const int sw = w - s0 < SW ? w - s0 : SW, cs = c0 + s0;
+            const float *xs = x + (int64_t)t0 * K + cs;
+            int64_t ldq = K;
+            if (drop) {
+                for (int b = 0; b < nb; b++)
+                    drop_strip(L, nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t0 + b)), cs, sw,
+                               xs + (int64_t)b * K, mb + (int64_t)b * sw, xm + (int64_t)b * sw);
+                xs = xm, ldq = sw;
+            }
+            if (dx) {
+                float *dxs = dx + (int64_t)t0 * K + cs;
+                if (!drop && dx_accumulate != NL_LORA_ADD) {
+                    nl_tile_gemm(L->tiles, dxs, K, sa, rp, ba + s0, wp, nb, sw, r, dx_accumulate);
+                } else { /* the term rounded, then masked and/or added (lora_bwd_rows_tiles' bits) */
+                    nl_tile_gemm(L->tiles, tmp, sw, sa, rp, ba + s0, wp, nb, sw, r, 0);
+                    for (int b = 0; b < nb; b++) {
+                        float *d = dxs + (int64_t)b * K;
+                        const float *tb = tmp + (int64_t)b * sw;
+                        if (drop) add_masked(d, tb, mb + (int64_t)b * sw, sw, dx_accumulate != 0);
+                        else add_into(d, tb, sw);
+                    }
+                }
+            }
+            if (lk) lk->tn16(dat + (int64_t)s0 * 16, 16, 1, du, r, xs, ldq, sw, nb);
+            else nl_gemm_tn(dA + cs, K, du, r, xs, ldq, r, sw, nb, 1);
+        }
+    }
+    if (lk)
+        for (int i = 0; i < 16; i++)
+            for (int c = 0; c < w; c++) dA[(int64_t)i * K + c0 + c] = dat[(int64_t)c * 16 + i];
+    return 0;
+}
+
+int nl_lora_backward_lines(const nl_lora *L, const float *A, float *dx, int dx_accumulate, float *dA, float *dB,
+                           const float *dy, const float *x, int T, int64_t tok0, const int64_t *toks,
+                           const float *scratch, int j0, int j1) {
+    if (check(L, "backward")) return -1;
+    if (!nl_lora_bwd_by_lines(L)) return nl_err("lora backward: by lines only on the tiles");
+    const int K = L->n_in, N = L->n_out;
+    const int c0 = j0 < K ? j0 : K, c1 = j1 < K ? j1 : K;
+    if (c1 > c0 && bwd_cols_tiles(L, A, dx, dx_accumulate, dA, x, T, tok0, toks, scratch, c0, c1)) return -1;
+    const int o0 = (j0 > K ? j0 : K) - K, o1 = (j1 < K + N ? j1 : K + N) - K;
+    if (o1 > o0 && L->rank != 16) /* dB's rows: nl_lora_backward_params' */
+        return nl_lora_backward_params(L, dA, dB, dy, x, T, scratch, K + o0, K + o1);
+    if (o1 > o0) { /* the same chains (tn16's, dB as su ⊗ dy) a block of rows at a time, each block's dy
+                      strip copied (rows read in order, not a column walk down T pages) */
+        const int r = L->rank, w = o1 - o0, sm = w < SW ? w : SW;
+        const float *su = scratch + (size_t)T * r;
+        float *buf = nl_thread_scratch(sizeof(float) * (size_t)TB * sm);
+        if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
+        const nl_lora_kernels *lk = nl_cpu_kernels()->lora;
+        for (int t0 = 0; t0 < T; t0 += TB) {
+            const int nb = T - t0 < TB ? T - t0 : TB;
+            for (int s0 = 0; s0 < w; s0 += SW) {
+                const int sw = w - s0 < SW ? w - s0 : SW;
+                const float *q = dy + (int64_t)t0 * N + o0 + s0;
+                int64_t ldq = N;
+                if (lk) {
+                    for (int b = 0; b < nb; b++)
+                        memcpy(buf + (int64_t)b * sw, q + (int64_t)b * N, sizeof(float) * (size_t)sw);
+                    q = buf, ldq = sw;
+                    lk->tn16(dB + (int64_t)(o0 + s0) * r, r, 1, su + (int64_t)t0 * r, r, q, ldq, sw, nb);
+                } else {
+                    nl_gemm_tn(dB + (int64_t)(o0 + s0) * r, r, q, ldq, su + (int64_t)t0 * r, r, sw, r, nb, 1);
+                }
+            }
+        }
     }
     return 0;
 }
@@ -586,7 +731,7 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
             const int nb = T - t0 < TB ? T - t0 : TB;
             lora_bwd_rows_tiles(L, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
                                 x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0, nb,
-                                buf);
+                                buf, 1);
             if (nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N))
                 return -1;
         }
@@ -655,6 +800,8 @@ uint64_t nl_lora_thread_bytes(const nl_lora *L) {
         4 * (Kp / 2 * rp + Np / 2 * rp + rp / 2 * Kp + tb * (Kp > Np ? Kp : Np) / 2 + tb * rp / 2) +
         4 * (nx + tb * K + tb * r + 1) +
         4 * (tb * (2 * r + (L->dropout > 0.0f ? K : 0))); /* tiles BWD (on one thread: a block's phase-1 scratch too) */
+    if (x > b) b = x;
+    x = 4 * (rp / 2 * Kp + tb * rp / 2) + 4 * (3 * tb * (Kp < SW ? Kp : SW) + 16 * K); /* tiles BWD by lines */
     if (x > b) b = x;
     const uint64_t kn = K > N ? K : N;
     x = 4 * (K * r + r * ((kn + 31) / 32 * 32) + nx + 3 * tb * r + 1 +

@@ -115,6 +115,22 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
 int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float *dy, const float *x, int T,
                             const float *scratch, int j0, int j1);
 
+/* The backward by lines, where nl_lora_bwd_by_lines(L) (on the tiles): x read once, in phase 2.
+ *   phase 1, nl_lora_backward_du over token rows [t0, t1) (split by rows): du = s·dy·B and s·u
+ *     (u recomputed when NULL) into the scratch (nl_lora_bwd_scratch_floats); x ⊙ m not stored;
+ *   phase 2, after phase 1 has finished every row, nl_lora_backward_lines over [j0, j1) of the
+ *     n_in + n_out lines: for j < n_in dA's column j and dx's column j (dx may be NULL), x ⊙ m
+ *     rebuilt from the mask's key a block of rows at a time; for j >= n_in dB's row j − n_in.
+ * Together: the bits of nl_lora_backward_rows + nl_lora_backward_params (and so of
+ * nl_lora_backward_to, toks == NULL) for the same arguments, whatever the splits. Elsewhere
+ * both return -1 + nl_err. */
+int nl_lora_bwd_by_lines(const nl_lora *L);
+int nl_lora_backward_du(const nl_lora *L, const float *A, const float *B, const float *dy, const float *x,
+                        const float *u, int T, int64_t tok0, const int64_t *toks, float *scratch, int t0, int t1);
+int nl_lora_backward_lines(const nl_lora *L, const float *A, float *dx, int dx_accumulate, float *dA, float *dB,
+                           const float *dy, const float *x, int T, int64_t tok0, const int64_t *toks,
+                           const float *scratch, int j0, int j1);
+
 /* Inference: y[T][n_out] += s · (x·Aᵀ)·Bᵀ, dropout off whatever L->dropout says. */
 int nl_lora_apply(const nl_lora *L, const float *A, const float *B, float *y, const float *x, int T);
 

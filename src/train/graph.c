@@ -122,7 +122,9 @@ static nl_lora lora_of(const nl_graph *g, int e, int layer, int kind) {
 /* The LoRA branch of one projection as pool tasks (nn/lora.h's split API). Phase 0: FWD rows
  * or BWD rows (dx, du, s·u, x ⊙ m), split by token rows; phase 1 (BWD, after every row of
  * phase 0): dA's columns and dB's rows, split by those lines, each a chain over all tokens. So
- * every output element is computed exactly as one thread computes it. */
+ * every output element is computed exactly as one thread computes it. On the tiles the backward
+ * goes by lines (nn/lora.h: nl_lora_bwd_by_lines): phase 0 du and s·u only, phase 1 dx's columns
+ * with dA's (x read once, x ⊙ m never stored) and dB's rows: the same bits. */
 #define LORA_MAX_TASKS 64
 typedef struct {
     const nl_lora *L;
@@ -136,8 +138,27 @@ typedef struct {
     int rc[LORA_MAX_TASKS];
 } lora_job;
 
+/* Task `task`'s first line of the by-lines phase (nl_lora_backward_lines): dA's and dx's columns
+ * weighted by the passes over x and dx (1, or 3 with dx: x read, dx read and written) against
+ * dB's rows' one over dy; column bounds on whole 32-column tiles. */
+static int line_cut(const lora_job *j, int task, int n_tasks) {
+    const int64_t K = j->L->n_in, N = j->L->n_out, wk = j->out ? 3 : 1, W = wk * K + N;
+    const int64_t b = W * task / n_tasks;
+    if (task == n_tasks) return (int)(K + N);
+    if (b >= wk * K) return (int)(K + b - wk * K);
+    const int64_t c = b / wk / 32 * 32;
+    return (int)(c < K ? c : K);
+}
+
 static void lora_task(void *arg, int task, int n_tasks) {
     lora_job *j = arg;
+    const int lines = j->dir == NL_BWD && nl_lora_bwd_by_lines(j->L);
+    if (j->phase == 1 && lines) {
+        j->rc[task] =
+            nl_lora_backward_lines(j->L, j->A, j->out, j->acc, j->dA, j->dB, j->in, j->x, j->T, j->tok0, j->toks,
+                                   j->scr, line_cut(j, task, n_tasks), line_cut(j, task + 1, n_tasks));
+        return;
+    }
     if (j->phase == 1) {
         const int64_t J = (int64_t)j->L->n_in + j->L->n_out;
         j->rc[task] = nl_lora_backward_params(j->L, j->dA, j->dB, j->in, j->x, j->T, j->scr, (int)(J * task / n_tasks),
@@ -149,6 +170,9 @@ static void lora_task(void *arg, int task, int n_tasks) {
     if (j->dir == NL_FWD)
         j->rc[task] =
             nl_lora_forward_rows(j->L, j->A, j->B, j->out, j->u_save, j->in, j->tok0, j->toks, j->acc, t0, t1);
+    else if (lines)
+        j->rc[task] =
+            nl_lora_backward_du(j->L, j->A, j->B, j->in, j->x, j->u_in, j->T, j->tok0, j->toks, j->scr, t0, t1);
     else
         j->rc[task] = nl_lora_backward_rows(j->L, j->A, j->B, j->out, j->acc, j->in, j->x, j->u_in, j->T, j->tok0,
                                             j->toks, j->scr, t0, t1);
