@@ -70,6 +70,14 @@ typedef struct nl_vec_kernels {
      * nv <= j < np; returns Σ of the unrounded exps in att_exp_sum's order. bf16 rounds as
      * cpu/amx.h's nl_amx_f32_to_bf16. */
     float (*att_exp_bf16)(uint16_t *pa, const float *sr, int nv, int np, float c, float m);
+    /* the tile backward's two rows r = 0, 1 at once (cpu/tiles.h's operands): att_row_bwd's p and
+     * ds of row r for j < nv[r], 0 for nv[r] <= j < np, as BF16 (nl_amx_f32_to_bf16): ds as A
+     * rows da[r][j], and both as VNNI pairs of the two rows, dsw[j] = ds₀ | ds₁ << 16 and
+     * pw[j] = p₀ | p₁ << 16, for j < np (nv[r] <= np). nv[1] = 0: row 1 all zeros (sr[1], dp[1]
+     * not read). */
+    void (*att_bwd_bf16)(uint16_t *const da[2], uint32_t *dsw, uint32_t *pw, const float *const sr[2],
+                         const float *const dp[2], const int nv[2], int np, float c, const float L[2],
+                         const float D[2]);
     /* nn/rope.c: pairs c0 .. c0+nc-1 of each of one token's n_heads heads (x[h·hd ..]) rotated
      * by cs[j], sn[j]; neox: pairs (i, i + half), else (2i, 2i+1) */
     void (*rope_rotate)(float *x, int n_heads, int hd, int half, int c0, int nc, const float *cs, const float *sn,

@@ -93,7 +93,7 @@ static float att_exp_sum_avx512(float *sr, int nv, float m) {
 /* 16 floats to BF16 words as nl_amx_f32_to_bf16 (cpu/amx.h) rounds, in integer steps (this row
  * also runs on AVX-512 CPUs without AVX512_BF16, the tile attention on the emulator): denormals
  * to ±0, NaN quieted, else round to nearest even */
-static inline __m256i bf16_words_int(__m512 t) {
+static inline __m512i bf16_lanes_int(__m512 t) { /* the words in the low halves of 32-bit lanes */
     const __m512i u = _mm512_castps_si512(t), hi = _mm512_srli_epi32(u, 16);
     const __mmask16 zero = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
     const __mmask16 nan =
@@ -101,9 +101,9 @@ static inline __m256i bf16_words_int(__m512 t) {
     const __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(64)));
-    r = _mm512_mask_mov_epi32(r, zero, _mm512_and_si512(hi, _mm512_set1_epi32(0x8000)));
-    return _mm512_cvtepi32_epi16(r);
+    return _mm512_mask_mov_epi32(r, zero, _mm512_and_si512(hi, _mm512_set1_epi32(0x8000)));
 }
+static inline __m256i bf16_words_int(__m512 t) { return _mm512_cvtepi32_epi16(bf16_lanes_int(t)); }
 
 /* att_exp_sum's blocks and sums; the exps to BF16 words in integer steps (nl_amx_f32_to_bf16's
  * rounding, VCVTNEPS2BF16's bits, on every AVX-512 CPU: test_nn checks them on any machine) */
@@ -147,6 +147,44 @@ static void att_row_bwd_avx512(float *sr, float *dpr, int nv, int n, float c, fl
         ST(dpr, ds);
     }
     for (int j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
+}
+
+/* att_row_bwd's lanes for both rows, 16 keys a step (lanes past a row's nv masked to 0), the
+ * BF16 words in integer steps as att_exp_bf16's; the A rows and the pairs from the same words */
+#define NL_VEC_OWN_att_bwd_bf16
+static inline __mmask16 lanes16(int n) { return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xFFFF : tail16(n); }
+static void att_bwd_bf16_avx512(uint16_t *const da[2], uint32_t *dsw, uint32_t *pw, const float *const sr[2],
+                                const float *const dp[2], const int nv[2], int np, float c, const float L[2],
+                                const float D[2]) {
+    const __m512 vc = _mm512_set1_ps(c), vL0 = _mm512_set1_ps(L[0]), vL1 = _mm512_set1_ps(L[1]),
+                 vD0 = _mm512_set1_ps(D[0]), vD1 = _mm512_set1_ps(D[1]);
+    const float *const s0 = sr[0], *const s1 = sr[1], *const g0 = dp[0], *const g1 = dp[1];
+    uint16_t *const a0 = da[0], *const a1 = da[1];
+    const int nvm = nv[0] > nv[1] ? nv[0] : nv[1];
+    int j = 0;
+    for (; j < nvm && j < np; j += 16) {
+        const __mmask16 m0 = lanes16(nv[0] - j), m1 = lanes16(nv[1] - j), mn = lanes16(np - j);
+        const __m512 p0 = _mm512_maskz_mov_ps(
+            m0, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, s0 + j), vc), vL0)));
+        const __m512 p1 = _mm512_maskz_mov_ps(
+            m1, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, s1 + j), vc), vL1)));
+        const __m512 d0 = _mm512_maskz_mov_ps(
+            m0, _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(m0, g0 + j), vD0)), vc));
+        const __m512 d1 = _mm512_maskz_mov_ps(
+            m1, _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(m1, g1 + j), vD1)), vc));
+        const __m512i w0 = bf16_lanes_int(d0), w1 = bf16_lanes_int(d1);
+        _mm256_mask_storeu_epi16(a0 + j, mn, _mm512_cvtepi32_epi16(w0));
+        _mm256_mask_storeu_epi16(a1 + j, mn, _mm512_cvtepi32_epi16(w1));
+        _mm512_mask_storeu_epi32(dsw + j, mn, _mm512_or_si512(w0, _mm512_slli_epi32(w1, 16)));
+        _mm512_mask_storeu_epi32(pw + j, mn,
+                                 _mm512_or_si512(bf16_lanes_int(p0), _mm512_slli_epi32(bf16_lanes_int(p1), 16)));
+    }
+    if (np > j) {
+        memset(a0 + j, 0, sizeof(uint16_t) * (size_t)(np - j));
+        memset(a1 + j, 0, sizeof(uint16_t) * (size_t)(np - j));
+        memset(dsw + j, 0, sizeof(uint32_t) * (size_t)(np - j));
+        memset(pw + j, 0, sizeof(uint32_t) * (size_t)(np - j));
+    }
 }
 
 #define NL_VEC_OWN_swiglu_fwd

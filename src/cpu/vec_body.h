@@ -324,6 +324,35 @@ static float NL_VEC_FN(att_exp_bf16)(uint16_t *pa, const float *sr, int nv, int 
 }
 #endif
 
+#ifndef NL_VEC_OWN_att_bwd_bf16
+/* 8-key blocks: each row's values as att_row_bwd's lanes (a block inside nv) or elements */
+static void NL_VEC_FN(att_bwd_bf16)(uint16_t *const da[2], uint32_t *dsw, uint32_t *pw, const float *const sr[2],
+                                    const float *const dp[2], const int nv[2], int np, float c, const float L[2],
+                                    const float D[2]) {
+    for (int j = 0; j < np; j += NL_LANES) {
+        const int nb = np - j < NL_LANES ? np - j : NL_LANES;
+        float p[2][NL_LANES], ds[2][NL_LANES];
+        for (int r = 0; r < 2; r++) {
+            if (j + NL_LANES <= nv[r]) {
+                for (int l = 0; l < NL_LANES; l++) p[r][l] = nl_fexp(sr[r][j + l] * c - L[r]);
+                for (int l = 0; l < NL_LANES; l++) ds[r][l] = p[r][l] * (dp[r][j + l] - D[r]) * c;
+            } else {
+                for (int l = 0; l < NL_LANES; l++) {
+                    p[r][l] = j + l < nv[r] ? nl_fexp(sr[r][j + l] * c - L[r]) : 0.0f;
+                    ds[r][l] = j + l < nv[r] ? p[r][l] * (dp[r][j + l] - D[r]) * c : 0.0f;
+                }
+            }
+        }
+        for (int l = 0; l < nb; l++) {
+            const uint16_t d0 = nl_amx_f32_to_bf16(ds[0][l]), d1 = nl_amx_f32_to_bf16(ds[1][l]);
+            da[0][j + l] = d0, da[1][j + l] = d1;
+            dsw[j + l] = (uint32_t)d0 | (uint32_t)d1 << 16;
+            pw[j + l] = (uint32_t)nl_amx_f32_to_bf16(p[0][l]) | (uint32_t)nl_amx_f32_to_bf16(p[1][l]) << 16;
+        }
+    }
+}
+#endif
+
 /* ---- the memory-bound passes (nn/par.c's residual adds, nn/lora.c's dropout products) ---- */
 
 static void NL_VEC_FN(add)(float *restrict y, const float *restrict x, int64_t n) { nl_vadd(y, x, n); }
@@ -348,6 +377,7 @@ const nl_vec_kernels NL_VEC_FN(nl_vec_kernels) = {
     .att_exp_sum = NL_VEC_FN(att_exp_sum),
     .att_row_bwd = NL_VEC_FN(att_row_bwd),
     .att_exp_bf16 = NL_VEC_FN(att_exp_bf16),
+    .att_bwd_bf16 = NL_VEC_FN(att_bwd_bf16),
     .rope_rotate = NL_VEC_FN(rope_rotate),
     .add = NL_VEC_FN(add),
     .add2 = NL_VEC_FN(add2),

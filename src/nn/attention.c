@@ -463,6 +463,20 @@ static int fwd_tiles(const nl_amx_tiles *tl, const nl_attn_fwd *a) {
     return 0;
 }
 
+/* dst[c][r] = x[r][c] for r < R, c < C (FP32, exact): dKᵀ, dVᵀ back into dk, dv */
+static void transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds, int R, int C) {
+#if defined(__x86_64__)
+    if (nl_bf16_ok()) {
+        nl_transpose_f32(dst, ldd, x, lds, R, C);
+        return;
+    }
+#endif
+    enum { TB = 16 };
+    for (int c0 = 0; c0 < C; c0 += TB)
+        for (int r = 0; r < R; r++)
+            for (int c = c0; c < C && c < c0 + TB; c++) dst[(int64_t)c * ldd + r] = x[(int64_t)r * lds + c];
+}
+
 static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
     float *const dq = a->dq, *const dk = a->dk, *const dv = a->dv;
     const float *const dout = a->dout, *const out = a->out, *const lse = a->lse, *const q = a->q, *const k = a->k,
@@ -470,26 +484,26 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
     const int T = a->T, Hq = a->Hq, Hkv = a->Hkv, d = a->d, window = a->window, g0 = a->g0, g1 = a->g1;
     const float scale = a->scale;
     const int group = Hq / Hkv, dp = nl_tile_up(d), Tp = nl_tile_up(T);
-    const int lt = Tp + LD_PAD, lr = dp + LD_PAD,
-              la = Tp + 2 * LD_PAD; /* Kᵀ, Vᵀ pairs and s, dp; K, Q, dO pairs; dS values */
+    /* row strides: Kᵀ, Vᵀ pairs, s, dp, dKᵀ, dVᵀ, dS and P pairs (lt); K pairs (lr); Qᵀ, dOᵀ
+     * (lq values); dS rows (la values) */
+    const int lt = Tp + LD_PAD, lr = dp + LD_PAD, lq = BKV + 2 * LD_PAD, la = Tp + 2 * LD_PAD;
     const int64_t ldq = (int64_t)Hq * d, ldk = (int64_t)Hkv * d;
-    /* words: Kᵀ, Vᵀ pairs; K pairs of keys; Q, dO pairs of BKV queries; then BF16 rows (2 a
-     * word): Q, dO [BQT][dp]; dS [BQT][Tp]; dSᵀ, Pᵀ [Tp][BKV]; then FP32 s, dp [BQT][Tp] */
-    const size_t n_kb = (size_t)dp / 2 * lt, n_kr = (size_t)Tp / 2 * lr, n_qb = (size_t)BKV / 2 * lr;
-    const size_t n_qa = (size_t)BQT * dp / 2, n_sa = (size_t)BQT * la / 2, n_st = (size_t)BKV * Tp / 2,
-                 n_s = (size_t)BQT * lt;
-    const size_t n_words = 2 * n_kb + n_kr + 2 * n_qb + 2 * n_qa + n_sa + 2 * n_st;
-    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * 2 * n_s);
+    /* words: Kᵀ, Vᵀ pairs; K pairs of keys; dS, P pairs of BKV queries; then BF16 values (2 a
+     * word): Q, dO rows [BQT][dp]; Qᵀ, dOᵀ [dp][BKV]; dS rows [BQT][Tp]; then FP32 s, dp
+     * [BQT][Tp], dKᵀ, dVᵀ [d][Tp] */
+    const size_t n_kb = (size_t)dp / 2 * lt, n_kr = (size_t)Tp / 2 * lr, n_pw = (size_t)BKV / 2 * lt;
+    const size_t n_qa = (size_t)BQT * dp / 2, n_qt = (size_t)dp * lq / 2, n_sa = (size_t)BQT * la / 2,
+                 n_s = (size_t)BQT * lt, n_dt = (size_t)d * lt;
+    const size_t n_words = 2 * n_kb + n_kr + 2 * n_pw + 2 * n_qa + 2 * n_qt + n_sa;
+    uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * n_words + sizeof(float) * (2 * n_s + 2 * n_dt));
     if (!buf) return -1;
-    uint32_t *kb = buf, *vb = kb + n_kb, *kr = vb + n_kb, *qb = kr + n_kr, *ob = qb + n_qb;
-    uint16_t *qa = (uint16_t *)(ob + n_qb), *oa = qa + 2 * n_qa, *dsa = oa + 2 * n_qa, *dst = dsa + 2 * n_sa,
-             *pt = dst + 2 * n_st;
-    float *s = (float *)(buf + n_words), *dpb = s + n_s;
+    uint32_t *kb = buf, *vb = kb + n_kb, *kr = vb + n_kb, *dsw = kr + n_kr, *pw = dsw + n_pw;
+    uint16_t *qa = (uint16_t *)(pw + n_pw), *oa = qa + 2 * n_qa, *qt = oa + 2 * n_qa, *ot = qt + 2 * n_qt,
+             *dsa = ot + 2 * n_qt;
+    float *s = (float *)(buf + n_words), *dpb = s + n_s, *dkt = dpb + n_s, *dvt = dkt + n_dt;
+    const nl_vec_kernels *vk = nl_cpu_kernels()->vec;
     for (int g = g0; g < g1; g++) {
         const int64_t kvoff = (int64_t)g * d;
-        float *dkg = dk + kvoff, *dvg = dv + kvoff;
-        for (int t = 0; t < T; t++)
-            for (int i = 0; i < d; i++) dkg[t * ldk + i] = dvg[t * ldk + i] = 0.0f;
         nl_tile_pack_b(kb, lt, k + kvoff, ldk, 1, d, T);
         nl_tile_pack_b(vb, lt, v + kvoff, ldk, 1, d, T);
         nl_tile_pack_b(kr, lr, k + kvoff, ldk, 0, T, d);
@@ -501,34 +515,56 @@ static int bwd_tiles(const nl_amx_tiles *tl, const nl_attn_bwd *a) {
                 const int kend = q0 + nq;
                 const float *qblk = q + (int64_t)q0 * ldq + hoff, *dob = dout + (int64_t)q0 * ldq + hoff;
                 const int sb0 = q0 - q0 % BKV, band = (q0 - sb0) / BQT, sb1 = T - sb0 < BKV ? T : sb0 + BKV;
-                if (band == 0) { /* a new run of BKV queries: keys a block does not see read zeros */
-                    memset(dst, 0, sizeof(uint16_t) * (size_t)nl_tile_up(sb1) * BKV);
-                    memset(pt, 0, sizeof(uint16_t) * (size_t)nl_tile_up(sb1) * BKV);
-                }
+                const int np = nl_tile_up(sb1); /* the stripe's keys: a block's unseen ones are zeros */
+                /* the block's Q, dO as A rows (q·k, do·v) and as the stripe's Qᵀ, dOᵀ columns
+                 * (dKᵀ, dVᵀ), each pair of packs from the same rows while in L1 */
                 nl_tile_pack_a(qa, dp, qblk, ldq, 0, nq, d);
+                nl_tile_pack_a(qt + BQT * band, lq, qblk, ldq, 1, d, nq);
                 nl_tile_pack_a(oa, dp, dob, ldq, 0, nq, d);
+                nl_tile_pack_a(ot + BQT * band, lq, dob, ldq, 1, d, nq);
+                float D[BQT];
+                nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
                 nl_tile_gemm(tl, s, lt, qa, dp, kb, lt, nq, kend, d, 0);   /* q·k */
                 nl_tile_gemm(tl, dpb, lt, oa, dp, vb, lt, nq, kend, d, 0); /* do·v */
                 mask_window(s, lt, nq, q0, window);
-                float D[BQT];
-                nl_dot_rows(D, dob, (int)ldq, out + (int64_t)q0 * ldq + hoff, (int)ldq, nq, d);
-                for (int i = 0; i < nq; i++) {
-                    const int t = q0 + i;
-                    row_bwd(s + (int64_t)i * lt, dpb + (int64_t)i * lt, t + 1, kend, scale, lse[(int64_t)t * Hq + h],
-                            D[i]);
+                /* p, ds of each pair of queries straight into their BF16 operands: dS rows (dq),
+                 * dS and P pairs (the pair's row of the dKᵀ, dVᵀ B operands); an odd last query
+                 * pairs with zeros, the block's rows past it are zeros too */
+                for (int i = 0; i < nq; i += 2) {
+                    const int t = q0 + i, two = i + 1 < nq;
+                    const float *sr[2] = {s + (int64_t)i * lt, s + (int64_t)(i + two) * lt},
+                                *dr[2] = {dpb + (int64_t)i * lt, dpb + (int64_t)(i + two) * lt};
+                    uint16_t *da[2] = {dsa + (int64_t)i * la, dsa + (int64_t)(i + 1) * la};
+                    const int nv[2] = {t + 1, two ? t + 2 : 0};
+                    const float L[2] = {lse[(int64_t)t * Hq + h], two ? lse[(int64_t)(t + 1) * Hq + h] : 0.0f},
+                                Dr[2] = {D[i], two ? D[i + 1] : 0.0f};
+                    const int64_t w = (int64_t)(BQT * band + i) / 2 * lt;
+                    vk->att_bwd_bf16(da, dsw + w, pw + w, sr, dr, nv, np, scale, L, Dr);
                 }
-                nl_tile_pack_a(dsa, la, dpb, lt, 0, nq, kend);
+                for (int i = (nq + 1) / 2 * 2; i < BQT; i++) {
+                    memset(dsa + (int64_t)i * la, 0, sizeof(uint16_t) * (size_t)np);
+                    if (i % 2 == 0) {
+                        const int64_t w = (int64_t)(BQT * band + i) / 2 * lt;
+                        memset(dsw + w, 0, sizeof(uint32_t) * (size_t)np);
+                        memset(pw + w, 0, sizeof(uint32_t) * (size_t)np);
+                    }
+                }
                 nl_tile_gemm(tl, dq + (int64_t)q0 * ldq + hoff, ldq, dsa, la, kr, lr, nq, d, kend, 0); /* dq = c·ds·K */
-                nl_tile_pack_a(dst + BQT * band, BKV, dpb, lt, 1, kend, nq);
-                nl_tile_pack_a(pt + BQT * band, BKV, s, lt, 1, kend, nq);
                 if (kend < sb1) continue;
-                const int nsb = sb1 - sb0;
-                nl_tile_pack_b(qb, lr, q + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
-                nl_tile_gemm(tl, dkg, ldk, dst, BKV, qb, lr, sb1, d, nsb, 1); /* dk += c·dsᵀ·Q */
-                nl_tile_pack_b(ob, lr, dout + (int64_t)sb0 * ldq + hoff, ldq, 0, nsb, d);
-                nl_tile_gemm(tl, dvg, ldk, pt, BKV, ob, lr, sb1, d, nsb, 1); /* dv += pᵀ·dO */
+                /* dKᵀ += c·Qᵀ·ds, dVᵀ += dOᵀ·p over the stripe's queries; the keys the stripe
+                 * sees first start from zero in the first query head (the same bits as adding
+                 * to zeros) */
+                const int nsb = sb1 - sb0, fresh = hh == 0 ? sb0 : sb1;
+                nl_tile_gemm(tl, dkt, lt, qt, lq, dsw, lt, d, fresh, nsb, 1);
+                nl_tile_gemm(tl, dvt, lt, ot, lq, pw, lt, d, fresh, nsb, 1);
+                if (fresh < sb1) {
+                    nl_tile_gemm(tl, dkt + sb0, lt, qt, lq, dsw + sb0, lt, d, sb1 - sb0, nsb, 0);
+                    nl_tile_gemm(tl, dvt + sb0, lt, ot, lq, pw + sb0, lt, d, sb1 - sb0, nsb, 0);
+                }
             }
         }
+        transpose_f32(dk + kvoff, ldk, dkt, lt, d, T);
+        transpose_f32(dv + kvoff, ldk, dvt, lt, d, T);
     }
     return 0;
 }
@@ -567,9 +603,10 @@ uint64_t nl_attention_thread_bytes(int T, int d) {
                    la = tp + 2 * LD_PAD;
     x = 4 * (dp / 2 * lt + tp / 2 * lr + BQT * dp / 2 + BQT * la / 2) + 4 * BQT * lt;
     if (x > b) b = x;
-    x = 4 * (2 * (dp / 2 * lt) + tp / 2 * lr + 2 * (BKV / 2 * lr) + 2 * (BQT * dp / 2) + BQT * la / 2 +
-             2 * (BKV * tp / 2)) +
-        8 * BQT * lt;
+    const uint64_t lq = BKV + 2 * LD_PAD;
+    x = 4 * (2 * (dp / 2 * lt) + tp / 2 * lr + 2 * (BKV / 2 * lt) + 2 * (BQT * dp / 2) + 2 * (dp * lq / 2) +
+             BQT * la / 2) +
+        4 * (2 * BQT * lt + 2 * D * lt);
     if (x > b) b = x;
     return (b + 63) / 64 * 64;
 }
