@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu/amx.h"
+#include "cpu/cpu.h"
 #include "cpu/vecmath.h"
 
 #define NL_VEC_XCH_AVX512 1024 /* vec_body.h's NL_VEC_XCH: the chunks whose sums are added in double */
@@ -149,10 +150,22 @@ static void att_row_bwd_avx512(float *sr, float *dpr, int nv, int n, float c, fl
     for (int j = nv; j < n; j++) sr[j] = dpr[j] = 0.0f;
 }
 
-/* att_row_bwd's lanes for both rows, 16 keys a step (lanes past a row's nv masked to 0), the
- * BF16 words in integer steps as att_exp_bf16's; the A rows and the pairs from the same words */
+/* att_row_bwd's lanes for both rows, 16 keys a step (lanes past a row's nv masked to 0). The
+ * BF16 words: where the CPU has AVX512_BF16 by VCVTNE2PS2BF16 (both rows in one register, the
+ * pairs by one VPERMW), else in integer steps as att_exp_bf16's; the same bits (test_nn). */
 #define NL_VEC_OWN_att_bwd_bf16
 static inline __mmask16 lanes16(int n) { return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xFFFF : tail16(n); }
+/* p and ds of both rows at keys j .. j+15 */
+#define ATT_BWD_STEP()                                                                                                 \
+    const __mmask16 m0 = lanes16(nv[0] - j), m1 = lanes16(nv[1] - j), mn = lanes16(np - j);                           \
+    const __m512 p0 =                                                                                                  \
+        _mm512_maskz_mov_ps(m0, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, s0 + j), vc), vL0)));   \
+    const __m512 p1 =                                                                                                  \
+        _mm512_maskz_mov_ps(m1, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, s1 + j), vc), vL1)));   \
+    const __m512 d0 = _mm512_maskz_mov_ps(                                                                             \
+        m0, _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(m0, g0 + j), vD0)), vc));            \
+    const __m512 d1 = _mm512_maskz_mov_ps(                                                                             \
+        m1, _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(m1, g1 + j), vD1)), vc))
 static void att_bwd_bf16_avx512(uint16_t *const da[2], uint32_t *dsw, uint32_t *pw, const float *const sr[2],
                                 const float *const dp[2], const int nv[2], int np, float c, const float L[2],
                                 const float D[2]) {
@@ -162,22 +175,28 @@ static void att_bwd_bf16_avx512(uint16_t *const da[2], uint32_t *dsw, uint32_t *
     uint16_t *const a0 = da[0], *const a1 = da[1];
     const int nvm = nv[0] > nv[1] ? nv[0] : nv[1];
     int j = 0;
-    for (; j < nvm && j < np; j += 16) {
-        const __mmask16 m0 = lanes16(nv[0] - j), m1 = lanes16(nv[1] - j), mn = lanes16(np - j);
-        const __m512 p0 = _mm512_maskz_mov_ps(
-            m0, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, s0 + j), vc), vL0)));
-        const __m512 p1 = _mm512_maskz_mov_ps(
-            m1, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, s1 + j), vc), vL1)));
-        const __m512 d0 = _mm512_maskz_mov_ps(
-            m0, _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(m0, g0 + j), vD0)), vc));
-        const __m512 d1 = _mm512_maskz_mov_ps(
-            m1, _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(m1, g1 + j), vD1)), vc));
-        const __m512i w0 = bf16_lanes_int(d0), w1 = bf16_lanes_int(d1);
-        _mm256_mask_storeu_epi16(a0 + j, mn, _mm512_cvtepi32_epi16(w0));
-        _mm256_mask_storeu_epi16(a1 + j, mn, _mm512_cvtepi32_epi16(w1));
-        _mm512_mask_storeu_epi32(dsw + j, mn, _mm512_or_si512(w0, _mm512_slli_epi32(w1, 16)));
-        _mm512_mask_storeu_epi32(pw + j, mn,
-                                 _mm512_or_si512(bf16_lanes_int(p0), _mm512_slli_epi32(bf16_lanes_int(p1), 16)));
+    if (nl_cpu_has(NL_CPU_AVX512BF16)) {
+        /* word k of the two-row register (row 0's 16 words, then row 1's) to pair lane k */
+        const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        for (; j < nvm && j < np; j += 16) {
+            ATT_BWD_STEP();
+            const __m512i wd = (__m512i)_mm512_cvtne2ps_pbh(d1, d0), wp = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
+            _mm256_mask_storeu_epi16(a0 + j, mn, _mm512_castsi512_si256(wd));
+            _mm256_mask_storeu_epi16(a1 + j, mn, _mm512_extracti64x4_epi64(wd, 1));
+            _mm512_mask_storeu_epi32(dsw + j, mn, _mm512_permutexvar_epi16(ilv, wd));
+            _mm512_mask_storeu_epi32(pw + j, mn, _mm512_permutexvar_epi16(ilv, wp));
+        }
+    } else {
+        for (; j < nvm && j < np; j += 16) {
+            ATT_BWD_STEP();
+            const __m512i w0 = bf16_lanes_int(d0), w1 = bf16_lanes_int(d1);
+            _mm256_mask_storeu_epi16(a0 + j, mn, _mm512_cvtepi32_epi16(w0));
+            _mm256_mask_storeu_epi16(a1 + j, mn, _mm512_cvtepi32_epi16(w1));
+            _mm512_mask_storeu_epi32(dsw + j, mn, _mm512_or_si512(w0, _mm512_slli_epi32(w1, 16)));
+            _mm512_mask_storeu_epi32(pw + j, mn,
+                                     _mm512_or_si512(bf16_lanes_int(p0), _mm512_slli_epi32(bf16_lanes_int(p1), 16)));
+        }
     }
     if (np > j) {
         memset(a0 + j, 0, sizeof(uint16_t) * (size_t)(np - j));
@@ -186,6 +205,7 @@ static void att_bwd_bf16_avx512(uint16_t *const da[2], uint32_t *dsw, uint32_t *
         memset(pw + j, 0, sizeof(uint32_t) * (size_t)(np - j));
     }
 }
+#undef ATT_BWD_STEP
 
 #define NL_VEC_OWN_swiglu_fwd
 static void swiglu_fwd_avx512(float *h, const float *a, const float *b, int64_t n) {
