@@ -488,6 +488,42 @@ static void rows_entries_one(const nl_vec_kernels *v, const nl_vec_kernels *s, c
             for (int j = 0; j < np; j++) pa[1][j] = j < nv ? nl_amx_f32_to_bf16(sr[1][j]) : 0;
             bad += !rows_same(&b1, &b2, sizeof b1) || !rows_same(pa[0], pa[1], sizeof(uint16_t) * (size_t)np);
         }
+        /* the tile backward's two rows: att_row_bwd's values (scalar row) as BF16 A rows and
+         * pairs, past nv zeros up to np; row 1 one key longer or absent; c = 1, L = 0 takes
+         * the scores' exp edges into p (denormal and NaN words), dp salted too */
+        for (int way = 0; way < 4; way++) {
+            enum { NP = ATT_N + 8 };
+            const int two = way & 1, np = n + 5;
+            const float c = way & 2 ? 1.0f : 0.0883883f, L[2] = {way & 2 ? 0.0f : 1.5f, -0.75f},
+                        D[2] = {-0.2537f, 0.125f};
+            float s2[2][NP], d2[2][NP], rs[NP], rd[NP];
+            const int nv2[2] = {nv, two ? nv + 1 : 0};
+            for (int r = 0; r < 2; r++) rows_salt(s2[r], NP, 10.0), rows_salt(d2[r], NP, 2.0);
+            if (way & 2) d2[0][nv / 2] = NAN, d2[1][0] = 1e-38f;
+            const float *sp[2] = {s2[0], s2[1]}, *dpp[2] = {d2[0], d2[1]};
+            uint16_t a1[2][NP], a2[2][NP], am[2][NP];
+            uint32_t w1[2][NP], w2[2][NP], wm[2][NP];
+            memset(a1, 0xAB, sizeof a1), memset(w1, 0xAB, sizeof w1);
+            memset(a2, 0xCD, sizeof a2), memset(w2, 0xCD, sizeof w2);
+            v->att_bwd_bf16((uint16_t *const[2]){a1[0], a1[1]}, w1[0], w1[1], sp, dpp, nv2, np, c, L, D);
+            s->att_bwd_bf16((uint16_t *const[2]){a2[0], a2[1]}, w2[0], w2[1], sp, dpp, nv2, np, c, L, D);
+            for (int r = 0; r < 2; r++) {
+                memcpy(rs, s2[r], sizeof rs), memcpy(rd, d2[r], sizeof rd);
+                s->att_row_bwd(rs, rd, nv2[r], np, c, L[r], D[r]);
+                for (int j = 0; j < np; j++) {
+                    am[r][j] = nl_amx_f32_to_bf16(rd[j]);
+                    const uint16_t pj = nl_amx_f32_to_bf16(rs[j]);
+                    if (r == 0) wm[0][j] = am[0][j], wm[1][j] = pj;
+                    else wm[0][j] |= (uint32_t)am[1][j] << 16, wm[1][j] |= (uint32_t)pj << 16;
+                }
+            }
+            for (int r = 0; r < 2; r++)
+                bad += !rows_same(a1[r], a2[r], sizeof(uint16_t) * (size_t)np) ||
+                       !rows_same(w1[r], w2[r], sizeof(uint32_t) * (size_t)np) ||
+                       !rows_same(a2[r], am[r], sizeof(uint16_t) * (size_t)np) ||
+                       !rows_same(w2[r], wm[r], sizeof(uint32_t) * (size_t)np) || a1[r][np] != 0xABAB ||
+                       w1[r][np] != 0xABABABABu;
+        }
         rows_salt(sr[0], n, 10.0);
         memcpy(sr[1], sr[0], sizeof sr[0]);
         memcpy(dp[1], dp[0], sizeof dp[0]);
@@ -511,6 +547,15 @@ static void test_rows_entries(void) {
         const nl_host_kernels *k = nl_cpu_kernels_find(rows[i]);
         if (k && sc) rows_entries_one(k->vec, sc->vec, rows[i]);
     }
+#if defined(__x86_64__)
+    /* the avx512 row's BF16 words in integer steps, as on AVX-512 CPUs without AVX512_BF16 */
+    const nl_host_kernels *k = nl_cpu_kernels_find("avx512");
+    if (k && sc) {
+        nl_vec_avx512_words_int = 1;
+        rows_entries_one(k->vec, sc->vec, "avx512 (integer BF16 words)");
+        nl_vec_avx512_words_int = 0;
+    }
+#endif
 }
 
 int main(void) {

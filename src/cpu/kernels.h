@@ -93,6 +93,9 @@ extern const nl_vec_kernels nl_vec_kernels_portable;
 #if defined(__x86_64__) || defined(_M_X64)
 extern const nl_vec_kernels nl_vec_kernels_avx2;
 extern const nl_vec_kernels nl_vec_kernels_avx512;
+/* tests/test_nn only: nonzero makes the avx512 row's BF16 words (att_exp_bf16, att_bwd_bf16) take
+ * their integer steps where the CPU has AVX512_BF16 too, as they run on AVX-512 CPUs without it */
+extern int nl_vec_avx512_words_int;
 #endif
 #if defined(__aarch64__)
 extern const nl_vec_kernels nl_vec_kernels_neon; /* cpu/vec_neon.c: the neon and neonbf16 rows' */

@@ -106,22 +106,29 @@ static inline __m512i bf16_lanes_int(__m512 t) { /* the words in the low halves 
 }
 static inline __m256i bf16_words_int(__m512 t) { return _mm512_cvtepi32_epi16(bf16_lanes_int(t)); }
 
-/* att_exp_sum's blocks and sums; the exps to BF16 words in integer steps (nl_amx_f32_to_bf16's
- * rounding, VCVTNEPS2BF16's bits, on every AVX-512 CPU: test_nn checks them on any machine) */
+int nl_vec_avx512_words_int; /* cpu/kernels.h: the tests' switch */
+/* 1: the BF16 words by the CPU's VCVTNEPS2BF16 / VCVTNE2PS2BF16 (where it has AVX512_BF16: the
+ * same bits as the integer steps, faster) */
+static inline int words_cvt(void) { return !nl_vec_avx512_words_int && nl_cpu_has(NL_CPU_AVX512BF16); }
+
+/* att_exp_sum's blocks and sums; the exps to BF16 words (nl_amx_f32_to_bf16's rounding,
+ * VCVTNEPS2BF16's bits, on every AVX-512 CPU: test_nn checks both ways on any machine) */
 #define NL_VEC_OWN_att_exp_bf16
 static float att_exp_bf16_avx512(uint16_t *pa, const float *sr, int nv, int np, float c, float m) {
     const __m512 vm = _mm512_set1_ps(m), vc = _mm512_set1_ps(c);
+    const int cvt = words_cvt();
     __m256 acc = _mm256_setzero_ps();
     int j = 0;
     for (; j + 16 <= nv; j += 16) {
         const __m512 t = fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(sr + j), vc), vm));
-        _mm256_storeu_si256((__m256i *)(void *)(pa + j), bf16_words_int(t));
+        _mm256_storeu_si256((__m256i *)(void *)(pa + j), cvt ? (__m256i)_mm512_cvtneps_pbh(t) : bf16_words_int(t));
         acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
         acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(t, 1));
     }
     if (j + 8 <= nv) {
         const __m512 t = fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(0xFF, sr + j), vc), vm));
-        _mm_storeu_si128((__m128i *)(void *)(pa + j), _mm256_castsi256_si128(bf16_words_int(t)));
+        const __m256i w = cvt ? (__m256i)_mm512_cvtneps_pbh(t) : bf16_words_int(t);
+        _mm_storeu_si128((__m128i *)(void *)(pa + j), _mm256_castsi256_si128(w));
         acc = _mm256_add_ps(acc, _mm512_castps512_ps256(t));
         j += 8;
     }
@@ -157,13 +164,13 @@ static void att_row_bwd_avx512(float *sr, float *dpr, int nv, int n, float c, fl
 static inline __mmask16 lanes16(int n) { return n <= 0 ? 0 : n >= 16 ? (__mmask16)0xFFFF : tail16(n); }
 /* p and ds of both rows at keys j .. j+15 */
 #define ATT_BWD_STEP()                                                                                                 \
-    const __mmask16 m0 = lanes16(nv[0] - j), m1 = lanes16(nv[1] - j), mn = lanes16(np - j);                           \
+    const __mmask16 m0 = lanes16(nv[0] - j), m1 = lanes16(nv[1] - j), mn = lanes16(np - j);                            \
     const __m512 p0 =                                                                                                  \
-        _mm512_maskz_mov_ps(m0, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, s0 + j), vc), vL0)));   \
+        _mm512_maskz_mov_ps(m0, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m0, s0 + j), vc), vL0)));     \
     const __m512 p1 =                                                                                                  \
-        _mm512_maskz_mov_ps(m1, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, s1 + j), vc), vL1)));   \
+        _mm512_maskz_mov_ps(m1, fexp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m1, s1 + j), vc), vL1)));     \
     const __m512 d0 = _mm512_maskz_mov_ps(                                                                             \
-        m0, _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(m0, g0 + j), vD0)), vc));            \
+        m0, _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(_mm512_maskz_loadu_ps(m0, g0 + j), vD0)), vc));              \
     const __m512 d1 = _mm512_maskz_mov_ps(                                                                             \
         m1, _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(_mm512_maskz_loadu_ps(m1, g1 + j), vD1)), vc))
 static void att_bwd_bf16_avx512(uint16_t *const da[2], uint32_t *dsw, uint32_t *pw, const float *const sr[2],
@@ -175,10 +182,10 @@ static void att_bwd_bf16_avx512(uint16_t *const da[2], uint32_t *dsw, uint32_t *
     uint16_t *const a0 = da[0], *const a1 = da[1];
     const int nvm = nv[0] > nv[1] ? nv[0] : nv[1];
     int j = 0;
-    if (nl_cpu_has(NL_CPU_AVX512BF16)) {
+    if (words_cvt()) {
         /* word k of the two-row register (row 0's 16 words, then row 1's) to pair lane k */
-        const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
-                                             6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                             21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
         for (; j < nvm && j < np; j += 16) {
             ATT_BWD_STEP();
             const __m512i wd = (__m512i)_mm512_cvtne2ps_pbh(d1, d0), wp = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
