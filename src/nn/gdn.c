@@ -426,8 +426,10 @@ static void fwd_rows_task(void *arg, int task, int n_tasks) {
 
 /* The recurrence of value head j (key head kh) on the state columns [c0, c0 + gdn_step_cols)
  * over all tokens with the kernel set's gdn_scan: runs of tokens between checkpoints (the
- * checkpoint copied before each run), the same bits as gdn_step token by token. */
-static void fwd_scan(const fwd_job *J, float *S, int j, int kh, int c0) {
+ * checkpoint copied before each run), the same bits as gdn_step token by token. Sb: the
+ * block's rows (row stride ldb: the state's own, or a packed copy, so that the block's
+ * dk rows stay in L1 instead of taking half of its sets at the state's 512-byte stride). */
+static void fwd_scan(const fwd_job *J, float *Sb, size_t ldb, int j, int kh, int c0) {
     const nl_gdn_shape *s = J->s;
     const int Hk = s->Hk, Hv = s->Hv, dk = s->dk, dv = s->dv, T = J->T, n = J->ks->gdn_step_cols;
     const int cd = nl_gdn_conv_dim(s);
@@ -439,15 +441,15 @@ static void fwd_scan(const fwd_job *J, float *S, int j, int kh, int c0) {
             if (t0 > 0) {
                 float *dst = J->ck + ((size_t)(t0 / CH - 1) * Hv + j) * hs;
                 for (int i = 0; i < dk; i++)
-                    memcpy(dst + (size_t)i * dv + c0, S + (size_t)i * dv + c0, sizeof(float) * (size_t)n);
+                    memcpy(dst + (size_t)i * dv + c0, Sb + (size_t)i * ldb, sizeof(float) * (size_t)n);
             }
             if (t0 + CH < T) t1 = t0 + CH;
         }
         const float *row = J->xs + (size_t)t0 * cd;
-        J->ks->gdn_scan(S + c0, (size_t)dv, dk, t1 - t0, row + (size_t)(Hk + kh) * dk, row + (size_t)kh * dk,
-                        (size_t)cd, row + 2 * (size_t)Hk * dk + (size_t)j * dv + c0, (size_t)cd,
-                        J->g + (size_t)t0 * Hv + j, J->beta + (size_t)t0 * Hv + j, (size_t)Hv, scale,
-                        J->y + (size_t)t0 * vd + (size_t)j * dv + c0, vd);
+        J->ks->gdn_scan(Sb, ldb, dk, t1 - t0, row + (size_t)(Hk + kh) * dk, row + (size_t)kh * dk, (size_t)cd,
+                        row + 2 * (size_t)Hk * dk + (size_t)j * dv + c0, (size_t)cd, J->g + (size_t)t0 * Hv + j,
+                        J->beta + (size_t)t0 * Hv + j, (size_t)Hv, scale, J->y + (size_t)t0 * vd + (size_t)j * dv + c0,
+                        vd);
         t0 = t1;
     }
 }
@@ -467,14 +469,29 @@ static void fwd_heads_task(void *arg, int task, int n_tasks) {
     for (int j = j0; j < j1; j++) {
         int kh = key_head(s, j);
         float *S = J->Sstate ? J->Sstate + (size_t)j * hs : Shead;
-        if (!J->Sstate) memset(S, 0, sizeof(float) * hs);
         /* column blocks of the state, each over all tokens: dk x GDN_COLS floats stay in L1 */
         for (int c0 = 0; c0 < dv; c0 += GDN_COLS) {
             int n = dv - c0 < GDN_COLS ? dv - c0 : GDN_COLS;
             if (J->ks->gdn_scan && n == J->ks->gdn_step_cols) {
-                fwd_scan(J, S, j, kh, c0);
+                /* the block packed (n floats a row) in the task's scratch: from zero, or a
+                 * copy of the caller's state put back after the scan (a few tokens, as when
+                 * decoding: in place, the copies would cost more than they save) */
+                if (J->Sstate && T < CH) {
+                    fwd_scan(J, S + c0, (size_t)dv, j, kh, c0);
+                    continue;
+                }
+                if (!J->Sstate) memset(Shead, 0, sizeof(float) * (size_t)dk * n);
+                else
+                    for (int i = 0; i < dk; i++)
+                        memcpy(Shead + (size_t)i * n, S + (size_t)i * dv + c0, sizeof(float) * (size_t)n);
+                fwd_scan(J, Shead, (size_t)n, j, kh, c0);
+                if (J->Sstate)
+                    for (int i = 0; i < dk; i++)
+                        memcpy(S + (size_t)i * dv + c0, Shead + (size_t)i * n, sizeof(float) * (size_t)n);
                 continue;
             }
+            if (!J->Sstate) /* (a packed block before may have used these floats) */
+                for (int i = 0; i < dk; i++) memset(S + (size_t)i * dv + c0, 0, sizeof(float) * (size_t)n);
             for (int t = 0; t < T; t++) {
                 const float *row = J->xs + (size_t)t * cd;
                 if (J->ck && t > 0 && t % CH == 0) {
