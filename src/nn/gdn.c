@@ -155,11 +155,31 @@ static double sumsq(const float *x, int n) {
     return ss;
 }
 
+/* s[r] = Σ_i x_r[i]·y_r[i] in double, i ascending, for the 4 rows x_r = x + r·ld, y_r = y + r·ld:
+ * sumsq4's four chains (each the order of a single row's loop). */
+static void dotd4(double s[4], const float *x, const float *y, size_t ld, int n) {
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    const float *x1 = x + ld, *x2 = x1 + ld, *x3 = x2 + ld, *y1 = y + ld, *y2 = y1 + ld, *y3 = y2 + ld;
+    for (int i = 0; i < n; i++) {
+        s0 += (double)x[i] * y[i];
+        s1 += (double)x1[i] * y1[i];
+        s2 += (double)x2[i] * y2[i];
+        s3 += (double)x3[i] * y3[i];
+    }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+}
+
 /* ss[l] = Σ_i x_l[i]² for the w <= 4 rows x_l = x + l·ld (sumsq4 for a full group) */
 static void sumsq_rows(double ss[4], const float *x, size_t ld, int w, int n) {
     if (w == 4) sumsq4(ss, x, ld, n);
     else
         for (int l = 0; l < w; l++) ss[l] = sumsq(x + (size_t)l * ld, n);
+}
+
+/* ss[r] = Σ_i x_r[i]² for the m rows x_r = x + r·ld, four at a time (the chains of one
+ * row's loop: its latency, not its work, bounds a single row) */
+static void sumsq_all(double *ss, const float *x, size_t ld, int m, int n) {
+    for (int r = 0; r < m; r += 4) sumsq_rows(ss + r, x + (size_t)r * ld, ld, m - r < 4 ? m - r : 4, n);
 }
 
 /* Rows r < m of x (stride ld, n each): x_r /= max(||x_r||, eps), with ||silu(src)|| summed as
@@ -817,32 +837,57 @@ static void silu_d_row(const nl_host_kernels *ks, float *restrict y, float *rest
     }
 }
 
-/* q̂ or k̂ of one head: dst = silu(src) / max(||silu(src)||, eps), ds = silu'(src); returns
- * ||silu(src)||. (The backward's own recomputation: within an ulp or two of silu_l2.) */
-static float silu_l2_d(const nl_host_kernels *ks, float *restrict dst, float *restrict ds, const float *restrict src,
-                       int n, float eps) {
-    silu_d_row(ks, dst, ds, src, n);
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)dst[i] * dst[i];
-    float nrm = (float)sqrt(ss);
-    float inv = 1.0f / (nrm > eps ? nrm : eps);
-    GDN_EACH(i, n, dst[i] *= inv);
-    return nrm;
+/* q̂ and k̂ rows of a chunk: dst_r = silu(src_r) / max(||silu(src_r)||, eps), ds_r = silu'(src_r)
+ * (rows r < m; dst, ds of stride n; src_r = src[r % half] + r / half * ko: the chunk's q rows,
+ * then its k rows, ko floats further, stride lds); nrm_r = ||silu(src_r)||. (The backward's own
+ * recomputation: within an ulp or two of silu_l2.) */
+static void silu_l2_d_rows(const nl_host_kernels *ks, float *restrict dst, float *restrict ds, const float *src,
+                           size_t lds, size_t ko, int half, int n, float eps, float *nrm) {
+    double ss[2 * CH];
+    for (int r = 0; r < 2 * half; r++)
+        silu_d_row(ks, dst + (size_t)r * n, ds + (size_t)r * n, src + (size_t)(r % half) * lds + (r < half ? 0 : ko), n);
+    sumsq_all(ss, dst, (size_t)n, 2 * half, n);
+    for (int r = 0; r < 2 * half; r++) {
+        float *d = dst + (size_t)r * n;
+        nrm[r] = (float)sqrt(ss[r]);
+        const float inv = 1.0f / (nrm[r] > eps ? nrm[r] : eps);
+        GDN_EACH(i, n, d[i] *= inv);
+    }
 }
 
-/* The gated RMSNorm's backward: given o (pre-norm), z and dy, writes dz and d_o. */
-static void gated_norm_backward(const nl_host_kernels *ks, float *restrict d_o, float *restrict dz,
-                                const float *restrict o, const float *restrict z, const float *restrict nw,
-                                const float *restrict dy, int dv, float eps) {
-    double ss = 0.0;
-    for (int c = 0; c < dv; c++) ss += (double)o[c] * o[c];
-    const float rstd = (float)(1.0 / sqrt(ss / dv + eps));
-    silu_d_row(ks, d_o, dz, z, dv); /* silu(z), silu'(z) */
-    GDN_EACH(c, dv, dz[c] = dy[c] * o[c] * rstd * nw[c] * dz[c]; d_o[c] = dy[c] * nw[c] * d_o[c]);
-    double gdot = 0.0;
-    for (int c = 0; c < dv; c++) gdot += (double)d_o[c] * o[c];
-    float f = (float)(gdot * rstd * rstd / dv);
-    GDN_EACH(c, dv, d_o[c] = rstd * (d_o[c] - o[c] * f));
+/* The gated RMSNorm's backward of a chunk's m rows: given o (pre-norm), z and dy, writes dz and
+ * d_o. d_o, o: stride ld; dz, z, dy: stride ldz. Each row's sums of squares and products in
+ * double as one row's loop, four rows' chains side by side. */
+static void gated_norm_backward_rows(const nl_host_kernels *ks, float *restrict d_o, float *restrict dz,
+                                     const float *restrict o, size_t ld, const float *restrict z,
+                                     const float *restrict nw, const float *restrict dy, size_t ldz, int m, int dv,
+                                     float eps) {
+    double ss[CH], gd[CH];
+    float rstd[CH];
+    sumsq_all(ss, o, ld, m, dv);
+    for (int r = 0; r < m; r++) {
+        float *dor = d_o + (size_t)r * ld, *dzr = dz + (size_t)r * ldz;
+        const float *orow = o + (size_t)r * ld, *dyr = dy + (size_t)r * ldz, rs = (float)(1.0 / sqrt(ss[r] / dv + eps));
+        rstd[r] = rs;
+        silu_d_row(ks, dor, dzr, z + (size_t)r * ldz, dv); /* silu(z), silu'(z) */
+        GDN_EACH(c, dv, dzr[c] = dyr[c] * orow[c] * rs * nw[c] * dzr[c]; dor[c] = dyr[c] * nw[c] * dor[c]);
+    }
+    for (int r = 0; r < m; r += 4) {
+        const int w = m - r < 4 ? m - r : 4;
+        if (w == 4) dotd4(gd + r, d_o + (size_t)r * ld, o + (size_t)r * ld, ld, dv);
+        else
+            for (int l = r; l < r + w; l++) {
+                double g = 0.0;
+                for (int c = 0; c < dv; c++) g += (double)d_o[(size_t)l * ld + c] * o[(size_t)l * ld + c];
+                gd[l] = g;
+            }
+    }
+    for (int r = 0; r < m; r++) {
+        float *dor = d_o + (size_t)r * ld;
+        const float *orow = o + (size_t)r * ld, rs = rstd[r];
+        const float f = (float)(gd[r] * rs * rs / dv);
+        GDN_EACH(c, dv, dor[c] = rs * (dor[c] - orow[c] * f));
+    }
 }
 
 /* Per-thread backward scratch (floats): G = Hv/Hk carried gradients dS, the transposed
@@ -978,12 +1023,13 @@ static void chunk_bwd(const bwd_job *J, const bwd_buf *b, int j, int t0, int n, 
     /* forward: P = Q S0, W = K S0; U, O; then dO' = scale dO through the gated norm */
     if (S0) mm(ks, 2 * n, dv, dk, b->QK, (size_t)dk, 1, S0, (size_t)dv, b->PW, (size_t)dv, 0);
     chunk_uo(ks, &M, n, dv, scale, b->V, (size_t)dv, S0 ? P : NULL, W, b->R, b->U, b->O, (size_t)dv);
+    {
+        const size_t o = (size_t)t0 * vd + (size_t)j * dv;
+        gated_norm_backward_rows(ks, DO, J->dz + o, b->O, (size_t)dv, cache->z + o, J->w->norm, J->dy + o, vd, n, dv,
+                                 s->eps);
+    }
     for (int i = 0; i < n; i++) {
-        const size_t t = (size_t)t0 + i;
         float *dov = DO + (size_t)i * dv;
-        gated_norm_backward(ks, dov, J->dz + t * vd + (size_t)j * dv, b->O + (size_t)i * dv,
-                            cache->z + t * vd + (size_t)j * dv, J->w->norm, J->dy + t * vd + (size_t)j * dv, dv,
-                            s->eps);
         GDN_EACH(c, dv, dov[c] *= scale);
         dgam[i] = S0 ? dot(P + (size_t)i * dv, dov, dv) : 0.0f;
         GDN_EACH(c, dv, dP[(size_t)i * dv + c] = gam[i] * dov[c]);
@@ -1094,12 +1140,8 @@ static void bwd_heads_task(void *arg, int task, int n_tasks) {
         memset(b.dS, 0, sizeof(float) * (size_t)G * hs);
         for (int ci = nch - 1; ci >= 0; ci--) {
             const int t0 = ci * CH, n = T - t0 < CH ? T - t0 : CH;
-            for (int i = 0; i < n; i++) {
-                const float *cp = cache->cpre + (size_t)(t0 + i) * cd;
-                nrm[i] = silu_l2_d(ks, b.QK + (size_t)i * dk, b.dsQK + (size_t)i * dk, cp + qoff, dk, s->eps);
-                nrm[n + i] =
-                    silu_l2_d(ks, b.QK + (size_t)(n + i) * dk, b.dsQK + (size_t)(n + i) * dk, cp + koff, dk, s->eps);
-            }
+            silu_l2_d_rows(ks, b.QK, b.dsQK, cache->cpre + (size_t)t0 * cd + qoff, (size_t)cd, koff - qoff, n, dk,
+                           s->eps, nrm);
             transpose(ks, b.KT, CH, b.QK + (size_t)n * dk, (size_t)dk, n, dk);
             mm(ks, 2 * n, n, dk, b.QK, (size_t)dk, 1, b.KT, CH, Gram, CH, 0);
             memset(b.dQK, 0, sizeof(float) * 2 * (size_t)n * dk);
