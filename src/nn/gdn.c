@@ -845,7 +845,8 @@ static void silu_l2_d_rows(const nl_host_kernels *ks, float *restrict dst, float
                            size_t lds, size_t ko, int half, int n, float eps, float *nrm) {
     double ss[2 * CH];
     for (int r = 0; r < 2 * half; r++)
-        silu_d_row(ks, dst + (size_t)r * n, ds + (size_t)r * n, src + (size_t)(r % half) * lds + (r < half ? 0 : ko), n);
+        silu_d_row(ks, dst + (size_t)r * n, ds + (size_t)r * n, src + (size_t)(r % half) * lds + (r < half ? 0 : ko),
+                   n);
     sumsq_all(ss, dst, (size_t)n, 2 * half, n);
     for (int r = 0; r < 2 * half; r++) {
         float *d = dst + (size_t)r * n;
