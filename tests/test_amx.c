@@ -469,7 +469,8 @@ static void test_kernels(const nl_amx_tiles *tl, int exact) {
         /* under qemu (NL_TEST_SMALL) 70 rows: 3 panels, still a short last one */
         make_weight(&W, big_types[ti], getenv("NL_TEST_SMALL") ? 70 : 300, 1024);
         check_kernel(tl, exact, &W, NL_FWD, 520, 0);
-        if (ti == 0) check_kernel(tl, exact, &W, NL_FWD, 520, 1);
+        /* (not under qemu: the split case doubled test_amx's 163 s there; every x86 run has it) */
+        if (ti == 0 && !getenv("NL_TEST_SMALL")) check_kernel(tl, exact, &W, NL_FWD, 520, 1);
         free_weight(&W);
     }
     printf("%s: F16 weights, worst |y - ref| / sum|x*w|: bf16 tiles %.3g, split-bf16 %.3g\n", tl->name, worst_plain_f16,
