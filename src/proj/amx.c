@@ -15,11 +15,15 @@
 #define BWD_NC 256
 /* BWD: uint32 pairs of one 32-column tile pair's chunk (BWD_NC/2 rows × 32, 16 KiB) */
 #define BWD_KPS ((int64_t)BWD_NC / 2 * 32)
+/* FWD, not split, neither Q8_0's own pairs: k per chunk of 16 rows decoded into FP32 (16 KiB,
+ * in L1) and turned into pairs in registers (fwd_pairs_f32); a multiple of every block size */
+#define FWD_KC 256
 
 typedef struct {
     void *mem;
     size_t cap;
-    uint16_t *whi, *wlo; /* FWD: 32 rows × Kp BF16 */
+    uint16_t *whi;       /* FWD, the tile path (fwd_rows): 32 rows × Kp BF16 */
+    float *dq;           /* FWD, the pairs path (fwd_rows): 16 rows × FWD_KC floats */
     uint32_t *wp;        /* FWD: the group's panels; not split: VNNI pairs, Kp/2 rows × 32 each; split:
                           * hi then lo BF16 rows, 32 × pad_ld(Kp) each (fwd_panel_bytes) */
     uint32_t *phi, *plo; /* BWD: per 32 columns kp, BWD_NC/2 rows × 32 pairs (BWD_KPS), gw/32 of them */
@@ -128,6 +132,29 @@ static int fwd_group(int64_t Kp, int64_t Tp, int64_t ldx, int split) {
     return g < 1 ? 1 : g > 8 ? 8 : (int)g;
 }
 
+/* FWD, not split: how a panel of W becomes pairs. Q8_0: the kernel set's pairs straight from
+ * the blocks (q8_0_fwd_pairs); another type: each chunk of 16 rows decoded into FP32 and turned
+ * into pairs in registers (fwd_pairs_f32); both where the set has them with VCVTNEPS2BF16, the
+ * rounding to_bf16_split uses there. Else (no such kernels): BF16 rows in a tile, transposed. */
+enum { FWD_TILE, FWD_Q8, FWD_PAIRS };
+static int fwd_path(const nl_host_kernels *ks, int type) {
+    if (!ks->has_bf16 || !nl_cpu_has(NL_CPU_AVX512BF16)) return FWD_TILE;
+    if (type == NL_TYPE_Q8_0 && ks->q8_0_fwd_pairs) return FWD_Q8;
+    return ks->fwd_pairs_f32 ? FWD_PAIRS : FWD_TILE;
+}
+
+/* FWD: bytes of a thread's rows for the panel packing (fwd_path): the tile path's 32 BF16 rows,
+ * the pairs path's 16 FP32 rows of a chunk; none split (the rows go straight into the group)
+ * or for Q8_0's pairs */
+static size_t fwd_rows_bytes(const nl_host_kernels *ks, int type, int split, int64_t Kp) {
+    if (split) return 0;
+    switch (fwd_path(ks, type)) {
+    case FWD_Q8: return 0;
+    case FWD_PAIRS: return (size_t)16 * FWD_KC * 4;
+    default: return al64((size_t)32 * (size_t)Kp * 2);
+    }
+}
+
 /* FWD: bytes of one panel in the group region: not split Kp/2 × 32 pairs; split the hi and the
  * lo plane of 32 BF16 rows pad_ld(Kp) apart (a multiple of 2 KiB would put a tile load's 16 rows
  * in 2 of L1's sets) */
@@ -141,18 +168,19 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
     const size_t cbytes = 1024 * 4;
     size_t need;
     if (dir == NL_FWD) {
-        const size_t wp = al64((size_t)32 * (size_t)j->Kp * 2), wg = fwd_panel_bytes(j->split, j->Kp) * (size_t)j->gf;
+        const size_t wr = fwd_rows_bytes(j->ks, j->w->type, j->split, j->Kp);
+        const size_t wg = fwd_panel_bytes(j->split, j->Kp) * (size_t)j->gf;
         const size_t zq = al64((size_t)(j->Kp / 32) * sizeof(nl_block_q8_0));
-        need = 2 * wp + wg + al64((size_t)j->Kp * 4) + cbytes + zq;
+        need = wr + wg + al64((size_t)j->Kp * 4) + cbytes + zq;
         if (need < pack) need = pack;
         if (!grow_aligned(&s->mem, &s->cap, need)) return -1;
         uint8_t *m = s->mem;
         s->whi = (uint16_t *)(void *)m;
-        s->wlo = (uint16_t *)(void *)(m + wp);
-        s->wp = (uint32_t *)(void *)(m + 2 * wp);
-        s->row = (float *)(void *)(m + 2 * wp + wg);
-        s->c = (float *)(void *)(m + 2 * wp + wg + al64((size_t)j->Kp * 4));
-        s->zq8 = (nl_block_q8_0 *)(void *)(m + 2 * wp + wg + al64((size_t)j->Kp * 4) + cbytes);
+        s->dq = (float *)(void *)m;
+        s->wp = (uint32_t *)(void *)(m + wr);
+        s->row = (float *)(void *)(m + wr + wg);
+        s->c = (float *)(void *)(m + wr + wg + al64((size_t)j->Kp * 4));
+        s->zq8 = (nl_block_q8_0 *)(void *)(m + wr + wg + al64((size_t)j->Kp * 4) + cbytes);
     } else {
         const size_t gw = (size_t)j->gp * BWD_KW;
         const size_t pp = (size_t)BWD_NC / 2 * gw * 4, acc = al64((size_t)j->Tp * gw * 4);
@@ -259,13 +287,6 @@ static void panel_rows(amx_job *j, amx_scratch *s, int64_t n0, uint16_t *whi, ui
     }
 }
 
-/* FWD, one product, Q8_0: the kernel set's pairs straight from the blocks (q8_0_fwd_pairs) where
- * it has them with VCVTNEPS2BF16, the rounding to_bf16_split uses there */
-static int fwd_q8(const amx_job *j) {
-    return j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_fwd_pairs && j->ks->has_bf16 &&
-           nl_cpu_has(NL_CPU_AVX512BF16);
-}
-
 /* FWD, split: thread tid takes 32-row panels of W, a group of them at a time (fwd_group); each
  * is dequantized once into BF16 tile rows (hi and lo, rows pad_ld(Kp) apart) and used against
  * every t-block pair, the pairs outer so that a pair's Xᵀ meets the whole group while it is in
@@ -318,9 +339,9 @@ static void task_fwd_split(void *arg, int tid, int nth) {
 
 /* FWD, not split: the 32 rows n0 .. n0+31 of W (zeros past N) as VNNI pairs along k into wp
  * (wp[r][n] = (W[n][2r], W[n][2r+1]), Kp/2 rows × 32) */
-static void fwd_panel(amx_job *j, amx_scratch *s, int q8, int64_t n0, uint32_t *wp) {
-    const int64_t N = j->N, Kp = j->Kp, kp2 = Kp / 2;
-    if (q8) {
+static void fwd_panel(amx_job *j, amx_scratch *s, int path, int64_t n0, uint32_t *wp) {
+    const int64_t N = j->N, K = j->K, Kp = j->Kp, kp2 = Kp / 2;
+    if (path == FWD_Q8) {
         /* Q8_0: the pairs straight from 16 rows' blocks at a time, transposed in registers: the
          * values of the dequantizer + to_bf16_split (q·d exact, then VCVTNEPS2BF16) */
         for (int h = 0; h < 2; h++) {
@@ -334,7 +355,26 @@ static void fwd_panel(amx_job *j, amx_scratch *s, int q8, int64_t n0, uint32_t *
         }
         return;
     }
-    panel_rows(j, s, n0, s->whi, s->wlo, Kp);
+    if (path == FWD_PAIRS) {
+        /* the dequantizer's values (zeros past K and N) rounded as to_bf16_split's whole blocks */
+        for (int h = 0; h < 2; h++)
+            for (int64_t k0 = 0; k0 < Kp; k0 += FWD_KC) {
+                const int kc = (int)min64(FWD_KC, Kp - k0), nk = (int)min64(kc, K - k0);
+                for (int r = 0; r < 16; r++) {
+                    float *d = s->dq + r * FWD_KC;
+                    const int64_t n = n0 + 16 * h + r;
+                    if (n < N) {
+                        nl_host_dequant(j->ks, j->w->type, (const uint8_t *)j->w->data + (size_t)n * j->rb, k0, nk, d);
+                        memset(d + nk, 0, (size_t)(kc - nk) * 4);
+                    } else {
+                        memset(d, 0, (size_t)kc * 4);
+                    }
+                }
+                j->ks->fwd_pairs_f32(s->dq, FWD_KC, kc, wp + (k0 / 2) * 32 + 16 * h, 32);
+            }
+        return;
+    }
+    panel_rows(j, s, n0, s->whi, NULL, Kp);
     nl_host_transpose32(j->ks, (const uint32_t *)(const void *)s->whi, kp2, wp, 32, 32, (int)kp2);
 }
 
@@ -353,12 +393,12 @@ static void task_fwd(void *arg, int tid, int nth) {
     const int64_t N = j->N, Kp = j->Kp;
     const int64_t np = (N + 31) / 32, p0 = np * tid / nth, p1 = np * (tid + 1) / nth;
     if (p0 >= p1) return;
-    const int q8 = fwd_q8(j);
-    if (q8 && N % 32) memset(s->zq8, 0, (size_t)(Kp / 32) * sizeof(nl_block_q8_0));
+    const int path = fwd_path(j->ks, j->w->type);
+    if (path == FWD_Q8 && N % 32) memset(s->zq8, 0, (size_t)(Kp / 32) * sizeof(nl_block_q8_0));
     j->tl->begin();
     for (int64_t pg = p0; pg < p1; pg += j->gf) {
         const int ng = (int)min64(j->gf, p1 - pg);
-        for (int g = 0; g < ng; g++) fwd_panel(j, s, q8, (pg + g) * 32, s->wp + (size_t)g * (size_t)Kp * 16);
+        for (int g = 0; g < ng; g++) fwd_panel(j, s, path, (pg + g) * 32, s->wp + (size_t)g * (size_t)Kp * 16);
         /* t-block pairs outer, the group's panels inner: a pair's rows of X stay in L2 while
          * they meet every panel of the group (X itself may not fit there) */
         for (int64_t tb = 0; tb < j->Tp / 16; tb += 2)
@@ -516,8 +556,8 @@ static void task_bwd(void *arg, int tid, int nth) {
     j->tl->end();
 }
 
-void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T, int split, uint64_t *shared,
-                          uint64_t *per_thread) {
+void nl_amx_scratch_bytes(const nl_host_kernels *ks, int n_threads, int64_t K, int64_t N, int type, nl_dir dir, int T,
+                          int split, uint64_t *shared, uint64_t *per_thread) {
     const uint64_t Kp = (uint64_t)up32(K), Np = (uint64_t)up32(N), Tp = (uint64_t)up32(T);
     /* the packed activations (nl_amx_run) and a thread's scratch (scratch_for), as sized there */
     const uint64_t ldx = (uint64_t)x_ld(dir, split, (int64_t)Kp, (int64_t)Np);
@@ -525,8 +565,8 @@ void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T
     uint64_t need;
     if (dir == NL_FWD) {
         const uint64_t gf = (uint64_t)fwd_group((int64_t)Kp, (int64_t)Tp, (int64_t)ldx, split);
-        need = 2 * al64((size_t)(32 * Kp * 2)) + gf * fwd_panel_bytes(split, (int64_t)Kp) + al64((size_t)(Kp * 4)) +
-               1024 * 4 + al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
+        need = fwd_rows_bytes(ks, type, split, (int64_t)Kp) + gf * fwd_panel_bytes(split, (int64_t)Kp) +
+               al64((size_t)(Kp * 4)) + 1024 * 4 + al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
         if (need < Kp * 8) need = Kp * 8;
     } else {
         const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp) * BWD_KW;

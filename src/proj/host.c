@@ -615,7 +615,8 @@ static void host_scratch(void *ctx, const nl_proj_weight *w, nl_dir dir, int T, 
     if (!c || !w || T < 1) return;
     const int mode = mode_of(c);
     if (amx_takes(mode, w)) {
-        nl_amx_scratch_bytes(c->nth, w->n_in, w->n_out, dir, T, w->cls == NL_CLASS_RECURRENT, shared, per_thread);
+        nl_amx_scratch_bytes(c->ks, c->nth, w->n_in, w->n_out, w->type, dir, T, w->cls == NL_CLASS_RECURRENT, shared,
+                             per_thread);
     } else if (int8_takes(mode, w, dir)) {
         *shared = nl_host_int8_scratch(w, T);
     } else if (bf16_takes(c, mode, w)) {

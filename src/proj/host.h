@@ -61,9 +61,10 @@ void nl_amx_free(nl_amx_ctx *a);
  * split-BF16 (3 products), 0 = one BF16 product. Threads: the pool (pool size == n_threads). */
 /* What nl_amx_run on a context of n_threads holds for a K×N weight, direction dir, T rows:
  * the packed activations (*shared, one buffer grown to its largest request) and every thread's
- * scratch (*per_thread, all threads together, each grown to its largest). */
-void nl_amx_scratch_bytes(int n_threads, int64_t K, int64_t N, nl_dir dir, int T, int split, uint64_t *shared,
-                          uint64_t *per_thread);
+ * scratch (*per_thread, all threads together, each grown to its largest), for requests run with the
+ * kernel set ks on a weight of type `type` (the FWD packing it picks decides the scratch). */
+void nl_amx_scratch_bytes(const nl_host_kernels *ks, int n_threads, int64_t K, int64_t N, int type, nl_dir dir, int T,
+                          int split, uint64_t *shared, uint64_t *per_thread);
 int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *ks, nl_pool *pool,
                const nl_proj_weight *w, nl_dir dir, const float *x, int T, float *y, int split);
 
