@@ -199,10 +199,15 @@ static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
 
 /* BWD: the 64-column panels a thread packs together from each chunk of rows (so every row's
  * bytes of the group are read in one pass, not 64 columns at a time across all the rows): as
- * many as keep the group's partial sums (Tp × 64·gp floats) within 512 KiB, at most 4 */
-static int bwd_group(int64_t Tp) {
-    const int64_t g = (512 * 1024) / (Tp * BWD_KW * 4);
-    return g < 1 ? 1 : g > 4 ? 4 : (int)g;
+ * many as keep the group's partial sums (Tp × 64·gp floats) within 512 KiB, at most 4; where
+ * dY's BF16 copy (Tp × Np) is beyond 32 MiB, which every group reads again from memory, within
+ * 1 MiB, at most BWD_GMAX (the head's 151936 rows on the Xeon: 94-95 ms over 98-102 in the
+ * microbenchmark; the smaller shapes, dY in cache, 4-10 % slower with 8) */
+#define BWD_GMAX 8
+static int bwd_group(int64_t Tp, int64_t Np) {
+    const int big = Tp * Np * 2 > (int64_t)32 << 20;
+    const int64_t g = (big ? 1024 * 1024 : 512 * 1024) / (Tp * BWD_KW * 4), cap = big ? BWD_GMAX : 4;
+    return g < 1 ? 1 : g > cap ? (int)cap : (int)g;
 }
 
 /* ---- phase 1: the activations, once per request (rows split across threads) ---- */
@@ -455,7 +460,7 @@ static void task_bwd(void *arg, int tid, int nth) {
     if (q0 >= q1) return;
     const int gw = j->gp * BWD_KW;
     float *r0 = s->row, *r1 = s->row + gw;
-    uint16_t h0[4 * BWD_KW], h1[4 * BWD_KW], l0[4 * BWD_KW], l1[4 * BWD_KW];
+    uint16_t h0[BWD_GMAX * BWD_KW], h1[BWD_GMAX * BWD_KW], l0[BWD_GMAX * BWD_KW], l1[BWD_GMAX * BWD_KW];
     /* Q8_0 (one product): the kernel set's pairs straight from two rows' blocks, the same values
      * as the dequantizer and to_bf16_split (VCVTNEPS2BF16's rounding, where the CPU has it) */
     const int q8 = j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_pairs_to_bf16 && j->ks->has_bf16 &&
@@ -569,7 +574,7 @@ void nl_amx_scratch_bytes(const nl_host_kernels *ks, int n_threads, int64_t K, i
                al64((size_t)(Kp * 4)) + 1024 * 4 + al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
         if (need < Kp * 8) need = Kp * 8;
     } else {
-        const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp) * BWD_KW;
+        const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp, (int64_t)Np) * BWD_KW;
         need = 2 * ((uint64_t)BWD_NC / 2 * gw * 4) + 2 * gw * 4 + al64((size_t)(Tp * gw * 4)) + 1024 * 4;
         if (need < Np * 4) need = Np * 4;
     }
@@ -587,7 +592,7 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     j.Np = up32(j.N);
     j.Tp = up32(T);
     j.rb = nl_row_bytes(w->type, w->n_in);
-    j.gp = bwd_group(j.Tp);
+    j.gp = bwd_group(j.Tp, j.Np);
     j.gf = 1;
     /* the activations: FWD Tp × Kp (split) or Tp × ldx, BWD Tp × ldx BF16, per plane */
     j.ldx = x_ld(dir, split, j.Kp, j.Np);
