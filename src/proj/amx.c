@@ -465,6 +465,9 @@ static void task_bwd(void *arg, int tid, int nth) {
      * as the dequantizer and to_bf16_split (VCVTNEPS2BF16's rounding, where the CPU has it) */
     const int q8 = j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_pairs_to_bf16 && j->ks->has_bf16 &&
                    nl_cpu_has(NL_CPU_AVX512BF16);
+    /* another type, one product: the decoded rows' pairs by the set's pairs_to_bf16 (VCVTNEPS2BF16,
+     * to_bf16_split's rounding there) instead of two BF16 rows interleaved */
+    const int pairs = !q8 && !j->split && j->ks->pairs_to_bf16 && j->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
     j->tl->begin();
     for (int64_t g = q0; g < q1; g += j->gp) {
         const int64_t k0 = g * BWD_KW;
@@ -505,9 +508,15 @@ static void task_bwd(void *arg, int tid, int nth) {
                     else memset(rr[h], 0, (size_t)kw * 4);
                     memset(rr[h] + kw, 0, (size_t)(kwp - kw) * 4);
                 }
+                uint32_t *ph = s->phi + (size_t)(i / 2) * 32, *pl = s->plo + (size_t)(i / 2) * 32;
+                if (pairs) {
+                    /* one product: the two rows' BF16 pairs in registers, per 32 columns */
+                    for (int kp = 0; kp < nkp; kp++)
+                        j->ks->pairs_to_bf16(r0 + 32 * kp, r1 + 32 * kp, 32, ph + kp * BWD_KPS);
+                    continue;
+                }
                 to_bf16_split(j->ks, r0, kwp, h0, j->split ? l0 : NULL);
                 to_bf16_split(j->ks, r1, kwp, h1, j->split ? l1 : NULL);
-                uint32_t *ph = s->phi + (size_t)(i / 2) * 32, *pl = s->plo + (size_t)(i / 2) * 32;
                 for (int kp = 0; kp < nkp; kp++) {
                     uint32_t *d = ph + kp * BWD_KPS;
                     const uint16_t *a = h0 + 32 * kp, *b = h1 + 32 * kp;
