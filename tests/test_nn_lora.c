@@ -154,6 +154,71 @@ static void test_dropout_apply(void) {
     free(x), free(m), free(xm), free(m2), free(xm2), free(w), free(w2);
 }
 
+/* The kernel row's dropout_mask_row and dropout_apply_row against the scalar rule written out here
+ * (nl_rng_u64's halves >= thr, the FP32 product, nl_amx_f32_to_bf16), element by element, over
+ * K = 1..70 and 1000 (every lane of the 16 and each tail length), three thresholds (0: all kept),
+ * x with NaN, ±inf, denormals and −0 moving through the lanes as K changes. */
+static int dropout_row_ok(uint64_t kt, int K, uint32_t thr, float inv, const float *x, int n, const float *m,
+                          const float *xm, const uint32_t *w) {
+    for (int i = 0; i < n; i++) {
+        const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
+        const float mi = (uint32_t)(i & 1 ? v >> 32 : v) >= thr ? inv : 0.0f, pi = x[i] * mi;
+        const uint16_t wi = w ? (uint16_t)(w[i / 2] >> (i & 1 ? 16 : 0)) : 0;
+        if (m && memcmp(&m[i], &mi, 4)) return printf("  K %d: mask[%d] %g, want %g\n", K, i, m[i], mi), 0;
+        if (xm && memcmp(&xm[i], &pi, 4)) return printf("  K %d: x*m[%d] differs\n", K, i), 0;
+        if (w && wi != nl_amx_f32_to_bf16(pi))
+            return printf("  K %d: bf16[%d] %04x, want %04x\n", K, i, wi, nl_amx_f32_to_bf16(pi)), 0;
+    }
+    return 1;
+}
+
+static void test_dropout_rows(void) {
+    const nl_host_kernels *ks = nl_cpu_kernels();
+    if (!ks->dropout_mask_row && !ks->dropout_apply_row) {
+        printf("no dropout rows in this kernel row: the node's scalar loop\n");
+        return;
+    }
+    const int KMAX = 1000;
+    float *x = malloc(sizeof(float) * KMAX), *m = malloc(sizeof(float) * KMAX), *xm = malloc(sizeof(float) * KMAX);
+    uint32_t *w = malloc(sizeof(uint32_t) * KMAX);
+    const uint32_t odd[] = {0x7fc00001u, 0xff800000u, 0x7f800000u, 0x00000001u, 0x807fffffu,
+                            0x80000000u, 0x7f7fffffu, 0x3f80ffffu, 0x3f808000u, 0x3f818000u,
+                            0x7f800001u, 0xffc00000u, 0x00800000u, 0x3f807fffu, 0xbf808000u};
+    const uint32_t thrs[] = {214748365u, 0x80000000u, 0u};
+    int bad = 0, rows = 0;
+    for (int K = 1; K <= KMAX && !bad; K = K < 70 ? K + 1 : K == 70 ? KMAX : KMAX + 1) {
+        nl_t_fill(x, K, 2.0);
+        for (int i = K % 5; i < K; i += 5) memcpy(&x[i], &odd[(i / 5 + K) % 15], 4);
+        for (int q = 0; q < 3 && !bad; q++) {
+            const uint32_t thr = thrs[q];
+            const float inv = 1.0f / (1.0f - (float)((double)thr / 4294967296.0));
+            const uint64_t kt = nl_rng_key_add(nl_lora_dropout_key(5, 6, 7, 8), (uint64_t)(K * 3 + q));
+            if (ks->dropout_mask_row) {
+                memset(m, 0xAB, sizeof(float) * KMAX);
+                const int n = ks->dropout_mask_row(kt, K, thr, inv, m);
+                CHECKF(n % 16 == 0 && n <= K && n > K - 16, "dropout_mask_row did %d of %d", n, K);
+                bad |= !dropout_row_ok(kt, K, thr, inv, x, n, m, NULL, NULL), rows++;
+            }
+            for (int mode = 1; ks->dropout_apply_row && mode < 8 && !bad; mode++) {
+                memset(m, 0xAB, sizeof(float) * KMAX), memset(xm, 0xAB, sizeof(float) * KMAX);
+                memset(w, 0xAB, sizeof(uint32_t) * KMAX);
+                float *mo = mode & 1 ? m : NULL, *xo = mode & 2 ? xm : NULL;
+                uint32_t *wo = mode & 4 ? w : NULL;
+                const int n = ks->dropout_apply_row(kt, K, thr, inv, x, mo, xo, wo);
+                CHECKF(n % 16 == 0 && n <= K && n > K - 16, "dropout_apply_row did %d of %d", n, K);
+                bad |= !dropout_row_ok(kt, K, thr, inv, x, n, mo, xo, wo), rows++;
+                for (int i = n; i < KMAX; i++) { /* nothing past the count: the node writes the rest */
+                    uint32_t a, b;
+                    memcpy(&a, &m[i], 4), memcpy(&b, &xm[i], 4);
+                    bad |= a != 0xABABABABu || b != 0xABABABABu || (i >= n / 2 && w[i] != 0xABABABABu);
+                }
+            }
+        }
+    }
+    CHECKF(!bad, "dropout rows against the scalar rule (%d rows checked)", rows);
+    free(x), free(m), free(xm), free(w);
+}
+
 /* Forward vs reference, then backward vs finite differences, for one (shape, p). */
 static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
     nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL, 0};
@@ -825,6 +890,7 @@ int main(void) {
     test_rng();
     test_mask();
     test_dropout_apply();
+    test_dropout_rows();
     check_lora(7, 13, 11, 3, 0.0f, 0);
     check_lora(7, 13, 11, 3, 0.25f, 40);
     check_lora(37, 21, 9, 5, 0.5f, 1000); /* more rows than one token block */
