@@ -1,6 +1,9 @@
 /* cpu/cpu: the CPU-feature probe (see cpu.h). */
 #include "cpu/cpu.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
@@ -52,13 +55,43 @@ static unsigned probe(void) {
     return m;
 }
 
+/* NL_CPU_HIDE (a comma-separated list of these names): the features this process acts as if
+ * the CPU lacked, with those that come with them (avx2 takes the AVX-512 ones, avx512 its
+ * extensions), so that every machine can run the paths of a lesser CPU (tests: a kernel's
+ * fallback where this CPU has the faster instruction). Unknown names are ignored. */
+static const char *const feature_names[NL_CPU_N_FEATURES] = {[NL_CPU_AVX2] = "avx2",
+                                                             [NL_CPU_AVX512] = "avx512",
+                                                             [NL_CPU_AVX512BF16] = "avx512bf16",
+                                                             [NL_CPU_NEON] = "neon",
+                                                             [NL_CPU_AMX] = "amx",
+                                                             [NL_CPU_INTEL] = "intel",
+                                                             [NL_CPU_ARM_BF16] = "arm_bf16",
+                                                             [NL_CPU_ARM_I8MM] = "arm_i8mm",
+                                                             [NL_CPU_ARM_DOTPROD] = "arm_dotprod",
+                                                             [NL_CPU_ARM_SME] = "arm_sme",
+                                                             [NL_CPU_AVX512VNNI] = "avx512vnni"};
+
+static unsigned hidden(const char *list) {
+    unsigned h = 0;
+    while (list && *list) {
+        const char *e = strchr(list, ',');
+        const size_t n = e ? (size_t)(e - list) : strlen(list);
+        for (int f = 0; f < NL_CPU_N_FEATURES; f++)
+            if (strlen(feature_names[f]) == n && !strncmp(list, feature_names[f], n)) h |= 1u << f;
+        list = e ? e + 1 : NULL;
+    }
+    if (h & 1u << NL_CPU_AVX2) h |= 1u << NL_CPU_AVX512;
+    if (h & 1u << NL_CPU_AVX512) h |= 1u << NL_CPU_AVX512BF16 | 1u << NL_CPU_AVX512VNNI;
+    return h;
+}
+
 int nl_cpu_has(nl_cpu_feature f) {
     /* asked on every projection request: the CPU once (a benign race: every thread stores the
      * same value); bit 31 marks the mask as known */
     static unsigned known = 0;
     unsigned v = __atomic_load_n(&known, __ATOMIC_RELAXED);
     if (!v) {
-        v = probe() | 1u << 31;
+        v = (probe() & ~hidden(getenv("NL_CPU_HIDE"))) | 1u << 31;
         __atomic_store_n(&known, v, __ATOMIC_RELAXED);
     }
     return (int)f >= 0 && f < NL_CPU_N_FEATURES && ((v >> f) & 1u);

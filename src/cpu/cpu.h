@@ -21,7 +21,8 @@ typedef enum {
     NL_CPU_N_FEATURES
 } nl_cpu_feature;
 
-/* 1 if this CPU has the feature (and every feature its comment names with it), else 0. */
+/* 1 if this CPU has the feature (and every feature its comment names with it), else 0; a feature
+ * named in the environment's NL_CPU_HIDE (e.g. "avx512bf16,amx") reads as absent (cpu.c). */
 int nl_cpu_has(nl_cpu_feature f);
 
 #endif
