@@ -361,21 +361,15 @@ static void fwd_panel(amx_job *j, amx_scratch *s, int path, int64_t n0, uint32_t
         return;
     }
     if (path == FWD_PAIRS) {
-        /* the dequantizer's values (zeros past K and N) rounded as to_bf16_split's whole blocks */
+        /* the dequantizer's values (zeros past K and N) rounded as to_bf16_split's whole blocks,
+         * as the bf16 compute's panels (host.c) */
         for (int h = 0; h < 2; h++)
             for (int64_t k0 = 0; k0 < Kp; k0 += FWD_KC) {
                 const int kc = (int)min64(FWD_KC, Kp - k0), nk = (int)min64(kc, K - k0);
-                for (int r = 0; r < 16; r++) {
-                    float *d = s->dq + r * FWD_KC;
-                    const int64_t n = n0 + 16 * h + r;
-                    if (n < N) {
-                        nl_host_dequant(j->ks, j->w->type, (const uint8_t *)j->w->data + (size_t)n * j->rb, k0, nk, d);
-                        memset(d + nk, 0, (size_t)(kc - nk) * 4);
-                    } else {
-                        memset(d, 0, (size_t)kc * 4);
-                    }
-                }
-                j->ks->fwd_pairs_f32(s->dq, FWD_KC, kc, wp + (k0 / 2) * 32 + 16 * h, 32);
+                const int64_t r0 = n0 + 16 * h, nr = r0 < N ? min64(16, N - r0) : 0;
+                const uint8_t *w0 = (const uint8_t *)j->w->data + (size_t)(nr ? r0 : 0) * j->rb;
+                nl_host_fwd_pairs16(j->ks, j->w->type, w0, j->rb, (int)nr, k0, nk, kc, s->dq, FWD_KC,
+                                    wp + (k0 / 2) * 32 + 16 * h, 32);
             }
         return;
     }

@@ -380,6 +380,20 @@ static void ahead_to(ahead *a, int upto) {
 /* rows per slice of the product between prefetches (a multiple of the kernels' 6 rows) */
 #define AHEAD_ROWS 48
 
+void nl_host_fwd_pairs16(const nl_host_kernels *ks, int type, const uint8_t *w0, size_t rb, int nrows, int64_t k0,
+                         int kc, int kc32, float *buf, int64_t ldb, uint32_t *dst, int64_t ldd) {
+    for (int r = 0; r < 16; r++) {
+        float *d = buf + (size_t)r * (size_t)ldb;
+        if (r < nrows) {
+            nl_host_dequant(ks, type, w0 + (size_t)r * rb, k0, kc, d);
+            memset(d + kc, 0, (size_t)(kc32 - kc) * 4);
+        } else {
+            memset(d, 0, (size_t)kc32 * 4);
+        }
+    }
+    ks->fwd_pairs_f32(buf, ldb, kc32, dst, ldd);
+}
+
 /* zero Q8_0 blocks: the rows of a FWD panel past ncols (q·d = 0) */
 static const nl_block_q8_0 zero_q8_0[NL_HOST_KC / 32];
 
@@ -404,19 +418,9 @@ static void pack_fwd_bf16(const nl_host_kernels *ks, const nl_proj_weight *w, co
      * (the pairs past kc/2 rounded up are not read; the odd kc's last pair has a zero high half) */
     const int kc32 = (kc + 31) / 32 * 32;
     if (ks->fwd_pairs_f32) {
-        float *rows = s->tile; /* 16 rows of KC floats */
-        for (int j0 = 0; j0 < ncols; j0 += 16) {
-            for (int r = 0; r < 16; r++) {
-                float *dst = rows + (size_t)r * NL_HOST_KC;
-                if (j0 + r < ncols) {
-                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + j0 + r) * rb, k0, kc, dst);
-                    memset(dst + kc, 0, (size_t)(kc32 - kc) * 4);
-                } else {
-                    memset(dst, 0, (size_t)kc32 * 4);
-                }
-            }
-            ks->fwd_pairs_f32(rows, NL_HOST_KC, kc32, s->Bp + j0, NL_HOST_NP);
-        }
+        for (int j0 = 0; j0 < ncols; j0 += 16)
+            nl_host_fwd_pairs16(ks, w->type, W + (size_t)(n0 + j0) * rb, rb, ncols - j0, k0, kc, kc32, s->tile,
+                                NL_HOST_KC, s->Bp + j0, NL_HOST_NP);
         return;
     }
     uint16_t *tile = (uint16_t *)s->tile;

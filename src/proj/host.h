@@ -48,6 +48,12 @@ double nl_proj_host_rel_tol(const void *ctx, int type, int64_t n_red);
  * 1e-4 + the f32 bound; BF16 tiles 1e-2; F32 weights the f32 bound). */
 double nl_proj_host_rel_tol_for(const void *ctx, const nl_proj_weight *w, int64_t n_red);
 
+/* The FWD pairs of 16 rows of W (row r at w0 + r·rb, zeros from row nrows on): columns k0 .. k0+kc
+ * decoded into FP32 rows of buf (ldb floats apart, zeros from kc up to kc32, a multiple of 32),
+ * then dst[(p/2)·ldd + r] = BF16(row r, p) | BF16(row r, p + 1) << 16 by ks->fwd_pairs_f32 (which
+ * the set must have): the bf16 compute's panels and the tile driver's (amx.c) */
+void nl_host_fwd_pairs16(const nl_host_kernels *ks, int type, const uint8_t *w0, size_t rb, int nrows, int64_t k0,
+                         int kc, int kc32, float *buf, int64_t ldb, uint32_t *dst, int64_t ldd);
 /* dst[c·ldd + r] = src[r·lds + c] for r < rows (a multiple of 16), c < cols: the kernel set's
  * transpose (ks->transpose32) or a plain loop */
 void nl_host_transpose32(const nl_host_kernels *ks, const uint32_t *src, int64_t lds, uint32_t *dst, int64_t ldd,
