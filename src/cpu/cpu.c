@@ -77,7 +77,7 @@ static unsigned hidden(const char *list) {
         const char *e = strchr(list, ',');
         const size_t n = e ? (size_t)(e - list) : strlen(list);
         for (int f = 0; f < NL_CPU_N_FEATURES; f++)
-            if (strlen(feature_names[f]) == n && !strncmp(list, feature_names[f], n)) h |= 1u << f;
+            if (feature_names[f] && strlen(feature_names[f]) == n && !strncmp(list, feature_names[f], n)) h |= 1u << f;
         list = e ? e + 1 : NULL;
     }
     if (h & 1u << NL_CPU_AVX2) h |= 1u << NL_CPU_AVX512;

@@ -75,12 +75,16 @@ static float bf16_val(uint16_t h) {
     return f;
 }
 
+/* 1 where the kernel set's BF16 conversions are VCVTNEPS2BF16 on this CPU: its packers then
+ * round as nl_amx_f32_to_bf16 does (FP32 denormals read as zero), the tile driver's rule */
+static int cvt_bf16(const nl_host_kernels *ks) { return ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16); }
+
 /* hi[i] = bf16(src[i]) (nl_amx_f32_to_bf16: FP32 denormals read as zero, as the kernel set's
  * VCVTNEPS2BF16 converts; that set's to_bf16 only where the CPU has AVX512_BF16, on whole
  * 32-element blocks); lo[i] = bf16(src[i] - hi[i]) when lo is not NULL (split). */
 static void to_bf16_split(const nl_host_kernels *ks, const float *src, int n, uint16_t *hi, uint16_t *lo) {
     int i = 0;
-    if (ks->to_bf16 && ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16)) {
+    if (ks->to_bf16 && cvt_bf16(ks)) {
         i = n / 32 * 32;
         ks->to_bf16(src, i, hi);
     }
@@ -138,7 +142,7 @@ static int fwd_group(int64_t Kp, int64_t Tp, int64_t ldx, int split) {
  * rounding to_bf16_split uses there. Else (no such kernels): BF16 rows in a tile, transposed. */
 enum { FWD_TILE, FWD_Q8, FWD_PAIRS };
 static int fwd_path(const nl_host_kernels *ks, int type) {
-    if (!ks->has_bf16 || !nl_cpu_has(NL_CPU_AVX512BF16)) return FWD_TILE;
+    if (!cvt_bf16(ks)) return FWD_TILE;
     if (type == NL_TYPE_Q8_0 && ks->q8_0_fwd_pairs) return FWD_Q8;
     return ks->fwd_pairs_f32 ? FWD_PAIRS : FWD_TILE;
 }
@@ -457,11 +461,10 @@ static void task_bwd(void *arg, int tid, int nth) {
     uint16_t h0[BWD_GMAX * BWD_KW], h1[BWD_GMAX * BWD_KW], l0[BWD_GMAX * BWD_KW], l1[BWD_GMAX * BWD_KW];
     /* Q8_0 (one product): the kernel set's pairs straight from two rows' blocks, the same values
      * as the dequantizer and to_bf16_split (VCVTNEPS2BF16's rounding, where the CPU has it) */
-    const int q8 = j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_pairs_to_bf16 && j->ks->has_bf16 &&
-                   nl_cpu_has(NL_CPU_AVX512BF16);
+    const int q8 = j->w->type == NL_TYPE_Q8_0 && !j->split && j->ks->q8_0_pairs_to_bf16 && cvt_bf16(j->ks);
     /* another type, one product: the decoded rows' pairs by the set's pairs_to_bf16 (VCVTNEPS2BF16,
      * to_bf16_split's rounding there) instead of two BF16 rows interleaved */
-    const int pairs = !q8 && !j->split && j->ks->pairs_to_bf16 && j->ks->has_bf16 && nl_cpu_has(NL_CPU_AVX512BF16);
+    const int pairs = !q8 && !j->split && j->ks->pairs_to_bf16 && cvt_bf16(j->ks);
     j->tl->begin();
     for (int64_t g = q0; g < q1; g += j->gp) {
         const int64_t k0 = g * BWD_KW;
