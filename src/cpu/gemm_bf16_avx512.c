@@ -132,10 +132,10 @@ static void z_pairs_t(uint32_t *dst, int64_t ldd, const float *x, int64_t lds, i
 }
 
 static void z_transpose_f32(float *dst, int64_t ldd, const float *x, int64_t lds, int R, int C) {
-    for (int r0 = 0; r0 < R; r0 += 16) {
-        const __mmask16 mr = mask16(R - r0);
-        for (int c0 = 0; c0 < C; c0 += 16) {
-            const __mmask16 mc = mask16(C - c0);
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        const __mmask16 mc = mask16(C - c0);
+        for (int r0 = 0; r0 < R; r0 += 16) {
+            const __mmask16 mr = mask16(R - r0);
             __m512i v[16];
             for (int j = 0; j < 16; j++)
                 v[j] = r0 + j < R ? _mm512_maskz_loadu_epi32(mc, x + (r0 + j) * lds + c0) : _mm512_setzero_si512();
