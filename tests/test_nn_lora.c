@@ -82,7 +82,7 @@ static void lora_ref(double *y, double *u, const double *y0, const double *x, co
 }
 
 static void test_mask(void) {
-    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1), NULL, 0};
+    nl_lora L = {5000, 3, 2, 2.0f, 0.3f, nl_lora_dropout_key(7, 11, 3, 1), NULL, 0, NULL, NULL};
     float *m1 = malloc(sizeof(float) * 5000), *m2 = malloc(sizeof(float) * 5000), *m3 = malloc(sizeof(float) * 5000);
     nl_lora_dropout_mask(&L, 17, m1);
     nl_lora_dropout_mask(&L, 17, m2);
@@ -117,14 +117,14 @@ static void test_mask(void) {
  * the separate passes, bit for bit: the mask of nl_lora_dropout_mask, the FP32 product, cpu/amx.h's
  * rounding; every output alone and together, x with NaN, ±inf, denormals and −0. */
 static void test_dropout_apply(void) {
-    int (*apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *) =
+    int (*apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *, uint16_t *) =
         nl_cpu_kernels()->dropout_apply_row;
     if (!apply) {
         printf("no dropout_apply_row in this kernel row: the node's separate passes\n");
         return;
     }
     const int K = 1000;
-    nl_lora L = {K, 3, 2, 2.0f, 0.2f, nl_lora_dropout_key(9, 1, 2, 3), NULL, 0};
+    nl_lora L = {K, 3, 2, 2.0f, 0.2f, nl_lora_dropout_key(9, 1, 2, 3), NULL, 0, NULL, NULL};
     const uint32_t thr = (uint32_t)floor((double)L.dropout * 4294967296.0 + 0.5);
     const float inv = 1.0f / (1.0f - L.dropout);
     float *x = malloc(sizeof(float) * K), *m = malloc(sizeof(float) * K), *xm = malloc(sizeof(float) * K);
@@ -142,7 +142,8 @@ static void test_dropout_apply(void) {
             w2[i / 2] = (uint32_t)nl_amx_f32_to_bf16(xm2[i]) | (uint32_t)nl_amx_f32_to_bf16(xm2[i + 1]) << 16;
         for (int mode = 1; mode < 8; mode++) {
             memset(m, 0xAB, sizeof(float) * K), memset(xm, 0xAB, sizeof(float) * K), memset(w, 0xAB, 4 * (size_t)K);
-            const int n = apply(kt, K, thr, inv, x, mode & 1 ? m : NULL, mode & 2 ? xm : NULL, mode & 4 ? w : NULL);
+            const int n =
+                apply(kt, K, thr, inv, x, mode & 1 ? m : NULL, mode & 2 ? xm : NULL, mode & 4 ? w : NULL, NULL);
             CHECKF(n % 16 == 0 && n <= K && n >= K - 15, "dropout_apply_row did %d of %d", n, K);
             if (mode & 1)
                 CHECKF(memcmp(m, m2, sizeof(float) * (size_t)n) == 0, "dropout_apply_row mask, mode %d", mode);
@@ -154,16 +155,19 @@ static void test_dropout_apply(void) {
     free(x), free(m), free(xm), free(m2), free(xm2), free(w), free(w2);
 }
 
-/* The kernel row's dropout_mask_row and dropout_apply_row against the scalar rule written out here
+/* The kernel row's dropout_mask_row and dropout_apply_row (with its kept bits) and dropout_bits_row
+ * (from those bits) against the scalar rule written out here
  * (nl_rng_u64's halves >= thr, the FP32 product, nl_amx_f32_to_bf16), element by element, over
  * K = 1..70 and 1000 (every lane of the 16 and each tail length), three thresholds (0: all kept),
  * x with NaN, ±inf, denormals and −0 moving through the lanes as K changes. */
 static int dropout_row_ok(uint64_t kt, int K, uint32_t thr, float inv, const float *x, int n, const float *m,
-                          const float *xm, const uint32_t *w) {
+                          const float *xm, const uint32_t *w, const uint16_t *kb) {
     for (int i = 0; i < n; i++) {
         const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
-        const float mi = (uint32_t)(i & 1 ? v >> 32 : v) >= thr ? inv : 0.0f, pi = x[i] * mi;
+        const int keep = (uint32_t)(i & 1 ? v >> 32 : v) >= thr;
+        const float mi = keep ? inv : 0.0f, pi = x[i] * mi;
         const uint16_t wi = w ? (uint16_t)(w[i / 2] >> (i & 1 ? 16 : 0)) : 0;
+        if (kb && (kb[i / 16] >> (i % 16) & 1) != keep) return printf("  K %d: kept bit %d differs\n", K, i), 0;
         if (m && memcmp(&m[i], &mi, 4)) return printf("  K %d: mask[%d] %g, want %g\n", K, i, m[i], mi), 0;
         if (xm && memcmp(&xm[i], &pi, 4)) return printf("  K %d: x*m[%d] differs\n", K, i), 0;
         if (w && wi != nl_amx_f32_to_bf16(pi))
@@ -181,6 +185,7 @@ static void test_dropout_rows(void) {
     const int KMAX = 1000;
     float *x = malloc(sizeof(float) * KMAX), *m = malloc(sizeof(float) * KMAX), *xm = malloc(sizeof(float) * KMAX);
     uint32_t *w = malloc(sizeof(uint32_t) * KMAX);
+    uint16_t *kb = malloc(sizeof(uint16_t) * KMAX);
     const uint32_t odd[] = {0x7fc00001u, 0xff800000u, 0x7f800000u, 0x00000001u, 0x807fffffu,
                             0x80000000u, 0x7f7fffffu, 0x3f80ffffu, 0x3f808000u, 0x3f818000u,
                             0x7f800001u, 0xffc00000u, 0x00800000u, 0x3f807fffu, 0xbf808000u};
@@ -197,31 +202,58 @@ static void test_dropout_rows(void) {
                 memset(m, 0xAB, sizeof(float) * KMAX);
                 const int n = ks->dropout_mask_row(kt, K, thr, inv, m);
                 CHECKF(n % 16 == 0 && n <= K && n > K - 16, "dropout_mask_row did %d of %d", n, K);
-                bad |= !dropout_row_ok(kt, K, thr, inv, x, n, m, NULL, NULL), rows++;
+                bad |= !dropout_row_ok(kt, K, thr, inv, x, n, m, NULL, NULL, NULL), rows++;
             }
-            for (int mode = 1; ks->dropout_apply_row && mode < 8 && !bad; mode++) {
+            for (int mode = 1; ks->dropout_apply_row && mode < 16 && !bad; mode++) {
                 memset(m, 0xAB, sizeof(float) * KMAX), memset(xm, 0xAB, sizeof(float) * KMAX);
-                memset(w, 0xAB, sizeof(uint32_t) * KMAX);
+                memset(w, 0xAB, sizeof(uint32_t) * KMAX), memset(kb, 0xAB, sizeof(uint16_t) * KMAX);
                 float *mo = mode & 1 ? m : NULL, *xo = mode & 2 ? xm : NULL;
                 uint32_t *wo = mode & 4 ? w : NULL;
-                const int n = ks->dropout_apply_row(kt, K, thr, inv, x, mo, xo, wo);
+                uint16_t *ko = mode & 8 ? kb : NULL;
+                const int n = ks->dropout_apply_row(kt, K, thr, inv, x, mo, xo, wo, ko);
                 CHECKF(n % 16 == 0 && n <= K && n > K - 16, "dropout_apply_row did %d of %d", n, K);
-                bad |= !dropout_row_ok(kt, K, thr, inv, x, n, mo, xo, wo), rows++;
+                bad |= !dropout_row_ok(kt, K, thr, inv, x, n, mo, xo, wo, ko), rows++;
                 for (int i = n; i < KMAX; i++) { /* nothing past the count: the node writes the rest */
                     uint32_t a, b;
                     memcpy(&a, &m[i], 4), memcpy(&b, &xm[i], 4);
-                    bad |= a != 0xABABABABu || b != 0xABABABABu || (i >= n / 2 && w[i] != 0xABABABABu);
+                    bad |= a != 0xABABABABu || b != 0xABABABABu || (i >= n / 2 && w[i] != 0xABABABABu) ||
+                           (i >= n / 16 && kb[i] != 0xABABu);
+                }
+                if (mode == 8 && ks->dropout_bits_row) { /* the kept bits back into the mask and x ⊙ m */
+                    memset(m, 0xAB, sizeof(float) * KMAX), memset(xm, 0xAB, sizeof(float) * KMAX);
+                    const int nb = ks->dropout_bits_row(kb, n, inv, x, m, xm);
+                    CHECKF(nb == n, "dropout_bits_row did %d of %d", nb, n);
+                    bad |= !dropout_row_ok(kt, K, thr, inv, x, nb, m, xm, NULL, NULL), rows++;
+                    for (int i = nb; i < KMAX; i++) {
+                        uint32_t a, b;
+                        memcpy(&a, &m[i], 4), memcpy(&b, &xm[i], 4);
+                        bad |= a != 0xABABABABu || b != 0xABABABABu;
+                    }
+                }
+                for (int acc = 0; mode == 8 && ks->dropout_bits_madd && acc < 2; acc++) { /* dx through them */
+                    float *d = malloc(sizeof(float) * KMAX), *d2 = malloc(sizeof(float) * KMAX);
+                    nl_t_fill(d, K, 1.0), memcpy(d2, d, sizeof(float) * (size_t)K);
+                    const int nd = ks->dropout_bits_madd(kb, n, inv, x, d, acc);
+                    CHECKF(nd == n, "dropout_bits_madd did %d of %d", nd, n);
+                    for (int i = 0; i < nd; i++) {
+                        const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
+                        const float mi = (uint32_t)(i & 1 ? v >> 32 : v) >= thr ? inv : 0.0f, pi = x[i] * mi;
+                        const float want = acc ? d2[i] + pi : pi;
+                        bad |= memcmp(&d[i], &want, 4) != 0;
+                    }
+                    bad |= memcmp(d + nd, d2 + nd, sizeof(float) * (size_t)(K - nd)) != 0, rows++;
+                    free(d), free(d2);
                 }
             }
         }
     }
     CHECKF(!bad, "dropout rows against the scalar rule (%d rows checked)", rows);
-    free(x), free(m), free(xm), free(w);
+    free(x), free(m), free(xm), free(w), free(kb);
 }
 
 /* Forward vs reference, then backward vs finite differences, for one (shape, p). */
 static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
-    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL, 0};
+    nl_lora L = {K, N, r, 16.0f / (float)r, p, nl_lora_dropout_key(1234, 5, 2, 3), NULL, 0, NULL, NULL};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y0 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
@@ -332,7 +364,7 @@ static void check_lora(int T, int K, int N, int r, float p, int64_t tok0) {
 static const nl_amx_tiles *g_tiles; /* check_split's products: NULL FP32, else these tiles */
 static int g_bf16;                  /* check_split's and check_tiles' nl_lora.bf16 */
 static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
-    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4), g_tiles, g_bf16};
+    nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(77, 3, 1, 4), g_tiles, g_bf16, NULL, NULL};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r),
@@ -452,7 +484,7 @@ static void check_split(int T, int K, int N, int r, float p, int64_t tok0) {
 
 static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, int r, float p, int64_t tok0) {
     const float s = 16.0f / (float)r;
-    nl_lora L = {K, N, r, s, p, nl_lora_dropout_key(4321, 2, 1, 5), tl, g_bf16}, L32 = L;
+    nl_lora L = {K, N, r, s, p, nl_lora_dropout_key(4321, 2, 1, 5), tl, g_bf16, NULL, NULL}, L32 = L;
     L32.tiles = NULL;
     L32.bf16 = 0;
     const char *name = tl ? tl->name : "bf16"; /* tl NULL: the BF16 vector path (g_bf16, r = 16, no model) */
@@ -558,7 +590,7 @@ static void check_tiles(const nl_amx_tiles *tl, int exact, int T, int K, int N, 
  * with accumulate 0, then y0[i] + term[i]), forward and backward rows (u given or recomputed),
  * split in uneven ranges, with and without dropout; T = 0 and empty ranges leave y as it was. */
 static void check_fused(const nl_amx_tiles *tl, int T, int K, int N, int r, float p, int64_t tok0) {
-    const nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(5, 2, 3, 1), tl, 0};
+    const nl_lora L = {K, N, r, 8.0f / (float)r, p, nl_lora_dropout_key(5, 2, 3, 1), tl, 0, NULL, NULL};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     const int64_t nm = (nx > ny ? nx : ny) + 1;
     float *x = malloc(sizeof(float) * (nx + 1)), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
@@ -594,6 +626,97 @@ static void check_fused(const nl_amx_tiles *tl, int T, int K, int N, int r, floa
                tl->name, T, K, N, r, p, have_u);
     }
     free(x), free(A), free(B), free(dy), free(u), free(base), free(term), free(want), free(got), free(scr);
+}
+
+/* The mask kept as bits (nl_lora mask_out / mask_in): the forward that keeps them gives the bits of
+ * one that does not (y, u) and keeps exactly nl_lora_dropout_mask's values (padding 0); a backward
+ * reading them, whole or split (rows then parameters, or by lines with a first column off the
+ * 16-bit halves), gives dx, dA, dB bit for bit those of the backward that hashes; one flipped bit
+ * changes them (the bits are read). tl: the tiles, or NULL (FP32 or, with bf16, the BF16 pair). */
+static void check_bits(const nl_amx_tiles *tl, int bf16, int T, int K, int N, int r, float p, int64_t tok0) {
+    nl_lora L = {K, N, r, 4.0f / (float)r, p, nl_lora_dropout_key(31, 4, 2, 6), tl, bf16, NULL, NULL};
+    const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
+    const size_t hw = nl_lora_mask_halves(K), nh = (size_t)T * hw;
+    float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+    float *y = malloc(sizeof(float) * ny), *y2 = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r),
+          *u2 = malloc(sizeof(float) * T * r), *dy = malloc(sizeof(float) * ny), *m = malloc(sizeof(float) * K);
+    uint16_t *bits = malloc(sizeof(uint16_t) * nh);
+    float *d[2][3];
+    const int64_t nd[3] = {nx, na, nb};
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 3; k++) d[a][k] = malloc(sizeof(float) * nd[k]);
+    float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(&L, T) + 1));
+    nl_t_fill(x, nx, 1.0), nl_t_fill(A, na, 0.5), nl_t_fill(B, nb, 0.5), nl_t_fill(dy, ny, 1.0);
+    nl_t_fill(y, ny, 1.0), memcpy(y2, y, sizeof(float) * ny);
+    memset(bits, 0xA5, sizeof(uint16_t) * nh);
+    CHECK(nl_lora_forward_to(&L, A, B, y, u, x, T, tok0, 1) == 0);
+    L.mask_out = bits;
+    const int cut[] = {T, T / 3, 0}; /* the bits' rows from two row ranges */
+    for (int i = 0; i < 2; i++)
+        CHECK(nl_lora_forward_rows(&L, A, B, y2, u2, x, tok0, NULL, 1, cut[i + 1], cut[i]) == 0);
+    L.mask_out = NULL;
+    const char *name = tl ? tl->name : bf16 ? "bf16" : "fp32";
+    CHECKF(memcmp(y, y2, sizeof(float) * ny) == 0 && memcmp(u, u2, sizeof(float) * T * r) == 0,
+           "kept bits %s T=%d K=%d: the forward keeping them differs", name, T, K);
+    int bad = 0;
+    for (int t = 0; t < T && !bad; t++) {
+        nl_lora_dropout_mask(&L, tok0 + t, m);
+        for (int i = 0; i < (int)hw * 16; i++)
+            bad |= (bits[(size_t)t * hw + i / 16] >> (i % 16) & 1) != (i < K && m[i] != 0.0f);
+    }
+    CHECKF(!bad, "kept bits %s T=%d K=%d: not the mask's", name, T, K);
+    /* flip 0: the bits as kept; 1: one kept element's bit cleared (the result must differ) */
+    int fi = K / 2 + 1;
+    nl_lora_dropout_mask(&L, tok0 + T / 2, m);
+    while (m[fi] == 0.0f) fi = (fi + 1) % K;
+    for (int flip = 0; flip < 2; flip++) {
+        if (flip) bits[(size_t)(T / 2) * hw + fi / 16] ^= (uint16_t)(1u << (fi % 16));
+        for (int v = 0; v < 3; v++) { /* 0: the whole call, 1: rows + params, 2: by lines (tiles only) */
+            if (v == 2 && !tl) continue;
+            for (int k = 0; k < 3; k++) { /* the same starting values for both */
+                nl_t_fill(d[0][k], nd[k], 1.0);
+                memcpy(d[1][k], d[0][k], sizeof(float) * (size_t)nd[k]);
+            }
+            for (int a = 0; a < 2; a++) {
+                nl_lora La = L;
+                La.mask_in = a ? bits : NULL;
+                float *dx = d[a][0], *dA = d[a][1], *dB = d[a][2];
+                if (v == 0) {
+                    CHECK(nl_lora_backward_to(&La, A, B, dx, 1, dA, dB, dy, x, u, T, tok0) == 0);
+                } else if (v == 1) {
+                    CHECK(nl_lora_backward_rows(&La, A, B, dx, 1, dy, x, u, T, tok0, NULL, scr, 0, T / 2) == 0);
+                    CHECK(nl_lora_backward_rows(&La, A, B, dx, 1, dy, x, u, T, tok0, NULL, scr, T / 2, T) == 0);
+                    CHECK(nl_lora_backward_params(&La, dA, dB, dy, x, T, scr, 0, K + N) == 0);
+                } else {
+                    CHECK(nl_lora_backward_du(&La, A, B, dy, x, u, T, tok0, NULL, scr, 0, T) == 0);
+                    const int jc[] = {0, 40, K + 1, K + N};
+                    for (int i = 0; i < 3; i++)
+                        CHECK(nl_lora_backward_lines(&La, A, dx, 1, dA, dB, dy, x, T, tok0, NULL, scr, jc[i],
+                                                     jc[i + 1]) == 0);
+                }
+            }
+            const int same = memcmp(d[0][0], d[1][0], sizeof(float) * nx) == 0 &&
+                             memcmp(d[0][1], d[1][1], sizeof(float) * na) == 0 &&
+                             memcmp(d[0][2], d[1][2], sizeof(float) * nb) == 0;
+            CHECKF(same == !flip, "kept bits %s T=%d K=%d v=%d: the backward %s", name, T, K, v,
+                   flip ? "does not read them" : "reading them differs");
+        }
+    }
+    for (int a = 0; a < 2; a++)
+        for (int k = 0; k < 3; k++) free(d[a][k]);
+    free(x), free(A), free(B), free(y), free(y2), free(u), free(u2), free(dy), free(m), free(bits), free(scr);
+}
+
+static void test_kept_bits(void) {
+    const int Ks[] = {70, 1000};
+    for (int i = 0; i < 2; i++) {
+        check_bits(NULL, 0, 45, Ks[i], 33, 8, 0.2f, 100);
+        check_bits(NULL, 0, 45, Ks[i], 33, 16, 0.1f, 7); /* the rank-16 kernels */
+        if (nl_lora_bf16_runs(16)) check_bits(NULL, 1, 45, Ks[i], 33, 16, 0.1f, 7);
+        check_bits(&nl_amx_tiles_emu, 0, 45, Ks[i], 40, 16, 0.1f, 3);
+        check_bits(&nl_amx_tiles_emu, 0, 37, Ks[i], 40, 8, 0.3f, 9);
+        if (nl_amx_tiles_of("amx")) check_bits(nl_amx_tiles_of("amx"), 0, 45, Ks[i], 40, 16, 0.1f, 3);
+    }
 }
 
 /* Ranks 8/16/24, token counts not a multiple of 16 or 32, n_in/n_out past one 256-line panel. */
@@ -691,7 +814,7 @@ static void fill_seeded(float *p, int64_t n, uint32_t seed) {
  * a fixed order; returns the number of floats written. */
 static int64_t k16_outputs(int T, int K, int N, float p, float *out) {
     const int r = 16;
-    nl_lora L = {K, N, r, 2.0f, p, nl_lora_dropout_key(5, 6, 7, 8), NULL, 0};
+    nl_lora L = {K, N, r, 2.0f, p, nl_lora_dropout_key(5, 6, 7, 8), NULL, 0, NULL, NULL};
     const int64_t nx = (int64_t)T * K, ny = (int64_t)T * N, na = (int64_t)r * K, nb = (int64_t)N * r;
     float *x = malloc(sizeof(float) * nx), *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
     float *dy = malloc(sizeof(float) * ny), *u = malloc(sizeof(float) * T * r);
@@ -856,7 +979,7 @@ static void test_bf16_node(void) {
 }
 
 static void test_errors_and_init(void) {
-    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0, NULL, 0};
+    nl_lora L = {4, 3, 2, 1.0f, 1.0f, 0, NULL, 0, NULL, NULL};
     float A[8] = {0}, B[6] = {0}, x[4] = {0}, y[3] = {0};
     CHECK(nl_lora_forward(&L, A, B, y, NULL, x, 1, 0) == -1); /* p = 1 is invalid */
     L.dropout = 0.0f;
@@ -865,7 +988,7 @@ static void test_errors_and_init(void) {
     /* out of memory for the scratch on the tiles' backward is an error, not a crash: a shape
      * whose packing buffers no address space holds (r = n_in = n_out = 2^24: B packed is
      * 2^49 bytes), asked for before any row is read (T = 0) */
-    const nl_lora Lh = {1 << 24, 1 << 24, 1 << 24, 1.0f, 0.0f, 0, &nl_amx_tiles_emu, 0};
+    const nl_lora Lh = {1 << 24, 1 << 24, 1 << 24, 1.0f, 0.0f, 0, &nl_amx_tiles_emu, 0, NULL, NULL};
     CHECK(nl_lora_backward_to(&Lh, A, B, NULL, 1, A, B, y, x, NULL, 0, 0) == -1);
     CHECK(strstr(nl_last_error(), "lora backward: out of memory") != NULL);
     CHECK(nl_lora_backward_rows(&Lh, A, B, NULL, 1, y, x, NULL, 0, 0, NULL, A, 0, 0) == -1);
@@ -891,6 +1014,7 @@ int main(void) {
     test_mask();
     test_dropout_apply();
     test_dropout_rows();
+    test_kept_bits();
     check_lora(7, 13, 11, 3, 0.0f, 0);
     check_lora(7, 13, 11, 3, 0.25f, 40);
     check_lora(37, 21, 9, 5, 0.5f, 1000); /* more rows than one token block */

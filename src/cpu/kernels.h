@@ -211,9 +211,19 @@ typedef struct nl_host_kernels {
     /* the same mask applied to one row of x, for the same count (NULL: the node's mask, multiply and
      * packing): mr[i] = the mask (mr may be NULL), xm[i] = x[i]·mr[i] rounded once (xm may be
      * NULL), xw[i/2] = that product as BF16 pair words (low half even i) rounded as cpu/amx.h's
-     * nl_amx_f32_to_bf16 (xw may be NULL): the bits of the separate passes */
+     * nl_amx_f32_to_bf16 (xw may be NULL), kb[i/16] bit i%16 = 1 where the element is kept (the
+     * bits nn/lora.h's mask_out keeps; kb may be NULL): the bits of the separate passes */
     int (*dropout_apply_row)(uint64_t kt, int K, uint32_t thr, float inv, const float *x, float *mr, float *xm,
-                             uint32_t *xw);
+                             uint32_t *xw, uint16_t *kb);
+    /* the mask from those kept bits (nn/lora.h's mask_in, the backward): mr[i] = inv where bit i%16
+     * of kb[i/16] is set, else 0, xm[i] = x[i]·mr[i] rounded once, for i below the count it returns
+     * (a multiple of 16, <= n; NULL: the node's loop): the bits of dropout_apply_row's mr, xm (mr
+     * may be NULL) */
+    int (*dropout_bits_row)(const uint16_t *kb, int n, float inv, const float *x, float *mr, float *xm);
+    /* the backward's dx through that mask: d[i] = t[i]·m[i] (accumulate 0) or d[i] += t[i]·m[i]
+     * (the product rounded, then the add: vec mul / muladd's bits), m[i] = inv or 0 from kb as
+     * there, for the same count (NULL: the node's loop) */
+    int (*dropout_bits_madd)(const uint16_t *kb, int n, float inv, const float *t, float *d, int accumulate);
     const nl_lora_kernels *lora; /* nn/lora.c's rank-16 products (above) */
     /* the element-wise nodes' bodies (required: every row points at one of the builds above) */
     const nl_vec_kernels *vec;

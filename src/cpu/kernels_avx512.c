@@ -457,7 +457,7 @@ AI __m512i bf16_words(__m512 v) { /* 16 floats -> 16 BF16 (nl_amx_f32_to_bf16), 
 }
 
 AI int dropout_rows(uint64_t kt, int K, uint32_t thr, float inv, const float *x, float *mr, float *xm, uint32_t *xw,
-                    const int cvt) {
+                    uint16_t *kb, const int cvt) {
     const __m512i lane = _mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 8);
     const __m512i gamma = _mm512_set1_epi64((long long)NL_RNG_GAMMA);
     const __m512i step = _mm512_set1_epi64((long long)(8 * NL_RNG_GAMMA));
@@ -476,6 +476,7 @@ AI int dropout_rows(uint64_t kt, int K, uint32_t thr, float inv, const float *x,
         v = _mm512_xor_si512(v, _mm512_srli_epi64(v, 31));
         const __mmask16 keep = _mm512_cmpge_epu32_mask(v, vthr);
         const __m512 m = _mm512_maskz_mov_ps(keep, vinv);
+        if (kb) kb[i / 16] = (uint16_t)keep;
         if (mr) _mm512_storeu_ps(mr + i, m);
         if (x) {
             const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i), m);
@@ -494,17 +495,47 @@ AI int dropout_rows(uint64_t kt, int K, uint32_t thr, float inv, const float *x,
 }
 
 static int z_dropout_mask_row(uint64_t kt, int K, uint32_t thr, float inv, float *mr) {
-    return dropout_rows(kt, K, thr, inv, NULL, mr, NULL, NULL, 0);
+    return dropout_rows(kt, K, thr, inv, NULL, mr, NULL, NULL, NULL, 0);
 }
 
 static int z_dropout_apply_row(uint64_t kt, int K, uint32_t thr, float inv, const float *x, float *mr, float *xm,
-                               uint32_t *xw) {
-    if (mr && xm && !xw) return dropout_rows(kt, K, thr, inv, x, mr, xm, NULL, 0);
+                               uint32_t *xw, uint16_t *kb) {
+    if (mr && xm && !xw && !kb) return dropout_rows(kt, K, thr, inv, x, mr, xm, NULL, NULL, 0);
     const int cvt = nl_cpu_has(NL_CPU_AVX512BF16);
-    if (!mr && !xm && xw && cvt) return dropout_rows(kt, K, thr, inv, x, NULL, NULL, xw, 1);
-    if (!mr && !xm && xw) return dropout_rows(kt, K, thr, inv, x, NULL, NULL, xw, 0);
-    if (cvt) return dropout_rows(kt, K, thr, inv, x, mr, xm, xw, 1);
-    return dropout_rows(kt, K, thr, inv, x, mr, xm, xw, 0);
+    if (!mr && !xm && xw && cvt) return dropout_rows(kt, K, thr, inv, x, NULL, NULL, xw, kb, 1);
+    if (!mr && !xm && xw) return dropout_rows(kt, K, thr, inv, x, NULL, NULL, xw, kb, 0);
+    if (cvt) return dropout_rows(kt, K, thr, inv, x, mr, xm, xw, kb, 1);
+    return dropout_rows(kt, K, thr, inv, x, mr, xm, xw, kb, 0);
+}
+
+/* The backward's mask from the forward's kept bits (kernels.h: dropout_bits_row): 16 elements per
+ * 16-bit word, the mask register straight from the word; the same inv or 0 and the same one rounded
+ * product as dropout_rows. */
+AI int bits_row(const uint16_t *kb, int n, float inv, const float *x, float *mr, float *xm) {
+    const __m512 vinv = _mm512_set1_ps(inv);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 m = _mm512_maskz_mov_ps((__mmask16)kb[i / 16], vinv);
+        if (mr) _mm512_storeu_ps(mr + i, m);
+        _mm512_storeu_ps(xm + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), m));
+    }
+    return i;
+}
+
+static int z_dropout_bits_row(const uint16_t *kb, int n, float inv, const float *x, float *mr, float *xm) {
+    return mr ? bits_row(kb, n, inv, x, mr, xm) : bits_row(kb, n, inv, x, NULL, xm);
+}
+
+/* dx through the kept bits (kernels.h: dropout_bits_madd): the mask register as z_dropout_bits_row
+ * builds it, then vec's mul or muladd (a rounded product, then the add) */
+static int z_dropout_bits_madd(const uint16_t *kb, int n, float inv, const float *t, float *d, int accumulate) {
+    const __m512 vinv = _mm512_set1_ps(inv);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(t + i), _mm512_maskz_mov_ps((__mmask16)kb[i / 16], vinv));
+        _mm512_storeu_ps(d + i, accumulate ? _mm512_add_ps(_mm512_loadu_ps(d + i), p) : p);
+    }
+    return i;
 }
 
 const nl_host_kernels nl_host_kernels_avx512 = {
@@ -537,6 +568,8 @@ const nl_host_kernels nl_host_kernels_avx512 = {
     .gdn_silu = nl_gdn_silu_avx512,
     .dropout_mask_row = z_dropout_mask_row,
     .dropout_apply_row = z_dropout_apply_row,
+    .dropout_bits_row = z_dropout_bits_row,
+    .dropout_bits_madd = z_dropout_bits_madd,
     .lora = &nl_lora_kernels_avx512,
     .vec = &nl_vec_kernels_avx512,
 };

@@ -58,6 +58,10 @@ typedef struct {
     const float *x;     /* NL_BWD: the forward's input [T][n_in] */
     float *u_save;      /* NL_FWD: LoRA's u [T][r] written here (may be NULL) */
     const float *u_in;  /* NL_BWD: the forward's saved u (NULL: recomputed) */
+    /* NL_FWD: LoRA's dropout mask kept as bits here (nn/lora.h: mask_out, T rows; may be NULL);
+     * NL_BWD: the forward's bits (mask_in; NULL, or u_in NULL: the mask regenerated) */
+    uint16_t *mask_save;
+    const uint16_t *mask_in;
     int T;
     /* each of the T rows' index in the pass's span (the head's gathered target rows keep their
      * LoRA dropout masks: nn/head.h); NULL: rows 0 .. T-1 (the layers) */
@@ -122,11 +126,12 @@ typedef struct {
     float *xmid, *rstd2, *hn2;          /* after the mixer residual; ffn norm (hn2 not kept) */
     float *g, *u, *h;                   /* SwiGLU / GeGLU: gate, up, act(gate)*up [T][F] (h not kept) */
     float *lu[NL_P_KIND_COUNT];         /* LoRA u = A(m⊙x) per adapted projection [T][r] */
+    uint16_t *lm[NL_P_KIND_COUNT];      /* its dropout mask's bits [T][nl_lora_mask_halves(n_in)] */
     float *base;
     uint64_t bytes;
 } nl_layer_cache;
 
-/* Bytes of layer l's cache for the span's rows (with LoRA u rows for adapter ad, may be NULL;
+/* Bytes of layer l's cache for the span's rows (with LoRA u rows and mask bits for adapter ad, may be NULL;
  * with the GDN caches, one per sequence, when gdn): what the activation budget counts.
  * nl_layer_cache_bytes: one sequence of T rows. */
 uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, const nl_span *sp);

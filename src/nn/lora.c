@@ -3,7 +3,9 @@
  * Tokens are processed in blocks of TB rows. Per call, Aᵀ [n_in][r] and Bᵀ [r][n_out] are packed
  * once so every rank-r product is a plain row-major GEMM (nl_gemm_acc) with unit-stride inner
  * loops. With dropout, the mask of a token block is regenerated from the RNG into scratch and
- * discarded at the end of the block: x ⊙ m never outlives the call.
+ * discarded at the end of the block: x ⊙ m never outlives the call; a forward with mask_out keeps
+ * the mask's bits (1/32 of x's bytes), a backward with mask_in expands them again instead of
+ * hashing (the hash is most of a dropout row's time: 16 elements of splitmix64 per 8 multiplies).
  *
  * On the tiles (L->tiles, cpu/tiles.h) the same blocks (TB = 32 rows: one pair of A tiles) with
  * every per-row product a tile GEMM: per call A and B are packed as B operands in the
@@ -120,14 +122,71 @@ static void pack_panels(float *Qp, const float *S, int64_t s_k, int64_t s_n, int
         }
 }
 
+/* Row t's kept mask bits (lora.h: mask_out, mask_in). */
+static uint16_t *bits_out(const nl_lora *L, int64_t t) {
+    return L->mask_out + t * (int64_t)nl_lora_mask_halves(L->n_in);
+}
+static const uint16_t *bits_in(const nl_lora *L, int64_t t) {
+    return L->mask_in + t * (int64_t)nl_lora_mask_halves(L->n_in);
+}
+
+/* The bits of one mask row m[K] (0 or 1/(1−p) > 0) into its halves kb from half h0 on (padding 0). */
+static void store_bits(const float *m, int K, uint16_t *kb, int h0) {
+    for (int h = h0; h < (int)nl_lora_mask_halves(K); h++) {
+        unsigned v = 0;
+        for (int j = 0; j < 16 && h * 16 + j < K; j++) v |= (unsigned)(m[h * 16 + j] != 0.0f) << j;
+        kb[h] = (uint16_t)v;
+    }
+}
+
+/* The mask (mr, may be NULL) and x ⊙ m of columns [c, c + n) of one token row from its kept bits kb
+ * (x at the row's column c): the values make_mask gives them (0 or inv), the same one rounded
+ * product. */
+static void bits_strip(const uint16_t *kb, int c, int n, float inv, const float *x, float *mr, float *xm) {
+    int (*const wide)(const uint16_t *, int, float, const float *, float *, float *) =
+        nl_cpu_kernels()->dropout_bits_row;
+    int i = 0;
+    for (int pass = 0; pass < 2; pass++) { /* the columns before a whole half, then the kernel's rest */
+        for (; i < n && (pass || ((c + i) & 15)); i++) {
+            const float m = kb[(c + i) >> 4] >> ((c + i) & 15) & 1 ? inv : 0.0f;
+            if (mr) mr[i] = m;
+            xm[i] = x[i] * m;
+        }
+        if (!pass && wide && i < n) i += wide(kb + ((c + i) >> 4), n - i, inv, x + i, mr ? mr + i : NULL, xm + i);
+    }
+}
+
+/* dx (+)= t ⊙ m for columns [c, c + n) of one token row, m from its kept bits kb: add_masked's bits
+ * without the mask row. */
+static void bits_madd(const uint16_t *kb, int c, int n, float inv, const float *t, float *d, int accumulate) {
+    int (*const wide)(const uint16_t *, int, float, const float *, float *, int) = nl_cpu_kernels()->dropout_bits_madd;
+    int i = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (; i < n && (pass || ((c + i) & 15)); i++) {
+            const float p = t[i] * (kb[(c + i) >> 4] >> ((c + i) & 15) & 1 ? inv : 0.0f);
+            d[i] = accumulate ? d[i] + p : p;
+        }
+        if (!pass && wide && i < n) i += wide(kb + ((c + i) >> 4), n - i, inv, t + i, d + i, accumulate);
+    }
+}
+
 /* xm[nb][K] = x ⊙ m for rows t .. t+nb-1 (x points at row t; m written into mbuf), or a
- * pointer to x when there is no dropout. */
+ * pointer to x when there is no dropout. The forward (bwd 0) keeps the rows' bits where
+ * L->mask_out; the backward (bwd 1) reads them where L->mask_in. */
 static const float *masked_rows(const nl_lora *L, int drop, const float *x, int64_t tok0, const int64_t *toks,
-                                int64_t t, int nb, float *mbuf, float *xm) {
+                                int64_t t, int nb, float *mbuf, float *xm, int bwd) {
     if (!drop) return x;
-    const int64_t n = (int64_t)nb * L->n_in;
+    const int K = L->n_in;
+    if (bwd && L->mask_in) {
+        const float inv = 1.0f / (1.0f - L->dropout);
+        for (int b = 0; b < nb; b++)
+            bits_strip(bits_in(L, t + b), 0, K, inv, x + (int64_t)b * K, mbuf + (int64_t)b * K, xm + (int64_t)b * K);
+        return xm;
+    }
     make_mask(L, tok0, toks, t, nb, mbuf);
-    nl_cpu_kernels()->vec->mul(xm, x, mbuf, n);
+    nl_cpu_kernels()->vec->mul(xm, x, mbuf, (int64_t)nb * K);
+    if (!bwd && L->mask_out)
+        for (int b = 0; b < nb; b++) store_bits(mbuf + (int64_t)b * K, K, bits_out(L, t + b), 0);
     return xm;
 }
 
@@ -145,15 +204,16 @@ static void add_into(float *y, const float *t, int64_t n) { nl_cpu_kernels()->ve
 /* One token block's dropout in a single pass over x (rows t .. t+nb-1 of the call, x at row t):
  * the mask into mb and x ⊙ m into xm when keep (both [nb][K]), and, when xa != NULL, x ⊙ m as
  * the tiles' A operand (cpu/tiles.h, row stride up(K) values, up(nb) rows). The bits of
- * masked_rows followed by nl_tile_pack_a; where the kernel row has no dropout_apply_row, those
- * two (mb and xm are then written whatever keep says). */
+ * masked_rows followed by nl_tile_pack_a (the forward's bits kept, the backward's read, as there);
+ * where the kernel row has no dropout_apply_row or the backward reads the bits, those two (mb
+ * and xm are then written whatever keep says). */
 static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
-                       float *mb, float *xm, int keep, uint16_t *xa) {
+                       float *mb, float *xm, int keep, uint16_t *xa, int bwd) {
     const int K = L->n_in, Kp = nl_tile_up(K);
-    int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *) =
+    int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *, uint16_t *) =
         nl_cpu_kernels()->dropout_apply_row;
-    if (!apply) {
-        const float *xb = masked_rows(L, 1, x, tok0, toks, t, nb, mb, xm);
+    if (!apply || (bwd && L->mask_in)) {
+        const float *xb = masked_rows(L, 1, x, tok0, toks, t, nb, mb, xm, bwd);
         if (xa) nl_tile_pack_a(xa, Kp, xb, K, 0, nb, K);
         return;
     }
@@ -164,11 +224,17 @@ static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int
         const float *xr = x + (int64_t)b * K;
         float *mr = keep ? mb + (int64_t)b * K : NULL, *pr = keep ? xm + (int64_t)b * K : NULL;
         uint32_t *w = xa ? (uint32_t *)(void *)(xa + (int64_t)b * Kp) : NULL;
-        int i = apply(kt, K, thr, inv, xr, mr, pr, w);
+        uint16_t *kb = !bwd && L->mask_out ? bits_out(L, t + b) : NULL;
+        int i = apply(kt, K, thr, inv, xr, mr, pr, w, kb);
+        if (kb) /* the halves past the kernel's (a multiple of 16), set bit by bit below */
+            for (int h = i / 16; h < (int)nl_lora_mask_halves(K); h++) kb[h] = 0;
         for (; i < K; i += 2) { /* the rest as make_mask draws it: value i/2 gives elements i, i+1 */
             const uint64_t v = nl_rng_u64(kt, (uint64_t)(i >> 1));
             const float m0 = (uint32_t)v >= thr ? inv : 0.0f, m1 = (uint32_t)(v >> 32) >= thr ? inv : 0.0f;
             const float p0 = xr[i] * m0, p1 = i + 1 < K ? xr[i + 1] * m1 : 0.0f;
+            if (kb)
+                kb[i >> 4] |= (uint16_t)((unsigned)(m0 != 0.0f) << (i & 15) | (unsigned)(i + 1 < K && m1 != 0.0f)
+                                                                                  << ((i + 1) & 15));
             if (keep) {
                 mr[i] = m0, pr[i] = p0;
                 if (i + 1 < K) mr[i + 1] = m1, pr[i + 1] = p1;
@@ -208,7 +274,7 @@ static int lora_fwd_tiles(const nl_lora *L, const float *A, const float *B, floa
         const int nb = tb - t0 < TB ? tb - t0 : TB;
         float *ur = u ? u + (int64_t)t0 * r : ub;
         if (drop) { /* x ⊙ m straight into the packed operand */
-            drop_block(L, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0, xa);
+            drop_block(L, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0, xa, 0);
             nl_tile_gemm(L->tiles, ur, r, xa, Kp, at, rp, nb, r, K, 0);
         } else {
             tile_u(L, at, x + (int64_t)t0 * K, nb, xa, ur);
@@ -261,7 +327,7 @@ static void lora_bwd_rows_tiles(const nl_lora *L, const float *A, const float *B
         if (drop && (keep_xm || !u)) { /* the mask (dx), x ⊙ m (dA) and, for a recomputed u, its packed operand:
                                           one pass */
             drop_block(L, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, keep_xm ? xm_all + (int64_t)ta * K : tmp,
-                       keep_xm, u ? NULL : xa);
+                       keep_xm, u ? NULL : xa, 1);
             if (!u) nl_tile_gemm(L->tiles, ub, r, xa, Kp, at, rp, nb, r, K, 0);
         } else if (!u) {
             tile_u(L, at, x + (int64_t)ta * K, nb, xa, ub);
@@ -299,7 +365,7 @@ static int lora_fwd16(const nl_lora *L, const nl_lora_kernels *lk, const float *
     const int mode = accumulate == NL_LORA_ADD ? 2 : accumulate ? 1 : 0;
     for (int t0 = ta; t0 < tb; t0 += TB) {
         const int nb = tb - t0 < TB ? tb - t0 : TB;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0);
         float *ur = u ? u + (int64_t)t0 * r : ub;
         lk->thin16(ur, xb, K, AT, nb, K);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
@@ -333,7 +399,7 @@ static int lora_fwd16b(const nl_lora *L, const nl_lora_kernels *lk, const float 
     const int mode = accumulate == NL_LORA_ADD ? 2 : accumulate ? 1 : 0;
     for (int t0 = ta; t0 < tb; t0 += TB) {
         const int nb = tb - t0 < TB ? tb - t0 : TB;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0);
         float *ur = u ? u + (int64_t)t0 * r : ub;
         nl_bf16_rows(xw, ldx, xb, K, nb, K, Kw);
         lk->thin16b(ur, xw, ldx, PA, nb, Kw);
@@ -364,7 +430,7 @@ static int lora_fwd(const nl_lora *L, const float *A, const float *B, float *y, 
     pack_AT(BT, B, N, r); /* BT[k][o] = B[o][k] */
     for (int t0 = ta; t0 < tb; t0 += TB) {
         const int nb = tb - t0 < TB ? tb - t0 : TB;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm);
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0);
         float *ur = u ? u + (int64_t)t0 * r : ub;
         nl_gemm(ur, r, xb, K, AT, r, nb, r, K, 0);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
@@ -443,7 +509,8 @@ static int lora_bwd_rows16(const nl_lora *L, const nl_lora_kernels *lk, const fl
         const int nb = t1 - ta < TB ? t1 - ta : TB;
         const float *dyb = dy + (int64_t)ta * N;
         float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
-        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *xb =
+            masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1);
         const float *ur = u ? u + (int64_t)ta * r : ub;
         if (!u) lk->thin16(ub, xb, K, AT, nb, K);
         lk->thin16(du, dyb, N, B, nb, N);
@@ -491,7 +558,8 @@ static int lora_bwd_rows16b(const nl_lora *L, const nl_lora_kernels *lk, const f
     for (int ta = t0; ta < t1; ta += TB) {
         const int nb = t1 - ta < TB ? t1 - ta : TB;
         float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
-        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *xb =
+            masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1);
         const float *ur = u ? u + (int64_t)ta * r : ub;
         if (!u) {
             nl_bf16_rows(xw, ldk, xb, K, nb, K, Kw);
@@ -538,7 +606,8 @@ int nl_lora_backward_rows(const nl_lora *L, const float *A, const float *B, floa
         const int nb = t1 - ta < TB ? t1 - ta : TB;
         const float *dyb = dy + (int64_t)ta * N;
         float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
-        const float *xb = masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K);
+        const float *xb =
+            masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1);
         const float *ur = u ? u + (int64_t)ta * r : ub;
         if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
         nl_gemm(du, r, dyb, N, B, r, nb, r, N, 0);
@@ -570,12 +639,18 @@ int nl_lora_backward_du(const nl_lora *L, const float *A, const float *B, const 
 
 /* The mask and x ⊙ m of columns [c, c + n) of one token row (key kt, x at the row's column c):
  * drop_block's values for those columns (value j of the row's key gives elements 2j, 2j + 1; the
- * kernel row from the even column on, its key advanced by those values' counters). */
-static void drop_strip(const nl_lora *L, uint64_t kt, int c, int n, const float *x, float *mr, float *xm) {
-    int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *) =
+ * kernel row from the even column on, its key advanced by those values' counters); or, with the
+ * row's kept bits kb (mask_in), those bits expanded (mr may then be NULL). */
+static void drop_strip(const nl_lora *L, uint64_t kt, const uint16_t *kb, int c, int n, const float *x, float *mr,
+                       float *xm) {
+    int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *, uint16_t *) =
         nl_cpu_kernels()->dropout_apply_row;
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
+    if (kb) {
+        bits_strip(kb, c, n, inv, x, mr, xm);
+        return;
+    }
     int i = 0;
     if (c & 1) { /* the high half of value (c − 1) / 2 */
         mr[0] = (uint32_t)(nl_rng_u64(kt, (uint64_t)(c >> 1)) >> 32) >= thr ? inv : 0.0f;
@@ -583,7 +658,7 @@ static void drop_strip(const nl_lora *L, uint64_t kt, int c, int n, const float 
         i = 1;
     }
     if (apply && i < n) /* nl_rng_u64(kt, j0 + j) = nl_rng_u64(kt + j0·γ, j) */
-        i += apply(kt + (uint64_t)((c + i) >> 1) * NL_RNG_GAMMA, n - i, thr, inv, x + i, mr + i, xm + i, NULL);
+        i += apply(kt + (uint64_t)((c + i) >> 1) * NL_RNG_GAMMA, n - i, thr, inv, x + i, mr + i, xm + i, NULL, NULL);
     for (; i < n; i++) {
         const uint64_t v = nl_rng_u64(kt, (uint64_t)((c + i) >> 1));
         mr[i] = (uint32_t)((c + i) & 1 ? v >> 32 : v) >= thr ? inv : 0.0f;
@@ -599,6 +674,7 @@ static int bwd_cols_tiles(const nl_lora *L, const float *A, float *dx, int dx_ac
                           int T, int64_t tok0, const int64_t *toks, const float *du_all, int c0, int c1) {
     const int K = L->n_in, r = L->rank, rp = nl_tile_up(r), w = c1 - c0, wp = nl_tile_up(w), sm = wp < SW ? wp : SW;
     const int drop = L->dropout > 0.0f;
+    const float inv = 1.0f / (1.0f - L->dropout);
     const nl_lora_kernels *lk = r == 16 ? nl_cpu_kernels()->lora : NULL;
     const size_t n_ba = (size_t)rp / 2 * wp, n_sa = (size_t)TB * rp / 2, n_at = lk ? (size_t)w * 16 : 0;
     uint32_t *buf = nl_thread_scratch(sizeof(uint32_t) * (n_ba + n_sa) + sizeof(float) * (3 * (size_t)TB * sm + n_at));
@@ -622,9 +698,10 @@ static int bwd_cols_tiles(const nl_lora *L, const float *A, float *dx, int dx_ac
             const float *xs = x + (int64_t)t0 * K + cs;
             int64_t ldq = K;
             if (drop) {
-                for (int b = 0; b < nb; b++)
-                    drop_strip(L, nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t0 + b)), cs, sw,
-                               xs + (int64_t)b * K, mb + (int64_t)b * sw, xm + (int64_t)b * sw);
+                for (int b = 0; b < nb; b++) /* with the kept bits no mask row: dx reads the bits */
+                    drop_strip(L, L->mask_in ? 0 : nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t0 + b)),
+                               L->mask_in ? bits_in(L, t0 + b) : NULL, cs, sw, xs + (int64_t)b * K,
+                               L->mask_in ? NULL : mb + (int64_t)b * sw, xm + (int64_t)b * sw);
                 xs = xm, ldq = sw;
             }
             if (dx) {
@@ -636,7 +713,8 @@ static int bwd_cols_tiles(const nl_lora *L, const float *A, float *dx, int dx_ac
                     for (int b = 0; b < nb; b++) {
                         float *d = dxs + (int64_t)b * K;
                         const float *tb = tmp + (int64_t)b * sw;
-                        if (drop) add_masked(d, tb, mb + (int64_t)b * sw, sw, dx_accumulate != 0);
+                        if (drop && L->mask_in) bits_madd(bits_in(L, t0 + b), cs, sw, inv, tb, d, dx_accumulate != 0);
+                        else if (drop) add_masked(d, tb, mb + (int64_t)b * sw, sw, dx_accumulate != 0);
                         else add_into(d, tb, sw);
                     }
                 }
@@ -727,9 +805,11 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
         uint32_t *buf = nl_thread_scratch(nrows + sizeof(float) * ns);
         if (!buf) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
         float *scr = (float *)((char *)buf + nrows);
+        nl_lora Lb = *L; /* its mask_in at the block's rows */
         for (int t0 = 0; t0 < T; t0 += TB) {
             const int nb = T - t0 < TB ? T - t0 : TB;
-            lora_bwd_rows_tiles(L, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
+            if (L->mask_in) Lb.mask_in = bits_in(L, t0);
+            lora_bwd_rows_tiles(&Lb, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
                                 x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0, nb,
                                 buf, 1);
             if (nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N))
@@ -743,9 +823,11 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
         float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(L, TB) + 1));
         if (!scr) return nl_err("lora backward: out of memory for scratch (n_in=%d n_out=%d rank=%d)", K, N, r);
         int rc = 0;
+        nl_lora Lb = *L; /* its mask_in at the block's rows */
         for (int t0 = 0; t0 < T && rc == 0; t0 += TB) {
             const int nb = T - t0 < TB ? T - t0 : TB;
-            rc = nl_lora_backward_rows(L, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
+            if (L->mask_in) Lb.mask_in = bits_in(L, t0);
+            rc = nl_lora_backward_rows(&Lb, A, B, dx ? dx + (int64_t)t0 * K : NULL, dx_accumulate, dy + (int64_t)t0 * N,
                                        x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0,
                                        nb);
             if (rc == 0)
@@ -765,7 +847,7 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
     for (int t0 = 0; t0 < T; t0 += TB) {
         const int nb = T - t0 < TB ? T - t0 : TB;
         const float *dyb = dy + (int64_t)t0 * N;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, NULL, t0, nb, mb, xm);
+        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, NULL, t0, nb, mb, xm, 1);
         const float *ur = u ? u + (int64_t)t0 * r : ub;
         if (!u) nl_gemm(ub, r, xb, K, AT, r, nb, r, K, 0);
         /* du = s · dy · B   [nb][r] */

@@ -7,9 +7,10 @@
  * mask (each element 0 with probability p, else 1/(1−p)); p = 0 means no mask at all (no RNG
  * call, no copy: the fast path, bit-identical to nl_lora_apply).
  *
- * The mask is never stored: element i of token row t is a pure function of
- * (key, tok0 + t, i) through the counter-based RNG (util/rng.h), so the backward (or a
- * recompute after resume) regenerates exactly the forward's mask. The caller makes `key`
+ * Element i of token row t of the mask is a pure function of (key, tok0 + t, i) through the
+ * counter-based RNG (util/rng.h), so the backward (or a recompute after resume) regenerates
+ * exactly the forward's mask; or the forward keeps it as bits (mask_out) and the backward reads
+ * them (mask_in) instead of hashing again: the same function's values, the same bits. The caller makes `key`
  * from (seed, step, layer, projection) with nl_lora_dropout_key and chooses tok0 so that
  * every token row of the step has its own index (e.g. micro_batch · T_max + first row).
  *
@@ -48,7 +49,19 @@ typedef struct {
      * the gradients depend on which rows share the call. The scalings, the mask and the adds in
      * FP32; the same split invariance and accumulation contract. 0, or anywhere else: FP32. */
     int bf16;
+    /* The mask kept as bits, 1 where an element is kept: token row t of the call (the rows of the
+     * whole call, as u) at mask_*[t · nl_lora_mask_halves(n_in)], element i at bit i % 16 of
+     * half i / 16 (padding bits 0). With dropout, a training forward writes them into mask_out
+     * (NULL: none), and a backward reads mask_in (NULL: the mask regenerated from the key) where it
+     * would hash; the caller passes a backward the bits its forward wrote for the same rows, key
+     * and tok0. Unused when dropout == 0 and by nl_lora_apply. */
+    uint16_t *mask_out;
+    const uint16_t *mask_in;
 } nl_lora;
+
+/* 16-bit halves per token row of the kept mask bits (mask_out, mask_in): n_in bits rounded up to
+ * 32 (rows on 4-byte boundaries). */
+static inline size_t nl_lora_mask_halves(int n_in) { return ((size_t)n_in + 31) / 32 * 2; }
 
 /* 1 when an nl_lora of this rank with bf16 = 1 and no tiles runs the BF16 pair on this CPU. */
 int nl_lora_bf16_runs(int rank);

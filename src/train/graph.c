@@ -205,7 +205,9 @@ static int lora_run(nl_graph *g, lora_job *j) {
  *   NL_BWD: out[T][K] = in·W + LoRA's dx, with in = dy; x and u_in are the forward's input and
  *           saved u; the LoRA gradients accumulate into g->grads.
  * r->rows: each row's index in the call (the head's gathered rows), its dropout masks keyed by
- * g->tok_base + toks[row]; NULL: g->tok_base + row.
+ * g->tok_base + toks[row]; NULL: g->tok_base + row. r->mask_save: the forward keeps the masks'
+ * bits there (the layers' caches, beside u); r->mask_in: the backward reads them, where its u
+ * was kept too, instead of hashing the masks again (nn/lora.h: the same bits).
  * NL_BWD with out == NULL: no input gradient wanted (layer 0's mixer inputs): no service
  * request, only the LoRA gradients.
  * The LoRA branch runs on this thread while the base product is in flight, into its own
@@ -236,6 +238,8 @@ static int tproj(nl_graph *g, const nl_pass_req *r) {
     const int fused = rt->sync && base;
     if (e >= 0 && rc == 0) {
         nl_lora L = lora_of(g, e, layer, kind);
+        L.mask_out = dir == NL_FWD ? r->mask_save : NULL;
+        L.mask_in = dir == NL_BWD && u_in ? r->mask_in : NULL;
         n = (size_t)T * (size_t)(dir == NL_FWD ? L.n_out : L.n_in);
         lo = !base ? NULL : fused ? out : falloc(g, n);
         float *scr = dir == NL_BWD ? falloc(g, nl_lora_bwd_scratch_floats(&L, T)) : NULL;
