@@ -3,7 +3,8 @@
  *   and BF16, and on the AMX tiles where the CPU has them (cpu/tiles.h), one thread and two (kv
  *   heads split; wall clock)
  *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05 (FP32; AMX tiles
- *   where the CPU has them)
+ *   where the CPU has them; there the backward by lines with the mask regenerated and read from
+ *   the forward's kept bits)
  *   gemm (cpu/gemm.c) on the attention and LoRA block shapes
  * Usage: bench_nn [reps] [amx]   (amx: the tile attention only, a profiler's run)
  * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): steady on a shared
@@ -235,7 +236,7 @@ int main(int argc, char **argv) {
             printf("lora amx: not measured (%s)\n", why);
             break;
         }
-        nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), ti ? amx : NULL, 0};
+        nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), ti ? amx : NULL, 0, NULL, NULL};
         best_f = best_b = 1e30;
         for (int r = 0; r < reps; r++) {
             double t0 = nl_now();
@@ -249,6 +250,31 @@ int main(int argc, char **argv) {
         printf("lora%s T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f "
                "GFLOP/s)\n",
                ti ? " amx" : "", T, K, N, R, best_f * 1e3, lf / best_f * 1e-9, best_b * 1e3, 2 * lf / best_b * 1e-9);
+    }
+    if (amx) { /* the backward by lines (train/graph's on the tiles), the mask regenerated from its key or read
+                  from the bits the forward kept (nn/lora.h mask_out, mask_in), alternated rep by rep */
+        nl_lora L = {K, N, R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, 3, 4), amx, 0, NULL, NULL};
+        uint16_t *bits = malloc(sizeof(uint16_t) * (size_t)T * nl_lora_mask_halves(K));
+        float *scr = malloc(sizeof(float) * (nl_lora_bwd_scratch_floats(&L, T) + 1));
+        double bf[2] = {1e30, 1e30}, bb[2] = {1e30, 1e30};
+        for (int r = 0; r < reps; r++)
+            for (int v = 0; v < 2; v++) {
+                L.mask_out = v ? bits : NULL, L.mask_in = NULL;
+                double t0 = nl_now();
+                if (nl_lora_forward_rows(&L, A, B, y, u, x, 0, NULL, 1, 0, T)) return 1;
+                double t1 = nl_now();
+                L.mask_out = NULL, L.mask_in = v ? bits : NULL;
+                if (nl_lora_backward_du(&L, A, B, dy, x, u, T, 0, NULL, scr, 0, T) ||
+                    nl_lora_backward_lines(&L, A, dx, 1, dA, dB, dy, x, T, 0, NULL, scr, 0, K + N))
+                    return 1;
+                double t2 = nl_now();
+                if (t1 - t0 < bf[v]) bf[v] = t1 - t0;
+                if (t2 - t1 < bb[v]) bb[v] = t2 - t1;
+            }
+        printf("lora amx by lines T=%d n_in=%d n_out=%d r=%d p=0.05: forward %.2f ms, kept bits %.2f ms; backward "
+               "%.2f ms, from the kept bits %.2f ms\n",
+               T, K, N, R, bf[0] * 1e3, bf[1] * 1e3, bb[0] * 1e3, bb[1] * 1e3);
+        free(bits), free(scr);
     }
     /* gemm shapes: {M, N, K, transposed A} */
     static const int gs[][4] = {{32, 512, 128, 0}, {64, 128, 512, 0}, {512, 128, 64, 1}, {32, 16, 2048, 0},
