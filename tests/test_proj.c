@@ -621,6 +621,10 @@ static void test_planner(void) {
     /* requests after planning: T = 13 -> 8 (routed to ref) + 4 + 1 padded to 2 */
     nl_proj_stats st0, st1;
     nl_proj_get_stats(s, &st0);
+    nl_proj_entry_stats ef0, eb0, ef1, eb1, em0, em1;
+    CHECK(nl_proj_get_entry_stats(s, ia, NL_FWD, &ef0) == 0 && nl_proj_get_entry_stats(s, ia, NL_BWD, &eb0) == 0);
+    CHECK(nl_proj_get_entry_stats(s, ia + 1, NL_FWD, &em0) == 0);
+    CHECK(nl_proj_get_entry_stats(s, nl_proj_count(s), NL_FWD, &em1) == -1);
     float *x = rand_vec(13 * 64, 1.0f), *y = malloc(sizeof(float) * 13 * 64);
     double *yd = malloc(sizeof(double) * 13 * 64);
     fake_seen_bad_T = 0;
@@ -639,6 +643,12 @@ static void test_planner(void) {
     nl_proj_get_stats(s, &st1);
     CHECK(st1.routed_tokens - st0.routed_tokens == 8 + 13);
     CHECK(st1.retries == 0 && st1.fallbacks == 0);
+    /* the per-weight counters: one request of 13 rows each way on ia, none on the next weight */
+    CHECK(nl_proj_get_entry_stats(s, ia, NL_FWD, &ef1) == 0 && nl_proj_get_entry_stats(s, ia, NL_BWD, &eb1) == 0);
+    CHECK(nl_proj_get_entry_stats(s, ia + 1, NL_FWD, &em1) == 0);
+    CHECK(ef1.requests - ef0.requests == 1 && ef1.tokens - ef0.tokens == 13 && ef1.busy_s > ef0.busy_s);
+    CHECK(eb1.requests - eb0.requests == 1 && eb1.tokens - eb0.tokens == 13 && eb1.busy_s > eb0.busy_s);
+    CHECK(em1.requests == em0.requests && em1.tokens == em0.tokens);
     /* a projection added after the plan is not validated: ref */
     int late = nl_proj_add(s, &va);
     CHECK(nl_proj_run(s, late, NL_FWD, x, 3, y) == 0);

@@ -15,7 +15,10 @@
  * main thread's wall time outside nl_proj_wait), service seconds (the service's busy time),
  * tokens/s, peak RSS (VmHWM, reset per configuration through /proc/self/clear_refs where the
  * kernel allows it) and the resident weight bytes by class and type; then the speed-ups
- * (b)/(a), (c)/(b), (d)/(c). --profile adds the main thread's time by node class. */
+ * (b)/(a), (c)/(b), (d)/(c). --profile adds the main thread's time by node class and, for the
+ * host configurations, the service's busy time by projection shape and direction (requests,
+ * ms a request, GFLOP/s, fraction of bench peak's figure): the step's rate of each shape beside
+ * what `bench proj` gives it alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +46,19 @@ static const char *const cfg_desc[N_CFG] = {
     "host service, LoRA overlapped with the in-flight request",
 };
 
+/* --profile, a host configuration: the service's busy time by projection shape over the timed
+ * reps (nl_proj_get_entry_stats), per step */
+#define MAX_SHAPES 48
+typedef struct {
+    int64_t K, N;
+    int type, dir;
+    double requests, tokens, busy_s; /* per step */
+} shape_row;
+
 typedef struct {
     int ran;
+    int n_shapes;
+    shape_row shapes[MAX_SHAPES];
     double step_s, cpu_s, service_s, wait_s, thread_cpu_s, process_cpu_s;
     double service_flops; /* 2·T·K·N of the step's service requests (median rep) */
     double tok_s, loss;
@@ -88,6 +102,30 @@ typedef struct {
     int64_t budget_mb; /* -1: like train (MemAvailable based) */
     const nl_proj_config *base_cfg;
 } bench;
+
+/* sign +1 adds the service's per-weight counters into the shape rows, -1 subtracts them */
+static void shape_rows_add(nl_proj_service *svc, cfg_result *r, double sign) {
+    for (int id = 0; id < nl_proj_count(svc); id++) {
+        const nl_proj_weight *w = nl_proj_get(svc, id);
+        if (!w || w->cls == NL_CLASS_EMBED) continue;
+        for (int d = 0; d < 2; d++) {
+            nl_proj_entry_stats es;
+            if (nl_proj_get_entry_stats(svc, id, (nl_dir)d, &es)) continue;
+            int k = 0;
+            while (k < r->n_shapes && !(r->shapes[k].K == w->n_in && r->shapes[k].N == w->n_out &&
+                                        r->shapes[k].type == w->type && r->shapes[k].dir == d))
+                k++;
+            if (k == r->n_shapes) {
+                if (k == MAX_SHAPES) continue;
+                r->shapes[k] = (shape_row){.K = w->n_in, .N = w->n_out, .type = w->type, .dir = d};
+                r->n_shapes++;
+            }
+            r->shapes[k].requests += sign * (double)es.requests;
+            r->shapes[k].tokens += sign * (double)es.tokens;
+            r->shapes[k].busy_s += sign * es.busy_s;
+        }
+    }
+}
 
 static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) {
     memset(r, 0, sizeof *r);
@@ -133,6 +171,7 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
     if (!wall || !profs || !svc_s || !tcpu || !pcpu) goto done_free;
     float inv_n = 1.0f / (float)b->answer;
     for (int i = 0; i < n; i++) {
+        if (i == b->warmup) shape_rows_add(svc, r, -1.0);
         memset(&prof, 0, sizeof prof);
         memset(b->grads, 0, b->ad->n_params * sizeof(float));
         nl_proj_stats s0, s1;
@@ -151,6 +190,12 @@ static int run_cfg(const bench *b, int which, int peak_reset_ok, cfg_result *r) 
         if (b->profile)
             fprintf(stderr, "  (%s) step %d/%d: %.3f s%s\n", cfg_label[which], i + 1, n, wall[i],
                     i < b->warmup ? " (warm-up)" : "");
+    }
+    shape_rows_add(svc, r, 1.0);
+    for (int k = 0; k < r->n_shapes; k++) {
+        r->shapes[k].requests /= b->reps;
+        r->shapes[k].tokens /= b->reps;
+        r->shapes[k].busy_s /= b->reps;
     }
     /* the median rep (by wall time) gives every number of the row */
     int *idx = nl_malloc((size_t)b->reps * sizeof *idx);
@@ -391,6 +436,23 @@ int nl_cmd_bench_step(int argc, char **argv) {
                 for (int k = 0; k < NL_GP_COUNT; k++) printf(" %s %.3f", nl_graph_prof_name(k), res[c].prof.s[k]);
                 printf(" | thread cpu %.3f, process cpu %.3f, %llu requests\n", res[c].thread_cpu_s,
                        res[c].process_cpu_s, (unsigned long long)res[c].prof.requests);
+                if (c < CFG_C) continue;
+                /* the service's time by shape: each row's rate against bench proj's for the shape
+                 * alone (there the weight and the buffers stay in cache) */
+                printf("(%s) service by shape, per step:   K x N  type dir  rows/req  req   ms/req  "
+                       "GFLOP/s  of peak\n",
+                       cfg_label[c]);
+                for (int k = 0; k < res[c].n_shapes; k++) {
+                    const shape_row *sr = &res[c].shapes[k];
+                    if (sr->requests <= 0) continue;
+                    const double gf = 2.0 * sr->tokens * (double)sr->K * (double)sr->N / sr->busy_s / 1e9;
+                    char frac[16];
+                    if (peak > 0) snprintf(frac, sizeof frac, "%.2f", gf / peak);
+                    else snprintf(frac, sizeof frac, "-");
+                    printf("(%s) %25lld x %-6lld %4s %s %9.0f %4.0f %8.3f %8.1f %8s\n", cfg_label[c], (long long)sr->K,
+                           (long long)sr->N, nl_type_name(sr->type), sr->dir ? "bwd" : "fwd", sr->tokens / sr->requests,
+                           sr->requests, 1e3 * sr->busy_s / sr->requests, gf, frac);
+                }
             }
         printf("notes: cpu s = the main thread's time outside nl_proj_wait; service s = the service's busy time; "
                "svc GF/s = the service requests' 2*T*K*N over its busy time, of peak = that over bench peak's figure "

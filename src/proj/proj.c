@@ -221,6 +221,12 @@ static void *dispatcher(void *arg) {
         s->stats.requests[dir]++;
         s->stats.tokens[dir] += (uint64_t)T;
         s->stats.busy_s[dir] += dt;
+        if (id >= 0 && id < s->n) {
+            nl_proj_entry_stats *es = &s->e[id].st[dir == NL_BWD];
+            es->requests++;
+            es->tokens += (uint64_t)T;
+            es->busy_s += dt;
+        }
         {
             const nl_proj_weight *pw = nl_proj_get(s, id);
             if (pw) s->stats.flops[dir] += 2.0 * (double)T * (double)pw->n_in * (double)pw->n_out;
@@ -732,6 +738,14 @@ void nl_proj_get_stats(const nl_proj_service *s, nl_proj_stats *out) {
     pthread_mutex_lock((pthread_mutex_t *)&s->mu);
     *out = s->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
+}
+
+int nl_proj_get_entry_stats(const nl_proj_service *s, int id, nl_dir dir, nl_proj_entry_stats *out) {
+    if (id < 0 || id >= s->n) return nl_err("proj: no weight with id %d", id);
+    pthread_mutex_lock((pthread_mutex_t *)&s->mu);
+    *out = s->e[id].st[dir == NL_BWD];
+    pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
+    return 0;
 }
 
 uint64_t nl_proj_resident_bytes(const nl_proj_service *s, int cls, int type) {

@@ -197,6 +197,14 @@ typedef struct {
     uint64_t padded_tokens; /* zero rows added to fill a token bucket */
 } nl_proj_stats;
 void nl_proj_get_stats(const nl_proj_service *s, nl_proj_stats *out);
+/* The same per registered weight and direction (bench step --profile's service rows: which
+ * shapes the busy time went to, against bench proj's figure for the shape alone). */
+typedef struct {
+    uint64_t requests, tokens;
+    double busy_s;
+} nl_proj_entry_stats;
+/* 0, or -1 + nl_err for an id not registered */
+int nl_proj_get_entry_stats(const nl_proj_service *s, int id, nl_dir dir, nl_proj_entry_stats *out);
 
 /* ---- resident memory ------------------------------------------------------------------------ */
 /* Bytes of resident weight data of class `cls` (nl_proj_class) in type `type`; -1 = any.

@@ -10,13 +10,14 @@
 enum { NL_ROUTE_REF = 0, NL_ROUTE_BACKEND = 1 };
 
 typedef struct {
-    nl_proj_weight orig; /* as registered (GGUF bytes, borrowed); the ref fallback uses it */
-    nl_proj_weight res;  /* resident view: orig.data in place, or a converted copy */
-    char *name;          /* owned copy; both views point at it */
-    void *owned;         /* converted bytes (NULL when in place or shared) */
-    uint64_t res_bytes;  /* bytes of res.data */
-    int shares;          /* res.data already counted by an earlier entry */
-    uint8_t *route;      /* [2][n_buckets] NL_ROUTE_*, after nl_proj_plan (else NULL) */
+    nl_proj_weight orig;       /* as registered (GGUF bytes, borrowed); the ref fallback uses it */
+    nl_proj_weight res;        /* resident view: orig.data in place, or a converted copy */
+    char *name;                /* owned copy; both views point at it */
+    void *owned;               /* converted bytes (NULL when in place or shared) */
+    uint64_t res_bytes;        /* bytes of res.data */
+    int shares;                /* res.data already counted by an earlier entry */
+    uint8_t *route;            /* [2][n_buckets] NL_ROUTE_*, after nl_proj_plan (else NULL) */
+    nl_proj_entry_stats st[2]; /* per nl_dir, the dispatcher's (under mu) */
 } nl_proj_entry;
 
 typedef struct {
