@@ -166,6 +166,10 @@ static size_t fwd_panel_bytes(int split, int64_t Kp) {
     return split ? 2 * al64((size_t)32 * (size_t)pad_ld(Kp) * 2) : al64((size_t)32 * (size_t)Kp * 2);
 }
 
+/* FWD: bytes of a thread's rows for the activations' packing (pack_x_fwd_pairs: 16 rows of hi and
+ * of lo words, one FP32 row) */
+static size_t fwd_pack_bytes(int64_t Kp) { return (size_t)Kp * (16 * 2 * 2 + 4); }
+
 /* Lays out a thread's scratch for the job (sizes depend on K, N, T); at least `pack` bytes
  * (the packing phase's rows, from the start of the block). */
 static int scratch_for(amx_job *j, nl_dir dir, amx_scratch *s, size_t pack) {
@@ -217,16 +221,16 @@ static int bwd_group(int64_t Tp, int64_t Np) {
 /* ---- phase 1: the activations, once per request (rows split across threads) ---- */
 
 /* FWD, split: Xᵀ in VNNI pairs, per t-block of 16: xp[tb][r][t] = (x[t][2r], x[t][2r+1]) as BF16,
- * r < Kp/2 (zero past K and past T). */
+ * r < Kp/2 (zero past K and past T): the block's 16 rows rounded into the thread's scratch
+ * (fwd_pack_bytes), then transposed as 32-bit words by the set's transpose32 (a scalar scatter
+ * before: with a small N, e.g. qwen35's alpha and beta (N = 16), the request's main cost) */
 static void pack_x_fwd_pairs(void *arg, int tid, int nth) {
     amx_job *j = arg;
     const int64_t ntb = j->Tp / 16, b0 = ntb * tid / nth, b1 = ntb * (tid + 1) / nth;
-    uint16_t *hrow = (uint16_t *)(void *)j->a->scr[tid].mem, *lrow = hrow + j->Kp;
-    float *frow = (float *)(void *)(lrow + j->Kp);
     const int64_t kp2 = j->Kp / 2;
+    uint32_t *hbuf = (uint32_t *)(void *)j->a->scr[tid].mem, *lbuf = hbuf + 16 * kp2;
+    float *frow = (float *)(void *)(lbuf + 16 * kp2);
     for (int64_t tb = b0; tb < b1; tb++) {
-        uint32_t *hi = (uint32_t *)(void *)j->xhi + tb * kp2 * 16;
-        uint32_t *lo = j->split ? (uint32_t *)(void *)j->xlo + tb * kp2 * 16 : NULL;
         for (int tt = 0; tt < 16; tt++) {
             const int64_t t = tb * 16 + tt;
             if (t < j->T) {
@@ -235,13 +239,12 @@ static void pack_x_fwd_pairs(void *arg, int tid, int nth) {
             } else {
                 memset(frow, 0, (size_t)j->Kp * 4);
             }
-            to_bf16_split(j->ks, frow, (int)j->Kp, hrow, j->split ? lrow : NULL);
-            const uint32_t *hp = (const uint32_t *)(const void *)hrow, *lp = (const uint32_t *)(const void *)lrow;
-            for (int64_t r = 0; r < kp2; r++) {
-                hi[r * 16 + tt] = hp[r];
-                if (lo) lo[r * 16 + tt] = lp[r];
-            }
+            to_bf16_split(j->ks, frow, (int)j->Kp, (uint16_t *)(void *)(hbuf + tt * kp2),
+                          j->split ? (uint16_t *)(void *)(lbuf + tt * kp2) : NULL);
         }
+        nl_host_transpose32(j->ks, hbuf, kp2, (uint32_t *)(void *)j->xhi + tb * kp2 * 16, 16, 16, (int)kp2);
+        if (j->split)
+            nl_host_transpose32(j->ks, lbuf, kp2, (uint32_t *)(void *)j->xlo + tb * kp2 * 16, 16, 16, (int)kp2);
     }
 }
 
@@ -578,7 +581,7 @@ void nl_amx_scratch_bytes(const nl_host_kernels *ks, int n_threads, int64_t K, i
         const uint64_t gf = (uint64_t)fwd_group((int64_t)Kp, (int64_t)Tp, (int64_t)ldx, split);
         need = fwd_rows_bytes(ks, type, split, (int64_t)Kp) + gf * fwd_panel_bytes(split, (int64_t)Kp) +
                al64((size_t)(Kp * 4)) + 1024 * 4 + al64((size_t)(Kp / 32) * sizeof(nl_block_q8_0));
-        if (need < Kp * 8) need = Kp * 8;
+        if (need < fwd_pack_bytes((int64_t)Kp)) need = fwd_pack_bytes((int64_t)Kp);
     } else {
         const uint64_t gw = (uint64_t)bwd_group((int64_t)Tp, (int64_t)Np) * BWD_KW;
         need = 2 * ((uint64_t)BWD_NC / 2 * gw * 4) + 2 * gw * 4 + al64((size_t)(Tp * gw * 4)) + 1024 * 4;
@@ -614,7 +617,7 @@ int nl_amx_run(nl_amx_ctx *a, const nl_amx_tiles *tiles, const nl_host_kernels *
     j.xlo = split ? a->xmem + plane : NULL;
     for (int i = 0; i < a->nth; i++) {
         amx_scratch *s = &a->scr[i];
-        const size_t pack = dir == NL_FWD ? (size_t)j.Kp * 8 : (size_t)j.Np * 4;
+        const size_t pack = dir == NL_FWD ? fwd_pack_bytes(j.Kp) : (size_t)j.Np * 4;
         if (scratch_for(&j, dir, s, pack))
             return nl_err("amx: %s: out of memory (thread scratch)", w->name ? w->name : "?");
     }
