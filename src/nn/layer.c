@@ -28,7 +28,7 @@ static float *carve(nl_layer_cache *c, size_t n) {
 }
 
 /* Lay out (or count) layer l's cache for T tokens. The GDN cache is separate (its own node). */
-static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, nl_layer_cache *c) {
+static void cache_layout(const nl_model *m, const nl_adapter *ad, int mask, int l, int T, nl_layer_cache *c) {
     const nl_hparams *hp = &m->hp;
     const nl_layer *L = &m->layers[l];
     size_t E = hp->n_embd, F = hp->n_ff, t = (size_t)T;
@@ -72,32 +72,33 @@ static void cache_layout(const nl_model *m, const nl_adapter *ad, int l, int T, 
         c->lu[k] = r ? carve(c, t * (size_t)r) : NULL;
         /* the dropout mask's bits beside u (1 bit per element of x: 1/32 of x's bytes) */
         c->lm[k] =
-            r ? (uint16_t *)(void *)carve(c, t * nl_lora_mask_halves((int)ad->t[ad->by_proj[L->p[k]]].n_in) / 2) : NULL;
+            r && mask ? (uint16_t *)(void *)carve(c, t * nl_lora_mask_halves((int)ad->t[ad->by_proj[L->p[k]]].n_in) / 2)
+                      : NULL;
     }
 }
 
-uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, const nl_span *sp) {
+uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int flags, int l, const nl_span *sp) {
     nl_layer_cache c = {0};
-    cache_layout(rt->m, ad, l, sp->T, &c);
+    cache_layout(rt->m, ad, (flags & NL_CACHE_MASK) != 0, l, sp->T, &c);
     uint64_t b = c.bytes;
-    if (gdn && rt->m->layers[l].recurrent)
+    if ((flags & NL_CACHE_GDN) && rt->m->layers[l].recurrent)
         for (int i = 0; i < nl_span_n(sp); i++) b += nl_gdn_cache_bytes(&rt->gdn, nl_span_len(sp, i));
     return b;
 }
 
-uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T) {
+uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int flags, int l, int T) {
     const nl_span sp = {.T = T};
-    return nl_layer_cache_bytes_span(rt, ad, gdn, l, &sp);
+    return nl_layer_cache_bytes_span(rt, ad, flags, l, &sp);
 }
 
 int nl_layer_cache_alloc(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c) {
     const nl_model *m = ps->rt->m;
     memset(c, 0, sizeof *c);
-    cache_layout(m, ps->save_u, l, sp->T, c);
+    cache_layout(m, ps->save_u, ps->save_mask, l, sp->T, c);
     uint64_t bytes = c->bytes;
     c->base = nl_arena_alloc(ps->ws, bytes);
     if (!c->base) return -1;
-    cache_layout(m, ps->save_u, l, sp->T, c);
+    cache_layout(m, ps->save_u, ps->save_mask, l, sp->T, c);
     if (ps->save_gdn && m->layers[l].recurrent) {
         int n = nl_span_n(sp);
         c->gc = nl_arena_alloc(ps->ws, (size_t)n * sizeof *c->gc);

@@ -77,6 +77,7 @@ typedef struct nl_pass {
     void *user;
     const nl_adapter *save_u;         /* the adapter whose LoRA u rows the cache keeps (NULL: none) */
     int save_gdn;                     /* recurrent layers keep the GDN cache for the backward */
+    int save_mask;                    /* with save_u: the LoRA dropout masks' bits kept too (dropout > 0) */
     int attn_bf16;                    /* attention through nl_attention_*_range_bf16 */
     const struct nl_amx_tiles *tiles; /* non-NULL: attention through nl_attention_*_range_tiles */
     nl_graph_prof *prof;              /* NULL: no timing */
@@ -131,11 +132,13 @@ typedef struct {
     uint64_t bytes;
 } nl_layer_cache;
 
-/* Bytes of layer l's cache for the span's rows (with LoRA u rows and mask bits for adapter ad, may be NULL;
- * with the GDN caches, one per sequence, when gdn): what the activation budget counts.
+/* Bytes of layer l's cache for the span's rows (with LoRA u rows for adapter ad, may be NULL; with
+ * the dropout masks' bits beside them when flags has NL_CACHE_MASK, pass->save_mask; with the GDN
+ * caches, one per sequence, when flags has NL_CACHE_GDN): what the activation budget counts.
  * nl_layer_cache_bytes: one sequence of T rows. */
-uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, const nl_span *sp);
-uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int gdn, int l, int T);
+enum { NL_CACHE_GDN = 1, NL_CACHE_MASK = 2 };
+uint64_t nl_layer_cache_bytes_span(const nl_runtime *rt, const nl_adapter *ad, int flags, int l, const nl_span *sp);
+uint64_t nl_layer_cache_bytes(const nl_runtime *rt, const nl_adapter *ad, int flags, int l, int T);
 
 /* What a pass's projection hook takes from ps->ws for one request of T rows to projection p in
  * direction dir (the training graph: its LoRA branch's output and scratch). */
