@@ -168,28 +168,30 @@ void nl_layer_cache_free(nl_layer_cache *c) {
 
 /* ---- projections through the pass ---- */
 
-static int proj_fwd(nl_pass *ps, int l, int kind, const float *x, int T, float *y, float *u_save, uint16_t *mask_save) {
+/* the projection `kind` of layer l; its LoRA u rows and mask bits kept in (FWD) or read from (BWD)
+ * the layer's cache c */
+static int proj_fwd(nl_pass *ps, int l, int kind, const float *x, int T, float *y, const nl_layer_cache *c) {
     return ps->proj(ps->user, &(nl_pass_req){.dir = NL_FWD,
                                              .layer = l,
                                              .kind = kind,
                                              .p = ps->rt->m->layers[l].p[kind],
                                              .in = x,
-                                             .u_save = u_save,
-                                             .mask_save = mask_save,
+                                             .u_save = c->lu[kind],
+                                             .mask_save = c->lm[kind],
                                              .T = T,
                                              .out = y});
 }
 
-static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *x, const float *u, const uint16_t *mask,
-                    int T, float *dx) {
+static int proj_bwd(nl_pass *ps, int l, int kind, const float *dy, const float *x, const nl_layer_cache *c, int T,
+                    float *dx) {
     return ps->proj(ps->user, &(nl_pass_req){.dir = NL_BWD,
                                              .layer = l,
                                              .kind = kind,
                                              .p = ps->rt->m->layers[l].p[kind],
                                              .in = dy,
                                              .x = x,
-                                             .u_in = u,
-                                             .mask_in = mask,
+                                             .u_in = c->lu[kind],
+                                             .mask_in = c->lm[kind],
                                              .T = T,
                                              .out = dx});
 }
@@ -381,20 +383,20 @@ static int mixer_attn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
         /* attn_q gives [T][H][q(hd) | gate(hd)]: de-interleave */
         nl_arena_mark mg = nl_arena_top(ps->ws);
         float *qg = falloc(ps, 2 * qn);
-        if (!qg || proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c->lu[NL_P_Q], c->lm[NL_P_Q])) goto done;
+        if (!qg || proj_fwd(ps, l, NL_P_Q, c->hn, T, qg, c)) goto done;
         NL_TIMED(
             ps->prof, NL_GP_ADD, for (size_t th = 0; th < (size_t)T * H; th++) {
                 memcpy(qdst + th * hd, qg + th * 2 * hd, hd * sizeof(float));
                 memcpy(c->gate + th * hd, qg + th * 2 * hd + hd, hd * sizeof(float));
             });
         nl_arena_release(ps->ws, mg);
-    } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c->lu[NL_P_Q], c->lm[NL_P_Q])) goto done;
-    if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c->lu[NL_P_K], c->lm[NL_P_K])) goto done;
-    if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c->lu[NL_P_V], c->lm[NL_P_V])) goto done;
+    } else if (proj_fwd(ps, l, NL_P_Q, c->hn, T, qdst, c)) goto done;
+    if (proj_fwd(ps, l, NL_P_K, c->hn, T, kdst, c)) goto done;
+    if (proj_fwd(ps, l, NL_P_V, c->hn, T, c->v, c)) goto done;
     attn_qk_rope(ps, l, sp, c);
     if (attn_core_fwd(ps, l, sp, c, st)) goto done;
     if (gated) NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_forward(POOL(ps), c->og, c->o, c->gate, (int64_t)qn));
-    rc = proj_fwd(ps, l, NL_P_O, c->og, T, out, c->lu[NL_P_O], c->lm[NL_P_O]);
+    rc = proj_fwd(ps, l, NL_P_O, c->og, T, out, c);
 done:
     if (L->q_norm) c->q = c->k = NULL;
     nl_arena_release(ps->ws, mk);
@@ -415,7 +417,7 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     float *dog = buf, *d_o = dog + qn, *dgate = d_o + qn, *dq = dgate + qn, *dk = dq + qn, *dv = dk + kvn,
           *dqg = dv + kvn, *tmp = dqg + 2 * qn;
     int rc = -1;
-    if (proj_bwd(ps, l, NL_P_O, dout, c->og, c->lu[NL_P_O], c->lm[NL_P_O], T, dog)) goto done;
+    if (proj_bwd(ps, l, NL_P_O, dout, c->og, c, T, dog)) goto done;
     const float *dattn = dog;
     if (gated) {
         NL_TIMED(ps->prof, NL_GP_ACT, nl_par_gate_backward(POOL(ps), d_o, dgate, dog, c->o, c->gate, (int64_t)qn));
@@ -477,10 +479,10 @@ static int mixer_attn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache 
     }
     /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
     float *dk_in = dhn ? tmp : NULL;
-    if (proj_bwd(ps, l, NL_P_Q, dqin, c->hn, c->lu[NL_P_Q], c->lm[NL_P_Q], T, dhn)) goto done;
-    if (proj_bwd(ps, l, NL_P_K, dk, c->hn, c->lu[NL_P_K], c->lm[NL_P_K], T, dk_in)) goto done;
+    if (proj_bwd(ps, l, NL_P_Q, dqin, c->hn, c, T, dhn)) goto done;
+    if (proj_bwd(ps, l, NL_P_K, dk, c->hn, c, T, dk_in)) goto done;
     if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
-    if (proj_bwd(ps, l, NL_P_V, dv, c->hn, c->lu[NL_P_V], c->lm[NL_P_V], T, dk_in)) goto done;
+    if (proj_bwd(ps, l, NL_P_V, dv, c->hn, c, T, dk_in)) goto done;
     if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)T * E));
     rc = 0;
 done:
@@ -505,10 +507,10 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     if (!buf) return -1;
     float *mixed = buf, *z = mixed + t * cd, *b = z + t * vd, *a = b + t * s->Hv;
     int rc = -1;
-    if (proj_fwd(ps, l, NL_P_QKV, c->hn, T, mixed, c->lu[NL_P_QKV], c->lm[NL_P_QKV])) goto done;
-    if (proj_fwd(ps, l, NL_P_Z, c->hn, T, z, c->lu[NL_P_Z], c->lm[NL_P_Z])) goto done;
-    if (proj_fwd(ps, l, NL_P_BETA, c->hn, T, b, c->lu[NL_P_BETA], c->lm[NL_P_BETA])) goto done;
-    if (proj_fwd(ps, l, NL_P_ALPHA, c->hn, T, a, c->lu[NL_P_ALPHA], c->lm[NL_P_ALPHA])) goto done;
+    if (proj_fwd(ps, l, NL_P_QKV, c->hn, T, mixed, c)) goto done;
+    if (proj_fwd(ps, l, NL_P_Z, c->hn, T, z, c)) goto done;
+    if (proj_fwd(ps, l, NL_P_BETA, c->hn, T, b, c)) goto done;
+    if (proj_fwd(ps, l, NL_P_ALPHA, c->hn, T, a, c)) goto done;
     /* the sequence-local part: the recurrence, its cache kept for the backward or its state
      * carried for decoding */
     nl_gdn_weights w = gdn_weights(L);
@@ -551,7 +553,7 @@ static int mixer_gdn_fwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
                                             b + o * s->Hv, a + o * s->Hv, Ti, gst));
         if (e) goto done;
     }
-    rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c->lu[NL_P_OUT], c->lm[NL_P_OUT]);
+    rc = proj_fwd(ps, l, NL_P_OUT, c->y, T, out, c);
 done:
     nl_arena_release(ps->ws, mk);
     return rc;
@@ -570,7 +572,7 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
           *tmp = da + t * s->Hv;
     int rc = -1;
     nl_gdn_weights w = gdn_weights(L);
-    if (proj_bwd(ps, l, NL_P_OUT, dout, c->y, c->lu[NL_P_OUT], c->lm[NL_P_OUT], T, dy)) goto done;
+    if (proj_bwd(ps, l, NL_P_OUT, dout, c->y, c, T, dy)) goto done;
     if (c->n_gc != nl_span_n(sp)) {
         nl_err("internal: GDN backward with %d caches for %d sequences", c->n_gc, nl_span_n(sp));
         goto done;
@@ -585,12 +587,12 @@ static int mixer_gdn_bwd(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *
     }
     /* dhn == NULL: only the LoRA gradients (see nl_layer_backward) */
     float *tin = dhn ? tmp : NULL;
-    if (proj_bwd(ps, l, NL_P_QKV, dmixed, c->hn, c->lu[NL_P_QKV], c->lm[NL_P_QKV], T, dhn)) goto done;
-    if (proj_bwd(ps, l, NL_P_Z, dz, c->hn, c->lu[NL_P_Z], c->lm[NL_P_Z], T, tin)) goto done;
+    if (proj_bwd(ps, l, NL_P_QKV, dmixed, c->hn, c, T, dhn)) goto done;
+    if (proj_bwd(ps, l, NL_P_Z, dz, c->hn, c, T, tin)) goto done;
     if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
-    if (proj_bwd(ps, l, NL_P_BETA, db, c->hn, c->lu[NL_P_BETA], c->lm[NL_P_BETA], T, tin)) goto done;
+    if (proj_bwd(ps, l, NL_P_BETA, db, c->hn, c, T, tin)) goto done;
     if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
-    if (proj_bwd(ps, l, NL_P_ALPHA, da, c->hn, c->lu[NL_P_ALPHA], c->lm[NL_P_ALPHA], T, tin)) goto done;
+    if (proj_bwd(ps, l, NL_P_ALPHA, da, c->hn, c, T, tin)) goto done;
     if (dhn) NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)(t * E)));
     rc = 0;
 done:
@@ -635,11 +637,11 @@ int nl_layer_forward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, n
         NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add2(POOL(ps), c->xmid, x_in, mo, (int64_t)n));
         NL_TIMED(ps->prof, NL_GP_NORM,
                  nl_par_rmsnorm_forward(POOL(ps), c->hn2, c->rstd2, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
-        rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c->lu[NL_P_GATE], c->lm[NL_P_GATE]);
-        if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c->lu[NL_P_UP], c->lm[NL_P_UP]);
+        rc = proj_fwd(ps, l, NL_P_GATE, c->hn2, T, c->g, c);
+        if (rc == 0) rc = proj_fwd(ps, l, NL_P_UP, c->hn2, T, c->u, c);
         if (rc == 0) {
             mlp_act(ps, c, nf);
-            rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, pn ? c->fo : mo, c->lu[NL_P_DOWN], c->lm[NL_P_DOWN]);
+            rc = proj_fwd(ps, l, NL_P_DOWN, c->h, T, pn ? c->fo : mo, c);
         }
         if (rc == 0 && pn)
             NL_TIMED(
@@ -678,7 +680,7 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     /* h = act(g, u) into dg's place (dg is written after the down projection's backward) */
     c->h = dg;
     mlp_act(ps, c, nf);
-    if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c->lu[NL_P_DOWN], c->lm[NL_P_DOWN], T, dh)) goto done;
+    if (proj_bwd(ps, l, NL_P_DOWN, dfo, c->h, c, T, dh)) goto done;
     c->h = NULL;
     if (hp->mlp_gelu)
         NL_TIMED(ps->prof, NL_GP_ACT, nl_par_geglu_backward(POOL(ps), dg, du, dh, c->g, c->u, (int64_t)nf));
@@ -686,8 +688,8 @@ int nl_layer_backward(nl_pass *ps, int l, const nl_span *sp, nl_layer_cache *c, 
     c->hn2 = nbuf; /* the forward's ffn norm again (its rstd2 is kept) */
     NL_TIMED(ps->prof, NL_GP_NORM,
              nl_par_rmsnorm_forward(POOL(ps), c->hn2, NULL, c->xmid, L->ffn_norm, T, hp->n_embd, hp->rms_eps));
-    if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c->lu[NL_P_GATE], c->lm[NL_P_GATE], T, dhn)) goto done;
-    if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c->lu[NL_P_UP], c->lm[NL_P_UP], T, tmp)) goto done;
+    if (proj_bwd(ps, l, NL_P_GATE, dg, c->hn2, c, T, dhn)) goto done;
+    if (proj_bwd(ps, l, NL_P_UP, du, c->hn2, c, T, tmp)) goto done;
     c->hn2 = NULL;
     NL_TIMED(ps->prof, NL_GP_ADD, nl_par_add(POOL(ps), dhn, tmp, (int64_t)n));
     NL_TIMED(ps->prof, NL_GP_NORM,

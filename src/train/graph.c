@@ -36,8 +36,11 @@ static float *falloc(nl_graph *g, size_t n) { return nl_arena_floats(g->ws, n); 
 /* ---- CPU nodes on the runtime's pool (nn/par.h) ---- */
 #define POOL(g) ((g)->rt->pool)
 
+/* the layer caches keep the LoRA dropout masks' bits where the graph has a dropout */
+static int mask_flag(const nl_graph *g) { return g->dropout > 0.0f ? NL_CACHE_MASK : 0; }
+
 uint64_t nl_graph_layer_bytes(const nl_graph *g, int layer, int T) {
-    return nl_layer_cache_bytes(g->rt, g->ad, NL_CACHE_GDN | (g->dropout > 0.0f ? NL_CACHE_MASK : 0), layer, T);
+    return nl_layer_cache_bytes(g->rt, g->ad, NL_CACHE_GDN | mask_flag(g), layer, T);
 }
 
 /* ---- the call's peak, bounded (nl_graph_call_bytes) ---- */
@@ -82,11 +85,10 @@ uint64_t nl_graph_call_bytes(const nl_graph *g, int T, uint64_t budget, int want
     uint64_t below = 0, peak = 0;
     for (int l = 0; l < nL; l++) {
         /* a layer's cache (its block; a recurrent one's GDN cache pointers and cache, all in the arena) */
-        const uint64_t c =
-            rt->m->layers[l].recurrent
-                ? nl_arena_size((size_t)nl_layer_cache_bytes(rt, g->ad, g->dropout > 0.0f ? NL_CACHE_MASK : 0, l, T)) +
-                      nl_arena_size(sizeof(void *)) + nl_gdn_cache_arena_bytes(&rt->gdn, T)
-                : nl_arena_size((size_t)lb[l]);
+        const uint64_t c = rt->m->layers[l].recurrent
+                               ? nl_arena_size((size_t)nl_layer_cache_bytes(rt, g->ad, mask_flag(g), l, T)) +
+                                     nl_arena_size(sizeof(void *)) + nl_gdn_cache_arena_bytes(&rt->gdn, T)
+                               : nl_arena_size((size_t)lb[l]);
         const uint64_t fwd = nl_layer_temp_bytes(rt, l, T, 0, proj_temp, (void *)g);
         peak = max2(peak, below + c + fwd);
         if (want_grad)
@@ -355,8 +357,7 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
     if (nl_embed_rows(rt, tokens, T, xs)) goto done;
     /* Which layers keep their intermediates: train/budget's plan (later layers first). */
     const nl_span sp = {.T = T, .pos = pos, .n_seg = n_seq, .seg_T = seq_T};
-    for (int l = 0; l < nL; l++)
-        lb[l] = nl_layer_cache_bytes_span(rt, g->ad, NL_CACHE_GDN | (g->dropout > 0.0f ? NL_CACHE_MASK : 0), l, &sp);
+    for (int l = 0; l < nL; l++) lb[l] = nl_layer_cache_bytes_span(rt, g->ad, NL_CACHE_GDN | mask_flag(g), l, &sp);
     nl_act_plan plan;
     if (nl_act_plan_layers(lb, nL, want_grad ? g->act_budget : 0, keep, &plan)) goto done;
     g->n_kept = g->n_recomputed = g->n_lora_pool = 0;
@@ -370,7 +371,7 @@ static int run(nl_graph *g, int n_seq, const int *seq_T, const int32_t *tokens, 
                   .user = g,
                   .save_u = g->ad,
                   .save_gdn = 1,
-                  .save_mask = g->dropout > 0.0f,
+                  .save_mask = mask_flag(g) != 0,
                   .attn_bf16 = rt->attn_bf16,
                   .tiles = rt->tiles,
                   .prof = g->prof};
