@@ -5,6 +5,7 @@
 #include "cpu/peak.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,36 +94,105 @@ int nl_peak_of_compute(const char *compute) {
     return -1;
 }
 
-/* slices of a thread's run, each timed alone: the thread's rate is its best slice's */
+/* slices of the run: every thread runs slice s at the same time (a barrier between slices) */
 #define PEAK_SLICES 8
 
 typedef struct {
     peak_loop f;
-    long it; /* iterations per slice */
-    int *go; /* 0 wait, 1 run, -1 leave without running */
-    double rate;
+    long it;     /* iterations per slice */
+    int n;       /* threads */
+    int *go;     /* 0 wait, 1 run, -1 leave without running */
+    int *ready;  /* threads running and waiting for go */
+    int *arrive; /* the slice barrier: threads arrived, summed over the slices */
+    double ops, t0[PEAK_SLICES], t1[PEAK_SLICES];
 } peak_arg;
 
-/* The best of PEAK_SLICES timed slices: on a shared machine a thread that loses its core for
- * part of the run (another process, the other threads of a guest) still reports what the core
- * does while it runs, instead of the average over the interruptions (bench proj's in-run probe
- * once read 342 GFLOP/s where bench peak read 446-451). */
+static void peak_barrier(int *arrive, int target) {
+    __atomic_add_fetch(arrive, 1, __ATOMIC_ACQ_REL);
+    while (__atomic_load_n(arrive, __ATOMIC_ACQUIRE) < target) sched_yield();
+}
+
 static void *peak_thread(void *p) {
     peak_arg *a = p;
     int g;
+    __atomic_add_fetch(a->ready, 1, __ATOMIC_RELEASE);
     while (!(g = __atomic_load_n(a->go, __ATOMIC_ACQUIRE))) {}
     if (g < 0) return NULL;
-    a->rate = 0.0;
     for (int s = 0; s < PEAK_SLICES; s++) {
-        const double t0 = nl_now();
-        const double ops = a->f(a->it);
-        const double dt = nl_now() - t0;
-        const double r = dt > 0 ? ops / dt * 1e-9 : 0.0;
-        if (r > a->rate) a->rate = r;
+        peak_barrier(a->arrive, a->n * (s + 1));
+        a->t0[s] = nl_now();
+        a->ops = a->f(a->it);
+        a->t1[s] = nl_now();
     }
     return NULL;
 }
 
+/* One round: the best slice's rate, all threads' operations over the slice's span, from the
+ * first thread's start to the last one's end, so that a slice in which a core was taken away
+ * reads low (another slice gives the figure) and threads that did not run at the same time are
+ * not summed as if they had (the sum of each thread's own best slice can count one core twice).
+ * -1 when a thread could not start. */
+static double peak_round(peak_loop f, long it, int n_threads) {
+    peak_arg *args = nl_calloc((size_t)n_threads, sizeof *args);
+    pthread_t *th = nl_calloc((size_t)n_threads, sizeof *th);
+    double best = -1.0;
+    int go = 0, ready = 0, arrive = 0, started = 0;
+    if (!args || !th) goto out;
+    for (int i = 0; i < n_threads; i++)
+        args[i] = (peak_arg){.f = f, .it = it, .n = n_threads, .go = &go, .ready = &ready, .arrive = &arrive};
+    /* every thread is a new one, pinned to its own CPU of the process's set where there are
+     * enough (Linux): left to the scheduler, a new thread started on its parent's CPU and the
+     * two took turns there for most of the slices (3 runs in 20 read one thread's rate for two);
+     * the caller gives go once every one of them runs, yielding its core meanwhile (up to 1 s) */
+    int cpus[1024], n_cpus = 0;
+#if defined(__linux__)
+    cpu_set_t mine;
+    if (sched_getaffinity(0, sizeof mine, &mine) == 0)
+        for (int c = 0; c < CPU_SETSIZE && n_cpus < 1024; c++)
+            if (CPU_ISSET(c, &mine)) cpus[n_cpus++] = c;
+#endif
+    for (int i = 0; i < n_threads; i++, started++) {
+        pthread_attr_t at;
+        if (pthread_attr_init(&at)) break;
+#if defined(__linux__)
+        if (n_cpus >= n_threads) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpus[i], &one);
+            pthread_attr_setaffinity_np(&at, sizeof one, &one);
+        }
+#endif
+        const int e = pthread_create(&th[i], &at, peak_thread, &args[i]);
+        pthread_attr_destroy(&at);
+        if (e) break;
+    }
+    const double t_wait = nl_now();
+    while (__atomic_load_n(&ready, __ATOMIC_ACQUIRE) < started && nl_now() - t_wait < 1.0) sched_yield();
+    __atomic_store_n(&go, started == n_threads ? 1 : -1, __ATOMIC_RELEASE);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (started == n_threads) {
+        best = 0.0;
+        for (int s = 0; s < PEAK_SLICES; s++) {
+            double t0 = args[0].t0[s], t1 = args[0].t1[s], ops = 0.0;
+            for (int i = 0; i < n_threads; i++) {
+                if (args[i].t0[s] < t0) t0 = args[i].t0[s];
+                if (args[i].t1[s] > t1) t1 = args[i].t1[s];
+                ops += args[i].ops;
+            }
+            const double r = t1 > t0 ? ops / (t1 - t0) * 1e-9 : 0.0;
+            if (r > best) best = r;
+        }
+    }
+out:
+    free(args);
+    free(th);
+    return best;
+}
+
+/* One round (a second one read the same in the runs where two threads gave one thread's rate:
+ * then the host had put the two vCPUs on one core's two hardware threads, which lasts seconds;
+ * such a figure is the machine's at that moment, and bench proj and bench step measure before
+ * and after their runs). */
 double nl_peak_measure(nl_peak_kind k, int n_threads, double seconds) {
     peak_loop f = loop_of(k, NULL);
     if (!f || n_threads < 1 || n_threads > 1024) return -1.0;
@@ -138,24 +208,5 @@ double nl_peak_measure(nl_peak_kind k, int n_threads, double seconds) {
         it *= 4;
     }
     if (dt > 0) it = (long)((double)it * seconds / PEAK_SLICES / dt) + 1;
-    peak_arg *args = nl_calloc((size_t)n_threads, sizeof *args);
-    pthread_t *th = nl_calloc((size_t)n_threads, sizeof *th);
-    double sum = -1.0;
-    int go = 0, started = 0;
-    if (!args || !th) goto out;
-    for (int i = 0; i < n_threads; i++) args[i] = (peak_arg){f, it, &go, 0.0};
-    /* the caller is thread 0; the others start first and spin until all exist */
-    for (int i = 1; i < n_threads; i++, started++)
-        if (pthread_create(&th[i], NULL, peak_thread, &args[i])) break;
-    __atomic_store_n(&go, started == n_threads - 1 ? 1 : -1, __ATOMIC_RELEASE);
-    if (started == n_threads - 1) peak_thread(&args[0]);
-    for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
-    if (started == n_threads - 1) {
-        sum = 0.0;
-        for (int i = 0; i < n_threads; i++) sum += args[i].rate;
-    }
-out:
-    free(args);
-    free(th);
-    return sum;
+    return peak_round(f, it, n_threads);
 }

@@ -23,11 +23,12 @@ const char *nl_peak_insn(nl_peak_kind k);
 /* "GFLOP/s" or "GOP/s" */
 const char *nl_peak_unit(nl_peak_kind k);
 
-/* The rate of n_threads threads running the loop at once (each about `seconds` long, in 8 timed
- * slices; the sum of the threads' own rates, each thread's the best of its slices, so that a
- * thread preempted for part of the run still counts its core's rate), in units of 1e9
- * operations a second; -1 when the CPU has no such
- * loop (nl_peak_insn NULL) or a thread could not start. */
+/* The rate of n_threads threads running the loop at once (about `seconds` long, in 8 slices
+ * that all threads start together; the best slice's operations of every thread over its span,
+ * first start to last end, so that a slice in which a core was taken away does not count and
+ * threads that did not run at the same time are not summed as if they had), in units of 1e9
+ * operations a second; -1 when the CPU has no such loop (nl_peak_insn NULL) or a thread could
+ * not start. */
 double nl_peak_measure(nl_peak_kind k, int n_threads, double seconds);
 
 /* The kind whose peak bounds a host compute mode (nl_proj_host_compute: "bf16", "f32", "amx",
