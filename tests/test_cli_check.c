@@ -178,43 +178,57 @@ static void test_check(const char *path, const char *label) {
 
 static void test_bench(const char *path) {
     char args[600], *out;
-    snprintf(args, sizeof args, "bench proj --model %s --reps 1 --tokens 4 --json", path);
-    int rc = run_cli(args, &out);
-    CHECKF(rc == 0, "bench proj exit %d: %s", rc, out ? out : "");
-    nl_json *j = out ? nl_json_parse(out, strlen(out), NULL) : NULL;
-    CHECKF(j && nl_json_is_array(j) && nl_json_len(j) >= 2, "bench proj --json: %s", out ? out : "");
-    for (size_t i = 0; j && i < nl_json_len(j); i++) {
-        const nl_json *o = nl_json_at(j, i);
-        const nl_json *hg = nl_json_get(o, "host_gflops"), *rg = nl_json_get(o, "ref_gflops"),
-                      *hm = nl_json_get(o, "host_ms"), *rd = nl_json_get(o, "rel_diff");
-        int64_t T = 0, k = 0, n = 0;
-        CHECK(nl_json_int64(nl_json_get(o, "T"), &T) == 0 && T == 4);
-        CHECK(nl_json_int64(nl_json_get(o, "k"), &k) == 0 && nl_json_int64(nl_json_get(o, "n"), &n) == 0);
-        CHECK(nl_json_is_number(hm) && hm->u.num.d > 0 && hm->u.num.d < 1e4);
-        /* GFLOP/s is consistent with the time: 2·T·N·K / ms */
-        CHECK(nl_json_is_number(hg) &&
-              fabs(hg->u.num.d - 2.0 * T * k * n / (hm->u.num.d * 1e-3) * 1e-9) <= 1e-3 * hg->u.num.d + 1e-6);
-        CHECK(nl_json_is_number(rg) && rg->u.num.d > 0); /* T <= 64: ref ran too */
-        /* host and ref agree within the bf16/q8_0 tolerance */
-        CHECKF(nl_json_is_number(rd) && rd->u.num.d < 2e-2, "rel_diff %g", nl_json_is_number(rd) ? rd->u.num.d : -1);
+    for (int cold = 0; cold < 2; cold++) {
+        /* --cold: the runs cycle over the shape's weights and buffers; the compared product is the same */
+        snprintf(args, sizeof args, "bench proj --model %s --reps 1 --tokens 4 --json%s", path, cold ? " --cold" : "");
+        int rc = run_cli(args, &out);
+        CHECKF(rc == 0, "bench proj exit %d: %s", rc, out ? out : "");
+        nl_json *j = out ? nl_json_parse(out, strlen(out), NULL) : NULL;
+        CHECKF(j && nl_json_is_array(j) && nl_json_len(j) >= 2, "bench proj --json: %s", out ? out : "");
+        for (size_t i = 0; j && i < nl_json_len(j); i++) {
+            const nl_json *o = nl_json_at(j, i);
+            const nl_json *cj = nl_json_get(o, "cold");
+            CHECK(nl_json_is_bool(cj) && (cj->type == NL_JSON_TRUE) == cold);
+            const nl_json *hg = nl_json_get(o, "host_gflops"), *rg = nl_json_get(o, "ref_gflops"),
+                          *hm = nl_json_get(o, "host_ms"), *rd = nl_json_get(o, "rel_diff");
+            int64_t T = 0, k = 0, n = 0;
+            CHECK(nl_json_int64(nl_json_get(o, "T"), &T) == 0 && T == 4);
+            CHECK(nl_json_int64(nl_json_get(o, "k"), &k) == 0 && nl_json_int64(nl_json_get(o, "n"), &n) == 0);
+            CHECK(nl_json_is_number(hm) && hm->u.num.d > 0 && hm->u.num.d < 1e4);
+            /* GFLOP/s is consistent with the time: 2·T·N·K / ms */
+            CHECK(nl_json_is_number(hg) &&
+                  fabs(hg->u.num.d - 2.0 * T * k * n / (hm->u.num.d * 1e-3) * 1e-9) <= 1e-3 * hg->u.num.d + 1e-6);
+            CHECK(nl_json_is_number(rg) && rg->u.num.d > 0); /* T <= 64: ref ran too */
+            /* host and ref agree within the bf16/q8_0 tolerance */
+            CHECKF(nl_json_is_number(rd) && rd->u.num.d < 2e-2, "rel_diff %g",
+                   nl_json_is_number(rd) ? rd->u.num.d : -1);
+        }
+        /* "of peak": each row's host_gflops / host_of_peak is its host_peak_gflops, one figure for the
+         * rows of one shape (measured around them) */
+        double pk = 0;
+        int64_t pk_k = -1, pk_n = -1;
+        for (size_t i = 0; j && i < nl_json_len(j); i++) {
+            const nl_json *o = nl_json_at(j, i), *hg = nl_json_get(o, "host_gflops"),
+                          *hp = nl_json_get(o, "host_of_peak"), *hk = nl_json_get(o, "host_peak_gflops");
+            if (!nl_json_is_number(hp)) continue; /* a compute mode without a peak loop (null) */
+            CHECK(hp->u.num.d > 0);
+            CHECK(nl_json_is_number(hk) && hk->u.num.d > 0);
+            const double p = hg->u.num.d / hp->u.num.d;
+            if (nl_json_is_number(hk)) CHECK(fabs(p - hk->u.num.d) <= 1e-3 * p); /* the JSON numbers carry 6-7 digits */
+            int64_t k = 0, n = 0;
+            nl_json_int64(nl_json_get(o, "k"), &k);
+            nl_json_int64(nl_json_get(o, "n"), &n);
+            if (k != pk_k || n != pk_n) pk = p, pk_k = k, pk_n = n;
+            CHECK(fabs(p - pk) <= 1e-3 * pk);
+        }
+        nl_json_free(j);
+        free(out);
     }
-    /* "of peak": the same peak divides every row (host_gflops / host_of_peak is one figure) */
-    double pk = 0;
-    for (size_t i = 0; j && i < nl_json_len(j); i++) {
-        const nl_json *o = nl_json_at(j, i), *hg = nl_json_get(o, "host_gflops"), *hp = nl_json_get(o, "host_of_peak");
-        if (!nl_json_is_number(hp)) continue; /* a compute mode without a peak loop (null) */
-        CHECK(hp->u.num.d > 0);
-        const double p = hg->u.num.d / hp->u.num.d;
-        if (pk == 0) pk = p;
-        CHECK(fabs(p - pk) <= 1e-3 * pk); /* the JSON numbers carry 6-7 digits */
-    }
-    nl_json_free(j);
-    free(out);
     /* bench peak: every kind this CPU has, both figures positive; x86-64 and aarch64 have FP32 */
     snprintf(args, sizeof args, "bench peak --threads 2 --seconds 0.02 --json");
-    rc = run_cli(args, &out);
+    int rc = run_cli(args, &out);
     CHECKF(rc == 0, "bench peak exit %d: %s", rc, out ? out : "");
-    j = out ? nl_json_parse(out, strlen(out), NULL) : NULL;
+    nl_json *j = out ? nl_json_parse(out, strlen(out), NULL) : NULL;
     const nl_json *pks = nl_json_get(j, "peaks");
     CHECKF(nl_json_is_array(pks), "bench peak --json: %s", out ? out : "");
     int have_fp32 = 0;

@@ -193,6 +193,9 @@ static const help_row rows[] = {
     {"bench:tokens", "T[,T...]", "tokens per request: a list for proj (default 64,512), one for step (default 512)"},
     {"reps", "R", "timed repetitions, best kept (default 3; bench proj: at least 0.25 s of them)"},
     {"bench:warmup", "N", "untimed repetitions first (default 1)"},
+    {"cold", NULL,
+     "proj: the timed runs cycle over the shape's weights, each with an input and output of its own, so W, x and y "
+     "come from memory as in a step (default: one weight on one x and y, kept in the caches)"},
     {"only", "LETTERS", "the step variants to run, of abcd (default all)"},
     {"skip-ref", NULL, "do not time the reference step"},
     {"no-plan", NULL, "skip the planner (time the service as configured)"},

@@ -144,8 +144,8 @@ int nl_cli_check(const char *cmd, int argc, char **argv, const char *const *know
       "--compute f32|bf16|amx|amx-emu|sme|int8|auto --wire f32|f16] [--verbose] [--json]")                             \
     X("bench", nl_cmd_bench,                                                                                           \
       "bench peak|proj|step ... [--json]   peak: [--threads N --seconds S]   proj: --model M.gguf [--threads N "       \
-      "--tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|sme|int8|auto --precision P]   step: --model M.gguf "   \
-      "[--tokens T --answer-tokens N --only abcd --skip-ref --profile]")                                               \
+      "--tokens 64,512 --reps R --compute f32|bf16|amx|amx-emu|sme|int8|auto --precision P --cold]   "                 \
+      "step: --model M.gguf [--tokens T --answer-tokens N --only abcd --skip-ref --profile]")                          \
     X("mkmodel", nl_cmd_mkmodel,                                                                                       \
       "mkmodel --arch llama|qwen3|qwen35|gemma3 --preset tiny|small|llama3.2-1b|qwen3-0.6b|qwen35-0.8b|gemma3-270m "   \
       "--out M.gguf [--type f32|f16|q8_0] [--seed S]")                                                                 \
