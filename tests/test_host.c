@@ -492,6 +492,10 @@ static void test_bf16_model(void) {
                 for (int s = 0; s < 5; s++) check_bf16_model(NL_TYPE_F16, f16[s][0], f16[s][1], T, (nl_dir)d, nth);
                 for (int s = 0; s < 3; s++) check_bf16_model(NL_TYPE_Q8_0, q8[s][0], q8[s][1], T, (nl_dir)d, nth);
             }
+    /* BWD's two orders (host.c, BWD_Y_BYTES): chunk-outer (3 panels x 2 chunks of the reduction)
+     * and panel-outer (300 rows x 16 panels of FP32 Y, over 1 MiB on one thread) */
+    check_bf16_model(NL_TYPE_Q8_0, 300, 160, 29, NL_BWD, 1);
+    check_bf16_model(NL_TYPE_Q8_0, 300, 1024, 300, NL_BWD, 1);
 }
 
 /* bf16 mode really runs a different path than f32 (a test that can fail if the mode is ignored). */

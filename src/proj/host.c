@@ -379,6 +379,11 @@ static void ahead_to(ahead *a, int upto) {
 
 /* rows per slice of the product between prefetches (a multiple of the kernels' 6 rows) */
 #define AHEAD_ROWS 48
+/* task_bwd goes chunk-outer where a thread's Y block (its rows × its panels' columns, FP32) is
+ * at most this. Measured on Zen 5 (1 MiB L2), 2 threads, the head's BWD (K 1024, N 151936):
+ * 256 KiB: T=64 36.7-39.4 -> 29.5-30.9 ms, T=256 unchanged; 640 KiB: T=256 123-129 -> 107-111;
+ * 1.25 MiB: T=512 224-243 -> 204-206; the layers' shapes the same within the spread */
+#define BWD_Y_BYTES (1u << 20)
 
 void nl_host_fwd_pairs16(const nl_host_kernels *ks, int type, const uint8_t *w0, size_t rb, int nrows, int64_t k0,
                          int kc, int kc32, float *buf, int64_t ldb, uint32_t *dst, int64_t ldd) {
@@ -512,17 +517,27 @@ static void task_bwd(host_ctx *c, int tid) {
     int64_t p0, p1;
     int tlo, thi;
     thread_part(c, tid, K, &p0, &p1, &tlo, &thi);
-    /* panel-outer, as in task_fwd: Y[T][panel] is finished in L2 and written once */
-    for (int64_t p = p0; p < p1; p++) {
-        for (int64_t n0 = 0; n0 < N; n0 += NL_HOST_KC) {
+    /* panel-outer, as in task_fwd: Y[T][panel] is finished in L2 and written once. Where the
+     * thread's whole Y block fits in BWD_Y_BYTES, chunk-outer instead: a chunk's rows of W are
+     * read once for all the thread's panels (panel-outer walks W in 64-column strips, every
+     * strip touching every row: the head's 165 MB read about twice per request, which bounded
+     * its T=64 BWD). Each Y element's chain is the same either way (chunks in order). */
+    const int64_t npan = p1 - p0, nch = (N + NL_HOST_KC - 1) / NL_HOST_KC;
+    const int chunk_outer = npan > 1 && (uint64_t)(thi - tlo) * (uint64_t)npan * NL_HOST_NP * 4 <= BWD_Y_BYTES;
+    for (int64_t it = 0; it < npan * nch; it++) {
+        const int64_t p = p0 + (chunk_outer ? it % npan : it / nch);
+        const int64_t n0 = (chunk_outer ? it / npan : it % nch) * NL_HOST_KC;
+        {
             const int nc = (int)min64(NL_HOST_KC, N - n0);
             const int64_t k0 = p * NL_HOST_NP;
             const int ncols = (int)min64(NL_HOST_NP, K - k0);
             ahead nx = {0};
-            if (n0 + NL_HOST_KC < N)
-                ahead_set(&nx, w, n0 + NL_HOST_KC, min64(NL_HOST_KC, N - n0 - NL_HOST_KC), k0, ncols);
-            else if (p + 1 < p1)
-                ahead_set(&nx, w, 0, min64(NL_HOST_KC, N), k0 + NL_HOST_NP, min64(NL_HOST_NP, K - k0 - NL_HOST_NP));
+            if (it + 1 < npan * nch) {
+                const int64_t pn = p0 + (chunk_outer ? (it + 1) % npan : (it + 1) / nch);
+                const int64_t nn = (chunk_outer ? (it + 1) / npan : (it + 1) % nch) * NL_HOST_KC;
+                ahead_set(&nx, w, nn, min64(NL_HOST_KC, N - nn), pn * NL_HOST_NP,
+                          min64(NL_HOST_NP, K - pn * NL_HOST_NP));
+            }
             if (c->bf16) {
                 /* B[i/2][j] = (bf16(w[n0+i][k0+j]), bf16(w[n0+i+1][k0+j])) of the dequantized
                  * values; zero past ncols and for the odd row past nc */
