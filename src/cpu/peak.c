@@ -189,10 +189,10 @@ out:
     return best;
 }
 
-/* One round (a second one read the same in the runs where two threads gave one thread's rate:
- * then the host had put the two vCPUs on one core's two hardware threads, which lasts seconds;
- * such a figure is the machine's at that moment, and bench proj and bench step measure before
- * and after their runs). */
+/* One round. Where two pinned threads still gave one thread's rate (3 runs in 24 on a Zen 5
+ * guest), a second round read the same: the guest's two vCPUs ran at one core's rate for
+ * seconds, as if the host had put them on one core's two hardware threads. Such a figure is the
+ * machine's at that moment; bench proj and bench step measure around their runs. */
 double nl_peak_measure(nl_peak_kind k, int n_threads, double seconds) {
     peak_loop f = loop_of(k, NULL);
     if (!f || n_threads < 1 || n_threads > 1024) return -1.0;

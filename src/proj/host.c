@@ -506,6 +506,12 @@ static void task_cvt(host_ctx *c, int tid) {
     }
 }
 
+/* task_bwd's step it of npan panels (from p0) × nch chunks: panel-outer or chunk-outer */
+static void bwd_step(int64_t it, int chunk_outer, int64_t p0, int64_t npan, int64_t nch, int64_t *p, int64_t *n0) {
+    *p = p0 + (chunk_outer ? it % npan : it / nch);
+    *n0 = (chunk_outer ? it / npan : it % nch) * NL_HOST_KC;
+}
+
 /* BWD: output panels of k, chunks of n. */
 static void task_bwd(host_ctx *c, int tid) {
     const nl_proj_weight *w = c->w;
@@ -525,63 +531,60 @@ static void task_bwd(host_ctx *c, int tid) {
     const int64_t npan = p1 - p0, nch = (N + NL_HOST_KC - 1) / NL_HOST_KC;
     const int chunk_outer = npan > 1 && (uint64_t)(thi - tlo) * (uint64_t)npan * NL_HOST_NP * 4 <= BWD_Y_BYTES;
     for (int64_t it = 0; it < npan * nch; it++) {
-        const int64_t p = p0 + (chunk_outer ? it % npan : it / nch);
-        const int64_t n0 = (chunk_outer ? it / npan : it % nch) * NL_HOST_KC;
-        {
-            const int nc = (int)min64(NL_HOST_KC, N - n0);
-            const int64_t k0 = p * NL_HOST_NP;
-            const int ncols = (int)min64(NL_HOST_NP, K - k0);
-            ahead nx = {0};
-            if (it + 1 < npan * nch) {
-                const int64_t pn = p0 + (chunk_outer ? (it + 1) % npan : (it + 1) / nch);
-                const int64_t nn = (chunk_outer ? (it + 1) / npan : (it + 1) % nch) * NL_HOST_KC;
-                ahead_set(&nx, w, nn, min64(NL_HOST_KC, N - nn), pn * NL_HOST_NP,
-                          min64(NL_HOST_NP, K - pn * NL_HOST_NP));
-            }
-            if (c->bf16) {
-                /* B[i/2][j] = (bf16(w[n0+i][k0+j]), bf16(w[n0+i+1][k0+j])) of the dequantized
-                 * values; zero past ncols and for the odd row past nc */
-                float *r0 = s->row, *r1 = s->row + NL_HOST_NP;
-                if (w->type == NL_TYPE_Q8_0 && ks->q8_0_pairs_to_bf16) {
-                    for (int i = 0; i < nc; i += 2) {
-                        uint32_t *dst = s->Bp + (size_t)(i / 2) * NL_HOST_NP;
-                        const nl_block_q8_0 *b0 =
-                            (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i) * rb) + k0 / 32;
-                        const nl_block_q8_0 *b1 =
-                            i + 1 < nc ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i + 1) * rb) + k0 / 32
-                                       : NULL;
-                        ks->q8_0_pairs_to_bf16(b0, b1, ncols / 32, dst);
-                        if (ncols < NL_HOST_NP) memset(dst + ncols, 0, (size_t)(NL_HOST_NP - ncols) * 4);
-                    }
-                } else {
-                    for (int i = 0; i < nc; i += 2) {
-                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, r0);
-                        for (int j = ncols; j < NL_HOST_NP; j++) r0[j] = 0.0f;
-                        const int has1 = i + 1 < nc;
-                        if (has1) {
-                            nl_host_dequant(ks, w->type, W + (size_t)(n0 + i + 1) * rb, k0, ncols, r1);
-                            for (int j = ncols; j < NL_HOST_NP; j++) r1[j] = 0.0f;
-                        }
-                        ks->pairs_to_bf16(r0, has1 ? r1 : NULL, NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
-                    }
-                }
-                for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
-                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
-                    ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), (nc + 1) / 2, c->xb + (size_t)t0 * c->ldx + n0,
-                                  c->ldx, s->Bp, c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
+        int64_t p, n0;
+        bwd_step(it, chunk_outer, p0, npan, nch, &p, &n0);
+        const int nc = (int)min64(NL_HOST_KC, N - n0);
+        const int64_t k0 = p * NL_HOST_NP;
+        const int ncols = (int)min64(NL_HOST_NP, K - k0);
+        ahead nx = {0};
+        if (it + 1 < npan * nch) {
+            int64_t pn, nn;
+            bwd_step(it + 1, chunk_outer, p0, npan, nch, &pn, &nn);
+            ahead_set(&nx, w, nn, min64(NL_HOST_KC, N - nn), pn * NL_HOST_NP, min64(NL_HOST_NP, K - pn * NL_HOST_NP));
+        }
+        if (c->bf16) {
+            /* B[i/2][j] = (bf16(w[n0+i][k0+j]), bf16(w[n0+i+1][k0+j])) of the dequantized
+             * values; zero past ncols and for the odd row past nc */
+            float *r0 = s->row, *r1 = s->row + NL_HOST_NP;
+            if (w->type == NL_TYPE_Q8_0 && ks->q8_0_pairs_to_bf16) {
+                for (int i = 0; i < nc; i += 2) {
+                    uint32_t *dst = s->Bp + (size_t)(i / 2) * NL_HOST_NP;
+                    const nl_block_q8_0 *b0 =
+                        (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i) * rb) + k0 / 32;
+                    const nl_block_q8_0 *b1 =
+                        i + 1 < nc ? (const nl_block_q8_0 *)(const void *)(W + (size_t)(n0 + i + 1) * rb) + k0 / 32
+                                   : NULL;
+                    ks->q8_0_pairs_to_bf16(b0, b1, ncols / 32, dst);
+                    if (ncols < NL_HOST_NP) memset(dst + ncols, 0, (size_t)(NL_HOST_NP - ncols) * 4);
                 }
             } else {
-                /* B[i][j] = W[n0+i][k0+j] */
-                for (int i = 0; i < nc; i++) {
-                    float *b = s->B + (size_t)i * NL_HOST_NP;
-                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, b);
-                    for (int j = ncols; j < NL_HOST_NP; j++) b[j] = 0.0f;
+                for (int i = 0; i < nc; i += 2) {
+                    nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, r0);
+                    for (int j = ncols; j < NL_HOST_NP; j++) r0[j] = 0.0f;
+                    const int has1 = i + 1 < nc;
+                    if (has1) {
+                        nl_host_dequant(ks, w->type, W + (size_t)(n0 + i + 1) * rb, k0, ncols, r1);
+                        for (int j = ncols; j < NL_HOST_NP; j++) r1[j] = 0.0f;
+                    }
+                    ks->pairs_to_bf16(r0, has1 ? r1 : NULL, NL_HOST_NP, s->Bp + (size_t)(i / 2) * NL_HOST_NP);
                 }
-                for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
-                    ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
-                    ks->gemm_f32((int)min64(AHEAD_ROWS, thi - t0), nc, c->x + (size_t)t0 * N + n0, N, s->B,
-                                 c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
-                }
+            }
+            for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
+                ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
+                ks->gemm_bf16((int)min64(AHEAD_ROWS, thi - t0), (nc + 1) / 2, c->xb + (size_t)t0 * c->ldx + n0, c->ldx,
+                              s->Bp, c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
+            }
+        } else {
+            /* B[i][j] = W[n0+i][k0+j] */
+            for (int i = 0; i < nc; i++) {
+                float *b = s->B + (size_t)i * NL_HOST_NP;
+                nl_host_dequant(ks, w->type, W + (size_t)(n0 + i) * rb, k0, ncols, b);
+                for (int j = ncols; j < NL_HOST_NP; j++) b[j] = 0.0f;
+            }
+            for (int t0 = tlo; t0 < thi; t0 += AHEAD_ROWS) {
+                ahead_to(&nx, (int)((int64_t)nx.nr * (t0 - tlo + AHEAD_ROWS) / (thi - tlo)) + 1);
+                ks->gemm_f32((int)min64(AHEAD_ROWS, thi - t0), nc, c->x + (size_t)t0 * N + n0, N, s->B,
+                             c->y + (size_t)t0 * K + k0, K, ncols, n0 > 0);
             }
         }
     }
