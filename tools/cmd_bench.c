@@ -12,7 +12,8 @@
  * --json: one JSON array, an object per row (the backend's columns named after it: host_ms, vulkan_ms, ...). A Vulkan
  * device that is a CPU driver (lavapipe) gets no time: "lavapipe: a CPU driver, no speed figure"; its products are
  * still compared with ref. "of peak" (host backend): the GFLOP/s as a fraction of `bench peak`'s figure for the compute
- * mode's instruction (bf16: vdpbf16ps, f32: FMA, amx: TDPBF16PS) at the same thread count, measured at the start.
+ * mode's instruction (bf16: vdpbf16ps, f32: FMA, amx: TDPBF16PS) at the same thread count, measured at the start and
+ * after each shape (a shape's rows take the larger of the two figures around them: host_peak_gflops in JSON).
  * --cold: the timed runs cycle over the shape's weights, each with its own input and output (at most 1 GiB of them),
  * so W, x and y come from memory as in a step, where every request finds them last touched a layer's work ago; the
  * default repeats one weight on one x and y, which stay in the caches (the product's best case). */
@@ -114,7 +115,6 @@ typedef struct {
     int64_t K, N;
     int type;
     int count;
-    int *sids;      /* the count weights of the shape, model order */
     char label[64]; /* "gate/up" */
 } bench_shape;
 
@@ -221,11 +221,12 @@ static void cold_free(cold_ring *cr) {
     memset(cr, 0, sizeof *cr);
 }
 
-/* the ring of one (shape, T, direction): the shape's weights, each with an input (a copy of x's
- * first nx floats: the same values) and an output of its own, at most COLD_MAX_BYTES of them
- * (and at least one) */
+/* the ring of one (shape, T, direction): the shape's weights (of the model's projections, service
+ * ids ids[], those the shapes' scan counts with its K, N and type, model order), each with an input (a copy of x's
+ * first nx floats: the same values) and an output of its own, at most COLD_MAX_BYTES of them (and at least one) */
 #define COLD_MAX_BYTES ((size_t)1 << 30)
-static int cold_make(cold_ring *cr, nl_proj_service *svc, const bench_shape *sh, const float *x, size_t nx, size_t ny) {
+static int cold_make(cold_ring *cr, nl_proj_service *svc, const nl_model *m, const int *ids, const bench_shape *sh,
+                     const float *x, size_t nx, size_t ny) {
     cold_free(cr);
     const size_t pair = sizeof(float) * (nx + ny);
     int n = sh->count;
@@ -234,8 +235,12 @@ static int cold_make(cold_ring *cr, nl_proj_service *svc, const bench_shape *sh,
     cr->x = nl_calloc((size_t)n, sizeof *cr->x);
     cr->y = nl_calloc((size_t)n, sizeof *cr->y);
     if (!cr->w || !cr->x || !cr->y) return -1;
-    for (int i = 0; i < n; i++, cr->n++) {
-        cr->w[i] = nl_proj_get(svc, sh->sids[i]);
+    for (int j = 0; j < m->n_projs && cr->n < n; j++) {
+        const nl_proj_weight *w = nl_proj_get(svc, ids[j]);
+        if (m->projs[j].kind == NL_P_EMBED || w->cls == NL_CLASS_EMBED) continue; /* as the shapes' scan */
+        if (w->n_in != sh->K || w->n_out != sh->N || w->type != sh->type) continue;
+        const int i = cr->n++;
+        cr->w[i] = w;
         cr->x[i] = nl_malloc(sizeof(float) * nx);
         cr->y[i] = nl_malloc(sizeof(float) * ny);
         if (!cr->x[i] || !cr->y[i]) {
@@ -298,7 +303,6 @@ static int cmd_bench_proj(int argc, char **argv) {
     memset(&rt, 0, sizeof rt);
     void *hctx = NULL, *rctx = NULL, *actx = NULL;
     bench_shape *sh = NULL;
-    int *sids = NULL;
     float *x = NULL, *y = NULL, *yr = NULL;
     cold_ring cr = {0};
     int rc = 1, n_sh = 0;
@@ -333,9 +337,7 @@ static int cmd_bench_proj(int argc, char **argv) {
 
     /* distinct (K, N, resident type), in model order; embeddings are row gathers, not products */
     sh = nl_calloc((size_t)m->n_projs, sizeof *sh);
-    sids = nl_calloc((size_t)m->n_projs * (size_t)m->n_projs, sizeof *sids);
-    if (!sh || !sids) goto done;
-    for (int i = 0; i < m->n_projs; i++) sh[i].sids = sids + (size_t)i * (size_t)m->n_projs;
+    if (!sh) goto done;
     int64_t max_io = 0;
     for (int i = 0; i < m->n_projs; i++) {
         const nl_proj_weight *w = nl_proj_get(svc, rt.svc_id[i]);
@@ -350,7 +352,7 @@ static int cmd_bench_proj(int argc, char **argv) {
             sh[j].type = w->type;
             n_sh++;
         }
-        sh[j].sids[sh[j].count++] = rt.svc_id[i];
+        sh[j].count++;
         /* add the kind to the label once ("gate/up") */
         char pat[24];
         snprintf(pat, sizeof pat, "/%s/", kind);
@@ -412,15 +414,15 @@ static int cmd_bench_proj(int argc, char **argv) {
     }
     int first = 1;
     /* each shape's peaks: measured again after its rows (the next shape's "before"), the larger
-     * of the two divides them; the host moved this machine's two vCPUs onto one core's two
-     * hardware threads and back for seconds at a time (the 2-thread bf16 loop read 490 between
-     * runs of 900), and a start-only figure made rows of a later state read 1.4-1.6 of peak */
+     * of the two divides them: a Zen 5 guest's two vCPUs ran at one core's rate for seconds at a
+     * time (the 2-thread bf16 loop read 490 between readings of 900), and a start-only figure
+     * made rows of a later state read 1.4-1.6 of peak */
+    const cold_ring *crp = cold && !no_speed[0] ? &cr : NULL;
     double pk_h = peak_h, pk_a = peak_a;
     for (int s = 0; s < n_sh; s++) {
         const nl_proj_weight *w = nl_proj_get(svc, sh[s].sid);
         struct {
             double th, tr, diff, ta;
-            const cold_ring *crp;
         } row[MAX_TOKENS][2];
         for (int ti = 0; ti < n_t; ti++)
             for (int d = 0; d < 2; d++) {
@@ -432,9 +434,7 @@ static int cmd_bench_proj(int argc, char **argv) {
                     goto done;
                 }
                 const size_t n_in = (size_t)(dir == NL_FWD ? w->n_in : w->n_out);
-                if (cold && !no_speed[0] && cold_make(&cr, svc, &sh[s], x, (size_t)T * n_in, (size_t)T * n_out))
-                    goto done;
-                const cold_ring *crp = cold && !no_speed[0] ? &cr : NULL;
+                if (crp && cold_make(&cr, svc, m, rt.svc_id, &sh[s], x, (size_t)T * n_in, (size_t)T * n_out)) goto done;
                 double th = time_run(be, hctx, w, dir, x, T, y, no_speed[0] ? 0 : 1, no_speed[0] ? 1 : reps,
                                      no_speed[0] ? 0.0 : MIN_TIMED_S, crp);
                 if (th < 0) goto done;
@@ -451,7 +451,6 @@ static int cmd_bench_proj(int argc, char **argv) {
                     actx ? time_run(&nl_proj_backend_host, actx, w, dir, x, T, y, 1, reps, MIN_TIMED_S, crp) : NAN;
                 if (ta < 0) goto done;
                 row[ti][d].th = th, row[ti][d].tr = tr, row[ti][d].diff = diff, row[ti][d].ta = ta;
-                row[ti][d].crp = crp;
             }
         const double nh = peak_h > 0 ? peak_for(be->compute ? be->compute(hctx) : "f32", cfg.n_threads, 0.2) : 0.0;
         const double na = peak_a > 0 ? peak_for("amx", cfg.n_threads, 0.2) : 0.0;
@@ -462,7 +461,6 @@ static int cmd_bench_proj(int argc, char **argv) {
                 const int T = ts[ti];
                 const double flops = 2.0 * T * (double)w->n_in * (double)w->n_out;
                 const double th = row[ti][d].th, tr = row[ti][d].tr, diff = row[ti][d].diff, ta = row[ti][d].ta;
-                const cold_ring *crp = row[ti][d].crp;
                 if (json) {
                     printf("%s\n {\"proj\": ", first ? "" : ",");
                     nl_cli_json_str(sh[s].label);
@@ -528,7 +526,6 @@ done:
     free(y);
     free(yr);
     free(sh);
-    free(sids);
     cold_free(&cr);
     if (hctx) be->free(hctx);
     if (actx) nl_proj_backend_host.free(actx);

@@ -399,9 +399,9 @@ int nl_cmd_bench_step(int argc, char **argv) {
     /* the compute mode of the host configurations' services (the --compute choice or auto) */
     const char *compute = res[CFG_C].compute ? res[CFG_C].compute : res[CFG_D].compute ? res[CFG_D].compute : "-";
     /* the service's rate as a fraction of bench peak's loop for its compute mode, same threads:
-     * the larger of its figures before the steps and after them (the host moved this machine's
-     * two vCPUs onto one core's two hardware threads and back for seconds at a time: an
-     * after-only figure of 499 GFLOP/s where the steps had run at ~900 made 'of peak' 1.39) */
+     * the larger of its figures before the steps and after them (a Zen 5 guest's two vCPUs ran
+     * at one core's rate for seconds at a time: an after-only figure of 499 GFLOP/s where the
+     * steps had run at ~900 made 'of peak' 1.39) */
     const int pk_kind = nl_peak_of_compute(compute);
     const double peak_after = pk_kind >= 0 ? nl_peak_measure((nl_peak_kind)pk_kind, b.threads, 0.2) : 0.0;
     double peak_before = 0.0;
