@@ -686,7 +686,9 @@ static void check_bits(const nl_amx_tiles *tl, int bf16, int T, int K, int N, in
                 } else if (v == 1) {
                     CHECK(nl_lora_backward_rows(&La, A, B, dx, 1, dy, x, u, T, tok0, NULL, scr, 0, T / 2) == 0);
                     CHECK(nl_lora_backward_rows(&La, A, B, dx, 1, dy, x, u, T, tok0, NULL, scr, T / 2, T) == 0);
-                    CHECK(nl_lora_backward_params(&La, dA, dB, dy, x, T, scr, 0, K + N) == 0);
+                    const int jc[] = {0, 37, K + 3, K + N}; /* a first column off the 16-bit halves */
+                    for (int i = 0; i < 3; i++)
+                        CHECK(nl_lora_backward_params(&La, dA, dB, dy, x, T, scr, jc[i], jc[i + 1]) == 0);
                 } else {
                     CHECK(nl_lora_backward_du(&La, A, B, dy, x, u, T, tok0, NULL, scr, 0, T) == 0);
                     const int jc[] = {0, 40, K + 1, K + N};
@@ -774,6 +776,32 @@ static void test_k16_kernels(void) {
             if (trans) nl_gemm_tn(d2, 16, Q, (int)lq, Pt, 16, N, 16, M, 1);
             else nl_gemm_tn(d2, N, Pt, 16, Q, (int)lq, 16, N, M, 1);
             CHECKF(memcmp(d1, d2, sizeof(float) * 16 * (size_t)N) == 0, "tn16 trans=%d T=%d N=%d", trans, M, N);
+        }
+        if (lk->tn16k) { /* x ⊙ m from kept bits (row b0 + n, b0 off the halves) against tn16 on x ⊙ m */
+            const int b0s[] = {0, 5, 16};
+            for (int bi = 0; bi < 3; bi++) {
+                const int b0 = b0s[bi];
+                const int64_t ldk = ((int64_t)(b0 + N) + 31) / 32 * 2;
+                uint16_t *kb = calloc((size_t)M * ldk, sizeof(uint16_t));
+                float *xm = malloc(sizeof(float) * (size_t)M * lq);
+                for (int t = 0; t < M; t++)
+                    for (int n = 0; n < N; n++) {
+                        const int keep = nl_t_rand() > -0.6;
+                        kb[t * ldk + (b0 + n) / 16] |= (uint16_t)(keep << ((b0 + n) % 16));
+                        xm[t * lq + n] = Q[t * lq + n] * (keep ? 1.25f : 0.0f);
+                    }
+                for (int h = 0; h < M * ldk; h++) /* bits outside [b0, b0 + N) set: must not be read */
+                    for (int j = 0; j < 16; j++) {
+                        const int c = (int)(h % ldk) * 16 + j;
+                        if (c < b0 || c >= b0 + N) kb[h] |= (uint16_t)(1u << j);
+                    }
+                nl_t_fill(d1, 16 * (int64_t)N, 1.0);
+                memcpy(d2, d1, sizeof(float) * 16 * (size_t)N);
+                lk->tn16k(d1, N, Pt, 16, Q, lq, kb, ldk, b0, 1.25f, N, M);
+                lk->tn16(d2, N, 0, Pt, 16, xm, lq, N, M);
+                CHECKF(memcmp(d1, d2, sizeof(float) * 16 * (size_t)N) == 0, "tn16k T=%d N=%d b0=%d", M, N, b0);
+                free(kb), free(xm);
+            }
         }
         /* add16: C[M][N] (op)= P[M][16]·Q[16][N], Q packed as panels */
         const int64_t np = ((int64_t)N + 31) / 32 * 32, lc = N < 1024 ? N : 1024 * ((N + 1023) / 1024);
@@ -937,6 +965,22 @@ static void test_bf16_kernels(void) {
         for (int64_t i = 0; i < 8 * ldq; i++) Q[i] = word_of((float)nl_t_rand(), (float)(2 * nl_t_rand()));
         nl_t_fill(C0, (int64_t)M * ldc, 1.0);
         for (int64_t i = 0; i < M * ldm; i++) Mk[i] = nl_t_rand() < 0 ? 0.0f : 1.25f;
+        if (lk->add16bk) { /* modes 3, 4 with Mk's rows as kept bits: add16b's bits on Mk */
+            const int64_t ldk = ((int64_t)N + 31) / 32 * 2 + 2;
+            uint16_t *kb = calloc((size_t)M * ldk, sizeof(uint16_t));
+            float *C1 = malloc(sizeof(float) * (size_t)M * ldc);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) kb[m * ldk + n / 16] |= (uint16_t)((Mk[m * ldm + n] != 0.0f) << (n % 16));
+            for (int mode = 3; mode < 5; mode++) {
+                memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
+                memcpy(C1, C0, sizeof(float) * (size_t)M * ldc);
+                lk->add16b(C, ldc, P, 9, Q, ldq, M, N, mode, Mk, ldm);
+                lk->add16bk(C1, ldc, P, 9, Q, ldq, M, N, mode, kb, ldk, 1.25f);
+                if (memcmp(C, C1, sizeof(float) * (size_t)M * ldc) && bad++ < 3)
+                    fprintf(stderr, "add16bk M=%d N=%d mode %d: not add16b's bits\n", M, N, mode);
+            }
+            free(kb), free(C1);
+        }
         for (int mode = 0; mode < 5; mode++) {
             memcpy(C, C0, sizeof(float) * (size_t)M * ldc);
             lk->add16b(C, ldc, P, 9, Q, ldq, M, N, mode, Mk, ldm);

@@ -125,6 +125,20 @@ typedef struct nl_lora_kernels {
     void (*thin16b)(float *C, const uint32_t *X, int64_t ldx, const uint32_t *P, int M, int Kw);
     void (*add16b)(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
                    int mode, const float *Mk, int64_t ldm);
+    /* The dropout's backward from the forward's kept bits (nn/lora.h: mask_in), no mask or x ⊙ m
+     * rows in memory; m(t, n) = inv where bit n of the bit row Kb + t·ldk (16-bit halves, element n
+     * at bit n % 16 of half n / 16) is set, else 0 — the values and rounded products of
+     * dropout_bits_row's:
+     *   add16bk: add16b's modes 3 and 4 with Mk[m][n] = m(m, n) (row m of the call's block), the
+     *            same bits as add16b on those mask rows;
+     *   tn16k:   C[i·ldc + n] += Σ_{t<T} P[t·ldp + i]·(X[t·ldx + n]·m(t, b0 + n)), i < 16, n < N:
+     *            tn16's chain (trans 0) over the rounded products x ⊙ m, the same bits as tn16 on
+     *            those rows.
+     * NULL where the row has none (the node writes the rows, as before). */
+    void (*add16bk)(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
+                    int mode, const uint16_t *Kb, int64_t ldk, float inv);
+    void (*tn16k)(float *C, int ldc, const float *P, int ldp, const float *X, int64_t ldx, const uint16_t *Kb,
+                  int64_t ldk, int b0, float inv, int N, int T);
 } nl_lora_kernels;
 
 typedef struct nl_host_kernels {

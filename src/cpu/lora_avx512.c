@@ -297,7 +297,8 @@ static void z_thin16b(float *C, const uint32_t *X, int64_t ldx, const uint32_t *
 
 /* rows 0..MR-1 (<= 8) of 32 columns: C (op)= Σ_{w<8} P[i][w]·Q[w][0..32); lanes m0, m1 */
 AI void addb_tile(const int MR, float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq,
-                  const int mode, const float *Mk, int64_t ldm, __mmask16 m0, __mmask16 m1) {
+                  const int mode, const float *Mk, int64_t ldm, const uint16_t *Kb, int64_t ldk, float inv,
+                  __mmask16 m0, __mmask16 m1) {
     __m512 c[8][2];
     tile_start(MR, c, C, ldc, mode == 1, m0, m1);
 #pragma GCC unroll 8
@@ -311,7 +312,15 @@ AI void addb_tile(const int MR, float *C, int64_t ldc, const uint32_t *P, int ld
             c[i][1] = _mm512_dpbf16_ps(c[i][1], a, b1);
         }
     }
-    if (mode >= 3)
+    if (mode >= 3 && Kb) /* the mask from the kept bits: the tile's columns are halves 0 and 1 of Kb */
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const uint16_t *kp = Kb + (int64_t)i * ldk;
+            const __m512 vinv = _mm512_set1_ps(inv);
+            c[i][0] = _mm512_mul_ps(c[i][0], _mm512_maskz_mov_ps((__mmask16)(kp[0] & m0), vinv));
+            c[i][1] = _mm512_mul_ps(c[i][1], _mm512_maskz_mov_ps((__mmask16)(m1 ? kp[1] & m1 : 0), vinv));
+        }
+    else if (mode >= 3)
 #pragma GCC unroll 8
         for (int i = 0; i < MR; i++) {
             const float *mp = Mk + (int64_t)i * ldm;
@@ -323,7 +332,7 @@ AI void addb_tile(const int MR, float *C, int64_t ldc, const uint32_t *P, int ld
 }
 
 AI void addb_rows(const int MR, float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq,
-                  int N, const int mode, const float *Mk, int64_t ldm) {
+                  int N, const int mode, const float *Mk, int64_t ldm, const uint16_t *Kb, int64_t ldk, float inv) {
     for (int n = 0; n < N; n += 32) {
         const int w = N - n < 32 ? N - n : 32;
         if (mode != 0 && mode != 4 && n + 64 < N)
@@ -333,27 +342,29 @@ AI void addb_rows(const int MR, float *C, int64_t ldc, const uint32_t *P, int ld
             }
         const __mmask16 m0 = (__mmask16)(w >= 16 ? 0xFFFFu : (1u << w) - 1);
         const __mmask16 m1 = (__mmask16)(w >= 32 ? 0xFFFFu : w > 16 ? (1u << (w - 16)) - 1 : 0u);
-        addb_tile(MR, C + n, ldc, P, ldp, Q + n, ldq, mode, mode >= 3 ? Mk + n : NULL, ldm, m0, m1);
+        addb_tile(MR, C + n, ldc, P, ldp, Q + n, ldq, mode, mode >= 3 && Mk ? Mk + n : NULL, ldm,
+                  mode >= 3 && Kb ? Kb + n / 16 : NULL, ldk, inv, m0, m1);
     }
 }
 
 AI void addb_all(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
-                 const int mode, const float *Mk, int64_t ldm) {
+                 const int mode, const float *Mk, int64_t ldm, const uint16_t *Kb, int64_t ldk, float inv) {
     int m = 0;
     for (; m + 8 <= M; m += 8)
-        addb_rows(8, C + m * ldc, ldc, P + (int64_t)m * ldp, ldp, Q, ldq, N, mode, mode >= 3 ? Mk + m * ldm : NULL,
-                  ldm);
+        addb_rows(8, C + m * ldc, ldc, P + (int64_t)m * ldp, ldp, Q, ldq, N, mode, Mk ? Mk + m * ldm : NULL, ldm,
+                  Kb ? Kb + m * ldk : NULL, ldk, inv);
     float *Cm = C + m * ldc;
     const uint32_t *Pm = P + (int64_t)m * ldp;
-    const float *Mm = mode >= 3 ? Mk + m * ldm : NULL;
+    const float *Mm = Mk ? Mk + m * ldm : NULL;
+    const uint16_t *Km = Kb ? Kb + m * ldk : NULL;
     switch (M - m) {
-    case 7: addb_rows(7, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
-    case 6: addb_rows(6, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
-    case 5: addb_rows(5, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
-    case 4: addb_rows(4, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
-    case 3: addb_rows(3, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
-    case 2: addb_rows(2, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
-    case 1: addb_rows(1, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm); break;
+    case 7: addb_rows(7, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
+    case 6: addb_rows(6, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
+    case 5: addb_rows(5, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
+    case 4: addb_rows(4, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
+    case 3: addb_rows(3, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
+    case 2: addb_rows(2, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
+    case 1: addb_rows(1, Cm, ldc, Pm, ldp, Q, ldq, N, mode, Mm, ldm, Km, ldk, inv); break;
     default: break;
     }
 }
@@ -361,13 +372,67 @@ AI void addb_all(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32
 static void z_add16b(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
                      int mode, const float *Mk, int64_t ldm) {
     switch (mode) {
-    case 0: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 0, NULL, 0); break;
-    case 1: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 1, NULL, 0); break;
-    case 2: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 2, NULL, 0); break;
-    case 3: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 3, Mk, ldm); break;
-    default: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 4, Mk, ldm); break;
+    case 0: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 0, NULL, 0, NULL, 0, 0.0f); break;
+    case 1: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 1, NULL, 0, NULL, 0, 0.0f); break;
+    case 2: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 2, NULL, 0, NULL, 0, 0.0f); break;
+    case 3: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 3, Mk, ldm, NULL, 0, 0.0f); break;
+    default: addb_all(C, ldc, P, ldp, Q, ldq, M, N, 4, Mk, ldm, NULL, 0, 0.0f); break;
     }
 }
 
-const nl_lora_kernels nl_lora_kernels_avx512 = {
-    .thin16 = z_thin16, .tn16 = z_tn16, .add16 = z_add16, .thin16b = z_thin16b, .add16b = z_add16b};
+static void z_add16bk(float *C, int64_t ldc, const uint32_t *P, int ldp, const uint32_t *Q, int64_t ldq, int M, int N,
+                      int mode, const uint16_t *Kb, int64_t ldk, float inv) {
+    if (mode == 3) addb_all(C, ldc, P, ldp, Q, ldq, M, N, 3, NULL, 0, Kb, ldk, inv);
+    else addb_all(C, ldc, P, ldp, Q, ldq, M, N, 4, NULL, 0, Kb, ldk, inv);
+}
+
+/* 16 bits of a kept-bit row from bit b on (halves past nh read as 0) */
+AI unsigned bits16_at(const uint16_t *kb, int64_t b, int64_t nh) {
+    const int64_t h = b >> 4;
+    const int s = (int)(b & 15);
+    unsigned v = (unsigned)kb[h] >> s;
+    if (s && h + 1 < nh) v |= (unsigned)kb[h + 1] << (16 - s);
+    return v & 0xFFFFu;
+}
+
+/* tn16k (kernels.h): 16 columns of C's 16 rows in registers (lanes along the columns), each a chain
+ * over all T tokens; per token the row's 16 values of x, masked and multiplied in the register (the
+ * rounded product bits_row stores), and P's 16 values broadcast. The same FMAs in the same order as
+ * tn16's trans-0 tiles on x ⊙ m (a·b = b·a), so the same bits. */
+AI void tnk_tile(float *C, int ldc, const float *P, int ldp, const float *X, int64_t ldx, const uint16_t *Kb,
+                 int64_t ldk, int64_t b, __m512 vinv, __mmask16 lm, int T) {
+    __m512 c[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) c[i] = _mm512_maskz_loadu_ps(lm, C + (int64_t)i * ldc);
+    const float *x = X, *p = P;
+    const uint16_t *kb = Kb;
+    for (int t = 0; t < T; t++, x += ldx, p += ldp, kb += ldk) {
+        _mm_prefetch((const char *)(x + PD * ldx), _MM_HINT_T0); /* a new page per token */
+        _mm_prefetch((const char *)(x + PD * ldx + 15), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + 16), _MM_HINT_T0); /* and the next column tile's row */
+        _mm_prefetch((const char *)(x + 31), _MM_HINT_T0);
+        const __m512 m = _mm512_maskz_mov_ps((__mmask16)(bits16_at(kb, b, ldk) & lm), vinv);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(lm, x), m);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) c[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i]), v, c[i]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_mask_storeu_ps(C + (int64_t)i * ldc, lm, c[i]);
+}
+
+static void z_tn16k(float *C, int ldc, const float *P, int ldp, const float *X, int64_t ldx, const uint16_t *Kb,
+                    int64_t ldk, int b0, float inv, int N, int T) {
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int n = 0; n < N; n += 16) {
+        const int nn = N - n < 16 ? N - n : 16;
+        tnk_tile(C + n, ldc, P, ldp, X + n, ldx, Kb, ldk, (int64_t)b0 + n, vinv, (__mmask16)((1u << nn) - 1), T);
+    }
+}
+
+const nl_lora_kernels nl_lora_kernels_avx512 = {.thin16 = z_thin16,
+                                                .tn16 = z_tn16,
+                                                .add16 = z_add16,
+                                                .thin16b = z_thin16b,
+                                                .add16b = z_add16b,
+                                                .add16bk = z_add16bk,
+                                                .tn16k = z_tn16k};

@@ -101,6 +101,13 @@ static const nl_lora_kernels *kb16(const nl_lora *L) {
     return lk && L->bf16 && lk->thin16b && lk->add16b && nl_bf16_ok() ? lk : NULL;
 }
 
+/* The BF16 pair's backward reads the forward's kept bits in its kernels (add16bk, tn16k): no mask
+ * rows and no x ⊙ m rows written (phase 1) or read (phase 2). Both phases test this one predicate. */
+static const nl_lora_kernels *kbits(const nl_lora *L) {
+    const nl_lora_kernels *lk = kb16(L);
+    return lk && L->dropout > 0.0f && L->mask_in && lk->add16bk && lk->tn16k ? lk : NULL;
+}
+
 int nl_lora_bf16_runs(int rank) {
     const nl_lora L = {.rank = rank, .bf16 = 1};
     return kb16(&L) != NULL;
@@ -207,23 +214,21 @@ static void add_into(float *y, const float *t, int64_t n) { nl_cpu_kernels()->ve
  * masked_rows followed by nl_tile_pack_a (the forward's bits kept, the backward's read, as there);
  * where the kernel row has no dropout_apply_row or the backward reads the bits, those two (mb
  * and xm are then written whatever keep says). */
-static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
-                       float *mb, float *xm, int keep, uint16_t *xa, int bwd) {
-    const int K = L->n_in, Kp = nl_tile_up(K);
+/* drop_block's rows through the kernel row's apply (non-NULL): the mask and x ⊙ m into mb and xm when
+ * keep, x ⊙ m as BF16 pair words into xw (row stride ldw words, words past ceil(K/2) up to wpad
+ * zero) when xw != NULL, the forward's bits kept where L->mask_out (bwd 0). */
+static void drop_rows_apply(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
+                            float *mb, float *xm, int keep, uint32_t *xw, int64_t ldw, int wpad, int bwd) {
+    const int K = L->n_in;
     int (*const apply)(uint64_t, int, uint32_t, float, const float *, float *, float *, uint32_t *, uint16_t *) =
         nl_cpu_kernels()->dropout_apply_row;
-    if (!apply || (bwd && L->mask_in)) {
-        const float *xb = masked_rows(L, 1, x, tok0, toks, t, nb, mb, xm, bwd);
-        if (xa) nl_tile_pack_a(xa, Kp, xb, K, 0, nb, K);
-        return;
-    }
     const uint32_t thr = keep_threshold(L->dropout);
     const float inv = 1.0f / (1.0f - L->dropout);
     for (int b = 0; b < nb; b++) {
         const uint64_t kt = nl_rng_key_add(L->key, (uint64_t)tok_of(tok0, toks, t + b));
         const float *xr = x + (int64_t)b * K;
         float *mr = keep ? mb + (int64_t)b * K : NULL, *pr = keep ? xm + (int64_t)b * K : NULL;
-        uint32_t *w = xa ? (uint32_t *)(void *)(xa + (int64_t)b * Kp) : NULL;
+        uint32_t *w = xw ? xw + (int64_t)b * ldw : NULL;
         uint16_t *kb = !bwd && L->mask_out ? bits_out(L, t + b) : NULL;
         int i = apply(kt, K, thr, inv, xr, mr, pr, w, kb);
         if (kb) /* the halves past the kernel's (a multiple of 16), set bit by bit below */
@@ -242,8 +247,19 @@ static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int
             if (w) w[i / 2] = (uint32_t)nl_amx_f32_to_bf16(p0) | (uint32_t)nl_amx_f32_to_bf16(p1) << 16;
         }
         if (w)
-            for (int j = (K + 1) / 2; j < Kp / 2; j++) w[j] = 0;
+            for (int j = (K + 1) / 2; j < wpad; j++) w[j] = 0;
     }
+}
+
+static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
+                       float *mb, float *xm, int keep, uint16_t *xa, int bwd) {
+    const int K = L->n_in, Kp = nl_tile_up(K);
+    if (!nl_cpu_kernels()->dropout_apply_row || (bwd && L->mask_in)) {
+        const float *xb = masked_rows(L, 1, x, tok0, toks, t, nb, mb, xm, bwd);
+        if (xa) nl_tile_pack_a(xa, Kp, xb, K, 0, nb, K);
+        return;
+    }
+    drop_rows_apply(L, x, tok0, toks, t, nb, mb, xm, keep, xa ? (uint32_t *)(void *)xa : NULL, Kp / 2, Kp / 2, bwd);
     if (xa)
         for (int b = nb; b < nl_tile_up(nb); b++) memset(xa + (int64_t)b * Kp, 0, sizeof(uint16_t) * (size_t)Kp);
 }
@@ -397,11 +413,16 @@ static int lora_fwd16b(const nl_lora *L, const nl_lora_kernels *lk, const float 
     nl_bf16_rows_t(PA, 16, A, K, r, K, 16);                  /* PA[w][j] = (A[j][2w], A[j][2w+1]) */
     nl_bf16_rows_t(QB, ldq, B, r, N, r, (int)panel_cols(N)); /* QB[w][o] = (B[o][2w], B[o][2w+1]) */
     const int mode = accumulate == NL_LORA_ADD ? 2 : accumulate ? 1 : 0;
+    const int fuse = nl_cpu_kernels()->dropout_apply_row != NULL;
     for (int t0 = ta; t0 < tb; t0 += TB) {
         const int nb = tb - t0 < TB ? tb - t0 : TB;
-        const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0);
         float *ur = u ? u + (int64_t)t0 * r : ub;
-        nl_bf16_rows(xw, ldx, xb, K, nb, K, Kw);
+        if (drop && fuse) { /* the mask, its bits and x ⊙ m as words in one pass: the same words */
+            drop_rows_apply(L, x + (int64_t)t0 * K, tok0, toks, t0, nb, NULL, NULL, 0, xw, ldx, Kw, 0);
+        } else {
+            const float *xb = masked_rows(L, drop, x + (int64_t)t0 * K, tok0, toks, t0, nb, mb, xm, 0);
+            nl_bf16_rows(xw, ldx, xb, K, nb, K, Kw);
+        }
         lk->thin16b(ur, xw, ldx, PA, nb, Kw);
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         nl_bf16_rows(sw, 8, su, r, nb, r, 8);
@@ -555,11 +576,14 @@ static int lora_bwd_rows16b(const nl_lora *L, const nl_lora_kernels *lk, const f
     nl_bf16_pairs(PB, 16, B, r, N, r, 16);                          /* PB[w][j] = (B[2w][j], B[2w+1][j]) */
     if (dx) nl_bf16_pairs(QA, ldq, A, K, r, K, (int)panel_cols(K)); /* QA[w][k] = (A[2w][k], A[2w+1][k]) */
     const int mode = drop ? (dx_accumulate ? 3 : 4) : dx_accumulate == NL_LORA_ADD ? 2 : dx_accumulate ? 1 : 0;
+    const int bits = kbits(L) != NULL; /* the mask from the kept bits in add16bk and phase 2's tn16k */
     for (int ta = t0; ta < t1; ta += TB) {
         const int nb = t1 - ta < TB ? t1 - ta : TB;
         float *du = du_all + (int64_t)ta * r, *su = su_all + (int64_t)ta * r;
+        /* x ⊙ m only where u is recomputed from it, or phase 2 reads it */
         const float *xb =
-            masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1);
+            bits && u ? NULL
+                      : masked_rows(L, drop, x + (int64_t)ta * K, tok0, toks, ta, nb, mb, xm_all + (int64_t)ta * K, 1);
         const float *ur = u ? u + (int64_t)ta * r : ub;
         if (!u) {
             nl_bf16_rows(xw, ldk, xb, K, nb, K, Kw);
@@ -571,7 +595,10 @@ static int lora_bwd_rows16b(const nl_lora *L, const nl_lora_kernels *lk, const f
         for (int i = 0; i < nb * r; i++) su[i] = L->scale * ur[i];
         if (!dx) continue;
         nl_bf16_rows(dw, 8, du, r, nb, r, 8);
-        lk->add16b(dx + (int64_t)ta * K, K, dw, 8, QA, ldq, nb, K, mode, drop ? mb : NULL, K);
+        if (bits)
+            lk->add16bk(dx + (int64_t)ta * K, K, dw, 8, QA, ldq, nb, K, mode, bits_in(L, ta),
+                        (int64_t)nl_lora_mask_halves(K), 1.0f / (1.0f - L->dropout));
+        else lk->add16b(dx + (int64_t)ta * K, K, dw, 8, QA, ldq, nb, K, mode, drop ? mb : NULL, K);
     }
     return 0;
 }
@@ -782,8 +809,11 @@ int nl_lora_backward_params(const nl_lora *L, float *dA, float *dB, const float 
      * zeros; one FP32 chain per element over t leaves those zeros exact no-ops. The rank-16
      * kernels' tn16 computes those same chains (their bits), so the tiles take it too. */
     const nl_lora_kernels *lk = L->rank == 16 ? nl_cpu_kernels()->lora : NULL;
-    if (lk) { /* the same chains; dB as its transpose (su ⊗ dy: a·b = b·a) */
-        if (c1 > c0) lk->tn16(dA + c0, K, 0, du, r, xm + c0, K, c1 - c0, T);
+    if (lk) {                    /* the same chains; dB as its transpose (su ⊗ dy: a·b = b·a) */
+        if (c1 > c0 && kbits(L)) /* x ⊙ m from x and the kept bits in the kernel: tn16's bits */
+            lk->tn16k(dA + c0, K, du, r, x + c0, K, L->mask_in, (int64_t)nl_lora_mask_halves(K), c0,
+                      1.0f / (1.0f - L->dropout), c1 - c0, T);
+        else if (c1 > c0) lk->tn16(dA + c0, K, 0, du, r, xm + c0, K, c1 - c0, T);
         if (o1 > o0) lk->tn16(dB + (int64_t)o0 * r, r, 1, su, r, dy + o0, N, o1 - o0, T);
         return 0;
     }
@@ -831,7 +861,7 @@ int nl_lora_backward_to(const nl_lora *L, const float *A, const float *B, float 
                                        x + (int64_t)t0 * K, u ? u + (int64_t)t0 * r : NULL, nb, tok0 + t0, NULL, scr, 0,
                                        nb);
             if (rc == 0)
-                rc = nl_lora_backward_params(L, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N);
+                rc = nl_lora_backward_params(&Lb, dA, dB, dy + (int64_t)t0 * N, x + (int64_t)t0 * K, nb, scr, 0, K + N);
         }
         free(scr);
         return rc;
