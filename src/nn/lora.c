@@ -208,15 +208,11 @@ static void add_into(float *y, const float *t, int64_t n) { nl_cpu_kernels()->ve
 
 /* ---- on the tiles ---- */
 
-/* One token block's dropout in a single pass over x (rows t .. t+nb-1 of the call, x at row t):
- * the mask into mb and x ⊙ m into xm when keep (both [nb][K]), and, when xa != NULL, x ⊙ m as
- * the tiles' A operand (cpu/tiles.h, row stride up(K) values, up(nb) rows). The bits of
- * masked_rows followed by nl_tile_pack_a (the forward's bits kept, the backward's read, as there);
- * where the kernel row has no dropout_apply_row or the backward reads the bits, those two (mb
- * and xm are then written whatever keep says). */
-/* drop_block's rows through the kernel row's apply (non-NULL): the mask and x ⊙ m into mb and xm when
- * keep, x ⊙ m as BF16 pair words into xw (row stride ldw words, words past ceil(K/2) up to wpad
- * zero) when xw != NULL, the forward's bits kept where L->mask_out (bwd 0). */
+/* The dropout of token rows t .. t+nb-1 of the call (x at row t) in one pass, through the kernel
+ * row's dropout_apply_row (non-NULL): the mask and x ⊙ m into mb and xm when keep, x ⊙ m as BF16
+ * pair words into xw (row stride ldw words; words past ceil(K/2) up to wpad zero) when xw != NULL,
+ * the forward's bits kept where L->mask_out (bwd 0). drop_block's rows (the tiles' A operand) and
+ * lora_fwd16b's (the BF16 pair's words). */
 static void drop_rows_apply(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
                             float *mb, float *xm, int keep, uint32_t *xw, int64_t ldw, int wpad, int bwd) {
     const int K = L->n_in;
@@ -251,6 +247,12 @@ static void drop_rows_apply(const nl_lora *L, const float *x, int64_t tok0, cons
     }
 }
 
+/* One token block's dropout in a single pass over x (rows t .. t+nb-1 of the call, x at row t):
+ * the mask into mb and x ⊙ m into xm when keep (both [nb][K]), and, when xa != NULL, x ⊙ m as
+ * the tiles' A operand (cpu/tiles.h, row stride up(K) values, up(nb) rows). The bits of
+ * masked_rows followed by nl_tile_pack_a (the forward's bits kept, the backward's read, as there);
+ * where the kernel row has no dropout_apply_row or the backward reads the bits, those two (mb
+ * and xm are then written whatever keep says). */
 static void drop_block(const nl_lora *L, const float *x, int64_t tok0, const int64_t *toks, int64_t t, int nb,
                        float *mb, float *xm, int keep, uint16_t *xa, int bwd) {
     const int K = L->n_in, Kp = nl_tile_up(K);

@@ -113,6 +113,8 @@ int nl_lora_forward_rows(const nl_lora *L, const float *A, const float *B, float
  * by all threads:
  *   phase 1, nl_lora_backward_rows over token rows [t0, t1) (split by rows): du = s·dy·B,
  *     s·u (u recomputed when NULL) and x ⊙ m into the scratch, and dx's rows (dx may be NULL);
+ *     x ⊙ m is not written (nor read by phase 2, which rebuilds it from x and the bits) where the
+ *     BF16 pair reads the forward's kept bits (bf16, mask_in, the row's add16bk and tn16k);
  *   phase 2, after phase 1 has finished every row, nl_lora_backward_params over [j0, j1) of
  *     the n_in + n_out parameter lines: dA's columns j < n_in and dB's rows j − n_in, each
  *     element one chain over all T tokens (never a reduction split across threads).
