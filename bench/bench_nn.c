@@ -5,6 +5,12 @@
  *   lora forward / backward at T=512, n_in=2048, n_out=2048, r=16, p=0.05 (FP32; AMX tiles
  *   where the CPU has them; there the backward by lines with the mask regenerated and read from
  *   the forward's kept bits)
+ *   lora step: the LoRA node of a qwen3-0.6b step at T=512 (its 7 projection shapes × 28 layers,
+ *   r=16, p=0.05), as train/graph runs it on a 2-thread pool after each service request: the
+ *   forward's rows split over the threads with NL_LORA_ADD and the mask's bits kept, the
+ *   backward's rows then its parameter lines reading them; FP32, and the BF16 pair where the CPU
+ *   runs it; each projection's own buffers over a ring of 4 layers (~370 MB: from memory, as in a
+ *   step); wall clock, best of the reps; per step
  *   gemm (cpu/gemm.c) on the attention and LoRA block shapes
  * Usage: bench_nn [reps] [amx]   (amx: the tile attention only, a profiler's run)
  * Times are the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): steady on a shared
@@ -13,6 +19,7 @@
 #include "cpu/vecmath.h"
 #include "nn/lora.h"
 #include "nn/nn.h"
+#include "util/pool.h"
 #include "util/util.h"
 
 #include <math.h>
@@ -165,6 +172,111 @@ static double attn_two(const attn_job *j) {
     return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
 
+/* ---- the LoRA node of a qwen3-0.6b step (see the header) ---- */
+typedef struct {
+    const nl_lora *L;
+    const float *A, *B, *x, *dy;
+    float *y, *u, *dx, *dA, *dB, *scr;
+    int T, phase;
+} lora_job;
+
+static void lora_task(void *arg, int task, int n) {
+    const lora_job *j = arg;
+    const int t0 = j->T * task / n, t1 = j->T * (task + 1) / n, J = j->L->n_in + j->L->n_out;
+    if (j->phase == 0) nl_lora_forward_rows(j->L, j->A, j->B, j->y, j->u, j->x, 0, NULL, NL_LORA_ADD, t0, t1);
+    else if (j->phase == 1)
+        nl_lora_backward_rows(j->L, j->A, j->B, j->dx, NL_LORA_ADD, j->dy, j->x, j->u, j->T, 0, NULL, j->scr, t0, t1);
+    else nl_lora_backward_params(j->L, j->dA, j->dB, j->dy, j->x, j->T, j->scr, J * task / n, J * (task + 1) / n);
+}
+
+static double wall(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int lora_step(int reps, unsigned *s) {
+    enum { T = 512, R = 16, LAYERS = 28, RING = 4, NP = 7 };
+    static const int sh[NP][2] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
+                                  {1024, 3072}, {1024, 3072}, {3072, 1024}}; /* q k v o gate up down */
+    nl_pool *pool = nl_pool_new(2);
+    if (!pool) return 1;
+    float *buf[RING][NP][6];
+    uint16_t *bits[RING][NP];
+    size_t scr_n = 0;
+    for (int l = 0; l < RING; l++)
+        for (int k = 0; k < NP; k++) {
+            const size_t K = (size_t)sh[k][0], N = (size_t)sh[k][1];
+            const size_t n[6] = {T * K,        T * N, T * N, T * K, (size_t)R * (K + N) * 2,
+                                 (size_t)T * R}; /* x y dy dx AB/dAdB u */
+            for (int i = 0; i < 6; i++) {
+                buf[l][k][i] = malloc(sizeof(float) * n[i]);
+                if (!buf[l][k][i]) return 1;
+                fill(buf[l][k][i], n[i], s);
+                if (i == 4) /* A, B small, as a trained adapter's */
+                    for (size_t e = 0; e < n[i]; e++) buf[l][k][i][e] *= 0.05f;
+            }
+            bits[l][k] = malloc(sizeof(uint16_t) * T * nl_lora_mask_halves((int)K));
+            const nl_lora L = {(int)K, (int)N, R, 2.0f, 0.05f, 0, NULL, 0, NULL, NULL};
+            if (nl_lora_bwd_scratch_floats(&L, T) > scr_n) scr_n = nl_lora_bwd_scratch_floats(&L, T);
+        }
+    float *scr = malloc(sizeof(float) * (scr_n + 1));
+    if (!scr) return 1;
+    for (int bf = 0; bf < 2; bf++) {
+        if (bf && !nl_lora_bf16_runs(R)) {
+            printf("lora step bf16: the BF16 pair does not run here (no AVX512_BF16): FP32 only\n");
+            break;
+        }
+        double best_f = 1e30, best_b = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double tf = 0.0, tb = 0.0;
+            for (int l = 0; l < LAYERS; l++)
+                for (int k = 0; k < NP; k++) {
+                    float **b = buf[l % RING][k];
+                    const int K = sh[k][0];
+                    nl_lora L = {K, sh[k][1], R, 2.0f, 0.05f, nl_lora_dropout_key(1, 2, l, k), NULL, bf, NULL, NULL};
+                    L.mask_out = bits[l % RING][k];
+                    lora_job j = {&L,
+                                  b[4],
+                                  b[4] + R * K,
+                                  b[0],
+                                  b[2],
+                                  b[1],
+                                  b[5],
+                                  b[3],
+                                  b[4] + R * (K + sh[k][1]),
+                                  b[4] + R * (K + sh[k][1]) + R * K,
+                                  scr,
+                                  T,
+                                  0};
+                    double t0 = wall();
+                    nl_pool_run(pool, 2, lora_task, &j);
+                    tf += wall() - t0;
+                    L.mask_out = NULL, L.mask_in = bits[l % RING][k];
+                    t0 = wall();
+                    j.phase = 1;
+                    nl_pool_run(pool, 2, lora_task, &j);
+                    j.phase = 2;
+                    nl_pool_run(pool, 2, lora_task, &j);
+                    tb += wall() - t0;
+                }
+            if (tf < best_f) best_f = tf;
+            if (tb < best_b) best_b = tb;
+        }
+        printf("lora step %s (qwen3-0.6b: 7 shapes x 28 layers, T=%d r=%d p=0.05, 2 threads, wall): forward %.1f ms, "
+               "backward %.1f ms, both %.1f ms a step\n",
+               bf ? "bf16" : "fp32", T, R, best_f * 1e3, best_b * 1e3, (best_f + best_b) * 1e3);
+    }
+    for (int l = 0; l < RING; l++)
+        for (int k = 0; k < NP; k++) {
+            for (int i = 0; i < 6; i++) free(buf[l][k][i]);
+            free(bits[l][k]);
+        }
+    free(scr);
+    nl_pool_free(pool);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
     const int only_amx = argc > 2 && strcmp(argv[2], "amx") == 0;
@@ -276,6 +388,7 @@ int main(int argc, char **argv) {
                T, K, N, R, bf[0] * 1e3, bf[1] * 1e3, bb[0] * 1e3, bb[1] * 1e3);
         free(bits), free(scr);
     }
+    if (lora_step(reps, &s)) return 1;
     /* gemm shapes: {M, N, K, transposed A} */
     static const int gs[][4] = {{32, 512, 128, 0}, {64, 128, 512, 0}, {512, 128, 64, 1}, {32, 16, 2048, 0},
                                 {32, 2048, 16, 0}, {2048, 16, 32, 1}, {16, 2048, 32, 1}};
