@@ -152,24 +152,23 @@ static void *attn_run(void *arg) {
     return NULL;
 }
 
+static double wall(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 /* the job's kv heads split over two threads; wall seconds */
 static double attn_two(const attn_job *j) {
     attn_job a = *j, b = *j;
     a.g1 = b.g0 = (j->g0 + j->g1) / 2;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = wall();
     pthread_t th;
-    if (pthread_create(&th, NULL, attn_run, &b)) {
-        attn_run(&b);
-    } else {
-        attn_run(&a);
-        pthread_join(th, NULL);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    }
+    const int two = pthread_create(&th, NULL, attn_run, &b) == 0;
+    if (!two) attn_run(&b);
     attn_run(&a);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (two) pthread_join(th, NULL);
+    return wall() - t0;
 }
 
 /* ---- the LoRA node of a qwen3-0.6b step (see the header) ---- */
@@ -187,12 +186,6 @@ static void lora_task(void *arg, int task, int n) {
     else if (j->phase == 1)
         nl_lora_backward_rows(j->L, j->A, j->B, j->dx, NL_LORA_ADD, j->dy, j->x, j->u, j->T, 0, NULL, j->scr, t0, t1);
     else nl_lora_backward_params(j->L, j->dA, j->dB, j->dy, j->x, j->T, j->scr, J * task / n, J * (task + 1) / n);
-}
-
-static double wall(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static int lora_step(int reps, unsigned *s) {
